@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Build the wheel against the project's .venv (torch present, no isolation:
+# see setup.py), then install it into a brand-new environment with the oldest
+# supported NumPy and the pinned torch, and use both front ends.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+rm -rf dist
+.venv/bin/python -m pip wheel -q --no-build-isolation --no-deps -w dist .
+whl=$(ls dist/wavepe-*.whl)
+echo "built $whl ($(du -h "$whl" | cut -f1))"
+env_dir=$(mktemp -d)/env
+trap 'rm -rf "$(dirname "$env_dir")"' EXIT
+python3 -m venv "$env_dir"
+"$env_dir/bin/python" -m pip install -q "numpy==1.26.4" "torch==2.13.0" "$whl"
+cd "$(dirname "$env_dir")"   # away from the source tree: import the installed copy
+"$env_dir/bin/python" - <<'PY'
+import numpy as np, torch, wavepe, wavepe.ufuncs as wu, wavepe.ops as wo
+assert np.__version__ == "1.26.4", np.__version__
+assert "site-packages" in wavepe.__file__, wavepe.__file__
+print("wavepe", wavepe.__version__, "from", wavepe.__file__, "numpy", np.__version__, "torch", torch.__version__)
+print("ricker(0) =", wu.ricker(np.float32(0.0)), "| isa:", wavepe.cpu_isa())
+print("alibi via torch:", wo.alibi_bias(2, 2, 3).shape)
+PY
+"$env_dir/bin/wavepe" --help >/dev/null 2>&1 && echo "console script ok" || echo "console script not available yet"

@@ -1,0 +1,53 @@
+# wavepe developer entry points.  Everything runs inside ./.venv, created on
+# first use from requirements-dev.txt (torch pinned to the local CPU wheel).
+#
+#   make demo    the main job: train-short/test-long experiment on the embedded corpus
+#   make test    build, then run the test suite (the README's test command)
+#   make ctest   the C core's test driver under AddressSanitizer + UBSan
+#   make bench   the benchmark scripts (print tables, write benchmarks/results/*.json)
+
+PYTHON ?= python3
+VENV   ?= .venv
+PY     := $(VENV)/bin/python
+PIP    := $(PY) -m pip
+STAMP  := $(VENV)/.deps-stamp
+
+CC     ?= cc
+CORE_SRCS  := $(filter-out %_avx2.c,$(wildcard csrc/core/*.c))
+AVX2_SRCS  := $(wildcard csrc/core/*_avx2.c)
+CTEST_SRCS := $(wildcard csrc/core/tests/*.c)
+SAN_FLAGS  := -std=c11 -O1 -g -Wall -Wextra -Werror -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=all
+
+.PHONY: venv build test demo ctest bench clean
+
+$(STAMP): requirements-dev.txt
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PIP) install -q --upgrade pip
+	$(PIP) install -q -r requirements-dev.txt
+	touch $(STAMP)
+
+venv: $(STAMP)
+
+build: $(STAMP)
+	$(PIP) install -q --no-build-isolation --no-deps -e .
+
+test: build
+	$(PY) -m pytest -q
+
+demo: build
+	$(VENV)/bin/wavepe extrapolate
+
+ctest:
+	rm -rf build/ctest && mkdir -p build/ctest
+	for f in $(CORE_SRCS) $(CTEST_SRCS); do \
+	  $(CC) $(SAN_FLAGS) -Icsrc/core -c $$f -o build/ctest/$$(basename $$f .c).o || exit 1; done
+	for f in $(AVX2_SRCS); do \
+	  $(CC) $(SAN_FLAGS) -mavx2 -mfma -Icsrc/core -c $$f -o build/ctest/$$(basename $$f .c).o || exit 1; done
+	$(CC) $(SAN_FLAGS) -o build/ctest/test_core build/ctest/*.o -lm
+	./build/ctest/test_core
+
+bench: build
+	$(PY) benchmarks/bench_ops.py
+
+clean:
+	rm -rf build dist *.egg-info python/*.egg-info python/wavepe/*.so

@@ -1,0 +1,108 @@
+"""Shared timing, table and JSON helpers of the benchmark scripts.
+
+Targets are ratios measured in one run: the candidate and its reference are
+timed in alternation (ABAB...) so that drift in machine load hits both, and
+each figure is the median of the repeats.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import os
+import platform
+import statistics
+import time
+from typing import Any, Callable, Sequence
+
+RESULTS_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
+
+
+def machine() -> dict[str, Any]:
+    """What the figures were measured on."""
+    cpu = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    cpu = line.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    info: dict[str, Any] = {"cpu": cpu, "cores": os.cpu_count(), "python": platform.python_version()}
+    try:
+        import wavepe
+
+        info["wavepe_isa"] = wavepe.active_isa()
+    except Exception:  # pragma: no cover
+        pass
+    try:
+        import torch
+
+        info["torch"] = torch.__version__
+        info["torch_threads"] = torch.get_num_threads()
+        if torch.cuda.is_available():
+            info["gpu"] = torch.cuda.get_device_name()
+    except ImportError:  # pragma: no cover
+        pass
+    return info
+
+
+def _sync() -> None:
+    try:
+        import torch
+
+        if torch.cuda.is_available():
+            torch.cuda.synchronize()
+    except ImportError:  # pragma: no cover
+        pass
+
+
+def time_once(fn: Callable[[], Any]) -> float:
+    _sync()
+    t0 = time.perf_counter()
+    fn()
+    _sync()
+    return time.perf_counter() - t0
+
+
+def compare(fns: dict[str, Callable[[], Any]], *, repeat: int = 7, warmup: int = 1,
+            min_seconds: float = 0.0) -> dict[str, float]:
+    """Median seconds of each function, timed in alternation."""
+    for fn in fns.values():
+        for _ in range(warmup):
+            fn()
+    samples: dict[str, list[float]] = {k: [] for k in fns}
+    t_start = time.perf_counter()
+    i = 0
+    while i < repeat or time.perf_counter() - t_start < min_seconds:
+        for name, fn in fns.items():
+            samples[name].append(time_once(fn))
+        i += 1
+    return {k: statistics.median(v) for k, v in samples.items()}
+
+
+def print_table(title: str, header: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
+    """Print (and return) a Markdown table."""
+    def fmt(v: Any) -> str:
+        if isinstance(v, float):
+            return f"{v:.3g}" if abs(v) < 1000 else f"{v:.0f}"
+        return str(v)
+
+    lines = [f"### {title}", "", "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(fmt(v) for v in row) + " |" for row in rows]
+    text = "\n".join(lines)
+    print(text)
+    print()
+    return text
+
+
+def write_json(name: str, payload: dict[str, Any]) -> str:
+    """Write ``benchmarks/results/<name>.json`` with date and machine added."""
+    os.makedirs(RESULTS_DIR, exist_ok=True)
+    payload = {"date": _dt.datetime.now().isoformat(timespec="seconds"), "machine": machine(), **payload}
+    path = os.path.join(RESULTS_DIR, f"{name}.json")
+    with open(path, "w") as f:
+        json.dump(payload, f, indent=2)
+    print(f"wrote {path}")
+    return path

@@ -1,0 +1,96 @@
+/* alibi_functions.c: _ufuncs.alibi_bias and _ufuncs.sinusoidal_table.
+ *
+ * Plain functions rather than gufuncs: their outputs have dimensions that no
+ * input carries.  Arguments arrive already validated by wavepe/ufuncs.py;
+ * what is checked here is what the C core needs to stay memory safe.
+ */
+#include "np_common.h"
+
+#include "../core/alibi.h"
+#include "../core/checked.h"
+
+static PyObject *raise_status(int status, const char *what) {
+    PyErr_Format(status == WAVEPE_E_OVERFLOW ? PyExc_OverflowError : PyExc_ValueError, "%s: %s", what,
+                 wavepe_status_str(status));
+    return NULL;
+}
+
+static PyObject *py_alibi_bias(PyObject *self, PyObject *args) {
+    (void)self;
+    PyObject *slopes_obj;
+    long long q_len, k_len, q_offset;
+    int causal;
+    if (!PyArg_ParseTuple(args, "OLLLp:alibi_bias", &slopes_obj, &q_len, &k_len, &q_offset, &causal))
+        return NULL;
+    PyArrayObject *slopes = (PyArrayObject *)PyArray_FROM_OF(slopes_obj, NPY_ARRAY_IN_ARRAY);
+    if (slopes == NULL) return NULL;
+    const int type = PyArray_TYPE(slopes);
+    if (PyArray_NDIM(slopes) != 1 || (type != NPY_FLOAT && type != NPY_DOUBLE)) {
+        Py_DECREF(slopes);
+        PyErr_SetString(PyExc_TypeError, "slopes: expected a 1-d float32 or float64 array");
+        return NULL;
+    }
+    wavepe_alibi_args a = {0};
+    a.heads = PyArray_DIM(slopes, 0);
+    a.m = q_len;
+    a.n = k_len;
+    a.q_offset = q_offset;
+    a.causal = causal;
+    a.slopes = PyArray_DATA(slopes);
+    a.out_stride_h = 0; /* set below once the sizes are known to be valid */
+    int status = wavepe_alibi_validate(&a);
+    if (status != WAVEPE_OK && status != WAVEPE_E_NULL) {
+        Py_DECREF(slopes);
+        return raise_status(status, "alibi_bias");
+    }
+    npy_intp dims[3] = {(npy_intp)a.heads, (npy_intp)a.m, (npy_intp)a.n};
+    PyArrayObject *out = (PyArrayObject *)PyArray_SimpleNew(3, dims, type);
+    if (out == NULL) {
+        Py_DECREF(slopes);
+        return NULL;
+    }
+    a.out = PyArray_DATA(out);
+    a.out_stride_h = a.m * a.n;
+    a.out_stride_m = a.n;
+    const wavepe_isa isa = wavepe_active_isa();
+    Py_BEGIN_ALLOW_THREADS;
+    if (type == NPY_FLOAT) wavepe_alibi_f32(isa, &a, 0, a.heads * a.m);
+    else wavepe_alibi_f64(isa, &a, 0, a.heads * a.m);
+    Py_END_ALLOW_THREADS;
+    Py_DECREF(slopes);
+    return (PyObject *)out;
+}
+
+static PyObject *py_sinusoidal_table(PyObject *self, PyObject *args) {
+    (void)self;
+    long long len, d, offset;
+    double base;
+    int use_double;
+    if (!PyArg_ParseTuple(args, "LLLdp:sinusoidal_table", &len, &d, &offset, &base, &use_double))
+        return NULL;
+    const int64_t sizes[2] = {len, d};
+    int status = wavepe_checked_numel(2, sizes, use_double ? 8 : 4, NULL);
+    if (status != WAVEPE_OK) return raise_status(status, "sinusoidal_table");
+    npy_intp dims[2] = {(npy_intp)len, (npy_intp)d};
+    PyArrayObject *out = (PyArrayObject *)PyArray_SimpleNew(2, dims, use_double ? NPY_DOUBLE : NPY_FLOAT);
+    if (out == NULL) return NULL;
+    Py_BEGIN_ALLOW_THREADS;
+    status = use_double ? wavepe_sinusoidal_f64(len, d, offset, base, (double *)PyArray_DATA(out))
+                        : wavepe_sinusoidal_f32(len, d, offset, base, (float *)PyArray_DATA(out));
+    Py_END_ALLOW_THREADS;
+    if (status != WAVEPE_OK) {
+        Py_DECREF(out);
+        return raise_status(status, "sinusoidal_table");
+    }
+    return (PyObject *)out;
+}
+
+static PyMethodDef alibi_methods[] = {
+    {"alibi_bias", py_alibi_bias, METH_VARARGS,
+     "alibi_bias(slopes, q_len, k_len, q_offset, causal) -> (H, q_len, k_len) array."},
+    {"sinusoidal_table", py_sinusoidal_table, METH_VARARGS,
+     "sinusoidal_table(length, d, offset, base, double) -> (length, d) array."},
+    {NULL, NULL, 0, NULL},
+};
+
+int wavepe_np_add_alibi_functions(PyObject *module) { return PyModule_AddFunctions(module, alibi_methods); }

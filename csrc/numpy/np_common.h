@@ -1,0 +1,35 @@
+/* np_common.h: what every file of the NumPy extension module includes first.
+ *
+ * Built against NumPy 2 headers, targeting the 1.25 C API so that the same
+ * binary runs on NumPy >= 1.26 (1.26 shares 1.25's API version).
+ * module.c owns the API tables; the other files import nothing themselves.
+ */
+#ifndef WAVEPE_NP_COMMON_H
+#define WAVEPE_NP_COMMON_H
+
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#define NPY_NO_DEPRECATED_API NPY_1_25_API_VERSION
+#define NPY_TARGET_VERSION NPY_1_25_API_VERSION
+#define PY_ARRAY_UNIQUE_SYMBOL wavepe_np_ARRAY_API
+#define PY_UFUNC_UNIQUE_SYMBOL wavepe_np_UFUNC_API
+#ifndef WAVEPE_NP_MODULE_MAIN
+#define NO_IMPORT_ARRAY
+#define NO_IMPORT_UFUNC
+#endif
+#include <numpy/arrayobject.h>
+#include <numpy/ufuncobject.h>
+
+/* Each file adds its ufuncs / functions to the module; 0 on success, -1 with
+ * a Python exception set. */
+int wavepe_np_add_wavelet_ufuncs(PyObject *module);
+int wavepe_np_add_alibi_functions(PyObject *module);
+
+/* Byte stride -> element stride; -1 when the stride is not a multiple of the
+ * item size (NumPy hands legacy loops aligned data, so this is defensive). */
+static inline int64_t wavepe_np_elem_stride(npy_intp byte_stride, npy_intp itemsize) {
+    return (byte_stride % itemsize == 0) ? (int64_t)(byte_stride / itemsize) : -1;
+}
+
+#endif

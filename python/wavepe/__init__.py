@@ -1,0 +1,48 @@
+"""wavepe: wavelet relative position encoding and θ-configurable RoPE.
+
+C kernels (scalar reference + AVX2, CUDA where built) exposed as NumPy ufuncs
+(:mod:`wavepe.ufuncs`) and PyTorch custom ops with autograd
+(:mod:`wavepe.ops`).  Importing ``wavepe`` does not import torch.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .config import WAVELET_FAMILIES, ROPE_LAYOUTS, RopeConfig, WaveletConfig, alibi_slopes
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "WaveletConfig",
+    "RopeConfig",
+    "alibi_slopes",
+    "WAVELET_FAMILIES",
+    "ROPE_LAYOUTS",
+    "cpu_isa",
+    "active_isa",
+    "__version__",
+]
+
+
+def cpu_isa() -> str:
+    """The best instruction set this CPU supports among wavepe's kernels: 'avx2' or 'scalar'."""
+    from . import _ufuncs
+
+    return _ufuncs.cpu_isa()
+
+
+def active_isa() -> str:
+    """The instruction set kernels use now; ``WAVEPE_FORCE_SCALAR=1`` forces 'scalar'."""
+    from . import _ufuncs
+
+    return _ufuncs.active_isa()
+
+
+def __getattr__(name: str) -> Any:
+    # Heavy or optional parts load on first use (torch, transformers).
+    if name in ("ops", "ufuncs"):
+        import importlib
+
+        return importlib.import_module(f".{name}", __name__)
+    raise AttributeError(f"module 'wavepe' has no attribute {name!r}")

@@ -1,0 +1,63 @@
+"""Argument checks shared by the NumPy and PyTorch front ends.
+
+Every check raises an exception that names the argument and shows the value,
+so that bad input fails loudly at the boundary instead of deep in a kernel.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from typing import Any, Iterable
+
+INT64_MAX = 2**63 - 1
+
+
+def check_int(name: str, value: Any, *, min_value: int | None = None) -> int:
+    """An integer (bool excluded) within int64 and at least ``min_value``."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise TypeError(f"{name} must be an integer, got {value!r} of type {type(value).__name__}")
+    v = int(value)
+    if not -INT64_MAX - 1 <= v <= INT64_MAX:
+        raise OverflowError(f"{name}={v} does not fit in int64")
+    if min_value is not None and v < min_value:
+        raise ValueError(f"{name} must be >= {min_value}, got {v}")
+    return v
+
+
+def check_real(name: str, value: Any, *, positive: bool = False, finite: bool = True) -> float:
+    """A real number, finite (and > 0 with positive=True)."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(f"{name} must be a real number, got {value!r} of type {type(value).__name__}")
+    v = float(value)
+    if math.isnan(v):
+        raise ValueError(f"{name} must not be NaN")
+    if finite and math.isinf(v):
+        raise ValueError(f"{name} must be finite, got {v}")
+    if positive and not v > 0:
+        raise ValueError(f"{name} must be > 0, got {v}")
+    return v
+
+
+def check_choice(name: str, value: Any, choices: Iterable[str]) -> str:
+    choices = tuple(choices)
+    if not isinstance(value, str) or value not in choices:
+        raise ValueError(f"{name} must be one of {', '.join(map(repr, choices))}; got {value!r}")
+    return value
+
+
+def check_product_fits(name: str, dims: Iterable[int], itemsize: int) -> None:
+    """The product of ``dims`` times ``itemsize`` must be addressable (int64)."""
+    total = itemsize
+    for d in dims:
+        total *= int(d)
+    if total > INT64_MAX:
+        raise OverflowError(f"{name}: a {' x '.join(str(int(d)) for d in dims)} result of "
+                            f"{itemsize}-byte elements does not fit in memory addressing")
+
+
+def resolve_positions(name_q: str, m: int, k_len: int | None, q_offset: int | None) -> tuple[int, int]:
+    """Defaults of the KV-cache convention: N = M, queries are the last M positions."""
+    n = m if k_len is None else check_int("k_len", k_len, min_value=0)
+    off = n - m if q_offset is None else check_int("q_offset", q_offset)
+    return n, off

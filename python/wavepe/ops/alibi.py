@@ -1,0 +1,68 @@
+"""ALiBi bias as a torch custom op: ``torch.ops.wavepe.alibi_bias``."""
+
+from __future__ import annotations
+
+import torch
+
+from .._validate import check_int, resolve_positions
+from ..config import alibi_slopes as _alibi_slopes
+from ._extension import float_compute_dtype, ops
+
+
+@torch.library.register_fake("wavepe::alibi_bias")
+def _alibi_bias_fake(slopes, q_len, k_len, q_offset, causal):
+    return slopes.new_empty((slopes.shape[0], q_len, k_len))
+
+
+def _alibi_bias_setup(ctx, inputs, output):
+    _, q_len, k_len, q_offset, causal = inputs
+    ctx.shape = (q_len, k_len, q_offset, causal)
+
+
+def _alibi_bias_backward(ctx, grad):
+    q_len, k_len, q_offset, causal = ctx.shape
+    # d bias / d slope_h = -(pos_q - pos_k) (or -|.|); the bias itself is M x N.
+    pos_q = torch.arange(q_len, device=grad.device, dtype=grad.dtype) + q_offset
+    pos_k = torch.arange(k_len, device=grad.device, dtype=grad.dtype)
+    dist = pos_q[:, None] - pos_k[None, :]
+    dist = dist.clamp_min(0) if causal else dist.abs()
+    return -(grad * dist).sum(dim=(-2, -1)), None, None, None, None
+
+
+torch.library.register_autograd("wavepe::alibi_bias", _alibi_bias_backward, setup_context=_alibi_bias_setup)
+
+
+def alibi_bias(
+    slopes_or_heads: int | torch.Tensor,
+    q_len: int,
+    k_len: int | None = None,
+    *,
+    q_offset: int | None = None,
+    causal: bool = True,
+    dtype: torch.dtype = torch.float32,
+    device: torch.device | str | None = None,
+) -> torch.Tensor:
+    """ALiBi bias of shape (H, q_len, k_len); differentiable in the slopes.
+
+    ``bias[h, i, j] = -slope[h] * (pos_q(i) - j)``, ``pos_q(i) = q_offset + i``;
+    ``causal=True`` leaves 0 above the diagonal (``j > pos_q(i)``),
+    ``causal=False`` uses ``-slope[h] * |pos_q(i) - j|``.
+
+    Args:
+        slopes_or_heads: H (standard geometric slopes) or an (H,) tensor of slopes.
+        q_len: M queries; k_len: N keys (default M).
+        q_offset: position of the first query (default N - M).
+        dtype, device: of the slopes built from a head count.
+    """
+    if isinstance(slopes_or_heads, torch.Tensor):
+        slopes = slopes_or_heads
+        if slopes.dim() != 1:
+            raise ValueError(f"slopes must be one-dimensional (H,), got shape {tuple(slopes.shape)}")
+    else:
+        heads = check_int("slopes_or_heads", slopes_or_heads, min_value=1)
+        slopes = torch.as_tensor(_alibi_slopes(heads), dtype=dtype, device=device)
+    compute = float_compute_dtype(slopes, "slopes")
+    m = check_int("q_len", q_len, min_value=0)
+    n, off = resolve_positions("q", m, k_len, q_offset)
+    out = ops.alibi_bias(slopes.to(compute), m, n, off, bool(causal))
+    return out if out.dtype == slopes.dtype else out.to(slopes.dtype)

@@ -1,0 +1,75 @@
+"""Float64 NumPy oracles, written straight from the formulas (DESIGN.md §1).
+
+Deliberately naive: explicit loops or direct broadcasting, no cleverness, no
+wavepe code.  Every kernel variant is compared against these.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+# ---- wavelets ---------------------------------------------------------------
+
+def psi(family: str, t) -> np.ndarray:
+    t = np.asarray(t, dtype=np.float64)
+    with np.errstate(over="ignore", invalid="ignore"):
+        if family == "haar":
+            out = np.where((t >= 0) & (t < 0.5), 1.0, np.where((t >= 0.5) & (t < 1.0), -1.0, 0.0))
+            return np.where(np.isnan(t), np.nan, out)
+        env = np.exp(-(t * t) / 2.0)
+        if family == "ricker":
+            val = (1.0 - t * t) * env
+        elif family == "gaussian":
+            val = -t * env
+        elif family == "morlet":
+            val = np.cos(5.0 * t) * env
+        else:
+            raise ValueError(family)
+        return np.where(env == 0.0, np.where(np.isnan(t), np.nan, 0.0), val)
+
+
+def wavelet_table(family: str, scales, shifts, r_values, normalize: bool = False) -> np.ndarray:
+    """T[i, j] = psi((r_i - b_j) / a_j) (/ sqrt(a_j)), (len(r), d), float64."""
+    a = np.asarray(scales, np.float64)
+    b = np.asarray(shifts, np.float64)
+    r = np.asarray(r_values, np.float64)
+    table = psi(family, (r[:, None] - b[None, :]) / a[None, :])
+    return table / np.sqrt(a)[None, :] if normalize else table
+
+
+# ---- ALiBi and sinusoidal ---------------------------------------------------
+
+def alibi_slopes(num_heads: int) -> np.ndarray:
+    """Press et al.'s slopes, including the non-power-of-two interpolation."""
+    def pow2(n):
+        return [2.0 ** (-8.0 * (i + 1) / n) for i in range(n)]
+
+    p = 1
+    while p * 2 <= num_heads:
+        p *= 2
+    slopes = pow2(p)
+    if p < num_heads:
+        slopes += pow2(2 * p)[0::2][: num_heads - p]
+    return np.array(slopes)
+
+
+def alibi_bias(slopes, q_len: int, k_len: int, q_offset: int, causal: bool) -> np.ndarray:
+    slopes = np.asarray(slopes, np.float64)
+    out = np.zeros((slopes.size, q_len, k_len))
+    for h in range(slopes.size):
+        for i in range(q_len):
+            for j in range(k_len):
+                dist = q_offset + i - j
+                if causal:
+                    out[h, i, j] = -slopes[h] * dist if dist >= 0 else 0.0
+                else:
+                    out[h, i, j] = -slopes[h] * abs(dist)
+    return out
+
+
+def sinusoidal_table(length: int, dim: int, offset: int = 0, base: float = 10000.0) -> np.ndarray:
+    pos = np.arange(offset, offset + length, dtype=np.float64)[:, None]
+    i = np.arange(dim)[None, :] // 2
+    angle = pos / base ** (2.0 * i / dim)
+    return np.where(np.arange(dim)[None, :] % 2 == 0, np.sin(angle), np.cos(angle))
