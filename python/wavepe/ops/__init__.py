@@ -8,5 +8,18 @@ from __future__ import annotations
 
 from ._extension import ops as raw_ops
 from .alibi import alibi_bias
+from .attention import default_wavelet_config, wavelet_attention
+from .relbias import rel_bias, wavelet_bias, wavelet_table
+from .rope import rope, rope_inv_freq
 
-__all__ = ["alibi_bias", "raw_ops"]
+__all__ = [
+    "alibi_bias",
+    "rel_bias",
+    "wavelet_bias",
+    "wavelet_table",
+    "rope",
+    "rope_inv_freq",
+    "wavelet_attention",
+    "default_wavelet_config",
+    "raw_ops",
+]

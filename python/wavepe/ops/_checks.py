@@ -1,0 +1,43 @@
+"""Tensor argument checks of the torch front end (messages name the argument)."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from .._validate import INT64_MAX
+
+FLOAT_DTYPES = (torch.float32, torch.float64, torch.float16, torch.bfloat16)
+
+
+def check_tensor(name: str, t: object, *, min_dim: int | None = None, dim: int | None = None,
+                 floating: bool = True) -> torch.Tensor:
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+    if dim is not None and t.dim() != dim:
+        raise ValueError(f"{name} must have {dim} dimensions, got shape {tuple(t.shape)}")
+    if min_dim is not None and t.dim() < min_dim:
+        raise ValueError(f"{name} must have at least {min_dim} dimensions, got shape {tuple(t.shape)}")
+    if floating and t.dtype not in FLOAT_DTYPES:
+        raise TypeError(f"{name} must be a floating-point tensor (float32, float64, bfloat16, float16), got {t.dtype}")
+    return t
+
+
+def check_same(name_a: str, a: torch.Tensor, name_b: str, b: torch.Tensor, *, dtype: bool = True) -> None:
+    if a.device != b.device:
+        raise ValueError(f"{name_a} and {name_b} must be on the same device, got {a.device} and {b.device}")
+    if dtype and a.dtype != b.dtype:
+        raise TypeError(f"{name_a} and {name_b} must have the same dtype, got {a.dtype} and {b.dtype}")
+
+
+def check_fits(name: str, shape: tuple[int, ...], itemsize: int) -> None:
+    total = math.prod(int(s) for s in shape) * itemsize
+    if total > INT64_MAX:
+        raise OverflowError(f"{name}: a result of shape {tuple(shape)} ({itemsize}-byte elements) does not fit "
+                            "in memory addressing")
+
+
+def compute_dtype(t: torch.Tensor) -> torch.dtype:
+    """Kernels compute in float32 for half types, else in the input's dtype."""
+    return torch.float32 if t.dtype in (torch.float16, torch.bfloat16) else t.dtype
