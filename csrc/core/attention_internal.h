@@ -1,0 +1,96 @@
+/* attention_internal.h: the plan shared by attention.c (scalar reference,
+ * plan building, reductions) and attention_avx2.c (tiled kernels).  Not part
+ * of the public API. */
+#ifndef WAVEPE_ATTENTION_INTERNAL_H
+#define WAVEPE_ATTENTION_INTERNAL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "attention.h"
+
+enum { ATTN_BIAS_NONE = 0, ATTN_BIAS_TABLE = 1, ATTN_BIAS_ALIBI = 2 };
+enum { ATTN_KIND_SCALAR = 0, ATTN_KIND_TILED = 1, ATTN_KIND_DECODE = 2 };
+
+/* Most partial table-gradient buffers of a backward: bounds its extra memory
+ * by a constant times the table size, independently of B * H. */
+#define ATTN_MAX_TABLE_SLOTS 8
+
+/* Tiling of the AVX2 kernels.  A micro-tile is MR rows x NR columns of
+ * accumulators (12 of the 16 YMM registers); query blocks are BM rows, key
+ * blocks BN keys.  BM and BN are multiples of MR and NR. */
+#define ATTN_MR 6
+#define ATTN_NR_F32 16
+#define ATTN_NR_F64 8
+#define ATTN_BM_F32 96
+#define ATTN_BN_F32 256
+#define ATTN_BM_F64 48
+#define ATTN_BN_F64 128
+/* Split-N decoding: at most this many queries per head, and chunks of keys
+ * per (batch, kv head) so that there are about DECODE_SPLIT of them. */
+#define ATTN_DECODE_MAX_M 16
+#define ATTN_DECODE_SPLIT 16
+
+struct wavepe_attention_plan {
+    wavepe_attention_args a; /* copy of the caller's arguments */
+    wavepe_isa isa;
+    int f64;                 /* element type: 0 float32, 1 float64 */
+    int backward;
+    int kind;                /* ATTN_KIND_* */
+    int bias;                /* ATTN_BIAS_* */
+    int64_t hg;              /* query heads per kv head */
+    int64_t esize;           /* bytes per element */
+
+    /* tiles (AVX2) */
+    int64_t bm, bn, nr, dpad; /* dpad: d rounded up to nr */
+    int64_t nqb, nkb;         /* query / key block counts */
+
+    /* Table over the distances [pr_lo, pr_hi] the operation can need, in
+     * decreasing order: packed row p holds distance pr_hi - p (p < prows, a
+     * multiple of nr; rows past the range are zero).  With clamp, distances
+     * outside the table repeat its edge rows. */
+    int64_t pr_lo, pr_hi, prows, nstrips; /* prows == 0: no table work at all */
+    void *tpack;       /* [strip][d][nr]: strips transposed, operand of q . T */
+    void *trow;        /* [prows][dpad] row-major, zero padded: operand of ds . T */
+    int32_t *strip_clo; /* per strip: columns [clo, chi) hold every nonzero */
+    int32_t *strip_chi; /* clo == chi: the strip is all zero */
+
+    /* split-N decoding */
+    int64_t chunk, nchunks; /* keys per chunk (multiple of bn), chunks per head */
+    void *partial;          /* (B*H*M, nchunks, dpad + 2): acc, max, sum */
+
+    /* backward */
+    int64_t nunits;      /* (batch, kv head) units */
+    int64_t nslots;      /* phase-0 units: slot s runs units s, s + nslots, ... */
+    void *dt_partial;    /* (nslots, rows, cols) table gradient per slot, or NULL */
+    int64_t dt_rows, dt_cols; /* scalar: (R, d); AVX2: (prows, dpad) */
+    double *dslope_partial; /* (B, H) */
+};
+
+/* Pointers into the strided tensors. */
+static inline int64_t attn_off(const int64_t s[3], int64_t b, int64_t h, int64_t row) {
+    return b * s[0] + h * s[1] + row * s[2];
+}
+
+/* Table row index of distance r within the plan's table, or -1 for a zero row. */
+static inline int64_t attn_table_index(const wavepe_attention_args *a, int64_t r) {
+    int64_t i = r - a->r_lo;
+    if (i < 0 || i >= a->table_rows) {
+        if (!a->clamp) return -1;
+        i = i < 0 ? 0 : a->table_rows - 1;
+    }
+    return i;
+}
+
+void *attn_aligned_alloc(size_t bytes);
+void attn_aligned_free(void *p);
+
+/* AVX2 phases (attention_avx2.c). */
+int attn_avx2_fwd_tiled_f32(wavepe_attention_plan *p, int64_t begin, int64_t end);
+int attn_avx2_fwd_tiled_f64(wavepe_attention_plan *p, int64_t begin, int64_t end);
+int attn_avx2_fwd_decode_f32(wavepe_attention_plan *p, int64_t begin, int64_t end);
+int attn_avx2_fwd_decode_f64(wavepe_attention_plan *p, int64_t begin, int64_t end);
+int attn_avx2_bwd_f32(wavepe_attention_plan *p, int64_t begin, int64_t end);
+int attn_avx2_bwd_f64(wavepe_attention_plan *p, int64_t begin, int64_t end);
+
+#endif
