@@ -69,6 +69,14 @@ static void transpose_strip_f32(float *restrict out, const float *src, int64_t k
         for (int lane = 0; lane < 16; ++lane) out[c0 * 16 + lane] = src[lane * ks + c0];
 }
 
+/* Lane i of the result = sum of the lanes of a[i], i < 8. */
+static inline __m256 reduce_lanes_ps(const __m256 *a) {
+    const __m256 h01 = _mm256_hadd_ps(a[0], a[1]), h23 = _mm256_hadd_ps(a[2], a[3]);
+    const __m256 h45 = _mm256_hadd_ps(a[4], a[5]), h67 = _mm256_hadd_ps(a[6], a[7]);
+    const __m256 h0123 = _mm256_hadd_ps(h01, h23), h4567 = _mm256_hadd_ps(h45, h67);
+    return _mm256_add_ps(_mm256_permute2f128_ps(h0123, h4567, 0x20), _mm256_permute2f128_ps(h0123, h4567, 0x31));
+}
+
 /* ---- float64 helpers ------------------------------------------------------- */
 
 static inline double hsum_pd(__m256d v) {
@@ -81,6 +89,12 @@ static inline double hmax_pd(__m256d v) {
     __m128d x = _mm_max_pd(_mm256_castpd256_pd128(v), _mm256_extractf128_pd(v, 1));
     x = _mm_max_sd(x, _mm_unpackhi_pd(x, x));
     return _mm_cvtsd_f64(x);
+}
+
+/* Lane i of the result = sum of the lanes of a[i], i < 4. */
+static inline __m256d reduce_lanes_pd(const __m256d *a) {
+    const __m256d h01 = _mm256_hadd_pd(a[0], a[1]), h23 = _mm256_hadd_pd(a[2], a[3]);
+    return _mm256_add_pd(_mm256_permute2f128_pd(h01, h23, 0x20), _mm256_permute2f128_pd(h01, h23, 0x31));
 }
 
 /* out[c*8 + lane] = src[lane*ks + c] for 8 rows and d columns (4 x 4 blocks). */
@@ -132,6 +146,7 @@ static void transpose_strip_f64(double *restrict out, const double *src, int64_t
 #define V_LANES _mm256_setr_ps(0, 1, 2, 3, 4, 5, 6, 7)
 #define V_HSUM hsum_ps
 #define V_HMAX hmax_ps
+#define V_REDUCE_LANES reduce_lanes_ps
 #include "attention_avx2_tmpl.h"
 #undef T
 #undef VT
@@ -159,6 +174,7 @@ static void transpose_strip_f64(double *restrict out, const double *src, int64_t
 #undef V_LANES
 #undef V_HSUM
 #undef V_HMAX
+#undef V_REDUCE_LANES
 
 /* ---- float64 instantiation ------------------------------------------------------------ */
 
@@ -188,6 +204,7 @@ static void transpose_strip_f64(double *restrict out, const double *src, int64_t
 #define V_LANES _mm256_setr_pd(0, 1, 2, 3)
 #define V_HSUM hsum_pd
 #define V_HMAX hmax_pd
+#define V_REDUCE_LANES reduce_lanes_pd
 #include "attention_avx2_tmpl.h"
 
 #else

@@ -153,6 +153,7 @@ typedef struct {
     T *mst, *lst; /* online softmax max and sum per row */
     T *dqa, *dka, *dva; /* backward accumulators */
     T *dgt;    /* backward: skewed dS tile for the table gradient */
+    T *qr;     /* narrow decoding groups: scaled query rows, 2 x dpad */
     double *dvec; /* backward: D per query row */
     void *block;
 } FN(work);
@@ -162,6 +163,7 @@ typedef struct {
     int64_t pos[ATTN_MR];    /* query positions */
     T slope[ATTN_MR];        /* ALiBi slope of each row's head */
     const T *qp;             /* packed scaled rows [d][6] */
+    const T *qr;             /* narrow groups (rows <= 2): scaled rows, stride dpad; else NULL */
 } FN(group);
 
 typedef struct {
@@ -209,13 +211,12 @@ static int FN(table_window)(const wavepe_attention_plan *p, const FN(group) * g,
     return !(*p_last < 0 || *p_first >= p->prows);
 }
 
-/* Scores of a group against a key block into s (6 rows, stride lds), up to
- * jmax rounded to NR; bias included.  Rows/keys past jv hold finite junk. */
-static void FN(group_scores)(FN(work) * w, const FN(group) * g, const FN(kblock) * kb, const int64_t jv[ATTN_MR],
-                             int64_t jmax, T *s, int64_t lds) {
+/* Bias of a group against a key block: init[t] points at row t's bias for
+ * keys 0.. (at least jmax rounded up to NR of them); returns 0 for no bias. */
+static int FN(group_bias)(FN(work) * w, const FN(group) * g, const FN(kblock) * kb, const int64_t jv[ATTN_MR],
+                          int64_t jmax, const T *init[ATTN_MR]) {
     const wavepe_attention_plan *p = w->p;
     const int64_t d = p->a.d, nstrip = (jmax + NR - 1) / NR;
-    const T *init[ATTN_MR];
     int has_init = 0;
     int t_ok = 0; /* a row that has keys: stands in for those that have none */
     while (t_ok < ATTN_MR - 1 && jv[t_ok] == 0) ++t_ok;
@@ -257,11 +258,78 @@ static void FN(group_scores)(FN(work) * w, const FN(group) * g, const FN(kblock)
         }
         has_init = 1;
     }
+    return has_init;
+}
+
+/* Scores of a group against a key block into s (6 rows, stride lds), up to
+ * jmax rounded to NR; bias included.  Rows/keys past jv hold finite junk. */
+static void FN(group_scores)(FN(work) * w, const FN(group) * g, const FN(kblock) * kb, const int64_t jv[ATTN_MR],
+                             int64_t jmax, T *s, int64_t lds) {
+    const int64_t d = w->p->a.d, nstrip = (jmax + NR - 1) / NR;
+    const T *init[ATTN_MR];
+    const int has_init = FN(group_bias)(w, g, kb, jv, jmax, init);
     for (int64_t st = 0; st < nstrip; ++st) {
         const T *ini[ATTN_MR];
         if (has_init)
             for (int t = 0; t < ATTN_MR; ++t) ini[t] = init[t] + st * NR;
         FN(mk_nt)(d, g->qp, w->kp + st * d * NR, s + st * NR, lds, has_init ? ini : NULL);
+    }
+}
+
+/* VL scores q . k_j of one query row against VL consecutive key rows (rows
+ * past nk repeat the last one), reduced across lanes into one vector. */
+static inline VT FN(dot_keys)(const T *q, const T *k, int64_t ks, int64_t nk, int64_t d) {
+    const T *kr[VL];
+    for (int i = 0; i < VL; ++i) kr[i] = k + (i < nk ? i : nk - 1) * ks;
+    VT acc[VL];
+    for (int i = 0; i < VL; ++i) acc[i] = V_ZERO();
+    int64_t c = 0;
+    for (; c + VL <= d; c += VL) {
+        const VT qv = V_LOADU(q + c);
+        for (int i = 0; i < VL; ++i) acc[i] = V_FMA(qv, V_LOADU(kr[i] + c), acc[i]);
+    }
+    if (c < d) {
+        const __m256i m = V_IMASK(d - c);
+        const VT qv = V_MASKLOAD(q + c, m);
+        for (int i = 0; i < VL; ++i) acc[i] = V_FMA(qv, V_MASKLOAD(kr[i] + c, m), acc[i]);
+    }
+    return V_REDUCE_LANES(acc);
+}
+
+/* Scores of a narrow group (1 or 2 rows, decoding) straight from the key rows:
+ * no packing, no idle micro-kernel rows. */
+static void FN(narrow_scores)(FN(work) * w, const FN(group) * g, const FN(kblock) * kb, const int64_t jv[ATTN_MR],
+                              int64_t jmax, T *s, int64_t lds) {
+    const int64_t d = w->p->a.d, dpad = w->p->dpad;
+    const T *init[ATTN_MR];
+    const int has_init = FN(group_bias)(w, g, kb, jv, jmax, init);
+    for (int t = 0; t < g->rows; ++t) {
+        if (jv[t] == 0) continue;
+        const T *q = g->qr + t * dpad;
+        for (int64_t j = 0; j < jv[t]; j += VL) {
+            VT x = FN(dot_keys)(q, kb->k + j * kb->ks, kb->ks, jv[t] - j, d);
+            if (has_init) x = V_ADD(x, V_LOADU(init[t] + j));
+            V_STOREU(s + t * lds + j, x);
+        }
+    }
+}
+
+/* o[0..d) += sum_j p[j] v_j for one row, 8 vectors of columns at a time. */
+static void FN(row_pv)(const T *p, int64_t nk, const T *v, int64_t vs, int64_t d, T *o) {
+    int64_t c0 = 0;
+    for (; c0 + 8 * VL <= d; c0 += 8 * VL) {
+        VT acc[8];
+        for (int i = 0; i < 8; ++i) acc[i] = V_LOADU(o + c0 + i * VL);
+        for (int64_t j = 0; j < nk; ++j) {
+            const VT a = V_BCAST(p + j);
+            const T *vr = v + j * vs + c0;
+            for (int i = 0; i < 8; ++i) acc[i] = V_FMA(a, V_LOADU(vr + i * VL), acc[i]);
+        }
+        for (int i = 0; i < 8; ++i) V_STOREU(o + c0 + i * VL, acc[i]);
+    }
+    for (; c0 < d; c0 += NR) {
+        const int cols = d - c0 < NR ? (int)(d - c0) : NR;
+        FN(mk_gen)(nk, p, 0, 1, v + c0, vs, cols, o + c0, 0, 1);
     }
 }
 
@@ -275,7 +343,8 @@ static void FN(group_forward)(FN(work) * w, const FN(group) * g, const FN(kblock
     const int64_t jmax = FN(valid_keys)(p, g, kb, jv);
     if (jmax == 0) return;
     T *s = w->s;
-    FN(group_scores)(w, g, kb, jv, jmax, s, ATTN_SLD);
+    if (g->qr != NULL) FN(narrow_scores)(w, g, kb, jv, jmax, s, ATTN_SLD);
+    else FN(group_scores)(w, g, kb, jv, jmax, s, ATTN_SLD);
     const int64_t jround = (jmax + VL - 1) / VL * VL;
     const VT ninf = V_SET1(-(T)INFINITY);
     for (int t = 0; t < ATTN_MR; ++t) {
@@ -316,6 +385,11 @@ static void FN(group_forward)(FN(work) * w, const FN(group) * g, const FN(kblock
             for (int64_t c = 0; c < dpad; c += VL) V_STOREU(orow + c, V_MUL(V_LOADU(orow + c), vc));
         }
         mst[t] = m_new;
+    }
+    if (g->qr != NULL) {
+        for (int t = 0; t < g->rows; ++t)
+            if (jv[t] > 0) FN(row_pv)(s + t * ATTN_SLD, jv[t], kb->v, kb->vs, d, o + t * dpad);
+        return;
     }
     for (int64_t c0 = 0; c0 < d; c0 += NR) {
         const int cols = d - c0 < NR ? (int)(d - c0) : NR;
@@ -361,7 +435,9 @@ static void FN(rows_over_keys)(FN(work) * w, FN(group) * groups, int64_t ngroups
         kb.vs = a->v_strides[2];
         kb.masked = a->key_padding_mask != NULL;
         if (kb.masked && FN(load_kpm)(w, b, n0, kb.nk) == 0) continue;
-        FN(pack_strips)(w->kp, kb.k, kb.ks, kb.nk, d);
+        int wide = 0;
+        for (int64_t gi = 0; gi < ngroups; ++gi) wide |= groups[gi].qr == NULL;
+        if (wide) FN(pack_strips)(w->kp, kb.k, kb.ks, kb.nk, d);
         for (int64_t gi = 0; gi < ngroups; ++gi)
             FN(group_forward)(w, &groups[gi], &kb, w->mst + gi * ATTN_MR, w->lst + gi * ATTN_MR,
                               w->o + gi * ATTN_MR * dpad);
@@ -378,7 +454,7 @@ static int FN(work_alloc)(FN(work) * w, const wavepe_attention_plan *p, int64_t 
     const int64_t rpad = (rows + ATTN_MR - 1) / ATTN_MR * ATTN_MR;
     const int64_t bwd = p->backward;
     const int64_t dgt_ld = ATTN_BM + ATTN_BN + 2 * NR;
-    int64_t sizes[17] = {
+    int64_t sizes[18] = {
         rpad * d,                           /* qp */
         ATTN_BN * d,                        /* kp */
         bwd ? ATTN_BN * d : 0,              /* vp */
@@ -395,9 +471,10 @@ static int FN(work_alloc)(FN(work) * w, const wavepe_attention_plan *p, int64_t 
         bwd ? ATTN_BN * dpad : 0,           /* dva */
         bwd && p->a.dtable != NULL ? ATTN_BM * dgt_ld : 0, /* dgt */
         bwd ? (p->a.m + 1) * (int64_t)(sizeof(double) / sizeof(T)) : 0, /* dvec */
+        2 * dpad,                           /* qr */
     };
     int64_t total = 0;
-    for (int i = 0; i < 17; ++i) {
+    for (int i = 0; i < 18; ++i) {
         sizes[i] = (sizes[i] + 15) / 16 * 16; /* 64-byte aligned pieces */
         if (wavepe_add_overflow(total, sizes[i], &total)) return WAVEPE_E_OVERFLOW;
     }
@@ -405,9 +482,9 @@ static int FN(work_alloc)(FN(work) * w, const wavepe_attention_plan *p, int64_t 
     T *base = attn_aligned_alloc((size_t)total * sizeof(T));
     if (base == NULL) return WAVEPE_E_NOMEM;
     w->block = base;
-    T **slots[17] = {&w->qp, &w->kp, &w->vp, &w->dop, &w->s, &w->ds, &w->g, &w->al, &w->kpm,
-                     &w->o, &w->mst, &w->lst, &w->dqa, &w->dka, &w->dva, &w->dgt, NULL};
-    for (int i = 0; i < 17; ++i) {
+    T **slots[18] = {&w->qp, &w->kp, &w->vp, &w->dop, &w->s, &w->ds, &w->g, &w->al, &w->kpm,
+                     &w->o, &w->mst, &w->lst, &w->dqa, &w->dka, &w->dva, &w->dgt, NULL, &w->qr};
+    for (int i = 0; i < 18; ++i) {
         if (slots[i] != NULL) *slots[i] = sizes[i] ? base : NULL;
         else w->dvec = sizes[i] ? (double *)base : NULL;
         base += sizes[i];
@@ -448,6 +525,7 @@ static void FN(pack_query_groups)(FN(work) * w, FN(group) * groups, int64_t b, i
         T *dst = w->qp + gi * ATTN_MR * d;
         FN(pack_rows)(dst, rp, g->rows, d, (T)a->scale);
         g->qp = dst;
+        g->qr = NULL;
     }
 }
 
@@ -520,6 +598,12 @@ int FN(attn_avx2_fwd_decode)(wavepe_attention_plan *p, int64_t begin, int64_t en
             T *dst = w.qp + gi * ATTN_MR * d;
             FN(pack_rows)(dst, rp, g->rows, d, (T)a->scale);
             g->qp = dst;
+            g->qr = NULL;
+            if (rows <= 2) { /* narrow: one or two query rows against the chunk */
+                for (int t = 0; t < g->rows; ++t)
+                    for (int64_t c = 0; c < d; ++c) w.qr[t * dpad + c] = (T)a->scale * rp[t][c];
+                g->qr = w.qr;
+            }
         }
         FN(state_reset)(&w, rows);
         const int64_t n_begin = c * p->chunk;

@@ -252,8 +252,11 @@ void test_attention(void) {
         {1, 2, 2, 33, 260, 33, 5, 0, 1, 0, 1},
         {1, 1, 1, 0, 5, 4, 0, 1, 1, 0, 0},
         {1, 1, 1, 4, 0, 4, 0, 1, 1, 0, 0},
+        {1, 3, 3, 1, 900, 20, 899, 1, 1, 0, 1},  /* narrow decoding: one row */
+        {1, 2, 1, 1, 530, 13, 529, 1, 2, 0, 0},  /* narrow: two heads share a kv head */
+        {1, 1, 1, 2, 777, 7, 900, 0, 1, 1, 0},   /* narrow, two rows, clamped table */
     };
-    const int kinds[] = {1, 1, 1, 1, 1, 2, 2, 1, 1, -1, -1};
+    const int kinds[] = {1, 1, 1, 1, 1, 2, 2, 1, 1, -1, -1, 2, 2, 2};
     for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; ++i) check_shape(&shapes[i], 1000 + i, kinds[i]);
     check_gradient_fd();
 
