@@ -126,8 +126,10 @@ static int use_avx2(wavepe_isa isa) {
 #endif
 }
 
-/* Pack the table over the distances the operation can touch (see the plan). */
-static int pack_table(wavepe_attention_plan *p) {
+/* Pack the table over the distances the operation can touch (see the plan):
+ * row-major rows (memcpy), nonzero column range per strip, and -- unless
+ * only narrow decoding kernels will run -- the transposed strips. */
+static int pack_table(wavepe_attention_plan *p, int need_strips) {
     const wavepe_attention_args *a = &p->a;
     p->prows = 0;
     if (p->bias != ATTN_BIAS_TABLE || a->m == 0 || a->n == 0) return WAVEPE_OK;
@@ -138,46 +140,53 @@ static int pack_table(wavepe_attention_plan *p) {
         if (hi > a->r_lo + a->table_rows - 1) hi = a->r_lo + a->table_rows - 1;
     }
     if (lo > hi) return WAVEPE_OK;
-    const int64_t nr = p->nr, d = a->d, dpad = p->dpad;
+    const int64_t nr = p->nr, d = a->d, dpad = p->dpad, es = p->esize;
     const int64_t rows = hi - lo + 1;
     const int64_t nstrips = (rows + nr - 1) / nr;
-    int64_t prows, bytes;
     const int64_t dims[2] = {nstrips * nr, dpad};
-    int status = wavepe_checked_numel(2, dims, 2 * p->esize, NULL);
+    int status = wavepe_checked_numel(2, dims, 2 * es, NULL);
     if (status != WAVEPE_OK) return status;
-    prows = nstrips * nr;
-    bytes = prows * dpad * p->esize;
+    const int64_t prows = nstrips * nr;
+    const size_t bytes = (size_t)(prows * dpad * es);
     p->pr_lo = lo;
     p->pr_hi = hi;
     p->prows = prows;
     p->nstrips = nstrips;
-    p->tpack = attn_aligned_alloc((size_t)bytes);
-    p->trow = attn_aligned_alloc((size_t)bytes);
+    p->trow = attn_aligned_alloc(bytes);
     p->strip_clo = malloc(sizeof(int32_t) * (size_t)nstrips);
     p->strip_chi = malloc(sizeof(int32_t) * (size_t)nstrips);
-    if (!p->tpack || !p->trow || !p->strip_clo || !p->strip_chi) return WAVEPE_E_NOMEM;
-    memset(p->tpack, 0, (size_t)bytes);
-    memset(p->trow, 0, (size_t)bytes);
+    if (need_strips) p->tpack = attn_aligned_alloc(bytes);
+    if (!p->trow || !p->strip_clo || !p->strip_chi || (need_strips && !p->tpack)) return WAVEPE_E_NOMEM;
+    memset(p->trow, 0, bytes);
+    unsigned char *trow = p->trow;
+    for (int64_t row = 0; row < rows; ++row) {
+        const int64_t idx = attn_table_index(a, hi - row);
+        if (idx >= 0) memcpy(trow + (size_t)(row * dpad * es), (const unsigned char *)a->table + idx * d * es,
+                             (size_t)(d * es));
+    }
     for (int64_t s = 0; s < nstrips; ++s) {
         int64_t clo = d, chi = 0;
-        for (int64_t lane = 0; lane < nr; ++lane) {
-            const int64_t row = s * nr + lane, r = hi - row;
-            if (row >= rows) break;
-            const int64_t idx = attn_table_index(a, r);
-            if (idx < 0) continue;
+        for (int64_t row = s * nr; row < (s + 1) * nr; ++row)
             for (int64_t c = 0; c < d; ++c) {
-                const double v = ld(a->table, idx * d + c, p->f64);
-                st(p->tpack, (s * d + c) * nr + lane, v, p->f64);
-                st(p->trow, row * dpad + c, v, p->f64);
+                const double v = ld(p->trow, row * dpad + c, p->f64);
                 if (v != 0.0 || isnan(v)) {
                     if (c < clo) clo = c;
                     if (c + 1 > chi) chi = c + 1;
                 }
             }
-        }
         if (chi <= clo) clo = chi = 0;
         p->strip_clo[s] = (int32_t)clo;
         p->strip_chi[s] = (int32_t)chi;
+    }
+    if (need_strips) { /* [strip][c][lane] = trow[strip * nr + lane][c] */
+        memset(p->tpack, 0, bytes);
+        for (int64_t s = 0; s < nstrips; ++s)
+            for (int64_t lane = 0; lane < nr; ++lane)
+                for (int64_t c = 0; c < d; ++c) {
+                    const size_t src = (size_t)(((s * nr + lane) * dpad + c) * es);
+                    const size_t dst = (size_t)(((s * d + c) * nr + lane) * es);
+                    memcpy((unsigned char *)p->tpack + dst, trow + src, (size_t)es);
+                }
     }
     return WAVEPE_OK;
 }
@@ -221,7 +230,10 @@ int wavepe_attention_fwd_plan(wavepe_isa isa, int f64, const wavepe_attention_ar
             goto fail;
         }
     }
-    if (p->kind != ATTN_KIND_SCALAR && (status = pack_table(p)) != WAVEPE_OK) goto fail;
+    /* the decoding path with one or two query rows per kv head reads only
+     * the row-major table (narrow kernels) */
+    const int narrow = p->kind == ATTN_KIND_DECODE && p->hg * a->m <= 2;
+    if (p->kind != ATTN_KIND_SCALAR && (status = pack_table(p, !narrow)) != WAVEPE_OK) goto fail;
     *out = p;
     return WAVEPE_OK;
 fail:
@@ -237,7 +249,7 @@ int wavepe_attention_bwd_plan(wavepe_isa isa, int f64, const wavepe_attention_ar
     if (p == NULL) return WAVEPE_E_NOMEM;
     p->nunits = a->batch * a->kv_heads;
     p->nslots = p->nunits;
-    if (p->kind != ATTN_KIND_SCALAR && (status = pack_table(p)) != WAVEPE_OK) goto fail;
+    if (p->kind != ATTN_KIND_SCALAR && (status = pack_table(p, 1)) != WAVEPE_OK) goto fail;
     if (a->dtable != NULL) {
         /* table gradient: per-slot partials, reduced in a fixed order */
         if (p->nslots > ATTN_MAX_TABLE_SLOTS) p->nslots = ATTN_MAX_TABLE_SLOTS;

@@ -154,6 +154,7 @@ typedef struct {
     T *dqa, *dka, *dva; /* backward accumulators */
     T *dgt;    /* backward: skewed dS tile for the table gradient */
     T *qr;     /* narrow decoding groups: scaled query rows, 2 x dpad */
+    T *zr;     /* a row of dpad zeros (table rows outside the table) */
     double *dvec; /* backward: D per query row */
     void *block;
 } FN(work);
@@ -296,19 +297,56 @@ static inline VT FN(dot_keys)(const T *q, const T *k, int64_t ks, int64_t nk, in
     return V_REDUCE_LANES(acc);
 }
 
-/* Scores of a narrow group (1 or 2 rows, decoding) straight from the key rows:
- * no packing, no idle micro-kernel rows. */
+/* q . T[p] for VL consecutive packed table rows p0 .. p0 + VL - 1 (rows
+ * outside the table are zero), over the columns that can be nonzero there. */
+static inline VT FN(dot_table)(const wavepe_attention_plan *p, const T *q, int64_t p0, const T *zero_row) {
+    const int64_t pa = p0 < 0 ? 0 : p0, pb = p0 + VL - 1 < p->prows ? p0 + VL - 1 : p->prows - 1;
+    if (pa > pb) return V_ZERO();
+    int64_t clo = INT64_MAX, chi = 0;
+    for (int64_t st = pa / NR; st <= pb / NR; ++st)
+        if (p->strip_chi[st] > p->strip_clo[st]) {
+            clo = p->strip_clo[st] < clo ? p->strip_clo[st] : clo;
+            chi = p->strip_chi[st] > chi ? p->strip_chi[st] : chi;
+        }
+    if (chi <= clo) return V_ZERO();
+    const T *rows[VL];
+    for (int i = 0; i < VL; ++i) {
+        const int64_t r = p0 + i;
+        rows[i] = (r >= 0 && r < p->prows ? (const T *)p->trow + r * p->dpad : zero_row) + clo;
+    }
+    VT acc[VL];
+    for (int i = 0; i < VL; ++i) acc[i] = V_ZERO();
+    const int64_t len = chi - clo;
+    int64_t c = 0;
+    for (; c + VL <= len; c += VL) {
+        const VT qv = V_LOADU(q + clo + c);
+        for (int i = 0; i < VL; ++i) acc[i] = V_FMA(qv, V_LOADU(rows[i] + c), acc[i]);
+    }
+    if (c < len) {
+        const __m256i m = V_IMASK(len - c);
+        const VT qv = V_MASKLOAD(q + clo + c, m);
+        for (int i = 0; i < VL; ++i) acc[i] = V_FMA(qv, V_MASKLOAD(rows[i] + c, m), acc[i]);
+    }
+    return V_REDUCE_LANES(acc);
+}
+
+/* Scores of a narrow group (1 or 2 rows, decoding) straight from the key and
+ * table rows: no packing, no idle micro-kernel rows. */
 static void FN(narrow_scores)(FN(work) * w, const FN(group) * g, const FN(kblock) * kb, const int64_t jv[ATTN_MR],
                               int64_t jmax, T *s, int64_t lds) {
-    const int64_t d = w->p->a.d, dpad = w->p->dpad;
+    const wavepe_attention_plan *p = w->p;
+    const int64_t d = p->a.d, dpad = p->dpad;
     const T *init[ATTN_MR];
-    const int has_init = FN(group_bias)(w, g, kb, jv, jmax, init);
+    const int table = p->bias == ATTN_BIAS_TABLE && p->prows > 0;
+    const int has_init = table ? 0 : FN(group_bias)(w, g, kb, jv, jmax, init);
     for (int t = 0; t < g->rows; ++t) {
         if (jv[t] == 0) continue;
         const T *q = g->qr + t * dpad;
+        const int64_t p0 = p->pr_hi - g->pos[t] + kb->n0;
         for (int64_t j = 0; j < jv[t]; j += VL) {
             VT x = FN(dot_keys)(q, kb->k + j * kb->ks, kb->ks, jv[t] - j, d);
             if (has_init) x = V_ADD(x, V_LOADU(init[t] + j));
+            if (table) x = V_ADD(x, FN(dot_table)(p, q, p0 + j, w->zr));
             V_STOREU(s + t * lds + j, x);
         }
     }
@@ -454,7 +492,7 @@ static int FN(work_alloc)(FN(work) * w, const wavepe_attention_plan *p, int64_t 
     const int64_t rpad = (rows + ATTN_MR - 1) / ATTN_MR * ATTN_MR;
     const int64_t bwd = p->backward;
     const int64_t dgt_ld = ATTN_BM + ATTN_BN + 2 * NR;
-    int64_t sizes[18] = {
+    int64_t sizes[19] = {
         rpad * d,                           /* qp */
         ATTN_BN * d,                        /* kp */
         bwd ? ATTN_BN * d : 0,              /* vp */
@@ -472,9 +510,10 @@ static int FN(work_alloc)(FN(work) * w, const wavepe_attention_plan *p, int64_t 
         bwd && p->a.dtable != NULL ? ATTN_BM * dgt_ld : 0, /* dgt */
         bwd ? (p->a.m + 1) * (int64_t)(sizeof(double) / sizeof(T)) : 0, /* dvec */
         2 * dpad,                           /* qr */
+        dpad,                               /* zr */
     };
     int64_t total = 0;
-    for (int i = 0; i < 18; ++i) {
+    for (int i = 0; i < 19; ++i) {
         sizes[i] = (sizes[i] + 15) / 16 * 16; /* 64-byte aligned pieces */
         if (wavepe_add_overflow(total, sizes[i], &total)) return WAVEPE_E_OVERFLOW;
     }
@@ -482,9 +521,9 @@ static int FN(work_alloc)(FN(work) * w, const wavepe_attention_plan *p, int64_t 
     T *base = attn_aligned_alloc((size_t)total * sizeof(T));
     if (base == NULL) return WAVEPE_E_NOMEM;
     w->block = base;
-    T **slots[18] = {&w->qp, &w->kp, &w->vp, &w->dop, &w->s, &w->ds, &w->g, &w->al, &w->kpm,
-                     &w->o, &w->mst, &w->lst, &w->dqa, &w->dka, &w->dva, &w->dgt, NULL, &w->qr};
-    for (int i = 0; i < 18; ++i) {
+    T **slots[19] = {&w->qp, &w->kp, &w->vp, &w->dop, &w->s, &w->ds, &w->g, &w->al, &w->kpm,
+                     &w->o, &w->mst, &w->lst, &w->dqa, &w->dka, &w->dva, &w->dgt, NULL, &w->qr, &w->zr};
+    for (int i = 0; i < 19; ++i) {
         if (slots[i] != NULL) *slots[i] = sizes[i] ? base : NULL;
         else w->dvec = sizes[i] ? (double *)base : NULL;
         base += sizes[i];

@@ -179,7 +179,7 @@ def wavelet_attention(
         table = table.to(cdt)
     elif pos_enc == "alibi":
         if alibi_slopes is None:
-            slopes = torch.as_tensor(_standard_slopes(h), dtype=cdt, device=q.device)
+            slopes = _standard_slopes(h, cdt, q.device)
         else:
             check_tensor("alibi_slopes", alibi_slopes, dim=1)
             check_same("q", q, "alibi_slopes", alibi_slopes, dtype=False)
@@ -196,10 +196,18 @@ def wavelet_attention(
                             bool(causal)).to(q.dtype)
 
 
-def _standard_slopes(heads: int):
-    from ..config import alibi_slopes as slopes_of
+_slopes_cache: dict[tuple, torch.Tensor] = {}
 
-    return slopes_of(heads)
+
+def _standard_slopes(heads: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """ALiBi's standard slopes for ``heads`` heads, cached per (heads, dtype, device)."""
+    key = (heads, dtype, str(device))
+    hit = _slopes_cache.get(key)
+    if hit is None:
+        from ..config import alibi_slopes as slopes_of
+
+        hit = _slopes_cache.setdefault(key, torch.as_tensor(slopes_of(heads), dtype=dtype, device=device))
+    return hit
 
 
 def _eager_attention(q, k, v, table, r_lo, clamp, slopes, key_padding_mask, scale, q_offset, causal):
