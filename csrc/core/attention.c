@@ -202,8 +202,13 @@ static wavepe_attention_plan *plan_common(wavepe_isa isa, int f64, const wavepe_
     p->hg = a->heads / a->kv_heads;
     p->bias = a->table != NULL ? ATTN_BIAS_TABLE : (a->slopes != NULL ? ATTN_BIAS_ALIBI : ATTN_BIAS_NONE);
     p->nr = f64 ? ATTN_NR_F64 : ATTN_NR_F32;
-    p->bm = f64 ? ATTN_BM_F64 : ATTN_BM_F32;
-    p->bn = f64 ? ATTN_BN_F64 : ATTN_BN_F32;
+    if (backward) {
+        p->bm = f64 ? ATTN_BBM_F64 : ATTN_BBM_F32;
+        p->bn = f64 ? ATTN_BBN_F64 : ATTN_BBN_F32;
+    } else {
+        p->bm = f64 ? ATTN_FBM_F64 : ATTN_FBM_F32;
+        p->bn = f64 ? ATTN_FBN_F64 : ATTN_FBN_F32;
+    }
     p->dpad = (a->d + p->nr - 1) / p->nr * p->nr;
     p->nqb = (a->m + p->bm - 1) / p->bm;
     p->nkb = (a->n + p->bn - 1) / p->bn;

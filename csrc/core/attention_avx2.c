@@ -124,8 +124,10 @@ static void transpose_strip_f64(double *restrict out, const double *src, int64_t
 #define VT __m256
 #define VL 8
 #define NR ATTN_NR_F32
-#define ATTN_BM ATTN_BM_F32
-#define ATTN_BN ATTN_BN_F32
+#define ATTN_FBM ATTN_FBM_F32
+#define ATTN_FBN ATTN_FBN_F32
+#define ATTN_BBM ATTN_BBM_F32
+#define ATTN_BBN ATTN_BBN_F32
 #define FN(name) name##_f32
 #define V_LOADU _mm256_loadu_ps
 #define V_STOREU _mm256_storeu_ps
@@ -152,8 +154,10 @@ static void transpose_strip_f64(double *restrict out, const double *src, int64_t
 #undef VT
 #undef VL
 #undef NR
-#undef ATTN_BM
-#undef ATTN_BN
+#undef ATTN_FBM
+#undef ATTN_FBN
+#undef ATTN_BBM
+#undef ATTN_BBN
 #undef FN
 #undef V_LOADU
 #undef V_STOREU
@@ -182,8 +186,10 @@ static void transpose_strip_f64(double *restrict out, const double *src, int64_t
 #define VT __m256d
 #define VL 4
 #define NR ATTN_NR_F64
-#define ATTN_BM ATTN_BM_F64
-#define ATTN_BN ATTN_BN_F64
+#define ATTN_FBM ATTN_FBM_F64
+#define ATTN_FBN ATTN_FBN_F64
+#define ATTN_BBM ATTN_BBM_F64
+#define ATTN_BBN ATTN_BBN_F64
 #define FN(name) name##_f64
 #define V_LOADU _mm256_loadu_pd
 #define V_STOREU _mm256_storeu_pd

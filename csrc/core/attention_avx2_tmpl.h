@@ -20,9 +20,11 @@
  * only the high-scale columns); strips outside the support cost nothing.
  */
 
-#define ATTN_SLD (ATTN_BN + NR)           /* score / P / dS tile row stride */
-#define ATTN_GLD (ATTN_BN + 2 * NR + 64)  /* bias window row stride */
-#define ATTN_ALD (ATTN_BN + NR)           /* ALiBi row stride */
+/* ATTN_FBM x ATTN_FBN forward blocks, ATTN_BBM x ATTN_BBN backward blocks */
+#define ATTN_BNMAX (ATTN_FBN > ATTN_BBN ? ATTN_FBN : ATTN_BBN)
+#define ATTN_SLD (ATTN_BNMAX + NR)           /* score / P / dS tile row stride */
+#define ATTN_GLD (ATTN_BNMAX + 2 * NR + 64)  /* bias window row stride */
+#define ATTN_ALD (ATTN_BNMAX + NR)           /* ALiBi row stride */
 
 /* ---- horizontal reductions and masks -------------------------------------- */
 
@@ -136,13 +138,34 @@ static void FN(pack_strips)(T *restrict dst, const T *src, int64_t ks, int64_t n
     }
 }
 
+/* Rows [0, nk) of a row-major matrix (stride vs, d columns) as column panels
+ * of NR: dst[(s*ldp + j)*NR + c] = src[j*vs + s*NR + c], zero past column d.
+ * The panels are the contiguous B operand of P V-type products. */
+static void FN(pack_panels)(T *restrict dst, int64_t ldp, const T *src, int64_t vs, int64_t nk, int64_t d) {
+    const int64_t full = d / NR, rest = d - full * NR;
+    for (int64_t j = 0; j < nk; ++j) {
+        const T *row = src + j * vs;
+        for (int64_t st = 0; st < full; ++st) {
+            T *o = dst + (st * ldp + j) * NR;
+            V_STOREU(o, V_LOADU(row + st * NR));
+            V_STOREU(o + VL, V_LOADU(row + st * NR + VL));
+        }
+        if (rest) {
+            T *o = dst + (full * ldp + j) * NR;
+            const __m256i m0 = V_IMASK(rest), m1 = V_IMASK(rest - VL);
+            V_STOREU(o, V_MASKLOAD(row + full * NR, m0));
+            V_STOREU(o + VL, V_MASKLOAD(row + full * NR + VL, m1));
+        }
+    }
+}
+
 /* ---- shared state of one unit of work ------------------------------------------------- */
 
 typedef struct {
     const wavepe_attention_plan *p;
     T *qp;     /* packed scaled query groups [group][d][6] */
     T *kp;     /* packed key strips of the current block */
-    T *vp;     /* backward: packed value strips */
+    T *vp;     /* forward: value panels; backward: packed value strips */
     T *dop;    /* backward: packed dout groups */
     T *s;      /* scores / P: rows x ATTN_SLD */
     T *ds;     /* backward: dP / dS: BM x ATTN_SLD */
@@ -429,10 +452,8 @@ static void FN(group_forward)(FN(work) * w, const FN(group) * g, const FN(kblock
             if (jv[t] > 0) FN(row_pv)(s + t * ATTN_SLD, jv[t], kb->v, kb->vs, d, o + t * dpad);
         return;
     }
-    for (int64_t c0 = 0; c0 < d; c0 += NR) {
-        const int cols = d - c0 < NR ? (int)(d - c0) : NR;
-        FN(mk_gen)(jmax, s, ATTN_SLD, 1, kb->v + c0, kb->vs, cols, o + c0, dpad, g->rows);
-    }
+    for (int64_t c0 = 0; c0 < d; c0 += NR)
+        FN(mk_gen)(jmax, s, ATTN_SLD, 1, w->vp + c0 * ATTN_FBN, NR, NR, o + c0, dpad, g->rows);
 }
 
 /* Additive key-padding mask of keys [n0, n0 + nk) of batch b into w->kpm;
@@ -463,10 +484,10 @@ static void FN(rows_over_keys)(FN(work) * w, FN(group) * groups, int64_t ngroups
     if (a->causal && pos_max + 1 < n_end) n_end = pos_max + 1;
     const T *kbase = (const T *)a->k + attn_off(a->k_strides, b, hk, 0);
     const T *vbase = (const T *)a->v + attn_off(a->v_strides, b, hk, 0);
-    for (int64_t n0 = n_begin; n0 < n_end; n0 += ATTN_BN) {
+    for (int64_t n0 = n_begin; n0 < n_end; n0 += ATTN_FBN) {
         FN(kblock) kb;
         kb.n0 = n0;
-        kb.nk = n_end - n0 < ATTN_BN ? n_end - n0 : ATTN_BN;
+        kb.nk = n_end - n0 < ATTN_FBN ? n_end - n0 : ATTN_FBN;
         kb.k = kbase + n0 * a->k_strides[2];
         kb.v = vbase + n0 * a->v_strides[2];
         kb.ks = a->k_strides[2];
@@ -475,7 +496,10 @@ static void FN(rows_over_keys)(FN(work) * w, FN(group) * groups, int64_t ngroups
         if (kb.masked && FN(load_kpm)(w, b, n0, kb.nk) == 0) continue;
         int wide = 0;
         for (int64_t gi = 0; gi < ngroups; ++gi) wide |= groups[gi].qr == NULL;
-        if (wide) FN(pack_strips)(w->kp, kb.k, kb.ks, kb.nk, d);
+        if (wide) {
+            FN(pack_strips)(w->kp, kb.k, kb.ks, kb.nk, d);
+            FN(pack_panels)(w->vp, ATTN_FBN, kb.v, kb.vs, kb.nk, d);
+        }
         for (int64_t gi = 0; gi < ngroups; ++gi)
             FN(group_forward)(w, &groups[gi], &kb, w->mst + gi * ATTN_MR, w->lst + gi * ATTN_MR,
                               w->o + gi * ATTN_MR * dpad);
@@ -491,23 +515,23 @@ static int FN(work_alloc)(FN(work) * w, const wavepe_attention_plan *p, int64_t 
     const int64_t d = p->a.d, dpad = p->dpad;
     const int64_t rpad = (rows + ATTN_MR - 1) / ATTN_MR * ATTN_MR;
     const int64_t bwd = p->backward;
-    const int64_t dgt_ld = ATTN_BM + ATTN_BN + 2 * NR;
+    const int64_t dgt_ld = ATTN_BBM + ATTN_BBN + 2 * NR;
     int64_t sizes[19] = {
         rpad * d,                           /* qp */
-        ATTN_BN * d,                        /* kp */
-        bwd ? ATTN_BN * d : 0,              /* vp */
+        ATTN_BNMAX * d,                     /* kp */
+        bwd ? ATTN_BBN * d : ATTN_FBN * dpad, /* vp */
         bwd ? rpad * d : 0,                 /* dop */
-        (bwd ? ATTN_BM : ATTN_MR) * ATTN_SLD, /* s */
-        bwd ? ATTN_BM * ATTN_SLD : 0,       /* ds */
+        (bwd ? ATTN_BBM : ATTN_MR) * ATTN_SLD, /* s */
+        bwd ? ATTN_BBM * ATTN_SLD : 0,      /* ds */
         ATTN_MR * ATTN_GLD,                 /* g */
         ATTN_MR * ATTN_ALD,                 /* al */
-        ATTN_BN + NR,                       /* kpm */
+        ATTN_BNMAX + NR,                    /* kpm */
         bwd ? 0 : rpad * dpad,              /* o */
         rpad, rpad,                         /* mst, lst */
-        bwd ? ATTN_BM * dpad : 0,           /* dqa */
-        bwd ? ATTN_BN * dpad : 0,           /* dka */
-        bwd ? ATTN_BN * dpad : 0,           /* dva */
-        bwd && p->a.dtable != NULL ? ATTN_BM * dgt_ld : 0, /* dgt */
+        bwd ? ATTN_BBM * dpad : 0,          /* dqa */
+        bwd ? ATTN_BBN * dpad : 0,          /* dka */
+        bwd ? ATTN_BBN * dpad : 0,          /* dva */
+        bwd && p->a.dtable != NULL ? ATTN_BBM * dgt_ld : 0, /* dgt */
         bwd ? (p->a.m + 1) * (int64_t)(sizeof(double) / sizeof(T)) : 0, /* dvec */
         2 * dpad,                           /* qr */
         dpad,                               /* zr */
@@ -587,16 +611,16 @@ static void FN(finish_rows)(FN(work) * w, int64_t b, int64_t h, int64_t m0, int6
 int FN(attn_avx2_fwd_tiled)(wavepe_attention_plan *p, int64_t begin, int64_t end) {
     const wavepe_attention_args *a = &p->a;
     FN(work) w;
-    int status = FN(work_alloc)(&w, p, ATTN_BM);
+    int status = FN(work_alloc)(&w, p, ATTN_FBM);
     if (status != WAVEPE_OK) return status;
-    FN(group) groups[ATTN_BM / ATTN_MR];
+    FN(group) groups[ATTN_FBM / ATTN_MR];
     for (int64_t u = begin; u < end; ++u) {
         /* zigzag the query blocks so that a contiguous range of units mixes
          * cheap (early) and expensive (late) causal blocks */
         const int64_t bh = u / p->nqb, z = u % p->nqb;
         const int64_t qi = z % 2 == 0 ? z / 2 : p->nqb - 1 - z / 2;
         const int64_t b = bh / a->heads, h = bh % a->heads, hk = h / p->hg;
-        const int64_t m0 = qi * ATTN_BM, rows = a->m - m0 < ATTN_BM ? a->m - m0 : ATTN_BM;
+        const int64_t m0 = qi * ATTN_FBM, rows = a->m - m0 < ATTN_FBM ? a->m - m0 : ATTN_FBM;
         const int64_t ngroups = (rows + ATTN_MR - 1) / ATTN_MR;
         FN(pack_query_groups)(&w, groups, b, h, m0, rows);
         FN(state_reset)(&w, rows);
@@ -674,7 +698,7 @@ static void FN(tile_backward)(FN(work) * w, FN(group) * groups, int64_t b, int64
     const T *qrows = (const T *)a->q + attn_off(a->q_strides, b, h, m0);
     const T *dorows = (const T *)a->dout + attn_off(a->dout_strides, b, h, m0);
     int64_t jvb = 0, t_first = rows;
-    int64_t jv_all[ATTN_BM];
+    int64_t jv_all[ATTN_BBM];
     for (int64_t gi = 0; gi < ngroups; ++gi) {
         const int64_t jm = FN(valid_keys)(p, &groups[gi], kb, jv_all + gi * ATTN_MR);
         if (jm > jvb) jvb = jm;
@@ -787,7 +811,7 @@ static void FN(tile_backward)(FN(work) * w, FN(group) * groups, int64_t b, int64
         const int64_t P_first = p->pr_hi - pos_hi + kb->n0, P_last = p->pr_hi - pos_lo + kb->n0 + jvb - 1;
         const int64_t pa = P_first < 0 ? 0 : P_first, pb = P_last < p->prows ? P_last : p->prows - 1;
         if (pa <= pb) {
-            const int64_t ldg = ATTN_BM + ATTN_BN + 2 * NR, width = P_last - P_first + 1 + ATTN_MR;
+            const int64_t ldg = ATTN_BBM + ATTN_BBN + 2 * NR, width = P_last - P_first + 1 + ATTN_MR;
             for (int64_t t = t_first; t < rows; ++t) {
                 T *grow = w->dgt + t * ldg;
                 memset(grow, 0, sizeof(T) * (size_t)width);
@@ -840,10 +864,10 @@ static void FN(unit_backward)(FN(work) * w, FN(group) * groups, int64_t unit, T 
         }
         double dslope = 0.0;
         (void)lse;
-        for (int64_t n0 = 0; n0 < N; n0 += ATTN_BN) {
+        for (int64_t n0 = 0; n0 < N; n0 += ATTN_BBN) {
             FN(kblock) kb;
             kb.n0 = n0;
-            kb.nk = N - n0 < ATTN_BN ? N - n0 : ATTN_BN;
+            kb.nk = N - n0 < ATTN_BBN ? N - n0 : ATTN_BBN;
             kb.k = kbase + n0 * a->k_strides[2];
             kb.v = vbase + n0 * a->v_strides[2];
             kb.ks = a->k_strides[2];
@@ -855,14 +879,14 @@ static void FN(unit_backward)(FN(work) * w, FN(group) * groups, int64_t unit, T 
             if (a->causal) {
                 const int64_t mfirst = n0 - a->q_offset;
                 if (mfirst >= M) break;
-                i0 = mfirst > 0 ? mfirst / ATTN_BM : 0;
+                i0 = mfirst > 0 ? mfirst / ATTN_BBM : 0;
             }
             FN(pack_strips)(w->kp, kb.k, kb.ks, kb.nk, d);
             FN(pack_strips)(w->vp, kb.v, kb.vs, kb.nk, d);
-            memset(w->dka, 0, sizeof(T) * (size_t)(ATTN_BN * dpad));
-            memset(w->dva, 0, sizeof(T) * (size_t)(ATTN_BN * dpad));
+            memset(w->dka, 0, sizeof(T) * (size_t)(ATTN_BBN * dpad));
+            memset(w->dva, 0, sizeof(T) * (size_t)(ATTN_BBN * dpad));
             for (int64_t qi = i0; qi < p->nqb; ++qi) {
-                const int64_t m0 = qi * ATTN_BM, rows = M - m0 < ATTN_BM ? M - m0 : ATTN_BM;
+                const int64_t m0 = qi * ATTN_BBM, rows = M - m0 < ATTN_BBM ? M - m0 : ATTN_BBM;
                 FN(pack_query_groups)(w, groups, b, h, m0, rows);
                 for (int64_t gi = 0; gi * ATTN_MR < rows; ++gi) {
                     const T *rp[ATTN_MR];
@@ -886,9 +910,9 @@ static void FN(unit_backward)(FN(work) * w, FN(group) * groups, int64_t unit, T 
 
 int FN(attn_avx2_bwd)(wavepe_attention_plan *p, int64_t begin, int64_t end) {
     FN(work) w;
-    int status = FN(work_alloc)(&w, p, ATTN_BM);
+    int status = FN(work_alloc)(&w, p, ATTN_BBM);
     if (status != WAVEPE_OK) return status;
-    FN(group) groups[ATTN_BM / ATTN_MR];
+    FN(group) groups[ATTN_BBM / ATTN_MR];
     for (int64_t slot = begin; slot < end; ++slot) {
         T *dt_slot = p->dt_partial != NULL ? (T *)p->dt_partial + slot * p->dt_rows * p->dt_cols : NULL;
         for (int64_t unit = slot; unit < p->nunits; unit += p->nslots) FN(unit_backward)(&w, groups, unit, dt_slot);
@@ -897,6 +921,7 @@ int FN(attn_avx2_bwd)(wavepe_attention_plan *p, int64_t begin, int64_t end) {
     return WAVEPE_OK;
 }
 
+#undef ATTN_BNMAX
 #undef ATTN_SLD
 #undef ATTN_GLD
 #undef ATTN_ALD

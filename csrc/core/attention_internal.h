@@ -18,14 +18,22 @@ enum { ATTN_KIND_SCALAR = 0, ATTN_KIND_TILED = 1, ATTN_KIND_DECODE = 2 };
 
 /* Tiling of the AVX2 kernels.  A micro-tile is MR rows x NR columns of
  * accumulators (12 of the 16 YMM registers); query blocks are BM rows, key
- * blocks BN keys.  BM and BN are multiples of MR and NR. */
+ * blocks BN keys (multiples of MR and NR).  The forward streams all of K and
+ * V once per query block, so its blocks are tall (K/V traffic ~ 1/BM; its
+ * queries are processed 6 rows at a time, so BM costs only the O
+ * accumulators); the backward streams Q and dO once per key block, so its
+ * blocks are wide.  Sized so that a block's working set stays in a 512 KiB L2. */
 #define ATTN_MR 6
 #define ATTN_NR_F32 16
 #define ATTN_NR_F64 8
-#define ATTN_BM_F32 96
-#define ATTN_BN_F32 256
-#define ATTN_BM_F64 48
-#define ATTN_BN_F64 128
+#define ATTN_FBM_F32 192 /* forward */
+#define ATTN_FBN_F32 128
+#define ATTN_BBM_F32 96  /* backward */
+#define ATTN_BBN_F32 256
+#define ATTN_FBM_F64 96
+#define ATTN_FBN_F64 64
+#define ATTN_BBM_F64 48
+#define ATTN_BBN_F64 128
 /* Split-N decoding: at most this many queries per head, and chunks of keys
  * per (batch, kv head) so that there are about DECODE_SPLIT of them. */
 #define ATTN_DECODE_MAX_M 16
