@@ -387,15 +387,17 @@ def test_lse_output_and_its_gradient():
     torch.testing.assert_close(gq, eq)
 
 
-def test_torch_compile_fullgraph():
+@pytest.mark.parametrize("pos_enc", POS_ENCS)
+def test_torch_compile_fullgraph(pos_enc):
     q, k, v = make_inputs(1, 2, 2, 16, 16, 8, torch.float32)
     t, r_lo = learned_table(8, torch.float32)
+    kw = {"rel_table": (t, r_lo)} if pos_enc == "relative" else {}
 
     @torch.compile(fullgraph=True, backend="eager")
-    def f(q, k, v, t):
-        return wo.wavelet_attention(q, k, v, pos_enc="relative", rel_table=(t, r_lo)) * 2
+    def f(q, k, v):
+        return wo.wavelet_attention(q, k, v, pos_enc=pos_enc, **kw) * 2
 
-    torch.testing.assert_close(f(q, k, v, t), wo.wavelet_attention(q, k, v, pos_enc="relative", rel_table=(t, r_lo)) * 2)
+    torch.testing.assert_close(f(q, k, v), wo.wavelet_attention(q, k, v, pos_enc=pos_enc, **kw) * 2)
 
 
 # ---- errors -------------------------------------------------------------------------------

@@ -158,12 +158,7 @@ def wavelet_attention(
     table = slopes = None
     r_lo = 0
     if pos_enc == "wavelet":
-        cfg = default_wavelet_config(d) if config is None else config
-        if not isinstance(cfg, WaveletConfig):
-            raise TypeError(f"config must be a WaveletConfig or None, got {type(cfg).__name__}")
-        if cfg.head_dim != d:
-            raise ValueError(f"config.head_dim={cfg.head_dim} does not match q.shape[-1]={d}")
-        table, r_lo = wavelet_table(cfg, cdt, q.device)
+        table, r_lo = _wavelet_table_for(config, d, cdt, q.device)
     elif pos_enc == "relative":
         if rel_table is None or not isinstance(rel_table, tuple) or len(rel_table) != 2:
             raise ValueError("pos_enc='relative' needs rel_table=(table, r_lo)")
@@ -194,6 +189,22 @@ def wavelet_attention(
         return out.to(q.dtype)
     return _eager_attention(qc, kc, vc, table, r_lo, bool(clamp), slopes, key_padding_mask, scale, off,
                             bool(causal)).to(q.dtype)
+
+
+@torch.compiler.assume_constant_result
+def _wavelet_table_for(config: WaveletConfig | None, head_dim: int, dtype: torch.dtype,
+                       device: torch.device) -> tuple[torch.Tensor, int]:
+    """The (cached) wavelet table of ``config`` (default: the paper's grid).
+
+    A constant for torch.compile: the table depends on the configuration
+    only, so compiled graphs embed it instead of tracing its construction.
+    """
+    cfg = default_wavelet_config(head_dim) if config is None else config
+    if not isinstance(cfg, WaveletConfig):
+        raise TypeError(f"config must be a WaveletConfig or None, got {type(cfg).__name__}")
+    if cfg.head_dim != head_dim:
+        raise ValueError(f"config.head_dim={cfg.head_dim} does not match q.shape[-1]={head_dim}")
+    return wavelet_table(cfg, dtype, device)
 
 
 _slopes_cache: dict[tuple, torch.Tensor] = {}
