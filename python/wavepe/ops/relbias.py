@@ -15,10 +15,10 @@ import warnings
 
 import torch
 
-from .._validate import check_int, resolve_positions
+from .._validate import INT64_MAX, check_int, resolve_positions
 from ..config import WaveletConfig
 from . import eager
-from ._checks import check_fits, check_same, check_tensor, compute_dtype
+from ._checks import check_same, check_tensor, compute_dtype
 from ._extension import ops
 
 # ---- fake kernels (shapes only: torch.compile, meta tensors) ------------------------
@@ -105,9 +105,15 @@ torch.library.register_autograd("wavepe::rel_bias_backward", _rel_bias_double_ba
 _warned_devices: set[str] = set()
 
 
+# Device types with a compiled kernel (registered when wavepe._C loaded, before
+# this module); a constant set, so the check below also traces under torch.compile.
+_KERNEL_DEVICES = frozenset(
+    dev for dev, key in (("cpu", "CPU"), ("cuda", "CUDA"))
+    if torch._C._dispatch_has_kernel_for_dispatch_key("wavepe::rel_bias", key))
+
+
 def _has_kernel(device: torch.device) -> bool:
-    key = {"cpu": "CPU", "cuda": "CUDA"}.get(device.type)
-    return key is not None and torch._C._dispatch_has_kernel_for_dispatch_key("wavepe::rel_bias", key)
+    return device.type in _KERNEL_DEVICES
 
 
 def wavelet_table(config: WaveletConfig, dtype: torch.dtype, device: torch.device | str) -> tuple[torch.Tensor, int]:
@@ -124,6 +130,15 @@ def wavelet_table(config: WaveletConfig, dtype: torch.dtype, device: torch.devic
     with config._lock:
         config._cache[key] = (table, r_lo)
     return table, r_lo
+
+
+@torch.compiler.assume_constant_result
+def _wavelet_table_constant(config: WaveletConfig, dtype: torch.dtype,
+                            device: torch.device) -> tuple[torch.Tensor, int]:
+    # Under torch.compile the table is built (or fetched) eagerly while tracing
+    # and enters the graph as a constant: the config is fixed, and its lock and
+    # NumPy code are not traceable.
+    return wavelet_table(config, dtype, device)
 
 
 def rel_bias(
@@ -169,8 +184,7 @@ def rel_bias(
 def _rel_bias(q: torch.Tensor, table: torch.Tensor, r_lo: int, n: int, off: int, causal: bool,
               clamp: bool) -> torch.Tensor:
     """rel_bias after validation; ``table`` may already be in q's compute dtype."""
-    check_fits("rel_bias", (*q.shape[:-1], n), q.element_size())
-    _check_positions(q.shape[-2], n, off, r_lo, table.shape[0])
+    _check_sizes(q, n, off, r_lo, table.shape[0])
     cdt = compute_dtype(q)
     if _has_kernel(q.device):
         out = ops.rel_bias(q.to(cdt), table.to(cdt), r_lo, off, n, bool(causal), bool(clamp))
@@ -187,10 +201,18 @@ def _rel_bias(q: torch.Tensor, table: torch.Tensor, r_lo: int, n: int, off: int,
 _POS_LIMIT = 2**61
 
 
-def _check_positions(m: int, n: int, off: int, r_lo: int, rows: int) -> None:
-    """Positions and distances within ±2^61, where the kernels' index arithmetic is exact."""
-    for name, v in (("q_offset", off), ("r_lo", r_lo), ("k_len", n), ("q_len", m), ("table rows", rows)):
-        if abs(int(v)) > _POS_LIMIT:
+def _check_sizes(q: torch.Tensor, n: int, off: int, r_lo: int, rows: int) -> None:
+    """The (..., M, N) result is addressable, and positions and distances stay
+    within ±2^61, where the kernels' index arithmetic is exact.  (Plain loops:
+    this also runs while torch.compile traces.)"""
+    total = q.element_size() * n
+    for s in q.shape[:-1]:
+        total *= s
+    if total > INT64_MAX:
+        raise OverflowError(f"rel_bias: a result of shape {(*tuple(q.shape[:-1]), n)} "
+                            f"({q.element_size()}-byte elements) does not fit in memory addressing")
+    for name, v in (("q_offset", off), ("r_lo", r_lo), ("k_len", n), ("q_len", q.shape[-2]), ("table rows", rows)):
+        if v > _POS_LIMIT or v < -_POS_LIMIT:
             raise OverflowError(f"rel_bias: {name}={v} is beyond the supported range of positions (±2**61)")
 
 
@@ -218,6 +240,6 @@ def wavelet_bias(
     check_tensor("q", q, min_dim=2)
     if q.shape[-1] != config.head_dim:
         raise ValueError(f"q.shape[-1]={q.shape[-1]} does not match config.head_dim={config.head_dim}")
-    table, r_lo = wavelet_table(config, compute_dtype(q), q.device)
+    table, r_lo = _wavelet_table_constant(config, compute_dtype(q), q.device)
     n, off = resolve_positions("q", q.shape[-2], k_len, q_offset)
     return _rel_bias(q, table, r_lo, n, off, bool(causal), False)
