@@ -61,6 +61,9 @@ CASES = [
     ((1, 2), 1, 1, 1, 1, 0, 0),           # single entries
     ((3,), 20, 20, 24, 30, 100, 0),       # the table is beyond every distance
     ((2,), 31, 50, 40, 200, -100, 19),    # the table covers all distances
+    ((13,), 1, 40, 24, 60, -30, 39),      # decoding: one query per matrix
+    ((2, 5), 3, 20, 9, 25, -5, 17),       # a few queries per matrix
+    ((2,), 5, 6, 0, 4, 0, 0),             # d = 0
 ]
 
 

@@ -43,6 +43,62 @@ static inline int64_t rb_min64(int64_t a, int64_t b) { return a < b ? a : b; }
 static inline int64_t rb_max64(int64_t a, int64_t b) { return a > b ? a : b; }
 static inline int64_t rb_clip64(int64_t v, int64_t lo, int64_t hi) { return v < lo ? lo : (v > hi ? hi : v); }
 static inline int64_t rb_align64(int64_t bytes) { return (bytes + 63) & ~(int64_t)63; }
+
+/* Blocks of MR query rows.  With M >= MR a block is MR consecutive rows of one
+ * matrix, aligned to multiples of MR (rows past M alias the block's first
+ * row); its makeup never depends on [begin, end), only which rows are stored.
+ * With M < MR (decoding, a few queries per head) a block is the same row m of
+ * up to MR matrices: the rows then share positions, so every tile is fully
+ * used instead of carrying MR - M dummy rows per matrix. */
+typedef struct {
+    int64_t g[RB_MR], m[RB_MR];
+    int stored[RB_MR]; /* row in [begin, end) (aliases and rows outside: 0) */
+} rb_rows;
+
+typedef struct {
+    int64_t begin, end, row; /* M >= MR: next flat row */
+    int64_t m, g;            /* M < MR: next row m, next matrix g (-1: not started) */
+} rb_cursor;
+
+static inline void rb_cursor_init(rb_cursor *c, int64_t begin, int64_t end) {
+    c->begin = begin;
+    c->end = end;
+    c->row = begin;
+    c->m = 0;
+    c->g = -1;
+}
+
+static int rb_next_block(const wavepe_relbias_args *a, rb_cursor *c, rb_rows *out) {
+    const int64_t M = a->m;
+    if (M >= RB_MR) {
+        if (c->row >= c->end) return 0;
+        const int64_t g = c->row / M, m0 = (c->row % M) / RB_MR * RB_MR;
+        for (int i = 0; i < RB_MR; ++i) {
+            const int64_t m = m0 + i, flat = g * M + m;
+            out->g[i] = g;
+            out->m[i] = m < M ? m : m0;
+            out->stored[i] = m < M && flat >= c->begin && flat < c->end;
+        }
+        c->row = rb_min64(g * M + rb_min64(m0 + RB_MR, M), c->end);
+        return 1;
+    }
+    for (; c->m < M; ++c->m, c->g = -1) {
+        /* matrices g whose row m is in range: begin <= g * M + m < end */
+        const int64_t g_lo = (rb_max64(c->begin - c->m, 0) + M - 1) / M;
+        const int64_t g_hi = (rb_max64(c->end - c->m, 0) + M - 1) / M;
+        if (c->g < g_lo) c->g = g_lo;
+        if (c->g >= g_hi) continue;
+        for (int i = 0; i < RB_MR; ++i) {
+            const int stored = c->g + i < g_hi;
+            out->g[i] = stored ? c->g + i : c->g;
+            out->m[i] = c->m;
+            out->stored[i] = stored;
+        }
+        c->g += RB_MR;
+        return 1;
+    }
+    return 0;
+}
 #endif
 
 #define RB_NR (2 * RB_LANES)
@@ -292,21 +348,21 @@ void RB_SUF(wavepe_relbias)(const wavepe_relbias_args *a, int64_t begin, int64_t
     const RB_T *table = (const RB_T *)a->table;
     RB_SUF(rb_fblock) blocks[RB_GROUP];
     int nb = 0;
-    int64_t row = begin;
-    while (row < end) {
-        const int64_t g = row / a->m, m0 = (row % a->m) / RB_MR * RB_MR;
-        const int64_t block_end = g * a->m + rb_min64(m0 + RB_MR, a->m); /* first row after the block */
+    rb_cursor cur;
+    rb_rows rows;
+    rb_cursor_init(&cur, begin, end);
+    while (rb_next_block(a, &cur, &rows)) {
         RB_SUF(rb_fblock) *b = &blocks[nb];
         b->c_lo = INT64_MAX;
         b->c_hi = INT64_MIN;
-        const RB_T *q_any = (const RB_T *)a->q + g * a->q_stride_g + (row % a->m) * a->q_stride_m;
+        /* rows not stored compute on row 0's q (a valid row), results dropped */
+        const RB_T *q_any = (const RB_T *)a->q + rows.g[0] * a->q_stride_g + rows.m[0] * a->q_stride_m;
         for (int i = 0; i < RB_MR; ++i) {
-            const int64_t m = m0 + i, flat = g * a->m + m;
             b->q[i] = q_any;
             b->out[i] = NULL;
             b->ta[i] = b->tb[i] = b->key_of_t0[i] = 0;
-            if (m >= a->m || flat < begin || flat >= end) continue;
-            const int64_t p = a->q_offset + m;
+            if (!rows.stored[i]) continue;
+            const int64_t g = rows.g[i], m = rows.m[i], p = a->q_offset + m;
             const RB_T *q = (const RB_T *)a->q + g * a->q_stride_g + m * a->q_stride_m;
             RB_T *out = (RB_T *)a->bias + g * a->bias_stride_g + m * a->bias_stride_m;
             b->q[i] = q;
@@ -324,7 +380,6 @@ void RB_SUF(wavepe_relbias)(const wavepe_relbias_args *a, int64_t begin, int64_t
                 b->c_hi = rb_max64(b->c_hi, (b->tb[i] - 1) / RB_NR + 1);
             }
         }
-        row = rb_min64(block_end, end);
         if (b->c_lo < b->c_hi && ++nb == RB_GROUP) {
             RB_SUF(rb_fwd_group)(a, blocks, nb);
             nb = 0;
@@ -415,7 +470,7 @@ static void RB_SUF(rb_dq_tile)(const wavepe_relbias_args *a, const RB_SUF(rb_qbl
 }
 
 /* Rows of the block: the terms outside the common table rows, and clamping. */
-static void RB_SUF(rb_dq_rest)(const wavepe_relbias_args *a, const RB_SUF(rb_qblock) *b, int64_t m0) {
+static void RB_SUF(rb_dq_rest)(const wavepe_relbias_args *a, const RB_SUF(rb_qblock) *b) {
     const int64_t d = a->d;
     const RB_T *table = (const RB_T *)a->table;
     const int common = b->ia < b->ib;
@@ -430,7 +485,7 @@ static void RB_SUF(rb_dq_rest)(const wavepe_relbias_args *a, const RB_SUF(rb_qbl
         for (int64_t t = ta; t < mid_a; ++t) RB_SUF(rb_axpy)(dq, grad[key0 - t], table + t * d, d);
         for (int64_t t = rb_max64(mid_b, ta); t < tb; ++t) RB_SUF(rb_axpy)(dq, grad[key0 - t], table + t * d, d);
         if (a->clamp) {
-            const wavepe_relbias_row_split s = wavepe_relbias_split_row(a, a->q_offset + m0 + i);
+            const wavepe_relbias_row_split s = wavepe_relbias_split_row(a, b->key_of_t0[i] + a->r_lo);
             const RB_T beyond = RB_SUF(rb_sum)(grad, s.n_tab_begin);
             const RB_T before = RB_SUF(rb_sum)(grad + s.n_tab_end, s.n_zero_begin - s.n_tab_end);
             RB_SUF(rb_axpy)(dq, beyond, table + (a->rows - 1) * d, d);
@@ -439,51 +494,46 @@ static void RB_SUF(rb_dq_rest)(const wavepe_relbias_args *a, const RB_SUF(rb_qbl
     }
 }
 
-static void RB_SUF(rb_dq_group)(const wavepe_relbias_args *a, const RB_SUF(rb_qblock) *blocks,
-                                const int64_t *m0s, int nb) {
+static void RB_SUF(rb_dq_group)(const wavepe_relbias_args *a, const RB_SUF(rb_qblock) *blocks, int nb) {
     /* head-dimension tiles outermost: the table columns of one tile stay in
      * cache while every block of the group passes over them */
     for (int64_t j0 = 0; j0 < a->d; j0 += RB_NR)
         for (int k = 0; k < nb; ++k)
             if (blocks[k].ia < blocks[k].ib) RB_SUF(rb_dq_tile)(a, &blocks[k], j0);
-    for (int k = 0; k < nb; ++k) RB_SUF(rb_dq_rest)(a, &blocks[k], m0s[k]);
+    for (int k = 0; k < nb; ++k) RB_SUF(rb_dq_rest)(a, &blocks[k]);
 }
 
 void RB_SUF(wavepe_relbias_grad_q)(const wavepe_relbias_args *a, int64_t begin, int64_t end) {
     if (a->m == 0 || a->d == 0) return;
     RB_SUF(rb_qblock) blocks[RB_GROUP];
-    int64_t m0s[RB_GROUP];
     int nb = 0;
-    int64_t row = begin;
-    while (row < end) {
-        const int64_t g = row / a->m, m0 = (row % a->m) / RB_MR * RB_MR;
-        const int64_t block_end = g * a->m + rb_min64(m0 + RB_MR, a->m);
+    rb_cursor cur;
+    rb_rows rows;
+    rb_cursor_init(&cur, begin, end);
+    while (rb_next_block(a, &cur, &rows)) {
         RB_SUF(rb_qblock) *b = &blocks[nb];
-        m0s[nb] = m0;
         b->ia = INT64_MIN;
         b->ib = INT64_MAX;
         int common = 1;
         for (int i = 0; i < RB_MR; ++i) {
-            /* rows past the matrix alias row 0 of the block (read, never stored) */
-            const int64_t m = m0 + i < a->m ? m0 + i : m0, flat = g * a->m + m0 + i;
-            const int64_t p = a->q_offset + m;
+            /* every row of the block, stored or not, shapes the common table rows,
+             * so that sums do not depend on how callers split the rows */
+            const int64_t g = rows.g[i], m = rows.m[i], p = a->q_offset + m;
             b->grad[i] = (const RB_T *)a->grad + g * a->grad_stride_g + m * a->grad_stride_m;
             b->key_of_t0[i] = p - a->r_lo;
             RB_SUF(rb_row_rows)(a, p, &b->ta[i], &b->tb[i]);
-            const int stored = m0 + i < a->m && flat >= begin && flat < end;
-            b->dq[i] = stored ? (RB_T *)a->dq + g * a->dq_stride_g + m * a->dq_stride_m : NULL;
+            b->dq[i] = rows.stored[i] ? (RB_T *)a->dq + g * a->dq_stride_g + m * a->dq_stride_m : NULL;
             if (b->ta[i] >= b->tb[i]) common = 0;
             b->ia = rb_max64(b->ia, b->ta[i]);
             b->ib = rb_min64(b->ib, b->tb[i]);
         }
         if (!common || b->ia >= b->ib) b->ia = b->ib = 0;
-        row = rb_min64(block_end, end);
         if (++nb == RB_GROUP) {
-            RB_SUF(rb_dq_group)(a, blocks, m0s, nb);
+            RB_SUF(rb_dq_group)(a, blocks, nb);
             nb = 0;
         }
     }
-    if (nb) RB_SUF(rb_dq_group)(a, blocks, m0s, nb);
+    if (nb) RB_SUF(rb_dq_group)(a, blocks, nb);
 }
 
 /* ---- dT ---------------------------------------------------------------------------- */

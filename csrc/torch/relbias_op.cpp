@@ -55,7 +55,30 @@ at::Tensor rows_contiguous(const at::Tensor& t) {
 
 constexpr int64_t kUnitRows = 48;  // 8 blocks of 6 rows: one group of the AVX2 forward
 
-// Call f(begin, end) over the units [0, units) in parallel, zigzag order.
+
+// The (batch * M) query rows in units of work: kUnitRows rows of one matrix
+// (whole blocks, starting at multiples of kUnitRows), or, when matrices are
+// shorter than that (decoding), kUnitRows consecutive rows across matrices so
+// that the core can gather the same row of several matrices into one block.
+struct RowUnits {
+    int64_t batch, m, per_g, count;
+    RowUnits(int64_t batch_, int64_t m_) : batch(batch_), m(m_) {
+        per_g = m >= kUnitRows ? (m + kUnitRows - 1) / kUnitRows : 0;
+        count = per_g ? batch * per_g : (batch * m + kUnitRows - 1) / kUnitRows;
+    }
+    void range(int64_t unit, int64_t* begin, int64_t* end) const {
+        if (per_g) {
+            const int64_t g = unit / per_g, mb = (unit % per_g) * kUnitRows;
+            *begin = g * m + mb;
+            *end = g * m + std::min(mb + kUnitRows, m);
+        } else {
+            *begin = unit * kUnitRows;
+            *end = std::min(*begin + kUnitRows, batch * m);
+        }
+    }
+};
+
+// Call f(unit) for the units [0, units) in parallel, zigzag order.
 template <class F>
 void parallel_zigzag(int64_t units, F&& f) {
     at::parallel_for(0, units, 1, [&](int64_t b, int64_t e) {
@@ -133,16 +156,16 @@ at::Tensor rel_bias_cpu(const at::Tensor& q_in, const at::Tensor& table_in, int6
     const wavepe_isa isa = wavepe_active_isa();
     const bool f32 = q.scalar_type() == at::kFloat;
     const at::Tensor ws = prepare_workspace(isa, a, WAVEPE_RELBIAS_FORWARD, f32);
-    // units: (outer o, inner g, block of kUnitRows query rows)
-    const int64_t per_g = (m + kUnitRows - 1) / kUnitRows, per_o = lv->inner * per_g;
     const char* q_base = static_cast<const char*>(a.q);
     char* out_base = static_cast<char*>(a.bias);
-    parallel_zigzag(lv->outer * per_o, [&](int64_t unit) {
-        const int64_t o = unit / per_o, g = (unit % per_o) / per_g, mb = (unit % per_g) * kUnitRows;
+    const RowUnits units(lv->inner, m);
+    parallel_zigzag(lv->outer * units.count, [&](int64_t unit) {
+        const int64_t o = unit / units.count;
         wavepe_relbias_args ao = a;
         ao.q = q_base + o * lv->stride_outer * elem;
         ao.bias = out_base + o * lv->inner * m * k_len * elem;
-        const int64_t begin = g * m + mb, end = g * m + std::min(mb + kUnitRows, m);
+        int64_t begin, end;
+        units.range(unit % units.count, &begin, &end);
         if (f32) wavepe_relbias_f32(isa, &ao, begin, end);
         else wavepe_relbias_f64(isa, &ao, begin, end);
     });
@@ -222,10 +245,10 @@ std::tuple<at::Tensor, at::Tensor> rel_bias_backward_cpu(const at::Tensor& grad_
     const bool f32 = q_in.scalar_type() == at::kFloat;
     if (want_dq && dq.numel() > 0) {
         const at::Tensor ws = prepare_workspace(isa, a, WAVEPE_RELBIAS_GRAD_Q, f32);
-        const int64_t per_g = (m + kUnitRows - 1) / kUnitRows;
-        parallel_zigzag(batch * per_g, [&](int64_t unit) {
-            const int64_t g = unit / per_g, mb = (unit % per_g) * kUnitRows;
-            const int64_t begin = g * m + mb, end = g * m + std::min(mb + kUnitRows, m);
+        const RowUnits units(batch, m);
+        parallel_zigzag(units.count, [&](int64_t unit) {
+            int64_t begin, end;
+            units.range(unit, &begin, &end);
             if (f32) wavepe_relbias_grad_q_f32(isa, &a, begin, end);
             else wavepe_relbias_grad_q_f64(isa, &a, begin, end);
         });

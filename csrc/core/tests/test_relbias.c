@@ -225,6 +225,9 @@ void test_relbias(void) {
         {1, 9, 11, 5, 0, 0, 0, 0, 0, 0, 0},      /* empty table */
         {1, 70, 70, 40, 140, -70, 0, 0, 0, 1, 5},
         {2, 64, 80, 35, 100, -3, 16, 1, 1, 1, 0},
+        {13, 1, 40, 19, 50, -25, 39, 1, 0, 1, 1},  /* decoding: one query per matrix */
+        {11, 4, 30, 9, 20, -5, 26, 0, 1, 0, 0},    /* a few queries per matrix */
+        {9, 5, 23, 16, 30, -10, 18, 1, 1, 1, 2},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; ++i) {
         run_case_f32(&cases[i]);
