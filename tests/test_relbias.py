@@ -163,6 +163,19 @@ def test_zero_rows_and_columns_cost_nothing_but_change_nothing(isa):
     assert np.all(got[:, :, :][want == 0] == 0)
 
 
+def test_large_output(isa):
+    """Outputs past 32 MiB take the streamed-fill path of the AVX2 forward."""
+    cfg = WaveletConfig.grid(16)
+    q = torch.randn(8, 1024, 16, generator=torch.Generator().manual_seed(8))
+    table, r_lo = wo.wavelet_table(cfg, torch.float32, "cpu")
+    for causal in (True, False):
+        got = wo.wavelet_bias(q, cfg, k_len=1030, q_offset=6, causal=causal)
+        want = eager.rel_bias(q.double(), table.double(), r_lo, 1030, 6, causal, False)
+        torch.testing.assert_close(got.double(), want, rtol=1e-5, atol=2e-5)
+        if causal:
+            assert not torch.triu(got[:, :, 7:], 0).any()
+
+
 # ---- gradients and torch integration -------------------------------------------------
 
 GRAD_CONFIGS = [(True, False), (False, False), (True, True), (False, True)]

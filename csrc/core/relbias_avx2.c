@@ -18,6 +18,7 @@
 #define RB_SUF(name) name##_f32_avx2
 #define RB_LOAD(p) _mm256_loadu_ps(p)
 #define RB_STORE(p, v) _mm256_storeu_ps((p), (v))
+#define RB_STREAM(p, v) _mm256_stream_ps((p), (v)) /* p 32-byte aligned */
 #define RB_BCAST(p) _mm256_broadcast_ss(p)
 #define RB_SET1(x) _mm256_set1_ps(x)
 #define RB_ZERO() _mm256_setzero_ps()
@@ -43,6 +44,7 @@ static inline float rb_hsum_f32(__m256 v) {
 #undef RB_SUF
 #undef RB_LOAD
 #undef RB_STORE
+#undef RB_STREAM
 #undef RB_BCAST
 #undef RB_SET1
 #undef RB_ZERO
@@ -62,6 +64,7 @@ static inline float rb_hsum_f32(__m256 v) {
 #define RB_SUF(name) name##_f64_avx2
 #define RB_LOAD(p) _mm256_loadu_pd(p)
 #define RB_STORE(p, v) _mm256_storeu_pd((p), (v))
+#define RB_STREAM(p, v) _mm256_stream_pd((p), (v))
 #define RB_BCAST(p) _mm256_broadcast_sd(p)
 #define RB_SET1(x) _mm256_set1_pd(x)
 #define RB_ZERO() _mm256_setzero_pd()

@@ -210,9 +210,18 @@ void RB_CAT(RB_SUF(wavepe_relbias), _prepare)(const wavepe_relbias_args *a, unsi
 
 /* ---- small vector helpers ------------------------------------------------------ */
 
-static inline void RB_SUF(rb_fill)(RB_T *p, int64_t count, RB_T v) {
+/* Fill p[0 .. count) with v.  stream: large outputs, where the fill (the causal
+ * upper triangle, the distances beyond the support) is pure store bandwidth:
+ * non-temporal stores skip reading every line before overwriting it. */
+static inline void RB_SUF(rb_fill_stream)(RB_T *p, int64_t count, RB_T v, int stream) {
     const RB_V vv = RB_SET1(v);
     int64_t i = 0;
+    if (stream && count >= 16 * RB_LANES) {
+        for (; ((uintptr_t)(p + i) & 31) != 0; ++i) p[i] = v;
+        for (; i + RB_LANES <= count; i += RB_LANES) RB_STREAM(p + i, vv);
+        for (; i < count; ++i) p[i] = v;
+        return;
+    }
     for (; i + 2 * RB_LANES <= count; i += 2 * RB_LANES) {
         RB_STORE(p + i, vv);
         RB_STORE(p + i + RB_LANES, vv);
@@ -220,6 +229,8 @@ static inline void RB_SUF(rb_fill)(RB_T *p, int64_t count, RB_T v) {
     for (; i + RB_LANES <= count; i += RB_LANES) RB_STORE(p + i, vv);
     for (; i < count; ++i) p[i] = v;
 }
+
+static inline void RB_SUF(rb_fill)(RB_T *p, int64_t count, RB_T v) { RB_SUF(rb_fill_stream)(p, count, v, 0); }
 
 static inline RB_T RB_SUF(rb_dot)(const RB_T *x, const RB_T *y, int64_t d) {
     RB_V s0 = RB_ZERO(), s1 = RB_ZERO();
@@ -346,6 +357,8 @@ static void RB_SUF(rb_fwd_group)(const wavepe_relbias_args *a, const RB_SUF(rb_f
 void RB_SUF(wavepe_relbias)(const wavepe_relbias_args *a, int64_t begin, int64_t end) {
     if (a->m == 0 || a->n == 0) return;
     const RB_T *table = (const RB_T *)a->table;
+    /* outputs well beyond the caches: stream the fills (see rb_fill_stream) */
+    const int stream = a->batch * a->m * a->n * (int64_t)sizeof(RB_T) >= ((int64_t)32 << 20);
     RB_SUF(rb_fblock) blocks[RB_GROUP];
     int nb = 0;
     rb_cursor cur;
@@ -372,9 +385,9 @@ void RB_SUF(wavepe_relbias)(const wavepe_relbias_args *a, int64_t begin, int64_t
             /* the keys outside the table segment: fills */
             const RB_T beyond = a->clamp ? RB_SUF(rb_dot)(q, table + (a->rows - 1) * a->d, a->d) : 0;
             const RB_T before = a->clamp ? RB_SUF(rb_dot)(q, table, a->d) : 0;
-            RB_SUF(rb_fill)(out, s.n_tab_begin, beyond);
-            RB_SUF(rb_fill)(out + s.n_tab_end, s.n_zero_begin - s.n_tab_end, before);
-            RB_SUF(rb_fill)(out + s.n_zero_begin, a->n - s.n_zero_begin, 0);
+            RB_SUF(rb_fill_stream)(out, s.n_tab_begin, beyond, stream);
+            RB_SUF(rb_fill_stream)(out + s.n_tab_end, s.n_zero_begin - s.n_tab_end, before, stream);
+            RB_SUF(rb_fill_stream)(out + s.n_zero_begin, a->n - s.n_zero_begin, 0, stream);
             if (b->ta[i] < b->tb[i]) {
                 b->c_lo = rb_min64(b->c_lo, b->ta[i] / RB_NR);
                 b->c_hi = rb_max64(b->c_hi, (b->tb[i] - 1) / RB_NR + 1);
@@ -386,6 +399,7 @@ void RB_SUF(wavepe_relbias)(const wavepe_relbias_args *a, int64_t begin, int64_t
         }
     }
     if (nb) RB_SUF(rb_fwd_group)(a, blocks, nb);
+    if (stream) _mm_sfence(); /* streamed stores visible before the caller's synchronisation */
 }
 
 /* ---- dq -------------------------------------------------------------------------- */
