@@ -105,10 +105,6 @@ static int rb_next_block(const wavepe_relbias_args *a, rb_cursor *c, rb_rows *ou
 
 /* ---- workspace -------------------------------------------------------------- */
 
-static inline int64_t RB_SUF(rb_chunk_count)(const wavepe_relbias_args *a) {
-    return a->rows > 0 ? (a->rows + RB_NR - 1) / RB_NR : 0;
-}
-
 /* Table rows [*t_begin, *t_end) that this call can read at all. */
 static void RB_SUF(rb_needed_rows)(const wavepe_relbias_args *a, int64_t *t_begin, int64_t *t_end) {
     *t_begin = *t_end = 0;
@@ -120,15 +116,27 @@ static void RB_SUF(rb_needed_rows)(const wavepe_relbias_args *a, int64_t *t_begi
     *t_end = rb_clip64(r_max - a->r_lo + 1, *t_begin, a->rows);
 }
 
+/* The chunks the call reads: c0 .. c0 + count - 1.  The workspace holds only
+ * these (a huge learned table costs nothing beyond the call's window). */
+static int64_t RB_SUF(rb_window)(const wavepe_relbias_args *a, int64_t *c0) {
+    int64_t t_begin, t_end;
+    RB_SUF(rb_needed_rows)(a, &t_begin, &t_end);
+    *c0 = t_begin / RB_NR;
+    return t_begin < t_end ? (t_end - 1) / RB_NR - *c0 + 1 : 0;
+}
+
+/* Layout: (jlo, jhi) int64 pairs per window chunk, then (64-byte aligned
+ * offset) the panels: per chunk d x NR elements, panel[j][k] = T[c*NR + k][j]. */
 static inline int64_t *RB_SUF(rb_ranges)(const wavepe_relbias_args *a) { return (int64_t *)a->workspace; }
 
-static inline RB_T *RB_SUF(rb_panels)(const wavepe_relbias_args *a) {
-    return (RB_T *)((char *)a->workspace + rb_align64(16 * RB_SUF(rb_chunk_count)(a)));
+static inline RB_T *RB_SUF(rb_panels)(const wavepe_relbias_args *a, int64_t count) {
+    return (RB_T *)((char *)a->workspace + rb_align64(16 * count));
 }
 
 int64_t RB_CAT(RB_SUF(wavepe_relbias), _workspace_bytes)(const wavepe_relbias_args *a, unsigned kernels) {
     if (!(kernels & (WAVEPE_RELBIAS_FORWARD | WAVEPE_RELBIAS_GRAD_Q))) return 0;
-    const int64_t chunks = RB_SUF(rb_chunk_count)(a);
+    int64_t c0;
+    const int64_t chunks = RB_SUF(rb_window)(a, &c0);
     int64_t total = rb_align64(16 * chunks), panels;
     if (kernels & WAVEPE_RELBIAS_FORWARD) {
         if (wavepe_mul_overflow(chunks, RB_NR * (int64_t)sizeof(RB_T), &panels) ||
@@ -139,7 +147,8 @@ int64_t RB_CAT(RB_SUF(wavepe_relbias), _workspace_bytes)(const wavepe_relbias_ar
 }
 
 int64_t RB_CAT(RB_SUF(wavepe_relbias), _chunks)(const wavepe_relbias_args *a) {
-    return RB_SUF(rb_chunk_count)(a);
+    int64_t c0;
+    return RB_SUF(rb_window)(a, &c0);
 }
 
 /* First and last nonzero column of a row, +1 for the last; (d, 0) if none.
@@ -180,16 +189,14 @@ static void RB_SUF(rb_row_extent)(const RB_T *row, int64_t d, int64_t *first, in
 
 void RB_CAT(RB_SUF(wavepe_relbias), _prepare)(const wavepe_relbias_args *a, unsigned kernels, int64_t begin,
                                               int64_t end) {
-    int64_t t_begin, t_end;
-    RB_SUF(rb_needed_rows)(a, &t_begin, &t_end);
-    if (t_begin >= t_end) return;
-    const int64_t c_first = t_begin / RB_NR, c_last = (t_end - 1) / RB_NR;
+    int64_t c0;
+    const int64_t count = RB_SUF(rb_window)(a, &c0);
     const RB_T *table = (const RB_T *)a->table;
     int64_t *ranges = RB_SUF(rb_ranges)(a);
-    RB_T *panels = RB_SUF(rb_panels)(a);
+    RB_T *panels = RB_SUF(rb_panels)(a, count);
     const int64_t d = a->d;
-    for (int64_t c = rb_max64(begin, c_first); c < end && c <= c_last; ++c) {
-        const int64_t t0 = c * RB_NR, rows_here = rb_min64(RB_NR, a->rows - t0);
+    for (int64_t k = rb_max64(begin, 0); k < end && k < count; ++k) {
+        const int64_t t0 = (c0 + k) * RB_NR, rows_here = rb_min64(RB_NR, a->rows - t0);
         int64_t jlo = d, jhi = 0;
         for (int64_t i = 0; i < rows_here; ++i) {
             int64_t f, e;
@@ -198,13 +205,13 @@ void RB_CAT(RB_SUF(wavepe_relbias), _prepare)(const wavepe_relbias_args *a, unsi
             jhi = rb_max64(jhi, e);
         }
         if (jlo >= jhi) jlo = jhi = 0;
-        ranges[2 * c] = jlo;
-        ranges[2 * c + 1] = jhi;
+        ranges[2 * k] = jlo;
+        ranges[2 * k + 1] = jhi;
         if (!(kernels & WAVEPE_RELBIAS_FORWARD)) continue;
-        /* panel[j][k] = T[t0 + k][j]: NR distances contiguous per head dimension */
-        RB_T *panel = panels + c * d * RB_NR;
+        /* NR distances contiguous per head dimension; rows past the table are 0 */
+        RB_T *panel = panels + k * d * RB_NR;
         for (int64_t j = jlo; j < jhi; ++j)
-            for (int64_t k = 0; k < RB_NR; ++k) panel[j * RB_NR + k] = k < rows_here ? table[(t0 + k) * d + j] : 0;
+            for (int64_t i = 0; i < RB_NR; ++i) panel[j * RB_NR + i] = i < rows_here ? table[(t0 + i) * d + j] : 0;
     }
 }
 
@@ -344,11 +351,13 @@ static void RB_SUF(rb_fwd_group)(const wavepe_relbias_args *a, const RB_SUF(rb_f
             c_lo = rb_min64(c_lo, blocks[k].c_lo);
             c_hi = rb_max64(c_hi, blocks[k].c_hi);
         }
+    int64_t c0;
+    const int64_t count = RB_SUF(rb_window)(a, &c0);
     const int64_t *ranges = RB_SUF(rb_ranges)(a);
-    const RB_T *panels = RB_SUF(rb_panels)(a);
+    const RB_T *panels = RB_SUF(rb_panels)(a, count);
     for (int64_t c = c_lo; c < c_hi; ++c) {
-        const RB_T *panel = panels + c * a->d * RB_NR;
-        const int64_t jlo = ranges[2 * c], jhi = ranges[2 * c + 1];
+        const RB_T *panel = panels + (c - c0) * a->d * RB_NR;
+        const int64_t jlo = ranges[2 * (c - c0)], jhi = ranges[2 * (c - c0) + 1];
         for (int k = 0; k < nb; ++k)
             if (c >= blocks[k].c_lo && c < blocks[k].c_hi) RB_SUF(rb_fwd_tile)(&blocks[k], c, panel, jlo, jhi);
     }
@@ -445,21 +454,23 @@ static void RB_SUF(rb_dq_tile)(const wavepe_relbias_args *a, const RB_SUF(rb_qbl
     const int64_t d = a->d, width = rb_min64(RB_NR, d - j0);
     const int full = width == RB_NR;
     const __m256i mask0 = RB_MASK(rb_min64(width, RB_LANES)), mask1 = RB_MASK(rb_max64(width - RB_LANES, 0));
-    const int64_t *ranges = RB_SUF(rb_ranges)(a);
+    int64_t c0;
+    RB_SUF(rb_window)(a, &c0);
+    const int64_t *ranges = RB_SUF(rb_ranges)(a); /* indexed by chunk - c0 */
     const RB_T *table = (const RB_T *)a->table;
     RB_V c00 = RB_ZERO(), c01 = RB_ZERO(), c10 = RB_ZERO(), c11 = RB_ZERO(), c20 = RB_ZERO(), c21 = RB_ZERO();
     RB_V c30 = RB_ZERO(), c31 = RB_ZERO(), c40 = RB_ZERO(), c41 = RB_ZERO(), c50 = RB_ZERO(), c51 = RB_ZERO();
     /* runs of consecutive chunks whose nonzero columns meet [j0, j0 + width) */
     const int64_t c_last = (b->ib - 1) / RB_NR;
     for (int64_t c = b->ia / RB_NR; c <= c_last;) {
-        const int64_t jlo = ranges[2 * c], jhi = ranges[2 * c + 1];
+        const int64_t jlo = ranges[2 * (c - c0)], jhi = ranges[2 * (c - c0) + 1];
         if (!(jlo < jhi && jlo < j0 + width && jhi > j0)) {
             ++c;
             continue;
         }
         int64_t c_end = c + 1;
         while (c_end <= c_last) {
-            const int64_t lo = ranges[2 * c_end], hi = ranges[2 * c_end + 1];
+            const int64_t lo = ranges[2 * (c_end - c0)], hi = ranges[2 * (c_end - c0) + 1];
             if (!(lo < hi && lo < j0 + width && hi > j0)) break;
             ++c_end;
         }
