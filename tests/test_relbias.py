@@ -268,6 +268,21 @@ def test_torch_compile_fullgraph():
     torch.testing.assert_close(q.grad, q2.grad)
 
 
+def test_torch_compile_dynamic_shapes():
+    cfg = WaveletConfig.grid(16)
+    table = torch.randn(9, 16, requires_grad=True)
+
+    @torch.compile(fullgraph=True, dynamic=True, backend="aot_eager")
+    def f(q, table):
+        return wo.wavelet_bias(q, cfg) + wo.rel_bias(q, table, -4, clamp=True)
+
+    for length in (9, 13):
+        q = torch.randn(2, length, 16, requires_grad=True)
+        out = f(q, table)
+        torch.testing.assert_close(out, wo.wavelet_bias(q, cfg) + wo.rel_bias(q, table, -4, clamp=True))
+        out.sum().backward()
+
+
 @pytest.mark.parametrize("batch", [1, 3])
 def test_strided_q(batch):
     """A (B, L, H, d).transpose(1, 2) view (two strided batch levels when B > 1),

@@ -134,11 +134,13 @@ def wavelet_table(config: WaveletConfig, dtype: torch.dtype, device: torch.devic
 
 @torch.compiler.assume_constant_result
 def _wavelet_table_constant(config: WaveletConfig, dtype: torch.dtype,
-                            device: torch.device) -> tuple[torch.Tensor, int]:
+                            device: torch.device) -> tuple[torch.Tensor, int, int]:
     # Under torch.compile the table is built (or fetched) eagerly while tracing
     # and enters the graph as a constant: the config is fixed, and its lock and
-    # NumPy code are not traceable.
-    return wavelet_table(config, dtype, device)
+    # NumPy code are not traceable.  Its row count travels as a plain int
+    # (dynamo cannot read .shape of such a constant with dynamic shapes).
+    table, r_lo = wavelet_table(config, dtype, device)
+    return table, r_lo, int(table.shape[0])
 
 
 def rel_bias(
@@ -178,13 +180,13 @@ def rel_bias(
     r_lo = check_int("r_lo", r_lo)
     m = q.shape[-2]
     n, off = resolve_positions("q", m, k_len, q_offset)
-    return _rel_bias(q, table, r_lo, n, off, bool(causal), bool(clamp))
+    return _rel_bias(q, table, r_lo, table.shape[0], n, off, bool(causal), bool(clamp))
 
 
-def _rel_bias(q: torch.Tensor, table: torch.Tensor, r_lo: int, n: int, off: int, causal: bool,
+def _rel_bias(q: torch.Tensor, table: torch.Tensor, r_lo: int, rows: int, n: int, off: int, causal: bool,
               clamp: bool) -> torch.Tensor:
-    """rel_bias after validation; ``table`` may already be in q's compute dtype."""
-    _check_sizes(q, n, off, r_lo, table.shape[0])
+    """rel_bias after validation; ``table`` (``rows`` rows) may already be in q's compute dtype."""
+    _check_sizes(q, n, off, r_lo, rows)
     cdt = compute_dtype(q)
     if _has_kernel(q.device):
         out = ops.rel_bias(q.to(cdt), table.to(cdt), r_lo, off, n, bool(causal), bool(clamp))
@@ -240,6 +242,6 @@ def wavelet_bias(
     check_tensor("q", q, min_dim=2)
     if q.shape[-1] != config.head_dim:
         raise ValueError(f"q.shape[-1]={q.shape[-1]} does not match config.head_dim={config.head_dim}")
-    table, r_lo = _wavelet_table_constant(config, compute_dtype(q), q.device)
+    table, r_lo, rows = _wavelet_table_constant(config, compute_dtype(q), q.device)
     n, off = resolve_positions("q", q.shape[-2], k_len, q_offset)
-    return _rel_bias(q, table, r_lo, n, off, bool(causal), False)
+    return _rel_bias(q, table, r_lo, rows, n, off, bool(causal), False)
