@@ -10,6 +10,7 @@ void test_checked(void);
 void test_wavelet(void);
 void test_alibi(void);
 void test_attention(void);
+void test_relbias(void);
 
 int main(void) {
     printf("wavepe core tests, cpu isa: %s\n", wavepe_isa_name(wavepe_cpu_isa()));
@@ -17,6 +18,7 @@ int main(void) {
     test_wavelet();
     test_alibi();
     test_attention();
+    test_relbias();
     if (wavepe_test_failures) {
         printf("%d check(s) failed\n", wavepe_test_failures);
         return 1;
