@@ -126,6 +126,8 @@ FORWARD_SHAPES = [
     (1, 2, 2, 1, 1024, 64, None),      # decoding against 1024 keys
     (1, 2, 1, 333, 1024, 32, 500),     # queries in the middle: keys after them masked
     (1, 1, 1, 64, 300, 128, -40),      # first queries see no key
+    (1, 1, 1, 20, 50, 256, None),      # wide heads
+    (1, 2, 2, 13, 40, 1, None),        # d = 1
 ]
 
 

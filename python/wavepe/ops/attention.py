@@ -11,6 +11,7 @@ baseline.
 from __future__ import annotations
 
 import math
+import warnings
 
 import torch
 
@@ -187,8 +188,15 @@ def wavelet_attention(
         out, _ = ops.attention_fwd(qc, kc, vc, table, r_lo, bool(clamp), slopes, key_padding_mask, scale, off,
                                    bool(causal))
         return out.to(q.dtype)
+    if q.device.type not in _warned_devices:
+        _warned_devices.add(q.device.type)
+        warnings.warn(f"wavepe: no fused attention kernel for device {q.device.type!r}; using the bias + "
+                      "scaled_dot_product_attention path (materialises M x N scores)", RuntimeWarning, stacklevel=2)
     return _eager_attention(qc, kc, vc, table, r_lo, bool(clamp), slopes, key_padding_mask, scale, off,
                             bool(causal)).to(q.dtype)
+
+
+_warned_devices: set[str] = set()
 
 
 @torch.compiler.assume_constant_result
