@@ -166,14 +166,15 @@ static int pack_table(wavepe_attention_plan *p, int need_strips) {
     }
     for (int64_t s = 0; s < nstrips; ++s) {
         int64_t clo = d, chi = 0;
-        for (int64_t row = s * nr; row < (s + 1) * nr; ++row)
-            for (int64_t c = 0; c < d; ++c) {
-                const double v = ld(p->trow, row * dpad + c, p->f64);
-                if (v != 0.0 || isnan(v)) {
-                    if (c < clo) clo = c;
-                    if (c + 1 > chi) chi = c + 1;
-                }
-            }
+        for (int64_t row = s * nr; row < (s + 1) * nr; ++row) {
+            /* first and one past the last column that is not zero (NaN is not zero) */
+            int64_t c = 0, e = d;
+            while (c < d && ld(p->trow, row * dpad + c, p->f64) == 0.0) ++c;
+            if (c == d) continue; /* all-zero row */
+            while (ld(p->trow, row * dpad + e - 1, p->f64) == 0.0) --e;
+            if (c < clo) clo = c;
+            if (e > chi) chi = e;
+        }
         if (chi <= clo) clo = chi = 0;
         p->strip_clo[s] = (int32_t)clo;
         p->strip_chi[s] = (int32_t)chi;

@@ -178,6 +178,7 @@ typedef struct {
     T *dgt;    /* backward: skewed dS tile for the table gradient */
     T *qr;     /* narrow decoding groups: scaled query rows, 2 x dpad */
     T *zr;     /* a row of dpad zeros (table rows outside the table) */
+    T *kpan, *qpan, *dopan; /* backward: K block, Q block, dO block as column panels */
     double *dvec; /* backward: D per query row */
     void *block;
 } FN(work);
@@ -516,7 +517,7 @@ static int FN(work_alloc)(FN(work) * w, const wavepe_attention_plan *p, int64_t 
     const int64_t rpad = (rows + ATTN_MR - 1) / ATTN_MR * ATTN_MR;
     const int64_t bwd = p->backward;
     const int64_t dgt_ld = ATTN_BBM + ATTN_BBN + 2 * NR;
-    int64_t sizes[19] = {
+    int64_t sizes[22] = {
         rpad * d,                           /* qp */
         ATTN_BNMAX * d,                     /* kp */
         bwd ? ATTN_BBN * d : ATTN_FBN * dpad, /* vp */
@@ -535,9 +536,12 @@ static int FN(work_alloc)(FN(work) * w, const wavepe_attention_plan *p, int64_t 
         bwd ? (p->a.m + 1) * (int64_t)(sizeof(double) / sizeof(T)) : 0, /* dvec */
         2 * dpad,                           /* qr */
         dpad,                               /* zr */
+        bwd ? ATTN_BBN * dpad : 0,          /* kpan */
+        bwd ? ATTN_BBM * dpad : 0,          /* qpan */
+        bwd ? ATTN_BBM * dpad : 0,          /* dopan */
     };
     int64_t total = 0;
-    for (int i = 0; i < 19; ++i) {
+    for (int i = 0; i < 22; ++i) {
         sizes[i] = (sizes[i] + 15) / 16 * 16; /* 64-byte aligned pieces */
         if (wavepe_add_overflow(total, sizes[i], &total)) return WAVEPE_E_OVERFLOW;
     }
@@ -545,9 +549,10 @@ static int FN(work_alloc)(FN(work) * w, const wavepe_attention_plan *p, int64_t 
     T *base = attn_aligned_alloc((size_t)total * sizeof(T));
     if (base == NULL) return WAVEPE_E_NOMEM;
     w->block = base;
-    T **slots[19] = {&w->qp, &w->kp, &w->vp, &w->dop, &w->s, &w->ds, &w->g, &w->al, &w->kpm,
-                     &w->o, &w->mst, &w->lst, &w->dqa, &w->dka, &w->dva, &w->dgt, NULL, &w->qr, &w->zr};
-    for (int i = 0; i < 19; ++i) {
+    T **slots[22] = {&w->qp,  &w->kp,  &w->vp, &w->dop, &w->s,  &w->ds,   &w->g,    &w->al,
+                     &w->kpm, &w->o,   &w->mst, &w->lst, &w->dqa, &w->dka, &w->dva, &w->dgt,
+                     NULL,    &w->qr,  &w->zr, &w->kpan, &w->qpan, &w->dopan};
+    for (int i = 0; i < 22; ++i) {
         if (slots[i] != NULL) *slots[i] = sizes[i] ? base : NULL;
         else w->dvec = sizes[i] ? (double *)base : NULL;
         base += sizes[i];
@@ -695,8 +700,6 @@ static void FN(tile_backward)(FN(work) * w, FN(group) * groups, int64_t b, int64
     const int64_t d = a->d, dpad = p->dpad, ngroups = (rows + ATTN_MR - 1) / ATTN_MR;
     const T scale = (T)a->scale;
     const T *lse = (const T *)a->lse + (b * a->heads + h) * a->m + m0;
-    const T *qrows = (const T *)a->q + attn_off(a->q_strides, b, h, m0);
-    const T *dorows = (const T *)a->dout + attn_off(a->dout_strides, b, h, m0);
     int64_t jvb = 0, t_first = rows;
     int64_t jv_all[ATTN_BBM];
     for (int64_t gi = 0; gi < ngroups; ++gi) {
@@ -760,10 +763,8 @@ static void FN(tile_backward)(FN(work) * w, FN(group) * groups, int64_t b, int64
         if (dslope != NULL) *dslope -= (double)V_HSUM(vslope);
         /* dq += dS K */
         T *dqa = w->dqa + gi * ATTN_MR * dpad;
-        for (int64_t c0 = 0; c0 < d; c0 += NR) {
-            const int cols = d - c0 < NR ? (int)(d - c0) : NR;
-            FN(mk_gen)(jmax, dss, ATTN_SLD, 1, kb->k + c0, kb->ks, cols, dqa + c0, dpad, g->rows);
-        }
+        for (int64_t c0 = 0; c0 < d; c0 += NR)
+            FN(mk_gen)(jmax, dss, ATTN_SLD, 1, w->kpan + c0 * ATTN_BBN, NR, NR, dqa + c0, dpad, g->rows);
         /* dq += dS T: the dS rows skewed onto the window of table rows */
         int64_t p_first, p_last;
         if (p->bias == ATTN_BIAS_TABLE && FN(table_window)(p, g, kb, jv, jmax, &p_first, &p_last)) {
@@ -798,11 +799,11 @@ static void FN(tile_backward)(FN(work) * w, FN(group) * groups, int64_t b, int64
     for (int64_t s0 = 0; s0 < jvb; s0 += ATTN_MR) {
         const int rr = jvb - s0 < ATTN_MR ? (int)(jvb - s0) : ATTN_MR;
         for (int64_t c0 = 0; c0 < d; c0 += NR) {
-            const int cols = d - c0 < NR ? (int)(d - c0) : NR;
-            FN(mk_gen)(kt, w->s + t_first * ATTN_SLD + s0, 1, ATTN_SLD, dorows + t_first * a->dout_strides[2] + c0,
-                       a->dout_strides[2], cols, w->dva + s0 * dpad + c0, dpad, rr);
-            FN(mk_gen)(kt, w->ds + t_first * ATTN_SLD + s0, 1, ATTN_SLD, qrows + t_first * a->q_strides[2] + c0,
-                       a->q_strides[2], cols, w->dka + s0 * dpad + c0, dpad, rr);
+            const int64_t pan = c0 * ATTN_BBM + t_first * NR;
+            FN(mk_gen)(kt, w->s + t_first * ATTN_SLD + s0, 1, ATTN_SLD, w->dopan + pan, NR, NR,
+                       w->dva + s0 * dpad + c0, dpad, rr);
+            FN(mk_gen)(kt, w->ds + t_first * ATTN_SLD + s0, 1, ATTN_SLD, w->qpan + pan, NR, NR,
+                       w->dka + s0 * dpad + c0, dpad, rr);
         }
     }
     /* dT[p] += sum_t dS[t][j(p, t)] q_t over the tile's window */
@@ -822,12 +823,9 @@ static void FN(tile_backward)(FN(work) * w, FN(group) * groups, int64_t b, int64
             }
             for (int64_t p0 = pa; p0 <= pb; p0 += ATTN_MR) {
                 const int rr = pb - p0 + 1 < ATTN_MR ? (int)(pb - p0 + 1) : ATTN_MR;
-                for (int64_t c0 = 0; c0 < d; c0 += NR) {
-                    const int cols = d - c0 < NR ? (int)(d - c0) : NR;
+                for (int64_t c0 = 0; c0 < d; c0 += NR)
                     FN(mk_gen)(kt, w->dgt + t_first * ldg + (p0 - P_first), 1, ldg,
-                               qrows + t_first * a->q_strides[2] + c0, a->q_strides[2], cols,
-                               dt_slot + p0 * dpad + c0, dpad, rr);
-                }
+                               w->qpan + c0 * ATTN_BBM + t_first * NR, NR, NR, dt_slot + p0 * dpad + c0, dpad, rr);
             }
         }
     }
@@ -883,6 +881,7 @@ static void FN(unit_backward)(FN(work) * w, FN(group) * groups, int64_t unit, T 
             }
             FN(pack_strips)(w->kp, kb.k, kb.ks, kb.nk, d);
             FN(pack_strips)(w->vp, kb.v, kb.vs, kb.nk, d);
+            FN(pack_panels)(w->kpan, ATTN_BBN, kb.k, kb.ks, kb.nk, d);
             memset(w->dka, 0, sizeof(T) * (size_t)(ATTN_BBN * dpad));
             memset(w->dva, 0, sizeof(T) * (size_t)(ATTN_BBN * dpad));
             for (int64_t qi = i0; qi < p->nqb; ++qi) {
@@ -896,6 +895,10 @@ static void FN(unit_backward)(FN(work) * w, FN(group) * groups, int64_t unit, T 
                                 attn_off(a->dout_strides, b, h, m0 + gi * ATTN_MR + (t < gr ? t : 0));
                     FN(pack_rows)(w->dop + gi * ATTN_MR * d, rp, gr, d, (T)1);
                 }
+                FN(pack_panels)(w->qpan, ATTN_BBM, (const T *)a->q + attn_off(a->q_strides, b, h, m0),
+                                a->q_strides[2], rows, d);
+                FN(pack_panels)(w->dopan, ATTN_BBM, (const T *)a->dout + attn_off(a->dout_strides, b, h, m0),
+                                a->dout_strides[2], rows, d);
                 FN(tile_backward)(w, groups, b, h, m0, rows, &kb, dt_slot, p->dslope_partial ? &dslope : NULL);
             }
             for (int64_t j = 0; j < kb.nk; ++j)
