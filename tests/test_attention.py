@@ -200,21 +200,33 @@ def test_random_shapes_against_oracle(b, h_kv, rep, m, n, d, off, pos_enc, causa
     np.testing.assert_allclose(got.double().numpy(), want, rtol=rtol, atol=atol)
 
 
-def test_scalar_and_avx2_agree_bitwise_where_they_should(monkeypatch):
-    # both variants are compared with the oracle above; here: each variant is
-    # deterministic run to run and across thread counts
+def test_results_identical_run_to_run_and_across_thread_counts():
+    # forward and backward: units never depend on how the threads split them
     q, k, v = make_inputs(2, 4, 2, 150, 700, 64, torch.float32, seed=11)
+    g = torch.randn(2, 4, 150, 64)
     for pos_enc in POS_ENCS:
         kw, _ = case_kwargs(pos_enc, 64, 4, torch.float32, 150, 700, 550)
-        first = wo.wavelet_attention(q, k, v, pos_enc=pos_enc, **kw)
+        extra = []
+        if pos_enc == "relative":
+            extra = [kw["rel_table"][0].requires_grad_()]
+        elif pos_enc == "alibi":
+            extra = [kw["alibi_slopes"].requires_grad_()]
+
+        def run():
+            leaves = [x.clone().requires_grad_() for x in (q, k, v)]
+            out = wo.wavelet_attention(*leaves, pos_enc=pos_enc, **kw)
+            return [out, *torch.autograd.grad(out, leaves + extra, g)]
+
+        first = run()
         threads = torch.get_num_threads()
         try:
             torch.set_num_threads(1)
-            single = wo.wavelet_attention(q, k, v, pos_enc=pos_enc, **kw)
+            single = run()
         finally:
             torch.set_num_threads(threads)
-        again = wo.wavelet_attention(q, k, v, pos_enc=pos_enc, **kw)
-        assert torch.equal(first, again) and torch.equal(first, single), pos_enc
+        again = run()
+        for a, b, c in zip(first, single, again):
+            assert torch.equal(a, b) and torch.equal(a, c), pos_enc
 
 
 def test_noncontiguous_inputs(isa):

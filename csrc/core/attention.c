@@ -111,6 +111,7 @@ void wavepe_attention_plan_free(wavepe_attention_plan *p) {
     free(p->strip_chi);
     attn_aligned_free(p->partial);
     attn_aligned_free(p->dt_partial);
+    attn_aligned_free(p->dkv_partial);
     free(p->dslope_partial);
     free(p);
 }
@@ -253,8 +254,20 @@ int wavepe_attention_bwd_plan(wavepe_isa isa, int f64, const wavepe_attention_ar
     if (status != WAVEPE_OK) return status;
     wavepe_attention_plan *p = plan_common(isa, f64, a, 1);
     if (p == NULL) return WAVEPE_E_NOMEM;
-    p->nunits = a->batch * a->kv_heads;
+    p->nunits = a->batch * a->heads;
     p->nslots = p->nunits;
+    if (p->hg > 1 && a->n > 0) {
+        /* grouped-query: each query head accumulates its own dk, dv; phase 1
+         * sums them over the group in head order */
+        const int64_t dims[4] = {a->batch * a->heads, 2, a->n, a->d};
+        if ((status = wavepe_checked_numel(4, dims, p->esize, NULL)) != WAVEPE_OK) goto fail;
+        p->dkv_partial = attn_aligned_alloc((size_t)(dims[0] * 2 * a->n * a->d * p->esize));
+        if (p->dkv_partial == NULL && dims[0] > 0) {
+            status = WAVEPE_E_NOMEM;
+            goto fail;
+        }
+        p->nkv_chunks = a->batch * a->kv_heads * ((a->n + ATTN_KV_REDUCE_ROWS - 1) / ATTN_KV_REDUCE_ROWS);
+    }
     if (p->kind != ATTN_KIND_SCALAR && (status = pack_table(p, 1)) != WAVEPE_OK) goto fail;
     if (a->dtable != NULL) {
         /* table gradient: per-slot partials, reduced in a fixed order */
@@ -297,7 +310,8 @@ int64_t wavepe_attention_units(const wavepe_attention_plan *p, int phase) {
     const wavepe_attention_args *a = &p->a;
     if (p->backward) {
         if (phase == 0) return p->nslots;
-        if (phase == 1) return (a->dtable != NULL ? a->table_rows : 0) + (a->dslopes != NULL ? 1 : 0);
+        if (phase == 1)
+            return (a->dtable != NULL ? a->table_rows : 0) + (a->dslopes != NULL ? 1 : 0) + p->nkv_chunks;
         return 0;
     }
     switch (p->kind) {
@@ -390,61 +404,60 @@ static int fwd_scalar(wavepe_attention_plan *p, int64_t begin, int64_t end) {
     return WAVEPE_OK;
 }
 
-/* Backward of one (batch, kv head) unit: dk, dv of that kv head (summed over
- * its query heads in order), dq of those heads, table / slope partials. */
+/* Backward of one (batch, query head) unit: dq of that head, its dk/dv
+ * contribution (the kv head's outputs, or its GQA partial), table / slope
+ * partials. */
 static int bwd_scalar_unit(wavepe_attention_plan *p, int64_t unit, int64_t slot, double *scratch) {
     const wavepe_attention_args *a = &p->a;
     const int f64 = p->f64;
     const int64_t d = a->d, N = a->n, M = a->m;
-    const int64_t b = unit / a->kv_heads, hk = unit % a->kv_heads;
+    const int64_t b = unit / a->heads, h = unit % a->heads, hk = h / p->hg;
     double *dk = scratch, *dv = scratch + N * d, *dq = scratch + 2 * N * d;
     double *dt = p->dt_partial != NULL ? (double *)p->dt_partial + slot * p->dt_rows * p->dt_cols : NULL;
     memset(dk, 0, sizeof(double) * (size_t)(2 * N * d));
-    for (int64_t h = hk * p->hg; h < (hk + 1) * p->hg; ++h) {
-        double dslope = 0.0;
-        for (int64_t m = 0; m < M; ++m) {
-            const int64_t pos = a->q_offset + m, bhm = (b * a->heads + h) * M + m;
-            const int64_t qoff = attn_off(a->q_strides, b, h, m);
-            const int64_t ooff = attn_off(a->out_strides, b, h, m);
-            const int64_t gooff = attn_off(a->dout_strides, b, h, m);
-            const double lse = ld(a->lse, bhm, f64);
-            for (int64_t c = 0; c < d; ++c) dq[c] = 0.0;
-            if (lse != -INFINITY) {
-                double D = 0.0;
-                for (int64_t c = 0; c < d; ++c) D += ld(a->dout, gooff + c, f64) * ld(a->out, ooff + c, f64);
-                if (a->dlse != NULL) D -= ld(a->dlse, bhm, f64);
-                const int64_t nend = key_end(a, pos);
-                for (int64_t n = 0; n < nend; ++n) {
-                    if (key_masked(a, b, n)) continue;
-                    const double s = score_scalar(p, b, h, a->q, qoff, pos, n);
-                    const double pr = exp(s - lse);
-                    const int64_t koff = attn_off(a->k_strides, b, hk, n);
-                    const int64_t voff = attn_off(a->v_strides, b, hk, n);
-                    double dp = 0.0;
-                    for (int64_t c = 0; c < d; ++c) dp += ld(a->dout, gooff + c, f64) * ld(a->v, voff + c, f64);
-                    const double ds = pr * (dp - D), dss = ds * a->scale;
-                    const int64_t idx = p->bias == ATTN_BIAS_TABLE ? attn_table_index(a, pos - n) : -1;
-                    for (int64_t c = 0; c < d; ++c) {
-                        const double qc = ld(a->q, qoff + c, f64);
-                        dv[n * d + c] += pr * ld(a->dout, gooff + c, f64);
-                        dk[n * d + c] += dss * qc;
-                        dq[c] += dss * ld(a->k, koff + c, f64);
-                        if (idx >= 0) {
-                            dq[c] += dss * ld(a->table, idx * d + c, f64);
-                            if (dt != NULL) dt[idx * d + c] += dss * qc;
-                        }
+    double dslope = 0.0;
+    for (int64_t m = 0; m < M; ++m) {
+        const int64_t pos = a->q_offset + m, bhm = (b * a->heads + h) * M + m;
+        const int64_t qoff = attn_off(a->q_strides, b, h, m);
+        const int64_t ooff = attn_off(a->out_strides, b, h, m);
+        const int64_t gooff = attn_off(a->dout_strides, b, h, m);
+        const double lse = ld(a->lse, bhm, f64);
+        for (int64_t c = 0; c < d; ++c) dq[c] = 0.0;
+        if (lse != -INFINITY) {
+            double D = 0.0;
+            for (int64_t c = 0; c < d; ++c) D += ld(a->dout, gooff + c, f64) * ld(a->out, ooff + c, f64);
+            if (a->dlse != NULL) D -= ld(a->dlse, bhm, f64);
+            const int64_t nend = key_end(a, pos);
+            for (int64_t n = 0; n < nend; ++n) {
+                if (key_masked(a, b, n)) continue;
+                const double s = score_scalar(p, b, h, a->q, qoff, pos, n);
+                const double pr = exp(s - lse);
+                const int64_t koff = attn_off(a->k_strides, b, hk, n);
+                const int64_t voff = attn_off(a->v_strides, b, hk, n);
+                double dp = 0.0;
+                for (int64_t c = 0; c < d; ++c) dp += ld(a->dout, gooff + c, f64) * ld(a->v, voff + c, f64);
+                const double ds = pr * (dp - D), dss = ds * a->scale;
+                const int64_t idx = p->bias == ATTN_BIAS_TABLE ? attn_table_index(a, pos - n) : -1;
+                for (int64_t c = 0; c < d; ++c) {
+                    const double qc = ld(a->q, qoff + c, f64);
+                    dv[n * d + c] += pr * ld(a->dout, gooff + c, f64);
+                    dk[n * d + c] += dss * qc;
+                    dq[c] += dss * ld(a->k, koff + c, f64);
+                    if (idx >= 0) {
+                        dq[c] += dss * ld(a->table, idx * d + c, f64);
+                        if (dt != NULL) dt[idx * d + c] += dss * qc;
                     }
-                    dslope -= ds * (double)iabs64(pos - n);
                 }
+                dslope -= ds * (double)iabs64(pos - n);
             }
-            for (int64_t c = 0; c < d; ++c) st(a->dq, bhm * d + c, dq[c], f64);
         }
-        if (p->dslope_partial != NULL) p->dslope_partial[b * a->heads + h] = dslope;
+        for (int64_t c = 0; c < d; ++c) st(a->dq, bhm * d + c, dq[c], f64);
     }
-    const int64_t kvbase = (b * a->kv_heads + hk) * N * d;
+    if (p->dslope_partial != NULL) p->dslope_partial[b * a->heads + h] = dslope;
+    void *dkd = attn_dk_dest(p, b, h), *dvd = attn_dv_dest(p, b, h);
     for (int64_t i = 0; i < N * d; ++i) {
-        st(a->dk, kvbase + i, dk[i], f64);
-        st(a->dv, kvbase + i, dv[i], f64);
+        st(dkd, i, dk[i], f64);
+        st(dvd, i, dv[i], f64);
     }
     return WAVEPE_OK;
 }
@@ -500,12 +513,39 @@ static int fwd_combine(wavepe_attention_plan *p, int64_t begin, int64_t end) {
     return WAVEPE_OK;
 }
 
-/* Table gradient rows [begin, end) (and, as the last unit, the slopes). */
+/* GQA: dk, dv of key rows [n0, n1) of (b, hk) = the sum of its query heads'
+ * partials, in head order. */
+static void reduce_kv_rows(wavepe_attention_plan *p, int64_t b, int64_t hk, int64_t n0, int64_t n1) {
+    const wavepe_attention_args *a = &p->a;
+    const int f64 = p->f64;
+    const int64_t d = a->d;
+    for (int which = 0; which < 2; ++which) {
+        void *dst = which == 0 ? a->dk : a->dv;
+        const int64_t obase = (b * a->kv_heads + hk) * a->n * d;
+        for (int64_t i = n0 * d; i < n1 * d; ++i) {
+            double s = 0.0;
+            for (int64_t h = hk * p->hg; h < (hk + 1) * p->hg; ++h)
+                s += ld(p->dkv_partial, ((b * a->heads + h) * 2 + which) * a->n * d + i, f64);
+            st(dst, obase + i, s, f64);
+        }
+    }
+}
+
+/* Phase 1 of the backward, units in this order: table-gradient rows, the
+ * slopes (one unit), chunks of dk/dv rows to reduce over query heads (GQA). */
 static int bwd_reduce(wavepe_attention_plan *p, int64_t begin, int64_t end) {
     const wavepe_attention_args *a = &p->a;
     const int f64 = p->f64;
     const int64_t d = a->d, R = a->dtable != NULL ? a->table_rows : 0;
+    const int64_t S = a->dslopes != NULL ? 1 : 0;
     for (int64_t row = begin; row < end; ++row) {
+        if (row >= R + S) {
+            const int64_t u = row - R - S, per = (a->n + ATTN_KV_REDUCE_ROWS - 1) / ATTN_KV_REDUCE_ROWS;
+            const int64_t bk = u / per, n0 = (u % per) * ATTN_KV_REDUCE_ROWS;
+            const int64_t n1 = n0 + ATTN_KV_REDUCE_ROWS < a->n ? n0 + ATTN_KV_REDUCE_ROWS : a->n;
+            reduce_kv_rows(p, bk / a->kv_heads, bk % a->kv_heads, n0, n1);
+            continue;
+        }
         if (row >= R) { /* slopes: sum over the batch in order */
             for (int64_t h = 0; h < a->heads; ++h) {
                 double s = 0.0;

@@ -835,80 +835,75 @@ static void FN(tile_backward)(FN(work) * w, FN(group) * groups, int64_t b, int64
         for (int64_t c = 0; c < d; ++c) dq[t * d + c] += w->dqa[t * dpad + c];
 }
 
-/* Backward of the (b, hk) unit: its query heads in order, key blocks outer
- * (FlashAttention-2), the kv head's dk/dv accumulated per key block. */
+/* Backward of the (b, h) unit, key blocks outer (FlashAttention-2): dq of
+ * head h, its dk/dv contribution accumulated per key block. */
 static void FN(unit_backward)(FN(work) * w, FN(group) * groups, int64_t unit, T *dt_slot) {
     const wavepe_attention_plan *p = w->p;
     const wavepe_attention_args *a = &p->a;
     const int64_t d = a->d, dpad = p->dpad, M = a->m, N = a->n;
-    const int64_t b = unit / a->kv_heads, hk = unit % a->kv_heads;
-    T *dk = (T *)a->dk + (b * a->kv_heads + hk) * N * d;
-    T *dv = (T *)a->dv + (b * a->kv_heads + hk) * N * d;
+    const int64_t b = unit / a->heads, h = unit % a->heads, hk = h / p->hg;
+    T *dk = (T *)attn_dk_dest(p, b, h), *dv = (T *)attn_dv_dest(p, b, h);
     memset(dk, 0, sizeof(T) * (size_t)(N * d));
     memset(dv, 0, sizeof(T) * (size_t)(N * d));
     const T *kbase = (const T *)a->k + attn_off(a->k_strides, b, hk, 0);
     const T *vbase = (const T *)a->v + attn_off(a->v_strides, b, hk, 0);
-    for (int64_t h = hk * p->hg; h < (hk + 1) * p->hg; ++h) {
-        T *dq = (T *)a->dq + (b * a->heads + h) * M * d;
-        memset(dq, 0, sizeof(T) * (size_t)(M * d));
-        const T *lse = (const T *)a->lse + (b * a->heads + h) * M;
-        for (int64_t m = 0; m < M; ++m) {
-            const T *orow = (const T *)a->out + attn_off(a->out_strides, b, h, m);
-            const T *gorow = (const T *)a->dout + attn_off(a->dout_strides, b, h, m);
-            double s = 0.0;
-            for (int64_t c = 0; c < d; ++c) s += (double)orow[c] * (double)gorow[c];
-            if (a->dlse != NULL) s -= (double)((const T *)a->dlse)[(b * a->heads + h) * M + m];
-            w->dvec[m] = s;
-        }
-        double dslope = 0.0;
-        (void)lse;
-        for (int64_t n0 = 0; n0 < N; n0 += ATTN_BBN) {
-            FN(kblock) kb;
-            kb.n0 = n0;
-            kb.nk = N - n0 < ATTN_BBN ? N - n0 : ATTN_BBN;
-            kb.k = kbase + n0 * a->k_strides[2];
-            kb.v = vbase + n0 * a->v_strides[2];
-            kb.ks = a->k_strides[2];
-            kb.vs = a->v_strides[2];
-            kb.masked = a->key_padding_mask != NULL;
-            if (kb.masked && FN(load_kpm)(w, b, n0, kb.nk) == 0) continue;
-            /* the first query block with a row that can see key n0 */
-            int64_t i0 = 0;
-            if (a->causal) {
-                const int64_t mfirst = n0 - a->q_offset;
-                if (mfirst >= M) break;
-                i0 = mfirst > 0 ? mfirst / ATTN_BBM : 0;
-            }
-            FN(pack_strips)(w->kp, kb.k, kb.ks, kb.nk, d);
-            FN(pack_strips)(w->vp, kb.v, kb.vs, kb.nk, d);
-            FN(pack_panels)(w->kpan, ATTN_BBN, kb.k, kb.ks, kb.nk, d);
-            memset(w->dka, 0, sizeof(T) * (size_t)(ATTN_BBN * dpad));
-            memset(w->dva, 0, sizeof(T) * (size_t)(ATTN_BBN * dpad));
-            for (int64_t qi = i0; qi < p->nqb; ++qi) {
-                const int64_t m0 = qi * ATTN_BBM, rows = M - m0 < ATTN_BBM ? M - m0 : ATTN_BBM;
-                FN(pack_query_groups)(w, groups, b, h, m0, rows);
-                for (int64_t gi = 0; gi * ATTN_MR < rows; ++gi) {
-                    const T *rp[ATTN_MR];
-                    const int gr = groups[gi].rows;
-                    for (int t = 0; t < ATTN_MR; ++t)
-                        rp[t] = (const T *)a->dout +
-                                attn_off(a->dout_strides, b, h, m0 + gi * ATTN_MR + (t < gr ? t : 0));
-                    FN(pack_rows)(w->dop + gi * ATTN_MR * d, rp, gr, d, (T)1);
-                }
-                FN(pack_panels)(w->qpan, ATTN_BBM, (const T *)a->q + attn_off(a->q_strides, b, h, m0),
-                                a->q_strides[2], rows, d);
-                FN(pack_panels)(w->dopan, ATTN_BBM, (const T *)a->dout + attn_off(a->dout_strides, b, h, m0),
-                                a->dout_strides[2], rows, d);
-                FN(tile_backward)(w, groups, b, h, m0, rows, &kb, dt_slot, p->dslope_partial ? &dslope : NULL);
-            }
-            for (int64_t j = 0; j < kb.nk; ++j)
-                for (int64_t c = 0; c < d; ++c) {
-                    dk[(n0 + j) * d + c] += w->dka[j * dpad + c];
-                    dv[(n0 + j) * d + c] += w->dva[j * dpad + c];
-                }
-        }
-        if (p->dslope_partial != NULL) p->dslope_partial[b * a->heads + h] = dslope;
+    T *dq = (T *)a->dq + (b * a->heads + h) * M * d;
+    memset(dq, 0, sizeof(T) * (size_t)(M * d));
+    for (int64_t m = 0; m < M; ++m) {
+        const T *orow = (const T *)a->out + attn_off(a->out_strides, b, h, m);
+        const T *gorow = (const T *)a->dout + attn_off(a->dout_strides, b, h, m);
+        double s = 0.0;
+        for (int64_t c = 0; c < d; ++c) s += (double)orow[c] * (double)gorow[c];
+        if (a->dlse != NULL) s -= (double)((const T *)a->dlse)[(b * a->heads + h) * M + m];
+        w->dvec[m] = s;
     }
+    double dslope = 0.0;
+    for (int64_t n0 = 0; n0 < N; n0 += ATTN_BBN) {
+        FN(kblock) kb;
+        kb.n0 = n0;
+        kb.nk = N - n0 < ATTN_BBN ? N - n0 : ATTN_BBN;
+        kb.k = kbase + n0 * a->k_strides[2];
+        kb.v = vbase + n0 * a->v_strides[2];
+        kb.ks = a->k_strides[2];
+        kb.vs = a->v_strides[2];
+        kb.masked = a->key_padding_mask != NULL;
+        if (kb.masked && FN(load_kpm)(w, b, n0, kb.nk) == 0) continue;
+        /* the first query block with a row that can see key n0 */
+        int64_t i0 = 0;
+        if (a->causal) {
+            const int64_t mfirst = n0 - a->q_offset;
+            if (mfirst >= M) break;
+            i0 = mfirst > 0 ? mfirst / ATTN_BBM : 0;
+        }
+        FN(pack_strips)(w->kp, kb.k, kb.ks, kb.nk, d);
+        FN(pack_strips)(w->vp, kb.v, kb.vs, kb.nk, d);
+        FN(pack_panels)(w->kpan, ATTN_BBN, kb.k, kb.ks, kb.nk, d);
+        memset(w->dka, 0, sizeof(T) * (size_t)(ATTN_BBN * dpad));
+        memset(w->dva, 0, sizeof(T) * (size_t)(ATTN_BBN * dpad));
+        for (int64_t qi = i0; qi < p->nqb; ++qi) {
+            const int64_t m0 = qi * ATTN_BBM, rows = M - m0 < ATTN_BBM ? M - m0 : ATTN_BBM;
+            FN(pack_query_groups)(w, groups, b, h, m0, rows);
+            for (int64_t gi = 0; gi * ATTN_MR < rows; ++gi) {
+                const T *rp[ATTN_MR];
+                const int gr = groups[gi].rows;
+                for (int t = 0; t < ATTN_MR; ++t)
+                    rp[t] = (const T *)a->dout +
+                            attn_off(a->dout_strides, b, h, m0 + gi * ATTN_MR + (t < gr ? t : 0));
+                FN(pack_rows)(w->dop + gi * ATTN_MR * d, rp, gr, d, (T)1);
+            }
+            FN(pack_panels)(w->qpan, ATTN_BBM, (const T *)a->q + attn_off(a->q_strides, b, h, m0),
+                            a->q_strides[2], rows, d);
+            FN(pack_panels)(w->dopan, ATTN_BBM, (const T *)a->dout + attn_off(a->dout_strides, b, h, m0),
+                            a->dout_strides[2], rows, d);
+            FN(tile_backward)(w, groups, b, h, m0, rows, &kb, dt_slot, p->dslope_partial ? &dslope : NULL);
+        }
+        for (int64_t j = 0; j < kb.nk; ++j)
+            for (int64_t c = 0; c < d; ++c) {
+                dk[(n0 + j) * d + c] += w->dka[j * dpad + c];
+                dv[(n0 + j) * d + c] += w->dva[j * dpad + c];
+            }
+    }
+    if (p->dslope_partial != NULL) p->dslope_partial[b * a->heads + h] = dslope;
 }
 
 int FN(attn_avx2_bwd)(wavepe_attention_plan *p, int64_t begin, int64_t end) {

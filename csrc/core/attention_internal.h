@@ -15,6 +15,8 @@ enum { ATTN_KIND_SCALAR = 0, ATTN_KIND_TILED = 1, ATTN_KIND_DECODE = 2 };
 /* Most partial table-gradient buffers of a backward: bounds its extra memory
  * by a constant times the table size, independently of B * H. */
 #define ATTN_MAX_TABLE_SLOTS 8
+/* Key rows per phase-1 unit of the GQA dk/dv reduction. */
+#define ATTN_KV_REDUCE_ROWS 64
 
 /* Tiling of the AVX2 kernels.  A micro-tile is MR rows x NR columns of
  * accumulators (12 of the 16 YMM registers); query blocks are BM rows, key
@@ -68,8 +70,10 @@ struct wavepe_attention_plan {
     void *partial;          /* (B*H*M, nchunks, dpad + 2): acc, max, sum */
 
     /* backward */
-    int64_t nunits;      /* (batch, kv head) units */
+    int64_t nunits;      /* (batch, query head) units */
     int64_t nslots;      /* phase-0 units: slot s runs units s, s + nslots, ... */
+    void *dkv_partial;   /* GQA: (B, H, N, d) dk then dv per query head, or NULL (H == Hkv) */
+    int64_t nkv_chunks;  /* phase-1 units reducing dk/dv over each kv head's query heads */
     void *dt_partial;    /* (nslots, rows, cols) table gradient per slot, or NULL */
     int64_t dt_rows, dt_cols; /* scalar: (R, d); AVX2: (prows, dpad) */
     double *dslope_partial; /* (B, H) */
@@ -78,6 +82,20 @@ struct wavepe_attention_plan {
 /* Pointers into the strided tensors. */
 static inline int64_t attn_off(const int64_t s[3], int64_t b, int64_t h, int64_t row) {
     return b * s[0] + h * s[1] + row * s[2];
+}
+
+/* Where the backward of query head h accumulates dk and dv (dense N x d):
+ * the outputs when each kv head has one query head, else h's partial. */
+static inline void *attn_dk_dest(const wavepe_attention_plan *p, int64_t b, int64_t h) {
+    const wavepe_attention_args *a = &p->a;
+    if (p->dkv_partial == NULL) return (char *)a->dk + (b * a->kv_heads + h) * a->n * a->d * p->esize;
+    return (char *)p->dkv_partial + (b * a->heads + h) * 2 * a->n * a->d * p->esize;
+}
+
+static inline void *attn_dv_dest(const wavepe_attention_plan *p, int64_t b, int64_t h) {
+    const wavepe_attention_args *a = &p->a;
+    if (p->dkv_partial == NULL) return (char *)a->dv + (b * a->kv_heads + h) * a->n * a->d * p->esize;
+    return (char *)p->dkv_partial + ((b * a->heads + h) * 2 + 1) * a->n * a->d * p->esize;
 }
 
 /* Table row index of distance r within the plan's table, or -1 for a zero row. */
