@@ -31,6 +31,30 @@ static inline float hmax_ps(__m256 v) {
     return _mm_cvtss_f32(x);
 }
 
+/* exp(x) for the softmax, where x = score - running max <= 0 (up to
+ * rounding): wp_exp_ps's range reduction and polynomial (a few ulp), without
+ * its overflow and subnormal handling.  Results below 2^-126 flush to 0,
+ * -inf gives 0, NaN stays NaN (the clamps keep NaN: max/min return their
+ * second operand when it is NaN). */
+static inline __m256 exp_softmax_ps(__m256 x) {
+    const __m256 xc = _mm256_max_ps(_mm256_set1_ps(-88.0f), _mm256_min_ps(_mm256_set1_ps(88.0f), x));
+    const __m256 n = _mm256_round_ps(_mm256_mul_ps(xc, _mm256_set1_ps(1.44269504088896341f)),
+                                     _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), xc);
+    r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
+    __m256 p = _mm256_set1_ps(1.0f / 5040.0f);
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 720.0f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 120.0f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 24.0f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 6.0f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(0.5f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+    /* 2^n for n in [-127, 127]; n = -127 gives the bits of +0.0 */
+    const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+    return _mm256_mul_ps(p, _mm256_castsi256_ps(e));
+}
+
 /* out[c*16 + lane] = src[lane*ks + c] for 16 rows (lanes) and d columns:
  * 8 x 8 register transposes, scalar for the last d % 8 columns. */
 static void transpose_strip_f32(float *restrict out, const float *src, int64_t ks, int64_t d) {
@@ -141,7 +165,7 @@ static void transpose_strip_f64(double *restrict out, const double *src, int64_t
 #define V_ZERO _mm256_setzero_ps
 #define V_MASKLOAD(p, m) _mm256_maskload_ps((p), (m))
 #define V_IMASK(n) _mm256_cmpgt_epi32(_mm256_set1_epi32((int)(n)), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7))
-#define V_EXP wp_exp_ps
+#define V_EXP exp_softmax_ps
 #define V_CMPLT(a, b) _mm256_cmp_ps((a), (b), _CMP_LT_OQ)
 #define V_BLEND(a, b, m) _mm256_blendv_ps((a), (b), (m))
 #define V_ABS(x) _mm256_andnot_ps(_mm256_set1_ps(-0.0f), (x))
