@@ -164,7 +164,7 @@ def rope_inv_freq(
     inv = np.ascontiguousarray(inv[:pairs], dtype=np.float64)
     bad = np.flatnonzero(~np.isfinite(inv))
     if bad.size:
-        raise ValueError(f"inv_freq must be finite, got inv_freq[{int(bad[0])}] = {inv[bad[0]]!r}")
+        raise ValueError(f"inv_freq must be finite, got inv_freq[{int(bad[0])}] = {float(inv[bad[0]])!r}")
     scale = check_real("scale", scale, positive=True)
     if not isinstance(inverse, (bool, np.bool_)):
         raise TypeError(f"inverse must be a bool, got {inverse!r}")

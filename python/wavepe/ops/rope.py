@@ -94,10 +94,15 @@ def _check_qk(q: torch.Tensor, k: torch.Tensor | None) -> None:
             raise ValueError(f"k must be (B, H_kv, L, d) with q's B, L and d: q {tuple(q.shape)}, k {tuple(k.shape)}")
 
 
+_DISPATCH_KEYS = {"cuda": "CUDA", "meta": "Meta", "mps": "MPS", "xpu": "XPU", "hpu": "HPU"}
+
+
 def _has_kernel(device: torch.device) -> bool:
+    """Is torch.ops.wavepe.rope implemented for this device (CPU always; Meta through the fake kernel)?"""
     if device.type == "cpu":
         return True
-    return torch._C._dispatch_has_kernel_for_dispatch_key("wavepe::rope", device.type.upper())
+    key = _DISPATCH_KEYS.get(device.type)
+    return key is not None and torch._C._dispatch_has_kernel_for_dispatch_key("wavepe::rope", key)
 
 
 _warned_devices: set[str] = set()
