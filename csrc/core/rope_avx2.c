@@ -24,6 +24,37 @@
 #define BLOCK WAVEPE_ROPE_POS_BLOCK
 #define CHUNK WAVEPE_ROPE_PAIR_CHUNK
 
+/* ---- large inputs ----------------------------------------------------- */
+
+/* Inputs this large stream from memory; each head's run of block rows starts
+ * on fresh pages, so the next head's row is prefetched while the current one
+ * is rotated (below).  Stores stay ordinary: non-temporal stores were ~10%
+ * faster into reused output memory, but 10-20% slower into freshly mapped
+ * pages (the kernel zeroes them through the cache, and a streaming store
+ * then evicts those dirty lines: two writes per line), which is what a large
+ * torch.empty from glibc's allocator hands out on every call. */
+#define LARGE_MIN_BYTES ((int64_t)32 << 20)
+
+static int is_large(const wavepe_rope_args *a, int64_t elem) {
+    const double bytes = (double)a->batch * (double)(a->q.heads + a->k.heads) * (double)a->len *
+                         (double)a->head_dim * (double)elem;
+    return bytes >= (double)LARGE_MIN_BYTES;
+}
+
+/* The head vector (b, h + 1, l), or the first k head after the last q head:
+ * prefetched while (b, h, l) is rotated, so that each head's run of block
+ * rows (a new pair of pages) starts warm instead of waiting for the hardware
+ * prefetcher to pick the new stream up (~10% on large inputs, measured). */
+static inline void prefetch_next_head(const wavepe_rope_args *a, int t, int64_t b, int64_t h, int64_t l,
+                                      int64_t elem) {
+    const wavepe_rope_tensor *ten = t == 0 ? &a->q : &a->k;
+    const char *next;
+    if (h + 1 < ten->heads) next = (const char *)ten->in + rope_in_at(ten, b, h + 1, l) * elem;
+    else if (t == 0 && a->k.heads > 0) next = (const char *)a->k.in + rope_in_at(&a->k, b, 0, l) * elem;
+    else return;
+    for (int64_t off = 0; off < a->head_dim * elem; off += 64) _mm_prefetch(next + off, _MM_HINT_T0);
+}
+
 /* ---- float32 ---------------------------------------------------------- */
 
 typedef struct table_f32 {
@@ -115,8 +146,8 @@ static inline void rotate_interleaved_f32(const float *x, float *y, int64_t i0, 
     for (; j + 8 <= n; j += 8) {
         const __m256 v = _mm256_loadu_ps(xo + j);
         const __m256 swapped = _mm256_permute_ps(v, 0xB1); /* (b, a) per pair */
-        _mm256_storeu_ps(yo + j, _mm256_fmadd_ps(v, _mm256_load_ps(c + j),
-                                                 _mm256_mul_ps(swapped, _mm256_load_ps(s + j))));
+        _mm256_storeu_ps(yo + j,
+                         _mm256_fmadd_ps(v, _mm256_load_ps(c + j), _mm256_mul_ps(swapped, _mm256_load_ps(s + j))));
     }
     for (; j < n; j += 2) {
         const float a = xo[j], b = xo[j + 1];
@@ -135,6 +166,7 @@ void wavepe_rope_f32_avx2(const wavepe_rope_args *a, int64_t row_begin, int64_t 
     table_f32 table;
     const rope_pass pass = rope_passthrough(a);
     const float scale = (float)a->scale;
+    const int large = is_large(a, (int64_t)sizeof(float));
     const int64_t half = a->head_dim / 2;
     const wavepe_rope_tensor *tensors[2] = {&a->q, &a->k};
     for (int64_t row = row_begin; row < row_end; ++row) {
@@ -150,6 +182,7 @@ void wavepe_rope_f32_avx2(const wavepe_rope_args *a, int64_t row_begin, int64_t 
                         const int64_t l = r.l0 + p;
                         const float *x = (const float *)ten->in + rope_in_at(ten, r.b, h, l);
                         float *y = (float *)ten->out + rope_out_at(ten, r.b, h, l);
+                        if (large) prefetch_next_head(a, t, r.b, h, l, (int64_t)sizeof(float));
                         if (a->layout == WAVEPE_ROPE_HALF)
                             rotate_half_f32(x, y, half, i0, nc, table.c[p], table.s[p]);
                         else
@@ -246,8 +279,8 @@ static inline void rotate_interleaved_f64(const double *x, double *y, int64_t i0
     for (; j + 4 <= n; j += 4) {
         const __m256d v = _mm256_loadu_pd(xo + j);
         const __m256d swapped = _mm256_permute_pd(v, 0x5);
-        _mm256_storeu_pd(yo + j, _mm256_fmadd_pd(v, _mm256_load_pd(c + j),
-                                                 _mm256_mul_pd(swapped, _mm256_load_pd(s + j))));
+        _mm256_storeu_pd(yo + j,
+                         _mm256_fmadd_pd(v, _mm256_load_pd(c + j), _mm256_mul_pd(swapped, _mm256_load_pd(s + j))));
     }
     for (; j < n; j += 2) {
         const double a = xo[j], b = xo[j + 1];
@@ -265,6 +298,7 @@ static inline void pass_row_f64(const rope_pass *p, double scale, const double *
 void wavepe_rope_f64_avx2(const wavepe_rope_args *a, int64_t row_begin, int64_t row_end) {
     table_f64 table;
     const rope_pass pass = rope_passthrough(a);
+    const int large = is_large(a, (int64_t)sizeof(double));
     const int64_t half = a->head_dim / 2;
     const wavepe_rope_tensor *tensors[2] = {&a->q, &a->k};
     for (int64_t row = row_begin; row < row_end; ++row) {
@@ -280,6 +314,7 @@ void wavepe_rope_f64_avx2(const wavepe_rope_args *a, int64_t row_begin, int64_t 
                         const int64_t l = r.l0 + p;
                         const double *x = (const double *)ten->in + rope_in_at(ten, r.b, h, l);
                         double *y = (double *)ten->out + rope_out_at(ten, r.b, h, l);
+                        if (large) prefetch_next_head(a, t, r.b, h, l, (int64_t)sizeof(double));
                         if (a->layout == WAVEPE_ROPE_HALF)
                             rotate_half_f64(x, y, half, i0, nc, table.c[p], table.s[p]);
                         else

@@ -254,6 +254,49 @@ static void check_large_positions(unsigned long long *seed) {
     check_case(&c, seed);
 }
 
+/* Problems of 32 MiB and more take the AVX2 kernels' large-input path
+ * (prefetching the next head, across q into k): the bits must be those of the
+ * same heads rotated one at a time, for both layouts and dtypes. */
+#define CHECK_LARGE_PATH(T, KERNEL)                                                                 \
+    do {                                                                                           \
+        const int64_t L = 4096, d = 128, H = (int64_t)(16 << 20) / (L * d * (int64_t)sizeof(T));   \
+        const int64_t n = H * L * d; /* q and k: 16 MiB each */                                    \
+        T *q = malloc(sizeof(T) * (size_t)n), *k = malloc(sizeof(T) * (size_t)n);                  \
+        T *qo = malloc(sizeof(T) * (size_t)n), *ko = malloc(sizeof(T) * (size_t)n);                \
+        T *one = malloc(sizeof(T) * (size_t)(L * d));                                              \
+        for (int64_t i = 0; i < n; ++i)                                                            \
+            q[i] = (T)test_uniform(&seed, -1, 1), k[i] = (T)test_uniform(&seed, -1, 1);            \
+        for (int layout = 0; layout < 2; ++layout) {                                               \
+            wavepe_rope_args a;                                                                    \
+            memset(&a, 0, sizeof a);                                                               \
+            a.batch = 1, a.len = L, a.head_dim = d, a.inv_freq = inv, a.rotary_pairs = 60;         \
+            a.layout = layout, a.scale = 1.0, a.offset = 3;                                        \
+            a.q.heads = H, a.q.in = q, a.q.out = qo;                                               \
+            a.q.in_stride_b = a.q.out_stride_b = n, a.q.in_stride_h = a.q.out_stride_h = L * d;    \
+            a.q.in_stride_l = a.q.out_stride_l = d;                                                \
+            a.k = a.q, a.k.in = k, a.k.out = ko;                                                   \
+            CHECK(wavepe_rope_validate(&a) == WAVEPE_OK);                                          \
+            KERNEL(wavepe_cpu_isa(), &a, 0, wavepe_rope_rows(&a));                                 \
+            wavepe_rope_args h1 = a;                                                               \
+            h1.q.heads = 1, h1.k.heads = 0, h1.q.out = one;                                        \
+            for (int t = 0; t < 2; ++t)                                                            \
+                for (int64_t h = 0; h < H; ++h) {                                                  \
+                    h1.q.in = (t == 0 ? q : k) + h * L * d;                                        \
+                    KERNEL(wavepe_cpu_isa(), &h1, 0, wavepe_rope_rows(&h1));                       \
+                    CHECK(memcmp(one, (t == 0 ? qo : ko) + h * L * d, sizeof(T) * (size_t)(L * d)) == 0); \
+                }                                                                                  \
+        }                                                                                          \
+        free(q), free(k), free(qo), free(ko), free(one);                                           \
+    } while (0)
+
+static void check_large_path(void) {
+    double inv[64];
+    for (int64_t i = 0; i < 64; ++i) inv[i] = pow(10000.0, -2.0 * (double)i / 128.0);
+    unsigned long long seed = 99;
+    CHECK_LARGE_PATH(float, wavepe_rope_f32);
+    CHECK_LARGE_PATH(double, wavepe_rope_f64);
+}
+
 void test_rope(void) {
     unsigned long long seed = 7;
     const int64_t dims[4] = {2, 6, 10, 130};
@@ -281,5 +324,6 @@ void test_rope(void) {
         check_round_trip(layout, 6, 77, &seed);
     }
     check_large_positions(&seed);
+    check_large_path();
     check_validation();
 }
