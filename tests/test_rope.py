@@ -389,6 +389,34 @@ def test_torch_compile_fullgraph_forward_and_backward():
             torch.testing.assert_close(a, b)
 
 
+def test_torch_compile_changing_offsets_and_lengths():
+    # decoding: the offset (and the length) changes every call; automatic
+    # dynamic shapes make them symbolic instead of recompiling for each
+    cfg = RopeConfig(theta=1e4, layout="interleaved")
+
+    @torch.compile(fullgraph=True, backend="aot_eager")
+    def step(q, k, offset):
+        return wo.rope(q, k, offset, cfg)
+
+    for length, offset in [(3, 7), (3, 8), (5, 1000), (1, 1001), (4, 0)]:
+        q, k = torch.randn(2, 4, length, 16), torch.randn(2, 2, length, 16)
+        for got, want in zip(step(q, k, offset), wo.rope(q, k, offset, cfg)):
+            torch.testing.assert_close(got, want, rtol=0, atol=0)
+
+
+def test_torch_compile_dynamic_shapes_with_inv_freq():
+    inv = torch.from_numpy(ref.rope_inv_freq(1e4, 16))
+
+    @torch.compile(fullgraph=True, backend="aot_eager", dynamic=True)
+    def step(q, k, positions):
+        return wo.rope_inv_freq(q, k, positions, inv, rotary_pairs=6)
+
+    for length, positions in [(3, 7), (5, torch.arange(5) * 3), (2, 11)]:
+        q, k = torch.randn(2, 4, length, 16), torch.randn(2, 2, length, 16)
+        for got, want in zip(step(q, k, positions), wo.rope_inv_freq(q, k, positions, inv, rotary_pairs=6)):
+            torch.testing.assert_close(got, want, rtol=0, atol=0)
+
+
 # ---- layouts, dtypes, devices ------------------------------------------------------
 
 def test_non_contiguous_inputs_read_in_place(isa):

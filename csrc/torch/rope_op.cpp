@@ -1,7 +1,7 @@
 // rope_op.cpp: torch.ops.wavepe.rope on the CPU.
 //
 //   rope(Tensor q, Tensor? k, Tensor? positions, SymInt offset, Tensor inv_freq,
-//        int rotary_pairs, str layout, float scale, bool inverse) -> (Tensor, Tensor)
+//        SymInt rotary_pairs, str layout, float scale, bool inverse) -> (Tensor, Tensor)
 //
 // q (B, Hq, L, d) and k (B, Hk, L, d) are rotated in one pass that computes
 // cos/sin once per (position, pair) for all heads (csrc/core/rope.h).  Any
@@ -128,7 +128,7 @@ std::tuple<at::Tensor, at::Tensor> rope_cpu(const at::Tensor& q, const std::opti
 
 TORCH_LIBRARY_FRAGMENT(wavepe, m) {
     m.def(
-        "rope(Tensor q, Tensor? k, Tensor? positions, SymInt offset, Tensor inv_freq, int rotary_pairs, "
+        "rope(Tensor q, Tensor? k, Tensor? positions, SymInt offset, Tensor inv_freq, SymInt rotary_pairs, "
         "str layout, float scale, bool inverse) -> (Tensor, Tensor)");
 }
 

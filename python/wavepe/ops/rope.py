@@ -3,7 +3,7 @@
 The compiled op::
 
     torch.ops.wavepe.rope(Tensor q, Tensor? k, Tensor? positions, SymInt offset, Tensor inv_freq,
-                          int rotary_pairs, str layout, float scale, bool inverse) -> (Tensor, Tensor)
+                          SymInt rotary_pairs, str layout, float scale, bool inverse) -> (Tensor, Tensor)
 
 rotates q (B, Hq, L, d) and k (B, Hk, L, d) with cos/sin computed once per
 (position, pair) and shared by every head.  Without k its second output is an
@@ -14,12 +14,13 @@ Outputs are new contiguous tensors; inputs are read through their strides.
 
 from __future__ import annotations
 
+import math
 import numbers
 import warnings
 
 import torch
 
-from .._validate import check_choice, check_int, check_real
+from .._validate import _is_symbolic_int, check_choice, check_int
 from ..config import ROPE_LAYOUTS, RopeConfig
 from . import eager
 from ._checks import check_same, check_tensor, compute_dtype
@@ -62,6 +63,8 @@ torch.library.register_autograd("wavepe::rope", _rope_backward, setup_context=_r
 def _resolve_positions(positions: int | torch.Tensor, batch: int, length: int,
                        device: torch.device) -> tuple[int, torch.Tensor | None]:
     """(offset, None) for an int, (0, tensor) for an int64 (L,) / (B, L) / (1, L) tensor."""
+    if _is_symbolic_int(positions):  # torch.compile with dynamic shapes: the op checks it
+        return positions, None
     if isinstance(positions, numbers.Integral) and not isinstance(positions, bool):
         start = check_int("positions", positions)
         if start + length - 1 > 2**63 - 1:
@@ -95,6 +98,15 @@ def _check_qk(q: torch.Tensor, k: torch.Tensor | None) -> None:
 
 
 _DISPATCH_KEYS = {"cuda": "CUDA", "meta": "Meta", "mps": "MPS", "xpu": "XPU", "hpu": "HPU"}
+
+
+def _check_scale(scale: float) -> float:
+    # comparisons only (no math.isnan): traceable by torch.compile, also with dynamic=True
+    if isinstance(scale, bool) or not isinstance(scale, numbers.Real):
+        raise TypeError(f"scale must be a real number, got {scale!r} of type {type(scale).__name__}")
+    if not (0 < scale < math.inf):
+        raise ValueError(f"scale must be > 0 and finite, got {scale}")
+    return scale
 
 
 def _has_kernel(device: torch.device) -> bool:
@@ -156,7 +168,7 @@ def rope_inv_freq(
         when k is None).  bfloat16 / float16 inputs are computed in float32.
     """
     _check_qk(q, k)
-    b, _, length, d = q.shape
+    d = q.shape[-1]
     if d % 2:
         raise ValueError(f"head_dim (q.shape[-1]) must be even for RoPE, got {d}")
     check_tensor("inv_freq", inv_freq, dim=1)
@@ -169,10 +181,15 @@ def rope_inv_freq(
     pairs = d // 2 if rotary_pairs is None else check_int("rotary_pairs", rotary_pairs, min_value=0)
     if pairs > d // 2:
         raise ValueError(f"rotary_pairs must be <= head_dim/2 = {d // 2}, got {pairs}")
-    scale = check_real("scale", scale, positive=True)
-    offset, pos = _resolve_positions(positions, b, length, q.device)
+    scale = _check_scale(scale)
+    return _rope(q, k, positions, inv_freq.to(device=q.device, dtype=torch.float64), layout, pairs, scale)
+
+
+def _rope(q: torch.Tensor, k: torch.Tensor | None, positions: int | torch.Tensor, inv: torch.Tensor, layout: str,
+          pairs: int, scale: float) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """The op on checked arguments: inv is float64 (d/2,) on q's device."""
+    offset, pos = _resolve_positions(positions, q.shape[0], q.shape[2], q.device)
     cdt = compute_dtype(q)
-    inv = inv_freq.to(device=q.device, dtype=torch.float64)
     if not _has_kernel(q.device):
         return _eager_fallback(q, k, offset, pos, inv, layout, pairs, scale, cdt)
     q_rot, k_rot = ops.rope(q.to(cdt), None if k is None else k.to(cdt), pos, offset, inv, pairs, layout, scale,
@@ -195,6 +212,14 @@ def config_inv_freq(config: RopeConfig, head_dim: int, device: torch.device | st
     return hit
 
 
+@torch.compiler.assume_constant_result
+def _config_inv_freq_constant(config: RopeConfig, head_dim: int, device: torch.device) -> torch.Tensor:
+    # Under torch.compile the spectrum is built (or fetched) eagerly while
+    # tracing and enters the graph as a constant: the config is fixed, and
+    # the cache lookup (hashing configs) and NumPy code are not traceable.
+    return config_inv_freq(config, head_dim, device)
+
+
 def rope(
     q: torch.Tensor,
     k: torch.Tensor | None,
@@ -211,11 +236,15 @@ def rope(
     Returns:
         (q_rot, k_rot), same shapes and dtypes, contiguous; ``scale`` is the
         config's attention factor (YaRN), 1 otherwise.
+
+    Under ``torch.compile`` the config's spectrum enters the graph as a
+    constant built for the (static) head_dim; with ``dynamic=True``, which
+    makes even head_dim symbolic, pass the spectrum yourself through
+    :func:`rope_inv_freq` (e.g. ``config.inv_freq(d)`` as a tensor buffer).
     """
     if not isinstance(config, RopeConfig):
         raise TypeError(f"config must be a RopeConfig, got {type(config).__name__}")
-    check_tensor("q", q, dim=4)
-    d = q.shape[-1]
-    inv = config_inv_freq(config, d, q.device)
-    return rope_inv_freq(q, k, positions, inv, layout=config.layout, rotary_pairs=config.rotary_pairs(d),
-                         scale=config.attention_factor)
+    _check_qk(q, k)
+    d = config.check_head_dim(int(q.shape[-1]))  # a model constant: specialised under torch.compile
+    inv = _config_inv_freq_constant(config, d, q.device)
+    return _rope(q, k, positions, inv, config.layout, config.rotary_pairs(d), config.attention_factor)
