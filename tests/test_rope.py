@@ -11,7 +11,6 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import wavepe
 import wavepe.ufuncs as wu
 from wavepe import RopeConfig
 
@@ -160,17 +159,17 @@ def test_raw_gufunc_paths_and_invalid_values():
     inv = ref.rope_inv_freq(1e4, 12)
     strided = gen.standard_normal((3, 7, 24))[..., ::2]
     want = ref.rope(strided, np.arange(7), inv, "half", 6)
-    np.testing.assert_allclose(wavepe._ufuncs.rope(strided, np.arange(7), inv, 1.0, 0), want, atol=1e-14, rtol=0)
+    np.testing.assert_allclose(wu.rope_gufunc(strided, np.arange(7), inv, 1.0, 0), want, atol=1e-14, rtol=0)
     # a different scale and mode per outer iteration
-    got = wavepe._ufuncs.rope(x, np.arange(7), inv[:4], np.array([1.0, 2.0, 0.5]), np.array([0, 1, 3]))
+    got = wu.rope_gufunc(x, np.arange(7), inv[:4], np.array([1.0, 2.0, 0.5]), np.array([0, 1, 3]))
     for i, (scale, layout, inverse) in enumerate([(1.0, "half", False), (2.0, "interleaved", False),
                                                   (0.5, "interleaved", True)]):
         np.testing.assert_allclose(got[i], ref.rope(x[i], np.arange(7), inv, layout, 4, scale, inverse), atol=1e-14)
     with pytest.warns(RuntimeWarning, match="invalid value"):
-        bad = wavepe._ufuncs.rope(x, np.arange(7), np.ones(7), 1.0, 0)  # 7 pairs > d/2
+        bad = wu.rope_gufunc(x, np.arange(7), np.ones(7), 1.0, 0)  # 7 pairs > d/2
     assert np.isnan(bad).all()
     with pytest.warns(RuntimeWarning, match="invalid value"):
-        bad = wavepe._ufuncs.rope(x, np.arange(7), inv, 1.0, np.array([0, 9, 0]))  # unknown mode in row 1
+        bad = wu.rope_gufunc(x, np.arange(7), inv, 1.0, np.array([0, 9, 0]))  # unknown mode in row 1
     assert np.isnan(bad[1]).all() and not np.isnan(bad[0]).any()
 
 

@@ -28,11 +28,17 @@ morlet: np.ufunc = _ufuncs.morlet
 haar: np.ufunc = _ufuncs.haar
 
 __all__ = ["ricker", "gaussian", "morlet", "haar", "alibi_bias", "sinusoidal_table", "rel_bias", "wavelet_bias",
-           "rope", "rope_inv_freq"]
+           "rope", "rope_inv_freq", "rope_gufunc"]
 
 #: The relative-table bias gufunc ``(m,d),(r,d),(),(),(),()->(m,n)``; ``out=`` is
 #: required (it carries n).  :func:`rel_bias` is the friendly front end.
 rel_bias_gufunc: np.ufunc = _ufuncs.rel_bias
+
+#: The RoPE gufunc ``(l,d),(l),(p),(),()->(l,d)``: x, int64 positions, float64
+#: inv_freq of the p = rotary_pairs pairs that rotate, scale, mode (bit 0
+#: interleaved, bit 1 inverse).  Unvalidated: :func:`rope` / :func:`rope_inv_freq`
+#: are the checked front ends.
+rope_gufunc: np.ufunc = _ufuncs.rope
 
 
 def _float_dtype(name: str, arr: np.ndarray) -> np.dtype:
@@ -240,7 +246,7 @@ def rope_inv_freq(
         scale: multiplies the result (YaRN attention factor).
 
     Returns:
-        (..., L, d) array of x's dtype.  A real gufunc (``_ufuncs.rope``) does
+        (..., L, d) array of x's dtype.  A real gufunc (:data:`rope_gufunc`) does
         the work with the GIL released; cos/sin are computed once per position
         for all the heads that share it.
     """
@@ -272,7 +278,7 @@ def rope_inv_freq(
     work = arr.astype(dt, copy=False)
     if work.strides[-1] != work.itemsize:  # the kernels read head vectors contiguously
         work = np.ascontiguousarray(work)
-    out = _ufuncs.rope(work, pos, inv, np.float64(scale), np.int64(mode))
+    out = rope_gufunc(work, pos, inv, np.float64(scale), np.int64(mode))
     return out if out.dtype == arr.dtype else out.astype(arr.dtype)
 
 
