@@ -172,6 +172,8 @@ class WavepeSelfAttention(MultiheadAttention):
         scores = scores.masked_fill(masked, float("-inf"))
         # a query whose keys are all masked (only possible with padding) attends to nothing: output 0
         empty = masked.all(dim=-1, keepdim=True)
-        probs = torch.softmax(scores.float().masked_fill(empty, 0.0), dim=-1).masked_fill(empty, 0.0)
+        # softmax in at least float32, as fairseq does for half-precision scores
+        soft_dtype = torch.promote_types(scores.dtype, torch.float32)
+        probs = torch.softmax(scores.to(soft_dtype).masked_fill(empty, 0.0), dim=-1).masked_fill(empty, 0.0)
         probs = self.dropout_module(probs.to(v.dtype))
         return torch.matmul(probs, v)
