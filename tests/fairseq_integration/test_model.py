@@ -83,6 +83,30 @@ def test_build_and_incremental_decoding(data_dir, name):
     assert all(p.grad is not None and torch.isfinite(p.grad).all() for p in model.parameters() if p.requires_grad)
 
 
+@pytest.mark.parametrize("name", ["wavelet", "rope", "alibi", "sinusoidal"])
+def test_beam_search_scores_equal_full_forward(data_dir, name):
+    """fairseq's sequence generator (incremental cache, reordered across beams) against a full forward."""
+    from fairseq.sequence_generator import SequenceGenerator
+
+    model, task = build(data_dir, *SMALL, *POS_ENC_ARGS[name])
+    dictionary = task.target_dictionary
+    generator = SequenceGenerator([model], dictionary, beam_size=3, max_len_b=14, min_len=8)
+    prefix = torch.randint(4, len(dictionary), (2, 5))
+    sample = {"net_input": {"src_tokens": prefix, "src_lengths": torch.tensor([5, 5])}}
+    hypos = task.inference_step(generator, [model], sample)
+    bos = dictionary.eos()  # the language-modeling task conditions generation on eos as bos
+    for row, beams in enumerate(hypos):
+        assert len(beams) == 3
+        assert all(torch.equal(h["tokens"][:5], prefix[row]) for h in beams)
+        for hyp in beams:
+            tokens = hyp["tokens"]
+            inputs = torch.cat([torch.tensor([bos]), tokens[:-1]])[None]
+            lprobs = model.get_normalized_probs(model(inputs), log_probs=True)[0]
+            want = lprobs.gather(-1, tokens[:, None])[:, 0]
+            # fairseq's log-softmax runs in float32 on both paths
+            torch.testing.assert_close(hyp["positional_scores"].double(), want.double(), rtol=1e-6, atol=1e-6)
+
+
 def test_options_live_in_the_model_config(data_dir):
     """fairseq-train's path: Namespace -> hydra config (saved in checkpoints) -> model."""
     args = parse(data_dir, *SMALL, *POS_ENC_ARGS["rope"])
