@@ -538,6 +538,16 @@ INV8 = torch.from_numpy(ref.rope_inv_freq(1e4, 8))
          ValueError, "overflow"),
         (lambda: torch.ops.wavepe.rope(_q(1, 2, 3, 8).to(torch.bfloat16), None, None, 0, INV8, 4, "half", 1.0,
                                        False), TypeError, "q must be float32 or float64"),
+        # the fake kernel (torch.compile, meta tensors) applies the same shape rules
+        (lambda: torch.ops.wavepe.rope(torch.empty(1, 2, 3, 7, device="meta"), None, None, 0,
+                                       torch.empty(3, dtype=torch.float64, device="meta"), 3, "half", 1.0, False),
+         ValueError, "head_dim .* must be even"),
+        (lambda: torch.ops.wavepe.rope(torch.empty(1, 2, 3, 8, device="meta"), torch.empty(1, 2, 4, 8, device="meta"),
+                                       None, 0, torch.empty(4, dtype=torch.float64, device="meta"), 3, "half", 1.0,
+                                       False), ValueError, "k must be"),
+        (lambda: torch.ops.wavepe.rope(torch.empty(1, 2, 3, 8, device="meta"), None, None, 0,
+                                       torch.empty(4, dtype=torch.float64, device="meta"), 5, "half", 1.0, False),
+         ValueError, r"rotary_pairs must be in \[0, 4\]"),
         # NumPy
         (lambda: wu.rope(np.zeros((3, 7)), 0, RopeConfig()), ValueError, "head_dim must be even"),
         (lambda: wu.rope(np.zeros(8), 0, RopeConfig()), ValueError, r"x must have shape \(..., L, d\)"),

@@ -4,7 +4,7 @@
  *   1. the cos/sin table of its positions: angles pos * inv_freq in double,
  *      a vector sincos (vecmath_avx2.h; libm beyond its argument range),
  *      times scale, sin negated for the inverse;
- *   2. a streaming sweep over every head of q and k: two loads, two FMAs and
+ *   2. a sequential sweep over every head of q and k: two loads, two FMAs and
  *      two stores per vector, so the op runs at memory speed.
  * In layout INTERLEAVED the table holds one entry per element,
  * c = (cos, cos), s = (-sin, +sin) per pair, so that
@@ -44,7 +44,8 @@ static int is_large(const wavepe_rope_args *a, int64_t elem) {
 /* The head vector (b, h + 1, l), or the first k head after the last q head:
  * prefetched while (b, h, l) is rotated, so that each head's run of block
  * rows (a new pair of pages) starts warm instead of waiting for the hardware
- * prefetcher to pick the new stream up (~10% on large inputs, measured). */
+ * prefetcher to pick the new stream up (up to ~10% in A/B runs into reused
+ * output memory; within the noise into fresh pages). */
 static inline void prefetch_next_head(const wavepe_rope_args *a, int t, int64_t b, int64_t h, int64_t l,
                                       int64_t elem) {
     const wavepe_rope_tensor *ten = t == 0 ? &a->q : &a->k;
