@@ -215,6 +215,8 @@ def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: Any, *, pos_
     if position_ids is not None and plan.fused and m > 1:
         check_positions_follow_indices(position_ids, plan, m, pos_enc)
     kind = _OPS_POS_ENC[pos_enc]
+    if m == 0 or n == 0:  # nothing to attend to: 0, like a query whose keys are all masked
+        return q.new_zeros((b, m, h, v.shape[-1])), plan
     if plan.fused and dropout == 0.0:
         out = ops.wavelet_attention(q, k, v, wavelet if kind == "wavelet" else None, pos_enc=kind, causal=causal,
                                     scale=scale, q_offset=plan.q_offset, key_padding_mask=plan.key_padding_mask)
