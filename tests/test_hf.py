@@ -237,10 +237,14 @@ def test_static_cache_generation_equals_dynamic(pos_enc):
     assert (torch.stack(dyn.logits) - torch.stack(sta.logits)).abs().max() <= 1e-4
 
 
+@pytest.mark.parametrize("family,window", [
+    ("mistral", {"sliding_window": 6}),  # every layer slides
+    ("qwen2", {"use_sliding_window": True, "sliding_window": 6, "max_window_layers": 1}),  # layer 1 slides
+])
 @pytest.mark.parametrize("pos_enc", POS_ENCS)
-def test_sliding_window_that_bites(pos_enc):
-    # Mistral with a window shorter than the sequence: dense masks, a trimmed cache
-    model = tiny("mistral", sliding_window=6)
+def test_sliding_window_that_bites(pos_enc, family, window):
+    # a window shorter than the sequence: dense masks, a trimmed cache
+    model = tiny(family, **window)
     ids = ids_for(1, 16)
     with torch.no_grad(), wavepe.patch_llama(model, pos_enc):
         full = model(ids).logits
@@ -583,3 +587,19 @@ def test_torch_compile_smoke():
         want = model(ids, use_cache=False).logits
         got = torch.compile(model, backend="eager")(ids, use_cache=False).logits  # dynamo tracing, no codegen
     assert (got - want).abs().max() <= 1e-5
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize("pos_enc", POS_ENCS)
+def test_cuda_matches_cpu(pos_enc):
+    model = tiny()
+    ids, mask, pos = left_pad(ids_for(2, 24), [0, 6])
+    with torch.no_grad(), wavepe.patch_llama(model, pos_enc):
+        want = model(ids, attention_mask=mask, position_ids=pos).logits
+        model.cuda()
+        got = model(ids.cuda(), attention_mask=mask.cuda(), position_ids=pos.cuda()).logits.cpu()
+        out = model.generate(ids.cuda(), attention_mask=mask.cuda(), max_new_tokens=4, do_sample=False,
+                             pad_token_id=0)
+    assert (got - want)[mask.bool()].abs().max() <= 1e-4
+    assert out.shape == (2, 28)
