@@ -40,8 +40,6 @@ def build(case: str, length: int):
 
 
 def step_fn(model, ids):
-    import torch
-
     def step() -> None:
         if hasattr(model, "lm_head"):
             loss = model(ids, labels=ids, use_cache=False).loss
@@ -90,7 +88,7 @@ def _attention_path() -> str:
     """Which implementation wavelet_attention runs on: compiled kernel or the plain-PyTorch fallback."""
     import torch
 
-    import wavepe.ops  # noqa: F401  (loads the extension and registers torch.ops.wavepe)
+    from wavepe import ops  # noqa: F401  (loads the extension and registers torch.ops.wavepe)
 
     fused = [name for name in dir(torch.ops.wavepe) if "attention" in name]
     return f"fused kernel {fused[0]}" if fused else "bias + SDPA fallback"

@@ -19,6 +19,7 @@ import wavepe  # noqa: E402
 from wavepe import RopeConfig, WaveletConfig  # noqa: E402
 from wavepe.integrations import hf  # noqa: E402
 from wavepe.integrations import _hf_attention as hf_attn  # noqa: E402
+from wavepe.integrations import _hf_settings as hf_settings  # noqa: E402
 
 from transformers import (  # noqa: E402
     GPT2Config,
@@ -555,8 +556,8 @@ def test_head_dims_the_encoding_cannot_use():
     wavepe.patch_llama(model, "wavelet", wavelet=WaveletConfig.grid(12, n_scales=3)).remove()  # explicit grid: fine
     # transformers itself refuses odd head dims with RoPE, so check the shim's own guard directly
     with pytest.raises(ValueError, match="even head_dim.*head_dim=9"):
-        hf._for_head_dim(hf.PosEncSettings("rope"), 9)
-    assert hf._for_head_dim(hf.PosEncSettings("nope"), 9).pos_enc == "nope"
+        hf_settings.for_head_dim(hf.PosEncSettings("rope"), 9)
+    assert hf_settings.for_head_dim(hf.PosEncSettings("nope"), 9).pos_enc == "nope"
 
 
 def test_positions_that_are_not_index_distances_are_refused():

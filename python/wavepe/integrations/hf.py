@@ -45,293 +45,27 @@ from torch import nn
 
 try:
     import transformers
-    from transformers.masking_utils import AttentionMaskInterface
-    from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS, AttentionInterface, PreTrainedModel
 except ImportError as exc:  # pragma: no cover - exercised only without transformers
     raise ImportError("wavepe.integrations.hf needs transformers >= 5 (pip install 'transformers>=5')") from exc
+if int(transformers.__version__.split(".")[0]) < 5:  # pragma: no cover
+    raise ImportError(f"wavepe.integrations.hf needs transformers >= 5 (tested with 5.23), found "
+                      f"{transformers.__version__}")
+from transformers.masking_utils import AttentionMaskInterface  # noqa: E402
+from transformers.modeling_utils import AttentionInterface, PreTrainedModel  # noqa: E402
 
-from .._validate import check_choice
-from ..config import RopeConfig, WaveletConfig
-from . import _hf_attention as _attn
+from ..config import RopeConfig, WaveletConfig  # noqa: E402
+from . import _hf_attention as _attn  # noqa: E402
+from ._hf_forward import ATTN_IMPLEMENTATION, LayerState, release_state  # noqa: E402
+from ._hf_settings import CONFIG_KEY, POS_ENCS, PosEncSettings, choose_settings, for_head_dim  # noqa: E402
 
 __all__ = ["patch_llama", "unpatch", "get_patch", "WavepePatch", "PosEncSettings", "POS_ENCS", "ATTN_IMPLEMENTATION",
            "wavepe_attention_forward", "register"]
 
-POS_ENCS: tuple[str, ...] = ("wavelet", "rope", "alibi", "nope")
-ATTN_IMPLEMENTATION = "wavepe"
-CONFIG_KEY = "wavepe"
 # (transformers model folder, attention class): the classes whose forward wavepe reproduces
 _SUPPORTED = (("llama", "LlamaAttention"), ("mistral", "MistralAttention"), ("qwen2", "Qwen2Attention"))
 _NEEDED_ATTRS = ("q_proj", "k_proj", "v_proj", "o_proj", "head_dim", "layer_idx", "scaling", "config",
                  "num_key_value_groups", "attention_dropout")
 _UNSUPPORTED_PARTS = ("q_norm", "k_norm")  # Qwen3/OLMo-style q/k norms: a different forward
-
-if int(transformers.__version__.split(".")[0]) < 5:  # pragma: no cover
-    raise ImportError(f"wavepe.integrations.hf needs transformers >= 5, found {transformers.__version__}")
-
-
-# ---- settings ---------------------------------------------------------------------------------------------------
-
-class PosEncSettings:
-    """What a patched attention does: ``pos_enc`` and its configuration.
-
-    ``wavelet`` is set exactly for "wavelet"; ``rope`` is a RopeConfig for "rope" with
-    another spectrum, or None for the model's own (its ``inv_freq`` and attention scaling).
-    """
-
-    __slots__ = ("pos_enc", "wavelet", "rope")
-
-    def __init__(self, pos_enc: str, wavelet: WaveletConfig | None = None, rope: RopeConfig | None = None) -> None:
-        self.pos_enc = check_choice("pos_enc", pos_enc, POS_ENCS)
-        if wavelet is not None and pos_enc != "wavelet":
-            raise ValueError(f"wavelet= applies to pos_enc='wavelet' only, got pos_enc={pos_enc!r}")
-        if rope is not None and pos_enc != "rope":
-            raise ValueError(f"rope= applies to pos_enc='rope' only, got pos_enc={pos_enc!r}")
-        self.wavelet = wavelet
-        self.rope = rope
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-friendly form stored as ``config.wavepe``; inverse of :meth:`from_dict`."""
-        return {"pos_enc": self.pos_enc,
-                "wavelet": self.wavelet.to_dict() if self.wavelet is not None else None,
-                "rope": self.rope.to_dict() if self.rope is not None else None}
-
-    @classmethod
-    def from_dict(cls, d: Any, where: str = "config.wavepe") -> "PosEncSettings":
-        if not isinstance(d, Mapping):
-            raise TypeError(f"{where} must be a dict with 'pos_enc', 'wavelet', 'rope', got {d!r}")
-        unknown = sorted(set(d) - {"pos_enc", "wavelet", "rope"})
-        if unknown:
-            raise ValueError(f"{where} has unknown keys {unknown}; expected 'pos_enc', 'wavelet', 'rope'")
-        pos_enc = check_choice(f"{where}['pos_enc']", d.get("pos_enc"), POS_ENCS)
-        wavelet = _as_wavelet(d.get("wavelet"), f"{where}['wavelet']")
-        rope = _as_rope(d.get("rope"), f"{where}['rope']")
-        return cls(pos_enc, wavelet, rope)
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, PosEncSettings) and self.to_dict() == other.to_dict()
-
-    def __hash__(self) -> int:
-        return hash((self.pos_enc, self.wavelet, self.rope))
-
-    def __repr__(self) -> str:
-        return f"PosEncSettings(pos_enc={self.pos_enc!r}, wavelet={self.wavelet!r}, rope={self.rope!r})"
-
-    # configs hold locks and caches: copies go through the dict form
-    def __reduce__(self) -> tuple:
-        return (PosEncSettings.from_dict, (self.to_dict(),))
-
-
-def _as_wavelet(value: Any, name: str) -> WaveletConfig | None:
-    if value is None or isinstance(value, WaveletConfig):
-        return value
-    if isinstance(value, Mapping):
-        return WaveletConfig.from_dict(value)
-    raise TypeError(f"{name} must be a WaveletConfig, its to_dict() form or None, got {type(value).__name__}")
-
-
-def _as_rope(value: Any, name: str) -> RopeConfig | None:
-    if value is None or isinstance(value, RopeConfig):
-        return value
-    if isinstance(value, Mapping):
-        return RopeConfig.from_dict(value)
-    raise TypeError(f"{name} must be a RopeConfig, its to_dict() form or None, got {type(value).__name__}")
-
-
-def _choose_settings(pos_enc: str | None, wavelet: Any, rope: Any, stored: Any) -> PosEncSettings:
-    """Explicit arguments first, then the settings stored in the config, then "wavelet" on the default grid."""
-    wavelet = _as_wavelet(wavelet, "wavelet")
-    rope = _as_rope(rope, "rope")
-    saved = PosEncSettings.from_dict(stored) if stored is not None else None
-    if pos_enc is None:
-        if wavelet is not None and rope is not None:
-            raise ValueError("pass either wavelet= or rope=, not both (they belong to different pos_enc)")
-        if wavelet is not None:
-            pos_enc = "wavelet"
-        elif rope is not None:
-            pos_enc = "rope"
-        else:
-            pos_enc = saved.pos_enc if saved is not None else "wavelet"
-    pos_enc = check_choice("pos_enc", pos_enc, POS_ENCS)
-    if saved is not None and saved.pos_enc == pos_enc:
-        wavelet = wavelet if wavelet is not None else saved.wavelet
-        rope = rope if rope is not None else saved.rope
-    return PosEncSettings(pos_enc, wavelet, rope)
-
-
-def _for_head_dim(settings: PosEncSettings, head_dim: int) -> PosEncSettings:
-    """Fill in the default wavelet grid and check the configurations against the model's head_dim."""
-    if settings.pos_enc == "wavelet":
-        wavelet = settings.wavelet
-        if wavelet is None:
-            if head_dim % 8:
-                raise ValueError(f"pos_enc='wavelet': the default grid has 8 scales and needs head_dim divisible by 8, "
-                                 f"got head_dim={head_dim}; pass wavelet=WaveletConfig.grid({head_dim}, n_scales=...) "
-                                 "or WaveletConfig(scales=..., shifts=...)")
-            wavelet = WaveletConfig.grid(head_dim)
-        elif wavelet.head_dim != head_dim:
-            raise ValueError(f"wavelet.head_dim={wavelet.head_dim} does not match the model's head_dim={head_dim}")
-        return PosEncSettings("wavelet", wavelet)
-    if settings.pos_enc == "rope" and head_dim % 2:
-        raise ValueError(f"pos_enc='rope' needs an even head_dim (pairs of dimensions), got head_dim={head_dim}")
-    return settings
-
-
-# ---- per-module state and the forward ---------------------------------------------------------------------------
-
-# attention class -> its original forward, while the class carries wavepe's dispatcher
-_ORIGINAL_FORWARD: dict[type, Any] = {}
-# attention class -> ids of the live states of its modules (the dispatcher goes when none is left)
-_LIVE: dict[type, set[int]] = {}
-
-
-class _LayerState:
-    """What one patched attention module needs: settings, the model's rotary module, caches."""
-
-    def __init__(self, attn_cls: type, settings: PosEncSettings, rotary: nn.Module | None, check_positions: bool,
-                 eager_fn: Any) -> None:
-        self.attn_cls = attn_cls
-        self.settings = settings
-        self.rotary = rotary  # the model's RotaryEmbedding (for its inv_freq), not a submodule
-        self.check_positions = check_positions  # one layer per model checks position_ids
-        self.eager_fn = eager_fn  # the model file's eager_attention_forward (HF's default interface)
-        self._inv_freq: dict[torch.device, torch.Tensor] = {}
-        _register_state(self)
-
-    def rotate(self, q: torch.Tensor, k: torch.Tensor, positions: Any) -> tuple[torch.Tensor, torch.Tensor]:
-        from .. import ops
-
-        cfg = self.settings.rope
-        if cfg is None:
-            rot = self.rotary
-            return ops.rope_inv_freq(q, k, positions, rot.inv_freq, layout="half",
-                                     scale=float(getattr(rot, "attention_scaling", 1.0)))
-        d = q.shape[-1]
-        inv = self._inv_freq.get(q.device)
-        if inv is None:
-            inv = self._inv_freq.setdefault(q.device, torch.from_numpy(cfg.inv_freq(d)).to(q.device))
-        return ops.rope_inv_freq(q, k, positions, inv, layout=cfg.layout, rotary_pairs=cfg.rotary_pairs(d),
-                                 scale=cfg.attention_factor)
-
-    # deepcopy / pickle of a patched model: copy the settings by value, re-arm the dispatcher
-    def __getstate__(self) -> dict[str, Any]:
-        return {"attn_cls": self.attn_cls, "settings": self.settings, "rotary": self.rotary,
-                "check_positions": self.check_positions, "eager_fn": self.eager_fn}
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__dict__.update(state)
-        self._inv_freq = {}
-        _register_state(self)
-
-
-def _register_state(state: _LayerState) -> None:
-    """Count a live state of its class, installing the class's dispatcher for the first one."""
-    cls = state.attn_cls
-    if cls not in _ORIGINAL_FORWARD:
-        _ORIGINAL_FORWARD[cls] = cls.__dict__["forward"]
-        cls.forward = _make_dispatcher(_ORIGINAL_FORWARD[cls])
-    _LIVE.setdefault(cls, set()).add(id(state))
-    # a state that is dropped with its model (never removed) is forgotten by the collector
-    state._finalizer = weakref.finalize(state, _forget_state, cls, id(state))
-
-
-def _forget_state(cls: type, key: int) -> None:
-    live = _LIVE.get(cls)
-    if live is None:
-        return
-    live.discard(key)
-    if not live:
-        del _LIVE[cls]
-        original = _ORIGINAL_FORWARD.pop(cls, None)
-        if original is not None:
-            cls.forward = original
-
-
-def _release_state(state: _LayerState) -> None:
-    state._finalizer()  # runs _forget_state once
-
-
-def _make_dispatcher(original: Any) -> Any:
-    @functools.wraps(original)
-    def forward(self: nn.Module, *args: Any, **kwargs: Any) -> Any:
-        state = self.__dict__.get("_wavepe")
-        if state is None:
-            return original(self, *args, **kwargs)
-        return _wavepe_forward(self, state, *args, **kwargs)
-
-    forward.__wavepe_dispatcher__ = True  # type: ignore[attr-defined]
-    return forward
-
-
-def _sliding_window(module: nn.Module) -> int | None:
-    if "sliding_window" in module.__dict__ or hasattr(type(module), "sliding_window"):
-        return getattr(module, "sliding_window", None)  # Qwen2: per layer
-    return getattr(module.config, "sliding_window", None)  # Mistral: the whole model
-
-
-def _static_query_offset(cache: Any, layer_idx: int, pos_enc: str) -> int | None:
-    """Index of the first query among the keys when the cache does not end at the queries (StaticCache).
-
-    Dynamic caches return keys that end with the new queries (q_offset = N - M): None.
-    """
-    layers = getattr(cache, "layers", None) if cache is not None else None
-    if layers is None or layer_idx >= len(layers):
-        return None
-    layer = layers[layer_idx]
-    if not getattr(layer, "is_compileable", False):
-        return None
-    if getattr(layer, "is_sliding", False) or not hasattr(layer, "cumulative_length"):
-        if pos_enc in ("rope", "nope"):
-            return None  # no bias: the mask alone says which keys count
-        raise NotImplementedError(f"pos_enc={pos_enc!r} with a {type(layer).__name__} cache layer: its keys are not "
-                                  "stored in sequence order; use DynamicCache (the default) or StaticCache")
-    if not getattr(layer, "is_initialized", False):
-        return 0
-    return int(layer.get_seq_length())
-
-
-def _wavepe_forward(self: nn.Module, state: _LayerState, hidden_states: torch.Tensor,
-                    position_embeddings: Any = None, attention_mask: Any = None, past_key_values: Any = None,
-                    **kwargs: Any) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """LlamaAttention.forward with wavepe's position encoding.  hidden_states (B, M, hidden)."""
-    settings = state.settings
-    pos_enc = settings.pos_enc
-    input_shape = hidden_states.shape[:-1]
-    hidden_shape = (*input_shape, -1, self.head_dim)
-    q = self.q_proj(hidden_states).view(hidden_shape).transpose(1, 2)
-    k = self.k_proj(hidden_states).view(hidden_shape).transpose(1, 2)
-    v = self.v_proj(hidden_states).view(hidden_shape).transpose(1, 2)
-    m = q.shape[2]
-    static_offset = _static_query_offset(past_key_values, self.layer_idx, pos_enc)
-    position_ids = kwargs.get("position_ids")
-    if pos_enc == "rope":
-        if position_ids is not None:
-            positions: Any = position_ids
-        elif past_key_values is not None:
-            positions = int(past_key_values.get_seq_length(self.layer_idx))
-        else:
-            positions = 0
-        q, k = state.rotate(q, k, positions)
-    if past_key_values is not None:
-        k, v = past_key_values.update(k, v, self.layer_idx)
-    dropout = self.attention_dropout if self.training else 0.0
-    window = _sliding_window(self)
-    impl = self.config._attn_implementation
-    if pos_enc in ("rope", "nope") and impl != ATTN_IMPLEMENTATION:
-        # no bias: any attention implementation the user chose does the rest
-        interface = ALL_ATTENTION_FUNCTIONS.get_interface(impl, state.eager_fn)
-        if window is not None:
-            kwargs["sliding_window"] = window
-        out, weights = interface(self, q, k, v, attention_mask, dropout=dropout, scaling=self.scaling, **kwargs)
-    else:
-        relative = pos_enc in ("wavelet", "alibi")
-        check_ids = position_ids if (relative and state.check_positions and not torch.compiler.is_compiling()) else None
-        out, _ = _attn.attend(q, k, v, attention_mask, pos_enc=pos_enc, wavelet=settings.wavelet, scale=self.scaling,
-                              dropout=dropout, q_offset=static_offset if relative else None, sliding_window=window,
-                              position_ids=check_ids)
-        weights = None
-    out = out.reshape(*input_shape, -1).contiguous()
-    return self.o_proj(out), weights
 
 
 # ---- the AttentionInterface backend -----------------------------------------------------------------------------
@@ -349,10 +83,11 @@ def wavepe_attention_forward(module: nn.Module, query: torch.Tensor, key: torch.
     if stored is not None and "_wavepe" not in module.__dict__:
         saved = PosEncSettings.from_dict(stored)
         if saved.pos_enc != "rope" or saved.rope is not None:
+            own = " with its own RoPE spectrum" if saved.pos_enc == "rope" else ""
             raise RuntimeError(
-                f"{type(module).__name__}: config.wavepe asks for pos_enc={saved.pos_enc!r}"
-                f"{' with its own RoPE spectrum' if saved.pos_enc == 'rope' else ''}, but this model's attention is not "
-                "patched (transformers applied its own RoPE); call wavepe.patch_llama(model), which reads config.wavepe")
+                f"{type(module).__name__}: config.wavepe asks for pos_enc={saved.pos_enc!r}{own}, but this model's "
+                "attention is not patched (transformers applied its own RoPE); call wavepe.patch_llama(model), "
+                "which reads config.wavepe")
     scale = scaling if scaling is not None else query.shape[-1] ** -0.5
     causal = kwargs.get("is_causal")
     causal = getattr(module, "is_causal", True) if causal is None else bool(causal)
@@ -444,7 +179,7 @@ class _ModelPatch(WavepePatch):
         for module in self.modules:
             state = module.__dict__.pop("_wavepe", None)
             if state is not None:
-                _release_state(state)
+                release_state(state)
         for config, previous, previous_impl in self._restore:
             if previous is _MISSING:
                 if CONFIG_KEY in config.__dict__:
@@ -505,7 +240,7 @@ def _patch_model(model: nn.Module, pos_enc: str | None, wavelet: Any, rope: Any)
         if all(mod.config is not c for c in configs):
             configs.append(mod.config)
     stored = getattr(configs[0], CONFIG_KEY, None)
-    settings = _for_head_dim(_choose_settings(pos_enc, wavelet, rope, stored), head_dim)
+    settings = for_head_dim(choose_settings(pos_enc, wavelet, rope, stored), head_dim)
     rotary = None
     if settings.pos_enc == "rope" and settings.rope is None:
         rotary = _find_rotary(model)
@@ -521,12 +256,12 @@ def _patch_model(model: nn.Module, pos_enc: str | None, wavelet: Any, rope: Any)
     for mod in modules:  # modules patched through an enclosing model
         state = mod.__dict__.pop("_wavepe", None)
         if state is not None:
-            _release_state(state)
+            release_state(state)
 
     first = min(modules, key=lambda m: int(m.layer_idx))
     for mod in modules:
         cls = _base_attention_class(mod, classes)
-        mod.__dict__["_wavepe"] = _LayerState(cls, settings, rotary, mod is first,
+        mod.__dict__["_wavepe"] = LayerState(cls, settings, rotary, mod is first,
                                               getattr(classes[cls], "eager_attention_forward"))
     restore = []
     for config in configs:
@@ -544,7 +279,7 @@ class _ClassPatch(WavepePatch):
     def __init__(self, cls: type, pos_enc: str | None, wavelet: Any, rope: Any) -> None:
         self.cls = cls
         self.settings = None if pos_enc is None and wavelet is None and rope is None else \
-            _choose_settings(pos_enc, wavelet, rope, None)
+            choose_settings(pos_enc, wavelet, rope, None)
         self._args = (pos_enc, wavelet, rope)
         self._instances: weakref.WeakSet[nn.Module] = weakref.WeakSet()
         self._own_init = cls.__dict__.get("__init__", _MISSING)
@@ -579,7 +314,8 @@ class _ClassPatch(WavepePatch):
                 handle.remove()
 
     def __repr__(self) -> str:
-        return f"<wavepe patch of class {self.cls.__name__}: {self.settings!r}, {'active' if self._active else 'removed'}>"
+        state = "active" if self._active else "removed"
+        return f"<wavepe patch of class {self.cls.__name__}: {self.settings!r}, {state}>"
 
 
 def patch_llama(model_or_class: Any, pos_enc: str | None = None, *, wavelet: WaveletConfig | Mapping | None = None,
