@@ -4,9 +4,9 @@ Patching never replaces a module's ``forward`` attribute: the attention class's
 ``forward`` becomes a dispatcher (installed with the first patched module of that
 class, removed with the last) that runs :func:`wavepe_forward` for modules carrying
 a :class:`LayerState` in ``module.__dict__["_wavepe"]`` and the original forward
-for every other module.  So unpatched models are untouched, ``deepcopy``/pickle of
-a patched model work (the state copies by value) and wrappers that captured the
-bound forward (accelerate hooks) keep working.
+for every other module.  So unpatched models are untouched, and ``deepcopy`` or
+pickle of a patched model work (the state copies by value; a module attribute
+holding a bound method would not pickle).
 """
 
 from __future__ import annotations
