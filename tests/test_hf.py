@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import gc
+import io
 
 import numpy as np
 import pytest
@@ -462,15 +463,21 @@ def test_save_pretrained_then_patch_from_config_restores_the_model(pos_enc, tmp_
             assert torch.equal(loaded(ids).logits, want)
 
 
-def test_deepcopy_of_a_patched_model_stays_patched():
+def test_deepcopy_and_pickle_of_a_patched_model_stay_patched():
     model = tiny()
     ids = ids_for(1, 12)
     handle = wavepe.patch_llama(model, "wavelet")
     with torch.no_grad():
         want = model(ids).logits
         twin = copy.deepcopy(model)
+        buffer = io.BytesIO()
+        torch.save(model, buffer)
+        buffer.seek(0)
+        loaded = torch.load(buffer, weights_only=False)
         handle.remove()
         assert torch.equal(twin(ids).logits, want)
+        assert torch.equal(loaded(ids).logits, want)
+        hf.unpatch(loaded)
         hf.unpatch(twin)
         assert torch.equal(twin(ids).logits, model(ids).logits)
     assert not hasattr(LlamaAttention.__dict__["forward"], "__wavepe_dispatcher__")
