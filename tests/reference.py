@@ -122,6 +122,57 @@ def rel_bias_grads(grad, q, table, r_lo: int, q_offset: int, causal: bool, clamp
     return dq, dt
 
 
+# ---- attention with a position bias ------------------------------------------
+
+def attention(q, k, v, *, table=None, r_lo: int = 0, clamp: bool = False, slopes=None, causal: bool = True,
+              scale: float | None = None, q_offset: int | None = None, key_padding_mask=None) -> np.ndarray:
+    """softmax(s) v with every score materialised, float64 (DESIGN.md §1).
+
+    q (B, H, M, d); k, v (B, Hkv, N, d), query head h uses kv head h // (H / Hkv).
+    s[m, n] = scale * (q_m . k_n + q_m . T[r - r_lo]) with a table (zero row
+    outside it, or the edge row with clamp), scale * q_m . k_n - slope_h |r|
+    with ALiBi slopes; r = q_offset + m - n.  Masked: n > pos_q (causal) and
+    key_padding_mask[b, n] True.  A row with every key masked outputs 0.
+    """
+    q, k, v = (np.asarray(x, np.float64) for x in (q, k, v))
+    b, h, m, d = q.shape
+    n = k.shape[2]
+    rep = h // k.shape[1]
+    k = np.repeat(k, rep, axis=1)
+    v = np.repeat(v, rep, axis=1)
+    if m == 0 or n == 0:
+        return np.zeros((b, h, m, d))
+    scale = 1.0 / np.sqrt(d) if scale is None else scale
+    off = n - m if q_offset is None else q_offset
+    r = (off + np.arange(m))[:, None] - np.arange(n)[None, :]
+    s = np.einsum("bhmd,bhnd->bhmn", q, k)
+    if table is not None:
+        t = np.asarray(table, np.float64)
+        rows = t.shape[0]
+        idx = r - r_lo
+        inside = (idx >= 0) & (idx < rows)
+        if clamp:
+            idx = np.clip(idx, 0, rows - 1)
+            inside = np.ones_like(inside)
+        g = np.einsum("bhmd,rd->bhmr", q, t)  # q_m . T[row] for every table row
+        picked = np.take_along_axis(g, np.broadcast_to(np.clip(idx, 0, max(rows - 1, 0)), (b, h, m, n)), axis=-1)
+        s = s + np.where(inside, picked, 0.0)
+    s = s * scale
+    if slopes is not None:
+        s = s - np.asarray(slopes, np.float64)[None, :, None, None] * np.abs(r)[None, None]
+    masked = np.zeros((b, 1, m, n), dtype=bool)
+    if causal:
+        masked |= (r < 0)[None, None]
+    if key_padding_mask is not None:
+        masked |= np.asarray(key_padding_mask, bool)[:, None, None, :]
+    s = np.where(masked, -np.inf, s)
+    empty = masked.all(axis=-1, keepdims=True)
+    s = np.where(empty, 0.0, s)
+    p = np.exp(s - s.max(axis=-1, keepdims=True))
+    p = p / p.sum(axis=-1, keepdims=True)
+    return np.where(empty, 0.0, p @ v)
+
+
 # ---- RoPE ---------------------------------------------------------------------
 
 def rope_inv_freq(theta: float, head_dim: int) -> np.ndarray:

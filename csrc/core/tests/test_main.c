@@ -9,6 +9,7 @@ int wavepe_test_failures = 0;
 void test_checked(void);
 void test_wavelet(void);
 void test_alibi(void);
+void test_attention(void);
 void test_relbias(void);
 void test_rope(void);
 
@@ -17,6 +18,7 @@ int main(void) {
     test_checked();
     test_wavelet();
     test_alibi();
+    test_attention();
     test_relbias();
     test_rope();
     if (wavepe_test_failures) {

@@ -1,8 +1,17 @@
-"""Attention with a position bias: ``wavelet_attention`` (docs/DEVELOPING.md, "Fused attention")."""
+"""Attention with a position bias: ``wavelet_attention`` (docs/DEVELOPING.md, "Fused attention").
+
+On the CPU it runs the fused flash-style kernels of ``csrc/core/attention*``
+through ``torch.ops.wavepe.attention_fwd`` / ``attention_bwd``: the forward
+saves only the log-sum-exp, the backward recomputes the score tiles, and
+nothing of size M x N is ever allocated.  Other devices use the plain-PyTorch
+path of :mod:`wavepe.ops.eager` (bias + SDPA), which is also the benchmarks'
+baseline.
+"""
 
 from __future__ import annotations
 
 import math
+import warnings
 
 import torch
 
@@ -10,8 +19,58 @@ from .._validate import check_choice, check_int, check_real
 from ..config import WaveletConfig
 from . import eager
 from ._checks import check_same, check_tensor, compute_dtype
+from ._extension import ops
 from .alibi import alibi_bias
 from .relbias import rel_bias, wavelet_table
+
+# Positions and distances must stay far from int64's ends (the kernels step
+# past the ends of the query and key ranges by a tile).
+_POSITION_LIMIT = 2**60
+
+
+@torch.library.register_fake("wavepe::attention_fwd")
+def _attention_fwd_fake(q, k, v, table, r_lo, clamp, slopes, key_padding_mask, scale, q_offset, causal):
+    b, h, m, d = q.shape
+    return q.new_empty((b, h, m, d)), q.new_empty((b, h, m))
+
+
+@torch.library.register_fake("wavepe::attention_bwd")
+def _attention_bwd_fake(grad_out, grad_lse, q, k, v, out, lse, table, r_lo, clamp, slopes, key_padding_mask, scale,
+                        q_offset, causal, table_grad, slopes_grad):
+    dtable = q.new_empty(table.shape) if table_grad and table is not None else q.new_empty((0,))
+    dslopes = q.new_empty(slopes.shape) if slopes_grad and slopes is not None else q.new_empty((0,))
+    return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape), dtable, dslopes
+
+
+def _attention_setup(ctx, inputs, output):
+    q, k, v, table, r_lo, clamp, slopes, key_padding_mask, scale, q_offset, causal = inputs
+    out, lse = output
+    ctx.save_for_backward(q, k, v, table, slopes, key_padding_mask, out, lse)
+    ctx.args = (r_lo, clamp, scale, q_offset, causal)
+
+
+def _attention_backward(ctx, grad_out, grad_lse):
+    q, k, v, table, slopes, key_padding_mask, out, lse = ctx.saved_tensors
+    r_lo, clamp, scale, q_offset, causal = ctx.args
+    need = ctx.needs_input_grad
+    table_grad = table is not None and bool(need[3])
+    slopes_grad = slopes is not None and bool(need[6])
+    if grad_out is None:
+        grad_out = torch.zeros_like(out)
+    dq, dk, dv, dtable, dslopes = ops.attention_bwd(
+        grad_out, grad_lse, q, k, v, out, lse, table, r_lo, clamp, slopes, key_padding_mask, scale, q_offset, causal,
+        table_grad, slopes_grad)
+    return (dq, dk, dv, dtable if table_grad else None, None, None, dslopes if slopes_grad else None,
+            None, None, None, None)
+
+
+torch.library.register_autograd("wavepe::attention_fwd", _attention_backward, setup_context=_attention_setup)
+
+
+def _check_position_range(name: str, value: int, m: int, n: int) -> None:
+    if abs(value) + m + n >= _POSITION_LIMIT:
+        raise OverflowError(f"{name}={value} with M={m} queries and N={n} keys puts positions outside the "
+                            f"supported range (|{name}| + M + N < 2**60)")
 
 POS_ENCS = ("wavelet", "relative", "alibi", "none")
 _default_configs: dict[int, WaveletConfig] = {}
@@ -40,20 +99,33 @@ def wavelet_attention(
     clamp: bool = False,
     key_padding_mask: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """Attention with a position encoding in the scores.
+    """Attention with a position encoding in the scores, fused (no M x N tensor).
+
+    Scores, with r = pos_q - pos_k the relative distance::
+
+        wavelet / relative:  s = scale * (q . k + q . T[r])
+        alibi:               s = scale * q . k - slope_h * |r|
+        none:                s = scale * q . k
+
+    ``out = softmax(s) v`` over the keys each query may see.  Differentiable in
+    q, k, v, in a learned ``rel_table`` and in ``alibi_slopes``; the backward
+    recomputes the score tiles from the saved log-sum-exp.
 
     Args:
         q: (B, H, M, d); k, v: (B, H_kv, N, d), H a multiple of H_kv (GQA).
         config: wavelets for ``pos_enc="wavelet"`` (default: the paper's grid for d).
-        pos_enc: "wavelet", "relative" (``rel_table=(T, r_lo)``, T learnable),
-            "alibi" (``alibi_slopes`` (H,), default standard slopes) or "none"
-            (RoPE'd q/k, NoPE).
+        pos_enc: "wavelet", "relative" (``rel_table=(T, r_lo)``: T (R, d) holds
+            distances r_lo .. r_lo + R - 1, learnable), "alibi" (``alibi_slopes``
+            (H,), default the standard slopes) or "none" (RoPE'd q/k, NoPE).
         causal: mask keys after the query.  scale: default 1/sqrt(d).
-        q_offset: first query's position (default N - M).
-        key_padding_mask: (B, N) bool, True = ignore that key.
+        q_offset: first query's position (default N - M: the KV-cache convention).
+        clamp: for "relative", distances outside T use its edge rows (Shaw et
+            al.) instead of zero.
+        key_padding_mask: (B, N) bool, True = ignore that key.  A query that
+            sees no key gets a zero output.
 
     Returns:
-        (B, H, M, d), dtype of q.
+        (B, H, M, d), dtype of q (bf16 / fp16 are computed in fp32).
     """
     check_tensor("q", q, dim=4)
     check_tensor("k", k, dim=4)
@@ -69,6 +141,8 @@ def wavelet_attention(
     if h_kv == 0 or h % h_kv:
         raise ValueError(f"q's heads H={h} must be a multiple of k's heads H_kv={h_kv}")
     n = k.shape[2]
+    if d < 1:
+        raise ValueError(f"head_dim must be >= 1, got q of shape {tuple(q.shape)}")
     pos_enc = check_choice("pos_enc", pos_enc, POS_ENCS)
     scale = 1.0 / math.sqrt(d) if scale is None else check_real("scale", scale, positive=True)
     off = n - m if q_offset is None else check_int("q_offset", q_offset)
@@ -79,33 +153,91 @@ def wavelet_attention(
         if tuple(key_padding_mask.shape) != (b, n):
             raise ValueError(f"key_padding_mask must be (B, N) = ({b}, {n}), got {tuple(key_padding_mask.shape)}")
         check_same("q", q, "key_padding_mask", key_padding_mask, dtype=False)
+    _check_position_range("q_offset", off, m, n)
     cdt = compute_dtype(q)
     qc, kc, vc = q.to(cdt), k.to(cdt), v.to(cdt)
-    bias = None
-    bias_scaled = False
+    table = slopes = None
+    r_lo = 0
     if pos_enc == "wavelet":
-        cfg = default_wavelet_config(d) if config is None else config
-        if not isinstance(cfg, WaveletConfig):
-            raise TypeError(f"config must be a WaveletConfig or None, got {type(cfg).__name__}")
-        if cfg.head_dim != d:
-            raise ValueError(f"config.head_dim={cfg.head_dim} does not match q.shape[-1]={d}")
-        table, r_lo = wavelet_table(cfg, cdt, q.device)
-        bias = rel_bias(qc, table, r_lo, k_len=n, q_offset=off, causal=causal)
+        table, r_lo = _wavelet_table_for(config, d, cdt, q.device)
     elif pos_enc == "relative":
         if rel_table is None or not isinstance(rel_table, tuple) or len(rel_table) != 2:
             raise ValueError("pos_enc='relative' needs rel_table=(table, r_lo)")
         table, r_lo = rel_table
-        bias = rel_bias(qc, table.to(cdt), r_lo, k_len=n, q_offset=off, causal=causal, clamp=clamp)
+        check_tensor("rel_table[0]", table, dim=2)
+        check_same("q", q, "rel_table[0]", table, dtype=False)
+        if table.shape[1] != d:
+            raise ValueError(f"rel_table[0].shape[1]={table.shape[1]} does not match q.shape[-1]={d} (head_dim)")
+        if clamp and table.shape[0] == 0:
+            raise ValueError("rel_table[0] must have at least one row with clamp=True")
+        r_lo = check_int("rel_table[1] (r_lo)", r_lo)
+        _check_position_range("rel_table[1] (r_lo)", r_lo, m, n)
+        table = table.to(cdt)
     elif pos_enc == "alibi":
         if alibi_slopes is None:
-            slopes = h
+            slopes = _standard_slopes(h, cdt, q.device)
         else:
             check_tensor("alibi_slopes", alibi_slopes, dim=1)
+            check_same("q", q, "alibi_slopes", alibi_slopes, dtype=False)
             if alibi_slopes.shape[0] != h:
                 raise ValueError(f"alibi_slopes must have one slope per head ({h}), got {alibi_slopes.shape[0]}")
-            slopes = alibi_slopes.to(device=q.device, dtype=cdt)
-        bias = alibi_bias(slopes, m, n, q_offset=off, causal=causal, dtype=cdt, device=q.device)
+            if not bool(torch.isfinite(alibi_slopes).all()):
+                raise ValueError(f"alibi_slopes must be finite, got {alibi_slopes.tolist()}")
+            slopes = alibi_slopes.to(cdt)
+    if q.device.type == "cpu":
+        out, _ = ops.attention_fwd(qc, kc, vc, table, r_lo, bool(clamp), slopes, key_padding_mask, scale, off,
+                                   bool(causal))
+        return out.to(q.dtype)
+    if q.device.type not in _warned_devices:
+        _warned_devices.add(q.device.type)
+        warnings.warn(f"wavepe: no fused attention kernel for device {q.device.type!r}; using the bias + "
+                      "scaled_dot_product_attention path (materialises M x N scores)", RuntimeWarning, stacklevel=2)
+    return _eager_attention(qc, kc, vc, table, r_lo, bool(clamp), slopes, key_padding_mask, scale, off,
+                            bool(causal)).to(q.dtype)
+
+
+_warned_devices: set[str] = set()
+
+
+@torch.compiler.assume_constant_result
+def _wavelet_table_for(config: WaveletConfig | None, head_dim: int, dtype: torch.dtype,
+                       device: torch.device) -> tuple[torch.Tensor, int]:
+    """The (cached) wavelet table of ``config`` (default: the paper's grid).
+
+    A constant for torch.compile: the table depends on the configuration
+    only, so compiled graphs embed it instead of tracing its construction.
+    """
+    cfg = default_wavelet_config(head_dim) if config is None else config
+    if not isinstance(cfg, WaveletConfig):
+        raise TypeError(f"config must be a WaveletConfig or None, got {type(cfg).__name__}")
+    if cfg.head_dim != head_dim:
+        raise ValueError(f"config.head_dim={cfg.head_dim} does not match q.shape[-1]={head_dim}")
+    return wavelet_table(cfg, dtype, device)
+
+
+_slopes_cache: dict[tuple, torch.Tensor] = {}
+
+
+def _standard_slopes(heads: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """ALiBi's standard slopes for ``heads`` heads, cached per (heads, dtype, device)."""
+    key = (heads, dtype, str(device))
+    hit = _slopes_cache.get(key)
+    if hit is None:
+        from ..config import alibi_slopes as slopes_of
+
+        hit = _slopes_cache.setdefault(key, torch.as_tensor(slopes_of(heads), dtype=dtype, device=device))
+    return hit
+
+
+def _eager_attention(q, k, v, table, r_lo, clamp, slopes, key_padding_mask, scale, q_offset, causal):
+    """The plain-PyTorch path (devices without a compiled kernel)."""
+    m, n = q.shape[2], k.shape[2]
+    bias = None
+    bias_scaled = False
+    if table is not None:
+        bias = rel_bias(q, table, r_lo, k_len=n, q_offset=q_offset, causal=causal, clamp=clamp)
+    elif slopes is not None:
+        bias = alibi_bias(slopes, m, n, q_offset=q_offset, causal=causal, dtype=q.dtype, device=q.device)
         bias_scaled = True
-    out = eager.attention(qc, kc, vc, bias, causal=causal, scale=scale, q_offset=off, bias_scaled=bias_scaled,
-                          key_padding_mask=key_padding_mask)
-    return out.to(q.dtype)
+    return eager.attention(q, k, v, bias, causal=causal, scale=scale, q_offset=q_offset, bias_scaled=bias_scaled,
+                           key_padding_mask=key_padding_mask)

@@ -1,0 +1,603 @@
+/* attention.c: validation, plans, the scalar reference kernels, the split-N
+ * combine and the table-gradient reduction of the fused attention.
+ *
+ * The scalar reference is deliberately plain: one query row at a time, the
+ * online softmax over its keys, every score computed from the formula in
+ * attention.h.  It accumulates in double whatever the element type (the
+ * reference should be the most accurate variant, not the fastest).
+ */
+#include "attention.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "attention_internal.h"
+#include "checked.h"
+
+/* ---- small helpers ------------------------------------------------------ */
+
+void *attn_aligned_alloc(size_t bytes) {
+    /* 64-byte alignment (a cache line) by hand: C11's aligned_alloc wants a
+     * size multiple of the alignment and posix_memalign is not C11. */
+    if (bytes > SIZE_MAX - 64 - sizeof(void *)) return NULL;
+    unsigned char *raw = malloc(bytes + 64 + sizeof(void *));
+    if (raw == NULL) return NULL;
+    uintptr_t p = ((uintptr_t)(raw + sizeof(void *)) + 63) & ~(uintptr_t)63;
+    ((void **)p)[-1] = raw;
+    return (void *)p;
+}
+
+void attn_aligned_free(void *p) {
+    if (p != NULL) free(((void **)p)[-1]);
+}
+
+static inline double ld(const void *base, int64_t i, int f64) {
+    return f64 ? ((const double *)base)[i] : (double)((const float *)base)[i];
+}
+
+static inline void st(void *base, int64_t i, double v, int f64) {
+    if (f64) ((double *)base)[i] = v;
+    else ((float *)base)[i] = (float)v;
+}
+
+static inline int64_t iabs64(int64_t x) { return x < 0 ? -x : x; }
+
+/* Largest element offset of a strided (B, H, rows, d) view, checked. */
+static int strided_extent(const int64_t s[3], int64_t b, int64_t h, int64_t rows, int64_t d) {
+    if (b == 0 || h == 0 || rows == 0 || d == 0) return WAVEPE_OK;
+    const int64_t n[3] = {b, h, rows};
+    int64_t total = d - 1, t;
+    for (int i = 0; i < 3; ++i) {
+        if (s[i] < 0) return WAVEPE_E_INVALID;
+        if (wavepe_mul_overflow(n[i] - 1, s[i], &t) || wavepe_add_overflow(total, t, &total))
+            return WAVEPE_E_OVERFLOW;
+    }
+    return (uint64_t)total > (uint64_t)PTRDIFF_MAX / 8 ? WAVEPE_E_OVERFLOW : WAVEPE_OK;
+}
+
+/* ---- validation ----------------------------------------------------------- */
+
+int wavepe_attention_validate(const wavepe_attention_args *a, int backward) {
+    const int64_t sizes[6] = {a->batch, a->heads, a->kv_heads, a->m, a->n, a->d};
+    for (int i = 0; i < 6; ++i)
+        if (sizes[i] < 0) return WAVEPE_E_NEGATIVE_SIZE;
+    if (a->d < 1 || a->kv_heads < 1 || a->heads % a->kv_heads != 0) return WAVEPE_E_INVALID;
+    if (!(a->scale > 0.0) || isinf(a->scale)) return WAVEPE_E_INVALID;
+    if (a->table != NULL && a->slopes != NULL) return WAVEPE_E_INVALID;
+    if (a->table_rows < 0) return WAVEPE_E_NEGATIVE_SIZE;
+    if (a->table != NULL && a->clamp && a->table_rows == 0) return WAVEPE_E_INVALID;
+    int status;
+    const int64_t qd[4] = {a->batch, a->heads, a->m, a->d};
+    const int64_t kd[4] = {a->batch, a->kv_heads, a->n, a->d};
+    const int64_t td[2] = {a->table_rows, a->d};
+    const int64_t pd[2] = {a->batch, a->n};
+    if ((status = wavepe_checked_numel(4, qd, 8, NULL)) != WAVEPE_OK) return status;
+    if ((status = wavepe_checked_numel(4, kd, 8, NULL)) != WAVEPE_OK) return status;
+    if ((status = wavepe_checked_numel(2, td, 8, NULL)) != WAVEPE_OK) return status;
+    if ((status = wavepe_checked_numel(2, pd, 1, NULL)) != WAVEPE_OK) return status;
+    if ((status = strided_extent(a->q_strides, a->batch, a->heads, a->m, a->d)) != WAVEPE_OK) return status;
+    if ((status = strided_extent(a->k_strides, a->batch, a->kv_heads, a->n, a->d)) != WAVEPE_OK) return status;
+    if ((status = strided_extent(a->v_strides, a->batch, a->kv_heads, a->n, a->d)) != WAVEPE_OK) return status;
+    if ((status = strided_extent(a->out_strides, a->batch, a->heads, a->m, a->d)) != WAVEPE_OK) return status;
+    if (backward &&
+        (status = strided_extent(a->dout_strides, a->batch, a->heads, a->m, a->d)) != WAVEPE_OK)
+        return status;
+    /* every distance pos_q - pos_k, and its offset into the table, fits in int64
+     * with room to spare (tiles step past the ends by a block) */
+    const int64_t lim = (int64_t)1 << 60;
+    if (a->q_offset > lim || a->q_offset < -lim || a->m > lim || a->n > lim) return WAVEPE_E_OVERFLOW;
+    if (a->table != NULL && (a->r_lo > lim || a->r_lo < -lim || a->table_rows > lim)) return WAVEPE_E_OVERFLOW;
+    if (a->key_padding_mask != NULL && a->batch > 1 && a->kpm_stride < a->n) return WAVEPE_E_INVALID;
+    const int any_q = a->batch * a->heads * a->m > 0, any_k = a->batch * a->kv_heads * a->n > 0;
+    if (any_q && (a->q == NULL || a->out == NULL || a->lse == NULL)) return WAVEPE_E_NULL;
+    if (any_q && any_k && (a->k == NULL || a->v == NULL)) return WAVEPE_E_NULL;
+    if (backward) {
+        if (any_q && (a->dout == NULL || a->dq == NULL)) return WAVEPE_E_NULL;
+        if (any_k && (a->dk == NULL || a->dv == NULL)) return WAVEPE_E_NULL;
+        if (a->dtable != NULL && a->table == NULL) return WAVEPE_E_INVALID;
+        if (a->dslopes != NULL && a->slopes == NULL) return WAVEPE_E_INVALID;
+    }
+    return WAVEPE_OK;
+}
+
+/* ---- plans ------------------------------------------------------------------ */
+
+void wavepe_attention_plan_free(wavepe_attention_plan *p) {
+    if (p == NULL) return;
+    attn_aligned_free(p->tpack);
+    attn_aligned_free(p->trow);
+    free(p->strip_clo);
+    free(p->strip_chi);
+    attn_aligned_free(p->partial);
+    attn_aligned_free(p->dt_partial);
+    attn_aligned_free(p->dkv_partial);
+    free(p->dslope_partial);
+    free(p);
+}
+
+int wavepe_attention_plan_kind(const wavepe_attention_plan *p) { return p->kind; }
+
+static int use_avx2(wavepe_isa isa) {
+#if defined(__x86_64__) || defined(_M_X64)
+    return isa == WAVEPE_ISA_AVX2;
+#else
+    (void)isa;
+    return 0;
+#endif
+}
+
+/* Pack the table over the distances the operation can touch (see the plan):
+ * row-major rows (memcpy), nonzero column range per strip, and -- unless
+ * only narrow decoding kernels will run -- the transposed strips. */
+static int pack_table(wavepe_attention_plan *p, int need_strips) {
+    const wavepe_attention_args *a = &p->a;
+    p->prows = 0;
+    if (p->bias != ATTN_BIAS_TABLE || a->m == 0 || a->n == 0) return WAVEPE_OK;
+    int64_t lo = a->q_offset - (a->n - 1), hi = a->q_offset + a->m - 1;
+    if (a->causal && lo < 0) lo = 0;
+    if (!a->clamp) {
+        if (lo < a->r_lo) lo = a->r_lo;
+        if (hi > a->r_lo + a->table_rows - 1) hi = a->r_lo + a->table_rows - 1;
+    }
+    if (lo > hi) return WAVEPE_OK;
+    const int64_t nr = p->nr, d = a->d, dpad = p->dpad, es = p->esize;
+    const int64_t rows = hi - lo + 1;
+    const int64_t nstrips = (rows + nr - 1) / nr;
+    const int64_t dims[2] = {nstrips * nr, dpad};
+    int status = wavepe_checked_numel(2, dims, 2 * es, NULL);
+    if (status != WAVEPE_OK) return status;
+    const int64_t prows = nstrips * nr;
+    const size_t bytes = (size_t)(prows * dpad * es);
+    p->pr_lo = lo;
+    p->pr_hi = hi;
+    p->prows = prows;
+    p->nstrips = nstrips;
+    p->trow = attn_aligned_alloc(bytes);
+    p->strip_clo = malloc(sizeof(int32_t) * (size_t)nstrips);
+    p->strip_chi = malloc(sizeof(int32_t) * (size_t)nstrips);
+    if (need_strips) p->tpack = attn_aligned_alloc(bytes);
+    if (!p->trow || !p->strip_clo || !p->strip_chi || (need_strips && !p->tpack)) return WAVEPE_E_NOMEM;
+    memset(p->trow, 0, bytes);
+    unsigned char *trow = p->trow;
+    for (int64_t row = 0; row < rows; ++row) {
+        const int64_t idx = attn_table_index(a, hi - row);
+        if (idx >= 0) memcpy(trow + (size_t)(row * dpad * es), (const unsigned char *)a->table + idx * d * es,
+                             (size_t)(d * es));
+    }
+    for (int64_t s = 0; s < nstrips; ++s) {
+        int64_t clo = d, chi = 0;
+        for (int64_t row = s * nr; row < (s + 1) * nr; ++row) {
+            /* first and one past the last column that is not zero (NaN is not zero) */
+            int64_t c = 0, e = d;
+            while (c < d && ld(p->trow, row * dpad + c, p->f64) == 0.0) ++c;
+            if (c == d) continue; /* all-zero row */
+            while (ld(p->trow, row * dpad + e - 1, p->f64) == 0.0) --e;
+            if (c < clo) clo = c;
+            if (e > chi) chi = e;
+        }
+        if (chi <= clo) clo = chi = 0;
+        p->strip_clo[s] = (int32_t)clo;
+        p->strip_chi[s] = (int32_t)chi;
+    }
+    if (need_strips) { /* [strip][c][lane] = trow[strip * nr + lane][c] */
+        memset(p->tpack, 0, bytes);
+        for (int64_t s = 0; s < nstrips; ++s)
+            for (int64_t lane = 0; lane < nr; ++lane)
+                for (int64_t c = 0; c < d; ++c) {
+                    const size_t src = (size_t)(((s * nr + lane) * dpad + c) * es);
+                    const size_t dst = (size_t)(((s * d + c) * nr + lane) * es);
+                    memcpy((unsigned char *)p->tpack + dst, trow + src, (size_t)es);
+                }
+    }
+    return WAVEPE_OK;
+}
+
+static wavepe_attention_plan *plan_common(wavepe_isa isa, int f64, const wavepe_attention_args *a, int backward) {
+    wavepe_attention_plan *p = calloc(1, sizeof(*p));
+    if (p == NULL) return NULL;
+    p->a = *a;
+    p->isa = use_avx2(isa) ? WAVEPE_ISA_AVX2 : WAVEPE_ISA_SCALAR;
+    p->f64 = f64 ? 1 : 0;
+    p->backward = backward;
+    p->esize = f64 ? 8 : 4;
+    p->hg = a->heads / a->kv_heads;
+    p->bias = a->table != NULL ? ATTN_BIAS_TABLE : (a->slopes != NULL ? ATTN_BIAS_ALIBI : ATTN_BIAS_NONE);
+    p->nr = f64 ? ATTN_NR_F64 : ATTN_NR_F32;
+    if (backward) {
+        p->bm = f64 ? ATTN_BBM_F64 : ATTN_BBM_F32;
+        p->bn = f64 ? ATTN_BBN_F64 : ATTN_BBN_F32;
+    } else {
+        p->bm = f64 ? ATTN_FBM_F64 : ATTN_FBM_F32;
+        p->bn = f64 ? ATTN_FBN_F64 : ATTN_FBN_F32;
+    }
+    p->dpad = (a->d + p->nr - 1) / p->nr * p->nr;
+    p->nqb = (a->m + p->bm - 1) / p->bm;
+    p->nkb = (a->n + p->bn - 1) / p->bn;
+    p->kind = p->isa == WAVEPE_ISA_AVX2 ? ATTN_KIND_TILED : ATTN_KIND_SCALAR;
+    return p;
+}
+
+int wavepe_attention_fwd_plan(wavepe_isa isa, int f64, const wavepe_attention_args *a, wavepe_attention_plan **out) {
+    *out = NULL;
+    int status = wavepe_attention_validate(a, 0);
+    if (status != WAVEPE_OK) return status;
+    wavepe_attention_plan *p = plan_common(isa, f64, a, 0);
+    if (p == NULL) return WAVEPE_E_NOMEM;
+    if (p->kind == ATTN_KIND_TILED && a->m <= ATTN_DECODE_MAX_M && p->nkb >= 2) {
+        /* few queries, many keys: split the keys, combine partial softmaxes */
+        p->kind = ATTN_KIND_DECODE;
+        p->chunk = p->bn * ((p->nkb + ATTN_DECODE_SPLIT - 1) / ATTN_DECODE_SPLIT);
+        p->nchunks = (a->n + p->chunk - 1) / p->chunk;
+        const int64_t dims[3] = {a->batch * a->heads * a->m, p->nchunks, p->dpad + 2};
+        if ((status = wavepe_checked_numel(3, dims, p->esize, NULL)) != WAVEPE_OK) goto fail;
+        p->partial = attn_aligned_alloc((size_t)(dims[0] * dims[1] * dims[2] * p->esize));
+        if (p->partial == NULL && dims[0] * dims[1] > 0) {
+            status = WAVEPE_E_NOMEM;
+            goto fail;
+        }
+    }
+    /* the decoding path with one or two query rows per kv head reads only
+     * the row-major table (narrow kernels) */
+    const int narrow = p->kind == ATTN_KIND_DECODE && p->hg * a->m <= 2;
+    if (p->kind != ATTN_KIND_SCALAR && (status = pack_table(p, !narrow)) != WAVEPE_OK) goto fail;
+    *out = p;
+    return WAVEPE_OK;
+fail:
+    wavepe_attention_plan_free(p);
+    return status;
+}
+
+int wavepe_attention_bwd_plan(wavepe_isa isa, int f64, const wavepe_attention_args *a, wavepe_attention_plan **out) {
+    *out = NULL;
+    int status = wavepe_attention_validate(a, 1);
+    if (status != WAVEPE_OK) return status;
+    wavepe_attention_plan *p = plan_common(isa, f64, a, 1);
+    if (p == NULL) return WAVEPE_E_NOMEM;
+    p->nunits = a->batch * a->heads;
+    p->nslots = p->nunits;
+    if (p->hg > 1 && a->n > 0) {
+        /* grouped-query: each query head accumulates its own dk, dv; phase 1
+         * sums them over the group in head order */
+        const int64_t dims[4] = {a->batch * a->heads, 2, a->n, a->d};
+        if ((status = wavepe_checked_numel(4, dims, p->esize, NULL)) != WAVEPE_OK) goto fail;
+        p->dkv_partial = attn_aligned_alloc((size_t)(dims[0] * 2 * a->n * a->d * p->esize));
+        if (p->dkv_partial == NULL && dims[0] > 0) {
+            status = WAVEPE_E_NOMEM;
+            goto fail;
+        }
+        p->nkv_chunks = a->batch * a->kv_heads * ((a->n + ATTN_KV_REDUCE_ROWS - 1) / ATTN_KV_REDUCE_ROWS);
+    }
+    if (p->kind != ATTN_KIND_SCALAR && (status = pack_table(p, 1)) != WAVEPE_OK) goto fail;
+    if (a->dtable != NULL) {
+        /* table gradient: per-slot partials, reduced in a fixed order */
+        if (p->nslots > ATTN_MAX_TABLE_SLOTS) p->nslots = ATTN_MAX_TABLE_SLOTS;
+        if (p->kind == ATTN_KIND_SCALAR) {
+            p->dt_rows = a->table_rows;
+            p->dt_cols = a->d;
+        } else {
+            p->dt_rows = p->prows;
+            p->dt_cols = p->dpad;
+        }
+        const int64_t esz = p->kind == ATTN_KIND_SCALAR ? 8 : p->esize;
+        const int64_t dims[3] = {p->nslots, p->dt_rows, p->dt_cols};
+        if ((status = wavepe_checked_numel(3, dims, esz, NULL)) != WAVEPE_OK) goto fail;
+        const size_t bytes = (size_t)(dims[0] * dims[1] * dims[2] * esz);
+        if (bytes > 0) {
+            p->dt_partial = attn_aligned_alloc(bytes);
+            if (p->dt_partial == NULL) {
+                status = WAVEPE_E_NOMEM;
+                goto fail;
+            }
+            memset(p->dt_partial, 0, bytes);
+        }
+    }
+    if (a->dslopes != NULL) {
+        p->dslope_partial = calloc((size_t)(a->batch * a->heads) + 1, sizeof(double));
+        if (p->dslope_partial == NULL) {
+            status = WAVEPE_E_NOMEM;
+            goto fail;
+        }
+    }
+    *out = p;
+    return WAVEPE_OK;
+fail:
+    wavepe_attention_plan_free(p);
+    return status;
+}
+
+int64_t wavepe_attention_units(const wavepe_attention_plan *p, int phase) {
+    const wavepe_attention_args *a = &p->a;
+    if (p->backward) {
+        if (phase == 0) return p->nslots;
+        if (phase == 1)
+            return (a->dtable != NULL ? a->table_rows : 0) + (a->dslopes != NULL ? 1 : 0) + p->nkv_chunks;
+        return 0;
+    }
+    switch (p->kind) {
+    case ATTN_KIND_SCALAR: return phase == 0 ? a->batch * a->heads * a->m : 0;
+    case ATTN_KIND_TILED: return phase == 0 ? a->batch * a->heads * p->nqb : 0;
+    case ATTN_KIND_DECODE:
+        if (phase == 0) return a->batch * a->kv_heads * p->nchunks;
+        return phase == 1 ? a->batch * a->heads * a->m : 0;
+    }
+    return 0;
+}
+
+int64_t wavepe_attention_grain(const wavepe_attention_plan *p, int phase) {
+    if (p->backward) return phase == 0 ? 1 : 16;
+    if (p->kind == ATTN_KIND_SCALAR) {
+        const int64_t work = p->a.n * p->a.d;
+        return work >= 65536 ? 1 : 65536 / (work > 0 ? work : 1);
+    }
+    return phase == 0 ? 1 : 64;
+}
+
+/* ---- scalar reference ------------------------------------------------------ */
+
+/* One score from the formula (double), or -inf when masked. */
+static double score_scalar(const wavepe_attention_plan *p, int64_t b, int64_t h, const void *qrow_base,
+                           int64_t qoff, int64_t pos, int64_t n) {
+    const wavepe_attention_args *a = &p->a;
+    const int f64 = p->f64;
+    const int64_t d = a->d, hk = h / p->hg;
+    const int64_t koff = attn_off(a->k_strides, b, hk, n);
+    double s = 0.0;
+    for (int64_t c = 0; c < d; ++c) s += ld(qrow_base, qoff + c, f64) * ld(a->k, koff + c, f64);
+    if (p->bias == ATTN_BIAS_TABLE) {
+        const int64_t idx = attn_table_index(a, pos - n);
+        if (idx >= 0) {
+            double t = 0.0;
+            for (int64_t c = 0; c < d; ++c) t += ld(qrow_base, qoff + c, f64) * ld(a->table, idx * d + c, f64);
+            s += t;
+        }
+    }
+    s *= a->scale;
+    if (p->bias == ATTN_BIAS_ALIBI) s -= ld(a->slopes, h, f64) * (double)iabs64(pos - n);
+    return s;
+}
+
+static inline int key_masked(const wavepe_attention_args *a, int64_t b, int64_t n) {
+    return a->key_padding_mask != NULL && a->key_padding_mask[b * a->kpm_stride + n] != 0;
+}
+
+/* Keys [0, end) a query at pos may see. */
+static inline int64_t key_end(const wavepe_attention_args *a, int64_t pos) {
+    if (!a->causal) return a->n;
+    if (pos < 0) return 0;
+    return pos + 1 < a->n ? pos + 1 : a->n;
+}
+
+static int fwd_scalar(wavepe_attention_plan *p, int64_t begin, int64_t end) {
+    const wavepe_attention_args *a = &p->a;
+    const int f64 = p->f64;
+    const int64_t d = a->d;
+    double *acc = malloc(sizeof(double) * (size_t)d);
+    if (acc == NULL) return WAVEPE_E_NOMEM;
+    for (int64_t row = begin; row < end; ++row) {
+        const int64_t m = row % a->m, bh = row / a->m, h = bh % a->heads, b = bh / a->heads;
+        const int64_t hk = h / p->hg, pos = a->q_offset + m;
+        const int64_t qoff = attn_off(a->q_strides, b, h, m);
+        double mx = -INFINITY, l = 0.0;
+        for (int64_t c = 0; c < d; ++c) acc[c] = 0.0;
+        const int64_t nend = key_end(a, pos);
+        for (int64_t n = 0; n < nend; ++n) {
+            if (key_masked(a, b, n)) continue;
+            const double s = score_scalar(p, b, h, a->q, qoff, pos, n);
+            if (s > mx) {
+                const double corr = exp(mx - s);
+                l *= corr;
+                for (int64_t c = 0; c < d; ++c) acc[c] *= corr;
+                mx = s;
+            }
+            const double pr = exp(s - mx);
+            l += pr;
+            const int64_t voff = attn_off(a->v_strides, b, hk, n);
+            for (int64_t c = 0; c < d; ++c) acc[c] += pr * ld(a->v, voff + c, f64);
+        }
+        const int64_t ooff = attn_off(a->out_strides, b, h, m);
+        const int any = l > 0.0 || isnan(l);
+        for (int64_t c = 0; c < d; ++c) st(a->out, ooff + c, any ? acc[c] / l : 0.0, f64);
+        st(a->lse, bh * a->m + m, any ? mx + log(l) : -INFINITY, f64);
+    }
+    free(acc);
+    return WAVEPE_OK;
+}
+
+/* Backward of one (batch, query head) unit: dq of that head, its dk/dv
+ * contribution (the kv head's outputs, or its GQA partial), table / slope
+ * partials. */
+static int bwd_scalar_unit(wavepe_attention_plan *p, int64_t unit, int64_t slot, double *scratch) {
+    const wavepe_attention_args *a = &p->a;
+    const int f64 = p->f64;
+    const int64_t d = a->d, N = a->n, M = a->m;
+    const int64_t b = unit / a->heads, h = unit % a->heads, hk = h / p->hg;
+    double *dk = scratch, *dv = scratch + N * d, *dq = scratch + 2 * N * d;
+    double *dt = p->dt_partial != NULL ? (double *)p->dt_partial + slot * p->dt_rows * p->dt_cols : NULL;
+    memset(dk, 0, sizeof(double) * (size_t)(2 * N * d));
+    double dslope = 0.0;
+    for (int64_t m = 0; m < M; ++m) {
+        const int64_t pos = a->q_offset + m, bhm = (b * a->heads + h) * M + m;
+        const int64_t qoff = attn_off(a->q_strides, b, h, m);
+        const int64_t ooff = attn_off(a->out_strides, b, h, m);
+        const int64_t gooff = attn_off(a->dout_strides, b, h, m);
+        const double lse = ld(a->lse, bhm, f64);
+        for (int64_t c = 0; c < d; ++c) dq[c] = 0.0;
+        if (lse != -INFINITY) {
+            double D = 0.0;
+            for (int64_t c = 0; c < d; ++c) D += ld(a->dout, gooff + c, f64) * ld(a->out, ooff + c, f64);
+            if (a->dlse != NULL) D -= ld(a->dlse, bhm, f64);
+            const int64_t nend = key_end(a, pos);
+            for (int64_t n = 0; n < nend; ++n) {
+                if (key_masked(a, b, n)) continue;
+                const double s = score_scalar(p, b, h, a->q, qoff, pos, n);
+                const double pr = exp(s - lse);
+                const int64_t koff = attn_off(a->k_strides, b, hk, n);
+                const int64_t voff = attn_off(a->v_strides, b, hk, n);
+                double dp = 0.0;
+                for (int64_t c = 0; c < d; ++c) dp += ld(a->dout, gooff + c, f64) * ld(a->v, voff + c, f64);
+                const double ds = pr * (dp - D), dss = ds * a->scale;
+                const int64_t idx = p->bias == ATTN_BIAS_TABLE ? attn_table_index(a, pos - n) : -1;
+                for (int64_t c = 0; c < d; ++c) {
+                    const double qc = ld(a->q, qoff + c, f64);
+                    dv[n * d + c] += pr * ld(a->dout, gooff + c, f64);
+                    dk[n * d + c] += dss * qc;
+                    dq[c] += dss * ld(a->k, koff + c, f64);
+                    if (idx >= 0) {
+                        dq[c] += dss * ld(a->table, idx * d + c, f64);
+                        if (dt != NULL) dt[idx * d + c] += dss * qc;
+                    }
+                }
+                dslope -= ds * (double)iabs64(pos - n);
+            }
+        }
+        for (int64_t c = 0; c < d; ++c) st(a->dq, bhm * d + c, dq[c], f64);
+    }
+    if (p->dslope_partial != NULL) p->dslope_partial[b * a->heads + h] = dslope;
+    void *dkd = attn_dk_dest(p, b, h), *dvd = attn_dv_dest(p, b, h);
+    for (int64_t i = 0; i < N * d; ++i) {
+        st(dkd, i, dk[i], f64);
+        st(dvd, i, dv[i], f64);
+    }
+    return WAVEPE_OK;
+}
+
+static int bwd_scalar(wavepe_attention_plan *p, int64_t begin, int64_t end) {
+    const int64_t d = p->a.d, N = p->a.n;
+    double *scratch = malloc(sizeof(double) * (size_t)(2 * N * d + d));
+    if (scratch == NULL) return WAVEPE_E_NOMEM;
+    int status = WAVEPE_OK;
+    for (int64_t slot = begin; slot < end && status == WAVEPE_OK; ++slot)
+        for (int64_t unit = slot; unit < p->nunits && status == WAVEPE_OK; unit += p->nslots)
+            status = bwd_scalar_unit(p, unit, slot, scratch);
+    free(scratch);
+    return status;
+}
+
+/* ---- phase 1: reductions -------------------------------------------------- */
+
+/* Split-N decoding: merge the chunks' (max, sum, acc) of each query row in
+ * chunk order. */
+static int fwd_combine(wavepe_attention_plan *p, int64_t begin, int64_t end) {
+    const wavepe_attention_args *a = &p->a;
+    const int f64 = p->f64;
+    const int64_t d = a->d, dpad = p->dpad, C = p->nchunks, stride = dpad + 2;
+    double *acc = malloc(sizeof(double) * (size_t)d);
+    if (acc == NULL) return WAVEPE_E_NOMEM;
+    for (int64_t row = begin; row < end; ++row) {
+        const int64_t m = row % a->m, bh = row / a->m, h = bh % a->heads, b = bh / a->heads;
+        const int64_t base = row * C * stride;
+        double mx = -INFINITY;
+        for (int64_t c = 0; c < C; ++c) {
+            const double mc = ld(p->partial, base + c * stride + dpad, f64);
+            if (mc > mx) mx = mc;
+        }
+        double l = 0.0;
+        for (int64_t c = 0; c < d; ++c) acc[c] = 0.0;
+        if (mx != -INFINITY) {
+            for (int64_t c = 0; c < C; ++c) {
+                const int64_t o = base + c * stride;
+                const double mc = ld(p->partial, o + dpad, f64);
+                if (mc == -INFINITY) continue;
+                const double w = exp(mc - mx);
+                l += w * ld(p->partial, o + dpad + 1, f64);
+                for (int64_t j = 0; j < d; ++j) acc[j] += w * ld(p->partial, o + j, f64);
+            }
+        }
+        const int64_t ooff = attn_off(a->out_strides, b, h, m);
+        const int any = l > 0.0 || isnan(l);
+        for (int64_t j = 0; j < d; ++j) st(a->out, ooff + j, any ? acc[j] / l : 0.0, f64);
+        st(a->lse, row, any ? mx + log(l) : -INFINITY, f64);
+    }
+    free(acc);
+    return WAVEPE_OK;
+}
+
+/* GQA: dk, dv of key rows [n0, n1) of (b, hk) = the sum of its query heads'
+ * partials, in head order. */
+static void reduce_kv_rows(wavepe_attention_plan *p, int64_t b, int64_t hk, int64_t n0, int64_t n1) {
+    const wavepe_attention_args *a = &p->a;
+    const int f64 = p->f64;
+    const int64_t d = a->d;
+    for (int which = 0; which < 2; ++which) {
+        void *dst = which == 0 ? a->dk : a->dv;
+        const int64_t obase = (b * a->kv_heads + hk) * a->n * d;
+        for (int64_t i = n0 * d; i < n1 * d; ++i) {
+            double s = 0.0;
+            for (int64_t h = hk * p->hg; h < (hk + 1) * p->hg; ++h)
+                s += ld(p->dkv_partial, ((b * a->heads + h) * 2 + which) * a->n * d + i, f64);
+            st(dst, obase + i, s, f64);
+        }
+    }
+}
+
+/* Phase 1 of the backward, units in this order: table-gradient rows, the
+ * slopes (one unit), chunks of dk/dv rows to reduce over query heads (GQA). */
+static int bwd_reduce(wavepe_attention_plan *p, int64_t begin, int64_t end) {
+    const wavepe_attention_args *a = &p->a;
+    const int f64 = p->f64;
+    const int64_t d = a->d, R = a->dtable != NULL ? a->table_rows : 0;
+    const int64_t S = a->dslopes != NULL ? 1 : 0;
+    for (int64_t row = begin; row < end; ++row) {
+        if (row >= R + S) {
+            const int64_t u = row - R - S, per = (a->n + ATTN_KV_REDUCE_ROWS - 1) / ATTN_KV_REDUCE_ROWS;
+            const int64_t bk = u / per, n0 = (u % per) * ATTN_KV_REDUCE_ROWS;
+            const int64_t n1 = n0 + ATTN_KV_REDUCE_ROWS < a->n ? n0 + ATTN_KV_REDUCE_ROWS : a->n;
+            reduce_kv_rows(p, bk / a->kv_heads, bk % a->kv_heads, n0, n1);
+            continue;
+        }
+        if (row >= R) { /* slopes: sum over the batch in order */
+            for (int64_t h = 0; h < a->heads; ++h) {
+                double s = 0.0;
+                for (int64_t b = 0; b < a->batch; ++b) s += p->dslope_partial[b * a->heads + h];
+                st(a->dslopes, h, s, f64);
+            }
+            continue;
+        }
+        for (int64_t c = 0; c < d; ++c) {
+            double s = 0.0;
+            for (int64_t slot = 0; slot < p->nslots; ++slot) {
+                if (p->dt_partial == NULL) break;
+                if (p->kind == ATTN_KIND_SCALAR) {
+                    s += ((const double *)p->dt_partial)[(slot * p->dt_rows + row) * p->dt_cols + c];
+                    continue;
+                }
+                if (p->prows == 0) continue;
+                /* packed rows whose distance maps to this table row */
+                const int64_t r = a->r_lo + row;
+                int64_t rmin = r, rmax = r;
+                if (a->clamp && row == 0) rmin = p->pr_lo;
+                if (a->clamp && row == R - 1) rmax = p->pr_hi;
+                if (rmin < p->pr_lo) rmin = p->pr_lo;
+                if (rmax > p->pr_hi) rmax = p->pr_hi;
+                const int64_t base = slot * p->dt_rows * p->dt_cols;
+                for (int64_t rr = rmax; rr >= rmin; --rr)
+                    s += ld(p->dt_partial, base + (p->pr_hi - rr) * p->dt_cols + c, f64);
+            }
+            st(a->dtable, row * d + c, s, f64);
+        }
+    }
+    return WAVEPE_OK;
+}
+
+/* ---- dispatch ------------------------------------------------------------------ */
+
+int wavepe_attention_run(wavepe_attention_plan *p, int phase, int64_t begin, int64_t end) {
+    if (begin >= end) return WAVEPE_OK;
+    if (p->backward) {
+        if (phase == 1) return bwd_reduce(p, begin, end);
+#if defined(__x86_64__) || defined(_M_X64)
+        if (p->kind != ATTN_KIND_SCALAR)
+            return p->f64 ? attn_avx2_bwd_f64(p, begin, end) : attn_avx2_bwd_f32(p, begin, end);
+#endif
+        return bwd_scalar(p, begin, end);
+    }
+    if (phase == 1) return fwd_combine(p, begin, end);
+#if defined(__x86_64__) || defined(_M_X64)
+    if (p->kind == ATTN_KIND_TILED)
+        return p->f64 ? attn_avx2_fwd_tiled_f64(p, begin, end) : attn_avx2_fwd_tiled_f32(p, begin, end);
+    if (p->kind == ATTN_KIND_DECODE)
+        return p->f64 ? attn_avx2_fwd_decode_f64(p, begin, end) : attn_avx2_fwd_decode_f32(p, begin, end);
+#endif
+    return fwd_scalar(p, begin, end);
+}

@@ -1,0 +1,122 @@
+/* attention_internal.h: the plan shared by attention.c (scalar reference,
+ * plan building, reductions) and attention_avx2.c (tiled kernels).  Not part
+ * of the public API. */
+#ifndef WAVEPE_ATTENTION_INTERNAL_H
+#define WAVEPE_ATTENTION_INTERNAL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "attention.h"
+
+enum { ATTN_BIAS_NONE = 0, ATTN_BIAS_TABLE = 1, ATTN_BIAS_ALIBI = 2 };
+enum { ATTN_KIND_SCALAR = 0, ATTN_KIND_TILED = 1, ATTN_KIND_DECODE = 2 };
+
+/* Most partial table-gradient buffers of a backward: bounds its extra memory
+ * by a constant times the table size, independently of B * H. */
+#define ATTN_MAX_TABLE_SLOTS 8
+/* Key rows per phase-1 unit of the GQA dk/dv reduction. */
+#define ATTN_KV_REDUCE_ROWS 64
+
+/* Tiling of the AVX2 kernels.  A micro-tile is MR rows x NR columns of
+ * accumulators (12 of the 16 YMM registers); query blocks are BM rows, key
+ * blocks BN keys (multiples of MR and NR).  The forward streams all of K and
+ * V once per query block, so its blocks are tall (K/V traffic ~ 1/BM; its
+ * queries are processed 6 rows at a time, so BM costs only the O
+ * accumulators); the backward streams Q and dO once per key block, so its
+ * blocks are wide.  Sized so that a block's working set stays in a 512 KiB L2. */
+#define ATTN_MR 6
+#define ATTN_NR_F32 16
+#define ATTN_NR_F64 8
+#define ATTN_FBM_F32 192 /* forward */
+#define ATTN_FBN_F32 128
+#define ATTN_BBM_F32 96  /* backward */
+#define ATTN_BBN_F32 256
+#define ATTN_FBM_F64 96
+#define ATTN_FBN_F64 64
+#define ATTN_BBM_F64 48
+#define ATTN_BBN_F64 128
+/* Split-N decoding: at most this many queries per head, and chunks of keys
+ * per (batch, kv head) so that there are about DECODE_SPLIT of them. */
+#define ATTN_DECODE_MAX_M 16
+#define ATTN_DECODE_SPLIT 16
+
+struct wavepe_attention_plan {
+    wavepe_attention_args a; /* copy of the caller's arguments */
+    wavepe_isa isa;
+    int f64;                 /* element type: 0 float32, 1 float64 */
+    int backward;
+    int kind;                /* ATTN_KIND_* */
+    int bias;                /* ATTN_BIAS_* */
+    int64_t hg;              /* query heads per kv head */
+    int64_t esize;           /* bytes per element */
+
+    /* tiles (AVX2) */
+    int64_t bm, bn, nr, dpad; /* dpad: d rounded up to nr */
+    int64_t nqb, nkb;         /* query / key block counts */
+
+    /* Table over the distances [pr_lo, pr_hi] the operation can need, in
+     * decreasing order: packed row p holds distance pr_hi - p (p < prows, a
+     * multiple of nr; rows past the range are zero).  With clamp, distances
+     * outside the table repeat its edge rows. */
+    int64_t pr_lo, pr_hi, prows, nstrips; /* prows == 0: no table work at all */
+    void *tpack;       /* [strip][d][nr]: strips transposed, operand of q . T */
+    void *trow;        /* [prows][dpad] row-major, zero padded: operand of ds . T */
+    int32_t *strip_clo; /* per strip: columns [clo, chi) hold every nonzero */
+    int32_t *strip_chi; /* clo == chi: the strip is all zero */
+
+    /* split-N decoding */
+    int64_t chunk, nchunks; /* keys per chunk (multiple of bn), chunks per head */
+    void *partial;          /* (B*H*M, nchunks, dpad + 2): acc, max, sum */
+
+    /* backward */
+    int64_t nunits;      /* (batch, query head) units */
+    int64_t nslots;      /* phase-0 units: slot s runs units s, s + nslots, ... */
+    void *dkv_partial;   /* GQA: (B, H, N, d) dk then dv per query head, or NULL (H == Hkv) */
+    int64_t nkv_chunks;  /* phase-1 units reducing dk/dv over each kv head's query heads */
+    void *dt_partial;    /* (nslots, rows, cols) table gradient per slot, or NULL */
+    int64_t dt_rows, dt_cols; /* scalar: (R, d); AVX2: (prows, dpad) */
+    double *dslope_partial; /* (B, H) */
+};
+
+/* Pointers into the strided tensors. */
+static inline int64_t attn_off(const int64_t s[3], int64_t b, int64_t h, int64_t row) {
+    return b * s[0] + h * s[1] + row * s[2];
+}
+
+/* Where the backward of query head h accumulates dk and dv (dense N x d):
+ * the outputs when each kv head has one query head, else h's partial. */
+static inline void *attn_dk_dest(const wavepe_attention_plan *p, int64_t b, int64_t h) {
+    const wavepe_attention_args *a = &p->a;
+    if (p->dkv_partial == NULL) return (char *)a->dk + (b * a->kv_heads + h) * a->n * a->d * p->esize;
+    return (char *)p->dkv_partial + (b * a->heads + h) * 2 * a->n * a->d * p->esize;
+}
+
+static inline void *attn_dv_dest(const wavepe_attention_plan *p, int64_t b, int64_t h) {
+    const wavepe_attention_args *a = &p->a;
+    if (p->dkv_partial == NULL) return (char *)a->dv + (b * a->kv_heads + h) * a->n * a->d * p->esize;
+    return (char *)p->dkv_partial + ((b * a->heads + h) * 2 + 1) * a->n * a->d * p->esize;
+}
+
+/* Table row index of distance r within the plan's table, or -1 for a zero row. */
+static inline int64_t attn_table_index(const wavepe_attention_args *a, int64_t r) {
+    int64_t i = r - a->r_lo;
+    if (i < 0 || i >= a->table_rows) {
+        if (!a->clamp) return -1;
+        i = i < 0 ? 0 : a->table_rows - 1;
+    }
+    return i;
+}
+
+void *attn_aligned_alloc(size_t bytes);
+void attn_aligned_free(void *p);
+
+/* AVX2 phases (attention_avx2.c). */
+int attn_avx2_fwd_tiled_f32(wavepe_attention_plan *p, int64_t begin, int64_t end);
+int attn_avx2_fwd_tiled_f64(wavepe_attention_plan *p, int64_t begin, int64_t end);
+int attn_avx2_fwd_decode_f32(wavepe_attention_plan *p, int64_t begin, int64_t end);
+int attn_avx2_fwd_decode_f64(wavepe_attention_plan *p, int64_t begin, int64_t end);
+int attn_avx2_bwd_f32(wavepe_attention_plan *p, int64_t begin, int64_t end);
+int attn_avx2_bwd_f64(wavepe_attention_plan *p, int64_t begin, int64_t end);
+
+#endif

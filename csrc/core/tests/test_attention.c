@@ -1,0 +1,280 @@
+/* test_attention.c: fused attention, scalar and AVX2, forward against a
+ * naive double oracle (materialised scores, one row at a time), backward
+ * AVX2 against the scalar reference, validation of bad sizes. */
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../attention.h"
+#include "../checked.h"
+#include "harness.h"
+
+typedef struct {
+    int64_t B, H, Hkv, M, N, d, off;
+    int causal, bias; /* 0 none, 1 table, 2 alibi */
+    int clamp, kpm;
+} shape;
+
+typedef struct {
+    double *q, *k, *v, *table, *slopes, *dout;
+    uint8_t *mask;
+    int64_t R, r_lo;
+} inputs;
+
+static void make_inputs(const shape *s, inputs *in, unsigned long long seed) {
+    const int64_t nq = s->B * s->H * s->M * s->d, nk = s->B * s->Hkv * s->N * s->d;
+    in->q = malloc(sizeof(double) * (size_t)(nq + 1));
+    in->dout = malloc(sizeof(double) * (size_t)(nq + 1));
+    in->k = malloc(sizeof(double) * (size_t)(nk + 1));
+    in->v = malloc(sizeof(double) * (size_t)(nk + 1));
+    for (int64_t i = 0; i < nq; ++i) in->q[i] = test_uniform(&seed, -1.5, 1.5), in->dout[i] = test_uniform(&seed, -1, 1);
+    for (int64_t i = 0; i < nk; ++i) in->k[i] = test_uniform(&seed, -1.5, 1.5), in->v[i] = test_uniform(&seed, -1, 1);
+    /* a table with zero rows and zero column ranges, like a wavelet table */
+    in->R = 37;
+    in->r_lo = -5;
+    in->table = malloc(sizeof(double) * (size_t)(in->R * s->d));
+    for (int64_t r = 0; r < in->R; ++r)
+        for (int64_t c = 0; c < s->d; ++c) {
+            const int zero = (r % 11 == 4) || (r > 20 && c < s->d / 2);
+            in->table[r * s->d + c] = zero ? 0.0 : test_uniform(&seed, -1, 1);
+        }
+    in->slopes = malloc(sizeof(double) * (size_t)s->H);
+    for (int64_t h = 0; h < s->H; ++h) in->slopes[h] = 0.5 / (double)(h + 1);
+    in->mask = malloc((size_t)(s->B * s->N + 1));
+    for (int64_t i = 0; i < s->B * s->N; ++i) in->mask[i] = s->kpm ? (test_uniform(&seed, 0, 1) < 0.2) : 0;
+    if (s->kpm && s->N > 3) in->mask[0] = in->mask[1] = in->mask[2] = 1;
+}
+
+static void free_inputs(inputs *in) {
+    free(in->q), free(in->k), free(in->v), free(in->table), free(in->slopes), free(in->dout), free(in->mask);
+}
+
+/* naive forward in double */
+static void oracle(const shape *s, const inputs *in, double *out, double *lse) {
+    const int64_t d = s->d, hg = s->H / s->Hkv;
+    double *sc = malloc(sizeof(double) * (size_t)(s->N + 1));
+    for (int64_t b = 0; b < s->B; ++b)
+        for (int64_t h = 0; h < s->H; ++h)
+            for (int64_t m = 0; m < s->M; ++m) {
+                const double *q = in->q + ((b * s->H + h) * s->M + m) * d;
+                const int64_t pos = s->off + m;
+                double mx = -INFINITY;
+                for (int64_t n = 0; n < s->N; ++n) {
+                    const double *k = in->k + ((b * s->Hkv + h / hg) * s->N + n) * d;
+                    if ((s->causal && n > pos) || in->mask[b * s->N + n]) {
+                        sc[n] = -INFINITY;
+                        continue;
+                    }
+                    double x = 0;
+                    for (int64_t c = 0; c < d; ++c) x += q[c] * k[c];
+                    if (s->bias == 1) {
+                        int64_t i = pos - n - in->r_lo;
+                        if (s->clamp) i = i < 0 ? 0 : (i >= in->R ? in->R - 1 : i);
+                        if (i >= 0 && i < in->R)
+                            for (int64_t c = 0; c < d; ++c) x += q[c] * in->table[i * d + c];
+                    }
+                    x *= 1.0 / sqrt((double)d);
+                    if (s->bias == 2) x -= in->slopes[h] * (double)llabs(pos - n);
+                    sc[n] = x;
+                    if (x > mx) mx = x;
+                }
+                double l = 0;
+                double *o = out + ((b * s->H + h) * s->M + m) * d;
+                for (int64_t c = 0; c < d; ++c) o[c] = 0;
+                if (mx == -INFINITY) {
+                    lse[(b * s->H + h) * s->M + m] = -INFINITY;
+                    continue;
+                }
+                for (int64_t n = 0; n < s->N; ++n) {
+                    if (sc[n] == -INFINITY) continue;
+                    const double p = exp(sc[n] - mx);
+                    l += p;
+                    const double *v = in->v + ((b * s->Hkv + h / hg) * s->N + n) * d;
+                    for (int64_t c = 0; c < d; ++c) o[c] += p * v[c];
+                }
+                for (int64_t c = 0; c < d; ++c) o[c] /= l;
+                lse[(b * s->H + h) * s->M + m] = mx + log(l);
+            }
+    free(sc);
+}
+
+/* Fill args for dense tensors of element type f64 (1) or f32 (0). */
+static void set_args(wavepe_attention_args *a, const shape *s, const inputs *in, void *q, void *k, void *v,
+                     void *table, void *slopes, void *out, void *lse) {
+    memset(a, 0, sizeof(*a));
+    a->batch = s->B, a->heads = s->H, a->kv_heads = s->Hkv, a->m = s->M, a->n = s->N, a->d = s->d;
+    a->q_offset = s->off, a->causal = s->causal, a->scale = 1.0 / sqrt((double)s->d);
+    a->q = q, a->k = k, a->v = v, a->out = out, a->lse = lse;
+    const int64_t qs[3] = {s->H * s->M * s->d, s->M * s->d, s->d}, ks[3] = {s->Hkv * s->N * s->d, s->N * s->d, s->d};
+    memcpy(a->q_strides, qs, sizeof qs), memcpy(a->out_strides, qs, sizeof qs), memcpy(a->dout_strides, qs, sizeof qs);
+    memcpy(a->k_strides, ks, sizeof ks), memcpy(a->v_strides, ks, sizeof ks);
+    if (s->bias == 1) a->table = table, a->table_rows = in->R, a->r_lo = in->r_lo, a->clamp = s->clamp;
+    if (s->bias == 2) a->slopes = slopes;
+    if (s->kpm) a->key_padding_mask = in->mask, a->kpm_stride = s->N;
+}
+
+static void *conv(const double *x, int64_t n, int f64) {
+    void *p = malloc((size_t)(n + 1) * (f64 ? 8 : 4));
+    for (int64_t i = 0; i < n; ++i) {
+        if (f64) ((double *)p)[i] = x[i];
+        else ((float *)p)[i] = (float)x[i];
+    }
+    return p;
+}
+
+static double get(const void *p, int64_t i, int f64) { return f64 ? ((const double *)p)[i] : ((const float *)p)[i]; }
+
+static int run_all(wavepe_attention_plan *plan) {
+    for (int phase = 0; phase < 2; ++phase) {
+        const int64_t units = wavepe_attention_units(plan, phase);
+        /* uneven split into three ranges, as a thread pool might */
+        const int64_t cut1 = units / 3, cut2 = units - units / 5;
+        int st = wavepe_attention_run(plan, phase, 0, cut1);
+        if (st == WAVEPE_OK) st = wavepe_attention_run(plan, phase, cut2, units);
+        if (st == WAVEPE_OK) st = wavepe_attention_run(plan, phase, cut1, cut2);
+        if (st != WAVEPE_OK) return st;
+    }
+    return WAVEPE_OK;
+}
+
+/* forward (both ISAs, both types) against the oracle; backward AVX2 vs scalar */
+static void check_shape(const shape *s, unsigned long long seed, int expect_kind) {
+    inputs in;
+    make_inputs(s, &in, seed);
+    const int64_t nq = s->B * s->H * s->M * s->d, nk = s->B * s->Hkv * s->N * s->d, nl = s->B * s->H * s->M;
+    double *want = malloc(sizeof(double) * (size_t)(nq + 1)), *want_lse = malloc(sizeof(double) * (size_t)(nl + 1));
+    oracle(s, &in, want, want_lse);
+    for (int f64 = 0; f64 < 2; ++f64) {
+        void *q = conv(in.q, nq, f64), *k = conv(in.k, nk, f64), *v = conv(in.v, nk, f64);
+        void *tab = conv(in.table, in.R * s->d, f64), *sl = conv(in.slopes, s->H, f64);
+        void *dout = conv(in.dout, nq, f64);
+        void *grads[2][5];
+        for (int isa = 0; isa < 2; ++isa) {
+            const wavepe_isa which = isa ? wavepe_cpu_isa() : WAVEPE_ISA_SCALAR;
+            void *out = calloc((size_t)nq + 1, 8), *lse = calloc((size_t)nl + 1, 8);
+            wavepe_attention_args a;
+            set_args(&a, s, &in, q, k, v, tab, sl, out, lse);
+            wavepe_attention_plan *plan;
+            CHECK(wavepe_attention_fwd_plan(which, f64, &a, &plan) == WAVEPE_OK);
+            if (isa && which == WAVEPE_ISA_AVX2 && expect_kind >= 0) CHECK(wavepe_attention_plan_kind(plan) == expect_kind);
+            CHECK(run_all(plan) == WAVEPE_OK);
+            wavepe_attention_plan_free(plan);
+            const double tol = f64 ? 1e-12 : 2e-5;
+            for (int64_t i = 0; i < nq; ++i) CHECK_CLOSE(get(out, i, f64), want[i], tol, tol);
+            for (int64_t i = 0; i < nl; ++i) {
+                if (want_lse[i] == -INFINITY) CHECK(get(lse, i, f64) == -INFINITY);
+                else CHECK_CLOSE(get(lse, i, f64), want_lse[i], tol, tol);
+            }
+            /* backward */
+            void *dq = calloc((size_t)nq + 1, 8), *dk = calloc((size_t)nk + 1, 8), *dv = calloc((size_t)nk + 1, 8);
+            void *dt = calloc((size_t)(in.R * s->d) + 1, 8), *dsl = calloc((size_t)s->H + 1, 8);
+            a.dout = dout;
+            a.dq = dq, a.dk = dk, a.dv = dv;
+            if (s->bias == 1) a.dtable = dt;
+            if (s->bias == 2) a.dslopes = dsl;
+            CHECK(wavepe_attention_bwd_plan(which, f64, &a, &plan) == WAVEPE_OK);
+            CHECK(run_all(plan) == WAVEPE_OK);
+            wavepe_attention_plan_free(plan);
+            grads[isa][0] = dq, grads[isa][1] = dk, grads[isa][2] = dv, grads[isa][3] = dt, grads[isa][4] = dsl;
+            free(out), free(lse);
+        }
+        const int64_t counts[5] = {nq, nk, nk, in.R * s->d, s->H};
+        const double tol = f64 ? 1e-10 : 1e-4;
+        for (int g = 0; g < 5; ++g) {
+            for (int64_t i = 0; i < counts[g]; ++i)
+                CHECK_CLOSE(get(grads[1][g], i, f64), get(grads[0][g], i, f64), tol, tol);
+            free(grads[0][g]), free(grads[1][g]);
+        }
+        free(q), free(k), free(v), free(tab), free(sl), free(dout);
+    }
+    free(want), free(want_lse);
+    free_inputs(&in);
+}
+
+/* Backward of the scalar reference against central differences (double). */
+static void check_gradient_fd(void) {
+    const shape s = {1, 2, 1, 5, 9, 3, 3, 1, 1, 1, 0};
+    inputs in;
+    make_inputs(&s, &in, 77);
+    const int64_t nq = s.H * s.M * s.d, nk = s.N * s.d, nl = s.H * s.M;
+    double *out = calloc((size_t)nq, 8), *lse = calloc((size_t)nl, 8);
+    double *dq = calloc((size_t)nq, 8), *dk = calloc((size_t)nk, 8), *dv = calloc((size_t)nk, 8);
+    double *dt = calloc((size_t)(in.R * s.d), 8);
+    wavepe_attention_args a;
+    set_args(&a, &s, &in, in.q, in.k, in.v, in.table, in.slopes, out, lse);
+    wavepe_attention_plan *plan;
+    CHECK(wavepe_attention_fwd_plan(WAVEPE_ISA_SCALAR, 1, &a, &plan) == WAVEPE_OK);
+    CHECK(run_all(plan) == WAVEPE_OK);
+    wavepe_attention_plan_free(plan);
+    a.dout = in.dout, a.dq = dq, a.dk = dk, a.dv = dv, a.dtable = dt;
+    CHECK(wavepe_attention_bwd_plan(WAVEPE_ISA_SCALAR, 1, &a, &plan) == WAVEPE_OK);
+    CHECK(run_all(plan) == WAVEPE_OK);
+    wavepe_attention_plan_free(plan);
+    /* loss = sum(out * dout); perturb a few entries of q, k, table */
+    double *targets[3] = {in.q, in.k, in.table};
+    double *grads[3] = {dq, dk, dt};
+    const int64_t idx[3][3] = {{0, 7, 20}, {1, 9, 25}, {3 * 3 + 1, 4 * 3, 6 * 3 + 2}};
+    double *o2 = calloc((size_t)nq, 8), *l2 = calloc((size_t)nl, 8);
+    for (int t = 0; t < 3; ++t)
+        for (int j = 0; j < 3; ++j) {
+            double *x = &targets[t][idx[t][j]];
+            const double x0 = *x, hstep = 1e-6;
+            double f[2];
+            for (int sgn = 0; sgn < 2; ++sgn) {
+                *x = x0 + (sgn ? hstep : -hstep);
+                wavepe_attention_args b;
+                set_args(&b, &s, &in, in.q, in.k, in.v, in.table, in.slopes, o2, l2);
+                CHECK(wavepe_attention_fwd_plan(WAVEPE_ISA_SCALAR, 1, &b, &plan) == WAVEPE_OK);
+                CHECK(run_all(plan) == WAVEPE_OK);
+                wavepe_attention_plan_free(plan);
+                f[sgn] = 0;
+                for (int64_t i = 0; i < nq; ++i) f[sgn] += o2[i] * in.dout[i];
+            }
+            *x = x0;
+            CHECK_CLOSE(grads[t][idx[t][j]], (f[1] - f[0]) / (2 * hstep), 1e-6, 1e-8);
+        }
+    free(out), free(lse), free(dq), free(dk), free(dv), free(dt), free(o2), free(l2);
+    free_inputs(&in);
+}
+
+void test_attention(void) {
+    /* B, H, Hkv, M, N, d, off, causal, bias, clamp, kpm */
+    const shape shapes[] = {
+        {1, 1, 1, 1, 1, 4, 0, 1, 0, 0, 0},
+        {2, 4, 2, 7, 40, 5, 33, 1, 1, 0, 0},
+        {1, 2, 1, 100, 300, 20, 200, 1, 1, 0, 0},
+        {1, 3, 3, 101, 101, 16, 0, 0, 1, 1, 0},
+        {1, 2, 2, 50, 290, 9, 240, 1, 2, 0, 1},
+        {2, 2, 1, 3, 700, 24, 697, 1, 1, 0, 1},  /* decode path */
+        {1, 2, 1, 2, 600, 8, 10, 0, 2, 0, 0},    /* decode, not causal */
+        {1, 1, 1, 70, 30, 17, -20, 1, 0, 0, 0},   /* rows with no key */
+        {1, 2, 2, 33, 260, 33, 5, 0, 1, 0, 1},
+        {1, 1, 1, 0, 5, 4, 0, 1, 1, 0, 0},
+        {1, 1, 1, 4, 0, 4, 0, 1, 1, 0, 0},
+        {1, 3, 3, 1, 900, 20, 899, 1, 1, 0, 1},  /* narrow decoding: one row */
+        {1, 2, 1, 1, 530, 13, 529, 1, 2, 0, 0},  /* narrow: two heads share a kv head */
+        {1, 1, 1, 2, 777, 7, 900, 0, 1, 1, 0},   /* narrow, two rows, clamped table */
+    };
+    const int kinds[] = {1, 1, 1, 1, 1, 2, 2, 1, 1, -1, -1, 2, 2, 2};
+    for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; ++i) check_shape(&shapes[i], 1000 + i, kinds[i]);
+    check_gradient_fd();
+
+    /* validation */
+    wavepe_attention_args a;
+    memset(&a, 0, sizeof a);
+    a.batch = 1, a.heads = 3, a.kv_heads = 2, a.m = 4, a.n = 4, a.d = 4, a.scale = 1.0;
+    CHECK(wavepe_attention_validate(&a, 0) == WAVEPE_E_INVALID); /* 3 heads over 2 kv heads */
+    a.kv_heads = 1;
+    a.scale = NAN;
+    CHECK(wavepe_attention_validate(&a, 0) == WAVEPE_E_INVALID);
+    a.scale = 1.0;
+    a.m = -1;
+    CHECK(wavepe_attention_validate(&a, 0) == WAVEPE_E_NEGATIVE_SIZE);
+    a.m = (int64_t)1 << 40, a.batch = (int64_t)1 << 30;
+    CHECK(wavepe_attention_validate(&a, 0) == WAVEPE_E_OVERFLOW);
+    a.m = 4, a.batch = 1;
+    CHECK(wavepe_attention_validate(&a, 0) == WAVEPE_E_NULL);
+    wavepe_attention_plan *plan = (wavepe_attention_plan *)&a;
+    CHECK(wavepe_attention_fwd_plan(WAVEPE_ISA_SCALAR, 0, &a, &plan) == WAVEPE_E_NULL && plan == NULL);
+}
