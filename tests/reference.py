@@ -216,3 +216,65 @@ def rope_pair_magnitude(x, layout: str = "half") -> np.ndarray:
     else:
         partner = x.reshape(*x.shape[:-1], half, 2)[..., ::-1].reshape(x.shape)
     return x + partner
+
+
+# ---- a Llama decoder with a pluggable position encoding (Hugging Face shim) -------
+
+def llama_logits(params: dict, ids, *, n_heads: int, n_kv_heads: int, eps: float, encoding: str,
+                 keep=None, wavelet=None, theta: float = 10000.0, rotary_pairs: int | None = None) -> np.ndarray:
+    """Logits (L, vocab) of one sequence through a Llama decoder, float64, straight from the formulas.
+
+    params: float64 arrays named as in the Hugging Face state dict ("model.embed_tokens.weight",
+    "model.layers.{i}.self_attn.q_proj.weight", ...; linear weights are (out, in)).
+    encoding: "wavelet" (score = s·(q·k + q·ψ((r − b_j)/a_j)), wavelet=(family, scales, shifts)),
+    "alibi" (score = s·q·k − slope_h·r), "nope", or "rope" (q, k rotated at positions 0…L−1 with
+    theta / rotary_pairs); r = m − n, s = 1/√d.  keep (L,) bool: False marks a padding token, which
+    no query attends to (its own row is computed like any other).
+    """
+    ids = np.asarray(ids)
+    seq = ids.shape[0]
+    keep = np.ones(seq, bool) if keep is None else np.asarray(keep, bool)
+
+    def lin(x, name):
+        return x @ params[name + ".weight"].T + params.get(name + ".bias", 0.0)
+
+    def rms(x, name):
+        return params[name + ".weight"] * x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps)
+
+    x = params["model.embed_tokens.weight"][ids]
+    n_layers = len({k.split(".")[2] for k in params if k.startswith("model.layers.")})
+    r = np.arange(seq)[:, None] - np.arange(seq)[None, :]
+    visible = (r >= 0) & keep[None, :]
+    for li in range(n_layers):
+        p = f"model.layers.{li}."
+        hcur = rms(x, p + "input_layernorm")
+        q = lin(hcur, p + "self_attn.q_proj").reshape(seq, n_heads, -1).transpose(1, 0, 2)
+        k = lin(hcur, p + "self_attn.k_proj").reshape(seq, n_kv_heads, -1).transpose(1, 0, 2)
+        v = lin(hcur, p + "self_attn.v_proj").reshape(seq, n_kv_heads, -1).transpose(1, 0, 2)
+        d = q.shape[-1]
+        s = 1.0 / np.sqrt(d)
+        if encoding == "rope":
+            q = rope(q, np.arange(seq), rope_inv_freq(theta, d), "half", rotary_pairs)
+            k = rope(k, np.arange(seq), rope_inv_freq(theta, d), "half", rotary_pairs)
+        out = np.zeros_like(q)
+        slopes = alibi_slopes(n_heads)
+        for h in range(n_heads):
+            kh, vh = k[h // (n_heads // n_kv_heads)], v[h // (n_heads // n_kv_heads)]
+            score = s * (q[h] @ kh.T)
+            if encoding == "wavelet":
+                family, scales, shifts = wavelet
+                for m in range(seq):
+                    table = wavelet_table(family, scales, shifts, r[m])  # (N, d): p_{m,n}
+                    score[m] += s * (table @ q[h, m])
+            elif encoding == "alibi":
+                score = score - slopes[h] * r
+            score = np.where(visible, score, -np.inf)
+            for m in range(seq):
+                if visible[m].any():
+                    w = np.exp(score[m] - score[m].max())
+                    out[h, m] = (w / w.sum()) @ vh
+        x = x + lin(out.transpose(1, 0, 2).reshape(seq, -1), p + "self_attn.o_proj")
+        hcur = rms(x, p + "post_attention_layernorm")
+        gate = lin(hcur, p + "mlp.gate_proj")
+        x = x + lin(gate / (1.0 + np.exp(-gate)) * lin(hcur, p + "mlp.up_proj"), p + "mlp.down_proj")
+    return lin(rms(x, "model.norm"), "lm_head")

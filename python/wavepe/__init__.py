@@ -2,7 +2,8 @@
 
 C kernels (scalar reference + AVX2, CUDA where built) exposed as NumPy ufuncs
 (:mod:`wavepe.ufuncs`) and PyTorch custom ops with autograd
-(:mod:`wavepe.ops`).  Importing ``wavepe`` does not import torch.
+(:mod:`wavepe.ops`), and :func:`wavepe.patch_llama` for Hugging Face models.
+Importing ``wavepe`` does not import torch or transformers.
 """
 
 from __future__ import annotations
@@ -45,4 +46,8 @@ def __getattr__(name: str) -> Any:
         import importlib
 
         return importlib.import_module(f".{name}", __name__)
+    if name == "patch_llama":  # imports torch and transformers on first use
+        from .integrations.hf import patch_llama
+
+        return patch_llama
     raise AttributeError(f"module 'wavepe' has no attribute {name!r}")
