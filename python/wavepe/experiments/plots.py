@@ -1,0 +1,181 @@
+"""Figures of the experiment and the band analysis (matplotlib, Agg, no pyplot state).
+
+Every function writes one PNG and returns its path.  Figures are built on
+``matplotlib.figure.Figure`` directly, so nothing touches the user's pyplot
+backend or global figure list.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from typing import Mapping, Sequence
+
+import numpy as np
+
+MODE_TITLES = {"nonoverlap": "non-overlapping windows", "sliding": "sliding window (last L/4 scored)"}
+
+
+def _figure(width: float, height: float):  # -> Figure
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(width, height), dpi=110, layout="constrained")
+    FigureCanvasAgg(fig)
+    return fig
+
+
+def _save(fig, path: str | os.PathLike[str]) -> str:
+    path = os.fspath(path)
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    fig.savefig(path)
+    return path
+
+
+def plot_perplexity(table: Mapping[str, Mapping[str, Mapping[int, float]]], path: str | os.PathLike[str],
+                    train_len: int, title: str = "") -> str:
+    """Perplexity vs evaluation length, one line per encoding, one panel per mode.
+
+    ``table[label][mode][length] = perplexity``.
+    """
+    modes = [m for m in MODE_TITLES if any(m in row for row in table.values())]
+    fig = _figure(5.2 * max(1, len(modes)), 4.2)
+    axes = fig.subplots(1, max(1, len(modes)), squeeze=False)[0]
+    markers = "osD^v<>ph*"
+    for ax, mode in zip(axes, modes):
+        for i, (label, row) in enumerate(table.items()):
+            if mode not in row:
+                continue
+            lengths = sorted(row[mode])
+            ppl = [row[mode][n] for n in lengths]
+            ax.plot(lengths, ppl, marker=markers[i % len(markers)], label=label,
+                    linestyle="--" if "→" in label else "-")
+        ax.axvline(train_len, color="grey", linestyle=":", linewidth=1)
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.set_xlabel("evaluation length (tokens)")
+        ax.set_ylabel("perplexity (bytes)")
+        ax.set_title(MODE_TITLES.get(mode, mode), fontsize=10)
+        ax.grid(True, which="both", alpha=0.3)
+    axes[0].legend(fontsize=8)
+    if title:
+        fig.suptitle(title, fontsize=10)
+    return _save(fig, path)
+
+
+def plot_attention_heatmaps(maps: Mapping[str, np.ndarray], path: str | os.PathLike[str], train_len: int,
+                            title: str = "") -> str:
+    """Attention weights (queries × keys, log10 colour scale) of one head per encoding.
+
+    ``maps[label]`` is (L, L) softmax weights; lines mark the training length.
+    """
+    n = len(maps)
+    cols = min(3, max(1, n))
+    rows = max(1, math.ceil(n / cols))
+    fig = _figure(3.6 * cols, 3.4 * rows)
+    axes = fig.subplots(rows, cols, squeeze=False).ravel()
+    image = None
+    for ax, (label, probs) in zip(axes, maps.items()):
+        p = np.asarray(probs, dtype=np.float64)
+        with np.errstate(divide="ignore"):
+            logp = np.log10(np.maximum(p, 1e-30))
+        logp[np.triu(np.ones_like(p, dtype=bool), 1)] = np.nan
+        image = ax.imshow(logp, cmap="viridis", vmin=-6, vmax=0, interpolation="nearest", aspect="equal")
+        ax.axhline(train_len - 0.5, color="white", linewidth=0.6, linestyle="--")
+        ax.axvline(train_len - 0.5, color="white", linewidth=0.6, linestyle="--")
+        ax.set_title(label, fontsize=9)
+        ax.set_xlabel("key position", fontsize=8)
+        ax.set_ylabel("query position", fontsize=8)
+        ax.tick_params(labelsize=7)
+    for ax in axes[n:]:
+        ax.set_visible(False)
+    if image is not None:
+        fig.colorbar(image, ax=axes[:n].tolist(), shrink=0.8, label="log10 attention weight")
+    if title:
+        fig.suptitle(title, fontsize=10)
+    return _save(fig, path)
+
+
+def plot_loss_by_position(curves: Mapping[str, np.ndarray], path: str | os.PathLike[str], train_len: int,
+                          title: str = "", smooth: int = 16) -> str:
+    """Mean NLL at each position of the window (moving average over ``smooth`` positions)."""
+    fig = _figure(6.0, 4.0)
+    ax = fig.subplots()
+    for label, curve in curves.items():
+        c = np.asarray(curve, dtype=np.float64)
+        if c.size == 0:
+            continue
+        k = max(1, min(smooth, c.size))
+        smoothed = np.convolve(c, np.ones(k) / k, mode="valid")
+        ax.plot(np.arange(smoothed.size) + (k - 1) / 2, smoothed, label=label,
+                linestyle="--" if "→" in label else "-", linewidth=1.2)
+    ax.axvline(train_len, color="grey", linestyle=":", linewidth=1)
+    ax.set_xlabel("position in the window")
+    ax.set_ylabel("loss (nats/byte)")
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=8)
+    if title:
+        ax.set_title(title, fontsize=10)
+    return _save(fig, path)
+
+
+def plot_band_heatmap(mean_norms: np.ndarray, path: str | os.PathLike[str], *, i_band: float | None = None,
+                      j_star: float | None = None, per_head: np.ndarray | None = None,
+                      layer_labels: Sequence[str] | None = None, title: str = "") -> str:
+    """‖q_i‖₂ heatmap, rotation pairs (rows) × positions (columns), one panel per layer.
+
+    ``mean_norms`` (layers, L, d/2) or (L, d/2).  Marks the measured band of each
+    layer (mean of its heads) and the predicted j*.
+    """
+    m = np.asarray(mean_norms, dtype=np.float64)
+    if m.ndim == 2:
+        m = m[None]
+    if m.ndim != 3:
+        raise ValueError(f"mean_norms must be (layers, L, d/2) or (L, d/2), got shape {m.shape}")
+    layers = m.shape[0]
+    cols = min(4, layers)
+    rows = math.ceil(layers / cols)
+    fig = _figure(3.8 * cols, 3.0 * rows)
+    axes = fig.subplots(rows, cols, squeeze=False).ravel()
+    for i in range(layers):
+        ax = axes[i]
+        image = ax.imshow(m[i].T, aspect="auto", origin="lower", cmap="magma", interpolation="nearest")
+        if per_head is not None:
+            ax.axhline(float(np.mean(per_head[i])), color="cyan", linewidth=1, label="measured band")
+        if j_star is not None:
+            ax.axhline(j_star, color="lime", linewidth=1, linestyle="--", label="predicted j*")
+        ax.set_title(layer_labels[i] if layer_labels else f"layer {i}", fontsize=9)
+        ax.set_xlabel("position", fontsize=8)
+        ax.set_ylabel("rotation pair i", fontsize=8)
+        ax.tick_params(labelsize=7)
+        fig.colorbar(image, ax=ax, shrink=0.8)
+        if i == 0 and (per_head is not None or j_star is not None):
+            ax.legend(fontsize=7, loc="upper right")
+    for ax in axes[layers:]:
+        ax.set_visible(False)
+    suptitle = title
+    if i_band is not None:
+        suptitle = (suptitle + "  " if suptitle else "") + f"i_band = {i_band:.2f}"
+    if suptitle:
+        fig.suptitle(suptitle, fontsize=10)
+    return _save(fig, path)
+
+
+def plot_p_rope_sweep(sweep: Mapping[float, Mapping[int, float]], path: str | os.PathLike[str], train_len: int,
+                      title: str = "") -> str:
+    """Perplexity vs length for each p-RoPE fraction r."""
+    fig = _figure(5.5, 4.0)
+    ax = fig.subplots()
+    for frac, row in sweep.items():
+        lengths = sorted(row)
+        ax.plot(lengths, [row[n] for n in lengths], marker="o", label=f"r = {frac:g}")
+    ax.axvline(train_len, color="grey", linestyle=":", linewidth=1)
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xlabel("evaluation length (tokens)")
+    ax.set_ylabel("perplexity")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=8)
+    if title:
+        ax.set_title(title, fontsize=10)
+    return _save(fig, path)
