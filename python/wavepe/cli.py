@@ -17,6 +17,11 @@ import sys
 from typing import Any, Sequence
 
 
+# kept here (not imported from wavepe.experiments) so that --help does not import torch
+_ENCODING_HELP = ("wavelet (the paper's default grid), rope (θ=10^4), rope-ltrain (θ = train length), "
+                  "rope:THETA (any θ), alibi, nope")
+
+
 class CliError(Exception):
     """A bad argument or input: printed as ``wavepe <cmd>: error: ...`` with exit status 2."""
 
@@ -360,8 +365,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="a small, fast preset for smoke tests (< 2 min): 2 layers, width 64, 60 steps, "
                         "train length 64, factors 1 2 4")
     p.add_argument("--encodings", type=_encodings, default=None, metavar="LIST",
-                   help="comma-separated: " + __import__("wavepe.experiments.extrapolate", fromlist=["x"])
-                   .ENCODING_HELP + " (default: wavelet,rope,rope-ltrain,alibi,nope)")
+                   help="comma-separated: " + _ENCODING_HELP + " (default: wavelet,rope,rope-ltrain,alibi,nope)")
     p.add_argument("--infer-theta", type=_infer_theta, action="append", default=None, metavar="THETA",
                    help="inference θ for the θ=L_train RoPE model (repeatable): 'len' = the evaluation length, "
                         "or a number (default: len)")

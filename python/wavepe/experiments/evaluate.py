@@ -68,7 +68,8 @@ def _logits(model: Callable[..., Any], ids: torch.Tensor) -> torch.Tensor:
 
 
 def _as_stream(tokens: Any) -> torch.Tensor:
-    t = torch.as_tensor(np.asarray(tokens) if not isinstance(tokens, torch.Tensor) else tokens)
+    # a copy: streams may be read-only NumPy views (np.frombuffer), which torch cannot wrap
+    t = tokens.detach().cpu() if isinstance(tokens, torch.Tensor) else torch.tensor(np.asarray(tokens))
     if t.dim() != 1:
         raise ValueError(f"tokens must be a 1-D stream of token ids, got shape {tuple(t.shape)}")
     if t.dtype.is_floating_point or t.dtype == torch.bool:
@@ -150,7 +151,9 @@ def perplexity(
             chunk = plan[b0: b0 + per_batch]
             idx = torch.tensor([s for s, _ in chunk])[:, None] + torch.arange(length + 1)[None, :]
             windows = stream[idx]
-            logits = _logits(model, windows[:, :-1].to(device)).float()
+            logits = _logits(model, windows[:, :-1].to(device))
+            if logits.dtype in (torch.float16, torch.bfloat16):
+                logits = logits.float()
             nll = torch.nn.functional.cross_entropy(logits.transpose(1, 2), windows[:, 1:].to(device),
                                                     reduction="none").double().cpu()  # (B, L)
             first = torch.tensor([f for _, f in chunk])[:, None]

@@ -57,7 +57,7 @@ def train_lm(model: torch.nn.Module, tokens: np.ndarray, cfg: TrainConfig, *, pr
 
     Returns the history: per-step loss (nats/token), seconds, tokens seen.
     """
-    stream = torch.from_numpy(np.ascontiguousarray(tokens)).to(torch.int64)
+    stream = torch.tensor(np.asarray(tokens), dtype=torch.int64)  # a copy (read-only views are fine)
     if stream.numel() < cfg.train_len + 2:
         raise ValueError(f"training stream has {stream.numel()} tokens; train_len={cfg.train_len} needs more")
     gen = torch.Generator().manual_seed(cfg.seed)
