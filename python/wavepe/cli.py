@@ -144,6 +144,7 @@ def _cmd_extrapolate(args: argparse.Namespace) -> int:
             factors=tuple(args.factors) if args.factors else base.factors,
             eval_tokens=args.eval_tokens or base.eval_tokens,
             sliding_tokens=args.sliding_tokens or base.sliding_tokens,
+            heatmap_layer=args.heatmap_layer, heatmap_head=args.heatmap_head,
             save_models=not args.no_save_models)
     except (ValueError, TypeError) as exc:
         raise CliError(str(exc)) from None
@@ -387,6 +388,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="tokens scored per length, non-overlapping (default 16384)")
     p.add_argument("--sliding-tokens", type=_positive_int("--sliding-tokens"), default=None,
                    help="tokens scored per length, sliding window (default 8192)")
+    p.add_argument("--heatmap-layer", type=int, default=-1, help="layer of the attention heatmaps (-1: last)")
+    p.add_argument("--heatmap-head", type=int, default=0, help="head of the attention heatmaps")
     p.add_argument("--seed", type=int, default=0, help="seed of initial weights and data order")
     p.add_argument("--threads", type=_positive_int("--threads"), default=None, help="torch threads (default: "
                    "torch's)")

@@ -130,6 +130,12 @@ class ExtrapolationConfig:
             raise ValueError(f"stride_fraction must be in (0, 1], got {self.stride_fraction}")
         if self.threads is not None:
             check_int("threads", self.threads, min_value=1)
+        layers, heads = self.model.num_hidden_layers, self.model.num_attention_heads
+        if not -layers <= check_int("heatmap_layer", self.heatmap_layer) < layers:
+            raise ValueError(f"heatmap_layer must be in [{-layers}, {layers - 1}] for {layers} layers, "
+                             f"got {self.heatmap_layer}")
+        if not 0 <= check_int("heatmap_head", self.heatmap_head) < heads:
+            raise ValueError(f"heatmap_head must be in [0, {heads - 1}] for {heads} heads, got {self.heatmap_head}")
 
     @property
     def specs(self) -> list[EncodingSpec]:
@@ -181,6 +187,21 @@ def _infer_label(spec: EncodingSpec, infer: str | float) -> str:
     return f"{spec.label} → θ={'L' if infer == 'len' else format(infer, 'g')} (inference)"
 
 
+def evaluation_stream(tokens: np.ndarray, length: int, pieces: int = 16) -> np.ndarray:
+    """``length`` tokens made of ``pieces`` equal chunks spread evenly over ``tokens``.
+
+    Scoring the first bytes of a split would measure its first few files only;
+    chunks from everywhere in the split make the estimate representative,
+    and every model and length still scores the same tokens.
+    """
+    if tokens.size <= length:
+        return tokens
+    pieces = max(1, min(pieces, length))
+    bounds = np.linspace(0, length, pieces + 1).astype(np.int64)
+    starts = np.linspace(0, tokens.size - (bounds[1:] - bounds[:-1]).max(), pieces).astype(np.int64)
+    return np.concatenate([tokens[s: s + (b1 - b0)] for s, b0, b1 in zip(starts, bounds[:-1], bounds[1:])])
+
+
 def _heatmap_window(tokens: np.ndarray, length: int) -> torch.Tensor:
     """A fixed test window: the ``length`` bytes starting at the middle of the stream."""
     start = max(0, min(tokens.size // 2, tokens.size - length))
@@ -206,7 +227,10 @@ def run_extrapolation(cfg: ExtrapolationConfig, *, progress: bool = True, corpus
 
     Files written to ``cfg.out``: ``results.json`` (everything, rewritten after
     each model), ``results.md`` (the tables), ``perplexity.png``,
-    ``attention_2x.png``, ``loss_by_position.png``, ``models/<encoding>.pt``.
+    ``attention_2x.png`` (and its maps in ``attention_2x.npz``),
+    ``loss_by_position.png``, ``models/<encoding>.pt``.
+
+    Perplexities are measured on :func:`evaluation_stream` of the test split.
     """
     from . import plots
     from ..analysis import band_dimension, measure_model_band
@@ -223,7 +247,7 @@ def run_extrapolation(cfg: ExtrapolationConfig, *, progress: bool = True, corpus
         if corpus.split(split).size < need:
             raise ValueError(f"corpus {corpus.name!r}: the {split} split has {corpus.split(split).size} bytes; "
                              f"evaluating at length {max(lengths)} needs at least {need}")
-    test = corpus.test
+    test = evaluation_stream(corpus.test, max(cfg.eval_tokens, cfg.sliding_tokens) + 2 * max(lengths) + 1)
     log(f"corpus {corpus.name}: " + ", ".join(f"{s} {corpus.split(s).size:,} bytes" for s in ("train", "valid",
                                                                                                 "test")))
     results: dict[str, Any] = {"config": cfg.to_dict(), "corpus": corpus.describe(), "machine": machine_info(),
@@ -231,7 +255,7 @@ def run_extrapolation(cfg: ExtrapolationConfig, *, progress: bool = True, corpus
     table: dict[str, dict[str, dict[int, float]]] = {}
     heatmaps: dict[str, np.ndarray] = {}
     by_position: dict[str, np.ndarray] = {}
-    heat_ids = _heatmap_window(test, 2 * train_len)
+    heat_ids = _heatmap_window(corpus.test, 2 * train_len)
 
     def record(label: str, evals: dict[str, dict[int, PerplexityResult]]) -> None:
         row = table.setdefault(label, {})
@@ -312,6 +336,9 @@ def run_extrapolation(cfg: ExtrapolationConfig, *, progress: bool = True, corpus
             by_position, os.path.join(cfg.out, "loss_by_position.png"), train_len,
             f"{title}: loss by position, windows of {max(lengths)}"),
     }
+    np.savez_compressed(os.path.join(cfg.out, "attention_2x.npz"), **{f"map{i}": m for i, m in
+                                                                    enumerate(heatmaps.values())},
+                        labels=np.array(list(heatmaps)))
     results["figures"] = figures
     md = [f"Perplexity (bytes) on the {corpus.name} test split; trained at L={train_len}.", "",
           "Non-overlapping windows:", "", format_table(table, "nonoverlap", lengths, train_len), "",
