@@ -15,6 +15,16 @@ from scipy.optimize import brentq
 from wavepe import analysis
 from wavepe.config import RopeConfig
 
+@pytest.fixture(autouse=True)
+def one_thread():
+    # tiny models gain nothing from threads, and on a loaded machine OpenMP
+    # barriers make each small op wait for a descheduled thread
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
 # ---------------------------------------------------------------------------
 # x*: V(x) written here from the formula, its derivative expanded differently
 # from the library's, the root found by SciPy's brentq (the independent finder).

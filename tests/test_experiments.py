@@ -14,12 +14,23 @@ from hypothesis import strategies as st
 
 from wavepe.experiments import corpus as corpus_mod
 from wavepe.experiments.evaluate import evaluate_lengths, perplexity, window_plan
-from wavepe.experiments.extrapolate import ExtrapolationConfig, parse_encoding, run_extrapolation
+from wavepe.experiments.extrapolate import (ExtrapolationConfig, evaluation_stream, parse_encoding,
+                                            run_extrapolation)
 from wavepe.experiments.model import LMConfig, TinyLM, load_model, save_model
 from wavepe.experiments.train import TrainConfig, train_lm
 from wavepe.nn import PositionalAttention
 
 ENCS = ("wavelet", "rope", "alibi", "none")
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    # tiny models gain nothing from threads, and on a loaded machine OpenMP
+    # barriers make each small op wait for a descheduled thread
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
 
 
 def tiny_cfg(pos_enc: str = "wavelet", **kw) -> LMConfig:
@@ -334,6 +345,19 @@ def test_extrapolation_config_validation():
         ExtrapolationConfig(factors=(1, 0))
 
 
+def test_evaluation_stream_spreads_chunks_over_the_split():
+    tokens = np.arange(10000) % 251
+    s = evaluation_stream(tokens, 1000, pieces=10)
+    assert s.size == 1000
+    chunks = s.reshape(10, 100)
+    starts = [int(np.flatnonzero(tokens == c[0])[0]) for c in chunks[:1]]
+    assert starts == [0]
+    np.testing.assert_array_equal(chunks[-1], tokens[-100:])  # the last chunk ends the split
+    for c in chunks:  # each chunk is contiguous text of the split
+        assert np.all(np.diff(c) % 251 == 1)
+    np.testing.assert_array_equal(evaluation_stream(tokens[:50], 100), tokens[:50])
+
+
 def test_run_extrapolation_tiny(tmp_path):
     stream = np.frombuffer(("def f(x):\n    return x * 2\n\n" * 300).encode(), dtype=np.uint8)
     corpus = corpus_mod.Corpus("tiny", stream, stream[:2000], stream[:3000])
@@ -365,7 +389,8 @@ def test_run_extrapolation_tiny(tmp_path):
     assert model.config.pos_enc == "alibi"
     assert res["rows"].keys() == saved["rows"].keys()
     # the evaluation library reuses on a loaded model: same numbers
-    again = evaluate_lengths(load_model(saved["models"]["wavelet"]["checkpoint"]), corpus.test, [32],
+    stream = evaluation_stream(corpus.test, 64 + 2 * 32 + 1)
+    again = evaluate_lengths(load_model(saved["models"]["wavelet"]["checkpoint"]), stream, [32],
                              modes=("nonoverlap",), max_tokens=64)
     assert again["nonoverlap"][32].perplexity == pytest.approx(
         saved["rows"]["wavelet"]["nonoverlap"]["32"]["perplexity"], rel=1e-6)

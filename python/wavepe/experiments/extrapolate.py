@@ -205,7 +205,7 @@ def evaluation_stream(tokens: np.ndarray, length: int, pieces: int = 16) -> np.n
 def _heatmap_window(tokens: np.ndarray, length: int) -> torch.Tensor:
     """A fixed test window: the ``length`` bytes starting at the middle of the stream."""
     start = max(0, min(tokens.size // 2, tokens.size - length))
-    return torch.from_numpy(np.ascontiguousarray(tokens[start: start + length])).to(torch.int64)[None]
+    return torch.tensor(np.asarray(tokens[start: start + length]), dtype=torch.int64)[None]
 
 
 def format_table(rows: dict[str, dict[str, dict[int, float]]], mode: str, lengths: Sequence[int],
