@@ -74,6 +74,13 @@ def test_extrapolate_quick_smoke(tmp_path, capsys):
     assert res["config"]["train"]["train_len"] == 16 and res["config"]["factors"] == [1, 2]
     assert res["corpus"]["name"] == "stdlib"
     assert sorted(os.listdir(out / "models")) == ["alibi.pt", "nope.pt", "rope-ltrain.pt", "rope.pt", "wavelet.pt"]
+    assert len(res["rows"]["wavelet"]["nll_by_position"]) == 32
+    # the figures redraw from the saved results alone
+    for name in ("perplexity.png", "attention_2x.png", "loss_by_position.png"):
+        os.remove(out / name)
+    assert main(["extrapolate", "--replot", "--out", str(out)]) == 0
+    for name in ("perplexity.png", "attention_2x.png", "loss_by_position.png"):
+        assert png_ok(out / name), name
 
 
 def test_band_prediction_only(tmp_path, capsys):
@@ -138,6 +145,7 @@ def test_band_on_a_hugging_face_llama_directory(tmp_path, capsys):
     (["extrapolate", "--head-dim", "7", "--encodings", "rope"], "--head-dim must be even"),
     (["extrapolate", "--lr", "-1"], "lr must be > 0, got -1.0"),
     (["extrapolate", "--encodings", "rope,rope"], "more than once"),
+    (["extrapolate", "--replot", "--out", "/nonexistent/run"], "--replot: '/nonexistent/run/results.json' does not"),
     (["band", "--theta", "0.5"], "θ must be a finite number > 1, got '0.5'"),
     (["band", "--theta", "nan"], "θ must be a finite number > 1, got 'nan'"),
     (["band", "--sweep"], "--sweep needs a model"),

@@ -118,6 +118,15 @@ def _cmd_extrapolate(args: argparse.Namespace) -> int:
     from .experiments.model import LMConfig
     from .experiments.train import TrainConfig
 
+    if args.replot:
+        from .experiments.extrapolate import replot
+
+        try:
+            figures = replot(args.out)
+        except (FileNotFoundError, ValueError, KeyError) as exc:
+            raise CliError(f"--replot: {exc}") from None
+        print("wrote " + ", ".join(figures.values()))
+        return 0
     base = quick_config() if args.quick else ExtrapolationConfig()
     model_over = {k: v for k, v in {"hidden_size": args.hidden, "num_hidden_layers": args.layers,
                                     "num_attention_heads": args.heads, "head_dim": args.head_dim,
@@ -363,7 +372,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "contiguous blocks (default: the embedded standard-library corpus)")
     p.add_argument("--out", default="runs/extrapolate", help="output directory")
     p.add_argument("--quick", action="store_true",
-                   help="a small, fast preset for smoke tests (< 2 min): 2 layers, width 64, 60 steps, "
+                   help="a small, fast preset for smoke tests (< 2 min): 2 layers, width 64, 200 steps, "
                         "train length 64, factors 1 2 4")
     p.add_argument("--encodings", type=_encodings, default=None, metavar="LIST",
                    help="comma-separated: " + _ENCODING_HELP + " (default: wavelet,rope,rope-ltrain,alibi,nope)")
@@ -394,6 +403,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--threads", type=_positive_int("--threads"), default=None, help="torch threads (default: "
                    "torch's)")
     p.add_argument("--no-save-models", action="store_true", help="do not write checkpoints")
+    p.add_argument("--replot", action="store_true",
+                   help="only redraw the figures of a finished run in --out (from results.json, attention_2x.npz)")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
     p.set_defaults(func=_cmd_extrapolate)
 

@@ -158,7 +158,7 @@ class ExtrapolationConfig:
 def quick_config(**overrides: Any) -> ExtrapolationConfig:
     """The ``--quick`` preset (CI smoke run, < 2 minutes): a smaller model, fewer steps and tokens."""
     model = LMConfig(hidden_size=64, num_hidden_layers=2, num_attention_heads=2, head_dim=32, intermediate_size=256)
-    train = TrainConfig(steps=60, batch_size=8, train_len=64, warmup=10)
+    train = TrainConfig(steps=200, batch_size=8, train_len=64, warmup=20)
     base: dict[str, Any] = dict(model=model, train=train, factors=(1, 2, 4), eval_tokens=2048, sliding_tokens=1024)
     base.update(overrides)
     return ExtrapolationConfig(**base)
@@ -221,6 +221,44 @@ def format_table(rows: dict[str, dict[str, dict[int, float]]], mode: str, length
     return "\n".join(lines)
 
 
+def make_figures(results: dict[str, Any], out: str, heatmaps: dict[str, np.ndarray]) -> dict[str, str]:
+    """perplexity.png, attention_2x.png and loss_by_position.png from a results dict."""
+    from . import plots
+
+    cfg = results["config"]
+    train_len = cfg["train"]["train_len"]
+    lengths = results["lengths"]
+    table = {label: {mode: {int(n): r["perplexity"] for n, r in row[mode].items()} for mode in MODES if mode in row}
+             for label, row in results["rows"].items()}
+    curves = {label: np.asarray(row["nll_by_position"]) for label, row in results["rows"].items()
+              if "nll_by_position" in row}
+    title = f"{results['corpus']['name']}, trained at L={train_len}"
+    return {
+        "perplexity": plots.plot_perplexity(table, os.path.join(out, "perplexity.png"), train_len, title),
+        "attention_2x": plots.plot_attention_heatmaps(
+            heatmaps, os.path.join(out, "attention_2x.png"), train_len,
+            f"attention at 2× the training length (layer {cfg['heatmap_layer']}, head {cfg['heatmap_head']})"),
+        "loss_by_position": plots.plot_loss_by_position(
+            curves, os.path.join(out, "loss_by_position.png"), train_len,
+            f"{title}: loss by position, windows of {max(lengths)}"),
+    }
+
+
+def replot(out: str) -> dict[str, str]:
+    """Redraw the figures of a finished run from ``out/results.json`` and ``out/attention_2x.npz``."""
+    path = os.path.join(out, "results.json")
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"{path!r} does not exist: run `wavepe extrapolate --out {out}` first")
+    with open(path, encoding="utf-8") as f:
+        results = json.load(f)
+    heatmaps: dict[str, np.ndarray] = {}
+    npz = os.path.join(out, "attention_2x.npz")
+    if os.path.isfile(npz):
+        with np.load(npz) as z:
+            heatmaps = {str(label): z[f"map{i}"] for i, label in enumerate(z["labels"])}
+    return make_figures(results, out, heatmaps)
+
+
 def run_extrapolation(cfg: ExtrapolationConfig, *, progress: bool = True, corpus: Corpus | None = None,
                       log: Callable[[str], None] = print) -> dict[str, Any]:
     """Train every encoding of ``cfg``, evaluate, write ``cfg.out``; return the results dict.
@@ -232,7 +270,6 @@ def run_extrapolation(cfg: ExtrapolationConfig, *, progress: bool = True, corpus
 
     Perplexities are measured on :func:`evaluation_stream` of the test split.
     """
-    from . import plots
     from ..analysis import band_dimension, measure_model_band
 
     t_start = time.perf_counter()
@@ -254,7 +291,6 @@ def run_extrapolation(cfg: ExtrapolationConfig, *, progress: bool = True, corpus
                                "lengths": lengths, "rows": {}, "models": {}}
     table: dict[str, dict[str, dict[int, float]]] = {}
     heatmaps: dict[str, np.ndarray] = {}
-    by_position: dict[str, np.ndarray] = {}
     heat_ids = _heatmap_window(corpus.test, 2 * train_len)
 
     def record(label: str, evals: dict[str, dict[int, PerplexityResult]]) -> None:
@@ -264,7 +300,8 @@ def run_extrapolation(cfg: ExtrapolationConfig, *, progress: bool = True, corpus
             row.setdefault(mode, {}).update({n: r.perplexity for n, r in res.items()})
             stored.setdefault(mode, {}).update({str(n): r.to_dict() for n, r in res.items()})
             if mode == "nonoverlap" and max(lengths) in res:
-                by_position[label] = res[max(lengths)].nll_by_position
+                curve = res[max(lengths)].nll_by_position
+                stored["nll_by_position"] = [round(float(v), 5) for v in curve]
 
     def heatmap(model: TinyLM) -> np.ndarray:
         probs = model.attention_probs(heat_ids, layer=cfg.heatmap_layer)
@@ -326,20 +363,9 @@ def run_extrapolation(cfg: ExtrapolationConfig, *, progress: bool = True, corpus
             + " ".join(f"{n}:{table[spec.label]['nonoverlap'][n]:.2f}" for n in lengths))
         write_json()
 
-    title = f"{corpus.name}, trained at L={train_len}"
-    figures = {
-        "perplexity": plots.plot_perplexity(table, os.path.join(cfg.out, "perplexity.png"), train_len, title),
-        "attention_2x": plots.plot_attention_heatmaps(
-            heatmaps, os.path.join(cfg.out, "attention_2x.png"), train_len,
-            f"attention at 2× the training length (layer {cfg.heatmap_layer}, head {cfg.heatmap_head})"),
-        "loss_by_position": plots.plot_loss_by_position(
-            by_position, os.path.join(cfg.out, "loss_by_position.png"), train_len,
-            f"{title}: loss by position, windows of {max(lengths)}"),
-    }
-    np.savez_compressed(os.path.join(cfg.out, "attention_2x.npz"), **{f"map{i}": m for i, m in
-                                                                    enumerate(heatmaps.values())},
-                        labels=np.array(list(heatmaps)))
-    results["figures"] = figures
+    np.savez_compressed(os.path.join(cfg.out, "attention_2x.npz"), labels=np.array(list(heatmaps)),
+                        **{f"map{i}": m for i, m in enumerate(heatmaps.values())})
+    results["figures"] = make_figures(results, cfg.out, heatmaps)
     md = [f"Perplexity (bytes) on the {corpus.name} test split; trained at L={train_len}.", "",
           "Non-overlapping windows:", "", format_table(table, "nonoverlap", lengths, train_len), "",
           f"Sliding window (stride L·{cfg.stride_fraction:g}, last stride scored):", "",

@@ -97,25 +97,37 @@ def plot_attention_heatmaps(maps: Mapping[str, np.ndarray], path: str | os.PathL
 
 
 def plot_loss_by_position(curves: Mapping[str, np.ndarray], path: str | os.PathLike[str], train_len: int,
-                          title: str = "", smooth: int = 16) -> str:
-    """Mean NLL at each position of the window (moving average over ``smooth`` positions)."""
-    fig = _figure(6.0, 4.0)
-    ax = fig.subplots()
-    for label, curve in curves.items():
-        c = np.asarray(curve, dtype=np.float64)
-        if c.size == 0:
-            continue
-        k = max(1, min(smooth, c.size))
-        smoothed = np.convolve(c, np.ones(k) / k, mode="valid")
-        ax.plot(np.arange(smoothed.size) + (k - 1) / 2, smoothed, label=label,
-                linestyle="--" if "→" in label else "-", linewidth=1.2)
-    ax.axvline(train_len, color="grey", linestyle=":", linewidth=1)
-    ax.set_xlabel("position in the window")
-    ax.set_ylabel("loss (nats/byte)")
-    ax.grid(True, alpha=0.3)
-    ax.legend(fontsize=8)
+                          title: str = "", smooth: int | None = None) -> str:
+    """Mean NLL at each position of the window, per encoding.
+
+    Top: the loss (moving average over ``smooth`` positions, default L/32).
+    Bottom: each encoding minus the mean of all encodings at that position —
+    the text's own difficulty, common to all models, cancels there, so what is
+    left is how each model's loss moves with position.
+    """
+    valid = {k: np.asarray(v, dtype=np.float64) for k, v in curves.items() if np.asarray(v).size}
+    fig = _figure(6.5, 6.0)
+    top, bottom = fig.subplots(2, 1, sharex=True)
+    if valid:
+        length = min(c.size for c in valid.values())
+        k = max(1, min(smooth or max(4, length // 32), length))
+        kernel = np.ones(k) / k
+        smoothed = {label: np.convolve(c[:length], kernel, mode="valid") for label, c in valid.items()}
+        mean = np.mean(list(smoothed.values()), axis=0)
+        x = np.arange(length - k + 1) + (k - 1) / 2
+        for label, c in smoothed.items():
+            style = dict(linestyle="--" if "→" in label else "-", linewidth=1.2)
+            top.plot(x, c, label=label, **style)
+            bottom.plot(x, c - mean, label=label, **style)
+    for ax in (top, bottom):
+        ax.axvline(train_len, color="grey", linestyle=":", linewidth=1)
+        ax.grid(True, alpha=0.3)
+    top.set_ylabel("loss (nats/byte)")
+    bottom.set_ylabel("minus the mean of all encodings")
+    bottom.set_xlabel("position in the window")
+    top.legend(fontsize=8)
     if title:
-        ax.set_title(title, fontsize=10)
+        top.set_title(title, fontsize=10)
     return _save(fig, path)
 
 
