@@ -125,7 +125,8 @@ def plot_loss_by_position(curves: Mapping[str, np.ndarray], path: str | os.PathL
     top.set_ylabel("loss (nats/byte)")
     bottom.set_ylabel("minus the mean of all encodings")
     bottom.set_xlabel("position in the window")
-    top.legend(fontsize=8)
+    if valid:
+        top.legend(fontsize=8)
     if title:
         top.set_title(title, fontsize=10)
     return _save(fig, path)
