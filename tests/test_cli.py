@@ -99,13 +99,15 @@ def test_band_on_a_wavepe_checkpoint_with_sweep(tmp_path, capsys):
     torch.manual_seed(0)
     ckpt = tmp_path / "m.pt"
     save_model(TinyLM(LMConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, head_dim=16,
-                               intermediate_size=64, pos_enc="rope", rope_theta=16.0)), str(ckpt))
+                               intermediate_size=64, pos_enc="rope", rope_theta=16.0)), str(ckpt),
+               meta={"train_len": 16})
     out = tmp_path / "band"
-    argv = ["band", "--model", str(ckpt), "--train-len", "16", "--sweep", "--factors", "1", "2", "--fractions", "1",
+    argv = ["band", "--model", str(ckpt), "--sweep", "--factors", "1", "2", "--fractions", "1",
             "0.5", "--max-tokens", "64", "--windows", "2", "--out", str(out), "--no-progress"]
     assert main(argv) == 0
     text = capsys.readouterr().out
     assert "measured band" in text and "p-RoPE sweep" in text and "| 0.5 |" in text
+    assert "train length L = 16 (the checkpoint)" in text
     assert png_ok(out / "band_heatmap.png") and png_ok(out / "p_rope_sweep.png")
     rep = json.loads((out / "band.json").read_text(encoding="utf-8"))
     assert rep["model_theta"] == 16.0 and 0 <= rep["measured"]["i_band"] < 8

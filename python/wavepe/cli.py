@@ -252,19 +252,29 @@ def _cmd_band(args: argparse.Namespace) -> int:
         raise CliError("give --model or --hf-model, not both")
     if args.sweep and not (args.model or args.hf_model):
         raise CliError("--sweep needs a model (--model CHECKPOINT or --hf-model DIR)")
-    xs = x_star()
-    report: dict[str, Any] = {"x_star": xs, "V_x_star": variance_of_cos(xs), "train_len": args.train_len}
-    print(f"x* = {xs:.12f}   (first maximum of V(x) = 1/2 + sin 2x/(4x) - (sin x/x)^2, V(x*) = "
-          f"{variance_of_cos(xs):.6f})")
     model = None
     model_theta = None
     head_dim = args.head_dim
     layout = "half"
     tok_kind = "bytes"
+    train_len_from = "--train-len"
     if args.model or args.hf_model:
         model, model_theta, head_dim, layout, tok_kind = _load_model(args)
         if args.head_dim is not None and args.head_dim != head_dim:
             raise CliError(f"--head-dim {args.head_dim} does not match the model's head_dim {head_dim}")
+        if args.train_len is None:
+            # the checkpoint knows its training length; for HF, max_position_embeddings is the closest field
+            meta_len = getattr(model, "meta", {}).get("train_len")
+            hf_len = getattr(model.config, "max_position_embeddings", None) if args.hf_model else None
+            if meta_len or hf_len:
+                args.train_len = int(meta_len or hf_len)
+                train_len_from = "the checkpoint" if meta_len else "max_position_embeddings"
+    if args.train_len is None:
+        args.train_len, train_len_from = 128, "default"
+    xs = x_star()
+    report: dict[str, Any] = {"x_star": xs, "V_x_star": variance_of_cos(xs), "train_len": args.train_len}
+    print(f"x* = {xs:.12f}   (first maximum of V(x) = 1/2 + sin 2x/(4x) - (sin x/x)^2, V(x*) = "
+          f"{variance_of_cos(xs):.6f})")
     head_dim = head_dim or 128
     if head_dim < 2 or head_dim % 2:
         raise CliError(f"--head-dim must be even and >= 2, got {head_dim}")
@@ -273,7 +283,7 @@ def _cmd_band(args: argparse.Namespace) -> int:
     if rec not in thetas:
         thetas.append(rec)
     half = head_dim // 2
-    print(f"train length L = {args.train_len}, head_dim d = {head_dim} ({half} rotation pairs)")
+    print(f"train length L = {args.train_len} ({train_len_from}), head_dim d = {head_dim} ({half} rotation pairs)")
     print("| θ | predicted band j* | j*/(d/2) |")
     print("|---:|---:|---:|")
     report["predicted"] = []
@@ -418,7 +428,9 @@ def build_parser() -> argparse.ArgumentParser:
                     "the top r of pairs, no retraining).")
     p.add_argument("--theta", type=_theta, action="append", default=None,
                    help="RoPE base θ (repeatable; default: the model's θ, else 1e4 and 5e5)")
-    p.add_argument("--train-len", type=_positive_int("--train-len"), default=128, help="training length L_train")
+    p.add_argument("--train-len", type=_positive_int("--train-len"), default=None,
+                   help="training length L_train (default: the checkpoint's; for --hf-model its "
+                        "max_position_embeddings; else 128)")
     p.add_argument("--head-dim", type=_positive_int("--head-dim"), default=None,
                    help="head dimension d (default: the model's, else 128)")
     p.add_argument("--model", type=_existing_path, default=None, help="wavepe checkpoint (.pt) to measure")

@@ -327,7 +327,8 @@ def run_extrapolation(cfg: ExtrapolationConfig, *, progress: bool = True, corpus
         if cfg.save_models:
             os.makedirs(os.path.join(cfg.out, "models"), exist_ok=True)
             path = os.path.join(cfg.out, "models", spec.key.replace(":", "_") + ".pt")
-            save_model(model, path)
+            save_model(model, path, meta={"train_len": train_len, "corpus": corpus.name, "encoding": spec.key,
+                                          "steps": tcfg.steps, "seed": cfg.seed})
             info["checkpoint"] = path
         evals = evaluate_lengths(model, test, lengths, modes=MODES, max_tokens=cfg.eval_tokens,
                                  sliding_max_tokens=cfg.sliding_tokens, stride_fraction=cfg.stride_fraction,

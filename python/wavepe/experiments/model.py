@@ -97,6 +97,7 @@ class TinyLM(nn.Module):
     def __init__(self, cfg: LMConfig) -> None:
         super().__init__()
         self.config = cfg
+        self.meta: dict[str, Any] = {}
         self.embed = nn.Embedding(cfg.vocab_size, cfg.hidden_size)
         self.layers = nn.ModuleList(Block(cfg) for _ in range(cfg.num_hidden_layers))
         self.ln_f = nn.LayerNorm(cfg.hidden_size)
@@ -148,16 +149,21 @@ class TinyLM(nn.Module):
         return sum(p.numel() for p in self.parameters())
 
 
-def save_model(model: TinyLM, path: str) -> None:
-    """Checkpoint: config and weights in one file (``torch.load(weights_only=True)`` safe)."""
-    torch.save({"format": "wavepe.TinyLM/1", "config": model.config.to_dict(), "state_dict": model.state_dict()},
-               path)
+def save_model(model: TinyLM, path: str, meta: dict[str, Any] | None = None) -> None:
+    """Checkpoint: config, weights and ``meta`` (e.g. the training length) in one file.
+
+    Plain tensors and JSON-like values only, so ``torch.load(weights_only=True)`` reads it.
+    """
+    torch.save({"format": "wavepe.TinyLM/1", "config": model.config.to_dict(), "state_dict": model.state_dict(),
+                "meta": dict(meta or {})}, path)
 
 
 def load_model(path: str, map_location: str = "cpu") -> TinyLM:
+    """A :func:`save_model` checkpoint, in eval mode; its ``meta`` dict is ``model.meta``."""
     blob = torch.load(path, map_location=map_location, weights_only=True)
     if not isinstance(blob, dict) or blob.get("format") != "wavepe.TinyLM/1":
         raise ValueError(f"{path} is not a wavepe TinyLM checkpoint (written by `wavepe extrapolate`)")
     model = TinyLM(LMConfig.from_dict(blob["config"]))
     model.load_state_dict(blob["state_dict"])
+    model.meta = dict(blob.get("meta", {}))
     return model.eval()
