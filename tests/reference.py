@@ -73,3 +73,50 @@ def sinusoidal_table(length: int, dim: int, offset: int = 0, base: float = 10000
     i = np.arange(dim)[None, :] // 2
     angle = pos / base ** (2.0 * i / dim)
     return np.where(np.arange(dim)[None, :] % 2 == 0, np.sin(angle), np.cos(angle))
+
+
+# ---- relative-table bias ------------------------------------------------------
+
+def _rel_row(r: int, r_lo: int, rows: int, causal: bool, clamp: bool) -> int | None:
+    """The table row distance r reads, or None when it contributes nothing."""
+    if causal and r < 0:
+        return None
+    t = r - r_lo
+    if 0 <= t < rows:
+        return t
+    if not clamp:
+        return None
+    return 0 if t < 0 else rows - 1
+
+
+def rel_bias(q, table, r_lo: int, k_len: int, q_offset: int, causal: bool, clamp: bool) -> np.ndarray:
+    """bias[..., m, n] = q[..., m, :] . T[t(q_offset + m - n)], float64, one (m, n) at a time."""
+    q = np.asarray(q, np.float64)
+    table = np.asarray(table, np.float64)
+    m_len = q.shape[-2]
+    out = np.zeros(q.shape[:-1] + (k_len,))
+    for m in range(m_len):
+        for n in range(k_len):
+            t = _rel_row(q_offset + m - n, r_lo, table.shape[0], causal, clamp)
+            if t is not None:
+                out[..., m, n] = q[..., m, :] @ table[t]
+    return out
+
+
+def rel_bias_grads(grad, q, table, r_lo: int, q_offset: int, causal: bool, clamp: bool):
+    """(dq, dT) of sum(grad * rel_bias(q, T)): dq[m] = sum_n grad[m,n] T[t], dT[t] = sum grad[m,n] q[m]."""
+    grad = np.asarray(grad, np.float64)
+    q = np.asarray(q, np.float64)
+    table = np.asarray(table, np.float64)
+    m_len, k_len = grad.shape[-2], grad.shape[-1]
+    dq = np.zeros(q.shape)
+    dt = np.zeros(table.shape)
+    for m in range(m_len):
+        for n in range(k_len):
+            t = _rel_row(q_offset + m - n, r_lo, table.shape[0], causal, clamp)
+            if t is None:
+                continue
+            g = grad[..., m, n]
+            dq[..., m, :] += g[..., None] * table[t]
+            dt[t] += np.sum(g[..., None] * q[..., m, :], axis=tuple(range(q.ndim - 2)))
+    return dq, dt
