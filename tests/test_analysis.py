@@ -189,7 +189,7 @@ def test_measure_band_synthetic():
     np.testing.assert_array_equal(m.per_head, bands)
     assert m.i_band == pytest.approx(bands.mean())
     assert m.fraction == pytest.approx(bands.mean() / 8)
-    assert m.mean_norms.shape == (2, 40, 8)
+    assert m.mean_norms.shape == (2, 3, 40, 8)
     # 4-D input is one layer
     m1 = analysis.measure_band(x[1])
     np.testing.assert_array_equal(m1.per_head, bands[1:])

@@ -232,7 +232,7 @@ class BandMeasurement:
         i_band: the band pair averaged over heads and layers.
         fraction: ``i_band / (d/2)``.
         per_head: (layers, heads) the most frequent band pair of each head.
-        mean_norms: (layers, positions, d/2) ‖q_i‖₂ averaged over batch and heads.
+        mean_norms: (layers, heads, positions, d/2) ‖q_i‖₂ averaged over the batch.
         head_dim: d.
     """
 
@@ -270,7 +270,7 @@ def measure_band(x: Any, layout: str = "half") -> BandMeasurement:
         for h in range(heads):
             per_head[layer, h] = int(np.bincount(winners[layer, :, h].ravel(), minlength=half).argmax())
     i_band = float(per_head.mean())
-    return BandMeasurement(i_band, i_band / half, per_head, norms.mean(axis=(1, 2)), d)
+    return BandMeasurement(i_band, i_band / half, per_head, norms.mean(axis=1), d)
 
 
 def _attention_shape(model: Any) -> tuple[int, int, int]:

@@ -133,42 +133,56 @@ def plot_loss_by_position(curves: Mapping[str, np.ndarray], path: str | os.PathL
 
 
 def plot_band_heatmap(mean_norms: np.ndarray, path: str | os.PathLike[str], *, i_band: float | None = None,
-                      j_star: float | None = None, per_head: np.ndarray | None = None,
-                      layer_labels: Sequence[str] | None = None, title: str = "") -> str:
-    """‖q_i‖₂ heatmap, rotation pairs (rows) × positions (columns), one panel per layer.
+                      j_star: float | None = None, per_head: np.ndarray | None = None, title: str = "",
+                      max_panels: int = 32) -> str:
+    """‖q_i‖₂ heatmaps: rotation pairs (rows) × positions (columns).
 
-    ``mean_norms`` (layers, L, d/2) or (L, d/2).  Marks the measured band of each
-    layer (mean of its heads) and the predicted j*.
+    ``mean_norms`` (layers, heads, L, d/2) (or (heads, L, d/2), or (L, d/2)).
+    One panel per (layer, head) with that head's band (``per_head``
+    (layers, heads)) marked, when there are at most ``max_panels`` heads in
+    all; otherwise one panel per layer, averaged over its heads, marked with
+    the heads' mean band.  ``j_star`` (the predicted band) is drawn on every panel.
     """
     m = np.asarray(mean_norms, dtype=np.float64)
-    if m.ndim == 2:
+    while m.ndim < 4:
         m = m[None]
-    if m.ndim != 3:
-        raise ValueError(f"mean_norms must be (layers, L, d/2) or (L, d/2), got shape {m.shape}")
-    layers = m.shape[0]
-    cols = min(4, layers)
-    rows = math.ceil(layers / cols)
-    fig = _figure(3.8 * cols, 3.0 * rows)
+    if m.ndim != 4:
+        raise ValueError(f"mean_norms must be (layers, heads, L, d/2), got shape {np.shape(mean_norms)}")
+    layers, heads = m.shape[:2]
+    bands = None if per_head is None else np.asarray(per_head, dtype=np.float64).reshape(layers, heads)
+    if layers * heads <= max_panels:
+        panels = [(m[i, h], None if bands is None else bands[i, h], f"layer {i}, head {h}")
+                  for i in range(layers) for h in range(heads)]
+        cols = heads if heads > 1 else min(4, layers)
+    else:
+        step = max(1, math.ceil(layers / max_panels))
+        panels = [(m[i].mean(axis=0), None if bands is None else float(bands[i].mean()), f"layer {i} (mean of heads)")
+                  for i in range(0, layers, step)]
+        cols = min(8, len(panels))
+    rows = math.ceil(len(panels) / cols)
+    fig = _figure(3.3 * cols, 2.6 * rows + 0.4)
     axes = fig.subplots(rows, cols, squeeze=False).ravel()
-    for i in range(layers):
+    for i, (norms, band, label) in enumerate(panels):
         ax = axes[i]
-        image = ax.imshow(m[i].T, aspect="auto", origin="lower", cmap="magma", interpolation="nearest")
-        if per_head is not None:
-            ax.axhline(float(np.mean(per_head[i])), color="cyan", linewidth=1, label="measured band")
+        image = ax.imshow(norms.T, aspect="auto", origin="lower", cmap="magma", interpolation="nearest")
+        if band is not None:
+            ax.axhline(band, color="cyan", linewidth=1.2, label="measured band")
         if j_star is not None:
-            ax.axhline(j_star, color="lime", linewidth=1, linestyle="--", label="predicted j*")
-        ax.set_title(layer_labels[i] if layer_labels else f"layer {i}", fontsize=9)
-        ax.set_xlabel("position", fontsize=8)
-        ax.set_ylabel("rotation pair i", fontsize=8)
-        ax.tick_params(labelsize=7)
-        fig.colorbar(image, ax=ax, shrink=0.8)
-        if i == 0 and (per_head is not None or j_star is not None):
-            ax.legend(fontsize=7, loc="upper right")
-    for ax in axes[layers:]:
+            ax.axhline(j_star, color="lime", linewidth=1.2, linestyle="--", label="predicted j*")
+        ax.set_title(label, fontsize=8)
+        ax.set_xlabel("position", fontsize=7)
+        ax.set_ylabel("rotation pair i", fontsize=7)
+        ax.tick_params(labelsize=6)
+        fig.colorbar(image, ax=ax, shrink=0.8).ax.tick_params(labelsize=6)
+        if i == 0 and (band is not None or j_star is not None):
+            ax.legend(fontsize=6, loc="upper right")
+    for ax in axes[len(panels):]:
         ax.set_visible(False)
     suptitle = title
     if i_band is not None:
         suptitle = (suptitle + "  " if suptitle else "") + f"i_band = {i_band:.2f}"
+    if j_star is not None:
+        suptitle += f", predicted j* = {j_star:g}"
     if suptitle:
         fig.suptitle(suptitle, fontsize=10)
     return _save(fig, path)
