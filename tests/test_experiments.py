@@ -403,3 +403,18 @@ def test_run_extrapolation_rejects_short_corpus(tmp_path):
                               train=TrainConfig(steps=1, batch_size=1, train_len=16))
     with pytest.raises(ValueError, match="needs at least 65"):
         run_extrapolation(cfg, progress=False, corpus=corpus, log=lambda s: None)
+
+
+def test_band_and_sweep_figures(tmp_path):
+    from wavepe.experiments import plots
+
+    rng = np.random.default_rng(0)
+    few = plots.plot_band_heatmap(rng.random((2, 3, 20, 8)), tmp_path / "few.png", i_band=3.5, j_star=4,
+                                  per_head=rng.integers(0, 8, (2, 3)), title="t")
+    many = plots.plot_band_heatmap(rng.random((6, 2, 20, 8)), tmp_path / "many.png", i_band=3.5,
+                                   per_head=rng.integers(0, 8, (6, 2)), max_panels=4)  # per layer, every 2nd
+    sweep = plots.plot_p_rope_sweep({1.0: {16: 5.0, 32: 6.0}, 0.5: {16: 5.5, 32: 5.7}}, tmp_path / "s.png", 16)
+    for path in (few, many, sweep):
+        assert png_ok(path)
+    with pytest.raises(ValueError, match="mean_norms"):
+        plots.plot_band_heatmap(np.zeros((1, 1, 1, 2, 3)), tmp_path / "bad.png")
