@@ -25,6 +25,21 @@ def _figure(width: float, height: float):  # -> Figure
     return fig
 
 
+def _log_axes(ax, lengths: Sequence[int], train_len: int) -> None:
+    """Log-log axes with the evaluated lengths as x ticks and plain numbers on y."""
+    from matplotlib.ticker import FuncFormatter, NullFormatter
+
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xticks(list(lengths))
+    ax.set_xticklabels([f"{n}\n({n / train_len:g}×)" for n in lengths], fontsize=8)
+    ax.xaxis.set_minor_formatter(NullFormatter())
+    plain = FuncFormatter(lambda v, _: f"{v:g}")
+    ax.yaxis.set_major_formatter(plain)
+    ax.yaxis.set_minor_formatter(plain)
+    ax.tick_params(axis="y", which="both", labelsize=7)
+
+
 def _save(fig, path: str | os.PathLike[str]) -> str:
     path = os.fspath(path)
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
@@ -42,6 +57,7 @@ def plot_perplexity(table: Mapping[str, Mapping[str, Mapping[int, float]]], path
     fig = _figure(5.2 * max(1, len(modes)), 4.2)
     axes = fig.subplots(1, max(1, len(modes)), squeeze=False)[0]
     markers = "osD^v<>ph*"
+    all_lengths = sorted({n for row in table.values() for res in row.values() for n in res})
     for ax, mode in zip(axes, modes):
         for i, (label, row) in enumerate(table.items()):
             if mode not in row:
@@ -51,8 +67,7 @@ def plot_perplexity(table: Mapping[str, Mapping[str, Mapping[int, float]]], path
             ax.plot(lengths, ppl, marker=markers[i % len(markers)], label=label,
                     linestyle="--" if "→" in label else "-")
         ax.axvline(train_len, color="grey", linestyle=":", linewidth=1)
-        ax.set_xscale("log", base=2)
-        ax.set_yscale("log")
+        _log_axes(ax, all_lengths, train_len)
         ax.set_xlabel("evaluation length (tokens)")
         ax.set_ylabel("perplexity (bytes)")
         ax.set_title(MODE_TITLES.get(mode, mode), fontsize=10)
@@ -197,8 +212,7 @@ def plot_p_rope_sweep(sweep: Mapping[float, Mapping[int, float]], path: str | os
         lengths = sorted(row)
         ax.plot(lengths, [row[n] for n in lengths], marker="o", label=f"r = {frac:g}")
     ax.axvline(train_len, color="grey", linestyle=":", linewidth=1)
-    ax.set_xscale("log", base=2)
-    ax.set_yscale("log")
+    _log_axes(ax, sorted({n for row in sweep.values() for n in row}), train_len)
     ax.set_xlabel("evaluation length (tokens)")
     ax.set_ylabel("perplexity")
     ax.grid(True, which="both", alpha=0.3)
