@@ -131,7 +131,8 @@ def split_text_file(path: str | os.PathLike[str], fractions: Sequence[float] = (
     if any(len(b) < 2 for b in blocks):
         raise ValueError(f"{str(p)!r} ({len(data)} bytes) is too small to split into {tuple(fractions)}")
     arrays = [_as_bytes_array(b) for b in blocks]
-    return Corpus(f"{p.parent.name}/{p.name}" if p.parent.name else p.name, *arrays, info={"source": str(p.resolve()), "split": f"contiguous blocks {tuple(fractions)}"})
+    name = f"{p.parent.name}/{p.name}" if p.parent.name else p.name
+    return Corpus(name, *arrays, info={"source": str(p.resolve()), "split": f"contiguous blocks {tuple(fractions)}"})
 
 
 def load_corpus(data: str | os.PathLike[str] | None) -> Corpus:
