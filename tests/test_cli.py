@@ -32,7 +32,7 @@ def png_ok(path: Path) -> bool:
     return path.is_file() and path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and path.stat().st_size > 5000
 
 
-@pytest.mark.parametrize("argv", [[], ["info"], ["extrapolate"], ["band"]])
+@pytest.mark.parametrize("argv", [[], ["info"], ["fairseq-user-dir"], ["extrapolate"], ["band"]])
 def test_help_on_every_subcommand(argv, capsys):
     with pytest.raises(SystemExit) as exc:
         main(argv + ["--help"])

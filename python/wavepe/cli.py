@@ -1,10 +1,11 @@
 """The ``wavepe`` command (also ``python -m wavepe``).
 
 Subcommands:
-  info         version, CPU features, which front ends are built
-  extrapolate  the main job: train short, test long (perplexity at 1×…8× the training length)
-  band         RoPE frequency-band analysis: x*, predicted j*, recommended θ; measured band,
-               norm heatmap and p-RoPE sweep of a trained model (wavepe checkpoint or HF Llama)
+  info              version, CPU features, which front ends are built
+  fairseq-user-dir  the path to pass to fairseq's --user-dir
+  extrapolate       the main job: train short, test long (perplexity at 1×…8× the training length)
+  band              RoPE frequency-band analysis: x*, predicted j*, recommended θ; measured band,
+                    norm heatmap and p-RoPE sweep of a trained model (wavepe checkpoint or HF Llama)
 """
 
 from __future__ import annotations
@@ -39,6 +40,20 @@ def _cmd_info(args: argparse.Namespace) -> int:
     except ImportError as exc:
         print(f"torch ops: unavailable ({exc})")
     return 0
+
+
+def _cmd_fairseq_user_dir(args: argparse.Namespace) -> int:
+    from .integrations.fairseq import user_dir
+
+    print(user_dir())
+    return 0
+
+
+def _add_fairseq_user_dir(sub) -> None:
+    p = sub.add_parser("fairseq-user-dir", help="print the path to pass to fairseq's --user-dir",
+                       description="Print the directory of wavepe's fairseq plugin, for "
+                                   "fairseq-train/fairseq-eval-lm --user-dir (models wavepe_lm, wavepe_lm_wiki103).")
+    p.set_defaults(func=_cmd_fairseq_user_dir)
 
 
 # ---------------------------------------------------------------------------
@@ -367,6 +382,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("info", help="version, CPU features and which front ends are built",
                        description="Print the version, the kernel ISA in use and whether the torch ops are built.")
     p.set_defaults(func=_cmd_info)
+    _add_fairseq_user_dir(sub)
 
     p = sub.add_parser(
         "extrapolate", help="the main job: train short, test long",
