@@ -130,7 +130,6 @@ def _cmd_extrapolate(args: argparse.Namespace) -> int:
     import dataclasses
 
     from .experiments.extrapolate import ExtrapolationConfig, quick_config, run_extrapolation
-    from .experiments.model import LMConfig
     from .experiments.train import TrainConfig
 
     if args.replot:
@@ -174,7 +173,7 @@ def _cmd_extrapolate(args: argparse.Namespace) -> int:
         raise CliError(str(exc)) from None
     try:
         results = run_extrapolation(cfg, progress=not args.no_progress)
-    except (FileNotFoundError, ValueError) as exc:
+    except (FileNotFoundError, ValueError, FloatingPointError) as exc:
         raise CliError(str(exc)) from None
     print()
     print(results["markdown"])
