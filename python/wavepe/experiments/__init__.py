@@ -1,0 +1,29 @@
+"""Length-extrapolation experiments: train short, test long.
+
+The library behind ``wavepe extrapolate``, reusable piece by piece:
+
+* corpora — :func:`load_corpus` (the embedded standard-library corpus,
+  ``DIR/{train,valid,test}.txt`` or one file split 80/10/10), byte-level;
+* the model — :class:`TinyLM` / :class:`LMConfig` (only the position encoding
+  differs between variants), :func:`save_model` / :func:`load_model`;
+* training — :func:`train_lm` / :class:`TrainConfig`;
+* evaluation of **any** causal LM (ids -> logits, Hugging Face outputs too) —
+  :func:`perplexity`, :func:`evaluate_lengths` (non-overlapping and sliding windows);
+* the whole job — :class:`ExtrapolationConfig`, :func:`run_extrapolation`;
+* figures — :mod:`wavepe.experiments.plots`.
+"""
+
+from .corpus import Corpus, load_corpus, split_text_file, stdlib_corpus, text_dir_corpus
+from .evaluate import PerplexityResult, evaluate_lengths, perplexity
+from .extrapolate import (DEFAULT_ENCODINGS, ExtrapolationConfig, parse_encoding, quick_config,
+                          run_extrapolation)
+from .model import LMConfig, TinyLM, load_model, save_model
+from .train import TrainConfig, train_lm
+
+__all__ = [
+    "Corpus", "load_corpus", "split_text_file", "stdlib_corpus", "text_dir_corpus",
+    "PerplexityResult", "evaluate_lengths", "perplexity",
+    "DEFAULT_ENCODINGS", "ExtrapolationConfig", "parse_encoding", "quick_config", "run_extrapolation",
+    "LMConfig", "TinyLM", "load_model", "save_model",
+    "TrainConfig", "train_lm",
+]

@@ -1,0 +1,142 @@
+"""PyTorch modules over wavepe's ops.
+
+:class:`PositionalAttention` is causal multi-head self-attention whose position
+encoding is one argument: ``"wavelet"``, ``"rope"``, ``"alibi"`` or ``"none"``
+(NoPE).  Everything goes through the public ops (:func:`wavepe.ops.rope`,
+:func:`wavepe.ops.wavelet_attention`), so it runs on the compiled kernels
+wherever they exist.  The projections are named ``q_proj``/``k_proj``/
+``v_proj``/``o_proj`` as in Hugging Face Llama, so the band analysis
+(:mod:`wavepe.analysis`) reads both kinds of model the same way.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+
+from ._validate import check_choice, check_int
+from .config import RopeConfig, WaveletConfig
+
+POS_ENCS: tuple[str, ...] = ("wavelet", "rope", "alibi", "none")
+
+
+class PositionalAttention(nn.Module):
+    """Causal multi-head self-attention with a wavepe position encoding.
+
+    Args:
+        hidden_size: model width D.
+        num_heads: H query heads; ``head_dim`` defaults to D / H.
+        pos_enc: "wavelet" (the paper's relative wavelets, ``wavelet_config``,
+            default ``WaveletConfig.grid(head_dim)``), "rope" (``rope_config``,
+            default θ = 10^4, layout "half"), "alibi" (standard slopes) or
+            "none" (NoPE).
+        num_kv_heads: H_kv key/value heads (GQA), a divisor of H; default H.
+        bias: whether the projections have biases.
+
+    ``rope_config`` is a plain attribute: assign ``attn.rope_config =
+    cfg.with_theta(4096)`` to evaluate at another θ (or another p-RoPE
+    fraction) without retraining.
+    """
+
+    def __init__(
+        self,
+        hidden_size: int,
+        num_heads: int,
+        pos_enc: str = "wavelet",
+        *,
+        head_dim: int | None = None,
+        num_kv_heads: int | None = None,
+        wavelet_config: WaveletConfig | None = None,
+        rope_config: RopeConfig | None = None,
+        bias: bool = False,
+    ) -> None:
+        super().__init__()
+        hidden_size = check_int("hidden_size", hidden_size, min_value=1)
+        num_heads = check_int("num_heads", num_heads, min_value=1)
+        if head_dim is None:
+            if hidden_size % num_heads:
+                raise ValueError(f"hidden_size={hidden_size} is not divisible by num_heads={num_heads}; "
+                                 "pass head_dim")
+            head_dim = hidden_size // num_heads
+        head_dim = check_int("head_dim", head_dim, min_value=1)
+        num_kv_heads = num_heads if num_kv_heads is None else check_int("num_kv_heads", num_kv_heads, min_value=1)
+        if num_heads % num_kv_heads:
+            raise ValueError(f"num_heads={num_heads} must be a multiple of num_kv_heads={num_kv_heads}")
+        self.pos_enc = check_choice("pos_enc", pos_enc, POS_ENCS)
+        self.hidden_size, self.num_heads, self.num_kv_heads, self.head_dim = (
+            hidden_size, num_heads, num_kv_heads, head_dim)
+        self.wavelet_config: WaveletConfig | None = None
+        self.rope_config: RopeConfig | None = None
+        if self.pos_enc == "wavelet":
+            if wavelet_config is None:
+                wavelet_config = WaveletConfig.grid(head_dim)
+            if not isinstance(wavelet_config, WaveletConfig):
+                raise TypeError(f"wavelet_config must be a WaveletConfig, got {type(wavelet_config).__name__}")
+            if wavelet_config.head_dim != head_dim:
+                raise ValueError(f"wavelet_config.head_dim={wavelet_config.head_dim} does not match "
+                                 f"head_dim={head_dim}")
+            self.wavelet_config = wavelet_config
+        elif self.pos_enc == "rope":
+            rope_config = RopeConfig() if rope_config is None else rope_config
+            if not isinstance(rope_config, RopeConfig):
+                raise TypeError(f"rope_config must be a RopeConfig, got {type(rope_config).__name__}")
+            rope_config.check_head_dim(head_dim)
+            self.rope_config = rope_config
+        self.q_proj = nn.Linear(hidden_size, num_heads * head_dim, bias=bias)
+        self.k_proj = nn.Linear(hidden_size, num_kv_heads * head_dim, bias=bias)
+        self.v_proj = nn.Linear(hidden_size, num_kv_heads * head_dim, bias=bias)
+        self.o_proj = nn.Linear(num_heads * head_dim, hidden_size, bias=bias)
+
+    def extra_repr(self) -> str:
+        enc = {"wavelet": self.wavelet_config, "rope": self.rope_config}.get(self.pos_enc)
+        return (f"hidden_size={self.hidden_size}, num_heads={self.num_heads}, num_kv_heads={self.num_kv_heads}, "
+                f"head_dim={self.head_dim}, pos_enc={self.pos_enc!r}" + (f", {enc!r}" if enc is not None else ""))
+
+    def _qkv(self, x: torch.Tensor, position_offset: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        if not isinstance(x, torch.Tensor) or x.dim() != 3 or x.shape[-1] != self.hidden_size:
+            shape = tuple(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__
+            raise ValueError(f"x must be (B, L, hidden_size={self.hidden_size}), got {shape}")
+        b, length, _ = x.shape
+        q = self.q_proj(x).view(b, length, self.num_heads, self.head_dim).transpose(1, 2)
+        k = self.k_proj(x).view(b, length, self.num_kv_heads, self.head_dim).transpose(1, 2)
+        v = self.v_proj(x).view(b, length, self.num_kv_heads, self.head_dim).transpose(1, 2)
+        if self.pos_enc == "rope":
+            from .ops import rope
+
+            assert self.rope_config is not None
+            q, k = rope(q, k, position_offset, self.rope_config)
+        return q, k, v
+
+    def forward(self, x: torch.Tensor, position_offset: int = 0) -> torch.Tensor:
+        """x (B, L, D) at positions ``position_offset … position_offset+L-1`` -> (B, L, D)."""
+        from .ops import wavelet_attention
+
+        q, k, v = self._qkv(x, position_offset)
+        kind = {"rope": "none"}.get(self.pos_enc, self.pos_enc)
+        out = wavelet_attention(q, k, v, self.wavelet_config, pos_enc=kind, causal=True)
+        b, _, length, _ = out.shape
+        return self.o_proj(out.transpose(1, 2).reshape(b, length, self.num_heads * self.head_dim))
+
+    @torch.no_grad()
+    def attention_probs(self, x: torch.Tensor, position_offset: int = 0) -> torch.Tensor:
+        """The softmax attention weights (B, H, L, L) of :meth:`forward`, for plots.
+
+        Materialises L×L per head (analysis only; :meth:`forward` does not).
+        """
+        from .ops import alibi_bias, wavelet_bias
+
+        q, k, _ = self._qkv(x, position_offset)
+        rep = self.num_heads // self.num_kv_heads
+        k = k.repeat_interleave(rep, dim=1)
+        length = q.shape[2]
+        scale = 1.0 / math.sqrt(self.head_dim)
+        scores = q @ k.transpose(-1, -2)
+        if self.pos_enc == "wavelet":
+            scores = scores + wavelet_bias(q, self.wavelet_config, causal=True)
+        scores = scores * scale
+        if self.pos_enc == "alibi":
+            scores = scores + alibi_bias(self.num_heads, length, dtype=scores.dtype, device=scores.device)
+        future = torch.ones(length, length, dtype=torch.bool, device=x.device).triu(1)
+        return scores.masked_fill(future, float("-inf")).softmax(dim=-1)

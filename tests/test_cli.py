@@ -1,0 +1,180 @@
+"""The ``wavepe`` command: help, smoke runs at tiny sizes, clear errors."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from wavepe.cli import main
+
+# a --quick run shrunk further so that the test takes seconds: the CLI's own wiring is what is tested
+TINY = ["--steps", "3", "--train-len", "16", "--factors", "1", "2", "--eval-tokens", "64", "--sliding-tokens", "32",
+        "--hidden", "32", "--head-dim", "16", "--wavelet-scales", "4", "--layers", "1", "--no-progress"]
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    # tiny models gain nothing from threads, and on a loaded machine OpenMP
+    # barriers make each small op wait for a descheduled thread
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+def png_ok(path: Path) -> bool:
+    return path.is_file() and path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and path.stat().st_size > 5000
+
+
+@pytest.mark.parametrize("argv", [[], ["info"], ["fairseq-user-dir"], ["extrapolate"], ["band"]])
+def test_help_on_every_subcommand(argv, capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(argv + ["--help"])
+    assert exc.value.code == 0
+    out = capsys.readouterr().out
+    assert out.startswith("usage: wavepe")
+    if argv == ["extrapolate"]:
+        assert "--quick" in out and "--data" in out and "--train-len" in out
+    if argv == ["band"]:
+        assert "--hf-model" in out and "--sweep" in out
+
+
+def test_python_dash_m_and_console_script():
+    r = subprocess.run([sys.executable, "-m", "wavepe", "band", "--help"], capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode == 0 and "usage: wavepe band" in r.stdout
+    script = Path(sys.executable).parent / "wavepe"
+    if not script.exists():
+        pytest.skip("console script not installed next to this interpreter")
+    r = subprocess.run([str(script), "info"], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0 and r.stdout.startswith("wavepe ")
+
+
+def test_info(capsys):
+    assert main(["info"]) == 0
+    assert "cpu isa" in capsys.readouterr().out
+
+
+def test_extrapolate_quick_smoke(tmp_path, capsys):
+    out = tmp_path / "run"
+    assert main(["extrapolate", "--quick", "--out", str(out), *TINY]) == 0
+    text = capsys.readouterr().out
+    assert "Non-overlapping windows" in text and "| wavelet |" in text and "| NoPE |" in text
+    assert "RoPE θ=16 → θ=L (inference)" in text
+    assert "measured band" in text
+    for name in ("perplexity.png", "attention_2x.png", "loss_by_position.png"):
+        assert png_ok(out / name), name
+    res = json.loads((out / "results.json").read_text(encoding="utf-8"))
+    assert res["config"]["train"]["train_len"] == 16 and res["config"]["factors"] == [1, 2]
+    assert res["corpus"]["name"] == "stdlib"
+    assert sorted(os.listdir(out / "models")) == ["alibi.pt", "nope.pt", "rope-ltrain.pt", "rope.pt", "wavelet.pt"]
+    assert len(res["rows"]["wavelet"]["nll_by_position"]) == 32
+    # the figures redraw from the saved results alone
+    for name in ("perplexity.png", "attention_2x.png", "loss_by_position.png"):
+        os.remove(out / name)
+    assert main(["extrapolate", "--replot", "--out", str(out)]) == 0
+    for name in ("perplexity.png", "attention_2x.png", "loss_by_position.png"):
+        assert png_ok(out / name), name
+
+
+def test_band_prediction_only(tmp_path, capsys):
+    assert main(["band", "--train-len", "128", "--head-dim", "32", "--theta", "10000", "--out", str(tmp_path)]) == 0
+    text = capsys.readouterr().out
+    assert "x* = 3.65721" in text
+    assert "| 10000 | 6 |" in text and "| 128 (recommended: θ = L_train) | 12 |" in text
+    rep = json.loads((tmp_path / "band.json").read_text(encoding="utf-8"))
+    assert [p["j_star"] for p in rep["predicted"]] == [6, 12]
+    assert rep["recommended_theta"] == 128.0
+
+
+def test_band_on_a_wavepe_checkpoint_with_sweep(tmp_path, capsys):
+    from wavepe.experiments.model import LMConfig, TinyLM, save_model
+
+    torch.manual_seed(0)
+    ckpt = tmp_path / "m.pt"
+    save_model(TinyLM(LMConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, head_dim=16,
+                               intermediate_size=64, pos_enc="rope", rope_theta=16.0)), str(ckpt),
+               meta={"train_len": 16})
+    out = tmp_path / "band"
+    argv = ["band", "--model", str(ckpt), "--sweep", "--factors", "1", "2", "--fractions", "1",
+            "0.5", "--max-tokens", "64", "--windows", "2", "--out", str(out), "--no-progress"]
+    assert main(argv) == 0
+    text = capsys.readouterr().out
+    assert "measured band" in text and "p-RoPE sweep" in text and "| 0.5 |" in text
+    assert "train length L = 16 (the checkpoint)" in text
+    assert png_ok(out / "band_heatmap.png") and png_ok(out / "p_rope_sweep.png")
+    rep = json.loads((out / "band.json").read_text(encoding="utf-8"))
+    assert rep["model_theta"] == 16.0 and 0 <= rep["measured"]["i_band"] < 8
+    assert set(rep["p_rope_sweep"]) == {"1.0", "0.5"}
+
+
+def test_band_on_a_hugging_face_llama_directory(tmp_path, capsys):
+    transformers = pytest.importorskip("transformers")
+    cfg = transformers.LlamaConfig(vocab_size=256, hidden_size=32, num_attention_heads=2, num_key_value_heads=1,
+                                   head_dim=16, intermediate_size=64, num_hidden_layers=2,
+                                   max_position_embeddings=256)
+    torch.manual_seed(0)
+    transformers.LlamaForCausalLM(cfg).save_pretrained(tmp_path / "llama")
+    out = tmp_path / "band"
+    argv = ["band", "--hf-model", str(tmp_path / "llama"), "--tokenizer", "bytes", "--train-len", "16", "--length",
+            "32", "--sweep", "--factors", "1", "--fractions", "1", "0", "--max-tokens", "32", "--out", str(out),
+            "--no-progress"]
+    assert main(argv) == 0
+    text = capsys.readouterr().out
+    assert "predicted j* for the model's θ = 10000" in text
+    assert png_ok(out / "band_heatmap.png")
+    rep = json.loads((out / "band.json").read_text(encoding="utf-8"))
+    assert len(rep["measured"]["per_head"]) == 2 and len(rep["measured"]["per_head"][0]) == 2
+    # no tokenizer saved: auto must say so and point at --tokenizer bytes
+    assert main(argv[:3] + argv[5:]) == 2
+    assert "--tokenizer bytes" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["extrapolate", "--encodings", "foo"], "unknown encoding 'foo'"),
+    (["extrapolate", "--encodings", ","], "comma-separated"),
+    (["extrapolate", "--factors", "0"], "--factors must be >= 1, got 0"),
+    (["extrapolate", "--train-len", "abc"], "--train-len must be an integer, got 'abc'"),
+    (["extrapolate", "--data", "/nonexistent/wikitext"], "'/nonexistent/wikitext' does not exist"),
+    (["extrapolate", "--infer-theta", "big"], "inference θ must be 'len' or a number > 1, got 'big'"),
+    (["extrapolate", "--head-dim", "12"], "--head-dim 12 is not divisible by --wavelet-scales 8"),
+    (["extrapolate", "--head-dim", "7", "--encodings", "rope"], "--head-dim must be even"),
+    (["extrapolate", "--lr", "-1"], "lr must be > 0, got -1.0"),
+    (["extrapolate", "--encodings", "rope,rope"], "more than once"),
+    (["extrapolate", "--replot", "--out", "/nonexistent/run"], "--replot: '/nonexistent/run/results.json' does not"),
+    (["band", "--theta", "0.5"], "θ must be a finite number > 1, got '0.5'"),
+    (["band", "--theta", "nan"], "θ must be a finite number > 1, got 'nan'"),
+    (["band", "--sweep"], "--sweep needs a model"),
+    (["band", "--head-dim", "7"], "--head-dim must be even and >= 2, got 7"),
+    (["band", "--fractions", "1.5"], "fraction must be in [0, 1], got '1.5'"),
+    (["band", "--model", "/nonexistent.pt"], "'/nonexistent.pt' does not exist"),
+    (["band", "--which", "v"], "invalid choice: 'v'"),
+])
+def test_bad_arguments_give_clear_messages(argv, message, capsys):
+    try:
+        code = main(argv)
+    except SystemExit as exc:  # argparse rejects it while parsing
+        code = exc.code
+    assert code == 2
+    assert message in capsys.readouterr().err
+
+
+def test_bad_files_give_clear_messages(tmp_path, capsys):
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "train.txt").write_text("x" * 100)
+    assert main(["extrapolate", "--data", str(tmp_path / "data"), "--out", str(tmp_path / "o"), *TINY]) == 2
+    assert "lacks valid.txt, test.txt" in capsys.readouterr().err
+    (tmp_path / "junk.pt").write_bytes(b"not a checkpoint")
+    assert main(["band", "--model", str(tmp_path / "junk.pt")]) == 2
+    assert "cannot load a wavepe checkpoint" in capsys.readouterr().err
+    assert main(["band", "--model", str(tmp_path / "junk.pt"), "--hf-model", "x"]) == 2
+    assert "not both" in capsys.readouterr().err
+    (tmp_path / "small.txt").write_text("line\n" * 30)
+    assert main(["extrapolate", "--data", str(tmp_path / "small.txt"), "--out", str(tmp_path / "o"), *TINY]) == 2
+    assert "needs at least 33" in capsys.readouterr().err
