@@ -73,3 +73,125 @@ def sinusoidal_table(length: int, dim: int, offset: int = 0, base: float = 10000
     i = np.arange(dim)[None, :] // 2
     angle = pos / base ** (2.0 * i / dim)
     return np.where(np.arange(dim)[None, :] % 2 == 0, np.sin(angle), np.cos(angle))
+
+
+# ---- relative-table bias (DEVELOPING.md "Relative-table bias") ----------------
+
+def _table_rows(r_lo: int, rows: int, q_len: int, k_len: int, q_offset: int, causal: bool, clamp: bool):
+    """Table row index (M, N) of every (m, n) and where it counts (entries in the table, not future)."""
+    r = (q_offset + np.arange(q_len))[:, None] - np.arange(k_len)[None, :]
+    t = r - r_lo
+    if clamp:
+        t = np.clip(t, 0, rows - 1)
+        valid = np.ones_like(t, dtype=bool)
+    else:
+        valid = (t >= 0) & (t < rows)
+    if causal:
+        valid &= r >= 0
+    return np.where(valid, t, 0), valid
+
+
+def rel_bias(q, table, r_lo: int, k_len: int, q_offset: int, causal: bool, clamp: bool) -> np.ndarray:
+    """bias[..., m, n] = q[..., m, :] . T[pos_q(m) - n - r_lo]  (zero outside / edge row with clamp)."""
+    q = np.asarray(q, np.float64)
+    table = np.asarray(table, np.float64)
+    m = q.shape[-2]
+    t, valid = _table_rows(r_lo, table.shape[0], m, k_len, q_offset, causal, clamp)
+    if table.shape[0] == 0:
+        return np.zeros(q.shape[:-1] + (k_len,))
+    p = table[t] * valid[..., None]  # (M, N, d): fine for an oracle
+    return np.einsum("...md,mnd->...mn", q, p)
+
+
+def rel_bias_grads(grad, q, table, r_lo: int, k_len: int, q_offset: int, causal: bool, clamp: bool):
+    """(dq, dT) of rel_bias for the upstream gradient grad (..., M, N)."""
+    grad = np.asarray(grad, np.float64)
+    q = np.asarray(q, np.float64)
+    table = np.asarray(table, np.float64)
+    m = q.shape[-2]
+    t, valid = _table_rows(r_lo, table.shape[0], m, k_len, q_offset, causal, clamp)
+    g = grad * valid
+    dq = np.einsum("...mn,mnd->...md", g, table[t]) if table.shape[0] else np.zeros_like(q)
+    dT = np.zeros_like(table)
+    lead = int(np.prod(q.shape[:-2], dtype=np.int64))
+    gq = np.einsum("bmn,bmd->mnd", g.reshape((lead, m, k_len)), q.reshape((lead, m, q.shape[-1])))
+    np.add.at(dT, t[valid], gq[valid])
+    return dq, dT
+
+
+# ---- RoPE (DEVELOPING.md "RoPE") ------------------------------------------------
+
+def rope(x, positions, inv_freq, layout: int | str, rotary_pairs: int, scale: float = 1.0, inverse: bool = False):
+    """x (B, H, L, d); positions (L,) or (B, L); layout 0/"half" or 1/"interleaved"."""
+    x = np.asarray(x, np.float64)
+    d = x.shape[-1]
+    half = d // 2
+    pos = np.asarray(positions, np.float64)
+    if pos.ndim == 1:
+        pos = pos[None, :]
+    angle = pos[:, None, :, None] * np.asarray(inv_freq, np.float64)[:rotary_pairs]
+    cos, sin = np.cos(angle), np.sin(angle)
+    if inverse:
+        sin = -sin
+    p = np.arange(rotary_pairs)
+    ia, ib = (p, p + half) if layout in (0, "half") else (2 * p, 2 * p + 1)
+    out = x * scale
+    a, b = x[..., ia], x[..., ib]
+    out[..., ia] = (a * cos - b * sin) * scale
+    out[..., ib] = (b * cos + a * sin) * scale
+    return out
+
+
+# ---- attention with a position bias (DEVELOPING.md "Fused attention") -----------
+
+def attention_with_grads(q, k, v, grad_out, scale: float, q_offset: int, causal: bool, pos_enc: str, *,
+                         table=None, r_lo: int = 0, clamp: bool = False, slopes=None, key_padding_mask=None):
+    """Forward (out, lse) and, when grad_out is given, (dq, dk, dv, dtable) in float64.
+
+    s = scale (q.k + q.T[r - r_lo]) ("relative"/"wavelet"), scale q.k - slope |r| ("alibi"),
+    scale q.k ("none"); masked entries are -inf; a row without keys gives out = 0, lse = -inf.
+    """
+    q, k, v = (np.asarray(x, np.float64) for x in (q, k, v))
+    B, H, M, d = q.shape
+    Hk, N = k.shape[1], k.shape[2]
+    g = H // Hk
+    kk = np.repeat(k, g, axis=1)
+    vv = np.repeat(v, g, axis=1)
+    s = np.einsum("bhmd,bhnd->bhmn", q, kk)
+    r = (q_offset + np.arange(M))[:, None] - np.arange(N)[None, :]
+    if pos_enc in ("relative", "wavelet"):
+        s = s + rel_bias(q, table, r_lo, N, q_offset, False, clamp)
+        s = s * scale
+    elif pos_enc == "alibi":
+        s = s * scale - np.asarray(slopes, np.float64)[None, :, None, None] * np.abs(r)[None, None]
+    else:
+        s = s * scale
+    mask = np.zeros((B, 1, M, N), dtype=bool)
+    if causal:
+        mask |= (r < 0)[None, None]
+    if key_padding_mask is not None:
+        mask |= np.asarray(key_padding_mask, bool)[:, None, None, :]
+    s = np.where(mask, -np.inf, s)
+    mx = s.max(axis=-1, keepdims=True) if N else np.full((B, H, M, 1), -np.inf)
+    empty = ~np.isfinite(mx)
+    e = np.exp(s - np.where(empty, 0.0, mx)) if N else np.zeros((B, H, M, 0))
+    den = e.sum(axis=-1, keepdims=True)
+    p = np.where(empty, 0.0, e / np.where(empty, 1.0, den))
+    out = np.einsum("bhmn,bhnd->bhmd", p, vv)
+    lse = np.where(empty[..., 0], -np.inf, (np.where(empty, 0.0, mx) + np.log(np.where(empty, 1.0, den)))[..., 0])
+    res = {"out": out, "lse": lse}
+    if grad_out is None:
+        return res
+    go = np.asarray(grad_out, np.float64)
+    dp = np.einsum("bhmd,bhnd->bhmn", go, vv)
+    D = (go * out).sum(-1, keepdims=True)
+    ds = p * (dp - D)
+    dq = scale * np.einsum("bhmn,bhnd->bhmd", ds, kk)
+    dk = (scale * np.einsum("bhmn,bhmd->bhnd", ds, q)).reshape(B, Hk, g, N, d).sum(2)
+    dv = np.einsum("bhmn,bhmd->bhnd", p, go).reshape(B, Hk, g, N, d).sum(2)
+    res.update(dq=dq, dk=dk, dv=dv)
+    if pos_enc in ("relative", "wavelet"):
+        dq_t, dT = rel_bias_grads(scale * ds, q, table, r_lo, N, q_offset, False, clamp)
+        res["dq"] = dq + dq_t
+        res["dtable"] = dT
+    return res

@@ -256,7 +256,7 @@ inline int64_t dtype_size(int dtype) {
     return 0;
 }
 
-inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+__host__ __device__ inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 // ---- host-side argument checks ----------------------------------------------------------
 // A strided view of `n` dims: sizes >= 0, elements and bytes addressable, the

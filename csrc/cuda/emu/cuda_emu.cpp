@@ -19,6 +19,9 @@
 #include <string>
 #include <vector>
 
+#include <cxxabi.h>
+#include <dlfcn.h>
+
 #if !defined(__x86_64__)
 #include <ucontext.h>
 #endif
@@ -286,6 +289,17 @@ bool run_block(std::mt19937 &rng, int order) {
     return true;
 }
 
+// Demangled name of a kernel, for failure messages.
+std::string kernel_name(const void *kernel) {
+    Dl_info info;
+    if (dladdr(kernel, &info) == 0 || info.dli_sname == nullptr) return "kernel";
+    int status = 0;
+    char *name = abi::__cxa_demangle(info.dli_sname, nullptr, nullptr, &status);
+    std::string out = status == 0 && name ? name : info.dli_sname;
+    std::free(name);
+    return out;
+}
+
 void wait_here(State s, const char *file, int line) {
     Emu &e = emu();
     e.cur->state = s;
@@ -352,7 +366,7 @@ cudaError_t launch(const void *kernel, dim3 grid, dim3 block, size_t smem, const
     e.message.clear();
     const uint64_t nthreads = uint64_t(block.x) * block.y * block.z;
     auto bad_config = [&](const std::string &why) {
-        e.message = "invalid launch configuration: " + why;
+        e.message = "invalid launch configuration of " + kernel_name(kernel) + ": " + why;
         t_message = e.message;
         e.last_error = cudaErrorInvalidConfiguration;
         return e.last_error;
@@ -392,7 +406,7 @@ cudaError_t launch(const void *kernel, dim3 grid, dim3 block, size_t smem, const
                 e.block_idx = uint3{bx, by, bz};
                 if (!run_block(rng, order)) {
                     e.message += " (block " + std::to_string(bx) + "," + std::to_string(by) + "," +
-                                 std::to_string(bz) + ")";
+                                 std::to_string(bz) + " of " + kernel_name(kernel) + ")";
                     t_message = e.message;
                     e.last_error = cudaErrorLaunchFailure;
                     return e.last_error;
