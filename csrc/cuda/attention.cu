@@ -27,7 +27,7 @@ namespace {
 template <class T, int BM, int BN>
 struct FwdLayout {
     SmemPlan plan;
-    int q, k, v, t, g, mask;
+    int q, k, v, t, g, mask, pscr;
     __host__ __device__ FwdLayout(int64_t d_pad, bool table) {
         const size_t row = sizeof(T) * size_t(tile_ld<T>(d_pad));
         q = plan.add(BM * row);
@@ -36,6 +36,7 @@ struct FwdLayout {
         t = plan.add(table ? (BM + BN) * row : 0);
         g = plan.add(table ? sizeof(acc_t<T>) * BM * size_t(g_ld<acc_t<T>>(BN)) : 0);
         mask = plan.add(BN);
+        pscr = plan.add(sizeof(acc_t<T>) * (BM / 16) * rb_scratch_elems<T>(BN));
     }
 };
 
@@ -55,6 +56,7 @@ __global__ void __launch_bounds__(BM * 2) attn_fwd_kernel(AttnParams p) {
     const int ld = tile_ld<T>(p.d_pad), gld = g_ld<A>(BN);
     const int warp = threadIdx.x / 32, t4 = threadIdx.x & 3;
     const int ksteps = int(p.d_pad / 16), dt_active = int(ceil_div(p.d, 8));
+    A *pscr = reinterpret_cast<A *>(smem + L.plan.off[L.pscr]) + warp * rb_scratch_elems<T>(BN);
 
     int64_t bid = blockIdx.x;
     const int64_t mblocks = ceil_div(p.m, BM);
@@ -141,7 +143,7 @@ __global__ void __launch_bounds__(BM * 2) attn_fwd_kernel(AttnParams p) {
                     row_sum[ri] += s[nt][2 * ri + e];
                 }
         }
-        warp_rb<T, NT, DT>(o, s, Vs, ld, dt_active);
+        warp_rb<T, NT, DT>(o, s, Vs, ld, dt_active, pscr);
     }
 
     if (!warp_rows) return;  // after the last barrier

@@ -29,7 +29,7 @@ namespace {
 template <class T, int B>
 struct BwdLayout {
     SmemPlan plan;
-    int a, b, c, dd, t, g, lse, delta, mask;
+    int a, b, c, dd, t, g, lse, delta, mask, pscr;
     // a, b: the CTA's own rows (dkdv: K, V; dq/dtable: Q, dO); c, dd: the streamed ones
     __host__ __device__ BwdLayout(int64_t d_pad, bool table) {
         using A = acc_t<T>;
@@ -43,6 +43,7 @@ struct BwdLayout {
         lse = plan.add(sizeof(A) * B);
         delta = plan.add(sizeof(A) * B);
         mask = plan.add(B);
+        pscr = plan.add(sizeof(A) * (B / 16) * rb_scratch_elems<T>(B));
     }
 };
 
@@ -125,6 +126,7 @@ __global__ void __launch_bounds__(B * 2) attn_bwd_dkdv_kernel(AttnParams p) {
     uint8_t *kmask = smem + L.plan.off[L.mask];
     const int ld = tile_ld<T>(p.d_pad), gld = g_ld<A>(B);
     const int warp = threadIdx.x / 32, t4 = threadIdx.x & 3;
+    A *pscr = reinterpret_cast<A *>(smem + L.plan.off[L.pscr]) + warp * rb_scratch_elems<T>(B);
     const int ksteps = int(p.d_pad / 16), dt_active = int(ceil_div(p.d, 8));
 
     const int64_t nblocks = ceil_div(p.n, B), mblocks = ceil_div(p.m, B);
@@ -212,7 +214,7 @@ __global__ void __launch_bounds__(B * 2) attn_bwd_dkdv_kernel(AttnParams p) {
                     const A l2 = lse_s[cq];
                     st[nt][e] = (masked || l2 == neg_inf<A>()) ? A(0) : exp2_(x * A(kLog2e) - l2);  // P^T
                 }
-            warp_rb<T, NT, DT>(dv, st, dOs, ld, dt_active);
+            warp_rb<T, NT, DT>(dv, st, dOs, ld, dt_active, pscr);
             A dpt[NT][4];
             zero_frags(dpt);
             warp_abt<T, NT>(dpt, Vs + 16 * warp * ld, ld, dOs, ld, ksteps);
@@ -220,7 +222,7 @@ __global__ void __launch_bounds__(B * 2) attn_bwd_dkdv_kernel(AttnParams p) {
             for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
                 for (int e = 0; e < 4; ++e) st[nt][e] *= dpt[nt][e] - delta_s[frag_col(nt, e)];  // dS^T
-            warp_rb<T, NT, DT>(dk, st, Qs, ld, dt_active);
+            warp_rb<T, NT, DT>(dk, st, Qs, ld, dt_active, pscr);
         }
     }
 
@@ -260,6 +262,7 @@ __global__ void __launch_bounds__(B * 2) attn_bwd_dq_kernel(AttnParams p) {
     uint8_t *kmask = smem + L.plan.off[L.mask];
     const int ld = tile_ld<T>(p.d_pad), gld = g_ld<A>(B);
     const int warp = threadIdx.x / 32, t4 = threadIdx.x & 3;
+    A *pscr = reinterpret_cast<A *>(smem + L.plan.off[L.pscr]) + warp * rb_scratch_elems<T>(B);
     const int ksteps = int(p.d_pad / 16), dt_active = int(ceil_div(p.d, 8));
 
     const int64_t mblocks = ceil_div(p.m, B);
@@ -312,7 +315,7 @@ __global__ void __launch_bounds__(B * 2) attn_bwd_dq_kernel(AttnParams p) {
         A ds[NT][4];
         warp_dscores<T, B>(ds, p, Qs + 16 * warp * ld, dOs + 16 * warp * ld, Ks, Vs, Ts + 16 * warp * ld, gw,
                            warp_bias, ld, gld, ksteps, wm0, n0, kmask, scale, slope, lse2, dl);
-        warp_rb<T, NT, DT>(dq, ds, Ks, ld, dt_active);
+        warp_rb<T, NT, DT>(dq, ds, Ks, ld, dt_active, pscr);
         if (warp_bias) {  // dq += H T_win, H = dS skewed into window columns
             for (int e = threadIdx.x & 31; e < 16 * gld; e += 32) gw[e] = A(0);
             __syncwarp();
@@ -329,7 +332,7 @@ __global__ void __launch_bounds__(B * 2) attn_bwd_dq_kernel(AttnParams p) {
             for (int gt = 0; gt < GT; ++gt)
 #pragma unroll
                 for (int e = 0; e < 4; ++e) hr[gt][e] = gw[frag_row(e) * gld + frag_col(gt, e)];
-            warp_rb<T, GT, DT>(dq, hr, Ts + 16 * warp * ld, ld, dt_active);
+            warp_rb<T, GT, DT>(dq, hr, Ts + 16 * warp * ld, ld, dt_active, pscr);
             __syncwarp();
         }
     }
@@ -367,6 +370,7 @@ __global__ void __launch_bounds__(B * 2) attn_bwd_dtable_kernel(AttnParams p) {
     uint8_t *kmask = smem + L.plan.off[L.mask];
     const int ld = tile_ld<T>(p.d_pad), gld = g_ld<A>(B);
     const int warp = threadIdx.x / 32;
+    A *pscr = reinterpret_cast<A *>(smem + L.plan.off[L.pscr]) + warp * rb_scratch_elems<T>(B);
     const int ksteps = int(p.d_pad / 16), dt_active = int(ceil_div(p.d, 8));
 
     const int64_t mblocks = ceil_div(p.m, B), nblocks = ceil_div(p.n, B);
@@ -446,7 +450,7 @@ __global__ void __launch_bounds__(B * 2) attn_bwd_dtable_kernel(AttnParams p) {
                     }
                 A acc[DT][4];
                 zero_frags(acc);
-                warp_rb<T, NT, DT>(acc, ht, Qs, ld, dt_active);
+                warp_rb<T, NT, DT>(acc, ht, Qs, ld, dt_active, pscr);
 #pragma unroll
                 for (int dt = 0; dt < DT; ++dt)
 #pragma unroll

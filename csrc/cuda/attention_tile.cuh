@@ -66,7 +66,7 @@ template <class T, int DMAX>
 struct FwdCfg {
     static constexpr bool tc = Traits<T>::kTensorCore;
     static constexpr bool f64 = sizeof(T) == 8;
-    static constexpr int BM = tc ? 64 : (f64 ? (DMAX <= 64 ? 64 : 32) : (DMAX <= 128 ? 64 : 32));
+    static constexpr int BM = tc ? 64 : (f64 ? 32 : (DMAX <= 128 ? 64 : 32));
     static constexpr int BN = tc ? (DMAX <= 128 ? 64 : 32) : (f64 ? (DMAX <= 64 ? 32 : 16) : (DMAX <= 64 ? 64 : DMAX <= 128 ? 32 : 16));
 };
 // The backward needs square tiles (the dT pass walks tile diagonals).
@@ -192,12 +192,16 @@ WAVEPE_DEVICE void warp_abt(acc_t<T> (&acc)[NT][4], const T *a_tile, int lda, co
 }
 
 // acc[dt] (16 x 8, columns dt*8..) += P (16 x 8 KT8, C fragments) . B[k][dt*8 ..], dt < dt_active.
+// The fp32/fp64 path stages P in the warp's scratch (16 rows, ld_scratch()
+// accumulators each) and walks k at run time: cheap to compile, one shared
+// load of P per (row, k) for 2 DT FMAs.
 template <class T, int KT8, int DT>
 WAVEPE_DEVICE void warp_rb(acc_t<T> (&acc)[DT][4], const acc_t<T> (&p)[KT8][4], const T *b_tile, int ldb,
-                           int dt_active) {
+                           int dt_active, acc_t<T> *scratch) {
     const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
     if constexpr (Traits<T>::kTensorCore) {
         static_assert(KT8 % 2 == 0, "tensor-core products take k in steps of 16");
+        (void)scratch;
 #pragma unroll
         for (int kk = 0; kk < KT8 / 2; ++kk) {
             const uint32_t a[4] = {pack2<T>(p[2 * kk][0], p[2 * kk][1]), pack2<T>(p[2 * kk][2], p[2 * kk][3]),
@@ -216,30 +220,34 @@ WAVEPE_DEVICE void warp_rb(acc_t<T> (&acc)[DT][4], const acc_t<T> (&p)[KT8][4], 
         }
     } else {
         using A = acc_t<T>;
+        constexpr int ldp = 8 * KT8 + 1;
+        __syncwarp();  // the scratch's previous contents are consumed
 #pragma unroll
-        for (int kk = 0; kk < KT8; ++kk) {
+        for (int kk = 0; kk < KT8; ++kk)
 #pragma unroll
-            for (int tt = 0; tt < 4; ++tt) {
+            for (int i = 0; i < 4; ++i) scratch[(g + 8 * (i / 2)) * ldp + kk * 8 + 2 * t + (i % 2)] = p[kk][i];
+        __syncwarp();
+        for (int k = 0; k < 8 * KT8; ++k) {
+            const A p_lo = scratch[g * ldp + k], p_hi = scratch[(g + 8) * ldp + k];
+            const T *brow = b_tile + k * ldb + 2 * t;
 #pragma unroll
-                for (int e = 0; e < 2; ++e) {
-                    const int src = (lane & ~3) | tt;
-                    const A p_lo = __shfl_sync(kFullMask, p[kk][e], src);
-                    const A p_hi = __shfl_sync(kFullMask, p[kk][2 + e], src);
-                    const T *brow = b_tile + (kk * 8 + 2 * tt + e) * ldb + 2 * t;
-#pragma unroll
-                    for (int dt = 0; dt < DT; ++dt) {
-                        if (dt < dt_active) {
-                            const A b0 = to_acc(brow[dt * 8]), b1 = to_acc(brow[dt * 8 + 1]);
-                            acc[dt][0] += p_lo * b0;
-                            acc[dt][1] += p_lo * b1;
-                            acc[dt][2] += p_hi * b0;
-                            acc[dt][3] += p_hi * b1;
-                        }
-                    }
+            for (int dt = 0; dt < DT; ++dt) {
+                if (dt < dt_active) {
+                    const A b0 = to_acc(brow[dt * 8]), b1 = to_acc(brow[dt * 8 + 1]);
+                    acc[dt][0] += p_lo * b0;
+                    acc[dt][1] += p_lo * b1;
+                    acc[dt][2] += p_hi * b0;
+                    acc[dt][3] += p_hi * b1;
                 }
             }
         }
     }
+}
+
+// Accumulators of the per-warp P scratch of warp_rb's fp32/fp64 path (K <= bn + 16).
+template <class T>
+__host__ __device__ constexpr size_t rb_scratch_elems(int bn) {
+    return Traits<T>::kTensorCore ? 0 : size_t(16) * size_t(8 * ((bn + 16) / 8) + 1);
 }
 
 // Row (0..15) and column of C-fragment element i of n-tile nt for this lane.
