@@ -20,5 +20,12 @@ assert "site-packages" in wavepe.__file__, wavepe.__file__
 print("wavepe", wavepe.__version__, "from", wavepe.__file__, "numpy", np.__version__, "torch", torch.__version__)
 print("ricker(0) =", wu.ricker(np.float32(0.0)), "| isa:", wavepe.cpu_isa())
 print("alibi via torch:", wo.alibi_bias(2, 2, 3).shape)
+# the rel_bias gufunc takes its output-only core dimension from out= (NumPy >= 1.26)
+q = np.random.default_rng(0).standard_normal((2, 5, 16)).astype(np.float32)
+cfg = wavepe.WaveletConfig.grid(16)
+b = wu.wavelet_bias(q, cfg, k_len=7)
+assert b.shape == (2, 5, 7), b.shape
+np.testing.assert_array_equal(b, wo.wavelet_bias(torch.from_numpy(q), cfg, k_len=7).numpy())
+print("wavelet_bias gufunc on numpy", np.__version__, "ok")
 PY
 "$env_dir/bin/wavepe" --help >/dev/null 2>&1 && echo "console script ok" || echo "console script not available yet"

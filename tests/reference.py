@@ -75,48 +75,51 @@ def sinusoidal_table(length: int, dim: int, offset: int = 0, base: float = 10000
     return np.where(np.arange(dim)[None, :] % 2 == 0, np.sin(angle), np.cos(angle))
 
 
-# ---- relative-table bias (DEVELOPING.md "Relative-table bias") ----------------
+# ---- relative-table bias ------------------------------------------------------
 
-def _table_rows(r_lo: int, rows: int, q_len: int, k_len: int, q_offset: int, causal: bool, clamp: bool):
-    """Table row index (M, N) of every (m, n) and where it counts (entries in the table, not future)."""
-    r = (q_offset + np.arange(q_len))[:, None] - np.arange(k_len)[None, :]
+def _rel_row(r: int, r_lo: int, rows: int, causal: bool, clamp: bool) -> int | None:
+    """The table row distance r reads, or None when it contributes nothing."""
+    if causal and r < 0:
+        return None
     t = r - r_lo
-    if clamp:
-        t = np.clip(t, 0, rows - 1)
-        valid = np.ones_like(t, dtype=bool)
-    else:
-        valid = (t >= 0) & (t < rows)
-    if causal:
-        valid &= r >= 0
-    return np.where(valid, t, 0), valid
+    if 0 <= t < rows:
+        return t
+    if not clamp:
+        return None
+    return 0 if t < 0 else rows - 1
 
 
 def rel_bias(q, table, r_lo: int, k_len: int, q_offset: int, causal: bool, clamp: bool) -> np.ndarray:
-    """bias[..., m, n] = q[..., m, :] . T[pos_q(m) - n - r_lo]  (zero outside / edge row with clamp)."""
+    """bias[..., m, n] = q[..., m, :] . T[t(q_offset + m - n)], float64, one (m, n) at a time."""
     q = np.asarray(q, np.float64)
     table = np.asarray(table, np.float64)
-    m = q.shape[-2]
-    t, valid = _table_rows(r_lo, table.shape[0], m, k_len, q_offset, causal, clamp)
-    if table.shape[0] == 0:
-        return np.zeros(q.shape[:-1] + (k_len,))
-    p = table[t] * valid[..., None]  # (M, N, d): fine for an oracle
-    return np.einsum("...md,mnd->...mn", q, p)
+    m_len = q.shape[-2]
+    out = np.zeros(q.shape[:-1] + (k_len,))
+    for m in range(m_len):
+        for n in range(k_len):
+            t = _rel_row(q_offset + m - n, r_lo, table.shape[0], causal, clamp)
+            if t is not None:
+                out[..., m, n] = q[..., m, :] @ table[t]
+    return out
 
 
-def rel_bias_grads(grad, q, table, r_lo: int, k_len: int, q_offset: int, causal: bool, clamp: bool):
-    """(dq, dT) of rel_bias for the upstream gradient grad (..., M, N)."""
+def rel_bias_grads(grad, q, table, r_lo: int, q_offset: int, causal: bool, clamp: bool):
+    """(dq, dT) of sum(grad * rel_bias(q, T)): dq[m] = sum_n grad[m,n] T[t], dT[t] = sum grad[m,n] q[m]."""
     grad = np.asarray(grad, np.float64)
     q = np.asarray(q, np.float64)
     table = np.asarray(table, np.float64)
-    m = q.shape[-2]
-    t, valid = _table_rows(r_lo, table.shape[0], m, k_len, q_offset, causal, clamp)
-    g = grad * valid
-    dq = np.einsum("...mn,mnd->...md", g, table[t]) if table.shape[0] else np.zeros_like(q)
-    dT = np.zeros_like(table)
-    lead = int(np.prod(q.shape[:-2], dtype=np.int64))
-    gq = np.einsum("bmn,bmd->mnd", g.reshape((lead, m, k_len)), q.reshape((lead, m, q.shape[-1])))
-    np.add.at(dT, t[valid], gq[valid])
-    return dq, dT
+    m_len, k_len = grad.shape[-2], grad.shape[-1]
+    dq = np.zeros(q.shape)
+    dt = np.zeros(table.shape)
+    for m in range(m_len):
+        for n in range(k_len):
+            t = _rel_row(q_offset + m - n, r_lo, table.shape[0], causal, clamp)
+            if t is None:
+                continue
+            g = grad[..., m, n]
+            dq[..., m, :] += g[..., None] * table[t]
+            dt[t] += np.sum(g[..., None] * q[..., m, :], axis=tuple(range(q.ndim - 2)))
+    return dq, dt
 
 
 # ---- RoPE (DEVELOPING.md "RoPE") ------------------------------------------------
@@ -191,7 +194,7 @@ def attention_with_grads(q, k, v, grad_out, scale: float, q_offset: int, causal:
     dv = np.einsum("bhmn,bhmd->bhnd", p, go).reshape(B, Hk, g, N, d).sum(2)
     res.update(dq=dq, dk=dk, dv=dv)
     if pos_enc in ("relative", "wavelet"):
-        dq_t, dT = rel_bias_grads(scale * ds, q, table, r_lo, N, q_offset, False, clamp)
+        dq_t, dT = rel_bias_grads(scale * ds, q, table, r_lo, q_offset, False, clamp)
         res["dq"] = dq + dq_t
         res["dtable"] = dT
     return res

@@ -18,7 +18,8 @@ from typing import Any
 import numpy as np
 
 from . import _ufuncs
-from ._validate import check_int, check_real, resolve_positions
+from ._validate import check_int, check_product_fits, check_real, resolve_positions
+from .config import WaveletConfig
 from .config import alibi_slopes as _alibi_slopes
 
 ricker: np.ufunc = _ufuncs.ricker
@@ -26,7 +27,11 @@ gaussian: np.ufunc = _ufuncs.gaussian
 morlet: np.ufunc = _ufuncs.morlet
 haar: np.ufunc = _ufuncs.haar
 
-__all__ = ["ricker", "gaussian", "morlet", "haar", "alibi_bias", "sinusoidal_table"]
+__all__ = ["ricker", "gaussian", "morlet", "haar", "alibi_bias", "sinusoidal_table", "rel_bias", "wavelet_bias"]
+
+#: The relative-table bias gufunc ``(m,d),(r,d),(),(),(),()->(m,n)``; ``out=`` is
+#: required (it carries n).  :func:`rel_bias` is the friendly front end.
+rel_bias_gufunc: np.ufunc = _ufuncs.rel_bias
 
 
 def _float_dtype(name: str, arr: np.ndarray) -> np.dtype:
@@ -88,3 +93,97 @@ def sinusoidal_table(length: int, dim: int, *, offset: int = 0, base: float = 10
     if dt not in (np.float32, np.float64):
         raise TypeError(f"dtype must be float32 or float64, got {dt}")
     return _ufuncs.sinusoidal_table(length, dim, offset, base, dt == np.float64)
+
+
+_POS_LIMIT = 2**61
+
+
+def rel_bias(
+    q: Any,
+    table: Any,
+    r_lo: int,
+    *,
+    k_len: int | None = None,
+    q_offset: int | None = None,
+    causal: bool = True,
+    clamp: bool = False,
+) -> np.ndarray:
+    """Bias from a relative table, (..., M, d) queries -> (..., M, N).
+
+    ``bias[..., m, n] = q[..., m, :] · table[q_offset + m - n - r_lo]``: keys sit
+    at 0 … N-1, queries at ``q_offset`` … ``q_offset + M - 1``.  Distances
+    outside the table contribute 0 (``clamp=False``) or use its edge rows
+    (``clamp=True``, Shaw et al.); ``causal=True`` zeroes keys after the query.
+
+    Args:
+        q: (..., M, d) float32 / float64 (float16 is computed in float32).
+        table: (R, d) rows for distances ``r_lo … r_lo + R - 1``, q's dtype.
+        r_lo: distance of the table's first row.
+        k_len: N keys (default M); q_offset: first query's position (default N - M).
+
+    Returns:
+        (..., M, N) array of q's dtype.  Runs the C core (AVX2 where available)
+        through the gufunc :data:`rel_bias_gufunc`, with the GIL released.
+    """
+    q = np.asarray(q)
+    table = np.asarray(table)
+    if q.ndim < 2:
+        raise ValueError(f"q must be (..., M, d) with at least 2 dimensions, got shape {q.shape}")
+    if table.ndim != 2:
+        raise ValueError(f"table must be (R, d), got shape {table.shape}")
+    cdt = _float_dtype("q", q)
+    _float_dtype("table", table)
+    if table.dtype != q.dtype:
+        raise TypeError(f"q and table must have the same dtype, got {q.dtype} and {table.dtype}")
+    if table.shape[1] != q.shape[-1]:
+        raise ValueError(f"table.shape[1]={table.shape[1]} does not match q.shape[-1]={q.shape[-1]} (head_dim)")
+    if clamp and table.shape[0] == 0:
+        raise ValueError("table must have at least one row with clamp=True")
+    return _rel_bias(q, table.astype(cdt, copy=False), check_int("r_lo", r_lo), k_len, q_offset, causal, clamp)
+
+
+def _rel_bias(q: np.ndarray, table: np.ndarray, r_lo: int, k_len: int | None, q_offset: int | None,
+              causal: bool, clamp: bool) -> np.ndarray:
+    """rel_bias after the array checks; ``table`` is already in the compute dtype."""
+    m = q.shape[-2]
+    n, off = resolve_positions("q", m, k_len, q_offset)
+    check_product_fits("rel_bias", (*q.shape[:-1], n), q.dtype.itemsize)
+    for name, v in (("q_offset", off), ("r_lo", r_lo), ("k_len", n), ("q_len", m), ("table rows", table.shape[0])):
+        if abs(v) > _POS_LIMIT:
+            raise OverflowError(f"rel_bias: {name}={v} is beyond the supported range of positions (±2**61)")
+    cdt = table.dtype
+    out = np.empty((*q.shape[:-1], n), dtype=cdt)
+    _ufuncs.rel_bias(q.astype(cdt, copy=False), table, r_lo, off, bool(causal), bool(clamp), out=out)
+    return out if q.dtype == cdt else out.astype(q.dtype)
+
+
+def wavelet_bias(
+    q: Any,
+    config: WaveletConfig,
+    *,
+    k_len: int | None = None,
+    q_offset: int | None = None,
+    causal: bool = True,
+) -> np.ndarray:
+    """Wavelet position bias ``q_m · p_{m,n}``, (..., M, d) -> (..., M, N).
+
+    ``p_{m,n}[j] = psi((r - shifts[j]) / scales[j])`` at ``r = pos_q(m) - n``, from
+    ``config.table()`` (trimmed to the wavelets' support, so distances outside
+    it cost nothing).  Not yet multiplied by the attention scale.
+
+    Args:
+        q: (..., M, d) float32 / float64 (float16 computed in float32), d = ``config.head_dim``.
+        config: the per-dimension wavelets.
+        k_len: N keys (default M); q_offset: first query's position (default N - M).
+        causal: zero (and skip) keys after the query.
+    """
+    if not isinstance(config, WaveletConfig):
+        raise TypeError(f"config must be a WaveletConfig, got {type(config).__name__}")
+    q = np.asarray(q)
+    if q.ndim < 2:
+        raise ValueError(f"q must be (..., M, d) with at least 2 dimensions, got shape {q.shape}")
+    cdt = _float_dtype("q", q)
+    if q.shape[-1] != config.head_dim:
+        raise ValueError(f"q.shape[-1]={q.shape[-1]} does not match config.head_dim={config.head_dim}")
+    table, r_lo = config.table(cdt)
+    return _rel_bias(q, table, r_lo, k_len, q_offset, causal, False)

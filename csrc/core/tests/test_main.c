@@ -9,12 +9,14 @@ int wavepe_test_failures = 0;
 void test_checked(void);
 void test_wavelet(void);
 void test_alibi(void);
+void test_relbias(void);
 
 int main(void) {
     printf("wavepe core tests, cpu isa: %s\n", wavepe_isa_name(wavepe_cpu_isa()));
     test_checked();
     test_wavelet();
     test_alibi();
+    test_relbias();
     if (wavepe_test_failures) {
         printf("%d check(s) failed\n", wavepe_test_failures);
         return 1;

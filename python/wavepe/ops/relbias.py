@@ -2,17 +2,118 @@
 
     bias[..., m, n] = Σ_j q[..., m, j] · T[pos_q(m) - n - r_lo, j]
 
-(docs/DEVELOPING.md, "Relative-table bias").
+(docs/DEVELOPING.md, "Relative-table bias").  The public wrappers validate
+their arguments and call the compiled ops ``torch.ops.wavepe.rel_bias`` /
+``rel_bias_backward`` (fake kernels and autograd registered here); on a
+device without a compiled kernel they fall back to the plain-PyTorch
+rel-shift of :mod:`wavepe.ops.eager` with a warning.
 """
 
 from __future__ import annotations
 
+import warnings
+
 import torch
 
-from .._validate import check_int, resolve_positions
+from .._validate import INT64_MAX, check_int, resolve_positions
 from ..config import WaveletConfig
 from . import eager
-from ._checks import check_fits, check_same, check_tensor, compute_dtype
+from ._checks import check_same, check_tensor, compute_dtype
+from ._extension import ops
+
+# ---- fake kernels (shapes only: torch.compile, meta tensors) ------------------------
+
+
+@torch.library.register_fake("wavepe::rel_bias")
+def _rel_bias_fake(q, table, r_lo, q_offset, k_len, causal, clamp):
+    torch._check(q.dim() >= 2, lambda: f"rel_bias: q must be (..., M, d), got shape {tuple(q.shape)}")
+    torch._check(table.dim() == 2, lambda: f"rel_bias: table must be (R, d), got shape {tuple(table.shape)}")
+    torch._check(table.shape[1] == q.shape[-1], lambda: "rel_bias: table.shape[1] must match q.shape[-1]")
+    torch._check(k_len >= 0, lambda: f"rel_bias: k_len must be >= 0, got {k_len}")
+    return q.new_empty((*q.shape[:-1], k_len))
+
+
+@torch.library.register_fake("wavepe::rel_bias_backward")
+def _rel_bias_backward_fake(grad, q, table, r_lo, q_offset, causal, clamp, output_mask):
+    dq = q.new_empty(q.shape) if output_mask[0] else q.new_empty((0,))
+    dt = table.new_empty(table.shape) if output_mask[1] else table.new_empty((0,))
+    return dq, dt
+
+
+# ---- autograd -------------------------------------------------------------------------
+# The bias is bilinear in (q, T): bias = F(q, T).  Its backward is
+#   dq = Dq(grad, T) and dT = Dt(grad, q), both computed by rel_bias_backward,
+# and, being linear in each argument, the backward's own backward is again
+# made of F, Dq and Dt (so double backward works too).
+
+
+def _rel_bias_setup(ctx, inputs, output):
+    q, table, r_lo, q_offset, k_len, causal, clamp = inputs
+    ctx.save_for_backward(q, table)
+    ctx.args = (r_lo, q_offset, causal, clamp)
+
+
+def _rel_bias_backward(ctx, grad):
+    q, table = ctx.saved_tensors
+    r_lo, q_offset, causal, clamp = ctx.args
+    need_q, need_t = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
+    if not (need_q or need_t):
+        return None, None, None, None, None, None, None
+    dq, dt = ops.rel_bias_backward(grad, q, table, r_lo, q_offset, causal, clamp, [need_q, need_t])
+    return (dq if need_q else None), (dt if need_t else None), None, None, None, None, None
+
+
+torch.library.register_autograd("wavepe::rel_bias", _rel_bias_backward, setup_context=_rel_bias_setup)
+
+
+def _rel_bias_backward_setup(ctx, inputs, output):
+    grad, q, table, r_lo, q_offset, causal, clamp, output_mask = inputs
+    ctx.save_for_backward(grad, q, table)
+    ctx.args = (r_lo, q_offset, causal, clamp)
+    ctx.k_len = grad.shape[-1]
+    ctx.mask = tuple(output_mask)
+
+
+def _rel_bias_double_backward(ctx, g_dq, g_dt):
+    grad, q, table = ctx.saved_tensors
+    r_lo, q_offset, causal, clamp = ctx.args
+    n = ctx.k_len
+    g_dq = g_dq if ctx.mask[0] and g_dq is not None and g_dq.numel() else None
+    g_dt = g_dt if ctx.mask[1] and g_dt is not None and g_dt.numel() else None
+    need_grad, need_q, need_t = ctx.needs_input_grad[0], ctx.needs_input_grad[1], ctx.needs_input_grad[2]
+    d_grad = d_q = d_t = None
+    if need_grad:
+        # <g_dq, Dq(grad, T)> = <F(g_dq, T), grad>;  <g_dt, Dt(grad, q)> = <F(q, g_dt), grad>
+        if g_dq is not None:
+            d_grad = ops.rel_bias(g_dq, table, r_lo, q_offset, n, causal, clamp)
+        if g_dt is not None:
+            part = ops.rel_bias(q, g_dt, r_lo, q_offset, n, causal, clamp)
+            d_grad = part if d_grad is None else d_grad + part
+    if need_q and g_dt is not None:  # Dt is linear in q: adjoint is Dq(grad, g_dt)
+        d_q = ops.rel_bias_backward(grad, q, g_dt, r_lo, q_offset, causal, clamp, [True, False])[0]
+    if need_t and g_dq is not None:  # Dq is linear in T: adjoint is Dt(grad, g_dq)
+        d_t = ops.rel_bias_backward(grad, g_dq, table, r_lo, q_offset, causal, clamp, [False, True])[1]
+    return d_grad, d_q, d_t, None, None, None, None, None
+
+
+torch.library.register_autograd("wavepe::rel_bias_backward", _rel_bias_double_backward,
+                                setup_context=_rel_bias_backward_setup)
+
+
+# ---- public wrappers --------------------------------------------------------------------
+
+_warned_devices: set[str] = set()
+
+
+# Device types with a compiled kernel (registered when wavepe._C loaded, before
+# this module); a constant set, so the check below also traces under torch.compile.
+_KERNEL_DEVICES = frozenset(
+    dev for dev, key in (("cpu", "CPU"), ("cuda", "CUDA"))
+    if torch._C._dispatch_has_kernel_for_dispatch_key("wavepe::rel_bias", key))
+
+
+def _has_kernel(device: torch.device) -> bool:
+    return device.type in _KERNEL_DEVICES
 
 
 def wavelet_table(config: WaveletConfig, dtype: torch.dtype, device: torch.device | str) -> tuple[torch.Tensor, int]:
@@ -31,6 +132,17 @@ def wavelet_table(config: WaveletConfig, dtype: torch.dtype, device: torch.devic
     return table, r_lo
 
 
+@torch.compiler.assume_constant_result
+def _wavelet_table_constant(config: WaveletConfig, dtype: torch.dtype,
+                            device: torch.device) -> tuple[torch.Tensor, int, int]:
+    # Under torch.compile the table is built (or fetched) eagerly while tracing
+    # and enters the graph as a constant: the config is fixed, and its lock and
+    # NumPy code are not traceable.  Its row count travels as a plain int
+    # (dynamo cannot read .shape of such a constant with dynamic shapes).
+    table, r_lo = wavelet_table(config, dtype, device)
+    return table, r_lo, int(table.shape[0])
+
+
 def rel_bias(
     q: torch.Tensor,
     table: torch.Tensor,
@@ -43,8 +155,11 @@ def rel_bias(
 ) -> torch.Tensor:
     """Bias from any relative table; differentiable in ``q`` and ``table``.
 
+    ``bias[..., m, n] = q[..., m, :] · table[q_offset + m - n - r_lo]``; keys
+    sit at 0 … N-1, queries at ``q_offset`` … ``q_offset + M - 1``.
+
     Args:
-        q: (..., M, d) queries.
+        q: (..., M, d) queries (any strides; bf16/fp16 are computed in fp32).
         table: (R, d) rows for distances ``r_lo … r_lo + R - 1``.
         r_lo: distance of the table's first row.
         k_len: N keys (default M); q_offset: first query's position (default N - M).
@@ -65,10 +180,42 @@ def rel_bias(
     r_lo = check_int("r_lo", r_lo)
     m = q.shape[-2]
     n, off = resolve_positions("q", m, k_len, q_offset)
-    check_fits("rel_bias", (*q.shape[:-1], n), q.element_size())
+    return _rel_bias(q, table, r_lo, table.shape[0], n, off, bool(causal), bool(clamp))
+
+
+def _rel_bias(q: torch.Tensor, table: torch.Tensor, r_lo: int, rows: int, n: int, off: int, causal: bool,
+              clamp: bool) -> torch.Tensor:
+    """rel_bias after validation; ``table`` (``rows`` rows) may already be in q's compute dtype."""
+    _check_sizes(q, n, off, r_lo, rows)
     cdt = compute_dtype(q)
-    out = eager.rel_bias(q.to(cdt), table.to(cdt), r_lo, n, off, bool(causal), bool(clamp))
-    return out.to(q.dtype)
+    if _has_kernel(q.device):
+        out = ops.rel_bias(q.to(cdt), table.to(cdt), r_lo, off, n, bool(causal), bool(clamp))
+    else:
+        if q.device.type not in _warned_devices:
+            _warned_devices.add(q.device.type)
+            warnings.warn(f"wavepe: no compiled rel_bias kernel for device {q.device.type!r}; "
+                          "using the plain-PyTorch rel-shift (materialises an M x (M+N) product)",
+                          RuntimeWarning, stacklevel=2)
+        out = eager.rel_bias(q.to(cdt), table.to(cdt), r_lo, n, off, bool(causal), bool(clamp))
+    return out if out.dtype == q.dtype else out.to(q.dtype)
+
+
+_POS_LIMIT = 2**61
+
+
+def _check_sizes(q: torch.Tensor, n: int, off: int, r_lo: int, rows: int) -> None:
+    """The (..., M, N) result is addressable, and positions and distances stay
+    within ±2^61, where the kernels' index arithmetic is exact.  (Plain loops:
+    this also runs while torch.compile traces.)"""
+    total = q.element_size() * n
+    for s in q.shape[:-1]:
+        total *= s
+    if total > INT64_MAX:
+        raise OverflowError(f"rel_bias: a result of shape {(*tuple(q.shape[:-1]), n)} "
+                            f"({q.element_size()}-byte elements) does not fit in memory addressing")
+    for name, v in (("q_offset", off), ("r_lo", r_lo), ("k_len", n), ("q_len", q.shape[-2]), ("table rows", rows)):
+        if v > _POS_LIMIT or v < -_POS_LIMIT:
+            raise OverflowError(f"rel_bias: {name}={v} is beyond the supported range of positions (±2**61)")
 
 
 def wavelet_bias(
@@ -95,5 +242,6 @@ def wavelet_bias(
     check_tensor("q", q, min_dim=2)
     if q.shape[-1] != config.head_dim:
         raise ValueError(f"q.shape[-1]={q.shape[-1]} does not match config.head_dim={config.head_dim}")
-    table, r_lo = wavelet_table(config, compute_dtype(q), q.device)
-    return rel_bias(q, table, r_lo, k_len=k_len, q_offset=q_offset, causal=causal)
+    table, r_lo, rows = _wavelet_table_constant(config, compute_dtype(q), q.device)
+    n, off = resolve_positions("q", q.shape[-2], k_len, q_offset)
+    return _rel_bias(q, table, r_lo, rows, n, off, bool(causal), False)
