@@ -141,6 +141,8 @@ def lib() -> C.CDLL:
             ("wavepe_cuda_relbias_bwd", [C.POINTER(RelBiasArgs), ptr, sz, ptr], cint),
             ("wavepe_cuda_attention_validate", [C.POINTER(AttentionArgs), cint], cint),
             ("wavepe_cuda_attention_num_splits", [C.POINTER(AttentionArgs)], i64),
+            ("wavepe_cuda_attention_fwd_smem_bytes", [C.POINTER(AttentionArgs)], sz),
+            ("wavepe_cuda_attention_bwd_smem_bytes", [C.POINTER(AttentionArgs)], sz),
             ("wavepe_cuda_attention_fwd_workspace_bytes", [C.POINTER(AttentionArgs)], sz),
             ("wavepe_cuda_attention_fwd", [C.POINTER(AttentionArgs), ptr, sz, ptr], cint),
             ("wavepe_cuda_attention_bwd_workspace_bytes", [C.POINTER(AttentionArgs)], sz),

@@ -491,12 +491,31 @@ def test_rope_rejects_bad_arguments(lib):
         assert lib.wavepe_cuda_rope(C.byref(a), None) == 1
 
 
-def test_emulator_reports_missing_shared_memory_opt_in(lib, monkeypatch):
-    # sanity of the checker itself: a launch above the device limit is refused, not run
-    monkeypatch.setenv("WAVEPE_EMU_SMEM_OPTIN", "1000")
-    prob = Attn(lib, E.F32, B=1, H=1, Hk=1, M=4, N=4, d=64, off=0, causal=True, pe=0)
+def test_emulator_enforces_the_shared_memory_limit(lib, monkeypatch):
+    # sanity of the checker itself: above 48 KiB a launch needs the opt-in, and
+    # the opt-in cannot exceed the device's limit
+    prob = Attn(lib, E.BF16, B=1, H=1, Hk=1, M=4, N=4, d=128, off=0, causal=True, pe=1, R=4)
+    need = lib.wavepe_cuda_attention_fwd_smem_bytes(C.byref(prob.a))
+    assert need > 48 * 1024
+    monkeypatch.setenv("WAVEPE_EMU_SMEM_OPTIN", str(need - 16))
     assert lib.wavepe_cuda_attention_fwd(C.byref(prob.a), None, 0, None) != 0
+    monkeypatch.setenv("WAVEPE_EMU_SMEM_OPTIN", str(need))
+    assert lib.wavepe_cuda_attention_fwd(C.byref(prob.a), None, 0, None) == 0
 
 
 if os.environ.get("WAVEPE_EMU_ORDER"):  # pragma: no cover
     pytest.skip("run without WAVEPE_EMU_ORDER (the tests set it themselves)", allow_module_level=True)
+
+
+@pytest.mark.parametrize("dtype,dmax", [(E.BF16, 256), (E.F16, 256), (E.F32, 128)])
+def test_tiles_fit_every_gpu_from_sm80(lib, dtype, dmax):
+    # 99 KiB of shared memory per CTA (sm_86 / sm_89) is the smallest budget of
+    # the GPUs the sm_80 binary runs on; bf16/fp16 (and fp32 up to d = 128) fit
+    for d in range(8, dmax + 1, 8):
+        for pe in (0, 1, 2):
+            prob = Attn(lib, dtype, B=1, H=1, Hk=1, M=2, N=2, d=d, off=0, causal=True, pe=pe, R=4)
+            if pe == 1:
+                prob.a.dtable = 1  # any non-NULL: the dT pass stages the window too
+            fwd = lib.wavepe_cuda_attention_fwd_smem_bytes(C.byref(prob.a))
+            bwd = lib.wavepe_cuda_attention_bwd_smem_bytes(C.byref(prob.a))
+            assert 0 < fwd <= 99 * 1024 and 0 < bwd <= 99 * 1024, (d, pe, fwd, bwd)

@@ -334,6 +334,13 @@ int64_t effective_splits(const wavepe_cuda_attention_args *a, int64_t want) {
 
 size_t align256(size_t x) { return (x + 255) & ~size_t(255); }
 
+template <class T, int DMAX>
+size_t fwd_smem(const wavepe_cuda_attention_args *a) {
+    const FwdLayout<T, FwdCfg<T, DMAX>::BM, FwdCfg<T, DMAX>::BN> L(ceil_div(a->d, 16) * 16,
+                                                                    a->pos_enc == WAVEPE_CUDA_PE_TABLE);
+    return L.plan.total;
+}
+
 }  // namespace
 }  // namespace wavepe_cuda
 
@@ -445,4 +452,20 @@ extern "C" cudaError_t wavepe_cuda_attention_fwd(const wavepe_cuda_attention_arg
         p.work_lse = static_cast<unsigned char *>(workspace) + align256(rows * size_t(a->d) * acc);
     }
     return dispatch_dtype(a->dtype, [&](auto tag) { return launch_fwd<decltype(tag)>(p, stream); });
+}
+
+extern "C" size_t wavepe_cuda_attention_fwd_smem_bytes(const wavepe_cuda_attention_args *a) {
+    if (a == nullptr || dtype_size(a->dtype) == 0 || a->d < 0 || a->d > WAVEPE_CUDA_MAX_HEAD_DIM) return 0;
+    size_t bytes = 0;
+    dispatch_dtype(a->dtype, [&](auto tag) {
+        using T = decltype(tag);
+        switch (dmax_bucket(a->d)) {
+        case 64: bytes = fwd_smem<T, 64>(a); break;
+        case 128: bytes = fwd_smem<T, 128>(a); break;
+        default:
+            if constexpr (sizeof(T) != 8) bytes = fwd_smem<T, 256>(a);
+        }
+        return cudaSuccess;
+    });
+    return bytes;
 }

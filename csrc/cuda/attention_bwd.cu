@@ -586,10 +586,34 @@ cudaError_t launch_bwd(AttnParams p, const BwdPlan &pl, cudaStream_t stream) {
     }
 }
 
+template <class T, int DMAX>
+size_t bwd_smem(const wavepe_cuda_attention_args *a) {
+    // the dT kernel always stages the window: the largest of the three
+    const BwdLayout<T, BwdCfg<T, DMAX>::B> L(ceil_div(a->d, 16) * 16,
+                                             a->pos_enc == WAVEPE_CUDA_PE_TABLE || a->dtable != nullptr);
+    return L.plan.total;
+}
+
 }  // namespace
 }  // namespace wavepe_cuda
 
 using namespace wavepe_cuda;
+
+extern "C" size_t wavepe_cuda_attention_bwd_smem_bytes(const wavepe_cuda_attention_args *a) {
+    if (a == nullptr || dtype_size(a->dtype) == 0 || a->d < 0 || a->d > WAVEPE_CUDA_MAX_HEAD_DIM) return 0;
+    size_t bytes = 0;
+    dispatch_dtype(a->dtype, [&](auto tag) {
+        using T = decltype(tag);
+        switch (dmax_bucket(a->d)) {
+        case 64: bytes = bwd_smem<T, 64>(a); break;
+        case 128: bytes = bwd_smem<T, 128>(a); break;
+        default:
+            if constexpr (sizeof(T) != 8) bytes = bwd_smem<T, 256>(a);
+        }
+        return cudaSuccess;
+    });
+    return bytes;
+}
 
 extern "C" size_t wavepe_cuda_attention_bwd_workspace_bytes(const wavepe_cuda_attention_args *a) {
     if (a == nullptr || wavepe_cuda_attention_validate(a, 1) != WAVEPE_OK) return 0;

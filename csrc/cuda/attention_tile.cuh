@@ -60,21 +60,25 @@ AttnParams attention_params(const wavepe_cuda_attention_args *a);
 // Head-dimension bucket: the register tiles are sized for DMAX columns.
 inline int dmax_bucket(int64_t d) { return d <= 64 ? 64 : d <= 128 ? 128 : 256; }
 
-// Tile shapes per element type and head-dimension bucket (DMAX = 64, 128, 256),
-// chosen so that shared memory stays under the 163 KiB an A100 grants a CTA.
+// Tile shapes per element type and head-dimension bucket (DMAX = 64, 128, 256).
+// Shared memory: every bf16/fp16 configuration, and fp32 up to head_dim 128,
+// stays under the 99 KiB that sm_86/sm_89 GPUs grant a CTA (A100: 163 KiB,
+// H100: 227 KiB), so one binary serves every GPU from sm_80 on; fp64 (kept for
+// gradcheck) may need more.  wavepe_cuda_attention_{fwd,bwd}_smem_bytes report
+// the exact figure of a call.
 template <class T, int DMAX>
 struct FwdCfg {
     static constexpr bool tc = Traits<T>::kTensorCore;
     static constexpr bool f64 = sizeof(T) == 8;
-    static constexpr int BM = tc ? 64 : (f64 ? 32 : (DMAX <= 128 ? 64 : 32));
-    static constexpr int BN = tc ? (DMAX <= 128 ? 64 : 32) : (f64 ? (DMAX <= 64 ? 32 : 16) : (DMAX <= 64 ? 64 : DMAX <= 128 ? 32 : 16));
+    static constexpr int BM = tc ? (DMAX <= 128 ? 64 : 32) : f64 ? (DMAX <= 64 ? 32 : 16) : (DMAX <= 64 ? 64 : DMAX <= 128 ? 32 : 16);
+    static constexpr int BN = tc ? (DMAX <= 64 ? 64 : 32) : f64 ? 16 : (DMAX <= 64 ? 32 : DMAX <= 128 ? 32 : 16);
 };
 // The backward needs square tiles (the dT pass walks tile diagonals).
 template <class T, int DMAX>
 struct BwdCfg {
     static constexpr bool tc = Traits<T>::kTensorCore;
     static constexpr bool f64 = sizeof(T) == 8;
-    static constexpr int B = tc ? (DMAX <= 128 ? 64 : 32) : (f64 ? (DMAX <= 64 ? 32 : 16) : (DMAX <= 64 ? 64 : DMAX <= 128 ? 32 : 16));
+    static constexpr int B = tc ? (DMAX <= 64 ? 64 : DMAX <= 128 ? 32 : 16) : f64 ? 16 : (DMAX <= 64 ? 32 : 16);
 };
 
 // Shared-memory carve-up, identical on host (sizing) and device (pointers).

@@ -165,6 +165,10 @@ typedef struct wavepe_cuda_attention_args {
 } wavepe_cuda_attention_args;
 
 int wavepe_cuda_attention_validate(const wavepe_cuda_attention_args *a, int backward);
+/* Dynamic shared memory per CTA the call needs (the largest of its kernels), to
+ * compare with the device's cudaDevAttrMaxSharedMemoryPerBlockOptin. */
+size_t wavepe_cuda_attention_fwd_smem_bytes(const wavepe_cuda_attention_args *a);
+size_t wavepe_cuda_attention_bwd_smem_bytes(const wavepe_cuda_attention_args *a);
 /* Splits the forward should use on the current device (>= 1). */
 int64_t wavepe_cuda_attention_num_splits(const wavepe_cuda_attention_args *a);
 size_t wavepe_cuda_attention_fwd_workspace_bytes(const wavepe_cuda_attention_args *a);
