@@ -98,6 +98,11 @@ class RelBiasArgs(C.Structure):
                 ("dq", ptr), ("dtable", ptr)]
 
 
+class AlibiArgs(C.Structure):
+    _fields_ = [("dtype", cint), ("heads", i64), ("m", i64), ("n", i64), ("q_offset", i64), ("causal", cint),
+                ("slopes", ptr), ("out", ptr)]
+
+
 class RopeTensor(C.Structure):
     _fields_ = [("heads", i64), ("x", ptr), ("x_stride_b", i64), ("x_stride_h", i64), ("x_stride_l", i64),
                 ("out", ptr), ("out_stride_b", i64), ("out_stride_h", i64), ("out_stride_l", i64)]
@@ -133,6 +138,8 @@ def lib() -> C.CDLL:
         L = C.CDLL(build())
         sz = C.c_size_t
         for name, argt, rest in [
+            ("wavepe_cuda_alibi_validate", [C.POINTER(AlibiArgs)], cint),
+            ("wavepe_cuda_alibi", [C.POINTER(AlibiArgs), ptr], cint),
             ("wavepe_cuda_rope_validate", [C.POINTER(RopeArgs)], cint),
             ("wavepe_cuda_rope", [C.POINTER(RopeArgs), ptr], cint),
             ("wavepe_cuda_relbias_validate", [C.POINTER(RelBiasArgs), cint], cint),

@@ -44,7 +44,7 @@ def rounded(t):
     return t.detach().double().cpu().numpy()
 
 
-@pytest.mark.parametrize("op", ["rel_bias", "rel_bias_backward"])
+@pytest.mark.parametrize("op", ["rel_bias", "rel_bias_backward", "alibi_bias"])
 def test_cuda_kernels_are_registered(op):
     # a build without the CUDA kernels would silently use the eager fallback
     assert torch._C._dispatch_has_kernel_for_dispatch_key(f"wavepe::{op}", "CUDA")
@@ -146,3 +146,22 @@ def test_rel_bias_compile_on_cuda():
 def test_rel_bias_rejects_mixed_devices():
     with pytest.raises(ValueError, match="same device"):
         wo.rel_bias(torch.randn(2, 3, 4, device=DEV), torch.randn(5, 4), 0)
+
+
+# ---- ALiBi ---------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("causal", [True, False])
+def test_alibi_bias_on_cuda(causal):
+    slopes = torch.tensor([0.5, 0.125, 3.0])
+    for m, n, off in [(33, 50, 17), (1, 4097, 4096), (5, 9, -3)]:
+        got = wo.alibi_bias(slopes.to(DEV), m, n, q_offset=off, causal=causal)
+        assert got.device.type == "cuda"
+        torch.testing.assert_close(got.cpu(), wo.alibi_bias(slopes, m, n, q_offset=off, causal=causal),
+                                   rtol=0, atol=0)
+
+
+def test_alibi_bias_opcheck_and_gradcheck_on_cuda():
+    slopes = torch.tensor([0.5, 0.25], dtype=torch.float64, device=DEV, requires_grad=True)
+    for causal in (True, False):
+        torch.library.opcheck(torch.ops.wavepe.alibi_bias, (slopes, 5, 7, 2, causal))
+        assert torch.autograd.gradcheck(lambda s: wo.alibi_bias(s, 5, 7, q_offset=2, causal=causal), (slopes,))

@@ -61,6 +61,32 @@ def put(x: np.ndarray, dtype: int | None) -> E.Buf:
     return E.Buf(s.shape, s.dtype, fill=s)
 
 
+# ---- ALiBi ------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS.get)
+@pytest.mark.parametrize("m,n,off,causal", [(33, 50, 17, True), (1, 4097, 4096, False), (5, 9, -3, True), (0, 3, 0, True)])
+def test_alibi_matches_oracle(lib, dtype, m, n, off, causal):
+    slopes = np.array([0.5, 0.125, 3.0])
+    sb = put(slopes, dtype)
+    ob = E.Buf((3, m, n), E.np_dtype(dtype))
+    a = E.AlibiArgs(dtype=dtype, heads=3, m=m, n=n, q_offset=off, causal=int(causal), slopes=sb.ptr, out=ob.ptr)
+    assert lib.wavepe_cuda_alibi_validate(C.byref(a)) == 0
+    E.check(lib.wavepe_cuda_alibi(C.byref(a), None))
+    ob.check_guards()
+    want = ref.alibi_bias(E.rounded(slopes, dtype), m, n, off, causal)
+    assert_close(E.values(ob.arr, dtype), want, dtype, 1, "alibi")
+
+
+def test_alibi_large_positions_round_like_the_cpu_core(lib):
+    off = 2**24 + 5
+    sb = put(np.array([1.0]), E.F32)
+    ob = E.Buf((1, 2, 20), np.float32)
+    a = E.AlibiArgs(dtype=E.F32, heads=1, m=2, n=20, q_offset=off, causal=0, slopes=sb.ptr, out=ob.ptr)
+    E.check(lib.wavepe_cuda_alibi(C.byref(a), None))
+    want = -np.abs((off + np.arange(2)[:, None] - np.arange(20)[None, :]).astype(np.float32))
+    np.testing.assert_array_equal(ob.arr[0], want)
+
+
 # ---- RoPE -------------------------------------------------------------------------------
 
 def rope_call(lib, dtype, xs, pos, inv_freq, layout, pairs, scale, inverse, *, offset=None, in_place=False,

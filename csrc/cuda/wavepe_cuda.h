@@ -77,6 +77,22 @@ size_t wavepe_cuda_relbias_bwd_workspace_bytes(const wavepe_cuda_relbias_args *a
 cudaError_t wavepe_cuda_relbias_bwd(const wavepe_cuda_relbias_args *a, void *workspace, size_t workspace_bytes,
                                     cudaStream_t stream);
 
+/* ---- ALiBi bias -------------------------------------------------------------
+ *
+ * bias[h, i, j] = -slope[h] * (pos_q(i) - j) (causal: 0 for j > pos_q(i)),
+ * -slope[h] * |pos_q(i) - j| when not causal; the distance is converted to the
+ * accumulator type before the product, like the CPU core. */
+typedef struct wavepe_cuda_alibi_args {
+    wavepe_cuda_dtype dtype; /* of slopes and out */
+    int64_t heads, m, n, q_offset;
+    int causal;
+    const void *slopes; /* (heads,) */
+    void *out;          /* (heads, m, n), dense */
+} wavepe_cuda_alibi_args;
+
+int wavepe_cuda_alibi_validate(const wavepe_cuda_alibi_args *a);
+cudaError_t wavepe_cuda_alibi(const wavepe_cuda_alibi_args *a, cudaStream_t stream);
+
 /* ---- RoPE -----------------------------------------------------------------
  *
  * Pair i (i < d/2) is (x[i], x[i + d/2]) in layout HALF and (x[2i], x[2i+1])
