@@ -46,6 +46,8 @@ struct AttnParams {
     void *out_w, *lse;
     // 16-byte vector loads allowed (rows aligned, d a multiple of the vector)
     int vec_q, vec_k, vec_v, vec_t, vec_o, vec_go;
+    // forward: K/V double-buffered with cp.async (vec_k && vec_v and the smem fits)
+    int async_kv;
     // forward: split-KV
     int64_t num_splits, blocks_per_split;
     void *work_o, *work_lse;
@@ -139,6 +141,26 @@ WAVEPE_DEVICE void load_tile(T *dst, int ld, int nrows, int64_t d, int64_t d_pad
             const int r = i / cols, c = i % cols;
             const T *s = row(r);
             dst[r * ld + c] = (s != nullptr && c < d) ? s[c] : zero_value<T>();
+        }
+    }
+}
+
+// load_tile with cp.async (16-byte rows, the caller checked alignment): the
+// copies land at the caller's cp_async_wait; zero rows and padding are plain
+// stores (visible after the next __syncthreads like the copies).
+template <class T, class RowFn>
+WAVEPE_DEVICE void load_tile_async(T *dst, int ld, int nrows, int64_t d, int64_t d_pad, RowFn row) {
+    constexpr int V = 16 / int(sizeof(T));
+    const int tid = threadIdx.x, nthr = blockDim.x;
+    const int cpr = int(d_pad) / V;
+    for (int i = tid; i < nrows * cpr; i += nthr) {
+        const int r = i / cpr, c = (i % cpr) * V;
+        const T *s = row(r);
+        if (s != nullptr && c < d) {
+            cp_async16(dst + r * ld + c, s + c, true);
+        } else {
+#pragma unroll
+            for (int v = 0; v < V; ++v) dst[r * ld + c + v] = zero_value<T>();
         }
     }
 }

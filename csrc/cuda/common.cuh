@@ -136,6 +136,36 @@ WAVEPE_DEVICE void copy16(void *dst, const void *src) {
 #endif
 }
 
+// ---- asynchronous copies (sm_80 cp.async) ---------------------------------------------------
+// 16 bytes global -> shared, bypassing L1 (.cg); src_bytes = 0 zero-fills
+// (the source address is then not read but must still be a valid pointer).
+WAVEPE_DEVICE void cp_async16(void *smem_dst, const void *gmem_src, bool valid) {
+#ifdef WAVEPE_CUDA_EMU
+    ::wavepe_emu::cp_async(smem_dst, gmem_src, valid ? 16 : 0, 16);
+#else
+    const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(smem_dst));
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(gmem_src), "r"(valid ? 16 : 0));
+#endif
+}
+// Close the group of this thread's copies issued since the last commit.
+WAVEPE_DEVICE void cp_async_commit() {
+#ifdef WAVEPE_CUDA_EMU
+    ::wavepe_emu::cp_async_commit();
+#else
+    asm volatile("cp.async.commit_group;\n" ::);
+#endif
+}
+// Wait until at most N of this thread's committed groups are still in flight
+// (a __syncthreads after it makes every thread's copies visible to all).
+template <int N>
+WAVEPE_DEVICE void cp_async_wait() {
+#ifdef WAVEPE_CUDA_EMU
+    ::wavepe_emu::cp_async_wait(N);
+#else
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+#endif
+}
+
 // ---- math on the accumulator types ---------------------------------------------------
 WAVEPE_DEVICE float exp2_(float x) { return exp2f(x); }
 WAVEPE_DEVICE double exp2_(double x) { return exp2(x); }

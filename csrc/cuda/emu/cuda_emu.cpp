@@ -36,6 +36,13 @@ constexpr unsigned char kGuardByte = 0xA5;
 
 enum class State { Ready, WaitBlock, WaitWarp, Done };
 
+struct PendingCopy {
+    void *dst;
+    const void *src;
+    int src_bytes, total_bytes;
+    long group;
+};
+
 struct Fiber {
 #if defined(__x86_64__)
     void *sp = nullptr;
@@ -48,6 +55,8 @@ struct Fiber {
     int line = 0;
     ThreadState ts{};
     int warp = 0, lane = 0;
+    std::vector<PendingCopy> copies;  // cp.async not yet retired
+    long open_group = 0;              // group the next cp.async joins
 };
 
 struct Emu {
@@ -182,6 +191,8 @@ void init_fiber(Fiber &f) {
     f.state = State::Ready;
     f.file = nullptr;
     f.line = 0;
+    f.copies.clear();
+    f.open_group = 0;
 }
 
 std::string where(const Fiber &f) {
@@ -349,6 +360,29 @@ void mma_m16n8k16(float d[4], const uint32_t a[4], const uint32_t b[2], bool is_
         d[i] = acc;
     }
     syncwarp(__FILE__, __LINE__);
+}
+
+void cp_async(void *smem_dst, const void *gmem_src, int src_bytes, int total_bytes) {
+    Fiber &f = *emu().cur;
+    f.copies.push_back(PendingCopy{smem_dst, gmem_src, src_bytes, total_bytes, f.open_group});
+}
+
+void cp_async_commit() { ++emu().cur->open_group; }
+
+void cp_async_wait(int newest_groups_left) {
+    Fiber &f = *emu().cur;
+    // committed groups are 0 .. open_group - 1; retire all but the newest N of them
+    const long retire_below = f.open_group - newest_groups_left;
+    std::vector<PendingCopy> keep;
+    for (const PendingCopy &c : f.copies) {
+        if (c.group < retire_below) {
+            std::memcpy(c.dst, c.src, size_t(c.src_bytes));
+            std::memset(static_cast<unsigned char *>(c.dst) + c.src_bytes, 0, size_t(c.total_bytes - c.src_bytes));
+        } else {
+            keep.push_back(c);
+        }
+    }
+    f.copies.swap(keep);
 }
 
 cudaError_t set_max_dynamic_smem(const void *kernel, int bytes) {

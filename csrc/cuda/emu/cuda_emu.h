@@ -8,7 +8,8 @@
 // warp).  The tests (tests/test_cuda_emu.py) call the same extern "C"
 // launchers as the torch bindings and compare with the float64 oracles.
 //
-// What it checks beyond the arithmetic: barrier divergence (threads of a
+// What it checks beyond the arithmetic: asynchronous copies read before
+// their cp.async.wait_group (the copy lands only at the wait), barrier divergence (threads of a
 // block waiting at different __syncthreads, or a deadlock), launch
 // configurations (block size, dynamic shared memory above 48 KiB without the
 // opt-in attribute or above the device limit), reads of uninitialised shared
@@ -72,6 +73,13 @@ T shfl_index(T v, int src_lane, const char *file, int line) {
     syncwarp(file, line);  // nobody overwrites a slot before every lane read it
     return out;
 }
+
+// cp.async (sm_80): the copy is recorded and performed only when a
+// cp.async.wait_group retires its group, so that reading the destination
+// without the wait sees stale data, as it could on the GPU.
+void cp_async(void *smem_dst, const void *gmem_src, int src_bytes, int total_bytes);
+void cp_async_commit();
+void cp_async_wait(int newest_groups_left);
 
 // d += a * b for mma.sync.m16n8k16.row.col.f32.{bf16,f16}.{bf16,f16}.f32,
 // with the documented fragment layouts; `is_bf16` picks the input type.
