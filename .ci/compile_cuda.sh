@@ -46,7 +46,11 @@ print(' '.join('-isystem' + p for p in cpp_extension.include_paths()),
   if [ "${CI:-}" = "true" ]; then echo "torch not importable: cannot check ${binds[*]}" >&2; exit 1; fi
   echo "torch not importable; skipping the syntax check of ${binds[*]}"; exit 0
 fi
-cuda_inc="$(dirname "$(dirname "$(readlink -f "$NVCC")")")/include"
+cuda_inc=""
+for c in "${CUDA_HOME:-}" "$(dirname "$(dirname "$(readlink -f "$NVCC")")")" /usr/local/cuda; do
+  if [ -n "$c" ] && [ -f "$c/include/cuda_runtime_api.h" ]; then cuda_inc="$c/include"; break; fi
+done
+if [ -z "$cuda_inc" ]; then echo "CUDA headers (cuda_runtime_api.h) not found; set CUDA_HOME" >&2; exit 1; fi
 for f in "${binds[@]}"; do
   echo "g++ -fsyntax-only $f"
   # shellcheck disable=SC2086
