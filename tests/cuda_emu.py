@@ -126,7 +126,7 @@ class AttentionArgs(C.Structure):
                 ("out", ptr), ("o_stride_b", i64), ("o_stride_h", i64), ("o_stride_m", i64),
                 ("lse", ptr), ("num_splits", i64),
                 ("grad_out", ptr), ("go_stride_b", i64), ("go_stride_h", i64), ("go_stride_m", i64),
-                ("dq", ptr), ("dk", ptr), ("dv", ptr), ("dtable", ptr)]
+                ("dq", ptr), ("dk", ptr), ("dv", ptr), ("dtable", ptr), ("grad_lse", ptr), ("dslopes", ptr)]
 
 
 _lib = None

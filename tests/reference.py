@@ -148,8 +148,11 @@ def rope(x, positions, inv_freq, layout: int | str, rotary_pairs: int, scale: fl
 # ---- attention with a position bias (DEVELOPING.md "Fused attention") -----------
 
 def attention_with_grads(q, k, v, grad_out, scale: float, q_offset: int, causal: bool, pos_enc: str, *,
-                         table=None, r_lo: int = 0, clamp: bool = False, slopes=None, key_padding_mask=None):
-    """Forward (out, lse) and, when grad_out is given, (dq, dk, dv, dtable) in float64.
+                         table=None, r_lo: int = 0, clamp: bool = False, slopes=None, key_padding_mask=None,
+                         grad_lse=None):
+    """Forward (out, lse) and, when grad_out is given, the gradients in float64:
+    dq, dk, dv, dtable (relative/wavelet) and dslopes (alibi), for the loss
+    <grad_out, out> + <grad_lse, lse>.
 
     s = scale (q.k + q.T[r - r_lo]) ("relative"/"wavelet"), scale q.k - slope |r| ("alibi"),
     scale q.k ("none"); masked entries are -inf; a row without keys gives out = 0, lse = -inf.
@@ -188,11 +191,17 @@ def attention_with_grads(q, k, v, grad_out, scale: float, q_offset: int, causal:
     go = np.asarray(grad_out, np.float64)
     dp = np.einsum("bhmd,bhnd->bhmn", go, vv)
     D = (go * out).sum(-1, keepdims=True)
+    if grad_lse is not None:  # d lse[m] / d s[m, n] = p[m, n]
+        D = D - np.asarray(grad_lse, np.float64)[..., None]
     ds = p * (dp - D)
     dq = scale * np.einsum("bhmn,bhnd->bhmd", ds, kk)
     dk = (scale * np.einsum("bhmn,bhmd->bhnd", ds, q)).reshape(B, Hk, g, N, d).sum(2)
     dv = np.einsum("bhmn,bhmd->bhnd", p, go).reshape(B, Hk, g, N, d).sum(2)
     res.update(dq=dq, dk=dk, dv=dv)
+    if pos_enc == "alibi":
+        res["dslopes"] = -(ds * np.abs(r)[None, None]).sum(axis=(0, 2, 3))
+        # scale of the terms (for error bounds: dS cancels, its parts do not)
+        res["dslopes_mag"] = (p * (np.abs(dp) + np.abs(D)) * np.abs(r)[None, None]).sum(axis=(0, 2, 3))
     if pos_enc in ("relative", "wavelet"):
         dq_t, dT = rel_bias_grads(scale * ds, q, table, r_lo, q_offset, False, clamp)
         res["dq"] = dq + dq_t

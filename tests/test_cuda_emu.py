@@ -305,9 +305,20 @@ class Attn:
             b.check_guards()
         return E.values(self.out.arr, self.dtype), np.asarray(self.lse.arr, np.float64)
 
-    def backward(self, want_dtable):
+    def backward(self, want_dtable, want_dslopes=False, grad_lse=False):
         B, H, Hk, M, N, d = self.shape
         a = self.a
+        extra = []
+        if grad_lse:
+            self.grad_lse = np.random.default_rng(99).standard_normal((B, H, M))
+            gl = put(self.grad_lse.astype(np.float64 if self.dtype == E.F64 else np.float32), None)
+            a.grad_lse = gl.ptr
+            extra.append(gl)
+        dsb = None
+        if want_dslopes:
+            dsb = E.Buf((H,), np.float64 if self.dtype == E.F64 else np.float32)
+            a.dslopes = dsb.ptr
+            extra.append(dsb)
         self.dq = E.Buf((B, H, M, d), E.np_dtype(self.dtype))
         self.dk = E.Buf((B, Hk, N, d), E.np_dtype(self.dtype))
         self.dv = E.Buf((B, Hk, N, d), E.np_dtype(self.dtype))
@@ -318,25 +329,32 @@ class Attn:
         ws = self.lib.wavepe_cuda_attention_bwd_workspace_bytes(C.byref(a))
         wb = E.Buf((max(ws, 1),), np.uint8)
         E.check(self.lib.wavepe_cuda_attention_bwd(C.byref(a), wb.ptr, ws, None))
-        for b in self.bufs + [self.dq, self.dk, self.dv, wb] + ([dtb] if dtb else []):
+        for b in self.bufs + [self.dq, self.dk, self.dv, wb] + ([dtb] if dtb else []) + extra:
             b.check_guards()
         grads = {n: E.values(b.arr, self.dtype) for n, b in (("dq", self.dq), ("dk", self.dk), ("dv", self.dv))}
         if dtb:
             grads["dtable"] = E.values(dtb.arr, self.dtype)
+        if dsb:
+            grads["dslopes"] = np.asarray(dsb.arr, np.float64)
         return grads
 
-    def oracle(self):
+    def oracle(self, grad_lse=None):
         r = lambda x: None if x is None else E.rounded(x, self.dtype)  # noqa: E731
+        slopes = self.slopes if self.slopes is None or self.dtype == E.F64 else self.slopes.astype(np.float32)
         return ref.attention_with_grads(r(self.q), r(self.k), r(self.v), r(self.go), self.scale, self.off,
                                         self.causal, ("none", "relative", "alibi")[self.pe], table=r(self.table),
-                                        r_lo=self.r_lo, clamp=self.clamp, slopes=self.slopes,
-                                        key_padding_mask=self.kpm)
+                                        r_lo=self.r_lo, clamp=self.clamp, slopes=slopes,
+                                        key_padding_mask=self.kpm, grad_lse=grad_lse)
 
 
-def check_attention(lib, dtype, *, backward=True, want_dtable=None, **kw):
+def check_attention(lib, dtype, *, backward=True, want_dtable=None, grad_lse=False, **kw):
     prob = Attn(lib, dtype, **kw)
     out, lse = prob.forward()
-    want = prob.oracle()
+    B, H, Hk, M, N, d = prob.shape
+    gl = np.random.default_rng(99).standard_normal((B, H, M)) if grad_lse else None
+    if gl is not None and dtype != E.F64:
+        gl = gl.astype(np.float32).astype(np.float64)
+    want = prob.oracle(gl)
     B, H, Hk, M, N, d = prob.shape
     inner = dtype in (E.BF16, E.F16)
     assert_close(out, want["out"], dtype, N, "out", inner)
@@ -347,12 +365,17 @@ def check_attention(lib, dtype, *, backward=True, want_dtable=None, **kw):
     if backward:
         if want_dtable is None:
             want_dtable = prob.pe == 1
-        grads = prob.backward(want_dtable)
+        grads = prob.backward(want_dtable, want_dslopes=prob.pe == 2, grad_lse=grad_lse)
         group = H // Hk
         for name, terms in (("dq", N * d), ("dk", M * d * group), ("dv", M * group)):
             assert_close(grads[name], want[name], dtype, terms, name, inner)
         if want_dtable:
             assert_close(grads["dtable"], want["dtable"], dtype, B * H * M * N, "dtable", inner)
+        if prob.pe == 2:
+            # dS |r| summed over B M N terms: bounded by the magnitude of the parts of dS
+            err = np.abs(grads["dslopes"] - want["dslopes"])
+            bound = tol(dtype, d + B * M * N, inner) * (want["dslopes_mag"] + 1e-30)
+            assert (err <= bound).all(), f"dslopes: error {err.max():.3e}, bound {bound.min():.3e}"
     return prob
 
 
@@ -386,11 +409,17 @@ def test_attention_matches_oracle(lib, dtype, case):
        M=st.integers(0, 40), N=st.integers(0, 70), d=st.sampled_from([4, 10, 16, 30]), off=st.integers(-5, 80),
        causal=st.booleans(), pe=st.integers(0, 2), R=st.integers(1, 50), r_lo=st.integers(-10, 20),
        clamp=st.booleans(), kpm=st.booleans(), splits=st.integers(1, 3), row_pad=st.sampled_from([0, 8]),
-       seed=st.integers(0, 2**31))
+       grad_lse=st.booleans(), seed=st.integers(0, 2**31))
 def test_attention_random_shapes(lib, dtype, B, Hk, group, M, N, d, off, causal, pe, R, r_lo, clamp, kpm, splits,
-                                 row_pad, seed):
+                                 row_pad, grad_lse, seed):
     check_attention(lib, dtype, B=B, H=Hk * group, Hk=Hk, M=M, N=N, d=d, off=off, causal=causal, pe=pe, R=R,
-                    r_lo=r_lo, clamp=clamp, kpm=kpm, splits=splits, seed=seed, row_pad=row_pad)
+                    r_lo=r_lo, clamp=clamp, kpm=kpm, splits=splits, seed=seed, row_pad=row_pad, grad_lse=grad_lse)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS.get)
+def test_attention_gradient_of_lse(lib, dtype):
+    check_attention(lib, dtype, B=1, H=2, Hk=1, M=30, N=40, d=16, off=10, causal=True, pe=1, R=20, r_lo=0,
+                    grad_lse=True, seed=4)
 
 
 def test_attention_split_kv_equals_unsplit(lib):

@@ -447,6 +447,7 @@ extern "C" int wavepe_cuda_attention_validate(const wavepe_cuda_attention_args *
     if (q_nonempty && a->d && (a->grad_out == nullptr || a->dq == nullptr)) return WAVEPE_E_NULL;
     if (kv_nonempty && a->heads && (a->dk == nullptr || a->dv == nullptr)) return WAVEPE_E_NULL;
     if (a->dtable && a->pos_enc != WAVEPE_CUDA_PE_TABLE) return WAVEPE_E_INVALID;
+    if (a->dslopes && a->pos_enc != WAVEPE_CUDA_PE_ALIBI) return WAVEPE_E_INVALID;
     return WAVEPE_OK;
 }
 

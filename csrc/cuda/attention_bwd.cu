@@ -2,7 +2,8 @@
 // recompute from the saved log-sum-exp), deterministic: no atomics, every
 // output block has one owner CTA that reduces in a fixed order.
 //
-//   delta   D[m] = dO[m] . O[m]                       (one warp per row)
+//   delta   D[m] = dO[m] . O[m] - dlse[m]             (one warp per row; dlse = the
+//           gradient of the lse output, which adds dlse[m] P[m, n] to dS)
 //   dkdv    a CTA owns B keys of one (batch, kv head); for every query head
 //           of the GQA group and every query block that can see the keys it
 //           recomputes S^T = K Q^T (+ bias), P^T = exp(S^T - lse),
@@ -60,6 +61,7 @@ __global__ void __launch_bounds__(128) attn_bwd_delta_kernel(AttnParams p) {
     A sum = 0;
     for (int64_t c = lane; c < p.d; c += 32) sum += to_acc(o[c]) * to_acc(go[c]);
     sum = warp_sum(sum);
+    if (p.grad_lse != nullptr) sum -= static_cast<const A *>(p.grad_lse)[row];
     if (lane == 0) static_cast<A *>(p.delta)[row] = sum;
 }
 
@@ -292,6 +294,7 @@ __global__ void __launch_bounds__(B * 2) attn_bwd_dq_kernel(AttnParams p) {
     const int64_t kb_stop = n_stop > 0 ? ceil_div(n_stop, B) : 0;
     const bool warp_rows = wm0 < p.m;
     A *gw = Gs + warp * 16 * gld;
+    A slope_acc = 0;  // this lane's share of d loss / d slope_h
     for (int64_t j = 0; j < kb_stop; ++j) {
         const int64_t n0 = j * B;
         const int64_t base = p.q_offset + m0 - n0 - p.r_lo;
@@ -316,6 +319,15 @@ __global__ void __launch_bounds__(B * 2) attn_bwd_dq_kernel(AttnParams p) {
         warp_dscores<T, B>(ds, p, Qs + 16 * warp * ld, dOs + 16 * warp * ld, Ks, Vs, Ts + 16 * warp * ld, gw,
                            warp_bias, ld, gld, ksteps, wm0, n0, kmask, scale, slope, lse2, dl);
         warp_rb<T, NT, DT>(dq, ds, Ks, ld, dt_active, pscr);
+        if (p.dslopes != nullptr) {
+#pragma unroll
+            for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+                for (int e = 0; e < 4; ++e) {
+                    const int64_t dist = p.q_offset + wm0 + frag_row(e) - (n0 + frag_col(nt, e));
+                    slope_acc -= ds[nt][e] * A(dist < 0 ? -dist : dist);  // masked entries have dS = 0
+                }
+        }
         if (warp_bias) {  // dq += H T_win, H = dS skewed into window columns
             for (int e = threadIdx.x & 31; e < 16 * gld; e += 32) gw[e] = A(0);
             __syncwarp();
@@ -337,6 +349,11 @@ __global__ void __launch_bounds__(B * 2) attn_bwd_dq_kernel(AttnParams p) {
         }
     }
 
+    if (p.dslopes != nullptr) {  // every warp writes its slot (0 without rows)
+        slope_acc = warp_sum(slope_acc);
+        if ((threadIdx.x & 31) == 0)
+            static_cast<A *>(p.slope_part)[(bh * mblocks + mb) * (B / 16) + warp] = slope_acc;
+    }
     if (!warp_rows) return;
 #pragma unroll
     for (int ri = 0; ri < 2; ++ri) {
@@ -490,12 +507,26 @@ __global__ void __launch_bounds__(256) attn_bwd_dtable_fold_kernel(AttnParams p)
     }
 }
 
+// dslopes[h] = sum over batch, query blocks and warps of the dq kernel's slots, in order.
+template <class T, int B>
+__global__ void __launch_bounds__(128) attn_bwd_dslopes_fold_kernel(AttnParams p) {
+    using A = acc_t<T>;
+    const int64_t h = int64_t(blockIdx.x) * 128 + threadIdx.x;
+    if (h >= p.heads) return;
+    const int64_t slots = ceil_div(p.m, B) * (B / 16);
+    const A *part = static_cast<const A *>(p.slope_part);
+    A sum = 0;
+    for (int64_t b = 0; b < p.batch; ++b)
+        for (int64_t s = 0; s < slots; ++s) sum += part[(b * p.heads + h) * slots + s];
+    static_cast<A *>(p.dslopes)[h] = sum;
+}
+
 size_t align256(size_t x) { return (x + 255) & ~size_t(255); }
 
 struct BwdPlan {
     int b;            // tile size
     int64_t n_diag, groups, bh_per_group;
-    size_t delta_bytes, part_bytes;
+    size_t delta_bytes, part_bytes, slope_bytes;
 };
 
 template <class T>
@@ -519,6 +550,7 @@ BwdPlan bwd_plan(const wavepe_cuda_attention_args *a) {
     pl.delta_bytes = align256(size_t(bh * a->m) * acc);
     const int64_t mb = ceil_div(a->m, pl.b), nb = ceil_div(a->n, pl.b);
     pl.n_diag = (mb > 0 && nb > 0) ? mb + nb - 1 : 0;
+    if (a->dslopes) pl.slope_bytes = align256(size_t(bh * mb * (pl.b / 16)) * acc);
     pl.groups = 1;
     if (a->dtable && pl.n_diag > 0 && bh > 0) {
         const int64_t want = ceil_div(2 * int64_t(device_sm_count()), pl.n_diag);
@@ -548,10 +580,15 @@ cudaError_t launch_bwd_cfg(AttnParams p, const BwdPlan &pl, cudaStream_t stream)
         if (err != cudaSuccess) return err;
     }
     const int64_t q_ctas = bh * ceil_div(p.m, B);
-    if (q_ctas > 0 && p.d > 0) {
+    if (q_ctas > 0 && (p.d > 0 || p.dslopes != nullptr)) {
         auto kernel = attn_bwd_dq_kernel<T, DMAX, B>;
         err = allow_dynamic_smem(kernel, L.plan.total);
         if (err == cudaSuccess) err = launch(kernel, dim3(unsigned(q_ctas)), dim3(B * 2), L.plan.total, stream, p);
+        if (err != cudaSuccess) return err;
+    }
+    if (p.dslopes != nullptr && p.heads > 0) {
+        err = launch(attn_bwd_dslopes_fold_kernel<T, B>, dim3(unsigned(ceil_div(p.heads, 128))), dim3(128), 0, stream,
+                     p);
         if (err != cudaSuccess) return err;
     }
     if (p.dtable != nullptr && p.table_rows * p.d > 0) {
@@ -618,14 +655,14 @@ extern "C" size_t wavepe_cuda_attention_bwd_smem_bytes(const wavepe_cuda_attenti
 extern "C" size_t wavepe_cuda_attention_bwd_workspace_bytes(const wavepe_cuda_attention_args *a) {
     if (a == nullptr || wavepe_cuda_attention_validate(a, 1) != WAVEPE_OK) return 0;
     const BwdPlan pl = bwd_plan(a);
-    return pl.delta_bytes + pl.part_bytes;
+    return pl.delta_bytes + pl.part_bytes + pl.slope_bytes;
 }
 
 extern "C" cudaError_t wavepe_cuda_attention_bwd(const wavepe_cuda_attention_args *a, void *workspace,
                                                  size_t workspace_bytes, cudaStream_t stream) {
     if (wavepe_cuda_attention_validate(a, 1) != WAVEPE_OK) return cudaErrorInvalidValue;
     const BwdPlan pl = bwd_plan(a);
-    const size_t need = pl.delta_bytes + pl.part_bytes;
+    const size_t need = pl.delta_bytes + pl.part_bytes + pl.slope_bytes;
     if (need > 0 && (workspace == nullptr || workspace_bytes < need)) return cudaErrorInvalidValue;
     AttnParams p = attention_params(a);
     p.dq = a->dq;
@@ -634,6 +671,9 @@ extern "C" cudaError_t wavepe_cuda_attention_bwd(const wavepe_cuda_attention_arg
     p.dtable = a->dtable;
     p.delta = workspace;
     p.dt_part = static_cast<unsigned char *>(workspace) + pl.delta_bytes;
+    p.slope_part = static_cast<unsigned char *>(workspace) + pl.delta_bytes + pl.part_bytes;
+    p.grad_lse = a->grad_lse;
+    p.dslopes = a->dslopes;
     p.n_diag = pl.n_diag;
     p.dt_groups = pl.groups;
     p.bh_per_group = pl.bh_per_group;

@@ -53,6 +53,8 @@ struct AttnParams {
     void *work_o, *work_lse;
     // backward
     void *dq, *dk, *dv, *dtable, *delta, *dt_part;
+    const void *grad_lse;
+    void *dslopes, *slope_part;
     int64_t n_diag, dt_groups, bh_per_group;
 };
 

@@ -141,8 +141,9 @@ cudaError_t wavepe_cuda_rope(const wavepe_cuda_rope_args *a, cudaStream_t stream
  * out = 0 and lse = -inf.  q (batch, heads, m, d); k, v (batch, kv_heads, n, d)
  * with heads a multiple of kv_heads (GQA: head h reads kv head
  * h / (heads / kv_heads)).  Backward (FlashAttention-2 recompute from lse):
- * dq, dk, dv and, for a learned table, dT; deterministic (no atomics: one
- * CTA owns each output block and reduces in a fixed order). */
+ * dq, dk, dv and, for a learned table, dT, for ALiBi the slopes' gradient,
+ * with an optional gradient of lse; deterministic (no atomics: one CTA owns
+ * each output block and reduces in a fixed order). */
 typedef enum wavepe_cuda_pos_enc {
     WAVEPE_CUDA_PE_NONE = 0,
     WAVEPE_CUDA_PE_TABLE = 1,
@@ -178,6 +179,11 @@ typedef struct wavepe_cuda_attention_args {
     void *dk;     /* (batch, kv_heads, n, d) dense */
     void *dv;     /* (batch, kv_heads, n, d) dense */
     void *dtable; /* (table_rows, d) dense, or NULL (fixed table, e.g. wavelets) */
+    /* gradient of the lse output (batch, heads, m), dense float32 (float64 for
+     * F64), or NULL: lse is then not used downstream */
+    const void *grad_lse;
+    /* ALIBI: d loss / d slope (heads,) float32 (float64 for F64), or NULL */
+    void *dslopes;
 } wavepe_cuda_attention_args;
 
 int wavepe_cuda_attention_validate(const wavepe_cuda_attention_args *a, int backward);
