@@ -533,7 +533,8 @@ def test_relbias_rejects_bad_arguments(lib):
 def test_rope_rejects_bad_arguments(lib):
     base = dict(dtype=E.F32, batch=1, len=2, d=4, rotary_pairs=2, scale=1.0, ntensors=1)
     for change, status in [(dict(d=5), WAVEPE_E_INVALID), (dict(rotary_pairs=3), WAVEPE_E_INVALID),
-                           (dict(scale=-1.0), WAVEPE_E_INVALID), (dict(ntensors=3), WAVEPE_E_INVALID),
+                           (dict(scale=float("nan")), WAVEPE_E_INVALID), (dict(scale=float("inf")), WAVEPE_E_INVALID),
+                           (dict(ntensors=3), WAVEPE_E_INVALID),
                            (dict(layout=2), WAVEPE_E_INVALID), (dict(len=-1), WAVEPE_E_NEGATIVE_SIZE),
                            (dict(pos_offset=2**63 - 1), WAVEPE_E_OVERFLOW)]:
         a = E.RopeArgs(**{**base, **change})

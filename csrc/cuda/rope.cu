@@ -237,7 +237,7 @@ extern "C" int wavepe_cuda_rope_validate(const wavepe_cuda_rope_args *a) {
     if (a->batch < 0 || a->len < 0 || a->d < 0 || a->rotary_pairs < 0) return WAVEPE_E_NEGATIVE_SIZE;
     if (a->d % 2 != 0 || a->rotary_pairs > a->d / 2) return WAVEPE_E_INVALID;
     if (a->layout != WAVEPE_CUDA_ROPE_HALF && a->layout != WAVEPE_CUDA_ROPE_INTERLEAVED) return WAVEPE_E_INVALID;
-    if (!(a->scale > 0.0) || a->scale == INFINITY) return WAVEPE_E_INVALID;
+    if (!(a->scale == a->scale) || a->scale == INFINITY || a->scale == -INFINITY) return WAVEPE_E_INVALID;
     if (a->ntensors < 1 || a->ntensors > 2) return WAVEPE_E_INVALID;
     if (a->pos_stride_b < 0) return WAVEPE_E_INVALID;
     int64_t pos_end = 0;  // positions offset + len - 1 must not overflow

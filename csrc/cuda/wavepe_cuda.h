@@ -99,7 +99,8 @@ cudaError_t wavepe_cuda_alibi(const wavepe_cuda_alibi_args *a, cudaStream_t stre
  * in layout INTERLEAVED; angle = pos * inv_freq[i] formed and turned into
  * cos/sin in float64 (once per position and pair, shared by every head).
  * Pairs i < rotary_pairs become (a cos - b sin, b cos + a sin) * scale, the
- * others a * scale, b * scale.  inverse = 1 rotates by -angle (the backward).
+ * others a * scale, b * scale (scale finite, any sign).  inverse = 1 rotates
+ * by -angle (the backward).
  * Up to two tensors (q and k, with their own head counts) in one launch. */
 typedef enum wavepe_cuda_rope_layout { WAVEPE_CUDA_ROPE_HALF = 0, WAVEPE_CUDA_ROPE_INTERLEAVED = 1 } wavepe_cuda_rope_layout;
 
