@@ -51,3 +51,13 @@ bench: build
 
 clean:
 	rm -rf build dist *.egg-info python/*.egg-info python/wavepe/*.so
+
+# The fairseq plugin end to end (fairseq-preprocess, fairseq-train, fairseq-eval-lm
+# at 2x the training length) in a Python 3.10 environment: fairseq 0.12.2 does not
+# import on 3.11.  The first run downloads ~2.2 GB (torch's CUDA libraries); see
+# scripts/setup_fairseq_env.sh.
+FAIRSEQ_ENV ?= .venv-fairseq
+.PHONY: test-fairseq
+test-fairseq:
+	bash scripts/setup_fairseq_env.sh $(FAIRSEQ_ENV)
+	$(FAIRSEQ_ENV)/bin/python -m pytest -q -p no:cacheprovider -W ignore::DeprecationWarning tests/fairseq_integration

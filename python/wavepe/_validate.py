@@ -13,8 +13,16 @@ from typing import Any, Iterable
 INT64_MAX = 2**63 - 1
 
 
+def _is_symbolic_int(value: Any) -> bool:
+    # torch.SymInt under torch.compile with dynamic shapes: not checkable by
+    # value here; the op's schema and fake kernel take over.
+    return type(value).__name__ == "SymInt"
+
+
 def check_int(name: str, value: Any, *, min_value: int | None = None) -> int:
     """An integer (bool excluded) within int64 and at least ``min_value``."""
+    if _is_symbolic_int(value):
+        return value
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):
         raise TypeError(f"{name} must be an integer, got {value!r} of type {type(value).__name__}")
     v = int(value)
