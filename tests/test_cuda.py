@@ -9,6 +9,9 @@ emulator; this file is what checks the hardware itself.
 
 from __future__ import annotations
 
+import math
+import os
+
 import numpy as np
 import pytest
 
@@ -18,10 +21,13 @@ torch = pytest.importorskip("torch")
 import wavepe.ops as wo  # noqa: E402
 from wavepe import WaveletConfig  # noqa: E402
 
+# WAVEPE_TEST_CUDA_ON_CPU=1 runs this file on the CPU kernels instead: a dry run
+# that checks the tests themselves (shapes, oracles, tolerances) on a machine
+# without a GPU.  Registration checks are skipped then.
+ON_CPU = os.environ.get("WAVEPE_TEST_CUDA_ON_CPU") == "1"
+DEV = "cpu" if ON_CPU else "cuda"
 pytestmark = [pytest.mark.cuda,
-              pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
-
-DEV = "cuda"
+              pytest.mark.skipif(not ON_CPU and not torch.cuda.is_available(), reason="needs a CUDA GPU")]
 DTYPES = [torch.float32, torch.float64, torch.bfloat16, torch.float16]
 UNIT = {torch.float32: 2.0**-24, torch.float64: 2.0**-53, torch.bfloat16: 2.0**-8, torch.float16: 2.0**-11}
 
@@ -40,13 +46,22 @@ def close(got, want, dtype, terms, what):
     assert err <= tol(dtype, terms) * scale, f"{what}: max error {err:.3e} (tolerance {tol(dtype, terms) * scale:.3e})"
 
 
+def raw_op_dtype(dtype):
+    """The raw ops take bf16/fp16 natively on CUDA only (the CPU ops want fp32/fp64)."""
+    if ON_CPU and dtype in (torch.bfloat16, torch.float16):
+        pytest.skip("dry run: the CPU ops take float32/float64")
+
+
 def rounded(t):
     return t.detach().double().cpu().numpy()
 
 
-@pytest.mark.parametrize("op", ["rel_bias", "rel_bias_backward", "alibi_bias"])
+@pytest.mark.parametrize("op", ["rel_bias", "rel_bias_backward", "alibi_bias", "rope", "attention_fwd",
+                                "attention_bwd"])
 def test_cuda_kernels_are_registered(op):
     # a build without the CUDA kernels would silently use the eager fallback
+    if ON_CPU:
+        pytest.skip("dry run on the CPU")
     assert torch._C._dispatch_has_kernel_for_dispatch_key(f"wavepe::{op}", "CUDA")
 
 
@@ -69,7 +84,7 @@ def test_rel_bias_forward_backward(dtype, case):
     q = torch.randn(*batch, m, d, generator=g).to(DEV, dtype).requires_grad_()
     table = torch.randn(rows, d, generator=g).to(DEV, dtype).requires_grad_()
     out = wo.rel_bias(q, table, r_lo, k_len=n, q_offset=off, causal=causal, clamp=clamp)
-    assert out.dtype == dtype and out.device.type == "cuda"
+    assert out.dtype == dtype and out.device.type == DEV
     qn, tn = rounded(q), rounded(table)
     close(out, ref.rel_bias(qn, tn, r_lo, n, off, causal, clamp), dtype, d, "bias")
     grad = torch.randn(out.shape, generator=g).to(DEV, dtype)
@@ -101,6 +116,7 @@ def test_rel_bias_gradcheck_float64_on_cuda():
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_rel_bias_opcheck_on_cuda(dtype):
+    raw_op_dtype(dtype)
     q = torch.randn(2, 9, 8, device=DEV, dtype=dtype, requires_grad=True)
     table = torch.randn(5, 8, device=DEV, dtype=dtype, requires_grad=True)
     grad = torch.randn(2, 9, 11, device=DEV, dtype=dtype)
@@ -144,6 +160,8 @@ def test_rel_bias_compile_on_cuda():
 
 
 def test_rel_bias_rejects_mixed_devices():
+    if ON_CPU:
+        pytest.skip("needs two devices")
     with pytest.raises(ValueError, match="same device"):
         wo.rel_bias(torch.randn(2, 3, 4, device=DEV), torch.randn(5, 4), 0)
 
@@ -155,7 +173,7 @@ def test_alibi_bias_on_cuda(causal):
     slopes = torch.tensor([0.5, 0.125, 3.0])
     for m, n, off in [(33, 50, 17), (1, 4097, 4096), (5, 9, -3)]:
         got = wo.alibi_bias(slopes.to(DEV), m, n, q_offset=off, causal=causal)
-        assert got.device.type == "cuda"
+        assert got.device.type == DEV
         torch.testing.assert_close(got.cpu(), wo.alibi_bias(slopes, m, n, q_offset=off, causal=causal),
                                    rtol=0, atol=0)
 
@@ -165,3 +183,171 @@ def test_alibi_bias_opcheck_and_gradcheck_on_cuda():
     for causal in (True, False):
         torch.library.opcheck(torch.ops.wavepe.alibi_bias, (slopes, 5, 7, 2, causal))
         assert torch.autograd.gradcheck(lambda s: wo.alibi_bias(s, 5, 7, q_offset=2, causal=causal), (slopes,))
+
+
+# ---- RoPE ------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("layout", ["half", "interleaved"])
+@pytest.mark.parametrize("fraction", [1.0, 0.25])
+def test_rope_on_cuda(dtype, layout, fraction):
+    from wavepe import RopeConfig
+
+    cfg = RopeConfig(theta=500000.0, rotary_fraction=fraction, layout=layout)
+    g = torch.Generator().manual_seed(1)
+    q = torch.randn(2, 4, 37, 64, generator=g).to(DEV, dtype)
+    k = torch.randn(2, 2, 37, 64, generator=g).to(DEV, dtype)
+    inv = cfg.inv_freq(64)
+    pairs = cfg.rotary_pairs(64)
+    for positions in (5, torch.arange(100, 137, device=DEV), torch.randint(0, 10**6, (2, 37), device=DEV)):
+        qr, kr = wo.rope(q, k, positions, cfg)
+        assert qr.dtype == dtype and kr.dtype == dtype and qr.device.type == DEV
+        pos = (np.arange(37) + positions) if isinstance(positions, int) else positions.cpu().numpy()
+        for x, y in ((q, qr), (k, kr)):
+            close(y, ref.rope(rounded(x), pos, inv, layout, pairs, cfg.attention_factor, False), dtype, 2, "rope")
+
+
+def test_rope_cpu_and_cuda_agree_and_opcheck():
+    from wavepe import RopeConfig
+
+    cfg = RopeConfig()
+    q = torch.randn(1, 3, 20, 32)
+    k = torch.randn(1, 1, 20, 32)
+    cpu = wo.rope(q, k, 7, cfg)
+    gpu = wo.rope(q.to(DEV), k.to(DEV), 7, cfg)
+    for a, b in zip(cpu, gpu):
+        torch.testing.assert_close(b.cpu(), a, rtol=1e-6, atol=1e-6)
+    inv = torch.from_numpy(cfg.inv_freq(32)).to(DEV)
+    for dtype in (torch.float32,) + (() if ON_CPU else (torch.bfloat16,)):
+        args = (q.to(DEV, dtype), k.to(DEV, dtype), None, 3, inv, 16, "half", 1.0, False)
+        torch.library.opcheck(torch.ops.wavepe.rope.default, args)
+
+
+def test_rope_gradcheck_float64_on_cuda():
+    from wavepe import RopeConfig
+
+    cfg = RopeConfig(rotary_fraction=0.5, layout="interleaved")
+    q = torch.randn(1, 2, 5, 8, dtype=torch.float64, device=DEV, requires_grad=True)
+    k = torch.randn(1, 1, 5, 8, dtype=torch.float64, device=DEV, requires_grad=True)
+    assert torch.autograd.gradcheck(lambda a, b: wo.rope(a, b, 3, cfg), (q, k))
+
+
+# ---- fused attention ----------------------------------------------------------------------
+
+ATTN_CASES = [
+    # B, H, Hk, M, N, d, pos_enc, causal, q_offset (None = N - M), padding
+    (2, 4, 2, 70, 70, 64, "wavelet", True, None, False),
+    (1, 4, 4, 33, 90, 128, "relative", True, None, True),
+    (2, 2, 1, 48, 48, 40, "alibi", False, 0, True),
+    (1, 4, 1, 1, 700, 128, "wavelet", True, None, False),   # decoding: split-KV
+    (1, 2, 2, 40, 40, 200, "none", True, None, False),        # head_dim bucket 256
+]
+
+
+def attention_case(case, dtype, grad=True):
+    Bn, H, Hk, M, N, d, pe, causal, off, padding = case
+    g = torch.Generator().manual_seed(M * N + d)
+    q = torch.randn(Bn, H, M, d, generator=g).to(DEV, dtype).requires_grad_(grad)
+    k = torch.randn(Bn, Hk, N, d, generator=g).to(DEV, dtype).requires_grad_(grad)
+    v = torch.randn(Bn, Hk, N, d, generator=g).to(DEV, dtype).requires_grad_(grad)
+    kw = dict(pos_enc=pe, causal=causal, q_offset=off)
+    table = r_lo = slopes = None
+    if pe == "wavelet":
+        cfg = WaveletConfig.grid(d, n_scales=8 if d % 8 == 0 else 1)
+        kw["config"] = cfg
+        table, r_lo = wo.wavelet_table(cfg, dtype, DEV)
+    elif pe == "relative":
+        r_lo = -5
+        table = (torch.randn(60, d, generator=g) * 0.5).to(DEV, dtype).requires_grad_(grad)
+        kw["rel_table"] = (table, r_lo)
+    elif pe == "alibi":
+        slopes = torch.tensor(ref.alibi_slopes(H), dtype=torch.float32, device=DEV)
+        kw["alibi_slopes"] = slopes
+    if padding:
+        kpm = torch.rand(Bn, N, generator=g) < 0.2
+        kw["key_padding_mask"] = kpm.to(DEV)
+    return q, k, v, kw, table, r_lo, slopes
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("case", ATTN_CASES, ids=lambda c: f"{c[6]}-M{c[3]}-N{c[4]}-d{c[5]}")
+def test_attention_on_cuda_against_oracle(dtype, case):
+    if dtype == torch.float64 and case[5] > 128:
+        with pytest.raises(ValueError, match="head_dim must be <= 128"):
+            q, k, v, kw, *_ = attention_case(case, dtype)
+            wo.wavelet_attention(q, k, v, **kw)
+        return
+    q, k, v, kw, table, r_lo, slopes = attention_case(case, dtype)
+    out = wo.wavelet_attention(q, k, v, **kw)
+    assert out.dtype == dtype and out.device.type == DEV
+    Bn, H, Hk, M, N, d, pe, causal, off, padding = case
+    off = N - M if off is None else off
+    go = torch.randn_like(out)
+    inputs = [q, k, v] + ([table] if pe == "relative" else [])
+    grads = torch.autograd.grad(out, inputs, go)
+    kpm = kw.get("key_padding_mask")
+    want = ref.attention_with_grads(rounded(q), rounded(k), rounded(v), rounded(go), 1 / math.sqrt(d), off, causal,
+                                    "relative" if pe == "wavelet" else pe,
+                                    table=None if table is None else rounded(table), r_lo=r_lo or 0,
+                                    slopes=None if slopes is None else slopes.cpu().numpy(),
+                                    key_padding_mask=None if kpm is None else kpm.cpu().numpy())
+    close(out, want["out"], dtype, N, "out")
+    for name, got, terms in (("dq", grads[0], N * d), ("dk", grads[1], M * d * H // Hk), ("dv", grads[2], M * H // Hk)):
+        close(got, want[name], dtype, terms, name)
+    if pe == "relative":
+        close(grads[3], want["dtable"], dtype, Bn * H * M * N, "dtable")
+
+
+@pytest.mark.parametrize("pe", ["wavelet", "relative", "alibi", "none"])
+def test_attention_cpu_and_cuda_agree(pe):
+    case = (1, 4, 2, 50, 60, 32, pe, True, None, True)
+    q, k, v, kw, *_ = attention_case(case, torch.float32, grad=False)
+    gpu = wo.wavelet_attention(q, k, v, **kw)
+    kw_cpu = {key: (val.cpu() if isinstance(val, torch.Tensor) else val) for key, val in kw.items()}
+    if "rel_table" in kw:
+        kw_cpu["rel_table"] = (kw["rel_table"][0].cpu(), kw["rel_table"][1])
+    cpu = wo.wavelet_attention(q.cpu(), k.cpu(), v.cpu(), **kw_cpu)
+    torch.testing.assert_close(gpu.cpu(), cpu, rtol=2e-5, atol=2e-5)
+
+
+def test_attention_gradcheck_float64_on_cuda():
+    for pe in ("relative", "alibi", "none"):
+        q, k, v, kw, table, *_ = attention_case((1, 2, 1, 6, 9, 8, pe, True, None, False), torch.float64)
+
+        def f(q, k, v, *t):
+            kw2 = dict(kw)
+            if t:
+                kw2["rel_table"] = (t[0], kw["rel_table"][1])
+            return wo.wavelet_attention(q, k, v, **kw2)
+
+        args = (q, k, v) + ((table,) if pe == "relative" else ())
+        assert torch.autograd.gradcheck(f, args)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_attention_opcheck_on_cuda(dtype):
+    raw_op_dtype(dtype)
+    q = torch.randn(1, 2, 9, 16, device=DEV, dtype=dtype)
+    k = torch.randn(1, 1, 12, 16, device=DEV, dtype=dtype)
+    v = torch.randn(1, 1, 12, 16, device=DEV, dtype=dtype)
+    table = torch.randn(7, 16, device=DEV, dtype=dtype)
+    kpm = torch.zeros(1, 12, dtype=torch.bool, device=DEV)
+    kpm[0, 3] = True
+    args = (q, k, v, table, -2, False, None, kpm, 0.25, 3, True)
+    torch.library.opcheck(torch.ops.wavepe.attention_fwd.default, args)
+    out, lse = torch.ops.wavepe.attention_fwd(*args)
+    assert lse.dtype == (torch.float32 if dtype == torch.bfloat16 else dtype)
+    go = torch.randn_like(out)
+    torch.library.opcheck(torch.ops.wavepe.attention_bwd.default,
+                          (go, None, q, k, v, out, lse, table, -2, False, None, kpm, 0.25, 3, True, True, False))
+
+
+def test_attention_backward_is_deterministic():
+    q, k, v, kw, table, *_ = attention_case((2, 8, 2, 300, 300, 64, "relative", True, None, False), torch.bfloat16)
+    go = torch.randn(q.shape, device=DEV, dtype=q.dtype)
+    runs = []
+    for _ in range(2):
+        out = wo.wavelet_attention(q, k, v, **kw)
+        runs.append(torch.autograd.grad(out, (q, k, v, table), go))
+    for a, b in zip(*runs):
+        assert torch.equal(a, b)
