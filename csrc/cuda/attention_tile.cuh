@@ -220,6 +220,7 @@ WAVEPE_DEVICE void warp_abt(acc_t<T> (&acc)[NT][4], const T *a_tile, int lda, co
 }
 
 // acc[dt] (16 x 8, columns dt*8..) += P (16 x 8 KT8, C fragments) . B[k][dt*8 ..], dt < dt_active.
+// B's rows must start on 16 bytes (ldmatrix): tiles from this file's layouts do.
 // The fp32/fp64 path stages P in the warp's scratch (16 rows, ld_scratch()
 // accumulators each) and walks k at run time: cheap to compile, one shared
 // load of P per (row, k) for 2 DT FMAs.
@@ -235,13 +236,19 @@ WAVEPE_DEVICE void warp_rb(acc_t<T> (&acc)[DT][4], const acc_t<T> (&p)[KT8][4], 
             const uint32_t a[4] = {pack2<T>(p[2 * kk][0], p[2 * kk][1]), pack2<T>(p[2 * kk][2], p[2 * kk][3]),
                                    pack2<T>(p[2 * kk + 1][0], p[2 * kk + 1][1]),
                                    pack2<T>(p[2 * kk + 1][2], p[2 * kk + 1][3])};
-            const int k0 = kk * 16 + 2 * t;
+            // B fragments by ldmatrix.trans: lane l points at row kk*16 + l % 16 of
+            // the tile, columns dt*8 (lanes 0-15) and (dt+1)*8 (lanes 16-31)
+            const T *brow = b_tile + (kk * 16 + (lane & 15)) * ldb;
 #pragma unroll
-            for (int dt = 0; dt < DT; ++dt) {
-                if (dt < dt_active) {
-                    const int col = dt * 8 + g;
-                    const uint32_t b[2] = {pack2_raw(b_tile[k0 * ldb + col], b_tile[(k0 + 1) * ldb + col]),
-                                           pack2_raw(b_tile[(k0 + 8) * ldb + col], b_tile[(k0 + 9) * ldb + col])};
+            for (int dt = 0; dt < DT; dt += 2) {
+                if (dt + 1 < dt_active) {
+                    uint32_t b[4];
+                    ldmatrix_x4_trans(b, brow + (dt + (lane >> 4)) * 8);
+                    mma16816<T>(acc[dt], a, b);
+                    mma16816<T>(acc[dt + 1], a, b + 2);
+                } else if (dt < dt_active) {
+                    uint32_t b[2];
+                    ldmatrix_x2_trans(b, brow + dt * 8);
                     mma16816<T>(acc[dt], a, b);
                 }
             }

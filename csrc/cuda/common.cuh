@@ -229,6 +229,32 @@ WAVEPE_DEVICE void mma16816<__half>(float d[4], const uint32_t a[4], const uint3
 #endif
 }
 
+// Two / four 8x8 matrices of 16-bit values, transposed, from shared memory:
+// lane 8i + r gives the address of row r of matrix i (16-byte aligned);
+// regs[i] = (M_i[2 (lane%4)][lane/4], M_i[2 (lane%4) + 1][lane/4]) — the
+// B fragment of mma.m16n8k16 when M_0, M_1 are rows k0..k0+7, k0+8..k0+15
+// of a row-major [k][n] tile at columns n0..n0+7.
+WAVEPE_DEVICE void ldmatrix_x2_trans(uint32_t regs[2], const void *row_addr) {
+#ifdef WAVEPE_CUDA_EMU
+    ::wavepe_emu::ldmatrix(regs, 2, true, row_addr);
+#else
+    const unsigned a = static_cast<unsigned>(__cvta_generic_to_shared(row_addr));
+    asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0,%1}, [%2];\n"
+                 : "=r"(regs[0]), "=r"(regs[1])
+                 : "r"(a));
+#endif
+}
+WAVEPE_DEVICE void ldmatrix_x4_trans(uint32_t regs[4], const void *row_addr) {
+#ifdef WAVEPE_CUDA_EMU
+    ::wavepe_emu::ldmatrix(regs, 4, true, row_addr);
+#else
+    const unsigned a = static_cast<unsigned>(__cvta_generic_to_shared(row_addr));
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(regs[0]), "=r"(regs[1]), "=r"(regs[2]), "=r"(regs[3])
+                 : "r"(a));
+#endif
+}
+
 // ---- launching ------------------------------------------------------------------------
 template <class... KArgs, class... Args>
 cudaError_t launch(void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,

@@ -334,6 +334,27 @@ unsigned char *warp_slot(int lane) {
 void syncthreads(const char *file, int line) { wait_here(State::WaitBlock, file, line); }
 void syncwarp(const char *file, int line) { wait_here(State::WaitWarp, file, line); }
 
+void ldmatrix(uint32_t *regs, int nmat, bool trans, const void *row_addr) {
+    const int lane = lane_id();
+    std::memcpy(warp_slot(lane), &row_addr, sizeof(row_addr));
+    syncwarp(__FILE__, __LINE__);
+    auto row_of = [&](int src_lane) {
+        const unsigned char *p;
+        std::memcpy(&p, warp_slot(src_lane), sizeof(p));
+        return p;
+    };
+    for (int i = 0; i < nmat; ++i) {
+        uint16_t e[2];
+        for (int h = 0; h < 2; ++h) {
+            const unsigned char *row = trans ? row_of(8 * i + 2 * (lane % 4) + h) : row_of(8 * i + lane / 4);
+            const int col = trans ? lane / 4 : 2 * (lane % 4) + h;
+            std::memcpy(&e[h], row + 2 * col, 2);
+        }
+        regs[i] = uint32_t(e[0]) | (uint32_t(e[1]) << 16);
+    }
+    syncwarp(__FILE__, __LINE__);
+}
+
 void mma_m16n8k16(float d[4], const uint32_t a[4], const uint32_t b[2], bool is_bf16) {
     const int lane = lane_id();
     unsigned char *mine = warp_slot(lane);

@@ -81,6 +81,12 @@ void cp_async(void *smem_dst, const void *gmem_src, int src_bytes, int total_byt
 void cp_async_commit();
 void cp_async_wait(int newest_groups_left);
 
+// ldmatrix.sync.aligned.m8n8.x{nmat}[.trans].shared.b16: lanes 8i .. 8i+7
+// give the row addresses of matrix i; regs[i] receives, without trans, row
+// lane/4 columns 2 (lane%4) + {0, 1}, with trans, rows 2 (lane%4) + {0, 1} of
+// column lane/4.
+void ldmatrix(uint32_t *regs, int nmat, bool trans, const void *row_addr);
+
 // d += a * b for mma.sync.m16n8k16.row.col.f32.{bf16,f16}.{bf16,f16}.f32,
 // with the documented fragment layouts; `is_bf16` picks the input type.
 void mma_m16n8k16(float d[4], const uint32_t a[4], const uint32_t b[2], bool is_bf16);
