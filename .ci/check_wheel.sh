@@ -27,5 +27,10 @@ b = wu.wavelet_bias(q, cfg, k_len=7)
 assert b.shape == (2, 5, 7), b.shape
 np.testing.assert_array_equal(b, wo.wavelet_bias(torch.from_numpy(q), cfg, k_len=7).numpy())
 print("wavelet_bias gufunc on numpy", np.__version__, "ok")
+# the rope gufunc (cos/sin shared by the heads of a broadcast loop) and the torch op agree bit for bit
+x = np.random.default_rng(1).standard_normal((2, 3, 9, 16)).astype(np.float32)
+rc = wavepe.RopeConfig(theta=500.0, rotary_fraction=0.5)
+np.testing.assert_array_equal(wu.rope(x, 4, rc), wo.rope(torch.from_numpy(x), None, 4, rc)[0].numpy())
+print("rope gufunc on numpy", np.__version__, "ok")
 PY
 "$env_dir/bin/wavepe" --help >/dev/null 2>&1 && echo "console script ok" || echo "console script not available yet"

@@ -18,7 +18,8 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from _harness import print_table, write_json  # noqa: E402
+import torch  # noqa: E402
+from _harness import compare, print_table, write_json  # noqa: E402
 
 
 def bench_wavelet_bias(quick: bool) -> dict:
@@ -88,16 +89,82 @@ def bench_wavelet_bias(quick: bool) -> dict:
     return {"rows": rows, "shape": {"B": b, "H": h, "L": length, "d": d}, "threads": torch.get_num_threads()}
 
 
+def _rotate_half(x):
+    # Hugging Face's rotate_half (transformers.models.llama.modeling_llama)
+    x1, x2 = x[..., : x.shape[-1] // 2], x[..., x.shape[-1] // 2:]
+    return torch.cat((-x2, x1), dim=-1)
+
+
+def _hf_apply_rotary_pos_emb(q, k, cos, sin):
+    # Hugging Face's apply_rotary_pos_emb with unsqueeze_dim=1, written out
+    cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)
+    return (q * cos) + (_rotate_half(q) * sin), (k * cos) + (_rotate_half(k) * sin)
+
+
 def bench_rope(quick: bool) -> dict:
-    raise NotImplementedError  # filled in with the RoPE kernels
+    """fp32 q and k (B, H, L, d), theta 1e4, positions 0..L-1: wavepe vs Hugging Face's
+    eager formulation (cos/sin precomputed as LlamaRotaryEmbedding makes them) and vs a
+    plain copy of the same bytes (torch.empty_like + copy_ of q and k)."""
+    import wavepe.ops as wo
+    from wavepe import RopeConfig
+
+    b, h, length, d = (1, 8, 512, 128) if quick else (1, 32, 4096, 128)
+    torch.manual_seed(0)
+    q = torch.randn(b, h, length, d)
+    k = torch.randn(b, h, length, d)
+    inv_freq = torch.from_numpy(RopeConfig(theta=1e4).inv_freq(d))
+    # cos/sin exactly as LlamaRotaryEmbedding.forward builds them (float32 angles), outside the timing
+    positions = torch.arange(length)[None, :]
+    freqs = positions[..., None].float() * inv_freq.float()
+    emb = torch.cat((freqs, freqs), dim=-1)
+    cos, sin = emb.cos(), emb.sin()
+
+    def ours():
+        return wo.rope_inv_freq(q, k, 0, inv_freq)
+
+    def hf():
+        return _hf_apply_rotary_pos_emb(q, k, cos, sin)
+
+    def copy():
+        return torch.empty_like(q).copy_(q), torch.empty_like(k).copy_(k)
+
+    # same answer first (HF's float32 angles are off by ~pos * 2^-24 rad)
+    (q_ours, k_ours), (q_hf, k_hf) = ours(), hf()
+    tol = 8 * length * 2.0**-24 * float(q.abs().max())
+    torch.testing.assert_close(q_ours, q_hf, rtol=0, atol=tol)
+    torch.testing.assert_close(k_ours, k_hf, rtol=0, atol=tol)
+    del q_ours, k_ours, q_hf, k_hf
+
+    t = compare({"wavepe": ours, "hf_eager": hf, "copy": copy}, repeat=5 if quick else 15, warmup=2)
+    moved = 2 * (q.numel() + k.numel()) * q.element_size()  # read q, k and write both outputs
+    gbps = {name: moved / sec / 1e9 for name, sec in t.items()}
+    case = f"fp32 q,k ({b},{h},{length},{d}) half, theta=1e4"
+    speedup = t["hf_eager"] / t["wavepe"]
+    bw_ratio = t["copy"] / t["wavepe"]
+    rows = [
+        [case, t["wavepe"] * 1e3, "HF eager q*cos+rotate_half(q)*sin", t["hf_eager"] * 1e3, speedup, ">= 4x",
+         speedup >= 4.0],
+        [case, t["wavepe"] * 1e3, "copy_ of q and k (same bytes)", t["copy"] * 1e3, bw_ratio,
+         ">= 0.6 (copy/ours)", bw_ratio >= 0.6],
+    ]
+    print(f"rope: wavepe {gbps['wavepe']:.1f} GB/s, copy {gbps['copy']:.1f} GB/s, HF eager {gbps['hf_eager']:.1f} GB/s "
+          f"(bytes read + written: {moved / 2**20:.0f} MiB per call)")
+    return {"rows": rows, "seconds": t, "gb_per_s": gbps, "bytes_moved": moved,
+            "shape": [b, h, length, d], "threads": torch.get_num_threads()}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="small shapes, for smoke tests")
+    parser.add_argument("--only", choices=["wavelet_bias", "rope"], help="run one op's benchmark")
+    parser.add_argument("--threads", type=int, help="torch.set_num_threads before timing (default: torch's choice)")
     args = parser.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
     results = {}
     for name, bench in (("wavelet_bias", bench_wavelet_bias), ("rope", bench_rope)):
+        if args.only not in (None, name):
+            continue
         try:
             results[name] = bench(args.quick)
         except NotImplementedError:  # an op whose kernels have not landed yet
@@ -107,7 +174,7 @@ def main() -> None:
         for row in r["rows"]:
             rows.append([name, *row])
     print_table("bench_ops", ["op", "case", "time (ms)", "reference", "ref time (ms)", "ratio", "target", "met"], rows)
-    write_json("bench_ops" + ("_quick" if args.quick else ""), results)
+    write_json("bench_ops" + ("_quick" if args.quick else "") + (f"_{args.only}" if args.only else ""), results)
 
 
 if __name__ == "__main__":

@@ -122,27 +122,49 @@ def rel_bias_grads(grad, q, table, r_lo: int, q_offset: int, causal: bool, clamp
     return dq, dt
 
 
-# ---- RoPE (DEVELOPING.md "RoPE") ------------------------------------------------
+# ---- RoPE ---------------------------------------------------------------------
 
-def rope(x, positions, inv_freq, layout: int | str, rotary_pairs: int, scale: float = 1.0, inverse: bool = False):
-    """x (B, H, L, d); positions (L,) or (B, L); layout 0/"half" or 1/"interleaved"."""
-    x = np.asarray(x, np.float64)
+def rope_inv_freq(theta: float, head_dim: int) -> np.ndarray:
+    """inv_freq_i = theta^(-2i/d), i < d/2."""
+    return np.array([theta ** (-2.0 * i / head_dim) for i in range(head_dim // 2)])
+
+
+def rope(x, positions, inv_freq, layout: str = "half", rotary_pairs: int | None = None, scale: float = 1.0,
+         inverse: bool = False) -> np.ndarray:
+    """Rotary embedding of x (..., L, d), float64, pair by pair from the formula.
+
+    positions broadcast to x.shape[:-1].  Pair i is (x[i], x[i + d/2]) for
+    "half" and (x[2i], x[2i+1]) for "interleaved"; with angle pos * inv_freq[i]
+    (negated when inverse) it becomes (a cos - b sin, b cos + a sin) * scale.
+    Pairs i >= rotary_pairs are x * scale.
+    """
+    x = np.asarray(x, dtype=np.float64)
     d = x.shape[-1]
     half = d // 2
-    pos = np.asarray(positions, np.float64)
-    if pos.ndim == 1:
-        pos = pos[None, :]
-    angle = pos[:, None, :, None] * np.asarray(inv_freq, np.float64)[:rotary_pairs]
-    cos, sin = np.cos(angle), np.sin(angle)
-    if inverse:
-        sin = -sin
-    p = np.arange(rotary_pairs)
-    ia, ib = (p, p + half) if layout in (0, "half") else (2 * p, 2 * p + 1)
+    pairs = half if rotary_pairs is None else rotary_pairs
+    pos = np.broadcast_to(np.asarray(positions, dtype=np.float64), x.shape[:-1])
     out = x * scale
-    a, b = x[..., ia], x[..., ib]
-    out[..., ia] = (a * cos - b * sin) * scale
-    out[..., ib] = (b * cos + a * sin) * scale
+    for i in range(pairs):
+        angle = pos * float(inv_freq[i])
+        c, s = np.cos(angle), np.sin(angle)
+        if inverse:
+            s = -s
+        ia, ib = (i, i + half) if layout == "half" else (2 * i, 2 * i + 1)
+        a, b = x[..., ia], x[..., ib]
+        out[..., ia] = (a * c - b * s) * scale
+        out[..., ib] = (b * c + a * s) * scale
     return out
+
+
+def rope_pair_magnitude(x, layout: str = "half") -> np.ndarray:
+    """|a| + |b| of the pair each element belongs to (the scale of its rounding error)."""
+    x = np.abs(np.asarray(x, dtype=np.float64))
+    half = x.shape[-1] // 2
+    if layout == "half":
+        partner = np.concatenate([x[..., half:], x[..., :half]], axis=-1)
+    else:
+        partner = x.reshape(*x.shape[:-1], half, 2)[..., ::-1].reshape(x.shape)
+    return x + partner
 
 
 # ---- attention with a position bias (DEVELOPING.md "Fused attention") -----------

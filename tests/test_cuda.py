@@ -203,6 +203,7 @@ def test_rope_on_cuda(dtype, layout, fraction):
         qr, kr = wo.rope(q, k, positions, cfg)
         assert qr.dtype == dtype and kr.dtype == dtype and qr.device.type == DEV
         pos = (np.arange(37) + positions) if isinstance(positions, int) else positions.cpu().numpy()
+        pos = pos[:, None, :] if pos.ndim == 2 else pos  # (B, L) -> broadcast over heads
         for x, y in ((q, qr), (k, kr)):
             close(y, ref.rope(rounded(x), pos, inv, layout, pairs, cfg.attention_factor, False), dtype, 2, "rope")
 

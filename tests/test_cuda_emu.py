@@ -165,8 +165,9 @@ def test_rope_matches_oracle(lib, dtype, layout, B, H1, H2, L, half, frac, scale
     got = rope_call(lib, dtype, xs, pos, inv, layout, pairs, scale, inverse, offset=offset, row_pad=row_pad,
                     misalign=misalign, in_place=in_place)
     full_pos = (np.arange(L) + offset) if offset is not None else pos
+    full_pos = full_pos[:, None, :] if full_pos.ndim == 2 else full_pos  # (B, L) -> broadcast over heads
     for x, g in zip(xs, got):
-        want = ref.rope(E.rounded(x, dtype), full_pos, inv, layout, pairs, scale, inverse)
+        want = ref.rope(E.rounded(x, dtype), full_pos, inv, ("half", "interleaved")[layout], pairs, scale, inverse)
         assert_close(g, want, dtype, 2, "rope")
 
 
@@ -176,7 +177,7 @@ def test_rope_large_angles_use_float64(lib):
     pos = np.array([2**40 + 1, 2**40 + 7, 3 * 2**38], dtype=np.int64)
     inv = np.array([1.0, 0.3])
     got = rope_call(lib, E.F32, [x], pos, inv, 0, 2, 1.0, False)[0]
-    np.testing.assert_allclose(got, ref.rope(x, pos, inv, 0, 2, 1.0, False), atol=1e-6)
+    np.testing.assert_allclose(got, ref.rope(x, pos, inv, "half", 2, 1.0, False), atol=1e-6)
 
 
 # ---- relative-table bias ------------------------------------------------------------------

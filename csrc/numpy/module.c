@@ -81,7 +81,7 @@ PyMODINIT_FUNC PyInit__ufuncs(void) {
     PyObject *m = PyModule_Create(&module_def);
     if (m == NULL) return NULL;
     if (wavepe_np_add_wavelet_ufuncs(m) < 0 || wavepe_np_add_alibi_functions(m) < 0 ||
-        wavepe_np_add_relbias_gufuncs(m) < 0) {
+        wavepe_np_add_relbias_gufuncs(m) < 0 || wavepe_np_add_rope_gufunc(m) < 0) {
         Py_DECREF(m);
         return NULL;
     }

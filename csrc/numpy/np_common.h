@@ -26,6 +26,7 @@
 int wavepe_np_add_wavelet_ufuncs(PyObject *module);
 int wavepe_np_add_alibi_functions(PyObject *module);
 int wavepe_np_add_relbias_gufuncs(PyObject *module);
+int wavepe_np_add_rope_gufunc(PyObject *module);
 
 /* Byte stride -> element stride; -1 when the stride is not a multiple of the
  * item size (NumPy hands legacy loops aligned data, so this is defensive). */

@@ -18,8 +18,8 @@ from typing import Any
 import numpy as np
 
 from . import _ufuncs
-from ._validate import check_int, check_product_fits, check_real, resolve_positions
-from .config import WaveletConfig
+from ._validate import check_choice, check_int, check_product_fits, check_real, resolve_positions
+from .config import ROPE_LAYOUTS, RopeConfig, WaveletConfig
 from .config import alibi_slopes as _alibi_slopes
 
 ricker: np.ufunc = _ufuncs.ricker
@@ -27,11 +27,18 @@ gaussian: np.ufunc = _ufuncs.gaussian
 morlet: np.ufunc = _ufuncs.morlet
 haar: np.ufunc = _ufuncs.haar
 
-__all__ = ["ricker", "gaussian", "morlet", "haar", "alibi_bias", "sinusoidal_table", "rel_bias", "wavelet_bias"]
+__all__ = ["ricker", "gaussian", "morlet", "haar", "alibi_bias", "sinusoidal_table", "rel_bias", "wavelet_bias",
+           "rope", "rope_inv_freq", "rope_gufunc"]
 
 #: The relative-table bias gufunc ``(m,d),(r,d),(),(),(),()->(m,n)``; ``out=`` is
 #: required (it carries n).  :func:`rel_bias` is the friendly front end.
 rel_bias_gufunc: np.ufunc = _ufuncs.rel_bias
+
+#: The RoPE gufunc ``(l,d),(l),(p),(),()->(l,d)``: x, int64 positions, float64
+#: inv_freq of the p = rotary_pairs pairs that rotate, scale, mode (bit 0
+#: interleaved, bit 1 inverse).  Unvalidated: :func:`rope` / :func:`rope_inv_freq`
+#: are the checked front ends.
+rope_gufunc: np.ufunc = _ufuncs.rope
 
 
 def _float_dtype(name: str, arr: np.ndarray) -> np.dtype:
@@ -187,3 +194,105 @@ def wavelet_bias(
         raise ValueError(f"q.shape[-1]={q.shape[-1]} does not match config.head_dim={config.head_dim}")
     table, r_lo = config.table(cdt)
     return _rel_bias(q, table, r_lo, k_len, q_offset, causal, False)
+
+
+def _rope_positions(positions: Any, loop_shape: tuple[int, ...], length: int) -> np.ndarray:
+    """positions as an int64 array broadcastable to ``loop_shape + (length,)``."""
+    if isinstance(positions, (int, np.integer)) and not isinstance(positions, (bool, np.bool_)):
+        start = check_int("positions", int(positions))
+        if start + length - 1 > 2**63 - 1:
+            raise OverflowError(f"positions: offset {start} + length {length} overflows int64")
+        return np.arange(start, start + length, dtype=np.int64)
+    pos = np.asarray(positions)
+    if pos.dtype == np.bool_ or not np.issubdtype(pos.dtype, np.integer):
+        raise TypeError(f"positions must be an int offset or an integer array, got dtype {pos.dtype}")
+    if pos.dtype == np.uint64 and pos.size and int(pos.max()) > 2**63 - 1:
+        raise OverflowError("positions: a value does not fit in int64")
+    want = (*loop_shape, length)
+    try:
+        ok = pos.ndim >= 1 and np.broadcast_shapes(pos.shape, want) == want
+    except ValueError:
+        ok = False
+    if not ok:
+        raise ValueError(f"positions must be broadcastable to x.shape[:-1] = {want} (length {length} last), "
+                         f"got shape {pos.shape}")
+    return pos.astype(np.int64, copy=False)
+
+
+def rope_inv_freq(
+    x: Any,
+    positions: Any,
+    inv_freq: Any,
+    *,
+    layout: str = "half",
+    rotary_pairs: int | None = None,
+    scale: float = 1.0,
+    inverse: bool = False,
+) -> np.ndarray:
+    """Rotary position embedding of ``x`` (..., L, d) with an explicit spectrum.
+
+    Pair i is ``(x[i], x[i + d/2])`` (layout "half", Hugging Face ``rotate_half``)
+    or ``(x[2i], x[2i+1])`` ("interleaved"); it becomes
+    ``(a cos - b sin, b cos + a sin) * scale`` with angle ``pos * inv_freq[i]``
+    formed in float64.  Pairs ``i >= rotary_pairs`` pass through (times scale).
+    ``inverse=True`` rotates by -angle (the adjoint: the inverse when scale = 1).
+
+    Args:
+        x: (..., L, d) float32 or float64 (float16 is computed in float32), d even.
+        positions: int offset (positions ``offset … offset+L-1``) or an integer
+            array broadcastable to ``x.shape[:-1]``, e.g. (L,) or (B, 1, L) for x (B, H, L, d).
+        inv_freq: (d/2,) angular frequencies, highest first.
+        layout: "half" or "interleaved".  rotary_pairs: default d/2.
+        scale: multiplies the result (YaRN attention factor).
+
+    Returns:
+        (..., L, d) array of x's dtype.  A real gufunc (:data:`rope_gufunc`) does
+        the work with the GIL released; cos/sin are computed once per position
+        for all the heads that share it.
+    """
+    arr = np.asarray(x)
+    if arr.ndim < 2:
+        raise ValueError(f"x must have shape (..., L, d), got shape {arr.shape}")
+    dt = _float_dtype("x", arr)
+    length, d = arr.shape[-2], arr.shape[-1]
+    if d % 2 or d == 0:
+        raise ValueError(f"head_dim (x.shape[-1]) must be even and >= 2 for RoPE, got {d}")
+    inv = np.asarray(inv_freq)
+    if inv.ndim != 1 or inv.shape[0] != d // 2:
+        raise ValueError(f"inv_freq must have shape (head_dim/2,) = ({d // 2},), got {inv.shape}")
+    if not np.issubdtype(inv.dtype, np.floating) and not np.issubdtype(inv.dtype, np.integer):
+        raise TypeError(f"inv_freq must be a real array, got dtype {inv.dtype}")
+    layout = check_choice("layout", layout, ROPE_LAYOUTS)
+    pairs = d // 2 if rotary_pairs is None else check_int("rotary_pairs", rotary_pairs, min_value=0)
+    if pairs > d // 2:
+        raise ValueError(f"rotary_pairs must be <= head_dim/2 = {d // 2}, got {pairs}")
+    inv = np.ascontiguousarray(inv[:pairs], dtype=np.float64)
+    bad = np.flatnonzero(~np.isfinite(inv))
+    if bad.size:
+        raise ValueError(f"inv_freq must be finite, got inv_freq[{int(bad[0])}] = {float(inv[bad[0]])!r}")
+    scale = check_real("scale", scale, positive=True)
+    if not isinstance(inverse, (bool, np.bool_)):
+        raise TypeError(f"inverse must be a bool, got {inverse!r}")
+    pos = _rope_positions(positions, arr.shape[:-2], length)
+    mode = (1 if layout == "interleaved" else 0) | (2 if inverse else 0)
+    work = arr.astype(dt, copy=False)
+    if work.strides[-1] != work.itemsize:  # the kernels read head vectors contiguously
+        work = np.ascontiguousarray(work)
+    out = rope_gufunc(work, pos, inv, np.float64(scale), np.int64(mode))
+    return out if out.dtype == arr.dtype else out.astype(arr.dtype)
+
+
+def rope(x: Any, positions: Any, config: RopeConfig, *, inverse: bool = False) -> np.ndarray:
+    """Rotary position embedding of ``x`` (..., L, d) as configured by a :class:`wavepe.RopeConfig`.
+
+    The spectrum (θ and scaling), p-RoPE fraction, layout and YaRN attention
+    factor come from ``config``; see :func:`rope_inv_freq` for the arguments.
+    """
+    if not isinstance(config, RopeConfig):
+        raise TypeError(f"config must be a RopeConfig, got {type(config).__name__}")
+    arr = np.asarray(x)
+    if arr.ndim < 2:
+        raise ValueError(f"x must have shape (..., L, d), got shape {arr.shape}")
+    d = config.check_head_dim(arr.shape[-1])
+    return rope_inv_freq(arr, positions, config.inv_freq(d), layout=config.layout,
+                         rotary_pairs=config.rotary_pairs(d), scale=config.attention_factor, inverse=inverse)

@@ -10,6 +10,7 @@ void test_checked(void);
 void test_wavelet(void);
 void test_alibi(void);
 void test_relbias(void);
+void test_rope(void);
 
 int main(void) {
     printf("wavepe core tests, cpu isa: %s\n", wavepe_isa_name(wavepe_cpu_isa()));
@@ -17,6 +18,7 @@ int main(void) {
     test_wavelet();
     test_alibi();
     test_relbias();
+    test_rope();
     if (wavepe_test_failures) {
         printf("%d check(s) failed\n", wavepe_test_failures);
         return 1;

@@ -1,21 +1,85 @@
-"""Rotary position embedding on q and k in one call (docs/DEVELOPING.md, "RoPE")."""
+"""Rotary position embedding on q and k in one call (docs/DEVELOPING.md, "RoPE").
+
+The compiled op::
+
+    torch.ops.wavepe.rope(Tensor q, Tensor? k, Tensor? positions, SymInt offset, Tensor inv_freq,
+                          SymInt rotary_pairs, str layout, float scale, bool inverse) -> (Tensor, Tensor)
+
+rotates q (B, Hq, L, d) and k (B, Hk, L, d) with cos/sin computed once per
+(position, pair) and shared by every head.  Without k its second output is an
+empty (B, 0, L, d) tensor.  ``inverse=True`` rotates by -angle: it is the
+backward of the forward op (the same op, so double backward works too).
+Outputs are new contiguous tensors; inputs are read through their strides.
+"""
 
 from __future__ import annotations
 
+import math
 import numbers
+import warnings
 
 import torch
 
-from .._validate import check_choice, check_int, check_real
+from .._validate import _is_symbolic_int, check_choice, check_int
 from ..config import ROPE_LAYOUTS, RopeConfig
 from . import eager
 from ._checks import check_same, check_tensor, compute_dtype
+from ._extension import ops
 
 
-def _check_positions(positions: int | torch.Tensor, batch: int, length: int, device: torch.device) -> torch.Tensor:
+@torch.library.register_fake("wavepe::rope")
+def _rope_fake(q, k, positions, offset, inv_freq, rotary_pairs, layout, scale, inverse):
+    # the shape rules of the CPU kernel, checked while tracing (symbolic sizes included)
+    torch._check_value(q.dim() == 4, lambda: f"rope: q must be (B, H, L, d), got shape {tuple(q.shape)}")
+    d = q.shape[3]
+    torch._check_value(d % 2 == 0, lambda: f"rope: head_dim (q.shape[-1]) must be even, got {d}")
+    if k is not None:
+        torch._check_value(k.dim() == 4 and k.shape[0] == q.shape[0] and k.shape[2] == q.shape[2]
+                           and k.shape[3] == d, lambda: f"rope: k must be (B, H_k, L, d) with q's B, L and d")
+    torch._check_value(inv_freq.dim() == 1 and inv_freq.shape[0] == d // 2,
+                       lambda: f"rope: inv_freq must have head_dim/2 = {d // 2} entries")
+    torch._check_value(0 <= rotary_pairs <= d // 2, lambda: f"rope: rotary_pairs must be in [0, {d // 2}]")
+    k_out = k.new_empty(k.shape) if k is not None else q.new_empty((q.shape[0], 0, q.shape[2], q.shape[3]))
+    return q.new_empty(q.shape), k_out
+
+
+def _rope_setup(ctx, inputs, output):
+    q, k, positions, offset, inv_freq, rotary_pairs, layout, scale, inverse = inputs
+    ctx.save_for_backward(positions, inv_freq)
+    ctx.has_k = k is not None
+    ctx.shapes = (q.shape, None if k is None else k.shape, q.dtype, q.device)
+    ctx.params = (offset, rotary_pairs, layout, scale, inverse)
+
+
+def _rope_backward(ctx, grad_q, grad_k):
+    # y = scale * R(angle) x  =>  dx = scale * R(-angle) dy: the op with inverse flipped.
+    positions, inv_freq = ctx.saved_tensors
+    offset, rotary_pairs, layout, scale, inverse = ctx.params
+    q_shape, k_shape, dtype, device = ctx.shapes
+    if grad_q is None:
+        grad_q = torch.zeros(q_shape, dtype=dtype, device=device)
+    if ctx.has_k and grad_k is None:
+        grad_k = grad_q.new_zeros(k_shape)
+    gq, gk = ops.rope(grad_q, grad_k if ctx.has_k else None, positions, offset, inv_freq, rotary_pairs, layout,
+                      scale, not inverse)
+    return gq, (gk if ctx.has_k else None), None, None, None, None, None, None, None
+
+
+torch.library.register_autograd("wavepe::rope", _rope_backward, setup_context=_rope_setup)
+
+
+# ---- argument checks -----------------------------------------------------------
+
+def _resolve_positions(positions: int | torch.Tensor, batch: int, length: int,
+                       device: torch.device) -> tuple[int, torch.Tensor | None]:
+    """(offset, None) for an int, (0, tensor) for an int64 (L,) / (B, L) / (1, L) tensor."""
+    if _is_symbolic_int(positions):  # torch.compile with dynamic shapes: the op checks it
+        return positions, None
     if isinstance(positions, numbers.Integral) and not isinstance(positions, bool):
         start = check_int("positions", positions)
-        return torch.arange(start, start + length, dtype=torch.int64, device=device)
+        if start + length - 1 > 2**63 - 1:
+            raise OverflowError(f"positions: offset {start} + length {length} overflows int64")
+        return start, None
     if not isinstance(positions, torch.Tensor):
         raise TypeError(f"positions must be an int offset or an int64 tensor, got {type(positions).__name__}")
     if positions.dtype != torch.int64:
@@ -23,14 +87,15 @@ def _check_positions(positions: int | torch.Tensor, batch: int, length: int, dev
     if positions.device != device:
         raise ValueError(f"positions must be on {device} like q, got {positions.device}")
     if positions.dim() == 1:
-        if positions.shape[0] != length:
-            raise ValueError(f"positions has shape {tuple(positions.shape)}; expected ({length},) or ({batch}, {length})")
+        ok = positions.shape[0] == length
     elif positions.dim() == 2:
-        if positions.shape[1] != length or positions.shape[0] not in (1, batch):
-            raise ValueError(f"positions has shape {tuple(positions.shape)}; expected ({length},) or ({batch}, {length})")
+        ok = positions.shape[1] == length and positions.shape[0] in (1, batch)
     else:
-        raise ValueError(f"positions must have shape (L,) or (B, L), got {tuple(positions.shape)}")
-    return positions
+        ok = False
+    if not ok:
+        raise ValueError(f"positions must have shape ({length},) or ({batch}, {length}), "
+                         f"got {tuple(positions.shape)}")
+    return 0, positions
 
 
 def _check_qk(q: torch.Tensor, k: torch.Tensor | None) -> None:
@@ -41,6 +106,45 @@ def _check_qk(q: torch.Tensor, k: torch.Tensor | None) -> None:
         if k.shape[0] != q.shape[0] or k.shape[2] != q.shape[2] or k.shape[3] != q.shape[3]:
             raise ValueError(f"k must be (B, H_kv, L, d) with q's B, L and d: q {tuple(q.shape)}, k {tuple(k.shape)}")
 
+
+_DISPATCH_KEYS = {"cuda": "CUDA", "meta": "Meta", "mps": "MPS", "xpu": "XPU", "hpu": "HPU"}
+
+
+def _check_scale(scale: float) -> float:
+    # comparisons only (no math.isnan): traceable by torch.compile, also with dynamic=True
+    if isinstance(scale, bool) or not isinstance(scale, numbers.Real):
+        raise TypeError(f"scale must be a real number, got {scale!r} of type {type(scale).__name__}")
+    if not (0 < scale < math.inf):
+        raise ValueError(f"scale must be > 0 and finite, got {scale}")
+    return scale
+
+
+def _has_kernel(device: torch.device) -> bool:
+    """Is torch.ops.wavepe.rope implemented for this device (CPU always; Meta through the fake kernel)?"""
+    if device.type == "cpu":
+        return True
+    key = _DISPATCH_KEYS.get(device.type)
+    return key is not None and torch._C._dispatch_has_kernel_for_dispatch_key("wavepe::rope", key)
+
+
+_warned_devices: set[str] = set()
+
+
+def _eager_fallback(q, k, offset, pos, inv, layout, pairs, scale, cdt):
+    if q.device.type not in _warned_devices:
+        _warned_devices.add(q.device.type)
+        warnings.warn(f"wavepe.ops.rope: no compiled kernel for device '{q.device.type}'; "
+                      "using the plain-PyTorch implementation", RuntimeWarning, stacklevel=3)
+    if not torch.isfinite(inv[:pairs]).all():
+        raise ValueError("inv_freq must be finite")
+    if pos is None:
+        pos = torch.arange(offset, offset + q.shape[2], dtype=torch.int64, device=q.device)
+    q_rot = eager.rope(q.to(cdt), pos, inv, layout, pairs, scale).to(q.dtype)
+    k_rot = None if k is None else eager.rope(k.to(cdt), pos, inv, layout, pairs, scale).to(k.dtype)
+    return q_rot, k_rot
+
+
+# ---- public API ------------------------------------------------------------------
 
 def rope_inv_freq(
     q: torch.Tensor,
@@ -54,16 +158,24 @@ def rope_inv_freq(
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """RoPE with an explicit spectrum ``inv_freq`` (d/2,), e.g. a model's own buffer.
 
+    Pair i is ``(x[i], x[i + d/2])`` ("half", Hugging Face ``rotate_half``) or
+    ``(x[2i], x[2i+1])`` ("interleaved"); it becomes
+    ``(a cos - b sin, b cos + a sin) * scale`` with angle ``pos * inv_freq[i]``
+    formed in float64.  Pairs ``i >= rotary_pairs`` pass through (times scale).
+    Differentiable in q and k (not in inv_freq).
+
     Args:
-        q: (B, Hq, L, d); k: (B, Hk, L, d) or None.
+        q: (B, Hq, L, d); k: (B, Hk, L, d) or None.  Any strides with the last
+            dimension contiguous are read in place, e.g. ``x.view(B, L, H, d).transpose(1, 2)``.
         positions: int offset (positions ``offset … offset+L-1``) or int64 (L,) / (B, L).
-        inv_freq: (d/2,) angular frequencies, highest first; angles are pos·inv_freq in float64.
-        layout: "half" (Hugging Face rotate_half) or "interleaved".
+        inv_freq: (d/2,) angular frequencies, highest first.
+        layout: "half" or "interleaved".
         rotary_pairs: rotate only pairs i < rotary_pairs (default all d/2).
         scale: multiplies the result (YaRN attention factor).
 
     Returns:
-        (q_rot, k_rot) with the input shapes and dtypes (k_rot None when k is None).
+        (q_rot, k_rot): contiguous, with the input shapes and dtypes (k_rot None
+        when k is None).  bfloat16 / float16 inputs are computed in float32.
     """
     _check_qk(q, k)
     d = q.shape[-1]
@@ -72,19 +184,50 @@ def rope_inv_freq(
     check_tensor("inv_freq", inv_freq, dim=1)
     if inv_freq.shape[0] != d // 2:
         raise ValueError(f"inv_freq must have head_dim/2 = {d // 2} entries, got {inv_freq.shape[0]}")
-    if not torch.isfinite(inv_freq).all():
-        raise ValueError("inv_freq must be finite")
+    if inv_freq.requires_grad and torch.is_grad_enabled():
+        raise ValueError("inv_freq requires grad, but RoPE is not differentiable in inv_freq; "
+                         "pass inv_freq.detach() (e.g. a model's non-persistent buffer)")
     layout = check_choice("layout", layout, ROPE_LAYOUTS)
     pairs = d // 2 if rotary_pairs is None else check_int("rotary_pairs", rotary_pairs, min_value=0)
     if pairs > d // 2:
         raise ValueError(f"rotary_pairs must be <= head_dim/2 = {d // 2}, got {pairs}")
-    scale = check_real("scale", scale, positive=True)
-    pos = _check_positions(positions, q.shape[0], q.shape[2], q.device)
+    scale = _check_scale(scale)
+    return _rope(q, k, positions, inv_freq.to(device=q.device, dtype=torch.float64), layout, pairs, scale)
+
+
+def _rope(q: torch.Tensor, k: torch.Tensor | None, positions: int | torch.Tensor, inv: torch.Tensor, layout: str,
+          pairs: int, scale: float) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """The op on checked arguments: inv is float64 (d/2,) on q's device."""
+    offset, pos = _resolve_positions(positions, q.shape[0], q.shape[2], q.device)
     cdt = compute_dtype(q)
-    inv = inv_freq.to(device=q.device, dtype=torch.float64)
-    q_rot = eager.rope(q.to(cdt), pos, inv, layout, pairs, scale).to(q.dtype)
-    k_rot = None if k is None else eager.rope(k.to(cdt), pos, inv, layout, pairs, scale).to(k.dtype)
-    return q_rot, k_rot
+    if not _has_kernel(q.device):
+        return _eager_fallback(q, k, offset, pos, inv, layout, pairs, scale, cdt)
+    q_rot, k_rot = ops.rope(q.to(cdt), None if k is None else k.to(cdt), pos, offset, inv, pairs, layout, scale,
+                            False)
+    return q_rot.to(q.dtype), (None if k is None else k_rot.to(k.dtype))
+
+
+# Plain dict: get / setdefault are atomic under the GIL, and torch.compile
+# traces them (it cannot enter a lock).
+_inv_freq_cache: dict[tuple, torch.Tensor] = {}
+
+
+def config_inv_freq(config: RopeConfig, head_dim: int, device: torch.device | str = "cpu") -> torch.Tensor:
+    """``config.inv_freq(head_dim)`` as a float64 tensor on ``device`` (cached per config, d, device)."""
+    device = torch.device(device)
+    key = (config, head_dim, str(device))
+    hit = _inv_freq_cache.get(key)
+    if hit is None:
+        hit = _inv_freq_cache.setdefault(key, torch.from_numpy(config.inv_freq(head_dim)).to(device))
+    return hit
+
+
+@torch.compiler.assume_constant_result
+def _config_inv_freq_constant(config: RopeConfig, head_dim: int, device: torch.device) -> torch.Tensor:
+    # Under torch.compile the spectrum is built (or fetched) eagerly while
+    # tracing and enters the graph as a constant: the config is fixed, and
+    # the cache lookup (hashing configs) and NumPy code are not traceable.
+    return config_inv_freq(config, head_dim, device)
 
 
 def rope(
@@ -101,12 +244,17 @@ def rope(
         config: :class:`wavepe.RopeConfig` (θ, rotary_fraction, layout, scaling).
 
     Returns:
-        (q_rot, k_rot), same shapes and dtypes.
+        (q_rot, k_rot), same shapes and dtypes, contiguous; ``scale`` is the
+        config's attention factor (YaRN), 1 otherwise.
+
+    Under ``torch.compile`` the config's spectrum enters the graph as a
+    constant built for the (static) head_dim; with ``dynamic=True``, which
+    makes even head_dim symbolic, pass the spectrum yourself through
+    :func:`rope_inv_freq` (e.g. ``config.inv_freq(d)`` as a tensor buffer).
     """
     if not isinstance(config, RopeConfig):
         raise TypeError(f"config must be a RopeConfig, got {type(config).__name__}")
-    check_tensor("q", q, dim=4)
-    d = q.shape[-1]
-    inv = torch.from_numpy(config.inv_freq(d)).to(q.device)
-    return rope_inv_freq(q, k, positions, inv, layout=config.layout, rotary_pairs=config.rotary_pairs(d),
-                         scale=config.attention_factor)
+    _check_qk(q, k)
+    d = config.check_head_dim(int(q.shape[-1]))  # a model constant: specialised under torch.compile
+    inv = _config_inv_freq_constant(config, d, q.device)
+    return _rope(q, k, positions, inv, config.layout, config.rotary_pairs(d), config.attention_factor)

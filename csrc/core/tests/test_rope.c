@@ -1,0 +1,329 @@
+/* test_rope.c: RoPE kernels, scalar vs AVX2 vs a naive loop, and validation. */
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../checked.h"
+#include "../rope.h"
+#include "harness.h"
+
+/* One test problem.  q is stored (B, L, Hq, d) (the transposed layout users
+ * get from a (B, L, H, d) projection) when q_transposed, else (B, Hq, L, d);
+ * k is always (B, Hk, L, d); outputs are dense (B, H, L, d). */
+typedef struct rope_case {
+    int64_t batch, heads_q, heads_k, len, head_dim, rotary_pairs;
+    int layout, inverse, q_transposed;
+    int pos_mode; /* 0: offset, 1: (L,) array, 2: (B, L) array */
+    int64_t offset;
+    double scale, theta;
+} rope_case;
+
+static double naive_component(const rope_case *c, const double *inv, const double *x, double pos, int64_t j) {
+    const int64_t half = c->head_dim / 2;
+    int64_t i, partner;
+    int first; /* j is the pair's first element (a) */
+    if (c->layout == WAVEPE_ROPE_HALF) {
+        i = j < half ? j : j - half;
+        first = j < half;
+        partner = first ? j + half : j - half;
+    } else {
+        i = j / 2;
+        first = j % 2 == 0;
+        partner = first ? j + 1 : j - 1;
+    }
+    if (i >= c->rotary_pairs) return x[j] * c->scale;
+    const double angle = pos * inv[i];
+    const double cs = cos(angle), sn = c->inverse ? -sin(angle) : sin(angle);
+    const double a = first ? x[j] : x[partner], b = first ? x[partner] : x[j];
+    return (first ? a * cs - b * sn : b * cs + a * sn) * c->scale;
+}
+
+typedef struct rope_buffers {
+    double *q, *k, *pos_f;
+    int64_t *positions;
+    double *inv;
+    int64_t q_numel, k_numel;
+} rope_buffers;
+
+static void fill(const rope_case *c, rope_buffers *buf, unsigned long long *seed) {
+    buf->q_numel = c->batch * c->heads_q * c->len * c->head_dim;
+    buf->k_numel = c->batch * c->heads_k * c->len * c->head_dim;
+    buf->q = malloc(sizeof(double) * (size_t)(buf->q_numel + 1));
+    buf->k = malloc(sizeof(double) * (size_t)(buf->k_numel + 1));
+    buf->positions = malloc(sizeof(int64_t) * (size_t)(c->batch * c->len + 1));
+    buf->inv = malloc(sizeof(double) * (size_t)(c->head_dim / 2 + 1));
+    for (int64_t i = 0; i < buf->q_numel; ++i) buf->q[i] = test_uniform(seed, -2.0, 2.0);
+    for (int64_t i = 0; i < buf->k_numel; ++i) buf->k[i] = test_uniform(seed, -2.0, 2.0);
+    for (int64_t i = 0; i < c->head_dim / 2; ++i) buf->inv[i] = pow(c->theta, -2.0 * (double)i / (double)c->head_dim);
+    for (int64_t b = 0; b < c->batch; ++b)
+        for (int64_t l = 0; l < c->len; ++l)
+            buf->positions[b * c->len + l] = c->offset + (c->pos_mode == 2 ? 7 * b : 0) + 3 * l - (l % 2);
+}
+
+static double position_of(const rope_case *c, const rope_buffers *buf, int64_t b, int64_t l) {
+    if (c->pos_mode == 0) return (double)(c->offset + l);
+    return (double)buf->positions[(c->pos_mode == 2 ? b * c->len : 0) + l];
+}
+
+/* Offset of q element (b, h, l, 0) in the stored layout. */
+static int64_t q_at(const rope_case *c, int64_t b, int64_t h, int64_t l) {
+    if (c->q_transposed) return ((b * c->len + l) * c->heads_q + h) * c->head_dim;
+    return ((b * c->heads_q + h) * c->len + l) * c->head_dim;
+}
+
+static void setup_args(const rope_case *c, const rope_buffers *buf, wavepe_rope_args *a, const void *q, void *q_out,
+                       const void *k, void *k_out) {
+    memset(a, 0, sizeof *a);
+    const int64_t L = c->len, d = c->head_dim, Hq = c->heads_q, Hk = c->heads_k;
+    a->batch = c->batch, a->len = L, a->head_dim = d;
+    a->q.heads = Hq, a->q.in = q, a->q.out = q_out;
+    if (c->q_transposed) {
+        a->q.in_stride_b = L * Hq * d, a->q.in_stride_h = d, a->q.in_stride_l = Hq * d;
+    } else {
+        a->q.in_stride_b = Hq * L * d, a->q.in_stride_h = L * d, a->q.in_stride_l = d;
+    }
+    a->q.out_stride_b = Hq * L * d, a->q.out_stride_h = L * d, a->q.out_stride_l = d;
+    a->k.heads = Hk, a->k.in = k, a->k.out = k_out;
+    a->k.in_stride_b = a->k.out_stride_b = Hk * L * d;
+    a->k.in_stride_h = a->k.out_stride_h = L * d;
+    a->k.in_stride_l = a->k.out_stride_l = d;
+    a->inv_freq = buf->inv, a->rotary_pairs = c->rotary_pairs, a->layout = c->layout;
+    a->inverse = c->inverse, a->scale = c->scale, a->offset = c->offset;
+    if (c->pos_mode > 0) {
+        a->positions = buf->positions, a->pos_stride_l = 1, a->pos_stride_b = c->pos_mode == 2 ? L : 0;
+    }
+}
+
+/* Run one case in float64 and float32 on every ISA; compare with the naive
+ * loop (error model: a few ulp of |a| + |b| of the pair) and ISAs with each
+ * other. */
+static void check_case(const rope_case *c, unsigned long long *seed) {
+    rope_buffers buf;
+    fill(c, &buf, seed);
+    const int64_t L = c->len, d = c->head_dim;
+    const wavepe_isa isas[2] = {WAVEPE_ISA_SCALAR, wavepe_cpu_isa()};
+    double *q_out = malloc(sizeof(double) * (size_t)(buf.q_numel + 1));
+    double *k_out = malloc(sizeof(double) * (size_t)(buf.k_numel + 1));
+    float *q32 = malloc(sizeof(float) * (size_t)(buf.q_numel + 1)), *k32 = malloc(sizeof(float) * (size_t)(buf.k_numel + 1));
+    float *q32_out = malloc(sizeof(float) * (size_t)(buf.q_numel + 1));
+    float *k32_out = malloc(sizeof(float) * (size_t)(buf.k_numel + 1));
+    for (int64_t i = 0; i < buf.q_numel; ++i) q32[i] = (float)buf.q[i];
+    for (int64_t i = 0; i < buf.k_numel; ++i) k32[i] = (float)buf.k[i];
+    for (int v = 0; v < 2; ++v) {
+        wavepe_rope_args a;
+        setup_args(c, &buf, &a, buf.q, q_out, buf.k, k_out);
+        CHECK(wavepe_rope_validate(&a) == WAVEPE_OK);
+        const int64_t rows = wavepe_rope_rows(&a);
+        /* two ranges, as two threads would split them */
+        wavepe_rope_f64(isas[v], &a, 0, rows / 2);
+        wavepe_rope_f64(isas[v], &a, rows / 2, rows);
+        setup_args(c, &buf, &a, q32, q32_out, k32, k32_out);
+        wavepe_rope_f32(isas[v], &a, 0, rows);
+        for (int t = 0; t < 2; ++t) {
+            const int64_t H = t == 0 ? c->heads_q : c->heads_k;
+            for (int64_t b = 0; b < c->batch; ++b)
+                for (int64_t h = 0; h < H; ++h)
+                    for (int64_t l = 0; l < L; ++l) {
+                        const double *x = t == 0 ? buf.q + q_at(c, b, h, l) : buf.k + ((b * H + h) * L + l) * d;
+                        const float *x32 = t == 0 ? q32 + q_at(c, b, h, l) : k32 + ((b * H + h) * L + l) * d;
+                        const int64_t o = ((b * H + h) * L + l) * d;
+                        const double *y = (t == 0 ? q_out : k_out) + o;
+                        const float *y32 = (t == 0 ? q32_out : k32_out) + o;
+                        double x32d[140];
+                        for (int64_t j = 0; j < d; ++j) x32d[j] = x32[j];
+                        const double pos = position_of(c, &buf, b, l);
+                        for (int64_t j = 0; j < d; ++j) {
+                            const double mag = (fabs(x[j]) + 2.0) * fabs(c->scale); /* >= |a| + |b| */
+                            CHECK_CLOSE(y[j], naive_component(c, buf.inv, x, pos, j), 0, 8e-16 * mag);
+                            CHECK_CLOSE(y32[j], naive_component(c, buf.inv, x32d, pos, j), 0, 5e-7 * mag);
+                        }
+                    }
+        }
+    }
+    free(buf.q), free(buf.k), free(buf.positions), free(buf.inv);
+    free(q_out), free(k_out), free(q32), free(k32), free(q32_out), free(k32_out);
+}
+
+/* inverse(forward(x)) == x, in place, both dtypes and ISAs. */
+static void check_round_trip(int layout, int64_t d, double offset, unsigned long long *seed) {
+    const int64_t L = 21, H = 3;
+    double x[21 * 3 * 130], y[21 * 3 * 130];
+    float xf[21 * 3 * 130];
+    double inv[65];
+    for (int64_t i = 0; i < d / 2; ++i) inv[i] = pow(10000.0, -2.0 * (double)i / (double)d);
+    for (int64_t i = 0; i < L * H * d; ++i) y[i] = x[i] = test_uniform(seed, -1.0, 1.0), xf[i] = (float)x[i];
+    const wavepe_isa isas[2] = {WAVEPE_ISA_SCALAR, wavepe_cpu_isa()};
+    for (int v = 0; v < 2; ++v) {
+        wavepe_rope_args a;
+        memset(&a, 0, sizeof a);
+        a.batch = 1, a.len = L, a.head_dim = d, a.inv_freq = inv, a.rotary_pairs = d / 2, a.layout = layout;
+        a.scale = 1.0, a.offset = (int64_t)offset;
+        a.q.heads = H, a.q.in = y, a.q.out = y; /* in place */
+        a.q.in_stride_b = a.q.out_stride_b = H * L * d;
+        a.q.in_stride_h = a.q.out_stride_h = L * d;
+        a.q.in_stride_l = a.q.out_stride_l = d;
+        CHECK(wavepe_rope_validate(&a) == WAVEPE_OK);
+        wavepe_rope_f64(isas[v], &a, 0, wavepe_rope_rows(&a));
+        a.inverse = 1;
+        wavepe_rope_f64(isas[v], &a, 0, wavepe_rope_rows(&a));
+        for (int64_t i = 0; i < L * H * d; ++i) CHECK_CLOSE(y[i], x[i], 0, 4e-16);
+        float yf[21 * 3 * 130];
+        memcpy(yf, xf, sizeof(float) * (size_t)(L * H * d));
+        a.q.in = yf, a.q.out = yf, a.inverse = 0;
+        wavepe_rope_f32(isas[v], &a, 0, wavepe_rope_rows(&a));
+        a.inverse = 1;
+        wavepe_rope_f32(isas[v], &a, 0, wavepe_rope_rows(&a));
+        for (int64_t i = 0; i < L * H * d; ++i) CHECK_CLOSE(yf[i], xf[i], 0, 4e-7);
+        memcpy(y, x, sizeof(double) * (size_t)(L * H * d));
+    }
+}
+
+static void check_validation(void) {
+    double q[2 * 4 * 8], out[2 * 4 * 8], inv[4] = {1.0, 0.1, 0.01, 0.001};
+    int64_t pos[4] = {0, 1, 2, 3};
+    wavepe_rope_args a;
+    memset(&a, 0, sizeof a);
+    a.batch = 1, a.len = 4, a.head_dim = 8, a.inv_freq = inv, a.rotary_pairs = 4, a.scale = 1.0;
+    a.q.heads = 2, a.q.in = q, a.q.out = out;
+    a.q.in_stride_b = a.q.out_stride_b = 64, a.q.in_stride_h = a.q.out_stride_h = 32;
+    a.q.in_stride_l = a.q.out_stride_l = 8;
+    CHECK(wavepe_rope_validate(&a) == WAVEPE_OK);
+    wavepe_rope_args bad = a;
+    bad.head_dim = 7;
+    CHECK(wavepe_rope_validate(&bad) == WAVEPE_E_INVALID);
+    bad = a, bad.rotary_pairs = 5;
+    CHECK(wavepe_rope_validate(&bad) == WAVEPE_E_INVALID);
+    bad = a, bad.rotary_pairs = -1;
+    CHECK(wavepe_rope_validate(&bad) == WAVEPE_E_INVALID);
+    bad = a, bad.layout = 2;
+    CHECK(wavepe_rope_validate(&bad) == WAVEPE_E_INVALID);
+    bad = a, bad.scale = NAN;
+    CHECK(wavepe_rope_validate(&bad) == WAVEPE_E_INVALID);
+    double inv_nan[4] = {1.0, NAN, 0.0, 0.0};
+    bad = a, bad.inv_freq = inv_nan;
+    CHECK(wavepe_rope_validate(&bad) == WAVEPE_E_INVALID);
+    bad.rotary_pairs = 1; /* only the pairs that rotate are read */
+    CHECK(wavepe_rope_validate(&bad) == WAVEPE_OK);
+    bad = a, bad.inv_freq = NULL;
+    CHECK(wavepe_rope_validate(&bad) == WAVEPE_E_NULL);
+    bad = a, bad.q.out = NULL;
+    CHECK(wavepe_rope_validate(&bad) == WAVEPE_E_NULL);
+    bad = a, bad.k.heads = 1; /* k pointers NULL while k has elements */
+    CHECK(wavepe_rope_validate(&bad) == WAVEPE_E_NULL);
+    bad = a, bad.len = -1;
+    CHECK(wavepe_rope_validate(&bad) == WAVEPE_E_NEGATIVE_SIZE);
+    bad = a, bad.k.heads = -2;
+    CHECK(wavepe_rope_validate(&bad) == WAVEPE_E_NEGATIVE_SIZE);
+    bad = a, bad.batch = (int64_t)1 << 40, bad.len = (int64_t)1 << 20;
+    CHECK(wavepe_rope_validate(&bad) == WAVEPE_E_OVERFLOW);
+    bad = a, bad.q.in_stride_h = INT64_MAX / 2;
+    CHECK(wavepe_rope_validate(&bad) == WAVEPE_E_OVERFLOW);
+    bad = a, bad.q.out_stride_l = INT64_MIN;
+    CHECK(wavepe_rope_validate(&bad) == WAVEPE_E_OVERFLOW);
+    bad = a, bad.offset = INT64_MAX - 2;
+    CHECK(wavepe_rope_validate(&bad) == WAVEPE_E_OVERFLOW);
+    bad.positions = pos, bad.pos_stride_l = 1; /* an array ignores the offset */
+    CHECK(wavepe_rope_validate(&bad) == WAVEPE_OK);
+    bad.pos_stride_l = INT64_MAX / 2;
+    CHECK(wavepe_rope_validate(&bad) == WAVEPE_E_OVERFLOW);
+    /* empty problems need no data at all */
+    wavepe_rope_args empty;
+    memset(&empty, 0, sizeof empty);
+    empty.batch = 3, empty.len = 0, empty.head_dim = 8, empty.q.heads = 4, empty.rotary_pairs = 0, empty.scale = 1;
+    CHECK(wavepe_rope_validate(&empty) == WAVEPE_OK);
+    CHECK(wavepe_rope_rows(&empty) == 0);
+    empty.len = 17;
+    empty.q.heads = 0;
+    CHECK(wavepe_rope_validate(&empty) == WAVEPE_OK);
+    CHECK(wavepe_rope_rows(&empty) == 3 * 2);
+}
+
+/* Angles beyond the vector reduction's range go through libm, and positions
+ * near 1e6 keep full accuracy (the angle is a double product). */
+static void check_large_positions(unsigned long long *seed) {
+    const int64_t offsets[3] = {1000000, 123456789, (int64_t)1 << 45};
+    for (int i = 0; i < 3; ++i) {
+        for (int layout = 0; layout < 2; ++layout) {
+            rope_case c = {1, 2, 1, 19, 64, 32, layout, 0, 0, 1, offsets[i], 1.0, 10000.0};
+            check_case(&c, seed);
+        }
+    }
+    /* inv_freq of 1 at position 2^45: every lane of the first vector overflows the range */
+    rope_case c = {2, 1, 1, 5, 16, 8, WAVEPE_ROPE_HALF, 1, 0, 2, ((int64_t)1 << 42) + 5, 0.5, 2.0};
+    check_case(&c, seed);
+}
+
+/* Problems of 32 MiB and more take the AVX2 kernels' large-input path
+ * (prefetching the next head, across q into k): the bits must be those of the
+ * same heads rotated one at a time, for both layouts and dtypes. */
+#define CHECK_LARGE_PATH(T, KERNEL)                                                                 \
+    do {                                                                                           \
+        const int64_t L = 4096, d = 128, H = (int64_t)(16 << 20) / (L * d * (int64_t)sizeof(T));   \
+        const int64_t n = H * L * d; /* q and k: 16 MiB each */                                    \
+        T *q = malloc(sizeof(T) * (size_t)n), *k = malloc(sizeof(T) * (size_t)n);                  \
+        T *qo = malloc(sizeof(T) * (size_t)n), *ko = malloc(sizeof(T) * (size_t)n);                \
+        T *one = malloc(sizeof(T) * (size_t)(L * d));                                              \
+        for (int64_t i = 0; i < n; ++i)                                                            \
+            q[i] = (T)test_uniform(&seed, -1, 1), k[i] = (T)test_uniform(&seed, -1, 1);            \
+        for (int layout = 0; layout < 2; ++layout) {                                               \
+            wavepe_rope_args a;                                                                    \
+            memset(&a, 0, sizeof a);                                                               \
+            a.batch = 1, a.len = L, a.head_dim = d, a.inv_freq = inv, a.rotary_pairs = 60;         \
+            a.layout = layout, a.scale = 1.0, a.offset = 3;                                        \
+            a.q.heads = H, a.q.in = q, a.q.out = qo;                                               \
+            a.q.in_stride_b = a.q.out_stride_b = n, a.q.in_stride_h = a.q.out_stride_h = L * d;    \
+            a.q.in_stride_l = a.q.out_stride_l = d;                                                \
+            a.k = a.q, a.k.in = k, a.k.out = ko;                                                   \
+            CHECK(wavepe_rope_validate(&a) == WAVEPE_OK);                                          \
+            KERNEL(wavepe_cpu_isa(), &a, 0, wavepe_rope_rows(&a));                                 \
+            wavepe_rope_args h1 = a;                                                               \
+            h1.q.heads = 1, h1.k.heads = 0, h1.q.out = one;                                        \
+            for (int t = 0; t < 2; ++t)                                                            \
+                for (int64_t h = 0; h < H; ++h) {                                                  \
+                    h1.q.in = (t == 0 ? q : k) + h * L * d;                                        \
+                    KERNEL(wavepe_cpu_isa(), &h1, 0, wavepe_rope_rows(&h1));                       \
+                    CHECK(memcmp(one, (t == 0 ? qo : ko) + h * L * d, sizeof(T) * (size_t)(L * d)) == 0); \
+                }                                                                                  \
+        }                                                                                          \
+        free(q), free(k), free(qo), free(ko), free(one);                                           \
+    } while (0)
+
+static void check_large_path(void) {
+    double inv[64];
+    for (int64_t i = 0; i < 64; ++i) inv[i] = pow(10000.0, -2.0 * (double)i / 128.0);
+    unsigned long long seed = 99;
+    CHECK_LARGE_PATH(float, wavepe_rope_f32);
+    CHECK_LARGE_PATH(double, wavepe_rope_f64);
+}
+
+void test_rope(void) {
+    unsigned long long seed = 7;
+    const int64_t dims[4] = {2, 6, 10, 130};
+    for (int di = 0; di < 4; ++di) {
+        const int64_t d = dims[di], half = d / 2;
+        const int64_t pairs[4] = {0, half / 4 > 0 ? half / 4 : 1, half / 2, half};
+        for (int pi = 0; pi < 4; ++pi)
+            for (int layout = 0; layout < 2; ++layout)
+                for (int pos_mode = 0; pos_mode < 3; ++pos_mode) {
+                    const int inverse = (pi + pos_mode) % 2, transposed = (pi + layout) % 2;
+                    const double scale = pi == 2 ? 1.25 : 1.0;
+                    rope_case c = {2, 3, pos_mode == 1 ? 0 : 2, 37, d, pairs[pi], layout, inverse, transposed,
+                                   pos_mode, pos_mode == 0 ? -5 : 11, scale, 500.0};
+                    check_case(&c, &seed);
+                }
+    }
+    /* one position, one head (decode), and a length that is a multiple of the block */
+    rope_case one = {1, 1, 1, 1, 128, 64, WAVEPE_ROPE_HALF, 0, 0, 0, 4095, 1.0, 10000.0};
+    check_case(&one, &seed);
+    rope_case blocks = {1, 4, 2, 2 * WAVEPE_ROPE_POS_BLOCK, 128, 48, WAVEPE_ROPE_INTERLEAVED, 0, 1, 1, 0, 1.0, 1e4};
+    check_case(&blocks, &seed);
+    for (int layout = 0; layout < 2; ++layout) {
+        check_round_trip(layout, 128, 0, &seed);
+        check_round_trip(layout, 130, 1e6, &seed);
+        check_round_trip(layout, 6, 77, &seed);
+    }
+    check_large_positions(&seed);
+    check_large_path();
+    check_validation();
+}
