@@ -352,3 +352,16 @@ def test_attention_backward_is_deterministic():
         runs.append(torch.autograd.grad(out, (q, k, v, table), go))
     for a, b in zip(*runs):
         assert torch.equal(a, b)
+
+
+def test_rope_rejects_non_finite_inv_freq():
+    q = torch.randn(1, 2, 4, 8, device=DEV)
+    inv = torch.tensor([1.0, 0.5, float("nan"), 0.1], dtype=torch.float64, device=DEV)
+    with pytest.raises(ValueError, match=r"inv_freq must be finite"):
+        wo.rope_inv_freq(q, None, 0, inv)
+    wo.rope_inv_freq(q, None, 0, inv, rotary_pairs=2)  # the NaN pair is not rotated
+    inv[2] = 0.25  # in place: checked again
+    wo.rope_inv_freq(q, None, 0, inv)
+    inv[3] = float("inf")
+    with pytest.raises(ValueError, match=r"inv_freq must be finite"):
+        wo.rope_inv_freq(q, None, 0, inv)

@@ -3,9 +3,18 @@
 // Same contract as the CPU op: new contiguous (B, H, L, d) outputs (an empty
 // (B, 0, L, d) second output without k), any input strides with a contiguous
 // last dimension (else one copy), positions None / (L,) / (B, L) / (1, L).
-// inv_freq must be a float64 tensor on q's device; its finiteness is checked
-// by the Python wrapper (checking it here would synchronise with the GPU).
+// inv_freq must be a float64 tensor on q's device.  Like the CPU op, a
+// non-finite inv_freq[i < rotary_pairs] raises ValueError; the check needs a
+// device sync, so the tensors found finite are remembered (by identity and
+// version counter: a model's inv_freq buffer is checked once, an in-place
+// change is checked again).
+#include <ATen/ops/isfinite.h>
+#include <ATen/ops/logical_not.h>
+#include <ATen/ops/nonzero.h>
+
+#include <array>
 #include <cmath>
+#include <mutex>
 #include <optional>
 #include <string_view>
 #include <tuple>
@@ -19,6 +28,35 @@ int parse_layout(std::string_view layout) {
     if (layout == "interleaved") return WAVEPE_CUDA_ROPE_INTERLEAVED;
     TORCH_CHECK_VALUE(false, "layout must be 'half' or 'interleaved', got '", std::string(layout), "'");
     return -1;
+}
+
+// inv_freq[:pairs] finite?  Checked on the device once per (tensor, version, pairs).
+void check_inv_freq_finite(const at::Tensor& inv, int64_t pairs) {
+    struct Seen {
+        const void* impl = nullptr;
+        const void* data = nullptr;
+        int64_t version = 0;
+        int64_t pairs = -1;
+    };
+    static std::mutex mutex;
+    static std::array<Seen, 16> seen;
+    static size_t next = 0;
+    if (pairs == 0) return;
+    const Seen key{inv.unsafeGetTensorImpl(), inv.data_ptr(), inv._version(), pairs};
+    {
+        std::lock_guard<std::mutex> lock(mutex);
+        for (const Seen& s : seen)
+            if (s.impl == key.impl && s.data == key.data && s.version == key.version && s.pairs >= pairs) return;
+    }
+    const at::Tensor head = inv.slice(0, 0, pairs);
+    const at::Tensor bad = at::logical_not(at::isfinite(head));
+    if (bad.any().item<bool>()) {
+        const int64_t i = at::nonzero(bad)[0][0].item<int64_t>();
+        TORCH_CHECK_VALUE(false, "inv_freq must be finite, got inv_freq[", i, "] = ", head[i].item<double>());
+    }
+    std::lock_guard<std::mutex> lock(mutex);
+    seen[next] = key;
+    next = (next + 1) % seen.size();
 }
 
 void fill_tensor(wavepe_cuda_rope_tensor& dst, const at::Tensor& in, const at::Tensor& out) {
@@ -66,6 +104,7 @@ std::tuple<at::Tensor, at::Tensor> rope_cuda(const at::Tensor& q, const std::opt
     a.scale = scale;
     a.pos_offset = offset;
     const at::Tensor inv = inv_freq.contiguous();
+    check_inv_freq_finite(inv, rotary_pairs);
     a.inv_freq = inv.data_ptr<double>();
     at::Tensor pos;
     if (positions.has_value()) {
