@@ -576,3 +576,30 @@ def test_tiles_fit_every_gpu_from_sm80(lib, dtype, dmax):
             fwd = lib.wavepe_cuda_attention_fwd_smem_bytes(C.byref(prob.a))
             bwd = lib.wavepe_cuda_attention_bwd_smem_bytes(C.byref(prob.a))
             assert 0 < fwd <= 99 * 1024 and 0 < bwd <= 99 * 1024, (d, pe, fwd, bwd)
+
+
+# ---- agreement with the CPU kernels ---------------------------------------------------------
+
+def test_emulated_cuda_and_cpu_kernels_agree(lib):
+    torch = pytest.importorskip("torch")
+    import wavepe.ops as wo
+
+    rng = np.random.default_rng(7)
+    # rel-bias forward and backward, fp32
+    q, T, g = rng.standard_normal((2, 40, 24)), rng.standard_normal((30, 24)), rng.standard_normal((2, 40, 55))
+    got = relbias_call(lib, E.F32, q, T, -4, 55, 15, True, False, g=g)
+    qt = torch.tensor(q, dtype=torch.float32, requires_grad=True)
+    tt = torch.tensor(T, dtype=torch.float32, requires_grad=True)
+    cpu = wo.rel_bias(qt, tt, -4, k_len=55, q_offset=15)
+    cpu.backward(torch.tensor(g, dtype=torch.float32))
+    np.testing.assert_allclose(got["bias"], cpu.detach().numpy(), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(got["dq"], qt.grad.numpy(), rtol=1e-5, atol=1e-4)
+    np.testing.assert_allclose(got["dtable"], tt.grad.numpy(), rtol=1e-5, atol=1e-4)
+    # RoPE, fp32, interleaved p-RoPE with a scale
+    x = rng.standard_normal((2, 3, 9, 16))
+    inv = 10000.0 ** (-2.0 * np.arange(8) / 16)
+    pos = rng.integers(0, 10**5, size=(2, 9))
+    emu = rope_call(lib, E.F32, [x], pos, inv, 1, 5, 1.25, False)[0]
+    cpu_q, _ = wo.rope_inv_freq(torch.tensor(x, dtype=torch.float32), None, torch.tensor(pos), torch.tensor(inv),
+                                layout="interleaved", rotary_pairs=5, scale=1.25)
+    np.testing.assert_allclose(emu, cpu_q.numpy(), rtol=1e-6, atol=1e-6)
