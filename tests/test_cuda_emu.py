@@ -603,3 +603,27 @@ def test_emulated_cuda_and_cpu_kernels_agree(lib):
     cpu_q, _ = wo.rope_inv_freq(torch.tensor(x, dtype=torch.float32), None, torch.tensor(pos), torch.tensor(inv),
                                 layout="interleaved", rotary_pairs=5, scale=1.25)
     np.testing.assert_allclose(emu, cpu_q.numpy(), rtol=1e-6, atol=1e-6)
+
+
+def test_grid_stride_loops_and_single_head_group(lib, monkeypatch):
+    # one emulated SM: grids are capped below the work, so the grid-stride loops
+    # of rel-bias and ALiBi run several tiles per CTA, and RoPE uses one head group
+    monkeypatch.setenv("WAVEPE_EMU_SMS", "1")
+    rng = np.random.default_rng(3)
+    q, T, g = rng.standard_normal((3, 330, 8)), rng.standard_normal((40, 8)), rng.standard_normal((3, 330, 330))
+    got = relbias_call(lib, E.F32, q, T, 0, 330, 0, True, False, g=g)
+    assert_close(got["bias"], ref.rel_bias(q.astype(np.float32), T.astype(np.float32), 0, 330, 0, True, False),
+                 E.F32, 8, "bias")
+    dq, dT = ref.rel_bias_grads(E.rounded(g, E.F32), E.rounded(q, E.F32), E.rounded(T, E.F32), 0, 0, True, False)
+    assert_close(got["dq"], dq, E.F32, 330, "dq")
+    assert_close(got["dtable"], dT, E.F32, 3 * 330, "dtable")
+    slopes = np.array([0.5, 0.25, 0.125])
+    sb = put(slopes, E.F32)
+    ob = E.Buf((3, 70, 90), np.float32)
+    a = E.AlibiArgs(dtype=E.F32, heads=3, m=70, n=90, q_offset=20, causal=1, slopes=sb.ptr, out=ob.ptr)
+    E.check(lib.wavepe_cuda_alibi(C.byref(a), None))
+    np.testing.assert_array_equal(ob.arr, ref.alibi_bias(slopes, 70, 90, 20, True).astype(np.float32))
+    x = rng.standard_normal((1, 3, 512, 64))
+    inv = 10000.0 ** (-2.0 * np.arange(32) / 64)
+    got = rope_call(lib, E.BF16, [x], np.arange(512), inv, 0, 32, 1.0, False)[0]
+    assert_close(got, ref.rope(E.rounded(x, E.BF16), np.arange(512), inv, "half", 32), E.BF16, 2, "rope")
