@@ -27,8 +27,8 @@ namespace {
 template <class T, int BM, int BN>
 struct FwdLayout {
     SmemPlan plan;
-    int q, k, v, k2, v2, t, g, mask, pscr;
-    __host__ __device__ FwdLayout(int64_t d_pad, bool table, bool double_kv) {
+    int q, k, v, k2, v2, t, t2, g, mask, pscr;
+    __host__ __device__ FwdLayout(int64_t d_pad, bool table, bool double_kv, bool double_t) {
         const size_t row = sizeof(T) * size_t(tile_ld<T>(d_pad));
         q = plan.add(BM * row);
         k = plan.add(BN * row);
@@ -36,6 +36,7 @@ struct FwdLayout {
         k2 = plan.add(double_kv ? BN * row : 0);
         v2 = plan.add(double_kv ? BN * row : 0);
         t = plan.add(table ? (BM + BN) * row : 0);
+        t2 = plan.add(table && double_t ? (BM + BN) * row : 0);
         g = plan.add(table ? sizeof(acc_t<T>) * BM * size_t(g_ld<acc_t<T>>(BN)) : 0);
         mask = plan.add(BN);
         pscr = plan.add(sizeof(acc_t<T>) * (BM / 16) * rb_scratch_elems<T>(BN));
@@ -48,11 +49,11 @@ __global__ void __launch_bounds__(BM * 2) attn_fwd_kernel(AttnParams p) {
     constexpr int NT = BN / 8, DT = DMAX / 8;
     WAVEPE_SHARED_BASE(smem);
     const bool has_table = p.pos_enc == WAVEPE_CUDA_PE_TABLE;
-    const FwdLayout<T, BM, BN> L(p.d_pad, has_table, p.async_kv != 0);
+    const FwdLayout<T, BM, BN> L(p.d_pad, has_table, p.async_kv != 0, p.async_t != 0);
     T *Qs = reinterpret_cast<T *>(smem + L.plan.off[L.q]);
     T *const K0 = reinterpret_cast<T *>(smem + L.plan.off[L.k]), *const K1 = reinterpret_cast<T *>(smem + L.plan.off[L.k2]);
     T *const V0 = reinterpret_cast<T *>(smem + L.plan.off[L.v]), *const V1 = reinterpret_cast<T *>(smem + L.plan.off[L.v2]);
-    T *Ts = reinterpret_cast<T *>(smem + L.plan.off[L.t]);
+    T *const T0 = reinterpret_cast<T *>(smem + L.plan.off[L.t]), *const T1 = reinterpret_cast<T *>(smem + L.plan.off[L.t2]);
     A *Gs = reinterpret_cast<A *>(smem + L.plan.off[L.g]);
     uint8_t *kmask = smem + L.plan.off[L.mask];
     const int ld = tile_ld<T>(p.d_pad), gld = g_ld<A>(BN);
@@ -101,36 +102,48 @@ __global__ void __launch_bounds__(BM * 2) attn_fwd_kernel(AttnParams p) {
             return n < p.n ? vg + n * p.v_sn : nullptr;
         };
     };
-    // K/V of the first block in flight before the loop; then each iteration
-    // issues the next block's copies into the other buffer before computing.
+    // Does key block j's window touch the table (then its rows are staged)?
+    auto block_bias = [&](int64_t j) {
+        const int64_t base = p.q_offset + m0 - j * BN - p.r_lo;
+        return has_table && table_rows_hit(p, base - (BN - 1), base + BM - 1);
+    };
+    auto window_row = [&](int64_t j) {
+        const int64_t base = p.q_offset + m0 - j * BN - p.r_lo;
+        return [=, &p](int w) -> const T * { return window_row_ptr<T>(p, base, BN, w); };
+    };
+    // Block kb_begin's K/V (and window) in flight before the loop; then each
+    // iteration issues the next block's copies into the other buffers before
+    // computing, one commit group per block.
     if (p.async_kv && kb_begin < kb_end) {
         load_tile_async(K0, ld, BN, p.d, p.d_pad, k_row(kb_begin * BN));
         load_tile_async(V0, ld, BN, p.d, p.d_pad, v_row(kb_begin * BN));
+        if (p.async_t && block_bias(kb_begin)) load_tile_async(T0, ld, BM + BN, p.d, p.d_pad, window_row(kb_begin));
         cp_async_commit();
     }
 
     for (int64_t j = kb_begin; j < kb_end; ++j) {
         const int64_t n0 = j * BN;
         const int64_t base = p.q_offset + m0 - n0 - p.r_lo;
-        const bool tile_bias = has_table && table_rows_hit(p, base - (BN - 1), base + BM - 1);
+        const bool tile_bias = block_bias(j);
         const int cur = p.async_kv ? int((j - kb_begin) & 1) : 0;
         T *const Ks = cur ? K1 : K0, *const Vs = cur ? V1 : V0;
-        __syncthreads();  // the previous tile is consumed (its buffers and the window are free)
+        T *const Ts = (p.async_t && cur) ? T1 : T0;
+        __syncthreads();  // the previous tile is consumed (its buffers are free)
         if (p.async_kv) {
             if (j + 1 < kb_end) {
                 load_tile_async(cur ? K0 : K1, ld, BN, p.d, p.d_pad, k_row(n0 + BN));
                 load_tile_async(cur ? V0 : V1, ld, BN, p.d, p.d_pad, v_row(n0 + BN));
+                if (p.async_t && block_bias(j + 1))
+                    load_tile_async(cur ? T0 : T1, ld, BM + BN, p.d, p.d_pad, window_row(j + 1));
             }
             cp_async_commit();  // possibly empty: keeps "all but the newest group" meaning block j
         } else {
             load_tile(Ks, ld, BN, p.d, p.d_pad, p.vec_k, k_row(n0));
             load_tile(Vs, ld, BN, p.d, p.d_pad, p.vec_v, v_row(n0));
         }
-        if (tile_bias)
-            load_tile(Ts, ld, BM + BN, p.d, p.d_pad, p.vec_t,
-                      [&](int w) -> const T * { return window_row_ptr<T>(p, base, BN, w); });
+        if (tile_bias && !p.async_t) load_tile(Ts, ld, BM + BN, p.d, p.d_pad, p.vec_t, window_row(j));
         load_key_mask(kmask, BN, p, b, n0);
-        if (p.async_kv) cp_async_wait<1>();  // block j's K/V have landed (this thread's copies)
+        if (p.async_kv) cp_async_wait<1>();  // block j's copies have landed (this thread's)
         __syncthreads();                     // ... and every other thread's
         if (!warp_rows || (p.causal && n0 > p.q_offset + wm0 + 15)) continue;  // warp-uniform
 
@@ -325,16 +338,17 @@ cudaError_t launch_fwd_cfg(AttnParams p, cudaStream_t stream) {
     const bool table = p.pos_enc == WAVEPE_CUDA_PE_TABLE;
     // double-buffer K/V with cp.async when rows are 16-byte aligned and the
     // second buffers fit the device's shared memory
-    p.async_kv = 0;
-    if (p.vec_k && p.vec_v && kb_total > 1) {
-        const FwdLayout<T, BM, BN> L2(p.d_pad, table, true);
-        int dev = 0, optin = 0;
-        if (cudaGetDevice(&dev) == cudaSuccess &&
-            cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) == cudaSuccess &&
-            L2.plan.total <= size_t(optin))
-            p.async_kv = 1;
+    // double-buffer K/V (and the table window) with cp.async when rows are
+    // 16-byte aligned and the second buffers fit the device's shared memory
+    p.async_kv = p.async_t = 0;
+    int dev = 0, optin = 0;
+    if (p.vec_k && p.vec_v && kb_total > 1 && cudaGetDevice(&dev) == cudaSuccess &&
+        cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) == cudaSuccess) {
+        p.async_kv = FwdLayout<T, BM, BN>(p.d_pad, table, true, false).plan.total <= size_t(optin);
+        p.async_t = p.async_kv && table && p.vec_t &&
+                    FwdLayout<T, BM, BN>(p.d_pad, table, true, true).plan.total <= size_t(optin);
     }
-    const FwdLayout<T, BM, BN> L(p.d_pad, table, p.async_kv != 0);
+    const FwdLayout<T, BM, BN> L(p.d_pad, table, p.async_kv != 0, p.async_t != 0);
     auto kernel = attn_fwd_kernel<T, DMAX, BM, BN>;
     cudaError_t err = allow_dynamic_smem(kernel, L.plan.total);
     if (err != cudaSuccess) return err;
@@ -377,7 +391,7 @@ template <class T, int DMAX>
 size_t fwd_smem(const wavepe_cuda_attention_args *a) {
     // the minimum: single-buffered K/V (the launcher double-buffers when more fits)
     const FwdLayout<T, FwdCfg<T, DMAX>::BM, FwdCfg<T, DMAX>::BN> L(ceil_div(a->d, 16) * 16,
-                                                                    a->pos_enc == WAVEPE_CUDA_PE_TABLE, false);
+                                                                    a->pos_enc == WAVEPE_CUDA_PE_TABLE, false, false);
     return L.plan.total;
 }
 

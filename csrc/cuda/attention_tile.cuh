@@ -46,8 +46,9 @@ struct AttnParams {
     void *out_w, *lse;
     // 16-byte vector loads allowed (rows aligned, d a multiple of the vector)
     int vec_q, vec_k, vec_v, vec_t, vec_o, vec_go;
-    // forward: K/V double-buffered with cp.async (vec_k && vec_v and the smem fits)
-    int async_kv;
+    // forward: K/V (and the table window: async_t) double-buffered with cp.async
+    // (16-byte rows, and the second buffers fit the device's shared memory)
+    int async_kv, async_t;
     // forward: split-KV
     int64_t num_splits, blocks_per_split;
     void *work_o, *work_lse;
