@@ -1,16 +1,16 @@
 // rope.cu: rotary position embedding on the GPU (forward and its inverse).
 //
-// One thread owns PPT consecutive rotation pairs of one (batch, position) and
-// loops over the heads of its head group, in both tensors (q and k): the
-// angle pos * inv_freq[i] is formed in float64 and turned into cos/sin once,
-// in float64, then reused for every head, so the loop is pure loads, a few
-// FMAs and stores.  Rows are read and written with 8- or 16-byte vector
-// accesses when the layout allows (contiguous pairs, aligned rows), else
-// element by element.  A warp covers consecutive pairs of a row, so the
-// accesses of a head are coalesced; the head loop gives each thread several
-// independent loads in flight.  When batch * len is too small to fill the
-// GPU (decoding), heads are split into groups over gridDim.y (cos/sin are
-// then recomputed per group, which is cheap).
+// One thread owns PPT consecutive rotation pairs of one (batch, position) —
+// 16 bytes of each half-row, or 16 contiguous bytes in layout interleaved —
+// and loops over the heads of its head group, two at a time, in both tensors
+// (q and k): the angle pos * inv_freq[i] is formed in float64 and turned into
+// cos/sin once, in float64, then reused for every head, so the loop is pure
+// loads, a few FMAs and stores.  Rows move in 16-byte vector accesses when
+// they are aligned, element by element otherwise.  A warp covers consecutive
+// pairs of a row, so the accesses of a head are coalesced; loading two heads
+// before storing either keeps two loads per thread in flight.  When
+// batch * len is too small to fill the GPU (decoding), heads are split into
+// groups over gridDim.y (cos/sin are then recomputed per group, which is cheap).
 #include "common.cuh"
 
 namespace wavepe_cuda {
@@ -58,16 +58,90 @@ WAVEPE_DEVICE void store_n(T *p, const T (&v)[N]) {
     }
 }
 
-// Pairs per thread: 8 bytes of each half-row for 16-bit types, 16 for fp32/fp64.
-template <class T>
+// Pairs per thread: one 16-byte access per half-row (layout half) or per
+// row segment (interleaved: PPT pairs are 2 PPT contiguous elements).
+template <class T, bool INTERLEAVED>
 constexpr int pairs_per_thread() {
-    return sizeof(T) == 2 ? 4 : 16 / int(sizeof(T));
+    return (INTERLEAVED ? 8 : 16) / int(sizeof(T));
 }
+
+// The thread's PPT pairs (a, b) of one head row, and their rotation back.
+template <class T, bool VEC, bool INTERLEAVED, int PPT>
+struct RopeRow {
+    T a[PPT], b[PPT];
+
+    WAVEPE_DEVICE void load(const T *x, int64_t i0, int64_t half, bool full) {
+        if (INTERLEAVED) {
+            T v[2 * PPT];
+            if (VEC && full) {
+                load_n<VEC>(v, x + 2 * i0);
+            } else {
+#pragma unroll
+                for (int k = 0; k < 2 * PPT; ++k) v[k] = i0 + k / 2 < half ? x[2 * i0 + k] : zero_value<T>();
+            }
+#pragma unroll
+            for (int k = 0; k < PPT; ++k) {
+                a[k] = v[2 * k];
+                b[k] = v[2 * k + 1];
+            }
+        } else if (VEC && full) {
+            load_n<VEC>(a, x + i0);
+            load_n<VEC>(b, x + half + i0);
+        } else {
+#pragma unroll
+            for (int k = 0; k < PPT; ++k) {
+                a[k] = i0 + k < half ? x[i0 + k] : zero_value<T>();
+                b[k] = i0 + k < half ? x[half + i0 + k] : zero_value<T>();
+            }
+        }
+    }
+
+    // (a cos - b sin, b cos + a sin) with scale folded into cos/sin; pass-through
+    // pairs are exactly x * scale (no 0 * inf = NaN from the sine term)
+    template <class A>
+    WAVEPE_DEVICE void rotate(const A (&c)[PPT], const A (&s)[PPT], const bool (&rot)[PPT], A scale) {
+#pragma unroll
+        for (int k = 0; k < PPT; ++k) {
+            const A av = to_acc(a[k]), bv = to_acc(b[k]);
+            a[k] = from_acc<T>(rot[k] ? av * c[k] - bv * s[k] : av * scale);
+            b[k] = from_acc<T>(rot[k] ? bv * c[k] + av * s[k] : bv * scale);
+        }
+    }
+
+    WAVEPE_DEVICE void store(T *o, int64_t i0, int64_t half, bool full) const {
+        if (INTERLEAVED) {
+            T v[2 * PPT];
+#pragma unroll
+            for (int k = 0; k < PPT; ++k) {
+                v[2 * k] = a[k];
+                v[2 * k + 1] = b[k];
+            }
+            if (VEC && full) {
+                store_n<VEC>(o + 2 * i0, v);
+            } else {
+#pragma unroll
+                for (int k = 0; k < 2 * PPT; ++k)
+                    if (i0 + k / 2 < half) o[2 * i0 + k] = v[k];
+            }
+        } else if (VEC && full) {
+            store_n<VEC>(o + i0, a);
+            store_n<VEC>(o + half + i0, b);
+        } else {
+#pragma unroll
+            for (int k = 0; k < PPT; ++k) {
+                if (i0 + k < half) {
+                    o[i0 + k] = a[k];
+                    o[half + i0 + k] = b[k];
+                }
+            }
+        }
+    }
+};
 
 template <class T, bool VEC, bool INTERLEAVED>
 __global__ void __launch_bounds__(kRopeThreads) rope_kernel(RopeParams p) {
     using A = acc_t<T>;
-    constexpr int PPT = pairs_per_thread<T>();
+    constexpr int PPT = pairs_per_thread<T, INTERLEAVED>();
     const int64_t idx = int64_t(blockIdx.x) * kRopeThreads + threadIdx.x;
     const int64_t total = p.batch * p.len * p.chunks;
     if (idx >= total) return;  // no barriers in this kernel
@@ -79,85 +153,45 @@ __global__ void __launch_bounds__(kRopeThreads) rope_kernel(RopeParams p) {
     // cos/sin (times scale; -angle for the inverse) of the thread's pairs
     const int64_t pos = p.positions ? p.positions[b * p.pos_stride_b + l] : p.pos_offset + l;
     A c[PPT], s[PPT];
-    bool rotate[PPT];
+    bool rot[PPT];
 #pragma unroll
     for (int k = 0; k < PPT; ++k) {
         const int64_t i = i0 + k;
-        rotate[k] = i < p.rotary_pairs;
+        rot[k] = i < p.rotary_pairs;
         double sn = 0.0, cs = 1.0;
-        if (rotate[k]) sincos(double(pos) * p.inv_freq[i], &sn, &cs);
+        if (rot[k]) sincos(double(pos) * p.inv_freq[i], &sn, &cs);
         c[k] = A(cs * p.scale);
         s[k] = A((p.inverse ? -sn : sn) * p.scale);
     }
     const A scale = A(p.scale);
     const bool full = i0 + PPT <= p.half;
 
+    // Two heads per step, both loaded before either is stored: twice the loads
+    // in flight (the outputs never overlap another head's inputs).
     const int64_t total_heads = p.t[0].heads + (p.ntensors > 1 ? p.t[1].heads : 0);
     const int64_t h_begin = int64_t(blockIdx.y) * p.heads_per_group;
     const int64_t h_end = h_begin + p.heads_per_group < total_heads ? h_begin + p.heads_per_group : total_heads;
-    for (int64_t hh = h_begin; hh < h_end; ++hh) {
+    auto row_ptrs = [&](int64_t hh, const T *&x, T *&o) {
         const int which = hh < p.t[0].heads ? 0 : 1;
         const wavepe_cuda_rope_tensor &t = p.t[which];
         const int64_t h = which == 0 ? hh : hh - p.t[0].heads;
-        const T *x = static_cast<const T *>(t.x) + b * t.x_stride_b + h * t.x_stride_h + l * t.x_stride_l;
-        T *o = static_cast<T *>(t.out) + b * t.out_stride_b + h * t.out_stride_h + l * t.out_stride_l;
-        T a[PPT], bb[PPT];
-        if (INTERLEAVED) {
-            T v[2 * PPT];
-            if (VEC && full) {
-                load_n<VEC>(v, x + 2 * i0);
-            } else {
-#pragma unroll
-                for (int k = 0; k < 2 * PPT; ++k) v[k] = i0 + k / 2 < p.half ? x[2 * i0 + k] : zero_value<T>();
-            }
-#pragma unroll
-            for (int k = 0; k < PPT; ++k) {
-                a[k] = v[2 * k];
-                bb[k] = v[2 * k + 1];
-            }
-        } else if (VEC && full) {
-            load_n<VEC>(a, x + i0);
-            load_n<VEC>(bb, x + p.half + i0);
-        } else {
-#pragma unroll
-            for (int k = 0; k < PPT; ++k) {
-                a[k] = i0 + k < p.half ? x[i0 + k] : zero_value<T>();
-                bb[k] = i0 + k < p.half ? x[p.half + i0 + k] : zero_value<T>();
-            }
-        }
-        T ra[PPT], rb[PPT];
-#pragma unroll
-        for (int k = 0; k < PPT; ++k) {
-            const A av = to_acc(a[k]), bv = to_acc(bb[k]);
-            // pass-through pairs are exactly x * scale (no 0 * inf = NaN from the sine term)
-            ra[k] = from_acc<T>(rotate[k] ? av * c[k] - bv * s[k] : av * scale);
-            rb[k] = from_acc<T>(rotate[k] ? bv * c[k] + av * s[k] : bv * scale);
-        }
-        if (INTERLEAVED) {
-            T v[2 * PPT];
-#pragma unroll
-            for (int k = 0; k < PPT; ++k) {
-                v[2 * k] = ra[k];
-                v[2 * k + 1] = rb[k];
-            }
-            if (VEC && full) {
-                store_n<VEC>(o + 2 * i0, v);
-            } else {
-#pragma unroll
-                for (int k = 0; k < 2 * PPT; ++k)
-                    if (i0 + k / 2 < p.half) o[2 * i0 + k] = v[k];
-            }
-        } else if (VEC && full) {
-            store_n<VEC>(o + i0, ra);
-            store_n<VEC>(o + p.half + i0, rb);
-        } else {
-#pragma unroll
-            for (int k = 0; k < PPT; ++k) {
-                if (i0 + k < p.half) {
-                    o[i0 + k] = ra[k];
-                    o[p.half + i0 + k] = rb[k];
-                }
-            }
+        x = static_cast<const T *>(t.x) + b * t.x_stride_b + h * t.x_stride_h + l * t.x_stride_l;
+        o = static_cast<T *>(t.out) + b * t.out_stride_b + h * t.out_stride_h + l * t.out_stride_l;
+    };
+    for (int64_t hh = h_begin; hh < h_end; hh += 2) {
+        const bool second = hh + 1 < h_end;
+        const T *x0, *x1 = nullptr;
+        T *o0, *o1 = nullptr;
+        row_ptrs(hh, x0, o0);
+        if (second) row_ptrs(hh + 1, x1, o1);
+        RopeRow<T, VEC, INTERLEAVED, PPT> r0, r1;
+        r0.load(x0, i0, p.half, full);
+        if (second) r1.load(x1, i0, p.half, full);
+        r0.rotate(c, s, rot, scale);
+        r0.store(o0, i0, p.half, full);
+        if (second) {
+            r1.rotate(c, s, rot, scale);
+            r1.store(o1, i0, p.half, full);
         }
     }
 }
@@ -176,7 +210,8 @@ bool rows_aligned(const void *base, int64_t sb, int64_t sh, int64_t sl, int64_t 
 
 template <class T>
 cudaError_t launch_rope(const wavepe_cuda_rope_args *a, cudaStream_t stream) {
-    constexpr int PPT = pairs_per_thread<T>();
+    const bool inter = a->layout == WAVEPE_CUDA_ROPE_INTERLEAVED;
+    const int PPT = inter ? pairs_per_thread<T, true>() : pairs_per_thread<T, false>();
     RopeParams p{};
     p.batch = a->batch;
     p.len = a->len;
@@ -209,8 +244,7 @@ cudaError_t launch_rope(const wavepe_cuda_rope_args *a, cudaStream_t stream) {
     groups = ceil_div(total_heads, p.heads_per_group);
 
     const int64_t elem = int64_t(sizeof(T));
-    const size_t vec_bytes = size_t(PPT) * sizeof(T) * (a->layout == WAVEPE_CUDA_ROPE_INTERLEAVED ? 2 : 1);
-    const size_t align = vec_bytes >= 16 ? 16 : vec_bytes;
+    const size_t align = 16;  // every vector access is 16 bytes
     bool vec = p.half % PPT == 0;
     for (int i = 0; i < a->ntensors && vec; ++i) {
         const wavepe_cuda_rope_tensor &t = a->t[i];
@@ -218,7 +252,6 @@ cudaError_t launch_rope(const wavepe_cuda_rope_args *a, cudaStream_t stream) {
               rows_aligned(t.out, t.out_stride_b, t.out_stride_h, t.out_stride_l, elem, p.half, a->layout, align);
     }
     const dim3 grid(unsigned(ceil_div(threads, kRopeThreads)), unsigned(groups));
-    const bool inter = a->layout == WAVEPE_CUDA_ROPE_INTERLEAVED;
     if (vec && inter) return launch(rope_kernel<T, true, true>, grid, dim3(kRopeThreads), 0, stream, p);
     if (vec) return launch(rope_kernel<T, true, false>, grid, dim3(kRopeThreads), 0, stream, p);
     if (inter) return launch(rope_kernel<T, false, true>, grid, dim3(kRopeThreads), 0, stream, p);
@@ -244,7 +277,7 @@ extern "C" int wavepe_cuda_rope_validate(const wavepe_cuda_rope_args *a) {
     if (a->positions == nullptr && wavepe_add_overflow(a->pos_offset, a->len, &pos_end)) return WAVEPE_E_OVERFLOW;
     int64_t grid_threads = 0;
     if (wavepe_mul_overflow(a->batch, a->len, &grid_threads) ||
-        wavepe_mul_overflow(grid_threads, ceil_div(a->d / 2, 2) + 1, &grid_threads) ||
+        wavepe_mul_overflow(grid_threads, a->d / 2 + 1, &grid_threads) ||
         grid_threads / kRopeThreads >= INT32_MAX)
         return WAVEPE_E_OVERFLOW;
     bool any = false;
