@@ -75,12 +75,16 @@ def torch_build_info():
         "cuda": False,
     }
     nvcc = find_nvcc()
+    cuda_home = find_cuda_home(nvcc, cpp_extension) if nvcc else None
     if want("WAVEPE_BUILD_CUDA") and torch.version.cuda and nvcc and rel("csrc", "cuda", "*.cu"):
-        cuda_home = os.path.dirname(os.path.dirname(nvcc))
+        if cuda_home is None:
+            raise RuntimeError(f"wavepe: nvcc found ({nvcc}) but not the CUDA headers (cuda_runtime_api.h); "
+                               "set CUDA_HOME, or WAVEPE_BUILD_CUDA=0 to build without the CUDA kernels")
         info["cuda"] = True
         info["nvcc"] = nvcc
         info["cflags"] += [f"-isystem{os.path.join(cuda_home, 'include')}", "-DWAVEPE_WITH_CUDA=1"]
-        info["library_dirs"] += [os.path.join(cuda_home, "lib64")]
+        info["library_dirs"] += [d for d in (os.path.join(cuda_home, "lib64"), os.path.join(cuda_home, "lib"))
+                                 if os.path.isdir(d)]
         info["libraries"] += ["c10_cuda", "torch_cuda", "cudart"]
     return info
 
@@ -90,6 +94,16 @@ def find_nvcc() -> str | None:
     if home and os.path.exists(os.path.join(home, "bin", "nvcc")):
         return os.path.join(home, "bin", "nvcc")
     return shutil.which("nvcc")
+
+
+def find_cuda_home(nvcc: str, cpp_extension) -> str | None:
+    """The CUDA toolkit root holding include/cuda_runtime_api.h (nvcc may be a wrapper script)."""
+    for home in (os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH"),
+                 os.path.dirname(os.path.dirname(os.path.realpath(nvcc))), getattr(cpp_extension, "CUDA_HOME", None),
+                 "/usr/local/cuda"):
+        if home and os.path.exists(os.path.join(home, "include", "cuda_runtime_api.h")):
+            return home
+    return None
 
 
 def cuda_arch_flags() -> list[str]:

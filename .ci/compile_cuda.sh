@@ -1,12 +1,16 @@
 #!/usr/bin/env bash
 # Compile every CUDA source for sm_80 and sm_90 without a GPU, warnings as
-# errors in host code, so that a broken kernel never lands unnoticed.
+# errors in host code, so that a broken kernel never lands unnoticed; then
+# syntax-check the torch bindings of the CUDA ops (csrc/torch/*_cuda.cpp)
+# against the installed torch's headers (a CPU wheel is enough: the one
+# header its build generates for CUDA is stubbed in .ci/torch_cuda_stubs).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 NVCC=${NVCC:-$(command -v nvcc || true)}
 [ -z "$NVCC" ] && [ -x /usr/local/cuda/bin/nvcc ] && NVCC=/usr/local/cuda/bin/nvcc
 shopt -s nullglob
 srcs=(csrc/cuda/*.cu)
+binds=(csrc/torch/*_cuda.cpp)
 if [ ${#srcs[@]} -eq 0 ]; then echo "no CUDA sources"; exit 0; fi
 if [ -z "$NVCC" ]; then
   if [ "${CI:-}" = "true" ]; then echo "nvcc not found but CUDA sources exist" >&2; exit 1; fi
@@ -14,11 +18,42 @@ if [ -z "$NVCC" ]; then
 fi
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
+jobs_max=$(nproc 2>/dev/null || echo 2)
+pids=()
 for src in "${srcs[@]}"; do
   for arch in 80 90; do
     echo "nvcc sm_$arch $src"
     "$NVCC" -c "$src" -o "$out/$(basename "$src").$arch.o" -O3 -std=c++17 \
       -gencode "arch=compute_$arch,code=sm_$arch" -Icsrc \
-      -Xcompiler -Wall,-Wextra,-Werror -Werror all-warnings --expt-relaxed-constexpr
+      -Xcompiler -Wall,-Wextra,-Werror -Werror all-warnings --expt-relaxed-constexpr &
+    pids+=($!)
+    if [ ${#pids[@]} -ge "$jobs_max" ]; then wait "${pids[0]}"; pids=("${pids[@]:1}"); fi
   done
+done
+for pid in "${pids[@]}"; do wait "$pid"; done
+
+[ ${#binds[@]} -eq 0 ] && exit 0
+PY=${PYTHON:-}
+if [ -z "$PY" ]; then
+  if [ ! -x .venv/bin/python ] && [ "${CI:-}" = "true" ]; then make venv; fi
+  PY=$([ -x .venv/bin/python ] && echo .venv/bin/python || echo python3)
+fi
+if ! flags=$("$PY" -c "
+import torch
+from torch.utils import cpp_extension
+print(' '.join('-isystem' + p for p in cpp_extension.include_paths()),
+      '-D_GLIBCXX_USE_CXX11_ABI=%d' % int(torch._C._GLIBCXX_USE_CXX11_ABI))" 2>/dev/null); then
+  if [ "${CI:-}" = "true" ]; then echo "torch not importable: cannot check ${binds[*]}" >&2; exit 1; fi
+  echo "torch not importable; skipping the syntax check of ${binds[*]}"; exit 0
+fi
+cuda_inc=""
+for c in "${CUDA_HOME:-}" "$(dirname "$(dirname "$(readlink -f "$NVCC")")")" /usr/local/cuda; do
+  if [ -n "$c" ] && [ -f "$c/include/cuda_runtime_api.h" ]; then cuda_inc="$c/include"; break; fi
+done
+if [ -z "$cuda_inc" ]; then echo "CUDA headers (cuda_runtime_api.h) not found; set CUDA_HOME" >&2; exit 1; fi
+for f in "${binds[@]}"; do
+  echo "g++ -fsyntax-only $f"
+  # shellcheck disable=SC2086
+  ${CXX:-g++} -std=c++20 -fsyntax-only -Wall -Wextra -Werror $flags -isystem .ci/torch_cuda_stubs \
+    -isystem "$cuda_inc" -DWAVEPE_WITH_CUDA=1 -DTORCH_API_INCLUDE_EXTENSION_H -DTORCH_EXTENSION_NAME=_C "$f"
 done

@@ -278,3 +278,67 @@ def llama_logits(params: dict, ids, *, n_heads: int, n_kv_heads: int, eps: float
         gate = lin(hcur, p + "mlp.gate_proj")
         x = x + lin(gate / (1.0 + np.exp(-gate)) * lin(hcur, p + "mlp.up_proj"), p + "mlp.down_proj")
     return lin(rms(x, "model.norm"), "lm_head")
+
+
+# ---- attention with a position bias (DEVELOPING.md "Fused attention") -----------
+
+def attention_with_grads(q, k, v, grad_out, scale: float, q_offset: int, causal: bool, pos_enc: str, *,
+                         table=None, r_lo: int = 0, clamp: bool = False, slopes=None, key_padding_mask=None,
+                         grad_lse=None):
+    """Forward (out, lse) and, when grad_out is given, the gradients in float64:
+    dq, dk, dv, dtable (relative/wavelet) and dslopes (alibi), for the loss
+    <grad_out, out> + <grad_lse, lse>.
+
+    s = scale (q.k + q.T[r - r_lo]) ("relative"/"wavelet"), scale q.k - slope |r| ("alibi"),
+    scale q.k ("none"); masked entries are -inf; a row without keys gives out = 0, lse = -inf.
+    """
+    q, k, v = (np.asarray(x, np.float64) for x in (q, k, v))
+    B, H, M, d = q.shape
+    Hk, N = k.shape[1], k.shape[2]
+    g = H // Hk
+    kk = np.repeat(k, g, axis=1)
+    vv = np.repeat(v, g, axis=1)
+    s = np.einsum("bhmd,bhnd->bhmn", q, kk)
+    r = (q_offset + np.arange(M))[:, None] - np.arange(N)[None, :]
+    if pos_enc in ("relative", "wavelet"):
+        s = s + rel_bias(q, table, r_lo, N, q_offset, False, clamp)
+        s = s * scale
+    elif pos_enc == "alibi":
+        s = s * scale - np.asarray(slopes, np.float64)[None, :, None, None] * np.abs(r)[None, None]
+    else:
+        s = s * scale
+    mask = np.zeros((B, 1, M, N), dtype=bool)
+    if causal:
+        mask |= (r < 0)[None, None]
+    if key_padding_mask is not None:
+        mask |= np.asarray(key_padding_mask, bool)[:, None, None, :]
+    s = np.where(mask, -np.inf, s)
+    mx = s.max(axis=-1, keepdims=True) if N else np.full((B, H, M, 1), -np.inf)
+    empty = ~np.isfinite(mx)
+    e = np.exp(s - np.where(empty, 0.0, mx)) if N else np.zeros((B, H, M, 0))
+    den = e.sum(axis=-1, keepdims=True)
+    p = np.where(empty, 0.0, e / np.where(empty, 1.0, den))
+    out = np.einsum("bhmn,bhnd->bhmd", p, vv)
+    lse = np.where(empty[..., 0], -np.inf, (np.where(empty, 0.0, mx) + np.log(np.where(empty, 1.0, den)))[..., 0])
+    res = {"out": out, "lse": lse}
+    if grad_out is None:
+        return res
+    go = np.asarray(grad_out, np.float64)
+    dp = np.einsum("bhmd,bhnd->bhmn", go, vv)
+    D = (go * out).sum(-1, keepdims=True)
+    if grad_lse is not None:  # d lse[m] / d s[m, n] = p[m, n]
+        D = D - np.asarray(grad_lse, np.float64)[..., None]
+    ds = p * (dp - D)
+    dq = scale * np.einsum("bhmn,bhnd->bhmd", ds, kk)
+    dk = (scale * np.einsum("bhmn,bhmd->bhnd", ds, q)).reshape(B, Hk, g, N, d).sum(2)
+    dv = np.einsum("bhmn,bhmd->bhnd", p, go).reshape(B, Hk, g, N, d).sum(2)
+    res.update(dq=dq, dk=dk, dv=dv)
+    if pos_enc == "alibi":
+        res["dslopes"] = -(ds * np.abs(r)[None, None]).sum(axis=(0, 2, 3))
+        # scale of the terms (for error bounds: dS cancels, its parts do not)
+        res["dslopes_mag"] = (p * (np.abs(dp) + np.abs(D)) * np.abs(r)[None, None]).sum(axis=(0, 2, 3))
+    if pos_enc in ("relative", "wavelet"):
+        dq_t, dT = rel_bias_grads(scale * ds, q, table, r_lo, q_offset, False, clamp)
+        res["dq"] = dq + dq_t
+        res["dtable"] = dT
+    return res

@@ -39,5 +39,12 @@ def check_fits(name: str, shape: tuple[int, ...], itemsize: int) -> None:
 
 
 def compute_dtype(t: torch.Tensor) -> torch.dtype:
-    """Kernels compute in float32 for half types, else in the input's dtype."""
-    return torch.float32 if t.dtype in (torch.float16, torch.bfloat16) else t.dtype
+    """The dtype the kernels take for input ``t``.
+
+    The CPU kernels compute in float32 for half types (the wrappers upcast and
+    cast the result back); the CUDA kernels read bf16/fp16 natively and
+    accumulate in float32, so on CUDA half types are passed as they are.
+    """
+    if t.dtype in (torch.float16, torch.bfloat16) and t.device.type != "cuda":
+        return torch.float32
+    return t.dtype

@@ -1,0 +1,526 @@
+// attention.cu: fused attention forward on the GPU, and its split-KV
+// (decoding) variant; argument checks shared with attention_bwd.cu.
+//
+// FlashAttention-2 structure: a CTA owns BM query rows of one (batch, head)
+// (warp w: rows 16w .. 16w+15) and walks the key blocks of BN keys:
+//   1. stage K, V, the key-padding flags and, when the tile's window touches
+//      the table, the BM + BN - 1 table rows of its window;
+//   2. S = Q K^T (tensor cores for bf16/fp16), plus the bias Q T[r]^T read
+//      as a skew of G = Q T_win^T (skipped per warp outside the table);
+//   3. scale, ALiBi, masks (causal, padding, keys >= N) in the log2 domain;
+//   4. online softmax in fp32: running max and sum per row, rescale O;
+//   5. O += P V.
+// Key blocks past the causal frontier of the CTA's last row are never
+// visited; warps whose rows are all before a key block skip it.  The end
+// writes O / sum and lse = max + log(sum) (natural log, -inf for a row with
+// no key).  Heavier (later) query blocks are scheduled first.
+//
+// Split-KV: with few CTAs (decoding, M = 1) the key blocks are divided into
+// num_splits ranges; each CTA writes its partial (O normalised, lse) to a
+// workspace, and a combine kernel merges the splits in order, so the result
+// does not depend on scheduling.
+#include "attention_tile.cuh"
+
+namespace wavepe_cuda {
+namespace {
+
+template <class T, int BM, int BN>
+struct FwdLayout {
+    SmemPlan plan;
+    int q, k, v, k2, v2, t, t2, g, mask, pscr;
+    __host__ __device__ FwdLayout(int64_t d_pad, bool table, bool double_kv, bool double_t) {
+        const size_t row = sizeof(T) * size_t(tile_ld<T>(d_pad));
+        q = plan.add(BM * row);
+        k = plan.add(BN * row);
+        v = plan.add(BN * row);
+        k2 = plan.add(double_kv ? BN * row : 0);
+        v2 = plan.add(double_kv ? BN * row : 0);
+        t = plan.add(table ? (BM + BN) * row : 0);
+        t2 = plan.add(table && double_t ? (BM + BN) * row : 0);
+        g = plan.add(table ? sizeof(acc_t<T>) * BM * size_t(g_ld<acc_t<T>>(BN)) : 0);
+        mask = plan.add(BN);
+        pscr = plan.add(sizeof(acc_t<T>) * (BM / 16) * rb_scratch_elems<T>(BN));
+    }
+};
+
+template <class T, int DMAX, int BM, int BN>
+__global__ void __launch_bounds__(BM * 2) attn_fwd_kernel(AttnParams p) {
+    using A = acc_t<T>;
+    constexpr int NT = BN / 8, DT = DMAX / 8;
+    WAVEPE_SHARED_BASE(smem);
+    const bool has_table = p.pos_enc == WAVEPE_CUDA_PE_TABLE;
+    const FwdLayout<T, BM, BN> L(p.d_pad, has_table, p.async_kv != 0, p.async_t != 0);
+    T *Qs = reinterpret_cast<T *>(smem + L.plan.off[L.q]);
+    T *const K0 = reinterpret_cast<T *>(smem + L.plan.off[L.k]), *const K1 = reinterpret_cast<T *>(smem + L.plan.off[L.k2]);
+    T *const V0 = reinterpret_cast<T *>(smem + L.plan.off[L.v]), *const V1 = reinterpret_cast<T *>(smem + L.plan.off[L.v2]);
+    T *const T0 = reinterpret_cast<T *>(smem + L.plan.off[L.t]), *const T1 = reinterpret_cast<T *>(smem + L.plan.off[L.t2]);
+    A *Gs = reinterpret_cast<A *>(smem + L.plan.off[L.g]);
+    uint8_t *kmask = smem + L.plan.off[L.mask];
+    const int ld = tile_ld<T>(p.d_pad), gld = g_ld<A>(BN);
+    const int warp = threadIdx.x / 32, t4 = threadIdx.x & 3;
+    const int ksteps = int(p.d_pad / 16), dt_active = int(ceil_div(p.d, 8));
+    A *pscr = reinterpret_cast<A *>(smem + L.plan.off[L.pscr]) + warp * rb_scratch_elems<T>(BN);
+
+    int64_t bid = blockIdx.x;
+    const int64_t mblocks = ceil_div(p.m, BM);
+    const int64_t mb = mblocks - 1 - bid % mblocks;
+    bid /= mblocks;
+    const int64_t split = bid % p.num_splits, bh = bid / p.num_splits;
+    const int64_t b = bh / p.heads, h = bh % p.heads, hk = h / p.group;
+    const int64_t m0 = mb * BM, wm0 = m0 + 16 * warp;
+    const T *qg = static_cast<const T *>(p.q) + b * p.q_sb + h * p.q_sh;
+    const T *kg = static_cast<const T *>(p.k) + b * p.k_sb + hk * p.k_sh;
+    const T *vg = static_cast<const T *>(p.v) + b * p.v_sb + hk * p.v_sh;
+    const A scale = A(p.scale), slope = head_slope<T>(p, h);
+
+    load_tile(Qs, ld, BM, p.d, p.d_pad, p.vec_q, [&](int r) -> const T * {
+        const int64_t m = m0 + r;
+        return m < p.m ? qg + m * p.q_sm : nullptr;
+    });
+
+    // this split's key blocks, cut at the causal frontier of the block's last row
+    int64_t n_stop = p.n;
+    if (p.causal && p.q_offset + m0 + BM < n_stop) n_stop = p.q_offset + m0 + BM;
+    const int64_t kb_stop = n_stop > 0 ? ceil_div(n_stop, BN) : 0;
+    const int64_t kb_begin = split * p.blocks_per_split;
+    const int64_t kb_end = kb_begin + p.blocks_per_split < kb_stop ? kb_begin + p.blocks_per_split : kb_stop;
+
+    A o[DT][4];
+    zero_frags(o);
+    A row_max[2] = {neg_inf<A>(), neg_inf<A>()}, row_sum[2] = {A(0), A(0)};
+    const bool warp_rows = wm0 < p.m;
+
+    auto k_row = [&](int64_t n0) {
+        return [=](int r) -> const T * {
+            const int64_t n = n0 + r;
+            return n < p.n ? kg + n * p.k_sn : nullptr;
+        };
+    };
+    auto v_row = [&](int64_t n0) {
+        return [=](int r) -> const T * {
+            const int64_t n = n0 + r;
+            return n < p.n ? vg + n * p.v_sn : nullptr;
+        };
+    };
+    // Does key block j's window touch the table (then its rows are staged)?
+    auto block_bias = [&](int64_t j) {
+        const int64_t base = p.q_offset + m0 - j * BN - p.r_lo;
+        return has_table && table_rows_hit(p, base - (BN - 1), base + BM - 1);
+    };
+    auto window_row = [&](int64_t j) {
+        const int64_t base = p.q_offset + m0 - j * BN - p.r_lo;
+        return [=, &p](int w) -> const T * { return window_row_ptr<T>(p, base, BN, w); };
+    };
+    // Block kb_begin's K/V (and window) in flight before the loop; then each
+    // iteration issues the next block's copies into the other buffers before
+    // computing, one commit group per block.
+    if (p.async_kv && kb_begin < kb_end) {
+        load_tile_async(K0, ld, BN, p.d, p.d_pad, k_row(kb_begin * BN));
+        load_tile_async(V0, ld, BN, p.d, p.d_pad, v_row(kb_begin * BN));
+        if (p.async_t && block_bias(kb_begin)) load_tile_async(T0, ld, BM + BN, p.d, p.d_pad, window_row(kb_begin));
+        cp_async_commit();
+    }
+
+    for (int64_t j = kb_begin; j < kb_end; ++j) {
+        const int64_t n0 = j * BN;
+        const int64_t base = p.q_offset + m0 - n0 - p.r_lo;
+        const bool tile_bias = block_bias(j);
+        const int cur = p.async_kv ? int((j - kb_begin) & 1) : 0;
+        T *const Ks = cur ? K1 : K0, *const Vs = cur ? V1 : V0;
+        T *const Ts = (p.async_t && cur) ? T1 : T0;
+        __syncthreads();  // the previous tile is consumed (its buffers are free)
+        if (p.async_kv) {
+            if (j + 1 < kb_end) {
+                load_tile_async(cur ? K0 : K1, ld, BN, p.d, p.d_pad, k_row(n0 + BN));
+                load_tile_async(cur ? V0 : V1, ld, BN, p.d, p.d_pad, v_row(n0 + BN));
+                if (p.async_t && block_bias(j + 1))
+                    load_tile_async(cur ? T0 : T1, ld, BM + BN, p.d, p.d_pad, window_row(j + 1));
+            }
+            cp_async_commit();  // possibly empty: keeps "all but the newest group" meaning block j
+        } else {
+            load_tile(Ks, ld, BN, p.d, p.d_pad, p.vec_k, k_row(n0));
+            load_tile(Vs, ld, BN, p.d, p.d_pad, p.vec_v, v_row(n0));
+        }
+        if (tile_bias && !p.async_t) load_tile(Ts, ld, BM + BN, p.d, p.d_pad, p.vec_t, window_row(j));
+        load_key_mask(kmask, BN, p, b, n0);
+        if (p.async_kv) cp_async_wait<1>();  // block j's copies have landed (this thread's)
+        __syncthreads();                     // ... and every other thread's
+        if (!warp_rows || (p.causal && n0 > p.q_offset + wm0 + 15)) continue;  // warp-uniform
+
+        A s[NT][4];
+        zero_frags(s);
+        warp_abt<T, NT>(s, Qs + 16 * warp * ld, ld, Ks, ld, ksteps);
+        if (tile_bias && table_rows_hit(p, base + 16 * warp - (BN - 1), base + 16 * warp + 15)) {
+            A *gw = Gs + warp * 16 * gld;
+            warp_window_products<T, BN>(gw, gld, Qs + 16 * warp * ld, Ts + 16 * warp * ld, ld, ksteps);
+            __syncwarp();
+            add_skewed_bias<A, NT, BN>(s, gw, gld);
+            __syncwarp();
+        }
+        scores_log2(s, p, wm0, n0, kmask, scale, slope);
+
+#pragma unroll
+        for (int ri = 0; ri < 2; ++ri) {
+            A mx = neg_inf<A>();
+#pragma unroll
+            for (int nt = 0; nt < NT; ++nt) mx = max_(mx, max_(s[nt][2 * ri], s[nt][2 * ri + 1]));
+            mx = quad_max(mx);
+            const A new_max = max_(row_max[ri], mx);
+            const A ref = new_max == neg_inf<A>() ? A(0) : new_max;  // no key yet: keep everything 0
+            const A alpha = exp2_(row_max[ri] - ref);
+            row_max[ri] = new_max;
+            row_sum[ri] *= alpha;
+#pragma unroll
+            for (int dt = 0; dt < DT; ++dt) {
+                o[dt][2 * ri] *= alpha;
+                o[dt][2 * ri + 1] *= alpha;
+            }
+#pragma unroll
+            for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+                for (int e = 0; e < 2; ++e) {
+                    s[nt][2 * ri + e] = exp2_(s[nt][2 * ri + e] - ref);
+                    row_sum[ri] += s[nt][2 * ri + e];
+                }
+        }
+        warp_rb<T, NT, DT>(o, s, Vs, ld, dt_active, pscr);
+    }
+
+    if (!warp_rows) return;  // after the last barrier
+    const int64_t bh_count = p.batch * p.heads;
+#pragma unroll
+    for (int ri = 0; ri < 2; ++ri) {
+        const A sum = quad_sum(row_sum[ri]);
+        const int64_t m = wm0 + frag_row(2 * ri);
+        if (m >= p.m) continue;
+        const A inv = sum > A(0) ? A(1) / sum : A(0);
+        const A lse = sum > A(0) ? (row_max[ri] + log2_(sum)) * A(kLn2) : neg_inf<A>();
+        if (p.num_splits == 1) {
+            T *orow = static_cast<T *>(p.out_w) + b * p.o_sb + h * p.o_sh + m * p.o_sm;
+#pragma unroll
+            for (int dt = 0; dt < DT; ++dt)
+#pragma unroll
+                for (int e = 0; e < 2; ++e) {
+                    const int col = dt * 8 + 2 * t4 + e;
+                    if (dt < dt_active && col < p.d) orow[col] = from_acc<T>(o[dt][2 * ri + e] * inv);
+                }
+            if (t4 == 0) static_cast<A *>(p.lse)[bh * p.m + m] = lse;
+        } else {
+            const int64_t row = (split * bh_count + bh) * p.m + m;
+            A *wo = static_cast<A *>(p.work_o) + row * p.d;
+#pragma unroll
+            for (int dt = 0; dt < DT; ++dt)
+#pragma unroll
+                for (int e = 0; e < 2; ++e) {
+                    const int col = dt * 8 + 2 * t4 + e;
+                    if (dt < dt_active && col < p.d) wo[col] = o[dt][2 * ri + e] * inv;
+                }
+            if (t4 == 0) static_cast<A *>(p.work_lse)[row] = lse;
+        }
+    }
+}
+
+// Merge the splits of each row in split order: lse = log sum_s exp(lse_s),
+// out = sum_s exp(lse_s - lse) out_s.  One warp per (batch, head, row).
+template <class T>
+__global__ void __launch_bounds__(128) attn_combine_kernel(AttnParams p) {
+    using A = acc_t<T>;
+    const int64_t bh_count = p.batch * p.heads, rows = bh_count * p.m;
+    const int64_t row = int64_t(blockIdx.x) * 4 + threadIdx.x / 32;
+    const int lane = threadIdx.x & 31;
+    if (row >= rows) return;  // no barriers in this kernel
+    const int64_t bh = row / p.m, m = row % p.m, b = bh / p.heads, h = bh % p.heads;
+    const A *wl = static_cast<const A *>(p.work_lse);
+    const A *wo = static_cast<const A *>(p.work_o);
+    A mx = neg_inf<A>();
+    for (int64_t s = 0; s < p.num_splits; ++s) mx = max_(mx, wl[(s * bh_count + bh) * p.m + m]);
+    A sum = 0;
+    if (mx != neg_inf<A>())
+        for (int64_t s = 0; s < p.num_splits; ++s) sum += exp2_((wl[(s * bh_count + bh) * p.m + m] - mx) * A(kLog2e));
+    const A lse = mx == neg_inf<A>() ? mx : mx + log2_(sum) * A(kLn2);
+    T *orow = static_cast<T *>(p.out_w) + b * p.o_sb + h * p.o_sh + m * p.o_sm;
+    for (int64_t col = lane; col < p.d; col += 32) {
+        A acc = 0;
+        if (lse != neg_inf<A>()) {
+            for (int64_t s = 0; s < p.num_splits; ++s) {
+                const int64_t r = (s * bh_count + bh) * p.m + m;
+                const A ls = wl[r];
+                if (ls != neg_inf<A>()) acc += exp2_((ls - lse) * A(kLog2e)) * wo[r * p.d + col];
+            }
+        }
+        orow[col] = from_acc<T>(acc);
+    }
+    if (lane == 0) static_cast<A *>(p.lse)[bh * p.m + m] = lse;
+}
+
+template <class T>
+bool vec_rows(const void *base, int64_t s0, int64_t s1, int64_t s2, int64_t d) {
+    const int64_t e = int64_t(sizeof(T)), V = 16 / e;
+    return d % V == 0 && aligned_to(base, 16) && (s0 * e) % 16 == 0 && (s1 * e) % 16 == 0 && (s2 * e) % 16 == 0;
+}
+
+}  // namespace
+
+// Parameters common to the forward and the backward (attention_bwd.cu).
+AttnParams attention_params(const wavepe_cuda_attention_args *a) {
+    AttnParams p{};
+    p.batch = a->batch;
+    p.heads = a->heads;
+    p.kv_heads = a->kv_heads;
+    p.group = a->kv_heads > 0 ? a->heads / a->kv_heads : 1;
+    p.m = a->m;
+    p.n = a->n;
+    p.d = a->d;
+    p.d_pad = ceil_div(a->d, 16) * 16;
+    p.q_offset = a->q_offset;
+    p.causal = a->causal != 0;
+    p.pos_enc = a->pos_enc;
+    p.clamp = a->clamp != 0;
+    p.scale = a->scale;
+    p.table = a->table;
+    p.table_rows = a->table_rows;
+    p.table_sr = a->table_stride_r;
+    p.r_lo = a->r_lo;
+    p.slopes = a->alibi_slopes;
+    p.kpm = a->key_padding_mask;
+    p.kpm_sb = a->kpm_stride_b;
+    p.q = a->q;
+    p.k = a->k;
+    p.v = a->v;
+    p.out = a->out;
+    p.out_w = a->out;
+    p.go = a->grad_out;
+    p.q_sb = a->q_stride_b, p.q_sh = a->q_stride_h, p.q_sm = a->q_stride_m;
+    p.k_sb = a->k_stride_b, p.k_sh = a->k_stride_h, p.k_sn = a->k_stride_n;
+    p.v_sb = a->v_stride_b, p.v_sh = a->v_stride_h, p.v_sn = a->v_stride_n;
+    p.o_sb = a->o_stride_b, p.o_sh = a->o_stride_h, p.o_sm = a->o_stride_m;
+    p.go_sb = a->go_stride_b, p.go_sh = a->go_stride_h, p.go_sm = a->go_stride_m;
+    p.lse = a->lse;
+    dispatch_dtype(a->dtype, [&](auto tag) {
+        using T = decltype(tag);
+        p.vec_q = vec_rows<T>(a->q, p.q_sb, p.q_sh, p.q_sm, p.d);
+        p.vec_k = vec_rows<T>(a->k, p.k_sb, p.k_sh, p.k_sn, p.d);
+        p.vec_v = vec_rows<T>(a->v, p.v_sb, p.v_sh, p.v_sn, p.d);
+        p.vec_o = vec_rows<T>(a->out, p.o_sb, p.o_sh, p.o_sm, p.d);
+        p.vec_go = a->grad_out ? vec_rows<T>(a->grad_out, p.go_sb, p.go_sh, p.go_sm, p.d) : 0;
+        p.vec_t = a->table ? vec_rows<T>(a->table, p.table_sr, 0, 0, p.d) : 0;
+        return cudaSuccess;
+    });
+    p.num_splits = 1;
+    return p;
+}
+
+namespace {
+
+template <class T>
+struct FwdDims {
+    int bm, bn;
+};
+template <class T>
+FwdDims<T> fwd_dims(int64_t d) {
+    switch (dmax_bucket(d)) {
+    case 64: return {FwdCfg<T, 64>::BM, FwdCfg<T, 64>::BN};
+    case 128: return {FwdCfg<T, 128>::BM, FwdCfg<T, 128>::BN};
+    }
+    return {FwdCfg<T, 256>::BM, FwdCfg<T, 256>::BN};
+}
+
+template <class T, int DMAX>
+cudaError_t launch_fwd_cfg(AttnParams p, cudaStream_t stream) {
+    constexpr int BM = FwdCfg<T, DMAX>::BM, BN = FwdCfg<T, DMAX>::BN;
+    const int64_t kb_total = ceil_div(p.n, BN);
+    int64_t splits = p.num_splits < 1 ? 1 : p.num_splits;
+    p.blocks_per_split = kb_total > 0 ? ceil_div(kb_total, splits) : 1;
+    splits = kb_total > 0 ? ceil_div(kb_total, p.blocks_per_split) : 1;
+    p.num_splits = splits;
+    const int64_t ctas = p.batch * p.heads * ceil_div(p.m, BM) * splits;
+    if (ctas == 0) return cudaSuccess;
+    const bool table = p.pos_enc == WAVEPE_CUDA_PE_TABLE;
+    // double-buffer K/V with cp.async when rows are 16-byte aligned and the
+    // second buffers fit the device's shared memory
+    // double-buffer K/V (and the table window) with cp.async when rows are
+    // 16-byte aligned and the second buffers fit the device's shared memory
+    p.async_kv = p.async_t = 0;
+    int dev = 0, optin = 0;
+    if (p.vec_k && p.vec_v && kb_total > 1 && cudaGetDevice(&dev) == cudaSuccess &&
+        cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) == cudaSuccess) {
+        p.async_kv = FwdLayout<T, BM, BN>(p.d_pad, table, true, false).plan.total <= size_t(optin);
+        p.async_t = p.async_kv && table && p.vec_t &&
+                    FwdLayout<T, BM, BN>(p.d_pad, table, true, true).plan.total <= size_t(optin);
+    }
+    const FwdLayout<T, BM, BN> L(p.d_pad, table, p.async_kv != 0, p.async_t != 0);
+    auto kernel = attn_fwd_kernel<T, DMAX, BM, BN>;
+    cudaError_t err = allow_dynamic_smem(kernel, L.plan.total);
+    if (err != cudaSuccess) return err;
+    err = launch(kernel, dim3(unsigned(ctas)), dim3(BM * 2), L.plan.total, stream, p);
+    if (err != cudaSuccess || splits == 1) return err;
+    const int64_t rows = p.batch * p.heads * p.m;
+    return launch(attn_combine_kernel<T>, dim3(unsigned(ceil_div(rows, 4))), dim3(128), 0, stream, p);
+}
+
+template <class T>
+cudaError_t launch_fwd(AttnParams p, cudaStream_t stream) {
+    if constexpr (sizeof(T) == 8) {
+        if (dmax_bucket(p.d) == 64) return launch_fwd_cfg<T, 64>(p, stream);
+        return launch_fwd_cfg<T, 128>(p, stream);
+    } else {
+        switch (dmax_bucket(p.d)) {
+        case 64: return launch_fwd_cfg<T, 64>(p, stream);
+        case 128: return launch_fwd_cfg<T, 128>(p, stream);
+        }
+        return launch_fwd_cfg<T, 256>(p, stream);
+    }
+}
+
+// Effective splits for a requested count (what the kernel will run).
+int64_t effective_splits(const wavepe_cuda_attention_args *a, int64_t want) {
+    int bn = 64;
+    dispatch_dtype(a->dtype, [&](auto tag) {
+        bn = fwd_dims<decltype(tag)>(a->d).bn;
+        return cudaSuccess;
+    });
+    const int64_t kb_total = ceil_div(a->n, bn);
+    if (want <= 1 || kb_total <= 1) return 1;
+    const int64_t per = ceil_div(kb_total, want);
+    return ceil_div(kb_total, per);
+}
+
+size_t align256(size_t x) { return (x + 255) & ~size_t(255); }
+
+template <class T, int DMAX>
+size_t fwd_smem(const wavepe_cuda_attention_args *a) {
+    // the minimum: single-buffered K/V (the launcher double-buffers when more fits)
+    const FwdLayout<T, FwdCfg<T, DMAX>::BM, FwdCfg<T, DMAX>::BN> L(ceil_div(a->d, 16) * 16,
+                                                                    a->pos_enc == WAVEPE_CUDA_PE_TABLE, false, false);
+    return L.plan.total;
+}
+
+}  // namespace
+}  // namespace wavepe_cuda
+
+using namespace wavepe_cuda;
+
+extern "C" int wavepe_cuda_attention_validate(const wavepe_cuda_attention_args *a, int backward) {
+    if (a == nullptr) return WAVEPE_E_NULL;
+    const int64_t elem = dtype_size(a->dtype);
+    if (elem == 0) return WAVEPE_E_INVALID;
+    if (a->batch < 0 || a->heads < 0 || a->kv_heads < 0 || a->m < 0 || a->n < 0 || a->d < 0 || a->table_rows < 0)
+        return WAVEPE_E_NEGATIVE_SIZE;
+    if (a->kv_heads == 0 || a->heads % a->kv_heads != 0) return WAVEPE_E_INVALID;
+    const int64_t dmax = a->dtype == WAVEPE_CUDA_F64 ? WAVEPE_CUDA_MAX_HEAD_DIM_F64 : WAVEPE_CUDA_MAX_HEAD_DIM;
+    if (a->d > dmax) return WAVEPE_E_INVALID;
+    if (!(a->scale > 0.0) || a->scale == INFINITY) return WAVEPE_E_INVALID;
+    if (a->pos_enc != WAVEPE_CUDA_PE_NONE && a->pos_enc != WAVEPE_CUDA_PE_TABLE && a->pos_enc != WAVEPE_CUDA_PE_ALIBI)
+        return WAVEPE_E_INVALID;
+    const int64_t lim = int64_t(1) << 60;  // positions, distances and window rows stay far from overflow
+    if (a->q_offset > lim || a->q_offset < -lim || a->r_lo > lim || a->r_lo < -lim || a->m > lim || a->n > lim ||
+        a->table_rows > lim)
+        return WAVEPE_E_OVERFLOW;
+    const int64_t qsz[4] = {a->batch, a->heads, a->m, a->d};
+    const int64_t kvsz[4] = {a->batch, a->kv_heads, a->n, a->d};
+    const int64_t qst[4] = {a->q_stride_b, a->q_stride_h, a->q_stride_m, 1};
+    const int64_t kst[4] = {a->k_stride_b, a->k_stride_h, a->k_stride_n, 1};
+    const int64_t vst[4] = {a->v_stride_b, a->v_stride_h, a->v_stride_n, 1};
+    const int64_t ost[4] = {a->o_stride_b, a->o_stride_h, a->o_stride_m, 1};
+    const int64_t lsz[3] = {a->batch, a->heads, a->m};
+    int status = check_view(4, qsz, qst, elem);
+    if (status == WAVEPE_OK) status = check_view(4, kvsz, kst, elem);
+    if (status == WAVEPE_OK) status = check_view(4, kvsz, vst, elem);
+    if (status == WAVEPE_OK) status = check_view(4, qsz, ost, elem);
+    if (status == WAVEPE_OK) status = wavepe_checked_numel(3, lsz, 8, nullptr);
+    if (status != WAVEPE_OK) return status;
+    // grid: one CTA per (batch, head, 16 rows at least, split)
+    int64_t ctas = 0;
+    const int64_t splits = backward ? 1 : a->num_splits;
+    if (!backward && splits < 1) return WAVEPE_E_INVALID;
+    if (wavepe_mul_overflow(a->batch * a->heads, ceil_div(a->m, 16), &ctas) || wavepe_mul_overflow(ctas, splits, &ctas) ||
+        ctas > INT32_MAX)
+        return WAVEPE_E_OVERFLOW;
+    const bool q_nonempty = a->batch && a->heads && a->m;
+    const bool kv_nonempty = a->batch && a->n && a->d;
+    if (q_nonempty && ((a->d && a->q == nullptr) || (a->d && a->out == nullptr) || a->lse == nullptr))
+        return WAVEPE_E_NULL;
+    if (q_nonempty && kv_nonempty && (a->k == nullptr || a->v == nullptr)) return WAVEPE_E_NULL;
+    if (a->key_padding_mask) {
+        const int64_t ksz[2] = {a->batch, a->n}, kst2[2] = {a->kpm_stride_b, 1};
+        status = check_view(2, ksz, kst2, 1);
+        if (status != WAVEPE_OK) return status;
+    }
+    if (a->pos_enc == WAVEPE_CUDA_PE_TABLE) {
+        if (a->clamp && a->table_rows == 0) return WAVEPE_E_INVALID;
+        const int64_t tsz[2] = {a->table_rows, a->d}, tst[2] = {a->table_stride_r, 1};
+        status = check_view(2, tsz, tst, elem);
+        if (status != WAVEPE_OK) return status;
+        if (a->table_rows && a->d && a->table == nullptr) return WAVEPE_E_NULL;
+    }
+    if (a->pos_enc == WAVEPE_CUDA_PE_ALIBI && a->heads && a->alibi_slopes == nullptr) return WAVEPE_E_NULL;
+    if (!backward) return WAVEPE_OK;
+    const int64_t gst[4] = {a->go_stride_b, a->go_stride_h, a->go_stride_m, 1};
+    status = check_view(4, qsz, gst, elem);
+    if (status != WAVEPE_OK) return status;
+    if (q_nonempty && a->d && (a->grad_out == nullptr || a->dq == nullptr)) return WAVEPE_E_NULL;
+    if (kv_nonempty && a->heads && (a->dk == nullptr || a->dv == nullptr)) return WAVEPE_E_NULL;
+    if (a->dtable && a->pos_enc != WAVEPE_CUDA_PE_TABLE) return WAVEPE_E_INVALID;
+    if (a->dslopes && a->pos_enc != WAVEPE_CUDA_PE_ALIBI) return WAVEPE_E_INVALID;
+    return WAVEPE_OK;
+}
+
+extern "C" int64_t wavepe_cuda_attention_num_splits(const wavepe_cuda_attention_args *a) {
+    if (a == nullptr || dtype_size(a->dtype) == 0 || a->d < 0 || a->n <= 0) return 1;
+    int bm = 64, bn = 64;
+    dispatch_dtype(a->dtype, [&](auto tag) {
+        const auto dims = fwd_dims<decltype(tag)>(a->d);
+        bm = dims.bm;
+        bn = dims.bn;
+        return cudaSuccess;
+    });
+    const int64_t ctas = a->batch * a->heads * ceil_div(a->m, bm);
+    const int64_t sms = device_sm_count();
+    const int64_t kb_total = ceil_div(a->n, bn);
+    if (ctas <= 0 || ctas >= sms || kb_total < 4) return 1;
+    int64_t want = ceil_div(2 * sms, ctas);  // two CTAs per SM
+    if (want > kb_total / 2) want = kb_total / 2;  // at least two key blocks per split
+    if (want > 64) want = 64;
+    return want < 2 ? 1 : effective_splits(a, want);
+}
+
+extern "C" size_t wavepe_cuda_attention_fwd_workspace_bytes(const wavepe_cuda_attention_args *a) {
+    if (a == nullptr || wavepe_cuda_attention_validate(a, 0) != WAVEPE_OK) return 0;
+    const int64_t splits = effective_splits(a, a->num_splits);
+    if (splits <= 1) return 0;
+    const size_t acc = a->dtype == WAVEPE_CUDA_F64 ? 8 : 4;
+    const size_t rows = size_t(splits) * size_t(a->batch * a->heads * a->m);
+    return align256(rows * size_t(a->d) * acc) + align256(rows * acc);
+}
+
+extern "C" cudaError_t wavepe_cuda_attention_fwd(const wavepe_cuda_attention_args *a, void *workspace,
+                                                 size_t workspace_bytes, cudaStream_t stream) {
+    if (wavepe_cuda_attention_validate(a, 0) != WAVEPE_OK) return cudaErrorInvalidValue;
+    AttnParams p = attention_params(a);
+    p.num_splits = effective_splits(a, a->num_splits);
+    if (p.num_splits > 1) {
+        const size_t need = wavepe_cuda_attention_fwd_workspace_bytes(a);
+        if (workspace == nullptr || workspace_bytes < need) return cudaErrorInvalidValue;
+        const size_t acc = a->dtype == WAVEPE_CUDA_F64 ? 8 : 4;
+        const size_t rows = size_t(p.num_splits) * size_t(a->batch * a->heads * a->m);
+        p.work_o = workspace;
+        p.work_lse = static_cast<unsigned char *>(workspace) + align256(rows * size_t(a->d) * acc);
+    }
+    return dispatch_dtype(a->dtype, [&](auto tag) { return launch_fwd<decltype(tag)>(p, stream); });
+}
+
+extern "C" size_t wavepe_cuda_attention_fwd_smem_bytes(const wavepe_cuda_attention_args *a) {
+    if (a == nullptr || dtype_size(a->dtype) == 0 || a->d < 0 || a->d > WAVEPE_CUDA_MAX_HEAD_DIM) return 0;
+    size_t bytes = 0;
+    dispatch_dtype(a->dtype, [&](auto tag) {
+        using T = decltype(tag);
+        switch (dmax_bucket(a->d)) {
+        case 64: bytes = fwd_smem<T, 64>(a); break;
+        case 128: bytes = fwd_smem<T, 128>(a); break;
+        default:
+            if constexpr (sizeof(T) != 8) bytes = fwd_smem<T, 256>(a);
+        }
+        return cudaSuccess;
+    });
+    return bytes;
+}

@@ -1,0 +1,681 @@
+// attention_bwd.cu: fused attention backward on the GPU (FlashAttention-2
+// recompute from the saved log-sum-exp), deterministic: no atomics, every
+// output block has one owner CTA that reduces in a fixed order.
+//
+//   delta   D[m] = dO[m] . O[m] - dlse[m]             (one warp per row; dlse = the
+//           gradient of the lse output, which adds dlse[m] P[m, n] to dS)
+//   dkdv    a CTA owns B keys of one (batch, kv head); for every query head
+//           of the GQA group and every query block that can see the keys it
+//           recomputes S^T = K Q^T (+ bias), P^T = exp(S^T - lse),
+//           dV += P^T dO, dP^T = V dO^T, dS^T = P^T (dP^T - D), dK += dS^T Q.
+//           The bias needs G = Q T_win^T of all query groups of the tile: each
+//           warp computes one group's G into shared memory, every warp reads
+//           the transposed skew.
+//   dq      a CTA owns B query rows: recompute S, P, dP, dS per key block,
+//           dQ += dS K, and for the table bias dQ += H T_win where H is dS
+//           skewed into window coordinates (H[m][m - n + B - 1] = dS[m][n]).
+//   dtable  (learned relative table only) tiles on one diagonal i - j of the
+//           M x N tile grid share their table window (with BM = BN = B), so a
+//           CTA per (diagonal, group of heads) recomputes dS along its
+//           diagonal and accumulates dT_win = H^T Q into its own slot of a
+//           float workspace; a fold kernel sums the slots of each table row in
+//           a fixed order (clamp: every distance beyond the table into its
+//           edge row).  Workspace O((M + N) d) per head group, never M x N.
+// dK, dQ and dT carry the scale: s = scale (q.k + q.T).
+#include "attention_tile.cuh"
+
+namespace wavepe_cuda {
+namespace {
+
+template <class T, int B>
+struct BwdLayout {
+    SmemPlan plan;
+    int a, b, c, dd, t, g, lse, delta, mask, pscr;
+    // a, b: the CTA's own rows (dkdv: K, V; dq/dtable: Q, dO); c, dd: the streamed ones
+    __host__ __device__ BwdLayout(int64_t d_pad, bool table) {
+        using A = acc_t<T>;
+        const size_t row = sizeof(T) * size_t(tile_ld<T>(d_pad));
+        a = plan.add(B * row);
+        b = plan.add(B * row);
+        c = plan.add(B * row);
+        dd = plan.add(B * row);
+        t = plan.add(table ? 2 * B * row : 0);
+        g = plan.add(table ? sizeof(A) * B * size_t(g_ld<A>(B)) : 0);
+        lse = plan.add(sizeof(A) * B);
+        delta = plan.add(sizeof(A) * B);
+        mask = plan.add(B);
+        pscr = plan.add(sizeof(A) * (B / 16) * rb_scratch_elems<T>(B));
+    }
+};
+
+template <class T>
+__global__ void __launch_bounds__(128) attn_bwd_delta_kernel(AttnParams p) {
+    using A = acc_t<T>;
+    const int64_t rows = p.batch * p.heads * p.m;
+    const int64_t row = int64_t(blockIdx.x) * 4 + threadIdx.x / 32;
+    const int lane = threadIdx.x & 31;
+    if (row >= rows) return;  // warp-uniform, no barriers in this kernel
+    const int64_t bh = row / p.m, m = row % p.m, b = bh / p.heads, h = bh % p.heads;
+    const T *o = static_cast<const T *>(p.out) + b * p.o_sb + h * p.o_sh + m * p.o_sm;
+    const T *go = static_cast<const T *>(p.go) + b * p.go_sb + h * p.go_sh + m * p.go_sm;
+    A sum = 0;
+    for (int64_t c = lane; c < p.d; c += 32) sum += to_acc(o[c]) * to_acc(go[c]);
+    sum = warp_sum(sum);
+    if (p.grad_lse != nullptr) sum -= static_cast<const A *>(p.grad_lse)[row];
+    if (lane == 0) static_cast<A *>(p.delta)[row] = sum;
+}
+
+// Recompute of one warp's 16 query rows against the staged key block:
+// dS (16 x B) in C fragments, from S (+ skewed bias), P and dP.
+template <class T, int B>
+WAVEPE_DEVICE void warp_dscores(acc_t<T> (&ds)[B / 8][4], const AttnParams &p, const T *q_rows, const T *go_rows,
+                                const T *Ks, const T *Vs, const T *t_rows, acc_t<T> *gw, bool warp_bias, int ld,
+                                int gld, int ksteps, int64_t wm0, int64_t n0, const uint8_t *kmask, acc_t<T> scale,
+                                acc_t<T> slope, const acc_t<T> (&lse2)[2], const acc_t<T> (&dl)[2]) {
+    using A = acc_t<T>;
+    constexpr int NT = B / 8;
+    zero_frags(ds);
+    warp_abt<T, NT>(ds, q_rows, ld, Ks, ld, ksteps);
+    if (warp_bias) {
+        warp_window_products<T, B>(gw, gld, q_rows, t_rows, ld, ksteps);
+        __syncwarp();
+        add_skewed_bias<A, NT, B>(ds, gw, gld);
+        __syncwarp();
+    }
+    scores_log2(ds, p, wm0, n0, kmask, scale, slope);
+    A dp[NT][4];
+    zero_frags(dp);
+    warp_abt<T, NT>(dp, go_rows, ld, Vs, ld, ksteps);
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+            const int ri = i / 2;
+            const A s2 = ds[nt][i];
+            const A pr = (s2 == neg_inf<A>() || lse2[ri] == neg_inf<A>()) ? A(0) : exp2_(s2 - lse2[ri]);
+            ds[nt][i] = pr * (dp[nt][i] - dl[ri]);
+        }
+}
+
+// Per-lane lse (log2 domain) and D of the lane's two rows.
+template <class A>
+WAVEPE_DEVICE void row_stats(A (&lse2)[2], A (&dl)[2], const AttnParams &p, int64_t bh, int64_t wm0) {
+#pragma unroll
+    for (int ri = 0; ri < 2; ++ri) {
+        const int64_t m = wm0 + frag_row(2 * ri);
+        const bool ok = m < p.m;
+        const A l = ok ? static_cast<const A *>(p.lse)[bh * p.m + m] : neg_inf<A>();
+        lse2[ri] = l == neg_inf<A>() ? l : l * A(kLog2e);
+        dl[ri] = ok ? static_cast<const A *>(p.delta)[bh * p.m + m] : A(0);
+    }
+}
+
+template <class T, int DMAX, int B>
+__global__ void __launch_bounds__(B * 2) attn_bwd_dkdv_kernel(AttnParams p) {
+    using A = acc_t<T>;
+    constexpr int NT = B / 8, DT = DMAX / 8;
+    WAVEPE_SHARED_BASE(smem);
+    const bool has_table = p.pos_enc == WAVEPE_CUDA_PE_TABLE;
+    const BwdLayout<T, B> L(p.d_pad, has_table);
+    T *Ks = reinterpret_cast<T *>(smem + L.plan.off[L.a]);
+    T *Vs = reinterpret_cast<T *>(smem + L.plan.off[L.b]);
+    T *Qs = reinterpret_cast<T *>(smem + L.plan.off[L.c]);
+    T *dOs = reinterpret_cast<T *>(smem + L.plan.off[L.dd]);
+    T *Ts = reinterpret_cast<T *>(smem + L.plan.off[L.t]);
+    A *Gs = reinterpret_cast<A *>(smem + L.plan.off[L.g]);
+    A *lse_s = reinterpret_cast<A *>(smem + L.plan.off[L.lse]);
+    A *delta_s = reinterpret_cast<A *>(smem + L.plan.off[L.delta]);
+    uint8_t *kmask = smem + L.plan.off[L.mask];
+    const int ld = tile_ld<T>(p.d_pad), gld = g_ld<A>(B);
+    const int warp = threadIdx.x / 32, t4 = threadIdx.x & 3;
+    A *pscr = reinterpret_cast<A *>(smem + L.plan.off[L.pscr]) + warp * rb_scratch_elems<T>(B);
+    const int ksteps = int(p.d_pad / 16), dt_active = int(ceil_div(p.d, 8));
+
+    const int64_t nblocks = ceil_div(p.n, B), mblocks = ceil_div(p.m, B);
+    const int64_t nb = blockIdx.x % nblocks, bhk = blockIdx.x / nblocks;
+    const int64_t b = bhk / p.kv_heads, hk = bhk % p.kv_heads;
+    const int64_t n0 = nb * B, wn0 = n0 + 16 * warp;
+    const T *kg = static_cast<const T *>(p.k) + b * p.k_sb + hk * p.k_sh;
+    const T *vg = static_cast<const T *>(p.v) + b * p.v_sb + hk * p.v_sh;
+    load_tile(Ks, ld, B, p.d, p.d_pad, p.vec_k, [&](int r) -> const T * {
+        const int64_t n = n0 + r;
+        return n < p.n ? kg + n * p.k_sn : nullptr;
+    });
+    load_tile(Vs, ld, B, p.d, p.d_pad, p.vec_v, [&](int r) -> const T * {
+        const int64_t n = n0 + r;
+        return n < p.n ? vg + n * p.v_sn : nullptr;
+    });
+    load_key_mask(kmask, B, p, b, n0);
+
+    A dk[DT][4], dv[DT][4];
+    zero_frags(dk);
+    zero_frags(dv);
+    const A scale = A(p.scale);
+    // query blocks that can see these keys: pos_q >= n0
+    int64_t i_start = 0;
+    if (p.causal && n0 - p.q_offset > 0) i_start = (n0 - p.q_offset) / B;
+    for (int64_t h = hk * p.group; h < (hk + 1) * p.group; ++h) {
+        const int64_t bh = b * p.heads + h;
+        const A slope = head_slope<T>(p, h);
+        const T *qg = static_cast<const T *>(p.q) + b * p.q_sb + h * p.q_sh;
+        const T *gog = static_cast<const T *>(p.go) + b * p.go_sb + h * p.go_sh;
+        for (int64_t i = i_start; i < mblocks; ++i) {
+            const int64_t m0 = i * B;
+            const int64_t base = p.q_offset + m0 - n0 - p.r_lo;
+            const bool tile_bias = has_table && table_rows_hit(p, base - (B - 1), base + B - 1);
+            __syncthreads();  // previous query block consumed
+            load_tile(Qs, ld, B, p.d, p.d_pad, p.vec_q, [&](int r) -> const T * {
+                const int64_t m = m0 + r;
+                return m < p.m ? qg + m * p.q_sm : nullptr;
+            });
+            load_tile(dOs, ld, B, p.d, p.d_pad, p.vec_go, [&](int r) -> const T * {
+                const int64_t m = m0 + r;
+                return m < p.m ? gog + m * p.go_sm : nullptr;
+            });
+            for (int r = threadIdx.x; r < B; r += blockDim.x) {
+                const int64_t m = m0 + r;
+                const A l = m < p.m ? static_cast<const A *>(p.lse)[bh * p.m + m] : neg_inf<A>();
+                lse_s[r] = l == neg_inf<A>() ? l : l * A(kLog2e);
+                delta_s[r] = m < p.m ? static_cast<const A *>(p.delta)[bh * p.m + m] : A(0);
+            }
+            if (tile_bias)
+                load_tile(Ts, ld, 2 * B, p.d, p.d_pad, p.vec_t,
+                          [&](int w) -> const T * { return window_row_ptr<T>(p, base, B, w); });
+            __syncthreads();
+            if (tile_bias) {  // warp w: G of query group w (zeros outside the table)
+                A *gw = Gs + warp * 16 * gld;
+                if (table_rows_hit(p, base + 16 * warp - (B - 1), base + 16 * warp + 15)) {
+                    warp_window_products<T, B>(gw, gld, Qs + 16 * warp * ld, Ts + 16 * warp * ld, ld, ksteps);
+                } else {
+                    for (int e = threadIdx.x & 31; e < 16 * gld; e += 32) gw[e] = A(0);
+                }
+            }
+            __syncthreads();
+            if (wn0 >= p.n || (p.causal && wn0 > p.q_offset + m0 + B - 1)) continue;  // warp-uniform
+
+            // S^T (16 keys x B queries)
+            A st[NT][4];
+            zero_frags(st);
+            warp_abt<T, NT>(st, Ks + 16 * warp * ld, ld, Qs, ld, ksteps);
+#pragma unroll
+            for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+                for (int e = 0; e < 4; ++e) {
+                    const int rk = frag_row(e), cq = frag_col(nt, e);
+                    if (tile_bias) {
+                        const int gq = cq / 16, r = cq % 16;
+                        st[nt][e] += Gs[(gq * 16 + r) * gld + r - (16 * warp + rk) + B - 1];
+                    }
+                    const int64_t n = wn0 + rk, m = m0 + cq, pos_q = p.q_offset + m;
+                    const bool masked = m >= p.m || kmask[16 * warp + rk] || (p.causal && n > pos_q);
+                    A x = st[nt][e] * scale;
+                    if (p.pos_enc == WAVEPE_CUDA_PE_ALIBI) {
+                        const int64_t dist = pos_q - n;
+                        x -= slope * A(dist < 0 ? -dist : dist);
+                    }
+                    const A l2 = lse_s[cq];
+                    st[nt][e] = (masked || l2 == neg_inf<A>()) ? A(0) : exp2_(x * A(kLog2e) - l2);  // P^T
+                }
+            warp_rb<T, NT, DT>(dv, st, dOs, ld, dt_active, pscr);
+            A dpt[NT][4];
+            zero_frags(dpt);
+            warp_abt<T, NT>(dpt, Vs + 16 * warp * ld, ld, dOs, ld, ksteps);
+#pragma unroll
+            for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+                for (int e = 0; e < 4; ++e) st[nt][e] *= dpt[nt][e] - delta_s[frag_col(nt, e)];  // dS^T
+            warp_rb<T, NT, DT>(dk, st, Qs, ld, dt_active, pscr);
+        }
+    }
+
+    if (wn0 >= p.n) return;  // after the last barrier
+#pragma unroll
+    for (int ri = 0; ri < 2; ++ri) {
+        const int64_t n = wn0 + frag_row(2 * ri);
+        if (n >= p.n) continue;
+        T *dkr = static_cast<T *>(p.dk) + ((b * p.kv_heads + hk) * p.n + n) * p.d;
+        T *dvr = static_cast<T *>(p.dv) + ((b * p.kv_heads + hk) * p.n + n) * p.d;
+#pragma unroll
+        for (int dt = 0; dt < DT; ++dt)
+#pragma unroll
+            for (int e = 0; e < 2; ++e) {
+                const int col = dt * 8 + 2 * t4 + e;
+                if (dt < dt_active && col < p.d) {
+                    dkr[col] = from_acc<T>(dk[dt][2 * ri + e] * scale);
+                    dvr[col] = from_acc<T>(dv[dt][2 * ri + e]);
+                }
+            }
+    }
+}
+
+template <class T, int DMAX, int B>
+__global__ void __launch_bounds__(B * 2) attn_bwd_dq_kernel(AttnParams p) {
+    using A = acc_t<T>;
+    constexpr int NT = B / 8, GT = (B + 16) / 8, DT = DMAX / 8;
+    WAVEPE_SHARED_BASE(smem);
+    const bool has_table = p.pos_enc == WAVEPE_CUDA_PE_TABLE;
+    const BwdLayout<T, B> L(p.d_pad, has_table);
+    T *Qs = reinterpret_cast<T *>(smem + L.plan.off[L.a]);
+    T *dOs = reinterpret_cast<T *>(smem + L.plan.off[L.b]);
+    T *Ks = reinterpret_cast<T *>(smem + L.plan.off[L.c]);
+    T *Vs = reinterpret_cast<T *>(smem + L.plan.off[L.dd]);
+    T *Ts = reinterpret_cast<T *>(smem + L.plan.off[L.t]);
+    A *Gs = reinterpret_cast<A *>(smem + L.plan.off[L.g]);
+    uint8_t *kmask = smem + L.plan.off[L.mask];
+    const int ld = tile_ld<T>(p.d_pad), gld = g_ld<A>(B);
+    const int warp = threadIdx.x / 32, t4 = threadIdx.x & 3;
+    A *pscr = reinterpret_cast<A *>(smem + L.plan.off[L.pscr]) + warp * rb_scratch_elems<T>(B);
+    const int ksteps = int(p.d_pad / 16), dt_active = int(ceil_div(p.d, 8));
+
+    const int64_t mblocks = ceil_div(p.m, B);
+    const int64_t mb = mblocks - 1 - blockIdx.x % mblocks, bh = blockIdx.x / mblocks;
+    const int64_t b = bh / p.heads, h = bh % p.heads, hk = h / p.group;
+    const int64_t m0 = mb * B, wm0 = m0 + 16 * warp;
+    const T *qg = static_cast<const T *>(p.q) + b * p.q_sb + h * p.q_sh;
+    const T *gog = static_cast<const T *>(p.go) + b * p.go_sb + h * p.go_sh;
+    const T *kg = static_cast<const T *>(p.k) + b * p.k_sb + hk * p.k_sh;
+    const T *vg = static_cast<const T *>(p.v) + b * p.v_sb + hk * p.v_sh;
+    load_tile(Qs, ld, B, p.d, p.d_pad, p.vec_q, [&](int r) -> const T * {
+        const int64_t m = m0 + r;
+        return m < p.m ? qg + m * p.q_sm : nullptr;
+    });
+    load_tile(dOs, ld, B, p.d, p.d_pad, p.vec_go, [&](int r) -> const T * {
+        const int64_t m = m0 + r;
+        return m < p.m ? gog + m * p.go_sm : nullptr;
+    });
+    A lse2[2], dl[2];
+    row_stats(lse2, dl, p, bh, wm0);
+    const A scale = A(p.scale), slope = head_slope<T>(p, h);
+    A dq[DT][4];
+    zero_frags(dq);
+
+    int64_t n_stop = p.n;
+    if (p.causal && p.q_offset + m0 + B < n_stop) n_stop = p.q_offset + m0 + B;
+    const int64_t kb_stop = n_stop > 0 ? ceil_div(n_stop, B) : 0;
+    const bool warp_rows = wm0 < p.m;
+    A *gw = Gs + warp * 16 * gld;
+    A slope_acc = 0;  // this lane's share of d loss / d slope_h
+    for (int64_t j = 0; j < kb_stop; ++j) {
+        const int64_t n0 = j * B;
+        const int64_t base = p.q_offset + m0 - n0 - p.r_lo;
+        const bool tile_bias = has_table && table_rows_hit(p, base - (B - 1), base + B - 1);
+        __syncthreads();
+        load_tile(Ks, ld, B, p.d, p.d_pad, p.vec_k, [&](int r) -> const T * {
+            const int64_t n = n0 + r;
+            return n < p.n ? kg + n * p.k_sn : nullptr;
+        });
+        load_tile(Vs, ld, B, p.d, p.d_pad, p.vec_v, [&](int r) -> const T * {
+            const int64_t n = n0 + r;
+            return n < p.n ? vg + n * p.v_sn : nullptr;
+        });
+        if (tile_bias)
+            load_tile(Ts, ld, 2 * B, p.d, p.d_pad, p.vec_t,
+                      [&](int w) -> const T * { return window_row_ptr<T>(p, base, B, w); });
+        load_key_mask(kmask, B, p, b, n0);
+        __syncthreads();
+        if (!warp_rows || (p.causal && n0 > p.q_offset + wm0 + 15)) continue;  // warp-uniform
+        const bool warp_bias = tile_bias && table_rows_hit(p, base + 16 * warp - (B - 1), base + 16 * warp + 15);
+        A ds[NT][4];
+        warp_dscores<T, B>(ds, p, Qs + 16 * warp * ld, dOs + 16 * warp * ld, Ks, Vs, Ts + 16 * warp * ld, gw,
+                           warp_bias, ld, gld, ksteps, wm0, n0, kmask, scale, slope, lse2, dl);
+        warp_rb<T, NT, DT>(dq, ds, Ks, ld, dt_active, pscr);
+        if (p.dslopes != nullptr) {
+#pragma unroll
+            for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+                for (int e = 0; e < 4; ++e) {
+                    const int64_t dist = p.q_offset + wm0 + frag_row(e) - (n0 + frag_col(nt, e));
+                    slope_acc -= ds[nt][e] * A(dist < 0 ? -dist : dist);  // masked entries have dS = 0
+                }
+        }
+        if (warp_bias) {  // dq += H T_win, H = dS skewed into window columns
+            for (int e = threadIdx.x & 31; e < 16 * gld; e += 32) gw[e] = A(0);
+            __syncwarp();
+#pragma unroll
+            for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+                for (int e = 0; e < 4; ++e) {
+                    const int r = frag_row(e), c = frag_col(nt, e);
+                    gw[r * gld + r - c + B - 1] = ds[nt][e];
+                }
+            __syncwarp();
+            A hr[GT][4];
+#pragma unroll
+            for (int gt = 0; gt < GT; ++gt)
+#pragma unroll
+                for (int e = 0; e < 4; ++e) hr[gt][e] = gw[frag_row(e) * gld + frag_col(gt, e)];
+            warp_rb<T, GT, DT>(dq, hr, Ts + 16 * warp * ld, ld, dt_active, pscr);
+            __syncwarp();
+        }
+    }
+
+    if (p.dslopes != nullptr) {  // every warp writes its slot (0 without rows)
+        slope_acc = warp_sum(slope_acc);
+        if ((threadIdx.x & 31) == 0)
+            static_cast<A *>(p.slope_part)[(bh * mblocks + mb) * (B / 16) + warp] = slope_acc;
+    }
+    if (!warp_rows) return;
+#pragma unroll
+    for (int ri = 0; ri < 2; ++ri) {
+        const int64_t m = wm0 + frag_row(2 * ri);
+        if (m >= p.m) continue;
+        T *dqr = static_cast<T *>(p.dq) + (bh * p.m + m) * p.d;
+#pragma unroll
+        for (int dt = 0; dt < DT; ++dt)
+#pragma unroll
+            for (int e = 0; e < 2; ++e) {
+                const int col = dt * 8 + 2 * t4 + e;
+                if (dt < dt_active && col < p.d) dqr[col] = from_acc<T>(dq[dt][2 * ri + e] * scale);
+            }
+    }
+}
+
+// One CTA per (tile diagonal, group of batch*heads): the partial dT of its
+// window, 2B rows x d, in its own workspace slot.
+template <class T, int DMAX, int B>
+__global__ void __launch_bounds__(B * 2) attn_bwd_dtable_kernel(AttnParams p) {
+    using A = acc_t<T>;
+    constexpr int NT = B / 8, DT = DMAX / 8;
+    WAVEPE_SHARED_BASE(smem);
+    const BwdLayout<T, B> L(p.d_pad, true);
+    T *Qs = reinterpret_cast<T *>(smem + L.plan.off[L.a]);
+    T *dOs = reinterpret_cast<T *>(smem + L.plan.off[L.b]);
+    T *Ks = reinterpret_cast<T *>(smem + L.plan.off[L.c]);
+    T *Vs = reinterpret_cast<T *>(smem + L.plan.off[L.dd]);
+    T *Ts = reinterpret_cast<T *>(smem + L.plan.off[L.t]);
+    A *Gs = reinterpret_cast<A *>(smem + L.plan.off[L.g]);
+    uint8_t *kmask = smem + L.plan.off[L.mask];
+    const int ld = tile_ld<T>(p.d_pad), gld = g_ld<A>(B);
+    const int warp = threadIdx.x / 32;
+    A *pscr = reinterpret_cast<A *>(smem + L.plan.off[L.pscr]) + warp * rb_scratch_elems<T>(B);
+    const int ksteps = int(p.d_pad / 16), dt_active = int(ceil_div(p.d, 8));
+
+    const int64_t mblocks = ceil_div(p.m, B), nblocks = ceil_div(p.n, B);
+    const int64_t diag = blockIdx.x % p.n_diag, grp = blockIdx.x / p.n_diag;
+    const int64_t delta = diag - (nblocks - 1);  // i - j
+    const int64_t base = p.q_offset - p.r_lo + delta * B;
+    if (!table_rows_hit(p, base - (B - 1), base + B - 1)) return;  // CTA-uniform, before any barrier
+    if (p.causal && -delta * B > p.q_offset + B - 1) return;       // every tile of the diagonal is future
+    load_tile(Ts, ld, 2 * B, p.d, p.d_pad, p.vec_t, [&](int w) -> const T * { return window_row_ptr<T>(p, base, B, w); });
+    A *part = static_cast<A *>(p.dt_part) + (diag * p.dt_groups + grp) * (2 * B) * p.d;
+    A *gw = Gs + warp * 16 * gld;
+    const A scale = A(p.scale);
+
+    const int64_t bh_count = p.batch * p.heads;
+    const int64_t bh_end = (grp + 1) * p.bh_per_group < bh_count ? (grp + 1) * p.bh_per_group : bh_count;
+    const int64_t i_begin = delta > 0 ? delta : 0;
+    const int64_t i_end = mblocks < nblocks + delta ? mblocks : nblocks + delta;
+    for (int64_t bh = grp * p.bh_per_group; bh < bh_end; ++bh) {
+        const int64_t b = bh / p.heads, h = bh % p.heads, hk = h / p.group;
+        const T *qg = static_cast<const T *>(p.q) + b * p.q_sb + h * p.q_sh;
+        const T *gog = static_cast<const T *>(p.go) + b * p.go_sb + h * p.go_sh;
+        const T *kg = static_cast<const T *>(p.k) + b * p.k_sb + hk * p.k_sh;
+        const T *vg = static_cast<const T *>(p.v) + b * p.v_sb + hk * p.v_sh;
+        for (int64_t i = i_begin; i < i_end; ++i) {
+            const int64_t m0 = i * B, n0 = (i - delta) * B, wm0 = m0 + 16 * warp;
+            __syncthreads();  // Gs / tiles of the previous tile consumed
+            load_tile(Qs, ld, B, p.d, p.d_pad, p.vec_q, [&](int r) -> const T * {
+                const int64_t m = m0 + r;
+                return m < p.m ? qg + m * p.q_sm : nullptr;
+            });
+            load_tile(dOs, ld, B, p.d, p.d_pad, p.vec_go, [&](int r) -> const T * {
+                const int64_t m = m0 + r;
+                return m < p.m ? gog + m * p.go_sm : nullptr;
+            });
+            load_tile(Ks, ld, B, p.d, p.d_pad, p.vec_k, [&](int r) -> const T * {
+                const int64_t n = n0 + r;
+                return n < p.n ? kg + n * p.k_sn : nullptr;
+            });
+            load_tile(Vs, ld, B, p.d, p.d_pad, p.vec_v, [&](int r) -> const T * {
+                const int64_t n = n0 + r;
+                return n < p.n ? vg + n * p.v_sn : nullptr;
+            });
+            load_key_mask(kmask, B, p, b, n0);
+            __syncthreads();
+            const bool live = wm0 < p.m && !(p.causal && n0 > p.q_offset + wm0 + 15);
+            A ds[NT][4];
+            if (live) {
+                A lse2[2], dl[2];
+                row_stats(lse2, dl, p, bh, wm0);
+                const bool warp_bias = table_rows_hit(p, base + 16 * warp - (B - 1), base + 16 * warp + 15);
+                warp_dscores<T, B>(ds, p, Qs + 16 * warp * ld, dOs + 16 * warp * ld, Ks, Vs, Ts + 16 * warp * ld, gw,
+                                   warp_bias, ld, gld, ksteps, wm0, n0, kmask, scale, head_slope<T>(p, h), lse2, dl);
+            }
+            for (int e = threadIdx.x & 31; e < 16 * gld; e += 32) gw[e] = A(0);
+            __syncwarp();
+            if (live) {
+#pragma unroll
+                for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+                    for (int e = 0; e < 4; ++e) {
+                        const int r = frag_row(e), c = frag_col(nt, e);
+                        gw[r * gld + r - c + B - 1] = ds[nt][e];
+                    }
+            }
+            __syncthreads();
+            // dT_win rows 32 warp .. 32 warp + 31 (window row w, query m): H^T Q
+#pragma unroll
+            for (int sub = 0; sub < 2; ++sub) {
+                const int w0 = 32 * warp + 16 * sub;
+                A ht[NT][4];
+#pragma unroll
+                for (int mt = 0; mt < NT; ++mt)
+#pragma unroll
+                    for (int e = 0; e < 4; ++e) {
+                        const int w = w0 + frag_row(e), m = frag_col(mt, e), gq = m / 16, c = w - 16 * gq;
+                        ht[mt][e] = (c >= 0 && c < B + 16) ? Gs[(gq * 16 + m % 16) * gld + c] : A(0);
+                    }
+                A acc[DT][4];
+                zero_frags(acc);
+                warp_rb<T, NT, DT>(acc, ht, Qs, ld, dt_active, pscr);
+#pragma unroll
+                for (int dt = 0; dt < DT; ++dt)
+#pragma unroll
+                    for (int e = 0; e < 4; ++e) {
+                        const int w = w0 + frag_row(e), col = frag_col(dt, e);
+                        if (dt < dt_active && col < p.d) part[w * p.d + col] += acc[dt][e];
+                    }
+            }
+        }
+    }
+}
+
+// dT[t] = scale * sum over (diagonal, window row, head group) slots whose
+// table row is t (clamp: rows beyond the edges fold into them), in a fixed order.
+template <class T, int B>
+__global__ void __launch_bounds__(256) attn_bwd_dtable_fold_kernel(AttnParams p) {
+    using A = acc_t<T>;
+    const A *part = static_cast<const A *>(p.dt_part);
+    T *dtable = static_cast<T *>(p.dtable);
+    const int64_t total = p.table_rows * p.d;
+    const int64_t nblocks = ceil_div(p.n, B);
+    const int64_t c0 = p.q_offset - p.r_lo;
+    for (int64_t idx = int64_t(blockIdx.x) * 256 + threadIdx.x; idx < total; idx += int64_t(gridDim.x) * 256) {
+        const int64_t t = idx / p.d, col = idx % p.d;
+        const bool to_low = p.clamp && t == 0, to_high = p.clamp && t == p.table_rows - 1;
+        A sum = 0;
+        for (int64_t diag = 0; diag < p.n_diag; ++diag) {
+            const int64_t delta = diag - (nblocks - 1);
+            const int64_t first = c0 + delta * B - (B - 1);  // table row of window row 0
+            int64_t w_lo = to_low ? 0 : t - first, w_hi = to_high ? 2 * B - 2 : t - first;
+            if (w_lo < 0) w_lo = 0;
+            if (w_hi > 2 * B - 2) w_hi = 2 * B - 2;
+            for (int64_t w = w_lo; w <= w_hi; ++w)
+                for (int64_t g = 0; g < p.dt_groups; ++g) sum += part[((diag * p.dt_groups + g) * 2 * B + w) * p.d + col];
+        }
+        dtable[idx] = from_acc<T>(sum * A(p.scale));
+    }
+}
+
+// dslopes[h] = sum over batch, query blocks and warps of the dq kernel's slots, in order.
+template <class T, int B>
+__global__ void __launch_bounds__(128) attn_bwd_dslopes_fold_kernel(AttnParams p) {
+    using A = acc_t<T>;
+    const int64_t h = int64_t(blockIdx.x) * 128 + threadIdx.x;
+    if (h >= p.heads) return;
+    const int64_t slots = ceil_div(p.m, B) * (B / 16);
+    const A *part = static_cast<const A *>(p.slope_part);
+    A sum = 0;
+    for (int64_t b = 0; b < p.batch; ++b)
+        for (int64_t s = 0; s < slots; ++s) sum += part[(b * p.heads + h) * slots + s];
+    static_cast<A *>(p.dslopes)[h] = sum;
+}
+
+size_t align256(size_t x) { return (x + 255) & ~size_t(255); }
+
+struct BwdPlan {
+    int b;            // tile size
+    int64_t n_diag, groups, bh_per_group;
+    size_t delta_bytes, part_bytes, slope_bytes;
+};
+
+template <class T>
+int bwd_tile(int64_t d) {
+    if constexpr (sizeof(T) == 8) return dmax_bucket(d) == 64 ? BwdCfg<T, 64>::B : BwdCfg<T, 128>::B;
+    switch (dmax_bucket(d)) {
+    case 64: return BwdCfg<T, 64>::B;
+    case 128: return BwdCfg<T, 128>::B;
+    }
+    return BwdCfg<T, 256>::B;
+}
+
+BwdPlan bwd_plan(const wavepe_cuda_attention_args *a) {
+    BwdPlan pl{};
+    dispatch_dtype(a->dtype, [&](auto tag) {
+        pl.b = bwd_tile<decltype(tag)>(a->d);
+        return cudaSuccess;
+    });
+    const size_t acc = a->dtype == WAVEPE_CUDA_F64 ? 8 : 4;
+    const int64_t bh = a->batch * a->heads;
+    pl.delta_bytes = align256(size_t(bh * a->m) * acc);
+    const int64_t mb = ceil_div(a->m, pl.b), nb = ceil_div(a->n, pl.b);
+    pl.n_diag = (mb > 0 && nb > 0) ? mb + nb - 1 : 0;
+    if (a->dslopes) pl.slope_bytes = align256(size_t(bh * mb * (pl.b / 16)) * acc);
+    pl.groups = 1;
+    if (a->dtable && pl.n_diag > 0 && bh > 0) {
+        const int64_t want = ceil_div(2 * int64_t(device_sm_count()), pl.n_diag);
+        pl.groups = want < 1 ? 1 : (want > bh ? bh : want);
+        pl.bh_per_group = ceil_div(bh, pl.groups);
+        pl.groups = ceil_div(bh, pl.bh_per_group);
+        pl.part_bytes = align256(size_t(pl.n_diag) * size_t(pl.groups) * size_t(2 * pl.b) * size_t(a->d) * acc);
+    }
+    return pl;
+}
+
+template <class T, int DMAX>
+cudaError_t launch_bwd_cfg(AttnParams p, const BwdPlan &pl, cudaStream_t stream) {
+    constexpr int B = BwdCfg<T, DMAX>::B;
+    const bool table = p.pos_enc == WAVEPE_CUDA_PE_TABLE;
+    const BwdLayout<T, B> L(p.d_pad, table);
+    const int64_t bh = p.batch * p.heads;
+    cudaError_t err = cudaSuccess;
+    if (bh * p.m > 0)
+        err = launch(attn_bwd_delta_kernel<T>, dim3(unsigned(ceil_div(bh * p.m, 4))), dim3(128), 0, stream, p);
+    if (err != cudaSuccess) return err;
+    const int64_t kv_ctas = p.batch * p.kv_heads * ceil_div(p.n, B);
+    if (kv_ctas > 0 && p.d > 0) {
+        auto kernel = attn_bwd_dkdv_kernel<T, DMAX, B>;
+        err = allow_dynamic_smem(kernel, L.plan.total);
+        if (err == cudaSuccess) err = launch(kernel, dim3(unsigned(kv_ctas)), dim3(B * 2), L.plan.total, stream, p);
+        if (err != cudaSuccess) return err;
+    }
+    const int64_t q_ctas = bh * ceil_div(p.m, B);
+    if (q_ctas > 0 && (p.d > 0 || p.dslopes != nullptr)) {
+        auto kernel = attn_bwd_dq_kernel<T, DMAX, B>;
+        err = allow_dynamic_smem(kernel, L.plan.total);
+        if (err == cudaSuccess) err = launch(kernel, dim3(unsigned(q_ctas)), dim3(B * 2), L.plan.total, stream, p);
+        if (err != cudaSuccess) return err;
+    }
+    if (p.dslopes != nullptr && p.heads > 0) {
+        err = launch(attn_bwd_dslopes_fold_kernel<T, B>, dim3(unsigned(ceil_div(p.heads, 128))), dim3(128), 0, stream,
+                     p);
+        if (err != cudaSuccess) return err;
+    }
+    if (p.dtable != nullptr && p.table_rows * p.d > 0) {
+        if (pl.n_diag > 0 && bh > 0) {
+            err = cudaMemsetAsync(p.dt_part, 0, pl.part_bytes, stream);
+            const BwdLayout<T, B> LT(p.d_pad, true);
+            auto kernel = attn_bwd_dtable_kernel<T, DMAX, B>;
+            if (err == cudaSuccess) err = allow_dynamic_smem(kernel, LT.plan.total);
+            if (err == cudaSuccess)
+                err = launch(kernel, dim3(unsigned(pl.n_diag * pl.groups)), dim3(B * 2), LT.plan.total, stream, p);
+            if (err != cudaSuccess) return err;
+        }
+        const int64_t cap = int64_t(device_sm_count()) * 16;
+        int64_t blocks = ceil_div(p.table_rows * p.d, 256);
+        if (blocks > cap) blocks = cap;
+        err = launch(attn_bwd_dtable_fold_kernel<T, B>, dim3(unsigned(blocks)), dim3(256), 0, stream, p);
+    }
+    return err;
+}
+
+template <class T>
+cudaError_t launch_bwd(AttnParams p, const BwdPlan &pl, cudaStream_t stream) {
+    if constexpr (sizeof(T) == 8) {
+        if (dmax_bucket(p.d) == 64) return launch_bwd_cfg<T, 64>(p, pl, stream);
+        return launch_bwd_cfg<T, 128>(p, pl, stream);
+    } else {
+        switch (dmax_bucket(p.d)) {
+        case 64: return launch_bwd_cfg<T, 64>(p, pl, stream);
+        case 128: return launch_bwd_cfg<T, 128>(p, pl, stream);
+        }
+        return launch_bwd_cfg<T, 256>(p, pl, stream);
+    }
+}
+
+template <class T, int DMAX>
+size_t bwd_smem(const wavepe_cuda_attention_args *a) {
+    // the dT kernel always stages the window: the largest of the three
+    const BwdLayout<T, BwdCfg<T, DMAX>::B> L(ceil_div(a->d, 16) * 16,
+                                             a->pos_enc == WAVEPE_CUDA_PE_TABLE || a->dtable != nullptr);
+    return L.plan.total;
+}
+
+}  // namespace
+}  // namespace wavepe_cuda
+
+using namespace wavepe_cuda;
+
+extern "C" size_t wavepe_cuda_attention_bwd_smem_bytes(const wavepe_cuda_attention_args *a) {
+    if (a == nullptr || dtype_size(a->dtype) == 0 || a->d < 0 || a->d > WAVEPE_CUDA_MAX_HEAD_DIM) return 0;
+    size_t bytes = 0;
+    dispatch_dtype(a->dtype, [&](auto tag) {
+        using T = decltype(tag);
+        switch (dmax_bucket(a->d)) {
+        case 64: bytes = bwd_smem<T, 64>(a); break;
+        case 128: bytes = bwd_smem<T, 128>(a); break;
+        default:
+            if constexpr (sizeof(T) != 8) bytes = bwd_smem<T, 256>(a);
+        }
+        return cudaSuccess;
+    });
+    return bytes;
+}
+
+extern "C" size_t wavepe_cuda_attention_bwd_workspace_bytes(const wavepe_cuda_attention_args *a) {
+    if (a == nullptr || wavepe_cuda_attention_validate(a, 1) != WAVEPE_OK) return 0;
+    const BwdPlan pl = bwd_plan(a);
+    return pl.delta_bytes + pl.part_bytes + pl.slope_bytes;
+}
+
+extern "C" cudaError_t wavepe_cuda_attention_bwd(const wavepe_cuda_attention_args *a, void *workspace,
+                                                 size_t workspace_bytes, cudaStream_t stream) {
+    if (wavepe_cuda_attention_validate(a, 1) != WAVEPE_OK) return cudaErrorInvalidValue;
+    const BwdPlan pl = bwd_plan(a);
+    const size_t need = pl.delta_bytes + pl.part_bytes + pl.slope_bytes;
+    if (need > 0 && (workspace == nullptr || workspace_bytes < need)) return cudaErrorInvalidValue;
+    AttnParams p = attention_params(a);
+    p.dq = a->dq;
+    p.dk = a->dk;
+    p.dv = a->dv;
+    p.dtable = a->dtable;
+    p.delta = workspace;
+    p.dt_part = static_cast<unsigned char *>(workspace) + pl.delta_bytes;
+    p.slope_part = static_cast<unsigned char *>(workspace) + pl.delta_bytes + pl.part_bytes;
+    p.grad_lse = a->grad_lse;
+    p.dslopes = a->dslopes;
+    p.n_diag = pl.n_diag;
+    p.dt_groups = pl.groups;
+    p.bh_per_group = pl.bh_per_group;
+    return dispatch_dtype(a->dtype, [&](auto tag) { return launch_bwd<decltype(tag)>(p, pl, stream); });
+}

@@ -1,0 +1,339 @@
+// common.cuh: what every wavepe CUDA kernel file shares.
+//
+// * the element types and their accumulators (fp32 for fp32/bf16/fp16,
+//   fp64 for fp64) with conversions;
+// * the tensor-core primitive (mma.sync m16n8k16, bf16/fp16 in, fp32
+//   accumulate) and the fragment layouts it implies;
+// * warp reductions, the launch helper (which also runs the kernels on the
+//   CPU emulator when compiled with -DWAVEPE_CUDA_EMU, see emu/cuda_emu.h)
+//   and the argument checks of the launchers.
+//
+// Fragment layouts of mma.m16n8k16 (PTX ISA), lane = 4 * g + t:
+//   A (16 x 16, row-major)  reg j holds A[g + 8 (j % 2)][2 t + 8 (j / 2) + {0, 1}]
+//   B (16 x 8,  k x n)      reg j holds B[2 t + 8 j + {0, 1}][g]
+//   C (16 x 8, fp32)        c[i] = C[g + 8 (i / 2)][2 t + (i % 2)]
+// (two 16-bit values per 32-bit register, the lower index in the low half).
+// The fp32 / fp64 kernels use the same ownership of C elements without tensor
+// cores (plain FMA, no TF32), so everything after the products is shared.
+#pragma once
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef WAVEPE_CUDA_EMU
+#include "emu/cuda_emu.h"
+#else
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+#endif
+
+#include <utility>
+
+#include "../core/checked.h"
+#include "wavepe_cuda.h"
+
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
+#error "wavepe's CUDA kernels use mma.sync.m16n8k16 with bf16 and need sm_80 or newer"
+#endif
+
+#define WAVEPE_DEVICE __device__ __forceinline__
+
+#ifdef WAVEPE_CUDA_EMU
+#define WAVEPE_SHARED_BASE(name) unsigned char *name = ::wavepe_emu::dynamic_smem()
+#else
+#define WAVEPE_SHARED_BASE(name) extern __shared__ __align__(16) unsigned char name[]
+#endif
+
+namespace wavepe_cuda {
+
+constexpr unsigned kFullMask = 0xffffffffu;
+constexpr double kLog2e = 1.4426950408889634074;
+constexpr double kLn2 = 0.69314718055994530942;
+
+// ---- element types ---------------------------------------------------------------
+template <class T>
+struct Traits;
+template <>
+struct Traits<float> {
+    using Acc = float;
+    static constexpr bool kTensorCore = false;
+};
+template <>
+struct Traits<double> {
+    using Acc = double;
+    static constexpr bool kTensorCore = false;
+};
+template <>
+struct Traits<__nv_bfloat16> {
+    using Acc = float;
+    static constexpr bool kTensorCore = true;
+};
+template <>
+struct Traits<__half> {
+    using Acc = float;
+    static constexpr bool kTensorCore = true;
+};
+template <class T>
+using acc_t = typename Traits<T>::Acc;
+
+WAVEPE_DEVICE float to_acc(float x) { return x; }
+WAVEPE_DEVICE double to_acc(double x) { return x; }
+WAVEPE_DEVICE float to_acc(__nv_bfloat16 x) { return __bfloat162float(x); }
+WAVEPE_DEVICE float to_acc(__half x) { return __half2float(x); }
+
+template <class T>
+WAVEPE_DEVICE T from_acc(acc_t<T> x);
+template <>
+WAVEPE_DEVICE float from_acc<float>(float x) { return x; }
+template <>
+WAVEPE_DEVICE double from_acc<double>(double x) { return x; }
+template <>
+WAVEPE_DEVICE __nv_bfloat16 from_acc<__nv_bfloat16>(float x) { return __float2bfloat16_rn(x); }
+template <>
+WAVEPE_DEVICE __half from_acc<__half>(float x) { return __float2half_rn(x); }
+
+template <class T>
+WAVEPE_DEVICE T zero_value() {
+    return from_acc<T>(acc_t<T>(0));
+}
+
+WAVEPE_DEVICE uint32_t bits16(__nv_bfloat16 x) { return __bfloat16_as_ushort(x); }
+WAVEPE_DEVICE uint32_t bits16(__half x) { return __half_as_ushort(x); }
+
+// Two values rounded to T (16-bit) in one register, `lo` in the low half.
+template <class T>
+WAVEPE_DEVICE uint32_t pack2(float lo, float hi) {
+    return bits16(from_acc<T>(lo)) | (bits16(from_acc<T>(hi)) << 16);
+}
+template <class T>
+WAVEPE_DEVICE uint32_t pack2_raw(T lo, T hi) {
+    return bits16(lo) | (bits16(hi) << 16);
+}
+
+// Aligned 4-, 8- and 16-byte copies (memcpy in the emulator: no aliasing games on the host).
+WAVEPE_DEVICE uint32_t ld32(const void *p) {
+#ifdef WAVEPE_CUDA_EMU
+    uint32_t v;
+    memcpy(&v, p, 4);
+    return v;
+#else
+    return *static_cast<const uint32_t *>(p);
+#endif
+}
+WAVEPE_DEVICE void copy8(void *dst, const void *src) {
+#ifdef WAVEPE_CUDA_EMU
+    memcpy(dst, src, 8);
+#else
+    *static_cast<uint2 *>(dst) = *static_cast<const uint2 *>(src);
+#endif
+}
+WAVEPE_DEVICE void copy16(void *dst, const void *src) {
+#ifdef WAVEPE_CUDA_EMU
+    memcpy(dst, src, 16);
+#else
+    *static_cast<uint4 *>(dst) = *static_cast<const uint4 *>(src);
+#endif
+}
+
+// ---- asynchronous copies (sm_80 cp.async) ---------------------------------------------------
+// 16 bytes global -> shared, bypassing L1 (.cg); src_bytes = 0 zero-fills
+// (the source address is then not read but must still be a valid pointer).
+WAVEPE_DEVICE void cp_async16(void *smem_dst, const void *gmem_src, bool valid) {
+#ifdef WAVEPE_CUDA_EMU
+    ::wavepe_emu::cp_async(smem_dst, gmem_src, valid ? 16 : 0, 16);
+#else
+    const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(smem_dst));
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(gmem_src), "r"(valid ? 16 : 0));
+#endif
+}
+// Close the group of this thread's copies issued since the last commit.
+WAVEPE_DEVICE void cp_async_commit() {
+#ifdef WAVEPE_CUDA_EMU
+    ::wavepe_emu::cp_async_commit();
+#else
+    asm volatile("cp.async.commit_group;\n" ::);
+#endif
+}
+// Wait until at most N of this thread's committed groups are still in flight
+// (a __syncthreads after it makes every thread's copies visible to all).
+template <int N>
+WAVEPE_DEVICE void cp_async_wait() {
+#ifdef WAVEPE_CUDA_EMU
+    ::wavepe_emu::cp_async_wait(N);
+#else
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+#endif
+}
+
+// ---- math on the accumulator types ---------------------------------------------------
+WAVEPE_DEVICE float exp2_(float x) { return exp2f(x); }
+WAVEPE_DEVICE double exp2_(double x) { return exp2(x); }
+WAVEPE_DEVICE float log2_(float x) { return log2f(x); }
+WAVEPE_DEVICE double log2_(double x) { return log2(x); }
+WAVEPE_DEVICE float max_(float a, float b) { return fmaxf(a, b); }
+WAVEPE_DEVICE double max_(double a, double b) { return fmax(a, b); }
+template <class A>
+WAVEPE_DEVICE A neg_inf() {
+    return -A(INFINITY);
+}
+
+// ---- warp reductions -----------------------------------------------------------------
+// Over the 4 lanes of a quad (the lanes sharing rows g, g + 8 of a C fragment).
+template <class A>
+WAVEPE_DEVICE A quad_max(A v) {
+    v = max_(v, __shfl_xor_sync(kFullMask, v, 1));
+    v = max_(v, __shfl_xor_sync(kFullMask, v, 2));
+    return v;
+}
+template <class A>
+WAVEPE_DEVICE A quad_sum(A v) {
+    v += __shfl_xor_sync(kFullMask, v, 1);
+    v += __shfl_xor_sync(kFullMask, v, 2);
+    return v;
+}
+template <class A>
+WAVEPE_DEVICE A warp_sum(A v) {
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1) v += __shfl_xor_sync(kFullMask, v, off);
+    return v;
+}
+
+// ---- tensor cores -------------------------------------------------------------------
+// d += a * b for one m16n8k16 tile (layouts in the header comment).
+template <class T>
+WAVEPE_DEVICE void mma16816(float d[4], const uint32_t a[4], const uint32_t b[2]);
+
+template <>
+WAVEPE_DEVICE void mma16816<__nv_bfloat16>(float d[4], const uint32_t a[4], const uint32_t b[2]) {
+#ifdef WAVEPE_CUDA_EMU
+    ::wavepe_emu::mma_m16n8k16(d, a, b, true);
+#else
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+        "{%0,%1,%2,%3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+#endif
+}
+template <>
+WAVEPE_DEVICE void mma16816<__half>(float d[4], const uint32_t a[4], const uint32_t b[2]) {
+#ifdef WAVEPE_CUDA_EMU
+    ::wavepe_emu::mma_m16n8k16(d, a, b, false);
+#else
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+        "{%0,%1,%2,%3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+#endif
+}
+
+// Two / four 8x8 matrices of 16-bit values, transposed, from shared memory:
+// lane 8i + r gives the address of row r of matrix i (16-byte aligned);
+// regs[i] = (M_i[2 (lane%4)][lane/4], M_i[2 (lane%4) + 1][lane/4]) — the
+// B fragment of mma.m16n8k16 when M_0, M_1 are rows k0..k0+7, k0+8..k0+15
+// of a row-major [k][n] tile at columns n0..n0+7.
+WAVEPE_DEVICE void ldmatrix_x2_trans(uint32_t regs[2], const void *row_addr) {
+#ifdef WAVEPE_CUDA_EMU
+    ::wavepe_emu::ldmatrix(regs, 2, true, row_addr);
+#else
+    const unsigned a = static_cast<unsigned>(__cvta_generic_to_shared(row_addr));
+    asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0,%1}, [%2];\n"
+                 : "=r"(regs[0]), "=r"(regs[1])
+                 : "r"(a));
+#endif
+}
+WAVEPE_DEVICE void ldmatrix_x4_trans(uint32_t regs[4], const void *row_addr) {
+#ifdef WAVEPE_CUDA_EMU
+    ::wavepe_emu::ldmatrix(regs, 4, true, row_addr);
+#else
+    const unsigned a = static_cast<unsigned>(__cvta_generic_to_shared(row_addr));
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(regs[0]), "=r"(regs[1]), "=r"(regs[2]), "=r"(regs[3])
+                 : "r"(a));
+#endif
+}
+
+// ---- launching ------------------------------------------------------------------------
+template <class... KArgs, class... Args>
+cudaError_t launch(void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
+                   Args... args) {
+#ifdef WAVEPE_CUDA_EMU
+    (void)stream;
+    const std::function<void()> body = [=]() { kernel(KArgs(args)...); };
+    return ::wavepe_emu::launch(reinterpret_cast<const void *>(kernel), grid, block, smem, body);
+#else
+    kernel<<<grid, block, smem, stream>>>(KArgs(args)...);
+    return cudaGetLastError();
+#endif
+}
+
+// Allow `bytes` of dynamic shared memory for `kernel` (opt-in above 48 KiB);
+// cudaErrorInvalidValue when the device has less.
+template <class K>
+cudaError_t allow_dynamic_smem(K *kernel, size_t bytes) {
+    if (bytes <= 48 * 1024) return cudaSuccess;
+    int dev = 0, optin = 0;
+    cudaError_t err = cudaGetDevice(&dev);
+    if (err != cudaSuccess) return err;
+    err = cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev);
+    if (err != cudaSuccess) return err;
+    if (bytes > size_t(optin)) return cudaErrorInvalidValue;
+    return cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes));
+}
+
+inline int device_sm_count() {
+    int dev = 0, n = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess) return 1;
+    if (cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess) return 1;
+    return n > 0 ? n : 1;
+}
+
+// Calls f(T{}) with the element type of `dtype`.
+template <class F>
+cudaError_t dispatch_dtype(int dtype, F &&f) {
+    switch (dtype) {
+    case WAVEPE_CUDA_F32: return f(float{});
+    case WAVEPE_CUDA_F64: return f(double{});
+    case WAVEPE_CUDA_BF16: return f(__nv_bfloat16{});
+    case WAVEPE_CUDA_F16: return f(__half{});
+    }
+    return cudaErrorInvalidValue;
+}
+
+inline int64_t dtype_size(int dtype) {
+    switch (dtype) {
+    case WAVEPE_CUDA_F32: return 4;
+    case WAVEPE_CUDA_F64: return 8;
+    case WAVEPE_CUDA_BF16:
+    case WAVEPE_CUDA_F16: return 2;
+    }
+    return 0;
+}
+
+__host__ __device__ inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+// ---- host-side argument checks ----------------------------------------------------------
+// A strided view of `n` dims: sizes >= 0, elements and bytes addressable, the
+// farthest element offset sum (size_i - 1) |stride_i| within ptrdiff_t.
+inline int check_view(int n, const int64_t *sizes, const int64_t *strides, int64_t elem_size) {
+    int status = wavepe_checked_numel(n, sizes, elem_size, nullptr);
+    if (status != WAVEPE_OK) return status;
+    for (int i = 0; i < n; ++i)
+        if (sizes[i] == 0) return WAVEPE_OK;
+    int64_t span = 0;
+    for (int i = 0; i < n; ++i) {
+        int64_t s = strides[i] < 0 ? -strides[i] : strides[i], part = 0;
+        if (strides[i] == INT64_MIN || wavepe_mul_overflow(sizes[i] - 1, s, &part) ||
+            wavepe_add_overflow(span, part, &span))
+            return WAVEPE_E_OVERFLOW;
+    }
+    int64_t bytes = 0;
+    if (wavepe_mul_overflow(span + 1, elem_size, &bytes)) return WAVEPE_E_OVERFLOW;
+    return WAVEPE_OK;
+}
+
+inline bool aligned_to(const void *p, size_t bytes) { return (reinterpret_cast<uintptr_t>(p) % bytes) == 0; }
+
+}  // namespace wavepe_cuda

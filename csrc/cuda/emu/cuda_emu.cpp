@@ -1,0 +1,513 @@
+// cuda_emu.cpp: the runtime of the CPU emulator (see cuda_emu.h).
+//
+// A launch runs its blocks one after another.  Each thread of a block is a
+// fiber with its own stack; a fiber runs until it reaches a barrier
+// (__syncthreads, __syncwarp, a shuffle or an mma, which exchange values
+// through per-warp slots between two barriers) and then yields to the
+// scheduler.  After every round the scheduler releases a barrier once all
+// live threads of its scope wait at it, and checks that they wait at the
+// same source line.  No progress with threads left is a deadlock and fails
+// the launch with a message (wavepe_emu_last_message()).
+#include "cuda_emu.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <map>
+#include <mutex>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <cxxabi.h>
+#include <dlfcn.h>
+
+#if !defined(__x86_64__)
+#include <ucontext.h>
+#endif
+
+namespace wavepe_emu {
+namespace {
+
+constexpr size_t kStackBytes = 512 * 1024;
+constexpr size_t kSlotBytes = 64;
+constexpr size_t kSmemGuard = 256;
+constexpr unsigned char kGuardByte = 0xA5;
+
+enum class State { Ready, WaitBlock, WaitWarp, Done };
+
+struct PendingCopy {
+    void *dst;
+    const void *src;
+    int src_bytes, total_bytes;
+    long group;
+};
+
+struct Fiber {
+#if defined(__x86_64__)
+    void *sp = nullptr;
+#else
+    ucontext_t ctx;
+#endif
+    unsigned char *stack = nullptr;
+    State state = State::Ready;
+    const char *file = nullptr;
+    int line = 0;
+    ThreadState ts{};
+    int warp = 0, lane = 0;
+    std::vector<PendingCopy> copies;  // cp.async not yet retired
+    long open_group = 0;              // group the next cp.async joins
+};
+
+struct Emu {
+    std::mutex mutex;  // one launch at a time
+    std::vector<Fiber> fibers;
+    std::vector<unsigned char> slots;  // warps * 32 * kSlotBytes
+    std::vector<unsigned char> smem;
+    size_t smem_bytes = 0;
+    Fiber *cur = nullptr;
+#if defined(__x86_64__)
+    void *sched_sp = nullptr;
+#else
+    ucontext_t sched_ctx;
+#endif
+    const std::function<void()> *body = nullptr;
+    uint3 block_idx{};
+    dim3 block_dim, grid_dim;
+    std::map<const void *, int> max_dyn_smem;
+    cudaError_t last_error = cudaSuccess;
+    std::string message;
+    bool failed = false;
+};
+
+Emu &emu() {
+    static Emu e;
+    return e;
+}
+
+thread_local std::string t_message;
+
+int env_int(const char *name, int dflt) {
+    const char *v = std::getenv(name);
+    return v && *v ? std::atoi(v) : dflt;
+}
+
+#if defined(__x86_64__)
+extern "C" void wavepe_emu_switch(void **save_sp, void *new_sp);
+// Saves the callee-saved registers and the FP control words on the current
+// stack, stores the stack pointer in *save_sp, and resumes the stack new_sp.
+asm(R"(
+    .pushsection .text
+    .globl wavepe_emu_switch
+    .hidden wavepe_emu_switch
+    .type wavepe_emu_switch,@function
+wavepe_emu_switch:
+    pushq %rbp
+    pushq %rbx
+    pushq %r12
+    pushq %r13
+    pushq %r14
+    pushq %r15
+    subq $8, %rsp
+    stmxcsr (%rsp)
+    fnstcw 4(%rsp)
+    movq %rsp, (%rdi)
+    movq %rsi, %rsp
+    ldmxcsr (%rsp)
+    fldcw 4(%rsp)
+    addq $8, %rsp
+    popq %r15
+    popq %r14
+    popq %r13
+    popq %r12
+    popq %rbx
+    popq %rbp
+    ret
+    .size wavepe_emu_switch, .-wavepe_emu_switch
+    .popsection
+)");
+#endif
+
+void fail(const std::string &msg) {
+    Emu &e = emu();
+    if (!e.failed) {
+        e.failed = true;
+        e.message = msg;
+    }
+}
+
+void yield_to_scheduler() {
+    Emu &e = emu();
+#if defined(__x86_64__)
+    wavepe_emu_switch(&e.cur->sp, e.sched_sp);
+#else
+    swapcontext(&e.cur->ctx, &e.sched_ctx);
+#endif
+}
+
+void resume(Fiber &f) {
+    Emu &e = emu();
+    e.cur = &f;
+#if defined(__x86_64__)
+    wavepe_emu_switch(&e.sched_sp, f.sp);
+#else
+    swapcontext(&e.sched_ctx, &f.ctx);
+#endif
+    e.cur = nullptr;
+}
+
+void fiber_entry() {
+    Emu &e = emu();
+    (*e.body)();
+    e.cur->state = State::Done;
+    yield_to_scheduler();
+    std::abort();  // a finished fiber is never resumed
+}
+
+void init_fiber(Fiber &f) {
+    if (f.stack == nullptr) f.stack = static_cast<unsigned char *>(std::malloc(kStackBytes));
+#if defined(__x86_64__)
+    // Frame that wavepe_emu_switch pops: FP control words, six callee-saved
+    // registers, then the address it returns to (fiber_entry), above it a
+    // fake return address so that fiber_entry sees an ABI-aligned stack.
+    uintptr_t top = (reinterpret_cast<uintptr_t>(f.stack) + kStackBytes) & ~uintptr_t(15);
+    uint64_t *sp = reinterpret_cast<uint64_t *>(top);
+    *--sp = 0;                                               // fake return address of fiber_entry
+    *--sp = reinterpret_cast<uint64_t>(&fiber_entry);        // ret target
+    for (int i = 0; i < 6; ++i) *--sp = 0;                   // rbp rbx r12 r13 r14 r15
+    --sp;
+    uint32_t mxcsr = 0x1F80;
+    uint16_t fpucw = 0x037F;
+    std::memcpy(reinterpret_cast<unsigned char *>(sp), &mxcsr, 4);
+    std::memcpy(reinterpret_cast<unsigned char *>(sp) + 4, &fpucw, 2);
+    f.sp = sp;
+#else
+    getcontext(&f.ctx);
+    f.ctx.uc_stack.ss_sp = f.stack;
+    f.ctx.uc_stack.ss_size = kStackBytes;
+    f.ctx.uc_link = nullptr;
+    makecontext(&f.ctx, &fiber_entry, 0);
+#endif
+    f.state = State::Ready;
+    f.file = nullptr;
+    f.line = 0;
+    f.copies.clear();
+    f.open_group = 0;
+}
+
+std::string where(const Fiber &f) {
+    return std::string(f.file ? f.file : "?") + ":" + std::to_string(f.line);
+}
+
+// Release barriers whose scope is complete; false when a check failed.
+bool release_barriers(bool &released) {
+    Emu &e = emu();
+    released = false;
+    // warps
+    const int nwarps = int((e.fibers.size() + 31) / 32);
+    for (int w = 0; w < nwarps; ++w) {
+        size_t lo = size_t(w) * 32, hi = std::min(e.fibers.size(), lo + 32);
+        size_t waiting = 0, done = 0;
+        for (size_t i = lo; i < hi; ++i) {
+            waiting += e.fibers[i].state == State::WaitWarp;
+            done += e.fibers[i].state == State::Done;
+        }
+        if (waiting == 0) continue;
+        if (waiting + done != hi - lo) continue;  // lanes still running or at a block barrier
+        if (done != 0) {
+            fail("warp barrier (shuffle/__syncwarp/mma) reached by some lanes while others exited, at " +
+                 where(e.fibers[lo + (e.fibers[lo].state == State::Done ? hi - lo - 1 : 0)]));
+            return false;
+        }
+        for (size_t i = lo; i < hi; ++i) {
+            if (e.fibers[i].line != e.fibers[lo].line ||
+                std::strcmp(e.fibers[i].file, e.fibers[lo].file) != 0) {
+                fail("lanes of warp " + std::to_string(w) + " wait at different warp barriers: " +
+                     where(e.fibers[lo]) + " and " + where(e.fibers[i]));
+                return false;
+            }
+        }
+        for (size_t i = lo; i < hi; ++i) e.fibers[i].state = State::Ready;
+        released = true;
+    }
+    // block
+    size_t waiting = 0, done = 0;
+    const Fiber *first = nullptr;
+    for (const Fiber &f : e.fibers) {
+        if (f.state == State::WaitBlock) {
+            ++waiting;
+            if (!first) first = &f;
+        }
+        done += f.state == State::Done;
+    }
+    if (waiting != 0 && waiting + done == e.fibers.size()) {
+        if (done != 0) {
+            fail("__syncthreads at " + where(*first) + " reached while some threads of the block exited");
+            return false;
+        }
+        for (const Fiber &f : e.fibers) {
+            if (f.state == State::WaitBlock && (f.line != first->line || std::strcmp(f.file, first->file) != 0)) {
+                fail("threads of a block wait at different __syncthreads: " + where(*first) + " and " + where(f));
+                return false;
+            }
+        }
+        for (Fiber &f : e.fibers)
+            if (f.state == State::WaitBlock) f.state = State::Ready;
+        released = true;
+    }
+    return true;
+}
+
+bool run_block(std::mt19937 &rng, int order) {
+    Emu &e = emu();
+    for (Fiber &f : e.fibers) init_fiber(f);
+    std::fill(e.smem.begin(), e.smem.begin() + e.smem_bytes, 0xFF);  // NaN in every float type
+    std::vector<size_t> perm(e.fibers.size());
+    for (size_t i = 0; i < perm.size(); ++i) perm[i] = i;
+    for (;;) {
+        if (order == 1) std::reverse(perm.begin(), perm.end());
+        if (order == 2) std::shuffle(perm.begin(), perm.end(), rng);
+        bool ran = false;
+        for (size_t i : perm) {
+            Fiber &f = e.fibers[i];
+            if (f.state != State::Ready) continue;
+            resume(f);
+            ran = true;
+        }
+        bool released = false;
+        if (!release_barriers(released)) return false;
+        bool all_done = true;
+        for (const Fiber &f : e.fibers) all_done &= f.state == State::Done;
+        if (all_done) break;
+        if (!ran && !released) {
+            std::string msg = "deadlock: no thread can proceed;";
+            for (const Fiber &f : e.fibers) {
+                if (f.state == State::Done) continue;
+                msg += " thread " + std::to_string(f.ts.linear) + " waits at " + where(f) +
+                       (f.state == State::WaitWarp ? " (warp)" : " (block)") + ";";
+                if (msg.size() > 400) break;
+            }
+            fail(msg);
+            return false;
+        }
+    }
+    for (size_t i = 0; i < kSmemGuard; ++i) {
+        if (e.smem[e.smem_bytes + i] != kGuardByte) {
+            fail("dynamic shared memory written past its " + std::to_string(e.smem_bytes) + " bytes");
+            return false;
+        }
+    }
+    return true;
+}
+
+// Demangled name of a kernel, for failure messages.
+std::string kernel_name(const void *kernel) {
+    Dl_info info;
+    if (dladdr(kernel, &info) == 0 || info.dli_sname == nullptr) return "kernel";
+    int status = 0;
+    char *name = abi::__cxa_demangle(info.dli_sname, nullptr, nullptr, &status);
+    std::string out = status == 0 && name ? name : info.dli_sname;
+    std::free(name);
+    return out;
+}
+
+void wait_here(State s, const char *file, int line) {
+    Emu &e = emu();
+    e.cur->state = s;
+    e.cur->file = file;
+    e.cur->line = line;
+    yield_to_scheduler();
+}
+
+}  // namespace
+
+ThreadState &self() { return emu().cur->ts; }
+const uint3 &block_idx() { return emu().block_idx; }
+const dim3 &block_dim() { return emu().block_dim; }
+const dim3 &grid_dim() { return emu().grid_dim; }
+unsigned char *dynamic_smem() { return emu().smem.data(); }
+int lane_id() { return emu().cur->lane; }
+unsigned char *warp_slot(int lane) {
+    Emu &e = emu();
+    return e.slots.data() + (size_t(e.cur->warp) * 32 + size_t(lane)) * kSlotBytes;
+}
+void syncthreads(const char *file, int line) { wait_here(State::WaitBlock, file, line); }
+void syncwarp(const char *file, int line) { wait_here(State::WaitWarp, file, line); }
+
+void ldmatrix(uint32_t *regs, int nmat, bool trans, const void *row_addr) {
+    const int lane = lane_id();
+    std::memcpy(warp_slot(lane), &row_addr, sizeof(row_addr));
+    syncwarp(__FILE__, __LINE__);
+    auto row_of = [&](int src_lane) {
+        const unsigned char *p;
+        std::memcpy(&p, warp_slot(src_lane), sizeof(p));
+        return p;
+    };
+    for (int i = 0; i < nmat; ++i) {
+        uint16_t e[2];
+        for (int h = 0; h < 2; ++h) {
+            const unsigned char *row = trans ? row_of(8 * i + 2 * (lane % 4) + h) : row_of(8 * i + lane / 4);
+            const int col = trans ? lane / 4 : 2 * (lane % 4) + h;
+            std::memcpy(&e[h], row + 2 * col, 2);
+        }
+        regs[i] = uint32_t(e[0]) | (uint32_t(e[1]) << 16);
+    }
+    syncwarp(__FILE__, __LINE__);
+}
+
+void mma_m16n8k16(float d[4], const uint32_t a[4], const uint32_t b[2], bool is_bf16) {
+    const int lane = lane_id();
+    unsigned char *mine = warp_slot(lane);
+    std::memcpy(mine, a, 16);
+    std::memcpy(mine + 16, b, 8);
+    syncwarp(__FILE__, __LINE__);
+    auto half_of = [&](int src_lane, int byte_off, int reg, int hi) {
+        uint32_t word;
+        std::memcpy(&word, warp_slot(src_lane) + byte_off + 4 * reg, 4);
+        uint16_t bits = uint16_t(hi ? word >> 16 : word & 0xffffu);
+        return is_bf16 ? __bfloat162float(__ushort_as_bfloat16(bits)) : __half2float(__ushort_as_half(bits));
+    };
+    const int g = lane >> 2, t = lane & 3;
+    for (int i = 0; i < 4; ++i) {
+        const int row = g + 8 * (i / 2), col = 2 * t + (i % 2);
+        float acc = d[i];
+        for (int k = 0; k < 16; ++k) {
+            // A[row][k]: lane (row % 8) * 4 + (k % 8) / 2, register (row / 8) + 2 (k / 8), half k % 2
+            const float av = half_of((row % 8) * 4 + (k % 8) / 2, 0, (row / 8) + 2 * (k / 8), k % 2);
+            // B[k][col]: lane col * 4 + (k % 8) / 2, register k / 8, half k % 2
+            const float bv = half_of(col * 4 + (k % 8) / 2, 16, k / 8, k % 2);
+            acc += av * bv;
+        }
+        d[i] = acc;
+    }
+    syncwarp(__FILE__, __LINE__);
+}
+
+void cp_async(void *smem_dst, const void *gmem_src, int src_bytes, int total_bytes) {
+    Fiber &f = *emu().cur;
+    f.copies.push_back(PendingCopy{smem_dst, gmem_src, src_bytes, total_bytes, f.open_group});
+}
+
+void cp_async_commit() { ++emu().cur->open_group; }
+
+void cp_async_wait(int newest_groups_left) {
+    Fiber &f = *emu().cur;
+    // committed groups are 0 .. open_group - 1; retire all but the newest N of them
+    const long retire_below = f.open_group - newest_groups_left;
+    std::vector<PendingCopy> keep;
+    for (const PendingCopy &c : f.copies) {
+        if (c.group < retire_below) {
+            std::memcpy(c.dst, c.src, size_t(c.src_bytes));
+            std::memset(static_cast<unsigned char *>(c.dst) + c.src_bytes, 0, size_t(c.total_bytes - c.src_bytes));
+        } else {
+            keep.push_back(c);
+        }
+    }
+    f.copies.swap(keep);
+}
+
+cudaError_t set_max_dynamic_smem(const void *kernel, int bytes) {
+    if (bytes < 0 || bytes > env_int("WAVEPE_EMU_SMEM_OPTIN", 166912)) return cudaErrorInvalidValue;
+    Emu &e = emu();
+    std::lock_guard<std::mutex> lock(e.mutex);
+    e.max_dyn_smem[kernel] = bytes;
+    return cudaSuccess;
+}
+
+cudaError_t launch(const void *kernel, dim3 grid, dim3 block, size_t smem, const std::function<void()> &body) {
+    Emu &e = emu();
+    std::lock_guard<std::mutex> lock(e.mutex);
+    e.failed = false;
+    e.message.clear();
+    const uint64_t nthreads = uint64_t(block.x) * block.y * block.z;
+    auto bad_config = [&](const std::string &why) {
+        e.message = "invalid launch configuration of " + kernel_name(kernel) + ": " + why;
+        t_message = e.message;
+        e.last_error = cudaErrorInvalidConfiguration;
+        return e.last_error;
+    };
+    if (nthreads == 0 || nthreads > 1024) return bad_config("block of " + std::to_string(nthreads) + " threads");
+    if (grid.x == 0 || grid.y == 0 || grid.z == 0 || grid.x > 2147483647u || grid.y > 65535 || grid.z > 65535)
+        return bad_config("grid " + std::to_string(grid.x) + "x" + std::to_string(grid.y) + "x" +
+                          std::to_string(grid.z));
+    auto it = e.max_dyn_smem.find(kernel);
+    const size_t allowed = it == e.max_dyn_smem.end() ? 48 * 1024 : size_t(it->second);
+    if (smem > allowed)
+        return bad_config(std::to_string(smem) + " bytes of dynamic shared memory, the kernel allows " +
+                          std::to_string(allowed) + " (cudaFuncSetAttribute)");
+
+    e.fibers.resize(nthreads);
+    e.slots.assign(((nthreads + 31) / 32) * 32 * kSlotBytes, 0);
+    e.smem_bytes = smem;
+    e.smem.assign(smem + kSmemGuard, kGuardByte);
+    e.body = &body;
+    e.block_dim = block;
+    e.grid_dim = grid;
+    for (unsigned z = 0, i = 0; z < block.z; ++z)
+        for (unsigned y = 0; y < block.y; ++y)
+            for (unsigned x = 0; x < block.x; ++x, ++i) {
+                Fiber &f = e.fibers[i];
+                f.ts.tid = uint3{x, y, z};
+                f.ts.linear = int(i);
+                f.warp = int(i / 32);
+                f.lane = int(i % 32);
+            }
+    const char *order_env = std::getenv("WAVEPE_EMU_ORDER");
+    const int order = !order_env ? 0 : std::string(order_env) == "reverse" ? 1 : std::string(order_env) == "random" ? 2 : 0;
+    std::mt19937 rng(unsigned(env_int("WAVEPE_EMU_SEED", 12345)));
+    for (unsigned bz = 0; bz < grid.z; ++bz)
+        for (unsigned by = 0; by < grid.y; ++by)
+            for (unsigned bx = 0; bx < grid.x; ++bx) {
+                e.block_idx = uint3{bx, by, bz};
+                if (!run_block(rng, order)) {
+                    e.message += " (block " + std::to_string(bx) + "," + std::to_string(by) + "," +
+                                 std::to_string(bz) + " of " + kernel_name(kernel) + ")";
+                    t_message = e.message;
+                    e.last_error = cudaErrorLaunchFailure;
+                    return e.last_error;
+                }
+            }
+    return cudaSuccess;
+}
+
+}  // namespace wavepe_emu
+
+// ---- runtime API -----------------------------------------------------------------
+cudaError_t cudaGetLastError() {
+    auto &e = wavepe_emu::emu();
+    cudaError_t err = e.last_error;
+    e.last_error = cudaSuccess;
+    return err;
+}
+cudaError_t cudaPeekAtLastError() { return wavepe_emu::emu().last_error; }
+cudaError_t cudaGetDevice(int *device) {
+    *device = 0;
+    return cudaSuccess;
+}
+cudaError_t cudaDeviceGetAttribute(int *value, cudaDeviceAttr attr, int) {
+    switch (attr) {
+    case cudaDevAttrMultiProcessorCount: *value = wavepe_emu::env_int("WAVEPE_EMU_SMS", 4); return cudaSuccess;
+    case cudaDevAttrMaxSharedMemoryPerBlockOptin:
+        *value = wavepe_emu::env_int("WAVEPE_EMU_SMEM_OPTIN", 166912);
+        return cudaSuccess;
+    }
+    return cudaErrorInvalidValue;
+}
+cudaError_t cudaMemsetAsync(void *ptr, int value, size_t count, cudaStream_t) {
+    if (count) std::memset(ptr, value, count);
+    return cudaSuccess;
+}
+extern "C" const char *cudaGetErrorString(cudaError_t error) {
+    switch (error) {
+    case cudaSuccess: return "no error";
+    case cudaErrorInvalidValue: return "invalid argument";
+    case cudaErrorMemoryAllocation: return "out of memory";
+    case cudaErrorInvalidConfiguration: return "invalid configuration argument";
+    case cudaErrorLaunchFailure: return "unspecified launch failure";
+    }
+    return "unknown error";
+}
+// For the tests: the emulator's explanation of its last failure ("" if none).
+extern "C" __attribute__((visibility("default"))) const char *wavepe_emu_last_message() {
+    return wavepe_emu::t_message.c_str();
+}

@@ -1,0 +1,160 @@
+// cuda_emu.h: a CPU emulator of the small CUDA subset wavepe's kernels use.
+//
+// Why: the kernels must be correct on GPUs this project's machines do not
+// have.  Compiling csrc/cuda/*.cu as plain C++ with -DWAVEPE_CUDA_EMU and
+// this header runs every kernel, unchanged, on the CPU: each CUDA thread is a
+// fiber, blocks run one after another, __syncthreads / __syncwarp / shuffles
+// / mma.sync are cooperative barriers between the fibers of a block (or
+// warp).  The tests (tests/test_cuda_emu.py) call the same extern "C"
+// launchers as the torch bindings and compare with the float64 oracles.
+//
+// What it checks beyond the arithmetic: asynchronous copies read before
+// their cp.async.wait_group (the copy lands only at the wait), barrier divergence (threads of a
+// block waiting at different __syncthreads, or a deadlock), launch
+// configurations (block size, dynamic shared memory above 48 KiB without the
+// opt-in attribute or above the device limit), reads of uninitialised shared
+// memory (it starts as NaN bytes) and, run with WAVEPE_EMU_ORDER=reverse or
+// random, races that a missing barrier would hide in one fixed order.
+// What it cannot check: timing, real warp-level divergence, the memory model
+// of a GPU, and the hardware's mma accumulation order.
+#pragma once
+
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <functional>
+
+#include "cuda_emu_api.h"
+
+#define __global__
+#define __device__
+#define __host__
+#define __forceinline__ inline
+#define __launch_bounds__(...)
+
+struct dim3 {
+    unsigned x, y, z;
+    constexpr dim3(unsigned x_ = 1, unsigned y_ = 1, unsigned z_ = 1) : x(x_), y(y_), z(z_) {}
+};
+struct uint3 {
+    unsigned x, y, z;
+};
+
+namespace wavepe_emu {
+
+struct ThreadState {
+    uint3 tid;
+    int linear;  // threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z)
+};
+
+ThreadState &self();
+const uint3 &block_idx();
+const dim3 &block_dim();
+const dim3 &grid_dim();
+unsigned char *dynamic_smem();
+
+void syncthreads(const char *file, int line);
+void syncwarp(const char *file, int line);
+// 64-byte exchange slot of `lane` in the current thread's warp.
+unsigned char *warp_slot(int lane);
+int lane_id();
+
+cudaError_t launch(const void *kernel, dim3 grid, dim3 block, size_t smem, const std::function<void()> &body);
+cudaError_t set_max_dynamic_smem(const void *kernel, int bytes);
+
+template <class T>
+T shfl_index(T v, int src_lane, const char *file, int line) {
+    static_assert(sizeof(T) <= 64, "shuffle of a large type");
+    std::memcpy(warp_slot(lane_id()), &v, sizeof(T));
+    syncwarp(file, line);
+    T out;
+    std::memcpy(&out, warp_slot(src_lane & 31), sizeof(T));
+    syncwarp(file, line);  // nobody overwrites a slot before every lane read it
+    return out;
+}
+
+// cp.async (sm_80): the copy is recorded and performed only when a
+// cp.async.wait_group retires its group, so that reading the destination
+// without the wait sees stale data, as it could on the GPU.
+void cp_async(void *smem_dst, const void *gmem_src, int src_bytes, int total_bytes);
+void cp_async_commit();
+void cp_async_wait(int newest_groups_left);
+
+// ldmatrix.sync.aligned.m8n8.x{nmat}[.trans].shared.b16: lanes 8i .. 8i+7
+// give the row addresses of matrix i; regs[i] receives, without trans, row
+// lane/4 columns 2 (lane%4) + {0, 1}, with trans, rows 2 (lane%4) + {0, 1} of
+// column lane/4.
+void ldmatrix(uint32_t *regs, int nmat, bool trans, const void *row_addr);
+
+// d += a * b for mma.sync.m16n8k16.row.col.f32.{bf16,f16}.{bf16,f16}.f32,
+// with the documented fragment layouts; `is_bf16` picks the input type.
+void mma_m16n8k16(float d[4], const uint32_t a[4], const uint32_t b[2], bool is_bf16);
+
+}  // namespace wavepe_emu
+
+#define threadIdx (::wavepe_emu::self().tid)
+#define blockIdx (::wavepe_emu::block_idx())
+#define blockDim (::wavepe_emu::block_dim())
+#define gridDim (::wavepe_emu::grid_dim())
+#define __syncthreads() ::wavepe_emu::syncthreads(__FILE__, __LINE__)
+#define __syncwarp(...) ::wavepe_emu::syncwarp(__FILE__, __LINE__)
+#define __shfl_sync(mask, v, src, ...) ::wavepe_emu::shfl_index((v), (src), __FILE__, __LINE__)
+#define __shfl_xor_sync(mask, v, lm, ...) \
+    ::wavepe_emu::shfl_index((v), ::wavepe_emu::lane_id() ^ (lm), __FILE__, __LINE__)
+
+// ---- 16-bit floating types ---------------------------------------------------
+struct __nv_bfloat16 {
+    uint16_t bits;
+};
+struct __half {
+    uint16_t bits;
+};
+
+inline float __bfloat162float(__nv_bfloat16 h) {
+    uint32_t u = uint32_t(h.bits) << 16;
+    float f;
+    std::memcpy(&f, &u, 4);
+    return f;
+}
+inline __nv_bfloat16 __float2bfloat16_rn(float f) {
+    uint32_t u;
+    std::memcpy(&u, &f, 4);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return __nv_bfloat16{uint16_t((u >> 16) | 0x40)};  // quiet NaN
+    u += 0x7fffu + ((u >> 16) & 1u);  // round to nearest even
+    return __nv_bfloat16{uint16_t(u >> 16)};
+}
+inline unsigned short __bfloat16_as_ushort(__nv_bfloat16 h) { return h.bits; }
+inline __nv_bfloat16 __ushort_as_bfloat16(unsigned short u) { return __nv_bfloat16{u}; }
+
+inline float __half2float(__half h) {
+    _Float16 v;
+    std::memcpy(&v, &h.bits, 2);
+    return float(v);
+}
+inline __half __float2half_rn(float f) {
+    _Float16 v = _Float16(f);  // IEEE round to nearest even
+    __half h;
+    std::memcpy(&h.bits, &v, 2);
+    return h;
+}
+inline unsigned short __half_as_ushort(__half h) { return h.bits; }
+inline __half __ushort_as_half(unsigned short u) { return __half{u}; }
+
+// ---- runtime API subset --------------------------------------------------------
+enum cudaDeviceAttr {
+    cudaDevAttrMaxSharedMemoryPerBlockOptin = 97,
+    cudaDevAttrMultiProcessorCount = 16
+};
+enum cudaFuncAttribute { cudaFuncAttributeMaxDynamicSharedMemorySize = 8 };
+
+cudaError_t cudaGetLastError();
+cudaError_t cudaPeekAtLastError();
+cudaError_t cudaGetDevice(int *device);
+cudaError_t cudaDeviceGetAttribute(int *value, cudaDeviceAttr attr, int device);
+cudaError_t cudaMemsetAsync(void *ptr, int value, size_t count, cudaStream_t stream = nullptr);
+template <class F>
+cudaError_t cudaFuncSetAttribute(F *kernel, cudaFuncAttribute attr, int value) {
+    if (attr != cudaFuncAttributeMaxDynamicSharedMemorySize) return cudaErrorInvalidValue;
+    return ::wavepe_emu::set_max_dynamic_smem(reinterpret_cast<const void *>(kernel), value);
+}

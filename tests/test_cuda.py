@@ -1,0 +1,367 @@
+"""The CUDA kernels on a GPU (every test is marked ``cuda`` and skipped without one).
+
+Same oracles as the CPU tests (tests/reference.py, float64), CPU-vs-CUDA
+agreement, ``torch.library.opcheck`` on CUDA tensors, ``gradcheck`` in float64
+on CUDA, bitwise determinism of the backward passes, and bf16/fp16 inputs
+computed natively.  tests/test_cuda_emu.py runs the same kernels on the CPU
+emulator; this file is what checks the hardware itself.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+
+import numpy as np
+import pytest
+
+from . import reference as ref
+
+torch = pytest.importorskip("torch")
+import wavepe.ops as wo  # noqa: E402
+from wavepe import WaveletConfig  # noqa: E402
+
+# WAVEPE_TEST_CUDA_ON_CPU=1 runs this file on the CPU kernels instead: a dry run
+# that checks the tests themselves (shapes, oracles, tolerances) on a machine
+# without a GPU.  Registration checks are skipped then.
+ON_CPU = os.environ.get("WAVEPE_TEST_CUDA_ON_CPU") == "1"
+DEV = "cpu" if ON_CPU else "cuda"
+pytestmark = [pytest.mark.cuda,
+              pytest.mark.skipif(not ON_CPU and not torch.cuda.is_available(), reason="needs a CUDA GPU")]
+DTYPES = [torch.float32, torch.float64, torch.bfloat16, torch.float16]
+UNIT = {torch.float32: 2.0**-24, torch.float64: 2.0**-53, torch.bfloat16: 2.0**-8, torch.float16: 2.0**-11}
+
+
+def tol(dtype, terms):
+    """Output rounding + operands rounded to the input type + fp32/fp64 accumulation over `terms`."""
+    acc = 2.0**-53 if dtype == torch.float64 else 2.0**-24
+    inner = 0.0 if dtype in (torch.float32, torch.float64) else 4 * UNIT[dtype] * np.sqrt(terms)
+    return 4 * UNIT[dtype] + 8 * acc * np.sqrt(max(terms, 1)) + inner
+
+
+def close(got, want, dtype, terms, what):
+    got = got.detach().double().cpu().numpy()
+    scale = 1.0 + np.abs(want).max(initial=0.0)
+    err = np.abs(got - want).max(initial=0.0)
+    assert err <= tol(dtype, terms) * scale, f"{what}: max error {err:.3e} (tolerance {tol(dtype, terms) * scale:.3e})"
+
+
+def raw_op_dtype(dtype):
+    """The raw ops take bf16/fp16 natively on CUDA only (the CPU ops want fp32/fp64)."""
+    if ON_CPU and dtype in (torch.bfloat16, torch.float16):
+        pytest.skip("dry run: the CPU ops take float32/float64")
+
+
+def rounded(t):
+    return t.detach().double().cpu().numpy()
+
+
+@pytest.mark.parametrize("op", ["rel_bias", "rel_bias_backward", "alibi_bias", "rope", "attention_fwd",
+                                "attention_bwd"])
+def test_cuda_kernels_are_registered(op):
+    # a build without the CUDA kernels would silently use the eager fallback
+    if ON_CPU:
+        pytest.skip("dry run on the CPU")
+    assert torch._C._dispatch_has_kernel_for_dispatch_key(f"wavepe::{op}", "CUDA")
+
+
+# ---- relative-table bias --------------------------------------------------------------
+
+RELBIAS_CASES = [
+    # batch, M, N, d, rows, r_lo, q_offset, causal, clamp
+    ((2, 3), 70, 70, 13, 40, -20, 0, False, False),
+    ((4,), 25, 140, 64, 12, 0, 115, True, False),
+    ((), 129, 30, 33, 5, 3, -6, True, True),
+    ((2,), 1, 300, 128, 64, -30, 299, True, False),
+]
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("case", RELBIAS_CASES)
+def test_rel_bias_forward_backward(dtype, case):
+    batch, m, n, d, rows, r_lo, off, causal, clamp = case
+    g = torch.Generator().manual_seed(0)
+    q = torch.randn(*batch, m, d, generator=g).to(DEV, dtype).requires_grad_()
+    table = torch.randn(rows, d, generator=g).to(DEV, dtype).requires_grad_()
+    out = wo.rel_bias(q, table, r_lo, k_len=n, q_offset=off, causal=causal, clamp=clamp)
+    assert out.dtype == dtype and out.device.type == DEV
+    qn, tn = rounded(q), rounded(table)
+    close(out, ref.rel_bias(qn, tn, r_lo, n, off, causal, clamp), dtype, d, "bias")
+    grad = torch.randn(out.shape, generator=g).to(DEV, dtype)
+    dq, dt = torch.autograd.grad(out, (q, table), grad)
+    want_dq, want_dt = ref.rel_bias_grads(rounded(grad), qn, tn, r_lo, off, causal, clamp)
+    close(dq, want_dq, dtype, n, "dq")
+    close(dt, want_dt, dtype, int(np.prod(batch)) * m * n, "dtable")
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_rel_bias_cpu_and_cuda_agree(dtype):
+    q = torch.randn(3, 50, 24, dtype=dtype)
+    table = torch.randn(30, 24, dtype=dtype)
+    for causal, clamp in [(True, False), (False, True)]:
+        cpu = wo.rel_bias(q, table, -5, k_len=60, q_offset=10, causal=causal, clamp=clamp)
+        gpu = wo.rel_bias(q.to(DEV), table.to(DEV), -5, k_len=60, q_offset=10, causal=causal, clamp=clamp)
+        torch.testing.assert_close(gpu.cpu(), cpu, rtol=1e-5 if dtype == torch.float32 else 1e-12, atol=1e-5)
+
+
+def test_rel_bias_gradcheck_float64_on_cuda():
+    q = torch.randn(2, 7, 5, dtype=torch.float64, device=DEV, requires_grad=True)
+    table = torch.randn(6, 5, dtype=torch.float64, device=DEV, requires_grad=True)
+    for causal, clamp in [(True, False), (False, True)]:
+        def f(q, t):
+            return wo.rel_bias(q, t, -2, k_len=9, q_offset=3, causal=causal, clamp=clamp)
+        assert torch.autograd.gradcheck(f, (q, table))
+        assert torch.autograd.gradgradcheck(f, (q, table))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_rel_bias_opcheck_on_cuda(dtype):
+    raw_op_dtype(dtype)
+    q = torch.randn(2, 9, 8, device=DEV, dtype=dtype, requires_grad=True)
+    table = torch.randn(5, 8, device=DEV, dtype=dtype, requires_grad=True)
+    grad = torch.randn(2, 9, 11, device=DEV, dtype=dtype)
+    for causal, clamp in [(True, False), (False, True)]:
+        torch.library.opcheck(torch.ops.wavepe.rel_bias.default, (q, table, -2, 3, 11, causal, clamp))
+        torch.library.opcheck(torch.ops.wavepe.rel_bias_backward.default,
+                              (grad, q.detach(), table.detach(), -2, 3, causal, clamp, [True, True]))
+
+
+def test_rel_bias_backward_is_deterministic():
+    q = torch.randn(4, 300, 64, device=DEV, requires_grad=True)
+    table = torch.randn(200, 64, device=DEV, requires_grad=True)
+    grad = torch.randn(4, 300, 300, device=DEV)
+    runs = []
+    for _ in range(2):
+        out = wo.rel_bias(q, table, 0, causal=True)
+        runs.append(torch.autograd.grad(out, (q, table), grad))
+    for a, b in zip(*runs):
+        assert torch.equal(a, b)
+
+
+def test_rel_bias_strided_and_half_inputs_stay_native():
+    cfg = WaveletConfig.grid(64)
+    x = torch.randn(2, 40, 4, 64, device=DEV, dtype=torch.bfloat16)
+    q = x.transpose(1, 2)  # (2, 4, 40, 64), not contiguous
+    out = wo.wavelet_bias(q, cfg)
+    assert out.dtype == torch.bfloat16
+    ref_out = wo.wavelet_bias(q.float().contiguous(), cfg)
+    torch.testing.assert_close(out.float(), ref_out, rtol=2e-2, atol=2e-2)
+
+
+def test_rel_bias_compile_on_cuda():
+    cfg = WaveletConfig.grid(32)
+
+    @torch.compile(fullgraph=True)
+    def f(q):
+        return wo.wavelet_bias(q, cfg) * 2
+
+    q = torch.randn(2, 33, 32, device=DEV)
+    torch.testing.assert_close(f(q), wo.wavelet_bias(q, cfg) * 2)
+
+
+def test_rel_bias_rejects_mixed_devices():
+    if ON_CPU:
+        pytest.skip("needs two devices")
+    with pytest.raises(ValueError, match="same device"):
+        wo.rel_bias(torch.randn(2, 3, 4, device=DEV), torch.randn(5, 4), 0)
+
+
+# ---- ALiBi ---------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("causal", [True, False])
+def test_alibi_bias_on_cuda(causal):
+    slopes = torch.tensor([0.5, 0.125, 3.0])
+    for m, n, off in [(33, 50, 17), (1, 4097, 4096), (5, 9, -3)]:
+        got = wo.alibi_bias(slopes.to(DEV), m, n, q_offset=off, causal=causal)
+        assert got.device.type == DEV
+        torch.testing.assert_close(got.cpu(), wo.alibi_bias(slopes, m, n, q_offset=off, causal=causal),
+                                   rtol=0, atol=0)
+
+
+def test_alibi_bias_opcheck_and_gradcheck_on_cuda():
+    slopes = torch.tensor([0.5, 0.25], dtype=torch.float64, device=DEV, requires_grad=True)
+    for causal in (True, False):
+        torch.library.opcheck(torch.ops.wavepe.alibi_bias, (slopes, 5, 7, 2, causal))
+        assert torch.autograd.gradcheck(lambda s: wo.alibi_bias(s, 5, 7, q_offset=2, causal=causal), (slopes,))
+
+
+# ---- RoPE ------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("layout", ["half", "interleaved"])
+@pytest.mark.parametrize("fraction", [1.0, 0.25])
+def test_rope_on_cuda(dtype, layout, fraction):
+    from wavepe import RopeConfig
+
+    cfg = RopeConfig(theta=500000.0, rotary_fraction=fraction, layout=layout)
+    g = torch.Generator().manual_seed(1)
+    q = torch.randn(2, 4, 37, 64, generator=g).to(DEV, dtype)
+    k = torch.randn(2, 2, 37, 64, generator=g).to(DEV, dtype)
+    inv = cfg.inv_freq(64)
+    pairs = cfg.rotary_pairs(64)
+    for positions in (5, torch.arange(100, 137, device=DEV), torch.randint(0, 10**6, (2, 37), device=DEV)):
+        qr, kr = wo.rope(q, k, positions, cfg)
+        assert qr.dtype == dtype and kr.dtype == dtype and qr.device.type == DEV
+        pos = (np.arange(37) + positions) if isinstance(positions, int) else positions.cpu().numpy()
+        pos = pos[:, None, :] if pos.ndim == 2 else pos  # (B, L) -> broadcast over heads
+        for x, y in ((q, qr), (k, kr)):
+            close(y, ref.rope(rounded(x), pos, inv, layout, pairs, cfg.attention_factor, False), dtype, 2, "rope")
+
+
+def test_rope_cpu_and_cuda_agree_and_opcheck():
+    from wavepe import RopeConfig
+
+    cfg = RopeConfig()
+    q = torch.randn(1, 3, 20, 32)
+    k = torch.randn(1, 1, 20, 32)
+    cpu = wo.rope(q, k, 7, cfg)
+    gpu = wo.rope(q.to(DEV), k.to(DEV), 7, cfg)
+    for a, b in zip(cpu, gpu):
+        torch.testing.assert_close(b.cpu(), a, rtol=1e-6, atol=1e-6)
+    inv = torch.from_numpy(cfg.inv_freq(32)).to(DEV)
+    for dtype in (torch.float32,) + (() if ON_CPU else (torch.bfloat16,)):
+        args = (q.to(DEV, dtype), k.to(DEV, dtype), None, 3, inv, 16, "half", 1.0, False)
+        torch.library.opcheck(torch.ops.wavepe.rope.default, args)
+
+
+def test_rope_gradcheck_float64_on_cuda():
+    from wavepe import RopeConfig
+
+    cfg = RopeConfig(rotary_fraction=0.5, layout="interleaved")
+    q = torch.randn(1, 2, 5, 8, dtype=torch.float64, device=DEV, requires_grad=True)
+    k = torch.randn(1, 1, 5, 8, dtype=torch.float64, device=DEV, requires_grad=True)
+    assert torch.autograd.gradcheck(lambda a, b: wo.rope(a, b, 3, cfg), (q, k))
+
+
+# ---- fused attention ----------------------------------------------------------------------
+
+ATTN_CASES = [
+    # B, H, Hk, M, N, d, pos_enc, causal, q_offset (None = N - M), padding
+    (2, 4, 2, 70, 70, 64, "wavelet", True, None, False),
+    (1, 4, 4, 33, 90, 128, "relative", True, None, True),
+    (2, 2, 1, 48, 48, 40, "alibi", False, 0, True),
+    (1, 4, 1, 1, 700, 128, "wavelet", True, None, False),   # decoding: split-KV
+    (1, 2, 2, 40, 40, 200, "none", True, None, False),        # head_dim bucket 256
+]
+
+
+def attention_case(case, dtype, grad=True):
+    Bn, H, Hk, M, N, d, pe, causal, off, padding = case
+    g = torch.Generator().manual_seed(M * N + d)
+    q = torch.randn(Bn, H, M, d, generator=g).to(DEV, dtype).requires_grad_(grad)
+    k = torch.randn(Bn, Hk, N, d, generator=g).to(DEV, dtype).requires_grad_(grad)
+    v = torch.randn(Bn, Hk, N, d, generator=g).to(DEV, dtype).requires_grad_(grad)
+    kw = dict(pos_enc=pe, causal=causal, q_offset=off)
+    table = r_lo = slopes = None
+    if pe == "wavelet":
+        cfg = WaveletConfig.grid(d, n_scales=8 if d % 8 == 0 else 1)
+        kw["config"] = cfg
+        table, r_lo = wo.wavelet_table(cfg, dtype, DEV)
+    elif pe == "relative":
+        r_lo = -5
+        table = (torch.randn(60, d, generator=g) * 0.5).to(DEV, dtype).requires_grad_(grad)
+        kw["rel_table"] = (table, r_lo)
+    elif pe == "alibi":
+        slopes = torch.tensor(ref.alibi_slopes(H), dtype=torch.float32, device=DEV)
+        kw["alibi_slopes"] = slopes
+    if padding:
+        kpm = torch.rand(Bn, N, generator=g) < 0.2
+        kw["key_padding_mask"] = kpm.to(DEV)
+    return q, k, v, kw, table, r_lo, slopes
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("case", ATTN_CASES, ids=lambda c: f"{c[6]}-M{c[3]}-N{c[4]}-d{c[5]}")
+def test_attention_on_cuda_against_oracle(dtype, case):
+    if dtype == torch.float64 and case[5] > 128:
+        with pytest.raises(ValueError, match="head_dim must be <= 128"):
+            q, k, v, kw, *_ = attention_case(case, dtype)
+            wo.wavelet_attention(q, k, v, **kw)
+        return
+    q, k, v, kw, table, r_lo, slopes = attention_case(case, dtype)
+    out = wo.wavelet_attention(q, k, v, **kw)
+    assert out.dtype == dtype and out.device.type == DEV
+    Bn, H, Hk, M, N, d, pe, causal, off, padding = case
+    off = N - M if off is None else off
+    go = torch.randn_like(out)
+    inputs = [q, k, v] + ([table] if pe == "relative" else [])
+    grads = torch.autograd.grad(out, inputs, go)
+    kpm = kw.get("key_padding_mask")
+    want = ref.attention_with_grads(rounded(q), rounded(k), rounded(v), rounded(go), 1 / math.sqrt(d), off, causal,
+                                    "relative" if pe == "wavelet" else pe,
+                                    table=None if table is None else rounded(table), r_lo=r_lo or 0,
+                                    slopes=None if slopes is None else slopes.cpu().numpy(),
+                                    key_padding_mask=None if kpm is None else kpm.cpu().numpy())
+    close(out, want["out"], dtype, N, "out")
+    for name, got, terms in (("dq", grads[0], N * d), ("dk", grads[1], M * d * H // Hk), ("dv", grads[2], M * H // Hk)):
+        close(got, want[name], dtype, terms, name)
+    if pe == "relative":
+        close(grads[3], want["dtable"], dtype, Bn * H * M * N, "dtable")
+
+
+@pytest.mark.parametrize("pe", ["wavelet", "relative", "alibi", "none"])
+def test_attention_cpu_and_cuda_agree(pe):
+    case = (1, 4, 2, 50, 60, 32, pe, True, None, True)
+    q, k, v, kw, *_ = attention_case(case, torch.float32, grad=False)
+    gpu = wo.wavelet_attention(q, k, v, **kw)
+    kw_cpu = {key: (val.cpu() if isinstance(val, torch.Tensor) else val) for key, val in kw.items()}
+    if "rel_table" in kw:
+        kw_cpu["rel_table"] = (kw["rel_table"][0].cpu(), kw["rel_table"][1])
+    cpu = wo.wavelet_attention(q.cpu(), k.cpu(), v.cpu(), **kw_cpu)
+    torch.testing.assert_close(gpu.cpu(), cpu, rtol=2e-5, atol=2e-5)
+
+
+def test_attention_gradcheck_float64_on_cuda():
+    for pe in ("relative", "alibi", "none"):
+        q, k, v, kw, table, *_ = attention_case((1, 2, 1, 6, 9, 8, pe, True, None, False), torch.float64)
+
+        def f(q, k, v, *t):
+            kw2 = dict(kw)
+            if t:
+                kw2["rel_table"] = (t[0], kw["rel_table"][1])
+            return wo.wavelet_attention(q, k, v, **kw2)
+
+        args = (q, k, v) + ((table,) if pe == "relative" else ())
+        assert torch.autograd.gradcheck(f, args)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_attention_opcheck_on_cuda(dtype):
+    raw_op_dtype(dtype)
+    q = torch.randn(1, 2, 9, 16, device=DEV, dtype=dtype)
+    k = torch.randn(1, 1, 12, 16, device=DEV, dtype=dtype)
+    v = torch.randn(1, 1, 12, 16, device=DEV, dtype=dtype)
+    table = torch.randn(7, 16, device=DEV, dtype=dtype)
+    kpm = torch.zeros(1, 12, dtype=torch.bool, device=DEV)
+    kpm[0, 3] = True
+    args = (q, k, v, table, -2, False, None, kpm, 0.25, 3, True)
+    torch.library.opcheck(torch.ops.wavepe.attention_fwd.default, args)
+    out, lse = torch.ops.wavepe.attention_fwd(*args)
+    assert lse.dtype == (torch.float32 if dtype == torch.bfloat16 else dtype)
+    go = torch.randn_like(out)
+    torch.library.opcheck(torch.ops.wavepe.attention_bwd.default,
+                          (go, None, q, k, v, out, lse, table, -2, False, None, kpm, 0.25, 3, True, True, False))
+
+
+def test_attention_backward_is_deterministic():
+    q, k, v, kw, table, *_ = attention_case((2, 8, 2, 300, 300, 64, "relative", True, None, False), torch.bfloat16)
+    go = torch.randn(q.shape, device=DEV, dtype=q.dtype)
+    runs = []
+    for _ in range(2):
+        out = wo.wavelet_attention(q, k, v, **kw)
+        runs.append(torch.autograd.grad(out, (q, k, v, table), go))
+    for a, b in zip(*runs):
+        assert torch.equal(a, b)
+
+
+def test_rope_rejects_non_finite_inv_freq():
+    q = torch.randn(1, 2, 4, 8, device=DEV)
+    inv = torch.tensor([1.0, 0.5, float("nan"), 0.1], dtype=torch.float64, device=DEV)
+    with pytest.raises(ValueError, match=r"inv_freq must be finite"):
+        wo.rope_inv_freq(q, None, 0, inv)
+    wo.rope_inv_freq(q, None, 0, inv, rotary_pairs=2)  # the NaN pair is not rotated
+    inv[2] = 0.25  # in place: checked again
+    wo.rope_inv_freq(q, None, 0, inv)
+    inv[3] = float("inf")
+    with pytest.raises(ValueError, match=r"inv_freq must be finite"):
+        wo.rope_inv_freq(q, None, 0, inv)

@@ -1,0 +1,629 @@
+"""The CUDA kernels, run on the CPU by the emulator, against the float64 oracles.
+
+No GPU is needed: ``tests/cuda_emu.py`` compiles ``csrc/cuda/*.cu`` as C++
+against ``csrc/cuda/emu/cuda_emu.h`` (every CUDA thread a fiber, barriers,
+shuffles and ``mma.sync`` emulated with the PTX fragment layouts) and calls the
+very ``extern "C"`` launchers the torch bindings call.  Every dtype (fp32,
+fp64, bf16, fp16 -- the bf16/fp16 paths go through the tensor-core code) and
+every feature is compared with the oracles; buffers carry guard bytes and
+outputs start as NaN, so out-of-bounds writes and unwritten outputs fail.
+What this cannot show (timing, the hardware's own scheduling and memory
+model) is listed in docs/CUDA.md and checked by tests/test_cuda.py on a GPU.
+"""
+
+from __future__ import annotations
+
+import ctypes as C
+import os
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from . import cuda_emu as E
+from . import reference as ref
+
+DTYPES = [E.F32, E.F64, E.BF16, E.F16]
+DTYPE_IDS = {E.F32: "f32", E.F64: "f64", E.BF16: "bf16", E.F16: "f16"}
+# unit roundoff of each storage type: inputs are rounded to it, outputs once more
+UNIT = {E.F32: 2.0**-24, E.F64: 2.0**-53, E.BF16: 2.0**-8, E.F16: 2.0**-11}
+ACC_UNIT = {E.F32: 2.0**-24, E.F64: 2.0**-53, E.BF16: 2.0**-24, E.F16: 2.0**-24}
+
+
+@pytest.fixture(scope="module")
+def lib():
+    try:
+        return E.lib()
+    except RuntimeError as exc:  # pragma: no cover - no C++ compiler
+        pytest.skip(f"CUDA emulator not buildable: {exc}")
+
+
+def tol(dtype: int, terms: int, inner_rounding: bool = False) -> float:
+    """Absolute error bound relative to the result's scale: output rounding, plus
+    fp accumulation over `terms` products (sqrt growth), plus (bf16/fp16
+    tensor-core paths) operands rounded to the input type inside the kernel."""
+    t = 4 * UNIT[dtype] + 8 * ACC_UNIT[dtype] * np.sqrt(max(terms, 1))
+    if inner_rounding:
+        t += 4 * UNIT[dtype] * np.sqrt(max(terms, 1))
+    return t
+
+
+def assert_close(got, want, dtype, terms, what, inner=False):
+    scale = 1.0 + np.abs(want).max(initial=0.0)
+    err = np.abs(got - want).max(initial=0.0)
+    assert np.isfinite(got).all() or not np.isfinite(want).all(), f"{what}: non-finite values"
+    assert err <= tol(dtype, terms, inner) * scale, f"{what}: max error {err:.3e} > {tol(dtype, terms, inner) * scale:.3e}"
+
+
+def put(x: np.ndarray, dtype: int | None) -> E.Buf:
+    s = E.storage(x, dtype) if dtype is not None else np.ascontiguousarray(x)
+    return E.Buf(s.shape, s.dtype, fill=s)
+
+
+# ---- ALiBi ------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS.get)
+@pytest.mark.parametrize("m,n,off,causal", [(33, 50, 17, True), (1, 4097, 4096, False), (5, 9, -3, True), (0, 3, 0, True)])
+def test_alibi_matches_oracle(lib, dtype, m, n, off, causal):
+    slopes = np.array([0.5, 0.125, 3.0])
+    sb = put(slopes, dtype)
+    ob = E.Buf((3, m, n), E.np_dtype(dtype))
+    a = E.AlibiArgs(dtype=dtype, heads=3, m=m, n=n, q_offset=off, causal=int(causal), slopes=sb.ptr, out=ob.ptr)
+    assert lib.wavepe_cuda_alibi_validate(C.byref(a)) == 0
+    E.check(lib.wavepe_cuda_alibi(C.byref(a), None))
+    ob.check_guards()
+    want = ref.alibi_bias(E.rounded(slopes, dtype), m, n, off, causal)
+    assert_close(E.values(ob.arr, dtype), want, dtype, 1, "alibi")
+
+
+def test_alibi_large_positions_round_like_the_cpu_core(lib):
+    off = 2**24 + 5
+    sb = put(np.array([1.0]), E.F32)
+    ob = E.Buf((1, 2, 20), np.float32)
+    a = E.AlibiArgs(dtype=E.F32, heads=1, m=2, n=20, q_offset=off, causal=0, slopes=sb.ptr, out=ob.ptr)
+    E.check(lib.wavepe_cuda_alibi(C.byref(a), None))
+    want = -np.abs((off + np.arange(2)[:, None] - np.arange(20)[None, :]).astype(np.float32))
+    np.testing.assert_array_equal(ob.arr[0], want)
+
+
+# ---- RoPE -------------------------------------------------------------------------------
+
+def rope_call(lib, dtype, xs, pos, inv_freq, layout, pairs, scale, inverse, *, offset=None, in_place=False,
+              row_pad=0, misalign=False):
+    """Run the launcher on the tensors xs (list of (B, H, L, d) float64) and return the outputs (float64)."""
+    B, _, L, d = xs[0].shape
+    a = E.RopeArgs(dtype=dtype, batch=B, len=L, d=d, rotary_pairs=pairs, layout=layout, inverse=int(inverse),
+                   scale=scale, ntensors=len(xs))
+    keep = []
+    if offset is None:
+        pb = put(pos.astype(np.int64), None)
+        keep.append(pb)
+        a.positions = pb.ptr
+        a.pos_stride_b = 0 if pos.ndim == 1 else L
+    else:
+        a.pos_offset = offset
+    ib = put(inv_freq, None)
+    keep.append(ib)
+    a.inv_freq = ib.ptr
+    outs = []
+    for i, x in enumerate(xs):
+        H = x.shape[1]
+        rs = d + row_pad  # row stride in elements (padding rows makes a strided view)
+        shift = 1 if misalign else 0
+        s = E.storage(x, dtype)
+        big = np.zeros((B, H, L, rs), s.dtype)
+        big[..., :d] = s
+        xb = E.Buf((big.size + shift,), s.dtype)
+        xb.arr[:] = 0
+        xb.arr[shift:] = big.ravel()
+        ob = xb if in_place else E.Buf((big.size + shift,), s.dtype)
+        keep += [xb, ob]
+        t = a.t[i]
+        t.heads = H
+        esz = s.dtype.itemsize
+        t.x = xb.ptr + shift * esz
+        t.out = ob.ptr + shift * esz
+        t.x_stride_b = t.out_stride_b = H * L * rs
+        t.x_stride_h = t.out_stride_h = L * rs
+        t.x_stride_l = t.out_stride_l = rs
+        outs.append(ob)
+    assert lib.wavepe_cuda_rope_validate(C.byref(a)) == 0
+    E.check(lib.wavepe_cuda_rope(C.byref(a), None))
+    for b in keep:
+        b.check_guards()
+    res = []
+    for x, ob in zip(xs, outs):
+        B, H, L, d = x.shape
+        rs = d + row_pad
+        shift = 1 if misalign else 0
+        flat = ob.arr[shift:shift + B * H * L * rs].reshape(B, H, L, rs)
+        if row_pad and not in_place:  # the padding columns must be untouched (NaN-filled)
+            pad = flat[..., d:]
+            assert (pad.view(np.uint8) == 0xFF).all(), "rope wrote into the row padding"
+        res.append(E.values(flat[..., :d], dtype))
+    return res
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(dtype=st.sampled_from(DTYPES), layout=st.sampled_from([0, 1]), B=st.integers(1, 2), H1=st.integers(1, 3),
+       H2=st.integers(0, 2), L=st.integers(0, 9), half=st.sampled_from([1, 3, 4, 5, 8, 17, 32]),
+       frac=st.floats(0, 1), scale=st.sampled_from([1.0, 1.3]), inverse=st.booleans(),
+       per_batch=st.booleans(), use_offset=st.booleans(), row_pad=st.sampled_from([0, 3, 8]),
+       misalign=st.booleans(), in_place=st.booleans(), seed=st.integers(0, 2**31))
+def test_rope_matches_oracle(lib, dtype, layout, B, H1, H2, L, half, frac, scale, inverse, per_batch, use_offset,
+                             row_pad, misalign, in_place, seed):
+    rng = np.random.default_rng(seed)
+    d = 2 * half
+    pairs = int(round(frac * half))
+    xs = [rng.standard_normal((B, H1, L, d))] + ([rng.standard_normal((B, H2, L, d))] if H2 else [])
+    inv = 10000.0 ** (-2.0 * np.arange(half) / d)
+    offset = int(rng.integers(-50, 10**6)) if use_offset else None
+    pos = None
+    if offset is None:
+        pos = rng.integers(-1000, 2**40, size=(B, L) if per_batch else (L,))
+    got = rope_call(lib, dtype, xs, pos, inv, layout, pairs, scale, inverse, offset=offset, row_pad=row_pad,
+                    misalign=misalign, in_place=in_place)
+    full_pos = (np.arange(L) + offset) if offset is not None else pos
+    full_pos = full_pos[:, None, :] if full_pos.ndim == 2 else full_pos  # (B, L) -> broadcast over heads
+    for x, g in zip(xs, got):
+        want = ref.rope(E.rounded(x, dtype), full_pos, inv, ("half", "interleaved")[layout], pairs, scale, inverse)
+        assert_close(g, want, dtype, 2, "rope")
+
+
+def test_rope_large_angles_use_float64(lib):
+    # pos * inv_freq near 2^40: a float32 angle would be off by whole turns
+    x = np.ones((1, 1, 3, 4))
+    pos = np.array([2**40 + 1, 2**40 + 7, 3 * 2**38], dtype=np.int64)
+    inv = np.array([1.0, 0.3])
+    got = rope_call(lib, E.F32, [x], pos, inv, 0, 2, 1.0, False)[0]
+    np.testing.assert_allclose(got, ref.rope(x, pos, inv, "half", 2, 1.0, False), atol=1e-6)
+
+
+# ---- relative-table bias ------------------------------------------------------------------
+
+def relbias_call(lib, dtype, q, T, r_lo, N, off, causal, clamp, g=None, want_dtable=True, row_pad=0):
+    B, M, d = q.shape
+    R = T.shape[0]
+    rs = d + row_pad
+    qpad = np.zeros((B, M, rs))
+    qpad[..., :d] = q
+    qb, tb = put(qpad, dtype), put(T, dtype)
+    ob = E.Buf((B, M, N), E.np_dtype(dtype))
+    a = E.RelBiasArgs(dtype=dtype, batch=B, m=M, n=N, d=d, rows=R, r_lo=r_lo, q_offset=off, causal=int(causal),
+                      clamp=int(clamp), q=qb.ptr, q_stride_b=M * rs, q_stride_m=rs, table=tb.ptr, table_stride_r=d,
+                      bias=ob.ptr)
+    assert lib.wavepe_cuda_relbias_validate(C.byref(a), 0) == 0
+    E.check(lib.wavepe_cuda_relbias_fwd(C.byref(a), None))
+    res = {"bias": E.values(ob.arr, dtype)}
+    keep = [qb, tb, ob]
+    if g is not None:
+        gb = put(g, dtype)
+        dqb = E.Buf((B, M, d), E.np_dtype(dtype))
+        dtb = E.Buf((R, d), E.np_dtype(dtype)) if want_dtable else None
+        a.grad, a.grad_stride_b, a.grad_stride_m = gb.ptr, M * N, N
+        a.dq = dqb.ptr
+        a.dtable = dtb.ptr if dtb else None
+        ws = lib.wavepe_cuda_relbias_bwd_workspace_bytes(C.byref(a))
+        wb = E.Buf((max(ws, 1),), np.uint8)
+        assert lib.wavepe_cuda_relbias_validate(C.byref(a), 1) == 0
+        E.check(lib.wavepe_cuda_relbias_bwd(C.byref(a), wb.ptr, ws, None))
+        res["dq"] = E.values(dqb.arr, dtype)
+        if dtb:
+            res["dtable"] = E.values(dtb.arr, dtype)
+        keep += [gb, dqb, wb] + ([dtb] if dtb else [])
+    for b in keep:
+        b.check_guards()
+    return res
+
+
+@settings(max_examples=50, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(dtype=st.sampled_from(DTYPES), B=st.integers(1, 2), M=st.integers(0, 80), N=st.integers(0, 140),
+       d=st.sampled_from([1, 3, 8, 12, 33, 40]), R=st.integers(1, 90), r_lo=st.integers(-20, 40),
+       off=st.integers(-30, 150), causal=st.booleans(), clamp=st.booleans(), row_pad=st.sampled_from([0, 5]),
+       seed=st.integers(0, 2**31))
+def test_relbias_forward_backward_match_oracle(lib, dtype, B, M, N, d, R, r_lo, off, causal, clamp, row_pad, seed):
+    rng = np.random.default_rng(seed)
+    q, T, g = rng.standard_normal((B, M, d)), rng.standard_normal((R, d)), rng.standard_normal((B, M, N))
+    got = relbias_call(lib, dtype, q, T, r_lo, N, off, causal, clamp, g=g, row_pad=row_pad)
+    qr, Tr, gr = E.rounded(q, dtype), E.rounded(T, dtype), E.rounded(g, dtype)
+    assert_close(got["bias"], ref.rel_bias(qr, Tr, r_lo, N, off, causal, clamp), dtype, d, "bias")
+    dq, dT = ref.rel_bias_grads(gr, qr, Tr, r_lo, off, causal, clamp)
+    assert_close(got["dq"], dq, dtype, N, "dq")
+    assert_close(got["dtable"], dT, dtype, B * M * N if clamp else B * M, "dtable")
+
+
+def test_relbias_skips_work_outside_the_table(lib):
+    # a window far from the table: all zeros (and no NaN from the unread inputs)
+    q = np.full((1, 70, 4), np.nan)
+    T = np.ones((3, 4))
+    got = relbias_call(lib, E.F32, q, T, 1000, 70, 0, True, False)["bias"]
+    assert (got == 0).all()
+
+
+# ---- attention ----------------------------------------------------------------------------
+
+class Attn:
+    """One attention problem: inputs, launcher args, buffers."""
+
+    def __init__(self, lib, dtype, B, H, Hk, M, N, d, off, causal, pe, R=0, r_lo=0, clamp=False, kpm=False,
+                 seed=0, splits=1, scale=None, row_pad=0):
+        rng = np.random.default_rng(seed)
+        self.lib, self.dtype = lib, dtype
+        self.shape = (B, H, Hk, M, N, d)
+        self.q = rng.standard_normal((B, H, M, d))
+        self.k = rng.standard_normal((B, Hk, N, d))
+        self.v = rng.standard_normal((B, Hk, N, d))
+        self.go = rng.standard_normal((B, H, M, d))
+        self.table = rng.standard_normal((R, d)) * 0.5 if pe == 1 else None
+        self.slopes = np.array(ref.alibi_slopes(H)) if pe == 2 else None
+        self.kpm = (rng.random((B, N)) < 0.25) if kpm else None
+        self.scale = 1 / np.sqrt(max(d, 1)) if scale is None else scale
+        self.off, self.causal, self.pe, self.r_lo, self.clamp = off, causal, pe, r_lo, clamp
+        acc = np.float64 if dtype == E.F64 else np.float32
+        a = E.AttentionArgs(dtype=dtype, batch=B, heads=H, kv_heads=Hk, m=M, n=N, d=d, q_offset=off,
+                            causal=int(causal), scale=self.scale, pos_enc=pe, num_splits=splits)
+        self.bufs = []
+
+        def padded(x, name):  # rows padded to d + row_pad: strided views
+            p = np.zeros(x.shape[:-1] + (d + row_pad,))
+            p[..., :d] = x
+            b = put(p, dtype)
+            self.bufs.append(b)
+            s = p.shape
+            setattr(a, name, b.ptr)
+            return s[1] * s[2] * s[3], s[2] * s[3], s[3]
+
+        a.q_stride_b, a.q_stride_h, a.q_stride_m = padded(self.q, "q")
+        a.k_stride_b, a.k_stride_h, a.k_stride_n = padded(self.k, "k")
+        a.v_stride_b, a.v_stride_h, a.v_stride_n = padded(self.v, "v")
+        a.go_stride_b, a.go_stride_h, a.go_stride_m = padded(self.go, "grad_out")
+        if pe == 1:
+            tb = put(self.table, dtype)
+            self.bufs.append(tb)
+            a.table, a.table_rows, a.table_stride_r, a.r_lo, a.clamp = tb.ptr, R, d, r_lo, int(clamp)
+        if pe == 2:
+            sb = put(self.slopes.astype(acc), None)
+            self.bufs.append(sb)
+            a.alibi_slopes = sb.ptr
+        if kpm:
+            kb = put(self.kpm.astype(np.uint8), None)
+            self.bufs.append(kb)
+            a.key_padding_mask, a.kpm_stride_b = kb.ptr, N
+        self.out = E.Buf((B, H, M, d), E.np_dtype(dtype))
+        self.lse = E.Buf((B, H, M), acc)
+        a.out, a.o_stride_b, a.o_stride_h, a.o_stride_m = self.out.ptr, H * M * d, M * d, d
+        a.lse = self.lse.ptr
+        self.a = a
+
+    def forward(self):
+        a = self.a
+        assert self.lib.wavepe_cuda_attention_validate(C.byref(a), 0) == 0
+        ws = self.lib.wavepe_cuda_attention_fwd_workspace_bytes(C.byref(a))
+        wb = E.Buf((max(ws, 1),), np.uint8)
+        E.check(self.lib.wavepe_cuda_attention_fwd(C.byref(a), wb.ptr, ws, None))
+        for b in self.bufs + [self.out, self.lse, wb]:
+            b.check_guards()
+        return E.values(self.out.arr, self.dtype), np.asarray(self.lse.arr, np.float64)
+
+    def backward(self, want_dtable, want_dslopes=False, grad_lse=False):
+        B, H, Hk, M, N, d = self.shape
+        a = self.a
+        extra = []
+        if grad_lse:
+            self.grad_lse = np.random.default_rng(99).standard_normal((B, H, M))
+            gl = put(self.grad_lse.astype(np.float64 if self.dtype == E.F64 else np.float32), None)
+            a.grad_lse = gl.ptr
+            extra.append(gl)
+        dsb = None
+        if want_dslopes:
+            dsb = E.Buf((H,), np.float64 if self.dtype == E.F64 else np.float32)
+            a.dslopes = dsb.ptr
+            extra.append(dsb)
+        self.dq = E.Buf((B, H, M, d), E.np_dtype(self.dtype))
+        self.dk = E.Buf((B, Hk, N, d), E.np_dtype(self.dtype))
+        self.dv = E.Buf((B, Hk, N, d), E.np_dtype(self.dtype))
+        a.dq, a.dk, a.dv = self.dq.ptr, self.dk.ptr, self.dv.ptr
+        dtb = E.Buf(self.table.shape, E.np_dtype(self.dtype)) if want_dtable else None
+        a.dtable = dtb.ptr if dtb else None
+        assert self.lib.wavepe_cuda_attention_validate(C.byref(a), 1) == 0
+        ws = self.lib.wavepe_cuda_attention_bwd_workspace_bytes(C.byref(a))
+        wb = E.Buf((max(ws, 1),), np.uint8)
+        E.check(self.lib.wavepe_cuda_attention_bwd(C.byref(a), wb.ptr, ws, None))
+        for b in self.bufs + [self.dq, self.dk, self.dv, wb] + ([dtb] if dtb else []) + extra:
+            b.check_guards()
+        grads = {n: E.values(b.arr, self.dtype) for n, b in (("dq", self.dq), ("dk", self.dk), ("dv", self.dv))}
+        if dtb:
+            grads["dtable"] = E.values(dtb.arr, self.dtype)
+        if dsb:
+            grads["dslopes"] = np.asarray(dsb.arr, np.float64)
+        return grads
+
+    def oracle(self, grad_lse=None):
+        r = lambda x: None if x is None else E.rounded(x, self.dtype)  # noqa: E731
+        slopes = self.slopes if self.slopes is None or self.dtype == E.F64 else self.slopes.astype(np.float32)
+        return ref.attention_with_grads(r(self.q), r(self.k), r(self.v), r(self.go), self.scale, self.off,
+                                        self.causal, ("none", "relative", "alibi")[self.pe], table=r(self.table),
+                                        r_lo=self.r_lo, clamp=self.clamp, slopes=slopes,
+                                        key_padding_mask=self.kpm, grad_lse=grad_lse)
+
+
+def check_attention(lib, dtype, *, backward=True, want_dtable=None, grad_lse=False, **kw):
+    prob = Attn(lib, dtype, **kw)
+    out, lse = prob.forward()
+    B, H, Hk, M, N, d = prob.shape
+    gl = np.random.default_rng(99).standard_normal((B, H, M)) if grad_lse else None
+    if gl is not None and dtype != E.F64:
+        gl = gl.astype(np.float32).astype(np.float64)
+    want = prob.oracle(gl)
+    B, H, Hk, M, N, d = prob.shape
+    inner = dtype in (E.BF16, E.F16)
+    assert_close(out, want["out"], dtype, N, "out", inner)
+    fin = np.isfinite(want["lse"])
+    assert (np.isfinite(lse) == fin).all(), "lse: -inf rows differ"
+    assert (out[~fin] == 0).all(), "rows without keys must be 0"
+    assert_close(lse[fin], want["lse"][fin], dtype if dtype == E.F64 else E.F32, d, "lse")
+    if backward:
+        if want_dtable is None:
+            want_dtable = prob.pe == 1
+        grads = prob.backward(want_dtable, want_dslopes=prob.pe == 2, grad_lse=grad_lse)
+        group = H // Hk
+        for name, terms in (("dq", N * d), ("dk", M * d * group), ("dv", M * group)):
+            assert_close(grads[name], want[name], dtype, terms, name, inner)
+        if want_dtable:
+            assert_close(grads["dtable"], want["dtable"], dtype, B * H * M * N, "dtable", inner)
+        if prob.pe == 2:
+            # dS |r| summed over B M N terms: bounded by the magnitude of the parts of dS
+            err = np.abs(grads["dslopes"] - want["dslopes"])
+            bound = tol(dtype, d + B * M * N, inner) * (want["dslopes_mag"] + 1e-30)
+            assert (err <= bound).all(), f"dslopes: error {err.max():.3e}, bound {bound.min():.3e}"
+    return prob
+
+
+CASES = [
+    # (B, H, Hk, M, N, d, off, causal, pe, R, r_lo, clamp, kpm, splits)
+    dict(B=1, H=2, Hk=1, M=20, N=20, d=16, off=0, causal=True, pe=0),
+    dict(B=1, H=2, Hk=2, M=70, N=90, d=24, off=20, causal=True, pe=1, R=40, r_lo=0),
+    dict(B=2, H=2, Hk=1, M=33, N=50, d=40, off=17, causal=False, pe=2, kpm=True),
+    dict(B=1, H=2, Hk=1, M=40, N=45, d=12, off=5, causal=False, pe=1, R=7, r_lo=-3, clamp=True),
+    dict(B=1, H=1, Hk=1, M=1, N=130, d=32, off=129, causal=True, pe=1, R=30, r_lo=0, splits=3),
+    dict(B=1, H=4, Hk=2, M=3, N=50, d=8, off=-10, causal=True, pe=0, kpm=True),       # rows with no key
+    dict(B=1, H=1, Hk=1, M=0, N=7, d=8, off=0, causal=True, pe=1, R=3),               # no queries
+    dict(B=1, H=2, Hk=1, M=5, N=0, d=8, off=0, causal=False, pe=0),                  # no keys
+    dict(B=1, H=1, Hk=1, M=17, N=17, d=72, off=0, causal=True, pe=1, R=20, r_lo=1),  # DMAX 128 bucket
+    dict(B=1, H=1, Hk=1, M=18, N=21, d=136, off=3, causal=True, pe=1, R=9, r_lo=0, kpm=True),  # DMAX 256
+    dict(B=1, H=3, Hk=1, M=9, N=66, d=20, off=57, causal=True, pe=2, splits=4),      # GQA decode, ALiBi
+]
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS.get)
+@pytest.mark.parametrize("case", range(len(CASES)))
+def test_attention_matches_oracle(lib, dtype, case):
+    kw = dict(CASES[case])
+    if dtype == E.F64 and kw["d"] > 128:
+        pytest.skip("float64 takes head_dim <= 128 (asserted in test_attention_float64_head_dim_limit)")
+    check_attention(lib, dtype, seed=case, **kw)
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(dtype=st.sampled_from(DTYPES), B=st.integers(1, 2), Hk=st.integers(1, 2), group=st.integers(1, 2),
+       M=st.integers(0, 40), N=st.integers(0, 70), d=st.sampled_from([4, 10, 16, 30]), off=st.integers(-5, 80),
+       causal=st.booleans(), pe=st.integers(0, 2), R=st.integers(1, 50), r_lo=st.integers(-10, 20),
+       clamp=st.booleans(), kpm=st.booleans(), splits=st.integers(1, 3), row_pad=st.sampled_from([0, 8]),
+       grad_lse=st.booleans(), seed=st.integers(0, 2**31))
+def test_attention_random_shapes(lib, dtype, B, Hk, group, M, N, d, off, causal, pe, R, r_lo, clamp, kpm, splits,
+                                 row_pad, grad_lse, seed):
+    check_attention(lib, dtype, B=B, H=Hk * group, Hk=Hk, M=M, N=N, d=d, off=off, causal=causal, pe=pe, R=R,
+                    r_lo=r_lo, clamp=clamp, kpm=kpm, splits=splits, seed=seed, row_pad=row_pad, grad_lse=grad_lse)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS.get)
+def test_attention_gradient_of_lse(lib, dtype):
+    check_attention(lib, dtype, B=1, H=2, Hk=1, M=30, N=40, d=16, off=10, causal=True, pe=1, R=20, r_lo=0,
+                    grad_lse=True, seed=4)
+
+
+def test_attention_split_kv_equals_unsplit(lib):
+    # the ordered combine of the decoding path against the single pass
+    kw = dict(B=1, H=2, Hk=1, M=1, N=300, d=32, off=299, causal=True, pe=1, R=120, r_lo=0, seed=5)
+    one = Attn(lib, E.F32, splits=1, **kw).forward()
+    many = Attn(lib, E.F32, splits=5, **kw).forward()
+    np.testing.assert_allclose(many[0], one[0], rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(many[1], one[1], rtol=1e-6, atol=1e-6)
+
+
+def test_attention_num_splits_heuristic(lib):
+    prob = Attn(lib, E.BF16, B=1, H=1, Hk=1, M=1, N=4096, d=64, off=4095, causal=True, pe=0)
+    # the emulated device has 4 SMs: one CTA gets split to occupy them
+    assert lib.wavepe_cuda_attention_num_splits(C.byref(prob.a)) > 1
+    big = Attn(lib, E.BF16, B=1, H=8, Hk=8, M=64, N=64, d=64, off=0, causal=True, pe=0)
+    assert lib.wavepe_cuda_attention_num_splits(C.byref(big.a)) == 1
+
+
+@pytest.mark.parametrize("order", ["reverse", "random"])
+def test_results_do_not_depend_on_thread_order(lib, monkeypatch, order):
+    # a missing barrier shows up as a difference when the fibers run in another order
+    kw = dict(B=1, H=2, Hk=1, M=40, N=70, d=24, off=30, causal=True, pe=1, R=60, r_lo=-2, seed=11)
+    base = Attn(lib, E.BF16, **kw)
+    fwd0 = base.forward()
+    bwd0 = base.backward(True)
+    monkeypatch.setenv("WAVEPE_EMU_ORDER", order)
+    other = Attn(lib, E.BF16, **kw)
+    fwd1 = other.forward()
+    bwd1 = other.backward(True)
+    for x, y in zip(fwd0, fwd1):
+        np.testing.assert_array_equal(x, y)
+    for k in bwd0:
+        np.testing.assert_array_equal(bwd0[k], bwd1[k])
+
+
+def test_backward_is_deterministic(lib):
+    kw = dict(B=2, H=2, Hk=1, M=50, N=50, d=16, off=0, causal=True, pe=1, R=30, r_lo=0, seed=3)
+    runs = []
+    for _ in range(2):
+        prob = Attn(lib, E.F32, **kw)
+        prob.forward()
+        runs.append(prob.backward(True))
+    for k in runs[0]:
+        assert runs[0][k].tobytes() == runs[1][k].tobytes()
+
+
+def test_shared_memory_limit_is_reported(lib, monkeypatch):
+    # a device granting less shared memory than the head-dim-256 tiles need
+    monkeypatch.setenv("WAVEPE_EMU_SMEM_OPTIN", str(64 * 1024))
+    prob = Attn(lib, E.BF16, B=1, H=1, Hk=1, M=4, N=4, d=200, off=0, causal=True, pe=1, R=4)
+    ws = lib.wavepe_cuda_attention_fwd_workspace_bytes(C.byref(prob.a))
+    assert lib.wavepe_cuda_attention_fwd(C.byref(prob.a), None, ws, None) == 1  # cudaErrorInvalidValue
+
+
+# ---- argument checks --------------------------------------------------------------------------
+
+WAVEPE_E_NEGATIVE_SIZE, WAVEPE_E_OVERFLOW, WAVEPE_E_INVALID, WAVEPE_E_NULL = -1, -2, -3, -4
+
+
+@pytest.mark.parametrize("change,status", [
+    (dict(m=-1), WAVEPE_E_NEGATIVE_SIZE),
+    (dict(kv_heads=3), WAVEPE_E_INVALID),          # heads 4 not a multiple
+    (dict(kv_heads=0), WAVEPE_E_INVALID),
+    (dict(d=257), WAVEPE_E_INVALID),
+    (dict(dtype=7), WAVEPE_E_INVALID),
+    (dict(pos_enc=9), WAVEPE_E_INVALID),
+    (dict(scale=0.0), WAVEPE_E_INVALID),
+    (dict(scale=float("nan")), WAVEPE_E_INVALID),
+    (dict(num_splits=0), WAVEPE_E_INVALID),
+    (dict(q=None), WAVEPE_E_NULL),
+    (dict(lse=None), WAVEPE_E_NULL),
+    (dict(q_stride_m=2**62), WAVEPE_E_OVERFLOW),
+    (dict(n=2**62), WAVEPE_E_OVERFLOW),
+    (dict(q_offset=2**62), WAVEPE_E_OVERFLOW),
+])
+def test_attention_rejects_bad_arguments(lib, change, status):
+    prob = Attn(lib, E.F32, B=1, H=4, Hk=2, M=3, N=5, d=8, off=2, causal=True, pe=0)
+    for k, v in change.items():
+        setattr(prob.a, k, v)
+    assert lib.wavepe_cuda_attention_validate(C.byref(prob.a), 0) == status
+    assert lib.wavepe_cuda_attention_fwd(C.byref(prob.a), None, 0, None) == 1
+
+
+def test_attention_float64_head_dim_limit(lib):
+    prob = Attn(lib, E.F64, B=1, H=1, Hk=1, M=2, N=2, d=129, off=0, causal=True, pe=0)
+    assert lib.wavepe_cuda_attention_validate(C.byref(prob.a), 0) == WAVEPE_E_INVALID
+
+
+def test_attention_backward_rejects_dtable_without_table(lib):
+    prob = Attn(lib, E.F32, B=1, H=1, Hk=1, M=2, N=2, d=8, off=0, causal=True, pe=0)
+    prob.forward()
+    grads = [E.Buf((1, 1, 2, 8), np.float32) for _ in range(3)]
+    prob.a.dq, prob.a.dk, prob.a.dv = (b.ptr for b in grads)
+    assert lib.wavepe_cuda_attention_validate(C.byref(prob.a), 1) == 0
+    dummy = E.Buf((4, 8), np.float32)
+    prob.a.dtable = dummy.ptr
+    assert lib.wavepe_cuda_attention_validate(C.byref(prob.a), 1) == WAVEPE_E_INVALID
+
+
+def test_relbias_rejects_bad_arguments(lib):
+    a = E.RelBiasArgs(dtype=E.F32, batch=1, m=2, n=3, d=4, rows=0, clamp=1)
+    assert lib.wavepe_cuda_relbias_validate(C.byref(a), 0) == WAVEPE_E_INVALID  # clamp with no rows
+    a = E.RelBiasArgs(dtype=E.F32, batch=2**40, m=2**20, n=2**20, d=1, rows=1)
+    assert lib.wavepe_cuda_relbias_validate(C.byref(a), 0) == WAVEPE_E_OVERFLOW
+    a = E.RelBiasArgs(dtype=E.F32, batch=1, m=2, n=3, d=4, rows=1, q_stride_b=8, q_stride_m=4, table_stride_r=4)
+    assert lib.wavepe_cuda_relbias_validate(C.byref(a), 0) == WAVEPE_E_NULL
+    assert lib.wavepe_cuda_relbias_fwd(C.byref(a), None) == 1
+
+
+def test_rope_rejects_bad_arguments(lib):
+    base = dict(dtype=E.F32, batch=1, len=2, d=4, rotary_pairs=2, scale=1.0, ntensors=1)
+    for change, status in [(dict(d=5), WAVEPE_E_INVALID), (dict(rotary_pairs=3), WAVEPE_E_INVALID),
+                           (dict(scale=float("nan")), WAVEPE_E_INVALID), (dict(scale=float("inf")), WAVEPE_E_INVALID),
+                           (dict(ntensors=3), WAVEPE_E_INVALID),
+                           (dict(layout=2), WAVEPE_E_INVALID), (dict(len=-1), WAVEPE_E_NEGATIVE_SIZE),
+                           (dict(pos_offset=2**63 - 1), WAVEPE_E_OVERFLOW)]:
+        a = E.RopeArgs(**{**base, **change})
+        a.t[0].heads = 1
+        a.t[0].x_stride_b = a.t[0].x_stride_h = a.t[0].out_stride_b = a.t[0].out_stride_h = 8
+        a.t[0].x_stride_l = a.t[0].out_stride_l = 4
+        a.t[0].x = a.t[0].out = 64  # never dereferenced: validation fails first
+        a.inv_freq = 64
+        assert lib.wavepe_cuda_rope_validate(C.byref(a)) == status, change
+        assert lib.wavepe_cuda_rope(C.byref(a), None) == 1
+
+
+def test_emulator_enforces_the_shared_memory_limit(lib, monkeypatch):
+    # sanity of the checker itself: above 48 KiB a launch needs the opt-in, and
+    # the opt-in cannot exceed the device's limit
+    prob = Attn(lib, E.BF16, B=1, H=1, Hk=1, M=4, N=4, d=128, off=0, causal=True, pe=1, R=4)
+    need = lib.wavepe_cuda_attention_fwd_smem_bytes(C.byref(prob.a))
+    assert need > 48 * 1024
+    monkeypatch.setenv("WAVEPE_EMU_SMEM_OPTIN", str(need - 16))
+    assert lib.wavepe_cuda_attention_fwd(C.byref(prob.a), None, 0, None) != 0
+    monkeypatch.setenv("WAVEPE_EMU_SMEM_OPTIN", str(need))
+    assert lib.wavepe_cuda_attention_fwd(C.byref(prob.a), None, 0, None) == 0
+
+
+if os.environ.get("WAVEPE_EMU_ORDER"):  # pragma: no cover
+    pytest.skip("run without WAVEPE_EMU_ORDER (the tests set it themselves)", allow_module_level=True)
+
+
+@pytest.mark.parametrize("dtype,dmax", [(E.BF16, 256), (E.F16, 256), (E.F32, 128)])
+def test_tiles_fit_every_gpu_from_sm80(lib, dtype, dmax):
+    # 99 KiB of shared memory per CTA (sm_86 / sm_89) is the smallest budget of
+    # the GPUs the sm_80 binary runs on; bf16/fp16 (and fp32 up to d = 128) fit
+    for d in range(8, dmax + 1, 8):
+        for pe in (0, 1, 2):
+            prob = Attn(lib, dtype, B=1, H=1, Hk=1, M=2, N=2, d=d, off=0, causal=True, pe=pe, R=4)
+            if pe == 1:
+                prob.a.dtable = 1  # any non-NULL: the dT pass stages the window too
+            fwd = lib.wavepe_cuda_attention_fwd_smem_bytes(C.byref(prob.a))
+            bwd = lib.wavepe_cuda_attention_bwd_smem_bytes(C.byref(prob.a))
+            assert 0 < fwd <= 99 * 1024 and 0 < bwd <= 99 * 1024, (d, pe, fwd, bwd)
+
+
+# ---- agreement with the CPU kernels ---------------------------------------------------------
+
+def test_emulated_cuda_and_cpu_kernels_agree(lib):
+    torch = pytest.importorskip("torch")
+    import wavepe.ops as wo
+
+    rng = np.random.default_rng(7)
+    # rel-bias forward and backward, fp32
+    q, T, g = rng.standard_normal((2, 40, 24)), rng.standard_normal((30, 24)), rng.standard_normal((2, 40, 55))
+    got = relbias_call(lib, E.F32, q, T, -4, 55, 15, True, False, g=g)
+    qt = torch.tensor(q, dtype=torch.float32, requires_grad=True)
+    tt = torch.tensor(T, dtype=torch.float32, requires_grad=True)
+    cpu = wo.rel_bias(qt, tt, -4, k_len=55, q_offset=15)
+    cpu.backward(torch.tensor(g, dtype=torch.float32))
+    np.testing.assert_allclose(got["bias"], cpu.detach().numpy(), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(got["dq"], qt.grad.numpy(), rtol=1e-5, atol=1e-4)
+    np.testing.assert_allclose(got["dtable"], tt.grad.numpy(), rtol=1e-5, atol=1e-4)
+    # RoPE, fp32, interleaved p-RoPE with a scale
+    x = rng.standard_normal((2, 3, 9, 16))
+    inv = 10000.0 ** (-2.0 * np.arange(8) / 16)
+    pos = rng.integers(0, 10**5, size=(2, 9))
+    emu = rope_call(lib, E.F32, [x], pos, inv, 1, 5, 1.25, False)[0]
+    cpu_q, _ = wo.rope_inv_freq(torch.tensor(x, dtype=torch.float32), None, torch.tensor(pos), torch.tensor(inv),
+                                layout="interleaved", rotary_pairs=5, scale=1.25)
+    np.testing.assert_allclose(emu, cpu_q.numpy(), rtol=1e-6, atol=1e-6)
+
+
+def test_grid_stride_loops_and_single_head_group(lib, monkeypatch):
+    # one emulated SM: grids are capped below the work, so the grid-stride loops
+    # of rel-bias and ALiBi run several tiles per CTA, and RoPE uses one head group
+    monkeypatch.setenv("WAVEPE_EMU_SMS", "1")
+    rng = np.random.default_rng(3)
+    q, T, g = rng.standard_normal((3, 330, 8)), rng.standard_normal((40, 8)), rng.standard_normal((3, 330, 330))
+    got = relbias_call(lib, E.F32, q, T, 0, 330, 0, True, False, g=g)
+    assert_close(got["bias"], ref.rel_bias(q.astype(np.float32), T.astype(np.float32), 0, 330, 0, True, False),
+                 E.F32, 8, "bias")
+    dq, dT = ref.rel_bias_grads(E.rounded(g, E.F32), E.rounded(q, E.F32), E.rounded(T, E.F32), 0, 0, True, False)
+    assert_close(got["dq"], dq, E.F32, 330, "dq")
+    assert_close(got["dtable"], dT, E.F32, 3 * 330, "dtable")
+    slopes = np.array([0.5, 0.25, 0.125])
+    sb = put(slopes, E.F32)
+    ob = E.Buf((3, 70, 90), np.float32)
+    a = E.AlibiArgs(dtype=E.F32, heads=3, m=70, n=90, q_offset=20, causal=1, slopes=sb.ptr, out=ob.ptr)
+    E.check(lib.wavepe_cuda_alibi(C.byref(a), None))
+    np.testing.assert_array_equal(ob.arr, ref.alibi_bias(slopes, 70, 90, 20, True).astype(np.float32))
+    x = rng.standard_normal((1, 3, 512, 64))
+    inv = 10000.0 ** (-2.0 * np.arange(32) / 64)
+    got = rope_call(lib, E.BF16, [x], np.arange(512), inv, 0, 32, 1.0, False)[0]
+    assert_close(got, ref.rope(E.rounded(x, E.BF16), np.arange(512), inv, "half", 32), E.BF16, 2, "rope")
