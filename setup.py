@@ -171,7 +171,12 @@ def extensions(torch_info) -> list[Extension]:
                 "wavepe._C",
                 sources=srcs,
                 language="c++",
-                extra_compile_args=CXX_FLAGS + torch_info["cflags"],
+                # -fopenmp: at::parallel_for is an inline template whose threading is an
+                # `#pragma omp parallel` compiled into *this* module; without the flag every
+                # op silently runs on one thread.  libgomp.so.1 resolves at run time to the
+                # copy torch has already loaded (same soname), so there is one OpenMP runtime.
+                extra_compile_args=CXX_FLAGS + ["-fopenmp"] + torch_info["cflags"],
+                extra_link_args=["-fopenmp"],
                 library_dirs=torch_info["library_dirs"],
                 libraries=torch_info["libraries"],
             )

@@ -6,6 +6,9 @@
 // Fake (meta) kernels and autograd are registered in Python (wavepe/ops).
 #include <Python.h>
 
+#include <algorithm>
+#include <atomic>
+
 #include "torch_common.h"
 
 extern "C" {
@@ -16,10 +19,22 @@ namespace {
 
 std::string active_isa() { return wavepe_isa_name(wavepe_active_isa()); }
 
+// How many threads at::parallel_for really used over n unit-cost items: proves that this
+// module was compiled with OpenMP (without it parallel_for runs inline on one thread).
+int64_t parallel_threads(int64_t n) {
+    std::atomic<int64_t> seen{0};
+    at::parallel_for(0, n, 1, [&](int64_t, int64_t) {
+        const int64_t me = int64_t{1} << std::min(at::get_thread_num(), 63);
+        seen.fetch_or(me);
+    });
+    return __builtin_popcountll(static_cast<unsigned long long>(seen.load()));
+}
+
 }  // namespace
 
 TORCH_LIBRARY(wavepe, m) {
     m.def("active_isa() -> str", &active_isa);
+    m.def("parallel_threads(int n) -> int", &parallel_threads);
 }
 
 extern "C" {
