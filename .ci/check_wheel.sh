@@ -32,5 +32,14 @@ x = np.random.default_rng(1).standard_normal((2, 3, 9, 16)).astype(np.float32)
 rc = wavepe.RopeConfig(theta=500.0, rotary_fraction=0.5)
 np.testing.assert_array_equal(wu.rope(x, 4, rc), wo.rope(torch.from_numpy(x), None, 4, rc)[0].numpy())
 print("rope gufunc on numpy", np.__version__, "ok")
+# the fused attention, and the ops' threading (a wheel built without OpenMP runs on one thread)
+qa = torch.randn(1, 4, 33, 16)
+out = wo.wavelet_attention(qa, qa[:, :2], qa[:, :2], cfg)
+assert out.shape == (1, 4, 33, 16) and torch.isfinite(out).all()
+torch.set_num_threads(2)
+assert torch.ops.wavepe.parallel_threads(64) == 2
+print("wavelet_attention ok, parallel_for threads:", torch.ops.wavepe.parallel_threads(64))
 PY
-"$env_dir/bin/wavepe" --help >/dev/null 2>&1 && echo "console script ok" || echo "console script not available yet"
+"$env_dir/bin/wavepe" --help >/dev/null
+"$env_dir/bin/wavepe" info
+echo "console script ok"
