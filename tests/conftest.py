@@ -1,4 +1,4 @@
-"""Shared fixtures: run each kernel test on every ISA variant the CPU has."""
+"""Shared fixtures: every ISA variant the CPU has (isa), one torch thread (one_torch_thread)."""
 
 from __future__ import annotations
 
@@ -21,6 +21,18 @@ def isa(request, monkeypatch) -> str:
         monkeypatch.delenv("WAVEPE_FORCE_SCALAR", raising=False)
     assert wavepe.active_isa() == request.param
     return request.param
+
+
+@pytest.fixture
+def one_torch_thread():
+    """Run the test with one torch thread: tiny models gain nothing from threads, and on a
+    loaded machine OpenMP barriers make each small op wait for a descheduled thread."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
 
 
 def pytest_report_header(config):

@@ -15,14 +15,7 @@ from scipy.optimize import brentq
 from wavepe import analysis
 from wavepe.config import RopeConfig
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    # tiny models gain nothing from threads, and on a loaded machine OpenMP
-    # barriers make each small op wait for a descheduled thread
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 # ---------------------------------------------------------------------------

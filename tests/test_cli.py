@@ -18,14 +18,7 @@ TINY = ["--steps", "3", "--train-len", "16", "--factors", "1", "2", "--eval-toke
         "--hidden", "32", "--head-dim", "16", "--wavelet-scales", "4", "--layers", "1", "--no-progress"]
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    # tiny models gain nothing from threads, and on a loaded machine OpenMP
-    # barriers make each small op wait for a descheduled thread
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def png_ok(path: Path) -> bool:

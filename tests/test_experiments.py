@@ -23,14 +23,7 @@ from wavepe.nn import PositionalAttention
 ENCS = ("wavelet", "rope", "alibi", "none")
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    # tiny models gain nothing from threads, and on a loaded machine OpenMP
-    # barriers make each small op wait for a descheduled thread
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def tiny_cfg(pos_enc: str = "wavelet", **kw) -> LMConfig:

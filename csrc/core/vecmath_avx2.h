@@ -20,17 +20,10 @@ static inline __m256 wp_pow2i_ps(__m256i k) {
     return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(k, _mm256_set1_epi32(127)), 23));
 }
 
-/* f * exp(x) for float32 lanes.  The factor multiplies the polynomial before
- * 2^n is applied (in two halves), so a product that is representable, even as
- * a subnormal, comes out right although exp(x) alone would underflow: with
- * |f| up to 2^23 the result is exact to the last subnormal bit of f * e^x.
- * x <= -128 gives (signed) 0, x >= 88.8 gives f * inf. */
-static inline __m256 wp_mul_exp_ps(__m256 f, __m256 x) {
-    const __m256 hi_lim = _mm256_set1_ps(88.8f), lo_lim = _mm256_set1_ps(-128.0f);
-    const __m256 nan_mask = _mm256_cmp_ps(x, x, _CMP_UNORD_Q);
-    const __m256 over = _mm256_cmp_ps(x, hi_lim, _CMP_GE_OQ);
-    const __m256 under = _mm256_cmp_ps(x, lo_lim, _CMP_LE_OQ);
-    __m256 xc = _mm256_min_ps(_mm256_max_ps(x, lo_lim), hi_lim);
+/* e^x = p * 2^n for float32 lanes x already clamped to a finite range:
+ * n = round(x / ln 2) is returned through n_out and p = e^r, r = x - n ln 2.
+ * Shared by wp_mul_exp_ps and the attention softmax's exp. */
+static inline __m256 wp_exp_reduced_ps(__m256 xc, __m256 *n_out) {
     const __m256 n = _mm256_round_ps(_mm256_mul_ps(xc, _mm256_set1_ps(1.44269504088896341f)),
                                      _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
     /* ln 2 split so that n * hi is exact for |n| < 2^9. */
@@ -45,6 +38,23 @@ static inline __m256 wp_mul_exp_ps(__m256 f, __m256 x) {
     p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(0.5f));
     p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
     p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+    *n_out = n;
+    return p;
+}
+
+/* f * exp(x) for float32 lanes.  The factor multiplies the polynomial before
+ * 2^n is applied (in two halves), so a product that is representable, even as
+ * a subnormal, comes out right although exp(x) alone would underflow: with
+ * |f| up to 2^23 the result is exact to the last subnormal bit of f * e^x.
+ * x <= -128 gives (signed) 0, x >= 88.8 gives f * inf. */
+static inline __m256 wp_mul_exp_ps(__m256 f, __m256 x) {
+    const __m256 hi_lim = _mm256_set1_ps(88.8f), lo_lim = _mm256_set1_ps(-128.0f);
+    const __m256 nan_mask = _mm256_cmp_ps(x, x, _CMP_UNORD_Q);
+    const __m256 over = _mm256_cmp_ps(x, hi_lim, _CMP_GE_OQ);
+    const __m256 under = _mm256_cmp_ps(x, lo_lim, _CMP_LE_OQ);
+    __m256 xc = _mm256_min_ps(_mm256_max_ps(x, lo_lim), hi_lim);
+    __m256 n;
+    const __m256 p = wp_exp_reduced_ps(xc, &n);
     const __m256i ni = _mm256_cvtps_epi32(n); /* n in [-185, 129]: halves stay >= -93 */
     const __m256i n1 = _mm256_srai_epi32(ni, 1);
     const __m256i n2 = _mm256_sub_epi32(ni, n1);
