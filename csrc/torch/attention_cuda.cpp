@@ -34,22 +34,10 @@ Prepared prepare(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, 
     wavepe::check_cuda(k, "k", q, "q");
     wavepe::check_cuda(v, "v", q, "q");
     const wavepe_cuda_dtype dtype = wavepe::cuda_dtype(q, "q");
-    wavepe::check_same_dtype(q, "q", k, "k");
-    wavepe::check_same_dtype(q, "q", v, "v");
-    wavepe::check_dim(q, 4, "q");
-    wavepe::check_dim(k, 4, "k");
-    wavepe::check_dim(v, 4, "v");
-    TORCH_CHECK_VALUE(k.sizes() == v.sizes(), "k and v must have the same shape, got ", k.sizes(), " and ", v.sizes());
-    TORCH_CHECK_VALUE(k.size(0) == q.size(0) && k.size(3) == q.size(3), "k must be (B, H_kv, N, d) with q's B=",
-                      q.size(0), " and d=", q.size(3), ", got ", k.sizes());
-    TORCH_CHECK_VALUE(k.size(1) >= 1 && q.size(1) % k.size(1) == 0, "q's heads H=", q.size(1),
-                      " must be a multiple of k's heads H_kv=", k.size(1));
-    TORCH_CHECK_VALUE(q.size(3) >= 1, "head_dim must be >= 1, got q of shape ", q.sizes());
+    wavepe::check_attention_inputs(q, k, v, scale, table.has_value(), slopes.has_value());
     const int64_t dmax = dtype == WAVEPE_CUDA_F64 ? WAVEPE_CUDA_MAX_HEAD_DIM_F64 : WAVEPE_CUDA_MAX_HEAD_DIM;
     TORCH_CHECK_VALUE(q.size(3) <= dmax, "head_dim must be <= ", dmax, " for ", q.scalar_type(),
                       " on CUDA, got ", q.size(3));
-    TORCH_CHECK_VALUE(scale > 0.0 && std::isfinite(scale), "scale must be finite and > 0, got ", scale);
-    TORCH_CHECK_VALUE(!(table.has_value() && slopes.has_value()), "give a table or ALiBi slopes, not both");
     Prepared p;
     p.acc = dtype == WAVEPE_CUDA_F64 ? at::kDouble : at::kFloat;
     p.q = wavepe::last_dim_contiguous(q);

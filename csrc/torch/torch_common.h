@@ -12,6 +12,7 @@
 #include <c10/util/Exception.h>
 #include <torch/library.h>
 
+#include <cmath>
 #include <cstdint>
 #include <string>
 
@@ -44,6 +45,25 @@ inline void check_same_dtype(const at::Tensor& a, const char* an, const at::Tens
 
 inline void check_dim(const at::Tensor& t, int64_t dim, const char* name) {
     TORCH_CHECK_VALUE(t.dim() == dim, name, " must have ", dim, " dimensions, got shape ", t.sizes());
+}
+
+// Shapes, dtypes and settings of attention_fwd / attention_bwd shared by the CPU and
+// CUDA kernels: q (B, H, M, d); k, v (B, H_kv, N, d) with H a multiple of H_kv.
+inline void check_attention_inputs(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, double scale,
+                                   bool has_table, bool has_slopes) {
+    check_same_dtype(q, "q", k, "k");
+    check_same_dtype(q, "q", v, "v");
+    check_dim(q, 4, "q");
+    check_dim(k, 4, "k");
+    check_dim(v, 4, "v");
+    TORCH_CHECK_VALUE(k.sizes() == v.sizes(), "k and v must have the same shape, got ", k.sizes(), " and ", v.sizes());
+    TORCH_CHECK_VALUE(k.size(0) == q.size(0) && k.size(3) == q.size(3), "k must be (B, H_kv, N, d) with q's B=",
+                      q.size(0), " and d=", q.size(3), ", got ", k.sizes());
+    TORCH_CHECK_VALUE(k.size(1) >= 1 && q.size(1) % k.size(1) == 0, "q's heads H=", q.size(1),
+                      " must be a multiple of k's heads H_kv=", k.size(1));
+    TORCH_CHECK_VALUE(q.size(3) >= 1, "head_dim must be >= 1, got q of shape ", q.sizes());
+    TORCH_CHECK_VALUE(scale > 0.0 && std::isfinite(scale), "scale must be finite and > 0, got ", scale);
+    TORCH_CHECK_VALUE(!(has_table && has_slopes), "give a table or ALiBi slopes, not both");
 }
 
 // Rows per task: aim for ~64k output elements per chunk so tiny problems run
