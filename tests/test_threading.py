@@ -1,4 +1,4 @@
-"""The torch ops really run on several threads.
+"""The torch ops really run on several threads, and large outputs come out right.
 
 at::parallel_for is an inline template: its threading is the `#pragma omp parallel`
 compiled into wavepe._C itself.  A build without -fopenmp still works, on one thread,
@@ -27,3 +27,25 @@ def test_one_openmp_runtime():
     with open("/proc/self/maps") as f:
         gomp = {line.split()[-1] for line in f if "libgomp" in line}
     assert len(gomp) <= 1, gomp
+
+
+def test_large_outputs_are_the_same_as_small_ones():
+    """Outputs of 16 MiB and more are pre-faulted by the binding (MADV_POPULATE_WRITE, in
+    parallel chunks): the same numbers as the same work done into small outputs."""
+    import wavepe.ops as wo
+    from wavepe import RopeConfig, WaveletConfig
+
+    g = torch.Generator().manual_seed(0)
+    q = torch.randn(1, 8, 4096, 128, generator=g)  # 16 MiB per output
+    k = torch.randn(1, 8, 4096, 128, generator=g)
+    cfg = RopeConfig(theta=500.0)
+    q_rot, k_rot = wo.rope(q, k, 3, cfg)
+    for h in (0, 7):
+        q_small, k_small = wo.rope(q[:, h:h + 1, :64], k[:, h:h + 1, :64], 3, cfg)
+        assert torch.equal(q_rot[:, h:h + 1, :64], q_small) and torch.equal(k_rot[:, h:h + 1, :64], k_small)
+
+    qb = torch.randn(1, 4, 1024, 64, generator=g)  # bias (1, 4, 1024, 1024): 16 MiB
+    wc = WaveletConfig.grid(64)
+    bias = wo.wavelet_bias(qb, wc)
+    small = wo.wavelet_bias(qb[:, :, -8:], wc, k_len=1024)
+    assert torch.equal(bias[:, :, -8:], small)

@@ -131,7 +131,7 @@ at::Tensor rel_bias_cpu(const at::Tensor& q_in, const at::Tensor& table_in, int6
     const int64_t elem = q.element_size();
     const int64_t out_dims[3] = {lv->outer * lv->inner, m, k_len};  // batch product fits: q exists
     wavepe::check_status(wavepe_checked_numel(3, out_dims, elem, nullptr), "rel_bias (batch * M * k_len)");
-    at::Tensor out = at::empty(shape, q.options());
+    at::Tensor out = wavepe::empty_output(shape, q.options());
     if (out.numel() == 0) return out;
 
     wavepe_relbias_args a{};

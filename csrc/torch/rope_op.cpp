@@ -101,12 +101,12 @@ std::tuple<at::Tensor, at::Tensor> rope_cpu(const at::Tensor& q, const std::opti
     }
 
     const at::Tensor q_in = with_unit_last_stride(q);
-    at::Tensor q_out = at::empty(q.sizes(), q.options());
+    at::Tensor q_out = wavepe::empty_output(q.sizes(), q.options());
     fill_tensor_args(a.q, q_in, q_out);
     at::Tensor k_in, k_out;
     if (k.has_value()) {
         k_in = with_unit_last_stride(*k);
-        k_out = at::empty(k->sizes(), k->options());
+        k_out = wavepe::empty_output(k->sizes(), k->options());
         fill_tensor_args(a.k, k_in, k_out);
     } else {
         k_out = at::empty({B, 0, L, d}, q.options());

@@ -12,9 +12,14 @@
 #include <c10/util/Exception.h>
 #include <torch/library.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <string>
+
+#if defined(__linux__)
+#include <sys/mman.h>
+#endif
 
 extern "C" {
 #include "../core/checked.h"
@@ -64,6 +69,33 @@ inline void check_attention_inputs(const at::Tensor& q, const at::Tensor& k, con
     TORCH_CHECK_VALUE(q.size(3) >= 1, "head_dim must be >= 1, got q of shape ", q.sizes());
     TORCH_CHECK_VALUE(scale > 0.0 && std::isfinite(scale), "scale must be finite and > 0, got ", scale);
     TORCH_CHECK_VALUE(!(has_table && has_slopes), "give a table or ALiBi slopes, not both");
+}
+
+// A fresh output that the kernel is about to write in full.  Large CPU tensors come from a new
+// mmap on every call, and faulting their pages in one write at a time dominates memory-bound ops
+// (~85% of RoPE's time at (1, 32, 4096, 128)).  MADV_POPULATE_WRITE (Linux >= 5.14) maps them in
+// one call per thread chunk instead; elsewhere, or if it fails, the pages fault in as before.
+inline at::Tensor empty_output(at::IntArrayRef sizes, const at::TensorOptions& options) {
+    at::Tensor t = at::empty(sizes, options);
+#if defined(__linux__)
+#ifndef MADV_POPULATE_WRITE
+#define MADV_POPULATE_WRITE 23
+#endif
+    constexpr uintptr_t page = 4096;
+    const size_t bytes = t.nbytes();
+    if (t.device().is_cpu() && bytes >= (size_t{16} << 20)) {
+        const uintptr_t begin = (reinterpret_cast<uintptr_t>(t.data_ptr()) + page - 1) & ~(page - 1);
+        const uintptr_t end = (reinterpret_cast<uintptr_t>(t.data_ptr()) + bytes) & ~(page - 1);
+        const int64_t chunk = int64_t{4} << 20;
+        const int64_t n = static_cast<int64_t>((end - begin + chunk - 1) / chunk);
+        at::parallel_for(0, n, 1, [&](int64_t b, int64_t e) {
+            const uintptr_t lo = begin + static_cast<uintptr_t>(b * chunk);
+            const uintptr_t hi = std::min<uintptr_t>(end, begin + static_cast<uintptr_t>(e * chunk));
+            (void)madvise(reinterpret_cast<void*>(lo), hi - lo, MADV_POPULATE_WRITE);
+        });
+    }
+#endif
+    return t;
 }
 
 // Rows per task: aim for ~64k output elements per chunk so tiny problems run
