@@ -67,6 +67,27 @@ static inline __m256 wp_mul_exp_ps(__m256 f, __m256 x) {
 /* exp(x) for float32 lanes. */
 static inline __m256 wp_exp_ps(__m256 x) { return wp_mul_exp_ps(_mm256_set1_ps(1.0f), x); }
 
+/* sin r and cos r for float32 lanes of a reduced argument |r| <= pi/4 (up to
+ * ~0.8 stays below 3e-9 truncation): sin r = r (1 - r^2/3! + ... + r^8/9!),
+ * cos r = 1 - r^2/2! + ... + r^10/10!.  Shared by wp_cos_ps and
+ * wp_sincos_pd_to_ps, which differ only in how they reduce. */
+static inline void wp_sincos_poly_ps(__m256 r, __m256 *sin_out, __m256 *cos_out) {
+    const __m256 r2 = _mm256_mul_ps(r, r);
+    __m256 s = _mm256_set1_ps(1.0f / 362880.0f);
+    s = _mm256_fmadd_ps(s, r2, _mm256_set1_ps(-1.0f / 5040.0f));
+    s = _mm256_fmadd_ps(s, r2, _mm256_set1_ps(1.0f / 120.0f));
+    s = _mm256_fmadd_ps(s, r2, _mm256_set1_ps(-1.0f / 6.0f));
+    s = _mm256_fmadd_ps(_mm256_mul_ps(s, r2), r, r);
+    __m256 c = _mm256_set1_ps(-1.0f / 3628800.0f);
+    c = _mm256_fmadd_ps(c, r2, _mm256_set1_ps(1.0f / 40320.0f));
+    c = _mm256_fmadd_ps(c, r2, _mm256_set1_ps(-1.0f / 720.0f));
+    c = _mm256_fmadd_ps(c, r2, _mm256_set1_ps(1.0f / 24.0f));
+    c = _mm256_fmadd_ps(c, r2, _mm256_set1_ps(-0.5f));
+    c = _mm256_fmadd_ps(c, r2, _mm256_set1_ps(1.0f));
+    *sin_out = s;
+    *cos_out = c;
+}
+
 /* cos(x) for float32 lanes with |x| <= 2^15 (callers clamp; larger inputs
  * lose accuracy but stay finite). */
 static inline __m256 wp_cos_ps(__m256 x) {
@@ -76,20 +97,8 @@ static inline __m256 wp_cos_ps(__m256 x) {
     __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(1.5703125f), x);
     r = _mm256_fnmadd_ps(n, _mm256_set1_ps(4.837512969970703125e-4f), r);
     r = _mm256_fnmadd_ps(n, _mm256_set1_ps(7.54978995489188216e-8f), r);
-    const __m256 r2 = _mm256_mul_ps(r, r);
-    /* sin r = r (1 - r^2/3! + r^4/5! - r^6/7! + r^8/9!) on |r| <= pi/4 */
-    __m256 s = _mm256_set1_ps(1.0f / 362880.0f);
-    s = _mm256_fmadd_ps(s, r2, _mm256_set1_ps(-1.0f / 5040.0f));
-    s = _mm256_fmadd_ps(s, r2, _mm256_set1_ps(1.0f / 120.0f));
-    s = _mm256_fmadd_ps(s, r2, _mm256_set1_ps(-1.0f / 6.0f));
-    s = _mm256_fmadd_ps(_mm256_mul_ps(s, r2), r, r);
-    /* cos r = 1 - r^2/2! + ... + r^10/10! */
-    __m256 c = _mm256_set1_ps(-1.0f / 3628800.0f);
-    c = _mm256_fmadd_ps(c, r2, _mm256_set1_ps(1.0f / 40320.0f));
-    c = _mm256_fmadd_ps(c, r2, _mm256_set1_ps(-1.0f / 720.0f));
-    c = _mm256_fmadd_ps(c, r2, _mm256_set1_ps(1.0f / 24.0f));
-    c = _mm256_fmadd_ps(c, r2, _mm256_set1_ps(-0.5f));
-    c = _mm256_fmadd_ps(c, r2, _mm256_set1_ps(1.0f));
+    __m256 s, c;
+    wp_sincos_poly_ps(r, &s, &c);
     /* cos(n pi/2 + r) = cos r, -sin r, -cos r, sin r for n mod 4 = 0..3 */
     const __m256i q = _mm256_cvtps_epi32(n);
     const __m256i odd = _mm256_slli_epi32(q, 31);                  /* bit 0 -> sign position */
@@ -288,18 +297,8 @@ static inline void wp_sincos_pd_to_ps(__m256d x_lo, __m256d x_hi, __m256 *sin_ou
     const __m256d r_lo = _mm256_add_pd(red_lo, t_lo), r_hi = _mm256_add_pd(red_hi, t_hi);
     const __m256 r = _mm256_set_m128(_mm256_cvtpd_ps(r_hi), _mm256_cvtpd_ps(r_lo));
     const __m256i q = _mm256_set_m128i(_mm256_cvtpd_epi32(q_hi), _mm256_cvtpd_epi32(q_lo));
-    const __m256 r2 = _mm256_mul_ps(r, r);
-    __m256 s = _mm256_set1_ps(1.0f / 362880.0f);
-    s = _mm256_fmadd_ps(s, r2, _mm256_set1_ps(-1.0f / 5040.0f));
-    s = _mm256_fmadd_ps(s, r2, _mm256_set1_ps(1.0f / 120.0f));
-    s = _mm256_fmadd_ps(s, r2, _mm256_set1_ps(-1.0f / 6.0f));
-    s = _mm256_fmadd_ps(_mm256_mul_ps(s, r2), r, r);
-    __m256 c = _mm256_set1_ps(-1.0f / 3628800.0f);
-    c = _mm256_fmadd_ps(c, r2, _mm256_set1_ps(1.0f / 40320.0f));
-    c = _mm256_fmadd_ps(c, r2, _mm256_set1_ps(-1.0f / 720.0f));
-    c = _mm256_fmadd_ps(c, r2, _mm256_set1_ps(1.0f / 24.0f));
-    c = _mm256_fmadd_ps(c, r2, _mm256_set1_ps(-0.5f));
-    c = _mm256_fmadd_ps(c, r2, _mm256_set1_ps(1.0f));
+    __m256 s, c;
+    wp_sincos_poly_ps(r, &s, &c);
     const __m256 swap = _mm256_castsi256_ps(_mm256_slli_epi32(q, 31));
     const __m256i sign_bit = _mm256_set1_epi32((int)0x80000000u);
     const __m256i sin_neg = _mm256_and_si256(_mm256_slli_epi32(q, 30), sign_bit);
