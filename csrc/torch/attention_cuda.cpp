@@ -64,11 +64,7 @@ Prepared prepare(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, 
     a.pos_enc = WAVEPE_CUDA_PE_NONE;
     if (table.has_value()) {
         wavepe::check_cuda(*table, "table", q, "q");
-        wavepe::check_same_dtype(q, "q", *table, "table");
-        wavepe::check_dim(*table, 2, "table");
-        TORCH_CHECK_VALUE(table->size(1) == a.d, "table.shape[1]=", table->size(1), " does not match q.shape[-1]=",
-                          a.d, " (head_dim)");
-        TORCH_CHECK_VALUE(!clamp || table->size(0) > 0, "table must have at least one row with clamp=True");
+        wavepe::check_attention_table(q, *table, clamp);
         p.table = wavepe::last_dim_contiguous(*table);
         a.pos_enc = WAVEPE_CUDA_PE_TABLE;
         a.table = p.table.data_ptr();

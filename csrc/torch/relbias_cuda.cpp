@@ -8,11 +8,7 @@ void check_inputs(const at::Tensor& q, const at::Tensor& table, const char* op) 
     wavepe::check_cuda(q, "q", q, "q");
     wavepe::check_cuda(table, "table", q, "q");
     wavepe::cuda_dtype(q, "q");
-    wavepe::check_same_dtype(q, "q", table, "table");
-    TORCH_CHECK_VALUE(q.dim() >= 2, op, ": q must be (..., M, d), got shape ", q.sizes());
-    wavepe::check_dim(table, 2, "table");
-    TORCH_CHECK_VALUE(table.size(1) == q.size(-1), op, ": table.shape[1]=", table.size(1),
-                      " does not match q.shape[-1]=", q.size(-1), " (head_dim)");
+    wavepe::check_relbias_shapes(q, table, op);
 }
 
 wavepe_cuda_relbias_args make_args(const at::Tensor& q3, const at::Tensor& table, int64_t n, int64_t r_lo,

@@ -90,11 +90,7 @@ void check_inputs(const at::Tensor& q, const at::Tensor& table, const char* op) 
     wavepe::check_cpu(q, "q");
     wavepe::check_cpu(table, "table");
     wavepe::check_float(q, "q");
-    wavepe::check_same_dtype(q, "q", table, "table");
-    TORCH_CHECK_VALUE(q.dim() >= 2, op, ": q must be (..., M, d), got shape ", q.sizes());
-    wavepe::check_dim(table, 2, "table");
-    TORCH_CHECK_VALUE(table.size(1) == q.size(-1), op, ": table.shape[1]=", table.size(1),
-                      " does not match q.shape[-1]=", q.size(-1), " (head_dim)");
+    wavepe::check_relbias_shapes(q, table, op);
 }
 
 // Scratch of the AVX2 kernels, filled in parallel over the table's chunks.

@@ -52,6 +52,16 @@ inline void check_dim(const at::Tensor& t, int64_t dim, const char* name) {
     TORCH_CHECK_VALUE(t.dim() == dim, name, " must have ", dim, " dimensions, got shape ", t.sizes());
 }
 
+// q (..., M, d) and a relative table (rows, d) of rel_bias / rel_bias_backward, after their
+// device and dtype checks (shared by the CPU and CUDA kernels).
+inline void check_relbias_shapes(const at::Tensor& q, const at::Tensor& table, const char* op) {
+    check_same_dtype(q, "q", table, "table");
+    TORCH_CHECK_VALUE(q.dim() >= 2, op, ": q must be (..., M, d), got shape ", q.sizes());
+    check_dim(table, 2, "table");
+    TORCH_CHECK_VALUE(table.size(1) == q.size(-1), op, ": table.shape[1]=", table.size(1),
+                      " does not match q.shape[-1]=", q.size(-1), " (head_dim)");
+}
+
 // Shapes, dtypes and settings of attention_fwd / attention_bwd shared by the CPU and
 // CUDA kernels: q (B, H, M, d); k, v (B, H_kv, N, d) with H a multiple of H_kv.
 inline void check_attention_inputs(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, double scale,
@@ -69,6 +79,15 @@ inline void check_attention_inputs(const at::Tensor& q, const at::Tensor& k, con
     TORCH_CHECK_VALUE(q.size(3) >= 1, "head_dim must be >= 1, got q of shape ", q.sizes());
     TORCH_CHECK_VALUE(scale > 0.0 && std::isfinite(scale), "scale must be finite and > 0, got ", scale);
     TORCH_CHECK_VALUE(!(has_table && has_slopes), "give a table or ALiBi slopes, not both");
+}
+
+// A relative table of attention_fwd / attention_bwd (rows x head_dim), after its device check.
+inline void check_attention_table(const at::Tensor& q, const at::Tensor& table, bool clamp) {
+    check_same_dtype(q, "q", table, "table");
+    check_dim(table, 2, "table");
+    TORCH_CHECK_VALUE(table.size(1) == q.size(3), "table.shape[1]=", table.size(1), " does not match q.shape[-1]=",
+                      q.size(3), " (head_dim)");
+    TORCH_CHECK_VALUE(!clamp || table.size(0) > 0, "table must have at least one row with clamp=True");
 }
 
 // A fresh output that the kernel is about to write in full.  Large CPU tensors come from a new
