@@ -93,6 +93,22 @@ void check_inputs(const at::Tensor& q, const at::Tensor& table, const char* op) 
     wavepe::check_relbias_shapes(q, table, op);
 }
 
+// The sizes and settings shared by the forward and the backward; the caller sets the pointers.
+wavepe_relbias_args base_args(int64_t batch, int64_t m, int64_t n, int64_t d, const at::Tensor& table, int64_t r_lo,
+                              int64_t q_offset, bool causal, bool clamp) {
+    wavepe_relbias_args a{};
+    a.batch = batch;
+    a.m = m;
+    a.n = n;
+    a.d = d;
+    a.rows = table.size(0);
+    a.r_lo = r_lo;
+    a.q_offset = q_offset;
+    a.causal = causal ? 1 : 0;
+    a.clamp = clamp ? 1 : 0;
+    return a;
+}
+
 // Scratch of the AVX2 kernels, filled in parallel over the table's chunks.
 at::Tensor prepare_workspace(wavepe_isa isa, wavepe_relbias_args& a, unsigned kernels, bool f32) {
     const int64_t bytes = f32 ? wavepe_relbias_f32_workspace_bytes(isa, &a, kernels)
@@ -130,16 +146,7 @@ at::Tensor rel_bias_cpu(const at::Tensor& q_in, const at::Tensor& table_in, int6
     at::Tensor out = wavepe::empty_output(shape, q.options());
     if (out.numel() == 0) return out;
 
-    wavepe_relbias_args a{};
-    a.batch = lv->inner;
-    a.m = m;
-    a.n = k_len;
-    a.d = d;
-    a.rows = table.size(0);
-    a.r_lo = r_lo;
-    a.q_offset = q_offset;
-    a.causal = causal ? 1 : 0;
-    a.clamp = clamp ? 1 : 0;
+    wavepe_relbias_args a = base_args(lv->inner, m, k_len, d, table, r_lo, q_offset, causal, clamp);
     a.q = q.data_ptr();
     a.q_stride_g = lv->stride_inner;
     a.q_stride_m = q.stride(-2);
@@ -207,16 +214,7 @@ std::tuple<at::Tensor, at::Tensor> rel_bias_backward_cpu(const at::Tensor& grad_
     const int64_t dims[3] = {batch, m, n};
     wavepe::check_status(wavepe_checked_numel(3, dims, elem, nullptr), "rel_bias_backward (batch * M * N)");
 
-    wavepe_relbias_args a{};
-    a.batch = batch;
-    a.m = m;
-    a.n = n;
-    a.d = d;
-    a.rows = table.size(0);
-    a.r_lo = r_lo;
-    a.q_offset = q_offset;
-    a.causal = causal ? 1 : 0;
-    a.clamp = clamp ? 1 : 0;
+    wavepe_relbias_args a = base_args(batch, m, n, d, table, r_lo, q_offset, causal, clamp);
     a.table = table.data_ptr();
     a.grad = grad.data_ptr();
     a.grad_stride_g = glv.stride_inner;
