@@ -22,6 +22,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 import torch
 
+from .._platform import cpu_model
 from .._validate import check_int, check_real
 from .corpus import Corpus, load_corpus
 from .evaluate import MODES, PerplexityResult, evaluate_lengths, perplexity
@@ -165,16 +166,7 @@ def quick_config(**overrides: Any) -> ExtrapolationConfig:
 
 
 def machine_info() -> dict[str, Any]:
-    cpu = platform.processor() or ""
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    cpu = line.split(":", 1)[1].strip()
-                    break
-    except OSError:
-        pass
-    return {"date": _dt.datetime.now().astimezone().isoformat(timespec="seconds"), "cpu": cpu,
+    return {"date": _dt.datetime.now().astimezone().isoformat(timespec="seconds"), "cpu": cpu_model(),
             "cpu_count": os.cpu_count(), "torch_threads": torch.get_num_threads(), "torch": torch.__version__,
             "python": platform.python_version(), "platform": platform.platform()}
 
