@@ -19,6 +19,9 @@
 
 #if defined(__linux__)
 #include <sys/mman.h>
+#ifndef MADV_POPULATE_WRITE
+#define MADV_POPULATE_WRITE 23  // Linux >= 5.14; older kernels answer EINVAL, which is ignored
+#endif
 #endif
 
 extern "C" {
@@ -97,9 +100,6 @@ inline void check_attention_table(const at::Tensor& q, const at::Tensor& table, 
 inline at::Tensor empty_output(at::IntArrayRef sizes, const at::TensorOptions& options) {
     at::Tensor t = at::empty(sizes, options);
 #if defined(__linux__)
-#ifndef MADV_POPULATE_WRITE
-#define MADV_POPULATE_WRITE 23
-#endif
     constexpr uintptr_t page = 4096;
     const size_t bytes = t.nbytes();
     if (t.device().is_cpu() && bytes >= (size_t{16} << 20)) {
