@@ -381,10 +381,12 @@ static int fwd_scalar(wavepe_attention_plan *p, int64_t begin, int64_t end) {
         const int64_t hk = h / p->hg, pos = a->q_offset + m;
         const int64_t qoff = attn_off(a->q_strides, b, h, m);
         double mx = -INFINITY, l = 0.0;
+        int seen = 0;
         for (int64_t c = 0; c < d; ++c) acc[c] = 0.0;
         const int64_t nend = key_end(a, pos);
         for (int64_t n = 0; n < nend; ++n) {
             if (key_masked(a, b, n)) continue;
+            seen = 1;
             const double s = score_scalar(p, b, h, a->q, qoff, pos, n);
             if (s > mx) {
                 const double corr = exp(mx - s);
@@ -392,12 +394,14 @@ static int fwd_scalar(wavepe_attention_plan *p, int64_t begin, int64_t end) {
                 for (int64_t c = 0; c < d; ++c) acc[c] *= corr;
                 mx = s;
             }
-            const double pr = exp(s - mx);
+            /* a score of -inf (an infinite k or bias) weighs 0, even before any finite score */
+            const double pr = s == -INFINITY ? 0.0 : exp(s - mx);
             l += pr;
             const int64_t voff = attn_off(a->v_strides, b, hk, n);
             for (int64_t c = 0; c < d; ++c) acc[c] += pr * ld(a->v, voff + c, f64);
         }
         const int64_t ooff = attn_off(a->out_strides, b, h, m);
+        if (seen && l == 0.0) l = NAN; /* keys seen, every score -inf: 0/0, as the formula */
         const int any = l > 0.0 || isnan(l);
         for (int64_t c = 0; c < d; ++c) st(a->out, ooff + c, any ? acc[c] / l : 0.0, f64);
         st(a->lse, bh * a->m + m, any ? mx + log(l) : -INFINITY, f64);
@@ -489,12 +493,17 @@ static int fwd_combine(wavepe_attention_plan *p, int64_t begin, int64_t end) {
     for (int64_t row = begin; row < end; ++row) {
         const int64_t m = row % a->m, bh = row / a->m, h = bh % a->heads, b = bh / a->heads;
         const int64_t base = row * C * stride;
+        /* a NaN chunk maximum makes the row NaN; a chunk whose visible keys
+         * all scored -inf marks its sum -0.0 (attention_simd.h) */
         double mx = -INFINITY;
+        int saw_only_neg_inf = 0;
         for (int64_t c = 0; c < C; ++c) {
             const double mc = ld(p->partial, base + c * stride + dpad, f64);
-            if (mc > mx) mx = mc;
+            if (mc > mx || mc != mc) mx = mc != mc || mx != mx ? NAN : mc;
+            const double lc = ld(p->partial, base + c * stride + dpad + 1, f64);
+            saw_only_neg_inf |= lc == 0.0 && signbit(lc);
         }
-        double l = 0.0;
+        double l = mx == -INFINITY && saw_only_neg_inf ? NAN : 0.0;
         for (int64_t c = 0; c < d; ++c) acc[c] = 0.0;
         if (mx != -INFINITY) {
             for (int64_t c = 0; c < C; ++c) {

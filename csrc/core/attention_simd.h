@@ -219,11 +219,24 @@ static void FN(pack_strips)(T *restrict dst, const T *src, int64_t ks, int64_t n
 
 /* Rows [0, nk) of a row-major matrix (stride vs, d columns) as column panels
  * of NR: dst[(s*ldp + j)*NR + c] = src[j*vs + s*NR + c], zero past column d.
- * The panels are the contiguous B operand of P V-type products. */
-static void FN(pack_panels)(T *restrict dst, int64_t ldp, const T *src, int64_t vs, int64_t nk, int64_t d) {
+ * The panels are the contiguous B operand of P V-type products.  Rows whose
+ * additive key mask kpm[j] is not 0 (padded keys; kpm may be NULL) are packed
+ * as zeros: a masked key's value or key never reaches a product, whatever it
+ * holds (0 * NaN would). */
+static void FN(pack_panels)(T *restrict dst, int64_t ldp, const T *src, int64_t vs, int64_t nk, int64_t d,
+                            const T *kpm) {
     const int64_t full = d / NR, rest = d - full * NR;
     for (int64_t j = 0; j < nk; ++j) {
         const T *row = src + j * vs;
+        if (kpm != NULL && kpm[j] != (T)0) {
+            for (int64_t st = 0; st <= full; ++st) {
+                if (st == full && !rest) break;
+                T *o = dst + (st * ldp + j) * NR;
+                V(storeu)(o, V(zero)());
+                V(storeu)(o + VL, V(zero)());
+            }
+            continue;
+        }
         for (int64_t st = 0; st < full; ++st) {
             T *o = dst + (st * ldp + j) * NR;
             V(storeu)(o, V(loadu)(row + st * NR));
@@ -453,7 +466,12 @@ static void FN(narrow_scores)(FN(work) * w, const FN(group) * g, const FN(kblock
 }
 
 /* o[0..d) += sum_j p[j] v_j for one row, 8 vectors of columns at a time. */
-static void FN(row_pv)(const T *p, int64_t nk, const T *v, int64_t vs, int64_t d, T *o) {
+static void FN(row_pv)(const T *p, int64_t nk, const T *v, int64_t vs, int64_t d, T *o, const T *kpm) {
+    if (kpm != NULL) { /* padded keys never reach the product (their values may be anything) */
+        for (int64_t j = 0; j < nk; ++j)
+            if (kpm[j] == (T)0) FN(row_pv)(p + j, 1, v + j * vs, vs, d, o, NULL);
+        return;
+    }
     int64_t c0 = 0;
     for (; c0 + 8 * VL <= d; c0 += 8 * VL) {
         VT acc[8];
@@ -469,6 +487,25 @@ static void FN(row_pv)(const T *p, int64_t nk, const T *v, int64_t vs, int64_t d
         const int cols = d - c0 < NR ? (int)(d - c0) : NR;
         FN(mk_gen)(nk, p, 0, 1, v + c0, vs, cols, o + c0, 0, 1);
     }
+}
+
+/* C[t] += sum_{j < jv[t]} A[t][j] B[j] for the rows t < g->rows of a group:
+ * the keys every row sees in one register-blocked product, the few keys of
+ * the causal diagonal that only some rows see row by row, so that a key a
+ * row cannot see never meets that row (its B row may be NaN or inf, and
+ * 0 * NaN is NaN).  B is column panels of NR (pack_panels, ldp keys each). */
+static void FN(rows_times_panels)(const FN(group) * g, const int64_t jv[ATTN_MR], const T *a, int64_t lda,
+                                  const T *panels, int64_t ldp, int64_t d, T *c, int64_t ldc) {
+    int64_t jmin = INT64_MAX;
+    for (int t = 0; t < g->rows; ++t) jmin = jv[t] < jmin ? jv[t] : jmin;
+    if (jmin > 0)
+        for (int64_t c0 = 0; c0 < d; c0 += NR)
+            FN(mk_gen)(jmin, a, lda, 1, panels + c0 * ldp, NR, NR, c + c0, ldc, g->rows);
+    for (int t = 0; t < g->rows; ++t)
+        if (jv[t] > jmin)
+            for (int64_t c0 = 0; c0 < d; c0 += NR)
+                FN(mk_gen)(jv[t] - jmin, a + t * lda + jmin, 0, 1, panels + c0 * ldp + jmin * NR, NR, NR,
+                           c + t * ldc + c0, 0, 1);
 }
 
 /* ---- forward -------------------------------------------------------------------------------- */
@@ -492,18 +529,29 @@ static void FN(group_forward)(FN(work) * w, const FN(group) * g, const FN(kblock
             for (int64_t j = 0; j < jround; j += VL) V(storeu)(row + j, V(zero)());
             continue;
         }
+        /* masked lanes become -inf by selection (never arithmetic: a masked
+         * score may be NaN); a NaN among the visible scores makes the row NaN,
+         * as the softmax of the formula does (x86 max would drop it) */
         VT vmax = ninf;
+        MT any_nan = M(first)(0), any_kept = M(first)(0);
         for (int64_t j = 0; j < n; j += VL) {
             VT x = V(loadu)(row + j);
-            if (kb->masked) x = V(add)(x, V(loadu)(w->kpm + j));
-            x = V(blend)(FN(lanes_below)(j, n), ninf, x);
+            MT keep = FN(lanes_below)(j, n);
+            if (kb->masked) keep = M(and)(keep, V(cmpeq)(V(loadu)(w->kpm + j), V(zero)()));
+            x = V(blend)(keep, ninf, x);
             V(storeu)(row + j, x);
+            any_nan = M(or)(any_nan, V(isnan)(x));
+            any_kept = M(or)(any_kept, keep);
             vmax = V(max)(vmax, x);
         }
-        const T mx = V(hmax)(vmax);
+        const T mx = M(bits)(any_nan) ? (T)NAN : V(hmax)(vmax);
         const T m_old = mst[t];
-        const T m_new = mx > m_old ? mx : m_old;
+        const T m_new = mx > m_old || mx != mx ? mx : m_old;
         if (m_new == -(T)INFINITY) {
+            /* visible keys whose scores are all -inf (an infinite k or bias):
+             * mark the row with a sum of -0.0, which finish_rows (and the
+             * split-N combine) turn into NaN unless a finite score follows */
+            if (M(bits)(any_kept)) lst[t] = -(T)0;
             for (int64_t j = 0; j < jround; j += VL) V(storeu)(row + j, V(zero)());
             continue;
         }
@@ -526,11 +574,11 @@ static void FN(group_forward)(FN(work) * w, const FN(group) * g, const FN(kblock
     }
     if (g->qr != NULL) {
         for (int t = 0; t < g->rows; ++t)
-            if (jv[t] > 0) FN(row_pv)(s + t * ATTN_SLD, jv[t], kb->v, kb->vs, d, o + t * dpad);
+            if (jv[t] > 0)
+                FN(row_pv)(s + t * ATTN_SLD, jv[t], kb->v, kb->vs, d, o + t * dpad, kb->masked ? w->kpm : NULL);
         return;
     }
-    for (int64_t c0 = 0; c0 < d; c0 += NR)
-        FN(mk_gen)(jmax, s, ATTN_SLD, 1, w->vp + c0 * ATTN_FBN, NR, NR, o + c0, dpad, g->rows);
+    FN(rows_times_panels)(g, jv, s, ATTN_SLD, w->vp, ATTN_FBN, d, o, dpad);
 }
 
 /* Additive key-padding mask of keys [n0, n0 + nk) of batch b into w->kpm;
@@ -575,7 +623,7 @@ static void FN(rows_over_keys)(FN(work) * w, FN(group) * groups, int64_t ngroups
         for (int64_t gi = 0; gi < ngroups; ++gi) wide |= groups[gi].qr == NULL;
         if (wide) {
             FN(pack_strips)(w->kp, kb.k, kb.ks, kb.nk, d);
-            FN(pack_panels)(w->vp, ATTN_FBN, kb.v, kb.vs, kb.nk, d);
+            FN(pack_panels)(w->vp, ATTN_FBN, kb.v, kb.vs, kb.nk, d, kb.masked ? w->kpm : NULL);
         }
         for (int64_t gi = 0; gi < ngroups; ++gi)
             FN(group_forward)(w, &groups[gi], &kb, w->mst + gi * ATTN_MR, w->lst + gi * ATTN_MR,
@@ -681,7 +729,8 @@ static void FN(finish_rows)(FN(work) * w, int64_t b, int64_t h, int64_t m0, int6
     T *out = (T *)a->out + attn_off(a->out_strides, b, h, m0);
     T *lse = (T *)a->lse + (b * a->heads + h) * a->m + m0;
     for (int64_t i = 0; i < rows; ++i) {
-        const T l = lst[i];
+        T l = lst[i];
+        if (l == (T)0 && signbit(l)) l = (T)NAN; /* keys seen, every score -inf: 0/0 */
         const int any = l > (T)0 || l != l;
         const T inv = any ? (T)1 / l : (T)0;
         for (int64_t c = 0; c < d; ++c) out[i * a->out_strides[2] + c] = o[i * dpad + c] * inv;
@@ -818,11 +867,13 @@ static void FN(tile_backward)(FN(work) * w, FN(group) * groups, int64_t b, int64
             if (n > 0 && lse[i] != -(T)INFINITY) {
                 const VT vl = V(set1)(lse[i]), vD = V(set1)((T)w->dvec[m0 + i]), vs = V(set1)(scale);
                 for (; j < n; j += VL) {
-                    VT x = V(loadu)(prow + j);
-                    if (kb->masked) x = V(add)(x, V(loadu)(w->kpm + j));
-                    x = V(blend)(FN(lanes_below)(j, n), ninf, x);
+                    /* masked lanes: P = dS = 0 by selection (their scores and
+                     * dO . v may be NaN) */
+                    MT keep = FN(lanes_below)(j, n);
+                    if (kb->masked) keep = M(and)(keep, V(cmpeq)(V(loadu)(w->kpm + j), V(zero)()));
+                    const VT x = V(blend)(keep, ninf, V(loadu)(prow + j));
                     const VT pr = V(exp_softmax)(V(sub)(x, vl));
-                    const VT ds = V(mul)(pr, V(sub)(V(loadu)(drow + j), vD));
+                    const VT ds = V(blend)(keep, V(zero)(), V(mul)(pr, V(sub)(V(loadu)(drow + j), vD)));
                     V(storeu)(prow + j, pr);
                     V(storeu)(drow + j, V(mul)(ds, vs));
                     if (p->bias == ATTN_BIAS_ALIBI && dslope != NULL) {
@@ -839,8 +890,7 @@ static void FN(tile_backward)(FN(work) * w, FN(group) * groups, int64_t b, int64
         if (dslope != NULL) *dslope -= (double)V(hsum)(vslope);
         /* dq += dS K */
         T *dqa = w->dqa + gi * ATTN_MR * dpad;
-        for (int64_t c0 = 0; c0 < d; c0 += NR)
-            FN(mk_gen)(jmax, dss, ATTN_SLD, 1, w->kpan + c0 * ATTN_BBN, NR, NR, dqa + c0, dpad, g->rows);
+        FN(rows_times_panels)(g, jv, dss, ATTN_SLD, w->kpan, ATTN_BBN, d, dqa, dpad);
         /* dq += dS T: the dS rows skewed onto the window of table rows */
         int64_t p_first, p_last;
         if (p->bias == ATTN_BIAS_TABLE && FN(table_window)(p, g, kb, jv, jmax, &p_first, &p_last)) {
@@ -953,7 +1003,7 @@ static void FN(unit_backward)(FN(work) * w, FN(group) * groups, int64_t unit, T 
         }
         FN(pack_strips)(w->kp, kb.k, kb.ks, kb.nk, d);
         FN(pack_strips)(w->vp, kb.v, kb.vs, kb.nk, d);
-        FN(pack_panels)(w->kpan, ATTN_BBN, kb.k, kb.ks, kb.nk, d);
+        FN(pack_panels)(w->kpan, ATTN_BBN, kb.k, kb.ks, kb.nk, d, kb.masked ? w->kpm : NULL);
         memset(w->dka, 0, sizeof(T) * (size_t)(ATTN_BBN * dpad));
         memset(w->dva, 0, sizeof(T) * (size_t)(ATTN_BBN * dpad));
         for (int64_t qi = i0; qi < p->nqb; ++qi) {
@@ -968,9 +1018,9 @@ static void FN(unit_backward)(FN(work) * w, FN(group) * groups, int64_t unit, T 
                 FN(pack_rows)(w->dop + gi * ATTN_MR * d, rp, gr, d, (T)1);
             }
             FN(pack_panels)(w->qpan, ATTN_BBM, (const T *)a->q + attn_off(a->q_strides, b, h, m0),
-                            a->q_strides[2], rows, d);
+                            a->q_strides[2], rows, d, NULL);
             FN(pack_panels)(w->dopan, ATTN_BBM, (const T *)a->dout + attn_off(a->dout_strides, b, h, m0),
-                            a->dout_strides[2], rows, d);
+                            a->dout_strides[2], rows, d, NULL);
             FN(tile_backward)(w, groups, b, h, m0, rows, &kb, dt_slot, p->dslope_partial ? &dslope : NULL);
         }
         for (int64_t j = 0; j < kb.nk; ++j)

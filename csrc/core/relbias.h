@@ -34,10 +34,11 @@
  * Support skipping (vector kernels): whole runs of table rows that are all zero cost no
  * multiplies, and within a chunk of distances only the columns between the
  * first and last nonzero one are reduced (the default wavelet grid is nonzero
- * only in its large-scale columns at large |r|).  A term q[j] * T[r, j] with
- * T[r, j] == 0 may therefore be skipped: for finite q this changes nothing;
- * an infinite or NaN q[j] propagates only where the forward actually
- * multiplies it (the scalar kernels multiply every in-table term).
+ * only in its large-scale columns at large |r|).  Skipping a zero term
+ * changes nothing for finite inputs; a query row (forward) or gradient row
+ * (dq) holding NaN or inf is recomputed by the scalar reference, which
+ * multiplies every in-table term, so every ISA gives the formula's answer:
+ * NaN / inf reach every distance inside the table, never one outside it.
  *
  * Workspace: the vector kernels read a per-operation scratch (the table packed
  * transposed into NR-distance panels, and each chunk's nonzero column range):

@@ -109,6 +109,8 @@ static int rb_next_block(const wavepe_relbias_args *a, rb_cursor *c, rb_rows *ou
 #endif
 
 #define RB_NR (2 * VL)
+/* the scalar reference of a kernel, for this element type (relbias.h) */
+#define RB_SCALAR(name) WP_CAT(WP_CAT(name##_, WP_TNAME), _scalar)
 
 /* ---- workspace -------------------------------------------------------------- */
 
@@ -257,6 +259,16 @@ static inline T FN(rb_dot)(const T *x, const T *y, int64_t d) {
     T s = V(hsum)(V(add)(s0, s1));
     for (; j < d; ++j) s += x[j] * y[j];
     return s;
+}
+
+/* Whether x[0 .. count) holds no NaN and no inf (x * 0 is NaN exactly for those). */
+static inline int FN(rb_finite)(const T *x, int64_t count) {
+    VT acc = V(zero)();
+    int64_t i = 0;
+    for (; i + VL <= count; i += VL) acc = V(add)(acc, V(mul)(V(loadu)(x + i), V(zero)()));
+    T s = V(hsum)(acc);
+    for (; i < count; ++i) s += x[i] * (T)0;
+    return s == (T)0;
 }
 
 static inline T FN(rb_sum)(const T *x, int64_t count) {
@@ -416,6 +428,15 @@ void FN(wavepe_relbias)(const wavepe_relbias_args *a, int64_t begin, int64_t end
     }
     if (nb) FN(rb_fwd_group)(a, blocks, nb);
     if (stream) _mm_sfence(); /* streamed stores visible before the caller's synchronisation */
+    /* A query row holding NaN or inf: the formula multiplies it by every
+     * in-table entry, zeros included (NaN * 0 = NaN), while the tiles above
+     * skip columns and chunks that are zero; redo such rows the scalar way so
+     * that every ISA gives the oracle's answer (docs/DEVELOPING.md). */
+    for (int64_t row = begin; row < end; ++row) {
+        const int64_t g = row / a->m, m = row % a->m;
+        if (!FN(rb_finite)((const T *)a->q + g * a->q_stride_g + m * a->q_stride_m, a->d))
+            RB_SCALAR(wavepe_relbias)(a, row, row + 1);
+    }
 }
 
 /* ---- dq -------------------------------------------------------------------------- */
@@ -566,6 +587,15 @@ void FN(wavepe_relbias_grad_q)(const wavepe_relbias_args *a, int64_t begin, int6
         }
     }
     if (nb) FN(rb_dq_group)(a, blocks, nb);
+    /* rows whose incoming gradient holds NaN or inf over the keys that read
+     * the table: the scalar way, as in the forward */
+    for (int64_t row = begin; row < end; ++row) {
+        const int64_t g = row / a->m, m = row % a->m;
+        const wavepe_relbias_row_split sp = wavepe_relbias_split_row(a, a->q_offset + m);
+        const T *grad = (const T *)a->grad + g * a->grad_stride_g + m * a->grad_stride_m;
+        if (!FN(rb_finite)(grad + sp.n_tab_begin, sp.n_tab_end - sp.n_tab_begin))
+            RB_SCALAR(wavepe_relbias_grad_q)(a, row, row + 1);
+    }
 }
 
 /* ---- dT ---------------------------------------------------------------------------- */
@@ -721,6 +751,7 @@ void FN(wavepe_relbias_grad_table)(const wavepe_relbias_args *a, int64_t begin, 
 }
 
 #undef RB_NR
+#undef RB_SCALAR
 #undef RB_FMA_ROW
 #undef RB_DQ_LOOP
 #undef RB_DQ_STORE
