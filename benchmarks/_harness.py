@@ -27,6 +27,7 @@ def machine() -> dict[str, Any]:
         import wavepe
 
         info["wavepe_isa"] = wavepe.active_isa()
+        info["cpu_isa"] = wavepe.cpu_isa()
     except Exception:  # pragma: no cover
         pass
     try:
