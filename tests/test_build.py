@@ -327,15 +327,15 @@ def test_loader_uses_the_packaged_module_only_for_the_torch_it_was_built_for(mon
     ext = _fake_packaged(monkeypatch, tmp_path, {"torch": torch.__version__, "cuda": False})
     assert ext._packaged_build() == (True, None)
     ext = _fake_packaged(monkeypatch, tmp_path, {"torch": "1.0.0", "cuda": False})
-    assert ext._packaged_build() == (False, "the wavepe._C built with the package is for torch 1.0.0")
+    assert ext._packaged_build() == (False, "the wavepe._C built at install time is for torch 1.0.0")
     (tmp_path / ext.RECORD).unlink()
-    assert ext._packaged_build() == (False, "the wavepe._C built with the package has no record of its torch")
+    assert ext._packaged_build() == (False, "the wavepe._C built at install time has no record of its torch")
 
 
 def test_loader_with_compiling_forbidden_says_what_to_do(monkeypatch, tmp_path):
     ext = _fake_packaged(monkeypatch, tmp_path, {"torch": "1.0.0", "cuda": False})
     monkeypatch.setenv("WAVEPE_JIT", "0")
-    with pytest.raises(ImportError, match=r"not built for torch .* \(the wavepe._C built with the package is for "
+    with pytest.raises(ImportError, match=r"not built for torch .* \(the wavepe._C built at install time is for "
                                           r"torch 1\.0\.0\), and WAVEPE_JIT=0 forbids.*--no-build-isolation"):
         ext._load()
 
@@ -347,7 +347,7 @@ def test_this_checkout_loaded_the_module_built_by_setup_py():
 
     if not (ROOT / "python" / "wavepe" / ext.RECORD).exists():
         pytest.skip("no in-place build of wavepe._C in this checkout")
-    assert ext.ORIGIN == "built with the package"
+    assert ext.ORIGIN == "built at install time"
 
 
 # ---------------------------------------------------------------------------------------------------

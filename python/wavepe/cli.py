@@ -35,10 +35,11 @@ def _cmd_info(args: argparse.Namespace) -> int:
     print(f"wavepe {wavepe.__version__}")
     print(f"cpu isa: {wavepe.cpu_isa()}  active: {wavepe.active_isa()}")
     try:
-        import wavepe.ops  # noqa: F401
         import torch
 
-        print(f"torch ops: available (torch {torch.__version__})")
+        from .ops import _extension
+
+        print(f"torch ops: available (torch {torch.__version__}; {_extension.ORIGIN})")
     except ImportError as exc:
         print(f"torch ops: unavailable ({exc})")
     return 0

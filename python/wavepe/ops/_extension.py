@@ -5,7 +5,7 @@ against them.
 
 Which ``wavepe._C``:
 
-1. the one built with the package (setup.py builds it when torch is importable at build time), if
+1. the one built at install time (setup.py builds it when torch is importable at build time), if
    its record (``wavepe/_C.build.json``) says it was built for the running torch — a module built
    for another torch is never loaded, since it may load and then crash;
 2. otherwise one compiled for the running torch at first use and cached
@@ -27,7 +27,7 @@ RECORD = "_C.build.json"  # written by setup.py beside the wavepe._C it builds
 
 
 def _packaged_build() -> tuple[bool, str | None]:
-    """(use it, why not): whether the wavepe._C built with the package is for the running torch."""
+    """(use it, why not): whether the wavepe._C built at install time is for the running torch."""
     spec = importlib.util.find_spec("wavepe._C")
     if spec is None or not spec.origin:
         return False, None
@@ -35,9 +35,9 @@ def _packaged_build() -> tuple[bool, str | None]:
         with open(os.path.join(os.path.dirname(spec.origin), RECORD), encoding="utf-8") as f:
             built_for = json.load(f).get("torch")
     except (OSError, ValueError):
-        return False, "the wavepe._C built with the package has no record of its torch"
+        return False, "the wavepe._C built at install time has no record of its torch"
     if built_for != torch.__version__:
-        return False, f"the wavepe._C built with the package is for torch {built_for}"
+        return False, f"the wavepe._C built at install time is for torch {built_for}"
     return True, None
 
 
@@ -48,9 +48,9 @@ def _load() -> str:
         try:
             from .. import _C  # noqa: F401
 
-            return "built with the package"
+            return "built at install time"
         except ImportError as exc:
-            why = f"the wavepe._C built with the package does not load ({exc})"
+            why = f"the wavepe._C built at install time does not load ({exc})"
     if not recipe.env_flag("WAVEPE_JIT", True):
         raise ImportError(
             f"wavepe's PyTorch ops are not built for torch {torch.__version__}"
