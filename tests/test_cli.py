@@ -190,18 +190,28 @@ def _without(monkeypatch, *modules: str) -> None:
     (["extrapolate", "--quick"], "tqdm", "wavepe extrapolate (its progress bars) needs tqdm"),
     (["band", "--hf-model", "some/llama"], "transformers", "wavepe band --hf-model needs transformers, which is not "
                                                            "installed: pip install 'wavepe[hf]'"),
-    (["fairseq-user-dir"], "fairseq", "the fairseq plugin needs fairseq, which is not installed: "
-                                      "pip install 'wavepe[fairseq]'"),
 ])
 def test_a_missing_package_is_one_line_naming_what_to_install(argv, missing, message, monkeypatch, tmp_path,
                                                                capsys):
     _without(monkeypatch, missing)
     out = tmp_path / "run"
-    assert main([*argv, "--out", str(out)] if argv[0] != "fairseq-user-dir" else argv) == 2
+    assert main([*argv, "--out", str(out)]) == 2
     err = capsys.readouterr().err
     assert message in err and len(err.strip().splitlines()) == 1 and "Traceback" not in err
     assert err.startswith(f"wavepe {argv[0]}: error: ")
     assert not out.exists()  # nothing was started
+
+
+def test_fairseq_user_dir_without_fairseq_prints_the_path_and_names_the_extra(monkeypatch, capsys):
+    from wavepe.integrations.fairseq import user_dir
+
+    _without(monkeypatch, "fairseq")
+    assert main(["fairseq-user-dir"]) == 0  # `--user-dir "$(wavepe fairseq-user-dir)"` keeps working
+    captured = capsys.readouterr()
+    assert captured.out.strip() == user_dir()
+    assert captured.err.strip() == ("wavepe fairseq-user-dir: note: the fairseq plugin needs fairseq, which is not "
+                                    "installed: pip install 'wavepe[fairseq]' (fairseq 0.12.2 runs on Python <= 3.10; "
+                                    "wavepe's scripts/setup_fairseq_env.sh builds such an environment)")
 
 
 def test_extrapolate_without_progress_does_not_need_tqdm(monkeypatch, tmp_path, capsys):

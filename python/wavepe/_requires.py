@@ -36,9 +36,13 @@ def installed(module: str) -> bool:
         return False
 
 
-def require(module: str, who: str | None = None) -> None:
-    """Raise MissingDependency (one line: who needs what, and how to install it) unless ``module`` imports."""
-    if installed(module):
-        return
+def missing_message(module: str, who: str | None = None) -> str:
+    """One line: who needs ``module``, and how to install it."""
     what, how = _NEEDED_BY[module]
-    raise MissingDependency(f"{who or what} needs {module}, which is not installed: {how}")
+    return f"{who or what} needs {module}, which is not installed: {how}"
+
+
+def require(module: str, who: str | None = None) -> None:
+    """Raise MissingDependency (see missing_message) unless ``module`` is installed."""
+    if not installed(module):
+        raise MissingDependency(missing_message(module, who))

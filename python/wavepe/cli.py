@@ -46,9 +46,11 @@ def _cmd_info(args: argparse.Namespace) -> int:
 
 
 def _cmd_fairseq_user_dir(args: argparse.Namespace) -> int:
+    from ._requires import installed, missing_message
     from .integrations.fairseq import user_dir
 
-    require("fairseq", "the fairseq plugin")  # the path is of use only where fairseq-train runs
+    if not installed("fairseq"):  # the path still goes to stdout: fairseq may run from another environment
+        print("wavepe fairseq-user-dir: note: " + missing_message("fairseq", "the fairseq plugin"), file=sys.stderr)
 
     print(user_dir())
     return 0

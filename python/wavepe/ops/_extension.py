@@ -19,9 +19,12 @@ import importlib.util
 import json
 import os
 
-import torch
+from .._requires import require
 
-from .._build import recipe
+require("torch", "wavepe.ops")
+import torch  # noqa: E402
+
+from .._build import recipe  # noqa: E402
 
 RECORD = "_C.build.json"  # written by setup.py beside the wavepe._C it builds
 
