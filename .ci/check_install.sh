@@ -6,15 +6,16 @@
 #   1. the wheel of `python -m build` (built in isolation, so without torch): pip install it; the ops
 #      are compiled at first use (one message), then loaded from the cache; the main job runs
 #   2. the sdist of `python -m build`: pip install it (pip builds it in isolation): the same
-#   3. pip install --no-build-isolation . : it must first stop with the message that names what to
-#      install; after installing exactly that, it builds the ops against the environment's torch
+#   3. pip install --no-build-isolation . (in a copy of the source tree: the sdist, unpacked, so that
+#      this checkout's build/ keeps the objects of `make build`): it must first stop with the message
+#      that names what to install; after installing exactly that, it builds the ops against the
+#      environment's torch
 #
 # (.ci/check_wheel.sh checks the wheel built with --no-build-isolation with the oldest NumPy; the
 # clone + make way is `make test`.)  Each environment gets its own cache directory, so each
 # first-use build really compiles.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-ROOT=$(pwd)
 PY=${PYTHON:-.venv/bin/python}
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
@@ -108,7 +109,9 @@ check_ops "$work/env-sdist" "compiled at first use"
 
 lap "3. pip install --no-build-isolation . into a fresh environment with only torch"
 fresh_env "$work/env-own-torch"
-if "$work/env-own-torch/bin/python" -m pip install --no-build-isolation "$ROOT" > "$work/own.log" 2>&1; then
+mkdir "$work/tree" && tar -xzf "$sdist" -C "$work/tree"
+tree=$(ls -d "$work"/tree/wavepe-*)
+if (cd "$tree" && "$work/env-own-torch/bin/python" -m pip install --no-build-isolation . > "$work/own.log" 2>&1); then
   if "$work/env-own-torch/bin/python" -c "import numpy" 2>/dev/null; then
     echo "(numpy came with torch here: the build needed nothing more)"
   else
@@ -122,7 +125,7 @@ else
   lap "   installing what the message says: $install_line"
   # shellcheck disable=SC2086
   eval "quietly \"$work/env-own-torch/bin/\"$install_line"
-  quietly "$work/env-own-torch/bin/python" -m pip install --no-build-isolation "$ROOT"
+  (cd "$tree" && quietly "$work/env-own-torch/bin/python" -m pip install --no-build-isolation .)
 fi
 WAVEPE_JIT=0 check_ops "$work/env-own-torch" "built at install time"
 unset WAVEPE_CACHE_DIR
