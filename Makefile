@@ -20,6 +20,11 @@ CC     ?= cc
 RECIPE     := $(PYTHON) python/wavepe/_build/recipe.py
 CTEST_SRCS := $(wildcard csrc/core/tests/*.c)
 SAN_FLAGS  := -std=c11 -O1 -g -Wall -Wextra -Werror -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=all
+# SIMDe (header-only, from the cmeel-simde wheel in requirements-dev.txt; Debian's
+# libsimde-dev 0.7 lacks intrinsics we use) runs the AVX-512 kernels on CPUs
+# without AVX-512, for `make ctest-simde`.
+SIMDE_ISA_FLAGS := -mavx2 -mfma -Wno-psabi
+SIMDE_INCLUDE = $(firstword $(wildcard $(VENV)/lib/python3*/site-packages/cmeel.prefix/include))
 
 # Warnings are errors in development builds (a user's pip install never sets this).
 export WAVEPE_WERROR ?= 1
@@ -31,7 +36,7 @@ BUILD_INPUTS := setup.py pyproject.toml MANIFEST.in $(wildcard python/wavepe/_bu
                 $(shell find csrc -type f -not -path 'csrc/core/tests/*')
 BUILT        := $(VENV)/.build-stamp
 
-.PHONY: venv build test demo ctest bench clean
+.PHONY: venv build test demo ctest ctest-simde bench clean
 
 $(STAMP): requirements-dev.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -59,6 +64,19 @@ ctest:
 	  $(CC) $(SAN_FLAGS) $$($(RECIPE) flags $$f) -Icsrc/core -c $$f -o build/ctest/$$(basename $$f .c).o || exit 1; done
 	$(CC) $(SAN_FLAGS) -o build/ctest/test_core build/ctest/*.o -lm
 	./build/ctest/test_core
+
+# The same tests with the AVX-512 kernels compiled against SIMDe (for CPUs
+# without AVX-512: AVX-512 code must never land untested).
+ctest-simde: $(STAMP)
+	@test -n "$(SIMDE_INCLUDE)" || { echo "SIMDe not found in $(VENV): $(PIP) install cmeel-simde"; exit 1; }
+	rm -rf build/ctest-simde && mkdir -p build/ctest-simde
+	# files with ISA flags of their own (the recipe's SUFFIX_RULES: *_avx2.c, *_avx512.c) get AVX2's instead
+	for f in $$($(RECIPE) core-sources) $(CTEST_SRCS); do \
+	  isa=""; [ -n "$$($(RECIPE) flags $$f)" ] && isa="$(SIMDE_ISA_FLAGS) -isystem $(SIMDE_INCLUDE)"; \
+	  $(CC) $(SAN_FLAGS) $$isa -DWAVEPE_SIMDE_AVX512 -Icsrc/core -c $$f -o build/ctest-simde/$$(basename $$f .c).o \
+	    || exit 1; done
+	$(CC) $(SAN_FLAGS) -o build/ctest-simde/test_core build/ctest-simde/*.o -lm
+	./build/ctest-simde/test_core
 
 bench: build
 	$(PY) benchmarks/bench_ops.py
