@@ -16,6 +16,8 @@ if [ -z "$NVCC" ]; then
   if [ "${CI:-}" = "true" ]; then echo "nvcc not found but CUDA sources exist" >&2; exit 1; fi
   echo "nvcc not found; skipping"; exit 0
 fi
+# nvcc's flags as setup.py and the first-use build use them (python/wavepe/_build/recipe.py), warnings as errors
+nvcc_flags=$(WAVEPE_WERROR=1 python3 python/wavepe/_build/recipe.py nvcc-flags)
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 jobs_max=$(nproc 2>/dev/null || echo 2)
@@ -23,9 +25,9 @@ pids=()
 for src in "${srcs[@]}"; do
   for arch in 80 90; do
     echo "nvcc sm_$arch $src"
-    "$NVCC" -c "$src" -o "$out/$(basename "$src").$arch.o" -O3 -std=c++17 \
-      -gencode "arch=compute_$arch,code=sm_$arch" -Icsrc \
-      -Xcompiler -Wall,-Wextra,-Werror -Werror all-warnings --expt-relaxed-constexpr &
+    # shellcheck disable=SC2086
+    "$NVCC" -c "$src" -o "$out/$(basename "$src").$arch.o" $nvcc_flags \
+      -gencode "arch=compute_$arch,code=sm_$arch" -Icsrc &
     pids+=($!)
     if [ ${#pids[@]} -ge "$jobs_max" ]; then wait "${pids[0]}"; pids=("${pids[@]:1}"); fi
   done
