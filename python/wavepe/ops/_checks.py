@@ -48,3 +48,17 @@ def compute_dtype(t: torch.Tensor) -> torch.dtype:
     if t.dtype in (torch.float16, torch.bfloat16) and t.device.type != "cuda":
         return torch.float32
     return t.dtype
+
+
+def cacheable(t: torch.Tensor) -> bool:
+    """May a tensor built for a cache (tables, spectra, slopes) outlive this call?
+
+    Not when it was made under a FakeTensorMode (shape propagation, export):
+    such a tensor belongs to that mode and would poison the next one; nor
+    while torch.compile traces (the graph holds it as a constant).
+    """
+    if torch.compiler.is_compiling():
+        return False
+    from torch._subclasses.fake_tensor import is_fake
+
+    return not is_fake(t)

@@ -1,24 +1,29 @@
 """Attention with a position bias: ``wavelet_attention`` (docs/DEVELOPING.md, "Fused attention").
 
-On the CPU it runs the fused flash-style kernels of ``csrc/core/attention*``
-through ``torch.ops.wavepe.attention_fwd`` / ``attention_bwd``: the forward
-saves only the log-sum-exp, the backward recomputes the score tiles, and
-nothing of size M x N is ever allocated.  Other devices use the plain-PyTorch
-path of :mod:`wavepe.ops.eager` (bias + SDPA), which is also the benchmarks'
-baseline.
+Every device whose dispatch key has a kernel -- the CPU (``csrc/core/attention*``),
+CUDA (``csrc/cuda/attention*``), ``meta`` / fake tensors (the fake kernel below:
+shapes and ``torch.compile``), any other registered backend -- runs the fused
+flash-style kernels through ``torch.ops.wavepe.attention_fwd`` / ``attention_bwd``:
+the forward saves only the log-sum-exp, the backward recomputes the score
+tiles, and nothing of size M x N is ever allocated.  A device without a
+kernel uses the plain-PyTorch path of :mod:`wavepe.ops.eager` (bias + SDPA),
+which is also the benchmarks' baseline, with a warning.
+
+Contract of the ops: ``out`` has q's dtype; ``lse`` (B, H, M) is in the
+accumulator type, float32 for float32 / bfloat16 / float16 inputs and
+float64 for float64, on every device and in the fake kernel.
 """
 
 from __future__ import annotations
 
 import math
-import warnings
 
 import torch
 
 from .._validate import check_choice, check_int, check_real
 from ..config import WaveletConfig
-from . import eager
-from ._checks import check_same, check_tensor, compute_dtype
+from . import _routing, eager
+from ._checks import cacheable, check_same, check_tensor, compute_dtype
 from ._extension import ops
 from .alibi import alibi_bias
 from .relbias import rel_bias, wavelet_table
@@ -28,10 +33,17 @@ from .relbias import rel_bias, wavelet_table
 _POSITION_LIMIT = 2**60
 
 
+def _acc_dtype(dtype: torch.dtype) -> torch.dtype:
+    """The kernels' accumulator type: lse, slopes and their gradients travel in it."""
+    return torch.float64 if dtype == torch.float64 else torch.float32
+
+
 @torch.library.register_fake("wavepe::attention_fwd")
 def _attention_fwd_fake(q, k, v, table, r_lo, clamp, slopes, key_padding_mask, scale, q_offset, causal):
+    torch._check_value(q.dim() == 4 and k.dim() == 4 and v.dim() == 4,
+                       lambda: "attention_fwd: q, k, v must be (B, H, M, d), (B, H_kv, N, d), (B, H_kv, N, d)")
     b, h, m, d = q.shape
-    return q.new_empty((b, h, m, d)), q.new_empty((b, h, m))
+    return q.new_empty((b, h, m, d)), q.new_empty((b, h, m), dtype=_acc_dtype(q.dtype))
 
 
 @torch.library.register_fake("wavepe::attention_bwd")
@@ -125,7 +137,8 @@ def wavelet_attention(
             sees no key gets a zero output.
 
     Returns:
-        (B, H, M, d), dtype of q (bf16 / fp16 are computed in fp32).
+        (B, H, M, d), dtype of q (bf16 / fp16 are read natively and accumulated
+        in fp32 on CUDA; the CPU kernels compute them in fp32).
     """
     check_tensor("q", q, dim=4)
     check_tensor("k", k, dim=4)
@@ -181,22 +194,17 @@ def wavelet_attention(
             check_same("q", q, "alibi_slopes", alibi_slopes, dtype=False)
             if alibi_slopes.shape[0] != h:
                 raise ValueError(f"alibi_slopes must have one slope per head ({h}), got {alibi_slopes.shape[0]}")
-            if not bool(torch.isfinite(alibi_slopes).all()):
+            if alibi_slopes.device.type != "meta" and not bool(torch.isfinite(alibi_slopes).all()):
                 raise ValueError(f"alibi_slopes must be finite, got {alibi_slopes.tolist()}")
             slopes = alibi_slopes.to(cdt)
-    if q.device.type == "cpu":
+    if _routing.has_kernel("attention_fwd", q.device):
         out, _ = ops.attention_fwd(qc, kc, vc, table, r_lo, bool(clamp), slopes, key_padding_mask, scale, off,
                                    bool(causal))
         return out.to(q.dtype)
-    if q.device.type not in _warned_devices:
-        _warned_devices.add(q.device.type)
-        warnings.warn(f"wavepe: no fused attention kernel for device {q.device.type!r}; using the bias + "
-                      "scaled_dot_product_attention path (materialises M x N scores)", RuntimeWarning, stacklevel=2)
+    _routing.warn_fallback("attention", q.device,
+                           "the bias + scaled_dot_product_attention path (materialises M x N scores)")
     return _eager_attention(qc, kc, vc, table, r_lo, bool(clamp), slopes, key_padding_mask, scale, off,
                             bool(causal)).to(q.dtype)
-
-
-_warned_devices: set[str] = set()
 
 
 @torch.compiler.assume_constant_result
@@ -225,7 +233,9 @@ def _standard_slopes(heads: int, dtype: torch.dtype, device: torch.device) -> to
     if hit is None:
         from ..config import alibi_slopes as slopes_of
 
-        hit = _slopes_cache.setdefault(key, torch.as_tensor(slopes_of(heads), dtype=dtype, device=device))
+        hit = torch.as_tensor(slopes_of(heads), dtype=dtype, device=device)
+        if cacheable(hit):
+            hit = _slopes_cache.setdefault(key, hit)
     return hit
 
 

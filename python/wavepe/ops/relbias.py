@@ -4,21 +4,20 @@
 
 (docs/DEVELOPING.md, "Relative-table bias").  The public wrappers validate
 their arguments and call the compiled ops ``torch.ops.wavepe.rel_bias`` /
-``rel_bias_backward`` (fake kernels and autograd registered here); on a
-device without a compiled kernel they fall back to the plain-PyTorch
-rel-shift of :mod:`wavepe.ops.eager` with a warning.
+``rel_bias_backward`` (fake kernels and autograd registered here) on every
+device whose dispatch key has a kernel (:mod:`wavepe.ops._routing`); only a
+device without one falls back to the plain-PyTorch rel-shift of
+:mod:`wavepe.ops.eager`, with a warning.
 """
 
 from __future__ import annotations
-
-import warnings
 
 import torch
 
 from .._validate import INT64_MAX, check_int, resolve_positions
 from ..config import WaveletConfig
-from . import eager
-from ._checks import check_same, check_tensor, compute_dtype
+from . import _routing, eager
+from ._checks import cacheable, check_same, check_tensor, compute_dtype
 from ._extension import ops
 
 # ---- fake kernels (shapes only: torch.compile, meta tensors) ------------------------
@@ -102,20 +101,6 @@ torch.library.register_autograd("wavepe::rel_bias_backward", _rel_bias_double_ba
 
 # ---- public wrappers --------------------------------------------------------------------
 
-_warned_devices: set[str] = set()
-
-
-# Device types with a compiled kernel (registered when wavepe._C loaded, before
-# this module); a constant set, so the check below also traces under torch.compile.
-_KERNEL_DEVICES = frozenset(
-    dev for dev, key in (("cpu", "CPU"), ("cuda", "CUDA"))
-    if torch._C._dispatch_has_kernel_for_dispatch_key("wavepe::rel_bias", key))
-
-
-def _has_kernel(device: torch.device) -> bool:
-    return device.type in _KERNEL_DEVICES
-
-
 def wavelet_table(config: WaveletConfig, dtype: torch.dtype, device: torch.device | str) -> tuple[torch.Tensor, int]:
     """``config.table()`` as a tensor on ``device``, cached on the config per (dtype, device)."""
     device = torch.device(device)
@@ -127,8 +112,9 @@ def wavelet_table(config: WaveletConfig, dtype: torch.dtype, device: torch.devic
     np_dtype = "float64" if dtype == torch.float64 else "float32"
     table_np, r_lo = config.table(np_dtype)
     table = torch.from_numpy(table_np.copy()).to(device=device, dtype=dtype)
-    with config._lock:
-        config._cache[key] = (table, r_lo)
+    if cacheable(table):
+        with config._lock:
+            config._cache[key] = (table, r_lo)
     return table, r_lo
 
 
@@ -188,14 +174,10 @@ def _rel_bias(q: torch.Tensor, table: torch.Tensor, r_lo: int, rows: int, n: int
     """rel_bias after validation; ``table`` (``rows`` rows) may already be in q's compute dtype."""
     _check_sizes(q, n, off, r_lo, rows)
     cdt = compute_dtype(q)
-    if _has_kernel(q.device):
+    if _routing.has_kernel("rel_bias", q.device):
         out = ops.rel_bias(q.to(cdt), table.to(cdt), r_lo, off, n, bool(causal), bool(clamp))
     else:
-        if q.device.type not in _warned_devices:
-            _warned_devices.add(q.device.type)
-            warnings.warn(f"wavepe: no compiled rel_bias kernel for device {q.device.type!r}; "
-                          "using the plain-PyTorch rel-shift (materialises an M x (M+N) product)",
-                          RuntimeWarning, stacklevel=2)
+        _routing.warn_fallback("rel_bias", q.device, "the plain-PyTorch rel-shift (materialises an M x (M+N) product)")
         out = eager.rel_bias(q.to(cdt), table.to(cdt), r_lo, n, off, bool(causal), bool(clamp))
     return out if out.dtype == q.dtype else out.to(q.dtype)
 
