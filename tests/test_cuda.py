@@ -244,7 +244,7 @@ ATTN_CASES = [
     (1, 4, 4, 33, 90, 128, "relative", True, None, True),
     (2, 2, 1, 48, 48, 40, "alibi", False, 0, True),
     (1, 4, 1, 1, 700, 128, "wavelet", True, None, False),   # decoding: split-KV
-    (1, 2, 2, 40, 40, 200, "none", True, None, False),        # head_dim bucket 256
+    (1, 2, 2, 40, 40, 200, "nope", True, None, False),        # head_dim bucket 256
 ]
 
 
@@ -305,7 +305,7 @@ def test_attention_on_cuda_against_oracle(dtype, case):
         close(grads[3], want["dtable"], dtype, Bn * H * M * N, "dtable")
 
 
-@pytest.mark.parametrize("pe", ["wavelet", "relative", "alibi", "none"])
+@pytest.mark.parametrize("pe", ["wavelet", "relative", "alibi", "nope"])
 def test_attention_cpu_and_cuda_agree(pe):
     case = (1, 4, 2, 50, 60, 32, pe, True, None, True)
     q, k, v, kw, *_ = attention_case(case, torch.float32, grad=False)
@@ -318,7 +318,7 @@ def test_attention_cpu_and_cuda_agree(pe):
 
 
 def test_attention_gradcheck_float64_on_cuda():
-    for pe in ("relative", "alibi", "none"):
+    for pe in ("relative", "alibi", "nope"):
         q, k, v, kw, table, *_ = attention_case((1, 2, 1, 6, 9, 8, pe, True, None, False), torch.float64)
 
         def f(q, k, v, *t):

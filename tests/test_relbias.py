@@ -9,7 +9,6 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import wavepe
 import wavepe.ufuncs as wu
 from wavepe import WaveletConfig
 

@@ -54,7 +54,7 @@ class OpLog(TorchDispatchMode):
 
 # ---- meta tensors ----------------------------------------------------------------------------
 
-@pytest.mark.parametrize("pos_enc", ["wavelet", "relative", "alibi", "none"])
+@pytest.mark.parametrize("pos_enc", ["wavelet", "relative", "alibi", "nope"])
 def test_meta_attention_of_any_length_runs_the_op_without_an_mxn_tensor(pos_enc):
     b, h, h_kv, n, d = 1, 4, 2, 2**20, 64  # M = N = 2^20: M x N = 2^40 elements
     q = torch.empty(b, h, n, d, device="meta", requires_grad=True)
@@ -181,7 +181,7 @@ def test_a_backend_kernel_is_what_the_wrappers_reach(backend):
     calls = {
         "relative": lambda r: wo.wavelet_attention(*r(q, k, v), pos_enc="relative", rel_table=(r(table), -3)),
         "alibi": lambda r: wo.wavelet_attention(*r(q, k, v), pos_enc="alibi", alibi_slopes=r(slopes)),
-        "none": lambda r: wo.wavelet_attention(*r(q, k, v), pos_enc="none", causal=False),
+        "nope": lambda r: wo.wavelet_attention(*r(q, k, v), pos_enc="nope", causal=False),
         "rel_bias": lambda r: wo.rel_bias(r(q), r(table), -2, k_len=11),
         "rope": lambda r: wo.rope_inv_freq(*r(q, k), 3, r(inv), rotary_pairs=3)[1],
     }

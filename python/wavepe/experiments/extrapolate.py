@@ -54,7 +54,7 @@ def parse_encoding(name: str, train_len: int) -> EncodingSpec:
     if key == "alibi":
         return EncodingSpec(key, "ALiBi", "alibi")
     if key == "nope":
-        return EncodingSpec(key, "NoPE", "none")
+        return EncodingSpec(key, "NoPE", "nope")
     if key == "rope":
         return EncodingSpec(key, "RoPE θ=10000", "rope", 10000.0)
     if key == "rope-ltrain":

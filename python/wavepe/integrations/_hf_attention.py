@@ -37,9 +37,7 @@ from typing import Any
 import torch
 
 from ..config import WaveletConfig
-
-# wavepe.ops names of the shim's encodings once q and k are (or are not) rotated
-_OPS_POS_ENC = {"wavelet": "wavelet", "alibi": "alibi", "rope": "none", "nope": "none"}
+from ..pos_enc import scores_pos_enc
 
 
 def _compiling() -> bool:
@@ -201,7 +199,7 @@ def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: Any, *, pos_
     plan = resolve_mask(mask, b, h, m, n, q_offset, sliding_window, causal, q.device)
     if position_ids is not None and plan.fused and m > 1:
         check_positions_follow_indices(position_ids, plan, m, pos_enc)
-    kind = _OPS_POS_ENC[pos_enc]
+    kind = scores_pos_enc(pos_enc)  # what the scores add once q and k are (or are not) rotated
     if m == 0 or n == 0:  # nothing to attend to: 0, like a query whose keys are all masked
         return q.new_zeros((b, m, h, v.shape[-1])), plan
     if plan.fused and dropout == 0.0:

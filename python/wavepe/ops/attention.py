@@ -20,8 +20,9 @@ import math
 
 import torch
 
-from .._validate import check_choice, check_int, check_real
+from .._validate import check_int, check_real
 from ..config import WaveletConfig
+from ..pos_enc import canonical_pos_enc
 from . import _routing, eager
 from ._checks import cacheable, check_same, check_tensor, compute_dtype
 from ._extension import ops
@@ -84,7 +85,8 @@ def _check_position_range(name: str, value: int, m: int, n: int) -> None:
         raise OverflowError(f"{name}={value} with M={m} queries and N={n} keys puts positions outside the "
                             f"supported range (|{name}| + M + N < 2**60)")
 
-POS_ENCS = ("wavelet", "relative", "alibi", "none")
+#: the encodings this op runs (wavepe.pos_enc is the vocabulary; "rope" rotates q and k beforehand)
+POS_ENCS = ("wavelet", "relative", "alibi", "nope")
 _default_configs: dict[int, WaveletConfig] = {}
 
 
@@ -117,7 +119,7 @@ def wavelet_attention(
 
         wavelet / relative:  s = scale * (q . k + q . T[r])
         alibi:               s = scale * q . k - slope_h * |r|
-        none:                s = scale * q . k
+        nope:                s = scale * q . k
 
     ``out = softmax(s) v`` over the keys each query may see.  Differentiable in
     q, k, v, in a learned ``rel_table`` and in ``alibi_slopes``; the backward
@@ -128,7 +130,9 @@ def wavelet_attention(
         config: wavelets for ``pos_enc="wavelet"`` (default: the paper's grid for d).
         pos_enc: "wavelet", "relative" (``rel_table=(T, r_lo)``: T (R, d) holds
             distances r_lo .. r_lo + R - 1, learnable), "alibi" (``alibi_slopes``
-            (H,), default the standard slopes) or "none" (RoPE'd q/k, NoPE).
+            (H,), default the standard slopes) or "nope" (nothing beyond q·k:
+            NoPE, or q and k already rotated by :func:`wavepe.ops.rope`).
+            The names of :mod:`wavepe.pos_enc`; "none" is an old spelling of "nope".
         causal: mask keys after the query.  scale: default 1/sqrt(d).
         q_offset: first query's position (default N - M: the KV-cache convention).
         clamp: for "relative", distances outside T use its edge rows (Shaw et
@@ -156,7 +160,7 @@ def wavelet_attention(
     n = k.shape[2]
     if d < 1:
         raise ValueError(f"head_dim must be >= 1, got q of shape {tuple(q.shape)}")
-    pos_enc = check_choice("pos_enc", pos_enc, POS_ENCS)
+    pos_enc = canonical_pos_enc(pos_enc, POS_ENCS)
     scale = 1.0 / math.sqrt(d) if scale is None else check_real("scale", scale, positive=True)
     off = n - m if q_offset is None else check_int("q_offset", q_offset)
     if key_padding_mask is not None:

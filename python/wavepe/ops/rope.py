@@ -34,7 +34,7 @@ def _rope_fake(q, k, positions, offset, inv_freq, rotary_pairs, layout, scale, i
     torch._check_value(d % 2 == 0, lambda: f"rope: head_dim (q.shape[-1]) must be even, got {d}")
     if k is not None:
         torch._check_value(k.dim() == 4 and k.shape[0] == q.shape[0] and k.shape[2] == q.shape[2]
-                           and k.shape[3] == d, lambda: f"rope: k must be (B, H_k, L, d) with q's B, L and d")
+                           and k.shape[3] == d, lambda: "rope: k must be (B, H_k, L, d) with q's B, L and d")
     torch._check_value(inv_freq.dim() == 1 and inv_freq.shape[0] == d // 2,
                        lambda: f"rope: inv_freq must have head_dim/2 = {d // 2} entries")
     torch._check_value(0 <= rotary_pairs <= d // 2, lambda: f"rope: rotary_pairs must be in [0, {d // 2}]")

@@ -44,7 +44,9 @@ from typing import Any
 import numpy as np
 
 from ...config import WAVELET_FAMILIES, RopeConfig, WaveletConfig
+from ...pos_enc import canonical_pos_enc, scores_pos_enc
 
+#: the encodings of --pos-enc (wavepe.pos_enc is the vocabulary)
 POS_ENCS: tuple[str, ...] = ("wavelet", "rope", "alibi", "sinusoidal", "nope")
 DEFAULT_WAVELET_SCALES = 8
 DEFAULT_ROPE_THETA = 10000.0
@@ -195,7 +197,7 @@ class PositionSpec:
     @property
     def kernel_pos_enc(self) -> str:
         """The ``pos_enc`` of :func:`wavepe.ops.wavelet_attention` for this encoding."""
-        return {"wavelet": "wavelet", "alibi": "alibi"}.get(self.pos_enc, "none")
+        return scores_pos_enc(self.pos_enc)
 
     @property
     def absolute_embeddings(self) -> bool:
@@ -215,8 +217,7 @@ class PositionSpec:
             raise ValueError(f"head dim must be a positive integer, got {head_dim!r}")
         pos_enc = _get(args, "pos_enc", "wavelet")
         pos_enc = "wavelet" if pos_enc is None else str(pos_enc)
-        if pos_enc not in POS_ENCS:
-            raise ValueError(f"--pos-enc must be one of {', '.join(POS_ENCS)}; got {pos_enc!r}")
+        pos_enc = canonical_pos_enc(pos_enc, POS_ENCS, name="--pos-enc")
         for attr, owner in _OWNED_OPTIONS.items():
             value = _get(args, attr)
             if value is not None and owner != pos_enc:
