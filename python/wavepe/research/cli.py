@@ -43,7 +43,7 @@ def _cmd_info(args: argparse.Namespace) -> int:
 
 
 def _cmd_fairseq_user_dir(args: argparse.Namespace) -> int:
-    from .integrations.fairseq import user_dir
+    from ..integrations.fairseq import user_dir
 
     print(user_dir())
     return 0
@@ -259,8 +259,9 @@ def _band_tokens(args: argparse.Namespace, tokenizer_kind: str, model: Any) -> A
 
 
 def _cmd_band(args: argparse.Namespace) -> int:
-    from .analysis import (P_ROPE_FRACTIONS, band_dimension, measure_model_band, p_rope_sweep, recommended_theta,
+    from .analysis import (P_ROPE_FRACTIONS, band_dimension, measure_model_band, recommended_theta,
                            theta_for_band, variance_of_cos, x_star)
+    from .experiments.evaluate import p_rope_sweep
 
     if args.model and args.hf_model:
         raise CliError("give --model or --hf-model, not both")

@@ -17,10 +17,10 @@ from typing import Any
 import torch
 from torch import nn
 
-from .._validate import check_int, check_real
-from ..config import RopeConfig, WaveletConfig
-from ..nn import POS_ENCS, PositionalAttention
-from ..pos_enc import canonical_pos_enc
+from ..._validate import check_int, check_real
+from ...config import RopeConfig, WaveletConfig
+from ...nn import POS_ENCS, PositionalAttention
+from ...pos_enc import canonical_pos_enc
 
 
 @dataclass

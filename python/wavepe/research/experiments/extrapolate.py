@@ -22,8 +22,8 @@ from typing import Any, Callable, Sequence
 import numpy as np
 import torch
 
-from .._platform import cpu_model
-from .._validate import check_int, check_real
+from ..._platform import cpu_model
+from ..._validate import check_int, check_real
 from .corpus import Corpus, load_corpus
 from .evaluate import MODES, PerplexityResult, evaluate_lengths, perplexity
 from .model import LMConfig, TinyLM, save_model
