@@ -47,6 +47,17 @@ def check_real(name: str, value: Any, *, positive: bool = False, finite: bool = 
     return v
 
 
+def check_flag(name: str, value: Any) -> bool:
+    """A flag: ``bool`` (or ``numpy.bool_``) only, never truthiness -- ``"false"``
+    is not False, ``None`` is not False, ``1`` is not True.  TypeError names
+    the argument and shows the value."""
+    if isinstance(value, bool):
+        return value
+    if type(value).__module__ == "numpy" and type(value).__name__ in ("bool", "bool_"):
+        return bool(value)  # numpy.bool_ (numpy >= 2 names its type "bool")
+    raise TypeError(f"{name} must be a bool (True or False), got {value!r} of type {type(value).__name__}")
+
+
 def check_choice(name: str, value: Any, choices: Iterable[str]) -> str:
     choices = tuple(choices)
     if not isinstance(value, str) or value not in choices:

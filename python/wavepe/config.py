@@ -12,7 +12,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from ._validate import check_choice, check_int, check_real
+from ._validate import check_choice, check_flag, check_int, check_real
 
 WAVELET_FAMILIES: tuple[str, ...] = ("ricker", "gaussian", "morlet", "haar")
 ROPE_LAYOUTS: tuple[str, ...] = ("half", "interleaved")
@@ -76,9 +76,7 @@ class WaveletConfig:
         bad = np.flatnonzero(~(self.scales > 0))
         if bad.size:
             raise ValueError(f"scales must be > 0, got scales[{int(bad[0])}]={float(self.scales[bad[0]])!r}")
-        if not isinstance(normalize, (bool, np.bool_)):
-            raise TypeError(f"normalize must be a bool, got {normalize!r}")
-        self.normalize = bool(normalize)
+        self.normalize = check_flag("normalize", normalize)
         self.support_tol = check_real("support_tol", support_tol)
         if not 0.0 <= self.support_tol < 1.0:
             raise ValueError(f"support_tol must be in [0, 1), got {self.support_tol}")

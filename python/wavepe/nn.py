@@ -16,7 +16,7 @@ import math
 import torch
 from torch import nn
 
-from ._validate import check_int
+from ._validate import check_flag, check_int
 from .config import RopeConfig, WaveletConfig
 from .pos_enc import canonical_pos_enc, scores_pos_enc
 
@@ -55,6 +55,7 @@ class PositionalAttention(nn.Module):
     ) -> None:
         super().__init__()
         hidden_size = check_int("hidden_size", hidden_size, min_value=1)
+        bias = check_flag("bias", bias)
         num_heads = check_int("num_heads", num_heads, min_value=1)
         if head_dim is None:
             if hidden_size % num_heads:

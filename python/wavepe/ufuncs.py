@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from . import _ufuncs
-from ._validate import check_choice, check_int, check_product_fits, check_real, resolve_positions
+from ._validate import check_choice, check_flag, check_int, check_product_fits, check_real, resolve_positions
 from .config import ROPE_LAYOUTS, RopeConfig, WaveletConfig
 from .config import alibi_slopes as _alibi_slopes
 
@@ -82,7 +82,7 @@ def alibi_bias(
             raise ValueError("slopes must be finite")
     m = check_int("q_len", q_len, min_value=0)
     n, off = resolve_positions("q", m, k_len, q_offset)
-    return _ufuncs.alibi_bias(np.ascontiguousarray(slopes), m, n, off, bool(causal))
+    return _ufuncs.alibi_bias(np.ascontiguousarray(slopes), m, n, off, check_flag("causal", causal))
 
 
 def sinusoidal_table(length: int, dim: int, *, offset: int = 0, base: float = 10000.0,
@@ -146,7 +146,8 @@ def rel_bias(
         raise ValueError(f"table.shape[1]={table.shape[1]} does not match q.shape[-1]={q.shape[-1]} (head_dim)")
     if clamp and table.shape[0] == 0:
         raise ValueError("table must have at least one row with clamp=True")
-    return _rel_bias(q, table.astype(cdt, copy=False), check_int("r_lo", r_lo), k_len, q_offset, causal, clamp)
+    return _rel_bias(q, table.astype(cdt, copy=False), check_int("r_lo", r_lo), k_len, q_offset,
+                     check_flag("causal", causal), check_flag("clamp", clamp))
 
 
 def _rel_bias(q: np.ndarray, table: np.ndarray, r_lo: int, k_len: int | None, q_offset: int | None,
@@ -192,6 +193,7 @@ def wavelet_bias(
     cdt = _float_dtype("q", q)
     if q.shape[-1] != config.head_dim:
         raise ValueError(f"q.shape[-1]={q.shape[-1]} does not match config.head_dim={config.head_dim}")
+    causal = check_flag("causal", causal)
     table, r_lo = config.table(cdt)
     return _rel_bias(q, table, r_lo, k_len, q_offset, causal, False)
 
@@ -271,8 +273,7 @@ def rope_inv_freq(
     if bad.size:
         raise ValueError(f"inv_freq must be finite, got inv_freq[{int(bad[0])}] = {float(inv[bad[0]])!r}")
     scale = check_real("scale", scale, positive=True)
-    if not isinstance(inverse, (bool, np.bool_)):
-        raise TypeError(f"inverse must be a bool, got {inverse!r}")
+    inverse = check_flag("inverse", inverse)
     pos = _rope_positions(positions, arr.shape[:-2], length)
     mode = (1 if layout == "interleaved" else 0) | (2 if inverse else 0)
     work = arr.astype(dt, copy=False)
@@ -294,5 +295,6 @@ def rope(x: Any, positions: Any, config: RopeConfig, *, inverse: bool = False) -
     if arr.ndim < 2:
         raise ValueError(f"x must have shape (..., L, d), got shape {arr.shape}")
     d = config.check_head_dim(arr.shape[-1])
+    inverse = check_flag("inverse", inverse)
     return rope_inv_freq(arr, positions, config.inv_freq(d), layout=config.layout,
                          rotary_pairs=config.rotary_pairs(d), scale=config.attention_factor, inverse=inverse)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import torch
 
-from .._validate import check_int, resolve_positions
+from .._validate import check_flag, check_int, resolve_positions
 from ..config import alibi_slopes as _alibi_slopes
 from . import _routing, eager
 from ._checks import compute_dtype
@@ -66,12 +66,13 @@ def alibi_bias(
         heads = check_int("slopes_or_heads", slopes_or_heads, min_value=1)
         slopes = torch.as_tensor(_alibi_slopes(heads), dtype=dtype, device=device)
     float_compute_dtype(slopes, "slopes")  # a floating-point tensor
+    causal = check_flag("causal", causal)
     compute = compute_dtype(slopes)
     m = check_int("q_len", q_len, min_value=0)
     n, off = resolve_positions("q", m, k_len, q_offset)
     if _routing.has_kernel("alibi_bias", slopes.device):
-        out = ops.alibi_bias(slopes.to(compute), m, n, off, bool(causal))
+        out = ops.alibi_bias(slopes.to(compute), m, n, off, causal)
     else:
         _routing.warn_fallback("alibi_bias", slopes.device, "the plain-PyTorch formula")
-        out = eager.alibi_bias(slopes.to(compute), m, n, off, bool(causal))
+        out = eager.alibi_bias(slopes.to(compute), m, n, off, causal)
     return out if out.dtype == slopes.dtype else out.to(slopes.dtype)

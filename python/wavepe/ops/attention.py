@@ -20,7 +20,7 @@ import math
 
 import torch
 
-from .._validate import check_int, check_real
+from .._validate import check_flag, check_int, check_real
 from ..config import WaveletConfig
 from ..pos_enc import canonical_pos_enc
 from . import _routing, eager
@@ -161,6 +161,7 @@ def wavelet_attention(
     if d < 1:
         raise ValueError(f"head_dim must be >= 1, got q of shape {tuple(q.shape)}")
     pos_enc = canonical_pos_enc(pos_enc, POS_ENCS)
+    causal, clamp = check_flag("causal", causal), check_flag("clamp", clamp)
     scale = 1.0 / math.sqrt(d) if scale is None else check_real("scale", scale, positive=True)
     off = n - m if q_offset is None else check_int("q_offset", q_offset)
     if key_padding_mask is not None:
@@ -202,13 +203,11 @@ def wavelet_attention(
                 raise ValueError(f"alibi_slopes must be finite, got {alibi_slopes.tolist()}")
             slopes = alibi_slopes.to(cdt)
     if _routing.has_kernel("attention_fwd", q.device):
-        out, _ = ops.attention_fwd(qc, kc, vc, table, r_lo, bool(clamp), slopes, key_padding_mask, scale, off,
-                                   bool(causal))
+        out, _ = ops.attention_fwd(qc, kc, vc, table, r_lo, clamp, slopes, key_padding_mask, scale, off, causal)
         return out.to(q.dtype)
     _routing.warn_fallback("attention", q.device,
                            "the bias + scaled_dot_product_attention path (materialises M x N scores)")
-    return _eager_attention(qc, kc, vc, table, r_lo, bool(clamp), slopes, key_padding_mask, scale, off,
-                            bool(causal)).to(q.dtype)
+    return _eager_attention(qc, kc, vc, table, r_lo, clamp, slopes, key_padding_mask, scale, off, causal).to(q.dtype)
 
 
 @torch.compiler.assume_constant_result

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import torch
 
-from .._validate import INT64_MAX, check_int, resolve_positions
+from .._validate import INT64_MAX, check_flag, check_int, resolve_positions
 from ..config import WaveletConfig
 from . import _routing, eager
 from ._checks import cacheable, check_same, check_tensor, compute_dtype
@@ -166,7 +166,7 @@ def rel_bias(
     r_lo = check_int("r_lo", r_lo)
     m = q.shape[-2]
     n, off = resolve_positions("q", m, k_len, q_offset)
-    return _rel_bias(q, table, r_lo, table.shape[0], n, off, bool(causal), bool(clamp))
+    return _rel_bias(q, table, r_lo, table.shape[0], n, off, check_flag("causal", causal), check_flag("clamp", clamp))
 
 
 def _rel_bias(q: torch.Tensor, table: torch.Tensor, r_lo: int, rows: int, n: int, off: int, causal: bool,
@@ -175,10 +175,10 @@ def _rel_bias(q: torch.Tensor, table: torch.Tensor, r_lo: int, rows: int, n: int
     _check_sizes(q, n, off, r_lo, rows)
     cdt = compute_dtype(q)
     if _routing.has_kernel("rel_bias", q.device):
-        out = ops.rel_bias(q.to(cdt), table.to(cdt), r_lo, off, n, bool(causal), bool(clamp))
+        out = ops.rel_bias(q.to(cdt), table.to(cdt), r_lo, off, n, causal, clamp)
     else:
         _routing.warn_fallback("rel_bias", q.device, "the plain-PyTorch rel-shift (materialises an M x (M+N) product)")
-        out = eager.rel_bias(q.to(cdt), table.to(cdt), r_lo, n, off, bool(causal), bool(clamp))
+        out = eager.rel_bias(q.to(cdt), table.to(cdt), r_lo, n, off, causal, clamp)
     return out if out.dtype == q.dtype else out.to(q.dtype)
 
 
@@ -226,4 +226,4 @@ def wavelet_bias(
         raise ValueError(f"q.shape[-1]={q.shape[-1]} does not match config.head_dim={config.head_dim}")
     table, r_lo, rows = _wavelet_table_constant(config, compute_dtype(q), q.device)
     n, off = resolve_positions("q", q.shape[-2], k_len, q_offset)
-    return _rel_bias(q, table, r_lo, rows, n, off, bool(causal), False)
+    return _rel_bias(q, table, r_lo, rows, n, off, check_flag("causal", causal), False)

@@ -43,6 +43,7 @@ from typing import Any
 
 import numpy as np
 
+from ..._validate import check_flag
 from ...config import WAVELET_FAMILIES, RopeConfig, WaveletConfig
 from ...pos_enc import canonical_pos_enc, scores_pos_enc
 
@@ -163,7 +164,8 @@ def wavelet_config(head_dim: int, *, family: str = "ricker", grid: Any = None, s
         scale_values = 2.0 ** np.arange(n_s, dtype=np.float64)
     if shift_values is None:
         shift_values = np.arange(n_b, dtype=np.float64)
-    return WaveletConfig(family, np.repeat(scale_values, n_b), np.tile(shift_values, n_s), normalize=bool(normalize))
+    return WaveletConfig(family, np.repeat(scale_values, n_b), np.tile(shift_values, n_s),
+                         normalize=check_flag("--wavelet-normalize", normalize))
 
 
 def rope_config(theta: Any, fraction: Any, *, attr: str = "rope_theta") -> RopeConfig:
@@ -223,13 +225,15 @@ class PositionSpec:
             if value is not None and owner != pos_enc:
                 raise ValueError(f"{flag(attr)}={value!r} only applies to --pos-enc {owner}, "
                                  f"but --pos-enc is {pos_enc}")
-        if _get(args, "wavelet_normalize", False) and pos_enc != "wavelet":
+        normalize = _get(args, "wavelet_normalize", None)
+        normalize = False if normalize is None else check_flag("--wavelet-normalize", normalize)
+        if normalize and pos_enc != "wavelet":
             raise ValueError(f"--wavelet-normalize only applies to --pos-enc wavelet, but --pos-enc is {pos_enc}")
         if pos_enc == "wavelet":
             family = _get(args, "wavelet_family", "ricker") or "ricker"
             cfg = wavelet_config(head_dim, family=str(family), grid=_get(args, "wavelet_grid"),
                                  scales=_get(args, "wavelet_scales"), shifts=_get(args, "wavelet_shifts"),
-                                 normalize=bool(_get(args, "wavelet_normalize", False)))
+                                 normalize=normalize)
             return cls(pos_enc, head_dim, wavelet=cfg)
         if pos_enc == "rope":
             if head_dim % 2:
