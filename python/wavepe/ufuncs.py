@@ -18,7 +18,8 @@ from typing import Any
 import numpy as np
 
 from . import _ufuncs
-from ._validate import check_choice, check_flag, check_int, check_product_fits, check_real, resolve_positions
+from ._validate import (check_choice, check_flag, check_int, check_position, check_product_fits, check_real,
+                        resolve_positions)
 from .config import ROPE_LAYOUTS, RopeConfig, WaveletConfig
 from .config import alibi_slopes as _alibi_slopes
 
@@ -81,7 +82,7 @@ def alibi_bias(
         if not np.all(np.isfinite(slopes)):
             raise ValueError("slopes must be finite")
     m = check_int("q_len", q_len, min_value=0)
-    n, off = resolve_positions("q", m, k_len, q_offset)
+    n, off = resolve_positions("q", m, k_len, q_offset, "alibi_bias: ")
     return _ufuncs.alibi_bias(np.ascontiguousarray(slopes), m, n, off, check_flag("causal", causal))
 
 
@@ -100,9 +101,6 @@ def sinusoidal_table(length: int, dim: int, *, offset: int = 0, base: float = 10
     if dt not in (np.float32, np.float64):
         raise TypeError(f"dtype must be float32 or float64, got {dt}")
     return _ufuncs.sinusoidal_table(length, dim, offset, base, dt == np.float64)
-
-
-_POS_LIMIT = 2**61
 
 
 def rel_bias(
@@ -154,11 +152,9 @@ def _rel_bias(q: np.ndarray, table: np.ndarray, r_lo: int, k_len: int | None, q_
               causal: bool, clamp: bool) -> np.ndarray:
     """rel_bias after the array checks; ``table`` is already in the compute dtype."""
     m = q.shape[-2]
-    n, off = resolve_positions("q", m, k_len, q_offset)
+    n, off = resolve_positions("q", m, k_len, q_offset, "rel_bias: ")
+    check_position("r_lo", r_lo, "rel_bias: ")
     check_product_fits("rel_bias", (*q.shape[:-1], n), q.dtype.itemsize)
-    for name, v in (("q_offset", off), ("r_lo", r_lo), ("k_len", n), ("q_len", m), ("table rows", table.shape[0])):
-        if abs(v) > _POS_LIMIT:
-            raise OverflowError(f"rel_bias: {name}={v} is beyond the supported range of positions (±2**61)")
     cdt = table.dtype
     out = np.empty((*q.shape[:-1], n), dtype=cdt)
     _ufuncs.rel_bias(q.astype(cdt, copy=False), table, r_lo, off, bool(causal), bool(clamp), out=out)

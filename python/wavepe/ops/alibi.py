@@ -69,7 +69,7 @@ def alibi_bias(
     causal = check_flag("causal", causal)
     compute = compute_dtype(slopes)
     m = check_int("q_len", q_len, min_value=0)
-    n, off = resolve_positions("q", m, k_len, q_offset)
+    n, off = resolve_positions("q", m, k_len, q_offset, "alibi_bias: ")
     if _routing.has_kernel("alibi_bias", slopes.device):
         out = ops.alibi_bias(slopes.to(compute), m, n, off, causal)
     else:

@@ -20,7 +20,7 @@ import math
 
 import torch
 
-from .._validate import check_flag, check_int, check_real
+from .._validate import check_flag, check_int, check_position, check_real
 from ..config import WaveletConfig
 from ..pos_enc import canonical_pos_enc
 from . import _routing, eager
@@ -28,11 +28,6 @@ from ._checks import cacheable, check_same, check_tensor, compute_dtype
 from ._extension import ops
 from .alibi import alibi_bias
 from .relbias import rel_bias, wavelet_table
-
-# Positions and distances must stay far from int64's ends (the kernels step
-# past the ends of the query and key ranges by a tile).
-_POSITION_LIMIT = 2**60
-
 
 def _acc_dtype(dtype: torch.dtype) -> torch.dtype:
     """The kernels' accumulator type: lse, slopes and their gradients travel in it."""
@@ -80,10 +75,6 @@ def _attention_backward(ctx, grad_out, grad_lse):
 torch.library.register_autograd("wavepe::attention_fwd", _attention_backward, setup_context=_attention_setup)
 
 
-def _check_position_range(name: str, value: int, m: int, n: int) -> None:
-    if abs(value) + m + n >= _POSITION_LIMIT:
-        raise OverflowError(f"{name}={value} with M={m} queries and N={n} keys puts positions outside the "
-                            f"supported range (|{name}| + M + N < 2**60)")
 
 #: the encodings this op runs (wavepe.pos_enc is the vocabulary; "rope" rotates q and k beforehand)
 POS_ENCS = ("wavelet", "relative", "alibi", "nope")
@@ -171,7 +162,8 @@ def wavelet_attention(
         if tuple(key_padding_mask.shape) != (b, n):
             raise ValueError(f"key_padding_mask must be (B, N) = ({b}, {n}), got {tuple(key_padding_mask.shape)}")
         check_same("q", q, "key_padding_mask", key_padding_mask, dtype=False)
-    _check_position_range("q_offset", off, m, n)
+    for name, value in (("q_offset", off), ("q_len", m), ("k_len", n)):
+        check_position(name, value)
     cdt = compute_dtype(q)
     qc, kc, vc = q.to(cdt), k.to(cdt), v.to(cdt)
     table = slopes = None
@@ -189,7 +181,8 @@ def wavelet_attention(
         if clamp and table.shape[0] == 0:
             raise ValueError("rel_table[0] must have at least one row with clamp=True")
         r_lo = check_int("rel_table[1] (r_lo)", r_lo)
-        _check_position_range("rel_table[1] (r_lo)", r_lo, m, n)
+        check_position("rel_table[1] (r_lo)", r_lo)
+        check_position("rel_table[0] rows", table.shape[0])
         table = table.to(cdt)
     elif pos_enc == "alibi":
         if alibi_slopes is None:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import torch
 
-from .._validate import INT64_MAX, check_flag, check_int, resolve_positions
+from .._validate import INT64_MAX, check_flag, check_int, check_position, resolve_positions
 from ..config import WaveletConfig
 from . import _routing, eager
 from ._checks import cacheable, check_same, check_tensor, compute_dtype
@@ -165,7 +165,7 @@ def rel_bias(
         raise ValueError("table must have at least one row with clamp=True")
     r_lo = check_int("r_lo", r_lo)
     m = q.shape[-2]
-    n, off = resolve_positions("q", m, k_len, q_offset)
+    n, off = resolve_positions("q", m, k_len, q_offset, "rel_bias: ")
     return _rel_bias(q, table, r_lo, table.shape[0], n, off, check_flag("causal", causal), check_flag("clamp", clamp))
 
 
@@ -182,12 +182,9 @@ def _rel_bias(q: torch.Tensor, table: torch.Tensor, r_lo: int, rows: int, n: int
     return out if out.dtype == q.dtype else out.to(q.dtype)
 
 
-_POS_LIMIT = 2**61
-
-
 def _check_sizes(q: torch.Tensor, n: int, off: int, r_lo: int, rows: int) -> None:
     """The (..., M, N) result is addressable, and positions and distances stay
-    within ±2^61, where the kernels' index arithmetic is exact.  (Plain loops:
+    within ±2^60, where the kernels' index arithmetic is exact.  (Plain loops:
     this also runs while torch.compile traces.)"""
     total = q.element_size() * n
     for s in q.shape[:-1]:
@@ -196,8 +193,7 @@ def _check_sizes(q: torch.Tensor, n: int, off: int, r_lo: int, rows: int) -> Non
         raise OverflowError(f"rel_bias: a result of shape {(*tuple(q.shape[:-1]), n)} "
                             f"({q.element_size()}-byte elements) does not fit in memory addressing")
     for name, v in (("q_offset", off), ("r_lo", r_lo), ("k_len", n), ("q_len", q.shape[-2]), ("table rows", rows)):
-        if v > _POS_LIMIT or v < -_POS_LIMIT:
-            raise OverflowError(f"rel_bias: {name}={v} is beyond the supported range of positions (±2**61)")
+        check_position(name, v, "rel_bias: ")
 
 
 def wavelet_bias(
@@ -225,5 +221,5 @@ def wavelet_bias(
     if q.shape[-1] != config.head_dim:
         raise ValueError(f"q.shape[-1]={q.shape[-1]} does not match config.head_dim={config.head_dim}")
     table, r_lo, rows = _wavelet_table_constant(config, compute_dtype(q), q.device)
-    n, off = resolve_positions("q", q.shape[-2], k_len, q_offset)
+    n, off = resolve_positions("q", q.shape[-2], k_len, q_offset, "wavelet_bias: ")
     return _rel_bias(q, table, r_lo, rows, n, off, check_flag("causal", causal), False)
