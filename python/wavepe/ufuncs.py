@@ -172,8 +172,10 @@ def wavelet_bias(
     """Wavelet position bias ``q_m · p_{m,n}``, (..., M, d) -> (..., M, N).
 
     ``p_{m,n}[j] = psi((r - shifts[j]) / scales[j])`` at ``r = pos_q(m) - n``, from
-    ``config.table()`` (trimmed to the wavelets' support, so distances outside
-    it cost nothing).  Not yet multiplied by the attention scale.
+    ``config.table()`` over the distances the call forms, trimmed to the
+    wavelets' support (distances outside it cost nothing; any grid, however
+    large its scales, in memory proportional to the lengths).  Not yet
+    multiplied by the attention scale.
 
     Args:
         q: (..., M, d) float32 / float64 (float16 computed in float32), d = ``config.head_dim``.
@@ -190,7 +192,14 @@ def wavelet_bias(
     if q.shape[-1] != config.head_dim:
         raise ValueError(f"q.shape[-1]={q.shape[-1]} does not match config.head_dim={config.head_dim}")
     causal = check_flag("causal", causal)
-    table, r_lo = config.table(cdt)
+    m = q.shape[-2]
+    n, off = resolve_positions("q", m, k_len, q_offset, "wavelet_bias: ")
+    # the rows of the distances this call forms (bounded by its lengths, not by the support)
+    lo, hi = (max(off - (n - 1), 0) if causal else off - (n - 1)), off + m - 1
+    if m == 0 or n == 0 or lo > hi:
+        table, r_lo = np.zeros((0, config.head_dim), cdt), 0
+    else:
+        table, r_lo = config.table(cdt, lo, hi)
     return _rel_bias(q, table, r_lo, k_len, q_offset, causal, False)
 
 

@@ -27,7 +27,8 @@ from . import _routing, eager
 from ._checks import cacheable, check_same, check_tensor, compute_dtype
 from ._extension import ops
 from .alibi import alibi_bias
-from .relbias import rel_bias, wavelet_table
+from ._tables import call_table, default_wavelet_config  # noqa: F401  (public: wavepe.ops.default_wavelet_config)
+from .relbias import rel_bias
 
 def _acc_dtype(dtype: torch.dtype) -> torch.dtype:
     """The kernels' accumulator type: lse, slopes and their gradients travel in it."""
@@ -78,17 +79,6 @@ torch.library.register_autograd("wavepe::attention_fwd", _attention_backward, se
 
 #: the encodings this op runs (wavepe.pos_enc is the vocabulary; "rope" rotates q and k beforehand)
 POS_ENCS = ("wavelet", "relative", "alibi", "nope")
-_default_configs: dict[int, WaveletConfig] = {}
-
-
-def default_wavelet_config(head_dim: int) -> WaveletConfig:
-    """The paper's grid for ``head_dim`` (8 scales), shared per head_dim."""
-    cfg = _default_configs.get(head_dim)
-    if cfg is None:
-        cfg = _default_configs.setdefault(head_dim, WaveletConfig.grid(head_dim))
-    return cfg
-
-
 def wavelet_attention(
     q: torch.Tensor,
     k: torch.Tensor,
@@ -169,7 +159,7 @@ def wavelet_attention(
     table = slopes = None
     r_lo = 0
     if pos_enc == "wavelet":
-        table, r_lo = _wavelet_table_for(config, d, cdt, q.device)
+        table, r_lo = _wavelet_table_for(config, d, cdt, q.device, m, n, off, causal)
     elif pos_enc == "relative":
         if rel_table is None or not isinstance(rel_table, tuple) or len(rel_table) != 2:
             raise ValueError("pos_enc='relative' needs rel_table=(table, r_lo)")
@@ -203,20 +193,19 @@ def wavelet_attention(
     return _eager_attention(qc, kc, vc, table, r_lo, clamp, slopes, key_padding_mask, scale, off, causal).to(q.dtype)
 
 
-@torch.compiler.assume_constant_result
-def _wavelet_table_for(config: WaveletConfig | None, head_dim: int, dtype: torch.dtype,
-                       device: torch.device) -> tuple[torch.Tensor, int]:
-    """The (cached) wavelet table of ``config`` (default: the paper's grid).
-
-    A constant for torch.compile: the table depends on the configuration
-    only, so compiled graphs embed it instead of tracing its construction.
-    """
-    cfg = default_wavelet_config(head_dim) if config is None else config
-    if not isinstance(cfg, WaveletConfig):
-        raise TypeError(f"config must be a WaveletConfig or None, got {type(cfg).__name__}")
-    if cfg.head_dim != head_dim:
-        raise ValueError(f"config.head_dim={cfg.head_dim} does not match q.shape[-1]={head_dim}")
-    return wavelet_table(cfg, dtype, device)
+def _wavelet_table_for(config: WaveletConfig | None, head_dim: int, dtype: torch.dtype, device: torch.device,
+                       m, n, q_offset, causal: bool) -> tuple[torch.Tensor, int]:
+    """The wavelet table of ``config`` (default: the paper's grid) over the distances the call forms."""
+    if config is not None:
+        if not isinstance(config, WaveletConfig):
+            raise TypeError(f"config must be a WaveletConfig or None, got {type(config).__name__}")
+        if config.head_dim != head_dim:
+            raise ValueError(f"config.head_dim={config.head_dim} does not match q.shape[-1]={head_dim}")
+    elif head_dim % 8:
+        raise ValueError(f"the default wavelet grid has 8 scales and needs head_dim divisible by 8, got "
+                         f"head_dim={head_dim}; pass config=WaveletConfig.grid({head_dim}, n_scales=...)")
+    table, r_lo, _ = call_table(config, head_dim, dtype, device, m, n, q_offset, causal)
+    return table, r_lo
 
 
 _slopes_cache: dict[tuple, torch.Tensor] = {}

@@ -17,7 +17,8 @@ import torch
 from .._validate import INT64_MAX, check_flag, check_int, check_position, resolve_positions
 from ..config import WaveletConfig
 from . import _routing, eager
-from ._checks import cacheable, check_same, check_tensor, compute_dtype
+from ._checks import check_same, check_tensor, compute_dtype
+from ._tables import call_table, wavelet_table  # noqa: F401  (wavelet_table: public, wavepe.ops.wavelet_table)
 from ._extension import ops
 
 # ---- fake kernels (shapes only: torch.compile, meta tensors) ------------------------
@@ -100,34 +101,6 @@ torch.library.register_autograd("wavepe::rel_bias_backward", _rel_bias_double_ba
 
 
 # ---- public wrappers --------------------------------------------------------------------
-
-def wavelet_table(config: WaveletConfig, dtype: torch.dtype, device: torch.device | str) -> tuple[torch.Tensor, int]:
-    """``config.table()`` as a tensor on ``device``, cached on the config per (dtype, device)."""
-    device = torch.device(device)
-    key = ("torch", str(dtype), str(device))
-    with config._lock:
-        hit = config._cache.get(key)
-    if hit is not None:
-        return hit
-    np_dtype = "float64" if dtype == torch.float64 else "float32"
-    table_np, r_lo = config.table(np_dtype)
-    table = torch.from_numpy(table_np.copy()).to(device=device, dtype=dtype)
-    if cacheable(table):
-        with config._lock:
-            config._cache[key] = (table, r_lo)
-    return table, r_lo
-
-
-@torch.compiler.assume_constant_result
-def _wavelet_table_constant(config: WaveletConfig, dtype: torch.dtype,
-                            device: torch.device) -> tuple[torch.Tensor, int, int]:
-    # Under torch.compile the table is built (or fetched) eagerly while tracing
-    # and enters the graph as a constant: the config is fixed, and its lock and
-    # NumPy code are not traceable.  Its row count travels as a plain int
-    # (dynamo cannot read .shape of such a constant with dynamic shapes).
-    table, r_lo = wavelet_table(config, dtype, device)
-    return table, r_lo, int(table.shape[0])
-
 
 def rel_bias(
     q: torch.Tensor,
@@ -220,6 +193,8 @@ def wavelet_bias(
     check_tensor("q", q, min_dim=2)
     if q.shape[-1] != config.head_dim:
         raise ValueError(f"q.shape[-1]={q.shape[-1]} does not match config.head_dim={config.head_dim}")
-    table, r_lo, rows = _wavelet_table_constant(config, compute_dtype(q), q.device)
     n, off = resolve_positions("q", q.shape[-2], k_len, q_offset, "wavelet_bias: ")
-    return _rel_bias(q, table, r_lo, rows, n, off, check_flag("causal", causal), False)
+    causal = check_flag("causal", causal)
+    # the table of the distances this call forms (bounded by its lengths, not by the support)
+    table, r_lo, rows = call_table(config, config.head_dim, compute_dtype(q), q.device, q.shape[-2], n, off, causal)
+    return _rel_bias(q, table, r_lo, rows, n, off, causal, False)
