@@ -114,7 +114,8 @@ enum {
  * WAVEPE_OK, or a status with *err (may be NULL) naming the argument and its
  * value: a negative size; products, strides or positions beyond what int64 /
  * ptrdiff_t address or beyond +-2^60; clamp with an empty table; an outer
- * batch level for the backward; NULL data where elements exist. */
+ * batch level for the backward; NULL data where the operation reads or writes
+ * elements (checked last: empty problems need no data at all). */
 static inline int wavepe_relbias_validate(const wavepe_relbias_args *a, unsigned kernels, wavepe_error *err) {
     const int64_t elem = wavepe_dtype_size(a->dtype);
     if (elem == 0) return wavepe_fail(err, WAVEPE_E_INVALID, "dtype=%d is not an element type", a->dtype);
@@ -152,19 +153,26 @@ static inline int wavepe_relbias_validate(const wavepe_relbias_args *a, unsigned
     const int fwd = (kernels & WAVEPE_RELBIAS_FORWARD) != 0;
     const int gq = (kernels & WAVEPE_RELBIAS_GRAD_Q) != 0;
     const int gt = (kernels & WAVEPE_RELBIAS_GRAD_TABLE) != 0;
+    /* a pointer is needed where the operation reads or writes elements through it: an output with
+     * elements is written (zeros where nothing contributes); an input is read only for a term with
+     * elements on every side (bias entries x head dims) */
+    const int terms = n_bias > 0 && a->d > 0;
+    const int need_q = terms && ((fwd && n_table > 0) || (gt && n_table > 0));
+    const int need_table = terms && ((fwd && n_q > 0) || (gq && n_q > 0));
+    const int need_grad = terms && ((gq && n_table > 0) || (gt && n_q > 0));
     const int64_t q_st[4] = {a->q_stride_o, a->q_stride_g, a->q_stride_m, 1};
     const int64_t b_st[4] = {a->bias_stride_o, a->bias_stride_g, a->bias_stride_m, 1};
-    if (n_q > 0 && (fwd || gt)) {
+    if (need_q) {
         if (a->q == NULL) return wavepe_fail(err, WAVEPE_E_NULL, "q is NULL");
         if ((status = wavepe_check_view(err, "q", 4, q_dims, q_st, elem))) return status;
     }
-    if (n_table > 0 && (fwd || gq) && a->table == NULL) return wavepe_fail(err, WAVEPE_E_NULL, "table is NULL");
+    if (need_table && a->table == NULL) return wavepe_fail(err, WAVEPE_E_NULL, "table is NULL");
     if (n_bias > 0 && fwd) {
         if (a->bias == NULL) return wavepe_fail(err, WAVEPE_E_NULL, "bias is NULL");
         if ((status = wavepe_check_view(err, "bias", 4, bias_dims, b_st, elem))) return status;
     }
     const int64_t g_dims[3] = {a->batch, a->m, a->n}, g_st[3] = {a->grad_stride_g, a->grad_stride_m, 1};
-    if (n_bias > 0 && (gq || gt)) {
+    if (need_grad) {
         if (a->grad == NULL) return wavepe_fail(err, WAVEPE_E_NULL, "grad is NULL");
         if ((status = wavepe_check_view(err, "grad", 3, g_dims, g_st, elem))) return status;
     }

@@ -126,7 +126,8 @@ int wavepe_rope_plan_create(wavepe_isa isa, const wavepe_rope_args *a, wavepe_ro
     if (a->dtype != WAVEPE_F32 && a->dtype != WAVEPE_F64)
         return wavepe_fail(err, WAVEPE_E_INVALID, "the CPU kernels take float32 or float64, got %s",
                            wavepe_dtype_name(a->dtype));
-    if (wavepe_rope_rows(a) > 0)
+    const int rotates = wavepe_rope_rows(a) > 0 && a->head_dim > 0 && a->q.heads + a->k.heads > 0;
+    if (rotates) /* only then are the frequencies read (rope.h: the rules do not read data) */
         for (int64_t i = 0; i < a->rotary_pairs; ++i)
             if (!isfinite(a->inv_freq[i]))
                 return wavepe_fail(err, WAVEPE_E_INVALID, "inv_freq must be finite, got inv_freq[%lld] = %g",

@@ -50,6 +50,17 @@ def compute_dtype(t: torch.Tensor) -> torch.dtype:
     return t.dtype
 
 
+def check_finite(name: str, t: torch.Tensor) -> None:
+    """Values that must be finite (slopes, ...): ValueError naming them.  Skipped where values do not
+    exist (meta / fake tensors) or would make torch.compile branch on data."""
+    if t.device.type == "meta" or torch.compiler.is_compiling():
+        return
+    from torch._subclasses.fake_tensor import is_fake
+
+    if not is_fake(t) and not bool(torch.isfinite(t).all()):
+        raise ValueError(f"{name} must be finite, got {t.tolist()}")
+
+
 def cacheable(t: torch.Tensor) -> bool:
     """May a tensor built for a cache (tables, spectra, slopes) outlive this call?
 

@@ -12,7 +12,7 @@ import torch
 from .._validate import check_flag, check_int, resolve_positions
 from ..config import alibi_slopes as _alibi_slopes
 from . import _routing, eager
-from ._checks import compute_dtype
+from ._checks import check_finite, compute_dtype
 from ._extension import float_compute_dtype, ops
 
 
@@ -66,6 +66,7 @@ def alibi_bias(
         heads = check_int("slopes_or_heads", slopes_or_heads, min_value=1)
         slopes = torch.as_tensor(_alibi_slopes(heads), dtype=dtype, device=device)
     float_compute_dtype(slopes, "slopes")  # a floating-point tensor
+    check_finite("slopes", slopes)
     causal = check_flag("causal", causal)
     compute = compute_dtype(slopes)
     m = check_int("q_len", q_len, min_value=0)

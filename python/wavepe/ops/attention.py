@@ -24,7 +24,7 @@ from .._validate import check_flag, check_int, check_position, check_real
 from ..config import WaveletConfig
 from ..pos_enc import canonical_pos_enc
 from . import _routing, eager
-from ._checks import cacheable, check_same, check_tensor, compute_dtype
+from ._checks import cacheable, check_finite, check_same, check_tensor, compute_dtype
 from ._extension import ops
 from .alibi import alibi_bias
 from ._tables import call_table, default_wavelet_config  # noqa: F401  (public: wavepe.ops.default_wavelet_config)
@@ -182,8 +182,7 @@ def wavelet_attention(
             check_same("q", q, "alibi_slopes", alibi_slopes, dtype=False)
             if alibi_slopes.shape[0] != h:
                 raise ValueError(f"alibi_slopes must have one slope per head ({h}), got {alibi_slopes.shape[0]}")
-            if alibi_slopes.device.type != "meta" and not bool(torch.isfinite(alibi_slopes).all()):
-                raise ValueError(f"alibi_slopes must be finite, got {alibi_slopes.tolist()}")
+            check_finite("alibi_slopes", alibi_slopes)
             slopes = alibi_slopes.to(cdt)
     if _routing.has_kernel("attention_fwd", q.device):
         out, _ = ops.attention_fwd(qc, kc, vc, table, r_lo, clamp, slopes, key_padding_mask, scale, off, causal)
