@@ -22,6 +22,7 @@ from typing import Callable
 import numpy as np
 import torch
 
+import wavepe
 import wavepe.ops as wo
 import wavepe.ufuncs as wu
 from wavepe import RopeConfig, WaveletConfig
@@ -34,20 +35,24 @@ class Case:
     name: str
     kind: str
     run: Callable[[], None]
-    scalar: bool = False  # run with WAVEPE_FORCE_SCALAR=1 (the scalar kernels)
-    xfail: str = ""  # a known gap, with the issue that closes it
+    isa: str = ""  # run with WAVEPE_ISA=isa ("" = the CPU's best)
 
 
 CASES: dict[str, Case] = {}
+# the instruction sets this CPU runs, best first (the kernels must agree on all of them)
+ISAS = [isa for isa in ("avx512", "avx2", "scalar")
+        if ("scalar", "avx2", "avx512").index(isa) <= ("scalar", "avx2", "avx512").index(wavepe.cpu_isa())]
 
 
-def case(kind: str, *, both_isas: bool = False, xfail_simd: str = ""):
-    """Register fn as a case (twice with both_isas: the CPU's best ISA and the scalar reference)."""
+def case(kind: str, *, every_isa: bool = False):
+    """Register fn as a case (with every_isa: once per instruction set this CPU runs)."""
     def register(fn: Callable[[], None]) -> Callable[[], None]:
         name = fn.__name__
-        CASES[name] = Case(name, kind, fn, xfail=xfail_simd)
-        if both_isas:
-            CASES[name + "[scalar]"] = Case(name + "[scalar]", kind, fn, scalar=True)
+        if every_isa:
+            for isa in ISAS:
+                CASES[f"{name}[{isa}]"] = Case(f"{name}[{isa}]", kind, fn, isa)
+        else:
+            CASES[name] = Case(name, kind, fn)
         return fn
     return register
 
@@ -153,8 +158,7 @@ def non_finite_alibi_slopes_are_refused_everywhere():
                                                                                    alibi_slopes=slopes))
 
 
-@case("nan", both_isas=True, xfail_simd="issue 14, item 1: a NaN in a query must reach its row on every ISA (the "
-                                          "AVX2 kernels give 0 there today; the lead's change)")
+@case("nan", every_isa=True)
 def nan_in_an_unmasked_query_row_propagates_to_that_row():
     q, k, v = qkv(m=6, n=6)
     q[0, 1, 2, 5] = float("nan")
@@ -165,8 +169,7 @@ def nan_in_an_unmasked_query_row_propagates_to_that_row():
     assert torch.isfinite(out[rest]).all(), "other rows stay finite"
 
 
-@case("nan", both_isas=True, xfail_simd="issue 14, item 1: masked keys must never contribute (the AVX2 kernels' "
-                                          "NaN semantics are the lead's change)")
+@case("nan", every_isa=True)
 def nan_in_masked_values_never_reaches_the_output():
     q, k, v = qkv(m=8, n=8)
     v[0, 0, 4, 7] = float("nan")  # key 4, hidden from queries 0..3 by the causal mask
@@ -180,7 +183,7 @@ def nan_in_masked_values_never_reaches_the_output():
     assert torch.isfinite(out).all()
 
 
-@case("nan", both_isas=True)
+@case("nan", every_isa=True)
 def inf_and_huge_inputs_do_not_crash_any_kernel():
     q, k, v = qkv(m=9, n=9)
     for bad in (float("inf"), -float("inf"), 1e300, float("nan")):
@@ -216,7 +219,7 @@ def positions_at_and_beyond_the_limit():
            lambda: torch.ops.wavepe.attention_fwd(*qkv(), None, 0, False, None, None, 0.5, -2**62, True))
 
 
-@case("sizes", both_isas=True)
+@case("sizes", every_isa=True)
 def far_offsets_match_the_oracle():
     q, k, v = qkv(m=3, n=40)
     off = 2**40
@@ -241,7 +244,7 @@ def decoding_one_query_over_many_keys():
 
 # ---- odd strides --------------------------------------------------------------------------------------
 
-@case("strides", both_isas=True)
+@case("strides", every_isa=True)
 def transposed_flipped_and_expanded_inputs():
     g = torch.Generator().manual_seed(3)
     x = torch.randn(2, 11, 3, 16, generator=g, dtype=torch.float64)
@@ -319,7 +322,7 @@ def numpy_ufuncs_release_the_gil_and_agree():
 
 # ---- half precision -----------------------------------------------------------------------------------
 
-@case("half", both_isas=True)
+@case("half", every_isa=True)
 def bf16_and_fp16_compute_in_float32():
     for dtype in (torch.bfloat16, torch.float16):
         q, k, v = (t.to(dtype) for t in qkv(m=20, n=20, d=16, dtype=torch.float32))
@@ -335,7 +338,7 @@ def bf16_and_fp16_compute_in_float32():
 
 # ---- empty shapes ----------------------------------------------------------------------------------------
 
-@case("empty", both_isas=True)
+@case("empty", every_isa=True)
 def empty_shapes_give_empty_results_and_gradients():
     for b, h, m, n in [(0, 2, 3, 4), (1, 0, 3, 4), (1, 2, 0, 4), (1, 2, 3, 0)]:
         q = torch.randn(b, h, m, 8, dtype=torch.float64, requires_grad=True)
@@ -414,14 +417,14 @@ CANARY = Case("crash_canary", "canary", crash_canary)
 def check_case_names() -> None:
     """Every name is a valid pytest id (used by the runner's parametrisation)."""
     for name in CASES:
-        assert re.fullmatch(r"[a-z0-9_]+(\[scalar\])?", name), name
+        assert re.fullmatch(r"[a-z0-9_]+(\[(scalar|avx2|avx512)\])?", name), name
 
 
 def run_in_child(name: str, conn) -> None:
     """Run one case (in a forked child of the runner) and send ("passed" | "failed", traceback) back."""
     case = CANARY if name == CANARY.name else CASES[name]
-    if case.scalar:
-        os.environ["WAVEPE_FORCE_SCALAR"] = "1"
+    if case.isa:
+        os.environ["WAVEPE_ISA"] = case.isa
     try:
         case.run()
         conn.send(("passed", ""))

@@ -4,9 +4,8 @@ A forkserver process imports torch and wavepe once; each case runs in a fresh
 fork of it (tens of milliseconds), so a crash -- a segfault, an abort, a
 sanitizer report -- fails that case with the signal's name instead of taking
 the whole run down, and one case's state (thread counts, caches, the
-environment) never leaks into another.  Cases marked with a known gap are
-expected failures (xfail, not strict) on the SIMD kernels until the issue
-that closes the gap lands; on the scalar kernels they must pass.
+environment) never leaks into another.  Cases whose answer could depend on
+the kernels run once per instruction set this CPU has (WAVEPE_ISA).
 """
 
 from __future__ import annotations
@@ -61,9 +60,7 @@ def test_a_crash_is_reported_as_one(forkserver):
 
 
 @pytest.mark.parametrize("name", sorted(cases.CASES))
-def test_case(name, forkserver, request):
+def test_case(name, forkserver):
     case = cases.CASES[name]
-    if case.xfail and not case.scalar:
-        request.applymarker(pytest.mark.xfail(reason=case.xfail, strict=False))
     outcome, detail = run_case(forkserver, name)
     assert outcome == "passed", f"{name} ({case.kind}) {outcome}:\n{detail}"

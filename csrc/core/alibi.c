@@ -6,6 +6,7 @@
 #include <stdlib.h>
 
 #include "checked.h"
+#include "isa_dispatch.h"
 
 #define ALIBI_SCALAR(T, NAME)                                                                    \
     void NAME(const wavepe_alibi_args *a, int64_t row_begin, int64_t row_end) {                  \
@@ -29,25 +30,11 @@ ALIBI_SCALAR(float, wavepe_alibi_f32_scalar)
 ALIBI_SCALAR(double, wavepe_alibi_f64_scalar)
 
 void wavepe_alibi_f32(wavepe_isa isa, const wavepe_alibi_args *a, int64_t row_begin, int64_t row_end) {
-#if defined(__x86_64__) || defined(_M_X64)
-    if (isa == WAVEPE_ISA_AVX2) {
-        wavepe_alibi_f32_avx2(a, row_begin, row_end);
-        return;
-    }
-#endif
-    (void)isa;
-    wavepe_alibi_f32_scalar(a, row_begin, row_end);
+    WAVEPE_ISA_CALL(isa, wavepe_alibi_f32, (a, row_begin, row_end));
 }
 
 void wavepe_alibi_f64(wavepe_isa isa, const wavepe_alibi_args *a, int64_t row_begin, int64_t row_end) {
-#if defined(__x86_64__) || defined(_M_X64)
-    if (isa == WAVEPE_ISA_AVX2) {
-        wavepe_alibi_f64_avx2(a, row_begin, row_end);
-        return;
-    }
-#endif
-    (void)isa;
-    wavepe_alibi_f64_scalar(a, row_begin, row_end);
+    WAVEPE_ISA_CALL(isa, wavepe_alibi_f64, (a, row_begin, row_end));
 }
 
 /* ---- sinusoidal ------------------------------------------------------- */
@@ -73,6 +60,7 @@ int wavepe_sinusoidal_validate(int64_t len, int64_t d, int64_t offset, double ba
         const int status = wavepe_sinusoidal_validate(len, d, offset, base, (int64_t)sizeof(T), err); \
         if (status != WAVEPE_OK) return status;                                                  \
         if (len > 0 && pe == NULL) return wavepe_fail(err, WAVEPE_E_NULL, "the output is NULL"); \
+        const wavepe_fpenv env = wavepe_fpenv_enter();                                           \
         for (int64_t p = 0; p < len; ++p) {                                                      \
             const double pos = (double)(offset + p);                                             \
             for (int64_t c = 0; c < d; ++c) {                                                    \
@@ -81,6 +69,7 @@ int wavepe_sinusoidal_validate(int64_t len, int64_t d, int64_t offset, double ba
                 pe[p * d + c] = (T)((c % 2 == 0) ? sin(angle) : cos(angle));                     \
             }                                                                                    \
         }                                                                                        \
+        wavepe_fpenv_leave(env);                                                                 \
         return WAVEPE_OK;                                                                        \
     }
 

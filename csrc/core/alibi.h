@@ -81,6 +81,8 @@ void wavepe_alibi_f32_scalar(const wavepe_alibi_args *a, int64_t row_begin, int6
 void wavepe_alibi_f64_scalar(const wavepe_alibi_args *a, int64_t row_begin, int64_t row_end);
 void wavepe_alibi_f32_avx2(const wavepe_alibi_args *a, int64_t row_begin, int64_t row_end);
 void wavepe_alibi_f64_avx2(const wavepe_alibi_args *a, int64_t row_begin, int64_t row_end);
+void wavepe_alibi_f32_avx512(const wavepe_alibi_args *a, int64_t row_begin, int64_t row_end);
+void wavepe_alibi_f64_avx512(const wavepe_alibi_args *a, int64_t row_begin, int64_t row_end);
 
 /* pe (len, d) row-major of float32 / float64; base > 0, d >= 1; positions
  * offset .. offset + len - 1 within +-2^60.  *err (may be NULL) says why a

@@ -39,8 +39,8 @@
  *
  * Phase 1 must start after every unit of phase 0 finished.  A phase whose
  * unit count is 0 is skipped (every phase from 2 on has 0 units).  The isa
- * argument picks the scalar reference or the SIMD kernels (which fall back to
- * scalar on non-x86 builds).
+ * argument picks the scalar reference or the vector kernels (which fall back
+ * to scalar on non-x86 builds).
  */
 #ifndef WAVEPE_ATTENTION_H
 #define WAVEPE_ATTENTION_H

@@ -57,8 +57,14 @@ static PyObject *py_alibi_bias(PyObject *self, PyObject *args) {
         return NULL;
     }
     a.out = PyArray_DATA(out);
+    wavepe_isa isa;
+    if (wavepe_np_active_isa(&isa) < 0) {
+        Py_DECREF(out);
+        Py_DECREF(slopes);
+        return NULL;
+    }
     wavepe_alibi_plan *plan = NULL;
-    status = wavepe_alibi_plan_create(wavepe_active_isa(), &a, &plan, &err);
+    status = wavepe_alibi_plan_create(isa, &a, &plan, &err);
     if (status != WAVEPE_OK) {
         Py_DECREF(slopes);
         Py_DECREF(out);

@@ -71,7 +71,7 @@ void launch(const wavepe_relbias_args& a, unsigned kernels, const at::Device& de
     const int64_t threads = at::get_num_threads();
     run_plan<wavepe_relbias_plan>(
         [&](wavepe_relbias_plan** p, wavepe_error* e) {
-            return wavepe_relbias_plan_create(wavepe_active_isa(), &a, kernels, threads, p, e);
+            return wavepe_relbias_plan_create(wavepe::active_isa(), &a, kernels, threads, p, e);
         },
         {wavepe_relbias_units, wavepe_relbias_grain, wavepe_relbias_run, wavepe_relbias_plan_free}, what);
 }
@@ -79,14 +79,14 @@ void launch(const wavepe_relbias_args& a, unsigned kernels, const at::Device& de
 void launch(const wavepe_alibi_args& a, const at::Device& device, const char* what) {
     if (on_cuda(device, what)) return launch_cuda(a, device, what);
     run_plan<wavepe_alibi_plan>(
-        [&](wavepe_alibi_plan** p, wavepe_error* e) { return wavepe_alibi_plan_create(wavepe_active_isa(), &a, p, e); },
+        [&](wavepe_alibi_plan** p, wavepe_error* e) { return wavepe_alibi_plan_create(wavepe::active_isa(), &a, p, e); },
         {wavepe_alibi_units, wavepe_alibi_grain, wavepe_alibi_run, wavepe_alibi_plan_free}, what);
 }
 
 void launch(const wavepe_rope_args& a, const at::Device& device, const char* what) {
     if (on_cuda(device, what)) return launch_cuda(a, device, what);
     run_plan<wavepe_rope_plan>(
-        [&](wavepe_rope_plan** p, wavepe_error* e) { return wavepe_rope_plan_create(wavepe_active_isa(), &a, p, e); },
+        [&](wavepe_rope_plan** p, wavepe_error* e) { return wavepe_rope_plan_create(wavepe::active_isa(), &a, p, e); },
         {wavepe_rope_units, wavepe_rope_grain, wavepe_rope_run, wavepe_rope_plan_free}, what);
 }
 
@@ -94,8 +94,8 @@ void launch(const wavepe_attention_args& a, bool backward, const at::Device& dev
     if (on_cuda(device, what)) return launch_cuda(a, backward, device, what);
     run_plan<wavepe_attention_plan>(
         [&](wavepe_attention_plan** p, wavepe_error* e) {
-            return backward ? wavepe_attention_bwd_plan(wavepe_active_isa(), &a, p, e)
-                            : wavepe_attention_fwd_plan(wavepe_active_isa(), &a, p, e);
+            return backward ? wavepe_attention_bwd_plan(wavepe::active_isa(), &a, p, e)
+                            : wavepe_attention_fwd_plan(wavepe::active_isa(), &a, p, e);
         },
         {wavepe_attention_units, wavepe_attention_grain, wavepe_attention_run, wavepe_attention_plan_free}, what);
 }

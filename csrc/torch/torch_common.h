@@ -48,6 +48,15 @@ inline void check_sizes(int status, const wavepe_error& err, const char* what) {
     if (status != WAVEPE_E_NULL) check_status(status, err, what);
 }
 
+// The ISA this call's kernels use; a WAVEPE_ISA naming an ISA this CPU cannot
+// run (or an unknown one) is a ValueError saying so.
+inline wavepe_isa active_isa() {
+    wavepe_isa isa;
+    char message[256];
+    TORCH_CHECK_VALUE(wavepe_active_isa_checked(&isa, message, sizeof(message)) == WAVEPE_OK, message);
+    return isa;
+}
+
 // The element types a device's kernels take: float32 / float64 everywhere, and bfloat16 / float16 on
 // CUDA (the Python wrappers upcast half types for the CPU kernels).
 inline wavepe_dtype dtype_of(const at::Tensor& t, const char* name) {

@@ -79,7 +79,7 @@ static void relbias_empty(void *zero) {
                 /* forward: nothing to write unless the bias has elements (then q, table, bias are needed) */
                 if (!has_bias) {
                     wavepe_relbias_plan *plan = NULL;
-                    CHECK(wavepe_relbias_plan_create(isa ? wavepe_cpu_isa() : WAVEPE_ISA_SCALAR, &a,
+                    CHECK(wavepe_relbias_plan_create(isa ? wavepe_test_isa : WAVEPE_ISA_SCALAR, &a,
                                                      WAVEPE_RELBIAS_FORWARD, 2, &plan, NULL) == WAVEPE_OK);
                     if (plan != NULL) {
                         for (int ph = 0; ph < 3; ++ph)
@@ -90,7 +90,7 @@ static void relbias_empty(void *zero) {
                 /* backward: dq needs grad + table, dT needs grad + q; all empty here when their output is */
                 if (!has_q && !has_t) {
                     wavepe_relbias_plan *plan = NULL;
-                    CHECK(wavepe_relbias_plan_create(isa ? wavepe_cpu_isa() : WAVEPE_ISA_SCALAR, &a,
+                    CHECK(wavepe_relbias_plan_create(isa ? wavepe_test_isa : WAVEPE_ISA_SCALAR, &a,
                                                      WAVEPE_RELBIAS_GRAD_Q | WAVEPE_RELBIAS_GRAD_TABLE, 2, &plan,
                                                      NULL) == WAVEPE_OK);
                     if (plan != NULL) {
@@ -138,7 +138,7 @@ static void rope_null_and_empty(void *zero) {
             if (which == 2) b.q.heads = 0;
             if (which == 3) b.head_dim = 0, b.rotary_pairs = 0;
             CHECK(wavepe_rope_validate(&b, NULL) == WAVEPE_OK);
-            CHECK(wavepe_rope_plan_create(isa ? wavepe_cpu_isa() : WAVEPE_ISA_SCALAR, &b, &plan, NULL) == WAVEPE_OK);
+            CHECK(wavepe_rope_plan_create(isa ? wavepe_test_isa : WAVEPE_ISA_SCALAR, &b, &plan, NULL) == WAVEPE_OK);
             if (plan != NULL) {
                 CHECK(wavepe_rope_run(plan, 0, 0, wavepe_rope_units(plan, 0)) == WAVEPE_OK);
                 wavepe_rope_plan_free(plan);
@@ -166,7 +166,7 @@ static void alibi_null_and_empty(void *zero) {
             if (which == 1) b.m = 0;
             if (which == 2) b.n = 0;
             wavepe_alibi_plan *plan = NULL;
-            CHECK(wavepe_alibi_plan_create(isa ? wavepe_cpu_isa() : WAVEPE_ISA_SCALAR, &b, &plan, NULL) == WAVEPE_OK);
+            CHECK(wavepe_alibi_plan_create(isa ? wavepe_test_isa : WAVEPE_ISA_SCALAR, &b, &plan, NULL) == WAVEPE_OK);
             if (plan != NULL) {
                 CHECK(wavepe_alibi_run(plan, 0, 0, wavepe_alibi_units(plan, 0)) == WAVEPE_OK);
                 wavepe_alibi_plan_free(plan);
@@ -221,7 +221,7 @@ static void attention_null_and_empty(void *zero) {
             if (a.batch * a.kv_heads * n > 0) a.dk = dkv[0], a.dv = dkv[1];
             for (int backward = 0; backward < 2; ++backward) {
                 wavepe_attention_plan *plan = NULL;
-                const wavepe_isa which = isa ? wavepe_cpu_isa() : WAVEPE_ISA_SCALAR;
+                const wavepe_isa which = isa ? wavepe_test_isa : WAVEPE_ISA_SCALAR;
                 const int status = backward ? wavepe_attention_bwd_plan(which, &a, &plan, &err)
                                             : wavepe_attention_fwd_plan(which, &a, &plan, &err);
                 CHECK(status == WAVEPE_OK);
