@@ -33,8 +33,9 @@ _BY_TABLE_KEY: "weakref.WeakValueDictionary[str, WaveletConfig]" = weakref.WeakV
 
 
 class _Window:
-    """A cached table: ``table`` (read-only) holds distances ``r_lo .. r_lo + rows - 1`` and is exact for
-    every distance in ``[lo, hi]`` (rows of that window outside the array are all zero)."""
+    """A cached table (a NumPy array here; a tensor in ops._tables' subclass): ``table`` (read-only)
+    holds distances ``r_lo .. r_lo + rows - 1`` and is exact for every distance in ``[lo, hi]``
+    (rows of that window outside the array are all zero)."""
 
     __slots__ = ("table", "r_lo", "lo", "hi")
 
@@ -49,10 +50,13 @@ class _Window:
         first = max(lo, self.r_lo)
         last = min(hi, self.r_lo + self.table.shape[0] - 1)
         if first > last:
-            return self.table[:0], lo
+            return self._rows(0, 0), lo
         if first == self.r_lo and last == self.r_lo + self.table.shape[0] - 1:
             return self.table, first  # all of it: the cached object itself
-        return self.table[first - self.r_lo: last - self.r_lo + 1], first
+        return self._rows(first - self.r_lo, last - first + 1), first
+
+    def _rows(self, start: int, count: int) -> Any:
+        return self.table[start:start + count]
 
 
 def _as_vector(name: str, value: Any) -> np.ndarray:

@@ -27,7 +27,7 @@ import numpy as np
 import torch
 
 from .. import _ufuncs
-from ..config import _BY_TABLE_KEY, WAVELET_FAMILIES, WaveletConfig
+from ..config import _BY_TABLE_KEY, WAVELET_FAMILIES, WaveletConfig, _Window
 from ._checks import cacheable
 
 _default_configs: dict[int, WaveletConfig] = {}
@@ -110,24 +110,14 @@ def wavelet_table(config: WaveletConfig, dtype: torch.dtype, device: torch.devic
     return cached.rows_for(lo, hi)
 
 
-class _TorchWindow:
-    __slots__ = ("table", "r_lo", "lo", "hi")
+class _TorchWindow(_Window):
+    """A window of a torch table (one per dtype and device)."""
 
-    def __init__(self, table: torch.Tensor, r_lo: int, lo: int, hi: int) -> None:
-        self.table, self.r_lo, self.lo, self.hi = table, r_lo, lo, hi
+    __slots__ = ()
 
-    def covers(self, lo: int, hi: int) -> bool:
-        return self.lo <= lo and hi <= self.hi
-
-    def rows_for(self, lo: int, hi: int) -> tuple[torch.Tensor, int]:
-        first = max(lo, self.r_lo)
-        last = min(hi, self.r_lo + self.table.shape[0] - 1)
-        if first > last:
-            return self.table.narrow(0, 0, 0), lo
-        if first == self.r_lo and last == self.r_lo + self.table.shape[0] - 1:
-            return self.table, first  # all of it: the cached object itself
+    def _rows(self, start: int, count: int) -> torch.Tensor:
         # narrow, not indexing: an op for every device (indexing a fake CUDA tensor needs CUDA)
-        return self.table.narrow(0, first - self.r_lo, last - first + 1), first
+        return self.table.narrow(0, start, count)
 
 
 # ---- the op torch.compile sees ------------------------------------------------------------------
