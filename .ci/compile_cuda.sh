@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Compile every CUDA source for sm_80 and sm_90 without a GPU, warnings as
 # errors in host code, so that a broken kernel never lands unnoticed; then
-# syntax-check the torch bindings of the CUDA ops (csrc/torch/*_cuda.cpp)
+# syntax-check the op bindings with their CUDA registrations and launches
+# (csrc/torch/*_op.cpp, launch*.cpp, compiled with -DWAVEPE_WITH_CUDA=1)
 # against the installed torch's headers (a CPU wheel is enough: the one
 # header its build generates for CUDA is stubbed in .ci/torch_cuda_stubs).
 set -euo pipefail
@@ -10,7 +11,7 @@ NVCC=${NVCC:-$(command -v nvcc || true)}
 [ -z "$NVCC" ] && [ -x /usr/local/cuda/bin/nvcc ] && NVCC=/usr/local/cuda/bin/nvcc
 shopt -s nullglob
 srcs=(csrc/cuda/*.cu)
-binds=(csrc/torch/*_cuda.cpp)
+binds=(csrc/torch/*_op.cpp csrc/torch/launch*.cpp)
 if [ ${#srcs[@]} -eq 0 ]; then echo "no CUDA sources"; exit 0; fi
 if [ -z "$NVCC" ]; then
   if [ "${CI:-}" = "true" ]; then echo "nvcc not found but CUDA sources exist" >&2; exit 1; fi

@@ -17,7 +17,7 @@ import os
 import sys
 from typing import Any, Sequence
 
-from ._requires import MissingDependency, require
+from .._requires import MissingDependency, require
 
 
 # kept here (not imported from wavepe.experiments) so that --help does not import torch
@@ -46,8 +46,8 @@ def _cmd_info(args: argparse.Namespace) -> int:
 
 
 def _cmd_fairseq_user_dir(args: argparse.Namespace) -> int:
-    from ._requires import installed, missing_message
-    from .integrations.fairseq import user_dir
+    from .._requires import installed, missing_message
+    from ..integrations.fairseq import user_dir
 
     if not installed("fairseq"):  # the path still goes to stdout: fairseq may run from another environment
         print("wavepe fairseq-user-dir: note: " + missing_message("fairseq", "the fairseq plugin"), file=sys.stderr)
@@ -271,8 +271,9 @@ def _band_tokens(args: argparse.Namespace, tokenizer_kind: str, model: Any) -> A
 
 
 def _cmd_band(args: argparse.Namespace) -> int:
-    from .analysis import (P_ROPE_FRACTIONS, band_dimension, measure_model_band, p_rope_sweep, recommended_theta,
+    from .analysis import (P_ROPE_FRACTIONS, band_dimension, measure_model_band, recommended_theta,
                            theta_for_band, variance_of_cos, x_star)
+    from .experiments.evaluate import p_rope_sweep
 
     if args.model and args.hf_model:
         raise CliError("give --model or --hf-model, not both")
