@@ -296,14 +296,17 @@ def test_packed_sequences_stay_separate():
 @pytest.mark.parametrize("impl", ["sdpa", "eager"])
 @pytest.mark.parametrize("pos_enc", POS_ENCS)
 def test_other_attention_implementations_after_patching(impl, pos_enc):
-    # dense masks of the sdpa/eager mask functions: recognised as causal + padding, or the dense fallback
+    # rope/nope: any implementation does the rest; wavelet/alibi: eager adds the bias densely, sdpa cannot
     model = tiny()
     ids, mask, pos = left_pad(ids_for(2, 16), [0, 5])
-    with torch.no_grad(), wavepe.patch_llama(model, pos_enc):
+    with torch.no_grad(), wavepe.patch(model, pos_enc):
         want = model(ids, attention_mask=mask, position_ids=pos).logits
         model.set_attn_implementation(impl)
+        if pos_enc in ("wavelet", "alibi") and impl == "sdpa":
+            with pytest.raises(ValueError, match=f"attn_implementation='sdpa' cannot add the pos_enc='{pos_enc}'"):
+                model(ids, attention_mask=mask, position_ids=pos)
+            return
         got = model(ids, attention_mask=mask, position_ids=pos).logits
-        model.set_attn_implementation(hf.ATTN_IMPLEMENTATION)
     real = mask.bool()
     assert (got - want)[real].abs().max() <= 1e-5
 
@@ -371,7 +374,8 @@ def test_gradcheck_through_a_patched_attention_layer():
         with wavepe.patch_llama(model, pos_enc, wavelet=wavelet):
             for attention_mask in (keep, additive):  # compact (fused path) and float (dense fallback)
                 def f(x):
-                    out, _ = attn(x, position_embeddings=None, attention_mask=attention_mask, position_ids=pos)
+                    cos_sin = model.model.rotary_emb(x, position_ids=pos)  # through the patch's hook
+                    out, _ = attn(x, position_embeddings=cos_sin, attention_mask=attention_mask, position_ids=pos)
                     return out * mask[..., None]  # pad rows attend to nothing: 0 by definition
 
                 x = torch.randn(2, 5, 16, dtype=torch.float64, requires_grad=True)
@@ -514,14 +518,16 @@ def test_attend_edge_lengths_against_dense(m, n):
         keep[1, :2] = False
     cfg = WaveletConfig.grid(16)
     mask = keep[:, None, None, :] if m else None
-    fused, plan = hf_attn.attend(q, k, v, mask, pos_enc="wavelet", wavelet=cfg, scale=0.25, q_offset=n - m)
+    fused, _, plan = hf_attn.attend(q, k, v, mask, pos_enc="wavelet", wavelet=cfg, scale=0.25)
     assert plan.fused and fused.shape == (2, m, 4, 16)
     if n == 0:
         return  # no keys: nothing to compare (and 0 queries give an empty output above)
     causal = torch.arange(n)[None, :] <= (n - m + torch.arange(m))[:, None]
-    dense = hf_attn.dense_attention(q, k, v, (causal[None] & keep[:, None, :])[:, None], pos_enc="wavelet",
-                                    wavelet=cfg, scale=0.25, dropout=0.0, q_offset=n - m, causal=True)
+    positions = (n - m + torch.arange(m))[None]
+    dense, probs = hf_attn.dense_attention(q, k, v, (causal[None] & keep[:, None, :])[:, None], positions,
+                                           pos_enc="wavelet", wavelet=cfg, scale=0.25)
     assert torch.allclose(fused, dense.transpose(1, 2), atol=1e-12)
+    assert torch.allclose(probs.sum(-1), torch.ones(2, 4, m, dtype=torch.float64))
 
 
 # ---- errors -----------------------------------------------------------------------------------------------------
@@ -583,7 +589,7 @@ def test_unpatched_model_with_wavelet_config_refuses_the_backend(tmp_path):
     wavepe.patch_llama(model, "wavelet")
     model.save_pretrained(tmp_path)
     loaded = LlamaForCausalLM.from_pretrained(tmp_path, attn_implementation="wavepe")
-    with pytest.raises(RuntimeError, match="pos_enc='wavelet'.*call wavepe.patch_llama"):
+    with pytest.raises(RuntimeError, match="pos_enc='wavelet'.*call wavepe.patch"):
         loaded(ids_for(1, 4))
 
 
