@@ -1,4 +1,7 @@
-"""Hugging Face shim: wavepe.patch_llama on tiny Llama / Mistral / Qwen2 models built locally."""
+"""Hugging Face shim on tiny Llama models built locally: formulas, padding, caches, mechanics, errors.
+
+Every family: tests/test_hf_families.py; torch.compile: tests/test_hf_compile.py.
+"""
 
 from __future__ import annotations
 
@@ -11,10 +14,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from . import reference as ref
-
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
+
+from .hf_models import POS_ENCS, ids_for, left_pad, reference_logits, tiny  # noqa: E402
 
 import wavepe  # noqa: E402
 from wavepe import RopeConfig, WaveletConfig  # noqa: E402
@@ -22,20 +25,8 @@ from wavepe.integrations import hf  # noqa: E402
 from wavepe.integrations import _hf_attention as hf_attn  # noqa: E402
 from wavepe.integrations import _hf_settings as hf_settings  # noqa: E402
 
-from transformers import (  # noqa: E402
-    GPT2Config,
-    GPT2LMHeadModel,
-    LlamaConfig,
-    LlamaForCausalLM,
-    MistralConfig,
-    MistralForCausalLM,
-    Qwen2Config,
-    Qwen2ForCausalLM,
-)
+from transformers import GPT2Config, GPT2LMHeadModel, LlamaForCausalLM  # noqa: E402
 from transformers.models.llama.modeling_llama import LlamaAttention  # noqa: E402
-
-POS_ENCS = ["wavelet", "rope", "alibi", "nope"]
-
 
 @pytest.fixture(autouse=True, scope="module")
 def one_torch_thread():
@@ -44,56 +35,11 @@ def one_torch_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(before)
-FAMILIES = {
-    "llama": (LlamaConfig, LlamaForCausalLM),
-    "mistral": (MistralConfig, MistralForCausalLM),
-    "qwen2": (Qwen2Config, Qwen2ForCausalLM),
-}
-
-
-def tiny(family: str = "llama", *, seed: int = 0, **overrides) -> torch.nn.Module:
-    """A 2-layer model with hidden 64, 4 query heads over 2 KV heads (GQA), head_dim 16.
-
-    Weights are drawn larger than the default init so that attention is peaked and
-    the position encoding visibly changes the logits (tests can fail).
-    """
-    cfg_cls, model_cls = FAMILIES[family]
-    kw = dict(vocab_size=100, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
-              num_key_value_heads=2, max_position_embeddings=256, initializer_range=0.15, pad_token_id=0,
-              bos_token_id=1, eos_token_id=None, tie_word_embeddings=False)
-    kw.update(overrides)
-    torch.manual_seed(seed)
-    return model_cls(cfg_cls(**kw)).eval()
-
-
-def params64(model) -> dict:
-    return {k: v.detach().double().numpy() for k, v in model.state_dict().items()}
-
-
-def reference_logits(model, ids, encoding, **kw) -> np.ndarray:
-    c = model.config
-    return ref.llama_logits(params64(model), ids, n_heads=c.num_attention_heads, n_kv_heads=c.num_key_value_heads,
-                            eps=c.rms_norm_eps, encoding=encoding, **kw)
-
-
-def left_pad(ids: torch.Tensor, pads: list[int]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Mask out the first pads[b] tokens of row b; positions as generate() builds them."""
-    mask = torch.ones_like(ids)
-    for b, p in enumerate(pads):
-        mask[b, :p] = 0
-    ids = ids.masked_fill(mask == 0, 0)
-    pos = (mask.cumsum(-1) - 1).masked_fill(mask == 0, 0)
-    return ids, mask, pos
-
-
-def ids_for(batch: int, length: int, seed: int = 1) -> torch.Tensor:
-    g = torch.Generator().manual_seed(seed)
-    return torch.randint(2, 100, (batch, length), generator=g)
 
 
 # ---- equal to the formulas --------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("family", list(FAMILIES))
+@pytest.mark.parametrize("family", ["llama", "mistral", "qwen2"])
 def test_rope_at_models_theta_reproduces_unpatched_model(family):
     model = tiny(family)
     ids, mask, pos = left_pad(ids_for(3, 24), [0, 5, 11])
@@ -237,29 +183,6 @@ def test_static_cache_generation_equals_dynamic(pos_enc):
                              output_logits=True, return_dict_in_generate=True, cache_implementation="static")
     assert torch.equal(dyn.sequences, sta.sequences)
     assert (torch.stack(dyn.logits) - torch.stack(sta.logits)).abs().max() <= 1e-4
-
-
-@pytest.mark.parametrize("family,window", [
-    ("mistral", {"sliding_window": 6}),  # every layer slides
-    ("qwen2", {"use_sliding_window": True, "sliding_window": 6, "max_window_layers": 1}),  # layer 1 slides
-])
-@pytest.mark.parametrize("pos_enc", POS_ENCS)
-def test_sliding_window_that_bites(pos_enc, family, window):
-    # a window shorter than the sequence: dense masks, a trimmed cache
-    model = tiny(family, **window)
-    ids = ids_for(1, 16)
-    with torch.no_grad(), wavepe.patch_llama(model, pos_enc):
-        full = model(ids).logits
-        out = model(ids[:, :9], use_cache=True)
-        pieces, cache = [out.logits], out.past_key_values
-        for t in range(9, 16):
-            o = model(ids[:, t:t + 1], past_key_values=cache, use_cache=True)
-            pieces.append(o.logits)
-            cache = o.past_key_values
-    assert (torch.cat(pieces, dim=1) - full).abs().max() <= 1e-4
-    if pos_enc == "rope":
-        with torch.no_grad():
-            assert (model(ids).logits - full).abs().max() <= 1e-5  # unpatched: the same window
 
 
 @settings(max_examples=10, deadline=None)
