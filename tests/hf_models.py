@@ -10,6 +10,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 import transformers as tf
+from wavepe.integrations import hf
 
 from . import reference as ref
 
@@ -17,21 +18,20 @@ POS_ENCS = ["wavelet", "rope", "alibi", "nope"]
 RELATIVE = ["wavelet", "alibi"]
 
 # what each family adds to the common tiny config (hidden 64, 4 query heads over 2 KV heads, head_dim 16)
-FAMILIES: dict[str, tuple[type, type, dict]] = {
-    "llama": (tf.LlamaConfig, tf.LlamaForCausalLM, {}),
-    "mistral": (tf.MistralConfig, tf.MistralForCausalLM, {}),
-    "qwen2": (tf.Qwen2Config, tf.Qwen2ForCausalLM, {}),  # q/k/v biases
-    "qwen3": (tf.Qwen3Config, tf.Qwen3ForCausalLM, {"head_dim": 16}),  # q/k norm over the head
+_EXTRA: dict[str, dict] = {
+    "qwen2": {},  # q/k/v biases
+    "qwen3": {"head_dim": 16},  # q/k norm over the head
     # logit softcapping that bites (scores reach ~10), alternating sliding (6) and global layers
-    "gemma2": (tf.Gemma2Config, tf.Gemma2ForCausalLM,
-               {"head_dim": 16, "query_pre_attn_scalar": 16, "attn_logit_softcapping": 5.0,
-                "final_logit_softcapping": 30.0, "sliding_window": 6}),
+    "gemma2": {"head_dim": 16, "query_pre_attn_scalar": 16, "attn_logit_softcapping": 5.0,
+               "final_logit_softcapping": 30.0, "sliding_window": 6},
     # q/k norm, sliding (6, RoPE base 10^4) then global layers (base 10^6)
-    "gemma3": (tf.Gemma3TextConfig, tf.Gemma3ForCausalLM,
-               {"head_dim": 16, "query_pre_attn_scalar": 16, "sliding_window": 6, "sliding_window_pattern": 2}),
-    "phi3": (tf.Phi3Config, tf.Phi3ForCausalLM, {"partial_rotary_factor": 0.5}),  # fused qkv, half the dims rotate
-    "olmo2": (tf.Olmo2Config, tf.Olmo2ForCausalLM, {}),  # q/k norm over the whole projection
+    "gemma3": {"head_dim": 16, "query_pre_attn_scalar": 16, "sliding_window": 6, "sliding_window_pattern": 2},
+    "phi3": {"partial_rotary_factor": 0.5},  # fused qkv, half the dims rotate
+    "olmo2": {},  # q/k norm over the whole projection
 }
+#: family -> (config class, causal LM class, what its tiny config adds)
+FAMILIES: dict[str, tuple[type, type, dict]] = {
+    f.name: (getattr(tf, f.config), getattr(tf, f.causal_lm), _EXTRA.get(f.name, {})) for f in hf.FAMILIES}
 # families whose tiny config has layers with a sliding window shorter than the test sequences
 SLIDING = {
     "mistral": {"sliding_window": 6},  # every layer slides

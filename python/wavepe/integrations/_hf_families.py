@@ -34,21 +34,23 @@ from typing import Any, NamedTuple
 
 
 class Family(NamedTuple):
-    """One supported family: where transformers defines it and its attention class."""
+    """One supported family: where transformers defines it, its attention, config and causal-LM classes."""
 
-    name: str  # the model_type
-    attention: str  # attention class in transformers.models.<name>.modeling_<name>
+    name: str  # the model_type: transformers.models.<name>.modeling_<name>
+    attention: str  # the attention class there
+    config: str  # its config class (transformers.<config>)
+    causal_lm: str  # its causal LM class (transformers.<causal_lm>)
 
 
 FAMILIES: tuple[Family, ...] = (
-    Family("llama", "LlamaAttention"),
-    Family("mistral", "MistralAttention"),
-    Family("qwen2", "Qwen2Attention"),
-    Family("qwen3", "Qwen3Attention"),
-    Family("gemma2", "Gemma2Attention"),
-    Family("gemma3", "Gemma3Attention"),
-    Family("phi3", "Phi3Attention"),
-    Family("olmo2", "Olmo2Attention"),
+    Family("llama", "LlamaAttention", "LlamaConfig", "LlamaForCausalLM"),
+    Family("mistral", "MistralAttention", "MistralConfig", "MistralForCausalLM"),
+    Family("qwen2", "Qwen2Attention", "Qwen2Config", "Qwen2ForCausalLM"),
+    Family("qwen3", "Qwen3Attention", "Qwen3Config", "Qwen3ForCausalLM"),
+    Family("gemma2", "Gemma2Attention", "Gemma2Config", "Gemma2ForCausalLM"),
+    Family("gemma3", "Gemma3Attention", "Gemma3TextConfig", "Gemma3ForCausalLM"),
+    Family("phi3", "Phi3Attention", "Phi3Config", "Phi3ForCausalLM"),
+    Family("olmo2", "Olmo2Attention", "Olmo2Config", "Olmo2ForCausalLM"),
 )
 
 
