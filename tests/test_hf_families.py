@@ -287,3 +287,8 @@ def test_requested_backend_is_kept_where_it_can_carry_the_encoding(pos_enc, impl
     relative = pos_enc in RELATIVE
     assert got == ("wavepe" if relative and impl == "sdpa" else impl)
     assert model.config._attn_implementation == impl
+    # re-patching starts from the user's implementation, not from the one an earlier patch chose
+    wavepe.patch(model, "wavelet")
+    with wavepe.patch(model, pos_enc):
+        assert model.config._attn_implementation == got
+    assert model.config._attn_implementation == impl

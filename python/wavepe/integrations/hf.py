@@ -174,9 +174,8 @@ def _refuse_unsupported(model: nn.Module) -> None:
                     f"{type(model).__name__} has {', '.join(others) if others else 'no attention module'}")
 
 
-def _implementation_for(config: Any, pos_enc: str) -> Any:
-    """The attention implementation a patched config runs: the user's where it can carry ``pos_enc``."""
-    impl = config._attn_implementation
+def _implementation_for(impl: Any, pos_enc: str) -> Any:
+    """The attention implementation a patched config runs: the user's ``impl`` where it can carry ``pos_enc``."""
     if pos_enc in ("rope", "nope"):
         return impl
     if impl in (None, "sdpa"):  # transformers' default (an explicit "sdpa" reads the same): cannot add a bias
@@ -222,12 +221,14 @@ def _patch_model(model: nn.Module, pos_enc: str | None, wavelet: Any, rope: Any)
         if problems:
             raise ValueError(f"wavepe.patch: pos_enc={settings.pos_enc!r} cannot run {type(model).__name__} with "
                              + "; ".join(problems))
-    implementations = [_implementation_for(config, settings.pos_enc) for config in configs]
+    # the user's implementation: what an earlier patch of this model (or of a model inside it) replaced
+    earlier = [sub.__dict__["_wavepe_patch"] for sub in model.modules() if "_wavepe_patch" in sub.__dict__]
+    users = {id(c): impl for handle in earlier for c, _, impl in handle._restore}
+    implementations = [_implementation_for(users.get(id(c), c._attn_implementation), settings.pos_enc)
+                       for c in configs]
 
-    for sub in model.modules():  # an earlier patch of this model or of a model inside it
-        previous = sub.__dict__.get("_wavepe_patch")
-        if previous is not None:
-            previous.remove()
+    for previous in earlier:
+        previous.remove()
     for mod in modules:  # modules patched through an enclosing model
         state = mod.__dict__.pop("_wavepe", None)
         if state is not None:
