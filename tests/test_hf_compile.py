@@ -18,7 +18,7 @@ from transformers import CompileConfig  # noqa: E402
 
 from .hf_models import FAMILIES, POS_ENCS, ids_for, left_pad, tiny  # noqa: E402
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("one_torch_thread")]  # tests/conftest.py
 
 # every encoding on Llama; on the other families the two seams: a relative bias (wavelet) and RoPE
 CASES = [("llama", p) for p in POS_ENCS] + [(f, p) for f in FAMILIES if f != "llama" for p in ("wavelet", "rope")]
@@ -26,13 +26,10 @@ CASES = [("llama", p) for p in POS_ENCS] + [(f, p) for f in FAMILIES if f != "ll
 
 @pytest.fixture(autouse=True)
 def fresh_dynamo():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
     torch._dynamo.reset()
     counters.clear()
     yield
     torch._dynamo.reset()
-    torch.set_num_threads(before)
 
 
 def _breaks() -> int:

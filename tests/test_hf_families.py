@@ -27,12 +27,7 @@ from .hf_models import FAMILIES, POS_ENCS, RELATIVE, SLIDING, ids_for, left_pad,
 ALL = list(FAMILIES)
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_torch_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")  # tests/conftest.py
 
 
 def _real_max(a: torch.Tensor, b: torch.Tensor, mask: torch.Tensor) -> float:
