@@ -128,17 +128,7 @@ def test_rope_config_theta_and_p_rope_equal_formula_reference(isa):
 
 # ---- padding, caches, generate ----------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("pos_enc", POS_ENCS)
-def test_left_padding_gives_the_unpadded_logits(pos_enc):
-    model = tiny()
-    raw = ids_for(3, 20)
-    ids, mask, pos = left_pad(raw, [0, 3, 19])
-    with torch.no_grad(), wavepe.patch_llama(model, pos_enc):
-        batch = model(ids, attention_mask=mask, position_ids=pos).logits
-        for b, p in enumerate([0, 3, 19]):
-            alone = model(raw[b:b + 1, p:]).logits[0]
-            assert (batch[b, p:] - alone).abs().max() <= 1e-5, (pos_enc, b)
-
+# left padding against rows alone, every family: tests/test_hf_families.py
 
 @pytest.mark.parametrize("pos_enc", POS_ENCS)
 def test_generate_matches_full_forward(pos_enc):
