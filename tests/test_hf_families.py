@@ -253,6 +253,22 @@ def test_bidirectional_attention_is_refused_for_relative_encodings(family):
     wavepe.patch(model, "rope").remove()  # no bias: fine
 
 
+def test_multimodal_gemma3_is_refused_for_relative_encodings():
+    import transformers as tf
+
+    text = dict(vocab_size=300, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+                num_key_value_heads=2, head_dim=16, sliding_window=6)
+    vision = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2, image_size=28,
+                  patch_size=14)
+    model = tf.Gemma3ForConditionalGeneration(tf.Gemma3Config(text_config=text, vision_config=vision,
+                                                              mm_tokens_per_image=4, image_token_index=299,
+                                                              boi_token_index=297, eoi_token_index=298))
+    with pytest.raises(ValueError, match="vision tower.*patch the text model alone"):
+        wavepe.patch(model, "alibi")
+    wavepe.patch(model, "nope").remove()
+    wavepe.patch(model.model.language_model, "alibi").remove()
+
+
 @pytest.mark.parametrize("impl", ["flex_attention"])
 def test_backends_without_a_bias_are_refused_at_patch_time(impl):
     model = tiny()

@@ -22,9 +22,10 @@ What a family adds that the seams must carry:
   (Phi-3's ``partial_rotary_factor``), per-layer-type RoPE bases (Gemma 3):
   inside the stock forward and rotary module, untouched.
 
-Refused by name at patch time: bidirectional attention
-(``use_bidirectional_attention``) with a relative encoding (the bias reads
-each query's index as the last key its causal mask shows).
+Refused by name at patch time, with a relative encoding (the bias reads each
+query's index as the last key its causal mask shows): bidirectional attention
+(``use_bidirectional_attention``) and multimodal models (``vision_config``:
+image tokens attend to each other both ways).
 """
 
 from __future__ import annotations
@@ -83,8 +84,13 @@ def defines_a_family(module_name: str) -> bool:
 
 
 def unsupported_features(config: Any, pos_enc: str) -> list[str]:
-    """The features of ``config`` that ``pos_enc`` cannot carry, each named with its value."""
+    """The features of a model or attention ``config`` that ``pos_enc`` cannot carry, each named with its value."""
     found = []
-    if pos_enc in ("wavelet", "alibi") and getattr(config, "use_bidirectional_attention", False):
+    if pos_enc not in ("wavelet", "alibi"):
+        return found  # no bias: whatever the stock attention does, it still does
+    if getattr(config, "use_bidirectional_attention", False):
         found.append("use_bidirectional_attention=True (relative encodings here are causal)")
+    if getattr(config, "vision_config", None) is not None:
+        found.append(f"a vision tower ({type(config).__name__}.vision_config: image tokens attend to each other "
+                     "both ways, and relative encodings here are causal; patch the text model alone)")
     return found

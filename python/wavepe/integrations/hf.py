@@ -216,7 +216,7 @@ def _patch_model(model: nn.Module, pos_enc: str | None, wavelet: Any, rope: Any)
         raise TypeError(f"wavepe.patch: {type(model).__name__} has no rotary embedding module (its positions "
                         "enter through one: Llama-style models have model.rotary_emb)")
     _check_rope(settings, {rotary_dim(r) for r in rotaries})
-    for config in configs:
+    for config in [getattr(model, "config", None)] + configs:
         problems = _families.unsupported_features(config, settings.pos_enc)
         if problems:
             raise ValueError(f"wavepe.patch: pos_enc={settings.pos_enc!r} cannot run {type(model).__name__} with "
