@@ -77,17 +77,20 @@ def test_gemma3_rope_config_replaces_both_layer_types_bases():
 
 # ---- relative modes ---------------------------------------------------------------------------------------------
 
+@pytest.mark.parametrize("left", [True, False])
 @pytest.mark.parametrize("pos_enc", POS_ENCS)
 @pytest.mark.parametrize("family", ALL)
-def test_padded_batch_equals_rows_alone(family, pos_enc):
+def test_padded_batch_equals_rows_alone(family, pos_enc, left):
     model = tiny(family)
     raw = ids_for(3, 18)
-    ids, mask, pos = left_pad(raw, [0, 3, 17])  # the last row: one real token
+    pads = [0, 3, 17]  # the last row: one real token
+    ids, mask, pos = (left_pad if left else right_pad)(raw, pads)
     with torch.no_grad(), wavepe.patch(model, pos_enc):
         batch = model(ids, attention_mask=mask, position_ids=pos).logits
-        for b, p in enumerate([0, 3, 17]):
-            alone = model(raw[b:b + 1, p:]).logits[0]
-            assert (batch[b, p:] - alone).abs().max() <= 1e-5, b
+        for b, p in enumerate(pads):
+            real = slice(p, None) if left else slice(0, 18 - p)
+            alone = model(raw[b:b + 1, real]).logits[0]
+            assert (batch[b, real] - alone).abs().max() <= 1e-5, b
 
 
 @pytest.mark.parametrize("pos_enc", POS_ENCS)
