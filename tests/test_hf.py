@@ -26,6 +26,7 @@ from wavepe.integrations import _hf_attention as hf_attn  # noqa: E402
 from wavepe.integrations import _hf_settings as hf_settings  # noqa: E402
 
 from transformers import GPT2Config, GPT2LMHeadModel, LlamaForCausalLM  # noqa: E402
+from transformers.models.llama import modeling_llama  # noqa: E402
 from transformers.models.llama.modeling_llama import LlamaAttention  # noqa: E402
 
 @pytest.fixture(autouse=True, scope="module")
@@ -300,7 +301,8 @@ def test_gradcheck_through_a_patched_attention_layer():
 def test_patch_and_remove_round_trip_exactly():
     gc.collect()  # models that earlier tests patched and dropped are finalized
     original_forward = LlamaAttention.__dict__["forward"]
-    assert not hasattr(original_forward, "__wavepe_dispatcher__"), "a patched model leaked from another test"
+    original_eager = modeling_llama.eager_attention_forward
+    assert not hasattr(original_eager, "__wavepe_dispatcher__"), "a patched model leaked from another test"
     model = tiny()
     ids = ids_for(2, 16)
     config_before = model.config.to_dict()
@@ -311,6 +313,7 @@ def test_patch_and_remove_round_trip_exactly():
         assert handle.active and hf.get_patch(model) is handle
         assert model.config.wavepe["pos_enc"] == "wavelet"
         assert model.config._attn_implementation == "wavepe"
+        assert modeling_llama.eager_attention_forward.__wavepe_dispatcher__  # eager adds the bias while patched
         patched = model(ids).logits
         handle.remove()
         handle.remove()  # idempotent
@@ -320,7 +323,9 @@ def test_patch_and_remove_round_trip_exactly():
     assert torch.equal(after, before)
     assert model.config.to_dict() == config_before and not hasattr(model.config, "wavepe")
     assert model.config._attn_implementation == impl_before
-    assert LlamaAttention.__dict__["forward"] is original_forward
+    assert LlamaAttention.__dict__["forward"] is original_forward  # never replaced
+    assert modeling_llama.eager_attention_forward is original_eager
+    assert not model.model.rotary_emb._forward_hooks
     assert all("_wavepe" not in m.__dict__ for m in model.modules())
 
 
@@ -397,7 +402,7 @@ def test_deepcopy_and_pickle_of_a_patched_model_stay_patched():
         hf.unpatch(loaded)
         hf.unpatch(twin)
         assert torch.equal(twin(ids).logits, model(ids).logits)
-    assert not hasattr(LlamaAttention.__dict__["forward"], "__wavepe_dispatcher__")
+    assert not hasattr(modeling_llama.eager_attention_forward, "__wavepe_dispatcher__")
 
 
 def test_lazy_reexport_and_registration():
