@@ -86,9 +86,9 @@ def test_wavelet_equals_formula_reference(isa):
     assert np.abs(got[0] - nope).max() > 1e-2  # the encoding matters at these weights
 
 
-@pytest.mark.parametrize("family", ["qwen2", "mistral"])
+@pytest.mark.parametrize("family", ["qwen2", "mistral", "qwen3", "olmo2"])
 def test_other_families_equal_formula_reference(family, isa):
-    model = tiny(family)  # Qwen2 has q/k/v biases
+    model = tiny(family)  # Qwen2: q/k/v biases; Qwen3: q/k norm per head; OLMo-2: over the projection, post-norms
     ids = ids_for(1, 20)
     cfg = WaveletConfig.grid(16, n_scales=4, family="morlet")
     with torch.no_grad(), wavepe.patch_llama(model, "wavelet", wavelet=cfg):
