@@ -21,7 +21,7 @@ Rows:
 Target (issue 21): rope mode within 1.1x the stock model in every row (it is the stock
 attention plus, with rope=RopeConfig, wavepe's cos/sin).  Relative modes are reported.
 Prints a table with the CPU / GPU, ISA and threads, and writes
-benchmarks/results/bench_hf.json (bench_hf_quick.json).
+benchmarks/results/bench_hf.json (bench_hf_quick.json, or --out NAME: NAME.json).
 """
 
 from __future__ import annotations
@@ -146,6 +146,7 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--threads", type=int, default=0, help="torch threads (default: torch's choice)")
     parser.add_argument("--device", default="", help="cpu or cuda (default: cuda when available)")
+    parser.add_argument("--out", default="", help="results file name (default bench_hf, bench_hf_quick)")
     args = parser.parse_args()
     import torch
 
@@ -163,7 +164,7 @@ def main() -> None:
     title = (f"bench_hf: {str(dtype).replace('torch.', '')} on {device.type}, batch 1, "
              f"{2 if args.quick else 4} layers, hidden 512, 8 heads x 64 over 4 KV heads")
     table = print_table(title, header, rows)
-    write_json("bench_hf" + ("_quick" if args.quick else ""), {"header": header, "rows": rows, "table": table})
+    write_json(args.out or "bench_hf" + ("_quick" if args.quick else ""), {"header": header, "rows": rows, "table": table})
 
 
 if __name__ == "__main__":
