@@ -98,7 +98,8 @@ def wavelet_attention(
     rel_table: tuple[torch.Tensor, int] | None = None,
     clamp: bool = False,
     key_padding_mask: torch.Tensor | None = None,
-) -> torch.Tensor:
+    return_lse: bool = False,
+) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
     """Attention with a position encoding in the scores, fused (no M x N tensor).
 
     Scores, with r = pos_q - pos_k the relative distance::
@@ -123,9 +124,13 @@ def wavelet_attention(
             al.) instead of zero.
         key_padding_mask: (B, N) bool, True = ignore that key.  A query that
             sees no key gets a zero output.
+        return_lse: also return each query's log-sum-exp of its scores, for
+            schemes that merge partial results (as wavepe.distributed does).
 
     Returns:
-        (B, H, M, d), dtype of q (bf16 / fp16 are computed in fp32).
+        out (B, H, M, d), dtype of q (bf16 / fp16 are computed in fp32); with
+        ``return_lse``, ``(out, lse)``: lse (B, H, M) in the compute dtype
+        (-inf for a query that sees no key), differentiable like ``out``.
     """
     check_tensor("q", q, dim=4)
     check_tensor("k", k, dim=4)
@@ -185,15 +190,16 @@ def wavelet_attention(
                 raise ValueError(f"alibi_slopes must be finite, got {alibi_slopes.tolist()}")
             slopes = alibi_slopes.to(cdt)
     if q.device.type == "cpu":
-        out, _ = ops.attention_fwd(qc, kc, vc, table, r_lo, bool(clamp), slopes, key_padding_mask, scale, off,
-                                   bool(causal))
-        return out.to(q.dtype)
+        out, lse = ops.attention_fwd(qc, kc, vc, table, r_lo, bool(clamp), slopes, key_padding_mask, scale, off,
+                                     bool(causal))
+        return (out.to(q.dtype), lse) if return_lse else out.to(q.dtype)
     if q.device.type not in _warned_devices:
         _warned_devices.add(q.device.type)
         warnings.warn(f"wavepe: no fused attention kernel for device {q.device.type!r}; using the bias + "
                       "scaled_dot_product_attention path (materialises M x N scores)", RuntimeWarning, stacklevel=2)
-    return _eager_attention(qc, kc, vc, table, r_lo, bool(clamp), slopes, key_padding_mask, scale, off,
-                            bool(causal)).to(q.dtype)
+    result = _eager_attention(qc, kc, vc, table, r_lo, bool(clamp), slopes, key_padding_mask, scale, off,
+                              bool(causal), return_lse=bool(return_lse))
+    return (result[0].to(q.dtype), result[1]) if return_lse else result.to(q.dtype)
 
 
 _warned_devices: set[str] = set()
@@ -229,7 +235,8 @@ def _standard_slopes(heads: int, dtype: torch.dtype, device: torch.device) -> to
     return hit
 
 
-def _eager_attention(q, k, v, table, r_lo, clamp, slopes, key_padding_mask, scale, q_offset, causal):
+def _eager_attention(q, k, v, table, r_lo, clamp, slopes, key_padding_mask, scale, q_offset, causal,
+                     return_lse=False):
     """The plain-PyTorch path (devices without a compiled kernel)."""
     m, n = q.shape[2], k.shape[2]
     bias = None
@@ -240,4 +247,4 @@ def _eager_attention(q, k, v, table, r_lo, clamp, slopes, key_padding_mask, scal
         bias = alibi_bias(slopes, m, n, q_offset=q_offset, causal=causal, dtype=q.dtype, device=q.device)
         bias_scaled = True
     return eager.attention(q, k, v, bias, causal=causal, scale=scale, q_offset=q_offset, bias_scaled=bias_scaled,
-                           key_padding_mask=key_padding_mask)
+                           key_padding_mask=key_padding_mask, return_lse=return_lse)

@@ -67,12 +67,16 @@ def rope(x: torch.Tensor, positions: torch.Tensor, inv_freq: torch.Tensor, layou
 
 def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: torch.Tensor | None, *, causal: bool,
               scale: float, q_offset: int, bias_scaled: bool,
-              key_padding_mask: torch.Tensor | None = None) -> torch.Tensor:
+              key_padding_mask: torch.Tensor | None = None,
+              return_lse: bool = False) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
     """softmax(scale·q·kᵀ + mask + bias) v with SDPA and a float mask.
 
     q (B, H, M, d); k, v (B, Hkv, N, d); bias broadcastable to (B, H, M, N)
     or None.  ``bias_scaled=False`` multiplies the bias by ``scale`` first (the
     wavelet convention s = scale·(q·k + q·p)); ALiBi's bias is added as is.
+    ``return_lse`` also returns the scores' log-sum-exp (B, H, M), -inf for a
+    query that sees no key; SDPA does not expose it, so the scores are formed
+    explicitly then.
     """
     b, h, m, _ = q.shape
     n = k.shape[-2]
@@ -91,5 +95,10 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: torch.Ten
         mask = mask + (bias if bias_scaled else bias * scale)
     # rows with every key masked produce NaN in softmax; define them as 0 output
     all_masked = torch.isinf(mask).all(dim=-1, keepdim=True) & (mask < 0).all(dim=-1, keepdim=True)
+    if return_lse:
+        s = torch.matmul(q, k.transpose(-1, -2)) * scale + mask.masked_fill(all_masked, 0.0)
+        lse = torch.logsumexp(s, dim=-1, keepdim=True)
+        out = torch.matmul(torch.exp(s - lse), v).masked_fill(all_masked, 0.0)
+        return out, lse.masked_fill(all_masked, float("-inf")).squeeze(-1)
     out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask.masked_fill(all_masked, 0.0), scale=scale)
     return out.masked_fill(all_masked, 0.0)
