@@ -1,0 +1,244 @@
+"""``context_parallel_attention``: the public entry point, its checks and its settings."""
+
+from __future__ import annotations
+
+import math
+import struct
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+import torch.distributed as dist
+
+from .._validate import check_choice, check_int, check_real
+from ..config import WaveletConfig, alibi_slopes as standard_slopes
+from ..ops import default_wavelet_config, wavelet_table
+from ..ops._checks import check_same, check_tensor, compute_dtype
+from ._layout import LAYOUTS, _group_geometry, local_positions, segments
+from ._ring_attention import RingAttention, RingPlan, _Ring
+from ._schedule import UNBOUNDED, last_hops
+
+POS_ENCS: tuple[str, ...] = ("wavelet", "relative", "alibi", "none")
+
+# The settings every rank must agree on, in the order they are compared (see _check_agreement).
+_AGREED = ("batch", "heads", "kv_heads", "local length", "head_dim", "dtype", "pos_enc", "causal", "layout",
+           "scale", "table rows", "r_lo", "clamp", "key_padding_mask given")
+_DTYPES = (torch.float32, torch.float64, torch.bfloat16, torch.float16)
+
+
+@dataclass(frozen=True)
+class ContextParallel:
+    """Where a module's sequence lives: the process group holding it and the layout of its chunks.
+
+    Assign it to :attr:`wavepe.nn.PositionalAttention.context_parallel` (or
+    call :meth:`attention` yourself): the module then takes this rank's chunk
+    (B, L/P, D) and attends over the whole sequence, RoPE at the chunk's
+    global positions.
+    """
+
+    group: dist.ProcessGroup | None = None
+    layout: str = "contiguous"
+    validate: bool = True
+
+    def __post_init__(self) -> None:
+        check_choice("layout", self.layout, LAYOUTS)
+
+    def positions(self, local_len: int, device: torch.device | str | None = None) -> torch.Tensor:
+        """The global positions (L/P,) of this rank's chunk of ``local_len`` positions."""
+        _, world = _group_geometry(self.group)
+        return local_positions(check_int("local_len", local_len, min_value=0) * world, layout=self.layout,
+                               group=self.group, device=device)
+
+    def attention(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, config: WaveletConfig | None = None,
+                  **kwargs) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+        """:func:`context_parallel_attention` with this group and layout."""
+        return context_parallel_attention(q, k, v, config, group=self.group, layout=self.layout,
+                                          validate=self.validate, **kwargs)
+
+
+def context_parallel_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    config: WaveletConfig | None = None,
+    *,
+    pos_enc: str = "wavelet",
+    causal: bool = True,
+    scale: float | None = None,
+    alibi_slopes: torch.Tensor | None = None,
+    rel_table: tuple[torch.Tensor, int] | None = None,
+    clamp: bool = False,
+    key_padding_mask: torch.Tensor | None = None,
+    layout: str = "contiguous",
+    group: dist.ProcessGroup | None = None,
+    return_lse: bool = False,
+    validate: bool = True,
+) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+    """:func:`wavepe.ops.wavelet_attention` over a sequence split across the ranks of ``group`` (ring attention).
+
+    Each rank passes its chunk of the sequence and gets its chunk of the
+    output; the result, and every gradient, equals the single-process fused
+    attention over the whole sequence.  Keys/values travel around the ring
+    by point-to-point messages (gloo on CPUs, NCCL on GPUs: the same code)
+    overlapped with the fused kernel's tiles; no rank holds more than a few
+    chunks, and nothing of size L x L or (L/P) x (L/P) is allocated.
+
+    Args:
+        q: (B, H, C, d) this rank's queries, C = L/P; k, v: (B, H_kv, C, d),
+            H a multiple of H_kv.  With ``layout="contiguous"`` rank r holds
+            positions r·C … (r+1)·C − 1; with ``"zigzag"`` (the load-balanced
+            layout for causal attention) halves r and 2P−1−r of 2P equal halves.
+            :func:`shard_sequence` cuts a whole sequence this way.
+        config, pos_enc, causal, scale, alibi_slopes, rel_table, clamp: as in
+            :func:`wavepe.ops.wavelet_attention`.  Distances are global:
+            r = pos_q − pos_k over the whole sequence.
+        key_padding_mask: (B, C) bool, True = ignore this rank's key (it
+            travels with the keys).
+        group: the process group holding the sequence (default: the world).
+        return_lse: also return the log-sum-exp (B, H, C) over the whole sequence.
+        validate: compare shapes and settings across the group first (one
+            small all-gather; a host sync on GPUs): mismatches raise a clear
+            ``ValueError`` on every rank instead of hanging or corrupting.
+
+    Returns:
+        (B, H, C, d) in q's dtype (bf16/fp16 computed in fp32 on the CPU);
+        with ``return_lse``, ``(out, lse)``.
+
+    Gradients: q, k, v get the gradient of the sum of every rank's loss
+    (each rank's keys collect the contributions of every rank's queries).
+    A learned ``rel_table`` and ``alibi_slopes`` are parameters replicated on
+    every rank: like any replicated parameter's, their gradient on a rank is
+    that rank's share, and the full gradient is the sum over the group —
+    which DDP/FSDP over the group (averaging, like every other parameter)
+    or ``dist.all_reduce`` does.
+    """
+    check_tensor("q", q, dim=4)
+    check_tensor("k", k, dim=4)
+    check_tensor("v", v, dim=4)
+    check_same("q", q, "k", k)
+    check_same("q", q, "v", v)
+    b, h, c, d = q.shape
+    if k.shape != v.shape:
+        raise ValueError(f"k and v must have the same shape, got {tuple(k.shape)} and {tuple(v.shape)}")
+    if k.shape[0] != b or k.shape[2] != c or k.shape[3] != d:
+        raise ValueError(f"k must be (B, H_kv, C, d) with q's B={b}, C={c} (this rank's chunk) and d={d}, "
+                         f"got {tuple(k.shape)}")
+    h_kv = k.shape[1]
+    if h_kv == 0 or h % h_kv:
+        raise ValueError(f"q's heads H={h} must be a multiple of k's heads H_kv={h_kv}")
+    if d < 1:
+        raise ValueError(f"head_dim must be >= 1, got q of shape {tuple(q.shape)}")
+    pos_enc = check_choice("pos_enc", pos_enc, POS_ENCS)
+    layout = check_choice("layout", layout, LAYOUTS)
+    scale = 1.0 / math.sqrt(d) if scale is None else check_real("scale", scale, positive=True)
+    device = q.device
+    _check_kernel(device)
+    rank, world = _group_geometry(group)
+    if layout == "zigzag" and c % 2:
+        raise ValueError(f"layout='zigzag' needs an even chunk length (two equal halves), got C={c}")
+    if world * c >= 2**60:
+        raise OverflowError(f"the sequence length {world * c} ({world} ranks x {c}) is beyond the supported range")
+    cdt = compute_dtype(q)
+    acc = torch.float64 if cdt == torch.float64 else torch.float32
+
+    mask = None
+    if key_padding_mask is not None:
+        check_tensor("key_padding_mask", key_padding_mask, dim=2, floating=False)
+        if key_padding_mask.dtype != torch.bool:
+            raise TypeError(f"key_padding_mask must be a bool tensor, got {key_padding_mask.dtype}")
+        if tuple(key_padding_mask.shape) != (b, c):
+            raise ValueError(f"key_padding_mask must be (B, C) = ({b}, {c}), got {tuple(key_padding_mask.shape)}")
+        check_same("q", q, "key_padding_mask", key_padding_mask, dtype=False)
+        mask = key_padding_mask.contiguous().view(torch.uint8)
+
+    table = slopes = None
+    r_lo = 0
+    support: tuple[int, int] | None = None
+    if pos_enc == "wavelet":
+        cfg = default_wavelet_config(d) if config is None else config
+        if not isinstance(cfg, WaveletConfig):
+            raise TypeError(f"config must be a WaveletConfig or None, got {type(cfg).__name__}")
+        if cfg.head_dim != d:
+            raise ValueError(f"config.head_dim={cfg.head_dim} does not match q.shape[-1]={d}")
+        table, r_lo = wavelet_table(cfg, cdt, device)
+        support = (r_lo, r_lo + table.shape[0] - 1)  # the table's first and last rows are nonzero
+    elif pos_enc == "relative":
+        if rel_table is None or not isinstance(rel_table, tuple) or len(rel_table) != 2:
+            raise ValueError("pos_enc='relative' needs rel_table=(table, r_lo)")
+        table, r_lo = rel_table
+        check_tensor("rel_table[0]", table, dim=2)
+        check_same("q", q, "rel_table[0]", table, dtype=False)
+        if table.shape[1] != d:
+            raise ValueError(f"rel_table[0].shape[1]={table.shape[1]} does not match q.shape[-1]={d} (head_dim)")
+        if clamp and table.shape[0] == 0:
+            raise ValueError("rel_table[0] must have at least one row with clamp=True")
+        r_lo = check_int("rel_table[1] (r_lo)", r_lo)
+        if abs(r_lo) + 2 * world * c >= 2**60:
+            raise OverflowError(f"rel_table[1] (r_lo)={r_lo} is beyond the supported range of distances")
+        table = table.to(cdt)
+        if clamp:
+            support = UNBOUNDED
+        elif table.shape[0]:
+            support = (r_lo, r_lo + table.shape[0] - 1)
+    elif pos_enc == "alibi":
+        if alibi_slopes is None:
+            slopes = torch.as_tensor(standard_slopes(h), dtype=cdt, device=device)
+        else:
+            check_tensor("alibi_slopes", alibi_slopes, dim=1)
+            check_same("q", q, "alibi_slopes", alibi_slopes, dtype=False)
+            if alibi_slopes.shape[0] != h:
+                raise ValueError(f"alibi_slopes must have one slope per head ({h}), got {alibi_slopes.shape[0]}")
+            if not bool(torch.isfinite(alibi_slopes).all()):
+                raise ValueError(f"alibi_slopes must be finite, got {alibi_slopes.tolist()}")
+            slopes = alibi_slopes.to(cdt)
+
+    group = dist.group.WORLD if group is None else group
+    if validate:
+        _check_agreement(group, world, device, [
+            b, h, h_kv, c, d, _DTYPES.index(q.dtype), POS_ENCS.index(pos_enc), int(bool(causal)),
+            LAYOUTS.index(layout), struct.unpack("<q", struct.pack("<d", scale))[0],
+            -1 if table is None else table.shape[0], r_lo, int(bool(clamp)), int(mask is not None)])
+    plan = RingPlan(ring=_Ring(group, rank, world),
+                    segs=tuple(segments(r, world, c, layout) for r in range(world)),
+                    last=last_hops(world, layout, bool(causal)), causal=bool(causal), scale=scale, r_lo=r_lo,
+                    clamp=bool(clamp), support=support, compute_dtype=cdt, acc_dtype=acc)
+    out, lse = RingAttention.apply(q, k, v, table, slopes, mask, plan)
+    return (out, lse) if return_lse else out
+
+
+def _check_kernel(device: torch.device) -> None:
+    key = {"cpu": "CPU", "cuda": "CUDA"}.get(device.type)
+    if key is None or not torch._C._dispatch_has_kernel_for_dispatch_key("wavepe::attention_fwd", key):
+        raise NotImplementedError(
+            f"context_parallel_attention needs wavepe's fused attention kernel on device {device.type!r}; it "
+            "exists on the CPU, and on CUDA when wavepe was built with the CUDA kernels")
+
+
+def _check_agreement(group: dist.ProcessGroup, world: int, device: torch.device, values: list[int]) -> None:
+    """All-gather the settings and raise the same ValueError on every rank if they differ."""
+    mine = torch.tensor(values, dtype=torch.int64, device=device)
+    every = [torch.empty_like(mine) for _ in range(world)]
+    dist.all_gather(every, mine, group=group)
+    table = np.stack([t.cpu().numpy() for t in every])
+    for i, name in enumerate(_AGREED):
+        col = table[:, i]
+        if (col != col[0]).any():
+            shown = [_decode(name, int(x)) for x in col]
+            raise ValueError(f"context_parallel_attention: the ranks disagree on {name}: "
+                             + ", ".join(f"rank {r}: {val}" for r, val in enumerate(shown))
+                             + " (every rank passes an equal chunk of the same sequence, with the same settings)")
+
+
+def _decode(name: str, value: int) -> object:
+    """A setting as _check_agreement encoded it, for the error message."""
+    if name == "dtype":
+        return _DTYPES[value]
+    if name == "pos_enc":
+        return POS_ENCS[value]
+    if name == "layout":
+        return LAYOUTS[value]
+    if name == "scale":
+        return struct.unpack("<d", struct.pack("<q", value))[0]
+    if name in ("causal", "clamp", "key_padding_mask given"):
+        return bool(value)
+    return value
