@@ -26,6 +26,7 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
+from torch.autograd.function import once_differentiable
 
 from ..ops._extension import ops
 from ._layout import Segment
@@ -52,8 +53,10 @@ class _Ring:
 
 
 def _wait(works: list[Any]) -> None:
+    """Wait for a batch and forget it: works keep their tensors alive, and the ring's memory is a few chunks."""
     for w in works:
         w.wait()
+    works.clear()
 
 
 @dataclass
@@ -115,11 +118,33 @@ def _mask_rows(mask: torch.Tensor | None, seg: Segment) -> torch.Tensor | None:
 
 
 def _merge(out: torch.Tensor, lse: torch.Tensor, o: torch.Tensor, l: torch.Tensor) -> None:
-    """Fold a partial (o, l) into the running (out, lse) in place; rows that saw no key stay (0, -inf)."""
+    """Fold a partial (o, l) into the running (out, lse) in place; rows that saw no key stay (0, -inf).
+
+    ``o`` is a fresh kernel output and is scaled in place (no temporary of its size)."""
     new = torch.logaddexp(lse, l)
     base = new.masked_fill(torch.isneginf(new), 0.0)
-    out.mul_(torch.exp(lse - base).unsqueeze(-1)).add_(o * torch.exp(l - base).unsqueeze(-1))
+    w = torch.exp(l - base).unsqueeze(-1)
+    if o.dtype == out.dtype:
+        o.mul_(w)
+    else:  # a half-precision kernel output (CUDA): widen it first
+        o = o.to(out.dtype).mul_(w)
+    out.mul_(torch.exp(lse - base).unsqueeze(-1)).add_(o)
     lse.copy_(new)
+
+
+def _add_rows(acc: torch.Tensor | None, seg: Segment, value: torch.Tensor, like: torch.Tensor,
+              dtype: torch.dtype) -> torch.Tensor:
+    """``acc[:, :, seg] += value``, allocating ``acc`` (zeros shaped like ``like``) on first use.
+
+    A value that covers every row, in the accumulation dtype, becomes the
+    accumulator itself: it is a fresh kernel output, and one tile per chunk
+    is the common case (contiguous layout), so no zero-filled buffer is made."""
+    if acc is None:
+        if seg.local == 0 and seg.length == like.shape[2] and value.dtype == dtype:
+            return value
+        acc = torch.zeros(like.shape, dtype=dtype, device=like.device)
+    _rows(acc, seg).add_(value)
+    return acc
 
 
 def ring_forward(plan: RingPlan, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, table: torch.Tensor | None,
@@ -162,7 +187,7 @@ def ring_backward(plan: RingPlan, q: torch.Tensor, k: torch.Tensor, v: torch.Ten
     qc, oc = q.to(cdt), out.to(cdt)
     go = torch.zeros_like(oc) if grad_out is None else grad_out.to(cdt)
     gl = None if grad_lse is None else grad_lse.to(lse.dtype)
-    dq = torch.zeros(q.shape, dtype=adt, device=q.device)
+    dq: torch.Tensor | None = None
     dtable = torch.zeros(table.shape, dtype=adt, device=q.device) if table_grad and table is not None else None
     dslopes = torch.zeros(slopes.shape, dtype=adt, device=q.device) if slopes_grad and slopes is not None else None
     held: tuple[torch.Tensor | None, ...] = (k.contiguous(), v.contiguous(), mask)
@@ -176,8 +201,7 @@ def ring_backward(plan: RingPlan, q: torch.Tensor, k: torch.Tensor, v: torch.Ten
         if plan.holds(step):
             chunk = (ring.rank - step) % ring.world
             kc, vc, kpm = held[0].to(cdt), held[1].to(cdt), held[2]
-            dk = torch.zeros(kv_shape, dtype=adt, device=q.device)
-            dv = torch.zeros(kv_shape, dtype=adt, device=q.device)
+            dk = dv = None
             for t in plan.tiles(chunk):
                 tq, tk = t.q, t.k
                 g_dq, g_dk, g_dv, g_dt, g_ds = ops.attention_bwd(
@@ -185,24 +209,29 @@ def ring_backward(plan: RingPlan, q: torch.Tensor, k: torch.Tensor, v: torch.Ten
                     _rows(vc, tk), _rows(oc, tq), _rows(lse, tq), table if t.biased else None, plan.r_lo,
                     plan.clamp, slopes, _mask_rows(kpm, tk), plan.scale,
                     t.q_offset, t.causal, dtable is not None and t.biased, dslopes is not None)
-                _rows(dq, tq).add_(g_dq)
-                _rows(dk, tk).add_(g_dk)
-                _rows(dv, tk).add_(g_dv)
+                dq = _add_rows(dq, tq, g_dq, q, adt)
+                dk = _add_rows(dk, tk, g_dk, k, adt)
+                dv = _add_rows(dv, tk, g_dv, k, adt)
                 if dtable is not None and t.biased:
                     dtable.add_(g_dt)
                 if dslopes is not None:
                     dslopes.add_(g_ds)
             _wait(acc_works)  # the accumulator of this chunk from the previous rank (posted a step ago)
-            if step > 0:
-                assert acc_in is not None
-                dk.add_(acc_in[0])
-                dv.add_(acc_in[1])
+            if acc_in is not None:  # it carries on in the received buffers
+                if dk is not None and dv is not None:
+                    acc_in[0].add_(dk)
+                    acc_in[1].add_(dv)
+                dk, dv = acc_in
+            elif dk is None or dv is None:  # a rank that only passes the chunk on (no tile of it is visible)
+                dk = torch.zeros(kv_shape, dtype=adt, device=q.device)
+                dv = torch.zeros(kv_shape, dtype=adt, device=q.device)
             if _forwards(plan, step):
                 sends = [(dk, ring.next, _TAG_DK), (dv, ring.next, _TAG_DV)]
             elif step > 0:  # the last rank to need this chunk: its gradient goes home
                 sends = [(dk, chunk, _TAG_HOME_DK), (dv, chunk, _TAG_HOME_DV)]
             else:
                 home = (dk, dv)
+            del dk, dv
         else:
             _wait(acc_works)
         acc_in = None
@@ -217,10 +246,14 @@ def ring_backward(plan: RingPlan, q: torch.Tensor, k: torch.Tensor, v: torch.Ten
             owner_last = (ring.rank + last_own) % ring.world
             recvs += [(home[0], owner_last, _TAG_HOME_DK), (home[1], owner_last, _TAG_HOME_DV)]
         acc_works = ring.post(sends, recvs)
+        del sends  # the works keep what is in flight; nothing else holds it
         _wait(kv_works)
         held = incoming
+        del incoming
     _wait(acc_works)
     assert home is not None
+    if dq is None:
+        dq = torch.zeros(q.shape, dtype=adt, device=q.device)
     return dq, home[0], home[1], dtable, dslopes
 
 
@@ -237,6 +270,7 @@ class RingAttention(torch.autograd.Function):
         return result, lse
 
     @staticmethod
+    @once_differentiable  # the ring's backward is not itself differentiable: double backward raises
     def backward(ctx, grad_out, grad_lse):  # type: ignore[override]
         q, k, v, table, slopes, mask, out, lse = ctx.saved_tensors
         need = ctx.needs_input_grad
