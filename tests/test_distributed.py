@@ -18,6 +18,10 @@ from __future__ import annotations
 
 import glob
 import os
+import re
+import shlex
+import subprocess
+import sys
 
 import pytest
 
@@ -34,6 +38,7 @@ from wavepe.distributed._schedule import UNBOUNDED, last_hops, tiles  # noqa: E4
 pytestmark = pytest.mark.skipif(not (dist.is_available() and dist.is_gloo_available()),
                                 reason="torch.distributed with gloo is not available")
 
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CP_GROUPS = {"world": 4, "ranks123": 3, "ranks02": 2}
 CP_SCENARIOS = ["cp_world", "cp_ranks123", "cp_ranks02", "disagreeing_chunks", "odd_zigzag_chunk",
                 "layout_roundtrip", "tinylm_context_parallel"]
@@ -251,3 +256,33 @@ def test_fsdp2_llama_equals_one_process_on_the_whole_batch(two_ranks):
         for name, e in want.items():
             torch.testing.assert_close(got["grads"][name], e, rtol=1e-9, atol=1e-12,
                                        msg=lambda s: f"{name}: {s}")
+
+
+# ---- the README's torchrun commands (examples/train_distributed.py) -----------------------------------
+
+def readme_torchrun_commands() -> list[str]:
+    with open(os.path.join(ROOT, "README.md"), encoding="utf-8") as f:
+        text = f.read()
+    section = text.split("\n## Training across devices\n", 1)[1].split("\n## ", 1)[0]
+    return [line.strip() for line in section.splitlines() if line.strip().startswith("torchrun ")]
+
+
+def test_readme_shows_both_kinds_of_parallelism():
+    modes = [shlex.split(c)[shlex.split(c).index("--mode") + 1] for c in readme_torchrun_commands()]
+    assert modes == ["ddp", "context"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("command", readme_torchrun_commands())
+def test_readme_torchrun_command_trains(command):
+    # exactly the README's command, with torchrun taken from this interpreter's torch
+    argv = shlex.split(command)
+    assert argv[0] == "torchrun"
+    argv = [sys.executable, "-m", "torch.distributed.run", *argv[1:]]
+    proc = subprocess.run(argv, cwd=ROOT, env=dict(os.environ, OMP_NUM_THREADS="1"), capture_output=True,
+                          text=True, timeout=900)
+    assert proc.returncode == 0, f"{command} failed:\n{proc.stdout[-4000:]}\n{proc.stderr[-4000:]}"
+    summary = [line for line in proc.stdout.splitlines() if "2 ranks (gloo)" in line]
+    assert len(summary) == 1, proc.stdout
+    first, last = map(float, re.search(r"loss ([\d.]+) -> ([\d.]+)", summary[0]).groups())
+    assert last < 0.8 * first, summary[0]  # it trains
