@@ -47,7 +47,7 @@ import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
 import torch.multiprocessing as mp  # noqa: E402
 
-from _harness import print_table, write_json  # noqa: E402
+from _harness import print_table, reset_peak_rss, rss_kib, write_json  # noqa: E402
 
 B, H, D = 1, 8, 128
 MIB = 1 << 20
@@ -56,27 +56,16 @@ LAYOUTS = ("contiguous", "zigzag")
 
 # ---- memory (as in bench_attention.py) ------------------------------------------------------------------
 
-def _status_kib(key: str) -> int:
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith(key):
-                return int(line.split()[1])
-    return 0
-
-
 def memory_of_a_step(make_inputs, forward) -> dict[str, float | None]:
     """RSS growth (MiB) from before the inputs to after the forward, and of the peak over forward + backward."""
-    try:
-        with open("/proc/self/clear_refs", "w") as f:
-            f.write("5")  # resets the peak RSS (VmHWM)
-    except OSError:
+    if not reset_peak_rss():
         return {"kept_mib": None, "peak_mib": None}
-    before = _status_kib("VmRSS:")
+    before = rss_kib("VmRSS:")
     q, k, v, go = make_inputs()
     out = forward(q, k, v)
-    kept = _status_kib("VmRSS:") - before
+    kept = rss_kib("VmRSS:") - before
     torch.autograd.grad(out, (q, k, v), go)
-    peak = _status_kib("VmHWM:") - before
+    peak = rss_kib("VmHWM:") - before
     return {"kept_mib": kept / 1024, "peak_mib": peak / 1024}
 
 

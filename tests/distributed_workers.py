@@ -114,6 +114,11 @@ def cp_cases() -> dict[str, Case]:
     cases["alibi-masked-lse-mqa"] = Case("alibi", False, "contiguous", h=3, h_kv=1, masked=True, lse=True)
     cases["wavelet-bf16"] = Case("wavelet", True, "zigzag", h=3, h_kv=1, chunk=8, d=16, dtype=torch.bfloat16)
     cases["none-bf16-full"] = Case("none", False, "contiguous", dtype=torch.bfloat16)
+    # shapes: one position per rank, empty chunks, odd chunk and head sizes, chunks across the kernel's tiles
+    cases["none-one-position-per-rank"] = Case("none", True, "contiguous", chunk=1, d=4)
+    cases["wavelet-empty-chunks"] = Case("wavelet", True, "zigzag", chunk=0)
+    cases["relative-clamp-odd-shapes"] = Case("relative", True, "contiguous", h=5, h_kv=5, chunk=7, d=5, clamp=True)
+    cases["alibi-chunks-across-tiles"] = Case("alibi", True, "zigzag", b=1, h=2, h_kv=1, chunk=200, d=32)
     return cases
 
 

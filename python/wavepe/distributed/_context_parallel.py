@@ -11,9 +11,9 @@ import torch
 import torch.distributed as dist
 
 from .._validate import check_choice, check_int, check_real
-from ..config import WaveletConfig, alibi_slopes as standard_slopes
-from ..ops import default_wavelet_config, wavelet_table
-from ..ops._checks import check_same, check_tensor, compute_dtype
+from ..config import WaveletConfig
+from ..ops._checks import compute_dtype
+from ..ops.attention import check_key_padding_mask, check_qkv, position_bias
 from ._layout import LAYOUTS, _group_geometry, local_positions, segments
 from ._ring_attention import RingAttention, RingPlan, _Ring
 from ._schedule import UNBOUNDED, last_hops
@@ -112,22 +112,9 @@ def context_parallel_attention(
     which DDP/FSDP over the group (averaging, like every other parameter)
     or ``dist.all_reduce`` does.
     """
-    check_tensor("q", q, dim=4)
-    check_tensor("k", k, dim=4)
-    check_tensor("v", v, dim=4)
-    check_same("q", q, "k", k)
-    check_same("q", q, "v", v)
-    b, h, c, d = q.shape
-    if k.shape != v.shape:
-        raise ValueError(f"k and v must have the same shape, got {tuple(k.shape)} and {tuple(v.shape)}")
-    if k.shape[0] != b or k.shape[2] != c or k.shape[3] != d:
-        raise ValueError(f"k must be (B, H_kv, C, d) with q's B={b}, C={c} (this rank's chunk) and d={d}, "
-                         f"got {tuple(k.shape)}")
-    h_kv = k.shape[1]
-    if h_kv == 0 or h % h_kv:
-        raise ValueError(f"q's heads H={h} must be a multiple of k's heads H_kv={h_kv}")
-    if d < 1:
-        raise ValueError(f"head_dim must be >= 1, got q of shape {tuple(q.shape)}")
+    b, h, h_kv, c, n, d = check_qkv(q, k, v)
+    if n != c:
+        raise ValueError(f"k and v must hold this rank's C={c} positions like q, got {tuple(k.shape)}")
     pos_enc = check_choice("pos_enc", pos_enc, POS_ENCS)
     layout = check_choice("layout", layout, LAYOUTS)
     scale = 1.0 / math.sqrt(d) if scale is None else check_real("scale", scale, positive=True)
@@ -138,59 +125,16 @@ def context_parallel_attention(
         raise ValueError(f"layout='zigzag' needs an even chunk length (two equal halves), got C={c}")
     if world * c >= 2**60:
         raise OverflowError(f"the sequence length {world * c} ({world} ranks x {c}) is beyond the supported range")
+    check_key_padding_mask(key_padding_mask, q, "(B, C)", b, c)
+    mask = None if key_padding_mask is None else key_padding_mask.contiguous().view(torch.uint8)  # wire type
     cdt = compute_dtype(q)
     acc = torch.float64 if cdt == torch.float64 else torch.float32
-
-    mask = None
-    if key_padding_mask is not None:
-        check_tensor("key_padding_mask", key_padding_mask, dim=2, floating=False)
-        if key_padding_mask.dtype != torch.bool:
-            raise TypeError(f"key_padding_mask must be a bool tensor, got {key_padding_mask.dtype}")
-        if tuple(key_padding_mask.shape) != (b, c):
-            raise ValueError(f"key_padding_mask must be (B, C) = ({b}, {c}), got {tuple(key_padding_mask.shape)}")
-        check_same("q", q, "key_padding_mask", key_padding_mask, dtype=False)
-        mask = key_padding_mask.contiguous().view(torch.uint8)
-
-    table = slopes = None
-    r_lo = 0
+    table, r_lo, slopes = position_bias(q, pos_enc, cdt, world * c, world * c, config=config, rel_table=rel_table,
+                                        alibi_slopes=alibi_slopes, clamp=clamp)
+    # the distances whose table row is nonzero (a wavelet table's first and last rows are)
     support: tuple[int, int] | None = None
-    if pos_enc == "wavelet":
-        cfg = default_wavelet_config(d) if config is None else config
-        if not isinstance(cfg, WaveletConfig):
-            raise TypeError(f"config must be a WaveletConfig or None, got {type(cfg).__name__}")
-        if cfg.head_dim != d:
-            raise ValueError(f"config.head_dim={cfg.head_dim} does not match q.shape[-1]={d}")
-        table, r_lo = wavelet_table(cfg, cdt, device)
-        support = (r_lo, r_lo + table.shape[0] - 1)  # the table's first and last rows are nonzero
-    elif pos_enc == "relative":
-        if rel_table is None or not isinstance(rel_table, tuple) or len(rel_table) != 2:
-            raise ValueError("pos_enc='relative' needs rel_table=(table, r_lo)")
-        table, r_lo = rel_table
-        check_tensor("rel_table[0]", table, dim=2)
-        check_same("q", q, "rel_table[0]", table, dtype=False)
-        if table.shape[1] != d:
-            raise ValueError(f"rel_table[0].shape[1]={table.shape[1]} does not match q.shape[-1]={d} (head_dim)")
-        if clamp and table.shape[0] == 0:
-            raise ValueError("rel_table[0] must have at least one row with clamp=True")
-        r_lo = check_int("rel_table[1] (r_lo)", r_lo)
-        if abs(r_lo) + 2 * world * c >= 2**60:
-            raise OverflowError(f"rel_table[1] (r_lo)={r_lo} is beyond the supported range of distances")
-        table = table.to(cdt)
-        if clamp:
-            support = UNBOUNDED
-        elif table.shape[0]:
-            support = (r_lo, r_lo + table.shape[0] - 1)
-    elif pos_enc == "alibi":
-        if alibi_slopes is None:
-            slopes = torch.as_tensor(standard_slopes(h), dtype=cdt, device=device)
-        else:
-            check_tensor("alibi_slopes", alibi_slopes, dim=1)
-            check_same("q", q, "alibi_slopes", alibi_slopes, dtype=False)
-            if alibi_slopes.shape[0] != h:
-                raise ValueError(f"alibi_slopes must have one slope per head ({h}), got {alibi_slopes.shape[0]}")
-            if not bool(torch.isfinite(alibi_slopes).all()):
-                raise ValueError(f"alibi_slopes must be finite, got {alibi_slopes.tolist()}")
-            slopes = alibi_slopes.to(cdt)
+    if table is not None and table.shape[0]:
+        support = UNBOUNDED if clamp else (r_lo, r_lo + table.shape[0] - 1)
 
     group = dist.group.WORLD if group is None else group
     if validate:

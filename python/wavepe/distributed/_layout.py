@@ -58,6 +58,16 @@ def _check_split(length: int, world: int, layout: str, what: str) -> int:
     return length // world
 
 
+def _check_dim(x: torch.Tensor, dim: int) -> int:
+    """``dim`` of tensor ``x``, as a non-negative index."""
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"x must be a torch.Tensor, got {type(x).__name__}")
+    dim = check_int("dim", dim)
+    if not -x.dim() <= dim < x.dim():
+        raise ValueError(f"dim={dim} is out of range for x of shape {tuple(x.shape)}")
+    return dim % x.dim()
+
+
 def local_positions(seq_len: int, *, layout: str = "contiguous", group: dist.ProcessGroup | None = None,
                     device: torch.device | str | None = None) -> torch.Tensor:
     """The global positions (int64, (L/P,)) this rank holds of a sequence of ``seq_len``.
@@ -81,12 +91,8 @@ def shard_sequence(x: torch.Tensor, dim: int = 2, *, layout: str = "contiguous",
     :func:`context_parallel_attention` expects as this rank's q, k or v (or
     labels, positions, ... of the same tokens).  Differentiable (a slice).
     """
-    if not isinstance(x, torch.Tensor):
-        raise TypeError(f"x must be a torch.Tensor, got {type(x).__name__}")
     layout = check_choice("layout", layout, LAYOUTS)
-    dim = check_int("dim", dim)
-    if not -x.dim() <= dim < x.dim():
-        raise ValueError(f"dim={dim} is out of range for x of shape {tuple(x.shape)}")
+    dim = _check_dim(x, dim)
     rank, world = _group_geometry(group)
     chunk = _check_split(x.shape[dim], world, layout, "shard_sequence")
     parts = [x.narrow(dim, s.start, s.length) for s in segments(rank, world, chunk, layout)]
@@ -100,13 +106,8 @@ def gather_sequence(x: torch.Tensor, dim: int = 2, *, layout: str = "contiguous"
     A collective (every rank of ``group`` calls it with equal shapes); not
     differentiable: for evaluation, logging and tests.
     """
-    if not isinstance(x, torch.Tensor):
-        raise TypeError(f"x must be a torch.Tensor, got {type(x).__name__}")
     layout = check_choice("layout", layout, LAYOUTS)
-    dim = check_int("dim", dim)
-    if not -x.dim() <= dim < x.dim():
-        raise ValueError(f"dim={dim} is out of range for x of shape {tuple(x.shape)}")
-    dim %= x.dim()
+    dim = _check_dim(x, dim)
     rank, world = _group_geometry(group)
     chunk = x.shape[dim]
     if layout == "zigzag" and chunk % 2:

@@ -132,6 +132,37 @@ def wavelet_attention(
         ``return_lse``, ``(out, lse)``: lse (B, H, M) in the compute dtype
         (-inf for a query that sees no key), differentiable like ``out``.
     """
+    b, h, _, m, n, d = check_qkv(q, k, v)
+    pos_enc = check_choice("pos_enc", pos_enc, POS_ENCS)
+    scale = 1.0 / math.sqrt(d) if scale is None else check_real("scale", scale, positive=True)
+    off = n - m if q_offset is None else check_int("q_offset", q_offset)
+    check_key_padding_mask(key_padding_mask, q, "(B, N)", b, n)
+    _check_position_range("q_offset", off, m, n)
+    cdt = compute_dtype(q)
+    qc, kc, vc = q.to(cdt), k.to(cdt), v.to(cdt)
+    table, r_lo, slopes = position_bias(q, pos_enc, cdt, m, n, config=config, rel_table=rel_table,
+                                        alibi_slopes=alibi_slopes, clamp=clamp)
+    if q.device.type == "cpu":
+        out, lse = ops.attention_fwd(qc, kc, vc, table, r_lo, bool(clamp), slopes, key_padding_mask, scale, off,
+                                     bool(causal))
+        return (out.to(q.dtype), lse) if return_lse else out.to(q.dtype)
+    if q.device.type not in _warned_devices:
+        _warned_devices.add(q.device.type)
+        warnings.warn(f"wavepe: no fused attention kernel for device {q.device.type!r}; using the bias + "
+                      "scaled_dot_product_attention path (materialises M x N scores)", RuntimeWarning, stacklevel=2)
+    result = _eager_attention(qc, kc, vc, table, r_lo, bool(clamp), slopes, key_padding_mask, scale, off,
+                              bool(causal), return_lse=bool(return_lse))
+    return (result[0].to(q.dtype), result[1]) if return_lse else result.to(q.dtype)
+
+
+_warned_devices: set[str] = set()
+
+
+# ---- argument checks shared with wavepe.distributed.context_parallel_attention ---------------------
+
+
+def check_qkv(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> tuple[int, int, int, int, int, int]:
+    """q (B, H, M, d), k and v (B, H_kv, N, d) with H a multiple of H_kv: returns (B, H, H_kv, M, N, d)."""
     check_tensor("q", q, dim=4)
     check_tensor("k", k, dim=4)
     check_tensor("v", v, dim=4)
@@ -145,22 +176,32 @@ def wavelet_attention(
     h_kv = k.shape[1]
     if h_kv == 0 or h % h_kv:
         raise ValueError(f"q's heads H={h} must be a multiple of k's heads H_kv={h_kv}")
-    n = k.shape[2]
     if d < 1:
         raise ValueError(f"head_dim must be >= 1, got q of shape {tuple(q.shape)}")
-    pos_enc = check_choice("pos_enc", pos_enc, POS_ENCS)
-    scale = 1.0 / math.sqrt(d) if scale is None else check_real("scale", scale, positive=True)
-    off = n - m if q_offset is None else check_int("q_offset", q_offset)
-    if key_padding_mask is not None:
-        check_tensor("key_padding_mask", key_padding_mask, dim=2, floating=False)
-        if key_padding_mask.dtype != torch.bool:
-            raise TypeError(f"key_padding_mask must be a bool tensor, got {key_padding_mask.dtype}")
-        if tuple(key_padding_mask.shape) != (b, n):
-            raise ValueError(f"key_padding_mask must be (B, N) = ({b}, {n}), got {tuple(key_padding_mask.shape)}")
-        check_same("q", q, "key_padding_mask", key_padding_mask, dtype=False)
-    _check_position_range("q_offset", off, m, n)
-    cdt = compute_dtype(q)
-    qc, kc, vc = q.to(cdt), k.to(cdt), v.to(cdt)
+    return b, h, h_kv, m, k.shape[2], d
+
+
+def check_key_padding_mask(mask: torch.Tensor | None, q: torch.Tensor, shape_name: str, b: int, n: int) -> None:
+    """None, or a bool (B, N) tensor on q's device."""
+    if mask is None:
+        return
+    check_tensor("key_padding_mask", mask, dim=2, floating=False)
+    if mask.dtype != torch.bool:
+        raise TypeError(f"key_padding_mask must be a bool tensor, got {mask.dtype}")
+    if tuple(mask.shape) != (b, n):
+        raise ValueError(f"key_padding_mask must be {shape_name} = ({b}, {n}), got {tuple(mask.shape)}")
+    check_same("q", q, "key_padding_mask", mask, dtype=False)
+
+
+def position_bias(q: torch.Tensor, pos_enc: str, cdt: torch.dtype, m: int, n: int, *,
+                  config: WaveletConfig | None, rel_table: tuple[torch.Tensor, int] | None,
+                  alibi_slopes: torch.Tensor | None, clamp: bool
+                  ) -> tuple[torch.Tensor | None, int, torch.Tensor | None]:
+    """The kernels' (table, r_lo, slopes) for ``pos_enc`` (checked), in the compute dtype ``cdt``.
+
+    ``m``, ``n``: the query and key counts the distances span (for the range check of r_lo).
+    """
+    h, d = q.shape[1], q.shape[3]
     table = slopes = None
     r_lo = 0
     if pos_enc == "wavelet":
@@ -189,20 +230,7 @@ def wavelet_attention(
             if not bool(torch.isfinite(alibi_slopes).all()):
                 raise ValueError(f"alibi_slopes must be finite, got {alibi_slopes.tolist()}")
             slopes = alibi_slopes.to(cdt)
-    if q.device.type == "cpu":
-        out, lse = ops.attention_fwd(qc, kc, vc, table, r_lo, bool(clamp), slopes, key_padding_mask, scale, off,
-                                     bool(causal))
-        return (out.to(q.dtype), lse) if return_lse else out.to(q.dtype)
-    if q.device.type not in _warned_devices:
-        _warned_devices.add(q.device.type)
-        warnings.warn(f"wavepe: no fused attention kernel for device {q.device.type!r}; using the bias + "
-                      "scaled_dot_product_attention path (materialises M x N scores)", RuntimeWarning, stacklevel=2)
-    result = _eager_attention(qc, kc, vc, table, r_lo, bool(clamp), slopes, key_padding_mask, scale, off,
-                              bool(causal), return_lse=bool(return_lse))
-    return (result[0].to(q.dtype), result[1]) if return_lse else result.to(q.dtype)
-
-
-_warned_devices: set[str] = set()
+    return table, r_lo, slopes
 
 
 @torch.compiler.assume_constant_result
