@@ -116,6 +116,7 @@ def rank_main(rank: int, world: int, port: int, length: int, conn) -> None:
         dist.barrier()
         conn.send({"seconds": time.perf_counter() - t0, "cpu": time.process_time() - c0,
                    "sent_fwd": fwd_bytes, "sent_bwd": sent["bytes"] - fwd_bytes})
+    dist.barrier()  # gloo's group destructor can deadlock on a collective still held by its worker (pytorch#56297)
     dist.destroy_process_group()
 
 

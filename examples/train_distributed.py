@@ -124,24 +124,30 @@ def main() -> None:
         opt.step()
         opt.zero_grad(set_to_none=True)
         mean = loss.detach().clone()
-        dist.all_reduce(mean)
+        dist.all_reduce(mean)  # (the last step's stays referenced until teardown)
         losses.append(mean.item() / world)
         if rank == 0 and (step % 10 == 0 or step == args.steps - 1):
             print(f"step {step:3d}  loss {losses[-1]:.3f}", flush=True)
     seconds = time.perf_counter() - t0
 
-    peak = (torch.cuda.max_memory_allocated(device) if args.device == "cuda"
-            else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)
-    peaks = [None] * world
-    dist.all_gather_object(peaks, peak)
+    peak = torch.tensor([float(torch.cuda.max_memory_allocated(device) if args.device == "cuda"
+                                else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)], device=device)
+    peaks = [torch.empty_like(peak) for _ in range(world)]
+    dist.all_gather(peaks, peak)
     if rank == 0:
         per_rank = length // world if args.mode == "context" else length
         what = (f"{args.batch} sequences x {length} tokens, {per_rank} per rank" if args.mode == "context"
                 else f"{args.batch // world} of {args.batch} sequences x {length} tokens per rank")
         print(f"{args.mode}: {world} ranks ({backend}), {what}; {args.steps} steps in {seconds:.1f} s; "
               f"loss {losses[0]:.3f} -> {losses[-1]:.3f}; peak memory per rank "
-              + ", ".join(f"{p / 2**20:.0f} MiB" for p in peaks))
+              + ", ".join(f"{p.item() / 2**20:.0f} MiB" for p in peaks))
+    # Teardown.  Destroying a gloo process group blocks with the GIL held, and a finished collective
+    # still held by gloo's worker thread needs the GIL to free a tensor whose Python object is gone:
+    # a deadlock at exit (torch issue #56297).  So the last collectives' tensors (mean, peak, peaks)
+    # stay referenced until the group is destroyed, before the DDP/FSDP wrappers that hold it go.
+    dist.barrier()
     dist.destroy_process_group()
+    del trained, model, opt
 
 
 if __name__ == "__main__":

@@ -62,6 +62,9 @@ def _main(rank: int, world: int, port: int, scenarios: list[str], out_dir: str) 
                 with open(os.path.join(out_dir, f"{name}.rank{rank}.err"), "w") as f:
                     f.write(traceback.format_exc())
     finally:
+        # a barrier first: gloo's group destructor holds the GIL while a finished collective on its worker
+        # thread may still need it to free its tensors (a torch deadlock at teardown, pytorch#56297)
+        dist.barrier()
         dist.destroy_process_group()
 
 
