@@ -15,6 +15,9 @@ timed in alternation (the ranks block on a pipe while the single process
 runs; a context-parallel step is timed between barriers, so it is the slowest
 rank's).  Also recorded:
 
+  * each rank's CPU time (one thread each): its share of the work, the load
+    balance of the layout (wall time cannot show it: a rank with little work
+    waits in the ring for its gradients to come home);
   * CPU time of a step (all threads of all processes): on a shared machine the
     steadier figure;
   * bytes each rank sends per step, counted at the point-to-point calls, forward
@@ -189,7 +192,7 @@ def main() -> None:
             per_rank = [conn.recv() for conn in pipes]
             return {"seconds": max(x["seconds"] for x in per_rank), "cpu": sum(x["cpu"] for x in per_rank),
                     "sent_fwd": [x["sent_fwd"] for x in per_rank], "sent_bwd": [x["sent_bwd"] for x in per_rank],
-                    "rank_seconds": [x["seconds"] for x in per_rank]}
+                    "rank_cpu": [x["cpu"] for x in per_rank]}
         return run
 
     methods = {"single": single, **{f"cp {layout}": cp(layout) for layout in LAYOUTS}}
@@ -222,16 +225,18 @@ def main() -> None:
                "sent_mib_per_rank_fwd": sent_fwd, "sent_mib_per_rank_bwd": sent_bwd,
                "expected_mib_fwd": exp_fwd / MIB, "expected_mib_bwd": exp_bwd / MIB,
                "kept_mib": [m["kept_mib"] for m in mem], "peak_mib": [m["peak_mib"] for m in mem]}
-        if is_cp:
-            rec["rank_seconds"] = last["rank_seconds"]
+        if is_cp:  # medians over the repeats of each rank's CPU time: its share of the work
+            rec["rank_cpu_seconds"] = [statistics.median(x["rank_cpu"][r] for x in samples[name])
+                                       for r in range(world)]
         records.append(rec)
         fmt_mem = lambda xs: " / ".join("–" if x is None else f"{x:.0f}" for x in xs)  # noqa: E731
-        rows.append([name, f"{rec['processes']} x {rec['threads_each']}", rec["seconds"], rec["vs_single"],
+        busy = " / ".join(f"{x:.3g}" for x in rec["rank_cpu_seconds"]) if is_cp else "–"
+        rows.append([name, f"{rec['processes']} x {rec['threads_each']}", rec["seconds"], busy, rec["vs_single"],
                      rec["cpu_vs_single"], f"{sent_fwd:.0f} / {sent_bwd:.0f}" if is_cp else "–",
                      fmt_mem(rec["kept_mib"]), fmt_mem(rec["peak_mib"])])
     print_table(f"causal wavelet attention fwd+bwd, fp32 B={B} H={H} L={length} d={D}: "
                 f"{world} ranks x 1 thread vs 1 process x {world} threads",
-                ["method", "processes x threads", "s", "vs single", "CPU vs single", "sent/rank MiB (fwd / bwd)",
+                ["method", "processes x threads", "s", "CPU s per rank", "vs single", "CPU vs single", "sent/rank MiB (fwd / bwd)",
                  "kept MiB (per process)", "peak MiB (per process)"], rows)
     spread = {n: (max(r["all_seconds"]) / min(r["all_seconds"]) - 1) for n, r in zip(methods, records)}
     print("spread of the timed repeats (max/min - 1): "
@@ -240,7 +245,7 @@ def main() -> None:
     if single_kept:
         kept_ratio = max(rank_memory, key=lambda m: m["kept_mib"] or 0)["kept_mib"] / single_kept
         print(f"kept memory per rank / single process: {kept_ratio:.2f} (1/P = {1 / world:.2f})")
-    write_json("bench_context_parallel" + ("_quick" if args.quick else ""),
+    write_json("bench_context_parallel" + ("" if world == 2 else f"_{world}ranks") + ("_quick" if args.quick else ""),
                {"length": length, "ranks": world, "repeat": repeat, "B": B, "H": H, "d": D, "causal": True,
                 "pos_enc": "wavelet", "results": records, "spread": spread})
 
