@@ -3,7 +3,8 @@
 Three kinds of object, each compiled with the flags it needs:
 
 * the C core (csrc/core/*.c, C11, warnings as errors); files named *_avx2.c
-  get -mavx2 -mfma on x86-64 and are chosen at run time by CPU features;
+  get -mavx2 -mfma and *_avx512.c the x86-64-v4 AVX-512 flags on x86-64 (ISA_FLAGS),
+  and are chosen at run time by CPU features;
 * wavepe._ufuncs, the NumPy extension (csrc/numpy/*.c), always built;
 * wavepe._C, the PyTorch extension (csrc/torch/*.cpp, C++20), built when
   torch is importable at build time; with CUDA sources (csrc/cuda/*.cu,
@@ -36,6 +37,9 @@ IS_X86_64 = platform.machine().lower() in ("x86_64", "amd64")
 C_FLAGS = ["-std=c11", "-O3", "-Wall", "-Wextra", "-Werror", "-fvisibility=hidden",
            "-fno-math-errno", "-fPIC"]
 AVX2_FLAGS = ["-mavx2", "-mfma"]
+AVX512_FLAGS = ["-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512dq", "-mavx2", "-mfma"]
+# per-ISA flags by file suffix (keep in step with the Makefile's ctest rules)
+ISA_FLAGS = {"_avx2.c": AVX2_FLAGS, "_avx512.c": AVX512_FLAGS}
 CXX_FLAGS = ["-std=c++20", "-O3", "-Wall", "-Wextra", "-Werror", "-fvisibility=hidden", "-fPIC"]
 
 
@@ -46,7 +50,7 @@ def rel(*parts: str) -> list[str]:
 def core_sources() -> list[str]:
     srcs = rel("csrc", "core", "*.c")
     if not IS_X86_64:
-        srcs = [s for s in srcs if not s.endswith("_avx2.c")]
+        srcs = [s for s in srcs if not s.endswith(tuple(ISA_FLAGS))]
     return srcs
 
 
@@ -119,7 +123,7 @@ class BuildWithCore(build_ext):
         jobs = max(1, os.cpu_count() or 1)
 
         def compile_one(src: str) -> list[str]:
-            flags = C_FLAGS + (AVX2_FLAGS if src.endswith("_avx2.c") else [])
+            flags = C_FLAGS + next((f for suffix, f in ISA_FLAGS.items() if src.endswith(suffix)), [])
             return self.compiler.compile([src], output_dir=tmp, extra_postargs=flags)
 
         with ThreadPoolExecutor(jobs) as pool:

@@ -4,6 +4,7 @@
 #include <math.h>
 
 #include "checked.h"
+#include "isa_dispatch.h"
 
 int wavepe_alibi_validate(const wavepe_alibi_args *a) {
     const int64_t dims[3] = {a->heads, a->m, a->n};
@@ -37,25 +38,11 @@ ALIBI_SCALAR(float, wavepe_alibi_f32_scalar)
 ALIBI_SCALAR(double, wavepe_alibi_f64_scalar)
 
 void wavepe_alibi_f32(wavepe_isa isa, const wavepe_alibi_args *a, int64_t row_begin, int64_t row_end) {
-#if defined(__x86_64__) || defined(_M_X64)
-    if (isa == WAVEPE_ISA_AVX2) {
-        wavepe_alibi_f32_avx2(a, row_begin, row_end);
-        return;
-    }
-#endif
-    (void)isa;
-    wavepe_alibi_f32_scalar(a, row_begin, row_end);
+    WAVEPE_ISA_CALL(isa, wavepe_alibi_f32, (a, row_begin, row_end));
 }
 
 void wavepe_alibi_f64(wavepe_isa isa, const wavepe_alibi_args *a, int64_t row_begin, int64_t row_end) {
-#if defined(__x86_64__) || defined(_M_X64)
-    if (isa == WAVEPE_ISA_AVX2) {
-        wavepe_alibi_f64_avx2(a, row_begin, row_end);
-        return;
-    }
-#endif
-    (void)isa;
-    wavepe_alibi_f64_scalar(a, row_begin, row_end);
+    WAVEPE_ISA_CALL(isa, wavepe_alibi_f64, (a, row_begin, row_end));
 }
 
 /* ---- sinusoidal ------------------------------------------------------- */
@@ -75,6 +62,7 @@ static int sinusoidal_check(int64_t len, int64_t d, int64_t offset, double base,
     int NAME(int64_t len, int64_t d, int64_t offset, double base, T *pe) {                       \
         const int status = sinusoidal_check(len, d, offset, base, pe);                           \
         if (status != WAVEPE_OK) return status;                                                  \
+        const wavepe_fpenv env = wavepe_fpenv_enter();                                           \
         for (int64_t p = 0; p < len; ++p) {                                                      \
             const double pos = (double)(offset + p);                                             \
             for (int64_t c = 0; c < d; ++c) {                                                    \
@@ -83,6 +71,7 @@ static int sinusoidal_check(int64_t len, int64_t d, int64_t offset, double base,
                 pe[p * d + c] = (T)((c % 2 == 0) ? sin(angle) : cos(angle));                     \
             }                                                                                    \
         }                                                                                        \
+        wavepe_fpenv_leave(env);                                                                 \
         return WAVEPE_OK;                                                                        \
     }
 

@@ -40,6 +40,8 @@ void wavepe_alibi_f32_scalar(const wavepe_alibi_args *a, int64_t row_begin, int6
 void wavepe_alibi_f64_scalar(const wavepe_alibi_args *a, int64_t row_begin, int64_t row_end);
 void wavepe_alibi_f32_avx2(const wavepe_alibi_args *a, int64_t row_begin, int64_t row_end);
 void wavepe_alibi_f64_avx2(const wavepe_alibi_args *a, int64_t row_begin, int64_t row_end);
+void wavepe_alibi_f32_avx512(const wavepe_alibi_args *a, int64_t row_begin, int64_t row_end);
+void wavepe_alibi_f64_avx512(const wavepe_alibi_args *a, int64_t row_begin, int64_t row_end);
 
 /* pe (len, d) row-major of float32 / float64; base > 0, d >= 1. */
 int wavepe_sinusoidal_f32(int64_t len, int64_t d, int64_t offset, double base, float *pe);

@@ -14,6 +14,7 @@
 
 #include "attention_internal.h"
 #include "checked.h"
+#include "fpenv.h"
 
 /* ---- small helpers ------------------------------------------------------ */
 
@@ -118,12 +119,13 @@ void wavepe_attention_plan_free(wavepe_attention_plan *p) {
 
 int wavepe_attention_plan_kind(const wavepe_attention_plan *p) { return p->kind; }
 
-static int use_avx2(wavepe_isa isa) {
+/* The ISA a plan runs: vector ISAs exist on x86-64 builds only. */
+static wavepe_isa plan_isa(wavepe_isa isa) {
 #if defined(__x86_64__) || defined(_M_X64)
-    return isa == WAVEPE_ISA_AVX2;
+    return isa == WAVEPE_ISA_AVX512 || isa == WAVEPE_ISA_AVX2 ? isa : WAVEPE_ISA_SCALAR;
 #else
     (void)isa;
-    return 0;
+    return WAVEPE_ISA_SCALAR;
 #endif
 }
 
@@ -197,13 +199,13 @@ static wavepe_attention_plan *plan_common(wavepe_isa isa, int f64, const wavepe_
     wavepe_attention_plan *p = calloc(1, sizeof(*p));
     if (p == NULL) return NULL;
     p->a = *a;
-    p->isa = use_avx2(isa) ? WAVEPE_ISA_AVX2 : WAVEPE_ISA_SCALAR;
+    p->isa = plan_isa(isa);
     p->f64 = f64 ? 1 : 0;
     p->backward = backward;
     p->esize = f64 ? 8 : 4;
     p->hg = a->heads / a->kv_heads;
     p->bias = a->table != NULL ? ATTN_BIAS_TABLE : (a->slopes != NULL ? ATTN_BIAS_ALIBI : ATTN_BIAS_NONE);
-    p->nr = f64 ? ATTN_NR_F64 : ATTN_NR_F32;
+    p->nr = 2 * attn_isa_lanes_f32(p->isa) / (f64 ? 2 : 1); /* two vectors */
     if (backward) {
         p->bm = f64 ? ATTN_BBM_F64 : ATTN_BBM_F32;
         p->bn = f64 ? ATTN_BBN_F64 : ATTN_BBN_F32;
@@ -214,7 +216,7 @@ static wavepe_attention_plan *plan_common(wavepe_isa isa, int f64, const wavepe_
     p->dpad = (a->d + p->nr - 1) / p->nr * p->nr;
     p->nqb = (a->m + p->bm - 1) / p->bm;
     p->nkb = (a->n + p->bn - 1) / p->bn;
-    p->kind = p->isa == WAVEPE_ISA_AVX2 ? ATTN_KIND_TILED : ATTN_KIND_SCALAR;
+    p->kind = p->isa != WAVEPE_ISA_SCALAR ? ATTN_KIND_TILED : ATTN_KIND_SCALAR;
     return p;
 }
 
@@ -379,10 +381,12 @@ static int fwd_scalar(wavepe_attention_plan *p, int64_t begin, int64_t end) {
         const int64_t hk = h / p->hg, pos = a->q_offset + m;
         const int64_t qoff = attn_off(a->q_strides, b, h, m);
         double mx = -INFINITY, l = 0.0;
+        int seen = 0;
         for (int64_t c = 0; c < d; ++c) acc[c] = 0.0;
         const int64_t nend = key_end(a, pos);
         for (int64_t n = 0; n < nend; ++n) {
             if (key_masked(a, b, n)) continue;
+            seen = 1;
             const double s = score_scalar(p, b, h, a->q, qoff, pos, n);
             if (s > mx) {
                 const double corr = exp(mx - s);
@@ -390,12 +394,14 @@ static int fwd_scalar(wavepe_attention_plan *p, int64_t begin, int64_t end) {
                 for (int64_t c = 0; c < d; ++c) acc[c] *= corr;
                 mx = s;
             }
-            const double pr = exp(s - mx);
+            /* a score of -inf (an infinite k or bias) weighs 0, even before any finite score */
+            const double pr = s == -INFINITY ? 0.0 : exp(s - mx);
             l += pr;
             const int64_t voff = attn_off(a->v_strides, b, hk, n);
             for (int64_t c = 0; c < d; ++c) acc[c] += pr * ld(a->v, voff + c, f64);
         }
         const int64_t ooff = attn_off(a->out_strides, b, h, m);
+        if (seen && l == 0.0) l = NAN; /* keys seen, every score -inf: 0/0, as the formula */
         const int any = l > 0.0 || isnan(l);
         for (int64_t c = 0; c < d; ++c) st(a->out, ooff + c, any ? acc[c] / l : 0.0, f64);
         st(a->lse, bh * a->m + m, any ? mx + log(l) : -INFINITY, f64);
@@ -487,12 +493,17 @@ static int fwd_combine(wavepe_attention_plan *p, int64_t begin, int64_t end) {
     for (int64_t row = begin; row < end; ++row) {
         const int64_t m = row % a->m, bh = row / a->m, h = bh % a->heads, b = bh / a->heads;
         const int64_t base = row * C * stride;
+        /* a NaN chunk maximum makes the row NaN; a chunk whose visible keys
+         * all scored -inf marks its sum -0.0 (attention_simd.h) */
         double mx = -INFINITY;
+        int saw_only_neg_inf = 0;
         for (int64_t c = 0; c < C; ++c) {
             const double mc = ld(p->partial, base + c * stride + dpad, f64);
-            if (mc > mx) mx = mc;
+            if (mc > mx || mc != mc) mx = mc != mc || mx != mx ? NAN : mc;
+            const double lc = ld(p->partial, base + c * stride + dpad + 1, f64);
+            saw_only_neg_inf |= lc == 0.0 && signbit(lc);
         }
-        double l = 0.0;
+        double l = mx == -INFINITY && saw_only_neg_inf ? NAN : 0.0;
         for (int64_t c = 0; c < d; ++c) acc[c] = 0.0;
         if (mx != -INFINITY) {
             for (int64_t c = 0; c < C; ++c) {
@@ -582,22 +593,33 @@ static int bwd_reduce(wavepe_attention_plan *p, int64_t begin, int64_t end) {
 
 /* ---- dispatch ------------------------------------------------------------------ */
 
-int wavepe_attention_run(wavepe_attention_plan *p, int phase, int64_t begin, int64_t end) {
-    if (begin >= end) return WAVEPE_OK;
+#if defined(__x86_64__) || defined(_M_X64)
+/* The vector phase of a plan, by ISA and element type. */
+#define ATTN_VECTOR(p, phase_fn)                                                                 \
+    ((p)->isa == WAVEPE_ISA_AVX512 ? ((p)->f64 ? attn_##phase_fn##_f64_avx512 : attn_##phase_fn##_f32_avx512) \
+                                   : ((p)->f64 ? attn_##phase_fn##_f64_avx2 : attn_##phase_fn##_f32_avx2))
+#endif
+
+static int run_phase(wavepe_attention_plan *p, int phase, int64_t begin, int64_t end) {
     if (p->backward) {
         if (phase == 1) return bwd_reduce(p, begin, end);
 #if defined(__x86_64__) || defined(_M_X64)
-        if (p->kind != ATTN_KIND_SCALAR)
-            return p->f64 ? attn_avx2_bwd_f64(p, begin, end) : attn_avx2_bwd_f32(p, begin, end);
+        if (p->kind != ATTN_KIND_SCALAR) return ATTN_VECTOR(p, bwd)(p, begin, end);
 #endif
         return bwd_scalar(p, begin, end);
     }
     if (phase == 1) return fwd_combine(p, begin, end);
 #if defined(__x86_64__) || defined(_M_X64)
-    if (p->kind == ATTN_KIND_TILED)
-        return p->f64 ? attn_avx2_fwd_tiled_f64(p, begin, end) : attn_avx2_fwd_tiled_f32(p, begin, end);
-    if (p->kind == ATTN_KIND_DECODE)
-        return p->f64 ? attn_avx2_fwd_decode_f64(p, begin, end) : attn_avx2_fwd_decode_f32(p, begin, end);
+    if (p->kind == ATTN_KIND_TILED) return ATTN_VECTOR(p, fwd_tiled)(p, begin, end);
+    if (p->kind == ATTN_KIND_DECODE) return ATTN_VECTOR(p, fwd_decode)(p, begin, end);
 #endif
     return fwd_scalar(p, begin, end);
+}
+
+int wavepe_attention_run(wavepe_attention_plan *p, int phase, int64_t begin, int64_t end) {
+    if (begin >= end) return WAVEPE_OK;
+    const wavepe_fpenv env = wavepe_fpenv_enter();
+    const int status = run_phase(p, phase, begin, end);
+    wavepe_fpenv_leave(env);
+    return status;
 }

@@ -32,7 +32,7 @@
  *
  * Phase 1 must start after every unit of phase 0 finished.  A phase whose
  * unit count is 0 is skipped.  Element type (float32 / float64) is chosen at
- * plan creation; the isa argument picks the scalar reference or the AVX2
+ * plan creation; the isa argument picks the scalar reference or the vector
  * kernels (which fall back to scalar on non-x86 builds).
  */
 #ifndef WAVEPE_ATTENTION_H

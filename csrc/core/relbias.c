@@ -8,6 +8,7 @@
 #include <stddef.h>
 
 #include "checked.h"
+#include "fpenv.h"
 
 #define RELBIAS_POS_LIMIT ((int64_t)1 << 61)
 
@@ -145,39 +146,30 @@ RELBIAS_SCALAR(float, f32)
 RELBIAS_SCALAR(double, f64)
 
 /* ---- dispatch --------------------------------------------------------------
- * The AVX2 variants need the prepared workspace; without one (or on a CPU or
- * build without AVX2) the scalar reference runs. */
+ * The vector variants need the workspace prepared for the same ISA; without
+ * one (or on a build without them) the scalar reference runs.  Every kernel
+ * runs in the kernels' floating-point environment (fpenv.h). */
 
 #if defined(__x86_64__) || defined(_M_X64)
-#define RELBIAS_AVX2(isa, a, call, otherwise)                                                    \
+#define RELBIAS_PICK(isa, has_ws, name, args)                                                    \
     do {                                                                                         \
-        if ((isa) == WAVEPE_ISA_AVX2 && (a)->workspace != NULL) {                                \
-            call;                                                                                \
-        } else {                                                                                 \
-            otherwise;                                                                           \
-        }                                                                                        \
+        const wavepe_fpenv env_ = wavepe_fpenv_enter();                                          \
+        if ((isa) == WAVEPE_ISA_AVX512 && (has_ws)) name##_avx512 args;                          \
+        else if ((isa) == WAVEPE_ISA_AVX2 && (has_ws)) name##_avx2 args;                         \
+        else name##_scalar args;                                                                 \
+        wavepe_fpenv_leave(env_);                                                                \
     } while (0)
-#define RELBIAS_AVX2_SIZE(isa, expr) ((isa) == WAVEPE_ISA_AVX2 ? (expr) : 0)
-#define RELBIAS_AVX2_ONLY_ISA(isa, call, otherwise)                                              \
-    do {                                                                                         \
-        if ((isa) == WAVEPE_ISA_AVX2) {                                                          \
-            call;                                                                                \
-        } else {                                                                                 \
-            otherwise;                                                                           \
-        }                                                                                        \
-    } while (0)
+#define RELBIAS_WS(isa, name, args, none)                                                        \
+    ((isa) == WAVEPE_ISA_AVX512 ? name##_avx512##args : (isa) == WAVEPE_ISA_AVX2 ? name##_avx2##args : (none))
 #else
-#define RELBIAS_AVX2(isa, a, call, otherwise)                                                    \
+#define RELBIAS_PICK(isa, has_ws, name, args)                                                    \
     do {                                                                                         \
+        const wavepe_fpenv env_ = wavepe_fpenv_enter();                                          \
         (void)(isa);                                                                             \
-        otherwise;                                                                               \
+        name##_scalar args;                                                                      \
+        wavepe_fpenv_leave(env_);                                                                \
     } while (0)
-#define RELBIAS_AVX2_SIZE(isa, expr) ((void)(isa), (int64_t)0)
-#define RELBIAS_AVX2_ONLY_ISA(isa, call, otherwise)                                              \
-    do {                                                                                         \
-        (void)(isa);                                                                             \
-        otherwise;                                                                               \
-    } while (0)
+#define RELBIAS_WS(isa, name, args, none) ((void)(isa), (none))
 #endif
 
 #define RELBIAS_DISPATCH(SUFFIX)                                                                 \
@@ -185,33 +177,29 @@ RELBIAS_SCALAR(double, f64)
                                                       unsigned kernels) {                        \
         (void)a;                                                                                 \
         (void)kernels;                                                                           \
-        return RELBIAS_AVX2_SIZE(isa, wavepe_relbias_##SUFFIX##_avx2_workspace_bytes(a, kernels)); \
+        return RELBIAS_WS(isa, wavepe_relbias_##SUFFIX, _workspace_bytes(a, kernels), (int64_t)0); \
     }                                                                                            \
     int64_t wavepe_relbias_##SUFFIX##_chunks(wavepe_isa isa, const wavepe_relbias_args *a) {     \
         (void)a;                                                                                 \
-        return RELBIAS_AVX2_SIZE(isa, wavepe_relbias_##SUFFIX##_avx2_chunks(a));                 \
+        return RELBIAS_WS(isa, wavepe_relbias_##SUFFIX, _chunks(a), (int64_t)0);                 \
     }                                                                                            \
     void wavepe_relbias_##SUFFIX##_prepare(wavepe_isa isa, const wavepe_relbias_args *a, unsigned kernels, \
                                            int64_t begin, int64_t end) {                         \
-        (void)kernels;                                                                           \
-        (void)begin;                                                                             \
-        (void)end;                                                                               \
-        RELBIAS_AVX2(isa, a, wavepe_relbias_##SUFFIX##_avx2_prepare(a, kernels, begin, end), (void)0); \
+        (void)a, (void)kernels, (void)begin, (void)end;                                          \
+        if (a->workspace == NULL) return;                                                        \
+        RELBIAS_WS(isa, wavepe_relbias_##SUFFIX, _prepare(a, kernels, begin, end), (void)0);     \
     }                                                                                            \
     void wavepe_relbias_##SUFFIX(wavepe_isa isa, const wavepe_relbias_args *a, int64_t begin, int64_t end) { \
-        RELBIAS_AVX2(isa, a, wavepe_relbias_##SUFFIX##_avx2(a, begin, end),                      \
-                     wavepe_relbias_##SUFFIX##_scalar(a, begin, end));                           \
+        RELBIAS_PICK(isa, a->workspace != NULL, wavepe_relbias_##SUFFIX, (a, begin, end));      \
     }                                                                                            \
     void wavepe_relbias_grad_q_##SUFFIX(wavepe_isa isa, const wavepe_relbias_args *a, int64_t begin, \
                                         int64_t end) {                                           \
-        RELBIAS_AVX2(isa, a, wavepe_relbias_grad_q_##SUFFIX##_avx2(a, begin, end),               \
-                     wavepe_relbias_grad_q_##SUFFIX##_scalar(a, begin, end));                    \
+        RELBIAS_PICK(isa, a->workspace != NULL, wavepe_relbias_grad_q_##SUFFIX, (a, begin, end)); \
     }                                                                                            \
     void wavepe_relbias_grad_table_##SUFFIX(wavepe_isa isa, const wavepe_relbias_args *a, int64_t begin, \
                                             int64_t end) {                                       \
         /* dT reads no workspace: only the ISA decides */                                        \
-        RELBIAS_AVX2_ONLY_ISA(isa, wavepe_relbias_grad_table_##SUFFIX##_avx2(a, begin, end),     \
-                              wavepe_relbias_grad_table_##SUFFIX##_scalar(a, begin, end));       \
+        RELBIAS_PICK(isa, 1, wavepe_relbias_grad_table_##SUFFIX, (a, begin, end));              \
     }
 
 RELBIAS_DISPATCH(f32)

@@ -31,15 +31,16 @@
  * (rows, d).  Positions and distances (q_offset, r_lo, M, N, rows) must stay
  * within +-2^61 so that every derived position fits in int64.
  *
- * Support skipping (AVX2): whole runs of table rows that are all zero cost no
+ * Support skipping (vector kernels): whole runs of table rows that are all zero cost no
  * multiplies, and within a chunk of distances only the columns between the
  * first and last nonzero one are reduced (the default wavelet grid is nonzero
- * only in its large-scale columns at large |r|).  A term q[j] * T[r, j] with
- * T[r, j] == 0 may therefore be skipped: for finite q this changes nothing;
- * an infinite or NaN q[j] propagates only where the forward actually
- * multiplies it (the scalar kernels multiply every in-table term).
+ * only in its large-scale columns at large |r|).  Skipping a zero term
+ * changes nothing for finite inputs; a query row (forward) or gradient row
+ * (dq) holding NaN or inf is recomputed by the scalar reference, which
+ * multiplies every in-table term, so every ISA gives the formula's answer:
+ * NaN / inf reach every distance inside the table, never one outside it.
  *
- * Workspace: the AVX2 kernels read a per-operation scratch (the table packed
+ * Workspace: the vector kernels read a per-operation scratch (the table packed
  * transposed into NR-distance panels, and each chunk's nonzero column range):
  *   1. a.workspace = buffer of wavepe_relbias_<dt>_workspace_bytes(isa, &a, kernels);
  *   2. wavepe_relbias_<dt>_prepare(isa, &a, kernels, c0, c1) over [0, chunks);
@@ -118,7 +119,7 @@ void wavepe_relbias_grad_q_f64(wavepe_isa isa, const wavepe_relbias_args *a, int
 void wavepe_relbias_grad_table_f32(wavepe_isa isa, const wavepe_relbias_args *a, int64_t begin, int64_t end);
 void wavepe_relbias_grad_table_f64(wavepe_isa isa, const wavepe_relbias_args *a, int64_t begin, int64_t end);
 
-/* The variants behind the dispatch (the AVX2 ones exist on x86-64 only). */
+/* The variants behind the dispatch (the vector ones exist on x86-64 only). */
 void wavepe_relbias_f32_scalar(const wavepe_relbias_args *a, int64_t begin, int64_t end);
 void wavepe_relbias_f64_scalar(const wavepe_relbias_args *a, int64_t begin, int64_t end);
 void wavepe_relbias_grad_q_f32_scalar(const wavepe_relbias_args *a, int64_t begin, int64_t end);
@@ -138,6 +139,18 @@ void wavepe_relbias_grad_q_f32_avx2(const wavepe_relbias_args *a, int64_t begin,
 void wavepe_relbias_grad_q_f64_avx2(const wavepe_relbias_args *a, int64_t begin, int64_t end);
 void wavepe_relbias_grad_table_f32_avx2(const wavepe_relbias_args *a, int64_t begin, int64_t end);
 void wavepe_relbias_grad_table_f64_avx2(const wavepe_relbias_args *a, int64_t begin, int64_t end);
+int64_t wavepe_relbias_f32_avx512_workspace_bytes(const wavepe_relbias_args *a, unsigned kernels);
+int64_t wavepe_relbias_f64_avx512_workspace_bytes(const wavepe_relbias_args *a, unsigned kernels);
+int64_t wavepe_relbias_f32_avx512_chunks(const wavepe_relbias_args *a);
+int64_t wavepe_relbias_f64_avx512_chunks(const wavepe_relbias_args *a);
+void wavepe_relbias_f32_avx512_prepare(const wavepe_relbias_args *a, unsigned kernels, int64_t begin, int64_t end);
+void wavepe_relbias_f64_avx512_prepare(const wavepe_relbias_args *a, unsigned kernels, int64_t begin, int64_t end);
+void wavepe_relbias_f32_avx512(const wavepe_relbias_args *a, int64_t begin, int64_t end);
+void wavepe_relbias_f64_avx512(const wavepe_relbias_args *a, int64_t begin, int64_t end);
+void wavepe_relbias_grad_q_f32_avx512(const wavepe_relbias_args *a, int64_t begin, int64_t end);
+void wavepe_relbias_grad_q_f64_avx512(const wavepe_relbias_args *a, int64_t begin, int64_t end);
+void wavepe_relbias_grad_table_f32_avx512(const wavepe_relbias_args *a, int64_t begin, int64_t end);
+void wavepe_relbias_grad_table_f64_avx512(const wavepe_relbias_args *a, int64_t begin, int64_t end);
 
 /* ---- geometry shared by every variant --------------------------------------
  * For a query at position p, the keys split into runs by what their distance

@@ -3,7 +3,7 @@
  * The scalar kernels are the readable reference: cos and sin from libm on the
  * double angle, rounded once (times scale) into the output type, and the
  * rotation written as the formula.  They share the row space and the per-row
- * cos/sin table with the AVX2 kernels (rope_rows.h).
+ * cos/sin table with the vector kernels (rope_rows.h, rope_simd.h).
  */
 #include "rope.h"
 
@@ -11,6 +11,7 @@
 #include <stddef.h>
 
 #include "checked.h"
+#include "isa_dispatch.h"
 #include "rope_rows.h"
 
 /* ---- validation ------------------------------------------------------- */
@@ -152,23 +153,9 @@ ROPE_SCALAR(double, f64)
 /* ---- dispatch --------------------------------------------------------- */
 
 void wavepe_rope_f32(wavepe_isa isa, const wavepe_rope_args *a, int64_t row_begin, int64_t row_end) {
-#if defined(__x86_64__) || defined(_M_X64)
-    if (isa == WAVEPE_ISA_AVX2) {
-        wavepe_rope_f32_avx2(a, row_begin, row_end);
-        return;
-    }
-#endif
-    (void)isa;
-    wavepe_rope_f32_scalar(a, row_begin, row_end);
+    WAVEPE_ISA_CALL(isa, wavepe_rope_f32, (a, row_begin, row_end));
 }
 
 void wavepe_rope_f64(wavepe_isa isa, const wavepe_rope_args *a, int64_t row_begin, int64_t row_end) {
-#if defined(__x86_64__) || defined(_M_X64)
-    if (isa == WAVEPE_ISA_AVX2) {
-        wavepe_rope_f64_avx2(a, row_begin, row_end);
-        return;
-    }
-#endif
-    (void)isa;
-    wavepe_rope_f64_scalar(a, row_begin, row_end);
+    WAVEPE_ISA_CALL(isa, wavepe_rope_f64, (a, row_begin, row_end));
 }

@@ -91,6 +91,8 @@ void wavepe_rope_f32_scalar(const wavepe_rope_args *a, int64_t row_begin, int64_
 void wavepe_rope_f64_scalar(const wavepe_rope_args *a, int64_t row_begin, int64_t row_end);
 void wavepe_rope_f32_avx2(const wavepe_rope_args *a, int64_t row_begin, int64_t row_end);
 void wavepe_rope_f64_avx2(const wavepe_rope_args *a, int64_t row_begin, int64_t row_end);
+void wavepe_rope_f32_avx512(const wavepe_rope_args *a, int64_t row_begin, int64_t row_end);
+void wavepe_rope_f64_avx512(const wavepe_rope_args *a, int64_t row_begin, int64_t row_end);
 
 #ifdef __cplusplus
 }

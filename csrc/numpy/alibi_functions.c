@@ -52,7 +52,12 @@ static PyObject *py_alibi_bias(PyObject *self, PyObject *args) {
     a.out = PyArray_DATA(out);
     a.out_stride_h = a.m * a.n;
     a.out_stride_m = a.n;
-    const wavepe_isa isa = wavepe_active_isa();
+    wavepe_isa isa;
+    if (wavepe_np_active_isa(&isa) < 0) {
+        Py_DECREF(out);
+        Py_DECREF(slopes);
+        return NULL;
+    }
     Py_BEGIN_ALLOW_THREADS;
     if (type == NPY_FLOAT) wavepe_alibi_f32(isa, &a, 0, a.heads * a.m);
     else wavepe_alibi_f64(isa, &a, 0, a.heads * a.m);

@@ -34,7 +34,7 @@ at::Tensor alibi_bias_cpu(const at::Tensor& slopes, int64_t q_len, int64_t k_len
     a.out_stride_m = k_len;
     wavepe::check_status(wavepe_alibi_validate(&a), "alibi_bias");
 
-    const wavepe_isa isa = wavepe_active_isa();
+    const wavepe_isa isa = wavepe::active_isa();
     const bool f32 = s.scalar_type() == at::kFloat;
     at::parallel_for(0, heads * q_len, wavepe::grain_rows(k_len), [&](int64_t b, int64_t e) {
         if (f32) wavepe_alibi_f32(isa, &a, b, e);

@@ -123,7 +123,7 @@ std::tuple<at::Tensor, at::Tensor> attention_fwd_cpu(const at::Tensor& q, const 
     a.lse = lse.data_ptr();
     strides3(a.out_strides, out);
     wavepe_attention_plan* raw = nullptr;
-    wavepe::check_status(wavepe_attention_fwd_plan(wavepe_active_isa(), q.scalar_type() == at::kDouble, &a, &raw),
+    wavepe::check_status(wavepe_attention_fwd_plan(wavepe::active_isa(), q.scalar_type() == at::kDouble, &a, &raw),
                          "wavelet_attention");
     PlanPtr plan(raw);
     run_plan(plan.get(), "wavelet_attention");
@@ -177,7 +177,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> attention
         a.dslopes = dslopes.data_ptr();
     }
     wavepe_attention_plan* raw = nullptr;
-    wavepe::check_status(wavepe_attention_bwd_plan(wavepe_active_isa(), q.scalar_type() == at::kDouble, &a, &raw),
+    wavepe::check_status(wavepe_attention_bwd_plan(wavepe::active_isa(), q.scalar_type() == at::kDouble, &a, &raw),
                          "wavelet_attention backward");
     PlanPtr plan(raw);
     run_plan(plan.get(), "wavelet_attention backward");

@@ -156,7 +156,7 @@ at::Tensor rel_bias_cpu(const at::Tensor& q_in, const at::Tensor& table_in, int6
     a.bias_stride_m = k_len;
     wavepe::check_status(wavepe_relbias_validate(&a, WAVEPE_RELBIAS_FORWARD, elem), "rel_bias");
 
-    const wavepe_isa isa = wavepe_active_isa();
+    const wavepe_isa isa = wavepe::active_isa();
     const bool f32 = q.scalar_type() == at::kFloat;
     const at::Tensor ws = prepare_workspace(isa, a, WAVEPE_RELBIAS_FORWARD, f32);
     const char* q_base = static_cast<const char*>(a.q);
@@ -235,7 +235,7 @@ std::tuple<at::Tensor, at::Tensor> rel_bias_backward_cpu(const at::Tensor& grad_
     }
     wavepe::check_status(wavepe_relbias_validate(&a, kernels, elem), "rel_bias_backward");
 
-    const wavepe_isa isa = wavepe_active_isa();
+    const wavepe_isa isa = wavepe::active_isa();
     const bool f32 = q_in.scalar_type() == at::kFloat;
     if (want_dq && dq.numel() > 0) {
         const at::Tensor ws = prepare_workspace(isa, a, WAVEPE_RELBIAS_GRAD_Q, f32);

@@ -114,7 +114,7 @@ std::tuple<at::Tensor, at::Tensor> rope_cpu(const at::Tensor& q, const std::opti
     }
     wavepe::check_status(wavepe_rope_validate(&a), "rope");
 
-    const wavepe_isa isa = wavepe_active_isa();
+    const wavepe_isa isa = wavepe::active_isa();
     const bool f32 = q.scalar_type() == at::kFloat;
     const int64_t row_elems = WAVEPE_ROPE_POS_BLOCK * (a.q.heads + a.k.heads) * d;
     at::parallel_for(0, wavepe_rope_rows(&a), wavepe::grain_rows(row_elems), [&](int64_t b, int64_t e) {

@@ -36,6 +36,15 @@ inline void check_status(int status, const char* what) {
     TORCH_CHECK_VALUE(status == WAVEPE_OK, what, ": ", wavepe_status_str(status));
 }
 
+// The ISA this call's kernels use; a WAVEPE_ISA naming an ISA this CPU cannot
+// run (or an unknown one) is a ValueError saying so.
+inline wavepe_isa active_isa() {
+    wavepe_isa isa;
+    char message[256];
+    TORCH_CHECK_VALUE(wavepe_active_isa_checked(&isa, message, sizeof(message)) == WAVEPE_OK, message);
+    return isa;
+}
+
 inline void check_cpu(const at::Tensor& t, const char* name) {
     TORCH_CHECK_VALUE(t.device().is_cpu(), name, " must be a CPU tensor here, got device ", t.device());
 }

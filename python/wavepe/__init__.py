@@ -27,14 +27,19 @@ __all__ = [
 
 
 def cpu_isa() -> str:
-    """The best instruction set this CPU supports among wavepe's kernels: 'avx2' or 'scalar'."""
+    """The best instruction set this CPU (and OS) supports among wavepe's kernels: 'avx512', 'avx2' or 'scalar'."""
     from . import _ufuncs
 
     return _ufuncs.cpu_isa()
 
 
 def active_isa() -> str:
-    """The instruction set kernels use now; ``WAVEPE_FORCE_SCALAR=1`` forces 'scalar'."""
+    """The instruction set kernels use now: :func:`cpu_isa`, or ``WAVEPE_ISA=scalar|avx2|avx512``.
+
+    Raises ValueError when ``WAVEPE_ISA`` names an instruction set this CPU cannot run
+    (every operation raises the same error).  ``WAVEPE_FORCE_SCALAR=1`` (older spelling)
+    forces 'scalar'.
+    """
     from . import _ufuncs
 
     return _ufuncs.active_isa()

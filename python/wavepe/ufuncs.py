@@ -160,6 +160,7 @@ def _rel_bias(q: np.ndarray, table: np.ndarray, r_lo: int, k_len: int | None, q_
             raise OverflowError(f"rel_bias: {name}={v} is beyond the supported range of positions (±2**61)")
     cdt = table.dtype
     out = np.empty((*q.shape[:-1], n), dtype=cdt)
+    _ufuncs.active_isa()  # a WAVEPE_ISA this CPU cannot run is a ValueError, not a silent fallback
     _ufuncs.rel_bias(q.astype(cdt, copy=False), table, r_lo, off, bool(causal), bool(clamp), out=out)
     return out if q.dtype == cdt else out.astype(q.dtype)
 
@@ -278,6 +279,7 @@ def rope_inv_freq(
     work = arr.astype(dt, copy=False)
     if work.strides[-1] != work.itemsize:  # the kernels read head vectors contiguously
         work = np.ascontiguousarray(work)
+    _ufuncs.active_isa()  # a WAVEPE_ISA this CPU cannot run is a ValueError, not a silent fallback
     out = rope_gufunc(work, pos, inv, np.float64(scale), np.int64(mode))
     return out if out.dtype == arr.dtype else out.astype(arr.dtype)
 

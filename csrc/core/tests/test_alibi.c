@@ -16,7 +16,7 @@ void test_alibi(void) {
             CHECK(wavepe_alibi_validate(&args) == WAVEPE_OK);
             wavepe_alibi_f32(WAVEPE_ISA_SCALAR, &args, 0, H * M);
             args.out = b;
-            wavepe_alibi_f32(wavepe_cpu_isa(), &args, 0, H * M);
+            wavepe_alibi_f32(wavepe_test_isa, &args, 0, H * M);
             for (int64_t h = 0; h < H; ++h)
                 for (int64_t i = 0; i < M; ++i)
                     for (int64_t j = 0; j < N; ++j) {

@@ -70,7 +70,7 @@ static double table_value(const rb_case *c, unsigned long long *state, int64_t t
                         bound_t[t * c->d + j] += fabs((double)grad[bi] * qr[j]);                 \
                     }                                                                            \
                 }                                                                                \
-        const wavepe_isa isas[2] = {WAVEPE_ISA_SCALAR, wavepe_cpu_isa()};                        \
+        const wavepe_isa isas[2] = {WAVEPE_ISA_SCALAR, wavepe_test_isa};                        \
         T *ref_b = NULL, *ref_q = NULL, *ref_t = NULL;                                           \
         for (int v = 0; v < 2; ++v) {                                                            \
             const wavepe_isa isa = isas[v];                                                      \
@@ -204,7 +204,7 @@ static void test_validation(void) {
     memset(&e, 0, sizeof e);
     e.batch = 3; e.m = 0; e.n = 5; e.d = 4; e.rows = 0;
     CHECK(wavepe_relbias_validate(&e, 7, 8) == WAVEPE_OK);
-    wavepe_relbias_f64(wavepe_cpu_isa(), &e, 0, 0);
+    wavepe_relbias_f64(wavepe_test_isa, &e, 0, 0);
 }
 
 void test_relbias(void) {

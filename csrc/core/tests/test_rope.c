@@ -102,7 +102,7 @@ static void check_case(const rope_case *c, unsigned long long *seed) {
     rope_buffers buf;
     fill(c, &buf, seed);
     const int64_t L = c->len, d = c->head_dim;
-    const wavepe_isa isas[2] = {WAVEPE_ISA_SCALAR, wavepe_cpu_isa()};
+    const wavepe_isa isas[2] = {WAVEPE_ISA_SCALAR, wavepe_test_isa};
     double *q_out = malloc(sizeof(double) * (size_t)(buf.q_numel + 1));
     double *k_out = malloc(sizeof(double) * (size_t)(buf.k_numel + 1));
     float *q32 = malloc(sizeof(float) * (size_t)(buf.q_numel + 1)), *k32 = malloc(sizeof(float) * (size_t)(buf.k_numel + 1));
@@ -153,7 +153,7 @@ static void check_round_trip(int layout, int64_t d, double offset, unsigned long
     double inv[65];
     for (int64_t i = 0; i < d / 2; ++i) inv[i] = pow(10000.0, -2.0 * (double)i / (double)d);
     for (int64_t i = 0; i < L * H * d; ++i) y[i] = x[i] = test_uniform(seed, -1.0, 1.0), xf[i] = (float)x[i];
-    const wavepe_isa isas[2] = {WAVEPE_ISA_SCALAR, wavepe_cpu_isa()};
+    const wavepe_isa isas[2] = {WAVEPE_ISA_SCALAR, wavepe_test_isa};
     for (int v = 0; v < 2; ++v) {
         wavepe_rope_args a;
         memset(&a, 0, sizeof a);
@@ -276,13 +276,13 @@ static void check_large_positions(unsigned long long *seed) {
             a.q.in_stride_l = a.q.out_stride_l = d;                                                \
             a.k = a.q, a.k.in = k, a.k.out = ko;                                                   \
             CHECK(wavepe_rope_validate(&a) == WAVEPE_OK);                                          \
-            KERNEL(wavepe_cpu_isa(), &a, 0, wavepe_rope_rows(&a));                                 \
+            KERNEL(wavepe_test_isa, &a, 0, wavepe_rope_rows(&a));                                 \
             wavepe_rope_args h1 = a;                                                               \
             h1.q.heads = 1, h1.k.heads = 0, h1.q.out = one;                                        \
             for (int t = 0; t < 2; ++t)                                                            \
                 for (int64_t h = 0; h < H; ++h) {                                                  \
                     h1.q.in = (t == 0 ? q : k) + h * L * d;                                        \
-                    KERNEL(wavepe_cpu_isa(), &h1, 0, wavepe_rope_rows(&h1));                       \
+                    KERNEL(wavepe_test_isa, &h1, 0, wavepe_rope_rows(&h1));                       \
                     CHECK(memcmp(one, (t == 0 ? qo : ko) + h * L * d, sizeof(T) * (size_t)(L * d)) == 0); \
                 }                                                                                  \
         }                                                                                          \

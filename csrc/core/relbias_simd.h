@@ -1,10 +1,11 @@
-/* relbias_avx2_impl.h: the AVX2 kernels of relbias, written once for both
- * dtypes.  Included by relbias_avx2.c with RB_T (element), RB_V (vector),
- * RB_LANES and the RB_* vector operations defined; not a public header.
+/* relbias_simd.h: the vector kernels of relbias, written once (simd_type.h)
+ * and instantiated per ISA by relbias_avx2.c / relbias_avx512.c for float and
+ * double; not a public header.
  *
  * Geometry.  A query at position p reads table row t = p - n - r_lo for key
  * n, so a run of keys is a run of table rows read backwards.  Table rows are
- * grouped in chunks of NR = 2 * LANES consecutive rows (16 for float32).
+ * grouped in chunks of NR = 2 * VL consecutive rows (16 for float32 on AVX2,
+ * 32 on AVX-512).
  *
  * Forward (bias = Q · T_windowᵀ, each row written reversed).  For a block of
  * MR = 6 query rows and one chunk c, the tile G[i][k] = q_i · T[c*NR + k] is a
@@ -32,6 +33,12 @@
  * are aligned to multiples of 6 table rows whatever [begin, end) is, so the
  * result does not depend on the split either.
  */
+
+#include <stdint.h>
+
+#include "checked.h"
+#include "relbias.h"
+#include "simd_type.h"
 
 #ifndef RB_IMPL_ONCE
 #define RB_IMPL_ONCE
@@ -101,12 +108,14 @@ static int rb_next_block(const wavepe_relbias_args *a, rb_cursor *c, rb_rows *ou
 }
 #endif
 
-#define RB_NR (2 * RB_LANES)
+#define RB_NR (2 * VL)
+/* the scalar reference of a kernel, for this element type (relbias.h) */
+#define RB_SCALAR(name) WP_CAT(WP_CAT(name##_, WP_TNAME), _scalar)
 
 /* ---- workspace -------------------------------------------------------------- */
 
 /* Table rows [*t_begin, *t_end) that this call can read at all. */
-static void RB_SUF(rb_needed_rows)(const wavepe_relbias_args *a, int64_t *t_begin, int64_t *t_end) {
+static void FN(rb_needed_rows)(const wavepe_relbias_args *a, int64_t *t_begin, int64_t *t_end) {
     *t_begin = *t_end = 0;
     if (a->batch == 0 || a->m == 0 || a->n == 0 || a->rows == 0) return;
     int64_t r_min = a->q_offset - (a->n - 1);
@@ -118,47 +127,47 @@ static void RB_SUF(rb_needed_rows)(const wavepe_relbias_args *a, int64_t *t_begi
 
 /* The chunks the call reads: c0 .. c0 + count - 1.  The workspace holds only
  * these (a huge learned table costs nothing beyond the call's window). */
-static int64_t RB_SUF(rb_window)(const wavepe_relbias_args *a, int64_t *c0) {
+static int64_t FN(rb_window)(const wavepe_relbias_args *a, int64_t *c0) {
     int64_t t_begin, t_end;
-    RB_SUF(rb_needed_rows)(a, &t_begin, &t_end);
+    FN(rb_needed_rows)(a, &t_begin, &t_end);
     *c0 = t_begin / RB_NR;
     return t_begin < t_end ? (t_end - 1) / RB_NR - *c0 + 1 : 0;
 }
 
 /* Layout: (jlo, jhi) int64 pairs per window chunk, then (64-byte aligned
  * offset) the panels: per chunk d x NR elements, panel[j][k] = T[c*NR + k][j]. */
-static inline int64_t *RB_SUF(rb_ranges)(const wavepe_relbias_args *a) { return (int64_t *)a->workspace; }
+static inline int64_t *FN(rb_ranges)(const wavepe_relbias_args *a) { return (int64_t *)a->workspace; }
 
-static inline RB_T *RB_SUF(rb_panels)(const wavepe_relbias_args *a, int64_t count) {
-    return (RB_T *)((char *)a->workspace + rb_align64(16 * count));
+static inline T *FN(rb_panels)(const wavepe_relbias_args *a, int64_t count) {
+    return (T *)((char *)a->workspace + rb_align64(16 * count));
 }
 
-int64_t RB_CAT(RB_SUF(wavepe_relbias), _workspace_bytes)(const wavepe_relbias_args *a, unsigned kernels) {
+int64_t WP_CAT(FN(wavepe_relbias), _workspace_bytes)(const wavepe_relbias_args *a, unsigned kernels) {
     if (!(kernels & (WAVEPE_RELBIAS_FORWARD | WAVEPE_RELBIAS_GRAD_Q))) return 0;
     int64_t c0;
-    const int64_t chunks = RB_SUF(rb_window)(a, &c0);
+    const int64_t chunks = FN(rb_window)(a, &c0);
     int64_t total = rb_align64(16 * chunks), panels;
     if (kernels & WAVEPE_RELBIAS_FORWARD) {
-        if (wavepe_mul_overflow(chunks, RB_NR * (int64_t)sizeof(RB_T), &panels) ||
+        if (wavepe_mul_overflow(chunks, RB_NR * (int64_t)sizeof(T), &panels) ||
             wavepe_mul_overflow(panels, a->d, &panels) || wavepe_add_overflow(total, panels, &total))
             return WAVEPE_E_OVERFLOW;
     }
     return total < 64 ? 64 : total; /* never 0: the kernels tell "no workspace" by NULL */
 }
 
-int64_t RB_CAT(RB_SUF(wavepe_relbias), _chunks)(const wavepe_relbias_args *a) {
+int64_t WP_CAT(FN(wavepe_relbias), _chunks)(const wavepe_relbias_args *a) {
     int64_t c0;
-    return RB_SUF(rb_window)(a, &c0);
+    return FN(rb_window)(a, &c0);
 }
 
 /* First and last nonzero column of a row, +1 for the last; (d, 0) if none.
  * NaN counts as nonzero (unordered compare). */
-static void RB_SUF(rb_row_extent)(const RB_T *row, int64_t d, int64_t *first, int64_t *end) {
+static void FN(rb_row_extent)(const T *row, int64_t d, int64_t *first, int64_t *end) {
     int64_t j = 0;
     *first = d;
     *end = 0;
-    for (; j + RB_LANES <= d; j += RB_LANES) {
-        const int mask = RB_NONZERO_MASK(RB_LOAD(row + j));
+    for (; j + VL <= d; j += VL) {
+        const int mask = (int)M(bits)(V(cmpneq)(V(loadu)(row + j), V(zero)()));
         if (mask) {
             *first = j + __builtin_ctz((unsigned)mask);
             break;
@@ -172,10 +181,10 @@ static void RB_SUF(rb_row_extent)(const RB_T *row, int64_t d, int64_t *first, in
             }
     if (*first == d) return;
     j = d;
-    for (; j - RB_LANES >= *first; j -= RB_LANES) {
-        const int mask = RB_NONZERO_MASK(RB_LOAD(row + j - RB_LANES));
+    for (; j - VL >= *first; j -= VL) {
+        const int mask = (int)M(bits)(V(cmpneq)(V(loadu)(row + j - VL), V(zero)()));
         if (mask) {
-            *end = j - RB_LANES + 32 - __builtin_clz((unsigned)mask);
+            *end = j - VL + 32 - __builtin_clz((unsigned)mask);
             return;
         }
     }
@@ -187,20 +196,20 @@ static void RB_SUF(rb_row_extent)(const RB_T *row, int64_t d, int64_t *first, in
     *end = *first + 1;
 }
 
-void RB_CAT(RB_SUF(wavepe_relbias), _prepare)(const wavepe_relbias_args *a, unsigned kernels, int64_t begin,
+void WP_CAT(FN(wavepe_relbias), _prepare)(const wavepe_relbias_args *a, unsigned kernels, int64_t begin,
                                               int64_t end) {
     int64_t c0;
-    const int64_t count = RB_SUF(rb_window)(a, &c0);
-    const RB_T *table = (const RB_T *)a->table;
-    int64_t *ranges = RB_SUF(rb_ranges)(a);
-    RB_T *panels = RB_SUF(rb_panels)(a, count);
+    const int64_t count = FN(rb_window)(a, &c0);
+    const T *table = (const T *)a->table;
+    int64_t *ranges = FN(rb_ranges)(a);
+    T *panels = FN(rb_panels)(a, count);
     const int64_t d = a->d;
     for (int64_t k = rb_max64(begin, 0); k < end && k < count; ++k) {
         const int64_t t0 = (c0 + k) * RB_NR, rows_here = rb_min64(RB_NR, a->rows - t0);
         int64_t jlo = d, jhi = 0;
         for (int64_t i = 0; i < rows_here; ++i) {
             int64_t f, e;
-            RB_SUF(rb_row_extent)(table + (t0 + i) * d, d, &f, &e);
+            FN(rb_row_extent)(table + (t0 + i) * d, d, &f, &e);
             jlo = rb_min64(jlo, f);
             jhi = rb_max64(jhi, e);
         }
@@ -209,7 +218,7 @@ void RB_CAT(RB_SUF(wavepe_relbias), _prepare)(const wavepe_relbias_args *a, unsi
         ranges[2 * k + 1] = jhi;
         if (!(kernels & WAVEPE_RELBIAS_FORWARD)) continue;
         /* NR distances contiguous per head dimension; rows past the table are 0 */
-        RB_T *panel = panels + k * d * RB_NR;
+        T *panel = panels + k * d * RB_NR;
         for (int64_t j = jlo; j < jhi; ++j)
             for (int64_t i = 0; i < RB_NR; ++i) panel[j * RB_NR + i] = i < rows_here ? table[(t0 + i) * d + j] : 0;
     }
@@ -220,61 +229,71 @@ void RB_CAT(RB_SUF(wavepe_relbias), _prepare)(const wavepe_relbias_args *a, unsi
 /* Fill p[0 .. count) with v.  stream: large outputs, where the fill (the causal
  * upper triangle, the distances beyond the support) is pure store bandwidth:
  * non-temporal stores skip reading every line before overwriting it. */
-static inline void RB_SUF(rb_fill_stream)(RB_T *p, int64_t count, RB_T v, int stream) {
-    const RB_V vv = RB_SET1(v);
+static inline void FN(rb_fill_stream)(T *p, int64_t count, T v, int stream) {
+    const VT vv = V(set1)(v);
     int64_t i = 0;
-    if (stream && count >= 16 * RB_LANES) {
-        for (; ((uintptr_t)(p + i) & 31) != 0; ++i) p[i] = v;
-        for (; i + RB_LANES <= count; i += RB_LANES) RB_STREAM(p + i, vv);
+    if (stream && count >= 16 * VL) {
+        for (; (uintptr_t)(p + i) % (VL * sizeof(T)) != 0; ++i) p[i] = v; /* stream needs aligned vectors */
+        for (; i + VL <= count; i += VL) V(stream)(p + i, vv);
         for (; i < count; ++i) p[i] = v;
         return;
     }
-    for (; i + 2 * RB_LANES <= count; i += 2 * RB_LANES) {
-        RB_STORE(p + i, vv);
-        RB_STORE(p + i + RB_LANES, vv);
+    for (; i + 2 * VL <= count; i += 2 * VL) {
+        V(storeu)(p + i, vv);
+        V(storeu)(p + i + VL, vv);
     }
-    for (; i + RB_LANES <= count; i += RB_LANES) RB_STORE(p + i, vv);
+    for (; i + VL <= count; i += VL) V(storeu)(p + i, vv);
     for (; i < count; ++i) p[i] = v;
 }
 
-static inline void RB_SUF(rb_fill)(RB_T *p, int64_t count, RB_T v) { RB_SUF(rb_fill_stream)(p, count, v, 0); }
+static inline void FN(rb_fill)(T *p, int64_t count, T v) { FN(rb_fill_stream)(p, count, v, 0); }
 
-static inline RB_T RB_SUF(rb_dot)(const RB_T *x, const RB_T *y, int64_t d) {
-    RB_V s0 = RB_ZERO(), s1 = RB_ZERO();
+static inline T FN(rb_dot)(const T *x, const T *y, int64_t d) {
+    VT s0 = V(zero)(), s1 = V(zero)();
     int64_t j = 0;
-    for (; j + 2 * RB_LANES <= d; j += 2 * RB_LANES) {
-        s0 = RB_FMA(RB_LOAD(x + j), RB_LOAD(y + j), s0);
-        s1 = RB_FMA(RB_LOAD(x + j + RB_LANES), RB_LOAD(y + j + RB_LANES), s1);
+    for (; j + 2 * VL <= d; j += 2 * VL) {
+        s0 = V(fmadd)(V(loadu)(x + j), V(loadu)(y + j), s0);
+        s1 = V(fmadd)(V(loadu)(x + j + VL), V(loadu)(y + j + VL), s1);
     }
-    for (; j + RB_LANES <= d; j += RB_LANES) s0 = RB_FMA(RB_LOAD(x + j), RB_LOAD(y + j), s0);
-    RB_T s = RB_HSUM(RB_ADD(s0, s1));
+    for (; j + VL <= d; j += VL) s0 = V(fmadd)(V(loadu)(x + j), V(loadu)(y + j), s0);
+    T s = V(hsum)(V(add)(s0, s1));
     for (; j < d; ++j) s += x[j] * y[j];
     return s;
 }
 
-static inline RB_T RB_SUF(rb_sum)(const RB_T *x, int64_t count) {
-    RB_V s0 = RB_ZERO(), s1 = RB_ZERO();
+/* Whether x[0 .. count) holds no NaN and no inf (x * 0 is NaN exactly for those). */
+static inline int FN(rb_finite)(const T *x, int64_t count) {
+    VT acc = V(zero)();
     int64_t i = 0;
-    for (; i + 2 * RB_LANES <= count; i += 2 * RB_LANES) {
-        s0 = RB_ADD(s0, RB_LOAD(x + i));
-        s1 = RB_ADD(s1, RB_LOAD(x + i + RB_LANES));
+    for (; i + VL <= count; i += VL) acc = V(add)(acc, V(mul)(V(loadu)(x + i), V(zero)()));
+    T s = V(hsum)(acc);
+    for (; i < count; ++i) s += x[i] * (T)0;
+    return s == (T)0;
+}
+
+static inline T FN(rb_sum)(const T *x, int64_t count) {
+    VT s0 = V(zero)(), s1 = V(zero)();
+    int64_t i = 0;
+    for (; i + 2 * VL <= count; i += 2 * VL) {
+        s0 = V(add)(s0, V(loadu)(x + i));
+        s1 = V(add)(s1, V(loadu)(x + i + VL));
     }
-    RB_T s = RB_HSUM(RB_ADD(s0, s1));
+    T s = V(hsum)(V(add)(s0, s1));
     for (; i < count; ++i) s += x[i];
     return s;
 }
 
 /* y += alpha * x over d elements */
-static inline void RB_SUF(rb_axpy)(RB_T *y, RB_T alpha, const RB_T *x, int64_t d) {
-    const RB_V va = RB_SET1(alpha);
+static inline void FN(rb_axpy)(T *y, T alpha, const T *x, int64_t d) {
+    const VT va = V(set1)(alpha);
     int64_t j = 0;
-    for (; j + RB_LANES <= d; j += RB_LANES) RB_STORE(y + j, RB_FMA(va, RB_LOAD(x + j), RB_LOAD(y + j)));
+    for (; j + VL <= d; j += VL) V(storeu)(y + j, V(fmadd)(va, V(loadu)(x + j), V(loadu)(y + j)));
     for (; j < d; ++j) y[j] += alpha * x[j];
 }
 
 /* Table rows [*ta, *tb) that a query at p reads (empty: ta == tb == 0), and the
  * key split of the row (relbias.h). */
-static inline wavepe_relbias_row_split RB_SUF(rb_row_rows)(const wavepe_relbias_args *a, int64_t p, int64_t *ta,
+static inline wavepe_relbias_row_split FN(rb_row_rows)(const wavepe_relbias_args *a, int64_t p, int64_t *ta,
                                                          int64_t *tb) {
     const wavepe_relbias_row_split s = wavepe_relbias_split_row(a, p);
     if (s.n_tab_begin < s.n_tab_end) {
@@ -289,45 +308,45 @@ static inline wavepe_relbias_row_split RB_SUF(rb_row_rows)(const wavepe_relbias_
 /* ---- forward ------------------------------------------------------------------- */
 
 typedef struct {
-    const RB_T *q[RB_MR];
-    RB_T *out[RB_MR];        /* NULL: row not stored (outside the range or the matrix) */
+    const T *q[RB_MR];
+    T *out[RB_MR];        /* NULL: row not stored (outside the range or the matrix) */
     int64_t key_of_t0[RB_MR]; /* p - r_lo: the key that reads table row 0 */
     int64_t ta[RB_MR], tb[RB_MR];
     int64_t c_lo, c_hi;      /* chunks the block's tiles cover */
-} RB_SUF(rb_fblock);
+} FN(rb_fblock);
 
-static inline void RB_SUF(rb_fwd_store_row)(const RB_SUF(rb_fblock) *b, int i, int64_t t0, RB_V lo, RB_V hi) {
-    RB_T *out = b->out[i];
+static inline void FN(rb_fwd_store_row)(const FN(rb_fblock) *b, int i, int64_t t0, VT lo, VT hi) {
+    T *out = b->out[i];
     if (out == NULL) return;
     const int64_t ta = b->ta[i], tb = b->tb[i], key0 = b->key_of_t0[i];
     if (t0 >= ta && t0 + RB_NR <= tb) {
-        RB_T *dst = out + (key0 - (t0 + RB_NR - 1));
-        RB_STORE(dst, RB_REV(hi));
-        RB_STORE(dst + RB_LANES, RB_REV(lo));
+        T *dst = out + (key0 - (t0 + RB_NR - 1));
+        V(storeu)(dst, V(reverse)(hi));
+        V(storeu)(dst + VL, V(reverse)(lo));
         return;
     }
-    RB_T tmp[RB_NR];
-    RB_STORE(tmp, lo);
-    RB_STORE(tmp + RB_LANES, hi);
+    T tmp[RB_NR];
+    V(storeu)(tmp, lo);
+    V(storeu)(tmp + VL, hi);
     const int64_t from = rb_max64(t0, ta), to = rb_min64(t0 + RB_NR, tb);
     for (int64_t t = from; t < to; ++t) out[key0 - t] = tmp[t - t0];
 }
 
 #define RB_FMA_ROW(qi, c0, c1)                                                                   \
     do {                                                                                         \
-        const RB_V x_ = RB_BCAST((qi) + j);                                                      \
-        c0 = RB_FMA(x_, b0, c0);                                                                 \
-        c1 = RB_FMA(x_, b1, c1);                                                                 \
+        const VT x_ = V(bcast)((qi) + j);                                                      \
+        c0 = V(fmadd)(x_, b0, c0);                                                                 \
+        c1 = V(fmadd)(x_, b1, c1);                                                                 \
     } while (0)
 
-static void RB_SUF(rb_fwd_tile)(const RB_SUF(rb_fblock) *b, int64_t c, const RB_T *panel, int64_t jlo,
+static void FN(rb_fwd_tile)(const FN(rb_fblock) *b, int64_t c, const T *panel, int64_t jlo,
                                 int64_t jhi) {
-    RB_V c00 = RB_ZERO(), c01 = RB_ZERO(), c10 = RB_ZERO(), c11 = RB_ZERO(), c20 = RB_ZERO(), c21 = RB_ZERO();
-    RB_V c30 = RB_ZERO(), c31 = RB_ZERO(), c40 = RB_ZERO(), c41 = RB_ZERO(), c50 = RB_ZERO(), c51 = RB_ZERO();
-    const RB_T *q0 = b->q[0], *q1 = b->q[1], *q2 = b->q[2], *q3 = b->q[3], *q4 = b->q[4], *q5 = b->q[5];
-    const RB_T *pb = panel + jlo * RB_NR;
+    VT c00 = V(zero)(), c01 = V(zero)(), c10 = V(zero)(), c11 = V(zero)(), c20 = V(zero)(), c21 = V(zero)();
+    VT c30 = V(zero)(), c31 = V(zero)(), c40 = V(zero)(), c41 = V(zero)(), c50 = V(zero)(), c51 = V(zero)();
+    const T *q0 = b->q[0], *q1 = b->q[1], *q2 = b->q[2], *q3 = b->q[3], *q4 = b->q[4], *q5 = b->q[5];
+    const T *pb = panel + jlo * RB_NR;
     for (int64_t j = jlo; j < jhi; ++j, pb += RB_NR) {
-        const RB_V b0 = RB_LOAD(pb), b1 = RB_LOAD(pb + RB_LANES);
+        const VT b0 = V(loadu)(pb), b1 = V(loadu)(pb + VL);
         RB_FMA_ROW(q0, c00, c01);
         RB_FMA_ROW(q1, c10, c11);
         RB_FMA_ROW(q2, c20, c21);
@@ -336,15 +355,15 @@ static void RB_SUF(rb_fwd_tile)(const RB_SUF(rb_fblock) *b, int64_t c, const RB_
         RB_FMA_ROW(q5, c50, c51);
     }
     const int64_t t0 = c * RB_NR;
-    RB_SUF(rb_fwd_store_row)(b, 0, t0, c00, c01);
-    RB_SUF(rb_fwd_store_row)(b, 1, t0, c10, c11);
-    RB_SUF(rb_fwd_store_row)(b, 2, t0, c20, c21);
-    RB_SUF(rb_fwd_store_row)(b, 3, t0, c30, c31);
-    RB_SUF(rb_fwd_store_row)(b, 4, t0, c40, c41);
-    RB_SUF(rb_fwd_store_row)(b, 5, t0, c50, c51);
+    FN(rb_fwd_store_row)(b, 0, t0, c00, c01);
+    FN(rb_fwd_store_row)(b, 1, t0, c10, c11);
+    FN(rb_fwd_store_row)(b, 2, t0, c20, c21);
+    FN(rb_fwd_store_row)(b, 3, t0, c30, c31);
+    FN(rb_fwd_store_row)(b, 4, t0, c40, c41);
+    FN(rb_fwd_store_row)(b, 5, t0, c50, c51);
 }
 
-static void RB_SUF(rb_fwd_group)(const wavepe_relbias_args *a, const RB_SUF(rb_fblock) *blocks, int nb) {
+static void FN(rb_fwd_group)(const wavepe_relbias_args *a, const FN(rb_fblock) *blocks, int nb) {
     int64_t c_lo = INT64_MAX, c_hi = INT64_MIN;
     for (int k = 0; k < nb; ++k)
         if (blocks[k].c_lo < blocks[k].c_hi) {
@@ -352,114 +371,123 @@ static void RB_SUF(rb_fwd_group)(const wavepe_relbias_args *a, const RB_SUF(rb_f
             c_hi = rb_max64(c_hi, blocks[k].c_hi);
         }
     int64_t c0;
-    const int64_t count = RB_SUF(rb_window)(a, &c0);
-    const int64_t *ranges = RB_SUF(rb_ranges)(a);
-    const RB_T *panels = RB_SUF(rb_panels)(a, count);
+    const int64_t count = FN(rb_window)(a, &c0);
+    const int64_t *ranges = FN(rb_ranges)(a);
+    const T *panels = FN(rb_panels)(a, count);
     for (int64_t c = c_lo; c < c_hi; ++c) {
-        const RB_T *panel = panels + (c - c0) * a->d * RB_NR;
+        const T *panel = panels + (c - c0) * a->d * RB_NR;
         const int64_t jlo = ranges[2 * (c - c0)], jhi = ranges[2 * (c - c0) + 1];
         for (int k = 0; k < nb; ++k)
-            if (c >= blocks[k].c_lo && c < blocks[k].c_hi) RB_SUF(rb_fwd_tile)(&blocks[k], c, panel, jlo, jhi);
+            if (c >= blocks[k].c_lo && c < blocks[k].c_hi) FN(rb_fwd_tile)(&blocks[k], c, panel, jlo, jhi);
     }
 }
 
-void RB_SUF(wavepe_relbias)(const wavepe_relbias_args *a, int64_t begin, int64_t end) {
+void FN(wavepe_relbias)(const wavepe_relbias_args *a, int64_t begin, int64_t end) {
     if (a->m == 0 || a->n == 0) return;
-    const RB_T *table = (const RB_T *)a->table;
+    const T *table = (const T *)a->table;
     /* outputs well beyond the caches: stream the fills (see rb_fill_stream) */
-    const int stream = a->batch * a->m * a->n * (int64_t)sizeof(RB_T) >= ((int64_t)32 << 20);
-    RB_SUF(rb_fblock) blocks[RB_GROUP];
+    const int stream = a->batch * a->m * a->n * (int64_t)sizeof(T) >= ((int64_t)32 << 20);
+    FN(rb_fblock) blocks[RB_GROUP];
     int nb = 0;
     rb_cursor cur;
     rb_rows rows;
     rb_cursor_init(&cur, begin, end);
     while (rb_next_block(a, &cur, &rows)) {
-        RB_SUF(rb_fblock) *b = &blocks[nb];
+        FN(rb_fblock) *b = &blocks[nb];
         b->c_lo = INT64_MAX;
         b->c_hi = INT64_MIN;
         /* rows not stored compute on row 0's q (a valid row), results dropped */
-        const RB_T *q_any = (const RB_T *)a->q + rows.g[0] * a->q_stride_g + rows.m[0] * a->q_stride_m;
+        const T *q_any = (const T *)a->q + rows.g[0] * a->q_stride_g + rows.m[0] * a->q_stride_m;
         for (int i = 0; i < RB_MR; ++i) {
             b->q[i] = q_any;
             b->out[i] = NULL;
             b->ta[i] = b->tb[i] = b->key_of_t0[i] = 0;
             if (!rows.stored[i]) continue;
             const int64_t g = rows.g[i], m = rows.m[i], p = a->q_offset + m;
-            const RB_T *q = (const RB_T *)a->q + g * a->q_stride_g + m * a->q_stride_m;
-            RB_T *out = (RB_T *)a->bias + g * a->bias_stride_g + m * a->bias_stride_m;
+            const T *q = (const T *)a->q + g * a->q_stride_g + m * a->q_stride_m;
+            T *out = (T *)a->bias + g * a->bias_stride_g + m * a->bias_stride_m;
             b->q[i] = q;
             b->out[i] = out;
             b->key_of_t0[i] = p - a->r_lo;
-            const wavepe_relbias_row_split s = RB_SUF(rb_row_rows)(a, p, &b->ta[i], &b->tb[i]);
+            const wavepe_relbias_row_split s = FN(rb_row_rows)(a, p, &b->ta[i], &b->tb[i]);
             /* the keys outside the table segment: fills */
-            const RB_T beyond = a->clamp ? RB_SUF(rb_dot)(q, table + (a->rows - 1) * a->d, a->d) : 0;
-            const RB_T before = a->clamp ? RB_SUF(rb_dot)(q, table, a->d) : 0;
-            RB_SUF(rb_fill_stream)(out, s.n_tab_begin, beyond, stream);
-            RB_SUF(rb_fill_stream)(out + s.n_tab_end, s.n_zero_begin - s.n_tab_end, before, stream);
-            RB_SUF(rb_fill_stream)(out + s.n_zero_begin, a->n - s.n_zero_begin, 0, stream);
+            const T beyond = a->clamp ? FN(rb_dot)(q, table + (a->rows - 1) * a->d, a->d) : 0;
+            const T before = a->clamp ? FN(rb_dot)(q, table, a->d) : 0;
+            FN(rb_fill_stream)(out, s.n_tab_begin, beyond, stream);
+            FN(rb_fill_stream)(out + s.n_tab_end, s.n_zero_begin - s.n_tab_end, before, stream);
+            FN(rb_fill_stream)(out + s.n_zero_begin, a->n - s.n_zero_begin, 0, stream);
             if (b->ta[i] < b->tb[i]) {
                 b->c_lo = rb_min64(b->c_lo, b->ta[i] / RB_NR);
                 b->c_hi = rb_max64(b->c_hi, (b->tb[i] - 1) / RB_NR + 1);
             }
         }
         if (b->c_lo < b->c_hi && ++nb == RB_GROUP) {
-            RB_SUF(rb_fwd_group)(a, blocks, nb);
+            FN(rb_fwd_group)(a, blocks, nb);
             nb = 0;
         }
     }
-    if (nb) RB_SUF(rb_fwd_group)(a, blocks, nb);
+    if (nb) FN(rb_fwd_group)(a, blocks, nb);
     if (stream) _mm_sfence(); /* streamed stores visible before the caller's synchronisation */
+    /* A query row holding NaN or inf: the formula multiplies it by every
+     * in-table entry, zeros included (NaN * 0 = NaN), while the tiles above
+     * skip columns and chunks that are zero; redo such rows the scalar way so
+     * that every ISA gives the oracle's answer (docs/DEVELOPING.md). */
+    for (int64_t row = begin; row < end; ++row) {
+        const int64_t g = row / a->m, m = row % a->m;
+        if (!FN(rb_finite)((const T *)a->q + g * a->q_stride_g + m * a->q_stride_m, a->d))
+            RB_SCALAR(wavepe_relbias)(a, row, row + 1);
+    }
 }
 
 /* ---- dq -------------------------------------------------------------------------- */
 
 typedef struct {
-    const RB_T *grad[RB_MR];  /* grad row; rows past the matrix alias row 0 */
-    RB_T *dq[RB_MR];          /* NULL: row not stored */
+    const T *grad[RB_MR];  /* grad row; rows past the matrix alias row 0 */
+    T *dq[RB_MR];          /* NULL: row not stored */
     int64_t key_of_t0[RB_MR];
     int64_t ta[RB_MR], tb[RB_MR];
     int64_t ia, ib;           /* table rows every row of the block reads (may be empty) */
-} RB_SUF(rb_qblock);
+} FN(rb_qblock);
 
 /* acc += skew(grad)[rows of b, t] * T[t, j0 .. j0 + NR) over t in [t_from, t_to):
  * g_i points at grad_i of the key reading t_from; later rows are read backwards */
 #define RB_DQ_LOOP(LOAD0, LOAD1)                                                                 \
     for (int64_t k = 0; k < t_to - t_from; ++k) {                                                \
-        const RB_T *tp = tbase + k * d;                                                          \
-        const RB_V b0 = LOAD0, b1 = LOAD1;                                                       \
-        RB_V x_;                                                                                 \
-        x_ = RB_BCAST(g0 - k); c00 = RB_FMA(x_, b0, c00); c01 = RB_FMA(x_, b1, c01);            \
-        x_ = RB_BCAST(g1 - k); c10 = RB_FMA(x_, b0, c10); c11 = RB_FMA(x_, b1, c11);            \
-        x_ = RB_BCAST(g2 - k); c20 = RB_FMA(x_, b0, c20); c21 = RB_FMA(x_, b1, c21);            \
-        x_ = RB_BCAST(g3 - k); c30 = RB_FMA(x_, b0, c30); c31 = RB_FMA(x_, b1, c31);            \
-        x_ = RB_BCAST(g4 - k); c40 = RB_FMA(x_, b0, c40); c41 = RB_FMA(x_, b1, c41);            \
-        x_ = RB_BCAST(g5 - k); c50 = RB_FMA(x_, b0, c50); c51 = RB_FMA(x_, b1, c51);            \
+        const T *tp = tbase + k * d;                                                          \
+        const VT b0 = LOAD0, b1 = LOAD1;                                                       \
+        VT x_;                                                                                 \
+        x_ = V(bcast)(g0 - k); c00 = V(fmadd)(x_, b0, c00); c01 = V(fmadd)(x_, b1, c01);            \
+        x_ = V(bcast)(g1 - k); c10 = V(fmadd)(x_, b0, c10); c11 = V(fmadd)(x_, b1, c11);            \
+        x_ = V(bcast)(g2 - k); c20 = V(fmadd)(x_, b0, c20); c21 = V(fmadd)(x_, b1, c21);            \
+        x_ = V(bcast)(g3 - k); c30 = V(fmadd)(x_, b0, c30); c31 = V(fmadd)(x_, b1, c31);            \
+        x_ = V(bcast)(g4 - k); c40 = V(fmadd)(x_, b0, c40); c41 = V(fmadd)(x_, b1, c41);            \
+        x_ = V(bcast)(g5 - k); c50 = V(fmadd)(x_, b0, c50); c51 = V(fmadd)(x_, b1, c51);            \
     }
 
 #define RB_DQ_STORE(i, c0, c1)                                                                   \
     do {                                                                                         \
-        RB_T *dst_ = b->dq[i];                                                                   \
+        T *dst_ = b->dq[i];                                                                   \
         if (dst_ != NULL) {                                                                      \
             if (full) {                                                                          \
-                RB_STORE(dst_ + j0, c0);                                                         \
-                RB_STORE(dst_ + j0 + RB_LANES, c1);                                              \
+                V(storeu)(dst_ + j0, c0);                                                         \
+                V(storeu)(dst_ + j0 + VL, c1);                                              \
             } else {                                                                             \
-                RB_MASKSTORE(dst_ + j0, mask0, c0);                                              \
-                RB_MASKSTORE(dst_ + j0 + RB_LANES, mask1, c1);                                   \
+                V(storeu_n)(dst_ + j0, c0, n0);                                              \
+                V(storeu_n)(dst_ + j0 + VL, c1, n1);                                   \
             }                                                                                    \
         }                                                                                        \
     } while (0)
 
-static void RB_SUF(rb_dq_tile)(const wavepe_relbias_args *a, const RB_SUF(rb_qblock) *b, int64_t j0) {
+static void FN(rb_dq_tile)(const wavepe_relbias_args *a, const FN(rb_qblock) *b, int64_t j0) {
     const int64_t d = a->d, width = rb_min64(RB_NR, d - j0);
     const int full = width == RB_NR;
-    const __m256i mask0 = RB_MASK(rb_min64(width, RB_LANES)), mask1 = RB_MASK(rb_max64(width - RB_LANES, 0));
+    const int64_t n0 = rb_min64(width, VL), n1 = rb_max64(width - VL, 0); /* lanes of a partial tile */
     int64_t c0;
-    RB_SUF(rb_window)(a, &c0);
-    const int64_t *ranges = RB_SUF(rb_ranges)(a); /* indexed by chunk - c0 */
-    const RB_T *table = (const RB_T *)a->table;
-    RB_V c00 = RB_ZERO(), c01 = RB_ZERO(), c10 = RB_ZERO(), c11 = RB_ZERO(), c20 = RB_ZERO(), c21 = RB_ZERO();
-    RB_V c30 = RB_ZERO(), c31 = RB_ZERO(), c40 = RB_ZERO(), c41 = RB_ZERO(), c50 = RB_ZERO(), c51 = RB_ZERO();
+    FN(rb_window)(a, &c0);
+    const int64_t *ranges = FN(rb_ranges)(a); /* indexed by chunk - c0 */
+    const T *table = (const T *)a->table;
+    VT c00 = V(zero)(), c01 = V(zero)(), c10 = V(zero)(), c11 = V(zero)(), c20 = V(zero)(), c21 = V(zero)();
+    VT c30 = V(zero)(), c31 = V(zero)(), c40 = V(zero)(), c41 = V(zero)(), c50 = V(zero)(), c51 = V(zero)();
     /* runs of consecutive chunks whose nonzero columns meet [j0, j0 + width) */
     const int64_t c_last = (b->ib - 1) / RB_NR;
     for (int64_t c = b->ia / RB_NR; c <= c_last;) {
@@ -475,14 +503,14 @@ static void RB_SUF(rb_dq_tile)(const wavepe_relbias_args *a, const RB_SUF(rb_qbl
             ++c_end;
         }
         const int64_t t_from = rb_max64(c * RB_NR, b->ia), t_to = rb_min64(c_end * RB_NR, b->ib);
-        const RB_T *tbase = table + t_from * d + j0;
-        const RB_T *g0 = b->grad[0] + (b->key_of_t0[0] - t_from), *g1 = b->grad[1] + (b->key_of_t0[1] - t_from);
-        const RB_T *g2 = b->grad[2] + (b->key_of_t0[2] - t_from), *g3 = b->grad[3] + (b->key_of_t0[3] - t_from);
-        const RB_T *g4 = b->grad[4] + (b->key_of_t0[4] - t_from), *g5 = b->grad[5] + (b->key_of_t0[5] - t_from);
+        const T *tbase = table + t_from * d + j0;
+        const T *g0 = b->grad[0] + (b->key_of_t0[0] - t_from), *g1 = b->grad[1] + (b->key_of_t0[1] - t_from);
+        const T *g2 = b->grad[2] + (b->key_of_t0[2] - t_from), *g3 = b->grad[3] + (b->key_of_t0[3] - t_from);
+        const T *g4 = b->grad[4] + (b->key_of_t0[4] - t_from), *g5 = b->grad[5] + (b->key_of_t0[5] - t_from);
         if (full) {
-            RB_DQ_LOOP(RB_LOAD(tp), RB_LOAD(tp + RB_LANES))
+            RB_DQ_LOOP(V(loadu)(tp), V(loadu)(tp + VL))
         } else {
-            RB_DQ_LOOP(RB_MASKLOAD(tp, mask0), RB_MASKLOAD(tp + RB_LANES, mask1))
+            RB_DQ_LOOP(V(loadu_n)(tp, n0), V(loadu_n)(tp + VL, n1))
         }
         c = c_end;
     }
@@ -495,48 +523,48 @@ static void RB_SUF(rb_dq_tile)(const wavepe_relbias_args *a, const RB_SUF(rb_qbl
 }
 
 /* Rows of the block: the terms outside the common table rows, and clamping. */
-static void RB_SUF(rb_dq_rest)(const wavepe_relbias_args *a, const RB_SUF(rb_qblock) *b) {
+static void FN(rb_dq_rest)(const wavepe_relbias_args *a, const FN(rb_qblock) *b) {
     const int64_t d = a->d;
-    const RB_T *table = (const RB_T *)a->table;
+    const T *table = (const T *)a->table;
     const int common = b->ia < b->ib;
     for (int i = 0; i < RB_MR; ++i) {
-        RB_T *dq = b->dq[i];
+        T *dq = b->dq[i];
         if (dq == NULL) continue;
-        const RB_T *grad = b->grad[i];
+        const T *grad = b->grad[i];
         const int64_t key0 = b->key_of_t0[i];
-        if (!common) RB_SUF(rb_fill)(dq, d, 0);
+        if (!common) FN(rb_fill)(dq, d, 0);
         const int64_t ta = b->ta[i], tb = b->tb[i];
         const int64_t mid_a = common ? b->ia : tb, mid_b = common ? b->ib : tb;
-        for (int64_t t = ta; t < mid_a; ++t) RB_SUF(rb_axpy)(dq, grad[key0 - t], table + t * d, d);
-        for (int64_t t = rb_max64(mid_b, ta); t < tb; ++t) RB_SUF(rb_axpy)(dq, grad[key0 - t], table + t * d, d);
+        for (int64_t t = ta; t < mid_a; ++t) FN(rb_axpy)(dq, grad[key0 - t], table + t * d, d);
+        for (int64_t t = rb_max64(mid_b, ta); t < tb; ++t) FN(rb_axpy)(dq, grad[key0 - t], table + t * d, d);
         if (a->clamp) {
             const wavepe_relbias_row_split s = wavepe_relbias_split_row(a, b->key_of_t0[i] + a->r_lo);
-            const RB_T beyond = RB_SUF(rb_sum)(grad, s.n_tab_begin);
-            const RB_T before = RB_SUF(rb_sum)(grad + s.n_tab_end, s.n_zero_begin - s.n_tab_end);
-            RB_SUF(rb_axpy)(dq, beyond, table + (a->rows - 1) * d, d);
-            RB_SUF(rb_axpy)(dq, before, table, d);
+            const T beyond = FN(rb_sum)(grad, s.n_tab_begin);
+            const T before = FN(rb_sum)(grad + s.n_tab_end, s.n_zero_begin - s.n_tab_end);
+            FN(rb_axpy)(dq, beyond, table + (a->rows - 1) * d, d);
+            FN(rb_axpy)(dq, before, table, d);
         }
     }
 }
 
-static void RB_SUF(rb_dq_group)(const wavepe_relbias_args *a, const RB_SUF(rb_qblock) *blocks, int nb) {
+static void FN(rb_dq_group)(const wavepe_relbias_args *a, const FN(rb_qblock) *blocks, int nb) {
     /* head-dimension tiles outermost: the table columns of one tile stay in
      * cache while every block of the group passes over them */
     for (int64_t j0 = 0; j0 < a->d; j0 += RB_NR)
         for (int k = 0; k < nb; ++k)
-            if (blocks[k].ia < blocks[k].ib) RB_SUF(rb_dq_tile)(a, &blocks[k], j0);
-    for (int k = 0; k < nb; ++k) RB_SUF(rb_dq_rest)(a, &blocks[k]);
+            if (blocks[k].ia < blocks[k].ib) FN(rb_dq_tile)(a, &blocks[k], j0);
+    for (int k = 0; k < nb; ++k) FN(rb_dq_rest)(a, &blocks[k]);
 }
 
-void RB_SUF(wavepe_relbias_grad_q)(const wavepe_relbias_args *a, int64_t begin, int64_t end) {
+void FN(wavepe_relbias_grad_q)(const wavepe_relbias_args *a, int64_t begin, int64_t end) {
     if (a->m == 0 || a->d == 0) return;
-    RB_SUF(rb_qblock) blocks[RB_GROUP];
+    FN(rb_qblock) blocks[RB_GROUP];
     int nb = 0;
     rb_cursor cur;
     rb_rows rows;
     rb_cursor_init(&cur, begin, end);
     while (rb_next_block(a, &cur, &rows)) {
-        RB_SUF(rb_qblock) *b = &blocks[nb];
+        FN(rb_qblock) *b = &blocks[nb];
         b->ia = INT64_MIN;
         b->ib = INT64_MAX;
         int common = 1;
@@ -544,28 +572,37 @@ void RB_SUF(wavepe_relbias_grad_q)(const wavepe_relbias_args *a, int64_t begin, 
             /* every row of the block, stored or not, shapes the common table rows,
              * so that sums do not depend on how callers split the rows */
             const int64_t g = rows.g[i], m = rows.m[i], p = a->q_offset + m;
-            b->grad[i] = (const RB_T *)a->grad + g * a->grad_stride_g + m * a->grad_stride_m;
+            b->grad[i] = (const T *)a->grad + g * a->grad_stride_g + m * a->grad_stride_m;
             b->key_of_t0[i] = p - a->r_lo;
-            RB_SUF(rb_row_rows)(a, p, &b->ta[i], &b->tb[i]);
-            b->dq[i] = rows.stored[i] ? (RB_T *)a->dq + g * a->dq_stride_g + m * a->dq_stride_m : NULL;
+            FN(rb_row_rows)(a, p, &b->ta[i], &b->tb[i]);
+            b->dq[i] = rows.stored[i] ? (T *)a->dq + g * a->dq_stride_g + m * a->dq_stride_m : NULL;
             if (b->ta[i] >= b->tb[i]) common = 0;
             b->ia = rb_max64(b->ia, b->ta[i]);
             b->ib = rb_min64(b->ib, b->tb[i]);
         }
         if (!common || b->ia >= b->ib) b->ia = b->ib = 0;
         if (++nb == RB_GROUP) {
-            RB_SUF(rb_dq_group)(a, blocks, nb);
+            FN(rb_dq_group)(a, blocks, nb);
             nb = 0;
         }
     }
-    if (nb) RB_SUF(rb_dq_group)(a, blocks, nb);
+    if (nb) FN(rb_dq_group)(a, blocks, nb);
+    /* rows whose incoming gradient holds NaN or inf over the keys that read
+     * the table: the scalar way, as in the forward */
+    for (int64_t row = begin; row < end; ++row) {
+        const int64_t g = row / a->m, m = row % a->m;
+        const wavepe_relbias_row_split sp = wavepe_relbias_split_row(a, a->q_offset + m);
+        const T *grad = (const T *)a->grad + g * a->grad_stride_g + m * a->grad_stride_m;
+        if (!FN(rb_finite)(grad + sp.n_tab_begin, sp.n_tab_end - sp.n_tab_begin))
+            RB_SCALAR(wavepe_relbias_grad_q)(a, row, row + 1);
+    }
 }
 
 /* ---- dT ---------------------------------------------------------------------------- */
 
 /* Query rows m (of one batch entry) whose key for table row t exists:
  * 0 <= q_offset + m - r_lo - t < N, and r = r_lo + t >= 0 with causal. */
-static inline void RB_SUF(rb_rows_reading)(const wavepe_relbias_args *a, int64_t t, int64_t *m_from,
+static inline void FN(rb_rows_reading)(const wavepe_relbias_args *a, int64_t t, int64_t *m_from,
                                            int64_t *m_to) {
     const int64_t r = a->r_lo + t;
     if (a->causal && r < 0) {
@@ -578,22 +615,22 @@ static inline void RB_SUF(rb_rows_reading)(const wavepe_relbias_args *a, int64_t
 
 #define RB_DT_LOOP(LOAD0, LOAD1)                                                                 \
     for (int64_t k = 0; k < m_to - m_from; ++k) {                                                \
-        const RB_T *gp = gbase + k * g_step, *qp = qbase + k * q_step;                           \
-        const RB_V b0 = LOAD0, b1 = LOAD1;                                                       \
-        RB_V x_;                                                                                 \
-        x_ = RB_BCAST(gp - o0); c00 = RB_FMA(x_, b0, c00); c01 = RB_FMA(x_, b1, c01);           \
-        x_ = RB_BCAST(gp - o1); c10 = RB_FMA(x_, b0, c10); c11 = RB_FMA(x_, b1, c11);           \
-        x_ = RB_BCAST(gp - o2); c20 = RB_FMA(x_, b0, c20); c21 = RB_FMA(x_, b1, c21);           \
-        x_ = RB_BCAST(gp - o3); c30 = RB_FMA(x_, b0, c30); c31 = RB_FMA(x_, b1, c31);           \
-        x_ = RB_BCAST(gp - o4); c40 = RB_FMA(x_, b0, c40); c41 = RB_FMA(x_, b1, c41);           \
-        x_ = RB_BCAST(gp - o5); c50 = RB_FMA(x_, b0, c50); c51 = RB_FMA(x_, b1, c51);           \
+        const T *gp = gbase + k * g_step, *qp = qbase + k * q_step;                           \
+        const VT b0 = LOAD0, b1 = LOAD1;                                                       \
+        VT x_;                                                                                 \
+        x_ = V(bcast)(gp - o0); c00 = V(fmadd)(x_, b0, c00); c01 = V(fmadd)(x_, b1, c01);           \
+        x_ = V(bcast)(gp - o1); c10 = V(fmadd)(x_, b0, c10); c11 = V(fmadd)(x_, b1, c11);           \
+        x_ = V(bcast)(gp - o2); c20 = V(fmadd)(x_, b0, c20); c21 = V(fmadd)(x_, b1, c21);           \
+        x_ = V(bcast)(gp - o3); c30 = V(fmadd)(x_, b0, c30); c31 = V(fmadd)(x_, b1, c31);           \
+        x_ = V(bcast)(gp - o4); c40 = V(fmadd)(x_, b0, c40); c41 = V(fmadd)(x_, b1, c41);           \
+        x_ = V(bcast)(gp - o5); c50 = V(fmadd)(x_, b0, c50); c51 = V(fmadd)(x_, b1, c51);           \
     }
 
 #define RB_DT_LOAD_ACC(i, c0, c1)                                                                \
     do {                                                                                         \
         if (dst[i] != NULL) {                                                                    \
-            c0 = full ? RB_LOAD(dst[i] + j0) : RB_MASKLOAD(dst[i] + j0, mask0);                  \
-            c1 = full ? RB_LOAD(dst[i] + j0 + RB_LANES) : RB_MASKLOAD(dst[i] + j0 + RB_LANES, mask1); \
+            c0 = full ? V(loadu)(dst[i] + j0) : V(loadu_n)(dst[i] + j0, n0);                  \
+            c1 = full ? V(loadu)(dst[i] + j0 + VL) : V(loadu_n)(dst[i] + j0 + VL, n1); \
         }                                                                                        \
     } while (0)
 
@@ -601,11 +638,11 @@ static inline void RB_SUF(rb_rows_reading)(const wavepe_relbias_args *a, int64_t
     do {                                                                                         \
         if (dst[i] != NULL) {                                                                    \
             if (full) {                                                                          \
-                RB_STORE(dst[i] + j0, c0);                                                       \
-                RB_STORE(dst[i] + j0 + RB_LANES, c1);                                            \
+                V(storeu)(dst[i] + j0, c0);                                                       \
+                V(storeu)(dst[i] + j0 + VL, c1);                                            \
             } else {                                                                             \
-                RB_MASKSTORE(dst[i] + j0, mask0, c0);                                            \
-                RB_MASKSTORE(dst[i] + j0 + RB_LANES, mask1, c1);                                 \
+                V(storeu_n)(dst[i] + j0, c0, n0);                                            \
+                V(storeu_n)(dst[i] + j0 + VL, c1, n1);                                 \
             }                                                                                    \
         }                                                                                        \
     } while (0)
@@ -613,19 +650,19 @@ static inline void RB_SUF(rb_rows_reading)(const wavepe_relbias_args *a, int64_t
 /* dT rows t0 .. t0+5 (those in dst[] not NULL) += sum over m in [m_from, m_to)
  * of grad[g, m, key(m, t0 + i)] * q[g, m, j0 .. j0 + NR).  off[i] = i for the
  * rows that exist, 0 (an alias of row t0) for the others. */
-static void RB_SUF(rb_dt_tile)(const wavepe_relbias_args *a, RB_T *const dst[RB_MR], const int64_t off[RB_MR],
+static void FN(rb_dt_tile)(const wavepe_relbias_args *a, T *const dst[RB_MR], const int64_t off[RB_MR],
                                int64_t g, int64_t t0, int64_t m_from, int64_t m_to, int64_t j0) {
     const int64_t width = rb_min64(RB_NR, a->d - j0);
     const int full = width == RB_NR;
-    const __m256i mask0 = RB_MASK(rb_min64(width, RB_LANES)), mask1 = RB_MASK(rb_max64(width - RB_LANES, 0));
+    const int64_t n0 = rb_min64(width, VL), n1 = rb_max64(width - VL, 0); /* lanes of a partial tile */
     const int64_t o0 = off[0], o1 = off[1], o2 = off[2], o3 = off[3], o4 = off[4], o5 = off[5];
     /* gbase: grad[g, m_from, key(m_from, t0)]; the key grows with m, so the step is stride + 1 */
-    const RB_T *gbase = (const RB_T *)a->grad + g * a->grad_stride_g + m_from * a->grad_stride_m +
+    const T *gbase = (const T *)a->grad + g * a->grad_stride_g + m_from * a->grad_stride_m +
                         (a->q_offset + m_from - a->r_lo - t0);
-    const RB_T *qbase = (const RB_T *)a->q + g * a->q_stride_g + m_from * a->q_stride_m + j0;
+    const T *qbase = (const T *)a->q + g * a->q_stride_g + m_from * a->q_stride_m + j0;
     const int64_t g_step = a->grad_stride_m + 1, q_step = a->q_stride_m;
-    RB_V c00 = RB_ZERO(), c01 = RB_ZERO(), c10 = RB_ZERO(), c11 = RB_ZERO(), c20 = RB_ZERO(), c21 = RB_ZERO();
-    RB_V c30 = RB_ZERO(), c31 = RB_ZERO(), c40 = RB_ZERO(), c41 = RB_ZERO(), c50 = RB_ZERO(), c51 = RB_ZERO();
+    VT c00 = V(zero)(), c01 = V(zero)(), c10 = V(zero)(), c11 = V(zero)(), c20 = V(zero)(), c21 = V(zero)();
+    VT c30 = V(zero)(), c31 = V(zero)(), c40 = V(zero)(), c41 = V(zero)(), c50 = V(zero)(), c51 = V(zero)();
     RB_DT_LOAD_ACC(0, c00, c01);
     RB_DT_LOAD_ACC(1, c10, c11);
     RB_DT_LOAD_ACC(2, c20, c21);
@@ -633,9 +670,9 @@ static void RB_SUF(rb_dt_tile)(const wavepe_relbias_args *a, RB_T *const dst[RB_
     RB_DT_LOAD_ACC(4, c40, c41);
     RB_DT_LOAD_ACC(5, c50, c51);
     if (full) {
-        RB_DT_LOOP(RB_LOAD(qp), RB_LOAD(qp + RB_LANES))
+        RB_DT_LOOP(V(loadu)(qp), V(loadu)(qp + VL))
     } else {
-        RB_DT_LOOP(RB_MASKLOAD(qp, mask0), RB_MASKLOAD(qp + RB_LANES, mask1))
+        RB_DT_LOOP(V(loadu_n)(qp, n0), V(loadu_n)(qp + VL, n1))
     }
     RB_DT_STORE_ACC(0, c00, c01);
     RB_DT_STORE_ACC(1, c10, c11);
@@ -645,15 +682,15 @@ static void RB_SUF(rb_dt_tile)(const wavepe_relbias_args *a, RB_T *const dst[RB_
     RB_DT_STORE_ACC(5, c50, c51);
 }
 
-void RB_SUF(wavepe_relbias_grad_table)(const wavepe_relbias_args *a, int64_t begin, int64_t end) {
+void FN(wavepe_relbias_grad_table)(const wavepe_relbias_args *a, int64_t begin, int64_t end) {
     const int64_t d = a->d;
-    RB_T *dtable = (RB_T *)a->dtable;
+    T *dtable = (T *)a->dtable;
     if (begin >= end || d == 0) return;
-    RB_SUF(rb_fill)(dtable + begin * d, (end - begin) * d, 0);
+    FN(rb_fill)(dtable + begin * d, (end - begin) * d, 0);
     if (a->batch == 0 || a->m == 0 || a->n == 0) return;
     /* query rows per block: q of one block (~64 KiB) stays in L2 while every
      * tile of [begin, end) passes over it */
-    const int64_t kb = rb_max64(16, 65536 / (d * (int64_t)sizeof(RB_T)));
+    const int64_t kb = rb_max64(16, 65536 / (d * (int64_t)sizeof(T)));
     const int64_t tile_first = begin / RB_MR * RB_MR;
     for (int64_t g = 0; g < a->batch; ++g) {
         for (int64_t mb = 0; mb < a->m; mb += kb) {
@@ -662,7 +699,7 @@ void RB_SUF(wavepe_relbias_grad_table)(const wavepe_relbias_args *a, int64_t beg
             const int64_t t_lo = a->q_offset + mb - a->r_lo - a->n + 1, t_hi = a->q_offset + me - 1 - a->r_lo;
             const int64_t from = rb_max64(tile_first, (rb_max64(t_lo, begin) / RB_MR) * RB_MR);
             for (int64_t t0 = from; t0 < end && t0 <= t_hi; t0 += RB_MR) {
-                RB_T *dst[RB_MR];
+                T *dst[RB_MR];
                 int64_t off[RB_MR], lo[RB_MR], hi[RB_MR];
                 int64_t m_from = mb, m_to = me;
                 int any = 0;
@@ -672,7 +709,7 @@ void RB_SUF(wavepe_relbias_grad_table)(const wavepe_relbias_args *a, int64_t beg
                     off[i] = exists ? i : 0;
                     dst[i] = exists && t >= begin && t < end ? dtable + t * d : NULL;
                     any |= dst[i] != NULL;
-                    RB_SUF(rb_rows_reading)(a, exists ? t : t0, &lo[i], &hi[i]);
+                    FN(rb_rows_reading)(a, exists ? t : t0, &lo[i], &hi[i]);
                     lo[i] = rb_clip64(lo[i], mb, me);
                     hi[i] = rb_clip64(hi[i], lo[i], me);
                     m_from = rb_max64(m_from, lo[i]);
@@ -681,7 +718,7 @@ void RB_SUF(wavepe_relbias_grad_table)(const wavepe_relbias_args *a, int64_t beg
                 if (!any) continue;
                 if (m_from < m_to)
                     for (int64_t j0 = 0; j0 < d; j0 += RB_NR)
-                        RB_SUF(rb_dt_tile)(a, dst, off, g, t0, m_from, m_to, j0);
+                        FN(rb_dt_tile)(a, dst, off, g, t0, m_from, m_to, j0);
                 else
                     m_from = m_to = me; /* nothing common: all rows below are edges */
                 /* queries that read only some rows of the tile */
@@ -690,9 +727,9 @@ void RB_SUF(wavepe_relbias_grad_table)(const wavepe_relbias_args *a, int64_t beg
                     const int64_t t = t0 + i;
                     for (int64_t m = lo[i]; m < hi[i]; ++m) {
                         if (m >= m_from && m < m_to) continue;
-                        const RB_T *grad = (const RB_T *)a->grad + g * a->grad_stride_g + m * a->grad_stride_m;
-                        const RB_T *q = (const RB_T *)a->q + g * a->q_stride_g + m * a->q_stride_m;
-                        RB_SUF(rb_axpy)(dst[i], grad[a->q_offset + m - a->r_lo - t], q, d);
+                        const T *grad = (const T *)a->grad + g * a->grad_stride_g + m * a->grad_stride_m;
+                        const T *q = (const T *)a->q + g * a->q_stride_g + m * a->q_stride_m;
+                        FN(rb_axpy)(dst[i], grad[a->q_offset + m - a->r_lo - t], q, d);
                     }
                 }
             }
@@ -704,19 +741,21 @@ void RB_SUF(wavepe_relbias_grad_table)(const wavepe_relbias_args *a, int64_t beg
     if (!own_first && !own_last) return;
     for (int64_t g = 0; g < a->batch; ++g)
         for (int64_t m = 0; m < a->m; ++m) {
-            const RB_T *grad = (const RB_T *)a->grad + g * a->grad_stride_g + m * a->grad_stride_m;
-            const RB_T *q = (const RB_T *)a->q + g * a->q_stride_g + m * a->q_stride_m;
+            const T *grad = (const T *)a->grad + g * a->grad_stride_g + m * a->grad_stride_m;
+            const T *q = (const T *)a->q + g * a->q_stride_g + m * a->q_stride_m;
             const wavepe_relbias_row_split s = wavepe_relbias_split_row(a, a->q_offset + m);
-            if (own_last) RB_SUF(rb_axpy)(dtable + (a->rows - 1) * d, RB_SUF(rb_sum)(grad, s.n_tab_begin), q, d);
+            if (own_last) FN(rb_axpy)(dtable + (a->rows - 1) * d, FN(rb_sum)(grad, s.n_tab_begin), q, d);
             if (own_first)
-                RB_SUF(rb_axpy)(dtable, RB_SUF(rb_sum)(grad + s.n_tab_end, s.n_zero_begin - s.n_tab_end), q, d);
+                FN(rb_axpy)(dtable, FN(rb_sum)(grad + s.n_tab_end, s.n_zero_begin - s.n_tab_end), q, d);
         }
 }
 
 #undef RB_NR
+#undef RB_SCALAR
 #undef RB_FMA_ROW
 #undef RB_DQ_LOOP
 #undef RB_DQ_STORE
 #undef RB_DT_LOOP
 #undef RB_DT_LOAD_ACC
 #undef RB_DT_STORE_ACC
+#include "simd_type_end.h"

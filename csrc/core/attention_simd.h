@@ -1,7 +1,6 @@
-/* attention_avx2_tmpl.h: the tiled AVX2+FMA attention kernels, written once
- * for an element type T and included by attention_avx2.c for float and
- * double (the including file defines T, VT, VL, NR, FN and the V_* vector
- * operations).
+/* attention_simd.h: the tiled attention kernels, written once (simd_type.h)
+ * and instantiated per ISA by attention_avx2.c / attention_avx512.c for float
+ * and double.
  *
  * Structure (BLIS-like): everything is loops around two register-blocked
  * micro-kernels of MR = 6 rows x NR = 2 vectors:
@@ -20,6 +19,88 @@
  * only the high-scale columns); strips outside the support cost nothing.
  */
 
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "attention_internal.h"
+#include "checked.h"
+#include "simd_type.h"
+
+#ifndef WAVEPE_ATTENTION_SIMD_ONCE
+#define WAVEPE_ATTENTION_SIMD_ONCE
+/* dst[r * ldd + i] = src[i * ks + r] for an 8 x 8 float block (AVX registers:
+ * available to every vector ISA of the core). */
+static inline void attn_transpose8x8_ps(const float *src, int64_t ks, float *dst, int64_t ldd) {
+    const __m256 r0 = _mm256_loadu_ps(src + 0 * ks), r1 = _mm256_loadu_ps(src + 1 * ks);
+    const __m256 r2 = _mm256_loadu_ps(src + 2 * ks), r3 = _mm256_loadu_ps(src + 3 * ks);
+    const __m256 r4 = _mm256_loadu_ps(src + 4 * ks), r5 = _mm256_loadu_ps(src + 5 * ks);
+    const __m256 r6 = _mm256_loadu_ps(src + 6 * ks), r7 = _mm256_loadu_ps(src + 7 * ks);
+    const __m256 t0 = _mm256_unpacklo_ps(r0, r1), t1 = _mm256_unpackhi_ps(r0, r1);
+    const __m256 t2 = _mm256_unpacklo_ps(r2, r3), t3 = _mm256_unpackhi_ps(r2, r3);
+    const __m256 t4 = _mm256_unpacklo_ps(r4, r5), t5 = _mm256_unpackhi_ps(r4, r5);
+    const __m256 t6 = _mm256_unpacklo_ps(r6, r7), t7 = _mm256_unpackhi_ps(r6, r7);
+    const __m256 u0 = _mm256_shuffle_ps(t0, t2, _MM_SHUFFLE(1, 0, 1, 0));
+    const __m256 u1 = _mm256_shuffle_ps(t0, t2, _MM_SHUFFLE(3, 2, 3, 2));
+    const __m256 u2 = _mm256_shuffle_ps(t1, t3, _MM_SHUFFLE(1, 0, 1, 0));
+    const __m256 u3 = _mm256_shuffle_ps(t1, t3, _MM_SHUFFLE(3, 2, 3, 2));
+    const __m256 u4 = _mm256_shuffle_ps(t4, t6, _MM_SHUFFLE(1, 0, 1, 0));
+    const __m256 u5 = _mm256_shuffle_ps(t4, t6, _MM_SHUFFLE(3, 2, 3, 2));
+    const __m256 u6 = _mm256_shuffle_ps(t5, t7, _MM_SHUFFLE(1, 0, 1, 0));
+    const __m256 u7 = _mm256_shuffle_ps(t5, t7, _MM_SHUFFLE(3, 2, 3, 2));
+    _mm256_storeu_ps(dst + 0 * ldd, _mm256_permute2f128_ps(u0, u4, 0x20));
+    _mm256_storeu_ps(dst + 1 * ldd, _mm256_permute2f128_ps(u1, u5, 0x20));
+    _mm256_storeu_ps(dst + 2 * ldd, _mm256_permute2f128_ps(u2, u6, 0x20));
+    _mm256_storeu_ps(dst + 3 * ldd, _mm256_permute2f128_ps(u3, u7, 0x20));
+    _mm256_storeu_ps(dst + 4 * ldd, _mm256_permute2f128_ps(u0, u4, 0x31));
+    _mm256_storeu_ps(dst + 5 * ldd, _mm256_permute2f128_ps(u1, u5, 0x31));
+    _mm256_storeu_ps(dst + 6 * ldd, _mm256_permute2f128_ps(u2, u6, 0x31));
+    _mm256_storeu_ps(dst + 7 * ldd, _mm256_permute2f128_ps(u3, u7, 0x31));
+}
+
+/* The same for a 4 x 4 double block. */
+static inline void attn_transpose4x4_pd(const double *src, int64_t ks, double *dst, int64_t ldd) {
+    const __m256d r0 = _mm256_loadu_pd(src), r1 = _mm256_loadu_pd(src + ks);
+    const __m256d r2 = _mm256_loadu_pd(src + 2 * ks), r3 = _mm256_loadu_pd(src + 3 * ks);
+    const __m256d t0 = _mm256_unpacklo_pd(r0, r1), t1 = _mm256_unpackhi_pd(r0, r1);
+    const __m256d t2 = _mm256_unpacklo_pd(r2, r3), t3 = _mm256_unpackhi_pd(r2, r3);
+    _mm256_storeu_pd(dst + 0 * ldd, _mm256_permute2f128_pd(t0, t2, 0x20));
+    _mm256_storeu_pd(dst + 1 * ldd, _mm256_permute2f128_pd(t1, t3, 0x20));
+    _mm256_storeu_pd(dst + 2 * ldd, _mm256_permute2f128_pd(t0, t2, 0x31));
+    _mm256_storeu_pd(dst + 3 * ldd, _mm256_permute2f128_pd(t1, t3, 0x31));
+}
+#endif
+
+/* Tiles of this type (attention_internal.h): micro-tile MR x NR, NR = 2 vectors. */
+#define NR (2 * VL)
+#if defined(WP_TYPE_F32)
+#define ATTN_FBM ATTN_FBM_F32
+#define ATTN_FBN ATTN_FBN_F32
+#define ATTN_BBM ATTN_BBM_F32
+#define ATTN_BBN ATTN_BBN_F32
+#define ATTN_TB 8 /* transpose block */
+#define attn_transpose_block attn_transpose8x8_ps
+#else
+#define ATTN_FBM ATTN_FBM_F64
+#define ATTN_FBN ATTN_FBN_F64
+#define ATTN_BBM ATTN_BBM_F64
+#define ATTN_BBN ATTN_BBN_F64
+#define ATTN_TB 4
+#define attn_transpose_block attn_transpose4x4_pd
+#endif
+
+/* out[c*NR + lane] = src[lane*ks + c] for NR rows (lanes) and d columns:
+ * register transposes of ATTN_TB x ATTN_TB blocks, scalar for the last
+ * d % ATTN_TB columns. */
+static void FN(transpose_strip)(T *restrict out, const T *src, int64_t ks, int64_t d) {
+    int64_t c0 = 0;
+    for (; c0 + ATTN_TB <= d; c0 += ATTN_TB)
+        for (int g = 0; g < NR / ATTN_TB; ++g)
+            attn_transpose_block(src + g * ATTN_TB * ks + c0, ks, out + c0 * NR + g * ATTN_TB, NR);
+    for (; c0 < d; ++c0)
+        for (int lane = 0; lane < NR; ++lane) out[c0 * NR + lane] = src[lane * ks + c0];
+}
+
 /* ATTN_FBM x ATTN_FBN forward blocks, ATTN_BBM x ATTN_BBN backward blocks */
 #define ATTN_BNMAX (ATTN_FBN > ATTN_BBN ? ATTN_FBN : ATTN_BBN)
 #define ATTN_SLD (ATTN_BNMAX + NR)           /* score / P / dS tile row stride */
@@ -28,10 +109,8 @@
 
 /* ---- horizontal reductions and masks -------------------------------------- */
 
-static inline VT FN(lanes_below)(int64_t j0, int64_t jv) {
-    /* all-ones lanes where j0 + lane < jv */
-    return V_CMPLT(V_ADD(V_SET1((T)0), V_LANES), V_SET1((T)(jv - j0)));
-}
+/* lanes where j0 + lane < jv */
+static inline MT FN(lanes_below)(int64_t j0, int64_t jv) { return M(first)(jv - j0); }
 
 /* ---- micro-kernels -------------------------------------------------------------- */
 
@@ -40,33 +119,33 @@ static inline void FN(mk_nt)(int64_t kc, const T *restrict ap, const T *restrict
                              const T *const *init) {
     VT c00, c01, c10, c11, c20, c21, c30, c31, c40, c41, c50, c51;
     if (init != NULL) {
-        c00 = V_LOADU(init[0]), c01 = V_LOADU(init[0] + VL);
-        c10 = V_LOADU(init[1]), c11 = V_LOADU(init[1] + VL);
-        c20 = V_LOADU(init[2]), c21 = V_LOADU(init[2] + VL);
-        c30 = V_LOADU(init[3]), c31 = V_LOADU(init[3] + VL);
-        c40 = V_LOADU(init[4]), c41 = V_LOADU(init[4] + VL);
-        c50 = V_LOADU(init[5]), c51 = V_LOADU(init[5] + VL);
+        c00 = V(loadu)(init[0]), c01 = V(loadu)(init[0] + VL);
+        c10 = V(loadu)(init[1]), c11 = V(loadu)(init[1] + VL);
+        c20 = V(loadu)(init[2]), c21 = V(loadu)(init[2] + VL);
+        c30 = V(loadu)(init[3]), c31 = V(loadu)(init[3] + VL);
+        c40 = V(loadu)(init[4]), c41 = V(loadu)(init[4] + VL);
+        c50 = V(loadu)(init[5]), c51 = V(loadu)(init[5] + VL);
     } else {
-        c00 = c01 = c10 = c11 = c20 = c21 = c30 = c31 = c40 = c41 = c50 = c51 = V_ZERO();
+        c00 = c01 = c10 = c11 = c20 = c21 = c30 = c31 = c40 = c41 = c50 = c51 = V(zero)();
     }
     for (int64_t k = 0; k < kc; ++k) {
-        const VT b0 = V_LOADU(bp), b1 = V_LOADU(bp + VL);
+        const VT b0 = V(loadu)(bp), b1 = V(loadu)(bp + VL);
         VT a;
-        a = V_BCAST(ap + 0), c00 = V_FMA(a, b0, c00), c01 = V_FMA(a, b1, c01);
-        a = V_BCAST(ap + 1), c10 = V_FMA(a, b0, c10), c11 = V_FMA(a, b1, c11);
-        a = V_BCAST(ap + 2), c20 = V_FMA(a, b0, c20), c21 = V_FMA(a, b1, c21);
-        a = V_BCAST(ap + 3), c30 = V_FMA(a, b0, c30), c31 = V_FMA(a, b1, c31);
-        a = V_BCAST(ap + 4), c40 = V_FMA(a, b0, c40), c41 = V_FMA(a, b1, c41);
-        a = V_BCAST(ap + 5), c50 = V_FMA(a, b0, c50), c51 = V_FMA(a, b1, c51);
+        a = V(bcast)(ap + 0), c00 = V(fmadd)(a, b0, c00), c01 = V(fmadd)(a, b1, c01);
+        a = V(bcast)(ap + 1), c10 = V(fmadd)(a, b0, c10), c11 = V(fmadd)(a, b1, c11);
+        a = V(bcast)(ap + 2), c20 = V(fmadd)(a, b0, c20), c21 = V(fmadd)(a, b1, c21);
+        a = V(bcast)(ap + 3), c30 = V(fmadd)(a, b0, c30), c31 = V(fmadd)(a, b1, c31);
+        a = V(bcast)(ap + 4), c40 = V(fmadd)(a, b0, c40), c41 = V(fmadd)(a, b1, c41);
+        a = V(bcast)(ap + 5), c50 = V(fmadd)(a, b0, c50), c51 = V(fmadd)(a, b1, c51);
         ap += ATTN_MR;
         bp += NR;
     }
-    V_STOREU(c + 0 * ldc, c00), V_STOREU(c + 0 * ldc + VL, c01);
-    V_STOREU(c + 1 * ldc, c10), V_STOREU(c + 1 * ldc + VL, c11);
-    V_STOREU(c + 2 * ldc, c20), V_STOREU(c + 2 * ldc + VL, c21);
-    V_STOREU(c + 3 * ldc, c30), V_STOREU(c + 3 * ldc + VL, c31);
-    V_STOREU(c + 4 * ldc, c40), V_STOREU(c + 4 * ldc + VL, c41);
-    V_STOREU(c + 5 * ldc, c50), V_STOREU(c + 5 * ldc + VL, c51);
+    V(storeu)(c + 0 * ldc, c00), V(storeu)(c + 0 * ldc + VL, c01);
+    V(storeu)(c + 1 * ldc, c10), V(storeu)(c + 1 * ldc + VL, c11);
+    V(storeu)(c + 2 * ldc, c20), V(storeu)(c + 2 * ldc + VL, c21);
+    V(storeu)(c + 3 * ldc, c30), V(storeu)(c + 3 * ldc + VL, c31);
+    V(storeu)(c + 4 * ldc, c40), V(storeu)(c + 4 * ldc + VL, c41);
+    V(storeu)(c + 5 * ldc, c50), V(storeu)(c + 5 * ldc + VL, c51);
 }
 
 /* C[t][0..NR) += sum_k a[t*a_st + k*a_sk] * b[k*b_sk + 0..NR) for t < rows (1..6).
@@ -77,31 +156,31 @@ static inline void FN(mk_gen)(int64_t kc, const T *a, int64_t a_st, int64_t a_sk
     const T *a0 = a, *a1 = rows > 1 ? a + a_st : a, *a2 = rows > 2 ? a + 2 * a_st : a;
     const T *a3 = rows > 3 ? a + 3 * a_st : a, *a4 = rows > 4 ? a + 4 * a_st : a, *a5 = rows > 5 ? a + 5 * a_st : a;
     VT c00, c01, c10, c11, c20, c21, c30, c31, c40, c41, c50, c51;
-    c00 = c01 = c10 = c11 = c20 = c21 = c30 = c31 = c40 = c41 = c50 = c51 = V_ZERO();
+    c00 = c01 = c10 = c11 = c20 = c21 = c30 = c31 = c40 = c41 = c50 = c51 = V(zero)();
 #define MK_GEN_STEP(B0, B1)                                                                       \
     do {                                                                                          \
         const int64_t o = k * a_sk;                                                               \
         const VT b0 = (B0), b1 = (B1);                                                            \
         VT av;                                                                                    \
-        av = V_BCAST(a0 + o), c00 = V_FMA(av, b0, c00), c01 = V_FMA(av, b1, c01);                 \
-        av = V_BCAST(a1 + o), c10 = V_FMA(av, b0, c10), c11 = V_FMA(av, b1, c11);                 \
-        av = V_BCAST(a2 + o), c20 = V_FMA(av, b0, c20), c21 = V_FMA(av, b1, c21);                 \
-        av = V_BCAST(a3 + o), c30 = V_FMA(av, b0, c30), c31 = V_FMA(av, b1, c31);                 \
-        av = V_BCAST(a4 + o), c40 = V_FMA(av, b0, c40), c41 = V_FMA(av, b1, c41);                 \
-        av = V_BCAST(a5 + o), c50 = V_FMA(av, b0, c50), c51 = V_FMA(av, b1, c51);                 \
+        av = V(bcast)(a0 + o), c00 = V(fmadd)(av, b0, c00), c01 = V(fmadd)(av, b1, c01);                 \
+        av = V(bcast)(a1 + o), c10 = V(fmadd)(av, b0, c10), c11 = V(fmadd)(av, b1, c11);                 \
+        av = V(bcast)(a2 + o), c20 = V(fmadd)(av, b0, c20), c21 = V(fmadd)(av, b1, c21);                 \
+        av = V(bcast)(a3 + o), c30 = V(fmadd)(av, b0, c30), c31 = V(fmadd)(av, b1, c31);                 \
+        av = V(bcast)(a4 + o), c40 = V(fmadd)(av, b0, c40), c41 = V(fmadd)(av, b1, c41);                 \
+        av = V(bcast)(a5 + o), c50 = V(fmadd)(av, b0, c50), c51 = V(fmadd)(av, b1, c51);                 \
     } while (0)
     if (cols >= NR) {
-        for (int64_t k = 0; k < kc; ++k) MK_GEN_STEP(V_LOADU(b + k * b_sk), V_LOADU(b + k * b_sk + VL));
+        for (int64_t k = 0; k < kc; ++k) MK_GEN_STEP(V(loadu)(b + k * b_sk), V(loadu)(b + k * b_sk + VL));
     } else {
-        const __m256i m0 = V_IMASK(cols), m1 = V_IMASK(cols - VL);
+        const int64_t n0 = cols, n1 = cols - VL; /* lanes to read (loadu_n clamps) */
         for (int64_t k = 0; k < kc; ++k)
-            MK_GEN_STEP(V_MASKLOAD(b + k * b_sk, m0), V_MASKLOAD(b + k * b_sk + VL, m1));
+            MK_GEN_STEP(V(loadu_n)(b + k * b_sk, n0), V(loadu_n)(b + k * b_sk + VL, n1));
     }
 #undef MK_GEN_STEP
 #define MK_GEN_ACC(t, x0, x1)                                                                     \
     if (rows > t) {                                                                               \
-        V_STOREU(c + t * ldc, V_ADD(V_LOADU(c + t * ldc), x0));                                   \
-        V_STOREU(c + t * ldc + VL, V_ADD(V_LOADU(c + t * ldc + VL), x1));                         \
+        V(storeu)(c + t * ldc, V(add)(V(loadu)(c + t * ldc), x0));                                   \
+        V(storeu)(c + t * ldc + VL, V(add)(V(loadu)(c + t * ldc + VL), x1));                         \
     }
     MK_GEN_ACC(0, c00, c01)
     MK_GEN_ACC(1, c10, c11)
@@ -140,21 +219,33 @@ static void FN(pack_strips)(T *restrict dst, const T *src, int64_t ks, int64_t n
 
 /* Rows [0, nk) of a row-major matrix (stride vs, d columns) as column panels
  * of NR: dst[(s*ldp + j)*NR + c] = src[j*vs + s*NR + c], zero past column d.
- * The panels are the contiguous B operand of P V-type products. */
-static void FN(pack_panels)(T *restrict dst, int64_t ldp, const T *src, int64_t vs, int64_t nk, int64_t d) {
+ * The panels are the contiguous B operand of P V-type products.  Rows whose
+ * additive key mask kpm[j] is not 0 (padded keys; kpm may be NULL) are packed
+ * as zeros: a masked key's value or key never reaches a product, whatever it
+ * holds (0 * NaN would). */
+static void FN(pack_panels)(T *restrict dst, int64_t ldp, const T *src, int64_t vs, int64_t nk, int64_t d,
+                            const T *kpm) {
     const int64_t full = d / NR, rest = d - full * NR;
     for (int64_t j = 0; j < nk; ++j) {
         const T *row = src + j * vs;
+        if (kpm != NULL && kpm[j] != (T)0) {
+            for (int64_t st = 0; st <= full; ++st) {
+                if (st == full && !rest) break;
+                T *o = dst + (st * ldp + j) * NR;
+                V(storeu)(o, V(zero)());
+                V(storeu)(o + VL, V(zero)());
+            }
+            continue;
+        }
         for (int64_t st = 0; st < full; ++st) {
             T *o = dst + (st * ldp + j) * NR;
-            V_STOREU(o, V_LOADU(row + st * NR));
-            V_STOREU(o + VL, V_LOADU(row + st * NR + VL));
+            V(storeu)(o, V(loadu)(row + st * NR));
+            V(storeu)(o + VL, V(loadu)(row + st * NR + VL));
         }
         if (rest) {
             T *o = dst + (full * ldp + j) * NR;
-            const __m256i m0 = V_IMASK(rest), m1 = V_IMASK(rest - VL);
-            V_STOREU(o, V_MASKLOAD(row + full * NR, m0));
-            V_STOREU(o + VL, V_MASKLOAD(row + full * NR + VL, m1));
+            V(storeu)(o, V(loadu_n)(row + full * NR, rest));
+            V(storeu)(o + VL, V(loadu_n)(row + full * NR + VL, rest - VL));
         }
     }
 }
@@ -255,7 +346,7 @@ static int FN(group_bias)(FN(work) * w, const FN(group) * g, const FN(kblock) * 
         if (any) {
             const int64_t width = p_last - p_base + 1 + NR;
             for (int t = 0; t < ATTN_MR; ++t)
-                for (int64_t j = 0; j < width; j += VL) V_STOREU(w->g + t * ATTN_GLD + j, V_ZERO());
+                for (int64_t j = 0; j < width; j += VL) V(storeu)(w->g + t * ATTN_GLD + j, V(zero)());
             const T *tp = (const T *)p->tpack;
             for (int64_t st = s_lo; st <= s_hi; ++st) {
                 const int64_t clo = p->strip_clo[st], chi = p->strip_chi[st];
@@ -273,11 +364,11 @@ static int FN(group_bias)(FN(work) * w, const FN(group) * g, const FN(kblock) * 
         for (int t = 0; t < ATTN_MR; ++t) {
             const int tt = jv[t] > 0 ? t : t_ok;
             T *row = w->al + t * ATTN_ALD;
-            const VT ns = V_SET1(-g->slope[tt]);
+            const VT ns = V(set1)(-g->slope[tt]);
             for (int64_t j = 0; j < nstrip * NR; j += VL) {
                 /* |pos - n0 - j - lane|: exact while positions stay below 2^24 (float) */
-                const VT r = V_SUB(V_SET1((T)(g->pos[tt] - kb->n0 - j)), V_LANES);
-                V_STOREU(row + j, V_MUL(ns, V_ABS(r)));
+                const VT r = V(sub)(V(set1)((T)(g->pos[tt] - kb->n0 - j)), V(iota)());
+                V(storeu)(row + j, V(mul)(ns, V(abs)(r)));
             }
             init[t] = row;
         }
@@ -307,51 +398,49 @@ static inline VT FN(dot_keys)(const T *q, const T *k, int64_t ks, int64_t nk, in
     const T *kr[VL];
     for (int i = 0; i < VL; ++i) kr[i] = k + (i < nk ? i : nk - 1) * ks;
     VT acc[VL];
-    for (int i = 0; i < VL; ++i) acc[i] = V_ZERO();
+    for (int i = 0; i < VL; ++i) acc[i] = V(zero)();
     int64_t c = 0;
     for (; c + VL <= d; c += VL) {
-        const VT qv = V_LOADU(q + c);
-        for (int i = 0; i < VL; ++i) acc[i] = V_FMA(qv, V_LOADU(kr[i] + c), acc[i]);
+        const VT qv = V(loadu)(q + c);
+        for (int i = 0; i < VL; ++i) acc[i] = V(fmadd)(qv, V(loadu)(kr[i] + c), acc[i]);
     }
     if (c < d) {
-        const __m256i m = V_IMASK(d - c);
-        const VT qv = V_MASKLOAD(q + c, m);
-        for (int i = 0; i < VL; ++i) acc[i] = V_FMA(qv, V_MASKLOAD(kr[i] + c, m), acc[i]);
+        const VT qv = V(loadu_n)(q + c, d - c);
+        for (int i = 0; i < VL; ++i) acc[i] = V(fmadd)(qv, V(loadu_n)(kr[i] + c, d - c), acc[i]);
     }
-    return V_REDUCE_LANES(acc);
+    return V(reduce_lanes)(acc);
 }
 
 /* q . T[p] for VL consecutive packed table rows p0 .. p0 + VL - 1 (rows
  * outside the table are zero), over the columns that can be nonzero there. */
 static inline VT FN(dot_table)(const wavepe_attention_plan *p, const T *q, int64_t p0, const T *zero_row) {
     const int64_t pa = p0 < 0 ? 0 : p0, pb = p0 + VL - 1 < p->prows ? p0 + VL - 1 : p->prows - 1;
-    if (pa > pb) return V_ZERO();
+    if (pa > pb) return V(zero)();
     int64_t clo = INT64_MAX, chi = 0;
     for (int64_t st = pa / NR; st <= pb / NR; ++st)
         if (p->strip_chi[st] > p->strip_clo[st]) {
             clo = p->strip_clo[st] < clo ? p->strip_clo[st] : clo;
             chi = p->strip_chi[st] > chi ? p->strip_chi[st] : chi;
         }
-    if (chi <= clo) return V_ZERO();
+    if (chi <= clo) return V(zero)();
     const T *rows[VL];
     for (int i = 0; i < VL; ++i) {
         const int64_t r = p0 + i;
         rows[i] = (r >= 0 && r < p->prows ? (const T *)p->trow + r * p->dpad : zero_row) + clo;
     }
     VT acc[VL];
-    for (int i = 0; i < VL; ++i) acc[i] = V_ZERO();
+    for (int i = 0; i < VL; ++i) acc[i] = V(zero)();
     const int64_t len = chi - clo;
     int64_t c = 0;
     for (; c + VL <= len; c += VL) {
-        const VT qv = V_LOADU(q + clo + c);
-        for (int i = 0; i < VL; ++i) acc[i] = V_FMA(qv, V_LOADU(rows[i] + c), acc[i]);
+        const VT qv = V(loadu)(q + clo + c);
+        for (int i = 0; i < VL; ++i) acc[i] = V(fmadd)(qv, V(loadu)(rows[i] + c), acc[i]);
     }
     if (c < len) {
-        const __m256i m = V_IMASK(len - c);
-        const VT qv = V_MASKLOAD(q + clo + c, m);
-        for (int i = 0; i < VL; ++i) acc[i] = V_FMA(qv, V_MASKLOAD(rows[i] + c, m), acc[i]);
+        const VT qv = V(loadu_n)(q + clo + c, len - c);
+        for (int i = 0; i < VL; ++i) acc[i] = V(fmadd)(qv, V(loadu_n)(rows[i] + c, len - c), acc[i]);
     }
-    return V_REDUCE_LANES(acc);
+    return V(reduce_lanes)(acc);
 }
 
 /* Scores of a narrow group (1 or 2 rows, decoding) straight from the key and
@@ -369,30 +458,54 @@ static void FN(narrow_scores)(FN(work) * w, const FN(group) * g, const FN(kblock
         const int64_t p0 = p->pr_hi - g->pos[t] + kb->n0;
         for (int64_t j = 0; j < jv[t]; j += VL) {
             VT x = FN(dot_keys)(q, kb->k + j * kb->ks, kb->ks, jv[t] - j, d);
-            if (has_init) x = V_ADD(x, V_LOADU(init[t] + j));
-            if (table) x = V_ADD(x, FN(dot_table)(p, q, p0 + j, w->zr));
-            V_STOREU(s + t * lds + j, x);
+            if (has_init) x = V(add)(x, V(loadu)(init[t] + j));
+            if (table) x = V(add)(x, FN(dot_table)(p, q, p0 + j, w->zr));
+            V(storeu)(s + t * lds + j, x);
         }
     }
 }
 
 /* o[0..d) += sum_j p[j] v_j for one row, 8 vectors of columns at a time. */
-static void FN(row_pv)(const T *p, int64_t nk, const T *v, int64_t vs, int64_t d, T *o) {
+static void FN(row_pv)(const T *p, int64_t nk, const T *v, int64_t vs, int64_t d, T *o, const T *kpm) {
+    if (kpm != NULL) { /* padded keys never reach the product (their values may be anything) */
+        for (int64_t j = 0; j < nk; ++j)
+            if (kpm[j] == (T)0) FN(row_pv)(p + j, 1, v + j * vs, vs, d, o, NULL);
+        return;
+    }
     int64_t c0 = 0;
     for (; c0 + 8 * VL <= d; c0 += 8 * VL) {
         VT acc[8];
-        for (int i = 0; i < 8; ++i) acc[i] = V_LOADU(o + c0 + i * VL);
+        for (int i = 0; i < 8; ++i) acc[i] = V(loadu)(o + c0 + i * VL);
         for (int64_t j = 0; j < nk; ++j) {
-            const VT a = V_BCAST(p + j);
+            const VT a = V(bcast)(p + j);
             const T *vr = v + j * vs + c0;
-            for (int i = 0; i < 8; ++i) acc[i] = V_FMA(a, V_LOADU(vr + i * VL), acc[i]);
+            for (int i = 0; i < 8; ++i) acc[i] = V(fmadd)(a, V(loadu)(vr + i * VL), acc[i]);
         }
-        for (int i = 0; i < 8; ++i) V_STOREU(o + c0 + i * VL, acc[i]);
+        for (int i = 0; i < 8; ++i) V(storeu)(o + c0 + i * VL, acc[i]);
     }
     for (; c0 < d; c0 += NR) {
         const int cols = d - c0 < NR ? (int)(d - c0) : NR;
         FN(mk_gen)(nk, p, 0, 1, v + c0, vs, cols, o + c0, 0, 1);
     }
+}
+
+/* C[t] += sum_{j < jv[t]} A[t][j] B[j] for the rows t < g->rows of a group:
+ * the keys every row sees in one register-blocked product, the few keys of
+ * the causal diagonal that only some rows see row by row, so that a key a
+ * row cannot see never meets that row (its B row may be NaN or inf, and
+ * 0 * NaN is NaN).  B is column panels of NR (pack_panels, ldp keys each). */
+static void FN(rows_times_panels)(const FN(group) * g, const int64_t jv[ATTN_MR], const T *a, int64_t lda,
+                                  const T *panels, int64_t ldp, int64_t d, T *c, int64_t ldc) {
+    int64_t jmin = INT64_MAX;
+    for (int t = 0; t < g->rows; ++t) jmin = jv[t] < jmin ? jv[t] : jmin;
+    if (jmin > 0)
+        for (int64_t c0 = 0; c0 < d; c0 += NR)
+            FN(mk_gen)(jmin, a, lda, 1, panels + c0 * ldp, NR, NR, c + c0, ldc, g->rows);
+    for (int t = 0; t < g->rows; ++t)
+        if (jv[t] > jmin)
+            for (int64_t c0 = 0; c0 < d; c0 += NR)
+                FN(mk_gen)(jv[t] - jmin, a + t * lda + jmin, 0, 1, panels + c0 * ldp + jmin * NR, NR, NR,
+                           c + t * ldc + c0, 0, 1);
 }
 
 /* ---- forward -------------------------------------------------------------------------------- */
@@ -408,53 +521,64 @@ static void FN(group_forward)(FN(work) * w, const FN(group) * g, const FN(kblock
     if (g->qr != NULL) FN(narrow_scores)(w, g, kb, jv, jmax, s, ATTN_SLD);
     else FN(group_scores)(w, g, kb, jv, jmax, s, ATTN_SLD);
     const int64_t jround = (jmax + VL - 1) / VL * VL;
-    const VT ninf = V_SET1(-(T)INFINITY);
+    const VT ninf = V(set1)(-(T)INFINITY);
     for (int t = 0; t < ATTN_MR; ++t) {
         T *row = s + t * ATTN_SLD;
         const int64_t n = jv[t];
         if (n == 0) {
-            for (int64_t j = 0; j < jround; j += VL) V_STOREU(row + j, V_ZERO());
+            for (int64_t j = 0; j < jround; j += VL) V(storeu)(row + j, V(zero)());
             continue;
         }
+        /* masked lanes become -inf by selection (never arithmetic: a masked
+         * score may be NaN); a NaN among the visible scores makes the row NaN,
+         * as the softmax of the formula does (x86 max would drop it) */
         VT vmax = ninf;
+        MT any_nan = M(first)(0), any_kept = M(first)(0);
         for (int64_t j = 0; j < n; j += VL) {
-            VT x = V_LOADU(row + j);
-            if (kb->masked) x = V_ADD(x, V_LOADU(w->kpm + j));
-            x = V_BLEND(ninf, x, FN(lanes_below)(j, n));
-            V_STOREU(row + j, x);
-            vmax = V_MAX(vmax, x);
+            VT x = V(loadu)(row + j);
+            MT keep = FN(lanes_below)(j, n);
+            if (kb->masked) keep = M(and)(keep, V(cmpeq)(V(loadu)(w->kpm + j), V(zero)()));
+            x = V(blend)(keep, ninf, x);
+            V(storeu)(row + j, x);
+            any_nan = M(or)(any_nan, V(isnan)(x));
+            any_kept = M(or)(any_kept, keep);
+            vmax = V(max)(vmax, x);
         }
-        const T mx = V_HMAX(vmax);
+        const T mx = M(bits)(any_nan) ? (T)NAN : V(hmax)(vmax);
         const T m_old = mst[t];
-        const T m_new = mx > m_old ? mx : m_old;
+        const T m_new = mx > m_old || mx != mx ? mx : m_old;
         if (m_new == -(T)INFINITY) {
-            for (int64_t j = 0; j < jround; j += VL) V_STOREU(row + j, V_ZERO());
+            /* visible keys whose scores are all -inf (an infinite k or bias):
+             * mark the row with a sum of -0.0, which finish_rows (and the
+             * split-N combine) turn into NaN unless a finite score follows */
+            if (M(bits)(any_kept)) lst[t] = -(T)0;
+            for (int64_t j = 0; j < jround; j += VL) V(storeu)(row + j, V(zero)());
             continue;
         }
-        const VT vm = V_SET1(m_new);
-        VT vsum = V_ZERO();
+        const VT vm = V(set1)(m_new);
+        VT vsum = V(zero)();
         for (int64_t j = 0; j < n; j += VL) {
-            const VT e = V_EXP(V_SUB(V_LOADU(row + j), vm)); /* masked lanes: exp(-inf) = 0 */
-            V_STOREU(row + j, e);
-            vsum = V_ADD(vsum, e);
+            const VT e = V(exp_softmax)(V(sub)(V(loadu)(row + j), vm)); /* masked lanes: exp(-inf) = 0 */
+            V(storeu)(row + j, e);
+            vsum = V(add)(vsum, e);
         }
-        for (int64_t j = (n + VL - 1) / VL * VL; j < jround; j += VL) V_STOREU(row + j, V_ZERO());
+        for (int64_t j = (n + VL - 1) / VL * VL; j < jround; j += VL) V(storeu)(row + j, V(zero)());
         const T corr = (T)exp((double)(m_old - m_new));
-        lst[t] = lst[t] * corr + V_HSUM(vsum);
+        lst[t] = lst[t] * corr + V(hsum)(vsum);
         if (corr != (T)1) {
-            const VT vc = V_SET1(corr);
+            const VT vc = V(set1)(corr);
             T *orow = o + t * dpad;
-            for (int64_t c = 0; c < dpad; c += VL) V_STOREU(orow + c, V_MUL(V_LOADU(orow + c), vc));
+            for (int64_t c = 0; c < dpad; c += VL) V(storeu)(orow + c, V(mul)(V(loadu)(orow + c), vc));
         }
         mst[t] = m_new;
     }
     if (g->qr != NULL) {
         for (int t = 0; t < g->rows; ++t)
-            if (jv[t] > 0) FN(row_pv)(s + t * ATTN_SLD, jv[t], kb->v, kb->vs, d, o + t * dpad);
+            if (jv[t] > 0)
+                FN(row_pv)(s + t * ATTN_SLD, jv[t], kb->v, kb->vs, d, o + t * dpad, kb->masked ? w->kpm : NULL);
         return;
     }
-    for (int64_t c0 = 0; c0 < d; c0 += NR)
-        FN(mk_gen)(jmax, s, ATTN_SLD, 1, w->vp + c0 * ATTN_FBN, NR, NR, o + c0, dpad, g->rows);
+    FN(rows_times_panels)(g, jv, s, ATTN_SLD, w->vp, ATTN_FBN, d, o, dpad);
 }
 
 /* Additive key-padding mask of keys [n0, n0 + nk) of batch b into w->kpm;
@@ -499,7 +623,7 @@ static void FN(rows_over_keys)(FN(work) * w, FN(group) * groups, int64_t ngroups
         for (int64_t gi = 0; gi < ngroups; ++gi) wide |= groups[gi].qr == NULL;
         if (wide) {
             FN(pack_strips)(w->kp, kb.k, kb.ks, kb.nk, d);
-            FN(pack_panels)(w->vp, ATTN_FBN, kb.v, kb.vs, kb.nk, d);
+            FN(pack_panels)(w->vp, ATTN_FBN, kb.v, kb.vs, kb.nk, d, kb.masked ? w->kpm : NULL);
         }
         for (int64_t gi = 0; gi < ngroups; ++gi)
             FN(group_forward)(w, &groups[gi], &kb, w->mst + gi * ATTN_MR, w->lst + gi * ATTN_MR,
@@ -605,7 +729,8 @@ static void FN(finish_rows)(FN(work) * w, int64_t b, int64_t h, int64_t m0, int6
     T *out = (T *)a->out + attn_off(a->out_strides, b, h, m0);
     T *lse = (T *)a->lse + (b * a->heads + h) * a->m + m0;
     for (int64_t i = 0; i < rows; ++i) {
-        const T l = lst[i];
+        T l = lst[i];
+        if (l == (T)0 && signbit(l)) l = (T)NAN; /* keys seen, every score -inf: 0/0 */
         const int any = l > (T)0 || l != l;
         const T inv = any ? (T)1 / l : (T)0;
         for (int64_t c = 0; c < d; ++c) out[i * a->out_strides[2] + c] = o[i * dpad + c] * inv;
@@ -613,7 +738,7 @@ static void FN(finish_rows)(FN(work) * w, int64_t b, int64_t h, int64_t m0, int6
     }
 }
 
-int FN(attn_avx2_fwd_tiled)(wavepe_attention_plan *p, int64_t begin, int64_t end) {
+int FN(attn_fwd_tiled)(wavepe_attention_plan *p, int64_t begin, int64_t end) {
     const wavepe_attention_args *a = &p->a;
     FN(work) w;
     int status = FN(work_alloc)(&w, p, ATTN_FBM);
@@ -638,7 +763,7 @@ int FN(attn_avx2_fwd_tiled)(wavepe_attention_plan *p, int64_t begin, int64_t end
 
 /* Split-N decoding: unit (b, hk, chunk) runs every query row of the kv
  * head's query heads over one chunk of keys and leaves (acc, max, sum). */
-int FN(attn_avx2_fwd_decode)(wavepe_attention_plan *p, int64_t begin, int64_t end) {
+int FN(attn_fwd_decode)(wavepe_attention_plan *p, int64_t begin, int64_t end) {
     const wavepe_attention_args *a = &p->a;
     const int64_t d = a->d, dpad = p->dpad, M = a->m, C = p->nchunks;
     const int64_t rows = p->hg * M, ngroups = (rows + ATTN_MR - 1) / ATTN_MR;
@@ -714,7 +839,7 @@ static void FN(tile_backward)(FN(work) * w, FN(group) * groups, int64_t b, int64
         }
     const int64_t jbround = (jvb + VL - 1) / VL * VL;
     memset(w->dqa, 0, sizeof(T) * (size_t)(ngroups * ATTN_MR * dpad));
-    const VT ninf = V_SET1(-(T)INFINITY);
+    const VT ninf = V(set1)(-(T)INFINITY);
     for (int64_t gi = 0; gi < ngroups; ++gi) {
         const FN(group) *g = &groups[gi];
         const int64_t *jv = jv_all + gi * ATTN_MR;
@@ -724,8 +849,8 @@ static void FN(tile_backward)(FN(work) * w, FN(group) * groups, int64_t b, int64
         if (jmax == 0) {
             for (int t = 0; t < ATTN_MR; ++t)
                 for (int64_t j = 0; j < jbround; j += VL) {
-                    V_STOREU(ps + t * ATTN_SLD + j, V_ZERO());
-                    V_STOREU(dss + t * ATTN_SLD + j, V_ZERO());
+                    V(storeu)(ps + t * ATTN_SLD + j, V(zero)());
+                    V(storeu)(dss + t * ATTN_SLD + j, V(zero)());
                 }
             continue;
         }
@@ -734,37 +859,38 @@ static void FN(tile_backward)(FN(work) * w, FN(group) * groups, int64_t b, int64
         const T *dop = w->dop + gi * ATTN_MR * d;
         for (int64_t st = 0; st < nstrip; ++st)
             FN(mk_nt)(d, dop, w->vp + st * d * NR, dss + st * NR, ATTN_SLD, NULL);
-        VT vslope = V_ZERO();
+        VT vslope = V(zero)();
         for (int t = 0; t < ATTN_MR; ++t) {
             T *prow = ps + t * ATTN_SLD, *drow = dss + t * ATTN_SLD;
             const int64_t n = jv[t], i = gi * ATTN_MR + t;
             int64_t j = 0;
             if (n > 0 && lse[i] != -(T)INFINITY) {
-                const VT vl = V_SET1(lse[i]), vD = V_SET1((T)w->dvec[m0 + i]), vs = V_SET1(scale);
+                const VT vl = V(set1)(lse[i]), vD = V(set1)((T)w->dvec[m0 + i]), vs = V(set1)(scale);
                 for (; j < n; j += VL) {
-                    VT x = V_LOADU(prow + j);
-                    if (kb->masked) x = V_ADD(x, V_LOADU(w->kpm + j));
-                    x = V_BLEND(ninf, x, FN(lanes_below)(j, n));
-                    const VT pr = V_EXP(V_SUB(x, vl));
-                    const VT ds = V_MUL(pr, V_SUB(V_LOADU(drow + j), vD));
-                    V_STOREU(prow + j, pr);
-                    V_STOREU(drow + j, V_MUL(ds, vs));
+                    /* masked lanes: P = dS = 0 by selection (their scores and
+                     * dO . v may be NaN) */
+                    MT keep = FN(lanes_below)(j, n);
+                    if (kb->masked) keep = M(and)(keep, V(cmpeq)(V(loadu)(w->kpm + j), V(zero)()));
+                    const VT x = V(blend)(keep, ninf, V(loadu)(prow + j));
+                    const VT pr = V(exp_softmax)(V(sub)(x, vl));
+                    const VT ds = V(blend)(keep, V(zero)(), V(mul)(pr, V(sub)(V(loadu)(drow + j), vD)));
+                    V(storeu)(prow + j, pr);
+                    V(storeu)(drow + j, V(mul)(ds, vs));
                     if (p->bias == ATTN_BIAS_ALIBI && dslope != NULL) {
-                        const VT r = V_SUB(V_SET1((T)(g->pos[t] - kb->n0 - j)), V_LANES);
-                        vslope = V_FMA(ds, V_ABS(r), vslope);
+                        const VT r = V(sub)(V(set1)((T)(g->pos[t] - kb->n0 - j)), V(iota)());
+                        vslope = V(fmadd)(ds, V(abs)(r), vslope);
                     }
                 }
             }
             for (; j < jbround; j += VL) {
-                V_STOREU(prow + j, V_ZERO());
-                V_STOREU(drow + j, V_ZERO());
+                V(storeu)(prow + j, V(zero)());
+                V(storeu)(drow + j, V(zero)());
             }
         }
-        if (dslope != NULL) *dslope -= (double)V_HSUM(vslope);
+        if (dslope != NULL) *dslope -= (double)V(hsum)(vslope);
         /* dq += dS K */
         T *dqa = w->dqa + gi * ATTN_MR * dpad;
-        for (int64_t c0 = 0; c0 < d; c0 += NR)
-            FN(mk_gen)(jmax, dss, ATTN_SLD, 1, w->kpan + c0 * ATTN_BBN, NR, NR, dqa + c0, dpad, g->rows);
+        FN(rows_times_panels)(g, jv, dss, ATTN_SLD, w->kpan, ATTN_BBN, d, dqa, dpad);
         /* dq += dS T: the dS rows skewed onto the window of table rows */
         int64_t p_first, p_last;
         if (p->bias == ATTN_BIAS_TABLE && FN(table_window)(p, g, kb, jv, jmax, &p_first, &p_last)) {
@@ -774,7 +900,7 @@ static void FN(tile_backward)(FN(work) * w, FN(group) * groups, int64_t b, int64
             const int64_t s_hi = (p_last < p->prows ? p_last : p->prows - 1) / NR;
             for (int t = 0; t < ATTN_MR; ++t) {
                 T *grow = w->g + t * ATTN_GLD;
-                for (int64_t j = 0; j < width; j += VL) V_STOREU(grow + j, V_ZERO());
+                for (int64_t j = 0; j < width; j += VL) V(storeu)(grow + j, V(zero)());
                 if (jv[t] > 0) memcpy(grow + (p->pr_hi - g->pos[t] + kb->n0 - p_base), dss + t * ATTN_SLD,
                                       sizeof(T) * (size_t)jv[t]);
             }
@@ -877,7 +1003,7 @@ static void FN(unit_backward)(FN(work) * w, FN(group) * groups, int64_t unit, T 
         }
         FN(pack_strips)(w->kp, kb.k, kb.ks, kb.nk, d);
         FN(pack_strips)(w->vp, kb.v, kb.vs, kb.nk, d);
-        FN(pack_panels)(w->kpan, ATTN_BBN, kb.k, kb.ks, kb.nk, d);
+        FN(pack_panels)(w->kpan, ATTN_BBN, kb.k, kb.ks, kb.nk, d, kb.masked ? w->kpm : NULL);
         memset(w->dka, 0, sizeof(T) * (size_t)(ATTN_BBN * dpad));
         memset(w->dva, 0, sizeof(T) * (size_t)(ATTN_BBN * dpad));
         for (int64_t qi = i0; qi < p->nqb; ++qi) {
@@ -892,9 +1018,9 @@ static void FN(unit_backward)(FN(work) * w, FN(group) * groups, int64_t unit, T 
                 FN(pack_rows)(w->dop + gi * ATTN_MR * d, rp, gr, d, (T)1);
             }
             FN(pack_panels)(w->qpan, ATTN_BBM, (const T *)a->q + attn_off(a->q_strides, b, h, m0),
-                            a->q_strides[2], rows, d);
+                            a->q_strides[2], rows, d, NULL);
             FN(pack_panels)(w->dopan, ATTN_BBM, (const T *)a->dout + attn_off(a->dout_strides, b, h, m0),
-                            a->dout_strides[2], rows, d);
+                            a->dout_strides[2], rows, d, NULL);
             FN(tile_backward)(w, groups, b, h, m0, rows, &kb, dt_slot, p->dslope_partial ? &dslope : NULL);
         }
         for (int64_t j = 0; j < kb.nk; ++j)
@@ -906,7 +1032,7 @@ static void FN(unit_backward)(FN(work) * w, FN(group) * groups, int64_t unit, T 
     if (p->dslope_partial != NULL) p->dslope_partial[b * a->heads + h] = dslope;
 }
 
-int FN(attn_avx2_bwd)(wavepe_attention_plan *p, int64_t begin, int64_t end) {
+int FN(attn_bwd)(wavepe_attention_plan *p, int64_t begin, int64_t end) {
     FN(work) w;
     int status = FN(work_alloc)(&w, p, ATTN_BBM);
     if (status != WAVEPE_OK) return status;
@@ -923,3 +1049,11 @@ int FN(attn_avx2_bwd)(wavepe_attention_plan *p, int64_t begin, int64_t end) {
 #undef ATTN_SLD
 #undef ATTN_GLD
 #undef ATTN_ALD
+#undef NR
+#undef ATTN_FBM
+#undef ATTN_FBN
+#undef ATTN_BBM
+#undef ATTN_BBN
+#undef ATTN_TB
+#undef attn_transpose_block
+#include "simd_type_end.h"
