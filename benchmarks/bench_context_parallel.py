@@ -119,7 +119,10 @@ def rank_main(rank: int, world: int, port: int, length: int, conn) -> None:
         dist.barrier()
         conn.send({"seconds": time.perf_counter() - t0, "cpu": time.process_time() - c0,
                    "sent_fwd": fwd_bytes, "sent_bwd": sent["bytes"] - fwd_bytes})
-    dist.barrier()  # gloo's group destructor can deadlock on a collective still held by its worker (pytorch#56297)
+    # gloo's group destructor joins its workers with the GIL held while a worker freeing a finished
+    # collective may need it (a torch deadlock, #56297): a barrier, then a moment without the GIL
+    dist.barrier()
+    time.sleep(0.2)
     dist.destroy_process_group()
 
 

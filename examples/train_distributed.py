@@ -23,6 +23,7 @@ the process's peak RSS on the CPU, mostly torch itself at these sizes).
 from __future__ import annotations
 
 import argparse
+import gc
 import os
 import resource
 import time
@@ -76,12 +77,21 @@ def main() -> None:
     args = parse_args()
     backend = "nccl" if args.device == "cuda" else "gloo"
     dist.init_process_group(backend)
-    rank, world = dist.get_rank(), dist.get_world_size()
     device = torch.device(args.device)
     if args.device == "cuda":
-        local = int(os.environ.get("LOCAL_RANK", rank))
+        local = int(os.environ.get("LOCAL_RANK", dist.get_rank()))
         torch.cuda.set_device(local)
         device = torch.device("cuda", local)
+    keep: list[torch.Tensor] = []  # the tensors of the last collectives: see shutdown()
+    summary = train(args, device, keep)
+    if dist.get_rank() == 0:
+        print(summary, flush=True)
+    shutdown(keep)
+
+
+def train(args: argparse.Namespace, device: torch.device, keep: list[torch.Tensor]) -> str:
+    """Train; returns the summary line.  The models and their DDP/FSDP wrappers end with this call."""
+    rank, world = dist.get_rank(), dist.get_world_size()
     torch.manual_seed(args.seed)  # the same initial weights on every rank
     length = args.length or (512 if args.mode == "context" else 128)
     args.batch = args.batch or (4 if args.mode == "context" else 8)
@@ -124,30 +134,40 @@ def main() -> None:
         opt.step()
         opt.zero_grad(set_to_none=True)
         mean = loss.detach().clone()
-        dist.all_reduce(mean)  # (the last step's stays referenced until teardown)
+        dist.all_reduce(mean)
         losses.append(mean.item() / world)
         if rank == 0 and (step % 10 == 0 or step == args.steps - 1):
             print(f"step {step:3d}  loss {losses[-1]:.3f}", flush=True)
     seconds = time.perf_counter() - t0
 
     peak = torch.tensor([float(torch.cuda.max_memory_allocated(device) if args.device == "cuda"
-                                else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)], device=device)
+                               else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)], device=device)
     peaks = [torch.empty_like(peak) for _ in range(world)]
     dist.all_gather(peaks, peak)
-    if rank == 0:
-        per_rank = length // world if args.mode == "context" else length
-        what = (f"{args.batch} sequences x {length} tokens, {per_rank} per rank" if args.mode == "context"
-                else f"{args.batch // world} of {args.batch} sequences x {length} tokens per rank")
-        print(f"{args.mode}: {world} ranks ({backend}), {what}; {args.steps} steps in {seconds:.1f} s; "
-              f"loss {losses[0]:.3f} -> {losses[-1]:.3f}; peak memory per rank "
-              + ", ".join(f"{p.item() / 2**20:.0f} MiB" for p in peaks))
-    # Teardown.  Destroying a gloo process group blocks with the GIL held, and a finished collective
-    # still held by gloo's worker thread needs the GIL to free a tensor whose Python object is gone:
-    # a deadlock at exit (torch issue #56297).  So the last collectives' tensors (mean, peak, peaks)
-    # stay referenced until the group is destroyed, before the DDP/FSDP wrappers that hold it go.
+    keep += [mean, peak, *peaks]
+    per_rank = length // world if args.mode == "context" else length
+    what = (f"{args.batch} sequences x {length} tokens, {per_rank} per rank" if args.mode == "context"
+            else f"{args.batch // world} of {args.batch} sequences x {length} tokens per rank")
+    return (f"{args.mode}: {world} ranks ({dist.get_backend()}), {what}; {args.steps} steps in {seconds:.1f} s; "
+            f"loss {losses[0]:.3f} -> {losses[-1]:.3f}; peak memory per rank "
+            + ", ".join(f"{p.item() / 2**20:.0f} MiB" for p in peaks))
+
+
+def shutdown(keep: list[torch.Tensor]) -> None:
+    """Destroy the process group without torch's deadlock at exit (torch issue #56297).
+
+    Destroying a gloo group joins its worker threads while holding the GIL, and a
+    worker that frees a finished collective whose tensors' Python objects are gone
+    needs the GIL.  So: the wrappers holding the group go first (only
+    torch.distributed holds it then); the last collectives' tensors (``keep``) stay
+    referenced; the workers get a moment without the GIL to free everything older;
+    then the group is destroyed.
+    """
+    gc.collect()
     dist.barrier()
+    time.sleep(0.2)
     dist.destroy_process_group()
-    del trained, model, opt
+    keep.clear()
 
 
 if __name__ == "__main__":

@@ -12,6 +12,7 @@ single-process references itself, from the same inputs (:func:`cp_inputs`).
 from __future__ import annotations
 
 import datetime
+import gc
 import os
 import socket
 import time
@@ -62,9 +63,12 @@ def _main(rank: int, world: int, port: int, scenarios: list[str], out_dir: str) 
                 with open(os.path.join(out_dir, f"{name}.rank{rank}.err"), "w") as f:
                     f.write(traceback.format_exc())
     finally:
-        # a barrier first: gloo's group destructor holds the GIL while a finished collective on its worker
-        # thread may still need it to free its tensors (a torch deadlock at teardown, pytorch#56297)
+        # Destroying a gloo group joins its workers with the GIL held, while a worker freeing a finished
+        # collective whose tensors' Python objects are gone needs the GIL (a torch deadlock, #56297): the
+        # scenarios' objects go first, and the workers get a moment without the GIL before the group goes.
+        gc.collect()
         dist.barrier()
+        time.sleep(0.2)
         dist.destroy_process_group()
 
 
