@@ -35,8 +35,8 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 import wavepe
 import wavepe.distributed as wd
-from wavepe.experiments.corpus import load_corpus
-from wavepe.experiments.model import LMConfig, TinyLM
+from wavepe.research.experiments.corpus import load_corpus
+from wavepe.research.experiments.model import LMConfig, TinyLM
 
 
 def parse_args() -> argparse.Namespace:

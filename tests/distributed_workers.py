@@ -112,7 +112,7 @@ def small_support_config():
 
 def cp_cases() -> dict[str, Case]:
     cases = {}
-    for pos_enc in ("wavelet", "relative", "alibi", "none"):
+    for pos_enc in ("wavelet", "relative", "alibi", "nope"):
         for causal in (True, False):
             for layout in ("contiguous", "zigzag"):
                 cases[f"{pos_enc}-{'causal' if causal else 'full'}-{layout}"] = Case(pos_enc, causal, layout)
@@ -120,9 +120,9 @@ def cp_cases() -> dict[str, Case]:
                                                   clamp=True)
     cases["alibi-masked-lse-mqa"] = Case("alibi", False, "contiguous", h=3, h_kv=1, masked=True, lse=True)
     cases["wavelet-bf16"] = Case("wavelet", True, "zigzag", h=3, h_kv=1, chunk=8, d=16, dtype=torch.bfloat16)
-    cases["none-bf16-full"] = Case("none", False, "contiguous", dtype=torch.bfloat16)
+    cases["nope-bf16-full"] = Case("nope", False, "contiguous", dtype=torch.bfloat16)
     # shapes: one position per rank, empty chunks, odd chunk and head sizes, chunks across the kernel's tiles
-    cases["none-one-position-per-rank"] = Case("none", True, "contiguous", chunk=1, d=4)
+    cases["nope-one-position-per-rank"] = Case("nope", True, "contiguous", chunk=1, d=4)
     cases["wavelet-empty-chunks"] = Case("wavelet", True, "zigzag", chunk=0)
     cases["relative-clamp-odd-shapes"] = Case("relative", True, "contiguous", h=5, h_kv=5, chunk=7, d=5, clamp=True)
     cases["alibi-chunks-across-tiles"] = Case("alibi", True, "zigzag", b=1, h=2, h_kv=1, chunk=200, d=32)
@@ -226,7 +226,7 @@ def _disagreeing_chunks(rank: int, world: int, groups: dict[str, Any]) -> str:
     c = 4 if rank == 0 else 6
     q = torch.randn(1, 2, c, 8, dtype=torch.float64)
     try:
-        wd.context_parallel_attention(q, q, q, pos_enc="none")
+        wd.context_parallel_attention(q, q, q, pos_enc="nope")
     except ValueError as e:
         return str(e)
     return "no error"
@@ -262,7 +262,7 @@ def _layout_roundtrip(rank: int, world: int, groups: dict[str, Any]) -> dict[str
 
 def tinylm(pos_enc: str, seed: int = 0):
     """A 2-layer byte-level TinyLM (float64) of the experiments, hidden 32, 2 heads."""
-    from wavepe.experiments.model import LMConfig, TinyLM
+    from wavepe.research.experiments.model import LMConfig, TinyLM
 
     torch.manual_seed(seed)
     return TinyLM(LMConfig(pos_enc=pos_enc, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,

@@ -27,7 +27,7 @@ torch = pytest.importorskip("torch")
 import wavepe.ops as wo  # noqa: E402
 from wavepe.ops.attention import _eager_attention  # noqa: E402
 
-POS_ENCS = ["wavelet", "relative", "alibi", "none"]
+POS_ENCS = ["wavelet", "relative", "alibi", "nope"]
 
 
 # ---- inputs and oracles ---------------------------------------------------------
@@ -465,8 +465,8 @@ def test_return_lse_gradcheck_and_half_inputs():
     leaves = tuple(x.requires_grad_() for x in (q, k, v))
     assert torch.autograd.gradcheck(
         lambda q, k, v: wo.wavelet_attention(q, k, v, pos_enc="alibi", q_offset=3, return_lse=True), leaves)
-    out, lse = wo.wavelet_attention(*(x.detach().bfloat16() for x in leaves), pos_enc="none", return_lse=True)
-    assert out.dtype == torch.bfloat16 and lse.dtype == torch.float32   # lse in the compute dtype
+    out, lse = wo.wavelet_attention(*(x.detach().bfloat16() for x in leaves), pos_enc="nope", return_lse=True)
+    assert out.dtype == torch.bfloat16 and lse.dtype == torch.float32   # lse in the accumulator dtype
 
 
 @pytest.mark.parametrize("pos_enc", POS_ENCS)

@@ -31,6 +31,7 @@ torch = pytest.importorskip("torch")
 import torch.distributed as dist  # noqa: E402
 
 import wavepe.ops as wo  # noqa: E402
+from wavepe.ops import _routing  # noqa: E402
 import wavepe.distributed as wd  # noqa: E402
 from wavepe.distributed._layout import segments  # noqa: E402
 from wavepe.distributed._schedule import UNBOUNDED, last_hops, tiles  # noqa: E402
@@ -158,14 +159,25 @@ def test_tinylm_context_parallel_with_ddp_equals_one_process(four_ranks, pos_enc
             torch.testing.assert_close(got[r][name], p.grad, rtol=1e-9, atol=1e-12, msg=lambda s: f"{name}: {s}")
 
 
-def test_not_initialized_and_devices_without_kernel_are_refused():
+def test_not_initialized_and_devices_without_kernel_are_refused(monkeypatch):
     q = torch.randn(1, 2, 8, 8)
     if not dist.is_initialized():
         with pytest.raises(RuntimeError, match="init_process_group"):
             wd.context_parallel_attention(q, q, q)
+    # the dispatcher decides (ops/_routing.py): a device whose key has no attention_fwd kernel is refused
+    # (the ring merges the fused kernel's tiles; there is no plain-PyTorch ring)
+    registered = _routing._kernel_registered
+    monkeypatch.setattr(_routing, "_kernel_registered",
+                        lambda op, device_type: device_type != "meta" and registered(op, device_type))
     m = torch.empty(1, 2, 8, 8, device="meta")
     with pytest.raises(NotImplementedError, match="'meta'"):
         wd.context_parallel_attention(m, m, m)
+    monkeypatch.undo()
+    with pytest.raises(TypeError, match="causal must be a bool"):
+        wd.context_parallel_attention(q, q, q, causal=1)
+    with pytest.warns(DeprecationWarning, match="old spelling of 'nope'"), \
+            pytest.raises(RuntimeError, match="init_process_group"):
+        wd.context_parallel_attention(q, q, q, pos_enc="none")
     with pytest.raises(ValueError, match="layout must be one of"):
         wd.context_parallel_attention(q, q, q, layout="ring")
     with pytest.raises(ValueError, match="multiple of k's heads"):

@@ -1,5 +1,6 @@
-/* attention.c: validation, plans, the scalar reference kernels, the split-N
- * combine and the table-gradient reduction of the fused attention.
+/* attention.c: plans, the scalar reference kernels, the split-N combine and
+ * the table-gradient reduction of the fused attention (the rules are in
+ * attention.h).
  *
  * The scalar reference is deliberately plain: one query row at a time, the
  * online softmax over its keys, every score computed from the formula in
@@ -18,20 +19,9 @@
 
 /* ---- small helpers ------------------------------------------------------ */
 
-void *attn_aligned_alloc(size_t bytes) {
-    /* 64-byte alignment (a cache line) by hand: C11's aligned_alloc wants a
-     * size multiple of the alignment and posix_memalign is not C11. */
-    if (bytes > SIZE_MAX - 64 - sizeof(void *)) return NULL;
-    unsigned char *raw = malloc(bytes + 64 + sizeof(void *));
-    if (raw == NULL) return NULL;
-    uintptr_t p = ((uintptr_t)(raw + sizeof(void *)) + 63) & ~(uintptr_t)63;
-    ((void **)p)[-1] = raw;
-    return (void *)p;
-}
+void *attn_aligned_alloc(size_t bytes) { return wavepe_aligned_alloc(bytes); }
 
-void attn_aligned_free(void *p) {
-    if (p != NULL) free(((void **)p)[-1]);
-}
+void attn_aligned_free(void *p) { wavepe_aligned_free(p); }
 
 static inline double ld(const void *base, int64_t i, int f64) {
     return f64 ? ((const double *)base)[i] : (double)((const float *)base)[i];
@@ -43,64 +33,6 @@ static inline void st(void *base, int64_t i, double v, int f64) {
 }
 
 static inline int64_t iabs64(int64_t x) { return x < 0 ? -x : x; }
-
-/* Largest element offset of a strided (B, H, rows, d) view, checked. */
-static int strided_extent(const int64_t s[3], int64_t b, int64_t h, int64_t rows, int64_t d) {
-    if (b == 0 || h == 0 || rows == 0 || d == 0) return WAVEPE_OK;
-    const int64_t n[3] = {b, h, rows};
-    int64_t total = d - 1, t;
-    for (int i = 0; i < 3; ++i) {
-        if (s[i] < 0) return WAVEPE_E_INVALID;
-        if (wavepe_mul_overflow(n[i] - 1, s[i], &t) || wavepe_add_overflow(total, t, &total))
-            return WAVEPE_E_OVERFLOW;
-    }
-    return (uint64_t)total > (uint64_t)PTRDIFF_MAX / 8 ? WAVEPE_E_OVERFLOW : WAVEPE_OK;
-}
-
-/* ---- validation ----------------------------------------------------------- */
-
-int wavepe_attention_validate(const wavepe_attention_args *a, int backward) {
-    const int64_t sizes[6] = {a->batch, a->heads, a->kv_heads, a->m, a->n, a->d};
-    for (int i = 0; i < 6; ++i)
-        if (sizes[i] < 0) return WAVEPE_E_NEGATIVE_SIZE;
-    if (a->d < 1 || a->kv_heads < 1 || a->heads % a->kv_heads != 0) return WAVEPE_E_INVALID;
-    if (!(a->scale > 0.0) || isinf(a->scale)) return WAVEPE_E_INVALID;
-    if (a->table != NULL && a->slopes != NULL) return WAVEPE_E_INVALID;
-    if (a->table_rows < 0) return WAVEPE_E_NEGATIVE_SIZE;
-    if (a->table != NULL && a->clamp && a->table_rows == 0) return WAVEPE_E_INVALID;
-    int status;
-    const int64_t qd[4] = {a->batch, a->heads, a->m, a->d};
-    const int64_t kd[4] = {a->batch, a->kv_heads, a->n, a->d};
-    const int64_t td[2] = {a->table_rows, a->d};
-    const int64_t pd[2] = {a->batch, a->n};
-    if ((status = wavepe_checked_numel(4, qd, 8, NULL)) != WAVEPE_OK) return status;
-    if ((status = wavepe_checked_numel(4, kd, 8, NULL)) != WAVEPE_OK) return status;
-    if ((status = wavepe_checked_numel(2, td, 8, NULL)) != WAVEPE_OK) return status;
-    if ((status = wavepe_checked_numel(2, pd, 1, NULL)) != WAVEPE_OK) return status;
-    if ((status = strided_extent(a->q_strides, a->batch, a->heads, a->m, a->d)) != WAVEPE_OK) return status;
-    if ((status = strided_extent(a->k_strides, a->batch, a->kv_heads, a->n, a->d)) != WAVEPE_OK) return status;
-    if ((status = strided_extent(a->v_strides, a->batch, a->kv_heads, a->n, a->d)) != WAVEPE_OK) return status;
-    if ((status = strided_extent(a->out_strides, a->batch, a->heads, a->m, a->d)) != WAVEPE_OK) return status;
-    if (backward &&
-        (status = strided_extent(a->dout_strides, a->batch, a->heads, a->m, a->d)) != WAVEPE_OK)
-        return status;
-    /* every distance pos_q - pos_k, and its offset into the table, fits in int64
-     * with room to spare (tiles step past the ends by a block) */
-    const int64_t lim = (int64_t)1 << 60;
-    if (a->q_offset > lim || a->q_offset < -lim || a->m > lim || a->n > lim) return WAVEPE_E_OVERFLOW;
-    if (a->table != NULL && (a->r_lo > lim || a->r_lo < -lim || a->table_rows > lim)) return WAVEPE_E_OVERFLOW;
-    if (a->key_padding_mask != NULL && a->batch > 1 && a->kpm_stride < a->n) return WAVEPE_E_INVALID;
-    const int any_q = a->batch * a->heads * a->m > 0, any_k = a->batch * a->kv_heads * a->n > 0;
-    if (any_q && (a->q == NULL || a->out == NULL || a->lse == NULL)) return WAVEPE_E_NULL;
-    if (any_q && any_k && (a->k == NULL || a->v == NULL)) return WAVEPE_E_NULL;
-    if (backward) {
-        if (any_q && (a->dout == NULL || a->dq == NULL)) return WAVEPE_E_NULL;
-        if (any_k && (a->dk == NULL || a->dv == NULL)) return WAVEPE_E_NULL;
-        if (a->dtable != NULL && a->table == NULL) return WAVEPE_E_INVALID;
-        if (a->dslopes != NULL && a->slopes == NULL) return WAVEPE_E_INVALID;
-    }
-    return WAVEPE_OK;
-}
 
 /* ---- plans ------------------------------------------------------------------ */
 
@@ -220,12 +152,22 @@ static wavepe_attention_plan *plan_common(wavepe_isa isa, int f64, const wavepe_
     return p;
 }
 
-int wavepe_attention_fwd_plan(wavepe_isa isa, int f64, const wavepe_attention_args *a, wavepe_attention_plan **out) {
+/* The CPU kernels' element types. */
+static int cpu_dtype(const wavepe_attention_args *a, wavepe_error *err) {
+    if (a->dtype == WAVEPE_F32 || a->dtype == WAVEPE_F64) return WAVEPE_OK;
+    return wavepe_fail(err, WAVEPE_E_INVALID, "the CPU kernels take float32 or float64, got %s",
+                       wavepe_dtype_name(a->dtype));
+}
+
+int wavepe_attention_fwd_plan(wavepe_isa isa, const wavepe_attention_args *a, wavepe_attention_plan **out,
+                              wavepe_error *err) {
     *out = NULL;
-    int status = wavepe_attention_validate(a, 0);
+    int status = wavepe_attention_validate(a, 0, err);
+    if (status == WAVEPE_OK) status = cpu_dtype(a, err);
     if (status != WAVEPE_OK) return status;
+    const int f64 = a->dtype == WAVEPE_F64;
     wavepe_attention_plan *p = plan_common(isa, f64, a, 0);
-    if (p == NULL) return WAVEPE_E_NOMEM;
+    if (p == NULL) return wavepe_fail(err, WAVEPE_E_NOMEM, "out of memory for an attention plan");
     if (p->kind == ATTN_KIND_TILED && a->m <= ATTN_DECODE_MAX_M && p->nkb >= 2) {
         /* few queries, many keys: split the keys, combine partial softmaxes */
         p->kind = ATTN_KIND_DECODE;
@@ -247,15 +189,18 @@ int wavepe_attention_fwd_plan(wavepe_isa isa, int f64, const wavepe_attention_ar
     return WAVEPE_OK;
 fail:
     wavepe_attention_plan_free(p);
-    return status;
+    return wavepe_fail(err, status, "the attention's scratch buffers: %s", wavepe_status_str(status));
 }
 
-int wavepe_attention_bwd_plan(wavepe_isa isa, int f64, const wavepe_attention_args *a, wavepe_attention_plan **out) {
+int wavepe_attention_bwd_plan(wavepe_isa isa, const wavepe_attention_args *a, wavepe_attention_plan **out,
+                              wavepe_error *err) {
     *out = NULL;
-    int status = wavepe_attention_validate(a, 1);
+    int status = wavepe_attention_validate(a, 1, err);
+    if (status == WAVEPE_OK) status = cpu_dtype(a, err);
     if (status != WAVEPE_OK) return status;
+    const int f64 = a->dtype == WAVEPE_F64;
     wavepe_attention_plan *p = plan_common(isa, f64, a, 1);
-    if (p == NULL) return WAVEPE_E_NOMEM;
+    if (p == NULL) return wavepe_fail(err, WAVEPE_E_NOMEM, "out of memory for an attention plan");
     p->nunits = a->batch * a->heads;
     p->nslots = p->nunits;
     if (p->hg > 1 && a->n > 0) {
@@ -305,7 +250,7 @@ int wavepe_attention_bwd_plan(wavepe_isa isa, int f64, const wavepe_attention_ar
     return WAVEPE_OK;
 fail:
     wavepe_attention_plan_free(p);
-    return status;
+    return wavepe_fail(err, status, "the attention's scratch buffers: %s", wavepe_status_str(status));
 }
 
 int64_t wavepe_attention_units(const wavepe_attention_plan *p, int phase) {

@@ -10,7 +10,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from . import _moved
 from .config import WAVELET_FAMILIES, ROPE_LAYOUTS, RopeConfig, WaveletConfig, alibi_slopes
+
+_moved.install()  # wavepe.analysis / .experiments / .cli: the research modules under their old names
 
 __version__ = "0.1.0"
 
@@ -47,7 +50,7 @@ def active_isa() -> str:
 
 def __getattr__(name: str) -> Any:
     # Heavy or optional parts load on first use (torch, transformers).
-    if name in ("ops", "ufuncs"):
+    if name in ("ops", "ufuncs", "analysis", "experiments", "cli", "research"):
         import importlib
 
         return importlib.import_module(f".{name}", __name__)

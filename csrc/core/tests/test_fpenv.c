@@ -64,7 +64,7 @@ void test_fpenv(void) {
         /* alibi and rope keep the state too */
         const float slope = 0.5f;
         float ab[2 * 3];
-        wavepe_alibi_args aa = {1, 2, 3, 0, 1, &slope, ab, 6, 3};
+        wavepe_alibi_args aa = {WAVEPE_F32, 1, 2, 3, 0, 1, &slope, ab, 6, 3};
         wavepe_alibi_f32(isa, &aa, 0, 2);
         check_state_kept(caller, "wavepe_alibi_f32");
         float rx[1 * 1 * 2 * 4], ry[8];
@@ -89,7 +89,7 @@ void test_fpenv(void) {
         memcpy(at.q_strides, st, sizeof(st)), memcpy(at.k_strides, st, sizeof(st));
         memcpy(at.v_strides, st, sizeof(st)), memcpy(at.out_strides, st, sizeof(st));
         wavepe_attention_plan *plan = NULL;
-        CHECK(wavepe_attention_fwd_plan(isa, 0, &at, &plan) == WAVEPE_OK);
+        CHECK(wavepe_attention_fwd_plan(isa, &at, &plan, NULL) == WAVEPE_OK);
         if (plan) {
             for (int ph = 0; ph < 2; ++ph) wavepe_attention_run(plan, ph, 0, wavepe_attention_units(plan, ph));
             check_state_kept(caller, "wavepe_attention_run");

@@ -20,6 +20,7 @@ void test_alibi(void);
 void test_attention(void);
 void test_relbias(void);
 void test_rope(void);
+void test_null(void);
 
 int main(void) {
     printf("wavepe core tests, cpu isa: %s\n", wavepe_isa_name(wavepe_cpu_isa()));
@@ -35,6 +36,7 @@ int main(void) {
         test_attention();
         test_relbias();
         test_rope();
+        test_null();
         printf("  scalar and %s kernels: %s\n", wavepe_isa_name(wavepe_test_isa),
                wavepe_test_failures == before ? "ok" : "FAILED");
         ++runs;
@@ -46,6 +48,7 @@ int main(void) {
         test_attention();
         test_relbias();
         test_rope();
+        test_null();
     }
     if (wavepe_test_failures) {
         printf("%d check(s) failed\n", wavepe_test_failures);

@@ -10,15 +10,15 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from .._validate import check_choice, check_int, check_real
+from .._validate import check_choice, check_flag, check_int, check_real
 from ..config import WaveletConfig
+from ..ops import _routing
 from ..ops._checks import compute_dtype
-from ..ops.attention import check_key_padding_mask, check_qkv, position_bias
+from ..ops.attention import POS_ENCS, _acc_dtype, check_key_padding_mask, check_qkv, position_bias
+from ..pos_enc import canonical_pos_enc
 from ._layout import LAYOUTS, _group_geometry, local_positions, segments
 from ._ring_attention import RingAttention, RingPlan, _Ring
 from ._schedule import UNBOUNDED, last_hops
-
-POS_ENCS: tuple[str, ...] = ("wavelet", "relative", "alibi", "none")
 
 # The settings every rank must agree on, in the order they are compared (see _check_agreement).
 _AGREED = ("batch", "heads", "kv_heads", "local length", "head_dim", "dtype", "pos_enc", "causal", "layout",
@@ -42,6 +42,7 @@ class ContextParallel:
 
     def __post_init__(self) -> None:
         check_choice("layout", self.layout, LAYOUTS)
+        check_flag("validate", self.validate)
 
     def positions(self, local_len: int, device: torch.device | str | None = None) -> torch.Tensor:
         """The global positions (L/P,) of this rank's chunk of ``local_len`` positions."""
@@ -115,7 +116,9 @@ def context_parallel_attention(
     b, h, h_kv, c, n, d = check_qkv(q, k, v)
     if n != c:
         raise ValueError(f"k and v must hold this rank's C={c} positions like q, got {tuple(k.shape)}")
-    pos_enc = check_choice("pos_enc", pos_enc, POS_ENCS)
+    pos_enc = canonical_pos_enc(pos_enc, POS_ENCS)
+    causal, clamp = check_flag("causal", causal), check_flag("clamp", clamp)
+    return_lse, validate = check_flag("return_lse", return_lse), check_flag("validate", validate)
     layout = check_choice("layout", layout, LAYOUTS)
     scale = 1.0 / math.sqrt(d) if scale is None else check_real("scale", scale, positive=True)
     device = q.device
@@ -128,9 +131,10 @@ def context_parallel_attention(
     check_key_padding_mask(key_padding_mask, q, "(B, C)", b, c)
     mask = None if key_padding_mask is None else key_padding_mask.contiguous().view(torch.uint8)  # wire type
     cdt = compute_dtype(q)
-    acc = torch.float64 if cdt == torch.float64 else torch.float32
-    table, r_lo, slopes = position_bias(q, pos_enc, cdt, world * c, world * c, config=config, rel_table=rel_table,
-                                        alibi_slopes=alibi_slopes, clamp=clamp)
+    acc = _acc_dtype(q.dtype)
+    # one table for every tile: the distances of the whole sequence (positions 0 .. L-1 for queries and keys)
+    table, r_lo, slopes = position_bias(q, pos_enc, cdt, world * c, world * c, 0, causal, config=config,
+                                        rel_table=rel_table, alibi_slopes=alibi_slopes, clamp=clamp)
     # the distances whose table row is nonzero (a wavelet table's first and last rows are)
     support: tuple[int, int] | None = None
     if table is not None and table.shape[0]:
@@ -139,23 +143,24 @@ def context_parallel_attention(
     group = dist.group.WORLD if group is None else group
     if validate:
         _check_agreement(group, world, device, [
-            b, h, h_kv, c, d, _DTYPES.index(q.dtype), POS_ENCS.index(pos_enc), int(bool(causal)),
+            b, h, h_kv, c, d, _DTYPES.index(q.dtype), POS_ENCS.index(pos_enc), int(causal),
             LAYOUTS.index(layout), struct.unpack("<q", struct.pack("<d", scale))[0],
-            -1 if table is None else table.shape[0], r_lo, int(bool(clamp)), int(mask is not None)])
+            -1 if table is None else table.shape[0], r_lo, int(clamp), int(mask is not None)])
     plan = RingPlan(ring=_Ring(group, rank, world),
                     segs=tuple(segments(r, world, c, layout) for r in range(world)),
-                    last=last_hops(world, layout, bool(causal)), causal=bool(causal), scale=scale, r_lo=r_lo,
-                    clamp=bool(clamp), support=support, compute_dtype=cdt, acc_dtype=acc)
+                    last=last_hops(world, layout, causal), causal=causal, scale=scale, r_lo=r_lo,
+                    clamp=clamp, support=support, compute_dtype=cdt, acc_dtype=acc)
     out, lse = RingAttention.apply(q, k, v, table, slopes, mask, plan)
     return (out, lse) if return_lse else out
 
 
 def _check_kernel(device: torch.device) -> None:
-    key = {"cpu": "CPU", "cuda": "CUDA"}.get(device.type)
-    if key is None or not torch._C._dispatch_has_kernel_for_dispatch_key("wavepe::attention_fwd", key):
+    # the ring merges the fused kernel's partial (out, lse) tiles: no plain-PyTorch fallback
+    if not _routing.has_kernel("attention_fwd", device):
         raise NotImplementedError(
             f"context_parallel_attention needs wavepe's fused attention kernel on device {device.type!r}; it "
-            "exists on the CPU, and on CUDA when wavepe was built with the CUDA kernels")
+            "exists on the CPU, on CUDA when wavepe was built with the CUDA kernels, and on any device whose "
+            "dispatch key has a wavepe::attention_fwd kernel")
 
 
 def _check_agreement(group: dist.ProcessGroup, world: int, device: torch.device, values: list[int]) -> None:

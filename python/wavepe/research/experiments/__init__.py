@@ -10,11 +10,14 @@ The library behind ``wavepe extrapolate``, reusable piece by piece:
 * evaluation of **any** causal LM (ids -> logits, Hugging Face outputs too) —
   :func:`perplexity`, :func:`evaluate_lengths` (non-overlapping and sliding windows);
 * the whole job — :class:`ExtrapolationConfig`, :func:`run_extrapolation`;
-* figures — :mod:`wavepe.experiments.plots`.
+* figures — :mod:`wavepe.research.experiments.plots`.
+
+Research code: the library (config, ufuncs, ops, nn, integrations) imports
+none of it.  ``wavepe.experiments`` is the same package under its old name.
 """
 
 from .corpus import Corpus, load_corpus, split_text_file, stdlib_corpus, text_dir_corpus
-from .evaluate import PerplexityResult, evaluate_lengths, perplexity
+from .evaluate import PerplexityResult, evaluate_lengths, p_rope_sweep, perplexity
 from .extrapolate import (DEFAULT_ENCODINGS, ExtrapolationConfig, parse_encoding, quick_config,
                           run_extrapolation)
 from .model import LMConfig, TinyLM, load_model, save_model
@@ -22,7 +25,7 @@ from .train import TrainConfig, train_lm
 
 __all__ = [
     "Corpus", "load_corpus", "split_text_file", "stdlib_corpus", "text_dir_corpus",
-    "PerplexityResult", "evaluate_lengths", "perplexity",
+    "PerplexityResult", "evaluate_lengths", "perplexity", "p_rope_sweep",
     "DEFAULT_ENCODINGS", "ExtrapolationConfig", "parse_encoding", "quick_config", "run_extrapolation",
     "LMConfig", "TinyLM", "load_model", "save_model",
     "TrainConfig", "train_lm",

@@ -20,8 +20,10 @@ such as :class:`wavepe.experiments.TinyLM`):
 * :func:`measure_band` — per head and position the pair with the largest
   ``‖q_i‖₂``; the most frequent pair over positions per head; averaged over
   heads and layers: ``i_band`` and ``i_band / (d/2)``.
-* :func:`p_rope` / :func:`p_rope_sweep` — perplexity with RoPE kept on the
-  top fraction r of pairs (highest frequencies), without retraining.
+* :func:`p_rope` — RoPE kept on the top fraction r of pairs (highest
+  frequencies) of a trained model, without retraining; its perplexity sweep
+  is :func:`wavepe.research.experiments.evaluate.p_rope_sweep` (evaluation
+  belongs to the experiments, which use this module -- not the other way).
 """
 
 from __future__ import annotations
@@ -29,12 +31,12 @@ from __future__ import annotations
 import contextlib
 import math
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any, Callable, Iterator
 
 import numpy as np
 
-from ._validate import check_choice, check_int, check_real
-from .config import ROPE_LAYOUTS
+from .._validate import check_choice, check_int, check_real
+from ..config import ROPE_LAYOUTS
 
 __all__ = [
     "variance_of_cos",
@@ -49,7 +51,6 @@ __all__ = [
     "capture_projections",
     "measure_model_band",
     "p_rope",
-    "p_rope_sweep",
     "P_ROPE_FRACTIONS",
 ]
 
@@ -339,7 +340,7 @@ def p_rope(model: Any, fraction: float) -> Iterator[int]:
     """
     import torch
 
-    from .config import RopeConfig
+    from ..config import RopeConfig
 
     fraction = check_real("fraction", fraction)
     if not 0.0 <= fraction <= 1.0:
@@ -369,27 +370,3 @@ def p_rope(model: Any, fraction: float) -> Iterator[int]:
     finally:
         for undo in reversed(restore):
             undo()
-
-
-def p_rope_sweep(
-    model: Any,
-    tokens: Any,
-    lengths: Sequence[int],
-    fractions: Sequence[float] = P_ROPE_FRACTIONS,
-    *,
-    max_tokens: int = 16384,
-    progress: bool = False,
-) -> dict[float, dict[int, float]]:
-    """Perplexity (non-overlapping windows) for each p-RoPE fraction and length.
-
-    Returns ``{fraction: {length: perplexity}}``.  ``tokens`` is a 1-D array
-    of token ids in the model's vocabulary.
-    """
-    from .experiments.evaluate import perplexity
-
-    out: dict[float, dict[int, float]] = {}
-    for frac in fractions:
-        with p_rope(model, frac):
-            out[float(frac)] = {int(n): perplexity(model, tokens, int(n), max_tokens=max_tokens,
-                                                   progress=progress).perplexity for n in lengths}
-    return out

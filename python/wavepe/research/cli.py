@@ -17,6 +17,8 @@ import os
 import sys
 from typing import Any, Sequence
 
+from .._requires import MissingDependency, require
+
 
 # kept here (not imported from wavepe.experiments) so that --help does not import torch
 _ENCODING_HELP = ("wavelet (the paper's default grid), rope (θ=10^4), rope-ltrain (θ = train length), "
@@ -33,17 +35,22 @@ def _cmd_info(args: argparse.Namespace) -> int:
     print(f"wavepe {wavepe.__version__}")
     print(f"cpu isa: {wavepe.cpu_isa()}  active: {wavepe.active_isa()}")
     try:
-        import wavepe.ops  # noqa: F401
         import torch
 
-        print(f"torch ops: available (torch {torch.__version__})")
+        from .ops import _extension
+
+        print(f"torch ops: available (torch {torch.__version__}; {_extension.ORIGIN})")
     except ImportError as exc:
         print(f"torch ops: unavailable ({exc})")
     return 0
 
 
 def _cmd_fairseq_user_dir(args: argparse.Namespace) -> int:
-    from .integrations.fairseq import user_dir
+    from .._requires import installed, missing_message
+    from ..integrations.fairseq import user_dir
+
+    if not installed("fairseq"):  # the path still goes to stdout: fairseq may run from another environment
+        print("wavepe fairseq-user-dir: note: " + missing_message("fairseq", "the fairseq plugin"), file=sys.stderr)
 
     print(user_dir())
     return 0
@@ -94,6 +101,7 @@ def _fraction(text: str) -> float:
 
 
 def _encodings(text: str) -> tuple[str, ...]:
+    require("torch", "wavepe extrapolate")
     from .experiments.extrapolate import parse_encoding
 
     names = tuple(t.strip() for t in text.split(",") if t.strip())
@@ -108,6 +116,7 @@ def _encodings(text: str) -> tuple[str, ...]:
 
 
 def _infer_theta(text: str) -> str | float:
+    require("torch", "wavepe extrapolate")
     from .experiments.extrapolate import parse_infer_theta
 
     try:
@@ -129,6 +138,11 @@ def _existing_path(text: str) -> str:
 def _cmd_extrapolate(args: argparse.Namespace) -> int:
     import dataclasses
 
+    # before any work: the figures come after minutes of training
+    require("torch", "wavepe extrapolate")
+    require("matplotlib", "wavepe extrapolate (its figures)")
+    if not (args.no_progress or args.replot):
+        require("tqdm", "wavepe extrapolate (its progress bars)")
     from .experiments.extrapolate import ExtrapolationConfig, quick_config, run_extrapolation
     from .experiments.train import TrainConfig
 
@@ -215,10 +229,8 @@ def _load_model(args: argparse.Namespace) -> tuple[Any, float | None, int, str, 
             print(f"note: --model uses pos_enc={cfg.pos_enc!r}, not RoPE: its pairs do not rotate, "
                   "the 'band' below is only where the query norm sits")
         return model, theta, cfg.head_dim, cfg.rope_layout, "bytes"
-    try:
-        from transformers import AutoModelForCausalLM
-    except ImportError as exc:
-        raise CliError(f"--hf-model needs transformers ({exc})") from None
+    from transformers import AutoModelForCausalLM
+
     try:
         model = AutoModelForCausalLM.from_pretrained(args.hf_model).float().eval()
     except Exception as exc:
@@ -259,13 +271,21 @@ def _band_tokens(args: argparse.Namespace, tokenizer_kind: str, model: Any) -> A
 
 
 def _cmd_band(args: argparse.Namespace) -> int:
-    from .analysis import (P_ROPE_FRACTIONS, band_dimension, measure_model_band, p_rope_sweep, recommended_theta,
+    from .analysis import (P_ROPE_FRACTIONS, band_dimension, measure_model_band, recommended_theta,
                            theta_for_band, variance_of_cos, x_star)
+    from .experiments.evaluate import p_rope_sweep
 
     if args.model and args.hf_model:
         raise CliError("give --model or --hf-model, not both")
     if args.sweep and not (args.model or args.hf_model):
         raise CliError("--sweep needs a model (--model CHECKPOINT or --hf-model DIR)")
+    if args.model or args.hf_model:  # before any work: loading, measuring, then the figures
+        require("torch", "wavepe band --model/--hf-model")
+        if args.hf_model:
+            require("transformers", "wavepe band --hf-model")
+        require("matplotlib", "wavepe band (its figures)")
+        if args.sweep and not args.no_progress:
+            require("tqdm", "wavepe band --sweep (its progress bars)")
     model = None
     model_theta = None
     head_dim = args.head_dim
@@ -474,11 +494,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args = None
     try:
+        args = parser.parse_args(argv)  # option types may need torch (MissingDependency)
         return int(args.func(args) or 0)
-    except CliError as exc:
-        sub = getattr(args, "command", None)
+    except (CliError, MissingDependency) as exc:
+        sub = getattr(args, "command", None) or next((a for a in (argv or sys.argv[1:]) if not a.startswith("-")), None)
         print(f"wavepe {sub}: error: {exc}" if sub else f"wavepe: error: {exc}", file=sys.stderr)
         return 2
 

@@ -27,7 +27,8 @@ from typing import Any, Callable, Sequence
 import numpy as np
 import torch
 
-from .._validate import check_choice, check_int
+from ..._validate import check_choice, check_int
+from ..analysis import P_ROPE_FRACTIONS, p_rope
 
 MODES = ("nonoverlap", "sliding")
 
@@ -207,4 +208,26 @@ def evaluate_lengths(
             res[n] = perplexity(model, tokens, n, mode=mode, stride=stride, max_tokens=budget, progress=progress,
                                 desc=f"{desc} {mode} L={n}".strip())
         out[mode] = res
+    return out
+
+
+def p_rope_sweep(
+    model: Any,
+    tokens: Any,
+    lengths: Sequence[int],
+    fractions: Sequence[float] = P_ROPE_FRACTIONS,
+    *,
+    max_tokens: int = 16384,
+    progress: bool = False,
+) -> dict[float, dict[int, float]]:
+    """Perplexity (non-overlapping windows) for each p-RoPE fraction and length.
+
+    Returns ``{fraction: {length: perplexity}}``.  ``tokens`` is a 1-D array
+    of token ids in the model's vocabulary.
+    """
+    out: dict[float, dict[int, float]] = {}
+    for frac in fractions:
+        with p_rope(model, frac):
+            out[float(frac)] = {int(n): perplexity(model, tokens, int(n), max_tokens=max_tokens,
+                                                   progress=progress).perplexity for n in lengths}
     return out

@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from .._validate import check_int, check_real
+from ..._validate import check_int, check_real
 
 
 @dataclass

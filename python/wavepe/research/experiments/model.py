@@ -17,9 +17,10 @@ from typing import Any
 import torch
 from torch import nn
 
-from .._validate import check_choice, check_int, check_real
-from ..config import RopeConfig, WaveletConfig
-from ..nn import POS_ENCS, PositionalAttention
+from ..._validate import check_int, check_real
+from ...config import RopeConfig, WaveletConfig
+from ...nn import POS_ENCS, PositionalAttention
+from ...pos_enc import canonical_pos_enc
 
 
 @dataclass
@@ -52,7 +53,8 @@ class LMConfig:
         for name in ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "head_dim",
                      "intermediate_size", "wavelet_n_scales"):
             check_int(name, getattr(self, name), min_value=1)
-        check_choice("pos_enc", self.pos_enc, POS_ENCS)
+        # old checkpoints may say "none" (read as "nope", with a DeprecationWarning)
+        self.pos_enc = canonical_pos_enc(self.pos_enc, POS_ENCS, stacklevel=4)
         check_real("rope_theta", self.rope_theta, positive=True)
 
     @property

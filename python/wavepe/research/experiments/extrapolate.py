@@ -22,8 +22,8 @@ from typing import Any, Callable, Sequence
 import numpy as np
 import torch
 
-from .._platform import cpu_model
-from .._validate import check_int, check_real
+from ..._platform import cpu_model
+from ..._validate import check_int, check_real
 from .corpus import Corpus, load_corpus
 from .evaluate import MODES, PerplexityResult, evaluate_lengths, perplexity
 from .model import LMConfig, TinyLM, save_model
@@ -54,7 +54,7 @@ def parse_encoding(name: str, train_len: int) -> EncodingSpec:
     if key == "alibi":
         return EncodingSpec(key, "ALiBi", "alibi")
     if key == "nope":
-        return EncodingSpec(key, "NoPE", "none")
+        return EncodingSpec(key, "NoPE", "nope")
     if key == "rope":
         return EncodingSpec(key, "RoPE θ=10000", "rope", 10000.0)
     if key == "rope-ltrain":
