@@ -257,6 +257,57 @@ def _layout_roundtrip(rank: int, world: int, groups: dict[str, Any]) -> dict[str
     return out
 
 
+# ---- non-finite scores across chunks -------------------------------------------------------------------
+
+NEG_INF_CASES = {"nope-causal": ("nope", True), "alibi-causal": ("alibi", True),
+                 "relative-causal": ("relative", True), "wavelet-full": ("wavelet", False)}
+
+
+def neg_inf_inputs(pos_enc: str, causal: bool, world: int = 2, chunk: int = 6) -> dict[str, Any]:
+    """Scores that are -inf over rank 0's whole chunk of keys only (contiguous layout).
+
+    Every key of chunk 0 has k[..., 0] = -inf and every query q[..., 0] > 0, so
+    each query's scores against chunk 0 are -inf and against the other chunks
+    finite.  Causal: rank 0's queries see chunk 0 only (all -inf everywhere:
+    NaN), the others' rows are finite.  Batch row 1's last query has
+    q[..., 0] < 0 (+inf against chunk 0: NaN, which must stay NaN); the last,
+    so that no key is hidden from it by the causal mask (the SIMD backward
+    kernels let a NaN row's dv reach keys of its tile that it does not see).
+    """
+    g = torch.Generator().manual_seed(zlib.crc32(f"neg-inf {pos_enc} {causal}".encode()))
+    length = world * chunk
+    q = torch.randn(2, 2, length, 8, generator=g, dtype=torch.float64)
+    q[..., 0] = q[..., 0].abs() + 0.5
+    q[1, :, length - 1, 0] = -1.0
+    k = torch.randn(2, 1, length, 8, generator=g, dtype=torch.float64)
+    k[:, :, :chunk, 0] = float("-inf")
+    x = {"q": q, "k": k, "v": torch.randn(2, 1, length, 8, generator=g, dtype=torch.float64),
+         "grad_out": torch.randn(2, 2, length, 8, generator=g, dtype=torch.float64),
+         "grad_lse": torch.randn(2, 2, length, generator=g, dtype=torch.float64),
+         "kwargs": {"pos_enc": pos_enc, "causal": causal}}
+    if pos_enc == "relative":
+        x["kwargs"]["rel_table"] = (torch.randn(9, 8, generator=g, dtype=torch.float64) * 0.5, -3)
+    elif pos_enc == "wavelet":
+        x["kwargs"]["config"] = small_support_config()
+    return x
+
+
+def _cp_neg_inf_chunk(rank: int, world: int, groups: dict[str, Any]) -> dict[str, Any]:
+    """Context-parallel (out, lse) and gradients for :func:`neg_inf_inputs`, gathered on every rank."""
+    import wavepe.distributed as wd
+
+    res = {}
+    for name, (pos_enc, causal) in NEG_INF_CASES.items():
+        x = neg_inf_inputs(pos_enc, causal, world)
+        leaves = [wd.shard_sequence(x[n], 2).detach().requires_grad_() for n in ("q", "k", "v")]
+        out, lse = wd.context_parallel_attention(*leaves, return_lse=True, **x["kwargs"])
+        loss = loss_of(out, lse, wd.shard_sequence(x["grad_out"], 2), wd.shard_sequence(x["grad_lse"], 2))
+        grads = torch.autograd.grad(loss, leaves)
+        res[name] = {n: wd.gather_sequence(t.detach()) for n, t in
+                     zip(("out", "lse", "dq", "dk", "dv"), (out, lse, *grads))}
+    return res
+
+
 # ---- models -----------------------------------------------------------------------------------------
 
 
@@ -352,6 +403,7 @@ SCENARIOS: dict[str, Callable[[int, int, dict[str, Any]], Any]] = {
     "disagreeing_chunks": _disagreeing_chunks,
     "odd_zigzag_chunk": _odd_zigzag_chunk,
     "layout_roundtrip": _layout_roundtrip,
+    "cp_neg_inf_chunk": _cp_neg_inf_chunk,
     "tinylm_context_parallel": _tinylm_context_parallel,
     "ddp_llama": _ddp_llama,
     "fsdp_llama": _fsdp_llama,

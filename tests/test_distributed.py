@@ -67,7 +67,7 @@ def four_ranks(tmp_path_factory) -> str:
 @pytest.fixture(scope="module")
 def two_ranks(tmp_path_factory) -> str:
     out = str(tmp_path_factory.mktemp("two_ranks"))
-    dw.run(2, ["ddp_llama", "fsdp_llama"], out)
+    dw.run(2, ["ddp_llama", "fsdp_llama", "cp_neg_inf_chunk"], out)
     return out
 
 
@@ -125,6 +125,66 @@ def test_context_parallel_equals_single_process(four_ranks, group, case_name):
             assert bool((err <= bound).all()), f"{name}: max error {err.max().item():.3g}"
     if case.masked:
         assert bool(torch.isneginf(want["lse"]).any())  # some queries see no key at all: covered
+
+
+@pytest.mark.parametrize("case_name", list(dw.NEG_INF_CASES))
+def test_scores_all_neg_inf_in_one_chunk_only(two_ranks, case_name, monkeypatch):
+    # docs/DEVELOPING.md, "Non-finite values": a row is NaN when its visible scores are -inf over the whole
+    # sequence, not when one rank's chunk of keys gives only -inf; a +inf score stays NaN
+    pos_enc, causal = dw.NEG_INF_CASES[case_name]
+    x = dw.neg_inf_inputs(pos_enc, causal)
+    leaves = [x[n].detach().requires_grad_() for n in ("q", "k", "v")]
+    # the reference kernel: the SIMD backward kernels give NaN dv to keys that a NaN row's tile holds but
+    # the row does not see (keys 6 and 7 here; a core issue, not the ring's)
+    monkeypatch.setenv("WAVEPE_ISA", "scalar")
+    out, lse = wo.wavelet_attention(*leaves, return_lse=True, **x["kwargs"])
+    grads = torch.autograd.grad(dw.loss_of(out, lse, x["grad_out"], x["grad_lse"]), leaves)
+    monkeypatch.undo()
+    want = dict(zip(("out", "lse", "dq", "dk", "dv"), (out.detach(), lse.detach(), *grads)))
+    # the single-process answer has the rows the case is about
+    chunk = x["q"].shape[2] // 2
+    assert bool(torch.isfinite(want["out"][0, :, chunk:]).all())           # -inf in chunk 0, finite in chunk 1
+    assert bool(torch.isnan(want["out"][1, :, -1]).all())                  # +inf against chunk 0
+    if causal:
+        assert bool(torch.isnan(want["out"][0, :, :chunk]).all())          # -inf wherever they look
+        assert bool(torch.isnan(want["lse"][0, :, :chunk]).all())
+        assert bool(torch.isfinite(want["dv"][0, :, chunk:]).all())        # seen by finite rows only
+    for rank in range(2):
+        got = load(two_ranks, "cp_neg_inf_chunk", rank)[case_name]
+        for name, e in want.items():
+            torch.testing.assert_close(got[name], e, rtol=1e-9, atol=1e-9, equal_nan=True,
+                                       msg=lambda s: f"{name}: {s}")
+
+
+@pytest.mark.parametrize("pos_enc", ["relative", "alibi"])
+def test_all_neg_inf_rows_tells_zero_weight_rows_from_nan(pos_enc):
+    # the ring's test on one kernel call: rows whose visible keys all score -inf (padded keys, masked by
+    # the causal cut or not, hold finite scores) against rows with a NaN or +inf score
+    from wavepe.distributed._all_neg_inf import all_neg_inf_rows
+
+    g = torch.Generator().manual_seed(5)
+    q = torch.randn(2, 2, 7, 4, generator=g, dtype=torch.float64).abs() + 0.5
+    k = torch.randn(2, 1, 9, 4, generator=g, dtype=torch.float64)
+    v = torch.randn(2, 1, 9, 4, generator=g, dtype=torch.float64)
+    mask = torch.zeros(2, 9, dtype=torch.bool)
+    mask[:, 6:] = True                       # padded keys: finite scores that must not count
+    k[:, :, :6, 1] = float("-inf")           # every visible key scores -inf for q[..., 1] > 0 ...
+    q[1, 0, 3, 1] = -2.0                     # ... +inf for this row (NaN, not zero weight)
+    k[0, 0, 0, 2] = float("nan")             # a NaN score for batch 0's rows that see key 0
+    table = torch.randn(5, 4, generator=g, dtype=torch.float64)
+    slopes = torch.tensor([0.3, 0.7], dtype=torch.float64)
+    tab, sl = (table, None) if pos_enc == "relative" else (None, slopes)
+    for causal, q_offset in ((True, 2), (False, -1)):
+        _, l = torch.ops.wavepe.attention_fwd(q, k, v, tab, -2, True, sl, mask, 0.5, q_offset, causal)
+        got = all_neg_inf_rows(l, q, k, tab, -2, True, sl, mask, 0.5, q_offset, causal)
+        assert got is not None
+        want = torch.ones(2, 2, 7, dtype=torch.bool)
+        want[1, 0, 3] = False                # +inf
+        want[0] = False                      # key 0 (NaN) is visible to every row of batch 0
+        if causal and q_offset < 0:
+            want[:, :, : -q_offset] = False
+        assert torch.equal(got, want), (causal, got)
+        assert bool(torch.isnan(l[want]).all())  # what the kernel gives those rows
 
 
 def test_ranks_that_disagree_all_raise(four_ranks):

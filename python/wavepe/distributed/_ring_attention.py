@@ -10,6 +10,16 @@ rank computes its queries against chunk (r − s) mod P with
 The next chunk's messages are posted before the current chunk is computed,
 so communication overlaps compute.
 
+Non-finite scores (docs/DEVELOPING.md, "Non-finite values"): a tile row whose
+visible scores are all -inf comes back NaN from the kernel, yet weighs zero
+in the whole row's softmax.  Such rows (told from real NaNs by
+:mod:`._all_neg_inf`) enter the merge as (0, -inf), like a row that sees no
+key, and are remembered: a row that no tile gave a finite lse ends NaN, as
+the single-process kernel (and the float64 oracle) gives it.  A NaN or +inf
+score in any tile keeps its row NaN through the log-sum-exp.  The backward
+needs nothing more: its tiles see the global lse, as the single-process
+kernel's keys do.
+
 Backward (FlashAttention-2 style): each tile's ``attention_bwd`` gets the
 *global* out and lse, so its softmax probabilities, and D = rowsum(dO ∘ O),
 are the full attention's; dq accumulates locally, and the gradient of each
@@ -29,6 +39,7 @@ import torch.distributed as dist
 from torch.autograd.function import once_differentiable
 
 from ..ops._extension import ops
+from ._all_neg_inf import all_neg_inf_rows
 from ._layout import Segment
 from ._schedule import Tile, tiles
 
@@ -155,6 +166,7 @@ def ring_forward(plan: RingPlan, q: torch.Tensor, k: torch.Tensor, v: torch.Tens
     qc = q.to(cdt)
     out = torch.zeros(q.shape, dtype=adt, device=q.device)
     lse = torch.full(q.shape[:3], float("-inf"), dtype=adt, device=q.device)
+    neg_inf_only: torch.Tensor | None = None  # rows some tile saw with every visible score -inf
     held: tuple[torch.Tensor | None, ...] = (k.contiguous(), v.contiguous(), mask)
     for step in range(ring.world):
         works, incoming = _kv_messages(plan, step, held)
@@ -166,9 +178,24 @@ def ring_forward(plan: RingPlan, q: torch.Tensor, k: torch.Tensor, v: torch.Tens
                                          table if t.biased else None, plan.r_lo, plan.clamp, slopes,
                                          _mask_rows(kpm, t.k),
                                          plan.scale, t.q_offset, t.causal)
+                # one host sync per tile (a GPU's too): NaN rows are rare, and need the scores to be told apart
+                if bool(torch.isnan(l).any()):
+                    marked = all_neg_inf_rows(l, _rows(qc, t.q), _rows(kc, t.k), table if t.biased else None,
+                                              plan.r_lo, plan.clamp, slopes, _mask_rows(kpm, t.k), plan.scale,
+                                              t.q_offset, t.causal)
+                    if marked is not None:  # a zero-weight partial: merged like a row that sees no key
+                        o = o.masked_fill(marked.unsqueeze(-1), 0.0)
+                        l = l.masked_fill(marked, float("-inf"))
+                        if neg_inf_only is None:
+                            neg_inf_only = torch.zeros(lse.shape, dtype=torch.bool, device=lse.device)
+                        _rows(neg_inf_only, t.q).logical_or_(marked)
                 _merge(_rows(out, t.q), _rows(lse, t.q), o, l)
         _wait(works)
         held = incoming
+    if neg_inf_only is not None:  # all -inf wherever they saw a key: NaN (0/0), as over the whole sequence
+        nan_rows = neg_inf_only & torch.isneginf(lse)
+        out.masked_fill_(nan_rows.unsqueeze(-1), float("nan"))
+        lse.masked_fill_(nan_rows, float("nan"))
     return out, lse
 
 
