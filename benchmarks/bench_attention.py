@@ -35,7 +35,7 @@ its ratios are printed alongside: on a shared machine they are the steadier
 figure.  Peak memory is the growth of the process's peak RSS (VmHWM, reset through
 /proc/self/clear_refs) over the call; the script re-executes itself with
 MALLOC_MMAP_THRESHOLD_ set so that freed buffers go back to the OS and RSS
-tracks live memory.  Prints tables and writes benchmarks/results/bench_attention.json.
+tracks live memory.  Prints tables and writes benchmarks/results/bench_attention.<isa>.json.
 """
 
 from __future__ import annotations
