@@ -11,7 +11,7 @@ and the decoder alone (LlamaModel, loss = mean of the last hidden state), where
 attention is a larger share of the time.
 
 Target (whichever CPU runs it): "wavelet" step time <= 1.1x the reference (issue 12).
-Prints a table and writes benchmarks/results/bench_hf.json (bench_hf_quick.json).
+Prints a table and writes benchmarks/results/bench_hf.<isa>.json (bench_hf_quick.<isa>.json).
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ Targets (fp32, this 2-core CPU):
     and >= 2x faster than a plain-PyTorch rel-shift (Q T^T then skew);
   * rope on q and k, B=1 H=32 L=4096 d=128: >= 4x faster than eager
     q*cos + rotate_half(q)*sin, and >= 60% of a memcpy-equivalent copy's bandwidth.
-Prints a table and writes benchmarks/results/bench_ops.json.
+Prints a table and writes benchmarks/results/bench_ops.<isa>.json.
 """
 
 from __future__ import annotations
