@@ -29,7 +29,7 @@ rank's).  Also recorded:
     backward.  Expected: kept ≈ 1/P of the single process's; the peak adds the
     ring's buffers in flight (a few chunks, freed after the call).
 
-Prints a table and writes benchmarks/results/bench_context_parallel.json.
+Prints a table and writes benchmarks/results/bench_context_parallel.<isa>.json.
 """
 
 from __future__ import annotations
