@@ -110,3 +110,24 @@ def write_json(name: str, payload: dict[str, Any]) -> str:
         json.dump(payload, f, indent=2)
     print(f"wrote {path}")
     return path
+
+
+# ---- memory: the process's resident set (Linux /proc) -------------------------------------------------------
+
+def rss_kib(key: str = "VmRSS:") -> int:
+    """A line of /proc/self/status in KiB: "VmRSS:" (now) or "VmHWM:" (the peak since the last reset)."""
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith(key):
+                return int(line.split()[1])
+    return 0
+
+
+def reset_peak_rss() -> bool:
+    """Restart the peak RSS (VmHWM) from the current RSS; False where the kernel does not allow it."""
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+    except OSError:
+        return False
+    return True

@@ -60,7 +60,7 @@ import wavepe.ops as wo  # noqa: E402
 from wavepe import WaveletConfig  # noqa: E402
 from wavepe.ops import eager  # noqa: E402
 
-from _harness import compare, machine, print_table, write_json  # noqa: E402
+from _harness import compare, machine, print_table, reset_peak_rss, rss_kib, write_json  # noqa: E402
 
 B, H, D = 1, 8, 128
 GIB = 1 << 30
@@ -69,24 +69,13 @@ MIB = 1 << 20
 
 # ---- memory -----------------------------------------------------------------------
 
-def _status_kib(key: str) -> int:
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith(key):
-                return int(line.split()[1])
-    return 0
-
-
 def peak_growth_mib(fn) -> float | None:
     """Peak RSS growth while fn() runs (its result is dropped after), in MiB."""
-    try:
-        with open("/proc/self/clear_refs", "w") as f:
-            f.write("5")
-    except OSError:
+    if not reset_peak_rss():
         return None
-    before = _status_kib("VmRSS:")
+    before = rss_kib("VmRSS:")
     result = fn()
-    peak = _status_kib("VmHWM:")
+    peak = rss_kib("VmHWM:")
     del result
     return (peak - before) / 1024
 
