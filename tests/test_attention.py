@@ -126,6 +126,7 @@ FORWARD_SHAPES = [
     (1, 2, 2, 64, 64, 32, None),
     (1, 4, 2, 7, 200, 64, None),       # GQA, a few queries
     (2, 2, 1, 333, 333, 128, None),    # lengths not multiples of the tiles
+    (1, 1, 1, 800, 800, 32, None),     # several forward query blocks on every ISA (AVX-512 f32: 384 rows)
     (1, 2, 2, 1, 1024, 64, None),      # decoding against 1024 keys
     (1, 2, 1, 333, 1024, 32, 500),     # queries in the middle: keys after them masked
     (1, 1, 1, 64, 300, 128, -40),      # first queries see no key

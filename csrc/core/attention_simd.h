@@ -74,14 +74,14 @@ static inline void attn_transpose4x4_pd(const double *src, int64_t ks, double *d
 /* Tiles of this type (attention_internal.h): micro-tile MR x NR, NR = 2 vectors. */
 #define NR (2 * VL)
 #if defined(WP_TYPE_F32)
-#define ATTN_FBM ATTN_FBM_F32
+#define ATTN_FBM (ATTN_FBM_F32 * VL / 8) /* attn_fwd_block_rows */
 #define ATTN_FBN ATTN_FBN_F32
 #define ATTN_BBM ATTN_BBM_F32
 #define ATTN_BBN ATTN_BBN_F32
 #define ATTN_TB 8 /* transpose block */
 #define attn_transpose_block attn_transpose8x8_ps
 #else
-#define ATTN_FBM ATTN_FBM_F64
+#define ATTN_FBM (ATTN_FBM_F64 * VL / 4) /* attn_fwd_block_rows */
 #define ATTN_FBN ATTN_FBN_F64
 #define ATTN_BBM ATTN_BBM_F64
 #define ATTN_BBN ATTN_BBN_F64
