@@ -44,7 +44,7 @@ struct FwdLayout {
 };
 
 template <class T, int DMAX, int BM, int BN>
-__global__ void __launch_bounds__(BM * 2, 1) attn_fwd_kernel(AttnParams p) {
+__global__ void __launch_bounds__(BM * 2) attn_fwd_kernel(AttnParams p) {
     using A = acc_t<T>;
     constexpr int NT = BN / 8, DT = DMAX / 8;
     WAVEPE_SHARED_BASE(smem);
@@ -92,7 +92,7 @@ __global__ void __launch_bounds__(BM * 2, 1) attn_fwd_kernel(AttnParams p) {
     const bool warp_rows = wm0 < p.m;
 
     // keys no row of this CTA sees are zero rows (whatever they hold: NaN/inf never reach P V)
-    const int64_t cta_last_pos = p.q_offset + m0 + BM - 1;
+    const int64_t cta_last_pos = p.q_offset + (m0 + BM < p.m ? m0 + BM : p.m) - 1;  // its last query's position
     auto k_row = [&](int64_t n0) {
         return [=, &p](int r) -> const T * {
             const int64_t n = n0 + r;
@@ -450,9 +450,12 @@ extern "C" int wavepe_cuda_attention_check(const wavepe_attention_args *a, int b
                            wavepe_dtype_name(a->dtype), (long long)a->d);
     if (!backward && num_splits < 1)
         return wavepe_fail(err, WAVEPE_E_INVALID, "num_splits must be >= 1, got %lld", (long long)num_splits);
+    // the largest grid: 16-row tiles of the queries (forward: times the splits) or, backward,
+    // of the queries or keys times up to 4 column slices (BwdCfg::CS_*)
     int64_t ctas = 0;
-    const int64_t splits = backward ? 1 : num_splits;
-    if (wavepe_mul_overflow(a->batch * a->heads, ceil_div(a->m, 16), &ctas) || wavepe_mul_overflow(ctas, splits, &ctas) ||
+    const int64_t splits = backward ? 4 : num_splits;
+    const int64_t rows = backward && a->n > a->m ? a->n : a->m;
+    if (wavepe_mul_overflow(a->batch * a->heads, ceil_div(rows, 16), &ctas) || wavepe_mul_overflow(ctas, splits, &ctas) ||
         ctas > INT32_MAX)
         return wavepe_fail(err, WAVEPE_E_OVERFLOW, "batch=%lld x heads=%lld x q_len=%lld exceed the CUDA grid",
                            (long long)a->batch, (long long)a->heads, (long long)a->m);

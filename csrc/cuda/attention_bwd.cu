@@ -310,7 +310,7 @@ __global__ void __launch_bounds__(B * 2, 1) attn_bwd_dq_kernel(AttnParams p) {
     const bool warp_rows = wm0 < p.m;
     A *gw = Gs + warp * 16 * gld;
     A slope_acc = 0;  // this lane's share of d loss / d slope_h
-    const int64_t cta_last_pos = p.q_offset + m0 + B - 1, first_pos = p.q_offset + wm0;
+    const int64_t cta_last_pos = p.q_offset + (m0 + B < p.m ? m0 + B : p.m) - 1, first_pos = p.q_offset + wm0;
     for (int64_t j = 0; j < kb_stop; ++j) {
         const int64_t n0 = j * B;
         const int64_t base = p.q_offset + m0 - n0 - p.r_lo;
@@ -455,7 +455,7 @@ __global__ void __launch_bounds__(B * 2, 1) attn_bwd_dtable_kernel(AttnParams p)
                 const int64_t m = m0 + r;
                 return m < p.m ? gog + m * p.go_sm : nullptr;
             });
-            const int64_t tile_last_pos = p.q_offset + m0 + B - 1;  // keys past it: zero rows
+            const int64_t tile_last_pos = p.q_offset + (m0 + B < p.m ? m0 + B : p.m) - 1;  // keys past it: zero rows
             load_tile(Ks, ld, B, p.d, p.d_pad, p.vec_k, [&](int r) -> const T * {
                 const int64_t n = n0 + r;
                 return key_row_seen(p, b, n, tile_last_pos) ? kg + n * p.k_sn : nullptr;

@@ -423,32 +423,38 @@ WAVEPE_DEVICE bool warp_rows_nonfinite(const T *tile, int ld, int r_lo, int r_hi
 // acc[dt] += P . B like warp_rb, but row r (lanes' rows g, g + 8: ri = 0, 1)
 // sums only the keys k <= lim[ri] of the tile (the keys it sees): the slow
 // path for a tile whose band rows hold a non-finite value.  P is rounded to
-// T first on the tensor-core types, as warp_rb's products see it.
+// T first on the tensor-core types, as warp_rb's products see it.  The keys
+// are walked at run time (P's register picked by selects, not an index into
+// local memory) so that the rarely taken path adds no registers to the hot one.
 template <class T, int KT8, int DT>
 WAVEPE_DEVICE void warp_rb_visible(acc_t<T> (&acc)[DT][4], const acc_t<T> (&p)[KT8][4], const T *b_tile, int ldb,
                                    int dt_active, const int64_t (&lim)[2]) {
     using A = acc_t<T>;
     const int lane = threadIdx.x & 31, t = lane & 3;
+#pragma unroll 1
+    for (int k = 0; k < 8 * KT8; ++k) {
+        const int kt = k / 8, e = k & 1, src = (k & 7) / 2;  // lane (g, src) holds P[.][k] in p[kt][2 ri + e]
+        A mine[2] = {A(0), A(0)};
 #pragma unroll
-    for (int kt = 0; kt < KT8; ++kt)
-#pragma unroll
-        for (int e = 0; e < 2; ++e)
-            for (int src = 0; src < 4; ++src) {
-                const int k = kt * 8 + 2 * src + e;  // the key lane (g, src) holds in p[kt][2 ri + e]
-                const T *brow = b_tile + k * ldb + 2 * t;
-#pragma unroll
-                for (int ri = 0; ri < 2; ++ri) {
-                    A pv = __shfl_sync(kFullMask, p[kt][2 * ri + e], (lane & ~3) | src);
-                    if constexpr (Traits<T>::kTensorCore) pv = to_acc(from_acc<T>(pv));
-                    if (k > lim[ri]) continue;
-#pragma unroll
-                    for (int dt = 0; dt < DT; ++dt)
-                        if (dt < dt_active) {
-                            acc[dt][2 * ri] += pv * to_acc(brow[dt * 8]);
-                            acc[dt][2 * ri + 1] += pv * to_acc(brow[dt * 8 + 1]);
-                        }
-                }
+        for (int j = 0; j < KT8; ++j)
+            if (j == kt) {
+                mine[0] = e ? p[j][1] : p[j][0];
+                mine[1] = e ? p[j][3] : p[j][2];
             }
+        const T *brow = b_tile + k * ldb + 2 * t;
+#pragma unroll
+        for (int ri = 0; ri < 2; ++ri) {
+            A pv = __shfl_sync(kFullMask, mine[ri], (lane & ~3) | src);
+            if constexpr (Traits<T>::kTensorCore) pv = to_acc(from_acc<T>(pv));
+            if (k > lim[ri]) continue;
+#pragma unroll
+            for (int dt = 0; dt < DT; ++dt)
+                if (dt < dt_active) {
+                    acc[dt][2 * ri] += pv * to_acc(brow[dt * 8]);
+                    acc[dt][2 * ri + 1] += pv * to_acc(brow[dt * 8 + 1]);
+                }
+        }
+    }
 }
 
 // kmask[c] = 1 when key n0 + c is absent (>= N) or padded out.

@@ -71,7 +71,10 @@ CXX_FLAGS = ("-std=c++20", "-O3", "-Wall", "-Wextra", "-fvisibility=hidden", "-f
 # resolves at run time to the copy torch has already loaded (same soname): one OpenMP runtime.
 TORCH_CXX_FLAGS = ("-fopenmp",)
 TORCH_LINK_FLAGS = ("-fopenmp",)
-NVCC_FLAGS = ("-O3", "-std=c++17", "-Xcompiler", "-fPIC", "--expt-relaxed-constexpr")
+# -ftz=true: fp32 arithmetic flushes subnormal operands and results to zero, as the CPU kernels do
+# under FTZ/DAZ (docs/DEVELOPING.md, "Non-finite values"), so a subnormal input reads as 0 on every
+# device (fp64 has no flush on GPUs; its subnormals are full speed there).
+NVCC_FLAGS = ("-O3", "-std=c++17", "-Xcompiler", "-fPIC", "--expt-relaxed-constexpr", "-ftz=true")
 # Warnings are errors in development builds (the Makefile and CI set WAVEPE_WERROR=1) but never on a
 # user's machine, whose newer compiler may warn about something ours does not.
 WERROR_FLAGS = ("-Werror",)
