@@ -381,3 +381,26 @@ def test_backend_check_matches_the_declared_build_requirements():
     backend = _backend()
     assert sorted(requires) == sorted(re.findall(r'"([^"]+)"', backend.INSTALL_LINE))
     assert f"setuptools>={backend.SETUPTOOLS_MIN[0]}" in requires
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="ELF shared objects")
+@pytest.mark.parametrize("static", [False, True])
+def test_a_cxx_that_links_libstdcxx_statically_is_refused_with_the_way_out(tmp_path, static):
+    """Issue 20: on an image whose default g++ links libstdc++ statically, wavepe._C carried a
+    second C++ runtime beside torch's and every error message segfaulted; the build now stops
+    and says which compilers to use."""
+    cxx = os.environ.get("CXX") or "c++"
+    src = tmp_path / "probe.cpp"
+    src.write_text('#include <sstream>\nextern "C" int probe(int x) { std::ostringstream s; s << x; '
+                   'return int(s.str().size()); }\n')
+    obj, out = str(tmp_path / "probe.o"), str(tmp_path / "probe.so")
+    link = [cxx, "-shared", obj, "-o", out] + (["-static-libstdc++"] if static else [])
+    plan = recipe.Plan([recipe.Compile(str(src), obj, (cxx, "-fPIC", "-c", str(src), "-o", obj))],
+                       [recipe.Link((obj,), out, tuple(link), str(tmp_path / "link.cmd"), shared_libstdcxx=True)])
+    if not static:
+        recipe.run(plan)
+        assert any(n.startswith("libstdc++.so") for n in recipe.elf_needed(out))
+        return
+    with pytest.raises(recipe.BuildError, match=r"links it statically.*CXX=/usr/bin/g\+\+ LDSHARED="):
+        recipe.run(plan)
+    assert not os.path.exists(out)
