@@ -91,6 +91,25 @@ def sass_counts(obj: str, cuobjdump: str) -> dict[str, dict[str, int]]:
     return counts
 
 
+def failures_of(r: dict, name: str) -> list[str]:
+    """The rules a kernel build breaks (r: a parse_ptxas record with src, HMMA, HGMMA; name demangled)."""
+    where = f"{name} ({r['src']}, {r['arch']})"
+    out = []
+    if r["spill_st"] or r["spill_ld"]:
+        out.append(f"{where}: spills registers ({r['spill_st']} bytes stored, {r['spill_ld']} loaded; "
+                   f"{r['regs']} registers): shrink its tiles or raise its register budget")
+    if r["stack"] and r["src"] in NO_LOCAL_MEMORY:
+        out.append(f"{where}: uses {r['stack']} bytes of local memory (stack frame): an array indexed at "
+                   "run time, a spill or a call")
+    base = name.split("<", 1)[0].split()[-1]
+    targs = name.split("<", 1)[1] if "<" in name else ""
+    if base in TENSOR_CORE_KERNELS and targs.split(",")[0].strip() in TENSOR_CORE_TYPES:
+        op = TENSOR_CORE_RULES.get(r["arch"])
+        if op and r[op] == 0:
+            out.append(f"{where}: no {op} instruction in its SASS: the products no longer run on tensor cores")
+    return out
+
+
 def find_cuobjdump() -> str | None:
     """cuobjdump with an nvdisasm beside it or on PATH (cuobjdump -sass runs nvdisasm)."""
     cands = [shutil.which("cuobjdump")]
@@ -143,25 +162,11 @@ def main(argv: list[str]) -> int:
             r.update(counts.get(r["mangled"], {"HMMA": 0, "HGMMA": 0}))
             rows.append(r)
     names = demangle(sorted({r["mangled"] for r in rows}))
-    failures = []
     print(f"{'arch':6} {'regs':>4} {'spill st/ld':>11} {'stack':>5} {'smem':>5} {'HMMA':>5} {'HGMMA':>5}  kernel")
     for r in sorted(rows, key=lambda r: (r["src"], names[r["mangled"]], r["arch"])):
-        name = names[r["mangled"]]
         print(f"{r['arch']:6} {r['regs']:4d} {r['spill_st']:5d}/{r['spill_ld']:<5d} {r['stack']:5d} {r['smem']:5d} "
-              f"{r['HMMA']:5d} {r['HGMMA']:5d}  {r['src']}: {name}")
-        where = f"{name} ({r['src']}, {r['arch']})"
-        if r["spill_st"] or r["spill_ld"]:
-            failures.append(f"{where}: spills registers ({r['spill_st']} bytes stored, {r['spill_ld']} loaded; "
-                            f"{r['regs']} registers): shrink its tiles or raise its register budget")
-        if r["stack"] and r["src"] in NO_LOCAL_MEMORY:
-            failures.append(f"{where}: uses {r['stack']} bytes of local memory (stack frame): an array indexed at "
-                            "run time, a spill or a call")
-        base = name.split("<", 1)[0].split()[-1]
-        targs = name.split("<", 1)[1] if "<" in name else ""
-        if base in TENSOR_CORE_KERNELS and targs.split(",")[0].strip() in TENSOR_CORE_TYPES:
-            op = TENSOR_CORE_RULES.get(r["arch"])
-            if op and r[op] == 0:
-                failures.append(f"{where}: no {op} instruction in its SASS: the products no longer run on tensor cores")
+              f"{r['HMMA']:5d} {r['HGMMA']:5d}  {r['src']}: {names[r['mangled']]}")
+    failures = [f for r in rows for f in failures_of(r, names[r["mangled"]])]
     if failures:
         print("\nCUDA kernel checks failed:", file=sys.stderr)
         for f in failures:

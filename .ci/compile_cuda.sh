@@ -42,7 +42,6 @@ for src in "${srcs[@]}"; do
 done
 for pid in "${pids[@]}"; do wait "$pid"; done
 
-
 PY=${PYTHON:-}
 if [ -z "$PY" ]; then
   # the venv brings torch's headers and cuobjdump/nvdisasm (requirements-dev.txt)
