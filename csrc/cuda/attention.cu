@@ -71,7 +71,7 @@ __global__ void __launch_bounds__(BM * 2) attn_fwd_kernel(AttnParams p) {
     const T *qg = static_cast<const T *>(p.q) + b * p.q_sb + h * p.q_sh;
     const T *kg = static_cast<const T *>(p.k) + b * p.k_sb + hk * p.k_sh;
     const T *vg = static_cast<const T *>(p.v) + b * p.v_sb + hk * p.v_sh;
-    const A scale = A(p.scale), slope = head_slope<T>(p, h);
+    const A scale_log2 = A(p.scale) * A(kLog2e), slope_log2 = head_slope<T>(p, h) * A(kLog2e);  // exp2 domain
 
     load_tile(Qs, ld, BM, p.d, p.d_pad, p.vec_q, [&](int r) -> const T * {
         const int64_t m = m0 + r;
@@ -160,7 +160,7 @@ __global__ void __launch_bounds__(BM * 2) attn_fwd_kernel(AttnParams p) {
             add_skewed_bias<A, NT, BN>(s, gw, gld);
             __syncwarp();
         }
-        scores_log2(s, p, wm0, n0, kmask, scale, slope, seen);
+        scores_log2(s, p, wm0, n0, kmask, scale_log2, slope_log2, seen);
 
 #pragma unroll
         for (int ri = 0; ri < 2; ++ri) {
@@ -186,23 +186,8 @@ __global__ void __launch_bounds__(BM * 2) attn_fwd_kernel(AttnParams p) {
                     row_sum[ri] += s[nt][2 * ri + e];
                 }
         }
-        // causal band of this warp in the tile: keys after its first row's position
-        // that some row of the CTA sees (later keys are zero rows)
-        bool careful = false;
-        const int64_t first_pos = p.q_offset + wm0;
-        if (p.causal && n0 + BN - 1 > first_pos) {
-            int64_t hi = cta_last_pos - n0;
-            if (hi > BN - 1) hi = BN - 1;
-            if (hi > p.n - 1 - n0) hi = p.n - 1 - n0;
-            const int64_t lo = first_pos + 1 - n0 > 0 ? first_pos + 1 - n0 : 0;
-            careful = lo <= hi && warp_rows_nonfinite(Vs, ld, int(lo), int(hi), p.d);
-        }
-        if (careful) {
-            const int64_t lim[2] = {first_pos + frag_row(0) - n0, first_pos + frag_row(2) - n0};
-            warp_rb_visible<T, NT, DT>(o, s, Vs, ld, dt_active, lim);
-        } else {
-            warp_rb<T, NT, DT>(o, s, Vs, ld, dt_active, pscr);
-        }
+        // P V (the causal band's keys row by row where they hold inf/NaN)
+        warp_rb_masked<T, NT, DT>(o, s, Vs, ld, 0, dt_active, pscr, p, n0, p.q_offset + wm0, cta_last_pos);
     }
 
     if (!warp_rows) return;  // after the last barrier

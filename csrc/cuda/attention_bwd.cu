@@ -83,7 +83,7 @@ WAVEPE_DEVICE void warp_dscores(acc_t<T> (&ds)[B / 8][4], const AttnParams &p, c
         __syncwarp();
     }
     bool seen[2] = {false, false};  // (the forward's lse already says which rows are NaN)
-    scores_log2(ds, p, wm0, n0, kmask, scale, slope, seen);
+    scores_log2(ds, p, wm0, n0, kmask, scale * A(kLog2e), slope * A(kLog2e), seen);
     A dp[NT][4];
     zero_frags(dp);
     warp_abt<T, NT>(dp, go_rows, ld, Vs, ld, ksteps);
@@ -335,21 +335,8 @@ __global__ void __launch_bounds__(B * 2, 1) attn_bwd_dq_kernel(AttnParams p) {
         A ds[NT][4];
         warp_dscores<T, B>(ds, p, Qs + 16 * warp * ld, dOs + 16 * warp * ld, Ks, Vs, Ts + 16 * warp * ld, gw,
                            warp_bias, ld, gld, ksteps, wm0, n0, kmask, scale, slope, lse2, dl);
-        // the causal band's keys (seen by some rows of the warp only) may hold inf/NaN
-        bool careful = false;
-        if (p.causal && n0 + B - 1 > first_pos) {
-            int64_t hi = cta_last_pos - n0;
-            if (hi > B - 1) hi = B - 1;
-            if (hi > p.n - 1 - n0) hi = p.n - 1 - n0;
-            const int64_t lo = first_pos + 1 - n0 > 0 ? first_pos + 1 - n0 : 0;
-            careful = lo <= hi && warp_rows_nonfinite(Ks, ld, int(lo), int(hi), p.d);
-        }
-        if (careful) {
-            const int64_t lim[2] = {first_pos + frag_row(0) - n0, first_pos + frag_row(2) - n0};
-            warp_rb_visible<T, NT, DT>(dq, ds, Ks + cs.c0, ld, dt_active, lim);
-        } else {
-            warp_rb<T, NT, DT>(dq, ds, Ks + cs.c0, ld, dt_active, pscr);
-        }
+        // dS K (the causal band's keys row by row where they hold inf/NaN)
+        warp_rb_masked<T, NT, DT>(dq, ds, Ks, ld, cs.c0, dt_active, pscr, p, n0, first_pos, cta_last_pos);
         if (p.dslopes != nullptr) {
 #pragma unroll
             for (int nt = 0; nt < NT; ++nt)

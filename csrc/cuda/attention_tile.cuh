@@ -359,9 +359,25 @@ WAVEPE_DEVICE void add_skewed_bias(A (&s)[NT][4], const A *gw, int gld) {
 // -inf by selection, whatever q . k gave (NaN included).  seen[ri] |= the
 // lane's row ri (rows g, g + 8) has an unmasked key here (a row whose
 // visible scores are all -inf is NaN, one that sees no key is 0).
+// The scale and ALiBi slope arrive multiplied by log2(e) (one multiply per score); on a
+// tile wholly inside the warp's rows and causal frontier only the key mask is read,
+// without 64-bit index math.
 template <class A, int NT>
 WAVEPE_DEVICE void scores_log2(A (&s)[NT][4], const AttnParams &p, int64_t m_row0, int64_t n0, const uint8_t *kmask,
-                               A scale, A slope, bool (&seen)[2]) {
+                               A scale_log2, A slope_log2, bool (&seen)[2]) {
+    const bool alibi = p.pos_enc == WAVEPE_CUDA_PE_ALIBI;
+    const bool interior = m_row0 + 15 < p.m && !(p.causal && n0 + 8 * NT - 1 > p.q_offset + m_row0);  // warp-uniform
+    if (interior && !alibi) {
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+            for (int i = 0; i < 4; ++i) {
+                const bool masked = kmask[frag_col(nt, i)] != 0;
+                s[nt][i] = masked ? neg_inf<A>() : s[nt][i] * scale_log2;
+                seen[i / 2] |= !masked;
+            }
+        return;
+    }
 #pragma unroll
     for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
@@ -369,12 +385,12 @@ WAVEPE_DEVICE void scores_log2(A (&s)[NT][4], const AttnParams &p, int64_t m_row
             const int r = frag_row(i), c = frag_col(nt, i);
             const int64_t m = m_row0 + r, n = n0 + c, pos_q = p.q_offset + m;
             const bool masked = m >= p.m || kmask[c] || (p.causal && n > pos_q);
-            A x = s[nt][i] * scale;
-            if (p.pos_enc == WAVEPE_CUDA_PE_ALIBI) {
+            A x = s[nt][i] * scale_log2;
+            if (alibi) {
                 const int64_t dist = pos_q - n;
-                x -= slope * A(dist < 0 ? -dist : dist);
+                x -= slope_log2 * A(dist < 0 ? -dist : dist);
             }
-            s[nt][i] = masked ? neg_inf<A>() : x * A(kLog2e);
+            s[nt][i] = masked ? neg_inf<A>() : x;
             seen[i / 2] |= !masked;
         }
 }
@@ -469,6 +485,31 @@ template <class T>
 WAVEPE_DEVICE acc_t<T> head_slope(const AttnParams &p, int64_t h) {
     if (p.pos_enc != WAVEPE_CUDA_PE_ALIBI) return acc_t<T>(0);
     return static_cast<const acc_t<T> *>(p.slopes)[h];
+}
+
+// acc += P . B, B = tile rows 0 .. 8 KT8 - 1 (keys n0 ..) at columns c0 .., for the warp whose
+// first row is at position first_pos in a CTA whose last query is at cta_last_pos: the
+// tensor-core / FMA product, unless the warp's causal band in the tile (keys after
+// first_pos that some row of the CTA sees) holds an inf or NaN; then warp_rb_visible.
+template <class T, int KT8, int DT>
+WAVEPE_DEVICE void warp_rb_masked(acc_t<T> (&acc)[DT][4], const acc_t<T> (&pf)[KT8][4], const T *tile, int ld, int c0,
+                                  int dt_active, acc_t<T> *scratch, const AttnParams &p, int64_t n0, int64_t first_pos,
+                                  int64_t cta_last_pos) {
+    constexpr int BN = 8 * KT8;
+    bool careful = false;
+    if (p.causal && n0 + BN - 1 > first_pos) {
+        int64_t hi = cta_last_pos - n0;
+        if (hi > BN - 1) hi = BN - 1;
+        if (hi > p.n - 1 - n0) hi = p.n - 1 - n0;
+        const int64_t lo = first_pos + 1 - n0 > 0 ? first_pos + 1 - n0 : 0;
+        careful = lo <= hi && warp_rows_nonfinite(tile, ld, int(lo), int(hi), p.d);
+    }
+    if (careful) {
+        const int64_t lim[2] = {first_pos + frag_row(0) - n0, first_pos + frag_row(2) - n0};
+        warp_rb_visible<T, KT8, DT>(acc, pf, tile + c0, ld, dt_active, lim);
+    } else {
+        warp_rb<T, KT8, DT>(acc, pf, tile + c0, ld, dt_active, scratch);
+    }
 }
 
 }  // namespace wavepe_cuda
