@@ -343,6 +343,13 @@ class WaveletConfig:
         return r_lo, r_lo + table.shape[0] - 1
 
 
+def _plain(x: Any) -> Any:
+    """A NumPy scalar (a flag given as numpy.bool_, say) as the Python value, for JSON."""
+    if isinstance(x, np.generic):
+        return x.item()
+    raise TypeError(f"{type(x).__name__} is not JSON serializable")
+
+
 class RopeConfig:
     """Rotary position embedding with a configurable spectrum.
 
@@ -380,7 +387,7 @@ class RopeConfig:
         # The configuration as a string that rebuilds it (RopeConfig.from_spec): what
         # torch.compile sees of a config (strings are constants to dynamo on every torch
         # wavepe supports; a RopeConfig object is not on torch 2.11: issue 20).
-        self._spec = json.dumps(self.to_dict(), sort_keys=True)
+        self._spec = json.dumps(self.to_dict(), sort_keys=True, default=_plain)  # numpy scalars as Python's
 
     @classmethod
     def from_spec(cls, spec: str) -> "RopeConfig":
