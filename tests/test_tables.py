@@ -178,3 +178,18 @@ def test_compiled_calls_do_not_recompile_per_length():
             bias, out = f(x, x, x)
             torch.testing.assert_close(bias, wo.wavelet_bias(x[0], cfg))
             torch.testing.assert_close(out, wo.wavelet_attention(x, x, x))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("family", ["ricker", "gaussian", "morlet", "haar"])
+def test_torch_tables_hold_no_subnormal_in_any_dtype(dtype, family):
+    """The tables the kernels read (CUDA reads bf16/fp16 ones natively): a value below the
+    dtype's smallest normal is 0, never a subnormal (float16's normal range is far narrower
+    than the float32 table it is cast from)."""
+    cfg = WaveletConfig.grid(64, family=family)
+    lo, hi = cfg.support_rows(np.float64 if dtype == torch.float64 else np.float32)
+    table, _ = _tables.wavelet_table(cfg, dtype, "cpu", lo, hi)
+    a = table.abs()
+    tiny = torch.finfo(dtype).tiny
+    assert not ((a > 0) & (a < tiny)).any(), f"{int(((a > 0) & (a < tiny)).sum())} subnormal entries"
+    assert (a > 0).any()

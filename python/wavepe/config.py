@@ -7,6 +7,7 @@ what they build (a relative table, an ``inv_freq`` spectrum, ALiBi slopes).
 from __future__ import annotations
 
 import hashlib
+import json
 import math
 import threading
 import weakref
@@ -342,6 +343,13 @@ class WaveletConfig:
         return r_lo, r_lo + table.shape[0] - 1
 
 
+def _plain(x: Any) -> Any:
+    """A NumPy scalar (a flag given as numpy.bool_, say) as the Python value, for JSON."""
+    if isinstance(x, np.generic):
+        return x.item()
+    raise TypeError(f"{type(x).__name__} is not JSON serializable")
+
+
 class RopeConfig:
     """Rotary position embedding with a configurable spectrum.
 
@@ -358,7 +366,7 @@ class RopeConfig:
             :meth:`inv_freq`).
     """
 
-    __slots__ = ("theta", "rotary_fraction", "layout", "scaling")
+    __slots__ = ("theta", "rotary_fraction", "layout", "scaling", "_spec")
 
     def __init__(self, theta: float = 10000.0, rotary_fraction: float = 1.0, layout: str = "half",
                  scaling: Mapping[str, Any] | None = None) -> None:
@@ -376,6 +384,15 @@ class RopeConfig:
             from ._rope_scaling import validate_scaling
 
             validate_scaling(self.scaling)
+        # The configuration as a string that rebuilds it (RopeConfig.from_spec): what
+        # torch.compile sees of a config (strings are constants to dynamo on every torch
+        # wavepe supports; a RopeConfig object is not on torch 2.11: issue 20).
+        self._spec = json.dumps(self.to_dict(), sort_keys=True, default=_plain)  # numpy scalars as Python's
+
+    @classmethod
+    def from_spec(cls, spec: str) -> "RopeConfig":
+        """The configuration whose ``_spec`` string is ``spec``."""
+        return cls(**json.loads(spec))
 
     def _key(self) -> tuple:
         sc = tuple(sorted(self.scaling.items())) if self.scaling else None
