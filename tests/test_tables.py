@@ -193,3 +193,27 @@ def test_torch_tables_hold_no_subnormal_in_any_dtype(dtype, family):
     tiny = torch.finfo(dtype).tiny
     assert not ((a > 0) & (a < tiny)).any(), f"{int(((a > 0) & (a < tiny)).sum())} subnormal entries"
     assert (a > 0).any()
+
+
+def test_an_equal_config_dropped_first_leaves_the_live_one_usable():
+    """Equal configs share a table key; the registry that torch.compile graphs read
+    through must keep serving it while any of them is alive."""
+    import gc
+
+    import torch
+
+    import wavepe.ops as wo
+    from wavepe.ops._tables import _config_of
+
+    a = WaveletConfig.grid(32)
+    b = WaveletConfig.grid(32)
+    assert a == b and a._table_key == b._table_key
+    del b
+    gc.collect()
+    assert _config_of(a._table_key) is a
+    q = torch.randn(1, 1, 8, 32)
+    assert torch.isfinite(wo.wavelet_attention(q, q, q, config=a)).all()
+    c = WaveletConfig.grid(32)
+    del a
+    gc.collect()
+    assert _config_of(c._table_key) is c

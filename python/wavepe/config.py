@@ -29,8 +29,29 @@ _WHOLE_TABLE_ELEMENTS = 2**26
 #: Rows tabulated at a time (bounds the float64 temporaries of a large window).
 _TABLE_CHUNK_ROWS = 8192
 
-#: The live configs by their table key (torch.compile graphs name a config's table by this string).
-_BY_TABLE_KEY: "weakref.WeakValueDictionary[str, WaveletConfig]" = weakref.WeakValueDictionary()
+class _LiveConfigs:
+    """The live configs by their table key (torch.compile graphs name a config's table by this
+    string).  Equal configs share a key and any of them serves a lookup, so the entry stays
+    while one is alive, whichever was made first or dropped first."""
+
+    def __init__(self) -> None:
+        # by id, not in a WeakSet: equal configs compare equal, and a set would keep only one of them
+        self._sets: "dict[str, weakref.WeakValueDictionary[int, WaveletConfig]]" = {}
+        self._lock = threading.Lock()
+
+    def add(self, key: str, config: "WaveletConfig") -> None:
+        with self._lock:
+            if len(self._sets) > 64:  # forget keys whose configs are all gone
+                self._sets = {k: s for k, s in self._sets.items() if len(s)}
+            self._sets.setdefault(key, weakref.WeakValueDictionary())[id(config)] = config
+
+    def get(self, key: str) -> "WaveletConfig | None":
+        with self._lock:
+            live = self._sets.get(key)
+            return next(iter(live.values()), None) if live else None
+
+
+_BY_TABLE_KEY = _LiveConfigs()
 
 
 class _Window:
@@ -129,7 +150,7 @@ class WaveletConfig:
         # scale or shift that overflows is named)
         self._support_rows = {np.dtype(dt).name: self._support_bounds(np.dtype(dt)) for dt in (np.float32, np.float64)}
         self._table_key = hashlib.sha1(repr(self._key()).encode()).hexdigest()
-        _BY_TABLE_KEY[self._table_key] = self
+        _BY_TABLE_KEY.add(self._table_key, self)
 
     # ---- construction -----------------------------------------------------
 
