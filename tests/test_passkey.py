@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import torch
 
-from wavepe.experiments import PasskeyFormat, PasskeyMixture, passkey
+from wavepe.experiments import PasskeyFormat, PasskeyMixture, haystack, passkey
 from wavepe.experiments.retrieval import _pieces, build_example, byte_tokenizer, min_length, wilson_interval
 from wavepe.experiments.train import TrainConfig, train_lm
 
@@ -145,6 +145,22 @@ def test_mixture_rows_weights_and_determinism():
             assert (w == 1).all()
     full, _ = PasskeyMixture(tokens, 48, 1.0, key_digits=3)(torch.Generator().manual_seed(2), 8)
     assert all(bytes(r.tolist()).count(b"~") == 2 for r in full)
+
+
+def test_haystack_filler_keeps_digits_and_markers_out_of_passkey_rows():
+    tokens = np.frombuffer(b"x = 10 ~ 20; y = [3, 4]  # text with digits\n" * 200, dtype=np.uint8)
+    clean = haystack(tokens)
+    assert not np.isin(clean, np.frombuffer(b"0123456789~", dtype=np.uint8)).any()
+    assert bytes(clean[:20].tolist()) == b"x =   ; y = [, ]  # "
+    mix = PasskeyMixture(tokens, 40, 0.5, key_digits=3, filler=clean)
+    batch, _ = mix(torch.Generator().manual_seed(0), 32)
+    rows = [bytes(r.tolist()) for r in batch]
+    pk = [r for r in rows if r.count(b"~") == 2]
+    plain = [r for r in rows if r not in pk]
+    assert pk and plain
+    for r in pk:  # the key's two copies are the only digits of a passkey row
+        assert sum(ch in b"0123456789" for ch in r) == 6
+    assert any(ch in b"0123456789" for r in plain for ch in r)  # plain rows are the corpus as it is
 
 
 def test_train_lm_uses_the_mixture_and_its_weights():

@@ -508,7 +508,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--key-digits", type=_positive_int("--key-digits"), default=None,
                    help="passkey: digits of the key; chance = 10^-digits (default 5)")
     p.add_argument("--passkey-fraction", type=_fraction, default=None,
-                   help="passkey: fraction of the training rows that are passkey examples (default 0.5)")
+                   help="passkey: fraction of the training rows that are passkey examples (default 1: every row is "
+                        "corpus text with a needle and a question inserted)")
     p.add_argument("--answer-weight", type=float, default=None,
                    help="passkey: loss weight of the answer tokens of a passkey row, relative to text (default 10)")
     p.add_argument("--seed", type=int, default=0, help="seed of initial weights and data order")

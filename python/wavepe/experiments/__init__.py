@@ -23,7 +23,7 @@ from .evaluate import PerplexityResult, evaluate_lengths, perplexity
 from .extrapolate import (DEFAULT_ENCODINGS, ExtrapolationConfig, parse_encoding, quick_config,
                           run_extrapolation)
 from .model import LMConfig, TinyLM, load_model, save_model
-from .retrieval import PasskeyFormat, PasskeyMixture, PasskeyResult, byte_tokenizer, passkey
+from .retrieval import PasskeyFormat, PasskeyMixture, PasskeyResult, byte_tokenizer, haystack, passkey
 from .passkey_job import PasskeyJobConfig, passkey_quick_config, run_passkey
 from .train import TrainConfig, train_lm
 
@@ -32,7 +32,7 @@ __all__ = [
     "PerplexityResult", "evaluate_lengths", "perplexity",
     "DEFAULT_ENCODINGS", "ExtrapolationConfig", "parse_encoding", "quick_config", "run_extrapolation",
     "LMConfig", "TinyLM", "load_model", "save_model",
-    "PasskeyFormat", "PasskeyMixture", "PasskeyResult", "byte_tokenizer", "passkey",
+    "PasskeyFormat", "PasskeyMixture", "PasskeyResult", "byte_tokenizer", "haystack", "passkey",
     "PasskeyJobConfig", "passkey_quick_config", "run_passkey",
     "TrainConfig", "train_lm",
 ]

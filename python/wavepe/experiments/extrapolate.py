@@ -243,6 +243,8 @@ def replot(out: str) -> dict[str, str]:
         raise FileNotFoundError(f"{path!r} does not exist: run `wavepe extrapolate --out {out}` first")
     with open(path, encoding="utf-8") as f:
         results = json.load(f)
+    if results.get("task", "perplexity") != "perplexity":
+        raise ValueError(f"{path!r} is from a --task {results['task']} run: replot it with --task {results['task']}")
     heatmaps: dict[str, np.ndarray] = {}
     npz = os.path.join(out, "attention_2x.npz")
     if os.path.isfile(npz):

@@ -29,14 +29,15 @@ from .corpus import Corpus, load_corpus
 from .extrapolate import (DEFAULT_ENCODINGS, EncodingSpec, _infer_label, _theta_at, machine_info, parse_encoding,
                           parse_infer_theta)
 from .model import LMConfig, TinyLM, save_model
-from .retrieval import DEFAULT_DEPTHS, PasskeyFormat, PasskeyMixture, PasskeyResult, min_length, passkey
+from .retrieval import DEFAULT_DEPTHS, PasskeyFormat, PasskeyMixture, PasskeyResult, haystack, min_length, passkey
 from .train import TrainConfig, train_lm
 
-# The marker that precedes the key in the needle and ends the question.  It is
-# removed from the evaluation filler, so that the needle is the only place it
-# marks: otherwise a stray '~' in the haystack (one per ~30 kB of the standard
-# library) would make long contexts harder for a reason other than length.
-MARKER = "~"
+# Removed from the filler (training rows and evaluation): the digits and the
+# marker of the default format occur only in the needle and the answer, so a
+# miss at a long context means the model did not read that far — not that a
+# number elsewhere in the text looked like the key (the standard library is
+# full of them) or that a stray '~' (one per ~30 kB) marked something else.
+FILLER_REMOVED = "0123456789~"
 
 
 @dataclass
@@ -58,7 +59,7 @@ class PasskeyJobConfig:
     depths: tuple[float, ...] = DEFAULT_DEPTHS
     trials: int = 20
     key_digits: int = 5
-    passkey_fraction: float = 0.5
+    passkey_fraction: float = 1.0
     answer_weight: float = 10.0
     model: LMConfig = field(default_factory=LMConfig)
     train: TrainConfig = field(default_factory=lambda: TrainConfig(steps=1000))
@@ -218,7 +219,7 @@ def run_passkey(cfg: PasskeyJobConfig, *, progress: bool = True, corpus: Corpus 
     train_len = cfg.train.train_len
     lengths = cfg.lengths
     fmt = cfg.format
-    filler = corpus.test[corpus.test != ord(MARKER)]
+    filler = haystack(corpus.test, FILLER_REMOVED)
     need = max(lengths) - min_length(cfg.key_digits, fmt)
     if corpus.train.size < train_len + 2:
         raise ValueError(f"corpus {corpus.name!r}: the train split has {corpus.train.size} bytes; train_len "
@@ -229,12 +230,12 @@ def run_passkey(cfg: PasskeyJobConfig, *, progress: bool = True, corpus: Corpus 
     log(f"corpus {corpus.name}: " + ", ".join(f"{s} {corpus.split(s).size:,} bytes" for s in ("train", "valid",
                                                                                                 "test")))
     mixture = PasskeyMixture(corpus.train, train_len, cfg.passkey_fraction, key_digits=cfg.key_digits,
-                             answer_weight=cfg.answer_weight, fmt=fmt)
+                             answer_weight=cfg.answer_weight, filler=haystack(corpus.train, FILLER_REMOVED), fmt=fmt)
     results: dict[str, Any] = {
         "task": "passkey", "config": cfg.to_dict(), "corpus": corpus.describe(), "machine": machine_info(),
         "lengths": lengths, "depths": list(cfg.depths), "trials": cfg.trials, "key_digits": cfg.key_digits,
-        "chance": 10.0 ** -cfg.key_digits, "filler": f"test split with '{MARKER}' bytes removed ({filler.size:,} bytes)",
-        "training_mixture": {**mixture.describe(), "answer_weight": cfg.answer_weight},
+        "chance": 10.0 ** -cfg.key_digits, "filler": f"test split without the bytes {FILLER_REMOVED!r} ({filler.size:,} bytes)",
+        "training_mixture": {**mixture.describe(), "filler": f"train split without the bytes {FILLER_REMOVED!r}"},
         "scoring": "exact match of the key under greedy decoding (one teacher-forced pass, module doc of "
                    "wavepe.experiments.retrieval)",
         "rows": {}, "models": {}}

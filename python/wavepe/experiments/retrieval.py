@@ -395,18 +395,21 @@ def _check_vocab(vocab: int, ids: torch.Tensor) -> None:
 class PasskeyMixture:
     """Training batches: random crops of a stream, a fraction of them passkey examples.
 
-    Call with a torch generator and a batch size; returns (B, train_len + 1)
-    int64 (inputs and next-token targets, like the crops of
-    :func:`~wavepe.experiments.train_lm`).  Each row is a passkey example
-    with probability ``fraction``: the key and the filler crop random, the
-    depth uniform in [0, 1], the example filling the whole row so that the
-    answer ends it (as at evaluation).  Only the generator's draws decide
+    Call with a torch generator and a batch size; returns ``(batch, weights)``:
+    batch (B, train_len + 1) int64 (inputs and next-token targets, like the
+    crops of :func:`~wavepe.experiments.train_lm`), weights (B, train_len) on
+    the targets — ``answer_weight`` on the answer tokens of passkey rows, 1
+    elsewhere.  Each row is a passkey example with probability ``fraction``:
+    the key random, the filler a random crop of ``filler`` (default:
+    ``tokens`` itself; e.g. :func:`haystack` of it), the depth uniform in
+    [0, 1], the example filling the whole row so that the answer ends it (as
+    at evaluation); the other rows are plain crops of ``tokens``.  Only the generator's draws decide
     which rows, keys, depths and crops: models trained from the same seed
     see the same batches.
     """
 
     def __init__(self, tokens: Any, train_len: int, fraction: float = 0.5, *, key_digits: int = 5,
-                 answer_weight: float = 1.0, fmt: PasskeyFormat | None = None,
+                 answer_weight: float = 1.0, filler: Any = None, fmt: PasskeyFormat | None = None,
                  tokenizer: Tokenizer | None = None) -> None:
         self.train_len = check_int("train_len", train_len, min_value=2)
         self.fraction = check_real("passkey_fraction", fraction)
@@ -422,6 +425,10 @@ class PasskeyMixture:
         if self.stream.numel() < self.train_len + 2:
             raise ValueError(f"training stream has {self.stream.numel()} tokens; train_len={self.train_len} needs "
                              "more")
+        self.filler = self.stream if filler is None else torch.tensor(np.asarray(filler), dtype=torch.int64)
+        if self.filler.dim() != 1 or self.filler.numel() < self.train_len + 1:
+            raise ValueError(f"filler must be a 1-D stream of at least train_len + 1 = {self.train_len + 1} tokens, "
+                             f"got shape {tuple(self.filler.shape)}")
         self.pieces = _pieces(self.fmt, self.tokenizer)
         shortest = min_length(self.key_digits, self.fmt, self.tokenizer)
         if self.fraction > 0 and train_len + 1 < shortest:
@@ -436,17 +443,33 @@ class PasskeyMixture:
         is_passkey = torch.rand(batch_size, generator=gen) < self.fraction
         keys = torch.randint(0, 10, (batch_size, self.key_digits), generator=gen)
         depths = torch.rand(batch_size, generator=gen)
+        fill_starts = torch.randint(0, self.filler.numel() - n + 1, (batch_size,), generator=gen)
         weights = torch.ones(batch_size, self.train_len)
         for b in torch.nonzero(is_passkey).flatten().tolist():
             key_ids = _key_ids(self.pieces, self.tokenizer, keys[b].numpy())
-            ex, _ = build_example(batch[b].numpy(), key_ids, float(depths[b]), self.pieces, n)
+            fill = self.filler[int(fill_starts[b]): int(fill_starts[b]) + n].numpy()
+            ex, _ = build_example(fill, key_ids, float(depths[b]), self.pieces, n)
             batch[b] = torch.from_numpy(ex)
             weights[b, self.train_len - len(key_ids):] = self.answer_weight
         return batch, weights
 
     def describe(self) -> dict[str, Any]:
-        return {"fraction": self.fraction, "key_digits": self.key_digits, **self.fmt.to_dict(),
-                "depth": "uniform in [0, 1]", "answer": "ends the row"}
+        return {"fraction": self.fraction, "key_digits": self.key_digits, "answer_weight": self.answer_weight,
+                **self.fmt.to_dict(), "depth": "uniform in [0, 1]", "answer": "ends the row"}
+
+
+def haystack(tokens: Any, remove: str = "0123456789~") -> np.ndarray:
+    """A byte stream without the bytes of ``remove`` (default: the digits and the marker).
+
+    Filler without digits and markers makes the needle the only place in the
+    context where the key's digits and the marker occur, so that a miss means
+    the model did not read that far, not that another number in the text
+    looked like the key.
+    """
+    t = np.asarray(tokens)
+    if t.ndim != 1:
+        raise ValueError(f"tokens must be a 1-D stream, got shape {t.shape}")
+    return t[~np.isin(t, np.frombuffer(remove.encode("utf-8"), dtype=np.uint8))]
 
 
 def wilson_interval(hits: int, n: int, z: float = 1.96) -> tuple[float, float]:
