@@ -86,8 +86,10 @@ def test_extrapolate_passkey_quick_smoke(tmp_path, capsys):
     out = tmp_path / "pk"
     assert main(["extrapolate", "--quick", "--out", str(out), *TINY_PASSKEY]) == 0
     text = capsys.readouterr().out
-    assert "Mean accuracy over depths:" in text and "chance 1e-02" in text
-    assert "| wavelet |" in text and "| NoPE |" in text and "| RoPE θ=16 → θ=L (inference) |" in text
+    assert "Mean accuracy over depths" in text and "chance 1e-02" in text
+    # 3 steps teach nothing: every row is flagged, with the steps it trained
+    assert "| wavelet (not learned at 1×) | 3 |" in text and "| NoPE (not learned at 1×) | 3 |" in text
+    assert "| RoPE θ=16 → θ=L (inference) (not learned at 1×) | 3 |" in text
     for name in ("passkey.png", "passkey_distance.png"):
         assert png_ok(out / name), name
     res = json.loads((out / "results.json").read_text(encoding="utf-8"))
@@ -101,6 +103,7 @@ def test_extrapolate_passkey_quick_smoke(tmp_path, capsys):
         assert acc.shape == hits.shape == (2, 2) and row["trials"] == 3
         np.testing.assert_allclose(acc, hits / 3)
         assert np.array(row["distance"]).shape == (2, 2) and np.array(row["digit_accuracy"]).shape == (2, 2)
+        assert row["steps"] == 3 and row["learned"] is False
         assert row["distance"][0][1] == 5  # depth 1: key "ab", ". ", " ~": 5 tokens from "a" to the question's "~"
     assert sorted(os.listdir(out / "models")) == ["alibi.pt", "nope.pt", "rope-ltrain.pt", "rope.pt", "wavelet.pt"]
     assert (out / "results.md").read_text(encoding="utf-8").startswith("Passkey retrieval on the stdlib")
@@ -188,6 +191,8 @@ def test_band_on_a_hugging_face_llama_directory(tmp_path, capsys):
     (["extrapolate", "--task", "passkey", "--answer-weight", "-2"], "answer_weight must be > 0, got -2.0"),
     (["extrapolate", "--task", "passkey", "--eval-tokens", "100"], "--eval-tokens belongs to --task perplexity"),
     (["extrapolate", "--trials", "30"], "--trials belongs to --task passkey, not --task perplexity"),
+    (["extrapolate", "--task", "passkey", "--check-every", "-1"], "check_every must be >= 0, got -1"),
+    (["extrapolate", "--task", "passkey", "--stop-accuracy", "0"], "stop_accuracy must be in (0, 1], got 0.0"),
     (["extrapolate", "--task", "passkey", "--train-len", "8"], "train_len 8 is too short for passkey examples"),
     (["extrapolate", "--task", "retrieval"], "invalid choice: 'retrieval'"),
     (["extrapolate", "--task", "passkey", "--replot", "--out", "/nonexistent/run"],

@@ -7,6 +7,8 @@ that the one-pass scoring is greedy decoding's (against ``model.generate``).
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 import torch
@@ -173,6 +175,14 @@ def test_train_lm_uses_the_mixture_and_its_weights():
                             intermediate_size=64, wavelet_n_scales=4))
     hist = train_lm(model, tokens, cfg, batches=PasskeyMixture(tokens, 32, 1.0, key_digits=2))
     assert len(hist["loss"]) == 2 and np.isfinite(hist["loss"]).all()
+    calls = []
+
+    def stop(steps_done, m):
+        calls.append((steps_done, m.training))
+        return steps_done == 2
+
+    hist = train_lm(model, tokens, dataclasses.replace(cfg, steps=5), stop=stop)
+    assert hist["steps"] == 2 and len(hist["loss"]) == 2 and calls == [(1, False), (2, False)]
     with pytest.raises(ValueError, match=r"batches returned shape \(4, 10\); expected \(4, train_len \+ 1 = 33\)"):
         train_lm(model, tokens, cfg, batches=lambda g, b: torch.zeros(b, 10, dtype=torch.int64))
     with pytest.raises(ValueError, match=r"weights of shape \(4, 33\)"):

@@ -141,7 +141,8 @@ def _depth(text: str) -> float:
 _TASK_ONLY = (("eval_tokens", "--eval-tokens", "perplexity"), ("sliding_tokens", "--sliding-tokens", "perplexity"),
               ("depths", "--depths", "passkey"), ("trials", "--trials", "passkey"),
               ("key_digits", "--key-digits", "passkey"), ("passkey_fraction", "--passkey-fraction", "passkey"),
-              ("answer_weight", "--answer-weight", "passkey"))
+              ("answer_weight", "--answer-weight", "passkey"), ("check_every", "--check-every", "passkey"),
+              ("stop_accuracy", "--stop-accuracy", "passkey"))
 
 
 def _shared_overrides(args: argparse.Namespace, base: Any) -> dict[str, Any]:
@@ -236,7 +237,8 @@ def _run_passkey(args: argparse.Namespace) -> int:
     base = passkey_job.passkey_quick_config() if args.quick else passkey_job.PasskeyJobConfig()
     task_over = {k: v for k, v in {"trials": args.trials, "key_digits": args.key_digits,
                                    "passkey_fraction": args.passkey_fraction,
-                                   "answer_weight": args.answer_weight}.items() if v is not None}
+                                   "answer_weight": args.answer_weight, "check_every": args.check_every,
+                                   "stop_accuracy": args.stop_accuracy}.items() if v is not None}
     if args.depths is not None:
         task_over["depths"] = tuple(args.depths)
     try:
@@ -512,6 +514,12 @@ def build_parser() -> argparse.ArgumentParser:
                         "corpus text with a needle and a question inserted)")
     p.add_argument("--answer-weight", type=float, default=None,
                    help="passkey: loss weight of the answer tokens of a passkey row, relative to text (default 10)")
+    p.add_argument("--check-every", type=int, default=None,
+                   help="passkey: probe retrieval at --train-len on the valid split every N steps and stop training "
+                        "once it reaches --stop-accuracy; --steps is then the cap (default 100; 0: always train "
+                        "--steps steps)")
+    p.add_argument("--stop-accuracy", type=_fraction, default=None,
+                   help="passkey: accuracy at --train-len that ends training early (default 0.9)")
     p.add_argument("--seed", type=int, default=0, help="seed of initial weights and data order")
     p.add_argument("--threads", type=_positive_int("--threads"), default=None, help="torch threads (default: "
                    "torch's)")

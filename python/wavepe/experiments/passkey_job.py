@@ -38,6 +38,11 @@ from .train import TrainConfig, train_lm
 # number elsewhere in the text looked like the key (the standard library is
 # full of them) or that a stray '~' (one per ~30 kB) marked something else.
 FILLER_REMOVED = "0123456789~"
+# the early-stopping probe at the training length (valid split)
+CHECK_DEPTHS: tuple[float, ...] = (0.0, 0.25, 0.5, 0.75, 1.0)
+CHECK_TRIALS = 8
+# below this accuracy at 1x, a row's longer lengths say nothing about extrapolation
+LEARNED = 0.5
 
 
 @dataclass
@@ -49,6 +54,13 @@ class PasskeyJobConfig:
     ``key_digits`` answer tokens of those rows weigh ``answer_weight`` times
     a text token in the loss.  Evaluation: ``trials`` examples per
     (length, depth) cell, filler from the test split.
+
+    Training stops early once retrieval is learned at the training length:
+    every ``check_every`` steps the model is probed at L_train on the valid
+    split (``CHECK_DEPTHS`` × ``CHECK_TRIALS`` examples, other keys than the
+    test's); at ``stop_accuracy`` or more it stops, else it runs all
+    ``train.steps`` (the cap; the schedule is the cap's).  ``check_every=0``
+    trains every model for exactly ``train.steps``.
     """
 
     data: str | None = None
@@ -63,11 +75,16 @@ class PasskeyJobConfig:
     answer_weight: float = 10.0
     model: LMConfig = field(default_factory=LMConfig)
     train: TrainConfig = field(default_factory=lambda: TrainConfig(steps=1000))
+    check_every: int = 100
+    stop_accuracy: float = 0.9
     seed: int = 0
     threads: int | None = None
     save_models: bool = True
 
     def __post_init__(self) -> None:
+        check_int("check_every", self.check_every, min_value=0)
+        if not 0.0 < check_real("stop_accuracy", self.stop_accuracy) <= 1.0:
+            raise ValueError(f"stop_accuracy must be in (0, 1], got {self.stop_accuracy}")
         if not self.encodings:
             raise ValueError("encodings must name at least one encoding")
         keys = [parse_encoding(e, self.train.train_len).key for e in self.encodings]
@@ -140,15 +157,16 @@ def merge_results(parts: Sequence[PasskeyResult]) -> PasskeyResult:
 
 def format_summary(rows: dict[str, dict[str, Any]], lengths: Sequence[int], train_len: int) -> str:
     """Markdown: mean exact-match accuracy over depths, one row per encoding, one column per length."""
-    head = "| encoding | " + " | ".join(f"{n // train_len}× ({n})" for n in lengths) + " |"
-    lines = [head, "|---|" + "---:|" * len(lengths)]
+    head = "| encoding | steps | " + " | ".join(f"{n // train_len}× ({n})" for n in lengths) + " |"
+    lines = [head, "|---|---:|" + "---:|" * len(lengths)]
     for label, row in rows.items():
         cells = []
         for n in lengths:
             i = row["lengths"].index(n)
             hits, total = sum(row["correct"][i]), row["trials"] * len(row["depths"])
             cells.append(f"{100 * hits / total:.0f}%")
-        lines.append(f"| {label} | " + " | ".join(cells) + " |")
+        flag = " (not learned at 1×)" if row.get("learned") is False else ""
+        lines.append(f"| {label}{flag} | {row.get('steps', '–')} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
@@ -197,11 +215,16 @@ def markdown(results: dict[str, Any]) -> str:
     """The tables of a results dict (terminal and results.md)."""
     train_len = results["config"]["train"]["train_len"]
     cfg = results["config"]
+    stopping = (f"up to {cfg['train']['steps']} steps, stopping at the first check (every {cfg['check_every']}) "
+                f"with >= {100 * cfg['stop_accuracy']:.0f}% at L={train_len} on the valid split"
+                if cfg.get("check_every") else f"{cfg['train']['steps']} steps")
     text = [f"Passkey retrieval on the {results['corpus']['name']} test split; trained at L={train_len} "
-            f"({cfg['train']['steps']} steps, {cfg['passkey_fraction']:g} of the rows passkey examples). "
+            f"({stopping}; {cfg['passkey_fraction']:g} of the rows passkey examples). "
             f"Exact match of a {cfg['key_digits']}-digit key under greedy decoding, {results['trials']} trials per "
             f"cell, {len(results['depths'])} depths; chance {results['chance']:.0e}.", "",
-            "Mean accuracy over depths:", "", format_summary(results["rows"], results["lengths"], train_len), ""]
+            f"Mean accuracy over depths (rows below {100 * LEARNED:.0f}% at 1× did not learn the task, so their "
+            "longer lengths say nothing about extrapolation):", "",
+            format_summary(results["rows"], results["lengths"], train_len), ""]
     for label, row in results["rows"].items():
         text += [f"{label} — accuracy (%) by length and depth (0% = key at the start of the context):", "",
                  format_grid(row, train_len), ""]
@@ -220,6 +243,7 @@ def run_passkey(cfg: PasskeyJobConfig, *, progress: bool = True, corpus: Corpus 
     lengths = cfg.lengths
     fmt = cfg.format
     filler = haystack(corpus.test, FILLER_REMOVED)
+    check_filler = haystack(corpus.valid, FILLER_REMOVED)
     need = max(lengths) - min_length(cfg.key_digits, fmt)
     if corpus.train.size < train_len + 2:
         raise ValueError(f"corpus {corpus.name!r}: the train split has {corpus.train.size} bytes; train_len "
@@ -227,6 +251,9 @@ def run_passkey(cfg: PasskeyJobConfig, *, progress: bool = True, corpus: Corpus 
     if filler.size < need:
         raise ValueError(f"corpus {corpus.name!r}: the test split has {filler.size} bytes of filler; evaluating at "
                          f"length {max(lengths)} needs at least {need}")
+    if cfg.check_every and check_filler.size < train_len:
+        raise ValueError(f"corpus {corpus.name!r}: the valid split has {check_filler.size} bytes of filler; the "
+                         f"early-stopping probe at length {train_len} needs at least {train_len} (or check_every=0)")
     log(f"corpus {corpus.name}: " + ", ".join(f"{s} {corpus.split(s).size:,} bytes" for s in ("train", "valid",
                                                                                                 "test")))
     mixture = PasskeyMixture(corpus.train, train_len, cfg.passkey_fraction, key_digits=cfg.key_digits,
@@ -256,19 +283,37 @@ def run_passkey(cfg: PasskeyJobConfig, *, progress: bool = True, corpus: Corpus 
         torch.manual_seed(cfg.seed)
         model = TinyLM(mcfg)
         tcfg = dataclasses.replace(cfg.train, seed=cfg.seed)
-        history = train_lm(model, corpus.train, tcfg, progress=progress, desc=f"train {spec.key}", batches=mixture)
+        checks: list[tuple[int, float]] = []
+
+        def learned(steps_done: int, model: torch.nn.Module) -> bool:
+            if not cfg.check_every or steps_done % cfg.check_every:
+                return False
+            r = passkey(model, check_filler, [train_len], CHECK_DEPTHS, trials=CHECK_TRIALS,
+                        key_digits=cfg.key_digits, seed=cfg.seed + 1, fmt=fmt)
+            checks.append((steps_done, float(r.accuracy.mean())))
+            return checks[-1][1] >= cfg.stop_accuracy
+
+        history = train_lm(model, corpus.train, tcfg, progress=progress, desc=f"train {spec.key}", batches=mixture,
+                           stop=learned)
         t_train = time.perf_counter() - t0
         info: dict[str, Any] = {"label": spec.label, "parameters": model.num_parameters(), "train_seconds": t_train,
+                                "steps": history["steps"], "checks": checks,
                                 "final_train_loss": history["final_loss"],
                                 "train_loss": history["loss"][:: max(1, len(history["loss"]) // 200)]}
         if cfg.save_models:
             os.makedirs(os.path.join(cfg.out, "models"), exist_ok=True)
             path = os.path.join(cfg.out, "models", spec.key.replace(":", "_") + ".pt")
             save_model(model, path, meta={"train_len": train_len, "corpus": corpus.name, "encoding": spec.key,
-                                          "steps": tcfg.steps, "seed": cfg.seed, "task": "passkey"})
+                                          "steps": history["steps"], "seed": cfg.seed, "task": "passkey"})
             info["checkpoint"] = path
         res = probe(model, lengths, f"passkey {spec.key}")
-        results["rows"][spec.label] = res.to_dict()
+
+        def row(r: PasskeyResult) -> dict[str, Any]:
+            at_train_len = r.accuracy_at(train_len) if train_len in r.lengths else None
+            return {**r.to_dict(), "steps": history["steps"],
+                    "learned": None if at_train_len is None else bool(at_train_len >= LEARNED)}
+
+        results["rows"][spec.label] = row(res)
         if spec.key == "rope-ltrain":
             base = mcfg.rope_config()
             for infer in cfg.infer_thetas:
@@ -279,10 +324,10 @@ def run_passkey(cfg: PasskeyJobConfig, *, progress: bool = True, corpus: Corpus 
                         parts.append(probe(model, [n], f"passkey {spec.key} θ_inf L={n}"))
                 finally:
                     model.set_rope(base)
-                results["rows"][_infer_label(spec, infer)] = merge_results(parts).to_dict()
+                results["rows"][_infer_label(spec, infer)] = row(merge_results(parts))
         info["seconds"] = time.perf_counter() - t0
         results["models"][spec.key] = info
-        log(f"{spec.label}: trained {t_train:.0f} s (loss {history['final_loss']:.3f}), probed "
+        log(f"{spec.label}: trained {history['steps']} steps in {t_train:.0f} s (loss {history['final_loss']:.3f}), probed "
             f"{info['seconds'] - t_train:.0f} s; accuracy " + " ".join(f"{n}:{100 * res.accuracy_at(n):.0f}%"
                                                                        for n in lengths))
         write_json()

@@ -53,7 +53,8 @@ class TrainConfig:
 
 def train_lm(model: torch.nn.Module, tokens: np.ndarray, cfg: TrainConfig, *, progress: bool = False,
              desc: str = "train",
-             batches: Callable[[torch.Generator, int], Any] | None = None) -> dict[str, Any]:
+             batches: Callable[[torch.Generator, int], Any] | None = None,
+             stop: Callable[[int, torch.nn.Module], bool] | None = None) -> dict[str, Any]:
     """Train ``model`` (ids (B, L) -> logits (B, L, V)) on the byte stream ``tokens``.
 
     ``batches(generator, batch_size)``, if given, draws each step's batch
@@ -64,7 +65,12 @@ def train_lm(model: torch.nn.Module, tokens: np.ndarray, cfg: TrainConfig, *, pr
     targets: the optimised loss is then the weighted mean of the token losses
     (the history still records the plain mean, comparable across runs).
 
-    Returns the history: per-step loss (nats/token), seconds, tokens seen.
+    ``stop(steps_done, model)``, if given, is called after every step (the
+    model in eval mode during the call); returning True ends training there,
+    before ``cfg.steps`` (the schedule stays the one of ``cfg.steps``).
+
+    Returns the history: per-step loss (nats/token), seconds, tokens seen,
+    steps run.
     """
     stream = torch.tensor(np.asarray(tokens), dtype=torch.int64)  # a copy (read-only views are fine)
     if stream.numel() < cfg.train_len + 2:
@@ -118,7 +124,15 @@ def train_lm(model: torch.nn.Module, tokens: np.ndarray, cfg: TrainConfig, *, pr
         losses.append(value)
         if bar is not None and step % 10 == 0:
             bar.set_postfix(loss=f"{np.mean(losses[-20:]):.3f}")
+        if stop is not None:
+            model.eval()
+            done = stop(step + 1, model)
+            model.train()
+            if done:
+                break
     model.eval()
+    if bar is not None:
+        bar.close()
     seconds = time.perf_counter() - t0
-    return {"loss": losses, "seconds": seconds, "tokens": cfg.steps * cfg.batch_size * cfg.train_len,
-            "final_loss": float(np.mean(losses[-max(1, min(50, len(losses) // 10)):]))}
+    return {"loss": losses, "seconds": seconds, "tokens": len(losses) * cfg.batch_size * cfg.train_len,
+            "steps": len(losses), "final_loss": float(np.mean(losses[-max(1, min(50, len(losses) // 10)):]))}
