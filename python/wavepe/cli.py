@@ -485,7 +485,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--factors", type=_positive_int("--factors"), nargs="+", default=None,
                    help="evaluation lengths as multiples of --train-len (default 1 2 4 8)")
     p.add_argument("--steps", type=_positive_int("--steps"), default=None,
-                   help="training steps (default 500; 1000 with --task passkey)")
+                   help="training steps (default 500; with --task passkey the cap, default 1500)")
     p.add_argument("--batch-size", type=_positive_int("--batch-size"), default=None, help="sequences per step "
                    "(default 16)")
     p.add_argument("--lr", type=float, default=None, help="peak learning rate (default 2e-3)")
@@ -513,7 +513,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="passkey: fraction of the training rows that are passkey examples (default 1: every row is "
                         "corpus text with a needle and a question inserted)")
     p.add_argument("--answer-weight", type=float, default=None,
-                   help="passkey: loss weight of the answer tokens of a passkey row, relative to text (default 10)")
+                   help="passkey: loss weight of the answer tokens of a passkey row, relative to text (default 50)")
     p.add_argument("--check-every", type=int, default=None,
                    help="passkey: probe retrieval at --train-len on the valid split every N steps and stop training "
                         "once it reaches --stop-accuracy; --steps is then the cap (default 100; 0: always train "

@@ -72,9 +72,9 @@ class PasskeyJobConfig:
     trials: int = 20
     key_digits: int = 5
     passkey_fraction: float = 1.0
-    answer_weight: float = 10.0
+    answer_weight: float = 50.0
     model: LMConfig = field(default_factory=LMConfig)
-    train: TrainConfig = field(default_factory=lambda: TrainConfig(steps=1000))
+    train: TrainConfig = field(default_factory=lambda: TrainConfig(steps=1500))
     check_every: int = 100
     stop_accuracy: float = 0.9
     seed: int = 0
