@@ -3,6 +3,7 @@
 #
 #   make demo    the main job: train-short/test-long experiment on the embedded corpus
 #   make test    build, then run the test suite (the README's test command)
+#   make build   (re)build the extensions in place: only what changed since the last build
 #   make ctest   the C core's test driver under AddressSanitizer + UBSan
 #   make bench   the benchmark scripts (print tables, write benchmarks/results/*.json)
 
@@ -13,12 +14,29 @@ PIP    := $(PY) -m pip
 STAMP  := $(VENV)/.deps-stamp
 
 CC     ?= cc
-CORE_SRCS  := $(filter-out %_avx2.c,$(wildcard csrc/core/*.c))
-AVX2_SRCS  := $(wildcard csrc/core/*_avx2.c)
+# Which core files are compiled on this machine, with which extra flags (-mavx2 -mfma for *_avx2.c,
+# the AVX-512 set for *_avx512.c, ...), is defined once, in python/wavepe/_build/recipe.py
+# (SUFFIX_RULES), for setup.py, the runtime builder and this file: ctest asks it (standard library only).
+RECIPE     := $(PYTHON) python/wavepe/_build/recipe.py
 CTEST_SRCS := $(wildcard csrc/core/tests/*.c)
 SAN_FLAGS  := -std=c11 -O1 -g -Wall -Wextra -Werror -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=all
+# SIMDe (header-only, from the cmeel-simde wheel in requirements-dev.txt; Debian's
+# libsimde-dev 0.7 lacks intrinsics we use) runs the AVX-512 kernels on CPUs
+# without AVX-512, for `make ctest-simde`.
+SIMDE_ISA_FLAGS := -mavx2 -mfma -Wno-psabi
+SIMDE_INCLUDE = $(firstword $(wildcard $(VENV)/lib/python3*/site-packages/cmeel.prefix/include))
 
-.PHONY: venv build test demo ctest bench clean
+# Warnings are errors in development builds (a user's pip install never sets this).
+export WAVEPE_WERROR ?= 1
+
+# What the compiled parts are made of: when one of these is newer than the last build, `make build`
+# runs setup.py again, which recompiles only the objects whose source, headers or flags changed
+# (they are kept under build/obj.*); otherwise it does nothing.
+BUILD_INPUTS := setup.py pyproject.toml MANIFEST.in $(wildcard python/wavepe/_build/*.py build_backend/*.py) \
+                $(shell find csrc -type f -not -path 'csrc/core/tests/*')
+BUILT        := $(VENV)/.build-stamp
+
+.PHONY: venv build test demo ctest ctest-simde bench clean
 
 $(STAMP): requirements-dev.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -28,8 +46,11 @@ $(STAMP): requirements-dev.txt
 
 venv: $(STAMP)
 
-build: $(STAMP)
+$(BUILT): $(STAMP) $(BUILD_INPUTS)
 	$(PIP) install -q --no-build-isolation --no-deps -e .
+	touch $@
+
+build: $(BUILT)
 
 test: build
 	$(PY) -m pytest -q
@@ -39,18 +60,29 @@ demo: build
 
 ctest:
 	rm -rf build/ctest && mkdir -p build/ctest
-	for f in $(CORE_SRCS) $(CTEST_SRCS); do \
-	  $(CC) $(SAN_FLAGS) -Icsrc/core -c $$f -o build/ctest/$$(basename $$f .c).o || exit 1; done
-	for f in $(AVX2_SRCS); do \
-	  $(CC) $(SAN_FLAGS) -mavx2 -mfma -Icsrc/core -c $$f -o build/ctest/$$(basename $$f .c).o || exit 1; done
+	for f in $$($(RECIPE) core-sources) $(CTEST_SRCS); do \
+	  $(CC) $(SAN_FLAGS) $$($(RECIPE) flags $$f) -Icsrc/core -c $$f -o build/ctest/$$(basename $$f .c).o || exit 1; done
 	$(CC) $(SAN_FLAGS) -o build/ctest/test_core build/ctest/*.o -lm
 	./build/ctest/test_core
+
+# The same tests with the AVX-512 kernels compiled against SIMDe (for CPUs
+# without AVX-512: AVX-512 code must never land untested).
+ctest-simde: $(STAMP)
+	@test -n "$(SIMDE_INCLUDE)" || { echo "SIMDe not found in $(VENV): $(PIP) install cmeel-simde"; exit 1; }
+	rm -rf build/ctest-simde && mkdir -p build/ctest-simde
+	# files with ISA flags of their own (the recipe's SUFFIX_RULES: *_avx2.c, *_avx512.c) get AVX2's instead
+	for f in $$($(RECIPE) core-sources) $(CTEST_SRCS); do \
+	  isa=""; [ -n "$$($(RECIPE) flags $$f)" ] && isa="$(SIMDE_ISA_FLAGS) -isystem $(SIMDE_INCLUDE)"; \
+	  $(CC) $(SAN_FLAGS) $$isa -DWAVEPE_SIMDE_AVX512 -Icsrc/core -c $$f -o build/ctest-simde/$$(basename $$f .c).o \
+	    || exit 1; done
+	$(CC) $(SAN_FLAGS) -o build/ctest-simde/test_core build/ctest-simde/*.o -lm
+	./build/ctest-simde/test_core
 
 bench: build
 	$(PY) benchmarks/bench_ops.py
 
 clean:
-	rm -rf build dist *.egg-info python/*.egg-info python/wavepe/*.so
+	rm -rf build dist *.egg-info python/*.egg-info python/wavepe/*.so python/wavepe/_C.build.json $(BUILT)
 
 # The fairseq plugin end to end (fairseq-preprocess, fairseq-train, fairseq-eval-lm
 # at 2x the training length) in a Python 3.10 environment: fairseq 0.12.2 does not

@@ -1,198 +1,140 @@
 """Build of wavepe's compiled parts.
 
-Three kinds of object, each compiled with the flags it needs:
+What is compiled from which sources with which flags is defined once, in
+python/wavepe/_build/recipe.py, which the runtime builder (wavepe._build.jit) uses too; this file
+wires it into setuptools:
 
-* the C core (csrc/core/*.c, C11, warnings as errors); files named *_avx2.c
-  get -mavx2 -mfma on x86-64 and are chosen at run time by CPU features;
-* wavepe._ufuncs, the NumPy extension (csrc/numpy/*.c), always built;
-* wavepe._C, the PyTorch extension (csrc/torch/*.cpp, C++20), built when
-  torch is importable at build time; with CUDA sources (csrc/cuda/*.cu,
-  csrc/torch/*_cuda.cpp) when torch has CUDA and nvcc is found.
+* wavepe._ufuncs, the NumPy extension (C core + csrc/numpy): always built;
+* wavepe._C, the PyTorch ops (C core + csrc/torch, + csrc/cuda when torch has CUDA and nvcc is
+  found), built here when torch is importable at build time (``make build``,
+  ``pip install --no-build-isolation .``), against that torch.  A record of that torch is written
+  beside it (wavepe/_C.build.json): a wavepe._C built for another torch is never loaded;
+* the sources of wavepe._C are shipped inside the package (wavepe/_csrc), so that an installed
+  wavepe compiles its ops at first use against the user's torch when it was built without one
+  (an isolated ``pip install .``, the sdist, ``python -m build``) or for another torch.
 
-torch is deliberately NOT a build requirement: an isolated build would fetch
-another, multi-GB torch.  Build against the installed torch with
-``pip install --no-build-isolation .`` (the Makefile does this).  Without
-torch the package still builds (NumPy API only) and ``wavepe.ops`` explains
-how to rebuild.  Environment: WAVEPE_BUILD_TORCH=0 / WAVEPE_BUILD_CUDA=0 skip
-those parts; WAVEPE_CUDA_ARCHS (default "80;90") picks GPU architectures.
+torch is deliberately NOT a build requirement: an isolated build would download a multi-GB torch.
+Objects are kept under build/obj.* and recompiled only when their source, a header they include or
+their command line changed (so ``make test`` after ``make demo`` costs seconds).
+
+Environment: WAVEPE_BUILD_TORCH=0 / WAVEPE_BUILD_CUDA=0 skip those parts; WAVEPE_CUDA_ARCHS
+(default "80;90") picks GPU architectures; WAVEPE_WERROR=1 makes warnings errors (the Makefile and
+CI set it); CC / CXX pick the compilers; WAVEPE_BUILD_JOBS the number of parallel compiles.
 """
 
 from __future__ import annotations
 
-import glob
+import importlib.util
+import json
 import os
-import platform
 import shutil
-import subprocess
 import sys
-from concurrent.futures import ThreadPoolExecutor
+import sysconfig
+import time
 
-from setuptools import Distribution, Extension, setup
+from setuptools import Extension, setup
 from setuptools.command.build_ext import build_ext
+from setuptools.command.build_py import build_py
 
 ROOT = os.path.dirname(os.path.abspath(__file__))
-IS_X86_64 = platform.machine().lower() in ("x86_64", "amd64")
-
-C_FLAGS = ["-std=c11", "-O3", "-Wall", "-Wextra", "-Werror", "-fvisibility=hidden",
-           "-fno-math-errno", "-fPIC"]
-AVX2_FLAGS = ["-mavx2", "-mfma"]
-CXX_FLAGS = ["-std=c++20", "-O3", "-Wall", "-Wextra", "-Werror", "-fvisibility=hidden", "-fPIC"]
+CSRC = os.path.join(ROOT, "csrc")
+PACKAGE_DIR = os.path.join(ROOT, "python", "wavepe")
+TORCH_RECORD = "_C.build.json"  # read by wavepe.ops._extension before it loads wavepe._C
 
 
-def rel(*parts: str) -> list[str]:
-    return sorted(os.path.relpath(p, ROOT) for p in glob.glob(os.path.join(ROOT, *parts)))
+def load_recipe():
+    path = os.path.join(PACKAGE_DIR, "_build", "recipe.py")
+    spec = importlib.util.spec_from_file_location("wavepe_build_recipe", path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up there
+    spec.loader.exec_module(module)
+    return module
 
 
-def core_sources() -> list[str]:
-    srcs = rel("csrc", "core", "*.c")
-    if not IS_X86_64:
-        srcs = [s for s in srcs if not s.endswith("_avx2.c")]
-    return srcs
+recipe = load_recipe()
 
 
-def want(var: str) -> bool:
-    return os.environ.get(var, "1").strip().lower() not in ("0", "false", "no", "off")
-
-
-def torch_build_info():
-    """Include/library flags of the installed torch, or None without torch."""
-    if not want("WAVEPE_BUILD_TORCH"):
+def torch_build():
+    """How to build wavepe._C against the torch importable now, or None (then it is built at first use)."""
+    if not recipe.env_flag("WAVEPE_BUILD_TORCH", True):
         return None
     try:
-        import torch
-        from torch.utils import cpp_extension
+        import torch  # noqa: F401
     except ImportError:
-        print("wavepe: torch not importable at build time; building the NumPy API only",
-              file=sys.stderr)
+        print("wavepe: torch is not importable at build time (an isolated build): the PyTorch ops will be "
+              "compiled at first use, against the torch installed then", file=sys.stderr)
         return None
-    info = {
-        # -isystem: warnings inside torch's headers are not ours to fix
-        "cflags": [f"-isystem{p}" for p in cpp_extension.include_paths()] + [
-            "-DTORCH_API_INCLUDE_EXTENSION_H", "-DTORCH_EXTENSION_NAME=_C",
-            f"-D_GLIBCXX_USE_CXX11_ABI={int(torch._C._GLIBCXX_USE_CXX11_ABI)}"],
-        "library_dirs": cpp_extension.library_paths(),
-        "libraries": ["c10", "torch", "torch_cpu", "torch_python"],
-        "cuda": False,
-    }
-    nvcc = find_nvcc()
-    cuda_home = find_cuda_home(nvcc, cpp_extension) if nvcc else None
-    if want("WAVEPE_BUILD_CUDA") and torch.version.cuda and nvcc and rel("csrc", "cuda", "*.cu"):
-        if cuda_home is None:
-            raise RuntimeError(f"wavepe: nvcc found ({nvcc}) but not the CUDA headers (cuda_runtime_api.h); "
-                               "set CUDA_HOME, or WAVEPE_BUILD_CUDA=0 to build without the CUDA kernels")
-        info["cuda"] = True
-        info["nvcc"] = nvcc
-        info["cflags"] += [f"-isystem{os.path.join(cuda_home, 'include')}", "-DWAVEPE_WITH_CUDA=1"]
-        info["library_dirs"] += [d for d in (os.path.join(cuda_home, "lib64"), os.path.join(cuda_home, "lib"))
-                                 if os.path.isdir(d)]
-        info["libraries"] += ["c10_cuda", "torch_cuda", "cudart"]
-    return info
+    tb = recipe.torch_build()
+    if tb.cuda_note:
+        print("wavepe: " + tb.cuda_note, file=sys.stderr)
+    return tb
 
 
-def find_nvcc() -> str | None:
-    home = os.environ.get("CUDA_HOME") or os.environ.get("CUDA_PATH")
-    if home and os.path.exists(os.path.join(home, "bin", "nvcc")):
-        return os.path.join(home, "bin", "nvcc")
-    return shutil.which("nvcc")
+TORCH = torch_build()
 
 
-def find_cuda_home(nvcc: str, cpp_extension) -> str | None:
-    """The CUDA toolkit root holding include/cuda_runtime_api.h (nvcc may be a wrapper script)."""
-    for home in (os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH"),
-                 os.path.dirname(os.path.dirname(os.path.realpath(nvcc))), getattr(cpp_extension, "CUDA_HOME", None),
-                 "/usr/local/cuda"):
-        if home and os.path.exists(os.path.join(home, "include", "cuda_runtime_api.h")):
-            return home
-    return None
+class BuildExtensions(build_ext):
+    """Compile both extensions through the recipe's incremental driver, in one parallel batch."""
 
-
-def cuda_arch_flags() -> list[str]:
-    archs = os.environ.get("WAVEPE_CUDA_ARCHS", "80;90").replace(",", ";").split(";")
-    return [f"-gencode=arch=compute_{a},code=sm_{a}" for a in archs if a.strip()]
-
-
-class BuildWithCore(build_ext):
-    """Compile the C core (and CUDA kernels) once, then link them into each extension."""
+    def run(self) -> None:
+        inplace = self.inplace or getattr(self, "editable_mode", False)
+        super().run()
+        if inplace and TORCH is not None:  # setuptools copies the modules, not the record beside _C
+            write_record(os.path.join(PACKAGE_DIR, TORCH_RECORD))
 
     def build_extensions(self) -> None:
-        tmp = os.path.join(self.build_temp, "wavepe_core")
-        jobs = max(1, os.cpu_count() or 1)
-
-        def compile_one(src: str) -> list[str]:
-            flags = C_FLAGS + (AVX2_FLAGS if src.endswith("_avx2.c") else [])
-            return self.compiler.compile([src], output_dir=tmp, extra_postargs=flags)
-
-        with ThreadPoolExecutor(jobs) as pool:
-            core_objs = [o for objs in pool.map(compile_one, core_sources()) for o in objs]
-
-        torch_info = getattr(self.distribution, "wavepe_torch_info", None)
-        cuda_objs: list[str] = []
-        if torch_info and torch_info["cuda"]:
-            cuda_objs = self.compile_cuda(torch_info["nvcc"], os.path.join(self.build_temp, "wavepe_cuda"), jobs)
-
+        obj_dir = os.path.join(ROOT, "build", f"obj.{sysconfig.get_platform()}-{sys.implementation.cache_tag}")
+        plan = recipe.Plan()
         for ext in self.extensions:
-            ext.extra_objects = core_objs + (cuda_objs if ext.name == "wavepe._C" else []) + list(ext.extra_objects)
-        # compile each extension's own sources in parallel too
-        self.parallel = jobs
-        super().build_extensions()
+            output = self.get_ext_fullpath(ext.name)
+            if ext.name == "wavepe._ufuncs":
+                import numpy
 
-    def compile_cuda(self, nvcc: str, out_dir: str, jobs: int) -> list[str]:
-        os.makedirs(out_dir, exist_ok=True)
-        srcs = rel("csrc", "cuda", "*.cu")
+                plan += recipe.numpy_plan(CSRC, obj_dir, output, numpy.get_include())
+            elif ext.name == "wavepe._C":
+                plan += recipe.torch_plan(CSRC, obj_dir, output, TORCH)
+        start = time.monotonic()
+        compiled = recipe.run(plan, progress=lambda done, total, name: print(f"[{done}/{total}] {name}"),
+                              log=lambda text: print(text.rstrip()) if self.verbose > 1 else None)
+        print(f"wavepe: compiled {len(compiled)} of {len(plan.compiles)} files in {time.monotonic() - start:.0f} s"
+              + (f" (objects in {os.path.relpath(obj_dir, ROOT)})" if compiled else ""))
+        lib_pkg = os.path.dirname(self.get_ext_fullpath("wavepe._ufuncs"))
+        if TORCH is not None:
+            write_record(os.path.join(lib_pkg, TORCH_RECORD))
+        else:  # a _C of an earlier build with torch must not slip into this one's wheel
+            for name in os.listdir(lib_pkg):
+                if name.startswith("_C.") and (name.endswith(".so") or name == TORCH_RECORD):
+                    os.remove(os.path.join(lib_pkg, name))
 
-        def compile_one(src: str) -> str:
-            obj = os.path.join(out_dir, os.path.basename(src) + ".o")
-            cmd = [nvcc, "-c", src, "-o", obj, "-O3", "-std=c++17", "-Xcompiler", "-fPIC",
-                   "-Xcompiler", "-Wall,-Wextra,-Werror", "-Werror", "all-warnings",
-                   "--expt-relaxed-constexpr", "-Icsrc"] + cuda_arch_flags()
-            print(" ".join(cmd))
-            subprocess.check_call(cmd, cwd=ROOT)
-            return obj
 
-        with ThreadPoolExecutor(jobs) as pool:
-            return list(pool.map(compile_one, srcs))
+def write_record(path: str) -> None:
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump(TORCH.build_record(), f)
 
 
-def extensions(torch_info) -> list[Extension]:
-    exts = [
-        Extension(
-            "wavepe._ufuncs",
-            sources=rel("csrc", "numpy", "*.c"),
-            include_dirs=[__import__("numpy").get_include()],
-            extra_compile_args=C_FLAGS,
-        )
-    ]
-    if torch_info is not None:
-        srcs = rel("csrc", "torch", "*.cpp")
-        if not torch_info["cuda"]:
-            srcs = [s for s in srcs if not s.endswith("_cuda.cpp")]
-        exts.append(
-            Extension(
-                "wavepe._C",
-                sources=srcs,
-                language="c++",
-                # -fopenmp: at::parallel_for is an inline template whose threading is an
-                # `#pragma omp parallel` compiled into *this* module; without the flag every
-                # op silently runs on one thread.  libgomp.so.1 resolves at run time to the
-                # copy torch has already loaded (same soname), so there is one OpenMP runtime.
-                extra_compile_args=CXX_FLAGS + ["-fopenmp"] + torch_info["cflags"],
-                extra_link_args=["-fopenmp"],
-                library_dirs=torch_info["library_dirs"],
-                libraries=torch_info["libraries"],
-            )
-        )
+class BuildPyWithSources(build_py):
+    """Also put the sources of wavepe._C into the package (wavepe/_csrc) for the runtime builder."""
+
+    def run(self) -> None:
+        super().run()
+        if getattr(self, "editable_mode", False):
+            return  # an editable install compiles from csrc/ itself
+        dest = os.path.join(self.build_lib, "wavepe", "_csrc")
+        shutil.rmtree(dest, ignore_errors=True)  # no file deleted from csrc/ lingers from an earlier build
+        for rel in recipe.shipped_sources(CSRC):
+            self.mkpath(os.path.dirname(os.path.join(dest, rel)))
+            self.copy_file(os.path.join(CSRC, rel), os.path.join(dest, rel))
+
+
+def extensions() -> list[Extension]:
+    rel = lambda paths: [os.path.relpath(p, ROOT) for p in paths]  # noqa: E731
+    exts = [Extension("wavepe._ufuncs", sources=rel(recipe.core_sources(CSRC) + recipe.numpy_sources(CSRC)))]
+    if TORCH is not None:
+        exts.append(Extension("wavepe._C", sources=rel(recipe.torch_sources(CSRC, TORCH.cuda)), language="c++"))
     return exts
 
 
-class WavepeDistribution(Distribution):
-    """Carries what torch_build_info() found to the build_ext step."""
-
-    wavepe_torch_info = None
-
-
-WavepeDistribution.wavepe_torch_info = torch_build_info()
 setup(
-    distclass=WavepeDistribution,
-    ext_modules=extensions(WavepeDistribution.wavepe_torch_info),
-    cmdclass={"build_ext": BuildWithCore},
+    ext_modules=extensions(),
+    cmdclass={"build_ext": BuildExtensions, "build_py": BuildPyWithSources},
 )

@@ -5,7 +5,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 rm -rf dist
-.venv/bin/python -m pip wheel -q --no-build-isolation --no-deps -w dist .
+# the flags of `make test`'s build (warnings as errors): its objects under build/obj.* are reused
+WAVEPE_WERROR=1 .venv/bin/python -m pip wheel -q --no-build-isolation --no-deps -w dist .
 whl=$(ls dist/wavepe-*.whl)
 echo "built $whl ($(du -h "$whl" | cut -f1))"
 env_dir=$(mktemp -d)/env
@@ -15,7 +16,9 @@ python3 -m venv "$env_dir"
 cd "$(dirname "$env_dir")"   # away from the source tree: import the installed copy
 "$env_dir/bin/python" - <<'PY'
 import numpy as np, torch, wavepe, wavepe.ufuncs as wu, wavepe.ops as wo
+from wavepe.ops import _extension
 assert np.__version__ == "1.26.4", np.__version__
+assert _extension.ORIGIN == "built at install time", _extension.ORIGIN  # no compiling at first use
 assert "site-packages" in wavepe.__file__, wavepe.__file__
 print("wavepe", wavepe.__version__, "from", wavepe.__file__, "numpy", np.__version__, "torch", torch.__version__)
 print("ricker(0) =", wu.ricker(np.float32(0.0)), "| isa:", wavepe.cpu_isa())

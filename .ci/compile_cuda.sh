@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Compile every CUDA source for sm_80 and sm_90 without a GPU, warnings as
 # errors in host code, so that a broken kernel never lands unnoticed; then
-# syntax-check the torch bindings of the CUDA ops (csrc/torch/*_cuda.cpp)
+# syntax-check the op bindings with their CUDA registrations and launches
+# (csrc/torch/*_op.cpp, launch*.cpp, compiled with -DWAVEPE_WITH_CUDA=1)
 # against the installed torch's headers (a CPU wheel is enough: the one
 # header its build generates for CUDA is stubbed in .ci/torch_cuda_stubs).
 set -euo pipefail
@@ -10,12 +11,14 @@ NVCC=${NVCC:-$(command -v nvcc || true)}
 [ -z "$NVCC" ] && [ -x /usr/local/cuda/bin/nvcc ] && NVCC=/usr/local/cuda/bin/nvcc
 shopt -s nullglob
 srcs=(csrc/cuda/*.cu)
-binds=(csrc/torch/*_cuda.cpp)
+binds=(csrc/torch/*_op.cpp csrc/torch/launch*.cpp)
 if [ ${#srcs[@]} -eq 0 ]; then echo "no CUDA sources"; exit 0; fi
 if [ -z "$NVCC" ]; then
   if [ "${CI:-}" = "true" ]; then echo "nvcc not found but CUDA sources exist" >&2; exit 1; fi
   echo "nvcc not found; skipping"; exit 0
 fi
+# nvcc's flags as setup.py and the first-use build use them (python/wavepe/_build/recipe.py), warnings as errors
+nvcc_flags=$(WAVEPE_WERROR=1 python3 python/wavepe/_build/recipe.py nvcc-flags)
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 jobs_max=$(nproc 2>/dev/null || echo 2)
@@ -23,9 +26,9 @@ pids=()
 for src in "${srcs[@]}"; do
   for arch in 80 90; do
     echo "nvcc sm_$arch $src"
-    "$NVCC" -c "$src" -o "$out/$(basename "$src").$arch.o" -O3 -std=c++17 \
-      -gencode "arch=compute_$arch,code=sm_$arch" -Icsrc \
-      -Xcompiler -Wall,-Wextra,-Werror -Werror all-warnings --expt-relaxed-constexpr &
+    # shellcheck disable=SC2086
+    "$NVCC" -c "$src" -o "$out/$(basename "$src").$arch.o" $nvcc_flags \
+      -gencode "arch=compute_$arch,code=sm_$arch" -Icsrc &
     pids+=($!)
     if [ ${#pids[@]} -ge "$jobs_max" ]; then wait "${pids[0]}"; pids=("${pids[@]:1}"); fi
   done

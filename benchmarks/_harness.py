@@ -27,6 +27,7 @@ def machine() -> dict[str, Any]:
         import wavepe
 
         info["wavepe_isa"] = wavepe.active_isa()
+        info["cpu_isa"] = wavepe.cpu_isa()
     except Exception:  # pragma: no cover
         pass
     try:
@@ -82,7 +83,10 @@ def print_table(title: str, header: Sequence[str], rows: Sequence[Sequence[Any]]
             return f"{v:.3g}" if abs(v) < 1000 else f"{v:.0f}"
         return str(v)
 
-    lines = [f"### {title}", "", "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    m = machine()
+    where = (f"{m.get('cpu')}, wavepe ISA {m.get('wavepe_isa')} (CPU supports {m.get('cpu_isa')}), "
+             f"{m.get('torch_threads', '?')} torch threads, torch {m.get('torch', '-')}")
+    lines = [f"### {title}", "", where, "", "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     lines += ["| " + " | ".join(fmt(v) for v in row) + " |" for row in rows]
     text = "\n".join(lines)
     print(text)

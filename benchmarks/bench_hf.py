@@ -10,7 +10,7 @@ Two cases: the causal LM with a 32000-token vocabulary (what a training step cos
 and the decoder alone (LlamaModel, loss = mean of the last hidden state), where
 attention is a larger share of the time.
 
-Target (this CPU): "wavelet" step time <= 1.3x the reference.
+Target (whichever CPU runs it): "wavelet" step time <= 1.1x the reference (issue 12).
 Prints a table and writes benchmarks/results/bench_hf.json (bench_hf_quick.json).
 """
 
@@ -24,7 +24,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from _harness import compare, print_table, write_json  # noqa: E402
 
-TARGET = 1.3
+TARGET = 1.1
 
 
 def build(case: str, length: int):

@@ -131,7 +131,7 @@ EOF
 fi
 
 # wavepe: rebuild only when what the compiled parts are made of changed
-SRC_HASH="$( (cd "$ROOT" && find csrc setup.py pyproject.toml -type f \( -name '*.c' -o -name '*.h' -o -name '*.cpp' \
+SRC_HASH="$( (cd "$ROOT" && find csrc setup.py pyproject.toml python/wavepe/_build build_backend -type f \( -name '*.c' -o -name '*.h' -o -name '*.cpp' \
   -o -name '*.cu' -o -name '*.cuh' -o -name '*.py' -o -name '*.toml' \) -print0 | sort -z | xargs -0 sha256sum) \
   | sha256sum | cut -c1-16)"
 BUILD_STAMP="$ENV_DIR/.wavepe-build"

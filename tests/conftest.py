@@ -8,17 +8,17 @@ import pytest
 
 import wavepe
 
-ISAS = ["scalar"] + (["avx2"] if wavepe.cpu_isa() == "avx2" else [])
+# The kernel variants, in order; this CPU runs a prefix of them (a CPU that runs
+# one runs every lower one).
+ALL_ISAS = ("scalar", "avx2", "avx512")
+ISAS = list(ALL_ISAS[: ALL_ISAS.index(wavepe.cpu_isa()) + 1])
 
 
 @pytest.fixture(params=ISAS)
 def isa(request, monkeypatch) -> str:
     """Force one kernel variant for the test (the core reads the env per call)."""
-    monkeypatch.delenv("WAVEPE_ISA", raising=False)
-    if request.param == "scalar":
-        monkeypatch.setenv("WAVEPE_FORCE_SCALAR", "1")
-    else:
-        monkeypatch.delenv("WAVEPE_FORCE_SCALAR", raising=False)
+    monkeypatch.delenv("WAVEPE_FORCE_SCALAR", raising=False)
+    monkeypatch.setenv("WAVEPE_ISA", request.param)
     assert wavepe.active_isa() == request.param
     return request.param
 
@@ -36,4 +36,5 @@ def one_torch_thread():
 
 
 def pytest_report_header(config):
-    return f"wavepe: cpu_isa={wavepe.cpu_isa()} WAVEPE_FORCE_SCALAR={os.environ.get('WAVEPE_FORCE_SCALAR', '')}"
+    return (f"wavepe: cpu_isa={wavepe.cpu_isa()} isa variants tested={ISAS} "
+            f"WAVEPE_ISA={os.environ.get('WAVEPE_ISA', '')} WAVEPE_FORCE_SCALAR={os.environ.get('WAVEPE_FORCE_SCALAR', '')}")

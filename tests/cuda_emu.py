@@ -4,7 +4,8 @@
 ``csrc/cuda/emu/cuda_emu.h``) gives a shared library exporting the very
 ``extern "C"`` launchers of ``csrc/cuda/wavepe_cuda.h``, running each CUDA
 thread as a fiber.  This module builds it once per source hash (under
-``build/cuda_emu/``), mirrors the launchers' argument structs with ctypes, and
+``build/cuda_emu/``), mirrors the families' argument structs (the ones the
+CPU core takes too, ``csrc/core/<family>.h``) with ctypes, and
 manages "device" buffers: NumPy memory with guard bytes on both sides
 (checked after every launch, so an out-of-bounds write fails the test) and
 outputs pre-filled with NaN bytes (so an element the kernel forgot stays NaN).
@@ -42,8 +43,8 @@ def build() -> str:
     cu, cpp = _sources()
     c_src = [os.path.join(ROOT, "csrc", "core", "checked.c")]
     deps = cu + cpp + c_src + sorted(glob.glob(os.path.join(ROOT, "csrc", "cuda", "*.cuh"))) + sorted(
-        glob.glob(os.path.join(ROOT, "csrc", "cuda", "*.h"))) + sorted(glob.glob(os.path.join(ROOT, "csrc", "cuda", "emu", "*.h"))) + [
-        os.path.join(ROOT, "csrc", "core", "checked.h")]
+        glob.glob(os.path.join(ROOT, "csrc", "cuda", "*.h"))) + sorted(glob.glob(os.path.join(ROOT, "csrc", "cuda", "emu", "*.h"))) + sorted(
+        glob.glob(os.path.join(ROOT, "csrc", "core", "*.h")))
     h = hashlib.sha256(" ".join(CXX_FLAGS).encode())
     for p in deps:
         h.update(p.encode())
@@ -84,49 +85,47 @@ def build() -> str:
     return lib
 
 
-# ---- argument structs (mirror csrc/cuda/wavepe_cuda.h) ----------------------------
+# ---- argument structs (mirror csrc/core/<family>.h) ----------------------------
 
 i64, cint, dbl, ptr = C.c_int64, C.c_int, C.c_double, C.c_void_p
+I64x3 = i64 * 3
+FORWARD, GRAD_Q, GRAD_TABLE = 1, 2, 4  # wavepe_relbias kernels
 
 
 class RelBiasArgs(C.Structure):
     _fields_ = [("dtype", cint), ("batch", i64), ("m", i64), ("n", i64), ("d", i64), ("rows", i64),
                 ("r_lo", i64), ("q_offset", i64), ("causal", cint), ("clamp", cint),
-                ("q", ptr), ("q_stride_b", i64), ("q_stride_m", i64),
-                ("table", ptr), ("table_stride_r", i64), ("bias", ptr),
-                ("grad", ptr), ("grad_stride_b", i64), ("grad_stride_m", i64),
-                ("dq", ptr), ("dtable", ptr)]
+                ("q", ptr), ("q_stride_g", i64), ("q_stride_m", i64), ("table", ptr),
+                ("bias", ptr), ("bias_stride_g", i64), ("bias_stride_m", i64),
+                ("grad", ptr), ("grad_stride_g", i64), ("grad_stride_m", i64),
+                ("dq", ptr), ("dq_stride_g", i64), ("dq_stride_m", i64), ("dtable", ptr),
+                ("outer", i64), ("q_stride_o", i64), ("bias_stride_o", i64), ("workspace", ptr)]
 
 
 class AlibiArgs(C.Structure):
     _fields_ = [("dtype", cint), ("heads", i64), ("m", i64), ("n", i64), ("q_offset", i64), ("causal", cint),
-                ("slopes", ptr), ("out", ptr)]
+                ("slopes", ptr), ("out", ptr), ("out_stride_h", i64), ("out_stride_m", i64)]
 
 
 class RopeTensor(C.Structure):
-    _fields_ = [("heads", i64), ("x", ptr), ("x_stride_b", i64), ("x_stride_h", i64), ("x_stride_l", i64),
+    _fields_ = [("heads", i64), ("in_", ptr), ("in_stride_b", i64), ("in_stride_h", i64), ("in_stride_l", i64),
                 ("out", ptr), ("out_stride_b", i64), ("out_stride_h", i64), ("out_stride_l", i64)]
 
 
 class RopeArgs(C.Structure):
-    _fields_ = [("dtype", cint), ("batch", i64), ("len", i64), ("d", i64), ("rotary_pairs", i64),
-                ("layout", cint), ("inverse", cint), ("scale", dbl), ("positions", ptr),
-                ("pos_stride_b", i64), ("pos_offset", i64), ("inv_freq", ptr), ("ntensors", cint),
-                ("t", RopeTensor * 2)]
+    _fields_ = [("dtype", cint), ("batch", i64), ("len", i64), ("head_dim", i64), ("q", RopeTensor),
+                ("k", RopeTensor), ("inv_freq", ptr), ("rotary_pairs", i64), ("layout", cint), ("inverse", cint),
+                ("scale", dbl), ("positions", ptr), ("pos_stride_b", i64), ("pos_stride_l", i64), ("offset", i64)]
 
 
 class AttentionArgs(C.Structure):
     _fields_ = [("dtype", cint), ("batch", i64), ("heads", i64), ("kv_heads", i64), ("m", i64), ("n", i64),
-                ("d", i64), ("q_offset", i64), ("causal", cint), ("scale", dbl), ("pos_enc", cint),
-                ("table", ptr), ("table_rows", i64), ("table_stride_r", i64), ("r_lo", i64), ("clamp", cint),
-                ("alibi_slopes", ptr), ("key_padding_mask", ptr), ("kpm_stride_b", i64),
-                ("q", ptr), ("q_stride_b", i64), ("q_stride_h", i64), ("q_stride_m", i64),
-                ("k", ptr), ("k_stride_b", i64), ("k_stride_h", i64), ("k_stride_n", i64),
-                ("v", ptr), ("v_stride_b", i64), ("v_stride_h", i64), ("v_stride_n", i64),
-                ("out", ptr), ("o_stride_b", i64), ("o_stride_h", i64), ("o_stride_m", i64),
-                ("lse", ptr), ("num_splits", i64),
-                ("grad_out", ptr), ("go_stride_b", i64), ("go_stride_h", i64), ("go_stride_m", i64),
-                ("dq", ptr), ("dk", ptr), ("dv", ptr), ("dtable", ptr), ("grad_lse", ptr), ("dslopes", ptr)]
+                ("d", i64), ("q_offset", i64), ("causal", cint), ("scale", dbl),
+                ("q", ptr), ("k", ptr), ("v", ptr), ("q_strides", I64x3), ("k_strides", I64x3), ("v_strides", I64x3),
+                ("table", ptr), ("table_rows", i64), ("r_lo", i64), ("clamp", cint), ("slopes", ptr),
+                ("key_padding_mask", ptr), ("kpm_stride", i64), ("out", ptr), ("out_strides", I64x3), ("lse", ptr),
+                ("dout", ptr), ("dout_strides", I64x3), ("dlse", ptr), ("dq", ptr), ("dk", ptr), ("dv", ptr),
+                ("dtable", ptr), ("dslopes", ptr)]
 
 
 _lib = None
@@ -138,20 +137,20 @@ def lib() -> C.CDLL:
         L = C.CDLL(build())
         sz = C.c_size_t
         for name, argt, rest in [
-            ("wavepe_cuda_alibi_validate", [C.POINTER(AlibiArgs)], cint),
+            ("wavepe_cuda_alibi_check", [C.POINTER(AlibiArgs), ptr], cint),
             ("wavepe_cuda_alibi", [C.POINTER(AlibiArgs), ptr], cint),
-            ("wavepe_cuda_rope_validate", [C.POINTER(RopeArgs)], cint),
+            ("wavepe_cuda_rope_check", [C.POINTER(RopeArgs), ptr], cint),
             ("wavepe_cuda_rope", [C.POINTER(RopeArgs), ptr], cint),
-            ("wavepe_cuda_relbias_validate", [C.POINTER(RelBiasArgs), cint], cint),
+            ("wavepe_cuda_relbias_check", [C.POINTER(RelBiasArgs), C.c_uint, ptr], cint),
             ("wavepe_cuda_relbias_fwd", [C.POINTER(RelBiasArgs), ptr], cint),
-            ("wavepe_cuda_relbias_bwd_workspace_bytes", [C.POINTER(RelBiasArgs)], sz),
-            ("wavepe_cuda_relbias_bwd", [C.POINTER(RelBiasArgs), ptr, sz, ptr], cint),
-            ("wavepe_cuda_attention_validate", [C.POINTER(AttentionArgs), cint], cint),
+            ("wavepe_cuda_relbias_bwd_workspace_bytes", [C.POINTER(RelBiasArgs), C.c_uint], sz),
+            ("wavepe_cuda_relbias_bwd", [C.POINTER(RelBiasArgs), C.c_uint, ptr, sz, ptr], cint),
+            ("wavepe_cuda_attention_check", [C.POINTER(AttentionArgs), cint, i64, ptr], cint),
             ("wavepe_cuda_attention_num_splits", [C.POINTER(AttentionArgs)], i64),
             ("wavepe_cuda_attention_fwd_smem_bytes", [C.POINTER(AttentionArgs)], sz),
             ("wavepe_cuda_attention_bwd_smem_bytes", [C.POINTER(AttentionArgs)], sz),
-            ("wavepe_cuda_attention_fwd_workspace_bytes", [C.POINTER(AttentionArgs)], sz),
-            ("wavepe_cuda_attention_fwd", [C.POINTER(AttentionArgs), ptr, sz, ptr], cint),
+            ("wavepe_cuda_attention_fwd_workspace_bytes", [C.POINTER(AttentionArgs), i64], sz),
+            ("wavepe_cuda_attention_fwd", [C.POINTER(AttentionArgs), i64, ptr, sz, ptr], cint),
             ("wavepe_cuda_attention_bwd_workspace_bytes", [C.POINTER(AttentionArgs)], sz),
             ("wavepe_cuda_attention_bwd", [C.POINTER(AttentionArgs), ptr, sz, ptr], cint),
             ("wavepe_emu_last_message", [], C.c_char_p),
@@ -161,6 +160,18 @@ def lib() -> C.CDLL:
             fn.restype = rest
         _lib = L
     return _lib
+
+
+class Error(C.Structure):
+    """wavepe_error: the validator's sentence."""
+    _fields_ = [("message", C.c_char * 256)]
+
+
+def why(fn, *args) -> tuple[int, str]:
+    """(status, message) of a wavepe_cuda_*_check call (its last argument is the wavepe_error)."""
+    err = Error()
+    status = fn(*args, C.byref(err))
+    return status, err.message.decode()
 
 
 def check(err: int) -> None:

@@ -170,7 +170,15 @@ def attention(q, k, v, *, table=None, r_lo: int = 0, clamp: bool = False, slopes
     s = np.where(empty, 0.0, s)
     p = np.exp(s - s.max(axis=-1, keepdims=True))
     p = p / p.sum(axis=-1, keepdims=True)
-    return np.where(empty, 0.0, p @ v)
+    # out_m = sum over the keys m sees of p_mn v_n: a masked key is not in the sum
+    # at all, so a NaN or inf in its value cannot reach the output (p @ v would
+    # turn 0 * NaN into NaN).  Finite values through p @ v, the rest key by key.
+    finite = np.isfinite(v)
+    out = p @ np.where(finite, v, 0.0)
+    for bi, hi, ni in zip(*np.nonzero(~finite.all(axis=-1))):
+        seen = ~np.broadcast_to(masked, (b, h, m, n))[bi, hi, :, ni]
+        out[bi, hi, seen] += p[bi, hi, seen, ni, None] * np.where(finite[bi, hi, ni], 0.0, v[bi, hi, ni])
+    return np.where(empty, 0.0, out)
 
 
 # ---- RoPE ---------------------------------------------------------------------

@@ -27,7 +27,7 @@ torch = pytest.importorskip("torch")
 import wavepe.ops as wo  # noqa: E402
 from wavepe.ops.attention import _eager_attention  # noqa: E402
 
-POS_ENCS = ["wavelet", "relative", "alibi", "none"]
+POS_ENCS = ["wavelet", "relative", "alibi", "nope"]
 
 
 # ---- inputs and oracles ---------------------------------------------------------

@@ -227,3 +227,75 @@ def test_bad_files_give_clear_messages(tmp_path, capsys):
     (tmp_path / "small.txt").write_text("line\n" * 30)
     assert main(["extrapolate", "--data", str(tmp_path / "small.txt"), "--out", str(tmp_path / "o"), *TINY]) == 2
     assert "needs at least 33" in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------------------------------------------
+# missing packages: one line naming what to install, before any work
+
+
+def _without(monkeypatch, *modules: str) -> None:
+    from wavepe import _requires
+
+    real = _requires.installed
+    monkeypatch.setattr(_requires, "installed", lambda name: name not in modules and real(name))
+
+
+@pytest.mark.parametrize("argv, missing, message", [
+    (["extrapolate", "--quick"], "matplotlib", "wavepe extrapolate (its figures) needs matplotlib, which is not "
+                                               "installed: pip install 'matplotlib>=3.7'"),
+    (["extrapolate", "--quick"], "tqdm", "wavepe extrapolate (its progress bars) needs tqdm"),
+    (["band", "--hf-model", "some/llama"], "transformers", "wavepe band --hf-model needs transformers, which is not "
+                                                           "installed: pip install 'wavepe[hf]'"),
+])
+def test_a_missing_package_is_one_line_naming_what_to_install(argv, missing, message, monkeypatch, tmp_path,
+                                                               capsys):
+    _without(monkeypatch, missing)
+    out = tmp_path / "run"
+    assert main([*argv, "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert message in err and len(err.strip().splitlines()) == 1 and "Traceback" not in err
+    assert err.startswith(f"wavepe {argv[0]}: error: ")
+    assert not out.exists()  # nothing was started
+
+
+def test_fairseq_user_dir_without_fairseq_prints_the_path_and_names_the_extra(monkeypatch, capsys):
+    from wavepe.integrations.fairseq import user_dir
+
+    _without(monkeypatch, "fairseq")
+    assert main(["fairseq-user-dir"]) == 0  # `--user-dir "$(wavepe fairseq-user-dir)"` keeps working
+    captured = capsys.readouterr()
+    assert captured.out.strip() == user_dir()
+    assert captured.err.strip() == ("wavepe fairseq-user-dir: note: the fairseq plugin needs fairseq, which is not "
+                                    "installed: pip install 'wavepe[fairseq]' (fairseq 0.12.2 runs on Python <= 3.10; "
+                                    "wavepe's scripts/setup_fairseq_env.sh builds such an environment)")
+
+
+def test_extrapolate_without_progress_does_not_need_tqdm(monkeypatch, tmp_path, capsys):
+    _without(monkeypatch, "tqdm")
+    assert main(["extrapolate", "--quick", "--out", str(tmp_path / "run"), *TINY, "--encodings", "nope",
+                 "--no-save-models"]) == 0
+
+
+HIDE_MODULE = """
+import importlib.abc, sys
+class Hide(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path, target=None):
+        if name.split(".")[0] == {name!r}:
+            raise ModuleNotFoundError(f"No module named {{name!r}}", name=name)
+sys.meta_path.insert(0, Hide())
+"""
+
+
+@pytest.mark.parametrize("code, module, message", [
+    ("import wavepe.integrations.hf", "transformers",
+     "wavepe.integrations.hf (wavepe.patch_llama) needs transformers, which is not installed: pip install 'wavepe[hf]'"),
+    ("import wavepe; wavepe.patch_llama", "transformers", "pip install 'wavepe[hf]'"),
+    ("import wavepe.integrations.fairseq.model", "fairseq",
+     "wavepe's fairseq plugin needs fairseq, which is not installed: pip install 'wavepe[fairseq]'"),
+])
+def test_integrations_without_their_extra_raise_one_line(code, module, message):
+    r = subprocess.run([sys.executable, "-c", HIDE_MODULE.format(name=module) + code], capture_output=True,
+                       text=True, timeout=120)
+    assert r.returncode != 0
+    last = r.stderr.strip().splitlines()[-1]
+    assert last.startswith("wavepe._requires.MissingDependency: ") and message in last

@@ -140,12 +140,15 @@ def test_rel_bias_backward_is_deterministic():
 
 def test_rel_bias_strided_and_half_inputs_stay_native():
     cfg = WaveletConfig.grid(64)
-    x = torch.randn(2, 40, 4, 64, device=DEV, dtype=torch.bfloat16)
+    g = torch.Generator().manual_seed(2)
+    x = torch.randn(2, 40, 4, 64, generator=g).to(DEV, torch.bfloat16)
     q = x.transpose(1, 2)  # (2, 4, 40, 64), not contiguous
     out = wo.wavelet_bias(q, cfg)
     assert out.dtype == torch.bfloat16
-    ref_out = wo.wavelet_bias(q.float().contiguous(), cfg)
-    torch.testing.assert_close(out.float(), ref_out, rtol=2e-2, atol=2e-2)
+    table, r_lo = cfg.table(np.float32)
+    table = rounded(torch.from_numpy(np.array(table)).to(torch.bfloat16))  # the kernel reads the bf16 table
+    # tolerance from bf16 rounding (inputs, products on the way, the output), not a guess
+    close(out, ref.rel_bias(rounded(q), table, r_lo, 40, 0, True, False), torch.bfloat16, 64, "bf16 bias")
 
 
 def test_rel_bias_compile_on_cuda():
@@ -241,7 +244,7 @@ ATTN_CASES = [
     (1, 4, 4, 33, 90, 128, "relative", True, None, True),
     (2, 2, 1, 48, 48, 40, "alibi", False, 0, True),
     (1, 4, 1, 1, 700, 128, "wavelet", True, None, False),   # decoding: split-KV
-    (1, 2, 2, 40, 40, 200, "none", True, None, False),        # head_dim bucket 256
+    (1, 2, 2, 40, 40, 200, "nope", True, None, False),        # head_dim bucket 256
 ]
 
 
@@ -274,7 +277,10 @@ def attention_case(case, dtype, grad=True):
 @pytest.mark.parametrize("case", ATTN_CASES, ids=lambda c: f"{c[6]}-M{c[3]}-N{c[4]}-d{c[5]}")
 def test_attention_on_cuda_against_oracle(dtype, case):
     if dtype == torch.float64 and case[5] > 128:
-        with pytest.raises(ValueError, match="head_dim must be <= 128"):
+        if ON_CPU:
+            pytest.skip("dry run: the limit is the CUDA kernels'")
+        # the routed path reaches the CUDA op, whose launch checks this device's limits
+        with pytest.raises(ValueError, match="head_dim must be <= 128 for float64 on CUDA, got 200"):
             q, k, v, kw, *_ = attention_case(case, dtype)
             wo.wavelet_attention(q, k, v, **kw)
         return
@@ -299,7 +305,7 @@ def test_attention_on_cuda_against_oracle(dtype, case):
         close(grads[3], want["dtable"], dtype, Bn * H * M * N, "dtable")
 
 
-@pytest.mark.parametrize("pe", ["wavelet", "relative", "alibi", "none"])
+@pytest.mark.parametrize("pe", ["wavelet", "relative", "alibi", "nope"])
 def test_attention_cpu_and_cuda_agree(pe):
     case = (1, 4, 2, 50, 60, 32, pe, True, None, True)
     q, k, v, kw, *_ = attention_case(case, torch.float32, grad=False)
@@ -312,7 +318,7 @@ def test_attention_cpu_and_cuda_agree(pe):
 
 
 def test_attention_gradcheck_float64_on_cuda():
-    for pe in ("relative", "alibi", "none"):
+    for pe in ("relative", "alibi", "nope"):
         q, k, v, kw, table, *_ = attention_case((1, 2, 1, 6, 9, 8, pe, True, None, False), torch.float64)
 
         def f(q, k, v, *t):
@@ -337,7 +343,7 @@ def test_attention_opcheck_on_cuda(dtype):
     args = (q, k, v, table, -2, False, None, kpm, 0.25, 3, True)
     torch.library.opcheck(torch.ops.wavepe.attention_fwd.default, args)
     out, lse = torch.ops.wavepe.attention_fwd(*args)
-    assert lse.dtype == (torch.float32 if dtype == torch.bfloat16 else dtype)
+    assert lse.dtype == torch.float32  # the accumulator type, as the fake kernel says (tests/test_routing.py)
     go = torch.randn_like(out)
     torch.library.opcheck(torch.ops.wavepe.attention_bwd.default,
                           (go, None, q, k, v, out, lse, table, -2, False, None, kpm, 0.25, 3, True, True, False))

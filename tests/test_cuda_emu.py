@@ -69,8 +69,9 @@ def test_alibi_matches_oracle(lib, dtype, m, n, off, causal):
     slopes = np.array([0.5, 0.125, 3.0])
     sb = put(slopes, dtype)
     ob = E.Buf((3, m, n), E.np_dtype(dtype))
-    a = E.AlibiArgs(dtype=dtype, heads=3, m=m, n=n, q_offset=off, causal=int(causal), slopes=sb.ptr, out=ob.ptr)
-    assert lib.wavepe_cuda_alibi_validate(C.byref(a)) == 0
+    a = E.AlibiArgs(dtype=dtype, heads=3, m=m, n=n, q_offset=off, causal=int(causal), slopes=sb.ptr, out=ob.ptr,
+                    out_stride_h=m * n, out_stride_m=n)
+    assert lib.wavepe_cuda_alibi_check(C.byref(a), None) == 0
     E.check(lib.wavepe_cuda_alibi(C.byref(a), None))
     ob.check_guards()
     want = ref.alibi_bias(E.rounded(slopes, dtype), m, n, off, causal)
@@ -81,7 +82,8 @@ def test_alibi_large_positions_round_like_the_cpu_core(lib):
     off = 2**24 + 5
     sb = put(np.array([1.0]), E.F32)
     ob = E.Buf((1, 2, 20), np.float32)
-    a = E.AlibiArgs(dtype=E.F32, heads=1, m=2, n=20, q_offset=off, causal=0, slopes=sb.ptr, out=ob.ptr)
+    a = E.AlibiArgs(dtype=E.F32, heads=1, m=2, n=20, q_offset=off, causal=0, slopes=sb.ptr, out=ob.ptr,
+                    out_stride_h=40, out_stride_m=20)
     E.check(lib.wavepe_cuda_alibi(C.byref(a), None))
     want = -np.abs((off + np.arange(2)[:, None] - np.arange(20)[None, :]).astype(np.float32))
     np.testing.assert_array_equal(ob.arr[0], want)
@@ -93,16 +95,17 @@ def rope_call(lib, dtype, xs, pos, inv_freq, layout, pairs, scale, inverse, *, o
               row_pad=0, misalign=False):
     """Run the launcher on the tensors xs (list of (B, H, L, d) float64) and return the outputs (float64)."""
     B, _, L, d = xs[0].shape
-    a = E.RopeArgs(dtype=dtype, batch=B, len=L, d=d, rotary_pairs=pairs, layout=layout, inverse=int(inverse),
-                   scale=scale, ntensors=len(xs))
+    a = E.RopeArgs(dtype=dtype, batch=B, len=L, head_dim=d, rotary_pairs=pairs, layout=layout, inverse=int(inverse),
+                   scale=scale)
     keep = []
     if offset is None:
         pb = put(pos.astype(np.int64), None)
         keep.append(pb)
         a.positions = pb.ptr
         a.pos_stride_b = 0 if pos.ndim == 1 else L
+        a.pos_stride_l = 1
     else:
-        a.pos_offset = offset
+        a.offset = offset
     ib = put(inv_freq, None)
     keep.append(ib)
     a.inv_freq = ib.ptr
@@ -119,16 +122,16 @@ def rope_call(lib, dtype, xs, pos, inv_freq, layout, pairs, scale, inverse, *, o
         xb.arr[shift:] = big.ravel()
         ob = xb if in_place else E.Buf((big.size + shift,), s.dtype)
         keep += [xb, ob]
-        t = a.t[i]
+        t = a.q if i == 0 else a.k
         t.heads = H
         esz = s.dtype.itemsize
-        t.x = xb.ptr + shift * esz
+        t.in_ = xb.ptr + shift * esz
         t.out = ob.ptr + shift * esz
-        t.x_stride_b = t.out_stride_b = H * L * rs
-        t.x_stride_h = t.out_stride_h = L * rs
-        t.x_stride_l = t.out_stride_l = rs
+        t.in_stride_b = t.out_stride_b = H * L * rs
+        t.in_stride_h = t.out_stride_h = L * rs
+        t.in_stride_l = t.out_stride_l = rs
         outs.append(ob)
-    assert lib.wavepe_cuda_rope_validate(C.byref(a)) == 0
+    assert lib.wavepe_cuda_rope_check(C.byref(a), None) == 0
     E.check(lib.wavepe_cuda_rope(C.byref(a), None))
     for b in keep:
         b.check_guards()
@@ -191,9 +194,9 @@ def relbias_call(lib, dtype, q, T, r_lo, N, off, causal, clamp, g=None, want_dta
     qb, tb = put(qpad, dtype), put(T, dtype)
     ob = E.Buf((B, M, N), E.np_dtype(dtype))
     a = E.RelBiasArgs(dtype=dtype, batch=B, m=M, n=N, d=d, rows=R, r_lo=r_lo, q_offset=off, causal=int(causal),
-                      clamp=int(clamp), q=qb.ptr, q_stride_b=M * rs, q_stride_m=rs, table=tb.ptr, table_stride_r=d,
-                      bias=ob.ptr)
-    assert lib.wavepe_cuda_relbias_validate(C.byref(a), 0) == 0
+                      clamp=int(clamp), q=qb.ptr, q_stride_g=M * rs, q_stride_m=rs, table=tb.ptr,
+                      bias=ob.ptr, bias_stride_g=M * N, bias_stride_m=N)
+    assert lib.wavepe_cuda_relbias_check(C.byref(a), E.FORWARD, None) == 0
     E.check(lib.wavepe_cuda_relbias_fwd(C.byref(a), None))
     res = {"bias": E.values(ob.arr, dtype)}
     keep = [qb, tb, ob]
@@ -201,13 +204,14 @@ def relbias_call(lib, dtype, q, T, r_lo, N, off, causal, clamp, g=None, want_dta
         gb = put(g, dtype)
         dqb = E.Buf((B, M, d), E.np_dtype(dtype))
         dtb = E.Buf((R, d), E.np_dtype(dtype)) if want_dtable else None
-        a.grad, a.grad_stride_b, a.grad_stride_m = gb.ptr, M * N, N
-        a.dq = dqb.ptr
+        a.grad, a.grad_stride_g, a.grad_stride_m = gb.ptr, M * N, N
+        a.dq, a.dq_stride_g, a.dq_stride_m = dqb.ptr, M * d, d
         a.dtable = dtb.ptr if dtb else None
-        ws = lib.wavepe_cuda_relbias_bwd_workspace_bytes(C.byref(a))
+        kernels = E.GRAD_Q | (E.GRAD_TABLE if dtb else 0)
+        ws = lib.wavepe_cuda_relbias_bwd_workspace_bytes(C.byref(a), kernels)
         wb = E.Buf((max(ws, 1),), np.uint8)
-        assert lib.wavepe_cuda_relbias_validate(C.byref(a), 1) == 0
-        E.check(lib.wavepe_cuda_relbias_bwd(C.byref(a), wb.ptr, ws, None))
+        assert lib.wavepe_cuda_relbias_check(C.byref(a), kernels, None) == 0
+        E.check(lib.wavepe_cuda_relbias_bwd(C.byref(a), kernels, wb.ptr, ws, None))
         res["dq"] = E.values(dqb.arr, dtype)
         if dtb:
             res["dtable"] = E.values(dtb.arr, dtype)
@@ -241,6 +245,31 @@ def test_relbias_skips_work_outside_the_table(lib):
     assert (got == 0).all()
 
 
+@pytest.mark.parametrize("dtype", [E.F32, E.BF16], ids=DTYPE_IDS.get)
+def test_relbias_outer_batch_level_and_strided_output(lib, dtype):
+    # the forward reads q as (outer, batch) strided levels -- a (B, L, H, d).transpose(1, 2) view -- and
+    # writes a strided bias: the struct the CPU plan takes, as is
+    rng = np.random.default_rng(5)
+    B, H, M, N, d, R = 2, 3, 37, 45, 16, 25
+    x = rng.standard_normal((B, M, H, d))  # (B, L, H, d)
+    T = rng.standard_normal((R, d))
+    xb, tb = put(x, dtype), put(T, dtype)
+    pad = 3
+    ob = E.Buf((B, H, M, N + pad), E.np_dtype(dtype))
+    a = E.RelBiasArgs(dtype=dtype, outer=B, batch=H, m=M, n=N, d=d, rows=R, r_lo=-5, q_offset=8, causal=1,
+                      q=xb.ptr, q_stride_o=M * H * d, q_stride_g=d, q_stride_m=H * d, table=tb.ptr,
+                      bias=ob.ptr, bias_stride_o=H * M * (N + pad), bias_stride_g=M * (N + pad), bias_stride_m=N + pad)
+    assert lib.wavepe_cuda_relbias_check(C.byref(a), E.FORWARD, None) == 0
+    E.check(lib.wavepe_cuda_relbias_fwd(C.byref(a), None))
+    for b in (xb, tb, ob):
+        b.check_guards()
+    q = E.rounded(x, dtype).transpose(0, 2, 1, 3)  # (B, H, M, d)
+    want = ref.rel_bias(q, E.rounded(T, dtype), -5, N, 8, True, False)
+    got = E.values(ob.arr, dtype)
+    assert_close(got[..., :N], want, dtype, d, "bias")
+    assert (ob.arr[..., N:].view(np.uint8) == 0xFF).all(), "the row padding was written"
+
+
 # ---- attention ----------------------------------------------------------------------------
 
 class Attn:
@@ -262,7 +291,8 @@ class Attn:
         self.off, self.causal, self.pe, self.r_lo, self.clamp = off, causal, pe, r_lo, clamp
         acc = np.float64 if dtype == E.F64 else np.float32
         a = E.AttentionArgs(dtype=dtype, batch=B, heads=H, kv_heads=Hk, m=M, n=N, d=d, q_offset=off,
-                            causal=int(causal), scale=self.scale, pos_enc=pe, num_splits=splits)
+                            causal=int(causal), scale=self.scale)
+        self.splits = splits
         self.bufs = []
 
         def padded(x, name):  # rows padded to d + row_pad: strided views
@@ -272,36 +302,36 @@ class Attn:
             self.bufs.append(b)
             s = p.shape
             setattr(a, name, b.ptr)
-            return s[1] * s[2] * s[3], s[2] * s[3], s[3]
+            return E.I64x3(s[1] * s[2] * s[3], s[2] * s[3], s[3])
 
-        a.q_stride_b, a.q_stride_h, a.q_stride_m = padded(self.q, "q")
-        a.k_stride_b, a.k_stride_h, a.k_stride_n = padded(self.k, "k")
-        a.v_stride_b, a.v_stride_h, a.v_stride_n = padded(self.v, "v")
-        a.go_stride_b, a.go_stride_h, a.go_stride_m = padded(self.go, "grad_out")
+        a.q_strides = padded(self.q, "q")
+        a.k_strides = padded(self.k, "k")
+        a.v_strides = padded(self.v, "v")
+        a.dout_strides = padded(self.go, "dout")
         if pe == 1:
             tb = put(self.table, dtype)
             self.bufs.append(tb)
-            a.table, a.table_rows, a.table_stride_r, a.r_lo, a.clamp = tb.ptr, R, d, r_lo, int(clamp)
+            a.table, a.table_rows, a.r_lo, a.clamp = tb.ptr, R, r_lo, int(clamp)
         if pe == 2:
             sb = put(self.slopes.astype(acc), None)
             self.bufs.append(sb)
-            a.alibi_slopes = sb.ptr
+            a.slopes = sb.ptr
         if kpm:
             kb = put(self.kpm.astype(np.uint8), None)
             self.bufs.append(kb)
-            a.key_padding_mask, a.kpm_stride_b = kb.ptr, N
+            a.key_padding_mask, a.kpm_stride = kb.ptr, N
         self.out = E.Buf((B, H, M, d), E.np_dtype(dtype))
         self.lse = E.Buf((B, H, M), acc)
-        a.out, a.o_stride_b, a.o_stride_h, a.o_stride_m = self.out.ptr, H * M * d, M * d, d
+        a.out, a.out_strides = self.out.ptr, E.I64x3(H * M * d, M * d, d)
         a.lse = self.lse.ptr
         self.a = a
 
     def forward(self):
         a = self.a
-        assert self.lib.wavepe_cuda_attention_validate(C.byref(a), 0) == 0
-        ws = self.lib.wavepe_cuda_attention_fwd_workspace_bytes(C.byref(a))
+        assert self.lib.wavepe_cuda_attention_check(C.byref(a), 0, self.splits, None) == 0
+        ws = self.lib.wavepe_cuda_attention_fwd_workspace_bytes(C.byref(a), self.splits)
         wb = E.Buf((max(ws, 1),), np.uint8)
-        E.check(self.lib.wavepe_cuda_attention_fwd(C.byref(a), wb.ptr, ws, None))
+        E.check(self.lib.wavepe_cuda_attention_fwd(C.byref(a), self.splits, wb.ptr, ws, None))
         for b in self.bufs + [self.out, self.lse, wb]:
             b.check_guards()
         return E.values(self.out.arr, self.dtype), np.asarray(self.lse.arr, np.float64)
@@ -313,7 +343,7 @@ class Attn:
         if grad_lse:
             self.grad_lse = np.random.default_rng(99).standard_normal((B, H, M))
             gl = put(self.grad_lse.astype(np.float64 if self.dtype == E.F64 else np.float32), None)
-            a.grad_lse = gl.ptr
+            a.dlse = gl.ptr
             extra.append(gl)
         dsb = None
         if want_dslopes:
@@ -326,7 +356,7 @@ class Attn:
         a.dq, a.dk, a.dv = self.dq.ptr, self.dk.ptr, self.dv.ptr
         dtb = E.Buf(self.table.shape, E.np_dtype(self.dtype)) if want_dtable else None
         a.dtable = dtb.ptr if dtb else None
-        assert self.lib.wavepe_cuda_attention_validate(C.byref(a), 1) == 0
+        assert self.lib.wavepe_cuda_attention_check(C.byref(a), 1, 1, None) == 0
         ws = self.lib.wavepe_cuda_attention_bwd_workspace_bytes(C.byref(a))
         wb = E.Buf((max(ws, 1),), np.uint8)
         E.check(self.lib.wavepe_cuda_attention_bwd(C.byref(a), wb.ptr, ws, None))
@@ -472,8 +502,8 @@ def test_shared_memory_limit_is_reported(lib, monkeypatch):
     # a device granting less shared memory than the head-dim-256 tiles need
     monkeypatch.setenv("WAVEPE_EMU_SMEM_OPTIN", str(64 * 1024))
     prob = Attn(lib, E.BF16, B=1, H=1, Hk=1, M=4, N=4, d=200, off=0, causal=True, pe=1, R=4)
-    ws = lib.wavepe_cuda_attention_fwd_workspace_bytes(C.byref(prob.a))
-    assert lib.wavepe_cuda_attention_fwd(C.byref(prob.a), None, ws, None) == 1  # cudaErrorInvalidValue
+    ws = lib.wavepe_cuda_attention_fwd_workspace_bytes(C.byref(prob.a), 1)
+    assert lib.wavepe_cuda_attention_fwd(C.byref(prob.a), 1, None, ws, None) == 1  # cudaErrorInvalidValue
 
 
 # ---- argument checks --------------------------------------------------------------------------
@@ -481,33 +511,35 @@ def test_shared_memory_limit_is_reported(lib, monkeypatch):
 WAVEPE_E_NEGATIVE_SIZE, WAVEPE_E_OVERFLOW, WAVEPE_E_INVALID, WAVEPE_E_NULL = -1, -2, -3, -4
 
 
-@pytest.mark.parametrize("change,status", [
-    (dict(m=-1), WAVEPE_E_NEGATIVE_SIZE),
-    (dict(kv_heads=3), WAVEPE_E_INVALID),          # heads 4 not a multiple
-    (dict(kv_heads=0), WAVEPE_E_INVALID),
-    (dict(d=257), WAVEPE_E_INVALID),
-    (dict(dtype=7), WAVEPE_E_INVALID),
-    (dict(pos_enc=9), WAVEPE_E_INVALID),
-    (dict(scale=0.0), WAVEPE_E_INVALID),
-    (dict(scale=float("nan")), WAVEPE_E_INVALID),
-    (dict(num_splits=0), WAVEPE_E_INVALID),
-    (dict(q=None), WAVEPE_E_NULL),
-    (dict(lse=None), WAVEPE_E_NULL),
-    (dict(q_stride_m=2**62), WAVEPE_E_OVERFLOW),
-    (dict(n=2**62), WAVEPE_E_OVERFLOW),
-    (dict(q_offset=2**62), WAVEPE_E_OVERFLOW),
+@pytest.mark.parametrize("change,status,words", [
+    (dict(m=-1), WAVEPE_E_NEGATIVE_SIZE, "q_len must be >= 0, got -1"),
+    (dict(kv_heads=3), WAVEPE_E_INVALID, "multiple of k's heads H_kv=3"),   # heads 4 not a multiple
+    (dict(kv_heads=0), WAVEPE_E_INVALID, "H_kv=0"),
+    (dict(d=257), WAVEPE_E_INVALID, "head_dim must be <= 256"),
+    (dict(dtype=7), WAVEPE_E_INVALID, "dtype=7"),
+    (dict(scale=0.0), WAVEPE_E_INVALID, "scale must be finite and > 0, got 0"),
+    (dict(scale=float("nan")), WAVEPE_E_INVALID, "scale"),
+    (dict(splits=0), WAVEPE_E_INVALID, "num_splits must be >= 1"),
+    (dict(q=None), WAVEPE_E_NULL, "q, out and lse"),
+    (dict(lse=None), WAVEPE_E_NULL, "lse"),
+    (dict(q_strides=(0, 0, 2**62)), WAVEPE_E_OVERFLOW, "q: a (1, 4, 3, 8) view"),
+    (dict(n=2**62), WAVEPE_E_OVERFLOW, "k_len=4611686018427387904"),
+    (dict(q_offset=2**62), WAVEPE_E_OVERFLOW, "q_offset=4611686018427387904"),
 ])
-def test_attention_rejects_bad_arguments(lib, change, status):
+def test_attention_rejects_bad_arguments(lib, change, status, words):
     prob = Attn(lib, E.F32, B=1, H=4, Hk=2, M=3, N=5, d=8, off=2, causal=True, pe=0)
+    splits = change.pop("splits", 1)
     for k, v in change.items():
-        setattr(prob.a, k, v)
-    assert lib.wavepe_cuda_attention_validate(C.byref(prob.a), 0) == status
-    assert lib.wavepe_cuda_attention_fwd(C.byref(prob.a), None, 0, None) == 1
+        setattr(prob.a, k, E.I64x3(*v) if k.endswith("strides") else v)
+    got, message = E.why(lib.wavepe_cuda_attention_check, C.byref(prob.a), 0, splits)
+    assert got == status and words in message, message
+    assert lib.wavepe_cuda_attention_fwd(C.byref(prob.a), splits, None, 0, None) == 1
 
 
 def test_attention_float64_head_dim_limit(lib):
     prob = Attn(lib, E.F64, B=1, H=1, Hk=1, M=2, N=2, d=129, off=0, causal=True, pe=0)
-    assert lib.wavepe_cuda_attention_validate(C.byref(prob.a), 0) == WAVEPE_E_INVALID
+    got, message = E.why(lib.wavepe_cuda_attention_check, C.byref(prob.a), 0, 1)
+    assert got == WAVEPE_E_INVALID and "head_dim must be <= 128 for float64 on CUDA, got 129" in message
 
 
 def test_attention_backward_rejects_dtable_without_table(lib):
@@ -515,36 +547,46 @@ def test_attention_backward_rejects_dtable_without_table(lib):
     prob.forward()
     grads = [E.Buf((1, 1, 2, 8), np.float32) for _ in range(3)]
     prob.a.dq, prob.a.dk, prob.a.dv = (b.ptr for b in grads)
-    assert lib.wavepe_cuda_attention_validate(C.byref(prob.a), 1) == 0
+    assert lib.wavepe_cuda_attention_check(C.byref(prob.a), 1, 1, None) == 0
     dummy = E.Buf((4, 8), np.float32)
     prob.a.dtable = dummy.ptr
-    assert lib.wavepe_cuda_attention_validate(C.byref(prob.a), 1) == WAVEPE_E_INVALID
+    assert lib.wavepe_cuda_attention_check(C.byref(prob.a), 1, 1, None) == WAVEPE_E_INVALID
 
 
 def test_relbias_rejects_bad_arguments(lib):
     a = E.RelBiasArgs(dtype=E.F32, batch=1, m=2, n=3, d=4, rows=0, clamp=1)
-    assert lib.wavepe_cuda_relbias_validate(C.byref(a), 0) == WAVEPE_E_INVALID  # clamp with no rows
+    got, message = E.why(lib.wavepe_cuda_relbias_check, C.byref(a), E.FORWARD)
+    assert got == WAVEPE_E_INVALID and "clamp=True needs a table with at least one row" in message
     a = E.RelBiasArgs(dtype=E.F32, batch=2**40, m=2**20, n=2**20, d=1, rows=1)
-    assert lib.wavepe_cuda_relbias_validate(C.byref(a), 0) == WAVEPE_E_OVERFLOW
-    a = E.RelBiasArgs(dtype=E.F32, batch=1, m=2, n=3, d=4, rows=1, q_stride_b=8, q_stride_m=4, table_stride_r=4)
-    assert lib.wavepe_cuda_relbias_validate(C.byref(a), 0) == WAVEPE_E_NULL
+    got, message = E.why(lib.wavepe_cuda_relbias_check, C.byref(a), E.FORWARD)
+    assert got == WAVEPE_E_OVERFLOW and "the bias (outer, batch, M, k_len)" in message
+    a = E.RelBiasArgs(dtype=E.F32, batch=1, m=2, n=3, d=4, rows=1, q_offset=-2**61)
+    got, message = E.why(lib.wavepe_cuda_relbias_check, C.byref(a), E.FORWARD)
+    assert got == WAVEPE_E_OVERFLOW and "q_offset=-2305843009213693952" in message
+    a = E.RelBiasArgs(dtype=E.F32, batch=1, m=2, n=3, d=4, rows=1, q_stride_g=8, q_stride_m=4)
+    assert lib.wavepe_cuda_relbias_check(C.byref(a), E.FORWARD, None) == WAVEPE_E_NULL
     assert lib.wavepe_cuda_relbias_fwd(C.byref(a), None) == 1
+    # the forward and the backward are separate launches
+    assert lib.wavepe_cuda_relbias_check(C.byref(a), E.FORWARD | E.GRAD_Q, None) == WAVEPE_E_INVALID
 
 
 def test_rope_rejects_bad_arguments(lib):
-    base = dict(dtype=E.F32, batch=1, len=2, d=4, rotary_pairs=2, scale=1.0, ntensors=1)
-    for change, status in [(dict(d=5), WAVEPE_E_INVALID), (dict(rotary_pairs=3), WAVEPE_E_INVALID),
-                           (dict(scale=float("nan")), WAVEPE_E_INVALID), (dict(scale=float("inf")), WAVEPE_E_INVALID),
-                           (dict(ntensors=3), WAVEPE_E_INVALID),
-                           (dict(layout=2), WAVEPE_E_INVALID), (dict(len=-1), WAVEPE_E_NEGATIVE_SIZE),
-                           (dict(pos_offset=2**63 - 1), WAVEPE_E_OVERFLOW)]:
+    base = dict(dtype=E.F32, batch=1, len=2, head_dim=4, rotary_pairs=2, scale=1.0)
+    for change, status, words in [
+            (dict(head_dim=5), WAVEPE_E_INVALID, "head_dim must be even"),
+            (dict(rotary_pairs=3), WAVEPE_E_INVALID, "rotary_pairs must be in [0, head_dim/2 = 2], got 3"),
+            (dict(scale=float("nan")), WAVEPE_E_INVALID, "scale must be finite"),
+            (dict(scale=float("inf")), WAVEPE_E_INVALID, "scale must be finite"),
+            (dict(layout=2), WAVEPE_E_INVALID, "layout=2"), (dict(len=-1), WAVEPE_E_NEGATIVE_SIZE, "length must be >= 0, got -1"),
+            (dict(offset=2**63 - 1), WAVEPE_E_OVERFLOW, "offset=9223372036854775807")]:
         a = E.RopeArgs(**{**base, **change})
-        a.t[0].heads = 1
-        a.t[0].x_stride_b = a.t[0].x_stride_h = a.t[0].out_stride_b = a.t[0].out_stride_h = 8
-        a.t[0].x_stride_l = a.t[0].out_stride_l = 4
-        a.t[0].x = a.t[0].out = 64  # never dereferenced: validation fails first
+        a.q.heads = 1
+        a.q.in_stride_b = a.q.in_stride_h = a.q.out_stride_b = a.q.out_stride_h = 8
+        a.q.in_stride_l = a.q.out_stride_l = 4
+        a.q.in_ = a.q.out = 64  # never dereferenced: validation fails first
         a.inv_freq = 64
-        assert lib.wavepe_cuda_rope_validate(C.byref(a)) == status, change
+        got, message = E.why(lib.wavepe_cuda_rope_check, C.byref(a))
+        assert got == status and words in message, (change, message)
         assert lib.wavepe_cuda_rope(C.byref(a), None) == 1
 
 
@@ -555,9 +597,9 @@ def test_emulator_enforces_the_shared_memory_limit(lib, monkeypatch):
     need = lib.wavepe_cuda_attention_fwd_smem_bytes(C.byref(prob.a))
     assert need > 48 * 1024
     monkeypatch.setenv("WAVEPE_EMU_SMEM_OPTIN", str(need - 16))
-    assert lib.wavepe_cuda_attention_fwd(C.byref(prob.a), None, 0, None) != 0
+    assert lib.wavepe_cuda_attention_fwd(C.byref(prob.a), 1, None, 0, None) != 0
     monkeypatch.setenv("WAVEPE_EMU_SMEM_OPTIN", str(need))
-    assert lib.wavepe_cuda_attention_fwd(C.byref(prob.a), None, 0, None) == 0
+    assert lib.wavepe_cuda_attention_fwd(C.byref(prob.a), 1, None, 0, None) == 0
 
 
 if os.environ.get("WAVEPE_EMU_ORDER"):  # pragma: no cover
@@ -620,7 +662,8 @@ def test_grid_stride_loops_and_single_head_group(lib, monkeypatch):
     slopes = np.array([0.5, 0.25, 0.125])
     sb = put(slopes, E.F32)
     ob = E.Buf((3, 70, 90), np.float32)
-    a = E.AlibiArgs(dtype=E.F32, heads=3, m=70, n=90, q_offset=20, causal=1, slopes=sb.ptr, out=ob.ptr)
+    a = E.AlibiArgs(dtype=E.F32, heads=3, m=70, n=90, q_offset=20, causal=1, slopes=sb.ptr, out=ob.ptr,
+                    out_stride_h=70 * 90, out_stride_m=90)
     E.check(lib.wavepe_cuda_alibi(C.byref(a), None))
     np.testing.assert_array_equal(ob.arr, ref.alibi_bias(slopes, 70, 90, 20, True).astype(np.float32))
     x = rng.standard_normal((1, 3, 512, 64))

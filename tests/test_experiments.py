@@ -20,7 +20,7 @@ from wavepe.experiments.model import LMConfig, TinyLM, load_model, save_model
 from wavepe.experiments.train import TrainConfig, train_lm
 from wavepe.nn import PositionalAttention
 
-ENCS = ("wavelet", "rope", "alibi", "none")
+ENCS = ("wavelet", "rope", "alibi", "nope")
 
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
@@ -321,7 +321,7 @@ def test_parse_encoding():
     assert parse_encoding("rope-ltrain", 64).theta == 64.0
     assert parse_encoding("rope", 64).theta == 1e4
     assert parse_encoding("rope:5e5", 64).label == "RoPE θ=500000"
-    assert parse_encoding("NoPE", 64).pos_enc == "none"
+    assert parse_encoding("NoPE", 64).pos_enc == "nope"
     for bad, match in (("sinusoid", "unknown encoding"), ("rope:abc", "number"), ("rope:1", "> 1")):
         with pytest.raises(ValueError, match=match):
             parse_encoding(bad, 64)

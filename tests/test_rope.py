@@ -483,12 +483,14 @@ def test_meta_tensors_give_shapes():
 
 def test_eager_fallback_for_devices_without_a_kernel(monkeypatch):
     # what a device without a compiled kernel gets: the plain-PyTorch formulation, with a warning
-    monkeypatch.setattr(rope_mod, "_has_kernel", lambda device: False)
-    monkeypatch.setattr(rope_mod, "_warned_devices", set())
+    from wavepe.ops import _routing
+
+    monkeypatch.setattr(_routing, "_kernel_registered", lambda op, device_type: False)
+    monkeypatch.setattr(_routing, "_warned", set())
     q = torch.randn(1, 2, 6, 8, dtype=torch.float64)
     k = torch.randn(1, 1, 6, 8, dtype=torch.float64)
     inv = torch.from_numpy(ref.rope_inv_freq(1e4, 8))
-    with pytest.warns(RuntimeWarning, match="no compiled kernel"):
+    with pytest.warns(RuntimeWarning, match="no compiled rope kernel for device 'cpu'"):
         q_rot, k_rot = wo.rope_inv_freq(q, k, 2, inv, rotary_pairs=3, scale=1.5)
     want = ref.rope(q.numpy(), np.arange(2, 8)[None, None, :], inv.numpy(), "half", 3, 1.5)
     np.testing.assert_allclose(q_rot.numpy(), want, atol=1e-14)

@@ -1,19 +1,12 @@
-/* alibi.c: scalar ALiBi rows, the sinusoidal table, and dispatch. */
+/* alibi.c: scalar ALiBi rows, the sinusoidal table, dispatch and the plan
+ * (the rules are in alibi.h). */
 #include "alibi.h"
 
 #include <math.h>
+#include <stdlib.h>
 
 #include "checked.h"
-
-int wavepe_alibi_validate(const wavepe_alibi_args *a) {
-    const int64_t dims[3] = {a->heads, a->m, a->n};
-    int status = wavepe_checked_numel(3, dims, 8, NULL);
-    if (status != WAVEPE_OK) return status;
-    int64_t last_pos;
-    if (wavepe_add_overflow(a->q_offset, a->m, &last_pos)) return WAVEPE_E_OVERFLOW;
-    if (a->heads * a->m * a->n > 0 && (a->slopes == NULL || a->out == NULL)) return WAVEPE_E_NULL;
-    return WAVEPE_OK;
-}
+#include "isa_dispatch.h"
 
 #define ALIBI_SCALAR(T, NAME)                                                                    \
     void NAME(const wavepe_alibi_args *a, int64_t row_begin, int64_t row_end) {                  \
@@ -37,44 +30,37 @@ ALIBI_SCALAR(float, wavepe_alibi_f32_scalar)
 ALIBI_SCALAR(double, wavepe_alibi_f64_scalar)
 
 void wavepe_alibi_f32(wavepe_isa isa, const wavepe_alibi_args *a, int64_t row_begin, int64_t row_end) {
-#if defined(__x86_64__) || defined(_M_X64)
-    if (isa == WAVEPE_ISA_AVX2) {
-        wavepe_alibi_f32_avx2(a, row_begin, row_end);
-        return;
-    }
-#endif
-    (void)isa;
-    wavepe_alibi_f32_scalar(a, row_begin, row_end);
+    WAVEPE_ISA_CALL(isa, wavepe_alibi_f32, (a, row_begin, row_end));
 }
 
 void wavepe_alibi_f64(wavepe_isa isa, const wavepe_alibi_args *a, int64_t row_begin, int64_t row_end) {
-#if defined(__x86_64__) || defined(_M_X64)
-    if (isa == WAVEPE_ISA_AVX2) {
-        wavepe_alibi_f64_avx2(a, row_begin, row_end);
-        return;
-    }
-#endif
-    (void)isa;
-    wavepe_alibi_f64_scalar(a, row_begin, row_end);
+    WAVEPE_ISA_CALL(isa, wavepe_alibi_f64, (a, row_begin, row_end));
 }
 
 /* ---- sinusoidal ------------------------------------------------------- */
 
-static int sinusoidal_check(int64_t len, int64_t d, int64_t offset, double base, const void *pe) {
+int wavepe_sinusoidal_validate(int64_t len, int64_t d, int64_t offset, double base, int64_t elem_size,
+                               wavepe_error *err) {
     const int64_t dims[2] = {len, d};
-    const int status = wavepe_checked_numel(2, dims, 8, NULL);
+    int status = wavepe_check_numel(err, "the table (length, dim)", 2, dims, elem_size);
     if (status != WAVEPE_OK) return status;
-    if (!(base > 0.0) || isinf(base) || d < 1) return WAVEPE_E_INVALID;
+    if (!(base > 0.0) || isinf(base)) return wavepe_fail(err, WAVEPE_E_INVALID, "base must be finite and > 0, got %g", base);
+    if (d < 1) return wavepe_fail(err, WAVEPE_E_INVALID, "dim must be >= 1, got %lld", (long long)d);
     int64_t last;
-    if (wavepe_add_overflow(offset, len, &last)) return WAVEPE_E_OVERFLOW;
-    if (len > 0 && pe == NULL) return WAVEPE_E_NULL;
+    if ((status = wavepe_check_position(err, "offset", offset))) return status;
+    if (wavepe_add_overflow(offset, len, &last) || (status = wavepe_check_position(err, "offset + length", last)))
+        return wavepe_fail(err, WAVEPE_E_OVERFLOW,
+                           "offset=%lld + length=%lld is beyond the supported range of positions (|offset + length| <= 2^60)",
+                           (long long)offset, (long long)len);
     return WAVEPE_OK;
 }
 
 #define SINUSOIDAL(T, NAME)                                                                      \
-    int NAME(int64_t len, int64_t d, int64_t offset, double base, T *pe) {                       \
-        const int status = sinusoidal_check(len, d, offset, base, pe);                           \
+    int NAME(int64_t len, int64_t d, int64_t offset, double base, T *pe, wavepe_error *err) {    \
+        const int status = wavepe_sinusoidal_validate(len, d, offset, base, (int64_t)sizeof(T), err); \
         if (status != WAVEPE_OK) return status;                                                  \
+        if (len > 0 && pe == NULL) return wavepe_fail(err, WAVEPE_E_NULL, "the output is NULL"); \
+        const wavepe_fpenv env = wavepe_fpenv_enter();                                           \
         for (int64_t p = 0; p < len; ++p) {                                                      \
             const double pos = (double)(offset + p);                                             \
             for (int64_t c = 0; c < d; ++c) {                                                    \
@@ -83,8 +69,49 @@ static int sinusoidal_check(int64_t len, int64_t d, int64_t offset, double base,
                 pe[p * d + c] = (T)((c % 2 == 0) ? sin(angle) : cos(angle));                     \
             }                                                                                    \
         }                                                                                        \
+        wavepe_fpenv_leave(env);                                                                 \
         return WAVEPE_OK;                                                                        \
     }
 
 SINUSOIDAL(float, wavepe_sinusoidal_f32)
 SINUSOIDAL(double, wavepe_sinusoidal_f64)
+
+/* ---- plan ------------------------------------------------------------------- */
+
+struct wavepe_alibi_plan {
+    wavepe_alibi_args a;
+    wavepe_isa isa;
+};
+
+int wavepe_alibi_plan_create(wavepe_isa isa, const wavepe_alibi_args *a, wavepe_alibi_plan **out, wavepe_error *err) {
+    *out = NULL;
+    const int status = wavepe_alibi_validate(a, err);
+    if (status != WAVEPE_OK) return status;
+    if (a->dtype != WAVEPE_F32 && a->dtype != WAVEPE_F64)
+        return wavepe_fail(err, WAVEPE_E_INVALID, "the CPU kernels take float32 or float64, got %s",
+                           wavepe_dtype_name(a->dtype));
+    wavepe_alibi_plan *p = malloc(sizeof *p);
+    if (p == NULL) return wavepe_fail(err, WAVEPE_E_NOMEM, "out of memory for an alibi plan");
+    p->a = *a;
+    p->isa = isa;
+    *out = p;
+    return WAVEPE_OK;
+}
+
+int64_t wavepe_alibi_units(const wavepe_alibi_plan *p, int phase) {
+    return phase == 0 && p->a.n > 0 ? p->a.heads * p->a.m : 0;
+}
+
+int64_t wavepe_alibi_grain(const wavepe_alibi_plan *p, int phase) {
+    (void)phase;
+    return p->a.n >= 65536 ? 1 : 65536 / (p->a.n > 0 ? p->a.n : 1);
+}
+
+int wavepe_alibi_run(wavepe_alibi_plan *p, int phase, int64_t begin, int64_t end) {
+    if (phase != 0 || begin >= end) return WAVEPE_OK;
+    if (p->a.dtype == WAVEPE_F64) wavepe_alibi_f64(p->isa, &p->a, begin, end);
+    else wavepe_alibi_f32(p->isa, &p->a, begin, end);
+    return WAVEPE_OK;
+}
+
+void wavepe_alibi_plan_free(wavepe_alibi_plan *p) { free(p); }

@@ -1,5 +1,6 @@
-/* attention.c: validation, plans, the scalar reference kernels, the split-N
- * combine and the table-gradient reduction of the fused attention.
+/* attention.c: plans, the scalar reference kernels, the split-N combine and
+ * the table-gradient reduction of the fused attention (the rules are in
+ * attention.h).
  *
  * The scalar reference is deliberately plain: one query row at a time, the
  * online softmax over its keys, every score computed from the formula in
@@ -14,23 +15,13 @@
 
 #include "attention_internal.h"
 #include "checked.h"
+#include "fpenv.h"
 
 /* ---- small helpers ------------------------------------------------------ */
 
-void *attn_aligned_alloc(size_t bytes) {
-    /* 64-byte alignment (a cache line) by hand: C11's aligned_alloc wants a
-     * size multiple of the alignment and posix_memalign is not C11. */
-    if (bytes > SIZE_MAX - 64 - sizeof(void *)) return NULL;
-    unsigned char *raw = malloc(bytes + 64 + sizeof(void *));
-    if (raw == NULL) return NULL;
-    uintptr_t p = ((uintptr_t)(raw + sizeof(void *)) + 63) & ~(uintptr_t)63;
-    ((void **)p)[-1] = raw;
-    return (void *)p;
-}
+void *attn_aligned_alloc(size_t bytes) { return wavepe_aligned_alloc(bytes); }
 
-void attn_aligned_free(void *p) {
-    if (p != NULL) free(((void **)p)[-1]);
-}
+void attn_aligned_free(void *p) { wavepe_aligned_free(p); }
 
 static inline double ld(const void *base, int64_t i, int f64) {
     return f64 ? ((const double *)base)[i] : (double)((const float *)base)[i];
@@ -42,64 +33,6 @@ static inline void st(void *base, int64_t i, double v, int f64) {
 }
 
 static inline int64_t iabs64(int64_t x) { return x < 0 ? -x : x; }
-
-/* Largest element offset of a strided (B, H, rows, d) view, checked. */
-static int strided_extent(const int64_t s[3], int64_t b, int64_t h, int64_t rows, int64_t d) {
-    if (b == 0 || h == 0 || rows == 0 || d == 0) return WAVEPE_OK;
-    const int64_t n[3] = {b, h, rows};
-    int64_t total = d - 1, t;
-    for (int i = 0; i < 3; ++i) {
-        if (s[i] < 0) return WAVEPE_E_INVALID;
-        if (wavepe_mul_overflow(n[i] - 1, s[i], &t) || wavepe_add_overflow(total, t, &total))
-            return WAVEPE_E_OVERFLOW;
-    }
-    return (uint64_t)total > (uint64_t)PTRDIFF_MAX / 8 ? WAVEPE_E_OVERFLOW : WAVEPE_OK;
-}
-
-/* ---- validation ----------------------------------------------------------- */
-
-int wavepe_attention_validate(const wavepe_attention_args *a, int backward) {
-    const int64_t sizes[6] = {a->batch, a->heads, a->kv_heads, a->m, a->n, a->d};
-    for (int i = 0; i < 6; ++i)
-        if (sizes[i] < 0) return WAVEPE_E_NEGATIVE_SIZE;
-    if (a->d < 1 || a->kv_heads < 1 || a->heads % a->kv_heads != 0) return WAVEPE_E_INVALID;
-    if (!(a->scale > 0.0) || isinf(a->scale)) return WAVEPE_E_INVALID;
-    if (a->table != NULL && a->slopes != NULL) return WAVEPE_E_INVALID;
-    if (a->table_rows < 0) return WAVEPE_E_NEGATIVE_SIZE;
-    if (a->table != NULL && a->clamp && a->table_rows == 0) return WAVEPE_E_INVALID;
-    int status;
-    const int64_t qd[4] = {a->batch, a->heads, a->m, a->d};
-    const int64_t kd[4] = {a->batch, a->kv_heads, a->n, a->d};
-    const int64_t td[2] = {a->table_rows, a->d};
-    const int64_t pd[2] = {a->batch, a->n};
-    if ((status = wavepe_checked_numel(4, qd, 8, NULL)) != WAVEPE_OK) return status;
-    if ((status = wavepe_checked_numel(4, kd, 8, NULL)) != WAVEPE_OK) return status;
-    if ((status = wavepe_checked_numel(2, td, 8, NULL)) != WAVEPE_OK) return status;
-    if ((status = wavepe_checked_numel(2, pd, 1, NULL)) != WAVEPE_OK) return status;
-    if ((status = strided_extent(a->q_strides, a->batch, a->heads, a->m, a->d)) != WAVEPE_OK) return status;
-    if ((status = strided_extent(a->k_strides, a->batch, a->kv_heads, a->n, a->d)) != WAVEPE_OK) return status;
-    if ((status = strided_extent(a->v_strides, a->batch, a->kv_heads, a->n, a->d)) != WAVEPE_OK) return status;
-    if ((status = strided_extent(a->out_strides, a->batch, a->heads, a->m, a->d)) != WAVEPE_OK) return status;
-    if (backward &&
-        (status = strided_extent(a->dout_strides, a->batch, a->heads, a->m, a->d)) != WAVEPE_OK)
-        return status;
-    /* every distance pos_q - pos_k, and its offset into the table, fits in int64
-     * with room to spare (tiles step past the ends by a block) */
-    const int64_t lim = (int64_t)1 << 60;
-    if (a->q_offset > lim || a->q_offset < -lim || a->m > lim || a->n > lim) return WAVEPE_E_OVERFLOW;
-    if (a->table != NULL && (a->r_lo > lim || a->r_lo < -lim || a->table_rows > lim)) return WAVEPE_E_OVERFLOW;
-    if (a->key_padding_mask != NULL && a->batch > 1 && a->kpm_stride < a->n) return WAVEPE_E_INVALID;
-    const int any_q = a->batch * a->heads * a->m > 0, any_k = a->batch * a->kv_heads * a->n > 0;
-    if (any_q && (a->q == NULL || a->out == NULL || a->lse == NULL)) return WAVEPE_E_NULL;
-    if (any_q && any_k && (a->k == NULL || a->v == NULL)) return WAVEPE_E_NULL;
-    if (backward) {
-        if (any_q && (a->dout == NULL || a->dq == NULL)) return WAVEPE_E_NULL;
-        if (any_k && (a->dk == NULL || a->dv == NULL)) return WAVEPE_E_NULL;
-        if (a->dtable != NULL && a->table == NULL) return WAVEPE_E_INVALID;
-        if (a->dslopes != NULL && a->slopes == NULL) return WAVEPE_E_INVALID;
-    }
-    return WAVEPE_OK;
-}
 
 /* ---- plans ------------------------------------------------------------------ */
 
@@ -118,12 +51,13 @@ void wavepe_attention_plan_free(wavepe_attention_plan *p) {
 
 int wavepe_attention_plan_kind(const wavepe_attention_plan *p) { return p->kind; }
 
-static int use_avx2(wavepe_isa isa) {
+/* The ISA a plan runs: vector ISAs exist on x86-64 builds only. */
+static wavepe_isa plan_isa(wavepe_isa isa) {
 #if defined(__x86_64__) || defined(_M_X64)
-    return isa == WAVEPE_ISA_AVX2;
+    return isa == WAVEPE_ISA_AVX512 || isa == WAVEPE_ISA_AVX2 ? isa : WAVEPE_ISA_SCALAR;
 #else
     (void)isa;
-    return 0;
+    return WAVEPE_ISA_SCALAR;
 #endif
 }
 
@@ -197,13 +131,13 @@ static wavepe_attention_plan *plan_common(wavepe_isa isa, int f64, const wavepe_
     wavepe_attention_plan *p = calloc(1, sizeof(*p));
     if (p == NULL) return NULL;
     p->a = *a;
-    p->isa = use_avx2(isa) ? WAVEPE_ISA_AVX2 : WAVEPE_ISA_SCALAR;
+    p->isa = plan_isa(isa);
     p->f64 = f64 ? 1 : 0;
     p->backward = backward;
     p->esize = f64 ? 8 : 4;
     p->hg = a->heads / a->kv_heads;
     p->bias = a->table != NULL ? ATTN_BIAS_TABLE : (a->slopes != NULL ? ATTN_BIAS_ALIBI : ATTN_BIAS_NONE);
-    p->nr = f64 ? ATTN_NR_F64 : ATTN_NR_F32;
+    p->nr = 2 * attn_isa_lanes_f32(p->isa) / (f64 ? 2 : 1); /* two vectors */
     if (backward) {
         p->bm = f64 ? ATTN_BBM_F64 : ATTN_BBM_F32;
         p->bn = f64 ? ATTN_BBN_F64 : ATTN_BBN_F32;
@@ -214,16 +148,26 @@ static wavepe_attention_plan *plan_common(wavepe_isa isa, int f64, const wavepe_
     p->dpad = (a->d + p->nr - 1) / p->nr * p->nr;
     p->nqb = (a->m + p->bm - 1) / p->bm;
     p->nkb = (a->n + p->bn - 1) / p->bn;
-    p->kind = p->isa == WAVEPE_ISA_AVX2 ? ATTN_KIND_TILED : ATTN_KIND_SCALAR;
+    p->kind = p->isa != WAVEPE_ISA_SCALAR ? ATTN_KIND_TILED : ATTN_KIND_SCALAR;
     return p;
 }
 
-int wavepe_attention_fwd_plan(wavepe_isa isa, int f64, const wavepe_attention_args *a, wavepe_attention_plan **out) {
+/* The CPU kernels' element types. */
+static int cpu_dtype(const wavepe_attention_args *a, wavepe_error *err) {
+    if (a->dtype == WAVEPE_F32 || a->dtype == WAVEPE_F64) return WAVEPE_OK;
+    return wavepe_fail(err, WAVEPE_E_INVALID, "the CPU kernels take float32 or float64, got %s",
+                       wavepe_dtype_name(a->dtype));
+}
+
+int wavepe_attention_fwd_plan(wavepe_isa isa, const wavepe_attention_args *a, wavepe_attention_plan **out,
+                              wavepe_error *err) {
     *out = NULL;
-    int status = wavepe_attention_validate(a, 0);
+    int status = wavepe_attention_validate(a, 0, err);
+    if (status == WAVEPE_OK) status = cpu_dtype(a, err);
     if (status != WAVEPE_OK) return status;
+    const int f64 = a->dtype == WAVEPE_F64;
     wavepe_attention_plan *p = plan_common(isa, f64, a, 0);
-    if (p == NULL) return WAVEPE_E_NOMEM;
+    if (p == NULL) return wavepe_fail(err, WAVEPE_E_NOMEM, "out of memory for an attention plan");
     if (p->kind == ATTN_KIND_TILED && a->m <= ATTN_DECODE_MAX_M && p->nkb >= 2) {
         /* few queries, many keys: split the keys, combine partial softmaxes */
         p->kind = ATTN_KIND_DECODE;
@@ -245,15 +189,18 @@ int wavepe_attention_fwd_plan(wavepe_isa isa, int f64, const wavepe_attention_ar
     return WAVEPE_OK;
 fail:
     wavepe_attention_plan_free(p);
-    return status;
+    return wavepe_fail(err, status, "the attention's scratch buffers: %s", wavepe_status_str(status));
 }
 
-int wavepe_attention_bwd_plan(wavepe_isa isa, int f64, const wavepe_attention_args *a, wavepe_attention_plan **out) {
+int wavepe_attention_bwd_plan(wavepe_isa isa, const wavepe_attention_args *a, wavepe_attention_plan **out,
+                              wavepe_error *err) {
     *out = NULL;
-    int status = wavepe_attention_validate(a, 1);
+    int status = wavepe_attention_validate(a, 1, err);
+    if (status == WAVEPE_OK) status = cpu_dtype(a, err);
     if (status != WAVEPE_OK) return status;
+    const int f64 = a->dtype == WAVEPE_F64;
     wavepe_attention_plan *p = plan_common(isa, f64, a, 1);
-    if (p == NULL) return WAVEPE_E_NOMEM;
+    if (p == NULL) return wavepe_fail(err, WAVEPE_E_NOMEM, "out of memory for an attention plan");
     p->nunits = a->batch * a->heads;
     p->nslots = p->nunits;
     if (p->hg > 1 && a->n > 0) {
@@ -303,7 +250,7 @@ int wavepe_attention_bwd_plan(wavepe_isa isa, int f64, const wavepe_attention_ar
     return WAVEPE_OK;
 fail:
     wavepe_attention_plan_free(p);
-    return status;
+    return wavepe_fail(err, status, "the attention's scratch buffers: %s", wavepe_status_str(status));
 }
 
 int64_t wavepe_attention_units(const wavepe_attention_plan *p, int phase) {
@@ -379,10 +326,12 @@ static int fwd_scalar(wavepe_attention_plan *p, int64_t begin, int64_t end) {
         const int64_t hk = h / p->hg, pos = a->q_offset + m;
         const int64_t qoff = attn_off(a->q_strides, b, h, m);
         double mx = -INFINITY, l = 0.0;
+        int seen = 0;
         for (int64_t c = 0; c < d; ++c) acc[c] = 0.0;
         const int64_t nend = key_end(a, pos);
         for (int64_t n = 0; n < nend; ++n) {
             if (key_masked(a, b, n)) continue;
+            seen = 1;
             const double s = score_scalar(p, b, h, a->q, qoff, pos, n);
             if (s > mx) {
                 const double corr = exp(mx - s);
@@ -390,12 +339,14 @@ static int fwd_scalar(wavepe_attention_plan *p, int64_t begin, int64_t end) {
                 for (int64_t c = 0; c < d; ++c) acc[c] *= corr;
                 mx = s;
             }
-            const double pr = exp(s - mx);
+            /* a score of -inf (an infinite k or bias) weighs 0, even before any finite score */
+            const double pr = s == -INFINITY ? 0.0 : exp(s - mx);
             l += pr;
             const int64_t voff = attn_off(a->v_strides, b, hk, n);
             for (int64_t c = 0; c < d; ++c) acc[c] += pr * ld(a->v, voff + c, f64);
         }
         const int64_t ooff = attn_off(a->out_strides, b, h, m);
+        if (seen && l == 0.0) l = NAN; /* keys seen, every score -inf: 0/0, as the formula */
         const int any = l > 0.0 || isnan(l);
         for (int64_t c = 0; c < d; ++c) st(a->out, ooff + c, any ? acc[c] / l : 0.0, f64);
         st(a->lse, bh * a->m + m, any ? mx + log(l) : -INFINITY, f64);
@@ -487,12 +438,17 @@ static int fwd_combine(wavepe_attention_plan *p, int64_t begin, int64_t end) {
     for (int64_t row = begin; row < end; ++row) {
         const int64_t m = row % a->m, bh = row / a->m, h = bh % a->heads, b = bh / a->heads;
         const int64_t base = row * C * stride;
+        /* a NaN chunk maximum makes the row NaN; a chunk whose visible keys
+         * all scored -inf marks its sum -0.0 (attention_simd.h) */
         double mx = -INFINITY;
+        int saw_only_neg_inf = 0;
         for (int64_t c = 0; c < C; ++c) {
             const double mc = ld(p->partial, base + c * stride + dpad, f64);
-            if (mc > mx) mx = mc;
+            if (mc > mx || mc != mc) mx = mc != mc || mx != mx ? NAN : mc;
+            const double lc = ld(p->partial, base + c * stride + dpad + 1, f64);
+            saw_only_neg_inf |= lc == 0.0 && signbit(lc);
         }
-        double l = 0.0;
+        double l = mx == -INFINITY && saw_only_neg_inf ? NAN : 0.0;
         for (int64_t c = 0; c < d; ++c) acc[c] = 0.0;
         if (mx != -INFINITY) {
             for (int64_t c = 0; c < C; ++c) {
@@ -582,22 +538,33 @@ static int bwd_reduce(wavepe_attention_plan *p, int64_t begin, int64_t end) {
 
 /* ---- dispatch ------------------------------------------------------------------ */
 
-int wavepe_attention_run(wavepe_attention_plan *p, int phase, int64_t begin, int64_t end) {
-    if (begin >= end) return WAVEPE_OK;
+#if defined(__x86_64__) || defined(_M_X64)
+/* The vector phase of a plan, by ISA and element type. */
+#define ATTN_VECTOR(p, phase_fn)                                                                 \
+    ((p)->isa == WAVEPE_ISA_AVX512 ? ((p)->f64 ? attn_##phase_fn##_f64_avx512 : attn_##phase_fn##_f32_avx512) \
+                                   : ((p)->f64 ? attn_##phase_fn##_f64_avx2 : attn_##phase_fn##_f32_avx2))
+#endif
+
+static int run_phase(wavepe_attention_plan *p, int phase, int64_t begin, int64_t end) {
     if (p->backward) {
         if (phase == 1) return bwd_reduce(p, begin, end);
 #if defined(__x86_64__) || defined(_M_X64)
-        if (p->kind != ATTN_KIND_SCALAR)
-            return p->f64 ? attn_avx2_bwd_f64(p, begin, end) : attn_avx2_bwd_f32(p, begin, end);
+        if (p->kind != ATTN_KIND_SCALAR) return ATTN_VECTOR(p, bwd)(p, begin, end);
 #endif
         return bwd_scalar(p, begin, end);
     }
     if (phase == 1) return fwd_combine(p, begin, end);
 #if defined(__x86_64__) || defined(_M_X64)
-    if (p->kind == ATTN_KIND_TILED)
-        return p->f64 ? attn_avx2_fwd_tiled_f64(p, begin, end) : attn_avx2_fwd_tiled_f32(p, begin, end);
-    if (p->kind == ATTN_KIND_DECODE)
-        return p->f64 ? attn_avx2_fwd_decode_f64(p, begin, end) : attn_avx2_fwd_decode_f32(p, begin, end);
+    if (p->kind == ATTN_KIND_TILED) return ATTN_VECTOR(p, fwd_tiled)(p, begin, end);
+    if (p->kind == ATTN_KIND_DECODE) return ATTN_VECTOR(p, fwd_decode)(p, begin, end);
 #endif
     return fwd_scalar(p, begin, end);
+}
+
+int wavepe_attention_run(wavepe_attention_plan *p, int phase, int64_t begin, int64_t end) {
+    if (begin >= end) return WAVEPE_OK;
+    const wavepe_fpenv env = wavepe_fpenv_enter();
+    const int status = run_phase(p, phase, begin, end);
+    wavepe_fpenv_leave(env);
+    return status;
 }

@@ -22,24 +22,34 @@
  * dimension is contiguous.  dq, dk, dv are dense with the shapes of q, k, v;
  * dtable (R, d) dense; dslopes (H,).
  *
- * Use: build a plan (validates, packs the table, allocates the shared
- * buffers), run its phases over their unit ranges -- from any number of
- * threads, each unit exactly once, in any order; results do not depend on
+ * This header is the family's contract for every device: the parameters
+ * (wavepe_attention_args, filled once by a binding) and their rules
+ * (wavepe_attention_validate, called by the CPU plans and the CUDA launchers
+ * alike).  Element type: `dtype` (the CPU runs F32 / F64).  The slopes, lse,
+ * dlse and dslopes travel in the accumulator type (float64 for F64, float32
+ * otherwise); q, k, v, table, out and their gradients in `dtype`.
+ *
+ * Use on the CPU: build a plan (validates, packs the table, allocates the
+ * shared buffers), run its phases over their unit ranges -- from any number
+ * of threads, each unit exactly once, in any order; results do not depend on
  * the split -- then free it.
  *
  *   forward:   wavepe_attention_fwd_plan   -> phase 0 units, phase 1 units
  *   backward:  wavepe_attention_bwd_plan   -> phase 0 units, phase 1 units
  *
  * Phase 1 must start after every unit of phase 0 finished.  A phase whose
- * unit count is 0 is skipped.  Element type (float32 / float64) is chosen at
- * plan creation; the isa argument picks the scalar reference or the AVX2
- * kernels (which fall back to scalar on non-x86 builds).
+ * unit count is 0 is skipped (every phase from 2 on has 0 units).  The isa
+ * argument picks the scalar reference or the vector kernels (which fall back
+ * to scalar on non-x86 builds).
  */
 #ifndef WAVEPE_ATTENTION_H
 #define WAVEPE_ATTENTION_H
 
+#include <math.h>
 #include <stdint.h>
 
+#include "checked.h"
+#include "dtype.h"
 #include "isa.h"
 
 #ifdef __cplusplus
@@ -47,6 +57,7 @@ extern "C" {
 #endif
 
 typedef struct wavepe_attention_args {
+    int dtype;                      /* wavepe_dtype of q, k, v, table, out, dout, dq, dk, dv, dtable */
     int64_t batch, heads, kv_heads; /* B, H, Hkv */
     int64_t m, n, d;                /* queries, keys, head dim */
     int64_t q_offset;               /* position of query 0 */
@@ -60,37 +71,104 @@ typedef struct wavepe_attention_args {
     const void *table;        /* (table_rows, d) dense, or NULL */
     int64_t table_rows, r_lo;
     int clamp;
-    const void *slopes;       /* (H,) ALiBi slopes, or NULL */
+    const void *slopes;       /* (H,) ALiBi slopes (accumulator type), or NULL */
     const uint8_t *key_padding_mask; /* (B, N), nonzero = ignore key; or NULL */
     int64_t kpm_stride;              /* elements between batches */
 
     /* forward: outputs.  backward: inputs (the forward's results). */
     void *out;
     int64_t out_strides[3];
-    void *lse; /* (B, H, M) dense */
+    void *lse; /* (B, H, M) dense, accumulator type */
 
     /* backward only */
     const void *dout;
     int64_t dout_strides[3];
-    const void *dlse;         /* (B, H, M) dense gradient of lse, or NULL (zero) */
+    const void *dlse;         /* (B, H, M) dense gradient of lse (accumulator type), or NULL (zero) */
     void *dq, *dk, *dv;       /* dense; fully written by the backward */
     void *dtable;             /* (table_rows, d) dense, or NULL: no table gradient */
-    void *dslopes;            /* (H,), or NULL: no slope gradient */
+    void *dslopes;            /* (H,) accumulator type, or NULL: no slope gradient */
 } wavepe_attention_args;
 
+/* ---- the rules ------------------------------------------------------------------
+ * Sizes, strides, pointers and values sane, for the forward (backward = 0)
+ * or the backward: WAVEPE_OK, or a status with *err (may be NULL) naming the
+ * argument and its value. */
+static inline int wavepe_attention_validate(const wavepe_attention_args *a, int backward, wavepe_error *err) {
+    const int64_t elem = wavepe_dtype_size(a->dtype);
+    if (elem == 0) return wavepe_fail(err, WAVEPE_E_INVALID, "dtype=%d is not an element type", a->dtype);
+    const int64_t acc = wavepe_dtype_size(wavepe_dtype_acc(a->dtype));
+    const int64_t sizes[7] = {a->batch, a->heads, a->kv_heads, a->m, a->n, a->d, a->table_rows};
+    static const char *const names[7] = {"batch", "heads", "kv_heads", "q_len", "k_len", "head_dim", "table rows"};
+    for (int i = 0; i < 7; ++i)
+        if (sizes[i] < 0)
+            return wavepe_fail(err, WAVEPE_E_NEGATIVE_SIZE, "%s must be >= 0, got %lld", names[i], (long long)sizes[i]);
+    if (a->d < 1) return wavepe_fail(err, WAVEPE_E_INVALID, "head_dim must be >= 1, got %lld", (long long)a->d);
+    if (a->kv_heads < 1 || a->heads % a->kv_heads != 0)
+        return wavepe_fail(err, WAVEPE_E_INVALID, "q's heads H=%lld must be a multiple of k's heads H_kv=%lld",
+                           (long long)a->heads, (long long)a->kv_heads);
+    if (!(a->scale > 0.0) || isinf(a->scale))
+        return wavepe_fail(err, WAVEPE_E_INVALID, "scale must be finite and > 0, got %g", a->scale);
+    if (a->table != NULL && a->slopes != NULL)
+        return wavepe_fail(err, WAVEPE_E_INVALID, "give a table or ALiBi slopes, not both");
+    if (a->table != NULL && a->clamp && a->table_rows == 0)
+        return wavepe_fail(err, WAVEPE_E_INVALID, "clamp=True needs a table with at least one row, got 0 rows");
+    int status;
+    if ((status = wavepe_check_position(err, "q_offset", a->q_offset)) ||
+        (status = wavepe_check_position(err, "q_len", a->m)) || (status = wavepe_check_position(err, "k_len", a->n)))
+        return status;
+    if (a->table != NULL && ((status = wavepe_check_position(err, "r_lo", a->r_lo)) ||
+                             (status = wavepe_check_position(err, "table rows", a->table_rows))))
+        return status;
+    const int64_t qd[4] = {a->batch, a->heads, a->m, a->d};
+    const int64_t kd[4] = {a->batch, a->kv_heads, a->n, a->d};
+    const int64_t td[2] = {a->table_rows, a->d};
+    const int64_t pd[2] = {a->batch, a->n};
+    const int64_t ld[3] = {a->batch, a->heads, a->m};
+    const int64_t qs[4] = {a->q_strides[0], a->q_strides[1], a->q_strides[2], 1};
+    const int64_t ks[4] = {a->k_strides[0], a->k_strides[1], a->k_strides[2], 1};
+    const int64_t vs[4] = {a->v_strides[0], a->v_strides[1], a->v_strides[2], 1};
+    const int64_t os[4] = {a->out_strides[0], a->out_strides[1], a->out_strides[2], 1};
+    const int64_t ps[2] = {a->kpm_stride, 1};
+    if ((status = wavepe_check_view(err, "q", 4, qd, qs, elem)) || (status = wavepe_check_view(err, "k", 4, kd, ks, elem)) ||
+        (status = wavepe_check_view(err, "v", 4, kd, vs, elem)) ||
+        (status = wavepe_check_view(err, "out", 4, qd, os, elem)) ||
+        (status = wavepe_check_numel(err, "table (rows, head_dim)", 2, td, elem)) ||
+        (status = wavepe_check_numel(err, "lse (batch, heads, M)", 3, ld, acc)))
+        return status;
+    if (a->key_padding_mask != NULL && (status = wavepe_check_view(err, "key_padding_mask", 2, pd, ps, 1)))
+        return status;
+    if (backward) {
+        const int64_t gs[4] = {a->dout_strides[0], a->dout_strides[1], a->dout_strides[2], 1};
+        if ((status = wavepe_check_view(err, "grad_out", 4, qd, gs, elem))) return status;
+    }
+    const int any_q = a->batch > 0 && a->heads > 0 && a->m > 0;
+    const int any_k = a->batch > 0 && a->kv_heads > 0 && a->n > 0;
+    if (any_q && (a->q == NULL || a->out == NULL || a->lse == NULL))
+        return wavepe_fail(err, WAVEPE_E_NULL, "q, out and lse must not be NULL");
+    if (any_q && any_k && (a->k == NULL || a->v == NULL))
+        return wavepe_fail(err, WAVEPE_E_NULL, "k and v must not be NULL");
+    if (backward) {
+        if (any_q && (a->dout == NULL || a->dq == NULL))
+            return wavepe_fail(err, WAVEPE_E_NULL, "grad_out and dq must not be NULL");
+        if (any_k && (a->dk == NULL || a->dv == NULL)) return wavepe_fail(err, WAVEPE_E_NULL, "dk and dv must not be NULL");
+        if (a->dtable != NULL && a->table == NULL)
+            return wavepe_fail(err, WAVEPE_E_INVALID, "a table gradient needs a table");
+        if (a->dslopes != NULL && a->slopes == NULL)
+            return wavepe_fail(err, WAVEPE_E_INVALID, "a slopes gradient needs ALiBi slopes");
+    }
+    return WAVEPE_OK;
+}
+
+/* ---- plans (CPU) -------------------------------------------------------------- */
 typedef struct wavepe_attention_plan wavepe_attention_plan;
 
-/* Sizes, strides, pointers and values sane (for the forward when backward = 0,
- * else for the backward): WAVEPE_OK or an error status. */
-int wavepe_attention_validate(const wavepe_attention_args *a, int backward);
-
-/* Build a plan over *a (copied; the pointed-to data must outlive the plan).
- * double_precision selects float64 data.  Returns a status; *plan is NULL on
- * error. */
-int wavepe_attention_fwd_plan(wavepe_isa isa, int double_precision, const wavepe_attention_args *a,
-                              wavepe_attention_plan **plan);
-int wavepe_attention_bwd_plan(wavepe_isa isa, int double_precision, const wavepe_attention_args *a,
-                              wavepe_attention_plan **plan);
+/* Build a plan over *a (copied; the pointed-to data must outlive the plan),
+ * float32 or float64 by a->dtype.  Returns a status; *plan is NULL on error
+ * and *err (may be NULL) says why. */
+int wavepe_attention_fwd_plan(wavepe_isa isa, const wavepe_attention_args *a, wavepe_attention_plan **plan,
+                              wavepe_error *err);
+int wavepe_attention_bwd_plan(wavepe_isa isa, const wavepe_attention_args *a, wavepe_attention_plan **plan,
+                              wavepe_error *err);
 
 /* Number of independent units of a phase (0 or 1). */
 int64_t wavepe_attention_units(const wavepe_attention_plan *plan, int phase);

@@ -18,16 +18,15 @@ enum { ATTN_KIND_SCALAR = 0, ATTN_KIND_TILED = 1, ATTN_KIND_DECODE = 2 };
 /* Key rows per phase-1 unit of the GQA dk/dv reduction. */
 #define ATTN_KV_REDUCE_ROWS 64
 
-/* Tiling of the AVX2 kernels.  A micro-tile is MR rows x NR columns of
- * accumulators (12 of the 16 YMM registers); query blocks are BM rows, key
- * blocks BN keys (multiples of MR and NR).  The forward streams all of K and
+/* Tiling of the vector kernels (attention_simd.h).  A micro-tile is MR rows x
+ * NR = 2 vectors of accumulators (12 vector registers); NR is 2 * the lanes
+ * of the ISA (float32: 16 on AVX2, 32 on AVX-512).  Query blocks are BM rows,
+ * key blocks BN keys (multiples of MR and of every ISA's NR).  The forward streams all of K and
  * V once per query block, so its blocks are tall (K/V traffic ~ 1/BM; its
  * queries are processed 6 rows at a time, so BM costs only the O
  * accumulators); the backward streams Q and dO once per key block, so its
  * blocks are wide.  Sized so that a block's working set stays in a 512 KiB L2. */
 #define ATTN_MR 6
-#define ATTN_NR_F32 16
-#define ATTN_NR_F64 8
 #define ATTN_FBM_F32 192 /* forward */
 #define ATTN_FBN_F32 128
 #define ATTN_BBM_F32 96  /* backward */
@@ -51,7 +50,7 @@ struct wavepe_attention_plan {
     int64_t hg;              /* query heads per kv head */
     int64_t esize;           /* bytes per element */
 
-    /* tiles (AVX2) */
+    /* tiles (vector ISAs) */
     int64_t bm, bn, nr, dpad; /* dpad: d rounded up to nr */
     int64_t nqb, nkb;         /* query / key block counts */
 
@@ -75,7 +74,7 @@ struct wavepe_attention_plan {
     void *dkv_partial;   /* GQA: (B, H, N, d) dk then dv per query head, or NULL (H == Hkv) */
     int64_t nkv_chunks;  /* phase-1 units reducing dk/dv over each kv head's query heads */
     void *dt_partial;    /* (nslots, rows, cols) table gradient per slot, or NULL */
-    int64_t dt_rows, dt_cols; /* scalar: (R, d); AVX2: (prows, dpad) */
+    int64_t dt_rows, dt_cols; /* scalar: (R, d); vector: (prows, dpad) */
     double *dslope_partial; /* (B, H) */
 };
 
@@ -111,12 +110,18 @@ static inline int64_t attn_table_index(const wavepe_attention_args *a, int64_t r
 void *attn_aligned_alloc(size_t bytes);
 void attn_aligned_free(void *p);
 
-/* AVX2 phases (attention_avx2.c). */
-int attn_avx2_fwd_tiled_f32(wavepe_attention_plan *p, int64_t begin, int64_t end);
-int attn_avx2_fwd_tiled_f64(wavepe_attention_plan *p, int64_t begin, int64_t end);
-int attn_avx2_fwd_decode_f32(wavepe_attention_plan *p, int64_t begin, int64_t end);
-int attn_avx2_fwd_decode_f64(wavepe_attention_plan *p, int64_t begin, int64_t end);
-int attn_avx2_bwd_f32(wavepe_attention_plan *p, int64_t begin, int64_t end);
-int attn_avx2_bwd_f64(wavepe_attention_plan *p, int64_t begin, int64_t end);
+/* Vector lanes of an ISA for float32 (float64: half as many). */
+static inline int64_t attn_isa_lanes_f32(wavepe_isa isa) { return isa == WAVEPE_ISA_AVX512 ? 16 : 8; }
+
+/* Vector phases (attention_avx2.c, attention_avx512.c). */
+#define ATTN_DECLARE_PHASES(SUF)                                                                 \
+    int attn_fwd_tiled_##SUF(wavepe_attention_plan *p, int64_t begin, int64_t end);             \
+    int attn_fwd_decode_##SUF(wavepe_attention_plan *p, int64_t begin, int64_t end);            \
+    int attn_bwd_##SUF(wavepe_attention_plan *p, int64_t begin, int64_t end);
+ATTN_DECLARE_PHASES(f32_avx2)
+ATTN_DECLARE_PHASES(f64_avx2)
+ATTN_DECLARE_PHASES(f32_avx512)
+ATTN_DECLARE_PHASES(f64_avx512)
+#undef ATTN_DECLARE_PHASES
 
 #endif

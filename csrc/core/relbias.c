@@ -1,4 +1,5 @@
-/* relbias.c: validation, the scalar reference kernels, and dispatch.
+/* relbias.c: the scalar reference kernels, dispatch, and the plan that
+ * callers run (the rules themselves are in relbias.h).
  *
  * The scalar kernels are the readable definition: one key at a time, its
  * distance looked up (or clamped, or skipped), a plain dot product over d.
@@ -6,66 +7,11 @@
 #include "relbias.h"
 
 #include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "checked.h"
-
-#define RELBIAS_POS_LIMIT ((int64_t)1 << 61)
-
-/* Largest element offset reached by a (G, M, inner) view with strides
- * (sg, sm, 1) fits in ptrdiff_t bytes.  Only called for non-empty views. */
-static int check_reach(int64_t g, int64_t m, int64_t inner, int64_t sg, int64_t sm, int64_t elem) {
-    int64_t a, b, total;
-    if (sg == INT64_MIN || sm == INT64_MIN) return WAVEPE_E_OVERFLOW;
-    const int64_t asg = sg < 0 ? -sg : sg, asm_ = sm < 0 ? -sm : sm;
-    if (wavepe_mul_overflow(g - 1, asg, &a) || wavepe_mul_overflow(m - 1, asm_, &b)) return WAVEPE_E_OVERFLOW;
-    if (wavepe_add_overflow(a, b, &total) || wavepe_add_overflow(total, inner, &total)) return WAVEPE_E_OVERFLOW;
-    if (wavepe_mul_overflow(total, elem, &total) || (uint64_t)total > (uint64_t)PTRDIFF_MAX)
-        return WAVEPE_E_OVERFLOW;
-    return WAVEPE_OK;
-}
-
-int wavepe_relbias_validate(const wavepe_relbias_args *a, unsigned kernels, int64_t elem_size) {
-    if (elem_size != 4 && elem_size != 8) return WAVEPE_E_INVALID;
-    if (a->batch < 0 || a->m < 0 || a->n < 0 || a->d < 0 || a->rows < 0) return WAVEPE_E_NEGATIVE_SIZE;
-    if (a->m > RELBIAS_POS_LIMIT || a->n > RELBIAS_POS_LIMIT || a->rows > RELBIAS_POS_LIMIT ||
-        a->q_offset > RELBIAS_POS_LIMIT || a->q_offset < -RELBIAS_POS_LIMIT || a->r_lo > RELBIAS_POS_LIMIT ||
-        a->r_lo < -RELBIAS_POS_LIMIT)
-        return WAVEPE_E_OVERFLOW;
-    int64_t n_bias, n_q, n_table;
-    const int64_t bias_dims[3] = {a->batch, a->m, a->n};
-    const int64_t q_dims[3] = {a->batch, a->m, a->d};
-    const int64_t table_dims[2] = {a->rows, a->d};
-    int status = wavepe_checked_numel(3, bias_dims, elem_size, &n_bias);
-    if (status == WAVEPE_OK) status = wavepe_checked_numel(3, q_dims, elem_size, &n_q);
-    if (status == WAVEPE_OK) status = wavepe_checked_numel(2, table_dims, elem_size, &n_table);
-    if (status != WAVEPE_OK) return status;
-    if (a->clamp && a->rows == 0) return WAVEPE_E_INVALID;
-
-    const int fwd = (kernels & WAVEPE_RELBIAS_FORWARD) != 0;
-    const int gq = (kernels & WAVEPE_RELBIAS_GRAD_Q) != 0;
-    const int gt = (kernels & WAVEPE_RELBIAS_GRAD_TABLE) != 0;
-    if (n_q > 0 && (fwd || gt)) {
-        if (a->q == NULL) return WAVEPE_E_NULL;
-        if ((status = check_reach(a->batch, a->m, a->d, a->q_stride_g, a->q_stride_m, elem_size))) return status;
-    }
-    if (n_table > 0 && (fwd || gq) && a->table == NULL) return WAVEPE_E_NULL;
-    if (n_bias > 0 && fwd) {
-        if (a->bias == NULL) return WAVEPE_E_NULL;
-        if ((status = check_reach(a->batch, a->m, a->n, a->bias_stride_g, a->bias_stride_m, elem_size)))
-            return status;
-    }
-    if (n_bias > 0 && (gq || gt)) {
-        if (a->grad == NULL) return WAVEPE_E_NULL;
-        if ((status = check_reach(a->batch, a->m, a->n, a->grad_stride_g, a->grad_stride_m, elem_size)))
-            return status;
-    }
-    if (n_q > 0 && gq) {
-        if (a->dq == NULL) return WAVEPE_E_NULL;
-        if ((status = check_reach(a->batch, a->m, a->d, a->dq_stride_g, a->dq_stride_m, elem_size))) return status;
-    }
-    if (n_table > 0 && gt && a->dtable == NULL) return WAVEPE_E_NULL;
-    return WAVEPE_OK;
-}
+#include "fpenv.h"
 
 /* ---- scalar reference ---------------------------------------------------
  * table_row(): the table row key n of a query at p reads, or -1 for a key
@@ -145,39 +91,30 @@ RELBIAS_SCALAR(float, f32)
 RELBIAS_SCALAR(double, f64)
 
 /* ---- dispatch --------------------------------------------------------------
- * The AVX2 variants need the prepared workspace; without one (or on a CPU or
- * build without AVX2) the scalar reference runs. */
+ * The vector variants need the workspace prepared for the same ISA; without
+ * one (or on a build without them) the scalar reference runs.  Every kernel
+ * runs in the kernels' floating-point environment (fpenv.h). */
 
 #if defined(__x86_64__) || defined(_M_X64)
-#define RELBIAS_AVX2(isa, a, call, otherwise)                                                    \
+#define RELBIAS_PICK(isa, has_ws, name, args)                                                    \
     do {                                                                                         \
-        if ((isa) == WAVEPE_ISA_AVX2 && (a)->workspace != NULL) {                                \
-            call;                                                                                \
-        } else {                                                                                 \
-            otherwise;                                                                           \
-        }                                                                                        \
+        const wavepe_fpenv env_ = wavepe_fpenv_enter();                                          \
+        if ((isa) == WAVEPE_ISA_AVX512 && (has_ws)) name##_avx512 args;                          \
+        else if ((isa) == WAVEPE_ISA_AVX2 && (has_ws)) name##_avx2 args;                         \
+        else name##_scalar args;                                                                 \
+        wavepe_fpenv_leave(env_);                                                                \
     } while (0)
-#define RELBIAS_AVX2_SIZE(isa, expr) ((isa) == WAVEPE_ISA_AVX2 ? (expr) : 0)
-#define RELBIAS_AVX2_ONLY_ISA(isa, call, otherwise)                                              \
-    do {                                                                                         \
-        if ((isa) == WAVEPE_ISA_AVX2) {                                                          \
-            call;                                                                                \
-        } else {                                                                                 \
-            otherwise;                                                                           \
-        }                                                                                        \
-    } while (0)
+#define RELBIAS_WS(isa, name, args, none)                                                        \
+    ((isa) == WAVEPE_ISA_AVX512 ? name##_avx512##args : (isa) == WAVEPE_ISA_AVX2 ? name##_avx2##args : (none))
 #else
-#define RELBIAS_AVX2(isa, a, call, otherwise)                                                    \
+#define RELBIAS_PICK(isa, has_ws, name, args)                                                    \
     do {                                                                                         \
+        const wavepe_fpenv env_ = wavepe_fpenv_enter();                                          \
         (void)(isa);                                                                             \
-        otherwise;                                                                               \
+        name##_scalar args;                                                                      \
+        wavepe_fpenv_leave(env_);                                                                \
     } while (0)
-#define RELBIAS_AVX2_SIZE(isa, expr) ((void)(isa), (int64_t)0)
-#define RELBIAS_AVX2_ONLY_ISA(isa, call, otherwise)                                              \
-    do {                                                                                         \
-        (void)(isa);                                                                             \
-        otherwise;                                                                               \
-    } while (0)
+#define RELBIAS_WS(isa, name, args, none) ((void)(isa), (none))
 #endif
 
 #define RELBIAS_DISPATCH(SUFFIX)                                                                 \
@@ -185,34 +122,193 @@ RELBIAS_SCALAR(double, f64)
                                                       unsigned kernels) {                        \
         (void)a;                                                                                 \
         (void)kernels;                                                                           \
-        return RELBIAS_AVX2_SIZE(isa, wavepe_relbias_##SUFFIX##_avx2_workspace_bytes(a, kernels)); \
+        return RELBIAS_WS(isa, wavepe_relbias_##SUFFIX, _workspace_bytes(a, kernels), (int64_t)0); \
     }                                                                                            \
     int64_t wavepe_relbias_##SUFFIX##_chunks(wavepe_isa isa, const wavepe_relbias_args *a) {     \
         (void)a;                                                                                 \
-        return RELBIAS_AVX2_SIZE(isa, wavepe_relbias_##SUFFIX##_avx2_chunks(a));                 \
+        return RELBIAS_WS(isa, wavepe_relbias_##SUFFIX, _chunks(a), (int64_t)0);                 \
     }                                                                                            \
     void wavepe_relbias_##SUFFIX##_prepare(wavepe_isa isa, const wavepe_relbias_args *a, unsigned kernels, \
                                            int64_t begin, int64_t end) {                         \
-        (void)kernels;                                                                           \
-        (void)begin;                                                                             \
-        (void)end;                                                                               \
-        RELBIAS_AVX2(isa, a, wavepe_relbias_##SUFFIX##_avx2_prepare(a, kernels, begin, end), (void)0); \
+        (void)a, (void)kernels, (void)begin, (void)end;                                          \
+        if (a->workspace == NULL) return;                                                        \
+        RELBIAS_WS(isa, wavepe_relbias_##SUFFIX, _prepare(a, kernels, begin, end), (void)0);     \
     }                                                                                            \
     void wavepe_relbias_##SUFFIX(wavepe_isa isa, const wavepe_relbias_args *a, int64_t begin, int64_t end) { \
-        RELBIAS_AVX2(isa, a, wavepe_relbias_##SUFFIX##_avx2(a, begin, end),                      \
-                     wavepe_relbias_##SUFFIX##_scalar(a, begin, end));                           \
+        RELBIAS_PICK(isa, a->workspace != NULL, wavepe_relbias_##SUFFIX, (a, begin, end));      \
     }                                                                                            \
     void wavepe_relbias_grad_q_##SUFFIX(wavepe_isa isa, const wavepe_relbias_args *a, int64_t begin, \
                                         int64_t end) {                                           \
-        RELBIAS_AVX2(isa, a, wavepe_relbias_grad_q_##SUFFIX##_avx2(a, begin, end),               \
-                     wavepe_relbias_grad_q_##SUFFIX##_scalar(a, begin, end));                    \
+        RELBIAS_PICK(isa, a->workspace != NULL, wavepe_relbias_grad_q_##SUFFIX, (a, begin, end)); \
     }                                                                                            \
     void wavepe_relbias_grad_table_##SUFFIX(wavepe_isa isa, const wavepe_relbias_args *a, int64_t begin, \
                                             int64_t end) {                                       \
         /* dT reads no workspace: only the ISA decides */                                        \
-        RELBIAS_AVX2_ONLY_ISA(isa, wavepe_relbias_grad_table_##SUFFIX##_avx2(a, begin, end),     \
-                              wavepe_relbias_grad_table_##SUFFIX##_scalar(a, begin, end));       \
+        RELBIAS_PICK(isa, 1, wavepe_relbias_grad_table_##SUFFIX, (a, begin, end));              \
     }
 
 RELBIAS_DISPATCH(f32)
 RELBIAS_DISPATCH(f64)
+
+/* ---- plans ------------------------------------------------------------------
+ * The layer every caller uses: it runs the workspace protocol above and cuts
+ * the row spaces into units, so that no binding knows the kernels' blocking.
+ *
+ * Query-row units are RELBIAS_UNIT_ROWS rows of one matrix (whole register
+ * blocks of every kernel: 8 blocks of the AVX2 forward's 6 rows; also a
+ * multiple of 8 and 16), or, when matrices are shorter than that (decoding),
+ * RELBIAS_UNIT_ROWS consecutive rows across matrices, so that a kernel can
+ * gather the same row of several matrices into one block.  Units are handed
+ * out in zigzag order (first, last, second, second-to-last, ...): a causal
+ * triangle's rows cost more the later they come, and a thread pool that
+ * splits the unit range into contiguous pieces then gets even shares.
+ * Table-gradient units are a few runs of table rows per thread: each walks
+ * all of q once, so fewer is better.
+ *
+ * Phases: 0 prepares the workspace (chunks of the table); 1 runs the forward,
+ * or dq; 2 runs dT (threads own disjoint table rows, so results do not depend
+ * on the split). */
+
+#define RELBIAS_UNIT_ROWS 48
+#define RELBIAS_DT_UNIT_ROWS 6
+
+struct wavepe_relbias_plan {
+    wavepe_relbias_args a; /* the caller's arguments, workspace set */
+    wavepe_isa isa;
+    int f64;
+    unsigned kernels;
+    int64_t chunks;          /* phase 0 units */
+    int64_t outer;           /* >= 1 */
+    int64_t per_g, row_units; /* query-row units per outer group (per_g = 0: units span matrices) */
+    int64_t dt_unit_rows, dt_units;
+};
+
+static int64_t zigzag(int64_t k, int64_t units) { return k % 2 == 0 ? k / 2 : units - 1 - k / 2; }
+
+/* Rows [*begin, *end) of the (G * M) row space in query-row unit u. */
+static void unit_rows(const wavepe_relbias_plan *p, int64_t u, int64_t *begin, int64_t *end) {
+    const int64_t m = p->a.m;
+    if (p->per_g) {
+        const int64_t g = u / p->per_g, mb = (u % p->per_g) * RELBIAS_UNIT_ROWS;
+        *begin = g * m + mb;
+        *end = g * m + (mb + RELBIAS_UNIT_ROWS < m ? mb + RELBIAS_UNIT_ROWS : m);
+    } else {
+        const int64_t rows = p->a.batch * m;
+        *begin = u * RELBIAS_UNIT_ROWS;
+        *end = *begin + RELBIAS_UNIT_ROWS < rows ? *begin + RELBIAS_UNIT_ROWS : rows;
+    }
+}
+
+void wavepe_relbias_plan_free(wavepe_relbias_plan *p) {
+    if (p == NULL) return;
+    wavepe_aligned_free(p->a.workspace);
+    free(p);
+}
+
+int wavepe_relbias_plan_create(wavepe_isa isa, const wavepe_relbias_args *a, unsigned kernels, int64_t threads,
+                               wavepe_relbias_plan **out, wavepe_error *err) {
+    *out = NULL;
+    int status = wavepe_relbias_validate(a, kernels, err);
+    if (status != WAVEPE_OK) return status;
+    if (a->dtype != WAVEPE_F32 && a->dtype != WAVEPE_F64)
+        return wavepe_fail(err, WAVEPE_E_INVALID, "the CPU kernels take float32 or float64, got %s",
+                           wavepe_dtype_name(a->dtype));
+    wavepe_relbias_plan *p = calloc(1, sizeof *p);
+    if (p == NULL) return wavepe_fail(err, WAVEPE_E_NOMEM, "out of memory for a rel_bias plan");
+    p->a = *a;
+    p->a.workspace = NULL;
+    p->isa = isa;
+    p->f64 = a->dtype == WAVEPE_F64;
+    p->kernels = kernels;
+    p->outer = a->outer > 1 ? a->outer : 1;
+    const int64_t rows_total = a->batch * a->m;
+    const int bias_work = a->n > 0 && rows_total > 0;
+    p->per_g = a->m >= RELBIAS_UNIT_ROWS ? (a->m + RELBIAS_UNIT_ROWS - 1) / RELBIAS_UNIT_ROWS : 0;
+    p->row_units = p->per_g ? a->batch * p->per_g : (rows_total + RELBIAS_UNIT_ROWS - 1) / RELBIAS_UNIT_ROWS;
+    if (!bias_work && (kernels & WAVEPE_RELBIAS_FORWARD)) p->row_units = 0;
+    if ((kernels & WAVEPE_RELBIAS_GRAD_Q) && (rows_total == 0 || a->d == 0)) p->row_units = 0;
+    if ((kernels & WAVEPE_RELBIAS_GRAD_TABLE) && a->rows > 0 && a->d > 0) {
+        const int64_t t = threads > 0 ? threads : 1;
+        int64_t per = (a->rows / (4 * t) + RELBIAS_DT_UNIT_ROWS - 1) / RELBIAS_DT_UNIT_ROWS * RELBIAS_DT_UNIT_ROWS;
+        if (per < RELBIAS_DT_UNIT_ROWS) per = RELBIAS_DT_UNIT_ROWS;
+        p->dt_unit_rows = per;
+        p->dt_units = (a->rows + per - 1) / per;
+    }
+    /* the workspace, for the kernels that read one (none when there is nothing to compute) */
+    const unsigned ws_kernels = kernels & (p->row_units > 0 ? ~0u : (unsigned)WAVEPE_RELBIAS_GRAD_TABLE);
+    const int64_t bytes = ws_kernels == 0 ? 0
+                          : p->f64       ? wavepe_relbias_f64_workspace_bytes(isa, &p->a, ws_kernels)
+                                         : wavepe_relbias_f32_workspace_bytes(isa, &p->a, ws_kernels);
+    if (bytes < 0) {
+        wavepe_relbias_plan_free(p);
+        return wavepe_fail(err, (int)bytes, "the rel_bias workspace (table rows %lld x head_dim %lld) is too large",
+                           (long long)a->rows, (long long)a->d);
+    }
+    if (bytes > 0) {
+        p->a.workspace = wavepe_aligned_alloc((size_t)bytes);
+        if (p->a.workspace == NULL) {
+            wavepe_relbias_plan_free(p);
+            return wavepe_fail(err, WAVEPE_E_NOMEM, "out of memory for the rel_bias workspace (%lld bytes)",
+                               (long long)bytes);
+        }
+        p->chunks = p->f64 ? wavepe_relbias_f64_chunks(isa, &p->a) : wavepe_relbias_f32_chunks(isa, &p->a);
+    }
+    *out = p;
+    return WAVEPE_OK;
+}
+
+int64_t wavepe_relbias_units(const wavepe_relbias_plan *p, int phase) {
+    const int fwd = (p->kernels & WAVEPE_RELBIAS_FORWARD) != 0;
+    switch (phase) {
+    case 0: return p->chunks;
+    case 1:
+        if (fwd) return p->outer * p->row_units;
+        return (p->kernels & WAVEPE_RELBIAS_GRAD_Q) ? p->row_units : 0;
+    case 2: return fwd ? 0 : p->dt_units;
+    }
+    return 0;
+}
+
+int64_t wavepe_relbias_grain(const wavepe_relbias_plan *p, int phase) {
+    (void)p;
+    return phase == 0 ? 16 : 1;
+}
+
+int wavepe_relbias_run(wavepe_relbias_plan *p, int phase, int64_t begin, int64_t end) {
+    const wavepe_relbias_args *a = &p->a;
+    const int64_t units = wavepe_relbias_units(p, phase);
+    if (end > units) end = units;
+    if (begin >= end) return WAVEPE_OK;
+    if (phase == 0) {
+        if (p->f64) wavepe_relbias_f64_prepare(p->isa, a, p->kernels, begin, end);
+        else wavepe_relbias_f32_prepare(p->isa, a, p->kernels, begin, end);
+        return WAVEPE_OK;
+    }
+    const int64_t esize = p->f64 ? 8 : 4;
+    for (int64_t k = begin; k < end; ++k) {
+        const int64_t u = zigzag(k, units);
+        int64_t r0, r1;
+        if (phase == 2) {
+            r0 = u * p->dt_unit_rows;
+            r1 = r0 + p->dt_unit_rows < a->rows ? r0 + p->dt_unit_rows : a->rows;
+            if (p->f64) wavepe_relbias_grad_table_f64(p->isa, a, r0, r1);
+            else wavepe_relbias_grad_table_f32(p->isa, a, r0, r1);
+            continue;
+        }
+        if (!(p->kernels & WAVEPE_RELBIAS_FORWARD)) {
+            unit_rows(p, u, &r0, &r1);
+            if (p->f64) wavepe_relbias_grad_q_f64(p->isa, a, r0, r1);
+            else wavepe_relbias_grad_q_f32(p->isa, a, r0, r1);
+            continue;
+        }
+        /* forward: outer group o, shifted base pointers */
+        const int64_t o = u / p->row_units;
+        wavepe_relbias_args ao = *a;
+        ao.q = (const char *)a->q + o * a->q_stride_o * esize;
+        ao.bias = (char *)a->bias + o * a->bias_stride_o * esize;
+        unit_rows(p, u % p->row_units, &r0, &r1);
+        if (p->f64) wavepe_relbias_f64(p->isa, &ao, r0, r1);
+        else wavepe_relbias_f32(p->isa, &ao, r0, r1);
+    }
+    return WAVEPE_OK;
+}

@@ -21,37 +21,54 @@
  * ranges of table rows, so threads own disjoint rows: no atomics, and the
  * result does not depend on how the rows are split.
  *
- * Row spaces (callers own threading):
+ * This header is the family's contract for every device: the parameters
+ * (wavepe_relbias_args, filled once by a binding from its tensors) and their
+ * rules (wavepe_relbias_validate, which the CPU plan, the CUDA launchers, the
+ * torch binding and the NumPy gufunc all call).  Callers run an operation as
+ * a plan (validate, size the units, own the workspace) -> units -> run, like
+ * attention.h; the kernels' row spaces, blocking and workspace protocol below
+ * are the plan's business, not the callers'.
+ *
+ * Row spaces of the kernels (the plan owns threading units over them):
  *   forward and dq:  the flattened (G * M) query rows, row = g * M + m;
  *   dT:              the table rows t = 0 .. rows-1;
  *   prepare:         the table's chunks, 0 .. wavepe_relbias_chunks().
  *
  * Layout: q, bias / grad and dq have arbitrary element strides for g and m;
  * their last dimension (d or N) is contiguous.  The table and dT are dense
- * (rows, d).  Positions and distances (q_offset, r_lo, M, N, rows) must stay
- * within +-2^61 so that every derived position fits in int64.
+ * (rows, d).  The forward also takes an outer batch level (`outer` groups of
+ * G matrices, strides q_stride_o / bias_stride_o), so that a (B, L, H, d)
+ * .transpose(1, 2) view of q is read in place; the kernels see one group at a
+ * time.  Positions and distances (q_offset, r_lo, M, N, rows) must stay
+ * within +-2^60 (WAVEPE_POSITION_LIMIT) so that every derived position fits
+ * in int64.
  *
- * Support skipping (AVX2): whole runs of table rows that are all zero cost no
+ * Support skipping (vector kernels): whole runs of table rows that are all zero cost no
  * multiplies, and within a chunk of distances only the columns between the
  * first and last nonzero one are reduced (the default wavelet grid is nonzero
- * only in its large-scale columns at large |r|).  A term q[j] * T[r, j] with
- * T[r, j] == 0 may therefore be skipped: for finite q this changes nothing;
- * an infinite or NaN q[j] propagates only where the forward actually
- * multiplies it (the scalar kernels multiply every in-table term).
+ * only in its large-scale columns at large |r|).  Skipping a zero term
+ * changes nothing for finite inputs; a query row (forward) or gradient row
+ * (dq) holding NaN or inf is recomputed by the scalar reference, which
+ * multiplies every in-table term, so every ISA gives the formula's answer:
+ * NaN / inf reach every distance inside the table, never one outside it.
  *
- * Workspace: the AVX2 kernels read a per-operation scratch (the table packed
+ * Workspace: the vector kernels read a per-operation scratch (the table packed
  * transposed into NR-distance panels, and each chunk's nonzero column range):
  *   1. a.workspace = buffer of wavepe_relbias_<dt>_workspace_bytes(isa, &a, kernels);
  *   2. wavepe_relbias_<dt>_prepare(isa, &a, kernels, c0, c1) over [0, chunks);
  *   3. the range kernels.
  * With 0 bytes (the scalar ISA) steps 1-2 are no-ops.  A kernel that finds a
- * NULL workspace where it needs one runs the scalar reference instead.
+ * NULL workspace where it needs one runs the scalar reference instead.  The
+ * plan (wavepe_relbias_plan_create) runs this protocol for its callers.
  */
 #ifndef WAVEPE_RELBIAS_H
 #define WAVEPE_RELBIAS_H
 
+#include <stddef.h>
 #include <stdint.h>
 
+#include "checked.h"
+#include "dtype.h"
 #include "isa.h"
 
 #ifdef __cplusplus
@@ -59,6 +76,7 @@ extern "C" {
 #endif
 
 typedef struct wavepe_relbias_args {
+    int dtype;                  /* wavepe_dtype of q, table, bias, grad, dq, dtable (CPU: F32 / F64) */
     int64_t batch, m, n, d;     /* G, M, N, head dim d */
     int64_t rows, r_lo;         /* table (rows, d) holds distances r_lo .. r_lo + rows - 1 */
     int64_t q_offset;           /* position of query row 0 (keys sit at 0 .. N-1) */
@@ -77,7 +95,11 @@ typedef struct wavepe_relbias_args {
     int64_t dq_stride_g, dq_stride_m;
     void *dtable;               /* backward output (rows, d) dense */
 
-    void *workspace;            /* see "Workspace" above; NULL for the scalar ISA */
+    /* forward only: `outer` groups of the G matrices above (0 reads as 1),
+     * group o at q + o * q_stride_o and bias + o * bias_stride_o */
+    int64_t outer, q_stride_o, bias_stride_o;
+
+    void *workspace;            /* see "Workspace" above; NULL for the scalar ISA; set by the plan */
 } wavepe_relbias_args;
 
 /* Which kernels an operation runs (bit flags): they decide what validation
@@ -88,10 +110,102 @@ enum {
     WAVEPE_RELBIAS_GRAD_TABLE = 4
 };
 
-/* Sizes, strides and pointers sane for the given kernels: WAVEPE_OK or an
- * error (negative size, overflowing products or offsets, positions beyond
- * +-2^61, clamp with an empty table, NULL data where elements exist). */
-int wavepe_relbias_validate(const wavepe_relbias_args *a, unsigned kernels, int64_t elem_size);
+/* ---- the rules ------------------------------------------------------------------
+ * Sizes, positions, strides and pointers sane for the given kernels:
+ * WAVEPE_OK, or a status with *err (may be NULL) naming the argument and its
+ * value: a negative size; products, strides or positions beyond what int64 /
+ * ptrdiff_t address or beyond +-2^60; clamp with an empty table; an outer
+ * batch level for the backward; NULL data where the operation reads or writes
+ * elements (checked last: empty problems need no data at all). */
+static inline int wavepe_relbias_validate(const wavepe_relbias_args *a, unsigned kernels, wavepe_error *err) {
+    const int64_t elem = wavepe_dtype_size(a->dtype);
+    if (elem == 0) return wavepe_fail(err, WAVEPE_E_INVALID, "dtype=%d is not an element type", a->dtype);
+    if (kernels & ~7u) return wavepe_fail(err, WAVEPE_E_INVALID, "kernels=%u has unknown bits", kernels);
+    const int64_t sizes[6] = {a->batch, a->m, a->n, a->d, a->rows, a->outer};
+    static const char *const names[6] = {"batch", "q_len", "k_len", "head_dim", "table rows", "outer batch"};
+    for (int i = 0; i < 6; ++i)
+        if (sizes[i] < 0)
+            return wavepe_fail(err, WAVEPE_E_NEGATIVE_SIZE, "%s must be >= 0, got %lld", names[i], (long long)sizes[i]);
+    int status;
+    if ((status = wavepe_check_position(err, "q_offset", a->q_offset)) ||
+        (status = wavepe_check_position(err, "r_lo", a->r_lo)) || (status = wavepe_check_position(err, "q_len", a->m)) ||
+        (status = wavepe_check_position(err, "k_len", a->n)) ||
+        (status = wavepe_check_position(err, "table rows", a->rows)))
+        return status;
+    if (a->clamp && a->rows == 0)
+        return wavepe_fail(err, WAVEPE_E_INVALID, "clamp=True needs a table with at least one row, got 0 rows");
+    const int backward = (kernels & (WAVEPE_RELBIAS_GRAD_Q | WAVEPE_RELBIAS_GRAD_TABLE)) != 0;
+    const int64_t outer = a->outer > 1 ? a->outer : 1;
+    if (outer > 1 && backward)
+        return wavepe_fail(err, WAVEPE_E_INVALID, "outer batch=%lld: the backward takes one batch level",
+                           (long long)outer);
+    const int64_t bias_dims[4] = {outer, a->batch, a->m, a->n};
+    const int64_t table_dims[2] = {a->rows, a->d};
+    int64_t n_bias, n_q, n_table;
+    if ((status = wavepe_check_numel(err, "the bias (outer, batch, M, k_len)", 4, bias_dims, elem)) ||
+        (status = wavepe_check_numel(err, "table (rows, head_dim)", 2, table_dims, elem)))
+        return status;
+    const int64_t q_dims[4] = {outer, a->batch, a->m, a->d};
+    if ((status = wavepe_check_numel(err, "q (outer, batch, M, head_dim)", 4, q_dims, elem))) return status;
+    wavepe_checked_numel(4, bias_dims, elem, &n_bias);
+    wavepe_checked_numel(4, q_dims, elem, &n_q);
+    wavepe_checked_numel(2, table_dims, elem, &n_table);
+
+    const int fwd = (kernels & WAVEPE_RELBIAS_FORWARD) != 0;
+    const int gq = (kernels & WAVEPE_RELBIAS_GRAD_Q) != 0;
+    const int gt = (kernels & WAVEPE_RELBIAS_GRAD_TABLE) != 0;
+    /* a pointer is needed where the operation reads or writes elements through it: an output with
+     * elements is written (zeros where nothing contributes); an input is read only for a term with
+     * elements on every side (bias entries x head dims) */
+    const int terms = n_bias > 0 && a->d > 0;
+    const int need_q = terms && ((fwd && n_table > 0) || (gt && n_table > 0));
+    const int need_table = terms && n_table > 0 && ((fwd && n_q > 0) || (gq && n_q > 0));
+    const int need_grad = terms && ((gq && n_table > 0) || (gt && n_q > 0));
+    const int64_t q_st[4] = {a->q_stride_o, a->q_stride_g, a->q_stride_m, 1};
+    const int64_t b_st[4] = {a->bias_stride_o, a->bias_stride_g, a->bias_stride_m, 1};
+    if (need_q) {
+        if (a->q == NULL) return wavepe_fail(err, WAVEPE_E_NULL, "q is NULL");
+        if ((status = wavepe_check_view(err, "q", 4, q_dims, q_st, elem))) return status;
+    }
+    if (need_table && a->table == NULL) return wavepe_fail(err, WAVEPE_E_NULL, "table is NULL");
+    if (n_bias > 0 && fwd) {
+        if (a->bias == NULL) return wavepe_fail(err, WAVEPE_E_NULL, "bias is NULL");
+        if ((status = wavepe_check_view(err, "bias", 4, bias_dims, b_st, elem))) return status;
+    }
+    const int64_t g_dims[3] = {a->batch, a->m, a->n}, g_st[3] = {a->grad_stride_g, a->grad_stride_m, 1};
+    if (need_grad) {
+        if (a->grad == NULL) return wavepe_fail(err, WAVEPE_E_NULL, "grad is NULL");
+        if ((status = wavepe_check_view(err, "grad", 3, g_dims, g_st, elem))) return status;
+    }
+    const int64_t dq_dims[3] = {a->batch, a->m, a->d}, dq_st[3] = {a->dq_stride_g, a->dq_stride_m, 1};
+    if (n_q > 0 && gq) {
+        if (a->dq == NULL) return wavepe_fail(err, WAVEPE_E_NULL, "dq is NULL");
+        if ((status = wavepe_check_view(err, "dq", 3, dq_dims, dq_st, elem))) return status;
+    }
+    if (n_table > 0 && gt && a->dtable == NULL) return wavepe_fail(err, WAVEPE_E_NULL, "dtable is NULL");
+    return WAVEPE_OK;
+}
+
+/* ---- plans: what callers use ----------------------------------------------------
+ * A plan validates *a (copied: the data must outlive the plan), picks the
+ * kernels for `isa` (float32 / float64 from a->dtype), allocates and owns
+ * the workspace, and splits the work into units sized for `threads` threads
+ * (a hint: results never depend on it).  Run phase 0 (preparing the
+ * workspace), then phase 1 (the kernels), each unit exactly once, from any
+ * number of threads, in any order; a phase with 0 units is skipped.
+ * Returns a status (*plan NULL on error; *err, may be NULL, says why). */
+typedef struct wavepe_relbias_plan wavepe_relbias_plan;
+
+int wavepe_relbias_plan_create(wavepe_isa isa, const wavepe_relbias_args *a, unsigned kernels, int64_t threads,
+                               wavepe_relbias_plan **plan, wavepe_error *err);
+int64_t wavepe_relbias_units(const wavepe_relbias_plan *plan, int phase);
+/* Suggested minimum units per task of a thread pool. */
+int64_t wavepe_relbias_grain(const wavepe_relbias_plan *plan, int phase);
+/* Run units [begin, end) of a phase; thread-safe across disjoint ranges. */
+int wavepe_relbias_run(wavepe_relbias_plan *plan, int phase, int64_t begin, int64_t end);
+void wavepe_relbias_plan_free(wavepe_relbias_plan *plan);
+
+/* ---- the kernels behind the plan ------------------------------------------------ */
 
 /* Scratch bytes the kernels of `kernels` need on `isa` (0: none), or a
  * negative wavepe_status when the size overflows. */
@@ -118,7 +232,7 @@ void wavepe_relbias_grad_q_f64(wavepe_isa isa, const wavepe_relbias_args *a, int
 void wavepe_relbias_grad_table_f32(wavepe_isa isa, const wavepe_relbias_args *a, int64_t begin, int64_t end);
 void wavepe_relbias_grad_table_f64(wavepe_isa isa, const wavepe_relbias_args *a, int64_t begin, int64_t end);
 
-/* The variants behind the dispatch (the AVX2 ones exist on x86-64 only). */
+/* The variants behind the dispatch (the vector ones exist on x86-64 only). */
 void wavepe_relbias_f32_scalar(const wavepe_relbias_args *a, int64_t begin, int64_t end);
 void wavepe_relbias_f64_scalar(const wavepe_relbias_args *a, int64_t begin, int64_t end);
 void wavepe_relbias_grad_q_f32_scalar(const wavepe_relbias_args *a, int64_t begin, int64_t end);
@@ -138,6 +252,18 @@ void wavepe_relbias_grad_q_f32_avx2(const wavepe_relbias_args *a, int64_t begin,
 void wavepe_relbias_grad_q_f64_avx2(const wavepe_relbias_args *a, int64_t begin, int64_t end);
 void wavepe_relbias_grad_table_f32_avx2(const wavepe_relbias_args *a, int64_t begin, int64_t end);
 void wavepe_relbias_grad_table_f64_avx2(const wavepe_relbias_args *a, int64_t begin, int64_t end);
+int64_t wavepe_relbias_f32_avx512_workspace_bytes(const wavepe_relbias_args *a, unsigned kernels);
+int64_t wavepe_relbias_f64_avx512_workspace_bytes(const wavepe_relbias_args *a, unsigned kernels);
+int64_t wavepe_relbias_f32_avx512_chunks(const wavepe_relbias_args *a);
+int64_t wavepe_relbias_f64_avx512_chunks(const wavepe_relbias_args *a);
+void wavepe_relbias_f32_avx512_prepare(const wavepe_relbias_args *a, unsigned kernels, int64_t begin, int64_t end);
+void wavepe_relbias_f64_avx512_prepare(const wavepe_relbias_args *a, unsigned kernels, int64_t begin, int64_t end);
+void wavepe_relbias_f32_avx512(const wavepe_relbias_args *a, int64_t begin, int64_t end);
+void wavepe_relbias_f64_avx512(const wavepe_relbias_args *a, int64_t begin, int64_t end);
+void wavepe_relbias_grad_q_f32_avx512(const wavepe_relbias_args *a, int64_t begin, int64_t end);
+void wavepe_relbias_grad_q_f64_avx512(const wavepe_relbias_args *a, int64_t begin, int64_t end);
+void wavepe_relbias_grad_table_f32_avx512(const wavepe_relbias_args *a, int64_t begin, int64_t end);
+void wavepe_relbias_grad_table_f64_avx512(const wavepe_relbias_args *a, int64_t begin, int64_t end);
 
 /* ---- geometry shared by every variant --------------------------------------
  * For a query at position p, the keys split into runs by what their distance

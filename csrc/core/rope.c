@@ -1,80 +1,20 @@
-/* rope.c: validation, the scalar reference kernels and dispatch of RoPE.
+/* rope.c: the scalar reference kernels, dispatch and the plan of RoPE (the
+ * rules are in rope.h).
  *
  * The scalar kernels are the readable reference: cos and sin from libm on the
  * double angle, rounded once (times scale) into the output type, and the
  * rotation written as the formula.  They share the row space and the per-row
- * cos/sin table with the AVX2 kernels (rope_rows.h).
+ * cos/sin table with the vector kernels (rope_rows.h, rope_simd.h).
  */
 #include "rope.h"
 
 #include <math.h>
 #include <stddef.h>
+#include <stdlib.h>
 
 #include "checked.h"
+#include "isa_dispatch.h"
 #include "rope_rows.h"
-
-/* ---- validation ------------------------------------------------------- */
-
-/* |stride| * (size - 1) summed over dims, plus `tail`, within int64 and,
- * times elem_size, within ptrdiff_t: every element offset is addressable. */
-static int extent_ok(int n, const int64_t *sizes, const int64_t *strides, int64_t tail, int64_t elem_size) {
-    int64_t total = tail;
-    for (int i = 0; i < n; ++i) {
-        if (sizes[i] == 0) return WAVEPE_OK; /* no element is ever addressed */
-        if (strides[i] == INT64_MIN) return WAVEPE_E_OVERFLOW;
-        const int64_t s = strides[i] < 0 ? -strides[i] : strides[i];
-        int64_t span;
-        if (wavepe_mul_overflow(s, sizes[i] - 1, &span) || wavepe_add_overflow(total, span, &total))
-            return WAVEPE_E_OVERFLOW;
-    }
-    int64_t bytes;
-    if (wavepe_mul_overflow(total, elem_size, &bytes) || (uint64_t)bytes > (uint64_t)PTRDIFF_MAX)
-        return WAVEPE_E_OVERFLOW;
-    return WAVEPE_OK;
-}
-
-static int tensor_ok(const wavepe_rope_args *a, const wavepe_rope_tensor *t) {
-    if (t->heads < 0) return WAVEPE_E_NEGATIVE_SIZE;
-    const int64_t dims[4] = {a->batch, t->heads, a->len, a->head_dim};
-    int64_t numel;
-    int status = wavepe_checked_numel(4, dims, 8, &numel);
-    if (status != WAVEPE_OK || numel == 0) return status;
-    if (t->in == NULL || t->out == NULL) return WAVEPE_E_NULL;
-    const int64_t sizes[3] = {a->batch, t->heads, a->len};
-    const int64_t in_strides[3] = {t->in_stride_b, t->in_stride_h, t->in_stride_l};
-    const int64_t out_strides[3] = {t->out_stride_b, t->out_stride_h, t->out_stride_l};
-    status = extent_ok(3, sizes, in_strides, a->head_dim - 1, 8);
-    if (status != WAVEPE_OK) return status;
-    return extent_ok(3, sizes, out_strides, a->head_dim - 1, 8);
-}
-
-int wavepe_rope_validate(const wavepe_rope_args *a) {
-    if (a->batch < 0 || a->len < 0 || a->head_dim < 0 || a->q.heads < 0 || a->k.heads < 0)
-        return WAVEPE_E_NEGATIVE_SIZE;
-    if (a->head_dim % 2 != 0) return WAVEPE_E_INVALID;
-    if (a->rotary_pairs < 0 || a->rotary_pairs > a->head_dim / 2) return WAVEPE_E_INVALID;
-    if (a->layout != WAVEPE_ROPE_HALF && a->layout != WAVEPE_ROPE_INTERLEAVED) return WAVEPE_E_INVALID;
-    if (!isfinite(a->scale)) return WAVEPE_E_INVALID;
-    int status = tensor_ok(a, &a->q);
-    if (status != WAVEPE_OK) return status;
-    status = tensor_ok(a, &a->k);
-    if (status != WAVEPE_OK) return status;
-    if (a->rotary_pairs > 0) {
-        if (a->inv_freq == NULL) return WAVEPE_E_NULL;
-        for (int64_t i = 0; i < a->rotary_pairs; ++i)
-            if (!isfinite(a->inv_freq[i])) return WAVEPE_E_INVALID;
-    }
-    if (a->positions == NULL) {
-        int64_t last;
-        if (wavepe_add_overflow(a->offset, a->len, &last)) return WAVEPE_E_OVERFLOW;
-    } else if (a->batch > 0 && a->len > 0) {
-        const int64_t sizes[2] = {a->batch, a->len};
-        const int64_t strides[2] = {a->pos_stride_b, a->pos_stride_l};
-        status = extent_ok(2, sizes, strides, 0, (int64_t)sizeof(int64_t));
-        if (status != WAVEPE_OK) return status;
-    }
-    return WAVEPE_OK;
-}
 
 int64_t wavepe_rope_rows(const wavepe_rope_args *a) { return a->batch * rope_blocks_per_batch(a); }
 
@@ -152,23 +92,58 @@ ROPE_SCALAR(double, f64)
 /* ---- dispatch --------------------------------------------------------- */
 
 void wavepe_rope_f32(wavepe_isa isa, const wavepe_rope_args *a, int64_t row_begin, int64_t row_end) {
-#if defined(__x86_64__) || defined(_M_X64)
-    if (isa == WAVEPE_ISA_AVX2) {
-        wavepe_rope_f32_avx2(a, row_begin, row_end);
-        return;
-    }
-#endif
-    (void)isa;
-    wavepe_rope_f32_scalar(a, row_begin, row_end);
+    WAVEPE_ISA_CALL(isa, wavepe_rope_f32, (a, row_begin, row_end));
 }
 
 void wavepe_rope_f64(wavepe_isa isa, const wavepe_rope_args *a, int64_t row_begin, int64_t row_end) {
-#if defined(__x86_64__) || defined(_M_X64)
-    if (isa == WAVEPE_ISA_AVX2) {
-        wavepe_rope_f64_avx2(a, row_begin, row_end);
-        return;
-    }
-#endif
-    (void)isa;
-    wavepe_rope_f64_scalar(a, row_begin, row_end);
+    WAVEPE_ISA_CALL(isa, wavepe_rope_f64, (a, row_begin, row_end));
 }
+
+/* ---- plan ------------------------------------------------------------------- */
+
+struct wavepe_rope_plan {
+    wavepe_rope_args a;
+    wavepe_isa isa;
+};
+
+int wavepe_rope_plan_create(wavepe_isa isa, const wavepe_rope_args *a, wavepe_rope_plan **out, wavepe_error *err) {
+    *out = NULL;
+    const int status = wavepe_rope_validate(a, err);
+    if (status != WAVEPE_OK) return status;
+    if (a->dtype != WAVEPE_F32 && a->dtype != WAVEPE_F64)
+        return wavepe_fail(err, WAVEPE_E_INVALID, "the CPU kernels take float32 or float64, got %s",
+                           wavepe_dtype_name(a->dtype));
+    const int rotates = wavepe_rope_rows(a) > 0 && a->head_dim > 0 && a->q.heads + a->k.heads > 0;
+    if (rotates) /* only then are the frequencies read (rope.h: the rules do not read data) */
+        for (int64_t i = 0; i < a->rotary_pairs; ++i)
+            if (!isfinite(a->inv_freq[i]))
+                return wavepe_fail(err, WAVEPE_E_INVALID, "inv_freq must be finite, got inv_freq[%lld] = %g",
+                                   (long long)i, a->inv_freq[i]);
+    wavepe_rope_plan *p = malloc(sizeof *p);
+    if (p == NULL) return wavepe_fail(err, WAVEPE_E_NOMEM, "out of memory for a rope plan");
+    p->a = *a;
+    p->isa = isa;
+    *out = p;
+    return WAVEPE_OK;
+}
+
+int64_t wavepe_rope_units(const wavepe_rope_plan *p, int phase) {
+    if (phase != 0 || p->a.head_dim == 0 || p->a.q.heads + p->a.k.heads == 0) return 0;
+    return wavepe_rope_rows(&p->a);
+}
+
+int64_t wavepe_rope_grain(const wavepe_rope_plan *p, int phase) {
+    (void)phase;
+    /* ~64k output elements per task: tiny problems on one thread */
+    const int64_t row_elems = WAVEPE_ROPE_POS_BLOCK * (p->a.q.heads + p->a.k.heads) * p->a.head_dim;
+    return row_elems >= 65536 ? 1 : 65536 / (row_elems > 0 ? row_elems : 1);
+}
+
+int wavepe_rope_run(wavepe_rope_plan *p, int phase, int64_t begin, int64_t end) {
+    if (phase != 0 || begin >= end) return WAVEPE_OK;
+    if (p->a.dtype == WAVEPE_F64) wavepe_rope_f64(p->isa, &p->a, begin, end);
+    else wavepe_rope_f32(p->isa, &p->a, begin, end);
+    return WAVEPE_OK;
+}
+
+void wavepe_rope_plan_free(wavepe_rope_plan *p) { free(p); }

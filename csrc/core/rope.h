@@ -21,6 +21,11 @@
  * positions is not NULL (pos_stride_b = 0 broadcasts one (L,) row over the
  * batch), else offset + l.
  *
+ * This header is the family's contract for every device: the parameters
+ * (wavepe_rope_args) and their rules (wavepe_rope_validate), used by the CPU
+ * plan and the CUDA launcher alike.  Element type: `dtype` (the CPU runs F32
+ * / F64); inv_freq and the angles are float64 everywhere.
+ *
  * Work split.  cos and sin depend only on (position, pair), so the kernels
  * compute them once per position and reuse them for every head of q and k:
  * the transcendental work is O(B L rotary_pairs), the rotation O(B (Hq+Hk) L d).
@@ -33,8 +38,11 @@
 #ifndef WAVEPE_ROPE_H
 #define WAVEPE_ROPE_H
 
+#include <math.h>
 #include <stdint.h>
 
+#include "checked.h"
+#include "dtype.h"
 #include "isa.h"
 
 #ifdef __cplusplus
@@ -61,6 +69,7 @@ typedef struct wavepe_rope_tensor {
 } wavepe_rope_tensor;
 
 typedef struct wavepe_rope_args {
+    int dtype;                    /* wavepe_dtype of the tensors (CPU: F32 / F64) */
     int64_t batch, len, head_dim; /* B, L, d (d even) */
     wavepe_rope_tensor q, k;      /* k.heads = 0: no k (its pointers are then ignored) */
     const double *inv_freq;       /* (d/2,) angular frequencies; the first rotary_pairs are read */
@@ -73,12 +82,71 @@ typedef struct wavepe_rope_args {
     int64_t offset;
 } wavepe_rope_args;
 
-/* Sizes, strides, pointers and values sane: WAVEPE_OK or an error
- * (negative sizes; odd d, rotary_pairs outside [0, d/2], unknown layout,
- * non-finite scale or inv_freq: WAVEPE_E_INVALID; an element offset or a
- * position that overflows int64 / ptrdiff_t: WAVEPE_E_OVERFLOW; NULL data
- * where elements exist: WAVEPE_E_NULL). */
-int wavepe_rope_validate(const wavepe_rope_args *a);
+/* ---- the rules ------------------------------------------------------------------
+ * Sizes, strides, pointers and values sane: WAVEPE_OK, or a status with *err
+ * (may be NULL) naming the argument and its value: negative sizes; odd d,
+ * rotary_pairs outside [0, d/2], unknown layout, non-finite scale
+ * (WAVEPE_E_INVALID); an element offset or a position that overflows int64 /
+ * ptrdiff_t (WAVEPE_E_OVERFLOW); NULL data where elements exist
+ * (WAVEPE_E_NULL).  Reads no data (the pointers may be a device's): the CPU
+ * plan also checks that inv_freq[:rotary_pairs] is finite. */
+static inline int wavepe_rope_tensor_validate_(const wavepe_rope_args *a, const wavepe_rope_tensor *t, const char *name,
+                                               int64_t elem, wavepe_error *err) {
+    if (t->heads < 0) return wavepe_fail(err, WAVEPE_E_NEGATIVE_SIZE, "%s heads must be >= 0, got %lld", name, (long long)t->heads);
+    const int64_t dims[4] = {a->batch, t->heads, a->len, a->head_dim};
+    const int64_t in_st[4] = {t->in_stride_b, t->in_stride_h, t->in_stride_l, 1};
+    const int64_t out_st[4] = {t->out_stride_b, t->out_stride_h, t->out_stride_l, 1};
+    int status = wavepe_check_view(err, name, 4, dims, in_st, elem);
+    if (status == WAVEPE_OK) status = wavepe_check_view(err, name, 4, dims, out_st, elem);
+    if (status != WAVEPE_OK) return status;
+    const int any = a->batch > 0 && t->heads > 0 && a->len > 0 && a->head_dim > 0;
+    if (any && (t->in == NULL || t->out == NULL)) return wavepe_fail(err, WAVEPE_E_NULL, "%s data is NULL", name);
+    return WAVEPE_OK;
+}
+
+static inline int wavepe_rope_validate(const wavepe_rope_args *a, wavepe_error *err) {
+    const int64_t elem = wavepe_dtype_size(a->dtype);
+    if (elem == 0) return wavepe_fail(err, WAVEPE_E_INVALID, "dtype=%d is not an element type", a->dtype);
+    const int64_t sizes[3] = {a->batch, a->len, a->head_dim};
+    static const char *const names[3] = {"batch", "length", "head_dim"};
+    for (int i = 0; i < 3; ++i)
+        if (sizes[i] < 0)
+            return wavepe_fail(err, WAVEPE_E_NEGATIVE_SIZE, "%s must be >= 0, got %lld", names[i], (long long)sizes[i]);
+    if (a->head_dim % 2 != 0)
+        return wavepe_fail(err, WAVEPE_E_INVALID, "head_dim must be even for RoPE, got %lld", (long long)a->head_dim);
+    if (a->rotary_pairs < 0 || a->rotary_pairs > a->head_dim / 2)
+        return wavepe_fail(err, WAVEPE_E_INVALID, "rotary_pairs must be in [0, head_dim/2 = %lld], got %lld",
+                           (long long)(a->head_dim / 2), (long long)a->rotary_pairs);
+    if (a->layout != WAVEPE_ROPE_HALF && a->layout != WAVEPE_ROPE_INTERLEAVED)
+        return wavepe_fail(err, WAVEPE_E_INVALID, "layout=%d is neither half (0) nor interleaved (1)", a->layout);
+    if (!isfinite(a->scale)) return wavepe_fail(err, WAVEPE_E_INVALID, "scale must be finite, got %g", a->scale);
+    int status = wavepe_rope_tensor_validate_(a, &a->q, "q", elem, err);
+    if (status == WAVEPE_OK) status = wavepe_rope_tensor_validate_(a, &a->k, "k", elem, err);
+    if (status != WAVEPE_OK) return status;
+    const int any = a->batch > 0 && a->len > 0 && a->head_dim > 0 && (a->q.heads > 0 || a->k.heads > 0);
+    if (any && a->rotary_pairs > 0 && a->inv_freq == NULL) return wavepe_fail(err, WAVEPE_E_NULL, "inv_freq is NULL");
+    if (a->positions == NULL) {
+        int64_t last;
+        if (wavepe_add_overflow(a->offset, a->len, &last))
+            return wavepe_fail(err, WAVEPE_E_OVERFLOW, "positions: offset=%lld + length %lld overflows int64",
+                               (long long)a->offset, (long long)a->len);
+    } else if (any) {
+        const int64_t dims[2] = {a->batch, a->len}, st[2] = {a->pos_stride_b, a->pos_stride_l};
+        if ((status = wavepe_check_view(err, "positions", 2, dims, st, (int64_t)sizeof(int64_t)))) return status;
+    }
+    return WAVEPE_OK;
+}
+
+/* ---- plans: what callers use (CPU) ------------------------------------------------
+ * Validates *a (copied) and that inv_freq[:rotary_pairs] is finite; one
+ * phase (0) whose units are the rows below.  Same shape as the other
+ * families' plans (relbias.h, attention.h). */
+typedef struct wavepe_rope_plan wavepe_rope_plan;
+int wavepe_rope_plan_create(wavepe_isa isa, const wavepe_rope_args *a, wavepe_rope_plan **plan, wavepe_error *err);
+int64_t wavepe_rope_units(const wavepe_rope_plan *plan, int phase);
+int64_t wavepe_rope_grain(const wavepe_rope_plan *plan, int phase);
+int wavepe_rope_run(wavepe_rope_plan *plan, int phase, int64_t begin, int64_t end);
+void wavepe_rope_plan_free(wavepe_rope_plan *plan);
 
 /* Number of rows of the row space: B * ceil(L / WAVEPE_ROPE_POS_BLOCK). */
 int64_t wavepe_rope_rows(const wavepe_rope_args *a);
@@ -91,6 +159,8 @@ void wavepe_rope_f32_scalar(const wavepe_rope_args *a, int64_t row_begin, int64_
 void wavepe_rope_f64_scalar(const wavepe_rope_args *a, int64_t row_begin, int64_t row_end);
 void wavepe_rope_f32_avx2(const wavepe_rope_args *a, int64_t row_begin, int64_t row_end);
 void wavepe_rope_f64_avx2(const wavepe_rope_args *a, int64_t row_begin, int64_t row_end);
+void wavepe_rope_f32_avx512(const wavepe_rope_args *a, int64_t row_begin, int64_t row_end);
+void wavepe_rope_f64_avx512(const wavepe_rope_args *a, int64_t row_begin, int64_t row_end);
 
 #ifdef __cplusplus
 }

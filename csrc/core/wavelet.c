@@ -5,6 +5,7 @@
 #include <math.h>
 
 #include "checked.h"
+#include "isa_dispatch.h"
 
 const char *wavepe_wavelet_name(wavepe_wavelet w) {
     switch (w) {
@@ -24,14 +25,20 @@ double wavepe_psi_f64(wavepe_wavelet w, double t) {
         return 0.0;
     }
     const double t2 = t * t;
-    const double envelope = exp(-0.5 * t2);
+    /* Far in the tail the envelope alone is below the normal range while the
+     * product with the polynomial factor (up to ~t^2) is not: form it scaled
+     * by e^700 and apply e^-700 last, so that a flushed intermediate (the
+     * kernels run with flush-to-zero) never loses a normal result. */
+    const int far = t2 > 1400.0;
+    const double envelope = exp(-0.5 * t2 + (far ? 700.0 : 0.0));
+    const double post = far ? 9.85967654375977e-305 : 1.0; /* e^-700 */
     /* Where the envelope underflows the product is 0, also for t = +-inf,
      * where the polynomial factor would turn 0 * inf into NaN. */
     if (envelope == 0.0) return 0.0;
     switch (w) {
-    case WAVEPE_WAVELET_RICKER: return (1.0 - t2) * envelope;
-    case WAVEPE_WAVELET_GAUSSIAN: return -t * envelope;
-    case WAVEPE_WAVELET_MORLET: return cos(5.0 * t) * envelope;
+    case WAVEPE_WAVELET_RICKER: return (1.0 - t2) * envelope * post;
+    case WAVEPE_WAVELET_GAUSSIAN: return -t * envelope * post;
+    case WAVEPE_WAVELET_MORLET: return cos(5.0 * t) * envelope * post;
     case WAVEPE_WAVELET_HAAR: break;
     }
     return NAN;
@@ -51,26 +58,12 @@ void wavepe_wavelet_f64_scalar(wavepe_wavelet w, int64_t n, const double *x, int
 
 void wavepe_wavelet_f32(wavepe_isa isa, wavepe_wavelet w, int64_t n, const float *x, int64_t sx,
                         float *y, int64_t sy) {
-#if defined(__x86_64__) || defined(_M_X64)
-    if (isa == WAVEPE_ISA_AVX2) {
-        wavepe_wavelet_f32_avx2(w, n, x, sx, y, sy);
-        return;
-    }
-#endif
-    (void)isa;
-    wavepe_wavelet_f32_scalar(w, n, x, sx, y, sy);
+    WAVEPE_ISA_CALL(isa, wavepe_wavelet_f32, (w, n, x, sx, y, sy));
 }
 
 void wavepe_wavelet_f64(wavepe_isa isa, wavepe_wavelet w, int64_t n, const double *x, int64_t sx,
                         double *y, int64_t sy) {
-#if defined(__x86_64__) || defined(_M_X64)
-    if (isa == WAVEPE_ISA_AVX2) {
-        wavepe_wavelet_f64_avx2(w, n, x, sx, y, sy);
-        return;
-    }
-#endif
-    (void)isa;
-    wavepe_wavelet_f64_scalar(w, n, x, sx, y, sy);
+    WAVEPE_ISA_CALL(isa, wavepe_wavelet_f64, (w, n, x, sx, y, sy));
 }
 
 /* ---- peak ------------------------------------------------------------- */
@@ -122,11 +115,13 @@ static double tail_log_bound(wavepe_wavelet w, double t) {
 }
 
 /* Is a value below exp(log_bound) zero in the given precision (or below the
- * threshold)?  Zero means below a quarter of the smallest subnormal: it rounds
- * to 0 with a factor-2 margin for the last-bit differences between kernels. */
+ * threshold)?  The kernels flush results below the normal range to zero
+ * (fpenv.h), so zero means below half the smallest normal number: it flushes
+ * with a factor-2 margin for the last-bit differences between kernels, and no
+ * table built over the support ever holds a subnormal. */
 static int negligible(double log_bound, int double_precision, double threshold) {
     if (threshold > 0.0) return log_bound <= log(threshold);
-    const double log2_limit = double_precision ? -1076.0 : -151.0;
+    const double log2_limit = double_precision ? -1023.0 : -127.0; /* log2(smallest normal / 2) */
     return log_bound < log2_limit * 0.69314718055994530942;
 }
 

@@ -5,7 +5,9 @@
  *   gaussian  -t exp(-t^2 / 2)               first derivative of a Gaussian
  *   morlet    cos(5 t) exp(-t^2 / 2)         real Morlet
  *   haar      1 on [0, 1/2), -1 on [1/2, 1), 0 elsewhere
- * psi(+-inf) = 0 and psi(NaN) = NaN for every family.
+ * psi(+-inf) = 0 and psi(NaN) = NaN for every family.  The dispatched kernels
+ * run with subnormals flushed (fpenv.h): a subnormal t reads as 0 and results
+ * below the normal range are 0.
  */
 #ifndef WAVEPE_WAVELET_H
 #define WAVEPE_WAVELET_H
@@ -40,7 +42,7 @@ void wavepe_wavelet_f32(wavepe_isa isa, wavepe_wavelet w, int64_t n, const float
 void wavepe_wavelet_f64(wavepe_isa isa, wavepe_wavelet w, int64_t n, const double *x, int64_t sx,
                         double *y, int64_t sy);
 
-/* The variants behind the dispatch (the AVX2 ones exist on x86-64 only). */
+/* The variants behind the dispatch (the vector ones exist on x86-64 only). */
 void wavepe_wavelet_f32_scalar(wavepe_wavelet w, int64_t n, const float *x, int64_t sx, float *y,
                                int64_t sy);
 void wavepe_wavelet_f64_scalar(wavepe_wavelet w, int64_t n, const double *x, int64_t sx, double *y,
@@ -49,14 +51,19 @@ void wavepe_wavelet_f32_avx2(wavepe_wavelet w, int64_t n, const float *x, int64_
                              int64_t sy);
 void wavepe_wavelet_f64_avx2(wavepe_wavelet w, int64_t n, const double *x, int64_t sx, double *y,
                              int64_t sy);
+void wavepe_wavelet_f32_avx512(wavepe_wavelet w, int64_t n, const float *x, int64_t sx, float *y,
+                               int64_t sy);
+void wavepe_wavelet_f64_avx512(wavepe_wavelet w, int64_t n, const double *x, int64_t sx, double *y,
+                               int64_t sy);
 
 /* max |psi(t)| over t, found numerically (golden-section search on a grid). */
 double wavepe_wavelet_peak(wavepe_wavelet w);
 
 /* The support of psi in t, computed numerically for a precision:
- * outside [*t_lo, *t_hi] psi is exactly zero when evaluated in that precision
- * (double_precision = 0: float32, 1: float64), or, with tol > 0, |psi| stays
- * at or below tol * wavepe_wavelet_peak(w) everywhere outside.
+ * outside [*t_lo, *t_hi] |psi| is below half the smallest normal number of
+ * that precision (double_precision = 0: float32, 1: float64), so the kernels,
+ * which flush subnormal results (fpenv.h), give exactly zero there; or, with
+ * tol > 0, |psi| stays at or below tol * wavepe_wavelet_peak(w) outside.
  * For haar the support is [0, 1] (psi(1) itself is 0).
  * Returns WAVEPE_OK, or WAVEPE_E_INVALID for an unknown family or a tol that
  * is negative, NaN or >= 1. */

@@ -10,7 +10,7 @@ namespace {
 constexpr int kAlibiThreads = 256;
 
 template <class T>
-__global__ void __launch_bounds__(kAlibiThreads) alibi_kernel(wavepe_cuda_alibi_args a) {
+__global__ void __launch_bounds__(kAlibiThreads) alibi_kernel(wavepe_alibi_args a) {
     using A = acc_t<T>;
     const T *slopes = static_cast<const T *>(a.slopes);
     T *out = static_cast<T *>(a.out);
@@ -23,7 +23,7 @@ __global__ void __launch_bounds__(kAlibiThreads) alibi_kernel(wavepe_cuda_alibi_
         A v;
         if (a.causal) v = dist >= 0 ? neg_slope * A(dist) : A(0);
         else v = neg_slope * A(dist >= 0 ? dist : -dist);
-        out[idx] = from_acc<T>(v);
+        out[h * a.out_stride_h + i * a.out_stride_m + j] = from_acc<T>(v);
     }
 }
 
@@ -32,22 +32,13 @@ __global__ void __launch_bounds__(kAlibiThreads) alibi_kernel(wavepe_cuda_alibi_
 
 using namespace wavepe_cuda;
 
-extern "C" int wavepe_cuda_alibi_validate(const wavepe_cuda_alibi_args *a) {
-    if (a == nullptr) return WAVEPE_E_NULL;
-    const int64_t elem = dtype_size(a->dtype);
-    if (elem == 0) return WAVEPE_E_INVALID;
-    const int64_t dims[3] = {a->heads, a->m, a->n};
-    int status = wavepe_checked_numel(3, dims, elem, nullptr);
-    if (status != WAVEPE_OK) return status;
-    int64_t last = 0;
-    if (wavepe_add_overflow(a->q_offset, a->m, &last) || wavepe_add_overflow(a->q_offset, -a->n, &last))
-        return WAVEPE_E_OVERFLOW;
-    if (a->heads * a->m * a->n > 0 && (a->slopes == nullptr || a->out == nullptr)) return WAVEPE_E_NULL;
-    return WAVEPE_OK;
+extern "C" int wavepe_cuda_alibi_check(const wavepe_alibi_args *a, wavepe_error *err) {
+    if (a == nullptr) return wavepe_fail(err, WAVEPE_E_NULL, "no arguments");
+    return wavepe_alibi_validate(a, err);
 }
 
-extern "C" cudaError_t wavepe_cuda_alibi(const wavepe_cuda_alibi_args *a, cudaStream_t stream) {
-    if (wavepe_cuda_alibi_validate(a) != WAVEPE_OK) return cudaErrorInvalidValue;
+extern "C" cudaError_t wavepe_cuda_alibi(const wavepe_alibi_args *a, cudaStream_t stream) {
+    if (wavepe_cuda_alibi_check(a, nullptr) != WAVEPE_OK) return cudaErrorInvalidValue;
     const int64_t total = a->heads * a->m * a->n;
     if (total == 0) return cudaSuccess;
     int64_t blocks = ceil_div(total, kAlibiThreads);

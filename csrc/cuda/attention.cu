@@ -262,7 +262,7 @@ bool vec_rows(const void *base, int64_t s0, int64_t s1, int64_t s2, int64_t d) {
 }  // namespace
 
 // Parameters common to the forward and the backward (attention_bwd.cu).
-AttnParams attention_params(const wavepe_cuda_attention_args *a) {
+AttnParams attention_params(const wavepe_attention_args *a) {
     AttnParams p{};
     p.batch = a->batch;
     p.heads = a->heads;
@@ -274,27 +274,27 @@ AttnParams attention_params(const wavepe_cuda_attention_args *a) {
     p.d_pad = ceil_div(a->d, 16) * 16;
     p.q_offset = a->q_offset;
     p.causal = a->causal != 0;
-    p.pos_enc = a->pos_enc;
+    p.pos_enc = a->table != nullptr ? WAVEPE_CUDA_PE_TABLE : (a->slopes != nullptr ? WAVEPE_CUDA_PE_ALIBI : WAVEPE_CUDA_PE_NONE);
     p.clamp = a->clamp != 0;
     p.scale = a->scale;
     p.table = a->table;
     p.table_rows = a->table_rows;
-    p.table_sr = a->table_stride_r;
+    p.table_sr = a->d;  // dense
     p.r_lo = a->r_lo;
-    p.slopes = a->alibi_slopes;
+    p.slopes = a->slopes;
     p.kpm = a->key_padding_mask;
-    p.kpm_sb = a->kpm_stride_b;
+    p.kpm_sb = a->kpm_stride;
     p.q = a->q;
     p.k = a->k;
     p.v = a->v;
     p.out = a->out;
     p.out_w = a->out;
-    p.go = a->grad_out;
-    p.q_sb = a->q_stride_b, p.q_sh = a->q_stride_h, p.q_sm = a->q_stride_m;
-    p.k_sb = a->k_stride_b, p.k_sh = a->k_stride_h, p.k_sn = a->k_stride_n;
-    p.v_sb = a->v_stride_b, p.v_sh = a->v_stride_h, p.v_sn = a->v_stride_n;
-    p.o_sb = a->o_stride_b, p.o_sh = a->o_stride_h, p.o_sm = a->o_stride_m;
-    p.go_sb = a->go_stride_b, p.go_sh = a->go_stride_h, p.go_sm = a->go_stride_m;
+    p.go = a->dout;
+    p.q_sb = a->q_strides[0], p.q_sh = a->q_strides[1], p.q_sm = a->q_strides[2];
+    p.k_sb = a->k_strides[0], p.k_sh = a->k_strides[1], p.k_sn = a->k_strides[2];
+    p.v_sb = a->v_strides[0], p.v_sh = a->v_strides[1], p.v_sn = a->v_strides[2];
+    p.o_sb = a->out_strides[0], p.o_sh = a->out_strides[1], p.o_sm = a->out_strides[2];
+    p.go_sb = a->dout_strides[0], p.go_sh = a->dout_strides[1], p.go_sm = a->dout_strides[2];
     p.lse = a->lse;
     dispatch_dtype(a->dtype, [&](auto tag) {
         using T = decltype(tag);
@@ -302,7 +302,7 @@ AttnParams attention_params(const wavepe_cuda_attention_args *a) {
         p.vec_k = vec_rows<T>(a->k, p.k_sb, p.k_sh, p.k_sn, p.d);
         p.vec_v = vec_rows<T>(a->v, p.v_sb, p.v_sh, p.v_sn, p.d);
         p.vec_o = vec_rows<T>(a->out, p.o_sb, p.o_sh, p.o_sm, p.d);
-        p.vec_go = a->grad_out ? vec_rows<T>(a->grad_out, p.go_sb, p.go_sh, p.go_sm, p.d) : 0;
+        p.vec_go = a->dout ? vec_rows<T>(a->dout, p.go_sb, p.go_sh, p.go_sm, p.d) : 0;
         p.vec_t = a->table ? vec_rows<T>(a->table, p.table_sr, 0, 0, p.d) : 0;
         return cudaSuccess;
     });
@@ -373,7 +373,7 @@ cudaError_t launch_fwd(AttnParams p, cudaStream_t stream) {
 }
 
 // Effective splits for a requested count (what the kernel will run).
-int64_t effective_splits(const wavepe_cuda_attention_args *a, int64_t want) {
+int64_t effective_splits(const wavepe_attention_args *a, int64_t want) {
     int bn = 64;
     dispatch_dtype(a->dtype, [&](auto tag) {
         bn = fwd_dims<decltype(tag)>(a->d).bn;
@@ -388,10 +388,10 @@ int64_t effective_splits(const wavepe_cuda_attention_args *a, int64_t want) {
 size_t align256(size_t x) { return (x + 255) & ~size_t(255); }
 
 template <class T, int DMAX>
-size_t fwd_smem(const wavepe_cuda_attention_args *a) {
+size_t fwd_smem(const wavepe_attention_args *a) {
     // the minimum: single-buffered K/V (the launcher double-buffers when more fits)
-    const FwdLayout<T, FwdCfg<T, DMAX>::BM, FwdCfg<T, DMAX>::BN> L(ceil_div(a->d, 16) * 16,
-                                                                    a->pos_enc == WAVEPE_CUDA_PE_TABLE, false, false);
+    const FwdLayout<T, FwdCfg<T, DMAX>::BM, FwdCfg<T, DMAX>::BN> L(ceil_div(a->d, 16) * 16, a->table != nullptr,
+                                                                    false, false);
     return L.plan.total;
 }
 
@@ -400,72 +400,28 @@ size_t fwd_smem(const wavepe_cuda_attention_args *a) {
 
 using namespace wavepe_cuda;
 
-extern "C" int wavepe_cuda_attention_validate(const wavepe_cuda_attention_args *a, int backward) {
-    if (a == nullptr) return WAVEPE_E_NULL;
-    const int64_t elem = dtype_size(a->dtype);
-    if (elem == 0) return WAVEPE_E_INVALID;
-    if (a->batch < 0 || a->heads < 0 || a->kv_heads < 0 || a->m < 0 || a->n < 0 || a->d < 0 || a->table_rows < 0)
-        return WAVEPE_E_NEGATIVE_SIZE;
-    if (a->kv_heads == 0 || a->heads % a->kv_heads != 0) return WAVEPE_E_INVALID;
-    const int64_t dmax = a->dtype == WAVEPE_CUDA_F64 ? WAVEPE_CUDA_MAX_HEAD_DIM_F64 : WAVEPE_CUDA_MAX_HEAD_DIM;
-    if (a->d > dmax) return WAVEPE_E_INVALID;
-    if (!(a->scale > 0.0) || a->scale == INFINITY) return WAVEPE_E_INVALID;
-    if (a->pos_enc != WAVEPE_CUDA_PE_NONE && a->pos_enc != WAVEPE_CUDA_PE_TABLE && a->pos_enc != WAVEPE_CUDA_PE_ALIBI)
-        return WAVEPE_E_INVALID;
-    const int64_t lim = int64_t(1) << 60;  // positions, distances and window rows stay far from overflow
-    if (a->q_offset > lim || a->q_offset < -lim || a->r_lo > lim || a->r_lo < -lim || a->m > lim || a->n > lim ||
-        a->table_rows > lim)
-        return WAVEPE_E_OVERFLOW;
-    const int64_t qsz[4] = {a->batch, a->heads, a->m, a->d};
-    const int64_t kvsz[4] = {a->batch, a->kv_heads, a->n, a->d};
-    const int64_t qst[4] = {a->q_stride_b, a->q_stride_h, a->q_stride_m, 1};
-    const int64_t kst[4] = {a->k_stride_b, a->k_stride_h, a->k_stride_n, 1};
-    const int64_t vst[4] = {a->v_stride_b, a->v_stride_h, a->v_stride_n, 1};
-    const int64_t ost[4] = {a->o_stride_b, a->o_stride_h, a->o_stride_m, 1};
-    const int64_t lsz[3] = {a->batch, a->heads, a->m};
-    int status = check_view(4, qsz, qst, elem);
-    if (status == WAVEPE_OK) status = check_view(4, kvsz, kst, elem);
-    if (status == WAVEPE_OK) status = check_view(4, kvsz, vst, elem);
-    if (status == WAVEPE_OK) status = check_view(4, qsz, ost, elem);
-    if (status == WAVEPE_OK) status = wavepe_checked_numel(3, lsz, 8, nullptr);
+extern "C" int wavepe_cuda_attention_check(const wavepe_attention_args *a, int backward, int64_t num_splits,
+                                           wavepe_error *err) {
+    if (a == nullptr) return wavepe_fail(err, WAVEPE_E_NULL, "no arguments");
+    int status = wavepe_attention_validate(a, backward, err);
     if (status != WAVEPE_OK) return status;
-    // grid: one CTA per (batch, head, 16 rows at least, split)
+    // this device's limits: register tiles up to 256 (fp64: 128) columns, the grid's x dimension
+    const int64_t dmax = a->dtype == WAVEPE_F64 ? WAVEPE_CUDA_MAX_HEAD_DIM_F64 : WAVEPE_CUDA_MAX_HEAD_DIM;
+    if (a->d > dmax)
+        return wavepe_fail(err, WAVEPE_E_INVALID, "head_dim must be <= %lld for %s on CUDA, got %lld", (long long)dmax,
+                           wavepe_dtype_name(a->dtype), (long long)a->d);
+    if (!backward && num_splits < 1)
+        return wavepe_fail(err, WAVEPE_E_INVALID, "num_splits must be >= 1, got %lld", (long long)num_splits);
     int64_t ctas = 0;
-    const int64_t splits = backward ? 1 : a->num_splits;
-    if (!backward && splits < 1) return WAVEPE_E_INVALID;
+    const int64_t splits = backward ? 1 : num_splits;
     if (wavepe_mul_overflow(a->batch * a->heads, ceil_div(a->m, 16), &ctas) || wavepe_mul_overflow(ctas, splits, &ctas) ||
         ctas > INT32_MAX)
-        return WAVEPE_E_OVERFLOW;
-    const bool q_nonempty = a->batch && a->heads && a->m;
-    const bool kv_nonempty = a->batch && a->n && a->d;
-    if (q_nonempty && ((a->d && a->q == nullptr) || (a->d && a->out == nullptr) || a->lse == nullptr))
-        return WAVEPE_E_NULL;
-    if (q_nonempty && kv_nonempty && (a->k == nullptr || a->v == nullptr)) return WAVEPE_E_NULL;
-    if (a->key_padding_mask) {
-        const int64_t ksz[2] = {a->batch, a->n}, kst2[2] = {a->kpm_stride_b, 1};
-        status = check_view(2, ksz, kst2, 1);
-        if (status != WAVEPE_OK) return status;
-    }
-    if (a->pos_enc == WAVEPE_CUDA_PE_TABLE) {
-        if (a->clamp && a->table_rows == 0) return WAVEPE_E_INVALID;
-        const int64_t tsz[2] = {a->table_rows, a->d}, tst[2] = {a->table_stride_r, 1};
-        status = check_view(2, tsz, tst, elem);
-        if (status != WAVEPE_OK) return status;
-        if (a->table_rows && a->d && a->table == nullptr) return WAVEPE_E_NULL;
-    }
-    if (a->pos_enc == WAVEPE_CUDA_PE_ALIBI && a->heads && a->alibi_slopes == nullptr) return WAVEPE_E_NULL;
-    if (!backward) return WAVEPE_OK;
-    const int64_t gst[4] = {a->go_stride_b, a->go_stride_h, a->go_stride_m, 1};
-    status = check_view(4, qsz, gst, elem);
-    if (status != WAVEPE_OK) return status;
-    if (q_nonempty && a->d && (a->grad_out == nullptr || a->dq == nullptr)) return WAVEPE_E_NULL;
-    if (kv_nonempty && a->heads && (a->dk == nullptr || a->dv == nullptr)) return WAVEPE_E_NULL;
-    if (a->dtable && a->pos_enc != WAVEPE_CUDA_PE_TABLE) return WAVEPE_E_INVALID;
-    if (a->dslopes && a->pos_enc != WAVEPE_CUDA_PE_ALIBI) return WAVEPE_E_INVALID;
+        return wavepe_fail(err, WAVEPE_E_OVERFLOW, "batch=%lld x heads=%lld x q_len=%lld exceed the CUDA grid",
+                           (long long)a->batch, (long long)a->heads, (long long)a->m);
     return WAVEPE_OK;
 }
 
-extern "C" int64_t wavepe_cuda_attention_num_splits(const wavepe_cuda_attention_args *a) {
+extern "C" int64_t wavepe_cuda_attention_num_splits(const wavepe_attention_args *a) {
     if (a == nullptr || dtype_size(a->dtype) == 0 || a->d < 0 || a->n <= 0) return 1;
     int bm = 64, bn = 64;
     dispatch_dtype(a->dtype, [&](auto tag) {
@@ -484,24 +440,24 @@ extern "C" int64_t wavepe_cuda_attention_num_splits(const wavepe_cuda_attention_
     return want < 2 ? 1 : effective_splits(a, want);
 }
 
-extern "C" size_t wavepe_cuda_attention_fwd_workspace_bytes(const wavepe_cuda_attention_args *a) {
-    if (a == nullptr || wavepe_cuda_attention_validate(a, 0) != WAVEPE_OK) return 0;
-    const int64_t splits = effective_splits(a, a->num_splits);
+extern "C" size_t wavepe_cuda_attention_fwd_workspace_bytes(const wavepe_attention_args *a, int64_t num_splits) {
+    if (a == nullptr || wavepe_cuda_attention_check(a, 0, num_splits, nullptr) != WAVEPE_OK) return 0;
+    const int64_t splits = effective_splits(a, num_splits);
     if (splits <= 1) return 0;
-    const size_t acc = a->dtype == WAVEPE_CUDA_F64 ? 8 : 4;
+    const size_t acc = a->dtype == WAVEPE_F64 ? 8 : 4;
     const size_t rows = size_t(splits) * size_t(a->batch * a->heads * a->m);
     return align256(rows * size_t(a->d) * acc) + align256(rows * acc);
 }
 
-extern "C" cudaError_t wavepe_cuda_attention_fwd(const wavepe_cuda_attention_args *a, void *workspace,
+extern "C" cudaError_t wavepe_cuda_attention_fwd(const wavepe_attention_args *a, int64_t num_splits, void *workspace,
                                                  size_t workspace_bytes, cudaStream_t stream) {
-    if (wavepe_cuda_attention_validate(a, 0) != WAVEPE_OK) return cudaErrorInvalidValue;
+    if (wavepe_cuda_attention_check(a, 0, num_splits, nullptr) != WAVEPE_OK) return cudaErrorInvalidValue;
     AttnParams p = attention_params(a);
-    p.num_splits = effective_splits(a, a->num_splits);
+    p.num_splits = effective_splits(a, num_splits);
     if (p.num_splits > 1) {
-        const size_t need = wavepe_cuda_attention_fwd_workspace_bytes(a);
+        const size_t need = wavepe_cuda_attention_fwd_workspace_bytes(a, num_splits);
         if (workspace == nullptr || workspace_bytes < need) return cudaErrorInvalidValue;
-        const size_t acc = a->dtype == WAVEPE_CUDA_F64 ? 8 : 4;
+        const size_t acc = a->dtype == WAVEPE_F64 ? 8 : 4;
         const size_t rows = size_t(p.num_splits) * size_t(a->batch * a->heads * a->m);
         p.work_o = workspace;
         p.work_lse = static_cast<unsigned char *>(workspace) + align256(rows * size_t(a->d) * acc);
@@ -509,7 +465,7 @@ extern "C" cudaError_t wavepe_cuda_attention_fwd(const wavepe_cuda_attention_arg
     return dispatch_dtype(a->dtype, [&](auto tag) { return launch_fwd<decltype(tag)>(p, stream); });
 }
 
-extern "C" size_t wavepe_cuda_attention_fwd_smem_bytes(const wavepe_cuda_attention_args *a) {
+extern "C" size_t wavepe_cuda_attention_fwd_smem_bytes(const wavepe_attention_args *a) {
     if (a == nullptr || dtype_size(a->dtype) == 0 || a->d < 0 || a->d > WAVEPE_CUDA_MAX_HEAD_DIM) return 0;
     size_t bytes = 0;
     dispatch_dtype(a->dtype, [&](auto tag) {

@@ -539,13 +539,13 @@ int bwd_tile(int64_t d) {
     return BwdCfg<T, 256>::B;
 }
 
-BwdPlan bwd_plan(const wavepe_cuda_attention_args *a) {
+BwdPlan bwd_plan(const wavepe_attention_args *a) {
     BwdPlan pl{};
     dispatch_dtype(a->dtype, [&](auto tag) {
         pl.b = bwd_tile<decltype(tag)>(a->d);
         return cudaSuccess;
     });
-    const size_t acc = a->dtype == WAVEPE_CUDA_F64 ? 8 : 4;
+    const size_t acc = a->dtype == WAVEPE_F64 ? 8 : 4;
     const int64_t bh = a->batch * a->heads;
     pl.delta_bytes = align256(size_t(bh * a->m) * acc);
     const int64_t mb = ceil_div(a->m, pl.b), nb = ceil_div(a->n, pl.b);
@@ -624,10 +624,9 @@ cudaError_t launch_bwd(AttnParams p, const BwdPlan &pl, cudaStream_t stream) {
 }
 
 template <class T, int DMAX>
-size_t bwd_smem(const wavepe_cuda_attention_args *a) {
+size_t bwd_smem(const wavepe_attention_args *a) {
     // the dT kernel always stages the window: the largest of the three
-    const BwdLayout<T, BwdCfg<T, DMAX>::B> L(ceil_div(a->d, 16) * 16,
-                                             a->pos_enc == WAVEPE_CUDA_PE_TABLE || a->dtable != nullptr);
+    const BwdLayout<T, BwdCfg<T, DMAX>::B> L(ceil_div(a->d, 16) * 16, a->table != nullptr || a->dtable != nullptr);
     return L.plan.total;
 }
 
@@ -636,7 +635,7 @@ size_t bwd_smem(const wavepe_cuda_attention_args *a) {
 
 using namespace wavepe_cuda;
 
-extern "C" size_t wavepe_cuda_attention_bwd_smem_bytes(const wavepe_cuda_attention_args *a) {
+extern "C" size_t wavepe_cuda_attention_bwd_smem_bytes(const wavepe_attention_args *a) {
     if (a == nullptr || dtype_size(a->dtype) == 0 || a->d < 0 || a->d > WAVEPE_CUDA_MAX_HEAD_DIM) return 0;
     size_t bytes = 0;
     dispatch_dtype(a->dtype, [&](auto tag) {
@@ -652,15 +651,15 @@ extern "C" size_t wavepe_cuda_attention_bwd_smem_bytes(const wavepe_cuda_attenti
     return bytes;
 }
 
-extern "C" size_t wavepe_cuda_attention_bwd_workspace_bytes(const wavepe_cuda_attention_args *a) {
-    if (a == nullptr || wavepe_cuda_attention_validate(a, 1) != WAVEPE_OK) return 0;
+extern "C" size_t wavepe_cuda_attention_bwd_workspace_bytes(const wavepe_attention_args *a) {
+    if (a == nullptr || wavepe_cuda_attention_check(a, 1, 1, nullptr) != WAVEPE_OK) return 0;
     const BwdPlan pl = bwd_plan(a);
     return pl.delta_bytes + pl.part_bytes + pl.slope_bytes;
 }
 
-extern "C" cudaError_t wavepe_cuda_attention_bwd(const wavepe_cuda_attention_args *a, void *workspace,
+extern "C" cudaError_t wavepe_cuda_attention_bwd(const wavepe_attention_args *a, void *workspace,
                                                  size_t workspace_bytes, cudaStream_t stream) {
-    if (wavepe_cuda_attention_validate(a, 1) != WAVEPE_OK) return cudaErrorInvalidValue;
+    if (wavepe_cuda_attention_check(a, 1, 1, nullptr) != WAVEPE_OK) return cudaErrorInvalidValue;
     const BwdPlan pl = bwd_plan(a);
     const size_t need = pl.delta_bytes + pl.part_bytes + pl.slope_bytes;
     if (need > 0 && (workspace == nullptr || workspace_bytes < need)) return cudaErrorInvalidValue;
@@ -672,7 +671,7 @@ extern "C" cudaError_t wavepe_cuda_attention_bwd(const wavepe_cuda_attention_arg
     p.delta = workspace;
     p.dt_part = static_cast<unsigned char *>(workspace) + pl.delta_bytes;
     p.slope_part = static_cast<unsigned char *>(workspace) + pl.delta_bytes + pl.part_bytes;
-    p.grad_lse = a->grad_lse;
+    p.grad_lse = a->dlse;
     p.dslopes = a->dslopes;
     p.n_diag = pl.n_diag;
     p.dt_groups = pl.groups;

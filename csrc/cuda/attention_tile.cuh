@@ -31,6 +31,9 @@
 namespace wavepe_cuda {
 
 // ---- parameters --------------------------------------------------------------------------
+// Which bias the tiles add: set from which of table / slopes the arguments carry.
+enum AttnBias { WAVEPE_CUDA_PE_NONE = 0, WAVEPE_CUDA_PE_TABLE = 1, WAVEPE_CUDA_PE_ALIBI = 2 };
+
 struct AttnParams {
     int64_t batch, heads, kv_heads, group, m, n, d, d_pad;
     int64_t q_offset;
@@ -59,8 +62,8 @@ struct AttnParams {
     int64_t n_diag, dt_groups, bh_per_group;
 };
 
-// Parameters of wavepe_cuda_attention_args, shared by forward and backward (attention.cu).
-AttnParams attention_params(const wavepe_cuda_attention_args *a);
+// Parameters of wavepe_attention_args, shared by forward and backward (attention.cu).
+AttnParams attention_params(const wavepe_attention_args *a);
 
 // Head-dimension bucket: the register tiles are sized for DMAX columns.
 inline int dmax_bucket(int64_t d) { return d <= 64 ? 64 : d <= 128 ? 128 : 256; }

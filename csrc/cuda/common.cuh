@@ -6,7 +6,7 @@
 //   accumulate) and the fragment layouts it implies;
 // * warp reductions, the launch helper (which also runs the kernels on the
 //   CPU emulator when compiled with -DWAVEPE_CUDA_EMU, see emu/cuda_emu.h)
-//   and the argument checks of the launchers.
+//   and the launchers' helpers.
 //
 // Fragment layouts of mma.m16n8k16 (PTX ISA), lane = 4 * g + t:
 //   A (16 x 16, row-major)  reg j holds A[g + 8 (j % 2)][2 t + 8 (j / 2) + {0, 1}]
@@ -294,46 +294,20 @@ inline int device_sm_count() {
 template <class F>
 cudaError_t dispatch_dtype(int dtype, F &&f) {
     switch (dtype) {
-    case WAVEPE_CUDA_F32: return f(float{});
-    case WAVEPE_CUDA_F64: return f(double{});
-    case WAVEPE_CUDA_BF16: return f(__nv_bfloat16{});
-    case WAVEPE_CUDA_F16: return f(__half{});
+    case WAVEPE_F32: return f(float{});
+    case WAVEPE_F64: return f(double{});
+    case WAVEPE_BF16: return f(__nv_bfloat16{});
+    case WAVEPE_F16: return f(__half{});
     }
     return cudaErrorInvalidValue;
 }
 
-inline int64_t dtype_size(int dtype) {
-    switch (dtype) {
-    case WAVEPE_CUDA_F32: return 4;
-    case WAVEPE_CUDA_F64: return 8;
-    case WAVEPE_CUDA_BF16:
-    case WAVEPE_CUDA_F16: return 2;
-    }
-    return 0;
-}
+inline int64_t dtype_size(int dtype) { return wavepe_dtype_size(dtype); }
 
 __host__ __device__ inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
-// ---- host-side argument checks ----------------------------------------------------------
-// A strided view of `n` dims: sizes >= 0, elements and bytes addressable, the
-// farthest element offset sum (size_i - 1) |stride_i| within ptrdiff_t.
-inline int check_view(int n, const int64_t *sizes, const int64_t *strides, int64_t elem_size) {
-    int status = wavepe_checked_numel(n, sizes, elem_size, nullptr);
-    if (status != WAVEPE_OK) return status;
-    for (int i = 0; i < n; ++i)
-        if (sizes[i] == 0) return WAVEPE_OK;
-    int64_t span = 0;
-    for (int i = 0; i < n; ++i) {
-        int64_t s = strides[i] < 0 ? -strides[i] : strides[i], part = 0;
-        if (strides[i] == INT64_MIN || wavepe_mul_overflow(sizes[i] - 1, s, &part) ||
-            wavepe_add_overflow(span, part, &span))
-            return WAVEPE_E_OVERFLOW;
-    }
-    int64_t bytes = 0;
-    if (wavepe_mul_overflow(span + 1, elem_size, &bytes)) return WAVEPE_E_OVERFLOW;
-    return WAVEPE_OK;
-}
-
+// ---- host-side helpers ----------------------------------------------------------------
+// (the argument rules are the core's: csrc/core/<family>.h)
 inline bool aligned_to(const void *p, size_t bytes) { return (reinterpret_cast<uintptr_t>(p) % bytes) == 0; }
 
 }  // namespace wavepe_cuda

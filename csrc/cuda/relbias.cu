@@ -32,14 +32,18 @@ constexpr int kWin = 2 * kTile - 1;
 struct RelBiasParams {
     int64_t batch, m, n, d, rows, r_lo, q_offset;
     int causal, clamp;
+    int64_t inner;           // forward: matrix b is group b / inner, matrix b % inner of the group
     const void *q;
-    int64_t q_sb, q_sm;
+    int64_t q_so, q_sb, q_sm;
     const void *table;
     int64_t t_sr;
     void *bias;
+    int64_t b_so, b_sb, b_sm;
     const void *grad;
     int64_t g_sb, g_sm;
-    void *dq, *dtable;
+    void *dq;
+    int64_t dq_sb, dq_sm;
+    void *dtable;
     void *work;          // dT workspace: (dist_hi - dist_lo + 1, d) accumulators
     int64_t dist_lo, dist_hi;
 };
@@ -63,14 +67,15 @@ __global__ void __launch_bounds__(kThreads) relbias_fwd_kernel(RelBiasParams p) 
     WAVEPE_SHARED_BASE(smem);
     A(*Qs)[kChunk + 1] = reinterpret_cast<A(*)[kChunk + 1]>(smem);
     A(*Ts)[kChunk + 1] = reinterpret_cast<A(*)[kChunk + 1]>(smem + sizeof(A) * kTile * (kChunk + 1));
-    const T *q = static_cast<const T *>(p.q);
-    const T *table = static_cast<const T *>(p.table);
-    T *bias = static_cast<T *>(p.bias);
     const int tid = threadIdx.x, tx = tid % 16, ty = tid / 16;
     const int64_t mt = ceil_div(p.m, kTile), nt = ceil_div(p.n, kTile);
     const int64_t ntiles = p.batch * mt * nt;
     for (int64_t tile = blockIdx.x; tile < ntiles; tile += gridDim.x) {
         const int64_t b = tile / (mt * nt), m0 = (tile / nt) % mt * kTile, n0 = tile % nt * kTile;
+        const int64_t go = b / p.inner, gi = b % p.inner;  // (outer group, matrix in the group)
+        const T *q = static_cast<const T *>(p.q) + go * p.q_so + gi * p.q_sb;
+        const T *table = static_cast<const T *>(p.table);
+        T *bias = static_cast<T *>(p.bias) + go * p.b_so + gi * p.b_sb;
         const int64_t base = p.q_offset + m0 - n0 - p.r_lo;
         const bool future = p.causal && n0 > p.q_offset + m0 + (kTile - 1);
         const bool work = !future && window_hits_table(base, p) && p.d > 0;
@@ -80,7 +85,7 @@ __global__ void __launch_bounds__(kThreads) relbias_fwd_kernel(RelBiasParams p) 
                 for (int i = tid; i < kTile * kChunk; i += kThreads) {
                     const int r = i / kChunk, c = i % kChunk;
                     const int64_t m = m0 + r, col = c0 + c;
-                    Qs[r][c] = (m < p.m && col < p.d) ? to_acc(q[b * p.q_sb + m * p.q_sm + col]) : A(0);
+                    Qs[r][c] = (m < p.m && col < p.d) ? to_acc(q[m * p.q_sm + col]) : A(0);
                 }
                 for (int i = tid; i < (kWin + 1) * kChunk; i += kThreads) {
                     const int w = i / kChunk, c = i % kChunk;
@@ -113,7 +118,7 @@ __global__ void __launch_bounds__(kThreads) relbias_fwd_kernel(RelBiasParams p) 
                 const int64_t n = n0 + 4 * tx + j;
                 if (n >= p.n) continue;
                 const bool masked = p.causal && n > p.q_offset + m;
-                bias[(b * p.m + m) * p.n + n] = from_acc<T>(masked ? A(0) : acc[i][j]);
+                bias[m * p.b_sm + n] = from_acc<T>(masked ? A(0) : acc[i][j]);
             }
         }
     }
@@ -170,7 +175,7 @@ __global__ void __launch_bounds__(kThreads) relbias_dq_kernel(RelBiasParams p) {
 #pragma unroll
             for (int jj = 0; jj < 4; ++jj) {
                 const int64_t col = c0 + 4 * tx + jj;
-                if (col < p.d) dq[(b * p.m + m) * p.d + col] = from_acc<T>(acc[i][jj]);
+                if (col < p.d) dq[b * p.dq_sb + m * p.dq_sm + col] = from_acc<T>(acc[i][jj]);
             }
         }
     }
@@ -258,9 +263,11 @@ __global__ void __launch_bounds__(kThreads) relbias_dtable_fold_kernel(RelBiasPa
     }
 }
 
-RelBiasParams make_params(const wavepe_cuda_relbias_args *a) {
+RelBiasParams make_params(const wavepe_relbias_args *a) {
     RelBiasParams p{};
-    p.batch = a->batch;
+    const int64_t outer = a->outer > 1 ? a->outer : 1;
+    p.batch = outer * a->batch;  // every matrix of every outer group
+    p.inner = a->batch > 0 ? a->batch : 1;
     p.m = a->m;
     p.n = a->n;
     p.d = a->d;
@@ -270,15 +277,21 @@ RelBiasParams make_params(const wavepe_cuda_relbias_args *a) {
     p.causal = a->causal != 0;
     p.clamp = a->clamp != 0;
     p.q = a->q;
-    p.q_sb = a->q_stride_b;
+    p.q_so = a->q_stride_o;
+    p.q_sb = a->q_stride_g;
     p.q_sm = a->q_stride_m;
     p.table = a->table;
-    p.t_sr = a->table_stride_r;
+    p.t_sr = a->d;  // dense
     p.bias = a->bias;
+    p.b_so = a->bias_stride_o;
+    p.b_sb = a->bias_stride_g;
+    p.b_sm = a->bias_stride_m;
     p.grad = a->grad;
-    p.g_sb = a->grad_stride_b;
+    p.g_sb = a->grad_stride_g;
     p.g_sm = a->grad_stride_m;
     p.dq = a->dq;
+    p.dq_sb = a->dq_stride_g;
+    p.dq_sm = a->dq_stride_m;
     p.dtable = a->dtable;
     // distances that occur: q_offset - (N - 1) .. q_offset + M - 1, causal >= 0,
     // without clamp only those inside the table
@@ -289,7 +302,7 @@ RelBiasParams make_params(const wavepe_cuda_relbias_args *a) {
         if (p.dist_lo < a->r_lo) p.dist_lo = a->r_lo;
         if (p.dist_hi > a->r_lo + a->rows - 1) p.dist_hi = a->r_lo + a->rows - 1;
     }
-    if (a->m == 0 || a->n == 0 || a->batch == 0) p.dist_hi = p.dist_lo - 1;  // nothing occurs
+    if (a->m == 0 || a->n == 0 || p.batch == 0) p.dist_hi = p.dist_lo - 1;  // nothing occurs
     return p;
 }
 
@@ -302,7 +315,7 @@ constexpr size_t smem_fwd(size_t acc) { return acc * (kTile + kWin + 1) * (kChun
 constexpr size_t smem_bwd(size_t acc) { return acc * (kTile + kWin + 1) * (kTile + 1); }
 
 template <class T>
-cudaError_t launch_fwd(const wavepe_cuda_relbias_args *a, cudaStream_t stream) {
+cudaError_t launch_fwd(const wavepe_relbias_args *a, cudaStream_t stream) {
     const RelBiasParams p = make_params(a);
     const int64_t tiles = p.batch * ceil_div(p.m, kTile) * ceil_div(p.n, kTile);
     if (tiles == 0) return cudaSuccess;
@@ -313,19 +326,20 @@ cudaError_t launch_fwd(const wavepe_cuda_relbias_args *a, cudaStream_t stream) {
 }
 
 template <class T>
-cudaError_t launch_bwd(const wavepe_cuda_relbias_args *a, void *work, size_t work_bytes, cudaStream_t stream) {
+cudaError_t launch_bwd(const wavepe_relbias_args *a, unsigned kernels, void *work, size_t work_bytes,
+                       cudaStream_t stream) {
     RelBiasParams p = make_params(a);
     p.work = work;
     cudaError_t err = cudaSuccess;
     const size_t smem = smem_bwd(sizeof(acc_t<T>));
-    if (a->dq && p.batch * p.m * p.d > 0) {
+    if ((kernels & WAVEPE_RELBIAS_GRAD_Q) && p.batch * p.m * p.d > 0) {
         const int64_t tiles = p.batch * ceil_div(p.m, kTile) * ceil_div(p.d, kTile);
         err = allow_dynamic_smem(relbias_dq_kernel<T>, smem);
         if (err == cudaSuccess)
             err = launch(relbias_dq_kernel<T>, dim3(grid_for(tiles)), dim3(kThreads), smem, stream, p);
         if (err != cudaSuccess) return err;
     }
-    if (a->dtable && p.rows * p.d > 0) {
+    if ((kernels & WAVEPE_RELBIAS_GRAD_TABLE) && p.rows * p.d > 0) {
         const int64_t ndist = p.dist_hi - p.dist_lo + 1;
         if (ndist > 0) {
             if (work == nullptr || work_bytes < size_t(ndist) * size_t(p.d) * sizeof(acc_t<T>))
@@ -347,60 +361,34 @@ cudaError_t launch_bwd(const wavepe_cuda_relbias_args *a, void *work, size_t wor
 
 using namespace wavepe_cuda;
 
-extern "C" int wavepe_cuda_relbias_validate(const wavepe_cuda_relbias_args *a, int backward) {
-    if (a == nullptr) return WAVEPE_E_NULL;
-    const int64_t elem = dtype_size(a->dtype);
-    if (elem == 0) return WAVEPE_E_INVALID;
-    if (a->batch < 0 || a->m < 0 || a->n < 0 || a->d < 0 || a->rows < 0) return WAVEPE_E_NEGATIVE_SIZE;
-    if (a->clamp && a->rows == 0) return WAVEPE_E_INVALID;
-    // distances and window rows are formed from q_offset, r_lo, M, N and rows:
-    // keep every such sum far from int64 overflow
-    const int64_t lim = int64_t(1) << 60;
-    if (a->q_offset > lim || a->q_offset < -lim || a->r_lo > lim || a->r_lo < -lim || a->m > lim || a->n > lim ||
-        a->rows > lim)
-        return WAVEPE_E_OVERFLOW;
-    const int64_t qs[3] = {a->batch, a->m, a->d}, qst[3] = {a->q_stride_b, a->q_stride_m, 1};
-    const int64_t ts[2] = {a->rows, a->d}, tst[2] = {a->table_stride_r, 1};
-    const int64_t bs[3] = {a->batch, a->m, a->n};
-    int status = check_view(3, qs, qst, elem);
-    if (status == WAVEPE_OK) status = check_view(2, ts, tst, elem);
-    if (status == WAVEPE_OK) status = wavepe_checked_numel(3, bs, elem, nullptr);
-    if (status != WAVEPE_OK) return status;
-    const bool q_nonempty = a->batch && a->m && a->d;
-    const bool t_nonempty = a->rows && a->d;
-    const bool b_nonempty = a->batch && a->m && a->n;
-    if (!backward) {
-        if (b_nonempty && a->bias == nullptr) return WAVEPE_E_NULL;
-        if (b_nonempty && a->d && ((q_nonempty && a->q == nullptr) || (t_nonempty && a->table == nullptr)))
-            return WAVEPE_E_NULL;
-        return WAVEPE_OK;
-    }
-    const int64_t gst[3] = {a->grad_stride_b, a->grad_stride_m, 1};
-    status = check_view(3, bs, gst, elem);
-    if (status != WAVEPE_OK) return status;
-    if (b_nonempty && a->grad == nullptr) return WAVEPE_E_NULL;
-    if (a->dq && t_nonempty && a->table == nullptr) return WAVEPE_E_NULL;
-    if (a->dtable && q_nonempty && a->q == nullptr) return WAVEPE_E_NULL;
-    return WAVEPE_OK;
+extern "C" int wavepe_cuda_relbias_check(const wavepe_relbias_args *a, unsigned kernels, wavepe_error *err) {
+    if (a == nullptr) return wavepe_fail(err, WAVEPE_E_NULL, "no arguments");
+    const bool fwd = (kernels & WAVEPE_RELBIAS_FORWARD) != 0;
+    if (fwd && kernels != WAVEPE_RELBIAS_FORWARD)
+        return wavepe_fail(err, WAVEPE_E_INVALID, "kernels=%u: the forward and the backward are separate launches", kernels);
+    return wavepe_relbias_validate(a, kernels, err);
 }
 
-extern "C" cudaError_t wavepe_cuda_relbias_fwd(const wavepe_cuda_relbias_args *a, cudaStream_t stream) {
-    if (wavepe_cuda_relbias_validate(a, 0) != WAVEPE_OK) return cudaErrorInvalidValue;
+extern "C" cudaError_t wavepe_cuda_relbias_fwd(const wavepe_relbias_args *a, cudaStream_t stream) {
+    if (wavepe_cuda_relbias_check(a, WAVEPE_RELBIAS_FORWARD, nullptr) != WAVEPE_OK) return cudaErrorInvalidValue;
     return dispatch_dtype(a->dtype, [&](auto tag) { return launch_fwd<decltype(tag)>(a, stream); });
 }
 
-extern "C" size_t wavepe_cuda_relbias_bwd_workspace_bytes(const wavepe_cuda_relbias_args *a) {
-    if (a == nullptr || a->dtable == nullptr || wavepe_cuda_relbias_validate(a, 1) != WAVEPE_OK) return 0;
+extern "C" size_t wavepe_cuda_relbias_bwd_workspace_bytes(const wavepe_relbias_args *a, unsigned kernels) {
+    if (a == nullptr || !(kernels & WAVEPE_RELBIAS_GRAD_TABLE) || wavepe_cuda_relbias_check(a, kernels, nullptr) != WAVEPE_OK)
+        return 0;
     const RelBiasParams p = make_params(a);
     const int64_t ndist = p.dist_hi - p.dist_lo + 1;
     if (ndist <= 0) return 0;
-    const size_t acc = a->dtype == WAVEPE_CUDA_F64 ? 8 : 4;
+    const size_t acc = a->dtype == WAVEPE_F64 ? 8 : 4;
     return size_t(ndist) * size_t(a->d) * acc;
 }
 
-extern "C" cudaError_t wavepe_cuda_relbias_bwd(const wavepe_cuda_relbias_args *a, void *workspace,
+extern "C" cudaError_t wavepe_cuda_relbias_bwd(const wavepe_relbias_args *a, unsigned kernels, void *workspace,
                                                size_t workspace_bytes, cudaStream_t stream) {
-    if (wavepe_cuda_relbias_validate(a, 1) != WAVEPE_OK) return cudaErrorInvalidValue;
-    return dispatch_dtype(a->dtype,
-                          [&](auto tag) { return launch_bwd<decltype(tag)>(a, workspace, workspace_bytes, stream); });
+    if (wavepe_cuda_relbias_check(a, kernels, nullptr) != WAVEPE_OK || (kernels & WAVEPE_RELBIAS_FORWARD))
+        return cudaErrorInvalidValue;
+    return dispatch_dtype(a->dtype, [&](auto tag) {
+        return launch_bwd<decltype(tag)>(a, kernels, workspace, workspace_bytes, stream);
+    });
 }

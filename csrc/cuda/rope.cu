@@ -23,10 +23,9 @@ struct RopeParams {
     int layout, inverse;
     double scale;
     const int64_t *positions;
-    int64_t pos_stride_b, pos_offset;
+    int64_t pos_stride_b, pos_stride_l, pos_offset;
     const double *inv_freq;
-    int ntensors;
-    wavepe_cuda_rope_tensor t[2];
+    wavepe_rope_tensor t[2];  // t[1].heads = 0: no k
 };
 
 // Loads/stores of N consecutive elements: vectorised when VEC (the host
@@ -151,7 +150,7 @@ __global__ void __launch_bounds__(kRopeThreads) rope_kernel(RopeParams p) {
     const int64_t i0 = chunk * PPT;  // first pair
 
     // cos/sin (times scale; -angle for the inverse) of the thread's pairs
-    const int64_t pos = p.positions ? p.positions[b * p.pos_stride_b + l] : p.pos_offset + l;
+    const int64_t pos = p.positions ? p.positions[b * p.pos_stride_b + l * p.pos_stride_l] : p.pos_offset + l;
     A c[PPT], s[PPT];
     bool rot[PPT];
 #pragma unroll
@@ -168,14 +167,14 @@ __global__ void __launch_bounds__(kRopeThreads) rope_kernel(RopeParams p) {
 
     // Two heads per step, both loaded before either is stored: twice the loads
     // in flight (the outputs never overlap another head's inputs).
-    const int64_t total_heads = p.t[0].heads + (p.ntensors > 1 ? p.t[1].heads : 0);
+    const int64_t total_heads = p.t[0].heads + p.t[1].heads;
     const int64_t h_begin = int64_t(blockIdx.y) * p.heads_per_group;
     const int64_t h_end = h_begin + p.heads_per_group < total_heads ? h_begin + p.heads_per_group : total_heads;
     auto row_ptrs = [&](int64_t hh, const T *&x, T *&o) {
         const int which = hh < p.t[0].heads ? 0 : 1;
-        const wavepe_cuda_rope_tensor &t = p.t[which];
+        const wavepe_rope_tensor &t = p.t[which];
         const int64_t h = which == 0 ? hh : hh - p.t[0].heads;
-        x = static_cast<const T *>(t.x) + b * t.x_stride_b + h * t.x_stride_h + l * t.x_stride_l;
+        x = static_cast<const T *>(t.in) + b * t.in_stride_b + h * t.in_stride_h + l * t.in_stride_l;
         o = static_cast<T *>(t.out) + b * t.out_stride_b + h * t.out_stride_h + l * t.out_stride_l;
     };
     for (int64_t hh = h_begin; hh < h_end; hh += 2) {
@@ -204,19 +203,19 @@ bool rows_aligned(const void *base, int64_t sb, int64_t sh, int64_t sl, int64_t 
     const int64_t strides[3] = {sb, sh, sl};
     for (int64_t s : strides)
         if ((s * elem) % int64_t(bytes) != 0) return false;
-    if (layout == WAVEPE_CUDA_ROPE_HALF && (half * elem) % int64_t(bytes) != 0) return false;
+    if (layout == WAVEPE_ROPE_HALF && (half * elem) % int64_t(bytes) != 0) return false;
     return true;
 }
 
 template <class T>
-cudaError_t launch_rope(const wavepe_cuda_rope_args *a, cudaStream_t stream) {
-    const bool inter = a->layout == WAVEPE_CUDA_ROPE_INTERLEAVED;
+cudaError_t launch_rope(const wavepe_rope_args *a, cudaStream_t stream) {
+    const bool inter = a->layout == WAVEPE_ROPE_INTERLEAVED;
     const int PPT = inter ? pairs_per_thread<T, true>() : pairs_per_thread<T, false>();
     RopeParams p{};
     p.batch = a->batch;
     p.len = a->len;
-    p.d = a->d;
-    p.half = a->d / 2;
+    p.d = a->head_dim;
+    p.half = a->head_dim / 2;
     p.rotary_pairs = a->rotary_pairs;
     p.chunks = ceil_div(p.half, PPT);
     p.layout = a->layout;
@@ -224,14 +223,12 @@ cudaError_t launch_rope(const wavepe_cuda_rope_args *a, cudaStream_t stream) {
     p.scale = a->scale;
     p.positions = a->positions;
     p.pos_stride_b = a->pos_stride_b;
-    p.pos_offset = a->pos_offset;
+    p.pos_stride_l = a->pos_stride_l;
+    p.pos_offset = a->offset;
     p.inv_freq = a->inv_freq;
-    p.ntensors = a->ntensors;
-    int64_t total_heads = 0;
-    for (int i = 0; i < a->ntensors; ++i) {
-        p.t[i] = a->t[i];
-        total_heads += a->t[i].heads;
-    }
+    p.t[0] = a->q;
+    p.t[1] = a->k;
+    const int64_t total_heads = a->q.heads + a->k.heads;
     const int64_t threads = p.batch * p.len * p.chunks;
     if (threads == 0 || total_heads == 0) return cudaSuccess;
 
@@ -246,9 +243,10 @@ cudaError_t launch_rope(const wavepe_cuda_rope_args *a, cudaStream_t stream) {
     const int64_t elem = int64_t(sizeof(T));
     const size_t align = 16;  // every vector access is 16 bytes
     bool vec = p.half % PPT == 0;
-    for (int i = 0; i < a->ntensors && vec; ++i) {
-        const wavepe_cuda_rope_tensor &t = a->t[i];
-        vec = rows_aligned(t.x, t.x_stride_b, t.x_stride_h, t.x_stride_l, elem, p.half, a->layout, align) &&
+    for (int i = 0; i < 2 && vec; ++i) {
+        const wavepe_rope_tensor &t = p.t[i];
+        if (t.heads == 0) continue;
+        vec = rows_aligned(t.in, t.in_stride_b, t.in_stride_h, t.in_stride_l, elem, p.half, a->layout, align) &&
               rows_aligned(t.out, t.out_stride_b, t.out_stride_h, t.out_stride_l, elem, p.half, a->layout, align);
     }
     const dim3 grid(unsigned(ceil_div(threads, kRopeThreads)), unsigned(groups));
@@ -263,48 +261,21 @@ cudaError_t launch_rope(const wavepe_cuda_rope_args *a, cudaStream_t stream) {
 
 using namespace wavepe_cuda;
 
-extern "C" int wavepe_cuda_rope_validate(const wavepe_cuda_rope_args *a) {
-    if (a == nullptr) return WAVEPE_E_NULL;
-    const int64_t elem = dtype_size(a->dtype);
-    if (elem == 0) return WAVEPE_E_INVALID;
-    if (a->batch < 0 || a->len < 0 || a->d < 0 || a->rotary_pairs < 0) return WAVEPE_E_NEGATIVE_SIZE;
-    if (a->d % 2 != 0 || a->rotary_pairs > a->d / 2) return WAVEPE_E_INVALID;
-    if (a->layout != WAVEPE_CUDA_ROPE_HALF && a->layout != WAVEPE_CUDA_ROPE_INTERLEAVED) return WAVEPE_E_INVALID;
-    if (!(a->scale == a->scale) || a->scale == INFINITY || a->scale == -INFINITY) return WAVEPE_E_INVALID;
-    if (a->ntensors < 1 || a->ntensors > 2) return WAVEPE_E_INVALID;
-    if (a->pos_stride_b < 0) return WAVEPE_E_INVALID;
-    int64_t pos_end = 0;  // positions offset + len - 1 must not overflow
-    if (a->positions == nullptr && wavepe_add_overflow(a->pos_offset, a->len, &pos_end)) return WAVEPE_E_OVERFLOW;
+extern "C" int wavepe_cuda_rope_check(const wavepe_rope_args *a, wavepe_error *err) {
+    if (a == nullptr) return wavepe_fail(err, WAVEPE_E_NULL, "no arguments");
+    const int status = wavepe_rope_validate(a, err);
+    if (status != WAVEPE_OK) return status;
+    // this launcher's own limit: the grid's x dimension (batch * len * pairs / 128 threads)
     int64_t grid_threads = 0;
     if (wavepe_mul_overflow(a->batch, a->len, &grid_threads) ||
-        wavepe_mul_overflow(grid_threads, a->d / 2 + 1, &grid_threads) ||
+        wavepe_mul_overflow(grid_threads, a->head_dim / 2 + 1, &grid_threads) ||
         grid_threads / kRopeThreads >= INT32_MAX)
-        return WAVEPE_E_OVERFLOW;
-    bool any = false;
-    for (int i = 0; i < a->ntensors; ++i) {
-        const wavepe_cuda_rope_tensor &t = a->t[i];
-        if (t.heads < 0) return WAVEPE_E_NEGATIVE_SIZE;
-        const int64_t sizes[4] = {a->batch, t.heads, a->len, a->d};
-        const int64_t xs[4] = {t.x_stride_b, t.x_stride_h, t.x_stride_l, 1};
-        const int64_t os[4] = {t.out_stride_b, t.out_stride_h, t.out_stride_l, 1};
-        int status = check_view(4, sizes, xs, elem);
-        if (status == WAVEPE_OK) status = check_view(4, sizes, os, elem);
-        if (status != WAVEPE_OK) return status;
-        const bool nonempty = a->batch && t.heads && a->len && a->d;
-        if (nonempty && (t.x == nullptr || t.out == nullptr)) return WAVEPE_E_NULL;
-        any |= nonempty;
-    }
-    if (any && a->rotary_pairs > 0 && a->inv_freq == nullptr) return WAVEPE_E_NULL;
-    if (any && a->positions) {
-        const int64_t sizes[2] = {a->batch, a->len};
-        const int64_t strides[2] = {a->pos_stride_b, 1};
-        const int status = check_view(2, sizes, strides, 8);
-        if (status != WAVEPE_OK) return status;
-    }
+        return wavepe_fail(err, WAVEPE_E_OVERFLOW, "batch=%lld x length=%lld positions exceed the CUDA grid",
+                           (long long)a->batch, (long long)a->len);
     return WAVEPE_OK;
 }
 
-extern "C" cudaError_t wavepe_cuda_rope(const wavepe_cuda_rope_args *a, cudaStream_t stream) {
-    if (wavepe_cuda_rope_validate(a) != WAVEPE_OK) return cudaErrorInvalidValue;
+extern "C" cudaError_t wavepe_cuda_rope(const wavepe_rope_args *a, cudaStream_t stream) {
+    if (wavepe_cuda_rope_check(a, nullptr) != WAVEPE_OK) return cudaErrorInvalidValue;
     return dispatch_dtype(a->dtype, [&](auto tag) { return launch_rope<decltype(tag)>(a, stream); });
 }

@@ -9,9 +9,11 @@
 #include "../core/alibi.h"
 #include "../core/checked.h"
 
-static PyObject *raise_status(int status, const char *what) {
+/* The core's reason, naming the argument: OverflowError for sizes and
+ * positions out of range, ValueError otherwise. */
+static PyObject *raise_error(int status, const wavepe_error *err, const char *what) {
     PyErr_Format(status == WAVEPE_E_OVERFLOW ? PyExc_OverflowError : PyExc_ValueError, "%s: %s", what,
-                 wavepe_status_str(status));
+                 err->message[0] ? err->message : wavepe_status_str(status));
     return NULL;
 }
 
@@ -31,17 +33,22 @@ static PyObject *py_alibi_bias(PyObject *self, PyObject *args) {
         return NULL;
     }
     wavepe_alibi_args a = {0};
+    wavepe_error err = {{0}};
+    a.dtype = type == NPY_FLOAT ? WAVEPE_F32 : WAVEPE_F64;
     a.heads = PyArray_DIM(slopes, 0);
     a.m = q_len;
     a.n = k_len;
     a.q_offset = q_offset;
     a.causal = causal;
     a.slopes = PyArray_DATA(slopes);
-    a.out_stride_h = 0; /* set below once the sizes are known to be valid */
-    int status = wavepe_alibi_validate(&a);
-    if (status != WAVEPE_OK && status != WAVEPE_E_NULL) {
+    a.out_stride_h = a.m * a.n; /* dense; validated before the product is used */
+    a.out_stride_m = a.n;
+    /* sizes and positions first (no output yet: a placeholder pointer passes the NULL check) */
+    a.out = &a;
+    int status = wavepe_alibi_validate(&a, &err);
+    if (status != WAVEPE_OK) {
         Py_DECREF(slopes);
-        return raise_status(status, "alibi_bias");
+        return raise_error(status, &err, "alibi_bias");
     }
     npy_intp dims[3] = {(npy_intp)a.heads, (npy_intp)a.m, (npy_intp)a.n};
     PyArrayObject *out = (PyArrayObject *)PyArray_SimpleNew(3, dims, type);
@@ -50,13 +57,23 @@ static PyObject *py_alibi_bias(PyObject *self, PyObject *args) {
         return NULL;
     }
     a.out = PyArray_DATA(out);
-    a.out_stride_h = a.m * a.n;
-    a.out_stride_m = a.n;
-    const wavepe_isa isa = wavepe_active_isa();
+    wavepe_isa isa;
+    if (wavepe_np_active_isa(&isa) < 0) {
+        Py_DECREF(out);
+        Py_DECREF(slopes);
+        return NULL;
+    }
+    wavepe_alibi_plan *plan = NULL;
+    status = wavepe_alibi_plan_create(isa, &a, &plan, &err);
+    if (status != WAVEPE_OK) {
+        Py_DECREF(slopes);
+        Py_DECREF(out);
+        return raise_error(status, &err, "alibi_bias");
+    }
     Py_BEGIN_ALLOW_THREADS;
-    if (type == NPY_FLOAT) wavepe_alibi_f32(isa, &a, 0, a.heads * a.m);
-    else wavepe_alibi_f64(isa, &a, 0, a.heads * a.m);
+    wavepe_alibi_run(plan, 0, 0, wavepe_alibi_units(plan, 0));
     Py_END_ALLOW_THREADS;
+    wavepe_alibi_plan_free(plan);
     Py_DECREF(slopes);
     return (PyObject *)out;
 }
@@ -68,19 +85,19 @@ static PyObject *py_sinusoidal_table(PyObject *self, PyObject *args) {
     int use_double;
     if (!PyArg_ParseTuple(args, "LLLdp:sinusoidal_table", &len, &d, &offset, &base, &use_double))
         return NULL;
-    const int64_t sizes[2] = {len, d};
-    int status = wavepe_checked_numel(2, sizes, use_double ? 8 : 4, NULL);
-    if (status != WAVEPE_OK) return raise_status(status, "sinusoidal_table");
+    wavepe_error err = {{0}};
+    int status = wavepe_sinusoidal_validate(len, d, offset, base, use_double ? 8 : 4, &err);
+    if (status != WAVEPE_OK) return raise_error(status, &err, "sinusoidal_table");
     npy_intp dims[2] = {(npy_intp)len, (npy_intp)d};
     PyArrayObject *out = (PyArrayObject *)PyArray_SimpleNew(2, dims, use_double ? NPY_DOUBLE : NPY_FLOAT);
     if (out == NULL) return NULL;
     Py_BEGIN_ALLOW_THREADS;
-    status = use_double ? wavepe_sinusoidal_f64(len, d, offset, base, (double *)PyArray_DATA(out))
-                        : wavepe_sinusoidal_f32(len, d, offset, base, (float *)PyArray_DATA(out));
+    status = use_double ? wavepe_sinusoidal_f64(len, d, offset, base, (double *)PyArray_DATA(out), &err)
+                        : wavepe_sinusoidal_f32(len, d, offset, base, (float *)PyArray_DATA(out), &err);
     Py_END_ALLOW_THREADS;
     if (status != WAVEPE_OK) {
         Py_DECREF(out);
-        return raise_status(status, "sinusoidal_table");
+        return raise_error(status, &err, "sinusoidal_table");
     }
     return (PyObject *)out;
 }

@@ -31,7 +31,9 @@ static PyObject *py_cpu_isa(PyObject *self, PyObject *noargs) {
 static PyObject *py_active_isa(PyObject *self, PyObject *noargs) {
     (void)self;
     (void)noargs;
-    return PyUnicode_FromString(wavepe_isa_name(wavepe_active_isa()));
+    wavepe_isa isa;
+    if (wavepe_np_active_isa(&isa) < 0) return NULL;
+    return PyUnicode_FromString(wavepe_isa_name(isa));
 }
 
 static PyObject *py_wavelet_peak(PyObject *self, PyObject *arg) {
@@ -60,9 +62,9 @@ static PyObject *py_wavelet_support_t(PyObject *self, PyObject *args) {
 }
 
 static PyMethodDef module_methods[] = {
-    {"cpu_isa", py_cpu_isa, METH_NOARGS, "The best ISA the CPU supports: 'avx2' or 'scalar'."},
+    {"cpu_isa", py_cpu_isa, METH_NOARGS, "The best ISA the CPU supports: 'avx512', 'avx2' or 'scalar'."},
     {"active_isa", py_active_isa, METH_NOARGS,
-     "The ISA kernels use now (after WAVEPE_FORCE_SCALAR / WAVEPE_ISA)."},
+     "The ISA kernels use now (after WAVEPE_ISA / WAVEPE_FORCE_SCALAR); ValueError for an ISA this CPU lacks."},
     {"wavelet_peak", py_wavelet_peak, METH_O, "max |psi| of a family code, found numerically."},
     {"wavelet_support_t", py_wavelet_support_t, METH_VARARGS,
      "wavelet_support_t(family, double_precision, tol) -> (t_lo, t_hi)."},

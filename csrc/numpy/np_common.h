@@ -28,6 +28,22 @@ int wavepe_np_add_alibi_functions(PyObject *module);
 int wavepe_np_add_relbias_gufuncs(PyObject *module);
 int wavepe_np_add_rope_gufunc(PyObject *module);
 
+#include "../core/checked.h"
+#include "../core/isa.h"
+
+/* The ISA for a call made with the GIL held: 0, or -1 with ValueError set
+ * when WAVEPE_ISA names an ISA this CPU cannot run (or an unknown one).  The
+ * element-wise ufunc loops, which cannot raise, use wavepe_active_isa()
+ * (which falls back to the best supported ISA). */
+static inline int wavepe_np_active_isa(wavepe_isa *isa) {
+    char message[256];
+    if (wavepe_active_isa_checked(isa, message, sizeof(message)) != WAVEPE_OK) {
+        PyErr_SetString(PyExc_ValueError, message);
+        return -1;
+    }
+    return 0;
+}
+
 /* Byte stride -> element stride; -1 when the stride is not a multiple of the
  * item size (NumPy hands legacy loops aligned data, so this is defensive). */
 static inline int64_t wavepe_np_elem_stride(npy_intp byte_stride, npy_intp itemsize) {

@@ -9,13 +9,16 @@
  * r_lo / q_offset and bool causal / clamp).  NumPy broadcasts the batch
  * dimensions and releases the GIL around the loop (no Python objects).
  *
- * Each outer iteration is one (M, d) query matrix.  The core wants the head
- * and key dimensions contiguous and the table dense; other layouts (or
- * misaligned data) go through contiguous scratch copies.  The AVX2 workspace
- * (packed table) is reused across iterations that share table and positions.
+ * The loop hands the core's plan (csrc/core/relbias.h) as much as it can at
+ * once: when every parameter (table, r_lo, q_offset, causal, clamp) is shared
+ * by the outer iterations -- the usual broadcast of one table over a batch of
+ * query matrices -- and q and out have contiguous rows, the outer loop is the
+ * plan's batch (one table preparation, one call).  Otherwise each outer
+ * iteration is its own plan, through contiguous scratch copies where the
+ * layout is not the core's (strided head or key dimension, misaligned data).
  *
  * Arguments are validated by wavepe/ufuncs.py before the gufunc runs.  A
- * direct call with values the core rejects (positions beyond +-2^61, clamp
+ * direct call with values the core rejects (positions beyond +-2^60, clamp
  * with an empty table) cannot raise from inside the loop: the loop fills
  * that output with NaN and raises the floating-point invalid flag, which
  * NumPy reports as "invalid value encountered in rel_bias".
@@ -65,111 +68,97 @@ static void fill_nan(char *out, npy_intp rows, npy_intp cols, npy_intp s_row, np
     feraiseexcept(FE_INVALID); /* NumPy turns the flag into its invalid-value warning */
 }
 
+/* Run the forward of *a on this thread: 0, or -1 when the core rejects it. */
+static int run_plan(const wavepe_relbias_args *a) {
+    wavepe_relbias_plan *plan = NULL;
+    if (wavepe_relbias_plan_create(wavepe_active_isa(), a, WAVEPE_RELBIAS_FORWARD, 1, &plan, NULL) != WAVEPE_OK)
+        return -1;
+    for (int phase = 0; phase < 3; ++phase) wavepe_relbias_run(plan, phase, 0, wavepe_relbias_units(plan, phase));
+    wavepe_relbias_plan_free(plan);
+    return 0;
+}
+
+/* The scalar parameters of outer iteration it into *a. */
+static void read_params(char **args, const npy_intp *steps, npy_intp it, wavepe_relbias_args *a) {
+    int64_t r_lo, q_offset;
+    npy_bool causal, clamp;
+    memcpy(&r_lo, args[2] + it * steps[2], sizeof r_lo);
+    memcpy(&q_offset, args[3] + it * steps[3], sizeof q_offset);
+    memcpy(&causal, args[4] + it * steps[4], sizeof causal);
+    memcpy(&clamp, args[5] + it * steps[5], sizeof clamp);
+    a->r_lo = r_lo;
+    a->q_offset = q_offset;
+    a->causal = causal != 0;
+    a->clamp = clamp != 0;
+}
+
 static void rel_bias_loop(char **args, const npy_intp *dims, const npy_intp *steps, int f32) {
     const npy_intp item = f32 ? 4 : 8;
     const npy_intp outer = dims[0], m = dims[1], d = dims[2], rows = dims[3], n = dims[4];
     const npy_intp qs_m = steps[7], qs_d = steps[8], ts_r = steps[9], ts_d = steps[10];
     const npy_intp os_m = steps[11], os_n = steps[12];
-    const wavepe_isa isa = wavepe_active_isa();
+    if (outer == 0) return;
 
-    /* scratch for layouts the core cannot take in place, and the workspace */
-    void *q_buf = NULL, *t_buf = NULL, *o_buf = NULL, *ws = NULL;
-    int64_t ws_bytes = 0;
-    const char *prepared_table = NULL;
-    int64_t prepared_r_lo = 0, prepared_off = 0;
-    int prepared_causal = -1, failed_alloc = 0;
+    wavepe_relbias_args a;
+    memset(&a, 0, sizeof a);
+    a.dtype = f32 ? WAVEPE_F32 : WAVEPE_F64;
+    a.m = m;
+    a.n = n;
+    a.d = d;
+    a.rows = rows;
+    const int table_dense = dense_rows(args[1], rows, d, ts_r, ts_d, item) && (rows <= 1 || ts_r == d * item);
+    const int shared = steps[1] == 0 && steps[2] == 0 && steps[3] == 0 && steps[4] == 0 && steps[5] == 0;
+    if (shared && table_dense && dense_rows(args[0], m, d, qs_m, qs_d, item) && steps[0] % item == 0 &&
+        dense_rows(args[6], m, n, os_m, os_n, item) && steps[6] % item == 0) {
+        /* one plan: the outer loop is the batch */
+        read_params(args, steps, 0, &a);
+        a.batch = outer;
+        a.q = args[0];
+        a.q_stride_g = steps[0] / item;
+        a.q_stride_m = m > 1 ? qs_m / item : d;
+        a.table = args[1];
+        a.bias = args[6];
+        a.bias_stride_g = steps[6] / item;
+        a.bias_stride_m = m > 1 ? os_m / item : n;
+        if (run_plan(&a) < 0)
+            for (npy_intp it = 0; it < outer; ++it) fill_nan(args[6] + it * steps[6], m, n, os_m, os_n, f32);
+        return;
+    }
 
+    /* one plan per outer iteration, with scratch copies where the core cannot read in place */
+    char *q_buf = malloc((size_t)(m * d * item) + 1), *t_buf = malloc((size_t)(rows * d * item) + 1);
+    char *o_buf = malloc((size_t)(m * n * item) + 1);
+    a.batch = 1;
     for (npy_intp it = 0; it < outer; ++it) {
         char *q = args[0] + it * steps[0], *table = args[1] + it * steps[1], *out = args[6] + it * steps[6];
-        int64_t r_lo, q_offset;
-        npy_bool causal, clamp;
-        memcpy(&r_lo, args[2] + it * steps[2], sizeof r_lo);
-        memcpy(&q_offset, args[3] + it * steps[3], sizeof q_offset);
-        memcpy(&causal, args[4] + it * steps[4], sizeof causal);
-        memcpy(&clamp, args[5] + it * steps[5], sizeof clamp);
-
-        wavepe_relbias_args a;
-        memset(&a, 0, sizeof a);
-        a.batch = 1;
-        a.m = m;
-        a.n = n;
-        a.d = d;
-        a.rows = rows;
-        a.r_lo = r_lo;
-        a.q_offset = q_offset;
-        a.causal = causal != 0;
-        a.clamp = clamp != 0;
-        a.q_stride_m = d;
-        a.bias_stride_m = n;
-        /* sizes and positions only: placeholder pointers pass the NULL checks */
-        a.q = a.table = (const void *)&a;
-        a.bias = (void *)&a;
-        if (wavepe_relbias_validate(&a, WAVEPE_RELBIAS_FORWARD, item) != WAVEPE_OK) {
+        if (q_buf == NULL || t_buf == NULL || o_buf == NULL) { /* out of memory inside a loop that cannot raise */
             fill_nan(out, m, n, os_m, os_n, f32);
             continue;
         }
-
-        /* q: in place when rows are contiguous */
+        read_params(args, steps, it, &a);
         if (dense_rows(q, m, d, qs_m, qs_d, item)) {
             a.q = q;
             a.q_stride_m = m > 1 ? qs_m / item : d;
         } else {
-            if (q_buf == NULL && (q_buf = malloc((size_t)(m * d * item) + 1)) == NULL) failed_alloc = 1;
-            if (!failed_alloc) copy_matrix(q, m, d, qs_m, qs_d, q_buf, item, 1);
+            copy_matrix(q, m, d, qs_m, qs_d, q_buf, item, 1);
             a.q = q_buf;
             a.q_stride_m = d;
         }
-        /* table: in place when dense (rows of d) */
         if (dense_rows(table, rows, d, ts_r, ts_d, item) && (rows <= 1 || ts_r == d * item)) {
             a.table = table;
         } else {
-            if (t_buf == NULL && (t_buf = malloc((size_t)(rows * d * item) + 1)) == NULL) failed_alloc = 1;
-            if (!failed_alloc && table != prepared_table) copy_matrix(table, rows, d, ts_r, ts_d, t_buf, item, 1);
+            copy_matrix(table, rows, d, ts_r, ts_d, t_buf, item, 1);
             a.table = t_buf;
         }
-        /* out: in place when rows are contiguous */
         const int out_direct = dense_rows(out, m, n, os_m, os_n, item);
-        if (out_direct) {
-            a.bias = out;
-            a.bias_stride_m = m > 1 ? os_m / item : n;
-        } else {
-            if (o_buf == NULL && (o_buf = malloc((size_t)(m * n * item) + 1)) == NULL) failed_alloc = 1;
-            a.bias = o_buf;
-            a.bias_stride_m = n;
-        }
-        if (failed_alloc) { /* out of memory inside a loop that cannot raise */
-            fill_nan(out, m, n, os_m, os_n, f32);
-            break;
-        }
-
-        /* the packed table, rebuilt only when table or positions change */
-        const int64_t need = f32 ? wavepe_relbias_f32_workspace_bytes(isa, &a, WAVEPE_RELBIAS_FORWARD)
-                                 : wavepe_relbias_f64_workspace_bytes(isa, &a, WAVEPE_RELBIAS_FORWARD);
-        if (need > ws_bytes) {
-            free(ws);
-            ws = need > 0 ? malloc((size_t)need) : NULL;
-            ws_bytes = ws != NULL ? need : 0;
-            prepared_table = NULL; /* a fresh buffer: nothing prepared in it */
-        }
-        a.workspace = ws; /* NULL (no memory, or none needed): the scalar kernel runs */
-        if (ws != NULL && !(table == prepared_table && r_lo == prepared_r_lo && q_offset == prepared_off &&
-                            (int)a.causal == prepared_causal)) {
-            if (f32) wavepe_relbias_f32_prepare(isa, &a, WAVEPE_RELBIAS_FORWARD, 0, wavepe_relbias_f32_chunks(isa, &a));
-            else wavepe_relbias_f64_prepare(isa, &a, WAVEPE_RELBIAS_FORWARD, 0, wavepe_relbias_f64_chunks(isa, &a));
-        }
-        prepared_table = table;
-        prepared_r_lo = r_lo;
-        prepared_off = q_offset;
-        prepared_causal = a.causal;
-
-        if (f32) wavepe_relbias_f32(isa, &a, 0, m);
-        else wavepe_relbias_f64(isa, &a, 0, m);
-        if (!out_direct) copy_matrix(out, m, n, os_m, os_n, o_buf, item, 0);
+        a.bias = out_direct ? out : o_buf;
+        a.bias_stride_m = out_direct && m > 1 ? os_m / item : n;
+        if (run_plan(&a) < 0) fill_nan(out, m, n, os_m, os_n, f32);
+        else if (!out_direct) copy_matrix(out, m, n, os_m, os_n, o_buf, item, 0);
     }
     free(q_buf);
     free(t_buf);
     free(o_buf);
-    free(ws);
 }
 
 static void rel_bias_loop_f32(char **args, const npy_intp *dims, const npy_intp *steps, void *data) {

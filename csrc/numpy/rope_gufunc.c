@@ -8,7 +8,7 @@
  * broadcasts the loop dimensions, so positions (L,) serve every head of an
  * (..., H, L, d) array and positions (B, 1, L) one row per batch.
  *
- * The inner loop hands the whole outer loop to the core in one call: when
+ * The inner loop hands the whole outer loop to the core's plan in one call: when
  * positions are shared by the outer iterations they become the core's heads
  * (cos/sin computed once per position for all of them); otherwise its batch.
  * Arguments are validated by wavepe/ufuncs.py; values the core cannot take
@@ -50,10 +50,15 @@ static void fill_nan(char *out, const loop_geometry *g, npy_intp itemsize) {
     feraiseexcept(FE_INVALID);
 }
 
-static void run_core(const wavepe_rope_args *a, npy_intp itemsize) {
-    const wavepe_isa isa = wavepe_active_isa();
-    if (itemsize == 4) wavepe_rope_f32(isa, a, 0, wavepe_rope_rows(a));
-    else wavepe_rope_f64(isa, a, 0, wavepe_rope_rows(a));
+/* The core's plan over *a, run on this thread; 0, or -1 when the core
+ * rejects the arguments (or is out of memory). */
+static int run_core(wavepe_rope_args *a, npy_intp itemsize) {
+    a->dtype = itemsize == 4 ? WAVEPE_F32 : WAVEPE_F64;
+    wavepe_rope_plan *plan = NULL;
+    if (wavepe_rope_plan_create(wavepe_active_isa(), a, &plan, NULL) != WAVEPE_OK) return -1;
+    wavepe_rope_run(plan, 0, 0, wavepe_rope_units(plan, 0));
+    wavepe_rope_plan_free(plan);
+    return 0;
 }
 
 /* Parameters of outer iteration i as core arguments; inv is a contiguous copy
@@ -104,7 +109,10 @@ static void rope_rows_via_scratch(char **args, const loop_geometry *g, npy_intp 
         memcpy(&pos, args[ARG_POS] + i * g->steps[ARG_POS] + l * g->pos_sl, sizeof pos);
         for (npy_intp j = 0; j < g->d; ++j) memcpy(in_buf + j * itemsize, x + j * g->x_sd, (size_t)itemsize);
         a->offset = pos;
-        run_core(a, itemsize);
+        if (run_core(a, itemsize) < 0) {
+            fill_nan(args[ARG_OUT] + i * g->steps[ARG_OUT], g, itemsize);
+            return;
+        }
         for (npy_intp j = 0; j < g->d; ++j) memcpy(y + j * g->out_sd, out_buf + j * itemsize, (size_t)itemsize);
     }
 }
@@ -159,11 +167,8 @@ static void rope_loop(char **args, const npy_intp *dimensions, const npy_intp *s
             a.batch = g.n, a.q.heads = 1;
             a.q.in_stride_b = x_sn, a.q.out_stride_b = out_sn, a.pos_stride_b = pos_sn;
         }
-        if (wavepe_rope_validate(&a) != WAVEPE_OK) {
+        if (run_core(&a, itemsize) < 0)
             for (npy_intp i = 0; i < g.n; ++i) fill_nan(args[ARG_OUT] + i * steps[ARG_OUT], &g, itemsize);
-            goto done;
-        }
-        run_core(&a, itemsize);
         goto done;
     }
 
@@ -185,11 +190,7 @@ static void rope_loop(char **args, const npy_intp *dimensions, const npy_intp *s
         a.pos_stride_l = pos_sl;
         a.q.in = args[ARG_X] + i * steps[ARG_X], a.q.out = out_i;
         a.q.in_stride_l = x_sl, a.q.out_stride_l = out_sl;
-        if (wavepe_rope_validate(&a) != WAVEPE_OK) {
-            fill_nan(out_i, &g, itemsize);
-            continue;
-        }
-        run_core(&a, itemsize);
+        if (run_core(&a, itemsize) < 0) fill_nan(out_i, &g, itemsize);
     }
 done:
     if (inv_buf != inv_stack) free(inv_buf);

@@ -29,10 +29,10 @@ static void psi_loop_f32(char **args, const npy_intp *dimensions, const npy_intp
         fesetenv(&env);
         return;
     }
-    for (npy_intp i = 0; i < n; ++i) { /* unaligned: copy through a local */
+    for (npy_intp i = 0; i < n; ++i) { /* unaligned: copy through a local, one element per call */
         float t, y;
         memcpy(&t, args[0] + i * steps[0], sizeof t);
-        y = wavepe_psi_f32(w, t);
+        wavepe_wavelet_f32(WAVEPE_ISA_SCALAR, w, 1, &t, 1, &y, 1);
         memcpy(args[1] + i * steps[1], &y, sizeof y);
     }
     fesetenv(&env);
@@ -56,7 +56,7 @@ static void psi_loop_f64(char **args, const npy_intp *dimensions, const npy_intp
     for (npy_intp i = 0; i < n; ++i) {
         double t, y;
         memcpy(&t, args[0] + i * steps[0], sizeof t);
-        y = wavepe_psi_f64(w, t);
+        wavepe_wavelet_f64(WAVEPE_ISA_SCALAR, w, 1, &t, 1, &y, 1);
         memcpy(args[1] + i * steps[1], &y, sizeof y);
     }
     fesetenv(&env);

@@ -1,38 +1,29 @@
-// attention_op.cpp: torch.ops.wavepe.attention_fwd / attention_bwd on the CPU.
+// attention_op.cpp: torch.ops.wavepe.attention_fwd / attention_bwd, every device.
 //
-// Thin: check what the core cannot see (device, dtype, shapes across tensors),
-// build the core's plan, run its phases with at::parallel_for.  Units of a
-// phase are independent and each is computed the same whatever the split, so
-// results are identical run to run and for any number of threads.
-#include <ATen/ops/zeros.h>
-
-#include <atomic>
-#include <cmath>
-#include <memory>
+// One body per op for CPU and CUDA: check what the core cannot see (devices,
+// dtypes, shapes across tensors), fill wavepe_attention_args
+// (csrc/core/attention.h) once, validate it, and wavepe::launch runs it (the
+// CPU plan's phases over the thread pool, or the CUDA launchers).  The bias
+// is given by which optional is present: a table (wavelet / relative bias),
+// ALiBi slopes, or neither.  q, k, v, table keep their dtype (bf16 / fp16
+// only where the device's kernels take them: CUDA); slopes, lse and the lse
+// gradient travel as the accumulator type (float32, float64 for float64
+// inputs), whatever dtype the caller gave them, and dslopes is returned in
+// the slopes' dtype.
 #include <optional>
 #include <tuple>
 #include <vector>
 
+#include "launch.h"
 #include "torch_common.h"
 
-extern "C" {
-#include "../core/attention.h"
-}
-
 namespace {
-
-struct PlanDeleter {
-    void operator()(wavepe_attention_plan* p) const { wavepe_attention_plan_free(p); }
-};
-using PlanPtr = std::unique_ptr<wavepe_attention_plan, PlanDeleter>;
-
-// The core wants the last dimension contiguous; other strides are honoured.
-at::Tensor rows_dense(const at::Tensor& t) { return t.size(-1) <= 1 || t.stride(-1) == 1 ? t : t.contiguous(); }
 
 void strides3(int64_t dst[3], const at::Tensor& t) {
     for (int i = 0; i < 3; ++i) dst[i] = t.stride(i);
 }
 
+// The tensors the struct points into (kept alive for the call).
 struct Prepared {
     at::Tensor q, k, v, table, slopes, kpm;
 };
@@ -40,16 +31,20 @@ struct Prepared {
 Prepared prepare(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const std::optional<at::Tensor>& table,
                  const std::optional<at::Tensor>& slopes, const std::optional<at::Tensor>& kpm, wavepe_attention_args& a,
                  int64_t r_lo, bool clamp, double scale, int64_t q_offset, bool causal) {
-    wavepe::check_cpu(q, "q");
-    wavepe::check_cpu(k, "k");
-    wavepe::check_cpu(v, "v");
-    wavepe::check_float(q, "q");
-    wavepe::check_attention_inputs(q, k, v, scale, table.has_value(), slopes.has_value());
-    Prepared p;
-    p.q = rows_dense(q);
-    p.k = rows_dense(k);
-    p.v = rows_dense(v);
     a = wavepe_attention_args{};
+    a.dtype = wavepe::dtype_of(q, "q");
+    wavepe::check_like(k, "k", q, "q");
+    wavepe::check_like(v, "v", q, "q");
+    wavepe::check_dim(q, 4, "q");
+    wavepe::check_dim(k, 4, "k");
+    wavepe::check_dim(v, 4, "v");
+    TORCH_CHECK_VALUE(k.sizes() == v.sizes(), "k and v must have the same shape, got ", k.sizes(), " and ", v.sizes());
+    TORCH_CHECK_VALUE(k.size(0) == q.size(0) && k.size(3) == q.size(3), "k must be (B, H_kv, N, d) with q's B=",
+                      q.size(0), " and d=", q.size(3), ", got ", k.sizes());
+    Prepared p;
+    p.q = wavepe::last_dim_contiguous(q);
+    p.k = wavepe::last_dim_contiguous(k);
+    p.v = wavepe::last_dim_contiguous(v);
     a.batch = q.size(0);
     a.heads = q.size(1);
     a.kv_heads = k.size(1);
@@ -66,8 +61,10 @@ Prepared prepare(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, 
     strides3(a.k_strides, p.k);
     strides3(a.v_strides, p.v);
     if (table.has_value()) {
-        wavepe::check_cpu(*table, "table");
-        wavepe::check_attention_table(q, *table, clamp);
+        wavepe::check_like(*table, "table", q, "q");
+        wavepe::check_dim(*table, 2, "table");
+        TORCH_CHECK_VALUE(table->size(1) == q.size(3), "table.shape[1]=", table->size(1),
+                          " does not match q.shape[-1]=", q.size(3), " (head_dim)");
         p.table = table->contiguous();
         a.table = p.table.data_ptr();
         a.table_rows = p.table.size(0);
@@ -75,85 +72,72 @@ Prepared prepare(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, 
         a.clamp = clamp ? 1 : 0;
     }
     if (slopes.has_value()) {
-        wavepe::check_cpu(*slopes, "alibi_slopes");
-        wavepe::check_same_dtype(q, "q", *slopes, "alibi_slopes");
+        wavepe::check_same_device(*slopes, "alibi_slopes", q, "q");
+        TORCH_CHECK_TYPE(at::isFloatingType(slopes->scalar_type()), "alibi_slopes must be a floating-point tensor, got ",
+                         slopes->scalar_type());
         wavepe::check_dim(*slopes, 1, "alibi_slopes");
-        TORCH_CHECK_VALUE(slopes->size(0) == a.heads, "alibi_slopes must have one slope per head (", a.heads,
-                          "), got ", slopes->size(0));
-        p.slopes = slopes->contiguous();
+        TORCH_CHECK_VALUE(slopes->size(0) == a.heads, "alibi_slopes must have one slope per head (", a.heads, "), got ",
+                          slopes->size(0));
+        p.slopes = slopes->to(wavepe::acc_dtype(q)).contiguous();
         a.slopes = p.slopes.data_ptr();
     }
     if (kpm.has_value()) {
-        wavepe::check_cpu(*kpm, "key_padding_mask");
+        wavepe::check_same_device(*kpm, "key_padding_mask", q, "q");
         TORCH_CHECK_TYPE(kpm->scalar_type() == at::kBool, "key_padding_mask must be a bool tensor, got ",
                          kpm->scalar_type());
         TORCH_CHECK_VALUE(kpm->dim() == 2 && kpm->size(0) == a.batch && kpm->size(1) == a.n,
                           "key_padding_mask must be (B, N) = (", a.batch, ", ", a.n, "), got ", kpm->sizes());
-        p.kpm = kpm->contiguous();
+        p.kpm = wavepe::last_dim_contiguous(*kpm);
         a.key_padding_mask = reinterpret_cast<const uint8_t*>(p.kpm.data_ptr<bool>());
-        a.kpm_stride = a.n;
+        a.kpm_stride = p.kpm.stride(0);
     }
     return p;
 }
 
-// Run both phases of a plan over the intra-op thread pool.
-void run_plan(wavepe_attention_plan* plan, const char* what) {
-    for (int phase = 0; phase < 2; ++phase) {
-        const int64_t units = wavepe_attention_units(plan, phase);
-        if (units == 0) continue;
-        std::atomic<int> status{WAVEPE_OK};
-        at::parallel_for(0, units, wavepe_attention_grain(plan, phase), [&](int64_t b, int64_t e) {
-            const int s = wavepe_attention_run(plan, phase, b, e);
-            if (s != WAVEPE_OK) status.store(s);
-        });
-        wavepe::check_status(status.load(), what);
-    }
-}
-
-std::tuple<at::Tensor, at::Tensor> attention_fwd_cpu(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                                                     const std::optional<at::Tensor>& table, int64_t r_lo, bool clamp,
-                                                     const std::optional<at::Tensor>& slopes,
-                                                     const std::optional<at::Tensor>& key_padding_mask, double scale,
-                                                     int64_t q_offset, bool causal) {
+std::tuple<at::Tensor, at::Tensor> attention_fwd(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                                 const std::optional<at::Tensor>& table, int64_t r_lo, bool clamp,
+                                                 const std::optional<at::Tensor>& slopes,
+                                                 const std::optional<at::Tensor>& key_padding_mask, double scale,
+                                                 int64_t q_offset, bool causal) {
     wavepe_attention_args a;
-    Prepared p = prepare(q, k, v, table, slopes, key_padding_mask, a, r_lo, clamp, scale, q_offset, causal);
+    const Prepared p = prepare(q, k, v, table, slopes, key_padding_mask, a, r_lo, clamp, scale, q_offset, causal);
+    wavepe_error err{};
+    wavepe::check_sizes(wavepe_attention_validate(&a, 0, &err), err, "wavelet_attention");
     at::Tensor out = at::empty({a.batch, a.heads, a.m, a.d}, q.options());
-    at::Tensor lse = at::empty({a.batch, a.heads, a.m}, q.options());
+    at::Tensor lse = at::empty({a.batch, a.heads, a.m}, q.options().dtype(wavepe::acc_dtype(q)));
     a.out = out.data_ptr();
     a.lse = lse.data_ptr();
     strides3(a.out_strides, out);
-    wavepe_attention_plan* raw = nullptr;
-    wavepe::check_status(wavepe_attention_fwd_plan(wavepe_active_isa(), q.scalar_type() == at::kDouble, &a, &raw),
-                         "wavelet_attention");
-    PlanPtr plan(raw);
-    run_plan(plan.get(), "wavelet_attention");
+    wavepe::check_status(wavepe_attention_validate(&a, 0, &err), err, "wavelet_attention");
+    wavepe::launch(a, false, q.device(), "wavelet_attention");
     return {out, lse};
 }
 
-std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> attention_bwd_cpu(
+std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> attention_bwd(
     const at::Tensor& grad_out, const std::optional<at::Tensor>& grad_lse, const at::Tensor& q, const at::Tensor& k,
     const at::Tensor& v, const at::Tensor& out, const at::Tensor& lse, const std::optional<at::Tensor>& table,
     int64_t r_lo, bool clamp, const std::optional<at::Tensor>& slopes,
     const std::optional<at::Tensor>& key_padding_mask, double scale, int64_t q_offset, bool causal, bool table_grad,
     bool slopes_grad) {
     wavepe_attention_args a;
-    Prepared p = prepare(q, k, v, table, slopes, key_padding_mask, a, r_lo, clamp, scale, q_offset, causal);
+    const Prepared p = prepare(q, k, v, table, slopes, key_padding_mask, a, r_lo, clamp, scale, q_offset, causal);
     const auto check_like_q = [&](const at::Tensor& t, const char* name) {
-        wavepe::check_cpu(t, name);
-        wavepe::check_same_dtype(q, "q", t, name);
+        wavepe::check_like(t, name, q, "q");
         TORCH_CHECK_VALUE(t.sizes() == q.sizes(), name, " must have q's shape ", q.sizes(), ", got ", t.sizes());
     };
     check_like_q(grad_out, "grad_out");
     check_like_q(out, "out");
     const std::vector<int64_t> lse_shape{a.batch, a.heads, a.m};
-    wavepe::check_same_dtype(q, "q", lse, "lse");
+    const at::ScalarType acc = wavepe::acc_dtype(q);
+    wavepe::check_same_device(lse, "lse", q, "q");
     TORCH_CHECK_VALUE(lse.sizes() == lse_shape, "lse must be (B, H, M), got ", lse.sizes());
-    const at::Tensor go = rows_dense(grad_out), o = rows_dense(out), l = lse.contiguous();
+    const at::Tensor go = wavepe::last_dim_contiguous(grad_out), o = wavepe::last_dim_contiguous(out);
+    const at::Tensor l = lse.to(acc).contiguous();
     at::Tensor gl;
     if (grad_lse.has_value()) {
-        wavepe::check_same_dtype(q, "q", *grad_lse, "grad_lse");
+        wavepe::check_same_device(*grad_lse, "grad_lse", q, "q");
         TORCH_CHECK_VALUE(grad_lse->sizes() == lse_shape, "grad_lse must be (B, H, M), got ", grad_lse->sizes());
-        gl = grad_lse->contiguous();
+        gl = grad_lse->to(acc).contiguous();
         a.dlse = gl.data_ptr();
     }
     a.out = const_cast<void*>(o.data_ptr());
@@ -161,10 +145,12 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> attention
     a.lse = const_cast<void*>(l.data_ptr());
     a.dout = go.data_ptr();
     strides3(a.dout_strides, go);
+    wavepe_error err{};
+    wavepe::check_sizes(wavepe_attention_validate(&a, 1, &err), err, "wavelet_attention backward");
     at::Tensor dq = at::empty({a.batch, a.heads, a.m, a.d}, q.options());
     at::Tensor dk = at::empty({a.batch, a.kv_heads, a.n, a.d}, q.options());
     at::Tensor dv = at::empty({a.batch, a.kv_heads, a.n, a.d}, q.options());
-    at::Tensor dtable = at::empty({0}, q.options()), dslopes = at::empty({0}, q.options());
+    at::Tensor dtable = at::empty({0}, q.options()), dslopes_acc, dslopes = at::empty({0}, q.options());
     a.dq = dq.data_ptr();
     a.dk = dk.data_ptr();
     a.dv = dv.data_ptr();
@@ -173,15 +159,18 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> attention
         a.dtable = dtable.data_ptr();
     }
     if (slopes_grad && a.slopes != nullptr) {
-        dslopes = at::empty({a.heads}, q.options());
-        a.dslopes = dslopes.data_ptr();
+        dslopes_acc = at::empty({a.heads}, q.options().dtype(acc));
+        a.dslopes = dslopes_acc.data_ptr();
     }
-    wavepe_attention_plan* raw = nullptr;
-    wavepe::check_status(wavepe_attention_bwd_plan(wavepe_active_isa(), q.scalar_type() == at::kDouble, &a, &raw),
-                         "wavelet_attention backward");
-    PlanPtr plan(raw);
-    run_plan(plan.get(), "wavelet_attention backward");
+    wavepe::check_status(wavepe_attention_validate(&a, 1, &err), err, "wavelet_attention backward");
+    wavepe::launch(a, true, q.device(), "wavelet_attention backward");
+    if (dslopes_acc.defined()) dslopes = dslopes_acc.to(slopes->scalar_type());
     return {dq, dk, dv, dtable, dslopes};
+}
+
+void register_attention(torch::Library& m) {
+    m.impl("attention_fwd", &attention_fwd);
+    m.impl("attention_bwd", &attention_bwd);
 }
 
 }  // namespace
@@ -196,7 +185,4 @@ TORCH_LIBRARY_FRAGMENT(wavepe, m) {
         "SymInt q_offset, bool causal, bool table_grad, bool slopes_grad) -> (Tensor, Tensor, Tensor, Tensor, Tensor)");
 }
 
-TORCH_LIBRARY_IMPL(wavepe, CPU, m) {
-    m.impl("attention_fwd", &attention_fwd_cpu);
-    m.impl("attention_bwd", &attention_bwd_cpu);
-}
+WAVEPE_REGISTER_ALL_DEVICES(register_attention)

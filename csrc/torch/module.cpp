@@ -17,7 +17,7 @@ extern "C" {
 
 namespace {
 
-std::string active_isa() { return wavepe_isa_name(wavepe_active_isa()); }
+std::string active_isa() { return wavepe_isa_name(wavepe::active_isa()); }
 
 // How many threads at::parallel_for really used over n unit-cost items: proves that this
 // module was compiled with OpenMP (without it parallel_for runs inline on one thread).

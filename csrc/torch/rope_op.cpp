@@ -1,4 +1,4 @@
-// rope_op.cpp: torch.ops.wavepe.rope on the CPU.
+// rope_op.cpp: torch.ops.wavepe.rope, every device.
 //
 //   rope(Tensor q, Tensor? k, Tensor? positions, SymInt offset, Tensor inv_freq,
 //        SymInt rotary_pairs, str layout, float scale, bool inverse) -> (Tensor, Tensor)
@@ -11,18 +11,20 @@
 // (B, 0, L, d) tensor, so the schema needs no optional return.
 // positions: None (positions offset .. offset + L - 1), or int64 (L,) or
 // (B, L) / (1, L), with offset 0.  inverse = the backward (rotation by -angle).
-#include <ATen/ops/empty.h>
+// inv_freq: float64 (d/2,) on q's device.  One body for CPU and CUDA; the
+// struct (wavepe_rope_args) is filled once and wavepe::launch runs it.
+#include <ATen/ops/isfinite.h>
+#include <ATen/ops/logical_not.h>
+#include <ATen/ops/nonzero.h>
 
-#include <cmath>
+#include <array>
+#include <mutex>
 #include <optional>
 #include <string_view>
 #include <tuple>
 
+#include "launch.h"
 #include "torch_common.h"
-
-extern "C" {
-#include "../core/rope.h"
-}
 
 namespace {
 
@@ -33,12 +35,44 @@ int parse_layout(std::string_view layout) {
     return -1;
 }
 
-// The tensor to read: itself when its last dimension is contiguous.
-at::Tensor with_unit_last_stride(const at::Tensor& t) {
-    return (t.size(3) <= 1 || t.stride(3) == 1) ? t : t.contiguous();
+// inv_freq[:pairs] finite?  The values are data, so the core's rules cannot see them on a device:
+// on the CPU a loop, elsewhere one device sync, remembered per (tensor, version counter, pairs) so
+// that a model's inv_freq buffer is checked once and an in-place change is checked again.
+void check_inv_freq_finite(const at::Tensor& inv, int64_t pairs) {
+    if (pairs == 0) return;
+    if (inv.device().is_cpu()) {
+        const double* v = inv.data_ptr<double>();
+        for (int64_t i = 0; i < pairs; ++i)
+            TORCH_CHECK_VALUE(std::isfinite(v[i]), "inv_freq must be finite, got inv_freq[", i, "] = ", v[i]);
+        return;
+    }
+    struct Seen {
+        const void* impl = nullptr;
+        const void* data = nullptr;
+        int64_t version = 0;
+        int64_t pairs = -1;
+    };
+    static std::mutex mutex;
+    static std::array<Seen, 16> seen;
+    static size_t next = 0;
+    const Seen key{inv.unsafeGetTensorImpl(), inv.data_ptr(), inv._version(), pairs};
+    {
+        std::lock_guard<std::mutex> lock(mutex);
+        for (const Seen& s : seen)
+            if (s.impl == key.impl && s.data == key.data && s.version == key.version && s.pairs >= pairs) return;
+    }
+    const at::Tensor head = inv.slice(0, 0, pairs);
+    const at::Tensor bad = at::logical_not(at::isfinite(head));
+    if (bad.any().item<bool>()) {
+        const int64_t i = at::nonzero(bad)[0][0].item<int64_t>();
+        TORCH_CHECK_VALUE(false, "inv_freq must be finite, got inv_freq[", i, "] = ", head[i].item<double>());
+    }
+    std::lock_guard<std::mutex> lock(mutex);
+    seen[next] = key;
+    next = (next + 1) % seen.size();
 }
 
-void fill_tensor_args(wavepe_rope_tensor& dst, const at::Tensor& in, const at::Tensor& out) {
+void fill_tensor(wavepe_rope_tensor& dst, const at::Tensor& in, const at::Tensor& out) {
     dst.heads = in.size(1);
     dst.in = in.data_ptr();
     dst.in_stride_b = in.stride(0), dst.in_stride_h = in.stride(1), dst.in_stride_l = in.stride(2);
@@ -46,46 +80,36 @@ void fill_tensor_args(wavepe_rope_tensor& dst, const at::Tensor& in, const at::T
     dst.out_stride_b = out.stride(0), dst.out_stride_h = out.stride(1), dst.out_stride_l = out.stride(2);
 }
 
-std::tuple<at::Tensor, at::Tensor> rope_cpu(const at::Tensor& q, const std::optional<at::Tensor>& k,
-                                            const std::optional<at::Tensor>& positions, int64_t offset,
-                                            const at::Tensor& inv_freq, int64_t rotary_pairs,
-                                            c10::string_view layout, double scale, bool inverse) {
-    wavepe::check_cpu(q, "q");
-    wavepe::check_float(q, "q");
+std::tuple<at::Tensor, at::Tensor> rope(const at::Tensor& q, const std::optional<at::Tensor>& k,
+                                        const std::optional<at::Tensor>& positions, int64_t offset,
+                                        const at::Tensor& inv_freq, int64_t rotary_pairs, c10::string_view layout,
+                                        double scale, bool inverse) {
+    wavepe_rope_args a{};
+    a.dtype = wavepe::dtype_of(q, "q");
     wavepe::check_dim(q, 4, "q");
     const int64_t B = q.size(0), L = q.size(2), d = q.size(3);
-    TORCH_CHECK_VALUE(d % 2 == 0, "head_dim (q.shape[-1]) must be even for RoPE, got ", d);
     if (k.has_value()) {
-        wavepe::check_cpu(*k, "k");
-        wavepe::check_same_dtype(q, "q", *k, "k");
+        wavepe::check_like(*k, "k", q, "q");
         wavepe::check_dim(*k, 4, "k");
         TORCH_CHECK_VALUE(k->size(0) == B && k->size(2) == L && k->size(3) == d,
                           "k must be (B, H_k, L, d) with q's B, L and d: q ", q.sizes(), ", k ", k->sizes());
     }
-    wavepe::check_cpu(inv_freq, "inv_freq");
-    TORCH_CHECK_TYPE(inv_freq.scalar_type() == at::kDouble, "inv_freq must be float64 (angles are formed in float64), got ",
-                     inv_freq.scalar_type());
+    wavepe::check_same_device(inv_freq, "inv_freq", q, "q");
+    TORCH_CHECK_TYPE(inv_freq.scalar_type() == at::kDouble,
+                     "inv_freq must be float64 (angles are formed in float64), got ", inv_freq.scalar_type());
     wavepe::check_dim(inv_freq, 1, "inv_freq");
     TORCH_CHECK_VALUE(inv_freq.size(0) == d / 2, "inv_freq must have head_dim/2 = ", d / 2, " entries, got ",
                       inv_freq.size(0));
-    TORCH_CHECK_VALUE(rotary_pairs >= 0 && rotary_pairs <= d / 2, "rotary_pairs must be in [0, head_dim/2 = ", d / 2,
-                      "], got ", rotary_pairs);
-    TORCH_CHECK_VALUE(std::isfinite(scale), "scale must be finite, got ", scale);
-    const int layout_code = parse_layout(std::string_view(layout.data(), layout.size()));
-
-    const at::Tensor inv = inv_freq.contiguous();
-    const double* inv_data = inv.data_ptr<double>();
-    for (int64_t i = 0; i < rotary_pairs; ++i)
-        TORCH_CHECK_VALUE(std::isfinite(inv_data[i]), "inv_freq must be finite, got inv_freq[", i, "] = ", inv_data[i]);
-
-    wavepe_rope_args a{};
     a.batch = B, a.len = L, a.head_dim = d;
-    a.inv_freq = inv_data, a.rotary_pairs = rotary_pairs, a.layout = layout_code;
-    a.inverse = inverse ? 1 : 0, a.scale = scale, a.offset = offset;
+    a.rotary_pairs = rotary_pairs;
+    a.layout = parse_layout(std::string_view(layout.data(), layout.size()));
+    a.inverse = inverse ? 1 : 0;
+    a.scale = scale;
+    a.offset = offset;
     at::Tensor pos;
     if (positions.has_value()) {
         pos = *positions;
-        wavepe::check_cpu(pos, "positions");
+        wavepe::check_same_device(pos, "positions", q, "q");
         TORCH_CHECK_TYPE(pos.scalar_type() == at::kLong, "positions must be an int64 tensor, got ", pos.scalar_type());
         TORCH_CHECK_VALUE(offset == 0, "offset must be 0 when positions is a tensor, got ", offset);
         const bool ok = (pos.dim() == 1 && pos.size(0) == L) ||
@@ -93,36 +117,32 @@ std::tuple<at::Tensor, at::Tensor> rope_cpu(const at::Tensor& q, const std::opti
         TORCH_CHECK_VALUE(ok, "positions must have shape (", L, ",), (", B, ", ", L, ") or (1, ", L, "), got ",
                           pos.sizes());
         a.positions = pos.data_ptr<int64_t>();
-        if (pos.dim() == 1) {
-            a.pos_stride_b = 0, a.pos_stride_l = pos.stride(0);
-        } else {
-            a.pos_stride_b = pos.size(0) == 1 ? 0 : pos.stride(0), a.pos_stride_l = pos.stride(1);
-        }
+        a.pos_stride_b = (pos.dim() == 1 || pos.size(0) == 1) ? 0 : pos.stride(0);
+        a.pos_stride_l = pos.stride(-1);
     }
+    wavepe_error err{};
+    wavepe::check_sizes(wavepe_rope_validate(&a, &err), err, "rope");  // every rule but the data pointers
+    const at::Tensor inv = inv_freq.contiguous();
+    check_inv_freq_finite(inv, rotary_pairs);
+    a.inv_freq = inv.data_ptr<double>();
 
-    const at::Tensor q_in = with_unit_last_stride(q);
+    const at::Tensor q_in = wavepe::last_dim_contiguous(q);
     at::Tensor q_out = wavepe::empty_output(q.sizes(), q.options());
-    fill_tensor_args(a.q, q_in, q_out);
+    fill_tensor(a.q, q_in, q_out);
     at::Tensor k_in, k_out;
     if (k.has_value()) {
-        k_in = with_unit_last_stride(*k);
+        k_in = wavepe::last_dim_contiguous(*k);
         k_out = wavepe::empty_output(k->sizes(), k->options());
-        fill_tensor_args(a.k, k_in, k_out);
+        fill_tensor(a.k, k_in, k_out);
     } else {
         k_out = at::empty({B, 0, L, d}, q.options());
-        a.k.heads = 0;
     }
-    wavepe::check_status(wavepe_rope_validate(&a), "rope");
-
-    const wavepe_isa isa = wavepe_active_isa();
-    const bool f32 = q.scalar_type() == at::kFloat;
-    const int64_t row_elems = WAVEPE_ROPE_POS_BLOCK * (a.q.heads + a.k.heads) * d;
-    at::parallel_for(0, wavepe_rope_rows(&a), wavepe::grain_rows(row_elems), [&](int64_t b, int64_t e) {
-        if (f32) wavepe_rope_f32(isa, &a, b, e);
-        else wavepe_rope_f64(isa, &a, b, e);
-    });
+    wavepe::check_status(wavepe_rope_validate(&a, &err), err, "rope");
+    wavepe::launch(a, q.device(), "rope");
     return {q_out, k_out};
 }
+
+void register_rope(torch::Library& m) { m.impl("rope", &rope); }
 
 }  // namespace
 
@@ -132,4 +152,4 @@ TORCH_LIBRARY_FRAGMENT(wavepe, m) {
         "str layout, float scale, bool inverse) -> (Tensor, Tensor)");
 }
 
-TORCH_LIBRARY_IMPL(wavepe, CPU, m) { m.impl("rope", &rope_cpu); }
+WAVEPE_REGISTER_ALL_DEVICES(register_rope)

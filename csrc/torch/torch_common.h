@@ -1,9 +1,14 @@
-// torch_common.h: shared helpers of the PyTorch bindings (csrc/torch/*.cpp).
+// torch_common.h: what every op binding (csrc/torch/<family>_op.cpp) shares.
 //
-// The bindings stay thin: check what the C core cannot see (device, dtype,
-// layout), pick the ISA once per call, and split rows over threads with
-// at::parallel_for.  Argument errors raise ValueError / TypeError in Python
-// (TORCH_CHECK_VALUE / TORCH_CHECK_TYPE) and name the argument.
+// A binding is one function body per op, registered for every device that
+// has kernels (CPU always, CUDA when built with it): it checks what the C
+// core cannot see (tensors' devices, dtypes, dimensions, shapes across
+// tensors), lays tensors out as the core wants them (last dimension
+// contiguous, other strides passed through), fills the family's argument
+// struct once, validates it with the family's one rule set
+// (csrc/core/<family>.h), and hands it to wavepe::launch (launch.h), the only
+// device-specific step.  Argument errors raise ValueError / TypeError in
+// Python (TORCH_CHECK_VALUE / TORCH_CHECK_TYPE) and name the argument.
 #pragma once
 
 #include <ATen/Parallel.h>
@@ -26,24 +31,58 @@
 
 extern "C" {
 #include "../core/checked.h"
+#include "../core/dtype.h"
 #include "../core/isa.h"
 }
 
 namespace wavepe {
 
-// Raise ValueError naming the operation when a core validator fails.
-inline void check_status(int status, const char* what) {
-    TORCH_CHECK_VALUE(status == WAVEPE_OK, what, ": ", wavepe_status_str(status));
+// Raise ValueError "what: <the core's sentence naming the argument>" when a core validator fails.
+inline void check_status(int status, const wavepe_error& err, const char* what) {
+    TORCH_CHECK_VALUE(status == WAVEPE_OK, what, ": ", err.message[0] ? err.message : wavepe_status_str(status));
 }
 
-inline void check_cpu(const at::Tensor& t, const char* name) {
-    TORCH_CHECK_VALUE(t.device().is_cpu(), name, " must be a CPU tensor here, got device ", t.device());
+// The same for a validator run before the outputs exist: every rule but the data pointers (the
+// validators check NULL last, so WAVEPE_E_NULL means everything else passed).
+inline void check_sizes(int status, const wavepe_error& err, const char* what) {
+    if (status != WAVEPE_E_NULL) check_status(status, err, what);
 }
 
-inline void check_float(const at::Tensor& t, const char* name) {
-    TORCH_CHECK_TYPE(t.scalar_type() == at::kFloat || t.scalar_type() == at::kDouble, name,
-                     " must be float32 or float64 (the Python wrappers upcast bf16/fp16), got ",
-                     t.scalar_type());
+// The ISA this call's kernels use; a WAVEPE_ISA naming an ISA this CPU cannot
+// run (or an unknown one) is a ValueError saying so.
+inline wavepe_isa active_isa() {
+    wavepe_isa isa;
+    char message[256];
+    TORCH_CHECK_VALUE(wavepe_active_isa_checked(&isa, message, sizeof(message)) == WAVEPE_OK, message);
+    return isa;
+}
+
+// The element types a device's kernels take: float32 / float64 everywhere, and bfloat16 / float16 on
+// CUDA (the Python wrappers upcast half types for the CPU kernels).
+inline wavepe_dtype dtype_of(const at::Tensor& t, const char* name) {
+    switch (t.scalar_type()) {
+    case at::kFloat: return WAVEPE_F32;
+    case at::kDouble: return WAVEPE_F64;
+    case at::kBFloat16:
+    case at::kHalf:
+        if (t.device().is_cuda()) return t.scalar_type() == at::kHalf ? WAVEPE_F16 : WAVEPE_BF16;
+        break;
+    default: break;
+    }
+    TORCH_CHECK_TYPE(false, name, " must be float32 or float64",
+                     t.device().is_cuda() ? ", bfloat16 or float16 on CUDA" : " (the Python wrappers upcast bf16/fp16)",
+                     ", got ", t.scalar_type(), " on ", t.device());
+    return WAVEPE_F32;
+}
+
+// The accumulator dtype of data like t (slopes, lse and their gradients travel in it).
+inline at::ScalarType acc_dtype(const at::Tensor& t) {
+    return t.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
+}
+
+inline void check_same_device(const at::Tensor& t, const char* name, const at::Tensor& like, const char* like_name) {
+    TORCH_CHECK_VALUE(t.device() == like.device(), name, " and ", like_name, " must be on the same device, got ",
+                      t.device(), " and ", like.device());
 }
 
 inline void check_same_dtype(const at::Tensor& a, const char* an, const at::Tensor& b, const char* bn) {
@@ -51,49 +90,22 @@ inline void check_same_dtype(const at::Tensor& a, const char* an, const at::Tens
                      a.scalar_type(), " and ", b.scalar_type());
 }
 
+// Same device and dtype as `like`.
+inline void check_like(const at::Tensor& t, const char* name, const at::Tensor& like, const char* like_name) {
+    check_same_device(t, name, like, like_name);
+    check_same_dtype(like, like_name, t, name);
+}
+
 inline void check_dim(const at::Tensor& t, int64_t dim, const char* name) {
     TORCH_CHECK_VALUE(t.dim() == dim, name, " must have ", dim, " dimensions, got shape ", t.sizes());
 }
 
-// q (..., M, d) and a relative table (rows, d) of rel_bias / rel_bias_backward, after their
-// device and dtype checks (shared by the CPU and CUDA kernels).
-inline void check_relbias_shapes(const at::Tensor& q, const at::Tensor& table, const char* op) {
-    check_same_dtype(q, "q", table, "table");
-    TORCH_CHECK_VALUE(q.dim() >= 2, op, ": q must be (..., M, d), got shape ", q.sizes());
-    check_dim(table, 2, "table");
-    TORCH_CHECK_VALUE(table.size(1) == q.size(-1), op, ": table.shape[1]=", table.size(1),
-                      " does not match q.shape[-1]=", q.size(-1), " (head_dim)");
+// The layout the core reads: last dimension contiguous (a length-1 one may have any stride).
+inline at::Tensor last_dim_contiguous(const at::Tensor& t) {
+    return (t.dim() == 0 || t.size(-1) <= 1 || t.stride(-1) == 1) ? t : t.contiguous();
 }
 
-// Shapes, dtypes and settings of attention_fwd / attention_bwd shared by the CPU and
-// CUDA kernels: q (B, H, M, d); k, v (B, H_kv, N, d) with H a multiple of H_kv.
-inline void check_attention_inputs(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, double scale,
-                                   bool has_table, bool has_slopes) {
-    check_same_dtype(q, "q", k, "k");
-    check_same_dtype(q, "q", v, "v");
-    check_dim(q, 4, "q");
-    check_dim(k, 4, "k");
-    check_dim(v, 4, "v");
-    TORCH_CHECK_VALUE(k.sizes() == v.sizes(), "k and v must have the same shape, got ", k.sizes(), " and ", v.sizes());
-    TORCH_CHECK_VALUE(k.size(0) == q.size(0) && k.size(3) == q.size(3), "k must be (B, H_kv, N, d) with q's B=",
-                      q.size(0), " and d=", q.size(3), ", got ", k.sizes());
-    TORCH_CHECK_VALUE(k.size(1) >= 1 && q.size(1) % k.size(1) == 0, "q's heads H=", q.size(1),
-                      " must be a multiple of k's heads H_kv=", k.size(1));
-    TORCH_CHECK_VALUE(q.size(3) >= 1, "head_dim must be >= 1, got q of shape ", q.sizes());
-    TORCH_CHECK_VALUE(scale > 0.0 && std::isfinite(scale), "scale must be finite and > 0, got ", scale);
-    TORCH_CHECK_VALUE(!(has_table && has_slopes), "give a table or ALiBi slopes, not both");
-}
-
-// A relative table of attention_fwd / attention_bwd (rows x head_dim), after its device check.
-inline void check_attention_table(const at::Tensor& q, const at::Tensor& table, bool clamp) {
-    check_same_dtype(q, "q", table, "table");
-    check_dim(table, 2, "table");
-    TORCH_CHECK_VALUE(table.size(1) == q.size(3), "table.shape[1]=", table.size(1), " does not match q.shape[-1]=",
-                      q.size(3), " (head_dim)");
-    TORCH_CHECK_VALUE(!clamp || table.size(0) > 0, "table must have at least one row with clamp=True");
-}
-
-// A fresh output that the kernel is about to write in full.  Large CPU tensors come from a new
+// A fresh output that a kernel is about to write in full.  Large CPU tensors come from a new
 // mmap on every call, and faulting their pages in one write at a time dominates memory-bound ops
 // (~85% of RoPE's time at (1, 32, 4096, 128)).  MADV_POPULATE_WRITE (Linux >= 5.14) maps them in
 // one call per thread chunk instead; elsewhere, or if it fails, the pages fault in as before.
@@ -115,13 +127,6 @@ inline at::Tensor empty_output(at::IntArrayRef sizes, const at::TensorOptions& o
     }
 #endif
     return t;
-}
-
-// Rows per task: aim for ~64k output elements per chunk so tiny problems run
-// on one thread and large ones spread evenly.
-inline int64_t grain_rows(int64_t row_elems) {
-    const int64_t target = 1 << 16;
-    return row_elems >= target ? 1 : target / (row_elems > 0 ? row_elems : 1);
 }
 
 }  // namespace wavepe

@@ -10,7 +10,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from . import _moved
 from .config import WAVELET_FAMILIES, ROPE_LAYOUTS, RopeConfig, WaveletConfig, alibi_slopes
+
+_moved.install()  # wavepe.analysis / .experiments / .cli: the research modules under their old names
 
 __version__ = "0.1.0"
 
@@ -27,14 +30,19 @@ __all__ = [
 
 
 def cpu_isa() -> str:
-    """The best instruction set this CPU supports among wavepe's kernels: 'avx2' or 'scalar'."""
+    """The best instruction set this CPU (and OS) supports among wavepe's kernels: 'avx512', 'avx2' or 'scalar'."""
     from . import _ufuncs
 
     return _ufuncs.cpu_isa()
 
 
 def active_isa() -> str:
-    """The instruction set kernels use now; ``WAVEPE_FORCE_SCALAR=1`` forces 'scalar'."""
+    """The instruction set kernels use now: :func:`cpu_isa`, or ``WAVEPE_ISA=scalar|avx2|avx512``.
+
+    Raises ValueError when ``WAVEPE_ISA`` names an instruction set this CPU cannot run
+    (every operation raises the same error).  ``WAVEPE_FORCE_SCALAR=1`` (older spelling)
+    forces 'scalar'.
+    """
     from . import _ufuncs
 
     return _ufuncs.active_isa()
@@ -42,7 +50,7 @@ def active_isa() -> str:
 
 def __getattr__(name: str) -> Any:
     # Heavy or optional parts load on first use (torch, transformers).
-    if name in ("ops", "ufuncs"):
+    if name in ("ops", "ufuncs", "analysis", "experiments", "cli", "research"):
         import importlib
 
         return importlib.import_module(f".{name}", __name__)

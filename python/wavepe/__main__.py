@@ -1,5 +1,5 @@
 import sys
 
-from .cli import main
+from .research.cli import main
 
 sys.exit(main())

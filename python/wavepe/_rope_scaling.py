@@ -35,7 +35,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from ._validate import check_choice, check_int, check_real
+from ._validate import check_choice, check_flag, check_int, check_real
 
 SCALING_TYPES = ("linear", "ntk", "dynamic", "yarn", "llama3")
 
@@ -105,8 +105,8 @@ def validate_scaling(scaling: Mapping[str, Any]) -> None:
         if not beta_fast > beta_slow:
             raise ValueError(f"scaling['beta_fast'] must be > scaling['beta_slow'], got {beta_fast} and {beta_slow}")
         truncate = scaling.get("truncate")
-        if truncate is not None and not isinstance(truncate, (bool, np.bool_)):
-            raise TypeError(f"scaling['truncate'] must be a bool, got {truncate!r}")
+        if truncate is not None:
+            check_flag("scaling['truncate']", truncate)
         if scaling.get("attention_factor") is not None:
             _real(scaling, "attention_factor")
         for key in ("mscale", "mscale_all_dim"):
@@ -162,7 +162,7 @@ def _yarn(inv_freq: np.ndarray, scaling: Mapping[str, Any], head_dim: int, theta
     beta_fast = _real(scaling, "beta_fast", default=32.0)
     beta_slow = _real(scaling, "beta_slow", default=1.0)
     truncate = scaling.get("truncate")
-    truncate = True if truncate is None else bool(truncate)
+    truncate = True if truncate is None else check_flag("scaling['truncate']", truncate)
 
     def correction_dim(rotations: float) -> float:
         return head_dim * math.log(original / (rotations * 2 * math.pi)) / (2 * math.log(theta))

@@ -11,6 +11,9 @@ import numbers
 from typing import Any, Iterable
 
 INT64_MAX = 2**63 - 1
+#: Positions, distances and their counts stay within +-2^60 (WAVEPE_POSITION_LIMIT of the C core), so
+#: that any sum of a few of them is exact in int64.
+POSITION_LIMIT = 2**60
 
 
 def _is_symbolic_int(value: Any) -> bool:
@@ -47,6 +50,17 @@ def check_real(name: str, value: Any, *, positive: bool = False, finite: bool = 
     return v
 
 
+def check_flag(name: str, value: Any) -> bool:
+    """A flag: ``bool`` (or ``numpy.bool_``) only, never truthiness -- ``"false"``
+    is not False, ``None`` is not False, ``1`` is not True.  TypeError names
+    the argument and shows the value."""
+    if isinstance(value, bool):
+        return value
+    if type(value).__module__ == "numpy" and type(value).__name__ in ("bool", "bool_"):
+        return bool(value)  # numpy.bool_ (numpy >= 2 names its type "bool")
+    raise TypeError(f"{name} must be a bool (True or False), got {value!r} of type {type(value).__name__}")
+
+
 def check_choice(name: str, value: Any, choices: Iterable[str]) -> str:
     choices = tuple(choices)
     if not isinstance(value, str) or value not in choices:
@@ -64,8 +78,21 @@ def check_product_fits(name: str, dims: Iterable[int], itemsize: int) -> None:
                             f"{itemsize}-byte elements does not fit in memory addressing")
 
 
-def resolve_positions(name_q: str, m: int, k_len: int | None, q_offset: int | None) -> tuple[int, int]:
-    """Defaults of the KV-cache convention: N = M, queries are the last M positions."""
+def check_position(name: str, value: Any, what: str = "") -> Any:
+    """A position, a distance or a count of them within +-2^60 (else OverflowError naming it).
+
+    Plain comparisons only: traceable by torch.compile, symbolic sizes included."""
+    if value > POSITION_LIMIT or value < -POSITION_LIMIT:
+        raise OverflowError(f"{what}{name}={value} is beyond the supported range of positions (|{name}| <= 2**60)")
+    return value
+
+
+def resolve_positions(name_q: str, m: int, k_len: int | None, q_offset: int | None, what: str = "") -> tuple[int, int]:
+    """Defaults of the KV-cache convention: N = M, queries are the last M positions; every one of
+    q_len, k_len and q_offset within +-2^60 (OverflowError naming it; ``what`` prefixes the message)."""
     n = m if k_len is None else check_int("k_len", k_len, min_value=0)
     off = n - m if q_offset is None else check_int("q_offset", q_offset)
+    check_position("q_len", m, what)
+    check_position("k_len", n, what)
+    check_position("q_offset", off, what)
     return n, off

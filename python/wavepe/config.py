@@ -6,16 +6,57 @@ what they build (a relative table, an ``inv_freq`` spectrum, ALiBi slopes).
 
 from __future__ import annotations
 
+import hashlib
 import math
 import threading
+import weakref
 from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from ._validate import check_choice, check_int, check_real
+from ._validate import check_choice, check_flag, check_int, check_real
 
 WAVELET_FAMILIES: tuple[str, ...] = ("ricker", "gaussian", "morlet", "haar")
 ROPE_LAYOUTS: tuple[str, ...] = ("half", "interleaved")
+
+#: Relative distances stay within +-2^60 (the C core's position limit): tables never extend beyond.
+_DISTANCE_LIMIT = 2**60
+#: A table of the whole support (``table()`` without a range) at most this many elements; larger
+#: supports (large scales: the paper's 32 x 4 and 128 x 1 grids) are tabulated per call, over the
+#: distances the call can use.
+_WHOLE_TABLE_ELEMENTS = 2**26
+#: Rows tabulated at a time (bounds the float64 temporaries of a large window).
+_TABLE_CHUNK_ROWS = 8192
+
+#: The live configs by their table key (torch.compile graphs name a config's table by this string).
+_BY_TABLE_KEY: "weakref.WeakValueDictionary[str, WaveletConfig]" = weakref.WeakValueDictionary()
+
+
+class _Window:
+    """A cached table (a NumPy array here; a tensor in ops._tables' subclass): ``table`` (read-only)
+    holds distances ``r_lo .. r_lo + rows - 1`` and is exact for every distance in ``[lo, hi]``
+    (rows of that window outside the array are all zero)."""
+
+    __slots__ = ("table", "r_lo", "lo", "hi")
+
+    def __init__(self, table: np.ndarray, r_lo: int, lo: int, hi: int) -> None:
+        self.table, self.r_lo, self.lo, self.hi = table, r_lo, lo, hi
+
+    def covers(self, lo: int, hi: int) -> bool:
+        return self.lo <= lo and hi <= self.hi
+
+    def rows_for(self, lo: int, hi: int) -> tuple[np.ndarray, int]:
+        """The rows of distances [lo, hi] (a view; fewer where the window's edge rows are zero)."""
+        first = max(lo, self.r_lo)
+        last = min(hi, self.r_lo + self.table.shape[0] - 1)
+        if first > last:
+            return self._rows(0, 0), lo
+        if first == self.r_lo and last == self.r_lo + self.table.shape[0] - 1:
+            return self.table, first  # all of it: the cached object itself
+        return self._rows(first - self.r_lo, last - first + 1), first
+
+    def _rows(self, start: int, count: int) -> Any:
+        return self.table[start:start + count]
 
 
 def _as_vector(name: str, value: Any) -> np.ndarray:
@@ -54,7 +95,8 @@ class WaveletConfig:
     Use :meth:`grid` for the paper's scale x shift grids.
     """
 
-    __slots__ = ("family", "scales", "shifts", "normalize", "support_tol", "_cache", "_lock")
+    __slots__ = ("family", "scales", "shifts", "normalize", "support_tol", "_cache", "_lock", "_support_rows",
+                 "_table_key", "__weakref__")
 
     def __init__(
         self,
@@ -76,14 +118,17 @@ class WaveletConfig:
         bad = np.flatnonzero(~(self.scales > 0))
         if bad.size:
             raise ValueError(f"scales must be > 0, got scales[{int(bad[0])}]={float(self.scales[bad[0]])!r}")
-        if not isinstance(normalize, (bool, np.bool_)):
-            raise TypeError(f"normalize must be a bool, got {normalize!r}")
-        self.normalize = bool(normalize)
+        self.normalize = check_flag("normalize", normalize)
         self.support_tol = check_real("support_tol", support_tol)
         if not 0.0 <= self.support_tol < 1.0:
             raise ValueError(f"support_tol must be in [0, 1), got {self.support_tol}")
         self._cache: dict[Any, Any] = {}
         self._lock = threading.Lock()
+        # the distances whose rows may be nonzero, per table dtype; every bound finite (else the
+        # scale or shift that overflows is named)
+        self._support_rows = {np.dtype(dt).name: self._support_bounds(np.dtype(dt)) for dt in (np.float32, np.float64)}
+        self._table_key = hashlib.sha1(repr(self._key()).encode()).hexdigest()
+        _BY_TABLE_KEY[self._table_key] = self
 
     # ---- construction -----------------------------------------------------
 
@@ -116,6 +161,13 @@ class WaveletConfig:
         if n_scales * n_shifts != head_dim:
             raise ValueError(f"n_scales * n_shifts = {n_scales} * {n_shifts} != head_dim={head_dim}")
         base = check_real("base", base, positive=True)
+        try:
+            largest = base ** float(n_scales - 1)
+        except OverflowError:
+            largest = math.inf
+        if not math.isfinite(largest):
+            raise ValueError(f"base={base!r} with n_scales={n_scales} gives scales up to base**{n_scales - 1}, "
+                             "which overflows float64")
         scales = np.repeat(base ** np.arange(n_scales, dtype=np.float64), n_shifts)
         shifts = np.tile(np.arange(n_shifts, dtype=np.float64), n_scales)
         return cls(family, scales, shifts, normalize=normalize, support_tol=support_tol)
@@ -155,62 +207,138 @@ class WaveletConfig:
     # ---- support and table --------------------------------------------------
 
     def support_t(self, dtype: Any = np.float32) -> tuple[float, float]:
-        """[t_lo, t_hi]: outside it psi is zero in ``dtype`` (or below the tolerance)."""
+        """[t_lo, t_hi]: outside it |psi| is below half the smallest normal of ``dtype`` (so the
+        kernels, which flush subnormals, give exactly 0), or below the tolerance."""
         from . import _ufuncs
 
         double = np.dtype(dtype) == np.float64
         return _ufuncs.wavelet_support_t(WAVELET_FAMILIES.index(self.family), double, self.support_tol)
 
-    def table(self, dtype: Any = np.float32) -> tuple[np.ndarray, int]:
+    def _support_bounds(self, dt: np.dtype) -> tuple[int, int]:
+        """[lo, hi]: every distance outside has an all-zero row in dtype (a bound, not trimmed)."""
+        t_lo, t_hi = self.support_t(dt)
+        a, b = self.scales, self.shifts
+        with np.errstate(over="ignore", invalid="ignore"):
+            ends = (b + a * t_lo, b + a * t_hi)
+        for end in ends:
+            bad = np.flatnonzero(~np.isfinite(end))
+            if bad.size:
+                j = int(bad[0])
+                culprit = "scales" if not math.isfinite(float(a[j]) * max(abs(t_lo), abs(t_hi))) else "shifts"
+                value = a[j] if culprit == "scales" else b[j]
+                raise ValueError(f"{culprit}[{j}]={float(value)!r}: the wavelet's support (shifts[{j}] + scales[{j}] * t "
+                                 f"for |t| <= {t_hi:.3g}) overflows float64")
+        lo = math.floor(float(np.min(ends[0]))) - 1
+        hi = math.ceil(float(np.max(ends[1]))) + 1
+        return max(lo, -_DISTANCE_LIMIT), min(hi, _DISTANCE_LIMIT)
+
+    def support_rows(self, dtype: Any = np.float32) -> tuple[int, int]:
+        """[lo, hi]: the distances whose table rows may be nonzero (outside, every row is zero),
+        clipped to the supported distances (+-2^60).  Cheap: from the support bound, no table."""
+        return self._support_rows[np.dtype(dtype).name]
+
+    def table(self, dtype: Any = np.float32, r_min: int | None = None,
+              r_max: int | None = None) -> tuple[np.ndarray, int]:
         """The relative table and its first row's distance: ``(T, r_lo)``.
 
         ``T[i, j] = psi((r - shifts[j]) / scales[j])`` (times ``1/sqrt(scales[j])``
         with normalize) for ``r = r_lo + i``, shape (R, d), read-only, computed
-        in ``dtype`` (float32 or float64) with wavepe's own ufuncs.  Every
-        distance outside ``[r_lo, r_lo + R)`` has an all-zero row, and the first
-        and last rows are not all zero, so kernels skip everything outside.
-        Cached per dtype.
+        in ``dtype`` (float32 or float64) with wavepe's own ufuncs.
+
+        Without a range it covers the whole support: every distance outside
+        ``[r_lo, r_lo + R)`` has an all-zero row, and the first and last rows
+        are not all zero, so kernels skip everything outside.  Supports larger
+        than 2^26 elements (large scales: the 32 x 4 and 128 x 1 grids of the
+        paper) have no such table: pass the distances a call can use,
+        ``[r_min, r_max]`` (``pos_q - pos_k`` over its queries and keys; the
+        ops do this), and get the rows of those distances that can be nonzero
+        -- memory proportional to the sequence length, not to the support.
+
+        Cached per dtype: one window of distances, grown on demand (by half
+        its length beyond a request that leaves it, so growing sequences cost
+        amortised O(1) rebuilds) and rebuilt elsewhere for a request far
+        from it.
         """
         dt = np.dtype(dtype)
         if dt not in (np.dtype(np.float32), np.dtype(np.float64)):
             raise TypeError(f"dtype must be float32 or float64, got {dt}")
+        sup_lo, sup_hi = self.support_rows(dt)
+        if r_min is None and r_max is None:
+            elements = (sup_hi - sup_lo + 1) * self.head_dim
+            if elements > _WHOLE_TABLE_ELEMENTS:
+                raise ValueError(f"this config's support spans {sup_hi - sup_lo + 1} distances ({elements} table "
+                                 f"elements): tabulate the distances a call uses, "
+                                 f"config.table(dtype, r_min, r_max) (wavepe's ops do)")
+            lo, hi = sup_lo, sup_hi
+        else:
+            if r_min is None or r_max is None:
+                raise TypeError("give both r_min and r_max (the distances a call uses), or neither")
+            lo, hi = max(int(r_min), sup_lo), min(int(r_max), sup_hi)
+            if lo > hi:
+                return np.zeros((0, self.head_dim), dt), int(r_min)
+        return self._window(dt, lo, hi).rows_for(lo, hi)
+
+    def _window(self, dt: np.dtype, lo: int, hi: int) -> _Window:
+        """The cached window of ``dt`` covering [lo, hi] (within the support), built or grown if needed."""
         key = ("table", dt.str)
         with self._lock:
-            hit = self._cache.get(key)
-        if hit is not None:
-            return hit
-        result = self._build_table(dt)
+            cached = self._cache.get(key)
+        if cached is not None and cached.covers(lo, hi):
+            return cached
+        sup_lo, sup_hi = self.support_rows(dt)
+        new_lo, new_hi = lo, hi
+        if cached is not None:
+            hull_lo, hull_hi = min(lo, cached.lo), max(hi, cached.hi)
+            if hull_hi - hull_lo <= 2 * ((hi - lo) + (cached.hi - cached.lo) + 2):  # near: grow it
+                new_lo, new_hi = hull_lo, hull_hi
+        # room to grow: half the window's length beyond each side a request pushed
+        room = (new_hi - new_lo + 1) // 2
+        if cached is None or new_lo < cached.lo:
+            new_lo -= room
+        if cached is None or new_hi > cached.hi:
+            new_hi += room
+        window = self._build_window(dt, max(new_lo, sup_lo), min(new_hi, sup_hi))
         with self._lock:
-            self._cache[key] = result
-        return result
+            self._cache[key] = window
+        return window
 
-    def _build_table(self, dt: np.dtype) -> tuple[np.ndarray, int]:
+    def _build_window(self, dt: np.dtype, lo: int, hi: int) -> _Window:
+        """Rows of distances lo .. hi (within the support), trimmed of all-zero rows at both ends."""
         from . import ufuncs
 
         t_lo, t_hi = self.support_t(dt)
         a, b = self.scales, self.shifts
-        r_first = int(math.floor(float(np.min(b + a * t_lo)))) - 1
-        r_last = int(math.ceil(float(np.max(b + a * t_hi)))) + 1
-        r = np.arange(r_first, r_last + 1, dtype=np.float64)
-        t = (r[:, None] - b[None, :]) / a[None, :]
         psi = getattr(ufuncs, self.family)
-        table = psi(t.astype(dt))
-        # beyond the support bound the table is zero, whatever the tolerance
-        table[(t < t_lo) | (t > t_hi)] = 0
-        if self.normalize:
-            table *= (1.0 / np.sqrt(a)).astype(dt)[None, :]
-        nonzero_rows = np.flatnonzero(np.any(table != 0, axis=1))
-        if nonzero_rows.size == 0:  # cannot happen for valid configs; keep one zero row
-            table, r_lo = np.zeros((1, self.head_dim), dt), 0
+        norm = (1.0 / np.sqrt(a)).astype(dt) if self.normalize else None
+        table = np.empty((hi - lo + 1, self.head_dim), dt)
+        for start in range(0, hi - lo + 1, _TABLE_CHUNK_ROWS):
+            r = np.arange(lo + start, min(lo + start + _TABLE_CHUNK_ROWS, hi + 1), dtype=np.float64)
+            t = (r[:, None] - b[None, :]) / a[None, :]
+            rows = psi(t.astype(dt))
+            # beyond the support bound the table is zero, whatever the tolerance
+            rows[(t < t_lo) | (t > t_hi)] = 0
+            if norm is not None:
+                rows *= norm[None, :]
+            # no table holds a subnormal (they cost a microcode assist per FMA on Intel
+            # cores; the kernels flush them anyway): values below the smallest normal are 0
+            rows[np.abs(rows) < np.finfo(dt).tiny] = 0
+            table[start: start + rows.shape[0]] = rows
+        nonzero = np.flatnonzero(np.any(table, axis=1))
+        if nonzero.size == 0:
+            table, r_lo = table[:0], lo
         else:
-            table = np.ascontiguousarray(table[nonzero_rows[0]: nonzero_rows[-1] + 1])
-            r_lo = r_first + int(nonzero_rows[0])
+            table = np.ascontiguousarray(table[nonzero[0]: nonzero[-1] + 1])
+            r_lo = lo + int(nonzero[0])
         table.setflags(write=False)
-        return table, r_lo
+        return _Window(table, r_lo, lo, hi)
 
     def support(self, dtype: Any = np.float32) -> tuple[int, int]:
-        """(r_min, r_max): the relative distances whose table row is not all zero."""
-        table, r_lo = self.table(dtype)
+        """(r_min, r_max): the relative distances whose table row is not all zero
+        (exact where the whole support tabulates, :meth:`support_rows` -- a bound -- otherwise)."""
+        try:
+            table, r_lo = self.table(dtype)
+        except ValueError:
+            return self.support_rows(dtype)
         return r_lo, r_lo + table.shape[0] - 1
 
 

@@ -1,8 +1,8 @@
 """PyTorch modules over wavepe's ops.
 
 :class:`PositionalAttention` is causal multi-head self-attention whose position
-encoding is one argument: ``"wavelet"``, ``"rope"``, ``"alibi"`` or ``"none"``
-(NoPE).  Everything goes through the public ops (:func:`wavepe.ops.rope`,
+encoding is one argument: ``"wavelet"``, ``"rope"``, ``"alibi"`` or ``"nope"``
+(the names of :mod:`wavepe.pos_enc`).  Everything goes through the public ops (:func:`wavepe.ops.rope`,
 :func:`wavepe.ops.wavelet_attention`), so it runs on the compiled kernels
 wherever they exist.  The projections are named ``q_proj``/``k_proj``/
 ``v_proj``/``o_proj`` as in Hugging Face Llama, so the band analysis
@@ -16,10 +16,11 @@ import math
 import torch
 from torch import nn
 
-from ._validate import check_choice, check_int
+from ._validate import check_flag, check_int
 from .config import RopeConfig, WaveletConfig
+from .pos_enc import canonical_pos_enc, scores_pos_enc
 
-POS_ENCS: tuple[str, ...] = ("wavelet", "rope", "alibi", "none")
+POS_ENCS: tuple[str, ...] = ("wavelet", "rope", "alibi", "nope")
 
 
 class PositionalAttention(nn.Module):
@@ -31,7 +32,7 @@ class PositionalAttention(nn.Module):
         pos_enc: "wavelet" (the paper's relative wavelets, ``wavelet_config``,
             default ``WaveletConfig.grid(head_dim)``), "rope" (``rope_config``,
             default θ = 10^4, layout "half"), "alibi" (standard slopes) or
-            "none" (NoPE).
+            "nope" (NoPE; "none" is its old spelling).
         num_kv_heads: H_kv key/value heads (GQA), a divisor of H; default H.
         bias: whether the projections have biases.
 
@@ -54,6 +55,7 @@ class PositionalAttention(nn.Module):
     ) -> None:
         super().__init__()
         hidden_size = check_int("hidden_size", hidden_size, min_value=1)
+        bias = check_flag("bias", bias)
         num_heads = check_int("num_heads", num_heads, min_value=1)
         if head_dim is None:
             if hidden_size % num_heads:
@@ -64,7 +66,7 @@ class PositionalAttention(nn.Module):
         num_kv_heads = num_heads if num_kv_heads is None else check_int("num_kv_heads", num_kv_heads, min_value=1)
         if num_heads % num_kv_heads:
             raise ValueError(f"num_heads={num_heads} must be a multiple of num_kv_heads={num_kv_heads}")
-        self.pos_enc = check_choice("pos_enc", pos_enc, POS_ENCS)
+        self.pos_enc = canonical_pos_enc(pos_enc, POS_ENCS)
         self.hidden_size, self.num_heads, self.num_kv_heads, self.head_dim = (
             hidden_size, num_heads, num_kv_heads, head_dim)
         self.wavelet_config: WaveletConfig | None = None
@@ -114,8 +116,7 @@ class PositionalAttention(nn.Module):
         from .ops import wavelet_attention
 
         q, k, v = self._qkv(x, position_offset)
-        kind = {"rope": "none"}.get(self.pos_enc, self.pos_enc)
-        out = wavelet_attention(q, k, v, self.wavelet_config, pos_enc=kind, causal=True)
+        out = wavelet_attention(q, k, v, self.wavelet_config, pos_enc=scores_pos_enc(self.pos_enc), causal=True)
         b, _, length, _ = out.shape
         return self.o_proj(out.transpose(1, 2).reshape(b, length, self.num_heads * self.head_dim))
 

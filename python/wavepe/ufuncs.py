@@ -18,7 +18,8 @@ from typing import Any
 import numpy as np
 
 from . import _ufuncs
-from ._validate import check_choice, check_int, check_product_fits, check_real, resolve_positions
+from ._validate import (check_choice, check_flag, check_int, check_position, check_product_fits, check_real,
+                        resolve_positions)
 from .config import ROPE_LAYOUTS, RopeConfig, WaveletConfig
 from .config import alibi_slopes as _alibi_slopes
 
@@ -81,8 +82,8 @@ def alibi_bias(
         if not np.all(np.isfinite(slopes)):
             raise ValueError("slopes must be finite")
     m = check_int("q_len", q_len, min_value=0)
-    n, off = resolve_positions("q", m, k_len, q_offset)
-    return _ufuncs.alibi_bias(np.ascontiguousarray(slopes), m, n, off, bool(causal))
+    n, off = resolve_positions("q", m, k_len, q_offset, "alibi_bias: ")
+    return _ufuncs.alibi_bias(np.ascontiguousarray(slopes), m, n, off, check_flag("causal", causal))
 
 
 def sinusoidal_table(length: int, dim: int, *, offset: int = 0, base: float = 10000.0,
@@ -100,9 +101,6 @@ def sinusoidal_table(length: int, dim: int, *, offset: int = 0, base: float = 10
     if dt not in (np.float32, np.float64):
         raise TypeError(f"dtype must be float32 or float64, got {dt}")
     return _ufuncs.sinusoidal_table(length, dim, offset, base, dt == np.float64)
-
-
-_POS_LIMIT = 2**61
 
 
 def rel_bias(
@@ -146,20 +144,20 @@ def rel_bias(
         raise ValueError(f"table.shape[1]={table.shape[1]} does not match q.shape[-1]={q.shape[-1]} (head_dim)")
     if clamp and table.shape[0] == 0:
         raise ValueError("table must have at least one row with clamp=True")
-    return _rel_bias(q, table.astype(cdt, copy=False), check_int("r_lo", r_lo), k_len, q_offset, causal, clamp)
+    return _rel_bias(q, table.astype(cdt, copy=False), check_int("r_lo", r_lo), k_len, q_offset,
+                     check_flag("causal", causal), check_flag("clamp", clamp))
 
 
 def _rel_bias(q: np.ndarray, table: np.ndarray, r_lo: int, k_len: int | None, q_offset: int | None,
               causal: bool, clamp: bool) -> np.ndarray:
     """rel_bias after the array checks; ``table`` is already in the compute dtype."""
     m = q.shape[-2]
-    n, off = resolve_positions("q", m, k_len, q_offset)
+    n, off = resolve_positions("q", m, k_len, q_offset, "rel_bias: ")
+    check_position("r_lo", r_lo, "rel_bias: ")
     check_product_fits("rel_bias", (*q.shape[:-1], n), q.dtype.itemsize)
-    for name, v in (("q_offset", off), ("r_lo", r_lo), ("k_len", n), ("q_len", m), ("table rows", table.shape[0])):
-        if abs(v) > _POS_LIMIT:
-            raise OverflowError(f"rel_bias: {name}={v} is beyond the supported range of positions (±2**61)")
     cdt = table.dtype
     out = np.empty((*q.shape[:-1], n), dtype=cdt)
+    _ufuncs.active_isa()  # a WAVEPE_ISA this CPU cannot run is a ValueError, not a silent fallback
     _ufuncs.rel_bias(q.astype(cdt, copy=False), table, r_lo, off, bool(causal), bool(clamp), out=out)
     return out if q.dtype == cdt else out.astype(q.dtype)
 
@@ -175,8 +173,10 @@ def wavelet_bias(
     """Wavelet position bias ``q_m · p_{m,n}``, (..., M, d) -> (..., M, N).
 
     ``p_{m,n}[j] = psi((r - shifts[j]) / scales[j])`` at ``r = pos_q(m) - n``, from
-    ``config.table()`` (trimmed to the wavelets' support, so distances outside
-    it cost nothing).  Not yet multiplied by the attention scale.
+    ``config.table()`` over the distances the call forms, trimmed to the
+    wavelets' support (distances outside it cost nothing; any grid, however
+    large its scales, in memory proportional to the lengths).  Not yet
+    multiplied by the attention scale.
 
     Args:
         q: (..., M, d) float32 / float64 (float16 computed in float32), d = ``config.head_dim``.
@@ -192,7 +192,15 @@ def wavelet_bias(
     cdt = _float_dtype("q", q)
     if q.shape[-1] != config.head_dim:
         raise ValueError(f"q.shape[-1]={q.shape[-1]} does not match config.head_dim={config.head_dim}")
-    table, r_lo = config.table(cdt)
+    causal = check_flag("causal", causal)
+    m = q.shape[-2]
+    n, off = resolve_positions("q", m, k_len, q_offset, "wavelet_bias: ")
+    # the rows of the distances this call forms (bounded by its lengths, not by the support)
+    lo, hi = (max(off - (n - 1), 0) if causal else off - (n - 1)), off + m - 1
+    if m == 0 or n == 0 or lo > hi:
+        table, r_lo = np.zeros((0, config.head_dim), cdt), 0
+    else:
+        table, r_lo = config.table(cdt, lo, hi)
     return _rel_bias(q, table, r_lo, k_len, q_offset, causal, False)
 
 
@@ -271,13 +279,13 @@ def rope_inv_freq(
     if bad.size:
         raise ValueError(f"inv_freq must be finite, got inv_freq[{int(bad[0])}] = {float(inv[bad[0]])!r}")
     scale = check_real("scale", scale, positive=True)
-    if not isinstance(inverse, (bool, np.bool_)):
-        raise TypeError(f"inverse must be a bool, got {inverse!r}")
+    inverse = check_flag("inverse", inverse)
     pos = _rope_positions(positions, arr.shape[:-2], length)
     mode = (1 if layout == "interleaved" else 0) | (2 if inverse else 0)
     work = arr.astype(dt, copy=False)
     if work.strides[-1] != work.itemsize:  # the kernels read head vectors contiguously
         work = np.ascontiguousarray(work)
+    _ufuncs.active_isa()  # a WAVEPE_ISA this CPU cannot run is a ValueError, not a silent fallback
     out = rope_gufunc(work, pos, inv, np.float64(scale), np.int64(mode))
     return out if out.dtype == arr.dtype else out.astype(arr.dtype)
 
@@ -294,5 +302,6 @@ def rope(x: Any, positions: Any, config: RopeConfig, *, inverse: bool = False) -
     if arr.ndim < 2:
         raise ValueError(f"x must have shape (..., L, d), got shape {arr.shape}")
     d = config.check_head_dim(arr.shape[-1])
+    inverse = check_flag("inverse", inverse)
     return rope_inv_freq(arr, positions, config.inv_freq(d), layout=config.layout,
                          rotary_pairs=config.rotary_pairs(d), scale=config.attention_factor, inverse=inverse)

@@ -92,7 +92,7 @@ def test_any_grid_shape(n_s, n_b, explicit):
 
 def test_rope_options():
     spec = PositionSpec.from_args(ns(pos_enc="rope", rope_theta=512.0, rope_fraction=0.25), 64)
-    assert spec.kernel_pos_enc == "none"
+    assert spec.kernel_pos_enc == "nope"
     assert spec.rope == wavepe.RopeConfig(512.0, 0.25)
     assert spec.rope_for(training=True) is spec.rope
     assert spec.rope_for(training=False) == spec.rope  # no inference theta: the same spectrum
@@ -107,7 +107,7 @@ def test_each_encoding_and_dict_input(pos_enc):
     spec = PositionSpec.from_args({"pos_enc": pos_enc}, 16)
     assert spec.pos_enc == pos_enc
     assert spec.absolute_embeddings == (pos_enc == "sinusoidal")
-    assert spec.kernel_pos_enc == {"wavelet": "wavelet", "alibi": "alibi"}.get(pos_enc, "none")
+    assert spec.kernel_pos_enc == {"wavelet": "wavelet", "alibi": "alibi"}.get(pos_enc, "nope")
     assert (spec.wavelet is not None) == (pos_enc == "wavelet")
     assert (spec.rope is not None) == (pos_enc == "rope")
 

@@ -7,7 +7,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "../isa.h"
+
 extern int wavepe_test_failures;
+/* the vector variant the tests compare with the scalar one (test_main.c) */
+extern wavepe_isa wavepe_test_isa;
 
 #define CHECK(cond)                                                                              \
     do {                                                                                         \

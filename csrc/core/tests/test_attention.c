@@ -100,9 +100,10 @@ static void oracle(const shape *s, const inputs *in, double *out, double *lse) {
 }
 
 /* Fill args for dense tensors of element type f64 (1) or f32 (0). */
-static void set_args(wavepe_attention_args *a, const shape *s, const inputs *in, void *q, void *k, void *v,
+static void set_args(wavepe_attention_args *a, int f64, const shape *s, const inputs *in, void *q, void *k, void *v,
                      void *table, void *slopes, void *out, void *lse) {
     memset(a, 0, sizeof(*a));
+    a->dtype = f64 ? WAVEPE_F64 : WAVEPE_F32;
     a->batch = s->B, a->heads = s->H, a->kv_heads = s->Hkv, a->m = s->M, a->n = s->N, a->d = s->d;
     a->q_offset = s->off, a->causal = s->causal, a->scale = 1.0 / sqrt((double)s->d);
     a->q = q, a->k = k, a->v = v, a->out = out, a->lse = lse;
@@ -151,13 +152,13 @@ static void check_shape(const shape *s, unsigned long long seed, int expect_kind
         void *dout = conv(in.dout, nq, f64);
         void *grads[2][5];
         for (int isa = 0; isa < 2; ++isa) {
-            const wavepe_isa which = isa ? wavepe_cpu_isa() : WAVEPE_ISA_SCALAR;
+            const wavepe_isa which = isa ? wavepe_test_isa : WAVEPE_ISA_SCALAR;
             void *out = calloc((size_t)nq + 1, 8), *lse = calloc((size_t)nl + 1, 8);
             wavepe_attention_args a;
-            set_args(&a, s, &in, q, k, v, tab, sl, out, lse);
+            set_args(&a, f64, s, &in, q, k, v, tab, sl, out, lse);
             wavepe_attention_plan *plan;
-            CHECK(wavepe_attention_fwd_plan(which, f64, &a, &plan) == WAVEPE_OK);
-            if (isa && which == WAVEPE_ISA_AVX2 && expect_kind >= 0) CHECK(wavepe_attention_plan_kind(plan) == expect_kind);
+            CHECK(wavepe_attention_fwd_plan(which, &a, &plan, NULL) == WAVEPE_OK);
+            if (isa && which != WAVEPE_ISA_SCALAR && expect_kind >= 0) CHECK(wavepe_attention_plan_kind(plan) == expect_kind);
             CHECK(run_all(plan) == WAVEPE_OK);
             wavepe_attention_plan_free(plan);
             const double tol = f64 ? 1e-12 : 2e-5;
@@ -173,7 +174,7 @@ static void check_shape(const shape *s, unsigned long long seed, int expect_kind
             a.dq = dq, a.dk = dk, a.dv = dv;
             if (s->bias == 1) a.dtable = dt;
             if (s->bias == 2) a.dslopes = dsl;
-            CHECK(wavepe_attention_bwd_plan(which, f64, &a, &plan) == WAVEPE_OK);
+            CHECK(wavepe_attention_bwd_plan(which, &a, &plan, NULL) == WAVEPE_OK);
             CHECK(run_all(plan) == WAVEPE_OK);
             wavepe_attention_plan_free(plan);
             grads[isa][0] = dq, grads[isa][1] = dk, grads[isa][2] = dv, grads[isa][3] = dt, grads[isa][4] = dsl;
@@ -202,13 +203,13 @@ static void check_gradient_fd(void) {
     double *dq = calloc((size_t)nq, 8), *dk = calloc((size_t)nk, 8), *dv = calloc((size_t)nk, 8);
     double *dt = calloc((size_t)(in.R * s.d), 8);
     wavepe_attention_args a;
-    set_args(&a, &s, &in, in.q, in.k, in.v, in.table, in.slopes, out, lse);
+    set_args(&a, 1, &s, &in, in.q, in.k, in.v, in.table, in.slopes, out, lse);
     wavepe_attention_plan *plan;
-    CHECK(wavepe_attention_fwd_plan(WAVEPE_ISA_SCALAR, 1, &a, &plan) == WAVEPE_OK);
+    CHECK(wavepe_attention_fwd_plan(WAVEPE_ISA_SCALAR, &a, &plan, NULL) == WAVEPE_OK);
     CHECK(run_all(plan) == WAVEPE_OK);
     wavepe_attention_plan_free(plan);
     a.dout = in.dout, a.dq = dq, a.dk = dk, a.dv = dv, a.dtable = dt;
-    CHECK(wavepe_attention_bwd_plan(WAVEPE_ISA_SCALAR, 1, &a, &plan) == WAVEPE_OK);
+    CHECK(wavepe_attention_bwd_plan(WAVEPE_ISA_SCALAR, &a, &plan, NULL) == WAVEPE_OK);
     CHECK(run_all(plan) == WAVEPE_OK);
     wavepe_attention_plan_free(plan);
     /* loss = sum(out * dout); perturb a few entries of q, k, table */
@@ -224,8 +225,8 @@ static void check_gradient_fd(void) {
             for (int sgn = 0; sgn < 2; ++sgn) {
                 *x = x0 + (sgn ? hstep : -hstep);
                 wavepe_attention_args b;
-                set_args(&b, &s, &in, in.q, in.k, in.v, in.table, in.slopes, o2, l2);
-                CHECK(wavepe_attention_fwd_plan(WAVEPE_ISA_SCALAR, 1, &b, &plan) == WAVEPE_OK);
+                set_args(&b, 1, &s, &in, in.q, in.k, in.v, in.table, in.slopes, o2, l2);
+                CHECK(wavepe_attention_fwd_plan(WAVEPE_ISA_SCALAR, &b, &plan, NULL) == WAVEPE_OK);
                 CHECK(run_all(plan) == WAVEPE_OK);
                 wavepe_attention_plan_free(plan);
                 f[sgn] = 0;
@@ -264,17 +265,29 @@ void test_attention(void) {
     wavepe_attention_args a;
     memset(&a, 0, sizeof a);
     a.batch = 1, a.heads = 3, a.kv_heads = 2, a.m = 4, a.n = 4, a.d = 4, a.scale = 1.0;
-    CHECK(wavepe_attention_validate(&a, 0) == WAVEPE_E_INVALID); /* 3 heads over 2 kv heads */
+    wavepe_error err = {{0}};
+    CHECK(wavepe_attention_validate(&a, 0, &err) == WAVEPE_E_INVALID); /* 3 heads over 2 kv heads */
+    CHECK(strstr(err.message, "H=3 must be a multiple of k's heads H_kv=2") != NULL);
     a.kv_heads = 1;
     a.scale = NAN;
-    CHECK(wavepe_attention_validate(&a, 0) == WAVEPE_E_INVALID);
+    CHECK(wavepe_attention_validate(&a, 0, NULL) == WAVEPE_E_INVALID);
     a.scale = 1.0;
     a.m = -1;
-    CHECK(wavepe_attention_validate(&a, 0) == WAVEPE_E_NEGATIVE_SIZE);
+    CHECK(wavepe_attention_validate(&a, 0, NULL) == WAVEPE_E_NEGATIVE_SIZE);
     a.m = (int64_t)1 << 40, a.batch = (int64_t)1 << 30;
-    CHECK(wavepe_attention_validate(&a, 0) == WAVEPE_E_OVERFLOW);
+    CHECK(wavepe_attention_validate(&a, 0, NULL) == WAVEPE_E_OVERFLOW);
     a.m = 4, a.batch = 1;
-    CHECK(wavepe_attention_validate(&a, 0) == WAVEPE_E_NULL);
+    a.q_offset = (int64_t)1 << 61;
+    CHECK(wavepe_attention_validate(&a, 0, &err) == WAVEPE_E_OVERFLOW);
+    CHECK(strstr(err.message, "q_offset=2305843009213693952") != NULL);
+    a.q_offset = 0;
+    CHECK(wavepe_attention_validate(&a, 0, NULL) == WAVEPE_E_NULL);
     wavepe_attention_plan *plan = (wavepe_attention_plan *)&a;
-    CHECK(wavepe_attention_fwd_plan(WAVEPE_ISA_SCALAR, 0, &a, &plan) == WAVEPE_E_NULL && plan == NULL);
+    CHECK(wavepe_attention_fwd_plan(WAVEPE_ISA_SCALAR, &a, &plan, NULL) == WAVEPE_E_NULL && plan == NULL);
+    a.dtype = WAVEPE_BF16; /* the CPU kernels take float32 / float64 only */
+    float buf[64];
+    a.q = a.k = a.v = buf, a.out = buf, a.lse = buf;
+    CHECK(wavepe_attention_validate(&a, 0, NULL) == WAVEPE_OK);
+    CHECK(wavepe_attention_fwd_plan(WAVEPE_ISA_SCALAR, &a, &plan, &err) == WAVEPE_E_INVALID && plan == NULL);
+    CHECK(strstr(err.message, "bfloat16") != NULL);
 }

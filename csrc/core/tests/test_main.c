@@ -1,26 +1,55 @@
-/* test_main.c: runs every C core test; exit status 1 on any failure. */
+/* test_main.c: runs every C core test; exit status 1 on any failure.
+ *
+ * The tests compare each kernel's scalar reference with a vector variant
+ * (wavepe_test_isa) and both with oracles; the whole suite runs once per
+ * vector ISA this machine can run (on a CPU without AVX-512, a build against
+ * SIMDe -- `make ctest-simde` -- runs the AVX-512 kernels on AVX2). */
 #include <stdio.h>
 
+#include "../fpenv.h"
 #include "../isa.h"
 #include "harness.h"
 
 int wavepe_test_failures = 0;
+wavepe_isa wavepe_test_isa = WAVEPE_ISA_SCALAR;
 
 void test_checked(void);
+void test_fpenv(void);
 void test_wavelet(void);
 void test_alibi(void);
 void test_attention(void);
 void test_relbias(void);
 void test_rope(void);
+void test_null(void);
 
 int main(void) {
     printf("wavepe core tests, cpu isa: %s\n", wavepe_isa_name(wavepe_cpu_isa()));
     test_checked();
-    test_wavelet();
-    test_alibi();
-    test_attention();
-    test_relbias();
-    test_rope();
+    int runs = 0;
+    for (int isa = WAVEPE_ISA_AVX2; isa < WAVEPE_ISA_COUNT; ++isa) {
+        if (!wavepe_isa_supported((wavepe_isa)isa)) continue;
+        wavepe_test_isa = (wavepe_isa)isa;
+        const int before = wavepe_test_failures;
+        test_fpenv();
+        test_wavelet();
+        test_alibi();
+        test_attention();
+        test_relbias();
+        test_rope();
+        test_null();
+        printf("  scalar and %s kernels: %s\n", wavepe_isa_name(wavepe_test_isa),
+               wavepe_test_failures == before ? "ok" : "FAILED");
+        ++runs;
+    }
+    if (runs == 0) { /* no vector ISA: the scalar kernels against the oracles */
+        test_fpenv();
+        test_wavelet();
+        test_alibi();
+        test_attention();
+        test_relbias();
+        test_rope();
+        test_null();
+    }
     if (wavepe_test_failures) {
         printf("%d check(s) failed\n", wavepe_test_failures);
         return 1;

@@ -3,6 +3,7 @@
  * offsets, clamping, strided rows, sparse tables (support skipping), splits
  * into ranges, and validation errors. */
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -39,6 +40,27 @@ static double table_value(const rb_case *c, unsigned long long *state, int64_t t
     return j >= first ? v : 0.0;
 }
 
+/* Run every phase of a plan, each unit range split unevenly in two. */
+static void run_plan_any(wavepe_isa isa, const wavepe_relbias_args *a, unsigned kernels) {
+    wavepe_relbias_plan *plan = NULL;
+    wavepe_error err = {{0}};
+    CHECK(wavepe_relbias_plan_create(isa, a, kernels, 3, &plan, &err) == WAVEPE_OK);
+    if (plan == NULL) {
+        fprintf(stderr, "plan: %s\n", err.message);
+        return;
+    }
+    CHECK(wavepe_relbias_units(plan, 3) == 0);
+    for (int phase = 0; phase < 3; ++phase) {
+        const int64_t units = wavepe_relbias_units(plan, phase), cut = units / 3;
+        CHECK(wavepe_relbias_grain(plan, phase) >= 1);
+        CHECK(wavepe_relbias_run(plan, phase, cut, units) == WAVEPE_OK);
+        CHECK(wavepe_relbias_run(plan, phase, 0, cut) == WAVEPE_OK);
+    }
+    wavepe_relbias_plan_free(plan);
+}
+#define run_plan_f32 run_plan_any
+#define run_plan_f64 run_plan_any
+
 /* Element type T, suffix S, epsilon EPS: run every kernel of one case. */
 #define RB_TEST_DTYPE(T, S, EPS)                                                                 \
     static void run_case_##S(const rb_case *c) {                                                 \
@@ -70,7 +92,7 @@ static double table_value(const rb_case *c, unsigned long long *state, int64_t t
                         bound_t[t * c->d + j] += fabs((double)grad[bi] * qr[j]);                 \
                     }                                                                            \
                 }                                                                                \
-        const wavepe_isa isas[2] = {WAVEPE_ISA_SCALAR, wavepe_cpu_isa()};                        \
+        const wavepe_isa isas[2] = {WAVEPE_ISA_SCALAR, wavepe_test_isa};                        \
         T *ref_b = NULL, *ref_q = NULL, *ref_t = NULL;                                           \
         for (int v = 0; v < 2; ++v) {                                                            \
             const wavepe_isa isa = isas[v];                                                      \
@@ -80,6 +102,7 @@ static double table_value(const rb_case *c, unsigned long long *state, int64_t t
             for (int64_t i = 0; i < nt; ++i) dt[i] = (T)-777;                                    \
             wavepe_relbias_args a;                                                               \
             memset(&a, 0, sizeof a);                                                             \
+            a.dtype = sizeof(T) == 8 ? WAVEPE_F64 : WAVEPE_F32;                                  \
             a.batch = c->g; a.m = c->m; a.n = c->n; a.d = c->d; a.rows = c->rows;                \
             a.r_lo = c->r_lo; a.q_offset = c->q_offset; a.causal = c->causal; a.clamp = c->clamp; \
             a.q = q; a.q_stride_g = qs_g; a.q_stride_m = qs_m; a.table = tab;                    \
@@ -87,7 +110,7 @@ static double table_value(const rb_case *c, unsigned long long *state, int64_t t
             a.grad = grad; a.grad_stride_g = bs_g; a.grad_stride_m = bs_m;                       \
             a.dq = dq; a.dq_stride_g = qs_g; a.dq_stride_m = qs_m; a.dtable = dt;                \
             const unsigned all = WAVEPE_RELBIAS_FORWARD | WAVEPE_RELBIAS_GRAD_Q | WAVEPE_RELBIAS_GRAD_TABLE; \
-            CHECK(wavepe_relbias_validate(&a, all, sizeof(T)) == WAVEPE_OK);                     \
+            CHECK(wavepe_relbias_validate(&a, all, NULL) == WAVEPE_OK);                          \
             const int64_t bytes = wavepe_relbias_##S##_workspace_bytes(isa, &a, all);            \
             CHECK(bytes >= 0);                                                                   \
             a.workspace = bytes > 0 ? malloc(bytes) : NULL;                                      \
@@ -139,6 +162,33 @@ static double table_value(const rb_case *c, unsigned long long *state, int64_t t
                 CHECK(memcmp(b2, bias, nb * sizeof(T)) == 0);                                    \
                 CHECK(memcmp(q2, dq, nq * sizeof(T)) == 0);                                      \
                 CHECK(memcmp(t2, dt, nt * sizeof(T)) == 0);                                      \
+                /* the plan (what callers use): bitwise the kernels' results, for any split, */  \
+                /* and the batch given as an outer level reads the same matrices */             \
+                free(a.workspace);                                                               \
+                a.workspace = NULL; /* the plan owns its own */                                  \
+                for (int outer = 0; outer < 2; ++outer) {                                        \
+                    wavepe_relbias_args f = a;                                                   \
+                    memcpy(b2, bias, nb * sizeof(T));                                            \
+                    for (int64_t g = 0; g < c->g; ++g)                                           \
+                        for (int64_t m = 0; m < c->m; ++m)                                       \
+                            for (int64_t k = 0; k < c->n; ++k) b2[g * bs_g + m * bs_m + k] = (T)-1; \
+                    f.bias = b2;                                                                 \
+                    if (outer) {                                                                 \
+                        f.outer = c->g, f.batch = 1;                                             \
+                        f.q_stride_o = qs_g, f.bias_stride_o = bs_g;                             \
+                    }                                                                            \
+                    run_plan_##S(isa, &f, WAVEPE_RELBIAS_FORWARD);                               \
+                    CHECK(memcmp(b2, bias, nb * sizeof(T)) == 0);                                \
+                }                                                                                \
+                memcpy(q2, dq, nq * sizeof(T));                                                  \
+                for (int64_t i = 0; i < c->rows * c->d; ++i) t2[i] = (T)-1;                      \
+                for (int64_t g = 0; g < c->g; ++g)                                               \
+                    for (int64_t m = 0; m < c->m; ++m)                                           \
+                        for (int64_t k = 0; k < c->d; ++k) q2[g * qs_g + m * qs_m + k] = (T)-1;  \
+                a.bias = bias; a.dq = q2; a.dtable = t2;                                         \
+                run_plan_##S(isa, &a, WAVEPE_RELBIAS_GRAD_Q | WAVEPE_RELBIAS_GRAD_TABLE);        \
+                CHECK(memcmp(q2, dq, nq * sizeof(T)) == 0);                                      \
+                CHECK(memcmp(t2, dt, nt * sizeof(T)) == 0);                                      \
                 free(b2); free(q2); free(t2);                                                    \
                 free(bias); free(dq); free(dt);                                                  \
             }                                                                                    \
@@ -156,55 +206,76 @@ static void test_validation(void) {
     float buf[64];
     wavepe_relbias_args a;
     memset(&a, 0, sizeof a);
+    a.dtype = WAVEPE_F32;
     a.batch = 2; a.m = 3; a.n = 4; a.d = 5; a.rows = 6; a.r_lo = -2;
     a.q = buf; a.q_stride_g = 15; a.q_stride_m = 5; a.table = buf;
     a.bias = buf; a.bias_stride_g = 12; a.bias_stride_m = 4;
     const unsigned fwd = WAVEPE_RELBIAS_FORWARD;
-    CHECK(wavepe_relbias_validate(&a, fwd, 4) == WAVEPE_OK);
-    CHECK(wavepe_relbias_validate(&a, fwd, 3) == WAVEPE_E_INVALID);
+    wavepe_error err = {{0}};
+    CHECK(wavepe_relbias_validate(&a, fwd, NULL) == WAVEPE_OK);
+    a.dtype = 7;
+    CHECK(wavepe_relbias_validate(&a, fwd, &err) == WAVEPE_E_INVALID && strstr(err.message, "dtype=7") != NULL);
+    a.dtype = WAVEPE_F32;
     a.m = -1;
-    CHECK(wavepe_relbias_validate(&a, fwd, 4) == WAVEPE_E_NEGATIVE_SIZE);
+    CHECK(wavepe_relbias_validate(&a, fwd, NULL) == WAVEPE_E_NEGATIVE_SIZE);
     a.m = 3;
     a.d = -5;
-    CHECK(wavepe_relbias_validate(&a, fwd, 4) == WAVEPE_E_NEGATIVE_SIZE);
+    CHECK(wavepe_relbias_validate(&a, fwd, NULL) == WAVEPE_E_NEGATIVE_SIZE);
     a.d = 5;
     a.bias = NULL;
-    CHECK(wavepe_relbias_validate(&a, fwd, 4) == WAVEPE_E_NULL);
-    CHECK(wavepe_relbias_validate(&a, WAVEPE_RELBIAS_GRAD_TABLE, 4) == WAVEPE_E_NULL); /* grad, dtable */
+    CHECK(wavepe_relbias_validate(&a, fwd, NULL) == WAVEPE_E_NULL);
+    CHECK(wavepe_relbias_validate(&a, WAVEPE_RELBIAS_GRAD_TABLE, NULL) == WAVEPE_E_NULL); /* grad, dtable */
     a.bias = buf;
     a.table = NULL;
-    CHECK(wavepe_relbias_validate(&a, fwd, 4) == WAVEPE_E_NULL);
+    CHECK(wavepe_relbias_validate(&a, fwd, NULL) == WAVEPE_E_NULL);
     a.table = buf;
     a.clamp = 1;
     a.rows = 0;
-    CHECK(wavepe_relbias_validate(&a, fwd, 4) == WAVEPE_E_INVALID);
+    CHECK(wavepe_relbias_validate(&a, fwd, NULL) == WAVEPE_E_INVALID);
     a.clamp = 0;
-    CHECK(wavepe_relbias_validate(&a, fwd, 4) == WAVEPE_OK); /* empty table: all zero */
+    CHECK(wavepe_relbias_validate(&a, fwd, NULL) == WAVEPE_OK); /* empty table: all zero */
     a.rows = 6;
     a.n = (int64_t)1 << 40;
     a.batch = (int64_t)1 << 30;
-    CHECK(wavepe_relbias_validate(&a, fwd, 4) == WAVEPE_E_OVERFLOW);
+    CHECK(wavepe_relbias_validate(&a, fwd, NULL) == WAVEPE_E_OVERFLOW);
     a.batch = 2;
     a.n = 4;
     a.q_offset = INT64_MAX - 1;
-    CHECK(wavepe_relbias_validate(&a, fwd, 4) == WAVEPE_E_OVERFLOW);
+    CHECK(wavepe_relbias_validate(&a, fwd, &err) == WAVEPE_E_OVERFLOW);
+    CHECK(strstr(err.message, "q_offset=9223372036854775806") != NULL);
+    a.q_offset = ((int64_t)1 << 60) + 1; /* the limit is 2^60 */
+    CHECK(wavepe_relbias_validate(&a, fwd, NULL) == WAVEPE_E_OVERFLOW);
+    a.q_offset = (int64_t)1 << 60;
+    CHECK(wavepe_relbias_validate(&a, fwd, NULL) == WAVEPE_OK);
     a.q_offset = 0;
     a.r_lo = INT64_MIN;
-    CHECK(wavepe_relbias_validate(&a, fwd, 4) == WAVEPE_E_OVERFLOW);
+    CHECK(wavepe_relbias_validate(&a, fwd, NULL) == WAVEPE_E_OVERFLOW);
     a.r_lo = 0;
     a.bias_stride_g = INT64_MAX / 2; /* rows far apart: the addresses overflow */
-    CHECK(wavepe_relbias_validate(&a, fwd, 4) == WAVEPE_E_OVERFLOW);
+    CHECK(wavepe_relbias_validate(&a, fwd, NULL) == WAVEPE_E_OVERFLOW);
     a.bias_stride_g = -12; /* negative strides are fine while they fit */
-    CHECK(wavepe_relbias_validate(&a, fwd, 4) == WAVEPE_OK);
+    CHECK(wavepe_relbias_validate(&a, fwd, NULL) == WAVEPE_OK);
     a.bias_stride_g = INT64_MIN;
-    CHECK(wavepe_relbias_validate(&a, fwd, 4) == WAVEPE_E_OVERFLOW);
+    CHECK(wavepe_relbias_validate(&a, fwd, NULL) == WAVEPE_E_OVERFLOW);
     a.bias_stride_g = 12;
     /* empty problems need no data at all */
     wavepe_relbias_args e;
     memset(&e, 0, sizeof e);
     e.batch = 3; e.m = 0; e.n = 5; e.d = 4; e.rows = 0;
-    CHECK(wavepe_relbias_validate(&e, 7, 8) == WAVEPE_OK);
-    wavepe_relbias_f64(wavepe_cpu_isa(), &e, 0, 0);
+    e.dtype = WAVEPE_F64;
+    CHECK(wavepe_relbias_validate(&e, 7, NULL) == WAVEPE_OK);
+    wavepe_relbias_f64(wavepe_test_isa, &e, 0, 0);
+    run_plan_any(wavepe_test_isa, &e, WAVEPE_RELBIAS_FORWARD);
+    run_plan_any(wavepe_test_isa, &e, WAVEPE_RELBIAS_GRAD_Q | WAVEPE_RELBIAS_GRAD_TABLE);
+    /* the outer batch level is for the forward only; the CPU plan takes float32 / float64 */
+    a.outer = 2;
+    CHECK(wavepe_relbias_validate(&a, fwd, NULL) == WAVEPE_OK);
+    CHECK(wavepe_relbias_validate(&a, WAVEPE_RELBIAS_GRAD_Q, &err) == WAVEPE_E_INVALID);
+    a.outer = 0;
+    a.dtype = WAVEPE_F16;
+    wavepe_relbias_plan *plan = NULL;
+    CHECK(wavepe_relbias_plan_create(WAVEPE_ISA_SCALAR, &a, fwd, 1, &plan, &err) == WAVEPE_E_INVALID && plan == NULL);
+    CHECK(strstr(err.message, "float16") != NULL);
 }
 
 void test_relbias(void) {

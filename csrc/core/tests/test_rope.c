@@ -102,7 +102,7 @@ static void check_case(const rope_case *c, unsigned long long *seed) {
     rope_buffers buf;
     fill(c, &buf, seed);
     const int64_t L = c->len, d = c->head_dim;
-    const wavepe_isa isas[2] = {WAVEPE_ISA_SCALAR, wavepe_cpu_isa()};
+    const wavepe_isa isas[2] = {WAVEPE_ISA_SCALAR, wavepe_test_isa};
     double *q_out = malloc(sizeof(double) * (size_t)(buf.q_numel + 1));
     double *k_out = malloc(sizeof(double) * (size_t)(buf.k_numel + 1));
     float *q32 = malloc(sizeof(float) * (size_t)(buf.q_numel + 1)), *k32 = malloc(sizeof(float) * (size_t)(buf.k_numel + 1));
@@ -113,7 +113,7 @@ static void check_case(const rope_case *c, unsigned long long *seed) {
     for (int v = 0; v < 2; ++v) {
         wavepe_rope_args a;
         setup_args(c, &buf, &a, buf.q, q_out, buf.k, k_out);
-        CHECK(wavepe_rope_validate(&a) == WAVEPE_OK);
+        CHECK(wavepe_rope_validate(&a, NULL) == WAVEPE_OK);
         const int64_t rows = wavepe_rope_rows(&a);
         /* two ranges, as two threads would split them */
         wavepe_rope_f64(isas[v], &a, 0, rows / 2);
@@ -153,7 +153,7 @@ static void check_round_trip(int layout, int64_t d, double offset, unsigned long
     double inv[65];
     for (int64_t i = 0; i < d / 2; ++i) inv[i] = pow(10000.0, -2.0 * (double)i / (double)d);
     for (int64_t i = 0; i < L * H * d; ++i) y[i] = x[i] = test_uniform(seed, -1.0, 1.0), xf[i] = (float)x[i];
-    const wavepe_isa isas[2] = {WAVEPE_ISA_SCALAR, wavepe_cpu_isa()};
+    const wavepe_isa isas[2] = {WAVEPE_ISA_SCALAR, wavepe_test_isa};
     for (int v = 0; v < 2; ++v) {
         wavepe_rope_args a;
         memset(&a, 0, sizeof a);
@@ -163,7 +163,7 @@ static void check_round_trip(int layout, int64_t d, double offset, unsigned long
         a.q.in_stride_b = a.q.out_stride_b = H * L * d;
         a.q.in_stride_h = a.q.out_stride_h = L * d;
         a.q.in_stride_l = a.q.out_stride_l = d;
-        CHECK(wavepe_rope_validate(&a) == WAVEPE_OK);
+        CHECK(wavepe_rope_validate(&a, NULL) == WAVEPE_OK);
         wavepe_rope_f64(isas[v], &a, 0, wavepe_rope_rows(&a));
         a.inverse = 1;
         wavepe_rope_f64(isas[v], &a, 0, wavepe_rope_rows(&a));
@@ -188,54 +188,66 @@ static void check_validation(void) {
     a.q.heads = 2, a.q.in = q, a.q.out = out;
     a.q.in_stride_b = a.q.out_stride_b = 64, a.q.in_stride_h = a.q.out_stride_h = 32;
     a.q.in_stride_l = a.q.out_stride_l = 8;
-    CHECK(wavepe_rope_validate(&a) == WAVEPE_OK);
+    CHECK(wavepe_rope_validate(&a, NULL) == WAVEPE_OK);
     wavepe_rope_args bad = a;
     bad.head_dim = 7;
-    CHECK(wavepe_rope_validate(&bad) == WAVEPE_E_INVALID);
+    CHECK(wavepe_rope_validate(&bad, NULL) == WAVEPE_E_INVALID);
     bad = a, bad.rotary_pairs = 5;
-    CHECK(wavepe_rope_validate(&bad) == WAVEPE_E_INVALID);
+    CHECK(wavepe_rope_validate(&bad, NULL) == WAVEPE_E_INVALID);
     bad = a, bad.rotary_pairs = -1;
-    CHECK(wavepe_rope_validate(&bad) == WAVEPE_E_INVALID);
+    CHECK(wavepe_rope_validate(&bad, NULL) == WAVEPE_E_INVALID);
     bad = a, bad.layout = 2;
-    CHECK(wavepe_rope_validate(&bad) == WAVEPE_E_INVALID);
+    CHECK(wavepe_rope_validate(&bad, NULL) == WAVEPE_E_INVALID);
     bad = a, bad.scale = NAN;
-    CHECK(wavepe_rope_validate(&bad) == WAVEPE_E_INVALID);
+    CHECK(wavepe_rope_validate(&bad, NULL) == WAVEPE_E_INVALID);
+    /* inv_freq values are data: the plan (host memory) checks them, the rules cannot */
     double inv_nan[4] = {1.0, NAN, 0.0, 0.0};
+    wavepe_rope_plan *plan = NULL;
+    wavepe_error err = {{0}};
+    a.dtype = WAVEPE_F64;
     bad = a, bad.inv_freq = inv_nan;
-    CHECK(wavepe_rope_validate(&bad) == WAVEPE_E_INVALID);
+    CHECK(wavepe_rope_validate(&bad, NULL) == WAVEPE_OK);
+    CHECK(wavepe_rope_plan_create(WAVEPE_ISA_SCALAR, &bad, &plan, &err) == WAVEPE_E_INVALID && plan == NULL);
+    CHECK(strstr(err.message, "inv_freq[1]") != NULL);
     bad.rotary_pairs = 1; /* only the pairs that rotate are read */
-    CHECK(wavepe_rope_validate(&bad) == WAVEPE_OK);
+    CHECK(wavepe_rope_plan_create(WAVEPE_ISA_SCALAR, &bad, &plan, NULL) == WAVEPE_OK);
+    CHECK(wavepe_rope_units(plan, 0) == 1 && wavepe_rope_units(plan, 1) == 0);
+    CHECK(wavepe_rope_run(plan, 0, 0, 1) == WAVEPE_OK);
+    wavepe_rope_plan_free(plan);
+    bad = a, bad.rotary_pairs = 5;
+    CHECK(wavepe_rope_validate(&bad, &err) == WAVEPE_E_INVALID);
+    CHECK(strstr(err.message, "rotary_pairs must be in [0, head_dim/2 = 4], got 5") != NULL);
     bad = a, bad.inv_freq = NULL;
-    CHECK(wavepe_rope_validate(&bad) == WAVEPE_E_NULL);
+    CHECK(wavepe_rope_validate(&bad, NULL) == WAVEPE_E_NULL);
     bad = a, bad.q.out = NULL;
-    CHECK(wavepe_rope_validate(&bad) == WAVEPE_E_NULL);
+    CHECK(wavepe_rope_validate(&bad, NULL) == WAVEPE_E_NULL);
     bad = a, bad.k.heads = 1; /* k pointers NULL while k has elements */
-    CHECK(wavepe_rope_validate(&bad) == WAVEPE_E_NULL);
+    CHECK(wavepe_rope_validate(&bad, NULL) == WAVEPE_E_NULL);
     bad = a, bad.len = -1;
-    CHECK(wavepe_rope_validate(&bad) == WAVEPE_E_NEGATIVE_SIZE);
+    CHECK(wavepe_rope_validate(&bad, NULL) == WAVEPE_E_NEGATIVE_SIZE);
     bad = a, bad.k.heads = -2;
-    CHECK(wavepe_rope_validate(&bad) == WAVEPE_E_NEGATIVE_SIZE);
+    CHECK(wavepe_rope_validate(&bad, NULL) == WAVEPE_E_NEGATIVE_SIZE);
     bad = a, bad.batch = (int64_t)1 << 40, bad.len = (int64_t)1 << 20;
-    CHECK(wavepe_rope_validate(&bad) == WAVEPE_E_OVERFLOW);
+    CHECK(wavepe_rope_validate(&bad, NULL) == WAVEPE_E_OVERFLOW);
     bad = a, bad.q.in_stride_h = INT64_MAX / 2;
-    CHECK(wavepe_rope_validate(&bad) == WAVEPE_E_OVERFLOW);
+    CHECK(wavepe_rope_validate(&bad, NULL) == WAVEPE_E_OVERFLOW);
     bad = a, bad.q.out_stride_l = INT64_MIN;
-    CHECK(wavepe_rope_validate(&bad) == WAVEPE_E_OVERFLOW);
+    CHECK(wavepe_rope_validate(&bad, NULL) == WAVEPE_E_OVERFLOW);
     bad = a, bad.offset = INT64_MAX - 2;
-    CHECK(wavepe_rope_validate(&bad) == WAVEPE_E_OVERFLOW);
+    CHECK(wavepe_rope_validate(&bad, NULL) == WAVEPE_E_OVERFLOW);
     bad.positions = pos, bad.pos_stride_l = 1; /* an array ignores the offset */
-    CHECK(wavepe_rope_validate(&bad) == WAVEPE_OK);
+    CHECK(wavepe_rope_validate(&bad, NULL) == WAVEPE_OK);
     bad.pos_stride_l = INT64_MAX / 2;
-    CHECK(wavepe_rope_validate(&bad) == WAVEPE_E_OVERFLOW);
+    CHECK(wavepe_rope_validate(&bad, NULL) == WAVEPE_E_OVERFLOW);
     /* empty problems need no data at all */
     wavepe_rope_args empty;
     memset(&empty, 0, sizeof empty);
     empty.batch = 3, empty.len = 0, empty.head_dim = 8, empty.q.heads = 4, empty.rotary_pairs = 0, empty.scale = 1;
-    CHECK(wavepe_rope_validate(&empty) == WAVEPE_OK);
+    CHECK(wavepe_rope_validate(&empty, NULL) == WAVEPE_OK);
     CHECK(wavepe_rope_rows(&empty) == 0);
     empty.len = 17;
     empty.q.heads = 0;
-    CHECK(wavepe_rope_validate(&empty) == WAVEPE_OK);
+    CHECK(wavepe_rope_validate(&empty, NULL) == WAVEPE_OK);
     CHECK(wavepe_rope_rows(&empty) == 3 * 2);
 }
 
@@ -275,14 +287,14 @@ static void check_large_positions(unsigned long long *seed) {
             a.q.in_stride_b = a.q.out_stride_b = n, a.q.in_stride_h = a.q.out_stride_h = L * d;    \
             a.q.in_stride_l = a.q.out_stride_l = d;                                                \
             a.k = a.q, a.k.in = k, a.k.out = ko;                                                   \
-            CHECK(wavepe_rope_validate(&a) == WAVEPE_OK);                                          \
-            KERNEL(wavepe_cpu_isa(), &a, 0, wavepe_rope_rows(&a));                                 \
+            CHECK(wavepe_rope_validate(&a, NULL) == WAVEPE_OK);                                          \
+            KERNEL(wavepe_test_isa, &a, 0, wavepe_rope_rows(&a));                                 \
             wavepe_rope_args h1 = a;                                                               \
             h1.q.heads = 1, h1.k.heads = 0, h1.q.out = one;                                        \
             for (int t = 0; t < 2; ++t)                                                            \
                 for (int64_t h = 0; h < H; ++h) {                                                  \
                     h1.q.in = (t == 0 ? q : k) + h * L * d;                                        \
-                    KERNEL(wavepe_cpu_isa(), &h1, 0, wavepe_rope_rows(&h1));                       \
+                    KERNEL(wavepe_test_isa, &h1, 0, wavepe_rope_rows(&h1));                       \
                     CHECK(memcmp(one, (t == 0 ? qo : ko) + h * L * d, sizeof(T) * (size_t)(L * d)) == 0); \
                 }                                                                                  \
         }                                                                                          \

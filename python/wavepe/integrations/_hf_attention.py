@@ -35,12 +35,9 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 
 from ..config import WaveletConfig
-
-# wavepe.ops names of the shim's encodings once q and k are (or are not) rotated
-_OPS_POS_ENC = {"wavelet": "wavelet", "alibi": "alibi", "rope": "none", "nope": "none"}
+from ..pos_enc import scores_pos_enc
 
 
 def _compiling() -> bool:
@@ -159,40 +156,28 @@ def resolve_mask(mask: Any, b: int, h: int, m: int, n: int, q_offset: int | None
 def dense_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None, *, pos_enc: str,
                     wavelet: WaveletConfig | None, scale: float, dropout: float, q_offset: int,
                     causal: bool) -> torch.Tensor:
-    """Bias + SDPA with an explicit mask: the fallback for masks without a compact form and for dropout.
+    """The fallback for masks without a compact form and for dropout: wavepe's dense attention
+    (:func:`wavepe.ops.eager.attention`) with the encoding's bias at every (m, n).
 
     q (B, H, M, d), k/v (B, H_kv, N, d); ``mask`` bool (True = attend) or float additive,
-    broadcastable to (B, H, M, N), or None (plain causal at ``q_offset``).  Returns (B, H, M, d).
+    broadcastable to (B, H, M, N), or None (plain causal at ``q_offset``).  ``pos_enc`` is an
+    attention-level name: "wavelet", "alibi" or "nope".  Returns (B, H, M, d).
     Builds M x N tensors (never M x N x d).
     """
     from .. import ops
+    from ..ops import eager
 
-    b, h, m, d = q.shape
-    n = k.shape[2]
+    h, m, n = q.shape[1], q.shape[2], k.shape[2]
     cdt = torch.float32 if q.dtype in (torch.float16, torch.bfloat16) else q.dtype
     qc, kc, vc = q.to(cdt), k.to(cdt), v.to(cdt)
-    if mask is None:
-        mask = _causal_keep(m, n, q_offset, q.device) if causal else None
     # the bias at every (m, n): the mask alone decides which entries count
-    additive: torch.Tensor | None = None
+    bias = None
     if pos_enc == "wavelet":
-        additive = ops.wavelet_bias(qc, wavelet, k_len=n, q_offset=q_offset, causal=False) * scale
+        bias = ops.wavelet_bias(qc, wavelet, k_len=n, q_offset=q_offset, causal=False)
     elif pos_enc == "alibi":
-        additive = ops.alibi_bias(h, m, n, q_offset=q_offset, causal=False, dtype=cdt, device=q.device)
-    keep: torch.Tensor | None = None
-    if mask is not None and mask.dtype == torch.bool:
-        keep = mask
-        base = additive if additive is not None else torch.zeros((), dtype=cdt, device=q.device)
-        additive = torch.where(keep, base, torch.tensor(float("-inf"), dtype=cdt, device=q.device))
-    elif mask is not None:
-        additive = mask.to(cdt) if additive is None else additive + mask.to(cdt)
-    if additive is not None and additive.dim() == 3:
-        additive = additive[None]
-    out = F.scaled_dot_product_attention(qc, kc, vc, attn_mask=additive, dropout_p=dropout, scale=scale,
-                                         enable_gqa=h != k.shape[1])
-    if keep is not None:
-        # a query that may see no key at all (a pad) gets 0, not NaN
-        out = out.masked_fill(~keep.any(dim=-1, keepdim=True), 0.0)
+        bias = ops.alibi_bias(h, m, n, q_offset=q_offset, causal=False, dtype=cdt, device=q.device)
+    out = eager.attention(qc, kc, vc, bias, causal=causal, scale=scale, q_offset=q_offset,
+                          bias_scaled=pos_enc == "alibi", mask=mask, dropout=dropout)
     return out.to(q.dtype)
 
 
@@ -214,7 +199,7 @@ def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: Any, *, pos_
     plan = resolve_mask(mask, b, h, m, n, q_offset, sliding_window, causal, q.device)
     if position_ids is not None and plan.fused and m > 1:
         check_positions_follow_indices(position_ids, plan, m, pos_enc)
-    kind = _OPS_POS_ENC[pos_enc]
+    kind = scores_pos_enc(pos_enc)  # what the scores add once q and k are (or are not) rotated
     if m == 0 or n == 0:  # nothing to attend to: 0, like a query whose keys are all masked
         return q.new_zeros((b, m, h, v.shape[-1])), plan
     if plan.fused and dropout == 0.0:

@@ -7,9 +7,10 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from .._validate import check_choice
 from ..config import RopeConfig, WaveletConfig
+from ..pos_enc import canonical_pos_enc
 
+#: the encodings the shim runs (wavepe.pos_enc is the vocabulary)
 POS_ENCS: tuple[str, ...] = ("wavelet", "rope", "alibi", "nope")
 CONFIG_KEY = "wavepe"
 
@@ -24,7 +25,7 @@ class PosEncSettings:
     __slots__ = ("pos_enc", "wavelet", "rope")
 
     def __init__(self, pos_enc: str, wavelet: WaveletConfig | None = None, rope: RopeConfig | None = None) -> None:
-        self.pos_enc = check_choice("pos_enc", pos_enc, POS_ENCS)
+        self.pos_enc = pos_enc = canonical_pos_enc(pos_enc, POS_ENCS)
         if wavelet is not None and pos_enc != "wavelet":
             raise ValueError(f"wavelet= applies to pos_enc='wavelet' only, got pos_enc={pos_enc!r}")
         if rope is not None and pos_enc != "rope":
@@ -45,7 +46,7 @@ class PosEncSettings:
         unknown = sorted(set(d) - {"pos_enc", "wavelet", "rope"})
         if unknown:
             raise ValueError(f"{where} has unknown keys {unknown}; expected 'pos_enc', 'wavelet', 'rope'")
-        pos_enc = check_choice(f"{where}['pos_enc']", d.get("pos_enc"), POS_ENCS)
+        pos_enc = canonical_pos_enc(d.get("pos_enc"), POS_ENCS, name=f"{where}['pos_enc']")
         wavelet = _as_wavelet(d.get("wavelet"), f"{where}['wavelet']")
         rope = _as_rope(d.get("rope"), f"{where}['rope']")
         return cls(pos_enc, wavelet, rope)
@@ -94,7 +95,7 @@ def choose_settings(pos_enc: str | None, wavelet: Any, rope: Any, stored: Any) -
             pos_enc = "rope"
         else:
             pos_enc = saved.pos_enc if saved is not None else "wavelet"
-    pos_enc = check_choice("pos_enc", pos_enc, POS_ENCS)
+    pos_enc = canonical_pos_enc(pos_enc, POS_ENCS)
     if saved is not None and saved.pos_enc == pos_enc:
         wavelet = wavelet if wavelet is not None else saved.wavelet
         rope = rope if rope is not None else saved.rope

@@ -43,13 +43,14 @@ from typing import Any, Mapping
 import torch
 from torch import nn
 
-try:
-    import transformers
-except ImportError as exc:  # pragma: no cover - exercised only without transformers
-    raise ImportError("wavepe.integrations.hf needs transformers >= 5 (pip install 'transformers>=5')") from exc
+from .._requires import MissingDependency, require
+
+require("transformers", "wavepe.integrations.hf (wavepe.patch_llama)")
+import transformers  # noqa: E402
+
 if int(transformers.__version__.split(".")[0]) < 5:  # pragma: no cover
-    raise ImportError(f"wavepe.integrations.hf needs transformers >= 5 (tested with 5.23), found "
-                      f"{transformers.__version__}")
+    raise MissingDependency(f"wavepe.integrations.hf needs transformers >= 5 (tested with 5.23), found "
+                            f"{transformers.__version__}: pip install -U 'wavepe[hf]'")
 from transformers.masking_utils import AttentionMaskInterface  # noqa: E402
 from transformers.modeling_utils import AttentionInterface, PreTrainedModel  # noqa: E402
 

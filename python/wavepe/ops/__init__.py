@@ -6,7 +6,7 @@ Importing this module imports torch and loads the compiled extension.
 
 from __future__ import annotations
 
-from ._extension import ops as raw_ops
+from ._raw import raw_ops
 from .alibi import alibi_bias
 from .attention import default_wavelet_config, wavelet_attention
 from .relbias import rel_bias, wavelet_bias, wavelet_table

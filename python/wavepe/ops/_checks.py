@@ -48,3 +48,28 @@ def compute_dtype(t: torch.Tensor) -> torch.dtype:
     if t.dtype in (torch.float16, torch.bfloat16) and t.device.type != "cuda":
         return torch.float32
     return t.dtype
+
+
+def check_finite(name: str, t: torch.Tensor) -> None:
+    """Values that must be finite (slopes, ...): ValueError naming them.  Skipped where values do not
+    exist (meta / fake tensors) or would make torch.compile branch on data."""
+    if t.device.type == "meta" or torch.compiler.is_compiling():
+        return
+    from torch._subclasses.fake_tensor import is_fake
+
+    if not is_fake(t) and not bool(torch.isfinite(t).all()):
+        raise ValueError(f"{name} must be finite, got {t.tolist()}")
+
+
+def cacheable(t: torch.Tensor) -> bool:
+    """May a tensor built for a cache (tables, spectra, slopes) outlive this call?
+
+    Not when it was made under a FakeTensorMode (shape propagation, export):
+    such a tensor belongs to that mode and would poison the next one; nor
+    while torch.compile traces (the graph holds it as a constant).
+    """
+    if torch.compiler.is_compiling():
+        return False
+    from torch._subclasses.fake_tensor import is_fake
+
+    return not is_fake(t)

@@ -1,11 +1,18 @@
-"""ALiBi bias as a torch custom op: ``torch.ops.wavepe.alibi_bias``."""
+"""ALiBi bias as a torch custom op: ``torch.ops.wavepe.alibi_bias``.
+
+The wrapper calls the op on every device whose dispatch key has a kernel
+(:mod:`wavepe.ops._routing`); a device without one gets the plain-PyTorch
+formula of :mod:`wavepe.ops.eager`, with a warning.
+"""
 
 from __future__ import annotations
 
 import torch
 
-from .._validate import check_int, resolve_positions
+from .._validate import check_flag, check_int, resolve_positions
 from ..config import alibi_slopes as _alibi_slopes
+from . import _routing, eager
+from ._checks import check_finite, compute_dtype
 from ._extension import float_compute_dtype, ops
 
 
@@ -21,12 +28,9 @@ def _alibi_bias_setup(ctx, inputs, output):
 
 def _alibi_bias_backward(ctx, grad):
     q_len, k_len, q_offset, causal = ctx.shape
-    # d bias / d slope_h = -(pos_q - pos_k) (or -|.|); the bias itself is M x N.
-    pos_q = torch.arange(q_len, device=grad.device, dtype=grad.dtype) + q_offset
-    pos_k = torch.arange(k_len, device=grad.device, dtype=grad.dtype)
-    dist = pos_q[:, None] - pos_k[None, :]
-    dist = dist.clamp_min(0) if causal else dist.abs()
-    return -(grad * dist).sum(dim=(-2, -1)), None, None, None, None
+    # d bias / d slope_h = -(pos_q - pos_k) (or -|.|): the bias of slope 1; the bias itself is M x N.
+    unit = torch.ones(1, dtype=grad.dtype, device=grad.device)
+    return (grad * eager.alibi_bias(unit, q_len, k_len, q_offset, causal)).sum(dim=(-2, -1)), None, None, None, None
 
 
 torch.library.register_autograd("wavepe::alibi_bias", _alibi_bias_backward, setup_context=_alibi_bias_setup)
@@ -61,8 +65,15 @@ def alibi_bias(
     else:
         heads = check_int("slopes_or_heads", slopes_or_heads, min_value=1)
         slopes = torch.as_tensor(_alibi_slopes(heads), dtype=dtype, device=device)
-    compute = float_compute_dtype(slopes, "slopes")
+    float_compute_dtype(slopes, "slopes")  # a floating-point tensor
+    check_finite("slopes", slopes)
+    causal = check_flag("causal", causal)
+    compute = compute_dtype(slopes)
     m = check_int("q_len", q_len, min_value=0)
-    n, off = resolve_positions("q", m, k_len, q_offset)
-    out = ops.alibi_bias(slopes.to(compute), m, n, off, bool(causal))
+    n, off = resolve_positions("q", m, k_len, q_offset, "alibi_bias: ")
+    if _routing.has_kernel("alibi_bias", slopes.device):
+        out = ops.alibi_bias(slopes.to(compute), m, n, off, causal)
+    else:
+        _routing.warn_fallback("alibi_bias", slopes.device, "the plain-PyTorch formula")
+        out = eager.alibi_bias(slopes.to(compute), m, n, off, causal)
     return out if out.dtype == slopes.dtype else out.to(slopes.dtype)

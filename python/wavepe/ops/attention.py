@@ -1,37 +1,46 @@
 """Attention with a position bias: ``wavelet_attention`` (docs/DEVELOPING.md, "Fused attention").
 
-On the CPU it runs the fused flash-style kernels of ``csrc/core/attention*``
-through ``torch.ops.wavepe.attention_fwd`` / ``attention_bwd``: the forward
-saves only the log-sum-exp, the backward recomputes the score tiles, and
-nothing of size M x N is ever allocated.  Other devices use the plain-PyTorch
-path of :mod:`wavepe.ops.eager` (bias + SDPA), which is also the benchmarks'
-baseline.
+Every device whose dispatch key has a kernel -- the CPU (``csrc/core/attention*``),
+CUDA (``csrc/cuda/attention*``), ``meta`` / fake tensors (the fake kernel below:
+shapes and ``torch.compile``), any other registered backend -- runs the fused
+flash-style kernels through ``torch.ops.wavepe.attention_fwd`` / ``attention_bwd``:
+the forward saves only the log-sum-exp, the backward recomputes the score
+tiles, and nothing of size M x N is ever allocated.  A device without a
+kernel uses the plain-PyTorch path of :mod:`wavepe.ops.eager` (bias + SDPA),
+which is also the benchmarks' baseline, with a warning.
+
+Contract of the ops: ``out`` has q's dtype; ``lse`` (B, H, M) is in the
+accumulator type, float32 for float32 / bfloat16 / float16 inputs and
+float64 for float64, on every device and in the fake kernel.
 """
 
 from __future__ import annotations
 
 import math
-import warnings
 
 import torch
 
-from .._validate import check_choice, check_int, check_real
+from .._validate import check_flag, check_int, check_position, check_real
 from ..config import WaveletConfig
-from . import eager
-from ._checks import check_same, check_tensor, compute_dtype
+from ..pos_enc import canonical_pos_enc
+from . import _routing, eager
+from ._checks import cacheable, check_finite, check_same, check_tensor, compute_dtype
 from ._extension import ops
 from .alibi import alibi_bias
-from .relbias import rel_bias, wavelet_table
+from ._tables import call_table, default_wavelet_config  # noqa: F401  (public: wavepe.ops.default_wavelet_config)
+from .relbias import rel_bias
 
-# Positions and distances must stay far from int64's ends (the kernels step
-# past the ends of the query and key ranges by a tile).
-_POSITION_LIMIT = 2**60
+def _acc_dtype(dtype: torch.dtype) -> torch.dtype:
+    """The kernels' accumulator type: lse, slopes and their gradients travel in it."""
+    return torch.float64 if dtype == torch.float64 else torch.float32
 
 
 @torch.library.register_fake("wavepe::attention_fwd")
 def _attention_fwd_fake(q, k, v, table, r_lo, clamp, slopes, key_padding_mask, scale, q_offset, causal):
+    torch._check_value(q.dim() == 4 and k.dim() == 4 and v.dim() == 4,
+                       lambda: "attention_fwd: q, k, v must be (B, H, M, d), (B, H_kv, N, d), (B, H_kv, N, d)")
     b, h, m, d = q.shape
-    return q.new_empty((b, h, m, d)), q.new_empty((b, h, m))
+    return q.new_empty((b, h, m, d)), q.new_empty((b, h, m), dtype=_acc_dtype(q.dtype))
 
 
 @torch.library.register_fake("wavepe::attention_bwd")
@@ -67,23 +76,9 @@ def _attention_backward(ctx, grad_out, grad_lse):
 torch.library.register_autograd("wavepe::attention_fwd", _attention_backward, setup_context=_attention_setup)
 
 
-def _check_position_range(name: str, value: int, m: int, n: int) -> None:
-    if abs(value) + m + n >= _POSITION_LIMIT:
-        raise OverflowError(f"{name}={value} with M={m} queries and N={n} keys puts positions outside the "
-                            f"supported range (|{name}| + M + N < 2**60)")
 
-POS_ENCS = ("wavelet", "relative", "alibi", "none")
-_default_configs: dict[int, WaveletConfig] = {}
-
-
-def default_wavelet_config(head_dim: int) -> WaveletConfig:
-    """The paper's grid for ``head_dim`` (8 scales), shared per head_dim."""
-    cfg = _default_configs.get(head_dim)
-    if cfg is None:
-        cfg = _default_configs.setdefault(head_dim, WaveletConfig.grid(head_dim))
-    return cfg
-
-
+#: the encodings this op runs (wavepe.pos_enc is the vocabulary; "rope" rotates q and k beforehand)
+POS_ENCS = ("wavelet", "relative", "alibi", "nope")
 def wavelet_attention(
     q: torch.Tensor,
     k: torch.Tensor,
@@ -105,7 +100,7 @@ def wavelet_attention(
 
         wavelet / relative:  s = scale * (q . k + q . T[r])
         alibi:               s = scale * q . k - slope_h * |r|
-        none:                s = scale * q . k
+        nope:                s = scale * q . k
 
     ``out = softmax(s) v`` over the keys each query may see.  Differentiable in
     q, k, v, in a learned ``rel_table`` and in ``alibi_slopes``; the backward
@@ -116,7 +111,9 @@ def wavelet_attention(
         config: wavelets for ``pos_enc="wavelet"`` (default: the paper's grid for d).
         pos_enc: "wavelet", "relative" (``rel_table=(T, r_lo)``: T (R, d) holds
             distances r_lo .. r_lo + R - 1, learnable), "alibi" (``alibi_slopes``
-            (H,), default the standard slopes) or "none" (RoPE'd q/k, NoPE).
+            (H,), default the standard slopes) or "nope" (nothing beyond q·k:
+            NoPE, or q and k already rotated by :func:`wavepe.ops.rope`).
+            The names of :mod:`wavepe.pos_enc`; "none" is an old spelling of "nope".
         causal: mask keys after the query.  scale: default 1/sqrt(d).
         q_offset: first query's position (default N - M: the KV-cache convention).
         clamp: for "relative", distances outside T use its edge rows (Shaw et
@@ -125,7 +122,8 @@ def wavelet_attention(
             sees no key gets a zero output.
 
     Returns:
-        (B, H, M, d), dtype of q (bf16 / fp16 are computed in fp32).
+        (B, H, M, d), dtype of q (bf16 / fp16 are read natively and accumulated
+        in fp32 on CUDA; the CPU kernels compute them in fp32).
     """
     check_tensor("q", q, dim=4)
     check_tensor("k", k, dim=4)
@@ -143,7 +141,8 @@ def wavelet_attention(
     n = k.shape[2]
     if d < 1:
         raise ValueError(f"head_dim must be >= 1, got q of shape {tuple(q.shape)}")
-    pos_enc = check_choice("pos_enc", pos_enc, POS_ENCS)
+    pos_enc = canonical_pos_enc(pos_enc, POS_ENCS)
+    causal, clamp = check_flag("causal", causal), check_flag("clamp", clamp)
     scale = 1.0 / math.sqrt(d) if scale is None else check_real("scale", scale, positive=True)
     off = n - m if q_offset is None else check_int("q_offset", q_offset)
     if key_padding_mask is not None:
@@ -153,13 +152,14 @@ def wavelet_attention(
         if tuple(key_padding_mask.shape) != (b, n):
             raise ValueError(f"key_padding_mask must be (B, N) = ({b}, {n}), got {tuple(key_padding_mask.shape)}")
         check_same("q", q, "key_padding_mask", key_padding_mask, dtype=False)
-    _check_position_range("q_offset", off, m, n)
+    for name, value in (("q_offset", off), ("q_len", m), ("k_len", n)):
+        check_position(name, value)
     cdt = compute_dtype(q)
     qc, kc, vc = q.to(cdt), k.to(cdt), v.to(cdt)
     table = slopes = None
     r_lo = 0
     if pos_enc == "wavelet":
-        table, r_lo = _wavelet_table_for(config, d, cdt, q.device)
+        table, r_lo = _wavelet_table_for(config, d, cdt, q.device, m, n, off, causal)
     elif pos_enc == "relative":
         if rel_table is None or not isinstance(rel_table, tuple) or len(rel_table) != 2:
             raise ValueError("pos_enc='relative' needs rel_table=(table, r_lo)")
@@ -171,7 +171,8 @@ def wavelet_attention(
         if clamp and table.shape[0] == 0:
             raise ValueError("rel_table[0] must have at least one row with clamp=True")
         r_lo = check_int("rel_table[1] (r_lo)", r_lo)
-        _check_position_range("rel_table[1] (r_lo)", r_lo, m, n)
+        check_position("rel_table[1] (r_lo)", r_lo)
+        check_position("rel_table[0] rows", table.shape[0])
         table = table.to(cdt)
     elif pos_enc == "alibi":
         if alibi_slopes is None:
@@ -181,38 +182,29 @@ def wavelet_attention(
             check_same("q", q, "alibi_slopes", alibi_slopes, dtype=False)
             if alibi_slopes.shape[0] != h:
                 raise ValueError(f"alibi_slopes must have one slope per head ({h}), got {alibi_slopes.shape[0]}")
-            if not bool(torch.isfinite(alibi_slopes).all()):
-                raise ValueError(f"alibi_slopes must be finite, got {alibi_slopes.tolist()}")
+            check_finite("alibi_slopes", alibi_slopes)
             slopes = alibi_slopes.to(cdt)
-    if q.device.type == "cpu":
-        out, _ = ops.attention_fwd(qc, kc, vc, table, r_lo, bool(clamp), slopes, key_padding_mask, scale, off,
-                                   bool(causal))
+    if _routing.has_kernel("attention_fwd", q.device):
+        out, _ = ops.attention_fwd(qc, kc, vc, table, r_lo, clamp, slopes, key_padding_mask, scale, off, causal)
         return out.to(q.dtype)
-    if q.device.type not in _warned_devices:
-        _warned_devices.add(q.device.type)
-        warnings.warn(f"wavepe: no fused attention kernel for device {q.device.type!r}; using the bias + "
-                      "scaled_dot_product_attention path (materialises M x N scores)", RuntimeWarning, stacklevel=2)
-    return _eager_attention(qc, kc, vc, table, r_lo, bool(clamp), slopes, key_padding_mask, scale, off,
-                            bool(causal)).to(q.dtype)
+    _routing.warn_fallback("attention", q.device,
+                           "the bias + scaled_dot_product_attention path (materialises M x N scores)")
+    return _eager_attention(qc, kc, vc, table, r_lo, clamp, slopes, key_padding_mask, scale, off, causal).to(q.dtype)
 
 
-_warned_devices: set[str] = set()
-
-
-@torch.compiler.assume_constant_result
-def _wavelet_table_for(config: WaveletConfig | None, head_dim: int, dtype: torch.dtype,
-                       device: torch.device) -> tuple[torch.Tensor, int]:
-    """The (cached) wavelet table of ``config`` (default: the paper's grid).
-
-    A constant for torch.compile: the table depends on the configuration
-    only, so compiled graphs embed it instead of tracing its construction.
-    """
-    cfg = default_wavelet_config(head_dim) if config is None else config
-    if not isinstance(cfg, WaveletConfig):
-        raise TypeError(f"config must be a WaveletConfig or None, got {type(cfg).__name__}")
-    if cfg.head_dim != head_dim:
-        raise ValueError(f"config.head_dim={cfg.head_dim} does not match q.shape[-1]={head_dim}")
-    return wavelet_table(cfg, dtype, device)
+def _wavelet_table_for(config: WaveletConfig | None, head_dim: int, dtype: torch.dtype, device: torch.device,
+                       m, n, q_offset, causal: bool) -> tuple[torch.Tensor, int]:
+    """The wavelet table of ``config`` (default: the paper's grid) over the distances the call forms."""
+    if config is not None:
+        if not isinstance(config, WaveletConfig):
+            raise TypeError(f"config must be a WaveletConfig or None, got {type(config).__name__}")
+        if config.head_dim != head_dim:
+            raise ValueError(f"config.head_dim={config.head_dim} does not match q.shape[-1]={head_dim}")
+    elif head_dim % 8:
+        raise ValueError(f"the default wavelet grid has 8 scales and needs head_dim divisible by 8, got "
+                         f"head_dim={head_dim}; pass config=WaveletConfig.grid({head_dim}, n_scales=...)")
+    table, r_lo, _ = call_table(config, head_dim, dtype, device, m, n, q_offset, causal)
+    return table, r_lo
 
 
 _slopes_cache: dict[tuple, torch.Tensor] = {}
@@ -225,7 +217,9 @@ def _standard_slopes(heads: int, dtype: torch.dtype, device: torch.device) -> to
     if hit is None:
         from ..config import alibi_slopes as slopes_of
 
-        hit = _slopes_cache.setdefault(key, torch.as_tensor(slopes_of(heads), dtype=dtype, device=device))
+        hit = torch.as_tensor(slopes_of(heads), dtype=dtype, device=device)
+        if cacheable(hit):
+            hit = _slopes_cache.setdefault(key, hit)
     return hit
 
 

@@ -7,7 +7,9 @@ differentiate through ordinary autograd.  Uses:
   (Q·Tᵀ over the needed distance window, then a diagonal gather), and
   :func:`attention` is bias + ``scaled_dot_product_attention`` with a float
   mask — exactly what a user would write without wavepe;
-* the fallback on devices for which no kernel is compiled (with a warning).
+* the fallback on devices for which no kernel is compiled (with a warning);
+* :func:`attention` is wavepe's one dense attention: also what the Hugging
+  Face shim runs for masks that have no compact form and for dropout.
 
 They materialise M×N tensors (never M×N×d), so they are not the fast path.
 """
@@ -65,31 +67,58 @@ def rope(x: torch.Tensor, positions: torch.Tensor, inv_freq: torch.Tensor, layou
     return out
 
 
-def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: torch.Tensor | None, *, causal: bool,
-              scale: float, q_offset: int, bias_scaled: bool,
-              key_padding_mask: torch.Tensor | None = None) -> torch.Tensor:
-    """softmax(scale·q·kᵀ + mask + bias) v with SDPA and a float mask.
+def alibi_bias(slopes: torch.Tensor, q_len: int, k_len: int, q_offset: int, causal: bool) -> torch.Tensor:
+    """bias[h, i, j] = -slope_h · (pos_q(i) - j) (|·| when not causal; 0 above the diagonal when causal)."""
+    pos_q = torch.arange(q_len, device=slopes.device, dtype=slopes.dtype) + q_offset
+    pos_k = torch.arange(k_len, device=slopes.device, dtype=slopes.dtype)
+    dist = pos_q.unsqueeze(1) - pos_k.unsqueeze(0)
+    dist = dist.clamp_min(0) if causal else dist.abs()
+    return -slopes.reshape(-1, 1, 1) * dist
 
-    q (B, H, M, d); k, v (B, Hkv, N, d); bias broadcastable to (B, H, M, N)
-    or None.  ``bias_scaled=False`` multiplies the bias by ``scale`` first (the
-    wavelet convention s = scale·(q·k + q·p)); ALiBi's bias is added as is.
+
+def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: torch.Tensor | None = None, *, causal: bool,
+              scale: float, q_offset: int, bias_scaled: bool = False,
+              key_padding_mask: torch.Tensor | None = None, mask: torch.Tensor | None = None,
+              dropout: float = 0.0) -> torch.Tensor:
+    """softmax(scale·q·kᵀ + bias + masks) v with SDPA and an explicit float mask: wavepe's dense attention.
+
+    q (B, H, M, d); k, v (B, Hkv, N, d) with H a multiple of Hkv (GQA); ``bias``
+    broadcastable to (B, H, M, N) or None.  ``bias_scaled=False`` multiplies
+    the bias by ``scale`` first (the wavelet convention s = scale·(q·k + q·p));
+    ALiBi's bias is added as is.  Which keys a query sees: ``mask`` when given
+    (bool, True = attend, or float additive; broadcastable to (B, H, M, N)),
+    else the causal rule at ``q_offset`` (queries at q_offset … q_offset+M-1,
+    keys at 0 … N-1) when ``causal``; and never the keys of
+    ``key_padding_mask`` (B, N), True = ignore.  A query that sees no key gets
+    0 (not NaN).  ``dropout`` is SDPA's ``dropout_p``.  Returns (B, H, M, d).
     """
     b, h, m, _ = q.shape
     n = k.shape[-2]
-    if k.shape[1] != h:
-        rep = h // k.shape[1]
-        k = k.repeat_interleave(rep, dim=1)
-        v = v.repeat_interleave(rep, dim=1)
-    mask = torch.zeros((m, n), dtype=q.dtype, device=q.device)
-    if causal:
-        future = torch.arange(n, device=q.device)[None, :] > (q_offset + torch.arange(m, device=q.device))[:, None]
-        mask = mask.masked_fill(future, float("-inf"))
-    mask = mask.expand(b, h, m, n)
+    device = q.device
+    keep = None  # (.., M, N) bool: True = the key counts
+    additive = None
+    if mask is not None and mask.dtype == torch.bool:
+        keep = mask
+    elif mask is not None:
+        additive = mask.to(q.dtype)
+    elif causal:
+        keep = torch.arange(n, device=device)[None, :] <= (q_offset + torch.arange(m, device=device))[:, None]
     if key_padding_mask is not None:
-        mask = mask.masked_fill(key_padding_mask[:, None, None, :].to(torch.bool), float("-inf"))
+        pad_keep = ~key_padding_mask.to(torch.bool)[:, None, None, :]
+        keep = pad_keep if keep is None else keep & pad_keep
     if bias is not None:
-        mask = mask + (bias if bias_scaled else bias * scale)
-    # rows with every key masked produce NaN in softmax; define them as 0 output
-    all_masked = torch.isinf(mask).all(dim=-1, keepdim=True) & (mask < 0).all(dim=-1, keepdim=True)
-    out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask.masked_fill(all_masked, 0.0), scale=scale)
-    return out.masked_fill(all_masked, 0.0)
+        scaled = bias if bias_scaled else bias * scale
+        additive = scaled if additive is None else additive + scaled
+    if keep is not None:
+        base = additive if additive is not None else torch.zeros((), dtype=q.dtype, device=device)
+        additive = torch.where(keep, base, torch.tensor(float("-inf"), dtype=q.dtype, device=device))
+    if additive is not None and additive.dim() < 4:
+        additive = additive.reshape((1,) * (4 - additive.dim()) + tuple(additive.shape))
+    # a query with every key masked makes SDPA's softmax NaN: define it as 0 output
+    seen = None
+    if additive is not None:
+        seen = ~torch.isneginf(additive).all(dim=-1, keepdim=True)
+        additive = additive.masked_fill(~seen, 0.0)
+    out = F.scaled_dot_product_attention(q, k, v, attn_mask=additive, dropout_p=dropout, scale=scale,
+                                         enable_gqa=k.shape[1] != h)
+    return out if seen is None else out.masked_fill(~seen, 0.0)

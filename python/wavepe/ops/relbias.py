@@ -4,21 +4,21 @@
 
 (docs/DEVELOPING.md, "Relative-table bias").  The public wrappers validate
 their arguments and call the compiled ops ``torch.ops.wavepe.rel_bias`` /
-``rel_bias_backward`` (fake kernels and autograd registered here); on a
-device without a compiled kernel they fall back to the plain-PyTorch
-rel-shift of :mod:`wavepe.ops.eager` with a warning.
+``rel_bias_backward`` (fake kernels and autograd registered here) on every
+device whose dispatch key has a kernel (:mod:`wavepe.ops._routing`); only a
+device without one falls back to the plain-PyTorch rel-shift of
+:mod:`wavepe.ops.eager`, with a warning.
 """
 
 from __future__ import annotations
 
-import warnings
-
 import torch
 
-from .._validate import INT64_MAX, check_int, resolve_positions
+from .._validate import INT64_MAX, check_flag, check_int, check_position, resolve_positions
 from ..config import WaveletConfig
-from . import eager
+from . import _routing, eager
 from ._checks import check_same, check_tensor, compute_dtype
+from ._tables import call_table, wavelet_table  # noqa: F401  (wavelet_table: public, wavepe.ops.wavelet_table)
 from ._extension import ops
 
 # ---- fake kernels (shapes only: torch.compile, meta tensors) ------------------------
@@ -102,47 +102,6 @@ torch.library.register_autograd("wavepe::rel_bias_backward", _rel_bias_double_ba
 
 # ---- public wrappers --------------------------------------------------------------------
 
-_warned_devices: set[str] = set()
-
-
-# Device types with a compiled kernel (registered when wavepe._C loaded, before
-# this module); a constant set, so the check below also traces under torch.compile.
-_KERNEL_DEVICES = frozenset(
-    dev for dev, key in (("cpu", "CPU"), ("cuda", "CUDA"))
-    if torch._C._dispatch_has_kernel_for_dispatch_key("wavepe::rel_bias", key))
-
-
-def _has_kernel(device: torch.device) -> bool:
-    return device.type in _KERNEL_DEVICES
-
-
-def wavelet_table(config: WaveletConfig, dtype: torch.dtype, device: torch.device | str) -> tuple[torch.Tensor, int]:
-    """``config.table()`` as a tensor on ``device``, cached on the config per (dtype, device)."""
-    device = torch.device(device)
-    key = ("torch", str(dtype), str(device))
-    with config._lock:
-        hit = config._cache.get(key)
-    if hit is not None:
-        return hit
-    np_dtype = "float64" if dtype == torch.float64 else "float32"
-    table_np, r_lo = config.table(np_dtype)
-    table = torch.from_numpy(table_np.copy()).to(device=device, dtype=dtype)
-    with config._lock:
-        config._cache[key] = (table, r_lo)
-    return table, r_lo
-
-
-@torch.compiler.assume_constant_result
-def _wavelet_table_constant(config: WaveletConfig, dtype: torch.dtype,
-                            device: torch.device) -> tuple[torch.Tensor, int, int]:
-    # Under torch.compile the table is built (or fetched) eagerly while tracing
-    # and enters the graph as a constant: the config is fixed, and its lock and
-    # NumPy code are not traceable.  Its row count travels as a plain int
-    # (dynamo cannot read .shape of such a constant with dynamic shapes).
-    table, r_lo = wavelet_table(config, dtype, device)
-    return table, r_lo, int(table.shape[0])
-
-
 def rel_bias(
     q: torch.Tensor,
     table: torch.Tensor,
@@ -179,8 +138,8 @@ def rel_bias(
         raise ValueError("table must have at least one row with clamp=True")
     r_lo = check_int("r_lo", r_lo)
     m = q.shape[-2]
-    n, off = resolve_positions("q", m, k_len, q_offset)
-    return _rel_bias(q, table, r_lo, table.shape[0], n, off, bool(causal), bool(clamp))
+    n, off = resolve_positions("q", m, k_len, q_offset, "rel_bias: ")
+    return _rel_bias(q, table, r_lo, table.shape[0], n, off, check_flag("causal", causal), check_flag("clamp", clamp))
 
 
 def _rel_bias(q: torch.Tensor, table: torch.Tensor, r_lo: int, rows: int, n: int, off: int, causal: bool,
@@ -188,24 +147,17 @@ def _rel_bias(q: torch.Tensor, table: torch.Tensor, r_lo: int, rows: int, n: int
     """rel_bias after validation; ``table`` (``rows`` rows) may already be in q's compute dtype."""
     _check_sizes(q, n, off, r_lo, rows)
     cdt = compute_dtype(q)
-    if _has_kernel(q.device):
-        out = ops.rel_bias(q.to(cdt), table.to(cdt), r_lo, off, n, bool(causal), bool(clamp))
+    if _routing.has_kernel("rel_bias", q.device):
+        out = ops.rel_bias(q.to(cdt), table.to(cdt), r_lo, off, n, causal, clamp)
     else:
-        if q.device.type not in _warned_devices:
-            _warned_devices.add(q.device.type)
-            warnings.warn(f"wavepe: no compiled rel_bias kernel for device {q.device.type!r}; "
-                          "using the plain-PyTorch rel-shift (materialises an M x (M+N) product)",
-                          RuntimeWarning, stacklevel=2)
-        out = eager.rel_bias(q.to(cdt), table.to(cdt), r_lo, n, off, bool(causal), bool(clamp))
+        _routing.warn_fallback("rel_bias", q.device, "the plain-PyTorch rel-shift (materialises an M x (M+N) product)")
+        out = eager.rel_bias(q.to(cdt), table.to(cdt), r_lo, n, off, causal, clamp)
     return out if out.dtype == q.dtype else out.to(q.dtype)
-
-
-_POS_LIMIT = 2**61
 
 
 def _check_sizes(q: torch.Tensor, n: int, off: int, r_lo: int, rows: int) -> None:
     """The (..., M, N) result is addressable, and positions and distances stay
-    within ±2^61, where the kernels' index arithmetic is exact.  (Plain loops:
+    within ±2^60, where the kernels' index arithmetic is exact.  (Plain loops:
     this also runs while torch.compile traces.)"""
     total = q.element_size() * n
     for s in q.shape[:-1]:
@@ -214,8 +166,7 @@ def _check_sizes(q: torch.Tensor, n: int, off: int, r_lo: int, rows: int) -> Non
         raise OverflowError(f"rel_bias: a result of shape {(*tuple(q.shape[:-1]), n)} "
                             f"({q.element_size()}-byte elements) does not fit in memory addressing")
     for name, v in (("q_offset", off), ("r_lo", r_lo), ("k_len", n), ("q_len", q.shape[-2]), ("table rows", rows)):
-        if v > _POS_LIMIT or v < -_POS_LIMIT:
-            raise OverflowError(f"rel_bias: {name}={v} is beyond the supported range of positions (±2**61)")
+        check_position(name, v, "rel_bias: ")
 
 
 def wavelet_bias(
@@ -242,6 +193,8 @@ def wavelet_bias(
     check_tensor("q", q, min_dim=2)
     if q.shape[-1] != config.head_dim:
         raise ValueError(f"q.shape[-1]={q.shape[-1]} does not match config.head_dim={config.head_dim}")
-    table, r_lo, rows = _wavelet_table_constant(config, compute_dtype(q), q.device)
-    n, off = resolve_positions("q", q.shape[-2], k_len, q_offset)
-    return _rel_bias(q, table, r_lo, rows, n, off, bool(causal), False)
+    n, off = resolve_positions("q", q.shape[-2], k_len, q_offset, "wavelet_bias: ")
+    causal = check_flag("causal", causal)
+    # the table of the distances this call forms (bounded by its lengths, not by the support)
+    table, r_lo, rows = call_table(config, config.head_dim, compute_dtype(q), q.device, q.shape[-2], n, off, causal)
+    return _rel_bias(q, table, r_lo, rows, n, off, causal, False)

@@ -16,14 +16,13 @@ from __future__ import annotations
 
 import math
 import numbers
-import warnings
 
 import torch
 
 from .._validate import _is_symbolic_int, check_choice, check_int
 from ..config import ROPE_LAYOUTS, RopeConfig
-from . import eager
-from ._checks import check_same, check_tensor, compute_dtype
+from . import _routing, eager
+from ._checks import cacheable, check_same, check_tensor, compute_dtype
 from ._extension import ops
 
 
@@ -35,7 +34,7 @@ def _rope_fake(q, k, positions, offset, inv_freq, rotary_pairs, layout, scale, i
     torch._check_value(d % 2 == 0, lambda: f"rope: head_dim (q.shape[-1]) must be even, got {d}")
     if k is not None:
         torch._check_value(k.dim() == 4 and k.shape[0] == q.shape[0] and k.shape[2] == q.shape[2]
-                           and k.shape[3] == d, lambda: f"rope: k must be (B, H_k, L, d) with q's B, L and d")
+                           and k.shape[3] == d, lambda: "rope: k must be (B, H_k, L, d) with q's B, L and d")
     torch._check_value(inv_freq.dim() == 1 and inv_freq.shape[0] == d // 2,
                        lambda: f"rope: inv_freq must have head_dim/2 = {d // 2} entries")
     torch._check_value(0 <= rotary_pairs <= d // 2, lambda: f"rope: rotary_pairs must be in [0, {d // 2}]")
@@ -107,9 +106,6 @@ def _check_qk(q: torch.Tensor, k: torch.Tensor | None) -> None:
             raise ValueError(f"k must be (B, H_kv, L, d) with q's B, L and d: q {tuple(q.shape)}, k {tuple(k.shape)}")
 
 
-_DISPATCH_KEYS = {"cuda": "CUDA", "meta": "Meta", "mps": "MPS", "xpu": "XPU", "hpu": "HPU"}
-
-
 def _check_scale(scale: float) -> float:
     # comparisons only (no math.isnan): traceable by torch.compile, also with dynamic=True
     if isinstance(scale, bool) or not isinstance(scale, numbers.Real):
@@ -119,22 +115,8 @@ def _check_scale(scale: float) -> float:
     return scale
 
 
-def _has_kernel(device: torch.device) -> bool:
-    """Is torch.ops.wavepe.rope implemented for this device (CPU always; Meta through the fake kernel)?"""
-    if device.type == "cpu":
-        return True
-    key = _DISPATCH_KEYS.get(device.type)
-    return key is not None and torch._C._dispatch_has_kernel_for_dispatch_key("wavepe::rope", key)
-
-
-_warned_devices: set[str] = set()
-
-
 def _eager_fallback(q, k, offset, pos, inv, layout, pairs, scale, cdt):
-    if q.device.type not in _warned_devices:
-        _warned_devices.add(q.device.type)
-        warnings.warn(f"wavepe.ops.rope: no compiled kernel for device '{q.device.type}'; "
-                      "using the plain-PyTorch implementation", RuntimeWarning, stacklevel=3)
+    _routing.warn_fallback("rope", q.device, "the plain-PyTorch implementation")
     if not torch.isfinite(inv[:pairs]).all():
         raise ValueError("inv_freq must be finite")
     if pos is None:
@@ -192,7 +174,9 @@ def rope_inv_freq(
     if pairs > d // 2:
         raise ValueError(f"rotary_pairs must be <= head_dim/2 = {d // 2}, got {pairs}")
     scale = _check_scale(scale)
-    return _rope(q, k, positions, inv_freq.to(device=q.device, dtype=torch.float64), layout, pairs, scale)
+    if inv_freq.device != q.device or inv_freq.dtype != torch.float64:
+        inv_freq = inv_freq.to(device=q.device, dtype=torch.float64)
+    return _rope(q, k, positions, inv_freq, layout, pairs, scale)
 
 
 def _rope(q: torch.Tensor, k: torch.Tensor | None, positions: int | torch.Tensor, inv: torch.Tensor, layout: str,
@@ -200,7 +184,7 @@ def _rope(q: torch.Tensor, k: torch.Tensor | None, positions: int | torch.Tensor
     """The op on checked arguments: inv is float64 (d/2,) on q's device."""
     offset, pos = _resolve_positions(positions, q.shape[0], q.shape[2], q.device)
     cdt = compute_dtype(q)
-    if not _has_kernel(q.device):
+    if not _routing.has_kernel("rope", q.device):
         return _eager_fallback(q, k, offset, pos, inv, layout, pairs, scale, cdt)
     q_rot, k_rot = ops.rope(q.to(cdt), None if k is None else k.to(cdt), pos, offset, inv, pairs, layout, scale,
                             False)
@@ -218,7 +202,9 @@ def config_inv_freq(config: RopeConfig, head_dim: int, device: torch.device | st
     key = (config, head_dim, str(device))
     hit = _inv_freq_cache.get(key)
     if hit is None:
-        hit = _inv_freq_cache.setdefault(key, torch.from_numpy(config.inv_freq(head_dim)).to(device))
+        hit = torch.from_numpy(config.inv_freq(head_dim)).to(device)
+        if cacheable(hit):
+            hit = _inv_freq_cache.setdefault(key, hit)
     return hit
 
 

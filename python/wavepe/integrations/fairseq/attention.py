@@ -23,11 +23,15 @@ from __future__ import annotations
 
 from typing import Dict, Optional, Tuple
 
-import torch
-from fairseq.modules.multihead_attention import MultiheadAttention
-from torch import Tensor
+from ..._requires import require
 
-import wavepe.ops as wops
+require("fairseq", "wavepe's fairseq plugin")
+
+import torch  # noqa: E402
+from fairseq.modules.multihead_attention import MultiheadAttention  # noqa: E402
+from torch import Tensor  # noqa: E402
+
+import wavepe.ops as wops  # noqa: E402
 
 from .options import PositionSpec
 

@@ -30,7 +30,11 @@ fairseq would otherwise drop every longer block without a word.
 from dataclasses import dataclass, field
 from typing import Optional
 
-from fairseq import options as fairseq_options
+from ..._requires import require
+
+require("fairseq", "wavepe's fairseq plugin")
+
+from fairseq import options as fairseq_options  # noqa: E402
 from fairseq.dataclass import ChoiceEnum
 from fairseq.distributed import fsdp_wrap
 from fairseq.models import register_model, register_model_architecture

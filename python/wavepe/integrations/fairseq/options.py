@@ -43,8 +43,11 @@ from typing import Any
 
 import numpy as np
 
+from ..._validate import check_flag
 from ...config import WAVELET_FAMILIES, RopeConfig, WaveletConfig
+from ...pos_enc import canonical_pos_enc, scores_pos_enc
 
+#: the encodings of --pos-enc (wavepe.pos_enc is the vocabulary)
 POS_ENCS: tuple[str, ...] = ("wavelet", "rope", "alibi", "sinusoidal", "nope")
 DEFAULT_WAVELET_SCALES = 8
 DEFAULT_ROPE_THETA = 10000.0
@@ -161,7 +164,8 @@ def wavelet_config(head_dim: int, *, family: str = "ricker", grid: Any = None, s
         scale_values = 2.0 ** np.arange(n_s, dtype=np.float64)
     if shift_values is None:
         shift_values = np.arange(n_b, dtype=np.float64)
-    return WaveletConfig(family, np.repeat(scale_values, n_b), np.tile(shift_values, n_s), normalize=bool(normalize))
+    return WaveletConfig(family, np.repeat(scale_values, n_b), np.tile(shift_values, n_s),
+                         normalize=check_flag("--wavelet-normalize", normalize))
 
 
 def rope_config(theta: Any, fraction: Any, *, attr: str = "rope_theta") -> RopeConfig:
@@ -195,7 +199,7 @@ class PositionSpec:
     @property
     def kernel_pos_enc(self) -> str:
         """The ``pos_enc`` of :func:`wavepe.ops.wavelet_attention` for this encoding."""
-        return {"wavelet": "wavelet", "alibi": "alibi"}.get(self.pos_enc, "none")
+        return scores_pos_enc(self.pos_enc)
 
     @property
     def absolute_embeddings(self) -> bool:
@@ -215,20 +219,21 @@ class PositionSpec:
             raise ValueError(f"head dim must be a positive integer, got {head_dim!r}")
         pos_enc = _get(args, "pos_enc", "wavelet")
         pos_enc = "wavelet" if pos_enc is None else str(pos_enc)
-        if pos_enc not in POS_ENCS:
-            raise ValueError(f"--pos-enc must be one of {', '.join(POS_ENCS)}; got {pos_enc!r}")
+        pos_enc = canonical_pos_enc(pos_enc, POS_ENCS, name="--pos-enc")
         for attr, owner in _OWNED_OPTIONS.items():
             value = _get(args, attr)
             if value is not None and owner != pos_enc:
                 raise ValueError(f"{flag(attr)}={value!r} only applies to --pos-enc {owner}, "
                                  f"but --pos-enc is {pos_enc}")
-        if _get(args, "wavelet_normalize", False) and pos_enc != "wavelet":
+        normalize = _get(args, "wavelet_normalize", None)
+        normalize = False if normalize is None else check_flag("--wavelet-normalize", normalize)
+        if normalize and pos_enc != "wavelet":
             raise ValueError(f"--wavelet-normalize only applies to --pos-enc wavelet, but --pos-enc is {pos_enc}")
         if pos_enc == "wavelet":
             family = _get(args, "wavelet_family", "ricker") or "ricker"
             cfg = wavelet_config(head_dim, family=str(family), grid=_get(args, "wavelet_grid"),
                                  scales=_get(args, "wavelet_scales"), shifts=_get(args, "wavelet_shifts"),
-                                 normalize=bool(_get(args, "wavelet_normalize", False)))
+                                 normalize=normalize)
             return cls(pos_enc, head_dim, wavelet=cfg)
         if pos_enc == "rope":
             if head_dim % 2:

@@ -1,0 +1,140 @@
+#!/usr/bin/env bash
+# The ways to install wavepe that the README lists, each into a brand-new environment holding only
+# torch==2.13.0 (the local CPU wheel: never any other torch), each followed by the fused attention
+# forward + backward checked against plain PyTorch, and the CLI:
+#
+#   1. the wheel of `python -m build` (built in isolation, so without torch): pip install it; the ops
+#      are compiled at first use (one message), then loaded from the cache; the main job runs
+#   2. the sdist of `python -m build`: pip install it (pip builds it in isolation): the same
+#   3. pip install --no-build-isolation . (in a copy of the source tree: the sdist, unpacked, so that
+#      this checkout's build/ keeps the objects of `make build`): it must first stop with the message
+#      that names what to install; after installing exactly that, it builds the ops against the
+#      environment's torch
+#
+# (.ci/check_wheel.sh checks the wheel built with --no-build-isolation with the oldest NumPy; the
+# clone + make way is `make test`.)  Each environment gets its own cache directory, so each
+# first-use build really compiles.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=${PYTHON:-.venv/bin/python}
+t0=$(date +%s)
+# Three environments with torch are ~3.5 GB of fresh files; on a file system mounted with `discard`
+# deleting them takes minutes (~47 s each here), so they go to RAM (/dev/shm) when it has room.
+shm_free_kb=$(df -Pk /dev/shm 2>/dev/null | awk 'NR == 2 {print $4}')
+if [ -w /dev/shm ] && [ "${shm_free_kb:-0}" -gt $((8 * 1024 * 1024)) ] \
+   && ! findmnt -no OPTIONS /dev/shm 2>/dev/null | grep -qw noexec; then  # torch's libraries are mapped executable
+  work=$(mktemp -d -p /dev/shm wavepe-install.XXXXXX)
+else
+  work=$(mktemp -d)
+fi
+trap 'rm -rf "$work"; echo "--- removed the test environments [$(( $(date +%s) - t0 ))s]"' EXIT
+lap() { echo "--- $* [$(( $(date +%s) - t0 ))s]"; }
+
+quietly() {  # run a command with its output in a log, shown only when it fails
+  local log; log=$(mktemp -p "$work")
+  "$@" > "$log" 2>&1 || { cat "$log"; echo "failed: $*" >&2; exit 1; }
+}
+
+fresh_env() {  # a virtual environment holding torch==2.13.0 and nothing else
+  python3 -m venv "$1"
+  quietly "$1/bin/python" -m pip install "torch==2.13.0"
+}
+
+# check_ops ENV ORIGIN: the torch ops of the installed wavepe work, and came from ORIGIN
+check_ops() {
+  (cd "$work" && "$1/bin/python" - "$2" <<'PY'
+import sys
+import torch
+import wavepe
+import wavepe.ops as wo
+from wavepe.ops import _extension
+
+assert "site-packages" in wavepe.__file__, wavepe.__file__
+assert _extension.ORIGIN.startswith(sys.argv[1]), _extension.ORIGIN
+torch.manual_seed(0)
+B, H, H_kv, L, d = 2, 4, 2, 37, 16
+q = torch.randn(B, H, L, d, dtype=torch.float64, requires_grad=True)
+k = torch.randn(B, H_kv, L, d, dtype=torch.float64, requires_grad=True)
+v = torch.randn(B, H_kv, L, d, dtype=torch.float64, requires_grad=True)
+cfg = wavepe.WaveletConfig.grid(d)
+out = wo.wavelet_attention(q, k, v, cfg)
+grads = torch.autograd.grad(out.sum(), (q, k, v))
+# plain PyTorch: softmax(scale * (q k^T + bias)) v with the causal mask, bias from the bias op
+kr, vr = k.repeat_interleave(H // H_kv, 1), v.repeat_interleave(H // H_kv, 1)
+scores = (q @ kr.transpose(-1, -2) + wo.wavelet_bias(q, cfg)) / d ** 0.5
+scores = scores.masked_fill(torch.ones(L, L, dtype=torch.bool).triu(1), float("-inf"))
+ref = torch.softmax(scores, -1) @ vr
+ref_grads = torch.autograd.grad(ref.sum(), (q, k, v))
+torch.testing.assert_close(out, ref, rtol=1e-10, atol=1e-10)
+for g, r in zip(grads, ref_grads):
+    torch.testing.assert_close(g, r, rtol=1e-9, atol=1e-9)
+print(f"fused attention forward + backward ok (torch {torch.__version__}, ops {_extension.ORIGIN})")
+PY
+  )
+}
+
+lap "python -m build: sdist, then a wheel from it (both isolated, no torch)"
+"$PY" -m build --outdir "$work/dist" . > "$work/build.log" 2>&1 || { cat "$work/build.log"; exit 1; }
+whl=$(ls "$work"/dist/wavepe-*.whl)
+sdist=$(ls "$work"/dist/wavepe-*.tar.gz)
+echo "built $(basename "$sdist") ($(du -h "$sdist" | cut -f1)), $(basename "$whl") ($(du -h "$whl" | cut -f1))"
+"$PY" - "$whl" <<'PY'
+import sys, zipfile
+names = zipfile.ZipFile(sys.argv[1]).namelist()
+assert not [n for n in names if n.startswith("wavepe/_C.")], "the isolated wheel holds a wavepe._C: it saw a torch"
+for needed in ("wavepe/_csrc/torch/module.cpp", "wavepe/_csrc/core/isa.c", "wavepe/_build/recipe.py"):
+    assert needed in names, f"the wheel lacks {needed}"
+print(f"the wheel holds the sources of wavepe._C ({sum(n.startswith('wavepe/_csrc/') for n in names)} files), no wavepe._C")
+PY
+
+lap "1. the wheel into a fresh environment with only torch"
+fresh_env "$work/env-wheel"
+quietly "$work/env-wheel/bin/python" -m pip install "$whl"
+export WAVEPE_CACHE_DIR="$work/cache-wheel"
+check_ops "$work/env-wheel" "compiled at first use" 2> "$work/first-use.err" || { cat "$work/first-use.err"; exit 1; }
+cat "$work/first-use.err"
+grep -q "^wavepe: compiling the PyTorch ops for torch 2.13.0+cpu (once; cached in " "$work/first-use.err"
+grep -Eq "^wavepe: compiled the PyTorch ops \([0-9]+ files\) in [0-9]+ s" "$work/first-use.err"
+lap "   second process: from the cache, silently"
+check_ops "$work/env-wheel" "compiled at first use" 2> "$work/second.err"
+if [ -s "$work/second.err" ]; then cat "$work/second.err"; echo "the second import was not silent" >&2; exit 1; fi
+lap "   the main job after a plain install (progress bars and figures: tqdm and matplotlib came along)"
+(cd "$work" && env-wheel/bin/wavepe extrapolate --quick --steps 3 --train-len 16 --factors 1 2 --eval-tokens 64 \
+   --sliding-tokens 32 --hidden 32 --head-dim 16 --wavelet-scales 4 --layers 1 --encodings wavelet,rope \
+   --out run > extrapolate.log 2>&1) || { cat "$work/extrapolate.log"; exit 1; }
+for f in perplexity.png attention_2x.png loss_by_position.png results.json; do
+  [ -s "$work/run/$f" ] || { cat "$work/extrapolate.log"; echo "wavepe extrapolate wrote no $f" >&2; exit 1; }
+done
+"$work/env-wheel/bin/wavepe" info
+
+lap "2. the sdist into a fresh environment with only torch"
+fresh_env "$work/env-sdist"
+"$work/env-sdist/bin/python" -m pip install --no-cache-dir "$sdist" > "$work/sdist.log" 2>&1 \
+  || { cat "$work/sdist.log"; exit 1; }
+grep -q "Building wheel for wavepe" "$work/sdist.log" || { cat "$work/sdist.log"; echo "no build from the sdist" >&2; exit 1; }
+export WAVEPE_CACHE_DIR="$work/cache-sdist"
+check_ops "$work/env-sdist" "compiled at first use"
+
+lap "3. pip install --no-build-isolation . into a fresh environment with only torch"
+fresh_env "$work/env-own-torch"
+mkdir "$work/tree" && tar -xzf "$sdist" -C "$work/tree"
+tree=$(ls -d "$work"/tree/wavepe-*)
+if (cd "$tree" && "$work/env-own-torch/bin/python" -m pip install --no-build-isolation . > "$work/own.log" 2>&1); then
+  if "$work/env-own-torch/bin/python" -c "import numpy" 2>/dev/null; then
+    echo "(numpy came with torch here: the build needed nothing more)"
+  else
+    cat "$work/own.log"; echo "built without numpy?" >&2; exit 1
+  fi
+else
+  grep -A3 "wavepe: this build uses the environment's own build tools" "$work/own.log" \
+    || { cat "$work/own.log"; echo "the failure does not say what to install" >&2; exit 1; }
+  install_line=$(grep -o 'pip install "setuptools>=77" "numpy>=2.0"' "$work/own.log" | head -1)
+  [ -n "$install_line" ] || { cat "$work/own.log"; exit 1; }
+  lap "   installing what the message says: $install_line"
+  # shellcheck disable=SC2086
+  eval "quietly \"$work/env-own-torch/bin/\"$install_line"
+  (cd "$tree" && quietly "$work/env-own-torch/bin/python" -m pip install --no-build-isolation .)
+fi
+WAVEPE_JIT=0 check_ops "$work/env-own-torch" "built at install time"
+unset WAVEPE_CACHE_DIR
+lap "install checks done"

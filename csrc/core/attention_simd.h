@@ -1,0 +1,1059 @@
+/* attention_simd.h: the tiled attention kernels, written once (simd_type.h)
+ * and instantiated per ISA by attention_avx2.c / attention_avx512.c for float
+ * and double.
+ *
+ * Structure (BLIS-like): everything is loops around two register-blocked
+ * micro-kernels of MR = 6 rows x NR = 2 vectors:
+ *
+ *   mk_nt   C = init + A_packed . B_packed   A: 6 rows k-major [k][6],
+ *           B: a strip of NR columns k-major [k][NR] (q . k and q . T scores)
+ *   mk_gen  C += A . B, A read through (row, k) strides (row-major, or
+ *           transposed), B = rows of a row-major matrix (P V, dS K, P^T dO...)
+ *
+ * Queries are processed in groups of 6 rows against a key block of BN keys:
+ * scores (with the bias as the accumulators' initial value), the online
+ * softmax on those 6 rows, then P V -- all in L1.  The relative bias of a
+ * group is q . T over the window of distances the group can see, computed
+ * strip by strip of the packed table and only on the columns that hold a
+ * nonzero in that strip (scale-major wavelet grids: large distances touch
+ * only the high-scale columns); strips outside the support cost nothing.
+ */
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "attention_internal.h"
+#include "checked.h"
+#include "simd_type.h"
+
+#ifndef WAVEPE_ATTENTION_SIMD_ONCE
+#define WAVEPE_ATTENTION_SIMD_ONCE
+/* dst[r * ldd + i] = src[i * ks + r] for an 8 x 8 float block (AVX registers:
+ * available to every vector ISA of the core). */
+static inline void attn_transpose8x8_ps(const float *src, int64_t ks, float *dst, int64_t ldd) {
+    const __m256 r0 = _mm256_loadu_ps(src + 0 * ks), r1 = _mm256_loadu_ps(src + 1 * ks);
+    const __m256 r2 = _mm256_loadu_ps(src + 2 * ks), r3 = _mm256_loadu_ps(src + 3 * ks);
+    const __m256 r4 = _mm256_loadu_ps(src + 4 * ks), r5 = _mm256_loadu_ps(src + 5 * ks);
+    const __m256 r6 = _mm256_loadu_ps(src + 6 * ks), r7 = _mm256_loadu_ps(src + 7 * ks);
+    const __m256 t0 = _mm256_unpacklo_ps(r0, r1), t1 = _mm256_unpackhi_ps(r0, r1);
+    const __m256 t2 = _mm256_unpacklo_ps(r2, r3), t3 = _mm256_unpackhi_ps(r2, r3);
+    const __m256 t4 = _mm256_unpacklo_ps(r4, r5), t5 = _mm256_unpackhi_ps(r4, r5);
+    const __m256 t6 = _mm256_unpacklo_ps(r6, r7), t7 = _mm256_unpackhi_ps(r6, r7);
+    const __m256 u0 = _mm256_shuffle_ps(t0, t2, _MM_SHUFFLE(1, 0, 1, 0));
+    const __m256 u1 = _mm256_shuffle_ps(t0, t2, _MM_SHUFFLE(3, 2, 3, 2));
+    const __m256 u2 = _mm256_shuffle_ps(t1, t3, _MM_SHUFFLE(1, 0, 1, 0));
+    const __m256 u3 = _mm256_shuffle_ps(t1, t3, _MM_SHUFFLE(3, 2, 3, 2));
+    const __m256 u4 = _mm256_shuffle_ps(t4, t6, _MM_SHUFFLE(1, 0, 1, 0));
+    const __m256 u5 = _mm256_shuffle_ps(t4, t6, _MM_SHUFFLE(3, 2, 3, 2));
+    const __m256 u6 = _mm256_shuffle_ps(t5, t7, _MM_SHUFFLE(1, 0, 1, 0));
+    const __m256 u7 = _mm256_shuffle_ps(t5, t7, _MM_SHUFFLE(3, 2, 3, 2));
+    _mm256_storeu_ps(dst + 0 * ldd, _mm256_permute2f128_ps(u0, u4, 0x20));
+    _mm256_storeu_ps(dst + 1 * ldd, _mm256_permute2f128_ps(u1, u5, 0x20));
+    _mm256_storeu_ps(dst + 2 * ldd, _mm256_permute2f128_ps(u2, u6, 0x20));
+    _mm256_storeu_ps(dst + 3 * ldd, _mm256_permute2f128_ps(u3, u7, 0x20));
+    _mm256_storeu_ps(dst + 4 * ldd, _mm256_permute2f128_ps(u0, u4, 0x31));
+    _mm256_storeu_ps(dst + 5 * ldd, _mm256_permute2f128_ps(u1, u5, 0x31));
+    _mm256_storeu_ps(dst + 6 * ldd, _mm256_permute2f128_ps(u2, u6, 0x31));
+    _mm256_storeu_ps(dst + 7 * ldd, _mm256_permute2f128_ps(u3, u7, 0x31));
+}
+
+/* The same for a 4 x 4 double block. */
+static inline void attn_transpose4x4_pd(const double *src, int64_t ks, double *dst, int64_t ldd) {
+    const __m256d r0 = _mm256_loadu_pd(src), r1 = _mm256_loadu_pd(src + ks);
+    const __m256d r2 = _mm256_loadu_pd(src + 2 * ks), r3 = _mm256_loadu_pd(src + 3 * ks);
+    const __m256d t0 = _mm256_unpacklo_pd(r0, r1), t1 = _mm256_unpackhi_pd(r0, r1);
+    const __m256d t2 = _mm256_unpacklo_pd(r2, r3), t3 = _mm256_unpackhi_pd(r2, r3);
+    _mm256_storeu_pd(dst + 0 * ldd, _mm256_permute2f128_pd(t0, t2, 0x20));
+    _mm256_storeu_pd(dst + 1 * ldd, _mm256_permute2f128_pd(t1, t3, 0x20));
+    _mm256_storeu_pd(dst + 2 * ldd, _mm256_permute2f128_pd(t0, t2, 0x31));
+    _mm256_storeu_pd(dst + 3 * ldd, _mm256_permute2f128_pd(t1, t3, 0x31));
+}
+#endif
+
+/* Tiles of this type (attention_internal.h): micro-tile MR x NR, NR = 2 vectors. */
+#define NR (2 * VL)
+#if defined(WP_TYPE_F32)
+#define ATTN_FBM ATTN_FBM_F32
+#define ATTN_FBN ATTN_FBN_F32
+#define ATTN_BBM ATTN_BBM_F32
+#define ATTN_BBN ATTN_BBN_F32
+#define ATTN_TB 8 /* transpose block */
+#define attn_transpose_block attn_transpose8x8_ps
+#else
+#define ATTN_FBM ATTN_FBM_F64
+#define ATTN_FBN ATTN_FBN_F64
+#define ATTN_BBM ATTN_BBM_F64
+#define ATTN_BBN ATTN_BBN_F64
+#define ATTN_TB 4
+#define attn_transpose_block attn_transpose4x4_pd
+#endif
+
+/* out[c*NR + lane] = src[lane*ks + c] for NR rows (lanes) and d columns:
+ * register transposes of ATTN_TB x ATTN_TB blocks, scalar for the last
+ * d % ATTN_TB columns. */
+static void FN(transpose_strip)(T *restrict out, const T *src, int64_t ks, int64_t d) {
+    int64_t c0 = 0;
+    for (; c0 + ATTN_TB <= d; c0 += ATTN_TB)
+        for (int g = 0; g < NR / ATTN_TB; ++g)
+            attn_transpose_block(src + g * ATTN_TB * ks + c0, ks, out + c0 * NR + g * ATTN_TB, NR);
+    for (; c0 < d; ++c0)
+        for (int lane = 0; lane < NR; ++lane) out[c0 * NR + lane] = src[lane * ks + c0];
+}
+
+/* ATTN_FBM x ATTN_FBN forward blocks, ATTN_BBM x ATTN_BBN backward blocks */
+#define ATTN_BNMAX (ATTN_FBN > ATTN_BBN ? ATTN_FBN : ATTN_BBN)
+#define ATTN_SLD (ATTN_BNMAX + NR)           /* score / P / dS tile row stride */
+#define ATTN_GLD (ATTN_BNMAX + 2 * NR + 64)  /* bias window row stride */
+#define ATTN_ALD (ATTN_BNMAX + NR)           /* ALiBi row stride */
+
+/* ---- horizontal reductions and masks -------------------------------------- */
+
+/* lanes where j0 + lane < jv */
+static inline MT FN(lanes_below)(int64_t j0, int64_t jv) { return M(first)(jv - j0); }
+
+/* ---- micro-kernels -------------------------------------------------------------- */
+
+/* C[t][0..NR) = init[t][0..NR) (or 0) + sum_k ap[k*6 + t] * bp[k*NR + 0..NR), t < 6. */
+static inline void FN(mk_nt)(int64_t kc, const T *restrict ap, const T *restrict bp, T *restrict c, int64_t ldc,
+                             const T *const *init) {
+    VT c00, c01, c10, c11, c20, c21, c30, c31, c40, c41, c50, c51;
+    if (init != NULL) {
+        c00 = V(loadu)(init[0]), c01 = V(loadu)(init[0] + VL);
+        c10 = V(loadu)(init[1]), c11 = V(loadu)(init[1] + VL);
+        c20 = V(loadu)(init[2]), c21 = V(loadu)(init[2] + VL);
+        c30 = V(loadu)(init[3]), c31 = V(loadu)(init[3] + VL);
+        c40 = V(loadu)(init[4]), c41 = V(loadu)(init[4] + VL);
+        c50 = V(loadu)(init[5]), c51 = V(loadu)(init[5] + VL);
+    } else {
+        c00 = c01 = c10 = c11 = c20 = c21 = c30 = c31 = c40 = c41 = c50 = c51 = V(zero)();
+    }
+    for (int64_t k = 0; k < kc; ++k) {
+        const VT b0 = V(loadu)(bp), b1 = V(loadu)(bp + VL);
+        VT a;
+        a = V(bcast)(ap + 0), c00 = V(fmadd)(a, b0, c00), c01 = V(fmadd)(a, b1, c01);
+        a = V(bcast)(ap + 1), c10 = V(fmadd)(a, b0, c10), c11 = V(fmadd)(a, b1, c11);
+        a = V(bcast)(ap + 2), c20 = V(fmadd)(a, b0, c20), c21 = V(fmadd)(a, b1, c21);
+        a = V(bcast)(ap + 3), c30 = V(fmadd)(a, b0, c30), c31 = V(fmadd)(a, b1, c31);
+        a = V(bcast)(ap + 4), c40 = V(fmadd)(a, b0, c40), c41 = V(fmadd)(a, b1, c41);
+        a = V(bcast)(ap + 5), c50 = V(fmadd)(a, b0, c50), c51 = V(fmadd)(a, b1, c51);
+        ap += ATTN_MR;
+        bp += NR;
+    }
+    V(storeu)(c + 0 * ldc, c00), V(storeu)(c + 0 * ldc + VL, c01);
+    V(storeu)(c + 1 * ldc, c10), V(storeu)(c + 1 * ldc + VL, c11);
+    V(storeu)(c + 2 * ldc, c20), V(storeu)(c + 2 * ldc + VL, c21);
+    V(storeu)(c + 3 * ldc, c30), V(storeu)(c + 3 * ldc + VL, c31);
+    V(storeu)(c + 4 * ldc, c40), V(storeu)(c + 4 * ldc + VL, c41);
+    V(storeu)(c + 5 * ldc, c50), V(storeu)(c + 5 * ldc + VL, c51);
+}
+
+/* C[t][0..NR) += sum_k a[t*a_st + k*a_sk] * b[k*b_sk + 0..NR) for t < rows (1..6).
+ * Columns >= cols of b are read as 0 (masked loads: b may be a caller's row of
+ * length < NR).  C is scratch with NR columns per row. */
+static inline void FN(mk_gen)(int64_t kc, const T *a, int64_t a_st, int64_t a_sk, const T *b, int64_t b_sk, int cols,
+                              T *c, int64_t ldc, int rows) {
+    const T *a0 = a, *a1 = rows > 1 ? a + a_st : a, *a2 = rows > 2 ? a + 2 * a_st : a;
+    const T *a3 = rows > 3 ? a + 3 * a_st : a, *a4 = rows > 4 ? a + 4 * a_st : a, *a5 = rows > 5 ? a + 5 * a_st : a;
+    VT c00, c01, c10, c11, c20, c21, c30, c31, c40, c41, c50, c51;
+    c00 = c01 = c10 = c11 = c20 = c21 = c30 = c31 = c40 = c41 = c50 = c51 = V(zero)();
+#define MK_GEN_STEP(B0, B1)                                                                       \
+    do {                                                                                          \
+        const int64_t o = k * a_sk;                                                               \
+        const VT b0 = (B0), b1 = (B1);                                                            \
+        VT av;                                                                                    \
+        av = V(bcast)(a0 + o), c00 = V(fmadd)(av, b0, c00), c01 = V(fmadd)(av, b1, c01);                 \
+        av = V(bcast)(a1 + o), c10 = V(fmadd)(av, b0, c10), c11 = V(fmadd)(av, b1, c11);                 \
+        av = V(bcast)(a2 + o), c20 = V(fmadd)(av, b0, c20), c21 = V(fmadd)(av, b1, c21);                 \
+        av = V(bcast)(a3 + o), c30 = V(fmadd)(av, b0, c30), c31 = V(fmadd)(av, b1, c31);                 \
+        av = V(bcast)(a4 + o), c40 = V(fmadd)(av, b0, c40), c41 = V(fmadd)(av, b1, c41);                 \
+        av = V(bcast)(a5 + o), c50 = V(fmadd)(av, b0, c50), c51 = V(fmadd)(av, b1, c51);                 \
+    } while (0)
+    if (cols >= NR) {
+        for (int64_t k = 0; k < kc; ++k) MK_GEN_STEP(V(loadu)(b + k * b_sk), V(loadu)(b + k * b_sk + VL));
+    } else {
+        const int64_t n0 = cols, n1 = cols - VL; /* lanes to read (loadu_n clamps) */
+        for (int64_t k = 0; k < kc; ++k)
+            MK_GEN_STEP(V(loadu_n)(b + k * b_sk, n0), V(loadu_n)(b + k * b_sk + VL, n1));
+    }
+#undef MK_GEN_STEP
+#define MK_GEN_ACC(t, x0, x1)                                                                     \
+    if (rows > t) {                                                                               \
+        V(storeu)(c + t * ldc, V(add)(V(loadu)(c + t * ldc), x0));                                   \
+        V(storeu)(c + t * ldc + VL, V(add)(V(loadu)(c + t * ldc + VL), x1));                         \
+    }
+    MK_GEN_ACC(0, c00, c01)
+    MK_GEN_ACC(1, c10, c11)
+    MK_GEN_ACC(2, c20, c21)
+    MK_GEN_ACC(3, c30, c31)
+    MK_GEN_ACC(4, c40, c41)
+    MK_GEN_ACC(5, c50, c51)
+#undef MK_GEN_ACC
+}
+
+/* ---- packing ------------------------------------------------------------------------- */
+
+/* dst[c*6 + t] = scale * rows[t][c] for t < nrows, 0 for the other rows. */
+static void FN(pack_rows)(T *restrict dst, const T *const *rows, int nrows, int64_t d, T scale) {
+    for (int64_t c = 0; c < d; ++c)
+        for (int t = 0; t < ATTN_MR; ++t) dst[c * ATTN_MR + t] = t < nrows ? scale * rows[t][c] : (T)0;
+}
+
+/* Keys [0, nk) of a row-major (stride ks) matrix into strips of NR keys,
+ * k-major: dst[(s*d + c)*NR + lane] = src[(s*NR + lane)*ks + c]; keys past nk
+ * are zero. */
+static void FN(pack_strips)(T *restrict dst, const T *src, int64_t ks, int64_t nk, int64_t d) {
+    const int64_t nstrip = (nk + NR - 1) / NR;
+    for (int64_t s = 0; s < nstrip; ++s) {
+        T *out = dst + s * d * NR;
+        const int64_t lanes = nk - s * NR < NR ? nk - s * NR : NR;
+        if (lanes == NR) {
+            FN(transpose_strip)(out, src + s * NR * ks, ks, d);
+            continue;
+        }
+        for (int64_t c = 0; c < d; ++c)
+            for (int64_t lane = 0; lane < NR; ++lane)
+                out[c * NR + lane] = lane < lanes ? src[(s * NR + lane) * ks + c] : (T)0;
+    }
+}
+
+/* Rows [0, nk) of a row-major matrix (stride vs, d columns) as column panels
+ * of NR: dst[(s*ldp + j)*NR + c] = src[j*vs + s*NR + c], zero past column d.
+ * The panels are the contiguous B operand of P V-type products.  Rows whose
+ * additive key mask kpm[j] is not 0 (padded keys; kpm may be NULL) are packed
+ * as zeros: a masked key's value or key never reaches a product, whatever it
+ * holds (0 * NaN would). */
+static void FN(pack_panels)(T *restrict dst, int64_t ldp, const T *src, int64_t vs, int64_t nk, int64_t d,
+                            const T *kpm) {
+    const int64_t full = d / NR, rest = d - full * NR;
+    for (int64_t j = 0; j < nk; ++j) {
+        const T *row = src + j * vs;
+        if (kpm != NULL && kpm[j] != (T)0) {
+            for (int64_t st = 0; st <= full; ++st) {
+                if (st == full && !rest) break;
+                T *o = dst + (st * ldp + j) * NR;
+                V(storeu)(o, V(zero)());
+                V(storeu)(o + VL, V(zero)());
+            }
+            continue;
+        }
+        for (int64_t st = 0; st < full; ++st) {
+            T *o = dst + (st * ldp + j) * NR;
+            V(storeu)(o, V(loadu)(row + st * NR));
+            V(storeu)(o + VL, V(loadu)(row + st * NR + VL));
+        }
+        if (rest) {
+            T *o = dst + (full * ldp + j) * NR;
+            V(storeu)(o, V(loadu_n)(row + full * NR, rest));
+            V(storeu)(o + VL, V(loadu_n)(row + full * NR + VL, rest - VL));
+        }
+    }
+}
+
+/* ---- shared state of one unit of work ------------------------------------------------- */
+
+typedef struct {
+    const wavepe_attention_plan *p;
+    T *qp;     /* packed scaled query groups [group][d][6] */
+    T *kp;     /* packed key strips of the current block */
+    T *vp;     /* forward: value panels; backward: packed value strips */
+    T *dop;    /* backward: packed dout groups */
+    T *s;      /* scores / P: rows x ATTN_SLD */
+    T *ds;     /* backward: dP / dS: BM x ATTN_SLD */
+    T *g;      /* bias window (and its gradient): 6 x ATTN_GLD */
+    T *al;     /* ALiBi rows: 6 x ATTN_ALD */
+    T *kpm;    /* key block's additive mask: 0 or -inf */
+    T *o;      /* accumulators: rows x dpad */
+    T *mst, *lst; /* online softmax max and sum per row */
+    T *dqa, *dka, *dva; /* backward accumulators */
+    T *dgt;    /* backward: skewed dS tile for the table gradient */
+    T *qr;     /* narrow decoding groups: scaled query rows, 2 x dpad */
+    T *zr;     /* a row of dpad zeros (table rows outside the table) */
+    T *kpan, *qpan, *dopan; /* backward: K block, Q block, dO block as column panels */
+    double *dvec; /* backward: D per query row */
+    void *block;
+} FN(work);
+
+typedef struct {
+    int rows;                /* valid rows, 1..6 */
+    int64_t pos[ATTN_MR];    /* query positions */
+    T slope[ATTN_MR];        /* ALiBi slope of each row's head */
+    const T *qp;             /* packed scaled rows [d][6] */
+    const T *qr;             /* narrow groups (rows <= 2): scaled rows, stride dpad; else NULL */
+} FN(group);
+
+typedef struct {
+    int64_t n0, nk;          /* first key, keys in the block */
+    const T *k, *v;          /* rows of key n0 */
+    int64_t ks, vs;          /* row strides */
+    int masked;              /* key padding present: w->kpm holds the mask */
+} FN(kblock);
+
+static int64_t FN(floor_div)(int64_t a, int64_t b) { return a >= 0 ? a / b : -((-a + b - 1) / b); }
+
+/* Keys of the block each row sees (jv), returns their maximum. */
+static int64_t FN(valid_keys)(const wavepe_attention_plan *p, const FN(group) * g, const FN(kblock) * kb,
+                              int64_t jv[ATTN_MR]) {
+    int64_t jmax = 0;
+    for (int t = 0; t < ATTN_MR; ++t) {
+        int64_t v = 0;
+        if (t < g->rows) {
+            v = kb->nk;
+            if (p->a.causal) {
+                const int64_t lim = g->pos[t] - kb->n0 + 1;
+                v = lim < 0 ? 0 : (lim < v ? lim : v);
+            }
+        }
+        jv[t] = v;
+        if (v > jmax) jmax = v;
+    }
+    return jmax;
+}
+
+/* Window of packed table rows the group's (row, key) pairs map to:
+ * p(t, j) = pr_hi - pos_t + n0 + j.  Returns 0 when no table row is touched. */
+static int FN(table_window)(const wavepe_attention_plan *p, const FN(group) * g, const FN(kblock) * kb,
+                            const int64_t jv[ATTN_MR], int64_t jmax, int64_t *p_first, int64_t *p_last) {
+    if (p->prows == 0) return 0;
+    int64_t pmin = INT64_MAX, pmax = INT64_MIN;
+    for (int t = 0; t < g->rows; ++t) {
+        if (jv[t] == 0) continue;
+        if (g->pos[t] > pmax) pmax = g->pos[t];
+        if (g->pos[t] < pmin) pmin = g->pos[t];
+    }
+    if (pmax == INT64_MIN) return 0;
+    *p_first = p->pr_hi - pmax + kb->n0;
+    *p_last = p->pr_hi - pmin + kb->n0 + jmax - 1;
+    return !(*p_last < 0 || *p_first >= p->prows);
+}
+
+/* Bias of a group against a key block: init[t] points at row t's bias for
+ * keys 0.. (at least jmax rounded up to NR of them); returns 0 for no bias. */
+static int FN(group_bias)(FN(work) * w, const FN(group) * g, const FN(kblock) * kb, const int64_t jv[ATTN_MR],
+                          int64_t jmax, const T *init[ATTN_MR]) {
+    const wavepe_attention_plan *p = w->p;
+    const int64_t d = p->a.d, nstrip = (jmax + NR - 1) / NR;
+    int has_init = 0;
+    int t_ok = 0; /* a row that has keys: stands in for those that have none */
+    while (t_ok < ATTN_MR - 1 && jv[t_ok] == 0) ++t_ok;
+    int64_t p_first, p_last;
+    if (p->bias == ATTN_BIAS_TABLE && FN(table_window)(p, g, kb, jv, jmax, &p_first, &p_last)) {
+        const int64_t p_base = FN(floor_div)(p_first, NR) * NR;
+        const int64_t s_lo = p_first < 0 ? 0 : p_first / NR;
+        const int64_t s_hi = (p_last < p->prows ? p_last : p->prows - 1) / NR;
+        int any = 0;
+        for (int64_t st = s_lo; st <= s_hi; ++st) any |= p->strip_chi[st] > p->strip_clo[st];
+        if (any) {
+            const int64_t width = p_last - p_base + 1 + NR;
+            for (int t = 0; t < ATTN_MR; ++t)
+                for (int64_t j = 0; j < width; j += VL) V(storeu)(w->g + t * ATTN_GLD + j, V(zero)());
+            const T *tp = (const T *)p->tpack;
+            for (int64_t st = s_lo; st <= s_hi; ++st) {
+                const int64_t clo = p->strip_clo[st], chi = p->strip_chi[st];
+                if (chi <= clo) continue;
+                FN(mk_nt)(chi - clo, g->qp + clo * ATTN_MR, tp + (st * d + clo) * NR, w->g + (st * NR - p_base),
+                          ATTN_GLD, NULL);
+            }
+            for (int t = 0; t < ATTN_MR; ++t) {
+                const int tt = jv[t] > 0 ? t : t_ok;
+                init[t] = w->g + t * ATTN_GLD + (p->pr_hi - g->pos[tt] + kb->n0 - p_base);
+            }
+            has_init = 1;
+        }
+    } else if (p->bias == ATTN_BIAS_ALIBI) {
+        for (int t = 0; t < ATTN_MR; ++t) {
+            const int tt = jv[t] > 0 ? t : t_ok;
+            T *row = w->al + t * ATTN_ALD;
+            const VT ns = V(set1)(-g->slope[tt]);
+            for (int64_t j = 0; j < nstrip * NR; j += VL) {
+                /* |pos - n0 - j - lane|: exact while positions stay below 2^24 (float) */
+                const VT r = V(sub)(V(set1)((T)(g->pos[tt] - kb->n0 - j)), V(iota)());
+                V(storeu)(row + j, V(mul)(ns, V(abs)(r)));
+            }
+            init[t] = row;
+        }
+        has_init = 1;
+    }
+    return has_init;
+}
+
+/* Scores of a group against a key block into s (6 rows, stride lds), up to
+ * jmax rounded to NR; bias included.  Rows/keys past jv hold finite junk. */
+static void FN(group_scores)(FN(work) * w, const FN(group) * g, const FN(kblock) * kb, const int64_t jv[ATTN_MR],
+                             int64_t jmax, T *s, int64_t lds) {
+    const int64_t d = w->p->a.d, nstrip = (jmax + NR - 1) / NR;
+    const T *init[ATTN_MR];
+    const int has_init = FN(group_bias)(w, g, kb, jv, jmax, init);
+    for (int64_t st = 0; st < nstrip; ++st) {
+        const T *ini[ATTN_MR];
+        if (has_init)
+            for (int t = 0; t < ATTN_MR; ++t) ini[t] = init[t] + st * NR;
+        FN(mk_nt)(d, g->qp, w->kp + st * d * NR, s + st * NR, lds, has_init ? ini : NULL);
+    }
+}
+
+/* VL scores q . k_j of one query row against VL consecutive key rows (rows
+ * past nk repeat the last one), reduced across lanes into one vector. */
+static inline VT FN(dot_keys)(const T *q, const T *k, int64_t ks, int64_t nk, int64_t d) {
+    const T *kr[VL];
+    for (int i = 0; i < VL; ++i) kr[i] = k + (i < nk ? i : nk - 1) * ks;
+    VT acc[VL];
+    for (int i = 0; i < VL; ++i) acc[i] = V(zero)();
+    int64_t c = 0;
+    for (; c + VL <= d; c += VL) {
+        const VT qv = V(loadu)(q + c);
+        for (int i = 0; i < VL; ++i) acc[i] = V(fmadd)(qv, V(loadu)(kr[i] + c), acc[i]);
+    }
+    if (c < d) {
+        const VT qv = V(loadu_n)(q + c, d - c);
+        for (int i = 0; i < VL; ++i) acc[i] = V(fmadd)(qv, V(loadu_n)(kr[i] + c, d - c), acc[i]);
+    }
+    return V(reduce_lanes)(acc);
+}
+
+/* q . T[p] for VL consecutive packed table rows p0 .. p0 + VL - 1 (rows
+ * outside the table are zero), over the columns that can be nonzero there. */
+static inline VT FN(dot_table)(const wavepe_attention_plan *p, const T *q, int64_t p0, const T *zero_row) {
+    const int64_t pa = p0 < 0 ? 0 : p0, pb = p0 + VL - 1 < p->prows ? p0 + VL - 1 : p->prows - 1;
+    if (pa > pb) return V(zero)();
+    int64_t clo = INT64_MAX, chi = 0;
+    for (int64_t st = pa / NR; st <= pb / NR; ++st)
+        if (p->strip_chi[st] > p->strip_clo[st]) {
+            clo = p->strip_clo[st] < clo ? p->strip_clo[st] : clo;
+            chi = p->strip_chi[st] > chi ? p->strip_chi[st] : chi;
+        }
+    if (chi <= clo) return V(zero)();
+    const T *rows[VL];
+    for (int i = 0; i < VL; ++i) {
+        const int64_t r = p0 + i;
+        rows[i] = (r >= 0 && r < p->prows ? (const T *)p->trow + r * p->dpad : zero_row) + clo;
+    }
+    VT acc[VL];
+    for (int i = 0; i < VL; ++i) acc[i] = V(zero)();
+    const int64_t len = chi - clo;
+    int64_t c = 0;
+    for (; c + VL <= len; c += VL) {
+        const VT qv = V(loadu)(q + clo + c);
+        for (int i = 0; i < VL; ++i) acc[i] = V(fmadd)(qv, V(loadu)(rows[i] + c), acc[i]);
+    }
+    if (c < len) {
+        const VT qv = V(loadu_n)(q + clo + c, len - c);
+        for (int i = 0; i < VL; ++i) acc[i] = V(fmadd)(qv, V(loadu_n)(rows[i] + c, len - c), acc[i]);
+    }
+    return V(reduce_lanes)(acc);
+}
+
+/* Scores of a narrow group (1 or 2 rows, decoding) straight from the key and
+ * table rows: no packing, no idle micro-kernel rows. */
+static void FN(narrow_scores)(FN(work) * w, const FN(group) * g, const FN(kblock) * kb, const int64_t jv[ATTN_MR],
+                              int64_t jmax, T *s, int64_t lds) {
+    const wavepe_attention_plan *p = w->p;
+    const int64_t d = p->a.d, dpad = p->dpad;
+    const T *init[ATTN_MR];
+    const int table = p->bias == ATTN_BIAS_TABLE && p->prows > 0;
+    const int has_init = table ? 0 : FN(group_bias)(w, g, kb, jv, jmax, init);
+    for (int t = 0; t < g->rows; ++t) {
+        if (jv[t] == 0) continue;
+        const T *q = g->qr + t * dpad;
+        const int64_t p0 = p->pr_hi - g->pos[t] + kb->n0;
+        for (int64_t j = 0; j < jv[t]; j += VL) {
+            VT x = FN(dot_keys)(q, kb->k + j * kb->ks, kb->ks, jv[t] - j, d);
+            if (has_init) x = V(add)(x, V(loadu)(init[t] + j));
+            if (table) x = V(add)(x, FN(dot_table)(p, q, p0 + j, w->zr));
+            V(storeu)(s + t * lds + j, x);
+        }
+    }
+}
+
+/* o[0..d) += sum_j p[j] v_j for one row, 8 vectors of columns at a time. */
+static void FN(row_pv)(const T *p, int64_t nk, const T *v, int64_t vs, int64_t d, T *o, const T *kpm) {
+    if (kpm != NULL) { /* padded keys never reach the product (their values may be anything) */
+        for (int64_t j = 0; j < nk; ++j)
+            if (kpm[j] == (T)0) FN(row_pv)(p + j, 1, v + j * vs, vs, d, o, NULL);
+        return;
+    }
+    int64_t c0 = 0;
+    for (; c0 + 8 * VL <= d; c0 += 8 * VL) {
+        VT acc[8];
+        for (int i = 0; i < 8; ++i) acc[i] = V(loadu)(o + c0 + i * VL);
+        for (int64_t j = 0; j < nk; ++j) {
+            const VT a = V(bcast)(p + j);
+            const T *vr = v + j * vs + c0;
+            for (int i = 0; i < 8; ++i) acc[i] = V(fmadd)(a, V(loadu)(vr + i * VL), acc[i]);
+        }
+        for (int i = 0; i < 8; ++i) V(storeu)(o + c0 + i * VL, acc[i]);
+    }
+    for (; c0 < d; c0 += NR) {
+        const int cols = d - c0 < NR ? (int)(d - c0) : NR;
+        FN(mk_gen)(nk, p, 0, 1, v + c0, vs, cols, o + c0, 0, 1);
+    }
+}
+
+/* C[t] += sum_{j < jv[t]} A[t][j] B[j] for the rows t < g->rows of a group:
+ * the keys every row sees in one register-blocked product, the few keys of
+ * the causal diagonal that only some rows see row by row, so that a key a
+ * row cannot see never meets that row (its B row may be NaN or inf, and
+ * 0 * NaN is NaN).  B is column panels of NR (pack_panels, ldp keys each). */
+static void FN(rows_times_panels)(const FN(group) * g, const int64_t jv[ATTN_MR], const T *a, int64_t lda,
+                                  const T *panels, int64_t ldp, int64_t d, T *c, int64_t ldc) {
+    int64_t jmin = INT64_MAX;
+    for (int t = 0; t < g->rows; ++t) jmin = jv[t] < jmin ? jv[t] : jmin;
+    if (jmin > 0)
+        for (int64_t c0 = 0; c0 < d; c0 += NR)
+            FN(mk_gen)(jmin, a, lda, 1, panels + c0 * ldp, NR, NR, c + c0, ldc, g->rows);
+    for (int t = 0; t < g->rows; ++t)
+        if (jv[t] > jmin)
+            for (int64_t c0 = 0; c0 < d; c0 += NR)
+                FN(mk_gen)(jv[t] - jmin, a + t * lda + jmin, 0, 1, panels + c0 * ldp + jmin * NR, NR, NR,
+                           c + t * ldc + c0, 0, 1);
+}
+
+/* ---- forward -------------------------------------------------------------------------------- */
+
+/* Online softmax update of a group's rows with one key block, then O += P V. */
+static void FN(group_forward)(FN(work) * w, const FN(group) * g, const FN(kblock) * kb, T *mst, T *lst, T *o) {
+    const wavepe_attention_plan *p = w->p;
+    const int64_t d = p->a.d, dpad = p->dpad;
+    int64_t jv[ATTN_MR];
+    const int64_t jmax = FN(valid_keys)(p, g, kb, jv);
+    if (jmax == 0) return;
+    T *s = w->s;
+    if (g->qr != NULL) FN(narrow_scores)(w, g, kb, jv, jmax, s, ATTN_SLD);
+    else FN(group_scores)(w, g, kb, jv, jmax, s, ATTN_SLD);
+    const int64_t jround = (jmax + VL - 1) / VL * VL;
+    const VT ninf = V(set1)(-(T)INFINITY);
+    for (int t = 0; t < ATTN_MR; ++t) {
+        T *row = s + t * ATTN_SLD;
+        const int64_t n = jv[t];
+        if (n == 0) {
+            for (int64_t j = 0; j < jround; j += VL) V(storeu)(row + j, V(zero)());
+            continue;
+        }
+        /* masked lanes become -inf by selection (never arithmetic: a masked
+         * score may be NaN); a NaN among the visible scores makes the row NaN,
+         * as the softmax of the formula does (x86 max would drop it) */
+        VT vmax = ninf;
+        MT any_nan = M(first)(0), any_kept = M(first)(0);
+        for (int64_t j = 0; j < n; j += VL) {
+            VT x = V(loadu)(row + j);
+            MT keep = FN(lanes_below)(j, n);
+            if (kb->masked) keep = M(and)(keep, V(cmpeq)(V(loadu)(w->kpm + j), V(zero)()));
+            x = V(blend)(keep, ninf, x);
+            V(storeu)(row + j, x);
+            any_nan = M(or)(any_nan, V(isnan)(x));
+            any_kept = M(or)(any_kept, keep);
+            vmax = V(max)(vmax, x);
+        }
+        const T mx = M(bits)(any_nan) ? (T)NAN : V(hmax)(vmax);
+        const T m_old = mst[t];
+        const T m_new = mx > m_old || mx != mx ? mx : m_old;
+        if (m_new == -(T)INFINITY) {
+            /* visible keys whose scores are all -inf (an infinite k or bias):
+             * mark the row with a sum of -0.0, which finish_rows (and the
+             * split-N combine) turn into NaN unless a finite score follows */
+            if (M(bits)(any_kept)) lst[t] = -(T)0;
+            for (int64_t j = 0; j < jround; j += VL) V(storeu)(row + j, V(zero)());
+            continue;
+        }
+        const VT vm = V(set1)(m_new);
+        VT vsum = V(zero)();
+        for (int64_t j = 0; j < n; j += VL) {
+            const VT e = V(exp_softmax)(V(sub)(V(loadu)(row + j), vm)); /* masked lanes: exp(-inf) = 0 */
+            V(storeu)(row + j, e);
+            vsum = V(add)(vsum, e);
+        }
+        for (int64_t j = (n + VL - 1) / VL * VL; j < jround; j += VL) V(storeu)(row + j, V(zero)());
+        const T corr = (T)exp((double)(m_old - m_new));
+        lst[t] = lst[t] * corr + V(hsum)(vsum);
+        if (corr != (T)1) {
+            const VT vc = V(set1)(corr);
+            T *orow = o + t * dpad;
+            for (int64_t c = 0; c < dpad; c += VL) V(storeu)(orow + c, V(mul)(V(loadu)(orow + c), vc));
+        }
+        mst[t] = m_new;
+    }
+    if (g->qr != NULL) {
+        for (int t = 0; t < g->rows; ++t)
+            if (jv[t] > 0)
+                FN(row_pv)(s + t * ATTN_SLD, jv[t], kb->v, kb->vs, d, o + t * dpad, kb->masked ? w->kpm : NULL);
+        return;
+    }
+    FN(rows_times_panels)(g, jv, s, ATTN_SLD, w->vp, ATTN_FBN, d, o, dpad);
+}
+
+/* Additive key-padding mask of keys [n0, n0 + nk) of batch b into w->kpm;
+ * returns the number of keys left visible. */
+static int64_t FN(load_kpm)(FN(work) * w, int64_t b, int64_t n0, int64_t nk) {
+    const wavepe_attention_args *a = &w->p->a;
+    const uint8_t *mask = a->key_padding_mask + b * a->kpm_stride + n0;
+    int64_t visible = 0;
+    for (int64_t j = 0; j < nk; ++j) {
+        w->kpm[j] = mask[j] ? -(T)INFINITY : (T)0;
+        visible += mask[j] == 0;
+    }
+    for (int64_t j = nk; j < (nk + NR - 1) / NR * NR; ++j) w->kpm[j] = (T)0;
+    return visible;
+}
+
+/* Run the groups of rows [0, nrows) (state in w->o, w->mst, w->lst) over keys
+ * [n_begin, n_end) of (b, hk), key block by key block. */
+static void FN(rows_over_keys)(FN(work) * w, FN(group) * groups, int64_t ngroups, int64_t b, int64_t hk,
+                               int64_t n_begin, int64_t n_end) {
+    const wavepe_attention_plan *p = w->p;
+    const wavepe_attention_args *a = &p->a;
+    const int64_t d = a->d, dpad = p->dpad;
+    int64_t pos_max = INT64_MIN;
+    for (int64_t gi = 0; gi < ngroups; ++gi)
+        for (int t = 0; t < groups[gi].rows; ++t)
+            if (groups[gi].pos[t] > pos_max) pos_max = groups[gi].pos[t];
+    if (a->causal && pos_max + 1 < n_end) n_end = pos_max + 1;
+    const T *kbase = (const T *)a->k + attn_off(a->k_strides, b, hk, 0);
+    const T *vbase = (const T *)a->v + attn_off(a->v_strides, b, hk, 0);
+    for (int64_t n0 = n_begin; n0 < n_end; n0 += ATTN_FBN) {
+        FN(kblock) kb;
+        kb.n0 = n0;
+        kb.nk = n_end - n0 < ATTN_FBN ? n_end - n0 : ATTN_FBN;
+        kb.k = kbase + n0 * a->k_strides[2];
+        kb.v = vbase + n0 * a->v_strides[2];
+        kb.ks = a->k_strides[2];
+        kb.vs = a->v_strides[2];
+        kb.masked = a->key_padding_mask != NULL;
+        if (kb.masked && FN(load_kpm)(w, b, n0, kb.nk) == 0) continue;
+        int wide = 0;
+        for (int64_t gi = 0; gi < ngroups; ++gi) wide |= groups[gi].qr == NULL;
+        if (wide) {
+            FN(pack_strips)(w->kp, kb.k, kb.ks, kb.nk, d);
+            FN(pack_panels)(w->vp, ATTN_FBN, kb.v, kb.vs, kb.nk, d, kb.masked ? w->kpm : NULL);
+        }
+        for (int64_t gi = 0; gi < ngroups; ++gi)
+            FN(group_forward)(w, &groups[gi], &kb, w->mst + gi * ATTN_MR, w->lst + gi * ATTN_MR,
+                              w->o + gi * ATTN_MR * dpad);
+    }
+}
+
+static void FN(work_free)(FN(work) * w) { attn_aligned_free(w->block); }
+
+/* Carve the scratch of one thread out of a single allocation. */
+static int FN(work_alloc)(FN(work) * w, const wavepe_attention_plan *p, int64_t rows) {
+    memset(w, 0, sizeof(*w));
+    w->p = p;
+    const int64_t d = p->a.d, dpad = p->dpad;
+    const int64_t rpad = (rows + ATTN_MR - 1) / ATTN_MR * ATTN_MR;
+    const int64_t bwd = p->backward;
+    const int64_t dgt_ld = ATTN_BBM + ATTN_BBN + 2 * NR;
+    int64_t sizes[22] = {
+        rpad * d,                           /* qp */
+        ATTN_BNMAX * d,                     /* kp */
+        bwd ? ATTN_BBN * d : ATTN_FBN * dpad, /* vp */
+        bwd ? rpad * d : 0,                 /* dop */
+        (bwd ? ATTN_BBM : ATTN_MR) * ATTN_SLD, /* s */
+        bwd ? ATTN_BBM * ATTN_SLD : 0,      /* ds */
+        ATTN_MR * ATTN_GLD,                 /* g */
+        ATTN_MR * ATTN_ALD,                 /* al */
+        ATTN_BNMAX + NR,                    /* kpm */
+        bwd ? 0 : rpad * dpad,              /* o */
+        rpad, rpad,                         /* mst, lst */
+        bwd ? ATTN_BBM * dpad : 0,          /* dqa */
+        bwd ? ATTN_BBN * dpad : 0,          /* dka */
+        bwd ? ATTN_BBN * dpad : 0,          /* dva */
+        bwd && p->a.dtable != NULL ? ATTN_BBM * dgt_ld : 0, /* dgt */
+        bwd ? (p->a.m + 1) * (int64_t)(sizeof(double) / sizeof(T)) : 0, /* dvec */
+        2 * dpad,                           /* qr */
+        dpad,                               /* zr */
+        bwd ? ATTN_BBN * dpad : 0,          /* kpan */
+        bwd ? ATTN_BBM * dpad : 0,          /* qpan */
+        bwd ? ATTN_BBM * dpad : 0,          /* dopan */
+    };
+    int64_t total = 0;
+    for (int i = 0; i < 22; ++i) {
+        sizes[i] = (sizes[i] + 15) / 16 * 16; /* 64-byte aligned pieces */
+        if (wavepe_add_overflow(total, sizes[i], &total)) return WAVEPE_E_OVERFLOW;
+    }
+    if ((uint64_t)total > (uint64_t)PTRDIFF_MAX / sizeof(T)) return WAVEPE_E_OVERFLOW;
+    T *base = attn_aligned_alloc((size_t)total * sizeof(T));
+    if (base == NULL) return WAVEPE_E_NOMEM;
+    w->block = base;
+    T **slots[22] = {&w->qp,  &w->kp,  &w->vp, &w->dop, &w->s,  &w->ds,   &w->g,    &w->al,
+                     &w->kpm, &w->o,   &w->mst, &w->lst, &w->dqa, &w->dka, &w->dva, &w->dgt,
+                     NULL,    &w->qr,  &w->zr, &w->kpan, &w->qpan, &w->dopan};
+    for (int i = 0; i < 22; ++i) {
+        if (slots[i] != NULL) *slots[i] = sizes[i] ? base : NULL;
+        else w->dvec = sizes[i] ? (double *)base : NULL;
+        base += sizes[i];
+    }
+    /* finite contents everywhere: junk lanes are read (and ignored) */
+    memset(w->block, 0, (size_t)total * sizeof(T));
+    return WAVEPE_OK;
+}
+
+/* Start the online softmax of rows [0, rows). */
+static void FN(state_reset)(FN(work) * w, int64_t rows) {
+    const int64_t dpad = w->p->dpad, rpad = (rows + ATTN_MR - 1) / ATTN_MR * ATTN_MR;
+    memset(w->o, 0, sizeof(T) * (size_t)(rpad * dpad));
+    for (int64_t i = 0; i < rpad; ++i) {
+        w->mst[i] = -(T)INFINITY;
+        w->lst[i] = (T)0;
+    }
+}
+
+/* Query rows of one head: pack them scaled into groups. */
+static void FN(pack_query_groups)(FN(work) * w, FN(group) * groups, int64_t b, int64_t h, int64_t m0,
+                                  int64_t rows) {
+    const wavepe_attention_plan *p = w->p;
+    const wavepe_attention_args *a = &p->a;
+    const int64_t d = a->d;
+    const T *qbase = (const T *)a->q + attn_off(a->q_strides, b, h, m0);
+    const T slope = p->bias == ATTN_BIAS_ALIBI ? ((const T *)a->slopes)[h] : (T)0;
+    for (int64_t gi = 0; gi * ATTN_MR < rows; ++gi) {
+        FN(group) *g = &groups[gi];
+        const T *rp[ATTN_MR];
+        g->rows = rows - gi * ATTN_MR < ATTN_MR ? (int)(rows - gi * ATTN_MR) : ATTN_MR;
+        for (int t = 0; t < ATTN_MR; ++t) {
+            const int64_t i = gi * ATTN_MR + (t < g->rows ? t : 0);
+            rp[t] = qbase + i * a->q_strides[2];
+            g->pos[t] = a->q_offset + m0 + i;
+            g->slope[t] = slope;
+        }
+        T *dst = w->qp + gi * ATTN_MR * d;
+        FN(pack_rows)(dst, rp, g->rows, d, (T)a->scale);
+        g->qp = dst;
+        g->qr = NULL;
+    }
+}
+
+/* out = O / l, lse = m + log l for rows of one head. */
+static void FN(finish_rows)(FN(work) * w, int64_t b, int64_t h, int64_t m0, int64_t rows, const T *o,
+                            const T *mst, const T *lst) {
+    const wavepe_attention_args *a = &w->p->a;
+    const int64_t d = a->d, dpad = w->p->dpad;
+    T *out = (T *)a->out + attn_off(a->out_strides, b, h, m0);
+    T *lse = (T *)a->lse + (b * a->heads + h) * a->m + m0;
+    for (int64_t i = 0; i < rows; ++i) {
+        T l = lst[i];
+        if (l == (T)0 && signbit(l)) l = (T)NAN; /* keys seen, every score -inf: 0/0 */
+        const int any = l > (T)0 || l != l;
+        const T inv = any ? (T)1 / l : (T)0;
+        for (int64_t c = 0; c < d; ++c) out[i * a->out_strides[2] + c] = o[i * dpad + c] * inv;
+        lse[i] = any ? (T)((double)mst[i] + log((double)l)) : -(T)INFINITY;
+    }
+}
+
+int FN(attn_fwd_tiled)(wavepe_attention_plan *p, int64_t begin, int64_t end) {
+    const wavepe_attention_args *a = &p->a;
+    FN(work) w;
+    int status = FN(work_alloc)(&w, p, ATTN_FBM);
+    if (status != WAVEPE_OK) return status;
+    FN(group) groups[ATTN_FBM / ATTN_MR];
+    for (int64_t u = begin; u < end; ++u) {
+        /* zigzag the query blocks so that a contiguous range of units mixes
+         * cheap (early) and expensive (late) causal blocks */
+        const int64_t bh = u / p->nqb, z = u % p->nqb;
+        const int64_t qi = z % 2 == 0 ? z / 2 : p->nqb - 1 - z / 2;
+        const int64_t b = bh / a->heads, h = bh % a->heads, hk = h / p->hg;
+        const int64_t m0 = qi * ATTN_FBM, rows = a->m - m0 < ATTN_FBM ? a->m - m0 : ATTN_FBM;
+        const int64_t ngroups = (rows + ATTN_MR - 1) / ATTN_MR;
+        FN(pack_query_groups)(&w, groups, b, h, m0, rows);
+        FN(state_reset)(&w, rows);
+        FN(rows_over_keys)(&w, groups, ngroups, b, hk, 0, a->n);
+        FN(finish_rows)(&w, b, h, m0, rows, w.o, w.mst, w.lst);
+    }
+    FN(work_free)(&w);
+    return WAVEPE_OK;
+}
+
+/* Split-N decoding: unit (b, hk, chunk) runs every query row of the kv
+ * head's query heads over one chunk of keys and leaves (acc, max, sum). */
+int FN(attn_fwd_decode)(wavepe_attention_plan *p, int64_t begin, int64_t end) {
+    const wavepe_attention_args *a = &p->a;
+    const int64_t d = a->d, dpad = p->dpad, M = a->m, C = p->nchunks;
+    const int64_t rows = p->hg * M, ngroups = (rows + ATTN_MR - 1) / ATTN_MR;
+    FN(work) w;
+    int status = FN(work_alloc)(&w, p, rows);
+    if (status != WAVEPE_OK) return status;
+    FN(group) *groups = malloc(sizeof(FN(group)) * (size_t)(ngroups > 0 ? ngroups : 1));
+    if (groups == NULL) {
+        FN(work_free)(&w);
+        return WAVEPE_E_NOMEM;
+    }
+    for (int64_t u = begin; u < end; ++u) {
+        const int64_t c = u % C, bk = u / C, hk = bk % a->kv_heads, b = bk / a->kv_heads;
+        for (int64_t gi = 0; gi < ngroups; ++gi) {
+            FN(group) *g = &groups[gi];
+            const T *rp[ATTN_MR];
+            g->rows = rows - gi * ATTN_MR < ATTN_MR ? (int)(rows - gi * ATTN_MR) : ATTN_MR;
+            for (int t = 0; t < ATTN_MR; ++t) {
+                const int64_t i = gi * ATTN_MR + (t < g->rows ? t : 0);
+                const int64_t h = hk * p->hg + i / M, m = i % M;
+                rp[t] = (const T *)a->q + attn_off(a->q_strides, b, h, m);
+                g->pos[t] = a->q_offset + m;
+                g->slope[t] = p->bias == ATTN_BIAS_ALIBI ? ((const T *)a->slopes)[h] : (T)0;
+            }
+            T *dst = w.qp + gi * ATTN_MR * d;
+            FN(pack_rows)(dst, rp, g->rows, d, (T)a->scale);
+            g->qp = dst;
+            g->qr = NULL;
+            if (rows <= 2) { /* narrow: one or two query rows against the chunk */
+                for (int t = 0; t < g->rows; ++t)
+                    for (int64_t c = 0; c < d; ++c) w.qr[t * dpad + c] = (T)a->scale * rp[t][c];
+                g->qr = w.qr;
+            }
+        }
+        FN(state_reset)(&w, rows);
+        const int64_t n_begin = c * p->chunk;
+        const int64_t n_end = n_begin + p->chunk < a->n ? n_begin + p->chunk : a->n;
+        FN(rows_over_keys)(&w, groups, ngroups, b, hk, n_begin, n_end);
+        for (int64_t i = 0; i < rows; ++i) {
+            const int64_t h = hk * p->hg + i / M, m = i % M;
+            T *dst = (T *)p->partial + (((b * a->heads + h) * M + m) * C + c) * (dpad + 2);
+            memcpy(dst, w.o + i * dpad, sizeof(T) * (size_t)dpad);
+            dst[dpad] = w.mst[i];
+            dst[dpad + 1] = w.lst[i];
+        }
+    }
+    free(groups);
+    FN(work_free)(&w);
+    return WAVEPE_OK;
+}
+
+/* ---- backward ------------------------------------------------------------------------------ */
+
+/* One (query block, key block) tile of the backward for head h. */
+static void FN(tile_backward)(FN(work) * w, FN(group) * groups, int64_t b, int64_t h, int64_t m0, int64_t rows,
+                              const FN(kblock) * kb, T *dt_slot, double *dslope) {
+    const wavepe_attention_plan *p = w->p;
+    const wavepe_attention_args *a = &p->a;
+    const int64_t d = a->d, dpad = p->dpad, ngroups = (rows + ATTN_MR - 1) / ATTN_MR;
+    const T scale = (T)a->scale;
+    const T *lse = (const T *)a->lse + (b * a->heads + h) * a->m + m0;
+    int64_t jvb = 0, t_first = rows;
+    int64_t jv_all[ATTN_BBM];
+    for (int64_t gi = 0; gi < ngroups; ++gi) {
+        const int64_t jm = FN(valid_keys)(p, &groups[gi], kb, jv_all + gi * ATTN_MR);
+        if (jm > jvb) jvb = jm;
+    }
+    if (jvb == 0) return;
+    for (int64_t t = 0; t < rows; ++t)
+        if (jv_all[t] > 0) {
+            t_first = t;
+            break;
+        }
+    const int64_t jbround = (jvb + VL - 1) / VL * VL;
+    memset(w->dqa, 0, sizeof(T) * (size_t)(ngroups * ATTN_MR * dpad));
+    const VT ninf = V(set1)(-(T)INFINITY);
+    for (int64_t gi = 0; gi < ngroups; ++gi) {
+        const FN(group) *g = &groups[gi];
+        const int64_t *jv = jv_all + gi * ATTN_MR;
+        T *ps = w->s + gi * ATTN_MR * ATTN_SLD, *dss = w->ds + gi * ATTN_MR * ATTN_SLD;
+        int64_t jmax = 0;
+        for (int t = 0; t < ATTN_MR; ++t) jmax = jv[t] > jmax ? jv[t] : jmax;
+        if (jmax == 0) {
+            for (int t = 0; t < ATTN_MR; ++t)
+                for (int64_t j = 0; j < jbround; j += VL) {
+                    V(storeu)(ps + t * ATTN_SLD + j, V(zero)());
+                    V(storeu)(dss + t * ATTN_SLD + j, V(zero)());
+                }
+            continue;
+        }
+        FN(group_scores)(w, g, kb, jv, jmax, ps, ATTN_SLD);
+        const int64_t nstrip = (jmax + NR - 1) / NR;
+        const T *dop = w->dop + gi * ATTN_MR * d;
+        for (int64_t st = 0; st < nstrip; ++st)
+            FN(mk_nt)(d, dop, w->vp + st * d * NR, dss + st * NR, ATTN_SLD, NULL);
+        VT vslope = V(zero)();
+        for (int t = 0; t < ATTN_MR; ++t) {
+            T *prow = ps + t * ATTN_SLD, *drow = dss + t * ATTN_SLD;
+            const int64_t n = jv[t], i = gi * ATTN_MR + t;
+            int64_t j = 0;
+            if (n > 0 && lse[i] != -(T)INFINITY) {
+                const VT vl = V(set1)(lse[i]), vD = V(set1)((T)w->dvec[m0 + i]), vs = V(set1)(scale);
+                for (; j < n; j += VL) {
+                    /* masked lanes: P = dS = 0 by selection (their scores and
+                     * dO . v may be NaN) */
+                    MT keep = FN(lanes_below)(j, n);
+                    if (kb->masked) keep = M(and)(keep, V(cmpeq)(V(loadu)(w->kpm + j), V(zero)()));
+                    const VT x = V(blend)(keep, ninf, V(loadu)(prow + j));
+                    const VT pr = V(exp_softmax)(V(sub)(x, vl));
+                    const VT ds = V(blend)(keep, V(zero)(), V(mul)(pr, V(sub)(V(loadu)(drow + j), vD)));
+                    V(storeu)(prow + j, pr);
+                    V(storeu)(drow + j, V(mul)(ds, vs));
+                    if (p->bias == ATTN_BIAS_ALIBI && dslope != NULL) {
+                        const VT r = V(sub)(V(set1)((T)(g->pos[t] - kb->n0 - j)), V(iota)());
+                        vslope = V(fmadd)(ds, V(abs)(r), vslope);
+                    }
+                }
+            }
+            for (; j < jbround; j += VL) {
+                V(storeu)(prow + j, V(zero)());
+                V(storeu)(drow + j, V(zero)());
+            }
+        }
+        if (dslope != NULL) *dslope -= (double)V(hsum)(vslope);
+        /* dq += dS K */
+        T *dqa = w->dqa + gi * ATTN_MR * dpad;
+        FN(rows_times_panels)(g, jv, dss, ATTN_SLD, w->kpan, ATTN_BBN, d, dqa, dpad);
+        /* dq += dS T: the dS rows skewed onto the window of table rows */
+        int64_t p_first, p_last;
+        if (p->bias == ATTN_BIAS_TABLE && FN(table_window)(p, g, kb, jv, jmax, &p_first, &p_last)) {
+            const int64_t p_base = FN(floor_div)(p_first, NR) * NR;
+            const int64_t width = p_last - p_base + 1 + NR;
+            const int64_t s_lo = p_first < 0 ? 0 : p_first / NR;
+            const int64_t s_hi = (p_last < p->prows ? p_last : p->prows - 1) / NR;
+            for (int t = 0; t < ATTN_MR; ++t) {
+                T *grow = w->g + t * ATTN_GLD;
+                for (int64_t j = 0; j < width; j += VL) V(storeu)(grow + j, V(zero)());
+                if (jv[t] > 0) memcpy(grow + (p->pr_hi - g->pos[t] + kb->n0 - p_base), dss + t * ATTN_SLD,
+                                      sizeof(T) * (size_t)jv[t]);
+            }
+            const T *trow = (const T *)p->trow;
+            for (int64_t st = s_lo; st <= s_hi;) {
+                const int32_t clo = p->strip_clo[st], chi = p->strip_chi[st];
+                int64_t st_end = st + 1;
+                while (st_end <= s_hi && p->strip_clo[st_end] == clo && p->strip_chi[st_end] == chi) ++st_end;
+                if (chi > clo) {
+                    const int64_t k0 = st * NR > p_first ? st * NR : p_first;
+                    const int64_t k1 = st_end * NR < p_last + 1 ? st_end * NR : p_last + 1;
+                    for (int64_t c0 = clo / NR * NR; c0 < chi; c0 += NR)
+                        FN(mk_gen)(k1 - k0, w->g + (k0 - p_base), ATTN_GLD, 1, trow + k0 * dpad + c0, dpad, NR,
+                                   dqa + c0, dpad, g->rows);
+                }
+                st = st_end;
+            }
+        }
+    }
+    /* dV += P^T dO, dK += dS^T Q over the block's rows */
+    const int64_t kt = rows - t_first;
+    for (int64_t s0 = 0; s0 < jvb; s0 += ATTN_MR) {
+        const int rr = jvb - s0 < ATTN_MR ? (int)(jvb - s0) : ATTN_MR;
+        for (int64_t c0 = 0; c0 < d; c0 += NR) {
+            const int64_t pan = c0 * ATTN_BBM + t_first * NR;
+            FN(mk_gen)(kt, w->s + t_first * ATTN_SLD + s0, 1, ATTN_SLD, w->dopan + pan, NR, NR,
+                       w->dva + s0 * dpad + c0, dpad, rr);
+            FN(mk_gen)(kt, w->ds + t_first * ATTN_SLD + s0, 1, ATTN_SLD, w->qpan + pan, NR, NR,
+                       w->dka + s0 * dpad + c0, dpad, rr);
+        }
+    }
+    /* dT[p] += sum_t dS[t][j(p, t)] q_t over the tile's window */
+    if (dt_slot != NULL && p->prows > 0) {
+        const int64_t pos_lo = a->q_offset + m0 + t_first, pos_hi = a->q_offset + m0 + rows - 1;
+        const int64_t P_first = p->pr_hi - pos_hi + kb->n0, P_last = p->pr_hi - pos_lo + kb->n0 + jvb - 1;
+        const int64_t pa = P_first < 0 ? 0 : P_first, pb = P_last < p->prows ? P_last : p->prows - 1;
+        if (pa <= pb) {
+            const int64_t ldg = ATTN_BBM + ATTN_BBN + 2 * NR, width = P_last - P_first + 1 + ATTN_MR;
+            for (int64_t t = t_first; t < rows; ++t) {
+                T *grow = w->dgt + t * ldg;
+                memset(grow, 0, sizeof(T) * (size_t)width);
+                const int64_t pos = a->q_offset + m0 + t;
+                if (jv_all[t] > 0)
+                    memcpy(grow + (p->pr_hi - pos + kb->n0 - P_first), w->ds + t * ATTN_SLD,
+                           sizeof(T) * (size_t)jv_all[t]);
+            }
+            for (int64_t p0 = pa; p0 <= pb; p0 += ATTN_MR) {
+                const int rr = pb - p0 + 1 < ATTN_MR ? (int)(pb - p0 + 1) : ATTN_MR;
+                for (int64_t c0 = 0; c0 < d; c0 += NR)
+                    FN(mk_gen)(kt, w->dgt + t_first * ldg + (p0 - P_first), 1, ldg,
+                               w->qpan + c0 * ATTN_BBM + t_first * NR, NR, NR, dt_slot + p0 * dpad + c0, dpad, rr);
+            }
+        }
+    }
+    /* the tile's dq into the head's dq */
+    T *dq = (T *)a->dq + ((b * a->heads + h) * a->m + m0) * d;
+    for (int64_t t = 0; t < rows; ++t)
+        for (int64_t c = 0; c < d; ++c) dq[t * d + c] += w->dqa[t * dpad + c];
+}
+
+/* Backward of the (b, h) unit, key blocks outer (FlashAttention-2): dq of
+ * head h, its dk/dv contribution accumulated per key block. */
+static void FN(unit_backward)(FN(work) * w, FN(group) * groups, int64_t unit, T *dt_slot) {
+    const wavepe_attention_plan *p = w->p;
+    const wavepe_attention_args *a = &p->a;
+    const int64_t d = a->d, dpad = p->dpad, M = a->m, N = a->n;
+    const int64_t b = unit / a->heads, h = unit % a->heads, hk = h / p->hg;
+    T *dk = (T *)attn_dk_dest(p, b, h), *dv = (T *)attn_dv_dest(p, b, h);
+    memset(dk, 0, sizeof(T) * (size_t)(N * d));
+    memset(dv, 0, sizeof(T) * (size_t)(N * d));
+    const T *kbase = (const T *)a->k + attn_off(a->k_strides, b, hk, 0);
+    const T *vbase = (const T *)a->v + attn_off(a->v_strides, b, hk, 0);
+    T *dq = (T *)a->dq + (b * a->heads + h) * M * d;
+    memset(dq, 0, sizeof(T) * (size_t)(M * d));
+    for (int64_t m = 0; m < M; ++m) {
+        const T *orow = (const T *)a->out + attn_off(a->out_strides, b, h, m);
+        const T *gorow = (const T *)a->dout + attn_off(a->dout_strides, b, h, m);
+        double s = 0.0;
+        for (int64_t c = 0; c < d; ++c) s += (double)orow[c] * (double)gorow[c];
+        if (a->dlse != NULL) s -= (double)((const T *)a->dlse)[(b * a->heads + h) * M + m];
+        w->dvec[m] = s;
+    }
+    double dslope = 0.0;
+    for (int64_t n0 = 0; n0 < N; n0 += ATTN_BBN) {
+        FN(kblock) kb;
+        kb.n0 = n0;
+        kb.nk = N - n0 < ATTN_BBN ? N - n0 : ATTN_BBN;
+        kb.k = kbase + n0 * a->k_strides[2];
+        kb.v = vbase + n0 * a->v_strides[2];
+        kb.ks = a->k_strides[2];
+        kb.vs = a->v_strides[2];
+        kb.masked = a->key_padding_mask != NULL;
+        if (kb.masked && FN(load_kpm)(w, b, n0, kb.nk) == 0) continue;
+        /* the first query block with a row that can see key n0 */
+        int64_t i0 = 0;
+        if (a->causal) {
+            const int64_t mfirst = n0 - a->q_offset;
+            if (mfirst >= M) break;
+            i0 = mfirst > 0 ? mfirst / ATTN_BBM : 0;
+        }
+        FN(pack_strips)(w->kp, kb.k, kb.ks, kb.nk, d);
+        FN(pack_strips)(w->vp, kb.v, kb.vs, kb.nk, d);
+        FN(pack_panels)(w->kpan, ATTN_BBN, kb.k, kb.ks, kb.nk, d, kb.masked ? w->kpm : NULL);
+        memset(w->dka, 0, sizeof(T) * (size_t)(ATTN_BBN * dpad));
+        memset(w->dva, 0, sizeof(T) * (size_t)(ATTN_BBN * dpad));
+        for (int64_t qi = i0; qi < p->nqb; ++qi) {
+            const int64_t m0 = qi * ATTN_BBM, rows = M - m0 < ATTN_BBM ? M - m0 : ATTN_BBM;
+            FN(pack_query_groups)(w, groups, b, h, m0, rows);
+            for (int64_t gi = 0; gi * ATTN_MR < rows; ++gi) {
+                const T *rp[ATTN_MR];
+                const int gr = groups[gi].rows;
+                for (int t = 0; t < ATTN_MR; ++t)
+                    rp[t] = (const T *)a->dout +
+                            attn_off(a->dout_strides, b, h, m0 + gi * ATTN_MR + (t < gr ? t : 0));
+                FN(pack_rows)(w->dop + gi * ATTN_MR * d, rp, gr, d, (T)1);
+            }
+            FN(pack_panels)(w->qpan, ATTN_BBM, (const T *)a->q + attn_off(a->q_strides, b, h, m0),
+                            a->q_strides[2], rows, d, NULL);
+            FN(pack_panels)(w->dopan, ATTN_BBM, (const T *)a->dout + attn_off(a->dout_strides, b, h, m0),
+                            a->dout_strides[2], rows, d, NULL);
+            FN(tile_backward)(w, groups, b, h, m0, rows, &kb, dt_slot, p->dslope_partial ? &dslope : NULL);
+        }
+        for (int64_t j = 0; j < kb.nk; ++j)
+            for (int64_t c = 0; c < d; ++c) {
+                dk[(n0 + j) * d + c] += w->dka[j * dpad + c];
+                dv[(n0 + j) * d + c] += w->dva[j * dpad + c];
+            }
+    }
+    if (p->dslope_partial != NULL) p->dslope_partial[b * a->heads + h] = dslope;
+}
+
+int FN(attn_bwd)(wavepe_attention_plan *p, int64_t begin, int64_t end) {
+    FN(work) w;
+    int status = FN(work_alloc)(&w, p, ATTN_BBM);
+    if (status != WAVEPE_OK) return status;
+    FN(group) groups[ATTN_BBM / ATTN_MR];
+    for (int64_t slot = begin; slot < end; ++slot) {
+        T *dt_slot = p->dt_partial != NULL ? (T *)p->dt_partial + slot * p->dt_rows * p->dt_cols : NULL;
+        for (int64_t unit = slot; unit < p->nunits; unit += p->nslots) FN(unit_backward)(&w, groups, unit, dt_slot);
+    }
+    FN(work_free)(&w);
+    return WAVEPE_OK;
+}
+
+#undef ATTN_BNMAX
+#undef ATTN_SLD
+#undef ATTN_GLD
+#undef ATTN_ALD
+#undef NR
+#undef ATTN_FBM
+#undef ATTN_FBN
+#undef ATTN_BBM
+#undef ATTN_BBN
+#undef ATTN_TB
+#undef attn_transpose_block
+#include "simd_type_end.h"

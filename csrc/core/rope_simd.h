@@ -1,0 +1,194 @@
+/* rope_simd.h: RoPE on vectors, written once (simd_type.h) and instantiated
+ * per ISA by rope_avx2.c / rope_avx512.c for float and double.
+ *
+ * Same rows and tables as the scalar kernels (rope_rows.h).  Per row:
+ *   1. the cos/sin table of its positions: angles pos * inv_freq in double,
+ *      a vector sincos (vecmath.h; libm beyond its argument range), times
+ *      scale, sin negated for the inverse;
+ *   2. a sequential sweep over every head of q and k: two loads, two FMAs and
+ *      two stores per vector, so the op runs at memory speed.
+ * In layout INTERLEAVED the table holds one entry per element,
+ * c = (cos, cos), s = (-sin, +sin) per pair, so that
+ * y = x * c + swap_pairs(x) * s is one shuffle and one FMA per vector.
+ * Every output element is a*c - round(b*s) or b*c + round(a*s) with one fused
+ * rounding, in the vector body and in the scalar tails alike.
+ */
+#include <math.h>
+#include <string.h>
+
+#include "rope.h"
+#include "rope_rows.h"
+#include "simd_type.h"
+
+#ifndef WAVEPE_ROPE_SIMD_ONCE
+#define WAVEPE_ROPE_SIMD_ONCE
+#define BLOCK WAVEPE_ROPE_POS_BLOCK
+#define CHUNK WAVEPE_ROPE_PAIR_CHUNK
+
+/* Inputs this large stream from memory; each head's run of block rows starts
+ * on fresh pages, so the next head's row is prefetched while the current one
+ * is rotated (below).  Stores stay ordinary: non-temporal stores were ~10%
+ * faster into reused output memory, but 10-20% slower into freshly mapped
+ * pages (the kernel zeroes them through the cache, and a streaming store
+ * then evicts those dirty lines: two writes per line), which is what a large
+ * torch.empty from glibc's allocator hands out on every call. */
+#define LARGE_MIN_BYTES ((int64_t)32 << 20)
+
+static int rope_is_large(const wavepe_rope_args *a, int64_t elem) {
+    const double bytes = (double)a->batch * (double)(a->q.heads + a->k.heads) * (double)a->len *
+                         (double)a->head_dim * (double)elem;
+    return bytes >= (double)LARGE_MIN_BYTES;
+}
+
+/* The head vector (b, h + 1, l), or the first k head after the last q head:
+ * prefetched while (b, h, l) is rotated, so that each head's run of block
+ * rows (a new pair of pages) starts warm instead of waiting for the hardware
+ * prefetcher to pick the new stream up (up to ~10% in A/B runs into reused
+ * output memory; within the noise into fresh pages). */
+static inline void rope_prefetch_next_head(const wavepe_rope_args *a, int t, int64_t b, int64_t h, int64_t l,
+                                           int64_t elem) {
+    const wavepe_rope_tensor *ten = t == 0 ? &a->q : &a->k;
+    const char *next;
+    if (h + 1 < ten->heads) next = (const char *)ten->in + rope_in_at(ten, b, h + 1, l) * elem;
+    else if (t == 0 && a->k.heads > 0) next = (const char *)a->k.in + rope_in_at(&a->k, b, 0, l) * elem;
+    else return;
+    for (int64_t off = 0; off < a->head_dim * elem; off += 64) _mm_prefetch(next + off, _MM_HINT_T0);
+}
+#endif
+
+/* sin and cos of the VL angles pos * f[0 .. VL), formed in double; libm for
+ * lanes beyond the vector reduction's range. */
+static inline void FN(sincos)(double pos, const double *f, VT *s, VT *c) {
+    const vf64 vpos = vf64_set1(pos), lim = vf64_set1(WP_SINCOS_MAX_ARG);
+#if defined(WP_TYPE_F32)
+    const vf64 lo = vf64_mul(vpos, vf64_loadu(f)), hi = vf64_mul(vpos, vf64_loadu(f + WP_VL_F64));
+    const unsigned big = mf64_bits(vf64_cmpge(vf64_abs(lo), lim)) | mf64_bits(vf64_cmpge(vf64_abs(hi), lim)) |
+                         mf64_bits(vf64_isnan(lo)) | mf64_bits(vf64_isnan(hi));
+    if (!big) {
+        vf32_sincos_from_f64(lo, hi, s, c);
+        return;
+    }
+#else
+    const vf64 ang = vf64_mul(vpos, vf64_loadu(f));
+    if (!(mf64_bits(vf64_cmpge(vf64_abs(ang), lim)) | mf64_bits(vf64_isnan(ang)))) {
+        vf64_sincos(ang, s, c);
+        return;
+    }
+#endif
+    _Alignas(64) T sv[VL], cv[VL];
+    for (int i = 0; i < VL; ++i) {
+        const double x = pos * f[i];
+        sv[i] = (T)sin(x);
+        cv[i] = (T)cos(x);
+    }
+    *s = V(load)(sv);
+    *c = V(load)(cv);
+}
+
+typedef struct FN(table) {
+    _Alignas(64) T c[BLOCK][2 * CHUNK];
+    _Alignas(64) T s[BLOCK][2 * CHUNK];
+} FN(table);
+
+static void FN(build_table)(const wavepe_rope_args *a, const rope_row *r, int64_t i0, int64_t nc, FN(table) * t) {
+    const VT scale = V(set1)((T)a->scale);
+    const VT sin_flip = V(set1)(a->inverse ? (T)-0.0 : (T)0.0);
+    const VT pair_sign = V(interleave_lo)(V(set1)((T)-0.0), V(zero)()); /* (-0, +0) per pair */
+    const double *inv = a->inv_freq + i0;
+    _Alignas(64) double inv_tail[VL] = {0};
+    const int64_t full = nc / VL * VL;
+    if (nc > full) memcpy(inv_tail, inv + full, (size_t)(nc - full) * sizeof(double));
+    for (int64_t p = 0; p < r->n; ++p) {
+        const double pos = rope_position(a, r->b, r->l0 + p);
+        for (int64_t i = 0; i < nc; i += VL) {
+            const double *f = i < full ? inv + i : inv_tail; /* zero-padded tail: same code path */
+            VT s, c;
+            FN(sincos)(pos, f, &s, &c);
+            c = V(mul)(c, scale);
+            s = V(xor)(V(mul)(s, scale), sin_flip);
+            if (a->layout == WAVEPE_ROPE_HALF) {
+                V(store)(&t->c[p][i], c);
+                V(store)(&t->s[p][i], s);
+            } else {
+                V(store)(&t->c[p][2 * i], V(interleave_lo)(c, c));
+                V(store)(&t->c[p][2 * i + VL], V(interleave_hi)(c, c));
+                V(store)(&t->s[p][2 * i], V(xor)(V(interleave_lo)(s, s), pair_sign));
+                V(store)(&t->s[p][2 * i + VL], V(xor)(V(interleave_hi)(s, s), pair_sign));
+            }
+        }
+    }
+}
+
+static inline void FN(rotate_half)(const T *x, T *y, int64_t half, int64_t i0, int64_t nc, const T *c, const T *s) {
+    const T *xa = x + i0, *xb = x + half + i0;
+    T *ya = y + i0, *yb = y + half + i0;
+    int64_t i = 0;
+    for (; i + VL <= nc; i += VL) {
+        const VT va = V(loadu)(xa + i), vb = V(loadu)(xb + i);
+        const VT vc = V(load)(c + i), vs = V(load)(s + i);
+        V(storeu)(ya + i, V(fmsub)(va, vc, V(mul)(vb, vs)));
+        V(storeu)(yb + i, V(fmadd)(vb, vc, V(mul)(va, vs)));
+    }
+    for (; i < nc; ++i) {
+        const T va = xa[i], vb = xb[i];
+        ya[i] = T_FMA(va, c[i], -(vb * s[i]));
+        yb[i] = T_FMA(vb, c[i], va * s[i]);
+    }
+}
+
+static inline void FN(rotate_interleaved)(const T *x, T *y, int64_t i0, int64_t nc, const T *c, const T *s) {
+    const T *xo = x + 2 * i0;
+    T *yo = y + 2 * i0;
+    const int64_t n = 2 * nc;
+    int64_t j = 0;
+    for (; j + VL <= n; j += VL) {
+        const VT v = V(loadu)(xo + j);
+        V(storeu)(yo + j, V(fmadd)(v, V(load)(c + j), V(mul)(V(swap_pairs)(v), V(load)(s + j))));
+    }
+    for (; j < n; j += 2) {
+        const T va = xo[j], vb = xo[j + 1];
+        yo[j] = T_FMA(va, c[j], vb * s[j]);
+        yo[j + 1] = T_FMA(vb, c[j + 1], va * s[j + 1]);
+    }
+}
+
+static inline void FN(pass_row)(const rope_pass *p, T scale, const T *x, T *y) {
+    if (x == y && scale == (T)1) return;
+    for (int64_t j = p->lo1; j < p->hi1; ++j) y[j] = x[j] * scale;
+    for (int64_t j = p->lo2; j < p->hi2; ++j) y[j] = x[j] * scale;
+}
+
+void FN(wavepe_rope)(const wavepe_rope_args *a, int64_t row_begin, int64_t row_end) {
+    FN(table) table;
+    const rope_pass pass = rope_passthrough(a);
+    const T scale = (T)a->scale;
+    const int large = rope_is_large(a, (int64_t)sizeof(T));
+    const int64_t half = a->head_dim / 2;
+    const wavepe_rope_tensor *tensors[2] = {&a->q, &a->k};
+    for (int64_t row = row_begin; row < row_end; ++row) {
+        const rope_row r = rope_row_at(a, row);
+        for (int64_t i0 = 0; i0 == 0 || i0 < a->rotary_pairs; i0 += CHUNK) {
+            const int64_t left = a->rotary_pairs - i0;
+            const int64_t nc = left < CHUNK ? left : CHUNK;
+            FN(build_table)(a, &r, i0, nc, &table);
+            for (int t = 0; t < 2; ++t) {
+                const wavepe_rope_tensor *ten = tensors[t];
+                for (int64_t h = 0; h < ten->heads; ++h) {
+                    for (int64_t p = 0; p < r.n; ++p) {
+                        const int64_t l = r.l0 + p;
+                        const T *x = (const T *)ten->in + rope_in_at(ten, r.b, h, l);
+                        T *y = (T *)ten->out + rope_out_at(ten, r.b, h, l);
+                        if (large) rope_prefetch_next_head(a, t, r.b, h, l, (int64_t)sizeof(T));
+                        if (a->layout == WAVEPE_ROPE_HALF)
+                            FN(rotate_half)(x, y, half, i0, nc, table.c[p], table.s[p]);
+                        else
+                            FN(rotate_interleaved)(x, y, i0, nc, table.c[p], table.s[p]);
+                        if (i0 == 0) FN(pass_row)(&pass, scale, x, y);
+                    }
+                }
+            }
+        }
+    }
+}
+
+#include "simd_type_end.h"

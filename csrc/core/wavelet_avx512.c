@@ -1,0 +1,11 @@
+/* wavelet_avx512.c: the wavelet kernels of wavelet_simd.h on AVX-512, float and double. */
+#if defined(__x86_64__) || defined(_M_X64)
+#include "simd_avx512.h"
+#include "vecmath.h"
+#define WP_TYPE_F32
+#include "wavelet_simd.h"
+#define WP_TYPE_F64
+#include "wavelet_simd.h"
+#else
+typedef int wavepe_wavelet_avx512_unused;
+#endif

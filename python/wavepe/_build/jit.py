@@ -1,0 +1,225 @@
+"""Compiling wavepe._C at first use, against the torch installed now.
+
+An installed wavepe holds no usable wavepe._C when it was built without torch (an isolated
+``pip install``, the sdist, a wheel from ``python -m build``: torch is never a build requirement) or
+for another torch version.  :func:`compiled_torch_ops` then compiles one from the sources shipped in
+the package (``wavepe/_csrc``; a source checkout's ``csrc/``) with the same recipe as setup.py
+(:mod:`wavepe._build.recipe`), once, and caches it::
+
+    $WAVEPE_CACHE_DIR, else $XDG_CACHE_HOME/wavepe, else ~/.cache/wavepe
+        torch-ops/<key>/_C<ext>   key: wavepe version, torch version, CUDA kernels or not, Python ABI,
+                                  and a hash of the sources and of every compile/link command
+        torch-ops/<key>.lock      processes importing at once: one compiles, the others wait for it
+
+It prints one line saying what it compiles and where it caches it, then a count of the files while
+it compiles (on a terminal or in Jupyter; elsewhere one line when done).  When it cannot, it raises
+:class:`JitBuildError` naming the cause: the missing compiler or Python headers, an unwritable cache
+directory, or the compiler's own error (the whole log is kept beside the cache).
+
+No ninja is needed: the recipe's driver runs the compilers itself.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import importlib.util
+import json
+import os
+import re
+import shutil
+import sys
+import sysconfig
+import tempfile
+import time
+from types import ModuleType
+from typing import TextIO
+
+from . import recipe
+
+PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+class JitBuildError(RuntimeError):
+    """wavepe._C could not be compiled at first use; the message names the cause and what to do."""
+
+
+def cache_root() -> str:
+    """Where compiled ops are cached: $WAVEPE_CACHE_DIR, else $XDG_CACHE_HOME/wavepe, else ~/.cache/wavepe."""
+    explicit = os.environ.get("WAVEPE_CACHE_DIR", "").strip()
+    if explicit:
+        return os.path.abspath(os.path.expanduser(explicit))
+    xdg = os.environ.get("XDG_CACHE_HOME", "").strip()
+    base = xdg if os.path.isabs(xdg) else os.path.join(os.path.expanduser("~"), ".cache")  # XDG: relative is invalid
+    return os.path.join(base, "wavepe")
+
+
+def source_root() -> str | None:
+    """The sources wavepe._C is compiled from: the package's _csrc (installed), else the checkout's csrc."""
+    for root in (os.path.join(PACKAGE_DIR, "_csrc"), os.path.join(os.path.dirname(os.path.dirname(PACKAGE_DIR)), "csrc")):
+        if os.path.isdir(os.path.join(root, "core")) and os.path.isdir(os.path.join(root, "torch")):
+            return root
+    return None
+
+
+def _plan(src_root: str, build_dir: str, tb: recipe.TorchBuild) -> recipe.Plan:
+    return recipe.torch_plan(src_root, os.path.join(build_dir, "obj"), os.path.join(build_dir, _module_file()), tb)
+
+
+def _module_file() -> str:
+    return "_C" + (sysconfig.get_config_var("EXT_SUFFIX") or ".so")
+
+
+def build_key(src_root: str, tb: recipe.TorchBuild, wavepe_version: str) -> str:
+    """Cache key: what the ops are tied to, readable, plus a hash of everything that went into them."""
+    h = hashlib.sha256()
+    with open(recipe.__file__, "rb") as f:
+        h.update(f.read())
+    for rel in recipe.shipped_sources(src_root):
+        h.update(rel.encode() + b"\0")
+        with open(os.path.join(src_root, rel), "rb") as f:
+            h.update(f.read())
+    plan = _plan("{SRC}", "{BUILD}", tb)  # the commands with placeholder paths: flags, compilers, torch paths
+    h.update(json.dumps([[c.argv for c in plan.compiles], [link.argv for link in plan.links]]).encode())
+    soabi = sysconfig.get_config_var("SOABI") or sys.implementation.cache_tag
+    name = f"wavepe{wavepe_version}-torch{tb.version}{'-cuda' if tb.cuda else ''}-{soabi}-{h.hexdigest()[:12]}"
+    return re.sub(r"[^A-Za-z0-9._-]", "_", name)
+
+
+class _Progress:
+    """One line on stderr, then a file count, rewritten in place where the output shows that."""
+
+    def __init__(self, stream: TextIO, headline: str):
+        self.stream = stream
+        self.headline = headline
+        self.live = bool(getattr(stream, "isatty", lambda: False)()) or "ipykernel" in sys.modules
+        self.start = time.monotonic()
+        self._write(headline + (" ..." if self.live else ""), end="" if self.live else "\n")
+
+    def _write(self, text: str, end: str = "\n") -> None:
+        try:
+            self.stream.write(text + end)
+            self.stream.flush()
+        except (OSError, ValueError):  # a closed or broken stderr must not break the build
+            pass
+
+    def update(self, done: int, total: int, name: str) -> None:
+        if self.live:
+            self._write(f"\r{self.headline}: {done}/{total} files ({name})\x1b[K", end="")
+
+    def finish(self, n_files: int) -> None:
+        seconds = time.monotonic() - self.start
+        if self.live:
+            self._write("\r\x1b[K", end="")
+        self._write(f"wavepe: compiled the PyTorch ops ({n_files} files) in {seconds:.0f} s")
+
+    def fail(self) -> None:
+        if self.live:
+            self._write("")
+
+
+def _lock(path: str, waiting_note: str) -> int:
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        print(waiting_note, file=sys.stderr, flush=True)
+        fcntl.flock(fd, fcntl.LOCK_EX)  # released by the kernel if the holder dies: never stale
+    return fd
+
+
+def compiled_torch_ops(why: str | None = None, stream: TextIO | None = None) -> str:
+    """Path of a wavepe._C compiled for the running torch: from the cache, or compiled now.
+
+    ``why`` is appended to the one-line message (e.g. that the packaged build is for another torch)."""
+    import torch  # noqa: F401  (torch_build() reads it)
+
+    import wavepe
+
+    src_root = source_root()
+    if src_root is None:
+        raise JitBuildError(f"this wavepe installation ({PACKAGE_DIR}) has neither a wavepe._C for torch "
+                            f"{torch.__version__} nor the sources to compile one (wavepe/_csrc): reinstall wavepe")
+    try:
+        tb = recipe.torch_build()
+    except RuntimeError as exc:
+        raise JitBuildError(str(exc)) from None
+    key = build_key(src_root, tb, wavepe.__version__)
+    ops_dir = os.path.join(cache_root(), "torch-ops")
+    final_dir = os.path.join(ops_dir, key)
+    module_path = os.path.join(final_dir, _module_file())
+    if os.path.exists(module_path):
+        return module_path
+    try:
+        os.makedirs(ops_dir, exist_ok=True)
+        fd = _lock(os.path.join(ops_dir, key + ".lock"),
+                   f"wavepe: waiting for another process that is compiling the PyTorch ops into {final_dir}")
+    except OSError as exc:
+        raise JitBuildError(f"cannot write wavepe's cache directory {ops_dir} ({exc.strerror}): set WAVEPE_CACHE_DIR "
+                            "to a writable directory") from None
+    try:
+        if os.path.exists(module_path):  # compiled by the process we waited for
+            return module_path
+        if tb.cuda_note:
+            print("wavepe: " + tb.cuda_note, file=sys.stderr)
+        problems = recipe.missing_tools()
+        if problems:
+            raise JitBuildError(f"wavepe's PyTorch ops must be compiled for torch {tb.version} at first use, and this "
+                                "machine has " + "; ".join(problems))
+        _build(src_root, tb, ops_dir, final_dir, key, why, stream or sys.stderr)
+        return module_path
+    finally:
+        os.close(fd)  # releases the lock
+
+
+def _build(src_root: str, tb: recipe.TorchBuild, ops_dir: str, final_dir: str, key: str, why: str | None,
+           stream: TextIO) -> None:
+    build_dir = tempfile.mkdtemp(prefix=key + ".building-", dir=ops_dir)
+    log_lines: list[str] = []
+    plan = _plan(src_root, build_dir, tb)
+    what = f"for torch {tb.version}" + (" with the CUDA kernels" if tb.cuda else "")
+    progress = _Progress(stream, f"wavepe: compiling the PyTorch ops {what} (once; cached in {final_dir})"
+                         + (f"; {why}" if why else ""))
+    start = time.monotonic()
+    try:
+        recipe.run(plan, progress=progress.update, log=log_lines.append)
+    except recipe.BuildError as exc:
+        progress.fail()
+        log_path = os.path.join(ops_dir, key + ".failed.log")
+        with open(log_path, "w", encoding="utf-8") as f:
+            f.write("\n".join(log_lines + [str(exc)]))
+        shutil.rmtree(build_dir, ignore_errors=True)
+        raise JitBuildError(f"compiling wavepe's PyTorch ops for torch {tb.version} failed; {exc}\n(log: {log_path}; "
+                            "compilers: CC / CXX, compiles at once: WAVEPE_BUILD_JOBS)") from None
+    except BaseException:
+        progress.fail()
+        shutil.rmtree(build_dir, ignore_errors=True)
+        raise
+    shutil.rmtree(os.path.join(build_dir, "obj"), ignore_errors=True)  # only the module is kept
+    with open(os.path.join(build_dir, "build.log"), "w", encoding="utf-8") as f:
+        f.write("\n".join(log_lines))
+    with open(os.path.join(build_dir, "build.json"), "w", encoding="utf-8") as f:
+        json.dump({**tb.build_record(), "python": sys.version.split()[0], "sources": src_root,
+                   "files": len(plan.compiles), "seconds": round(time.monotonic() - start, 1)}, f, indent=1)
+    os.rename(build_dir, final_dir)  # atomic: another process sees the whole directory or none of it
+    progress.finish(len(plan.compiles))
+
+
+def load(module_path: str) -> ModuleType:
+    """Import ``module_path`` as wavepe._C (registers torch.ops.wavepe.*)."""
+    spec = importlib.util.spec_from_file_location("wavepe._C", module_path)
+    if spec is None or spec.loader is None:  # pragma: no cover - the path ends in EXT_SUFFIX
+        raise ImportError(f"cannot load {module_path} as a Python extension")
+    try:
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+    except ImportError as exc:
+        # a module that does not load would be found again on every import: drop it, the next import rebuilds
+        shutil.rmtree(os.path.dirname(module_path), ignore_errors=True)
+        raise ImportError(f"wavepe._C compiled at {module_path} does not load ({exc}); removed it, the next import "
+                          "compiles it again") from exc
+    sys.modules["wavepe._C"] = module
+    import wavepe
+
+    wavepe._C = module  # type: ignore[attr-defined]
+    return module

@@ -1,0 +1,506 @@
+"""What wavepe's compiled parts are made of, and how each file is compiled.
+
+This is the one definition of the build, shared by everything that compiles wavepe:
+
+* ``setup.py`` (``pip install``, ``make build``) loads this file by path: at build time the package is
+  not importable;
+* :mod:`wavepe._build.jit` compiles ``wavepe._C`` against the user's torch at first use when the
+  installed package was built without torch (an isolated ``pip install``, the sdist, a wheel);
+* the Makefile's ``ctest`` target asks it which core files to compile with which flags
+  (``python3 python/wavepe/_build/recipe.py core-sources`` / ``flags FILE``), and
+  ``.ci/compile_cuda.sh`` asks it for nvcc's flags (``nvcc-flags``).
+
+Sources are found by globbing directories, never listed by name; a file's extra flags come from
+:data:`SUFFIX_RULES`, matched on the end of its name.  To compile a new kind of kernel file with
+its own flags, add a rule there: nothing else needs to change.
+
+The second half is a small build driver (:func:`run`): parallel compiles, each object rebuilt only
+when its command line, its source or a header it includes (from the compiler's ``-MD`` dependency
+file) changed, so that a second build after an edit costs seconds.  It is used instead of
+setuptools' compiler because that one recompiles everything on every build and cannot give one file
+of an extension flags that another does not get; and instead of ``torch.utils.cpp_extension.load``
+because that needs ninja and would compile the C core as C++.
+
+Standard library only; nothing here imports wavepe, torch or numpy at module level.
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import platform
+import shlex
+import shutil
+import subprocess
+import sys
+import sysconfig
+import threading
+from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
+from dataclasses import dataclass, field
+from typing import Callable, Iterable, Sequence
+
+# ---------------------------------------------------------------------------------------------------
+# Flags
+
+X86_64 = frozenset({"x86_64", "amd64"})
+
+
+@dataclass(frozen=True)
+class SuffixRule:
+    """Files whose name ends with ``suffix`` get ``flags``; on a machine not in ``machines``
+    (``platform.machine()``, lower case) they are left out of the build altogether."""
+
+    suffix: str
+    machines: frozenset[str]
+    flags: tuple[str, ...]
+
+
+# First match wins: list a longer, more specific suffix before a shorter one it ends with.
+# The Makefile's ctest target reads this table through `recipe.py flags FILE`.
+SUFFIX_RULES: tuple[SuffixRule, ...] = (
+    SuffixRule("_avx512.c", X86_64, ("-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512dq", "-mavx2", "-mfma")),
+    SuffixRule("_avx2.c", X86_64, ("-mavx2", "-mfma")),
+)
+
+# -fno-math-errno: libm calls may be vectorised/inlined; nothing reads errno.
+C_FLAGS = ("-std=c11", "-O3", "-Wall", "-Wextra", "-fvisibility=hidden", "-fno-math-errno", "-fPIC", "-DNDEBUG")
+CXX_FLAGS = ("-std=c++20", "-O3", "-Wall", "-Wextra", "-fvisibility=hidden", "-fPIC", "-DNDEBUG")
+# -fopenmp: at::parallel_for is an inline template whose threading is an `#pragma omp parallel`
+# compiled into *this* module; without the flag every op silently runs on one thread.  libgomp.so.1
+# resolves at run time to the copy torch has already loaded (same soname): one OpenMP runtime.
+TORCH_CXX_FLAGS = ("-fopenmp",)
+TORCH_LINK_FLAGS = ("-fopenmp",)
+NVCC_FLAGS = ("-O3", "-std=c++17", "-Xcompiler", "-fPIC", "--expt-relaxed-constexpr")
+# Warnings are errors in development builds (the Makefile and CI set WAVEPE_WERROR=1) but never on a
+# user's machine, whose newer compiler may warn about something ours does not.
+WERROR_FLAGS = ("-Werror",)
+NVCC_WERROR_FLAGS = ("-Xcompiler", "-Wall,-Wextra,-Werror", "-Werror", "all-warnings")
+DEFAULT_CUDA_ARCHS = "80;90"
+
+# What the torch extension is compiled from, by directory and file ending (all of it is shipped
+# inside the package as wavepe/_csrc so that wavepe._C can be compiled at first use).
+SHIPPED_SOURCES: dict[str, tuple[str, ...]] = {
+    "core": (".c", ".h"),
+    "torch": (".cpp", ".h"),
+    "cuda": (".cu", ".cuh", ".h"),
+}
+
+
+def machine() -> str:
+    return platform.machine().lower()
+
+
+def env_flag(name: str, default: bool) -> bool:
+    value = os.environ.get(name)
+    if value is None or not value.strip():
+        return default
+    return value.strip().lower() not in ("0", "false", "no", "off")
+
+
+def werror() -> bool:
+    return env_flag("WAVEPE_WERROR", False)
+
+
+def suffix_rule(path: str) -> SuffixRule | None:
+    name = os.path.basename(path)
+    return next((r for r in SUFFIX_RULES if name.endswith(r.suffix)), None)
+
+
+def builds_on(path: str, arch: str | None = None) -> bool:
+    """Whether ``path`` is compiled on this (or ``arch``'s) machine."""
+    rule = suffix_rule(path)
+    return rule is None or (arch or machine()) in rule.machines
+
+
+def file_flags(path: str) -> tuple[str, ...]:
+    """The flags a C/C++ source gets for what its name says (SUFFIX_RULES)."""
+    rule = suffix_rule(path)
+    return rule.flags if rule else ()
+
+
+def c_flags(path: str) -> list[str]:
+    return [*C_FLAGS, *(WERROR_FLAGS if werror() else ()), *file_flags(path)]
+
+
+def cxx_flags(path: str) -> list[str]:
+    return [*CXX_FLAGS, *(WERROR_FLAGS if werror() else ()), *file_flags(path)]
+
+
+def cuda_archs() -> list[str]:
+    text = os.environ.get("WAVEPE_CUDA_ARCHS", DEFAULT_CUDA_ARCHS)
+    return [a.strip() for a in text.replace(",", ";").split(";") if a.strip()]
+
+
+def nvcc_flags() -> list[str]:
+    return [*NVCC_FLAGS, *(NVCC_WERROR_FLAGS if werror() else ())]
+
+
+# ---------------------------------------------------------------------------------------------------
+# Sources
+
+
+def _glob(src_root: str, folder: str, pattern: str) -> list[str]:
+    return sorted(glob.glob(os.path.join(src_root, folder, pattern)))
+
+
+def core_sources(src_root: str, arch: str | None = None) -> list[str]:
+    """csrc/core/*.c that build on this machine (SUFFIX_RULES leave out other machines' kernels)."""
+    return [p for p in _glob(src_root, "core", "*.c") if builds_on(p, arch)]
+
+
+def numpy_sources(src_root: str) -> list[str]:
+    return _glob(src_root, "numpy", "*.c")
+
+
+def torch_sources(src_root: str, cuda: bool) -> list[str]:
+    """csrc/torch/*.cpp; the CUDA registrations (*_cuda.cpp) only with the CUDA kernels."""
+    return [p for p in _glob(src_root, "torch", "*.cpp") if cuda or not p.endswith("_cuda.cpp")]
+
+
+def cuda_sources(src_root: str) -> list[str]:
+    return _glob(src_root, "cuda", "*.cu")
+
+
+def shipped_sources(src_root: str) -> list[str]:
+    """Every file the torch extension is compiled from, relative to ``src_root``."""
+    out = []
+    for folder, endings in SHIPPED_SOURCES.items():
+        for path in _glob(src_root, folder, "*"):
+            if os.path.isfile(path) and path.endswith(endings):
+                out.append(os.path.relpath(path, src_root))
+    return sorted(out)
+
+
+# ---------------------------------------------------------------------------------------------------
+# Toolchain
+
+
+def c_compiler() -> str:
+    return os.environ.get("CC") or "cc"
+
+
+def cxx_compiler() -> str:
+    return os.environ.get("CXX") or "c++"
+
+
+def python_include_flags() -> list[str]:
+    paths = sysconfig.get_paths()
+    dirs = dict.fromkeys(p for p in (paths.get("include"), paths.get("platinclude")) if p)
+    return [f"-isystem{d}" for d in dirs]
+
+
+def missing_tools(cuda: bool = False) -> list[str]:
+    """What is missing to compile wavepe._C here, each as a sentence saying how to get it."""
+    problems = []
+    for what, cmd, var, pkg in (("C compiler", c_compiler(), "CC", "gcc"), ("C++ compiler", cxx_compiler(), "CXX", "g++")):
+        if shutil.which(shlex.split(cmd)[0]) is None:
+            problems.append(f"no {what}: `{cmd}` is not on PATH (install one, e.g. `apt install {pkg}` on "
+                            f"Debian/Ubuntu or `conda install -c conda-forge compilers`, or set {var})")
+    include = sysconfig.get_paths().get("include") or ""
+    if not os.path.exists(os.path.join(include, "Python.h")):
+        ver = f"{sys.version_info.major}.{sys.version_info.minor}"
+        problems.append(f"no Python headers: {os.path.join(include, 'Python.h')} is missing (install them, e.g. "
+                        f"`apt install python{ver}-dev` on Debian/Ubuntu)")
+    return problems
+
+
+def find_nvcc() -> str | None:
+    home = os.environ.get("CUDA_HOME") or os.environ.get("CUDA_PATH")
+    if home and os.path.exists(os.path.join(home, "bin", "nvcc")):
+        return os.path.join(home, "bin", "nvcc")
+    return shutil.which("nvcc")
+
+
+def find_cuda_home(nvcc: str, torch_cuda_home: str | None = None) -> str | None:
+    """The CUDA toolkit root holding include/cuda_runtime_api.h (nvcc may be a wrapper script)."""
+    for home in (os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH"),
+                 os.path.dirname(os.path.dirname(os.path.realpath(nvcc))), torch_cuda_home, "/usr/local/cuda"):
+        if home and os.path.exists(os.path.join(home, "include", "cuda_runtime_api.h")):
+            return home
+    return None
+
+
+@dataclass(frozen=True)
+class TorchBuild:
+    """How to compile and link against one installed torch."""
+
+    version: str
+    cxx_flags: tuple[str, ...]
+    library_dirs: tuple[str, ...]
+    libraries: tuple[str, ...]
+    cuda: bool  # the CUDA kernels are compiled
+    nvcc: str | None = None
+    cuda_note: str | None = None  # why torch has CUDA but the kernels are not compiled
+
+    def build_record(self) -> dict:
+        """What a built wavepe._C is tied to (written beside it, checked before loading it)."""
+        return {"torch": self.version, "cuda": self.cuda}
+
+
+def torch_build() -> TorchBuild:
+    """Flags for the installed torch (raises ImportError without torch)."""
+    import torch
+    from torch.utils import cpp_extension
+
+    cxx = [f"-isystem{p}" for p in cpp_extension.include_paths()]  # -isystem: their warnings are not ours
+    cxx += ["-DTORCH_API_INCLUDE_EXTENSION_H", "-DTORCH_EXTENSION_NAME=_C",
+            f"-D_GLIBCXX_USE_CXX11_ABI={int(torch._C._GLIBCXX_USE_CXX11_ABI)}"]
+    lib_dirs = list(cpp_extension.library_paths())
+    libs = ["c10", "torch", "torch_cpu", "torch_python"]
+    nvcc, note = None, None
+    if torch.version.cuda and env_flag("WAVEPE_BUILD_CUDA", True):
+        nvcc = find_nvcc()
+        if nvcc is None:
+            note = (f"torch has CUDA {torch.version.cuda} but nvcc was not found (put it on PATH or set CUDA_HOME): "
+                    "the CUDA kernels are not compiled and ops on CUDA tensors will raise")
+        else:
+            home = find_cuda_home(nvcc, getattr(cpp_extension, "CUDA_HOME", None))
+            if home is None:
+                raise RuntimeError(f"wavepe: nvcc found ({nvcc}) but not the CUDA headers (cuda_runtime_api.h); "
+                                   "set CUDA_HOME, or WAVEPE_BUILD_CUDA=0 to build without the CUDA kernels")
+            cxx += [f"-isystem{os.path.join(home, 'include')}", "-DWAVEPE_WITH_CUDA=1"]
+            lib_dirs += [d for d in (os.path.join(home, "lib64"), os.path.join(home, "lib")) if os.path.isdir(d)]
+            libs += ["c10_cuda", "torch_cuda", "cudart"]
+    return TorchBuild(version=str(torch.__version__), cxx_flags=tuple(cxx), library_dirs=tuple(lib_dirs),
+                      libraries=tuple(libs), cuda=nvcc is not None, nvcc=nvcc, cuda_note=note)
+
+
+# ---------------------------------------------------------------------------------------------------
+# Build plans: which commands make an extension
+
+
+@dataclass(frozen=True)
+class Compile:
+    source: str
+    obj: str
+    argv: tuple[str, ...]  # without the dependency-file flags, which run() adds
+
+
+@dataclass(frozen=True)
+class Link:
+    objects: tuple[str, ...]
+    output: str
+    argv: tuple[str, ...]
+    record: str  # where the command that made ``output`` is kept (beside the objects, not the output)
+
+
+@dataclass
+class Plan:
+    compiles: list[Compile] = field(default_factory=list)
+    links: list[Link] = field(default_factory=list)
+
+    def __iadd__(self, other: "Plan") -> "Plan":
+        seen = {c.obj for c in self.compiles}
+        self.compiles += [c for c in other.compiles if c.obj not in seen]
+        self.links += other.links
+        return self
+
+
+def _obj(obj_dir: str, group: str, source: str) -> str:
+    return os.path.join(obj_dir, group, os.path.basename(source) + ".o")
+
+
+def _core_compiles(src_root: str, obj_dir: str) -> list[Compile]:
+    cc = shlex.split(c_compiler())
+    return [Compile(s, o, (*cc, *c_flags(s), "-c", s, "-o", o))
+            for s in core_sources(src_root) for o in [_obj(obj_dir, "core", s)]]
+
+
+def numpy_plan(src_root: str, obj_dir: str, output: str, numpy_include: str) -> Plan:
+    """wavepe._ufuncs: the C core and the NumPy binding."""
+    cc = shlex.split(c_compiler())
+    core = _core_compiles(src_root, obj_dir)
+    own = [Compile(s, o, (*cc, *c_flags(s), *python_include_flags(), f"-isystem{numpy_include}", "-c", s, "-o", o))
+           for s in numpy_sources(src_root) for o in [_obj(obj_dir, "numpy", s)]]
+    objs = tuple(c.obj for c in core + own)
+    link = (*cc, "-shared", *objs, "-o", output, "-lm")
+    return Plan(core + own, [Link(objs, output, link, os.path.join(obj_dir, "numpy", "link.cmd"))])
+
+
+def torch_plan(src_root: str, obj_dir: str, output: str, tb: TorchBuild) -> Plan:
+    """wavepe._C: the C core, the torch bindings and (with nvcc) the CUDA kernels."""
+    cxx = shlex.split(cxx_compiler())
+    core = _core_compiles(src_root, obj_dir)
+    own = [Compile(s, o, (*cxx, *cxx_flags(s), *TORCH_CXX_FLAGS, *python_include_flags(), *tb.cxx_flags,
+                          "-c", s, "-o", o))
+           for s in torch_sources(src_root, tb.cuda) for o in [_obj(obj_dir, "torch", s)]]
+    cuda: list[Compile] = []
+    if tb.cuda and tb.nvcc:
+        gencode = [f"-gencode=arch=compute_{a},code=sm_{a}" for a in cuda_archs()]
+        cuda = [Compile(s, o, (tb.nvcc, *nvcc_flags(), *gencode, "-I" + src_root, "-c", s, "-o", o))
+                for s in cuda_sources(src_root) for o in [_obj(obj_dir, "cuda", s)]]
+    objs = tuple(c.obj for c in core + own + cuda)
+    link = (*cxx, "-shared", *objs, "-o", output, *TORCH_LINK_FLAGS, *(f"-L{d}" for d in tb.library_dirs),
+            *(f"-l{lib}" for lib in tb.libraries))
+    return Plan(core + own + cuda, [Link(objs, output, link, os.path.join(obj_dir, "torch", "link.cmd"))])
+
+
+# ---------------------------------------------------------------------------------------------------
+# The driver
+
+
+class BuildError(RuntimeError):
+    """A compile or link command failed; the message holds the command and the compiler's output."""
+
+
+def _read(path: str) -> str | None:
+    try:
+        with open(path, encoding="utf-8") as f:
+            return f.read()
+    except OSError:
+        return None
+
+
+def parse_depfile(text: str) -> list[str]:
+    """The prerequisites of a make-style dependency file (gcc/clang/nvcc -MD)."""
+    text = text.replace("\\\n", " ")
+    head, sep, rest = text.partition(": ")
+    if not sep:  # "target:\n" or "target : deps"
+        head, sep, rest = text.partition(":")
+    deps, cur, i = [], "", 0
+    while i < len(rest):
+        ch = rest[i]
+        if ch == "\\" and i + 1 < len(rest) and rest[i + 1] in " #":
+            cur += rest[i + 1]
+            i += 2
+            continue
+        if ch.isspace():
+            if cur:
+                deps.append(cur)
+            cur = ""
+        else:
+            cur += ch
+        i += 1
+    if cur:
+        deps.append(cur)
+    return deps
+
+
+def _mtime(path: str) -> int | None:
+    try:
+        return os.stat(path).st_mtime_ns
+    except OSError:
+        return None
+
+
+def _argv_record(argv: Sequence[str]) -> str:
+    return json.dumps(list(argv))
+
+
+def compile_is_stale(c: Compile) -> bool:
+    """True unless the object exists, was made by the same command, and is newer than its source
+    and every header the compiler read (its -MD dependency file)."""
+    made = _mtime(c.obj)
+    if made is None or _read(c.obj + ".cmd") != _argv_record(c.argv):
+        return True
+    dep_text = _read(c.obj + ".d")
+    deps = parse_depfile(dep_text) if dep_text else [c.source]
+    return any((t := _mtime(d)) is None or t > made for d in deps or [c.source])
+
+
+def link_is_stale(link: Link) -> bool:
+    made = _mtime(link.output)
+    if made is None or _read(link.record) != _argv_record(link.argv):
+        return True
+    return any((t := _mtime(o)) is None or t > made for o in link.objects)
+
+
+def _run_command(argv: Sequence[str], what: str) -> str:
+    try:
+        proc = subprocess.run(list(argv), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace")
+    except FileNotFoundError:
+        raise BuildError(f"{what}: `{argv[0]}` not found") from None
+    if proc.returncode != 0:
+        lines = proc.stdout.rstrip().splitlines()
+        shown = "\n".join(lines[-40:]) if len(lines) > 40 else "\n".join(lines)
+        raise BuildError(f"{what} failed (exit {proc.returncode}):\n$ {shlex.join(argv)}\n{shown}")
+    return proc.stdout
+
+
+def default_jobs() -> int:
+    for var in ("WAVEPE_BUILD_JOBS", "MAX_JOBS"):
+        value = os.environ.get(var, "").strip()
+        if value.isdigit() and int(value) > 0:
+            return int(value)
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # pragma: no cover - not Linux
+        return max(1, os.cpu_count() or 1)
+
+
+def run(plan: Plan, *, jobs: int | None = None, progress: Callable[[int, int, str], None] | None = None,
+        log: Callable[[str], None] | None = None) -> list[str]:
+    """Bring every object and output of ``plan`` up to date; returns the sources it compiled.
+
+    ``progress(done, total, name)`` is called after each compile; ``log(text)`` receives each
+    command and its output (warnings).  Raises BuildError on the first failure."""
+    todo = [c for c in plan.compiles if compile_is_stale(c)]
+    lock = threading.Lock()
+    done = 0
+
+    def compile_one(c: Compile) -> None:
+        nonlocal done
+        os.makedirs(os.path.dirname(c.obj), exist_ok=True)
+        for stale in (c.obj + ".cmd", c.obj + ".d"):
+            if os.path.exists(stale):
+                os.remove(stale)
+        out = _run_command([*c.argv, "-MD", "-MF", c.obj + ".d"], f"compiling {os.path.basename(c.source)}")
+        with open(c.obj + ".cmd", "w", encoding="utf-8") as f:
+            f.write(_argv_record(c.argv))
+        with lock:
+            done += 1
+            if log:
+                log(f"$ {shlex.join(c.argv)}\n{out}")
+            if progress:
+                progress(done, len(todo), os.path.basename(c.source))
+
+    if todo:
+        with ThreadPoolExecutor(max(1, min(jobs or default_jobs(), len(todo)))) as pool:
+            futures = [pool.submit(compile_one, c) for c in todo]
+            finished, _ = wait(futures, return_when=FIRST_EXCEPTION)
+            failed = [f for f in futures if f.done() and f.exception() is not None]
+            if failed:
+                for f in futures:
+                    f.cancel()
+                raise failed[0].exception()  # type: ignore[misc]
+    for link in plan.links:
+        if link_is_stale(link):
+            os.makedirs(os.path.dirname(link.output) or ".", exist_ok=True)
+            tmp = f"{link.output}.{os.getpid()}.tmp"
+            argv = [tmp if a == link.output else a for a in link.argv]
+            try:
+                out = _run_command(argv, f"linking {os.path.basename(link.output)}")
+                os.replace(tmp, link.output)  # atomic: a process that has the old one loaded keeps it
+            finally:
+                if os.path.exists(tmp):
+                    os.remove(tmp)
+            os.makedirs(os.path.dirname(link.record), exist_ok=True)
+            with open(link.record, "w", encoding="utf-8") as f:
+                f.write(_argv_record(link.argv))
+            if log:
+                log(f"$ {shlex.join(argv)}\n{out}")
+    return [c.source for c in todo]
+
+
+# ---------------------------------------------------------------------------------------------------
+# Command line, for the Makefile and the CI scripts
+
+
+def _main(argv: Iterable[str]) -> int:
+    args = list(argv)
+    root = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "..", "csrc")
+    if args[:1] == ["core-sources"]:
+        print(" ".join(os.path.relpath(p) for p in core_sources(os.path.normpath(root))))
+    elif args[:1] == ["flags"] and len(args) == 2:
+        print(" ".join(file_flags(args[1])))
+    elif args[:1] == ["nvcc-flags"]:
+        print(" ".join(nvcc_flags()))
+    else:
+        print("usage: recipe.py core-sources | flags FILE | nvcc-flags", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(_main(sys.argv[1:]))

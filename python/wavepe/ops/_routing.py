@@ -1,0 +1,46 @@
+"""Which devices run the compiled ops: the dispatcher decides, the wrappers only ask.
+
+Every public wrapper calls ``torch.ops.wavepe.<op>`` for tensors on a device
+whose dispatch key has a kernel for that op: the CPU, CUDA when wavepe was
+built with its CUDA kernels, ``meta`` (the fake kernels registered in
+:mod:`wavepe.ops`: shape inference and ``torch.compile``), and any key another
+library or the user registers (e.g. a ``PrivateUse1`` backend).  Only a
+device with no kernel at all takes the plain-PyTorch path of
+:mod:`wavepe.ops.eager`, with one warning per op and device type.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import torch
+
+
+@torch.compiler.assume_constant_result
+def _kernel_registered(op: str, device_type: str) -> bool:
+    # Eagerly a lookup per call (kernels may be registered at any time); under
+    # torch.compile a constant of the graph.  Its arguments are strings, which
+    # dynamo treats as constants on every torch wavepe supports.
+    try:
+        key = torch._C._dispatch_key_for_device(device_type)
+    except (RuntimeError, ValueError):  # a device type torch does not know
+        return False
+    return bool(torch._C._dispatch_has_kernel_for_dispatch_key(f"wavepe::{op}", key))
+
+
+def has_kernel(op: str, device: torch.device) -> bool:
+    """Does ``torch.ops.wavepe.<op>`` have a kernel for ``device``'s dispatch key?"""
+    return _kernel_registered(op, device.type)
+
+
+_warned: set[tuple[str, str]] = set()
+
+
+def warn_fallback(op: str, device: torch.device, what: str) -> None:
+    """Say once per (op, device type) that the plain-PyTorch path ``what`` runs instead of a kernel."""
+    key = (op, device.type)
+    if key in _warned:
+        return
+    _warned.add(key)
+    warnings.warn(f"wavepe: no compiled {op} kernel for device {device.type!r}; using {what}", RuntimeWarning,
+                  stacklevel=4)

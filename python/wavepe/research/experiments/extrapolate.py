@@ -1,0 +1,372 @@
+"""The main job: train short, test long.
+
+Trains one small byte-level LM per position encoding (same seed, same data
+order, same initial weights: only the encoding differs), evaluates perplexity
+at multiples of the training length with non-overlapping and sliding windows,
+measures the RoPE models' frequency band, and writes JSON, a Markdown table
+and PNG figures.  :func:`run_extrapolation` is what ``wavepe extrapolate`` runs.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as _dt
+import json
+import math
+import os
+import platform
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Sequence
+
+import numpy as np
+import torch
+
+from ..._platform import cpu_model
+from ..._validate import check_int, check_real
+from .corpus import Corpus, load_corpus
+from .evaluate import MODES, PerplexityResult, evaluate_lengths, perplexity
+from .model import LMConfig, TinyLM, save_model
+from .train import TrainConfig, train_lm
+
+DEFAULT_ENCODINGS: tuple[str, ...] = ("wavelet", "rope", "rope-ltrain", "alibi", "nope")
+ENCODING_HELP = ("wavelet (the paper's default grid), rope (θ=10^4), rope-ltrain (θ = train length), "
+                 "rope:THETA (any θ), alibi, nope")
+
+
+@dataclass(frozen=True)
+class EncodingSpec:
+    """One trained variant: its key on the command line, its label, its model config fields."""
+
+    key: str
+    label: str
+    pos_enc: str
+    theta: float | None = None
+
+
+def parse_encoding(name: str, train_len: int) -> EncodingSpec:
+    """``wavelet``, ``rope``, ``rope-ltrain``, ``rope:THETA``, ``alibi`` or ``nope``."""
+    if not isinstance(name, str):
+        raise TypeError(f"encoding must be a string, got {name!r}")
+    key = name.strip().lower()
+    if key == "wavelet":
+        return EncodingSpec(key, "wavelet", "wavelet")
+    if key == "alibi":
+        return EncodingSpec(key, "ALiBi", "alibi")
+    if key == "nope":
+        return EncodingSpec(key, "NoPE", "nope")
+    if key == "rope":
+        return EncodingSpec(key, "RoPE θ=10000", "rope", 10000.0)
+    if key == "rope-ltrain":
+        return EncodingSpec(key, f"RoPE θ={train_len}", "rope", float(train_len))
+    if key.startswith("rope:"):
+        try:
+            theta = float(key[5:])
+        except ValueError:
+            raise ValueError(f"encoding {name!r}: θ after 'rope:' must be a number, e.g. rope:500000") from None
+        if not (math.isfinite(theta) and theta > 1):
+            raise ValueError(f"encoding {name!r}: θ must be a finite number > 1")
+        return EncodingSpec(f"rope:{theta:g}", f"RoPE θ={theta:g}", "rope", theta)
+    raise ValueError(f"unknown encoding {name!r}; choose from {ENCODING_HELP}")
+
+
+def parse_infer_theta(value: str | float) -> str | float:
+    """``"len"`` (θ = evaluation length) or a number > 1 (a fixed inference θ)."""
+    if isinstance(value, str):
+        if value.strip().lower() == "len":
+            return "len"
+        try:
+            value = float(value)
+        except ValueError:
+            raise ValueError(f"inference θ must be 'len' or a number > 1, got {value!r}") from None
+    v = check_real("infer_theta", value, positive=True)
+    if v <= 1:
+        raise ValueError(f"inference θ must be > 1, got {v}")
+    return v
+
+
+@dataclass
+class ExtrapolationConfig:
+    """Everything a run depends on (written into ``results.json``).
+
+    ``infer_thetas`` adds, for the RoPE model trained at θ = L_train
+    (``rope-ltrain``), rows evaluated at a larger θ without retraining:
+    ``"len"`` sets θ to the evaluation length (the lowest pair then turns by
+    about as much over the evaluated context as it did in training), a number
+    sets that θ at every length.
+    """
+
+    data: str | None = None
+    out: str = "runs/extrapolate"
+    encodings: tuple[str, ...] = DEFAULT_ENCODINGS
+    infer_thetas: tuple[str | float, ...] = ("len",)
+    factors: tuple[int, ...] = (1, 2, 4, 8)
+    model: LMConfig = field(default_factory=LMConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+    eval_tokens: int = 16384
+    sliding_tokens: int = 8192
+    stride_fraction: float = 0.25
+    heatmap_layer: int = -1
+    heatmap_head: int = 0
+    seed: int = 0
+    threads: int | None = None
+    save_models: bool = True
+
+    def __post_init__(self) -> None:
+        if not self.encodings:
+            raise ValueError("encodings must name at least one encoding")
+        specs = [parse_encoding(e, self.train.train_len) for e in self.encodings]
+        keys = [s.key for s in specs]
+        dup = {k for k in keys if keys.count(k) > 1}
+        if dup:
+            raise ValueError(f"encodings lists {', '.join(sorted(dup))} more than once")
+        self.infer_thetas = tuple(parse_infer_theta(v) for v in self.infer_thetas)
+        if not self.factors:
+            raise ValueError("factors must list at least one multiple of the training length")
+        for f in self.factors:
+            check_int("factor", f, min_value=1)
+        check_int("eval_tokens", self.eval_tokens, min_value=1)
+        check_int("sliding_tokens", self.sliding_tokens, min_value=1)
+        if not 0 < self.stride_fraction <= 1:
+            raise ValueError(f"stride_fraction must be in (0, 1], got {self.stride_fraction}")
+        if self.threads is not None:
+            check_int("threads", self.threads, min_value=1)
+        layers, heads = self.model.num_hidden_layers, self.model.num_attention_heads
+        if not -layers <= check_int("heatmap_layer", self.heatmap_layer) < layers:
+            raise ValueError(f"heatmap_layer must be in [{-layers}, {layers - 1}] for {layers} layers, "
+                             f"got {self.heatmap_layer}")
+        if not 0 <= check_int("heatmap_head", self.heatmap_head) < heads:
+            raise ValueError(f"heatmap_head must be in [0, {heads - 1}] for {heads} heads, got {self.heatmap_head}")
+
+    @property
+    def specs(self) -> list[EncodingSpec]:
+        return [parse_encoding(e, self.train.train_len) for e in self.encodings]
+
+    @property
+    def lengths(self) -> list[int]:
+        return [self.train.train_len * f for f in self.factors]
+
+    def to_dict(self) -> dict[str, Any]:
+        d = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name not in ("model", "train")}
+        d["model"] = self.model.to_dict()
+        d["train"] = self.train.to_dict()
+        d["encodings"] = list(self.encodings)
+        d["infer_thetas"] = list(self.infer_thetas)
+        d["factors"] = list(self.factors)
+        return d
+
+
+def quick_config(**overrides: Any) -> ExtrapolationConfig:
+    """The ``--quick`` preset (CI smoke run, < 2 minutes): a smaller model, fewer steps and tokens."""
+    model = LMConfig(hidden_size=64, num_hidden_layers=2, num_attention_heads=2, head_dim=32, intermediate_size=256)
+    train = TrainConfig(steps=200, batch_size=8, train_len=64, warmup=20)
+    base: dict[str, Any] = dict(model=model, train=train, factors=(1, 2, 4), eval_tokens=2048, sliding_tokens=1024)
+    base.update(overrides)
+    return ExtrapolationConfig(**base)
+
+
+def machine_info() -> dict[str, Any]:
+    return {"date": _dt.datetime.now().astimezone().isoformat(timespec="seconds"), "cpu": cpu_model(),
+            "cpu_count": os.cpu_count(), "torch_threads": torch.get_num_threads(), "torch": torch.__version__,
+            "python": platform.python_version(), "platform": platform.platform()}
+
+
+def _theta_at(infer: str | float, length: int) -> float:
+    return float(length) if infer == "len" else float(infer)
+
+
+def _infer_label(spec: EncodingSpec, infer: str | float) -> str:
+    return f"{spec.label} → θ={'L' if infer == 'len' else format(infer, 'g')} (inference)"
+
+
+def evaluation_stream(tokens: np.ndarray, length: int, pieces: int = 16) -> np.ndarray:
+    """``length`` tokens made of ``pieces`` equal chunks spread evenly over ``tokens``.
+
+    Scoring the first bytes of a split would measure its first few files only;
+    chunks from everywhere in the split make the estimate representative,
+    and every model and length still scores the same tokens.
+    """
+    if tokens.size <= length:
+        return tokens
+    pieces = max(1, min(pieces, length))
+    bounds = np.linspace(0, length, pieces + 1).astype(np.int64)
+    starts = np.linspace(0, tokens.size - (bounds[1:] - bounds[:-1]).max(), pieces).astype(np.int64)
+    return np.concatenate([tokens[s: s + (b1 - b0)] for s, b0, b1 in zip(starts, bounds[:-1], bounds[1:])])
+
+
+def _heatmap_window(tokens: np.ndarray, length: int) -> torch.Tensor:
+    """A fixed test window: the ``length`` bytes starting at the middle of the stream."""
+    start = max(0, min(tokens.size // 2, tokens.size - length))
+    return torch.tensor(np.asarray(tokens[start: start + length]), dtype=torch.int64)[None]
+
+
+def format_table(rows: dict[str, dict[str, dict[int, float]]], mode: str, lengths: Sequence[int],
+                 train_len: int) -> str:
+    """Markdown table of perplexities: one row per encoding, one column per length."""
+    head = "| encoding | " + " | ".join(f"{n // train_len}× ({n})" for n in lengths) + " |"
+    sep = "|---|" + "---:|" * len(lengths)
+    lines = [head, sep]
+    for label, row in rows.items():
+        if mode in row:
+            lines.append(f"| {label} | " + " | ".join(f"{row[mode][n]:.3f}" if n in row[mode] else "–"
+                                                      for n in lengths) + " |")
+    return "\n".join(lines)
+
+
+def make_figures(results: dict[str, Any], out: str, heatmaps: dict[str, np.ndarray]) -> dict[str, str]:
+    """perplexity.png, attention_2x.png and loss_by_position.png from a results dict."""
+    from . import plots
+
+    cfg = results["config"]
+    train_len = cfg["train"]["train_len"]
+    lengths = results["lengths"]
+    table = {label: {mode: {int(n): r["perplexity"] for n, r in row[mode].items()} for mode in MODES if mode in row}
+             for label, row in results["rows"].items()}
+    curves = {label: np.asarray(row["nll_by_position"]) for label, row in results["rows"].items()
+              if "nll_by_position" in row}
+    title = f"{results['corpus']['name']}, trained at L={train_len}"
+    return {
+        "perplexity": plots.plot_perplexity(table, os.path.join(out, "perplexity.png"), train_len, title),
+        "attention_2x": plots.plot_attention_heatmaps(
+            heatmaps, os.path.join(out, "attention_2x.png"), train_len,
+            f"attention at 2× the training length (layer {cfg['heatmap_layer']}, head {cfg['heatmap_head']})"),
+        "loss_by_position": plots.plot_loss_by_position(
+            curves, os.path.join(out, "loss_by_position.png"), train_len,
+            f"{title}: loss by position, windows of {max(lengths)}"),
+    }
+
+
+def replot(out: str) -> dict[str, str]:
+    """Redraw the figures of a finished run from ``out/results.json`` and ``out/attention_2x.npz``."""
+    path = os.path.join(out, "results.json")
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"{path!r} does not exist: run `wavepe extrapolate --out {out}` first")
+    with open(path, encoding="utf-8") as f:
+        results = json.load(f)
+    if results.get("task", "perplexity") != "perplexity":
+        raise ValueError(f"{path!r} is from a --task {results['task']} run: replot it with --task {results['task']}")
+    heatmaps: dict[str, np.ndarray] = {}
+    npz = os.path.join(out, "attention_2x.npz")
+    if os.path.isfile(npz):
+        with np.load(npz) as z:
+            heatmaps = {str(label): z[f"map{i}"] for i, label in enumerate(z["labels"])}
+    return make_figures(results, out, heatmaps)
+
+
+def run_extrapolation(cfg: ExtrapolationConfig, *, progress: bool = True, corpus: Corpus | None = None,
+                      log: Callable[[str], None] = print) -> dict[str, Any]:
+    """Train every encoding of ``cfg``, evaluate, write ``cfg.out``; return the results dict.
+
+    Files written to ``cfg.out``: ``results.json`` (everything, rewritten after
+    each model), ``results.md`` (the tables), ``perplexity.png``,
+    ``attention_2x.png`` (and its maps in ``attention_2x.npz``),
+    ``loss_by_position.png``, ``models/<encoding>.pt``.
+
+    Perplexities are measured on :func:`evaluation_stream` of the test split.
+    """
+    from ..analysis import band_dimension, measure_model_band
+
+    t_start = time.perf_counter()
+    if cfg.threads is not None:
+        torch.set_num_threads(cfg.threads)
+    os.makedirs(cfg.out, exist_ok=True)
+    corpus = load_corpus(cfg.data) if corpus is None else corpus
+    train_len = cfg.train.train_len
+    lengths = cfg.lengths
+    need = max(lengths) + 1
+    for split in ("train", "test"):
+        if corpus.split(split).size < need:
+            raise ValueError(f"corpus {corpus.name!r}: the {split} split has {corpus.split(split).size} bytes; "
+                             f"evaluating at length {max(lengths)} needs at least {need}")
+    test = evaluation_stream(corpus.test, max(cfg.eval_tokens, cfg.sliding_tokens) + 2 * max(lengths) + 1)
+    log(f"corpus {corpus.name}: " + ", ".join(f"{s} {corpus.split(s).size:,} bytes" for s in ("train", "valid",
+                                                                                                "test")))
+    results: dict[str, Any] = {"config": cfg.to_dict(), "corpus": corpus.describe(), "machine": machine_info(),
+                               "lengths": lengths, "rows": {}, "models": {}}
+    table: dict[str, dict[str, dict[int, float]]] = {}
+    heatmaps: dict[str, np.ndarray] = {}
+    heat_ids = _heatmap_window(corpus.test, 2 * train_len)
+
+    def record(label: str, evals: dict[str, dict[int, PerplexityResult]]) -> None:
+        row = table.setdefault(label, {})
+        stored = results["rows"].setdefault(label, {})
+        for mode, res in evals.items():
+            row.setdefault(mode, {}).update({n: r.perplexity for n, r in res.items()})
+            stored.setdefault(mode, {}).update({str(n): r.to_dict() for n, r in res.items()})
+            if mode == "nonoverlap" and max(lengths) in res:
+                curve = res[max(lengths)].nll_by_position
+                stored["nll_by_position"] = [round(float(v), 5) for v in curve]
+
+    def heatmap(model: TinyLM) -> np.ndarray:
+        probs = model.attention_probs(heat_ids, layer=cfg.heatmap_layer)
+        return probs[0, cfg.heatmap_head].numpy()
+
+    def write_json() -> None:
+        results["seconds"] = time.perf_counter() - t_start
+        with open(os.path.join(cfg.out, "results.json"), "w", encoding="utf-8") as f:
+            json.dump(results, f, indent=1, ensure_ascii=False)
+
+    for spec in cfg.specs:
+        t0 = time.perf_counter()
+        mcfg = dataclasses.replace(cfg.model, pos_enc=spec.pos_enc,
+                                   rope_theta=spec.theta if spec.theta is not None else cfg.model.rope_theta)
+        torch.manual_seed(cfg.seed)
+        model = TinyLM(mcfg)
+        tcfg = dataclasses.replace(cfg.train, seed=cfg.seed)
+        history = train_lm(model, corpus.train, tcfg, progress=progress, desc=f"train {spec.key}")
+        t_train = time.perf_counter() - t0
+        info: dict[str, Any] = {"label": spec.label, "parameters": model.num_parameters(),
+                                "train_seconds": t_train, "final_train_loss": history["final_loss"],
+                                "train_loss": history["loss"][:: max(1, len(history["loss"]) // 200)]}
+        if cfg.save_models:
+            os.makedirs(os.path.join(cfg.out, "models"), exist_ok=True)
+            path = os.path.join(cfg.out, "models", spec.key.replace(":", "_") + ".pt")
+            save_model(model, path, meta={"train_len": train_len, "corpus": corpus.name, "encoding": spec.key,
+                                          "steps": tcfg.steps, "seed": cfg.seed})
+            info["checkpoint"] = path
+        evals = evaluate_lengths(model, test, lengths, modes=MODES, max_tokens=cfg.eval_tokens,
+                                 sliding_max_tokens=cfg.sliding_tokens, stride_fraction=cfg.stride_fraction,
+                                 progress=progress, desc=spec.key)
+        record(spec.label, evals)
+        heatmaps[spec.label] = heatmap(model)
+        if spec.pos_enc == "rope":
+            assert spec.theta is not None
+            band = measure_model_band(model, heat_ids[:, :train_len], layout=mcfg.rope_layout)
+            info["band"] = {**band.to_dict(), "j_star": band_dimension(spec.theta, train_len, mcfg.head_dim)}
+        if spec.key == "rope-ltrain":
+            base = mcfg.rope_config()
+            for infer in cfg.infer_thetas:
+                label = _infer_label(spec, infer)
+                inf_evals: dict[str, dict[int, PerplexityResult]] = {m: {} for m in MODES}
+                try:
+                    for n in lengths:
+                        model.set_rope(base.with_theta(_theta_at(infer, n)))
+                        for mode in MODES:
+                            budget = cfg.eval_tokens if mode == "nonoverlap" else cfg.sliding_tokens
+                            inf_evals[mode][n] = perplexity(
+                                model, test, n, mode=mode, stride=max(1, round(cfg.stride_fraction * n)),
+                                max_tokens=budget, progress=progress, desc=f"{spec.key} θ_inf {mode} L={n}")
+                    model.set_rope(base.with_theta(_theta_at(infer, 2 * train_len)))
+                    heatmaps[label] = heatmap(model)
+                finally:
+                    model.set_rope(base)
+                record(label, inf_evals)
+        info["seconds"] = time.perf_counter() - t0
+        results["models"][spec.key] = info
+        log(f"{spec.label}: trained {t_train:.0f} s (loss {history['final_loss']:.3f}), "
+            f"evaluated {info['seconds'] - t_train:.0f} s; perplexity "
+            + " ".join(f"{n}:{table[spec.label]['nonoverlap'][n]:.2f}" for n in lengths))
+        write_json()
+
+    np.savez_compressed(os.path.join(cfg.out, "attention_2x.npz"), labels=np.array(list(heatmaps)),
+                        **{f"map{i}": m for i, m in enumerate(heatmaps.values())})
+    results["figures"] = make_figures(results, cfg.out, heatmaps)
+    md = [f"Perplexity (bytes) on the {corpus.name} test split; trained at L={train_len}.", "",
+          "Non-overlapping windows:", "", format_table(table, "nonoverlap", lengths, train_len), "",
+          f"Sliding window (stride L·{cfg.stride_fraction:g}, last stride scored):", "",
+          format_table(table, "sliding", lengths, train_len), ""]
+    results["markdown"] = "\n".join(md)
+    with open(os.path.join(cfg.out, "results.md"), "w", encoding="utf-8") as f:
+        f.write(results["markdown"])
+    write_json()
+    return results

@@ -1,0 +1,159 @@
+"""NaN / inf semantics of the fused attention and the relative bias, on every ISA.
+
+The contract (docs/DEVELOPING.md, "Non-finite values"):
+
+* a NaN or inf in an input a query actually uses propagates to that query's
+  output, as the float64 oracle (tests/reference.py) computes it;
+* a masked position -- a key after the query with causal=True, a padded key
+  (key_padding_mask) -- never contributes, whatever it holds: NaN, inf, 1e30;
+* a query that sees no key outputs 0 with finite gradients;
+* subnormal inputs read as zero (the kernels flush them; fpenv.h).
+
+Values are planted at random masked and unmasked positions (hypothesis) and the
+result compared with the oracle NaN for NaN, value for value.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from wavepe import WaveletConfig
+
+from . import reference as ref
+
+torch = pytest.importorskip("torch")
+import wavepe.ops as wo  # noqa: E402
+import wavepe.ufuncs as wu  # noqa: E402
+
+
+BAD = [float("nan"), float("inf"), float("-inf"), 1e30]
+
+
+def _oracle_kwargs(pos_enc, d, h, m, n, off):
+    if pos_enc == "wavelet":
+        cfg = WaveletConfig.grid(d)
+        r = np.arange(off - (n - 1), off + m)
+        return {"config": cfg}, {"table": ref.wavelet_table(cfg.family, cfg.scales, cfg.shifts, r), "r_lo": r[0]}
+    if pos_enc == "alibi":
+        slopes = ref.alibi_slopes(h)
+        return {"alibi_slopes": torch.tensor(slopes)}, {"slopes": slopes}
+    return {}, {}
+
+
+def _assert_same(got, want, rtol, atol):
+    got = np.asarray(got, np.float64)
+    assert np.array_equal(np.isnan(got), np.isnan(want)), (
+        f"NaN at {np.argwhere(np.isnan(got) != np.isnan(want))[:5].tolist()} differs from the oracle")
+    np.testing.assert_allclose(got, want, rtol=rtol, atol=atol, equal_nan=True)
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(data=st.data(), pos_enc=st.sampled_from(["wavelet", "alibi", "none"]), f64=st.booleans(),
+       m=st.integers(1, 30), extra=st.integers(0, 40), bad=st.sampled_from(BAD), padded=st.booleans())
+def test_forward_planted_values_match_oracle(isa, data, pos_enc, f64, m, extra, bad, padded):
+    b, h, h_kv, d = 1, 2, 1, 16
+    n = m + extra
+    off = n - m
+    dtype = torch.float64 if f64 else torch.float32
+    g = torch.Generator().manual_seed(data.draw(st.integers(0, 2**16)))
+    q, k, v = (torch.randn(b, hh, ll, d, generator=g, dtype=torch.float64) for hh, ll in ((h, m), (h_kv, n), (h_kv, n)))
+    kpm = torch.zeros(b, n, dtype=torch.bool)
+    if padded:
+        kpm[0, data.draw(st.lists(st.integers(0, n - 1), max_size=4))] = True
+    # plant: in k or v at any key (masked for some rows, or padded), or in q (an unmasked input)
+    where = data.draw(st.sampled_from(["k", "v", "q"]))
+    t = {"q": q, "k": k, "v": v}[where]
+    pos = data.draw(st.integers(0, t.shape[2] - 1))
+    col = data.draw(st.integers(0, d - 1))
+    t[0, data.draw(st.integers(0, t.shape[1] - 1)), pos, col] = bad
+    kw, okw = _oracle_kwargs(pos_enc, d, h, m, n, off)
+    want = ref.attention(q.numpy(), k.numpy(), v.numpy(), key_padding_mask=kpm.numpy() if padded else None, **okw)
+    got = wo.wavelet_attention(q.to(dtype), k.to(dtype), v.to(dtype), pos_enc=pos_enc,
+                               key_padding_mask=kpm if padded else None,
+                               **{kk: (vv.to(dtype) if torch.is_tensor(vv) else vv) for kk, vv in kw.items()})
+    rtol = 1e-10 if f64 else 2e-5
+    _assert_same(got.numpy(), want, rtol, rtol)
+
+
+@pytest.mark.parametrize("pos_enc", ["wavelet", "alibi", "none"])
+@pytest.mark.parametrize("bad", BAD)
+def test_masked_keys_never_reach_outputs_or_gradients(isa, pos_enc, bad):
+    """Keys no query may see -- padding, and unused KV-cache slots after every query
+    (filled by torch.empty in practice) -- hold garbage: every output and gradient is
+    the one of the same call with those keys zeroed, and their own gradients are 0."""
+    b, h, h_kv, m, n, d = 2, 4, 2, 37, 300, 32
+    off = 150  # queries at 150..186: keys 187..299 are after every query
+    g = torch.Generator().manual_seed(3)
+    q, k, v = (torch.randn(b, hh, ll, d, generator=g, dtype=torch.float64) for hh, ll in ((h, m), (h_kv, n), (h_kv, n)))
+    kpm = torch.zeros(b, n, dtype=torch.bool)
+    kpm[:, [3, 90, 151]] = True
+    garbage = torch.zeros(b, n, dtype=torch.bool)
+    garbage[:, 187:] = True
+    garbage |= kpm
+    kw, _ = _oracle_kwargs(pos_enc, d, h, m, n, off)
+    dout = torch.randn(b, h, m, d, generator=g, dtype=torch.float64)
+
+    def run(kk, vv):
+        qq = q.clone().requires_grad_()
+        kk = kk.clone().requires_grad_()
+        vv = vv.clone().requires_grad_()
+        out = wo.wavelet_attention(qq, kk, vv, pos_enc=pos_enc, q_offset=off, key_padding_mask=kpm, **kw)
+        (out * dout).sum().backward()
+        return out.detach(), qq.grad, kk.grad, vv.grad
+
+    clean = run(k.masked_fill(garbage[:, None, :, None], 0.0), v.masked_fill(garbage[:, None, :, None], 0.0))
+    dirty = run(k.masked_fill(garbage[:, None, :, None], bad), v.masked_fill(garbage[:, None, :, None], bad))
+    for name, c, x in zip(["out", "dq", "dk", "dv"], clean, dirty):
+        assert torch.isfinite(x).all(), f"{name} is not finite"
+        torch.testing.assert_close(x, c, rtol=0, atol=0, msg=f"{name} depends on masked keys")
+    assert (dirty[2].masked_select(garbage[:, None, :, None]) == 0).all()
+    assert (dirty[3].masked_select(garbage[:, None, :, None]) == 0).all()
+
+
+@pytest.mark.parametrize("pos_enc", ["wavelet", "alibi", "none"])
+def test_nan_query_row_is_nan_on_every_isa(isa, pos_enc):
+    q, k, v = (torch.randn(1, 2, 12, 32, dtype=torch.float64) for _ in range(3))
+    q[0, 1, 2, 5] = float("nan")
+    q = q.requires_grad_()
+    out = wo.wavelet_attention(q, k, v, pos_enc=pos_enc)
+    assert torch.isnan(out[0, 1, 2]).all()
+    assert torch.isfinite(out[0, 0]).all() and torch.isfinite(out[0, 1, [0, 1, 3, 4]]).all()
+    out[0, 1, 2].sum().backward()
+    assert torch.isnan(q.grad[0, 1, 2]).all()  # a NaN is never hidden in the gradient either
+
+
+def test_fully_masked_rows_are_zero_with_finite_gradients(isa):
+    q, k, v = (torch.randn(1, 1, 8, 16, dtype=torch.float64, requires_grad=True) for _ in range(3))
+    out = wo.wavelet_attention(q, k, v, q_offset=-4)  # queries at -4..3: the first four see no key
+    assert (out[0, 0, :4] == 0).all()
+    out.sum().backward()
+    for x in (q, k, v):
+        assert torch.isfinite(x.grad).all()
+
+
+@pytest.mark.parametrize("f64", [False, True])
+def test_subnormal_inputs_read_as_zero(isa, f64):
+    dtype = torch.float64 if f64 else torch.float32
+    tiny = torch.finfo(dtype).tiny
+    q, k, v = (torch.randn(1, 2, 40, 32, dtype=dtype) for _ in range(3))
+    got = wo.wavelet_attention(q * (tiny / 8), k, v)  # every q element subnormal
+    want = wo.wavelet_attention(torch.zeros_like(q), k, v)  # a zero query: the mean of the values seen
+    torch.testing.assert_close(got, want, rtol=0, atol=0)
+    mean = v.double().cumsum(2) / torch.arange(1, 41, dtype=torch.float64)[:, None]
+    torch.testing.assert_close(want.double(), mean.expand_as(want), rtol=1e-5 if not f64 else 1e-12, atol=1e-6)
+    assert not ((want != 0) & (want.abs() < tiny)).any()
+
+
+def test_relbias_nan_query_matches_oracle_on_every_isa(isa):
+    cfg = WaveletConfig.grid(32)
+    table, r_lo = cfg.table(np.float64)
+    q = np.random.default_rng(0).standard_normal((2, 40, 32))
+    q[1, 7, 3] = np.nan
+    q[0, 11, 30] = np.inf
+    got = wu.rel_bias(q, table, r_lo, k_len=300, q_offset=260)
+    want = ref.rel_bias(q, table, r_lo, 300, 260, True, False)
+    _assert_same(got, want, 1e-12, 1e-12)
+

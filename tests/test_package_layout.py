@@ -1,0 +1,125 @@
+"""The library imports none of the research code, the research code's dependencies run one way, and the
+old import paths of the research modules still work."""
+
+from __future__ import annotations
+
+import ast
+import os
+import subprocess
+import sys
+
+import pytest
+
+PACKAGE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "python", "wavepe")
+RESEARCH = ("wavepe.research", "wavepe.analysis", "wavepe.experiments", "wavepe.cli")
+
+
+def module_name(path: str) -> str:
+    rel = os.path.relpath(path, os.path.dirname(PACKAGE))[:-3].replace(os.sep, ".")
+    return rel[: -len(".__init__")] if rel.endswith(".__init__") else rel
+
+
+def imports_of(path: str) -> set[str]:
+    """Every module a file imports, at any depth of the code (lazy imports too), as absolute names."""
+    name = module_name(path)
+    package = name if path.endswith("__init__.py") else name.rsplit(".", 1)[0]
+    found = set()
+    for node in ast.walk(ast.parse(open(path, encoding="utf-8").read())):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parts = package.split(".")
+                parts = parts[: len(parts) - node.level + 1]
+                base = ".".join(parts + ([base] if base else []))
+            found.add(base)
+            found.update(f"{base}.{alias.name}" for alias in node.names)
+    return found
+
+
+def python_files(root: str):
+    for folder, _, files in os.walk(root):
+        for f in files:
+            if f.endswith(".py"):
+                yield os.path.join(folder, f)
+
+
+def is_research(path: str) -> bool:
+    rel = os.path.relpath(path, PACKAGE)
+    return rel.startswith("research" + os.sep) or rel == "__main__.py"
+
+
+def test_the_library_imports_no_research_code():
+    offenders = {}
+    for path in python_files(PACKAGE):
+        if is_research(path):
+            continue
+        bad = sorted(m for m in imports_of(path) if m.startswith(RESEARCH))
+        if bad:
+            offenders[os.path.relpath(path, PACKAGE)] = bad
+    assert not offenders, offenders
+
+
+def test_research_dependencies_run_one_way():
+    # cli -> experiments -> analysis -> library: no module imports one above it (the old loop was
+    # analysis -> experiments.evaluate -> ... -> experiments.extrapolate -> analysis)
+    rank = {"wavepe.research.analysis": 0, "wavepe.research.experiments": 1, "wavepe.research.cli": 2}
+
+    def level(module: str) -> int | None:
+        for prefix, r in rank.items():
+            if module == prefix or module.startswith(prefix + "."):
+                return r
+        return None
+
+    for path in python_files(os.path.join(PACKAGE, "research")):
+        own = level(module_name(path))
+        for m in imports_of(path):
+            other = level(m)
+            assert other is None or own is None or other <= own, f"{module_name(path)} imports {m}"
+
+
+def test_importing_the_library_loads_no_research_module():
+    code = ("import sys, wavepe, wavepe.config, wavepe.ufuncs, wavepe.pos_enc, wavepe.ops, wavepe.nn, "
+            "wavepe.integrations.hf, wavepe.integrations.fairseq.options\n"
+            f"print(sorted(m for m in sys.modules if m.startswith({RESEARCH!r})))")
+    pytest.importorskip("transformers")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]", out.stdout
+
+
+def test_old_import_paths_are_the_research_modules():
+    pytest.importorskip("torch")
+    import wavepe.analysis
+    import wavepe.cli
+    import wavepe.experiments
+    import wavepe.experiments.model
+    import wavepe.research.analysis
+    import wavepe.research.cli
+    import wavepe.research.experiments.evaluate
+    import wavepe.research.experiments.model
+    from wavepe.experiments import TinyLM, perplexity
+
+    assert wavepe.experiments is wavepe.research.experiments
+    assert wavepe.experiments.model is wavepe.research.experiments.model
+    assert TinyLM is wavepe.research.experiments.model.TinyLM
+    assert perplexity is wavepe.research.experiments.evaluate.perplexity
+    assert wavepe.cli is wavepe.research.cli and callable(wavepe.cli.main)
+    assert wavepe.analysis.band_dimension is wavepe.research.analysis.band_dimension
+    assert wavepe.analysis.p_rope_sweep is wavepe.research.experiments.evaluate.p_rope_sweep
+    assert set(wavepe.research.analysis.__all__) <= set(wavepe.analysis.__all__)
+
+
+def test_old_paths_imported_first_load_each_module_once():
+    # a fresh interpreter whose first import is an old path: no second copy of any research module
+    code = ("import sys\n"
+            "from wavepe.experiments.evaluate import perplexity\n"
+            "from wavepe.experiments.model import TinyLM\n"
+            "import wavepe.research.experiments.evaluate as ev, wavepe.research.experiments.model as mo\n"
+            "assert perplexity is ev.perplexity and TinyLM is mo.TinyLM\n"
+            "old = [n for n in sys.modules if n.startswith('wavepe.experiments')]\n"
+            "assert old and all(sys.modules[n] is sys.modules['wavepe.research' + n[len('wavepe'):]] for n in old), old\n"
+            "print('ok')")
+    pytest.importorskip("torch")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr[-2000:]

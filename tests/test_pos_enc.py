@@ -1,0 +1,75 @@
+"""One pos_enc vocabulary (wavepe/pos_enc.py) across the ops, nn, TinyLM, Hugging Face and fairseq."""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+
+import wavepe.pos_enc as pe
+from wavepe.integrations.fairseq.options import POS_ENCS as FAIRSEQ_POS_ENCS
+from wavepe.integrations.fairseq.options import PositionSpec
+
+torch = pytest.importorskip("torch")
+import wavepe.ops as wo  # noqa: E402
+from wavepe.integrations._hf_settings import POS_ENCS as HF_POS_ENCS  # noqa: E402
+from wavepe.integrations._hf_settings import PosEncSettings  # noqa: E402
+from wavepe.nn import POS_ENCS as NN_POS_ENCS  # noqa: E402
+from wavepe.nn import PositionalAttention  # noqa: E402
+from wavepe.ops.attention import POS_ENCS as OPS_POS_ENCS  # noqa: E402
+
+
+def test_every_layer_speaks_the_one_vocabulary():
+    for layer in (OPS_POS_ENCS, NN_POS_ENCS, HF_POS_ENCS, FAIRSEQ_POS_ENCS):
+        assert set(layer) <= set(pe.POS_ENCS), layer
+        assert "nope" in layer and "none" not in layer
+    assert {pe.scores_pos_enc(name) for name in pe.POS_ENCS} == {"wavelet", "relative", "alibi", "nope"}
+    assert pe.scores_pos_enc("rope") == pe.scores_pos_enc("sinusoidal") == "nope"
+
+
+def test_old_spelling_reads_with_a_deprecation_warning_everywhere():
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(1, 2, 5, 8, generator=g) for _ in range(3))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        want = wo.wavelet_attention(q, k, v, pos_enc="nope")
+    with pytest.warns(DeprecationWarning, match=r"pos_enc='none' is the old spelling of 'nope'"):
+        got = wo.wavelet_attention(q, k, v, pos_enc="none")
+    torch.testing.assert_close(got, want, rtol=0, atol=0)
+    with pytest.warns(DeprecationWarning, match="old spelling"):
+        assert PositionalAttention(16, 2, "none").pos_enc == "nope"
+    with pytest.warns(DeprecationWarning, match=r"config.wavepe\['pos_enc'\]='none'"):
+        assert PosEncSettings.from_dict({"pos_enc": "none"}).pos_enc == "nope"
+    with pytest.warns(DeprecationWarning, match="--pos-enc='none'"):
+        assert PositionSpec.from_args({"pos_enc": "none"}, 16).pos_enc == "nope"
+
+
+def test_tinylm_checkpoints_written_with_the_old_spelling_still_load(tmp_path):
+    from wavepe.experiments.model import LMConfig, TinyLM, load_model, save_model
+
+    cfg = LMConfig(vocab_size=11, hidden_size=16, num_hidden_layers=1, num_attention_heads=2, head_dim=8,
+                   intermediate_size=32, pos_enc="nope")
+    model = TinyLM(cfg)
+    path = str(tmp_path / "old.pt")
+    save_model(model, path)
+    blob = torch.load(path, weights_only=True)
+    blob["config"]["pos_enc"] = "none"  # as checkpoints written before the vocabulary was one
+    torch.save(blob, path)
+    with pytest.warns(DeprecationWarning, match="old spelling"):
+        loaded = load_model(path)
+    assert loaded.config.pos_enc == "nope"
+    x = torch.randint(0, 11, (1, 6))
+    torch.testing.assert_close(loaded(x), model.eval()(x))
+
+
+@pytest.mark.parametrize("call,match", [
+    (lambda: wo.wavelet_attention(*[torch.zeros(1, 1, 2, 4)] * 3, pos_enc="rope"),
+     r"pos_enc must be one of .*; got 'rope': RoPE rotates q and k before attention -- apply wavepe.ops.rope"),
+    (lambda: wo.wavelet_attention(*[torch.zeros(1, 1, 2, 4)] * 3, pos_enc="sinusoidal"),
+     r"pos_enc must be one of 'wavelet', 'relative', 'alibi', 'nope'; got 'sinusoidal'"),
+    (lambda: PositionalAttention(16, 2, "relative"), r"pos_enc must be one of 'wavelet', 'rope', 'alibi', 'nope'"),
+    (lambda: PositionSpec.from_args({"pos_enc": "xpos"}, 16), r"--pos-enc must be one of .*'xpos'"),
+])
+def test_names_outside_a_layer_raise_naming_the_argument(call, match):
+    with pytest.raises(ValueError, match=match):
+        call()
