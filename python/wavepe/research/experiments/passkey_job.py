@@ -26,9 +26,8 @@ import torch
 
 from ..._validate import check_int, check_real
 from .corpus import Corpus, load_corpus
-from .extrapolate import (DEFAULT_ENCODINGS, EncodingSpec, _infer_label, _theta_at, machine_info, parse_encoding,
-                          parse_infer_theta)
-from .model import LMConfig, TinyLM, save_model
+from .extrapolate import JobConfig, _infer_label, _theta_at, machine_info
+from .model import LMConfig, TinyLM
 from .retrieval import DEFAULT_DEPTHS, PasskeyFormat, PasskeyMixture, PasskeyResult, haystack, min_length, passkey
 from .train import TrainConfig, train_lm
 
@@ -46,8 +45,8 @@ LEARNED = 0.5
 
 
 @dataclass
-class PasskeyJobConfig:
-    """Everything a passkey run depends on (written into ``results.json``).
+class PasskeyJobConfig(JobConfig):
+    """Everything a passkey run depends on: :class:`JobConfig` and the task's own knobs.
 
     ``passkey_fraction`` of the training rows are passkey examples of
     exactly ``train_len + 1`` tokens (the rest are plain corpus crops); the
@@ -63,39 +62,21 @@ class PasskeyJobConfig:
     trains every model for exactly ``train.steps``.
     """
 
-    data: str | None = None
     out: str = "runs/passkey"
-    encodings: tuple[str, ...] = DEFAULT_ENCODINGS
-    infer_thetas: tuple[str | float, ...] = ("len",)
-    factors: tuple[int, ...] = (1, 2, 4, 8)
+    train: TrainConfig = field(default_factory=lambda: TrainConfig(steps=1500))
     depths: tuple[float, ...] = DEFAULT_DEPTHS
     trials: int = 20
     key_digits: int = 5
     passkey_fraction: float = 1.0
     answer_weight: float = 50.0
-    model: LMConfig = field(default_factory=LMConfig)
-    train: TrainConfig = field(default_factory=lambda: TrainConfig(steps=1500))
     check_every: int = 100
     stop_accuracy: float = 0.9
-    seed: int = 0
-    threads: int | None = None
-    save_models: bool = True
 
     def __post_init__(self) -> None:
+        super().__post_init__()
         check_int("check_every", self.check_every, min_value=0)
         if not 0.0 < check_real("stop_accuracy", self.stop_accuracy) <= 1.0:
             raise ValueError(f"stop_accuracy must be in (0, 1], got {self.stop_accuracy}")
-        if not self.encodings:
-            raise ValueError("encodings must name at least one encoding")
-        keys = [parse_encoding(e, self.train.train_len).key for e in self.encodings]
-        dup = {k for k in keys if keys.count(k) > 1}
-        if dup:
-            raise ValueError(f"encodings lists {', '.join(sorted(dup))} more than once")
-        self.infer_thetas = tuple(parse_infer_theta(v) for v in self.infer_thetas)
-        if not self.factors:
-            raise ValueError("factors must list at least one multiple of the training length")
-        for f in self.factors:
-            check_int("factor", f, min_value=1)
         if not self.depths:
             raise ValueError("depths must list at least one depth in [0, 1]")
         for d in self.depths:
@@ -107,8 +88,6 @@ class PasskeyJobConfig:
         if not 0.0 < check_real("passkey_fraction", self.passkey_fraction) <= 1.0:
             raise ValueError(f"passkey_fraction must be in (0, 1], got {self.passkey_fraction}")
         check_real("answer_weight", self.answer_weight, positive=True)
-        if self.threads is not None:
-            check_int("threads", self.threads, min_value=1)
         shortest = min_length(self.key_digits, self.format)
         if self.train.train_len + 1 < shortest:
             raise ValueError(f"train_len {self.train.train_len} is too short for passkey examples with a "
@@ -119,22 +98,8 @@ class PasskeyJobConfig:
     def format(self) -> PasskeyFormat:
         return PasskeyFormat()
 
-    @property
-    def specs(self) -> list[EncodingSpec]:
-        return [parse_encoding(e, self.train.train_len) for e in self.encodings]
-
-    @property
-    def lengths(self) -> list[int]:
-        return [self.train.train_len * f for f in self.factors]
-
     def to_dict(self) -> dict[str, Any]:
-        d = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name not in ("model", "train")}
-        d["model"] = self.model.to_dict()
-        d["train"] = self.train.to_dict()
-        for name in ("encodings", "infer_thetas", "factors", "depths"):
-            d[name] = list(d[name])
-        d["format"] = self.format.to_dict()
-        return d
+        return {**super().to_dict(), "format": self.format.to_dict()}
 
 
 def passkey_quick_config(**overrides: Any) -> PasskeyJobConfig:
@@ -271,17 +236,9 @@ def run_passkey(cfg: PasskeyJobConfig, *, progress: bool = True, corpus: Corpus 
         return passkey(model, filler, ns, cfg.depths, trials=cfg.trials, key_digits=cfg.key_digits, seed=cfg.seed,
                        fmt=fmt, progress=progress, desc=desc)
 
-    def write_json() -> None:
-        results["seconds"] = time.perf_counter() - t_start
-        with open(os.path.join(cfg.out, "results.json"), "w", encoding="utf-8") as f:
-            json.dump(results, f, indent=1, ensure_ascii=False)
-
     for spec in cfg.specs:
         t0 = time.perf_counter()
-        mcfg = dataclasses.replace(cfg.model, pos_enc=spec.pos_enc,
-                                   rope_theta=spec.theta if spec.theta is not None else cfg.model.rope_theta)
-        torch.manual_seed(cfg.seed)
-        model = TinyLM(mcfg)
+        model = cfg.new_model(spec)
         tcfg = dataclasses.replace(cfg.train, seed=cfg.seed)
         checks: list[tuple[int, float]] = []
 
@@ -300,11 +257,9 @@ def run_passkey(cfg: PasskeyJobConfig, *, progress: bool = True, corpus: Corpus 
                                 "steps": history["steps"], "checks": checks,
                                 "final_train_loss": history["final_loss"],
                                 "train_loss": history["loss"][:: max(1, len(history["loss"]) // 200)]}
-        if cfg.save_models:
-            os.makedirs(os.path.join(cfg.out, "models"), exist_ok=True)
-            path = os.path.join(cfg.out, "models", spec.key.replace(":", "_") + ".pt")
-            save_model(model, path, meta={"train_len": train_len, "corpus": corpus.name, "encoding": spec.key,
-                                          "steps": history["steps"], "seed": cfg.seed, "task": "passkey"})
+        path = cfg.save_checkpoint(model, spec, {"corpus": corpus.name, "steps": history["steps"],
+                                                 "task": "passkey"})
+        if path is not None:
             info["checkpoint"] = path
         res = probe(model, lengths, f"passkey {spec.key}")
 
@@ -315,7 +270,7 @@ def run_passkey(cfg: PasskeyJobConfig, *, progress: bool = True, corpus: Corpus 
 
         results["rows"][spec.label] = row(res)
         if spec.key == "rope-ltrain":
-            base = mcfg.rope_config()
+            base = model.config.rope_config()
             for infer in cfg.infer_thetas:
                 parts = []
                 try:
@@ -330,11 +285,11 @@ def run_passkey(cfg: PasskeyJobConfig, *, progress: bool = True, corpus: Corpus 
         log(f"{spec.label}: trained {history['steps']} steps in {t_train:.0f} s (loss {history['final_loss']:.3f}), probed "
             f"{info['seconds'] - t_train:.0f} s; accuracy " + " ".join(f"{n}:{100 * res.accuracy_at(n):.0f}%"
                                                                        for n in lengths))
-        write_json()
+        cfg.write_results(results, t_start)
 
     results["figures"] = make_figures(results, cfg.out)
     results["markdown"] = markdown(results)
     with open(os.path.join(cfg.out, "results.md"), "w", encoding="utf-8") as f:
         f.write(results["markdown"])
-    write_json()
+    cfg.write_results(results, t_start)
     return results
