@@ -261,13 +261,15 @@ def plot_passkey_heatmaps(grids: Mapping[str, np.ndarray], lengths: Sequence[int
         ax.set_visible(False)
     if image is not None:
         fig.colorbar(image, ax=axes[:n].tolist(), shrink=0.8, label="exact-match accuracy")
-    notes = [title] if title else []
+    notes = []
     if trials is not None:
         notes.append(f"{trials} trials per cell")
     if chance is not None:
         notes.append(f"chance {chance:.0e}")
-    if notes:
-        fig.suptitle("; ".join(notes), fontsize=10)
+    # two lines: one panel is narrower than the title and the notes side by side
+    heading = "\n".join(t for t in (title, "; ".join(notes)) if t)
+    if heading:
+        fig.suptitle(heading, fontsize=9)
     return _save(fig, path)
 
 
