@@ -112,7 +112,10 @@ def test_extrapolate_passkey_quick_smoke(tmp_path, capsys):
     assert main(["extrapolate", "--task", "passkey", "--replot", "--out", str(out)]) == 0
     for name in ("passkey.png", "passkey_distance.png"):
         assert png_ok(out / name), name
-    # a perplexity run's results are refused by the passkey replot, with the reason
+    # a passkey run's results are refused by the perplexity replot, and the other way round, with the reason
+    capsys.readouterr()
+    assert main(["extrapolate", "--replot", "--out", str(out)]) == 2
+    assert "is not from a perplexity run (task 'passkey'): replot it with --task passkey" in capsys.readouterr().err
     (out / "results.json").write_text(json.dumps({"config": {}}), encoding="utf-8")
     assert main(["extrapolate", "--task", "passkey", "--replot", "--out", str(out)]) == 2
     assert "is not from a passkey run" in capsys.readouterr().err

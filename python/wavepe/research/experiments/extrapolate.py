@@ -275,15 +275,23 @@ def make_figures(results: dict[str, Any], out: str, heatmaps: dict[str, np.ndarr
     }
 
 
-def replot(out: str) -> dict[str, str]:
-    """Redraw the figures of a finished run from ``out/results.json`` and ``out/attention_2x.npz``."""
+def read_results(out: str, task: str) -> dict[str, Any]:
+    """``out/results.json`` of a finished ``--task task`` run (for ``--replot``), refused for another task."""
     path = os.path.join(out, "results.json")
     if not os.path.isfile(path):
-        raise FileNotFoundError(f"{path!r} does not exist: run `wavepe extrapolate --out {out}` first")
+        option = "" if task == "perplexity" else f"--task {task} "
+        raise FileNotFoundError(f"{path!r} does not exist: run `wavepe extrapolate {option}--out {out}` first")
     with open(path, encoding="utf-8") as f:
         results = json.load(f)
-    if results.get("task", "perplexity") != "perplexity":
-        raise ValueError(f"{path!r} is from a --task {results['task']} run: replot it with --task {results['task']}")
+    found = results.get("task", "perplexity")
+    if found != task:
+        raise ValueError(f"{path!r} is not from a {task} run (task {found!r}): replot it with --task {found}")
+    return results
+
+
+def replot(out: str) -> dict[str, str]:
+    """Redraw the figures of a finished run from ``out/results.json`` and ``out/attention_2x.npz``."""
+    results = read_results(out, "perplexity")
     heatmaps: dict[str, np.ndarray] = {}
     npz = os.path.join(out, "attention_2x.npz")
     if os.path.isfile(npz):

@@ -15,7 +15,6 @@ checkpoints.
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 import time
 from dataclasses import dataclass, field
@@ -26,7 +25,7 @@ import torch
 
 from ..._validate import check_int, check_real
 from .corpus import Corpus, load_corpus
-from .extrapolate import JobConfig, _infer_label, _theta_at, machine_info
+from .extrapolate import JobConfig, _infer_label, _theta_at, machine_info, read_results
 from .model import LMConfig, TinyLM
 from .retrieval import DEFAULT_DEPTHS, PasskeyFormat, PasskeyMixture, PasskeyResult, haystack, min_length, passkey
 from .train import TrainConfig, train_lm
@@ -166,14 +165,7 @@ def make_figures(results: dict[str, Any], out: str) -> dict[str, str]:
 
 def replot(out: str) -> dict[str, str]:
     """Redraw the figures of a finished passkey run from ``out/results.json``."""
-    path = os.path.join(out, "results.json")
-    if not os.path.isfile(path):
-        raise FileNotFoundError(f"{path!r} does not exist: run `wavepe extrapolate --task passkey --out {out}` first")
-    with open(path, encoding="utf-8") as f:
-        results = json.load(f)
-    if results.get("task") != "passkey":
-        raise ValueError(f"{path!r} is not from a passkey run (task {results.get('task', 'perplexity')!r})")
-    return make_figures(results, out)
+    return make_figures(read_results(out, "passkey"), out)
 
 
 def markdown(results: dict[str, Any]) -> str:
