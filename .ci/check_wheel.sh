@@ -42,6 +42,13 @@ assert out.shape == (1, 4, 33, 16) and torch.isfinite(out).all()
 torch.set_num_threads(2)
 assert torch.ops.wavepe.parallel_threads(64) == 2
 print("wavelet_attention ok, parallel_for threads:", torch.ops.wavepe.parallel_threads(64))
+# context parallelism ships too: on a one-process group it is the fused attention
+import torch.distributed as dist, wavepe.distributed as wd
+dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+torch.testing.assert_close(wd.context_parallel_attention(qa, qa[:, :2], qa[:, :2], cfg), out)
+dist.barrier()
+dist.destroy_process_group()
+print("context_parallel_attention ok")
 PY
 "$env_dir/bin/wavepe" --help >/dev/null
 "$env_dir/bin/wavepe" info

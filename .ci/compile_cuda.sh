@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Compile every CUDA source for sm_80 and sm_90 without a GPU, warnings as
-# errors in host code, so that a broken kernel never lands unnoticed; then
+# errors in host code, so that a broken kernel never lands unnoticed; check
+# with ptxas's report and the SASS that no kernel spills or uses local memory
+# and that the tensor-core kernels hold HMMA (.ci/check_cuda_kernels.py); then
 # syntax-check the op bindings with their CUDA registrations and launches
 # (csrc/torch/*_op.cpp, launch*.cpp, compiled with -DWAVEPE_WITH_CUDA=1)
 # against the installed torch's headers (a CPU wheel is enough: the one
@@ -26,21 +28,39 @@ pids=()
 for src in "${srcs[@]}"; do
   for arch in 80 90; do
     echo "nvcc sm_$arch $src"
+    obj="$out/$(basename "$src").$arch"
+    # ptxas's -v report (registers, spills, stack per kernel) goes to $obj.ptxas;
+    # everything else nvcc says is shown
     # shellcheck disable=SC2086
-    "$NVCC" -c "$src" -o "$out/$(basename "$src").$arch.o" $nvcc_flags \
-      -gencode "arch=compute_$arch,code=sm_$arch" -Icsrc &
+    ( "$NVCC" -c "$src" -o "$obj.o" $nvcc_flags -Xptxas -v \
+        -gencode "arch=compute_$arch,code=sm_$arch" -Icsrc 2>"$obj.ptxas"; rc=$?
+      grep -v -e '^ptxas info' -e '^    [0-9]* bytes stack frame' "$obj.ptxas" >&2 || true
+      exit $rc ) &
     pids+=($!)
     if [ ${#pids[@]} -ge "$jobs_max" ]; then wait "${pids[0]}"; pids=("${pids[@]:1}"); fi
   done
 done
 for pid in "${pids[@]}"; do wait "$pid"; done
 
-[ ${#binds[@]} -eq 0 ] && exit 0
 PY=${PYTHON:-}
 if [ -z "$PY" ]; then
+  # the venv brings torch's headers and cuobjdump/nvdisasm (requirements-dev.txt)
   if [ ! -x .venv/bin/python ] && [ "${CI:-}" = "true" ]; then make venv; fi
   PY=$([ -x .venv/bin/python ] && echo .venv/bin/python || echo python3)
 fi
+
+# registers, spills, local memory and tensor-core instructions per kernel and arch
+set +e
+python3 .ci/check_cuda_kernels.py "$out"
+rc=$?
+set -e
+if [ $rc -eq 3 ] && [ "${CI:-}" != "true" ]; then
+  echo "cuobjdump/nvdisasm not found; skipping the SASS checks (make venv installs them)"
+elif [ $rc -ne 0 ]; then
+  exit $rc
+fi
+
+[ ${#binds[@]} -eq 0 ] && exit 0
 if ! flags=$("$PY" -c "
 import torch
 from torch.utils import cpp_extension

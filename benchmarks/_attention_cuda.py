@@ -80,7 +80,7 @@ def bench_lengths(lengths, cfg, quick: bool) -> list[dict]:
         fns = {
             "flash": lambda: _flash(q, k, v),
             "fused": lambda: wo.wavelet_attention(q, k, v, cfg),
-            "fused_none": lambda: wo.wavelet_attention(q, k, v, pos_enc="none"),
+            "fused_none": lambda: wo.wavelet_attention(q, k, v, pos_enc="nope"),
         }
         with torch.no_grad():
             bias = (eager.rel_bias(q, table, r_lo, L, 0, True, False) * scale).contiguous()
@@ -115,7 +115,7 @@ def bench_decode(n_keys: int, cfg, quick: bool) -> list[dict]:
     q = torch.randn(B, H, 1, D, device=DEV, dtype=DTYPE, generator=g)
     k, v = (torch.randn(B, H, n_keys, D, device=DEV, dtype=DTYPE, generator=g) for _ in range(2))
     fns = {"flash": lambda: _flash(q, k, v, causal=False), "fused": lambda: wo.wavelet_attention(q, k, v, cfg),
-           "fused_none": lambda: wo.wavelet_attention(q, k, v, pos_enc="none")}
+           "fused_none": lambda: wo.wavelet_attention(q, k, v, pos_enc="nope")}
     with torch.no_grad():
         t = compare(fns, repeat=10 if quick else 50, warmup=3)
     return [{"N": n_keys, "method": n, "ms": t[n] * 1e3, "vs_flash": t[n] / t["flash"]} for n in fns]

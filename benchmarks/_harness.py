@@ -95,11 +95,39 @@ def print_table(title: str, header: Sequence[str], rows: Sequence[Sequence[Any]]
 
 
 def write_json(name: str, payload: dict[str, Any]) -> str:
-    """Write ``benchmarks/results/<name>.json`` with date and machine added."""
+    """Write ``benchmarks/results/<name>.<isa>.json`` with date and machine added.
+
+    One file per ISA that ran (``avx2``, ``avx512``, ``scalar``; none for the CUDA
+    benchmark, whose JSON names the GPU), so the latest run on each CPU family is kept side by side, as the
+    README's tables are.
+    """
     os.makedirs(RESULTS_DIR, exist_ok=True)
-    payload = {"date": _dt.datetime.now().isoformat(timespec="seconds"), "machine": machine(), **payload}
-    path = os.path.join(RESULTS_DIR, f"{name}.json")
+    info = machine()
+    payload = {"date": _dt.datetime.now().isoformat(timespec="seconds"), "machine": info, **payload}
+    family = "" if "cuda" in name else "." + str(info.get("wavepe_isa", "unknown"))  # GPU runs name the GPU inside
+    path = os.path.join(RESULTS_DIR, f"{name}{family}.json")
     with open(path, "w") as f:
         json.dump(payload, f, indent=2)
     print(f"wrote {path}")
     return path
+
+
+# ---- memory: the process's resident set (Linux /proc) -------------------------------------------------------
+
+def rss_kib(key: str = "VmRSS:") -> int:
+    """A line of /proc/self/status in KiB: "VmRSS:" (now) or "VmHWM:" (the peak since the last reset)."""
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith(key):
+                return int(line.split()[1])
+    return 0
+
+
+def reset_peak_rss() -> bool:
+    """Restart the peak RSS (VmHWM) from the current RSS; False where the kernel does not allow it."""
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+    except OSError:
+        return False
+    return True

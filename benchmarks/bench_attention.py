@@ -17,7 +17,7 @@ and ALiBi fused vs SDPA with an ALiBi float mask; then decoding one token
 against N = 32768 cached keys, fused vs SDPA on the same single query.
 Forward time, forward+backward time (gradients of q, k, v) and peak memory.
 
-  (6) fused_none  wavepe.ops.wavelet_attention(pos_enc="none"): plain attention
+  (6) fused_none  wavepe.ops.wavelet_attention(pos_enc="nope"): plain attention
   (7) fused_subnormal  (4) with q, k, v scaled by 1e-39 (subnormal float32)
 
 Targets (whichever CPU runs it; the ISA that ran is printed and recorded):
@@ -35,7 +35,7 @@ its ratios are printed alongside: on a shared machine they are the steadier
 figure.  Peak memory is the growth of the process's peak RSS (VmHWM, reset through
 /proc/self/clear_refs) over the call; the script re-executes itself with
 MALLOC_MMAP_THRESHOLD_ set so that freed buffers go back to the OS and RSS
-tracks live memory.  Prints tables and writes benchmarks/results/bench_attention.json.
+tracks live memory.  Prints tables and writes benchmarks/results/bench_attention.<isa>.json.
 """
 
 from __future__ import annotations
@@ -60,7 +60,7 @@ import wavepe.ops as wo  # noqa: E402
 from wavepe import WaveletConfig  # noqa: E402
 from wavepe.ops import eager  # noqa: E402
 
-from _harness import compare, machine, print_table, write_json  # noqa: E402
+from _harness import compare, machine, print_table, reset_peak_rss, rss_kib, write_json  # noqa: E402
 
 B, H, D = 1, 8, 128
 GIB = 1 << 30
@@ -69,24 +69,13 @@ MIB = 1 << 20
 
 # ---- memory -----------------------------------------------------------------------
 
-def _status_kib(key: str) -> int:
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith(key):
-                return int(line.split()[1])
-    return 0
-
-
 def peak_growth_mib(fn) -> float | None:
     """Peak RSS growth while fn() runs (its result is dropped after), in MiB."""
-    try:
-        with open("/proc/self/clear_refs", "w") as f:
-            f.write("5")
-    except OSError:
+    if not reset_peak_rss():
         return None
-    before = _status_kib("VmRSS:")
+    before = rss_kib("VmRSS:")
     result = fn()
-    peak = _status_kib("VmHWM:")
+    peak = rss_kib("VmHWM:")
     del result
     return (peak - before) / 1024
 
@@ -139,7 +128,7 @@ def methods(L: int, budget: int, cfg: WaveletConfig, table, r_lo):
         "fused": (lambda q, k, v: wo.wavelet_attention(q, k, v, cfg), 0),
         # every input scaled into the subnormal range: must cost what normal inputs cost
         "fused_subnormal": (lambda q, k, v: wo.wavelet_attention(*subnormal(q, k, v), cfg), 0),
-        "fused_none": (lambda q, k, v: wo.wavelet_attention(q, k, v, pos_enc="none"), 0),
+        "fused_none": (lambda q, k, v: wo.wavelet_attention(q, k, v, pos_enc="nope"), 0),
         "sdpa": (lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True), 0),
     }
     return {name: fn for name, (fn, need) in out.items() if need <= budget}
@@ -239,7 +228,7 @@ def bench_decode(N: int, quick: bool) -> list[dict]:
         "sdpa": lambda: F.scaled_dot_product_attention(q, k, v),
         "fused_wavelet": lambda: wo.wavelet_attention(q, k, v),
         "fused_alibi": lambda: wo.wavelet_attention(q, k, v, pos_enc="alibi"),
-        "fused_none": lambda: wo.wavelet_attention(q, k, v, pos_enc="none"),
+        "fused_none": lambda: wo.wavelet_attention(q, k, v, pos_enc="nope"),
     }
     runs, cpu_of = with_cpu_time(fns, skip=2)
     with torch.no_grad():

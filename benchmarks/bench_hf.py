@@ -21,7 +21,7 @@ Rows:
 Target (issue 21): rope mode within 1.1x the stock model in every row (it is the stock
 attention plus, with rope=RopeConfig, wavepe's cos/sin).  Relative modes are reported.
 Prints a table with the CPU / GPU, ISA and threads, and writes
-benchmarks/results/bench_hf.json (bench_hf_quick.json, or --out NAME: NAME.json).
+benchmarks/results/bench_hf.<isa>.json (bench_hf_quick.<isa>.json, or --out NAME: NAME.<isa>.json).
 """
 
 from __future__ import annotations

@@ -3,11 +3,11 @@
     python benchmarks/bench_ops.py [--quick]
 
 Targets (fp32, this 2-core CPU):
-  * wavelet_bias, B=1 H=8 L=2048 d=128 causal: <= 1.5x torch.matmul(q, k^T),
+  * wavelet_bias, B=1 H=8 L=2048 d=128 causal: <= 1.2x torch.matmul(q, k^T),
     and >= 2x faster than a plain-PyTorch rel-shift (Q T^T then skew);
   * rope on q and k, B=1 H=32 L=4096 d=128: >= 4x faster than eager
     q*cos + rotate_half(q)*sin, and >= 60% of a memcpy-equivalent copy's bandwidth.
-Prints a table and writes benchmarks/results/bench_ops.json.
+Prints a table and writes benchmarks/results/bench_ops.<isa>.json.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ def bench_wavelet_bias(quick: bool) -> dict:
     """wavelet_bias, fp32, B=1 H=8 L=2048 d=128 causal, the paper's default grid.
 
     Forward against torch.matmul(q, k^T) of the same shape (the cost of the
-    attention scores themselves; target <= 1.5x its time) and against the
+    attention scores themselves; target <= 1.2x its time) and against the
     plain-PyTorch rel-shift wavepe.ops.eager.rel_bias (target >= 2x faster);
     forward+backward against eager for information, for the wavelet table
     (grad of q) and for a learned clipped table (grads of q and the table).
@@ -78,7 +78,7 @@ def bench_wavelet_bias(quick: bool) -> dict:
     speedup = ms["eager"] / ms["ours"]
     rows = [
         [f"wavelet_bias fwd, {shape}", ms["ours"], "torch.matmul(q, k^T)", ms["matmul"], vs_mm,
-         "time <= 1.5x", bool(vs_mm <= 1.5)],
+         "time <= 1.2x", bool(vs_mm <= 1.2)],
         [f"wavelet_bias fwd, {shape}", ms["ours"], "eager rel-shift", ms["eager"], speedup,
          "speedup >= 2x", bool(speedup >= 2.0)],
         [f"wavelet_bias fwd+bwd (dq), {shape}", fb["ours"] * 1e3, "eager rel-shift", fb["eager"] * 1e3,

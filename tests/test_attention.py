@@ -82,7 +82,7 @@ def tol(dtype, d=64):
 
 
 def torch_oracle(q, k, v, *, table=None, r_lo=0, clamp=False, slopes=None, causal=True, scale=None, q_offset=None,
-                 key_padding_mask=None):
+                 key_padding_mask=None, return_lse=False):
     """tests/reference.attention in torch float64, for autograd (same formula, materialised)."""
     b, h, m, d = q.shape
     n = k.shape[2]
@@ -113,7 +113,10 @@ def torch_oracle(q, k, v, *, table=None, r_lo=0, clamp=False, slopes=None, causa
     s = s.masked_fill(masked, float("-inf"))
     empty = masked.all(dim=-1, keepdim=True)
     p = torch.softmax(s.masked_fill(empty, 0.0), dim=-1)
-    return (p @ v).masked_fill(empty, 0.0)
+    out = (p @ v).masked_fill(empty, 0.0)
+    if return_lse:
+        return out, torch.logsumexp(s.masked_fill(empty, 0.0), -1).masked_fill(empty.squeeze(-1), float("-inf"))
+    return out
 
 
 # ---- forward against the oracle -------------------------------------------------------
@@ -123,6 +126,7 @@ FORWARD_SHAPES = [
     (1, 2, 2, 64, 64, 32, None),
     (1, 4, 2, 7, 200, 64, None),       # GQA, a few queries
     (2, 2, 1, 333, 333, 128, None),    # lengths not multiples of the tiles
+    (1, 1, 1, 800, 800, 32, None),     # several forward query blocks on every ISA (AVX-512 f32: 384 rows)
     (1, 2, 2, 1, 1024, 64, None),      # decoding against 1024 keys
     (1, 2, 1, 333, 1024, 32, 500),     # queries in the middle: keys after them masked
     (1, 1, 1, 64, 300, 128, -40),      # first queries see no key
@@ -407,6 +411,63 @@ def test_lse_output_and_its_gradient():
     (gq,) = torch.autograd.grad(lse.sum(), q)
     (eq,) = torch.autograd.grad(torch.logsumexp(s, -1).sum(), q)
     torch.testing.assert_close(gq, eq)
+
+
+@pytest.mark.parametrize("pos_enc", POS_ENCS)
+@pytest.mark.parametrize("causal", [True, False])
+def test_return_lse_and_gradients_through_both(pos_enc, causal):
+    # (out, lse) against the oracle, and one loss over both outputs differentiated
+    # into q, k, v and the learned table / slopes, on the fused and the eager path
+    b, h, h_kv, m, n, d, off = 2, 6, 2, 23, 37, 8, -3   # GQA 3:1; the first queries see no key when causal
+    q, k, v = make_inputs(b, h, h_kv, m, n, d, seed=51)
+    mask = torch.zeros(b, n, dtype=torch.bool)
+    mask[1, :5] = True
+    g = torch.randn(b, h, m, d, dtype=torch.float64)
+    gl = torch.randn(b, h, m, dtype=torch.float64)
+    kw, okw = case_kwargs(pos_enc, d, h, torch.float64, m, n, off)
+    extra = None
+    if pos_enc == "relative":
+        extra = kw["rel_table"][0].clone().requires_grad_()
+        kw["rel_table"] = (extra, kw["rel_table"][1])
+        okw = {"table": extra, "r_lo": okw["r_lo"]}
+    elif pos_enc == "alibi":
+        extra = kw["alibi_slopes"].clone().requires_grad_()
+        kw["alibi_slopes"] = extra
+        okw = {"slopes": extra}
+    elif pos_enc == "wavelet":
+        okw = {"table": torch.from_numpy(okw["table"]), "r_lo": okw["r_lo"]}
+    leaves = [x.clone().requires_grad_() for x in (q, k, v)] + ([extra] if extra is not None else [])
+
+    def loss(out, lse):
+        return (out * g).sum() + (lse.masked_fill(torch.isinf(lse), 0.0) * gl).sum()
+
+    want_out, want_lse = torch_oracle(*leaves[:3], causal=causal, q_offset=off, key_padding_mask=mask,
+                                      return_lse=True, **okw)
+    want = torch.autograd.grad(loss(want_out, want_lse), leaves)
+    assert bool(torch.isinf(want_lse).any()) == causal
+    for path in ("fused", "eager"):
+        if path == "fused":
+            out, lse = wo.wavelet_attention(*leaves[:3], pos_enc=pos_enc, causal=causal, q_offset=off,
+                                            key_padding_mask=mask, return_lse=True, **kw)
+        else:
+            table, r_lo = (okw.get("table"), okw.get("r_lo", 0))
+            out, lse = _eager_attention(*leaves[:3], table, r_lo, False, okw.get("slopes"), mask, 1 / math.sqrt(d),
+                                        off, causal, return_lse=True)
+        assert lse.shape == (b, h, m) and lse.dtype == torch.float64
+        torch.testing.assert_close(out, want_out, rtol=1e-10, atol=1e-12)
+        torch.testing.assert_close(lse, want_lse, rtol=1e-10, atol=1e-12)
+        got = torch.autograd.grad(loss(out, lse), leaves)
+        for name, a, e in zip(["dq", "dk", "dv", "dextra"], got, want):
+            torch.testing.assert_close(a, e, rtol=1e-9, atol=1e-10, msg=lambda s: f"{path} {name}: {s}")
+
+
+def test_return_lse_gradcheck_and_half_inputs():
+    q, k, v = make_inputs(1, 2, 1, 5, 7, 4, seed=53)
+    leaves = tuple(x.requires_grad_() for x in (q, k, v))
+    assert torch.autograd.gradcheck(
+        lambda q, k, v: wo.wavelet_attention(q, k, v, pos_enc="alibi", q_offset=3, return_lse=True), leaves)
+    out, lse = wo.wavelet_attention(*(x.detach().bfloat16() for x in leaves), pos_enc="nope", return_lse=True)
+    assert out.dtype == torch.bfloat16 and lse.dtype == torch.float32   # lse in the accumulator dtype
 
 
 @pytest.mark.parametrize("pos_enc", POS_ENCS)

@@ -381,3 +381,72 @@ def test_backend_check_matches_the_declared_build_requirements():
     backend = _backend()
     assert sorted(requires) == sorted(re.findall(r'"([^"]+)"', backend.INSTALL_LINE))
     assert f"setuptools>={backend.SETUPTOOLS_MIN[0]}" in requires
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="ELF shared objects")
+@pytest.mark.parametrize("static", [False, True])
+def test_a_cxx_that_links_libstdcxx_statically_is_refused_with_the_way_out(tmp_path, static):
+    """Issue 20: on an image whose default g++ links libstdc++ statically, wavepe._C carried a
+    second C++ runtime beside torch's and every error message segfaulted; the build now stops
+    and says which compilers to use."""
+    cxx = os.environ.get("CXX") or "c++"
+    src = tmp_path / "probe.cpp"
+    src.write_text('#include <sstream>\nextern "C" int probe(int x) { std::ostringstream s; s << x; '
+                   'return int(s.str().size()); }\n')
+    obj, out = str(tmp_path / "probe.o"), str(tmp_path / "probe.so")
+    link = [cxx, "-shared", obj, "-o", out] + (["-static-libstdc++"] if static else [])
+    plan = recipe.Plan([recipe.Compile(str(src), obj, (cxx, "-fPIC", "-c", str(src), "-o", obj))],
+                       [recipe.Link((obj,), out, tuple(link), str(tmp_path / "link.cmd"), shared_libstdcxx=True)])
+    if not static:
+        recipe.run(plan)
+        assert any(n.startswith("libstdc++.so") for n in recipe.elf_needed(out))
+        return
+    with pytest.raises(recipe.BuildError, match=r"links it statically.*CXX=/usr/bin/g\+\+ LDSHARED="):
+        recipe.run(plan)
+    assert not os.path.exists(out)
+
+
+def _kernel_checks():
+    path = Path(__file__).resolve().parent.parent / ".ci" / "check_cuda_kernels.py"
+    spec = importlib.util.spec_from_file_location("check_cuda_kernels", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+PTXAS_REPORT = """\
+ptxas info    : 0 bytes gmem
+ptxas info    : Compiling entry function '_Z3fooP6__half' for 'sm_90'
+ptxas info    : Function properties for _Z3fooP6__half
+    16 bytes stack frame, 20 bytes spill stores, 28 bytes spill loads
+ptxas info    : Used 255 registers, used 1 barriers, 840 bytes cmem[0]
+ptxas info    : Compiling entry function '_Z3barv' for 'sm_80'
+ptxas info    : Function properties for _Z3barv
+    0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads
+ptxas info    : Used 40 registers, used 0 barriers, 1024 bytes smem, 840 bytes cmem[0]
+"""
+
+
+def test_cuda_kernel_checks_read_ptxas_and_name_kernel_and_arch():
+    """.ci/check_cuda_kernels.py (issue 20, item 5): its reading of ptxas -v and its rules."""
+    ck = _kernel_checks()
+    a, b = ck.parse_ptxas(PTXAS_REPORT)
+    assert (a["arch"], a["regs"], a["stack"], a["spill_st"], a["spill_ld"]) == ("sm_90", 255, 16, 20, 28)
+    assert (b["arch"], b["regs"], b["stack"], b["spill_st"], b["smem"]) == ("sm_80", 40, 0, 0, 1024)
+
+    def rec(src, arch="sm_80", hmma=1, stack=0, spill=0):
+        return dict(src=src, arch=arch, regs=200, stack=stack, spill_st=spill, spill_ld=spill, smem=0,
+                    HMMA=hmma, HGMMA=0)
+
+    fwd_bf16 = "attn_fwd_kernel<__nv_bfloat16, 128, 64, 32>"
+    assert ck.failures_of(rec("attention.cu"), fwd_bf16) == []
+    (msg,) = ck.failures_of(rec("attention.cu", "sm_90", hmma=0), fwd_bf16)
+    assert "attn_fwd_kernel<__nv_bfloat16" in msg and "sm_90" in msg and "no HMMA" in msg
+    assert ck.failures_of(rec("attention.cu", hmma=0), "attn_fwd_kernel<float, 128, 32, 32>") == []  # FMA by design
+    (msg,) = ck.failures_of(rec("attention_bwd.cu", hmma=0), "attn_bwd_dq_kernel<__half, 64, 64, 1>")
+    assert "attn_bwd_dq_kernel" in msg
+    spills = ck.failures_of(rec("attention_bwd.cu", stack=8, spill=4), "attn_bwd_dkdv_kernel<float, 64, 32, 1>")
+    assert len(spills) == 2 and "spills registers" in spills[0] and "local memory" in spills[1]
+    # rope's frame is libdevice's sincos slow path: spills still count there, the frame does not
+    assert ck.failures_of(rec("rope.cu", stack=40), "rope_kernel<float, true, true>") == []
+    assert len(ck.failures_of(rec("rope.cu", spill=8), "rope_kernel<float, true, true>")) == 1

@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
@@ -17,6 +18,11 @@ from wavepe.cli import main
 TINY = ["--steps", "3", "--train-len", "16", "--factors", "1", "2", "--eval-tokens", "64", "--sliding-tokens", "32",
         "--hidden", "32", "--head-dim", "16", "--wavelet-scales", "4", "--layers", "1", "--no-progress"]
 
+
+# the passkey task at the same tiny size: 2-digit keys so that examples fit in 16 tokens
+TINY_PASSKEY = ["--task", "passkey", "--steps", "3", "--train-len", "16", "--factors", "1", "2", "--hidden", "32",
+                "--head-dim", "16", "--wavelet-scales", "4", "--layers", "1", "--key-digits", "2", "--trials", "3",
+                "--depths", "0", "1", "--no-progress"]
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -74,6 +80,45 @@ def test_extrapolate_quick_smoke(tmp_path, capsys):
     assert main(["extrapolate", "--replot", "--out", str(out)]) == 0
     for name in ("perplexity.png", "attention_2x.png", "loss_by_position.png"):
         assert png_ok(out / name), name
+
+
+def test_extrapolate_passkey_quick_smoke(tmp_path, capsys):
+    out = tmp_path / "pk"
+    assert main(["extrapolate", "--quick", "--out", str(out), *TINY_PASSKEY]) == 0
+    text = capsys.readouterr().out
+    assert "Mean accuracy over depths" in text and "chance 1e-02" in text
+    # 3 steps teach nothing: every row is flagged, with the steps it trained
+    assert "| wavelet (not learned at 1×) | 3 |" in text and "| NoPE (not learned at 1×) | 3 |" in text
+    assert "| RoPE θ=16 → θ=L (inference) (not learned at 1×) | 3 |" in text
+    for name in ("passkey.png", "passkey_distance.png"):
+        assert png_ok(out / name), name
+    res = json.loads((out / "results.json").read_text(encoding="utf-8"))
+    assert res["task"] == "passkey" and res["lengths"] == [16, 32] and res["depths"] == [0.0, 1.0]
+    assert res["trials"] == 3 and res["chance"] == 0.01 and res["key_digits"] == 2
+    assert res["config"]["format"] == {"needle": " ~{key}. ", "question": " ~"}
+    assert set(res["rows"]) == {"wavelet", "RoPE θ=10000", "RoPE θ=16", "RoPE θ=16 → θ=L (inference)", "ALiBi",
+                                "NoPE"}
+    for row in res["rows"].values():
+        acc, hits = np.array(row["accuracy"]), np.array(row["correct"])
+        assert acc.shape == hits.shape == (2, 2) and row["trials"] == 3
+        np.testing.assert_allclose(acc, hits / 3)
+        assert np.array(row["distance"]).shape == (2, 2) and np.array(row["digit_accuracy"]).shape == (2, 2)
+        assert row["steps"] == 3 and row["learned"] is False
+        assert row["distance"][0][1] == 5  # depth 1: key "ab", ". ", " ~": 5 tokens from "a" to the question's "~"
+    assert sorted(os.listdir(out / "models")) == ["alibi.pt", "nope.pt", "rope-ltrain.pt", "rope.pt", "wavelet.pt"]
+    assert (out / "results.md").read_text(encoding="utf-8").startswith("Passkey retrieval on the stdlib")
+    for name in ("passkey.png", "passkey_distance.png"):
+        os.remove(out / name)
+    assert main(["extrapolate", "--task", "passkey", "--replot", "--out", str(out)]) == 0
+    for name in ("passkey.png", "passkey_distance.png"):
+        assert png_ok(out / name), name
+    # a passkey run's results are refused by the perplexity replot, and the other way round, with the reason
+    capsys.readouterr()
+    assert main(["extrapolate", "--replot", "--out", str(out)]) == 2
+    assert "is not from a perplexity run (task 'passkey'): replot it with --task passkey" in capsys.readouterr().err
+    (out / "results.json").write_text(json.dumps({"config": {}}), encoding="utf-8")
+    assert main(["extrapolate", "--task", "passkey", "--replot", "--out", str(out)]) == 2
+    assert "is not from a passkey run" in capsys.readouterr().err
 
 
 def test_band_prediction_only(tmp_path, capsys):
@@ -141,6 +186,20 @@ def test_band_on_a_hugging_face_llama_directory(tmp_path, capsys):
     (["extrapolate", "--lr", "-1"], "lr must be > 0, got -1.0"),
     (["extrapolate", "--encodings", "rope,rope"], "more than once"),
     (["extrapolate", "--replot", "--out", "/nonexistent/run"], "--replot: '/nonexistent/run/results.json' does not"),
+    (["extrapolate", "--task", "passkey", "--depths", "1.5"], "--depths must be in [0, 1]"),
+    (["extrapolate", "--task", "passkey", "--depths", "deep"], "--depths must be numbers in [0, 1], got 'deep'"),
+    (["extrapolate", "--task", "passkey", "--trials", "0"], "--trials must be >= 1, got 0"),
+    (["extrapolate", "--task", "passkey", "--key-digits", "x"], "--key-digits must be an integer, got 'x'"),
+    (["extrapolate", "--task", "passkey", "--passkey-fraction", "0"], "passkey_fraction must be in (0, 1], got 0.0"),
+    (["extrapolate", "--task", "passkey", "--answer-weight", "-2"], "answer_weight must be > 0, got -2.0"),
+    (["extrapolate", "--task", "passkey", "--eval-tokens", "100"], "--eval-tokens belongs to --task perplexity"),
+    (["extrapolate", "--trials", "30"], "--trials belongs to --task passkey, not --task perplexity"),
+    (["extrapolate", "--task", "passkey", "--check-every", "-1"], "check_every must be >= 0, got -1"),
+    (["extrapolate", "--task", "passkey", "--stop-accuracy", "0"], "stop_accuracy must be in (0, 1], got 0.0"),
+    (["extrapolate", "--task", "passkey", "--train-len", "8"], "train_len 8 is too short for passkey examples"),
+    (["extrapolate", "--task", "retrieval"], "invalid choice: 'retrieval'"),
+    (["extrapolate", "--task", "passkey", "--replot", "--out", "/nonexistent/run"],
+     "--replot: '/nonexistent/run/results.json' does not exist"),
     (["band", "--theta", "0.5"], "θ must be a finite number > 1, got '0.5'"),
     (["band", "--theta", "nan"], "θ must be a finite number > 1, got 'nan'"),
     (["band", "--sweep"], "--sweep needs a model"),

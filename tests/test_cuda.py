@@ -371,3 +371,53 @@ def test_rope_rejects_non_finite_inv_freq():
     inv[3] = float("inf")
     with pytest.raises(ValueError, match=r"inv_freq must be finite"):
         wo.rope_inv_freq(q, None, 0, inv)
+
+
+# ---- subnormals and masked garbage on the device (the emulator cannot show -ftz) ---------------------------
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("pe", ["wavelet", "alibi", "nope"])
+def test_subnormal_inputs_read_as_zero_on_cuda(dtype, pe):
+    """Built with -ftz=true (python/wavepe/_build/recipe.py): a query of subnormals scores
+    exactly like a zero query, as on the CPU under FTZ/DAZ (fp16 keeps its subnormals, which
+    are ordinary values of its range, and fp64 is not flushed on GPUs)."""
+    if ON_CPU and dtype == torch.bfloat16:
+        pytest.skip("dry run: the CPU ops take float32/float64")
+    tiny = torch.finfo(dtype).tiny
+    g = torch.Generator().manual_seed(12)
+    q, k, v = (torch.randn(1, 2, 40, 64, generator=g).to(DEV, dtype) for _ in range(3))
+    kw = {"alibi_slopes": torch.tensor(ref.alibi_slopes(2), dtype=torch.float32, device=DEV)} if pe == "alibi" else {}
+    got = wo.wavelet_attention(q * (tiny / 8), k, v, pos_enc=pe, **kw)
+    want = wo.wavelet_attention(torch.zeros_like(q), k, v, pos_enc=pe, **kw)
+    torch.testing.assert_close(got, want, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("bad", [float("nan"), float("inf")])
+def test_masked_keys_never_reach_outputs_or_gradients_on_cuda(dtype, bad):
+    """Padded keys and unused cache slots after every query hold garbage: outputs and
+    gradients equal those of the same call with the keys zeroed, bit for bit."""
+    if ON_CPU and dtype in (torch.bfloat16, torch.float16):
+        pytest.skip("dry run: the CPU ops take float32/float64")
+    b, h, hk, m, n, d = 2, 4, 2, 37, 300, 64
+    g = torch.Generator().manual_seed(3)
+    q, k, v, dout = (torch.randn(b, hh, ll, d, generator=g).to(DEV, dtype)
+                     for hh, ll in ((h, m), (hk, n), (hk, n), (h, m)))
+    kpm = torch.zeros(b, n, dtype=torch.bool)
+    kpm[:, [3, 90, 151]] = True
+    garbage = kpm.clone()
+    garbage[:, 187:] = True  # queries at 150..186
+    garbage = garbage.to(DEV)[:, None, :, None]
+    cfg = WaveletConfig.grid(d)
+
+    def run(kk, vv):
+        qq, kk, vv = (x.clone().requires_grad_() for x in (q, kk, vv))
+        out = wo.wavelet_attention(qq, kk, vv, config=cfg, q_offset=150, key_padding_mask=kpm.to(DEV))
+        (out.float() * dout.float()).sum().backward()
+        return out.detach(), qq.grad, kk.grad, vv.grad
+
+    clean = run(k.masked_fill(garbage, 0.0), v.masked_fill(garbage, 0.0))
+    dirty = run(k.masked_fill(garbage, bad), v.masked_fill(garbage, bad))
+    for name, c, x in zip(["out", "dq", "dk", "dv"], clean, dirty):
+        assert torch.isfinite(x).all(), f"{name} is not finite"
+        torch.testing.assert_close(x, c, rtol=0, atol=0, msg=f"{name} depends on masked keys")

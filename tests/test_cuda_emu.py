@@ -276,7 +276,7 @@ class Attn:
     """One attention problem: inputs, launcher args, buffers."""
 
     def __init__(self, lib, dtype, B, H, Hk, M, N, d, off, causal, pe, R=0, r_lo=0, clamp=False, kpm=False,
-                 seed=0, splits=1, scale=None, row_pad=0):
+                 seed=0, splits=1, scale=None, row_pad=0, inputs=None):
         rng = np.random.default_rng(seed)
         self.lib, self.dtype = lib, dtype
         self.shape = (B, H, Hk, M, N, d)
@@ -286,7 +286,13 @@ class Attn:
         self.go = rng.standard_normal((B, H, M, d))
         self.table = rng.standard_normal((R, d)) * 0.5 if pe == 1 else None
         self.slopes = np.array(ref.alibi_slopes(H)) if pe == 2 else None
-        self.kpm = (rng.random((B, N)) < 0.25) if kpm else None
+        if isinstance(kpm, np.ndarray):  # a given mask
+            self.kpm = kpm.astype(bool)
+        else:
+            self.kpm = (rng.random((B, N)) < 0.25) if kpm else None
+        kpm = self.kpm is not None
+        for name, x in (inputs or {}).items():  # given q, k, v, go (float64, any values)
+            setattr(self, name, np.array(x, np.float64))
         self.scale = 1 / np.sqrt(max(d, 1)) if scale is None else scale
         self.off, self.causal, self.pe, self.r_lo, self.clamp = off, causal, pe, r_lo, clamp
         acc = np.float64 if dtype == E.F64 else np.float32

@@ -157,3 +157,61 @@ def test_relbias_nan_query_matches_oracle_on_every_isa(isa):
     want = ref.rel_bias(q, table, r_lo, 300, 260, True, False)
     _assert_same(got, want, 1e-12, 1e-12)
 
+
+
+@pytest.mark.parametrize("pos_enc", ["wavelet", "relative", "alibi", "nope"])
+@pytest.mark.parametrize("where", ["q", "dout"])
+@pytest.mark.parametrize("f64", [False, True])
+def test_a_nan_row_reaches_only_the_keys_it_sees(isa, pos_enc, where, f64):
+    """A NaN in one query row (or in its output gradient) makes the gradients of the
+    keys that row sees NaN and leaves every other gradient as if the row did not
+    exist (its q and dO zero, which makes its P dO and dS q terms vanish): in the
+    tiles' products the row meets masked keys with P = dS = 0, and 0 * NaN must not
+    happen.  Several key and query blocks, padding, GQA."""
+    b, h, h_kv, m, n, d, i = 1, 2, 1, 300, 300, 32, 150
+    dtype = torch.float64 if f64 else torch.float32
+    g = torch.Generator().manual_seed(11)
+    q, k, v = (torch.randn(b, hh, m, d, generator=g, dtype=dtype) for hh in (h, h_kv, h_kv))
+    dout = torch.randn(b, h, m, d, generator=g, dtype=dtype)
+    kpm = torch.zeros(b, n, dtype=torch.bool)
+    kpm[0, [7, 120, 200]] = True
+    kw = {}
+    if pos_enc == "relative":
+        kw["rel_table"] = (torch.randn(41, d, generator=g, dtype=dtype, requires_grad=True), -20)
+    elif pos_enc == "alibi":
+        kw["alibi_slopes"] = torch.tensor(ref.alibi_slopes(h), dtype=dtype)
+
+    def grads(qq, dd):
+        qq, kk, vv = (x.clone().requires_grad_() for x in (qq, k, v))
+        if "rel_table" in kw:
+            kw["rel_table"][0].grad = None
+        pe = "relative" if pos_enc == "relative" else pos_enc
+        out = wo.wavelet_attention(qq, kk, vv, pos_enc=pe, key_padding_mask=kpm, **kw)
+        (out * dd).sum().backward()
+        dt = kw["rel_table"][0].grad.clone() if "rel_table" in kw else None
+        return qq.grad, kk.grad, vv.grad, dt
+
+    q_bad, d_bad, q_gone, d_gone = q.clone(), dout.clone(), q.clone(), dout.clone()
+    (q_bad if where == "q" else d_bad)[0, 0, i, 3] = float("nan")
+    q_gone[0, 0, i] = 0.0
+    d_gone[0, 0, i] = 0.0
+    dq, dk, dv, dt = grads(q_bad, d_bad)
+    dq0, dk0, dv0, dt0 = grads(q_gone, d_gone)
+    seen = torch.zeros(n, dtype=torch.bool)
+    seen[: i + 1] = True
+    seen &= ~kpm[0]
+    tol = {"rtol": 1e-12, "atol": 1e-12} if f64 else {"rtol": 1e-5, "atol": 1e-5}
+    others = torch.ones(m, dtype=torch.bool)
+    others[i] = False
+    torch.testing.assert_close(dq[0, 0, others], dq0[0, 0, others], **tol)
+    torch.testing.assert_close(dq[0, 1], dq0[0, 1], **tol)
+    assert torch.isnan(dq[0, 0, i]).any()
+    for name, x, x0 in (("dk", dk, dk0), ("dv", dv, dv0)):
+        torch.testing.assert_close(x[0, 0, ~seen], x0[0, 0, ~seen], **tol, msg=f"{name} of keys the NaN row does not see")
+        assert torch.isnan(x[0, 0, seen]).any(-1).all(), f"{name}: a key the NaN row sees hides the NaN"
+    if dt is not None:  # table rows of the distances the row forms with keys it sees: NaN; the others exact
+        rows = torch.zeros(dt.shape[0], dtype=torch.bool)
+        r = i - torch.arange(n)[seen] + 20
+        rows[r[(r >= 0) & (r < dt.shape[0])]] = True
+        torch.testing.assert_close(dt[~rows], dt0[~rows], **tol)
+        assert torch.isnan(dt[rows]).any(-1).all()

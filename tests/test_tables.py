@@ -178,3 +178,42 @@ def test_compiled_calls_do_not_recompile_per_length():
             bias, out = f(x, x, x)
             torch.testing.assert_close(bias, wo.wavelet_bias(x[0], cfg))
             torch.testing.assert_close(out, wo.wavelet_attention(x, x, x))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("family", ["ricker", "gaussian", "morlet", "haar"])
+def test_torch_tables_hold_no_subnormal_in_any_dtype(dtype, family):
+    """The tables the kernels read (CUDA reads bf16/fp16 ones natively): a value below the
+    dtype's smallest normal is 0, never a subnormal (float16's normal range is far narrower
+    than the float32 table it is cast from)."""
+    cfg = WaveletConfig.grid(64, family=family)
+    lo, hi = cfg.support_rows(np.float64 if dtype == torch.float64 else np.float32)
+    table, _ = _tables.wavelet_table(cfg, dtype, "cpu", lo, hi)
+    a = table.abs()
+    tiny = torch.finfo(dtype).tiny
+    assert not ((a > 0) & (a < tiny)).any(), f"{int(((a > 0) & (a < tiny)).sum())} subnormal entries"
+    assert (a > 0).any()
+
+
+def test_an_equal_config_dropped_first_leaves_the_live_one_usable():
+    """Equal configs share a table key; the registry that torch.compile graphs read
+    through must keep serving it while any of them is alive."""
+    import gc
+
+    import torch
+
+    import wavepe.ops as wo
+    from wavepe.ops._tables import _config_of
+
+    a = WaveletConfig.grid(32)
+    b = WaveletConfig.grid(32)
+    assert a == b and a._table_key == b._table_key
+    del b
+    gc.collect()
+    assert _config_of(a._table_key) is a
+    q = torch.randn(1, 1, 8, 32)
+    assert torch.isfinite(wo.wavelet_attention(q, q, q, config=a)).all()
+    c = WaveletConfig.grid(32)
+    del a
+    gc.collect()
+    assert _config_of(c._table_key) is c

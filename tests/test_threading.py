@@ -23,10 +23,31 @@ def test_parallel_for_uses_every_torch_thread():
 
 @pytest.mark.skipif(not __import__("os").path.exists("/proc/self/maps"), reason="needs /proc/self/maps")
 def test_one_openmp_runtime():
-    """wavepe._C uses the libgomp torch loaded, not a second copy."""
-    with open("/proc/self/maps") as f:
-        gomp = {line.split()[-1] for line in f if "libgomp" in line}
-    assert len(gomp) <= 1, gomp
+    """wavepe._C uses the OpenMP runtime torch uses, not a second copy.
+
+    Checked on the libraries themselves -- the file holding the omp_get_max_threads each
+    one resolves -- not on the whole process, where another package (scikit-learn, say)
+    may have loaded a libgomp of its own (issue 20)."""
+    import ctypes
+    import os
+
+    import wavepe._C
+
+    def runtime_of(path):
+        lib = ctypes.CDLL(path, mode=os.RTLD_NOLOAD | os.RTLD_GLOBAL)
+        addr = ctypes.cast(lib.omp_get_max_threads, ctypes.c_void_p).value
+        with open("/proc/self/maps") as f:
+            for line in f:
+                parts = line.split()
+                lo, hi = (int(x, 16) for x in parts[0].split("-"))
+                if lo <= addr < hi and len(parts) >= 6:
+                    return os.path.realpath(parts[-1])
+        return None
+
+    torch_cpu = os.path.join(os.path.dirname(torch.__file__), "lib", "libtorch_cpu.so")
+    ours = runtime_of(wavepe._C.__file__)
+    assert ours is not None and "omp" in os.path.basename(ours), ours
+    assert ours == runtime_of(torch_cpu), (ours, runtime_of(torch_cpu))
 
 
 def test_large_outputs_are_the_same_as_small_ones():

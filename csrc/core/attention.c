@@ -142,7 +142,7 @@ static wavepe_attention_plan *plan_common(wavepe_isa isa, int f64, const wavepe_
         p->bm = f64 ? ATTN_BBM_F64 : ATTN_BBM_F32;
         p->bn = f64 ? ATTN_BBN_F64 : ATTN_BBN_F32;
     } else {
-        p->bm = f64 ? ATTN_FBM_F64 : ATTN_FBM_F32;
+        p->bm = attn_fwd_block_rows(p->isa, f64);
         p->bn = f64 ? ATTN_FBN_F64 : ATTN_FBN_F32;
     }
     p->dpad = (a->d + p->nr - 1) / p->nr * p->nr;

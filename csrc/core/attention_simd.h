@@ -74,14 +74,14 @@ static inline void attn_transpose4x4_pd(const double *src, int64_t ks, double *d
 /* Tiles of this type (attention_internal.h): micro-tile MR x NR, NR = 2 vectors. */
 #define NR (2 * VL)
 #if defined(WP_TYPE_F32)
-#define ATTN_FBM ATTN_FBM_F32
+#define ATTN_FBM (ATTN_FBM_F32 * VL / 8) /* attn_fwd_block_rows */
 #define ATTN_FBN ATTN_FBN_F32
 #define ATTN_BBM ATTN_BBM_F32
 #define ATTN_BBN ATTN_BBN_F32
 #define ATTN_TB 8 /* transpose block */
 #define attn_transpose_block attn_transpose8x8_ps
 #else
-#define ATTN_FBM ATTN_FBM_F64
+#define ATTN_FBM (ATTN_FBM_F64 * VL / 4) /* attn_fwd_block_rows */
 #define ATTN_FBN ATTN_FBN_F64
 #define ATTN_BBM ATTN_BBM_F64
 #define ATTN_BBN ATTN_BBN_F64
@@ -270,6 +270,8 @@ typedef struct {
     T *qr;     /* narrow decoding groups: scaled query rows, 2 x dpad */
     T *zr;     /* a row of dpad zeros (table rows outside the table) */
     T *kpan, *qpan, *dopan; /* backward: K block, Q block, dO block as column panels */
+    T *rbad;   /* backward: 1 where the block's q or dO row holds a NaN/inf (0 elsewhere) */
+    int any_bad; /* backward: some row of the block is flagged in rbad */
     double *dvec; /* backward: D per query row */
     void *block;
 } FN(work);
@@ -641,7 +643,7 @@ static int FN(work_alloc)(FN(work) * w, const wavepe_attention_plan *p, int64_t 
     const int64_t rpad = (rows + ATTN_MR - 1) / ATTN_MR * ATTN_MR;
     const int64_t bwd = p->backward;
     const int64_t dgt_ld = ATTN_BBM + ATTN_BBN + 2 * NR;
-    int64_t sizes[22] = {
+    int64_t sizes[23] = {
         rpad * d,                           /* qp */
         ATTN_BNMAX * d,                     /* kp */
         bwd ? ATTN_BBN * d : ATTN_FBN * dpad, /* vp */
@@ -663,9 +665,10 @@ static int FN(work_alloc)(FN(work) * w, const wavepe_attention_plan *p, int64_t 
         bwd ? ATTN_BBN * dpad : 0,          /* kpan */
         bwd ? ATTN_BBM * dpad : 0,          /* qpan */
         bwd ? ATTN_BBM * dpad : 0,          /* dopan */
+        bwd ? ATTN_BBM : 0,                 /* rbad */
     };
     int64_t total = 0;
-    for (int i = 0; i < 22; ++i) {
+    for (int i = 0; i < 23; ++i) {
         sizes[i] = (sizes[i] + 15) / 16 * 16; /* 64-byte aligned pieces */
         if (wavepe_add_overflow(total, sizes[i], &total)) return WAVEPE_E_OVERFLOW;
     }
@@ -673,10 +676,10 @@ static int FN(work_alloc)(FN(work) * w, const wavepe_attention_plan *p, int64_t 
     T *base = attn_aligned_alloc((size_t)total * sizeof(T));
     if (base == NULL) return WAVEPE_E_NOMEM;
     w->block = base;
-    T **slots[22] = {&w->qp,  &w->kp,  &w->vp, &w->dop, &w->s,  &w->ds,   &w->g,    &w->al,
+    T **slots[23] = {&w->qp,  &w->kp,  &w->vp, &w->dop, &w->s,  &w->ds,   &w->g,    &w->al,
                      &w->kpm, &w->o,   &w->mst, &w->lst, &w->dqa, &w->dka, &w->dva, &w->dgt,
-                     NULL,    &w->qr,  &w->zr, &w->kpan, &w->qpan, &w->dopan};
-    for (int i = 0; i < 22; ++i) {
+                     NULL,    &w->qr,  &w->zr, &w->kpan, &w->qpan, &w->dopan, &w->rbad};
+    for (int i = 0; i < 23; ++i) {
         if (slots[i] != NULL) *slots[i] = sizes[i] ? base : NULL;
         else w->dvec = sizes[i] ? (double *)base : NULL;
         base += sizes[i];
@@ -817,6 +820,44 @@ int FN(attn_fwd_decode)(wavepe_attention_plan *p, int64_t begin, int64_t end) {
 
 /* ---- backward ------------------------------------------------------------------------------ */
 
+/* Flag the rows of a backward query block whose q or dO holds a NaN or inf
+ * (x * 0 is 0 exactly when x is finite). */
+static void FN(flag_bad_rows)(FN(work) * w, const T *q, int64_t qs, const T *dout, int64_t dos, int64_t rows,
+                              int64_t d) {
+    w->any_bad = 0;
+    for (int64_t t = 0; t < rows; ++t) {
+        T z = 0;
+        for (int64_t c = 0; c < d; ++c) z += q[t * qs + c] * (T)0 + dout[t * dos + c] * (T)0;
+        w->rbad[t] = z == (T)0 ? (T)0 : (T)1;
+        w->any_bad |= z != (T)0;
+    }
+}
+
+/* The dK, dV and dT terms of the flagged rows, over the keys each row sees. */
+static void FN(bad_rows_backward)(FN(work) * w, int64_t b, int64_t h, int64_t m0, int64_t t_first, int64_t rows,
+                                  const FN(kblock) * kb, const int64_t *jv_all, T *dt_slot) {
+    const wavepe_attention_plan *p = w->p;
+    const wavepe_attention_args *a = &p->a;
+    const int64_t d = a->d, dpad = p->dpad;
+    for (int64_t t = t_first; t < rows; ++t) {
+        if (w->rbad[t] == (T)0 || jv_all[t] == 0) continue;
+        const T *qrow = (const T *)a->q + attn_off(a->q_strides, b, h, m0 + t);
+        const T *gorow = (const T *)a->dout + attn_off(a->dout_strides, b, h, m0 + t);
+        const T *prow = w->s + t * ATTN_SLD, *dsrow = w->ds + t * ATTN_SLD;
+        const int64_t pos = a->q_offset + m0 + t;
+        for (int64_t j = 0; j < jv_all[t]; ++j) {
+            if (kb->masked && w->kpm[j] != (T)0) continue;
+            for (int64_t c = 0; c < d; ++c) {
+                w->dva[j * dpad + c] += prow[j] * gorow[c];
+                w->dka[j * dpad + c] += dsrow[j] * qrow[c];
+            }
+            const int64_t pr = p->pr_hi - pos + kb->n0 + j;
+            if (dt_slot != NULL && pr >= 0 && pr < p->prows)
+                for (int64_t c = 0; c < d; ++c) dt_slot[pr * dpad + c] += dsrow[j] * qrow[c];
+        }
+    }
+}
+
 /* One (query block, key block) tile of the backward for head h. */
 static void FN(tile_backward)(FN(work) * w, FN(group) * groups, int64_t b, int64_t h, int64_t m0, int64_t rows,
                               const FN(kblock) * kb, T *dt_slot, double *dslope) {
@@ -872,7 +913,8 @@ static void FN(tile_backward)(FN(work) * w, FN(group) * groups, int64_t b, int64
                     MT keep = FN(lanes_below)(j, n);
                     if (kb->masked) keep = M(and)(keep, V(cmpeq)(V(loadu)(w->kpm + j), V(zero)()));
                     const VT x = V(blend)(keep, ninf, V(loadu)(prow + j));
-                    const VT pr = V(exp_softmax)(V(sub)(x, vl));
+                    /* selected too: with a NaN lse, exp(-inf - NaN) is NaN */
+                    const VT pr = V(blend)(keep, V(zero)(), V(exp_softmax)(V(sub)(x, vl)));
                     const VT ds = V(blend)(keep, V(zero)(), V(mul)(pr, V(sub)(V(loadu)(drow + j), vD)));
                     V(storeu)(prow + j, pr);
                     V(storeu)(drow + j, V(mul)(ds, vs));
@@ -932,6 +974,10 @@ static void FN(tile_backward)(FN(work) * w, FN(group) * groups, int64_t b, int64
                        w->dka + s0 * dpad + c0, dpad, rr);
         }
     }
+    /* Rows whose q or dO holds a NaN/inf were packed as zeros in qpan/dopan: in the
+     * products above their P = dS = 0 at keys they do not see would have met
+     * 0 * NaN. Their terms go in here, over the keys each one sees only. */
+    if (w->any_bad) FN(bad_rows_backward)(w, b, h, m0, t_first, rows, kb, jv_all, dt_slot);
     /* dT[p] += sum_t dS[t][j(p, t)] q_t over the tile's window */
     if (dt_slot != NULL && p->prows > 0) {
         const int64_t pos_lo = a->q_offset + m0 + t_first, pos_hi = a->q_offset + m0 + rows - 1;
@@ -1017,10 +1063,11 @@ static void FN(unit_backward)(FN(work) * w, FN(group) * groups, int64_t unit, T 
                             attn_off(a->dout_strides, b, h, m0 + gi * ATTN_MR + (t < gr ? t : 0));
                 FN(pack_rows)(w->dop + gi * ATTN_MR * d, rp, gr, d, (T)1);
             }
-            FN(pack_panels)(w->qpan, ATTN_BBM, (const T *)a->q + attn_off(a->q_strides, b, h, m0),
-                            a->q_strides[2], rows, d, NULL);
-            FN(pack_panels)(w->dopan, ATTN_BBM, (const T *)a->dout + attn_off(a->dout_strides, b, h, m0),
-                            a->dout_strides[2], rows, d, NULL);
+            const T *qblk = (const T *)a->q + attn_off(a->q_strides, b, h, m0);
+            const T *doblk = (const T *)a->dout + attn_off(a->dout_strides, b, h, m0);
+            FN(flag_bad_rows)(w, qblk, a->q_strides[2], doblk, a->dout_strides[2], rows, d);
+            FN(pack_panels)(w->qpan, ATTN_BBM, qblk, a->q_strides[2], rows, d, w->any_bad ? w->rbad : NULL);
+            FN(pack_panels)(w->dopan, ATTN_BBM, doblk, a->dout_strides[2], rows, d, w->any_bad ? w->rbad : NULL);
             FN(tile_backward)(w, groups, b, h, m0, rows, &kb, dt_slot, p->dslope_partial ? &dslope : NULL);
         }
         for (int64_t j = 0; j < kb.nk; ++j)

@@ -71,7 +71,7 @@ __global__ void __launch_bounds__(BM * 2) attn_fwd_kernel(AttnParams p) {
     const T *qg = static_cast<const T *>(p.q) + b * p.q_sb + h * p.q_sh;
     const T *kg = static_cast<const T *>(p.k) + b * p.k_sb + hk * p.k_sh;
     const T *vg = static_cast<const T *>(p.v) + b * p.v_sb + hk * p.v_sh;
-    const A scale = A(p.scale), slope = head_slope<T>(p, h);
+    const A scale_log2 = A(p.scale) * A(kLog2e), slope_log2 = head_slope<T>(p, h) * A(kLog2e);  // exp2 domain
 
     load_tile(Qs, ld, BM, p.d, p.d_pad, p.vec_q, [&](int r) -> const T * {
         const int64_t m = m0 + r;
@@ -88,18 +88,21 @@ __global__ void __launch_bounds__(BM * 2) attn_fwd_kernel(AttnParams p) {
     A o[DT][4];
     zero_frags(o);
     A row_max[2] = {neg_inf<A>(), neg_inf<A>()}, row_sum[2] = {A(0), A(0)};
+    bool seen[2] = {false, false};
     const bool warp_rows = wm0 < p.m;
 
+    // keys no row of this CTA sees are zero rows (whatever they hold: NaN/inf never reach P V)
+    const int64_t cta_last_pos = p.q_offset + (m0 + BM < p.m ? m0 + BM : p.m) - 1;  // its last query's position
     auto k_row = [&](int64_t n0) {
-        return [=](int r) -> const T * {
+        return [=, &p](int r) -> const T * {
             const int64_t n = n0 + r;
-            return n < p.n ? kg + n * p.k_sn : nullptr;
+            return key_row_seen(p, b, n, cta_last_pos) ? kg + n * p.k_sn : nullptr;
         };
     };
     auto v_row = [&](int64_t n0) {
-        return [=](int r) -> const T * {
+        return [=, &p](int r) -> const T * {
             const int64_t n = n0 + r;
-            return n < p.n ? vg + n * p.v_sn : nullptr;
+            return key_row_seen(p, b, n, cta_last_pos) ? vg + n * p.v_sn : nullptr;
         };
     };
     // Does key block j's window touch the table (then its rows are staged)?
@@ -157,7 +160,7 @@ __global__ void __launch_bounds__(BM * 2) attn_fwd_kernel(AttnParams p) {
             add_skewed_bias<A, NT, BN>(s, gw, gld);
             __syncwarp();
         }
-        scores_log2(s, p, wm0, n0, kmask, scale, slope);
+        scores_log2(s, p, wm0, n0, kmask, scale_log2, slope_log2, seen);
 
 #pragma unroll
         for (int ri = 0; ri < 2; ++ri) {
@@ -183,7 +186,8 @@ __global__ void __launch_bounds__(BM * 2) attn_fwd_kernel(AttnParams p) {
                     row_sum[ri] += s[nt][2 * ri + e];
                 }
         }
-        warp_rb<T, NT, DT>(o, s, Vs, ld, dt_active, pscr);
+        // P V (the causal band's keys row by row where they hold inf/NaN)
+        warp_rb_masked<T, NT, DT>(o, s, Vs, ld, 0, dt_active, pscr, p, n0, p.q_offset + wm0, cta_last_pos);
     }
 
     if (!warp_rows) return;  // after the last barrier
@@ -191,10 +195,17 @@ __global__ void __launch_bounds__(BM * 2) attn_fwd_kernel(AttnParams p) {
 #pragma unroll
     for (int ri = 0; ri < 2; ++ri) {
         const A sum = quad_sum(row_sum[ri]);
+        const bool row_seen = quad_any(seen[ri]);
         const int64_t m = wm0 + frag_row(2 * ri);
         if (m >= p.m) continue;
-        const A inv = sum > A(0) ? A(1) / sum : A(0);
-        const A lse = sum > A(0) ? (row_max[ri] + log2_(sum)) * A(kLn2) : neg_inf<A>();
+        // sum > 0: the softmax; sum == 0: no key (0, lse -inf) or, in one pass, every
+        // visible score -inf (NaN, 0/0, as the oracle); sum NaN: a NaN score (NaN).
+        // A split's partial keeps -inf for "all -inf" (another split may see a finite
+        // score) and flags the row as seen for the combine.
+        const bool nan_row = !(sum >= A(0)) || (sum == A(0) && row_seen && p.num_splits == 1);
+        const A nan = A(NAN);
+        const A inv = sum > A(0) ? A(1) / sum : nan_row ? nan : A(0);
+        const A lse = sum > A(0) ? (row_max[ri] + log2_(sum)) * A(kLn2) : nan_row ? nan : neg_inf<A>();
         if (p.num_splits == 1) {
             T *orow = static_cast<T *>(p.out_w) + b * p.o_sb + h * p.o_sh + m * p.o_sm;
 #pragma unroll
@@ -215,7 +226,10 @@ __global__ void __launch_bounds__(BM * 2) attn_fwd_kernel(AttnParams p) {
                     const int col = dt * 8 + 2 * t4 + e;
                     if (dt < dt_active && col < p.d) wo[col] = o[dt][2 * ri + e] * inv;
                 }
-            if (t4 == 0) static_cast<A *>(p.work_lse)[row] = lse;
+            if (t4 == 0) {
+                static_cast<A *>(p.work_lse)[row] = lse;
+                static_cast<uint8_t *>(p.work_seen)[row] = row_seen ? 1 : 0;
+            }
         }
     }
 }
@@ -232,16 +246,25 @@ __global__ void __launch_bounds__(128) attn_combine_kernel(AttnParams p) {
     const int64_t bh = row / p.m, m = row % p.m, b = bh / p.heads, h = bh % p.heads;
     const A *wl = static_cast<const A *>(p.work_lse);
     const A *wo = static_cast<const A *>(p.work_o);
+    const uint8_t *ws = static_cast<const uint8_t *>(p.work_seen);
     A mx = neg_inf<A>();
-    for (int64_t s = 0; s < p.num_splits; ++s) mx = max_(mx, wl[(s * bh_count + bh) * p.m + m]);
+    bool nan_split = false, seen = false;
+    for (int64_t s = 0; s < p.num_splits; ++s) {
+        const int64_t r = (s * bh_count + bh) * p.m + m;
+        mx = max_(mx, wl[r]);
+        nan_split |= wl[r] != wl[r];
+        seen |= ws[r] != 0;
+    }
     A sum = 0;
     if (mx != neg_inf<A>())
         for (int64_t s = 0; s < p.num_splits; ++s) sum += exp2_((wl[(s * bh_count + bh) * p.m + m] - mx) * A(kLog2e));
-    const A lse = mx == neg_inf<A>() ? mx : mx + log2_(sum) * A(kLn2);
+    // a NaN split, or keys seen whose scores are all -inf: NaN (as one pass gives); no key: -inf
+    const bool nan_row = nan_split || (mx == neg_inf<A>() && seen);
+    const A lse = nan_row ? A(NAN) : mx == neg_inf<A>() ? mx : mx + log2_(sum) * A(kLn2);
     T *orow = static_cast<T *>(p.out_w) + b * p.o_sb + h * p.o_sh + m * p.o_sm;
     for (int64_t col = lane; col < p.d; col += 32) {
-        A acc = 0;
-        if (lse != neg_inf<A>()) {
+        A acc = nan_row ? A(NAN) : A(0);
+        if (!nan_row && lse != neg_inf<A>()) {
             for (int64_t s = 0; s < p.num_splits; ++s) {
                 const int64_t r = (s * bh_count + bh) * p.m + m;
                 const A ls = wl[r];
@@ -412,9 +435,12 @@ extern "C" int wavepe_cuda_attention_check(const wavepe_attention_args *a, int b
                            wavepe_dtype_name(a->dtype), (long long)a->d);
     if (!backward && num_splits < 1)
         return wavepe_fail(err, WAVEPE_E_INVALID, "num_splits must be >= 1, got %lld", (long long)num_splits);
+    // the largest grid: 16-row tiles of the queries (forward: times the splits) or, backward,
+    // of the queries or keys times up to 4 column slices (BwdCfg::CS_*)
     int64_t ctas = 0;
-    const int64_t splits = backward ? 1 : num_splits;
-    if (wavepe_mul_overflow(a->batch * a->heads, ceil_div(a->m, 16), &ctas) || wavepe_mul_overflow(ctas, splits, &ctas) ||
+    const int64_t splits = backward ? 4 : num_splits;
+    const int64_t rows = backward && a->n > a->m ? a->n : a->m;
+    if (wavepe_mul_overflow(a->batch * a->heads, ceil_div(rows, 16), &ctas) || wavepe_mul_overflow(ctas, splits, &ctas) ||
         ctas > INT32_MAX)
         return wavepe_fail(err, WAVEPE_E_OVERFLOW, "batch=%lld x heads=%lld x q_len=%lld exceed the CUDA grid",
                            (long long)a->batch, (long long)a->heads, (long long)a->m);
@@ -446,7 +472,7 @@ extern "C" size_t wavepe_cuda_attention_fwd_workspace_bytes(const wavepe_attenti
     if (splits <= 1) return 0;
     const size_t acc = a->dtype == WAVEPE_F64 ? 8 : 4;
     const size_t rows = size_t(splits) * size_t(a->batch * a->heads * a->m);
-    return align256(rows * size_t(a->d) * acc) + align256(rows * acc);
+    return align256(rows * size_t(a->d) * acc) + align256(rows * acc) + align256(rows);  // o, lse, seen flags
 }
 
 extern "C" cudaError_t wavepe_cuda_attention_fwd(const wavepe_attention_args *a, int64_t num_splits, void *workspace,
@@ -461,6 +487,7 @@ extern "C" cudaError_t wavepe_cuda_attention_fwd(const wavepe_attention_args *a,
         const size_t rows = size_t(p.num_splits) * size_t(a->batch * a->heads * a->m);
         p.work_o = workspace;
         p.work_lse = static_cast<unsigned char *>(workspace) + align256(rows * size_t(a->d) * acc);
+        p.work_seen = static_cast<unsigned char *>(p.work_lse) + align256(rows * acc);
     }
     return dispatch_dtype(a->dtype, [&](auto tag) { return launch_fwd<decltype(tag)>(p, stream); });
 }

@@ -82,7 +82,8 @@ WAVEPE_DEVICE void warp_dscores(acc_t<T> (&ds)[B / 8][4], const AttnParams &p, c
         add_skewed_bias<A, NT, B>(ds, gw, gld);
         __syncwarp();
     }
-    scores_log2(ds, p, wm0, n0, kmask, scale, slope);
+    bool seen[2] = {false, false};  // (the forward's lse already says which rows are NaN)
+    scores_log2(ds, p, wm0, n0, kmask, scale * A(kLog2e), slope * A(kLog2e), seen);
     A dp[NT][4];
     zero_frags(dp);
     warp_abt<T, NT>(dp, go_rows, ld, Vs, ld, ksteps);
@@ -92,8 +93,9 @@ WAVEPE_DEVICE void warp_dscores(acc_t<T> (&ds)[B / 8][4], const AttnParams &p, c
         for (int i = 0; i < 4; ++i) {
             const int ri = i / 2;
             const A s2 = ds[nt][i];
-            const A pr = (s2 == neg_inf<A>() || lse2[ri] == neg_inf<A>()) ? A(0) : exp2_(s2 - lse2[ri]);
-            ds[nt][i] = pr * (dp[nt][i] - dl[ri]);
+            // selection: a masked key's dP (dO . v, v possibly NaN) never reaches dS
+            const bool none = s2 == neg_inf<A>() || lse2[ri] == neg_inf<A>();
+            ds[nt][i] = none ? A(0) : exp2_(s2 - lse2[ri]) * (dp[nt][i] - dl[ri]);
         }
 }
 
@@ -110,10 +112,12 @@ WAVEPE_DEVICE void row_stats(A (&lse2)[2], A (&dl)[2], const AttnParams &p, int6
     }
 }
 
-template <class T, int DMAX, int B>
-__global__ void __launch_bounds__(B * 2) attn_bwd_dkdv_kernel(AttnParams p) {
+template <class T, int DMAX, int B, int CS>
+__global__ void __launch_bounds__(B * 2, 1) attn_bwd_dkdv_kernel(AttnParams p) {
     using A = acc_t<T>;
-    constexpr int NT = B / 8, DT = DMAX / 8;
+    constexpr int NT = B / 8, DT = DMAX / 8 / CS;
+    const ColSlice<DMAX, CS> cs(int(blockIdx.x % CS), p.d);
+    const int64_t cta = blockIdx.x / CS;
     WAVEPE_SHARED_BASE(smem);
     const bool has_table = p.pos_enc == WAVEPE_CUDA_PE_TABLE;
     const BwdLayout<T, B> L(p.d_pad, has_table);
@@ -129,21 +133,24 @@ __global__ void __launch_bounds__(B * 2) attn_bwd_dkdv_kernel(AttnParams p) {
     const int ld = tile_ld<T>(p.d_pad), gld = g_ld<A>(B);
     const int warp = threadIdx.x / 32, t4 = threadIdx.x & 3;
     A *pscr = reinterpret_cast<A *>(smem + L.plan.off[L.pscr]) + warp * rb_scratch_elems<T>(B);
-    const int ksteps = int(p.d_pad / 16), dt_active = int(ceil_div(p.d, 8));
+    const int ksteps = int(p.d_pad / 16), dt_active = cs.dt_active;
 
     const int64_t nblocks = ceil_div(p.n, B), mblocks = ceil_div(p.m, B);
-    const int64_t nb = blockIdx.x % nblocks, bhk = blockIdx.x / nblocks;
+    const int64_t nb = cta % nblocks, bhk = cta / nblocks;
     const int64_t b = bhk / p.kv_heads, hk = bhk % p.kv_heads;
     const int64_t n0 = nb * B, wn0 = n0 + 16 * warp;
     const T *kg = static_cast<const T *>(p.k) + b * p.k_sb + hk * p.k_sh;
     const T *vg = static_cast<const T *>(p.v) + b * p.v_sb + hk * p.v_sh;
+    // keys no query sees (padded, past the last query's position) are zero rows:
+    // their dK, dV are 0 whatever they hold
+    const int64_t last_pos = p.q_offset + p.m - 1;
     load_tile(Ks, ld, B, p.d, p.d_pad, p.vec_k, [&](int r) -> const T * {
         const int64_t n = n0 + r;
-        return n < p.n ? kg + n * p.k_sn : nullptr;
+        return key_row_seen(p, b, n, last_pos) ? kg + n * p.k_sn : nullptr;
     });
     load_tile(Vs, ld, B, p.d, p.d_pad, p.vec_v, [&](int r) -> const T * {
         const int64_t n = n0 + r;
-        return n < p.n ? vg + n * p.v_sn : nullptr;
+        return key_row_seen(p, b, n, last_pos) ? vg + n * p.v_sn : nullptr;
     });
     load_key_mask(kmask, B, p, b, n0);
 
@@ -216,15 +223,21 @@ __global__ void __launch_bounds__(B * 2) attn_bwd_dkdv_kernel(AttnParams p) {
                     const A l2 = lse_s[cq];
                     st[nt][e] = (masked || l2 == neg_inf<A>()) ? A(0) : exp2_(x * A(kLog2e) - l2);  // P^T
                 }
-            warp_rb<T, NT, DT>(dv, st, dOs, ld, dt_active, pscr);
+            warp_rb<T, NT, DT>(dv, st, dOs + cs.c0, ld, dt_active, pscr);
             A dpt[NT][4];
             zero_frags(dpt);
             warp_abt<T, NT>(dpt, Vs + 16 * warp * ld, ld, dOs, ld, ksteps);
 #pragma unroll
             for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
-                for (int e = 0; e < 4; ++e) st[nt][e] *= dpt[nt][e] - delta_s[frag_col(nt, e)];  // dS^T
-            warp_rb<T, NT, DT>(dk, st, Qs, ld, dt_active, pscr);
+                for (int e = 0; e < 4; ++e) {  // dS^T, by selection: a masked pair's dP^T may be NaN
+                    const int rk = frag_row(e), cq = frag_col(nt, e);
+                    const int64_t n = wn0 + rk, m = m0 + cq;
+                    const bool masked = m >= p.m || kmask[16 * warp + rk] || (p.causal && n > p.q_offset + m) ||
+                                        lse_s[cq] == neg_inf<A>();
+                    st[nt][e] = masked ? A(0) : st[nt][e] * (dpt[nt][e] - delta_s[frag_col(nt, e)]);
+                }
+            warp_rb<T, NT, DT>(dk, st, Qs + cs.c0, ld, dt_active, pscr);
         }
     }
 
@@ -239,7 +252,7 @@ __global__ void __launch_bounds__(B * 2) attn_bwd_dkdv_kernel(AttnParams p) {
         for (int dt = 0; dt < DT; ++dt)
 #pragma unroll
             for (int e = 0; e < 2; ++e) {
-                const int col = dt * 8 + 2 * t4 + e;
+                const int col = cs.c0 + dt * 8 + 2 * t4 + e;
                 if (dt < dt_active && col < p.d) {
                     dkr[col] = from_acc<T>(dk[dt][2 * ri + e] * scale);
                     dvr[col] = from_acc<T>(dv[dt][2 * ri + e]);
@@ -248,10 +261,12 @@ __global__ void __launch_bounds__(B * 2) attn_bwd_dkdv_kernel(AttnParams p) {
     }
 }
 
-template <class T, int DMAX, int B>
-__global__ void __launch_bounds__(B * 2) attn_bwd_dq_kernel(AttnParams p) {
+template <class T, int DMAX, int B, int CS>
+__global__ void __launch_bounds__(B * 2, 1) attn_bwd_dq_kernel(AttnParams p) {
     using A = acc_t<T>;
-    constexpr int NT = B / 8, GT = (B + 16) / 8, DT = DMAX / 8;
+    constexpr int NT = B / 8, GT = (B + 16) / 8, DT = DMAX / 8 / CS;
+    const ColSlice<DMAX, CS> cs(int(blockIdx.x % CS), p.d);
+    const int64_t cta = blockIdx.x / CS;
     WAVEPE_SHARED_BASE(smem);
     const bool has_table = p.pos_enc == WAVEPE_CUDA_PE_TABLE;
     const BwdLayout<T, B> L(p.d_pad, has_table);
@@ -265,10 +280,10 @@ __global__ void __launch_bounds__(B * 2) attn_bwd_dq_kernel(AttnParams p) {
     const int ld = tile_ld<T>(p.d_pad), gld = g_ld<A>(B);
     const int warp = threadIdx.x / 32, t4 = threadIdx.x & 3;
     A *pscr = reinterpret_cast<A *>(smem + L.plan.off[L.pscr]) + warp * rb_scratch_elems<T>(B);
-    const int ksteps = int(p.d_pad / 16), dt_active = int(ceil_div(p.d, 8));
+    const int ksteps = int(p.d_pad / 16), dt_active = cs.dt_active;
 
     const int64_t mblocks = ceil_div(p.m, B);
-    const int64_t mb = mblocks - 1 - blockIdx.x % mblocks, bh = blockIdx.x / mblocks;
+    const int64_t mb = mblocks - 1 - cta % mblocks, bh = cta / mblocks;
     const int64_t b = bh / p.heads, h = bh % p.heads, hk = h / p.group;
     const int64_t m0 = mb * B, wm0 = m0 + 16 * warp;
     const T *qg = static_cast<const T *>(p.q) + b * p.q_sb + h * p.q_sh;
@@ -295,18 +310,20 @@ __global__ void __launch_bounds__(B * 2) attn_bwd_dq_kernel(AttnParams p) {
     const bool warp_rows = wm0 < p.m;
     A *gw = Gs + warp * 16 * gld;
     A slope_acc = 0;  // this lane's share of d loss / d slope_h
+    const int64_t cta_last_pos = p.q_offset + (m0 + B < p.m ? m0 + B : p.m) - 1, first_pos = p.q_offset + wm0;
     for (int64_t j = 0; j < kb_stop; ++j) {
         const int64_t n0 = j * B;
         const int64_t base = p.q_offset + m0 - n0 - p.r_lo;
         const bool tile_bias = has_table && table_rows_hit(p, base - (B - 1), base + B - 1);
         __syncthreads();
+        // keys no row of this CTA sees are zero rows (0 * garbage never reaches dQ)
         load_tile(Ks, ld, B, p.d, p.d_pad, p.vec_k, [&](int r) -> const T * {
             const int64_t n = n0 + r;
-            return n < p.n ? kg + n * p.k_sn : nullptr;
+            return key_row_seen(p, b, n, cta_last_pos) ? kg + n * p.k_sn : nullptr;
         });
         load_tile(Vs, ld, B, p.d, p.d_pad, p.vec_v, [&](int r) -> const T * {
             const int64_t n = n0 + r;
-            return n < p.n ? vg + n * p.v_sn : nullptr;
+            return key_row_seen(p, b, n, cta_last_pos) ? vg + n * p.v_sn : nullptr;
         });
         if (tile_bias)
             load_tile(Ts, ld, 2 * B, p.d, p.d_pad, p.vec_t,
@@ -318,7 +335,8 @@ __global__ void __launch_bounds__(B * 2) attn_bwd_dq_kernel(AttnParams p) {
         A ds[NT][4];
         warp_dscores<T, B>(ds, p, Qs + 16 * warp * ld, dOs + 16 * warp * ld, Ks, Vs, Ts + 16 * warp * ld, gw,
                            warp_bias, ld, gld, ksteps, wm0, n0, kmask, scale, slope, lse2, dl);
-        warp_rb<T, NT, DT>(dq, ds, Ks, ld, dt_active, pscr);
+        // dS K (the causal band's keys row by row where they hold inf/NaN)
+        warp_rb_masked<T, NT, DT>(dq, ds, Ks, ld, cs.c0, dt_active, pscr, p, n0, first_pos, cta_last_pos);
         if (p.dslopes != nullptr) {
 #pragma unroll
             for (int nt = 0; nt < NT; ++nt)
@@ -344,12 +362,12 @@ __global__ void __launch_bounds__(B * 2) attn_bwd_dq_kernel(AttnParams p) {
             for (int gt = 0; gt < GT; ++gt)
 #pragma unroll
                 for (int e = 0; e < 4; ++e) hr[gt][e] = gw[frag_row(e) * gld + frag_col(gt, e)];
-            warp_rb<T, GT, DT>(dq, hr, Ts + 16 * warp * ld, ld, dt_active, pscr);
+            warp_rb<T, GT, DT>(dq, hr, Ts + 16 * warp * ld + cs.c0, ld, dt_active, pscr);
             __syncwarp();
         }
     }
 
-    if (p.dslopes != nullptr) {  // every warp writes its slot (0 without rows)
+    if (p.dslopes != nullptr && cs.c0 == 0) {  // every warp of slice 0 writes its slot (0 without rows)
         slope_acc = warp_sum(slope_acc);
         if ((threadIdx.x & 31) == 0)
             static_cast<A *>(p.slope_part)[(bh * mblocks + mb) * (B / 16) + warp] = slope_acc;
@@ -364,7 +382,7 @@ __global__ void __launch_bounds__(B * 2) attn_bwd_dq_kernel(AttnParams p) {
         for (int dt = 0; dt < DT; ++dt)
 #pragma unroll
             for (int e = 0; e < 2; ++e) {
-                const int col = dt * 8 + 2 * t4 + e;
+                const int col = cs.c0 + dt * 8 + 2 * t4 + e;
                 if (dt < dt_active && col < p.d) dqr[col] = from_acc<T>(dq[dt][2 * ri + e] * scale);
             }
     }
@@ -372,10 +390,12 @@ __global__ void __launch_bounds__(B * 2) attn_bwd_dq_kernel(AttnParams p) {
 
 // One CTA per (tile diagonal, group of batch*heads): the partial dT of its
 // window, 2B rows x d, in its own workspace slot.
-template <class T, int DMAX, int B>
-__global__ void __launch_bounds__(B * 2) attn_bwd_dtable_kernel(AttnParams p) {
+template <class T, int DMAX, int B, int CS>
+__global__ void __launch_bounds__(B * 2, 1) attn_bwd_dtable_kernel(AttnParams p) {
     using A = acc_t<T>;
-    constexpr int NT = B / 8, DT = DMAX / 8;
+    constexpr int NT = B / 8, DT = DMAX / 8 / CS;
+    const ColSlice<DMAX, CS> cs(int(blockIdx.x % CS), p.d);
+    const int64_t cta = blockIdx.x / CS;
     WAVEPE_SHARED_BASE(smem);
     const BwdLayout<T, B> L(p.d_pad, true);
     T *Qs = reinterpret_cast<T *>(smem + L.plan.off[L.a]);
@@ -388,10 +408,10 @@ __global__ void __launch_bounds__(B * 2) attn_bwd_dtable_kernel(AttnParams p) {
     const int ld = tile_ld<T>(p.d_pad), gld = g_ld<A>(B);
     const int warp = threadIdx.x / 32;
     A *pscr = reinterpret_cast<A *>(smem + L.plan.off[L.pscr]) + warp * rb_scratch_elems<T>(B);
-    const int ksteps = int(p.d_pad / 16), dt_active = int(ceil_div(p.d, 8));
+    const int ksteps = int(p.d_pad / 16), dt_active = cs.dt_active;
 
     const int64_t mblocks = ceil_div(p.m, B), nblocks = ceil_div(p.n, B);
-    const int64_t diag = blockIdx.x % p.n_diag, grp = blockIdx.x / p.n_diag;
+    const int64_t diag = cta % p.n_diag, grp = cta / p.n_diag;
     const int64_t delta = diag - (nblocks - 1);  // i - j
     const int64_t base = p.q_offset - p.r_lo + delta * B;
     if (!table_rows_hit(p, base - (B - 1), base + B - 1)) return;  // CTA-uniform, before any barrier
@@ -422,13 +442,14 @@ __global__ void __launch_bounds__(B * 2) attn_bwd_dtable_kernel(AttnParams p) {
                 const int64_t m = m0 + r;
                 return m < p.m ? gog + m * p.go_sm : nullptr;
             });
+            const int64_t tile_last_pos = p.q_offset + (m0 + B < p.m ? m0 + B : p.m) - 1;  // keys past it: zero rows
             load_tile(Ks, ld, B, p.d, p.d_pad, p.vec_k, [&](int r) -> const T * {
                 const int64_t n = n0 + r;
-                return n < p.n ? kg + n * p.k_sn : nullptr;
+                return key_row_seen(p, b, n, tile_last_pos) ? kg + n * p.k_sn : nullptr;
             });
             load_tile(Vs, ld, B, p.d, p.d_pad, p.vec_v, [&](int r) -> const T * {
                 const int64_t n = n0 + r;
-                return n < p.n ? vg + n * p.v_sn : nullptr;
+                return key_row_seen(p, b, n, tile_last_pos) ? vg + n * p.v_sn : nullptr;
             });
             load_key_mask(kmask, B, p, b, n0);
             __syncthreads();
@@ -467,12 +488,12 @@ __global__ void __launch_bounds__(B * 2) attn_bwd_dtable_kernel(AttnParams p) {
                     }
                 A acc[DT][4];
                 zero_frags(acc);
-                warp_rb<T, NT, DT>(acc, ht, Qs, ld, dt_active, pscr);
+                warp_rb<T, NT, DT>(acc, ht, Qs + cs.c0, ld, dt_active, pscr);
 #pragma unroll
                 for (int dt = 0; dt < DT; ++dt)
 #pragma unroll
                     for (int e = 0; e < 4; ++e) {
-                        const int w = w0 + frag_row(e), col = frag_col(dt, e);
+                        const int w = w0 + frag_row(e), col = cs.c0 + frag_col(dt, e);
                         if (dt < dt_active && col < p.d) part[w * p.d + col] += acc[dt][e];
                     }
             }
@@ -574,16 +595,20 @@ cudaError_t launch_bwd_cfg(AttnParams p, const BwdPlan &pl, cudaStream_t stream)
     if (err != cudaSuccess) return err;
     const int64_t kv_ctas = p.batch * p.kv_heads * ceil_div(p.n, B);
     if (kv_ctas > 0 && p.d > 0) {
-        auto kernel = attn_bwd_dkdv_kernel<T, DMAX, B>;
+        constexpr int CS = BwdCfg<T, DMAX>::CS_DKDV;
+        auto kernel = attn_bwd_dkdv_kernel<T, DMAX, B, CS>;
         err = allow_dynamic_smem(kernel, L.plan.total);
-        if (err == cudaSuccess) err = launch(kernel, dim3(unsigned(kv_ctas)), dim3(B * 2), L.plan.total, stream, p);
+        if (err == cudaSuccess)
+            err = launch(kernel, dim3(unsigned(kv_ctas * CS)), dim3(B * 2), L.plan.total, stream, p);
         if (err != cudaSuccess) return err;
     }
     const int64_t q_ctas = bh * ceil_div(p.m, B);
     if (q_ctas > 0 && (p.d > 0 || p.dslopes != nullptr)) {
-        auto kernel = attn_bwd_dq_kernel<T, DMAX, B>;
+        constexpr int CS = BwdCfg<T, DMAX>::CS_DQ;
+        auto kernel = attn_bwd_dq_kernel<T, DMAX, B, CS>;
         err = allow_dynamic_smem(kernel, L.plan.total);
-        if (err == cudaSuccess) err = launch(kernel, dim3(unsigned(q_ctas)), dim3(B * 2), L.plan.total, stream, p);
+        if (err == cudaSuccess)
+            err = launch(kernel, dim3(unsigned(q_ctas * CS)), dim3(B * 2), L.plan.total, stream, p);
         if (err != cudaSuccess) return err;
     }
     if (p.dslopes != nullptr && p.heads > 0) {
@@ -595,10 +620,12 @@ cudaError_t launch_bwd_cfg(AttnParams p, const BwdPlan &pl, cudaStream_t stream)
         if (pl.n_diag > 0 && bh > 0) {
             err = cudaMemsetAsync(p.dt_part, 0, pl.part_bytes, stream);
             const BwdLayout<T, B> LT(p.d_pad, true);
-            auto kernel = attn_bwd_dtable_kernel<T, DMAX, B>;
+            constexpr int CS = BwdCfg<T, DMAX>::CS_DT;
+            auto kernel = attn_bwd_dtable_kernel<T, DMAX, B, CS>;
             if (err == cudaSuccess) err = allow_dynamic_smem(kernel, LT.plan.total);
             if (err == cudaSuccess)
-                err = launch(kernel, dim3(unsigned(pl.n_diag * pl.groups)), dim3(B * 2), LT.plan.total, stream, p);
+                err = launch(kernel, dim3(unsigned(pl.n_diag * pl.groups * CS)), dim3(B * 2), LT.plan.total, stream,
+                             p);
             if (err != cudaSuccess) return err;
         }
         const int64_t cap = int64_t(device_sm_count()) * 16;

@@ -54,7 +54,7 @@ struct AttnParams {
     int async_kv, async_t;
     // forward: split-KV
     int64_t num_splits, blocks_per_split;
-    void *work_o, *work_lse;
+    void *work_o, *work_lse, *work_seen;
     // backward
     void *dq, *dk, *dv, *dtable, *delta, *dt_part;
     const void *grad_lse;
@@ -82,11 +82,30 @@ struct FwdCfg {
     static constexpr int BN = tc ? (DMAX <= 64 ? 64 : 32) : f64 ? 16 : (DMAX <= 64 ? 32 : DMAX <= 128 ? 32 : 16);
 };
 // The backward needs square tiles (the dT pass walks tile diagonals).
+// Its kernels hold their gradient rows (dK and dV, dQ, dT) in registers;
+// where those would not fit beside the recomputed scores (ptxas spilled:
+// .ci/check_cuda_kernels.py), a kernel's CTAs each own a slice of DMAX / CS
+// columns of them and recompute S, P and dS per slice.
 template <class T, int DMAX>
 struct BwdCfg {
     static constexpr bool tc = Traits<T>::kTensorCore;
     static constexpr bool f64 = sizeof(T) == 8;
     static constexpr int B = tc ? (DMAX <= 64 ? 64 : DMAX <= 128 ? 32 : 16) : f64 ? 16 : (DMAX <= 64 ? 32 : 16);
+    static constexpr int CS_DKDV = f64 ? DMAX / 32 : DMAX <= 128 ? 1 : 2;
+    static constexpr int CS_DQ = f64 ? DMAX / 64 : 1;
+    static constexpr int CS_DT = f64 ? DMAX / 64 : DMAX <= 128 ? 1 : 2;
+};
+
+// Column slice `slice` of CS over the accumulator tiles of a DMAX bucket:
+// first column c0, active 8-column tiles (< DMAX / 8 / CS) for head dim d.
+template <int DMAX, int CS>
+struct ColSlice {
+    static constexpr int DT = DMAX / 8 / CS;
+    int c0, dt_active;
+    WAVEPE_DEVICE ColSlice(int slice, int64_t d) : c0(slice * (DMAX / CS)) {
+        const int64_t n = d > c0 ? (d - c0 + 7) / 8 : 0;
+        dt_active = n < DT ? int(n) : DT;
+    }
 };
 
 // Shared-memory carve-up, identical on host (sizing) and device (pointers).
@@ -307,13 +326,20 @@ template <class T, int BN>
 WAVEPE_DEVICE void warp_window_products(acc_t<T> *gw, int gld, const T *q_rows, const T *t_rows, int ld, int ksteps) {
     using A = acc_t<T>;
     constexpr int GT = (BN + 16) / 8;
-    A gacc[GT][4];
-    zero_frags(gacc);
-    warp_abt<T, GT>(gacc, q_rows, ld, t_rows, ld, ksteps);
+    // fp64: one 8-column slice at a time, so that G's accumulators (GT x 4
+    // doubles) are not live beside O's (DMAX / 2 doubles): 255 registers
+    // would not hold both (ptxas spilled; .ci/check_cuda_kernels.py)
+    constexpr int CHUNK = sizeof(A) == 8 ? 1 : GT;
 #pragma unroll
-    for (int nt = 0; nt < GT; ++nt)
+    for (int c0 = 0; c0 < GT; c0 += CHUNK) {
+        A gacc[CHUNK][4];
+        zero_frags(gacc);
+        warp_abt<T, CHUNK>(gacc, q_rows, ld, t_rows + c0 * 8 * ld, ld, ksteps);
 #pragma unroll
-        for (int i = 0; i < 4; ++i) gw[frag_row(i) * gld + frag_col(nt, i)] = gacc[nt][i];
+        for (int nt = 0; nt < CHUNK; ++nt)
+#pragma unroll
+            for (int i = 0; i < 4; ++i) gw[frag_row(i) * gld + frag_col(c0 + nt, i)] = gacc[nt][i];
+    }
 }
 
 // s[r][c] += G[r][r - c + BN - 1] (the skew of the warp's window products).
@@ -329,10 +355,29 @@ WAVEPE_DEVICE void add_skewed_bias(A (&s)[NT][4], const A *gw, int gld) {
 }
 
 // Scores of a warp's 16 query rows (global row m_row0 + r) against keys
-// n0 + c, in the log2 domain with every mask applied (-inf).
+// n0 + c, in the log2 domain with every mask applied: a masked score is
+// -inf by selection, whatever q . k gave (NaN included).  seen[ri] |= the
+// lane's row ri (rows g, g + 8) has an unmasked key here (a row whose
+// visible scores are all -inf is NaN, one that sees no key is 0).
+// The scale and ALiBi slope arrive multiplied by log2(e) (one multiply per score); on a
+// tile wholly inside the warp's rows and causal frontier only the key mask is read,
+// without 64-bit index math.
 template <class A, int NT>
 WAVEPE_DEVICE void scores_log2(A (&s)[NT][4], const AttnParams &p, int64_t m_row0, int64_t n0, const uint8_t *kmask,
-                               A scale, A slope) {
+                               A scale_log2, A slope_log2, bool (&seen)[2]) {
+    const bool alibi = p.pos_enc == WAVEPE_CUDA_PE_ALIBI;
+    const bool interior = m_row0 + 15 < p.m && !(p.causal && n0 + 8 * NT - 1 > p.q_offset + m_row0);  // warp-uniform
+    if (interior && !alibi) {
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+            for (int i = 0; i < 4; ++i) {
+                const bool masked = kmask[frag_col(nt, i)] != 0;
+                s[nt][i] = masked ? neg_inf<A>() : s[nt][i] * scale_log2;
+                seen[i / 2] |= !masked;
+            }
+        return;
+    }
 #pragma unroll
     for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
@@ -340,13 +385,92 @@ WAVEPE_DEVICE void scores_log2(A (&s)[NT][4], const AttnParams &p, int64_t m_row
             const int r = frag_row(i), c = frag_col(nt, i);
             const int64_t m = m_row0 + r, n = n0 + c, pos_q = p.q_offset + m;
             const bool masked = m >= p.m || kmask[c] || (p.causal && n > pos_q);
-            A x = s[nt][i] * scale;
-            if (p.pos_enc == WAVEPE_CUDA_PE_ALIBI) {
+            A x = s[nt][i] * scale_log2;
+            if (alibi) {
                 const int64_t dist = pos_q - n;
-                x -= slope * A(dist < 0 ? -dist : dist);
+                x -= slope_log2 * A(dist < 0 ? -dist : dist);
             }
-            s[nt][i] = masked ? neg_inf<A>() : x * A(kLog2e);
+            s[nt][i] = masked ? neg_inf<A>() : x;
+            seen[i / 2] |= !masked;
         }
+}
+
+// ---- non-finite values in masked positions ------------------------------------------------
+// Tiles hold zero rows for keys that no row of the CTA sees (padding, keys
+// >= N, keys past the CTA's causal frontier: key_row_seen), so a product
+// 0 * garbage never happens there.  Keys of the causal band -- seen by some
+// rows of a warp, masked for others -- stay in the tile; a masked row's P is
+// 0 there, and 0 * inf or 0 * NaN in the tensor-core product would reach it.
+// So when a band row of the B operand holds a non-finite value (checked per
+// warp and tile: warp_rows_nonfinite), the warp takes warp_rb_visible, which
+// sums each row over the keys it sees only (selection, not multiplication).
+
+// Key n of batch b, seen by some query row <= last_pos of the CTA (causal) and not padded?
+WAVEPE_DEVICE bool key_row_seen(const AttnParams &p, int64_t b, int64_t n, int64_t last_pos) {
+    return n < p.n && !(p.causal && n > last_pos) && !(p.kpm != nullptr && p.kpm[b * p.kpm_sb + n] != 0);
+}
+
+WAVEPE_DEVICE bool quad_any(bool v) {
+    int x = v ? 1 : 0;
+    x |= __shfl_xor_sync(kFullMask, x, 1);
+    x |= __shfl_xor_sync(kFullMask, x, 2);
+    return x != 0;
+}
+WAVEPE_DEVICE bool warp_any(bool v) {
+    int x = v ? 1 : 0;
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1) x |= __shfl_xor_sync(kFullMask, x, off);
+    return x != 0;
+}
+
+// Does any of tile rows r_lo .. r_hi (first d columns) hold an inf or NaN?  Warp-collective.
+template <class T>
+WAVEPE_DEVICE bool warp_rows_nonfinite(const T *tile, int ld, int r_lo, int r_hi, int64_t d) {
+    using A = acc_t<T>;
+    bool bad = false;
+    for (int r = r_lo; r <= r_hi; ++r)
+        for (int c = threadIdx.x & 31; c < d; c += 32) {
+            const A x = to_acc(tile[r * ld + c]);
+            bad |= !(x - x == A(0));  // inf - inf and NaN - NaN are NaN
+        }
+    return warp_any(bad);
+}
+
+// acc[dt] += P . B like warp_rb, but row r (lanes' rows g, g + 8: ri = 0, 1)
+// sums only the keys k <= lim[ri] of the tile (the keys it sees): the slow
+// path for a tile whose band rows hold a non-finite value.  P is rounded to
+// T first on the tensor-core types, as warp_rb's products see it.  The keys
+// are walked at run time (P's register picked by selects, not an index into
+// local memory) so that the rarely taken path adds no registers to the hot one.
+template <class T, int KT8, int DT>
+WAVEPE_DEVICE void warp_rb_visible(acc_t<T> (&acc)[DT][4], const acc_t<T> (&p)[KT8][4], const T *b_tile, int ldb,
+                                   int dt_active, const int64_t (&lim)[2]) {
+    using A = acc_t<T>;
+    const int lane = threadIdx.x & 31, t = lane & 3;
+#pragma unroll 1
+    for (int k = 0; k < 8 * KT8; ++k) {
+        const int kt = k / 8, e = k & 1, src = (k & 7) / 2;  // lane (g, src) holds P[.][k] in p[kt][2 ri + e]
+        A mine[2] = {A(0), A(0)};
+#pragma unroll
+        for (int j = 0; j < KT8; ++j)
+            if (j == kt) {
+                mine[0] = e ? p[j][1] : p[j][0];
+                mine[1] = e ? p[j][3] : p[j][2];
+            }
+        const T *brow = b_tile + k * ldb + 2 * t;
+#pragma unroll
+        for (int ri = 0; ri < 2; ++ri) {
+            A pv = __shfl_sync(kFullMask, mine[ri], (lane & ~3) | src);
+            if constexpr (Traits<T>::kTensorCore) pv = to_acc(from_acc<T>(pv));
+            if (k > lim[ri]) continue;
+#pragma unroll
+            for (int dt = 0; dt < DT; ++dt)
+                if (dt < dt_active) {
+                    acc[dt][2 * ri] += pv * to_acc(brow[dt * 8]);
+                    acc[dt][2 * ri + 1] += pv * to_acc(brow[dt * 8 + 1]);
+                }
+        }
+    }
 }
 
 // kmask[c] = 1 when key n0 + c is absent (>= N) or padded out.
@@ -361,6 +485,31 @@ template <class T>
 WAVEPE_DEVICE acc_t<T> head_slope(const AttnParams &p, int64_t h) {
     if (p.pos_enc != WAVEPE_CUDA_PE_ALIBI) return acc_t<T>(0);
     return static_cast<const acc_t<T> *>(p.slopes)[h];
+}
+
+// acc += P . B, B = tile rows 0 .. 8 KT8 - 1 (keys n0 ..) at columns c0 .., for the warp whose
+// first row is at position first_pos in a CTA whose last query is at cta_last_pos: the
+// tensor-core / FMA product, unless the warp's causal band in the tile (keys after
+// first_pos that some row of the CTA sees) holds an inf or NaN; then warp_rb_visible.
+template <class T, int KT8, int DT>
+WAVEPE_DEVICE void warp_rb_masked(acc_t<T> (&acc)[DT][4], const acc_t<T> (&pf)[KT8][4], const T *tile, int ld, int c0,
+                                  int dt_active, acc_t<T> *scratch, const AttnParams &p, int64_t n0, int64_t first_pos,
+                                  int64_t cta_last_pos) {
+    constexpr int BN = 8 * KT8;
+    bool careful = false;
+    if (p.causal && n0 + BN - 1 > first_pos) {
+        int64_t hi = cta_last_pos - n0;
+        if (hi > BN - 1) hi = BN - 1;
+        if (hi > p.n - 1 - n0) hi = p.n - 1 - n0;
+        const int64_t lo = first_pos + 1 - n0 > 0 ? first_pos + 1 - n0 : 0;
+        careful = lo <= hi && warp_rows_nonfinite(tile, ld, int(lo), int(hi), p.d);
+    }
+    if (careful) {
+        const int64_t lim[2] = {first_pos + frag_row(0) - n0, first_pos + frag_row(2) - n0};
+        warp_rb_visible<T, KT8, DT>(acc, pf, tile + c0, ld, dt_active, lim);
+    } else {
+        warp_rb<T, KT8, DT>(acc, pf, tile + c0, ld, dt_active, scratch);
+    }
 }
 
 }  // namespace wavepe_cuda

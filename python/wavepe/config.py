@@ -7,6 +7,7 @@ what they build (a relative table, an ``inv_freq`` spectrum, ALiBi slopes).
 from __future__ import annotations
 
 import hashlib
+import json
 import math
 import threading
 import weakref
@@ -28,8 +29,29 @@ _WHOLE_TABLE_ELEMENTS = 2**26
 #: Rows tabulated at a time (bounds the float64 temporaries of a large window).
 _TABLE_CHUNK_ROWS = 8192
 
-#: The live configs by their table key (torch.compile graphs name a config's table by this string).
-_BY_TABLE_KEY: "weakref.WeakValueDictionary[str, WaveletConfig]" = weakref.WeakValueDictionary()
+class _LiveConfigs:
+    """The live configs by their table key (torch.compile graphs name a config's table by this
+    string).  Equal configs share a key and any of them serves a lookup, so the entry stays
+    while one is alive, whichever was made first or dropped first."""
+
+    def __init__(self) -> None:
+        # by id, not in a WeakSet: equal configs compare equal, and a set would keep only one of them
+        self._sets: "dict[str, weakref.WeakValueDictionary[int, WaveletConfig]]" = {}
+        self._lock = threading.Lock()
+
+    def add(self, key: str, config: "WaveletConfig") -> None:
+        with self._lock:
+            if len(self._sets) > 64:  # forget keys whose configs are all gone
+                self._sets = {k: s for k, s in self._sets.items() if len(s)}
+            self._sets.setdefault(key, weakref.WeakValueDictionary())[id(config)] = config
+
+    def get(self, key: str) -> "WaveletConfig | None":
+        with self._lock:
+            live = self._sets.get(key)
+            return next(iter(live.values()), None) if live else None
+
+
+_BY_TABLE_KEY = _LiveConfigs()
 
 
 class _Window:
@@ -128,7 +150,7 @@ class WaveletConfig:
         # scale or shift that overflows is named)
         self._support_rows = {np.dtype(dt).name: self._support_bounds(np.dtype(dt)) for dt in (np.float32, np.float64)}
         self._table_key = hashlib.sha1(repr(self._key()).encode()).hexdigest()
-        _BY_TABLE_KEY[self._table_key] = self
+        _BY_TABLE_KEY.add(self._table_key, self)
 
     # ---- construction -----------------------------------------------------
 
@@ -342,6 +364,13 @@ class WaveletConfig:
         return r_lo, r_lo + table.shape[0] - 1
 
 
+def _plain(x: Any) -> Any:
+    """A NumPy scalar (a flag given as numpy.bool_, say) as the Python value, for JSON."""
+    if isinstance(x, np.generic):
+        return x.item()
+    raise TypeError(f"{type(x).__name__} is not JSON serializable")
+
+
 class RopeConfig:
     """Rotary position embedding with a configurable spectrum.
 
@@ -358,7 +387,7 @@ class RopeConfig:
             :meth:`inv_freq`).
     """
 
-    __slots__ = ("theta", "rotary_fraction", "layout", "scaling")
+    __slots__ = ("theta", "rotary_fraction", "layout", "scaling", "_spec")
 
     def __init__(self, theta: float = 10000.0, rotary_fraction: float = 1.0, layout: str = "half",
                  scaling: Mapping[str, Any] | None = None) -> None:
@@ -376,6 +405,15 @@ class RopeConfig:
             from ._rope_scaling import validate_scaling
 
             validate_scaling(self.scaling)
+        # The configuration as a string that rebuilds it (RopeConfig.from_spec): what
+        # torch.compile sees of a config (strings are constants to dynamo on every torch
+        # wavepe supports; a RopeConfig object is not on torch 2.11: issue 20).
+        self._spec = json.dumps(self.to_dict(), sort_keys=True, default=_plain)  # numpy scalars as Python's
+
+    @classmethod
+    def from_spec(cls, spec: str) -> "RopeConfig":
+        """The configuration whose ``_spec`` string is ``spec``."""
+        return cls(**json.loads(spec))
 
     def _key(self) -> tuple:
         sc = tuple(sorted(self.scaling.items())) if self.scaling else None

@@ -12,6 +12,7 @@ wherever they exist.  The projections are named ``q_proj``/``k_proj``/
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import torch
 from torch import nn
@@ -38,7 +39,10 @@ class PositionalAttention(nn.Module):
 
     ``rope_config`` is a plain attribute: assign ``attn.rope_config =
     cfg.with_theta(4096)`` to evaluate at another θ (or another p-RoPE
-    fraction) without retraining.
+    fraction) without retraining.  So is ``context_parallel``: assign a
+    :class:`wavepe.distributed.ContextParallel` and the module takes this
+    rank's chunk of a sequence split over a process group (its positions from
+    the group's layout) and attends over the whole sequence.
     """
 
     def __init__(
@@ -71,6 +75,7 @@ class PositionalAttention(nn.Module):
             hidden_size, num_heads, num_kv_heads, head_dim)
         self.wavelet_config: WaveletConfig | None = None
         self.rope_config: RopeConfig | None = None
+        self.context_parallel: Any = None  # a wavepe.distributed.ContextParallel, or None
         if self.pos_enc == "wavelet":
             if wavelet_config is None:
                 wavelet_config = WaveletConfig.grid(head_dim)
@@ -94,9 +99,11 @@ class PositionalAttention(nn.Module):
     def extra_repr(self) -> str:
         enc = {"wavelet": self.wavelet_config, "rope": self.rope_config}.get(self.pos_enc)
         return (f"hidden_size={self.hidden_size}, num_heads={self.num_heads}, num_kv_heads={self.num_kv_heads}, "
-                f"head_dim={self.head_dim}, pos_enc={self.pos_enc!r}" + (f", {enc!r}" if enc is not None else ""))
+                f"head_dim={self.head_dim}, pos_enc={self.pos_enc!r}" + (f", {enc!r}" if enc is not None else "")
+                + (f", {self.context_parallel!r}" if self.context_parallel is not None else ""))
 
-    def _qkv(self, x: torch.Tensor, position_offset: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    def _qkv(self, x: torch.Tensor, position_offset: int | torch.Tensor
+             ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         if not isinstance(x, torch.Tensor) or x.dim() != 3 or x.shape[-1] != self.hidden_size:
             shape = tuple(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__
             raise ValueError(f"x must be (B, L, hidden_size={self.hidden_size}), got {shape}")
@@ -112,11 +119,22 @@ class PositionalAttention(nn.Module):
         return q, k, v
 
     def forward(self, x: torch.Tensor, position_offset: int = 0) -> torch.Tensor:
-        """x (B, L, D) at positions ``position_offset … position_offset+L-1`` -> (B, L, D)."""
+        """x (B, L, D) at positions ``position_offset … position_offset+L-1`` -> (B, L, D).
+
+        With ``context_parallel`` set, x is this rank's chunk (B, L/P, D) and
+        the positions are its global ones (plus ``position_offset``).
+        """
         from .ops import wavelet_attention
 
-        q, k, v = self._qkv(x, position_offset)
-        out = wavelet_attention(q, k, v, self.wavelet_config, pos_enc=scores_pos_enc(self.pos_enc), causal=True)
+        kind = scores_pos_enc(self.pos_enc)
+        cp = self.context_parallel
+        if cp is None:
+            q, k, v = self._qkv(x, position_offset)
+            out = wavelet_attention(q, k, v, self.wavelet_config, pos_enc=kind, causal=True)
+        else:
+            positions = cp.positions(x.shape[1], x.device) + check_int("position_offset", position_offset)
+            q, k, v = self._qkv(x, positions)
+            out = cp.attention(q, k, v, self.wavelet_config, pos_enc=kind, causal=True)
         b, _, length, _ = out.shape
         return self.o_proj(out.transpose(1, 2).reshape(b, length, self.num_heads * self.head_dim))
 
@@ -126,6 +144,8 @@ class PositionalAttention(nn.Module):
 
         Materialises L×L per head (analysis only; :meth:`forward` does not).
         """
+        if self.context_parallel is not None:
+            raise ValueError("attention_probs needs the whole sequence on one process; set context_parallel=None")
         from .ops import alibi_bias, wavelet_bias
 
         q, k, _ = self._qkv(x, position_offset)

@@ -71,7 +71,10 @@ CXX_FLAGS = ("-std=c++20", "-O3", "-Wall", "-Wextra", "-fvisibility=hidden", "-f
 # resolves at run time to the copy torch has already loaded (same soname): one OpenMP runtime.
 TORCH_CXX_FLAGS = ("-fopenmp",)
 TORCH_LINK_FLAGS = ("-fopenmp",)
-NVCC_FLAGS = ("-O3", "-std=c++17", "-Xcompiler", "-fPIC", "--expt-relaxed-constexpr")
+# -ftz=true: fp32 arithmetic flushes subnormal operands and results to zero, as the CPU kernels do
+# under FTZ/DAZ (docs/DEVELOPING.md, "Non-finite values"), so a subnormal input reads as 0 on every
+# device (fp64 has no flush on GPUs; its subnormals are full speed there).
+NVCC_FLAGS = ("-O3", "-std=c++17", "-Xcompiler", "-fPIC", "--expt-relaxed-constexpr", "-ftz=true")
 # Warnings are errors in development builds (the Makefile and CI set WAVEPE_WERROR=1) but never on a
 # user's machine, whose newer compiler may warn about something ours does not.
 WERROR_FLAGS = ("-Werror",)
@@ -283,6 +286,7 @@ class Link:
     output: str
     argv: tuple[str, ...]
     record: str  # where the command that made ``output`` is kept (beside the objects, not the output)
+    shared_libstdcxx: bool = False  # C++ that must share the process's libstdc++ (torch's): checked after linking
 
 
 @dataclass
@@ -333,7 +337,8 @@ def torch_plan(src_root: str, obj_dir: str, output: str, tb: TorchBuild) -> Plan
     objs = tuple(c.obj for c in core + own + cuda)
     link = (*cxx, "-shared", *objs, "-o", output, *TORCH_LINK_FLAGS, *(f"-L{d}" for d in tb.library_dirs),
             *(f"-l{lib}" for lib in tb.libraries))
-    return Plan(core + own + cuda, [Link(objs, output, link, os.path.join(obj_dir, "torch", "link.cmd"))])
+    return Plan(core + own + cuda, [Link(objs, output, link, os.path.join(obj_dir, "torch", "link.cmd"),
+                                         shared_libstdcxx=True)])
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -406,6 +411,49 @@ def link_is_stale(link: Link) -> bool:
     return any((t := _mtime(o)) is None or t > made for o in link.objects)
 
 
+def elf_needed(path: str) -> list[str] | None:
+    """The DT_NEEDED libraries of a 64-bit little-endian ELF shared object (None: another format)."""
+    import struct
+
+    with open(path, "rb") as f:
+        data = f.read()
+    if data[:4] != b"\x7fELF" or data[4] != 2 or data[5] != 1:
+        return None
+    shoff, = struct.unpack_from("<Q", data, 0x28)
+    shentsize, shnum = struct.unpack_from("<HH", data, 0x3A)
+    sections = [struct.unpack_from("<IIQQQQIIQQ", data, shoff + i * shentsize) for i in range(shnum)]
+    for _name, sh_type, _fl, _addr, off, size, link, _info, _al, entsize in sections:
+        if sh_type != 6:  # SHT_DYNAMIC; its sh_link is the string table of the names
+            continue
+        stroff = sections[link][4]
+        names = []
+        for i in range(0, size, entsize or 16):
+            tag, val = struct.unpack_from("<qQ", data, off + i)
+            if tag == 0:
+                break
+            if tag == 1:  # DT_NEEDED
+                end = data.index(b"\0", stroff + val)
+                names.append(data[stroff + val:end].decode())
+        return names
+    return []
+
+
+def check_shared_libstdcxx(path: str, link_argv: Sequence[str]) -> None:
+    """A C++ extension loaded into torch's process must use the shared libstdc++ torch uses: one
+    linked statically (some images' default g++ does so) brings a second copy of the C++ runtime,
+    and its exceptions and streams crash inside torch (every error message segfaults)."""
+    needed = elf_needed(path)
+    if needed is None or platform.system() != "Linux" or any(n.startswith("libc++.") for n in needed):
+        return
+    if not any(n.startswith("libstdc++.so") for n in needed):
+        raise BuildError(
+            f"{os.path.basename(path)} was linked with libstdc++ inside it (not as the shared "
+            f"libstdc++.so.6 that torch uses): the C++ compiler `{link_argv[0]}` links it statically, and "
+            "two C++ runtimes in one process crash on the first error message. Build with the system "
+            "compilers instead, e.g. CC=/usr/bin/gcc CXX=/usr/bin/g++ LDSHARED=\"/usr/bin/gcc -shared\" "
+            "pip install ... (or set CXX to a g++ that links libstdc++ dynamically).")
+
+
 def _run_command(argv: Sequence[str], what: str) -> str:
     try:
         proc = subprocess.run(list(argv), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace")
@@ -471,6 +519,8 @@ def run(plan: Plan, *, jobs: int | None = None, progress: Callable[[int, int, st
             argv = [tmp if a == link.output else a for a in link.argv]
             try:
                 out = _run_command(argv, f"linking {os.path.basename(link.output)}")
+                if link.shared_libstdcxx:
+                    check_shared_libstdcxx(tmp, argv)
                 os.replace(tmp, link.output)  # atomic: a process that has the old one loaded keeps it
             finally:
                 if os.path.exists(tmp):

@@ -102,7 +102,12 @@ def wavelet_table(config: WaveletConfig, dtype: torch.dtype, device: torch.devic
         cached = config._cache.get(key)
     if cached is None or not cached.covers(lo, hi):
         window = config._window(np_dt, lo, hi)  # the NumPy window, grown to cover [lo, hi]
-        table = torch.from_numpy(window.table.copy()).to(device=device, dtype=dtype)
+        values = window.table.copy()
+        if dtype == torch.float16:
+            # float32 values below float16's smallest normal would be float16 subnormals: no table
+            # holds one (the CUDA fp16 kernels read it natively); bfloat16 shares float32's range
+            values[np.abs(values) < np.finfo(np.float16).tiny] = 0
+        table = torch.from_numpy(values).to(device=device, dtype=dtype)
         cached = _TorchWindow(table, window.r_lo, window.lo, window.hi)
         if cacheable(table):
             with config._lock:

@@ -79,6 +79,8 @@ torch.library.register_autograd("wavepe::attention_fwd", _attention_backward, se
 
 #: the encodings this op runs (wavepe.pos_enc is the vocabulary; "rope" rotates q and k beforehand)
 POS_ENCS = ("wavelet", "relative", "alibi", "nope")
+
+
 def wavelet_attention(
     q: torch.Tensor,
     k: torch.Tensor,
@@ -93,7 +95,8 @@ def wavelet_attention(
     rel_table: tuple[torch.Tensor, int] | None = None,
     clamp: bool = False,
     key_padding_mask: torch.Tensor | None = None,
-) -> torch.Tensor:
+    return_lse: bool = False,
+) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
     """Attention with a position encoding in the scores, fused (no M x N tensor).
 
     Scores, with r = pos_q - pos_k the relative distance::
@@ -120,11 +123,47 @@ def wavelet_attention(
             al.) instead of zero.
         key_padding_mask: (B, N) bool, True = ignore that key.  A query that
             sees no key gets a zero output.
+        return_lse: also return each query's log-sum-exp of its scores, for
+            schemes that merge partial results (as wavepe.distributed does).
 
     Returns:
-        (B, H, M, d), dtype of q (bf16 / fp16 are read natively and accumulated
-        in fp32 on CUDA; the CPU kernels compute them in fp32).
+        out (B, H, M, d), dtype of q (bf16 / fp16 are read natively and
+        accumulated in fp32 on CUDA; the CPU kernels compute them in fp32);
+        with ``return_lse``, ``(out, lse)``: lse (B, H, M) in the accumulator
+        type (float64 for float64 inputs, else float32), -inf for a query that
+        sees no key and NaN for one whose visible scores are all -inf
+        (docs/DEVELOPING.md, "Non-finite values"), differentiable like ``out``.
     """
+    b, h, _, m, n, d = check_qkv(q, k, v)
+    pos_enc = canonical_pos_enc(pos_enc, POS_ENCS)
+    causal, clamp = check_flag("causal", causal), check_flag("clamp", clamp)
+    return_lse = check_flag("return_lse", return_lse)
+    scale = 1.0 / math.sqrt(d) if scale is None else check_real("scale", scale, positive=True)
+    off = n - m if q_offset is None else check_int("q_offset", q_offset)
+    check_key_padding_mask(key_padding_mask, q, "(B, N)", b, n)
+    for name, value in (("q_offset", off), ("q_len", m), ("k_len", n)):
+        check_position(name, value)
+    cdt = compute_dtype(q)
+    qc, kc, vc = q.to(cdt), k.to(cdt), v.to(cdt)
+    table, r_lo, slopes = position_bias(q, pos_enc, cdt, m, n, off, causal, config=config, rel_table=rel_table,
+                                        alibi_slopes=alibi_slopes, clamp=clamp)
+    if _routing.has_kernel("attention_fwd", q.device):
+        out, lse = ops.attention_fwd(qc, kc, vc, table, r_lo, clamp, slopes, key_padding_mask, scale, off, causal)
+        return (out.to(q.dtype), lse) if return_lse else out.to(q.dtype)
+    _routing.warn_fallback("attention", q.device,
+                           "the bias + scaled_dot_product_attention path (materialises M x N scores)")
+    if return_lse:
+        out, lse = _eager_attention(qc, kc, vc, table, r_lo, clamp, slopes, key_padding_mask, scale, off, causal,
+                                    return_lse=True)
+        return out.to(q.dtype), lse.to(_acc_dtype(q.dtype))
+    return _eager_attention(qc, kc, vc, table, r_lo, clamp, slopes, key_padding_mask, scale, off, causal).to(q.dtype)
+
+
+# ---- argument checks shared with wavepe.distributed.context_parallel_attention ---------------------
+
+
+def check_qkv(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> tuple[int, int, int, int, int, int]:
+    """q (B, H, M, d), k and v (B, H_kv, N, d) with H a multiple of H_kv: returns (B, H, H_kv, M, N, d)."""
     check_tensor("q", q, dim=4)
     check_tensor("k", k, dim=4)
     check_tensor("v", v, dim=4)
@@ -138,28 +177,37 @@ def wavelet_attention(
     h_kv = k.shape[1]
     if h_kv == 0 or h % h_kv:
         raise ValueError(f"q's heads H={h} must be a multiple of k's heads H_kv={h_kv}")
-    n = k.shape[2]
     if d < 1:
         raise ValueError(f"head_dim must be >= 1, got q of shape {tuple(q.shape)}")
-    pos_enc = canonical_pos_enc(pos_enc, POS_ENCS)
-    causal, clamp = check_flag("causal", causal), check_flag("clamp", clamp)
-    scale = 1.0 / math.sqrt(d) if scale is None else check_real("scale", scale, positive=True)
-    off = n - m if q_offset is None else check_int("q_offset", q_offset)
-    if key_padding_mask is not None:
-        check_tensor("key_padding_mask", key_padding_mask, dim=2, floating=False)
-        if key_padding_mask.dtype != torch.bool:
-            raise TypeError(f"key_padding_mask must be a bool tensor, got {key_padding_mask.dtype}")
-        if tuple(key_padding_mask.shape) != (b, n):
-            raise ValueError(f"key_padding_mask must be (B, N) = ({b}, {n}), got {tuple(key_padding_mask.shape)}")
-        check_same("q", q, "key_padding_mask", key_padding_mask, dtype=False)
-    for name, value in (("q_offset", off), ("q_len", m), ("k_len", n)):
-        check_position(name, value)
-    cdt = compute_dtype(q)
-    qc, kc, vc = q.to(cdt), k.to(cdt), v.to(cdt)
+    return b, h, h_kv, m, k.shape[2], d
+
+
+def check_key_padding_mask(mask: torch.Tensor | None, q: torch.Tensor, shape_name: str, b: int, n: int) -> None:
+    """None, or a bool tensor of shape ``shape_name`` = (b, n) on q's device."""
+    if mask is None:
+        return
+    check_tensor("key_padding_mask", mask, dim=2, floating=False)
+    if mask.dtype != torch.bool:
+        raise TypeError(f"key_padding_mask must be a bool tensor, got {mask.dtype}")
+    if tuple(mask.shape) != (b, n):
+        raise ValueError(f"key_padding_mask must be {shape_name} = ({b}, {n}), got {tuple(mask.shape)}")
+    check_same("q", q, "key_padding_mask", mask, dtype=False)
+
+
+def position_bias(q: torch.Tensor, pos_enc: str, cdt: torch.dtype, m, n, q_offset, causal: bool, *,
+                  config: WaveletConfig | None, rel_table: tuple[torch.Tensor, int] | None,
+                  alibi_slopes: torch.Tensor | None, clamp: bool
+                  ) -> tuple[torch.Tensor | None, int, torch.Tensor | None]:
+    """The kernels' (table, r_lo, slopes) for ``pos_enc`` (a canonical name), checked, in the compute dtype ``cdt``.
+
+    ``m`` queries at ``q_offset`` .. and ``n`` keys at 0 ..: the distances a
+    wavelet table must cover (only those, within the wavelets' support).
+    """
+    h, d = q.shape[1], q.shape[3]
     table = slopes = None
     r_lo = 0
     if pos_enc == "wavelet":
-        table, r_lo = _wavelet_table_for(config, d, cdt, q.device, m, n, off, causal)
+        table, r_lo = _wavelet_table_for(config, d, cdt, q.device, m, n, q_offset, causal)
     elif pos_enc == "relative":
         if rel_table is None or not isinstance(rel_table, tuple) or len(rel_table) != 2:
             raise ValueError("pos_enc='relative' needs rel_table=(table, r_lo)")
@@ -184,12 +232,7 @@ def wavelet_attention(
                 raise ValueError(f"alibi_slopes must have one slope per head ({h}), got {alibi_slopes.shape[0]}")
             check_finite("alibi_slopes", alibi_slopes)
             slopes = alibi_slopes.to(cdt)
-    if _routing.has_kernel("attention_fwd", q.device):
-        out, _ = ops.attention_fwd(qc, kc, vc, table, r_lo, clamp, slopes, key_padding_mask, scale, off, causal)
-        return out.to(q.dtype)
-    _routing.warn_fallback("attention", q.device,
-                           "the bias + scaled_dot_product_attention path (materialises M x N scores)")
-    return _eager_attention(qc, kc, vc, table, r_lo, clamp, slopes, key_padding_mask, scale, off, causal).to(q.dtype)
+    return table, r_lo, slopes
 
 
 def _wavelet_table_for(config: WaveletConfig | None, head_dim: int, dtype: torch.dtype, device: torch.device,
@@ -223,7 +266,8 @@ def _standard_slopes(heads: int, dtype: torch.dtype, device: torch.device) -> to
     return hit
 
 
-def _eager_attention(q, k, v, table, r_lo, clamp, slopes, key_padding_mask, scale, q_offset, causal):
+def _eager_attention(q, k, v, table, r_lo, clamp, slopes, key_padding_mask, scale, q_offset, causal,
+                     return_lse=False):
     """The plain-PyTorch path (devices without a compiled kernel)."""
     m, n = q.shape[2], k.shape[2]
     bias = None
@@ -234,4 +278,4 @@ def _eager_attention(q, k, v, table, r_lo, clamp, slopes, key_padding_mask, scal
         bias = alibi_bias(slopes, m, n, q_offset=q_offset, causal=causal, dtype=q.dtype, device=q.device)
         bias_scaled = True
     return eager.attention(q, k, v, bias, causal=causal, scale=scale, q_offset=q_offset, bias_scaled=bias_scaled,
-                           key_padding_mask=key_padding_mask)
+                           key_padding_mask=key_padding_mask, return_lse=return_lse)

@@ -79,7 +79,7 @@ def alibi_bias(slopes: torch.Tensor, q_len: int, k_len: int, q_offset: int, caus
 def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: torch.Tensor | None = None, *, causal: bool,
               scale: float, q_offset: int, bias_scaled: bool = False,
               key_padding_mask: torch.Tensor | None = None, mask: torch.Tensor | None = None,
-              dropout: float = 0.0) -> torch.Tensor:
+              dropout: float = 0.0, return_lse: bool = False) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
     """softmax(scale·q·kᵀ + bias + masks) v with SDPA and an explicit float mask: wavepe's dense attention.
 
     q (B, H, M, d); k, v (B, Hkv, N, d) with H a multiple of Hkv (GQA); ``bias``
@@ -90,7 +90,10 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: torch.Ten
     else the causal rule at ``q_offset`` (queries at q_offset … q_offset+M-1,
     keys at 0 … N-1) when ``causal``; and never the keys of
     ``key_padding_mask`` (B, N), True = ignore.  A query that sees no key gets
-    0 (not NaN).  ``dropout`` is SDPA's ``dropout_p``.  Returns (B, H, M, d).
+    0 (not NaN).  ``dropout`` is SDPA's ``dropout_p``.  Returns (B, H, M, d);
+    with ``return_lse`` (no dropout), ``(out, lse)``: lse (B, H, M) the scores'
+    log-sum-exp, -inf for a query that sees no key -- SDPA does not expose it,
+    so the scores are formed explicitly then.
     """
     b, h, m, _ = q.shape
     n = k.shape[-2]
@@ -119,6 +122,27 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: torch.Ten
     if additive is not None:
         seen = ~torch.isneginf(additive).all(dim=-1, keepdim=True)
         additive = additive.masked_fill(~seen, 0.0)
+    if return_lse:
+        if dropout:
+            raise ValueError(f"return_lse=True needs dropout=0, got dropout={dropout}")
+        return _attention_with_lse(q, k, v, additive, seen, scale)
     out = F.scaled_dot_product_attention(q, k, v, attn_mask=additive, dropout_p=dropout, scale=scale,
                                          enable_gqa=k.shape[1] != h)
     return out if seen is None else out.masked_fill(~seen, 0.0)
+
+
+def _attention_with_lse(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, additive: torch.Tensor | None,
+                        seen: torch.Tensor | None, scale: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`attention`'s (out, lse) from explicit scores (``additive``, ``seen`` as it prepared them)."""
+    rep = q.shape[1] // k.shape[1]
+    if rep != 1:
+        k, v = k.repeat_interleave(rep, dim=1), v.repeat_interleave(rep, dim=1)
+    s = torch.matmul(q, k.transpose(-1, -2)) * scale
+    if additive is not None:
+        s = s + additive
+    lse = torch.logsumexp(s, dim=-1, keepdim=True)
+    out = torch.matmul(torch.exp(s - lse), v)
+    if seen is not None:
+        out = out.masked_fill(~seen, 0.0)
+        lse = lse.masked_fill(~seen, float("-inf"))
+    return out, lse.squeeze(-1)

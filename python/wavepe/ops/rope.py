@@ -209,11 +209,14 @@ def config_inv_freq(config: RopeConfig, head_dim: int, device: torch.device | st
 
 
 @torch.compiler.assume_constant_result
-def _config_inv_freq_constant(config: RopeConfig, head_dim: int, device: torch.device) -> torch.Tensor:
+def _inv_freq_constant(spec: str, head_dim: int, device_type: str, device_index: int) -> torch.Tensor:
     # Under torch.compile the spectrum is built (or fetched) eagerly while
     # tracing and enters the graph as a constant: the config is fixed, and
     # the cache lookup (hashing configs) and NumPy code are not traceable.
-    return config_inv_freq(config, head_dim, device)
+    # Its arguments are strings and ints, constants to dynamo on every torch
+    # wavepe supports (torch 2.11 refuses a RopeConfig object here).
+    device = torch.device(device_type, device_index) if device_index >= 0 else torch.device(device_type)
+    return config_inv_freq(RopeConfig.from_spec(spec), head_dim, device)
 
 
 def rope(
@@ -242,5 +245,6 @@ def rope(
         raise TypeError(f"config must be a RopeConfig, got {type(config).__name__}")
     _check_qk(q, k)
     d = config.check_head_dim(int(q.shape[-1]))  # a model constant: specialised under torch.compile
-    inv = _config_inv_freq_constant(config, d, q.device)
+    index = q.device.index
+    inv = _inv_freq_constant(config._spec, d, q.device.type, -1 if index is None else index)
     return _rope(q, k, positions, inv, config.layout, config.rotary_pairs(d), config.attention_factor)

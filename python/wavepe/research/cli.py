@@ -135,7 +135,63 @@ def _existing_path(text: str) -> str:
 # extrapolate
 
 
+def _depth(text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--depths must be numbers in [0, 1], got {text!r}") from None
+    if not 0.0 <= v <= 1.0:
+        raise argparse.ArgumentTypeError(f"--depths must be in [0, 1] (0 = start of the context, 1 = just before "
+                                         f"the question), got {text!r}")
+    return v
+
+
+# options of one task only: (attribute, option, task)
+_TASK_ONLY = (("eval_tokens", "--eval-tokens", "perplexity"), ("sliding_tokens", "--sliding-tokens", "perplexity"),
+              ("depths", "--depths", "passkey"), ("trials", "--trials", "passkey"),
+              ("key_digits", "--key-digits", "passkey"), ("passkey_fraction", "--passkey-fraction", "passkey"),
+              ("answer_weight", "--answer-weight", "passkey"), ("check_every", "--check-every", "passkey"),
+              ("stop_accuracy", "--stop-accuracy", "passkey"))
+
+
+def _shared_overrides(args: argparse.Namespace, base: Any) -> dict[str, Any]:
+    """Model, training and run fields common to both tasks, from the command line over ``base``."""
+    import dataclasses
+
+    from .experiments.train import TrainConfig
+
+    model_over = {k: v for k, v in {"hidden_size": args.hidden, "num_hidden_layers": args.layers,
+                                    "num_attention_heads": args.heads, "head_dim": args.head_dim,
+                                    "wavelet_n_scales": args.wavelet_scales}.items() if v is not None}
+    if "hidden_size" in model_over or "head_dim" in model_over or "num_attention_heads" in model_over:
+        hidden = model_over.get("hidden_size", base.model.hidden_size)
+        head_dim = model_over.get("head_dim", base.model.head_dim)
+        model_over.setdefault("num_attention_heads", max(1, hidden // head_dim))
+        model_over.setdefault("intermediate_size", 4 * hidden)
+    train_over = {k: v for k, v in {"steps": args.steps, "batch_size": args.batch_size, "train_len": args.train_len,
+                                    "lr": args.lr}.items() if v is not None}
+    model = dataclasses.replace(base.model, **model_over)
+    if model.head_dim % model.wavelet_n_scales and "wavelet" in (args.encodings or base.encodings):
+        raise CliError(f"--head-dim {model.head_dim} is not divisible by --wavelet-scales "
+                       f"{model.wavelet_n_scales} (the wavelet grid is scales × shifts = head_dim)")
+    if model.head_dim % 2:
+        raise CliError(f"--head-dim must be even (RoPE rotates pairs), got {model.head_dim}")
+    train: TrainConfig = dataclasses.replace(base.train, **train_over)
+    return dict(data=args.data, out=args.out, model=model, train=train, seed=args.seed, threads=args.threads,
+                encodings=args.encodings or base.encodings,
+                infer_thetas=tuple(args.infer_theta) if args.infer_theta else base.infer_thetas,
+                factors=tuple(args.factors) if args.factors else base.factors,
+                save_models=not args.no_save_models)
+
+
 def _cmd_extrapolate(args: argparse.Namespace) -> int:
+    for attr, option, task in _TASK_ONLY:
+        if getattr(args, attr) is not None and args.task != task:
+            raise CliError(f"{option} belongs to --task {task}, not --task {args.task}")
+    if args.out is None:
+        args.out = "runs/passkey" if args.task == "passkey" else "runs/extrapolate"
+    if args.task == "passkey":
+        return _run_passkey(args)
     import dataclasses
 
     # before any work: the figures come after minutes of training
@@ -144,7 +200,6 @@ def _cmd_extrapolate(args: argparse.Namespace) -> int:
     if not (args.no_progress or args.replot):
         require("tqdm", "wavepe extrapolate (its progress bars)")
     from .experiments.extrapolate import ExtrapolationConfig, quick_config, run_extrapolation
-    from .experiments.train import TrainConfig
 
     if args.replot:
         from .experiments.extrapolate import replot
@@ -156,33 +211,12 @@ def _cmd_extrapolate(args: argparse.Namespace) -> int:
         print("wrote " + ", ".join(figures.values()))
         return 0
     base = quick_config() if args.quick else ExtrapolationConfig()
-    model_over = {k: v for k, v in {"hidden_size": args.hidden, "num_hidden_layers": args.layers,
-                                    "num_attention_heads": args.heads, "head_dim": args.head_dim,
-                                    "wavelet_n_scales": args.wavelet_scales}.items() if v is not None}
-    if "hidden_size" in model_over or "head_dim" in model_over or "num_attention_heads" in model_over:
-        hidden = model_over.get("hidden_size", base.model.hidden_size)
-        head_dim = model_over.get("head_dim", base.model.head_dim)
-        model_over.setdefault("num_attention_heads", max(1, hidden // head_dim))
-        model_over.setdefault("intermediate_size", 4 * hidden)
-    train_over = {k: v for k, v in {"steps": args.steps, "batch_size": args.batch_size, "train_len": args.train_len,
-                                    "lr": args.lr}.items() if v is not None}
     try:
-        model = dataclasses.replace(base.model, **model_over)
-        if model.head_dim % model.wavelet_n_scales and "wavelet" in (args.encodings or base.encodings):
-            raise CliError(f"--head-dim {model.head_dim} is not divisible by --wavelet-scales "
-                           f"{model.wavelet_n_scales} (the wavelet grid is scales × shifts = head_dim)")
-        if model.head_dim % 2:
-            raise CliError(f"--head-dim must be even (RoPE rotates pairs), got {model.head_dim}")
-        train: TrainConfig = dataclasses.replace(base.train, **train_over)
         cfg = dataclasses.replace(
-            base, data=args.data, out=args.out, model=model, train=train, seed=args.seed, threads=args.threads,
-            encodings=args.encodings or base.encodings,
-            infer_thetas=tuple(args.infer_theta) if args.infer_theta else base.infer_thetas,
-            factors=tuple(args.factors) if args.factors else base.factors,
+            base, **_shared_overrides(args, base),
             eval_tokens=args.eval_tokens or base.eval_tokens,
             sliding_tokens=args.sliding_tokens or base.sliding_tokens,
-            heatmap_layer=args.heatmap_layer, heatmap_head=args.heatmap_head,
-            save_models=not args.no_save_models)
+            heatmap_layer=args.heatmap_layer, heatmap_head=args.heatmap_head)
     except (ValueError, TypeError) as exc:
         raise CliError(str(exc)) from None
     try:
@@ -196,6 +230,41 @@ def _cmd_extrapolate(args: argparse.Namespace) -> int:
             b = info["band"]
             print(f"{info['label']}: measured band i_band = {b['i_band']:.2f} "
                   f"({b['fraction']:.2f} of d/2), predicted j* = {b['j_star']}")
+    print(f"wrote {os.path.join(cfg.out, 'results.json')} and figures "
+          + ", ".join(os.path.basename(p) for p in results["figures"].values())
+          + f" ({results['seconds']:.0f} s)")
+    return 0
+
+
+def _run_passkey(args: argparse.Namespace) -> int:
+    import dataclasses
+
+    from .experiments import passkey_job
+
+    if args.replot:
+        try:
+            figures = passkey_job.replot(args.out)
+        except (FileNotFoundError, ValueError, KeyError) as exc:
+            raise CliError(f"--replot: {exc}") from None
+        print("wrote " + ", ".join(figures.values()))
+        return 0
+    base = passkey_job.passkey_quick_config() if args.quick else passkey_job.PasskeyJobConfig()
+    task_over = {k: v for k, v in {"trials": args.trials, "key_digits": args.key_digits,
+                                   "passkey_fraction": args.passkey_fraction,
+                                   "answer_weight": args.answer_weight, "check_every": args.check_every,
+                                   "stop_accuracy": args.stop_accuracy}.items() if v is not None}
+    if args.depths is not None:
+        task_over["depths"] = tuple(args.depths)
+    try:
+        cfg = dataclasses.replace(base, **_shared_overrides(args, base), **task_over)
+    except (ValueError, TypeError) as exc:
+        raise CliError(str(exc)) from None
+    try:
+        results = passkey_job.run_passkey(cfg, progress=not args.no_progress)
+    except (FileNotFoundError, ValueError, FloatingPointError) as exc:
+        raise CliError(str(exc)) from None
+    print()
+    print(results["markdown"])
     print(f"wrote {os.path.join(cfg.out, 'results.json')} and figures "
           + ", ".join(os.path.basename(p) for p in results["figures"].values())
           + f" ({results['seconds']:.0f} s)")
@@ -407,18 +476,25 @@ def build_parser() -> argparse.ArgumentParser:
         "extrapolate", help="the main job: train short, test long",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
         description="Train small byte-level LMs that differ only in position encoding at --train-len, then "
-                    "evaluate perplexity at 1×, 2×, 4×, 8× that length (non-overlapping and sliding windows). "
-                    "Prints the table; writes results.json, results.md, perplexity.png, attention_2x.png "
-                    "(one head at 2× the training length per encoding), loss_by_position.png and the "
+                    "test them at 1×, 2×, 4×, 8× that length. --task perplexity (default): perplexity with "
+                    "non-overlapping and sliding windows; writes results.json, results.md, perplexity.png, "
+                    "attention_2x.png (one head at 2× the training length per encoding), loss_by_position.png. "
+                    "--task passkey: the models are trained on the corpus mixed with passkey examples that fit "
+                    "in --train-len, then must retrieve a random key hidden at depths 0…1 of longer contexts "
+                    "(exact match under greedy decoding); writes results.json, results.md, passkey.png (one "
+                    "accuracy heatmap per encoding, length × depth) and passkey_distance.png. Both write the "
                     "checkpoints (for `wavepe band --model`) to --out. Default data: the Python standard "
                     "library's sources (no download).")
+    p.add_argument("--task", choices=("perplexity", "passkey"), default="perplexity",
+                   help="what to measure beyond the training length")
     p.add_argument("--data", type=_existing_path, default=None,
                    help="a directory with train.txt, valid.txt, test.txt, or one text file split 80/10/10 in "
                         "contiguous blocks (default: the embedded standard-library corpus)")
-    p.add_argument("--out", default="runs/extrapolate", help="output directory")
+    p.add_argument("--out", default=None, help="output directory (default runs/extrapolate, or runs/passkey "
+                                               "with --task passkey)")
     p.add_argument("--quick", action="store_true",
                    help="a small, fast preset for smoke tests (< 2 min): 2 layers, width 64, 200 steps, "
-                        "train length 64, factors 1 2 4")
+                        "train length 64, factors 1 2 4 (passkey: depths 0 0.5 1)")
     p.add_argument("--encodings", type=_encodings, default=None, metavar="LIST",
                    help="comma-separated: " + _ENCODING_HELP + " (default: wavelet,rope,rope-ltrain,alibi,nope)")
     p.add_argument("--infer-theta", type=_infer_theta, action="append", default=None, metavar="THETA",
@@ -428,7 +504,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="training length (default 128; 64 with --quick)")
     p.add_argument("--factors", type=_positive_int("--factors"), nargs="+", default=None,
                    help="evaluation lengths as multiples of --train-len (default 1 2 4 8)")
-    p.add_argument("--steps", type=_positive_int("--steps"), default=None, help="training steps (default 500)")
+    p.add_argument("--steps", type=_positive_int("--steps"), default=None,
+                   help="training steps (default 500; with --task passkey the cap, default 1500)")
     p.add_argument("--batch-size", type=_positive_int("--batch-size"), default=None, help="sequences per step "
                    "(default 16)")
     p.add_argument("--lr", type=float, default=None, help="peak learning rate (default 2e-3)")
@@ -439,17 +516,37 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--wavelet-scales", type=_positive_int("--wavelet-scales"), default=None,
                    help="wavelet grid: scales 2^0..2^(n-1) × head_dim/n shifts (default 8)")
     p.add_argument("--eval-tokens", type=_positive_int("--eval-tokens"), default=None,
-                   help="tokens scored per length, non-overlapping (default 16384)")
+                   help="perplexity: tokens scored per length, non-overlapping (default 16384)")
     p.add_argument("--sliding-tokens", type=_positive_int("--sliding-tokens"), default=None,
-                   help="tokens scored per length, sliding window (default 8192)")
-    p.add_argument("--heatmap-layer", type=int, default=-1, help="layer of the attention heatmaps (-1: last)")
-    p.add_argument("--heatmap-head", type=int, default=0, help="head of the attention heatmaps")
+                   help="perplexity: tokens scored per length, sliding window (default 8192)")
+    p.add_argument("--heatmap-layer", type=int, default=-1, help="perplexity: layer of the attention heatmaps "
+                                                                  "(-1: last)")
+    p.add_argument("--heatmap-head", type=int, default=0, help="perplexity: head of the attention heatmaps")
+    p.add_argument("--depths", type=_depth, nargs="+", default=None,
+                   help="passkey: depths of the key in the context, 0 = start … 1 = just before the question "
+                        "(default 0 0.1 … 1)")
+    p.add_argument("--trials", type=_positive_int("--trials"), default=None,
+                   help="passkey: examples per (length, depth) cell, fixed seeds (default 20)")
+    p.add_argument("--key-digits", type=_positive_int("--key-digits"), default=None,
+                   help="passkey: digits of the key; chance = 10^-digits (default 5)")
+    p.add_argument("--passkey-fraction", type=_fraction, default=None,
+                   help="passkey: fraction of the training rows that are passkey examples (default 1: every row is "
+                        "corpus text with a needle and a question inserted)")
+    p.add_argument("--answer-weight", type=float, default=None,
+                   help="passkey: loss weight of the answer tokens of a passkey row, relative to text (default 50)")
+    p.add_argument("--check-every", type=int, default=None,
+                   help="passkey: probe retrieval at --train-len on the valid split every N steps and stop training "
+                        "once it reaches --stop-accuracy; --steps is then the cap (default 100; 0: always train "
+                        "--steps steps)")
+    p.add_argument("--stop-accuracy", type=_fraction, default=None,
+                   help="passkey: accuracy at --train-len that ends training early (default 0.9)")
     p.add_argument("--seed", type=int, default=0, help="seed of initial weights and data order")
     p.add_argument("--threads", type=_positive_int("--threads"), default=None, help="torch threads (default: "
                    "torch's)")
     p.add_argument("--no-save-models", action="store_true", help="do not write checkpoints")
     p.add_argument("--replot", action="store_true",
-                   help="only redraw the figures of a finished run in --out (from results.json, attention_2x.npz)")
+                   help="only redraw the figures of a finished run in --out (from results.json, attention_2x.npz; "
+                        "with --task passkey from results.json)")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
     p.set_defaults(func=_cmd_extrapolate)
 

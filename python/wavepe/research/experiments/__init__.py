@@ -9,7 +9,12 @@ The library behind ``wavepe extrapolate``, reusable piece by piece:
 * training — :func:`train_lm` / :class:`TrainConfig`;
 * evaluation of **any** causal LM (ids -> logits, Hugging Face outputs too) —
   :func:`perplexity`, :func:`evaluate_lengths` (non-overlapping and sliding windows);
-* the whole job — :class:`ExtrapolationConfig`, :func:`run_extrapolation`;
+* passkey retrieval of **any** causal LM — :func:`passkey` (a key hidden at
+  depths 0 … 1 of contexts of any length, exact match under greedy decoding),
+  :class:`PasskeyFormat`, :class:`PasskeyMixture` (training rows with passkey
+  examples);
+* the whole job — :class:`ExtrapolationConfig`, :func:`run_extrapolation`
+  (perplexity), :class:`PasskeyJobConfig`, :func:`run_passkey` (retrieval);
 * figures — :mod:`wavepe.research.experiments.plots`.
 
 Research code: the library (config, ufuncs, ops, nn, integrations) imports
@@ -21,6 +26,8 @@ from .evaluate import PerplexityResult, evaluate_lengths, p_rope_sweep, perplexi
 from .extrapolate import (DEFAULT_ENCODINGS, ExtrapolationConfig, parse_encoding, quick_config,
                           run_extrapolation)
 from .model import LMConfig, TinyLM, load_model, save_model
+from .retrieval import PasskeyFormat, PasskeyMixture, PasskeyResult, byte_tokenizer, haystack, passkey
+from .passkey_job import PasskeyJobConfig, passkey_quick_config, run_passkey
 from .train import TrainConfig, train_lm
 
 __all__ = [
@@ -28,5 +35,7 @@ __all__ = [
     "PerplexityResult", "evaluate_lengths", "perplexity", "p_rope_sweep",
     "DEFAULT_ENCODINGS", "ExtrapolationConfig", "parse_encoding", "quick_config", "run_extrapolation",
     "LMConfig", "TinyLM", "load_model", "save_model",
+    "PasskeyFormat", "PasskeyMixture", "PasskeyResult", "byte_tokenizer", "haystack", "passkey",
+    "PasskeyJobConfig", "passkey_quick_config", "run_passkey",
     "TrainConfig", "train_lm",
 ]

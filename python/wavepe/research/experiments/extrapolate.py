@@ -86,9 +86,12 @@ def parse_infer_theta(value: str | float) -> str | float:
 
 
 @dataclass
-class ExtrapolationConfig:
-    """Everything a run depends on (written into ``results.json``).
+class JobConfig:
+    """The knobs every ``wavepe extrapolate`` task shares (written into ``results.json``).
 
+    The corpus (``data``, None = the embedded one), the output folder, the
+    encodings (one model each, the same seed and batches), the lengths
+    (``factors`` × ``train.train_len``), the model and training settings.
     ``infer_thetas`` adds, for the RoPE model trained at θ = L_train
     (``rope-ltrain``), rows evaluated at a larger θ without retraining:
     ``"len"`` sets θ to the evaluation length (the lowest pair then turns by
@@ -103,11 +106,6 @@ class ExtrapolationConfig:
     factors: tuple[int, ...] = (1, 2, 4, 8)
     model: LMConfig = field(default_factory=LMConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
-    eval_tokens: int = 16384
-    sliding_tokens: int = 8192
-    stride_fraction: float = 0.25
-    heatmap_layer: int = -1
-    heatmap_head: int = 0
     seed: int = 0
     threads: int | None = None
     save_models: bool = True
@@ -115,8 +113,7 @@ class ExtrapolationConfig:
     def __post_init__(self) -> None:
         if not self.encodings:
             raise ValueError("encodings must name at least one encoding")
-        specs = [parse_encoding(e, self.train.train_len) for e in self.encodings]
-        keys = [s.key for s in specs]
+        keys = [s.key for s in self.specs]
         dup = {k for k in keys if keys.count(k) > 1}
         if dup:
             raise ValueError(f"encodings lists {', '.join(sorted(dup))} more than once")
@@ -125,18 +122,8 @@ class ExtrapolationConfig:
             raise ValueError("factors must list at least one multiple of the training length")
         for f in self.factors:
             check_int("factor", f, min_value=1)
-        check_int("eval_tokens", self.eval_tokens, min_value=1)
-        check_int("sliding_tokens", self.sliding_tokens, min_value=1)
-        if not 0 < self.stride_fraction <= 1:
-            raise ValueError(f"stride_fraction must be in (0, 1], got {self.stride_fraction}")
         if self.threads is not None:
             check_int("threads", self.threads, min_value=1)
-        layers, heads = self.model.num_hidden_layers, self.model.num_attention_heads
-        if not -layers <= check_int("heatmap_layer", self.heatmap_layer) < layers:
-            raise ValueError(f"heatmap_layer must be in [{-layers}, {layers - 1}] for {layers} layers, "
-                             f"got {self.heatmap_layer}")
-        if not 0 <= check_int("heatmap_head", self.heatmap_head) < heads:
-            raise ValueError(f"heatmap_head must be in [0, {heads - 1}] for {heads} heads, got {self.heatmap_head}")
 
     @property
     def specs(self) -> list[EncodingSpec]:
@@ -146,14 +133,66 @@ class ExtrapolationConfig:
     def lengths(self) -> list[int]:
         return [self.train.train_len * f for f in self.factors]
 
+    def new_model(self, spec: EncodingSpec) -> TinyLM:
+        """One encoding's untrained model: seeded, so that every variant starts from the same weights."""
+        mcfg = dataclasses.replace(self.model, pos_enc=spec.pos_enc,
+                                   rope_theta=spec.theta if spec.theta is not None else self.model.rope_theta)
+        torch.manual_seed(self.seed)
+        return TinyLM(mcfg)
+
+    def save_checkpoint(self, model: TinyLM, spec: EncodingSpec, meta: dict[str, Any]) -> str | None:
+        """``out/models/<encoding>.pt`` (None when ``save_models`` is off); ``meta`` goes into the file."""
+        if not self.save_models:
+            return None
+        os.makedirs(os.path.join(self.out, "models"), exist_ok=True)
+        path = os.path.join(self.out, "models", spec.key.replace(":", "_") + ".pt")
+        save_model(model, path, meta={"train_len": self.train.train_len, "encoding": spec.key, "seed": self.seed,
+                                      **meta})
+        return path
+
+    def write_results(self, results: dict[str, Any], t_start: float) -> None:
+        """``out/results.json``, with the seconds since ``t_start`` (rewritten after every model)."""
+        results["seconds"] = time.perf_counter() - t_start
+        with open(os.path.join(self.out, "results.json"), "w", encoding="utf-8") as f:
+            json.dump(results, f, indent=1, ensure_ascii=False)
+
     def to_dict(self) -> dict[str, Any]:
         d = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name not in ("model", "train")}
         d["model"] = self.model.to_dict()
         d["train"] = self.train.to_dict()
-        d["encodings"] = list(self.encodings)
-        d["infer_thetas"] = list(self.infer_thetas)
-        d["factors"] = list(self.factors)
+        for name, value in d.items():
+            if isinstance(value, tuple):
+                d[name] = list(value)
         return d
+
+
+@dataclass
+class ExtrapolationConfig(JobConfig):
+    """Everything a perplexity run depends on: :class:`JobConfig` and the evaluation's windows.
+
+    ``eval_tokens`` are scored in non-overlapping windows and
+    ``sliding_tokens`` in a sliding window of stride ``stride_fraction`` × L;
+    ``heatmap_layer``/``heatmap_head`` pick the attention map drawn at 2× L.
+    """
+
+    eval_tokens: int = 16384
+    sliding_tokens: int = 8192
+    stride_fraction: float = 0.25
+    heatmap_layer: int = -1
+    heatmap_head: int = 0
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check_int("eval_tokens", self.eval_tokens, min_value=1)
+        check_int("sliding_tokens", self.sliding_tokens, min_value=1)
+        if not 0 < self.stride_fraction <= 1:
+            raise ValueError(f"stride_fraction must be in (0, 1], got {self.stride_fraction}")
+        layers, heads = self.model.num_hidden_layers, self.model.num_attention_heads
+        if not -layers <= check_int("heatmap_layer", self.heatmap_layer) < layers:
+            raise ValueError(f"heatmap_layer must be in [{-layers}, {layers - 1}] for {layers} layers, "
+                             f"got {self.heatmap_layer}")
+        if not 0 <= check_int("heatmap_head", self.heatmap_head) < heads:
+            raise ValueError(f"heatmap_head must be in [0, {heads - 1}] for {heads} heads, got {self.heatmap_head}")
 
 
 def quick_config(**overrides: Any) -> ExtrapolationConfig:
@@ -236,13 +275,23 @@ def make_figures(results: dict[str, Any], out: str, heatmaps: dict[str, np.ndarr
     }
 
 
-def replot(out: str) -> dict[str, str]:
-    """Redraw the figures of a finished run from ``out/results.json`` and ``out/attention_2x.npz``."""
+def read_results(out: str, task: str) -> dict[str, Any]:
+    """``out/results.json`` of a finished ``--task task`` run (for ``--replot``), refused for another task."""
     path = os.path.join(out, "results.json")
     if not os.path.isfile(path):
-        raise FileNotFoundError(f"{path!r} does not exist: run `wavepe extrapolate --out {out}` first")
+        option = "" if task == "perplexity" else f"--task {task} "
+        raise FileNotFoundError(f"{path!r} does not exist: run `wavepe extrapolate {option}--out {out}` first")
     with open(path, encoding="utf-8") as f:
         results = json.load(f)
+    found = results.get("task", "perplexity")
+    if found != task:
+        raise ValueError(f"{path!r} is not from a {task} run (task {found!r}): replot it with --task {found}")
+    return results
+
+
+def replot(out: str) -> dict[str, str]:
+    """Redraw the figures of a finished run from ``out/results.json`` and ``out/attention_2x.npz``."""
+    results = read_results(out, "perplexity")
     heatmaps: dict[str, np.ndarray] = {}
     npz = os.path.join(out, "attention_2x.npz")
     if os.path.isfile(npz):
@@ -299,28 +348,17 @@ def run_extrapolation(cfg: ExtrapolationConfig, *, progress: bool = True, corpus
         probs = model.attention_probs(heat_ids, layer=cfg.heatmap_layer)
         return probs[0, cfg.heatmap_head].numpy()
 
-    def write_json() -> None:
-        results["seconds"] = time.perf_counter() - t_start
-        with open(os.path.join(cfg.out, "results.json"), "w", encoding="utf-8") as f:
-            json.dump(results, f, indent=1, ensure_ascii=False)
-
     for spec in cfg.specs:
         t0 = time.perf_counter()
-        mcfg = dataclasses.replace(cfg.model, pos_enc=spec.pos_enc,
-                                   rope_theta=spec.theta if spec.theta is not None else cfg.model.rope_theta)
-        torch.manual_seed(cfg.seed)
-        model = TinyLM(mcfg)
+        model = cfg.new_model(spec)
         tcfg = dataclasses.replace(cfg.train, seed=cfg.seed)
         history = train_lm(model, corpus.train, tcfg, progress=progress, desc=f"train {spec.key}")
         t_train = time.perf_counter() - t0
         info: dict[str, Any] = {"label": spec.label, "parameters": model.num_parameters(),
                                 "train_seconds": t_train, "final_train_loss": history["final_loss"],
                                 "train_loss": history["loss"][:: max(1, len(history["loss"]) // 200)]}
-        if cfg.save_models:
-            os.makedirs(os.path.join(cfg.out, "models"), exist_ok=True)
-            path = os.path.join(cfg.out, "models", spec.key.replace(":", "_") + ".pt")
-            save_model(model, path, meta={"train_len": train_len, "corpus": corpus.name, "encoding": spec.key,
-                                          "steps": tcfg.steps, "seed": cfg.seed})
+        path = cfg.save_checkpoint(model, spec, {"corpus": corpus.name, "steps": tcfg.steps})
+        if path is not None:
             info["checkpoint"] = path
         evals = evaluate_lengths(model, test, lengths, modes=MODES, max_tokens=cfg.eval_tokens,
                                  sliding_max_tokens=cfg.sliding_tokens, stride_fraction=cfg.stride_fraction,
@@ -329,10 +367,10 @@ def run_extrapolation(cfg: ExtrapolationConfig, *, progress: bool = True, corpus
         heatmaps[spec.label] = heatmap(model)
         if spec.pos_enc == "rope":
             assert spec.theta is not None
-            band = measure_model_band(model, heat_ids[:, :train_len], layout=mcfg.rope_layout)
-            info["band"] = {**band.to_dict(), "j_star": band_dimension(spec.theta, train_len, mcfg.head_dim)}
+            band = measure_model_band(model, heat_ids[:, :train_len], layout=model.config.rope_layout)
+            info["band"] = {**band.to_dict(), "j_star": band_dimension(spec.theta, train_len, model.config.head_dim)}
         if spec.key == "rope-ltrain":
-            base = mcfg.rope_config()
+            base = model.config.rope_config()
             for infer in cfg.infer_thetas:
                 label = _infer_label(spec, infer)
                 inf_evals: dict[str, dict[int, PerplexityResult]] = {m: {} for m in MODES}
@@ -354,7 +392,7 @@ def run_extrapolation(cfg: ExtrapolationConfig, *, progress: bool = True, corpus
         log(f"{spec.label}: trained {t_train:.0f} s (loss {history['final_loss']:.3f}), "
             f"evaluated {info['seconds'] - t_train:.0f} s; perplexity "
             + " ".join(f"{n}:{table[spec.label]['nonoverlap'][n]:.2f}" for n in lengths))
-        write_json()
+        cfg.write_results(results, t_start)
 
     np.savez_compressed(os.path.join(cfg.out, "attention_2x.npz"), labels=np.array(list(heatmaps)),
                         **{f"map{i}": m for i, m in enumerate(heatmaps.values())})
@@ -366,5 +404,5 @@ def run_extrapolation(cfg: ExtrapolationConfig, *, progress: bool = True, corpus
     results["markdown"] = "\n".join(md)
     with open(os.path.join(cfg.out, "results.md"), "w", encoding="utf-8") as f:
         f.write(results["markdown"])
-    write_json()
+    cfg.write_results(results, t_start)
     return results

@@ -220,3 +220,83 @@ def plot_p_rope_sweep(sweep: Mapping[float, Mapping[int, float]], path: str | os
     if title:
         ax.set_title(title, fontsize=10)
     return _save(fig, path)
+
+
+def plot_passkey_heatmaps(grids: Mapping[str, np.ndarray], lengths: Sequence[int], depths: Sequence[float],
+                          path: str | os.PathLike[str], train_len: int, *, trials: int | None = None,
+                          chance: float | None = None, title: str = "") -> str:
+    """Passkey accuracy, one panel per encoding, in the needle-in-a-haystack layout.
+
+    ``grids[label]`` is (len(lengths), len(depths)) exact-match accuracy in [0, 1].
+    Columns are context lengths, rows are the needle's depth (0 % = start of
+    the context, at the top); every cell is annotated with its accuracy in %.
+    """
+    from matplotlib.colors import LinearSegmentedColormap
+
+    n = len(grids)
+    cols = min(3, max(1, n))
+    rows = max(1, math.ceil(n / cols))
+    fig = _figure(3.3 * cols + 0.8, 3.4 * rows + 0.3)
+    axes = fig.subplots(rows, cols, squeeze=False).ravel()
+    cmap = LinearSegmentedColormap.from_list("passkey", ["#d7301f", "#fdcc8a", "#31a354"])
+    image = None
+    annotate = len(lengths) * len(depths) <= 120
+    for ax, (label, acc) in zip(axes, grids.items()):
+        a = np.asarray(acc, dtype=np.float64)
+        if a.shape != (len(lengths), len(depths)):
+            raise ValueError(f"grid {label!r} has shape {a.shape}; expected ({len(lengths)}, {len(depths)})")
+        image = ax.imshow(a.T, cmap=cmap, vmin=0.0, vmax=1.0, aspect="auto", interpolation="nearest")
+        ax.set_xticks(range(len(lengths)))
+        ax.set_xticklabels([f"{m}\n({m / train_len:g}×)" for m in lengths], fontsize=7)
+        ax.set_yticks(range(len(depths)))
+        ax.set_yticklabels([f"{100 * d:g}%" for d in depths], fontsize=7)
+        if annotate:
+            for i in range(len(lengths)):
+                for j in range(len(depths)):
+                    ax.text(i, j, f"{100 * a[i, j]:.0f}", ha="center", va="center", fontsize=6)
+        ax.set_title(f"{label}  (mean {100 * a.mean():.0f}%)", fontsize=9)
+        ax.set_xlabel("context length (tokens)", fontsize=8)
+        ax.set_ylabel("needle depth", fontsize=8)
+    for ax in axes[n:]:
+        ax.set_visible(False)
+    if image is not None:
+        fig.colorbar(image, ax=axes[:n].tolist(), shrink=0.8, label="exact-match accuracy")
+    notes = []
+    if trials is not None:
+        notes.append(f"{trials} trials per cell")
+    if chance is not None:
+        notes.append(f"chance {chance:.0e}")
+    # two lines: one panel is narrower than the title and the notes side by side
+    heading = "\n".join(t for t in (title, "; ".join(notes)) if t)
+    if heading:
+        fig.suptitle(heading, fontsize=9)
+    return _save(fig, path)
+
+
+def plot_passkey_by_distance(curves: Mapping[str, tuple[np.ndarray, np.ndarray]], path: str | os.PathLike[str],
+                             train_len: int, title: str = "") -> str:
+    """Passkey accuracy against the key's distance from the question, one line per encoding.
+
+    ``curves[label] = (distances, accuracies)`` (any order; drawn sorted by
+    distance).  The dotted line marks the training length: a model whose
+    receptive field ends there drops to zero right of it.
+    """
+    fig = _figure(6.0, 4.0)
+    ax = fig.subplots()
+    markers = "osD^v<>ph*"
+    for i, (label, (dist, acc)) in enumerate(curves.items()):
+        d = np.asarray(dist, dtype=np.float64)
+        a = np.asarray(acc, dtype=np.float64)
+        order = np.argsort(d, kind="stable")
+        ax.plot(d[order], a[order], marker=markers[i % len(markers)], markersize=3, linewidth=1, label=label,
+                linestyle="--" if "→" in label else "-")
+    ax.axvline(train_len, color="grey", linestyle=":", linewidth=1)
+    ax.set_xscale("symlog", linthresh=max(1, train_len // 8), base=2)
+    ax.set_xlabel("distance from the key to the question (tokens)")
+    ax.set_ylabel("exact-match accuracy")
+    ax.set_ylim(-0.03, 1.03)
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=7)
+    if title:
+        ax.set_title(title, fontsize=10)
+    return _save(fig, path)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 import torch
@@ -52,10 +52,25 @@ class TrainConfig:
 
 
 def train_lm(model: torch.nn.Module, tokens: np.ndarray, cfg: TrainConfig, *, progress: bool = False,
-             desc: str = "train") -> dict[str, Any]:
+             desc: str = "train",
+             batches: Callable[[torch.Generator, int], Any] | None = None,
+             stop: Callable[[int, torch.nn.Module], bool] | None = None) -> dict[str, Any]:
     """Train ``model`` (ids (B, L) -> logits (B, L, V)) on the byte stream ``tokens``.
 
-    Returns the history: per-step loss (nats/token), seconds, tokens seen.
+    ``batches(generator, batch_size)``, if given, draws each step's batch
+    (B, train_len + 1) instead of the random crops of ``tokens`` (e.g. a
+    :class:`~wavepe.experiments.retrieval.PasskeyMixture`); it must draw from the
+    generator only, so that the same seed gives the same batches.  It may
+    return ``(batch, weights)`` with weights (B, train_len) >= 0 on the
+    targets: the optimised loss is then the weighted mean of the token losses
+    (the history still records the plain mean, comparable across runs).
+
+    ``stop(steps_done, model)``, if given, is called after every step (the
+    model in eval mode during the call); returning True ends training there,
+    before ``cfg.steps`` (the schedule stays the one of ``cfg.steps``).
+
+    Returns the history: per-step loss (nats/token), seconds, tokens seen,
+    steps run.
     """
     stream = torch.tensor(np.asarray(tokens), dtype=torch.int64)  # a copy (read-only views are fine)
     if stream.numel() < cfg.train_len + 2:
@@ -80,12 +95,26 @@ def train_lm(model: torch.nn.Module, tokens: np.ndarray, cfg: TrainConfig, *, pr
     for step in steps:
         for group in opt.param_groups:
             group["lr"] = cfg.lr_at(step)
-        starts = torch.randint(0, offsets_hi + 1, (cfg.batch_size,), generator=gen)
-        batch = stream[starts[:, None] + window[None, :]]
+        weights = None
+        if batches is None:
+            starts = torch.randint(0, offsets_hi + 1, (cfg.batch_size,), generator=gen)
+            batch = stream[starts[:, None] + window[None, :]]
+        else:
+            batch = batches(gen, cfg.batch_size)
+            if isinstance(batch, tuple):
+                batch, weights = batch
+            if tuple(batch.shape) != (cfg.batch_size, cfg.train_len + 1):
+                raise ValueError(f"batches returned shape {tuple(batch.shape)}; expected "
+                                 f"({cfg.batch_size}, train_len + 1 = {cfg.train_len + 1})")
+            if weights is not None and tuple(weights.shape) != (cfg.batch_size, cfg.train_len):
+                raise ValueError(f"batches returned weights of shape {tuple(weights.shape)}; expected "
+                                 f"({cfg.batch_size}, train_len = {cfg.train_len})")
         logits = model(batch[:, :-1])
-        loss = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), batch[:, 1:].reshape(-1))
+        token_loss = torch.nn.functional.cross_entropy(logits.transpose(1, 2), batch[:, 1:], reduction="none")
+        loss = token_loss.mean()
+        objective = loss if weights is None else (token_loss * weights).sum() / weights.sum().clamp_min(1e-12)
         opt.zero_grad(set_to_none=True)
-        loss.backward()
+        objective.backward()
         if cfg.grad_clip > 0:
             torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
         opt.step()
@@ -95,7 +124,15 @@ def train_lm(model: torch.nn.Module, tokens: np.ndarray, cfg: TrainConfig, *, pr
         losses.append(value)
         if bar is not None and step % 10 == 0:
             bar.set_postfix(loss=f"{np.mean(losses[-20:]):.3f}")
+        if stop is not None:
+            model.eval()
+            done = stop(step + 1, model)
+            model.train()
+            if done:
+                break
     model.eval()
+    if bar is not None:
+        bar.close()
     seconds = time.perf_counter() - t0
-    return {"loss": losses, "seconds": seconds, "tokens": cfg.steps * cfg.batch_size * cfg.train_len,
-            "final_loss": float(np.mean(losses[-max(1, min(50, len(losses) // 10)):]))}
+    return {"loss": losses, "seconds": seconds, "tokens": len(losses) * cfg.batch_size * cfg.train_len,
+            "steps": len(losses), "final_loss": float(np.mean(losses[-max(1, min(50, len(losses) // 10)):]))}

@@ -1,0 +1,182 @@
+#!/usr/bin/env python3
+"""What ptxas and the SASS say about the CUDA kernels, checked without a GPU.
+
+Called by .ci/compile_cuda.sh with the folder it compiled into: for every
+``<source>.cu.<arch>.o`` there, ``<source>.cu.<arch>.ptxas`` holds ptxas's
+``-v`` report.  The checks (issue 20, item 5):
+
+* every kernel of every source has 0 bytes of spill stores and loads, and the
+  kernels of the main sources (attention forward and split-KV decoding,
+  backward, relative bias: NO_LOCAL_MEMORY) no stack frame either, on every
+  arch.  A spill in a tile kernel costs far more than the register it saves;
+  the register budget is the kernel's __launch_bounds__ and tile sizes.
+  (rope.cu's 40-byte frame is libdevice's double sincos keeping its
+  argument reduction for huge angles in local memory, on the slow path only);
+* the tensor-core kernels (the bf16/fp16 instances of the attention forward,
+  which also serves split-KV decoding, and of the backward's dK/dV, dQ and dT
+  kernels) hold HMMA instructions in their SASS on every arch, so a refactor
+  that silently falls back to FMA fails here.  An sm_90a variant (wgmma)
+  would have to hold HGMMA: TENSOR_CORE_RULES names the instruction per arch.
+
+The fp32/fp64 kernels use FMA by design (no TF32), and the relative-bias,
+RoPE and ALiBi kernels are memory-bound element-wise loops: they are held to
+the spill rule only.
+
+Exit status 1 with one line per failure naming kernel and arch; a table of
+registers, spills, stack and tensor-core instruction counts is printed either
+way; exit status 3 when cuobjdump is missing (compile_cuda.sh skips the checks
+then, except in CI).  Standard library only; needs c++filt and cuobjdump + nvdisasm (from the
+CUDA toolkit, or the nvidia-cuda-cuobjdump / nvidia-cuda-nvdisasm wheels).
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import re
+import shutil
+import subprocess
+import sys
+
+# kernels (demangled name, up to the template arguments) whose bf16/fp16 instances must use tensor cores
+TENSOR_CORE_KERNELS = ("attn_fwd_kernel", "attn_bwd_dkdv_kernel", "attn_bwd_dq_kernel", "attn_bwd_dtable_kernel")
+TENSOR_CORE_TYPES = ("__nv_bfloat16", "__half")
+# sources whose kernels may not use local memory at all
+NO_LOCAL_MEMORY = ("attention.cu", "attention_bwd.cu", "relbias.cu")
+# the SASS instruction a tensor-core kernel must hold, per arch (an sm_90a build would name HGMMA)
+TENSOR_CORE_RULES = {"sm_80": "HMMA", "sm_90": "HMMA", "sm_90a": "HGMMA"}
+
+ENTRY = re.compile(r"ptxas info\s*: Compiling entry function '([^']+)' for '(sm_\w+)'")
+FRAME = re.compile(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads")
+REGS = re.compile(r"Used (\d+) registers")
+SMEM = re.compile(r"(\d+) bytes smem")
+SASS_FUNC = re.compile(r"^\s*Function : (\S+)", re.M)
+
+
+def demangle(names: list[str]) -> dict[str, str]:
+    tool = shutil.which("c++filt")
+    if tool is None or not names:
+        return {n: n for n in names}
+    out = subprocess.run([tool], input="\n".join(names), capture_output=True, text=True, check=True).stdout.split("\n")
+    short = [re.sub(r"^void |wavepe_cuda::(\(anonymous namespace\)::)?", "", s).replace("(AttnParams)", "")
+             .replace("(RelBiasParams)", "").replace("(RopeParams)", "") for s in out]
+    return dict(zip(names, short))
+
+
+def parse_ptxas(text: str) -> list[dict]:
+    """One record per (kernel, arch) of a ptxas -v report."""
+    parts = ENTRY.split(text)
+    rows = []
+    for i in range(1, len(parts), 3):
+        name, arch, body = parts[i], parts[i + 1], parts[i + 2]
+        frame, regs, smem = FRAME.search(body), REGS.search(body), SMEM.search(body)
+        if frame is None or regs is None:
+            raise SystemExit(f"check_cuda_kernels: cannot read ptxas's report for {name} ({arch})")
+        stack, spill_st, spill_ld = (int(x) for x in frame.groups())
+        rows.append({"mangled": name, "arch": arch, "regs": int(regs.group(1)), "stack": stack,
+                     "spill_st": spill_st, "spill_ld": spill_ld, "smem": int(smem.group(1)) if smem else 0})
+    return rows
+
+
+def sass_counts(obj: str, cuobjdump: str) -> dict[str, dict[str, int]]:
+    """Per mangled kernel name, how many HMMA / HGMMA instructions its SASS holds."""
+    res = subprocess.run([cuobjdump, "-sass", obj], capture_output=True, text=True)
+    if res.returncode:
+        raise SystemExit(f"check_cuda_kernels: cuobjdump -sass {obj} failed:\n{res.stderr[-2000:]}")
+    counts: dict[str, dict[str, int]] = {}
+    funcs = SASS_FUNC.split(res.stdout)
+    for i in range(1, len(funcs), 2):
+        body = funcs[i + 1]
+        counts[funcs[i]] = {op: len(re.findall(r"\b%s\b" % op, body)) for op in ("HMMA", "HGMMA")}
+    return counts
+
+
+def failures_of(r: dict, name: str) -> list[str]:
+    """The rules a kernel build breaks (r: a parse_ptxas record with src, HMMA, HGMMA; name demangled)."""
+    where = f"{name} ({r['src']}, {r['arch']})"
+    out = []
+    if r["spill_st"] or r["spill_ld"]:
+        out.append(f"{where}: spills registers ({r['spill_st']} bytes stored, {r['spill_ld']} loaded; "
+                   f"{r['regs']} registers): shrink its tiles or raise its register budget")
+    if r["stack"] and r["src"] in NO_LOCAL_MEMORY:
+        out.append(f"{where}: uses {r['stack']} bytes of local memory (stack frame): an array indexed at "
+                   "run time, a spill or a call")
+    base = name.split("<", 1)[0].split()[-1]
+    targs = name.split("<", 1)[1] if "<" in name else ""
+    if base in TENSOR_CORE_KERNELS and targs.split(",")[0].strip() in TENSOR_CORE_TYPES:
+        op = TENSOR_CORE_RULES.get(r["arch"])
+        if op and r[op] == 0:
+            out.append(f"{where}: no {op} instruction in its SASS: the products no longer run on tensor cores")
+    return out
+
+
+def find_cuobjdump() -> str | None:
+    """cuobjdump with an nvdisasm beside it or on PATH (cuobjdump -sass runs nvdisasm)."""
+    cands = [shutil.which("cuobjdump")]
+    nvcc = shutil.which(os.environ.get("NVCC", "nvcc"))
+    if nvcc:
+        cands.append(os.path.join(os.path.dirname(os.path.realpath(nvcc)), "cuobjdump"))
+    for home in (os.environ.get("CUDA_HOME"), "/usr/local/cuda"):
+        if home:
+            cands.append(os.path.join(home, "bin", "cuobjdump"))
+    # the nvidia-cuda-cuobjdump / -nvdisasm wheels (requirements-dev.txt) in the project's .venv
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    cands += sorted(glob.glob(os.path.join(root, ".venv", "lib", "python3*", "site-packages", "nvidia", "cu*", "bin",
+                                           "cuobjdump")))
+    for c in cands:
+        if c and os.access(c, os.X_OK):
+            here = os.path.join(os.path.dirname(c), "nvdisasm")
+            if os.access(here, os.X_OK) or shutil.which("nvdisasm"):
+                return c
+    return None
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) != 2:
+        print("usage: check_cuda_kernels.py OBJECT_DIR", file=sys.stderr)
+        return 2
+    out_dir = argv[1]
+    cuobjdump = find_cuobjdump()
+    if cuobjdump is None:
+        print("check_cuda_kernels: cuobjdump + nvdisasm not found (CUDA toolkit, or `pip install "
+              "nvidia-cuda-cuobjdump nvidia-cuda-nvdisasm`): the SASS cannot be checked", file=sys.stderr)
+        return 3
+    env_path = os.path.dirname(cuobjdump) + os.pathsep + os.environ.get("PATH", "")
+    os.environ["PATH"] = env_path  # cuobjdump finds its nvdisasm there
+    reports = sorted(glob.glob(os.path.join(out_dir, "*.ptxas")))
+    if not reports:
+        print(f"check_cuda_kernels: no ptxas reports in {out_dir}", file=sys.stderr)
+        return 1
+    rows = []
+    for rep in reports:
+        obj = rep[: -len(".ptxas")] + ".o"
+        with open(rep) as f:
+            recs = parse_ptxas(f.read())
+        if not recs:
+            print(f"check_cuda_kernels: {rep} lists no kernel (was it compiled with -Xptxas -v?)", file=sys.stderr)
+            return 1
+        counts = sass_counts(obj, cuobjdump)
+        src = os.path.basename(obj).split(".cu.")[0] + ".cu"
+        for r in recs:
+            r["src"] = src
+            r.update(counts.get(r["mangled"], {"HMMA": 0, "HGMMA": 0}))
+            rows.append(r)
+    names = demangle(sorted({r["mangled"] for r in rows}))
+    print(f"{'arch':6} {'regs':>4} {'spill st/ld':>11} {'stack':>5} {'smem':>5} {'HMMA':>5} {'HGMMA':>5}  kernel")
+    for r in sorted(rows, key=lambda r: (r["src"], names[r["mangled"]], r["arch"])):
+        print(f"{r['arch']:6} {r['regs']:4d} {r['spill_st']:5d}/{r['spill_ld']:<5d} {r['stack']:5d} {r['smem']:5d} "
+              f"{r['HMMA']:5d} {r['HGMMA']:5d}  {r['src']}: {names[r['mangled']]}")
+    failures = [f for r in rows for f in failures_of(r, names[r["mangled"]])]
+    if failures:
+        print("\nCUDA kernel checks failed:", file=sys.stderr)
+        for f in failures:
+            print("  " + f, file=sys.stderr)
+        return 1
+    print(f"\n{len(rows)} kernel builds: no spills, no local memory in {', '.join(NO_LOCAL_MEMORY)}; "
+          "tensor-core kernels hold "
+          + "/".join(sorted({TENSOR_CORE_RULES[r['arch']] for r in rows if r['arch'] in TENSOR_CORE_RULES})))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

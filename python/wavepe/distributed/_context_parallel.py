@@ -1,0 +1,193 @@
+"""``context_parallel_attention``: the public entry point, its checks and its settings."""
+
+from __future__ import annotations
+
+import math
+import struct
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+import torch.distributed as dist
+
+from .._validate import check_choice, check_flag, check_int, check_real
+from ..config import WaveletConfig
+from ..ops import _routing
+from ..ops._checks import compute_dtype
+from ..ops.attention import POS_ENCS, _acc_dtype, check_key_padding_mask, check_qkv, position_bias
+from ..pos_enc import canonical_pos_enc
+from ._layout import LAYOUTS, _group_geometry, local_positions, segments
+from ._ring_attention import RingAttention, RingPlan, _Ring
+from ._schedule import UNBOUNDED, last_hops
+
+# The settings every rank must agree on, in the order they are compared (see _check_agreement).
+_AGREED = ("batch", "heads", "kv_heads", "local length", "head_dim", "dtype", "pos_enc", "causal", "layout",
+           "scale", "table rows", "r_lo", "clamp", "key_padding_mask given")
+_DTYPES = (torch.float32, torch.float64, torch.bfloat16, torch.float16)
+
+
+@dataclass(frozen=True)
+class ContextParallel:
+    """Where a module's sequence lives: the process group holding it and the layout of its chunks.
+
+    Assign it to :attr:`wavepe.nn.PositionalAttention.context_parallel` (or
+    call :meth:`attention` yourself): the module then takes this rank's chunk
+    (B, L/P, D) and attends over the whole sequence, RoPE at the chunk's
+    global positions.
+    """
+
+    group: dist.ProcessGroup | None = None
+    layout: str = "contiguous"
+    validate: bool = True
+
+    def __post_init__(self) -> None:
+        check_choice("layout", self.layout, LAYOUTS)
+        check_flag("validate", self.validate)
+
+    def positions(self, local_len: int, device: torch.device | str | None = None) -> torch.Tensor:
+        """The global positions (L/P,) of this rank's chunk of ``local_len`` positions."""
+        _, world = _group_geometry(self.group)
+        return local_positions(check_int("local_len", local_len, min_value=0) * world, layout=self.layout,
+                               group=self.group, device=device)
+
+    def attention(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, config: WaveletConfig | None = None,
+                  **kwargs) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+        """:func:`context_parallel_attention` with this group and layout."""
+        return context_parallel_attention(q, k, v, config, group=self.group, layout=self.layout,
+                                          validate=self.validate, **kwargs)
+
+
+def context_parallel_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    config: WaveletConfig | None = None,
+    *,
+    pos_enc: str = "wavelet",
+    causal: bool = True,
+    scale: float | None = None,
+    alibi_slopes: torch.Tensor | None = None,
+    rel_table: tuple[torch.Tensor, int] | None = None,
+    clamp: bool = False,
+    key_padding_mask: torch.Tensor | None = None,
+    layout: str = "contiguous",
+    group: dist.ProcessGroup | None = None,
+    return_lse: bool = False,
+    validate: bool = True,
+) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+    """:func:`wavepe.ops.wavelet_attention` over a sequence split across the ranks of ``group`` (ring attention).
+
+    Each rank passes its chunk of the sequence and gets its chunk of the
+    output; the result, and every gradient, equals the single-process fused
+    attention over the whole sequence.  Keys/values travel around the ring
+    by point-to-point messages (gloo on CPUs, NCCL on GPUs: the same code)
+    overlapped with the fused kernel's tiles; no rank holds more than a few
+    chunks, and nothing of size L x L or (L/P) x (L/P) is allocated.
+
+    Args:
+        q: (B, H, C, d) this rank's queries, C = L/P; k, v: (B, H_kv, C, d),
+            H a multiple of H_kv.  With ``layout="contiguous"`` rank r holds
+            positions r·C … (r+1)·C − 1; with ``"zigzag"`` (the load-balanced
+            layout for causal attention) halves r and 2P−1−r of 2P equal halves.
+            :func:`shard_sequence` cuts a whole sequence this way.
+        config, pos_enc, causal, scale, alibi_slopes, rel_table, clamp: as in
+            :func:`wavepe.ops.wavelet_attention`.  Distances are global:
+            r = pos_q − pos_k over the whole sequence.
+        key_padding_mask: (B, C) bool, True = ignore this rank's key (it
+            travels with the keys).
+        group: the process group holding the sequence (default: the world).
+        return_lse: also return the log-sum-exp (B, H, C) over the whole sequence.
+        validate: compare shapes and settings across the group first (one
+            small all-gather; a host sync on GPUs): mismatches raise a clear
+            ``ValueError`` on every rank instead of hanging or corrupting.
+
+    Returns:
+        (B, H, C, d) in q's dtype (bf16/fp16 computed in fp32 on the CPU);
+        with ``return_lse``, ``(out, lse)``.
+
+    Gradients: q, k, v get the gradient of the sum of every rank's loss
+    (each rank's keys collect the contributions of every rank's queries).
+    A learned ``rel_table`` and ``alibi_slopes`` are parameters replicated on
+    every rank: like any replicated parameter's, their gradient on a rank is
+    that rank's share, and the full gradient is the sum over the group —
+    which DDP/FSDP over the group (averaging, like every other parameter)
+    or ``dist.all_reduce`` does.
+    """
+    b, h, h_kv, c, n, d = check_qkv(q, k, v)
+    if n != c:
+        raise ValueError(f"k and v must hold this rank's C={c} positions like q, got {tuple(k.shape)}")
+    pos_enc = canonical_pos_enc(pos_enc, POS_ENCS)
+    causal, clamp = check_flag("causal", causal), check_flag("clamp", clamp)
+    return_lse, validate = check_flag("return_lse", return_lse), check_flag("validate", validate)
+    layout = check_choice("layout", layout, LAYOUTS)
+    scale = 1.0 / math.sqrt(d) if scale is None else check_real("scale", scale, positive=True)
+    device = q.device
+    _check_kernel(device)
+    rank, world = _group_geometry(group)
+    if layout == "zigzag" and c % 2:
+        raise ValueError(f"layout='zigzag' needs an even chunk length (two equal halves), got C={c}")
+    if world * c >= 2**60:
+        raise OverflowError(f"the sequence length {world * c} ({world} ranks x {c}) is beyond the supported range")
+    check_key_padding_mask(key_padding_mask, q, "(B, C)", b, c)
+    mask = None if key_padding_mask is None else key_padding_mask.contiguous().view(torch.uint8)  # wire type
+    cdt = compute_dtype(q)
+    acc = _acc_dtype(q.dtype)
+    # one table for every tile: the distances of the whole sequence (positions 0 .. L-1 for queries and keys)
+    table, r_lo, slopes = position_bias(q, pos_enc, cdt, world * c, world * c, 0, causal, config=config,
+                                        rel_table=rel_table, alibi_slopes=alibi_slopes, clamp=clamp)
+    # the distances whose table row is nonzero (a wavelet table's first and last rows are)
+    support: tuple[int, int] | None = None
+    if table is not None and table.shape[0]:
+        support = UNBOUNDED if clamp else (r_lo, r_lo + table.shape[0] - 1)
+
+    group = dist.group.WORLD if group is None else group
+    if validate:
+        _check_agreement(group, world, device, [
+            b, h, h_kv, c, d, _DTYPES.index(q.dtype), POS_ENCS.index(pos_enc), int(causal),
+            LAYOUTS.index(layout), struct.unpack("<q", struct.pack("<d", scale))[0],
+            -1 if table is None else table.shape[0], r_lo, int(clamp), int(mask is not None)])
+    plan = RingPlan(ring=_Ring(group, rank, world),
+                    segs=tuple(segments(r, world, c, layout) for r in range(world)),
+                    last=last_hops(world, layout, causal), causal=causal, scale=scale, r_lo=r_lo,
+                    clamp=clamp, support=support, compute_dtype=cdt, acc_dtype=acc)
+    out, lse = RingAttention.apply(q, k, v, table, slopes, mask, plan)
+    return (out, lse) if return_lse else out
+
+
+def _check_kernel(device: torch.device) -> None:
+    # the ring merges the fused kernel's partial (out, lse) tiles: no plain-PyTorch fallback
+    if not _routing.has_kernel("attention_fwd", device):
+        raise NotImplementedError(
+            f"context_parallel_attention needs wavepe's fused attention kernel on device {device.type!r}; it "
+            "exists on the CPU, on CUDA when wavepe was built with the CUDA kernels, and on any device whose "
+            "dispatch key has a wavepe::attention_fwd kernel")
+
+
+def _check_agreement(group: dist.ProcessGroup, world: int, device: torch.device, values: list[int]) -> None:
+    """All-gather the settings and raise the same ValueError on every rank if they differ."""
+    mine = torch.tensor(values, dtype=torch.int64, device=device)
+    every = [torch.empty_like(mine) for _ in range(world)]
+    dist.all_gather(every, mine, group=group)
+    table = np.stack([t.cpu().numpy() for t in every])
+    for i, name in enumerate(_AGREED):
+        col = table[:, i]
+        if (col != col[0]).any():
+            shown = [_decode(name, int(x)) for x in col]
+            raise ValueError(f"context_parallel_attention: the ranks disagree on {name}: "
+                             + ", ".join(f"rank {r}: {val}" for r, val in enumerate(shown))
+                             + " (every rank passes an equal chunk of the same sequence, with the same settings)")
+
+
+def _decode(name: str, value: int) -> object:
+    """A setting as _check_agreement encoded it, for the error message."""
+    if name == "dtype":
+        return _DTYPES[value]
+    if name == "pos_enc":
+        return POS_ENCS[value]
+    if name == "layout":
+        return LAYOUTS[value]
+    if name == "scale":
+        return struct.unpack("<d", struct.pack("<q", value))[0]
+    if name in ("causal", "clamp", "key_padding_mask given"):
+        return bool(value)
+    return value

@@ -1,0 +1,194 @@
+"""NaN / inf semantics of the CUDA attention kernels, run on the CPU emulator.
+
+The contract is the CPU kernels' (docs/DEVELOPING.md, "Non-finite values"):
+NaN/inf in an input a row uses propagates to that row as the float64 oracle
+(tests/reference.py) propagates it; a masked key -- padded, after the query
+with causal=True, past every query -- never contributes, whatever it holds;
+a row whose visible scores are all -inf is NaN with NaN lse; a row that sees
+no key is 0 with lse -inf.  On the GPU the hazard is the products: a masked
+key's P is 0, and 0 * inf or 0 * NaN in a tensor-core (or FMA) product would
+reach the row anyway, so these tests plant such values in every kind of
+masked position, on every dtype (bf16/fp16 through the mma.sync code), with
+and without split-KV.
+
+What the emulator cannot show: the GPU's own flush-to-zero of subnormals
+(-ftz=true); tests/test_cuda.py checks that on a GPU.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from . import cuda_emu as E
+from . import reference as ref
+from .test_cuda_emu import DTYPE_IDS, DTYPES, Attn, lib, tol  # noqa: F401  (lib: the module's fixture)
+
+BAD = [float("nan"), float("inf"), float("-inf"), 1e30]
+
+
+def oracle_forward(prob: Attn) -> np.ndarray:
+    r = lambda x: None if x is None else E.rounded(x, prob.dtype)  # noqa: E731
+    slopes = None
+    if prob.slopes is not None:
+        slopes = prob.slopes if prob.dtype == E.F64 else prob.slopes.astype(np.float32)
+    return ref.attention(r(prob.q), r(prob.k), r(prob.v), table=r(prob.table), r_lo=prob.r_lo, clamp=prob.clamp,
+                         slopes=slopes, causal=prob.causal, scale=prob.scale, q_offset=prob.off,
+                         key_padding_mask=prob.kpm)
+
+
+def assert_same_nonfinite(got, want, dtype, terms, what):
+    """NaN where the oracle is NaN, the same infinities, finite values within tol."""
+    bad = np.argwhere(np.isnan(got) != np.isnan(want))
+    assert bad.size == 0, f"{what}: NaN at {bad[:5].tolist()} differs from the oracle"
+    inf = np.isinf(want)
+    assert (got[inf] == want[inf]).all(), f"{what}: infinities differ from the oracle"
+    fin = np.isfinite(want)
+    assert np.isfinite(got[fin]).all(), f"{what}: non-finite where the oracle is finite"
+    scale = 1.0 + np.abs(want[fin]).max(initial=0.0)
+    err = np.abs(got[fin] - want[fin]).max(initial=0.0)
+    inner = dtype in (E.BF16, E.F16)
+    bound = tol(dtype, terms, inner) * scale
+    assert err <= bound, f"{what}: max error {err:.3e} > {bound:.3e}"
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow,
+                                                                 HealthCheck.function_scoped_fixture])
+@given(data=st.data(), dtype=st.sampled_from(DTYPES), pe=st.integers(0, 2), m=st.integers(1, 40),
+       extra=st.integers(0, 40), causal=st.booleans(), bad=st.sampled_from(BAD), padded=st.booleans(),
+       splits=st.integers(1, 3), where=st.sampled_from(["q", "k", "v"]))
+def test_forward_planted_values_match_oracle(lib, data, dtype, pe, m, extra, causal, bad, padded, splits, where):
+    b, h, hk, d = 1, 2, 1, 16
+    n = m + extra
+    seed = data.draw(st.integers(0, 2**16))
+    rng = np.random.default_rng(seed)
+    kpm = np.zeros((b, n), bool)
+    if padded:
+        kpm[0, data.draw(st.lists(st.integers(0, n - 1), max_size=4))] = True
+    q, k, v = rng.standard_normal((b, h, m, d)), rng.standard_normal((b, hk, n, d)), rng.standard_normal((b, hk, n, d))
+    t = {"q": q, "k": k, "v": v}[where]
+    t[0, data.draw(st.integers(0, t.shape[1] - 1)), data.draw(st.integers(0, t.shape[2] - 1)),
+      data.draw(st.integers(0, d - 1))] = bad
+    prob = Attn(lib, dtype, B=b, H=h, Hk=hk, M=m, N=n, d=d, off=n - m, causal=causal, pe=pe, R=2 * n + 1, r_lo=-n,
+                kpm=kpm if padded else False, seed=seed, splits=splits, inputs={"q": q, "k": k, "v": v})
+    out, lse = prob.forward()
+    assert_same_nonfinite(out, oracle_forward(prob), dtype, n, f"out ({where} = {bad})")
+    # lse depends on the scores only: NaN exactly for the rows a planted q/k makes NaN
+    # (an all -inf row included); a planted v leaves it alone
+    want_nan = np.isnan(oracle_forward(prob)).any(axis=-1) if where != "v" else np.zeros_like(lse, bool)
+    assert (np.isnan(lse) == want_nan).all(), "lse: NaN rows differ from the oracle's"
+
+
+def _dirty_vs_clean(lib, dtype, garbage_at, bad, **kw):
+    """Forward + backward with keys `garbage_at` (bool (B, N)) zero, then holding `bad`."""
+    base = Attn(lib, dtype, **kw)
+    runs = []
+    for fill in (0.0, bad):
+        k, v = base.k.copy(), base.v.copy()
+        k[np.broadcast_to(garbage_at[:, None, :], k.shape[:3])] = fill
+        v[np.broadcast_to(garbage_at[:, None, :], v.shape[:3])] = fill
+        prob = Attn(lib, dtype, **kw, inputs={"k": k, "v": v})
+        out, lse = prob.forward()
+        grads = prob.backward(want_dtable=prob.pe == 1, want_dslopes=prob.pe == 2)
+        runs.append(dict(out=out, lse=lse, **grads))
+    return runs
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS.get)
+@pytest.mark.parametrize("pe,bad", [(0, float("nan")), (1, float("inf")), (2, float("-inf")), (1, float("nan"))])
+def test_masked_keys_never_reach_outputs_or_gradients(lib, dtype, pe, bad):
+    """Padded keys and keys after every query (unused KV-cache slots) hold garbage:
+    every output and gradient equals the one with those keys zeroed, bit for bit,
+    and their own dK, dV are 0."""
+    b, h, hk, m, n, d = 2, 4, 2, 20, 120, 24
+    kpm = np.zeros((b, n), bool)
+    kpm[:, [3, 45, 61]] = True
+    garbage = kpm.copy()
+    garbage[:, 80:] = True  # queries at 60..79
+    kw = dict(B=b, H=h, Hk=hk, M=m, N=n, d=d, off=60, causal=True, pe=pe, R=90, r_lo=-5, kpm=kpm, seed=7)
+    clean, dirty = _dirty_vs_clean(lib, dtype, garbage, bad, **kw)
+    for name in clean:
+        assert np.isfinite(dirty[name]).all() or name == "lse", f"{name} is not finite"
+        assert np.array_equal(dirty[name], clean[name]), f"{name} depends on masked keys"
+    sel = np.broadcast_to(garbage[:, None, :, None], dirty["dk"].shape)
+    assert (dirty["dk"][sel] == 0).all() and (dirty["dv"][sel] == 0).all()
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS.get)
+@pytest.mark.parametrize("bad", [float("nan"), float("inf")])
+@pytest.mark.parametrize("splits", [1, 2])
+def test_causal_band_garbage_reaches_only_rows_that_see_it(lib, dtype, bad, splits):
+    """A key seen by later queries only (the causal band of a tile) holding inf/NaN:
+    the rows before it -- same tile, same warp -- are the clean ones, in the output,
+    lse and dQ (up to rounding: that warp sums the tile key by key instead of on the
+    tensor cores); rows that see it follow the oracle."""
+    m = n = 40
+    key = 21  # inside the first warp's 16-row group of its tile on every dtype
+    garbage = np.zeros((1, n), bool)
+    garbage[0, key] = True
+    kw = dict(B=1, H=2, Hk=1, M=m, N=n, d=16, off=0, causal=True, pe=1, R=60, r_lo=-10, seed=11, splits=splits)
+    clean, dirty = _dirty_vs_clean(lib, dtype, garbage, bad, **kw)
+    for name, terms in (("out", n), ("dq", n * 16), ("lse", 16)):
+        assert_same_nonfinite(dirty[name][:, :, :key], clean[name][:, :, :key], dtype if name != "lse" else E.F32,
+                              terms, f"{name}: rows before the key")
+    k = Attn(lib, dtype, **kw).k.copy()
+    v = Attn(lib, dtype, **kw).v.copy()
+    k[0, :, key] = bad
+    v[0, :, key] = bad
+    prob = Attn(lib, dtype, **kw, inputs={"k": k, "v": v})
+    assert_same_nonfinite(prob.forward()[0], oracle_forward(prob), dtype, n, "out")
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS.get)
+@pytest.mark.parametrize("splits", [1, 3])
+def test_rows_whose_visible_scores_are_all_minus_inf_are_nan(lib, dtype, splits):
+    m = n = 30
+    rng = np.random.default_rng(5)
+    q = rng.standard_normal((1, 1, m, 8))
+    k = rng.standard_normal((1, 1, n, 8))
+    q[..., 0] = np.abs(q[..., 0]) + 0.5  # q . k = -inf for every query against key 0
+    k[0, 0, 0, 0] = -np.inf
+    prob = Attn(lib, dtype, B=1, H=1, Hk=1, M=m, N=n, d=8, off=0, causal=True, pe=0, splits=splits,
+                inputs={"q": q, "k": k})
+    out, lse = prob.forward()
+    assert np.isnan(out[0, 0, 0]).all() and np.isnan(lse[0, 0, 0]), "row 0 sees only key 0: 0/0"
+    assert np.isfinite(out[0, 0, 1:]).all() and np.isfinite(lse[0, 0, 1:]).all()
+    assert_same_nonfinite(out, oracle_forward(prob), dtype, n, "out")
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS.get)
+def test_decode_split_with_only_minus_inf_scores_is_not_nan(lib, dtype):
+    """Split-KV: one split's keys all score -inf, another's do not: the row is finite
+    (the -inf keys weigh 0), and it is NaN only when every split is so."""
+    n, d = 200, 8
+    rng = np.random.default_rng(6)
+    q = np.abs(rng.standard_normal((1, 1, 1, d))) + 0.5
+    k = rng.standard_normal((1, 1, n, d))
+    k[0, 0, :120, 0] = -np.inf
+    kw = dict(B=1, H=1, Hk=1, M=1, N=n, d=d, off=n - 1, causal=True, pe=0, splits=4)
+    prob = Attn(lib, dtype, **kw, inputs={"q": q, "k": k})
+    out, lse = prob.forward()
+    assert np.isfinite(out).all() and np.isfinite(lse).all()
+    assert_same_nonfinite(out, oracle_forward(prob), dtype, n, "out")
+    k[0, 0, :, 0] = -np.inf
+    out, lse = Attn(lib, dtype, **kw, inputs={"q": q, "k": k}).forward()
+    assert np.isnan(out).all() and np.isnan(lse).all()
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS.get)
+@pytest.mark.parametrize("pe", [0, 1, 2])
+def test_nan_query_row_is_nan_in_output_and_gradient(lib, dtype, pe):
+    rng = np.random.default_rng(8)
+    q = rng.standard_normal((1, 2, 12, 32))
+    q[0, 1, 2, 5] = np.nan
+    prob = Attn(lib, dtype, B=1, H=2, Hk=2, M=12, N=12, d=32, off=0, causal=False, pe=pe, R=30, r_lo=-15,
+                inputs={"q": q})
+    out, lse = prob.forward()
+    assert np.isnan(out[0, 1, 2]).all() and np.isnan(lse[0, 1, 2])
+    rows = np.ones((2, 12), bool)
+    rows[1, 2] = False
+    assert np.isfinite(out[0][rows]).all() and np.isfinite(lse[0][rows]).all()
+    g = prob.backward(want_dtable=False)
+    assert np.isnan(g["dq"][0, 1, 2]).all(), "a NaN is never hidden in the gradient"
