@@ -217,4 +217,4 @@ def test_an_equal_config_dropped_first_leaves_the_live_one_usable():
     c = WaveletConfig.grid(32)
     del a
     gc.collect()
-    assert _config_of(c._table_key) is c
+    assert _config_of(c._table_key) == c
