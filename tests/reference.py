@@ -238,6 +238,9 @@ def llama_logits(params: dict, ids, *, n_heads: int, n_kv_heads: int, eps: float
     "alibi" (score = s·q·k − slope_h·r), "nope", or "rope" (q, k rotated at positions 0…L−1 with
     theta / rotary_pairs); r = m − n, s = 1/√d.  keep (L,) bool: False marks a padding token, which
     no query attends to (its own row is computed like any other).
+    Also the Llama variants: q/k RMS norms over each head (Qwen3: "q_norm.weight" of size d) or over the
+    whole projection (OLMo-2: size H·d), and OLMo-2's norms after attention and MLP instead of before
+    (no "input_layernorm": x + norm(attn(x)), then x + norm(mlp(x))).
     """
     ids = np.asarray(ids)
     seq = ids.shape[0]
@@ -255,9 +258,17 @@ def llama_logits(params: dict, ids, *, n_heads: int, n_kv_heads: int, eps: float
     visible = (r >= 0) & keep[None, :]
     for li in range(n_layers):
         p = f"model.layers.{li}."
-        hcur = rms(x, p + "input_layernorm")
-        q = lin(hcur, p + "self_attn.q_proj").reshape(seq, n_heads, -1).transpose(1, 0, 2)
-        k = lin(hcur, p + "self_attn.k_proj").reshape(seq, n_kv_heads, -1).transpose(1, 0, 2)
+        post_norms = p + "input_layernorm.weight" not in params  # OLMo-2
+        hcur = x if post_norms else rms(x, p + "input_layernorm")
+        q, k = lin(hcur, p + "self_attn.q_proj"), lin(hcur, p + "self_attn.k_proj")
+        per_head = p + "self_attn.q_norm.weight" in params and params[p + "self_attn.q_norm.weight"].shape[0] \
+            * n_heads == q.shape[-1]
+        if p + "self_attn.q_norm.weight" in params and not per_head:
+            q, k = rms(q, p + "self_attn.q_norm"), rms(k, p + "self_attn.k_norm")
+        q = q.reshape(seq, n_heads, -1).transpose(1, 0, 2)
+        k = k.reshape(seq, n_kv_heads, -1).transpose(1, 0, 2)
+        if per_head:
+            q, k = rms(q, p + "self_attn.q_norm"), rms(k, p + "self_attn.k_norm")
         v = lin(hcur, p + "self_attn.v_proj").reshape(seq, n_kv_heads, -1).transpose(1, 0, 2)
         d = q.shape[-1]
         s = 1.0 / np.sqrt(d)
@@ -281,10 +292,12 @@ def llama_logits(params: dict, ids, *, n_heads: int, n_kv_heads: int, eps: float
                 if visible[m].any():
                     w = np.exp(score[m] - score[m].max())
                     out[h, m] = (w / w.sum()) @ vh
-        x = x + lin(out.transpose(1, 0, 2).reshape(seq, -1), p + "self_attn.o_proj")
-        hcur = rms(x, p + "post_attention_layernorm")
+        attn = lin(out.transpose(1, 0, 2).reshape(seq, -1), p + "self_attn.o_proj")
+        x = x + (rms(attn, p + "post_attention_layernorm") if post_norms else attn)
+        hcur = x if post_norms else rms(x, p + "post_attention_layernorm")
         gate = lin(hcur, p + "mlp.gate_proj")
-        x = x + lin(gate / (1.0 + np.exp(-gate)) * lin(hcur, p + "mlp.up_proj"), p + "mlp.down_proj")
+        mlp = lin(gate / (1.0 + np.exp(-gate)) * lin(hcur, p + "mlp.up_proj"), p + "mlp.down_proj")
+        x = x + (rms(mlp, p + "post_feedforward_layernorm") if post_norms else mlp)
     return lin(rms(x, "model.norm"), "lm_head")
 
 

@@ -1,4 +1,7 @@
-"""Hugging Face shim: wavepe.patch_llama on tiny Llama / Mistral / Qwen2 models built locally."""
+"""Hugging Face shim on tiny Llama models built locally: formulas, padding, caches, mechanics, errors.
+
+Every family: tests/test_hf_families.py; torch.compile: tests/test_hf_compile.py.
+"""
 
 from __future__ import annotations
 
@@ -11,10 +14,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from . import reference as ref
-
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
+
+from .hf_models import POS_ENCS, ids_for, left_pad, reference_logits, tiny  # noqa: E402
 
 import wavepe  # noqa: E402
 from wavepe import RopeConfig, WaveletConfig  # noqa: E402
@@ -22,20 +25,9 @@ from wavepe.integrations import hf  # noqa: E402
 from wavepe.integrations import _hf_attention as hf_attn  # noqa: E402
 from wavepe.integrations import _hf_settings as hf_settings  # noqa: E402
 
-from transformers import (  # noqa: E402
-    GPT2Config,
-    GPT2LMHeadModel,
-    LlamaConfig,
-    LlamaForCausalLM,
-    MistralConfig,
-    MistralForCausalLM,
-    Qwen2Config,
-    Qwen2ForCausalLM,
-)
+from transformers import GPT2Config, GPT2LMHeadModel, LlamaForCausalLM  # noqa: E402
+from transformers.models.llama import modeling_llama  # noqa: E402
 from transformers.models.llama.modeling_llama import LlamaAttention  # noqa: E402
-
-POS_ENCS = ["wavelet", "rope", "alibi", "nope"]
-
 
 @pytest.fixture(autouse=True, scope="module")
 def one_torch_thread():
@@ -44,56 +36,11 @@ def one_torch_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(before)
-FAMILIES = {
-    "llama": (LlamaConfig, LlamaForCausalLM),
-    "mistral": (MistralConfig, MistralForCausalLM),
-    "qwen2": (Qwen2Config, Qwen2ForCausalLM),
-}
-
-
-def tiny(family: str = "llama", *, seed: int = 0, **overrides) -> torch.nn.Module:
-    """A 2-layer model with hidden 64, 4 query heads over 2 KV heads (GQA), head_dim 16.
-
-    Weights are drawn larger than the default init so that attention is peaked and
-    the position encoding visibly changes the logits (tests can fail).
-    """
-    cfg_cls, model_cls = FAMILIES[family]
-    kw = dict(vocab_size=100, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
-              num_key_value_heads=2, max_position_embeddings=256, initializer_range=0.15, pad_token_id=0,
-              bos_token_id=1, eos_token_id=None, tie_word_embeddings=False)
-    kw.update(overrides)
-    torch.manual_seed(seed)
-    return model_cls(cfg_cls(**kw)).eval()
-
-
-def params64(model) -> dict:
-    return {k: v.detach().double().numpy() for k, v in model.state_dict().items()}
-
-
-def reference_logits(model, ids, encoding, **kw) -> np.ndarray:
-    c = model.config
-    return ref.llama_logits(params64(model), ids, n_heads=c.num_attention_heads, n_kv_heads=c.num_key_value_heads,
-                            eps=c.rms_norm_eps, encoding=encoding, **kw)
-
-
-def left_pad(ids: torch.Tensor, pads: list[int]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Mask out the first pads[b] tokens of row b; positions as generate() builds them."""
-    mask = torch.ones_like(ids)
-    for b, p in enumerate(pads):
-        mask[b, :p] = 0
-    ids = ids.masked_fill(mask == 0, 0)
-    pos = (mask.cumsum(-1) - 1).masked_fill(mask == 0, 0)
-    return ids, mask, pos
-
-
-def ids_for(batch: int, length: int, seed: int = 1) -> torch.Tensor:
-    g = torch.Generator().manual_seed(seed)
-    return torch.randint(2, 100, (batch, length), generator=g)
 
 
 # ---- equal to the formulas --------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("family", list(FAMILIES))
+@pytest.mark.parametrize("family", ["llama", "mistral", "qwen2"])
 def test_rope_at_models_theta_reproduces_unpatched_model(family):
     model = tiny(family)
     ids, mask, pos = left_pad(ids_for(3, 24), [0, 5, 11])
@@ -139,9 +86,9 @@ def test_wavelet_equals_formula_reference(isa):
     assert np.abs(got[0] - nope).max() > 1e-2  # the encoding matters at these weights
 
 
-@pytest.mark.parametrize("family", ["qwen2", "mistral"])
+@pytest.mark.parametrize("family", ["qwen2", "mistral", "qwen3", "olmo2"])
 def test_other_families_equal_formula_reference(family, isa):
-    model = tiny(family)  # Qwen2 has q/k/v biases
+    model = tiny(family)  # Qwen2: q/k/v biases; Qwen3: q/k norm per head; OLMo-2: over the projection, post-norms
     ids = ids_for(1, 20)
     cfg = WaveletConfig.grid(16, n_scales=4, family="morlet")
     with torch.no_grad(), wavepe.patch_llama(model, "wavelet", wavelet=cfg):
@@ -182,17 +129,7 @@ def test_rope_config_theta_and_p_rope_equal_formula_reference(isa):
 
 # ---- padding, caches, generate ----------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("pos_enc", POS_ENCS)
-def test_left_padding_gives_the_unpadded_logits(pos_enc):
-    model = tiny()
-    raw = ids_for(3, 20)
-    ids, mask, pos = left_pad(raw, [0, 3, 19])
-    with torch.no_grad(), wavepe.patch_llama(model, pos_enc):
-        batch = model(ids, attention_mask=mask, position_ids=pos).logits
-        for b, p in enumerate([0, 3, 19]):
-            alone = model(raw[b:b + 1, p:]).logits[0]
-            assert (batch[b, p:] - alone).abs().max() <= 1e-5, (pos_enc, b)
-
+# left padding against rows alone, every family: tests/test_hf_families.py
 
 @pytest.mark.parametrize("pos_enc", POS_ENCS)
 def test_generate_matches_full_forward(pos_enc):
@@ -239,29 +176,6 @@ def test_static_cache_generation_equals_dynamic(pos_enc):
     assert (torch.stack(dyn.logits) - torch.stack(sta.logits)).abs().max() <= 1e-4
 
 
-@pytest.mark.parametrize("family,window", [
-    ("mistral", {"sliding_window": 6}),  # every layer slides
-    ("qwen2", {"use_sliding_window": True, "sliding_window": 6, "max_window_layers": 1}),  # layer 1 slides
-])
-@pytest.mark.parametrize("pos_enc", POS_ENCS)
-def test_sliding_window_that_bites(pos_enc, family, window):
-    # a window shorter than the sequence: dense masks, a trimmed cache
-    model = tiny(family, **window)
-    ids = ids_for(1, 16)
-    with torch.no_grad(), wavepe.patch_llama(model, pos_enc):
-        full = model(ids).logits
-        out = model(ids[:, :9], use_cache=True)
-        pieces, cache = [out.logits], out.past_key_values
-        for t in range(9, 16):
-            o = model(ids[:, t:t + 1], past_key_values=cache, use_cache=True)
-            pieces.append(o.logits)
-            cache = o.past_key_values
-    assert (torch.cat(pieces, dim=1) - full).abs().max() <= 1e-4
-    if pos_enc == "rope":
-        with torch.no_grad():
-            assert (model(ids).logits - full).abs().max() <= 1e-5  # unpatched: the same window
-
-
 @settings(max_examples=10, deadline=None)
 @given(length=st.integers(1, 14), pads=st.lists(st.integers(0, 13), min_size=1, max_size=3),
        pos_enc=st.sampled_from(POS_ENCS), gqa=st.booleans())
@@ -296,14 +210,17 @@ def test_packed_sequences_stay_separate():
 @pytest.mark.parametrize("impl", ["sdpa", "eager"])
 @pytest.mark.parametrize("pos_enc", POS_ENCS)
 def test_other_attention_implementations_after_patching(impl, pos_enc):
-    # dense masks of the sdpa/eager mask functions: recognised as causal + padding, or the dense fallback
+    # rope/nope: any implementation does the rest; wavelet/alibi: eager adds the bias densely, sdpa cannot
     model = tiny()
     ids, mask, pos = left_pad(ids_for(2, 16), [0, 5])
-    with torch.no_grad(), wavepe.patch_llama(model, pos_enc):
+    with torch.no_grad(), wavepe.patch(model, pos_enc):
         want = model(ids, attention_mask=mask, position_ids=pos).logits
         model.set_attn_implementation(impl)
+        if pos_enc in ("wavelet", "alibi") and impl == "sdpa":
+            with pytest.raises(ValueError, match=f"attn_implementation='sdpa' cannot add the pos_enc='{pos_enc}'"):
+                model(ids, attention_mask=mask, position_ids=pos)
+            return
         got = model(ids, attention_mask=mask, position_ids=pos).logits
-        model.set_attn_implementation(hf.ATTN_IMPLEMENTATION)
     real = mask.bool()
     assert (got - want)[real].abs().max() <= 1e-5
 
@@ -371,7 +288,8 @@ def test_gradcheck_through_a_patched_attention_layer():
         with wavepe.patch_llama(model, pos_enc, wavelet=wavelet):
             for attention_mask in (keep, additive):  # compact (fused path) and float (dense fallback)
                 def f(x):
-                    out, _ = attn(x, position_embeddings=None, attention_mask=attention_mask, position_ids=pos)
+                    cos_sin = model.model.rotary_emb(x, position_ids=pos)  # through the patch's hook
+                    out, _ = attn(x, position_embeddings=cos_sin, attention_mask=attention_mask, position_ids=pos)
                     return out * mask[..., None]  # pad rows attend to nothing: 0 by definition
 
                 x = torch.randn(2, 5, 16, dtype=torch.float64, requires_grad=True)
@@ -383,7 +301,8 @@ def test_gradcheck_through_a_patched_attention_layer():
 def test_patch_and_remove_round_trip_exactly():
     gc.collect()  # models that earlier tests patched and dropped are finalized
     original_forward = LlamaAttention.__dict__["forward"]
-    assert not hasattr(original_forward, "__wavepe_dispatcher__"), "a patched model leaked from another test"
+    original_eager = modeling_llama.eager_attention_forward
+    assert not hasattr(original_eager, "__wavepe_dispatcher__"), "a patched model leaked from another test"
     model = tiny()
     ids = ids_for(2, 16)
     config_before = model.config.to_dict()
@@ -394,6 +313,7 @@ def test_patch_and_remove_round_trip_exactly():
         assert handle.active and hf.get_patch(model) is handle
         assert model.config.wavepe["pos_enc"] == "wavelet"
         assert model.config._attn_implementation == "wavepe"
+        assert modeling_llama.eager_attention_forward.__wavepe_dispatcher__  # eager adds the bias while patched
         patched = model(ids).logits
         handle.remove()
         handle.remove()  # idempotent
@@ -403,7 +323,9 @@ def test_patch_and_remove_round_trip_exactly():
     assert torch.equal(after, before)
     assert model.config.to_dict() == config_before and not hasattr(model.config, "wavepe")
     assert model.config._attn_implementation == impl_before
-    assert LlamaAttention.__dict__["forward"] is original_forward
+    assert LlamaAttention.__dict__["forward"] is original_forward  # never replaced
+    assert modeling_llama.eager_attention_forward is original_eager
+    assert not model.model.rotary_emb._forward_hooks
     assert all("_wavepe" not in m.__dict__ for m in model.modules())
 
 
@@ -480,7 +402,7 @@ def test_deepcopy_and_pickle_of_a_patched_model_stay_patched():
         hf.unpatch(loaded)
         hf.unpatch(twin)
         assert torch.equal(twin(ids).logits, model(ids).logits)
-    assert not hasattr(LlamaAttention.__dict__["forward"], "__wavepe_dispatcher__")
+    assert not hasattr(modeling_llama.eager_attention_forward, "__wavepe_dispatcher__")
 
 
 def test_lazy_reexport_and_registration():
@@ -514,14 +436,16 @@ def test_attend_edge_lengths_against_dense(m, n):
         keep[1, :2] = False
     cfg = WaveletConfig.grid(16)
     mask = keep[:, None, None, :] if m else None
-    fused, plan = hf_attn.attend(q, k, v, mask, pos_enc="wavelet", wavelet=cfg, scale=0.25, q_offset=n - m)
+    fused, _, plan = hf_attn.attend(q, k, v, mask, pos_enc="wavelet", wavelet=cfg, scale=0.25)
     assert plan.fused and fused.shape == (2, m, 4, 16)
     if n == 0:
         return  # no keys: nothing to compare (and 0 queries give an empty output above)
     causal = torch.arange(n)[None, :] <= (n - m + torch.arange(m))[:, None]
-    dense = hf_attn.dense_attention(q, k, v, (causal[None] & keep[:, None, :])[:, None], pos_enc="wavelet",
-                                    wavelet=cfg, scale=0.25, dropout=0.0, q_offset=n - m, causal=True)
+    positions = (n - m + torch.arange(m))[None]
+    dense, probs = hf_attn.dense_attention(q, k, v, (causal[None] & keep[:, None, :])[:, None], positions,
+                                           pos_enc="wavelet", wavelet=cfg, scale=0.25)
     assert torch.allclose(fused, dense.transpose(1, 2), atol=1e-12)
+    assert torch.allclose(probs.sum(-1), torch.ones(2, 4, m, dtype=torch.float64))
 
 
 # ---- errors -----------------------------------------------------------------------------------------------------
@@ -583,7 +507,7 @@ def test_unpatched_model_with_wavelet_config_refuses_the_backend(tmp_path):
     wavepe.patch_llama(model, "wavelet")
     model.save_pretrained(tmp_path)
     loaded = LlamaForCausalLM.from_pretrained(tmp_path, attn_implementation="wavepe")
-    with pytest.raises(RuntimeError, match="pos_enc='wavelet'.*call wavepe.patch_llama"):
+    with pytest.raises(RuntimeError, match="pos_enc='wavelet'.*call wavepe.patch"):
         loaded(ids_for(1, 4))
 
 

@@ -2,7 +2,7 @@
 
 C kernels (scalar reference + AVX2, CUDA where built) exposed as NumPy ufuncs
 (:mod:`wavepe.ufuncs`) and PyTorch custom ops with autograd
-(:mod:`wavepe.ops`), and :func:`wavepe.patch_llama` for Hugging Face models.
+(:mod:`wavepe.ops`), and :func:`wavepe.patch` (also ``patch_llama``) for Hugging Face models.
 Importing ``wavepe`` does not import torch or transformers.
 """
 
@@ -54,8 +54,8 @@ def __getattr__(name: str) -> Any:
         import importlib
 
         return importlib.import_module(f".{name}", __name__)
-    if name == "patch_llama":  # imports torch and transformers on first use
-        from .integrations.hf import patch_llama
+    if name in ("patch", "patch_llama"):  # imports torch and transformers on first use
+        from .integrations import hf
 
-        return patch_llama
+        return getattr(hf, name)
     raise AttributeError(f"module 'wavepe' has no attribute {name!r}")

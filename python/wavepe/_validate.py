@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 import numbers
+import sys
 from typing import Any, Iterable
 
 INT64_MAX = 2**63 - 1
@@ -20,6 +21,11 @@ def _is_symbolic_int(value: Any) -> bool:
     # torch.SymInt under torch.compile with dynamic shapes: not checkable by
     # value here; the op's schema and fake kernel take over.
     return type(value).__name__ == "SymInt"
+
+
+def _tracing() -> bool:
+    torch = sys.modules.get("torch")  # this module serves the NumPy front end too: never import torch here
+    return torch is not None and torch.compiler.is_compiling()
 
 
 def check_int(name: str, value: Any, *, min_value: int | None = None) -> int:
@@ -37,7 +43,15 @@ def check_int(name: str, value: Any, *, min_value: int | None = None) -> int:
 
 
 def check_real(name: str, value: Any, *, positive: bool = False, finite: bool = True) -> float:
-    """A real number, finite (and > 0 with positive=True)."""
+    """A real number, finite (and > 0 with positive=True).
+
+    While torch.compile traces, the value passes unchecked: with dynamic shapes
+    dynamo traces Python floats (a model's attention scaling) as symbolic
+    values, testing which would break the graph; the ops' C rules check their
+    float arguments (e.g. the attention's scale: finite and > 0) at run time.
+    """
+    if _tracing():
+        return value
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
         raise TypeError(f"{name} must be a real number, got {value!r} of type {type(value).__name__}")
     v = float(value)

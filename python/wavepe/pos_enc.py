@@ -16,7 +16,7 @@ Every layer accepts the names it can run, spelled the same everywhere:
   rotates q and k before attention: :func:`wavepe.ops.rope`);
 * :class:`wavepe.nn.PositionalAttention` and the TinyLM of the experiments --
   wavelet, rope, alibi, nope;
-* :func:`wavepe.patch_llama` (``config.wavepe["pos_enc"]``) -- wavelet, rope,
+* :func:`wavepe.patch` (``config.wavepe["pos_enc"]``) -- wavelet, rope,
   alibi, nope;
 * the fairseq plugin (``--pos-enc``) -- wavelet, rope, alibi, sinusoidal, nope.
 

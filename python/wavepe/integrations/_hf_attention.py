@@ -1,30 +1,32 @@
 """Attention of the Hugging Face shim: masks in wavepe's form, fused or dense.
 
-Hugging Face builds one attention mask per forward (``masking_utils``) and
-hands it to every layer.  What that mask looks like depends on the model's
-attention implementation; for ``"wavepe"`` it is made by :func:`wavepe_mask`
-here, in the smallest form that says everything:
+Hugging Face builds one attention mask per layer type and forward
+(``masking_utils``) and hands it to every layer.  What that mask looks like
+depends on the model's attention implementation; for ``"wavepe"`` it is made by
+:func:`wavepe_mask` here, in the smallest form that says everything:
 
-* ``None``: plain causal attention, no padding (queries are the last M keys,
-  or M == 1, or the cache was empty: the meaning Hugging Face's SDPA path
-  gives ``None``);
+* ``None``: plain causal attention, no padding, the queries are the last M keys;
 * a bool tensor (B, 1, 1, N), True = attend: causal attention of the last M
-  positions plus a key padding mask (left or right padding).  For M == 1 this
-  is exactly the mask Hugging Face's own SDPA path builds; for M > 1 only
-  :func:`wavepe_mask` makes it, so it cannot be mistaken for a
+  keys plus a key padding mask (left or right padding).  Only
+  :func:`wavepe_mask` makes it for M > 1, so it cannot be mistaken for a
   bidirectional mask;
 * anything that has no such form (packed sequences, sliding windows that
-  bite, custom ``or``/``and`` mask functions, static caches under
-  ``torch.compile``): Hugging Face's dense bool mask (B, 1, M, N).
+  bite, custom mask functions, static caches, whose queries are not the last
+  keys): Hugging Face's dense mask as an additive float mask (B, 1, M, N)
+  (0 = attend, -inf = not), never mistaken for the compact form when M == 1.
 
-:func:`attend` turns the compact forms into ``key_padding_mask`` (B, N) for
-:func:`wavepe.ops.wavelet_attention` (no M x N tensor is built on that path)
-and falls back to bias + SDPA with the dense mask otherwise.  Dense masks that
-the ``sdpa``/``eager`` mask functions built for a causal + padding pattern are
-recognised and sent to the fused path as well (outside ``torch.compile``).
+:func:`attend` runs the compact forms through :func:`wavepe.ops.wavelet_attention`
+(``key_padding_mask`` (B, N), no M x N tensor) and everything else through
+:func:`dense_attention`, which also carries what the fused kernel does not:
+dropout, attention-logit softcapping (Gemma 2) and the attention
+probabilities (``output_attentions``, the ``eager`` implementation).
 
-Relative distances are distances between key indices: ``r = (q_offset + m) - n``
-where ``q_offset`` is the index of the first query among the N keys.  They equal
+Relative distances are distances between key indices: with a compact mask
+the first query is key ``N - M``; with a dense mask each query's index is the
+last key its causal mask lets it see (itself), read from the mask as a tensor
+(no host sync, nothing specialised under torch.compile), which also holds for
+static caches, whose keys fill a preallocated buffer in order, and for
+sliding-window caches, whose kept keys stay in order.  Index distances equal
 the distances of ``position_ids`` whenever positions advance by one per token,
 which holds for default positions, left/right padding (pads are masked) and
 packed sequences (documents are masked from each other).
@@ -62,7 +64,7 @@ def wavepe_mask(
     """Hugging Face mask interface for ``attn_implementation="wavepe"`` (see the module docstring).
 
     Returns None, a (B, 1, 1, N) bool key mask (True = attend) for causal + padding,
-    or Hugging Face's dense (B, 1, M, N) bool mask when the pattern has no compact form.
+    or Hugging Face's dense (B, 1, M, N) mask, additive float32, when the pattern has no compact form.
     """
     from transformers.masking_utils import causal_mask_function, prepare_padding_mask, sdpa_mask
 
@@ -86,9 +88,12 @@ def wavepe_mask(
         if no_lower_right_needed and not _compiling() and bool(keep.all()):
             return None
         return keep[:, None, None, :]
-    return sdpa_mask(batch_size=batch_size, q_length=q_length, kv_length=kv_length, q_offset=q_offset,
+    # Every other pattern: Hugging Face's dense mask, as an additive float mask, so that a (B, 1, 1, N) one
+    # (M == 1, e.g. decoding into a static cache, whose query is not the last key) is never read as the compact form.
+    keep = sdpa_mask(batch_size=batch_size, q_length=q_length, kv_length=kv_length, q_offset=q_offset,
                      kv_offset=kv_offset, mask_function=mask_function, attention_mask=attention_mask,
-                     allow_is_causal_skip=allow_is_causal_skip, local_size=local_size, device=device, **kwargs)
+                     allow_is_causal_skip=False, local_size=local_size, device=device, **kwargs)
+    return torch.zeros(keep.shape, dtype=torch.float32, device=keep.device).masked_fill(~keep, float("-inf"))
 
 
 # ---- mask resolution ---------------------------------------------------------------------------------------------
@@ -119,8 +124,8 @@ def _causal_keep(m: int, n: int, q_offset: int, device: torch.device, window: in
     return keep
 
 
-def resolve_mask(mask: Any, b: int, h: int, m: int, n: int, q_offset: int | None, sliding_window: int | None,
-                 causal: bool, device: torch.device) -> _Plan:
+def resolve_mask(mask: Any, b: int, h: int, m: int, n: int, sliding_window: int | None, causal: bool,
+                 device: torch.device) -> _Plan:
     """Read a Hugging Face attention mask; see the module docstring for the forms."""
     if mask is not None and not isinstance(mask, torch.Tensor):
         raise TypeError(f"attention_mask must be None or a torch.Tensor for wavepe attention, got "
@@ -132,13 +137,13 @@ def resolve_mask(mask: Any, b: int, h: int, m: int, n: int, q_offset: int | None
                              f"got shape {tuple(mask.shape)}")
     if mask is None:
         # Hugging Face's meaning of None: lower-right causal for one query, upper-left otherwise
-        off = q_offset if q_offset is not None else (n - 1 if m == 1 else 0)
+        off = n - 1 if m == 1 else 0
         if not causal:
             return _Plan(off)
         if sliding_window is not None and n > sliding_window:
             return _Plan(off, dense_mask=_causal_keep(m, n, off, device, sliding_window))
         return _Plan(off)
-    off = q_offset if q_offset is not None else n - m
+    off = n - m
     if mask.dtype == torch.bool and mask.shape[1] == 1 and causal:
         if mask.shape[2] == 1 and (m == 1 or sliding_window is None or n <= sliding_window):
             keep = mask[:, 0, 0, :].expand(b, n)
@@ -153,68 +158,132 @@ def resolve_mask(mask: Any, b: int, h: int, m: int, n: int, q_offset: int | None
 
 # ---- the attention itself --------------------------------------------------------------------------------------
 
-def dense_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None, *, pos_enc: str,
-                    wavelet: WaveletConfig | None, scale: float, dropout: float, q_offset: int,
-                    causal: bool) -> torch.Tensor:
-    """The fallback for masks without a compact form and for dropout: wavepe's dense attention
-    (:func:`wavepe.ops.eager.attention`) with the encoding's bias at every (m, n).
+def query_indices(plan: _Plan, m: int, n: int, device: torch.device) -> torch.Tensor:
+    """(B|1, M) int64: the index among the keys of each query.
 
-    q (B, H, M, d), k/v (B, H_kv, N, d); ``mask`` bool (True = attend) or float additive,
-    broadcastable to (B, H, M, N), or None (plain causal at ``q_offset``).  ``pos_enc`` is an
-    attention-level name: "wavelet", "alibi" or "nope".  Returns (B, H, M, d).
-    Builds M x N tensors (never M x N x d).
+    A compact plan: ``q_offset + m``.  A dense mask: the last key each query
+    sees (under a causal mask, itself), as a tensor; a query that sees no key
+    (a pad row, whose output is 0) gets ``N - M + m``.
     """
-    from .. import ops
-    from ..ops import eager
+    default = torch.arange(m, device=device) + plan.q_offset
+    mask = plan.dense_mask
+    if mask is None:
+        return default[None]
+    keep = mask[:, 0] if mask.dtype == torch.bool else mask[:, 0] > torch.finfo(mask.dtype).min / 2  # (B|1, M|1, N)
+    keep = keep.expand(keep.shape[0], m, n)
+    last = torch.where(keep, torch.arange(n, device=device), -1).amax(dim=-1)
+    return torch.where(last >= 0, last, default)
 
-    h, m, n = q.shape[1], q.shape[2], k.shape[2]
+
+def _wavelet_bias_at(q: torch.Tensor, rel: torch.Tensor, wavelet: WaveletConfig) -> torch.Tensor:
+    """bias[b, h, m, n] = q[b, h, m] · T[rel[b, m, n]] for causal distances rel (B|1, M, N) >= 0 (else 0).
+
+    The table covers the distances 0 … N-1 a causal call can form (within the
+    wavelets' support); one GEMM q·Tᵀ (B, H, M, rows) and a gather: no M x N x d tensor.
+    """
+    from ..ops._tables import call_table
+
+    b, h, m, d = q.shape
+    n = rel.shape[-1]
+    table, r_lo, rows = call_table(wavelet, d, q.dtype, q.device, 1, n, n - 1, True)
+    if not torch.compiler.is_compiling() and rows == 0:
+        return q.new_zeros((b, h, m, n))
+    g = q @ table.transpose(0, 1)
+    idx = rel - r_lo
+    inside = (idx >= 0) & (idx < rows)
+    idx = idx.clamp(0, rows - 1)[:, None].expand(b, h, m, n)
+    return torch.gather(g, -1, idx).masked_fill(~inside[:, None], 0.0)
+
+
+def dense_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None,
+                    positions: torch.Tensor, *, pos_enc: str, wavelet: WaveletConfig | None, scale: float,
+                    softcap: float | None = None, dropout: float = 0.0) -> tuple[torch.Tensor, torch.Tensor]:
+    """Attention with every score spelled out: the encoding's bias, softcapping, the mask, dropout.
+
+    q (B, H, M, d), k/v (B, H_kv, N, d); ``mask`` bool (True = attend) or float
+    additive, broadcastable to (B, H, M, N), or None (every key);
+    ``positions`` (B|1, M): each query's index among the keys (:func:`query_indices`).
+    Scores::
+
+        s = scale * (q·k + q·T[r])    wavelet   (r = positions[m] - n)
+        s = scale * q·k - slope_h * r  alibi
+        s = scale * q·k                rope (q, k rotated) / nope
+        s = softcap * tanh(s / softcap)  when softcap is set (Gemma 2)
+
+    A query that sees no key gets 0 (not NaN).  Returns the output (B, H, M, d)
+    and the attention probabilities (B, H, M, N), both in q's dtype (computed in
+    float32 for half types).  Builds M x N tensors per head, never M x N x d.
+    """
+    from ..config import alibi_slopes
+
+    b, h, m, _ = q.shape
+    n = k.shape[2]
     cdt = torch.float32 if q.dtype in (torch.float16, torch.bfloat16) else q.dtype
     qc, kc, vc = q.to(cdt), k.to(cdt), v.to(cdt)
-    # the bias at every (m, n): the mask alone decides which entries count
-    bias = None
-    if pos_enc == "wavelet":
-        bias = ops.wavelet_bias(qc, wavelet, k_len=n, q_offset=q_offset, causal=False)
-    elif pos_enc == "alibi":
-        bias = ops.alibi_bias(h, m, n, q_offset=q_offset, causal=False, dtype=cdt, device=q.device)
-    out = eager.attention(qc, kc, vc, bias, causal=causal, scale=scale, q_offset=q_offset,
-                          bias_scaled=pos_enc == "alibi", mask=mask, dropout=dropout)
-    return out.to(q.dtype)
+    if kc.shape[1] != h:  # grouped-query attention: each K/V head serves h / h_kv query heads
+        kc = kc.repeat_interleave(h // kc.shape[1], dim=1)
+        vc = vc.repeat_interleave(h // vc.shape[1], dim=1)
+    scores = (qc @ kc.transpose(-1, -2)) * scale
+    if pos_enc in ("wavelet", "alibi"):
+        rel = positions[:, :, None] - torch.arange(n, device=q.device)  # (B|1, M, N)
+        if pos_enc == "wavelet":
+            scores = scores + scale * _wavelet_bias_at(qc, rel, wavelet)
+        else:
+            slopes = torch.as_tensor(alibi_slopes(h), dtype=cdt, device=q.device)
+            scores = scores - slopes[:, None, None] * rel.clamp_min(0)[:, None].to(cdt)
+    if softcap is not None:
+        scores = torch.tanh(scores / softcap) * softcap
+    if mask is not None:
+        if mask.dtype == torch.bool:
+            scores = scores.masked_fill(~mask, float("-inf"))
+        else:
+            scores = scores + mask.to(cdt)
+    seen = ~torch.isneginf(scores).all(dim=-1, keepdim=True)
+    probs = torch.softmax(scores.masked_fill(~seen, 0.0), dim=-1).masked_fill(~seen, 0.0)
+    if dropout > 0.0:
+        probs = torch.nn.functional.dropout(probs, p=dropout, training=True)
+    return (probs @ vc).to(q.dtype), probs.to(q.dtype)
 
 
 def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: Any, *, pos_enc: str,
-           wavelet: WaveletConfig | None, scale: float, dropout: float = 0.0, q_offset: int | None = None,
-           sliding_window: int | None = None, causal: bool = True,
-           position_ids: torch.Tensor | None = None) -> tuple[torch.Tensor, _Plan]:
-    """Attention of one layer: q (B, H, M, d), k/v (B, H_kv, N, d) -> (B, M, H, d) and the plan it ran.
+           wavelet: WaveletConfig | None, scale: float, dropout: float = 0.0, sliding_window: int | None = None,
+           softcap: float | None = None, causal: bool = True, weights: bool = False,
+           position_ids: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor | None, _Plan]:
+    """Attention of one layer: q (B, H, M, d), k/v (B, H_kv, N, d) -> ((B, M, H, d), probabilities, plan).
 
     ``pos_enc``: the shim's name ("wavelet", "alibi", "rope" (q, k already rotated), "nope").
-    ``q_offset``: index of the first query among the keys when known (from the cache), else inferred
-    from the mask as Hugging Face does.  ``position_ids`` (B|1, M), when given, are checked to
-    advance by one per unpadded token (:func:`check_positions_follow_indices`) on the fused path.
+    The fused kernel runs for compact masks without dropout, softcapping or
+    ``weights``; otherwise :func:`dense_attention`.  The probabilities
+    (B, H, M, N) are returned when ``weights`` (else None).  ``position_ids``
+    (B|1, M), when given, are checked to advance by one per unpadded token
+    (:func:`check_positions_follow_indices`) on the fused path.
     """
     from .. import ops
 
     b, h, m, _ = q.shape
     n = k.shape[2]
-    plan = resolve_mask(mask, b, h, m, n, q_offset, sliding_window, causal, q.device)
-    if position_ids is not None and plan.fused and m > 1:
-        check_positions_follow_indices(position_ids, plan, m, pos_enc)
+    plan = resolve_mask(mask, b, h, m, n, sliding_window, causal, q.device)
     kind = scores_pos_enc(pos_enc)  # what the scores add once q and k are (or are not) rotated
+    fused = plan.fused and dropout == 0.0 and softcap is None and not weights
+    if position_ids is not None and fused and m > 1:
+        check_positions_follow_indices(position_ids, plan, m, pos_enc)
     if m == 0 or n == 0:  # nothing to attend to: 0, like a query whose keys are all masked
-        return q.new_zeros((b, m, h, v.shape[-1])), plan
-    if plan.fused and dropout == 0.0:
+        return q.new_zeros((b, m, h, v.shape[-1])), (q.new_zeros((b, h, m, n)) if weights else None), plan
+    if fused:
         out = ops.wavelet_attention(q, k, v, wavelet if kind == "wavelet" else None, pos_enc=kind, causal=causal,
                                     scale=scale, q_offset=plan.q_offset, key_padding_mask=plan.key_padding_mask)
-    else:
-        dense = plan.dense_mask
-        if dense is None and plan.key_padding_mask is not None:
-            # dropout with a compact mask: spell it out (the fused kernel has no dropout)
-            dense = (_causal_keep(m, n, plan.q_offset, q.device)[None] if causal else True) \
-                & ~plan.key_padding_mask[:, None, :]
-            dense = dense[:, None]
-        out = dense_attention(q, k, v, dense, pos_enc=kind, wavelet=wavelet, scale=scale, dropout=dropout,
-                              q_offset=plan.q_offset, causal=causal)
-    return out.transpose(1, 2), plan
+        return out.transpose(1, 2), None, plan
+    dense = plan.dense_mask
+    if dense is None and (causal or plan.key_padding_mask is not None):
+        # a compact plan on the dense path: spell the mask out
+        dense = _causal_keep(m, n, plan.q_offset, q.device)[None] if causal else \
+            torch.ones((1, m, n), dtype=torch.bool, device=q.device)
+        if plan.key_padding_mask is not None:
+            dense = dense & ~plan.key_padding_mask[:, None, :]
+        dense = dense[:, None]
+    out, probs = dense_attention(q, k, v, dense, query_indices(plan, m, n, q.device), pos_enc=kind, wavelet=wavelet,
+                                 scale=scale, softcap=softcap, dropout=dropout)
+    return out.transpose(1, 2), (probs if weights else None), plan
 
 
 def check_positions_follow_indices(position_ids: torch.Tensor, plan: _Plan, m: int, pos_enc: str) -> None:

@@ -1,41 +1,45 @@
-"""Hugging Face shim: swap the position encoding of Llama-style attention in one call.
+"""Hugging Face shim: swap the position encoding of a decoder model in one call.
 
     import wavepe
-    handle = wavepe.patch_llama(model, "wavelet")      # or "rope", "alibi", "nope"
-    ...                                                 # train, evaluate, generate, save
-    handle.remove()                                     # the original model again
+    handle = wavepe.patch(model, "wavelet")   # or "rope", "alibi", "nope"; patch_llama is the same function
+    ...                                        # train, evaluate, generate, compile, save
+    handle.remove()                            # the original model again
 
-What :func:`patch_llama` does to a model instance:
+Families (:mod:`wavepe.integrations._hf_families`): Llama, Mistral, Qwen2,
+Qwen3, Gemma 2, Gemma 3, Phi-3, OLMo-2.  One mechanism serves them all, at the
+two seams every one of them has in transformers 5 -- nothing of their
+forwards is copied:
 
-* every ``LlamaAttention`` (also ``MistralAttention``, ``Qwen2Attention``) gets
-  per-module settings; the attention class's ``forward`` becomes a dispatcher
-  that runs wavepe's forward for modules that carry settings and the original
-  forward for every other module (unpatched models are untouched);
-* ``model.config.wavepe`` stores the settings (``save_pretrained`` writes them;
-  ``patch_llama(reloaded)`` reads them back);
-* ``model.config._attn_implementation`` becomes ``"wavepe"``, an
-  ``AttentionInterface`` backend registered here together with its mask
-  function, so masks arrive in wavepe's compact form (no M x N tensor);
-* ``handle.remove()`` undoes all three.
+* **positions**: a forward hook on the model's rotary module
+  (:mod:`._hf_rotary`) makes the ``(cos, sin)`` every attention layer
+  applies the identity ("wavelet", "alibi", "nope"), the spectrum of a
+  :class:`~wavepe.RopeConfig` computed by wavepe's RoPE kernel ("rope" with
+  ``rope=``), or leaves the model's own ("rope");
+* **attention**: the layer's relative bias is added by the attention
+  function (:mod:`._hf_backend`): ``"wavepe"``, an ``AttentionInterface``
+  backend registered here with its mask function (fused kernel, no M x N
+  tensor for causal + padding masks), or ``"eager"`` (dense, returns the
+  probabilities).
 
-Patching a model *class* (``patch_llama(LlamaForCausalLM, ...)``) patches every
-instance constructed while the patch is active, ``from_pretrained`` included.
+The attention implementation a user asked for is kept where it can do the
+job: "rope" and "nope" run on any implementation (``eager``, ``sdpa``,
+``flex_attention``, ``"wavepe"``...); "wavelet" and "alibi" keep ``"eager"``
+and ``"wavepe"``, replace transformers' default ``"sdpa"`` (which cannot add a
+bias; an explicit ``sdpa`` cannot be told from the default) by ``"wavepe"``,
+and refuse any other by name, at patch time and at every forward (e.g. after
+``model.set_attn_implementation("sdpa")``).
 
-The forward: q, k, v projections as in transformers; "rope" rotates q and k
-with wavepe's RoPE at ``position_ids`` (the model's own ``inv_freq`` and
-attention scaling unless a :class:`~wavepe.RopeConfig` is given); "wavelet",
-"alibi" and "nope" do not rotate.  The cache is updated as usual, then
-attention runs through :func:`wavepe.ops.wavelet_attention` (see
-:mod:`wavepe.integrations._hf_attention` for masks and the dense fallback).
-"rope" and "nope" honour another attention implementation if the user sets
-one after patching (``model.set_attn_implementation("sdpa")``).
+``model.config.wavepe`` stores the settings (``save_pretrained`` writes them to
+config.json; ``patch(reloaded)`` reads them back).  Patching a model *class*
+(``patch(LlamaForCausalLM, ...)``) patches every instance constructed while the
+patch is active, ``from_pretrained`` included.  ``handle.remove()`` undoes
+everything.
 """
 
 from __future__ import annotations
 
 import copy
 import functools
-import importlib
 import sys
 import weakref
 from typing import Any, Mapping
@@ -56,45 +60,16 @@ from transformers.modeling_utils import AttentionInterface, PreTrainedModel  # n
 
 from ..config import RopeConfig, WaveletConfig  # noqa: E402
 from . import _hf_attention as _attn  # noqa: E402
-from ._hf_forward import ATTN_IMPLEMENTATION, LayerState, release_state  # noqa: E402
+from . import _hf_families as _families  # noqa: E402
+from ._hf_backend import ATTN_IMPLEMENTATION, LayerState, release_state, wavepe_attention_forward  # noqa: E402
+from ._hf_rotary import RotaryHook, refuse_implementation, rotary_dim  # noqa: E402
 from ._hf_settings import CONFIG_KEY, POS_ENCS, PosEncSettings, choose_settings, for_head_dim  # noqa: E402
 
-__all__ = ["patch_llama", "unpatch", "get_patch", "WavepePatch", "PosEncSettings", "POS_ENCS", "ATTN_IMPLEMENTATION",
-           "wavepe_attention_forward", "register"]
+__all__ = ["patch", "patch_llama", "unpatch", "get_patch", "WavepePatch", "PosEncSettings", "POS_ENCS",
+           "ATTN_IMPLEMENTATION", "wavepe_attention_forward", "register", "FAMILIES"]
 
-# (transformers model folder, attention class): the classes whose forward wavepe reproduces
-_SUPPORTED = (("llama", "LlamaAttention"), ("mistral", "MistralAttention"), ("qwen2", "Qwen2Attention"))
-_NEEDED_ATTRS = ("q_proj", "k_proj", "v_proj", "o_proj", "head_dim", "layer_idx", "scaling", "config",
-                 "num_key_value_groups", "attention_dropout")
-_UNSUPPORTED_PARTS = ("q_norm", "k_norm")  # Qwen3/OLMo-style q/k norms: a different forward
-
-
-# ---- the AttentionInterface backend -----------------------------------------------------------------------------
-
-def wavepe_attention_forward(module: nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
-                             attention_mask: Any, dropout: float = 0.0, scaling: float | None = None,
-                             sliding_window: int | None = None, **kwargs: Any) -> tuple[torch.Tensor, None]:
-    """``attn_implementation="wavepe"``: attention through wavepe's kernel for q and k as given.
-
-    Called by transformers' own forward (q, k already rotated by the model's RoPE) with
-    query (B, H, M, d), key/value (B, H_kv, N, d); returns ((B, M, H, d), None).
-    A model whose ``config.wavepe`` asks for another encoding must be patched first.
-    """
-    stored = getattr(getattr(module, "config", None), CONFIG_KEY, None)
-    if stored is not None and "_wavepe" not in module.__dict__:
-        saved = PosEncSettings.from_dict(stored)
-        if saved.pos_enc != "rope" or saved.rope is not None:
-            own = " with its own RoPE spectrum" if saved.pos_enc == "rope" else ""
-            raise RuntimeError(
-                f"{type(module).__name__}: config.wavepe asks for pos_enc={saved.pos_enc!r}{own}, but this model's "
-                "attention is not patched (transformers applied its own RoPE); call wavepe.patch_llama(model), "
-                "which reads config.wavepe")
-    scale = scaling if scaling is not None else query.shape[-1] ** -0.5
-    causal = kwargs.get("is_causal")
-    causal = getattr(module, "is_causal", True) if causal is None else bool(causal)
-    out, _ = _attn.attend(query, key, value, attention_mask, pos_enc="nope", wavelet=None, scale=scale,
-                          dropout=dropout, q_offset=None, sliding_window=sliding_window, causal=causal)
-    return out, None
+#: the supported families (model_type, attention class)
+FAMILIES = _families.FAMILIES
 
 
 def register() -> None:
@@ -106,37 +81,12 @@ def register() -> None:
 register()
 
 
-# ---- patching ---------------------------------------------------------------------------------------------------
-
-def _attention_classes() -> dict[type, Any]:
-    """Supported attention classes of the installed transformers -> their modeling module."""
-    found: dict[type, Any] = {}
-    for folder, name in _SUPPORTED:
-        try:
-            module = importlib.import_module(f"transformers.models.{folder}.modeling_{folder}")
-        except ImportError:  # pragma: no cover - a transformers without that model
-            continue
-        cls = getattr(module, name, None)
-        if cls is not None:
-            found[cls] = module
-    return found
-
-
-def _supported_names() -> str:
-    return ", ".join(name for _, name in _SUPPORTED)
-
-
-def _base_attention_class(module: nn.Module, classes: dict[type, Any]) -> type | None:
-    for cls in classes:
-        if isinstance(module, cls):
-            return cls
-    return None
-
+# ---- the handle -------------------------------------------------------------------------------------------------
 
 class WavepePatch:
-    """Handle returned by :func:`patch_llama`: ``remove()`` restores the original behaviour.
+    """Handle returned by :func:`patch`: ``remove()`` restores the original behaviour.
 
-    Also a context manager (``with wavepe.patch_llama(model): ...``).
+    Also a context manager (``with wavepe.patch(model): ...``).
     """
 
     settings: PosEncSettings | None
@@ -158,14 +108,20 @@ class WavepePatch:
 _MISSING = object()
 
 
+def _remove_hook(module: nn.Module, hook_id: int) -> None:
+    module._forward_hooks.pop(hook_id, None)
+    module._forward_hooks_with_kwargs.pop(hook_id, None)
+
+
 class _ModelPatch(WavepePatch):
-    """A patched model instance: its attention modules, configs and previous config values."""
+    """A patched model instance: its attention modules, rotary hooks, configs and previous config values."""
 
     def __init__(self, model: nn.Module, settings: PosEncSettings, modules: list[nn.Module],
-                 restore: list[tuple[Any, Any, Any]]) -> None:
+                 hooks: list[tuple[nn.Module, int]], restore: list[tuple[Any, Any, Any]]) -> None:
         self.model = model
         self.settings = settings
         self.modules = modules
+        self.hooks = hooks  # (rotary module, hook id)
         self._restore = restore  # (config, previous config.wavepe or _MISSING, previous attn implementation)
         self._active = True
 
@@ -181,6 +137,8 @@ class _ModelPatch(WavepePatch):
             state = module.__dict__.pop("_wavepe", None)
             if state is not None:
                 release_state(state)
+        for rotary, hook_id in self.hooks:
+            _remove_hook(rotary, hook_id)
         for config, previous, previous_impl in self._restore:
             if previous is _MISSING:
                 if CONFIG_KEY in config.__dict__:
@@ -202,39 +160,50 @@ class _ModelPatch(WavepePatch):
         new.model = copy.deepcopy(self.model, memo)
         new.settings = self.settings
         new.modules = copy.deepcopy(self.modules, memo)
+        new.hooks = [(copy.deepcopy(m, memo), i) for m, i in self.hooks]
         new._restore = [(copy.deepcopy(c, memo), copy.deepcopy(p, memo), i) for c, p, i in self._restore]
         new._active = self._active
         return new
 
 
-def _find_rotary(model: nn.Module) -> nn.Module | None:
-    found = [m for m in model.modules() if type(m).__name__.endswith("RotaryEmbedding") and hasattr(m, "inv_freq")]
-    return found[0] if len(found) == 1 else None
+# ---- patching ---------------------------------------------------------------------------------------------------
+
+def _refuse_unsupported(model: nn.Module) -> None:
+    others = sorted({type(m).__name__ for m in model.modules() if "Attention" in type(m).__name__})
+    raise TypeError(f"wavepe.patch supports models whose attention is one of {_families.supported_names()}; "
+                    f"{type(model).__name__} has {', '.join(others) if others else 'no attention module'}")
+
+
+def _implementation_for(impl: Any, pos_enc: str) -> Any:
+    """The attention implementation a patched config runs: the user's ``impl`` where it can carry ``pos_enc``."""
+    if pos_enc in ("rope", "nope"):
+        return impl
+    if impl in (None, "sdpa"):  # transformers' default (an explicit "sdpa" reads the same): cannot add a bias
+        return ATTN_IMPLEMENTATION
+    refuse_implementation(impl, pos_enc, "wavepe.patch")
+    return impl
+
+
+def _check_rope(settings: PosEncSettings, dims: set[int]) -> None:
+    cfg = settings.rope
+    if cfg is None:
+        return
+    if cfg.layout != "half":
+        raise ValueError(f"rope=RopeConfig(layout={cfg.layout!r}): Hugging Face models rotate the pairs "
+                         "(x[i], x[i + d/2]) (rotate_half); use layout='half'")
+    for dim in sorted(dims):
+        cfg.check_head_dim(dim)
 
 
 def _patch_model(model: nn.Module, pos_enc: str | None, wavelet: Any, rope: Any) -> _ModelPatch:
-    classes = _attention_classes()
-    modules: list[nn.Module] = []
-    for mod in model.modules():
-        base = _base_attention_class(mod, classes)
-        if base is None:
-            continue
-        if type(mod).forward is not base.forward and not getattr(type(mod).forward, "__wavepe_dispatcher__", False):
-            raise TypeError(f"patch_llama: {type(mod).__name__} subclasses {base.__name__} with its own forward, "
-                            "which wavepe would replace; patch the base class's models instead")
-        missing = [a for a in _NEEDED_ATTRS if not hasattr(mod, a)]
-        extra = [a for a in _UNSUPPORTED_PARTS if hasattr(mod, a)]
-        if missing or extra:
-            raise TypeError(f"patch_llama: {type(mod).__name__} does not have the layout of {base.__name__} "
-                            f"(missing {missing}, unexpected {extra})")
-        modules.append(mod)
-    if not modules:
-        others = sorted({type(m).__name__ for m in model.modules() if "Attention" in type(m).__name__})
-        raise TypeError(f"patch_llama supports models whose attention is one of {_supported_names()}; "
-                        f"{type(model).__name__} has {', '.join(others) if others else 'no attention module'}")
+    classes = _families.attention_classes()
+    found = [(mod, cls) for mod in model.modules() for cls in classes if isinstance(mod, cls)]
+    if not found:
+        _refuse_unsupported(model)
+    modules = [mod for mod, _ in found]
     head_dims = {int(m.head_dim) for m in modules}
     if len(head_dims) != 1:
-        raise ValueError(f"patch_llama: the attention layers have different head dims {sorted(head_dims)}")
+        raise ValueError(f"wavepe.patch: the attention layers have different head dims {sorted(head_dims)}")
     head_dim = head_dims.pop()
     configs: list[Any] = []
     for mod in modules:
@@ -242,34 +211,42 @@ def _patch_model(model: nn.Module, pos_enc: str | None, wavelet: Any, rope: Any)
             configs.append(mod.config)
     stored = getattr(configs[0], CONFIG_KEY, None)
     settings = for_head_dim(choose_settings(pos_enc, wavelet, rope, stored), head_dim)
-    rotary = None
-    if settings.pos_enc == "rope" and settings.rope is None:
-        rotary = _find_rotary(model)
-        if rotary is None:
-            raise ValueError(f"pos_enc='rope' with the model's own spectrum needs the model's rotary embedding "
-                             f"(one module with an inv_freq buffer) and {type(model).__name__} has none or several; "
-                             "pass rope=RopeConfig(theta=...)")
+    rotaries = [m for m in model.modules() if type(m).__name__.endswith("RotaryEmbedding")]
+    if not rotaries:
+        raise TypeError(f"wavepe.patch: {type(model).__name__} has no rotary embedding module (its positions "
+                        "enter through one: Llama-style models have model.rotary_emb)")
+    _check_rope(settings, {rotary_dim(r) for r in rotaries})
+    for config in [getattr(model, "config", None)] + configs:
+        problems = _families.unsupported_features(config, settings.pos_enc)
+        if problems:
+            raise ValueError(f"wavepe.patch: pos_enc={settings.pos_enc!r} cannot run {type(model).__name__} with "
+                             + "; ".join(problems))
+    # the user's implementation: what an earlier patch of this model (or of a model inside it) replaced
+    earlier = [sub.__dict__["_wavepe_patch"] for sub in model.modules() if "_wavepe_patch" in sub.__dict__]
+    users = {id(c): impl for handle in earlier for c, _, impl in handle._restore}
+    implementations = [_implementation_for(users.get(id(c), c._attn_implementation), settings.pos_enc)
+                       for c in configs]
 
-    for sub in model.modules():  # an earlier patch of this model or of a model inside it
-        previous = sub.__dict__.get("_wavepe_patch")
-        if previous is not None:
-            previous.remove()
+    for previous in earlier:
+        previous.remove()
     for mod in modules:  # modules patched through an enclosing model
         state = mod.__dict__.pop("_wavepe", None)
         if state is not None:
             release_state(state)
 
     first = min(modules, key=lambda m: int(m.layer_idx))
-    for mod in modules:
-        cls = _base_attention_class(mod, classes)
-        mod.__dict__["_wavepe"] = LayerState(cls, settings, rotary, mod is first,
-                                              getattr(classes[cls], "eager_attention_forward"))
+    for mod, cls in found:
+        mod.__dict__["_wavepe"] = LayerState(settings, mod is first, classes[cls])
+    hooks = []
+    for rotary in rotaries:
+        handle = rotary.register_forward_hook(RotaryHook(settings, rotary_dim(rotary)), with_kwargs=True)
+        hooks.append((rotary, handle.id))
     restore = []
-    for config in configs:
+    for config, impl in zip(configs, implementations):
         restore.append((config, config.__dict__.get(CONFIG_KEY, _MISSING), config._attn_implementation))
         setattr(config, CONFIG_KEY, settings.to_dict())
-        config._attn_implementation_internal = ATTN_IMPLEMENTATION
-    handle = _ModelPatch(model, settings, modules, restore)
+        config._attn_implementation_internal = impl
+    handle = _ModelPatch(model, settings, modules, hooks, restore)
     model.__dict__["_wavepe_patch"] = handle
     return handle
 
@@ -319,50 +296,55 @@ class _ClassPatch(WavepePatch):
         return f"<wavepe patch of class {self.cls.__name__}: {self.settings!r}, {state}>"
 
 
-def patch_llama(model_or_class: Any, pos_enc: str | None = None, *, wavelet: WaveletConfig | Mapping | None = None,
-                rope: RopeConfig | Mapping | None = None) -> WavepePatch:
-    """Swap the position encoding of every Llama-style attention of a model (or of a model class).
+def patch(model_or_class: Any, pos_enc: str | None = None, *, wavelet: WaveletConfig | Mapping | None = None,
+          rope: RopeConfig | Mapping | None = None) -> WavepePatch:
+    """Swap the position encoding of a decoder model (or of a model class).
 
     Args:
-        model_or_class: a model instance (``LlamaForCausalLM``, ``LlamaModel``, Mistral, Qwen2, or
-            any module containing their attention layers), or a model class such as
+        model_or_class: a model instance of a supported family (Llama, Mistral, Qwen2, Qwen3,
+            Gemma 2, Gemma 3 text, Phi-3, OLMo-2: ``...ForCausalLM``, ``...Model`` or any module
+            containing their attention layers and rotary module), or a model class such as
             ``LlamaForCausalLM``, in which case every instance constructed while the patch is
             active (``from_pretrained`` included) is patched.
-        pos_enc: "wavelet" (wavelet relative position representation), "rope" (RoPE through
-            wavepe's kernel), "alibi" or "nope".  Default: the settings stored in
-            ``model.config.wavepe`` by an earlier patch (e.g. of a saved checkpoint), else
-            "rope" if only ``rope=`` is given, else "wavelet".
+        pos_enc: "wavelet" (wavelet relative position representation), "rope" (RoPE; wavepe's
+            kernel computes the spectrum of ``rope=``), "alibi" or "nope".  Default: the settings
+            stored in ``model.config.wavepe`` by an earlier patch (e.g. of a saved checkpoint),
+            else "rope" if only ``rope=`` is given, else "wavelet".
         wavelet: for "wavelet": the per-dimension wavelets (default: the paper's grid for the
             model's head_dim, 8 scales x head_dim/8 shifts).
-        rope: for "rope": a :class:`~wavepe.RopeConfig` (θ, p-RoPE fraction, layout, scaling);
-            default None uses the model's own ``inv_freq`` and attention scaling, which
-            reproduces the unpatched model.
+        rope: for "rope": a :class:`~wavepe.RopeConfig` (θ, p-RoPE fraction, scaling; layout
+            "half") for the model's rotary dimensions; default None keeps the model's own RoPE,
+            which reproduces the unpatched model.
 
     Returns:
         A :class:`WavepePatch`; ``remove()`` (or leaving its ``with`` block) restores the
         original behaviour, config and attention implementation.
 
     Raises:
-        TypeError: the model has no supported attention (supported: LlamaAttention,
-            MistralAttention, Qwen2Attention), or a class that is not a transformers model class.
-        ValueError: bad ``pos_enc``, configuration/head_dim mismatch (e.g. the default wavelet grid
-            needs head_dim divisible by 8; RoPE needs an even head_dim).
+        TypeError: the model has no supported attention or no rotary module, or a class that is
+            not a transformers model class of a supported family.
+        ValueError: bad ``pos_enc``; configuration/head_dim mismatch (e.g. the default wavelet
+            grid needs head_dim divisible by 8); an attention implementation that cannot add the
+            bias of "wavelet"/"alibi" (anything but "wavepe", "eager" and the default "sdpa"),
+            or a model feature the encoding cannot carry (named in the message).
     """
     if isinstance(model_or_class, type):
         cls = model_or_class
         if not issubclass(cls, PreTrainedModel):
-            raise TypeError(f"patch_llama: a class must be a transformers model class such as LlamaForCausalLM, "
+            raise TypeError(f"wavepe.patch: a class must be a transformers model class such as LlamaForCausalLM, "
                             f"got {cls.__module__}.{cls.__qualname__}")
-        module = sys.modules.get(cls.__module__)
-        names = {name for _, name in _SUPPORTED}
-        if module is None or not any(hasattr(module, name) for name in names):
-            raise TypeError(f"patch_llama supports models whose attention is one of {_supported_names()}; "
+        if sys.modules.get(cls.__module__) is None or not _families.defines_a_family(cls.__module__):
+            raise TypeError(f"wavepe.patch supports models whose attention is one of {_families.supported_names()}; "
                             f"{cls.__qualname__} is defined in {cls.__module__}, which has none")
         return _ClassPatch(cls, pos_enc, wavelet, rope)
     if not isinstance(model_or_class, nn.Module):
-        raise TypeError(f"patch_llama: model_or_class must be a torch.nn.Module or a model class, "
+        raise TypeError(f"wavepe.patch: model_or_class must be a torch.nn.Module or a model class, "
                         f"got {type(model_or_class).__name__}")
     return _patch_model(model_or_class, pos_enc, wavelet, rope)
+
+
+#: the earlier name of :func:`patch` (the same function)
+patch_llama = patch
 
 
 def get_patch(model: nn.Module) -> WavepePatch | None:
