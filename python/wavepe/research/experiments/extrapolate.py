@@ -133,6 +133,13 @@ class JobConfig:
     def lengths(self) -> list[int]:
         return [self.train.train_len * f for f in self.factors]
 
+    def start(self, corpus: Corpus | None) -> Corpus:
+        """What every task does first: threads, the output folder, the corpus (``data`` unless given)."""
+        if self.threads is not None:
+            torch.set_num_threads(self.threads)
+        os.makedirs(self.out, exist_ok=True)
+        return load_corpus(self.data) if corpus is None else corpus
+
     def new_model(self, spec: EncodingSpec) -> TinyLM:
         """One encoding's untrained model: seeded, so that every variant starts from the same weights."""
         mcfg = dataclasses.replace(self.model, pos_enc=spec.pos_enc,
@@ -314,10 +321,7 @@ def run_extrapolation(cfg: ExtrapolationConfig, *, progress: bool = True, corpus
     from ..analysis import band_dimension, measure_model_band
 
     t_start = time.perf_counter()
-    if cfg.threads is not None:
-        torch.set_num_threads(cfg.threads)
-    os.makedirs(cfg.out, exist_ok=True)
-    corpus = load_corpus(cfg.data) if corpus is None else corpus
+    corpus = cfg.start(corpus)
     train_len = cfg.train.train_len
     lengths = cfg.lengths
     need = max(lengths) + 1

@@ -24,7 +24,7 @@ import numpy as np
 import torch
 
 from ..._validate import check_int, check_real
-from .corpus import Corpus, load_corpus
+from .corpus import Corpus
 from .extrapolate import JobConfig, _infer_label, _theta_at, machine_info, read_results
 from .model import LMConfig, TinyLM
 from .retrieval import DEFAULT_DEPTHS, PasskeyFormat, PasskeyMixture, PasskeyResult, haystack, min_length, passkey
@@ -192,10 +192,7 @@ def run_passkey(cfg: PasskeyJobConfig, *, progress: bool = True, corpus: Corpus 
                 log: Callable[[str], None] = print) -> dict[str, Any]:
     """Train every encoding of ``cfg`` on the passkey mixture, probe retrieval, write ``cfg.out``."""
     t_start = time.perf_counter()
-    if cfg.threads is not None:
-        torch.set_num_threads(cfg.threads)
-    os.makedirs(cfg.out, exist_ok=True)
-    corpus = load_corpus(cfg.data) if corpus is None else corpus
+    corpus = cfg.start(corpus)
     train_len = cfg.train.train_len
     lengths = cfg.lengths
     fmt = cfg.format
