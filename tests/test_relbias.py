@@ -425,9 +425,10 @@ HUGE_N = np.broadcast_to(np.zeros((1, 1, 16), np.float32), (2**20, 2**20, 16))
         (lambda: wu.wavelet_bias(np.zeros((3, 8), np.float32), CFG16), ValueError,
          r"q.shape\[-1\]=8 does not match config.head_dim=16"),
         (lambda: wu.wavelet_bias(QN, CFG16, q_offset="x"), TypeError, r"q_offset must be an integer"),
-        # the raw ops check what they are given too
-        (lambda: torch.ops.wavepe.rel_bias(Q.int(), T.int(), 0, 0, 3, True, False), TypeError, r"q must be float32"),
-        (lambda: torch.ops.wavepe.rel_bias(Q, T.double(), 0, 0, 3, True, False), TypeError, r"share a dtype"),
+        # the raw ops check what they are given too (every argument error of the compiled ops is a
+        # ValueError: torch's stable ABI carries no TypeError; the typed wrappers above raise TypeError)
+        (lambda: torch.ops.wavepe.rel_bias(Q.int(), T.int(), 0, 0, 3, True, False), ValueError, r"q must be float32"),
+        (lambda: torch.ops.wavepe.rel_bias(Q, T.double(), 0, 0, 3, True, False), ValueError, r"share a dtype"),
         (lambda: torch.ops.wavepe.rel_bias(Q, torch.zeros(5, 4), 0, 0, 3, True, False), ValueError, r"head_dim"),
         (lambda: torch.ops.wavepe.rel_bias(Q, T, 0, 0, -3, True, False), ValueError, r"k_len must be >= 0"),
         (lambda: torch.ops.wavepe.rel_bias(Q, T, 0, 2**62, 3, True, False), ValueError,

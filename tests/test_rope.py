@@ -541,7 +541,7 @@ INV8 = torch.from_numpy(ref.rope_inv_freq(1e4, 8))
          "q must be a floating-point tensor"),
         # the raw op checks too (what torch.ops.wavepe.rope callers get)
         (lambda: torch.ops.wavepe.rope(_q(1, 2, 3, 8), None, None, 0, INV8.float(), 4, "half", 1.0, False),
-         TypeError, "inv_freq must be float64"),
+         ValueError, "inv_freq must be float64"),
         (lambda: torch.ops.wavepe.rope(_q(1, 2, 3, 8), None, torch.arange(3), 5, INV8, 4, "half", 1.0, False),
          ValueError, "offset must be 0 when positions is a tensor"),
         (lambda: torch.ops.wavepe.rope(_q(1, 2, 3, 8), None, None, 0, INV8, 4, "neox", 1.0, False),
@@ -553,7 +553,7 @@ INV8 = torch.from_numpy(ref.rope_inv_freq(1e4, 8))
         (lambda: torch.ops.wavepe.rope(_q(1, 2, 3, 8), None, None, 2**63 - 2, INV8, 4, "half", 1.0, False),
          ValueError, "overflow"),
         (lambda: torch.ops.wavepe.rope(_q(1, 2, 3, 8).to(torch.bfloat16), None, None, 0, INV8, 4, "half", 1.0,
-                                       False), TypeError, "q must be float32 or float64"),
+                                       False), ValueError, "q must be float32 or float64"),
         # the fake kernel (torch.compile, meta tensors) applies the same shape rules
         (lambda: torch.ops.wavepe.rope(torch.empty(1, 2, 3, 7, device="meta"), None, None, 0,
                                        torch.empty(3, dtype=torch.float64, device="meta"), 3, "half", 1.0, False),
