@@ -380,9 +380,14 @@ def test_gufunc_broadcasts_tables_and_strided_out():
 def test_gufunc_rejects_bad_positions_loudly():
     q = np.ones((3, 4))
     out = np.zeros((3, 5))
-    with pytest.warns(RuntimeWarning, match="invalid value encountered in rel_bias"):
-        wu.rel_bias_gufunc(q, np.ones((0, 4)), 0, 0, True, True, out=out)  # clamp with no rows
-    assert np.isnan(out).all()
+    with pytest.raises(ValueError, match="rel_bias: clamp=True needs a table with at least one row, got 0 rows"):
+        wu.rel_bias_gufunc(q, np.ones((0, 4)), 0, 0, True, True, out=out)
+    with pytest.raises(OverflowError, match=r"rel_bias: r_lo=2305843009213693952 is beyond"):
+        wu.rel_bias_gufunc(q, np.ones((2, 4)), 2**61, 0, True, False, out=out)
+    tables = np.ones((3, 2, 4))
+    tables_out = np.zeros((3, 3, 5))
+    with pytest.raises(ValueError, match="clamp=True needs a table"):  # per-iteration parameters: the last one
+        wu.rel_bias_gufunc(q, tables[:, :0], 0, 0, True, np.array([False, False, True]), out=tables_out)
 
 
 # ---- errors --------------------------------------------------------------------------------

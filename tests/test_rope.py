@@ -167,7 +167,7 @@ def test_numpy_broadcasting_and_dtypes():
 
 def test_raw_gufunc_paths_and_invalid_values():
     """The gufunc's own loop: strided head vectors, per-iteration parameters,
-    and values the core rejects (NaN plus the invalid flag, never a crash)."""
+    and values the core rejects (a ValueError naming the argument and value, never NaN or a crash)."""
     gen = np.random.default_rng(4)
     x = gen.standard_normal((3, 7, 12))
     inv = ref.rope_inv_freq(1e4, 12)
@@ -179,12 +179,14 @@ def test_raw_gufunc_paths_and_invalid_values():
     for i, (scale, layout, inverse) in enumerate([(1.0, "half", False), (2.0, "interleaved", False),
                                                   (0.5, "interleaved", True)]):
         np.testing.assert_allclose(got[i], ref.rope(x[i], np.arange(7), inv, layout, 4, scale, inverse), atol=1e-14)
-    with pytest.warns(RuntimeWarning, match="invalid value"):
-        bad = wu.rope_gufunc(x, np.arange(7), np.ones(7), 1.0, 0)  # 7 pairs > d/2
-    assert np.isnan(bad).all()
-    with pytest.warns(RuntimeWarning, match="invalid value"):
-        bad = wu.rope_gufunc(x, np.arange(7), inv, 1.0, np.array([0, 9, 0]))  # unknown mode in row 1
-    assert np.isnan(bad[1]).all() and not np.isnan(bad[0]).any()
+    with pytest.raises(ValueError, match=r"rope: inv_freq has 7 entries, more than the d/2=6 pairs"):
+        wu.rope_gufunc(x, np.arange(7), np.ones(7), 1.0, 0)
+    with pytest.raises(ValueError, match=r"rope: mode=9 is not one of 0\.\.3"):
+        wu.rope_gufunc(x, np.arange(7), inv, 1.0, np.array([0, 9, 0]))  # unknown mode in row 1
+    with pytest.raises(ValueError, match=r"rope: scale=nan must be finite"):
+        wu.rope_gufunc(strided, np.arange(7), inv, np.nan, 0)  # the row-by-row path
+    with pytest.raises(ValueError, match=r"rope: inv_freq\[2\]=inf must be finite"):
+        wu.rope_gufunc(x, np.arange(7), np.array([1.0, 0.5, np.inf]), 1.0, 0)
 
 
 # ---- Hugging Face ----------------------------------------------------------------
