@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The ways to install wavepe from source that the README lists (the prebuilt wheel is checked by
+# The ways to install wavepe from source that docs/install.md lists (the prebuilt wheel is checked by
 # .ci/check_wheel.sh), each into a brand-new environment holding only torch==2.13.0 (the local CPU
 # wheel: never any other torch), each followed by the fused attention forward + backward checked
 # against plain PyTorch:
