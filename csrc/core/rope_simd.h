@@ -52,7 +52,7 @@ static inline void rope_prefetch_next_head(const wavepe_rope_args *a, int t, int
     if (h + 1 < ten->heads) next = (const char *)ten->in + rope_in_at(ten, b, h + 1, l) * elem;
     else if (t == 0 && a->k.heads > 0) next = (const char *)a->k.in + rope_in_at(&a->k, b, 0, l) * elem;
     else return;
-    for (int64_t off = 0; off < a->head_dim * elem; off += 64) _mm_prefetch(next + off, _MM_HINT_T0);
+    for (int64_t off = 0; off < a->head_dim * elem; off += 64) wp_prefetch(next + off);
 }
 #endif
 

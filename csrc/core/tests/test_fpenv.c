@@ -13,9 +13,18 @@
 #include "harness.h"
 
 #if defined(WAVEPE_FPENV_X86)
+#define WAVEPE_TEST_FPENV 1
 /* A caller's state no kernel would choose: every exception flag raised,
  * FTZ and DAZ off, round-to-nearest (so results stay comparable). */
-#define CALLER_STATE 0x1FBFu
+#define CALLER_STATE 0x1FBFull
+static void set_fp_word(unsigned long long w) { _mm_setcsr((unsigned)w); }
+#elif defined(__aarch64__)
+#define WAVEPE_TEST_FPENV 1
+/* FPCR (the exception flags live in FPSR, which the kernels leave alone): FZ
+ * off, round-to-nearest, and AHP (bit 26, half-precision format) set: a bit
+ * no kernel touches, so a kernel that wrote FPCR wholesale would be caught. */
+#define CALLER_STATE (1ull << 26)
+static void set_fp_word(unsigned long long w) { __asm__ volatile("msr fpcr, %0" : : "r"(w)); }
 #endif
 
 static void check_state_kept(unsigned long long before, const char *what) {
@@ -27,9 +36,9 @@ static void check_state_kept(unsigned long long before, const char *what) {
 }
 
 void test_fpenv(void) {
-#if defined(WAVEPE_FPENV_X86)
-    const unsigned saved = _mm_getcsr();
-    _mm_setcsr(CALLER_STATE);
+#if defined(WAVEPE_TEST_FPENV)
+    const unsigned long long saved = wavepe_fpenv_word();
+    set_fp_word(CALLER_STATE);
     const unsigned long long caller = wavepe_fpenv_word();
     const wavepe_isa isas[2] = {WAVEPE_ISA_SCALAR, wavepe_test_isa};
     for (int v = 0; v < 2; ++v) {
@@ -98,6 +107,6 @@ void test_fpenv(void) {
                 for (int c = 0; c < 4; ++c) CHECK_CLOSE(out[m * 4 + c], 0.5 * m, 1e-6, 1e-6);
         }
     }
-    _mm_setcsr(saved);
+    set_fp_word(saved);
 #endif
 }
