@@ -20,7 +20,7 @@ enum { ATTN_KIND_SCALAR = 0, ATTN_KIND_TILED = 1, ATTN_KIND_DECODE = 2 };
 
 /* Tiling of the vector kernels (attention_simd.h).  A micro-tile is MR rows x
  * NR = 2 vectors of accumulators (12 vector registers); NR is 2 * the lanes
- * of the ISA (float32: 16 on AVX2, 32 on AVX-512).  Query blocks are BM rows,
+ * of the ISA (float32: 16 on AVX2, 32 on AVX-512, 8 on NEON).  Query blocks are BM rows,
  * key blocks BN keys (multiples of MR and of every ISA's NR).  The forward streams all of K and
  * V once per query block, so its blocks are tall (K/V traffic ~ 1/BM; its
  * queries are processed 6 rows at a time, so BM costs only the O
@@ -28,7 +28,7 @@ enum { ATTN_KIND_SCALAR = 0, ATTN_KIND_TILED = 1, ATTN_KIND_DECODE = 2 };
  * blocks are wide.  Sized so that a block's working set stays in a 512 KiB L2. */
 #define ATTN_MR 6
 /* Forward query blocks: these rows for 8-lane (AVX2) float vectors, scaled with the
- * vector width (AVX-512: 384 rows).  A block streams every key it sees once, so
+ * vector width (AVX-512: 384 rows, NEON: 96).  A block streams every key it sees once, so
  * taller blocks read K and V less often: at L = 16384 on a Sapphire Rapids core the
  * 384-row block took ~6 % less time than 192 rows (its working set, ~0.5 MiB, sits
  * in the 1-2 MiB L2 of the CPUs that have AVX-512; AVX2's 192 fits 512 KiB). */

@@ -1,5 +1,5 @@
 /* relbias_simd.h: the vector kernels of relbias, written once (simd_type.h)
- * and instantiated per ISA by relbias_avx2.c / relbias_avx512.c for float and
+ * and instantiated per ISA by relbias_<isa>.c (avx2, avx512, neon) for float and
  * double; not a public header.
  *
  * Geometry.  A query at position p reads table row t = p - n - r_lo for key

@@ -1,5 +1,5 @@
 /* rope_simd.h: RoPE on vectors, written once (simd_type.h) and instantiated
- * per ISA by rope_avx2.c / rope_avx512.c for float and double.
+ * per ISA by rope_<isa>.c (avx2, avx512, neon) for float and double.
  *
  * Same rows and tables as the scalar kernels (rope_rows.h).  Per row:
  *   1. the cos/sin table of its positions: angles pos * inv_freq in double,
