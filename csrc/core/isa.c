@@ -55,9 +55,10 @@ static int detect_avx512(void) {
 #endif
 #endif
 
-/* Advanced SIMD: part of the AArch64 base architecture, but an
- * implementation may leave it out (the kernel then clears HWCAP_ASIMD);
- * elsewhere the ABI's __ARM_NEON is the guarantee. */
+/* Advanced SIMD: every AArch64 CPU that runs a general-purpose OS has it,
+ * but the architecture lets an implementation leave it out, and Linux says
+ * which through HWCAP_ASIMD; elsewhere the compiler's __ARM_NEON (the
+ * platform ABI's baseline) is the guarantee. */
 static int detect_neon(void) {
 #if defined(__linux__)
     return (getauxval(AT_HWCAP) & HWCAP_ASIMD) != 0;

@@ -14,7 +14,7 @@
  *     kernels' _MM_FROUND_TO_NEAREST_INT and the default MXCSR.
  *   - there are no masked loads or stores: the *_n variants copy n lanes
  *     through a register-sized buffer, so that lanes past n are never read.
- *   - no non-temporal vector store intrinsic: vf32_stream is a plain store,
+ *   - ACLE has no non-temporal store intrinsic: vf32_stream is a plain store,
  *     and the fence after streamed stores has nothing to order.
  */
 #ifndef WAVEPE_SIMD_NEON_H
