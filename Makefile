@@ -100,7 +100,7 @@ bench: build
 	$(PY) benchmarks/bench_ops.py
 
 clean:
-	rm -rf build dist *.egg-info python/*.egg-info python/wavepe/*.so python/wavepe/_C.build.json $(BUILT)
+	rm -rf build dist *.egg-info python/*.egg-info python/wavepe/*.so python/wavepe/libwavepe_ops.json $(BUILT)
 
 # The fairseq plugin end to end (fairseq-preprocess, fairseq-train, fairseq-eval-lm
 # at 2x the training length) in a Python 3.10 environment: fairseq 0.12.2 does not

@@ -4,21 +4,24 @@ What is compiled from which sources with which flags is defined once, in
 python/wavepe/_build/recipe.py, which the runtime builder (wavepe._build.jit) uses too; this file
 wires it into setuptools:
 
-* wavepe._ufuncs, the NumPy extension (C core + csrc/numpy): always built;
-* wavepe._C, the PyTorch ops (C core + csrc/torch, + csrc/cuda when torch has CUDA and nvcc is
-  found), built here when torch is importable at build time (``make build``,
-  ``pip install --no-build-isolation .``), against that torch.  A record of that torch is written
-  beside it (wavepe/_C.build.json): a wavepe._C built for another torch is never loaded;
-* the sources of wavepe._C are shipped inside the package (wavepe/_csrc), so that an installed
-  wavepe compiles its ops at first use against the user's torch when it was built without one
-  (an isolated ``pip install .``, the sdist, ``python -m build``) or for another torch.
+* wavepe._ufuncs, the NumPy extension (C core + csrc/numpy): always built, per CPython version;
+* wavepe/libwavepe_ops.so, the PyTorch ops (C core + csrc/torch on torch's ABI-stable API, + csrc/cuda
+  with WAVEPE_BUILD_CUDA=1, or when torch has CUDA and nvcc is found), built here when torch >= 2.10
+  is importable at build time (``make build``, ``pip install --no-build-isolation .``, the wheels of
+  ``.ci/build_wheel.sh``).  It holds no Python and calls torch only through its stable C shim, so one
+  binary serves every CPython and every torch >= 2.10; a record beside it (libwavepe_ops.json) says
+  what it is;
+* the sources of the ops are shipped inside the package (wavepe/_csrc), so that an installed
+  wavepe compiles them at first use when it was built without torch (an isolated ``pip install .``,
+  the sdist, an isolated ``python -m build``).
 
 torch is deliberately NOT a build requirement: an isolated build would download a multi-GB torch.
 Objects are kept under build/obj.* and recompiled only when their source, a header they include or
 their command line changed (so ``make test`` after ``make demo`` costs seconds).
 
-Environment: WAVEPE_BUILD_TORCH=0 / WAVEPE_BUILD_CUDA=0 skip those parts; WAVEPE_CUDA_ARCHS
-(default "80;90") picks GPU architectures; WAVEPE_WERROR=1 makes warnings errors (the Makefile and
+Environment: WAVEPE_BUILD_TORCH=0 skips the torch ops; WAVEPE_BUILD_CUDA=1 / 0 forces the CUDA
+kernels in / out (unset: when torch has CUDA and nvcc is found); WAVEPE_CUDA_ARCHS (default
+"80;90;100;120", PTX of the last) picks GPU architectures; WAVEPE_WERROR=1 makes warnings errors (the Makefile and
 CI set it); CC / CXX pick the compilers; WAVEPE_BUILD_JOBS the number of parallel compiles.
 """
 
@@ -39,7 +42,6 @@ from setuptools.command.build_py import build_py
 ROOT = os.path.dirname(os.path.abspath(__file__))
 CSRC = os.path.join(ROOT, "csrc")
 PACKAGE_DIR = os.path.join(ROOT, "python", "wavepe")
-TORCH_RECORD = "_C.build.json"  # read by wavepe.ops._extension before it loads wavepe._C
 
 
 def load_recipe():
@@ -55,7 +57,7 @@ recipe = load_recipe()
 
 
 def torch_build():
-    """How to build wavepe._C against the torch importable now, or None (then it is built at first use)."""
+    """How to build the torch ops against the torch importable now, or None (then they are built at first use)."""
     if not recipe.env_flag("WAVEPE_BUILD_TORCH", True):
         return None
     try:
@@ -63,6 +65,10 @@ def torch_build():
     except ImportError:
         print("wavepe: torch is not importable at build time (an isolated build): the PyTorch ops will be "
               "compiled at first use, against the torch installed then", file=sys.stderr)
+        return None
+    if recipe.torch_version_tuple(torch.__version__) < recipe.TORCH_TARGET:
+        print(f"wavepe: torch {torch.__version__} is older than {'%d.%d' % recipe.TORCH_TARGET}: the PyTorch ops "
+              "(ABI-stable API) are not built", file=sys.stderr)
         return None
     tb = recipe.torch_build()
     if tb.cuda_note:
@@ -74,46 +80,45 @@ TORCH = torch_build()
 
 
 class BuildExtensions(build_ext):
-    """Compile both extensions through the recipe's incremental driver, in one parallel batch."""
-
-    def run(self) -> None:
-        inplace = self.inplace or getattr(self, "editable_mode", False)
-        super().run()
-        if inplace and TORCH is not None:  # setuptools copies the modules, not the record beside _C
-            write_record(os.path.join(PACKAGE_DIR, TORCH_RECORD))
+    """Compile the NumPy extension and the torch ops library through the recipe's incremental driver,
+    in one parallel batch."""
 
     def build_extensions(self) -> None:
         obj_dir = os.path.join(ROOT, "build", f"obj.{sysconfig.get_platform()}-{sys.implementation.cache_tag}")
+        lib_pkg = os.path.dirname(self.get_ext_fullpath("wavepe._ufuncs"))
+        torch_lib = os.path.join(lib_pkg, recipe.TORCH_LIBRARY_FILE)
         plan = recipe.Plan()
-        for ext in self.extensions:
-            output = self.get_ext_fullpath(ext.name)
-            if ext.name == "wavepe._ufuncs":
-                import numpy
+        import numpy
 
-                plan += recipe.numpy_plan(CSRC, obj_dir, output, numpy.get_include())
-            elif ext.name == "wavepe._C":
-                plan += recipe.torch_plan(CSRC, obj_dir, output, TORCH)
+        plan += recipe.numpy_plan(CSRC, obj_dir, self.get_ext_fullpath("wavepe._ufuncs"), numpy.get_include())
+        if TORCH is not None:
+            plan += recipe.torch_plan(CSRC, obj_dir, torch_lib, TORCH)
         start = time.monotonic()
         compiled = recipe.run(plan, progress=lambda done, total, name: print(f"[{done}/{total}] {name}"),
                               log=lambda text: print(text.rstrip()) if self.verbose > 1 else None)
         print(f"wavepe: compiled {len(compiled)} of {len(plan.compiles)} files in {time.monotonic() - start:.0f} s"
               + (f" (objects in {os.path.relpath(obj_dir, ROOT)})" if compiled else ""))
-        lib_pkg = os.path.dirname(self.get_ext_fullpath("wavepe._ufuncs"))
+        outputs = [torch_lib, os.path.join(lib_pkg, recipe.TORCH_RECORD_FILE)]
+        in_place = bool(self.inplace or getattr(self, "editable_mode", False))
         if TORCH is not None:
-            write_record(os.path.join(lib_pkg, TORCH_RECORD))
-        else:  # a _C of an earlier build with torch must not slip into this one's wheel
-            for name in os.listdir(lib_pkg):
-                if name.startswith("_C.") and (name.endswith(".so") or name == TORCH_RECORD):
-                    os.remove(os.path.join(lib_pkg, name))
-
-
-def write_record(path: str) -> None:
-    with open(path, "w", encoding="utf-8") as f:
-        json.dump(TORCH.build_record(), f)
+            with open(outputs[1], "w", encoding="utf-8") as f:
+                json.dump({**TORCH.build_record(), "package": "in-place build" if in_place else "wheel"}, f)
+        else:  # a library of an earlier build with torch must not slip into this one's wheel
+            for path in outputs:
+                if os.path.exists(path):
+                    os.remove(path)
+        if in_place and os.path.abspath(lib_pkg) != PACKAGE_DIR:
+            # setuptools copies extension modules into the source tree, not other files: these too
+            for path in outputs:
+                dest = os.path.join(PACKAGE_DIR, os.path.basename(path))
+                if os.path.exists(path):
+                    shutil.copy2(path, dest)
+                elif os.path.exists(dest):
+                    os.remove(dest)
 
 
 class BuildPyWithSources(build_py):
-    """Also put the sources of wavepe._C into the package (wavepe/_csrc) for the runtime builder."""
+    """Also put the sources of the torch ops into the package (wavepe/_csrc) for the first-use build."""
 
     def run(self) -> None:
         super().run()
@@ -127,11 +132,9 @@ class BuildPyWithSources(build_py):
 
 
 def extensions() -> list[Extension]:
+    """The one Python extension (the torch ops library is built beside it by BuildExtensions)."""
     rel = lambda paths: [os.path.relpath(p, ROOT) for p in paths]  # noqa: E731
-    exts = [Extension("wavepe._ufuncs", sources=rel(recipe.core_sources(CSRC) + recipe.numpy_sources(CSRC)))]
-    if TORCH is not None:
-        exts.append(Extension("wavepe._C", sources=rel(recipe.torch_sources(CSRC, TORCH.cuda)), language="c++"))
-    return exts
+    return [Extension("wavepe._ufuncs", sources=rel(recipe.core_sources(CSRC) + recipe.numpy_sources(CSRC)))]
 
 
 setup(

@@ -1,9 +1,14 @@
 #!/usr/bin/env python3
-"""What ptxas and the SASS say about the CUDA kernels, checked without a GPU.
+"""What ptxas and the SASS of the shipped library say about the CUDA kernels, checked without a GPU.
 
-Called by .ci/compile_cuda.sh with the folder it compiled into: for every
-``<source>.cu.<arch>.o`` there, ``<source>.cu.<arch>.ptxas`` holds ptxas's
-``-v`` report.  The checks (issue 20, item 5):
+    python3 .ci/check_cuda_kernels.py LIBRARY OBJECT_DIR ARCH...
+
+Called by .ci/build_wheel.sh with the torch ops library inside the wheel, the folder its CUDA objects
+were compiled into (``<source>.cu.o.log`` holds nvcc's output for ``<source>.cu.o``, with ptxas's
+``-v`` report: the recipe compiles with -Xptxas -v) and the archs it was built for.  The checks:
+
+* the library holds SASS (an ELF) for every arch and PTX of the last one (``cuobjdump --list-elf`` /
+  ``--list-ptx``): newer GPUs than the toolkit knows compile the PTX at load time;
 
 * every kernel of every source has 0 bytes of spill stores and loads, and the
   kernels of the main sources (attention forward and split-KV decoding,
@@ -14,7 +19,7 @@ Called by .ci/compile_cuda.sh with the folder it compiled into: for every
   argument reduction for huge angles in local memory, on the slow path only);
 * the tensor-core kernels (the bf16/fp16 instances of the attention forward,
   which also serves split-KV decoding, and of the backward's dK/dV, dQ and dT
-  kernels) hold HMMA instructions in their SASS on every arch, so a refactor
+  kernels) hold HMMA instructions in the library's SASS on every arch, so a refactor
   that silently falls back to FMA fails here.  An sm_90a variant (wgmma)
   would have to hold HGMMA: TENSOR_CORE_RULES names the instruction per arch.
 
@@ -24,8 +29,7 @@ the spill rule only.
 
 Exit status 1 with one line per failure naming kernel and arch; a table of
 registers, spills, stack and tensor-core instruction counts is printed either
-way; exit status 3 when cuobjdump is missing (compile_cuda.sh skips the checks
-then, except in CI).  Standard library only; needs c++filt and cuobjdump + nvdisasm (from the
+way; exit status 3 when cuobjdump is missing.  Standard library only; needs c++filt and cuobjdump + nvdisasm (from the
 CUDA toolkit, or the nvidia-cuda-cuobjdump / nvidia-cuda-nvdisasm wheels).
 """
 
@@ -44,7 +48,7 @@ TENSOR_CORE_TYPES = ("__nv_bfloat16", "__half")
 # sources whose kernels may not use local memory at all
 NO_LOCAL_MEMORY = ("attention.cu", "attention_bwd.cu", "relbias.cu")
 # the SASS instruction a tensor-core kernel must hold, per arch (an sm_90a build would name HGMMA)
-TENSOR_CORE_RULES = {"sm_80": "HMMA", "sm_90": "HMMA", "sm_90a": "HGMMA"}
+TENSOR_CORE_RULES = {"sm_80": "HMMA", "sm_90": "HMMA", "sm_90a": "HGMMA", "sm_100": "HMMA", "sm_120": "HMMA"}
 
 ENTRY = re.compile(r"ptxas info\s*: Compiling entry function '([^']+)' for '(sm_\w+)'")
 FRAME = re.compile(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads")
@@ -78,17 +82,29 @@ def parse_ptxas(text: str) -> list[dict]:
     return rows
 
 
-def sass_counts(obj: str, cuobjdump: str) -> dict[str, dict[str, int]]:
-    """Per mangled kernel name, how many HMMA / HGMMA instructions its SASS holds."""
-    res = subprocess.run([cuobjdump, "-sass", obj], capture_output=True, text=True)
+def sass_counts(lib: str, cuobjdump: str) -> dict[tuple[str, str], dict[str, int]]:
+    """Per (mangled kernel name, arch), how many HMMA / HGMMA instructions the library's SASS holds."""
+    res = subprocess.run([cuobjdump, "-sass", lib], capture_output=True, text=True)
     if res.returncode:
-        raise SystemExit(f"check_cuda_kernels: cuobjdump -sass {obj} failed:\n{res.stderr[-2000:]}")
-    counts: dict[str, dict[str, int]] = {}
-    funcs = SASS_FUNC.split(res.stdout)
-    for i in range(1, len(funcs), 2):
-        body = funcs[i + 1]
-        counts[funcs[i]] = {op: len(re.findall(r"\b%s\b" % op, body)) for op in ("HMMA", "HGMMA")}
+        raise SystemExit(f"check_cuda_kernels: cuobjdump -sass {lib} failed:\n{res.stderr[-2000:]}")
+    counts: dict[tuple[str, str], dict[str, int]] = {}
+    for block in res.stdout.split("Fatbin elf code:")[1:]:
+        arch = re.search(r"arch = (sm_\w+)", block)
+        if arch is None:
+            continue
+        funcs = SASS_FUNC.split(block)
+        for i in range(1, len(funcs), 2):
+            body = funcs[i + 1]
+            counts[(funcs[i], arch.group(1))] = {op: len(re.findall(r"\b%s\b" % op, body)) for op in ("HMMA", "HGMMA")}
     return counts
+
+
+def embedded(lib: str, cuobjdump: str, what: str) -> set[str]:
+    """The archs of the ELF (what='elf': sm_XX) or PTX (what='ptx': compute_XX) images inside ``lib``."""
+    res = subprocess.run([cuobjdump, f"--list-{what}", lib], capture_output=True, text=True)
+    if res.returncode:
+        raise SystemExit(f"check_cuda_kernels: cuobjdump --list-{what} {lib} failed:\n{res.stderr[-2000:]}")
+    return set(re.findall(r"\.((?:sm|compute)_\d+a?)\.", res.stdout))
 
 
 def failures_of(r: dict, name: str) -> list[str]:
@@ -132,41 +148,48 @@ def find_cuobjdump() -> str | None:
 
 
 def main(argv: list[str]) -> int:
-    if len(argv) != 2:
-        print("usage: check_cuda_kernels.py OBJECT_DIR", file=sys.stderr)
+    if len(argv) < 4:
+        print("usage: check_cuda_kernels.py LIBRARY OBJECT_DIR ARCH...", file=sys.stderr)
         return 2
-    out_dir = argv[1]
+    lib, obj_dir, archs = argv[1], argv[2], [a.strip() for a in argv[3:]]
     cuobjdump = find_cuobjdump()
     if cuobjdump is None:
         print("check_cuda_kernels: cuobjdump + nvdisasm not found (CUDA toolkit, or `pip install "
               "nvidia-cuda-cuobjdump nvidia-cuda-nvdisasm`): the SASS cannot be checked", file=sys.stderr)
         return 3
-    env_path = os.path.dirname(cuobjdump) + os.pathsep + os.environ.get("PATH", "")
-    os.environ["PATH"] = env_path  # cuobjdump finds its nvdisasm there
-    reports = sorted(glob.glob(os.path.join(out_dir, "*.ptxas")))
+    os.environ["PATH"] = os.path.dirname(cuobjdump) + os.pathsep + os.environ.get("PATH", "")  # its nvdisasm
+    failures = []
+    elf, ptx = embedded(lib, cuobjdump, "elf"), embedded(lib, cuobjdump, "ptx")
+    failures += [f"{os.path.basename(lib)} holds no SASS for sm_{a}" for a in archs if f"sm_{a}" not in elf]
+    if f"compute_{archs[-1]}" not in ptx:
+        failures.append(f"{os.path.basename(lib)} holds no PTX for compute_{archs[-1]} (GPUs newer than the toolkit)")
+    print(f"{os.path.basename(lib)}: SASS {' '.join(sorted(elf, key=lambda a: int(a[3:])))}; "
+          f"PTX {' '.join(sorted(ptx))}")
+    reports = sorted(glob.glob(os.path.join(obj_dir, "*.cu.o.log")))
     if not reports:
-        print(f"check_cuda_kernels: no ptxas reports in {out_dir}", file=sys.stderr)
+        print(f"check_cuda_kernels: no ptxas reports (*.cu.o.log) in {obj_dir}", file=sys.stderr)
         return 1
+    counts = sass_counts(lib, cuobjdump)
     rows = []
     for rep in reports:
-        obj = rep[: -len(".ptxas")] + ".o"
         with open(rep) as f:
             recs = parse_ptxas(f.read())
         if not recs:
             print(f"check_cuda_kernels: {rep} lists no kernel (was it compiled with -Xptxas -v?)", file=sys.stderr)
             return 1
-        counts = sass_counts(obj, cuobjdump)
-        src = os.path.basename(obj).split(".cu.")[0] + ".cu"
+        src = os.path.basename(rep).split(".cu.")[0] + ".cu"
         for r in recs:
             r["src"] = src
-            r.update(counts.get(r["mangled"], {"HMMA": 0, "HGMMA": 0}))
+            if (r["mangled"], r["arch"]) not in counts:
+                failures.append(f"{r['mangled']} ({src}, {r['arch']}): compiled but not in the library's SASS")
+            r.update(counts.get((r["mangled"], r["arch"]), {"HMMA": 0, "HGMMA": 0}))
             rows.append(r)
     names = demangle(sorted({r["mangled"] for r in rows}))
     print(f"{'arch':6} {'regs':>4} {'spill st/ld':>11} {'stack':>5} {'smem':>5} {'HMMA':>5} {'HGMMA':>5}  kernel")
-    for r in sorted(rows, key=lambda r: (r["src"], names[r["mangled"]], r["arch"])):
+    for r in sorted(rows, key=lambda r: (r["src"], names[r["mangled"]], int(r["arch"][3:].rstrip("a")))):
         print(f"{r['arch']:6} {r['regs']:4d} {r['spill_st']:5d}/{r['spill_ld']:<5d} {r['stack']:5d} {r['smem']:5d} "
               f"{r['HMMA']:5d} {r['HGMMA']:5d}  {r['src']}: {names[r['mangled']]}")
-    failures = [f for r in rows for f in failures_of(r, names[r["mangled"]])]
+    failures += [f for r in rows for f in failures_of(r, names[r["mangled"]])]
     if failures:
         print("\nCUDA kernel checks failed:", file=sys.stderr)
         for f in failures:

@@ -1,27 +1,27 @@
 #!/usr/bin/env bash
-# The ways to install wavepe that the README lists, each into a brand-new environment holding only
-# torch==2.13.0 (the local CPU wheel: never any other torch), each followed by the fused attention
-# forward + backward checked against plain PyTorch, and the CLI:
+# The ways to install wavepe from source that docs/install.md lists (the prebuilt wheel is checked by
+# .ci/check_wheel.sh), each into a brand-new environment holding only torch==2.13.0 (the local CPU
+# wheel: never any other torch), each followed by the fused attention forward + backward checked
+# against plain PyTorch:
 #
-#   1. the wheel of `python -m build` (built in isolation, so without torch): pip install it; the ops
-#      are compiled at first use (one message), then loaded from the cache; the main job runs
-#   2. the sdist of `python -m build`: pip install it (pip builds it in isolation): the same
-#   3. pip install --no-build-isolation . (in a copy of the source tree: the sdist, unpacked, so that
+#   1. the sdist of `python -m build --sdist`: pip install it (pip builds it in isolation, without
+#      torch): the fallback for a platform without a wheel -- the ops are compiled at first use (one
+#      message), then loaded from the cache silently
+#   2. pip install --no-build-isolation . (in a copy of the source tree: the sdist, unpacked, so that
 #      this checkout's build/ keeps the objects of `make build`): it must first stop with the message
 #      that names what to install; after installing exactly that, it builds the ops against the
 #      environment's torch
 #
-# (.ci/check_wheel.sh checks the wheel built with --no-build-isolation with the oldest NumPy; the
-# clone + make way is `make test`.)  Each environment gets its own cache directory, so each
+# (the clone + make way is `make test`.)  Each environment gets its own cache directory, so each
 # first-use build really compiles.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-.venv/bin/python}
 t0=$(date +%s)
-# Three environments with torch are ~3.5 GB of fresh files; on a file system mounted with `discard`
+# Two environments with torch are ~2.3 GB of fresh files; on a file system mounted with `discard`
 # deleting them takes minutes (~47 s each here), so they go to RAM (/dev/shm) when it has room.
 shm_free_kb=$(df -Pk /dev/shm 2>/dev/null | awk 'NR == 2 {print $4}')
-if [ -w /dev/shm ] && [ "${shm_free_kb:-0}" -gt $((8 * 1024 * 1024)) ] \
+if [ -w /dev/shm ] && [ "${shm_free_kb:-0}" -gt $((6 * 1024 * 1024)) ] \
    && ! findmnt -no OPTIONS /dev/shm 2>/dev/null | grep -qw noexec; then  # torch's libraries are mapped executable
   work=$(mktemp -d -p /dev/shm wavepe-install.XXXXXX)
 else
@@ -73,49 +73,27 @@ PY
   )
 }
 
-lap "python -m build: sdist, then a wheel from it (both isolated, no torch)"
-"$PY" -m build --outdir "$work/dist" . > "$work/build.log" 2>&1 || { cat "$work/build.log"; exit 1; }
-whl=$(ls "$work"/dist/wavepe-*.whl)
+lap "python -m build --sdist"
+"$PY" -m build --sdist --outdir "$work/dist" . > "$work/build.log" 2>&1 || { cat "$work/build.log"; exit 1; }
 sdist=$(ls "$work"/dist/wavepe-*.tar.gz)
-echo "built $(basename "$sdist") ($(du -h "$sdist" | cut -f1)), $(basename "$whl") ($(du -h "$whl" | cut -f1))"
-"$PY" - "$whl" <<'PY'
-import sys, zipfile
-names = zipfile.ZipFile(sys.argv[1]).namelist()
-assert not [n for n in names if n.startswith("wavepe/_C.")], "the isolated wheel holds a wavepe._C: it saw a torch"
-for needed in ("wavepe/_csrc/torch/module.cpp", "wavepe/_csrc/core/isa.c", "wavepe/_build/recipe.py"):
-    assert needed in names, f"the wheel lacks {needed}"
-print(f"the wheel holds the sources of wavepe._C ({sum(n.startswith('wavepe/_csrc/') for n in names)} files), no wavepe._C")
-PY
+echo "built $(basename "$sdist") ($(du -h "$sdist" | cut -f1))"
 
-lap "1. the wheel into a fresh environment with only torch"
-fresh_env "$work/env-wheel"
-quietly "$work/env-wheel/bin/python" -m pip install "$whl"
-export WAVEPE_CACHE_DIR="$work/cache-wheel"
-check_ops "$work/env-wheel" "compiled at first use" 2> "$work/first-use.err" || { cat "$work/first-use.err"; exit 1; }
-cat "$work/first-use.err"
-grep -q "^wavepe: compiling the PyTorch ops for torch 2.13.0+cpu (once; cached in " "$work/first-use.err"
-grep -Eq "^wavepe: compiled the PyTorch ops \([0-9]+ files\) in [0-9]+ s" "$work/first-use.err"
-lap "   second process: from the cache, silently"
-check_ops "$work/env-wheel" "compiled at first use" 2> "$work/second.err"
-if [ -s "$work/second.err" ]; then cat "$work/second.err"; echo "the second import was not silent" >&2; exit 1; fi
-lap "   the main job after a plain install (progress bars and figures: tqdm and matplotlib came along)"
-(cd "$work" && env-wheel/bin/wavepe extrapolate --quick --steps 3 --train-len 16 --factors 1 2 --eval-tokens 64 \
-   --sliding-tokens 32 --hidden 32 --head-dim 16 --wavelet-scales 4 --layers 1 --encodings wavelet,rope \
-   --out run > extrapolate.log 2>&1) || { cat "$work/extrapolate.log"; exit 1; }
-for f in perplexity.png attention_2x.png loss_by_position.png results.json; do
-  [ -s "$work/run/$f" ] || { cat "$work/extrapolate.log"; echo "wavepe extrapolate wrote no $f" >&2; exit 1; }
-done
-"$work/env-wheel/bin/wavepe" info
-
-lap "2. the sdist into a fresh environment with only torch"
+lap "1. the sdist into a fresh environment with only torch"
 fresh_env "$work/env-sdist"
 "$work/env-sdist/bin/python" -m pip install --no-cache-dir "$sdist" > "$work/sdist.log" 2>&1 \
   || { cat "$work/sdist.log"; exit 1; }
 grep -q "Building wheel for wavepe" "$work/sdist.log" || { cat "$work/sdist.log"; echo "no build from the sdist" >&2; exit 1; }
 export WAVEPE_CACHE_DIR="$work/cache-sdist"
-check_ops "$work/env-sdist" "compiled at first use"
+check_ops "$work/env-sdist" "compiled at first use" 2> "$work/first-use.err" || { cat "$work/first-use.err"; exit 1; }
+cat "$work/first-use.err"
+grep -q "^wavepe: compiling the PyTorch ops for torch 2.13.0+cpu (once; cached in " "$work/first-use.err"
+grep -Eq "^wavepe: compiled the PyTorch ops \([0-9]+ files\) in [0-9]+ s" "$work/first-use.err"
+lap "   second process: from the cache, silently"
+check_ops "$work/env-sdist" "compiled at first use" 2> "$work/second.err"
+if [ -s "$work/second.err" ]; then cat "$work/second.err"; echo "the second import was not silent" >&2; exit 1; fi
+"$work/env-sdist/bin/wavepe" info
 
-lap "3. pip install --no-build-isolation . into a fresh environment with only torch"
+lap "2. pip install --no-build-isolation . into a fresh environment with only torch"
 fresh_env "$work/env-own-torch"
 mkdir "$work/tree" && tar -xzf "$sdist" -C "$work/tree"
 tree=$(ls -d "$work"/tree/wavepe-*)
@@ -135,6 +113,6 @@ else
   eval "quietly \"$work/env-own-torch/bin/\"$install_line"
   (cd "$tree" && quietly "$work/env-own-torch/bin/python" -m pip install --no-build-isolation .)
 fi
-WAVEPE_JIT=0 check_ops "$work/env-own-torch" "built at install time"
+WAVEPE_JIT=0 check_ops "$work/env-own-torch" "from the wheel"
 unset WAVEPE_CACHE_DIR
 lap "install checks done"

@@ -1,55 +1,114 @@
 #!/usr/bin/env bash
-# Build the wheel against the project's .venv (torch present, no isolation:
-# see setup.py), then install it into a brand-new environment with the oldest
-# supported NumPy and the pinned torch, and use both front ends.
+# The prebuilt wheel the way a user meets it (after .ci/build_wheel.sh): installed into a brand-new
+# environment holding only torch==2.13.0 (the local CPU wheel), the oldest supported NumPy and
+# transformers, on a machine where no compiler can be reached (CC / CXX / NVCC point at a stub that
+# fails, PATH holds no gcc, g++, cc, c++ or nvcc).  Then:
+#   - import wavepe.ops and the first fused op load the library from the wheel and compile nothing
+#     (the first-use cache stays empty), timed;
+#   - the fused attention forward + backward against plain PyTorch, the NumPy front end, threading;
+#   - wavepe.patch on a tiny Llama (transformers' own model class), generate;
+#   - the main job (wavepe extrapolate --quick, shortened) and `wavepe info`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-rm -rf dist
-# the flags of `make test`'s build (warnings as errors): its objects under build/obj.* are reused
-WAVEPE_WERROR=1 .venv/bin/python -m pip wheel -q --no-build-isolation --no-deps -w dist .
-whl=$(ls dist/wavepe-*.whl)
-echo "built $whl ($(du -h "$whl" | cut -f1))"
-env_dir=$(mktemp -d)/env
-trap 'rm -rf "$(dirname "$env_dir")"' EXIT
-python3 -m venv "$env_dir"
-"$env_dir/bin/python" -m pip install -q "numpy==1.26.4" "torch==2.13.0" "$whl"
-cd "$(dirname "$env_dir")"   # away from the source tree: import the installed copy
-"$env_dir/bin/python" - <<'PY'
-import numpy as np, torch, wavepe, wavepe.ufuncs as wu, wavepe.ops as wo
+whl=$(ls dist/wheelhouse/wavepe-*.whl)
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+python3 -m venv "$work/env"
+"$work/env/bin/python" -m pip install -q "numpy==1.26.4" "torch==2.13.0" "transformers==5.23.0" "$whl" \
+  > "$work/pip.log" 2>&1 || { cat "$work/pip.log"; exit 1; }
+
+# no compiler anywhere: a PATH of the few tools the checks need, and compiler variables on a stub
+mkdir "$work/bin"
+printf '#!/bin/sh\necho "compiler stub: no compiler on this machine ($0 $*)" >&2\nexit 1\n' > "$work/bin/no-compiler"
+chmod +x "$work/bin/no-compiler"
+for tool in sh bash env cat ls rm mkdir uname; do ln -s "$(command -v "$tool")" "$work/bin/$tool"; done
+run() {  # run ARGS... in the no-compiler environment, from the work folder (away from the source tree)
+  (cd "$work" && env -i HOME="$work/home" PATH="$work/bin" CC="$work/bin/no-compiler" CXX="$work/bin/no-compiler" \
+     NVCC="$work/bin/no-compiler" CUDA_HOME="$work/no-cuda" WAVEPE_CACHE_DIR="$work/cache" HF_HUB_OFFLINE=1 \
+     MPLBACKEND=Agg "$@")
+}
+for c in gcc g++ cc c++ nvcc; do
+  if run "$work/env/bin/python" -c "import shutil, sys; sys.exit(shutil.which('$c') is None)"; then
+    echo "$c is reachable in the no-compiler environment" >&2; exit 1
+  fi
+done
+
+run "$work/env/bin/python" - <<'PY'
+import os, time
+t0 = time.perf_counter()
+import torch
+t1 = time.perf_counter()
+import wavepe, wavepe.ops as wo
 from wavepe.ops import _extension
-assert np.__version__ == "1.26.4", np.__version__
-assert _extension.ORIGIN == "built at install time", _extension.ORIGIN  # no compiling at first use
+q = torch.randn(1, 4, 64, 32)
+out = wo.wavelet_attention(q, q, q, wavepe.WaveletConfig.grid(32))
+t2 = time.perf_counter()
 assert "site-packages" in wavepe.__file__, wavepe.__file__
-print("wavepe", wavepe.__version__, "from", wavepe.__file__, "numpy", np.__version__, "torch", torch.__version__)
-print("ricker(0) =", wu.ricker(np.float32(0.0)), "| isa:", wavepe.cpu_isa())
-print("alibi via torch:", wo.alibi_bias(2, 2, 3).shape)
-# the rel_bias gufunc takes its output-only core dimension from out= (NumPy >= 1.26)
-q = np.random.default_rng(0).standard_normal((2, 5, 16)).astype(np.float32)
-cfg = wavepe.WaveletConfig.grid(16)
-b = wu.wavelet_bias(q, cfg, k_len=7)
-assert b.shape == (2, 5, 7), b.shape
-np.testing.assert_array_equal(b, wo.wavelet_bias(torch.from_numpy(q), cfg, k_len=7).numpy())
-print("wavelet_bias gufunc on numpy", np.__version__, "ok")
-# the rope gufunc (cos/sin shared by the heads of a broadcast loop) and the torch op agree bit for bit
+assert _extension.ORIGIN.startswith("from the wheel ("), _extension.ORIGIN
+assert not os.path.exists(os.environ["WAVEPE_CACHE_DIR"]), "the first import compiled (or tried to)"
+info = _extension.build_info()
+assert info["torch_target"] == "2.10" and "sm_80" in info["cuda_archs"] and "sm_90" in info["cuda_archs"], info
+print(f"import torch {t1 - t0:.2f} s; import wavepe.ops + first fused op {t2 - t1:.2f} s (target <= 3 s); "
+      f"ops {_extension.ORIGIN}; CUDA kernels {info['cuda_archs']}")
+assert t2 - t1 < 10, "loading the prebuilt ops took long enough to be a compile"
+PY
+
+run "$work/env/bin/python" - <<'PY'
+import numpy as np, torch, wavepe, wavepe.ufuncs as wu, wavepe.ops as wo
+assert np.__version__ == "1.26.4", np.__version__
+torch.manual_seed(0)
+B, H, H_kv, L, d = 2, 4, 2, 37, 16
+q = torch.randn(B, H, L, d, dtype=torch.float64, requires_grad=True)
+k = torch.randn(B, H_kv, L, d, dtype=torch.float64, requires_grad=True)
+v = torch.randn(B, H_kv, L, d, dtype=torch.float64, requires_grad=True)
+cfg = wavepe.WaveletConfig.grid(d)
+out = wo.wavelet_attention(q, k, v, cfg)
+grads = torch.autograd.grad(out.sum(), (q, k, v))
+kr, vr = k.repeat_interleave(H // H_kv, 1), v.repeat_interleave(H // H_kv, 1)
+scores = (q @ kr.transpose(-1, -2) + wo.wavelet_bias(q, cfg)) / d ** 0.5
+scores = scores.masked_fill(torch.ones(L, L, dtype=torch.bool).triu(1), float("-inf"))
+ref = torch.softmax(scores, -1) @ vr
+torch.testing.assert_close(out, ref, rtol=1e-10, atol=1e-10)
+for g, r in zip(grads, torch.autograd.grad(ref.sum(), (q, k, v))):
+    torch.testing.assert_close(g, r, rtol=1e-9, atol=1e-9)
+print("fused attention forward + backward ok")
+# the NumPy front end with the oldest NumPy, bit for bit against the torch op
 x = np.random.default_rng(1).standard_normal((2, 3, 9, 16)).astype(np.float32)
 rc = wavepe.RopeConfig(theta=500.0, rotary_fraction=0.5)
 np.testing.assert_array_equal(wu.rope(x, 4, rc), wo.rope(torch.from_numpy(x), None, 4, rc)[0].numpy())
-print("rope gufunc on numpy", np.__version__, "ok")
-# the fused attention, and the ops' threading (a wheel built without OpenMP runs on one thread)
-qa = torch.randn(1, 4, 33, 16)
-out = wo.wavelet_attention(qa, qa[:, :2], qa[:, :2], cfg)
-assert out.shape == (1, 4, 33, 16) and torch.isfinite(out).all()
+qn = np.random.default_rng(0).standard_normal((2, 5, 16)).astype(np.float32)
+np.testing.assert_array_equal(wu.wavelet_bias(qn, cfg, k_len=7), wo.wavelet_bias(torch.from_numpy(qn), cfg, k_len=7).numpy())
+print("numpy", np.__version__, "front end ok")
 torch.set_num_threads(2)
 assert torch.ops.wavepe.parallel_threads(64) == 2
-print("wavelet_attention ok, parallel_for threads:", torch.ops.wavepe.parallel_threads(64))
-# context parallelism ships too: on a one-process group it is the fused attention
-import torch.distributed as dist, wavepe.distributed as wd
-dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
-torch.testing.assert_close(wd.context_parallel_attention(qa, qa[:, :2], qa[:, :2], cfg), out)
-dist.barrier()
-dist.destroy_process_group()
-print("context_parallel_attention ok")
+print("ops run on torch's 2 threads")
 PY
-"$env_dir/bin/wavepe" --help >/dev/null
-"$env_dir/bin/wavepe" info
-echo "console script ok"
+
+run "$work/env/bin/python" - <<'PY'
+import torch, transformers, wavepe
+from transformers import LlamaConfig, LlamaForCausalLM
+torch.manual_seed(0)
+cfg = LlamaConfig(vocab_size=64, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+                  num_key_value_heads=2, max_position_embeddings=128)
+model = LlamaForCausalLM(cfg).eval()
+wavepe.patch(model, pos_enc="wavelet")
+ids = torch.randint(0, 64, (1, 12))
+logits = model(ids).logits
+assert logits.shape == (1, 12, 64) and torch.isfinite(logits).all()
+gen = model.generate(ids, max_new_tokens=4, do_sample=False)
+assert gen.shape == (1, 16)
+print(f"wavepe.patch on a tiny Llama (transformers {transformers.__version__}): forward and generate ok")
+PY
+
+run "$work/env/bin/wavepe" extrapolate --quick --steps 3 --train-len 16 --factors 1 2 --eval-tokens 64 \
+  --sliding-tokens 32 --hidden 32 --head-dim 16 --wavelet-scales 4 --layers 1 --encodings wavelet,rope \
+  --out "$work/run" > "$work/extrapolate.log" 2>&1 || { cat "$work/extrapolate.log"; exit 1; }
+for f in perplexity.png results.json; do
+  [ -s "$work/run/$f" ] || { cat "$work/extrapolate.log"; echo "wavepe extrapolate wrote no $f" >&2; exit 1; }
+done
+echo "wavepe extrapolate --quick ok"
+run "$work/env/bin/wavepe" info | tee "$work/info.txt"
+grep -q "^torch ops: from the wheel (" "$work/info.txt"
+grep -q "cuda kernels: sm_80 sm_90" "$work/info.txt"
+[ ! -e "$work/cache" ] || { echo "something compiled into $work/cache" >&2; exit 1; }
+echo "the wheel works with no compiler: nothing was compiled"

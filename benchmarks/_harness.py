@@ -99,7 +99,7 @@ def write_json(name: str, payload: dict[str, Any]) -> str:
 
     One file per ISA that ran (``avx2``, ``avx512``, ``scalar``; none for the CUDA
     benchmark, whose JSON names the GPU), so the latest run on each CPU family is kept side by side, as the
-    README's tables are.
+    tables of docs/benchmarks.md are.
     """
     os.makedirs(RESULTS_DIR, exist_ok=True)
     info = machine()

@@ -1,4 +1,4 @@
-"""Float64 NumPy oracles, written straight from the formulas (DESIGN.md §1).
+"""Float64 NumPy oracles, written straight from the formulas (docs/DEVELOPING.md, "API contracts").
 
 Deliberately naive: explicit loops or direct broadcasting, no cleverness, no
 wavepe code.  Every kernel variant is compared against these.
@@ -126,7 +126,7 @@ def rel_bias_grads(grad, q, table, r_lo: int, q_offset: int, causal: bool, clamp
 
 def attention(q, k, v, *, table=None, r_lo: int = 0, clamp: bool = False, slopes=None, causal: bool = True,
               scale: float | None = None, q_offset: int | None = None, key_padding_mask=None) -> np.ndarray:
-    """softmax(s) v with every score materialised, float64 (DESIGN.md §1).
+    """softmax(s) v with every score materialised, float64 (docs/DEVELOPING.md, "Fused attention").
 
     q (B, H, M, d); k, v (B, Hkv, N, d), query head h uses kv head h // (H / Hkv).
     s[m, n] = scale * (q_m . k_n + q_m . T[r - r_lo]) with a table (zero row

@@ -7,7 +7,8 @@ every case in a child process of its own, so a crash (a segfault, an abort)
 is a failure of that case, never a lost run.  Classes: bad types, NaN/inf,
 extreme sizes and offsets, odd strides, threads and thread counts, half
 precision, empty shapes, strict flags, wavelet grids, overflow messages, the
-Hugging Face shim.
+Hugging Face shim, and the inputs that were once answered silently (the raw
+gufuncs' invalid parameters, a config changed after construction).
 """
 
 from __future__ import annotations
@@ -133,6 +134,34 @@ def causal_none_and_strings():
     raises(TypeError, "clamp must be a bool", lambda: wu.rel_bias(np.zeros((2, 4)), np.zeros((3, 4)), 0, clamp="no"))
     raises(TypeError, "causal must be a bool", lambda: wo.raw_ops.rel_bias(q[0, 0], q[0, 0], 0, 0, 3, None, False))
     np.testing.assert_array_equal(wu.alibi_bias(2, 3, causal=np.True_), wu.alibi_bias(2, 3, causal=True))
+
+
+# ---- the last inputs once answered silently (NaN, or a stale spectrum): each is now an exception ---
+
+@case("silent")
+def raw_rel_bias_gufunc_with_clamp_and_an_empty_table():
+    out = np.zeros((3, 5))
+    raises(ValueError, "clamp=True needs a table with at least one row, got 0 rows",
+           lambda: wu.rel_bias_gufunc(np.ones((3, 4)), np.ones((0, 4)), 0, 0, True, True, out=out))
+
+
+@case("silent")
+def raw_rope_gufunc_with_an_unknown_mode():
+    x, inv = np.ones((2, 3, 8)), np.ones(4)
+    raises(ValueError, "mode=7 is not one of 0..3", lambda: wu.rope_gufunc(x, np.arange(3), inv, 1.0, 7))
+    raises(ValueError, "mode=-1 is not one of 0..3",
+           lambda: wu.rope_gufunc(x, np.arange(3), inv, 1.0, np.array([0, -1])))
+
+
+@case("silent")
+def rope_config_theta_set_after_construction():
+    cfg = RopeConfig(theta=500.0)
+    spectrum = cfg.inv_freq(8)
+
+    def assign():
+        cfg.theta = float("nan")
+    raises(AttributeError, "cannot set field 'theta'", assign)
+    np.testing.assert_array_equal(cfg.inv_freq(8), spectrum)
 
 
 # ---- NaN / inf ------------------------------------------------------------------------------------

@@ -1,10 +1,10 @@
 """The build: the shared recipe (sources, per-suffix flags), its incremental driver, compiling
-wavepe._C at first use (cache, lock, messages, errors), the loader's choice of wavepe._C, and the
-build backend's check of the build requirements.
+the torch ops at first use (cache, lock, messages, errors, damaged entries, killed builds), the
+loader's choice of library, and the build backend's check of the build requirements.
 
-The real first-use build of wavepe._C (about a minute) is exercised by .ci/check_install.sh, which
-installs the wheel and the sdist into fresh environments; here the same code runs on a tiny
-extension so that every path, the failing ones included, is tested in seconds.
+The real first-use build (about a minute) is exercised by .ci/check_install.sh, which installs the
+sdist into a fresh environment; here the same code runs on a tiny library so that every path, the
+failing ones included, is tested in seconds.
 """
 
 from __future__ import annotations
@@ -201,14 +201,10 @@ def test_build_key_ties_the_cache_to_torch_and_the_sources(tmp_path):
     assert key != jit.build_key(str(tmp_path), _torch_build(), "0.1.0")
 
 
-TINY_MODULE = textwrap.dedent("""
-    #include <Python.h>
-    static struct PyModuleDef def = {PyModuleDef_HEAD_INIT, "wavepe._C", "tiny stand-in", -1, NULL};
-    PyMODINIT_FUNC PyInit__C(void) { return PyModule_Create(&def); }
-""")
+TINY_MODULE = "int wavepe_tiny_stand_in(void) { return 1; }\n"
 
-# Runs compiled_torch_ops() with the real cache, lock and messages, on a one-file stand-in for
-# wavepe._C whose compile command first records that it ran (and waits, so that two processes overlap).
+# Runs compiled_torch_ops() with the real cache, lock and messages, on a one-file stand-in for the
+# ops library whose compile command first records that it ran (and waits, so that two processes overlap).
 TINY_JIT_SCRIPT = textwrap.dedent("""
     import os, sys
     from wavepe._build import jit, recipe
@@ -217,14 +213,14 @@ TINY_JIT_SCRIPT = textwrap.dedent("""
     def tiny_plan(src_root, build_dir, tb):
         obj, out = os.path.join(build_dir, "obj", "m.o"), os.path.join(build_dir, jit._module_file())
         cc = ("sh", "-c", 'echo compiled >> "$0"; sleep 1; exec cc "$@"', counter)
-        inc = recipe.python_include_flags()
-        return recipe.Plan([recipe.Compile(src, obj, (*cc, "-fPIC", *inc, "-c", src, "-o", obj))],
+        return recipe.Plan([recipe.Compile(src, obj, (*cc, "-fPIC", "-c", src, "-o", obj))],
                            [recipe.Link((obj,), out, ("cc", "-shared", obj, "-o", out), obj + ".link")])
 
     jit._plan = tiny_plan
     path = jit.compiled_torch_ops()
-    module = jit.load(path)
-    assert sys.modules["wavepe._C"] is module and module.__file__ == path
+    record = jit.load(path)
+    import ctypes
+    assert ctypes.CDLL(path).wavepe_tiny_stand_in() == 1 and record["sha256"] == jit.file_digest(path)
     print(path)
 """)
 
@@ -258,7 +254,41 @@ def test_first_use_compiles_once_for_concurrent_processes_then_loads_from_cache(
     entries = sorted(p.name for p in (cache / "torch-ops").iterdir())
     assert len(entries) == 2 and entries[1] == entries[0] + ".lock"  # the module's directory and its lock
     built = json.loads((cache / "torch-ops" / entries[0] / "build.json").read_text())
-    assert built["torch"] and built["files"] == 1 and not (cache / "torch-ops" / entries[0] / "obj").exists()
+    assert built["abi"] == "stable" and built["files"] == 1 and not (cache / "torch-ops" / entries[0] / "obj").exists()
+
+
+def test_a_damaged_cache_entry_is_rebuilt_not_loaded(tmp_path):
+    """A cached library damaged after its build (here truncated to 4 KiB, which mapped would kill the
+    process with SIGBUS) fails its recorded digest: rebuilt with one line saying so."""
+    cache = tmp_path / "cache"
+    first = _tiny_jit(tmp_path, cache)
+    out, err = first.communicate(timeout=300)
+    assert first.returncode == 0, err
+    lib = Path(out.strip())
+    with open(lib, "r+b") as f:
+        f.truncate(4096)
+    again = _tiny_jit(tmp_path, cache)
+    out2, err2 = again.communicate(timeout=300)
+    assert again.returncode == 0, err2  # not a SIGBUS: the damaged file was never mapped
+    assert re.search(r"wavepe: the cached PyTorch ops are unusable \(.*is damaged \(SHA-256 ", err2)
+    assert (tmp_path / "compiles.txt").read_text().count("compiled") == 2
+    assert jit._intact(str(lib.parent)) == (True, None)
+
+
+def test_leftovers_of_killed_builds_are_removed(tmp_path):
+    """A build killed with SIGKILL leaves its <key>.building-* folder (nothing can clean up after
+    SIGKILL); the next build removes every such folder whose key's lock is free."""
+    cache = tmp_path / "cache"
+    ops = cache / "torch-ops"
+    ops.mkdir(parents=True)
+    dead = ops / "wavepe0.1.0-torch0.0-killed.building-abc123"
+    (dead / "obj").mkdir(parents=True)
+    (dead / "obj" / "half.o").write_text("")
+    proc = _tiny_jit(tmp_path, cache)
+    _, err = proc.communicate(timeout=300)
+    assert proc.returncode == 0, err
+    assert not dead.exists()
+    assert not [p for p in ops.iterdir() if ".building-" in p.name]
 
 
 def test_first_use_compile_error_names_the_cause_and_keeps_the_log(tmp_path):
@@ -311,49 +341,77 @@ def test_progress_rewrites_one_line_on_a_terminal_and_prints_two_elsewhere():
 
 
 # ---------------------------------------------------------------------------------------------------
-# the loader: which wavepe._C
+# the loader: which library
 
 
 def _fake_packaged(monkeypatch, tmp_path, record: dict | None):
     import wavepe.ops._extension as ext
 
-    module = tmp_path / "_C.cpython-311-x86_64-linux-gnu.so"
-    module.write_text("")
+    (tmp_path / recipe.TORCH_LIBRARY_FILE).write_text("")
     if record is not None:
-        (tmp_path / ext.RECORD).write_text(json.dumps(record))
-    real = importlib.util.find_spec
-    spec = importlib.machinery.ModuleSpec("wavepe._C", None, origin=str(module))
-    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: spec if name == "wavepe._C" else real(name, *a))
+        (tmp_path / recipe.TORCH_RECORD_FILE).write_text(json.dumps(record))
+    monkeypatch.setattr(ext, "PACKAGE_DIR", str(tmp_path))
     return ext
 
 
-def test_loader_uses_the_packaged_module_only_for_the_torch_it_was_built_for(monkeypatch, tmp_path):
-    import torch
-
-    ext = _fake_packaged(monkeypatch, tmp_path, {"torch": torch.__version__, "cuda": False})
-    assert ext._packaged_build() == (True, None)
-    ext = _fake_packaged(monkeypatch, tmp_path, {"torch": "1.0.0", "cuda": False})
-    assert ext._packaged_build() == (False, "the wavepe._C built at install time is for torch 1.0.0")
-    (tmp_path / ext.RECORD).unlink()
-    assert ext._packaged_build() == (False, "the wavepe._C built at install time has no record of its torch")
+def test_loader_uses_the_packaged_library_for_every_torch_from_its_target_on(monkeypatch, tmp_path):
+    ext = _fake_packaged(monkeypatch, tmp_path, {"abi": "stable", "torch_target": "2.10", "machine": recipe.machine()})
+    path, record, why = ext._packaged_build()
+    assert path == str(tmp_path / recipe.TORCH_LIBRARY_FILE) and record["torch_target"] == "2.10" and why is None
+    ext = _fake_packaged(monkeypatch, tmp_path, {"abi": "stable", "torch_target": "99.0"})
+    assert ext._packaged_build()[0] is None and "need torch >= 99.0" in ext._packaged_build()[2]
+    ext = _fake_packaged(monkeypatch, tmp_path, {"abi": "stable", "torch_target": "2.10", "machine": "not-this-one"})
+    assert ext._packaged_build()[0] is None and "not for this machine" in ext._packaged_build()[2]
+    (tmp_path / recipe.TORCH_RECORD_FILE).unlink()
+    assert ext._packaged_build() == (None, {}, "the packaged torch ops have no record of what they are")
 
 
 def test_loader_with_compiling_forbidden_says_what_to_do(monkeypatch, tmp_path):
-    ext = _fake_packaged(monkeypatch, tmp_path, {"torch": "1.0.0", "cuda": False})
+    ext = _fake_packaged(monkeypatch, tmp_path, {"abi": "stable", "torch_target": "99.0"})
     monkeypatch.setenv("WAVEPE_JIT", "0")
-    with pytest.raises(ImportError, match=r"not built for torch .* \(the wavepe._C built at install time is for "
-                                          r"torch 1\.0\.0\), and WAVEPE_JIT=0 forbids.*--no-build-isolation"):
+    with pytest.raises(ImportError, match=r"not built for this installation \(torch .*; the packaged torch ops need "
+                                          r"torch >= 99\.0.*\), and WAVEPE_JIT=0 forbids.*--no-build-isolation"):
         ext._load()
 
 
-def test_this_checkout_loaded_the_module_built_by_setup_py():
-    """make test runs on the in-place build; a silent fallback to compiling at first use would hide a
-    broken setup.py (the wheel/sdist checks of .ci/check_install.sh test the other way)."""
+def test_loader_refuses_a_torch_older_than_the_target_by_name(monkeypatch):
+    import torch
+
     import wavepe.ops._extension as ext
 
-    if not (ROOT / "python" / "wavepe" / ext.RECORD).exists():
-        pytest.skip("no in-place build of wavepe._C in this checkout")
-    assert ext.ORIGIN == "built at install time"
+    monkeypatch.setattr(torch, "__version__", "2.9.1+cu128")
+    with pytest.raises(ImportError, match=r"need torch >= 2\.10 .*this is torch 2\.9\.1\+cu128: upgrade torch"):
+        ext._load()
+
+
+def test_this_checkout_loaded_the_library_built_by_setup_py():
+    """make test runs on the in-place build; a silent fallback to compiling at first use would hide a
+    broken setup.py (the wheel/sdist checks of .ci/check_wheel.sh / check_install.sh test the others)."""
+    import wavepe.ops._extension as ext
+
+    if not (ROOT / "python" / "wavepe" / recipe.TORCH_RECORD_FILE).exists():
+        pytest.skip("no in-place build of the torch ops in this checkout")
+    assert ext.ORIGIN.startswith("built in place (") and ext.LIBRARY == str(ROOT / "python" / "wavepe" /
+                                                                             recipe.TORCH_LIBRARY_FILE)
+    info = ext.build_info()
+    assert info["torch_target"] == "%d.%d" % recipe.TORCH_TARGET and info["origin"] == ext.ORIGIN
+
+
+def test_the_ops_library_keeps_the_stable_abi_contract():
+    """The nm -D contract of .ci/check_stable_abi.py, on this checkout's library: torch only through
+    its stable C shim."""
+    import shutil
+
+    import wavepe.ops._extension as ext
+
+    if shutil.which("nm") is None or shutil.which("readelf") is None:
+        pytest.skip("binutils (nm, readelf) not installed")
+    spec = importlib.util.spec_from_file_location("check_stable_abi", ROOT / ".ci" / "check_stable_abi.py")
+    check = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(check)
+    assert check.violations(ext.LIBRARY) == []
+    assert "libtorch_cpu.so" in check.needed(ext.LIBRARY)
+    assert not [n for n in check.needed(ext.LIBRARY) if n.startswith(("libc10", "libtorch_python", "libgomp"))]
 
 
 # ---------------------------------------------------------------------------------------------------

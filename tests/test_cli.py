@@ -55,9 +55,25 @@ def test_python_dash_m_and_console_script():
     assert r.returncode == 0 and r.stdout.startswith("wavepe ")
 
 
-def test_info(capsys):
+def test_info_says_where_the_ops_came_from(capsys):
+    """`wavepe info` for real: the torch ops are available (the research CLI once imported them from
+    the wrong package and always said "unavailable"), with their origin, target torch, ISA and CUDA."""
+    import wavepe
+    from wavepe.ops import _extension
+
     assert main(["info"]) == 0
-    assert "cpu isa" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    lines = out.splitlines()
+    assert lines[0].startswith(f"wavepe {wavepe.__version__} (")
+    assert f"cpu isa: {wavepe.cpu_isa()}  active: {wavepe.active_isa()}" in lines
+    assert f"torch ops: {_extension.ORIGIN}" in lines, out
+    assert "unavailable" not in out
+    info = _extension.build_info()
+    assert f"the ops target torch >= {info['torch_target']} (ABI-stable)" in out
+    if info["cuda_runtime"]:
+        assert f"cuda kernels: {info['cuda_archs']}" in out
+    else:
+        assert "cuda kernels: none in this build" in out
 
 
 def test_extrapolate_quick_smoke(tmp_path, capsys):

@@ -112,3 +112,61 @@ def test_alibi_slopes(h):
     np.testing.assert_allclose(alibi_slopes(h), ref.alibi_slopes(h), rtol=1e-15)
     if h == 8:
         np.testing.assert_allclose(alibi_slopes(8), [2.0 ** -(i + 1) for i in range(8)])
+
+
+# ---- immutability: a changed field would leave the derived spectrum / tables stale ---------------
+
+WAVELET_FIELDS = {"family": "haar", "scales": np.ones(16), "shifts": np.zeros(16), "normalize": True,
+                  "support_tol": 0.5, "_cache": {}, "_table_key": "x"}
+ROPE_FIELDS = {"theta": math.nan, "rotary_fraction": 0.5, "layout": "interleaved",
+               "scaling": {"type": "linear", "factor": 2.0}, "_spec": "{}"}
+
+
+@pytest.mark.parametrize("field,value", WAVELET_FIELDS.items())
+def test_wavelet_config_fields_cannot_be_assigned(field, value):
+    cfg = WaveletConfig.grid(16)
+    before = cfg.table()[0].copy()
+    with pytest.raises(AttributeError, match=f"WaveletConfig is immutable: cannot set field '{field}'"):
+        setattr(cfg, field, value)
+    with pytest.raises(AttributeError, match=f"cannot set field '{field}'"):
+        delattr(cfg, field)
+    assert cfg == WaveletConfig.grid(16)
+    np.testing.assert_array_equal(cfg.table()[0], before)
+
+
+@pytest.mark.parametrize("field,value", ROPE_FIELDS.items())
+def test_rope_config_fields_cannot_be_assigned(field, value):
+    cfg = RopeConfig(theta=500.0)
+    with pytest.raises(AttributeError, match=f"RopeConfig is immutable: cannot set field '{field}'"):
+        setattr(cfg, field, value)
+    assert cfg.theta == 500.0 and cfg == RopeConfig(theta=500.0)
+
+
+def test_rope_scaling_is_read_only():
+    cfg = RopeConfig(scaling={"type": "linear", "factor": 2.0})
+    with pytest.raises(TypeError):
+        cfg.scaling["factor"] = 8.0
+    assert cfg.scaling == {"type": "linear", "factor": 2.0} and cfg.to_dict()["scaling"] == {"type": "linear",
+                                                                                               "factor": 2.0}
+
+
+def test_replace_makes_a_validated_copy():
+    cfg = RopeConfig(theta=500.0, rotary_fraction=0.5)
+    assert cfg.replace(theta=2048.0) == RopeConfig(theta=2048.0, rotary_fraction=0.5)
+    with pytest.raises(ValueError, match="theta"):
+        cfg.replace(theta=math.nan)
+    with pytest.raises(TypeError, match="unknown field"):
+        cfg.replace(thetaa=1.0)
+    w = WaveletConfig.grid(16)
+    assert w.replace(normalize=True) == WaveletConfig.grid(16, normalize=True)
+    assert w == WaveletConfig.grid(16)
+
+
+def test_copies_and_pickles_are_equal_configs():
+    import copy
+    import pickle
+
+    for cfg in (WaveletConfig.grid(16, family="morlet", normalize=True),
+                RopeConfig(theta=2048.0, scaling={"type": "linear", "factor": 2.0})):
+        for other in (copy.copy(cfg), copy.deepcopy(cfg), pickle.loads(pickle.dumps(cfg))):
+            assert other == cfg and other is not cfg

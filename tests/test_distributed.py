@@ -330,24 +330,23 @@ def test_fsdp2_llama_equals_one_process_on_the_whole_batch(two_ranks):
                                        msg=lambda s: f"{name}: {s}")
 
 
-# ---- the README's torchrun commands (examples/train_distributed.py) -----------------------------------
+# ---- the torchrun commands of docs/distributed.md (examples/train_distributed.py) ---------------------
 
-def readme_torchrun_commands() -> list[str]:
-    with open(os.path.join(ROOT, "README.md"), encoding="utf-8") as f:
+def documented_torchrun_commands() -> list[str]:
+    with open(os.path.join(ROOT, "docs", "distributed.md"), encoding="utf-8") as f:
         text = f.read()
-    section = text.split("\n## Training across devices\n", 1)[1].split("\n## ", 1)[0]
-    return [line.strip() for line in section.splitlines() if line.strip().startswith("torchrun ")]
+    return [line.strip() for line in text.splitlines() if line.strip().startswith("torchrun ")]
 
 
-def test_readme_shows_both_kinds_of_parallelism():
-    modes = [shlex.split(c)[shlex.split(c).index("--mode") + 1] for c in readme_torchrun_commands()]
+def test_docs_show_both_kinds_of_parallelism():
+    modes = [shlex.split(c)[shlex.split(c).index("--mode") + 1] for c in documented_torchrun_commands()]
     assert modes == ["ddp", "context"]
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("command", readme_torchrun_commands())
-def test_readme_torchrun_command_trains(command):
-    # exactly the README's command, with torchrun taken from this interpreter's torch
+@pytest.mark.parametrize("command", documented_torchrun_commands())
+def test_documented_torchrun_command_trains(command):
+    # exactly the documented command, with torchrun taken from this interpreter's torch
     argv = shlex.split(command)
     assert argv[0] == "torchrun"
     argv = [sys.executable, "-m", "torch.distributed.run", *argv[1:]]

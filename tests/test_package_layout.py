@@ -123,3 +123,69 @@ def test_old_paths_imported_first_load_each_module_once():
     pytest.importorskip("torch")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr[-2000:]
+
+
+def module_graph() -> dict[str, set[str]]:
+    """wavepe's modules and the wavepe modules each one imports (lazy imports too).
+
+    ``from . import x`` points at the module ``x`` when there is one; an import of a submodule is
+    not an edge to its packages (their ``__init__`` runs first, but depends on nothing of it)."""
+    files = {module_name(p): p for p in python_files(PACKAGE)}
+    modules = set(files) | {"wavepe._ufuncs", "wavepe._C"}  # the compiled extensions import nothing
+    graph: dict[str, set[str]] = {}
+    for name, path in files.items():
+        found = imports_of(path)
+        edges = {m for m in found if m in modules}
+        # a package named by a `from package import module` line: only the module is imported
+        edges -= {m for m in edges if any(other.startswith(m + ".") for other in edges)}
+        graph[name] = edges - {name}
+    return graph
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components with more than one module (Tarjan), each sorted."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        for w in graph.get(v, ()):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return found
+
+
+def test_cycle_finder_finds_a_circle():
+    assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert cycles({"a": {"b"}, "b": set()}) == []
+
+
+def test_the_data_layer_does_not_import_the_compute_layer():
+    graph = module_graph()
+    assert "wavepe.ufuncs" not in graph["wavepe.config"] and "wavepe.ops" not in graph["wavepe.config"]
+    # config builds its tables through the extension, below it
+    assert "wavepe._wavelet_rows" in graph["wavepe.config"]
+    assert graph["wavepe._wavelet_rows"] <= {"wavepe._ufuncs"}
+
+
+def test_no_import_circle_among_the_library_modules():
+    assert cycles(module_graph()) == []

@@ -380,9 +380,14 @@ def test_gufunc_broadcasts_tables_and_strided_out():
 def test_gufunc_rejects_bad_positions_loudly():
     q = np.ones((3, 4))
     out = np.zeros((3, 5))
-    with pytest.warns(RuntimeWarning, match="invalid value encountered in rel_bias"):
-        wu.rel_bias_gufunc(q, np.ones((0, 4)), 0, 0, True, True, out=out)  # clamp with no rows
-    assert np.isnan(out).all()
+    with pytest.raises(ValueError, match="rel_bias: clamp=True needs a table with at least one row, got 0 rows"):
+        wu.rel_bias_gufunc(q, np.ones((0, 4)), 0, 0, True, True, out=out)
+    with pytest.raises(OverflowError, match=r"rel_bias: r_lo=2305843009213693952 is beyond"):
+        wu.rel_bias_gufunc(q, np.ones((2, 4)), 2**61, 0, True, False, out=out)
+    tables = np.ones((3, 2, 4))
+    tables_out = np.zeros((3, 3, 5))
+    with pytest.raises(ValueError, match="clamp=True needs a table"):  # per-iteration parameters: the last one
+        wu.rel_bias_gufunc(q, tables[:, :0], 0, 0, True, np.array([False, False, True]), out=tables_out)
 
 
 # ---- errors --------------------------------------------------------------------------------
@@ -425,9 +430,10 @@ HUGE_N = np.broadcast_to(np.zeros((1, 1, 16), np.float32), (2**20, 2**20, 16))
         (lambda: wu.wavelet_bias(np.zeros((3, 8), np.float32), CFG16), ValueError,
          r"q.shape\[-1\]=8 does not match config.head_dim=16"),
         (lambda: wu.wavelet_bias(QN, CFG16, q_offset="x"), TypeError, r"q_offset must be an integer"),
-        # the raw ops check what they are given too
-        (lambda: torch.ops.wavepe.rel_bias(Q.int(), T.int(), 0, 0, 3, True, False), TypeError, r"q must be float32"),
-        (lambda: torch.ops.wavepe.rel_bias(Q, T.double(), 0, 0, 3, True, False), TypeError, r"share a dtype"),
+        # the raw ops check what they are given too (every argument error of the compiled ops is a
+        # ValueError: torch's stable ABI carries no TypeError; the typed wrappers above raise TypeError)
+        (lambda: torch.ops.wavepe.rel_bias(Q.int(), T.int(), 0, 0, 3, True, False), ValueError, r"q must be float32"),
+        (lambda: torch.ops.wavepe.rel_bias(Q, T.double(), 0, 0, 3, True, False), ValueError, r"share a dtype"),
         (lambda: torch.ops.wavepe.rel_bias(Q, torch.zeros(5, 4), 0, 0, 3, True, False), ValueError, r"head_dim"),
         (lambda: torch.ops.wavepe.rel_bias(Q, T, 0, 0, -3, True, False), ValueError, r"k_len must be >= 0"),
         (lambda: torch.ops.wavepe.rel_bias(Q, T, 0, 2**62, 3, True, False), ValueError,

@@ -167,7 +167,7 @@ def test_numpy_broadcasting_and_dtypes():
 
 def test_raw_gufunc_paths_and_invalid_values():
     """The gufunc's own loop: strided head vectors, per-iteration parameters,
-    and values the core rejects (NaN plus the invalid flag, never a crash)."""
+    and values the core rejects (a ValueError naming the argument and value, never NaN or a crash)."""
     gen = np.random.default_rng(4)
     x = gen.standard_normal((3, 7, 12))
     inv = ref.rope_inv_freq(1e4, 12)
@@ -179,12 +179,14 @@ def test_raw_gufunc_paths_and_invalid_values():
     for i, (scale, layout, inverse) in enumerate([(1.0, "half", False), (2.0, "interleaved", False),
                                                   (0.5, "interleaved", True)]):
         np.testing.assert_allclose(got[i], ref.rope(x[i], np.arange(7), inv, layout, 4, scale, inverse), atol=1e-14)
-    with pytest.warns(RuntimeWarning, match="invalid value"):
-        bad = wu.rope_gufunc(x, np.arange(7), np.ones(7), 1.0, 0)  # 7 pairs > d/2
-    assert np.isnan(bad).all()
-    with pytest.warns(RuntimeWarning, match="invalid value"):
-        bad = wu.rope_gufunc(x, np.arange(7), inv, 1.0, np.array([0, 9, 0]))  # unknown mode in row 1
-    assert np.isnan(bad[1]).all() and not np.isnan(bad[0]).any()
+    with pytest.raises(ValueError, match=r"rope: inv_freq has 7 entries, more than the d/2=6 pairs"):
+        wu.rope_gufunc(x, np.arange(7), np.ones(7), 1.0, 0)
+    with pytest.raises(ValueError, match=r"rope: mode=9 is not one of 0\.\.3"):
+        wu.rope_gufunc(x, np.arange(7), inv, 1.0, np.array([0, 9, 0]))  # unknown mode in row 1
+    with pytest.raises(ValueError, match=r"rope: scale=nan must be finite"):
+        wu.rope_gufunc(strided, np.arange(7), inv, np.nan, 0)  # the row-by-row path
+    with pytest.raises(ValueError, match=r"rope: inv_freq\[2\]=inf must be finite"):
+        wu.rope_gufunc(x, np.arange(7), np.array([1.0, 0.5, np.inf]), 1.0, 0)
 
 
 # ---- Hugging Face ----------------------------------------------------------------
@@ -541,7 +543,7 @@ INV8 = torch.from_numpy(ref.rope_inv_freq(1e4, 8))
          "q must be a floating-point tensor"),
         # the raw op checks too (what torch.ops.wavepe.rope callers get)
         (lambda: torch.ops.wavepe.rope(_q(1, 2, 3, 8), None, None, 0, INV8.float(), 4, "half", 1.0, False),
-         TypeError, "inv_freq must be float64"),
+         ValueError, "inv_freq must be float64"),
         (lambda: torch.ops.wavepe.rope(_q(1, 2, 3, 8), None, torch.arange(3), 5, INV8, 4, "half", 1.0, False),
          ValueError, "offset must be 0 when positions is a tensor"),
         (lambda: torch.ops.wavepe.rope(_q(1, 2, 3, 8), None, None, 0, INV8, 4, "neox", 1.0, False),
@@ -553,7 +555,7 @@ INV8 = torch.from_numpy(ref.rope_inv_freq(1e4, 8))
         (lambda: torch.ops.wavepe.rope(_q(1, 2, 3, 8), None, None, 2**63 - 2, INV8, 4, "half", 1.0, False),
          ValueError, "overflow"),
         (lambda: torch.ops.wavepe.rope(_q(1, 2, 3, 8).to(torch.bfloat16), None, None, 0, INV8, 4, "half", 1.0,
-                                       False), TypeError, "q must be float32 or float64"),
+                                       False), ValueError, "q must be float32 or float64"),
         # the fake kernel (torch.compile, meta tensors) applies the same shape rules
         (lambda: torch.ops.wavepe.rope(torch.empty(1, 2, 3, 7, device="meta"), None, None, 0,
                                        torch.empty(3, dtype=torch.float64, device="meta"), 3, "half", 1.0, False),

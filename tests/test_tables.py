@@ -207,14 +207,14 @@ def test_an_equal_config_dropped_first_leaves_the_live_one_usable():
 
     a = WaveletConfig.grid(32)
     b = WaveletConfig.grid(32)
-    assert a == b and a._table_key == b._table_key
+    assert a == b and a.table_key == b.table_key
     del b
     gc.collect()
     # a live config of that key (earlier tests may keep another equal one alive, e.g. the default grid of 32)
-    assert _config_of(a._table_key) == a
+    assert _config_of(a.table_key) == a
     q = torch.randn(1, 1, 8, 32)
     assert torch.isfinite(wo.wavelet_attention(q, q, q, config=a)).all()
     c = WaveletConfig.grid(32)
     del a
     gc.collect()
-    assert _config_of(c._table_key) == c
+    assert _config_of(c.table_key) == c

@@ -33,8 +33,8 @@ int wavepe_np_add_rope_gufunc(PyObject *module);
 
 /* The ISA for a call made with the GIL held: 0, or -1 with ValueError set
  * when WAVEPE_ISA names an ISA this CPU cannot run (or an unknown one).  The
- * element-wise ufunc loops, which cannot raise, use wavepe_active_isa()
- * (which falls back to the best supported ISA). */
+ * element-wise ufunc loops use wavepe_active_isa() (which falls back to the
+ * best supported ISA); the Python front ends check WAVEPE_ISA first. */
 static inline int wavepe_np_active_isa(wavepe_isa *isa) {
     char message[256];
     if (wavepe_active_isa_checked(isa, message, sizeof(message)) != WAVEPE_OK) {
@@ -42,6 +42,21 @@ static inline int wavepe_np_active_isa(wavepe_isa *isa) {
         return -1;
     }
     return 0;
+}
+
+/* Raise from inside a ufunc loop, which runs without the GIL: an exception of the core's status
+ * (MemoryError, OverflowError, else ValueError) with "<ufunc>: <message>".  NumPy checks for a
+ * set exception when the loop returns and raises it; the loop must return at once (the output is
+ * then never seen).  The first error of a call wins. */
+static inline void wavepe_np_loop_raise(int status, const char *ufunc, const char *message) {
+    PyGILState_STATE gil = PyGILState_Ensure();
+    if (!PyErr_Occurred()) {
+        PyObject *exc = status == WAVEPE_E_NOMEM      ? PyExc_MemoryError
+                        : status == WAVEPE_E_OVERFLOW ? PyExc_OverflowError
+                                                      : PyExc_ValueError;
+        PyErr_Format(exc, "%s: %s", ufunc, message);
+    }
+    PyGILState_Release(gil);
 }
 
 /* Byte stride -> element stride; -1 when the stride is not a multiple of the

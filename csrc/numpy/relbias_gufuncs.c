@@ -17,16 +17,14 @@
  * iteration is its own plan, through contiguous scratch copies where the
  * layout is not the core's (strided head or key dimension, misaligned data).
  *
- * Arguments are validated by wavepe/ufuncs.py before the gufunc runs.  A
- * direct call with values the core rejects (positions beyond +-2^60, clamp
- * with an empty table) cannot raise from inside the loop: the loop fills
- * that output with NaN and raises the floating-point invalid flag, which
- * NumPy reports as "invalid value encountered in rel_bias".
+ * wavepe/ufuncs.py validates arguments before the gufunc runs.  A direct
+ * call with values the core rejects (positions beyond +-2^60, clamp=True with
+ * an empty table) raises the core's message as a ValueError (OverflowError,
+ * MemoryError) from the loop, which then stops: no output is half written
+ * without an exception.
  */
 #include "np_common.h"
 
-#include <fenv.h>
-#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -53,26 +51,15 @@ static void copy_matrix(char *strided, npy_intp rows, npy_intp cols, npy_intp s_
         }
 }
 
-static void fill_nan(char *out, npy_intp rows, npy_intp cols, npy_intp s_row, npy_intp s_col, int f32) {
-    for (npy_intp i = 0; i < rows; ++i)
-        for (npy_intp j = 0; j < cols; ++j) {
-            char *p = out + i * s_row + j * s_col;
-            if (f32) {
-                const float v = NAN;
-                memcpy(p, &v, sizeof v);
-            } else {
-                const double v = NAN;
-                memcpy(p, &v, sizeof v);
-            }
-        }
-    feraiseexcept(FE_INVALID); /* NumPy turns the flag into its invalid-value warning */
-}
-
-/* Run the forward of *a on this thread: 0, or -1 when the core rejects it. */
+/* Run the forward of *a on this thread: 0, or -1 with the core's reason raised. */
 static int run_plan(const wavepe_relbias_args *a) {
     wavepe_relbias_plan *plan = NULL;
-    if (wavepe_relbias_plan_create(wavepe_active_isa(), a, WAVEPE_RELBIAS_FORWARD, 1, &plan, NULL) != WAVEPE_OK)
+    wavepe_error err = {{0}};
+    const int status = wavepe_relbias_plan_create(wavepe_active_isa(), a, WAVEPE_RELBIAS_FORWARD, 1, &plan, &err);
+    if (status != WAVEPE_OK) {
+        wavepe_np_loop_raise(status, "rel_bias", err.message);
         return -1;
+    }
     for (int phase = 0; phase < 3; ++phase) wavepe_relbias_run(plan, phase, 0, wavepe_relbias_units(plan, phase));
     wavepe_relbias_plan_free(plan);
     return 0;
@@ -94,7 +81,8 @@ static void read_params(char **args, const npy_intp *steps, npy_intp it, wavepe_
 
 static void rel_bias_loop(char **args, const npy_intp *dims, const npy_intp *steps, int f32) {
     const npy_intp item = f32 ? 4 : 8;
-    const npy_intp outer = dims[0], m = dims[1], d = dims[2], rows = dims[3], n = dims[4];
+    npy_intp outer = dims[0];
+    const npy_intp m = dims[1], d = dims[2], rows = dims[3], n = dims[4];
     const npy_intp qs_m = steps[7], qs_d = steps[8], ts_r = steps[9], ts_d = steps[10];
     const npy_intp os_m = steps[11], os_n = steps[12];
     if (outer == 0) return;
@@ -120,8 +108,7 @@ static void rel_bias_loop(char **args, const npy_intp *dims, const npy_intp *ste
         a.bias = args[6];
         a.bias_stride_g = steps[6] / item;
         a.bias_stride_m = m > 1 ? os_m / item : n;
-        if (run_plan(&a) < 0)
-            for (npy_intp it = 0; it < outer; ++it) fill_nan(args[6] + it * steps[6], m, n, os_m, os_n, f32);
+        run_plan(&a);
         return;
     }
 
@@ -129,12 +116,12 @@ static void rel_bias_loop(char **args, const npy_intp *dims, const npy_intp *ste
     char *q_buf = malloc((size_t)(m * d * item) + 1), *t_buf = malloc((size_t)(rows * d * item) + 1);
     char *o_buf = malloc((size_t)(m * n * item) + 1);
     a.batch = 1;
+    if (q_buf == NULL || t_buf == NULL || o_buf == NULL) {
+        wavepe_np_loop_raise(WAVEPE_E_NOMEM, "rel_bias", "out of memory for the scratch copies of one iteration");
+        outer = 0;
+    }
     for (npy_intp it = 0; it < outer; ++it) {
         char *q = args[0] + it * steps[0], *table = args[1] + it * steps[1], *out = args[6] + it * steps[6];
-        if (q_buf == NULL || t_buf == NULL || o_buf == NULL) { /* out of memory inside a loop that cannot raise */
-            fill_nan(out, m, n, os_m, os_n, f32);
-            continue;
-        }
         read_params(args, steps, it, &a);
         if (dense_rows(q, m, d, qs_m, qs_d, item)) {
             a.q = q;
@@ -153,8 +140,8 @@ static void rel_bias_loop(char **args, const npy_intp *dims, const npy_intp *ste
         const int out_direct = dense_rows(out, m, n, os_m, os_n, item);
         a.bias = out_direct ? out : o_buf;
         a.bias_stride_m = out_direct && m > 1 ? os_m / item : n;
-        if (run_plan(&a) < 0) fill_nan(out, m, n, os_m, os_n, f32);
-        else if (!out_direct) copy_matrix(out, m, n, os_m, os_n, o_buf, item, 0);
+        if (run_plan(&a) < 0) break;
+        if (!out_direct) copy_matrix(out, m, n, os_m, os_n, o_buf, item, 0);
     }
     free(q_buf);
     free(t_buf);

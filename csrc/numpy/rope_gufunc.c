@@ -11,16 +11,17 @@
  * The inner loop hands the whole outer loop to the core's plan in one call: when
  * positions are shared by the outer iterations they become the core's heads
  * (cos/sin computed once per position for all of them); otherwise its batch.
- * Arguments are validated by wavepe/ufuncs.py; values the core cannot take
- * (odd d, p > d/2, unknown mode, non-finite scale or inv_freq) give NaN
- * rows and raise the "invalid" floating-point flag, which NumPy reports as a
- * RuntimeWarning: a legacy loop cannot raise an exception, but it must never
- * read out of bounds or stay silent.
+ * wavepe/ufuncs.py validates arguments before the gufunc runs.  A direct call
+ * with values the core cannot take (odd d, p > d/2, a mode outside 0..3, a
+ * non-finite scale or inv_freq) raises a ValueError naming the argument and
+ * its value from the loop, which then stops: it never reads out of bounds and
+ * never returns an output without an exception.
  */
 #include "np_common.h"
 
-#include <fenv.h>
+#include <inttypes.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -35,41 +36,48 @@ typedef struct loop_geometry {
     npy_intp x_sl, x_sd, pos_sl, inv_sp, out_sl, out_sd;
 } loop_geometry;
 
-static void fill_nan(char *out, const loop_geometry *g, npy_intp itemsize) {
-    for (npy_intp l = 0; l < g->len; ++l)
-        for (npy_intp j = 0; j < g->d; ++j) {
-            char *p = out + l * g->out_sl + j * g->out_sd;
-            if (itemsize == 4) {
-                const float v = NAN;
-                memcpy(p, &v, sizeof v);
-            } else {
-                const double v = NAN;
-                memcpy(p, &v, sizeof v);
-            }
-        }
-    feraiseexcept(FE_INVALID);
-}
-
-/* The core's plan over *a, run on this thread; 0, or -1 when the core
- * rejects the arguments (or is out of memory). */
+/* The core's plan over *a, run on this thread; 0, or -1 with the core's reason raised (it
+ * rejects the arguments, or is out of memory). */
 static int run_core(wavepe_rope_args *a, npy_intp itemsize) {
     a->dtype = itemsize == 4 ? WAVEPE_F32 : WAVEPE_F64;
     wavepe_rope_plan *plan = NULL;
-    if (wavepe_rope_plan_create(wavepe_active_isa(), a, &plan, NULL) != WAVEPE_OK) return -1;
+    wavepe_error err = {{0}};
+    const int status = wavepe_rope_plan_create(wavepe_active_isa(), a, &plan, &err);
+    if (status != WAVEPE_OK) {
+        wavepe_np_loop_raise(status, "rope", err.message);
+        return -1;
+    }
     wavepe_rope_run(plan, 0, 0, wavepe_rope_units(plan, 0));
     wavepe_rope_plan_free(plan);
     return 0;
 }
 
 /* Parameters of outer iteration i as core arguments; inv is a contiguous copy
- * when the operand is strided.  Returns 0, or -1 when the values are invalid. */
+ * when the operand is strided.  Returns 0, or -1 with a ValueError raised that
+ * names the invalid argument and its value. */
 static int read_params(char **args, const loop_geometry *g, npy_intp i, const double **inv, double *inv_buf,
                        wavepe_rope_args *a) {
     double scale;
     npy_int64 mode;
     memcpy(&scale, args[ARG_SCALE] + i * g->steps[ARG_SCALE], sizeof scale);
     memcpy(&mode, args[ARG_MODE] + i * g->steps[ARG_MODE], sizeof mode);
-    if (mode < 0 || mode > 3 || !isfinite(scale) || g->d % 2 != 0 || g->pairs > g->d / 2) return -1;
+    char message[160];
+    if (mode < 0 || mode > 3)
+        snprintf(message, sizeof message,
+                 "mode=%" PRId64 " is not one of 0..3 (bit 0: interleaved layout, bit 1: inverse)", (int64_t)mode);
+    else if (!isfinite(scale))
+        snprintf(message, sizeof message, "scale=%g must be finite", scale);
+    else if (g->d % 2 != 0)
+        snprintf(message, sizeof message, "x's last dimension d=%" PRId64 " must be even (pairs)", (int64_t)g->d);
+    else if (g->pairs > g->d / 2)
+        snprintf(message, sizeof message, "inv_freq has %" PRId64 " entries, more than the d/2=%" PRId64 " pairs of x",
+                 (int64_t)g->pairs, (int64_t)(g->d / 2));
+    else
+        message[0] = '\0';
+    if (message[0] != '\0') {
+        wavepe_np_loop_raise(WAVEPE_E_INVALID, "rope", message);
+        return -1;
+    }
     const char *src = args[ARG_INV] + i * g->steps[ARG_INV];
     if (g->inv_sp == (npy_intp)sizeof(double) && (uintptr_t)src % sizeof(double) == 0) {
         *inv = (const double *)src;
@@ -78,7 +86,11 @@ static int read_params(char **args, const loop_geometry *g, npy_intp i, const do
         *inv = inv_buf;
     }
     for (npy_intp p = 0; p < g->pairs; ++p)
-        if (!isfinite((*inv)[p])) return -1;
+        if (!isfinite((*inv)[p])) {
+            snprintf(message, sizeof message, "inv_freq[%" PRId64 "]=%g must be finite", (int64_t)p, (*inv)[p]);
+            wavepe_np_loop_raise(WAVEPE_E_INVALID, "rope", message);
+            return -1;
+        }
     a->layout = (mode & 1) ? WAVEPE_ROPE_INTERLEAVED : WAVEPE_ROPE_HALF;
     a->inverse = (mode & 2) ? 1 : 0;
     a->scale = scale;
@@ -92,8 +104,9 @@ static int read_params(char **args, const loop_geometry *g, npy_intp i, const do
 static int64_t es(npy_intp byte_stride, npy_intp itemsize) { return wavepe_np_elem_stride(byte_stride, itemsize); }
 
 /* Row by row through a contiguous scratch vector: for head vectors whose d
- * elements are not contiguous (or misaligned), which the core does not take. */
-static void rope_rows_via_scratch(char **args, const loop_geometry *g, npy_intp i, wavepe_rope_args *a,
+ * elements are not contiguous (or misaligned), which the core does not take.
+ * 0, or -1 with an exception raised. */
+static int rope_rows_via_scratch(char **args, const loop_geometry *g, npy_intp i, wavepe_rope_args *a,
                                   npy_intp itemsize, char *scratch) {
     char *in_buf = scratch, *out_buf = scratch + g->d * itemsize;
     a->batch = 1, a->len = 1;
@@ -109,12 +122,10 @@ static void rope_rows_via_scratch(char **args, const loop_geometry *g, npy_intp 
         memcpy(&pos, args[ARG_POS] + i * g->steps[ARG_POS] + l * g->pos_sl, sizeof pos);
         for (npy_intp j = 0; j < g->d; ++j) memcpy(in_buf + j * itemsize, x + j * g->x_sd, (size_t)itemsize);
         a->offset = pos;
-        if (run_core(a, itemsize) < 0) {
-            fill_nan(args[ARG_OUT] + i * g->steps[ARG_OUT], g, itemsize);
-            return;
-        }
+        if (run_core(a, itemsize) < 0) return -1;
         for (npy_intp j = 0; j < g->d; ++j) memcpy(y + j * g->out_sd, out_buf + j * itemsize, (size_t)itemsize);
     }
+    return 0;
 }
 
 static void rope_loop(char **args, const npy_intp *dimensions, const npy_intp *steps, npy_intp itemsize) {
@@ -141,8 +152,8 @@ static void rope_loop(char **args, const npy_intp *dimensions, const npy_intp *s
     char *scratch = NULL;
     if (g.pairs > 256) inv_buf = malloc(sizeof(double) * (size_t)g.pairs);
     if (!direct) scratch = malloc((size_t)(2 * g.d * itemsize));
-    if (inv_buf == NULL || (!direct && scratch == NULL)) { /* out of memory: loud NaN */
-        for (npy_intp i = 0; i < g.n; ++i) fill_nan(args[ARG_OUT] + i * steps[ARG_OUT], &g, itemsize);
+    if (inv_buf == NULL || (!direct && scratch == NULL)) {
+        wavepe_np_loop_raise(WAVEPE_E_NOMEM, "rope", "out of memory for the loop's scratch vectors");
         goto done;
     }
 
@@ -151,10 +162,7 @@ static void rope_loop(char **args, const npy_intp *dimensions, const npy_intp *s
         wavepe_rope_args a;
         memset(&a, 0, sizeof a);
         const double *inv;
-        if (read_params(args, &g, 0, &inv, inv_buf, &a) < 0) {
-            for (npy_intp i = 0; i < g.n; ++i) fill_nan(args[ARG_OUT] + i * steps[ARG_OUT], &g, itemsize);
-            goto done;
-        }
+        if (read_params(args, &g, 0, &inv, inv_buf, &a) < 0) goto done;
         a.len = g.len;
         a.positions = (const int64_t *)args[ARG_POS];
         a.pos_stride_l = pos_sl;
@@ -167,8 +175,7 @@ static void rope_loop(char **args, const npy_intp *dimensions, const npy_intp *s
             a.batch = g.n, a.q.heads = 1;
             a.q.in_stride_b = x_sn, a.q.out_stride_b = out_sn, a.pos_stride_b = pos_sn;
         }
-        if (run_core(&a, itemsize) < 0)
-            for (npy_intp i = 0; i < g.n; ++i) fill_nan(args[ARG_OUT] + i * steps[ARG_OUT], &g, itemsize);
+        run_core(&a, itemsize);
         goto done;
     }
 
@@ -177,12 +184,9 @@ static void rope_loop(char **args, const npy_intp *dimensions, const npy_intp *s
         memset(&a, 0, sizeof a);
         const double *inv;
         char *out_i = args[ARG_OUT] + i * steps[ARG_OUT];
-        if (read_params(args, &g, i, &inv, inv_buf, &a) < 0) {
-            fill_nan(out_i, &g, itemsize);
-            continue;
-        }
+        if (read_params(args, &g, i, &inv, inv_buf, &a) < 0) break;
         if (!direct) {
-            rope_rows_via_scratch(args, &g, i, &a, itemsize, scratch);
+            if (rope_rows_via_scratch(args, &g, i, &a, itemsize, scratch) < 0) break;
             continue;
         }
         a.batch = 1, a.len = g.len, a.q.heads = 1;
@@ -190,7 +194,7 @@ static void rope_loop(char **args, const npy_intp *dimensions, const npy_intp *s
         a.pos_stride_l = pos_sl;
         a.q.in = args[ARG_X] + i * steps[ARG_X], a.q.out = out_i;
         a.q.in_stride_l = x_sl, a.q.out_stride_l = out_sl;
-        if (run_core(&a, itemsize) < 0) fill_nan(out_i, &g, itemsize);
+        if (run_core(&a, itemsize) < 0) break;
     }
 done:
     if (inv_buf != inv_stack) free(inv_buf);
@@ -219,7 +223,8 @@ static const char rope_doc[] =
     "Rotary position embedding, gufunc (l,d),(l),(p),(),()->(l,d) over the C core.\n"
     "x float32/float64; positions int64; inv_freq float64 of the p = rotary_pairs pairs that\n"
     "rotate (p <= d/2); scale float64; mode int64: bit 0 interleaved layout, bit 1 inverse.\n"
-    "Unvalidated: call wavepe.ufuncs.rope / rope_inv_freq, which check every argument.";
+    "Values the kernels cannot take raise ValueError; wavepe.ufuncs.rope / rope_inv_freq\n"
+    "check every argument first (types, shapes, positions).";
 
 int wavepe_np_add_rope_gufunc(PyObject *module) {
     PyObject *uf = PyUFunc_FromFuncAndDataAndSignature(rope_loops, rope_data, rope_types, 2, 5, 1, PyUFunc_None,

@@ -5,15 +5,16 @@
 // One body for CPU and CUDA: it fills wavepe_alibi_args (csrc/core/alibi.h)
 // once, validates it, and wavepe::launch runs it on the slopes' device.
 #include "launch.h"
-#include "torch_common.h"
 
 namespace {
 
-at::Tensor alibi_bias(const at::Tensor& slopes_in, int64_t q_len, int64_t k_len, int64_t q_offset, bool causal) {
+using wavepe::Tensor;
+
+Tensor alibi_bias(const Tensor& slopes_in, int64_t q_len, int64_t k_len, int64_t q_offset, bool causal) {
     wavepe_alibi_args a{};
     a.dtype = wavepe::dtype_of(slopes_in, "slopes");
     wavepe::check_dim(slopes_in, 1, "slopes");
-    const at::Tensor slopes = slopes_in.contiguous();
+    const Tensor slopes = wavepe::contiguous(slopes_in);
     a.heads = slopes.size(0);
     a.m = q_len;
     a.n = k_len;
@@ -23,19 +24,19 @@ at::Tensor alibi_bias(const at::Tensor& slopes_in, int64_t q_len, int64_t k_len,
     a.out_stride_m = k_len;
     wavepe_error err{};
     wavepe::check_sizes(wavepe_alibi_validate(&a, &err), err, "alibi_bias");
-    at::Tensor out = at::empty({a.heads, q_len, k_len}, slopes.options());
+    Tensor out = wavepe::empty({a.heads, q_len, k_len}, slopes);
     a.slopes = slopes.data_ptr();
     a.out = out.data_ptr();
     wavepe::check_status(wavepe_alibi_validate(&a, &err), err, "alibi_bias");
-    wavepe::launch(a, slopes.device(), "alibi_bias");
+    wavepe::launch(a, slopes, "alibi_bias");
     return out;
 }
 
-void register_alibi(torch::Library& m) { m.impl("alibi_bias", &alibi_bias); }
+void register_alibi(torch::stable::detail::StableLibrary& m) { m.impl("alibi_bias", TORCH_BOX(&alibi_bias)); }
 
 }  // namespace
 
-TORCH_LIBRARY_FRAGMENT(wavepe, m) {
+STABLE_TORCH_LIBRARY_FRAGMENT(wavepe, m) {
     m.def("alibi_bias(Tensor slopes, SymInt q_len, SymInt k_len, SymInt q_offset, bool causal) -> Tensor");
 }
 

@@ -15,21 +15,22 @@
 #include <vector>
 
 #include "launch.h"
-#include "torch_common.h"
 
 namespace {
 
-void strides3(int64_t dst[3], const at::Tensor& t) {
+using wavepe::Tensor;
+
+void strides3(int64_t dst[3], const Tensor& t) {
     for (int i = 0; i < 3; ++i) dst[i] = t.stride(i);
 }
 
 // The tensors the struct points into (kept alive for the call).
 struct Prepared {
-    at::Tensor q, k, v, table, slopes, kpm;
+    Tensor q, k, v, table, slopes, kpm;
 };
 
-Prepared prepare(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const std::optional<at::Tensor>& table,
-                 const std::optional<at::Tensor>& slopes, const std::optional<at::Tensor>& kpm, wavepe_attention_args& a,
+Prepared prepare(const Tensor& q, const Tensor& k, const Tensor& v, const std::optional<Tensor>& table,
+                 const std::optional<Tensor>& slopes, const std::optional<Tensor>& kpm, wavepe_attention_args& a,
                  int64_t r_lo, bool clamp, double scale, int64_t q_offset, bool causal) {
     a = wavepe_attention_args{};
     a.dtype = wavepe::dtype_of(q, "q");
@@ -38,9 +39,10 @@ Prepared prepare(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, 
     wavepe::check_dim(q, 4, "q");
     wavepe::check_dim(k, 4, "k");
     wavepe::check_dim(v, 4, "v");
-    TORCH_CHECK_VALUE(k.sizes() == v.sizes(), "k and v must have the same shape, got ", k.sizes(), " and ", v.sizes());
-    TORCH_CHECK_VALUE(k.size(0) == q.size(0) && k.size(3) == q.size(3), "k must be (B, H_kv, N, d) with q's B=",
-                      q.size(0), " and d=", q.size(3), ", got ", k.sizes());
+    WAVEPE_CHECK_VALUE(wavepe::same_sizes(k.sizes(), v.sizes()), "k and v must have the same shape, got ",
+                       wavepe::shape(k), " and ", wavepe::shape(v));
+    WAVEPE_CHECK_VALUE(k.size(0) == q.size(0) && k.size(3) == q.size(3), "k must be (B, H_kv, N, d) with q's B=",
+                       q.size(0), " and d=", q.size(3), ", got ", wavepe::shape(k));
     Prepared p;
     p.q = wavepe::last_dim_contiguous(q);
     p.k = wavepe::last_dim_contiguous(k);
@@ -63,9 +65,9 @@ Prepared prepare(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, 
     if (table.has_value()) {
         wavepe::check_like(*table, "table", q, "q");
         wavepe::check_dim(*table, 2, "table");
-        TORCH_CHECK_VALUE(table->size(1) == q.size(3), "table.shape[1]=", table->size(1),
-                          " does not match q.shape[-1]=", q.size(3), " (head_dim)");
-        p.table = table->contiguous();
+        WAVEPE_CHECK_VALUE(table->size(1) == q.size(3), "table.shape[1]=", table->size(1),
+                           " does not match q.shape[-1]=", q.size(3), " (head_dim)");
+        p.table = wavepe::contiguous(*table);
         a.table = p.table.data_ptr();
         a.table_rows = p.table.size(0);
         a.r_lo = r_lo;
@@ -73,71 +75,73 @@ Prepared prepare(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, 
     }
     if (slopes.has_value()) {
         wavepe::check_same_device(*slopes, "alibi_slopes", q, "q");
-        TORCH_CHECK_TYPE(at::isFloatingType(slopes->scalar_type()), "alibi_slopes must be a floating-point tensor, got ",
-                         slopes->scalar_type());
+        WAVEPE_CHECK_VALUE(wavepe::is_floating(slopes->scalar_type()),
+                           "alibi_slopes must be a floating-point tensor, got ", wavepe::dtype_name(slopes->scalar_type()));
         wavepe::check_dim(*slopes, 1, "alibi_slopes");
-        TORCH_CHECK_VALUE(slopes->size(0) == a.heads, "alibi_slopes must have one slope per head (", a.heads, "), got ",
-                          slopes->size(0));
-        p.slopes = slopes->to(wavepe::acc_dtype(q)).contiguous();
+        WAVEPE_CHECK_VALUE(slopes->size(0) == a.heads, "alibi_slopes must have one slope per head (", a.heads,
+                           "), got ", slopes->size(0));
+        p.slopes = wavepe::contiguous(wavepe::to_dtype(*slopes, wavepe::acc_dtype(q)));
         a.slopes = p.slopes.data_ptr();
     }
     if (kpm.has_value()) {
         wavepe::check_same_device(*kpm, "key_padding_mask", q, "q");
-        TORCH_CHECK_TYPE(kpm->scalar_type() == at::kBool, "key_padding_mask must be a bool tensor, got ",
-                         kpm->scalar_type());
-        TORCH_CHECK_VALUE(kpm->dim() == 2 && kpm->size(0) == a.batch && kpm->size(1) == a.n,
-                          "key_padding_mask must be (B, N) = (", a.batch, ", ", a.n, "), got ", kpm->sizes());
+        WAVEPE_CHECK_VALUE(kpm->scalar_type() == wavepe::ScalarType::Bool, "key_padding_mask must be a bool tensor, got ",
+                           wavepe::dtype_name(kpm->scalar_type()));
+        WAVEPE_CHECK_VALUE(kpm->dim() == 2 && kpm->size(0) == a.batch && kpm->size(1) == a.n,
+                           "key_padding_mask must be (B, N) = (", a.batch, ", ", a.n, "), got ", wavepe::shape(*kpm));
         p.kpm = wavepe::last_dim_contiguous(*kpm);
-        a.key_padding_mask = reinterpret_cast<const uint8_t*>(p.kpm.data_ptr<bool>());
+        a.key_padding_mask = static_cast<const uint8_t*>(p.kpm.data_ptr());  // torch's bool is one byte, 0 or 1
         a.kpm_stride = p.kpm.stride(0);
     }
     return p;
 }
 
-std::tuple<at::Tensor, at::Tensor> attention_fwd(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                                                 const std::optional<at::Tensor>& table, int64_t r_lo, bool clamp,
-                                                 const std::optional<at::Tensor>& slopes,
-                                                 const std::optional<at::Tensor>& key_padding_mask, double scale,
+std::tuple<Tensor, Tensor> attention_fwd(const Tensor& q, const Tensor& k, const Tensor& v,
+                                                 const std::optional<Tensor>& table, int64_t r_lo, bool clamp,
+                                                 const std::optional<Tensor>& slopes,
+                                                 const std::optional<Tensor>& key_padding_mask, double scale,
                                                  int64_t q_offset, bool causal) {
     wavepe_attention_args a;
     const Prepared p = prepare(q, k, v, table, slopes, key_padding_mask, a, r_lo, clamp, scale, q_offset, causal);
     wavepe_error err{};
     wavepe::check_sizes(wavepe_attention_validate(&a, 0, &err), err, "wavelet_attention");
-    at::Tensor out = at::empty({a.batch, a.heads, a.m, a.d}, q.options());
-    at::Tensor lse = at::empty({a.batch, a.heads, a.m}, q.options().dtype(wavepe::acc_dtype(q)));
+    Tensor out = wavepe::empty({a.batch, a.heads, a.m, a.d}, q);
+    Tensor lse = wavepe::empty({a.batch, a.heads, a.m}, q, wavepe::acc_dtype(q));
     a.out = out.data_ptr();
     a.lse = lse.data_ptr();
     strides3(a.out_strides, out);
     wavepe::check_status(wavepe_attention_validate(&a, 0, &err), err, "wavelet_attention");
-    wavepe::launch(a, false, q.device(), "wavelet_attention");
+    wavepe::launch(a, false, q, "wavelet_attention");
     return {out, lse};
 }
 
-std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> attention_bwd(
-    const at::Tensor& grad_out, const std::optional<at::Tensor>& grad_lse, const at::Tensor& q, const at::Tensor& k,
-    const at::Tensor& v, const at::Tensor& out, const at::Tensor& lse, const std::optional<at::Tensor>& table,
-    int64_t r_lo, bool clamp, const std::optional<at::Tensor>& slopes,
-    const std::optional<at::Tensor>& key_padding_mask, double scale, int64_t q_offset, bool causal, bool table_grad,
+std::tuple<Tensor, Tensor, Tensor, Tensor, Tensor> attention_bwd(
+    const Tensor& grad_out, const std::optional<Tensor>& grad_lse, const Tensor& q, const Tensor& k,
+    const Tensor& v, const Tensor& out, const Tensor& lse, const std::optional<Tensor>& table,
+    int64_t r_lo, bool clamp, const std::optional<Tensor>& slopes,
+    const std::optional<Tensor>& key_padding_mask, double scale, int64_t q_offset, bool causal, bool table_grad,
     bool slopes_grad) {
     wavepe_attention_args a;
     const Prepared p = prepare(q, k, v, table, slopes, key_padding_mask, a, r_lo, clamp, scale, q_offset, causal);
-    const auto check_like_q = [&](const at::Tensor& t, const char* name) {
+    const auto check_like_q = [&](const Tensor& t, const char* name) {
         wavepe::check_like(t, name, q, "q");
-        TORCH_CHECK_VALUE(t.sizes() == q.sizes(), name, " must have q's shape ", q.sizes(), ", got ", t.sizes());
+        WAVEPE_CHECK_VALUE(wavepe::same_sizes(t.sizes(), q.sizes()), name, " must have q's shape ", wavepe::shape(q),
+                           ", got ", wavepe::shape(t));
     };
     check_like_q(grad_out, "grad_out");
     check_like_q(out, "out");
     const std::vector<int64_t> lse_shape{a.batch, a.heads, a.m};
-    const at::ScalarType acc = wavepe::acc_dtype(q);
+    const wavepe::ScalarType acc = wavepe::acc_dtype(q);
     wavepe::check_same_device(lse, "lse", q, "q");
-    TORCH_CHECK_VALUE(lse.sizes() == lse_shape, "lse must be (B, H, M), got ", lse.sizes());
-    const at::Tensor go = wavepe::last_dim_contiguous(grad_out), o = wavepe::last_dim_contiguous(out);
-    const at::Tensor l = lse.to(acc).contiguous();
-    at::Tensor gl;
+    WAVEPE_CHECK_VALUE(wavepe::same_sizes(lse.sizes(), lse_shape), "lse must be (B, H, M), got ", wavepe::shape(lse));
+    const Tensor go = wavepe::last_dim_contiguous(grad_out), o = wavepe::last_dim_contiguous(out);
+    const Tensor l = wavepe::contiguous(wavepe::to_dtype(lse, acc));
+    Tensor gl;
     if (grad_lse.has_value()) {
         wavepe::check_same_device(*grad_lse, "grad_lse", q, "q");
-        TORCH_CHECK_VALUE(grad_lse->sizes() == lse_shape, "grad_lse must be (B, H, M), got ", grad_lse->sizes());
-        gl = grad_lse->to(acc).contiguous();
+        WAVEPE_CHECK_VALUE(wavepe::same_sizes(grad_lse->sizes(), lse_shape), "grad_lse must be (B, H, M), got ",
+                           wavepe::shape(*grad_lse));
+        gl = wavepe::contiguous(wavepe::to_dtype(*grad_lse, acc));
         a.dlse = gl.data_ptr();
     }
     a.out = const_cast<void*>(o.data_ptr());
@@ -147,35 +151,35 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> attention
     strides3(a.dout_strides, go);
     wavepe_error err{};
     wavepe::check_sizes(wavepe_attention_validate(&a, 1, &err), err, "wavelet_attention backward");
-    at::Tensor dq = at::empty({a.batch, a.heads, a.m, a.d}, q.options());
-    at::Tensor dk = at::empty({a.batch, a.kv_heads, a.n, a.d}, q.options());
-    at::Tensor dv = at::empty({a.batch, a.kv_heads, a.n, a.d}, q.options());
-    at::Tensor dtable = at::empty({0}, q.options()), dslopes_acc, dslopes = at::empty({0}, q.options());
+    Tensor dq = wavepe::empty({a.batch, a.heads, a.m, a.d}, q);
+    Tensor dk = wavepe::empty({a.batch, a.kv_heads, a.n, a.d}, q);
+    Tensor dv = wavepe::empty({a.batch, a.kv_heads, a.n, a.d}, q);
+    Tensor dtable = wavepe::empty({0}, q), dslopes_acc, dslopes = wavepe::empty({0}, q);
     a.dq = dq.data_ptr();
     a.dk = dk.data_ptr();
     a.dv = dv.data_ptr();
     if (table_grad && a.table != nullptr) {
-        dtable = at::empty({a.table_rows, a.d}, q.options());
+        dtable = wavepe::empty({a.table_rows, a.d}, q);
         a.dtable = dtable.data_ptr();
     }
     if (slopes_grad && a.slopes != nullptr) {
-        dslopes_acc = at::empty({a.heads}, q.options().dtype(acc));
+        dslopes_acc = wavepe::empty({a.heads}, q, acc);
         a.dslopes = dslopes_acc.data_ptr();
     }
     wavepe::check_status(wavepe_attention_validate(&a, 1, &err), err, "wavelet_attention backward");
-    wavepe::launch(a, true, q.device(), "wavelet_attention backward");
-    if (dslopes_acc.defined()) dslopes = dslopes_acc.to(slopes->scalar_type());
+    wavepe::launch(a, true, q, "wavelet_attention backward");
+    if (dslopes_acc.defined()) dslopes = wavepe::to_dtype(dslopes_acc, slopes->scalar_type());
     return {dq, dk, dv, dtable, dslopes};
 }
 
-void register_attention(torch::Library& m) {
-    m.impl("attention_fwd", &attention_fwd);
-    m.impl("attention_bwd", &attention_bwd);
+void register_attention(torch::stable::detail::StableLibrary& m) {
+    m.impl("attention_fwd", TORCH_BOX(&attention_fwd));
+    m.impl("attention_bwd", TORCH_BOX(&attention_bwd));
 }
 
 }  // namespace
 
-TORCH_LIBRARY_FRAGMENT(wavepe, m) {
+STABLE_TORCH_LIBRARY_FRAGMENT(wavepe, m) {
     m.def(
         "attention_fwd(Tensor q, Tensor k, Tensor v, Tensor? table, SymInt r_lo, bool clamp, Tensor? slopes, "
         "Tensor? key_padding_mask, float scale, SymInt q_offset, bool causal) -> (Tensor, Tensor)");

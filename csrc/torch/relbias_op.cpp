@@ -15,9 +15,11 @@
 #include <vector>
 
 #include "launch.h"
-#include "torch_common.h"
 
 namespace {
+
+using wavepe::Shape;
+using wavepe::Tensor;
 
 // The batch dimensions of a (..., R, C) tensor as outer x inner strided levels.
 struct BatchLevels {
@@ -25,7 +27,7 @@ struct BatchLevels {
     int64_t stride_outer = 0, stride_inner = 0;
 };
 
-std::optional<BatchLevels> batch_levels(const at::Tensor& t) {
+std::optional<BatchLevels> batch_levels(const Tensor& t) {
     std::vector<std::pair<int64_t, int64_t>> merged;  // (size, stride), innermost first
     for (int64_t i = t.dim() - 3; i >= 0; --i) {
         const int64_t size = t.size(i), stride = t.stride(i);
@@ -44,11 +46,11 @@ std::optional<BatchLevels> batch_levels(const at::Tensor& t) {
 }
 
 // t with its last dimension contiguous and at most `levels` strided batch levels (copied if it has more).
-at::Tensor with_levels(const at::Tensor& t, int levels, BatchLevels* lv) {
-    at::Tensor r = wavepe::last_dim_contiguous(t);
+Tensor with_levels(const Tensor& t, int levels, BatchLevels* lv) {
+    Tensor r = wavepe::last_dim_contiguous(t);
     std::optional<BatchLevels> l = batch_levels(r);
     if (!l || (levels == 1 && l->outer != 1)) {
-        r = r.contiguous();
+        r = torch::stable::contiguous(r);
         l = batch_levels(r);
     }
     *lv = *l;
@@ -56,17 +58,17 @@ at::Tensor with_levels(const at::Tensor& t, int levels, BatchLevels* lv) {
 }
 
 // Devices, dtypes and shapes of q (..., M, d) and table (R, d).
-void check_inputs(const at::Tensor& q, const at::Tensor& table, const char* op) {
+void check_inputs(const Tensor& q, const Tensor& table, const char* op) {
     wavepe::dtype_of(q, "q");
     wavepe::check_like(table, "table", q, "q");
-    TORCH_CHECK_VALUE(q.dim() >= 2, op, ": q must be (..., M, d), got shape ", q.sizes());
+    WAVEPE_CHECK_VALUE(q.dim() >= 2, op, ": q must be (..., M, d), got shape ", wavepe::shape(q));
     wavepe::check_dim(table, 2, "table");
-    TORCH_CHECK_VALUE(table.size(1) == q.size(-1), op, ": table.shape[1]=", table.size(1),
+    WAVEPE_CHECK_VALUE(table.size(1) == q.size(-1), op, ": table.shape[1]=", table.size(1),
                       " does not match q.shape[-1]=", q.size(-1), " (head_dim)");
 }
 
 // The sizes and settings shared by the forward and the backward; the caller sets the tensors.
-wavepe_relbias_args base_args(const at::Tensor& q, int64_t n, const at::Tensor& table, int64_t r_lo, int64_t q_offset,
+wavepe_relbias_args base_args(const Tensor& q, int64_t n, const Tensor& table, int64_t r_lo, int64_t q_offset,
                               bool causal, bool clamp) {
     wavepe_relbias_args a{};
     a.dtype = wavepe::dtype_of(q, "q");
@@ -81,12 +83,12 @@ wavepe_relbias_args base_args(const at::Tensor& q, int64_t n, const at::Tensor& 
     return a;
 }
 
-at::Tensor rel_bias(const at::Tensor& q_in, const at::Tensor& table_in, int64_t r_lo, int64_t q_offset, int64_t k_len,
+Tensor rel_bias(const Tensor& q_in, const Tensor& table_in, int64_t r_lo, int64_t q_offset, int64_t k_len,
                     bool causal, bool clamp) {
     check_inputs(q_in, table_in, "rel_bias");
     BatchLevels lv;
-    const at::Tensor q = with_levels(q_in, 2, &lv);
-    const at::Tensor table = table_in.contiguous();
+    const Tensor q = with_levels(q_in, 2, &lv);
+    const Tensor table = wavepe::contiguous(table_in);
     wavepe_relbias_args a = base_args(q, k_len, table, r_lo, q_offset, causal, clamp);
     a.outer = lv.outer;
     a.batch = lv.inner;
@@ -94,7 +96,7 @@ at::Tensor rel_bias(const at::Tensor& q_in, const at::Tensor& table_in, int64_t 
     wavepe::check_status(wavepe_relbias_validate(&a, 0, &err), err, "rel_bias");  // sizes and positions
     std::vector<int64_t> shape(q.sizes().begin(), q.sizes().end());
     shape.back() = k_len;
-    at::Tensor out = wavepe::empty_output(shape, q.options());
+    Tensor out = wavepe::empty_output(shape, q);
     a.q = q.data_ptr();
     a.q_stride_o = lv.stride_outer;
     a.q_stride_g = lv.stride_inner;
@@ -105,30 +107,33 @@ at::Tensor rel_bias(const at::Tensor& q_in, const at::Tensor& table_in, int64_t 
     a.bias_stride_g = a.m * k_len;
     a.bias_stride_m = k_len;
     wavepe::check_status(wavepe_relbias_validate(&a, WAVEPE_RELBIAS_FORWARD, &err), err, "rel_bias");
-    wavepe::launch(a, WAVEPE_RELBIAS_FORWARD, q.device(), "rel_bias");
+    wavepe::launch(a, WAVEPE_RELBIAS_FORWARD, q, "rel_bias");
     return out;
 }
 
-std::tuple<at::Tensor, at::Tensor> rel_bias_backward(const at::Tensor& grad_in, const at::Tensor& q_in,
-                                                     const at::Tensor& table_in, int64_t r_lo, int64_t q_offset,
-                                                     bool causal, bool clamp, std::array<bool, 2> output_mask) {
+std::tuple<Tensor, Tensor> rel_bias_backward(const Tensor& grad_in, const Tensor& q_in,
+                                                     const Tensor& table_in, int64_t r_lo, int64_t q_offset,
+                                                     bool causal, bool clamp, std::vector<bool> output_mask) {
     check_inputs(q_in, table_in, "rel_bias_backward");
     wavepe::check_like(grad_in, "grad", q_in, "q");
-    TORCH_CHECK_VALUE(grad_in.dim() == q_in.dim() && grad_in.sizes().slice(0, q_in.dim() - 1) ==
-                                                         q_in.sizes().slice(0, q_in.dim() - 1),
-                      "rel_bias_backward: grad must be (..., M, N) with q's leading shape ",
-                      q_in.sizes().slice(0, q_in.dim() - 1), ", got ", grad_in.sizes());
+    const size_t lead = static_cast<size_t>(q_in.dim() - 1);
+    WAVEPE_CHECK_VALUE(grad_in.dim() == q_in.dim() &&
+                           wavepe::same_sizes(grad_in.sizes().slice(0, lead), q_in.sizes().slice(0, lead)),
+                       "rel_bias_backward: grad must be (..., M, N) with q's leading shape ",
+                       Shape(q_in.sizes().slice(0, lead)), ", got ", wavepe::shape(grad_in));
+    WAVEPE_CHECK_VALUE(output_mask.size() == 2, "rel_bias_backward: output_mask must hold 2 flags, got ",
+                       output_mask.size());
     const bool want_dq = output_mask[0], want_dt = output_mask[1];
-    const at::Tensor table = table_in.contiguous();
+    const Tensor table = wavepe::contiguous(table_in);
     BatchLevels glv, qlv;
-    const at::Tensor grad = with_levels(grad_in, 1, &glv);
-    const at::Tensor q = want_dt ? with_levels(q_in, 1, &qlv) : q_in;
+    const Tensor grad = with_levels(grad_in, 1, &glv);
+    const Tensor q = want_dt ? with_levels(q_in, 1, &qlv) : q_in;
     wavepe_relbias_args a = base_args(q_in, grad.size(-1), table, r_lo, q_offset, causal, clamp);
     a.batch = glv.inner;  // grad is one level: its batch product
     wavepe_error err{};
     wavepe::check_status(wavepe_relbias_validate(&a, 0, &err), err, "rel_bias_backward");  // sizes and positions
-    at::Tensor dq = want_dq ? at::empty(q_in.sizes(), q_in.options()) : at::empty({0}, q_in.options());
-    at::Tensor dt = want_dt ? at::empty(table.sizes(), table.options()) : at::empty({0}, table.options());
+    Tensor dq = want_dq ? wavepe::empty(q_in.sizes(), q_in) : wavepe::empty({0}, q_in);
+    Tensor dt = want_dt ? wavepe::empty(table.sizes(), table) : wavepe::empty({0}, table);
     if (!want_dq && !want_dt) return {dq, dt};
     a.table = table.data_ptr();
     a.grad = grad.data_ptr();
@@ -149,18 +154,18 @@ std::tuple<at::Tensor, at::Tensor> rel_bias_backward(const at::Tensor& grad_in, 
         a.dtable = dt.data_ptr();
     }
     wavepe::check_status(wavepe_relbias_validate(&a, kernels, &err), err, "rel_bias_backward");
-    wavepe::launch(a, kernels, q_in.device(), "rel_bias_backward");
+    wavepe::launch(a, kernels, q_in, "rel_bias_backward");
     return {dq, dt};
 }
 
-void register_relbias(torch::Library& m) {
-    m.impl("rel_bias", &rel_bias);
-    m.impl("rel_bias_backward", &rel_bias_backward);
+void register_relbias(torch::stable::detail::StableLibrary& m) {
+    m.impl("rel_bias", TORCH_BOX(&rel_bias));
+    m.impl("rel_bias_backward", TORCH_BOX(&rel_bias_backward));
 }
 
 }  // namespace
 
-TORCH_LIBRARY_FRAGMENT(wavepe, m) {
+STABLE_TORCH_LIBRARY_FRAGMENT(wavepe, m) {
     m.def("rel_bias(Tensor q, Tensor table, SymInt r_lo, SymInt q_offset, SymInt k_len, bool causal, bool clamp) "
           "-> Tensor");
     m.def("rel_bias_backward(Tensor grad, Tensor q, Tensor table, SymInt r_lo, SymInt q_offset, bool causal, "

@@ -13,66 +13,60 @@
 // (B, L) / (1, L), with offset 0.  inverse = the backward (rotation by -angle).
 // inv_freq: float64 (d/2,) on q's device.  One body for CPU and CUDA; the
 // struct (wavepe_rope_args) is filled once and wavepe::launch runs it.
-#include <ATen/ops/isfinite.h>
-#include <ATen/ops/logical_not.h>
-#include <ATen/ops/nonzero.h>
-
 #include <array>
 #include <mutex>
 #include <optional>
-#include <string_view>
+#include <string>
 #include <tuple>
 
 #include "launch.h"
-#include "torch_common.h"
 
 namespace {
 
-int parse_layout(std::string_view layout) {
+using wavepe::Tensor;
+
+int parse_layout(const std::string& layout) {
     if (layout == "half") return WAVEPE_ROPE_HALF;
     if (layout == "interleaved") return WAVEPE_ROPE_INTERLEAVED;
-    TORCH_CHECK_VALUE(false, "layout must be 'half' or 'interleaved', got '", std::string(layout), "'");
-    return -1;
+    wavepe::fail_value(wavepe::str("layout must be 'half' or 'interleaved', got '", layout, "'"));
 }
 
 // inv_freq[:pairs] finite?  The values are data, so the core's rules cannot see them on a device:
-// on the CPU a loop, elsewhere one device sync, remembered per (tensor, version counter, pairs) so
-// that a model's inv_freq buffer is checked once and an in-place change is checked again.
-void check_inv_freq_finite(const at::Tensor& inv, int64_t pairs) {
+// on the CPU a loop, elsewhere one copy to the host (a sync), remembered per (data, pairs) so that a
+// model's inv_freq buffer is checked once.  (The stable API has no version counter: an in-place
+// change of an already checked CUDA buffer is not checked again; RopeConfig builds new tensors.)
+void check_finite(const double* v, int64_t pairs) {
+    for (int64_t i = 0; i < pairs; ++i)
+        WAVEPE_CHECK_VALUE(std::isfinite(v[i]), "inv_freq must be finite, got inv_freq[", i, "] = ", v[i]);
+}
+
+void check_inv_freq_finite(const Tensor& inv, int64_t pairs) {
     if (pairs == 0) return;
-    if (inv.device().is_cpu()) {
-        const double* v = inv.data_ptr<double>();
-        for (int64_t i = 0; i < pairs; ++i)
-            TORCH_CHECK_VALUE(std::isfinite(v[i]), "inv_freq must be finite, got inv_freq[", i, "] = ", v[i]);
-        return;
-    }
+    if (inv.is_cpu()) return check_finite(static_cast<const double*>(inv.data_ptr()), pairs);
     struct Seen {
-        const void* impl = nullptr;
         const void* data = nullptr;
-        int64_t version = 0;
+        int32_t device = -1;
         int64_t pairs = -1;
     };
     static std::mutex mutex;
     static std::array<Seen, 16> seen;
     static size_t next = 0;
-    const Seen key{inv.unsafeGetTensorImpl(), inv.data_ptr(), inv._version(), pairs};
+    const Seen key{inv.data_ptr(), inv.get_device_index(), pairs};
     {
         std::lock_guard<std::mutex> lock(mutex);
         for (const Seen& s : seen)
-            if (s.impl == key.impl && s.data == key.data && s.version == key.version && s.pairs >= pairs) return;
+            if (s.data == key.data && s.device == key.device && s.pairs >= pairs) return;
     }
-    const at::Tensor head = inv.slice(0, 0, pairs);
-    const at::Tensor bad = at::logical_not(at::isfinite(head));
-    if (bad.any().item<bool>()) {
-        const int64_t i = at::nonzero(bad)[0][0].item<int64_t>();
-        TORCH_CHECK_VALUE(false, "inv_freq must be finite, got inv_freq[", i, "] = ", head[i].item<double>());
-    }
+    Tensor head = inv;
+    head = torch::stable::narrow(head, 0, 0, pairs);
+    const Tensor host = wavepe::contiguous(torch::stable::to(head, torch::stable::Device(torch::headeronly::DeviceType::CPU)));
+    check_finite(static_cast<const double*>(host.data_ptr()), pairs);
     std::lock_guard<std::mutex> lock(mutex);
     seen[next] = key;
     next = (next + 1) % seen.size();
 }
 
-void fill_tensor(wavepe_rope_tensor& dst, const at::Tensor& in, const at::Tensor& out) {
+void fill_tensor(wavepe_rope_tensor& dst, const Tensor& in, const Tensor& out) {
     dst.heads = in.size(1);
     dst.in = in.data_ptr();
     dst.in_stride_b = in.stride(0), dst.in_stride_h = in.stride(1), dst.in_stride_l = in.stride(2);
@@ -80,9 +74,9 @@ void fill_tensor(wavepe_rope_tensor& dst, const at::Tensor& in, const at::Tensor
     dst.out_stride_b = out.stride(0), dst.out_stride_h = out.stride(1), dst.out_stride_l = out.stride(2);
 }
 
-std::tuple<at::Tensor, at::Tensor> rope(const at::Tensor& q, const std::optional<at::Tensor>& k,
-                                        const std::optional<at::Tensor>& positions, int64_t offset,
-                                        const at::Tensor& inv_freq, int64_t rotary_pairs, c10::string_view layout,
+std::tuple<Tensor, Tensor> rope(const Tensor& q, const std::optional<Tensor>& k,
+                                        const std::optional<Tensor>& positions, int64_t offset,
+                                        const Tensor& inv_freq, int64_t rotary_pairs, const std::string& layout,
                                         double scale, bool inverse) {
     wavepe_rope_args a{};
     a.dtype = wavepe::dtype_of(q, "q");
@@ -91,62 +85,90 @@ std::tuple<at::Tensor, at::Tensor> rope(const at::Tensor& q, const std::optional
     if (k.has_value()) {
         wavepe::check_like(*k, "k", q, "q");
         wavepe::check_dim(*k, 4, "k");
-        TORCH_CHECK_VALUE(k->size(0) == B && k->size(2) == L && k->size(3) == d,
-                          "k must be (B, H_k, L, d) with q's B, L and d: q ", q.sizes(), ", k ", k->sizes());
+        WAVEPE_CHECK_VALUE(k->size(0) == B && k->size(2) == L && k->size(3) == d,
+                           "k must be (B, H_k, L, d) with q's B, L and d: q ", wavepe::shape(q), ", k ",
+                           wavepe::shape(*k));
     }
     wavepe::check_same_device(inv_freq, "inv_freq", q, "q");
-    TORCH_CHECK_TYPE(inv_freq.scalar_type() == at::kDouble,
-                     "inv_freq must be float64 (angles are formed in float64), got ", inv_freq.scalar_type());
+    WAVEPE_CHECK_VALUE(inv_freq.scalar_type() == wavepe::ScalarType::Double,
+                       "inv_freq must be float64 (angles are formed in float64), got ",
+                       wavepe::dtype_name(inv_freq.scalar_type()));
     wavepe::check_dim(inv_freq, 1, "inv_freq");
-    TORCH_CHECK_VALUE(inv_freq.size(0) == d / 2, "inv_freq must have head_dim/2 = ", d / 2, " entries, got ",
-                      inv_freq.size(0));
+    WAVEPE_CHECK_VALUE(inv_freq.size(0) == d / 2, "inv_freq must have head_dim/2 = ", d / 2, " entries, got ",
+                       inv_freq.size(0));
     a.batch = B, a.len = L, a.head_dim = d;
     a.rotary_pairs = rotary_pairs;
-    a.layout = parse_layout(std::string_view(layout.data(), layout.size()));
+    a.layout = parse_layout(layout);
     a.inverse = inverse ? 1 : 0;
     a.scale = scale;
     a.offset = offset;
-    at::Tensor pos;
+    Tensor pos;
     if (positions.has_value()) {
         pos = *positions;
         wavepe::check_same_device(pos, "positions", q, "q");
-        TORCH_CHECK_TYPE(pos.scalar_type() == at::kLong, "positions must be an int64 tensor, got ", pos.scalar_type());
-        TORCH_CHECK_VALUE(offset == 0, "offset must be 0 when positions is a tensor, got ", offset);
+        WAVEPE_CHECK_VALUE(pos.scalar_type() == wavepe::ScalarType::Long, "positions must be an int64 tensor, got ",
+                           wavepe::dtype_name(pos.scalar_type()));
+        WAVEPE_CHECK_VALUE(offset == 0, "offset must be 0 when positions is a tensor, got ", offset);
         const bool ok = (pos.dim() == 1 && pos.size(0) == L) ||
                         (pos.dim() == 2 && pos.size(1) == L && (pos.size(0) == B || pos.size(0) == 1));
-        TORCH_CHECK_VALUE(ok, "positions must have shape (", L, ",), (", B, ", ", L, ") or (1, ", L, "), got ",
-                          pos.sizes());
-        a.positions = pos.data_ptr<int64_t>();
+        WAVEPE_CHECK_VALUE(ok, "positions must have shape (", L, ",), (", B, ", ", L, ") or (1, ", L, "), got ",
+                           wavepe::shape(pos));
+        a.positions = static_cast<const int64_t*>(pos.data_ptr());
         a.pos_stride_b = (pos.dim() == 1 || pos.size(0) == 1) ? 0 : pos.stride(0);
         a.pos_stride_l = pos.stride(-1);
     }
     wavepe_error err{};
     wavepe::check_sizes(wavepe_rope_validate(&a, &err), err, "rope");  // every rule but the data pointers
-    const at::Tensor inv = inv_freq.contiguous();
+    const Tensor inv = wavepe::contiguous(inv_freq);
     check_inv_freq_finite(inv, rotary_pairs);
-    a.inv_freq = inv.data_ptr<double>();
+    a.inv_freq = static_cast<const double*>(inv.data_ptr());
 
-    const at::Tensor q_in = wavepe::last_dim_contiguous(q);
-    at::Tensor q_out = wavepe::empty_output(q.sizes(), q.options());
+    const Tensor q_in = wavepe::last_dim_contiguous(q);
+    Tensor q_out = wavepe::empty_output(q.sizes(), q);
     fill_tensor(a.q, q_in, q_out);
-    at::Tensor k_in, k_out;
+    Tensor k_in, k_out;
     if (k.has_value()) {
         k_in = wavepe::last_dim_contiguous(*k);
-        k_out = wavepe::empty_output(k->sizes(), k->options());
+        k_out = wavepe::empty_output(k->sizes(), *k);
         fill_tensor(a.k, k_in, k_out);
     } else {
-        k_out = at::empty({B, 0, L, d}, q.options());
+        k_out = wavepe::empty({B, 0, L, d}, q);
     }
     wavepe::check_status(wavepe_rope_validate(&a, &err), err, "rope");
-    wavepe::launch(a, q.device(), "rope");
+    wavepe::launch(a, q, "rope");
     return {q_out, k_out};
 }
 
-void register_rope(torch::Library& m) { m.impl("rope", &rope); }
+// The boxed kernel, written out because of its str argument: torch's stable unboxing of a str (2.10 to
+// 2.13) copies it into a std::string it never frees, a leak on every call; here the handle is read and
+// freed.
+void rope_boxed(StableIValue* stack, uint64_t num_args, uint64_t num_outputs) {
+    using torch::stable::detail::to;
+    WAVEPE_CHECK_VALUE(num_args == 9 && num_outputs == 2, "rope: schema mismatch (", num_args, " args, ", num_outputs,
+                       " outputs)");
+    std::string layout;
+    {
+        StringHandle handle = to<StringHandle>(stack[6]);
+        size_t length = 0;
+        const char* data = nullptr;
+        const bool ok = torch_string_length(handle, &length) == TORCH_SUCCESS &&
+                        torch_string_c_str(handle, &data) == TORCH_SUCCESS;
+        if (ok) layout.assign(data, length);
+        torch_delete_string(handle);
+        if (!ok) wavepe::fail_runtime("rope: cannot read the layout argument");
+    }
+    auto result = rope(to<Tensor>(stack[0]), to<std::optional<Tensor>>(stack[1]), to<std::optional<Tensor>>(stack[2]),
+                       to<int64_t>(stack[3]), to<Tensor>(stack[4]), to<int64_t>(stack[5]), layout,
+                       to<double>(stack[7]), to<bool>(stack[8]));
+    stack[0] = torch::stable::detail::from(std::get<0>(result));
+    stack[1] = torch::stable::detail::from(std::get<1>(result));
+}
+
+void register_rope(torch::stable::detail::StableLibrary& m) { m.impl("rope", &rope_boxed); }
 
 }  // namespace
 
-TORCH_LIBRARY_FRAGMENT(wavepe, m) {
+STABLE_TORCH_LIBRARY_FRAGMENT(wavepe, m) {
     m.def(
         "rope(Tensor q, Tensor? k, Tensor? positions, SymInt offset, Tensor inv_freq, SymInt rotary_pairs, "
         "str layout, float scale, bool inverse) -> (Tensor, Tensor)");

@@ -1,7 +1,7 @@
 """wavepe: wavelet relative position encoding and θ-configurable RoPE.
 
-C kernels (scalar reference + AVX2, CUDA where built) exposed as NumPy ufuncs
-(:mod:`wavepe.ufuncs`) and PyTorch custom ops with autograd
+C kernels (scalar reference, AVX2 and AVX-512 on x86-64, NEON on AArch64; CUDA where built) exposed as
+NumPy ufuncs (:mod:`wavepe.ufuncs`) and PyTorch custom ops with autograd
 (:mod:`wavepe.ops`), and :func:`wavepe.patch` (also ``patch_llama``) for Hugging Face models.
 Importing ``wavepe`` does not import torch or transformers.
 """

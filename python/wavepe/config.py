@@ -1,7 +1,11 @@
 """Configurations of the position encodings: wavelets, RoPE and ALiBi.
 
-These objects are plain Python with validated fields; the kernels receive
-what they build (a relative table, an ``inv_freq`` spectrum, ALiBi slopes).
+These objects are plain Python with validated fields, immutable once built
+(assigning a field raises ``AttributeError`` naming it: derived values such as
+a RoPE spectrum or a cached table can never disagree with the fields); the
+kernels receive what they build (a relative table, an ``inv_freq`` spectrum,
+ALiBi slopes).  The table values come from ``_wavelet_rows`` (the compiled
+extension), never from ``wavepe.ufuncs``, which takes these configs.
 """
 
 from __future__ import annotations
@@ -10,14 +14,15 @@ import hashlib
 import json
 import math
 import threading
+import types
 import weakref
-from typing import Any, Mapping, Sequence
+from typing import Any, Mapping, NoReturn, Sequence
 
 import numpy as np
 
 from ._validate import check_choice, check_flag, check_int, check_real
+from ._wavelet_rows import WAVELET_FAMILIES, support_t, wavelet_rows
 
-WAVELET_FAMILIES: tuple[str, ...] = ("ricker", "gaussian", "morlet", "haar")
 ROPE_LAYOUTS: tuple[str, ...] = ("half", "interleaved")
 
 #: Relative distances stay within +-2^60 (the C core's position limit): tables never extend beyond.
@@ -26,8 +31,6 @@ _DISTANCE_LIMIT = 2**60
 #: supports (large scales: the paper's 32 x 4 and 128 x 1 grids) are tabulated per call, over the
 #: distances the call can use.
 _WHOLE_TABLE_ELEMENTS = 2**26
-#: Rows tabulated at a time (bounds the float64 temporaries of a large window).
-_TABLE_CHUNK_ROWS = 8192
 
 class _LiveConfigs:
     """The live configs by their table key (torch.compile graphs name a config's table by this
@@ -52,6 +55,22 @@ class _LiveConfigs:
 
 
 _BY_TABLE_KEY = _LiveConfigs()
+
+
+def config_for_table_key(key: str) -> "WaveletConfig | None":
+    """A live :class:`WaveletConfig` whose :attr:`~WaveletConfig.table_key` is ``key`` (equal configs
+    share a key; any of them serves), or None when none is alive."""
+    return _BY_TABLE_KEY.get(key)
+
+
+def _frozen(config: object, name: str) -> NoReturn:
+    cls = type(config).__name__
+    raise AttributeError(f"{cls} is immutable: cannot set field {name!r} (make a new config: "
+                         f"config.replace({name}=...))")
+
+
+# Fields are set once, in __init__, through this; every later assignment raises (_frozen).
+_set = object.__setattr__
 
 
 class _Window:
@@ -128,29 +147,46 @@ class WaveletConfig:
         normalize: bool = False,
         support_tol: float = 0.0,
     ) -> None:
-        self.family = check_choice("family", family, WAVELET_FAMILIES)
+        _set(self, "family", check_choice("family", family, WAVELET_FAMILIES))
         if scales is None or shifts is None:
             raise TypeError("scales and shifts are required (one per head dimension); "
                             "use WaveletConfig.grid(head_dim) for the paper's grid")
-        self.scales = _as_vector("scales", scales)
-        self.shifts = _as_vector("shifts", shifts)
+        _set(self, "scales", _as_vector("scales", scales))
+        _set(self, "shifts", _as_vector("shifts", shifts))
         if self.scales.shape != self.shifts.shape:
             raise ValueError(f"scales and shifts must have the same length, got {self.scales.size} "
                              f"and {self.shifts.size}")
         bad = np.flatnonzero(~(self.scales > 0))
         if bad.size:
             raise ValueError(f"scales must be > 0, got scales[{int(bad[0])}]={float(self.scales[bad[0]])!r}")
-        self.normalize = check_flag("normalize", normalize)
-        self.support_tol = check_real("support_tol", support_tol)
+        _set(self, "normalize", check_flag("normalize", normalize))
+        _set(self, "support_tol", check_real("support_tol", support_tol))
         if not 0.0 <= self.support_tol < 1.0:
             raise ValueError(f"support_tol must be in [0, 1), got {self.support_tol}")
-        self._cache: dict[Any, Any] = {}
-        self._lock = threading.Lock()
+        # the tables built so far (by ("table", dtype) here, ("torch", dtype, device) in ops._tables)
+        _set(self, "_cache", {})
+        _set(self, "_lock", threading.Lock())
         # the distances whose rows may be nonzero, per table dtype; every bound finite (else the
         # scale or shift that overflows is named)
-        self._support_rows = {np.dtype(dt).name: self._support_bounds(np.dtype(dt)) for dt in (np.float32, np.float64)}
-        self._table_key = hashlib.sha1(repr(self._key()).encode()).hexdigest()
+        _set(self, "_support_rows",
+             {np.dtype(dt).name: self._support_bounds(np.dtype(dt)) for dt in (np.float32, np.float64)})
+        _set(self, "_table_key", hashlib.sha1(repr(self._key()).encode()).hexdigest())
         _BY_TABLE_KEY.add(self._table_key, self)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        _frozen(self, name)
+
+    def __delattr__(self, name: str) -> None:
+        _frozen(self, name)
+
+    def __reduce__(self) -> tuple:
+        # copy, deepcopy and pickle go through the dict form (the lock and the caches are not state)
+        return (WaveletConfig.from_dict, (self.to_dict(),))
+
+    def replace(self, **changes: Any) -> "WaveletConfig":
+        """A new config with the fields in ``changes`` (``family``, ``scales``, ``shifts``,
+        ``normalize``, ``support_tol``) replaced, validated as by the constructor."""
+        return WaveletConfig.from_dict(_replaced(self.to_dict(), changes, "WaveletConfig"))
 
     # ---- construction -----------------------------------------------------
 
@@ -201,6 +237,12 @@ class WaveletConfig:
         """d, the number of head dimensions (one wavelet each)."""
         return int(self.scales.size)
 
+    @property
+    def table_key(self) -> str:
+        """The string that names this config's table inside ``torch.compile`` graphs (a hash of the
+        fields: equal configs share it); :func:`config_for_table_key` finds a live config by it."""
+        return self._table_key
+
     def _key(self) -> tuple:
         return (self.family, self.scales.tobytes(), self.shifts.tobytes(), self.normalize, self.support_tol)
 
@@ -231,10 +273,7 @@ class WaveletConfig:
     def support_t(self, dtype: Any = np.float32) -> tuple[float, float]:
         """[t_lo, t_hi]: outside it |psi| is below half the smallest normal of ``dtype`` (so the
         kernels, which flush subnormals, give exactly 0), or below the tolerance."""
-        from . import _ufuncs
-
-        double = np.dtype(dtype) == np.float64
-        return _ufuncs.wavelet_support_t(WAVELET_FAMILIES.index(self.family), double, self.support_tol)
+        return support_t(self.family, np.dtype(dtype), self.support_tol)
 
     def _support_bounds(self, dt: np.dtype) -> tuple[int, int]:
         """[lo, hi]: every distance outside has an all-zero row in dtype (a bound, not trimmed)."""
@@ -326,25 +365,7 @@ class WaveletConfig:
 
     def _build_window(self, dt: np.dtype, lo: int, hi: int) -> _Window:
         """Rows of distances lo .. hi (within the support), trimmed of all-zero rows at both ends."""
-        from . import ufuncs
-
-        t_lo, t_hi = self.support_t(dt)
-        a, b = self.scales, self.shifts
-        psi = getattr(ufuncs, self.family)
-        norm = (1.0 / np.sqrt(a)).astype(dt) if self.normalize else None
-        table = np.empty((hi - lo + 1, self.head_dim), dt)
-        for start in range(0, hi - lo + 1, _TABLE_CHUNK_ROWS):
-            r = np.arange(lo + start, min(lo + start + _TABLE_CHUNK_ROWS, hi + 1), dtype=np.float64)
-            t = (r[:, None] - b[None, :]) / a[None, :]
-            rows = psi(t.astype(dt))
-            # beyond the support bound the table is zero, whatever the tolerance
-            rows[(t < t_lo) | (t > t_hi)] = 0
-            if norm is not None:
-                rows *= norm[None, :]
-            # no table holds a subnormal (they cost a microcode assist per FMA on Intel
-            # cores; the kernels flush them anyway): values below the smallest normal are 0
-            rows[np.abs(rows) < np.finfo(dt).tiny] = 0
-            table[start: start + rows.shape[0]] = rows
+        table = wavelet_rows(self.family, self.scales, self.shifts, self.normalize, self.support_tol, dt, lo, hi)
         nonzero = np.flatnonzero(np.any(table, axis=1))
         if nonzero.size == 0:
             table, r_lo = table[:0], lo
@@ -362,6 +383,13 @@ class WaveletConfig:
         except ValueError:
             return self.support_rows(dtype)
         return r_lo, r_lo + table.shape[0] - 1
+
+
+def _replaced(fields: dict[str, Any], changes: Mapping[str, Any], cls: str) -> dict[str, Any]:
+    unknown = sorted(set(changes) - set(fields))
+    if unknown:
+        raise TypeError(f"{cls}.replace: unknown field(s) {unknown}; the fields are {sorted(fields)}")
+    return {**fields, **changes}
 
 
 def _plain(x: Any) -> Any:
@@ -391,24 +419,40 @@ class RopeConfig:
 
     def __init__(self, theta: float = 10000.0, rotary_fraction: float = 1.0, layout: str = "half",
                  scaling: Mapping[str, Any] | None = None) -> None:
-        self.theta = check_real("theta", theta, positive=True)
+        _set(self, "theta", check_real("theta", theta, positive=True))
         if self.theta <= 1.0:
             raise ValueError(f"theta must be > 1 (the spectrum decays as theta^(-2i/d)), got {self.theta}")
-        self.rotary_fraction = check_real("rotary_fraction", rotary_fraction)
+        _set(self, "rotary_fraction", check_real("rotary_fraction", rotary_fraction))
         if not 0.0 <= self.rotary_fraction <= 1.0:
             raise ValueError(f"rotary_fraction must be in [0, 1], got {self.rotary_fraction}")
-        self.layout = check_choice("layout", layout, ROPE_LAYOUTS)
+        _set(self, "layout", check_choice("layout", layout, ROPE_LAYOUTS))
         if scaling is not None and not isinstance(scaling, Mapping):
             raise TypeError(f"scaling must be None or a mapping with a 'type' key, got {scaling!r}")
-        self.scaling = dict(scaling) if scaling is not None else None
-        if self.scaling is not None:
+        if scaling is not None:
             from ._rope_scaling import validate_scaling
 
-            validate_scaling(self.scaling)
+            scaling = dict(scaling)
+            validate_scaling(scaling)
+            scaling = types.MappingProxyType(scaling)  # read-only: the spectrum follows it
+        _set(self, "scaling", scaling)
         # The configuration as a string that rebuilds it (RopeConfig.from_spec): what
         # torch.compile sees of a config (strings are constants to dynamo on every torch
         # wavepe supports; a RopeConfig object is not on torch 2.11: issue 20).
-        self._spec = json.dumps(self.to_dict(), sort_keys=True, default=_plain)  # numpy scalars as Python's
+        _set(self, "_spec", json.dumps(self.to_dict(), sort_keys=True, default=_plain))  # numpy scalars as Python's
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        _frozen(self, name)
+
+    def __delattr__(self, name: str) -> None:
+        _frozen(self, name)
+
+    def __reduce__(self) -> tuple:
+        return (RopeConfig.from_dict, (self.to_dict(),))
+
+    def replace(self, **changes: Any) -> "RopeConfig":
+        """A new config with the fields in ``changes`` (``theta``, ``rotary_fraction``, ``layout``,
+        ``scaling``) replaced, validated as by the constructor."""
+        return RopeConfig.from_dict(_replaced(self.to_dict(), changes, "RopeConfig"))
 
     @classmethod
     def from_spec(cls, spec: str) -> "RopeConfig":
@@ -426,8 +470,9 @@ class RopeConfig:
         return hash(self._key())
 
     def __repr__(self) -> str:
+        scaling = dict(self.scaling) if self.scaling is not None else None
         return (f"RopeConfig(theta={self.theta:g}, rotary_fraction={self.rotary_fraction:g}, "
-                f"layout={self.layout!r}, scaling={self.scaling!r})")
+                f"layout={self.layout!r}, scaling={scaling!r})")
 
     def with_theta(self, theta: float) -> "RopeConfig":
         """The same configuration at another base, e.g. a larger θ at inference."""
@@ -435,7 +480,7 @@ class RopeConfig:
 
     def to_dict(self) -> dict[str, Any]:
         return {"theta": self.theta, "rotary_fraction": self.rotary_fraction, "layout": self.layout,
-                "scaling": self.scaling}
+                "scaling": dict(self.scaling) if self.scaling is not None else None}
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "RopeConfig":

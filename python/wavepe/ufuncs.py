@@ -32,13 +32,14 @@ __all__ = ["ricker", "gaussian", "morlet", "haar", "alibi_bias", "sinusoidal_tab
            "rope", "rope_inv_freq", "rope_gufunc"]
 
 #: The relative-table bias gufunc ``(m,d),(r,d),(),(),(),()->(m,n)``; ``out=`` is
-#: required (it carries n).  :func:`rel_bias` is the friendly front end.
+#: required (it carries n).  Values the kernel cannot take (``clamp=True`` with an empty
+#: table, positions beyond +-2^60) raise ValueError.  :func:`rel_bias` is the friendly front end.
 rel_bias_gufunc: np.ufunc = _ufuncs.rel_bias
 
 #: The RoPE gufunc ``(l,d),(l),(p),(),()->(l,d)``: x, int64 positions, float64
 #: inv_freq of the p = rotary_pairs pairs that rotate, scale, mode (bit 0
-#: interleaved, bit 1 inverse).  Unvalidated: :func:`rope` / :func:`rope_inv_freq`
-#: are the checked front ends.
+#: interleaved, bit 1 inverse).  A mode outside 0..3, a non-finite scale or inv_freq raise
+#: ValueError; :func:`rope` / :func:`rope_inv_freq` are the front ends that check everything.
 rope_gufunc: np.ufunc = _ufuncs.rope
 
 

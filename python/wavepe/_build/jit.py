@@ -1,15 +1,18 @@
-"""Compiling wavepe._C at first use, against the torch installed now.
+"""Compiling the torch ops at first use, against the torch installed now: the fallback.
 
-An installed wavepe holds no usable wavepe._C when it was built without torch (an isolated
-``pip install``, the sdist, a wheel from ``python -m build``: torch is never a build requirement) or
-for another torch version.  :func:`compiled_torch_ops` then compiles one from the sources shipped in
-the package (``wavepe/_csrc``; a source checkout's ``csrc/``) with the same recipe as setup.py
-(:mod:`wavepe._build.recipe`), once, and caches it::
+A prebuilt wheel holds the ops (``wavepe/libwavepe_ops.so``, torch's ABI-stable API: every torch >=
+2.10).  An installation without them (an isolated ``pip install`` of the sdist, a platform without a
+wheel) compiles them here from the sources shipped in the package (``wavepe/_csrc``; a source
+checkout's ``csrc/``) with the same recipe as setup.py (:mod:`wavepe._build.recipe`), once, and caches
+them::
 
     $WAVEPE_CACHE_DIR, else $XDG_CACHE_HOME/wavepe, else ~/.cache/wavepe
-        torch-ops/<key>/_C<ext>   key: wavepe version, torch version, CUDA kernels or not, Python ABI,
-                                  and a hash of the sources and of every compile/link command
-        torch-ops/<key>.lock      processes importing at once: one compiles, the others wait for it
+        torch-ops/<key>/libwavepe_ops.so   key: wavepe version, torch version, CUDA kernels or not, and a
+                                          hash of the sources and of every compile/link command
+        torch-ops/<key>/build.json        what it is, and the SHA-256 of the library, verified before
+                                          every load: a damaged entry (a truncated file would kill the
+                                          process with SIGBUS when mapped) is rebuilt, saying so
+        torch-ops/<key>.lock              processes importing at once: one compiles, the others wait
 
 It prints one line saying what it compiles and where it caches it, then a count of the files while
 it compiles (on a terminal or in Jupyter; elsewhere one line when done).  When it cannot, it raises
@@ -23,17 +26,14 @@ from __future__ import annotations
 
 import fcntl
 import hashlib
-import importlib.util
 import json
 import os
 import re
 import shutil
 import sys
-import sysconfig
 import tempfile
 import time
-from types import ModuleType
-from typing import TextIO
+from typing import Any, TextIO
 
 from . import recipe
 
@@ -41,7 +41,7 @@ PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 class JitBuildError(RuntimeError):
-    """wavepe._C could not be compiled at first use; the message names the cause and what to do."""
+    """The torch ops could not be compiled at first use; the message names the cause and what to do."""
 
 
 def cache_root() -> str:
@@ -55,7 +55,7 @@ def cache_root() -> str:
 
 
 def source_root() -> str | None:
-    """The sources wavepe._C is compiled from: the package's _csrc (installed), else the checkout's csrc."""
+    """The sources of the torch ops: the package's _csrc (installed), else the checkout's csrc."""
     for root in (os.path.join(PACKAGE_DIR, "_csrc"), os.path.join(os.path.dirname(os.path.dirname(PACKAGE_DIR)), "csrc")):
         if os.path.isdir(os.path.join(root, "core")) and os.path.isdir(os.path.join(root, "torch")):
             return root
@@ -67,7 +67,55 @@ def _plan(src_root: str, build_dir: str, tb: recipe.TorchBuild) -> recipe.Plan:
 
 
 def _module_file() -> str:
-    return "_C" + (sysconfig.get_config_var("EXT_SUFFIX") or ".so")
+    return recipe.TORCH_LIBRARY_FILE
+
+
+def file_digest(path: str) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _intact(final_dir: str) -> tuple[bool, str | None]:
+    """(usable, why not) for a cache entry: its library's digest is the one recorded at build time."""
+    module_path = os.path.join(final_dir, _module_file())
+    if not os.path.exists(module_path):
+        return False, None
+    try:
+        with open(os.path.join(final_dir, "build.json"), encoding="utf-8") as f:
+            expected = json.load(f).get("sha256")
+        actual = file_digest(module_path)
+    except (OSError, ValueError) as exc:
+        return False, f"its record is unreadable ({exc})"
+    if expected != actual:
+        return False, f"{module_path} is damaged (SHA-256 {actual[:12]}, built as {str(expected)[:12]})"
+    return True, None
+
+
+def _clean_stale_builds(ops_dir: str) -> None:
+    """Remove the ``<key>.building-*`` folders of builds that were killed: a folder whose key's lock
+    can be taken has no live builder (a builder holds it until it renames its folder)."""
+    try:
+        names = os.listdir(ops_dir)
+    except OSError:
+        return
+    for name in names:
+        key, sep, _ = name.partition(".building-")
+        if not sep or not os.path.isdir(os.path.join(ops_dir, name)):
+            continue
+        try:
+            fd = os.open(os.path.join(ops_dir, key + ".lock"), os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError:
+            continue
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            shutil.rmtree(os.path.join(ops_dir, name), ignore_errors=True)
+        except BlockingIOError:
+            pass  # its builder is alive
+        finally:
+            os.close(fd)
 
 
 def build_key(src_root: str, tb: recipe.TorchBuild, wavepe_version: str) -> str:
@@ -81,8 +129,7 @@ def build_key(src_root: str, tb: recipe.TorchBuild, wavepe_version: str) -> str:
             h.update(f.read())
     plan = _plan("{SRC}", "{BUILD}", tb)  # the commands with placeholder paths: flags, compilers, torch paths
     h.update(json.dumps([[c.argv for c in plan.compiles], [link.argv for link in plan.links]]).encode())
-    soabi = sysconfig.get_config_var("SOABI") or sys.implementation.cache_tag
-    name = f"wavepe{wavepe_version}-torch{tb.version}{'-cuda' if tb.cuda else ''}-{soabi}-{h.hexdigest()[:12]}"
+    name = f"wavepe{wavepe_version}-torch{tb.version}{'-cuda' if tb.cuda else ''}-{recipe.machine()}-{h.hexdigest()[:12]}"
     return re.sub(r"[^A-Za-z0-9._-]", "_", name)
 
 
@@ -129,7 +176,7 @@ def _lock(path: str, waiting_note: str) -> int:
 
 
 def compiled_torch_ops(why: str | None = None, stream: TextIO | None = None) -> str:
-    """Path of a wavepe._C compiled for the running torch: from the cache, or compiled now.
+    """Path of a torch ops library compiled for the running torch: from the cache, or compiled now.
 
     ``why`` is appended to the one-line message (e.g. that the packaged build is for another torch)."""
     import torch  # noqa: F401  (torch_build() reads it)
@@ -138,8 +185,8 @@ def compiled_torch_ops(why: str | None = None, stream: TextIO | None = None) -> 
 
     src_root = source_root()
     if src_root is None:
-        raise JitBuildError(f"this wavepe installation ({PACKAGE_DIR}) has neither a wavepe._C for torch "
-                            f"{torch.__version__} nor the sources to compile one (wavepe/_csrc): reinstall wavepe")
+        raise JitBuildError(f"this wavepe installation ({PACKAGE_DIR}) has neither torch ops for torch "
+                            f"{torch.__version__} nor the sources to compile them (wavepe/_csrc): reinstall wavepe")
     try:
         tb = recipe.torch_build()
     except RuntimeError as exc:
@@ -148,7 +195,7 @@ def compiled_torch_ops(why: str | None = None, stream: TextIO | None = None) -> 
     ops_dir = os.path.join(cache_root(), "torch-ops")
     final_dir = os.path.join(ops_dir, key)
     module_path = os.path.join(final_dir, _module_file())
-    if os.path.exists(module_path):
+    if _intact(final_dir)[0]:
         return module_path
     try:
         os.makedirs(ops_dir, exist_ok=True)
@@ -158,8 +205,14 @@ def compiled_torch_ops(why: str | None = None, stream: TextIO | None = None) -> 
         raise JitBuildError(f"cannot write wavepe's cache directory {ops_dir} ({exc.strerror}): set WAVEPE_CACHE_DIR "
                             "to a writable directory") from None
     try:
-        if os.path.exists(module_path):  # compiled by the process we waited for
+        intact, damage = _intact(final_dir)
+        if intact:  # compiled by the process we waited for
             return module_path
+        _clean_stale_builds(ops_dir)
+        if os.path.exists(final_dir):  # damaged or incomplete: rebuilt below
+            print(f"wavepe: the cached PyTorch ops are unusable ({damage or 'incomplete'}); rebuilding them",
+                  file=sys.stderr, flush=True)
+            shutil.rmtree(final_dir, ignore_errors=True)
         if tb.cuda_note:
             print("wavepe: " + tb.cuda_note, file=sys.stderr)
         problems = recipe.missing_tools()
@@ -200,26 +253,25 @@ def _build(src_root: str, tb: recipe.TorchBuild, ops_dir: str, final_dir: str, k
         f.write("\n".join(log_lines))
     with open(os.path.join(build_dir, "build.json"), "w", encoding="utf-8") as f:
         json.dump({**tb.build_record(), "python": sys.version.split()[0], "sources": src_root,
-                   "files": len(plan.compiles), "seconds": round(time.monotonic() - start, 1)}, f, indent=1)
+                   "files": len(plan.compiles), "seconds": round(time.monotonic() - start, 1),
+                   "sha256": file_digest(os.path.join(build_dir, _module_file()))}, f, indent=1)
     os.rename(build_dir, final_dir)  # atomic: another process sees the whole directory or none of it
     progress.finish(len(plan.compiles))
 
 
-def load(module_path: str) -> ModuleType:
-    """Import ``module_path`` as wavepe._C (registers torch.ops.wavepe.*)."""
-    spec = importlib.util.spec_from_file_location("wavepe._C", module_path)
-    if spec is None or spec.loader is None:  # pragma: no cover - the path ends in EXT_SUFFIX
-        raise ImportError(f"cannot load {module_path} as a Python extension")
-    try:
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-    except ImportError as exc:
-        # a module that does not load would be found again on every import: drop it, the next import rebuilds
-        shutil.rmtree(os.path.dirname(module_path), ignore_errors=True)
-        raise ImportError(f"wavepe._C compiled at {module_path} does not load ({exc}); removed it, the next import "
-                          "compiles it again") from exc
-    sys.modules["wavepe._C"] = module
-    import wavepe
+def load(module_path: str) -> dict[str, Any]:
+    """Load a compiled library (registers torch.ops.wavepe.*); returns its record (build.json)."""
+    import torch
 
-    wavepe._C = module  # type: ignore[attr-defined]
-    return module
+    try:
+        torch.ops.load_library(module_path)
+    except OSError as exc:
+        # a library that does not load would be found again on every import: drop it, the next import rebuilds
+        shutil.rmtree(os.path.dirname(module_path), ignore_errors=True)
+        raise ImportError(f"the torch ops compiled at {module_path} do not load ({exc.__cause__ or exc}); removed "
+                          "them, the next import compiles them again") from exc
+    try:
+        with open(os.path.join(os.path.dirname(module_path), "build.json"), encoding="utf-8") as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return {}

@@ -4,11 +4,12 @@ This is the one definition of the build, shared by everything that compiles wave
 
 * ``setup.py`` (``pip install``, ``make build``) loads this file by path: at build time the package is
   not importable;
-* :mod:`wavepe._build.jit` compiles ``wavepe._C`` against the user's torch at first use when the
-  installed package was built without torch (an isolated ``pip install``, the sdist, a wheel);
+* :mod:`wavepe._build.jit` compiles the torch ops library against the user's torch at first use when
+  the installed package holds none (an isolated ``pip install`` of the sdist, a platform without a
+  prebuilt wheel);
 * the Makefile's ``ctest`` target asks it which core files to compile with which flags
   (``python3 python/wavepe/_build/recipe.py core-sources`` / ``flags FILE``), and
-  ``.ci/compile_cuda.sh`` asks it for nvcc's flags (``nvcc-flags``).
+  ``.ci/build_wheel.sh`` asks it for the CUDA archs (``cuda-archs``).
 
 Sources are found by globbing directories, never listed by name; a file's extra flags come from
 :data:`SUFFIX_RULES`, matched on the end of its name.  To compile a new kind of kernel file with
@@ -68,23 +69,32 @@ SUFFIX_RULES: tuple[SuffixRule, ...] = (
 # -fno-math-errno: libm calls may be vectorised/inlined; nothing reads errno.
 C_FLAGS = ("-std=c11", "-O3", "-Wall", "-Wextra", "-fvisibility=hidden", "-fno-math-errno", "-fPIC", "-DNDEBUG")
 CXX_FLAGS = ("-std=c++20", "-O3", "-Wall", "-Wextra", "-fvisibility=hidden", "-fPIC", "-DNDEBUG")
-# -fopenmp: at::parallel_for is an inline template whose threading is an `#pragma omp parallel`
-# compiled into *this* module; without the flag every op silently runs on one thread.  libgomp.so.1
-# resolves at run time to the copy torch has already loaded (same soname): one OpenMP runtime.
-TORCH_CXX_FLAGS = ("-fopenmp",)
-TORCH_LINK_FLAGS = ("-fopenmp",)
+# The torch ops use torch's ABI-stable API only (csrc/torch/torch_common.h), targeting this torch: the
+# library loads in every torch >= TORCH_TARGET (its headers hide anything newer).  C++17 is what the
+# stable headers need.  No OpenMP here: torch::stable::parallel_for runs on torch's own thread pool.
+TORCH_TARGET = (2, 10)
+TORCH_TARGET_FLAG = "-DTORCH_TARGET_VERSION=0x%02x%02x000000000000" % TORCH_TARGET
+TORCH_CXX_STD = "-std=c++17"
+# What the library may leave undefined (the `nm -D` contract, checked by .ci/check_stable_abi.py): torch's
+# stable C shim (aoti_torch_*, torch_*), the C and C++ runtimes; never a libtorch/c10/ATen C++ symbol.
+TORCH_LIBRARY_FILE = "libwavepe_ops.so"  # wavepe/<this>: loaded with torch.ops.load_library, no Python inside
+TORCH_RECORD_FILE = "libwavepe_ops.json"  # beside it: what it was built for (build_record)
 # -ftz=true: fp32 arithmetic flushes subnormal operands and results to zero, as the CPU kernels do
 # under FTZ/DAZ (docs/DEVELOPING.md, "Non-finite values"), so a subnormal input reads as 0 on every
 # device (fp64 has no flush on GPUs; its subnormals are full speed there).
-NVCC_FLAGS = ("-O3", "-std=c++17", "-Xcompiler", "-fPIC", "--expt-relaxed-constexpr", "-ftz=true")
+# -Xptxas -v: ptxas reports registers, spills and stack per kernel and arch (kept in <object>.log, read by
+# .ci/check_cuda_kernels.py).
+NVCC_FLAGS = ("-O3", "-std=c++17", "-Xcompiler", "-fPIC", "--expt-relaxed-constexpr", "-ftz=true", "-Xptxas", "-v")
 # Warnings are errors in development builds (the Makefile and CI set WAVEPE_WERROR=1) but never on a
 # user's machine, whose newer compiler may warn about something ours does not.
 WERROR_FLAGS = ("-Werror",)
 NVCC_WERROR_FLAGS = ("-Xcompiler", "-Wall,-Wextra,-Werror", "-Werror", "all-warnings")
-DEFAULT_CUDA_ARCHS = "80;90"
+# SASS for these archs, and PTX of the last one (for GPUs newer than the toolkit knows); CUDA 13 compiles
+# for sm_75 and newer.  WAVEPE_CUDA_ARCHS overrides (e.g. "90" alone for a quicker build of one GPU's code).
+DEFAULT_CUDA_ARCHS = "80;90;100;120"
 
 # What the torch extension is compiled from, by directory and file ending (all of it is shipped
-# inside the package as wavepe/_csrc so that wavepe._C can be compiled at first use).
+# inside the package as wavepe/_csrc so that the torch ops can be compiled at first use).
 SHIPPED_SOURCES: dict[str, tuple[str, ...]] = {
     "core": (".c", ".h"),
     "torch": (".cpp", ".h"),
@@ -141,6 +151,14 @@ def nvcc_flags() -> list[str]:
     return [*NVCC_FLAGS, *(NVCC_WERROR_FLAGS if werror() else ())]
 
 
+def gencode_flags(archs: Sequence[str]) -> list[str]:
+    """SASS for every arch, PTX of the last (newest) one, which newer GPUs compile at load time."""
+    flags = [f"-gencode=arch=compute_{a},code=sm_{a}" for a in archs]
+    if archs:
+        flags.append(f"-gencode=arch=compute_{archs[-1]},code=compute_{archs[-1]}")
+    return flags
+
+
 # ---------------------------------------------------------------------------------------------------
 # Sources
 
@@ -159,7 +177,7 @@ def numpy_sources(src_root: str) -> list[str]:
 
 
 def torch_sources(src_root: str, cuda: bool) -> list[str]:
-    """csrc/torch/*.cpp; the CUDA registrations (*_cuda.cpp) only with the CUDA kernels."""
+    """csrc/torch/*.cpp; the CUDA launches (*_cuda.cpp) only with the CUDA kernels."""
     return [p for p in _glob(src_root, "torch", "*.cpp") if cuda or not p.endswith("_cuda.cpp")]
 
 
@@ -196,17 +214,12 @@ def python_include_flags() -> list[str]:
 
 
 def missing_tools(cuda: bool = False) -> list[str]:
-    """What is missing to compile wavepe._C here, each as a sentence saying how to get it."""
+    """What is missing to compile the torch ops here, each as a sentence saying how to get it."""
     problems = []
     for what, cmd, var, pkg in (("C compiler", c_compiler(), "CC", "gcc"), ("C++ compiler", cxx_compiler(), "CXX", "g++")):
         if shutil.which(shlex.split(cmd)[0]) is None:
             problems.append(f"no {what}: `{cmd}` is not on PATH (install one, e.g. `apt install {pkg}` on "
                             f"Debian/Ubuntu or `conda install -c conda-forge compilers`, or set {var})")
-    include = sysconfig.get_paths().get("include") or ""
-    if not os.path.exists(os.path.join(include, "Python.h")):
-        ver = f"{sys.version_info.major}.{sys.version_info.minor}"
-        problems.append(f"no Python headers: {os.path.join(include, 'Python.h')} is missing (install them, e.g. "
-                        f"`apt install python{ver}-dev` on Debian/Ubuntu)")
     return problems
 
 
@@ -228,47 +241,86 @@ def find_cuda_home(nvcc: str, torch_cuda_home: str | None = None) -> str | None:
 
 @dataclass(frozen=True)
 class TorchBuild:
-    """How to compile and link against one installed torch."""
+    """How to compile the torch ops against one installed torch (its stable headers and C shim)."""
 
-    version: str
+    version: str  # the torch whose headers are used (the binary serves every torch >= TORCH_TARGET)
     cxx_flags: tuple[str, ...]
     library_dirs: tuple[str, ...]
     libraries: tuple[str, ...]
     cuda: bool  # the CUDA kernels are compiled
     nvcc: str | None = None
-    cuda_note: str | None = None  # why torch has CUDA but the kernels are not compiled
+    cuda_home: str | None = None
+    cuda_archs: tuple[str, ...] = ()
+    cuda_note: str | None = None  # why the CUDA kernels are not compiled, when a user may expect them
 
     def build_record(self) -> dict:
-        """What a built wavepe._C is tied to (written beside it, checked before loading it)."""
-        return {"torch": self.version, "cuda": self.cuda}
+        """What a built library is (written beside it as TORCH_RECORD_FILE; read before loading it)."""
+        return {"abi": "stable", "torch_target": "%d.%d" % TORCH_TARGET, "built_against": self.version,
+                "cuda": self.cuda, "cuda_archs": list(self.cuda_archs), "machine": machine()}
+
+
+def torch_version_tuple(version: str) -> tuple[int, int]:
+    """(major, minor) of a torch version string such as '2.13.0+cpu'."""
+    parts = version.split("+")[0].split(".")
+    try:
+        return int(parts[0]), int(parts[1])
+    except (IndexError, ValueError):
+        return (0, 0)
+
+
+def cuda_wanted(torch_has_cuda: bool) -> tuple[bool, str | None]:
+    """Whether to compile the CUDA kernels, and a note when a CUDA torch gets none.
+
+    WAVEPE_BUILD_CUDA=1: always (a wheel: its kernels serve every CUDA torch, whatever torch builds it);
+    0: never; unset: when the running torch has CUDA and nvcc is found."""
+    value = os.environ.get("WAVEPE_BUILD_CUDA", "").strip().lower()
+    if value in ("0", "false", "no", "off"):
+        return False, None
+    forced = value in ("1", "true", "yes", "on")
+    if not forced and not torch_has_cuda:
+        return False, None
+    if find_nvcc() is None:
+        if forced:
+            raise RuntimeError("wavepe: WAVEPE_BUILD_CUDA=1 but nvcc was not found (put it on PATH or set CUDA_HOME)")
+        return False, ("torch has CUDA but nvcc was not found (put it on PATH or set CUDA_HOME): the CUDA kernels "
+                       "are not compiled and ops on CUDA tensors will raise; the prebuilt wheels have them")
+    return True, None
 
 
 def torch_build() -> TorchBuild:
     """Flags for the installed torch (raises ImportError without torch)."""
     import torch
-    from torch.utils import cpp_extension
 
-    cxx = [f"-isystem{p}" for p in cpp_extension.include_paths()]  # -isystem: their warnings are not ours
-    cxx += ["-DTORCH_API_INCLUDE_EXTENSION_H", "-DTORCH_EXTENSION_NAME=_C",
-            f"-D_GLIBCXX_USE_CXX11_ABI={int(torch._C._GLIBCXX_USE_CXX11_ABI)}"]
-    lib_dirs = list(cpp_extension.library_paths())
-    libs = ["c10", "torch", "torch_cpu", "torch_python"]
-    nvcc, note = None, None
-    if torch.version.cuda and env_flag("WAVEPE_BUILD_CUDA", True):
+    root = os.path.dirname(os.path.abspath(torch.__file__))
+    if torch_version_tuple(torch.__version__) < TORCH_TARGET:
+        raise RuntimeError(f"wavepe's PyTorch ops need torch >= {'%d.%d' % TORCH_TARGET} (its ABI-stable API); "
+                           f"this is torch {torch.__version__}: upgrade torch")
+    # -isystem: their warnings are not ours
+    cxx = [f"-isystem{os.path.join(root, 'include')}", TORCH_TARGET_FLAG]
+    lib_dirs = [os.path.join(root, "lib")]
+    libs = ["torch_cpu"]  # the stable C shim; resolved to the copy torch has loaded (same soname)
+    cuda, note = cuda_wanted(bool(torch.version.cuda))
+    nvcc = home = None
+    archs: tuple[str, ...] = ()
+    if cuda:
         nvcc = find_nvcc()
-        if nvcc is None:
-            note = (f"torch has CUDA {torch.version.cuda} but nvcc was not found (put it on PATH or set CUDA_HOME): "
-                    "the CUDA kernels are not compiled and ops on CUDA tensors will raise")
-        else:
-            home = find_cuda_home(nvcc, getattr(cpp_extension, "CUDA_HOME", None))
-            if home is None:
-                raise RuntimeError(f"wavepe: nvcc found ({nvcc}) but not the CUDA headers (cuda_runtime_api.h); "
-                                   "set CUDA_HOME, or WAVEPE_BUILD_CUDA=0 to build without the CUDA kernels")
-            cxx += [f"-isystem{os.path.join(home, 'include')}", "-DWAVEPE_WITH_CUDA=1"]
-            lib_dirs += [d for d in (os.path.join(home, "lib64"), os.path.join(home, "lib")) if os.path.isdir(d)]
-            libs += ["c10_cuda", "torch_cuda", "cudart"]
+        assert nvcc is not None
+        home = find_cuda_home(nvcc)
+        if home is None:
+            raise RuntimeError(f"wavepe: nvcc found ({nvcc}) but not the CUDA headers (cuda_runtime_api.h); "
+                               "set CUDA_HOME, or WAVEPE_BUILD_CUDA=0 to build without the CUDA kernels")
+        archs = tuple(cuda_archs())
+        cxx += [f"-isystem{os.path.join(home, 'include')}", "-DWAVEPE_WITH_CUDA=1",
+                '-DWAVEPE_CUDA_ARCHS_TEXT="%s"' % describe_archs(archs)]
+        lib_dirs += [d for d in (os.path.join(home, "lib64"), os.path.join(home, "lib")) if os.path.isdir(d)]
+        libs += ["cudart_static", "rt", "pthread", "dl"]  # the runtime inside: no libcudart.so needed at run time
     return TorchBuild(version=str(torch.__version__), cxx_flags=tuple(cxx), library_dirs=tuple(lib_dirs),
-                      libraries=tuple(libs), cuda=nvcc is not None, nvcc=nvcc, cuda_note=note)
+                      libraries=tuple(libs), cuda=cuda, nvcc=nvcc, cuda_home=home, cuda_archs=archs, cuda_note=note)
+
+
+def describe_archs(archs: Sequence[str]) -> str:
+    """'sm_80 sm_90 +PTX compute_90' for the gencode of ``archs``."""
+    return " ".join(f"sm_{a}" for a in archs) + (f" +PTX compute_{archs[-1]}" if archs else "")
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -325,20 +377,21 @@ def numpy_plan(src_root: str, obj_dir: str, output: str, numpy_include: str) -> 
 
 
 def torch_plan(src_root: str, obj_dir: str, output: str, tb: TorchBuild) -> Plan:
-    """wavepe._C: the C core, the torch bindings and (with nvcc) the CUDA kernels."""
+    """The torch ops library: the C core, the stable-ABI bindings and (with nvcc) the CUDA kernels."""
     cxx = shlex.split(cxx_compiler())
     core = _core_compiles(src_root, obj_dir)
-    own = [Compile(s, o, (*cxx, *cxx_flags(s), *TORCH_CXX_FLAGS, *python_include_flags(), *tb.cxx_flags,
-                          "-c", s, "-o", o))
+    own = [Compile(s, o, (*cxx, *[f for f in cxx_flags(s) if not f.startswith("-std=")], TORCH_CXX_STD,
+                          *tb.cxx_flags, "-c", s, "-o", o))
            for s in torch_sources(src_root, tb.cuda) for o in [_obj(obj_dir, "torch", s)]]
     cuda: list[Compile] = []
     if tb.cuda and tb.nvcc:
-        gencode = [f"-gencode=arch=compute_{a},code=sm_{a}" for a in cuda_archs()]
+        gencode = gencode_flags(tb.cuda_archs)
         cuda = [Compile(s, o, (tb.nvcc, *nvcc_flags(), *gencode, "-I" + src_root, "-c", s, "-o", o))
                 for s in cuda_sources(src_root) for o in [_obj(obj_dir, "cuda", s)]]
     objs = tuple(c.obj for c in core + own + cuda)
-    link = (*cxx, "-shared", *objs, "-o", output, *TORCH_LINK_FLAGS, *(f"-L{d}" for d in tb.library_dirs),
-            *(f"-l{lib}" for lib in tb.libraries))
+    # --as-needed drops what nothing references; -z now: every symbol resolved when the library loads
+    link = (*cxx, "-shared", *objs, "-o", output, "-Wl,--as-needed", "-Wl,-z,now",
+            *(f"-L{d}" for d in tb.library_dirs), *(f"-l{lib}" for lib in tb.libraries))
     return Plan(core + own + cuda, [Link(objs, output, link, os.path.join(obj_dir, "torch", "link.cmd"),
                                          shared_libstdcxx=True)])
 
@@ -492,10 +545,12 @@ def run(plan: Plan, *, jobs: int | None = None, progress: Callable[[int, int, st
     def compile_one(c: Compile) -> None:
         nonlocal done
         os.makedirs(os.path.dirname(c.obj), exist_ok=True)
-        for stale in (c.obj + ".cmd", c.obj + ".d"):
+        for stale in (c.obj + ".cmd", c.obj + ".d", c.obj + ".log"):
             if os.path.exists(stale):
                 os.remove(stale)
         out = _run_command([*c.argv, "-MD", "-MF", c.obj + ".d"], f"compiling {os.path.basename(c.source)}")
+        with open(c.obj + ".log", "w", encoding="utf-8") as f:  # warnings; ptxas's -v report for CUDA sources
+            f.write(out)
         with open(c.obj + ".cmd", "w", encoding="utf-8") as f:
             f.write(_argv_record(c.argv))
         with lock:
@@ -548,8 +603,10 @@ def _main(argv: Iterable[str]) -> int:
         print(" ".join(file_flags(args[1])))
     elif args[:1] == ["nvcc-flags"]:
         print(" ".join(nvcc_flags()))
+    elif args[:1] == ["cuda-archs"]:
+        print(" ".join(cuda_archs()))
     else:
-        print("usage: recipe.py core-sources [ARCH] | flags FILE | nvcc-flags", file=sys.stderr)
+        print("usage: recipe.py core-sources [ARCH] | flags FILE | nvcc-flags | cuda-archs", file=sys.stderr)
         return 2
     return 0
 

@@ -10,8 +10,7 @@ sequence and a rank's chunk in either layout ("contiguous", "zigzag");
 the experiments' ``TinyLM``) run on a rank's chunk.
 
 Data parallelism needs nothing from wavepe: wavepe's ops are ordinary autograd
-ops, so DDP and FSDP wrap models that use them (README, "Training across
-devices").
+ops, so DDP and FSDP wrap models that use them (docs/distributed.md).
 """
 
 from __future__ import annotations

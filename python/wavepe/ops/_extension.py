@@ -1,23 +1,24 @@
-"""Loading of the compiled operator library ``wavepe._C`` (registers ``torch.ops.wavepe.*``).
+"""Loading of the compiled operator library (registers ``torch.ops.wavepe.*``).
 
-``torch`` is imported first: its shared libraries must be loaded before the extension that links
-against them.
+The library (``wavepe/libwavepe_ops.so``) holds no Python and calls torch only through its
+ABI-stable C shim (``docs/install.md``): one binary serves every CPython and every torch >= 2.10.
+``torch`` is imported first: the library resolves its shim against the torch already loaded.
 
-Which ``wavepe._C``:
+Which library:
 
-1. the one built at install time (setup.py builds it when torch is importable at build time), if
-   its record (``wavepe/_C.build.json``) says it was built for the running torch — a module built
-   for another torch is never loaded, since it may load and then crash;
+1. the one inside the package (a prebuilt wheel, or built at install time when torch was
+   importable then), if its record (``libwavepe_ops.json``) says it targets a torch no newer than
+   the running one;
 2. otherwise one compiled for the running torch at first use and cached
-   (:mod:`wavepe._build.jit`: a one-line message, about a minute, once per torch version).
-   ``WAVEPE_JIT=0`` forbids compiling at import: an ImportError then says what to do instead.
+   (:mod:`wavepe._build.jit`: a one-line message, about a minute, once).  ``WAVEPE_JIT=0`` forbids
+   compiling at import: an ImportError then says what to do instead.
 """
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
+from typing import Any
 
 from .._requires import require
 
@@ -26,52 +27,70 @@ import torch  # noqa: E402
 
 from .._build import recipe  # noqa: E402
 
-RECORD = "_C.build.json"  # written by setup.py beside the wavepe._C it builds
+PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def _packaged_build() -> tuple[bool, str | None]:
-    """(use it, why not): whether the wavepe._C built at install time is for the running torch."""
-    spec = importlib.util.find_spec("wavepe._C")
-    if spec is None or not spec.origin:
-        return False, None
+def _target(record: dict[str, Any]) -> tuple[int, int]:
+    return recipe.torch_version_tuple(str(record.get("torch_target", "")))
+
+
+def _packaged_build() -> tuple[str | None, dict[str, Any], str | None]:
+    """(path, record, why not): the library inside the package, if it serves the running torch."""
+    path = os.path.join(PACKAGE_DIR, recipe.TORCH_LIBRARY_FILE)
+    if not os.path.exists(path):
+        return None, {}, None
     try:
-        with open(os.path.join(os.path.dirname(spec.origin), RECORD), encoding="utf-8") as f:
-            built_for = json.load(f).get("torch")
+        with open(os.path.join(PACKAGE_DIR, recipe.TORCH_RECORD_FILE), encoding="utf-8") as f:
+            record = json.load(f)
     except (OSError, ValueError):
-        return False, "the wavepe._C built at install time has no record of its torch"
-    if built_for != torch.__version__:
-        return False, f"the wavepe._C built at install time is for torch {built_for}"
-    return True, None
+        return None, {}, "the packaged torch ops have no record of what they are"
+    if record.get("abi") != "stable" or record.get("machine") not in (None, recipe.machine()):
+        return None, {}, f"the packaged torch ops are not for this machine ({record})"
+    running = recipe.torch_version_tuple(torch.__version__)
+    if running < _target(record):
+        return None, {}, (f"the packaged torch ops need torch >= {record.get('torch_target')}, "
+                          f"this is {torch.__version__}")
+    return path, record, None
 
 
-def _load() -> str:
-    """Import wavepe._C; returns where it came from (for ``wavepe info``)."""
-    use_packaged, why = _packaged_build()
-    if use_packaged:
+def _load() -> tuple[str, str, dict[str, Any]]:
+    """Load the library; returns (where it came from, its path, its record) for ``wavepe info``."""
+    if recipe.torch_version_tuple(torch.__version__) < recipe.TORCH_TARGET:
+        raise ImportError(f"wavepe's PyTorch ops need torch >= {'%d.%d' % recipe.TORCH_TARGET} (they are built on "
+                          f"torch's ABI-stable API); this is torch {torch.__version__}: upgrade torch "
+                          "(the NumPy API, wavepe.ufuncs, works without it)")
+    path, record, why = _packaged_build()
+    if path is not None:
         try:
-            from .. import _C  # noqa: F401
-
-            return "built at install time"
-        except ImportError as exc:
-            why = f"the wavepe._C built at install time does not load ({exc})"
+            torch.ops.load_library(path)
+            how = "built in place" if record.get("package") == "in-place build" else "from the wheel"
+            return (f"{how} ({path})", path, record)
+        except OSError as exc:
+            why = f"the packaged torch ops do not load ({exc.__cause__ or exc})"
     if not recipe.env_flag("WAVEPE_JIT", True):
         raise ImportError(
-            f"wavepe's PyTorch ops are not built for torch {torch.__version__}"
-            + (f" ({why})" if why else "")
-            + ", and WAVEPE_JIT=0 forbids compiling them now: unset it, or rebuild wavepe against this torch "
-            "with `pip install --no-build-isolation .` (`make build` in a checkout)")
+            f"wavepe's PyTorch ops are not built for this installation (torch {torch.__version__}"
+            + (f"; {why}" if why else "")
+            + "), and WAVEPE_JIT=0 forbids compiling them now: unset it, install a prebuilt wheel, or rebuild "
+            "wavepe with `pip install --no-build-isolation .` (`make build` in a checkout)")
     from .._build import jit
 
     try:
         path = jit.compiled_torch_ops(why)
     except jit.JitBuildError as exc:
         raise ImportError(str(exc)) from None
-    jit.load(path)
-    return f"compiled at first use ({os.path.dirname(path)})"
+    record = jit.load(path)
+    return (f"compiled at first use ({os.path.dirname(path)})", path, record)
 
 
-ORIGIN = _load()
+ORIGIN, LIBRARY, RECORD = _load()
 ops = torch.ops.wavepe
+
+
+def build_info() -> dict[str, Any]:
+    """What the loaded library is: where it came from, the torch it targets, its CUDA kernels."""
+    info = json.loads(ops.build_info())
+    return {"origin": ORIGIN, "library": LIBRARY, **info}
 
 
 def float_compute_dtype(t: torch.Tensor, name: str) -> torch.dtype:

@@ -26,8 +26,8 @@ import math
 import numpy as np
 import torch
 
-from .. import _ufuncs
-from ..config import _BY_TABLE_KEY, WAVELET_FAMILIES, WaveletConfig, _Window
+from .._wavelet_rows import support_t
+from ..config import WaveletConfig, _Window, config_for_table_key
 from ._checks import cacheable
 
 _default_configs: dict[int, WaveletConfig] = {}
@@ -43,8 +43,7 @@ def default_wavelet_config(head_dim: int) -> WaveletConfig:
 
 # The support bound of the default grid's family (Ricker, exact) per table dtype: what a traced call
 # needs to size the default grid's table without building the config inside the graph.
-_RICKER_T_HI = {name: _ufuncs.wavelet_support_t(WAVELET_FAMILIES.index("ricker"), name == "float64", 0.0)[1]
-                for name in ("float32", "float64")}
+_RICKER_T_HI = {name: support_t("ricker", np.dtype(name), 0.0)[1] for name in ("float32", "float64")}
 
 
 def _dtype_name(dtype: torch.dtype) -> str:
@@ -60,8 +59,8 @@ def _table_info(config: WaveletConfig | None, head_dim: int, dtype: torch.dtype)
     checks they agree)."""
     name = _dtype_name(dtype)
     if config is not None:
-        lo, hi = config._support_rows[name]
-        return config._table_key, lo, hi
+        lo, hi = config._support_rows[name]  # the dict support_rows() reads: no np.dtype() in a traced graph
+        return config.table_key, lo, hi
     t_hi = _RICKER_T_HI[name]
     return f"default:{head_dim}", math.floor(-128.0 * t_hi) - 1, math.ceil((head_dim // 8 - 1) + 128.0 * t_hi) + 1
 
@@ -69,7 +68,7 @@ def _table_info(config: WaveletConfig | None, head_dim: int, dtype: torch.dtype)
 def _config_of(key: str) -> WaveletConfig:
     if key.startswith("default:"):
         return default_wavelet_config(int(key.split(":", 1)[1]))
-    config = _BY_TABLE_KEY.get(key)
+    config = config_for_table_key(key)
     if config is None:
         raise RuntimeError(f"wavepe::wavelet_table: no live WaveletConfig has table key {key!r}")
     return config

@@ -1,4 +1,4 @@
-"""Frequency-band analysis of RoPE (DESIGN.md §1, "Frequency band").
+"""Frequency-band analysis of RoPE (docs/research.md, "Frequency-band analysis").
 
 Prediction from θ and the training length alone:
 

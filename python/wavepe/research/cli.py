@@ -30,18 +30,30 @@ class CliError(Exception):
 
 
 def _cmd_info(args: argparse.Namespace) -> int:
+    import platform
+
     import wavepe
 
-    print(f"wavepe {wavepe.__version__}")
+    print(f"wavepe {wavepe.__version__} ({os.path.dirname(wavepe.__file__)})")
+    print(f"python {platform.python_version()} on {platform.machine()}")
     print(f"cpu isa: {wavepe.cpu_isa()}  active: {wavepe.active_isa()}")
     try:
         import torch
 
-        from .ops import _extension
-
-        print(f"torch ops: available (torch {torch.__version__}; {_extension.ORIGIN})")
+        from ..ops import _extension
     except ImportError as exc:
         print(f"torch ops: unavailable ({exc})")
+        return 0
+    info = _extension.build_info()
+    print(f"torch ops: {info['origin']}")
+    print(f"  torch {torch.__version__}; the ops target torch >= {info['torch_target']} (ABI-stable)")
+    if info["cuda_runtime"]:
+        rt = int(info["cuda_runtime"])
+        gpu = (f"{torch.cuda.get_device_name()} (sm_{''.join(map(str, torch.cuda.get_device_capability()))})"
+               if torch.cuda.is_available() else "no GPU visible")
+        print(f"  cuda kernels: {info['cuda_archs']} (CUDA runtime {rt // 1000}.{rt % 1000 // 10}, static); {gpu}")
+    else:
+        print("  cuda kernels: none in this build")
     return 0
 
 

@@ -1,6 +1,6 @@
 """A small word-level text corpus that exists on every machine: the Python standard library's sources.
 
-For smoke tests and the README's commands (``fairseq-preprocess`` needs text
+For smoke tests and the commands of docs/fairseq.md (``fairseq-preprocess`` needs text
 files); real experiments use WikiText-103.  Every top-level ``*.py`` file of
 the running interpreter's standard library, in name order, is split into
 tokens (``\\w+`` runs and single punctuation characters), one source line per

@@ -473,7 +473,7 @@ def haystack(tokens: Any, remove: str = "0123456789~") -> np.ndarray:
 
 
 def wilson_interval(hits: int, n: int, z: float = 1.96) -> tuple[float, float]:
-    """95 % Wilson score interval of a binomial proportion (for the README's error bars)."""
+    """95 % Wilson score interval of a binomial proportion (for the error bars of docs/research.md)."""
     if n <= 0:
         return (0.0, 1.0)
     p = hits / n
