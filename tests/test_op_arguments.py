@@ -34,6 +34,11 @@ def schema(op: str) -> list[str]:
     return [a.name for a in getattr(torch.ops.wavepe, op).default._schema.arguments]
 
 
+def required(op: str) -> set[str]:
+    """The arguments without a default in the schema."""
+    return {a.name for a in getattr(torch.ops.wavepe, op).default._schema.arguments if not a.has_default_value()}
+
+
 # ---- keyword calls into the raw ops ------------------------------------------------------------
 
 
@@ -51,7 +56,7 @@ def _raw_op_names(tree: ast.Module) -> set[str]:
 
 def raw_op_calls_by_position(source: str, where: str, seen: list[str] | None = None) -> list[str]:
     """Every call into a raw op in ``source`` that is not made by schema name: positional
-    arguments, an unknown keyword, or (with no ``**`` spread) a missing one.  Each call examined
+    arguments, an unknown keyword, or (with no ``**`` spread) a missing required one.  Each call examined
     is appended to ``seen``."""
     tree = ast.parse(source)
     bound = _raw_op_names(tree)
@@ -72,8 +77,8 @@ def raw_op_calls_by_position(source: str, where: str, seen: list[str] | None = N
         spread = any(k.arg is None for k in node.keywords)
         if given - set(names):
             problems.append(f"{at}: {op} has no argument(s) {sorted(given - set(names))} (schema: {names})")
-        if not spread and not node.args and set(names) - given:
-            problems.append(f"{at}: {op} called without {sorted(set(names) - given)}")
+        if not spread and not node.args and required(op) - given:
+            problems.append(f"{at}: {op} called without {sorted(required(op) - given)}")
     return problems
 
 
