@@ -169,7 +169,9 @@ def test_gufunc_takes_the_schema_order():
     assert rel_bias_gufunc.__doc__.splitlines()[2] == f"rel_bias({', '.join(names)}, /, *, out) -> out"
     q, table = np.random.default_rng(0).standard_normal((3, 4)), np.random.default_rng(1).standard_normal((6, 4))
     kw = dict(r_lo=-2, q_offset=3, causal=True, clamp=False)
+    defaults = {a.name: a.default_value for a in torch.ops.wavepe.rel_bias.default._schema.arguments
+                if a.has_default_value()}
     out = np.empty((3, 5))
-    rel_bias_gufunc(q, table, *(kw[n] for n in names[2:]), out=out)
+    rel_bias_gufunc(q, table, *({**defaults, **kw}[n] for n in names[2:]), out=out)
     want = torch.ops.wavepe.rel_bias(q=torch.from_numpy(q), table=torch.from_numpy(table), k_len=5, **kw)
     np.testing.assert_allclose(out, want.numpy(), rtol=1e-12, atol=1e-12)
