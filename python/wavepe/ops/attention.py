@@ -26,11 +26,11 @@ from ..pos_enc import canonical_pos_enc
 from . import _routing, eager
 from ._checks import cacheable, check_finite, check_same, check_tensor, compute_dtype
 from ._extension import named, ops, schema_names, schema_tensors
-
-_FWD, _FWD_TENSORS = schema_names("attention_fwd"), schema_tensors("attention_fwd")
 from .alibi import alibi_bias
 from ._tables import call_table, default_wavelet_config  # noqa: F401  (public: wavepe.ops.default_wavelet_config)
 from .relbias import rel_bias
+
+_FWD, _FWD_TENSORS = schema_names("attention_fwd"), schema_tensors("attention_fwd")
 
 def _acc_dtype(dtype: torch.dtype) -> torch.dtype:
     """The kernels' accumulator type: lse, slopes and their gradients travel in it."""
