@@ -5,6 +5,7 @@
 #   make test    build, then run the test suite (the README's test command)
 #   make build   (re)build the extensions in place: only what changed since the last build
 #   make ctest   the C core's test driver under AddressSanitizer + UBSan
+#   make ctest-aarch64   the same, cross-compiled for AArch64 and run under qemu-user (scalar + NEON)
 #   make bench   the benchmark scripts (print tables, write benchmarks/results/*.json)
 
 PYTHON ?= python3
@@ -36,7 +37,7 @@ BUILD_INPUTS := setup.py pyproject.toml MANIFEST.in $(wildcard python/wavepe/_bu
                 $(shell find csrc -type f -not -path 'csrc/core/tests/*')
 BUILT        := $(VENV)/.build-stamp
 
-.PHONY: venv build test demo ctest ctest-simde bench clean
+.PHONY: venv build test demo ctest ctest-simde ctest-aarch64 bench clean
 
 $(STAMP): requirements-dev.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -77,6 +78,23 @@ ctest-simde: $(STAMP)
 	    || exit 1; done
 	$(CC) $(SAN_FLAGS) -o build/ctest-simde/test_core build/ctest-simde/*.o -lm
 	./build/ctest-simde/test_core
+
+# The same tests cross-compiled for AArch64 (the recipe's aarch64 files: *_neon.c, no x86 kernels)
+# and run under qemu-user, so that NEON code never lands untested on x86 machines.  The toolchain
+# comes from scripts/install_aarch64_toolchain.sh (Debian's gcc-aarch64-linux-gnu, qemu-user).
+# ASan works under qemu-user except LeakSanitizer, which needs ptrace-like access qemu does not give:
+# leaks are checked by the native `make ctest`.  Set QEMU_CPU (e.g. neoverse-n1) to pick the model.
+AARCH64_CC   ?= aarch64-linux-gnu-gcc
+AARCH64_QEMU ?= qemu-aarch64 -L /usr/aarch64-linux-gnu
+ctest-aarch64:
+	@command -v $(AARCH64_CC) >/dev/null && command -v $(firstword $(AARCH64_QEMU)) >/dev/null || \
+	  { echo "no AArch64 cross toolchain: run scripts/install_aarch64_toolchain.sh (as root)"; exit 1; }
+	rm -rf build/ctest-aarch64 && mkdir -p build/ctest-aarch64
+	for f in $$($(RECIPE) core-sources aarch64) $(CTEST_SRCS); do \
+	  $(AARCH64_CC) $(SAN_FLAGS) $$($(RECIPE) flags $$f) -Icsrc/core -c $$f -o build/ctest-aarch64/$$(basename $$f .c).o \
+	    || exit 1; done
+	$(AARCH64_CC) $(SAN_FLAGS) -o build/ctest-aarch64/test_core build/ctest-aarch64/*.o -lm
+	ASAN_OPTIONS=detect_leaks=0 $(AARCH64_QEMU) ./build/ctest-aarch64/test_core
 
 bench: build
 	$(PY) benchmarks/bench_ops.py

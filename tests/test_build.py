@@ -40,6 +40,12 @@ def test_suffix_rules_give_each_kernel_file_its_flags():
     assert recipe.file_flags("csrc/core/attention.c") == ()
     assert recipe.builds_on("x_avx512.c", "x86_64") and not recipe.builds_on("x_avx512.c", "aarch64")
     assert recipe.builds_on("x.c", "aarch64")
+    # NEON is AArch64's baseline: its files need no flags, build there only, and no x86 flag reaches them
+    assert recipe.file_flags("csrc/core/attention_neon.c") == ()
+    assert recipe.builds_on("x_neon.c", "aarch64") and recipe.builds_on("x_neon.c", "arm64")
+    assert not recipe.builds_on("x_neon.c", "x86_64") and not recipe.builds_on("x_avx2.c", "aarch64")
+    aarch64 = [os.path.basename(p) for p in recipe.core_sources(str(CSRC), "aarch64")]
+    assert "attention_neon.c" in aarch64 and not any(n.endswith(("_avx2.c", "_avx512.c")) for n in aarch64)
     assert "-mavx2" in recipe.c_flags("rope_avx2.c") and "-std=c11" in recipe.c_flags("rope_avx2.c")
 
 
@@ -381,10 +387,13 @@ def test_loader_refuses_a_torch_older_than_the_target_by_name(monkeypatch):
 def test_this_checkout_loaded_the_library_built_by_setup_py():
     """make test runs on the in-place build; a silent fallback to compiling at first use would hide a
     broken setup.py (the wheel/sdist checks of .ci/check_wheel.sh / check_install.sh test the others)."""
+    import wavepe
     import wavepe.ops._extension as ext
 
     if not (ROOT / "python" / "wavepe" / recipe.TORCH_RECORD_FILE).exists():
         pytest.skip("no in-place build of the torch ops in this checkout")
+    if Path(wavepe.__file__).resolve().parent != ROOT / "python" / "wavepe":
+        pytest.skip(f"wavepe is imported from an installation ({wavepe.__file__}), not this checkout")
     assert ext.ORIGIN.startswith("built in place (") and ext.LIBRARY == str(ROOT / "python" / "wavepe" /
                                                                              recipe.TORCH_LIBRARY_FILE)
     info = ext.build_info()

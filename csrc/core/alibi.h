@@ -77,12 +77,13 @@ void wavepe_alibi_plan_free(wavepe_alibi_plan *plan);
 /* Fill rows [row_begin, row_end) of the flattened (heads * m) row space. */
 void wavepe_alibi_f32(wavepe_isa isa, const wavepe_alibi_args *a, int64_t row_begin, int64_t row_end);
 void wavepe_alibi_f64(wavepe_isa isa, const wavepe_alibi_args *a, int64_t row_begin, int64_t row_end);
-void wavepe_alibi_f32_scalar(const wavepe_alibi_args *a, int64_t row_begin, int64_t row_end);
-void wavepe_alibi_f64_scalar(const wavepe_alibi_args *a, int64_t row_begin, int64_t row_end);
-void wavepe_alibi_f32_avx2(const wavepe_alibi_args *a, int64_t row_begin, int64_t row_end);
-void wavepe_alibi_f64_avx2(const wavepe_alibi_args *a, int64_t row_begin, int64_t row_end);
-void wavepe_alibi_f32_avx512(const wavepe_alibi_args *a, int64_t row_begin, int64_t row_end);
-void wavepe_alibi_f64_avx512(const wavepe_alibi_args *a, int64_t row_begin, int64_t row_end);
+/* The variants behind the dispatch, one pair per ISA of isa_table.h (the
+ * vector ones exist in builds for their architecture only). */
+#define WAVEPE_ALIBI_KERNELS_(ID, name, ...)                                                     \
+    void wavepe_alibi_f32_##name(const wavepe_alibi_args *a, int64_t row_begin, int64_t row_end); \
+    void wavepe_alibi_f64_##name(const wavepe_alibi_args *a, int64_t row_begin, int64_t row_end);
+WAVEPE_ISA_TABLE(WAVEPE_ALIBI_KERNELS_, _)
+#undef WAVEPE_ALIBI_KERNELS_
 
 /* pe (len, d) row-major of float32 / float64; base > 0, d >= 1; positions
  * offset .. offset + len - 1 within +-2^60.  *err (may be NULL) says why a

@@ -1,5 +1,5 @@
 /* alibi_simd.h: ALiBi rows on vectors, written once (simd_type.h) and
- * instantiated per ISA by alibi_avx2.c / alibi_avx512.c for float and double.
+ * instantiated per ISA by alibi_<isa>.c (avx2, avx512, neon) for float and double.
  *
  * A row is an arithmetic sequence, -slope * (pos - j); the vector holds the
  * distances for VL consecutive j and steps by VL.  Distances are exact in the

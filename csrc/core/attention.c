@@ -51,15 +51,16 @@ void wavepe_attention_plan_free(wavepe_attention_plan *p) {
 
 int wavepe_attention_plan_kind(const wavepe_attention_plan *p) { return p->kind; }
 
-/* The ISA a plan runs: vector ISAs exist on x86-64 builds only. */
+/* The ISA a plan runs: a vector ISA this build has kernels for, else scalar. */
+#define ATTN_BUILT_(ID, name, arch, ...) WAVEPE_IF_VECTOR_##arch(case WAVEPE_ISA_##ID:)
 static wavepe_isa plan_isa(wavepe_isa isa) {
-#if defined(__x86_64__) || defined(_M_X64)
-    return isa == WAVEPE_ISA_AVX512 || isa == WAVEPE_ISA_AVX2 ? isa : WAVEPE_ISA_SCALAR;
-#else
-    (void)isa;
-    return WAVEPE_ISA_SCALAR;
-#endif
+    switch (isa) {
+    WAVEPE_ISA_TABLE(ATTN_BUILT_, _)
+        return isa;
+    default: return WAVEPE_ISA_SCALAR;
+    }
 }
+#undef ATTN_BUILT_
 
 /* Pack the table over the distances the operation can touch (see the plan):
  * row-major rows (memcpy), nonzero column range per strip, and -- unless
@@ -137,7 +138,7 @@ static wavepe_attention_plan *plan_common(wavepe_isa isa, int f64, const wavepe_
     p->esize = f64 ? 8 : 4;
     p->hg = a->heads / a->kv_heads;
     p->bias = a->table != NULL ? ATTN_BIAS_TABLE : (a->slopes != NULL ? ATTN_BIAS_ALIBI : ATTN_BIAS_NONE);
-    p->nr = 2 * attn_isa_lanes_f32(p->isa) / (f64 ? 2 : 1); /* two vectors */
+    p->nr = 2 * attn_isa_lanes(p->isa, f64); /* two vectors */
     if (backward) {
         p->bm = f64 ? ATTN_BBM_F64 : ATTN_BBM_F32;
         p->bn = f64 ? ATTN_BBN_F64 : ATTN_BBN_F32;
@@ -538,26 +539,35 @@ static int bwd_reduce(wavepe_attention_plan *p, int64_t begin, int64_t end) {
 
 /* ---- dispatch ------------------------------------------------------------------ */
 
-#if defined(__x86_64__) || defined(_M_X64)
-/* The vector phase of a plan, by ISA and element type. */
-#define ATTN_VECTOR(p, phase_fn)                                                                 \
-    ((p)->isa == WAVEPE_ISA_AVX512 ? ((p)->f64 ? attn_##phase_fn##_f64_avx512 : attn_##phase_fn##_f32_avx512) \
-                                   : ((p)->f64 ? attn_##phase_fn##_f64_avx2 : attn_##phase_fn##_f32_avx2))
-#endif
+/* The vector phases of a plan's ISA (a plan has a vector kind only with an
+ * ISA this build has: plan_isa). */
+typedef int (*attn_phase)(wavepe_attention_plan *p, int64_t begin, int64_t end);
+enum { ATTN_PHASE_FWD_TILED = 0, ATTN_PHASE_FWD_DECODE = 1, ATTN_PHASE_BWD = 2 };
+#define ATTN_PHASES_(ID, name, arch, ...)                                                        \
+    WAVEPE_IF_VECTOR_##arch(case WAVEPE_ISA_##ID: {                                              \
+        static const attn_phase phases[2][3] = {                                                 \
+            {attn_fwd_tiled_f32_##name, attn_fwd_decode_f32_##name, attn_bwd_f32_##name},        \
+            {attn_fwd_tiled_f64_##name, attn_fwd_decode_f64_##name, attn_bwd_f64_##name}};       \
+        return phases[p->f64][which];                                                            \
+    })
+static attn_phase vector_phase(const wavepe_attention_plan *p, int which) {
+    (void)which;
+    switch (p->isa) {
+    WAVEPE_ISA_TABLE(ATTN_PHASES_, _)
+    default: return NULL;
+    }
+}
+#undef ATTN_PHASES_
 
 static int run_phase(wavepe_attention_plan *p, int phase, int64_t begin, int64_t end) {
     if (p->backward) {
         if (phase == 1) return bwd_reduce(p, begin, end);
-#if defined(__x86_64__) || defined(_M_X64)
-        if (p->kind != ATTN_KIND_SCALAR) return ATTN_VECTOR(p, bwd)(p, begin, end);
-#endif
+        if (p->kind != ATTN_KIND_SCALAR) return vector_phase(p, ATTN_PHASE_BWD)(p, begin, end);
         return bwd_scalar(p, begin, end);
     }
     if (phase == 1) return fwd_combine(p, begin, end);
-#if defined(__x86_64__) || defined(_M_X64)
-    if (p->kind == ATTN_KIND_TILED) return ATTN_VECTOR(p, fwd_tiled)(p, begin, end);
-    if (p->kind == ATTN_KIND_DECODE) return ATTN_VECTOR(p, fwd_decode)(p, begin, end);
-#endif
+    if (p->kind == ATTN_KIND_TILED) return vector_phase(p, ATTN_PHASE_FWD_TILED)(p, begin, end);
+    if (p->kind == ATTN_KIND_DECODE) return vector_phase(p, ATTN_PHASE_FWD_DECODE)(p, begin, end);
     return fwd_scalar(p, begin, end);
 }
 

@@ -1,4 +1,5 @@
-/* attention.h: fused attention with a position bias, flash-style (DESIGN.md §2).
+/* attention.h: fused attention with a position bias, flash-style (one pass over
+ * the keys with an online softmax; no M x N matrix is ever stored).
  *
  *   s[m, n] = scale * (q_m . k_n + q_m . T[r])     relative table (wavelet, learned)
  *   s[m, n] = scale * q_m . k_n - slope_h * |r|    ALiBi

@@ -1,6 +1,6 @@
 /* attention_internal.h: the plan shared by attention.c (scalar reference,
- * plan building, reductions) and attention_avx2.c (tiled kernels).  Not part
- * of the public API. */
+ * plan building, reductions) and the tiled kernels of attention_simd.h
+ * (attention_<isa>.c).  Not part of the public API. */
 #ifndef WAVEPE_ATTENTION_INTERNAL_H
 #define WAVEPE_ATTENTION_INTERNAL_H
 
@@ -20,7 +20,7 @@ enum { ATTN_KIND_SCALAR = 0, ATTN_KIND_TILED = 1, ATTN_KIND_DECODE = 2 };
 
 /* Tiling of the vector kernels (attention_simd.h).  A micro-tile is MR rows x
  * NR = 2 vectors of accumulators (12 vector registers); NR is 2 * the lanes
- * of the ISA (float32: 16 on AVX2, 32 on AVX-512).  Query blocks are BM rows,
+ * of the ISA (float32: 16 on AVX2, 32 on AVX-512, 8 on NEON).  Query blocks are BM rows,
  * key blocks BN keys (multiples of MR and of every ISA's NR).  The forward streams all of K and
  * V once per query block, so its blocks are tall (K/V traffic ~ 1/BM; its
  * queries are processed 6 rows at a time, so BM costs only the O
@@ -28,7 +28,7 @@ enum { ATTN_KIND_SCALAR = 0, ATTN_KIND_TILED = 1, ATTN_KIND_DECODE = 2 };
  * blocks are wide.  Sized so that a block's working set stays in a 512 KiB L2. */
 #define ATTN_MR 6
 /* Forward query blocks: these rows for 8-lane (AVX2) float vectors, scaled with the
- * vector width (AVX-512: 384 rows).  A block streams every key it sees once, so
+ * vector width (AVX-512: 384 rows, NEON: 96).  A block streams every key it sees once, so
  * taller blocks read K and V less often: at L = 16384 on a Sapphire Rapids core the
  * 384-row block took ~6 % less time than 192 rows (its working set, ~0.5 MiB, sits
  * in the 1-2 MiB L2 of the CPUs that have AVX-512; AVX2's 192 fits 512 KiB). */
@@ -115,22 +115,24 @@ static inline int64_t attn_table_index(const wavepe_attention_args *a, int64_t r
 void *attn_aligned_alloc(size_t bytes);
 void attn_aligned_free(void *p);
 
-/* Vector lanes of an ISA for float32 (float64: half as many). */
-static inline int64_t attn_isa_lanes_f32(wavepe_isa isa) { return isa == WAVEPE_ISA_AVX512 ? 16 : 8; }
+/* Vector lanes of an ISA (isa_table.h). */
+static inline int64_t attn_isa_lanes(wavepe_isa isa, int f64) {
+    return f64 ? wavepe_isa_lanes_f64(isa) : wavepe_isa_lanes_f32(isa);
+}
 /* The forward query block of an ISA (attention_simd.h's ATTN_FBM, the same formula). */
 static inline int64_t attn_fwd_block_rows(wavepe_isa isa, int f64) {
-    return (f64 ? ATTN_FBM_F64 : ATTN_FBM_F32) * attn_isa_lanes_f32(isa) / 8;
+    return f64 ? ATTN_FBM_F64 * attn_isa_lanes(isa, 1) / 4 : ATTN_FBM_F32 * attn_isa_lanes(isa, 0) / 8;
 }
 
-/* Vector phases (attention_avx2.c, attention_avx512.c). */
-#define ATTN_DECLARE_PHASES(SUF)                                                                 \
-    int attn_fwd_tiled_##SUF(wavepe_attention_plan *p, int64_t begin, int64_t end);             \
-    int attn_fwd_decode_##SUF(wavepe_attention_plan *p, int64_t begin, int64_t end);            \
-    int attn_bwd_##SUF(wavepe_attention_plan *p, int64_t begin, int64_t end);
-ATTN_DECLARE_PHASES(f32_avx2)
-ATTN_DECLARE_PHASES(f64_avx2)
-ATTN_DECLARE_PHASES(f32_avx512)
-ATTN_DECLARE_PHASES(f64_avx512)
-#undef ATTN_DECLARE_PHASES
+/* Vector phases (attention_<isa>.c, one per vector ISA of isa_table.h). */
+#define ATTN_DECLARE_PHASES_(ID, name, ...)                                                      \
+    int attn_fwd_tiled_f32_##name(wavepe_attention_plan *p, int64_t begin, int64_t end);        \
+    int attn_fwd_decode_f32_##name(wavepe_attention_plan *p, int64_t begin, int64_t end);       \
+    int attn_bwd_f32_##name(wavepe_attention_plan *p, int64_t begin, int64_t end);              \
+    int attn_fwd_tiled_f64_##name(wavepe_attention_plan *p, int64_t begin, int64_t end);        \
+    int attn_fwd_decode_f64_##name(wavepe_attention_plan *p, int64_t begin, int64_t end);       \
+    int attn_bwd_f64_##name(wavepe_attention_plan *p, int64_t begin, int64_t end);
+WAVEPE_ISA_TABLE(ATTN_DECLARE_PHASES_, _)
+#undef ATTN_DECLARE_PHASES_
 
 #endif

@@ -1,6 +1,6 @@
 /* attention_simd.h: the tiled attention kernels, written once (simd_type.h)
- * and instantiated per ISA by attention_avx2.c / attention_avx512.c for float
- * and double.
+ * and instantiated per ISA by attention_<isa>.c (attention_avx2.c,
+ * attention_avx512.c, attention_neon.c) for float and double.
  *
  * Structure (BLIS-like): everything is loops around two register-blocked
  * micro-kernels of MR = 6 rows x NR = 2 vectors:
@@ -27,50 +27,6 @@
 #include "checked.h"
 #include "simd_type.h"
 
-#ifndef WAVEPE_ATTENTION_SIMD_ONCE
-#define WAVEPE_ATTENTION_SIMD_ONCE
-/* dst[r * ldd + i] = src[i * ks + r] for an 8 x 8 float block (AVX registers:
- * available to every vector ISA of the core). */
-static inline void attn_transpose8x8_ps(const float *src, int64_t ks, float *dst, int64_t ldd) {
-    const __m256 r0 = _mm256_loadu_ps(src + 0 * ks), r1 = _mm256_loadu_ps(src + 1 * ks);
-    const __m256 r2 = _mm256_loadu_ps(src + 2 * ks), r3 = _mm256_loadu_ps(src + 3 * ks);
-    const __m256 r4 = _mm256_loadu_ps(src + 4 * ks), r5 = _mm256_loadu_ps(src + 5 * ks);
-    const __m256 r6 = _mm256_loadu_ps(src + 6 * ks), r7 = _mm256_loadu_ps(src + 7 * ks);
-    const __m256 t0 = _mm256_unpacklo_ps(r0, r1), t1 = _mm256_unpackhi_ps(r0, r1);
-    const __m256 t2 = _mm256_unpacklo_ps(r2, r3), t3 = _mm256_unpackhi_ps(r2, r3);
-    const __m256 t4 = _mm256_unpacklo_ps(r4, r5), t5 = _mm256_unpackhi_ps(r4, r5);
-    const __m256 t6 = _mm256_unpacklo_ps(r6, r7), t7 = _mm256_unpackhi_ps(r6, r7);
-    const __m256 u0 = _mm256_shuffle_ps(t0, t2, _MM_SHUFFLE(1, 0, 1, 0));
-    const __m256 u1 = _mm256_shuffle_ps(t0, t2, _MM_SHUFFLE(3, 2, 3, 2));
-    const __m256 u2 = _mm256_shuffle_ps(t1, t3, _MM_SHUFFLE(1, 0, 1, 0));
-    const __m256 u3 = _mm256_shuffle_ps(t1, t3, _MM_SHUFFLE(3, 2, 3, 2));
-    const __m256 u4 = _mm256_shuffle_ps(t4, t6, _MM_SHUFFLE(1, 0, 1, 0));
-    const __m256 u5 = _mm256_shuffle_ps(t4, t6, _MM_SHUFFLE(3, 2, 3, 2));
-    const __m256 u6 = _mm256_shuffle_ps(t5, t7, _MM_SHUFFLE(1, 0, 1, 0));
-    const __m256 u7 = _mm256_shuffle_ps(t5, t7, _MM_SHUFFLE(3, 2, 3, 2));
-    _mm256_storeu_ps(dst + 0 * ldd, _mm256_permute2f128_ps(u0, u4, 0x20));
-    _mm256_storeu_ps(dst + 1 * ldd, _mm256_permute2f128_ps(u1, u5, 0x20));
-    _mm256_storeu_ps(dst + 2 * ldd, _mm256_permute2f128_ps(u2, u6, 0x20));
-    _mm256_storeu_ps(dst + 3 * ldd, _mm256_permute2f128_ps(u3, u7, 0x20));
-    _mm256_storeu_ps(dst + 4 * ldd, _mm256_permute2f128_ps(u0, u4, 0x31));
-    _mm256_storeu_ps(dst + 5 * ldd, _mm256_permute2f128_ps(u1, u5, 0x31));
-    _mm256_storeu_ps(dst + 6 * ldd, _mm256_permute2f128_ps(u2, u6, 0x31));
-    _mm256_storeu_ps(dst + 7 * ldd, _mm256_permute2f128_ps(u3, u7, 0x31));
-}
-
-/* The same for a 4 x 4 double block. */
-static inline void attn_transpose4x4_pd(const double *src, int64_t ks, double *dst, int64_t ldd) {
-    const __m256d r0 = _mm256_loadu_pd(src), r1 = _mm256_loadu_pd(src + ks);
-    const __m256d r2 = _mm256_loadu_pd(src + 2 * ks), r3 = _mm256_loadu_pd(src + 3 * ks);
-    const __m256d t0 = _mm256_unpacklo_pd(r0, r1), t1 = _mm256_unpackhi_pd(r0, r1);
-    const __m256d t2 = _mm256_unpacklo_pd(r2, r3), t3 = _mm256_unpackhi_pd(r2, r3);
-    _mm256_storeu_pd(dst + 0 * ldd, _mm256_permute2f128_pd(t0, t2, 0x20));
-    _mm256_storeu_pd(dst + 1 * ldd, _mm256_permute2f128_pd(t1, t3, 0x20));
-    _mm256_storeu_pd(dst + 2 * ldd, _mm256_permute2f128_pd(t0, t2, 0x31));
-    _mm256_storeu_pd(dst + 3 * ldd, _mm256_permute2f128_pd(t1, t3, 0x31));
-}
-#endif
-
 /* Tiles of this type (attention_internal.h): micro-tile MR x NR, NR = 2 vectors. */
 #define NR (2 * VL)
 #if defined(WP_TYPE_F32)
@@ -78,15 +34,13 @@ static inline void attn_transpose4x4_pd(const double *src, int64_t ks, double *d
 #define ATTN_FBN ATTN_FBN_F32
 #define ATTN_BBM ATTN_BBM_F32
 #define ATTN_BBN ATTN_BBN_F32
-#define ATTN_TB 8 /* transpose block */
-#define attn_transpose_block attn_transpose8x8_ps
+#define ATTN_TB WP_TB_F32 /* transpose block (the vocabulary's) */
 #else
 #define ATTN_FBM (ATTN_FBM_F64 * VL / 4) /* attn_fwd_block_rows */
 #define ATTN_FBN ATTN_FBN_F64
 #define ATTN_BBM ATTN_BBM_F64
 #define ATTN_BBN ATTN_BBN_F64
-#define ATTN_TB 4
-#define attn_transpose_block attn_transpose4x4_pd
+#define ATTN_TB WP_TB_F64
 #endif
 
 /* out[c*NR + lane] = src[lane*ks + c] for NR rows (lanes) and d columns:
@@ -96,7 +50,7 @@ static void FN(transpose_strip)(T *restrict out, const T *src, int64_t ks, int64
     int64_t c0 = 0;
     for (; c0 + ATTN_TB <= d; c0 += ATTN_TB)
         for (int g = 0; g < NR / ATTN_TB; ++g)
-            attn_transpose_block(src + g * ATTN_TB * ks + c0, ks, out + c0 * NR + g * ATTN_TB, NR);
+            V(transpose)(src + g * ATTN_TB * ks + c0, ks, out + c0 * NR + g * ATTN_TB, NR);
     for (; c0 < d; ++c0)
         for (int lane = 0; lane < NR; ++lane) out[c0 * NR + lane] = src[lane * ks + c0];
 }
@@ -1102,5 +1056,4 @@ int FN(attn_bwd)(wavepe_attention_plan *p, int64_t begin, int64_t end) {
 #undef ATTN_BBM
 #undef ATTN_BBN
 #undef ATTN_TB
-#undef attn_transpose_block
 #include "simd_type_end.h"

@@ -7,7 +7,8 @@
  * every kernel entry point of the core runs with flush-to-zero (results below
  * the normal range become 0) and denormals-are-zero (subnormal inputs read as
  * 0) -- on x86 the FTZ and DAZ bits of MXCSR, on AArch64 FPCR.FZ -- and puts
- * the caller's state back, bit for bit, before it returns.  Each thread that
+ * the caller's state back, bit for bit, before it returns (on AArch64 the
+ * exception flags live in FPSR, apart from FPCR: both are put back).  Each thread that
  * runs a kernel range does this for itself (MXCSR is per thread), so callers
  * owning the threading need do nothing.
  *
@@ -24,7 +25,8 @@
 #endif
 
 typedef struct wavepe_fpenv {
-    unsigned long long saved;
+    unsigned long long saved;        /* MXCSR; FPCR */
+    unsigned long long saved_status; /* FPSR (AArch64; x86 keeps its flags in MXCSR) */
 } wavepe_fpenv;
 
 /* MXCSR: FTZ is bit 15, DAZ bit 6. */
@@ -35,14 +37,17 @@ static inline wavepe_fpenv wavepe_fpenv_enter(void) {
 #if defined(WAVEPE_FPENV_X86)
     const unsigned csr = _mm_getcsr();
     env.saved = csr;
+    env.saved_status = 0;
     if ((csr & WAVEPE_MXCSR_FTZ_DAZ) != WAVEPE_MXCSR_FTZ_DAZ) _mm_setcsr(csr | WAVEPE_MXCSR_FTZ_DAZ);
 #elif defined(__aarch64__)
-    unsigned long long fpcr;
+    unsigned long long fpcr, fpsr;
     __asm__ volatile("mrs %0, fpcr" : "=r"(fpcr));
+    __asm__ volatile("mrs %0, fpsr" : "=r"(fpsr));
     env.saved = fpcr;
-    if (!(fpcr & (1ull << 24))) __asm__ volatile("msr fpcr, %0" : : "r"(fpcr | (1ull << 24)));
+    env.saved_status = fpsr;
+    if (!(fpcr & (1ull << 24))) __asm__ volatile("msr fpcr, %0" : : "r"(fpcr | (1ull << 24)) : "memory");
 #else
-    env.saved = 0; /* other architectures: the caller's environment as it is */
+    env.saved = env.saved_status = 0; /* other architectures: the caller's environment as it is */
 #endif
     return env;
 }
@@ -52,14 +57,16 @@ static inline void wavepe_fpenv_leave(wavepe_fpenv env) {
     /* restores the exception flags too: the caller sees exactly its own state */
     _mm_setcsr((unsigned)env.saved);
 #elif defined(__aarch64__)
-    __asm__ volatile("msr fpcr, %0" : : "r"(env.saved));
+    __asm__ volatile("msr fpcr, %0" : : "r"(env.saved) : "memory");
+    __asm__ volatile("msr fpsr, %0" : : "r"(env.saved_status) : "memory"); /* the caller's flags, exactly */
 #else
     (void)env;
 #endif
 }
 
-/* The current thread's raw control/status word (MXCSR, FPCR; 0 elsewhere):
- * for tests that check the caller's state survives every operation. */
+/* The current thread's raw control/status word (MXCSR, FPCR; 0 elsewhere)
+ * and AArch64's status word (FPSR; 0 elsewhere): for tests that check the
+ * caller's state survives every operation. */
 static inline unsigned long long wavepe_fpenv_word(void) {
 #if defined(WAVEPE_FPENV_X86)
     return _mm_getcsr();
@@ -67,6 +74,16 @@ static inline unsigned long long wavepe_fpenv_word(void) {
     unsigned long long fpcr;
     __asm__ volatile("mrs %0, fpcr" : "=r"(fpcr));
     return fpcr;
+#else
+    return 0;
+#endif
+}
+
+static inline unsigned long long wavepe_fpenv_status_word(void) {
+#if defined(__aarch64__)
+    unsigned long long fpsr;
+    __asm__ volatile("mrs %0, fpsr" : "=r"(fpsr));
+    return fpsr;
 #else
     return 0;
 #endif

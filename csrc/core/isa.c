@@ -1,4 +1,5 @@
-/* isa.c: CPU feature detection and the environment overrides. */
+/* isa.c: CPU feature detection and the environment overrides.  Every ISA of
+ * isa_table.h that this build compiles has a detect_<name>() here. */
 #include "isa.h"
 
 #include <stdio.h>
@@ -8,11 +9,8 @@
 #include "checked.h"
 
 #if defined(__x86_64__) || defined(_M_X64)
-#define WAVEPE_X86_64 1
 #include <cpuid.h>
-#endif
 
-#ifdef WAVEPE_X86_64
 static unsigned long long read_xcr0(void) {
     unsigned int eax, edx;
     /* xgetbv with ecx = 0; spelled as asm so the file needs no -mxsave. */
@@ -20,53 +18,111 @@ static unsigned long long read_xcr0(void) {
     return ((unsigned long long)edx << 32) | eax;
 }
 
-static wavepe_isa detect_isa(void) {
+/* AVX2 + FMA3, with the OS saving the XMM and YMM registers (XCR0 bits 1, 2). */
+static int detect_avx2(void) {
     unsigned int eax, ebx, ecx, edx;
-    if (!__get_cpuid(1, &eax, &ebx, &ecx, &edx)) return WAVEPE_ISA_SCALAR;
+    if (!__get_cpuid(1, &eax, &ebx, &ecx, &edx)) return 0;
     const int has_fma = (ecx >> 12) & 1;
     const int has_osxsave = (ecx >> 27) & 1;
     const int has_avx = (ecx >> 28) & 1;
-    if (!(has_fma && has_osxsave && has_avx)) return WAVEPE_ISA_SCALAR;
-    const unsigned long long xcr0 = read_xcr0();
-    /* The OS must save the XMM and YMM registers (XCR0 bits 1 and 2). */
-    if ((xcr0 & 0x6) != 0x6) return WAVEPE_ISA_SCALAR;
-    if (!__get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx)) return WAVEPE_ISA_SCALAR;
-    const int has_avx2 = (ebx >> 5) & 1;
-    if (!has_avx2) return WAVEPE_ISA_SCALAR;
-    /* AVX-512 F (ebx 16), DQ (17), BW (30), VL (31), and the OS saving the
-     * opmask, upper-ZMM and high-16-ZMM state (XCR0 bits 5, 6, 7). */
-    const int has_avx512 = ((ebx >> 16) & 1) && ((ebx >> 17) & 1) && ((ebx >> 30) & 1) && ((ebx >> 31) & 1);
+    if (!(has_fma && has_osxsave && has_avx)) return 0;
+    if ((read_xcr0() & 0x6) != 0x6) return 0;
+    if (!__get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx)) return 0;
+    return (ebx >> 5) & 1;
+}
+
+/* AVX-512 F (ebx 16), DQ (17), BW (30), VL (31) with AVX2 + FMA, and the OS
+ * saving the opmask, upper-ZMM and high-16-ZMM state (XCR0 bits 5, 6, 7). */
+static int detect_avx512(void) {
+    if (!detect_avx2()) return 0;
 #if defined(WAVEPE_SIMDE_AVX512)
     /* test build: the AVX-512 kernels run on SIMDe's portable intrinsics */
-    (void)has_avx512;
-    return WAVEPE_ISA_AVX512;
+    return 1;
 #else
-    if (has_avx512 && (xcr0 & 0xE0) == 0xE0) return WAVEPE_ISA_AVX512;
-    return WAVEPE_ISA_AVX2;
+    unsigned int eax, ebx, ecx, edx;
+    if (!__get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx)) return 0;
+    const int has_avx512 = ((ebx >> 16) & 1) && ((ebx >> 17) & 1) && ((ebx >> 30) & 1) && ((ebx >> 31) & 1);
+    return has_avx512 && (read_xcr0() & 0xE0) == 0xE0;
 #endif
 }
-#else
-static wavepe_isa detect_isa(void) { return WAVEPE_ISA_SCALAR; }
 #endif
+
+#if defined(__aarch64__)
+#if defined(__linux__)
+#include <sys/auxv.h>
+#ifndef HWCAP_ASIMD
+#define HWCAP_ASIMD (1 << 1) /* arch/arm64/include/uapi/asm/hwcap.h */
+#endif
+#endif
+
+/* Advanced SIMD: every AArch64 CPU that runs a general-purpose OS has it,
+ * but the architecture lets an implementation leave it out, and Linux says
+ * which through HWCAP_ASIMD; elsewhere the compiler's __ARM_NEON (the
+ * platform ABI's baseline) is the guarantee. */
+static int detect_neon(void) {
+#if defined(__linux__)
+    return (getauxval(AT_HWCAP) & HWCAP_ASIMD) != 0;
+#elif defined(__ARM_NEON)
+    return 1;
+#else
+    return 0;
+#endif
+}
+#endif
+
+static int detect_scalar(void) { return 1; }
+
+/* One detector per ISA this build compiles (the others stay NULL). */
+#define DETECTOR_(ID, name, arch, ...) WAVEPE_IF_VECTOR_##arch([WAVEPE_ISA_##ID] = detect_##name, )
+static int (*const detectors[WAVEPE_ISA_COUNT])(void) = {
+    [WAVEPE_ISA_SCALAR] = detect_scalar,
+    WAVEPE_ISA_TABLE(DETECTOR_, _)
+};
+#undef DETECTOR_
+
+/* Bit i: ISA i runs here.  Benign race: every thread computes the same value. */
+static unsigned supported_mask(void) {
+    static volatile int cached = -1;
+    if (cached < 0) {
+        unsigned mask = 0;
+        for (int i = 0; i < WAVEPE_ISA_COUNT; ++i)
+            if (detectors[i] != NULL && detectors[i]()) mask |= 1u << i;
+        cached = (int)mask;
+    }
+    return (unsigned)cached;
+}
+
+int wavepe_isa_supported(wavepe_isa isa) {
+    return (int)isa >= 0 && (int)isa < WAVEPE_ISA_COUNT && ((supported_mask() >> (int)isa) & 1u);
+}
 
 wavepe_isa wavepe_cpu_isa(void) {
-    /* Benign race: every thread computes the same value. */
-    static volatile int cached = -1;
-    if (cached < 0) cached = (int)detect_isa();
-    return (wavepe_isa)cached;
+    int best = WAVEPE_ISA_SCALAR;
+    for (int i = 0; i < WAVEPE_ISA_COUNT; ++i)
+        if (wavepe_isa_supported((wavepe_isa)i)) best = i;
+    return (wavepe_isa)best;
 }
 
-/* The ISAs form a chain: a CPU that runs one runs every lower one. */
-int wavepe_isa_supported(wavepe_isa isa) { return (int)isa >= 0 && (int)isa <= (int)wavepe_cpu_isa(); }
+#define NAME_(ID, name, ...) [WAVEPE_ISA_##ID] = #name,
+static const char *const names[WAVEPE_ISA_COUNT] = {WAVEPE_ISA_TABLE(NAME_, _)};
+#undef NAME_
+#define NAME_LIST_(ID, name, ...) #name ", "
+static const char name_list[] = WAVEPE_ISA_TABLE(NAME_LIST_, _) "or auto";
+#undef NAME_LIST_
 
 const char *wavepe_isa_name(wavepe_isa isa) {
-    switch (isa) {
-    case WAVEPE_ISA_AVX512: return "avx512";
-    case WAVEPE_ISA_AVX2: return "avx2";
-    case WAVEPE_ISA_SCALAR: return "scalar";
-    }
-    return "unknown";
+    return (int)isa >= 0 && (int)isa < WAVEPE_ISA_COUNT ? names[isa] : "unknown";
 }
+
+#define LANES_F32_(ID, name, arch, f32, f64, ...) [WAVEPE_ISA_##ID] = f32,
+#define LANES_F64_(ID, name, arch, f32, f64, ...) [WAVEPE_ISA_##ID] = f64,
+static const int lanes_f32[WAVEPE_ISA_COUNT] = {WAVEPE_ISA_TABLE(LANES_F32_, _)};
+static const int lanes_f64[WAVEPE_ISA_COUNT] = {WAVEPE_ISA_TABLE(LANES_F64_, _)};
+#undef LANES_F32_
+#undef LANES_F64_
+
+int wavepe_isa_lanes_f32(wavepe_isa isa) { return (int)isa >= 0 && (int)isa < WAVEPE_ISA_COUNT ? lanes_f32[isa] : 1; }
+int wavepe_isa_lanes_f64(wavepe_isa isa) { return (int)isa >= 0 && (int)isa < WAVEPE_ISA_COUNT ? lanes_f64[isa] : 1; }
 
 int wavepe_active_isa_checked(wavepe_isa *isa, char *message, size_t message_len) {
     const wavepe_isa best = wavepe_cpu_isa();
@@ -79,7 +135,7 @@ int wavepe_active_isa_checked(wavepe_isa *isa, char *message, size_t message_len
     const char *want = getenv("WAVEPE_ISA");
     if (want == NULL || want[0] == '\0' || strcmp(want, "auto") == 0) return WAVEPE_OK;
     for (int i = 0; i < WAVEPE_ISA_COUNT; ++i) {
-        if (strcmp(want, wavepe_isa_name((wavepe_isa)i)) != 0) continue;
+        if (strcmp(want, names[i]) != 0) continue;
         if (wavepe_isa_supported((wavepe_isa)i)) {
             *isa = (wavepe_isa)i;
             return WAVEPE_OK;
@@ -93,9 +149,9 @@ int wavepe_active_isa_checked(wavepe_isa *isa, char *message, size_t message_len
     }
     if (message != NULL && message_len > 0)
         snprintf(message, message_len,
-                 "WAVEPE_ISA=%.40s is not an instruction set wavepe knows; use scalar, avx2, avx512 or auto "
+                 "WAVEPE_ISA=%.40s is not an instruction set wavepe knows; use %s "
                  "(this CPU supports up to %s)",
-                 want, wavepe_isa_name(best));
+                 want, name_list, wavepe_isa_name(best));
     return WAVEPE_E_INVALID;
 }
 

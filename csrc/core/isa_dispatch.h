@@ -1,12 +1,19 @@
 /* isa_dispatch.h: how a family's entry point picks its kernel variant
- * (internal to the core).
+ * (internal to the core), generated from isa_table.h.
  *
  *   WAVEPE_ISA_CALL(isa, wavepe_alibi_f32, (a, begin, end));
  *
- * calls wavepe_alibi_f32_avx512 / _avx2 / _scalar by `isa`, inside the
- * kernels' floating-point environment (fpenv.h: flush-to-zero and
- * denormals-are-zero, the caller's state restored afterwards).  Builds for
- * other architectures have only the scalar variants.
+ * calls wavepe_alibi_f32_<name> for the vector ISA `isa` names, when this
+ * build has it, and wavepe_alibi_f32_scalar otherwise, inside the kernels'
+ * floating-point environment (fpenv.h: flush-to-zero and denormals-are-zero,
+ * the caller's state restored afterwards).
+ *
+ *   switch (isa) { WAVEPE_ISA_CASES(wavepe_relbias_f32, _chunks, (a), return); default: ... }
+ *
+ * are the cases of such a switch, one per vector ISA of this build:
+ * `case WAVEPE_ISA_AVX2: return wavepe_relbias_f32_avx2_chunks(a);` (the
+ * kernel's name is prefix_<name>suffix; `stmt` is what precedes the call,
+ * and a `break` follows it).
  */
 #ifndef WAVEPE_ISA_DISPATCH_H
 #define WAVEPE_ISA_DISPATCH_H
@@ -14,17 +21,15 @@
 #include "fpenv.h"
 #include "isa.h"
 
-#if defined(__x86_64__) || defined(_M_X64)
-#define WAVEPE_HAVE_X86_KERNELS 1
+#define WAVEPE_ISA_CASE_(ID, name, arch, lanes_f32, lanes_f64, prefix, suffix, args, stmt)          \
+    WAVEPE_IF_VECTOR_##arch(case WAVEPE_ISA_##ID: stmt prefix##_##name##suffix args; break;)
+#define WAVEPE_ISA_CASES(prefix, suffix, args, stmt) WAVEPE_ISA_TABLE(WAVEPE_ISA_CASE_, prefix, suffix, args, stmt)
+
 #define WAVEPE_ISA_SWITCH_(isa, name, args)                                                     \
     switch (isa) {                                                                              \
-    case WAVEPE_ISA_AVX512: name##_avx512 args; break;                                          \
-    case WAVEPE_ISA_AVX2: name##_avx2 args; break;                                              \
+    WAVEPE_ISA_CASES(name, , args, )                                                            \
     default: name##_scalar args; break;                                                         \
     }
-#else
-#define WAVEPE_ISA_SWITCH_(isa, name, args) ((void)(isa), name##_scalar args)
-#endif
 
 #define WAVEPE_ISA_CALL(isa, name, args)                                                        \
     do {                                                                                        \

@@ -11,7 +11,7 @@
 #include <string.h>
 
 #include "checked.h"
-#include "fpenv.h"
+#include "isa_dispatch.h"
 
 /* ---- scalar reference ---------------------------------------------------
  * table_row(): the table row key n of a query at p reads, or -1 for a key
@@ -92,47 +92,38 @@ RELBIAS_SCALAR(double, f64)
 
 /* ---- dispatch --------------------------------------------------------------
  * The vector variants need the workspace prepared for the same ISA; without
- * one (or on a build without them) the scalar reference runs.  Every kernel
- * runs in the kernels' floating-point environment (fpenv.h). */
+ * one (or for an ISA this build does not have) the scalar reference runs.
+ * Every kernel runs in the kernels' floating-point environment (fpenv.h). */
 
-#if defined(__x86_64__) || defined(_M_X64)
-#define RELBIAS_PICK(isa, has_ws, name, args)                                                    \
-    do {                                                                                         \
-        const wavepe_fpenv env_ = wavepe_fpenv_enter();                                          \
-        if ((isa) == WAVEPE_ISA_AVX512 && (has_ws)) name##_avx512 args;                          \
-        else if ((isa) == WAVEPE_ISA_AVX2 && (has_ws)) name##_avx2 args;                         \
-        else name##_scalar args;                                                                 \
-        wavepe_fpenv_leave(env_);                                                                \
-    } while (0)
-#define RELBIAS_WS(isa, name, args, none)                                                        \
-    ((isa) == WAVEPE_ISA_AVX512 ? name##_avx512##args : (isa) == WAVEPE_ISA_AVX2 ? name##_avx2##args : (none))
-#else
-#define RELBIAS_PICK(isa, has_ws, name, args)                                                    \
-    do {                                                                                         \
-        const wavepe_fpenv env_ = wavepe_fpenv_enter();                                          \
-        (void)(isa);                                                                             \
-        name##_scalar args;                                                                      \
-        wavepe_fpenv_leave(env_);                                                                \
-    } while (0)
-#define RELBIAS_WS(isa, name, args, none) ((void)(isa), (none))
-#endif
+#define RELBIAS_PICK(isa, has_ws, name, args) WAVEPE_ISA_CALL((has_ws) ? (isa) : WAVEPE_ISA_SCALAR, name, args)
 
 #define RELBIAS_DISPATCH(SUFFIX)                                                                 \
     int64_t wavepe_relbias_##SUFFIX##_workspace_bytes(wavepe_isa isa, const wavepe_relbias_args *a, \
                                                       unsigned kernels) {                        \
+        switch (isa) {                                                                           \
+        WAVEPE_ISA_CASES(wavepe_relbias_##SUFFIX, _workspace_bytes, (a, kernels), return)        \
+        default: break;                                                                          \
+        }                                                                                        \
         (void)a;                                                                                 \
         (void)kernels;                                                                           \
-        return RELBIAS_WS(isa, wavepe_relbias_##SUFFIX, _workspace_bytes(a, kernels), (int64_t)0); \
+        return 0;                                                                                \
     }                                                                                            \
     int64_t wavepe_relbias_##SUFFIX##_chunks(wavepe_isa isa, const wavepe_relbias_args *a) {     \
+        switch (isa) {                                                                           \
+        WAVEPE_ISA_CASES(wavepe_relbias_##SUFFIX, _chunks, (a), return)                          \
+        default: break;                                                                          \
+        }                                                                                        \
         (void)a;                                                                                 \
-        return RELBIAS_WS(isa, wavepe_relbias_##SUFFIX, _chunks(a), (int64_t)0);                 \
+        return 0;                                                                                \
     }                                                                                            \
     void wavepe_relbias_##SUFFIX##_prepare(wavepe_isa isa, const wavepe_relbias_args *a, unsigned kernels, \
                                            int64_t begin, int64_t end) {                         \
-        (void)a, (void)kernels, (void)begin, (void)end;                                          \
+        (void)kernels, (void)begin, (void)end;                                                   \
         if (a->workspace == NULL) return;                                                        \
-        RELBIAS_WS(isa, wavepe_relbias_##SUFFIX, _prepare(a, kernels, begin, end), (void)0);     \
+        switch (isa) {                                                                           \
+        WAVEPE_ISA_CASES(wavepe_relbias_##SUFFIX, _prepare, (a, kernels, begin, end), )          \
+        default: break;                                                                          \
+        }                                                                                        \
     }                                                                                            \
     void wavepe_relbias_##SUFFIX(wavepe_isa isa, const wavepe_relbias_args *a, int64_t begin, int64_t end) { \
         RELBIAS_PICK(isa, a->workspace != NULL, wavepe_relbias_##SUFFIX, (a, begin, end));      \

@@ -232,38 +232,26 @@ void wavepe_relbias_grad_q_f64(wavepe_isa isa, const wavepe_relbias_args *a, int
 void wavepe_relbias_grad_table_f32(wavepe_isa isa, const wavepe_relbias_args *a, int64_t begin, int64_t end);
 void wavepe_relbias_grad_table_f64(wavepe_isa isa, const wavepe_relbias_args *a, int64_t begin, int64_t end);
 
-/* The variants behind the dispatch (the vector ones exist on x86-64 only). */
-void wavepe_relbias_f32_scalar(const wavepe_relbias_args *a, int64_t begin, int64_t end);
-void wavepe_relbias_f64_scalar(const wavepe_relbias_args *a, int64_t begin, int64_t end);
-void wavepe_relbias_grad_q_f32_scalar(const wavepe_relbias_args *a, int64_t begin, int64_t end);
-void wavepe_relbias_grad_q_f64_scalar(const wavepe_relbias_args *a, int64_t begin, int64_t end);
-void wavepe_relbias_grad_table_f32_scalar(const wavepe_relbias_args *a, int64_t begin, int64_t end);
-void wavepe_relbias_grad_table_f64_scalar(const wavepe_relbias_args *a, int64_t begin, int64_t end);
-
-int64_t wavepe_relbias_f32_avx2_workspace_bytes(const wavepe_relbias_args *a, unsigned kernels);
-int64_t wavepe_relbias_f64_avx2_workspace_bytes(const wavepe_relbias_args *a, unsigned kernels);
-int64_t wavepe_relbias_f32_avx2_chunks(const wavepe_relbias_args *a);
-int64_t wavepe_relbias_f64_avx2_chunks(const wavepe_relbias_args *a);
-void wavepe_relbias_f32_avx2_prepare(const wavepe_relbias_args *a, unsigned kernels, int64_t begin, int64_t end);
-void wavepe_relbias_f64_avx2_prepare(const wavepe_relbias_args *a, unsigned kernels, int64_t begin, int64_t end);
-void wavepe_relbias_f32_avx2(const wavepe_relbias_args *a, int64_t begin, int64_t end);
-void wavepe_relbias_f64_avx2(const wavepe_relbias_args *a, int64_t begin, int64_t end);
-void wavepe_relbias_grad_q_f32_avx2(const wavepe_relbias_args *a, int64_t begin, int64_t end);
-void wavepe_relbias_grad_q_f64_avx2(const wavepe_relbias_args *a, int64_t begin, int64_t end);
-void wavepe_relbias_grad_table_f32_avx2(const wavepe_relbias_args *a, int64_t begin, int64_t end);
-void wavepe_relbias_grad_table_f64_avx2(const wavepe_relbias_args *a, int64_t begin, int64_t end);
-int64_t wavepe_relbias_f32_avx512_workspace_bytes(const wavepe_relbias_args *a, unsigned kernels);
-int64_t wavepe_relbias_f64_avx512_workspace_bytes(const wavepe_relbias_args *a, unsigned kernels);
-int64_t wavepe_relbias_f32_avx512_chunks(const wavepe_relbias_args *a);
-int64_t wavepe_relbias_f64_avx512_chunks(const wavepe_relbias_args *a);
-void wavepe_relbias_f32_avx512_prepare(const wavepe_relbias_args *a, unsigned kernels, int64_t begin, int64_t end);
-void wavepe_relbias_f64_avx512_prepare(const wavepe_relbias_args *a, unsigned kernels, int64_t begin, int64_t end);
-void wavepe_relbias_f32_avx512(const wavepe_relbias_args *a, int64_t begin, int64_t end);
-void wavepe_relbias_f64_avx512(const wavepe_relbias_args *a, int64_t begin, int64_t end);
-void wavepe_relbias_grad_q_f32_avx512(const wavepe_relbias_args *a, int64_t begin, int64_t end);
-void wavepe_relbias_grad_q_f64_avx512(const wavepe_relbias_args *a, int64_t begin, int64_t end);
-void wavepe_relbias_grad_table_f32_avx512(const wavepe_relbias_args *a, int64_t begin, int64_t end);
-void wavepe_relbias_grad_table_f64_avx512(const wavepe_relbias_args *a, int64_t begin, int64_t end);
+/* The variants behind the dispatch: every ISA of isa_table.h has the
+ * kernels, the vector ones (which exist in builds for their architecture
+ * only) also their workspace protocol. */
+#define WAVEPE_RELBIAS_KERNELS_(ID, name, ...)                                                   \
+    void wavepe_relbias_f32_##name(const wavepe_relbias_args *a, int64_t begin, int64_t end);    \
+    void wavepe_relbias_f64_##name(const wavepe_relbias_args *a, int64_t begin, int64_t end);    \
+    void wavepe_relbias_grad_q_f32_##name(const wavepe_relbias_args *a, int64_t begin, int64_t end); \
+    void wavepe_relbias_grad_q_f64_##name(const wavepe_relbias_args *a, int64_t begin, int64_t end); \
+    void wavepe_relbias_grad_table_f32_##name(const wavepe_relbias_args *a, int64_t begin, int64_t end); \
+    void wavepe_relbias_grad_table_f64_##name(const wavepe_relbias_args *a, int64_t begin, int64_t end); \
+    int64_t wavepe_relbias_f32_##name##_workspace_bytes(const wavepe_relbias_args *a, unsigned kernels); \
+    int64_t wavepe_relbias_f64_##name##_workspace_bytes(const wavepe_relbias_args *a, unsigned kernels); \
+    int64_t wavepe_relbias_f32_##name##_chunks(const wavepe_relbias_args *a);                    \
+    int64_t wavepe_relbias_f64_##name##_chunks(const wavepe_relbias_args *a);                    \
+    void wavepe_relbias_f32_##name##_prepare(const wavepe_relbias_args *a, unsigned kernels, int64_t begin, \
+                                             int64_t end);                                       \
+    void wavepe_relbias_f64_##name##_prepare(const wavepe_relbias_args *a, unsigned kernels, int64_t begin, \
+                                             int64_t end);
+WAVEPE_ISA_TABLE(WAVEPE_RELBIAS_KERNELS_, _)
+#undef WAVEPE_RELBIAS_KERNELS_
 
 /* ---- geometry shared by every variant --------------------------------------
  * For a query at position p, the keys split into runs by what their distance

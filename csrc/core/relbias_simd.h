@@ -1,11 +1,11 @@
 /* relbias_simd.h: the vector kernels of relbias, written once (simd_type.h)
- * and instantiated per ISA by relbias_avx2.c / relbias_avx512.c for float and
+ * and instantiated per ISA by relbias_<isa>.c (avx2, avx512, neon) for float and
  * double; not a public header.
  *
  * Geometry.  A query at position p reads table row t = p - n - r_lo for key
  * n, so a run of keys is a run of table rows read backwards.  Table rows are
  * grouped in chunks of NR = 2 * VL consecutive rows (16 for float32 on AVX2,
- * 32 on AVX-512).
+ * 32 on AVX-512, 8 on NEON).
  *
  * Forward (bias = Q · T_windowᵀ, each row written reversed).  For a block of
  * MR = 6 query rows and one chunk c, the tile G[i][k] = q_i · T[c*NR + k] is a
@@ -427,7 +427,7 @@ void FN(wavepe_relbias)(const wavepe_relbias_args *a, int64_t begin, int64_t end
         }
     }
     if (nb) FN(rb_fwd_group)(a, blocks, nb);
-    if (stream) _mm_sfence(); /* streamed stores visible before the caller's synchronisation */
+    if (stream) wp_stream_fence(); /* streamed stores visible before the caller's synchronisation */
     /* A query row holding NaN or inf: the formula multiplies it by every
      * in-table entry, zeros included (NaN * 0 = NaN), while the tiles above
      * skip columns and chunks that are zero; redo such rows the scalar way so

@@ -155,12 +155,13 @@ int64_t wavepe_rope_rows(const wavepe_rope_args *a);
  * float64 kernels double; inv_freq and the angles are double in both. */
 void wavepe_rope_f32(wavepe_isa isa, const wavepe_rope_args *a, int64_t row_begin, int64_t row_end);
 void wavepe_rope_f64(wavepe_isa isa, const wavepe_rope_args *a, int64_t row_begin, int64_t row_end);
-void wavepe_rope_f32_scalar(const wavepe_rope_args *a, int64_t row_begin, int64_t row_end);
-void wavepe_rope_f64_scalar(const wavepe_rope_args *a, int64_t row_begin, int64_t row_end);
-void wavepe_rope_f32_avx2(const wavepe_rope_args *a, int64_t row_begin, int64_t row_end);
-void wavepe_rope_f64_avx2(const wavepe_rope_args *a, int64_t row_begin, int64_t row_end);
-void wavepe_rope_f32_avx512(const wavepe_rope_args *a, int64_t row_begin, int64_t row_end);
-void wavepe_rope_f64_avx512(const wavepe_rope_args *a, int64_t row_begin, int64_t row_end);
+/* The variants behind the dispatch, one pair per ISA of isa_table.h (the
+ * vector ones exist in builds for their architecture only). */
+#define WAVEPE_ROPE_KERNELS_(ID, name, ...)                                                      \
+    void wavepe_rope_f32_##name(const wavepe_rope_args *a, int64_t row_begin, int64_t row_end);  \
+    void wavepe_rope_f64_##name(const wavepe_rope_args *a, int64_t row_begin, int64_t row_end);
+WAVEPE_ISA_TABLE(WAVEPE_ROPE_KERNELS_, _)
+#undef WAVEPE_ROPE_KERNELS_
 
 #ifdef __cplusplus
 }

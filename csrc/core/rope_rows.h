@@ -1,6 +1,6 @@
 /* rope_rows.h: the row space of the rope kernels (internal to rope*.c).
  *
- * Shared by the scalar and AVX2 files so that both walk exactly the same
+ * Shared by the scalar and the vector files so that all walk exactly the same
  * rows, positions and head vectors.
  */
 #ifndef WAVEPE_ROPE_ROWS_H

@@ -1,5 +1,5 @@
 /* rope_simd.h: RoPE on vectors, written once (simd_type.h) and instantiated
- * per ISA by rope_avx2.c / rope_avx512.c for float and double.
+ * per ISA by rope_<isa>.c (avx2, avx512, neon) for float and double.
  *
  * Same rows and tables as the scalar kernels (rope_rows.h).  Per row:
  *   1. the cos/sin table of its positions: angles pos * inv_freq in double,
@@ -52,7 +52,7 @@ static inline void rope_prefetch_next_head(const wavepe_rope_args *a, int t, int
     if (h + 1 < ten->heads) next = (const char *)ten->in + rope_in_at(ten, b, h + 1, l) * elem;
     else if (t == 0 && a->k.heads > 0) next = (const char *)a->k.in + rope_in_at(&a->k, b, 0, l) * elem;
     else return;
-    for (int64_t off = 0; off < a->head_dim * elem; off += 64) _mm_prefetch(next + off, _MM_HINT_T0);
+    for (int64_t off = 0; off < a->head_dim * elem; off += 64) wp_prefetch(next + off);
 }
 #endif
 

@@ -1,10 +1,11 @@
 /* simd_avx2.h: wavepe's vector vocabulary on AVX2 + FMA (x86-64-v3).
  *
  * Every vectorised kernel of the core is written once against this
- * vocabulary (see simd.h for the list of operations and their contracts) and
- * compiled once per ISA: a file `<family>_avx2.c` includes this header, a file
- * `<family>_avx512.c` includes simd_avx512.h, and both then include the same
- * kernel template.  The two headers define the same names with the same
+ * vocabulary (this file lists the operations and their contracts; simd_x86.h
+ * adds transposes, prefetch and the store fence) and compiled once per ISA: a
+ * file `<family>_avx2.c` includes this header, `<family>_avx512.c`
+ * simd_avx512.h, `<family>_neon.c` simd_neon.h, and each then includes the
+ * same kernel template.  The headers define the same names with the same
  * semantics; only the vector width (and the representation of lane masks)
  * differs:
  *
@@ -27,6 +28,8 @@
 #define WP_SIMD_NAME avx2 /* suffix of the functions a template exports */
 #define WP_VL_F32 8
 #define WP_VL_F64 4
+
+#include "simd_x86.h" /* transposes, prefetch, store fence */
 
 typedef __m256 vf32;
 typedef __m256 mf32;

@@ -6,7 +6,7 @@
  * -mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx2 -mfma.
  *
  * On a CPU without AVX-512, tests build the same translation units against
- * SIMDe (WAVEPE_SIMDE_AVX512, see simd.h), which implements these intrinsics
+ * SIMDe (WAVEPE_SIMDE_AVX512, the Makefile's ctest-simde), which implements these intrinsics
  * with AVX2; only intrinsics SIMDe provides are used here.
  */
 #ifndef WAVEPE_SIMD_AVX512_H
@@ -28,6 +28,8 @@
 #define WP_SIMD_NAME avx512
 #define WP_VL_F32 16
 #define WP_VL_F64 8
+
+#include "simd_x86.h" /* transposes (on AVX registers), prefetch, store fence */
 
 typedef __m512 vf32;
 typedef __mmask16 mf32;

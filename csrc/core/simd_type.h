@@ -1,14 +1,14 @@
 /* simd_type.h: binds the element type of a kernel template instantiation.
  *
  * A kernel template (`<family>_simd.h`) is written once over an element type
- * T and the vocabulary of simd_avx2.h / simd_avx512.h.  Before each inclusion
+ * T and the vocabulary of simd_avx2.h / simd_avx512.h / simd_neon.h.  Before each inclusion
  * of the template, the instantiating file defines WP_TYPE_F32 or WP_TYPE_F64
  * and includes this header; after it, simd_type_end.h.  This header defines:
  *
  *   T        float / double          VT, MT   the vector and lane-mask types
  *   VL       lanes per vector        V(op)    the vocabulary op for T: V(fmadd) = vf32_fmadd
  *                                    M(op)    a lane-mask op: M(and) = mf32_and
- *   FN(x)    x_f32_avx2 etc.: the name of x for this type and ISA (exported
+ *   FN(x)    x_f32_avx2, x_f64_neon etc.: the name of x for this type and ISA (exported
  *            functions are named this way; static helpers too, to keep the
  *            two instantiations in one file apart)
  *   T_FMA    the scalar fused multiply-add of T (fmaf / fma)

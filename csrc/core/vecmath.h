@@ -1,12 +1,12 @@
 /* vecmath.h: exp, cos and sincos on vectors, written once in the vocabulary
- * of simd_avx2.h / simd_avx512.h (include one of those first).
+ * of simd_avx2.h / simd_avx512.h / simd_neon.h (include one of those first).
  *
  * Range reduction is Cody-Waite with split constants; the polynomials are
  * truncated Taylor series whose degree makes the truncation error far below
  * half an ulp on the reduced interval, so results are within a few ulp of the
- * correctly rounded value.  The same operations run on every ISA, so the AVX2
- * and AVX-512 kernels give the same bits for the same inputs (tests compare
- * each against the float64 oracle, not against each other).
+ * correctly rounded value.  The same operations run on every ISA, so the AVX2,
+ * AVX-512 and NEON kernels give the same bits for the same inputs (tests
+ * compare each against the float64 oracle, not against each other).
  *
  * Subnormal results: the kernels run with flush-to-zero and denormals-are-
  * zero (fpenv.h), so a result below the normal range comes out as 0 there.
@@ -15,8 +15,10 @@
 #define WAVEPE_VECMATH_H
 
 #if !defined(WP_SIMD_NAME)
-#error "include simd_avx2.h or simd_avx512.h before vecmath.h"
+#error "include a vocabulary header (simd_avx2.h, simd_avx512.h, simd_neon.h) before vecmath.h"
 #endif
+
+#include <stddef.h>
 
 /* ---- float32 ---------------------------------------------------------- */
 

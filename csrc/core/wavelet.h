@@ -42,19 +42,15 @@ void wavepe_wavelet_f32(wavepe_isa isa, wavepe_wavelet w, int64_t n, const float
 void wavepe_wavelet_f64(wavepe_isa isa, wavepe_wavelet w, int64_t n, const double *x, int64_t sx,
                         double *y, int64_t sy);
 
-/* The variants behind the dispatch (the vector ones exist on x86-64 only). */
-void wavepe_wavelet_f32_scalar(wavepe_wavelet w, int64_t n, const float *x, int64_t sx, float *y,
-                               int64_t sy);
-void wavepe_wavelet_f64_scalar(wavepe_wavelet w, int64_t n, const double *x, int64_t sx, double *y,
-                               int64_t sy);
-void wavepe_wavelet_f32_avx2(wavepe_wavelet w, int64_t n, const float *x, int64_t sx, float *y,
-                             int64_t sy);
-void wavepe_wavelet_f64_avx2(wavepe_wavelet w, int64_t n, const double *x, int64_t sx, double *y,
-                             int64_t sy);
-void wavepe_wavelet_f32_avx512(wavepe_wavelet w, int64_t n, const float *x, int64_t sx, float *y,
-                               int64_t sy);
-void wavepe_wavelet_f64_avx512(wavepe_wavelet w, int64_t n, const double *x, int64_t sx, double *y,
-                               int64_t sy);
+/* The variants behind the dispatch, one pair per ISA of isa_table.h (the
+ * vector ones exist in builds for their architecture only). */
+#define WAVEPE_WAVELET_KERNELS_(ID, name, ...)                                                   \
+    void wavepe_wavelet_f32_##name(wavepe_wavelet w, int64_t n, const float *x, int64_t sx, float *y, \
+                                   int64_t sy);                                                  \
+    void wavepe_wavelet_f64_##name(wavepe_wavelet w, int64_t n, const double *x, int64_t sx, double *y, \
+                                   int64_t sy);
+WAVEPE_ISA_TABLE(WAVEPE_WAVELET_KERNELS_, _)
+#undef WAVEPE_WAVELET_KERNELS_
 
 /* max |psi(t)| over t, found numerically (golden-section search on a grid). */
 double wavepe_wavelet_peak(wavepe_wavelet w);

@@ -1,5 +1,5 @@
 /* wavelet_simd.h: the mother wavelets on vectors, written once (simd_type.h)
- * and instantiated per ISA by wavelet_avx2.c / wavelet_avx512.c for float and
+ * and instantiated per ISA by wavelet_<isa>.c (avx2, avx512, neon) for float and
  * double.
  *
  * Same results as wavelet.c up to a few ulp: t^2 is split exactly into hi + lo

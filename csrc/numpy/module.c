@@ -28,6 +28,27 @@ static PyObject *py_cpu_isa(PyObject *self, PyObject *noargs) {
     return PyUnicode_FromString(wavepe_isa_name(wavepe_cpu_isa()));
 }
 
+/* The ISAs of the core's table (isa_table.h) this machine runs, in the table's order. */
+static PyObject *py_supported_isas(PyObject *self, PyObject *noargs) {
+    (void)self;
+    (void)noargs;
+    PyObject *out = PyList_New(0);
+    if (out == NULL) return NULL;
+    for (int i = 0; i < WAVEPE_ISA_COUNT; ++i) {
+        if (!wavepe_isa_supported((wavepe_isa)i)) continue;
+        PyObject *name = PyUnicode_FromString(wavepe_isa_name((wavepe_isa)i));
+        if (name == NULL || PyList_Append(out, name) < 0) {
+            Py_XDECREF(name);
+            Py_DECREF(out);
+            return NULL;
+        }
+        Py_DECREF(name);
+    }
+    PyObject *tuple = PyList_AsTuple(out);
+    Py_DECREF(out);
+    return tuple;
+}
+
 static PyObject *py_active_isa(PyObject *self, PyObject *noargs) {
     (void)self;
     (void)noargs;
@@ -62,7 +83,9 @@ static PyObject *py_wavelet_support_t(PyObject *self, PyObject *args) {
 }
 
 static PyMethodDef module_methods[] = {
-    {"cpu_isa", py_cpu_isa, METH_NOARGS, "The best ISA the CPU supports: 'avx512', 'avx2' or 'scalar'."},
+    {"cpu_isa", py_cpu_isa, METH_NOARGS, "The best ISA the CPU supports: 'avx512', 'avx2', 'neon' or 'scalar'."},
+    {"supported_isas", py_supported_isas, METH_NOARGS,
+     "The ISAs this machine runs (the names WAVEPE_ISA takes), scalar first, in the core's table order."},
     {"active_isa", py_active_isa, METH_NOARGS,
      "The ISA kernels use now (after WAVEPE_ISA / WAVEPE_FORCE_SCALAR); ValueError for an ISA this CPU lacks."},
     {"wavelet_peak", py_wavelet_peak, METH_O, "max |psi| of a family code, found numerically."},

@@ -1,7 +1,7 @@
 """wavepe: wavelet relative position encoding and θ-configurable RoPE.
 
-C kernels (scalar reference, AVX2 and AVX-512 on the CPU; CUDA where built) exposed as NumPy ufuncs
-(:mod:`wavepe.ufuncs`) and PyTorch custom ops with autograd
+C kernels (scalar reference, AVX2 and AVX-512 on x86-64, NEON on AArch64; CUDA where built) exposed as
+NumPy ufuncs (:mod:`wavepe.ufuncs`) and PyTorch custom ops with autograd
 (:mod:`wavepe.ops`), and :func:`wavepe.patch` (also ``patch_llama``) for Hugging Face models.
 Importing ``wavepe`` does not import torch or transformers.
 """
@@ -24,20 +24,30 @@ __all__ = [
     "WAVELET_FAMILIES",
     "ROPE_LAYOUTS",
     "cpu_isa",
+    "supported_isas",
     "active_isa",
     "__version__",
 ]
 
 
 def cpu_isa() -> str:
-    """The best instruction set this CPU (and OS) supports among wavepe's kernels: 'avx512', 'avx2' or 'scalar'."""
+    """The best instruction set this CPU (and OS) supports among wavepe's kernels: 'avx512', 'avx2' (x86-64),
+    'neon' (AArch64) or 'scalar'."""
     from . import _ufuncs
 
     return _ufuncs.cpu_isa()
 
 
+def supported_isas() -> tuple[str, ...]:
+    """Every instruction set this machine runs wavepe's kernels with ('scalar' first, :func:`cpu_isa` last):
+    the values ``WAVEPE_ISA`` accepts here."""
+    from . import _ufuncs
+
+    return _ufuncs.supported_isas()
+
+
 def active_isa() -> str:
-    """The instruction set kernels use now: :func:`cpu_isa`, or ``WAVEPE_ISA=scalar|avx2|avx512``.
+    """The instruction set kernels use now: :func:`cpu_isa`, or ``WAVEPE_ISA=scalar|avx2|avx512|neon``.
 
     Raises ValueError when ``WAVEPE_ISA`` names an instruction set this CPU cannot run
     (every operation raises the same error).  ``WAVEPE_FORCE_SCALAR=1`` (older spelling)

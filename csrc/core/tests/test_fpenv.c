@@ -13,23 +13,42 @@
 #include "harness.h"
 
 #if defined(WAVEPE_FPENV_X86)
+#define WAVEPE_TEST_FPENV 1
 /* A caller's state no kernel would choose: every exception flag raised,
  * FTZ and DAZ off, round-to-nearest (so results stay comparable). */
-#define CALLER_STATE 0x1FBFu
+#define CALLER_STATE 0x1FBFull
+static void set_fp_word(unsigned long long w) { _mm_setcsr((unsigned)w); }
+#elif defined(__aarch64__)
+#define WAVEPE_TEST_FPENV 1
+/* FPCR (the exception flags live in FPSR, which the kernels leave alone): FZ
+ * off, round-to-nearest, and AHP (bit 26, half-precision format) set: a bit
+ * no kernel touches, so a kernel that wrote FPCR wholesale would be caught. */
+#define CALLER_STATE (1ull << 26)
+static void set_fp_word(unsigned long long w) { __asm__ volatile("msr fpcr, %0" : : "r"(w)); }
 #endif
 
+/* AArch64 keeps the exception flags in FPSR: cleared before a kernel runs,
+ * they must still be clear after it (its inexact results and flushed
+ * subnormals raise some); x86's are part of CALLER_STATE. */
+static void clear_flags(void) {
+#if defined(__aarch64__)
+    __asm__ volatile("msr fpsr, %0" : : "r"(0ull) : "memory");
+#endif
+}
+
 static void check_state_kept(unsigned long long before, const char *what) {
-    const unsigned long long after = wavepe_fpenv_word();
-    if (after != before) {
-        fprintf(stderr, "%s changed the caller's FP state: %#llx -> %#llx\n", what, before, after);
+    const unsigned long long after = wavepe_fpenv_word(), status = wavepe_fpenv_status_word();
+    if (after != before || status != 0) {
+        fprintf(stderr, "%s changed the caller's FP state: %#llx -> %#llx (status %#llx)\n", what, before, after,
+                status);
         ++wavepe_test_failures;
     }
 }
 
 void test_fpenv(void) {
-#if defined(WAVEPE_FPENV_X86)
-    const unsigned saved = _mm_getcsr();
-    _mm_setcsr(CALLER_STATE);
+#if defined(WAVEPE_TEST_FPENV)
+    const unsigned long long saved = wavepe_fpenv_word();
+    set_fp_word(CALLER_STATE);
     const unsigned long long caller = wavepe_fpenv_word();
     const wavepe_isa isas[2] = {WAVEPE_ISA_SCALAR, wavepe_test_isa};
     for (int v = 0; v < 2; ++v) {
@@ -38,6 +57,7 @@ void test_fpenv(void) {
          * that would be subnormal come out 0 */
         float x[20], y[20];
         for (int i = 0; i < 20; ++i) x[i] = i < 10 ? 1e-40f * (float)(i + 1) : 13.0f + 0.01f * (float)i;
+        clear_flags();
         wavepe_wavelet_f32(isa, WAVEPE_WAVELET_RICKER, 20, x, 1, y, 1);
         check_state_kept(caller, "wavepe_wavelet_f32");
         for (int i = 0; i < 20; ++i) {
@@ -58,6 +78,7 @@ void test_fpenv(void) {
         CHECK(bytes <= (int64_t)sizeof(ws));
         ra.workspace = bytes > 0 ? ws : NULL;
         wavepe_relbias_f32_prepare(isa, &ra, WAVEPE_RELBIAS_FORWARD, 0, wavepe_relbias_f32_chunks(isa, &ra));
+        clear_flags();
         wavepe_relbias_f32(isa, &ra, 0, 4);
         check_state_kept(caller, "wavepe_relbias_f32");
         for (int i = 0; i < 16; ++i) CHECK(bias[i] == 0.0f);
@@ -65,6 +86,7 @@ void test_fpenv(void) {
         const float slope = 0.5f;
         float ab[2 * 3];
         wavepe_alibi_args aa = {WAVEPE_F32, 1, 2, 3, 0, 1, &slope, ab, 6, 3};
+        clear_flags();
         wavepe_alibi_f32(isa, &aa, 0, 2);
         check_state_kept(caller, "wavepe_alibi_f32");
         float rx[1 * 1 * 2 * 4], ry[8];
@@ -75,6 +97,7 @@ void test_fpenv(void) {
         ro.batch = 1, ro.len = 2, ro.head_dim = 4, ro.inv_freq = inv_freq, ro.rotary_pairs = 2, ro.scale = 1.0;
         ro.q.heads = 1, ro.q.in = rx, ro.q.in_stride_b = 8, ro.q.in_stride_h = 8, ro.q.in_stride_l = 4;
         ro.q.out = ry, ro.q.out_stride_b = 8, ro.q.out_stride_h = 8, ro.q.out_stride_l = 4;
+        clear_flags();
         wavepe_rope_f32(isa, &ro, 0, wavepe_rope_rows(&ro));
         check_state_kept(caller, "wavepe_rope_f32");
         for (int i = 0; i < 4; ++i) CHECK(ry[i] == 0.0f); /* subnormal inputs rotate as zeros */
@@ -91,6 +114,7 @@ void test_fpenv(void) {
         wavepe_attention_plan *plan = NULL;
         CHECK(wavepe_attention_fwd_plan(isa, &at, &plan, NULL) == WAVEPE_OK);
         if (plan) {
+            clear_flags();
             for (int ph = 0; ph < 2; ++ph) wavepe_attention_run(plan, ph, 0, wavepe_attention_units(plan, ph));
             check_state_kept(caller, "wavepe_attention_run");
             wavepe_attention_plan_free(plan);
@@ -98,6 +122,6 @@ void test_fpenv(void) {
                 for (int c = 0; c < 4; ++c) CHECK_CLOSE(out[m * 4 + c], 0.5 * m, 1e-6, 1e-6);
         }
     }
-    _mm_setcsr(saved);
+    set_fp_word(saved);
 #endif
 }

@@ -2,8 +2,10 @@
  *
  * The tests compare each kernel's scalar reference with a vector variant
  * (wavepe_test_isa) and both with oracles; the whole suite runs once per
- * vector ISA this machine can run (on a CPU without AVX-512, a build against
- * SIMDe -- `make ctest-simde` -- runs the AVX-512 kernels on AVX2). */
+ * vector ISA of isa_table.h that this build has and this machine can run
+ * (x86-64: AVX2, AVX-512 -- on a CPU without AVX-512, a build against SIMDe,
+ * `make ctest-simde`, runs the AVX-512 kernels on AVX2; AArch64: NEON, under
+ * qemu-user with `make ctest-aarch64`). */
 #include <stdio.h>
 
 #include "../fpenv.h"
@@ -21,13 +23,20 @@ void test_attention(void);
 void test_relbias(void);
 void test_rope(void);
 void test_null(void);
+void test_isa_table(void);
+void test_vocabulary(void);
 
 int main(void) {
-    printf("wavepe core tests, cpu isa: %s\n", wavepe_isa_name(wavepe_cpu_isa()));
+    printf("wavepe core tests, cpu isa: %s; runs here:", wavepe_isa_name(wavepe_cpu_isa()));
+    for (int isa = 0; isa < WAVEPE_ISA_COUNT; ++isa)
+        if (wavepe_isa_supported((wavepe_isa)isa)) printf(" %s", wavepe_isa_name((wavepe_isa)isa));
+    printf("\n");
     test_checked();
+    test_isa_table();
+    test_vocabulary();
     int runs = 0;
-    for (int isa = WAVEPE_ISA_AVX2; isa < WAVEPE_ISA_COUNT; ++isa) {
-        if (!wavepe_isa_supported((wavepe_isa)isa)) continue;
+    for (int isa = 0; isa < WAVEPE_ISA_COUNT; ++isa) {
+        if (isa == WAVEPE_ISA_SCALAR || !wavepe_isa_supported((wavepe_isa)isa)) continue;
         wavepe_test_isa = (wavepe_isa)isa;
         const int before = wavepe_test_failures;
         test_fpenv();

@@ -45,6 +45,7 @@ from typing import Callable, Iterable, Sequence
 # Flags
 
 X86_64 = frozenset({"x86_64", "amd64"})
+AARCH64 = frozenset({"aarch64", "arm64"})
 
 
 @dataclass(frozen=True)
@@ -62,6 +63,7 @@ class SuffixRule:
 SUFFIX_RULES: tuple[SuffixRule, ...] = (
     SuffixRule("_avx512.c", X86_64, ("-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512dq", "-mavx2", "-mfma")),
     SuffixRule("_avx2.c", X86_64, ("-mavx2", "-mfma")),
+    SuffixRule("_neon.c", AARCH64, ()),  # Advanced SIMD is part of the AArch64 base: no flags
 )
 
 # -fno-math-errno: libm calls may be vectorised/inlined; nothing reads errno.
@@ -595,8 +597,8 @@ def run(plan: Plan, *, jobs: int | None = None, progress: Callable[[int, int, st
 def _main(argv: Iterable[str]) -> int:
     args = list(argv)
     root = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "..", "csrc")
-    if args[:1] == ["core-sources"]:
-        print(" ".join(os.path.relpath(p) for p in core_sources(os.path.normpath(root))))
+    if args[:1] == ["core-sources"] and len(args) <= 2:  # optional ARCH (e.g. aarch64): a cross build's files
+        print(" ".join(os.path.relpath(p) for p in core_sources(os.path.normpath(root), *args[1:])))
     elif args[:1] == ["flags"] and len(args) == 2:
         print(" ".join(file_flags(args[1])))
     elif args[:1] == ["nvcc-flags"]:
@@ -604,7 +606,7 @@ def _main(argv: Iterable[str]) -> int:
     elif args[:1] == ["cuda-archs"]:
         print(" ".join(cuda_archs()))
     else:
-        print("usage: recipe.py core-sources | flags FILE | nvcc-flags | cuda-archs", file=sys.stderr)
+        print("usage: recipe.py core-sources [ARCH] | flags FILE | nvcc-flags | cuda-archs", file=sys.stderr)
         return 2
     return 0
 

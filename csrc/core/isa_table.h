@@ -1,0 +1,47 @@
+/* isa_table.h: the one list of instruction sets wavepe has kernels for.
+ *
+ * Everything that depends on the set of ISAs is generated from this table:
+ * the wavepe_isa enum and the names (isa.h, isa.c), which ISAs a build has
+ * and how each is detected (isa.c), the per-ISA kernel prototypes of every
+ * family header, the dispatch of every family (isa_dispatch.h) and the lane
+ * counts the plans size their tiles with.  Adding an ISA: a line here, a
+ * vocabulary header simd_<name>.h, one instantiation file <family>_<name>.c
+ * per family, a detection function detect_<name>() in isa.c, and a build
+ * rule for <family>_<name>.c (python/wavepe/_build/recipe.py SUFFIX_RULES).
+ *
+ *   X(ID, name, arch, lanes_f32, lanes_f64, ...)
+ *
+ * ID     the enum constant WAVEPE_ISA_<ID>; the order of the lines is the
+ *        order of the values (never reorder: 0 is scalar) and, among the
+ *        ISAs a machine supports, the later one is preferred;
+ * name   WAVEPE_ISA=<name>, wavepe.cpu_isa(), the suffix of the kernels
+ *        (wavepe_alibi_f32_<name>) and of the instantiation files;
+ * arch   the architecture whose builds compile the ISA's vector kernels
+ *        (X86_64, AARCH64; NONE: the scalar reference, built everywhere);
+ * lanes  elements per vector register for float32 / float64.
+ * ...    passed through to X unchanged (callers' extra arguments).
+ */
+#ifndef WAVEPE_ISA_TABLE_H
+#define WAVEPE_ISA_TABLE_H
+
+#define WAVEPE_ISA_TABLE(X, ...)                                                                 \
+    X(SCALAR, scalar, NONE, 1, 1, __VA_ARGS__)                                                   \
+    X(AVX2, avx2, X86_64, 8, 4, __VA_ARGS__)                                                     \
+    X(AVX512, avx512, X86_64, 16, 8, __VA_ARGS__)                                                \
+    X(NEON, neon, AARCH64, 4, 2, __VA_ARGS__)
+
+/* WAVEPE_IF_VECTOR_<arch>(...): its arguments where this build compiles the
+ * vector kernels of <arch>, nothing elsewhere. */
+#if defined(__x86_64__) || defined(_M_X64)
+#define WAVEPE_IF_VECTOR_X86_64(...) __VA_ARGS__
+#else
+#define WAVEPE_IF_VECTOR_X86_64(...)
+#endif
+#if defined(__aarch64__)
+#define WAVEPE_IF_VECTOR_AARCH64(...) __VA_ARGS__
+#else
+#define WAVEPE_IF_VECTOR_AARCH64(...)
+#endif
+#define WAVEPE_IF_VECTOR_NONE(...)
+
+#endif

@@ -1,0 +1,10 @@
+/* relbias_neon.c: the relative-table bias kernels of relbias_simd.h on AArch64 NEON, float and double. */
+#if defined(__aarch64__)
+#include "simd_neon.h"
+#define WP_TYPE_F32
+#include "relbias_simd.h"
+#define WP_TYPE_F64
+#include "relbias_simd.h"
+#else
+typedef int wavepe_relbias_neon_unused;
+#endif

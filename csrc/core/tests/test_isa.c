@@ -1,0 +1,69 @@
+/* test_isa.c: the ISA table (isa_table.h) and what is generated from it:
+ * names, per-ISA detection, the WAVEPE_ISA override, lane counts. */
+#define _POSIX_C_SOURCE 200809L /* setenv, strdup */
+#include <stdlib.h>
+#include <string.h>
+
+#include "../checked.h"
+#include "../isa.h"
+#include "harness.h"
+
+void test_isa_table(void) {
+    const char *isa_before = getenv("WAVEPE_ISA");
+    char *saved = isa_before ? strdup(isa_before) : NULL;
+    const char *force = getenv("WAVEPE_FORCE_SCALAR");
+    CHECK(force == NULL || force[0] == '\0' || strcmp(force, "0") == 0); /* the override below needs it unset */
+
+    CHECK(strcmp(wavepe_isa_name(WAVEPE_ISA_SCALAR), "scalar") == 0);
+    CHECK(wavepe_isa_supported(WAVEPE_ISA_SCALAR));
+    CHECK(!wavepe_isa_supported((wavepe_isa)WAVEPE_ISA_COUNT) && !wavepe_isa_supported((wavepe_isa)-1));
+    CHECK(strcmp(wavepe_isa_name((wavepe_isa)WAVEPE_ISA_COUNT), "unknown") == 0);
+    CHECK(wavepe_isa_lanes_f32(WAVEPE_ISA_SCALAR) == 1 && wavepe_isa_lanes_f64(WAVEPE_ISA_SCALAR) == 1);
+
+    /* an ISA of another architecture never runs: detection is per ISA, not a chain */
+#if defined(__x86_64__) || defined(_M_X64)
+    CHECK(!wavepe_isa_supported(WAVEPE_ISA_NEON));
+    CHECK(!wavepe_isa_supported(WAVEPE_ISA_AVX512) || wavepe_isa_supported(WAVEPE_ISA_AVX2));
+#elif defined(__aarch64__)
+    CHECK(!wavepe_isa_supported(WAVEPE_ISA_AVX2) && !wavepe_isa_supported(WAVEPE_ISA_AVX512));
+    CHECK(wavepe_isa_supported(WAVEPE_ISA_NEON)); /* every AArch64 Linux CPU wavepe targets has it */
+    CHECK(wavepe_cpu_isa() == WAVEPE_ISA_NEON);
+#else
+    CHECK(wavepe_cpu_isa() == WAVEPE_ISA_SCALAR);
+#endif
+
+    int best = WAVEPE_ISA_SCALAR;
+    for (int i = 0; i < WAVEPE_ISA_COUNT; ++i) {
+        const wavepe_isa isa = (wavepe_isa)i;
+        const char *name = wavepe_isa_name(isa);
+        for (int j = 0; j < i; ++j) CHECK(strcmp(name, wavepe_isa_name((wavepe_isa)j)) != 0);
+        const int f32 = wavepe_isa_lanes_f32(isa), f64 = wavepe_isa_lanes_f64(isa);
+        if (i != WAVEPE_ISA_SCALAR) CHECK(f32 >= 4 && f32 == 2 * f64);
+        if (wavepe_isa_supported(isa)) best = i;
+        /* WAVEPE_ISA=<name>: that ISA where it runs, an error naming it where not */
+        setenv("WAVEPE_ISA", name, 1);
+        wavepe_isa got = (wavepe_isa)WAVEPE_ISA_COUNT;
+        char message[256] = "";
+        const int status = wavepe_active_isa_checked(&got, message, sizeof(message));
+        if (wavepe_isa_supported(isa)) {
+            CHECK(status == WAVEPE_OK && got == isa && wavepe_active_isa() == isa);
+        } else {
+            CHECK(status == WAVEPE_E_INVALID && got == wavepe_cpu_isa() && strstr(message, name) != NULL);
+            CHECK(wavepe_active_isa() == wavepe_cpu_isa());
+        }
+    }
+    CHECK(wavepe_cpu_isa() == (wavepe_isa)best); /* the last one of the table that runs */
+
+    setenv("WAVEPE_ISA", "sse9", 1);
+    wavepe_isa got;
+    char message[256] = "";
+    CHECK(wavepe_active_isa_checked(&got, message, sizeof(message)) == WAVEPE_E_INVALID);
+    for (int i = 0; i < WAVEPE_ISA_COUNT; ++i) CHECK(strstr(message, wavepe_isa_name((wavepe_isa)i)) != NULL);
+
+    if (saved) {
+        setenv("WAVEPE_ISA", saved, 1);
+        free(saved);
+    } else {
+        unsetenv("WAVEPE_ISA");
+    }
+}
