@@ -65,7 +65,7 @@ def _check_fused_against_eager(cfg) -> None:
     got = wo.wavelet_attention(q, k, v, cfg).float()
     table, r_lo = wo.wavelet_table(cfg, torch.float32, DEV)
     scale = 1.0 / math.sqrt(D)
-    bias = eager.rel_bias(q.float(), table, r_lo, 512, 0, True, False) * scale
+    bias = eager.rel_bias(q.float(), table, r_lo=r_lo, q_offset=0, k_len=512, causal=True, clamp=False) * scale
     want = eager.attention(q.float(), k.float(), v.float(), bias, causal=True, scale=scale, q_offset=0,
                            bias_scaled=True)
     torch.testing.assert_close(got, want, atol=3e-2, rtol=3e-2)
@@ -83,7 +83,8 @@ def bench_lengths(lengths, cfg, quick: bool) -> list[dict]:
             "fused_none": lambda: wo.wavelet_attention(q, k, v, pos_enc="nope"),
         }
         with torch.no_grad():
-            bias = (eager.rel_bias(q, table, r_lo, L, 0, True, False) * scale).contiguous()
+            bias = eager.rel_bias(q, table, r_lo=r_lo, q_offset=0, k_len=L, causal=True, clamp=False)
+            bias = (bias * scale).contiguous()
             try:
                 fns["flex_bias"] = _flex_with_bias(q, k, v, bias)
                 fns["flex_bias"]()  # compile outside the timing

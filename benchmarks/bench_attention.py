@@ -122,7 +122,8 @@ def methods(L: int, budget: int, cfg: WaveletConfig, table, r_lo):
     mat = B * H * L * L * 4  # one (B, H, L, L) float32 tensor
     out = {
         "naive": (lambda q, k, v: naive_attention(q, k, v, table, r_lo, scale), L * L * D * 4 * 2 + 8 * mat),
-        "relshift": (lambda q, k, v: masked_sdpa(q, k, v, eager.rel_bias(q, table, r_lo, L, 0, True, False) * scale),
+        "relshift": (lambda q, k, v: masked_sdpa(
+            q, k, v, eager.rel_bias(q, table, r_lo=r_lo, q_offset=0, k_len=L, causal=True, clamp=False) * scale),
                      10 * mat),
         "bias_op": (lambda q, k, v: masked_sdpa(q, k, v, wo.wavelet_bias(q, cfg) * scale), 10 * mat),
         "fused": (lambda q, k, v: wo.wavelet_attention(q, k, v, cfg), 0),

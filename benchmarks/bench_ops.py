@@ -51,7 +51,7 @@ def bench_wavelet_bias(quick: bool) -> dict:
     fwd = compare({
         "ours": lambda: wo.wavelet_bias(q, cfg),
         "matmul": lambda: torch.matmul(q, k.transpose(-1, -2)),
-        "eager": lambda: eager.rel_bias(q, table, r_lo, length, 0, True, False),
+        "eager": lambda: eager.rel_bias(q, table, r_lo=r_lo, q_offset=0, k_len=length, causal=True, clamp=False),
     }, repeat=repeat)
 
     qg = q.clone().requires_grad_()
@@ -62,13 +62,15 @@ def bench_wavelet_bias(quick: bool) -> dict:
         torch.autograd.grad(wo.wavelet_bias(qg, cfg), qg, grad)
 
     def eager_fb():
-        torch.autograd.grad(eager.rel_bias(qg, table, r_lo, length, 0, True, False), qg, grad)
+        torch.autograd.grad(eager.rel_bias(qg, table, r_lo=r_lo, q_offset=0, k_len=length, causal=True, clamp=False),
+                            qg, grad)
 
     def ours_learned():
         torch.autograd.grad(wo.rel_bias(qg, learned, -128, clamp=True), (qg, learned), grad)
 
     def eager_learned():
-        torch.autograd.grad(eager.rel_bias(qg, learned, -128, length, 0, True, True), (qg, learned), grad)
+        torch.autograd.grad(eager.rel_bias(qg, learned, r_lo=-128, q_offset=0, k_len=length, causal=True, clamp=True),
+                            (qg, learned), grad)
 
     fb = compare({"ours": ours_fb, "eager": eager_fb}, repeat=max(2, repeat - 2))
     fb_learned = compare({"ours": ours_learned, "eager": eager_learned}, repeat=max(2, repeat - 2))

@@ -16,7 +16,9 @@ from __future__ import annotations
 import ctypes as C
 import glob
 import hashlib
+import keyword
 import os
+import re
 import shutil
 import subprocess
 from concurrent.futures import ThreadPoolExecutor
@@ -46,6 +48,7 @@ def build() -> str:
         glob.glob(os.path.join(ROOT, "csrc", "cuda", "*.h"))) + sorted(glob.glob(os.path.join(ROOT, "csrc", "cuda", "emu", "*.h"))) + sorted(
         glob.glob(os.path.join(ROOT, "csrc", "core", "*.h")))
     h = hashlib.sha256(" ".join(CXX_FLAGS).encode())
+    h.update(layout_source().encode())  # the layout table depends on the headers' structs and on its generator
     for p in deps:
         h.update(p.encode())
         with open(p, "rb") as f:
@@ -71,8 +74,11 @@ def build() -> str:
             raise RuntimeError(f"emulator build failed: {' '.join(cmd)}\n{res.stderr[-6000:]}")
         return obj
 
+    layout_cpp = os.path.join(tmp, "layout.cpp")
+    with open(layout_cpp, "w") as f:
+        f.write(layout_source())
     with ThreadPoolExecutor(max(1, os.cpu_count() or 1)) as pool:
-        objs = list(pool.map(compile_one, cu + cpp + c_src))
+        objs = list(pool.map(compile_one, cu + cpp + c_src + [layout_cpp]))
     res = subprocess.run([cxx, "-shared", "-o", os.path.join(tmp, "libwavepe_cuda_emu.so"), *objs],
                          capture_output=True, text=True)
     if res.returncode:
@@ -85,47 +91,146 @@ def build() -> str:
     return lib
 
 
-# ---- argument structs (mirror csrc/core/<family>.h) ----------------------------
+# ---- argument structs (derived from csrc/core/<family>.h) ------------------------
+# The ctypes classes are not written by hand: they are built from the C struct definitions read
+# out of the headers (a strict reader: a declaration it cannot read is an error, never skipped),
+# so a field inserted, removed, retyped or moved in C moves here too.  What ctypes then lays out
+# is compared with what the compiler laid out -- the emulator library exports offsetof/sizeof of
+# every field it was built with (layout_source() below, wavepe_emu_layout) -- by
+# tests/test_cuda_emu.py::test_struct_mirror_matches_the_compiler.
 
 i64, cint, dbl, ptr = C.c_int64, C.c_int, C.c_double, C.c_void_p
 I64x3 = i64 * 3
 FORWARD, GRAD_Q, GRAD_TABLE = 1, 2, 4  # wavepe_relbias kernels
 
-
-class RelBiasArgs(C.Structure):
-    _fields_ = [("dtype", cint), ("batch", i64), ("m", i64), ("n", i64), ("d", i64), ("rows", i64),
-                ("r_lo", i64), ("q_offset", i64), ("causal", cint), ("clamp", cint),
-                ("q", ptr), ("q_stride_g", i64), ("q_stride_m", i64), ("table", ptr),
-                ("bias", ptr), ("bias_stride_g", i64), ("bias_stride_m", i64),
-                ("grad", ptr), ("grad_stride_g", i64), ("grad_stride_m", i64),
-                ("dq", ptr), ("dq_stride_g", i64), ("dq_stride_m", i64), ("dtable", ptr),
-                ("outer", i64), ("q_stride_o", i64), ("bias_stride_o", i64), ("workspace", ptr)]
-
-
-class AlibiArgs(C.Structure):
-    _fields_ = [("dtype", cint), ("heads", i64), ("m", i64), ("n", i64), ("q_offset", i64), ("causal", cint),
-                ("slopes", ptr), ("out", ptr), ("out_stride_h", i64), ("out_stride_m", i64)]
-
-
-class RopeTensor(C.Structure):
-    _fields_ = [("heads", i64), ("in_", ptr), ("in_stride_b", i64), ("in_stride_h", i64), ("in_stride_l", i64),
-                ("out", ptr), ("out_stride_b", i64), ("out_stride_h", i64), ("out_stride_l", i64)]
+# (Python class name, C struct name, header under csrc/core): every struct handed to the emulator.
+MIRRORED = [
+    ("Error", "wavepe_error", "checked.h"),
+    ("RelBiasArgs", "wavepe_relbias_args", "relbias.h"),
+    ("AlibiArgs", "wavepe_alibi_args", "alibi.h"),
+    ("RopeTensor", "wavepe_rope_tensor", "rope.h"),
+    ("RopeArgs", "wavepe_rope_args", "rope.h"),
+    ("AttentionArgs", "wavepe_attention_args", "attention.h"),
+]
+_SCALARS = {"int": C.c_int, "unsigned": C.c_uint, "int64_t": C.c_int64, "uint8_t": C.c_uint8,
+            "double": C.c_double, "float": C.c_float, "char": C.c_char}
+_DECL = re.compile(r"^(?:const\s+)?(?P<type>[A-Za-z_]\w*)\s+(?P<rest>[^;]+)$")
+_DECLARATOR = re.compile(r"^(?P<star>\*?)\s*(?:const\s+)?(?P<name>[A-Za-z_]\w*)\s*(?:\[(?P<n>\d+)\])?$")
 
 
-class RopeArgs(C.Structure):
-    _fields_ = [("dtype", cint), ("batch", i64), ("len", i64), ("head_dim", i64), ("q", RopeTensor),
-                ("k", RopeTensor), ("inv_freq", ptr), ("rotary_pairs", i64), ("layout", cint), ("inverse", cint),
-                ("scale", dbl), ("positions", ptr), ("pos_stride_b", i64), ("pos_stride_l", i64), ("offset", i64)]
+def c_fields(struct: str, header: str) -> list[tuple[str, str, bool, int]]:
+    """The fields of `typedef struct <struct> {...} <struct>;` in csrc/core/<header>, in order:
+    (name, C type, is a pointer, array length or 0).  Raises on anything it cannot read."""
+    with open(os.path.join(ROOT, "csrc", "core", header)) as f:
+        text = re.sub(r"/\*.*?\*/|//[^\n]*", " ", f.read(), flags=re.S)
+    m = re.search(r"typedef\s+struct\s+%s\s*\{(?P<body>[^{}]*)\}\s*%s\s*;" % (struct, struct), text)
+    if m is None:
+        raise ValueError(f"csrc/core/{header}: no 'typedef struct {struct} {{...}} {struct};' to read")
+    fields = []
+    for decl in (d.strip() for d in m.group("body").split(";")):
+        if not decl:
+            continue
+        dm = _DECL.match(" ".join(decl.split()))
+        if dm is None or dm.group("type") == "struct":
+            raise ValueError(f"{struct}: cannot read the declaration '{decl}'")
+        for one in dm.group("rest").split(","):
+            fm = _DECLARATOR.match(one.strip())
+            if fm is None:
+                raise ValueError(f"{struct}: cannot read the declarator '{one.strip()}' of '{decl}'")
+            fields.append((fm.group("name"), dm.group("type"), bool(fm.group("star")), int(fm.group("n") or 0)))
+    return fields
 
 
-class AttentionArgs(C.Structure):
-    _fields_ = [("dtype", cint), ("batch", i64), ("heads", i64), ("kv_heads", i64), ("m", i64), ("n", i64),
-                ("d", i64), ("q_offset", i64), ("causal", cint), ("scale", dbl),
-                ("q", ptr), ("k", ptr), ("v", ptr), ("q_strides", I64x3), ("k_strides", I64x3), ("v_strides", I64x3),
-                ("table", ptr), ("table_rows", i64), ("r_lo", i64), ("clamp", cint), ("slopes", ptr),
-                ("key_padding_mask", ptr), ("kpm_stride", i64), ("out", ptr), ("out_strides", I64x3), ("lse", ptr),
-                ("dout", ptr), ("dout_strides", I64x3), ("dlse", ptr), ("dq", ptr), ("dk", ptr), ("dv", ptr),
-                ("dtable", ptr), ("dslopes", ptr)]
+def _py_name(name: str) -> str:
+    return name + "_" if keyword.iskeyword(name) else name  # rope's `in` is a Python keyword
+
+
+def _mirror(cls_name: str, struct: str, header: str, known: dict) -> type:
+    fields = []
+    for name, ctype, pointer, n in c_fields(struct, header):
+        if pointer:
+            t = C.c_void_p
+        elif ctype in _SCALARS:
+            t = _SCALARS[ctype]
+        elif ctype in known:
+            t = known[ctype]
+        else:
+            raise ValueError(f"{struct}.{name}: no ctypes type for the C type '{ctype}'")
+        fields.append((_py_name(name), t * n if n else t))
+    return type(cls_name, (C.Structure,), {"_fields_": fields, "c_name": struct,
+                                           "__doc__": f"{struct} of csrc/core/{header}, read from the header"})
+
+
+_known: dict = {}
+for _cls, _struct, _header in MIRRORED:
+    _known[_struct] = globals()[_cls] = _mirror(_cls, _struct, _header, _known)
+MIRROR_CLASSES = [_known[s] for _, s, _ in MIRRORED]
+
+
+def layout_source() -> str:
+    """C++ source of the emulator library's layout table: offsetof / sizeof / alignof of every field
+    of every mirrored struct as the compiler lays it out, and one row per struct (field "") with its
+    size and alignment.  Generated from the same reading of the headers as the ctypes classes; a
+    field the reader invented would not compile."""
+    rows = []
+    for _, struct, header in MIRRORED:
+        rows.append(f'    {{"{struct}", "", 0, sizeof({struct}), alignof({struct})}},')
+        for name, *_ in c_fields(struct, header):
+            rows.append(f'    {{"{struct}", "{name}", offsetof({struct}, {name}), sizeof((({struct} *)0)->{name}), '
+                        f'alignof(decltype((({struct} *)0)->{name}))}},')
+    includes = "".join(f'#include "core/{h}"\n' for h in sorted({h for _, _, h in MIRRORED}))
+    return ("// generated by tests/cuda_emu.py (layout_source): the struct layouts the emulator was built with\n"
+            "#include <cstddef>\n#include <cstdint>\n" + includes +
+            "extern \"C\" {\n"
+            "struct wavepe_emu_layout_row { const char *c_struct, *field; size_t offset, size, align; };\n"
+            "extern const wavepe_emu_layout_row wavepe_emu_layout[] = {\n" + "\n".join(rows) +
+            "\n    {nullptr, nullptr, 0, 0, 0}\n};\n}\n")
+
+
+class LayoutRow(C.Structure):
+    _fields_ = [("c_struct", C.c_char_p), ("field", C.c_char_p), ("offset", C.c_size_t), ("size", C.c_size_t),
+                ("align", C.c_size_t)]
+
+
+def compiler_layout() -> dict[str, dict[str, tuple[int, int, int]]]:
+    """{C struct: {field ("" for the struct itself): (offset, size, align)}}, fields in C order,
+    as exported by the emulator library."""
+    rows = (LayoutRow * 4096).in_dll(lib(), "wavepe_emu_layout")
+    out: dict = {}
+    for r in rows:
+        if r.c_struct is None:
+            break
+        out.setdefault(r.c_struct.decode(), {})[r.field.decode()] = (r.offset, r.size, r.align)
+    return out
+
+
+def layout_drift(cls: type, layout: dict) -> list[str]:
+    """Where the ctypes class `cls` (mirroring layout[cls.c_name]) differs from the compiler's
+    layout: one sentence per difference naming struct and field; [] when none."""
+    struct = cls.c_name
+    if struct not in layout:
+        return [f"{struct}: not in the emulator library's layout table"]
+    c = layout[struct]
+    problems = []
+    if C.sizeof(cls) != c[""][1]:
+        problems.append(f"{struct}: sizeof is {c[''][1]} in C, {C.sizeof(cls)} in the ctypes mirror {cls.__name__}")
+    py = {}
+    for name, _ in cls._fields_:
+        d = getattr(cls, name)
+        py[name.rstrip("_") if keyword.iskeyword(name.rstrip("_")) else name] = (d.offset, d.size)
+    c_order = [f for f in c if f]
+    for f in c_order:
+        if f not in py:
+            problems.append(f"{struct}.{f}: in C (offset {c[f][0]}), missing from the ctypes mirror {cls.__name__}")
+        elif py[f] != c[f][:2]:
+            problems.append(f"{struct}.{f}: (offset, size) {c[f][:2]} in C, {py[f]} in the ctypes mirror "
+                            f"{cls.__name__}")
+    for f in py:
+        if f not in c:
+            problems.append(f"{struct}.{f}: in the ctypes mirror {cls.__name__} (offset {py[f][0]}), not in C")
+    if not problems and list(py) != c_order:
+        problems.append(f"{struct}: field order {c_order} in C, {list(py)} in the ctypes mirror")
+    return problems
 
 
 _lib = None
@@ -160,11 +265,6 @@ def lib() -> C.CDLL:
             fn.restype = rest
         _lib = L
     return _lib
-
-
-class Error(C.Structure):
-    """wavepe_error: the validator's sentence."""
-    _fields_ = [("message", C.c_char * 256)]
 
 
 def why(fn, *args) -> tuple[int, str]:

@@ -39,6 +39,59 @@ def lib():
         pytest.skip(f"CUDA emulator not buildable: {exc}")
 
 
+# ---- the ctypes mirror of the argument structs -------------------------------------------------
+
+def test_struct_mirror_matches_the_compiler(lib):
+    """Every field of every ctypes struct handed to the launchers sits where the compiler put it
+    (offset and size, read from the emulator library's layout table), every C field is mirrored and
+    nothing else is, and the struct sizes agree: a drift names struct and field."""
+    layout = E.compiler_layout()
+    assert {cls.c_name for cls in E.MIRROR_CLASSES} == set(layout)
+    problems = [p for cls in E.MIRROR_CLASSES for p in E.layout_drift(cls, layout)]
+    assert not problems, "\n".join(problems)
+    # the table is the compiler's: its fields tile the struct (sorted by offset, no overlap, each
+    # gap shorter than the next field's alignment, tail padding shorter than the struct's)
+    for struct, fields in layout.items():
+        size, align = fields[""][1:]
+        end = 0
+        for name, (off, sz, al) in sorted(((f, v) for f, v in fields.items() if f), key=lambda fv: fv[1][0]):
+            assert end <= off < end + al, f"{struct}.{name}: at {off}, the previous field ends at {end}"
+            end = off + sz
+        assert end <= size < end + align, f"{struct}: sizeof {size}, the last field ends at {end}"
+
+
+def test_struct_mirror_check_names_a_moved_field(lib):
+    """The check above can fail: a mirror with two fields swapped, one missing, one extra and one
+    retyped is reported field by field."""
+    layout = E.compiler_layout()
+    f = list(E.AlibiArgs._fields_)
+    f[1], f[2] = f[2], f[1]  # heads <-> m: same size, told apart by their offsets
+    moved = type("AlibiArgs", (C.Structure,), {"_fields_": f, "c_name": "wavepe_alibi_args"})
+    assert E.layout_drift(moved, layout) == [
+        "wavepe_alibi_args.heads: (offset, size) (8, 8) in C, (16, 8) in the ctypes mirror AlibiArgs",
+        "wavepe_alibi_args.m: (offset, size) (16, 8) in C, (8, 8) in the ctypes mirror AlibiArgs"]
+    f = [x for x in E.RelBiasArgs._fields_ if x[0] != "workspace"] + [("spare", C.c_int64)]
+    f = [(n, C.c_int64 if n == "clamp" else t) for n, t in f]
+    broken = type("RelBiasArgs", (C.Structure,), {"_fields_": f, "c_name": "wavepe_relbias_args"})
+    problems = E.layout_drift(broken, layout)
+    assert any(p.startswith("wavepe_relbias_args.clamp: (offset, size)") for p in problems), problems
+    assert any(p.startswith("wavepe_relbias_args.workspace: in C") and "missing" in p for p in problems), problems
+    assert any(p.startswith("wavepe_relbias_args.spare: in the ctypes mirror") for p in problems), problems
+
+
+def test_struct_reader_refuses_what_it_cannot_read(tmp_path, monkeypatch):
+    """The mirror is derived from the headers: a declaration the reader does not understand is an
+    error, not a field silently left out."""
+    (tmp_path / "csrc" / "core").mkdir(parents=True)
+    (tmp_path / "csrc" / "core" / "x.h").write_text(
+        "typedef struct s { int a; /* note */ int64_t b[3], *c; unsigned bits : 3; } s;\n")
+    monkeypatch.setattr(E, "ROOT", str(tmp_path))
+    with pytest.raises(ValueError, match="bits : 3"):
+        E.c_fields("s", "x.h")
+    (tmp_path / "csrc" / "core" / "x.h").write_text("typedef struct s { int a; // note\n int64_t b[3], *c; } s;\n")
+    assert E.c_fields("s", "x.h") == [("a", "int", False, 0), ("b", "int64_t", False, 3), ("c", "int64_t", True, 0)]
+
+
 def tol(dtype: int, terms: int, inner_rounding: bool = False) -> float:
     """Absolute error bound relative to the result's scale: output rounding, plus
     fp accumulation over `terms` products (sqrt growth), plus (bf16/fp16

@@ -175,8 +175,10 @@ def test_all_neg_inf_rows_tells_zero_weight_rows_from_nan(pos_enc):
     slopes = torch.tensor([0.3, 0.7], dtype=torch.float64)
     tab, sl = (table, None) if pos_enc == "relative" else (None, slopes)
     for causal, q_offset in ((True, 2), (False, -1)):
-        _, l = torch.ops.wavepe.attention_fwd(q, k, v, tab, -2, True, sl, mask, 0.5, q_offset, causal)
-        got = all_neg_inf_rows(l, q, k, tab, -2, True, sl, mask, 0.5, q_offset, causal)
+        _, l = torch.ops.wavepe.attention_fwd(q=q, k=k, v=v, table=tab, r_lo=-2, clamp=True, slopes=sl,
+                                              key_padding_mask=mask, scale=0.5, q_offset=q_offset, causal=causal)
+        got = all_neg_inf_rows(l, q=q, k=k, table=tab, r_lo=-2, clamp=True, slopes=sl, mask=mask, scale=0.5,
+                               q_offset=q_offset, causal=causal)
         assert got is not None
         want = torch.ones(2, 2, 7, dtype=torch.bool)
         want[1, 0, 3] = False                # +inf

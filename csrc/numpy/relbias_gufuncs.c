@@ -31,6 +31,13 @@
 #include "../core/checked.h"
 #include "../core/relbias.h"
 
+/* The gufunc's operands, in the order of the torch op's schema (csrc/torch/relbias_op.cpp) less k_len,
+ * which is out's last dimension: args[i] and steps[i] belong to operand i, and the core dimensions'
+ * steps follow them (q's m, d; table's r, d; out's m, n).  Named, so that an operand added here
+ * moves every index with it. */
+enum { ARG_Q, ARG_TABLE, ARG_R_LO, ARG_Q_OFFSET, ARG_CAUSAL, ARG_CLAMP, ARG_OUT, N_OPERANDS };
+enum { STEP_Q_M = N_OPERANDS, STEP_Q_D, STEP_T_R, STEP_T_D, STEP_O_M, STEP_O_N };
+
 /* A (rows, cols) matrix at base with byte strides; is it usable in place? */
 static int dense_rows(const char *base, npy_intp rows, npy_intp cols, npy_intp s_row, npy_intp s_col,
                       npy_intp item) {
@@ -69,10 +76,10 @@ static int run_plan(const wavepe_relbias_args *a) {
 static void read_params(char **args, const npy_intp *steps, npy_intp it, wavepe_relbias_args *a) {
     int64_t r_lo, q_offset;
     npy_bool causal, clamp;
-    memcpy(&r_lo, args[2] + it * steps[2], sizeof r_lo);
-    memcpy(&q_offset, args[3] + it * steps[3], sizeof q_offset);
-    memcpy(&causal, args[4] + it * steps[4], sizeof causal);
-    memcpy(&clamp, args[5] + it * steps[5], sizeof clamp);
+    memcpy(&r_lo, args[ARG_R_LO] + it * steps[ARG_R_LO], sizeof r_lo);
+    memcpy(&q_offset, args[ARG_Q_OFFSET] + it * steps[ARG_Q_OFFSET], sizeof q_offset);
+    memcpy(&causal, args[ARG_CAUSAL] + it * steps[ARG_CAUSAL], sizeof causal);
+    memcpy(&clamp, args[ARG_CLAMP] + it * steps[ARG_CLAMP], sizeof clamp);
     a->r_lo = r_lo;
     a->q_offset = q_offset;
     a->causal = causal != 0;
@@ -83,8 +90,8 @@ static void rel_bias_loop(char **args, const npy_intp *dims, const npy_intp *ste
     const npy_intp item = f32 ? 4 : 8;
     npy_intp outer = dims[0];
     const npy_intp m = dims[1], d = dims[2], rows = dims[3], n = dims[4];
-    const npy_intp qs_m = steps[7], qs_d = steps[8], ts_r = steps[9], ts_d = steps[10];
-    const npy_intp os_m = steps[11], os_n = steps[12];
+    const npy_intp qs_m = steps[STEP_Q_M], qs_d = steps[STEP_Q_D], ts_r = steps[STEP_T_R], ts_d = steps[STEP_T_D];
+    const npy_intp os_m = steps[STEP_O_M], os_n = steps[STEP_O_N];
     if (outer == 0) return;
 
     wavepe_relbias_args a;
@@ -94,19 +101,21 @@ static void rel_bias_loop(char **args, const npy_intp *dims, const npy_intp *ste
     a.n = n;
     a.d = d;
     a.rows = rows;
-    const int table_dense = dense_rows(args[1], rows, d, ts_r, ts_d, item) && (rows <= 1 || ts_r == d * item);
-    const int shared = steps[1] == 0 && steps[2] == 0 && steps[3] == 0 && steps[4] == 0 && steps[5] == 0;
-    if (shared && table_dense && dense_rows(args[0], m, d, qs_m, qs_d, item) && steps[0] % item == 0 &&
-        dense_rows(args[6], m, n, os_m, os_n, item) && steps[6] % item == 0) {
+    const int table_dense =
+        dense_rows(args[ARG_TABLE], rows, d, ts_r, ts_d, item) && (rows <= 1 || ts_r == d * item);
+    int shared = 1; /* the table and every parameter: one for all outer iterations */
+    for (int i = ARG_TABLE; i < ARG_OUT; ++i) shared = shared && steps[i] == 0;
+    if (shared && table_dense && dense_rows(args[ARG_Q], m, d, qs_m, qs_d, item) && steps[ARG_Q] % item == 0 &&
+        dense_rows(args[ARG_OUT], m, n, os_m, os_n, item) && steps[ARG_OUT] % item == 0) {
         /* one plan: the outer loop is the batch */
         read_params(args, steps, 0, &a);
         a.batch = outer;
-        a.q = args[0];
-        a.q_stride_g = steps[0] / item;
+        a.q = args[ARG_Q];
+        a.q_stride_g = steps[ARG_Q] / item;
         a.q_stride_m = m > 1 ? qs_m / item : d;
-        a.table = args[1];
-        a.bias = args[6];
-        a.bias_stride_g = steps[6] / item;
+        a.table = args[ARG_TABLE];
+        a.bias = args[ARG_OUT];
+        a.bias_stride_g = steps[ARG_OUT] / item;
         a.bias_stride_m = m > 1 ? os_m / item : n;
         run_plan(&a);
         return;
@@ -121,7 +130,8 @@ static void rel_bias_loop(char **args, const npy_intp *dims, const npy_intp *ste
         outer = 0;
     }
     for (npy_intp it = 0; it < outer; ++it) {
-        char *q = args[0] + it * steps[0], *table = args[1] + it * steps[1], *out = args[6] + it * steps[6];
+        char *q = args[ARG_Q] + it * steps[ARG_Q], *table = args[ARG_TABLE] + it * steps[ARG_TABLE];
+        char *out = args[ARG_OUT] + it * steps[ARG_OUT];
         read_params(args, steps, it, &a);
         if (dense_rows(q, m, d, qs_m, qs_d, item)) {
             a.q = q;
@@ -159,7 +169,7 @@ static void rel_bias_loop_f64(char **args, const npy_intp *dims, const npy_intp 
 }
 
 static PyUFuncGenericFunction rel_bias_loops[2] = {rel_bias_loop_f32, rel_bias_loop_f64};
-static char rel_bias_types[2 * 7] = {
+static char rel_bias_types[2 * N_OPERANDS] = {
     NPY_FLOAT, NPY_FLOAT, NPY_INT64, NPY_INT64, NPY_BOOL, NPY_BOOL, NPY_FLOAT,
     NPY_DOUBLE, NPY_DOUBLE, NPY_INT64, NPY_INT64, NPY_BOOL, NPY_BOOL, NPY_DOUBLE,
 };
@@ -167,7 +177,7 @@ static void *rel_bias_data[2] = {NULL, NULL};
 
 int wavepe_np_add_relbias_gufuncs(PyObject *module) {
     PyObject *uf = PyUFunc_FromFuncAndDataAndSignature(
-        rel_bias_loops, rel_bias_data, rel_bias_types, 2, 6, 1, PyUFunc_None, "rel_bias",
+        rel_bias_loops, rel_bias_data, rel_bias_types, 2, N_OPERANDS - 1, 1, PyUFunc_None, "rel_bias",
         "rel_bias(q, table, r_lo, q_offset, causal, clamp, /, *, out) -> out\n\n"
         "Relative-table bias, gufunc (m,d),(r,d),(),(),(),()->(m,n):\n"
         "out[..., m, n] = q[..., m, :] . table[q_offset + m - n - r_lo] for distances inside the\n"

@@ -21,14 +21,14 @@ import torch
 _BLOCK_ELEMENTS = 1 << 22
 
 
-def all_neg_inf_rows(l: torch.Tensor, q: torch.Tensor, k: torch.Tensor, table: torch.Tensor | None, r_lo: int,
+def all_neg_inf_rows(l: torch.Tensor, *, q: torch.Tensor, k: torch.Tensor, table: torch.Tensor | None, r_lo: int,
                      clamp: bool, slopes: torch.Tensor | None, mask: torch.Tensor | None, scale: float,
                      q_offset: int, causal: bool) -> torch.Tensor | None:
     """Of one kernel call's rows, those whose visible scores are all -inf (bool like ``l``), or None if none.
 
     ``l`` (B, H, M) is the call's lse; ``q`` (B, H, M, d), ``k`` (B, H_kv, N, d)
-    and the rest are the call's arguments (``table`` None when the call had
-    none).  Only rows with NaN lse are examined: the others are not all -inf.
+    and the rest are the call's arguments, by the names of ``attention_fwd``'s
+    schema (``table`` None when the call had none).  Only rows with NaN lse are examined: the others are not all -inf.
     """
     nan_rows = torch.isnan(l).nonzero()  # (R, 3): b, h, m
     if nan_rows.shape[0] == 0:

@@ -174,15 +174,16 @@ def ring_forward(plan: RingPlan, q: torch.Tensor, k: torch.Tensor, v: torch.Tens
             chunk = (ring.rank - step) % ring.world
             kc, vc, kpm = held[0].to(cdt), held[1].to(cdt), held[2]
             for t in plan.tiles(chunk):
-                o, l = ops.attention_fwd(_rows(qc, t.q), _rows(kc, t.k), _rows(vc, t.k),
-                                         table if t.biased else None, plan.r_lo, plan.clamp, slopes,
-                                         _mask_rows(kpm, t.k),
-                                         plan.scale, t.q_offset, t.causal)
+                o, l = ops.attention_fwd(q=_rows(qc, t.q), k=_rows(kc, t.k), v=_rows(vc, t.k),
+                                         table=table if t.biased else None, r_lo=plan.r_lo, clamp=plan.clamp,
+                                         slopes=slopes, key_padding_mask=_mask_rows(kpm, t.k),
+                                         scale=plan.scale, q_offset=t.q_offset, causal=t.causal)
                 # one host sync per tile (a GPU's too): NaN rows are rare, and need the scores to be told apart
                 if bool(torch.isnan(l).any()):
-                    marked = all_neg_inf_rows(l, _rows(qc, t.q), _rows(kc, t.k), table if t.biased else None,
-                                              plan.r_lo, plan.clamp, slopes, _mask_rows(kpm, t.k), plan.scale,
-                                              t.q_offset, t.causal)
+                    marked = all_neg_inf_rows(l, q=_rows(qc, t.q), k=_rows(kc, t.k), table=table if t.biased else None,
+                                              r_lo=plan.r_lo, clamp=plan.clamp, slopes=slopes,
+                                              mask=_mask_rows(kpm, t.k), scale=plan.scale, q_offset=t.q_offset,
+                                              causal=t.causal)
                     if marked is not None:  # a zero-weight partial: merged like a row that sees no key
                         o = o.masked_fill(marked.unsqueeze(-1), 0.0)
                         l = l.masked_fill(marked, float("-inf"))
@@ -232,10 +233,11 @@ def ring_backward(plan: RingPlan, q: torch.Tensor, k: torch.Tensor, v: torch.Ten
             for t in plan.tiles(chunk):
                 tq, tk = t.q, t.k
                 g_dq, g_dk, g_dv, g_dt, g_ds = ops.attention_bwd(
-                    _rows(go, tq), None if gl is None else _rows(gl, tq), _rows(qc, tq), _rows(kc, tk),
-                    _rows(vc, tk), _rows(oc, tq), _rows(lse, tq), table if t.biased else None, plan.r_lo,
-                    plan.clamp, slopes, _mask_rows(kpm, tk), plan.scale,
-                    t.q_offset, t.causal, dtable is not None and t.biased, dslopes is not None)
+                    grad_out=_rows(go, tq), grad_lse=None if gl is None else _rows(gl, tq), q=_rows(qc, tq),
+                    k=_rows(kc, tk), v=_rows(vc, tk), out=_rows(oc, tq), lse=_rows(lse, tq),
+                    table=table if t.biased else None, r_lo=plan.r_lo, clamp=plan.clamp, slopes=slopes,
+                    key_padding_mask=_mask_rows(kpm, tk), scale=plan.scale, q_offset=t.q_offset, causal=t.causal,
+                    table_grad=dtable is not None and t.biased, slopes_grad=dslopes is not None)
                 dq = _add_rows(dq, tq, g_dq, q, adt)
                 dk = _add_rows(dk, tk, g_dk, k, adt)
                 dv = _add_rows(dv, tk, g_dv, k, adt)

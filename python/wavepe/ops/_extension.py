@@ -87,6 +87,26 @@ ORIGIN, LIBRARY, RECORD = _load()
 ops = torch.ops.wavepe
 
 
+# The op schemas (csrc/torch/<family>_op.cpp) are the one description of each op's arguments: Python
+# calls the ops by keyword, with these names, and reads what autograd hands back by name too.
+def schema_names(op: str) -> tuple[str, ...]:
+    """The argument names of ``torch.ops.wavepe.<op>``, in schema order."""
+    return tuple(a.name for a in getattr(ops, op).default._schema.arguments)
+
+
+def schema_tensors(op: str) -> tuple[str, ...]:
+    """The names of the (optional) Tensor arguments of ``torch.ops.wavepe.<op>``, in schema order."""
+    return tuple(a.name for a in getattr(ops, op).default._schema.arguments
+                 if str(a.type) in ("Tensor", "Optional[Tensor]"))
+
+
+def named(names: tuple[str, ...], inputs: tuple[Any, ...]) -> dict[str, Any]:
+    """An op's positional ``inputs`` (as ``setup_context`` receives them) by their schema ``names``."""
+    if len(names) != len(inputs):
+        raise TypeError(f"expected the {len(names)} arguments {names}, got {len(inputs)}")
+    return dict(zip(names, inputs))
+
+
 def build_info() -> dict[str, Any]:
     """What the loaded library is: where it came from, the torch it targets, its CUDA kernels."""
     info = json.loads(ops.build_info())

@@ -13,7 +13,9 @@ from .._validate import check_flag, check_int, resolve_positions
 from ..config import alibi_slopes as _alibi_slopes
 from . import _routing, eager
 from ._checks import check_finite, compute_dtype
-from ._extension import float_compute_dtype, ops
+from ._extension import float_compute_dtype, named, ops, schema_names
+
+_ALIBI = schema_names("alibi_bias")
 
 
 @torch.library.register_fake("wavepe::alibi_bias")
@@ -22,15 +24,14 @@ def _alibi_bias_fake(slopes, q_len, k_len, q_offset, causal):
 
 
 def _alibi_bias_setup(ctx, inputs, output):
-    _, q_len, k_len, q_offset, causal = inputs
-    ctx.shape = (q_len, k_len, q_offset, causal)
+    ctx.kw = named(_ALIBI, inputs)
+    del ctx.kw["slopes"]  # the rest: eager.alibi_bias's keywords
 
 
 def _alibi_bias_backward(ctx, grad):
-    q_len, k_len, q_offset, causal = ctx.shape
     # d bias / d slope_h = -(pos_q - pos_k) (or -|.|): the bias of slope 1; the bias itself is M x N.
     unit = torch.ones(1, dtype=grad.dtype, device=grad.device)
-    return (grad * eager.alibi_bias(unit, q_len, k_len, q_offset, causal)).sum(dim=(-2, -1)), None, None, None, None
+    return (grad * eager.alibi_bias(unit, **ctx.kw)).sum(dim=(-2, -1)), *(None,) * (len(_ALIBI) - 1)
 
 
 torch.library.register_autograd("wavepe::alibi_bias", _alibi_bias_backward, setup_context=_alibi_bias_setup)
@@ -72,8 +73,8 @@ def alibi_bias(
     m = check_int("q_len", q_len, min_value=0)
     n, off = resolve_positions("q", m, k_len, q_offset, "alibi_bias: ")
     if _routing.has_kernel("alibi_bias", slopes.device):
-        out = ops.alibi_bias(slopes.to(compute), m, n, off, causal)
+        out = ops.alibi_bias(slopes=slopes.to(compute), q_len=m, k_len=n, q_offset=off, causal=causal)
     else:
         _routing.warn_fallback("alibi_bias", slopes.device, "the plain-PyTorch formula")
-        out = eager.alibi_bias(slopes.to(compute), m, n, off, causal)
+        out = eager.alibi_bias(slopes.to(compute), q_len=m, k_len=n, q_offset=off, causal=causal)
     return out if out.dtype == slopes.dtype else out.to(slopes.dtype)

@@ -25,10 +25,12 @@ from ..config import WaveletConfig
 from ..pos_enc import canonical_pos_enc
 from . import _routing, eager
 from ._checks import cacheable, check_finite, check_same, check_tensor, compute_dtype
-from ._extension import ops
+from ._extension import named, ops, schema_names, schema_tensors
 from .alibi import alibi_bias
 from ._tables import call_table, default_wavelet_config  # noqa: F401  (public: wavepe.ops.default_wavelet_config)
 from .relbias import rel_bias
+
+_FWD, _FWD_TENSORS = schema_names("attention_fwd"), schema_tensors("attention_fwd")
 
 def _acc_dtype(dtype: torch.dtype) -> torch.dtype:
     """The kernels' accumulator type: lse, slopes and their gradients travel in it."""
@@ -52,25 +54,26 @@ def _attention_bwd_fake(grad_out, grad_lse, q, k, v, out, lse, table, r_lo, clam
 
 
 def _attention_setup(ctx, inputs, output):
-    q, k, v, table, r_lo, clamp, slopes, key_padding_mask, scale, q_offset, causal = inputs
+    a = named(_FWD, inputs)
     out, lse = output
-    ctx.save_for_backward(q, k, v, table, slopes, key_padding_mask, out, lse)
-    ctx.args = (r_lo, clamp, scale, q_offset, causal)
+    ctx.save_for_backward(*(a[n] for n in _FWD_TENSORS), out, lse)
+    # the scalar arguments (r_lo, clamp, scale, q_offset, causal), by name, for attention_bwd
+    ctx.kw = {n: v for n, v in a.items() if n not in _FWD_TENSORS}
 
 
 def _attention_backward(ctx, grad_out, grad_lse):
-    q, k, v, table, slopes, key_padding_mask, out, lse = ctx.saved_tensors
-    r_lo, clamp, scale, q_offset, causal = ctx.args
-    need = ctx.needs_input_grad
-    table_grad = table is not None and bool(need[3])
-    slopes_grad = slopes is not None and bool(need[6])
+    *saved, out, lse = ctx.saved_tensors
+    t = dict(zip(_FWD_TENSORS, saved))
+    need = dict(zip(_FWD, ctx.needs_input_grad))
+    table_grad = t["table"] is not None and bool(need["table"])
+    slopes_grad = t["slopes"] is not None and bool(need["slopes"])
     if grad_out is None:
         grad_out = torch.zeros_like(out)
-    dq, dk, dv, dtable, dslopes = ops.attention_bwd(
-        grad_out, grad_lse, q, k, v, out, lse, table, r_lo, clamp, slopes, key_padding_mask, scale, q_offset, causal,
-        table_grad, slopes_grad)
-    return (dq, dk, dv, dtable if table_grad else None, None, None, dslopes if slopes_grad else None,
-            None, None, None, None)
+    dq, dk, dv, dtable, dslopes = ops.attention_bwd(grad_out=grad_out, grad_lse=grad_lse, out=out, lse=lse, **t,
+                                                    **ctx.kw, table_grad=table_grad, slopes_grad=slopes_grad)
+    grads = {"q": dq, "k": dk, "v": dv, "table": dtable if table_grad else None,
+             "slopes": dslopes if slopes_grad else None}
+    return tuple(grads.get(n) for n in _FWD)
 
 
 torch.library.register_autograd("wavepe::attention_fwd", _attention_backward, setup_context=_attention_setup)
@@ -148,7 +151,8 @@ def wavelet_attention(
     table, r_lo, slopes = position_bias(q, pos_enc, cdt, m, n, off, causal, config=config, rel_table=rel_table,
                                         alibi_slopes=alibi_slopes, clamp=clamp)
     if _routing.has_kernel("attention_fwd", q.device):
-        out, lse = ops.attention_fwd(qc, kc, vc, table, r_lo, clamp, slopes, key_padding_mask, scale, off, causal)
+        out, lse = ops.attention_fwd(q=qc, k=kc, v=vc, table=table, r_lo=r_lo, clamp=clamp, slopes=slopes,
+                                     key_padding_mask=key_padding_mask, scale=scale, q_offset=off, causal=causal)
         return (out.to(q.dtype), lse) if return_lse else out.to(q.dtype)
     _routing.warn_fallback("attention", q.device,
                            "the bias + scaled_dot_product_attention path (materialises M x N scores)")

@@ -20,7 +20,7 @@ import torch
 import torch.nn.functional as F
 
 
-def rel_bias(q: torch.Tensor, table: torch.Tensor, r_lo: int, k_len: int, q_offset: int,
+def rel_bias(q: torch.Tensor, table: torch.Tensor, *, r_lo: int, q_offset: int, k_len: int,
              causal: bool, clamp: bool) -> torch.Tensor:
     """bias[..., m, n] = q[..., m, :] · T[pos_q(m) - n - r_lo] by rel-shift. (..., M, d) -> (..., M, N)."""
     m, d = q.shape[-2], q.shape[-1]
@@ -43,7 +43,7 @@ def rel_bias(q: torch.Tensor, table: torch.Tensor, r_lo: int, k_len: int, q_offs
     return bias
 
 
-def rope(x: torch.Tensor, positions: torch.Tensor, inv_freq: torch.Tensor, layout: str, rotary_pairs: int,
+def rope(x: torch.Tensor, *, positions: torch.Tensor, inv_freq: torch.Tensor, rotary_pairs: int, layout: str,
          scale: float = 1.0) -> torch.Tensor:
     """Rotate pairs of x (B, H, L, d) by positions (L,) or (B, L) x inv_freq (d/2,), float64 angles."""
     d = x.shape[-1]
@@ -67,7 +67,7 @@ def rope(x: torch.Tensor, positions: torch.Tensor, inv_freq: torch.Tensor, layou
     return out
 
 
-def alibi_bias(slopes: torch.Tensor, q_len: int, k_len: int, q_offset: int, causal: bool) -> torch.Tensor:
+def alibi_bias(slopes: torch.Tensor, *, q_len: int, k_len: int, q_offset: int, causal: bool) -> torch.Tensor:
     """bias[h, i, j] = -slope_h · (pos_q(i) - j) (|·| when not causal; 0 above the diagonal when causal)."""
     pos_q = torch.arange(q_len, device=slopes.device, dtype=slopes.dtype) + q_offset
     pos_k = torch.arange(k_len, device=slopes.device, dtype=slopes.dtype)

@@ -19,7 +19,9 @@ from ..config import WaveletConfig
 from . import _routing, eager
 from ._checks import check_same, check_tensor, compute_dtype
 from ._tables import call_table, wavelet_table  # noqa: F401  (wavelet_table: public, wavepe.ops.wavelet_table)
-from ._extension import ops
+from ._extension import named, ops, schema_names
+
+_REL_BIAS, _REL_BIAS_BWD = schema_names("rel_bias"), schema_names("rel_bias_backward")
 
 # ---- fake kernels (shapes only: torch.compile, meta tensors) ------------------------
 
@@ -48,36 +50,37 @@ def _rel_bias_backward_fake(grad, q, table, r_lo, q_offset, causal, clamp, outpu
 
 
 def _rel_bias_setup(ctx, inputs, output):
-    q, table, r_lo, q_offset, k_len, causal, clamp = inputs
-    ctx.save_for_backward(q, table)
-    ctx.args = (r_lo, q_offset, causal, clamp)
+    a = named(_REL_BIAS, inputs)
+    ctx.save_for_backward(a["q"], a["table"])
+    # the scalar arguments rel_bias_backward takes too (r_lo, q_offset, causal, clamp), by name
+    ctx.kw = {n: a[n] for n in _REL_BIAS_BWD if n in a and n not in ("q", "table")}
 
 
 def _rel_bias_backward(ctx, grad):
     q, table = ctx.saved_tensors
-    r_lo, q_offset, causal, clamp = ctx.args
     need_q, need_t = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
+    rest = (None,) * (len(_REL_BIAS) - 2)
     if not (need_q or need_t):
-        return None, None, None, None, None, None, None
-    dq, dt = ops.rel_bias_backward(grad, q, table, r_lo, q_offset, causal, clamp, [need_q, need_t])
-    return (dq if need_q else None), (dt if need_t else None), None, None, None, None, None
+        return (None, None, *rest)
+    dq, dt = ops.rel_bias_backward(grad=grad, q=q, table=table, output_mask=[need_q, need_t], **ctx.kw)
+    return (dq if need_q else None), (dt if need_t else None), *rest
 
 
 torch.library.register_autograd("wavepe::rel_bias", _rel_bias_backward, setup_context=_rel_bias_setup)
 
 
 def _rel_bias_backward_setup(ctx, inputs, output):
-    grad, q, table, r_lo, q_offset, causal, clamp, output_mask = inputs
-    ctx.save_for_backward(grad, q, table)
-    ctx.args = (r_lo, q_offset, causal, clamp)
-    ctx.k_len = grad.shape[-1]
-    ctx.mask = tuple(output_mask)
+    a = named(_REL_BIAS_BWD, inputs)
+    ctx.save_for_backward(a["grad"], a["q"], a["table"])
+    # the scalar arguments shared by rel_bias and rel_bias_backward, by name
+    ctx.kw = {n: a[n] for n in _REL_BIAS if n in a and n not in ("q", "table")}
+    ctx.k_len = a["grad"].shape[-1]
+    ctx.mask = tuple(a["output_mask"])
 
 
 def _rel_bias_double_backward(ctx, g_dq, g_dt):
     grad, q, table = ctx.saved_tensors
-    r_lo, q_offset, causal, clamp = ctx.args
-    n = ctx.k_len
+    kw, n = ctx.kw, ctx.k_len
     g_dq = g_dq if ctx.mask[0] and g_dq is not None and g_dq.numel() else None
     g_dt = g_dt if ctx.mask[1] and g_dt is not None and g_dt.numel() else None
     need_grad, need_q, need_t = ctx.needs_input_grad[0], ctx.needs_input_grad[1], ctx.needs_input_grad[2]
@@ -85,15 +88,15 @@ def _rel_bias_double_backward(ctx, g_dq, g_dt):
     if need_grad:
         # <g_dq, Dq(grad, T)> = <F(g_dq, T), grad>;  <g_dt, Dt(grad, q)> = <F(q, g_dt), grad>
         if g_dq is not None:
-            d_grad = ops.rel_bias(g_dq, table, r_lo, q_offset, n, causal, clamp)
+            d_grad = ops.rel_bias(q=g_dq, table=table, k_len=n, **kw)
         if g_dt is not None:
-            part = ops.rel_bias(q, g_dt, r_lo, q_offset, n, causal, clamp)
+            part = ops.rel_bias(q=q, table=g_dt, k_len=n, **kw)
             d_grad = part if d_grad is None else d_grad + part
     if need_q and g_dt is not None:  # Dt is linear in q: adjoint is Dq(grad, g_dt)
-        d_q = ops.rel_bias_backward(grad, q, g_dt, r_lo, q_offset, causal, clamp, [True, False])[0]
+        d_q = ops.rel_bias_backward(grad=grad, q=q, table=g_dt, output_mask=[True, False], **kw)[0]
     if need_t and g_dq is not None:  # Dq is linear in T: adjoint is Dt(grad, g_dq)
-        d_t = ops.rel_bias_backward(grad, g_dq, table, r_lo, q_offset, causal, clamp, [False, True])[1]
-    return d_grad, d_q, d_t, None, None, None, None, None
+        d_t = ops.rel_bias_backward(grad=grad, q=g_dq, table=table, output_mask=[False, True], **kw)[1]
+    return (d_grad, d_q, d_t, *(None,) * (len(_REL_BIAS_BWD) - 3))
 
 
 torch.library.register_autograd("wavepe::rel_bias_backward", _rel_bias_double_backward,
@@ -148,10 +151,11 @@ def _rel_bias(q: torch.Tensor, table: torch.Tensor, r_lo: int, rows: int, n: int
     _check_sizes(q, n, off, r_lo, rows)
     cdt = compute_dtype(q)
     if _routing.has_kernel("rel_bias", q.device):
-        out = ops.rel_bias(q.to(cdt), table.to(cdt), r_lo, off, n, causal, clamp)
+        out = ops.rel_bias(q=q.to(cdt), table=table.to(cdt), r_lo=r_lo, q_offset=off, k_len=n, causal=causal,
+                           clamp=clamp)
     else:
         _routing.warn_fallback("rel_bias", q.device, "the plain-PyTorch rel-shift (materialises an M x (M+N) product)")
-        out = eager.rel_bias(q.to(cdt), table.to(cdt), r_lo, n, off, causal, clamp)
+        out = eager.rel_bias(q.to(cdt), table.to(cdt), r_lo=r_lo, q_offset=off, k_len=n, causal=causal, clamp=clamp)
     return out if out.dtype == q.dtype else out.to(q.dtype)
 
 

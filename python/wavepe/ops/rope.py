@@ -23,7 +23,9 @@ from .._validate import _is_symbolic_int, check_choice, check_int
 from ..config import ROPE_LAYOUTS, RopeConfig
 from . import _routing, eager
 from ._checks import cacheable, check_same, check_tensor, compute_dtype
-from ._extension import ops
+from ._extension import named, ops, schema_names
+
+_ROPE = schema_names("rope")
 
 
 @torch.library.register_fake("wavepe::rope")
@@ -43,25 +45,26 @@ def _rope_fake(q, k, positions, offset, inv_freq, rotary_pairs, layout, scale, i
 
 
 def _rope_setup(ctx, inputs, output):
-    q, k, positions, offset, inv_freq, rotary_pairs, layout, scale, inverse = inputs
-    ctx.save_for_backward(positions, inv_freq)
+    a = named(_ROPE, inputs)
+    q, k = a["q"], a["k"]
+    ctx.save_for_backward(a["positions"], a["inv_freq"])
     ctx.has_k = k is not None
     ctx.shapes = (q.shape, None if k is None else k.shape, q.dtype, q.device)
-    ctx.params = (offset, rotary_pairs, layout, scale, inverse)
+    # the scalar arguments, by name, for the backward's call (which flips `inverse`)
+    ctx.kw = {n: v for n, v in a.items() if n not in ("q", "k", "positions", "inv_freq")}
 
 
 def _rope_backward(ctx, grad_q, grad_k):
     # y = scale * R(angle) x  =>  dx = scale * R(-angle) dy: the op with inverse flipped.
     positions, inv_freq = ctx.saved_tensors
-    offset, rotary_pairs, layout, scale, inverse = ctx.params
     q_shape, k_shape, dtype, device = ctx.shapes
     if grad_q is None:
         grad_q = torch.zeros(q_shape, dtype=dtype, device=device)
     if ctx.has_k and grad_k is None:
         grad_k = grad_q.new_zeros(k_shape)
-    gq, gk = ops.rope(grad_q, grad_k if ctx.has_k else None, positions, offset, inv_freq, rotary_pairs, layout,
-                      scale, not inverse)
-    return gq, (gk if ctx.has_k else None), None, None, None, None, None, None, None
+    kw = {**ctx.kw, "inverse": not ctx.kw["inverse"]}
+    gq, gk = ops.rope(q=grad_q, k=grad_k if ctx.has_k else None, positions=positions, inv_freq=inv_freq, **kw)
+    return gq, (gk if ctx.has_k else None), *(None,) * (len(_ROPE) - 2)
 
 
 torch.library.register_autograd("wavepe::rope", _rope_backward, setup_context=_rope_setup)
@@ -121,8 +124,9 @@ def _eager_fallback(q, k, offset, pos, inv, layout, pairs, scale, cdt):
         raise ValueError("inv_freq must be finite")
     if pos is None:
         pos = torch.arange(offset, offset + q.shape[2], dtype=torch.int64, device=q.device)
-    q_rot = eager.rope(q.to(cdt), pos, inv, layout, pairs, scale).to(q.dtype)
-    k_rot = None if k is None else eager.rope(k.to(cdt), pos, inv, layout, pairs, scale).to(k.dtype)
+    kw = dict(positions=pos, inv_freq=inv, rotary_pairs=pairs, layout=layout, scale=scale)
+    q_rot = eager.rope(q.to(cdt), **kw).to(q.dtype)
+    k_rot = None if k is None else eager.rope(k.to(cdt), **kw).to(k.dtype)
     return q_rot, k_rot
 
 
@@ -186,8 +190,8 @@ def _rope(q: torch.Tensor, k: torch.Tensor | None, positions: int | torch.Tensor
     cdt = compute_dtype(q)
     if not _routing.has_kernel("rope", q.device):
         return _eager_fallback(q, k, offset, pos, inv, layout, pairs, scale, cdt)
-    q_rot, k_rot = ops.rope(q.to(cdt), None if k is None else k.to(cdt), pos, offset, inv, pairs, layout, scale,
-                            False)
+    q_rot, k_rot = ops.rope(q=q.to(cdt), k=None if k is None else k.to(cdt), positions=pos, offset=offset, inv_freq=inv,
+                            rotary_pairs=pairs, layout=layout, scale=scale, inverse=False)
     return q_rot.to(q.dtype), (None if k is None else k_rot.to(k.dtype))
 
 

@@ -1,0 +1,176 @@
+"""The op schemas are the one description of each op's arguments.
+
+The schemas (``torch.ops.wavepe.<op>.default._schema``, defined in
+``csrc/torch/<family>_op.cpp``) give each argument its name and place.  Here
+the Python layers are checked against them: every Python call into a raw op
+passes its arguments by schema name (no positional arguments, so no order to
+get wrong), the fake kernels take the schema's arguments in the schema's order,
+and the plain-PyTorch formulations of ``ops/eager.py`` take the arguments they
+share with an op in that op's order, by the same names.
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib
+import inspect
+import pathlib
+
+import pytest
+import torch
+
+import wavepe.ops  # noqa: F401  (loads the library: registers torch.ops.wavepe.*)
+from wavepe.ops import eager
+
+# the modules (wavepe.ops.rope and wavepe.ops.alibi_bias are also the public functions' names)
+relbias_mod, alibi_mod, rope_mod, attention_mod = (
+    importlib.import_module(f"wavepe.ops.{m}") for m in ("relbias", "alibi", "rope", "attention"))
+
+PACKAGE = pathlib.Path(wavepe.__file__).resolve().parent
+OPS = ("rel_bias", "rel_bias_backward", "alibi_bias", "rope", "attention_fwd", "attention_bwd")
+
+
+def schema(op: str) -> list[str]:
+    return [a.name for a in getattr(torch.ops.wavepe, op).default._schema.arguments]
+
+
+def required(op: str) -> set[str]:
+    """The arguments without a default in the schema."""
+    return {a.name for a in getattr(torch.ops.wavepe, op).default._schema.arguments if not a.has_default_value()}
+
+
+# ---- keyword calls into the raw ops ------------------------------------------------------------
+
+
+def _raw_op_names(tree: ast.Module) -> set[str]:
+    """Names a module binds to ``torch.ops.wavepe`` (``from ._extension import ops [as x]``,
+    ``x = torch.ops.wavepe``) or to ``raw_ops``."""
+    names = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[-1] in ("_extension", "_raw"):
+            names |= {a.asname or a.name for a in node.names if a.name in ("ops", "raw_ops")}
+        elif isinstance(node, ast.Assign) and ast.unparse(node.value) == "torch.ops.wavepe":
+            names |= {t.id for t in node.targets if isinstance(t, ast.Name)}
+    return names
+
+
+def raw_op_calls_by_position(source: str, where: str, seen: list[str] | None = None) -> list[str]:
+    """Every call into a raw op in ``source`` that is not made by schema name: positional
+    arguments, an unknown keyword, or (with no ``**`` spread) a missing required one.  Each call examined
+    is appended to ``seen``."""
+    tree = ast.parse(source)
+    bound = _raw_op_names(tree)
+    problems = []
+    for node in ast.walk(tree):
+        if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in OPS):
+            continue
+        owner = ast.unparse(node.func.value)
+        if owner not in bound and owner not in ("torch.ops.wavepe", "wavepe.ops.raw_ops"):
+            continue
+        op, at = node.func.attr, f"{where}:{node.lineno}"
+        if seen is not None:
+            seen.append(f"{at} {op}")
+        names = schema(op)
+        if node.args:
+            problems.append(f"{at}: {op} called with {len(node.args)} positional argument(s); pass them by name")
+        given = {k.arg for k in node.keywords if k.arg is not None}
+        spread = any(k.arg is None for k in node.keywords)
+        if given - set(names):
+            problems.append(f"{at}: {op} has no argument(s) {sorted(given - set(names))} (schema: {names})")
+        if not spread and not node.args and required(op) - given:
+            problems.append(f"{at}: {op} called without {sorted(required(op) - given)}")
+    return problems
+
+
+def test_python_calls_raw_ops_by_keyword():
+    problems, seen = [], []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        problems += raw_op_calls_by_position(path.read_text(), str(path.relative_to(PACKAGE.parent)), seen)
+    assert not problems, "\n".join(problems)
+    # the calls of ops/{relbias,alibi,rope,attention}.py and distributed/ were found (and so checked)
+    for op in OPS:
+        assert any(s.endswith(" " + op) for s in seen), (op, seen)
+    assert any("distributed" in s for s in seen), seen
+
+
+def test_the_keyword_check_can_fail():
+    src = ("from ._extension import ops as o\n"
+           "o.rel_bias(q, t, 0, 0, 5, True, False)\n"
+           "o.rel_bias(q=q, table=t, r_lo=0, q_offset=0, k_len=5, causal=True, clmap=False)\n"
+           "o.rel_bias(q=q, table=t, **kw)\n"
+           "import torch\ntorch.ops.wavepe.attention_fwd(q, k, v, q_offset=0)\n")
+    problems = raw_op_calls_by_position(src, "x.py")
+    assert problems[0] == "x.py:2: rel_bias called with 7 positional argument(s); pass them by name"
+    assert problems[1] == f"x.py:3: rel_bias has no argument(s) ['clmap'] (schema: {schema('rel_bias')})"
+    assert problems[2] == "x.py:3: rel_bias called without ['clamp']"
+    assert problems[3].startswith("x.py:6: attention_fwd called with 3 positional")
+    assert len(problems) == 4  # line 4: by name, the rest spread
+
+
+def test_raw_ops_accept_keywords_in_any_order():
+    q, table = torch.randn(2, 3, 4, dtype=torch.float64), torch.randn(5, 4, dtype=torch.float64)
+    want = torch.ops.wavepe.rel_bias(q, table, -2, 1, 4, True, False)
+    got = torch.ops.wavepe.rel_bias(clamp=False, causal=True, k_len=4, q_offset=1, r_lo=-2, table=table, q=q)
+    torch.testing.assert_close(got, want, rtol=0, atol=0)
+
+
+# ---- one argument order: fake kernels and eager formulations follow the schemas ----------------
+
+FAKES = {
+    "rel_bias": relbias_mod._rel_bias_fake,
+    "rel_bias_backward": relbias_mod._rel_bias_backward_fake,
+    "alibi_bias": alibi_mod._alibi_bias_fake,
+    "rope": rope_mod._rope_fake,
+    "attention_fwd": attention_mod._attention_fwd_fake,
+    "attention_bwd": attention_mod._attention_bwd_fake,
+}
+
+
+@pytest.mark.parametrize("op", OPS)
+def test_fake_kernel_takes_the_schema_arguments(op):
+    assert list(inspect.signature(FAKES[op]).parameters) == schema(op)
+
+
+# eager function -> (the op it formulates, its own arguments that the op does not have)
+EAGER = {
+    eager.rel_bias: ("rel_bias", set()),
+    eager.alibi_bias: ("alibi_bias", set()),
+    eager.rope: ("rope", {"x"}),  # one tensor at a time (the op's q or k), positions as a tensor
+}
+
+
+@pytest.mark.parametrize("fn", list(EAGER), ids=lambda f: f.__name__)
+def test_eager_follows_the_schema_order(fn):
+    op, own = EAGER[fn]
+    params = [p for p in inspect.signature(fn).parameters if p not in own]
+    names = schema(op)
+    assert set(params) <= set(names), f"eager.{fn.__name__}: {sorted(set(params) - set(names))} not in {names}"
+    assert params == [n for n in names if n in params], f"eager.{fn.__name__}{params}: not in the order of {names}"
+    if not own:
+        assert params == names
+
+
+def test_eager_rel_bias_agrees_with_the_op_by_name():
+    q, table = torch.randn(2, 3, 4, dtype=torch.float64), torch.randn(6, 4, dtype=torch.float64)
+    kw = dict(r_lo=-2, q_offset=3, k_len=5, causal=True, clamp=False)  # q_offset != k_len: an order swap shows
+    torch.testing.assert_close(eager.rel_bias(q, table, **kw), torch.ops.wavepe.rel_bias(q=q, table=table, **kw),
+                               rtol=1e-12, atol=1e-12)
+
+
+def test_gufunc_takes_the_schema_order():
+    """The NumPy gufunc takes the op's arguments in schema order, less ``k_len`` (the out array's
+    last dimension): as its docstring says and as it computes (r_lo != q_offset, so a swap shows)."""
+    import numpy as np
+
+    from wavepe.ufuncs import rel_bias_gufunc
+
+    names = [n for n in schema("rel_bias") if n != "k_len"]
+    assert rel_bias_gufunc.__doc__.splitlines()[2] == f"rel_bias({', '.join(names)}, /, *, out) -> out"
+    q, table = np.random.default_rng(0).standard_normal((3, 4)), np.random.default_rng(1).standard_normal((6, 4))
+    kw = dict(r_lo=-2, q_offset=3, causal=True, clamp=False)
+    defaults = {a.name: a.default_value for a in torch.ops.wavepe.rel_bias.default._schema.arguments
+                if a.has_default_value()}
+    out = np.empty((3, 5))
+    rel_bias_gufunc(q, table, *({**defaults, **kw}[n] for n in names[2:]), out=out)
+    want = torch.ops.wavepe.rel_bias(q=torch.from_numpy(q), table=torch.from_numpy(table), k_len=5, **kw)
+    np.testing.assert_allclose(out, want.numpy(), rtol=1e-12, atol=1e-12)
