@@ -29,12 +29,12 @@ elif [ "${CI:-}" = "true" ]; then
 else
   echo "nvcc not found: building the wheel without CUDA kernels"; export WAVEPE_BUILD_CUDA=0
 fi
-rm -rf dist/raw dist/wheelhouse
+rm -rf dist/raw dist/wheelhouse && mkdir -p dist
 t0=$(date +%s)
 # warnings are errors here as in `make test`; its objects under build/obj.* are reused where the flags match
-WAVEPE_WERROR=1 "$PY" -m build --wheel --no-isolation --outdir dist/raw . > dist.log 2>&1 \
-  || { tail -60 dist.log; exit 1; }
-grep -E "^wavepe: compiled [0-9]+ of [0-9]+ files" dist.log || true
+WAVEPE_WERROR=1 "$PY" -m build --wheel --no-isolation --outdir dist/raw . > dist/build.log 2>&1 \
+  || { tail -60 dist/build.log; exit 1; }
+grep -E "^wavepe: compiled [0-9]+ of [0-9]+ files" dist/build.log || true
 raw=$(ls dist/raw/wavepe-*.whl)
 echo "built $(basename "$raw") ($(du -h "$raw" | cut -f1)) in $(( $(date +%s) - t0 )) s"
 
@@ -51,8 +51,8 @@ if [ "$WAVEPE_BUILD_CUDA" = 1 ]; then
 fi
 
 mkdir -p dist/wheelhouse
-"$PY" -m auditwheel repair --exclude libtorch_cpu.so --wheel-dir dist/wheelhouse "$raw" > dist.log 2>&1 \
-  || { cat dist.log; exit 1; }
+"$PY" -m auditwheel repair --exclude libtorch_cpu.so --wheel-dir dist/wheelhouse "$raw" > dist/build.log 2>&1 \
+  || { cat dist/build.log; exit 1; }
 whl=$(ls dist/wheelhouse/wavepe-*.whl)
 "$PY" -m auditwheel show "$whl"
 case "$(basename "$whl")" in
@@ -62,4 +62,4 @@ esac
 size=$(stat -c %s "$whl")
 echo "wheel: $(basename "$whl"), $(( size / 1024 / 1024 )) MiB"
 [ "$size" -le $(( 150 * 1000 * 1000 )) ] || { echo "the wheel is over 150 MB" >&2; exit 1; }
-rm -f dist.log
+rm -f dist/build.log
