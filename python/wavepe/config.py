@@ -69,6 +69,25 @@ def _frozen(config: object, name: str) -> NoReturn:
                          f"config.replace({name}=...))")
 
 
+class _ImmutableConfig:
+    """What the configs share: no assignment after __init__ (_frozen names the field), copies and
+    pickles through the dict form (the lock and the caches are not state), replace()."""
+
+    __slots__ = ()  # the configs list their own
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        _frozen(self, name)
+
+    def __delattr__(self, name: str) -> None:
+        _frozen(self, name)
+
+    def __reduce__(self) -> tuple:
+        return (type(self).from_dict, (self.to_dict(),))  # type: ignore[attr-defined]
+
+    def _replace(self, changes: Mapping[str, Any]) -> Any:
+        return type(self).from_dict(_replaced(self.to_dict(), changes, type(self).__name__))  # type: ignore[attr-defined]
+
+
 # Fields are set once, in __init__, through this; every later assignment raises (_frozen).
 _set = object.__setattr__
 
@@ -117,7 +136,7 @@ def _as_vector(name: str, value: Any) -> np.ndarray:
     return arr
 
 
-class WaveletConfig:
+class WaveletConfig(_ImmutableConfig):
     """Per-dimension wavelets of the wavelet relative position encoding.
 
     Head dimension ``j`` carries ``psi((r - shifts[j]) / scales[j])`` at relative
@@ -173,20 +192,10 @@ class WaveletConfig:
         _set(self, "_table_key", hashlib.sha1(repr(self._key()).encode()).hexdigest())
         _BY_TABLE_KEY.add(self._table_key, self)
 
-    def __setattr__(self, name: str, value: Any) -> None:
-        _frozen(self, name)
-
-    def __delattr__(self, name: str) -> None:
-        _frozen(self, name)
-
-    def __reduce__(self) -> tuple:
-        # copy, deepcopy and pickle go through the dict form (the lock and the caches are not state)
-        return (WaveletConfig.from_dict, (self.to_dict(),))
-
     def replace(self, **changes: Any) -> "WaveletConfig":
         """A new config with the fields in ``changes`` (``family``, ``scales``, ``shifts``,
         ``normalize``, ``support_tol``) replaced, validated as by the constructor."""
-        return WaveletConfig.from_dict(_replaced(self.to_dict(), changes, "WaveletConfig"))
+        return self._replace(changes)
 
     # ---- construction -----------------------------------------------------
 
@@ -399,7 +408,7 @@ def _plain(x: Any) -> Any:
     raise TypeError(f"{type(x).__name__} is not JSON serializable")
 
 
-class RopeConfig:
+class RopeConfig(_ImmutableConfig):
     """Rotary position embedding with a configurable spectrum.
 
     Args:
@@ -440,19 +449,10 @@ class RopeConfig:
         # wavepe supports; a RopeConfig object is not on torch 2.11: issue 20).
         _set(self, "_spec", json.dumps(self.to_dict(), sort_keys=True, default=_plain))  # numpy scalars as Python's
 
-    def __setattr__(self, name: str, value: Any) -> None:
-        _frozen(self, name)
-
-    def __delattr__(self, name: str) -> None:
-        _frozen(self, name)
-
-    def __reduce__(self) -> tuple:
-        return (RopeConfig.from_dict, (self.to_dict(),))
-
     def replace(self, **changes: Any) -> "RopeConfig":
         """A new config with the fields in ``changes`` (``theta``, ``rotary_fraction``, ``layout``,
         ``scaling``) replaced, validated as by the constructor."""
-        return RopeConfig.from_dict(_replaced(self.to_dict(), changes, "RopeConfig"))
+        return self._replace(changes)
 
     @classmethod
     def from_spec(cls, spec: str) -> "RopeConfig":
