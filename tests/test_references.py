@@ -41,7 +41,7 @@ OUTSIDE = re.compile(r"\.\./shared\b|(?<![\w.])/work/|(?<![\w.])/home/\w")
 NOT_REPOSITORY_FILES = {
     # outputs: written by the code, never committed
     "results.md",  # the research jobs' tables, in their --out folder
-    "python/wavepe/_C.build.json",  # setup.py: the torch a built _C is for
+    "python/wavepe/libwavepe_ops.json",  # setup.py: what the torch ops library beside it is
     "benchmarks/results/bench_attention_cuda.json",  # benchmarks/_attention_cuda.py, on a GPU
     # other projects' files
     "Python.h", "cuda_runtime_api.h", "driver_types.h",  # CPython's and the CUDA toolkit's headers

@@ -7,7 +7,7 @@ one thread would still pass every correctness test; this one does not.
 import pytest
 
 torch = pytest.importorskip("torch")
-import wavepe.ops  # noqa: E402,F401  (loads wavepe._C)
+import wavepe.ops  # noqa: E402,F401  (loads the torch ops library)
 
 
 def test_parallel_for_uses_every_torch_thread():

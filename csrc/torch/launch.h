@@ -2,8 +2,8 @@
 //
 // A binding (<family>_op.cpp) fills its family's argument struct once and
 // validates it; wavepe::launch runs it on the device of its tensors: on the
-// CPU the core's plan (csrc/core/<family>.h) over at::parallel_for
-// (launch.cpp), on CUDA the family's launcher on the current stream with
+// CPU the core's plan (csrc/core/<family>.h) over torch's thread pool
+// (torch::stable::parallel_for, launch.cpp), on CUDA the family's launcher on the current stream with
 // workspaces from the caching allocator (launch_cuda.cpp, built only with
 // CUDA).  Nothing here knows an op's arguments beyond the struct, so adding
 // an argument to an op never touches these files.  `like` is any tensor of the
