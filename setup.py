@@ -66,9 +66,9 @@ def torch_build():
         print("wavepe: torch is not importable at build time (an isolated build): the PyTorch ops will be "
               "compiled at first use, against the torch installed then", file=sys.stderr)
         return None
-    if recipe.torch_version_tuple(torch.__version__) < recipe.TORCH_TARGET:
-        print(f"wavepe: torch {torch.__version__} is older than {'%d.%d' % recipe.TORCH_TARGET}: the PyTorch ops "
-              "(ABI-stable API) are not built", file=sys.stderr)
+    too_old = recipe.torch_too_old(str(torch.__version__))
+    if too_old:
+        print(f"wavepe: {too_old}; the PyTorch ops are not built", file=sys.stderr)
         return None
     tb = recipe.torch_build()
     if tb.cuda_note:

@@ -106,8 +106,5 @@ echo "--- the test suite against the installed wheel"
 "$work/env/bin/python" -m pip install -q "numpy>=2.0" pytest "hypothesis>=6.100" "PyWavelets>=1.6" "scipy>=1.11" \
   > "$work/pip-test.log" 2>&1 || { cat "$work/pip-test.log"; exit 1; }
 # from the checkout's root (the tests read its files), with the installed wavepe: python/ is not on sys.path
-WAVEPE_CACHE_DIR="$work/cache-tests" "$work/env/bin/python" -c "
-import os, sys, wavepe
-assert 'site-packages' in wavepe.__file__, wavepe.__file__
-sys.exit(0)"
+"$work/env/bin/python" -c "import wavepe; assert 'site-packages' in wavepe.__file__, wavepe.__file__"
 WAVEPE_CACHE_DIR="$work/cache-tests" "$work/env/bin/python" -m pytest -q -p no:cacheprovider tests

@@ -68,13 +68,12 @@ SUFFIX_RULES: tuple[SuffixRule, ...] = (
 
 # -fno-math-errno: libm calls may be vectorised/inlined; nothing reads errno.
 C_FLAGS = ("-std=c11", "-O3", "-Wall", "-Wextra", "-fvisibility=hidden", "-fno-math-errno", "-fPIC", "-DNDEBUG")
-CXX_FLAGS = ("-std=c++20", "-O3", "-Wall", "-Wextra", "-fvisibility=hidden", "-fPIC", "-DNDEBUG")
+CXX_FLAGS = ("-std=c++17", "-O3", "-Wall", "-Wextra", "-fvisibility=hidden", "-fPIC", "-DNDEBUG")
 # The torch ops use torch's ABI-stable API only (csrc/torch/torch_common.h), targeting this torch: the
 # library loads in every torch >= TORCH_TARGET (its headers hide anything newer).  C++17 is what the
-# stable headers need.  No OpenMP here: torch::stable::parallel_for runs on torch's own thread pool.
+# stable headers need (CXX_FLAGS).  No OpenMP here: torch::stable::parallel_for runs on torch's own thread pool.
 TORCH_TARGET = (2, 10)
 TORCH_TARGET_FLAG = "-DTORCH_TARGET_VERSION=0x%02x%02x000000000000" % TORCH_TARGET
-TORCH_CXX_STD = "-std=c++17"
 # What the library may leave undefined (the `nm -D` contract, checked by .ci/check_stable_abi.py): torch's
 # stable C shim (aoti_torch_*, torch_*), the C and C++ runtimes; never a libtorch/c10/ATen C++ symbol.
 TORCH_LIBRARY_FILE = "libwavepe_ops.so"  # wavepe/<this>: loaded with torch.ops.load_library, no Python inside
@@ -268,6 +267,15 @@ def torch_version_tuple(version: str) -> tuple[int, int]:
         return (0, 0)
 
 
+def torch_too_old(version: str) -> str | None:
+    """Why torch ``version`` gets no torch ops (older than TORCH_TARGET), or None: the one sentence that
+    setup.py prints, the loader raises as ImportError and torch_build() raises."""
+    if torch_version_tuple(version) >= TORCH_TARGET:
+        return None
+    return (f"wavepe's PyTorch ops need torch >= {'%d.%d' % TORCH_TARGET} (they are built on torch's ABI-stable "
+            f"API); this is torch {version}: upgrade torch (the NumPy API, wavepe.ufuncs, works without it)")
+
+
 def cuda_wanted(torch_has_cuda: bool) -> tuple[bool, str | None]:
     """Whether to compile the CUDA kernels, and a note when a CUDA torch gets none.
 
@@ -292,9 +300,9 @@ def torch_build() -> TorchBuild:
     import torch
 
     root = os.path.dirname(os.path.abspath(torch.__file__))
-    if torch_version_tuple(torch.__version__) < TORCH_TARGET:
-        raise RuntimeError(f"wavepe's PyTorch ops need torch >= {'%d.%d' % TORCH_TARGET} (its ABI-stable API); "
-                           f"this is torch {torch.__version__}: upgrade torch")
+    too_old = torch_too_old(str(torch.__version__))
+    if too_old:
+        raise RuntimeError(too_old)
     # -isystem: their warnings are not ours
     cxx = [f"-isystem{os.path.join(root, 'include')}", TORCH_TARGET_FLAG]
     lib_dirs = [os.path.join(root, "lib")]
@@ -380,8 +388,7 @@ def torch_plan(src_root: str, obj_dir: str, output: str, tb: TorchBuild) -> Plan
     """The torch ops library: the C core, the stable-ABI bindings and (with nvcc) the CUDA kernels."""
     cxx = shlex.split(cxx_compiler())
     core = _core_compiles(src_root, obj_dir)
-    own = [Compile(s, o, (*cxx, *[f for f in cxx_flags(s) if not f.startswith("-std=")], TORCH_CXX_STD,
-                          *tb.cxx_flags, "-c", s, "-o", o))
+    own = [Compile(s, o, (*cxx, *cxx_flags(s), *tb.cxx_flags, "-c", s, "-o", o))
            for s in torch_sources(src_root, tb.cuda) for o in [_obj(obj_dir, "torch", s)]]
     cuda: list[Compile] = []
     if tb.cuda and tb.nvcc:

@@ -55,10 +55,9 @@ def _packaged_build() -> tuple[str | None, dict[str, Any], str | None]:
 
 def _load() -> tuple[str, str, dict[str, Any]]:
     """Load the library; returns (where it came from, its path, its record) for ``wavepe info``."""
-    if recipe.torch_version_tuple(torch.__version__) < recipe.TORCH_TARGET:
-        raise ImportError(f"wavepe's PyTorch ops need torch >= {'%d.%d' % recipe.TORCH_TARGET} (they are built on "
-                          f"torch's ABI-stable API); this is torch {torch.__version__}: upgrade torch "
-                          "(the NumPy API, wavepe.ufuncs, works without it)")
+    too_old = recipe.torch_too_old(str(torch.__version__))
+    if too_old:
+        raise ImportError(too_old)
     path, record, why = _packaged_build()
     if path is not None:
         try:
