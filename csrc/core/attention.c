@@ -155,9 +155,26 @@ static wavepe_attention_plan *plan_common(wavepe_isa isa, int f64, const wavepe_
 
 /* The CPU kernels' element types. */
 static int cpu_dtype(const wavepe_attention_args *a, wavepe_error *err) {
-    if (a->dtype == WAVEPE_F32 || a->dtype == WAVEPE_F64) return WAVEPE_OK;
+    if (a->dtype == WAVEPE_F32 || a->dtype == WAVEPE_F64) return wavepe_attention_check_cu_seqlens(a, err);
     return wavepe_fail(err, WAVEPE_E_INVALID, "the CPU kernels take float32 or float64, got %s",
                        wavepe_dtype_name(a->dtype));
+}
+
+int wavepe_attention_check_cu_seqlens(const wavepe_attention_args *a, wavepe_error *err) {
+    if (a->cu_seqlens == NULL) return WAVEPE_OK;
+    for (int64_t b = 0; b < a->batch; ++b) {
+        const int32_t *cu = a->cu_seqlens + b * a->cu_stride;
+        if (cu[0] != 0 || cu[a->cu_len - 1] != a->n)
+            return wavepe_fail(err, WAVEPE_E_INVALID,
+                               "cu_seqlens of batch row %lld must start at 0 and end at k_len=%lld, got %d ... %d",
+                               (long long)b, (long long)a->n, (int)cu[0], (int)cu[a->cu_len - 1]);
+        for (int64_t i = 1; i < a->cu_len; ++i)
+            if (cu[i] < cu[i - 1])
+                return wavepe_fail(err, WAVEPE_E_INVALID,
+                                   "cu_seqlens of batch row %lld must not decrease, got cu_seqlens[%lld]=%d after %d",
+                                   (long long)b, (long long)i, (int)cu[i], (int)cu[i - 1]);
+    }
+    return WAVEPE_OK;
 }
 
 int wavepe_attention_fwd_plan(wavepe_isa isa, const wavepe_attention_args *a, wavepe_attention_plan **out,
@@ -309,12 +326,6 @@ static inline int key_masked(const wavepe_attention_args *a, int64_t b, int64_t 
     return a->key_padding_mask != NULL && a->key_padding_mask[b * a->kpm_stride + n] != 0;
 }
 
-/* Keys [0, end) a query at pos may see. */
-static inline int64_t key_end(const wavepe_attention_args *a, int64_t pos) {
-    if (!a->causal) return a->n;
-    if (pos < 0) return 0;
-    return pos + 1 < a->n ? pos + 1 : a->n;
-}
 
 static int fwd_scalar(wavepe_attention_plan *p, int64_t begin, int64_t end) {
     const wavepe_attention_args *a = &p->a;
@@ -329,8 +340,9 @@ static int fwd_scalar(wavepe_attention_plan *p, int64_t begin, int64_t end) {
         double mx = -INFINITY, l = 0.0;
         int seen = 0;
         for (int64_t c = 0; c < d; ++c) acc[c] = 0.0;
-        const int64_t nend = key_end(a, pos);
-        for (int64_t n = 0; n < nend; ++n) {
+        int64_t nbeg, nend;
+        wavepe_attention_keys(a, b, pos, &nbeg, &nend);
+        for (int64_t n = nbeg; n < nend; ++n) {
             if (key_masked(a, b, n)) continue;
             seen = 1;
             const double s = score_scalar(p, b, h, a->q, qoff, pos, n);
@@ -379,8 +391,9 @@ static int bwd_scalar_unit(wavepe_attention_plan *p, int64_t unit, int64_t slot,
             double D = 0.0;
             for (int64_t c = 0; c < d; ++c) D += ld(a->dout, gooff + c, f64) * ld(a->out, ooff + c, f64);
             if (a->dlse != NULL) D -= ld(a->dlse, bhm, f64);
-            const int64_t nend = key_end(a, pos);
-            for (int64_t n = 0; n < nend; ++n) {
+            int64_t nbeg, nend;
+            wavepe_attention_keys(a, b, pos, &nbeg, &nend);
+            for (int64_t n = nbeg; n < nend; ++n) {
                 if (key_masked(a, b, n)) continue;
                 const double s = score_scalar(p, b, h, a->q, qoff, pos, n);
                 const double pr = exp(s - lse);

@@ -7,9 +7,18 @@
  *   out_m   = sum_n softmax_n(s[m, :]) v_n,        lse_m = log sum_n exp s[m, n]
  *
  * with r = pos_q(m) - n, pos_q(m) = q_offset + m, keys at 0 .. N-1.  Masked
- * (never computed): causal keys n > pos_q(m), and keys whose key_padding_mask
- * byte is nonzero.  A query whose every key is masked gets out = 0 and
- * lse = -inf.  T covers distances [r_lo, r_lo + R): outside, a row is zero
+ * (never computed): causal keys n > pos_q(m), keys whose key_padding_mask
+ * byte is nonzero, and -- packed sequences -- keys outside the query's
+ * document (wavepe_attention_keys).  A query whose every key is masked gets
+ * out = 0 and lse = -inf.
+ *
+ * Packed sequences (cu_seqlens): a batch row holds several documents one
+ * after the other, boundaries cu[0] = 0 <= cu[1] <= ... <= cu[cu_len-1] = N
+ * along the keys (flash-attn's cu_seqlens; empty documents allowed).  The
+ * query at position pos_q(m) belongs to the document [cu[i], cu[i+1]) that
+ * holds pos_q(m) (every query must lie inside the row: q_offset + M <= N) and
+ * sees only that document's keys.  Distances inside a document are the
+ * packed row's, so the bias is that of each document alone.  T covers distances [r_lo, r_lo + R): outside, a row is zero
  * (clamp = 0, the wavelet case) or the nearest edge row (clamp = 1, Shaw et
  * al.'s clipped learned table).
  *
@@ -57,6 +66,12 @@
 extern "C" {
 #endif
 
+#ifdef __CUDACC__
+#define WAVEPE_HOST_DEVICE __host__ __device__
+#else
+#define WAVEPE_HOST_DEVICE
+#endif
+
 typedef struct wavepe_attention_args {
     int dtype;                      /* wavepe_dtype of q, k, v, table, out, dout, dq, dk, dv, dtable */
     int64_t batch, heads, kv_heads; /* B, H, Hkv */
@@ -75,6 +90,8 @@ typedef struct wavepe_attention_args {
     const void *slopes;       /* (H,) ALiBi slopes (accumulator type), or NULL */
     const uint8_t *key_padding_mask; /* (B, N), nonzero = ignore key; or NULL */
     int64_t kpm_stride;              /* elements between batches */
+    const int32_t *cu_seqlens;       /* (B, cu_len) document boundaries per batch row, or NULL: one document */
+    int64_t cu_len, cu_stride;       /* boundaries per row (>= 2), elements between batches */
 
     /* forward: outputs.  backward: inputs (the forward's results). */
     void *out;
@@ -89,6 +106,35 @@ typedef struct wavepe_attention_args {
     void *dtable;             /* (table_rows, d) dense, or NULL: no table gradient */
     void *dslopes;            /* (H,) accumulator type, or NULL: no slope gradient */
 } wavepe_attention_args;
+
+/* ---- which keys a query sees ----------------------------------------------------
+ * Keys [*lo, *hi) of batch row b for the query at position pos (= q_offset + m):
+ * its document's keys (every key without cu_seqlens), cut after pos when
+ * causal; *lo >= *hi: none.  Key padding is applied on top.  The one
+ * definition for every device; boundaries outside [0, N] (not checked on a
+ * GPU, where reading them would cost a host sync) are clamped, so a bad
+ * cu_seqlens can mask wrongly but never read out of bounds. */
+WAVEPE_HOST_DEVICE static inline void wavepe_attention_keys(const wavepe_attention_args *a, int64_t b, int64_t pos,
+                                                            int64_t *lo, int64_t *hi) {
+    int64_t l = 0, h = a->n;
+    if (a->cu_seqlens != NULL) {
+        /* the last boundary i <= cu_len - 2 with cu[i] <= pos (binary search) */
+        const int32_t *cu = a->cu_seqlens + b * a->cu_stride;
+        int64_t i = 0, j = a->cu_len - 2;
+        while (i < j) {
+            const int64_t mid = i + (j - i + 1) / 2;
+            if ((int64_t)cu[mid] <= pos) i = mid;
+            else j = mid - 1;
+        }
+        l = cu[i];
+        h = cu[i + 1];
+        l = l < 0 ? 0 : (l > a->n ? a->n : l);
+        h = h < l ? l : (h > a->n ? a->n : h);
+    }
+    if (a->causal && pos + 1 < h) h = pos + 1 < l ? l : pos + 1;
+    *lo = l;
+    *hi = h;
+}
 
 /* ---- the rules ------------------------------------------------------------------
  * Sizes, strides, pointers and values sane, for the forward (backward = 0)
@@ -138,6 +184,18 @@ static inline int wavepe_attention_validate(const wavepe_attention_args *a, int 
         return status;
     if (a->key_padding_mask != NULL && (status = wavepe_check_view(err, "key_padding_mask", 2, pd, ps, 1)))
         return status;
+    if (a->cu_seqlens != NULL) {
+        if (a->cu_len < 2)
+            return wavepe_fail(err, WAVEPE_E_INVALID, "cu_seqlens must hold at least 2 boundaries (0 and N), got %lld",
+                               (long long)a->cu_len);
+        if (a->q_offset + a->m > a->n)
+            return wavepe_fail(err, WAVEPE_E_INVALID,
+                               "packed sequences (cu_seqlens) need every query inside the packed row: "
+                               "q_offset + q_len = %lld + %lld > k_len = %lld",
+                               (long long)a->q_offset, (long long)a->m, (long long)a->n);
+        const int64_t cd[2] = {a->batch, a->cu_len}, cs[2] = {a->cu_stride, 1};
+        if ((status = wavepe_check_view(err, "cu_seqlens", 2, cd, cs, 4))) return status;
+    }
     if (backward) {
         const int64_t gs[4] = {a->dout_strides[0], a->dout_strides[1], a->dout_strides[2], 1};
         if ((status = wavepe_check_view(err, "grad_out", 4, qd, gs, elem))) return status;
@@ -159,6 +217,10 @@ static inline int wavepe_attention_validate(const wavepe_attention_args *a, int 
     }
     return WAVEPE_OK;
 }
+
+/* The boundaries' values (host memory: the CPU plans call it; a GPU kernel
+ * clamps instead): per batch row 0, non-decreasing, N last. */
+int wavepe_attention_check_cu_seqlens(const wavepe_attention_args *a, wavepe_error *err);
 
 /* ---- plans (CPU) -------------------------------------------------------------- */
 typedef struct wavepe_attention_plan wavepe_attention_plan;
