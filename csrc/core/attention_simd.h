@@ -63,8 +63,10 @@ static void FN(transpose_strip)(T *restrict out, const T *src, int64_t ks, int64
 
 /* ---- horizontal reductions and masks -------------------------------------- */
 
-/* lanes where j0 + lane < jv */
-static inline MT FN(lanes_below)(int64_t j0, int64_t jv) { return M(first)(jv - j0); }
+/* lanes where jl <= j0 + lane < jv */
+static inline MT FN(lanes_within)(int64_t j0, int64_t jl, int64_t jv) {
+    return M(andnot)(M(first)(jl - j0), M(first)(jv - j0));
+}
 
 /* ---- micro-kernels -------------------------------------------------------------- */
 
@@ -233,6 +235,7 @@ typedef struct {
 typedef struct {
     int rows;                /* valid rows, 1..6 */
     int64_t pos[ATTN_MR];    /* query positions */
+    int64_t klo[ATTN_MR], khi[ATTN_MR]; /* the keys [klo, khi) each row sees (wavepe_attention_keys) */
     T slope[ATTN_MR];        /* ALiBi slope of each row's head */
     const T *qp;             /* packed scaled rows [d][6] */
     const T *qr;             /* narrow groups (rows <= 2): scaled rows, stride dpad; else NULL */
@@ -247,23 +250,31 @@ typedef struct {
 
 static int64_t FN(floor_div)(int64_t a, int64_t b) { return a >= 0 ? a / b : -((-a + b - 1) / b); }
 
-/* Keys of the block each row sees (jv), returns their maximum. */
-static int64_t FN(valid_keys)(const wavepe_attention_plan *p, const FN(group) * g, const FN(kblock) * kb,
+/* Keys [jl, jv) of the block each row sees (jl = jv = 0: none); returns the
+ * maximum jv. */
+static int64_t FN(valid_keys)(const FN(group) * g, const FN(kblock) * kb, int64_t jl[ATTN_MR],
                               int64_t jv[ATTN_MR]) {
     int64_t jmax = 0;
     for (int t = 0; t < ATTN_MR; ++t) {
-        int64_t v = 0;
+        int64_t lo = 0, hi = 0;
         if (t < g->rows) {
-            v = kb->nk;
-            if (p->a.causal) {
-                const int64_t lim = g->pos[t] - kb->n0 + 1;
-                v = lim < 0 ? 0 : (lim < v ? lim : v);
-            }
+            lo = g->klo[t] - kb->n0;
+            hi = g->khi[t] - kb->n0;
+            lo = lo < 0 ? 0 : lo;
+            hi = hi > kb->nk ? kb->nk : hi;
+            if (hi <= lo) lo = hi = 0;
         }
-        jv[t] = v;
-        if (v > jmax) jmax = v;
+        jl[t] = lo;
+        jv[t] = hi;
+        if (hi > jmax) jmax = hi;
     }
     return jmax;
+}
+
+/* The row's keys: position pos of batch row b, into g->pos, klo, khi. */
+static inline void FN(set_row)(const wavepe_attention_args *a, FN(group) * g, int t, int64_t b, int64_t pos) {
+    g->pos[t] = pos;
+    wavepe_attention_keys(a, b, pos, &g->klo[t], &g->khi[t]);
 }
 
 /* Window of packed table rows the group's (row, key) pairs map to:
@@ -401,8 +412,8 @@ static inline VT FN(dot_table)(const wavepe_attention_plan *p, const T *q, int64
 
 /* Scores of a narrow group (1 or 2 rows, decoding) straight from the key and
  * table rows: no packing, no idle micro-kernel rows. */
-static void FN(narrow_scores)(FN(work) * w, const FN(group) * g, const FN(kblock) * kb, const int64_t jv[ATTN_MR],
-                              int64_t jmax, T *s, int64_t lds) {
+static void FN(narrow_scores)(FN(work) * w, const FN(group) * g, const FN(kblock) * kb, const int64_t jl[ATTN_MR],
+                              const int64_t jv[ATTN_MR], int64_t jmax, T *s, int64_t lds) {
     const wavepe_attention_plan *p = w->p;
     const int64_t d = p->a.d, dpad = p->dpad;
     const T *init[ATTN_MR];
@@ -412,7 +423,7 @@ static void FN(narrow_scores)(FN(work) * w, const FN(group) * g, const FN(kblock
         if (jv[t] == 0) continue;
         const T *q = g->qr + t * dpad;
         const int64_t p0 = p->pr_hi - g->pos[t] + kb->n0;
-        for (int64_t j = 0; j < jv[t]; j += VL) {
+        for (int64_t j = jl[t] / VL * VL; j < jv[t]; j += VL) {
             VT x = FN(dot_keys)(q, kb->k + j * kb->ks, kb->ks, jv[t] - j, d);
             if (has_init) x = V(add)(x, V(loadu)(init[t] + j));
             if (table) x = V(add)(x, FN(dot_table)(p, q, p0 + j, w->zr));
@@ -445,23 +456,33 @@ static void FN(row_pv)(const T *p, int64_t nk, const T *v, int64_t vs, int64_t d
     }
 }
 
-/* C[t] += sum_{j < jv[t]} A[t][j] B[j] for the rows t < g->rows of a group:
- * the keys every row sees in one register-blocked product, the few keys of
- * the causal diagonal that only some rows see row by row, so that a key a
- * row cannot see never meets that row (its B row may be NaN or inf, and
- * 0 * NaN is NaN).  B is column panels of NR (pack_panels, ldp keys each). */
-static void FN(rows_times_panels)(const FN(group) * g, const int64_t jv[ATTN_MR], const T *a, int64_t lda,
-                                  const T *panels, int64_t ldp, int64_t d, T *c, int64_t ldc) {
-    int64_t jmin = INT64_MAX;
-    for (int t = 0; t < g->rows; ++t) jmin = jv[t] < jmin ? jv[t] : jmin;
-    if (jmin > 0)
+/* C[t] += sum_{jl[t] <= j < jv[t]} A[t][j] B[j] for the rows t < g->rows of
+ * a group: the keys every row sees in one register-blocked product, the few
+ * keys that only some rows see (the causal diagonal, a document boundary)
+ * row by row, so that a key a row cannot see never meets that row (its B row
+ * may be NaN or inf, and 0 * NaN is NaN).  B is column panels of NR
+ * (pack_panels, ldp keys each). */
+static void FN(rows_times_panels)(const FN(group) * g, const int64_t jl[ATTN_MR], const int64_t jv[ATTN_MR],
+                                  const T *a, int64_t lda, const T *panels, int64_t ldp, int64_t d, T *c,
+                                  int64_t ldc) {
+    int64_t lmax = 0, hmin = INT64_MAX;
+    for (int t = 0; t < g->rows; ++t) {
+        lmax = jl[t] > lmax ? jl[t] : lmax;
+        hmin = jv[t] < hmin ? jv[t] : hmin;
+    }
+    if (hmin <= lmax) lmax = hmin = 0; /* no key every row sees */
+    if (hmin > lmax)
         for (int64_t c0 = 0; c0 < d; c0 += NR)
-            FN(mk_gen)(jmin, a, lda, 1, panels + c0 * ldp, NR, NR, c + c0, ldc, g->rows);
-    for (int t = 0; t < g->rows; ++t)
-        if (jv[t] > jmin)
-            for (int64_t c0 = 0; c0 < d; c0 += NR)
-                FN(mk_gen)(jv[t] - jmin, a + t * lda + jmin, 0, 1, panels + c0 * ldp + jmin * NR, NR, NR,
-                           c + t * ldc + c0, 0, 1);
+            FN(mk_gen)(hmin - lmax, a + lmax, lda, 1, panels + c0 * ldp + lmax * NR, NR, NR, c + c0, ldc, g->rows);
+    for (int t = 0; t < g->rows; ++t) {
+        /* the row's keys outside [lmax, hmin): [jl, lmax) and [hmin, jv), or all of [jl, jv) */
+        const int64_t r[2][2] = {{jl[t], hmin > lmax ? lmax : jv[t]}, {hmin > lmax ? hmin : 0, hmin > lmax ? jv[t] : 0}};
+        for (int k = 0; k < 2; ++k)
+            if (r[k][1] > r[k][0])
+                for (int64_t c0 = 0; c0 < d; c0 += NR)
+                    FN(mk_gen)(r[k][1] - r[k][0], a + t * lda + r[k][0], 0, 1, panels + c0 * ldp + r[k][0] * NR, NR,
+                               NR, c + t * ldc + c0, 0, 1);
+    }
 }
 
 /* ---- forward -------------------------------------------------------------------------------- */
@@ -470,11 +491,11 @@ static void FN(rows_times_panels)(const FN(group) * g, const int64_t jv[ATTN_MR]
 static void FN(group_forward)(FN(work) * w, const FN(group) * g, const FN(kblock) * kb, T *mst, T *lst, T *o) {
     const wavepe_attention_plan *p = w->p;
     const int64_t d = p->a.d, dpad = p->dpad;
-    int64_t jv[ATTN_MR];
-    const int64_t jmax = FN(valid_keys)(p, g, kb, jv);
+    int64_t jl[ATTN_MR], jv[ATTN_MR];
+    const int64_t jmax = FN(valid_keys)(g, kb, jl, jv);
     if (jmax == 0) return;
     T *s = w->s;
-    if (g->qr != NULL) FN(narrow_scores)(w, g, kb, jv, jmax, s, ATTN_SLD);
+    if (g->qr != NULL) FN(narrow_scores)(w, g, kb, jl, jv, jmax, s, ATTN_SLD);
     else FN(group_scores)(w, g, kb, jv, jmax, s, ATTN_SLD);
     const int64_t jround = (jmax + VL - 1) / VL * VL;
     const VT ninf = V(set1)(-(T)INFINITY);
@@ -492,7 +513,7 @@ static void FN(group_forward)(FN(work) * w, const FN(group) * g, const FN(kblock
         MT any_nan = M(first)(0), any_kept = M(first)(0);
         for (int64_t j = 0; j < n; j += VL) {
             VT x = V(loadu)(row + j);
-            MT keep = FN(lanes_below)(j, n);
+            MT keep = FN(lanes_within)(j, jl[t], n);
             if (kb->masked) keep = M(and)(keep, V(cmpeq)(V(loadu)(w->kpm + j), V(zero)()));
             x = V(blend)(keep, ninf, x);
             V(storeu)(row + j, x);
@@ -531,10 +552,11 @@ static void FN(group_forward)(FN(work) * w, const FN(group) * g, const FN(kblock
     if (g->qr != NULL) {
         for (int t = 0; t < g->rows; ++t)
             if (jv[t] > 0)
-                FN(row_pv)(s + t * ATTN_SLD, jv[t], kb->v, kb->vs, d, o + t * dpad, kb->masked ? w->kpm : NULL);
+                FN(row_pv)(s + t * ATTN_SLD + jl[t], jv[t] - jl[t], kb->v + jl[t] * kb->vs, kb->vs, d, o + t * dpad,
+                           kb->masked ? w->kpm + jl[t] : NULL);
         return;
     }
-    FN(rows_times_panels)(g, jv, s, ATTN_SLD, w->vp, ATTN_FBN, d, o, dpad);
+    FN(rows_times_panels)(g, jl, jv, s, ATTN_SLD, w->vp, ATTN_FBN, d, o, dpad);
 }
 
 /* Additive key-padding mask of keys [n0, n0 + nk) of batch b into w->kpm;
@@ -558,11 +580,17 @@ static void FN(rows_over_keys)(FN(work) * w, FN(group) * groups, int64_t ngroups
     const wavepe_attention_plan *p = w->p;
     const wavepe_attention_args *a = &p->a;
     const int64_t d = a->d, dpad = p->dpad;
-    int64_t pos_max = INT64_MIN;
+    /* only the keys some row sees: blocks wholly past the causal diagonal or
+     * outside the rows' documents are never visited */
+    int64_t klo = INT64_MAX, khi = INT64_MIN;
     for (int64_t gi = 0; gi < ngroups; ++gi)
         for (int t = 0; t < groups[gi].rows; ++t)
-            if (groups[gi].pos[t] > pos_max) pos_max = groups[gi].pos[t];
-    if (a->causal && pos_max + 1 < n_end) n_end = pos_max + 1;
+            if (groups[gi].khi[t] > groups[gi].klo[t]) {
+                klo = groups[gi].klo[t] < klo ? groups[gi].klo[t] : klo;
+                khi = groups[gi].khi[t] > khi ? groups[gi].khi[t] : khi;
+            }
+    if (khi < n_end) n_end = khi;
+    if (klo > n_begin) n_begin = klo;
     const T *kbase = (const T *)a->k + attn_off(a->k_strides, b, hk, 0);
     const T *vbase = (const T *)a->v + attn_off(a->v_strides, b, hk, 0);
     for (int64_t n0 = n_begin; n0 < n_end; n0 += ATTN_FBN) {
@@ -668,7 +696,7 @@ static void FN(pack_query_groups)(FN(work) * w, FN(group) * groups, int64_t b, i
         for (int t = 0; t < ATTN_MR; ++t) {
             const int64_t i = gi * ATTN_MR + (t < g->rows ? t : 0);
             rp[t] = qbase + i * a->q_strides[2];
-            g->pos[t] = a->q_offset + m0 + i;
+            FN(set_row)(a, g, t, b, a->q_offset + m0 + i);
             g->slope[t] = slope;
         }
         T *dst = w->qp + gi * ATTN_MR * d;
@@ -742,7 +770,7 @@ int FN(attn_fwd_decode)(wavepe_attention_plan *p, int64_t begin, int64_t end) {
                 const int64_t i = gi * ATTN_MR + (t < g->rows ? t : 0);
                 const int64_t h = hk * p->hg + i / M, m = i % M;
                 rp[t] = (const T *)a->q + attn_off(a->q_strides, b, h, m);
-                g->pos[t] = a->q_offset + m;
+                FN(set_row)(a, g, t, b, a->q_offset + m);
                 g->slope[t] = p->bias == ATTN_BIAS_ALIBI ? ((const T *)a->slopes)[h] : (T)0;
             }
             T *dst = w.qp + gi * ATTN_MR * d;
@@ -789,7 +817,7 @@ static void FN(flag_bad_rows)(FN(work) * w, const T *q, int64_t qs, const T *dou
 
 /* The dK, dV and dT terms of the flagged rows, over the keys each row sees. */
 static void FN(bad_rows_backward)(FN(work) * w, int64_t b, int64_t h, int64_t m0, int64_t t_first, int64_t rows,
-                                  const FN(kblock) * kb, const int64_t *jv_all, T *dt_slot) {
+                                  const FN(kblock) * kb, const int64_t *jl_all, const int64_t *jv_all, T *dt_slot) {
     const wavepe_attention_plan *p = w->p;
     const wavepe_attention_args *a = &p->a;
     const int64_t d = a->d, dpad = p->dpad;
@@ -799,7 +827,7 @@ static void FN(bad_rows_backward)(FN(work) * w, int64_t b, int64_t h, int64_t m0
         const T *gorow = (const T *)a->dout + attn_off(a->dout_strides, b, h, m0 + t);
         const T *prow = w->s + t * ATTN_SLD, *dsrow = w->ds + t * ATTN_SLD;
         const int64_t pos = a->q_offset + m0 + t;
-        for (int64_t j = 0; j < jv_all[t]; ++j) {
+        for (int64_t j = jl_all[t]; j < jv_all[t]; ++j) {
             if (kb->masked && w->kpm[j] != (T)0) continue;
             for (int64_t c = 0; c < d; ++c) {
                 w->dva[j * dpad + c] += prow[j] * gorow[c];
@@ -821,9 +849,9 @@ static void FN(tile_backward)(FN(work) * w, FN(group) * groups, int64_t b, int64
     const T scale = (T)a->scale;
     const T *lse = (const T *)a->lse + (b * a->heads + h) * a->m + m0;
     int64_t jvb = 0, t_first = rows;
-    int64_t jv_all[ATTN_BBM];
+    int64_t jl_all[ATTN_BBM], jv_all[ATTN_BBM];
     for (int64_t gi = 0; gi < ngroups; ++gi) {
-        const int64_t jm = FN(valid_keys)(p, &groups[gi], kb, jv_all + gi * ATTN_MR);
+        const int64_t jm = FN(valid_keys)(&groups[gi], kb, jl_all + gi * ATTN_MR, jv_all + gi * ATTN_MR);
         if (jm > jvb) jvb = jm;
     }
     if (jvb == 0) return;
@@ -837,7 +865,7 @@ static void FN(tile_backward)(FN(work) * w, FN(group) * groups, int64_t b, int64
     const VT ninf = V(set1)(-(T)INFINITY);
     for (int64_t gi = 0; gi < ngroups; ++gi) {
         const FN(group) *g = &groups[gi];
-        const int64_t *jv = jv_all + gi * ATTN_MR;
+        const int64_t *jl = jl_all + gi * ATTN_MR, *jv = jv_all + gi * ATTN_MR;
         T *ps = w->s + gi * ATTN_MR * ATTN_SLD, *dss = w->ds + gi * ATTN_MR * ATTN_SLD;
         int64_t jmax = 0;
         for (int t = 0; t < ATTN_MR; ++t) jmax = jv[t] > jmax ? jv[t] : jmax;
@@ -864,7 +892,7 @@ static void FN(tile_backward)(FN(work) * w, FN(group) * groups, int64_t b, int64
                 for (; j < n; j += VL) {
                     /* masked lanes: P = dS = 0 by selection (their scores and
                      * dO . v may be NaN) */
-                    MT keep = FN(lanes_below)(j, n);
+                    MT keep = FN(lanes_within)(j, jl[t], n);
                     if (kb->masked) keep = M(and)(keep, V(cmpeq)(V(loadu)(w->kpm + j), V(zero)()));
                     const VT x = V(blend)(keep, ninf, V(loadu)(prow + j));
                     /* selected too: with a NaN lse, exp(-inf - NaN) is NaN */
@@ -886,7 +914,7 @@ static void FN(tile_backward)(FN(work) * w, FN(group) * groups, int64_t b, int64
         if (dslope != NULL) *dslope -= (double)V(hsum)(vslope);
         /* dq += dS K */
         T *dqa = w->dqa + gi * ATTN_MR * dpad;
-        FN(rows_times_panels)(g, jv, dss, ATTN_SLD, w->kpan, ATTN_BBN, d, dqa, dpad);
+        FN(rows_times_panels)(g, jl, jv, dss, ATTN_SLD, w->kpan, ATTN_BBN, d, dqa, dpad);
         /* dq += dS T: the dS rows skewed onto the window of table rows */
         int64_t p_first, p_last;
         if (p->bias == ATTN_BIAS_TABLE && FN(table_window)(p, g, kb, jv, jmax, &p_first, &p_last)) {
@@ -931,7 +959,7 @@ static void FN(tile_backward)(FN(work) * w, FN(group) * groups, int64_t b, int64
     /* Rows whose q or dO holds a NaN/inf were packed as zeros in qpan/dopan: in the
      * products above their P = dS = 0 at keys they do not see would have met
      * 0 * NaN. Their terms go in here, over the keys each one sees only. */
-    if (w->any_bad) FN(bad_rows_backward)(w, b, h, m0, t_first, rows, kb, jv_all, dt_slot);
+    if (w->any_bad) FN(bad_rows_backward)(w, b, h, m0, t_first, rows, kb, jl_all, jv_all, dt_slot);
     /* dT[p] += sum_t dS[t][j(p, t)] q_t over the tile's window */
     if (dt_slot != NULL && p->prows > 0) {
         const int64_t pos_lo = a->q_offset + m0 + t_first, pos_hi = a->q_offset + m0 + rows - 1;
@@ -994,19 +1022,30 @@ static void FN(unit_backward)(FN(work) * w, FN(group) * groups, int64_t unit, T 
         kb.vs = a->v_strides[2];
         kb.masked = a->key_padding_mask != NULL;
         if (kb.masked && FN(load_kpm)(w, b, n0, kb.nk) == 0) continue;
-        /* the first query block with a row that can see key n0 */
-        int64_t i0 = 0;
-        if (a->causal) {
-            const int64_t mfirst = n0 - a->q_offset;
-            if (mfirst >= M) break;
-            i0 = mfirst > 0 ? mfirst / ATTN_BBM : 0;
+        /* the query blocks with a row that can see a key of the block: positions
+         * from n0 (causal) or the first key's document start, to the last key's
+         * document end */
+        int64_t pos_lo = a->causal ? n0 : 0, pos_hi = a->q_offset + M;
+        if (a->cu_seqlens != NULL) {
+            wavepe_attention_args nc = *a;
+            nc.causal = 0;
+            int64_t lo, hi;
+            wavepe_attention_keys(&nc, b, n0, &lo, &hi);
+            pos_lo = lo > pos_lo ? lo : pos_lo;
+            wavepe_attention_keys(&nc, b, n0 + kb.nk - 1, &lo, &hi);
+            pos_hi = hi < pos_hi ? hi : pos_hi;
         }
+        const int64_t mfirst = pos_lo - a->q_offset, mend = pos_hi - a->q_offset;
+        if (mfirst >= M) break; /* neither bound decreases with n0: no later block is seen */
+        if (mend <= 0 || mend <= mfirst) continue;
+        const int64_t i0 = mfirst > 0 ? mfirst / ATTN_BBM : 0;
+        const int64_t i1 = ((mend < M ? mend : M) + ATTN_BBM - 1) / ATTN_BBM;
         FN(pack_strips)(w->kp, kb.k, kb.ks, kb.nk, d);
         FN(pack_strips)(w->vp, kb.v, kb.vs, kb.nk, d);
         FN(pack_panels)(w->kpan, ATTN_BBN, kb.k, kb.ks, kb.nk, d, kb.masked ? w->kpm : NULL);
         memset(w->dka, 0, sizeof(T) * (size_t)(ATTN_BBN * dpad));
         memset(w->dva, 0, sizeof(T) * (size_t)(ATTN_BBN * dpad));
-        for (int64_t qi = i0; qi < p->nqb; ++qi) {
+        for (int64_t qi = i0; qi < i1 && qi < p->nqb; ++qi) {
             const int64_t m0 = qi * ATTN_BBM, rows = M - m0 < ATTN_BBM ? M - m0 : ATTN_BBM;
             FN(pack_query_groups)(w, groups, b, h, m0, rows);
             for (int64_t gi = 0; gi * ATTN_MR < rows; ++gi) {

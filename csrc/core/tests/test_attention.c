@@ -14,12 +14,14 @@ typedef struct {
     int64_t B, H, Hkv, M, N, d, off;
     int causal, bias; /* 0 none, 1 table, 2 alibi */
     int clamp, kpm;
+    int packed; /* documents per batch row (cu_seqlens), 0: none */
 } shape;
 
 typedef struct {
     double *q, *k, *v, *table, *slopes, *dout;
     uint8_t *mask;
     int64_t R, r_lo;
+    int32_t *cu; /* (B, packed + 1) document boundaries */
 } inputs;
 
 static void make_inputs(const shape *s, inputs *in, unsigned long long seed) {
@@ -44,10 +46,35 @@ static void make_inputs(const shape *s, inputs *in, unsigned long long seed) {
     in->mask = malloc((size_t)(s->B * s->N + 1));
     for (int64_t i = 0; i < s->B * s->N; ++i) in->mask[i] = s->kpm ? (test_uniform(&seed, 0, 1) < 0.2) : 0;
     if (s->kpm && s->N > 3) in->mask[0] = in->mask[1] = in->mask[2] = 1;
+    /* documents of random lengths, an empty one and (where N allows) one of length 1 */
+    in->cu = malloc(sizeof(int32_t) * (size_t)(s->B * (s->packed + 1) + 1));
+    for (int64_t b = 0; b < s->B && s->packed > 0; ++b) {
+        int32_t *cu = in->cu + b * (s->packed + 1);
+        cu[0] = 0;
+        cu[s->packed] = (int32_t)s->N;
+        for (int i = 1; i < s->packed; ++i) cu[i] = (int32_t)test_uniform(&seed, 0, (double)s->N);
+        for (int i = 1; i < s->packed; ++i) /* sort */
+            for (int j = i; j > 1 && cu[j] < cu[j - 1]; --j) {
+                const int32_t t = cu[j];
+                cu[j] = cu[j - 1], cu[j - 1] = t;
+            }
+        if (s->packed >= 4) cu[2] = cu[1];                          /* an empty document */
+        if (s->packed >= 5 && cu[3] + 1 <= cu[4]) cu[4] = cu[3] + 1; /* one of length 1 */
+    }
+}
+
+/* The document of position pos in batch row b: keys [*lo, *hi) (all without packing). */
+static void doc_of(const shape *s, const inputs *in, int64_t b, int64_t pos, int64_t *lo, int64_t *hi) {
+    *lo = 0, *hi = s->N;
+    if (s->packed == 0) return;
+    const int32_t *cu = in->cu + b * (s->packed + 1);
+    for (int i = 0; i < s->packed; ++i)
+        if (cu[i] <= pos && pos < cu[i + 1]) *lo = cu[i], *hi = cu[i + 1];
 }
 
 static void free_inputs(inputs *in) {
     free(in->q), free(in->k), free(in->v), free(in->table), free(in->slopes), free(in->dout), free(in->mask);
+    free(in->cu);
 }
 
 /* naive forward in double */
@@ -59,10 +86,12 @@ static void oracle(const shape *s, const inputs *in, double *out, double *lse) {
             for (int64_t m = 0; m < s->M; ++m) {
                 const double *q = in->q + ((b * s->H + h) * s->M + m) * d;
                 const int64_t pos = s->off + m;
+                int64_t dlo, dhi;
+                doc_of(s, in, b, pos, &dlo, &dhi);
                 double mx = -INFINITY;
                 for (int64_t n = 0; n < s->N; ++n) {
                     const double *k = in->k + ((b * s->Hkv + h / hg) * s->N + n) * d;
-                    if ((s->causal && n > pos) || in->mask[b * s->N + n]) {
+                    if ((s->causal && n > pos) || in->mask[b * s->N + n] || n < dlo || n >= dhi) {
                         sc[n] = -INFINITY;
                         continue;
                     }
@@ -113,6 +142,7 @@ static void set_args(wavepe_attention_args *a, int f64, const shape *s, const in
     if (s->bias == 1) a->table = table, a->table_rows = in->R, a->r_lo = in->r_lo, a->clamp = s->clamp;
     if (s->bias == 2) a->slopes = slopes;
     if (s->kpm) a->key_padding_mask = in->mask, a->kpm_stride = s->N;
+    if (s->packed) a->cu_seqlens = in->cu, a->cu_len = s->packed + 1, a->cu_stride = s->packed + 1;
 }
 
 static void *conv(const double *x, int64_t n, int f64) {
@@ -195,7 +225,7 @@ static void check_shape(const shape *s, unsigned long long seed, int expect_kind
 
 /* Backward of the scalar reference against central differences (double). */
 static void check_gradient_fd(void) {
-    const shape s = {1, 2, 1, 5, 9, 3, 3, 1, 1, 1, 0};
+    const shape s = {1, 2, 1, 5, 9, 3, 3, 1, 1, 1, 0, 0};
     inputs in;
     make_inputs(&s, &in, 77);
     const int64_t nq = s.H * s.M * s.d, nk = s.N * s.d, nl = s.H * s.M;
@@ -242,22 +272,30 @@ static void check_gradient_fd(void) {
 void test_attention(void) {
     /* B, H, Hkv, M, N, d, off, causal, bias, clamp, kpm */
     const shape shapes[] = {
-        {1, 1, 1, 1, 1, 4, 0, 1, 0, 0, 0},
-        {2, 4, 2, 7, 40, 5, 33, 1, 1, 0, 0},
-        {1, 2, 1, 100, 300, 20, 200, 1, 1, 0, 0},
-        {1, 3, 3, 101, 101, 16, 0, 0, 1, 1, 0},
-        {1, 2, 2, 50, 290, 9, 240, 1, 2, 0, 1},
-        {2, 2, 1, 3, 700, 24, 697, 1, 1, 0, 1},  /* decode path */
-        {1, 2, 1, 2, 600, 8, 10, 0, 2, 0, 0},    /* decode, not causal */
-        {1, 1, 1, 70, 30, 17, -20, 1, 0, 0, 0},   /* rows with no key */
-        {1, 2, 2, 33, 260, 33, 5, 0, 1, 0, 1},
-        {1, 1, 1, 0, 5, 4, 0, 1, 1, 0, 0},
-        {1, 1, 1, 4, 0, 4, 0, 1, 1, 0, 0},
-        {1, 3, 3, 1, 900, 20, 899, 1, 1, 0, 1},  /* narrow decoding: one row */
-        {1, 2, 1, 1, 530, 13, 529, 1, 2, 0, 0},  /* narrow: two heads share a kv head */
-        {1, 1, 1, 2, 777, 7, 900, 0, 1, 1, 0},   /* narrow, two rows, clamped table */
+        {1, 1, 1, 1, 1, 4, 0, 1, 0, 0, 0, 0},
+        {2, 4, 2, 7, 40, 5, 33, 1, 1, 0, 0, 0},
+        {1, 2, 1, 100, 300, 20, 200, 1, 1, 0, 0, 0},
+        {1, 3, 3, 101, 101, 16, 0, 0, 1, 1, 0, 0},
+        {1, 2, 2, 50, 290, 9, 240, 1, 2, 0, 1, 0},
+        {2, 2, 1, 3, 700, 24, 697, 1, 1, 0, 1, 0},  /* decode path */
+        {1, 2, 1, 2, 600, 8, 10, 0, 2, 0, 0, 0},    /* decode, not causal */
+        {1, 1, 1, 70, 30, 17, -20, 1, 0, 0, 0, 0},   /* rows with no key */
+        {1, 2, 2, 33, 260, 33, 5, 0, 1, 0, 1, 0},
+        {1, 1, 1, 0, 5, 4, 0, 1, 1, 0, 0, 0},
+        {1, 1, 1, 4, 0, 4, 0, 1, 1, 0, 0, 0},
+        {1, 3, 3, 1, 900, 20, 899, 1, 1, 0, 1, 0},  /* narrow decoding: one row */
+        {1, 2, 1, 1, 530, 13, 529, 1, 2, 0, 0, 0},  /* narrow: two heads share a kv head */
+        {1, 1, 1, 2, 777, 7, 900, 0, 1, 1, 0, 0},   /* narrow, two rows, clamped table */
+        /* packed sequences: documents along the row (cu_seqlens) */
+        {2, 4, 2, 300, 300, 20, 0, 1, 1, 0, 0, 6},
+        {1, 2, 1, 257, 257, 16, 0, 0, 1, 1, 0, 5},
+        {1, 2, 2, 190, 190, 9, 0, 1, 2, 0, 1, 7},
+        {2, 3, 1, 600, 600, 8, 0, 0, 0, 0, 0, 9},
+        {1, 2, 1, 120, 400, 12, 250, 1, 1, 0, 0, 6}, /* a chunk of queries inside a packed row */
+        {1, 2, 1, 3, 700, 24, 697, 1, 1, 0, 1, 5},   /* decode path */
+        {1, 2, 2, 1, 530, 13, 300, 0, 2, 0, 0, 4},   /* narrow decode, not causal */
     };
-    const int kinds[] = {1, 1, 1, 1, 1, 2, 2, 1, 1, -1, -1, 2, 2, 2};
+    const int kinds[] = {1, 1, 1, 1, 1, 2, 2, 1, 1, -1, -1, 2, 2, 2, 1, 1, 1, 1, 1, 2, 2};
     for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; ++i) check_shape(&shapes[i], 1000 + i, kinds[i]);
     check_gradient_fd();
 
