@@ -26,12 +26,13 @@ void strides3(int64_t dst[3], const Tensor& t) {
 
 // The tensors the struct points into (kept alive for the call).
 struct Prepared {
-    Tensor q, k, v, table, slopes, kpm;
+    Tensor q, k, v, table, slopes, kpm, cu;
 };
 
 Prepared prepare(const Tensor& q, const Tensor& k, const Tensor& v, const std::optional<Tensor>& table,
-                 const std::optional<Tensor>& slopes, const std::optional<Tensor>& kpm, wavepe_attention_args& a,
-                 int64_t r_lo, bool clamp, double scale, int64_t q_offset, bool causal) {
+                 const std::optional<Tensor>& slopes, const std::optional<Tensor>& kpm,
+                 const std::optional<Tensor>& cu_seqlens, wavepe_attention_args& a, int64_t r_lo, bool clamp,
+                 double scale, int64_t q_offset, bool causal) {
     a = wavepe_attention_args{};
     a.dtype = wavepe::dtype_of(q, "q");
     wavepe::check_like(k, "k", q, "q");
@@ -93,6 +94,25 @@ Prepared prepare(const Tensor& q, const Tensor& k, const Tensor& v, const std::o
         a.key_padding_mask = static_cast<const uint8_t*>(p.kpm.data_ptr());  // torch's bool is one byte, 0 or 1
         a.kpm_stride = p.kpm.stride(0);
     }
+    if (cu_seqlens.has_value()) {
+        // (n_docs + 1,) for one packed row, or (B, n_docs + 1); int32 or int64, kept on the device
+        // (converted there: no host sync), the values checked by the CPU plans
+        const Tensor& cu = *cu_seqlens;
+        wavepe::check_same_device(cu, "cu_seqlens", q, "q");
+        const auto st = cu.scalar_type();
+        WAVEPE_CHECK_VALUE(st == wavepe::ScalarType::Int || st == wavepe::ScalarType::Long,
+                           "cu_seqlens must be an int32 or int64 tensor, got ", wavepe::dtype_name(st));
+        WAVEPE_CHECK_VALUE((cu.dim() == 1 && a.batch == 1) || (cu.dim() == 2 && cu.size(0) == a.batch),
+                           "cu_seqlens must be (n_docs + 1,) for B=1 or (B, n_docs + 1) with B=", a.batch, ", got ",
+                           wavepe::shape(cu));
+        WAVEPE_CHECK_VALUE(cu.size(cu.dim() - 1) >= 2, "cu_seqlens must hold at least 2 boundaries (0 and N), got ",
+                           wavepe::shape(cu));
+        WAVEPE_CHECK_VALUE(a.n <= INT32_MAX, "cu_seqlens needs k_len <= 2^31 - 1, got ", a.n);
+        p.cu = wavepe::contiguous(wavepe::to_dtype(cu, wavepe::ScalarType::Int));
+        a.cu_seqlens = static_cast<const int32_t*>(p.cu.data_ptr());
+        a.cu_len = cu.size(cu.dim() - 1);
+        a.cu_stride = a.cu_len;
+    }
     return p;
 }
 
@@ -100,9 +120,11 @@ std::tuple<Tensor, Tensor> attention_fwd(const Tensor& q, const Tensor& k, const
                                                  const std::optional<Tensor>& table, int64_t r_lo, bool clamp,
                                                  const std::optional<Tensor>& slopes,
                                                  const std::optional<Tensor>& key_padding_mask, double scale,
-                                                 int64_t q_offset, bool causal) {
+                                                 int64_t q_offset, bool causal,
+                                                 const std::optional<Tensor>& cu_seqlens) {
     wavepe_attention_args a;
-    const Prepared p = prepare(q, k, v, table, slopes, key_padding_mask, a, r_lo, clamp, scale, q_offset, causal);
+    const Prepared p = prepare(q, k, v, table, slopes, key_padding_mask, cu_seqlens, a, r_lo, clamp, scale, q_offset,
+                               causal);
     wavepe_error err{};
     wavepe::check_sizes(wavepe_attention_validate(&a, 0, &err), err, "wavelet_attention");
     Tensor out = wavepe::empty({a.batch, a.heads, a.m, a.d}, q);
@@ -120,9 +142,10 @@ std::tuple<Tensor, Tensor, Tensor, Tensor, Tensor> attention_bwd(
     const Tensor& v, const Tensor& out, const Tensor& lse, const std::optional<Tensor>& table,
     int64_t r_lo, bool clamp, const std::optional<Tensor>& slopes,
     const std::optional<Tensor>& key_padding_mask, double scale, int64_t q_offset, bool causal, bool table_grad,
-    bool slopes_grad) {
+    bool slopes_grad, const std::optional<Tensor>& cu_seqlens) {
     wavepe_attention_args a;
-    const Prepared p = prepare(q, k, v, table, slopes, key_padding_mask, a, r_lo, clamp, scale, q_offset, causal);
+    const Prepared p = prepare(q, k, v, table, slopes, key_padding_mask, cu_seqlens, a, r_lo, clamp, scale, q_offset,
+                               causal);
     const auto check_like_q = [&](const Tensor& t, const char* name) {
         wavepe::check_like(t, name, q, "q");
         WAVEPE_CHECK_VALUE(wavepe::same_sizes(t.sizes(), q.sizes()), name, " must have q's shape ", wavepe::shape(q),
@@ -182,11 +205,13 @@ void register_attention(torch::stable::detail::StableLibrary& m) {
 STABLE_TORCH_LIBRARY_FRAGMENT(wavepe, m) {
     m.def(
         "attention_fwd(Tensor q, Tensor k, Tensor v, Tensor? table, SymInt r_lo, bool clamp, Tensor? slopes, "
-        "Tensor? key_padding_mask, float scale, SymInt q_offset, bool causal) -> (Tensor, Tensor)");
+        "Tensor? key_padding_mask, float scale, SymInt q_offset, bool causal, Tensor? cu_seqlens=None) "
+        "-> (Tensor, Tensor)");
     m.def(
         "attention_bwd(Tensor grad_out, Tensor? grad_lse, Tensor q, Tensor k, Tensor v, Tensor out, Tensor lse, "
         "Tensor? table, SymInt r_lo, bool clamp, Tensor? slopes, Tensor? key_padding_mask, float scale, "
-        "SymInt q_offset, bool causal, bool table_grad, bool slopes_grad) -> (Tensor, Tensor, Tensor, Tensor, Tensor)");
+        "SymInt q_offset, bool causal, bool table_grad, bool slopes_grad, Tensor? cu_seqlens=None) "
+        "-> (Tensor, Tensor, Tensor, Tensor, Tensor)");
 }
 
 WAVEPE_REGISTER_ALL_DEVICES(register_attention)

@@ -38,7 +38,8 @@ def _acc_dtype(dtype: torch.dtype) -> torch.dtype:
 
 
 @torch.library.register_fake("wavepe::attention_fwd")
-def _attention_fwd_fake(q, k, v, table, r_lo, clamp, slopes, key_padding_mask, scale, q_offset, causal):
+def _attention_fwd_fake(q, k, v, table, r_lo, clamp, slopes, key_padding_mask, scale, q_offset, causal,
+                        cu_seqlens=None):
     torch._check_value(q.dim() == 4 and k.dim() == 4 and v.dim() == 4,
                        lambda: "attention_fwd: q, k, v must be (B, H, M, d), (B, H_kv, N, d), (B, H_kv, N, d)")
     b, h, m, d = q.shape
@@ -47,7 +48,7 @@ def _attention_fwd_fake(q, k, v, table, r_lo, clamp, slopes, key_padding_mask, s
 
 @torch.library.register_fake("wavepe::attention_bwd")
 def _attention_bwd_fake(grad_out, grad_lse, q, k, v, out, lse, table, r_lo, clamp, slopes, key_padding_mask, scale,
-                        q_offset, causal, table_grad, slopes_grad):
+                        q_offset, causal, table_grad, slopes_grad, cu_seqlens=None):
     dtable = q.new_empty(table.shape) if table_grad and table is not None else q.new_empty((0,))
     dslopes = q.new_empty(slopes.shape) if slopes_grad and slopes is not None else q.new_empty((0,))
     return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape), dtable, dslopes
@@ -98,6 +99,7 @@ def wavelet_attention(
     rel_table: tuple[torch.Tensor, int] | None = None,
     clamp: bool = False,
     key_padding_mask: torch.Tensor | None = None,
+    cu_seqlens: torch.Tensor | None = None,
     return_lse: bool = False,
 ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
     """Attention with a position encoding in the scores, fused (no M x N tensor).
@@ -126,6 +128,15 @@ def wavelet_attention(
             al.) instead of zero.
         key_padding_mask: (B, N) bool, True = ignore that key.  A query that
             sees no key gets a zero output.
+        cu_seqlens: packed sequences (padding-free batches, flash-attn's
+            ``cu_seqlens``): int32/int64 (n_docs + 1,) for B = 1, or
+            (B, n_docs + 1), the document boundaries ``0 = cu[0] <= cu[1] <=
+            ... <= cu[-1] = N`` along each row (empty documents allowed).  A
+            query sees only the keys of its own document, the bias counts
+            distances inside it: each document's output is that of the
+            document alone.  Queries and keys share the row (q_offset + M <= N;
+            training: M = N).  Boundaries stay on the device (no host sync);
+            the CPU checks their values, a GPU kernel clamps them.
         return_lse: also return each query's log-sum-exp of its scores, for
             schemes that merge partial results (as wavepe.distributed does).
 
@@ -146,21 +157,24 @@ def wavelet_attention(
     check_key_padding_mask(key_padding_mask, q, "(B, N)", b, n)
     for name, value in (("q_offset", off), ("q_len", m), ("k_len", n)):
         check_position(name, value)
+    check_cu_seqlens(cu_seqlens, q, b, m, n, off)
     cdt = compute_dtype(q)
     qc, kc, vc = q.to(cdt), k.to(cdt), v.to(cdt)
     table, r_lo, slopes = position_bias(q, pos_enc, cdt, m, n, off, causal, config=config, rel_table=rel_table,
                                         alibi_slopes=alibi_slopes, clamp=clamp)
     if _routing.has_kernel("attention_fwd", q.device):
         out, lse = ops.attention_fwd(q=qc, k=kc, v=vc, table=table, r_lo=r_lo, clamp=clamp, slopes=slopes,
-                                     key_padding_mask=key_padding_mask, scale=scale, q_offset=off, causal=causal)
+                                     key_padding_mask=key_padding_mask, scale=scale, q_offset=off, causal=causal,
+                                     cu_seqlens=cu_seqlens)
         return (out.to(q.dtype), lse) if return_lse else out.to(q.dtype)
     _routing.warn_fallback("attention", q.device,
                            "the bias + scaled_dot_product_attention path (materialises M x N scores)")
     if return_lse:
         out, lse = _eager_attention(qc, kc, vc, table, r_lo, clamp, slopes, key_padding_mask, scale, off, causal,
-                                    return_lse=True)
+                                    cu_seqlens, return_lse=True)
         return out.to(q.dtype), lse.to(_acc_dtype(q.dtype))
-    return _eager_attention(qc, kc, vc, table, r_lo, clamp, slopes, key_padding_mask, scale, off, causal).to(q.dtype)
+    return _eager_attention(qc, kc, vc, table, r_lo, clamp, slopes, key_padding_mask, scale, off, causal,
+                            cu_seqlens).to(q.dtype)
 
 
 # ---- argument checks shared with wavepe.distributed.context_parallel_attention ---------------------
@@ -196,6 +210,26 @@ def check_key_padding_mask(mask: torch.Tensor | None, q: torch.Tensor, shape_nam
     if tuple(mask.shape) != (b, n):
         raise ValueError(f"key_padding_mask must be {shape_name} = ({b}, {n}), got {tuple(mask.shape)}")
     check_same("q", q, "key_padding_mask", mask, dtype=False)
+
+
+def check_cu_seqlens(cu: torch.Tensor | None, q: torch.Tensor, b: int, m: int, n: int, q_offset: int) -> None:
+    """None, or document boundaries (n_docs + 1,) for b = 1 / (b, n_docs + 1), int32 or int64, on q's device.
+
+    The values (0 first, N last, non-decreasing) are checked by the CPU
+    kernels; on other devices reading them here would cost a host sync.
+    """
+    if cu is None:
+        return
+    check_tensor("cu_seqlens", cu, floating=False)
+    if cu.dtype not in (torch.int32, torch.int64):
+        raise TypeError(f"cu_seqlens must be an int32 or int64 tensor, got {cu.dtype}")
+    if not ((cu.dim() == 1 and b == 1) or (cu.dim() == 2 and cu.shape[0] == b)) or cu.shape[-1] < 2:
+        raise ValueError(f"cu_seqlens must be (n_docs + 1,) for B=1 or (B, n_docs + 1) with B={b} and at least 2 "
+                         f"boundaries, got shape {tuple(cu.shape)}")
+    check_same("q", q, "cu_seqlens", cu, dtype=False)
+    if q_offset + m > n:
+        raise ValueError(f"cu_seqlens needs every query inside the packed row: q_offset + q_len = {q_offset} + {m} "
+                         f"> k_len = {n}")
 
 
 def position_bias(q: torch.Tensor, pos_enc: str, cdt: torch.dtype, m, n, q_offset, causal: bool, *,
@@ -271,9 +305,10 @@ def _standard_slopes(heads: int, dtype: torch.dtype, device: torch.device) -> to
 
 
 def _eager_attention(q, k, v, table, r_lo, clamp, slopes, key_padding_mask, scale, q_offset, causal,
-                     return_lse=False):
+                     cu_seqlens=None, return_lse=False):
     """The plain-PyTorch path (devices without a compiled kernel)."""
     m, n = q.shape[2], k.shape[2]
+    mask = None if cu_seqlens is None else eager.document_mask(cu_seqlens, m, n, q_offset, causal)
     bias = None
     bias_scaled = False
     if table is not None:
@@ -282,4 +317,4 @@ def _eager_attention(q, k, v, table, r_lo, clamp, slopes, key_padding_mask, scal
         bias = alibi_bias(slopes, m, n, q_offset=q_offset, causal=causal, dtype=q.dtype, device=q.device)
         bias_scaled = True
     return eager.attention(q, k, v, bias, causal=causal, scale=scale, q_offset=q_offset, bias_scaled=bias_scaled,
-                           key_padding_mask=key_padding_mask, return_lse=return_lse)
+                           key_padding_mask=key_padding_mask, mask=mask, return_lse=return_lse)
