@@ -176,6 +176,29 @@ def test_plain_pytorch_path_agrees():
         torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12)
 
 
+@pytest.mark.parametrize("causal", [True, False])
+def test_a_tile_of_a_longer_packed_row(isa, causal):
+    """The ops take boundaries past their keys (documents that continue beyond them): a tile of a longer
+    packed row -- keys [ks, ke), queries [qs, qe) -- passes the row's boundaries shifted by ks."""
+    h, d = 2, 8
+    lengths = [40, 0, 90, 1, 70]
+    cu = torch.tensor(boundaries(lengths), dtype=torch.int32)
+    q, k, v = packed_inputs(1, h, 1, sum(lengths), d, seed=13)
+    table, r_lo = learned_table(d)
+    for (qs, qe), (ks, ke) in (((100, 201), (20, 110)), ((0, 60), (35, 150)), ((130, 201), (130, 201))):
+        shifted = cu - ks
+        args = dict(table=table, r_lo=r_lo, clamp=False, slopes=None, key_padding_mask=None, scale=0.4,
+                    q_offset=qs - ks, causal=causal)
+        qt, kt, vt = q[:, :, qs:qe], k[:, :, ks:ke], v[:, :, ks:ke]
+        out, lse = torch.ops.wavepe.attention_fwd(q=qt, k=kt, v=vt, cu_seqlens=shifted, **args)
+        want, want_lse = _eager_attention(qt, kt, vt, table, r_lo, False, None, None, 0.4, qs - ks, causal,
+                                          shifted, return_lse=True)
+        torch.testing.assert_close(out, want, rtol=1e-12, atol=1e-12)
+        torch.testing.assert_close(lse, want_lse, rtol=1e-12, atol=1e-12)
+        if qs == 100:  # queries 130 .. 200: documents with no key in the tile
+            assert torch.isneginf(lse[..., 30:]).all() and not torch.isneginf(lse[..., :30]).any()
+
+
 def test_opcheck_and_compile():
     q, k, v = packed_inputs(1, 4, 2, 40, 8, seed=11)
     table, r_lo = learned_table(8)

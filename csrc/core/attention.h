@@ -13,12 +13,16 @@
  * out = 0 and lse = -inf.
  *
  * Packed sequences (cu_seqlens): a batch row holds several documents one
- * after the other, boundaries cu[0] = 0 <= cu[1] <= ... <= cu[cu_len-1] = N
- * along the keys (flash-attn's cu_seqlens; empty documents allowed).  The
- * query at position pos_q(m) belongs to the document [cu[i], cu[i+1]) that
- * holds pos_q(m) (every query must lie inside the row: q_offset + M <= N) and
- * sees only that document's keys.  Distances inside a document are the
- * packed row's, so the bias is that of each document alone.  T covers distances [r_lo, r_lo + R): outside, a row is zero
+ * after the other, non-decreasing boundaries cu[0] <= cu[1] <= ... <=
+ * cu[cu_len-1] in the keys' coordinate (flash-attn's cu_seqlens are the case
+ * cu[0] = 0, cu[cu_len-1] = N; empty documents allowed).  The query at
+ * position pos_q(m) belongs to the document [cu[i], cu[i+1]) that holds it
+ * and sees only that document's keys that exist (0 <= n < N); a query outside
+ * [cu[0], cu[cu_len-1]) sees none.  Boundaries past the keys describe
+ * documents that continue beyond them: a tile of a longer packed row
+ * (wavepe.distributed) passes the row's boundaries shifted by its first key.
+ * Distances inside a document are the packed row's, so the bias is that of
+ * each document alone.  T covers distances [r_lo, r_lo + R): outside, a row is zero
  * (clamp = 0, the wavelet case) or the nearest edge row (clamp = 1, Shaw et
  * al.'s clipped learned table).
  *
@@ -128,6 +132,7 @@ WAVEPE_HOST_DEVICE static inline void wavepe_attention_keys(const wavepe_attenti
         }
         l = cu[i];
         h = cu[i + 1];
+        if (pos < l || pos >= h) h = l; /* outside every document */
         l = l < 0 ? 0 : (l > a->n ? a->n : l);
         h = h < l ? l : (h > a->n ? a->n : h);
     }
@@ -188,11 +193,6 @@ static inline int wavepe_attention_validate(const wavepe_attention_args *a, int 
         if (a->cu_len < 2)
             return wavepe_fail(err, WAVEPE_E_INVALID, "cu_seqlens must hold at least 2 boundaries (0 and N), got %lld",
                                (long long)a->cu_len);
-        if (a->q_offset + a->m > a->n)
-            return wavepe_fail(err, WAVEPE_E_INVALID,
-                               "packed sequences (cu_seqlens) need every query inside the packed row: "
-                               "q_offset + q_len = %lld + %lld > k_len = %lld",
-                               (long long)a->q_offset, (long long)a->m, (long long)a->n);
         const int64_t cd[2] = {a->batch, a->cu_len}, cs[2] = {a->cu_stride, 1};
         if ((status = wavepe_check_view(err, "cu_seqlens", 2, cd, cs, 4))) return status;
     }
@@ -219,7 +219,7 @@ static inline int wavepe_attention_validate(const wavepe_attention_args *a, int 
 }
 
 /* The boundaries' values (host memory: the CPU plans call it; a GPU kernel
- * clamps instead): per batch row 0, non-decreasing, N last. */
+ * reads them as they are): non-decreasing per batch row. */
 int wavepe_attention_check_cu_seqlens(const wavepe_attention_args *a, wavepe_error *err);
 
 /* ---- plans (CPU) -------------------------------------------------------------- */

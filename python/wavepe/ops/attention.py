@@ -215,8 +215,8 @@ def check_key_padding_mask(mask: torch.Tensor | None, q: torch.Tensor, shape_nam
 def check_cu_seqlens(cu: torch.Tensor | None, q: torch.Tensor, b: int, m: int, n: int, q_offset: int) -> None:
     """None, or document boundaries (n_docs + 1,) for b = 1 / (b, n_docs + 1), int32 or int64, on q's device.
 
-    The values (0 first, N last, non-decreasing) are checked by the CPU
-    kernels; on other devices reading them here would cost a host sync.
+    The values (0 first, N last, non-decreasing) are checked on the CPU (here
+    and in the kernels); on other devices reading them would cost a host sync.
     """
     if cu is None:
         return
@@ -227,6 +227,13 @@ def check_cu_seqlens(cu: torch.Tensor | None, q: torch.Tensor, b: int, m: int, n
         raise ValueError(f"cu_seqlens must be (n_docs + 1,) for B=1 or (B, n_docs + 1) with B={b} and at least 2 "
                          f"boundaries, got shape {tuple(cu.shape)}")
     check_same("q", q, "cu_seqlens", cu, dtype=False)
+    if cu.device.type == "cpu" and not torch.compiler.is_compiling():
+        rows = cu.reshape(-1, cu.shape[-1])
+        bad = (rows[:, 0] != 0) | (rows[:, -1] != n)
+        if bool(bad.any()):
+            row = int(torch.nonzero(bad)[0, 0])
+            raise ValueError(f"cu_seqlens of batch row {row} must start at 0 and end at k_len={n}, got "
+                             f"{int(rows[row, 0])} ... {int(rows[row, -1])}")
     if q_offset + m > n:
         raise ValueError(f"cu_seqlens needs every query inside the packed row: q_offset + q_len = {q_offset} + {m} "
                          f"> k_len = {n}")

@@ -78,14 +78,21 @@ def alibi_bias(slopes: torch.Tensor, *, q_len: int, k_len: int, q_offset: int, c
 
 def document_mask(cu_seqlens: torch.Tensor, m: int, n: int, q_offset: int, causal: bool) -> torch.Tensor:
     """(B, 1, M, N) bool, True = attend: packed documents (boundaries ``cu_seqlens``, (n_docs + 1,) or
-    (B, n_docs + 1)) -- a query at q_offset + i sees the keys of its own document (up to itself when causal)."""
+    (B, n_docs + 1), in the keys' coordinate) -- a query at q_offset + i sees the keys of its own document (up
+    to itself when causal); a position outside [cu[0], cu[-1]) is in no document (csrc/core/attention.h)."""
     cu = cu_seqlens.reshape(-1, cu_seqlens.shape[-1]).to(torch.int64)
     pos_k = torch.arange(n, device=cu.device)
     pos_q = q_offset + torch.arange(m, device=cu.device)
-    # document index of a position: the last boundary <= it (a later empty document wins, as in the kernels)
-    doc_k = torch.searchsorted(cu[:, :-1].contiguous(), pos_k.expand(cu.shape[0], n).contiguous(), right=True)
-    doc_q = torch.searchsorted(cu[:, :-1].contiguous(), pos_q.expand(cu.shape[0], m).contiguous(), right=True)
-    keep = doc_q[:, :, None] == doc_k[:, None, :]
+
+    def doc(pos: torch.Tensor) -> torch.Tensor:
+        """Document index of positions (B, L): the last boundary <= it (a later empty document wins, as in
+        the kernels); -1 outside every document."""
+        i = torch.searchsorted(cu[:, :-1].contiguous(), pos.contiguous(), right=True)
+        return torch.where((pos >= cu[:, :1]) & (pos < cu[:, -1:]), i, -1)
+
+    doc_k = doc(pos_k.expand(cu.shape[0], n))
+    doc_q = doc(pos_q.expand(cu.shape[0], m))
+    keep = (doc_q[:, :, None] == doc_k[:, None, :]) & (doc_q[:, :, None] >= 0)
     if causal:
         keep = keep & (pos_k[None, None, :] <= pos_q[None, :, None])
     return keep[:, None]
