@@ -442,7 +442,8 @@ def test_attend_edge_lengths_against_dense(m, n):
         return  # no keys: nothing to compare (and 0 queries give an empty output above)
     causal = torch.arange(n)[None, :] <= (n - m + torch.arange(m))[:, None]
     positions = (n - m + torch.arange(m))[None]
-    dense, probs = hf_attn.dense_attention(q, k, v, (causal[None] & keep[:, None, :])[:, None], positions,
+    dense, probs = hf_attn.dense_attention(q, k, v, (causal[None] & keep[:, None, :])[:, None],
+                                           positions[:, :, None] - torch.arange(n),
                                            pos_enc="wavelet", wavelet=cfg, scale=0.25)
     assert torch.allclose(fused, dense.transpose(1, 2), atol=1e-12)
     assert torch.allclose(probs.sum(-1), torch.ones(2, 4, m, dtype=torch.float64))
@@ -491,13 +492,21 @@ def test_head_dims_the_encoding_cannot_use():
     assert hf_settings.for_head_dim(hf.PosEncSettings("nope"), 9).pos_enc == "nope"
 
 
-def test_positions_that_are_not_index_distances_are_refused():
+def test_positions_that_do_not_follow_indices():
     model = tiny()
     ids = ids_for(1, 10)
     gappy = (torch.arange(10) * 2)[None]
     with wavepe.patch_llama(model, "wavelet"), torch.no_grad():
-        with pytest.raises(ValueError, match=r"position_ids of batch row 0 .*\[0, 2, 4"):
-            model(ids, position_ids=gappy)
+        # no padding: Hugging Face's packed-sequence rule -- a position that does not follow the one before
+        # starts a new sequence (masking_utils.find_packed_sequence_indices): here every token alone
+        out = model(ids, position_ids=gappy).logits[0]
+        assert (out[3] - model(ids[:, 3:4]).logits[0, 0]).abs().max() <= 1e-5
+        # with padding such positions mean nothing to a relative encoding: refused, naming them
+        mask = torch.ones(1, 11, dtype=torch.long)
+        mask[0, 0] = 0
+        padded = torch.cat([torch.zeros(1, 1, dtype=ids.dtype), ids], dim=1)
+        with pytest.raises(ValueError, match=r"position_ids of batch row 0 .*\[1, 0, 2, 4"):
+            model(padded, attention_mask=mask, position_ids=torch.cat([torch.ones(1, 1, dtype=torch.long), gappy], 1))
     with wavepe.patch_llama(model, "rope"), torch.no_grad():
         model(ids, position_ids=gappy)  # RoPE takes any positions
 

@@ -306,3 +306,75 @@ def test_requested_backend_is_kept_where_it_can_carry_the_encoding(pos_enc, impl
     with wavepe.patch(model, pos_enc):
         assert model.config._attn_implementation == got
     assert model.config._attn_implementation == impl
+
+
+# ---- packed sequences and padding with holes ----------------------------------------------------------------------
+
+def _wide(family: str) -> torch.nn.Module:
+    """The family's tiny model in float64, sliding windows wider than the test rows (documents alone and packed
+    rows then see the same keys)."""
+    over = {"sliding_window": 64} if "sliding_window" in FAMILIES[family][2] else {}
+    return tiny(family, **over).double()
+
+
+@pytest.mark.parametrize("use_cache", [False, True])
+@pytest.mark.parametrize("pos_enc", RELATIVE)
+@pytest.mark.parametrize("family", ALL)
+def test_padding_free_batches_equal_documents_alone(family, pos_enc, use_cache, monkeypatch):
+    """DataCollatorWithFlattening's rows (position_ids restart, no mask): logits and gradients equal to each
+    document alone, through the fused kernel (cu_seqlens) wherever the layer has no softcapping.  With
+    use_cache=False Hugging Face's mask marks the packing; with a cache object it does not, and the backend
+    reads the restarts from position_ids."""
+    from transformers import DataCollatorWithFlattening
+
+    from wavepe.integrations import _hf_attention as hf_attn
+
+    model = _wide(family).train()
+    docs = [ids_for(1, n, seed=n)[0].tolist() for n in (7, 1, 12, 20, 2)]
+    batch = DataCollatorWithFlattening()([{"input_ids": d} for d in docs])
+    dense_calls = []
+    dense = hf_attn.dense_attention
+    monkeypatch.setattr(hf_attn, "dense_attention", lambda *a, **k: (dense_calls.append(1), dense(*a, **k))[1])
+    with wavepe.patch(model, pos_enc):
+        out = model(**batch, use_cache=use_cache)
+        params = [p for p in model.parameters() if p.requires_grad]
+        packed_grads = torch.autograd.grad(out.loss, params)
+        softcapped = getattr(model.config, "attn_logit_softcapping", None) is not None
+        assert (len(dense_calls) > 0) == softcapped
+        total = sum(len(d) - 1 for d in docs)
+        want = [torch.zeros_like(p) for p in params]
+        start = 0
+        for d in docs:
+            ids = torch.tensor([d])
+            alone = model(ids, labels=ids if len(d) > 1 else None)
+            assert (out.logits[0, start:start + len(d)] - alone.logits[0]).abs().max() <= 1e-9
+            if len(d) > 1:
+                for w, g in zip(want, torch.autograd.grad(alone.loss * (len(d) - 1) / total, params)):
+                    w += g
+            start += len(d)
+    # transformers' loss runs in float32 (ForCausalLMLoss upcasts the logits to float32, not float64): the stock
+    # model's packed and one-by-one gradients differ by ~1e-8 too
+    for got, w in zip(packed_grads, want):
+        assert (got - w).abs().max() <= 1e-7
+
+
+@pytest.mark.parametrize("pos_enc", RELATIVE)
+@pytest.mark.parametrize("family", ALL)
+def test_padding_with_holes_measures_position_differences(family, pos_enc):
+    """A mask with pads between real tokens (transformers' own test_generate_from_random_inputs_embeds makes
+    one): the bias counts real tokens, as position_ids do -- the row equals the row without its pads, in the
+    forward and in generation."""
+    model = _wide(family)
+    ids = ids_for(2, 9)
+    mask = torch.ones(2, 9, dtype=torch.long)
+    mask[0, 2] = mask[0, 5] = 0
+    mask[1, 0] = 0
+    pos = (mask.cumsum(-1) - 1).clamp_min(0)
+    with torch.no_grad(), wavepe.patch(model, pos_enc):
+        got = model(ids, attention_mask=mask, position_ids=pos).logits
+        for r in range(2):
+            real = mask[r].bool()
+            assert (got[r, real] - model(ids[r:r + 1, real]).logits[0]).abs().max() <= 1e-9
+        holed = model.generate(ids[:1], attention_mask=mask[:1], max_new_tokens=4, do_sample=False)
+        compact = model.generate(ids[:1, mask[0].bool()], max_new_tokens=4, do_sample=False)
+    assert holed[0, -4:].tolist() == compact[0, -4:].tolist()

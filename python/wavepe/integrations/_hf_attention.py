@@ -10,13 +10,20 @@ depends on the model's attention implementation; for ``"wavepe"`` it is made by
   keys plus a key padding mask (left or right padding).  Only
   :func:`wavepe_mask` makes it for M > 1, so it cannot be mistaken for a
   bidirectional mask;
-* anything that has no such form (packed sequences, sliding windows that
-  bite, custom mask functions, static caches, whose queries are not the last
-  keys): Hugging Face's dense mask as an additive float mask (B, 1, M, N)
-  (0 = attend, -inf = not), never mistaken for the compact form when M == 1.
+* an int64 tensor (B, 1, 1, N) of document indices: packed sequences
+  (padding-free training, ``DataCollatorWithFlattening``: position_ids that
+  restart), causal attention inside each document.  Hugging Face marks them
+  by wrapping the causal mask function with its packed-sequence functions
+  (``masking_utils.packed_sequence_compatibility_function``); their document
+  indices are read from that wrapper (:func:`_packed_documents`);
+* anything that has no such form (sliding windows that bite, custom mask
+  functions, static caches, whose queries are not the last keys): Hugging
+  Face's dense mask as an additive float mask (B, 1, M, N) (0 = attend,
+  -inf = not), never mistaken for the compact form when M == 1.
 
 :func:`attend` runs the compact forms through :func:`wavepe.ops.wavelet_attention`
-(``key_padding_mask`` (B, N), no M x N tensor) and everything else through
+(``key_padding_mask`` (B, N) or ``cu_seqlens`` (B, N + 1), no M x N tensor) and
+everything else through
 :func:`dense_attention`, which also carries what the fused kernel does not:
 dropout, attention-logit softcapping (Gemma 2) and the attention
 probabilities (``output_attentions``, the ``eager`` implementation).
@@ -29,7 +36,10 @@ static caches, whose keys fill a preallocated buffer in order, and for
 sliding-window caches, whose kept keys stay in order.  Index distances equal
 the distances of ``position_ids`` whenever positions advance by one per token,
 which holds for default positions, left/right padding (pads are masked) and
-packed sequences (documents are masked from each other).
+packed sequences (documents are masked from each other).  A padding mask with
+holes (pads between real tokens, whose position_ids count real tokens only)
+has no index form: such calls take the dense path, whose distances count the
+keys a query sees (:func:`key_distances`), which skips the pads.
 """
 
 from __future__ import annotations
@@ -77,6 +87,12 @@ def wavepe_mask(
     plain = mask_function is causal_mask_function or (
         local_size is not None and allow_is_causal_skip and not kwargs.get("use_vmap", False)
         and kv_length <= local_size)
+    # (read from the mask function's closures: not under torch.compile, whose tracer cannot, where Hugging
+    # Face's dense packed mask is taken instead)
+    docs = None if attention_mask is not None or _compiling() else \
+        _packed_documents(mask_function, local_size, kv_length)
+    if docs is not None and queries_last and q_length == kv_length:
+        return docs.to(device=device, dtype=torch.int64)[:, None, None, :kv_length]
     if plain and queries_last:
         keep = prepare_padding_mask(attention_mask, kv_length, kv_offset)
         no_lower_right_needed = q_length == 1 or q_length == kv_length
@@ -96,18 +112,86 @@ def wavepe_mask(
     return torch.zeros(keep.shape, dtype=torch.float32, device=keep.device).masked_fill(~keep, float("-inf"))
 
 
+def _closure(fn: Any, name: str) -> Any:
+    """The value a closure captured under ``name`` (None if it captured nothing by that name)."""
+    cells = getattr(fn, "__closure__", None) or ()
+    names = getattr(getattr(fn, "__code__", None), "co_freevars", ())
+    return dict(zip(names, (c.cell_contents for c in cells))).get(name)
+
+
+def _packed_documents(mask_function: Any, local_size: int | None, kv_length: int) -> torch.Tensor | None:
+    """(B, T) document indices when ``mask_function`` is Hugging Face's packed-sequence wrapper of the plain
+    causal function (or of a sliding window too wide to bite), else None.
+
+    ``create_causal_mask`` detects packing from position_ids that restart and builds
+    ``and_masks(packed_sequence_mask_function(docs), remap_positions_for_packed_sequence(causal, positions))``;
+    inside a document the remapped positions advance by one, so the remapped causal rule is the index rule.
+    """
+    from transformers import masking_utils as mu
+
+    def named(fn: Any, outer: str) -> bool:
+        return getattr(fn, "__qualname__", "") == f"{outer}.<locals>.inner_mask"
+
+    fns = _closure(mask_function, "mask_functions")
+    if getattr(mask_function, "__qualname__", "") != "and_masks.<locals>.and_mask" or not isinstance(fns, tuple) \
+            or len(fns) != 2 or not named(fns[0], "packed_sequence_mask_function") \
+            or not named(fns[1], "remap_positions_for_packed_sequence"):
+        return None
+    base = _closure(fns[1], "mask_function")
+    if base is not mu.causal_mask_function:
+        window = _closure(base, "mask_functions")
+        wide = local_size is not None and kv_length <= local_size and isinstance(window, tuple) \
+            and len(window) == 2 and named(window[0], "sliding_window_overlay") \
+            and window[1] is mu.causal_mask_function
+        if not wide:
+            return None
+    docs = _closure(fns[0], "packed_sequence_mask")
+    return docs if isinstance(docs, torch.Tensor) and docs.dim() == 2 else None
+
+
+def documents_of(position_ids: torch.Tensor, real: torch.Tensor | None = None) -> torch.Tensor:
+    """(B, M) document indices of position_ids (B, M): a new document wherever a position does not follow
+    the one before by one (Hugging Face's ``find_packed_sequence_indices``).  With ``real`` (B|1, M) bool,
+    only real tokens count (a pad's position breaks nothing; it takes the document before it).  No host sync."""
+    if real is None:
+        step = torch.diff(position_ids, dim=-1) != 1
+        return torch.cat([torch.zeros_like(position_ids[:, :1]), step.cumsum(-1).to(position_ids.dtype)], dim=-1)
+    b, m = position_ids.shape
+    real = real.expand(b, m)
+    idx = torch.arange(m, device=position_ids.device).expand(b, m)
+    # the index of the last real token before each token (-1: none)
+    last = torch.where(real, idx, -1).cummax(-1).values
+    prev = torch.cat([torch.full_like(last[:, :1], -1), last[:, :-1]], dim=-1)
+    prev_pos = position_ids.gather(-1, prev.clamp_min(0))
+    step = real & (prev >= 0) & (position_ids != prev_pos + 1)
+    return step.cumsum(-1).to(position_ids.dtype)
+
+
+def cu_seqlens_of(docs: torch.Tensor) -> torch.Tensor:
+    """(B, N + 1) int32 boundaries of (B, N) document indices (0, 1, ... non-decreasing by steps of 0 or 1):
+    boundary i is the first token of document i (N for the documents a row does not have). No host sync."""
+    b, n = docs.shape
+    marks = torch.arange(n + 1, device=docs.device, dtype=docs.dtype).expand(b, n + 1).contiguous()
+    return torch.searchsorted(docs.contiguous(), marks).to(torch.int32)
+
+
 # ---- mask resolution ---------------------------------------------------------------------------------------------
 
 class _Plan:
-    """How to run one attention call: fused with (q_offset, key_padding_mask) or dense with a mask."""
+    """How to run one attention call: fused with (q_offset, key_padding_mask | cu_seqlens) or dense with a mask."""
 
-    __slots__ = ("q_offset", "key_padding_mask", "dense_mask")
+    __slots__ = ("q_offset", "key_padding_mask", "dense_mask", "documents")
 
     def __init__(self, q_offset: int, key_padding_mask: torch.Tensor | None = None,
-                 dense_mask: torch.Tensor | None = None) -> None:
+                 dense_mask: torch.Tensor | None = None, documents: torch.Tensor | None = None) -> None:
         self.q_offset = q_offset
         self.key_padding_mask = key_padding_mask  # (B, N) bool, True = ignore; fused path
         self.dense_mask = dense_mask  # (B|1, 1|H, M, N) bool keep or float additive; dense path
+        self.documents = documents  # (B, N) int64 document index of each token (packed sequences); fused path
+
+    @property
+    def cu_seqlens(self) -> torch.Tensor | None:
+        return None if self.documents is None else cu_seqlens_of(self.documents)
 
     @property
     def fused(self) -> bool:
@@ -144,6 +228,11 @@ def resolve_mask(mask: Any, b: int, h: int, m: int, n: int, sliding_window: int 
             return _Plan(off, dense_mask=_causal_keep(m, n, off, device, sliding_window))
         return _Plan(off)
     off = n - m
+    if not mask.dtype.is_floating_point and mask.dtype != torch.bool:  # document indices (wavepe_mask)
+        if mask.shape[1:3] != (1, 1) or m != n or not causal:
+            raise ValueError(f"a packed-sequence mask (document indices) must be (B, 1, 1, N) for causal attention "
+                             f"with M == N, got shape {tuple(mask.shape)}, M={m}, causal={causal}")
+        return _Plan(0, documents=mask[:, 0, 0, :].expand(b, n))
     if mask.dtype == torch.bool and mask.shape[1] == 1 and causal:
         if mask.shape[2] == 1 and (m == 1 or sliding_window is None or n <= sliding_window):
             keep = mask[:, 0, 0, :].expand(b, n)
@@ -175,6 +264,25 @@ def query_indices(plan: _Plan, m: int, n: int, device: torch.device) -> torch.Te
     return torch.where(last >= 0, last, default)
 
 
+def key_distances(plan: _Plan, m: int, n: int, device: torch.device) -> torch.Tensor:
+    """(B|1, M, N) int64: r = pos_q - pos_k of every (query, key) pair the mask lets through.
+
+    Counted in keys the query sees: r[m, n] = the number of visible keys after
+    n up to the query's own index (:func:`query_indices`; negative for keys
+    after it).  Where no pad lies between the two that is their index
+    distance; across pads (a padding mask with holes) it skips them, as
+    position_ids that count real tokens do.  Pairs the mask hides get
+    whatever value (never used).
+    """
+    last = query_indices(plan, m, n, device)  # (B|1, M)
+    mask = plan.dense_mask
+    if mask is None:
+        return last[:, :, None] - torch.arange(n, device=device)
+    keep = mask[:, 0] if mask.dtype == torch.bool else mask[:, 0] > torch.finfo(mask.dtype).min / 2
+    seen = keep.expand(keep.shape[0], m, n).to(torch.int64).cumsum(-1)  # visible keys in [0, n]
+    return seen.gather(-1, last.expand(seen.shape[0], m)[..., None]) - seen
+
+
 def _wavelet_bias_at(q: torch.Tensor, rel: torch.Tensor, wavelet: WaveletConfig) -> torch.Tensor:
     """bias[b, h, m, n] = q[b, h, m] · T[rel[b, m, n]] for causal distances rel (B|1, M, N) >= 0 (else 0).
 
@@ -196,16 +304,16 @@ def _wavelet_bias_at(q: torch.Tensor, rel: torch.Tensor, wavelet: WaveletConfig)
 
 
 def dense_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None,
-                    positions: torch.Tensor, *, pos_enc: str, wavelet: WaveletConfig | None, scale: float,
+                    distances: torch.Tensor, *, pos_enc: str, wavelet: WaveletConfig | None, scale: float,
                     softcap: float | None = None, dropout: float = 0.0) -> tuple[torch.Tensor, torch.Tensor]:
     """Attention with every score spelled out: the encoding's bias, softcapping, the mask, dropout.
 
     q (B, H, M, d), k/v (B, H_kv, N, d); ``mask`` bool (True = attend) or float
     additive, broadcastable to (B, H, M, N), or None (every key);
-    ``positions`` (B|1, M): each query's index among the keys (:func:`query_indices`).
+    ``distances`` (B|1, M, N): r = pos_q - pos_k of each pair (:func:`key_distances`).
     Scores::
 
-        s = scale * (q·k + q·T[r])    wavelet   (r = positions[m] - n)
+        s = scale * (q·k + q·T[r])    wavelet
         s = scale * q·k - slope_h * r  alibi
         s = scale * q·k                rope (q, k rotated) / nope
         s = softcap * tanh(s / softcap)  when softcap is set (Gemma 2)
@@ -225,7 +333,7 @@ def dense_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: tor
         vc = vc.repeat_interleave(h // vc.shape[1], dim=1)
     scores = (qc @ kc.transpose(-1, -2)) * scale
     if pos_enc in ("wavelet", "alibi"):
-        rel = positions[:, :, None] - torch.arange(n, device=q.device)  # (B|1, M, N)
+        rel = distances  # (B|1, M, N)
         if pos_enc == "wavelet":
             scores = scores + scale * _wavelet_bias_at(qc, rel, wavelet)
         else:
@@ -248,15 +356,20 @@ def dense_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: tor
 def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: Any, *, pos_enc: str,
            wavelet: WaveletConfig | None, scale: float, dropout: float = 0.0, sliding_window: int | None = None,
            softcap: float | None = None, causal: bool = True, weights: bool = False,
-           position_ids: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor | None, _Plan]:
+           position_ids: torch.Tensor | None = None, check_positions: bool = True
+           ) -> tuple[torch.Tensor, torch.Tensor | None, _Plan]:
     """Attention of one layer: q (B, H, M, d), k/v (B, H_kv, N, d) -> ((B, M, H, d), probabilities, plan).
 
     ``pos_enc``: the shim's name ("wavelet", "alibi", "rope" (q, k already rotated), "nope").
     The fused kernel runs for compact masks without dropout, softcapping or
     ``weights``; otherwise :func:`dense_attention`.  The probabilities
     (B, H, M, N) are returned when ``weights`` (else None).  ``position_ids``
-    (B|1, M), when given, are checked to advance by one per unpadded token
-    (:func:`check_positions_follow_indices`) on the fused path.
+    (B|1, M), when given: where they do not advance by one, a new document
+    starts (Hugging Face's packed sequences, ``find_packed_sequence_indices``)
+    when the queries are every key and nothing is padded -- also with a cache
+    object, where Hugging Face's own masks would not see the packing; with
+    ``check_positions``, they are checked to advance by one per unpadded token
+    (:func:`check_positions_follow_indices`) on the fused path otherwise.
     """
     from .. import ops
 
@@ -264,26 +377,69 @@ def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: Any, *, pos_
     n = k.shape[2]
     plan = resolve_mask(mask, b, h, m, n, sliding_window, causal, q.device)
     kind = scores_pos_enc(pos_enc)  # what the scores add once q and k are (or are not) rotated
+    if position_ids is not None and plan.key_padding_mask is None and plan.documents is None and causal \
+            and m == n and m > 1 and plan.q_offset == 0 and position_ids.dim() == 2 and position_ids.shape[-1] == m:
+        if plan.dense_mask is None:
+            plan = _Plan(0, documents=documents_of(position_ids.expand(b, m)))
+        else:  # a dense mask (sliding window, eager mask) made without the packing: documents on top
+            dense = plan.dense_mask
+            keep = dense[:, 0] if dense.dtype == torch.bool else dense[:, 0] > torch.finfo(dense.dtype).min / 2
+            real = keep.expand(keep.shape[0], m, n).diagonal(dim1=-2, dim2=-1)  # a real token sees itself
+            docs = documents_of(position_ids.expand(b, m), real)
+            same = (docs[:, :, None] == docs[:, None, :])[:, None]
+            plan.dense_mask = dense & same if dense.dtype == torch.bool else dense.masked_fill(~same, float("-inf"))
+    if kind in ("wavelet", "alibi") and plan.key_padding_mask is not None and _has_holes(mask, plan):
+        # pads between real tokens: the dense path, whose distances skip them (key_distances)
+        plan = _Plan(plan.q_offset, dense_mask=_spelled_out(plan, m, n, causal, q.device))
     fused = plan.fused and dropout == 0.0 and softcap is None and not weights
-    if position_ids is not None and fused and m > 1:
+    if position_ids is not None and check_positions and fused and m > 1 and plan.documents is None:
         check_positions_follow_indices(position_ids, plan, m, pos_enc)
     if m == 0 or n == 0:  # nothing to attend to: 0, like a query whose keys are all masked
         return q.new_zeros((b, m, h, v.shape[-1])), (q.new_zeros((b, h, m, n)) if weights else None), plan
     if fused:
         out = ops.wavelet_attention(q, k, v, wavelet if kind == "wavelet" else None, pos_enc=kind, causal=causal,
-                                    scale=scale, q_offset=plan.q_offset, key_padding_mask=plan.key_padding_mask)
+                                    scale=scale, q_offset=plan.q_offset, key_padding_mask=plan.key_padding_mask,
+                                    cu_seqlens=plan.cu_seqlens)
         return out.transpose(1, 2), None, plan
     dense = plan.dense_mask
-    if dense is None and (causal or plan.key_padding_mask is not None):
-        # a compact plan on the dense path: spell the mask out
-        dense = _causal_keep(m, n, plan.q_offset, q.device)[None] if causal else \
-            torch.ones((1, m, n), dtype=torch.bool, device=q.device)
-        if plan.key_padding_mask is not None:
-            dense = dense & ~plan.key_padding_mask[:, None, :]
-        dense = dense[:, None]
-    out, probs = dense_attention(q, k, v, dense, query_indices(plan, m, n, q.device), pos_enc=kind, wavelet=wavelet,
+    if dense is None and (causal or plan.key_padding_mask is not None or plan.documents is not None):
+        dense = _spelled_out(plan, m, n, causal, q.device)
+    spelled = _Plan(plan.q_offset, dense_mask=dense)
+    out, probs = dense_attention(q, k, v, dense, key_distances(spelled, m, n, q.device), pos_enc=kind, wavelet=wavelet,
                                  scale=scale, softcap=softcap, dropout=dropout)
     return out.transpose(1, 2), (probs if weights else None), plan
+
+
+def _spelled_out(plan: _Plan, m: int, n: int, causal: bool, device: torch.device) -> torch.Tensor:
+    """A compact plan's mask as a dense (B|1, 1, M, N) bool keep: causal, key padding, documents."""
+    dense = _causal_keep(m, n, plan.q_offset, device)[None] if causal else \
+        torch.ones((1, m, n), dtype=torch.bool, device=device)
+    if plan.key_padding_mask is not None:
+        dense = dense & ~plan.key_padding_mask[:, None, :]
+    if plan.documents is not None:
+        docs = plan.documents
+        dense = dense & (docs[:, plan.q_offset:plan.q_offset + m, None] == docs[:, None, :])
+    return dense[:, None]
+
+
+def _has_holes(mask: Any, plan: _Plan) -> bool:
+    """Whether some row's real (unpadded) keys are not contiguous.  One host sync per mask object: the
+    answer is kept on the mask, which Hugging Face builds once per forward for every layer; never under
+    torch.compile (the fused path then measures index distances)."""
+    if _compiling():
+        return False
+    known = getattr(mask, "_wavepe_holes", None)
+    if known is not None:
+        return known
+    real = ~plan.key_padding_mask
+    starts = real.clone()
+    starts[:, 1:] &= ~real[:, :-1]  # first token of each run of real keys
+    holes = bool((starts.sum(-1) > 1).any())
+    try:
+        mask._wavepe_holes = holes
+    except (AttributeError, TypeError):
+        pass
+    return holes
 
 
 def check_positions_follow_indices(position_ids: torch.Tensor, plan: _Plan, m: int, pos_enc: str) -> None:

@@ -118,7 +118,8 @@ def _layer_attention(module: nn.Module, state: LayerState | None, query: torch.T
     out, probs, _ = _attn.attend(query, key, value, attention_mask, pos_enc=settings.pos_enc,
                                  wavelet=settings.wavelet, scale=scale, dropout=dropout,
                                  sliding_window=sliding_window, softcap=softcap, causal=causal, weights=weights,
-                                 position_ids=kwargs.get("position_ids") if check else None)
+                                 position_ids=kwargs.get("position_ids") if relative else None,
+                                 check_positions=check)
     return out, probs
 
 
