@@ -344,14 +344,24 @@ static int FN(group_bias)(FN(work) * w, const FN(group) * g, const FN(kblock) * 
     return has_init;
 }
 
-/* Scores of a group against a key block into s (6 rows, stride lds), up to
- * jmax rounded to NR; bias included.  Rows/keys past jv hold finite junk. */
+/* The first key of the block's strip that holds a key some row of the group
+ * sees: keys before it (another document's) are never computed. */
+static int64_t FN(first_key)(const FN(group) * g, const int64_t jl[ATTN_MR], const int64_t jv[ATTN_MR]) {
+    int64_t j0 = INT64_MAX;
+    for (int t = 0; t < g->rows; ++t)
+        if (jv[t] > jl[t] && jl[t] < j0) j0 = jl[t];
+    return j0 == INT64_MAX ? 0 : j0 / NR * NR;
+}
+
+/* Scores of a group against a key block into s (6 rows, stride lds), keys
+ * j0 (a multiple of NR) up to jmax rounded to NR; bias included.  Rows/keys
+ * past jv hold finite junk; keys before j0 are not written. */
 static void FN(group_scores)(FN(work) * w, const FN(group) * g, const FN(kblock) * kb, const int64_t jv[ATTN_MR],
-                             int64_t jmax, T *s, int64_t lds) {
+                             int64_t j0, int64_t jmax, T *s, int64_t lds) {
     const int64_t d = w->p->a.d, nstrip = (jmax + NR - 1) / NR;
     const T *init[ATTN_MR];
     const int has_init = FN(group_bias)(w, g, kb, jv, jmax, init);
-    for (int64_t st = 0; st < nstrip; ++st) {
+    for (int64_t st = j0 / NR; st < nstrip; ++st) {
         const T *ini[ATTN_MR];
         if (has_init)
             for (int t = 0; t < ATTN_MR; ++t) ini[t] = init[t] + st * NR;
@@ -495,8 +505,9 @@ static void FN(group_forward)(FN(work) * w, const FN(group) * g, const FN(kblock
     const int64_t jmax = FN(valid_keys)(g, kb, jl, jv);
     if (jmax == 0) return;
     T *s = w->s;
+    const int64_t j0 = g->qr != NULL ? 0 : FN(first_key)(g, jl, jv);
     if (g->qr != NULL) FN(narrow_scores)(w, g, kb, jl, jv, jmax, s, ATTN_SLD);
-    else FN(group_scores)(w, g, kb, jv, jmax, s, ATTN_SLD);
+    else FN(group_scores)(w, g, kb, jv, j0, jmax, s, ATTN_SLD);
     const int64_t jround = (jmax + VL - 1) / VL * VL;
     const VT ninf = V(set1)(-(T)INFINITY);
     for (int t = 0; t < ATTN_MR; ++t) {
@@ -511,7 +522,8 @@ static void FN(group_forward)(FN(work) * w, const FN(group) * g, const FN(kblock
          * as the softmax of the formula does (x86 max would drop it) */
         VT vmax = ninf;
         MT any_nan = M(first)(0), any_kept = M(first)(0);
-        for (int64_t j = 0; j < n; j += VL) {
+        const int64_t jb = jl[t] / VL * VL; /* P below it is never read (rows_times_panels, row_pv) */
+        for (int64_t j = jb; j < n; j += VL) {
             VT x = V(loadu)(row + j);
             MT keep = FN(lanes_within)(j, jl[t], n);
             if (kb->masked) keep = M(and)(keep, V(cmpeq)(V(loadu)(w->kpm + j), V(zero)()));
@@ -534,7 +546,7 @@ static void FN(group_forward)(FN(work) * w, const FN(group) * g, const FN(kblock
         }
         const VT vm = V(set1)(m_new);
         VT vsum = V(zero)();
-        for (int64_t j = 0; j < n; j += VL) {
+        for (int64_t j = jb; j < n; j += VL) {
             const VT e = V(exp_softmax)(V(sub)(V(loadu)(row + j), vm)); /* masked lanes: exp(-inf) = 0 */
             V(storeu)(row + j, e);
             vsum = V(add)(vsum, e);
@@ -877,10 +889,11 @@ static void FN(tile_backward)(FN(work) * w, FN(group) * groups, int64_t b, int64
                 }
             continue;
         }
-        FN(group_scores)(w, g, kb, jv, jmax, ps, ATTN_SLD);
+        const int64_t j0 = FN(first_key)(g, jl, jv);
+        FN(group_scores)(w, g, kb, jv, j0, jmax, ps, ATTN_SLD);
         const int64_t nstrip = (jmax + NR - 1) / NR;
         const T *dop = w->dop + gi * ATTN_MR * d;
-        for (int64_t st = 0; st < nstrip; ++st)
+        for (int64_t st = j0 / NR; st < nstrip; ++st)
             FN(mk_nt)(d, dop, w->vp + st * d * NR, dss + st * NR, ATTN_SLD, NULL);
         VT vslope = V(zero)();
         for (int t = 0; t < ATTN_MR; ++t) {
@@ -888,6 +901,11 @@ static void FN(tile_backward)(FN(work) * w, FN(group) * groups, int64_t b, int64
             const int64_t n = jv[t], i = gi * ATTN_MR + t;
             int64_t j = 0;
             if (n > 0 && lse[i] != -(T)INFINITY) {
+                /* keys before j0 were not computed: P = dS = 0 there (the block's products read them) */
+                for (; j < j0; j += VL) {
+                    V(storeu)(prow + j, V(zero)());
+                    V(storeu)(drow + j, V(zero)());
+                }
                 const VT vl = V(set1)(lse[i]), vD = V(set1)((T)w->dvec[m0 + i]), vs = V(set1)(scale);
                 for (; j < n; j += VL) {
                     /* masked lanes: P = dS = 0 by selection (their scores and
