@@ -5,11 +5,12 @@
 // (csrc/core/attention.h) once, validate it, and wavepe::launch runs it (the
 // CPU plan's phases over the thread pool, or the CUDA launchers).  The bias
 // is given by which optional is present: a table (wavelet / relative bias),
-// ALiBi slopes, or neither.  q, k, v, table keep their dtype (bf16 / fp16
-// only where the device's kernels take them: CUDA); slopes, lse and the lse
-// gradient travel as the accumulator type (float32, float64 for float64
-// inputs), whatever dtype the caller gave them, and dslopes is returned in
-// the slopes' dtype.
+// ALiBi slopes, or neither.  Packed sequences: cu_seqlens (document
+// boundaries, int32 on the device, converted there from int64: no host
+// sync).  q, k, v, table keep their dtype (bf16 / fp16 only where the
+// device's kernels take them: CUDA); slopes, lse and the lse gradient travel
+// as the accumulator type (float32, float64 for float64 inputs), whatever
+// dtype the caller gave them, and dslopes is returned in the slopes' dtype.
 #include <optional>
 #include <tuple>
 #include <vector>
