@@ -5,7 +5,8 @@
 //   delta   D[m] = dO[m] . O[m] - dlse[m]             (one warp per row; dlse = the
 //           gradient of the lse output, which adds dlse[m] P[m, n] to dS)
 //   dkdv    a CTA owns B keys of one (batch, kv head); for every query head
-//           of the GQA group and every query block that can see the keys it
+//           of the GQA group and every query block that can see the keys (their
+//           documents' queries, from the keys on when causal) it
 //           recomputes S^T = K Q^T (+ bias), P^T = exp(S^T - lse),
 //           dV += P^T dO, dP^T = V dO^T, dS^T = P^T (dP^T - D), dK += dS^T Q.
 //           The bias needs G = Q T_win^T of all query groups of the tile: each
@@ -30,7 +31,7 @@ namespace {
 template <class T, int B>
 struct BwdLayout {
     SmemPlan plan;
-    int a, b, c, dd, t, g, lse, delta, mask, pscr;
+    int a, b, c, dd, t, g, lse, delta, mask, pscr, rows;
     // a, b: the CTA's own rows (dkdv: K, V; dq/dtable: Q, dO); c, dd: the streamed ones
     __host__ __device__ BwdLayout(int64_t d_pad, bool table) {
         using A = acc_t<T>;
@@ -45,6 +46,7 @@ struct BwdLayout {
         delta = plan.add(sizeof(A) * B);
         mask = plan.add(B);
         pscr = plan.add(sizeof(A) * (B / 16) * rb_scratch_elems<T>(B));
+        rows = plan.add(2 * B * sizeof(int64_t));  // the query rows' keys [lo, hi)
     }
 };
 
@@ -70,7 +72,8 @@ __global__ void __launch_bounds__(128) attn_bwd_delta_kernel(AttnParams p) {
 template <class T, int B>
 WAVEPE_DEVICE void warp_dscores(acc_t<T> (&ds)[B / 8][4], const AttnParams &p, const T *q_rows, const T *go_rows,
                                 const T *Ks, const T *Vs, const T *t_rows, acc_t<T> *gw, bool warp_bias, int ld,
-                                int gld, int ksteps, int64_t wm0, int64_t n0, const uint8_t *kmask, acc_t<T> scale,
+                                int gld, int ksteps, int64_t wm0, int64_t n0, const uint8_t *kmask,
+                                const int64_t *wlo, const int64_t *whi, acc_t<T> scale,
                                 acc_t<T> slope, const acc_t<T> (&lse2)[2], const acc_t<T> (&dl)[2]) {
     using A = acc_t<T>;
     constexpr int NT = B / 8;
@@ -83,7 +86,7 @@ WAVEPE_DEVICE void warp_dscores(acc_t<T> (&ds)[B / 8][4], const AttnParams &p, c
         __syncwarp();
     }
     bool seen[2] = {false, false};  // (the forward's lse already says which rows are NaN)
-    scores_log2(ds, p, wm0, n0, kmask, scale * A(kLog2e), slope * A(kLog2e), seen);
+    scores_log2(ds, p, wm0, n0, kmask, wlo, whi, scale * A(kLog2e), slope * A(kLog2e), seen);
     A dp[NT][4];
     zero_frags(dp);
     warp_abt<T, NT>(dp, go_rows, ld, Vs, ld, ksteps);
@@ -133,6 +136,7 @@ __global__ void __launch_bounds__(B * 2, 1) attn_bwd_dkdv_kernel(AttnParams p) {
     const int ld = tile_ld<T>(p.d_pad), gld = g_ld<A>(B);
     const int warp = threadIdx.x / 32, t4 = threadIdx.x & 3;
     A *pscr = reinterpret_cast<A *>(smem + L.plan.off[L.pscr]) + warp * rb_scratch_elems<T>(B);
+    int64_t *const rlo = reinterpret_cast<int64_t *>(smem + L.plan.off[L.rows]), *const rhi = rlo + B;
     const int ksteps = int(p.d_pad / 16), dt_active = cs.dt_active;
 
     const int64_t nblocks = ceil_div(p.n, B), mblocks = ceil_div(p.m, B);
@@ -141,36 +145,55 @@ __global__ void __launch_bounds__(B * 2, 1) attn_bwd_dkdv_kernel(AttnParams p) {
     const int64_t n0 = nb * B, wn0 = n0 + 16 * warp;
     const T *kg = static_cast<const T *>(p.k) + b * p.k_sb + hk * p.k_sh;
     const T *vg = static_cast<const T *>(p.v) + b * p.v_sb + hk * p.v_sh;
-    // keys no query sees (padded, past the last query's position) are zero rows:
-    // their dK, dV are 0 whatever they hold
-    const int64_t last_pos = p.q_offset + p.m - 1;
+    // keys no query sees (absent, padded, no query in their document, past the last query's
+    // position) are masked and zero rows: their dK, dV are 0 whatever they hold
+    for (int c = threadIdx.x; c < B; c += blockDim.x) {
+        const int64_t n = n0 + c;
+        bool none = n >= p.n || (p.kpm != nullptr && p.kpm[b * p.kpm_sb + n] != 0);
+        if (!none) {
+            int64_t lo, hi;
+            key_queries(p, b, n, lo, hi);
+            if (lo < p.q_offset) lo = p.q_offset;
+            if (hi > p.q_offset + p.m) hi = p.q_offset + p.m;
+            none = lo >= hi;
+        }
+        kmask[c] = none ? 1 : 0;
+    }
+    __syncthreads();
     load_tile(Ks, ld, B, p.d, p.d_pad, p.vec_k, [&](int r) -> const T * {
-        const int64_t n = n0 + r;
-        return key_row_seen(p, b, n, last_pos) ? kg + n * p.k_sn : nullptr;
+        return kmask[r] ? nullptr : kg + (n0 + r) * p.k_sn;
     });
     load_tile(Vs, ld, B, p.d, p.d_pad, p.vec_v, [&](int r) -> const T * {
-        const int64_t n = n0 + r;
-        return key_row_seen(p, b, n, last_pos) ? vg + n * p.v_sn : nullptr;
+        return kmask[r] ? nullptr : vg + (n0 + r) * p.v_sn;
     });
-    load_key_mask(kmask, B, p, b, n0);
 
     A dk[DT][4], dv[DT][4];
     zero_frags(dk);
     zero_frags(dv);
     const A scale = A(p.scale);
-    // query blocks that can see these keys: pos_q >= n0
-    int64_t i_start = 0;
-    if (p.causal && n0 - p.q_offset > 0) i_start = (n0 - p.q_offset) / B;
+    // query blocks that can see these keys: positions in their documents (from n0 on, causal)
+    int64_t i_start = 0, i_end = mblocks;
+    {
+        int64_t lo, hi, lo_last, hi_last;
+        key_queries(p, b, n0, lo, hi);
+        key_queries(p, b, (n0 + B < p.n ? n0 + B : p.n) - 1, lo_last, hi_last);
+        if (lo > p.q_offset) i_start = (lo - p.q_offset) / B;
+        if (p.cu_seqlens != nullptr) {  // (hi_last is INT64_MAX without)
+            const int64_t e = hi_last > p.q_offset ? ceil_div(hi_last - p.q_offset, B) : 0;
+            if (e < i_end) i_end = e;
+        }
+    }
     for (int64_t h = hk * p.group; h < (hk + 1) * p.group; ++h) {
         const int64_t bh = b * p.heads + h;
         const A slope = head_slope<T>(p, h);
         const T *qg = static_cast<const T *>(p.q) + b * p.q_sb + h * p.q_sh;
         const T *gog = static_cast<const T *>(p.go) + b * p.go_sb + h * p.go_sh;
-        for (int64_t i = i_start; i < mblocks; ++i) {
+        for (int64_t i = i_start; i < i_end; ++i) {
             const int64_t m0 = i * B;
             const int64_t base = p.q_offset + m0 - n0 - p.r_lo;
             const bool tile_bias = has_table && table_rows_hit(p, base - (B - 1), base + B - 1);
             __syncthreads();  // previous query block consumed
+            load_row_keys(rlo, rhi, B, p, b, m0);
             load_tile(Qs, ld, B, p.d, p.d_pad, p.vec_q, [&](int r) -> const T * {
                 const int64_t m = m0 + r;
                 return m < p.m ? qg + m * p.q_sm : nullptr;
@@ -198,7 +221,7 @@ __global__ void __launch_bounds__(B * 2, 1) attn_bwd_dkdv_kernel(AttnParams p) {
                 }
             }
             __syncthreads();
-            if (wn0 >= p.n || (p.causal && wn0 > p.q_offset + m0 + B - 1)) continue;  // warp-uniform
+            if (wn0 >= p.n || wn0 >= rhi[B - 1] || wn0 + 16 <= rlo[0]) continue;  // warp-uniform: no query sees a key
 
             // S^T (16 keys x B queries)
             A st[NT][4];
@@ -214,7 +237,7 @@ __global__ void __launch_bounds__(B * 2, 1) attn_bwd_dkdv_kernel(AttnParams p) {
                         st[nt][e] += Gs[(gq * 16 + r) * gld + r - (16 * warp + rk) + B - 1];
                     }
                     const int64_t n = wn0 + rk, m = m0 + cq, pos_q = p.q_offset + m;
-                    const bool masked = m >= p.m || kmask[16 * warp + rk] || (p.causal && n > pos_q);
+                    const bool masked = m >= p.m || kmask[16 * warp + rk] || n < rlo[cq] || n >= rhi[cq];
                     A x = st[nt][e] * scale;
                     if (p.pos_enc == WAVEPE_CUDA_PE_ALIBI) {
                         const int64_t dist = pos_q - n;
@@ -233,7 +256,7 @@ __global__ void __launch_bounds__(B * 2, 1) attn_bwd_dkdv_kernel(AttnParams p) {
                 for (int e = 0; e < 4; ++e) {  // dS^T, by selection: a masked pair's dP^T may be NaN
                     const int rk = frag_row(e), cq = frag_col(nt, e);
                     const int64_t n = wn0 + rk, m = m0 + cq;
-                    const bool masked = m >= p.m || kmask[16 * warp + rk] || (p.causal && n > p.q_offset + m) ||
+                    const bool masked = m >= p.m || kmask[16 * warp + rk] || n < rlo[cq] || n >= rhi[cq] ||
                                         lse_s[cq] == neg_inf<A>();
                     st[nt][e] = masked ? A(0) : st[nt][e] * (dpt[nt][e] - delta_s[frag_col(nt, e)]);
                 }
@@ -280,6 +303,8 @@ __global__ void __launch_bounds__(B * 2, 1) attn_bwd_dq_kernel(AttnParams p) {
     const int ld = tile_ld<T>(p.d_pad), gld = g_ld<A>(B);
     const int warp = threadIdx.x / 32, t4 = threadIdx.x & 3;
     A *pscr = reinterpret_cast<A *>(smem + L.plan.off[L.pscr]) + warp * rb_scratch_elems<T>(B);
+    int64_t *const rlo = reinterpret_cast<int64_t *>(smem + L.plan.off[L.rows]), *const rhi = rlo + B;
+    const int64_t *const wlo = rlo + 16 * warp, *const whi = rhi + 16 * warp;  // this warp's rows
     const int ksteps = int(p.d_pad / 16), dt_active = cs.dt_active;
 
     const int64_t mblocks = ceil_div(p.m, B);
@@ -304,14 +329,15 @@ __global__ void __launch_bounds__(B * 2, 1) attn_bwd_dq_kernel(AttnParams p) {
     A dq[DT][4];
     zero_frags(dq);
 
-    int64_t n_stop = p.n;
-    if (p.causal && p.q_offset + m0 + B < n_stop) n_stop = p.q_offset + m0 + B;
-    const int64_t kb_stop = n_stop > 0 ? ceil_div(n_stop, B) : 0;
+    // the key blocks some row of this CTA sees (keys [cta_lo, cta_hi))
+    load_row_keys(rlo, rhi, B, p, b, m0);
+    __syncthreads();
+    const int64_t cta_lo = rlo[0], cta_hi = rhi[B - 1];
+    const int64_t kb_stop = cta_hi > cta_lo ? ceil_div(cta_hi, B) : 0;
     const bool warp_rows = wm0 < p.m;
     A *gw = Gs + warp * 16 * gld;
     A slope_acc = 0;  // this lane's share of d loss / d slope_h
-    const int64_t cta_last_pos = p.q_offset + (m0 + B < p.m ? m0 + B : p.m) - 1, first_pos = p.q_offset + wm0;
-    for (int64_t j = 0; j < kb_stop; ++j) {
+    for (int64_t j = cta_lo / B; j < kb_stop; ++j) {
         const int64_t n0 = j * B;
         const int64_t base = p.q_offset + m0 - n0 - p.r_lo;
         const bool tile_bias = has_table && table_rows_hit(p, base - (B - 1), base + B - 1);
@@ -319,24 +345,24 @@ __global__ void __launch_bounds__(B * 2, 1) attn_bwd_dq_kernel(AttnParams p) {
         // keys no row of this CTA sees are zero rows (0 * garbage never reaches dQ)
         load_tile(Ks, ld, B, p.d, p.d_pad, p.vec_k, [&](int r) -> const T * {
             const int64_t n = n0 + r;
-            return key_row_seen(p, b, n, cta_last_pos) ? kg + n * p.k_sn : nullptr;
+            return key_row_seen(p, b, n, cta_lo, cta_hi) ? kg + n * p.k_sn : nullptr;
         });
         load_tile(Vs, ld, B, p.d, p.d_pad, p.vec_v, [&](int r) -> const T * {
             const int64_t n = n0 + r;
-            return key_row_seen(p, b, n, cta_last_pos) ? vg + n * p.v_sn : nullptr;
+            return key_row_seen(p, b, n, cta_lo, cta_hi) ? vg + n * p.v_sn : nullptr;
         });
         if (tile_bias)
             load_tile(Ts, ld, 2 * B, p.d, p.d_pad, p.vec_t,
                       [&](int w) -> const T * { return window_row_ptr<T>(p, base, B, w); });
         load_key_mask(kmask, B, p, b, n0);
         __syncthreads();
-        if (!warp_rows || (p.causal && n0 > p.q_offset + wm0 + 15)) continue;  // warp-uniform
+        if (!warp_rows || n0 >= whi[15] || n0 + B <= wlo[0]) continue;  // warp-uniform: no row sees a key
         const bool warp_bias = tile_bias && table_rows_hit(p, base + 16 * warp - (B - 1), base + 16 * warp + 15);
         A ds[NT][4];
         warp_dscores<T, B>(ds, p, Qs + 16 * warp * ld, dOs + 16 * warp * ld, Ks, Vs, Ts + 16 * warp * ld, gw,
-                           warp_bias, ld, gld, ksteps, wm0, n0, kmask, scale, slope, lse2, dl);
-        // dS K (the causal band's keys row by row where they hold inf/NaN)
-        warp_rb_masked<T, NT, DT>(dq, ds, Ks, ld, cs.c0, dt_active, pscr, p, n0, first_pos, cta_last_pos);
+                           warp_bias, ld, gld, ksteps, wm0, n0, kmask, wlo, whi, scale, slope, lse2, dl);
+        // dS K (the band's keys row by row where they hold inf/NaN)
+        warp_rb_masked<T, NT, DT>(dq, ds, Ks, ld, cs.c0, dt_active, pscr, p, n0, wlo, whi, cta_lo, cta_hi);
         if (p.dslopes != nullptr) {
 #pragma unroll
             for (int nt = 0; nt < NT; ++nt)
@@ -408,6 +434,8 @@ __global__ void __launch_bounds__(B * 2, 1) attn_bwd_dtable_kernel(AttnParams p)
     const int ld = tile_ld<T>(p.d_pad), gld = g_ld<A>(B);
     const int warp = threadIdx.x / 32;
     A *pscr = reinterpret_cast<A *>(smem + L.plan.off[L.pscr]) + warp * rb_scratch_elems<T>(B);
+    int64_t *const rlo = reinterpret_cast<int64_t *>(smem + L.plan.off[L.rows]), *const rhi = rlo + B;
+    const int64_t *const wlo = rlo + 16 * warp, *const whi = rhi + 16 * warp;  // this warp's rows
     const int ksteps = int(p.d_pad / 16), dt_active = cs.dt_active;
 
     const int64_t mblocks = ceil_div(p.m, B), nblocks = ceil_div(p.n, B);
@@ -433,7 +461,11 @@ __global__ void __launch_bounds__(B * 2, 1) attn_bwd_dtable_kernel(AttnParams p)
         const T *vg = static_cast<const T *>(p.v) + b * p.v_sb + hk * p.v_sh;
         for (int64_t i = i_begin; i < i_end; ++i) {
             const int64_t m0 = i * B, n0 = (i - delta) * B, wm0 = m0 + 16 * warp;
-            __syncthreads();  // Gs / tiles of the previous tile consumed
+            __syncthreads();  // Gs / tiles / row ranges of the previous tile consumed
+            load_row_keys(rlo, rhi, B, p, b, m0);
+            __syncthreads();
+            const int64_t cta_lo = rlo[0], cta_hi = rhi[B - 1];
+            if (n0 >= cta_hi || n0 + B <= cta_lo) continue;  // CTA-uniform: no row sees a key of the tile
             load_tile(Qs, ld, B, p.d, p.d_pad, p.vec_q, [&](int r) -> const T * {
                 const int64_t m = m0 + r;
                 return m < p.m ? qg + m * p.q_sm : nullptr;
@@ -442,25 +474,26 @@ __global__ void __launch_bounds__(B * 2, 1) attn_bwd_dtable_kernel(AttnParams p)
                 const int64_t m = m0 + r;
                 return m < p.m ? gog + m * p.go_sm : nullptr;
             });
-            const int64_t tile_last_pos = p.q_offset + (m0 + B < p.m ? m0 + B : p.m) - 1;  // keys past it: zero rows
+            // keys no row of the tile sees: zero rows
             load_tile(Ks, ld, B, p.d, p.d_pad, p.vec_k, [&](int r) -> const T * {
                 const int64_t n = n0 + r;
-                return key_row_seen(p, b, n, tile_last_pos) ? kg + n * p.k_sn : nullptr;
+                return key_row_seen(p, b, n, cta_lo, cta_hi) ? kg + n * p.k_sn : nullptr;
             });
             load_tile(Vs, ld, B, p.d, p.d_pad, p.vec_v, [&](int r) -> const T * {
                 const int64_t n = n0 + r;
-                return key_row_seen(p, b, n, tile_last_pos) ? vg + n * p.v_sn : nullptr;
+                return key_row_seen(p, b, n, cta_lo, cta_hi) ? vg + n * p.v_sn : nullptr;
             });
             load_key_mask(kmask, B, p, b, n0);
             __syncthreads();
-            const bool live = wm0 < p.m && !(p.causal && n0 > p.q_offset + wm0 + 15);
+            const bool live = wm0 < p.m && n0 < whi[15] && n0 + B > wlo[0];
             A ds[NT][4];
             if (live) {
                 A lse2[2], dl[2];
                 row_stats(lse2, dl, p, bh, wm0);
                 const bool warp_bias = table_rows_hit(p, base + 16 * warp - (B - 1), base + 16 * warp + 15);
                 warp_dscores<T, B>(ds, p, Qs + 16 * warp * ld, dOs + 16 * warp * ld, Ks, Vs, Ts + 16 * warp * ld, gw,
-                                   warp_bias, ld, gld, ksteps, wm0, n0, kmask, scale, head_slope<T>(p, h), lse2, dl);
+                                   warp_bias, ld, gld, ksteps, wm0, n0, kmask, wlo, whi, scale, head_slope<T>(p, h), lse2,
+                                   dl);
             }
             for (int e = threadIdx.x & 31; e < 16 * gld; e += 32) gw[e] = A(0);
             __syncwarp();
