@@ -85,13 +85,16 @@ __global__ void __launch_bounds__(BM * 2) attn_fwd_kernel(AttnParams p) {
 
     load_row_keys(rlo, rhi, BM, p, b, m0);
     __syncthreads();
-    // keys some row of this CTA sees (no row sees another: their tile rows are zero, whatever
-    // they hold -- NaN/inf never reach P V), and this split's key blocks among them
-    const int64_t cta_lo = rlo[0], cta_hi = rhi[BM - 1];
-    const int64_t kb_stop = cta_hi > cta_lo ? ceil_div(cta_hi, BN) : 0;
-    int64_t kb_begin = split * p.blocks_per_split;
-    const int64_t kb_end = kb_begin + p.blocks_per_split < kb_stop ? kb_begin + p.blocks_per_split : kb_stop;
-    if (kb_begin < cta_lo / BN) kb_begin = cta_lo / BN;
+    // keys some row of this CTA sees, [rlo[0], rhi[BM - 1]) (no row sees another: their tile rows
+    // are zero, whatever they hold -- NaN/inf never reach P V), and this split's key blocks among
+    // them.  (Read from shared memory where used: not held in registers across the loop.)
+    int64_t kb_begin = split * p.blocks_per_split, kb_end = 0;
+    {
+        const int64_t cta_lo = rlo[0], cta_hi = rhi[BM - 1];
+        const int64_t kb_stop = cta_hi > cta_lo ? ceil_div(cta_hi, BN) : 0;
+        kb_end = kb_begin + p.blocks_per_split < kb_stop ? kb_begin + p.blocks_per_split : kb_stop;
+        if (kb_begin < cta_lo / BN) kb_begin = cta_lo / BN;
+    }
 
     A o[DT][4];
     zero_frags(o);
@@ -102,13 +105,13 @@ __global__ void __launch_bounds__(BM * 2) attn_fwd_kernel(AttnParams p) {
     auto k_row = [&](int64_t n0) {
         return [=, &p](int r) -> const T * {
             const int64_t n = n0 + r;
-            return key_row_seen(p, b, n, cta_lo, cta_hi) ? kg + n * p.k_sn : nullptr;
+            return key_row_seen(p, b, n, rlo[0], rhi[BM - 1]) ? kg + n * p.k_sn : nullptr;
         };
     };
     auto v_row = [&](int64_t n0) {
         return [=, &p](int r) -> const T * {
             const int64_t n = n0 + r;
-            return key_row_seen(p, b, n, cta_lo, cta_hi) ? vg + n * p.v_sn : nullptr;
+            return key_row_seen(p, b, n, rlo[0], rhi[BM - 1]) ? vg + n * p.v_sn : nullptr;
         };
     };
     // Does key block j's window touch the table (then its rows are staged)?
@@ -193,7 +196,7 @@ __global__ void __launch_bounds__(BM * 2) attn_fwd_kernel(AttnParams p) {
                 }
         }
         // P V (the band's keys row by row where they hold inf/NaN)
-        warp_rb_masked<T, NT, DT>(o, s, Vs, ld, 0, dt_active, pscr, p, n0, wlo, whi, cta_lo, cta_hi);
+        warp_rb_masked<T, NT, DT>(o, s, Vs, ld, 0, dt_active, pscr, p, n0, wlo, whi, rlo[0], rhi[BM - 1]);
     }
 
     if (!warp_rows) return;  // after the last barrier

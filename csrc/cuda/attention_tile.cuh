@@ -384,16 +384,26 @@ WAVEPE_DEVICE void scores_log2(A (&s)[NT][4], const AttnParams &p, int64_t m_row
             }
         return;
     }
+    // the lane's rows (g, g + 8: ri = 0, 1) see the tile's columns [first[ri], end[ri]) (none past M):
+    // 32-bit, once per tile
+    int first[2], end[2];
+#pragma unroll
+    for (int ri = 0; ri < 2; ++ri) {
+        const int r = frag_row(2 * ri);
+        const int64_t lo = rlo[r] - n0, hi = m_row0 + r < p.m ? rhi[r] - n0 : 0;
+        first[ri] = lo < 0 ? 0 : (lo > 8 * NT ? 8 * NT : int(lo));
+        end[ri] = hi < 0 ? 0 : (hi > 8 * NT ? 8 * NT : int(hi));
+    }
+    const int64_t dist0 = p.q_offset + m_row0 - n0;  // ALiBi: r = dist0 + row - column
 #pragma unroll
     for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
         for (int i = 0; i < 4; ++i) {
             const int r = frag_row(i), c = frag_col(nt, i);
-            const int64_t m = m_row0 + r, n = n0 + c, pos_q = p.q_offset + m;
-            const bool masked = m >= p.m || kmask[c] || n < rlo[r] || n >= rhi[r];
+            const bool masked = kmask[c] || c < first[i / 2] || c >= end[i / 2];
             A x = s[nt][i] * scale_log2;
             if (alibi) {
-                const int64_t dist = pos_q - n;
+                const int64_t dist = dist0 + (r - c);
                 x -= slope_log2 * A(dist < 0 ? -dist : dist);
             }
             s[nt][i] = masked ? neg_inf<A>() : x;
