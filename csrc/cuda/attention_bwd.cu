@@ -329,15 +329,15 @@ __global__ void __launch_bounds__(B * 2, 1) attn_bwd_dq_kernel(AttnParams p) {
     A dq[DT][4];
     zero_frags(dq);
 
-    // the key blocks some row of this CTA sees (keys [cta_lo, cta_hi))
+    // the key blocks some row of this CTA sees (keys [rlo[0], rhi[B - 1]), read from shared
+    // memory where used: not held in registers across the loop)
     load_row_keys(rlo, rhi, B, p, b, m0);
     __syncthreads();
-    const int64_t cta_lo = rlo[0], cta_hi = rhi[B - 1];
-    const int64_t kb_stop = cta_hi > cta_lo ? ceil_div(cta_hi, B) : 0;
+    const int64_t kb_start = rlo[0] / B, kb_stop = rhi[B - 1] > rlo[0] ? ceil_div(rhi[B - 1], B) : 0;
     const bool warp_rows = wm0 < p.m;
     A *gw = Gs + warp * 16 * gld;
     A slope_acc = 0;  // this lane's share of d loss / d slope_h
-    for (int64_t j = cta_lo / B; j < kb_stop; ++j) {
+    for (int64_t j = kb_start; j < kb_stop; ++j) {
         const int64_t n0 = j * B;
         const int64_t base = p.q_offset + m0 - n0 - p.r_lo;
         const bool tile_bias = has_table && table_rows_hit(p, base - (B - 1), base + B - 1);
@@ -345,11 +345,11 @@ __global__ void __launch_bounds__(B * 2, 1) attn_bwd_dq_kernel(AttnParams p) {
         // keys no row of this CTA sees are zero rows (0 * garbage never reaches dQ)
         load_tile(Ks, ld, B, p.d, p.d_pad, p.vec_k, [&](int r) -> const T * {
             const int64_t n = n0 + r;
-            return key_row_seen(p, b, n, cta_lo, cta_hi) ? kg + n * p.k_sn : nullptr;
+            return key_row_seen(p, b, n, rlo[0], rhi[B - 1]) ? kg + n * p.k_sn : nullptr;
         });
         load_tile(Vs, ld, B, p.d, p.d_pad, p.vec_v, [&](int r) -> const T * {
             const int64_t n = n0 + r;
-            return key_row_seen(p, b, n, cta_lo, cta_hi) ? vg + n * p.v_sn : nullptr;
+            return key_row_seen(p, b, n, rlo[0], rhi[B - 1]) ? vg + n * p.v_sn : nullptr;
         });
         if (tile_bias)
             load_tile(Ts, ld, 2 * B, p.d, p.d_pad, p.vec_t,
@@ -362,7 +362,7 @@ __global__ void __launch_bounds__(B * 2, 1) attn_bwd_dq_kernel(AttnParams p) {
         warp_dscores<T, B>(ds, p, Qs + 16 * warp * ld, dOs + 16 * warp * ld, Ks, Vs, Ts + 16 * warp * ld, gw,
                            warp_bias, ld, gld, ksteps, wm0, n0, kmask, wlo, whi, scale, slope, lse2, dl);
         // dS K (the band's keys row by row where they hold inf/NaN)
-        warp_rb_masked<T, NT, DT>(dq, ds, Ks, ld, cs.c0, dt_active, pscr, p, n0, wlo, whi, cta_lo, cta_hi);
+        warp_rb_masked<T, NT, DT>(dq, ds, Ks, ld, cs.c0, dt_active, pscr, p, n0, wlo, whi, rlo[0], rhi[B - 1]);
         if (p.dslopes != nullptr) {
 #pragma unroll
             for (int nt = 0; nt < NT; ++nt)
@@ -435,7 +435,6 @@ __global__ void __launch_bounds__(B * 2, 1) attn_bwd_dtable_kernel(AttnParams p)
     const int warp = threadIdx.x / 32;
     A *pscr = reinterpret_cast<A *>(smem + L.plan.off[L.pscr]) + warp * rb_scratch_elems<T>(B);
     int64_t *const rlo = reinterpret_cast<int64_t *>(smem + L.plan.off[L.rows]), *const rhi = rlo + B;
-    const int64_t *const wlo = rlo + 16 * warp, *const whi = rhi + 16 * warp;  // this warp's rows
     const int ksteps = int(p.d_pad / 16), dt_active = cs.dt_active;
 
     const int64_t mblocks = ceil_div(p.m, B), nblocks = ceil_div(p.n, B);
@@ -464,8 +463,7 @@ __global__ void __launch_bounds__(B * 2, 1) attn_bwd_dtable_kernel(AttnParams p)
             __syncthreads();  // Gs / tiles / row ranges of the previous tile consumed
             load_row_keys(rlo, rhi, B, p, b, m0);
             __syncthreads();
-            const int64_t cta_lo = rlo[0], cta_hi = rhi[B - 1];
-            if (n0 >= cta_hi || n0 + B <= cta_lo) continue;  // CTA-uniform: no row sees a key of the tile
+            if (n0 >= rhi[B - 1] || n0 + B <= rlo[0]) continue;  // CTA-uniform: no row sees a key of the tile
             load_tile(Qs, ld, B, p.d, p.d_pad, p.vec_q, [&](int r) -> const T * {
                 const int64_t m = m0 + r;
                 return m < p.m ? qg + m * p.q_sm : nullptr;
@@ -477,22 +475,22 @@ __global__ void __launch_bounds__(B * 2, 1) attn_bwd_dtable_kernel(AttnParams p)
             // keys no row of the tile sees: zero rows
             load_tile(Ks, ld, B, p.d, p.d_pad, p.vec_k, [&](int r) -> const T * {
                 const int64_t n = n0 + r;
-                return key_row_seen(p, b, n, cta_lo, cta_hi) ? kg + n * p.k_sn : nullptr;
+                return key_row_seen(p, b, n, rlo[0], rhi[B - 1]) ? kg + n * p.k_sn : nullptr;
             });
             load_tile(Vs, ld, B, p.d, p.d_pad, p.vec_v, [&](int r) -> const T * {
                 const int64_t n = n0 + r;
-                return key_row_seen(p, b, n, cta_lo, cta_hi) ? vg + n * p.v_sn : nullptr;
+                return key_row_seen(p, b, n, rlo[0], rhi[B - 1]) ? vg + n * p.v_sn : nullptr;
             });
             load_key_mask(kmask, B, p, b, n0);
             __syncthreads();
-            const bool live = wm0 < p.m && n0 < whi[15] && n0 + B > wlo[0];
+            const bool live = wm0 < p.m && n0 < rhi[16 * warp + 15] && n0 + B > rlo[16 * warp];
             A ds[NT][4];
             if (live) {
                 A lse2[2], dl[2];
                 row_stats(lse2, dl, p, bh, wm0);
                 const bool warp_bias = table_rows_hit(p, base + 16 * warp - (B - 1), base + 16 * warp + 15);
                 warp_dscores<T, B>(ds, p, Qs + 16 * warp * ld, dOs + 16 * warp * ld, Ks, Vs, Ts + 16 * warp * ld, gw,
-                                   warp_bias, ld, gld, ksteps, wm0, n0, kmask, wlo, whi, scale, head_slope<T>(p, h), lse2,
+                                   warp_bias, ld, gld, ksteps, wm0, n0, kmask, rlo + 16 * warp, rhi + 16 * warp, scale, head_slope<T>(p, h), lse2,
                                    dl);
             }
             for (int e = threadIdx.x & 31; e < 16 * gld; e += 32) gw[e] = A(0);
