@@ -64,7 +64,6 @@ __global__ void __launch_bounds__(BM * 2) attn_fwd_kernel(AttnParams p) {
     const int ksteps = int(p.d_pad / 16), dt_active = int(ceil_div(p.d, 8));
     A *pscr = reinterpret_cast<A *>(smem + L.plan.off[L.pscr]) + warp * rb_scratch_elems<T>(BN);
     int64_t *const rlo = reinterpret_cast<int64_t *>(smem + L.plan.off[L.rows]), *const rhi = rlo + BM;
-    const int64_t *const wlo = rlo + 16 * warp, *const whi = rhi + 16 * warp;  // this warp's rows
 
     int64_t bid = blockIdx.x;
     const int64_t mblocks = ceil_div(p.m, BM);
@@ -157,7 +156,8 @@ __global__ void __launch_bounds__(BM * 2) attn_fwd_kernel(AttnParams p) {
         load_key_mask(kmask, BN, p, b, n0);
         if (p.async_kv) cp_async_wait<1>();  // block j's copies have landed (this thread's)
         __syncthreads();                     // ... and every other thread's
-        if (!warp_rows || n0 >= whi[15] || n0 + BN <= wlo[0]) continue;  // warp-uniform: no row sees a key
+        // (the warp's rows' ranges: rlo + 16 warp, rhi + 16 warp)
+        if (!warp_rows || n0 >= rhi[16 * warp + 15] || n0 + BN <= rlo[16 * warp]) continue;  // warp-uniform
 
         A s[NT][4];
         zero_frags(s);
@@ -169,7 +169,7 @@ __global__ void __launch_bounds__(BM * 2) attn_fwd_kernel(AttnParams p) {
             add_skewed_bias<A, NT, BN>(s, gw, gld);
             __syncwarp();
         }
-        scores_log2(s, p, wm0, n0, kmask, wlo, whi, scale_log2, slope_log2, seen);
+        scores_log2(s, p, wm0, n0, kmask, rlo + 16 * warp, rhi + 16 * warp, scale_log2, slope_log2, seen);
 
 #pragma unroll
         for (int ri = 0; ri < 2; ++ri) {
@@ -196,7 +196,8 @@ __global__ void __launch_bounds__(BM * 2) attn_fwd_kernel(AttnParams p) {
                 }
         }
         // P V (the band's keys row by row where they hold inf/NaN)
-        warp_rb_masked<T, NT, DT>(o, s, Vs, ld, 0, dt_active, pscr, p, n0, wlo, whi, rlo[0], rhi[BM - 1]);
+        warp_rb_masked<T, NT, DT>(o, s, Vs, ld, 0, dt_active, pscr, p, n0, rlo + 16 * warp, rhi + 16 * warp, rlo[0],
+                                  rhi[BM - 1]);
     }
 
     if (!warp_rows) return;  // after the last barrier

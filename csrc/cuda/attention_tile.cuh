@@ -501,7 +501,7 @@ WAVEPE_DEVICE bool warp_rows_nonfinite(const T *tile, int ld, int r_lo, int r_hi
 // local memory) so that the rarely taken path adds no registers to the hot one.
 template <class T, int KT8, int DT>
 WAVEPE_DEVICE void warp_rb_visible(acc_t<T> (&acc)[DT][4], const acc_t<T> (&p)[KT8][4], const T *b_tile, int ldb,
-                                   int dt_active, const int64_t (&first)[2], const int64_t (&lim)[2]) {
+                                   int dt_active, const int (&first)[2], const int (&lim)[2]) {
     using A = acc_t<T>;
     const int lane = threadIdx.x & 31, t = lane & 3;
 #pragma unroll 1
@@ -563,9 +563,15 @@ WAVEPE_DEVICE void warp_rb_masked(acc_t<T> (&acc)[DT][4], const acc_t<T> (&pf)[K
         if (!careful && b2 < t_hi) careful = warp_rows_nonfinite(tile, ld, int(b2), int(t_hi - 1), p.d);
     }
     if (careful) {
-        const int r0 = frag_row(0), r1 = frag_row(2);
-        const int64_t first[2] = {rlo[r0] - n0, rlo[r1] - n0};
-        const int64_t lim[2] = {rhi[r0] - 1 - n0, rhi[r1] - 1 - n0};
+        // the lane's rows see tile keys first[ri] .. lim[ri] (32-bit: clamped to the tile)
+        int first[2], lim[2];
+#pragma unroll
+        for (int ri = 0; ri < 2; ++ri) {
+            const int r = frag_row(2 * ri);
+            const int64_t f = rlo[r] - n0, l = rhi[r] - 1 - n0;
+            first[ri] = f < 0 ? 0 : (f > BN ? BN : int(f));
+            lim[ri] = l < -1 ? -1 : (l > BN - 1 ? BN - 1 : int(l));
+        }
         warp_rb_visible<T, KT8, DT>(acc, pf, tile + c0, ld, dt_active, first, lim);
     } else {
         warp_rb<T, KT8, DT>(acc, pf, tile + c0, ld, dt_active, scratch);
