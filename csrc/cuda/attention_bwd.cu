@@ -136,28 +136,32 @@ __global__ void __launch_bounds__(B * 2, 1) attn_bwd_dkdv_kernel(AttnParams p) {
     const int ld = tile_ld<T>(p.d_pad), gld = g_ld<A>(B);
     const int warp = threadIdx.x / 32, t4 = threadIdx.x & 3;
     A *pscr = reinterpret_cast<A *>(smem + L.plan.off[L.pscr]) + warp * rb_scratch_elems<T>(B);
-    int64_t *const rlo = reinterpret_cast<int64_t *>(smem + L.plan.off[L.rows]), *const rhi = rlo + B;
+    // key c is seen by the queries at positions [qlo[c], qhi[c]) (empty: by none)
+    int64_t *const qlo = reinterpret_cast<int64_t *>(smem + L.plan.off[L.rows]), *const qhi = qlo + B;
     const int ksteps = int(p.d_pad / 16), dt_active = cs.dt_active;
 
-    const int64_t nblocks = ceil_div(p.n, B), mblocks = ceil_div(p.m, B);
+    const int64_t nblocks = ceil_div(p.n, B);
     const int64_t nb = cta % nblocks, bhk = cta / nblocks;
     const int64_t b = bhk / p.kv_heads, hk = bhk % p.kv_heads;
     const int64_t n0 = nb * B, wn0 = n0 + 16 * warp;
     const T *kg = static_cast<const T *>(p.k) + b * p.k_sb + hk * p.k_sh;
     const T *vg = static_cast<const T *>(p.v) + b * p.v_sb + hk * p.v_sh;
-    // keys no query sees (absent, padded, no query in their document, past the last query's
-    // position) are masked and zero rows: their dK, dV are 0 whatever they hold
+    // Each key's queries (key_queries: its document's, from the key on when causal -- the
+    // keys of wavepe_attention_keys read the other way), cut to the queries there are; keys no
+    // query sees (absent, padded, no query in their document, past the last query's position)
+    // are masked and zero rows: their dK, dV are 0 whatever they hold.
     for (int c = threadIdx.x; c < B; c += blockDim.x) {
         const int64_t n = n0 + c;
-        bool none = n >= p.n || (p.kpm != nullptr && p.kpm[b * p.kpm_sb + n] != 0);
-        if (!none) {
-            int64_t lo, hi;
+        int64_t lo = 0, hi = 0;
+        if (n < p.n && !(p.kpm != nullptr && p.kpm[b * p.kpm_sb + n] != 0)) {
             key_queries(p, b, n, lo, hi);
             if (lo < p.q_offset) lo = p.q_offset;
             if (hi > p.q_offset + p.m) hi = p.q_offset + p.m;
-            none = lo >= hi;
         }
-        kmask[c] = none ? 1 : 0;
+        if (lo >= hi) lo = hi = 0;
+        qlo[c] = lo;
+        qhi[c] = hi;
+        kmask[c] = lo >= hi ? 1 : 0;
     }
     __syncthreads();
     load_tile(Ks, ld, B, p.d, p.d_pad, p.vec_k, [&](int r) -> const T * {
@@ -171,16 +175,19 @@ __global__ void __launch_bounds__(B * 2, 1) attn_bwd_dkdv_kernel(AttnParams p) {
     zero_frags(dk);
     zero_frags(dv);
     const A scale = A(p.scale);
-    // query blocks that can see these keys: positions in their documents (from n0 on, causal)
-    int64_t i_start = 0, i_end = mblocks;
+    // the query blocks that can see these keys: the union of their queries (the ranges are
+    // non-decreasing in the key, empty ones aside)
+    int64_t i_start = 0, i_end = 0;
     {
-        int64_t lo, hi, lo_last, hi_last;
-        key_queries(p, b, n0, lo, hi);
-        key_queries(p, b, (n0 + B < p.n ? n0 + B : p.n) - 1, lo_last, hi_last);
-        if (lo > p.q_offset) i_start = (lo - p.q_offset) / B;
-        if (p.cu_seqlens != nullptr) {  // (hi_last is INT64_MAX without)
-            const int64_t e = hi_last > p.q_offset ? ceil_div(hi_last - p.q_offset, B) : 0;
-            if (e < i_end) i_end = e;
+        int64_t lo = INT64_MAX, hi = INT64_MIN;
+        for (int c = 0; c < B; ++c)
+            if (qlo[c] < qhi[c]) {
+                lo = qlo[c] < lo ? qlo[c] : lo;
+                hi = qhi[c] > hi ? qhi[c] : hi;
+            }
+        if (lo < hi) {  // within [q_offset, q_offset + M)
+            i_start = (lo - p.q_offset) / B;
+            i_end = ceil_div(hi - p.q_offset, B);
         }
     }
     for (int64_t h = hk * p.group; h < (hk + 1) * p.group; ++h) {
@@ -193,7 +200,6 @@ __global__ void __launch_bounds__(B * 2, 1) attn_bwd_dkdv_kernel(AttnParams p) {
             const int64_t base = p.q_offset + m0 - n0 - p.r_lo;
             const bool tile_bias = has_table && table_rows_hit(p, base - (B - 1), base + B - 1);
             __syncthreads();  // previous query block consumed
-            load_row_keys(rlo, rhi, B, p, b, m0);
             load_tile(Qs, ld, B, p.d, p.d_pad, p.vec_q, [&](int r) -> const T * {
                 const int64_t m = m0 + r;
                 return m < p.m ? qg + m * p.q_sm : nullptr;
@@ -221,7 +227,18 @@ __global__ void __launch_bounds__(B * 2, 1) attn_bwd_dkdv_kernel(AttnParams p) {
                 }
             }
             __syncthreads();
-            if (wn0 >= p.n || wn0 >= rhi[B - 1] || wn0 + 16 <= rlo[0]) continue;  // warp-uniform: no query sees a key
+            if (wn0 >= p.n) continue;  // warp-uniform
+            // the lane's keys (rows g, g + 8: ri = 0, 1) are seen by the block's query columns
+            // [c_lo[ri], c_hi[ri]): 32-bit, once per block
+            int c_lo[2], c_hi[2];
+#pragma unroll
+            for (int ri = 0; ri < 2; ++ri) {
+                const int k = 16 * warp + frag_row(2 * ri);
+                const int64_t lo = qlo[k] - (p.q_offset + m0), hi = qhi[k] - (p.q_offset + m0);
+                c_lo[ri] = lo < 0 ? 0 : (lo > B ? B : int(lo));
+                c_hi[ri] = hi < 0 ? 0 : (hi > B ? B : int(hi));
+            }
+            if (!warp_any(c_lo[0] < c_hi[0] || c_lo[1] < c_hi[1])) continue;  // warp-uniform: no query sees a key
 
             // S^T (16 keys x B queries)
             A st[NT][4];
@@ -236,8 +253,8 @@ __global__ void __launch_bounds__(B * 2, 1) attn_bwd_dkdv_kernel(AttnParams p) {
                         const int gq = cq / 16, r = cq % 16;
                         st[nt][e] += Gs[(gq * 16 + r) * gld + r - (16 * warp + rk) + B - 1];
                     }
-                    const int64_t n = wn0 + rk, m = m0 + cq, pos_q = p.q_offset + m;
-                    const bool masked = m >= p.m || kmask[16 * warp + rk] || n < rlo[cq] || n >= rhi[cq];
+                    const int64_t n = wn0 + rk, pos_q = p.q_offset + m0 + cq;
+                    const bool masked = cq < c_lo[e / 2] || cq >= c_hi[e / 2];
                     A x = st[nt][e] * scale;
                     if (p.pos_enc == WAVEPE_CUDA_PE_ALIBI) {
                         const int64_t dist = pos_q - n;
@@ -254,10 +271,8 @@ __global__ void __launch_bounds__(B * 2, 1) attn_bwd_dkdv_kernel(AttnParams p) {
             for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
                 for (int e = 0; e < 4; ++e) {  // dS^T, by selection: a masked pair's dP^T may be NaN
-                    const int rk = frag_row(e), cq = frag_col(nt, e);
-                    const int64_t n = wn0 + rk, m = m0 + cq;
-                    const bool masked = m >= p.m || kmask[16 * warp + rk] || n < rlo[cq] || n >= rhi[cq] ||
-                                        lse_s[cq] == neg_inf<A>();
+                    const int cq = frag_col(nt, e);
+                    const bool masked = cq < c_lo[e / 2] || cq >= c_hi[e / 2] || lse_s[cq] == neg_inf<A>();
                     st[nt][e] = masked ? A(0) : st[nt][e] * (dpt[nt][e] - delta_s[frag_col(nt, e)]);
                 }
             warp_rb<T, NT, DT>(dk, st, Qs + cs.c0, ld, dt_active, pscr);
