@@ -329,7 +329,7 @@ class Attn:
     """One attention problem: inputs, launcher args, buffers."""
 
     def __init__(self, lib, dtype, B, H, Hk, M, N, d, off, causal, pe, R=0, r_lo=0, clamp=False, kpm=False,
-                 seed=0, splits=1, scale=None, row_pad=0, inputs=None):
+                 seed=0, splits=1, scale=None, row_pad=0, inputs=None, cu=None):
         rng = np.random.default_rng(seed)
         self.lib, self.dtype = lib, dtype
         self.shape = (B, H, Hk, M, N, d)
@@ -379,6 +379,12 @@ class Attn:
             kb = put(self.kpm.astype(np.uint8), None)
             self.bufs.append(kb)
             a.key_padding_mask, a.kpm_stride = kb.ptr, N
+        # packed sequences: (B, cu_len) document boundaries, read by the kernels in "device" memory
+        self.cu = None if cu is None else np.array(cu, np.int32).reshape(B, -1)
+        if self.cu is not None:
+            cb = put(self.cu, None)
+            self.bufs.append(cb)
+            a.cu_seqlens, a.cu_len, a.cu_stride = cb.ptr, self.cu.shape[1], self.cu.shape[1]
         self.out = E.Buf((B, H, M, d), E.np_dtype(dtype))
         self.lse = E.Buf((B, H, M), acc)
         a.out, a.out_strides = self.out.ptr, E.I64x3(H * M * d, M * d, d)
@@ -428,13 +434,54 @@ class Attn:
             grads["dslopes"] = np.asarray(dsb.arr, np.float64)
         return grads
 
+    def documents(self):
+        """(batch row, first key, end key, first query row, end query row) of every document
+        holding a query (every row one document without cu_seqlens)."""
+        B, H, Hk, M, N, d = self.shape
+        for b in range(B):
+            cu = [0, N] if self.cu is None else self.cu[b].tolist()
+            for s, e in zip(cu[:-1], cu[1:]):
+                m0, m1 = max(s, self.off) - self.off, min(e, self.off + M) - self.off
+                if s < e and m0 < m1:
+                    yield b, s, e, m0, m1
+
     def oracle(self, grad_lse=None):
         r = lambda x: None if x is None else E.rounded(x, self.dtype)  # noqa: E731
         slopes = self.slopes if self.slopes is None or self.dtype == E.F64 else self.slopes.astype(np.float32)
+        if self.cu is not None:
+            return self.packed_oracle(r, slopes, grad_lse)
         return ref.attention_with_grads(r(self.q), r(self.k), r(self.v), r(self.go), self.scale, self.off,
                                         self.causal, ("none", "relative", "alibi")[self.pe], table=r(self.table),
                                         r_lo=self.r_lo, clamp=self.clamp, slopes=slopes,
                                         key_padding_mask=self.kpm, grad_lse=grad_lse)
+
+    def packed_oracle(self, r, slopes, grad_lse):
+        """The float64 oracle of a packed problem: each document run alone (its queries against its
+        keys, distances as in the packed row), assembled; keys of documents without a query get
+        zero gradients."""
+        B, H, Hk, M, N, d = self.shape
+        q, k, v, go, table = r(self.q), r(self.k), r(self.v), r(self.go), r(self.table)
+        res = dict(out=np.zeros((B, H, M, d)), lse=np.full((B, H, M), -np.inf), dq=np.zeros((B, H, M, d)),
+                   dk=np.zeros((B, Hk, N, d)), dv=np.zeros((B, Hk, N, d)))
+        if self.pe == 1:
+            res["dtable"] = np.zeros(self.table.shape)
+        if self.pe == 2:
+            res["dslopes"], res["dslopes_mag"] = np.zeros(H), np.zeros(H)
+        for b, s, e, m0, m1 in self.documents():
+            rows, keys = (slice(b, b + 1), slice(None), slice(m0, m1)), (slice(b, b + 1), slice(None), slice(s, e))
+            w = ref.attention_with_grads(q[rows], k[keys], v[keys], go[rows], self.scale, self.off + m0 - s,
+                                         self.causal, ("none", "relative", "alibi")[self.pe], table=table,
+                                         r_lo=self.r_lo, clamp=self.clamp, slopes=slopes,
+                                         key_padding_mask=None if self.kpm is None else self.kpm[b:b + 1, s:e],
+                                         grad_lse=None if grad_lse is None else grad_lse[rows])
+            for name in ("out", "lse", "dq"):
+                res[name][rows] = w[name]
+            for name in ("dk", "dv"):
+                res[name][keys] = w[name]
+            for name in ("dtable", "dslopes", "dslopes_mag"):
+                if name in res:
+                    res[name] += w[name]
+        return res
 
 
 def check_attention(lib, dtype, *, backward=True, want_dtable=None, grad_lse=False, **kw):
@@ -504,6 +551,85 @@ def test_attention_random_shapes(lib, dtype, B, Hk, group, M, N, d, off, causal,
                                  row_pad, grad_lse, seed):
     check_attention(lib, dtype, B=B, H=Hk * group, Hk=Hk, M=M, N=N, d=d, off=off, causal=causal, pe=pe, R=R,
                     r_lo=r_lo, clamp=clamp, kpm=kpm, splits=splits, seed=seed, row_pad=row_pad, grad_lse=grad_lse)
+
+
+# ---- packed sequences (cu_seqlens) ---------------------------------------------------------
+
+PACKED = [
+    # an empty document, a length-1 one, documents across tile boundaries; queries = the whole row
+    dict(B=1, H=2, Hk=1, M=70, N=70, d=16, off=0, causal=True, pe=1, R=60, r_lo=-20,
+         cu=[[0, 5, 5, 6, 30, 70]]),
+    # B=2 with different boundaries per row, GQA, ALiBi, padding, queries = the row's tail
+    dict(B=2, H=4, Hk=2, M=50, N=90, d=24, off=40, causal=False, pe=2, kpm=True,
+         cu=[[0, 17, 17, 60, 61, 90], [0, 1, 40, 41, 41, 90]]),
+    dict(B=2, H=2, Hk=1, M=64, N=64, d=12, off=0, causal=False, pe=0, cu=[[0, 33, 34, 64], [0, 10, 50, 64]]),
+    dict(B=2, H=2, Hk=2, M=45, N=45, d=20, off=0, causal=False, pe=1, R=9, r_lo=-4, clamp=True,
+         cu=[[0, 1, 2, 45], [0, 44, 44, 45]]),
+    # decoding inside the last document, split-KV: most splits see no key of it
+    dict(B=1, H=1, Hk=1, M=1, N=130, d=32, off=100, causal=True, pe=1, R=30, r_lo=0, splits=3,
+         cu=[[0, 64, 99, 130]]),
+    dict(B=1, H=3, Hk=1, M=9, N=66, d=20, off=57, causal=True, pe=2, splits=4, cu=[[0, 20, 58, 58, 66]]),
+    dict(B=2, H=2, Hk=1, M=40, N=40, d=8, off=0, causal=True, pe=0, kpm=True, cu=[[0, 40, 40], [0, 3, 40]]),
+    dict(B=1, H=1, Hk=1, M=37, N=37, d=72, off=0, causal=True, pe=1, R=20, r_lo=1, cu=[[0, 16, 17, 37]]),  # DMAX 128
+    dict(B=1, H=1, Hk=1, M=40, N=40, d=136, off=0, causal=True, pe=1, R=24, r_lo=-8, kpm=True,
+         cu=[[0, 1, 21, 40]]),  # DMAX 256
+]
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS.get)
+@pytest.mark.parametrize("case", range(len(PACKED)))
+def test_packed_attention_equals_each_document_alone(lib, dtype, case):
+    """A packed row (cu_seqlens): outputs, lse and every gradient equal each document run alone
+    (the float64 oracle per document, distances as in the packed row), on every dtype."""
+    kw = dict(PACKED[case])
+    if dtype == E.F64 and kw["d"] > 128:
+        pytest.skip("float64 takes head_dim <= 128")
+    check_attention(lib, dtype, seed=100 + case, grad_lse=case % 2 == 0, **kw)
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(dtype=st.sampled_from(DTYPES), B=st.integers(1, 2), Hk=st.integers(1, 2), group=st.integers(1, 2),
+       N=st.integers(1, 80), cuts=st.integers(0, 5), data=st.data(), d=st.sampled_from([4, 10, 16, 30]),
+       causal=st.booleans(), pe=st.integers(0, 2), R=st.integers(1, 50), r_lo=st.integers(-30, 10),
+       clamp=st.booleans(), kpm=st.booleans(), splits=st.integers(1, 3), row_pad=st.sampled_from([0, 8]),
+       seed=st.integers(0, 2**31))
+def test_packed_attention_random_documents(lib, dtype, B, Hk, group, N, cuts, data, d, causal, pe, R, r_lo, clamp,
+                                           kpm, splits, row_pad, seed):
+    cu = [[0] + sorted(data.draw(st.lists(st.integers(0, N), min_size=cuts, max_size=cuts))) + [N]
+          for _ in range(B)]
+    M = data.draw(st.integers(1, N))
+    off = data.draw(st.integers(0, N - M))
+    check_attention(lib, dtype, B=B, H=Hk * group, Hk=Hk, M=M, N=N, d=d, off=off, causal=causal, pe=pe, R=R,
+                    r_lo=r_lo, clamp=clamp, kpm=kpm, splits=splits, seed=seed, row_pad=row_pad, cu=cu,
+                    grad_lse=seed % 2 == 1)
+
+
+def test_packed_float64_equals_documents_run_alone_by_the_kernels(lib):
+    """float64: the kernels on a packed row against the kernels on each document alone
+    (its own q_offset, keys and padding), to 1e-9."""
+    kw = dict(dtype=E.F64, H=4, Hk=2, d=24, causal=True, pe=1, R=50, r_lo=-25)
+    cu = [[0, 1, 1, 30, 47, 90], [0, 45, 46, 46, 89, 90]]
+    kpm = np.random.default_rng(3).random((2, 90)) < 0.2
+    packed = Attn(lib, B=2, M=60, N=90, off=30, kpm=kpm, cu=cu, seed=9, **kw)
+    out, lse = packed.forward()
+    grads = packed.backward(want_dtable=True)
+    dtable = np.zeros_like(grads["dtable"])
+    for b, s, e, m0, m1 in packed.documents():
+        rows, keys = (slice(b, b + 1), slice(None), slice(m0, m1)), (slice(b, b + 1), slice(None), slice(s, e))
+        alone = Attn(lib, B=1, M=m1 - m0, N=e - s, off=packed.off + m0 - s, kpm=kpm[b:b + 1, s:e], seed=9,
+                     inputs=dict(q=packed.q[rows], k=packed.k[keys], v=packed.v[keys], go=packed.go[rows],
+                                 table=packed.table), **kw)
+        o1, l1 = alone.forward()
+        g1 = alone.backward(want_dtable=True)
+        np.testing.assert_allclose(out[rows], o1, rtol=0, atol=1e-9)
+        np.testing.assert_allclose(lse[rows], l1, rtol=0, atol=1e-9)
+        np.testing.assert_allclose(grads["dq"][rows], g1["dq"], rtol=0, atol=1e-9)
+        np.testing.assert_allclose(grads["dk"][keys], g1["dk"], rtol=0, atol=1e-9)
+        np.testing.assert_allclose(grads["dv"][keys], g1["dv"], rtol=0, atol=1e-9)
+        dtable += g1["dtable"]
+    np.testing.assert_allclose(grads["dtable"], dtable, rtol=0, atol=1e-9)
+    # keys of row 0's documents before the first query (position 30): no query sees them
+    assert (grads["dk"][0, :, :30] == 0).all() and (grads["dv"][0, :, :30] == 0).all()
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS.get)

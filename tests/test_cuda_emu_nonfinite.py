@@ -192,3 +192,79 @@ def test_nan_query_row_is_nan_in_output_and_gradient(lib, dtype, pe):
     assert np.isfinite(out[0][rows]).all() and np.isfinite(lse[0][rows]).all()
     g = prob.backward(want_dtable=False)
     assert np.isnan(g["dq"][0, 1, 2]).all(), "a NaN is never hidden in the gradient"
+
+
+# ---- packed sequences (cu_seqlens) ---------------------------------------------------------
+
+def packed_oracle_forward(prob: Attn) -> np.ndarray:
+    """The forward oracle of a packed problem: each document's queries against its keys alone."""
+    r = lambda x: None if x is None else E.rounded(x, prob.dtype)  # noqa: E731
+    slopes = None
+    if prob.slopes is not None:
+        slopes = prob.slopes if prob.dtype == E.F64 else prob.slopes.astype(np.float32)
+    B, H, Hk, M, N, d = prob.shape
+    q, k, v = r(prob.q), r(prob.k), r(prob.v)
+    out = np.zeros((B, H, M, d))
+    for b, s, e, m0, m1 in prob.documents():
+        out[b:b + 1, :, m0:m1] = ref.attention(
+            q[b:b + 1, :, m0:m1], k[b:b + 1, :, s:e], v[b:b + 1, :, s:e], table=r(prob.table), r_lo=prob.r_lo,
+            clamp=prob.clamp, slopes=slopes, causal=prob.causal, scale=prob.scale, q_offset=prob.off + m0 - s,
+            key_padding_mask=None if prob.kpm is None else prob.kpm[b:b + 1, s:e])
+    return out
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS.get)
+@pytest.mark.parametrize("pe,bad", [(0, float("nan")), (1, float("inf")), (2, float("-inf")), (1, float("nan"))])
+def test_packed_documents_without_queries_never_reach_outputs_or_gradients(lib, dtype, pe, bad):
+    """Keys of documents before the first query (a packed row's earlier documents, e.g. a
+    KV cache) hold garbage: every output and gradient equals the one with them zeroed, bit for
+    bit, and their own dK, dV are 0."""
+    b, h, hk, m, n, d = 2, 4, 2, 40, 90, 24
+    cu = [[0, 20, 45, 48, 90], [0, 1, 30, 30, 90]]  # queries at 50..89
+    garbage = np.zeros((b, n), bool)
+    garbage[0, :48] = True
+    garbage[1, :30] = True
+    kpm = np.zeros((b, n), bool)
+    kpm[:, [3, 55, 61]] = True
+    kw = dict(B=b, H=h, Hk=hk, M=m, N=n, d=d, off=50, causal=True, pe=pe, R=90, r_lo=-5, kpm=kpm, seed=7, cu=cu)
+    clean, dirty = _dirty_vs_clean(lib, dtype, garbage, bad, **kw)
+    for name in clean:
+        assert np.isfinite(dirty[name]).all() or name == "lse", f"{name} is not finite"
+        assert np.array_equal(dirty[name], clean[name]), f"{name} depends on keys of other documents"
+    sel = np.broadcast_to(garbage[:, None, :, None], dirty["dk"].shape)
+    assert (dirty["dk"][sel] == 0).all() and (dirty["dv"][sel] == 0).all()
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS.get)
+@pytest.mark.parametrize("pe,bad,causal", [(0, float("nan"), True), (1, float("inf"), False),
+                                           (2, float("-inf"), True), (1, float("nan"), False)])
+@pytest.mark.parametrize("splits", [1, 2])
+def test_packed_garbage_reaches_only_its_own_document(lib, dtype, pe, bad, causal, splits):
+    """inf/NaN in keys of one document, its neighbours sharing tiles and warps with it: the
+    other documents' rows (output, lse, dQ) are the clean ones up to rounding (a warp whose rows
+    straddle the boundary sums the tile key by key), the other documents' keys' dK, dV are the
+    clean ones bit for bit, and every row follows the per-document oracle."""
+    m = n = 70
+    cu = [[0, 23, 23, 24, 50, 70], [0, 40, 41, 70, 70, 70]]
+    garbage = np.zeros((2, n), bool)
+    garbage[0, [30, 49]] = True  # document [24, 50) of row 0
+    garbage[1, [0, 39]] = True   # document [0, 40) of row 1
+    doc = np.zeros((2, n), bool)  # the positions of those documents
+    doc[0, 24:50] = True
+    doc[1, 0:40] = True
+    kw = dict(B=2, H=2, Hk=1, M=m, N=n, d=16, off=0, causal=causal, pe=pe, R=150, r_lo=-75, seed=12, cu=cu,
+              splits=splits)
+    clean, dirty = _dirty_vs_clean(lib, dtype, garbage, bad, **kw)
+    other = ~doc
+    for name, terms in (("out", n), ("dq", n * 16), ("lse", 16)):
+        c, g = clean[name], dirty[name]
+        sel = np.broadcast_to(other[:, None, :] if c.ndim == 3 else other[:, None, :, None], c.shape)
+        assert_same_nonfinite(g[sel], c[sel], dtype if name != "lse" else E.F32, terms, f"{name}: other documents")
+    for name in ("dk", "dv"):
+        sel = np.broadcast_to(other[:, None, :, None], clean[name].shape)
+        assert np.array_equal(dirty[name][sel], clean[name][sel]), f"{name}: other documents' keys"
+    k, v = Attn(lib, dtype, **kw).k.copy(), Attn(lib, dtype, **kw).v.copy()
+    k[np.broadcast_to(garbage[:, None, :], k.shape[:3])] = bad
+    v[np.broadcast_to(garbage[:, None, :], v.shape[:3])] = bad
+    prob = Attn(lib, dtype, **kw, inputs={"k": k, "v": v})
+    assert_same_nonfinite(prob.forward()[0], packed_oracle_forward(prob), dtype, n, "out")

@@ -7,11 +7,13 @@
 //      the table, the BM + BN - 1 table rows of its window;
 //   2. S = Q K^T (tensor cores for bf16/fp16), plus the bias Q T[r]^T read
 //      as a skew of G = Q T_win^T (skipped per warp outside the table);
-//   3. scale, ALiBi, masks (causal, padding, keys >= N) in the log2 domain;
+//   3. scale, ALiBi, masks (each row's keys: its document and causal frontier,
+//      padding, keys >= N) in the log2 domain;
 //   4. online softmax in fp32: running max and sum per row, rescale O;
 //   5. O += P V.
-// Key blocks past the causal frontier of the CTA's last row are never
-// visited; warps whose rows are all before a key block skip it.  The end
+// Key blocks outside the keys of every row of the CTA (other documents of a
+// packed row, past the causal frontier of its last row) are never visited;
+// warps none of whose rows sees a key block skip it.  The end
 // writes O / sum and lse = max + log(sum) (natural log, -inf for a row with
 // no key).  Heavier (later) query blocks are scheduled first.
 //
@@ -27,7 +29,7 @@ namespace {
 template <class T, int BM, int BN>
 struct FwdLayout {
     SmemPlan plan;
-    int q, k, v, k2, v2, t, t2, g, mask, pscr;
+    int q, k, v, k2, v2, t, t2, g, mask, pscr, rows;
     __host__ __device__ FwdLayout(int64_t d_pad, bool table, bool double_kv, bool double_t) {
         const size_t row = sizeof(T) * size_t(tile_ld<T>(d_pad));
         q = plan.add(BM * row);
@@ -40,6 +42,7 @@ struct FwdLayout {
         g = plan.add(table ? sizeof(acc_t<T>) * BM * size_t(g_ld<acc_t<T>>(BN)) : 0);
         mask = plan.add(BN);
         pscr = plan.add(sizeof(acc_t<T>) * (BM / 16) * rb_scratch_elems<T>(BN));
+        rows = plan.add(2 * BM * sizeof(int64_t));  // each query row's keys [lo, hi)
     }
 };
 
@@ -60,6 +63,7 @@ __global__ void __launch_bounds__(BM * 2) attn_fwd_kernel(AttnParams p) {
     const int warp = threadIdx.x / 32, t4 = threadIdx.x & 3;
     const int ksteps = int(p.d_pad / 16), dt_active = int(ceil_div(p.d, 8));
     A *pscr = reinterpret_cast<A *>(smem + L.plan.off[L.pscr]) + warp * rb_scratch_elems<T>(BN);
+    int64_t *const rlo = reinterpret_cast<int64_t *>(smem + L.plan.off[L.rows]), *const rhi = rlo + BM;
 
     int64_t bid = blockIdx.x;
     const int64_t mblocks = ceil_div(p.m, BM);
@@ -78,12 +82,18 @@ __global__ void __launch_bounds__(BM * 2) attn_fwd_kernel(AttnParams p) {
         return m < p.m ? qg + m * p.q_sm : nullptr;
     });
 
-    // this split's key blocks, cut at the causal frontier of the block's last row
-    int64_t n_stop = p.n;
-    if (p.causal && p.q_offset + m0 + BM < n_stop) n_stop = p.q_offset + m0 + BM;
-    const int64_t kb_stop = n_stop > 0 ? ceil_div(n_stop, BN) : 0;
-    const int64_t kb_begin = split * p.blocks_per_split;
-    const int64_t kb_end = kb_begin + p.blocks_per_split < kb_stop ? kb_begin + p.blocks_per_split : kb_stop;
+    load_row_keys(rlo, rhi, BM, p, b, m0);
+    __syncthreads();
+    // keys some row of this CTA sees, [rlo[0], rhi[BM - 1]) (no row sees another: their tile rows
+    // are zero, whatever they hold -- NaN/inf never reach P V), and this split's key blocks among
+    // them.  (Read from shared memory where used: not held in registers across the loop.)
+    int64_t kb_begin = split * p.blocks_per_split, kb_end = 0;
+    {
+        const int64_t cta_lo = rlo[0], cta_hi = rhi[BM - 1];
+        const int64_t kb_stop = cta_hi > cta_lo ? ceil_div(cta_hi, BN) : 0;
+        kb_end = kb_begin + p.blocks_per_split < kb_stop ? kb_begin + p.blocks_per_split : kb_stop;
+        if (kb_begin < cta_lo / BN) kb_begin = cta_lo / BN;
+    }
 
     A o[DT][4];
     zero_frags(o);
@@ -91,18 +101,16 @@ __global__ void __launch_bounds__(BM * 2) attn_fwd_kernel(AttnParams p) {
     bool seen[2] = {false, false};
     const bool warp_rows = wm0 < p.m;
 
-    // keys no row of this CTA sees are zero rows (whatever they hold: NaN/inf never reach P V)
-    const int64_t cta_last_pos = p.q_offset + (m0 + BM < p.m ? m0 + BM : p.m) - 1;  // its last query's position
     auto k_row = [&](int64_t n0) {
         return [=, &p](int r) -> const T * {
             const int64_t n = n0 + r;
-            return key_row_seen(p, b, n, cta_last_pos) ? kg + n * p.k_sn : nullptr;
+            return key_row_seen(p, b, n, rlo[0], rhi[BM - 1]) ? kg + n * p.k_sn : nullptr;
         };
     };
     auto v_row = [&](int64_t n0) {
         return [=, &p](int r) -> const T * {
             const int64_t n = n0 + r;
-            return key_row_seen(p, b, n, cta_last_pos) ? vg + n * p.v_sn : nullptr;
+            return key_row_seen(p, b, n, rlo[0], rhi[BM - 1]) ? vg + n * p.v_sn : nullptr;
         };
     };
     // Does key block j's window touch the table (then its rows are staged)?
@@ -148,7 +156,8 @@ __global__ void __launch_bounds__(BM * 2) attn_fwd_kernel(AttnParams p) {
         load_key_mask(kmask, BN, p, b, n0);
         if (p.async_kv) cp_async_wait<1>();  // block j's copies have landed (this thread's)
         __syncthreads();                     // ... and every other thread's
-        if (!warp_rows || (p.causal && n0 > p.q_offset + wm0 + 15)) continue;  // warp-uniform
+        // (the warp's rows' ranges: rlo + 16 warp, rhi + 16 warp)
+        if (!warp_rows || n0 >= rhi[16 * warp + 15] || n0 + BN <= rlo[16 * warp]) continue;  // warp-uniform
 
         A s[NT][4];
         zero_frags(s);
@@ -160,7 +169,7 @@ __global__ void __launch_bounds__(BM * 2) attn_fwd_kernel(AttnParams p) {
             add_skewed_bias<A, NT, BN>(s, gw, gld);
             __syncwarp();
         }
-        scores_log2(s, p, wm0, n0, kmask, scale_log2, slope_log2, seen);
+        scores_log2(s, p, wm0, n0, kmask, rlo + 16 * warp, rhi + 16 * warp, scale_log2, slope_log2, seen);
 
 #pragma unroll
         for (int ri = 0; ri < 2; ++ri) {
@@ -186,8 +195,9 @@ __global__ void __launch_bounds__(BM * 2) attn_fwd_kernel(AttnParams p) {
                     row_sum[ri] += s[nt][2 * ri + e];
                 }
         }
-        // P V (the causal band's keys row by row where they hold inf/NaN)
-        warp_rb_masked<T, NT, DT>(o, s, Vs, ld, 0, dt_active, pscr, p, n0, p.q_offset + wm0, cta_last_pos);
+        // P V (the band's keys row by row where they hold inf/NaN)
+        warp_rb_masked<T, NT, DT>(o, s, Vs, ld, 0, dt_active, pscr, p, n0, rlo + 16 * warp, rhi + 16 * warp, rlo[0],
+                                  rhi[BM - 1]);
     }
 
     if (!warp_rows) return;  // after the last barrier
@@ -307,6 +317,9 @@ AttnParams attention_params(const wavepe_attention_args *a) {
     p.slopes = a->slopes;
     p.kpm = a->key_padding_mask;
     p.kpm_sb = a->kpm_stride;
+    p.cu_seqlens = a->cu_seqlens;
+    p.cu_len = a->cu_len;
+    p.cu_stride = a->cu_stride;
     p.q = a->q;
     p.k = a->k;
     p.v = a->v;

@@ -5,7 +5,8 @@
 //   delta   D[m] = dO[m] . O[m] - dlse[m]             (one warp per row; dlse = the
 //           gradient of the lse output, which adds dlse[m] P[m, n] to dS)
 //   dkdv    a CTA owns B keys of one (batch, kv head); for every query head
-//           of the GQA group and every query block that can see the keys it
+//           of the GQA group and every query block that can see the keys (their
+//           documents' queries, from the keys on when causal) it
 //           recomputes S^T = K Q^T (+ bias), P^T = exp(S^T - lse),
 //           dV += P^T dO, dP^T = V dO^T, dS^T = P^T (dP^T - D), dK += dS^T Q.
 //           The bias needs G = Q T_win^T of all query groups of the tile: each
@@ -30,7 +31,7 @@ namespace {
 template <class T, int B>
 struct BwdLayout {
     SmemPlan plan;
-    int a, b, c, dd, t, g, lse, delta, mask, pscr;
+    int a, b, c, dd, t, g, lse, delta, mask, pscr, rows;
     // a, b: the CTA's own rows (dkdv: K, V; dq/dtable: Q, dO); c, dd: the streamed ones
     __host__ __device__ BwdLayout(int64_t d_pad, bool table) {
         using A = acc_t<T>;
@@ -45,6 +46,7 @@ struct BwdLayout {
         delta = plan.add(sizeof(A) * B);
         mask = plan.add(B);
         pscr = plan.add(sizeof(A) * (B / 16) * rb_scratch_elems<T>(B));
+        rows = plan.add(2 * B * sizeof(int64_t));  // the query rows' keys [lo, hi)
     }
 };
 
@@ -70,7 +72,8 @@ __global__ void __launch_bounds__(128) attn_bwd_delta_kernel(AttnParams p) {
 template <class T, int B>
 WAVEPE_DEVICE void warp_dscores(acc_t<T> (&ds)[B / 8][4], const AttnParams &p, const T *q_rows, const T *go_rows,
                                 const T *Ks, const T *Vs, const T *t_rows, acc_t<T> *gw, bool warp_bias, int ld,
-                                int gld, int ksteps, int64_t wm0, int64_t n0, const uint8_t *kmask, acc_t<T> scale,
+                                int gld, int ksteps, int64_t wm0, int64_t n0, const uint8_t *kmask,
+                                const int64_t *wlo, const int64_t *whi, acc_t<T> scale,
                                 acc_t<T> slope, const acc_t<T> (&lse2)[2], const acc_t<T> (&dl)[2]) {
     using A = acc_t<T>;
     constexpr int NT = B / 8;
@@ -83,7 +86,7 @@ WAVEPE_DEVICE void warp_dscores(acc_t<T> (&ds)[B / 8][4], const AttnParams &p, c
         __syncwarp();
     }
     bool seen[2] = {false, false};  // (the forward's lse already says which rows are NaN)
-    scores_log2(ds, p, wm0, n0, kmask, scale * A(kLog2e), slope * A(kLog2e), seen);
+    scores_log2(ds, p, wm0, n0, kmask, wlo, whi, scale * A(kLog2e), slope * A(kLog2e), seen);
     A dp[NT][4];
     zero_frags(dp);
     warp_abt<T, NT>(dp, go_rows, ld, Vs, ld, ksteps);
@@ -133,40 +136,66 @@ __global__ void __launch_bounds__(B * 2, 1) attn_bwd_dkdv_kernel(AttnParams p) {
     const int ld = tile_ld<T>(p.d_pad), gld = g_ld<A>(B);
     const int warp = threadIdx.x / 32, t4 = threadIdx.x & 3;
     A *pscr = reinterpret_cast<A *>(smem + L.plan.off[L.pscr]) + warp * rb_scratch_elems<T>(B);
+    // key c is seen by the queries at positions [qlo[c], qhi[c]) (empty: by none)
+    int64_t *const qlo = reinterpret_cast<int64_t *>(smem + L.plan.off[L.rows]), *const qhi = qlo + B;
     const int ksteps = int(p.d_pad / 16), dt_active = cs.dt_active;
 
-    const int64_t nblocks = ceil_div(p.n, B), mblocks = ceil_div(p.m, B);
+    const int64_t nblocks = ceil_div(p.n, B);
     const int64_t nb = cta % nblocks, bhk = cta / nblocks;
     const int64_t b = bhk / p.kv_heads, hk = bhk % p.kv_heads;
     const int64_t n0 = nb * B, wn0 = n0 + 16 * warp;
     const T *kg = static_cast<const T *>(p.k) + b * p.k_sb + hk * p.k_sh;
     const T *vg = static_cast<const T *>(p.v) + b * p.v_sb + hk * p.v_sh;
-    // keys no query sees (padded, past the last query's position) are zero rows:
-    // their dK, dV are 0 whatever they hold
-    const int64_t last_pos = p.q_offset + p.m - 1;
+    // Each key's queries (key_queries: its document's, from the key on when causal -- the
+    // keys of wavepe_attention_keys read the other way), cut to the queries there are; keys no
+    // query sees (absent, padded, no query in their document, past the last query's position)
+    // are masked and zero rows: their dK, dV are 0 whatever they hold.
+    for (int c = threadIdx.x; c < B; c += blockDim.x) {
+        const int64_t n = n0 + c;
+        int64_t lo = 0, hi = 0;
+        if (n < p.n && !(p.kpm != nullptr && p.kpm[b * p.kpm_sb + n] != 0)) {
+            key_queries(p, b, n, lo, hi);
+            if (lo < p.q_offset) lo = p.q_offset;
+            if (hi > p.q_offset + p.m) hi = p.q_offset + p.m;
+        }
+        if (lo >= hi) lo = hi = 0;
+        qlo[c] = lo;
+        qhi[c] = hi;
+        kmask[c] = lo >= hi ? 1 : 0;
+    }
+    __syncthreads();
     load_tile(Ks, ld, B, p.d, p.d_pad, p.vec_k, [&](int r) -> const T * {
-        const int64_t n = n0 + r;
-        return key_row_seen(p, b, n, last_pos) ? kg + n * p.k_sn : nullptr;
+        return kmask[r] ? nullptr : kg + (n0 + r) * p.k_sn;
     });
     load_tile(Vs, ld, B, p.d, p.d_pad, p.vec_v, [&](int r) -> const T * {
-        const int64_t n = n0 + r;
-        return key_row_seen(p, b, n, last_pos) ? vg + n * p.v_sn : nullptr;
+        return kmask[r] ? nullptr : vg + (n0 + r) * p.v_sn;
     });
-    load_key_mask(kmask, B, p, b, n0);
 
     A dk[DT][4], dv[DT][4];
     zero_frags(dk);
     zero_frags(dv);
     const A scale = A(p.scale);
-    // query blocks that can see these keys: pos_q >= n0
-    int64_t i_start = 0;
-    if (p.causal && n0 - p.q_offset > 0) i_start = (n0 - p.q_offset) / B;
+    // the query blocks that can see these keys: the union of their queries (the ranges are
+    // non-decreasing in the key, empty ones aside)
+    int64_t i_start = 0, i_end = 0;
+    {
+        int64_t lo = INT64_MAX, hi = INT64_MIN;
+        for (int c = 0; c < B; ++c)
+            if (qlo[c] < qhi[c]) {
+                lo = qlo[c] < lo ? qlo[c] : lo;
+                hi = qhi[c] > hi ? qhi[c] : hi;
+            }
+        if (lo < hi) {  // within [q_offset, q_offset + M)
+            i_start = (lo - p.q_offset) / B;
+            i_end = ceil_div(hi - p.q_offset, B);
+        }
+    }
     for (int64_t h = hk * p.group; h < (hk + 1) * p.group; ++h) {
         const int64_t bh = b * p.heads + h;
         const A slope = head_slope<T>(p, h);
         const T *qg = static_cast<const T *>(p.q) + b * p.q_sb + h * p.q_sh;
         const T *gog = static_cast<const T *>(p.go) + b * p.go_sb + h * p.go_sh;
-        for (int64_t i = i_start; i < mblocks; ++i) {
+        for (int64_t i = i_start; i < i_end; ++i) {
             const int64_t m0 = i * B;
             const int64_t base = p.q_offset + m0 - n0 - p.r_lo;
             const bool tile_bias = has_table && table_rows_hit(p, base - (B - 1), base + B - 1);
@@ -198,7 +227,18 @@ __global__ void __launch_bounds__(B * 2, 1) attn_bwd_dkdv_kernel(AttnParams p) {
                 }
             }
             __syncthreads();
-            if (wn0 >= p.n || (p.causal && wn0 > p.q_offset + m0 + B - 1)) continue;  // warp-uniform
+            if (wn0 >= p.n) continue;  // warp-uniform
+            // the lane's keys (rows g, g + 8: ri = 0, 1) are seen by the block's query columns
+            // [c_lo[ri], c_hi[ri]): 32-bit, once per block
+            int c_lo[2], c_hi[2];
+#pragma unroll
+            for (int ri = 0; ri < 2; ++ri) {
+                const int k = 16 * warp + frag_row(2 * ri);
+                const int64_t lo = qlo[k] - (p.q_offset + m0), hi = qhi[k] - (p.q_offset + m0);
+                c_lo[ri] = lo < 0 ? 0 : (lo > B ? B : int(lo));
+                c_hi[ri] = hi < 0 ? 0 : (hi > B ? B : int(hi));
+            }
+            if (!warp_any(c_lo[0] < c_hi[0] || c_lo[1] < c_hi[1])) continue;  // warp-uniform: no query sees a key
 
             // S^T (16 keys x B queries)
             A st[NT][4];
@@ -213,8 +253,8 @@ __global__ void __launch_bounds__(B * 2, 1) attn_bwd_dkdv_kernel(AttnParams p) {
                         const int gq = cq / 16, r = cq % 16;
                         st[nt][e] += Gs[(gq * 16 + r) * gld + r - (16 * warp + rk) + B - 1];
                     }
-                    const int64_t n = wn0 + rk, m = m0 + cq, pos_q = p.q_offset + m;
-                    const bool masked = m >= p.m || kmask[16 * warp + rk] || (p.causal && n > pos_q);
+                    const int64_t n = wn0 + rk, pos_q = p.q_offset + m0 + cq;
+                    const bool masked = cq < c_lo[e / 2] || cq >= c_hi[e / 2];
                     A x = st[nt][e] * scale;
                     if (p.pos_enc == WAVEPE_CUDA_PE_ALIBI) {
                         const int64_t dist = pos_q - n;
@@ -231,10 +271,8 @@ __global__ void __launch_bounds__(B * 2, 1) attn_bwd_dkdv_kernel(AttnParams p) {
             for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
                 for (int e = 0; e < 4; ++e) {  // dS^T, by selection: a masked pair's dP^T may be NaN
-                    const int rk = frag_row(e), cq = frag_col(nt, e);
-                    const int64_t n = wn0 + rk, m = m0 + cq;
-                    const bool masked = m >= p.m || kmask[16 * warp + rk] || (p.causal && n > p.q_offset + m) ||
-                                        lse_s[cq] == neg_inf<A>();
+                    const int cq = frag_col(nt, e);
+                    const bool masked = cq < c_lo[e / 2] || cq >= c_hi[e / 2] || lse_s[cq] == neg_inf<A>();
                     st[nt][e] = masked ? A(0) : st[nt][e] * (dpt[nt][e] - delta_s[frag_col(nt, e)]);
                 }
             warp_rb<T, NT, DT>(dk, st, Qs + cs.c0, ld, dt_active, pscr);
@@ -280,6 +318,8 @@ __global__ void __launch_bounds__(B * 2, 1) attn_bwd_dq_kernel(AttnParams p) {
     const int ld = tile_ld<T>(p.d_pad), gld = g_ld<A>(B);
     const int warp = threadIdx.x / 32, t4 = threadIdx.x & 3;
     A *pscr = reinterpret_cast<A *>(smem + L.plan.off[L.pscr]) + warp * rb_scratch_elems<T>(B);
+    int64_t *const rlo = reinterpret_cast<int64_t *>(smem + L.plan.off[L.rows]), *const rhi = rlo + B;
+    const int64_t *const wlo = rlo + 16 * warp, *const whi = rhi + 16 * warp;  // this warp's rows
     const int ksteps = int(p.d_pad / 16), dt_active = cs.dt_active;
 
     const int64_t mblocks = ceil_div(p.m, B);
@@ -304,14 +344,15 @@ __global__ void __launch_bounds__(B * 2, 1) attn_bwd_dq_kernel(AttnParams p) {
     A dq[DT][4];
     zero_frags(dq);
 
-    int64_t n_stop = p.n;
-    if (p.causal && p.q_offset + m0 + B < n_stop) n_stop = p.q_offset + m0 + B;
-    const int64_t kb_stop = n_stop > 0 ? ceil_div(n_stop, B) : 0;
+    // the key blocks some row of this CTA sees (keys [rlo[0], rhi[B - 1]), read from shared
+    // memory where used: not held in registers across the loop)
+    load_row_keys(rlo, rhi, B, p, b, m0);
+    __syncthreads();
+    const int64_t kb_start = rlo[0] / B, kb_stop = rhi[B - 1] > rlo[0] ? ceil_div(rhi[B - 1], B) : 0;
     const bool warp_rows = wm0 < p.m;
     A *gw = Gs + warp * 16 * gld;
     A slope_acc = 0;  // this lane's share of d loss / d slope_h
-    const int64_t cta_last_pos = p.q_offset + (m0 + B < p.m ? m0 + B : p.m) - 1, first_pos = p.q_offset + wm0;
-    for (int64_t j = 0; j < kb_stop; ++j) {
+    for (int64_t j = kb_start; j < kb_stop; ++j) {
         const int64_t n0 = j * B;
         const int64_t base = p.q_offset + m0 - n0 - p.r_lo;
         const bool tile_bias = has_table && table_rows_hit(p, base - (B - 1), base + B - 1);
@@ -319,24 +360,24 @@ __global__ void __launch_bounds__(B * 2, 1) attn_bwd_dq_kernel(AttnParams p) {
         // keys no row of this CTA sees are zero rows (0 * garbage never reaches dQ)
         load_tile(Ks, ld, B, p.d, p.d_pad, p.vec_k, [&](int r) -> const T * {
             const int64_t n = n0 + r;
-            return key_row_seen(p, b, n, cta_last_pos) ? kg + n * p.k_sn : nullptr;
+            return key_row_seen(p, b, n, rlo[0], rhi[B - 1]) ? kg + n * p.k_sn : nullptr;
         });
         load_tile(Vs, ld, B, p.d, p.d_pad, p.vec_v, [&](int r) -> const T * {
             const int64_t n = n0 + r;
-            return key_row_seen(p, b, n, cta_last_pos) ? vg + n * p.v_sn : nullptr;
+            return key_row_seen(p, b, n, rlo[0], rhi[B - 1]) ? vg + n * p.v_sn : nullptr;
         });
         if (tile_bias)
             load_tile(Ts, ld, 2 * B, p.d, p.d_pad, p.vec_t,
                       [&](int w) -> const T * { return window_row_ptr<T>(p, base, B, w); });
         load_key_mask(kmask, B, p, b, n0);
         __syncthreads();
-        if (!warp_rows || (p.causal && n0 > p.q_offset + wm0 + 15)) continue;  // warp-uniform
+        if (!warp_rows || n0 >= whi[15] || n0 + B <= wlo[0]) continue;  // warp-uniform: no row sees a key
         const bool warp_bias = tile_bias && table_rows_hit(p, base + 16 * warp - (B - 1), base + 16 * warp + 15);
         A ds[NT][4];
         warp_dscores<T, B>(ds, p, Qs + 16 * warp * ld, dOs + 16 * warp * ld, Ks, Vs, Ts + 16 * warp * ld, gw,
-                           warp_bias, ld, gld, ksteps, wm0, n0, kmask, scale, slope, lse2, dl);
-        // dS K (the causal band's keys row by row where they hold inf/NaN)
-        warp_rb_masked<T, NT, DT>(dq, ds, Ks, ld, cs.c0, dt_active, pscr, p, n0, first_pos, cta_last_pos);
+                           warp_bias, ld, gld, ksteps, wm0, n0, kmask, wlo, whi, scale, slope, lse2, dl);
+        // dS K (the band's keys row by row where they hold inf/NaN)
+        warp_rb_masked<T, NT, DT>(dq, ds, Ks, ld, cs.c0, dt_active, pscr, p, n0, wlo, whi, rlo[0], rhi[B - 1]);
         if (p.dslopes != nullptr) {
 #pragma unroll
             for (int nt = 0; nt < NT; ++nt)
@@ -408,6 +449,7 @@ __global__ void __launch_bounds__(B * 2, 1) attn_bwd_dtable_kernel(AttnParams p)
     const int ld = tile_ld<T>(p.d_pad), gld = g_ld<A>(B);
     const int warp = threadIdx.x / 32;
     A *pscr = reinterpret_cast<A *>(smem + L.plan.off[L.pscr]) + warp * rb_scratch_elems<T>(B);
+    int64_t *const rlo = reinterpret_cast<int64_t *>(smem + L.plan.off[L.rows]), *const rhi = rlo + B;
     const int ksteps = int(p.d_pad / 16), dt_active = cs.dt_active;
 
     const int64_t mblocks = ceil_div(p.m, B), nblocks = ceil_div(p.n, B);
@@ -433,7 +475,10 @@ __global__ void __launch_bounds__(B * 2, 1) attn_bwd_dtable_kernel(AttnParams p)
         const T *vg = static_cast<const T *>(p.v) + b * p.v_sb + hk * p.v_sh;
         for (int64_t i = i_begin; i < i_end; ++i) {
             const int64_t m0 = i * B, n0 = (i - delta) * B, wm0 = m0 + 16 * warp;
-            __syncthreads();  // Gs / tiles of the previous tile consumed
+            __syncthreads();  // Gs / tiles / row ranges of the previous tile consumed
+            load_row_keys(rlo, rhi, B, p, b, m0);
+            __syncthreads();
+            if (n0 >= rhi[B - 1] || n0 + B <= rlo[0]) continue;  // CTA-uniform: no row sees a key of the tile
             load_tile(Qs, ld, B, p.d, p.d_pad, p.vec_q, [&](int r) -> const T * {
                 const int64_t m = m0 + r;
                 return m < p.m ? qg + m * p.q_sm : nullptr;
@@ -442,25 +487,26 @@ __global__ void __launch_bounds__(B * 2, 1) attn_bwd_dtable_kernel(AttnParams p)
                 const int64_t m = m0 + r;
                 return m < p.m ? gog + m * p.go_sm : nullptr;
             });
-            const int64_t tile_last_pos = p.q_offset + (m0 + B < p.m ? m0 + B : p.m) - 1;  // keys past it: zero rows
+            // keys no row of the tile sees: zero rows
             load_tile(Ks, ld, B, p.d, p.d_pad, p.vec_k, [&](int r) -> const T * {
                 const int64_t n = n0 + r;
-                return key_row_seen(p, b, n, tile_last_pos) ? kg + n * p.k_sn : nullptr;
+                return key_row_seen(p, b, n, rlo[0], rhi[B - 1]) ? kg + n * p.k_sn : nullptr;
             });
             load_tile(Vs, ld, B, p.d, p.d_pad, p.vec_v, [&](int r) -> const T * {
                 const int64_t n = n0 + r;
-                return key_row_seen(p, b, n, tile_last_pos) ? vg + n * p.v_sn : nullptr;
+                return key_row_seen(p, b, n, rlo[0], rhi[B - 1]) ? vg + n * p.v_sn : nullptr;
             });
             load_key_mask(kmask, B, p, b, n0);
             __syncthreads();
-            const bool live = wm0 < p.m && !(p.causal && n0 > p.q_offset + wm0 + 15);
+            const bool live = wm0 < p.m && n0 < rhi[16 * warp + 15] && n0 + B > rlo[16 * warp];
             A ds[NT][4];
             if (live) {
                 A lse2[2], dl[2];
                 row_stats(lse2, dl, p, bh, wm0);
                 const bool warp_bias = table_rows_hit(p, base + 16 * warp - (B - 1), base + 16 * warp + 15);
                 warp_dscores<T, B>(ds, p, Qs + 16 * warp * ld, dOs + 16 * warp * ld, Ks, Vs, Ts + 16 * warp * ld, gw,
-                                   warp_bias, ld, gld, ksteps, wm0, n0, kmask, scale, head_slope<T>(p, h), lse2, dl);
+                                   warp_bias, ld, gld, ksteps, wm0, n0, kmask, rlo + 16 * warp, rhi + 16 * warp, scale, head_slope<T>(p, h), lse2,
+                                   dl);
             }
             for (int e = threadIdx.x & 31; e < 16 * gld; e += 32) gw[e] = A(0);
             __syncwarp();

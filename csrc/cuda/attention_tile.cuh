@@ -44,6 +44,9 @@ struct AttnParams {
     const void *slopes;
     const uint8_t *kpm;
     int64_t kpm_sb;
+    // packed sequences: the shared struct's cu_seqlens (device memory, read by the kernels), or NULL
+    const int32_t *cu_seqlens;
+    int64_t cu_len, cu_stride;
     const void *q, *k, *v, *out, *go;
     int64_t q_sb, q_sh, q_sm, k_sb, k_sh, k_sn, v_sb, v_sh, v_sn, o_sb, o_sh, o_sm, go_sb, go_sh, go_sm;
     void *out_w, *lse;
@@ -356,7 +359,9 @@ WAVEPE_DEVICE void add_skewed_bias(A (&s)[NT][4], const A *gw, int gld) {
 
 // Scores of a warp's 16 query rows (global row m_row0 + r) against keys
 // n0 + c, in the log2 domain with every mask applied: a masked score is
-// -inf by selection, whatever q . k gave (NaN included).  seen[ri] |= the
+// -inf by selection, whatever q . k gave (NaN included).  Row r sees keys
+// [rlo[r], rhi[r]) (load_row_keys: document and causal frontier) less the
+// padded and absent ones (kmask).  seen[ri] |= the
 // lane's row ri (rows g, g + 8) has an unmasked key here (a row whose
 // visible scores are all -inf is NaN, one that sees no key is 0).
 // The scale and ALiBi slope arrive multiplied by log2(e) (one multiply per score); on a
@@ -364,9 +369,10 @@ WAVEPE_DEVICE void add_skewed_bias(A (&s)[NT][4], const A *gw, int gld) {
 // without 64-bit index math.
 template <class A, int NT>
 WAVEPE_DEVICE void scores_log2(A (&s)[NT][4], const AttnParams &p, int64_t m_row0, int64_t n0, const uint8_t *kmask,
-                               A scale_log2, A slope_log2, bool (&seen)[2]) {
+                               const int64_t *rlo, const int64_t *rhi, A scale_log2, A slope_log2, bool (&seen)[2]) {
     const bool alibi = p.pos_enc == WAVEPE_CUDA_PE_ALIBI;
-    const bool interior = m_row0 + 15 < p.m && !(p.causal && n0 + 8 * NT - 1 > p.q_offset + m_row0);  // warp-uniform
+    // every row sees keys [rlo[15], rhi[0]) (the ranges are non-decreasing in the row)
+    const bool interior = m_row0 + 15 < p.m && n0 >= rlo[15] && n0 + 8 * NT <= rhi[0];  // warp-uniform
     if (interior && !alibi) {
 #pragma unroll
         for (int nt = 0; nt < NT; ++nt)
@@ -378,16 +384,26 @@ WAVEPE_DEVICE void scores_log2(A (&s)[NT][4], const AttnParams &p, int64_t m_row
             }
         return;
     }
+    // the lane's rows (g, g + 8: ri = 0, 1) see the tile's columns [first[ri], end[ri]) (none past M):
+    // 32-bit, once per tile
+    int first[2], end[2];
+#pragma unroll
+    for (int ri = 0; ri < 2; ++ri) {
+        const int r = frag_row(2 * ri);
+        const int64_t lo = rlo[r] - n0, hi = m_row0 + r < p.m ? rhi[r] - n0 : 0;
+        first[ri] = lo < 0 ? 0 : (lo > 8 * NT ? 8 * NT : int(lo));
+        end[ri] = hi < 0 ? 0 : (hi > 8 * NT ? 8 * NT : int(hi));
+    }
+    const int64_t dist0 = p.q_offset + m_row0 - n0;  // ALiBi: r = dist0 + row - column
 #pragma unroll
     for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
         for (int i = 0; i < 4; ++i) {
             const int r = frag_row(i), c = frag_col(nt, i);
-            const int64_t m = m_row0 + r, n = n0 + c, pos_q = p.q_offset + m;
-            const bool masked = m >= p.m || kmask[c] || (p.causal && n > pos_q);
+            const bool masked = kmask[c] || c < first[i / 2] || c >= end[i / 2];
             A x = s[nt][i] * scale_log2;
             if (alibi) {
-                const int64_t dist = pos_q - n;
+                const int64_t dist = dist0 + (r - c);
                 x -= slope_log2 * A(dist < 0 ? -dist : dist);
             }
             s[nt][i] = masked ? neg_inf<A>() : x;
@@ -395,19 +411,60 @@ WAVEPE_DEVICE void scores_log2(A (&s)[NT][4], const AttnParams &p, int64_t m_row
         }
 }
 
+// ---- which keys a query sees -------------------------------------------------------------
+// Keys [lo, hi) of batch row b for the query at position pos (causal: cut
+// after pos; not causal: its whole document): the shared definition,
+// wavepe_attention_keys (core/attention.h), reading cu_seqlens on the device.
+WAVEPE_DEVICE void attn_keys(const AttnParams &p, int64_t b, int64_t pos, bool causal, int64_t &lo, int64_t &hi) {
+    wavepe_attention_args a{};
+    a.n = p.n;
+    a.causal = causal ? 1 : 0;
+    a.cu_seqlens = p.cu_seqlens;
+    a.cu_len = p.cu_len;
+    a.cu_stride = p.cu_stride;
+    wavepe_attention_keys(&a, b, pos, &lo, &hi);
+}
+
+// Positions [lo, hi) of the queries that may see key n of batch row b: its
+// document's (any position without cu_seqlens), from n on when causal --
+// wavepe_attention_keys read the other way.
+WAVEPE_DEVICE void key_queries(const AttnParams &p, int64_t b, int64_t n, int64_t &lo, int64_t &hi) {
+    attn_keys(p, b, n, false, lo, hi);
+    if (p.cu_seqlens == nullptr) {
+        lo = INT64_MIN;
+        hi = INT64_MAX;
+    }
+    if (p.causal && lo < n) lo = n;
+}
+
+// lo[r], hi[r] = the keys query row m0 + r of batch row b sees, r < rows
+// (shared memory; a __syncthreads makes them visible).  Rows past M take the
+// last query's range, so that the ranges of a tile are non-decreasing in r
+// (boundaries are, on valid cu_seqlens): the tile's rows see keys
+// [lo[0], hi[rows - 1]) between them, and a warp's 16 rows all see
+// [lo[15], hi[0]) (its pointers offset to its rows).
+WAVEPE_DEVICE void load_row_keys(int64_t *lo, int64_t *hi, int rows, const AttnParams &p, int64_t b, int64_t m0) {
+    for (int r = threadIdx.x; r < rows; r += blockDim.x) {
+        const int64_t m = m0 + r < p.m ? m0 + r : p.m - 1;
+        attn_keys(p, b, p.q_offset + m, p.causal != 0, lo[r], hi[r]);
+    }
+}
+
 // ---- non-finite values in masked positions ------------------------------------------------
 // Tiles hold zero rows for keys that no row of the CTA sees (padding, keys
-// >= N, keys past the CTA's causal frontier: key_row_seen), so a product
-// 0 * garbage never happens there.  Keys of the causal band -- seen by some
-// rows of a warp, masked for others -- stay in the tile; a masked row's P is
-// 0 there, and 0 * inf or 0 * NaN in the tensor-core product would reach it.
-// So when a band row of the B operand holds a non-finite value (checked per
-// warp and tile: warp_rows_nonfinite), the warp takes warp_rb_visible, which
-// sums each row over the keys it sees only (selection, not multiplication).
+// >= N, keys outside every row's range -- other documents, past the CTA's
+// causal frontier: key_row_seen), so a product 0 * garbage never happens
+// there.  Keys of the band -- seen by some rows of a warp, masked for others
+// (the causal band; the keys of the neighbouring document for a warp whose
+// rows straddle a boundary) -- stay in the tile; a masked row's P is 0 there,
+// and 0 * inf or 0 * NaN in the tensor-core product would reach it.  So when
+// a band row of the B operand holds a non-finite value (checked per warp and
+// tile: warp_rows_nonfinite), the warp takes warp_rb_visible, which sums each
+// row over the keys it sees only (selection, not multiplication).
 
-// Key n of batch b, seen by some query row <= last_pos of the CTA (causal) and not padded?
-WAVEPE_DEVICE bool key_row_seen(const AttnParams &p, int64_t b, int64_t n, int64_t last_pos) {
-    return n < p.n && !(p.causal && n > last_pos) && !(p.kpm != nullptr && p.kpm[b * p.kpm_sb + n] != 0);
+// Key n of batch b inside [lo, hi) (the keys some row of the CTA sees) and not padded?
+WAVEPE_DEVICE bool key_row_seen(const AttnParams &p, int64_t b, int64_t n, int64_t lo, int64_t hi) {
+    return n >= lo && n < hi && n < p.n && !(p.kpm != nullptr && p.kpm[b * p.kpm_sb + n] != 0);
 }
 
 WAVEPE_DEVICE bool quad_any(bool v) {
@@ -437,14 +494,14 @@ WAVEPE_DEVICE bool warp_rows_nonfinite(const T *tile, int ld, int r_lo, int r_hi
 }
 
 // acc[dt] += P . B like warp_rb, but row r (lanes' rows g, g + 8: ri = 0, 1)
-// sums only the keys k <= lim[ri] of the tile (the keys it sees): the slow
+// sums only the keys first[ri] <= k <= lim[ri] of the tile (the keys it sees): the slow
 // path for a tile whose band rows hold a non-finite value.  P is rounded to
 // T first on the tensor-core types, as warp_rb's products see it.  The keys
 // are walked at run time (P's register picked by selects, not an index into
 // local memory) so that the rarely taken path adds no registers to the hot one.
 template <class T, int KT8, int DT>
 WAVEPE_DEVICE void warp_rb_visible(acc_t<T> (&acc)[DT][4], const acc_t<T> (&p)[KT8][4], const T *b_tile, int ldb,
-                                   int dt_active, const int64_t (&lim)[2]) {
+                                   int dt_active, const int (&first)[2], const int (&lim)[2]) {
     using A = acc_t<T>;
     const int lane = threadIdx.x & 31, t = lane & 3;
 #pragma unroll 1
@@ -462,7 +519,7 @@ WAVEPE_DEVICE void warp_rb_visible(acc_t<T> (&acc)[DT][4], const acc_t<T> (&p)[K
         for (int ri = 0; ri < 2; ++ri) {
             A pv = __shfl_sync(kFullMask, mine[ri], (lane & ~3) | src);
             if constexpr (Traits<T>::kTensorCore) pv = to_acc(from_acc<T>(pv));
-            if (k > lim[ri]) continue;
+            if (k < first[ri] || k > lim[ri]) continue;
 #pragma unroll
             for (int dt = 0; dt < DT; ++dt)
                 if (dt < dt_active) {
@@ -488,25 +545,34 @@ WAVEPE_DEVICE acc_t<T> head_slope(const AttnParams &p, int64_t h) {
 }
 
 // acc += P . B, B = tile rows 0 .. 8 KT8 - 1 (keys n0 ..) at columns c0 .., for the warp whose
-// first row is at position first_pos in a CTA whose last query is at cta_last_pos: the
-// tensor-core / FMA product, unless the warp's causal band in the tile (keys after
-// first_pos that some row of the CTA sees) holds an inf or NaN; then warp_rb_visible.
+// rows see keys [rlo[r], rhi[r]) (load_row_keys) in a CTA whose tiles hold keys [cta_lo, cta_hi)
+// (the others are zero rows): the tensor-core / FMA product, unless the warp's band in the tile
+// (keys held but not seen by every row of the warp) holds an inf or NaN; then warp_rb_visible.
 template <class T, int KT8, int DT>
 WAVEPE_DEVICE void warp_rb_masked(acc_t<T> (&acc)[DT][4], const acc_t<T> (&pf)[KT8][4], const T *tile, int ld, int c0,
-                                  int dt_active, acc_t<T> *scratch, const AttnParams &p, int64_t n0, int64_t first_pos,
-                                  int64_t cta_last_pos) {
+                                  int dt_active, acc_t<T> *scratch, const AttnParams &p, int64_t n0, const int64_t *rlo,
+                                  const int64_t *rhi, int64_t cta_lo, int64_t cta_hi) {
     constexpr int BN = 8 * KT8;
+    // tile rows [t_lo, t_hi) are held; every row of the warp sees [a_lo, a_hi)
+    const int64_t t_lo = (cta_lo > n0 ? cta_lo : n0) - n0, t_hi = (cta_hi < n0 + BN ? cta_hi : n0 + BN) - n0;
+    const int64_t a_lo = rlo[15] - n0, a_hi = rhi[0] - n0;
     bool careful = false;
-    if (p.causal && n0 + BN - 1 > first_pos) {
-        int64_t hi = cta_last_pos - n0;
-        if (hi > BN - 1) hi = BN - 1;
-        if (hi > p.n - 1 - n0) hi = p.n - 1 - n0;
-        const int64_t lo = first_pos + 1 - n0 > 0 ? first_pos + 1 - n0 : 0;
-        careful = lo <= hi && warp_rows_nonfinite(tile, ld, int(lo), int(hi), p.d);
+    if (t_lo < t_hi && (t_lo < a_lo || t_hi > a_hi)) {  // warp-uniform
+        const int64_t b1 = t_hi < a_lo ? t_hi : a_lo, b2 = t_lo > a_hi ? t_lo : a_hi;
+        if (t_lo < b1) careful = warp_rows_nonfinite(tile, ld, int(t_lo), int(b1 - 1), p.d);
+        if (!careful && b2 < t_hi) careful = warp_rows_nonfinite(tile, ld, int(b2), int(t_hi - 1), p.d);
     }
     if (careful) {
-        const int64_t lim[2] = {first_pos + frag_row(0) - n0, first_pos + frag_row(2) - n0};
-        warp_rb_visible<T, KT8, DT>(acc, pf, tile + c0, ld, dt_active, lim);
+        // the lane's rows see tile keys first[ri] .. lim[ri] (32-bit: clamped to the tile)
+        int first[2], lim[2];
+#pragma unroll
+        for (int ri = 0; ri < 2; ++ri) {
+            const int r = frag_row(2 * ri);
+            const int64_t f = rlo[r] - n0, l = rhi[r] - 1 - n0;
+            first[ri] = f < 0 ? 0 : (f > BN ? BN : int(f));
+            lim[ri] = l < -1 ? -1 : (l > BN - 1 ? BN - 1 : int(l));
+        }
+        warp_rb_visible<T, KT8, DT>(acc, pf, tile + c0, ld, dt_active, first, lim);
     } else {
         warp_rb<T, KT8, DT>(acc, pf, tile + c0, ld, dt_active, scratch);
     }
