@@ -421,3 +421,29 @@ def test_masked_keys_never_reach_outputs_or_gradients_on_cuda(dtype, bad):
     for name, c, x in zip(["out", "dq", "dk", "dv"], clean, dirty):
         assert torch.isfinite(x).all(), f"{name} is not finite"
         torch.testing.assert_close(x, c, rtol=0, atol=0, msg=f"{name} depends on masked keys")
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("causal", [True, False])
+def test_packed_attention_equals_each_document_alone(dtype, causal):
+    """cu_seqlens on the GPU: each document of a packed row is the document alone (both run by the kernel),
+    gradients included; int64 boundaries converted on the device."""
+    g = torch.Generator().manual_seed(5)
+    lengths = [70, 0, 1, 300, 45]
+    t = sum(lengths)
+    q, k, v = (torch.randn(1, h, t, 64, generator=g, dtype=torch.float64).to(DEV, dtype) for h in (4, 2, 2))
+    cu = torch.tensor([0, *np.cumsum(lengths).tolist()], device=DEV)
+    leaves = [x.clone().requires_grad_() for x in (q, k, v)]
+    out = wo.wavelet_attention(*leaves, causal=causal, cu_seqlens=cu)
+    go = torch.randn(out.shape, generator=g, dtype=torch.float64).to(DEV, dtype)
+    grads = torch.autograd.grad(out, leaves, go)
+    err = 4 * tol(dtype, t)
+    for s, e in zip(cu[:-1].tolist(), cu[1:].tolist()):
+        if e == s:
+            continue
+        part = [x[:, :, s:e].detach().clone().requires_grad_() for x in (q, k, v)]
+        alone = wo.wavelet_attention(*part, causal=causal)
+        want = torch.autograd.grad(alone, part, go[:, :, s:e])
+        torch.testing.assert_close(out[:, :, s:e], alone, rtol=err, atol=err)
+        for got, w in zip(grads, want):
+            torch.testing.assert_close(got[:, :, s:e], w, rtol=8 * err, atol=8 * err)
