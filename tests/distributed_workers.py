@@ -345,6 +345,33 @@ def _packed_bad_arguments(rank: int, world: int, groups: dict[str, Any]) -> dict
     return out
 
 
+def packed_module(pos_enc: str):
+    """A float64 PositionalAttention, its input (1, 8 * 4, 32) and the global boundaries, the same everywhere."""
+    from wavepe.nn import PositionalAttention
+
+    torch.manual_seed(3)
+    attn = PositionalAttention(32, 4, pos_enc, num_kv_heads=2).double()
+    x = torch.randn(1, 32, 32, dtype=torch.float64)
+    return attn, x, packed_cu(1, 32)
+
+
+def _packed_module(rank: int, world: int, groups: dict[str, Any]) -> dict[str, Any]:
+    """PositionalAttention(cu_seqlens=global boundaries) under context parallelism (zigzag): the output and
+    the input's gradient, gathered."""
+    import wavepe.distributed as wd
+
+    res = {}
+    for pos_enc in ("rope", "wavelet"):
+        attn, x, cu = packed_module(pos_enc)
+        attn.context_parallel = wd.ContextParallel(layout="zigzag")
+        xs = wd.shard_sequence(x, 1, layout="zigzag").requires_grad_()
+        out = attn(xs, cu_seqlens=cu)
+        (gx,) = torch.autograd.grad(out.square().sum(), xs)
+        res[pos_enc] = {"out": wd.gather_sequence(out.detach(), 1, layout="zigzag"),
+                        "dx": wd.gather_sequence(gx, 1, layout="zigzag")}
+    return res
+
+
 def _cp_scenario(group_name: str) -> Callable:
     def scenario(rank: int, world: int, groups: dict[str, Any]) -> dict[str, Any] | None:
         return {name: _cp_case(case, rank, groups, group_name) for name, case in cp_cases().items()}
@@ -540,6 +567,7 @@ SCENARIOS: dict[str, Callable[[int, int, dict[str, Any]], Any]] = {
     "cp_packed_ranks123": _cp_packed("ranks123"),
     "ring_without_host_sync": _ring_without_host_sync,
     "packed_bad_arguments": _packed_bad_arguments,
+    "packed_module": _packed_module,
     "tinylm_context_parallel": _tinylm_context_parallel,
     "ddp_llama": _ddp_llama,
     "fsdp_llama": _fsdp_llama,

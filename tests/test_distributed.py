@@ -74,7 +74,7 @@ def two_ranks(tmp_path_factory) -> str:
 @pytest.fixture(scope="module")
 def packed_ranks(tmp_path_factory) -> str:
     out = str(tmp_path_factory.mktemp("packed_ranks"))
-    dw.run(4, ["cp_packed_world", "cp_packed_ranks123", "packed_bad_arguments"], out)
+    dw.run(4, ["cp_packed_world", "cp_packed_ranks123", "packed_bad_arguments", "packed_module"], out)
     return out
 
 
@@ -209,6 +209,20 @@ def test_packed_tiles_skipped_exactly_when_no_query_sees_a_key():
                     assert _shares_a_document(docs, t, causal) == sees
                     skipped += not sees
         assert skipped > 0 or not causal or layout == "zigzag", (world, layout, causal)
+
+
+@pytest.mark.parametrize("pos_enc", ["rope", "wavelet"])
+def test_packed_module_under_context_parallelism_equals_one_process(packed_ranks, pos_enc):
+    # PositionalAttention(cu_seqlens=...) with ContextParallel(zigzag): RoPE at each chunk's positions inside
+    # its documents, attention inside the documents across ranks
+    attn, x, cu = dw.packed_module(pos_enc)
+    x.requires_grad_()
+    out = attn(x, cu_seqlens=cu)
+    (gx,) = torch.autograd.grad(out.square().sum(), x)
+    for rank in range(4):
+        got = load(packed_ranks, "packed_module", rank)[pos_enc]
+        torch.testing.assert_close(got["out"], out.detach(), rtol=1e-9, atol=1e-12)
+        torch.testing.assert_close(got["dx"], gx, rtol=1e-9, atol=1e-12)
 
 
 def test_packed_arguments_are_checked(packed_ranks):
