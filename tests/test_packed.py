@@ -199,15 +199,17 @@ def test_a_tile_of_a_longer_packed_row(isa, causal):
             assert torch.isneginf(lse[..., 30:]).all() and not torch.isneginf(lse[..., :30]).any()
 
 
+@pytest.mark.parametrize("packed", [True, False])
 @pytest.mark.parametrize("causal", [True, False])
-def test_tiles_of_a_packed_row_sum_to_its_gradients(isa, causal):
+def test_tiles_of_a_packed_row_sum_to_its_gradients(isa, causal, packed):
     """The backward of tiles of a packed row (the global out and lse, boundaries shifted by each tile's first
     key; queries outside the tile's keys, documents past them) sums to the whole row's: what
     wavepe.distributed's ring does.  A key block's query range must come from the documents as they are, not
-    clamped to the tile's keys."""
+    clamped to the tile's keys.  Unpacked too: non-causal tiles whose queries all precede their keys
+    (q_offset <= -M) see every key."""
     h, d = 2, 8
     lengths = [40, 0, 90, 1, 70]
-    cu = torch.tensor(boundaries(lengths), dtype=torch.int32)
+    cu = torch.tensor(boundaries(lengths), dtype=torch.int32) if packed else None
     t = sum(lengths)
     q, k, v = packed_inputs(1, h, 1, t, d, seed=17)
     table, r_lo = learned_table(d)
@@ -227,7 +229,8 @@ def test_tiles_of_a_packed_row_sum_to_its_gradients(isa, causal):
         for ks, ke in zip(cuts, cuts[1:]):
             part = torch.ops.wavepe.attention_bwd(
                 grad_out=go[:, :, qs:qe], grad_lse=gl[:, :, qs:qe], q=q[:, :, qs:qe], k=k[:, :, ks:ke],
-                v=v[:, :, ks:ke], out=out[:, :, qs:qe], lse=lse[:, :, qs:qe], q_offset=qs - ks, cu_seqlens=cu - ks,
+                v=v[:, :, ks:ke], out=out[:, :, qs:qe], lse=lse[:, :, qs:qe], q_offset=qs - ks,
+                cu_seqlens=None if cu is None else cu - ks,
                 **args)
             got[0][:, :, qs:qe] += part[0]
             got[1][:, :, ks:ke] += part[1]
