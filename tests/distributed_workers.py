@@ -100,6 +100,7 @@ class Case:
     masked: bool = False   # a key padding mask
     lse: bool = False      # return_lse, with a gradient through it
     clamp: bool = False
+    packed: bool = False   # cu_seqlens: documents (packed_cu) across the ranks' chunks
     extra: dict = field(default_factory=dict, hash=False, compare=False)
 
 
@@ -127,6 +128,33 @@ def cp_cases() -> dict[str, Case]:
     cases["relative-clamp-odd-shapes"] = Case("relative", True, "contiguous", h=5, h_kv=5, chunk=7, d=5, clamp=True)
     cases["alibi-chunks-across-tiles"] = Case("alibi", True, "zigzag", b=1, h=2, h_kv=1, chunk=200, d=32)
     return cases
+
+
+def packed_cases() -> dict[str, Case]:
+    """Packed sequences (global cu_seqlens): every pos_enc, causal or not, both layouts; B = 1 (1-D cu_seqlens)
+    and B = 2 (one row of boundaries each), GQA, key padding, return_lse, bf16."""
+    cases = {}
+    for pos_enc in ("wavelet", "relative", "alibi", "nope"):
+        for causal in (True, False):
+            for layout in ("contiguous", "zigzag"):
+                b = 1 if (pos_enc in ("wavelet", "alibi")) == causal else 2
+                cases[f"packed-{pos_enc}-{'causal' if causal else 'full'}-{layout}-b{b}"] = Case(
+                    pos_enc, causal, layout, b=b, packed=True, lse=layout == "zigzag")
+    cases["packed-relative-clamp-masked-lse"] = Case("relative", True, "zigzag", h=4, h_kv=4, masked=True, lse=True,
+                                                     clamp=True, packed=True)
+    cases["packed-alibi-masked-full-mqa"] = Case("alibi", False, "contiguous", h=3, h_kv=1, masked=True, lse=True,
+                                                 packed=True)
+    cases["packed-wavelet-bf16"] = Case("wavelet", True, "zigzag", h=3, h_kv=1, chunk=8, d=16,
+                                        dtype=torch.bfloat16, packed=True)
+    return cases
+
+
+def packed_cu(b: int, length: int) -> torch.Tensor:
+    """Global document boundaries for ``b`` rows of ``length`` positions: documents spanning several chunks,
+    empty ones and one-position ones; int64 (n_docs + 1,) for b = 1, int32 (b, n_docs + 1) otherwise."""
+    rows = [[0, 3, 3, length // 2 - 3, length // 2 - 2, length],
+            [0, 1, length * 5 // 8, length * 5 // 8, length - 1, length]][:b]
+    return torch.tensor(rows[0], dtype=torch.int64) if b == 1 else torch.tensor(rows, dtype=torch.int32)
 
 
 def cp_inputs(case: Case, length: int) -> dict[str, Any]:
@@ -158,6 +186,8 @@ def cp_inputs(case: Case, length: int) -> dict[str, Any]:
         # batch row 0: its first queries (causal) or all its queries see no key at all (lse -inf)
         mask[0, : length // 2 + 1 if case.causal else length] = True
         x["key_padding_mask"] = mask
+    if case.packed:
+        x["kwargs"]["cu_seqlens"] = packed_cu(case.b, length)
     return x
 
 
@@ -211,6 +241,135 @@ def _cp_case(case: Case, rank: int, groups: dict[str, Any], group_name: str) -> 
         dist.all_reduce(share, group=group)  # each rank holds its share of a replicated parameter's gradient
         res["dparam"] = share
     return res if dist.get_rank(group) == 0 else None
+
+
+def _cp_packed(group_name: str) -> Callable:
+    """packed_cases() on a group: with the tiles the host-side boundaries let the ring skip ("skip"), and with
+    every tile computed ("all", as with boundaries on a GPU)."""
+    def scenario(rank: int, world: int, groups: dict[str, Any]) -> dict[str, Any] | None:
+        from wavepe.distributed import _ring_attention
+
+        res: dict[str, Any] = {}
+        for name, case in packed_cases().items():
+            res[name] = {"skip": _cp_case(case, rank, groups, group_name)}
+        keep = _ring_attention._shares_a_document
+        _ring_attention._shares_a_document = lambda docs, t, causal: True
+        try:
+            for name, case in packed_cases().items():
+                res[name]["all"] = _cp_case(case, rank, groups, group_name)
+        finally:
+            _ring_attention._shares_a_document = keep
+        return res
+    return scenario
+
+
+class HostSync(RuntimeError):
+    pass
+
+
+def _no_host_sync(fn: Callable) -> Callable:
+    """``fn`` with every way Python reads a tensor's values on the host refused (a GPU stall: bool(), item(),
+    tolist(), int(), float(), nonzero, numpy) while it runs."""
+    def refuse(name):
+        def method(*args, **kwargs):
+            raise HostSync(f"torch.Tensor.{name} called")
+        return method
+
+    def wrapped(*args, **kwargs):
+        names = ("__bool__", "item", "tolist", "__int__", "__float__", "__index__", "nonzero", "numpy")
+        saved = {n: getattr(torch.Tensor, n) for n in names}
+        saved_nonzero = torch.nonzero
+        for n in names:
+            setattr(torch.Tensor, n, refuse(n))
+        torch.nonzero = refuse("nonzero (torch.nonzero)")
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            for n, m in saved.items():
+                setattr(torch.Tensor, n, m)
+            torch.nonzero = saved_nonzero
+    return wrapped
+
+
+def _ring_without_host_sync(rank: int, world: int, groups: dict[str, Any]) -> dict[str, Any]:
+    """The ring's forward and backward with host reads refused (a per-tile sync would raise), on inputs
+    with zero-weight tiles (neg_inf_inputs) and packed documents; the results, gathered, for comparison."""
+    import wavepe.distributed as wd
+    from wavepe.distributed import _ring_attention
+
+    saved = _ring_attention.ring_forward, _ring_attention.ring_backward
+    _ring_attention.ring_forward = _no_host_sync(saved[0])
+    _ring_attention.ring_backward = _no_host_sync(saved[1])
+    res = {}
+    try:
+        for packed in (False, True):
+            x = neg_inf_inputs("relative", True, world)
+            kwargs = dict(x["kwargs"])
+            if packed:
+                kwargs["cu_seqlens"] = packed_cu(2, x["q"].shape[2])
+            leaves = [wd.shard_sequence(x[n], 2).detach().requires_grad_() for n in ("q", "k", "v")]
+            out, lse = wd.context_parallel_attention(*leaves, return_lse=True, **kwargs)
+            loss = loss_of(out, lse, wd.shard_sequence(x["grad_out"], 2), wd.shard_sequence(x["grad_lse"], 2))
+            grads = torch.autograd.grad(loss, leaves)
+            res["packed" if packed else "plain"] = {
+                n: wd.gather_sequence(t.detach()) for n, t in zip(("out", "lse", "dq", "dk", "dv"), (out, lse, *grads))}
+        # the guard is live: a host read inside the ring raises
+        try:
+            _no_host_sync(lambda: bool(torch.ones(1)))()
+            res["guard"] = "no error"
+        except HostSync as e:
+            res["guard"] = str(e)
+    finally:
+        _ring_attention.ring_forward, _ring_attention.ring_backward = saved
+    return res
+
+
+def _packed_bad_arguments(rank: int, world: int, groups: dict[str, Any]) -> dict[str, str]:
+    """cu_seqlens checked like wavelet_attention's (the global length L), and compared across the ranks."""
+    import wavepe.distributed as wd
+
+    c = 4
+    q = torch.randn(1, 2, c, 8, dtype=torch.float64)
+    length = c * world
+    bad = {"local_end": torch.tensor([0, 2, c]), "float": torch.tensor([0.0, length]),
+           "shape": torch.tensor([[0, length], [0, length]]),
+           "disagree": torch.tensor([0, 1 + (rank == 1), length]),
+           "decreasing": torch.tensor([0, 5, 3, length])}
+    out = {}
+    for name, cu in bad.items():
+        try:
+            wd.context_parallel_attention(q, q, q, pos_enc="nope", cu_seqlens=cu)
+            out[name] = "no error"
+        except (ValueError, TypeError) as e:
+            out[name] = f"{type(e).__name__}: {e}"
+    return out
+
+
+def packed_module(pos_enc: str):
+    """A float64 PositionalAttention, its input (1, 8 * 4, 32) and the global boundaries, the same everywhere."""
+    from wavepe.nn import PositionalAttention
+
+    torch.manual_seed(3)
+    attn = PositionalAttention(32, 4, pos_enc, num_kv_heads=2).double()
+    x = torch.randn(1, 32, 32, dtype=torch.float64)
+    return attn, x, packed_cu(1, 32)
+
+
+def _packed_module(rank: int, world: int, groups: dict[str, Any]) -> dict[str, Any]:
+    """PositionalAttention(cu_seqlens=global boundaries) under context parallelism (zigzag): the output and
+    the input's gradient, gathered."""
+    import wavepe.distributed as wd
+
+    res = {}
+    for pos_enc in ("rope", "wavelet"):
+        attn, x, cu = packed_module(pos_enc)
+        attn.context_parallel = wd.ContextParallel(layout="zigzag")
+        xs = wd.shard_sequence(x, 1, layout="zigzag").requires_grad_()
+        out = attn(xs, cu_seqlens=cu)
+        (gx,) = torch.autograd.grad(out.square().sum(), xs)
+        res[pos_enc] = {"out": wd.gather_sequence(out.detach(), 1, layout="zigzag"),
+                        "dx": wd.gather_sequence(gx, 1, layout="zigzag")}
+    return res
 
 
 def _cp_scenario(group_name: str) -> Callable:
@@ -404,6 +563,11 @@ SCENARIOS: dict[str, Callable[[int, int, dict[str, Any]], Any]] = {
     "odd_zigzag_chunk": _odd_zigzag_chunk,
     "layout_roundtrip": _layout_roundtrip,
     "cp_neg_inf_chunk": _cp_neg_inf_chunk,
+    "cp_packed_world": _cp_packed("world"),
+    "cp_packed_ranks123": _cp_packed("ranks123"),
+    "ring_without_host_sync": _ring_without_host_sync,
+    "packed_bad_arguments": _packed_bad_arguments,
+    "packed_module": _packed_module,
     "tinylm_context_parallel": _tinylm_context_parallel,
     "ddp_llama": _ddp_llama,
     "fsdp_llama": _fsdp_llama,

@@ -67,7 +67,14 @@ def four_ranks(tmp_path_factory) -> str:
 @pytest.fixture(scope="module")
 def two_ranks(tmp_path_factory) -> str:
     out = str(tmp_path_factory.mktemp("two_ranks"))
-    dw.run(2, ["ddp_llama", "fsdp_llama", "cp_neg_inf_chunk"], out)
+    dw.run(2, ["ddp_llama", "fsdp_llama", "cp_neg_inf_chunk", "ring_without_host_sync"], out)
+    return out
+
+
+@pytest.fixture(scope="module")
+def packed_ranks(tmp_path_factory) -> str:
+    out = str(tmp_path_factory.mktemp("packed_ranks"))
+    dw.run(4, ["cp_packed_world", "cp_packed_ranks123", "packed_bad_arguments", "packed_module"], out)
     return out
 
 
@@ -156,37 +163,98 @@ def test_scores_all_neg_inf_in_one_chunk_only(two_ranks, case_name, monkeypatch)
                                        msg=lambda s: f"{name}: {s}")
 
 
-@pytest.mark.parametrize("pos_enc", ["relative", "alibi"])
-def test_all_neg_inf_rows_tells_zero_weight_rows_from_nan(pos_enc):
-    # the ring's test on one kernel call: rows whose visible keys all score -inf (padded keys, masked by
-    # the causal cut or not, hold finite scores) against rows with a NaN or +inf score
-    from wavepe.distributed._all_neg_inf import all_neg_inf_rows
+def compare(case: dw.Case, got: dict, want: dict) -> None:
+    assert got["out_dtype"] == case.dtype and got["grad_dtype"] == case.dtype
+    assert set(got) - {"out_dtype", "grad_dtype"} == set(want)
+    for name, e in want.items():
+        a = got[name]
+        assert a.shape == e.shape, name
+        if case.dtype == torch.float64:
+            torch.testing.assert_close(a, e, rtol=1e-9, atol=1e-9, msg=lambda s: f"{name}: {s}")
+        else:
+            err = (a.double() - e.double()).abs()
+            bound = 2.0 ** -8 * e.double().abs() + 1e-4 * e.double().abs().max()
+            assert bool((err <= bound).all()), f"{name}: max error {err.max().item():.3g}"
 
-    g = torch.Generator().manual_seed(5)
-    q = torch.randn(2, 2, 7, 4, generator=g, dtype=torch.float64).abs() + 0.5
-    k = torch.randn(2, 1, 9, 4, generator=g, dtype=torch.float64)
-    v = torch.randn(2, 1, 9, 4, generator=g, dtype=torch.float64)
-    mask = torch.zeros(2, 9, dtype=torch.bool)
-    mask[:, 6:] = True                       # padded keys: finite scores that must not count
-    k[:, :, :6, 1] = float("-inf")           # every visible key scores -inf for q[..., 1] > 0 ...
-    q[1, 0, 3, 1] = -2.0                     # ... +inf for this row (NaN, not zero weight)
-    k[0, 0, 0, 2] = float("nan")             # a NaN score for batch 0's rows that see key 0
-    table = torch.randn(5, 4, generator=g, dtype=torch.float64)
-    slopes = torch.tensor([0.3, 0.7], dtype=torch.float64)
-    tab, sl = (table, None) if pos_enc == "relative" else (None, slopes)
-    for causal, q_offset in ((True, 2), (False, -1)):
-        _, l = torch.ops.wavepe.attention_fwd(q=q, k=k, v=v, table=tab, r_lo=-2, clamp=True, slopes=sl,
-                                              key_padding_mask=mask, scale=0.5, q_offset=q_offset, causal=causal)
-        got = all_neg_inf_rows(l, q=q, k=k, table=tab, r_lo=-2, clamp=True, slopes=sl, mask=mask, scale=0.5,
-                               q_offset=q_offset, causal=causal)
-        assert got is not None
-        want = torch.ones(2, 2, 7, dtype=torch.bool)
-        want[1, 0, 3] = False                # +inf
-        want[0] = False                      # key 0 (NaN) is visible to every row of batch 0
-        if causal and q_offset < 0:
-            want[:, :, : -q_offset] = False
-        assert torch.equal(got, want), (causal, got)
-        assert bool(torch.isnan(l[want]).all())  # what the kernel gives those rows
+
+@pytest.mark.parametrize("group", ["world", "ranks123"])
+@pytest.mark.parametrize("case_name", list(dw.packed_cases()))
+def test_packed_context_parallel_equals_single_process(packed_ranks, group, case_name):
+    # global cu_seqlens, documents across chunks (and ranks, zigzag halves), empty and one-position
+    # documents: outputs and gradients of the single-process wavelet_attention(..., cu_seqlens=cu)
+    case = dw.packed_cases()[case_name]
+    got = load(packed_ranks, f"cp_packed_{group}", rank=1 if group == "ranks123" else 0)[case_name]
+    want = reference(case, case.chunk * CP_GROUPS[group])
+    for how in ("skip", "all"):  # tiles across documents skipped (boundaries on the host) or all computed
+        compare(case, got[how], want)
+
+
+def test_packed_tiles_skipped_exactly_when_no_query_sees_a_key():
+    from wavepe.distributed._ring_attention import _shares_a_document
+
+    for world, layout, causal in ((4, "contiguous", True), (4, "zigzag", True), (3, "zigzag", False),
+                                  (4, "contiguous", False)):
+        chunk = 6
+        length = world * chunk
+        docs = tuple(tuple(r) for r in dw.packed_cu(2, length).tolist())
+        segs = [segments(r, world, chunk, layout) for r in range(world)]
+        skipped = 0
+        for r in range(world):
+            for c in range(world):
+                for t in tiles(segs[r], segs[c], causal, None):
+                    sees = any(lo <= i < hi and lo <= j < hi and (not causal or i >= j)
+                               for cu in docs for lo, hi in zip(cu, cu[1:])
+                               for i in range(t.q.start, t.q.start + t.q.length)
+                               for j in range(t.k.start, t.k.start + t.k.length))
+                    assert _shares_a_document(docs, t, causal) == sees
+                    skipped += not sees
+        assert skipped > 0 or not causal or layout == "zigzag", (world, layout, causal)
+
+
+@pytest.mark.parametrize("pos_enc", ["rope", "wavelet"])
+def test_packed_module_under_context_parallelism_equals_one_process(packed_ranks, pos_enc):
+    # PositionalAttention(cu_seqlens=...) with ContextParallel(zigzag): RoPE at each chunk's positions inside
+    # its documents, attention inside the documents across ranks
+    attn, x, cu = dw.packed_module(pos_enc)
+    x.requires_grad_()
+    out = attn(x, cu_seqlens=cu)
+    (gx,) = torch.autograd.grad(out.square().sum(), x)
+    for rank in range(4):
+        got = load(packed_ranks, "packed_module", rank)[pos_enc]
+        torch.testing.assert_close(got["out"], out.detach(), rtol=1e-9, atol=1e-12)
+        torch.testing.assert_close(got["dx"], gx, rtol=1e-9, atol=1e-12)
+
+
+def test_packed_arguments_are_checked(packed_ranks):
+    for rank in range(4):
+        msg = load(packed_ranks, "packed_bad_arguments", rank)
+        assert "must start at 0 and end at k_len=16" in msg["local_end"], msg
+        assert msg["float"].startswith("TypeError") and "int32 or int64" in msg["float"]
+        assert "cu_seqlens must be (n_docs + 1,) for B=1" in msg["shape"]
+        assert "disagree on cu_seqlens values" in msg["disagree"], msg
+        assert "must not decrease" in msg["decreasing"], msg
+
+
+def test_ring_makes_no_host_sync_per_tile(two_ranks):
+    # the ring's forward and backward ran with bool() / item() / tolist() / nonzero ... refused, on tiles
+    # whose rows are all -inf (the kernel's mark_neg_inf code, merged by tensor ops) and on packed documents
+    for rank in range(2):
+        got = load(two_ranks, "ring_without_host_sync", rank)
+        assert "torch.Tensor.__bool__ called" in got["guard"]
+        x = dw.neg_inf_inputs("relative", True)
+        for packed in (False, True):
+            kwargs = dict(x["kwargs"])
+            if packed:
+                kwargs["cu_seqlens"] = dw.packed_cu(2, x["q"].shape[2])
+            leaves = [x[n].detach().requires_grad_() for n in ("q", "k", "v")]
+            out, lse = wo.wavelet_attention(*leaves, return_lse=True, **kwargs)
+            grads = torch.autograd.grad(dw.loss_of(out, lse, x["grad_out"], x["grad_lse"]), leaves)
+            want = dict(zip(("out", "lse", "dq", "dk", "dv"), (out.detach(), lse.detach(), *grads)))
+            # the case has the rows it is about: zero-weight tiles of finite rows, rows NaN as a whole
+            assert bool(torch.isfinite(want["out"][0, :, 6:]).all()) and bool(torch.isnan(want["lse"]).any())
+            for name, e in want.items():
+                torch.testing.assert_close(got["packed" if packed else "plain"][name], e, rtol=1e-9, atol=1e-9,
+                                           equal_nan=True, msg=lambda s: f"{name}: {s}")
 
 
 def test_ranks_that_disagree_all_raise(four_ranks):

@@ -215,3 +215,101 @@ def test_a_nan_row_reaches_only_the_keys_it_sees(isa, pos_enc, where, f64):
         rows[r[(r >= 0) & (r < dt.shape[0])]] = True
         torch.testing.assert_close(dt[~rows], dt0[~rows], **tol)
         assert torch.isnan(dt[rows]).any(-1).all()
+
+
+def _fwd(q, k, v, q_offset, causal, mark, pos_enc="none", mask=None):
+    h, d = q.shape[1], q.shape[3]
+    table = slopes = None
+    if pos_enc == "relative":
+        table = torch.linspace(-1, 1, 7 * d, dtype=q.dtype).reshape(7, d)
+    elif pos_enc == "alibi":
+        slopes = torch.linspace(0.2, 0.8, h, dtype=q.dtype)
+    kw = dict(table=table, r_lo=-3, clamp=pos_enc == "relative", slopes=slopes, key_padding_mask=mask, scale=0.5,
+              q_offset=q_offset, causal=causal)
+    return (*torch.ops.wavepe.attention_fwd(q=q, k=k, v=v, cu_seqlens=None, mark_neg_inf=mark, **kw), kw)
+
+
+@pytest.mark.parametrize("pos_enc", ["none", "relative", "alibi"])
+@pytest.mark.parametrize("f64", [False, True])
+def test_mark_neg_inf_codes_rows_whose_scores_are_all_neg_inf(isa, pos_enc, f64):
+    # attention_fwd(mark_neg_inf=True): a row whose visible scores are all -inf gets out = 0, lse = +inf
+    # instead of NaN; every other row is bit for bit the same (NaN for a +inf score, -inf for no key).
+    # Causal, keys 0 .. 5 score -inf: queries 0 .. 5 see only those (marked), the later ones finite ones too.
+    dt = torch.float64 if f64 else torch.float32
+    g = torch.Generator().manual_seed(1)
+    b, h, n, d = 2, 2, 40, 8
+    q = (torch.randn(b, h, n, d, generator=g, dtype=torch.float64).abs() + 0.5).to(dt)
+    k = torch.randn(b, 1, n, d, generator=g, dtype=torch.float64).to(dt)
+    v = torch.randn(b, 1, n, d, generator=g, dtype=torch.float64).to(dt)
+    k[:, :, :6, 0] = float("-inf")
+    q[1, 1, 3, 0] = -1.0                   # +inf against keys 0 .. 5: NaN, marked or not
+    if pos_enc != "relative":              # (inf * a table's entry is not -inf)
+        q[0, 0, 2, 0] = float("inf")       # inf * -inf = -inf: marked (and an inf q row in the backward)
+    mask = torch.zeros(b, n, dtype=torch.bool)
+    mask[1, :1] = True                     # batch 1's query 0 sees no key: lse -inf
+    out0, lse0, _ = _fwd(q, k, v, 0, True, False, pos_enc, mask)
+    out1, lse1, kw = _fwd(q, k, v, 0, True, True, pos_enc, mask)
+    marked = torch.zeros(b, h, n, dtype=torch.bool)
+    marked[:, :, :6] = True
+    marked[1, 1, 3] = False
+    marked[1, :, 0] = False
+    assert torch.isnan(lse0[marked]).all() and torch.isnan(out0[marked]).all()
+    assert torch.isposinf(lse1[marked]).all() and (out1[marked] == 0).all()
+    assert torch.isnan(lse1[1, 1, 3]) and torch.isneginf(lse1[1, :, 0]).all() and (out1[1, :, 0] == 0).all()
+    torch.testing.assert_close(out1[~marked], out0[~marked], rtol=0, atol=0, equal_nan=True)
+    torch.testing.assert_close(lse1[~marked], lse0[~marked], rtol=0, atol=0, equal_nan=True)
+    assert torch.isposinf(lse1).sum() == marked.sum()
+
+    # the backward takes a +inf lse as a row that contributes nothing: the gradients of the other rows alone
+    live = [(0, 0), (0, 1), (1, 0)]        # (batch, head) with no NaN row; rows 6 .. of each
+    go = torch.randn(b, h, n, d, generator=g, dtype=torch.float64).to(dt)
+    grads = torch.ops.wavepe.attention_bwd(grad_out=go, grad_lse=None, q=q, k=k, v=v, out=out1, lse=lse1,
+                                           table_grad=kw["table"] is not None, slopes_grad=kw["slopes"] is not None,
+                                           **kw)
+    # dq of a marked row is 0 (column 0 aside: the vector kernels' block product adds 0 * k, and k[..., 0] is -inf
+    # there, as for every row of a block holding such keys)
+    assert (grads[0][marked][:, 1:] == 0).all()
+    if isa == "scalar":
+        assert (grads[0][marked] == 0).all()
+    for bi, hi in live:
+        sl = (slice(bi, bi + 1), slice(hi, hi + 1))
+        kwp = dict(kw, q_offset=6, key_padding_mask=None if mask is None else mask[bi:bi + 1])
+        if kwp["slopes"] is not None:
+            kwp["slopes"] = kw["slopes"][hi:hi + 1]
+        qs, gos = q[sl][:, :, 6:], go[sl][:, :, 6:]
+        o, l = torch.ops.wavepe.attention_fwd(q=qs, k=k[bi:bi + 1], v=v[bi:bi + 1], **kwp)
+        want = torch.ops.wavepe.attention_bwd(grad_out=gos, grad_lse=None, q=qs, k=k[bi:bi + 1], v=v[bi:bi + 1],
+                                              out=o, lse=l, table_grad=False, slopes_grad=False, **kwp)
+        tol = dict(rtol=1e-10, atol=1e-12) if f64 else dict(rtol=2e-5, atol=2e-5)
+        torch.testing.assert_close(grads[0][sl][:, :, 6:], want[0], equal_nan=True, **tol)  # 0 * -inf keys
+    # keys: batch 0 has no NaN row, so its dk / dv are those of its live rows (both heads)
+    qs, gos = q[:1, :, 6:], go[:1, :, 6:]
+    kwp = dict(kw, q_offset=6, key_padding_mask=mask[:1])
+    o, l = torch.ops.wavepe.attention_fwd(q=qs, k=k[:1], v=v[:1], **kwp)
+    want = torch.ops.wavepe.attention_bwd(grad_out=gos, grad_lse=None, q=qs, k=k[:1], v=v[:1], out=o, lse=l,
+                                          table_grad=False, slopes_grad=False, **kwp)
+    tol = dict(rtol=1e-10, atol=1e-12) if f64 else dict(rtol=2e-5, atol=2e-5)
+    torch.testing.assert_close(grads[1][:1], want[1], equal_nan=True, **tol)
+    torch.testing.assert_close(grads[2][:1], want[2], equal_nan=True, **tol)
+
+
+@pytest.mark.parametrize("f64", [False, True])
+@pytest.mark.parametrize("m", [1, 2, 5])
+def test_mark_neg_inf_on_the_split_keys_path(isa, f64, m):
+    # few queries, many keys (the vector kernels split the keys and combine the chunks): batch 0's keys all
+    # score -inf (marked), batch 1's only in the first chunks (finite: those chunks weigh zero)
+    dt = torch.float64 if f64 else torch.float32
+    g = torch.Generator().manual_seed(2)
+    n, d = 1500, 16
+    q = (torch.randn(2, 4, m, d, generator=g, dtype=torch.float64).abs() + 0.5).to(dt)
+    k = torch.randn(2, 2, n, d, generator=g, dtype=torch.float64).to(dt)
+    v = torch.randn(2, 2, n, d, generator=g, dtype=torch.float64).to(dt)
+    k[0, :, :, 3] = float("-inf")
+    k[1, :, : n // 2, 3] = float("-inf")
+    for causal in (True, False):
+        out0, lse0, _ = _fwd(q, k, v, n - m, causal, False)
+        out1, lse1, _ = _fwd(q, k, v, n - m, causal, True)
+        assert torch.isnan(lse0[0]).all() and torch.isposinf(lse1[0]).all() and (out1[0] == 0).all()
+        assert torch.isfinite(lse1[1]).all()
+        torch.testing.assert_close(out1[1], out0[1], rtol=0, atol=0)
+        torch.testing.assert_close(lse1[1], lse0[1], rtol=0, atol=0)

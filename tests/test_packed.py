@@ -199,6 +199,47 @@ def test_a_tile_of_a_longer_packed_row(isa, causal):
             assert torch.isneginf(lse[..., 30:]).all() and not torch.isneginf(lse[..., :30]).any()
 
 
+@pytest.mark.parametrize("packed", [True, False])
+@pytest.mark.parametrize("causal", [True, False])
+def test_tiles_of_a_packed_row_sum_to_its_gradients(isa, causal, packed):
+    """The backward of tiles of a packed row (the global out and lse, boundaries shifted by each tile's first
+    key; queries outside the tile's keys, documents past them) sums to the whole row's: what
+    wavepe.distributed's ring does.  A key block's query range must come from the documents as they are, not
+    clamped to the tile's keys.  Unpacked too: non-causal tiles whose queries all precede their keys
+    (q_offset <= -M) see every key."""
+    h, d = 2, 8
+    lengths = [40, 0, 90, 1, 70]
+    cu = torch.tensor(boundaries(lengths), dtype=torch.int32) if packed else None
+    t = sum(lengths)
+    q, k, v = packed_inputs(1, h, 1, t, d, seed=17)
+    table, r_lo = learned_table(d)
+    args = dict(table=table, r_lo=r_lo, clamp=False, slopes=None, key_padding_mask=None, scale=0.4, causal=causal,
+                table_grad=True, slopes_grad=False)
+    out, lse = torch.ops.wavepe.attention_fwd(q=q, k=k, v=v, cu_seqlens=cu, q_offset=0,
+                                              **{n: args[n] for n in ("table", "r_lo", "clamp", "slopes",
+                                                                      "key_padding_mask", "scale", "causal")})
+    g = torch.Generator().manual_seed(3)
+    go = torch.randn(out.shape, generator=g, dtype=out.dtype)
+    gl = torch.randn(lse.shape, generator=g, dtype=lse.dtype)
+    want = torch.ops.wavepe.attention_bwd(grad_out=go, grad_lse=gl, q=q, k=k, v=v, out=out, lse=lse, q_offset=0,
+                                          cu_seqlens=cu, **args)
+    got = [torch.zeros_like(x) for x in want[:4]]
+    cuts = [0, 37, 101, 150, t]
+    for qs, qe in zip(cuts, cuts[1:]):
+        for ks, ke in zip(cuts, cuts[1:]):
+            part = torch.ops.wavepe.attention_bwd(
+                grad_out=go[:, :, qs:qe], grad_lse=gl[:, :, qs:qe], q=q[:, :, qs:qe], k=k[:, :, ks:ke],
+                v=v[:, :, ks:ke], out=out[:, :, qs:qe], lse=lse[:, :, qs:qe], q_offset=qs - ks,
+                cu_seqlens=None if cu is None else cu - ks,
+                **args)
+            got[0][:, :, qs:qe] += part[0]
+            got[1][:, :, ks:ke] += part[1]
+            got[2][:, :, ks:ke] += part[2]
+            got[3] += part[3]
+    for name, a, e in zip(("dq", "dk", "dv", "dtable"), got, want):
+        torch.testing.assert_close(a, e, rtol=1e-10, atol=1e-12, msg=lambda s: f"{name}: {s}")
+
+
 def test_opcheck_and_compile():
     q, k, v = packed_inputs(1, 4, 2, 40, 8, seed=11)
     table, r_lo = learned_table(8)

@@ -73,3 +73,42 @@ def test_tinylm_checkpoints_written_with_the_old_spelling_still_load(tmp_path):
 def test_names_outside_a_layer_raise_naming_the_argument(call, match):
     with pytest.raises(ValueError, match=match):
         call()
+
+
+@pytest.mark.parametrize("pos_enc", ["wavelet", "rope", "alibi", "nope"])
+def test_positional_attention_packed_equals_each_document_alone(pos_enc):
+    # PositionalAttention(cu_seqlens=...): a packed batch of documents (empty and one-token ones too) gives each
+    # document's output, and gradient, as if it were alone: RoPE's positions restart at every boundary
+    torch.manual_seed(0)
+    attn = PositionalAttention(32, 4, pos_enc, num_kv_heads=2).double()
+    lengths = [[5, 0, 9, 1, 7], [1, 12, 0, 3, 6]]
+    cus = [torch.tensor([0, *torch.tensor(ls).cumsum(0).tolist()]) for ls in lengths]
+    x = torch.randn(2, 22, 32, dtype=torch.float64, requires_grad=True)
+    w = torch.randn(2, 22, 32, dtype=torch.float64)
+    for b, cu in ((0, cus[0]), (None, torch.stack(cus).to(torch.int32))):
+        xs = x if b is None else x[b:b + 1]
+        out = attn(xs, cu_seqlens=cu)
+        (gx,) = torch.autograd.grad((out * (w if b is None else w[b:b + 1])).sum(), x)
+        for row in range(2) if b is None else [b]:
+            r = row if b is None else 0
+            bounds = cus[row].tolist()
+            for s, e in zip(bounds, bounds[1:]):
+                if s == e:
+                    continue
+                alone_x = x[row:row + 1, s:e].detach().requires_grad_()
+                alone = attn(alone_x)
+                (ga,) = torch.autograd.grad((alone * w[row:row + 1, s:e]).sum(), alone_x)
+                torch.testing.assert_close(out[r:r + 1, s:e], alone, rtol=1e-10, atol=1e-12)
+                torch.testing.assert_close(gx[row:row + 1, s:e], ga, rtol=1e-10, atol=1e-12)
+
+
+def test_document_positions_restart_at_each_boundary():
+    from wavepe.nn import document_positions
+
+    cu = torch.tensor([0, 3, 3, 4, 8], dtype=torch.int32)
+    assert document_positions(cu, torch.arange(8)).tolist() == [0, 1, 2, 0, 0, 1, 2, 3]
+    assert document_positions(cu, torch.tensor([7, 2, 3])).tolist() == [3, 2, 0]  # a chunk's global positions
+    two = torch.stack([cu, torch.tensor([0, 0, 5, 5, 8], dtype=torch.int32)])
+    assert document_positions(two, torch.arange(8)).tolist() == [[0, 1, 2, 0, 0, 1, 2, 3], [0, 1, 2, 3, 4, 0, 1, 2]]
+    with pytest.raises(ValueError, match="at least 2 boundaries"):
+        document_positions(cu[:1], torch.arange(8))

@@ -355,7 +355,14 @@ static int fwd_scalar(wavepe_attention_plan *p, int64_t begin, int64_t end) {
             for (int64_t c = 0; c < d; ++c) acc[c] += pr * ld(a->v, voff + c, f64);
         }
         const int64_t ooff = attn_off(a->out_strides, b, h, m);
-        if (seen && l == 0.0) l = NAN; /* keys seen, every score -inf: 0/0, as the formula */
+        if (seen && l == 0.0) { /* keys seen, every score -inf: 0/0, as the formula, or mark_neg_inf's code */
+            if (a->mark_neg_inf) {
+                for (int64_t c = 0; c < d; ++c) st(a->out, ooff + c, 0.0, f64);
+                st(a->lse, bh * a->m + m, INFINITY, f64);
+                continue;
+            }
+            l = NAN;
+        }
         const int any = l > 0.0 || isnan(l);
         for (int64_t c = 0; c < d; ++c) st(a->out, ooff + c, any ? acc[c] / l : 0.0, f64);
         st(a->lse, bh * a->m + m, any ? mx + log(l) : -INFINITY, f64);
@@ -383,7 +390,7 @@ static int bwd_scalar_unit(wavepe_attention_plan *p, int64_t unit, int64_t slot,
         const int64_t gooff = attn_off(a->dout_strides, b, h, m);
         const double lse = ld(a->lse, bhm, f64);
         for (int64_t c = 0; c < d; ++c) dq[c] = 0.0;
-        if (lse != -INFINITY) {
+        if (!isinf(lse)) { /* -inf: no key seen; +inf: mark_neg_inf's zero-weight row (attention.h) */
             double D = 0.0;
             for (int64_t c = 0; c < d; ++c) D += ld(a->dout, gooff + c, f64) * ld(a->out, ooff + c, f64);
             if (a->dlse != NULL) D -= ld(a->dlse, bhm, f64);
@@ -458,6 +465,12 @@ static int fwd_combine(wavepe_attention_plan *p, int64_t begin, int64_t end) {
             const double lc = ld(p->partial, base + c * stride + dpad + 1, f64);
             saw_only_neg_inf |= lc == 0.0 && signbit(lc);
         }
+        const int64_t ooff = attn_off(a->out_strides, b, h, m);
+        if (mx == -INFINITY && saw_only_neg_inf && a->mark_neg_inf) { /* zero weight: out = 0, lse = +inf */
+            for (int64_t j = 0; j < d; ++j) st(a->out, ooff + j, 0.0, f64);
+            st(a->lse, row, INFINITY, f64);
+            continue;
+        }
         double l = mx == -INFINITY && saw_only_neg_inf ? NAN : 0.0;
         for (int64_t c = 0; c < d; ++c) acc[c] = 0.0;
         if (mx != -INFINITY) {
@@ -470,7 +483,6 @@ static int fwd_combine(wavepe_attention_plan *p, int64_t begin, int64_t end) {
                 for (int64_t j = 0; j < d; ++j) acc[j] += w * ld(p->partial, o + j, f64);
             }
         }
-        const int64_t ooff = attn_off(a->out_strides, b, h, m);
         const int any = l > 0.0 || isnan(l);
         for (int64_t j = 0; j < d; ++j) st(a->out, ooff + j, any ? acc[j] / l : 0.0, f64);
         st(a->lse, row, any ? mx + log(l) : -INFINITY, f64);

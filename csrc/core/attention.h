@@ -10,7 +10,8 @@
  * (never computed): causal keys n > pos_q(m), keys whose key_padding_mask
  * byte is nonzero, and -- packed sequences -- keys outside the query's
  * document (wavepe_attention_keys).  A query whose every key is masked gets
- * out = 0 and lse = -inf.
+ * out = 0 and lse = -inf; one whose visible keys all score -inf gets NaN
+ * (0/0), or out = 0 and lse = +inf with mark_neg_inf.
  *
  * Packed sequences (cu_seqlens): a batch row holds several documents one
  * after the other, non-decreasing boundaries cu[0] <= cu[1] <= ... <=
@@ -101,6 +102,13 @@ typedef struct wavepe_attention_args {
     void *out;
     int64_t out_strides[3];
     void *lse; /* (B, H, M) dense, accumulator type */
+    /* forward: a row whose visible keys all score -inf gets out = 0, lse = +inf (zero weight, for a caller
+     * that merges partial results: wavepe.distributed) instead of NaN; 0: NaN, the formula's 0/0.  +inf
+     * arises no other way: lse = max + log(sum) with 1 <= sum <= N, so a finite max gives a finite lse
+     * (log N is far below half an ulp of any float that could overflow), and a +inf score makes the
+     * sum exp(inf - inf) = NaN.  The backward takes such a row as contributing nothing (zero dq; nothing
+     * to dk, dv, dtable, dslopes), like a row that sees no key (lse = -inf). */
+    int mark_neg_inf;
 
     /* backward only */
     const void *dout;
@@ -118,21 +126,29 @@ typedef struct wavepe_attention_args {
  * definition for every device; boundaries outside [0, N] (not checked on a
  * GPU, where reading them would cost a host sync) are clamped, so a bad
  * cu_seqlens can mask wrongly but never read out of bounds. */
+/* The document [*lo, *hi) of batch row b that holds position pos, in the
+ * keys' coordinate and not clamped to the keys (it may extend past them);
+ * *lo == *hi: pos is outside every document.  Needs cu_seqlens. */
+WAVEPE_HOST_DEVICE static inline void wavepe_attention_document(const wavepe_attention_args *a, int64_t b,
+                                                                int64_t pos, int64_t *lo, int64_t *hi) {
+    /* the last boundary i <= cu_len - 2 with cu[i] <= pos (binary search) */
+    const int32_t *cu = a->cu_seqlens + b * a->cu_stride;
+    int64_t i = 0, j = a->cu_len - 2;
+    while (i < j) {
+        const int64_t mid = i + (j - i + 1) / 2;
+        if ((int64_t)cu[mid] <= pos) i = mid;
+        else j = mid - 1;
+    }
+    *lo = cu[i];
+    *hi = cu[i + 1];
+    if (pos < *lo || pos >= *hi) *hi = *lo; /* outside every document */
+}
+
 WAVEPE_HOST_DEVICE static inline void wavepe_attention_keys(const wavepe_attention_args *a, int64_t b, int64_t pos,
                                                             int64_t *lo, int64_t *hi) {
     int64_t l = 0, h = a->n;
     if (a->cu_seqlens != NULL) {
-        /* the last boundary i <= cu_len - 2 with cu[i] <= pos (binary search) */
-        const int32_t *cu = a->cu_seqlens + b * a->cu_stride;
-        int64_t i = 0, j = a->cu_len - 2;
-        while (i < j) {
-            const int64_t mid = i + (j - i + 1) / 2;
-            if ((int64_t)cu[mid] <= pos) i = mid;
-            else j = mid - 1;
-        }
-        l = cu[i];
-        h = cu[i + 1];
-        if (pos < l || pos >= h) h = l; /* outside every document */
+        wavepe_attention_document(a, b, pos, &l, &h);
         l = l < 0 ? 0 : (l > a->n ? a->n : l);
         h = h < l ? l : (h > a->n ? a->n : h);
     }

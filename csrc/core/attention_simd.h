@@ -727,7 +727,14 @@ static void FN(finish_rows)(FN(work) * w, int64_t b, int64_t h, int64_t m0, int6
     T *lse = (T *)a->lse + (b * a->heads + h) * a->m + m0;
     for (int64_t i = 0; i < rows; ++i) {
         T l = lst[i];
-        if (l == (T)0 && signbit(l)) l = (T)NAN; /* keys seen, every score -inf: 0/0 */
+        if (l == (T)0 && signbit(l)) { /* keys seen, every score -inf: 0/0, or mark_neg_inf's code */
+            if (a->mark_neg_inf) {
+                for (int64_t c = 0; c < d; ++c) out[i * a->out_strides[2] + c] = (T)0;
+                lse[i] = (T)INFINITY;
+                continue;
+            }
+            l = (T)NAN;
+        }
         const int any = l > (T)0 || l != l;
         const T inv = any ? (T)1 / l : (T)0;
         for (int64_t c = 0; c < d; ++c) out[i * a->out_strides[2] + c] = o[i * dpad + c] * inv;
@@ -833,8 +840,10 @@ static void FN(bad_rows_backward)(FN(work) * w, int64_t b, int64_t h, int64_t m0
     const wavepe_attention_plan *p = w->p;
     const wavepe_attention_args *a = &p->a;
     const int64_t d = a->d, dpad = p->dpad;
+    const T *lse = (const T *)a->lse + (b * a->heads + h) * a->m + m0;
     for (int64_t t = t_first; t < rows; ++t) {
-        if (w->rbad[t] == (T)0 || jv_all[t] == 0) continue;
+        /* a zero-weight row (lse = +inf, mark_neg_inf) contributes nothing: 0 * inf would not be 0 */
+        if (w->rbad[t] == (T)0 || jv_all[t] == 0 || lse[t] == (T)INFINITY) continue;
         const T *qrow = (const T *)a->q + attn_off(a->q_strides, b, h, m0 + t);
         const T *gorow = (const T *)a->dout + attn_off(a->dout_strides, b, h, m0 + t);
         const T *prow = w->s + t * ATTN_SLD, *dsrow = w->ds + t * ATTN_SLD;
@@ -900,7 +909,7 @@ static void FN(tile_backward)(FN(work) * w, FN(group) * groups, int64_t b, int64
             T *prow = ps + t * ATTN_SLD, *drow = dss + t * ATTN_SLD;
             const int64_t n = jv[t], i = gi * ATTN_MR + t;
             int64_t j = 0;
-            if (n > 0 && lse[i] != -(T)INFINITY) {
+            if (n > 0 && !isinf(lse[i])) { /* -inf: no key seen; +inf: a zero-weight row (mark_neg_inf) */
                 /* keys before j0 were not computed: P = dS = 0 there (the block's products read them) */
                 for (; j < j0; j += VL) {
                     V(storeu)(prow + j, V(zero)());
@@ -1042,16 +1051,16 @@ static void FN(unit_backward)(FN(work) * w, FN(group) * groups, int64_t unit, T 
         if (kb.masked && FN(load_kpm)(w, b, n0, kb.nk) == 0) continue;
         /* the query blocks with a row that can see a key of the block: positions
          * from n0 (causal) or the first key's document start, to the last key's
-         * document end */
-        int64_t pos_lo = a->causal ? n0 : 0, pos_hi = a->q_offset + M;
+         * document end -- the documents as they are, not clamped to the keys (a
+         * tile's queries may lie outside them); a key outside every document
+         * bounds nothing */
+        int64_t pos_lo = a->causal ? n0 : a->q_offset, pos_hi = a->q_offset + M;
         if (a->cu_seqlens != NULL) {
-            wavepe_attention_args nc = *a;
-            nc.causal = 0;
             int64_t lo, hi;
-            wavepe_attention_keys(&nc, b, n0, &lo, &hi);
-            pos_lo = lo > pos_lo ? lo : pos_lo;
-            wavepe_attention_keys(&nc, b, n0 + kb.nk - 1, &lo, &hi);
-            pos_hi = hi < pos_hi ? hi : pos_hi;
+            wavepe_attention_document(a, b, n0, &lo, &hi);
+            if (lo < hi && lo > pos_lo) pos_lo = lo;
+            wavepe_attention_document(a, b, n0 + kb.nk - 1, &lo, &hi);
+            if (lo < hi && hi < pos_hi) pos_hi = hi;
         }
         const int64_t mfirst = pos_lo - a->q_offset, mend = pos_hi - a->q_offset;
         if (mfirst >= M) break; /* neither bound decreases with n0: no later block is seen */

@@ -11,6 +11,9 @@
 // device's kernels take them: CUDA); slopes, lse and the lse gradient travel
 // as the accumulator type (float32, float64 for float64 inputs), whatever
 // dtype the caller gave them, and dslopes is returned in the slopes' dtype.
+// attention_fwd's mark_neg_inf: rows whose visible scores are all -inf come
+// back as out = 0, lse = +inf instead of NaN (attention.h); attention_bwd
+// takes such rows as contributing nothing, flag or not.
 #include <optional>
 #include <tuple>
 #include <vector>
@@ -122,10 +125,11 @@ std::tuple<Tensor, Tensor> attention_fwd(const Tensor& q, const Tensor& k, const
                                                  const std::optional<Tensor>& slopes,
                                                  const std::optional<Tensor>& key_padding_mask, double scale,
                                                  int64_t q_offset, bool causal,
-                                                 const std::optional<Tensor>& cu_seqlens) {
+                                                 const std::optional<Tensor>& cu_seqlens, bool mark_neg_inf) {
     wavepe_attention_args a;
     const Prepared p = prepare(q, k, v, table, slopes, key_padding_mask, cu_seqlens, a, r_lo, clamp, scale, q_offset,
                                causal);
+    a.mark_neg_inf = mark_neg_inf ? 1 : 0;
     wavepe_error err{};
     wavepe::check_sizes(wavepe_attention_validate(&a, 0, &err), err, "wavelet_attention");
     Tensor out = wavepe::empty({a.batch, a.heads, a.m, a.d}, q);
@@ -206,8 +210,8 @@ void register_attention(torch::stable::detail::StableLibrary& m) {
 STABLE_TORCH_LIBRARY_FRAGMENT(wavepe, m) {
     m.def(
         "attention_fwd(Tensor q, Tensor k, Tensor v, Tensor? table, SymInt r_lo, bool clamp, Tensor? slopes, "
-        "Tensor? key_padding_mask, float scale, SymInt q_offset, bool causal, Tensor? cu_seqlens=None) "
-        "-> (Tensor, Tensor)");
+        "Tensor? key_padding_mask, float scale, SymInt q_offset, bool causal, Tensor? cu_seqlens=None, "
+        "bool mark_neg_inf=False) -> (Tensor, Tensor)");
     m.def(
         "attention_bwd(Tensor grad_out, Tensor? grad_lse, Tensor q, Tensor k, Tensor v, Tensor out, Tensor lse, "
         "Tensor? table, SymInt r_lo, bool clamp, Tensor? slopes, Tensor? key_padding_mask, float scale, "

@@ -24,6 +24,28 @@ from .pos_enc import canonical_pos_enc, scores_pos_enc
 POS_ENCS: tuple[str, ...] = ("wavelet", "rope", "alibi", "nope")
 
 
+def document_positions(cu_seqlens: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+    """Each position's offset inside its document (int64, (L,) for 1-D boundaries, else (B, L)).
+
+    ``positions`` (L,) are positions of a packed row; ``cu_seqlens`` its
+    document boundaries (n_docs + 1,) or (B, n_docs + 1), non-decreasing.
+    On the device, no host sync: the document of position p starts at the
+    last boundary <= p.
+    """
+    if not isinstance(cu_seqlens, torch.Tensor):
+        raise TypeError(f"cu_seqlens must be a torch.Tensor, got {type(cu_seqlens).__name__}")
+    if cu_seqlens.dim() not in (1, 2) or cu_seqlens.shape[-1] < 2:
+        raise ValueError("cu_seqlens must be (n_docs + 1,) or (B, n_docs + 1) with at least 2 boundaries, got "
+                         f"shape {tuple(cu_seqlens.shape)}")
+    cu = cu_seqlens.to(device=positions.device, dtype=torch.int64)
+    pos = positions.to(torch.int64)
+    if cu.dim() == 2:
+        pos = pos.expand(cu.shape[0], pos.shape[0]).contiguous()
+    # index of the document holding p: the number of boundaries cu[1:] <= p (empty documents skipped)
+    doc = torch.searchsorted(cu[..., 1:].contiguous(), pos, right=True).clamp_(max=cu.shape[-1] - 2)
+    return pos - cu.gather(-1, doc)
+
+
 class PositionalAttention(nn.Module):
     """Causal multi-head self-attention with a wavepe position encoding.
 
@@ -118,23 +140,39 @@ class PositionalAttention(nn.Module):
             q, k = rope(q, k, position_offset, self.rope_config)
         return q, k, v
 
-    def forward(self, x: torch.Tensor, position_offset: int = 0) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, position_offset: int = 0, *,
+                cu_seqlens: torch.Tensor | None = None) -> torch.Tensor:
         """x (B, L, D) at positions ``position_offset … position_offset+L-1`` -> (B, L, D).
 
         With ``context_parallel`` set, x is this rank's chunk (B, L/P, D) and
         the positions are its global ones (plus ``position_offset``).
+
+        ``cu_seqlens``: packed documents (padding-free batches; flash-attn's
+        boundaries ``0 = cu[0] <= ... <= cu[-1] = L``, int32/int64,
+        (n_docs + 1,) for B = 1 or (B, n_docs + 1); with ``context_parallel``,
+        the global boundaries of the whole sequence).  Each document is
+        attended as if alone: its tokens see only its own, and positions
+        (RoPE's, the wavelets' and ALiBi's distances) restart at 0 (plus
+        ``position_offset``) at each document, computed on the device (no
+        host sync).
         """
         from .ops import wavelet_attention
 
         kind = scores_pos_enc(self.pos_enc)
         cp = self.context_parallel
+        offset = check_int("position_offset", position_offset)
         if cp is None:
-            q, k, v = self._qkv(x, position_offset)
-            out = wavelet_attention(q, k, v, self.wavelet_config, pos_enc=kind, causal=True)
-        else:
-            positions = cp.positions(x.shape[1], x.device) + check_int("position_offset", position_offset)
+            positions: int | torch.Tensor = offset
+            if cu_seqlens is not None and self.pos_enc == "rope":
+                positions = document_positions(cu_seqlens, torch.arange(x.shape[1], device=x.device)) + offset
             q, k, v = self._qkv(x, positions)
-            out = cp.attention(q, k, v, self.wavelet_config, pos_enc=kind, causal=True)
+            out = wavelet_attention(q, k, v, self.wavelet_config, pos_enc=kind, causal=True, cu_seqlens=cu_seqlens)
+        else:
+            positions = cp.positions(x.shape[1], x.device)
+            if cu_seqlens is not None:
+                positions = document_positions(cu_seqlens, positions)
+            q, k, v = self._qkv(x, positions + offset)
+            out = cp.attention(q, k, v, self.wavelet_config, pos_enc=kind, causal=True, cu_seqlens=cu_seqlens)
         b, _, length, _ = out.shape
         return self.o_proj(out.transpose(1, 2).reshape(b, length, self.num_heads * self.head_dim))
 

@@ -269,6 +269,134 @@ static void check_gradient_fd(void) {
     free_inputs(&in);
 }
 
+/* mark_neg_inf: batch 0's keys all score -inf (k[..., 0] = -inf, q[..., 0] > 0): NaN rows without the flag,
+ * out = 0 and lse = +inf with it; batch 1's keys only in the second half (finite rows, the same either way).
+ * The backward of the marked rows: nothing (dk = dv = 0 for batch 0; dq = 0 outside column 0, where the
+ * vector kernels' block product adds 0 * -inf). */
+static void check_mark_neg_inf(const shape *s, int expect_kind) {
+    inputs in;
+    make_inputs(s, &in, 4242);
+    const int64_t nq = s->B * s->H * s->M * s->d, nk = s->B * s->Hkv * s->N * s->d, nl = s->B * s->H * s->M;
+    for (int64_t i = 0; i < nq; i += s->d) in.q[i] = fabs(in.q[i]) + 0.5;
+    for (int64_t b = 0; b < s->B; ++b)
+        for (int64_t hk = 0; hk < s->Hkv; ++hk)
+            for (int64_t n = b == 0 ? 0 : s->N / 2; n < s->N; ++n) in.k[((b * s->Hkv + hk) * s->N + n) * s->d] = -INFINITY;
+    for (int f64 = 0; f64 < 2; ++f64) {
+        void *q = conv(in.q, nq, f64), *k = conv(in.k, nk, f64), *v = conv(in.v, nk, f64);
+        void *tab = conv(in.table, in.R * s->d, f64), *sl = conv(in.slopes, s->H, f64), *dout = conv(in.dout, nq, f64);
+        for (int isa = 0; isa < 2; ++isa) {
+            const wavepe_isa which = isa ? wavepe_test_isa : WAVEPE_ISA_SCALAR;
+            void *out[2], *lse[2];
+            wavepe_attention_args a;
+            for (int mark = 0; mark < 2; ++mark) {
+                out[mark] = calloc((size_t)nq + 1, 8), lse[mark] = calloc((size_t)nl + 1, 8);
+                set_args(&a, f64, s, &in, q, k, v, tab, sl, out[mark], lse[mark]);
+                a.mark_neg_inf = mark;
+                wavepe_attention_plan *plan;
+                CHECK(wavepe_attention_fwd_plan(which, &a, &plan, NULL) == WAVEPE_OK);
+                if (isa && which != WAVEPE_ISA_SCALAR) CHECK(wavepe_attention_plan_kind(plan) == expect_kind);
+                CHECK(run_all(plan) == WAVEPE_OK);
+                wavepe_attention_plan_free(plan);
+            }
+            const int64_t rows0 = s->H * s->M; /* batch 0's rows come first */
+            for (int64_t i = 0; i < nl; ++i) {
+                const double l0 = get(lse[0], i, f64), l1 = get(lse[1], i, f64);
+                if (i < rows0) {
+                    CHECK(isnan(l0) && l1 == INFINITY);
+                    for (int64_t c = 0; c < s->d; ++c)
+                        CHECK(isnan(get(out[0], i * s->d + c, f64)) && get(out[1], i * s->d + c, f64) == 0.0);
+                } else {
+                    CHECK(isfinite(l1) && l1 == l0);
+                    for (int64_t c = 0; c < s->d; ++c) CHECK(get(out[1], i * s->d + c, f64) == get(out[0], i * s->d + c, f64));
+                }
+            }
+            void *dq = calloc((size_t)nq + 1, 8), *dk = calloc((size_t)nk + 1, 8), *dv = calloc((size_t)nk + 1, 8);
+            void *dt = calloc((size_t)(in.R * s->d) + 1, 8), *dsl = calloc((size_t)s->H + 1, 8);
+            set_args(&a, f64, s, &in, q, k, v, tab, sl, out[1], lse[1]);
+            a.dout = dout, a.dq = dq, a.dk = dk, a.dv = dv;
+            if (s->bias == 1) a.dtable = dt;
+            if (s->bias == 2) a.dslopes = dsl;
+            wavepe_attention_plan *plan;
+            CHECK(wavepe_attention_bwd_plan(which, &a, &plan, NULL) == WAVEPE_OK);
+            CHECK(run_all(plan) == WAVEPE_OK);
+            wavepe_attention_plan_free(plan);
+            for (int64_t i = 0; i < rows0; ++i)
+                for (int64_t c = 1; c < s->d; ++c) CHECK(get(dq, i * s->d + c, f64) == 0.0);
+            for (int64_t i = 0; i < s->Hkv * s->N * s->d; ++i) CHECK(get(dk, i, f64) == 0.0 && get(dv, i, f64) == 0.0);
+            free(dq), free(dk), free(dv), free(dt), free(dsl);
+            for (int mark = 0; mark < 2; ++mark) free(out[mark]), free(lse[mark]);
+        }
+        free(q), free(k), free(v), free(tab), free(sl), free(dout);
+    }
+    free_inputs(&in);
+}
+
+/* Tiles of a row (queries [q0, q1) x keys [k0, k1), the boundaries shifted by k0, q_offset = q0 - k0: what
+ * wavepe.distributed's ring calls) with the whole row's out and lse: their backward sums to the row's
+ * (the key blocks' query ranges must come from the documents as they are, past the tile's keys). */
+static void check_tiles_sum(const shape *s) {
+    inputs in;
+    make_inputs(s, &in, 777);
+    const int64_t nq = s->B * s->H * s->M * s->d, nk = s->B * s->Hkv * s->N * s->d, nl = s->B * s->H * s->M;
+    const int64_t cuts[] = {0, 37, 101, 150, s->N};
+    const int ncuts = 5, cl = s->packed + 1;
+    int32_t *shifted = malloc(sizeof(int32_t) * (size_t)(s->B * cl + 1));
+    for (int isa = 0; isa < 2; ++isa) {
+        const wavepe_isa which = isa ? wavepe_test_isa : WAVEPE_ISA_SCALAR;
+        double *out = calloc((size_t)nq + 1, 8), *lse = calloc((size_t)nl + 1, 8);
+        double *whole[3], *sum[3];
+        const int64_t counts[3] = {nq, nk, nk};
+        for (int g = 0; g < 3; ++g) whole[g] = calloc((size_t)counts[g] + 1, 8), sum[g] = calloc((size_t)counts[g] + 1, 8);
+        wavepe_attention_args a;
+        set_args(&a, 1, s, &in, in.q, in.k, in.v, in.table, in.slopes, out, lse);
+        wavepe_attention_plan *plan;
+        CHECK(wavepe_attention_fwd_plan(which, &a, &plan, NULL) == WAVEPE_OK);
+        CHECK(run_all(plan) == WAVEPE_OK);
+        wavepe_attention_plan_free(plan);
+        a.dout = in.dout, a.dq = whole[0], a.dk = whole[1], a.dv = whole[2];
+        CHECK(wavepe_attention_bwd_plan(which, &a, &plan, NULL) == WAVEPE_OK);
+        CHECK(run_all(plan) == WAVEPE_OK);
+        wavepe_attention_plan_free(plan);
+        for (int qi = 0; qi + 1 < ncuts; ++qi)
+            for (int ki = 0; ki + 1 < ncuts; ++ki) {
+                const int64_t q0 = cuts[qi], q1 = cuts[qi + 1], k0 = cuts[ki], k1 = cuts[ki + 1];
+                const int64_t tq = s->B * s->H * (q1 - q0) * s->d, tk = s->B * s->Hkv * (k1 - k0) * s->d;
+                double *dq = calloc((size_t)tq + 1, 8), *dk = calloc((size_t)tk + 1, 8), *dv = calloc((size_t)tk + 1, 8);
+                double *tlse = malloc(sizeof(double) * (size_t)(s->B * s->H * (q1 - q0) + 1));
+                for (int64_t bh = 0; bh < s->B * s->H; ++bh)
+                    for (int64_t m = q0; m < q1; ++m) tlse[bh * (q1 - q0) + m - q0] = lse[bh * s->M + m];
+                for (int64_t i = 0; i < s->B * cl && s->packed; ++i) shifted[i] = in.cu[i] - (int32_t)k0;
+                wavepe_attention_args t = a;
+                t.m = q1 - q0, t.n = k1 - k0, t.q_offset = q0 - k0;
+                t.q = in.q + q0 * s->d, t.out = out + q0 * s->d, t.dout = in.dout + q0 * s->d;
+                t.k = in.k + k0 * s->d, t.v = in.v + k0 * s->d;
+                t.lse = tlse, t.cu_seqlens = s->packed ? shifted : NULL;
+                t.dq = dq, t.dk = dk, t.dv = dv;
+                CHECK(wavepe_attention_bwd_plan(which, &t, &plan, NULL) == WAVEPE_OK);
+                CHECK(run_all(plan) == WAVEPE_OK);
+                wavepe_attention_plan_free(plan);
+                for (int64_t bh = 0; bh < s->B * s->H; ++bh)
+                    for (int64_t m = 0; m < q1 - q0; ++m)
+                        for (int64_t c = 0; c < s->d; ++c)
+                            sum[0][(bh * s->M + q0 + m) * s->d + c] += dq[(bh * (q1 - q0) + m) * s->d + c];
+                for (int64_t bh = 0; bh < s->B * s->Hkv; ++bh)
+                    for (int64_t n = 0; n < k1 - k0; ++n)
+                        for (int64_t c = 0; c < s->d; ++c) {
+                            sum[1][(bh * s->N + k0 + n) * s->d + c] += dk[(bh * (k1 - k0) + n) * s->d + c];
+                            sum[2][(bh * s->N + k0 + n) * s->d + c] += dv[(bh * (k1 - k0) + n) * s->d + c];
+                        }
+                free(dq), free(dk), free(dv), free(tlse);
+            }
+        for (int g = 0; g < 3; ++g) {
+            for (int64_t i = 0; i < counts[g]; ++i) CHECK_CLOSE(sum[g][i], whole[g][i], 1e-10, 1e-12);
+            free(whole[g]), free(sum[g]);
+        }
+        free(out), free(lse);
+    }
+    free(shifted);
+    free_inputs(&in);
+}
+
 void test_attention(void) {
     /* B, H, Hkv, M, N, d, off, causal, bias, clamp, kpm */
     const shape shapes[] = {
@@ -298,6 +426,21 @@ void test_attention(void) {
     const int kinds[] = {1, 1, 1, 1, 1, 2, 2, 1, 1, -1, -1, 2, 2, 2, 1, 1, 1, 1, 1, 2, 2};
     for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; ++i) check_shape(&shapes[i], 1000 + i, kinds[i]);
     check_gradient_fd();
+    /* B, H, Hkv, M, N, d, off, causal, bias, clamp, kpm, packed */
+    const shape marked[] = {
+        {2, 2, 1, 40, 40, 8, 0, 1, 1, 0, 0, 0},    /* tiled, causal, table */
+        {2, 2, 2, 30, 50, 9, -5, 0, 2, 0, 0, 0},   /* tiled, not causal, ALiBi */
+        {2, 4, 2, 3, 700, 16, 697, 1, 1, 0, 0, 0}, /* decode path (split keys) */
+        {2, 1, 1, 1, 600, 8, 599, 0, 0, 0, 0, 0},  /* narrow decode */
+    };
+    const int marked_kinds[] = {1, 1, 2, 2};
+    for (size_t i = 0; i < sizeof marked / sizeof marked[0]; ++i) check_mark_neg_inf(&marked[i], marked_kinds[i]);
+    const shape rows[] = {
+        {2, 2, 1, 201, 201, 8, 0, 1, 1, 0, 0, 6}, /* packed, causal, table */
+        {1, 2, 2, 201, 201, 8, 0, 0, 2, 0, 0, 5}, /* packed, not causal, ALiBi */
+        {1, 2, 1, 201, 201, 8, 0, 0, 0, 0, 0, 0}, /* not packed, not causal: tiles with q_offset <= -M */
+    };
+    for (size_t i = 0; i < sizeof rows / sizeof rows[0]; ++i) check_tiles_sum(&rows[i]);
 
     /* validation */
     wavepe_attention_args a;

@@ -14,7 +14,7 @@ from .._validate import check_choice, check_flag, check_int, check_real
 from ..config import WaveletConfig
 from ..ops import _routing
 from ..ops._checks import compute_dtype
-from ..ops.attention import POS_ENCS, _acc_dtype, check_key_padding_mask, check_qkv, position_bias
+from ..ops.attention import POS_ENCS, _acc_dtype, check_cu_seqlens, check_key_padding_mask, check_qkv, position_bias
 from ..pos_enc import canonical_pos_enc
 from ._layout import LAYOUTS, _group_geometry, local_positions, segments
 from ._ring_attention import RingAttention, RingPlan, _Ring
@@ -22,7 +22,8 @@ from ._schedule import UNBOUNDED, last_hops
 
 # The settings every rank must agree on, in the order they are compared (see _check_agreement).
 _AGREED = ("batch", "heads", "kv_heads", "local length", "head_dim", "dtype", "pos_enc", "causal", "layout",
-           "scale", "table rows", "r_lo", "clamp", "key_padding_mask given")
+           "scale", "table rows", "r_lo", "clamp", "key_padding_mask given", "cu_seqlens boundaries",
+           "cu_seqlens values (a checksum)")
 _DTYPES = (torch.float32, torch.float64, torch.bfloat16, torch.float16)
 
 
@@ -70,6 +71,7 @@ def context_parallel_attention(
     rel_table: tuple[torch.Tensor, int] | None = None,
     clamp: bool = False,
     key_padding_mask: torch.Tensor | None = None,
+    cu_seqlens: torch.Tensor | None = None,
     layout: str = "contiguous",
     group: dist.ProcessGroup | None = None,
     return_lse: bool = False,
@@ -95,6 +97,14 @@ def context_parallel_attention(
             r = pos_q − pos_k over the whole sequence.
         key_padding_mask: (B, C) bool, True = ignore this rank's key (it
             travels with the keys).
+        cu_seqlens: packed sequences: the *global* document boundaries
+            ``0 = cu[0] <= ... <= cu[-1] = L`` of the whole sequence (as in
+            :func:`wavepe.ops.wavelet_attention`: int32/int64, (n_docs + 1,)
+            for B = 1 or (B, n_docs + 1)), the same on every rank; documents
+            may span ranks.  A query sees only its document's keys, at
+            distances inside it.  Kept on the device (no host sync); on the
+            CPU, tiles whose queries' documents hold none of its keys are
+            skipped.
         group: the process group holding the sequence (default: the world).
         return_lse: also return the log-sum-exp (B, H, C) over the whole sequence.
         validate: compare shapes and settings across the group first (one
@@ -129,6 +139,23 @@ def context_parallel_attention(
     if world * c >= 2**60:
         raise OverflowError(f"the sequence length {world * c} ({world} ranks x {c}) is beyond the supported range")
     check_key_padding_mask(key_padding_mask, q, "(B, C)", b, c)
+    length = world * c
+    check_cu_seqlens(cu_seqlens, q, b, length, length, 0)
+    docs = cu = None
+    if cu_seqlens is not None:
+        if length > 2**31 - 1:
+            raise ValueError(f"cu_seqlens needs a sequence length <= 2^31 - 1, got {length}")
+        cu = cu_seqlens.to(torch.int32).contiguous()
+        if cu.device.type == "cpu" and not torch.compiler.is_compiling():
+            # on the host already: checked here, before any message (a kernel's error on one tile would leave
+            # the other ranks waiting), and the schedule can skip tiles across documents
+            rows = cu.reshape(-1, cu.shape[-1])
+            steps = rows[:, 1:] < rows[:, :-1]
+            if bool(steps.any()):
+                row, i = (int(x) for x in torch.nonzero(steps)[0])
+                raise ValueError(f"cu_seqlens of batch row {row} must not decrease, got cu_seqlens[{i + 1}]="
+                                 f"{int(rows[row, i + 1])} after {int(rows[row, i])}")
+            docs = tuple(tuple(row) for row in rows.tolist())
     mask = None if key_padding_mask is None else key_padding_mask.contiguous().view(torch.uint8)  # wire type
     cdt = compute_dtype(q)
     acc = _acc_dtype(q.dtype)
@@ -145,12 +172,13 @@ def context_parallel_attention(
         _check_agreement(group, world, device, [
             b, h, h_kv, c, d, _DTYPES.index(q.dtype), POS_ENCS.index(pos_enc), int(causal),
             LAYOUTS.index(layout), struct.unpack("<q", struct.pack("<d", scale))[0],
-            -1 if table is None else table.shape[0], r_lo, int(clamp), int(mask is not None)])
+            -1 if table is None else table.shape[0], r_lo, int(clamp), int(mask is not None),
+            -1 if cu is None else cu.shape[-1]], _checksum(cu))
     plan = RingPlan(ring=_Ring(group, rank, world),
                     segs=tuple(segments(r, world, c, layout) for r in range(world)),
                     last=last_hops(world, layout, causal), causal=causal, scale=scale, r_lo=r_lo,
-                    clamp=clamp, support=support, compute_dtype=cdt, acc_dtype=acc)
-    out, lse = RingAttention.apply(q, k, v, table, slopes, mask, plan)
+                    clamp=clamp, support=support, compute_dtype=cdt, acc_dtype=acc, docs=docs)
+    out, lse = RingAttention.apply(q, k, v, table, slopes, mask, cu, plan)
     return (out, lse) if return_lse else out
 
 
@@ -163,9 +191,20 @@ def _check_kernel(device: torch.device) -> None:
             "dispatch key has a wavepe::attention_fwd kernel")
 
 
-def _check_agreement(group: dist.ProcessGroup, world: int, device: torch.device, values: list[int]) -> None:
-    """All-gather the settings and raise the same ValueError on every rank if they differ."""
-    mine = torch.tensor(values, dtype=torch.int64, device=device)
+def _checksum(cu: torch.Tensor | None) -> torch.Tensor:
+    """A position-weighted sum of the boundaries (one int64 on their device; 0 without), computed there."""
+    if cu is None:
+        return torch.zeros(1, dtype=torch.int64)
+    flat = cu.reshape(-1).to(torch.int64)
+    weights = torch.arange(1, flat.numel() + 1, dtype=torch.int64, device=flat.device)
+    return (flat * weights).sum().reshape(1)
+
+
+def _check_agreement(group: dist.ProcessGroup, world: int, device: torch.device, values: list[int],
+                     checksum: torch.Tensor) -> None:
+    """All-gather the settings (``values``, then ``checksum``: one int64 computed on a device) and raise the
+    same ValueError on every rank if they differ."""
+    mine = torch.cat([torch.tensor(values, dtype=torch.int64, device=device), checksum.to(device)])
     every = [torch.empty_like(mine) for _ in range(world)]
     dist.all_gather(every, mine, group=group)
     table = np.stack([t.cpu().numpy() for t in every])
@@ -190,4 +229,6 @@ def _decode(name: str, value: int) -> object:
         return struct.unpack("<d", struct.pack("<q", value))[0]
     if name in ("causal", "clamp", "key_padding_mask given"):
         return bool(value)
+    if name == "cu_seqlens boundaries":
+        return "none" if value < 0 else value
     return value

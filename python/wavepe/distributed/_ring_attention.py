@@ -11,14 +11,22 @@ The next chunk's messages are posted before the current chunk is computed,
 so communication overlaps compute.
 
 Non-finite scores (docs/DEVELOPING.md, "Non-finite values"): a tile row whose
-visible scores are all -inf comes back NaN from the kernel, yet weighs zero
-in the whole row's softmax.  Such rows (told from real NaNs by
-:mod:`._all_neg_inf`) enter the merge as (0, -inf), like a row that sees no
-key, and are remembered: a row that no tile gave a finite lse ends NaN, as
-the single-process kernel (and the float64 oracle) gives it.  A NaN or +inf
-score in any tile keeps its row NaN through the log-sum-exp.  The backward
-needs nothing more: its tiles see the global lse, as the single-process
-kernel's keys do.
+visible scores are all -inf weighs zero in the whole row's softmax, where
+the single-process kernel would give it NaN (0/0).  The tiles are computed
+with ``mark_neg_inf=True``, so the kernel marks such rows itself (out = 0,
+lse = +inf, a code nothing else produces: csrc/core/attention.h); they enter
+the merge as (0, -inf), like a row that sees no key, and are remembered: a
+row that no tile gave a finite lse ends NaN, as the single-process kernel
+(and the float64 oracle) gives it.  A NaN or +inf score in any tile keeps
+its row NaN through the log-sum-exp.  All of it is tensor operations: no
+host sync per tile.  The backward needs nothing more: its tiles see the
+global lse, as the single-process kernel's keys do.
+
+Packed sequences (``cu_seqlens``, the global document boundaries): each
+tile passes them shifted by its first key's global position, in the keys'
+coordinate the kernels take (csrc/core/attention.h); where the boundaries
+are on the host (a CPU run), tiles whose queries' documents hold none of
+the tile's keys are not computed.
 
 Backward (FlashAttention-2 style): each tile's ``attention_bwd`` gets the
 *global* out and lse, so its softmax probabilities, and D = rowsum(dO ∘ O),
@@ -39,7 +47,6 @@ import torch.distributed as dist
 from torch.autograd.function import once_differentiable
 
 from ..ops._extension import ops
-from ._all_neg_inf import all_neg_inf_rows
 from ._layout import Segment
 from ._schedule import Tile, tiles
 
@@ -84,17 +91,50 @@ class RingPlan:
     support: tuple[int, int] | None
     compute_dtype: torch.dtype             # what the kernels take (fp32 for half inputs on the CPU)
     acc_dtype: torch.dtype                 # partial results are merged and summed in this
+    # packed sequences: the global document boundaries of each batch row, when they are on the host (else
+    # None: every tile is computed, the kernels skip the keys outside the queries' documents)
+    docs: tuple[tuple[int, ...], ...] | None = None
     _tiles: dict[int, tuple[Tile, ...]] = field(default_factory=dict)
 
     def tiles(self, chunk: int) -> tuple[Tile, ...]:
         hit = self._tiles.get(chunk)
         if hit is None:
-            hit = self._tiles[chunk] = tiles(self.segs[self.ring.rank], self.segs[chunk], self.causal, self.support)
+            hit = tiles(self.segs[self.ring.rank], self.segs[chunk], self.causal, self.support)
+            if self.docs is not None:
+                hit = tuple(t for t in hit if _shares_a_document(self.docs, t, self.causal))
+            self._tiles[chunk] = hit
         return hit
 
     def holds(self, step: int) -> bool:
         """Whether this rank holds a chunk at ``step`` (chunks stop after their last user)."""
         return step < self.ring.world and step <= self.last[(self.ring.rank - step) % self.ring.world]
+
+
+def _shares_a_document(docs: tuple[tuple[int, ...], ...], t: Tile, causal: bool) -> bool:
+    """Whether some query of tile ``t`` sees some of its keys under the boundaries ``docs`` (per batch row)."""
+    q_lo, q_hi = t.q.start, t.q.start + t.q.length      # global positions [lo, hi)
+    k_lo, k_hi = t.k.start, t.k.start + t.k.length
+    for cu in docs:
+        for lo, hi in zip(cu, cu[1:]):
+            ql, qh, kl, kh = max(lo, q_lo), min(hi, q_hi), max(lo, k_lo), min(hi, k_hi)
+            if ql < qh and kl < kh and (not causal or qh - 1 >= kl):  # the document's last query sees its first key
+                return True
+    return False
+
+
+class _Boundaries:
+    """The global boundaries (int32, on the device) shifted into each tile's keys' coordinate, made once per start."""
+
+    def __init__(self, cu: torch.Tensor | None) -> None:
+        self.cu, self._shifted = cu, {}
+
+    def at(self, key_start: int) -> torch.Tensor | None:
+        if self.cu is None:
+            return None
+        hit = self._shifted.get(key_start)
+        if hit is None:
+            hit = self._shifted[key_start] = self.cu - key_start
+        return hit
 
 
 def _kv_messages(plan: RingPlan, step: int, held: tuple[torch.Tensor | None, ...]
@@ -159,14 +199,18 @@ def _add_rows(acc: torch.Tensor | None, seg: Segment, value: torch.Tensor, like:
 
 
 def ring_forward(plan: RingPlan, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, table: torch.Tensor | None,
-                 slopes: torch.Tensor | None, mask: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
-    """(out, lse) of this rank's queries against the whole sequence, in the accumulation dtype."""
+                 slopes: torch.Tensor | None, mask: torch.Tensor | None, cu: torch.Tensor | None = None
+                 ) -> tuple[torch.Tensor, torch.Tensor]:
+    """(out, lse) of this rank's queries against the whole sequence, in the accumulation dtype.
+
+    ``cu``: the global document boundaries (int32, (B, n_docs + 1) or (n_docs + 1,)), or None."""
     ring = plan.ring
     cdt, adt = plan.compute_dtype, plan.acc_dtype
     qc = q.to(cdt)
     out = torch.zeros(q.shape, dtype=adt, device=q.device)
     lse = torch.full(q.shape[:3], float("-inf"), dtype=adt, device=q.device)
-    neg_inf_only: torch.Tensor | None = None  # rows some tile saw with every visible score -inf
+    neg_inf_only = torch.zeros(lse.shape, dtype=torch.bool, device=lse.device)  # some tile: all -inf
+    bounds = _Boundaries(cu)
     held: tuple[torch.Tensor | None, ...] = (k.contiguous(), v.contiguous(), mask)
     for step in range(ring.world):
         works, incoming = _kv_messages(plan, step, held)
@@ -177,33 +221,26 @@ def ring_forward(plan: RingPlan, q: torch.Tensor, k: torch.Tensor, v: torch.Tens
                 o, l = ops.attention_fwd(q=_rows(qc, t.q), k=_rows(kc, t.k), v=_rows(vc, t.k),
                                          table=table if t.biased else None, r_lo=plan.r_lo, clamp=plan.clamp,
                                          slopes=slopes, key_padding_mask=_mask_rows(kpm, t.k),
-                                         scale=plan.scale, q_offset=t.q_offset, causal=t.causal)
-                # one host sync per tile (a GPU's too): NaN rows are rare, and need the scores to be told apart
-                if bool(torch.isnan(l).any()):
-                    marked = all_neg_inf_rows(l, q=_rows(qc, t.q), k=_rows(kc, t.k), table=table if t.biased else None,
-                                              r_lo=plan.r_lo, clamp=plan.clamp, slopes=slopes,
-                                              mask=_mask_rows(kpm, t.k), scale=plan.scale, q_offset=t.q_offset,
-                                              causal=t.causal)
-                    if marked is not None:  # a zero-weight partial: merged like a row that sees no key
-                        o = o.masked_fill(marked.unsqueeze(-1), 0.0)
-                        l = l.masked_fill(marked, float("-inf"))
-                        if neg_inf_only is None:
-                            neg_inf_only = torch.zeros(lse.shape, dtype=torch.bool, device=lse.device)
-                        _rows(neg_inf_only, t.q).logical_or_(marked)
-                _merge(_rows(out, t.q), _rows(lse, t.q), o, l)
+                                         scale=plan.scale, q_offset=t.q_offset, causal=t.causal,
+                                         cu_seqlens=bounds.at(t.k.start), mark_neg_inf=True)
+                # rows whose visible scores are all -inf: out = 0, lse = +inf (the kernel's code), a zero-weight
+                # partial merged like a row that sees no key
+                marked = torch.isposinf(l)
+                _rows(neg_inf_only, t.q).logical_or_(marked)
+                _merge(_rows(out, t.q), _rows(lse, t.q), o, l.masked_fill_(marked, float("-inf")))
         _wait(works)
         held = incoming
-    if neg_inf_only is not None:  # all -inf wherever they saw a key: NaN (0/0), as over the whole sequence
-        nan_rows = neg_inf_only & torch.isneginf(lse)
-        out.masked_fill_(nan_rows.unsqueeze(-1), float("nan"))
-        lse.masked_fill_(nan_rows, float("nan"))
+    # all -inf wherever they saw a key: NaN (0/0), as over the whole sequence
+    nan_rows = neg_inf_only.logical_and_(torch.isneginf(lse))
+    out.masked_fill_(nan_rows.unsqueeze(-1), float("nan"))
+    lse.masked_fill_(nan_rows, float("nan"))
     return out, lse
 
 
 def ring_backward(plan: RingPlan, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, table: torch.Tensor | None,
                   slopes: torch.Tensor | None, mask: torch.Tensor | None, out: torch.Tensor, lse: torch.Tensor,
-                  grad_out: torch.Tensor | None, grad_lse: torch.Tensor | None, table_grad: bool, slopes_grad: bool
-                  ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
+                  grad_out: torch.Tensor | None, grad_lse: torch.Tensor | None, table_grad: bool, slopes_grad: bool,
+                  cu: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
     """(dq, dk, dv, dtable, dslopes) of this rank's chunk, in the accumulation dtype.
 
     dk/dv of this rank's keys sum every rank's queries' contributions; dtable
@@ -218,6 +255,7 @@ def ring_backward(plan: RingPlan, q: torch.Tensor, k: torch.Tensor, v: torch.Ten
     dq: torch.Tensor | None = None
     dtable = torch.zeros(table.shape, dtype=adt, device=q.device) if table_grad and table is not None else None
     dslopes = torch.zeros(slopes.shape, dtype=adt, device=q.device) if slopes_grad and slopes is not None else None
+    bounds = _Boundaries(cu)
     held: tuple[torch.Tensor | None, ...] = (k.contiguous(), v.contiguous(), mask)
     acc_works: list[Any] = []          # the previous step's accumulator batch (its sends and receives)
     acc_in: tuple[torch.Tensor, torch.Tensor] | None = None
@@ -237,7 +275,8 @@ def ring_backward(plan: RingPlan, q: torch.Tensor, k: torch.Tensor, v: torch.Ten
                     k=_rows(kc, tk), v=_rows(vc, tk), out=_rows(oc, tq), lse=_rows(lse, tq),
                     table=table if t.biased else None, r_lo=plan.r_lo, clamp=plan.clamp, slopes=slopes,
                     key_padding_mask=_mask_rows(kpm, tk), scale=plan.scale, q_offset=t.q_offset, causal=t.causal,
-                    table_grad=dtable is not None and t.biased, slopes_grad=dslopes is not None)
+                    table_grad=dtable is not None and t.biased, slopes_grad=dslopes is not None,
+                    cu_seqlens=bounds.at(tk.start))
                 dq = _add_rows(dq, tq, g_dq, q, adt)
                 dk = _add_rows(dk, tk, g_dk, k, adt)
                 dv = _add_rows(dv, tk, g_dv, k, adt)
@@ -287,25 +326,26 @@ def ring_backward(plan: RingPlan, q: torch.Tensor, k: torch.Tensor, v: torch.Ten
 
 
 class RingAttention(torch.autograd.Function):
-    """(q, k, v, table, slopes, key_padding_mask) of this rank -> (out, lse), differentiable in the first five."""
+    """(q, k, v, table, slopes, key_padding_mask, cu_seqlens) of this rank -> (out, lse), differentiable in
+    the first five."""
 
     @staticmethod
-    def forward(ctx, q, k, v, table, slopes, mask, plan: RingPlan):  # type: ignore[override]
+    def forward(ctx, q, k, v, table, slopes, mask, cu, plan: RingPlan):  # type: ignore[override]
         ctx.set_materialize_grads(False)
-        out, lse = ring_forward(plan, q, k, v, table, slopes, mask)
+        out, lse = ring_forward(plan, q, k, v, table, slopes, mask, cu)
         result = out.to(q.dtype)
-        ctx.save_for_backward(q, k, v, table, slopes, mask, out, lse)
+        ctx.save_for_backward(q, k, v, table, slopes, mask, cu, out, lse)
         ctx.plan = plan
         return result, lse
 
     @staticmethod
     @once_differentiable  # the ring's backward is not itself differentiable: double backward raises
     def backward(ctx, grad_out, grad_lse):  # type: ignore[override]
-        q, k, v, table, slopes, mask, out, lse = ctx.saved_tensors
+        q, k, v, table, slopes, mask, cu, out, lse = ctx.saved_tensors
         need = ctx.needs_input_grad
         dq, dk, dv, dtable, dslopes = ring_backward(
             ctx.plan, q, k, v, table, slopes, mask, out, lse, grad_out, grad_lse,
-            table_grad=table is not None and bool(need[3]), slopes_grad=slopes is not None and bool(need[4]))
+            table_grad=table is not None and bool(need[3]), slopes_grad=slopes is not None and bool(need[4]), cu=cu)
         return (dq.to(q.dtype), dk.to(k.dtype), dv.to(v.dtype),
                 None if dtable is None else dtable.to(table.dtype),
-                None if dslopes is None else dslopes.to(slopes.dtype), None, None)
+                None if dslopes is None else dslopes.to(slopes.dtype), None, None, None)

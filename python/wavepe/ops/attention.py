@@ -39,7 +39,7 @@ def _acc_dtype(dtype: torch.dtype) -> torch.dtype:
 
 @torch.library.register_fake("wavepe::attention_fwd")
 def _attention_fwd_fake(q, k, v, table, r_lo, clamp, slopes, key_padding_mask, scale, q_offset, causal,
-                        cu_seqlens=None):
+                        cu_seqlens=None, mark_neg_inf=False):
     torch._check_value(q.dim() == 4 and k.dim() == 4 and v.dim() == 4,
                        lambda: "attention_fwd: q, k, v must be (B, H, M, d), (B, H_kv, N, d), (B, H_kv, N, d)")
     b, h, m, d = q.shape
@@ -58,8 +58,9 @@ def _attention_setup(ctx, inputs, output):
     a = named(_FWD, inputs)
     out, lse = output
     ctx.save_for_backward(*(a[n] for n in _FWD_TENSORS), out, lse)
-    # the scalar arguments (r_lo, clamp, scale, q_offset, causal), by name, for attention_bwd
-    ctx.kw = {n: v for n, v in a.items() if n not in _FWD_TENSORS}
+    # the scalar arguments (r_lo, clamp, scale, q_offset, causal), by name, for attention_bwd; mark_neg_inf is
+    # the forward's only (the backward takes its rows, lse = +inf, as contributing nothing, flag or not)
+    ctx.kw = {n: v for n, v in a.items() if n not in _FWD_TENSORS and n != "mark_neg_inf"}
 
 
 def _attention_backward(ctx, grad_out, grad_lse):
