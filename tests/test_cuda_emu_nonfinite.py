@@ -159,6 +159,38 @@ def test_rows_whose_visible_scores_are_all_minus_inf_are_nan(lib, dtype, splits)
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS.get)
+@pytest.mark.parametrize("splits", [1, 3])
+def test_mark_neg_inf_codes_rows_whose_scores_are_all_minus_inf(lib, dtype, splits):
+    """mark_neg_inf (wavepe.distributed's ring): the all -inf row is out 0, lse +inf, in one pass and through the
+    split combine; every other row as without the flag; the backward takes the row as contributing nothing."""
+    m = n = 30
+    rng = np.random.default_rng(5)
+    q = rng.standard_normal((1, 1, m, 8))
+    k = rng.standard_normal((1, 1, n, 8))
+    q[..., 0] = np.abs(q[..., 0]) + 0.5  # q . k = -inf for every query against key 0
+    k[0, 0, 0, 0] = -np.inf
+    kw = dict(B=1, H=1, Hk=1, M=m, N=n, d=8, off=0, causal=True, pe=0, splits=splits, inputs={"q": q, "k": k})
+    plain_out, plain_lse = Attn(lib, dtype, **kw).forward()
+    prob = Attn(lib, dtype, **kw)
+    prob.a.mark_neg_inf = 1
+    out, lse = prob.forward()
+    assert (out[0, 0, 0] == 0).all() and lse[0, 0, 0] == np.inf
+    np.testing.assert_array_equal(out[0, 0, 1:], plain_out[0, 0, 1:])
+    np.testing.assert_array_equal(lse[0, 0, 1:], plain_lse[0, 0, 1:])
+    plain = Attn(lib, dtype, **kw)
+    plain.forward()
+    plain.backward(False)
+    prob.backward(False)
+    dq, want = E.values(prob.dq.arr, dtype), E.values(plain.dq.arr, dtype)
+    # the marked row contributes nothing: dq 0 (but in column 0, where key 0's -inf meets dS = 0: NaN, as the
+    # formula's 0 * -inf and every row seeing key 0), the other rows' dq as without the flag; dv finite (the
+    # unmarked NaN row made key 0's dv NaN)
+    assert (dq[0, 0, 0, 1:] == 0).all()
+    np.testing.assert_array_equal(dq[0, 0, 1:], want[0, 0, 1:])
+    assert np.isfinite(E.values(prob.dv.arr, dtype)).all() and np.isnan(E.values(plain.dv.arr, dtype)).any()
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS.get)
 def test_decode_split_with_only_minus_inf_scores_is_not_nan(lib, dtype):
     """Split-KV: one split's keys all score -inf, another's do not: the row is finite
     (the -inf keys weigh 0), and it is NaN only when every split is so."""

@@ -212,10 +212,15 @@ __global__ void __launch_bounds__(BM * 2) attn_fwd_kernel(AttnParams p) {
         // visible score -inf (NaN, 0/0, as the oracle); sum NaN: a NaN score (NaN).
         // A split's partial keeps -inf for "all -inf" (another split may see a finite
         // score) and flags the row as seen for the combine.
-        const bool nan_row = !(sum >= A(0)) || (sum == A(0) && row_seen && p.num_splits == 1);
+        // With mark_neg_inf, "every visible score -inf" is out 0, lse +inf instead (a code a finite
+        // row_max never gives: the ring merges such rows without reading them on the host).
+        const bool neg_inf_row = sum == A(0) && row_seen && p.num_splits == 1;
+        const bool marked = neg_inf_row && p.mark_neg_inf;
+        const bool nan_row = !(sum >= A(0)) || (neg_inf_row && !p.mark_neg_inf);
         const A nan = A(NAN);
         const A inv = sum > A(0) ? A(1) / sum : nan_row ? nan : A(0);
-        const A lse = sum > A(0) ? (row_max[ri] + log2_(sum)) * A(kLn2) : nan_row ? nan : neg_inf<A>();
+        const A lse = sum > A(0) ? (row_max[ri] + log2_(sum)) * A(kLn2)
+                      : nan_row ? nan : marked ? -neg_inf<A>() : neg_inf<A>();
         if (p.num_splits == 1) {
             T *orow = static_cast<T *>(p.out_w) + b * p.o_sb + h * p.o_sh + m * p.o_sm;
 #pragma unroll
@@ -269,12 +274,14 @@ __global__ void __launch_bounds__(128) attn_combine_kernel(AttnParams p) {
     if (mx != neg_inf<A>())
         for (int64_t s = 0; s < p.num_splits; ++s) sum += exp2_((wl[(s * bh_count + bh) * p.m + m] - mx) * A(kLog2e));
     // a NaN split, or keys seen whose scores are all -inf: NaN (as one pass gives); no key: -inf
-    const bool nan_row = nan_split || (mx == neg_inf<A>() && seen);
-    const A lse = nan_row ? A(NAN) : mx == neg_inf<A>() ? mx : mx + log2_(sum) * A(kLn2);
+    // (with mark_neg_inf the latter is out 0, lse +inf, as in one pass)
+    const bool marked = !nan_split && mx == neg_inf<A>() && seen && p.mark_neg_inf;
+    const bool nan_row = nan_split || (mx == neg_inf<A>() && seen && !p.mark_neg_inf);
+    const A lse = nan_row ? A(NAN) : marked ? -neg_inf<A>() : mx == neg_inf<A>() ? mx : mx + log2_(sum) * A(kLn2);
     T *orow = static_cast<T *>(p.out_w) + b * p.o_sb + h * p.o_sh + m * p.o_sm;
     for (int64_t col = lane; col < p.d; col += 32) {
         A acc = nan_row ? A(NAN) : A(0);
-        if (!nan_row && lse != neg_inf<A>()) {
+        if (!nan_row && !marked && lse != neg_inf<A>()) {
             for (int64_t s = 0; s < p.num_splits; ++s) {
                 const int64_t r = (s * bh_count + bh) * p.m + m;
                 const A ls = wl[r];
@@ -315,6 +322,7 @@ AttnParams attention_params(const wavepe_attention_args *a) {
     p.table_sr = a->d;  // dense
     p.r_lo = a->r_lo;
     p.slopes = a->slopes;
+    p.mark_neg_inf = a->mark_neg_inf;
     p.kpm = a->key_padding_mask;
     p.kpm_sb = a->kpm_stride;
     p.cu_seqlens = a->cu_seqlens;

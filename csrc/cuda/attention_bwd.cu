@@ -110,7 +110,8 @@ WAVEPE_DEVICE void row_stats(A (&lse2)[2], A (&dl)[2], const AttnParams &p, int6
         const int64_t m = wm0 + frag_row(2 * ri);
         const bool ok = m < p.m;
         const A l = ok ? static_cast<const A *>(p.lse)[bh * p.m + m] : neg_inf<A>();
-        lse2[ri] = l == neg_inf<A>() ? l : l * A(kLog2e);
+        // -inf: the row saw no key; +inf: a zero-weight row (mark_neg_inf): both contribute nothing
+        lse2[ri] = l == neg_inf<A>() || l == -neg_inf<A>() ? neg_inf<A>() : l * A(kLog2e);
         dl[ri] = ok ? static_cast<const A *>(p.delta)[bh * p.m + m] : A(0);
     }
 }
@@ -211,7 +212,7 @@ __global__ void __launch_bounds__(B * 2, 1) attn_bwd_dkdv_kernel(AttnParams p) {
             for (int r = threadIdx.x; r < B; r += blockDim.x) {
                 const int64_t m = m0 + r;
                 const A l = m < p.m ? static_cast<const A *>(p.lse)[bh * p.m + m] : neg_inf<A>();
-                lse_s[r] = l == neg_inf<A>() ? l : l * A(kLog2e);
+                lse_s[r] = l == neg_inf<A>() || l == -neg_inf<A>() ? neg_inf<A>() : l * A(kLog2e);  // (row_stats)
                 delta_s[r] = m < p.m ? static_cast<const A *>(p.delta)[bh * p.m + m] : A(0);
             }
             if (tile_bias)

@@ -38,6 +38,7 @@ struct AttnParams {
     int64_t batch, heads, kv_heads, group, m, n, d, d_pad;
     int64_t q_offset;
     int causal, pos_enc, clamp;
+    int mark_neg_inf;  // rows whose visible scores are all -inf: out 0, lse +inf (attention.h)
     double scale;
     const void *table;
     int64_t table_rows, table_sr, r_lo;

@@ -124,9 +124,6 @@ void launch_cuda(const wavepe_rope_args& a, const Tensor& like, const char* what
 }
 
 void launch_cuda(const wavepe_attention_args& a, bool backward, const Tensor& like, const char* what) {
-#ifndef WAVEPE_CUDA_MARKS_NEG_INF  // wavepe_cuda.h defines it once the CUDA forward honours the flag (attention.h)
-    WAVEPE_CHECK_VALUE(!a.mark_neg_inf, what, ": mark_neg_inf is not implemented by this build's CUDA kernels");
-#endif
     const int64_t splits = backward ? 1 : wavepe_cuda_attention_num_splits(&a);
     wavepe_error err{};
     check_status(wavepe_cuda_attention_check(&a, backward ? 1 : 0, splits, &err), err, what);
