@@ -1,5 +1,10 @@
 /* rope_simd.h: RoPE on vectors, written once (simd_type.h) and instantiated
- * per ISA by rope_<isa>.c (avx2, avx512, neon) for float and double.
+ * per ISA by rope_<isa>.c (avx2, avx512, neon) for float, double, bfloat16
+ * and float16.  Half types are stored as they are and computed in float32
+ * (the table, the FMAs): each row is widened as it is loaded (S_LOADU) and
+ * every output rounded once to its type as it is stored (S_STOREU, half.h),
+ * so a bf16/fp16 call reads and writes half the bytes of a float32 one and
+ * makes no float32 copy.
  *
  * Same rows and tables as the scalar kernels (rope_rows.h).  Per row:
  *   1. the cos/sin table of its positions: angles pos * inv_freq in double,
@@ -60,7 +65,7 @@ static inline void rope_prefetch_next_head(const wavepe_rope_args *a, int t, int
  * lanes beyond the vector reduction's range. */
 static inline void FN(sincos)(double pos, const double *f, VT *s, VT *c) {
     const vf64 vpos = vf64_set1(pos), lim = vf64_set1(WP_SINCOS_MAX_ARG);
-#if defined(WP_TYPE_F32)
+#if defined(WP_COMPUTE_F32)
     const vf64 lo = vf64_mul(vpos, vf64_loadu(f)), hi = vf64_mul(vpos, vf64_loadu(f + WP_VL_F64));
     const unsigned big = mf64_bits(vf64_cmpge(vf64_abs(lo), lim)) | mf64_bits(vf64_cmpge(vf64_abs(hi), lim)) |
                          mf64_bits(vf64_isnan(lo)) | mf64_bits(vf64_isnan(hi));
@@ -119,50 +124,56 @@ static void FN(build_table)(const wavepe_rope_args *a, const rope_row *r, int64_
     }
 }
 
-static inline void FN(rotate_half)(const T *x, T *y, int64_t half, int64_t i0, int64_t nc, const T *c, const T *s) {
-    const T *xa = x + i0, *xb = x + half + i0;
-    T *ya = y + i0, *yb = y + half + i0;
+static inline void FN(rotate_half)(const S *x, S *y, int64_t half, int64_t i0, int64_t nc, const T *c, const T *s) {
+    const S *xa = x + i0, *xb = x + half + i0;
+    S *ya = y + i0, *yb = y + half + i0;
     int64_t i = 0;
     for (; i + VL <= nc; i += VL) {
-        const VT va = V(loadu)(xa + i), vb = V(loadu)(xb + i);
+        const VT va = S_LOADU(xa + i), vb = S_LOADU(xb + i);
         const VT vc = V(load)(c + i), vs = V(load)(s + i);
-        V(storeu)(ya + i, V(fmsub)(va, vc, V(mul)(vb, vs)));
-        V(storeu)(yb + i, V(fmadd)(vb, vc, V(mul)(va, vs)));
+        S_STOREU(ya + i, V(fmsub)(va, vc, V(mul)(vb, vs)));
+        S_STOREU(yb + i, V(fmadd)(vb, vc, V(mul)(va, vs)));
     }
     for (; i < nc; ++i) {
-        const T va = xa[i], vb = xb[i];
-        ya[i] = T_FMA(va, c[i], -(vb * s[i]));
-        yb[i] = T_FMA(vb, c[i], va * s[i]);
+        const T va = S_TO_T(xa[i]), vb = S_TO_T(xb[i]);
+        ya[i] = T_TO_S(T_FMA(va, c[i], -(vb * s[i])));
+        yb[i] = T_TO_S(T_FMA(vb, c[i], va * s[i]));
     }
 }
 
-static inline void FN(rotate_interleaved)(const T *x, T *y, int64_t i0, int64_t nc, const T *c, const T *s) {
-    const T *xo = x + 2 * i0;
-    T *yo = y + 2 * i0;
+static inline void FN(rotate_interleaved)(const S *x, S *y, int64_t i0, int64_t nc, const T *c, const T *s) {
+    const S *xo = x + 2 * i0;
+    S *yo = y + 2 * i0;
     const int64_t n = 2 * nc;
     int64_t j = 0;
     for (; j + VL <= n; j += VL) {
-        const VT v = V(loadu)(xo + j);
-        V(storeu)(yo + j, V(fmadd)(v, V(load)(c + j), V(mul)(V(swap_pairs)(v), V(load)(s + j))));
+        const VT v = S_LOADU(xo + j);
+        S_STOREU(yo + j, V(fmadd)(v, V(load)(c + j), V(mul)(V(swap_pairs)(v), V(load)(s + j))));
     }
     for (; j < n; j += 2) {
-        const T va = xo[j], vb = xo[j + 1];
-        yo[j] = T_FMA(va, c[j], vb * s[j]);
-        yo[j + 1] = T_FMA(vb, c[j + 1], va * s[j + 1]);
+        const T va = S_TO_T(xo[j]), vb = S_TO_T(xo[j + 1]);
+        yo[j] = T_TO_S(T_FMA(va, c[j], vb * s[j]));
+        yo[j + 1] = T_TO_S(T_FMA(vb, c[j + 1], va * s[j + 1]));
     }
 }
 
-static inline void FN(pass_row)(const rope_pass *p, T scale, const T *x, T *y) {
-    if (x == y && scale == (T)1) return;
-    for (int64_t j = p->lo1; j < p->hi1; ++j) y[j] = x[j] * scale;
-    for (int64_t j = p->lo2; j < p->hi2; ++j) y[j] = x[j] * scale;
+/* The dimensions that do not rotate: copied (scale 1, bit for bit) or times scale. */
+static inline void FN(pass_row)(const rope_pass *p, T scale, const S *x, S *y) {
+    if (scale == (T)1) {
+        if (x == y) return;
+        memcpy(y + p->lo1, x + p->lo1, (size_t)(p->hi1 - p->lo1) * sizeof(S));
+        memcpy(y + p->lo2, x + p->lo2, (size_t)(p->hi2 - p->lo2) * sizeof(S));
+        return;
+    }
+    for (int64_t j = p->lo1; j < p->hi1; ++j) y[j] = T_TO_S(S_TO_T(x[j]) * scale);
+    for (int64_t j = p->lo2; j < p->hi2; ++j) y[j] = T_TO_S(S_TO_T(x[j]) * scale);
 }
 
 void FN(wavepe_rope)(const wavepe_rope_args *a, int64_t row_begin, int64_t row_end) {
     FN(table) table;
     const rope_pass pass = rope_passthrough(a);
     const T scale = (T)a->scale;
-    const int large = rope_is_large(a, (int64_t)sizeof(T));
+    const int large = rope_is_large(a, (int64_t)sizeof(S));
     const int64_t half = a->head_dim / 2;
     const wavepe_rope_tensor *tensors[2] = {&a->q, &a->k};
     for (int64_t row = row_begin; row < row_end; ++row) {
@@ -176,9 +187,9 @@ void FN(wavepe_rope)(const wavepe_rope_args *a, int64_t row_begin, int64_t row_e
                 for (int64_t h = 0; h < ten->heads; ++h) {
                     for (int64_t p = 0; p < r.n; ++p) {
                         const int64_t l = r.l0 + p;
-                        const T *x = (const T *)ten->in + rope_in_at(ten, r.b, h, l);
-                        T *y = (T *)ten->out + rope_out_at(ten, r.b, h, l);
-                        if (large) rope_prefetch_next_head(a, t, r.b, h, l, (int64_t)sizeof(T));
+                        const S *x = (const S *)ten->in + rope_in_at(ten, r.b, h, l);
+                        S *y = (S *)ten->out + rope_out_at(ten, r.b, h, l);
+                        if (large) rope_prefetch_next_head(a, t, r.b, h, l, (int64_t)sizeof(S));
                         if (a->layout == WAVEPE_ROPE_HALF)
                             FN(rotate_half)(x, y, half, i0, nc, table.c[p], table.s[p]);
                         else

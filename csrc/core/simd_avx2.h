@@ -59,6 +59,25 @@ static inline __m256i wp_avx2_first_i32(int64_t n) {
 static inline vf32 vf32_loadu_n(const float *p, int64_t n) { return _mm256_maskload_ps(p, wp_avx2_first_i32(n)); }
 static inline void vf32_storeu_n(float *p, vf32 v, int64_t n) { _mm256_maskstore_ps(p, wp_avx2_first_i32(n), v); }
 
+/* Half types in memory, float32 in registers (8 elements, 16 bytes; half.h's rounding):
+ * bfloat16 by 16-bit shifts, round to nearest even with NaN -> 0x7FC0 as torch;
+ * float16 by F16C (vcvtph2ps / vcvtps2ph, round to nearest even). */
+static inline vf32 vf32_loadu_bf16(const uint16_t *p) {
+    const __m256i w = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)p));
+    return _mm256_castsi256_ps(_mm256_slli_epi32(w, 16));
+}
+static inline void vf32_storeu_bf16(uint16_t *p, vf32 v) {
+    const __m256i u = _mm256_castps_si256(v);
+    const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1));
+    __m256i r = _mm256_srli_epi32(_mm256_add_epi32(_mm256_add_epi32(u, _mm256_set1_epi32(0x7FFF)), lsb), 16);
+    r = _mm256_blendv_epi8(r, _mm256_set1_epi32(0x7FC0), _mm256_castps_si256(_mm256_cmp_ps(v, v, _CMP_UNORD_Q)));
+    _mm_storeu_si128((__m128i *)p, _mm_packus_epi32(_mm256_castsi256_si128(r), _mm256_extracti128_si256(r, 1)));
+}
+static inline vf32 vf32_loadu_f16(const uint16_t *p) { return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p)); }
+static inline void vf32_storeu_f16(uint16_t *p, vf32 v) {
+    _mm_storeu_si128((__m128i *)p, _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+}
+
 static inline vf32 vf32_add(vf32 a, vf32 b) { return _mm256_add_ps(a, b); }
 static inline vf32 vf32_sub(vf32 a, vf32 b) { return _mm256_sub_ps(a, b); }
 static inline vf32 vf32_mul(vf32 a, vf32 b) { return _mm256_mul_ps(a, b); }

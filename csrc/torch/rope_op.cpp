@@ -11,7 +11,8 @@
 // (B, 0, L, d) tensor, so the schema needs no optional return.
 // positions: None (positions offset .. offset + L - 1), or int64 (L,) or
 // (B, L) / (1, L), with offset 0.  inverse = the backward (rotation by -angle).
-// inv_freq: float64 (d/2,) on q's device.  One body for CPU and CUDA; the
+// inv_freq: float64 (d/2,) on q's device.  q and k: float32, float64, bfloat16 or float16 on every
+// device (half types are read and written as they are, computed in float32).  One body for CPU and CUDA; the
 // struct (wavepe_rope_args) is filled once and wavepe::launch runs it.
 #include <array>
 #include <mutex>
@@ -79,7 +80,7 @@ std::tuple<Tensor, Tensor> rope(const Tensor& q, const std::optional<Tensor>& k,
                                         const Tensor& inv_freq, int64_t rotary_pairs, const std::string& layout,
                                         double scale, bool inverse) {
     wavepe_rope_args a{};
-    a.dtype = wavepe::dtype_of(q, "q");
+    a.dtype = wavepe::dtype_of(q, "q", /*half_on_cpu=*/true);  // bf16 / fp16 read natively everywhere
     wavepe::check_dim(q, 4, "q");
     const int64_t B = q.size(0), L = q.size(2), d = q.size(3);
     if (k.has_value()) {
