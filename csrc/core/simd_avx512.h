@@ -90,11 +90,23 @@ static inline void vf32_storeu_bf16(uint16_t *p, vf32 v) {
     const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
     __m512i r = _mm512_srli_epi32(_mm512_add_epi32(_mm512_add_epi32(u, _mm512_set1_epi32(0x7FFF)), lsb), 16);
     r = _mm512_mask_mov_epi32(r, _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q), _mm512_set1_epi32(0x7FC0));
+#ifdef WAVEPE_SIMDE_AVX512
+    /* SIMDe 0.8.2 has no vpmovdw: pack the two halves on AVX2 (values <= 0xFFFF, packus is exact) */
+    const __m256i lo = _mm512_castsi512_si256(r), hi = _mm512_extracti64x4_epi64(r, 1);
+    _mm256_storeu_si256((__m256i *)p, _mm256_permute4x64_epi64(_mm256_packus_epi32(lo, hi), 0xD8));
+#else
     _mm256_storeu_si256((__m256i *)p, _mm512_cvtepi32_epi16(r));
+#endif
 }
 static inline vf32 vf32_loadu_f16(const uint16_t *p) { return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)p)); }
 static inline void vf32_storeu_f16(uint16_t *p, vf32 v) {
+#ifdef WAVEPE_SIMDE_AVX512
+    /* SIMDe 0.8.2 has no 512-bit vcvtps2ph: the two halves through F16C */
+    _mm_storeu_si128((__m128i *)p, _mm256_cvtps_ph(_mm512_castps512_ps256(v), _MM_FROUND_TO_NEAREST_INT));
+    _mm_storeu_si128((__m128i *)(p + 8), _mm256_cvtps_ph(_mm512_extractf32x8_ps(v, 1), _MM_FROUND_TO_NEAREST_INT));
+#else
     _mm256_storeu_si256((__m256i *)p, _mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+#endif
 }
 
 static inline vf32 vf32_add(vf32 a, vf32 b) { return _mm512_add_ps(a, b); }
