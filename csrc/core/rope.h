@@ -57,7 +57,7 @@ typedef enum wavepe_rope_layout {
 } wavepe_rope_layout;
 
 /* Positions per row of the row space (the cos/sin table covers one block). */
-#define WAVEPE_ROPE_POS_BLOCK 16
+#define WAVEPE_ROPE_POS_BLOCK 32
 /* Pairs per cos/sin table; longer heads are swept in chunks of this many. */
 #define WAVEPE_ROPE_PAIR_CHUNK 64
 

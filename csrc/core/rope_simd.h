@@ -167,6 +167,12 @@ static inline void FN(rotate_half)(const S *x, S *y, int64_t half, int64_t i0, i
     const S *xa = x + i0, *xb = x + half + i0;
     S *ya = y + i0, *yb = y + half + i0;
     int64_t i = 0;
+    for (; i + 2 * VL <= nc; i += 2 * VL) { /* two vectors a step: one store each where the ISA packs them */
+        const VT va0 = S_LOADU(xa + i), vb0 = S_LOADU(xb + i), va1 = S_LOADU(xa + i + VL), vb1 = S_LOADU(xb + i + VL);
+        const VT vc0 = V(load)(c + i), vs0 = V(load)(s + i), vc1 = V(load)(c + i + VL), vs1 = V(load)(s + i + VL);
+        S_STOREU2(ya + i, V(fmsub)(va0, vc0, V(mul)(vb0, vs0)), V(fmsub)(va1, vc1, V(mul)(vb1, vs1)));
+        S_STOREU2(yb + i, V(fmadd)(vb0, vc0, V(mul)(va0, vs0)), V(fmadd)(vb1, vc1, V(mul)(va1, vs1)));
+    }
     for (; i + VL <= nc; i += VL) {
         const VT va = S_LOADU(xa + i), vb = S_LOADU(xb + i);
         const VT vc = V(load)(c + i), vs = V(load)(s + i);
@@ -185,6 +191,11 @@ static inline void FN(rotate_interleaved)(const S *x, S *y, int64_t i0, int64_t 
     S *yo = y + 2 * i0;
     const int64_t n = 2 * nc;
     int64_t j = 0;
+    for (; j + 2 * VL <= n; j += 2 * VL) {
+        const VT v0 = S_LOADU(xo + j), v1 = S_LOADU(xo + j + VL);
+        S_STOREU2(yo + j, V(fmadd)(v0, V(load)(c + j), V(mul)(V(swap_pairs)(v0), V(load)(s + j))),
+                  V(fmadd)(v1, V(load)(c + j + VL), V(mul)(V(swap_pairs)(v1), V(load)(s + j + VL))));
+    }
     for (; j + VL <= n; j += VL) {
         const VT v = S_LOADU(xo + j);
         S_STOREU(yo + j, V(fmadd)(v, V(load)(c + j), V(mul)(V(swap_pairs)(v), V(load)(s + j))));

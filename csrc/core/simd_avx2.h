@@ -66,12 +66,20 @@ static inline vf32 vf32_loadu_bf16(const uint16_t *p) {
     const __m256i w = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)p));
     return _mm256_castsi256_ps(_mm256_slli_epi32(w, 16));
 }
-static inline void vf32_storeu_bf16(uint16_t *p, vf32 v) {
+static inline __m256i wp_avx2_bf16_bits(vf32 v) { /* the bf16 of each lane, in its low 16 bits */
     const __m256i u = _mm256_castps_si256(v);
     const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1));
-    __m256i r = _mm256_srli_epi32(_mm256_add_epi32(_mm256_add_epi32(u, _mm256_set1_epi32(0x7FFF)), lsb), 16);
-    r = _mm256_blendv_epi8(r, _mm256_set1_epi32(0x7FC0), _mm256_castps_si256(_mm256_cmp_ps(v, v, _CMP_UNORD_Q)));
+    const __m256i r = _mm256_srli_epi32(_mm256_add_epi32(_mm256_add_epi32(u, _mm256_set1_epi32(0x7FFF)), lsb), 16);
+    return _mm256_blendv_epi8(r, _mm256_set1_epi32(0x7FC0), _mm256_castps_si256(_mm256_cmp_ps(v, v, _CMP_UNORD_Q)));
+}
+static inline void vf32_storeu_bf16(uint16_t *p, vf32 v) {
+    const __m256i r = wp_avx2_bf16_bits(v);
     _mm_storeu_si128((__m128i *)p, _mm_packus_epi32(_mm256_castsi256_si128(r), _mm256_extracti128_si256(r, 1)));
+}
+/* 16 elements, lo's 8 first: one pack, one permute, one 32-byte store */
+static inline void vf32_storeu2_bf16(uint16_t *p, vf32 lo, vf32 hi) {
+    const __m256i r = _mm256_packus_epi32(wp_avx2_bf16_bits(lo), wp_avx2_bf16_bits(hi)); /* lo0-3 hi0-3 lo4-7 hi4-7 */
+    _mm256_storeu_si256((__m256i *)p, _mm256_permute4x64_epi64(r, 0xD8));
 }
 static inline vf32 vf32_loadu_f16(const uint16_t *p) { return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p)); }
 static inline void vf32_storeu_f16(uint16_t *p, vf32 v) {

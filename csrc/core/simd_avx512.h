@@ -98,6 +98,11 @@ static inline void vf32_storeu_bf16(uint16_t *p, vf32 v) {
     _mm256_storeu_si256((__m256i *)p, _mm512_cvtepi32_epi16(r));
 #endif
 }
+/* 2 * 16 elements, lo's first */
+static inline void vf32_storeu2_bf16(uint16_t *p, vf32 lo, vf32 hi) {
+    vf32_storeu_bf16(p, lo);
+    vf32_storeu_bf16(p + 16, hi);
+}
 static inline vf32 vf32_loadu_f16(const uint16_t *p) { return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)p)); }
 static inline void vf32_storeu_f16(uint16_t *p, vf32 v) {
 #ifdef WAVEPE_SIMDE_AVX512

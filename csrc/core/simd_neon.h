@@ -68,6 +68,11 @@ static inline void vf32_storeu_bf16(uint16_t *p, vf32 v) {
     const uint32x4_t r = vaddq_u32(vaddq_u32(u, vdupq_n_u32(0x7FFF)), lsb);
     vst1_u16(p, vshrn_n_u32(vbslq_u32(vceqq_f32(v, v), r, vdupq_n_u32(0x7FC00000u)), 16));
 }
+/* 2 * 4 elements, lo's first */
+static inline void vf32_storeu2_bf16(uint16_t *p, vf32 lo, vf32 hi) {
+    vf32_storeu_bf16(p, lo);
+    vf32_storeu_bf16(p + 4, hi);
+}
 static inline vf32 vf32_loadu_f16(const uint16_t *p) { return vcvt_f32_f16(vreinterpret_f16_u16(vld1_u16(p))); }
 static inline void vf32_storeu_f16(uint16_t *p, vf32 v) { vst1_u16(p, vreinterpret_u16_f16(vcvt_f16_f32(v))); }
 

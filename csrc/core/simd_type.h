@@ -20,6 +20,7 @@
  *   S                 the storage type of an element (T; uint16_t for half types)
  *   S_LOADU(p)        VL elements at p as a VT (widened)
  *   S_STOREU(p, v)    v stored at p (rounded to nearest even once, half.h)
+ *   S_STOREU2(p, v0, v1)   2 VL elements, v0's first (one store where the ISA packs them)
  *   S_TO_T(x), T_TO_S(x)   one element, the same conversions
  *   WP_COMPUTE_F32    defined when T is float (f32, bf16, f16)
  */
@@ -41,6 +42,7 @@
 #define S float
 #define S_LOADU(p) vf32_loadu(p)
 #define S_STOREU(p, v) vf32_storeu(p, v)
+#define S_STOREU2(p, v0, v1) (vf32_storeu(p, v0), vf32_storeu((p) + VL, v1))
 #define S_TO_T(x) (x)
 #define T_TO_S(x) (x)
 #define WP_COMPUTE_F32
@@ -58,12 +60,14 @@
 #define WP_TNAME bf16
 #define S_LOADU(p) vf32_loadu_bf16(p)
 #define S_STOREU(p, v) vf32_storeu_bf16(p, v)
+#define S_STOREU2(p, v0, v1) vf32_storeu2_bf16(p, v0, v1)
 #define S_TO_T(x) wp_bf16_to_f32(x)
 #define T_TO_S(x) wp_f32_to_bf16(x)
 #else
 #define WP_TNAME f16
 #define S_LOADU(p) vf32_loadu_f16(p)
 #define S_STOREU(p, v) vf32_storeu_f16(p, v)
+#define S_STOREU2(p, v0, v1) (vf32_storeu_f16(p, v0), vf32_storeu_f16((p) + VL, v1))
 #define S_TO_T(x) wp_f16_to_f32(x)
 #define T_TO_S(x) wp_f32_to_f16(x)
 #endif
@@ -79,6 +83,7 @@
 #define S double
 #define S_LOADU(p) vf64_loadu(p)
 #define S_STOREU(p, v) vf64_storeu(p, v)
+#define S_STOREU2(p, v0, v1) (vf64_storeu(p, v0), vf64_storeu((p) + VL, v1))
 #define S_TO_T(x) (x)
 #define T_TO_S(x) (x)
 #else
