@@ -155,10 +155,17 @@ def test_numpy_broadcasting_and_dtypes():
         pos_ref = np.arange(5, 16) if isinstance(pos, int) else pos
         want = ref.rope(x, pos_ref, inv, "interleaved", 2)
         np.testing.assert_allclose(wu.rope(x, pos, cfg), want, rtol=0, atol=1e-14)
-    # float16 computes in float32, returns float16; strided views need no copy by the caller
+    # float16 is read natively (the gufunc's float16 loop) and computed in float32, rounded once:
+    # the float32 result rounded to float16; strided views need no copy by the caller
     y16 = wu.rope(x.astype(np.float16), 5, cfg)
     assert y16.dtype == np.float16
     np.testing.assert_array_equal(y16, wu.rope(x.astype(np.float16).astype(np.float32), 5, cfg).astype(np.float16))
+    assert "e" in {t[0] for t in wu.rope_gufunc.types}  # a float16 loop, not an upcast
+    raw16 = wu.rope_gufunc(x.astype(np.float16)[0, 0], np.arange(5, 16), cfg.inv_freq(8)[:2], 1.0, 1)
+    assert raw16.dtype == np.float16
+    np.testing.assert_array_equal(raw16, y16[0, 0])
+    xt16 = x.astype(np.float16).transpose(0, 2, 1, 3)  # strided over (heads, positions), d contiguous
+    np.testing.assert_array_equal(wu.rope(xt16, 5, cfg), wu.rope(np.ascontiguousarray(xt16), 5, cfg))
     xt = gen.standard_normal((2, 11, 3, 8)).transpose(0, 2, 1, 3)
     np.testing.assert_array_equal(wu.rope(xt, 5, cfg), wu.rope(np.ascontiguousarray(xt), 5, cfg))
     x_strided_d = gen.standard_normal((3, 11, 16))[..., ::2]
