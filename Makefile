@@ -15,7 +15,7 @@ PIP    := $(PY) -m pip
 STAMP  := $(VENV)/.deps-stamp
 
 CC     ?= cc
-# Which core files are compiled on this machine, with which extra flags (-mavx2 -mfma for *_avx2.c,
+# Which core files are compiled on this machine, with which extra flags (-mavx2 -mfma -mf16c for *_avx2.c,
 # the AVX-512 set for *_avx512.c, ...), is defined once, in python/wavepe/_build/recipe.py
 # (SUFFIX_RULES), for setup.py, the runtime builder and this file: ctest asks it (standard library only).
 RECIPE     := $(PYTHON) python/wavepe/_build/recipe.py
@@ -24,7 +24,7 @@ SAN_FLAGS  := -std=c11 -O1 -g -Wall -Wextra -Werror -fno-omit-frame-pointer -fsa
 # SIMDe (header-only, from the cmeel-simde wheel in requirements-dev.txt; Debian's
 # libsimde-dev 0.7 lacks intrinsics we use) runs the AVX-512 kernels on CPUs
 # without AVX-512, for `make ctest-simde`.
-SIMDE_ISA_FLAGS := -mavx2 -mfma -Wno-psabi
+SIMDE_ISA_FLAGS := -mavx2 -mfma -mf16c -Wno-psabi
 SIMDE_INCLUDE = $(firstword $(wildcard $(VENV)/lib/python3*/site-packages/cmeel.prefix/include))
 
 # Warnings are errors in development builds (a user's pip install never sets this).

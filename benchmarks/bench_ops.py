@@ -1,12 +1,14 @@
 """Are the Foundation ops fast?  Ratios against references measured in one run.
 
-    python benchmarks/bench_ops.py [--quick]
+    python benchmarks/bench_ops.py [--quick] [--only rope_clone] [--dtype bfloat16]
 
 Targets (fp32, this 2-core CPU):
   * wavelet_bias, B=1 H=8 L=2048 d=128 causal: <= 1.2x torch.matmul(q, k^T),
     and >= 2x faster than a plain-PyTorch rel-shift (Q T^T then skew);
   * rope on q and k, B=1 H=32 L=4096 d=128: >= 4x faster than eager
-    q*cos + rotate_half(q)*sin, and >= 60% of a memcpy-equivalent copy's bandwidth.
+    q*cos + rotate_half(q)*sin, and >= 60% of a memcpy-equivalent copy's bandwidth;
+  * rope_clone: rope on q and k (1, H, 4096, 128), H = 8 and 32, float32 / bfloat16 / float16
+    (--dtype picks one): <= 1.3x q.clone() + k.clone() (issue 29).
 Prints a table and writes benchmarks/results/bench_ops.<isa>.json.
 """
 
@@ -164,16 +166,53 @@ def bench_rope(quick: bool) -> dict:
             "shape": [b, h, length, d], "threads": torch.get_num_threads()}
 
 
+ROPE_DTYPES = ("float32", "bfloat16", "float16")
+
+
+def bench_rope_clone(quick: bool, dtypes: tuple[str, ...] = ROPE_DTYPES) -> dict:
+    """wavepe.ops.rope on q and k (1, H, 4096, 128), H = 8 and 32, float32 / bfloat16 / float16,
+    against q.clone() and k.clone(): the same bytes read and written into new tensors (the
+    same allocation and first-touch page faults).  Target (issue 29): <= 1.3x clone for every
+    dtype; half types are read and written natively (no float32 copy).  Timed in alternation,
+    medians."""
+    import wavepe.ops as wo
+    from wavepe import RopeConfig
+
+    cfg = RopeConfig(theta=1e4)
+    length, d = (512, 128) if quick else (4096, 128)
+    rows, seconds = [], {}
+    for h in (8, 32):
+        for name in dtypes:
+            dtype = getattr(torch, name)
+            gen = torch.Generator().manual_seed(0)
+            q = torch.randn(1, h, length, d, generator=gen).to(dtype)
+            k = torch.randn(1, h, length, d, generator=gen).to(dtype)
+            t = compare({"rope": lambda: wo.rope(q, k, 0, cfg), "clone": lambda: (q.clone(), k.clone())},
+                        repeat=5 if quick else 15, warmup=2)
+            ratio = t["rope"] / t["clone"]
+            case = f"{name} q,k (1,{h},{length},{d})"
+            seconds[case] = t
+            rows.append([case, t["rope"] * 1e3, "clone() of q and k", t["clone"] * 1e3, ratio, "<= 1.3x", ratio <= 1.3])
+            print(f"rope {case}: {t['rope'] * 1e3:.2f} ms, clone {t['clone'] * 1e3:.2f} ms, ratio {ratio:.2f}",
+                  flush=True)
+    return {"rows": rows, "seconds": seconds, "threads": torch.get_num_threads()}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="small shapes, for smoke tests")
-    parser.add_argument("--only", choices=["wavelet_bias", "rope"], help="run one op's benchmark")
+    parser.add_argument("--only", choices=["wavelet_bias", "rope", "rope_clone"], help="run one op's benchmark")
+    parser.add_argument("--dtype", choices=[*ROPE_DTYPES, "all"], default="all",
+                        help="rope_clone: the dtype(s) of q and k (default all three)")
     parser.add_argument("--threads", type=int, help="torch.set_num_threads before timing (default: torch's choice)")
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
     results = {}
-    for name, bench in (("wavelet_bias", bench_wavelet_bias), ("rope", bench_rope)):
+    dtypes = ROPE_DTYPES if args.dtype == "all" else (args.dtype,)
+    benches = (("wavelet_bias", bench_wavelet_bias), ("rope", bench_rope),
+               ("rope_clone", lambda quick: bench_rope_clone(quick, dtypes)))
+    for name, bench in benches:
         if args.only not in (None, name):
             continue
         try:

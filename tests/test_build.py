@@ -34,9 +34,9 @@ CSRC = ROOT / "csrc"
 
 
 def test_suffix_rules_give_each_kernel_file_its_flags():
-    assert recipe.file_flags("csrc/core/attention_avx2.c") == ("-mavx2", "-mfma")
+    assert recipe.file_flags("csrc/core/attention_avx2.c") == ("-mavx2", "-mfma", "-mf16c")
     avx512 = recipe.file_flags("csrc/core/attention_avx512.c")
-    assert {"-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512dq", "-mavx2", "-mfma"} == set(avx512)
+    assert {"-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512dq", "-mavx2", "-mfma", "-mf16c"} == set(avx512)
     assert recipe.file_flags("csrc/core/attention.c") == ()
     assert recipe.builds_on("x_avx512.c", "x86_64") and not recipe.builds_on("x_avx512.c", "aarch64")
     assert recipe.builds_on("x.c", "aarch64")

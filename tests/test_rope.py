@@ -155,10 +155,17 @@ def test_numpy_broadcasting_and_dtypes():
         pos_ref = np.arange(5, 16) if isinstance(pos, int) else pos
         want = ref.rope(x, pos_ref, inv, "interleaved", 2)
         np.testing.assert_allclose(wu.rope(x, pos, cfg), want, rtol=0, atol=1e-14)
-    # float16 computes in float32, returns float16; strided views need no copy by the caller
+    # float16 is read natively (the gufunc's float16 loop) and computed in float32, rounded once:
+    # the float32 result rounded to float16; strided views need no copy by the caller
     y16 = wu.rope(x.astype(np.float16), 5, cfg)
     assert y16.dtype == np.float16
     np.testing.assert_array_equal(y16, wu.rope(x.astype(np.float16).astype(np.float32), 5, cfg).astype(np.float16))
+    assert "e" in {t[0] for t in wu.rope_gufunc.types}  # a float16 loop, not an upcast
+    raw16 = wu.rope_gufunc(x.astype(np.float16)[0, 0], np.arange(5, 16), cfg.inv_freq(8)[:2], 1.0, 1)
+    assert raw16.dtype == np.float16
+    np.testing.assert_array_equal(raw16, y16[0, 0])
+    xt16 = x.astype(np.float16).transpose(0, 2, 1, 3)  # strided over (heads, positions), d contiguous
+    np.testing.assert_array_equal(wu.rope(xt16, 5, cfg), wu.rope(np.ascontiguousarray(xt16), 5, cfg))
     xt = gen.standard_normal((2, 11, 3, 8)).transpose(0, 2, 1, 3)
     np.testing.assert_array_equal(wu.rope(xt, 5, cfg), wu.rope(np.ascontiguousarray(xt), 5, cfg))
     x_strided_d = gen.standard_normal((3, 11, 16))[..., ::2]
@@ -379,6 +386,10 @@ def test_opcheck():
         (q64, None, None, -3, inv, 2, "interleaved", 1.5, True),
         (q_t, k32, pos_bl[:1], 0, inv, 3, "interleaved", 0.5, True),
         (q32, k32, pos_bl, 0, inv, 0, "half", 1.0, False),
+        # half types are read natively on the CPU
+        (q32.detach().bfloat16().requires_grad_(), k32.detach().bfloat16().requires_grad_(), None, 7, inv, 4, "half",
+         1.0, False),
+        (q_t.detach().half().requires_grad_(), None, pos_bl, 0, inv, 3, "interleaved", 0.5, True),
     ]:
         torch.library.opcheck(torch.ops.wavepe.rope, args)
 
@@ -451,6 +462,87 @@ def test_non_contiguous_inputs_read_in_place(isa):
     wide = torch.randn(B, H, L, 2 * d)[..., ::2]
     torch.testing.assert_close(wo.rope(wide, None, 3, cfg)[0], wo.rope(wide.contiguous(), None, 3, cfg)[0],
                                rtol=0, atol=0)
+
+
+HALF_BITS = {torch.bfloat16: (8, -126), torch.float16: (11, -14)}  # significant bits, smallest normal exponent
+
+
+def half_ulp(x: np.ndarray, dtype) -> np.ndarray:
+    """The spacing of bf16 / fp16 values at magnitude |x| (fp16: subnormal spacing below 2^-14)."""
+    bits, emin = HALF_BITS[dtype]
+    _, e = np.frexp(np.abs(x))  # |x| = m 2^e, m in [0.5, 1)
+    return np.ldexp(1.0, np.maximum(e - 1, emin) - (bits - 1))
+
+
+def assert_rope_half_close(got, x, want, layout: str, scale: float, dtype) -> None:
+    """bf16 / fp16 kernels compute in float32 and round each output once, so
+    |got - exact| <= ulp_half(|exact| + e32) / 2 + e32, with e32 the float32
+    computation's error (assert_rope_close's 8 unit roundoffs of |a| + |b|)."""
+    assert got.dtype == dtype
+    got = got.detach().double().numpy()
+    x = x.detach().double().numpy()  # the half inputs, exactly
+    e32 = 8 * 2.0**-24 * ref.rope_pair_magnitude(x, layout) * scale + 2.0**-126
+    bound = 0.5 * half_ulp(np.abs(want) + e32, dtype) + e32
+    err = np.abs(got - want)
+    assert got.shape == want.shape
+    assert np.all(err <= bound), f"max error / bound = {float(np.max(err / bound)):.3g}"
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("layout", ["half", "interleaved"])
+@pytest.mark.parametrize("fraction", [0.25, 1.0])
+@pytest.mark.parametrize("form", ["offset", "L", "BL"])
+@pytest.mark.parametrize("d", [6, 128])
+def test_half_kernels_against_oracle(isa, dtype, layout, fraction, form, d):
+    # bf16 / fp16 read and written natively on the CPU (float32 arithmetic), every ISA, q read
+    # through transposed strides (a (B, L, H, d) projection), positions as an int and as tensors
+    gen = np.random.default_rng(hash((str(dtype), layout, fraction, form, d)) % 2**32)
+    B, Hq, Hk, L = 2, 4, 2, 37
+    cfg = RopeConfig(theta=500.0, rotary_fraction=fraction, layout=layout)
+    pairs = math.ceil(round(fraction * d / 2, 9))
+    inv = cfg.inv_freq(d)
+    q = torch.randn(B, L, Hq, d).to(dtype).transpose(1, 2)
+    k = torch.randn(B, Hk, L, d).to(dtype)
+    pos_t, _, pos_ref = make_positions(form, B, L, gen)
+    q_rot, k_rot = wo.rope(q, k, pos_t, cfg)
+    assert q_rot.is_contiguous() and q_rot.shape == q.shape and k_rot.shape == k.shape
+    assert_rope_half_close(q_rot, q, ref.rope(q.double().numpy(), pos_ref, inv, layout, pairs), layout, 1.0, dtype)
+    assert_rope_half_close(k_rot, k, ref.rope(k.double().numpy(), pos_ref, inv, layout, pairs), layout, 1.0, dtype)
+    # the same kernel with inverse=True and a scale, through the raw op
+    inv_t = torch.from_numpy(inv)
+    gq, _ = torch.ops.wavepe.rope(q, None, None, 5, inv_t, pairs, layout, 0.75, True)
+    want = ref.rope(q.double().numpy(), np.arange(5, 5 + L)[None, None, :], inv, layout, pairs, 0.75, inverse=True)
+    assert_rope_half_close(gq, q, want, layout, 0.75, dtype)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_half_precision_makes_no_float32_copy(dtype):
+    # The public wrapper hands the half tensors to the kernel as they are: the only op it
+    # dispatches is wavepe::rope itself (no _to_copy / copy_ to float32 before or after), and
+    # the kernel's outputs are the half type.
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Log(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.calls = []
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            out = func(*args, **(kwargs or {}))
+            flat = out if isinstance(out, (tuple, list)) else (out,)
+            self.calls.append((str(func), [t.dtype for t in flat if isinstance(t, torch.Tensor)]))
+            return out
+
+    q = torch.randn(1, 4, 33, 64).to(dtype)
+    k = torch.randn(1, 2, 33, 64).to(dtype)
+    cfg = RopeConfig(theta=1e4)
+    wo.rope(q, k, 3, cfg)  # the spectrum is built and cached outside the logged call
+    pos = torch.arange(33)
+    with Log() as log:
+        q_rot, k_rot = wo.rope(q, k, pos, cfg)
+    assert [c[0] for c in log.calls] == ["wavepe.rope.default"], log.calls
+    assert log.calls[0][1] == [dtype, dtype]
+    assert q_rot.dtype == dtype and k_rot.dtype == dtype
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
@@ -554,8 +646,8 @@ INV8 = torch.from_numpy(ref.rope_inv_freq(1e4, 8))
          ValueError, "scale must be finite"),
         (lambda: torch.ops.wavepe.rope(_q(1, 2, 3, 8), None, None, 2**63 - 2, INV8, 4, "half", 1.0, False),
          ValueError, "overflow"),
-        (lambda: torch.ops.wavepe.rope(_q(1, 2, 3, 8).to(torch.bfloat16), None, None, 0, INV8, 4, "half", 1.0,
-                                       False), ValueError, "q must be float32 or float64"),
+        (lambda: torch.ops.wavepe.rope(_q(1, 2, 3, 8).to(torch.int32), None, None, 0, INV8, 4, "half", 1.0,
+                                       False), ValueError, "q must be float32, float64, bfloat16 or float16"),
         # the fake kernel (torch.compile, meta tensors) applies the same shape rules
         (lambda: torch.ops.wavepe.rope(torch.empty(1, 2, 3, 7, device="meta"), None, None, 0,
                                        torch.empty(3, dtype=torch.float64, device="meta"), 3, "half", 1.0, False),

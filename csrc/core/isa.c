@@ -25,7 +25,8 @@ static int detect_avx2(void) {
     const int has_fma = (ecx >> 12) & 1;
     const int has_osxsave = (ecx >> 27) & 1;
     const int has_avx = (ecx >> 28) & 1;
-    if (!(has_fma && has_osxsave && has_avx)) return 0;
+    const int has_f16c = (ecx >> 29) & 1; /* float16 <-> float32 (every AVX2 CPU has it) */
+    if (!(has_fma && has_osxsave && has_avx && has_f16c)) return 0;
     if ((read_xcr0() & 0x6) != 0x6) return 0;
     if (!__get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx)) return 0;
     return (ebx >> 5) & 1;

@@ -2,8 +2,9 @@
  * rules are in rope.h).
  *
  * The scalar kernels are the readable reference: cos and sin from libm on the
- * double angle, rounded once (times scale) into the output type, and the
- * rotation written as the formula.  They share the row space and the per-row
+ * double angle, rounded once (times scale) into the compute type, and the
+ * rotation written as the formula.  bfloat16 / float16 elements are widened
+ * to float32, rotated in float32 and rounded once to their type (half.h).  They share the row space and the per-row
  * cos/sin table with the vector kernels (rope_rows.h, rope_simd.h).
  */
 #include "rope.h"
@@ -13,6 +14,7 @@
 #include <stdlib.h>
 
 #include "checked.h"
+#include "half.h"
 #include "isa_dispatch.h"
 #include "rope_rows.h"
 
@@ -20,32 +22,37 @@ int64_t wavepe_rope_rows(const wavepe_rope_args *a) { return a->batch * rope_blo
 
 /* ---- scalar kernels --------------------------------------------------- */
 
-/* One template per output type T.  The table holds, for the positions of a
- * row and one chunk of pairs, cos * scale and (+-)sin * scale rounded to T. */
-#define ROPE_SCALAR(T, SUFFIX)                                                                   \
-    static void rotate_row_##SUFFIX(const wavepe_rope_args *a, const T *x, T *y, int64_t i0,     \
+/* Storage of the types without a conversion. */
+#define ROPE_SAME(x) (x)
+
+/* One template per storage type S, computed in T (S itself, or float for the
+ * half types; TO_T / TO_S convert one element).  The table holds, for the
+ * positions of a row and one chunk of pairs, cos * scale and (+-)sin * scale
+ * rounded to T. */
+#define ROPE_SCALAR(S, T, SUFFIX, TO_T, TO_S)                                                    \
+    static void rotate_row_##SUFFIX(const wavepe_rope_args *a, const S *x, S *y, int64_t i0,     \
                                     int64_t nc, const T *c, const T *s) {                        \
         if (a->layout == WAVEPE_ROPE_HALF) {                                                     \
             const int64_t half = a->head_dim / 2;                                                \
             for (int64_t i = 0; i < nc; ++i) {                                                   \
-                const T xa = x[i0 + i], xb = x[half + i0 + i];                                   \
-                y[i0 + i] = xa * c[i] - xb * s[i];                                               \
-                y[half + i0 + i] = xb * c[i] + xa * s[i];                                        \
+                const T xa = TO_T(x[i0 + i]), xb = TO_T(x[half + i0 + i]);                       \
+                y[i0 + i] = TO_S(xa * c[i] - xb * s[i]);                                         \
+                y[half + i0 + i] = TO_S(xb * c[i] + xa * s[i]);                                  \
             }                                                                                    \
         } else {                                                                                 \
             for (int64_t i = 0; i < nc; ++i) {                                                   \
                 const int64_t j = 2 * (i0 + i);                                                  \
-                const T xa = x[j], xb = x[j + 1];                                                \
-                y[j] = xa * c[i] - xb * s[i];                                                    \
-                y[j + 1] = xb * c[i] + xa * s[i];                                                \
+                const T xa = TO_T(x[j]), xb = TO_T(x[j + 1]);                                    \
+                y[j] = TO_S(xa * c[i] - xb * s[i]);                                              \
+                y[j + 1] = TO_S(xb * c[i] + xa * s[i]);                                          \
             }                                                                                    \
         }                                                                                        \
     }                                                                                            \
                                                                                                  \
-    static void pass_row_##SUFFIX(const rope_pass *p, T scale, const T *x, T *y) {               \
+    static void pass_row_##SUFFIX(const rope_pass *p, T scale, const S *x, S *y) {               \
         if (x == y && scale == (T)1) return; /* in place, nothing to change */                  \
-        for (int64_t j = p->lo1; j < p->hi1; ++j) y[j] = x[j] * scale;                           \
-        for (int64_t j = p->lo2; j < p->hi2; ++j) y[j] = x[j] * scale;                           \
+        for (int64_t j = p->lo1; j < p->hi1; ++j) y[j] = TO_S(TO_T(x[j]) * scale);               \
+        for (int64_t j = p->lo2; j < p->hi2; ++j) y[j] = TO_S(TO_T(x[j]) * scale);               \
     }                                                                                            \
                                                                                                  \
     void wavepe_rope_##SUFFIX##_scalar(const wavepe_rope_args *a, int64_t row_begin,             \
@@ -75,8 +82,8 @@ int64_t wavepe_rope_rows(const wavepe_rope_args *a) { return a->batch * rope_blo
                     for (int64_t h = 0; h < ten->heads; ++h) {                                   \
                         for (int64_t p = 0; p < r.n; ++p) {                                      \
                             const int64_t l = r.l0 + p;                                          \
-                            const T *x = (const T *)ten->in + rope_in_at(ten, r.b, h, l);        \
-                            T *y = (T *)ten->out + rope_out_at(ten, r.b, h, l);                  \
+                            const S *x = (const S *)ten->in + rope_in_at(ten, r.b, h, l);        \
+                            S *y = (S *)ten->out + rope_out_at(ten, r.b, h, l);                  \
                             rotate_row_##SUFFIX(a, x, y, i0, nc, cos_t[p], sin_t[p]);            \
                             if (i0 == 0) pass_row_##SUFFIX(&pass, scale, x, y);                  \
                         }                                                                        \
@@ -86,8 +93,10 @@ int64_t wavepe_rope_rows(const wavepe_rope_args *a) { return a->batch * rope_blo
         }                                                                                        \
     }
 
-ROPE_SCALAR(float, f32)
-ROPE_SCALAR(double, f64)
+ROPE_SCALAR(float, float, f32, ROPE_SAME, ROPE_SAME)
+ROPE_SCALAR(double, double, f64, ROPE_SAME, ROPE_SAME)
+ROPE_SCALAR(uint16_t, float, bf16, wp_bf16_to_f32, wp_f32_to_bf16)
+ROPE_SCALAR(uint16_t, float, f16, wp_f16_to_f32, wp_f32_to_f16)
 
 /* ---- dispatch --------------------------------------------------------- */
 
@@ -97,6 +106,14 @@ void wavepe_rope_f32(wavepe_isa isa, const wavepe_rope_args *a, int64_t row_begi
 
 void wavepe_rope_f64(wavepe_isa isa, const wavepe_rope_args *a, int64_t row_begin, int64_t row_end) {
     WAVEPE_ISA_CALL(isa, wavepe_rope_f64, (a, row_begin, row_end));
+}
+
+void wavepe_rope_bf16(wavepe_isa isa, const wavepe_rope_args *a, int64_t row_begin, int64_t row_end) {
+    WAVEPE_ISA_CALL(isa, wavepe_rope_bf16, (a, row_begin, row_end));
+}
+
+void wavepe_rope_f16(wavepe_isa isa, const wavepe_rope_args *a, int64_t row_begin, int64_t row_end) {
+    WAVEPE_ISA_CALL(isa, wavepe_rope_f16, (a, row_begin, row_end));
 }
 
 /* ---- plan ------------------------------------------------------------------- */
@@ -110,8 +127,8 @@ int wavepe_rope_plan_create(wavepe_isa isa, const wavepe_rope_args *a, wavepe_ro
     *out = NULL;
     const int status = wavepe_rope_validate(a, err);
     if (status != WAVEPE_OK) return status;
-    if (a->dtype != WAVEPE_F32 && a->dtype != WAVEPE_F64)
-        return wavepe_fail(err, WAVEPE_E_INVALID, "the CPU kernels take float32 or float64, got %s",
+    if (a->dtype != WAVEPE_F32 && a->dtype != WAVEPE_F64 && a->dtype != WAVEPE_BF16 && a->dtype != WAVEPE_F16)
+        return wavepe_fail(err, WAVEPE_E_INVALID, "the CPU kernels take float32, float64, bfloat16 or float16, got %s",
                            wavepe_dtype_name(a->dtype));
     const int rotates = wavepe_rope_rows(a) > 0 && a->head_dim > 0 && a->q.heads + a->k.heads > 0;
     if (rotates) /* only then are the frequencies read (rope.h: the rules do not read data) */
@@ -141,8 +158,12 @@ int64_t wavepe_rope_grain(const wavepe_rope_plan *p, int phase) {
 
 int wavepe_rope_run(wavepe_rope_plan *p, int phase, int64_t begin, int64_t end) {
     if (phase != 0 || begin >= end) return WAVEPE_OK;
-    if (p->a.dtype == WAVEPE_F64) wavepe_rope_f64(p->isa, &p->a, begin, end);
-    else wavepe_rope_f32(p->isa, &p->a, begin, end);
+    switch (p->a.dtype) {
+    case WAVEPE_F64: wavepe_rope_f64(p->isa, &p->a, begin, end); break;
+    case WAVEPE_BF16: wavepe_rope_bf16(p->isa, &p->a, begin, end); break;
+    case WAVEPE_F16: wavepe_rope_f16(p->isa, &p->a, begin, end); break;
+    default: wavepe_rope_f32(p->isa, &p->a, begin, end); break;
+    }
     return WAVEPE_OK;
 }
 

@@ -23,8 +23,10 @@
  *
  * This header is the family's contract for every device: the parameters
  * (wavepe_rope_args) and their rules (wavepe_rope_validate), used by the CPU
- * plan and the CUDA launcher alike.  Element type: `dtype` (the CPU runs F32
- * / F64); inv_freq and the angles are float64 everywhere.
+ * plan and the CUDA launcher alike.  Element type: `dtype`, F32 / F64 / BF16 /
+ * F16 on every device (half types are read and written as they are and
+ * computed in float32, each output rounded once); inv_freq and the angles are
+ * float64 everywhere.
  *
  * Work split.  cos and sin depend only on (position, pair), so the kernels
  * compute them once per position and reuse them for every head of q and k:
@@ -55,7 +57,7 @@ typedef enum wavepe_rope_layout {
 } wavepe_rope_layout;
 
 /* Positions per row of the row space (the cos/sin table covers one block). */
-#define WAVEPE_ROPE_POS_BLOCK 16
+#define WAVEPE_ROPE_POS_BLOCK 32
 /* Pairs per cos/sin table; longer heads are swept in chunks of this many. */
 #define WAVEPE_ROPE_PAIR_CHUNK 64
 
@@ -69,7 +71,7 @@ typedef struct wavepe_rope_tensor {
 } wavepe_rope_tensor;
 
 typedef struct wavepe_rope_args {
-    int dtype;                    /* wavepe_dtype of the tensors (CPU: F32 / F64) */
+    int dtype;                    /* wavepe_dtype of the tensors (F32 / F64 / BF16 / F16) */
     int64_t batch, len, head_dim; /* B, L, d (d even) */
     wavepe_rope_tensor q, k;      /* k.heads = 0: no k (its pointers are then ignored) */
     const double *inv_freq;       /* (d/2,) angular frequencies; the first rotary_pairs are read */
@@ -152,14 +154,19 @@ void wavepe_rope_plan_free(wavepe_rope_plan *plan);
 int64_t wavepe_rope_rows(const wavepe_rope_args *a);
 
 /* Process rows [row_begin, row_end).  float32 kernels read and write float,
- * float64 kernels double; inv_freq and the angles are double in both. */
+ * float64 kernels double, bf16 / f16 kernels the 16-bit types (uint16_t
+ * storage, float32 arithmetic); inv_freq and the angles are double in all. */
 void wavepe_rope_f32(wavepe_isa isa, const wavepe_rope_args *a, int64_t row_begin, int64_t row_end);
 void wavepe_rope_f64(wavepe_isa isa, const wavepe_rope_args *a, int64_t row_begin, int64_t row_end);
-/* The variants behind the dispatch, one pair per ISA of isa_table.h (the
+void wavepe_rope_bf16(wavepe_isa isa, const wavepe_rope_args *a, int64_t row_begin, int64_t row_end);
+void wavepe_rope_f16(wavepe_isa isa, const wavepe_rope_args *a, int64_t row_begin, int64_t row_end);
+/* The variants behind the dispatch, one set per ISA of isa_table.h (the
  * vector ones exist in builds for their architecture only). */
 #define WAVEPE_ROPE_KERNELS_(ID, name, ...)                                                      \
     void wavepe_rope_f32_##name(const wavepe_rope_args *a, int64_t row_begin, int64_t row_end);  \
-    void wavepe_rope_f64_##name(const wavepe_rope_args *a, int64_t row_begin, int64_t row_end);
+    void wavepe_rope_f64_##name(const wavepe_rope_args *a, int64_t row_begin, int64_t row_end);  \
+    void wavepe_rope_bf16_##name(const wavepe_rope_args *a, int64_t row_begin, int64_t row_end); \
+    void wavepe_rope_f16_##name(const wavepe_rope_args *a, int64_t row_begin, int64_t row_end);
 WAVEPE_ISA_TABLE(WAVEPE_ROPE_KERNELS_, _)
 #undef WAVEPE_ROPE_KERNELS_
 

@@ -1,10 +1,14 @@
-/* rope_avx2.c: the RoPE kernels of rope_simd.h on AVX2+FMA, float and double. */
+/* rope_avx2.c: the RoPE kernels of rope_simd.h on AVX2+FMA, float, double, bfloat16 and float16. */
 #if defined(__x86_64__) || defined(_M_X64)
 #include "simd_avx2.h"
 #include "vecmath.h"
 #define WP_TYPE_F32
 #include "rope_simd.h"
 #define WP_TYPE_F64
+#include "rope_simd.h"
+#define WP_TYPE_BF16
+#include "rope_simd.h"
+#define WP_TYPE_F16
 #include "rope_simd.h"
 #else
 typedef int wavepe_rope_avx2_unused;

@@ -1,10 +1,14 @@
-/* rope_neon.c: the RoPE kernels of rope_simd.h on AArch64 NEON, float and double. */
+/* rope_neon.c: the RoPE kernels of rope_simd.h on AArch64 NEON, float, double, bfloat16 and float16. */
 #if defined(__aarch64__)
 #include "simd_neon.h"
 #include "vecmath.h"
 #define WP_TYPE_F32
 #include "rope_simd.h"
 #define WP_TYPE_F64
+#include "rope_simd.h"
+#define WP_TYPE_BF16
+#include "rope_simd.h"
+#define WP_TYPE_F16
 #include "rope_simd.h"
 #else
 typedef int wavepe_rope_neon_unused;

@@ -1,10 +1,17 @@
 /* rope_simd.h: RoPE on vectors, written once (simd_type.h) and instantiated
- * per ISA by rope_<isa>.c (avx2, avx512, neon) for float and double.
+ * per ISA by rope_<isa>.c (avx2, avx512, neon) for float, double, bfloat16
+ * and float16.  Half types are stored as they are and computed in float32
+ * (the table, the FMAs): each row is widened as it is loaded (S_LOADU) and
+ * every output rounded once to its type as it is stored (S_STOREU, half.h),
+ * so a bf16/fp16 call reads and writes half the bytes of a float32 one and
+ * makes no float32 copy.
  *
  * Same rows and tables as the scalar kernels (rope_rows.h).  Per row:
  *   1. the cos/sin table of its positions: angles pos * inv_freq in double,
- *      a vector sincos (vecmath.h; libm beyond its argument range), times
- *      scale, sin negated for the inverse;
+ *      a vector sincos in double (vecmath.h; libm beyond its argument range)
+ *      -- for float32 tables once per run of consecutive positions, then the
+ *      angle-addition recurrence (build_table) --, times scale, sin negated
+ *      for the inverse;
  *   2. a sequential sweep over every head of q and k: two loads, two FMAs and
  *      two stores per vector, so the op runs at memory speed.
  * In layout INTERLEAVED the table holds one entry per element,
@@ -34,6 +41,9 @@
  * torch.empty from glibc's allocator hands out on every call. */
 #define LARGE_MIN_BYTES ((int64_t)32 << 20)
 
+/* float32 tables: the largest angle the cos/sin recurrence runs to (build_table) */
+#define ROPE_RECURRENCE_MAX_ANGLE 1048576.0 /* 2^20 */
+
 static int rope_is_large(const wavepe_rope_args *a, int64_t elem) {
     const double bytes = (double)a->batch * (double)(a->q.heads + a->k.heads) * (double)a->len *
                          (double)a->head_dim * (double)elem;
@@ -56,44 +66,88 @@ static inline void rope_prefetch_next_head(const wavepe_rope_args *a, int t, int
 }
 #endif
 
-/* sin and cos of the VL angles pos * f[0 .. VL), formed in double; libm for
- * lanes beyond the vector reduction's range. */
-static inline void FN(sincos)(double pos, const double *f, VT *s, VT *c) {
-    const vf64 vpos = vf64_set1(pos), lim = vf64_set1(WP_SINCOS_MAX_ARG);
-#if defined(WP_TYPE_F32)
-    const vf64 lo = vf64_mul(vpos, vf64_loadu(f)), hi = vf64_mul(vpos, vf64_loadu(f + WP_VL_F64));
-    const unsigned big = mf64_bits(vf64_cmpge(vf64_abs(lo), lim)) | mf64_bits(vf64_cmpge(vf64_abs(hi), lim)) |
-                         mf64_bits(vf64_isnan(lo)) | mf64_bits(vf64_isnan(hi));
-    if (!big) {
-        vf32_sincos_from_f64(lo, hi, s, c);
-        return;
-    }
-#else
-    const vf64 ang = vf64_mul(vpos, vf64_loadu(f));
-    if (!(mf64_bits(vf64_cmpge(vf64_abs(ang), lim)) | mf64_bits(vf64_isnan(ang)))) {
-        vf64_sincos(ang, s, c);
-        return;
-    }
-#endif
-    _Alignas(64) T sv[VL], cv[VL];
-    for (int i = 0; i < VL; ++i) {
-        const double x = pos * f[i];
-        sv[i] = (T)sin(x);
-        cv[i] = (T)cos(x);
-    }
-    *s = V(load)(sv);
-    *c = V(load)(cv);
-}
-
 typedef struct FN(table) {
     _Alignas(64) T c[BLOCK][2 * CHUNK];
     _Alignas(64) T s[BLOCK][2 * CHUNK];
 } FN(table);
 
-static void FN(build_table)(const wavepe_rope_args *a, const rope_row *r, int64_t i0, int64_t nc, FN(table) * t) {
+/* cos * scale and (+-)sin * scale of position p, pairs [i, i + VL), into the table. */
+static inline void FN(table_put)(const wavepe_rope_args *a, FN(table) * t, int64_t p, int64_t i, VT s, VT c) {
     const VT scale = V(set1)((T)a->scale);
     const VT sin_flip = V(set1)(a->inverse ? (T)-0.0 : (T)0.0);
-    const VT pair_sign = V(interleave_lo)(V(set1)((T)-0.0), V(zero)()); /* (-0, +0) per pair */
+    c = V(mul)(c, scale);
+    s = V(xor)(V(mul)(s, scale), sin_flip);
+    if (a->layout == WAVEPE_ROPE_HALF) {
+        V(store)(&t->c[p][i], c);
+        V(store)(&t->s[p][i], s);
+    } else {
+        const VT pair_sign = V(interleave_lo)(V(set1)((T)-0.0), V(zero)()); /* (-0, +0) per pair */
+        V(store)(&t->c[p][2 * i], V(interleave_lo)(c, c));
+        V(store)(&t->c[p][2 * i + VL], V(interleave_hi)(c, c));
+        V(store)(&t->s[p][2 * i], V(xor)(V(interleave_lo)(s, s), pair_sign));
+        V(store)(&t->s[p][2 * i + VL], V(xor)(V(interleave_hi)(s, s), pair_sign));
+    }
+}
+
+/* sin and cos in double of the WP_VL_F64 angles pos * f[0 .. WP_VL_F64) (vecmath's
+ * vf64_sincos, about 1 double ulp; libm beyond its argument range). */
+static inline void FN(sincos_f64)(double pos, const double *f, vf64 *s, vf64 *c) {
+    const vf64 ang = vf64_mul(vf64_set1(pos), vf64_loadu(f));
+    if (!(mf64_bits(vf64_cmpge(vf64_abs(ang), vf64_set1(WP_SINCOS_MAX_ARG))) | mf64_bits(vf64_isnan(ang)))) {
+        vf64_sincos(ang, s, c);
+        return;
+    }
+    _Alignas(64) double sv[WP_VL_F64], cv[WP_VL_F64];
+    for (int i = 0; i < WP_VL_F64; ++i) {
+        sv[i] = sin(pos * f[i]);
+        cv[i] = cos(pos * f[i]);
+    }
+    *s = vf64_load(sv);
+    *c = vf64_load(cv);
+}
+
+#if defined(WP_COMPUTE_F32)
+/* float32 tables (float32, bfloat16, float16 data).  Positions usually follow each other
+ * (always without a positions tensor), and then the angle-addition formulas give
+ * cos/sin((pos + 1) f) from cos/sin(pos f) and cos/sin(f) in four double FMAs instead of a
+ * sincos per position: each step adds a few double ulps, so after the block's 15 steps the
+ * values are within ~1e-14 of the exact ones, far below float's rounding; rounded to float
+ * once.  The recurrence rotates by the exact f where the contract (rope.h) rounds each angle
+ * pos * f to double, a difference of an ulp of the angle: it runs only while the angles stay
+ * below 2^20 (an ulp of 2^-32 rad, 1/250 of float's rounding at 1); larger ones, and a
+ * position that does not follow its predecessor, are computed directly by vf64_sincos. */
+static void FN(build_table)(const wavepe_rope_args *a, const rope_row *r, int64_t i0, int64_t nc, FN(table) * t) {
+    const double *inv = a->inv_freq + i0;
+    _Alignas(64) double inv_tail[VL] = {0};
+    const int64_t full = nc / VL * VL;
+    if (nc > full) memcpy(inv_tail, inv + full, (size_t)(nc - full) * sizeof(double));
+    for (int64_t i = 0; i < nc; i += VL) {
+        const double *f = i < full ? inv + i : inv_tail; /* zero-padded tail: same code path */
+        vf64 ds_lo, dc_lo, ds_hi, dc_hi, s_lo, c_lo, s_hi, c_hi;
+        FN(sincos_f64)(1.0, f, &ds_lo, &dc_lo);
+        FN(sincos_f64)(1.0, f + WP_VL_F64, &ds_hi, &dc_hi);
+        double fmax = 0.0;
+        for (int j = 0; j < VL; ++j) fmax = fabs(f[j]) > fmax ? fabs(f[j]) : fmax;
+        double prev = 0.0;
+        for (int64_t p = 0; p < r->n; ++p) {
+            const double pos = rope_position(a, r->b, r->l0 + p);
+            if (p > 0 && pos == prev + 1.0 && fabs(pos) * fmax < ROPE_RECURRENCE_MAX_ANGLE) {
+                const vf64 cl = vf64_fmsub(c_lo, dc_lo, vf64_mul(s_lo, ds_lo));
+                const vf64 ch = vf64_fmsub(c_hi, dc_hi, vf64_mul(s_hi, ds_hi));
+                s_lo = vf64_fmadd(s_lo, dc_lo, vf64_mul(c_lo, ds_lo));
+                s_hi = vf64_fmadd(s_hi, dc_hi, vf64_mul(c_hi, ds_hi));
+                c_lo = cl, c_hi = ch;
+            } else {
+                FN(sincos_f64)(pos, f, &s_lo, &c_lo);
+                FN(sincos_f64)(pos, f + WP_VL_F64, &s_hi, &c_hi);
+            }
+            prev = pos;
+            FN(table_put)(a, t, p, i, vf32_from_f64x2(s_lo, s_hi), vf32_from_f64x2(c_lo, c_hi));
+        }
+    }
+}
+#else
+static void FN(build_table)(const wavepe_rope_args *a, const rope_row *r, int64_t i0, int64_t nc, FN(table) * t) {
     const double *inv = a->inv_freq + i0;
     _Alignas(64) double inv_tail[VL] = {0};
     const int64_t full = nc / VL * VL;
@@ -101,68 +155,75 @@ static void FN(build_table)(const wavepe_rope_args *a, const rope_row *r, int64_
     for (int64_t p = 0; p < r->n; ++p) {
         const double pos = rope_position(a, r->b, r->l0 + p);
         for (int64_t i = 0; i < nc; i += VL) {
-            const double *f = i < full ? inv + i : inv_tail; /* zero-padded tail: same code path */
-            VT s, c;
-            FN(sincos)(pos, f, &s, &c);
-            c = V(mul)(c, scale);
-            s = V(xor)(V(mul)(s, scale), sin_flip);
-            if (a->layout == WAVEPE_ROPE_HALF) {
-                V(store)(&t->c[p][i], c);
-                V(store)(&t->s[p][i], s);
-            } else {
-                V(store)(&t->c[p][2 * i], V(interleave_lo)(c, c));
-                V(store)(&t->c[p][2 * i + VL], V(interleave_hi)(c, c));
-                V(store)(&t->s[p][2 * i], V(xor)(V(interleave_lo)(s, s), pair_sign));
-                V(store)(&t->s[p][2 * i + VL], V(xor)(V(interleave_hi)(s, s), pair_sign));
-            }
+            vf64 s, c; /* T is double: VL = WP_VL_F64 */
+            FN(sincos_f64)(pos, i < full ? inv + i : inv_tail, &s, &c); /* zero-padded tail: same code path */
+            FN(table_put)(a, t, p, i, s, c);
         }
     }
 }
+#endif
 
-static inline void FN(rotate_half)(const T *x, T *y, int64_t half, int64_t i0, int64_t nc, const T *c, const T *s) {
-    const T *xa = x + i0, *xb = x + half + i0;
-    T *ya = y + i0, *yb = y + half + i0;
+static inline void FN(rotate_half)(const S *x, S *y, int64_t half, int64_t i0, int64_t nc, const T *c, const T *s) {
+    const S *xa = x + i0, *xb = x + half + i0;
+    S *ya = y + i0, *yb = y + half + i0;
     int64_t i = 0;
+    for (; i + 2 * VL <= nc; i += 2 * VL) { /* two vectors a step: one store each where the ISA packs them */
+        const VT va0 = S_LOADU(xa + i), vb0 = S_LOADU(xb + i), va1 = S_LOADU(xa + i + VL), vb1 = S_LOADU(xb + i + VL);
+        const VT vc0 = V(load)(c + i), vs0 = V(load)(s + i), vc1 = V(load)(c + i + VL), vs1 = V(load)(s + i + VL);
+        S_STOREU2(ya + i, V(fmsub)(va0, vc0, V(mul)(vb0, vs0)), V(fmsub)(va1, vc1, V(mul)(vb1, vs1)));
+        S_STOREU2(yb + i, V(fmadd)(vb0, vc0, V(mul)(va0, vs0)), V(fmadd)(vb1, vc1, V(mul)(va1, vs1)));
+    }
     for (; i + VL <= nc; i += VL) {
-        const VT va = V(loadu)(xa + i), vb = V(loadu)(xb + i);
+        const VT va = S_LOADU(xa + i), vb = S_LOADU(xb + i);
         const VT vc = V(load)(c + i), vs = V(load)(s + i);
-        V(storeu)(ya + i, V(fmsub)(va, vc, V(mul)(vb, vs)));
-        V(storeu)(yb + i, V(fmadd)(vb, vc, V(mul)(va, vs)));
+        S_STOREU(ya + i, V(fmsub)(va, vc, V(mul)(vb, vs)));
+        S_STOREU(yb + i, V(fmadd)(vb, vc, V(mul)(va, vs)));
     }
     for (; i < nc; ++i) {
-        const T va = xa[i], vb = xb[i];
-        ya[i] = T_FMA(va, c[i], -(vb * s[i]));
-        yb[i] = T_FMA(vb, c[i], va * s[i]);
+        const T va = S_TO_T(xa[i]), vb = S_TO_T(xb[i]);
+        ya[i] = T_TO_S(T_FMA(va, c[i], -(vb * s[i])));
+        yb[i] = T_TO_S(T_FMA(vb, c[i], va * s[i]));
     }
 }
 
-static inline void FN(rotate_interleaved)(const T *x, T *y, int64_t i0, int64_t nc, const T *c, const T *s) {
-    const T *xo = x + 2 * i0;
-    T *yo = y + 2 * i0;
+static inline void FN(rotate_interleaved)(const S *x, S *y, int64_t i0, int64_t nc, const T *c, const T *s) {
+    const S *xo = x + 2 * i0;
+    S *yo = y + 2 * i0;
     const int64_t n = 2 * nc;
     int64_t j = 0;
+    for (; j + 2 * VL <= n; j += 2 * VL) {
+        const VT v0 = S_LOADU(xo + j), v1 = S_LOADU(xo + j + VL);
+        S_STOREU2(yo + j, V(fmadd)(v0, V(load)(c + j), V(mul)(V(swap_pairs)(v0), V(load)(s + j))),
+                  V(fmadd)(v1, V(load)(c + j + VL), V(mul)(V(swap_pairs)(v1), V(load)(s + j + VL))));
+    }
     for (; j + VL <= n; j += VL) {
-        const VT v = V(loadu)(xo + j);
-        V(storeu)(yo + j, V(fmadd)(v, V(load)(c + j), V(mul)(V(swap_pairs)(v), V(load)(s + j))));
+        const VT v = S_LOADU(xo + j);
+        S_STOREU(yo + j, V(fmadd)(v, V(load)(c + j), V(mul)(V(swap_pairs)(v), V(load)(s + j))));
     }
     for (; j < n; j += 2) {
-        const T va = xo[j], vb = xo[j + 1];
-        yo[j] = T_FMA(va, c[j], vb * s[j]);
-        yo[j + 1] = T_FMA(vb, c[j + 1], va * s[j + 1]);
+        const T va = S_TO_T(xo[j]), vb = S_TO_T(xo[j + 1]);
+        yo[j] = T_TO_S(T_FMA(va, c[j], vb * s[j]));
+        yo[j + 1] = T_TO_S(T_FMA(vb, c[j + 1], va * s[j + 1]));
     }
 }
 
-static inline void FN(pass_row)(const rope_pass *p, T scale, const T *x, T *y) {
-    if (x == y && scale == (T)1) return;
-    for (int64_t j = p->lo1; j < p->hi1; ++j) y[j] = x[j] * scale;
-    for (int64_t j = p->lo2; j < p->hi2; ++j) y[j] = x[j] * scale;
+/* The dimensions that do not rotate: copied (scale 1, bit for bit) or times scale. */
+static inline void FN(pass_row)(const rope_pass *p, T scale, const S *x, S *y) {
+    if (scale == (T)1) {
+        if (x == y) return;
+        memcpy(y + p->lo1, x + p->lo1, (size_t)(p->hi1 - p->lo1) * sizeof(S));
+        memcpy(y + p->lo2, x + p->lo2, (size_t)(p->hi2 - p->lo2) * sizeof(S));
+        return;
+    }
+    for (int64_t j = p->lo1; j < p->hi1; ++j) y[j] = T_TO_S(S_TO_T(x[j]) * scale);
+    for (int64_t j = p->lo2; j < p->hi2; ++j) y[j] = T_TO_S(S_TO_T(x[j]) * scale);
 }
 
 void FN(wavepe_rope)(const wavepe_rope_args *a, int64_t row_begin, int64_t row_end) {
     FN(table) table;
     const rope_pass pass = rope_passthrough(a);
     const T scale = (T)a->scale;
-    const int large = rope_is_large(a, (int64_t)sizeof(T));
+    const int large = rope_is_large(a, (int64_t)sizeof(S));
     const int64_t half = a->head_dim / 2;
     const wavepe_rope_tensor *tensors[2] = {&a->q, &a->k};
     for (int64_t row = row_begin; row < row_end; ++row) {
@@ -176,9 +237,9 @@ void FN(wavepe_rope)(const wavepe_rope_args *a, int64_t row_begin, int64_t row_e
                 for (int64_t h = 0; h < ten->heads; ++h) {
                     for (int64_t p = 0; p < r.n; ++p) {
                         const int64_t l = r.l0 + p;
-                        const T *x = (const T *)ten->in + rope_in_at(ten, r.b, h, l);
-                        T *y = (T *)ten->out + rope_out_at(ten, r.b, h, l);
-                        if (large) rope_prefetch_next_head(a, t, r.b, h, l, (int64_t)sizeof(T));
+                        const S *x = (const S *)ten->in + rope_in_at(ten, r.b, h, l);
+                        S *y = (S *)ten->out + rope_out_at(ten, r.b, h, l);
+                        if (large) rope_prefetch_next_head(a, t, r.b, h, l, (int64_t)sizeof(S));
                         if (a->layout == WAVEPE_ROPE_HALF)
                             FN(rotate_half)(x, y, half, i0, nc, table.c[p], table.s[p]);
                         else

@@ -59,6 +59,33 @@ static inline __m256i wp_avx2_first_i32(int64_t n) {
 static inline vf32 vf32_loadu_n(const float *p, int64_t n) { return _mm256_maskload_ps(p, wp_avx2_first_i32(n)); }
 static inline void vf32_storeu_n(float *p, vf32 v, int64_t n) { _mm256_maskstore_ps(p, wp_avx2_first_i32(n), v); }
 
+/* Half types in memory, float32 in registers (8 elements, 16 bytes; half.h's rounding):
+ * bfloat16 by 16-bit shifts, round to nearest even with NaN -> 0x7FC0 as torch;
+ * float16 by F16C (vcvtph2ps / vcvtps2ph, round to nearest even). */
+static inline vf32 vf32_loadu_bf16(const uint16_t *p) {
+    const __m256i w = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)p));
+    return _mm256_castsi256_ps(_mm256_slli_epi32(w, 16));
+}
+static inline __m256i wp_avx2_bf16_bits(vf32 v) { /* the bf16 of each lane, in its low 16 bits */
+    const __m256i u = _mm256_castps_si256(v);
+    const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1));
+    const __m256i r = _mm256_srli_epi32(_mm256_add_epi32(_mm256_add_epi32(u, _mm256_set1_epi32(0x7FFF)), lsb), 16);
+    return _mm256_blendv_epi8(r, _mm256_set1_epi32(0x7FC0), _mm256_castps_si256(_mm256_cmp_ps(v, v, _CMP_UNORD_Q)));
+}
+static inline void vf32_storeu_bf16(uint16_t *p, vf32 v) {
+    const __m256i r = wp_avx2_bf16_bits(v);
+    _mm_storeu_si128((__m128i *)p, _mm_packus_epi32(_mm256_castsi256_si128(r), _mm256_extracti128_si256(r, 1)));
+}
+/* 16 elements, lo's 8 first: one pack, one permute, one 32-byte store */
+static inline void vf32_storeu2_bf16(uint16_t *p, vf32 lo, vf32 hi) {
+    const __m256i r = _mm256_packus_epi32(wp_avx2_bf16_bits(lo), wp_avx2_bf16_bits(hi)); /* lo0-3 hi0-3 lo4-7 hi4-7 */
+    _mm256_storeu_si256((__m256i *)p, _mm256_permute4x64_epi64(r, 0xD8));
+}
+static inline vf32 vf32_loadu_f16(const uint16_t *p) { return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p)); }
+static inline void vf32_storeu_f16(uint16_t *p, vf32 v) {
+    _mm_storeu_si128((__m128i *)p, _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+}
+
 static inline vf32 vf32_add(vf32 a, vf32 b) { return _mm256_add_ps(a, b); }
 static inline vf32 vf32_sub(vf32 a, vf32 b) { return _mm256_sub_ps(a, b); }
 static inline vf32 vf32_mul(vf32 a, vf32 b) { return _mm256_mul_ps(a, b); }

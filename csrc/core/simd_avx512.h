@@ -78,6 +78,42 @@ static inline vf32 vf32_loadu_n(const float *p, int64_t n) { return _mm512_maskz
 static inline void vf32_storeu_n(float *p, vf32 v, int64_t n) { _mm512_mask_storeu_ps(p, mf32_first(n), v); }
 #endif
 
+/* Half types in memory, float32 in registers (16 elements, 32 bytes; half.h's rounding):
+ * bfloat16 by 16-bit shifts, round to nearest even with NaN -> 0x7FC0 as torch;
+ * float16 by vcvtph2ps / vcvtps2ph (AVX-512F, round to nearest even). */
+static inline vf32 vf32_loadu_bf16(const uint16_t *p) {
+    const __m512i w = _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)p));
+    return _mm512_castsi512_ps(_mm512_slli_epi32(w, 16));
+}
+static inline void vf32_storeu_bf16(uint16_t *p, vf32 v) {
+    const __m512i u = _mm512_castps_si512(v);
+    const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
+    __m512i r = _mm512_srli_epi32(_mm512_add_epi32(_mm512_add_epi32(u, _mm512_set1_epi32(0x7FFF)), lsb), 16);
+    r = _mm512_mask_mov_epi32(r, _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q), _mm512_set1_epi32(0x7FC0));
+#ifdef WAVEPE_SIMDE_AVX512
+    /* SIMDe 0.8.2 has no vpmovdw: pack the two halves on AVX2 (values <= 0xFFFF, packus is exact) */
+    const __m256i lo = _mm512_castsi512_si256(r), hi = _mm512_extracti64x4_epi64(r, 1);
+    _mm256_storeu_si256((__m256i *)p, _mm256_permute4x64_epi64(_mm256_packus_epi32(lo, hi), 0xD8));
+#else
+    _mm256_storeu_si256((__m256i *)p, _mm512_cvtepi32_epi16(r));
+#endif
+}
+/* 2 * 16 elements, lo's first */
+static inline void vf32_storeu2_bf16(uint16_t *p, vf32 lo, vf32 hi) {
+    vf32_storeu_bf16(p, lo);
+    vf32_storeu_bf16(p + 16, hi);
+}
+static inline vf32 vf32_loadu_f16(const uint16_t *p) { return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)p)); }
+static inline void vf32_storeu_f16(uint16_t *p, vf32 v) {
+#ifdef WAVEPE_SIMDE_AVX512
+    /* SIMDe 0.8.2 has no 512-bit vcvtps2ph: the two halves through F16C */
+    _mm_storeu_si128((__m128i *)p, _mm256_cvtps_ph(_mm512_castps512_ps256(v), _MM_FROUND_TO_NEAREST_INT));
+    _mm_storeu_si128((__m128i *)(p + 8), _mm256_cvtps_ph(_mm512_extractf32x8_ps(v, 1), _MM_FROUND_TO_NEAREST_INT));
+#else
+    _mm256_storeu_si256((__m256i *)p, _mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+#endif
+}
+
 static inline vf32 vf32_add(vf32 a, vf32 b) { return _mm512_add_ps(a, b); }
 static inline vf32 vf32_sub(vf32 a, vf32 b) { return _mm512_sub_ps(a, b); }
 static inline vf32 vf32_mul(vf32 a, vf32 b) { return _mm512_mul_ps(a, b); }

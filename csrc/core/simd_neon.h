@@ -58,6 +58,24 @@ static inline vf32 vf32_iota(void) {
     return vld1q_f32(iota);
 }
 
+/* Half types in memory, float32 in registers (4 elements, 8 bytes; half.h's rounding):
+ * bfloat16 by 16-bit shifts, round to nearest even with NaN -> 0x7FC0 as torch;
+ * float16 by fcvtl / fcvtn (round to nearest even by FPCR.RMode; FZ16 does not apply to conversions). */
+static inline vf32 vf32_loadu_bf16(const uint16_t *p) { return vreinterpretq_f32_u32(vshll_n_u16(vld1_u16(p), 16)); }
+static inline void vf32_storeu_bf16(uint16_t *p, vf32 v) {
+    const uint32x4_t u = vreinterpretq_u32_f32(v);
+    const uint32x4_t lsb = vandq_u32(vshrq_n_u32(u, 16), vdupq_n_u32(1));
+    const uint32x4_t r = vaddq_u32(vaddq_u32(u, vdupq_n_u32(0x7FFF)), lsb);
+    vst1_u16(p, vshrn_n_u32(vbslq_u32(vceqq_f32(v, v), r, vdupq_n_u32(0x7FC00000u)), 16));
+}
+/* 2 * 4 elements, lo's first */
+static inline void vf32_storeu2_bf16(uint16_t *p, vf32 lo, vf32 hi) {
+    vf32_storeu_bf16(p, lo);
+    vf32_storeu_bf16(p + 4, hi);
+}
+static inline vf32 vf32_loadu_f16(const uint16_t *p) { return vcvt_f32_f16(vreinterpret_f16_u16(vld1_u16(p))); }
+static inline void vf32_storeu_f16(uint16_t *p, vf32 v) { vst1_u16(p, vreinterpret_u16_f16(vcvt_f16_f32(v))); }
+
 /* Lanes [0, n) of p (n clamped to [0, 4]), zero elsewhere; lanes past n are
  * never read, so p + n may end a mapping. */
 static inline vf32 vf32_loadu_n(const float *p, int64_t n) {

@@ -10,3 +10,12 @@
 #undef FN
 #undef WP_TYPE_F32
 #undef WP_TYPE_F64
+#undef WP_TYPE_BF16
+#undef WP_TYPE_F16
+#undef S
+#undef S_LOADU
+#undef S_STOREU
+#undef S_STOREU2
+#undef S_TO_T
+#undef T_TO_S
+#undef WP_COMPUTE_F32

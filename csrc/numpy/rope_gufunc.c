@@ -39,7 +39,7 @@ typedef struct loop_geometry {
 /* The core's plan over *a, run on this thread; 0, or -1 with the core's reason raised (it
  * rejects the arguments, or is out of memory). */
 static int run_core(wavepe_rope_args *a, npy_intp itemsize) {
-    a->dtype = itemsize == 4 ? WAVEPE_F32 : WAVEPE_F64;
+    a->dtype = itemsize == 2 ? WAVEPE_F16 : itemsize == 4 ? WAVEPE_F32 : WAVEPE_F64; /* NPY_HALF is IEEE fp16 */
     wavepe_rope_plan *plan = NULL;
     wavepe_error err = {{0}};
     const int status = wavepe_rope_plan_create(wavepe_active_isa(), a, &plan, &err);
@@ -201,6 +201,11 @@ done:
     free(scratch);
 }
 
+static void rope_loop_f16(char **args, const npy_intp *dimensions, const npy_intp *steps, void *data) {
+    (void)data;
+    rope_loop(args, dimensions, steps, 2); /* npy_half: read and written natively, computed in float32 */
+}
+
 static void rope_loop_f32(char **args, const npy_intp *dimensions, const npy_intp *steps, void *data) {
     (void)data;
     rope_loop(args, dimensions, steps, sizeof(float));
@@ -211,9 +216,11 @@ static void rope_loop_f64(char **args, const npy_intp *dimensions, const npy_int
     rope_loop(args, dimensions, steps, sizeof(double));
 }
 
-static PyUFuncGenericFunction rope_loops[2] = {rope_loop_f32, rope_loop_f64};
-static void *rope_data[2] = {NULL, NULL};
-static char rope_types[2 * N_ARGS] = {
+/* float16 first: NumPy takes the first loop an input casts to safely */
+static PyUFuncGenericFunction rope_loops[3] = {rope_loop_f16, rope_loop_f32, rope_loop_f64};
+static void *rope_data[3] = {NULL, NULL, NULL};
+static char rope_types[3 * N_ARGS] = {
+    NPY_HALF,   NPY_INT64, NPY_DOUBLE, NPY_DOUBLE, NPY_INT64, NPY_HALF,
     NPY_FLOAT,  NPY_INT64, NPY_DOUBLE, NPY_DOUBLE, NPY_INT64, NPY_FLOAT,
     NPY_DOUBLE, NPY_INT64, NPY_DOUBLE, NPY_DOUBLE, NPY_INT64, NPY_DOUBLE,
 };
@@ -221,13 +228,13 @@ static char rope_types[2 * N_ARGS] = {
 static const char rope_doc[] =
     "rope(x, positions, inv_freq, scale, mode, /, out=None, ...)\n--\n\n"
     "Rotary position embedding, gufunc (l,d),(l),(p),(),()->(l,d) over the C core.\n"
-    "x float32/float64; positions int64; inv_freq float64 of the p = rotary_pairs pairs that\n"
+    "x float16/float32/float64 (float16 computed in float32, rounded once); positions int64; inv_freq float64 of the p = rotary_pairs pairs that\n"
     "rotate (p <= d/2); scale float64; mode int64: bit 0 interleaved layout, bit 1 inverse.\n"
     "Values the kernels cannot take raise ValueError; wavepe.ufuncs.rope / rope_inv_freq\n"
     "check every argument first (types, shapes, positions).";
 
 int wavepe_np_add_rope_gufunc(PyObject *module) {
-    PyObject *uf = PyUFunc_FromFuncAndDataAndSignature(rope_loops, rope_data, rope_types, 2, 5, 1, PyUFunc_None,
+    PyObject *uf = PyUFunc_FromFuncAndDataAndSignature(rope_loops, rope_data, rope_types, 3, 5, 1, PyUFunc_None,
                                                        "rope", rope_doc, 0, "(l,d),(l),(p),(),()->(l,d)");
     if (uf == NULL) return -1;
     if (PyModule_AddObject(module, "rope", uf) < 0) {

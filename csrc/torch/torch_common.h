@@ -108,20 +108,22 @@ inline bool is_floating(ScalarType t) {
 }
 
 // The element types a device's kernels take: float32 / float64 everywhere, and bfloat16 / float16 on
-// CUDA (the Python wrappers upcast half types for the CPU kernels).
-inline wavepe_dtype dtype_of(const Tensor& t, const char* name) {
+// CUDA and, for the families whose CPU kernels read them natively (half_on_cpu: rope), on the CPU
+// (elsewhere the Python wrappers upcast half types for the CPU kernels).
+inline wavepe_dtype dtype_of(const Tensor& t, const char* name, bool half_on_cpu = false) {
     switch (t.scalar_type()) {
     case ScalarType::Float: return WAVEPE_F32;
     case ScalarType::Double: return WAVEPE_F64;
     case ScalarType::BFloat16:
     case ScalarType::Half:
-        if (t.is_cuda()) return t.scalar_type() == ScalarType::Half ? WAVEPE_F16 : WAVEPE_BF16;
+        if (t.is_cuda() || half_on_cpu) return t.scalar_type() == ScalarType::Half ? WAVEPE_F16 : WAVEPE_BF16;
         break;
     default: break;
     }
-    fail_value(str(name, " must be float32 or float64",
-                   t.is_cuda() ? ", bfloat16 or float16 on CUDA" : " (the Python wrappers upcast bf16/fp16)", ", got ",
-                   dtype_name(t.scalar_type()), " on ", device_name(t)));
+    const bool any = t.is_cuda() || half_on_cpu;
+    fail_value(str(name, any ? " must be float32, float64, bfloat16 or float16" : " must be float32 or float64",
+                   any ? "" : " (the Python wrappers upcast bf16/fp16)", ", got ", dtype_name(t.scalar_type()), " on ",
+                   device_name(t)));
 }
 
 // The accumulator dtype of data like t (slopes, lse and their gradients travel in it).

@@ -247,7 +247,8 @@ def rope_inv_freq(
     ``inverse=True`` rotates by -angle (the adjoint: the inverse when scale = 1).
 
     Args:
-        x: (..., L, d) float32 or float64 (float16 is computed in float32), d even.
+        x: (..., L, d) float32, float64 or float16 (float16 read and written as it
+            is, computed in float32 and rounded once), d even.
         positions: int offset (positions ``offset … offset+L-1``) or an integer
             array broadcastable to ``x.shape[:-1]``, e.g. (L,) or (B, 1, L) for x (B, H, L, d).
         inv_freq: (d/2,) angular frequencies, highest first.
@@ -262,7 +263,7 @@ def rope_inv_freq(
     arr = np.asarray(x)
     if arr.ndim < 2:
         raise ValueError(f"x must have shape (..., L, d), got shape {arr.shape}")
-    dt = _float_dtype("x", arr)
+    dt = arr.dtype if arr.dtype == np.float16 else _float_dtype("x", arr)  # the gufunc reads float16 natively
     length, d = arr.shape[-2], arr.shape[-1]
     if d % 2 or d == 0:
         raise ValueError(f"head_dim (x.shape[-1]) must be even and >= 2 for RoPE, got {d}")

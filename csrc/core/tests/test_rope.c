@@ -1,10 +1,12 @@
-/* test_rope.c: RoPE kernels, scalar vs AVX2 vs a naive loop, and validation. */
+/* test_rope.c: RoPE kernels, scalar vs AVX2 vs a naive loop, and validation;
+ * bfloat16 / float16 storage against the same loop (one rounding of the output). */
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "../checked.h"
+#include "../half.h"
 #include "../rope.h"
 #include "harness.h"
 
@@ -95,6 +97,119 @@ static void setup_args(const rope_case *c, const rope_buffers *buf, wavepe_rope_
     }
 }
 
+/* The spacing of half-type values at magnitude x (x >= 0): bfloat16 has 8
+ * significant bits, float16 11 with subnormals below 2^-14. */
+static double half_ulp(int dtype, double x) {
+    int e;
+    (void)frexp(x, &e); /* x = m 2^e, m in [0.5, 1): the leading bit is 2^(e-1) */
+    if (dtype == WAVEPE_BF16) return ldexp(1.0, (e - 1 < -126 ? -126 : e - 1) - 7);
+    return ldexp(1.0, (e - 1 < -14 ? -14 : e - 1) - 10);
+}
+
+static uint16_t half_from(int dtype, double x) {
+    return dtype == WAVEPE_BF16 ? wp_f32_to_bf16((float)x) : wp_f32_to_f16((float)x);
+}
+
+static double half_value(int dtype, uint16_t h) {
+    return dtype == WAVEPE_BF16 ? (double)wp_bf16_to_f32(h) : (double)wp_f16_to_f32(h);
+}
+
+/* The case with bfloat16 and float16 storage on every ISA.  The kernels widen
+ * the (exact) inputs, compute in float32 and round the output once, so
+ *   |y - exact| <= ulp_half(|exact| + e32) / 2 + e32,
+ * e32 the float32 computation's error: a few float32 ulps of |a| + |b| (the
+ * float32 check's 5e-7 (|a| + |b|) scale), plus 2^-126 for flush-to-zero. */
+static void check_case_half(const rope_case *c, const rope_buffers *buf) {
+    const int64_t L = c->len, d = c->head_dim;
+    const wavepe_isa isas[2] = {WAVEPE_ISA_SCALAR, wavepe_test_isa};
+    uint16_t *qh = malloc(sizeof(uint16_t) * (size_t)(buf->q_numel + 1));
+    uint16_t *kh = malloc(sizeof(uint16_t) * (size_t)(buf->k_numel + 1));
+    uint16_t *qh_out = malloc(sizeof(uint16_t) * (size_t)(buf->q_numel + 1));
+    uint16_t *kh_out = malloc(sizeof(uint16_t) * (size_t)(buf->k_numel + 1));
+    const int dtypes[2] = {WAVEPE_BF16, WAVEPE_F16};
+    for (int di = 0; di < 2; ++di) {
+        const int dt = dtypes[di];
+        for (int64_t i = 0; i < buf->q_numel; ++i) qh[i] = half_from(dt, buf->q[i]);
+        for (int64_t i = 0; i < buf->k_numel; ++i) kh[i] = half_from(dt, buf->k[i]);
+        for (int v = 0; v < 2; ++v) {
+            wavepe_rope_args a;
+            setup_args(c, buf, &a, qh, qh_out, kh, kh_out);
+            a.dtype = dt;
+            CHECK(wavepe_rope_validate(&a, NULL) == WAVEPE_OK);
+            const int64_t rows = wavepe_rope_rows(&a);
+            if (dt == WAVEPE_BF16) wavepe_rope_bf16(isas[v], &a, 0, rows);
+            else wavepe_rope_f16(isas[v], &a, 0, rows);
+            for (int t = 0; t < 2; ++t) {
+                const int64_t H = t == 0 ? c->heads_q : c->heads_k;
+                for (int64_t b = 0; b < c->batch; ++b)
+                    for (int64_t h = 0; h < H; ++h)
+                        for (int64_t l = 0; l < L; ++l) {
+                            const uint16_t *xh = t == 0 ? qh + q_at(c, b, h, l) : kh + ((b * H + h) * L + l) * d;
+                            const uint16_t *yh = (t == 0 ? qh_out : kh_out) + ((b * H + h) * L + l) * d;
+                            double x[140];
+                            for (int64_t j = 0; j < d; ++j) x[j] = half_value(dt, xh[j]);
+                            const double pos = position_of(c, buf, b, l);
+                            for (int64_t j = 0; j < d; ++j) {
+                                const double mag = (fabs(x[j]) + 2.0) * fabs(c->scale); /* >= |a| + |b| */
+                                const double want = naive_component(c, buf->inv, x, pos, j);
+                                const double e32 = 5e-7 * mag + 0x1p-126;
+                                CHECK_CLOSE(half_value(dt, yh[j]), want, 0, 0.5 * half_ulp(dt, fabs(want) + e32) + e32);
+                            }
+                        }
+            }
+        }
+    }
+    free(qh), free(kh), free(qh_out), free(kh_out);
+}
+
+/* Every bfloat16 / float16 bit pattern through the kernels with angle 0
+ * (inv_freq = 0: cos = 1, sin = 0), so that y = round_half(x * scale): the
+ * vector kernels' widening and narrowing (vf32_loadu_bf16 ...) must give the
+ * bits of half.h's scalar conversions (torch's rounding for bf16, F16C's for
+ * fp16), ties included (scale 1.5 makes many), and x itself for scale 1.  The
+ * patterns fill the first half of each row (the a of each pair; b = 0). */
+static void check_half_patterns(void) {
+    const int64_t d = 64, L = 65536 / 32;
+    uint16_t *x = calloc((size_t)(L * d), sizeof(uint16_t)), *y = malloc(sizeof(uint16_t) * (size_t)(L * d));
+    double inv[32] = {0};
+    for (int64_t p = 0; p < 65536; ++p) x[(p / 32) * d + p % 32] = (uint16_t)p;
+    const double scales[3] = {1.0, 1.5, 1.0 + 0x1p-12};
+    const int dtypes[2] = {WAVEPE_BF16, WAVEPE_F16};
+    const wavepe_isa isas[2] = {WAVEPE_ISA_SCALAR, wavepe_test_isa};
+    for (int di = 0; di < 2; ++di)
+        for (int si = 0; si < 3; ++si)
+            for (int v = 0; v < 2; ++v) {
+                const int dt = dtypes[di];
+                wavepe_rope_args a;
+                memset(&a, 0, sizeof a);
+                a.dtype = dt, a.batch = 1, a.len = L, a.head_dim = d, a.inv_freq = inv, a.rotary_pairs = d / 2;
+                a.scale = scales[si];
+                a.q.heads = 1, a.q.in = x, a.q.out = y;
+                a.q.in_stride_b = a.q.out_stride_b = a.q.in_stride_h = a.q.out_stride_h = L * d;
+                a.q.in_stride_l = a.q.out_stride_l = d;
+                CHECK(wavepe_rope_validate(&a, NULL) == WAVEPE_OK);
+                if (dt == WAVEPE_BF16) wavepe_rope_bf16(isas[v], &a, 0, wavepe_rope_rows(&a));
+                else wavepe_rope_f16(isas[v], &a, 0, wavepe_rope_rows(&a));
+                int bad = 0;
+                for (int64_t p = 0; p < 65536; ++p) {
+                    const uint16_t in = (uint16_t)p, out = y[(p / 32) * d + p % 32];
+                    const float xf = dt == WAVEPE_BF16 ? wp_bf16_to_f32(in) : wp_f16_to_f32(in);
+                    if (dt == WAVEPE_BF16 && (in & 0x7F80u) == 0) continue; /* subnormal: read as 0 (fpenv.h) */
+                    const float prod = xf * (float)a.scale;
+                    const uint16_t want = dt == WAVEPE_BF16 ? wp_f32_to_bf16(prod) : wp_f32_to_f16(prod);
+                    const int nan = xf != xf;
+                    /* NaN: bf16 always 0x7FC0; fp16 a quiet NaN (its payload is the FMA's business) */
+                    const int ok = nan ? (dt == WAVEPE_BF16 ? out == 0x7FC0u : (out & 0x7E00u) == 0x7E00u)
+                                       : out == want && (si != 0 || out == in);
+                    if (!ok && bad++ < 5)
+                        fprintf(stderr, "%s %s scale %g: 0x%04x -> 0x%04x, expected 0x%04x\n", wavepe_dtype_name(dt),
+                                wavepe_isa_name(isas[v]), a.scale, in, out, want);
+                    CHECK(ok);
+                }
+            }
+    free(x), free(y);
+}
+
 /* Run one case in float64 and float32 on every ISA; compare with the naive
  * loop (error model: a few ulp of |a| + |b| of the pair) and ISAs with each
  * other. */
@@ -141,6 +256,7 @@ static void check_case(const rope_case *c, unsigned long long *seed) {
                     }
         }
     }
+    check_case_half(c, &buf);
     free(buf.q), free(buf.k), free(buf.positions), free(buf.inv);
     free(q_out), free(k_out), free(q32), free(k32), free(q32_out), free(k32_out);
 }
@@ -248,7 +364,7 @@ static void check_validation(void) {
     empty.len = 17;
     empty.q.heads = 0;
     CHECK(wavepe_rope_validate(&empty, NULL) == WAVEPE_OK);
-    CHECK(wavepe_rope_rows(&empty) == 3 * 2);
+    CHECK(wavepe_rope_rows(&empty) == 3 * ((17 + WAVEPE_ROPE_POS_BLOCK - 1) / WAVEPE_ROPE_POS_BLOCK));
 }
 
 /* Angles beyond the vector reduction's range go through libm, and positions
@@ -269,7 +385,7 @@ static void check_large_positions(unsigned long long *seed) {
 /* Problems of 32 MiB and more take the AVX2 kernels' large-input path
  * (prefetching the next head, across q into k): the bits must be those of the
  * same heads rotated one at a time, for both layouts and dtypes. */
-#define CHECK_LARGE_PATH(T, KERNEL)                                                                 \
+#define CHECK_LARGE_PATH(T, KERNEL, DTYPE, FROM_DOUBLE)                                                                 \
     do {                                                                                           \
         const int64_t L = 4096, d = 128, H = (int64_t)(16 << 20) / (L * d * (int64_t)sizeof(T));   \
         const int64_t n = H * L * d; /* q and k: 16 MiB each */                                    \
@@ -277,11 +393,11 @@ static void check_large_positions(unsigned long long *seed) {
         T *qo = malloc(sizeof(T) * (size_t)n), *ko = malloc(sizeof(T) * (size_t)n);                \
         T *one = malloc(sizeof(T) * (size_t)(L * d));                                              \
         for (int64_t i = 0; i < n; ++i)                                                            \
-            q[i] = (T)test_uniform(&seed, -1, 1), k[i] = (T)test_uniform(&seed, -1, 1);            \
+            q[i] = FROM_DOUBLE(test_uniform(&seed, -1, 1)), k[i] = FROM_DOUBLE(test_uniform(&seed, -1, 1)); \
         for (int layout = 0; layout < 2; ++layout) {                                               \
             wavepe_rope_args a;                                                                    \
             memset(&a, 0, sizeof a);                                                               \
-            a.batch = 1, a.len = L, a.head_dim = d, a.inv_freq = inv, a.rotary_pairs = 60;         \
+            a.dtype = DTYPE, a.batch = 1, a.len = L, a.head_dim = d, a.inv_freq = inv, a.rotary_pairs = 60; \
             a.layout = layout, a.scale = 1.0, a.offset = 3;                                        \
             a.q.heads = H, a.q.in = q, a.q.out = qo;                                               \
             a.q.in_stride_b = a.q.out_stride_b = n, a.q.in_stride_h = a.q.out_stride_h = L * d;    \
@@ -305,8 +421,14 @@ static void check_large_path(void) {
     double inv[64];
     for (int64_t i = 0; i < 64; ++i) inv[i] = pow(10000.0, -2.0 * (double)i / 128.0);
     unsigned long long seed = 99;
-    CHECK_LARGE_PATH(float, wavepe_rope_f32);
-    CHECK_LARGE_PATH(double, wavepe_rope_f64);
+    CHECK_LARGE_PATH(float, wavepe_rope_f32, WAVEPE_F32, (float));
+    CHECK_LARGE_PATH(double, wavepe_rope_f64, WAVEPE_F64, (double));
+#define BF16_OF(x) wp_f32_to_bf16((float)(x))
+#define F16_OF(x) wp_f32_to_f16((float)(x))
+    CHECK_LARGE_PATH(uint16_t, wavepe_rope_bf16, WAVEPE_BF16, BF16_OF);
+    CHECK_LARGE_PATH(uint16_t, wavepe_rope_f16, WAVEPE_F16, F16_OF);
+#undef BF16_OF
+#undef F16_OF
 }
 
 void test_rope(void) {
@@ -335,6 +457,12 @@ void test_rope(void) {
         check_round_trip(layout, 130, 1e6, &seed);
         check_round_trip(layout, 6, 77, &seed);
     }
+    /* fp16 outputs in its subnormal range (scale 1e-5: |y| < 6.1e-5) */
+    rope_case tiny = {1, 2, 1, 19, 40, 20, WAVEPE_ROPE_HALF, 0, 0, 0, 3, 1e-5, 1e4};
+    check_case(&tiny, &seed);
+    tiny.layout = WAVEPE_ROPE_INTERLEAVED;
+    check_case(&tiny, &seed);
+    check_half_patterns();
     check_large_positions(&seed);
     check_large_path();
     check_validation();

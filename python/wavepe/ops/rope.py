@@ -161,7 +161,8 @@ def rope_inv_freq(
 
     Returns:
         (q_rot, k_rot): contiguous, with the input shapes and dtypes (k_rot None
-        when k is None).  bfloat16 / float16 inputs are computed in float32.
+        when k is None).  bfloat16 / float16 inputs are read and written as they
+        are (no float32 copy) and computed in float32, each output rounded once.
     """
     _check_qk(q, k)
     d = q.shape[-1]
@@ -187,12 +188,13 @@ def _rope(q: torch.Tensor, k: torch.Tensor | None, positions: int | torch.Tensor
           pairs: int, scale: float) -> tuple[torch.Tensor, torch.Tensor | None]:
     """The op on checked arguments: inv is float64 (d/2,) on q's device."""
     offset, pos = _resolve_positions(positions, q.shape[0], q.shape[2], q.device)
-    cdt = compute_dtype(q)
     if not _routing.has_kernel("rope", q.device):
-        return _eager_fallback(q, k, offset, pos, inv, layout, pairs, scale, cdt)
-    q_rot, k_rot = ops.rope(q=q.to(cdt), k=None if k is None else k.to(cdt), positions=pos, offset=offset, inv_freq=inv,
+        return _eager_fallback(q, k, offset, pos, inv, layout, pairs, scale, compute_dtype(q))
+    # the kernels read and write float32 / float64 / bfloat16 / float16 as they are, on the CPU
+    # and on CUDA (half types computed in float32, rounded once): no upcast copy
+    q_rot, k_rot = ops.rope(q=q, k=k, positions=pos, offset=offset, inv_freq=inv,
                             rotary_pairs=pairs, layout=layout, scale=scale, inverse=False)
-    return q_rot.to(q.dtype), (None if k is None else k_rot.to(k.dtype))
+    return q_rot, (None if k is None else k_rot)
 
 
 # Plain dict: get / setdefault are atomic under the GIL, and torch.compile
