@@ -96,6 +96,17 @@ def _dirty_vs_clean(lib, dtype, garbage_at, bad, **kw):
     return runs
 
 
+def _assert_garbage_never_reached(lib, dtype, garbage, bad, what, **kw):
+    """Garbage (bad) in the keys marked ``garbage`` (B, N): every output and gradient equals the clean run's,
+    bit for bit, finite (lse aside), and those keys' dk, dv are 0."""
+    clean, dirty = _dirty_vs_clean(lib, dtype, garbage, bad, **kw)
+    for name in clean:
+        assert np.isfinite(dirty[name]).all() or name == "lse", f"{name} is not finite"
+        assert np.array_equal(dirty[name], clean[name]), f"{name} depends on {what}"
+    sel = np.broadcast_to(garbage[:, None, :, None], dirty["dk"].shape)
+    assert (dirty["dk"][sel] == 0).all() and (dirty["dv"][sel] == 0).all()
+
+
 @pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS.get)
 @pytest.mark.parametrize("pe,bad", [(0, float("nan")), (1, float("inf")), (2, float("-inf")), (1, float("nan"))])
 def test_masked_keys_never_reach_outputs_or_gradients(lib, dtype, pe, bad):
@@ -108,12 +119,7 @@ def test_masked_keys_never_reach_outputs_or_gradients(lib, dtype, pe, bad):
     garbage = kpm.copy()
     garbage[:, 80:] = True  # queries at 60..79
     kw = dict(B=b, H=h, Hk=hk, M=m, N=n, d=d, off=60, causal=True, pe=pe, R=90, r_lo=-5, kpm=kpm, seed=7)
-    clean, dirty = _dirty_vs_clean(lib, dtype, garbage, bad, **kw)
-    for name in clean:
-        assert np.isfinite(dirty[name]).all() or name == "lse", f"{name} is not finite"
-        assert np.array_equal(dirty[name], clean[name]), f"{name} depends on masked keys"
-    sel = np.broadcast_to(garbage[:, None, :, None], dirty["dk"].shape)
-    assert (dirty["dk"][sel] == 0).all() and (dirty["dv"][sel] == 0).all()
+    _assert_garbage_never_reached(lib, dtype, garbage, bad, "masked keys", **kw)
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS.get)
@@ -259,12 +265,7 @@ def test_packed_documents_without_queries_never_reach_outputs_or_gradients(lib, 
     kpm = np.zeros((b, n), bool)
     kpm[:, [3, 55, 61]] = True
     kw = dict(B=b, H=h, Hk=hk, M=m, N=n, d=d, off=50, causal=True, pe=pe, R=90, r_lo=-5, kpm=kpm, seed=7, cu=cu)
-    clean, dirty = _dirty_vs_clean(lib, dtype, garbage, bad, **kw)
-    for name in clean:
-        assert np.isfinite(dirty[name]).all() or name == "lse", f"{name} is not finite"
-        assert np.array_equal(dirty[name], clean[name]), f"{name} depends on keys of other documents"
-    sel = np.broadcast_to(garbage[:, None, :, None], dirty["dk"].shape)
-    assert (dirty["dk"][sel] == 0).all() and (dirty["dv"][sel] == 0).all()
+    _assert_garbage_never_reached(lib, dtype, garbage, bad, "keys of other documents", **kw)
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS.get)
