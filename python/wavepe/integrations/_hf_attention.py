@@ -153,10 +153,8 @@ def documents_of(position_ids: torch.Tensor, real: torch.Tensor | None = None) -
     """(B, M) document indices of position_ids (B, M): a new document wherever a position does not follow
     the one before by one (Hugging Face's ``find_packed_sequence_indices``).  With ``real`` (B|1, M) bool,
     only real tokens count (a pad's position breaks nothing; it takes the document before it).  No host sync."""
-    if real is None:
-        step = torch.diff(position_ids, dim=-1) != 1
-        return torch.cat([torch.zeros_like(position_ids[:, :1]), step.cumsum(-1).to(position_ids.dtype)], dim=-1)
     b, m = position_ids.shape
+    real = torch.ones((1, m), dtype=torch.bool, device=position_ids.device) if real is None else real
     real = real.expand(b, m)
     idx = torch.arange(m, device=position_ids.device).expand(b, m)
     # the index of the last real token before each token (-1: none)
