@@ -1,6 +1,15 @@
 /* attention_simd.h: the tiled attention kernels, written once (simd_type.h)
  * and instantiated per ISA by attention_<isa>.c (attention_avx2.c,
- * attention_avx512.c, attention_neon.c) for float and double.
+ * attention_avx512.c, attention_neon.c) for float, double, bfloat16 and
+ * float16.
+ *
+ * Half types (S = uint16_t, T = float): the caller's q, k, v, out, dout, dq
+ * are read and written as they are stored; every read widens a tile in
+ * registers on its way into the packed operands (query groups, key strips,
+ * value panels, all float32 and in L1/L2), so the products, the softmax
+ * statistics and every accumulator are float32, and each output element is
+ * rounded once (half.h): out at the end of its row, dq once its head is
+ * done, dk / dv in the plan's float32 reduction (attention.c).
  *
  * Structure (BLIS-like): everything is loops around two register-blocked
  * micro-kernels of MR = 6 rows x NR = 2 vectors:
@@ -29,7 +38,7 @@
 
 /* Tiles of this type (attention_internal.h): micro-tile MR x NR, NR = 2 vectors. */
 #define NR (2 * VL)
-#if defined(WP_TYPE_F32)
+#if defined(WP_COMPUTE_F32)
 #define ATTN_FBM (ATTN_FBM_F32 * VL / 8) /* attn_fwd_block_rows */
 #define ATTN_FBN ATTN_FBN_F32
 #define ATTN_BBM ATTN_BBM_F32
@@ -43,16 +52,61 @@
 #define ATTN_TB WP_TB_F64
 #endif
 
+/* Lanes [0, n) of the stored elements at p, widened (n clamped to [0, VL]),
+ * zero elsewhere; elements past n are never read. */
+static inline VT FN(s_loadu_n)(const S *p, int64_t n) {
+#if defined(WP_STORAGE_HALF)
+    if (n >= VL) return S_LOADU(p);
+    S buf[VL] = {0};
+    for (int64_t i = 0; i < n; ++i) buf[i] = p[i];
+    return S_LOADU(buf);
+#else
+    return V(loadu_n)(p, n);
+#endif
+}
+
+/* v's lanes [0, n) stored at p (n clamped to [0, VL]), rounded once to S. */
+static inline void FN(s_storeu_n)(S *p, VT v, int64_t n) {
+#if defined(WP_STORAGE_HALF)
+    if (n >= VL) {
+        S_STOREU(p, v);
+        return;
+    }
+    T buf[VL];
+    V(storeu)(buf, v);
+    for (int64_t i = 0; i < n; ++i) p[i] = T_TO_S(buf[i]);
+#else
+    V(storeu_n)(p, v, n);
+#endif
+}
+
 /* out[c*NR + lane] = src[lane*ks + c] for NR rows (lanes) and d columns:
  * register transposes of ATTN_TB x ATTN_TB blocks, scalar for the last
- * d % ATTN_TB columns. */
-static void FN(transpose_strip)(T *restrict out, const T *src, int64_t ks, int64_t d) {
+ * d % ATTN_TB columns.  Half types: VL columns of the NR rows are widened
+ * into a float32 tile first, then transposed the same way. */
+static void FN(transpose_strip)(T *restrict out, const S *src, int64_t ks, int64_t d) {
+#if defined(WP_STORAGE_HALF)
+    T tile[NR * VL];
+    for (int64_t c0 = 0; c0 < d; c0 += VL) {
+        const int64_t w = d - c0 < VL ? d - c0 : VL;
+        for (int lane = 0; lane < NR; ++lane) V(storeu)(tile + lane * VL, FN(s_loadu_n)(src + lane * ks + c0, w));
+        if (w == VL) {
+            for (int cb = 0; cb < VL; cb += ATTN_TB)
+                for (int g = 0; g < NR / ATTN_TB; ++g)
+                    V(transpose)(tile + g * ATTN_TB * VL + cb, VL, out + (c0 + cb) * NR + g * ATTN_TB, NR);
+        } else {
+            for (int64_t c = 0; c < w; ++c)
+                for (int lane = 0; lane < NR; ++lane) out[(c0 + c) * NR + lane] = tile[lane * VL + c];
+        }
+    }
+#else
     int64_t c0 = 0;
     for (; c0 + ATTN_TB <= d; c0 += ATTN_TB)
         for (int g = 0; g < NR / ATTN_TB; ++g)
             V(transpose)(src + g * ATTN_TB * ks + c0, ks, out + c0 * NR + g * ATTN_TB, NR);
     for (; c0 < d; ++c0)
         for (int lane = 0; lane < NR; ++lane) out[c0 * NR + lane] = src[lane * ks + c0];
+#endif
 }
 
 /* ATTN_FBM x ATTN_FBN forward blocks, ATTN_BBM x ATTN_BBN backward blocks */
@@ -150,15 +204,27 @@ static inline void FN(mk_gen)(int64_t kc, const T *a, int64_t a_st, int64_t a_sk
 /* ---- packing ------------------------------------------------------------------------- */
 
 /* dst[c*6 + t] = scale * rows[t][c] for t < nrows, 0 for the other rows. */
-static void FN(pack_rows)(T *restrict dst, const T *const *rows, int nrows, int64_t d, T scale) {
+static void FN(pack_rows)(T *restrict dst, const S *const *rows, int nrows, int64_t d, T scale) {
+#if defined(WP_STORAGE_HALF)
+    T tile[ATTN_MR * VL]; /* VL columns of the rows, widened */
+    const VT vs = V(set1)(scale);
+    for (int64_t c0 = 0; c0 < d; c0 += VL) {
+        const int64_t w = d - c0 < VL ? d - c0 : VL;
+        for (int t = 0; t < ATTN_MR; ++t)
+            V(storeu)(tile + t * VL, t < nrows ? V(mul)(vs, FN(s_loadu_n)(rows[t] + c0, w)) : V(zero)());
+        for (int64_t c = 0; c < w; ++c)
+            for (int t = 0; t < ATTN_MR; ++t) dst[(c0 + c) * ATTN_MR + t] = tile[t * VL + c];
+    }
+#else
     for (int64_t c = 0; c < d; ++c)
         for (int t = 0; t < ATTN_MR; ++t) dst[c * ATTN_MR + t] = t < nrows ? scale * rows[t][c] : (T)0;
+#endif
 }
 
 /* Keys [0, nk) of a row-major (stride ks) matrix into strips of NR keys,
  * k-major: dst[(s*d + c)*NR + lane] = src[(s*NR + lane)*ks + c]; keys past nk
  * are zero. */
-static void FN(pack_strips)(T *restrict dst, const T *src, int64_t ks, int64_t nk, int64_t d) {
+static void FN(pack_strips)(T *restrict dst, const S *src, int64_t ks, int64_t nk, int64_t d) {
     const int64_t nstrip = (nk + NR - 1) / NR;
     for (int64_t s = 0; s < nstrip; ++s) {
         T *out = dst + s * d * NR;
@@ -169,7 +235,7 @@ static void FN(pack_strips)(T *restrict dst, const T *src, int64_t ks, int64_t n
         }
         for (int64_t c = 0; c < d; ++c)
             for (int64_t lane = 0; lane < NR; ++lane)
-                out[c * NR + lane] = lane < lanes ? src[(s * NR + lane) * ks + c] : (T)0;
+                out[c * NR + lane] = lane < lanes ? S_TO_T(src[(s * NR + lane) * ks + c]) : (T)0;
     }
 }
 
@@ -179,11 +245,11 @@ static void FN(pack_strips)(T *restrict dst, const T *src, int64_t ks, int64_t n
  * additive key mask kpm[j] is not 0 (padded keys; kpm may be NULL) are packed
  * as zeros: a masked key's value or key never reaches a product, whatever it
  * holds (0 * NaN would). */
-static void FN(pack_panels)(T *restrict dst, int64_t ldp, const T *src, int64_t vs, int64_t nk, int64_t d,
+static void FN(pack_panels)(T *restrict dst, int64_t ldp, const S *src, int64_t vs, int64_t nk, int64_t d,
                             const T *kpm) {
     const int64_t full = d / NR, rest = d - full * NR;
     for (int64_t j = 0; j < nk; ++j) {
-        const T *row = src + j * vs;
+        const S *row = src + j * vs;
         if (kpm != NULL && kpm[j] != (T)0) {
             for (int64_t st = 0; st <= full; ++st) {
                 if (st == full && !rest) break;
@@ -195,13 +261,13 @@ static void FN(pack_panels)(T *restrict dst, int64_t ldp, const T *src, int64_t 
         }
         for (int64_t st = 0; st < full; ++st) {
             T *o = dst + (st * ldp + j) * NR;
-            V(storeu)(o, V(loadu)(row + st * NR));
-            V(storeu)(o + VL, V(loadu)(row + st * NR + VL));
+            V(storeu)(o, S_LOADU(row + st * NR));
+            V(storeu)(o + VL, S_LOADU(row + st * NR + VL));
         }
         if (rest) {
             T *o = dst + (full * ldp + j) * NR;
-            V(storeu)(o, V(loadu_n)(row + full * NR, rest));
-            V(storeu)(o + VL, V(loadu_n)(row + full * NR + VL, rest - VL));
+            V(storeu)(o, FN(s_loadu_n)(row + full * NR, rest));
+            V(storeu)(o + VL, FN(s_loadu_n)(row + full * NR + VL, rest - VL));
         }
     }
 }
@@ -222,6 +288,7 @@ typedef struct {
     T *o;      /* accumulators: rows x dpad */
     T *mst, *lst; /* online softmax max and sum per row */
     T *dqa, *dka, *dva; /* backward accumulators */
+    T *dqh;    /* backward, half types: the head's dq in float32 (M x d), rounded once at the end */
     T *dgt;    /* backward: skewed dS tile for the table gradient */
     T *qr;     /* narrow decoding groups: scaled query rows, 2 x dpad */
     T *zr;     /* a row of dpad zeros (table rows outside the table) */
@@ -243,7 +310,7 @@ typedef struct {
 
 typedef struct {
     int64_t n0, nk;          /* first key, keys in the block */
-    const T *k, *v;          /* rows of key n0 */
+    const S *k, *v;          /* rows of key n0 */
     int64_t ks, vs;          /* row strides */
     int masked;              /* key padding present: w->kpm holds the mask */
 } FN(kblock);
@@ -371,19 +438,19 @@ static void FN(group_scores)(FN(work) * w, const FN(group) * g, const FN(kblock)
 
 /* VL scores q . k_j of one query row against VL consecutive key rows (rows
  * past nk repeat the last one), reduced across lanes into one vector. */
-static inline VT FN(dot_keys)(const T *q, const T *k, int64_t ks, int64_t nk, int64_t d) {
-    const T *kr[VL];
+static inline VT FN(dot_keys)(const T *q, const S *k, int64_t ks, int64_t nk, int64_t d) {
+    const S *kr[VL];
     for (int i = 0; i < VL; ++i) kr[i] = k + (i < nk ? i : nk - 1) * ks;
     VT acc[VL];
     for (int i = 0; i < VL; ++i) acc[i] = V(zero)();
     int64_t c = 0;
     for (; c + VL <= d; c += VL) {
         const VT qv = V(loadu)(q + c);
-        for (int i = 0; i < VL; ++i) acc[i] = V(fmadd)(qv, V(loadu)(kr[i] + c), acc[i]);
+        for (int i = 0; i < VL; ++i) acc[i] = V(fmadd)(qv, S_LOADU(kr[i] + c), acc[i]);
     }
     if (c < d) {
         const VT qv = V(loadu_n)(q + c, d - c);
-        for (int i = 0; i < VL; ++i) acc[i] = V(fmadd)(qv, V(loadu_n)(kr[i] + c, d - c), acc[i]);
+        for (int i = 0; i < VL; ++i) acc[i] = V(fmadd)(qv, FN(s_loadu_n)(kr[i] + c, d - c), acc[i]);
     }
     return V(reduce_lanes)(acc);
 }
@@ -442,8 +509,9 @@ static void FN(narrow_scores)(FN(work) * w, const FN(group) * g, const FN(kblock
     }
 }
 
-/* o[0..d) += sum_j p[j] v_j for one row, 8 vectors of columns at a time. */
-static void FN(row_pv)(const T *p, int64_t nk, const T *v, int64_t vs, int64_t d, T *o, const T *kpm) {
+/* o[0..d) += sum_j p[j] v_j for one row, 8 vectors of columns at a time (o
+ * has dpad columns: whole vectors are stored past d). */
+static void FN(row_pv)(const T *p, int64_t nk, const S *v, int64_t vs, int64_t d, T *o, const T *kpm) {
     if (kpm != NULL) { /* padded keys never reach the product (their values may be anything) */
         for (int64_t j = 0; j < nk; ++j)
             if (kpm[j] == (T)0) FN(row_pv)(p + j, 1, v + j * vs, vs, d, o, NULL);
@@ -455,14 +523,21 @@ static void FN(row_pv)(const T *p, int64_t nk, const T *v, int64_t vs, int64_t d
         for (int i = 0; i < 8; ++i) acc[i] = V(loadu)(o + c0 + i * VL);
         for (int64_t j = 0; j < nk; ++j) {
             const VT a = V(bcast)(p + j);
-            const T *vr = v + j * vs + c0;
-            for (int i = 0; i < 8; ++i) acc[i] = V(fmadd)(a, V(loadu)(vr + i * VL), acc[i]);
+            const S *vr = v + j * vs + c0;
+            for (int i = 0; i < 8; ++i) acc[i] = V(fmadd)(a, S_LOADU(vr + i * VL), acc[i]);
         }
         for (int i = 0; i < 8; ++i) V(storeu)(o + c0 + i * VL, acc[i]);
     }
-    for (; c0 < d; c0 += NR) {
-        const int cols = d - c0 < NR ? (int)(d - c0) : NR;
-        FN(mk_gen)(nk, p, 0, 1, v + c0, vs, cols, o + c0, 0, 1);
+    for (; c0 < d; c0 += 4 * VL) { /* the last < 8 vectors, 4 at a time, lanes past d read as 0 */
+        VT acc[4];
+        for (int i = 0; i < 4; ++i) acc[i] = V(loadu)(o + c0 + i * VL);
+        for (int64_t j = 0; j < nk; ++j) {
+            const VT a = V(bcast)(p + j);
+            const S *vr = v + j * vs + c0;
+            for (int i = 0; i < 4; ++i) acc[i] = V(fmadd)(a, FN(s_loadu_n)(vr + i * VL, d - c0 - i * VL), acc[i]);
+        }
+        for (int i = 0; i < 4; ++i)
+            if (c0 + i * VL < d) V(storeu)(o + c0 + i * VL, acc[i]);
     }
 }
 
@@ -603,8 +678,8 @@ static void FN(rows_over_keys)(FN(work) * w, FN(group) * groups, int64_t ngroups
             }
     if (khi < n_end) n_end = khi;
     if (klo > n_begin) n_begin = klo;
-    const T *kbase = (const T *)a->k + attn_off(a->k_strides, b, hk, 0);
-    const T *vbase = (const T *)a->v + attn_off(a->v_strides, b, hk, 0);
+    const S *kbase = (const S *)a->k + attn_off(a->k_strides, b, hk, 0);
+    const S *vbase = (const S *)a->v + attn_off(a->v_strides, b, hk, 0);
     for (int64_t n0 = n_begin; n0 < n_end; n0 += ATTN_FBN) {
         FN(kblock) kb;
         kb.n0 = n0;
@@ -637,7 +712,7 @@ static int FN(work_alloc)(FN(work) * w, const wavepe_attention_plan *p, int64_t 
     const int64_t rpad = (rows + ATTN_MR - 1) / ATTN_MR * ATTN_MR;
     const int64_t bwd = p->backward;
     const int64_t dgt_ld = ATTN_BBM + ATTN_BBN + 2 * NR;
-    int64_t sizes[23] = {
+    int64_t sizes[24] = {
         rpad * d,                           /* qp */
         ATTN_BNMAX * d,                     /* kp */
         bwd ? ATTN_BBN * d : ATTN_FBN * dpad, /* vp */
@@ -660,9 +735,14 @@ static int FN(work_alloc)(FN(work) * w, const wavepe_attention_plan *p, int64_t 
         bwd ? ATTN_BBM * dpad : 0,          /* qpan */
         bwd ? ATTN_BBM * dpad : 0,          /* dopan */
         bwd ? ATTN_BBM : 0,                 /* rbad */
+#if defined(WP_STORAGE_HALF)
+        bwd ? p->a.m * d : 0,               /* dqh */
+#else
+        0,
+#endif
     };
     int64_t total = 0;
-    for (int i = 0; i < 23; ++i) {
+    for (int i = 0; i < 24; ++i) {
         sizes[i] = (sizes[i] + 15) / 16 * 16; /* 64-byte aligned pieces */
         if (wavepe_add_overflow(total, sizes[i], &total)) return WAVEPE_E_OVERFLOW;
     }
@@ -670,10 +750,10 @@ static int FN(work_alloc)(FN(work) * w, const wavepe_attention_plan *p, int64_t 
     T *base = attn_aligned_alloc((size_t)total * sizeof(T));
     if (base == NULL) return WAVEPE_E_NOMEM;
     w->block = base;
-    T **slots[23] = {&w->qp,  &w->kp,  &w->vp, &w->dop, &w->s,  &w->ds,   &w->g,    &w->al,
+    T **slots[24] = {&w->qp,  &w->kp,  &w->vp, &w->dop, &w->s,  &w->ds,   &w->g,    &w->al,
                      &w->kpm, &w->o,   &w->mst, &w->lst, &w->dqa, &w->dka, &w->dva, &w->dgt,
-                     NULL,    &w->qr,  &w->zr, &w->kpan, &w->qpan, &w->dopan, &w->rbad};
-    for (int i = 0; i < 23; ++i) {
+                     NULL,    &w->qr,  &w->zr, &w->kpan, &w->qpan, &w->dopan, &w->rbad, &w->dqh};
+    for (int i = 0; i < 24; ++i) {
         if (slots[i] != NULL) *slots[i] = sizes[i] ? base : NULL;
         else w->dvec = sizes[i] ? (double *)base : NULL;
         base += sizes[i];
@@ -699,11 +779,11 @@ static void FN(pack_query_groups)(FN(work) * w, FN(group) * groups, int64_t b, i
     const wavepe_attention_plan *p = w->p;
     const wavepe_attention_args *a = &p->a;
     const int64_t d = a->d;
-    const T *qbase = (const T *)a->q + attn_off(a->q_strides, b, h, m0);
+    const S *qbase = (const S *)a->q + attn_off(a->q_strides, b, h, m0);
     const T slope = p->bias == ATTN_BIAS_ALIBI ? ((const T *)a->slopes)[h] : (T)0;
     for (int64_t gi = 0; gi * ATTN_MR < rows; ++gi) {
         FN(group) *g = &groups[gi];
-        const T *rp[ATTN_MR];
+        const S *rp[ATTN_MR];
         g->rows = rows - gi * ATTN_MR < ATTN_MR ? (int)(rows - gi * ATTN_MR) : ATTN_MR;
         for (int t = 0; t < ATTN_MR; ++t) {
             const int64_t i = gi * ATTN_MR + (t < g->rows ? t : 0);
@@ -723,21 +803,22 @@ static void FN(finish_rows)(FN(work) * w, int64_t b, int64_t h, int64_t m0, int6
                             const T *mst, const T *lst) {
     const wavepe_attention_args *a = &w->p->a;
     const int64_t d = a->d, dpad = w->p->dpad;
-    T *out = (T *)a->out + attn_off(a->out_strides, b, h, m0);
+    S *out = (S *)a->out + attn_off(a->out_strides, b, h, m0);
     T *lse = (T *)a->lse + (b * a->heads + h) * a->m + m0;
     for (int64_t i = 0; i < rows; ++i) {
         T l = lst[i];
+        S *orow = out + i * a->out_strides[2];
         if (l == (T)0 && signbit(l)) { /* keys seen, every score -inf: 0/0, or mark_neg_inf's code */
             if (a->mark_neg_inf) {
-                for (int64_t c = 0; c < d; ++c) out[i * a->out_strides[2] + c] = (T)0;
+                for (int64_t c = 0; c < d; c += VL) FN(s_storeu_n)(orow + c, V(zero)(), d - c);
                 lse[i] = (T)INFINITY;
                 continue;
             }
             l = (T)NAN;
         }
         const int any = l > (T)0 || l != l;
-        const T inv = any ? (T)1 / l : (T)0;
-        for (int64_t c = 0; c < d; ++c) out[i * a->out_strides[2] + c] = o[i * dpad + c] * inv;
+        const VT inv = V(set1)(any ? (T)1 / l : (T)0);
+        for (int64_t c = 0; c < d; c += VL) FN(s_storeu_n)(orow + c, V(mul)(V(loadu)(o + i * dpad + c), inv), d - c);
         lse[i] = any ? (T)((double)mst[i] + log((double)l)) : -(T)INFINITY;
     }
 }
@@ -783,12 +864,12 @@ int FN(attn_fwd_decode)(wavepe_attention_plan *p, int64_t begin, int64_t end) {
         const int64_t c = u % C, bk = u / C, hk = bk % a->kv_heads, b = bk / a->kv_heads;
         for (int64_t gi = 0; gi < ngroups; ++gi) {
             FN(group) *g = &groups[gi];
-            const T *rp[ATTN_MR];
+            const S *rp[ATTN_MR];
             g->rows = rows - gi * ATTN_MR < ATTN_MR ? (int)(rows - gi * ATTN_MR) : ATTN_MR;
             for (int t = 0; t < ATTN_MR; ++t) {
                 const int64_t i = gi * ATTN_MR + (t < g->rows ? t : 0);
                 const int64_t h = hk * p->hg + i / M, m = i % M;
-                rp[t] = (const T *)a->q + attn_off(a->q_strides, b, h, m);
+                rp[t] = (const S *)a->q + attn_off(a->q_strides, b, h, m);
                 FN(set_row)(a, g, t, b, a->q_offset + m);
                 g->slope[t] = p->bias == ATTN_BIAS_ALIBI ? ((const T *)a->slopes)[h] : (T)0;
             }
@@ -798,7 +879,7 @@ int FN(attn_fwd_decode)(wavepe_attention_plan *p, int64_t begin, int64_t end) {
             g->qr = NULL;
             if (rows <= 2) { /* narrow: one or two query rows against the chunk */
                 for (int t = 0; t < g->rows; ++t)
-                    for (int64_t c = 0; c < d; ++c) w.qr[t * dpad + c] = (T)a->scale * rp[t][c];
+                    for (int64_t c = 0; c < d; ++c) w.qr[t * dpad + c] = (T)a->scale * S_TO_T(rp[t][c]);
                 g->qr = w.qr;
             }
         }
@@ -823,14 +904,19 @@ int FN(attn_fwd_decode)(wavepe_attention_plan *p, int64_t begin, int64_t end) {
 
 /* Flag the rows of a backward query block whose q or dO holds a NaN or inf
  * (x * 0 is 0 exactly when x is finite). */
-static void FN(flag_bad_rows)(FN(work) * w, const T *q, int64_t qs, const T *dout, int64_t dos, int64_t rows,
+static void FN(flag_bad_rows)(FN(work) * w, const S *q, int64_t qs, const S *dout, int64_t dos, int64_t rows,
                               int64_t d) {
     w->any_bad = 0;
+    const VT zero = V(zero)();
     for (int64_t t = 0; t < rows; ++t) {
-        T z = 0;
-        for (int64_t c = 0; c < d; ++c) z += q[t * qs + c] * (T)0 + dout[t * dos + c] * (T)0;
-        w->rbad[t] = z == (T)0 ? (T)0 : (T)1;
-        w->any_bad |= z != (T)0;
+        VT z = zero;
+        for (int64_t c = 0; c < d; c += VL) {
+            z = V(fmadd)(FN(s_loadu_n)(q + t * qs + c, d - c), zero, z);
+            z = V(fmadd)(FN(s_loadu_n)(dout + t * dos + c, d - c), zero, z);
+        }
+        const int bad = M(bits)(V(cmpeq)(z, zero)) != M(bits)(M(first)(VL));
+        w->rbad[t] = bad ? (T)1 : (T)0;
+        w->any_bad |= bad;
     }
 }
 
@@ -844,26 +930,27 @@ static void FN(bad_rows_backward)(FN(work) * w, int64_t b, int64_t h, int64_t m0
     for (int64_t t = t_first; t < rows; ++t) {
         /* a zero-weight row (lse = +inf, mark_neg_inf) contributes nothing: 0 * inf would not be 0 */
         if (w->rbad[t] == (T)0 || jv_all[t] == 0 || lse[t] == (T)INFINITY) continue;
-        const T *qrow = (const T *)a->q + attn_off(a->q_strides, b, h, m0 + t);
-        const T *gorow = (const T *)a->dout + attn_off(a->dout_strides, b, h, m0 + t);
+        const S *qrow = (const S *)a->q + attn_off(a->q_strides, b, h, m0 + t);
+        const S *gorow = (const S *)a->dout + attn_off(a->dout_strides, b, h, m0 + t);
         const T *prow = w->s + t * ATTN_SLD, *dsrow = w->ds + t * ATTN_SLD;
         const int64_t pos = a->q_offset + m0 + t;
         for (int64_t j = jl_all[t]; j < jv_all[t]; ++j) {
             if (kb->masked && w->kpm[j] != (T)0) continue;
             for (int64_t c = 0; c < d; ++c) {
-                w->dva[j * dpad + c] += prow[j] * gorow[c];
-                w->dka[j * dpad + c] += dsrow[j] * qrow[c];
+                w->dva[j * dpad + c] += prow[j] * S_TO_T(gorow[c]);
+                w->dka[j * dpad + c] += dsrow[j] * S_TO_T(qrow[c]);
             }
             const int64_t pr = p->pr_hi - pos + kb->n0 + j;
             if (dt_slot != NULL && pr >= 0 && pr < p->prows)
-                for (int64_t c = 0; c < d; ++c) dt_slot[pr * dpad + c] += dsrow[j] * qrow[c];
+                for (int64_t c = 0; c < d; ++c) dt_slot[pr * dpad + c] += dsrow[j] * S_TO_T(qrow[c]);
         }
     }
 }
 
-/* One (query block, key block) tile of the backward for head h. */
+/* One (query block, key block) tile of the backward for head h; dq: the
+ * head's dq accumulator (M x d). */
 static void FN(tile_backward)(FN(work) * w, FN(group) * groups, int64_t b, int64_t h, int64_t m0, int64_t rows,
-                              const FN(kblock) * kb, T *dt_slot, double *dslope) {
+                              const FN(kblock) * kb, T *dt_slot, double *dslope, T *dq_head) {
     const wavepe_attention_plan *p = w->p;
     const wavepe_attention_args *a = &p->a;
     const int64_t d = a->d, dpad = p->dpad, ngroups = (rows + ATTN_MR - 1) / ATTN_MR;
@@ -1011,7 +1098,7 @@ static void FN(tile_backward)(FN(work) * w, FN(group) * groups, int64_t b, int64
         }
     }
     /* the tile's dq into the head's dq */
-    T *dq = (T *)a->dq + ((b * a->heads + h) * a->m + m0) * d;
+    T *dq = dq_head + m0 * d;
     for (int64_t t = 0; t < rows; ++t)
         for (int64_t c = 0; c < d; ++c) dq[t * d + c] += w->dqa[t * dpad + c];
 }
@@ -1026,15 +1113,19 @@ static void FN(unit_backward)(FN(work) * w, FN(group) * groups, int64_t unit, T 
     T *dk = (T *)attn_dk_dest(p, b, h), *dv = (T *)attn_dv_dest(p, b, h);
     memset(dk, 0, sizeof(T) * (size_t)(N * d));
     memset(dv, 0, sizeof(T) * (size_t)(N * d));
-    const T *kbase = (const T *)a->k + attn_off(a->k_strides, b, hk, 0);
-    const T *vbase = (const T *)a->v + attn_off(a->v_strides, b, hk, 0);
+    const S *kbase = (const S *)a->k + attn_off(a->k_strides, b, hk, 0);
+    const S *vbase = (const S *)a->v + attn_off(a->v_strides, b, hk, 0);
+#if defined(WP_STORAGE_HALF)
+    T *dq = w->dqh; /* float32, rounded into the caller's dq at the end */
+#else
     T *dq = (T *)a->dq + (b * a->heads + h) * M * d;
-    memset(dq, 0, sizeof(T) * (size_t)(M * d));
+#endif
+    if (M > 0) memset(dq, 0, sizeof(T) * (size_t)(M * d));
     for (int64_t m = 0; m < M; ++m) {
-        const T *orow = (const T *)a->out + attn_off(a->out_strides, b, h, m);
-        const T *gorow = (const T *)a->dout + attn_off(a->dout_strides, b, h, m);
+        const S *orow = (const S *)a->out + attn_off(a->out_strides, b, h, m);
+        const S *gorow = (const S *)a->dout + attn_off(a->dout_strides, b, h, m);
         double s = 0.0;
-        for (int64_t c = 0; c < d; ++c) s += (double)orow[c] * (double)gorow[c];
+        for (int64_t c = 0; c < d; ++c) s += (double)S_TO_T(orow[c]) * (double)S_TO_T(gorow[c]);
         if (a->dlse != NULL) s -= (double)((const T *)a->dlse)[(b * a->heads + h) * M + m];
         w->dvec[m] = s;
     }
@@ -1076,19 +1167,19 @@ static void FN(unit_backward)(FN(work) * w, FN(group) * groups, int64_t unit, T 
             const int64_t m0 = qi * ATTN_BBM, rows = M - m0 < ATTN_BBM ? M - m0 : ATTN_BBM;
             FN(pack_query_groups)(w, groups, b, h, m0, rows);
             for (int64_t gi = 0; gi * ATTN_MR < rows; ++gi) {
-                const T *rp[ATTN_MR];
+                const S *rp[ATTN_MR];
                 const int gr = groups[gi].rows;
                 for (int t = 0; t < ATTN_MR; ++t)
-                    rp[t] = (const T *)a->dout +
+                    rp[t] = (const S *)a->dout +
                             attn_off(a->dout_strides, b, h, m0 + gi * ATTN_MR + (t < gr ? t : 0));
                 FN(pack_rows)(w->dop + gi * ATTN_MR * d, rp, gr, d, (T)1);
             }
-            const T *qblk = (const T *)a->q + attn_off(a->q_strides, b, h, m0);
-            const T *doblk = (const T *)a->dout + attn_off(a->dout_strides, b, h, m0);
+            const S *qblk = (const S *)a->q + attn_off(a->q_strides, b, h, m0);
+            const S *doblk = (const S *)a->dout + attn_off(a->dout_strides, b, h, m0);
             FN(flag_bad_rows)(w, qblk, a->q_strides[2], doblk, a->dout_strides[2], rows, d);
             FN(pack_panels)(w->qpan, ATTN_BBM, qblk, a->q_strides[2], rows, d, w->any_bad ? w->rbad : NULL);
             FN(pack_panels)(w->dopan, ATTN_BBM, doblk, a->dout_strides[2], rows, d, w->any_bad ? w->rbad : NULL);
-            FN(tile_backward)(w, groups, b, h, m0, rows, &kb, dt_slot, p->dslope_partial ? &dslope : NULL);
+            FN(tile_backward)(w, groups, b, h, m0, rows, &kb, dt_slot, p->dslope_partial ? &dslope : NULL, dq);
         }
         for (int64_t j = 0; j < kb.nk; ++j)
             for (int64_t c = 0; c < d; ++c) {
@@ -1097,6 +1188,10 @@ static void FN(unit_backward)(FN(work) * w, FN(group) * groups, int64_t unit, T 
             }
     }
     if (p->dslope_partial != NULL) p->dslope_partial[b * a->heads + h] = dslope;
+#if defined(WP_STORAGE_HALF)
+    S *dq_out = (S *)a->dq + (b * a->heads + h) * M * d;
+    for (int64_t i = 0; i < M * d; i += VL) FN(s_storeu_n)(dq_out + i, V(loadu)(dq + i), M * d - i);
+#endif
 }
 
 int FN(attn_bwd)(wavepe_attention_plan *p, int64_t begin, int64_t end) {

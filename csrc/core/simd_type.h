@@ -13,7 +13,7 @@
  *            two instantiations in one file apart)
  *   T_FMA    the scalar fused multiply-add of T (fmaf / fma)
  *
- * Templates that read and write half types (rope_simd.h) also instantiate
+ * Templates that read and write half types (rope_simd.h, attention_simd.h) also instantiate
  * WP_TYPE_BF16 / WP_TYPE_F16: the elements are stored as 16 bits and
  * computed in float32 (T, VT, V(op) are float32's).  For every type:
  *
@@ -23,6 +23,7 @@
  *   S_STOREU2(p, v0, v1)   2 VL elements, v0's first (one store where the ISA packs them)
  *   S_TO_T(x), T_TO_S(x)   one element, the same conversions
  *   WP_COMPUTE_F32    defined when T is float (f32, bf16, f16)
+ *   WP_STORAGE_HALF   defined when S is a half type (bf16, f16)
  */
 #include <stdint.h>
 
@@ -56,6 +57,7 @@
 #define T_FMA fmaf
 #define S uint16_t
 #define WP_COMPUTE_F32
+#define WP_STORAGE_HALF
 #if defined(WP_TYPE_BF16)
 #define WP_TNAME bf16
 #define S_LOADU(p) vf32_loadu_bf16(p)
