@@ -217,7 +217,7 @@ int wavepe_attention_fwd_plan(wavepe_isa isa, const wavepe_attention_args *a, wa
     }
     /* the decoding path with one or two query rows per kv head reads only
      * the row-major table (narrow kernels) */
-    const int narrow = p->kind == ATTN_KIND_DECODE && p->hg * a->m <= 2;
+    const int narrow = p->kind == ATTN_KIND_DECODE && p->hg * a->m <= ATTN_NARROW_ROWS;
     if (p->kind != ATTN_KIND_SCALAR && (status = pack_table(p, !narrow)) != WAVEPE_OK) goto fail;
     *out = p;
     return WAVEPE_OK;

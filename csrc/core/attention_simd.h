@@ -290,7 +290,7 @@ typedef struct {
     T *dqa, *dka, *dva; /* backward accumulators */
     T *dqh;    /* backward, half types: the head's dq in float32 (M x d), rounded once at the end */
     T *dgt;    /* backward: skewed dS tile for the table gradient */
-    T *qr;     /* narrow decoding groups: scaled query rows, 2 x dpad */
+    T *qr;     /* narrow decoding groups: scaled query rows, ATTN_NARROW_ROWS x dpad */
     T *zr;     /* a row of dpad zeros (table rows outside the table) */
     T *kpan, *qpan, *dopan; /* backward: K block, Q block, dO block as column panels */
     T *rbad;   /* backward: 1 where the block's q or dO row holds a NaN/inf (0 elsewhere) */
@@ -305,7 +305,7 @@ typedef struct {
     int64_t klo[ATTN_MR], khi[ATTN_MR]; /* the keys [klo, khi) each row sees (wavepe_attention_keys) */
     T slope[ATTN_MR];        /* ALiBi slope of each row's head */
     const T *qp;             /* packed scaled rows [d][6] */
-    const T *qr;             /* narrow groups (rows <= 2): scaled rows, stride dpad; else NULL */
+    const T *qr;             /* narrow groups (rows <= ATTN_NARROW_ROWS): scaled rows, stride dpad; else NULL */
 } FN(group);
 
 typedef struct {
@@ -487,7 +487,7 @@ static inline VT FN(dot_table)(const wavepe_attention_plan *p, const T *q, int64
     return V(reduce_lanes)(acc);
 }
 
-/* Scores of a narrow group (1 or 2 rows, decoding) straight from the key and
+/* Scores of a narrow group (at most ATTN_NARROW_ROWS rows, decoding) straight from the key and
  * table rows: no packing, no idle micro-kernel rows. */
 static void FN(narrow_scores)(FN(work) * w, const FN(group) * g, const FN(kblock) * kb, const int64_t jl[ATTN_MR],
                               const int64_t jv[ATTN_MR], int64_t jmax, T *s, int64_t lds) {
@@ -729,7 +729,7 @@ static int FN(work_alloc)(FN(work) * w, const wavepe_attention_plan *p, int64_t 
         bwd ? ATTN_BBN * dpad : 0,          /* dva */
         bwd && p->a.dtable != NULL ? ATTN_BBM * dgt_ld : 0, /* dgt */
         bwd ? (p->a.m + 1) * (int64_t)(sizeof(double) / sizeof(T)) : 0, /* dvec */
-        2 * dpad,                           /* qr */
+        ATTN_NARROW_ROWS * dpad,            /* qr */
         dpad,                               /* zr */
         bwd ? ATTN_BBN * dpad : 0,          /* kpan */
         bwd ? ATTN_BBM * dpad : 0,          /* qpan */
@@ -877,7 +877,7 @@ int FN(attn_fwd_decode)(wavepe_attention_plan *p, int64_t begin, int64_t end) {
             FN(pack_rows)(dst, rp, g->rows, d, (T)a->scale);
             g->qp = dst;
             g->qr = NULL;
-            if (rows <= 2) { /* narrow: one or two query rows against the chunk */
+            if (rows <= ATTN_NARROW_ROWS) { /* narrow: a few query rows against the chunk */
                 for (int t = 0; t < g->rows; ++t)
                     for (int64_t c = 0; c < d; ++c) w.qr[t * dpad + c] = (T)a->scale * S_TO_T(rp[t][c]);
                 g->qr = w.qr;
