@@ -310,6 +310,7 @@ typedef struct {
 
 typedef struct {
     int64_t n0, nk;          /* first key, keys in the block */
+    int64_t nrun;            /* keys from n0 to the end of the range being run (software prefetch bound) */
     const S *k, *v;          /* rows of key n0 */
     int64_t ks, vs;          /* row strides */
     int masked;              /* key padding present: w->kpm holds the mask */
@@ -436,25 +437,6 @@ static void FN(group_scores)(FN(work) * w, const FN(group) * g, const FN(kblock)
     }
 }
 
-/* VL scores q . k_j of one query row against VL consecutive key rows (rows
- * past nk repeat the last one), reduced across lanes into one vector. */
-static inline VT FN(dot_keys)(const T *q, const S *k, int64_t ks, int64_t nk, int64_t d) {
-    const S *kr[VL];
-    for (int i = 0; i < VL; ++i) kr[i] = k + (i < nk ? i : nk - 1) * ks;
-    VT acc[VL];
-    for (int i = 0; i < VL; ++i) acc[i] = V(zero)();
-    int64_t c = 0;
-    for (; c + VL <= d; c += VL) {
-        const VT qv = V(loadu)(q + c);
-        for (int i = 0; i < VL; ++i) acc[i] = V(fmadd)(qv, S_LOADU(kr[i] + c), acc[i]);
-    }
-    if (c < d) {
-        const VT qv = V(loadu_n)(q + c, d - c);
-        for (int i = 0; i < VL; ++i) acc[i] = V(fmadd)(qv, FN(s_loadu_n)(kr[i] + c, d - c), acc[i]);
-    }
-    return V(reduce_lanes)(acc);
-}
-
 /* q . T[p] for VL consecutive packed table rows p0 .. p0 + VL - 1 (rows
  * outside the table are zero), over the columns that can be nonzero there. */
 static inline VT FN(dot_table)(const wavepe_attention_plan *p, const T *q, int64_t p0, const T *zero_row) {
@@ -487,8 +469,77 @@ static inline VT FN(dot_table)(const wavepe_attention_plan *p, const T *q, int64
     return V(reduce_lanes)(acc);
 }
 
-/* Scores of a narrow group (at most ATTN_NARROW_ROWS rows, decoding) straight from the key and
- * table rows: no packing, no idle micro-kernel rows. */
+/* Narrow groups (decoding: at most ATTN_NARROW_ROWS query rows per kv head,
+ * e.g. the 4 query heads of a GQA group at one token) read each key and value
+ * row once for all their rows: every load of a K or V chunk -- widened once,
+ * for half types -- feeds the FMAs of every row. */
+
+/* Decoding streams K and V from memory once, a few rows per ~100 ns: while
+ * the scores of key j are computed, the K and V rows of key j +
+ * ATTN_PREFETCH_KEYS are requested (up to the last key of the range run,
+ * nrun), so the P V pass after the scores finds the block's V rows in cache
+ * too (perf on a loaded AVX2 EPYC: without it ~70 % of the decoding samples
+ * sat on the first load of a row). */
+#define ATTN_PREFETCH_KEYS 16
+static inline void FN(prefetch_row)(const S *rows, int64_t stride, int64_t j, int64_t nrun, int64_t d) {
+    if (j >= nrun) return;
+    const char *r = (const char *)(rows + j * stride);
+    for (int64_t off = 0; off < d * (int64_t)sizeof(S); off += 64) wp_prefetch(r + off);
+}
+
+/* s[t][j] = q_t . k_j for rows t < rows (scaled query rows q, stride ldq) and
+ * keys [j0, j1) of the block, RR rows x VL / RR keys per step (one horizontal
+ * reduction of VL sums); keys past j1 up to the step are written too, from
+ * the key j1 - 1.  RR is a constant of each call site (1, 2 or 4), so the
+ * loops unroll into registers. */
+static inline void FN(narrow_dots_rr)(const T *q, int64_t ldq, int rows, const FN(kblock) * kb, int64_t j0,
+                                      int64_t j1, int64_t d, T *s, int64_t lds, const int RR) {
+    const S *k = kb->k;
+    const int64_t ks = kb->ks;
+    const int KS = VL / RR;
+    for (int r0 = 0; r0 < rows; r0 += RR) {
+        const T *qr[VL];
+        for (int r = 0; r < RR; ++r) qr[r] = q + (r0 + r < rows ? r0 + r : r0) * ldq;
+        for (int64_t j = j0; j < j1; j += KS) {
+            if (r0 == 0)
+                for (int i = 0; i < KS; ++i) {
+                    FN(prefetch_row)(k, ks, j + i + ATTN_PREFETCH_KEYS, kb->nrun, d);
+                    FN(prefetch_row)(kb->v, kb->vs, j + i + ATTN_PREFETCH_KEYS, kb->nrun, d);
+                }
+            const S *kr[VL];
+            for (int i = 0; i < KS; ++i) kr[i] = k + (j + i < j1 ? j + i : j1 - 1) * ks;
+            VT acc[VL]; /* acc[i * RR + r]: row r0 + r, key j + i */
+            for (int i = 0; i < VL; ++i) acc[i] = V(zero)();
+            int64_t c = 0;
+            for (; c + VL <= d; c += VL)
+                for (int i = 0; i < KS; ++i) {
+                    const VT kv = S_LOADU(kr[i] + c);
+                    for (int r = 0; r < RR; ++r) acc[i * RR + r] = V(fmadd)(V(loadu)(qr[r] + c), kv, acc[i * RR + r]);
+                }
+            if (c < d)
+                for (int i = 0; i < KS; ++i) {
+                    const VT kv = FN(s_loadu_n)(kr[i] + c, d - c);
+                    for (int r = 0; r < RR; ++r)
+                        acc[i * RR + r] = V(fmadd)(V(loadu_n)(qr[r] + c, d - c), kv, acc[i * RR + r]);
+                }
+            T sums[VL];
+            V(storeu)(sums, V(reduce_lanes)(acc));
+            for (int i = 0; i < KS; ++i)
+                for (int r = 0; r < RR && r0 + r < rows; ++r) s[(r0 + r) * lds + j + i] = sums[i * RR + r];
+        }
+    }
+}
+
+static void FN(narrow_dots)(const T *q, int64_t ldq, int rows, const FN(kblock) * kb, int64_t j0, int64_t j1,
+                            int64_t d, T *s, int64_t lds) {
+    if (rows == 1 || VL < 2) FN(narrow_dots_rr)(q, ldq, rows, kb, j0, j1, d, s, lds, 1);
+    else if (rows == 2 || VL < 4) FN(narrow_dots_rr)(q, ldq, rows, kb, j0, j1, d, s, lds, 2);
+    else FN(narrow_dots_rr)(q, ldq, rows, kb, j0, j1, d, s, lds, 4);
+}
+
+/* Scores of a narrow group straight from the key and table rows: no packing,
+ * no idle micro-kernel rows; every row over the keys any row sees (a row's
+ * keys outside its own range are masked by selection in group_forward). */
 static void FN(narrow_scores)(FN(work) * w, const FN(group) * g, const FN(kblock) * kb, const int64_t jl[ATTN_MR],
                               const int64_t jv[ATTN_MR], int64_t jmax, T *s, int64_t lds) {
     const wavepe_attention_plan *p = w->p;
@@ -496,16 +547,55 @@ static void FN(narrow_scores)(FN(work) * w, const FN(group) * g, const FN(kblock
     const T *init[ATTN_MR];
     const int table = p->bias == ATTN_BIAS_TABLE && p->prows > 0;
     const int has_init = table ? 0 : FN(group_bias)(w, g, kb, jv, jmax, init);
+    int64_t jlo = jmax;
+    for (int t = 0; t < g->rows; ++t)
+        if (jv[t] > 0 && jl[t] / VL * VL < jlo) jlo = jl[t] / VL * VL;
+    FN(narrow_dots)(g->qr, dpad, g->rows, kb, jlo, jmax, d, s, lds);
     for (int t = 0; t < g->rows; ++t) {
-        if (jv[t] == 0) continue;
+        if (jv[t] == 0 || (!has_init && !table)) continue;
         const T *q = g->qr + t * dpad;
         const int64_t p0 = p->pr_hi - g->pos[t] + kb->n0;
         for (int64_t j = jl[t] / VL * VL; j < jv[t]; j += VL) {
-            VT x = FN(dot_keys)(q, kb->k + j * kb->ks, kb->ks, jv[t] - j, d);
+            VT x = V(loadu)(s + t * lds + j);
             if (has_init) x = V(add)(x, V(loadu)(init[t] + j));
             if (table) x = V(add)(x, FN(dot_table)(p, q, p0 + j, w->zr));
             V(storeu)(s + t * lds + j, x);
         }
+    }
+}
+
+/* o_t[0..d) += sum_{j0 <= j < j1} p_t[j] v_j for the rows t < R (P rows of
+ * stride lds, O rows of stride ldo with whole vectors past d): each chunk of a
+ * value row loaded once for every row.  R: a constant of each call site. */
+static inline void FN(rows_pv_r)(const T *p, int64_t lds, int64_t j0, int64_t j1, const S *v, int64_t vs, int64_t d,
+                                 T *o, int64_t ldo, const int R) {
+    for (int64_t c0 = 0; c0 < d; c0 += 2 * VL) {
+        VT acc[ATTN_NARROW_ROWS][2];
+        for (int r = 0; r < R; ++r)
+            for (int h = 0; h < 2; ++h) acc[r][h] = V(loadu)(o + r * ldo + c0 + h * VL);
+        const int full = c0 + 2 * VL <= d;
+        for (int64_t j = j0; j < j1; ++j) {
+            const S *vr = v + j * vs + c0;
+            const VT v0 = full ? S_LOADU(vr) : FN(s_loadu_n)(vr, d - c0);
+            const VT v1 = full ? S_LOADU(vr + VL) : FN(s_loadu_n)(vr + VL, d - c0 - VL);
+            for (int r = 0; r < R; ++r) {
+                const VT pr = V(bcast)(p + r * lds + j);
+                acc[r][0] = V(fmadd)(pr, v0, acc[r][0]);
+                acc[r][1] = V(fmadd)(pr, v1, acc[r][1]);
+            }
+        }
+        for (int r = 0; r < R; ++r)
+            for (int h = 0; h < 2; ++h)
+                if (c0 + h * VL < d) V(storeu)(o + r * ldo + c0 + h * VL, acc[r][h]);
+    }
+}
+
+static void FN(rows_pv)(const T *p, int64_t lds, int rows, int64_t j0, int64_t j1, const S *v, int64_t vs, int64_t d,
+                        T *o, int64_t ldo) {
+    switch (rows) {
+    case 2: FN(rows_pv_r)(p, lds, j0, j1, v, vs, d, o, ldo, 2); break;
+    case 3: FN(rows_pv_r)(p, lds, j0, j1, v, vs, d, o, ldo, 3); break;
+    default: FN(rows_pv_r)(p, lds, j0, j1, v, vs, d, o, ldo, 4); break;
     }
 }
 
@@ -637,10 +727,22 @@ static void FN(group_forward)(FN(work) * w, const FN(group) * g, const FN(kblock
         mst[t] = m_new;
     }
     if (g->qr != NULL) {
-        for (int t = 0; t < g->rows; ++t)
-            if (jv[t] > 0)
-                FN(row_pv)(s + t * ATTN_SLD + jl[t], jv[t] - jl[t], kb->v + jl[t] * kb->vs, kb->vs, d, o + t * dpad,
-                           kb->masked ? w->kpm + jl[t] : NULL);
+        /* the keys every row sees, for all rows at once (not with key padding: a padded key's
+         * value row never meets a product, and row_pv skips it); the rest row by row */
+        int64_t lmax = 0, hmin = INT64_MAX;
+        for (int t = 0; t < g->rows; ++t) {
+            lmax = jl[t] > lmax ? jl[t] : lmax;
+            hmin = jv[t] < hmin ? jv[t] : hmin;
+        }
+        if (kb->masked || g->rows < 2 || hmin <= lmax) lmax = hmin = 0; /* one row: row_pv */
+        if (hmin > lmax) FN(rows_pv)(s, ATTN_SLD, g->rows, lmax, hmin, kb->v, kb->vs, d, o, dpad);
+        for (int t = 0; t < g->rows; ++t) {
+            const int64_t r[2][2] = {{jl[t], hmin > lmax ? lmax : jv[t]}, {hmin > lmax ? hmin : 0, hmin > lmax ? jv[t] : 0}};
+            for (int k = 0; k < 2; ++k)
+                if (r[k][1] > r[k][0])
+                    FN(row_pv)(s + t * ATTN_SLD + r[k][0], r[k][1] - r[k][0], kb->v + r[k][0] * kb->vs, kb->vs, d,
+                               o + t * dpad, kb->masked ? w->kpm + r[k][0] : NULL);
+        }
         return;
     }
     FN(rows_times_panels)(g, jl, jv, s, ATTN_SLD, w->vp, ATTN_FBN, d, o, dpad);
@@ -684,6 +786,7 @@ static void FN(rows_over_keys)(FN(work) * w, FN(group) * groups, int64_t ngroups
         FN(kblock) kb;
         kb.n0 = n0;
         kb.nk = n_end - n0 < ATTN_FBN ? n_end - n0 : ATTN_FBN;
+        kb.nrun = n_end - n0;
         kb.k = kbase + n0 * a->k_strides[2];
         kb.v = vbase + n0 * a->v_strides[2];
         kb.ks = a->k_strides[2];
@@ -1134,6 +1237,7 @@ static void FN(unit_backward)(FN(work) * w, FN(group) * groups, int64_t unit, T 
         FN(kblock) kb;
         kb.n0 = n0;
         kb.nk = N - n0 < ATTN_BBN ? N - n0 : ATTN_BBN;
+        kb.nrun = N - n0;
         kb.k = kbase + n0 * a->k_strides[2];
         kb.v = vbase + n0 * a->v_strides[2];
         kb.ks = a->k_strides[2];
