@@ -54,6 +54,11 @@ static inline void st(void *base, int64_t i, double v, int dtype) {
 
 static inline int64_t iabs64(int64_t x) { return x < 0 ? -x : x; }
 
+/* Is element i of a plan buffer (float32, or float64 when f64) zero? */
+static inline int zero_at(const void *base, int64_t i, int f64) {
+    return f64 ? ((const double *)base)[i] == 0.0 : ((const float *)base)[i] == 0.0f;
+}
+
 /* ---- plans ------------------------------------------------------------------ */
 
 void wavepe_attention_plan_free(wavepe_attention_plan *p) {
@@ -115,19 +120,26 @@ static int pack_table(wavepe_attention_plan *p, int need_strips) {
     if (!p->trow || !p->strip_clo || !p->strip_chi || (need_strips && !p->tpack)) return WAVEPE_E_NOMEM;
     memset(p->trow, 0, bytes);
     unsigned char *trow = p->trow;
+    const int64_t ds = wavepe_dtype_size(a->dtype);
     for (int64_t row = 0; row < rows; ++row) { /* half types widened here, once per plan */
         const int64_t idx = attn_table_index(a, hi - row);
-        if (idx >= 0)
-            for (int64_t c = 0; c < d; ++c) st(p->trow, row * dpad + c, ld(a->table, idx * d + c, a->dtype), p->acc);
+        if (idx < 0) continue;
+        const unsigned char *src = (const unsigned char *)a->table + idx * d * ds;
+        float *dst = (float *)(trow + (size_t)(row * dpad * es));
+        if (a->dtype == p->acc) memcpy(dst, src, (size_t)(d * es));
+        else if (a->dtype == WAVEPE_BF16)
+            for (int64_t c = 0; c < d; ++c) dst[c] = wp_bf16_to_f32(((const uint16_t *)src)[c]);
+        else
+            for (int64_t c = 0; c < d; ++c) dst[c] = wp_f16_to_f32(((const uint16_t *)src)[c]);
     }
     for (int64_t s = 0; s < nstrips; ++s) {
         int64_t clo = d, chi = 0;
         for (int64_t row = s * nr; row < (s + 1) * nr; ++row) {
             /* first and one past the last column that is not zero (NaN is not zero) */
             int64_t c = 0, e = d;
-            while (c < d && ld(p->trow, row * dpad + c, p->acc) == 0.0) ++c;
+            while (c < d && zero_at(p->trow, row * dpad + c, p->f64)) ++c;
             if (c == d) continue; /* all-zero row */
-            while (ld(p->trow, row * dpad + e - 1, p->acc) == 0.0) --e;
+            while (zero_at(p->trow, row * dpad + e - 1, p->f64)) --e;
             if (c < clo) clo = c;
             if (e > chi) chi = e;
         }
