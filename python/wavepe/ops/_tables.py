@@ -79,20 +79,24 @@ def _np_dtype(dtype: torch.dtype) -> np.dtype:
 
 
 def wavelet_table(config: WaveletConfig, dtype: torch.dtype, device: torch.device | str,
-                  r_min: int | None = None, r_max: int | None = None) -> tuple[torch.Tensor, int]:
+                  r_min: int | None = None, r_max: int | None = None, *,
+                  whole_window: bool = False) -> tuple[torch.Tensor, int]:
     """``config.table(dtype, r_min, r_max)`` as a tensor on ``device``: ``(T, r_lo)``.
 
     The rows of distances ``[r_min, r_max]`` that can be nonzero (without a
     range, the whole support, if it tabulates); a view of a window cached on
-    the config per (dtype, device) and grown on demand.
+    the config per (dtype, device) and grown on demand.  ``whole_window``:
+    the cached window itself, which holds those rows among others (exact
+    rows of other distances): for a kernel that reads only the distances its
+    call forms, without a view per call.
     """
     device = torch.device(device)
-    np_dt = _np_dtype(dtype)
-    sup_lo, sup_hi = config.support_rows(np_dt)
     if r_min is None and r_max is None:
-        table_np, r_lo = config.table(np_dt)  # raises for supports too large to tabulate whole
+        table_np, r_lo = config.table(_np_dtype(dtype))  # raises for supports too large to tabulate whole
         lo, hi = r_lo, r_lo + table_np.shape[0] - 1
     else:
+        # support_rows without np.dtype(): a decoding step calls this once per layer and token
+        sup_lo, sup_hi = config._support_rows[_dtype_name(dtype)]
         lo, hi = max(int(r_min), sup_lo), min(int(r_max), sup_hi)
         if lo > hi:
             return torch.zeros((0, config.head_dim), dtype=dtype, device=device), int(r_min)
@@ -100,7 +104,7 @@ def wavelet_table(config: WaveletConfig, dtype: torch.dtype, device: torch.devic
     with config._lock:
         cached = config._cache.get(key)
     if cached is None or not cached.covers(lo, hi):
-        window = config._window(np_dt, lo, hi)  # the NumPy window, grown to cover [lo, hi]
+        window = config._window(_np_dtype(dtype), lo, hi)  # the NumPy window, grown to cover [lo, hi]
         values = window.table.copy()
         if dtype == torch.float16:
             # float32 values below float16's smallest normal would be float16 subnormals: no table
@@ -111,6 +115,8 @@ def wavelet_table(config: WaveletConfig, dtype: torch.dtype, device: torch.devic
         if cacheable(table):
             with config._lock:
                 config._cache[key] = cached
+    if whole_window:
+        return cached.table, cached.r_lo
     return cached.rows_for(lo, hi)
 
 
@@ -143,12 +149,13 @@ def _wavelet_table_fake(key, lo, rows, dtype, device):
 
 
 def call_table(config: WaveletConfig | None, head_dim: int, dtype: torch.dtype, device: torch.device, m, n,
-               q_offset, causal: bool) -> tuple[torch.Tensor, int, int]:
+               q_offset, causal: bool, *, whole_window: bool = False) -> tuple[torch.Tensor, int, int]:
     """``(table, r_lo, rows)`` for a call: the distances its queries and keys can form, within the support.
 
     ``config=None`` is the default grid of ``head_dim``.  ``m``, ``n``,
     ``q_offset`` may be symbolic (torch.compile with dynamic shapes): then the
-    table is the op's output, sized by them.
+    table is the op's output, sized by them.  ``whole_window`` (eager only):
+    the cached window that holds those distances (wavelet_table).
     """
     key, sup_lo, sup_hi = _table_info(config, head_dim, dtype)
     lo = q_offset - (n - 1)
@@ -164,5 +171,6 @@ def call_table(config: WaveletConfig | None, head_dim: int, dtype: torch.dtype, 
         lo = max(lo, 0)
     if m == 0 or n == 0 or lo > hi:
         return torch.zeros((0, head_dim), dtype=dtype, device=device), 0, 0
-    table, r_lo = wavelet_table(_config_of(key) if config is None else config, dtype, device, lo, hi)
+    table, r_lo = wavelet_table(_config_of(key) if config is None else config, dtype, device, lo, hi,
+                                whole_window=whole_window)
     return table, r_lo, int(table.shape[0])

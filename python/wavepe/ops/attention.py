@@ -162,7 +162,8 @@ def wavelet_attention(
     check_cu_seqlens(cu_seqlens, q, b, m, n, off)
     if _routing.has_kernel("attention_fwd", q.device):  # every dtype read as it is (bf16 / fp16 too)
         table, r_lo, slopes = position_bias(q, pos_enc, q.dtype, m, n, off, causal, config=config,
-                                            rel_table=rel_table, alibi_slopes=alibi_slopes, clamp=clamp)
+                                            rel_table=rel_table, alibi_slopes=alibi_slopes, clamp=clamp,
+                                            whole_window=True)
         out, lse = ops.attention_fwd(q=q, k=k, v=v, table=table, r_lo=r_lo, clamp=clamp, slopes=slopes,
                                      key_padding_mask=key_padding_mask, scale=scale, q_offset=off, causal=causal,
                                      cu_seqlens=cu_seqlens)
@@ -245,19 +246,20 @@ def check_cu_seqlens(cu: torch.Tensor | None, q: torch.Tensor, b: int, m: int, n
 
 def position_bias(q: torch.Tensor, pos_enc: str, cdt: torch.dtype, m, n, q_offset, causal: bool, *,
                   config: WaveletConfig | None, rel_table: tuple[torch.Tensor, int] | None,
-                  alibi_slopes: torch.Tensor | None, clamp: bool
+                  alibi_slopes: torch.Tensor | None, clamp: bool, whole_window: bool = False
                   ) -> tuple[torch.Tensor | None, int, torch.Tensor | None]:
     """The kernels' (table, r_lo, slopes) for ``pos_enc`` (a canonical name), checked: the table in the compute
     dtype ``cdt``, the slopes in its accumulator type (a slope rounded to bf16 would change the bias).
 
     ``m`` queries at ``q_offset`` .. and ``n`` keys at 0 ..: the distances a
-    wavelet table must cover (only those, within the wavelets' support).
+    wavelet table must cover (only those, within the wavelets' support; with
+    ``whole_window``, the cached window that holds them, for the kernels).
     """
     h, d = q.shape[1], q.shape[3]
     table = slopes = None
     r_lo = 0
     if pos_enc == "wavelet":
-        table, r_lo = _wavelet_table_for(config, d, cdt, q.device, m, n, q_offset, causal)
+        table, r_lo = _wavelet_table_for(config, d, cdt, q.device, m, n, q_offset, causal, whole_window)
     elif pos_enc == "relative":
         if rel_table is None or not isinstance(rel_table, tuple) or len(rel_table) != 2:
             raise ValueError("pos_enc='relative' needs rel_table=(table, r_lo)")
@@ -286,7 +288,7 @@ def position_bias(q: torch.Tensor, pos_enc: str, cdt: torch.dtype, m, n, q_offse
 
 
 def _wavelet_table_for(config: WaveletConfig | None, head_dim: int, dtype: torch.dtype, device: torch.device,
-                       m, n, q_offset, causal: bool) -> tuple[torch.Tensor, int]:
+                       m, n, q_offset, causal: bool, whole_window: bool = False) -> tuple[torch.Tensor, int]:
     """The wavelet table of ``config`` (default: the paper's grid) over the distances the call forms."""
     if config is not None:
         if not isinstance(config, WaveletConfig):
@@ -296,7 +298,7 @@ def _wavelet_table_for(config: WaveletConfig | None, head_dim: int, dtype: torch
     elif head_dim % 8:
         raise ValueError(f"the default wavelet grid has 8 scales and needs head_dim divisible by 8, got "
                          f"head_dim={head_dim}; pass config=WaveletConfig.grid({head_dim}, n_scales=...)")
-    table, r_lo, _ = call_table(config, head_dim, dtype, device, m, n, q_offset, causal)
+    table, r_lo, _ = call_table(config, head_dim, dtype, device, m, n, q_offset, causal, whole_window=whole_window)
     return table, r_lo
 
 
