@@ -41,11 +41,12 @@ def check_fits(name: str, shape: tuple[int, ...], itemsize: int) -> None:
 def compute_dtype(t: torch.Tensor) -> torch.dtype:
     """The dtype the kernels take for input ``t``.
 
-    The CPU kernels of the bias and attention families compute in float32 for
-    half types (the wrappers upcast and cast the result back); the CUDA kernels
-    read bf16/fp16 natively and accumulate in float32, so on CUDA half types
-    are passed as they are.  RoPE's kernels read bf16/fp16 natively on the CPU
-    too: its wrapper passes them through and uses this for the eager fallback only.
+    The CPU kernels of the attention family compute in float32 for half types
+    (the wrappers upcast and cast the result back); the CUDA kernels read
+    bf16/fp16 natively and accumulate in float32, so on CUDA half types are
+    passed as they are.  The RoPE, relative-bias (rel_bias, wavelet_bias) and
+    ALiBi kernels read bf16/fp16 natively on the CPU too: their wrappers pass
+    them through and use this for the eager fallback only.
     """
     if t.dtype in (torch.float16, torch.bfloat16) and t.device.type != "cuda":
         return torch.float32
