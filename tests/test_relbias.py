@@ -175,6 +175,21 @@ def test_large_output(isa):
             assert not torch.triu(got[:, :, 7:], 0).any()
 
 
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_half_large_output(isa, dtype):
+    """Half outputs past 32 MiB take the streamed-fill path too (rows of 2054 elements: most
+    start off a vector boundary), with nonzero fills (clamped edge rows): bit for bit the
+    float32 kernel's bias rounded."""
+    gen = torch.Generator().manual_seed(9)
+    q = torch.randn(8, 2048, 16, generator=gen).to(dtype)
+    table = torch.randn(9, 16, generator=gen).to(dtype)
+    for causal in (True, False):
+        got = wo.rel_bias(q, table, -4, k_len=2054, q_offset=6, causal=causal, clamp=True)
+        assert got.element_size() * got.numel() >= 32 << 20
+        want = wo.rel_bias(q.float(), table.float(), -4, k_len=2054, q_offset=6, causal=causal, clamp=True)
+        assert torch.equal(got, want.to(dtype))
+
+
 # ---- gradients and torch integration -------------------------------------------------
 
 GRAD_CONFIGS = [(True, False), (False, False), (True, True), (False, True)]
