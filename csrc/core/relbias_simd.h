@@ -269,19 +269,20 @@ static inline void FN(rb_fill)(T *p, int64_t count, T v) { FN(rb_fill_stream)(p,
 /* Fill the output p[0 .. count) (storage S) with v, rounded once. */
 static inline void FN(rb_fill_out)(S *p, int64_t count, T v, int stream) {
 #if RB_HALF
+    /* v rounded once; its bits twice per 32-bit lane, stored as float vectors (moves only: no
+     * arithmetic touches the pattern, so its bits arrive as they are) */
     const S s = T_TO_S(v);
     int64_t i = 0;
-    if (stream && count >= 32 * VL) {
-        /* the same bits twice per 32-bit lane, streamed as float vectors (moves only: no
-         * arithmetic touches the pattern, so its bits arrive as they are) */
+    if (count >= 2 * VL) {
         S pattern[2 * VL];
         for (int k = 0; k < 2 * VL; ++k) pattern[k] = s;
         const VT pv = V(loadu)((const float *)(const void *)pattern);
-        for (; (uintptr_t)(p + i) % (VL * sizeof(float)) != 0; ++i) p[i] = s;
-        for (; i + 2 * VL <= count; i += 2 * VL) V(stream)((float *)(void *)(p + i), pv);
-    } else {
-        const VT vv = V(set1)(v);
-        for (; i + 2 * VL <= count; i += 2 * VL) S_STOREU2(p + i, vv, vv);
+        if (stream && count >= 32 * VL) {
+            for (; (uintptr_t)(p + i) % (VL * sizeof(float)) != 0; ++i) p[i] = s; /* stream needs aligned vectors */
+            for (; i + 2 * VL <= count; i += 2 * VL) V(stream)((float *)(void *)(p + i), pv);
+        } else {
+            for (; i + 2 * VL <= count; i += 2 * VL) V(storeu)((float *)(void *)(p + i), pv);
+        }
     }
     for (; i < count; ++i) p[i] = s;
 #else
