@@ -38,17 +38,20 @@ def check_fits(name: str, shape: tuple[int, ...], itemsize: int) -> None:
                             "in memory addressing")
 
 
-def compute_dtype(t: torch.Tensor) -> torch.dtype:
+def compute_dtype(t: torch.Tensor, half_on_cpu: bool = False) -> torch.dtype:
     """The dtype the kernels take for input ``t``.
 
     The CPU kernels of the attention family compute in float32 for half types
     (the wrappers upcast and cast the result back); the CUDA kernels read
     bf16/fp16 natively and accumulate in float32, so on CUDA half types are
-    passed as they are.  The RoPE, relative-bias (rel_bias, wavelet_bias) and
-    ALiBi kernels read bf16/fp16 natively on the CPU too: their wrappers pass
-    them through and use this for the eager fallback only.
+    passed as they are.  ``half_on_cpu``: the family's CPU kernels read
+    bf16/fp16 natively too (the relative bias and ALiBi pass it, like
+    ``wavepe::dtype_of`` in csrc/torch/torch_common.h); other devices (a
+    backend's own kernels, meta) still get float32.  RoPE's wrapper passes half
+    types through on every device and uses this for the eager fallback only.
     """
-    if t.dtype in (torch.float16, torch.bfloat16) and t.device.type != "cuda":
+    if t.dtype in (torch.float16, torch.bfloat16) and t.device.type != "cuda" and \
+            not (half_on_cpu and t.device.type == "cpu"):
         return torch.float32
     return t.dtype
 
