@@ -183,8 +183,10 @@ RELBIAS_DISPATCH(f16)
  * on the split). */
 
 #define RELBIAS_UNIT_ROWS 48
+#define RELBIAS_DT_UNIT_ROWS 6
 
-/* Call the variant of `name` for the plan's element type: name##_f32 (args), ... */
+/* Call PREFIX<type>SUFFIX args, <type> the element type `dtype` names (f32, f64, bf16, f16);
+ * RET is `x =` to keep the result, or empty. */
 #define RELBIAS_BY_DTYPE(dtype, RET, PREFIX, SUFFIX, args)                                       \
     do {                                                                                         \
         switch (dtype) {                                                                         \
@@ -194,7 +196,6 @@ RELBIAS_DISPATCH(f16)
         default: RET PREFIX##f32##SUFFIX args; break;                                            \
         }                                                                                        \
     } while (0)
-#define RELBIAS_DT_UNIT_ROWS 6
 
 struct wavepe_relbias_plan {
     wavepe_relbias_args a; /* the caller's arguments, workspace set */

@@ -274,9 +274,10 @@ static inline void FN(rb_fill_out)(S *p, int64_t count, T v, int stream) {
     const S s = T_TO_S(v);
     int64_t i = 0;
     if (count >= 2 * VL) {
-        S pattern[2 * VL];
-        for (int k = 0; k < 2 * VL; ++k) pattern[k] = s;
+        uint32_t pattern[VL];
+        for (int k = 0; k < VL; ++k) pattern[k] = (uint32_t)s | (uint32_t)s << 16;
         const VT pv = V(loadu)((const float *)(const void *)pattern);
+        if ((uintptr_t)p % sizeof(float) != 0) p[i++] = s; /* float stores want float alignment (NEON's do) */
         if (stream && count >= 32 * VL) {
             for (; (uintptr_t)(p + i) % (VL * sizeof(float)) != 0; ++i) p[i] = s; /* stream needs aligned vectors */
             for (; i + 2 * VL <= count; i += 2 * VL) V(stream)((float *)(void *)(p + i), pv);
