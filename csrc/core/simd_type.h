@@ -13,9 +13,10 @@
  *            two instantiations in one file apart)
  *   T_FMA    the scalar fused multiply-add of T (fmaf / fma)
  *
- * Templates that read and write half types (rope_simd.h, relbias_simd.h, alibi_simd.h) also instantiate
- * WP_TYPE_BF16 / WP_TYPE_F16: the elements are stored as 16 bits and
- * computed in float32 (T, VT, V(op) are float32's).  For every type:
+ * Templates that read and write half types (rope_simd.h, relbias_simd.h,
+ * alibi_simd.h) also instantiate WP_TYPE_BF16 / WP_TYPE_F16: the elements are
+ * stored as 16 bits and computed in float32 (T, VT, V(op) are float32's).  For
+ * every type:
  *
  *   S                 the storage type of an element (T; uint16_t for half types)
  *   S_LOADU(p)        VL elements at p as a VT (widened)
