@@ -1,8 +1,10 @@
 """Is the fused attention as cheap as plain attention?  Ratios measured in one run.
 
     python benchmarks/bench_attention.py [--quick] [--lengths 512 2048 4096 16384] [--budget-gib 6]
+    python benchmarks/bench_attention.py --dtype bf16|fp16 [--quick] [--lengths 4096]
+    python benchmarks/bench_attention.py --device cuda      # the GPU targets (_attention_cuda.py, bf16)
 
-fp32, B=1, H=8, d=128, causal, the paper's default wavelet grid.  For each
+--dtype float32 (the default): fp32, B=1, H=8, d=128, causal, the paper's default wavelet grid.  For each
 length L, the ways to get wavelet-biased attention (timed in alternation):
 
   (1) naive     the paper-style path: p materialised as (L, L, d), s = q.k + q.p
@@ -36,6 +38,21 @@ figure.  Peak memory is the growth of the process's peak RSS (VmHWM, reset throu
 /proc/self/clear_refs) over the call; the script re-executes itself with
 MALLOC_MMAP_THRESHOLD_ set so that freed buffers go back to the OS and RSS
 tracks live memory.  Prints tables and writes benchmarks/results/bench_attention.<isa>.json.
+
+Every dtype also times decoding with grouped-query attention: 1 query against
+N = 32768 cached keys, 32 query heads over 8 key/value heads, d = 128, causal
+(the query is the last position: it sees every key), fused (wavelet and
+nope) against SDPA with ``enable_gqa=True`` and no mask (what causal means for
+the last query).
+
+--dtype bf16 / fp16: q, k, v in that dtype through the public API (whatever
+the op does with them inside -- on the CPU, as of this writing, a float32
+upcast copy -- is part of what is timed), at B=1, H=8, d=128, causal, L=4096 by default: the fused
+wavelet forward (and forward+backward up to --backward-max) and SDPA in that
+dtype, each timed in alternation with the same call in float32, so the table
+gives the ratio to SDPA in the same dtype and to float32 from one run; then
+the GQA decoding in both dtypes.  Writes
+benchmarks/results/bench_attention_<dtype>.<isa>.json.
 """
 
 from __future__ import annotations
@@ -239,6 +256,121 @@ def bench_decode(N: int, quick: bool) -> list[dict]:
             for n in fns]
 
 
+#: the --dtype names
+DTYPES = {"float32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+GQA_HEADS, GQA_KV_HEADS = 32, 8
+
+
+def _ratios(rows: list[dict], key: str, group: tuple[str, ...]) -> None:
+    """Add ``<key>_vs_sdpa`` (same group and dtype) and ``<key>_vs_float32`` (same group and method)."""
+    def find(row: dict, **over) -> dict | None:
+        want = {**{g: row[g] for g in group}, **over}
+        return next((r for r in rows if all(r[g] == want[g] for g in want)), None)
+
+    for r in rows:
+        sdpa, f32 = find(r, dtype=r["dtype"], method="sdpa"), find(r, dtype="float32", method=r["method"])
+        ok = r[key] is not None
+        r[f"{key}_vs_sdpa"] = r[key] / sdpa[key] if ok and sdpa and sdpa[key] else None
+        r[f"{key}_vs_float32"] = r[key] / f32[key] if ok and f32 and f32[key] else None
+
+
+def bench_decode_gqa(N: int, dtypes: list[str], quick: bool) -> list[dict]:
+    """One query (the last position) against N cached keys, 32 query / 8 key-value heads, d=128, each
+    method in each dtype, all timed in alternation."""
+    g = torch.Generator().manual_seed(N + 1)
+    q32 = torch.randn(B, GQA_HEADS, 1, D, generator=g)
+    k32, v32 = (torch.randn(B, GQA_KV_HEADS, N, D, generator=g) for _ in range(2))
+    fns, what = {}, {}
+    for name in dtypes:
+        q, k, v = (x.to(DTYPES[name]) for x in (q32, k32, v32))
+        calls = {
+            # causal for the last query = no mask (SDPA's is_causal aligns the diagonal top-left instead)
+            "sdpa": lambda q=q, k=k, v=v: F.scaled_dot_product_attention(q, k, v, enable_gqa=True),
+            "fused_wavelet": lambda q=q, k=k, v=v: wo.wavelet_attention(q, k, v, causal=True),
+            "fused_none": lambda q=q, k=k, v=v: wo.wavelet_attention(q, k, v, pos_enc="nope", causal=True),
+        }
+        for method, fn in calls.items():
+            fns[f"{name} {method}"] = fn
+            what[f"{name} {method}"] = (name, method)
+    runs, cpu_of = with_cpu_time(fns, skip=2)
+    with torch.no_grad():
+        t = compare(runs, repeat=5 if quick else 15, warmup=2)
+    cpu = cpu_of()
+    rows = [{"N": N, "heads": GQA_HEADS, "kv_heads": GQA_KV_HEADS, "dtype": what[n][0], "method": what[n][1],
+             "ms": t[n] * 1e3, "cpu_ms": cpu[n] * 1e3} for n in fns]
+    _ratios(rows, "ms", ("N",))
+    _ratios(rows, "cpu_ms", ("N",))
+    return rows
+
+
+def bench_dtype_length(L: int, dtype: str, quick: bool, backward_max: int, cfg: WaveletConfig) -> list[dict]:
+    """Fused wavelet attention and causal SDPA at B=1 H=8 d=128, in ``dtype`` and in float32, alternated."""
+    q32, k32, v32, go32 = inputs(L, False)
+    dtypes = [dtype, "float32"]
+    calls = {"fused": lambda q, k, v: wo.wavelet_attention(q, k, v, cfg),
+             "sdpa": lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True)}
+    fwd_fns, bwd_fns, what = {}, {}, {}
+    for name in dtypes:
+        q, k, v, go = (x.to(DTYPES[name]) for x in (q32, k32, v32, go32))
+        qg, kg, vg = (x.clone().requires_grad_(True) for x in (q, k, v))
+        for method, fn in calls.items():
+            key = f"{name} {method}"
+            what[key] = (name, method)
+            fwd_fns[key] = lambda fn=fn, q=q, k=k, v=v: fn(q, k, v)
+            bwd_fns[key] = fwd_bwd(fn, qg, kg, vg, go)
+    with torch.no_grad():
+        runs, cpu_of = with_cpu_time(fwd_fns, skip=1)
+        fwd = compare(runs, repeat=repeats(L, quick))
+        fwd_cpu = cpu_of()
+    bwd, bwd_cpu = {}, {}
+    if L <= backward_max:
+        runs, cpu_of = with_cpu_time(bwd_fns, skip=1)
+        bwd = compare(runs, repeat=max(2, repeats(L, quick) // 2))
+        bwd_cpu = cpu_of()
+    rows = [{"L": L, "heads": H, "dtype": what[n][0], "method": what[n][1], "fwd_ms": fwd[n] * 1e3,
+             "fwd_cpu_ms": fwd_cpu[n] * 1e3, "fwd_bwd_ms": bwd[n] * 1e3 if n in bwd else None,
+             "fwd_bwd_cpu_ms": bwd_cpu[n] * 1e3 if n in bwd_cpu else None} for n in fwd_fns]
+    for key in ("fwd_ms", "fwd_cpu_ms", "fwd_bwd_ms", "fwd_bwd_cpu_ms"):
+        _ratios(rows, key, ("L",))
+    return rows
+
+
+def print_decode_gqa(rows: list[dict]) -> None:
+    n = rows[0]["N"]
+    print_table(f"decoding one token against N={n} keys, GQA {GQA_HEADS} query / {GQA_KV_HEADS} kv heads, d={D}, "
+                "causal (the last query sees every key)",
+                ["dtype", "method", "ms", "/ sdpa (same dtype)", "(cpu)", "/ float32 (same method)", "(cpu)"],
+                [[r["dtype"], r["method"], fmt(r["ms"], ".2f"), fmt(r["ms_vs_sdpa"]), fmt(r["cpu_ms_vs_sdpa"]),
+                  fmt(r["ms_vs_float32"]), fmt(r["cpu_ms_vs_float32"])] for r in rows])
+
+
+def run_dtype(dtype: str, lengths: list[int], n_dec: int, quick: bool, backward_max: int) -> None:
+    """The --dtype bf16 / fp16 run: fused and SDPA in that dtype next to float32, then GQA decoding."""
+    cfg = WaveletConfig.grid(D)
+    rows = []
+    for L in lengths:
+        rows += bench_dtype_length(L, dtype, quick, backward_max, cfg)
+        print(f"L={L} done", flush=True)
+    dec = bench_decode_gqa(n_dec, [dtype, "float32"], quick)
+    mach = machine()
+    print(f"machine: {mach['cpu']}, wavepe ISA {mach.get('wavepe_isa')}, torch {mach.get('torch')}, "
+          f"{torch.get_num_threads()} threads")
+    print_table(f"wavelet attention in {dtype} (inputs {dtype} through the public API) next to float32, "
+                f"B={B} H={H} d={D} causal",
+                ["L", "dtype", "method", "fwd ms", "/ sdpa", "(cpu)", "/ float32", "(cpu)",
+                 "fwd+bwd ms", "/ sdpa", "(cpu)", "/ float32", "(cpu)"],
+                [[r["L"], r["dtype"], r["method"], fmt(r["fwd_ms"], ".1f"), fmt(r["fwd_ms_vs_sdpa"]),
+                  fmt(r["fwd_cpu_ms_vs_sdpa"]), fmt(r["fwd_ms_vs_float32"]), fmt(r["fwd_cpu_ms_vs_float32"]),
+                  fmt(r["fwd_bwd_ms"], ".1f"), fmt(r["fwd_bwd_ms_vs_sdpa"]), fmt(r["fwd_bwd_cpu_ms_vs_sdpa"]),
+                  fmt(r["fwd_bwd_ms_vs_float32"]), fmt(r["fwd_bwd_cpu_ms_vs_float32"])] for r in rows])
+    print_decode_gqa(dec)
+    write_json(f"bench_attention_{dtype}" + ("_quick" if quick else ""),
+               {"shape": {"B": B, "H": H, "d": D, "dtype": dtype, "causal": True},
+                "inputs": f"q, k, v in {dtype} through wavepe.ops.wavelet_attention and SDPA: whatever either "
+                          "does inside (an upcast copy included) is in the time",
+                "rows": rows, "decode_gqa": dec})
+
+
 def fmt(x, spec=".3g"):
     return "-" if x is None else format(x, spec)
 
@@ -250,9 +382,25 @@ def main() -> None:
     parser.add_argument("--decode-keys", type=int, default=None)
     parser.add_argument("--backward-max", type=int, default=16384, help="largest L timed with backward")
     parser.add_argument("--budget-gib", type=float, default=6.0, help="skip methods estimated to need more")
+    parser.add_argument("--dtype", choices=tuple(DTYPES), default=None,
+                        help="float32 (the default on the CPU: every method and target), or bf16 / fp16: the fused "
+                             "attention and SDPA in that dtype next to float32 (default L=4096)")
+    parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
+                        help="cuda: the GPU targets of _attention_cuda.py (bf16 only)")
     args = parser.parse_args()
-    lengths = args.lengths or ([256, 512] if args.quick else [512, 2048, 4096, 16384])
     n_dec = args.decode_keys or (4096 if args.quick else 32768)
+    if args.device == "cuda":
+        if args.dtype not in (None, "bf16"):
+            parser.error(f"--dtype {args.dtype}: the GPU mode (--device cuda) measures bf16 only")
+        import _attention_cuda
+
+        _attention_cuda.run(args.quick, args.lengths, args.decode_keys)
+        return
+    dtype = args.dtype or "float32"
+    if dtype != "float32":
+        run_dtype(dtype, args.lengths or ([512] if args.quick else [4096]), n_dec, args.quick, args.backward_max)
+        return
+    lengths = args.lengths or ([256, 512] if args.quick else [512, 2048, 4096, 16384])
     budget = int(args.budget_gib * GIB)
     cfg = WaveletConfig.grid(D)
     table, r_lo = wo.wavelet_table(cfg, torch.float32, "cpu")
@@ -262,6 +410,7 @@ def main() -> None:
         rows += bench_length(L, budget, args.quick, args.backward_max, cfg, table, r_lo)
         print(f"L={L} done", flush=True)
     dec = bench_decode(n_dec, args.quick)
+    dec_gqa = bench_decode_gqa(n_dec, ["float32"], args.quick)
 
     mach = machine()
     print(f"machine: {mach['cpu']}, wavepe ISA {mach.get('wavepe_isa')}, torch {mach.get('torch')}, "
@@ -277,6 +426,7 @@ def main() -> None:
     print_table(f"decoding one token against N={n_dec} keys (B={B} H={H} d={D})",
                 ["method", "ms", "/ sdpa", "(cpu)"],
                 [[r["method"], fmt(r["ms"], ".2f"), fmt(r["vs_sdpa"]), fmt(r["cpu_vs_sdpa"])] for r in dec])
+    print_decode_gqa(dec_gqa)
 
     def get(L, method, key):
         for r in rows:
@@ -316,7 +466,7 @@ def main() -> None:
                 [[t["target"], fmt(t["value"]), fmt(t["cpu_time_value"]), t["limit"], t["met"]] for t in targets])
     write_json("bench_attention" + ("_quick" if args.quick else ""),
                {"shape": {"B": B, "H": H, "d": D, "dtype": "float32", "causal": True}, "rows": rows,
-                "decode": dec, "targets": targets})
+                "decode": dec, "decode_gqa": dec_gqa, "targets": targets})
 
 
 if __name__ == "__main__":

@@ -2,9 +2,10 @@
 
     python benchmarks/bench_hf.py [--quick] [--families llama,gemma2,...] [--modes wavelet,rope,alibi,nope]
                                   [--length L] [--new-tokens T] [--compiled] [--compile-backend inductor]
-                                  [--repeat N] [--threads T] [--device cpu|cuda]
+                                  [--repeat N] [--threads T] [--device cpu|cuda] [--dtype float32|bf16]
 
-Shape (per family, random weights, fp32 on the CPU, bf16 on a GPU): 4 layers, hidden 512,
+Shape (per family, random weights; --dtype, default fp32 on the CPU, bf16 on a GPU: weights,
+inputs and the training step all in that dtype): 4 layers, hidden 512,
 8 query heads x 64 over 4 KV heads, intermediate 1408, vocabulary 32000, the family's own
 features (Gemma 2: softcapping 50 and 4096-token windows on every other layer; Gemma 3:
 q/k norm, 1024-token windows; Phi-3: fused qkv; ...).  --quick: 2 layers, L = 128.
@@ -13,6 +14,8 @@ Candidates: the same weights after wavepe.patch(model, mode).
 
 Rows:
 * train: one forward + backward step of the causal LM, batch 1, L = 1024 (--length);
+* prefill: one forward pass over the L/4-token prompt that fills the dynamic cache (logits of the last
+  position only, as generate computes them);
 * decode: greedy generation of T = 32 tokens (--new-tokens) after an L/4-token prompt, per
   token, prefill subtracted (dynamic cache);
 * compiled decode (--compiled): the same with a static cache and generate's own compile
@@ -21,7 +24,8 @@ Rows:
 Target (issue 21): rope mode within 1.1x the stock model in every row (it is the stock
 attention plus, with rope=RopeConfig, wavepe's cos/sin).  Relative modes are reported.
 Prints a table with the CPU / GPU, ISA and threads, and writes
-benchmarks/results/bench_hf.<isa>.json (bench_hf_quick.<isa>.json, or --out NAME: NAME.<isa>.json).
+benchmarks/results/bench_hf.<isa>.json (bench_hf_quick.<isa>.json, or --out NAME: NAME.<isa>.json);
+a dtype other than the device's default is named in the file: bench_hf_bf16.<isa>.json on the CPU.
 """
 
 from __future__ import annotations
@@ -72,8 +76,9 @@ def train_step(model, ids):
     return step
 
 
-def decode_times(models: dict, prompt, new_tokens: int, repeat: int, **generate_kw) -> dict[str, float]:
-    """Seconds per generated token of each model, the prefill's time subtracted.
+def decode_times(models: dict, prompt, new_tokens: int, repeat: int,
+                 **generate_kw) -> tuple[dict[str, float], dict[str, float]]:
+    """Seconds per generated token of each model, the prefill's time subtracted; and the prefill's seconds.
 
     Generations (and prefills) of the models are timed in alternation (medians), after a
     warm-up generation each (which compiles, when asked).
@@ -86,9 +91,11 @@ def decode_times(models: dict, prompt, new_tokens: int, repeat: int, **generate_
             m.eval()
         gen = compare({n: functools.partial(m.generate, prompt, **kw) for n, m in models.items()}, repeat=repeat,
                       warmup=1)
-        pre = compare({n: functools.partial(m, prompt, use_cache=True) for n, m in models.items()}, repeat=repeat,
-                      warmup=1)
-    return {n: max(gen[n] - pre[n], 0.0) / new_tokens for n in models}
+        # logits of the last position only, as generate's prefill computes them (the full (L/4, vocab) logits
+        # cost more than generate's whole prefill in bf16 on the CPU, and the difference went negative)
+        pre = compare({n: functools.partial(m, prompt, use_cache=True, logits_to_keep=1) for n, m in models.items()},
+                      repeat=repeat, warmup=1)
+    return {n: max(gen[n] - pre[n], 0.0) / new_tokens for n in models}, pre
 
 
 def run_family(family: str, modes: list[str], args, device, dtype) -> list[list]:
@@ -112,7 +119,7 @@ def run_family(family: str, modes: list[str], args, device, dtype) -> list[list]
         ref = times["stock"]
         rows.append([family, case, "stock", ref * unit, 1.0, "", ""])
         for mode in modes:
-            ratio = times[mode] / ref
+            ratio = times[mode] / ref if ref > 0 else float("nan")
             target = f"<= {TARGET}" if mode == "rope" else ""
             met = ("yes" if ratio <= TARGET else "no") if mode == "rope" else ""
             impl = models[mode].config._attn_implementation
@@ -120,7 +127,8 @@ def run_family(family: str, modes: list[str], args, device, dtype) -> list[list]
 
     times = compare({name: train_step(m, ids) for name, m in models.items()}, repeat=args.repeat, warmup=1)
     add(f"train L={args.length}", times, 1e3)
-    times = decode_times(models, prompt, args.new_tokens, 2 * args.repeat + 1)
+    times, prefill = decode_times(models, prompt, args.new_tokens, 2 * args.repeat + 1)
+    add(f"prefill ({prompt.shape[1]})", prefill, 1e3)
     add(f"decode ({prompt.shape[1]}+{args.new_tokens})", times, 1e3)
     if args.compiled:
         config = CompileConfig(fullgraph=True, backend=args.compile_backend, mode=None)
@@ -128,8 +136,8 @@ def run_family(family: str, modes: list[str], args, device, dtype) -> list[list]
         torch._dynamo.reset()
         # every model instance compiles its own decode graphs: room for all of them (the default limit is 8)
         torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 4 * len(models))
-        times = decode_times(models, prompt, args.new_tokens, 2 * args.repeat + 1, cache_implementation="static",
-                             compile_config=config)
+        times, _ = decode_times(models, prompt, args.new_tokens, 2 * args.repeat + 1,
+                                cache_implementation="static", compile_config=config)
         add(f"compiled decode ({args.compile_backend})", times, 1e3)
     return rows
 
@@ -146,6 +154,8 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--threads", type=int, default=0, help="torch threads (default: torch's choice)")
     parser.add_argument("--device", default="", help="cpu or cuda (default: cuda when available)")
+    parser.add_argument("--dtype", choices=("float32", "bf16"), default=None,
+                        help="weights, inputs and training step (default float32 on the CPU, bf16 on a GPU)")
     parser.add_argument("--out", default="", help="results file name (default bench_hf, bench_hf_quick)")
     args = parser.parse_args()
     import torch
@@ -153,7 +163,9 @@ def main() -> None:
     if args.threads:
         torch.set_num_threads(args.threads)
     device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
-    dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
+    default = "bf16" if device.type == "cuda" else "float32"
+    dtype_name = args.dtype or default
+    dtype = {"float32": torch.float32, "bf16": torch.bfloat16}[dtype_name]
     args.length = args.length or (128 if args.quick else 1024)
     args.new_tokens = args.new_tokens or (8 if args.quick else 32)
     modes = [m for m in args.modes.split(",") if m]
@@ -161,10 +173,13 @@ def main() -> None:
     for family in [f for f in args.families.split(",") if f]:
         rows += run_family(family, modes, args, device, dtype)
     header = ["family", "case", "model", "time (ms, per token for decode)", "ratio", "target", "met"]
-    title = (f"bench_hf: {str(dtype).replace('torch.', '')} on {device.type}, batch 1, "
+    where = f"cuda ({torch.cuda.get_device_name(device)})" if device.type == "cuda" else device.type
+    title = (f"bench_hf: {dtype_name} on {where}, batch 1, "
              f"{2 if args.quick else 4} layers, hidden 512, 8 heads x 64 over 4 KV heads")
     table = print_table(title, header, rows)
-    write_json(args.out or "bench_hf" + ("_quick" if args.quick else ""), {"header": header, "rows": rows, "table": table})
+    name = "bench_hf" + ("" if dtype_name == default else f"_{dtype_name}") + ("_quick" if args.quick else "")
+    write_json(args.out or name, {"dtype": dtype_name, "device": str(device), "header": header, "rows": rows,
+                                  "table": table})
 
 
 if __name__ == "__main__":

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 import torch
 
+import wavepe
 from wavepe.cli import main
 
 # a --quick run shrunk further so that the test takes seconds: the CLI's own wiring is what is tested
@@ -214,6 +215,9 @@ def test_band_on_a_hugging_face_llama_directory(tmp_path, capsys):
     (["extrapolate", "--task", "passkey", "--stop-accuracy", "0"], "stop_accuracy must be in (0, 1], got 0.0"),
     (["extrapolate", "--task", "passkey", "--train-len", "8"], "train_len 8 is too short for passkey examples"),
     (["extrapolate", "--task", "retrieval"], "invalid choice: 'retrieval'"),
+    (["extrapolate", "--dtype", "float64"], "argument --dtype: invalid choice: 'float64'"),
+    (["extrapolate", "--dtype", "bfloat16"], "argument --dtype: invalid choice: 'bfloat16'"),
+    (["extrapolate", "--device", "gpu"], "argument --device: invalid choice: 'gpu'"),
     (["extrapolate", "--task", "passkey", "--replot", "--out", "/nonexistent/run"],
      "--replot: '/nonexistent/run/results.json' does not exist"),
     (["band", "--theta", "0.5"], "θ must be a finite number > 1, got '0.5'"),
@@ -318,3 +322,93 @@ def test_integrations_without_their_extra_raise_one_line(code, module, message):
     assert r.returncode != 0
     last = r.stderr.strip().splitlines()[-1]
     assert last.startswith("wavepe._requires.MissingDependency: ") and message in last
+
+
+# ---- --device / --dtype -------------------------------------------------------------------------------------
+
+
+def test_extrapolate_bf16_on_the_cpu_reports_what_ran(tmp_path, capsys):
+    """A tiny mixed-precision run finishes, and results.json, results.md and the terminal say what ran."""
+    from wavepe._platform import cpu_model
+
+    out = tmp_path / "bf16"
+    assert main(["extrapolate", "--quick", "--out", str(out), *TINY, "--encodings", "wavelet,rope",
+                 "--dtype", "bf16", "--device", "cpu", "--no-save-models"]) == 0
+    text = capsys.readouterr().out
+    line = (f"Ran on cpu ({cpu_model()}), wavepe CPU ISA {wavepe.active_isa()}; training bf16 autocast "
+            "(parameters and optimizer state float32); evaluation float32.")
+    assert line in text
+    assert line in (out / "results.md").read_text(encoding="utf-8")
+    res = json.loads((out / "results.json").read_text(encoding="utf-8"))
+    assert res["config"]["dtype"] == "bf16" and res["config"]["device"] == "cpu"
+    assert res["run"] == {"device": "cpu", "device_name": cpu_model(), "train_dtype": "bf16", "autocast": True,
+                          "parameters_dtype": "float32", "grad_scaler": False, "eval_dtype": "float32",
+                          "isa": wavepe.active_isa()}
+    for row in res["rows"].values():
+        assert all(np.isfinite(r["perplexity"]) for r in row["nonoverlap"].values())
+
+
+def test_extrapolate_passkey_fp16_on_the_cpu(tmp_path, capsys):
+    """fp16 runs on the CPU too (autocast + GradScaler, both supported by torch's CPU backend)."""
+    out = tmp_path / "fp16"
+    assert main(["extrapolate", "--quick", "--out", str(out), *TINY_PASSKEY, "--encodings", "wavelet",
+                 "--dtype", "fp16", "--device", "auto", "--no-save-models"]) == 0
+    text = capsys.readouterr().out
+    res = json.loads((out / "results.json").read_text(encoding="utf-8"))
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    assert res["run"]["train_dtype"] == "fp16" and res["run"]["grad_scaler"] is True
+    assert res["run"]["device"].startswith(device) and res["config"]["device"] == "auto"
+    assert "training fp16 autocast (parameters and optimizer state float32, GradScaler)" in text
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without CUDA")
+def test_extrapolate_device_cuda_without_cuda_is_one_clear_error(tmp_path, capsys):
+    out = tmp_path / "cuda"
+    for tiny in (TINY, TINY_PASSKEY):
+        assert main(["extrapolate", "--device", "cuda", "--out", str(out), *tiny]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith("wavepe extrapolate: error: --device cuda: CUDA is not available (")
+        assert "use --device cpu" in err and "Traceback" not in err
+    assert not out.exists()  # refused before any work
+
+
+def test_cli_choices_match_the_library():
+    from wavepe.research import cli
+    from wavepe.research.experiments import precision
+
+    assert cli._DTYPES == tuple(precision.DTYPES) and cli._DEVICES == precision.DEVICES
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("pos_enc", ["wavelet", "rope"])
+def test_wavepe_ops_receive_the_autocast_dtype(dtype, pos_enc, monkeypatch):
+    """Autocast does not reach custom ops: the model itself hands them q, k, v in the autocast dtype."""
+    import wavepe.ops
+    from wavepe.research.experiments.model import LMConfig, TinyLM
+
+    seen: list[tuple[str, torch.dtype, ...]] = []
+    real_attention, real_rope = wavepe.ops.wavelet_attention, wavepe.ops.rope
+
+    def attention(q, k, v, *args, **kwargs):
+        seen.append(("attention", q.dtype, k.dtype, v.dtype))
+        return real_attention(q, k, v, *args, **kwargs)
+
+    def rope(q, k, *args, **kwargs):
+        seen.append(("rope", q.dtype, k.dtype))
+        return real_rope(q, k, *args, **kwargs)
+
+    monkeypatch.setattr(wavepe.ops, "wavelet_attention", attention)
+    monkeypatch.setattr(wavepe.ops, "rope", rope)
+    torch.manual_seed(0)
+    model = TinyLM(LMConfig(hidden_size=32, num_hidden_layers=1, num_attention_heads=2, head_dim=16,
+                            intermediate_size=64, wavelet_n_scales=4, pos_enc=pos_enc))
+    ids = torch.randint(0, 256, (2, 12))
+    with torch.autocast("cpu", dtype=dtype):
+        logits = model(ids)
+    logits.float().sum().backward()  # the ops' backward runs in that dtype too
+    assert seen and all(set(entry[1:]) == {dtype} for entry in seen), seen
+    assert ("rope" in {e[0] for e in seen}) == (pos_enc == "rope")
+    assert model.layers[0].self_attn.q_proj.weight.grad.dtype == torch.float32
+    seen.clear()
+    model(ids)  # no autocast: float32 as before
+    assert all(set(entry[1:]) == {torch.float32} for entry in seen), seen

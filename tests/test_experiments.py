@@ -303,6 +303,22 @@ def test_train_lm_learns_and_is_deterministic():
         train_lm(model, stream[:10], cfg)
 
 
+@pytest.mark.parametrize("dtype", ["bf16", "fp16"])
+def test_train_lm_mixed_precision_learns_with_float32_parameters(dtype):
+    """Autocast training (fp16 through a GradScaler) learns what float32 learns; parameters and the
+    optimizer state stay float32."""
+    stream = np.frombuffer(b"abcdefgh" * 400, dtype=np.uint8)
+    cfg = TrainConfig(steps=40, batch_size=4, train_len=16, warmup=5, lr=3e-3)
+    torch.manual_seed(0)
+    model = TinyLM(tiny_cfg("wavelet"))
+    losses = train_lm(model, stream, cfg, dtype=dtype)["loss"]
+    assert all(math.isfinite(v) for v in losses)
+    assert np.mean(losses[-5:]) < 0.5 * losses[0]
+    assert {p.dtype for p in model.parameters()} == {torch.float32}
+    with pytest.raises(ValueError, match="dtype must be one of float32, bf16, fp16, got 'float64'"):
+        train_lm(model, stream, cfg, dtype="float64")
+
+
 def test_train_config_schedule_and_validation():
     cfg = TrainConfig(steps=100, warmup=10, lr=1.0, min_lr_ratio=0.1)
     assert cfg.lr_at(0) == pytest.approx(0.1) and cfg.lr_at(9) == pytest.approx(1.0)

@@ -51,13 +51,14 @@ def _assert_same(got, want, rtol, atol):
 
 
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
-@given(data=st.data(), pos_enc=st.sampled_from(["wavelet", "alibi", "none"]), f64=st.booleans(),
+@given(data=st.data(), pos_enc=st.sampled_from(["wavelet", "alibi", "none"]),
+       dtype=st.sampled_from([torch.float32, torch.float64, torch.bfloat16, torch.float16]),
        m=st.integers(1, 30), extra=st.integers(0, 40), bad=st.sampled_from(BAD), padded=st.booleans())
-def test_forward_planted_values_match_oracle(isa, data, pos_enc, f64, m, extra, bad, padded):
+def test_forward_planted_values_match_oracle(isa, data, pos_enc, dtype, m, extra, bad, padded):
     b, h, h_kv, d = 1, 2, 1, 16
     n = m + extra
     off = n - m
-    dtype = torch.float64 if f64 else torch.float32
+    half = dtype in (torch.bfloat16, torch.float16)
     g = torch.Generator().manual_seed(data.draw(st.integers(0, 2**16)))
     q, k, v = (torch.randn(b, hh, ll, d, generator=g, dtype=torch.float64) for hh, ll in ((h, m), (h_kv, n), (h_kv, n)))
     kpm = torch.zeros(b, n, dtype=torch.bool)
@@ -70,12 +71,18 @@ def test_forward_planted_values_match_oracle(isa, data, pos_enc, f64, m, extra, 
     col = data.draw(st.integers(0, d - 1))
     t[0, data.draw(st.integers(0, t.shape[1] - 1)), pos, col] = bad
     kw, okw = _oracle_kwargs(pos_enc, d, h, m, n, off)
+    if half:  # the oracle of what the half kernels read: the inputs and the wavelet table rounded to the type
+        q, k, v = (x.to(dtype).double() for x in (q, k, v))
+        if "table" in okw:
+            okw["table"] = torch.from_numpy(okw["table"]).to(dtype).double().numpy()
     want = ref.attention(q.numpy(), k.numpy(), v.numpy(), key_padding_mask=kpm.numpy() if padded else None, **okw)
     got = wo.wavelet_attention(q.to(dtype), k.to(dtype), v.to(dtype), pos_enc=pos_enc,
                                key_padding_mask=kpm if padded else None,
-                               **{kk: (vv.to(dtype) if torch.is_tensor(vv) else vv) for kk, vv in kw.items()})
-    rtol = 1e-10 if f64 else 2e-5
-    _assert_same(got.numpy(), want, rtol, rtol)
+                               **{kk: (vv.to(dtype) if torch.is_tensor(vv) and not half else vv)
+                                  for kk, vv in kw.items()})
+    # float32 arithmetic (+ half an ulp of the half type's final rounding)
+    rtol = {torch.float64: 1e-10, torch.float32: 2e-5, torch.bfloat16: 2e-5 + 2.0**-8, torch.float16: 2e-5 + 2.0**-11}
+    _assert_same(got.double().numpy(), want, rtol[dtype], 2e-5 if dtype != torch.float64 else 1e-10)
 
 
 @pytest.mark.parametrize("pos_enc", ["wavelet", "alibi", "none"])
@@ -161,25 +168,25 @@ def test_relbias_nan_query_matches_oracle_on_every_isa(isa):
 
 @pytest.mark.parametrize("pos_enc", ["wavelet", "relative", "alibi", "nope"])
 @pytest.mark.parametrize("where", ["q", "dout"])
-@pytest.mark.parametrize("f64", [False, True])
-def test_a_nan_row_reaches_only_the_keys_it_sees(isa, pos_enc, where, f64):
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])
+def test_a_nan_row_reaches_only_the_keys_it_sees(isa, pos_enc, where, dtype):
     """A NaN in one query row (or in its output gradient) makes the gradients of the
     keys that row sees NaN and leaves every other gradient as if the row did not
     exist (its q and dO zero, which makes its P dO and dS q terms vanish): in the
     tiles' products the row meets masked keys with P = dS = 0, and 0 * NaN must not
     happen.  Several key and query blocks, padding, GQA."""
     b, h, h_kv, m, n, d, i = 1, 2, 1, 300, 300, 32, 150
-    dtype = torch.float64 if f64 else torch.float32
     g = torch.Generator().manual_seed(11)
-    q, k, v = (torch.randn(b, hh, m, d, generator=g, dtype=dtype) for hh in (h, h_kv, h_kv))
-    dout = torch.randn(b, h, m, d, generator=g, dtype=dtype)
+    q, k, v = (torch.randn(b, hh, m, d, generator=g).to(dtype) for hh in (h, h_kv, h_kv))
+    dout = torch.randn(b, h, m, d, generator=g).to(dtype)
     kpm = torch.zeros(b, n, dtype=torch.bool)
     kpm[0, [7, 120, 200]] = True
     kw = {}
     if pos_enc == "relative":
-        kw["rel_table"] = (torch.randn(41, d, generator=g, dtype=dtype, requires_grad=True), -20)
+        kw["rel_table"] = (torch.randn(41, d, generator=g).to(dtype).requires_grad_(), -20)
     elif pos_enc == "alibi":
-        kw["alibi_slopes"] = torch.tensor(ref.alibi_slopes(h), dtype=dtype)
+        kw["alibi_slopes"] = torch.tensor(ref.alibi_slopes(h), dtype=torch.float64 if dtype == torch.float64 else
+                                          torch.float32)
 
     def grads(qq, dd):
         qq, kk, vv = (x.clone().requires_grad_() for x in (qq, k, v))
@@ -200,7 +207,10 @@ def test_a_nan_row_reaches_only_the_keys_it_sees(isa, pos_enc, where, f64):
     seen = torch.zeros(n, dtype=torch.bool)
     seen[: i + 1] = True
     seen &= ~kpm[0]
-    tol = {"rtol": 1e-12, "atol": 1e-12} if f64 else {"rtol": 1e-5, "atol": 1e-5}
+    # bf16: the two runs' float32 sums may differ in their last bits (the NaN row's terms are added apart),
+    # which can move a rounding to bf16 by one ulp
+    tol = {torch.float64: {"rtol": 1e-12, "atol": 1e-12}, torch.float32: {"rtol": 1e-5, "atol": 1e-5},
+           torch.bfloat16: {"rtol": 2.0**-7, "atol": 1e-5}}[dtype]
     others = torch.ones(m, dtype=torch.bool)
     others[i] = False
     torch.testing.assert_close(dq[0, 0, others], dq0[0, 0, others], **tol)

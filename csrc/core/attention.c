@@ -5,7 +5,16 @@
  * The scalar reference is deliberately plain: one query row at a time, the
  * online softmax over its keys, every score computed from the formula in
  * attention.h.  It accumulates in double whatever the element type (the
- * reference should be the most accurate variant, not the fastest).
+ * reference should be the most accurate variant, not the fastest); half
+ * types are widened element by element and each output rounded from double
+ * through float32 (a double rounding: at most one float32 ulp beyond the
+ * half type's half ulp, far inside every tolerance that compares it).
+ *
+ * Two element types meet here: the data's (a->dtype: q, k, v, table, out,
+ * dout, dq, dk, dv, dtable) and the accumulator type (p->acc: float64 for
+ * float64 data, float32 otherwise: slopes, lse, dlse, dslopes and the plan's
+ * own buffers -- packed table, split-N partials, GQA and half-type dk / dv
+ * partials, table-gradient partials).
  */
 #include "attention.h"
 
@@ -16,6 +25,7 @@
 #include "attention_internal.h"
 #include "checked.h"
 #include "fpenv.h"
+#include "half.h"
 
 /* ---- small helpers ------------------------------------------------------ */
 
@@ -23,13 +33,23 @@ void *attn_aligned_alloc(size_t bytes) { return wavepe_aligned_alloc(bytes); }
 
 void attn_aligned_free(void *p) { wavepe_aligned_free(p); }
 
-static inline double ld(const void *base, int64_t i, int f64) {
-    return f64 ? ((const double *)base)[i] : (double)((const float *)base)[i];
+/* Element i of an array of wavepe_dtype dtype, in double / stored. */
+static inline double ld(const void *base, int64_t i, int dtype) {
+    switch (dtype) {
+    case WAVEPE_F64: return ((const double *)base)[i];
+    case WAVEPE_BF16: return (double)wp_bf16_to_f32(((const uint16_t *)base)[i]);
+    case WAVEPE_F16: return (double)wp_f16_to_f32(((const uint16_t *)base)[i]);
+    default: return (double)((const float *)base)[i];
+    }
 }
 
-static inline void st(void *base, int64_t i, double v, int f64) {
-    if (f64) ((double *)base)[i] = v;
-    else ((float *)base)[i] = (float)v;
+static inline void st(void *base, int64_t i, double v, int dtype) {
+    switch (dtype) {
+    case WAVEPE_F64: ((double *)base)[i] = v; break;
+    case WAVEPE_BF16: ((uint16_t *)base)[i] = wp_f32_to_bf16((float)v); break;
+    case WAVEPE_F16: ((uint16_t *)base)[i] = wp_f32_to_f16((float)v); break;
+    default: ((float *)base)[i] = (float)v; break;
+    }
 }
 
 static inline int64_t iabs64(int64_t x) { return x < 0 ? -x : x; }
@@ -76,7 +96,7 @@ static int pack_table(wavepe_attention_plan *p, int need_strips) {
         if (hi > a->r_lo + a->table_rows - 1) hi = a->r_lo + a->table_rows - 1;
     }
     if (lo > hi) return WAVEPE_OK;
-    const int64_t nr = p->nr, d = a->d, dpad = p->dpad, es = p->esize;
+    const int64_t nr = p->nr, d = a->d, dpad = p->dpad, es = p->esize; /* es: the accumulator type's */
     const int64_t rows = hi - lo + 1;
     const int64_t nstrips = (rows + nr - 1) / nr;
     const int64_t dims[2] = {nstrips * nr, dpad};
@@ -95,19 +115,19 @@ static int pack_table(wavepe_attention_plan *p, int need_strips) {
     if (!p->trow || !p->strip_clo || !p->strip_chi || (need_strips && !p->tpack)) return WAVEPE_E_NOMEM;
     memset(p->trow, 0, bytes);
     unsigned char *trow = p->trow;
-    for (int64_t row = 0; row < rows; ++row) {
+    for (int64_t row = 0; row < rows; ++row) { /* half types widened here, once per plan */
         const int64_t idx = attn_table_index(a, hi - row);
-        if (idx >= 0) memcpy(trow + (size_t)(row * dpad * es), (const unsigned char *)a->table + idx * d * es,
-                             (size_t)(d * es));
+        if (idx >= 0)
+            for (int64_t c = 0; c < d; ++c) st(p->trow, row * dpad + c, ld(a->table, idx * d + c, a->dtype), p->acc);
     }
     for (int64_t s = 0; s < nstrips; ++s) {
         int64_t clo = d, chi = 0;
         for (int64_t row = s * nr; row < (s + 1) * nr; ++row) {
             /* first and one past the last column that is not zero (NaN is not zero) */
             int64_t c = 0, e = d;
-            while (c < d && ld(p->trow, row * dpad + c, p->f64) == 0.0) ++c;
+            while (c < d && ld(p->trow, row * dpad + c, p->acc) == 0.0) ++c;
             if (c == d) continue; /* all-zero row */
-            while (ld(p->trow, row * dpad + e - 1, p->f64) == 0.0) --e;
+            while (ld(p->trow, row * dpad + e - 1, p->acc) == 0.0) --e;
             if (c < clo) clo = c;
             if (e > chi) chi = e;
         }
@@ -134,6 +154,7 @@ static wavepe_attention_plan *plan_common(wavepe_isa isa, int f64, const wavepe_
     p->a = *a;
     p->isa = plan_isa(isa);
     p->f64 = f64 ? 1 : 0;
+    p->acc = wavepe_dtype_acc(a->dtype);
     p->backward = backward;
     p->esize = f64 ? 8 : 4;
     p->hg = a->heads / a->kv_heads;
@@ -153,11 +174,10 @@ static wavepe_attention_plan *plan_common(wavepe_isa isa, int f64, const wavepe_
     return p;
 }
 
-/* The CPU kernels' element types. */
-static int cpu_dtype(const wavepe_attention_args *a, wavepe_error *err) {
-    if (a->dtype == WAVEPE_F32 || a->dtype == WAVEPE_F64) return wavepe_attention_check_cu_seqlens(a, err);
-    return wavepe_fail(err, WAVEPE_E_INVALID, "the CPU kernels take float32 or float64, got %s",
-                       wavepe_dtype_name(a->dtype));
+/* The CPU kernels take every element type (validate checked the tag); the
+ * boundaries' values are checked here, on the host. */
+static int cpu_check(const wavepe_attention_args *a, wavepe_error *err) {
+    return wavepe_attention_check_cu_seqlens(a, err);
 }
 
 int wavepe_attention_check_cu_seqlens(const wavepe_attention_args *a, wavepe_error *err) {
@@ -177,7 +197,7 @@ int wavepe_attention_fwd_plan(wavepe_isa isa, const wavepe_attention_args *a, wa
                               wavepe_error *err) {
     *out = NULL;
     int status = wavepe_attention_validate(a, 0, err);
-    if (status == WAVEPE_OK) status = cpu_dtype(a, err);
+    if (status == WAVEPE_OK) status = cpu_check(a, err);
     if (status != WAVEPE_OK) return status;
     const int f64 = a->dtype == WAVEPE_F64;
     wavepe_attention_plan *p = plan_common(isa, f64, a, 0);
@@ -197,7 +217,7 @@ int wavepe_attention_fwd_plan(wavepe_isa isa, const wavepe_attention_args *a, wa
     }
     /* the decoding path with one or two query rows per kv head reads only
      * the row-major table (narrow kernels) */
-    const int narrow = p->kind == ATTN_KIND_DECODE && p->hg * a->m <= 2;
+    const int narrow = p->kind == ATTN_KIND_DECODE && p->hg * a->m <= ATTN_NARROW_ROWS;
     if (p->kind != ATTN_KIND_SCALAR && (status = pack_table(p, !narrow)) != WAVEPE_OK) goto fail;
     *out = p;
     return WAVEPE_OK;
@@ -210,16 +230,17 @@ int wavepe_attention_bwd_plan(wavepe_isa isa, const wavepe_attention_args *a, wa
                               wavepe_error *err) {
     *out = NULL;
     int status = wavepe_attention_validate(a, 1, err);
-    if (status == WAVEPE_OK) status = cpu_dtype(a, err);
+    if (status == WAVEPE_OK) status = cpu_check(a, err);
     if (status != WAVEPE_OK) return status;
-    const int f64 = a->dtype == WAVEPE_F64;
+    const int f64 = a->dtype == WAVEPE_F64, half = wavepe_dtype_size(a->dtype) == 2;
     wavepe_attention_plan *p = plan_common(isa, f64, a, 1);
     if (p == NULL) return wavepe_fail(err, WAVEPE_E_NOMEM, "out of memory for an attention plan");
     p->nunits = a->batch * a->heads;
     p->nslots = p->nunits;
-    if (p->hg > 1 && a->n > 0) {
+    if ((p->hg > 1 || half) && a->n > 0) {
         /* grouped-query: each query head accumulates its own dk, dv; phase 1
-         * sums them over the group in head order */
+         * sums them over the group in head order.  Half types: always, the
+         * sums are float32 and phase 1 rounds them once into dk, dv */
         const int64_t dims[4] = {a->batch * a->heads, 2, a->n, a->d};
         if ((status = wavepe_checked_numel(4, dims, p->esize, NULL)) != WAVEPE_OK) goto fail;
         p->dkv_partial = attn_aligned_alloc((size_t)(dims[0] * 2 * a->n * a->d * p->esize));
@@ -300,21 +321,20 @@ int64_t wavepe_attention_grain(const wavepe_attention_plan *p, int phase) {
 static double score_scalar(const wavepe_attention_plan *p, int64_t b, int64_t h, const void *qrow_base,
                            int64_t qoff, int64_t pos, int64_t n) {
     const wavepe_attention_args *a = &p->a;
-    const int f64 = p->f64;
     const int64_t d = a->d, hk = h / p->hg;
     const int64_t koff = attn_off(a->k_strides, b, hk, n);
     double s = 0.0;
-    for (int64_t c = 0; c < d; ++c) s += ld(qrow_base, qoff + c, f64) * ld(a->k, koff + c, f64);
+    for (int64_t c = 0; c < d; ++c) s += ld(qrow_base, qoff + c, a->dtype) * ld(a->k, koff + c, a->dtype);
     if (p->bias == ATTN_BIAS_TABLE) {
         const int64_t idx = attn_table_index(a, pos - n);
         if (idx >= 0) {
             double t = 0.0;
-            for (int64_t c = 0; c < d; ++c) t += ld(qrow_base, qoff + c, f64) * ld(a->table, idx * d + c, f64);
+            for (int64_t c = 0; c < d; ++c) t += ld(qrow_base, qoff + c, a->dtype) * ld(a->table, idx * d + c, a->dtype);
             s += t;
         }
     }
     s *= a->scale;
-    if (p->bias == ATTN_BIAS_ALIBI) s -= ld(a->slopes, h, f64) * (double)iabs64(pos - n);
+    if (p->bias == ATTN_BIAS_ALIBI) s -= ld(a->slopes, h, p->acc) * (double)iabs64(pos - n);
     return s;
 }
 
@@ -325,7 +345,6 @@ static inline int key_masked(const wavepe_attention_args *a, int64_t b, int64_t 
 
 static int fwd_scalar(wavepe_attention_plan *p, int64_t begin, int64_t end) {
     const wavepe_attention_args *a = &p->a;
-    const int f64 = p->f64;
     const int64_t d = a->d;
     double *acc = malloc(sizeof(double) * (size_t)d);
     if (acc == NULL) return WAVEPE_E_NOMEM;
@@ -352,20 +371,20 @@ static int fwd_scalar(wavepe_attention_plan *p, int64_t begin, int64_t end) {
             const double pr = s == -INFINITY ? 0.0 : exp(s - mx);
             l += pr;
             const int64_t voff = attn_off(a->v_strides, b, hk, n);
-            for (int64_t c = 0; c < d; ++c) acc[c] += pr * ld(a->v, voff + c, f64);
+            for (int64_t c = 0; c < d; ++c) acc[c] += pr * ld(a->v, voff + c, a->dtype);
         }
         const int64_t ooff = attn_off(a->out_strides, b, h, m);
         if (seen && l == 0.0) { /* keys seen, every score -inf: 0/0, as the formula, or mark_neg_inf's code */
             if (a->mark_neg_inf) {
-                for (int64_t c = 0; c < d; ++c) st(a->out, ooff + c, 0.0, f64);
-                st(a->lse, bh * a->m + m, INFINITY, f64);
+                for (int64_t c = 0; c < d; ++c) st(a->out, ooff + c, 0.0, a->dtype);
+                st(a->lse, bh * a->m + m, INFINITY, p->acc);
                 continue;
             }
             l = NAN;
         }
         const int any = l > 0.0 || isnan(l);
-        for (int64_t c = 0; c < d; ++c) st(a->out, ooff + c, any ? acc[c] / l : 0.0, f64);
-        st(a->lse, bh * a->m + m, any ? mx + log(l) : -INFINITY, f64);
+        for (int64_t c = 0; c < d; ++c) st(a->out, ooff + c, any ? acc[c] / l : 0.0, a->dtype);
+        st(a->lse, bh * a->m + m, any ? mx + log(l) : -INFINITY, p->acc);
     }
     free(acc);
     return WAVEPE_OK;
@@ -376,7 +395,6 @@ static int fwd_scalar(wavepe_attention_plan *p, int64_t begin, int64_t end) {
  * partials. */
 static int bwd_scalar_unit(wavepe_attention_plan *p, int64_t unit, int64_t slot, double *scratch) {
     const wavepe_attention_args *a = &p->a;
-    const int f64 = p->f64;
     const int64_t d = a->d, N = a->n, M = a->m;
     const int64_t b = unit / a->heads, h = unit % a->heads, hk = h / p->hg;
     double *dk = scratch, *dv = scratch + N * d, *dq = scratch + 2 * N * d;
@@ -388,12 +406,12 @@ static int bwd_scalar_unit(wavepe_attention_plan *p, int64_t unit, int64_t slot,
         const int64_t qoff = attn_off(a->q_strides, b, h, m);
         const int64_t ooff = attn_off(a->out_strides, b, h, m);
         const int64_t gooff = attn_off(a->dout_strides, b, h, m);
-        const double lse = ld(a->lse, bhm, f64);
+        const double lse = ld(a->lse, bhm, p->acc);
         for (int64_t c = 0; c < d; ++c) dq[c] = 0.0;
         if (!isinf(lse)) { /* -inf: no key seen; +inf: mark_neg_inf's zero-weight row (attention.h) */
             double D = 0.0;
-            for (int64_t c = 0; c < d; ++c) D += ld(a->dout, gooff + c, f64) * ld(a->out, ooff + c, f64);
-            if (a->dlse != NULL) D -= ld(a->dlse, bhm, f64);
+            for (int64_t c = 0; c < d; ++c) D += ld(a->dout, gooff + c, a->dtype) * ld(a->out, ooff + c, a->dtype);
+            if (a->dlse != NULL) D -= ld(a->dlse, bhm, p->acc);
             int64_t nbeg, nend;
             wavepe_attention_keys(a, b, pos, &nbeg, &nend);
             for (int64_t n = nbeg; n < nend; ++n) {
@@ -403,29 +421,30 @@ static int bwd_scalar_unit(wavepe_attention_plan *p, int64_t unit, int64_t slot,
                 const int64_t koff = attn_off(a->k_strides, b, hk, n);
                 const int64_t voff = attn_off(a->v_strides, b, hk, n);
                 double dp = 0.0;
-                for (int64_t c = 0; c < d; ++c) dp += ld(a->dout, gooff + c, f64) * ld(a->v, voff + c, f64);
+                for (int64_t c = 0; c < d; ++c) dp += ld(a->dout, gooff + c, a->dtype) * ld(a->v, voff + c, a->dtype);
                 const double ds = pr * (dp - D), dss = ds * a->scale;
                 const int64_t idx = p->bias == ATTN_BIAS_TABLE ? attn_table_index(a, pos - n) : -1;
                 for (int64_t c = 0; c < d; ++c) {
-                    const double qc = ld(a->q, qoff + c, f64);
-                    dv[n * d + c] += pr * ld(a->dout, gooff + c, f64);
+                    const double qc = ld(a->q, qoff + c, a->dtype);
+                    dv[n * d + c] += pr * ld(a->dout, gooff + c, a->dtype);
                     dk[n * d + c] += dss * qc;
-                    dq[c] += dss * ld(a->k, koff + c, f64);
+                    dq[c] += dss * ld(a->k, koff + c, a->dtype);
                     if (idx >= 0) {
-                        dq[c] += dss * ld(a->table, idx * d + c, f64);
+                        dq[c] += dss * ld(a->table, idx * d + c, a->dtype);
                         if (dt != NULL) dt[idx * d + c] += dss * qc;
                     }
                 }
                 dslope -= ds * (double)iabs64(pos - n);
             }
         }
-        for (int64_t c = 0; c < d; ++c) st(a->dq, bhm * d + c, dq[c], f64);
+        for (int64_t c = 0; c < d; ++c) st(a->dq, bhm * d + c, dq[c], a->dtype);
     }
     if (p->dslope_partial != NULL) p->dslope_partial[b * a->heads + h] = dslope;
     void *dkd = attn_dk_dest(p, b, h), *dvd = attn_dv_dest(p, b, h);
+    const int dkv = p->dkv_partial != NULL ? p->acc : a->dtype; /* a partial, or the outputs */
     for (int64_t i = 0; i < N * d; ++i) {
-        st(dkd, i, dk[i], f64);
-        st(dvd, i, dv[i], f64);
+        st(dkd, i, dk[i], dkv);
+        st(dvd, i, dv[i], dkv);
     }
     return WAVEPE_OK;
 }
@@ -448,7 +467,6 @@ static int bwd_scalar(wavepe_attention_plan *p, int64_t begin, int64_t end) {
  * chunk order. */
 static int fwd_combine(wavepe_attention_plan *p, int64_t begin, int64_t end) {
     const wavepe_attention_args *a = &p->a;
-    const int f64 = p->f64;
     const int64_t d = a->d, dpad = p->dpad, C = p->nchunks, stride = dpad + 2;
     double *acc = malloc(sizeof(double) * (size_t)d);
     if (acc == NULL) return WAVEPE_E_NOMEM;
@@ -460,15 +478,15 @@ static int fwd_combine(wavepe_attention_plan *p, int64_t begin, int64_t end) {
         double mx = -INFINITY;
         int saw_only_neg_inf = 0;
         for (int64_t c = 0; c < C; ++c) {
-            const double mc = ld(p->partial, base + c * stride + dpad, f64);
+            const double mc = ld(p->partial, base + c * stride + dpad, p->acc);
             if (mc > mx || mc != mc) mx = mc != mc || mx != mx ? NAN : mc;
-            const double lc = ld(p->partial, base + c * stride + dpad + 1, f64);
+            const double lc = ld(p->partial, base + c * stride + dpad + 1, p->acc);
             saw_only_neg_inf |= lc == 0.0 && signbit(lc);
         }
         const int64_t ooff = attn_off(a->out_strides, b, h, m);
         if (mx == -INFINITY && saw_only_neg_inf && a->mark_neg_inf) { /* zero weight: out = 0, lse = +inf */
-            for (int64_t j = 0; j < d; ++j) st(a->out, ooff + j, 0.0, f64);
-            st(a->lse, row, INFINITY, f64);
+            for (int64_t j = 0; j < d; ++j) st(a->out, ooff + j, 0.0, a->dtype);
+            st(a->lse, row, INFINITY, p->acc);
             continue;
         }
         double l = mx == -INFINITY && saw_only_neg_inf ? NAN : 0.0;
@@ -476,16 +494,16 @@ static int fwd_combine(wavepe_attention_plan *p, int64_t begin, int64_t end) {
         if (mx != -INFINITY) {
             for (int64_t c = 0; c < C; ++c) {
                 const int64_t o = base + c * stride;
-                const double mc = ld(p->partial, o + dpad, f64);
+                const double mc = ld(p->partial, o + dpad, p->acc);
                 if (mc == -INFINITY) continue;
                 const double w = exp(mc - mx);
-                l += w * ld(p->partial, o + dpad + 1, f64);
-                for (int64_t j = 0; j < d; ++j) acc[j] += w * ld(p->partial, o + j, f64);
+                l += w * ld(p->partial, o + dpad + 1, p->acc);
+                for (int64_t j = 0; j < d; ++j) acc[j] += w * ld(p->partial, o + j, p->acc);
             }
         }
         const int any = l > 0.0 || isnan(l);
-        for (int64_t j = 0; j < d; ++j) st(a->out, ooff + j, any ? acc[j] / l : 0.0, f64);
-        st(a->lse, row, any ? mx + log(l) : -INFINITY, f64);
+        for (int64_t j = 0; j < d; ++j) st(a->out, ooff + j, any ? acc[j] / l : 0.0, a->dtype);
+        st(a->lse, row, any ? mx + log(l) : -INFINITY, p->acc);
     }
     free(acc);
     return WAVEPE_OK;
@@ -495,7 +513,6 @@ static int fwd_combine(wavepe_attention_plan *p, int64_t begin, int64_t end) {
  * partials, in head order. */
 static void reduce_kv_rows(wavepe_attention_plan *p, int64_t b, int64_t hk, int64_t n0, int64_t n1) {
     const wavepe_attention_args *a = &p->a;
-    const int f64 = p->f64;
     const int64_t d = a->d;
     for (int which = 0; which < 2; ++which) {
         void *dst = which == 0 ? a->dk : a->dv;
@@ -503,8 +520,8 @@ static void reduce_kv_rows(wavepe_attention_plan *p, int64_t b, int64_t hk, int6
         for (int64_t i = n0 * d; i < n1 * d; ++i) {
             double s = 0.0;
             for (int64_t h = hk * p->hg; h < (hk + 1) * p->hg; ++h)
-                s += ld(p->dkv_partial, ((b * a->heads + h) * 2 + which) * a->n * d + i, f64);
-            st(dst, obase + i, s, f64);
+                s += ld(p->dkv_partial, ((b * a->heads + h) * 2 + which) * a->n * d + i, p->acc);
+            st(dst, obase + i, s, a->dtype);
         }
     }
 }
@@ -513,7 +530,6 @@ static void reduce_kv_rows(wavepe_attention_plan *p, int64_t b, int64_t hk, int6
  * slopes (one unit), chunks of dk/dv rows to reduce over query heads (GQA). */
 static int bwd_reduce(wavepe_attention_plan *p, int64_t begin, int64_t end) {
     const wavepe_attention_args *a = &p->a;
-    const int f64 = p->f64;
     const int64_t d = a->d, R = a->dtable != NULL ? a->table_rows : 0;
     const int64_t S = a->dslopes != NULL ? 1 : 0;
     for (int64_t row = begin; row < end; ++row) {
@@ -528,7 +544,7 @@ static int bwd_reduce(wavepe_attention_plan *p, int64_t begin, int64_t end) {
             for (int64_t h = 0; h < a->heads; ++h) {
                 double s = 0.0;
                 for (int64_t b = 0; b < a->batch; ++b) s += p->dslope_partial[b * a->heads + h];
-                st(a->dslopes, h, s, f64);
+                st(a->dslopes, h, s, p->acc);
             }
             continue;
         }
@@ -550,9 +566,9 @@ static int bwd_reduce(wavepe_attention_plan *p, int64_t begin, int64_t end) {
                 if (rmax > p->pr_hi) rmax = p->pr_hi;
                 const int64_t base = slot * p->dt_rows * p->dt_cols;
                 for (int64_t rr = rmax; rr >= rmin; --rr)
-                    s += ld(p->dt_partial, base + (p->pr_hi - rr) * p->dt_cols + c, f64);
+                    s += ld(p->dt_partial, base + (p->pr_hi - rr) * p->dt_cols + c, p->acc);
             }
-            st(a->dtable, row * d + c, s, f64);
+            st(a->dtable, row * d + c, s, a->dtype);
         }
     }
     return WAVEPE_OK;
@@ -566,10 +582,12 @@ typedef int (*attn_phase)(wavepe_attention_plan *p, int64_t begin, int64_t end);
 enum { ATTN_PHASE_FWD_TILED = 0, ATTN_PHASE_FWD_DECODE = 1, ATTN_PHASE_BWD = 2 };
 #define ATTN_PHASES_(ID, name, arch, ...)                                                        \
     WAVEPE_IF_VECTOR_##arch(case WAVEPE_ISA_##ID: {                                              \
-        static const attn_phase phases[2][3] = {                                                 \
+        static const attn_phase phases[4][3] = { /* by wavepe_dtype */                           \
             {attn_fwd_tiled_f32_##name, attn_fwd_decode_f32_##name, attn_bwd_f32_##name},        \
-            {attn_fwd_tiled_f64_##name, attn_fwd_decode_f64_##name, attn_bwd_f64_##name}};       \
-        return phases[p->f64][which];                                                            \
+            {attn_fwd_tiled_f64_##name, attn_fwd_decode_f64_##name, attn_bwd_f64_##name},        \
+            {attn_fwd_tiled_bf16_##name, attn_fwd_decode_bf16_##name, attn_bwd_bf16_##name},     \
+            {attn_fwd_tiled_f16_##name, attn_fwd_decode_f16_##name, attn_bwd_f16_##name}};       \
+        return phases[p->a.dtype][which];                                                        \
     })
 static attn_phase vector_phase(const wavepe_attention_plan *p, int which) {
     (void)which;

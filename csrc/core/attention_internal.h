@@ -44,16 +44,20 @@ enum { ATTN_KIND_SCALAR = 0, ATTN_KIND_TILED = 1, ATTN_KIND_DECODE = 2 };
  * per (batch, kv head) so that there are about DECODE_SPLIT of them. */
 #define ATTN_DECODE_MAX_M 16
 #define ATTN_DECODE_SPLIT 16
+/* Decoding with at most this many query rows per kv head runs the narrow kernels (scores
+ * straight from the key rows, P V row by row), not the 6-row micro-tiles. */
+#define ATTN_NARROW_ROWS 4
 
 struct wavepe_attention_plan {
     wavepe_attention_args a; /* copy of the caller's arguments */
     wavepe_isa isa;
-    int f64;                 /* element type: 0 float32, 1 float64 */
+    int f64;                 /* compute type: 0 float32 (float32 and half data), 1 float64 */
+    int acc;                 /* the accumulator's wavepe_dtype (slopes, lse, the plan's buffers) */
     int backward;
     int kind;                /* ATTN_KIND_* */
     int bias;                /* ATTN_BIAS_* */
     int64_t hg;              /* query heads per kv head */
-    int64_t esize;           /* bytes per element */
+    int64_t esize;           /* bytes per element of the compute type (the plan's buffers) */
 
     /* tiles (vector ISAs) */
     int64_t bm, bn, nr, dpad; /* dpad: d rounded up to nr */
@@ -76,7 +80,8 @@ struct wavepe_attention_plan {
     /* backward */
     int64_t nunits;      /* (batch, query head) units */
     int64_t nslots;      /* phase-0 units: slot s runs units s, s + nslots, ... */
-    void *dkv_partial;   /* GQA: (B, H, N, d) dk then dv per query head, or NULL (H == Hkv) */
+    void *dkv_partial;   /* GQA or half data: (B, H, N, d) dk then dv per query head, accumulator
+                          * type, or NULL (H == Hkv, float32 / float64: straight into dk, dv) */
     int64_t nkv_chunks;  /* phase-1 units reducing dk/dv over each kv head's query heads */
     void *dt_partial;    /* (nslots, rows, cols) table gradient per slot, or NULL */
     int64_t dt_rows, dt_cols; /* scalar: (R, d); vector: (prows, dpad) */
@@ -131,7 +136,13 @@ static inline int64_t attn_fwd_block_rows(wavepe_isa isa, int f64) {
     int attn_bwd_f32_##name(wavepe_attention_plan *p, int64_t begin, int64_t end);              \
     int attn_fwd_tiled_f64_##name(wavepe_attention_plan *p, int64_t begin, int64_t end);        \
     int attn_fwd_decode_f64_##name(wavepe_attention_plan *p, int64_t begin, int64_t end);       \
-    int attn_bwd_f64_##name(wavepe_attention_plan *p, int64_t begin, int64_t end);
+    int attn_bwd_f64_##name(wavepe_attention_plan *p, int64_t begin, int64_t end);              \
+    int attn_fwd_tiled_bf16_##name(wavepe_attention_plan *p, int64_t begin, int64_t end);       \
+    int attn_fwd_decode_bf16_##name(wavepe_attention_plan *p, int64_t begin, int64_t end);      \
+    int attn_bwd_bf16_##name(wavepe_attention_plan *p, int64_t begin, int64_t end);             \
+    int attn_fwd_tiled_f16_##name(wavepe_attention_plan *p, int64_t begin, int64_t end);        \
+    int attn_fwd_decode_f16_##name(wavepe_attention_plan *p, int64_t begin, int64_t end);       \
+    int attn_bwd_f16_##name(wavepe_attention_plan *p, int64_t begin, int64_t end);
 WAVEPE_ISA_TABLE(ATTN_DECLARE_PHASES_, _)
 #undef ATTN_DECLARE_PHASES_
 

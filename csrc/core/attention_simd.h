@@ -1,6 +1,15 @@
 /* attention_simd.h: the tiled attention kernels, written once (simd_type.h)
  * and instantiated per ISA by attention_<isa>.c (attention_avx2.c,
- * attention_avx512.c, attention_neon.c) for float and double.
+ * attention_avx512.c, attention_neon.c) for float, double, bfloat16 and
+ * float16.
+ *
+ * Half types (S = uint16_t, T = float): the caller's q, k, v, out, dout, dq
+ * are read and written as they are stored; every read widens a tile in
+ * registers on its way into the packed operands (query groups, key strips,
+ * value panels, all float32 and in L1/L2), so the products, the softmax
+ * statistics and every accumulator are float32, and each output element is
+ * rounded once (half.h): out at the end of its row, dq once its head is
+ * done, dk / dv in the plan's float32 reduction (attention.c).
  *
  * Structure (BLIS-like): everything is loops around two register-blocked
  * micro-kernels of MR = 6 rows x NR = 2 vectors:
@@ -29,7 +38,7 @@
 
 /* Tiles of this type (attention_internal.h): micro-tile MR x NR, NR = 2 vectors. */
 #define NR (2 * VL)
-#if defined(WP_TYPE_F32)
+#if defined(WP_COMPUTE_F32)
 #define ATTN_FBM (ATTN_FBM_F32 * VL / 8) /* attn_fwd_block_rows */
 #define ATTN_FBN ATTN_FBN_F32
 #define ATTN_BBM ATTN_BBM_F32
@@ -43,16 +52,61 @@
 #define ATTN_TB WP_TB_F64
 #endif
 
+/* Lanes [0, n) of the stored elements at p, widened (n clamped to [0, VL]),
+ * zero elsewhere; elements past n are never read. */
+static inline VT FN(s_loadu_n)(const S *p, int64_t n) {
+#if defined(WP_STORAGE_HALF)
+    if (n >= VL) return S_LOADU(p);
+    S buf[VL] = {0};
+    for (int64_t i = 0; i < n; ++i) buf[i] = p[i];
+    return S_LOADU(buf);
+#else
+    return V(loadu_n)(p, n);
+#endif
+}
+
+/* v's lanes [0, n) stored at p (n clamped to [0, VL]), rounded once to S. */
+static inline void FN(s_storeu_n)(S *p, VT v, int64_t n) {
+#if defined(WP_STORAGE_HALF)
+    if (n >= VL) {
+        S_STOREU(p, v);
+        return;
+    }
+    T buf[VL];
+    V(storeu)(buf, v);
+    for (int64_t i = 0; i < n; ++i) p[i] = T_TO_S(buf[i]);
+#else
+    V(storeu_n)(p, v, n);
+#endif
+}
+
 /* out[c*NR + lane] = src[lane*ks + c] for NR rows (lanes) and d columns:
  * register transposes of ATTN_TB x ATTN_TB blocks, scalar for the last
- * d % ATTN_TB columns. */
-static void FN(transpose_strip)(T *restrict out, const T *src, int64_t ks, int64_t d) {
+ * d % ATTN_TB columns.  Half types: VL columns of the NR rows are widened
+ * into a float32 tile first, then transposed the same way. */
+static void FN(transpose_strip)(T *restrict out, const S *src, int64_t ks, int64_t d) {
+#if defined(WP_STORAGE_HALF)
+    T tile[NR * VL];
+    for (int64_t c0 = 0; c0 < d; c0 += VL) {
+        const int64_t w = d - c0 < VL ? d - c0 : VL;
+        for (int lane = 0; lane < NR; ++lane) V(storeu)(tile + lane * VL, FN(s_loadu_n)(src + lane * ks + c0, w));
+        if (w == VL) {
+            for (int cb = 0; cb < VL; cb += ATTN_TB)
+                for (int g = 0; g < NR / ATTN_TB; ++g)
+                    V(transpose)(tile + g * ATTN_TB * VL + cb, VL, out + (c0 + cb) * NR + g * ATTN_TB, NR);
+        } else {
+            for (int64_t c = 0; c < w; ++c)
+                for (int lane = 0; lane < NR; ++lane) out[(c0 + c) * NR + lane] = tile[lane * VL + c];
+        }
+    }
+#else
     int64_t c0 = 0;
     for (; c0 + ATTN_TB <= d; c0 += ATTN_TB)
         for (int g = 0; g < NR / ATTN_TB; ++g)
             V(transpose)(src + g * ATTN_TB * ks + c0, ks, out + c0 * NR + g * ATTN_TB, NR);
     for (; c0 < d; ++c0)
         for (int lane = 0; lane < NR; ++lane) out[c0 * NR + lane] = src[lane * ks + c0];
+#endif
 }
 
 /* ATTN_FBM x ATTN_FBN forward blocks, ATTN_BBM x ATTN_BBN backward blocks */
@@ -150,15 +204,27 @@ static inline void FN(mk_gen)(int64_t kc, const T *a, int64_t a_st, int64_t a_sk
 /* ---- packing ------------------------------------------------------------------------- */
 
 /* dst[c*6 + t] = scale * rows[t][c] for t < nrows, 0 for the other rows. */
-static void FN(pack_rows)(T *restrict dst, const T *const *rows, int nrows, int64_t d, T scale) {
+static void FN(pack_rows)(T *restrict dst, const S *const *rows, int nrows, int64_t d, T scale) {
+#if defined(WP_STORAGE_HALF)
+    T tile[ATTN_MR * VL]; /* VL columns of the rows, widened */
+    const VT vs = V(set1)(scale);
+    for (int64_t c0 = 0; c0 < d; c0 += VL) {
+        const int64_t w = d - c0 < VL ? d - c0 : VL;
+        for (int t = 0; t < ATTN_MR; ++t)
+            V(storeu)(tile + t * VL, t < nrows ? V(mul)(vs, FN(s_loadu_n)(rows[t] + c0, w)) : V(zero)());
+        for (int64_t c = 0; c < w; ++c)
+            for (int t = 0; t < ATTN_MR; ++t) dst[(c0 + c) * ATTN_MR + t] = tile[t * VL + c];
+    }
+#else
     for (int64_t c = 0; c < d; ++c)
         for (int t = 0; t < ATTN_MR; ++t) dst[c * ATTN_MR + t] = t < nrows ? scale * rows[t][c] : (T)0;
+#endif
 }
 
 /* Keys [0, nk) of a row-major (stride ks) matrix into strips of NR keys,
  * k-major: dst[(s*d + c)*NR + lane] = src[(s*NR + lane)*ks + c]; keys past nk
  * are zero. */
-static void FN(pack_strips)(T *restrict dst, const T *src, int64_t ks, int64_t nk, int64_t d) {
+static void FN(pack_strips)(T *restrict dst, const S *src, int64_t ks, int64_t nk, int64_t d) {
     const int64_t nstrip = (nk + NR - 1) / NR;
     for (int64_t s = 0; s < nstrip; ++s) {
         T *out = dst + s * d * NR;
@@ -169,7 +235,7 @@ static void FN(pack_strips)(T *restrict dst, const T *src, int64_t ks, int64_t n
         }
         for (int64_t c = 0; c < d; ++c)
             for (int64_t lane = 0; lane < NR; ++lane)
-                out[c * NR + lane] = lane < lanes ? src[(s * NR + lane) * ks + c] : (T)0;
+                out[c * NR + lane] = lane < lanes ? S_TO_T(src[(s * NR + lane) * ks + c]) : (T)0;
     }
 }
 
@@ -179,11 +245,11 @@ static void FN(pack_strips)(T *restrict dst, const T *src, int64_t ks, int64_t n
  * additive key mask kpm[j] is not 0 (padded keys; kpm may be NULL) are packed
  * as zeros: a masked key's value or key never reaches a product, whatever it
  * holds (0 * NaN would). */
-static void FN(pack_panels)(T *restrict dst, int64_t ldp, const T *src, int64_t vs, int64_t nk, int64_t d,
+static void FN(pack_panels)(T *restrict dst, int64_t ldp, const S *src, int64_t vs, int64_t nk, int64_t d,
                             const T *kpm) {
     const int64_t full = d / NR, rest = d - full * NR;
     for (int64_t j = 0; j < nk; ++j) {
-        const T *row = src + j * vs;
+        const S *row = src + j * vs;
         if (kpm != NULL && kpm[j] != (T)0) {
             for (int64_t st = 0; st <= full; ++st) {
                 if (st == full && !rest) break;
@@ -195,13 +261,13 @@ static void FN(pack_panels)(T *restrict dst, int64_t ldp, const T *src, int64_t 
         }
         for (int64_t st = 0; st < full; ++st) {
             T *o = dst + (st * ldp + j) * NR;
-            V(storeu)(o, V(loadu)(row + st * NR));
-            V(storeu)(o + VL, V(loadu)(row + st * NR + VL));
+            V(storeu)(o, S_LOADU(row + st * NR));
+            V(storeu)(o + VL, S_LOADU(row + st * NR + VL));
         }
         if (rest) {
             T *o = dst + (full * ldp + j) * NR;
-            V(storeu)(o, V(loadu_n)(row + full * NR, rest));
-            V(storeu)(o + VL, V(loadu_n)(row + full * NR + VL, rest - VL));
+            V(storeu)(o, FN(s_loadu_n)(row + full * NR, rest));
+            V(storeu)(o + VL, FN(s_loadu_n)(row + full * NR + VL, rest - VL));
         }
     }
 }
@@ -222,8 +288,9 @@ typedef struct {
     T *o;      /* accumulators: rows x dpad */
     T *mst, *lst; /* online softmax max and sum per row */
     T *dqa, *dka, *dva; /* backward accumulators */
+    T *dqh;    /* backward, half types: the head's dq in float32 (M x d), rounded once at the end */
     T *dgt;    /* backward: skewed dS tile for the table gradient */
-    T *qr;     /* narrow decoding groups: scaled query rows, 2 x dpad */
+    T *qr;     /* narrow decoding groups: scaled query rows, ATTN_NARROW_ROWS x dpad */
     T *zr;     /* a row of dpad zeros (table rows outside the table) */
     T *kpan, *qpan, *dopan; /* backward: K block, Q block, dO block as column panels */
     T *rbad;   /* backward: 1 where the block's q or dO row holds a NaN/inf (0 elsewhere) */
@@ -238,12 +305,13 @@ typedef struct {
     int64_t klo[ATTN_MR], khi[ATTN_MR]; /* the keys [klo, khi) each row sees (wavepe_attention_keys) */
     T slope[ATTN_MR];        /* ALiBi slope of each row's head */
     const T *qp;             /* packed scaled rows [d][6] */
-    const T *qr;             /* narrow groups (rows <= 2): scaled rows, stride dpad; else NULL */
+    const T *qr;             /* narrow groups (rows <= ATTN_NARROW_ROWS): scaled rows, stride dpad; else NULL */
 } FN(group);
 
 typedef struct {
     int64_t n0, nk;          /* first key, keys in the block */
-    const T *k, *v;          /* rows of key n0 */
+    int64_t nrun;            /* keys from n0 to the end of the range being run (software prefetch bound) */
+    const S *k, *v;          /* rows of key n0 */
     int64_t ks, vs;          /* row strides */
     int masked;              /* key padding present: w->kpm holds the mask */
 } FN(kblock);
@@ -369,25 +437,6 @@ static void FN(group_scores)(FN(work) * w, const FN(group) * g, const FN(kblock)
     }
 }
 
-/* VL scores q . k_j of one query row against VL consecutive key rows (rows
- * past nk repeat the last one), reduced across lanes into one vector. */
-static inline VT FN(dot_keys)(const T *q, const T *k, int64_t ks, int64_t nk, int64_t d) {
-    const T *kr[VL];
-    for (int i = 0; i < VL; ++i) kr[i] = k + (i < nk ? i : nk - 1) * ks;
-    VT acc[VL];
-    for (int i = 0; i < VL; ++i) acc[i] = V(zero)();
-    int64_t c = 0;
-    for (; c + VL <= d; c += VL) {
-        const VT qv = V(loadu)(q + c);
-        for (int i = 0; i < VL; ++i) acc[i] = V(fmadd)(qv, V(loadu)(kr[i] + c), acc[i]);
-    }
-    if (c < d) {
-        const VT qv = V(loadu_n)(q + c, d - c);
-        for (int i = 0; i < VL; ++i) acc[i] = V(fmadd)(qv, V(loadu_n)(kr[i] + c, d - c), acc[i]);
-    }
-    return V(reduce_lanes)(acc);
-}
-
 /* q . T[p] for VL consecutive packed table rows p0 .. p0 + VL - 1 (rows
  * outside the table are zero), over the columns that can be nonzero there. */
 static inline VT FN(dot_table)(const wavepe_attention_plan *p, const T *q, int64_t p0, const T *zero_row) {
@@ -420,8 +469,77 @@ static inline VT FN(dot_table)(const wavepe_attention_plan *p, const T *q, int64
     return V(reduce_lanes)(acc);
 }
 
-/* Scores of a narrow group (1 or 2 rows, decoding) straight from the key and
- * table rows: no packing, no idle micro-kernel rows. */
+/* Narrow groups (decoding: at most ATTN_NARROW_ROWS query rows per kv head,
+ * e.g. the 4 query heads of a GQA group at one token) read each key and value
+ * row once for all their rows: every load of a K or V chunk -- widened once,
+ * for half types -- feeds the FMAs of every row. */
+
+/* Decoding streams K and V from memory once, a few rows per ~100 ns: while
+ * the scores of key j are computed, the K and V rows of key j +
+ * ATTN_PREFETCH_KEYS are requested (up to the last key of the range run,
+ * nrun), so the P V pass after the scores finds the block's V rows in cache
+ * too (perf on a loaded AVX2 EPYC: without it ~70 % of the decoding samples
+ * sat on the first load of a row). */
+#define ATTN_PREFETCH_KEYS 16
+static inline void FN(prefetch_row)(const S *rows, int64_t stride, int64_t j, int64_t nrun, int64_t d) {
+    if (j >= nrun) return;
+    const char *r = (const char *)(rows + j * stride);
+    for (int64_t off = 0; off < d * (int64_t)sizeof(S); off += 64) wp_prefetch(r + off);
+}
+
+/* s[t][j] = q_t . k_j for rows t < rows (scaled query rows q, stride ldq) and
+ * keys [j0, j1) of the block, RR rows x VL / RR keys per step (one horizontal
+ * reduction of VL sums); keys past j1 up to the step are written too, from
+ * the key j1 - 1.  RR is a constant of each call site (1, 2 or 4), so the
+ * loops unroll into registers. */
+static inline void FN(narrow_dots_rr)(const T *q, int64_t ldq, int rows, const FN(kblock) * kb, int64_t j0,
+                                      int64_t j1, int64_t d, T *s, int64_t lds, const int RR) {
+    const S *k = kb->k;
+    const int64_t ks = kb->ks;
+    const int KS = VL / RR;
+    for (int r0 = 0; r0 < rows; r0 += RR) {
+        const T *qr[VL];
+        for (int r = 0; r < RR; ++r) qr[r] = q + (r0 + r < rows ? r0 + r : r0) * ldq;
+        for (int64_t j = j0; j < j1; j += KS) {
+            if (r0 == 0)
+                for (int i = 0; i < KS; ++i) {
+                    FN(prefetch_row)(k, ks, j + i + ATTN_PREFETCH_KEYS, kb->nrun, d);
+                    FN(prefetch_row)(kb->v, kb->vs, j + i + ATTN_PREFETCH_KEYS, kb->nrun, d);
+                }
+            const S *kr[VL];
+            for (int i = 0; i < KS; ++i) kr[i] = k + (j + i < j1 ? j + i : j1 - 1) * ks;
+            VT acc[VL]; /* acc[i * RR + r]: row r0 + r, key j + i */
+            for (int i = 0; i < VL; ++i) acc[i] = V(zero)();
+            int64_t c = 0;
+            for (; c + VL <= d; c += VL)
+                for (int i = 0; i < KS; ++i) {
+                    const VT kv = S_LOADU(kr[i] + c);
+                    for (int r = 0; r < RR; ++r) acc[i * RR + r] = V(fmadd)(V(loadu)(qr[r] + c), kv, acc[i * RR + r]);
+                }
+            if (c < d)
+                for (int i = 0; i < KS; ++i) {
+                    const VT kv = FN(s_loadu_n)(kr[i] + c, d - c);
+                    for (int r = 0; r < RR; ++r)
+                        acc[i * RR + r] = V(fmadd)(V(loadu_n)(qr[r] + c, d - c), kv, acc[i * RR + r]);
+                }
+            T sums[VL];
+            V(storeu)(sums, V(reduce_lanes)(acc));
+            for (int i = 0; i < KS; ++i)
+                for (int r = 0; r < RR && r0 + r < rows; ++r) s[(r0 + r) * lds + j + i] = sums[i * RR + r];
+        }
+    }
+}
+
+static void FN(narrow_dots)(const T *q, int64_t ldq, int rows, const FN(kblock) * kb, int64_t j0, int64_t j1,
+                            int64_t d, T *s, int64_t lds) {
+    if (rows == 1 || VL < 2) FN(narrow_dots_rr)(q, ldq, rows, kb, j0, j1, d, s, lds, 1);
+    else if (rows == 2 || VL < 4) FN(narrow_dots_rr)(q, ldq, rows, kb, j0, j1, d, s, lds, 2);
+    else FN(narrow_dots_rr)(q, ldq, rows, kb, j0, j1, d, s, lds, 4);
+}
+
+/* Scores of a narrow group straight from the key and table rows: no packing,
+ * no idle micro-kernel rows; every row over the keys any row sees (a row's
+ * keys outside its own range are masked by selection in group_forward). */
 static void FN(narrow_scores)(FN(work) * w, const FN(group) * g, const FN(kblock) * kb, const int64_t jl[ATTN_MR],
                               const int64_t jv[ATTN_MR], int64_t jmax, T *s, int64_t lds) {
     const wavepe_attention_plan *p = w->p;
@@ -429,12 +547,16 @@ static void FN(narrow_scores)(FN(work) * w, const FN(group) * g, const FN(kblock
     const T *init[ATTN_MR];
     const int table = p->bias == ATTN_BIAS_TABLE && p->prows > 0;
     const int has_init = table ? 0 : FN(group_bias)(w, g, kb, jv, jmax, init);
+    int64_t jlo = jmax;
+    for (int t = 0; t < g->rows; ++t)
+        if (jv[t] > 0 && jl[t] / VL * VL < jlo) jlo = jl[t] / VL * VL;
+    FN(narrow_dots)(g->qr, dpad, g->rows, kb, jlo, jmax, d, s, lds);
     for (int t = 0; t < g->rows; ++t) {
-        if (jv[t] == 0) continue;
+        if (jv[t] == 0 || (!has_init && !table)) continue;
         const T *q = g->qr + t * dpad;
         const int64_t p0 = p->pr_hi - g->pos[t] + kb->n0;
         for (int64_t j = jl[t] / VL * VL; j < jv[t]; j += VL) {
-            VT x = FN(dot_keys)(q, kb->k + j * kb->ks, kb->ks, jv[t] - j, d);
+            VT x = V(loadu)(s + t * lds + j);
             if (has_init) x = V(add)(x, V(loadu)(init[t] + j));
             if (table) x = V(add)(x, FN(dot_table)(p, q, p0 + j, w->zr));
             V(storeu)(s + t * lds + j, x);
@@ -442,8 +564,44 @@ static void FN(narrow_scores)(FN(work) * w, const FN(group) * g, const FN(kblock
     }
 }
 
-/* o[0..d) += sum_j p[j] v_j for one row, 8 vectors of columns at a time. */
-static void FN(row_pv)(const T *p, int64_t nk, const T *v, int64_t vs, int64_t d, T *o, const T *kpm) {
+/* o_t[0..d) += sum_{j0 <= j < j1} p_t[j] v_j for the rows t < R (P rows of
+ * stride lds, O rows of stride ldo with whole vectors past d): each chunk of a
+ * value row loaded once for every row.  R: a constant of each call site. */
+static inline void FN(rows_pv_r)(const T *p, int64_t lds, int64_t j0, int64_t j1, const S *v, int64_t vs, int64_t d,
+                                 T *o, int64_t ldo, const int R) {
+    for (int64_t c0 = 0; c0 < d; c0 += 2 * VL) {
+        VT acc[ATTN_NARROW_ROWS][2];
+        for (int r = 0; r < R; ++r)
+            for (int h = 0; h < 2; ++h) acc[r][h] = V(loadu)(o + r * ldo + c0 + h * VL);
+        const int full = c0 + 2 * VL <= d;
+        for (int64_t j = j0; j < j1; ++j) {
+            const S *vr = v + j * vs + c0;
+            const VT v0 = full ? S_LOADU(vr) : FN(s_loadu_n)(vr, d - c0);
+            const VT v1 = full ? S_LOADU(vr + VL) : FN(s_loadu_n)(vr + VL, d - c0 - VL);
+            for (int r = 0; r < R; ++r) {
+                const VT pr = V(bcast)(p + r * lds + j);
+                acc[r][0] = V(fmadd)(pr, v0, acc[r][0]);
+                acc[r][1] = V(fmadd)(pr, v1, acc[r][1]);
+            }
+        }
+        for (int r = 0; r < R; ++r)
+            for (int h = 0; h < 2; ++h)
+                if (c0 + h * VL < d) V(storeu)(o + r * ldo + c0 + h * VL, acc[r][h]);
+    }
+}
+
+static void FN(rows_pv)(const T *p, int64_t lds, int rows, int64_t j0, int64_t j1, const S *v, int64_t vs, int64_t d,
+                        T *o, int64_t ldo) {
+    switch (rows) {
+    case 2: FN(rows_pv_r)(p, lds, j0, j1, v, vs, d, o, ldo, 2); break;
+    case 3: FN(rows_pv_r)(p, lds, j0, j1, v, vs, d, o, ldo, 3); break;
+    default: FN(rows_pv_r)(p, lds, j0, j1, v, vs, d, o, ldo, 4); break;
+    }
+}
+
+/* o[0..d) += sum_j p[j] v_j for one row, 8 vectors of columns at a time (o
+ * has dpad columns: whole vectors are stored past d). */
+static void FN(row_pv)(const T *p, int64_t nk, const S *v, int64_t vs, int64_t d, T *o, const T *kpm) {
     if (kpm != NULL) { /* padded keys never reach the product (their values may be anything) */
         for (int64_t j = 0; j < nk; ++j)
             if (kpm[j] == (T)0) FN(row_pv)(p + j, 1, v + j * vs, vs, d, o, NULL);
@@ -455,14 +613,21 @@ static void FN(row_pv)(const T *p, int64_t nk, const T *v, int64_t vs, int64_t d
         for (int i = 0; i < 8; ++i) acc[i] = V(loadu)(o + c0 + i * VL);
         for (int64_t j = 0; j < nk; ++j) {
             const VT a = V(bcast)(p + j);
-            const T *vr = v + j * vs + c0;
-            for (int i = 0; i < 8; ++i) acc[i] = V(fmadd)(a, V(loadu)(vr + i * VL), acc[i]);
+            const S *vr = v + j * vs + c0;
+            for (int i = 0; i < 8; ++i) acc[i] = V(fmadd)(a, S_LOADU(vr + i * VL), acc[i]);
         }
         for (int i = 0; i < 8; ++i) V(storeu)(o + c0 + i * VL, acc[i]);
     }
-    for (; c0 < d; c0 += NR) {
-        const int cols = d - c0 < NR ? (int)(d - c0) : NR;
-        FN(mk_gen)(nk, p, 0, 1, v + c0, vs, cols, o + c0, 0, 1);
+    for (; c0 < d; c0 += 4 * VL) { /* the last < 8 vectors, 4 at a time, lanes past d read as 0 */
+        VT acc[4];
+        for (int i = 0; i < 4; ++i) acc[i] = V(loadu)(o + c0 + i * VL);
+        for (int64_t j = 0; j < nk; ++j) {
+            const VT a = V(bcast)(p + j);
+            const S *vr = v + j * vs + c0;
+            for (int i = 0; i < 4; ++i) acc[i] = V(fmadd)(a, FN(s_loadu_n)(vr + i * VL, d - c0 - i * VL), acc[i]);
+        }
+        for (int i = 0; i < 4; ++i)
+            if (c0 + i * VL < d) V(storeu)(o + c0 + i * VL, acc[i]);
     }
 }
 
@@ -562,10 +727,22 @@ static void FN(group_forward)(FN(work) * w, const FN(group) * g, const FN(kblock
         mst[t] = m_new;
     }
     if (g->qr != NULL) {
-        for (int t = 0; t < g->rows; ++t)
-            if (jv[t] > 0)
-                FN(row_pv)(s + t * ATTN_SLD + jl[t], jv[t] - jl[t], kb->v + jl[t] * kb->vs, kb->vs, d, o + t * dpad,
-                           kb->masked ? w->kpm + jl[t] : NULL);
+        /* the keys every row sees, for all rows at once (not with key padding: a padded key's
+         * value row never meets a product, and row_pv skips it); the rest row by row */
+        int64_t lmax = 0, hmin = INT64_MAX;
+        for (int t = 0; t < g->rows; ++t) {
+            lmax = jl[t] > lmax ? jl[t] : lmax;
+            hmin = jv[t] < hmin ? jv[t] : hmin;
+        }
+        if (kb->masked || g->rows < 2 || hmin <= lmax) lmax = hmin = 0; /* one row: row_pv */
+        if (hmin > lmax) FN(rows_pv)(s, ATTN_SLD, g->rows, lmax, hmin, kb->v, kb->vs, d, o, dpad);
+        for (int t = 0; t < g->rows; ++t) {
+            const int64_t r[2][2] = {{jl[t], hmin > lmax ? lmax : jv[t]}, {hmin > lmax ? hmin : 0, hmin > lmax ? jv[t] : 0}};
+            for (int k = 0; k < 2; ++k)
+                if (r[k][1] > r[k][0])
+                    FN(row_pv)(s + t * ATTN_SLD + r[k][0], r[k][1] - r[k][0], kb->v + r[k][0] * kb->vs, kb->vs, d,
+                               o + t * dpad, kb->masked ? w->kpm + r[k][0] : NULL);
+        }
         return;
     }
     FN(rows_times_panels)(g, jl, jv, s, ATTN_SLD, w->vp, ATTN_FBN, d, o, dpad);
@@ -603,12 +780,13 @@ static void FN(rows_over_keys)(FN(work) * w, FN(group) * groups, int64_t ngroups
             }
     if (khi < n_end) n_end = khi;
     if (klo > n_begin) n_begin = klo;
-    const T *kbase = (const T *)a->k + attn_off(a->k_strides, b, hk, 0);
-    const T *vbase = (const T *)a->v + attn_off(a->v_strides, b, hk, 0);
+    const S *kbase = (const S *)a->k + attn_off(a->k_strides, b, hk, 0);
+    const S *vbase = (const S *)a->v + attn_off(a->v_strides, b, hk, 0);
     for (int64_t n0 = n_begin; n0 < n_end; n0 += ATTN_FBN) {
         FN(kblock) kb;
         kb.n0 = n0;
         kb.nk = n_end - n0 < ATTN_FBN ? n_end - n0 : ATTN_FBN;
+        kb.nrun = n_end - n0;
         kb.k = kbase + n0 * a->k_strides[2];
         kb.v = vbase + n0 * a->v_strides[2];
         kb.ks = a->k_strides[2];
@@ -637,7 +815,7 @@ static int FN(work_alloc)(FN(work) * w, const wavepe_attention_plan *p, int64_t 
     const int64_t rpad = (rows + ATTN_MR - 1) / ATTN_MR * ATTN_MR;
     const int64_t bwd = p->backward;
     const int64_t dgt_ld = ATTN_BBM + ATTN_BBN + 2 * NR;
-    int64_t sizes[23] = {
+    int64_t sizes[24] = {
         rpad * d,                           /* qp */
         ATTN_BNMAX * d,                     /* kp */
         bwd ? ATTN_BBN * d : ATTN_FBN * dpad, /* vp */
@@ -654,15 +832,20 @@ static int FN(work_alloc)(FN(work) * w, const wavepe_attention_plan *p, int64_t 
         bwd ? ATTN_BBN * dpad : 0,          /* dva */
         bwd && p->a.dtable != NULL ? ATTN_BBM * dgt_ld : 0, /* dgt */
         bwd ? (p->a.m + 1) * (int64_t)(sizeof(double) / sizeof(T)) : 0, /* dvec */
-        2 * dpad,                           /* qr */
+        ATTN_NARROW_ROWS * dpad,            /* qr */
         dpad,                               /* zr */
         bwd ? ATTN_BBN * dpad : 0,          /* kpan */
         bwd ? ATTN_BBM * dpad : 0,          /* qpan */
         bwd ? ATTN_BBM * dpad : 0,          /* dopan */
         bwd ? ATTN_BBM : 0,                 /* rbad */
+#if defined(WP_STORAGE_HALF)
+        bwd ? p->a.m * d : 0,               /* dqh */
+#else
+        0,
+#endif
     };
     int64_t total = 0;
-    for (int i = 0; i < 23; ++i) {
+    for (int i = 0; i < 24; ++i) {
         sizes[i] = (sizes[i] + 15) / 16 * 16; /* 64-byte aligned pieces */
         if (wavepe_add_overflow(total, sizes[i], &total)) return WAVEPE_E_OVERFLOW;
     }
@@ -670,10 +853,10 @@ static int FN(work_alloc)(FN(work) * w, const wavepe_attention_plan *p, int64_t 
     T *base = attn_aligned_alloc((size_t)total * sizeof(T));
     if (base == NULL) return WAVEPE_E_NOMEM;
     w->block = base;
-    T **slots[23] = {&w->qp,  &w->kp,  &w->vp, &w->dop, &w->s,  &w->ds,   &w->g,    &w->al,
+    T **slots[24] = {&w->qp,  &w->kp,  &w->vp, &w->dop, &w->s,  &w->ds,   &w->g,    &w->al,
                      &w->kpm, &w->o,   &w->mst, &w->lst, &w->dqa, &w->dka, &w->dva, &w->dgt,
-                     NULL,    &w->qr,  &w->zr, &w->kpan, &w->qpan, &w->dopan, &w->rbad};
-    for (int i = 0; i < 23; ++i) {
+                     NULL,    &w->qr,  &w->zr, &w->kpan, &w->qpan, &w->dopan, &w->rbad, &w->dqh};
+    for (int i = 0; i < 24; ++i) {
         if (slots[i] != NULL) *slots[i] = sizes[i] ? base : NULL;
         else w->dvec = sizes[i] ? (double *)base : NULL;
         base += sizes[i];
@@ -699,11 +882,11 @@ static void FN(pack_query_groups)(FN(work) * w, FN(group) * groups, int64_t b, i
     const wavepe_attention_plan *p = w->p;
     const wavepe_attention_args *a = &p->a;
     const int64_t d = a->d;
-    const T *qbase = (const T *)a->q + attn_off(a->q_strides, b, h, m0);
+    const S *qbase = (const S *)a->q + attn_off(a->q_strides, b, h, m0);
     const T slope = p->bias == ATTN_BIAS_ALIBI ? ((const T *)a->slopes)[h] : (T)0;
     for (int64_t gi = 0; gi * ATTN_MR < rows; ++gi) {
         FN(group) *g = &groups[gi];
-        const T *rp[ATTN_MR];
+        const S *rp[ATTN_MR];
         g->rows = rows - gi * ATTN_MR < ATTN_MR ? (int)(rows - gi * ATTN_MR) : ATTN_MR;
         for (int t = 0; t < ATTN_MR; ++t) {
             const int64_t i = gi * ATTN_MR + (t < g->rows ? t : 0);
@@ -723,21 +906,22 @@ static void FN(finish_rows)(FN(work) * w, int64_t b, int64_t h, int64_t m0, int6
                             const T *mst, const T *lst) {
     const wavepe_attention_args *a = &w->p->a;
     const int64_t d = a->d, dpad = w->p->dpad;
-    T *out = (T *)a->out + attn_off(a->out_strides, b, h, m0);
+    S *out = (S *)a->out + attn_off(a->out_strides, b, h, m0);
     T *lse = (T *)a->lse + (b * a->heads + h) * a->m + m0;
     for (int64_t i = 0; i < rows; ++i) {
         T l = lst[i];
+        S *orow = out + i * a->out_strides[2];
         if (l == (T)0 && signbit(l)) { /* keys seen, every score -inf: 0/0, or mark_neg_inf's code */
             if (a->mark_neg_inf) {
-                for (int64_t c = 0; c < d; ++c) out[i * a->out_strides[2] + c] = (T)0;
+                for (int64_t c = 0; c < d; c += VL) FN(s_storeu_n)(orow + c, V(zero)(), d - c);
                 lse[i] = (T)INFINITY;
                 continue;
             }
             l = (T)NAN;
         }
         const int any = l > (T)0 || l != l;
-        const T inv = any ? (T)1 / l : (T)0;
-        for (int64_t c = 0; c < d; ++c) out[i * a->out_strides[2] + c] = o[i * dpad + c] * inv;
+        const VT inv = V(set1)(any ? (T)1 / l : (T)0);
+        for (int64_t c = 0; c < d; c += VL) FN(s_storeu_n)(orow + c, V(mul)(V(loadu)(o + i * dpad + c), inv), d - c);
         lse[i] = any ? (T)((double)mst[i] + log((double)l)) : -(T)INFINITY;
     }
 }
@@ -783,12 +967,12 @@ int FN(attn_fwd_decode)(wavepe_attention_plan *p, int64_t begin, int64_t end) {
         const int64_t c = u % C, bk = u / C, hk = bk % a->kv_heads, b = bk / a->kv_heads;
         for (int64_t gi = 0; gi < ngroups; ++gi) {
             FN(group) *g = &groups[gi];
-            const T *rp[ATTN_MR];
+            const S *rp[ATTN_MR];
             g->rows = rows - gi * ATTN_MR < ATTN_MR ? (int)(rows - gi * ATTN_MR) : ATTN_MR;
             for (int t = 0; t < ATTN_MR; ++t) {
                 const int64_t i = gi * ATTN_MR + (t < g->rows ? t : 0);
                 const int64_t h = hk * p->hg + i / M, m = i % M;
-                rp[t] = (const T *)a->q + attn_off(a->q_strides, b, h, m);
+                rp[t] = (const S *)a->q + attn_off(a->q_strides, b, h, m);
                 FN(set_row)(a, g, t, b, a->q_offset + m);
                 g->slope[t] = p->bias == ATTN_BIAS_ALIBI ? ((const T *)a->slopes)[h] : (T)0;
             }
@@ -796,9 +980,9 @@ int FN(attn_fwd_decode)(wavepe_attention_plan *p, int64_t begin, int64_t end) {
             FN(pack_rows)(dst, rp, g->rows, d, (T)a->scale);
             g->qp = dst;
             g->qr = NULL;
-            if (rows <= 2) { /* narrow: one or two query rows against the chunk */
+            if (rows <= ATTN_NARROW_ROWS) { /* narrow: a few query rows against the chunk */
                 for (int t = 0; t < g->rows; ++t)
-                    for (int64_t c = 0; c < d; ++c) w.qr[t * dpad + c] = (T)a->scale * rp[t][c];
+                    for (int64_t c = 0; c < d; ++c) w.qr[t * dpad + c] = (T)a->scale * S_TO_T(rp[t][c]);
                 g->qr = w.qr;
             }
         }
@@ -823,14 +1007,19 @@ int FN(attn_fwd_decode)(wavepe_attention_plan *p, int64_t begin, int64_t end) {
 
 /* Flag the rows of a backward query block whose q or dO holds a NaN or inf
  * (x * 0 is 0 exactly when x is finite). */
-static void FN(flag_bad_rows)(FN(work) * w, const T *q, int64_t qs, const T *dout, int64_t dos, int64_t rows,
+static void FN(flag_bad_rows)(FN(work) * w, const S *q, int64_t qs, const S *dout, int64_t dos, int64_t rows,
                               int64_t d) {
     w->any_bad = 0;
+    const VT zero = V(zero)();
     for (int64_t t = 0; t < rows; ++t) {
-        T z = 0;
-        for (int64_t c = 0; c < d; ++c) z += q[t * qs + c] * (T)0 + dout[t * dos + c] * (T)0;
-        w->rbad[t] = z == (T)0 ? (T)0 : (T)1;
-        w->any_bad |= z != (T)0;
+        VT z = zero;
+        for (int64_t c = 0; c < d; c += VL) {
+            z = V(fmadd)(FN(s_loadu_n)(q + t * qs + c, d - c), zero, z);
+            z = V(fmadd)(FN(s_loadu_n)(dout + t * dos + c, d - c), zero, z);
+        }
+        const int bad = M(bits)(V(cmpeq)(z, zero)) != M(bits)(M(first)(VL));
+        w->rbad[t] = bad ? (T)1 : (T)0;
+        w->any_bad |= bad;
     }
 }
 
@@ -844,26 +1033,27 @@ static void FN(bad_rows_backward)(FN(work) * w, int64_t b, int64_t h, int64_t m0
     for (int64_t t = t_first; t < rows; ++t) {
         /* a zero-weight row (lse = +inf, mark_neg_inf) contributes nothing: 0 * inf would not be 0 */
         if (w->rbad[t] == (T)0 || jv_all[t] == 0 || lse[t] == (T)INFINITY) continue;
-        const T *qrow = (const T *)a->q + attn_off(a->q_strides, b, h, m0 + t);
-        const T *gorow = (const T *)a->dout + attn_off(a->dout_strides, b, h, m0 + t);
+        const S *qrow = (const S *)a->q + attn_off(a->q_strides, b, h, m0 + t);
+        const S *gorow = (const S *)a->dout + attn_off(a->dout_strides, b, h, m0 + t);
         const T *prow = w->s + t * ATTN_SLD, *dsrow = w->ds + t * ATTN_SLD;
         const int64_t pos = a->q_offset + m0 + t;
         for (int64_t j = jl_all[t]; j < jv_all[t]; ++j) {
             if (kb->masked && w->kpm[j] != (T)0) continue;
             for (int64_t c = 0; c < d; ++c) {
-                w->dva[j * dpad + c] += prow[j] * gorow[c];
-                w->dka[j * dpad + c] += dsrow[j] * qrow[c];
+                w->dva[j * dpad + c] += prow[j] * S_TO_T(gorow[c]);
+                w->dka[j * dpad + c] += dsrow[j] * S_TO_T(qrow[c]);
             }
             const int64_t pr = p->pr_hi - pos + kb->n0 + j;
             if (dt_slot != NULL && pr >= 0 && pr < p->prows)
-                for (int64_t c = 0; c < d; ++c) dt_slot[pr * dpad + c] += dsrow[j] * qrow[c];
+                for (int64_t c = 0; c < d; ++c) dt_slot[pr * dpad + c] += dsrow[j] * S_TO_T(qrow[c]);
         }
     }
 }
 
-/* One (query block, key block) tile of the backward for head h. */
+/* One (query block, key block) tile of the backward for head h; dq: the
+ * head's dq accumulator (M x d). */
 static void FN(tile_backward)(FN(work) * w, FN(group) * groups, int64_t b, int64_t h, int64_t m0, int64_t rows,
-                              const FN(kblock) * kb, T *dt_slot, double *dslope) {
+                              const FN(kblock) * kb, T *dt_slot, double *dslope, T *dq_head) {
     const wavepe_attention_plan *p = w->p;
     const wavepe_attention_args *a = &p->a;
     const int64_t d = a->d, dpad = p->dpad, ngroups = (rows + ATTN_MR - 1) / ATTN_MR;
@@ -1011,7 +1201,7 @@ static void FN(tile_backward)(FN(work) * w, FN(group) * groups, int64_t b, int64
         }
     }
     /* the tile's dq into the head's dq */
-    T *dq = (T *)a->dq + ((b * a->heads + h) * a->m + m0) * d;
+    T *dq = dq_head + m0 * d;
     for (int64_t t = 0; t < rows; ++t)
         for (int64_t c = 0; c < d; ++c) dq[t * d + c] += w->dqa[t * dpad + c];
 }
@@ -1026,15 +1216,19 @@ static void FN(unit_backward)(FN(work) * w, FN(group) * groups, int64_t unit, T 
     T *dk = (T *)attn_dk_dest(p, b, h), *dv = (T *)attn_dv_dest(p, b, h);
     memset(dk, 0, sizeof(T) * (size_t)(N * d));
     memset(dv, 0, sizeof(T) * (size_t)(N * d));
-    const T *kbase = (const T *)a->k + attn_off(a->k_strides, b, hk, 0);
-    const T *vbase = (const T *)a->v + attn_off(a->v_strides, b, hk, 0);
+    const S *kbase = (const S *)a->k + attn_off(a->k_strides, b, hk, 0);
+    const S *vbase = (const S *)a->v + attn_off(a->v_strides, b, hk, 0);
+#if defined(WP_STORAGE_HALF)
+    T *dq = w->dqh; /* float32, rounded into the caller's dq at the end */
+#else
     T *dq = (T *)a->dq + (b * a->heads + h) * M * d;
-    memset(dq, 0, sizeof(T) * (size_t)(M * d));
+#endif
+    if (M > 0) memset(dq, 0, sizeof(T) * (size_t)(M * d));
     for (int64_t m = 0; m < M; ++m) {
-        const T *orow = (const T *)a->out + attn_off(a->out_strides, b, h, m);
-        const T *gorow = (const T *)a->dout + attn_off(a->dout_strides, b, h, m);
+        const S *orow = (const S *)a->out + attn_off(a->out_strides, b, h, m);
+        const S *gorow = (const S *)a->dout + attn_off(a->dout_strides, b, h, m);
         double s = 0.0;
-        for (int64_t c = 0; c < d; ++c) s += (double)orow[c] * (double)gorow[c];
+        for (int64_t c = 0; c < d; ++c) s += (double)S_TO_T(orow[c]) * (double)S_TO_T(gorow[c]);
         if (a->dlse != NULL) s -= (double)((const T *)a->dlse)[(b * a->heads + h) * M + m];
         w->dvec[m] = s;
     }
@@ -1043,6 +1237,7 @@ static void FN(unit_backward)(FN(work) * w, FN(group) * groups, int64_t unit, T 
         FN(kblock) kb;
         kb.n0 = n0;
         kb.nk = N - n0 < ATTN_BBN ? N - n0 : ATTN_BBN;
+        kb.nrun = N - n0;
         kb.k = kbase + n0 * a->k_strides[2];
         kb.v = vbase + n0 * a->v_strides[2];
         kb.ks = a->k_strides[2];
@@ -1076,19 +1271,19 @@ static void FN(unit_backward)(FN(work) * w, FN(group) * groups, int64_t unit, T 
             const int64_t m0 = qi * ATTN_BBM, rows = M - m0 < ATTN_BBM ? M - m0 : ATTN_BBM;
             FN(pack_query_groups)(w, groups, b, h, m0, rows);
             for (int64_t gi = 0; gi * ATTN_MR < rows; ++gi) {
-                const T *rp[ATTN_MR];
+                const S *rp[ATTN_MR];
                 const int gr = groups[gi].rows;
                 for (int t = 0; t < ATTN_MR; ++t)
-                    rp[t] = (const T *)a->dout +
+                    rp[t] = (const S *)a->dout +
                             attn_off(a->dout_strides, b, h, m0 + gi * ATTN_MR + (t < gr ? t : 0));
                 FN(pack_rows)(w->dop + gi * ATTN_MR * d, rp, gr, d, (T)1);
             }
-            const T *qblk = (const T *)a->q + attn_off(a->q_strides, b, h, m0);
-            const T *doblk = (const T *)a->dout + attn_off(a->dout_strides, b, h, m0);
+            const S *qblk = (const S *)a->q + attn_off(a->q_strides, b, h, m0);
+            const S *doblk = (const S *)a->dout + attn_off(a->dout_strides, b, h, m0);
             FN(flag_bad_rows)(w, qblk, a->q_strides[2], doblk, a->dout_strides[2], rows, d);
             FN(pack_panels)(w->qpan, ATTN_BBM, qblk, a->q_strides[2], rows, d, w->any_bad ? w->rbad : NULL);
             FN(pack_panels)(w->dopan, ATTN_BBM, doblk, a->dout_strides[2], rows, d, w->any_bad ? w->rbad : NULL);
-            FN(tile_backward)(w, groups, b, h, m0, rows, &kb, dt_slot, p->dslope_partial ? &dslope : NULL);
+            FN(tile_backward)(w, groups, b, h, m0, rows, &kb, dt_slot, p->dslope_partial ? &dslope : NULL, dq);
         }
         for (int64_t j = 0; j < kb.nk; ++j)
             for (int64_t c = 0; c < d; ++c) {
@@ -1097,6 +1292,10 @@ static void FN(unit_backward)(FN(work) * w, FN(group) * groups, int64_t unit, T 
             }
     }
     if (p->dslope_partial != NULL) p->dslope_partial[b * a->heads + h] = dslope;
+#if defined(WP_STORAGE_HALF)
+    S *dq_out = (S *)a->dq + (b * a->heads + h) * M * d;
+    for (int64_t i = 0; i < M * d; i += VL) FN(s_storeu_n)(dq_out + i, V(loadu)(dq + i), M * d - i);
+#endif
 }
 
 int FN(attn_bwd)(wavepe_attention_plan *p, int64_t begin, int64_t end) {

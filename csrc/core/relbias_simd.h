@@ -121,11 +121,6 @@ static int rb_next_block(const wavepe_relbias_args *a, rb_cursor *c, rb_rows *ou
 #endif
 
 #define RB_NR (2 * VL)
-#if defined(WP_TYPE_BF16) || defined(WP_TYPE_F16)
-#define RB_HALF 1 /* storage S differs from the compute type T */
-#else
-#define RB_HALF 0
-#endif
 /* the scalar reference of a kernel, for this element type (relbias.h) */
 #define RB_SCALAR(name) WP_CAT(WP_CAT(name##_, WP_TNAME), _scalar)
 
@@ -268,7 +263,7 @@ static inline void FN(rb_fill)(T *p, int64_t count, T v) { FN(rb_fill_stream)(p,
 
 /* Fill the output p[0 .. count) (storage S) with v, rounded once. */
 static inline void FN(rb_fill_out)(S *p, int64_t count, T v, int stream) {
-#if RB_HALF
+#ifdef WP_STORAGE_HALF /* storage S differs from the compute type T */
     /* v rounded once; its bits twice per 32-bit lane, stored as float vectors (moves only: no
      * arithmetic touches the pattern, so its bits arrive as they are) */
     const S s = T_TO_S(v);
@@ -293,7 +288,7 @@ static inline void FN(rb_fill_out)(S *p, int64_t count, T v, int stream) {
 
 /* Lanes [0, n) of p (n in [0, VL]), zero elsewhere, widened; nothing past p + n is read. */
 static inline VT FN(rb_loadu_n)(const S *p, int64_t n) {
-#if RB_HALF
+#ifdef WP_STORAGE_HALF
     S tmp[VL] = {0};
     for (int64_t i = 0; i < n; ++i) tmp[i] = p[i];
     return S_LOADU(tmp);
@@ -345,7 +340,7 @@ static inline void FN(rb_axpy)(T *y, T alpha, const S *x, int64_t d) {
     for (; j < d; ++j) y[j] += alpha * S_TO_T(x[j]);
 }
 
-#if RB_HALF
+#ifdef WP_STORAGE_HALF
 /* x[0 .. d) widened into y (a scratch row in T) */
 static inline void FN(rb_widen)(T *y, const S *x, int64_t d) {
     int64_t j = 0;
@@ -456,7 +451,7 @@ void FN(wavepe_relbias)(const wavepe_relbias_args *a, int64_t begin, int64_t end
     const S *table = (const S *)a->table;
     /* outputs well beyond the caches: stream the fills (see rb_fill_stream) */
     const int stream = a->batch * a->m * a->n * (int64_t)sizeof(S) >= ((int64_t)32 << 20);
-#if RB_HALF
+#ifdef WP_STORAGE_HALF
     /* the group's q rows widened once (RB_GROUP blocks x MR rows of d); without it, the scalar way */
     T *qtile = (T *)malloc(sizeof(T) * (size_t)(RB_GROUP * RB_MR) * (size_t)(a->d > 0 ? a->d : 1));
     if (qtile == NULL) {
@@ -478,7 +473,7 @@ void FN(wavepe_relbias)(const wavepe_relbias_args *a, int64_t begin, int64_t end
         for (int i = 0; i < RB_MR; ++i) {
             const S *q = q_any;
             if (rows.stored[i]) q = (const S *)a->q + rows.g[i] * a->q_stride_g + rows.m[i] * a->q_stride_m;
-#if RB_HALF
+#ifdef WP_STORAGE_HALF
             T *slot = qtile + (int64_t)(nb * RB_MR + i) * a->d;
             FN(rb_widen)(slot, q, a->d);
             b->q[i] = slot;
@@ -510,7 +505,7 @@ void FN(wavepe_relbias)(const wavepe_relbias_args *a, int64_t begin, int64_t end
         }
     }
     if (nb) FN(rb_fwd_group)(a, blocks, nb);
-#if RB_HALF
+#ifdef WP_STORAGE_HALF
     free(qtile);
 #endif
     if (stream) wp_stream_fence(); /* streamed stores visible before the caller's synchronisation */
@@ -631,7 +626,7 @@ static void FN(rb_dq_rest)(const wavepe_relbias_args *a, const FN(rb_qblock) *b)
             FN(rb_axpy)(dq, beyond, table + (a->rows - 1) * d, d);
             FN(rb_axpy)(dq, before, table, d);
         }
-#if RB_HALF
+#ifdef WP_STORAGE_HALF
         FN(rb_round)(b->dq_out[i], dq, d); /* complete: rounded once */
 #endif
     }
@@ -648,7 +643,7 @@ static void FN(rb_dq_group)(const wavepe_relbias_args *a, const FN(rb_qblock) *b
 
 void FN(wavepe_relbias_grad_q)(const wavepe_relbias_args *a, int64_t begin, int64_t end) {
     if (a->m == 0 || a->d == 0) return;
-#if RB_HALF
+#ifdef WP_STORAGE_HALF
     /* float32 accumulator rows for the group's dq rows; without them, the scalar way */
     T *acc = (T *)malloc(sizeof(T) * (size_t)(RB_GROUP * RB_MR) * (size_t)a->d);
     if (acc == NULL) {
@@ -674,7 +669,7 @@ void FN(wavepe_relbias_grad_q)(const wavepe_relbias_args *a, int64_t begin, int6
             b->key_of_t0[i] = p - a->r_lo;
             FN(rb_row_rows)(a, p, &b->ta[i], &b->tb[i]);
             b->dq_out[i] = rows.stored[i] ? (S *)a->dq + g * a->dq_stride_g + m * a->dq_stride_m : NULL;
-#if RB_HALF
+#ifdef WP_STORAGE_HALF
             b->dq[i] = rows.stored[i] ? acc + (int64_t)(nb * RB_MR + i) * a->d : NULL;
 #else
             b->dq[i] = b->dq_out[i];
@@ -690,7 +685,7 @@ void FN(wavepe_relbias_grad_q)(const wavepe_relbias_args *a, int64_t begin, int6
         }
     }
     if (nb) FN(rb_dq_group)(a, blocks, nb);
-#if RB_HALF
+#ifdef WP_STORAGE_HALF
     free(acc);
 #endif
     /* rows whose incoming gradient holds NaN or inf over the keys that read
@@ -859,7 +854,7 @@ static void FN(rb_dt_rows)(const wavepe_relbias_args *a, int64_t begin, int64_t 
 void FN(wavepe_relbias_grad_table)(const wavepe_relbias_args *a, int64_t begin, int64_t end) {
     const int64_t d = a->d;
     if (begin >= end || d == 0) return;
-#if RB_HALF
+#ifdef WP_STORAGE_HALF
     /* accumulate the rows in float32, round each element once at the end; without the scratch, the scalar way */
     T *acc = (T *)malloc(sizeof(T) * (size_t)(end - begin) * (size_t)d);
     if (acc == NULL) {
@@ -875,7 +870,6 @@ void FN(wavepe_relbias_grad_table)(const wavepe_relbias_args *a, int64_t begin, 
 }
 
 #undef RB_NR
-#undef RB_HALF
 #undef RB_SCALAR
 #undef RB_FMA_ROW
 #undef RB_DQ_LOOP

@@ -14,9 +14,9 @@
  *   T_FMA    the scalar fused multiply-add of T (fmaf / fma)
  *
  * Templates that read and write half types (rope_simd.h, relbias_simd.h,
- * alibi_simd.h) also instantiate WP_TYPE_BF16 / WP_TYPE_F16: the elements are
- * stored as 16 bits and computed in float32 (T, VT, V(op) are float32's).  For
- * every type:
+ * alibi_simd.h, attention_simd.h) also instantiate WP_TYPE_BF16 / WP_TYPE_F16:
+ * the elements are stored as 16 bits and computed in float32 (T, VT, V(op)
+ * are float32's).  For every type:
  *
  *   S                 the storage type of an element (T; uint16_t for half types)
  *   S_LOADU(p)        VL elements at p as a VT (widened)
@@ -25,6 +25,7 @@
  *   S_BCAST(p)        the element at p, widened, in every lane
  *   S_TO_T(x), T_TO_S(x)   one element, the same conversions
  *   WP_COMPUTE_F32    defined when T is float (f32, bf16, f16)
+ *   WP_STORAGE_HALF   defined when S is a half type (bf16, f16)
  */
 #include <stdint.h>
 
@@ -59,6 +60,7 @@
 #define T_FMA fmaf
 #define S uint16_t
 #define WP_COMPUTE_F32
+#define WP_STORAGE_HALF
 #if defined(WP_TYPE_BF16)
 #define WP_TNAME bf16
 #define S_LOADU(p) vf32_loadu_bf16(p)

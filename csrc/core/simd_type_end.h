@@ -20,3 +20,4 @@
 #undef S_TO_T
 #undef T_TO_S
 #undef WP_COMPUTE_F32
+#undef WP_STORAGE_HALF

@@ -61,25 +61,25 @@ __global__ void __launch_bounds__(BM * 2) attn_fwd_kernel(AttnParams p) {
     uint8_t *kmask = smem + L.plan.off[L.mask];
     const int ld = tile_ld<T>(p.d_pad), gld = g_ld<A>(BN);
     const int warp = threadIdx.x / 32, t4 = threadIdx.x & 3;
-    const int ksteps = int(p.d_pad / 16), dt_active = int(ceil_div(p.d, 8));
+    const int ksteps = int(p.d_pad / 16), dt_active = int(ceil_div(p.a.d, 8));
     A *pscr = reinterpret_cast<A *>(smem + L.plan.off[L.pscr]) + warp * rb_scratch_elems<T>(BN);
     int64_t *const rlo = reinterpret_cast<int64_t *>(smem + L.plan.off[L.rows]), *const rhi = rlo + BM;
 
     int64_t bid = blockIdx.x;
-    const int64_t mblocks = ceil_div(p.m, BM);
+    const int64_t mblocks = ceil_div(p.a.m, BM);
     const int64_t mb = mblocks - 1 - bid % mblocks;
     bid /= mblocks;
     const int64_t split = bid % p.num_splits, bh = bid / p.num_splits;
-    const int64_t b = bh / p.heads, h = bh % p.heads, hk = h / p.group;
+    const int64_t b = bh / p.a.heads, h = bh % p.a.heads, hk = h / p.group;
     const int64_t m0 = mb * BM, wm0 = m0 + 16 * warp;
-    const T *qg = static_cast<const T *>(p.q) + b * p.q_sb + h * p.q_sh;
-    const T *kg = static_cast<const T *>(p.k) + b * p.k_sb + hk * p.k_sh;
-    const T *vg = static_cast<const T *>(p.v) + b * p.v_sb + hk * p.v_sh;
-    const A scale_log2 = A(p.scale) * A(kLog2e), slope_log2 = head_slope<T>(p, h) * A(kLog2e);  // exp2 domain
+    const T *qg = static_cast<const T *>(p.a.q) + b * p.a.q_strides[0] + h * p.a.q_strides[1];
+    const T *kg = static_cast<const T *>(p.a.k) + b * p.a.k_strides[0] + hk * p.a.k_strides[1];
+    const T *vg = static_cast<const T *>(p.a.v) + b * p.a.v_strides[0] + hk * p.a.v_strides[1];
+    const A scale_log2 = A(p.a.scale) * A(kLog2e), slope_log2 = head_slope<T>(p, h) * A(kLog2e);  // exp2 domain
 
-    load_tile(Qs, ld, BM, p.d, p.d_pad, p.vec_q, [&](int r) -> const T * {
+    load_tile(Qs, ld, BM, p.a.d, p.d_pad, p.vec_q, [&](int r) -> const T * {
         const int64_t m = m0 + r;
-        return m < p.m ? qg + m * p.q_sm : nullptr;
+        return m < p.a.m ? qg + m * p.a.q_strides[2] : nullptr;
     });
 
     load_row_keys(rlo, rhi, BM, p, b, m0);
@@ -99,42 +99,42 @@ __global__ void __launch_bounds__(BM * 2) attn_fwd_kernel(AttnParams p) {
     zero_frags(o);
     A row_max[2] = {neg_inf<A>(), neg_inf<A>()}, row_sum[2] = {A(0), A(0)};
     bool seen[2] = {false, false};
-    const bool warp_rows = wm0 < p.m;
+    const bool warp_rows = wm0 < p.a.m;
 
     auto k_row = [&](int64_t n0) {
         return [=, &p](int r) -> const T * {
             const int64_t n = n0 + r;
-            return key_row_seen(p, b, n, rlo[0], rhi[BM - 1]) ? kg + n * p.k_sn : nullptr;
+            return key_row_seen(p, b, n, rlo[0], rhi[BM - 1]) ? kg + n * p.a.k_strides[2] : nullptr;
         };
     };
     auto v_row = [&](int64_t n0) {
         return [=, &p](int r) -> const T * {
             const int64_t n = n0 + r;
-            return key_row_seen(p, b, n, rlo[0], rhi[BM - 1]) ? vg + n * p.v_sn : nullptr;
+            return key_row_seen(p, b, n, rlo[0], rhi[BM - 1]) ? vg + n * p.a.v_strides[2] : nullptr;
         };
     };
     // Does key block j's window touch the table (then its rows are staged)?
     auto block_bias = [&](int64_t j) {
-        const int64_t base = p.q_offset + m0 - j * BN - p.r_lo;
+        const int64_t base = p.a.q_offset + m0 - j * BN - p.a.r_lo;
         return has_table && table_rows_hit(p, base - (BN - 1), base + BM - 1);
     };
     auto window_row = [&](int64_t j) {
-        const int64_t base = p.q_offset + m0 - j * BN - p.r_lo;
+        const int64_t base = p.a.q_offset + m0 - j * BN - p.a.r_lo;
         return [=, &p](int w) -> const T * { return window_row_ptr<T>(p, base, BN, w); };
     };
     // Block kb_begin's K/V (and window) in flight before the loop; then each
     // iteration issues the next block's copies into the other buffers before
     // computing, one commit group per block.
     if (p.async_kv && kb_begin < kb_end) {
-        load_tile_async(K0, ld, BN, p.d, p.d_pad, k_row(kb_begin * BN));
-        load_tile_async(V0, ld, BN, p.d, p.d_pad, v_row(kb_begin * BN));
-        if (p.async_t && block_bias(kb_begin)) load_tile_async(T0, ld, BM + BN, p.d, p.d_pad, window_row(kb_begin));
+        load_tile_async(K0, ld, BN, p.a.d, p.d_pad, k_row(kb_begin * BN));
+        load_tile_async(V0, ld, BN, p.a.d, p.d_pad, v_row(kb_begin * BN));
+        if (p.async_t && block_bias(kb_begin)) load_tile_async(T0, ld, BM + BN, p.a.d, p.d_pad, window_row(kb_begin));
         cp_async_commit();
     }
 
     for (int64_t j = kb_begin; j < kb_end; ++j) {
         const int64_t n0 = j * BN;
-        const int64_t base = p.q_offset + m0 - n0 - p.r_lo;
+        const int64_t base = p.a.q_offset + m0 - n0 - p.a.r_lo;
         const bool tile_bias = block_bias(j);
         const int cur = p.async_kv ? int((j - kb_begin) & 1) : 0;
         T *const Ks = cur ? K1 : K0, *const Vs = cur ? V1 : V0;
@@ -142,17 +142,17 @@ __global__ void __launch_bounds__(BM * 2) attn_fwd_kernel(AttnParams p) {
         __syncthreads();  // the previous tile is consumed (its buffers are free)
         if (p.async_kv) {
             if (j + 1 < kb_end) {
-                load_tile_async(cur ? K0 : K1, ld, BN, p.d, p.d_pad, k_row(n0 + BN));
-                load_tile_async(cur ? V0 : V1, ld, BN, p.d, p.d_pad, v_row(n0 + BN));
+                load_tile_async(cur ? K0 : K1, ld, BN, p.a.d, p.d_pad, k_row(n0 + BN));
+                load_tile_async(cur ? V0 : V1, ld, BN, p.a.d, p.d_pad, v_row(n0 + BN));
                 if (p.async_t && block_bias(j + 1))
-                    load_tile_async(cur ? T0 : T1, ld, BM + BN, p.d, p.d_pad, window_row(j + 1));
+                    load_tile_async(cur ? T0 : T1, ld, BM + BN, p.a.d, p.d_pad, window_row(j + 1));
             }
             cp_async_commit();  // possibly empty: keeps "all but the newest group" meaning block j
         } else {
-            load_tile(Ks, ld, BN, p.d, p.d_pad, p.vec_k, k_row(n0));
-            load_tile(Vs, ld, BN, p.d, p.d_pad, p.vec_v, v_row(n0));
+            load_tile(Ks, ld, BN, p.a.d, p.d_pad, p.vec_k, k_row(n0));
+            load_tile(Vs, ld, BN, p.a.d, p.d_pad, p.vec_v, v_row(n0));
         }
-        if (tile_bias && !p.async_t) load_tile(Ts, ld, BM + BN, p.d, p.d_pad, p.vec_t, window_row(j));
+        if (tile_bias && !p.async_t) load_tile(Ts, ld, BM + BN, p.a.d, p.d_pad, p.vec_t, window_row(j));
         load_key_mask(kmask, BN, p, b, n0);
         if (p.async_kv) cp_async_wait<1>();  // block j's copies have landed (this thread's)
         __syncthreads();                     // ... and every other thread's
@@ -201,13 +201,13 @@ __global__ void __launch_bounds__(BM * 2) attn_fwd_kernel(AttnParams p) {
     }
 
     if (!warp_rows) return;  // after the last barrier
-    const int64_t bh_count = p.batch * p.heads;
+    const int64_t bh_count = p.a.batch * p.a.heads;
 #pragma unroll
     for (int ri = 0; ri < 2; ++ri) {
         const A sum = quad_sum(row_sum[ri]);
         const bool row_seen = quad_any(seen[ri]);
         const int64_t m = wm0 + frag_row(2 * ri);
-        if (m >= p.m) continue;
+        if (m >= p.a.m) continue;
         // sum > 0: the softmax; sum == 0: no key (0, lse -inf) or, in one pass, every
         // visible score -inf (NaN, 0/0, as the oracle); sum NaN: a NaN score (NaN).
         // A split's partial keeps -inf for "all -inf" (another split may see a finite
@@ -215,31 +215,31 @@ __global__ void __launch_bounds__(BM * 2) attn_fwd_kernel(AttnParams p) {
         // With mark_neg_inf, "every visible score -inf" is out 0, lse +inf instead (a code a finite
         // row_max never gives: the ring merges such rows without reading them on the host).
         const bool neg_inf_row = sum == A(0) && row_seen && p.num_splits == 1;
-        const bool marked = neg_inf_row && p.mark_neg_inf;
-        const bool nan_row = !(sum >= A(0)) || (neg_inf_row && !p.mark_neg_inf);
+        const bool marked = neg_inf_row && p.a.mark_neg_inf;
+        const bool nan_row = !(sum >= A(0)) || (neg_inf_row && !p.a.mark_neg_inf);
         const A nan = A(NAN);
         const A inv = sum > A(0) ? A(1) / sum : nan_row ? nan : A(0);
         const A lse = sum > A(0) ? (row_max[ri] + log2_(sum)) * A(kLn2)
                       : nan_row ? nan : marked ? -neg_inf<A>() : neg_inf<A>();
         if (p.num_splits == 1) {
-            T *orow = static_cast<T *>(p.out_w) + b * p.o_sb + h * p.o_sh + m * p.o_sm;
+            T *orow = static_cast<T *>(p.a.out) + b * p.a.out_strides[0] + h * p.a.out_strides[1] + m * p.a.out_strides[2];
 #pragma unroll
             for (int dt = 0; dt < DT; ++dt)
 #pragma unroll
                 for (int e = 0; e < 2; ++e) {
                     const int col = dt * 8 + 2 * t4 + e;
-                    if (dt < dt_active && col < p.d) orow[col] = from_acc<T>(o[dt][2 * ri + e] * inv);
+                    if (dt < dt_active && col < p.a.d) orow[col] = from_acc<T>(o[dt][2 * ri + e] * inv);
                 }
-            if (t4 == 0) static_cast<A *>(p.lse)[bh * p.m + m] = lse;
+            if (t4 == 0) static_cast<A *>(p.a.lse)[bh * p.a.m + m] = lse;
         } else {
-            const int64_t row = (split * bh_count + bh) * p.m + m;
-            A *wo = static_cast<A *>(p.work_o) + row * p.d;
+            const int64_t row = (split * bh_count + bh) * p.a.m + m;
+            A *wo = static_cast<A *>(p.work_o) + row * p.a.d;
 #pragma unroll
             for (int dt = 0; dt < DT; ++dt)
 #pragma unroll
                 for (int e = 0; e < 2; ++e) {
                     const int col = dt * 8 + 2 * t4 + e;
-                    if (dt < dt_active && col < p.d) wo[col] = o[dt][2 * ri + e] * inv;
+                    if (dt < dt_active && col < p.a.d) wo[col] = o[dt][2 * ri + e] * inv;
                 }
             if (t4 == 0) {
                 static_cast<A *>(p.work_lse)[row] = lse;
@@ -254,43 +254,43 @@ __global__ void __launch_bounds__(BM * 2) attn_fwd_kernel(AttnParams p) {
 template <class T>
 __global__ void __launch_bounds__(128) attn_combine_kernel(AttnParams p) {
     using A = acc_t<T>;
-    const int64_t bh_count = p.batch * p.heads, rows = bh_count * p.m;
+    const int64_t bh_count = p.a.batch * p.a.heads, rows = bh_count * p.a.m;
     const int64_t row = int64_t(blockIdx.x) * 4 + threadIdx.x / 32;
     const int lane = threadIdx.x & 31;
     if (row >= rows) return;  // no barriers in this kernel
-    const int64_t bh = row / p.m, m = row % p.m, b = bh / p.heads, h = bh % p.heads;
+    const int64_t bh = row / p.a.m, m = row % p.a.m, b = bh / p.a.heads, h = bh % p.a.heads;
     const A *wl = static_cast<const A *>(p.work_lse);
     const A *wo = static_cast<const A *>(p.work_o);
     const uint8_t *ws = static_cast<const uint8_t *>(p.work_seen);
     A mx = neg_inf<A>();
     bool nan_split = false, seen = false;
     for (int64_t s = 0; s < p.num_splits; ++s) {
-        const int64_t r = (s * bh_count + bh) * p.m + m;
+        const int64_t r = (s * bh_count + bh) * p.a.m + m;
         mx = max_(mx, wl[r]);
         nan_split |= wl[r] != wl[r];
         seen |= ws[r] != 0;
     }
     A sum = 0;
     if (mx != neg_inf<A>())
-        for (int64_t s = 0; s < p.num_splits; ++s) sum += exp2_((wl[(s * bh_count + bh) * p.m + m] - mx) * A(kLog2e));
+        for (int64_t s = 0; s < p.num_splits; ++s) sum += exp2_((wl[(s * bh_count + bh) * p.a.m + m] - mx) * A(kLog2e));
     // a NaN split, or keys seen whose scores are all -inf: NaN (as one pass gives); no key: -inf
     // (with mark_neg_inf the latter is out 0, lse +inf, as in one pass)
-    const bool marked = !nan_split && mx == neg_inf<A>() && seen && p.mark_neg_inf;
-    const bool nan_row = nan_split || (mx == neg_inf<A>() && seen && !p.mark_neg_inf);
+    const bool marked = !nan_split && mx == neg_inf<A>() && seen && p.a.mark_neg_inf;
+    const bool nan_row = nan_split || (mx == neg_inf<A>() && seen && !p.a.mark_neg_inf);
     const A lse = nan_row ? A(NAN) : marked ? -neg_inf<A>() : mx == neg_inf<A>() ? mx : mx + log2_(sum) * A(kLn2);
-    T *orow = static_cast<T *>(p.out_w) + b * p.o_sb + h * p.o_sh + m * p.o_sm;
-    for (int64_t col = lane; col < p.d; col += 32) {
+    T *orow = static_cast<T *>(p.a.out) + b * p.a.out_strides[0] + h * p.a.out_strides[1] + m * p.a.out_strides[2];
+    for (int64_t col = lane; col < p.a.d; col += 32) {
         A acc = nan_row ? A(NAN) : A(0);
         if (!nan_row && !marked && lse != neg_inf<A>()) {
             for (int64_t s = 0; s < p.num_splits; ++s) {
-                const int64_t r = (s * bh_count + bh) * p.m + m;
+                const int64_t r = (s * bh_count + bh) * p.a.m + m;
                 const A ls = wl[r];
-                if (ls != neg_inf<A>()) acc += exp2_((ls - lse) * A(kLog2e)) * wo[r * p.d + col];
+                if (ls != neg_inf<A>()) acc += exp2_((ls - lse) * A(kLog2e)) * wo[r * p.a.d + col];
             }
         }
         orow[col] = from_acc<T>(acc);
     }
-    if (lane == 0) static_cast<A *>(p.lse)[bh * p.m + m] = lse;
+    if (lane == 0) static_cast<A *>(p.a.lse)[bh * p.a.m + m] = lse;
 }
 
 template <class T>
@@ -301,53 +301,22 @@ bool vec_rows(const void *base, int64_t s0, int64_t s1, int64_t s2, int64_t d) {
 
 }  // namespace
 
-// Parameters common to the forward and the backward (attention_bwd.cu).
+// Parameters common to the forward and the backward (attention_bwd.cu): the
+// caller's arguments as they are, and what the launchers derive from them.
 AttnParams attention_params(const wavepe_attention_args *a) {
     AttnParams p{};
-    p.batch = a->batch;
-    p.heads = a->heads;
-    p.kv_heads = a->kv_heads;
+    p.a = *a;
     p.group = a->kv_heads > 0 ? a->heads / a->kv_heads : 1;
-    p.m = a->m;
-    p.n = a->n;
-    p.d = a->d;
     p.d_pad = ceil_div(a->d, 16) * 16;
-    p.q_offset = a->q_offset;
-    p.causal = a->causal != 0;
     p.pos_enc = a->table != nullptr ? WAVEPE_CUDA_PE_TABLE : (a->slopes != nullptr ? WAVEPE_CUDA_PE_ALIBI : WAVEPE_CUDA_PE_NONE);
-    p.clamp = a->clamp != 0;
-    p.scale = a->scale;
-    p.table = a->table;
-    p.table_rows = a->table_rows;
-    p.table_sr = a->d;  // dense
-    p.r_lo = a->r_lo;
-    p.slopes = a->slopes;
-    p.mark_neg_inf = a->mark_neg_inf;
-    p.kpm = a->key_padding_mask;
-    p.kpm_sb = a->kpm_stride;
-    p.cu_seqlens = a->cu_seqlens;
-    p.cu_len = a->cu_len;
-    p.cu_stride = a->cu_stride;
-    p.q = a->q;
-    p.k = a->k;
-    p.v = a->v;
-    p.out = a->out;
-    p.out_w = a->out;
-    p.go = a->dout;
-    p.q_sb = a->q_strides[0], p.q_sh = a->q_strides[1], p.q_sm = a->q_strides[2];
-    p.k_sb = a->k_strides[0], p.k_sh = a->k_strides[1], p.k_sn = a->k_strides[2];
-    p.v_sb = a->v_strides[0], p.v_sh = a->v_strides[1], p.v_sn = a->v_strides[2];
-    p.o_sb = a->out_strides[0], p.o_sh = a->out_strides[1], p.o_sm = a->out_strides[2];
-    p.go_sb = a->dout_strides[0], p.go_sh = a->dout_strides[1], p.go_sm = a->dout_strides[2];
-    p.lse = a->lse;
     dispatch_dtype(a->dtype, [&](auto tag) {
         using T = decltype(tag);
-        p.vec_q = vec_rows<T>(a->q, p.q_sb, p.q_sh, p.q_sm, p.d);
-        p.vec_k = vec_rows<T>(a->k, p.k_sb, p.k_sh, p.k_sn, p.d);
-        p.vec_v = vec_rows<T>(a->v, p.v_sb, p.v_sh, p.v_sn, p.d);
-        p.vec_o = vec_rows<T>(a->out, p.o_sb, p.o_sh, p.o_sm, p.d);
-        p.vec_go = a->dout ? vec_rows<T>(a->dout, p.go_sb, p.go_sh, p.go_sm, p.d) : 0;
-        p.vec_t = a->table ? vec_rows<T>(a->table, p.table_sr, 0, 0, p.d) : 0;
+        p.vec_q = vec_rows<T>(a->q, p.a.q_strides[0], p.a.q_strides[1], p.a.q_strides[2], p.a.d);
+        p.vec_k = vec_rows<T>(a->k, p.a.k_strides[0], p.a.k_strides[1], p.a.k_strides[2], p.a.d);
+        p.vec_v = vec_rows<T>(a->v, p.a.v_strides[0], p.a.v_strides[1], p.a.v_strides[2], p.a.d);
+        p.vec_o = vec_rows<T>(a->out, p.a.out_strides[0], p.a.out_strides[1], p.a.out_strides[2], p.a.d);
+        p.vec_go = a->dout ? vec_rows<T>(a->dout, p.a.dout_strides[0], p.a.dout_strides[1], p.a.dout_strides[2], p.a.d) : 0;
+        p.vec_t = a->table ? vec_rows<T>(a->table, p.a.d, 0, 0, p.a.d) : 0;  // dense rows of d
         return cudaSuccess;
     });
     p.num_splits = 1;
@@ -372,12 +341,12 @@ FwdDims<T> fwd_dims(int64_t d) {
 template <class T, int DMAX>
 cudaError_t launch_fwd_cfg(AttnParams p, cudaStream_t stream) {
     constexpr int BM = FwdCfg<T, DMAX>::BM, BN = FwdCfg<T, DMAX>::BN;
-    const int64_t kb_total = ceil_div(p.n, BN);
+    const int64_t kb_total = ceil_div(p.a.n, BN);
     int64_t splits = p.num_splits < 1 ? 1 : p.num_splits;
     p.blocks_per_split = kb_total > 0 ? ceil_div(kb_total, splits) : 1;
     splits = kb_total > 0 ? ceil_div(kb_total, p.blocks_per_split) : 1;
     p.num_splits = splits;
-    const int64_t ctas = p.batch * p.heads * ceil_div(p.m, BM) * splits;
+    const int64_t ctas = p.a.batch * p.a.heads * ceil_div(p.a.m, BM) * splits;
     if (ctas == 0) return cudaSuccess;
     const bool table = p.pos_enc == WAVEPE_CUDA_PE_TABLE;
     // double-buffer K/V with cp.async when rows are 16-byte aligned and the
@@ -398,17 +367,17 @@ cudaError_t launch_fwd_cfg(AttnParams p, cudaStream_t stream) {
     if (err != cudaSuccess) return err;
     err = launch(kernel, dim3(unsigned(ctas)), dim3(BM * 2), L.plan.total, stream, p);
     if (err != cudaSuccess || splits == 1) return err;
-    const int64_t rows = p.batch * p.heads * p.m;
+    const int64_t rows = p.a.batch * p.a.heads * p.a.m;
     return launch(attn_combine_kernel<T>, dim3(unsigned(ceil_div(rows, 4))), dim3(128), 0, stream, p);
 }
 
 template <class T>
 cudaError_t launch_fwd(AttnParams p, cudaStream_t stream) {
     if constexpr (sizeof(T) == 8) {
-        if (dmax_bucket(p.d) == 64) return launch_fwd_cfg<T, 64>(p, stream);
+        if (dmax_bucket(p.a.d) == 64) return launch_fwd_cfg<T, 64>(p, stream);
         return launch_fwd_cfg<T, 128>(p, stream);
     } else {
-        switch (dmax_bucket(p.d)) {
+        switch (dmax_bucket(p.a.d)) {
         case 64: return launch_fwd_cfg<T, 64>(p, stream);
         case 128: return launch_fwd_cfg<T, 128>(p, stream);
         }

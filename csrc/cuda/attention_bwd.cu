@@ -53,17 +53,17 @@ struct BwdLayout {
 template <class T>
 __global__ void __launch_bounds__(128) attn_bwd_delta_kernel(AttnParams p) {
     using A = acc_t<T>;
-    const int64_t rows = p.batch * p.heads * p.m;
+    const int64_t rows = p.a.batch * p.a.heads * p.a.m;
     const int64_t row = int64_t(blockIdx.x) * 4 + threadIdx.x / 32;
     const int lane = threadIdx.x & 31;
     if (row >= rows) return;  // warp-uniform, no barriers in this kernel
-    const int64_t bh = row / p.m, m = row % p.m, b = bh / p.heads, h = bh % p.heads;
-    const T *o = static_cast<const T *>(p.out) + b * p.o_sb + h * p.o_sh + m * p.o_sm;
-    const T *go = static_cast<const T *>(p.go) + b * p.go_sb + h * p.go_sh + m * p.go_sm;
+    const int64_t bh = row / p.a.m, m = row % p.a.m, b = bh / p.a.heads, h = bh % p.a.heads;
+    const T *o = static_cast<const T *>(p.a.out) + b * p.a.out_strides[0] + h * p.a.out_strides[1] + m * p.a.out_strides[2];
+    const T *go = static_cast<const T *>(p.a.dout) + b * p.a.dout_strides[0] + h * p.a.dout_strides[1] + m * p.a.dout_strides[2];
     A sum = 0;
-    for (int64_t c = lane; c < p.d; c += 32) sum += to_acc(o[c]) * to_acc(go[c]);
+    for (int64_t c = lane; c < p.a.d; c += 32) sum += to_acc(o[c]) * to_acc(go[c]);
     sum = warp_sum(sum);
-    if (p.grad_lse != nullptr) sum -= static_cast<const A *>(p.grad_lse)[row];
+    if (p.a.dlse != nullptr) sum -= static_cast<const A *>(p.a.dlse)[row];
     if (lane == 0) static_cast<A *>(p.delta)[row] = sum;
 }
 
@@ -108,11 +108,11 @@ WAVEPE_DEVICE void row_stats(A (&lse2)[2], A (&dl)[2], const AttnParams &p, int6
 #pragma unroll
     for (int ri = 0; ri < 2; ++ri) {
         const int64_t m = wm0 + frag_row(2 * ri);
-        const bool ok = m < p.m;
-        const A l = ok ? static_cast<const A *>(p.lse)[bh * p.m + m] : neg_inf<A>();
+        const bool ok = m < p.a.m;
+        const A l = ok ? static_cast<const A *>(p.a.lse)[bh * p.a.m + m] : neg_inf<A>();
         // -inf: the row saw no key; +inf: a zero-weight row (mark_neg_inf): both contribute nothing
         lse2[ri] = l == neg_inf<A>() || l == -neg_inf<A>() ? neg_inf<A>() : l * A(kLog2e);
-        dl[ri] = ok ? static_cast<const A *>(p.delta)[bh * p.m + m] : A(0);
+        dl[ri] = ok ? static_cast<const A *>(p.delta)[bh * p.a.m + m] : A(0);
     }
 }
 
@@ -120,7 +120,7 @@ template <class T, int DMAX, int B, int CS>
 __global__ void __launch_bounds__(B * 2, 1) attn_bwd_dkdv_kernel(AttnParams p) {
     using A = acc_t<T>;
     constexpr int NT = B / 8, DT = DMAX / 8 / CS;
-    const ColSlice<DMAX, CS> cs(int(blockIdx.x % CS), p.d);
+    const ColSlice<DMAX, CS> cs(int(blockIdx.x % CS), p.a.d);
     const int64_t cta = blockIdx.x / CS;
     WAVEPE_SHARED_BASE(smem);
     const bool has_table = p.pos_enc == WAVEPE_CUDA_PE_TABLE;
@@ -141,12 +141,12 @@ __global__ void __launch_bounds__(B * 2, 1) attn_bwd_dkdv_kernel(AttnParams p) {
     int64_t *const qlo = reinterpret_cast<int64_t *>(smem + L.plan.off[L.rows]), *const qhi = qlo + B;
     const int ksteps = int(p.d_pad / 16), dt_active = cs.dt_active;
 
-    const int64_t nblocks = ceil_div(p.n, B);
+    const int64_t nblocks = ceil_div(p.a.n, B);
     const int64_t nb = cta % nblocks, bhk = cta / nblocks;
-    const int64_t b = bhk / p.kv_heads, hk = bhk % p.kv_heads;
+    const int64_t b = bhk / p.a.kv_heads, hk = bhk % p.a.kv_heads;
     const int64_t n0 = nb * B, wn0 = n0 + 16 * warp;
-    const T *kg = static_cast<const T *>(p.k) + b * p.k_sb + hk * p.k_sh;
-    const T *vg = static_cast<const T *>(p.v) + b * p.v_sb + hk * p.v_sh;
+    const T *kg = static_cast<const T *>(p.a.k) + b * p.a.k_strides[0] + hk * p.a.k_strides[1];
+    const T *vg = static_cast<const T *>(p.a.v) + b * p.a.v_strides[0] + hk * p.a.v_strides[1];
     // Each key's queries (key_queries: its document's, from the key on when causal -- the
     // keys of wavepe_attention_keys read the other way), cut to the queries there are; keys no
     // query sees (absent, padded, no query in their document, past the last query's position)
@@ -154,10 +154,10 @@ __global__ void __launch_bounds__(B * 2, 1) attn_bwd_dkdv_kernel(AttnParams p) {
     for (int c = threadIdx.x; c < B; c += blockDim.x) {
         const int64_t n = n0 + c;
         int64_t lo = 0, hi = 0;
-        if (n < p.n && !(p.kpm != nullptr && p.kpm[b * p.kpm_sb + n] != 0)) {
+        if (n < p.a.n && !(p.a.key_padding_mask != nullptr && p.a.key_padding_mask[b * p.a.kpm_stride + n] != 0)) {
             key_queries(p, b, n, lo, hi);
-            if (lo < p.q_offset) lo = p.q_offset;
-            if (hi > p.q_offset + p.m) hi = p.q_offset + p.m;
+            if (lo < p.a.q_offset) lo = p.a.q_offset;
+            if (hi > p.a.q_offset + p.a.m) hi = p.a.q_offset + p.a.m;
         }
         if (lo >= hi) lo = hi = 0;
         qlo[c] = lo;
@@ -165,17 +165,17 @@ __global__ void __launch_bounds__(B * 2, 1) attn_bwd_dkdv_kernel(AttnParams p) {
         kmask[c] = lo >= hi ? 1 : 0;
     }
     __syncthreads();
-    load_tile(Ks, ld, B, p.d, p.d_pad, p.vec_k, [&](int r) -> const T * {
-        return kmask[r] ? nullptr : kg + (n0 + r) * p.k_sn;
+    load_tile(Ks, ld, B, p.a.d, p.d_pad, p.vec_k, [&](int r) -> const T * {
+        return kmask[r] ? nullptr : kg + (n0 + r) * p.a.k_strides[2];
     });
-    load_tile(Vs, ld, B, p.d, p.d_pad, p.vec_v, [&](int r) -> const T * {
-        return kmask[r] ? nullptr : vg + (n0 + r) * p.v_sn;
+    load_tile(Vs, ld, B, p.a.d, p.d_pad, p.vec_v, [&](int r) -> const T * {
+        return kmask[r] ? nullptr : vg + (n0 + r) * p.a.v_strides[2];
     });
 
     A dk[DT][4], dv[DT][4];
     zero_frags(dk);
     zero_frags(dv);
-    const A scale = A(p.scale);
+    const A scale = A(p.a.scale);
     // the query blocks that can see these keys: the union of their queries (the ranges are
     // non-decreasing in the key, empty ones aside)
     int64_t i_start = 0, i_end = 0;
@@ -187,36 +187,36 @@ __global__ void __launch_bounds__(B * 2, 1) attn_bwd_dkdv_kernel(AttnParams p) {
                 hi = qhi[c] > hi ? qhi[c] : hi;
             }
         if (lo < hi) {  // within [q_offset, q_offset + M)
-            i_start = (lo - p.q_offset) / B;
-            i_end = ceil_div(hi - p.q_offset, B);
+            i_start = (lo - p.a.q_offset) / B;
+            i_end = ceil_div(hi - p.a.q_offset, B);
         }
     }
     for (int64_t h = hk * p.group; h < (hk + 1) * p.group; ++h) {
-        const int64_t bh = b * p.heads + h;
+        const int64_t bh = b * p.a.heads + h;
         const A slope = head_slope<T>(p, h);
-        const T *qg = static_cast<const T *>(p.q) + b * p.q_sb + h * p.q_sh;
-        const T *gog = static_cast<const T *>(p.go) + b * p.go_sb + h * p.go_sh;
+        const T *qg = static_cast<const T *>(p.a.q) + b * p.a.q_strides[0] + h * p.a.q_strides[1];
+        const T *gog = static_cast<const T *>(p.a.dout) + b * p.a.dout_strides[0] + h * p.a.dout_strides[1];
         for (int64_t i = i_start; i < i_end; ++i) {
             const int64_t m0 = i * B;
-            const int64_t base = p.q_offset + m0 - n0 - p.r_lo;
+            const int64_t base = p.a.q_offset + m0 - n0 - p.a.r_lo;
             const bool tile_bias = has_table && table_rows_hit(p, base - (B - 1), base + B - 1);
             __syncthreads();  // previous query block consumed
-            load_tile(Qs, ld, B, p.d, p.d_pad, p.vec_q, [&](int r) -> const T * {
+            load_tile(Qs, ld, B, p.a.d, p.d_pad, p.vec_q, [&](int r) -> const T * {
                 const int64_t m = m0 + r;
-                return m < p.m ? qg + m * p.q_sm : nullptr;
+                return m < p.a.m ? qg + m * p.a.q_strides[2] : nullptr;
             });
-            load_tile(dOs, ld, B, p.d, p.d_pad, p.vec_go, [&](int r) -> const T * {
+            load_tile(dOs, ld, B, p.a.d, p.d_pad, p.vec_go, [&](int r) -> const T * {
                 const int64_t m = m0 + r;
-                return m < p.m ? gog + m * p.go_sm : nullptr;
+                return m < p.a.m ? gog + m * p.a.dout_strides[2] : nullptr;
             });
             for (int r = threadIdx.x; r < B; r += blockDim.x) {
                 const int64_t m = m0 + r;
-                const A l = m < p.m ? static_cast<const A *>(p.lse)[bh * p.m + m] : neg_inf<A>();
+                const A l = m < p.a.m ? static_cast<const A *>(p.a.lse)[bh * p.a.m + m] : neg_inf<A>();
                 lse_s[r] = l == neg_inf<A>() || l == -neg_inf<A>() ? neg_inf<A>() : l * A(kLog2e);  // (row_stats)
-                delta_s[r] = m < p.m ? static_cast<const A *>(p.delta)[bh * p.m + m] : A(0);
+                delta_s[r] = m < p.a.m ? static_cast<const A *>(p.delta)[bh * p.a.m + m] : A(0);
             }
             if (tile_bias)
-                load_tile(Ts, ld, 2 * B, p.d, p.d_pad, p.vec_t,
+                load_tile(Ts, ld, 2 * B, p.a.d, p.d_pad, p.vec_t,
                           [&](int w) -> const T * { return window_row_ptr<T>(p, base, B, w); });
             __syncthreads();
             if (tile_bias) {  // warp w: G of query group w (zeros outside the table)
@@ -228,14 +228,14 @@ __global__ void __launch_bounds__(B * 2, 1) attn_bwd_dkdv_kernel(AttnParams p) {
                 }
             }
             __syncthreads();
-            if (wn0 >= p.n) continue;  // warp-uniform
+            if (wn0 >= p.a.n) continue;  // warp-uniform
             // the lane's keys (rows g, g + 8: ri = 0, 1) are seen by the block's query columns
             // [c_lo[ri], c_hi[ri]): 32-bit, once per block
             int c_lo[2], c_hi[2];
 #pragma unroll
             for (int ri = 0; ri < 2; ++ri) {
                 const int k = 16 * warp + frag_row(2 * ri);
-                const int64_t lo = qlo[k] - (p.q_offset + m0), hi = qhi[k] - (p.q_offset + m0);
+                const int64_t lo = qlo[k] - (p.a.q_offset + m0), hi = qhi[k] - (p.a.q_offset + m0);
                 c_lo[ri] = lo < 0 ? 0 : (lo > B ? B : int(lo));
                 c_hi[ri] = hi < 0 ? 0 : (hi > B ? B : int(hi));
             }
@@ -254,7 +254,7 @@ __global__ void __launch_bounds__(B * 2, 1) attn_bwd_dkdv_kernel(AttnParams p) {
                         const int gq = cq / 16, r = cq % 16;
                         st[nt][e] += Gs[(gq * 16 + r) * gld + r - (16 * warp + rk) + B - 1];
                     }
-                    const int64_t n = wn0 + rk, pos_q = p.q_offset + m0 + cq;
+                    const int64_t n = wn0 + rk, pos_q = p.a.q_offset + m0 + cq;
                     const bool masked = cq < c_lo[e / 2] || cq >= c_hi[e / 2];
                     A x = st[nt][e] * scale;
                     if (p.pos_enc == WAVEPE_CUDA_PE_ALIBI) {
@@ -280,19 +280,19 @@ __global__ void __launch_bounds__(B * 2, 1) attn_bwd_dkdv_kernel(AttnParams p) {
         }
     }
 
-    if (wn0 >= p.n) return;  // after the last barrier
+    if (wn0 >= p.a.n) return;  // after the last barrier
 #pragma unroll
     for (int ri = 0; ri < 2; ++ri) {
         const int64_t n = wn0 + frag_row(2 * ri);
-        if (n >= p.n) continue;
-        T *dkr = static_cast<T *>(p.dk) + ((b * p.kv_heads + hk) * p.n + n) * p.d;
-        T *dvr = static_cast<T *>(p.dv) + ((b * p.kv_heads + hk) * p.n + n) * p.d;
+        if (n >= p.a.n) continue;
+        T *dkr = static_cast<T *>(p.a.dk) + ((b * p.a.kv_heads + hk) * p.a.n + n) * p.a.d;
+        T *dvr = static_cast<T *>(p.a.dv) + ((b * p.a.kv_heads + hk) * p.a.n + n) * p.a.d;
 #pragma unroll
         for (int dt = 0; dt < DT; ++dt)
 #pragma unroll
             for (int e = 0; e < 2; ++e) {
                 const int col = cs.c0 + dt * 8 + 2 * t4 + e;
-                if (dt < dt_active && col < p.d) {
+                if (dt < dt_active && col < p.a.d) {
                     dkr[col] = from_acc<T>(dk[dt][2 * ri + e] * scale);
                     dvr[col] = from_acc<T>(dv[dt][2 * ri + e]);
                 }
@@ -304,7 +304,7 @@ template <class T, int DMAX, int B, int CS>
 __global__ void __launch_bounds__(B * 2, 1) attn_bwd_dq_kernel(AttnParams p) {
     using A = acc_t<T>;
     constexpr int NT = B / 8, GT = (B + 16) / 8, DT = DMAX / 8 / CS;
-    const ColSlice<DMAX, CS> cs(int(blockIdx.x % CS), p.d);
+    const ColSlice<DMAX, CS> cs(int(blockIdx.x % CS), p.a.d);
     const int64_t cta = blockIdx.x / CS;
     WAVEPE_SHARED_BASE(smem);
     const bool has_table = p.pos_enc == WAVEPE_CUDA_PE_TABLE;
@@ -323,25 +323,25 @@ __global__ void __launch_bounds__(B * 2, 1) attn_bwd_dq_kernel(AttnParams p) {
     const int64_t *const wlo = rlo + 16 * warp, *const whi = rhi + 16 * warp;  // this warp's rows
     const int ksteps = int(p.d_pad / 16), dt_active = cs.dt_active;
 
-    const int64_t mblocks = ceil_div(p.m, B);
+    const int64_t mblocks = ceil_div(p.a.m, B);
     const int64_t mb = mblocks - 1 - cta % mblocks, bh = cta / mblocks;
-    const int64_t b = bh / p.heads, h = bh % p.heads, hk = h / p.group;
+    const int64_t b = bh / p.a.heads, h = bh % p.a.heads, hk = h / p.group;
     const int64_t m0 = mb * B, wm0 = m0 + 16 * warp;
-    const T *qg = static_cast<const T *>(p.q) + b * p.q_sb + h * p.q_sh;
-    const T *gog = static_cast<const T *>(p.go) + b * p.go_sb + h * p.go_sh;
-    const T *kg = static_cast<const T *>(p.k) + b * p.k_sb + hk * p.k_sh;
-    const T *vg = static_cast<const T *>(p.v) + b * p.v_sb + hk * p.v_sh;
-    load_tile(Qs, ld, B, p.d, p.d_pad, p.vec_q, [&](int r) -> const T * {
+    const T *qg = static_cast<const T *>(p.a.q) + b * p.a.q_strides[0] + h * p.a.q_strides[1];
+    const T *gog = static_cast<const T *>(p.a.dout) + b * p.a.dout_strides[0] + h * p.a.dout_strides[1];
+    const T *kg = static_cast<const T *>(p.a.k) + b * p.a.k_strides[0] + hk * p.a.k_strides[1];
+    const T *vg = static_cast<const T *>(p.a.v) + b * p.a.v_strides[0] + hk * p.a.v_strides[1];
+    load_tile(Qs, ld, B, p.a.d, p.d_pad, p.vec_q, [&](int r) -> const T * {
         const int64_t m = m0 + r;
-        return m < p.m ? qg + m * p.q_sm : nullptr;
+        return m < p.a.m ? qg + m * p.a.q_strides[2] : nullptr;
     });
-    load_tile(dOs, ld, B, p.d, p.d_pad, p.vec_go, [&](int r) -> const T * {
+    load_tile(dOs, ld, B, p.a.d, p.d_pad, p.vec_go, [&](int r) -> const T * {
         const int64_t m = m0 + r;
-        return m < p.m ? gog + m * p.go_sm : nullptr;
+        return m < p.a.m ? gog + m * p.a.dout_strides[2] : nullptr;
     });
     A lse2[2], dl[2];
     row_stats(lse2, dl, p, bh, wm0);
-    const A scale = A(p.scale), slope = head_slope<T>(p, h);
+    const A scale = A(p.a.scale), slope = head_slope<T>(p, h);
     A dq[DT][4];
     zero_frags(dq);
 
@@ -350,25 +350,25 @@ __global__ void __launch_bounds__(B * 2, 1) attn_bwd_dq_kernel(AttnParams p) {
     load_row_keys(rlo, rhi, B, p, b, m0);
     __syncthreads();
     const int64_t kb_start = rlo[0] / B, kb_stop = rhi[B - 1] > rlo[0] ? ceil_div(rhi[B - 1], B) : 0;
-    const bool warp_rows = wm0 < p.m;
+    const bool warp_rows = wm0 < p.a.m;
     A *gw = Gs + warp * 16 * gld;
     A slope_acc = 0;  // this lane's share of d loss / d slope_h
     for (int64_t j = kb_start; j < kb_stop; ++j) {
         const int64_t n0 = j * B;
-        const int64_t base = p.q_offset + m0 - n0 - p.r_lo;
+        const int64_t base = p.a.q_offset + m0 - n0 - p.a.r_lo;
         const bool tile_bias = has_table && table_rows_hit(p, base - (B - 1), base + B - 1);
         __syncthreads();
         // keys no row of this CTA sees are zero rows (0 * garbage never reaches dQ)
-        load_tile(Ks, ld, B, p.d, p.d_pad, p.vec_k, [&](int r) -> const T * {
+        load_tile(Ks, ld, B, p.a.d, p.d_pad, p.vec_k, [&](int r) -> const T * {
             const int64_t n = n0 + r;
-            return key_row_seen(p, b, n, rlo[0], rhi[B - 1]) ? kg + n * p.k_sn : nullptr;
+            return key_row_seen(p, b, n, rlo[0], rhi[B - 1]) ? kg + n * p.a.k_strides[2] : nullptr;
         });
-        load_tile(Vs, ld, B, p.d, p.d_pad, p.vec_v, [&](int r) -> const T * {
+        load_tile(Vs, ld, B, p.a.d, p.d_pad, p.vec_v, [&](int r) -> const T * {
             const int64_t n = n0 + r;
-            return key_row_seen(p, b, n, rlo[0], rhi[B - 1]) ? vg + n * p.v_sn : nullptr;
+            return key_row_seen(p, b, n, rlo[0], rhi[B - 1]) ? vg + n * p.a.v_strides[2] : nullptr;
         });
         if (tile_bias)
-            load_tile(Ts, ld, 2 * B, p.d, p.d_pad, p.vec_t,
+            load_tile(Ts, ld, 2 * B, p.a.d, p.d_pad, p.vec_t,
                       [&](int w) -> const T * { return window_row_ptr<T>(p, base, B, w); });
         load_key_mask(kmask, B, p, b, n0);
         __syncthreads();
@@ -379,12 +379,12 @@ __global__ void __launch_bounds__(B * 2, 1) attn_bwd_dq_kernel(AttnParams p) {
                            warp_bias, ld, gld, ksteps, wm0, n0, kmask, wlo, whi, scale, slope, lse2, dl);
         // dS K (the band's keys row by row where they hold inf/NaN)
         warp_rb_masked<T, NT, DT>(dq, ds, Ks, ld, cs.c0, dt_active, pscr, p, n0, wlo, whi, rlo[0], rhi[B - 1]);
-        if (p.dslopes != nullptr) {
+        if (p.a.dslopes != nullptr) {
 #pragma unroll
             for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
                 for (int e = 0; e < 4; ++e) {
-                    const int64_t dist = p.q_offset + wm0 + frag_row(e) - (n0 + frag_col(nt, e));
+                    const int64_t dist = p.a.q_offset + wm0 + frag_row(e) - (n0 + frag_col(nt, e));
                     slope_acc -= ds[nt][e] * A(dist < 0 ? -dist : dist);  // masked entries have dS = 0
                 }
         }
@@ -409,7 +409,7 @@ __global__ void __launch_bounds__(B * 2, 1) attn_bwd_dq_kernel(AttnParams p) {
         }
     }
 
-    if (p.dslopes != nullptr && cs.c0 == 0) {  // every warp of slice 0 writes its slot (0 without rows)
+    if (p.a.dslopes != nullptr && cs.c0 == 0) {  // every warp of slice 0 writes its slot (0 without rows)
         slope_acc = warp_sum(slope_acc);
         if ((threadIdx.x & 31) == 0)
             static_cast<A *>(p.slope_part)[(bh * mblocks + mb) * (B / 16) + warp] = slope_acc;
@@ -418,14 +418,14 @@ __global__ void __launch_bounds__(B * 2, 1) attn_bwd_dq_kernel(AttnParams p) {
 #pragma unroll
     for (int ri = 0; ri < 2; ++ri) {
         const int64_t m = wm0 + frag_row(2 * ri);
-        if (m >= p.m) continue;
-        T *dqr = static_cast<T *>(p.dq) + (bh * p.m + m) * p.d;
+        if (m >= p.a.m) continue;
+        T *dqr = static_cast<T *>(p.a.dq) + (bh * p.a.m + m) * p.a.d;
 #pragma unroll
         for (int dt = 0; dt < DT; ++dt)
 #pragma unroll
             for (int e = 0; e < 2; ++e) {
                 const int col = cs.c0 + dt * 8 + 2 * t4 + e;
-                if (dt < dt_active && col < p.d) dqr[col] = from_acc<T>(dq[dt][2 * ri + e] * scale);
+                if (dt < dt_active && col < p.a.d) dqr[col] = from_acc<T>(dq[dt][2 * ri + e] * scale);
             }
     }
 }
@@ -436,7 +436,7 @@ template <class T, int DMAX, int B, int CS>
 __global__ void __launch_bounds__(B * 2, 1) attn_bwd_dtable_kernel(AttnParams p) {
     using A = acc_t<T>;
     constexpr int NT = B / 8, DT = DMAX / 8 / CS;
-    const ColSlice<DMAX, CS> cs(int(blockIdx.x % CS), p.d);
+    const ColSlice<DMAX, CS> cs(int(blockIdx.x % CS), p.a.d);
     const int64_t cta = blockIdx.x / CS;
     WAVEPE_SHARED_BASE(smem);
     const BwdLayout<T, B> L(p.d_pad, true);
@@ -453,53 +453,53 @@ __global__ void __launch_bounds__(B * 2, 1) attn_bwd_dtable_kernel(AttnParams p)
     int64_t *const rlo = reinterpret_cast<int64_t *>(smem + L.plan.off[L.rows]), *const rhi = rlo + B;
     const int ksteps = int(p.d_pad / 16), dt_active = cs.dt_active;
 
-    const int64_t mblocks = ceil_div(p.m, B), nblocks = ceil_div(p.n, B);
+    const int64_t mblocks = ceil_div(p.a.m, B), nblocks = ceil_div(p.a.n, B);
     const int64_t diag = cta % p.n_diag, grp = cta / p.n_diag;
     const int64_t delta = diag - (nblocks - 1);  // i - j
-    const int64_t base = p.q_offset - p.r_lo + delta * B;
+    const int64_t base = p.a.q_offset - p.a.r_lo + delta * B;
     if (!table_rows_hit(p, base - (B - 1), base + B - 1)) return;  // CTA-uniform, before any barrier
-    if (p.causal && -delta * B > p.q_offset + B - 1) return;       // every tile of the diagonal is future
-    load_tile(Ts, ld, 2 * B, p.d, p.d_pad, p.vec_t, [&](int w) -> const T * { return window_row_ptr<T>(p, base, B, w); });
-    A *part = static_cast<A *>(p.dt_part) + (diag * p.dt_groups + grp) * (2 * B) * p.d;
+    if (p.a.causal && -delta * B > p.a.q_offset + B - 1) return;       // every tile of the diagonal is future
+    load_tile(Ts, ld, 2 * B, p.a.d, p.d_pad, p.vec_t, [&](int w) -> const T * { return window_row_ptr<T>(p, base, B, w); });
+    A *part = static_cast<A *>(p.dt_part) + (diag * p.dt_groups + grp) * (2 * B) * p.a.d;
     A *gw = Gs + warp * 16 * gld;
-    const A scale = A(p.scale);
+    const A scale = A(p.a.scale);
 
-    const int64_t bh_count = p.batch * p.heads;
+    const int64_t bh_count = p.a.batch * p.a.heads;
     const int64_t bh_end = (grp + 1) * p.bh_per_group < bh_count ? (grp + 1) * p.bh_per_group : bh_count;
     const int64_t i_begin = delta > 0 ? delta : 0;
     const int64_t i_end = mblocks < nblocks + delta ? mblocks : nblocks + delta;
     for (int64_t bh = grp * p.bh_per_group; bh < bh_end; ++bh) {
-        const int64_t b = bh / p.heads, h = bh % p.heads, hk = h / p.group;
-        const T *qg = static_cast<const T *>(p.q) + b * p.q_sb + h * p.q_sh;
-        const T *gog = static_cast<const T *>(p.go) + b * p.go_sb + h * p.go_sh;
-        const T *kg = static_cast<const T *>(p.k) + b * p.k_sb + hk * p.k_sh;
-        const T *vg = static_cast<const T *>(p.v) + b * p.v_sb + hk * p.v_sh;
+        const int64_t b = bh / p.a.heads, h = bh % p.a.heads, hk = h / p.group;
+        const T *qg = static_cast<const T *>(p.a.q) + b * p.a.q_strides[0] + h * p.a.q_strides[1];
+        const T *gog = static_cast<const T *>(p.a.dout) + b * p.a.dout_strides[0] + h * p.a.dout_strides[1];
+        const T *kg = static_cast<const T *>(p.a.k) + b * p.a.k_strides[0] + hk * p.a.k_strides[1];
+        const T *vg = static_cast<const T *>(p.a.v) + b * p.a.v_strides[0] + hk * p.a.v_strides[1];
         for (int64_t i = i_begin; i < i_end; ++i) {
             const int64_t m0 = i * B, n0 = (i - delta) * B, wm0 = m0 + 16 * warp;
             __syncthreads();  // Gs / tiles / row ranges of the previous tile consumed
             load_row_keys(rlo, rhi, B, p, b, m0);
             __syncthreads();
             if (n0 >= rhi[B - 1] || n0 + B <= rlo[0]) continue;  // CTA-uniform: no row sees a key of the tile
-            load_tile(Qs, ld, B, p.d, p.d_pad, p.vec_q, [&](int r) -> const T * {
+            load_tile(Qs, ld, B, p.a.d, p.d_pad, p.vec_q, [&](int r) -> const T * {
                 const int64_t m = m0 + r;
-                return m < p.m ? qg + m * p.q_sm : nullptr;
+                return m < p.a.m ? qg + m * p.a.q_strides[2] : nullptr;
             });
-            load_tile(dOs, ld, B, p.d, p.d_pad, p.vec_go, [&](int r) -> const T * {
+            load_tile(dOs, ld, B, p.a.d, p.d_pad, p.vec_go, [&](int r) -> const T * {
                 const int64_t m = m0 + r;
-                return m < p.m ? gog + m * p.go_sm : nullptr;
+                return m < p.a.m ? gog + m * p.a.dout_strides[2] : nullptr;
             });
             // keys no row of the tile sees: zero rows
-            load_tile(Ks, ld, B, p.d, p.d_pad, p.vec_k, [&](int r) -> const T * {
+            load_tile(Ks, ld, B, p.a.d, p.d_pad, p.vec_k, [&](int r) -> const T * {
                 const int64_t n = n0 + r;
-                return key_row_seen(p, b, n, rlo[0], rhi[B - 1]) ? kg + n * p.k_sn : nullptr;
+                return key_row_seen(p, b, n, rlo[0], rhi[B - 1]) ? kg + n * p.a.k_strides[2] : nullptr;
             });
-            load_tile(Vs, ld, B, p.d, p.d_pad, p.vec_v, [&](int r) -> const T * {
+            load_tile(Vs, ld, B, p.a.d, p.d_pad, p.vec_v, [&](int r) -> const T * {
                 const int64_t n = n0 + r;
-                return key_row_seen(p, b, n, rlo[0], rhi[B - 1]) ? vg + n * p.v_sn : nullptr;
+                return key_row_seen(p, b, n, rlo[0], rhi[B - 1]) ? vg + n * p.a.v_strides[2] : nullptr;
             });
             load_key_mask(kmask, B, p, b, n0);
             __syncthreads();
-            const bool live = wm0 < p.m && n0 < rhi[16 * warp + 15] && n0 + B > rlo[16 * warp];
+            const bool live = wm0 < p.a.m && n0 < rhi[16 * warp + 15] && n0 + B > rlo[16 * warp];
             A ds[NT][4];
             if (live) {
                 A lse2[2], dl[2];
@@ -541,7 +541,7 @@ __global__ void __launch_bounds__(B * 2, 1) attn_bwd_dtable_kernel(AttnParams p)
 #pragma unroll
                     for (int e = 0; e < 4; ++e) {
                         const int w = w0 + frag_row(e), col = cs.c0 + frag_col(dt, e);
-                        if (dt < dt_active && col < p.d) part[w * p.d + col] += acc[dt][e];
+                        if (dt < dt_active && col < p.a.d) part[w * p.a.d + col] += acc[dt][e];
                     }
             }
         }
@@ -554,13 +554,13 @@ template <class T, int B>
 __global__ void __launch_bounds__(256) attn_bwd_dtable_fold_kernel(AttnParams p) {
     using A = acc_t<T>;
     const A *part = static_cast<const A *>(p.dt_part);
-    T *dtable = static_cast<T *>(p.dtable);
-    const int64_t total = p.table_rows * p.d;
-    const int64_t nblocks = ceil_div(p.n, B);
-    const int64_t c0 = p.q_offset - p.r_lo;
+    T *dtable = static_cast<T *>(p.a.dtable);
+    const int64_t total = p.a.table_rows * p.a.d;
+    const int64_t nblocks = ceil_div(p.a.n, B);
+    const int64_t c0 = p.a.q_offset - p.a.r_lo;
     for (int64_t idx = int64_t(blockIdx.x) * 256 + threadIdx.x; idx < total; idx += int64_t(gridDim.x) * 256) {
-        const int64_t t = idx / p.d, col = idx % p.d;
-        const bool to_low = p.clamp && t == 0, to_high = p.clamp && t == p.table_rows - 1;
+        const int64_t t = idx / p.a.d, col = idx % p.a.d;
+        const bool to_low = p.a.clamp && t == 0, to_high = p.a.clamp && t == p.a.table_rows - 1;
         A sum = 0;
         for (int64_t diag = 0; diag < p.n_diag; ++diag) {
             const int64_t delta = diag - (nblocks - 1);
@@ -569,9 +569,9 @@ __global__ void __launch_bounds__(256) attn_bwd_dtable_fold_kernel(AttnParams p)
             if (w_lo < 0) w_lo = 0;
             if (w_hi > 2 * B - 2) w_hi = 2 * B - 2;
             for (int64_t w = w_lo; w <= w_hi; ++w)
-                for (int64_t g = 0; g < p.dt_groups; ++g) sum += part[((diag * p.dt_groups + g) * 2 * B + w) * p.d + col];
+                for (int64_t g = 0; g < p.dt_groups; ++g) sum += part[((diag * p.dt_groups + g) * 2 * B + w) * p.a.d + col];
         }
-        dtable[idx] = from_acc<T>(sum * A(p.scale));
+        dtable[idx] = from_acc<T>(sum * A(p.a.scale));
     }
 }
 
@@ -580,13 +580,13 @@ template <class T, int B>
 __global__ void __launch_bounds__(128) attn_bwd_dslopes_fold_kernel(AttnParams p) {
     using A = acc_t<T>;
     const int64_t h = int64_t(blockIdx.x) * 128 + threadIdx.x;
-    if (h >= p.heads) return;
-    const int64_t slots = ceil_div(p.m, B) * (B / 16);
+    if (h >= p.a.heads) return;
+    const int64_t slots = ceil_div(p.a.m, B) * (B / 16);
     const A *part = static_cast<const A *>(p.slope_part);
     A sum = 0;
-    for (int64_t b = 0; b < p.batch; ++b)
-        for (int64_t s = 0; s < slots; ++s) sum += part[(b * p.heads + h) * slots + s];
-    static_cast<A *>(p.dslopes)[h] = sum;
+    for (int64_t b = 0; b < p.a.batch; ++b)
+        for (int64_t s = 0; s < slots; ++s) sum += part[(b * p.a.heads + h) * slots + s];
+    static_cast<A *>(p.a.dslopes)[h] = sum;
 }
 
 size_t align256(size_t x) { return (x + 255) & ~size_t(255); }
@@ -635,13 +635,13 @@ cudaError_t launch_bwd_cfg(AttnParams p, const BwdPlan &pl, cudaStream_t stream)
     constexpr int B = BwdCfg<T, DMAX>::B;
     const bool table = p.pos_enc == WAVEPE_CUDA_PE_TABLE;
     const BwdLayout<T, B> L(p.d_pad, table);
-    const int64_t bh = p.batch * p.heads;
+    const int64_t bh = p.a.batch * p.a.heads;
     cudaError_t err = cudaSuccess;
-    if (bh * p.m > 0)
-        err = launch(attn_bwd_delta_kernel<T>, dim3(unsigned(ceil_div(bh * p.m, 4))), dim3(128), 0, stream, p);
+    if (bh * p.a.m > 0)
+        err = launch(attn_bwd_delta_kernel<T>, dim3(unsigned(ceil_div(bh * p.a.m, 4))), dim3(128), 0, stream, p);
     if (err != cudaSuccess) return err;
-    const int64_t kv_ctas = p.batch * p.kv_heads * ceil_div(p.n, B);
-    if (kv_ctas > 0 && p.d > 0) {
+    const int64_t kv_ctas = p.a.batch * p.a.kv_heads * ceil_div(p.a.n, B);
+    if (kv_ctas > 0 && p.a.d > 0) {
         constexpr int CS = BwdCfg<T, DMAX>::CS_DKDV;
         auto kernel = attn_bwd_dkdv_kernel<T, DMAX, B, CS>;
         err = allow_dynamic_smem(kernel, L.plan.total);
@@ -649,8 +649,8 @@ cudaError_t launch_bwd_cfg(AttnParams p, const BwdPlan &pl, cudaStream_t stream)
             err = launch(kernel, dim3(unsigned(kv_ctas * CS)), dim3(B * 2), L.plan.total, stream, p);
         if (err != cudaSuccess) return err;
     }
-    const int64_t q_ctas = bh * ceil_div(p.m, B);
-    if (q_ctas > 0 && (p.d > 0 || p.dslopes != nullptr)) {
+    const int64_t q_ctas = bh * ceil_div(p.a.m, B);
+    if (q_ctas > 0 && (p.a.d > 0 || p.a.dslopes != nullptr)) {
         constexpr int CS = BwdCfg<T, DMAX>::CS_DQ;
         auto kernel = attn_bwd_dq_kernel<T, DMAX, B, CS>;
         err = allow_dynamic_smem(kernel, L.plan.total);
@@ -658,12 +658,12 @@ cudaError_t launch_bwd_cfg(AttnParams p, const BwdPlan &pl, cudaStream_t stream)
             err = launch(kernel, dim3(unsigned(q_ctas * CS)), dim3(B * 2), L.plan.total, stream, p);
         if (err != cudaSuccess) return err;
     }
-    if (p.dslopes != nullptr && p.heads > 0) {
-        err = launch(attn_bwd_dslopes_fold_kernel<T, B>, dim3(unsigned(ceil_div(p.heads, 128))), dim3(128), 0, stream,
+    if (p.a.dslopes != nullptr && p.a.heads > 0) {
+        err = launch(attn_bwd_dslopes_fold_kernel<T, B>, dim3(unsigned(ceil_div(p.a.heads, 128))), dim3(128), 0, stream,
                      p);
         if (err != cudaSuccess) return err;
     }
-    if (p.dtable != nullptr && p.table_rows * p.d > 0) {
+    if (p.a.dtable != nullptr && p.a.table_rows * p.a.d > 0) {
         if (pl.n_diag > 0 && bh > 0) {
             err = cudaMemsetAsync(p.dt_part, 0, pl.part_bytes, stream);
             const BwdLayout<T, B> LT(p.d_pad, true);
@@ -676,7 +676,7 @@ cudaError_t launch_bwd_cfg(AttnParams p, const BwdPlan &pl, cudaStream_t stream)
             if (err != cudaSuccess) return err;
         }
         const int64_t cap = int64_t(device_sm_count()) * 16;
-        int64_t blocks = ceil_div(p.table_rows * p.d, 256);
+        int64_t blocks = ceil_div(p.a.table_rows * p.a.d, 256);
         if (blocks > cap) blocks = cap;
         err = launch(attn_bwd_dtable_fold_kernel<T, B>, dim3(unsigned(blocks)), dim3(256), 0, stream, p);
     }
@@ -686,10 +686,10 @@ cudaError_t launch_bwd_cfg(AttnParams p, const BwdPlan &pl, cudaStream_t stream)
 template <class T>
 cudaError_t launch_bwd(AttnParams p, const BwdPlan &pl, cudaStream_t stream) {
     if constexpr (sizeof(T) == 8) {
-        if (dmax_bucket(p.d) == 64) return launch_bwd_cfg<T, 64>(p, pl, stream);
+        if (dmax_bucket(p.a.d) == 64) return launch_bwd_cfg<T, 64>(p, pl, stream);
         return launch_bwd_cfg<T, 128>(p, pl, stream);
     } else {
-        switch (dmax_bucket(p.d)) {
+        switch (dmax_bucket(p.a.d)) {
         case 64: return launch_bwd_cfg<T, 64>(p, pl, stream);
         case 128: return launch_bwd_cfg<T, 128>(p, pl, stream);
         }
@@ -738,15 +738,9 @@ extern "C" cudaError_t wavepe_cuda_attention_bwd(const wavepe_attention_args *a,
     const size_t need = pl.delta_bytes + pl.part_bytes + pl.slope_bytes;
     if (need > 0 && (workspace == nullptr || workspace_bytes < need)) return cudaErrorInvalidValue;
     AttnParams p = attention_params(a);
-    p.dq = a->dq;
-    p.dk = a->dk;
-    p.dv = a->dv;
-    p.dtable = a->dtable;
     p.delta = workspace;
     p.dt_part = static_cast<unsigned char *>(workspace) + pl.delta_bytes;
     p.slope_part = static_cast<unsigned char *>(workspace) + pl.delta_bytes + pl.part_bytes;
-    p.grad_lse = a->dlse;
-    p.dslopes = a->dslopes;
     p.n_diag = pl.n_diag;
     p.dt_groups = pl.groups;
     p.bh_per_group = pl.bh_per_group;

@@ -35,22 +35,12 @@ namespace wavepe_cuda {
 enum AttnBias { WAVEPE_CUDA_PE_NONE = 0, WAVEPE_CUDA_PE_TABLE = 1, WAVEPE_CUDA_PE_ALIBI = 2 };
 
 struct AttnParams {
-    int64_t batch, heads, kv_heads, group, m, n, d, d_pad;
-    int64_t q_offset;
-    int causal, pos_enc, clamp;
-    int mark_neg_inf;  // rows whose visible scores are all -inf: out 0, lse +inf (attention.h)
-    double scale;
-    const void *table;
-    int64_t table_rows, table_sr, r_lo;
-    const void *slopes;
-    const uint8_t *kpm;
-    int64_t kpm_sb;
-    // packed sequences: the shared struct's cu_seqlens (device memory, read by the kernels), or NULL
-    const int32_t *cu_seqlens;
-    int64_t cu_len, cu_stride;
-    const void *q, *k, *v, *out, *go;
-    int64_t q_sb, q_sh, q_sm, k_sb, k_sh, k_sn, v_sb, v_sh, v_sn, o_sb, o_sh, o_sm, go_sb, go_sh, go_sm;
-    void *out_w, *lse;
+    // The caller's arguments (core/attention.h), read as they are: sizes, strides, pointers, flags.
+    // The kernels write out, lse (forward) and dq, dk, dv, dtable, dslopes (backward) through it.
+    wavepe_attention_args a;
+    // derived by attention_params and the launchers
+    int64_t group, d_pad;  // query heads per kv head; d rounded up to 16
+    int pos_enc;           // WAVEPE_CUDA_PE_*: which bias a->table / a->slopes give
     // 16-byte vector loads allowed (rows aligned, d a multiple of the vector)
     int vec_q, vec_k, vec_v, vec_t, vec_o, vec_go;
     // forward: K/V (and the table window: async_t) double-buffered with cp.async
@@ -59,10 +49,8 @@ struct AttnParams {
     // forward: split-KV
     int64_t num_splits, blocks_per_split;
     void *work_o, *work_lse, *work_seen;
-    // backward
-    void *dq, *dk, *dv, *dtable, *delta, *dt_part;
-    const void *grad_lse;
-    void *dslopes, *slope_part;
+    // backward: workspace
+    void *delta, *dt_part, *slope_part;
     int64_t n_diag, dt_groups, bh_per_group;
 };
 
@@ -198,17 +186,17 @@ WAVEPE_DEVICE void load_tile_async(T *dst, int ld, int nrows, int64_t d, int64_t
 template <class T>
 WAVEPE_DEVICE const T *window_row_ptr(const AttnParams &p, int64_t base, int bn, int w) {
     int64_t t = base - (bn - 1) + w;
-    if (p.clamp) {
-        t = t < 0 ? 0 : (t >= p.table_rows ? p.table_rows - 1 : t);
-    } else if (t < 0 || t >= p.table_rows) {
+    if (p.a.clamp) {
+        t = t < 0 ? 0 : (t >= p.a.table_rows ? p.a.table_rows - 1 : t);
+    } else if (t < 0 || t >= p.a.table_rows) {
         return nullptr;
     }
-    return static_cast<const T *>(p.table) + t * p.table_sr;
+    return static_cast<const T *>(p.a.table) + t * p.a.d;
 }
 
 // Does any table row of the window rows [lo, hi] exist (clamp: always)?
 WAVEPE_DEVICE bool table_rows_hit(const AttnParams &p, int64_t lo, int64_t hi) {
-    return p.clamp ? p.table_rows > 0 : (hi >= 0 && lo < p.table_rows);
+    return p.a.clamp ? p.a.table_rows > 0 : (hi >= 0 && lo < p.a.table_rows);
 }
 
 // ---- warp products ----------------------------------------------------------------------------
@@ -373,7 +361,7 @@ WAVEPE_DEVICE void scores_log2(A (&s)[NT][4], const AttnParams &p, int64_t m_row
                                const int64_t *rlo, const int64_t *rhi, A scale_log2, A slope_log2, bool (&seen)[2]) {
     const bool alibi = p.pos_enc == WAVEPE_CUDA_PE_ALIBI;
     // every row sees keys [rlo[15], rhi[0]) (the ranges are non-decreasing in the row)
-    const bool interior = m_row0 + 15 < p.m && n0 >= rlo[15] && n0 + 8 * NT <= rhi[0];  // warp-uniform
+    const bool interior = m_row0 + 15 < p.a.m && n0 >= rlo[15] && n0 + 8 * NT <= rhi[0];  // warp-uniform
     if (interior && !alibi) {
 #pragma unroll
         for (int nt = 0; nt < NT; ++nt)
@@ -391,11 +379,11 @@ WAVEPE_DEVICE void scores_log2(A (&s)[NT][4], const AttnParams &p, int64_t m_row
 #pragma unroll
     for (int ri = 0; ri < 2; ++ri) {
         const int r = frag_row(2 * ri);
-        const int64_t lo = rlo[r] - n0, hi = m_row0 + r < p.m ? rhi[r] - n0 : 0;
+        const int64_t lo = rlo[r] - n0, hi = m_row0 + r < p.a.m ? rhi[r] - n0 : 0;
         first[ri] = lo < 0 ? 0 : (lo > 8 * NT ? 8 * NT : int(lo));
         end[ri] = hi < 0 ? 0 : (hi > 8 * NT ? 8 * NT : int(hi));
     }
-    const int64_t dist0 = p.q_offset + m_row0 - n0;  // ALiBi: r = dist0 + row - column
+    const int64_t dist0 = p.a.q_offset + m_row0 - n0;  // ALiBi: r = dist0 + row - column
 #pragma unroll
     for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
@@ -417,12 +405,8 @@ WAVEPE_DEVICE void scores_log2(A (&s)[NT][4], const AttnParams &p, int64_t m_row
 // after pos; not causal: its whole document): the shared definition,
 // wavepe_attention_keys (core/attention.h), reading cu_seqlens on the device.
 WAVEPE_DEVICE void attn_keys(const AttnParams &p, int64_t b, int64_t pos, bool causal, int64_t &lo, int64_t &hi) {
-    wavepe_attention_args a{};
-    a.n = p.n;
+    wavepe_attention_args a = p.a;  // the caller's, with this call's causal flag
     a.causal = causal ? 1 : 0;
-    a.cu_seqlens = p.cu_seqlens;
-    a.cu_len = p.cu_len;
-    a.cu_stride = p.cu_stride;
     wavepe_attention_keys(&a, b, pos, &lo, &hi);
 }
 
@@ -431,11 +415,11 @@ WAVEPE_DEVICE void attn_keys(const AttnParams &p, int64_t b, int64_t pos, bool c
 // wavepe_attention_keys read the other way.
 WAVEPE_DEVICE void key_queries(const AttnParams &p, int64_t b, int64_t n, int64_t &lo, int64_t &hi) {
     attn_keys(p, b, n, false, lo, hi);
-    if (p.cu_seqlens == nullptr) {
+    if (p.a.cu_seqlens == nullptr) {
         lo = INT64_MIN;
         hi = INT64_MAX;
     }
-    if (p.causal && lo < n) lo = n;
+    if (p.a.causal && lo < n) lo = n;
 }
 
 // lo[r], hi[r] = the keys query row m0 + r of batch row b sees, r < rows
@@ -446,8 +430,8 @@ WAVEPE_DEVICE void key_queries(const AttnParams &p, int64_t b, int64_t n, int64_
 // [lo[15], hi[0]) (its pointers offset to its rows).
 WAVEPE_DEVICE void load_row_keys(int64_t *lo, int64_t *hi, int rows, const AttnParams &p, int64_t b, int64_t m0) {
     for (int r = threadIdx.x; r < rows; r += blockDim.x) {
-        const int64_t m = m0 + r < p.m ? m0 + r : p.m - 1;
-        attn_keys(p, b, p.q_offset + m, p.causal != 0, lo[r], hi[r]);
+        const int64_t m = m0 + r < p.a.m ? m0 + r : p.a.m - 1;
+        attn_keys(p, b, p.a.q_offset + m, p.a.causal != 0, lo[r], hi[r]);
     }
 }
 
@@ -465,7 +449,7 @@ WAVEPE_DEVICE void load_row_keys(int64_t *lo, int64_t *hi, int rows, const AttnP
 
 // Key n of batch b inside [lo, hi) (the keys some row of the CTA sees) and not padded?
 WAVEPE_DEVICE bool key_row_seen(const AttnParams &p, int64_t b, int64_t n, int64_t lo, int64_t hi) {
-    return n >= lo && n < hi && n < p.n && !(p.kpm != nullptr && p.kpm[b * p.kpm_sb + n] != 0);
+    return n >= lo && n < hi && n < p.a.n && !(p.a.key_padding_mask != nullptr && p.a.key_padding_mask[b * p.a.kpm_stride + n] != 0);
 }
 
 WAVEPE_DEVICE bool quad_any(bool v) {
@@ -535,14 +519,14 @@ WAVEPE_DEVICE void warp_rb_visible(acc_t<T> (&acc)[DT][4], const acc_t<T> (&p)[K
 WAVEPE_DEVICE void load_key_mask(uint8_t *kmask, int bn, const AttnParams &p, int64_t b, int64_t n0) {
     for (int c = threadIdx.x; c < bn; c += blockDim.x) {
         const int64_t n = n0 + c;
-        kmask[c] = (n >= p.n || (p.kpm != nullptr && p.kpm[b * p.kpm_sb + n] != 0)) ? 1 : 0;
+        kmask[c] = (n >= p.a.n || (p.a.key_padding_mask != nullptr && p.a.key_padding_mask[b * p.a.kpm_stride + n] != 0)) ? 1 : 0;
     }
 }
 
 template <class T>
 WAVEPE_DEVICE acc_t<T> head_slope(const AttnParams &p, int64_t h) {
     if (p.pos_enc != WAVEPE_CUDA_PE_ALIBI) return acc_t<T>(0);
-    return static_cast<const acc_t<T> *>(p.slopes)[h];
+    return static_cast<const acc_t<T> *>(p.a.slopes)[h];
 }
 
 // acc += P . B, B = tile rows 0 .. 8 KT8 - 1 (keys n0 ..) at columns c0 .., for the warp whose
@@ -560,8 +544,8 @@ WAVEPE_DEVICE void warp_rb_masked(acc_t<T> (&acc)[DT][4], const acc_t<T> (&pf)[K
     bool careful = false;
     if (t_lo < t_hi && (t_lo < a_lo || t_hi > a_hi)) {  // warp-uniform
         const int64_t b1 = t_hi < a_lo ? t_hi : a_lo, b2 = t_lo > a_hi ? t_lo : a_hi;
-        if (t_lo < b1) careful = warp_rows_nonfinite(tile, ld, int(t_lo), int(b1 - 1), p.d);
-        if (!careful && b2 < t_hi) careful = warp_rows_nonfinite(tile, ld, int(b2), int(t_hi - 1), p.d);
+        if (t_lo < b1) careful = warp_rows_nonfinite(tile, ld, int(t_lo), int(b1 - 1), p.a.d);
+        if (!careful && b2 < t_hi) careful = warp_rows_nonfinite(tile, ld, int(b2), int(t_hi - 1), p.a.d);
     }
     if (careful) {
         // the lane's rows see tile keys first[ri] .. lim[ri] (32-bit: clamped to the tile)

@@ -7,8 +7,8 @@
 // is given by which optional is present: a table (wavelet / relative bias),
 // ALiBi slopes, or neither.  Packed sequences: cu_seqlens (document
 // boundaries, int32 on the device, converted there from int64: no host
-// sync).  q, k, v, table keep their dtype (bf16 / fp16 only where the
-// device's kernels take them: CUDA); slopes, lse and the lse gradient travel
+// sync).  q, k, v, table keep their dtype (bf16 / fp16 on every device, read
+// natively and accumulated in float32); slopes, lse and the lse gradient travel
 // as the accumulator type (float32, float64 for float64 inputs), whatever
 // dtype the caller gave them, and dslopes is returned in the slopes' dtype.
 // attention_fwd's mark_neg_inf: rows whose visible scores are all -inf come
@@ -38,7 +38,7 @@ Prepared prepare(const Tensor& q, const Tensor& k, const Tensor& v, const std::o
                  const std::optional<Tensor>& cu_seqlens, wavepe_attention_args& a, int64_t r_lo, bool clamp,
                  double scale, int64_t q_offset, bool causal) {
     a = wavepe_attention_args{};
-    a.dtype = wavepe::dtype_of(q, "q");
+    a.dtype = wavepe::dtype_of(q, "q", /*half_on_cpu=*/true);  // bf16 / fp16 read natively everywhere
     wavepe::check_like(k, "k", q, "q");
     wavepe::check_like(v, "v", q, "q");
     wavepe::check_dim(q, 4, "q");

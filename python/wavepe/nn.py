@@ -133,6 +133,12 @@ class PositionalAttention(nn.Module):
         q = self.q_proj(x).view(b, length, self.num_heads, self.head_dim).transpose(1, 2)
         k = self.k_proj(x).view(b, length, self.num_kv_heads, self.head_dim).transpose(1, 2)
         v = self.v_proj(x).view(b, length, self.num_kv_heads, self.head_dim).transpose(1, 2)
+        device_type = q.device.type
+        if torch.is_autocast_enabled(device_type):
+            # autocast covers torch's ops, not wavepe's custom ops: these receive q, k, v as they are, so
+            # put all three in the autocast dtype (nn.Linear already does, unless a hook or subclass changed it)
+            dtype = torch.get_autocast_dtype(device_type)
+            q, k, v = q.to(dtype), k.to(dtype), v.to(dtype)
         if self.pos_enc == "rope":
             from .ops import rope
 

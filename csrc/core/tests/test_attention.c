@@ -1,6 +1,7 @@
-/* test_attention.c: fused attention, scalar and AVX2, forward against a
- * naive double oracle (materialised scores, one row at a time), backward
- * AVX2 against the scalar reference, validation of bad sizes. */
+/* test_attention.c: fused attention, scalar and the vector ISA under test,
+ * every element type (float32, float64, bfloat16, float16), forward against
+ * a naive double oracle (materialised scores, one row at a time), backward
+ * vector against the scalar reference, validation of bad sizes. */
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -8,6 +9,7 @@
 
 #include "../attention.h"
 #include "../checked.h"
+#include "../half.h"
 #include "harness.h"
 
 typedef struct {
@@ -128,11 +130,12 @@ static void oracle(const shape *s, const inputs *in, double *out, double *lse) {
     free(sc);
 }
 
-/* Fill args for dense tensors of element type f64 (1) or f32 (0). */
-static void set_args(wavepe_attention_args *a, int f64, const shape *s, const inputs *in, void *q, void *k, void *v,
+/* Fill args for dense tensors of element type dtype (a wavepe_dtype; f64 = 1 / 0 for the
+ * float64 / float32 callers). */
+static void set_args(wavepe_attention_args *a, int dtype, const shape *s, const inputs *in, void *q, void *k, void *v,
                      void *table, void *slopes, void *out, void *lse) {
     memset(a, 0, sizeof(*a));
-    a->dtype = f64 ? WAVEPE_F64 : WAVEPE_F32;
+    a->dtype = dtype;
     a->batch = s->B, a->heads = s->H, a->kv_heads = s->Hkv, a->m = s->M, a->n = s->N, a->d = s->d;
     a->q_offset = s->off, a->causal = s->causal, a->scale = 1.0 / sqrt((double)s->d);
     a->q = q, a->k = k, a->v = v, a->out = out, a->lse = lse;
@@ -145,16 +148,40 @@ static void set_args(wavepe_attention_args *a, int f64, const shape *s, const in
     if (s->packed) a->cu_seqlens = in->cu, a->cu_len = s->packed + 1, a->cu_stride = s->packed + 1;
 }
 
-static void *conv(const double *x, int64_t n, int f64) {
-    void *p = malloc((size_t)(n + 1) * (f64 ? 8 : 4));
+/* x converted to element type dtype (WAVEPE_F32 = 0, WAVEPE_F64 = 1: the f64 flag of the callers). */
+static void *conv(const double *x, int64_t n, int dtype) {
+    void *p = malloc((size_t)(n + 1) * (size_t)wavepe_dtype_size(dtype));
     for (int64_t i = 0; i < n; ++i) {
-        if (f64) ((double *)p)[i] = x[i];
-        else ((float *)p)[i] = (float)x[i];
+        switch (dtype) {
+        case WAVEPE_F64: ((double *)p)[i] = x[i]; break;
+        case WAVEPE_BF16: ((uint16_t *)p)[i] = wp_f32_to_bf16((float)x[i]); break;
+        case WAVEPE_F16: ((uint16_t *)p)[i] = wp_f32_to_f16((float)x[i]); break;
+        default: ((float *)p)[i] = (float)x[i]; break;
+        }
     }
     return p;
 }
 
-static double get(const void *p, int64_t i, int f64) { return f64 ? ((const double *)p)[i] : ((const float *)p)[i]; }
+static double get(const void *p, int64_t i, int dtype) {
+    switch (dtype) {
+    case WAVEPE_F64: return ((const double *)p)[i];
+    case WAVEPE_BF16: return wp_bf16_to_f32(((const uint16_t *)p)[i]);
+    case WAVEPE_F16: return wp_f16_to_f32(((const uint16_t *)p)[i]);
+    default: return ((const float *)p)[i];
+    }
+}
+
+/* x rounded to element type dtype, back in double (the values a kernel of that type reads). */
+static double *rounded(const double *x, int64_t n, int dtype) {
+    void *c = conv(x, n, dtype);
+    double *r = malloc(sizeof(double) * (size_t)(n + 1));
+    for (int64_t i = 0; i < n; ++i) r[i] = get(c, i, dtype);
+    free(c);
+    return r;
+}
+
+/* Half a unit in the last place, relative, of a half type's rounding (0 for float32 / float64). */
+static double half_ulp(int dtype) { return dtype == WAVEPE_BF16 ? 0x1p-8 : dtype == WAVEPE_F16 ? 0x1p-11 : 0.0; }
 
 static int run_all(wavepe_attention_plan *plan) {
     for (int phase = 0; phase < 2; ++phase) {
@@ -169,33 +196,46 @@ static int run_all(wavepe_attention_plan *plan) {
     return WAVEPE_OK;
 }
 
-/* forward (both ISAs, both types) against the oracle; backward AVX2 vs scalar */
+/* forward (both ISAs, every type) against the oracle; backward vector vs scalar.
+ * Half types: the oracle of the rounded inputs (what the kernels read); the
+ * output is float32 arithmetic rounded once, so within the float32
+ * tolerance plus half an ulp of the half type. */
 static void check_shape(const shape *s, unsigned long long seed, int expect_kind) {
     inputs in;
     make_inputs(s, &in, seed);
     const int64_t nq = s->B * s->H * s->M * s->d, nk = s->B * s->Hkv * s->N * s->d, nl = s->B * s->H * s->M;
     double *want = malloc(sizeof(double) * (size_t)(nq + 1)), *want_lse = malloc(sizeof(double) * (size_t)(nl + 1));
-    oracle(s, &in, want, want_lse);
-    for (int f64 = 0; f64 < 2; ++f64) {
-        void *q = conv(in.q, nq, f64), *k = conv(in.k, nk, f64), *v = conv(in.v, nk, f64);
-        void *tab = conv(in.table, in.R * s->d, f64), *sl = conv(in.slopes, s->H, f64);
-        void *dout = conv(in.dout, nq, f64);
+    for (int dtype = WAVEPE_F32; dtype <= WAVEPE_F16; ++dtype) {
+        const int f64 = dtype == WAVEPE_F64, acc = wavepe_dtype_acc(dtype);
+        const double u = half_ulp(dtype);
+        if (dtype == WAVEPE_F32 || dtype == WAVEPE_BF16 || dtype == WAVEPE_F16) {
+            inputs rin = in; /* the inputs as the kernels of this type read them */
+            rin.q = rounded(in.q, nq, dtype), rin.k = rounded(in.k, nk, dtype), rin.v = rounded(in.v, nk, dtype);
+            rin.table = rounded(in.table, in.R * s->d, dtype);
+            if (dtype == WAVEPE_F32) /* float32: against the unrounded oracle, as always */
+                free(rin.q), free(rin.k), free(rin.v), free(rin.table), rin = in;
+            oracle(s, &rin, want, want_lse);
+            if (dtype != WAVEPE_F32) free(rin.q), free(rin.k), free(rin.v), free(rin.table);
+        }
+        void *q = conv(in.q, nq, dtype), *k = conv(in.k, nk, dtype), *v = conv(in.v, nk, dtype);
+        void *tab = conv(in.table, in.R * s->d, dtype), *sl = conv(in.slopes, s->H, acc);
+        void *dout = conv(in.dout, nq, dtype);
         void *grads[2][5];
         for (int isa = 0; isa < 2; ++isa) {
             const wavepe_isa which = isa ? wavepe_test_isa : WAVEPE_ISA_SCALAR;
             void *out = calloc((size_t)nq + 1, 8), *lse = calloc((size_t)nl + 1, 8);
             wavepe_attention_args a;
-            set_args(&a, f64, s, &in, q, k, v, tab, sl, out, lse);
+            set_args(&a, dtype, s, &in, q, k, v, tab, sl, out, lse);
             wavepe_attention_plan *plan;
             CHECK(wavepe_attention_fwd_plan(which, &a, &plan, NULL) == WAVEPE_OK);
             if (isa && which != WAVEPE_ISA_SCALAR && expect_kind >= 0) CHECK(wavepe_attention_plan_kind(plan) == expect_kind);
             CHECK(run_all(plan) == WAVEPE_OK);
             wavepe_attention_plan_free(plan);
             const double tol = f64 ? 1e-12 : 2e-5;
-            for (int64_t i = 0; i < nq; ++i) CHECK_CLOSE(get(out, i, f64), want[i], tol, tol);
-            for (int64_t i = 0; i < nl; ++i) {
-                if (want_lse[i] == -INFINITY) CHECK(get(lse, i, f64) == -INFINITY);
-                else CHECK_CLOSE(get(lse, i, f64), want_lse[i], tol, tol);
+            for (int64_t i = 0; i < nq; ++i) CHECK_CLOSE(get(out, i, dtype), want[i], tol + u, tol);
+            for (int64_t i = 0; i < nl; ++i) { /* lse: float32 whatever the half type */
+                if (want_lse[i] == -INFINITY) CHECK(get(lse, i, acc) == -INFINITY);
+                else CHECK_CLOSE(get(lse, i, acc), want_lse[i], tol, tol);
             }
             /* backward */
             void *dq = calloc((size_t)nq + 1, 8), *dk = calloc((size_t)nk + 1, 8), *dv = calloc((size_t)nk + 1, 8);
@@ -213,8 +253,9 @@ static void check_shape(const shape *s, unsigned long long seed, int expect_kind
         const int64_t counts[5] = {nq, nk, nk, in.R * s->d, s->H};
         const double tol = f64 ? 1e-10 : 1e-4;
         for (int g = 0; g < 5; ++g) {
-            for (int64_t i = 0; i < counts[g]; ++i)
-                CHECK_CLOSE(get(grads[1][g], i, f64), get(grads[0][g], i, f64), tol, tol);
+            const int gt = g == 4 ? acc : dtype; /* dslopes: the accumulator type */
+            for (int64_t i = 0; i < counts[g]; ++i) /* half types: each side rounded once, maybe apart */
+                CHECK_CLOSE(get(grads[1][g], i, gt), get(grads[0][g], i, gt), tol + 2 * u, tol);
             free(grads[0][g]), free(grads[1][g]);
         }
         free(q), free(k), free(v), free(tab), free(sl), free(dout);
@@ -465,10 +506,10 @@ void test_attention(void) {
     CHECK(wavepe_attention_validate(&a, 0, NULL) == WAVEPE_E_NULL);
     wavepe_attention_plan *plan = (wavepe_attention_plan *)&a;
     CHECK(wavepe_attention_fwd_plan(WAVEPE_ISA_SCALAR, &a, &plan, NULL) == WAVEPE_E_NULL && plan == NULL);
-    a.dtype = WAVEPE_BF16; /* the CPU kernels take float32 / float64 only */
+    a.dtype = 7; /* not an element type */
     float buf[64];
     a.q = a.k = a.v = buf, a.out = buf, a.lse = buf;
-    CHECK(wavepe_attention_validate(&a, 0, NULL) == WAVEPE_OK);
+    CHECK(wavepe_attention_validate(&a, 0, &err) == WAVEPE_E_INVALID);
     CHECK(wavepe_attention_fwd_plan(WAVEPE_ISA_SCALAR, &a, &plan, &err) == WAVEPE_E_INVALID && plan == NULL);
-    CHECK(strstr(err.message, "bfloat16") != NULL);
+    CHECK(strstr(err.message, "dtype=7") != NULL);
 }

@@ -112,7 +112,7 @@ def context_parallel_attention(
             ``ValueError`` on every rank instead of hanging or corrupting.
 
     Returns:
-        (B, H, C, d) in q's dtype (bf16/fp16 computed in fp32 on the CPU);
+        (B, H, C, d) in q's dtype (bf16/fp16 computed in fp32);
         with ``return_lse``, ``(out, lse)``.
 
     Gradients: q, k, v get the gradient of the sum of every rank's loss

@@ -143,7 +143,8 @@ def wavelet_attention(
 
     Returns:
         out (B, H, M, d), dtype of q (bf16 / fp16 are read natively and
-        accumulated in fp32 on CUDA; the CPU kernels compute them in fp32);
+        accumulated in fp32, on the CPU and on CUDA; the table of a wavelet or
+        relative bias is taken in q's dtype, ALiBi slopes in fp32);
         with ``return_lse``, ``(out, lse)``: lse (B, H, M) in the accumulator
         type (float64 for float64 inputs, else float32), -inf for a query that
         sees no key and NaN for one whose visible scores are all -inf
@@ -159,15 +160,17 @@ def wavelet_attention(
     for name, value in (("q_offset", off), ("q_len", m), ("k_len", n)):
         check_position(name, value)
     check_cu_seqlens(cu_seqlens, q, b, m, n, off)
+    if _routing.has_kernel("attention_fwd", q.device):  # every dtype read as it is (bf16 / fp16 too)
+        table, r_lo, slopes = position_bias(q, pos_enc, q.dtype, m, n, off, causal, config=config,
+                                            rel_table=rel_table, alibi_slopes=alibi_slopes, clamp=clamp)
+        out, lse = ops.attention_fwd(q=q, k=k, v=v, table=table, r_lo=r_lo, clamp=clamp, slopes=slopes,
+                                     key_padding_mask=key_padding_mask, scale=scale, q_offset=off, causal=causal,
+                                     cu_seqlens=cu_seqlens)
+        return (out, lse) if return_lse else out
     cdt = compute_dtype(q)
     qc, kc, vc = q.to(cdt), k.to(cdt), v.to(cdt)
     table, r_lo, slopes = position_bias(q, pos_enc, cdt, m, n, off, causal, config=config, rel_table=rel_table,
                                         alibi_slopes=alibi_slopes, clamp=clamp)
-    if _routing.has_kernel("attention_fwd", q.device):
-        out, lse = ops.attention_fwd(q=qc, k=kc, v=vc, table=table, r_lo=r_lo, clamp=clamp, slopes=slopes,
-                                     key_padding_mask=key_padding_mask, scale=scale, q_offset=off, causal=causal,
-                                     cu_seqlens=cu_seqlens)
-        return (out.to(q.dtype), lse) if return_lse else out.to(q.dtype)
     _routing.warn_fallback("attention", q.device,
                            "the bias + scaled_dot_product_attention path (materialises M x N scores)")
     if return_lse:
@@ -244,7 +247,8 @@ def position_bias(q: torch.Tensor, pos_enc: str, cdt: torch.dtype, m, n, q_offse
                   config: WaveletConfig | None, rel_table: tuple[torch.Tensor, int] | None,
                   alibi_slopes: torch.Tensor | None, clamp: bool
                   ) -> tuple[torch.Tensor | None, int, torch.Tensor | None]:
-    """The kernels' (table, r_lo, slopes) for ``pos_enc`` (a canonical name), checked, in the compute dtype ``cdt``.
+    """The kernels' (table, r_lo, slopes) for ``pos_enc`` (a canonical name), checked: the table in the compute
+    dtype ``cdt``, the slopes in its accumulator type (a slope rounded to bf16 would change the bias).
 
     ``m`` queries at ``q_offset`` .. and ``n`` keys at 0 ..: the distances a
     wavelet table must cover (only those, within the wavelets' support).
@@ -270,14 +274,14 @@ def position_bias(q: torch.Tensor, pos_enc: str, cdt: torch.dtype, m, n, q_offse
         table = table.to(cdt)
     elif pos_enc == "alibi":
         if alibi_slopes is None:
-            slopes = _standard_slopes(h, cdt, q.device)
+            slopes = _standard_slopes(h, _acc_dtype(cdt), q.device)
         else:
             check_tensor("alibi_slopes", alibi_slopes, dim=1)
             check_same("q", q, "alibi_slopes", alibi_slopes, dtype=False)
             if alibi_slopes.shape[0] != h:
                 raise ValueError(f"alibi_slopes must have one slope per head ({h}), got {alibi_slopes.shape[0]}")
             check_finite("alibi_slopes", alibi_slopes)
-            slopes = alibi_slopes.to(cdt)
+            slopes = alibi_slopes.to(_acc_dtype(cdt))
     return table, r_lo, slopes
 
 

@@ -25,6 +25,12 @@ _ENCODING_HELP = ("wavelet (the paper's default grid), rope (θ=10^4), rope-ltra
                   "rope:THETA (any θ), alibi, nope")
 
 
+# the values of --device and --dtype (wavepe.research.experiments.precision checks the same; kept here too so that
+# --help does not import torch)
+_DEVICES = ("cpu", "cuda", "auto")
+_DTYPES = ("float32", "bf16", "fp16")
+
+
 class CliError(Exception):
     """A bad argument or input: printed as ``wavepe <cmd>: error: ...`` with exit status 2."""
 
@@ -170,6 +176,7 @@ def _shared_overrides(args: argparse.Namespace, base: Any) -> dict[str, Any]:
     """Model, training and run fields common to both tasks, from the command line over ``base``."""
     import dataclasses
 
+    from .experiments import precision
     from .experiments.train import TrainConfig
 
     model_over = {k: v for k, v in {"hidden_size": args.hidden, "num_hidden_layers": args.layers,
@@ -189,7 +196,12 @@ def _shared_overrides(args: argparse.Namespace, base: Any) -> dict[str, Any]:
     if model.head_dim % 2:
         raise CliError(f"--head-dim must be even (RoPE rotates pairs), got {model.head_dim}")
     train: TrainConfig = dataclasses.replace(base.train, **train_over)
+    try:  # before any work: --device cuda on a machine without a GPU
+        precision.resolve_device(args.device)
+    except ValueError as exc:
+        raise CliError(str(exc)) from None
     return dict(data=args.data, out=args.out, model=model, train=train, seed=args.seed, threads=args.threads,
+                device=args.device, dtype=args.dtype,
                 encodings=args.encodings or base.encodings,
                 infer_thetas=tuple(args.infer_theta) if args.infer_theta else base.infer_thetas,
                 factors=tuple(args.factors) if args.factors else base.factors,
@@ -555,6 +567,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=0, help="seed of initial weights and data order")
     p.add_argument("--threads", type=_positive_int("--threads"), default=None, help="torch threads (default: "
                    "torch's)")
+    p.add_argument("--device", choices=_DEVICES, default="cpu",
+                   help="where the models train and are evaluated: cpu, cuda (an error without a usable GPU), or "
+                        "auto (cuda when available, else cpu)")
+    p.add_argument("--dtype", choices=_DTYPES, default="float32",
+                   help="training precision: float32, or bf16 / fp16 mixed precision (torch.autocast; parameters "
+                        "and optimizer state stay float32; fp16 with a GradScaler). Evaluation runs in float32")
     p.add_argument("--no-save-models", action="store_true", help="do not write checkpoints")
     p.add_argument("--replot", action="store_true",
                    help="only redraw the figures of a finished run in --out (from results.json, attention_2x.npz; "

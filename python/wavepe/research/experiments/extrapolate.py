@@ -26,6 +26,7 @@ from ..._platform import cpu_model
 from ..._validate import check_int, check_real
 from .corpus import Corpus, load_corpus
 from .evaluate import MODES, PerplexityResult, evaluate_lengths, perplexity
+from . import precision
 from .model import LMConfig, TinyLM, save_model
 from .train import TrainConfig, train_lm
 
@@ -97,6 +98,12 @@ class JobConfig:
     ``"len"`` sets θ to the evaluation length (the lowest pair then turns by
     about as much over the evaluated context as it did in training), a number
     sets that θ at every length.
+
+    ``device`` ("cpu", "cuda" or "auto": CUDA when available) is where the
+    models train and are evaluated; ``dtype`` ("float32", "bf16", "fp16") is
+    the training precision (:mod:`~wavepe.research.experiments.precision`:
+    autocast, parameters float32).  Evaluation always runs in float32, so
+    perplexities of models trained in different precisions compare directly.
     """
 
     data: str | None = None
@@ -109,8 +116,15 @@ class JobConfig:
     seed: int = 0
     threads: int | None = None
     save_models: bool = True
+    device: str = "cpu"
+    dtype: str = "float32"
+
+    #: the precision of every evaluation (perplexity, passkey probes, heatmaps, band measurement)
+    EVAL_DTYPE = "float32"
 
     def __post_init__(self) -> None:
+        precision.check_device_name(self.device)
+        precision.check_dtype_name(self.dtype)
         if not self.encodings:
             raise ValueError("encodings must name at least one encoding")
         keys = [s.key for s in self.specs]
@@ -134,18 +148,29 @@ class JobConfig:
         return [self.train.train_len * f for f in self.factors]
 
     def start(self, corpus: Corpus | None) -> Corpus:
-        """What every task does first: threads, the output folder, the corpus (``data`` unless given)."""
+        """What every task does first: the device (ValueError if ``device="cuda"`` has no GPU), threads,
+        the output folder, the corpus (``data`` unless given)."""
+        self.torch_device()
         if self.threads is not None:
             torch.set_num_threads(self.threads)
         os.makedirs(self.out, exist_ok=True)
         return load_corpus(self.data) if corpus is None else corpus
 
+    def torch_device(self) -> torch.device:
+        """``device`` resolved ("auto" -> cuda or cpu)."""
+        return precision.resolve_device(self.device)
+
+    def run_info(self) -> dict[str, Any]:
+        """What runs: device and its name, training and evaluation dtypes, ISA (results.json's "run")."""
+        return precision.describe(self.torch_device(), self.dtype, self.EVAL_DTYPE)
+
     def new_model(self, spec: EncodingSpec) -> TinyLM:
-        """One encoding's untrained model: seeded, so that every variant starts from the same weights."""
+        """One encoding's untrained model on the device: seeded (on the CPU, then moved), so that every
+        variant, on every device, starts from the same weights."""
         mcfg = dataclasses.replace(self.model, pos_enc=spec.pos_enc,
                                    rope_theta=spec.theta if spec.theta is not None else self.model.rope_theta)
         torch.manual_seed(self.seed)
-        return TinyLM(mcfg)
+        return TinyLM(mcfg).to(self.torch_device())
 
     def save_checkpoint(self, model: TinyLM, spec: EncodingSpec, meta: dict[str, Any]) -> str | None:
         """``out/models/<encoding>.pt`` (None when ``save_models`` is off); ``meta`` goes into the file."""
@@ -332,11 +357,13 @@ def run_extrapolation(cfg: ExtrapolationConfig, *, progress: bool = True, corpus
     test = evaluation_stream(corpus.test, max(cfg.eval_tokens, cfg.sliding_tokens) + 2 * max(lengths) + 1)
     log(f"corpus {corpus.name}: " + ", ".join(f"{s} {corpus.split(s).size:,} bytes" for s in ("train", "valid",
                                                                                                 "test")))
+    run = cfg.run_info()
+    log(precision.describe_line(run))
     results: dict[str, Any] = {"config": cfg.to_dict(), "corpus": corpus.describe(), "machine": machine_info(),
-                               "lengths": lengths, "rows": {}, "models": {}}
+                               "run": run, "lengths": lengths, "rows": {}, "models": {}}
     table: dict[str, dict[str, dict[int, float]]] = {}
     heatmaps: dict[str, np.ndarray] = {}
-    heat_ids = _heatmap_window(corpus.test, 2 * train_len)
+    heat_ids = _heatmap_window(corpus.test, 2 * train_len).to(cfg.torch_device())
 
     def record(label: str, evals: dict[str, dict[int, PerplexityResult]]) -> None:
         row = table.setdefault(label, {})
@@ -350,13 +377,13 @@ def run_extrapolation(cfg: ExtrapolationConfig, *, progress: bool = True, corpus
 
     def heatmap(model: TinyLM) -> np.ndarray:
         probs = model.attention_probs(heat_ids, layer=cfg.heatmap_layer)
-        return probs[0, cfg.heatmap_head].numpy()
+        return probs[0, cfg.heatmap_head].float().cpu().numpy()
 
     for spec in cfg.specs:
         t0 = time.perf_counter()
         model = cfg.new_model(spec)
         tcfg = dataclasses.replace(cfg.train, seed=cfg.seed)
-        history = train_lm(model, corpus.train, tcfg, progress=progress, desc=f"train {spec.key}")
+        history = train_lm(model, corpus.train, tcfg, progress=progress, desc=f"train {spec.key}", dtype=cfg.dtype)
         t_train = time.perf_counter() - t0
         info: dict[str, Any] = {"label": spec.label, "parameters": model.num_parameters(),
                                 "train_seconds": t_train, "final_train_loss": history["final_loss"],
@@ -402,6 +429,7 @@ def run_extrapolation(cfg: ExtrapolationConfig, *, progress: bool = True, corpus
                         **{f"map{i}": m for i, m in enumerate(heatmaps.values())})
     results["figures"] = make_figures(results, cfg.out, heatmaps)
     md = [f"Perplexity (bytes) on the {corpus.name} test split; trained at L={train_len}.", "",
+          precision.describe_line(run), "",
           "Non-overlapping windows:", "", format_table(table, "nonoverlap", lengths, train_len), "",
           f"Sliding window (stride L·{cfg.stride_fraction:g}, last stride scored):", "",
           format_table(table, "sliding", lengths, train_len), ""]

@@ -24,6 +24,7 @@ import numpy as np
 import torch
 
 from ..._validate import check_int, check_real
+from . import precision
 from .corpus import Corpus
 from .extrapolate import JobConfig, _infer_label, _theta_at, machine_info, read_results
 from .model import LMConfig, TinyLM
@@ -179,6 +180,7 @@ def markdown(results: dict[str, Any]) -> str:
             f"({stopping}; {cfg['passkey_fraction']:g} of the rows passkey examples). "
             f"Exact match of a {cfg['key_digits']}-digit key under greedy decoding, {results['trials']} trials per "
             f"cell, {len(results['depths'])} depths; chance {results['chance']:.0e}.", "",
+            *([precision.describe_line(results["run"]), ""] if "run" in results else []),
             f"Mean accuracy over depths (rows below {100 * LEARNED:.0f}% at 1× did not learn the task, so their "
             "longer lengths say nothing about extrapolation):", "",
             format_summary(results["rows"], results["lengths"], train_len), ""]
@@ -212,8 +214,10 @@ def run_passkey(cfg: PasskeyJobConfig, *, progress: bool = True, corpus: Corpus 
                                                                                                 "test")))
     mixture = PasskeyMixture(corpus.train, train_len, cfg.passkey_fraction, key_digits=cfg.key_digits,
                              answer_weight=cfg.answer_weight, filler=haystack(corpus.train, FILLER_REMOVED), fmt=fmt)
+    run = cfg.run_info()
+    log(precision.describe_line(run))
     results: dict[str, Any] = {
-        "task": "passkey", "config": cfg.to_dict(), "corpus": corpus.describe(), "machine": machine_info(),
+        "task": "passkey", "config": cfg.to_dict(), "corpus": corpus.describe(), "machine": machine_info(), "run": run,
         "lengths": lengths, "depths": list(cfg.depths), "trials": cfg.trials, "key_digits": cfg.key_digits,
         "chance": 10.0 ** -cfg.key_digits, "filler": f"test split without the bytes {FILLER_REMOVED!r} ({filler.size:,} bytes)",
         "training_mixture": {**mixture.describe(), "filler": f"train split without the bytes {FILLER_REMOVED!r}"},
@@ -240,7 +244,7 @@ def run_passkey(cfg: PasskeyJobConfig, *, progress: bool = True, corpus: Corpus 
             return checks[-1][1] >= cfg.stop_accuracy
 
         history = train_lm(model, corpus.train, tcfg, progress=progress, desc=f"train {spec.key}", batches=mixture,
-                           stop=learned)
+                           stop=learned, dtype=cfg.dtype)
         t_train = time.perf_counter() - t0
         info: dict[str, Any] = {"label": spec.label, "parameters": model.num_parameters(), "train_seconds": t_train,
                                 "steps": history["steps"], "checks": checks,

@@ -11,6 +11,7 @@ import numpy as np
 import torch
 
 from ..._validate import check_int, check_real
+from . import precision
 
 
 @dataclass
@@ -54,8 +55,16 @@ class TrainConfig:
 def train_lm(model: torch.nn.Module, tokens: np.ndarray, cfg: TrainConfig, *, progress: bool = False,
              desc: str = "train",
              batches: Callable[[torch.Generator, int], Any] | None = None,
-             stop: Callable[[int, torch.nn.Module], bool] | None = None) -> dict[str, Any]:
+             stop: Callable[[int, torch.nn.Module], bool] | None = None,
+             dtype: str = "float32") -> dict[str, Any]:
     """Train ``model`` (ids (B, L) -> logits (B, L, V)) on the byte stream ``tokens``.
+
+    The model trains on the device of its parameters (batches are drawn on
+    the CPU, so every device sees the same ones, and moved there).
+    ``dtype`` (:data:`~wavepe.research.experiments.precision.DTYPES`):
+    "float32", or "bf16" / "fp16" for mixed precision: the forward pass and
+    the loss under ``torch.autocast``, parameters and optimizer state as they
+    are (float32), fp16 with a ``GradScaler``.
 
     ``batches(generator, batch_size)``, if given, draws each step's batch
     (B, train_len + 1) instead of the random crops of ``tokens`` (e.g. a
@@ -75,6 +84,9 @@ def train_lm(model: torch.nn.Module, tokens: np.ndarray, cfg: TrainConfig, *, pr
     stream = torch.tensor(np.asarray(tokens), dtype=torch.int64)  # a copy (read-only views are fine)
     if stream.numel() < cfg.train_len + 2:
         raise ValueError(f"training stream has {stream.numel()} tokens; train_len={cfg.train_len} needs more")
+    precision.check_dtype_name(dtype)
+    device = next(model.parameters()).device
+    scaler = precision.grad_scaler(device, dtype)
     gen = torch.Generator().manual_seed(cfg.seed)
     decay = [p for n, p in model.named_parameters() if p.dim() >= 2 and "embed" not in n]
     no_decay = [p for n, p in model.named_parameters() if not (p.dim() >= 2 and "embed" not in n)]
@@ -109,15 +121,28 @@ def train_lm(model: torch.nn.Module, tokens: np.ndarray, cfg: TrainConfig, *, pr
             if weights is not None and tuple(weights.shape) != (cfg.batch_size, cfg.train_len):
                 raise ValueError(f"batches returned weights of shape {tuple(weights.shape)}; expected "
                                  f"({cfg.batch_size}, train_len = {cfg.train_len})")
-        logits = model(batch[:, :-1])
-        token_loss = torch.nn.functional.cross_entropy(logits.transpose(1, 2), batch[:, 1:], reduction="none")
+        batch = batch.to(device)
+        with precision.autocast(device, dtype):
+            logits = model(batch[:, :-1])
+            # cross_entropy is on autocast's float32 list: the loss is float32 whatever the logits are
+            token_loss = torch.nn.functional.cross_entropy(logits.transpose(1, 2), batch[:, 1:], reduction="none")
         loss = token_loss.mean()
+        if weights is not None:
+            weights = weights.to(device)
         objective = loss if weights is None else (token_loss * weights).sum() / weights.sum().clamp_min(1e-12)
         opt.zero_grad(set_to_none=True)
-        objective.backward()
-        if cfg.grad_clip > 0:
-            torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
-        opt.step()
+        if scaler is None:
+            objective.backward()
+            if cfg.grad_clip > 0:
+                torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
+            opt.step()
+        else:
+            scaler.scale(objective).backward()
+            if cfg.grad_clip > 0:
+                scaler.unscale_(opt)  # clip the true gradients, not the scaled ones
+                torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
+            scaler.step(opt)  # skipped when the scaled gradients overflowed; update() then lowers the scale
+            scaler.update()
         value = loss.item()
         if not math.isfinite(value):
             raise FloatingPointError(f"{desc}: loss became {value} at step {step}")
