@@ -1,6 +1,6 @@
 """Are the Foundation ops fast?  Ratios against references measured in one run.
 
-    python benchmarks/bench_ops.py [--quick] [--only rope_clone] [--dtype bfloat16]
+    python benchmarks/bench_ops.py [--quick] [--only rope_clone|rel_bias_dtype] [--dtype bfloat16]
 
 Targets (fp32, this 2-core CPU):
   * wavelet_bias, B=1 H=8 L=2048 d=128 causal: <= 1.2x torch.matmul(q, k^T),
@@ -8,7 +8,10 @@ Targets (fp32, this 2-core CPU):
   * rope on q and k, B=1 H=32 L=4096 d=128: >= 4x faster than eager
     q*cos + rotate_half(q)*sin, and >= 60% of a memcpy-equivalent copy's bandwidth;
   * rope_clone: rope on q and k (1, H, 4096, 128), H = 8 and 32, float32 / bfloat16 / float16
-    (--dtype picks one): <= 1.3x q.clone() + k.clone() (issue 29).
+    (--dtype picks one): <= 1.3x q.clone() + k.clone() (issue 29);
+  * rel_bias_dtype: wavelet_bias forward, B=1 H=8 L=2048 d=128 causal, bfloat16 / float16
+    (--dtype picks one) read natively, against the float32 upcast the wrappers used to do
+    (q.float(), computed, cast back) and against float32 itself (for information).
 Prints a table and writes benchmarks/results/bench_ops.<isa>.json.
 """
 
@@ -198,12 +201,42 @@ def bench_rope_clone(quick: bool, dtypes: tuple[str, ...] = ROPE_DTYPES) -> dict
     return {"rows": rows, "seconds": seconds, "threads": torch.get_num_threads()}
 
 
+def bench_rel_bias_dtype(quick: bool, dtypes: tuple[str, ...] = ROPE_DTYPES) -> dict:
+    """wavelet_bias forward, B=1 H=8 L=2048 d=128 causal, per dtype: the half types read and
+    written natively against the float32 upcast (q.float() -> float32 bias -> .to(dtype), what
+    the wrapper did before issue 29) and against float32 inputs.  Timed in alternation, medians."""
+    import wavepe
+    import wavepe.ops as wo
+
+    b, h, length, d = (1, 8, 256, 128) if quick else (1, 8, 2048, 128)
+    cfg = wavepe.WaveletConfig.grid(d)
+    rows, seconds = [], {}
+    for name in dtypes:
+        dtype = getattr(torch, name)
+        q = torch.randn(b, h, length, d, generator=torch.Generator().manual_seed(0)).to(dtype)
+        q32 = q.float()
+        cases = {"native": lambda: wo.wavelet_bias(q, cfg), "float32": lambda: wo.wavelet_bias(q32, cfg)}
+        if dtype != torch.float32:
+            cases["upcast"] = lambda: wo.wavelet_bias(q.float(), cfg).to(dtype)
+        t = compare(cases, repeat=5 if quick else 9, warmup=1)
+        case = f"wavelet_bias fwd {name} B={b} H={h} L={length} d={d} causal"
+        seconds[case] = t
+        if "upcast" in t:
+            rows.append([case, t["native"] * 1e3, "float32 upcast + cast back", t["upcast"] * 1e3,
+                         t["upcast"] / t["native"], "speedup (info)", "-"])
+        rows.append([case, t["native"] * 1e3, "float32 inputs", t["float32"] * 1e3, t["float32"] / t["native"],
+                     "speedup (info)", "-"])
+        print(f"{case}: " + ", ".join(f"{k} {v * 1e3:.2f} ms" for k, v in t.items()), flush=True)
+    return {"rows": rows, "seconds": seconds, "threads": torch.get_num_threads()}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="small shapes, for smoke tests")
-    parser.add_argument("--only", choices=["wavelet_bias", "rope", "rope_clone"], help="run one op's benchmark")
+    parser.add_argument("--only", choices=["wavelet_bias", "rope", "rope_clone", "rel_bias_dtype"],
+                        help="run one op's benchmark")
     parser.add_argument("--dtype", choices=[*ROPE_DTYPES, "all"], default="all",
-                        help="rope_clone: the dtype(s) of q and k (default all three)")
+                        help="rope_clone, rel_bias_dtype: the dtype(s) of q (and k) (default all three)")
     parser.add_argument("--threads", type=int, help="torch.set_num_threads before timing (default: torch's choice)")
     args = parser.parse_args()
     if args.threads:
@@ -211,7 +244,8 @@ def main() -> None:
     results = {}
     dtypes = ROPE_DTYPES if args.dtype == "all" else (args.dtype,)
     benches = (("wavelet_bias", bench_wavelet_bias), ("rope", bench_rope),
-               ("rope_clone", lambda quick: bench_rope_clone(quick, dtypes)))
+               ("rope_clone", lambda quick: bench_rope_clone(quick, dtypes)),
+               ("rel_bias_dtype", lambda quick: bench_rel_bias_dtype(quick, dtypes)))
     for name, bench in benches:
         if args.only not in (None, name):
             continue

@@ -63,6 +63,52 @@ def test_torch_half_inputs_compute_in_fp32():
     torch.testing.assert_close(out.float(), wo.alibi_bias(s.float(), 4, 4).bfloat16().float())
 
 
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("causal", [True, False])
+def test_half_against_oracle_every_isa(isa, dtype, causal):
+    # bf16 / fp16 slopes and bias read and written natively on the CPU, every ISA.  Each entry is
+    # -slope * distance in float32 (the distance exact below 2^24), rounded once to the half type:
+    # |got - exact| <= ulp_half(|exact|) / 2 + 2^-24 |exact| (one float32 rounding first), and
+    # bit for bit the float32 kernel's entry rounded; fp16 overflows to inf past 65504.
+    bits = {torch.bfloat16: 8, torch.float16: 11}[dtype]
+    slopes = torch.tensor([0.5, 0.125, 3.0, 2.0**-8]).to(dtype)
+    for m, n, off in [(33, 50, 17), (1, 4097, 4096), (16, 16, 0), (5, 9, -3), (3, 40, 30000)]:
+        got = wo.alibi_bias(slopes, m, n, q_offset=off, causal=causal)
+        assert got.dtype == dtype
+        assert torch.equal(got, wo.alibi_bias(slopes.float(), m, n, q_offset=off, causal=causal).to(dtype))
+        want = ref.alibi_bias(slopes.double().numpy(), m, n, off, causal)
+        g = got.double().numpy()
+        finite = np.abs(want) < (65504 if dtype == torch.float16 else np.inf)
+        _, e = np.frexp(np.abs(want))
+        tol = 0.5 * np.ldexp(1.0, e - bits) + 2.0**-24 * np.abs(want)
+        assert np.all(np.abs(g - want)[finite] <= tol[finite])
+        assert np.all(np.isinf(g[~finite]))
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_half_precision_makes_no_float32_copy(dtype):
+    # the wrapper hands half slopes to the kernel as they are: no copy to float32 before or after
+    # (the slopes' finiteness check runs isfinite / all on them), the op's output is the half type
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Log(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.calls = []
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            out = func(*args, **(kwargs or {}))
+            self.calls.append((str(func), getattr(out, "dtype", None)))
+            return out
+
+    slopes = torch.tensor([0.5, 0.25]).to(dtype)
+    with Log() as log:
+        out = wo.alibi_bias(slopes, 7, 9)
+    assert not [c for c in log.calls if "copy" in c[0]], log.calls
+    assert [c for c in log.calls if c[0].startswith("wavepe.")] == [("wavepe.alibi_bias.default", dtype)], log.calls
+    assert out.dtype == dtype
+
+
 def test_torch_compile_fullgraph():
     slopes = torch.tensor([0.5, 0.25])
 

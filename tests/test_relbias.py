@@ -175,6 +175,21 @@ def test_large_output(isa):
             assert not torch.triu(got[:, :, 7:], 0).any()
 
 
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_half_large_output(isa, dtype):
+    """Half outputs past 32 MiB take the streamed-fill path too (rows of 2054 elements: most
+    start off a vector boundary), with nonzero fills (clamped edge rows): bit for bit the
+    float32 kernel's bias rounded."""
+    gen = torch.Generator().manual_seed(9)
+    q = torch.randn(8, 2048, 16, generator=gen).to(dtype)
+    table = torch.randn(9, 16, generator=gen).to(dtype)
+    for causal in (True, False):
+        got = wo.rel_bias(q, table, -4, k_len=2054, q_offset=6, causal=causal, clamp=True)
+        assert got.element_size() * got.numel() >= 32 << 20
+        want = wo.rel_bias(q.float(), table.float(), -4, k_len=2054, q_offset=6, causal=causal, clamp=True)
+        assert torch.equal(got, want.to(dtype))
+
+
 # ---- gradients and torch integration -------------------------------------------------
 
 GRAD_CONFIGS = [(True, False), (False, False), (True, True), (False, True)]
@@ -249,6 +264,12 @@ def test_opcheck_both_ops():
                           (grad, q.detach(), table.detach(), -2, 3, True, False, [False, True]))
     torch.library.opcheck(torch.ops.wavepe.rel_bias.default, (q.detach().float(), table.detach().float(), 0, 0, 0,
                                                               True, False))
+    # half types are read natively on the CPU
+    for dtype in (torch.bfloat16, torch.float16):
+        qh, th = q.detach().to(dtype).requires_grad_(), table.detach().to(dtype).requires_grad_()
+        torch.library.opcheck(torch.ops.wavepe.rel_bias.default, (qh, th, -2, 3, 8, True, True))
+        torch.library.opcheck(torch.ops.wavepe.rel_bias_backward.default,
+                              (grad.to(dtype), qh, th, -2, 3, False, True, [True, True]))
 
 
 def test_torch_compile_fullgraph():
@@ -315,17 +336,154 @@ def test_strided_q(batch):
 
 
 def test_half_inputs_compute_in_fp32():
+    # wavelet_bias of bf16 q: the table in bf16 (rounded once from float64, as on CUDA), the sums
+    # in float32 and each entry rounded once: the float32 kernel's bits on the same inputs, rounded
+    from wavepe.ops._tables import call_table
+
     cfg = WaveletConfig.grid(16)
     q = torch.randn(2, 10, 16).to(torch.bfloat16).requires_grad_()
     out = wo.wavelet_bias(q, cfg)
     assert out.dtype == torch.bfloat16
-    torch.testing.assert_close(out, wo.wavelet_bias(q.float(), cfg).bfloat16())
+    table, r_lo, _ = call_table(cfg, 16, torch.bfloat16, q.device, 10, 10, 0, True)
+    assert table.dtype == torch.bfloat16
+    want = wo.rel_bias(q.detach().float(), table.float(), r_lo, k_len=10, q_offset=0).bfloat16()
+    torch.testing.assert_close(out, want, rtol=0, atol=0)
     out.float().sum().backward()
     assert q.grad.dtype == torch.bfloat16
     qn = np.random.default_rng(0).standard_normal((3, 8, 16)).astype(np.float16)
     got = wu.wavelet_bias(qn, cfg)
     assert got.dtype == np.float16
     np.testing.assert_array_equal(got, wu.wavelet_bias(qn.astype(np.float32), cfg).astype(np.float16))
+
+
+HALF_BITS = {torch.bfloat16: (8, -126), torch.float16: (11, -14)}  # significant bits, smallest normal exponent
+
+
+def half_ulp(x: np.ndarray, dtype) -> np.ndarray:
+    """The spacing of bf16 / fp16 values at magnitude |x| (fp16: subnormal spacing below 2^-14)."""
+    bits, emin = HALF_BITS[dtype]
+    _, e = np.frexp(np.abs(x))  # |x| = m 2^e, m in [0.5, 1)
+    return np.ldexp(1.0, np.maximum(e - 1, emin) - (bits - 1))
+
+
+def assert_half_close(got, want, bound, dtype, terms):
+    """bf16 / fp16 kernels widen the (exact) half inputs, sum in float32 and round each output
+    once, so |got - exact| <= ulp_half(|exact| + e32) / 2 + e32, with e32 the float32 sum's
+    error, assert_bias_close's (terms + 2) eps32 sum|products| (plus 2^-120 for products
+    flushed to zero)."""
+    assert got.dtype == dtype
+    got = got.detach().double().numpy()
+    assert got.shape == want.shape
+    e32 = (terms + 2) * EPS[np.float32] * bound + 2.0**-120
+    tol = 0.5 * half_ulp(np.abs(want) + e32, dtype) + e32
+    err = np.abs(got - want)
+    bad = ~(err <= tol)
+    assert not bad.any(), f"max err {err[bad].max()} where tol {tol[bad].min()} ({bad.sum()} entries)"
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("causal", [True, False])
+@pytest.mark.parametrize("clamp", [False, True])
+def test_half_against_oracle_every_isa(isa, dtype, causal, clamp):
+    # bf16 / fp16 read and written natively on the CPU: every ISA, the CASES (strided q through a
+    # transposed view), against the float64 oracle on the half values; and the float32 kernel's
+    # bits on the widened inputs, rounded once (no second rounding anywhere)
+    rng = np.random.default_rng(17)
+    for batch, m, n, d, rows, r_lo, off in CASES:
+        q = torch.from_numpy(rng.standard_normal((*batch, d, m))).to(dtype).transpose(-1, -2)
+        table = torch.from_numpy(rng.standard_normal((rows, d))).to(dtype)
+        table[rows // 3: rows // 3 + 4] = 0
+        table[: rows // 2, : d // 2] = 0
+        want, bound = oracle(q.double().numpy(), table.double().numpy(), r_lo, n, off, causal, clamp)
+        got = wo.rel_bias(q, table, r_lo, k_len=n, q_offset=off, causal=causal, clamp=clamp)
+        assert_half_close(got, want, bound, dtype, d)
+        via32 = wo.rel_bias(q.float(), table.float(), r_lo, k_len=n, q_offset=off, causal=causal, clamp=clamp)
+        assert torch.equal(got, via32.to(dtype))
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("causal,clamp", GRAD_CONFIGS)
+def test_half_backward_against_oracle(isa, dtype, causal, clamp):
+    # dq and dT of half tensors: summed in float32 over every key / query row, rounded once at the end
+    rng = np.random.default_rng(6)
+    q = torch.from_numpy(rng.standard_normal((2, 3, 29, 21))).to(dtype)
+    table = torch.from_numpy(rng.standard_normal((23, 21))).to(dtype)
+    table[5:9] = 0
+    grad = torch.from_numpy(rng.standard_normal((2, 3, 29, 35))).to(dtype)
+    r_lo, off = -8, 4
+    dq, dt = torch.ops.wavepe.rel_bias_backward(grad, q, table, r_lo, off, causal, clamp, [True, True])
+    g64, q64, t64 = (x.double().numpy() for x in (grad, q, table))
+    want_q, want_t = ref.rel_bias_grads(g64, q64, t64, r_lo, off, causal, clamp)
+    bound_q, bound_t = ref.rel_bias_grads(np.abs(g64), np.abs(q64), np.abs(t64), r_lo, off, causal, clamp)
+    assert_half_close(dq, want_q, bound_q, dtype, 35)
+    assert_half_close(dt, want_t, bound_t, dtype, 2 * 3 * 29 * 35)
+    dq32, dt32 = torch.ops.wavepe.rel_bias_backward(grad.float(), q.float(), table.float(), r_lo, off, causal, clamp,
+                                                    [True, True])
+    assert torch.equal(dq, dq32.to(dtype)) and torch.equal(dt, dt32.to(dtype))
+    # through autograd: the gradients of the public wrapper are the op's, in the half type
+    qa, ta = q.clone().requires_grad_(), table.clone().requires_grad_()
+    ga, gt = torch.autograd.grad(wo.rel_bias(qa, ta, r_lo, k_len=35, q_offset=off, causal=causal, clamp=clamp),
+                                 (qa, ta), grad)
+    assert torch.equal(ga, dq) and torch.equal(gt, dt)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_half_nan_rows_as_float32(isa, dtype):
+    # the non-finite contract of the half kernels is float32's: a NaN / inf query row (forward) or
+    # gradient row (dq) reaches every in-table distance, and the results are the float32
+    # kernel's on the widened inputs, rounded (NaN where it is NaN)
+    cfg = WaveletConfig.grid(32)
+    table, r_lo = cfg.table(np.float64)
+    table = torch.tensor(table).to(dtype)  # a copy: cfg.table's array is read-only
+    gen = torch.Generator().manual_seed(3)
+    q = torch.randn(2, 40, 32, generator=gen).to(dtype)
+    q[1, 7, 3] = float("nan")
+    q[0, 11, 30] = float("inf")
+    got = wo.rel_bias(q, table, r_lo, k_len=300, q_offset=260)
+    want = wo.rel_bias(q.float(), table.float(), r_lo, k_len=300, q_offset=260).to(dtype)
+    torch.testing.assert_close(got, want, rtol=0, atol=0, equal_nan=True)
+    assert got[1, 7].isnan().any() and not got[1, 6].isnan().any()
+    grad = torch.randn(2, 40, 300, generator=gen).to(dtype)
+    grad[0, 5, 250] = float("nan")
+    dq, dt = torch.ops.wavepe.rel_bias_backward(grad, q, table, r_lo, 260, True, False, [True, True])
+    dq32, dt32 = torch.ops.wavepe.rel_bias_backward(grad.float(), q.float(), table.float(), r_lo, 260, True, False,
+                                                    [True, True])
+    torch.testing.assert_close(dq, dq32.to(dtype), rtol=0, atol=0, equal_nan=True)
+    torch.testing.assert_close(dt, dt32.to(dtype), rtol=0, atol=0, equal_nan=True)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_half_precision_makes_no_float32_copy(dtype):
+    # The public wrappers hand half tensors to the kernels as they are: the only ops dispatched
+    # are wavepe's own (no _to_copy / copy_ to float32 before or after), forward and backward,
+    # and every tensor they return is the half type.
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Log(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.calls = []
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            out = func(*args, **(kwargs or {}))
+            flat = out if isinstance(out, (tuple, list)) else (out,)
+            self.calls.append((str(func), [t.dtype for t in flat if isinstance(t, torch.Tensor)]))
+            return out
+
+    q = torch.randn(1, 4, 33, 64).to(dtype)
+    table = torch.randn(40, 64).to(dtype)
+    grad = torch.randn(1, 4, 33, 33).to(dtype)
+    cfg = WaveletConfig.grid(64)
+    wo.wavelet_bias(q, cfg)  # the wavelet table is built and cached outside the logged calls
+    with Log() as log:
+        out = wo.rel_bias(q, table, -5)
+        wout = wo.wavelet_bias(q, cfg)
+        dq, dt = torch.ops.wavepe.rel_bias_backward(grad, q, table, -5, 0, True, False, [True, True])
+    # (wavelet_bias slices its cached table: a view, no copy)
+    ops_run = [c[0] for c in log.calls if c[0] != "aten.slice.Tensor"]
+    assert ops_run == ["wavepe.rel_bias.default"] * 2 + ["wavepe.rel_bias_backward.default"], log.calls
+    assert all(d == dtype for c in log.calls for d in c[1]), log.calls
+    assert out.dtype == wout.dtype == dq.dtype == dt.dtype == dtype
 
 
 def test_defaults_and_eager_baseline_agree():

@@ -6,28 +6,34 @@
 #include <stdlib.h>
 
 #include "checked.h"
+#include "half.h"
 #include "isa_dispatch.h"
 
-#define ALIBI_SCALAR(T, NAME)                                                                    \
+/* Storage S, computed in T (S itself; float for bfloat16 / float16, whose
+ * slopes are widened and each element rounded once, half.h). */
+#define ALIBI_SAME(x) (x)
+#define ALIBI_SCALAR(S, T, NAME, TO_T, TO_S)                                                     \
     void NAME(const wavepe_alibi_args *a, int64_t row_begin, int64_t row_end) {                  \
-        const T *slopes = (const T *)a->slopes;                                                  \
+        const S *slopes = (const S *)a->slopes;                                                  \
         for (int64_t row = row_begin; row < row_end; ++row) {                                    \
             const int64_t h = row / a->m, i = row % a->m;                                        \
-            T *out = (T *)a->out + h * a->out_stride_h + i * a->out_stride_m;                    \
+            S *out = (S *)a->out + h * a->out_stride_h + i * a->out_stride_m;                    \
             const int64_t pos = a->q_offset + i;                                                 \
-            const T neg_slope = -slopes[h];                                                      \
+            const T neg_slope = -TO_T(slopes[h]);                                                \
             for (int64_t j = 0; j < a->n; ++j) {                                                 \
                 const int64_t dist = pos - j;                                                    \
                 if (a->causal)                                                                   \
-                    out[j] = dist >= 0 ? neg_slope * (T)dist : (T)0;                             \
+                    out[j] = TO_S(dist >= 0 ? neg_slope * (T)dist : (T)0);                       \
                 else                                                                             \
-                    out[j] = neg_slope * (T)(dist >= 0 ? dist : -dist);                          \
+                    out[j] = TO_S(neg_slope * (T)(dist >= 0 ? dist : -dist));                    \
             }                                                                                    \
         }                                                                                        \
     }
 
-ALIBI_SCALAR(float, wavepe_alibi_f32_scalar)
-ALIBI_SCALAR(double, wavepe_alibi_f64_scalar)
+ALIBI_SCALAR(float, float, wavepe_alibi_f32_scalar, ALIBI_SAME, ALIBI_SAME)
+ALIBI_SCALAR(double, double, wavepe_alibi_f64_scalar, ALIBI_SAME, ALIBI_SAME)
+ALIBI_SCALAR(uint16_t, float, wavepe_alibi_bf16_scalar, wp_bf16_to_f32, wp_f32_to_bf16)
+ALIBI_SCALAR(uint16_t, float, wavepe_alibi_f16_scalar, wp_f16_to_f32, wp_f32_to_f16)
 
 void wavepe_alibi_f32(wavepe_isa isa, const wavepe_alibi_args *a, int64_t row_begin, int64_t row_end) {
     WAVEPE_ISA_CALL(isa, wavepe_alibi_f32, (a, row_begin, row_end));
@@ -35,6 +41,14 @@ void wavepe_alibi_f32(wavepe_isa isa, const wavepe_alibi_args *a, int64_t row_be
 
 void wavepe_alibi_f64(wavepe_isa isa, const wavepe_alibi_args *a, int64_t row_begin, int64_t row_end) {
     WAVEPE_ISA_CALL(isa, wavepe_alibi_f64, (a, row_begin, row_end));
+}
+
+void wavepe_alibi_bf16(wavepe_isa isa, const wavepe_alibi_args *a, int64_t row_begin, int64_t row_end) {
+    WAVEPE_ISA_CALL(isa, wavepe_alibi_bf16, (a, row_begin, row_end));
+}
+
+void wavepe_alibi_f16(wavepe_isa isa, const wavepe_alibi_args *a, int64_t row_begin, int64_t row_end) {
+    WAVEPE_ISA_CALL(isa, wavepe_alibi_f16, (a, row_begin, row_end));
 }
 
 /* ---- sinusoidal ------------------------------------------------------- */
@@ -87,8 +101,8 @@ int wavepe_alibi_plan_create(wavepe_isa isa, const wavepe_alibi_args *a, wavepe_
     *out = NULL;
     const int status = wavepe_alibi_validate(a, err);
     if (status != WAVEPE_OK) return status;
-    if (a->dtype != WAVEPE_F32 && a->dtype != WAVEPE_F64)
-        return wavepe_fail(err, WAVEPE_E_INVALID, "the CPU kernels take float32 or float64, got %s",
+    if (a->dtype != WAVEPE_F32 && a->dtype != WAVEPE_F64 && a->dtype != WAVEPE_BF16 && a->dtype != WAVEPE_F16)
+        return wavepe_fail(err, WAVEPE_E_INVALID, "the CPU kernels take float32, float64, bfloat16 or float16, got %s",
                            wavepe_dtype_name(a->dtype));
     wavepe_alibi_plan *p = malloc(sizeof *p);
     if (p == NULL) return wavepe_fail(err, WAVEPE_E_NOMEM, "out of memory for an alibi plan");
@@ -109,8 +123,12 @@ int64_t wavepe_alibi_grain(const wavepe_alibi_plan *p, int phase) {
 
 int wavepe_alibi_run(wavepe_alibi_plan *p, int phase, int64_t begin, int64_t end) {
     if (phase != 0 || begin >= end) return WAVEPE_OK;
-    if (p->a.dtype == WAVEPE_F64) wavepe_alibi_f64(p->isa, &p->a, begin, end);
-    else wavepe_alibi_f32(p->isa, &p->a, begin, end);
+    switch (p->a.dtype) {
+    case WAVEPE_F64: wavepe_alibi_f64(p->isa, &p->a, begin, end); break;
+    case WAVEPE_BF16: wavepe_alibi_bf16(p->isa, &p->a, begin, end); break;
+    case WAVEPE_F16: wavepe_alibi_f16(p->isa, &p->a, begin, end); break;
+    default: wavepe_alibi_f32(p->isa, &p->a, begin, end); break;
+    }
     return WAVEPE_OK;
 }
 

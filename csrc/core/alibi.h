@@ -26,7 +26,7 @@ extern "C" {
 #endif
 
 typedef struct wavepe_alibi_args {
-    int dtype;               /* wavepe_dtype of slopes and out (CPU: F32 / F64) */
+    int dtype;               /* wavepe_dtype of slopes and out (F32 / F64 / BF16 / F16) */
     int64_t heads, m, n;     /* bias is (heads, m, n) */
     int64_t q_offset;        /* position of query row 0 */
     int causal;
@@ -74,14 +74,20 @@ int64_t wavepe_alibi_grain(const wavepe_alibi_plan *plan, int phase);
 int wavepe_alibi_run(wavepe_alibi_plan *plan, int phase, int64_t begin, int64_t end);
 void wavepe_alibi_plan_free(wavepe_alibi_plan *plan);
 
-/* Fill rows [row_begin, row_end) of the flattened (heads * m) row space. */
+/* Fill rows [row_begin, row_end) of the flattened (heads * m) row space.  The
+ * bf16 / f16 variants read and write the 16-bit types (uint16_t storage,
+ * float32 arithmetic, each element rounded once). */
 void wavepe_alibi_f32(wavepe_isa isa, const wavepe_alibi_args *a, int64_t row_begin, int64_t row_end);
 void wavepe_alibi_f64(wavepe_isa isa, const wavepe_alibi_args *a, int64_t row_begin, int64_t row_end);
-/* The variants behind the dispatch, one pair per ISA of isa_table.h (the
+void wavepe_alibi_bf16(wavepe_isa isa, const wavepe_alibi_args *a, int64_t row_begin, int64_t row_end);
+void wavepe_alibi_f16(wavepe_isa isa, const wavepe_alibi_args *a, int64_t row_begin, int64_t row_end);
+/* The variants behind the dispatch, one set per ISA of isa_table.h (the
  * vector ones exist in builds for their architecture only). */
 #define WAVEPE_ALIBI_KERNELS_(ID, name, ...)                                                     \
     void wavepe_alibi_f32_##name(const wavepe_alibi_args *a, int64_t row_begin, int64_t row_end); \
-    void wavepe_alibi_f64_##name(const wavepe_alibi_args *a, int64_t row_begin, int64_t row_end);
+    void wavepe_alibi_f64_##name(const wavepe_alibi_args *a, int64_t row_begin, int64_t row_end); \
+    void wavepe_alibi_bf16_##name(const wavepe_alibi_args *a, int64_t row_begin, int64_t row_end); \
+    void wavepe_alibi_f16_##name(const wavepe_alibi_args *a, int64_t row_begin, int64_t row_end);
 WAVEPE_ISA_TABLE(WAVEPE_ALIBI_KERNELS_, _)
 #undef WAVEPE_ALIBI_KERNELS_
 

@@ -1,7 +1,8 @@
 /* dtype.h: element types of the tensors an op family reads and writes.
  *
- * One tag shared by every device: the CPU kernels run F32 and F64 (the Python
- * wrappers upcast half types there) -- RoPE's also BF16 and F16 -- and the
+ * One tag shared by every device: the CPU kernels run F32 and F64, and those
+ * of RoPE (rope.h), the relative bias (relbias.h), the ALiBi bias (alibi.h)
+ * and the fused attention (attention.h) also BF16 and F16, read natively; the
  * CUDA kernels also read BF16 and F16 natively.  Quantities that are accumulated rather than stored element-wise
  * (ALiBi slopes, the attention's log-sum-exp and their gradients) travel in
  * the accumulator type: F64 for F64 data, F32 for every other type.

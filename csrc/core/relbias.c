@@ -3,6 +3,8 @@
  *
  * The scalar kernels are the readable definition: one key at a time, its
  * distance looked up (or clamped, or skipped), a plain dot product over d.
+ * bfloat16 / float16 elements are widened to float32, summed in float32 and
+ * each output rounded once to its type (half.h).
  */
 #include "relbias.h"
 
@@ -11,6 +13,7 @@
 #include <string.h>
 
 #include "checked.h"
+#include "half.h"
 #include "isa_dispatch.h"
 
 /* ---- scalar reference ---------------------------------------------------
@@ -28,67 +31,84 @@ static inline int64_t table_row(const wavepe_relbias_args *a, int64_t p, int64_t
     return t;
 }
 
-#define RELBIAS_SCALAR(T, SUFFIX)                                                                \
+/* One template per storage type S, computed in T (S itself, or float for
+ * bfloat16 / float16: TO_T widens an element, TO_S rounds one, half.h).  Every
+ * output element is a sum formed in T and stored once; the gradients form
+ * their sums RELBIAS_JB head dimensions at a time (an accumulator of T on the
+ * stack), adding the same terms in the same order as one pass over d would. */
+#define RELBIAS_JB 64
+#define RELBIAS_SAME(x) (x)
+
+#define RELBIAS_SCALAR(S, T, SUFFIX, TO_T, TO_S)                                                 \
     void wavepe_relbias_##SUFFIX##_scalar(const wavepe_relbias_args *a, int64_t begin, int64_t end) { \
-        const T *table = (const T *)a->table;                                                    \
+        const S *table = (const S *)a->table;                                                    \
         for (int64_t row = begin; row < end; ++row) {                                            \
             const int64_t g = row / a->m, m = row % a->m, p = a->q_offset + m;                   \
-            const T *q = (const T *)a->q + g * a->q_stride_g + m * a->q_stride_m;                \
-            T *out = (T *)a->bias + g * a->bias_stride_g + m * a->bias_stride_m;                 \
+            const S *q = (const S *)a->q + g * a->q_stride_g + m * a->q_stride_m;                \
+            S *out = (S *)a->bias + g * a->bias_stride_g + m * a->bias_stride_m;                 \
             for (int64_t n = 0; n < a->n; ++n) {                                                 \
                 const int64_t t = table_row(a, p, n);                                            \
                 T acc = 0;                                                                       \
                 if (t >= 0)                                                                      \
-                    for (int64_t j = 0; j < a->d; ++j) acc += q[j] * table[t * a->d + j];        \
-                out[n] = acc;                                                                    \
+                    for (int64_t j = 0; j < a->d; ++j) acc += TO_T(q[j]) * TO_T(table[t * a->d + j]); \
+                out[n] = TO_S(acc);                                                              \
             }                                                                                    \
         }                                                                                        \
     }                                                                                            \
                                                                                                  \
     void wavepe_relbias_grad_q_##SUFFIX##_scalar(const wavepe_relbias_args *a, int64_t begin,    \
                                                  int64_t end) {                                  \
-        const T *table = (const T *)a->table;                                                    \
+        const S *table = (const S *)a->table;                                                    \
         for (int64_t row = begin; row < end; ++row) {                                            \
             const int64_t g = row / a->m, m = row % a->m, p = a->q_offset + m;                   \
-            const T *grad = (const T *)a->grad + g * a->grad_stride_g + m * a->grad_stride_m;    \
-            T *dq = (T *)a->dq + g * a->dq_stride_g + m * a->dq_stride_m;                        \
-            for (int64_t j = 0; j < a->d; ++j) dq[j] = 0;                                        \
-            for (int64_t n = 0; n < a->n; ++n) {                                                 \
-                const int64_t t = table_row(a, p, n);                                            \
-                if (t < 0) continue;                                                             \
-                for (int64_t j = 0; j < a->d; ++j) dq[j] += grad[n] * table[t * a->d + j];       \
+            const S *grad = (const S *)a->grad + g * a->grad_stride_g + m * a->grad_stride_m;    \
+            S *dq = (S *)a->dq + g * a->dq_stride_g + m * a->dq_stride_m;                        \
+            for (int64_t j0 = 0; j0 < a->d; j0 += RELBIAS_JB) {                                  \
+                const int64_t jn = a->d - j0 < RELBIAS_JB ? a->d - j0 : RELBIAS_JB;              \
+                T acc[RELBIAS_JB] = {0};                                                         \
+                for (int64_t n = 0; n < a->n; ++n) {                                             \
+                    const int64_t t = table_row(a, p, n);                                        \
+                    if (t < 0) continue;                                                         \
+                    const T gn = TO_T(grad[n]);                                                  \
+                    for (int64_t j = 0; j < jn; ++j) acc[j] += gn * TO_T(table[t * a->d + j0 + j]); \
+                }                                                                                \
+                for (int64_t j = 0; j < jn; ++j) dq[j0 + j] = TO_S(acc[j]);                      \
             }                                                                                    \
         }                                                                                        \
     }                                                                                            \
                                                                                                  \
     void wavepe_relbias_grad_table_##SUFFIX##_scalar(const wavepe_relbias_args *a, int64_t begin, \
                                                      int64_t end) {                              \
-        T *dtable = (T *)a->dtable;                                                              \
-        for (int64_t t = begin; t < end; ++t) {                                                  \
-            T *dt = dtable + t * a->d;                                                           \
-            for (int64_t j = 0; j < a->d; ++j) dt[j] = 0;                                        \
-            for (int64_t g = 0; g < a->batch; ++g)                                               \
-                for (int64_t m = 0; m < a->m; ++m) {                                             \
-                    const int64_t p = a->q_offset + m;                                           \
-                    const T *grad = (const T *)a->grad + g * a->grad_stride_g + m * a->grad_stride_m; \
-                    const T *q = (const T *)a->q + g * a->q_stride_g + m * a->q_stride_m;        \
-                    /* the keys whose lookup lands on row t: the one at distance r_lo + t, */    \
-                    /* plus, clamped, every key beyond the table's edge at t = 0 / rows-1 */     \
-                    const wavepe_relbias_row_split s = wavepe_relbias_split_row(a, p);           \
-                    const int64_t n_exact = p - a->r_lo - t;                                     \
-                    T sum = 0;                                                                   \
-                    if (n_exact >= s.n_tab_begin && n_exact < s.n_tab_end) sum += grad[n_exact]; \
-                    if (a->clamp && t == 0)                                                      \
-                        for (int64_t n = s.n_tab_end; n < s.n_zero_begin; ++n) sum += grad[n];   \
-                    if (a->clamp && t == a->rows - 1)                                            \
-                        for (int64_t n = 0; n < s.n_tab_begin; ++n) sum += grad[n];              \
-                    for (int64_t j = 0; j < a->d; ++j) dt[j] += sum * q[j];                      \
-                }                                                                                \
-        }                                                                                        \
+        S *dtable = (S *)a->dtable;                                                              \
+        for (int64_t t = begin; t < end; ++t)                                                    \
+            for (int64_t j0 = 0; j0 < a->d; j0 += RELBIAS_JB) {                                  \
+                const int64_t jn = a->d - j0 < RELBIAS_JB ? a->d - j0 : RELBIAS_JB;              \
+                T acc[RELBIAS_JB] = {0};                                                         \
+                for (int64_t g = 0; g < a->batch; ++g)                                           \
+                    for (int64_t m = 0; m < a->m; ++m) {                                         \
+                        const int64_t p = a->q_offset + m;                                       \
+                        const S *grad = (const S *)a->grad + g * a->grad_stride_g + m * a->grad_stride_m; \
+                        const S *q = (const S *)a->q + g * a->q_stride_g + m * a->q_stride_m + j0; \
+                        /* the keys whose lookup lands on row t: the one at distance r_lo + t, */ \
+                        /* plus, clamped, every key beyond the table's edge at t = 0 / rows-1 */ \
+                        const wavepe_relbias_row_split s = wavepe_relbias_split_row(a, p);       \
+                        const int64_t n_exact = p - a->r_lo - t;                                 \
+                        T sum = 0;                                                               \
+                        if (n_exact >= s.n_tab_begin && n_exact < s.n_tab_end) sum += TO_T(grad[n_exact]); \
+                        if (a->clamp && t == 0)                                                  \
+                            for (int64_t n = s.n_tab_end; n < s.n_zero_begin; ++n) sum += TO_T(grad[n]); \
+                        if (a->clamp && t == a->rows - 1)                                        \
+                            for (int64_t n = 0; n < s.n_tab_begin; ++n) sum += TO_T(grad[n]);    \
+                        for (int64_t j = 0; j < jn; ++j) acc[j] += sum * TO_T(q[j]);             \
+                    }                                                                            \
+                for (int64_t j = 0; j < jn; ++j) dtable[t * a->d + j0 + j] = TO_S(acc[j]);       \
+            }                                                                                    \
     }
 
-RELBIAS_SCALAR(float, f32)
-RELBIAS_SCALAR(double, f64)
+RELBIAS_SCALAR(float, float, f32, RELBIAS_SAME, RELBIAS_SAME)
+RELBIAS_SCALAR(double, double, f64, RELBIAS_SAME, RELBIAS_SAME)
+RELBIAS_SCALAR(uint16_t, float, bf16, wp_bf16_to_f32, wp_f32_to_bf16)
+RELBIAS_SCALAR(uint16_t, float, f16, wp_f16_to_f32, wp_f32_to_f16)
 
 /* ---- dispatch --------------------------------------------------------------
  * The vector variants need the workspace prepared for the same ISA; without
@@ -140,6 +160,8 @@ RELBIAS_SCALAR(double, f64)
 
 RELBIAS_DISPATCH(f32)
 RELBIAS_DISPATCH(f64)
+RELBIAS_DISPATCH(bf16)
+RELBIAS_DISPATCH(f16)
 
 /* ---- plans ------------------------------------------------------------------
  * The layer every caller uses: it runs the workspace protocol above and cuts
@@ -163,10 +185,21 @@ RELBIAS_DISPATCH(f64)
 #define RELBIAS_UNIT_ROWS 48
 #define RELBIAS_DT_UNIT_ROWS 6
 
+/* Call PREFIX<type>SUFFIX args, <type> the element type `dtype` names (f32, f64, bf16, f16);
+ * RET is `x =` to keep the result, or empty. */
+#define RELBIAS_BY_DTYPE(dtype, RET, PREFIX, SUFFIX, args)                                       \
+    do {                                                                                         \
+        switch (dtype) {                                                                         \
+        case WAVEPE_F64: RET PREFIX##f64##SUFFIX args; break;                                    \
+        case WAVEPE_BF16: RET PREFIX##bf16##SUFFIX args; break;                                  \
+        case WAVEPE_F16: RET PREFIX##f16##SUFFIX args; break;                                    \
+        default: RET PREFIX##f32##SUFFIX args; break;                                            \
+        }                                                                                        \
+    } while (0)
+
 struct wavepe_relbias_plan {
     wavepe_relbias_args a; /* the caller's arguments, workspace set */
     wavepe_isa isa;
-    int f64;
     unsigned kernels;
     int64_t chunks;          /* phase 0 units */
     int64_t outer;           /* >= 1 */
@@ -201,15 +234,14 @@ int wavepe_relbias_plan_create(wavepe_isa isa, const wavepe_relbias_args *a, uns
     *out = NULL;
     int status = wavepe_relbias_validate(a, kernels, err);
     if (status != WAVEPE_OK) return status;
-    if (a->dtype != WAVEPE_F32 && a->dtype != WAVEPE_F64)
-        return wavepe_fail(err, WAVEPE_E_INVALID, "the CPU kernels take float32 or float64, got %s",
+    if (a->dtype != WAVEPE_F32 && a->dtype != WAVEPE_F64 && a->dtype != WAVEPE_BF16 && a->dtype != WAVEPE_F16)
+        return wavepe_fail(err, WAVEPE_E_INVALID, "the CPU kernels take float32, float64, bfloat16 or float16, got %s",
                            wavepe_dtype_name(a->dtype));
     wavepe_relbias_plan *p = calloc(1, sizeof *p);
     if (p == NULL) return wavepe_fail(err, WAVEPE_E_NOMEM, "out of memory for a rel_bias plan");
     p->a = *a;
     p->a.workspace = NULL;
     p->isa = isa;
-    p->f64 = a->dtype == WAVEPE_F64;
     p->kernels = kernels;
     p->outer = a->outer > 1 ? a->outer : 1;
     const int64_t rows_total = a->batch * a->m;
@@ -227,9 +259,9 @@ int wavepe_relbias_plan_create(wavepe_isa isa, const wavepe_relbias_args *a, uns
     }
     /* the workspace, for the kernels that read one (none when there is nothing to compute) */
     const unsigned ws_kernels = kernels & (p->row_units > 0 ? ~0u : (unsigned)WAVEPE_RELBIAS_GRAD_TABLE);
-    const int64_t bytes = ws_kernels == 0 ? 0
-                          : p->f64       ? wavepe_relbias_f64_workspace_bytes(isa, &p->a, ws_kernels)
-                                         : wavepe_relbias_f32_workspace_bytes(isa, &p->a, ws_kernels);
+    int64_t bytes = 0;
+    if (ws_kernels != 0)
+        RELBIAS_BY_DTYPE(a->dtype, bytes =, wavepe_relbias_, _workspace_bytes, (isa, &p->a, ws_kernels));
     if (bytes < 0) {
         wavepe_relbias_plan_free(p);
         return wavepe_fail(err, (int)bytes, "the rel_bias workspace (table rows %lld x head_dim %lld) is too large",
@@ -242,7 +274,7 @@ int wavepe_relbias_plan_create(wavepe_isa isa, const wavepe_relbias_args *a, uns
             return wavepe_fail(err, WAVEPE_E_NOMEM, "out of memory for the rel_bias workspace (%lld bytes)",
                                (long long)bytes);
         }
-        p->chunks = p->f64 ? wavepe_relbias_f64_chunks(isa, &p->a) : wavepe_relbias_f32_chunks(isa, &p->a);
+        RELBIAS_BY_DTYPE(a->dtype, p->chunks =, wavepe_relbias_, _chunks, (isa, &p->a));
     }
     *out = p;
     return WAVEPE_OK;
@@ -271,25 +303,22 @@ int wavepe_relbias_run(wavepe_relbias_plan *p, int phase, int64_t begin, int64_t
     if (end > units) end = units;
     if (begin >= end) return WAVEPE_OK;
     if (phase == 0) {
-        if (p->f64) wavepe_relbias_f64_prepare(p->isa, a, p->kernels, begin, end);
-        else wavepe_relbias_f32_prepare(p->isa, a, p->kernels, begin, end);
+        RELBIAS_BY_DTYPE(a->dtype, , wavepe_relbias_, _prepare, (p->isa, a, p->kernels, begin, end));
         return WAVEPE_OK;
     }
-    const int64_t esize = p->f64 ? 8 : 4;
+    const int64_t esize = wavepe_dtype_size(a->dtype);
     for (int64_t k = begin; k < end; ++k) {
         const int64_t u = zigzag(k, units);
         int64_t r0, r1;
         if (phase == 2) {
             r0 = u * p->dt_unit_rows;
             r1 = r0 + p->dt_unit_rows < a->rows ? r0 + p->dt_unit_rows : a->rows;
-            if (p->f64) wavepe_relbias_grad_table_f64(p->isa, a, r0, r1);
-            else wavepe_relbias_grad_table_f32(p->isa, a, r0, r1);
+            RELBIAS_BY_DTYPE(a->dtype, , wavepe_relbias_grad_table_, , (p->isa, a, r0, r1));
             continue;
         }
         if (!(p->kernels & WAVEPE_RELBIAS_FORWARD)) {
             unit_rows(p, u, &r0, &r1);
-            if (p->f64) wavepe_relbias_grad_q_f64(p->isa, a, r0, r1);
-            else wavepe_relbias_grad_q_f32(p->isa, a, r0, r1);
+            RELBIAS_BY_DTYPE(a->dtype, , wavepe_relbias_grad_q_, , (p->isa, a, r0, r1));
             continue;
         }
         /* forward: outer group o, shifted base pointers */
@@ -298,8 +327,7 @@ int wavepe_relbias_run(wavepe_relbias_plan *p, int phase, int64_t begin, int64_t
         ao.q = (const char *)a->q + o * a->q_stride_o * esize;
         ao.bias = (char *)a->bias + o * a->bias_stride_o * esize;
         unit_rows(p, u % p->row_units, &r0, &r1);
-        if (p->f64) wavepe_relbias_f64(p->isa, &ao, r0, r1);
-        else wavepe_relbias_f32(p->isa, &ao, r0, r1);
+        RELBIAS_BY_DTYPE(a->dtype, , wavepe_relbias_, , (p->isa, &ao, r0, r1));
     }
     return WAVEPE_OK;
 }

@@ -76,7 +76,7 @@ extern "C" {
 #endif
 
 typedef struct wavepe_relbias_args {
-    int dtype;                  /* wavepe_dtype of q, table, bias, grad, dq, dtable (CPU: F32 / F64) */
+    int dtype;                  /* wavepe_dtype of q, table, bias, grad, dq, dtable (F32 / F64 / BF16 / F16) */
     int64_t batch, m, n, d;     /* G, M, N, head dim d */
     int64_t rows, r_lo;         /* table (rows, d) holds distances r_lo .. r_lo + rows - 1 */
     int64_t q_offset;           /* position of query row 0 (keys sit at 0 .. N-1) */
@@ -188,7 +188,9 @@ static inline int wavepe_relbias_validate(const wavepe_relbias_args *a, unsigned
 
 /* ---- plans: what callers use ----------------------------------------------------
  * A plan validates *a (copied: the data must outlive the plan), picks the
- * kernels for `isa` (float32 / float64 from a->dtype), allocates and owns
+ * kernels for `isa` (float32 / float64 / bfloat16 / float16 from a->dtype; the half
+ * types are read and written as they are, summed in float32, each output
+ * element rounded once), allocates and owns
  * the workspace, and splits the work into units sized for `threads` threads
  * (a hint: results never depend on it).  Run phase 0 (preparing the
  * workspace), then phase 1 (the kernels), each unit exactly once, from any
@@ -211,44 +213,72 @@ void wavepe_relbias_plan_free(wavepe_relbias_plan *plan);
  * negative wavepe_status when the size overflows. */
 int64_t wavepe_relbias_f32_workspace_bytes(wavepe_isa isa, const wavepe_relbias_args *a, unsigned kernels);
 int64_t wavepe_relbias_f64_workspace_bytes(wavepe_isa isa, const wavepe_relbias_args *a, unsigned kernels);
+int64_t wavepe_relbias_bf16_workspace_bytes(wavepe_isa isa, const wavepe_relbias_args *a, unsigned kernels);
+int64_t wavepe_relbias_f16_workspace_bytes(wavepe_isa isa, const wavepe_relbias_args *a, unsigned kernels);
 
 /* Number of table chunks the prepare step runs over (0 when nothing to do). */
 int64_t wavepe_relbias_f32_chunks(wavepe_isa isa, const wavepe_relbias_args *a);
 int64_t wavepe_relbias_f64_chunks(wavepe_isa isa, const wavepe_relbias_args *a);
+int64_t wavepe_relbias_bf16_chunks(wavepe_isa isa, const wavepe_relbias_args *a);
+int64_t wavepe_relbias_f16_chunks(wavepe_isa isa, const wavepe_relbias_args *a);
 
 /* Fill the workspace for chunks [begin, end) (only chunks this call reads). */
 void wavepe_relbias_f32_prepare(wavepe_isa isa, const wavepe_relbias_args *a, unsigned kernels,
                                 int64_t begin, int64_t end);
 void wavepe_relbias_f64_prepare(wavepe_isa isa, const wavepe_relbias_args *a, unsigned kernels,
                                 int64_t begin, int64_t end);
+void wavepe_relbias_bf16_prepare(wavepe_isa isa, const wavepe_relbias_args *a, unsigned kernels,
+                                int64_t begin, int64_t end);
+void wavepe_relbias_f16_prepare(wavepe_isa isa, const wavepe_relbias_args *a, unsigned kernels,
+                                int64_t begin, int64_t end);
 
 /* Forward: bias rows [begin, end) of the (G * M) row space. */
 void wavepe_relbias_f32(wavepe_isa isa, const wavepe_relbias_args *a, int64_t begin, int64_t end);
 void wavepe_relbias_f64(wavepe_isa isa, const wavepe_relbias_args *a, int64_t begin, int64_t end);
+void wavepe_relbias_bf16(wavepe_isa isa, const wavepe_relbias_args *a, int64_t begin, int64_t end);
+void wavepe_relbias_f16(wavepe_isa isa, const wavepe_relbias_args *a, int64_t begin, int64_t end);
 /* Backward, dq rows [begin, end) of the (G * M) row space. */
 void wavepe_relbias_grad_q_f32(wavepe_isa isa, const wavepe_relbias_args *a, int64_t begin, int64_t end);
 void wavepe_relbias_grad_q_f64(wavepe_isa isa, const wavepe_relbias_args *a, int64_t begin, int64_t end);
+void wavepe_relbias_grad_q_bf16(wavepe_isa isa, const wavepe_relbias_args *a, int64_t begin, int64_t end);
+void wavepe_relbias_grad_q_f16(wavepe_isa isa, const wavepe_relbias_args *a, int64_t begin, int64_t end);
 /* Backward, dT rows [begin, end) of the table. */
 void wavepe_relbias_grad_table_f32(wavepe_isa isa, const wavepe_relbias_args *a, int64_t begin, int64_t end);
 void wavepe_relbias_grad_table_f64(wavepe_isa isa, const wavepe_relbias_args *a, int64_t begin, int64_t end);
+void wavepe_relbias_grad_table_bf16(wavepe_isa isa, const wavepe_relbias_args *a, int64_t begin, int64_t end);
+void wavepe_relbias_grad_table_f16(wavepe_isa isa, const wavepe_relbias_args *a, int64_t begin, int64_t end);
 
 /* The variants behind the dispatch: every ISA of isa_table.h has the
  * kernels, the vector ones (which exist in builds for their architecture
  * only) also their workspace protocol. */
 #define WAVEPE_RELBIAS_KERNELS_(ID, name, ...)                                                   \
-    void wavepe_relbias_f32_##name(const wavepe_relbias_args *a, int64_t begin, int64_t end);    \
-    void wavepe_relbias_f64_##name(const wavepe_relbias_args *a, int64_t begin, int64_t end);    \
+    void wavepe_relbias_f32_##name(const wavepe_relbias_args *a, int64_t begin, int64_t end); \
+    void wavepe_relbias_f64_##name(const wavepe_relbias_args *a, int64_t begin, int64_t end); \
+    void wavepe_relbias_bf16_##name(const wavepe_relbias_args *a, int64_t begin, int64_t end); \
+    void wavepe_relbias_f16_##name(const wavepe_relbias_args *a, int64_t begin, int64_t end); \
     void wavepe_relbias_grad_q_f32_##name(const wavepe_relbias_args *a, int64_t begin, int64_t end); \
     void wavepe_relbias_grad_q_f64_##name(const wavepe_relbias_args *a, int64_t begin, int64_t end); \
+    void wavepe_relbias_grad_q_bf16_##name(const wavepe_relbias_args *a, int64_t begin, int64_t end); \
+    void wavepe_relbias_grad_q_f16_##name(const wavepe_relbias_args *a, int64_t begin, int64_t end); \
     void wavepe_relbias_grad_table_f32_##name(const wavepe_relbias_args *a, int64_t begin, int64_t end); \
     void wavepe_relbias_grad_table_f64_##name(const wavepe_relbias_args *a, int64_t begin, int64_t end); \
+    void wavepe_relbias_grad_table_bf16_##name(const wavepe_relbias_args *a, int64_t begin, int64_t end); \
+    void wavepe_relbias_grad_table_f16_##name(const wavepe_relbias_args *a, int64_t begin, int64_t end); \
     int64_t wavepe_relbias_f32_##name##_workspace_bytes(const wavepe_relbias_args *a, unsigned kernels); \
     int64_t wavepe_relbias_f64_##name##_workspace_bytes(const wavepe_relbias_args *a, unsigned kernels); \
-    int64_t wavepe_relbias_f32_##name##_chunks(const wavepe_relbias_args *a);                    \
-    int64_t wavepe_relbias_f64_##name##_chunks(const wavepe_relbias_args *a);                    \
+    int64_t wavepe_relbias_bf16_##name##_workspace_bytes(const wavepe_relbias_args *a, unsigned kernels); \
+    int64_t wavepe_relbias_f16_##name##_workspace_bytes(const wavepe_relbias_args *a, unsigned kernels); \
+    int64_t wavepe_relbias_f32_##name##_chunks(const wavepe_relbias_args *a); \
+    int64_t wavepe_relbias_f64_##name##_chunks(const wavepe_relbias_args *a); \
+    int64_t wavepe_relbias_bf16_##name##_chunks(const wavepe_relbias_args *a); \
+    int64_t wavepe_relbias_f16_##name##_chunks(const wavepe_relbias_args *a); \
     void wavepe_relbias_f32_##name##_prepare(const wavepe_relbias_args *a, unsigned kernels, int64_t begin, \
-                                             int64_t end);                                       \
+                                             int64_t end); \
     void wavepe_relbias_f64_##name##_prepare(const wavepe_relbias_args *a, unsigned kernels, int64_t begin, \
+                                             int64_t end); \
+    void wavepe_relbias_bf16_##name##_prepare(const wavepe_relbias_args *a, unsigned kernels, int64_t begin, \
+                                             int64_t end); \
+    void wavepe_relbias_f16_##name##_prepare(const wavepe_relbias_args *a, unsigned kernels, int64_t begin, \
                                              int64_t end);
 WAVEPE_ISA_TABLE(WAVEPE_RELBIAS_KERNELS_, _)
 #undef WAVEPE_RELBIAS_KERNELS_

@@ -1,10 +1,14 @@
 /* relbias_avx2.c: the relative-table bias kernels of relbias_simd.h on AVX2+FMA,
- * float and double (see relbias_simd.h for the algorithms). */
+ * float, double, bfloat16 and float16 (see relbias_simd.h for the algorithms). */
 #if defined(__x86_64__) || defined(_M_X64)
 #include "simd_avx2.h"
 #define WP_TYPE_F32
 #include "relbias_simd.h"
 #define WP_TYPE_F64
+#include "relbias_simd.h"
+#define WP_TYPE_BF16
+#include "relbias_simd.h"
+#define WP_TYPE_F16
 #include "relbias_simd.h"
 #else
 typedef int wavepe_relbias_avx2_unused;

@@ -1,6 +1,17 @@
 /* relbias_simd.h: the vector kernels of relbias, written once (simd_type.h)
- * and instantiated per ISA by relbias_<isa>.c (avx2, avx512, neon) for float and
- * double; not a public header.
+ * and instantiated per ISA by relbias_<isa>.c (avx2, avx512, neon) for float,
+ * double, bfloat16 and float16; not a public header.
+ *
+ * Half types (S = uint16_t, T = float, simd_type.h) are read and written as
+ * they are and computed in float32: q, grad and table rows are widened as
+ * they are loaded (S_LOADU, S_BCAST), the forward's packed panels are float32
+ * (the table is widened while it is packed), and every output element is
+ * rounded once (half.h).  Outputs that the kernels build up over several
+ * passes -- a dq row (tiles, then the edge rows, then clamping) and a dT row
+ * (every block of queries) -- accumulate in a float32 scratch row and are
+ * rounded when complete; the forward's 6-row q blocks are widened once into a
+ * scratch tile that every chunk's GEMM tile reads.  The scratch is small
+ * (the rows of one call's blocks, or its own dT rows), never a tensor.
  *
  * Geometry.  A query at position p reads table row t = p - n - r_lo for key
  * n, so a run of keys is a run of table rows read backwards.  Table rows are
@@ -35,6 +46,7 @@
  */
 
 #include <stdint.h>
+#include <stdlib.h>
 
 #include "checked.h"
 #include "relbias.h"
@@ -162,12 +174,12 @@ int64_t WP_CAT(FN(wavepe_relbias), _chunks)(const wavepe_relbias_args *a) {
 
 /* First and last nonzero column of a row, +1 for the last; (d, 0) if none.
  * NaN counts as nonzero (unordered compare). */
-static void FN(rb_row_extent)(const T *row, int64_t d, int64_t *first, int64_t *end) {
+static void FN(rb_row_extent)(const S *row, int64_t d, int64_t *first, int64_t *end) {
     int64_t j = 0;
     *first = d;
     *end = 0;
     for (; j + VL <= d; j += VL) {
-        const int mask = (int)M(bits)(V(cmpneq)(V(loadu)(row + j), V(zero)()));
+        const int mask = (int)M(bits)(V(cmpneq)(S_LOADU(row + j), V(zero)()));
         if (mask) {
             *first = j + __builtin_ctz((unsigned)mask);
             break;
@@ -175,21 +187,21 @@ static void FN(rb_row_extent)(const T *row, int64_t d, int64_t *first, int64_t *
     }
     if (*first == d)
         for (; j < d; ++j)
-            if (row[j] != 0 || row[j] != row[j]) {
+            if (S_TO_T(row[j]) != 0 || S_TO_T(row[j]) != S_TO_T(row[j])) {
                 *first = j;
                 break;
             }
     if (*first == d) return;
     j = d;
     for (; j - VL >= *first; j -= VL) {
-        const int mask = (int)M(bits)(V(cmpneq)(V(loadu)(row + j - VL), V(zero)()));
+        const int mask = (int)M(bits)(V(cmpneq)(S_LOADU(row + j - VL), V(zero)()));
         if (mask) {
             *end = j - VL + 32 - __builtin_clz((unsigned)mask);
             return;
         }
     }
     for (; j > *first; --j)
-        if (row[j - 1] != 0 || row[j - 1] != row[j - 1]) {
+        if (S_TO_T(row[j - 1]) != 0 || S_TO_T(row[j - 1]) != S_TO_T(row[j - 1])) {
             *end = j;
             return;
         }
@@ -200,7 +212,7 @@ void WP_CAT(FN(wavepe_relbias), _prepare)(const wavepe_relbias_args *a, unsigned
                                               int64_t end) {
     int64_t c0;
     const int64_t count = FN(rb_window)(a, &c0);
-    const T *table = (const T *)a->table;
+    const S *table = (const S *)a->table;
     int64_t *ranges = FN(rb_ranges)(a);
     T *panels = FN(rb_panels)(a, count);
     const int64_t d = a->d;
@@ -217,10 +229,11 @@ void WP_CAT(FN(wavepe_relbias), _prepare)(const wavepe_relbias_args *a, unsigned
         ranges[2 * k] = jlo;
         ranges[2 * k + 1] = jhi;
         if (!(kernels & WAVEPE_RELBIAS_FORWARD)) continue;
-        /* NR distances contiguous per head dimension; rows past the table are 0 */
+        /* NR distances contiguous per head dimension (in T: half tables widened here); rows past the table are 0 */
         T *panel = panels + k * d * RB_NR;
         for (int64_t j = jlo; j < jhi; ++j)
-            for (int64_t i = 0; i < RB_NR; ++i) panel[j * RB_NR + i] = i < rows_here ? table[(t0 + i) * d + j] : 0;
+            for (int64_t i = 0; i < RB_NR; ++i)
+                panel[j * RB_NR + i] = i < rows_here ? S_TO_T(table[(t0 + i) * d + j]) : 0;
     }
 }
 
@@ -248,48 +261,100 @@ static inline void FN(rb_fill_stream)(T *p, int64_t count, T v, int stream) {
 
 static inline void FN(rb_fill)(T *p, int64_t count, T v) { FN(rb_fill_stream)(p, count, v, 0); }
 
-static inline T FN(rb_dot)(const T *x, const T *y, int64_t d) {
+/* Fill the output p[0 .. count) (storage S) with v, rounded once. */
+static inline void FN(rb_fill_out)(S *p, int64_t count, T v, int stream) {
+#ifdef WP_STORAGE_HALF /* storage S differs from the compute type T */
+    /* v rounded once; its bits twice per 32-bit lane, stored as float vectors (moves only: no
+     * arithmetic touches the pattern, so its bits arrive as they are) */
+    const S s = T_TO_S(v);
+    int64_t i = 0;
+    if (count >= 2 * VL) {
+        uint32_t pattern[VL];
+        for (int k = 0; k < VL; ++k) pattern[k] = (uint32_t)s | (uint32_t)s << 16;
+        const VT pv = V(loadu)((const float *)(const void *)pattern);
+        if ((uintptr_t)p % sizeof(float) != 0) p[i++] = s; /* float stores want float alignment (NEON's do) */
+        if (stream && count >= 32 * VL) {
+            for (; (uintptr_t)(p + i) % (VL * sizeof(float)) != 0; ++i) p[i] = s; /* stream needs aligned vectors */
+            for (; i + 2 * VL <= count; i += 2 * VL) V(stream)((float *)(void *)(p + i), pv);
+        } else {
+            for (; i + 2 * VL <= count; i += 2 * VL) V(storeu)((float *)(void *)(p + i), pv);
+        }
+    }
+    for (; i < count; ++i) p[i] = s;
+#else
+    FN(rb_fill_stream)(p, count, v, stream);
+#endif
+}
+
+/* Lanes [0, n) of p (n in [0, VL]), zero elsewhere, widened; nothing past p + n is read. */
+static inline VT FN(rb_loadu_n)(const S *p, int64_t n) {
+#ifdef WP_STORAGE_HALF
+    S tmp[VL] = {0};
+    for (int64_t i = 0; i < n; ++i) tmp[i] = p[i];
+    return S_LOADU(tmp);
+#else
+    return V(loadu_n)(p, n);
+#endif
+}
+
+static inline T FN(rb_dot)(const S *x, const S *y, int64_t d) {
     VT s0 = V(zero)(), s1 = V(zero)();
     int64_t j = 0;
     for (; j + 2 * VL <= d; j += 2 * VL) {
-        s0 = V(fmadd)(V(loadu)(x + j), V(loadu)(y + j), s0);
-        s1 = V(fmadd)(V(loadu)(x + j + VL), V(loadu)(y + j + VL), s1);
+        s0 = V(fmadd)(S_LOADU(x + j), S_LOADU(y + j), s0);
+        s1 = V(fmadd)(S_LOADU(x + j + VL), S_LOADU(y + j + VL), s1);
     }
-    for (; j + VL <= d; j += VL) s0 = V(fmadd)(V(loadu)(x + j), V(loadu)(y + j), s0);
+    for (; j + VL <= d; j += VL) s0 = V(fmadd)(S_LOADU(x + j), S_LOADU(y + j), s0);
     T s = V(hsum)(V(add)(s0, s1));
-    for (; j < d; ++j) s += x[j] * y[j];
+    for (; j < d; ++j) s += S_TO_T(x[j]) * S_TO_T(y[j]);
     return s;
 }
 
 /* Whether x[0 .. count) holds no NaN and no inf (x * 0 is NaN exactly for those). */
-static inline int FN(rb_finite)(const T *x, int64_t count) {
+static inline int FN(rb_finite)(const S *x, int64_t count) {
     VT acc = V(zero)();
     int64_t i = 0;
-    for (; i + VL <= count; i += VL) acc = V(add)(acc, V(mul)(V(loadu)(x + i), V(zero)()));
+    for (; i + VL <= count; i += VL) acc = V(add)(acc, V(mul)(S_LOADU(x + i), V(zero)()));
     T s = V(hsum)(acc);
-    for (; i < count; ++i) s += x[i] * (T)0;
+    for (; i < count; ++i) s += S_TO_T(x[i]) * (T)0;
     return s == (T)0;
 }
 
-static inline T FN(rb_sum)(const T *x, int64_t count) {
+static inline T FN(rb_sum)(const S *x, int64_t count) {
     VT s0 = V(zero)(), s1 = V(zero)();
     int64_t i = 0;
     for (; i + 2 * VL <= count; i += 2 * VL) {
-        s0 = V(add)(s0, V(loadu)(x + i));
-        s1 = V(add)(s1, V(loadu)(x + i + VL));
+        s0 = V(add)(s0, S_LOADU(x + i));
+        s1 = V(add)(s1, S_LOADU(x + i + VL));
     }
     T s = V(hsum)(V(add)(s0, s1));
-    for (; i < count; ++i) s += x[i];
+    for (; i < count; ++i) s += S_TO_T(x[i]);
     return s;
 }
 
-/* y += alpha * x over d elements */
-static inline void FN(rb_axpy)(T *y, T alpha, const T *x, int64_t d) {
+/* y += alpha * x over d elements (y in T: an output or a float32 accumulator row) */
+static inline void FN(rb_axpy)(T *y, T alpha, const S *x, int64_t d) {
     const VT va = V(set1)(alpha);
     int64_t j = 0;
-    for (; j + VL <= d; j += VL) V(storeu)(y + j, V(fmadd)(va, V(loadu)(x + j), V(loadu)(y + j)));
-    for (; j < d; ++j) y[j] += alpha * x[j];
+    for (; j + VL <= d; j += VL) V(storeu)(y + j, V(fmadd)(va, S_LOADU(x + j), V(loadu)(y + j)));
+    for (; j < d; ++j) y[j] += alpha * S_TO_T(x[j]);
 }
+
+#ifdef WP_STORAGE_HALF
+/* x[0 .. d) widened into y (a scratch row in T) */
+static inline void FN(rb_widen)(T *y, const S *x, int64_t d) {
+    int64_t j = 0;
+    for (; j + VL <= d; j += VL) V(storeu)(y + j, S_LOADU(x + j));
+    for (; j < d; ++j) y[j] = S_TO_T(x[j]);
+}
+
+/* x[0 .. d) (a float32 accumulator row) rounded once into y */
+static inline void FN(rb_round)(S *y, const T *x, int64_t d) {
+    int64_t j = 0;
+    for (; j + VL <= d; j += VL) S_STOREU(y + j, V(loadu)(x + j));
+    for (; j < d; ++j) y[j] = T_TO_S(x[j]);
+}
+#endif
 
 /* Table rows [*ta, *tb) that a query at p reads (empty: ta == tb == 0), and the
  * key split of the row (relbias.h). */
@@ -308,28 +373,27 @@ static inline wavepe_relbias_row_split FN(rb_row_rows)(const wavepe_relbias_args
 /* ---- forward ------------------------------------------------------------------- */
 
 typedef struct {
-    const T *q[RB_MR];
-    T *out[RB_MR];        /* NULL: row not stored (outside the range or the matrix) */
+    const T *q[RB_MR];    /* the row (half types: its widened copy in the call's scratch tile) */
+    S *out[RB_MR];        /* NULL: row not stored (outside the range or the matrix) */
     int64_t key_of_t0[RB_MR]; /* p - r_lo: the key that reads table row 0 */
     int64_t ta[RB_MR], tb[RB_MR];
     int64_t c_lo, c_hi;      /* chunks the block's tiles cover */
 } FN(rb_fblock);
 
 static inline void FN(rb_fwd_store_row)(const FN(rb_fblock) *b, int i, int64_t t0, VT lo, VT hi) {
-    T *out = b->out[i];
+    S *out = b->out[i];
     if (out == NULL) return;
     const int64_t ta = b->ta[i], tb = b->tb[i], key0 = b->key_of_t0[i];
     if (t0 >= ta && t0 + RB_NR <= tb) {
-        T *dst = out + (key0 - (t0 + RB_NR - 1));
-        V(storeu)(dst, V(reverse)(hi));
-        V(storeu)(dst + VL, V(reverse)(lo));
+        S *dst = out + (key0 - (t0 + RB_NR - 1));
+        S_STOREU2(dst, V(reverse)(hi), V(reverse)(lo));
         return;
     }
     T tmp[RB_NR];
     V(storeu)(tmp, lo);
     V(storeu)(tmp + VL, hi);
     const int64_t from = rb_max64(t0, ta), to = rb_min64(t0 + RB_NR, tb);
-    for (int64_t t = from; t < to; ++t) out[key0 - t] = tmp[t - t0];
+    for (int64_t t = from; t < to; ++t) out[key0 - t] = T_TO_S(tmp[t - t0]);
 }
 
 #define RB_FMA_ROW(qi, c0, c1)                                                                   \
@@ -384,9 +448,17 @@ static void FN(rb_fwd_group)(const wavepe_relbias_args *a, const FN(rb_fblock) *
 
 void FN(wavepe_relbias)(const wavepe_relbias_args *a, int64_t begin, int64_t end) {
     if (a->m == 0 || a->n == 0) return;
-    const T *table = (const T *)a->table;
+    const S *table = (const S *)a->table;
     /* outputs well beyond the caches: stream the fills (see rb_fill_stream) */
-    const int stream = a->batch * a->m * a->n * (int64_t)sizeof(T) >= ((int64_t)32 << 20);
+    const int stream = a->batch * a->m * a->n * (int64_t)sizeof(S) >= ((int64_t)32 << 20);
+#ifdef WP_STORAGE_HALF
+    /* the group's q rows widened once (RB_GROUP blocks x MR rows of d); without it, the scalar way */
+    T *qtile = (T *)malloc(sizeof(T) * (size_t)(RB_GROUP * RB_MR) * (size_t)(a->d > 0 ? a->d : 1));
+    if (qtile == NULL) {
+        RB_SCALAR(wavepe_relbias)(a, begin, end);
+        return;
+    }
+#endif
     FN(rb_fblock) blocks[RB_GROUP];
     int nb = 0;
     rb_cursor cur;
@@ -397,25 +469,31 @@ void FN(wavepe_relbias)(const wavepe_relbias_args *a, int64_t begin, int64_t end
         b->c_lo = INT64_MAX;
         b->c_hi = INT64_MIN;
         /* rows not stored compute on row 0's q (a valid row), results dropped */
-        const T *q_any = (const T *)a->q + rows.g[0] * a->q_stride_g + rows.m[0] * a->q_stride_m;
+        const S *q_any = (const S *)a->q + rows.g[0] * a->q_stride_g + rows.m[0] * a->q_stride_m;
         for (int i = 0; i < RB_MR; ++i) {
-            b->q[i] = q_any;
+            const S *q = q_any;
+            if (rows.stored[i]) q = (const S *)a->q + rows.g[i] * a->q_stride_g + rows.m[i] * a->q_stride_m;
+#ifdef WP_STORAGE_HALF
+            T *slot = qtile + (int64_t)(nb * RB_MR + i) * a->d;
+            FN(rb_widen)(slot, q, a->d);
+            b->q[i] = slot;
+#else
+            b->q[i] = q;
+#endif
             b->out[i] = NULL;
             b->ta[i] = b->tb[i] = b->key_of_t0[i] = 0;
             if (!rows.stored[i]) continue;
             const int64_t g = rows.g[i], m = rows.m[i], p = a->q_offset + m;
-            const T *q = (const T *)a->q + g * a->q_stride_g + m * a->q_stride_m;
-            T *out = (T *)a->bias + g * a->bias_stride_g + m * a->bias_stride_m;
-            b->q[i] = q;
+            S *out = (S *)a->bias + g * a->bias_stride_g + m * a->bias_stride_m;
             b->out[i] = out;
             b->key_of_t0[i] = p - a->r_lo;
             const wavepe_relbias_row_split s = FN(rb_row_rows)(a, p, &b->ta[i], &b->tb[i]);
             /* the keys outside the table segment: fills */
             const T beyond = a->clamp ? FN(rb_dot)(q, table + (a->rows - 1) * a->d, a->d) : 0;
             const T before = a->clamp ? FN(rb_dot)(q, table, a->d) : 0;
-            FN(rb_fill_stream)(out, s.n_tab_begin, beyond, stream);
-            FN(rb_fill_stream)(out + s.n_tab_end, s.n_zero_begin - s.n_tab_end, before, stream);
-            FN(rb_fill_stream)(out + s.n_zero_begin, a->n - s.n_zero_begin, 0, stream);
+            FN(rb_fill_out)(out, s.n_tab_begin, beyond, stream);
+            FN(rb_fill_out)(out + s.n_tab_end, s.n_zero_begin - s.n_tab_end, before, stream);
+            FN(rb_fill_out)(out + s.n_zero_begin, a->n - s.n_zero_begin, 0, stream);
             if (b->ta[i] < b->tb[i]) {
                 b->c_lo = rb_min64(b->c_lo, b->ta[i] / RB_NR);
                 b->c_hi = rb_max64(b->c_hi, (b->tb[i] - 1) / RB_NR + 1);
@@ -427,6 +505,9 @@ void FN(wavepe_relbias)(const wavepe_relbias_args *a, int64_t begin, int64_t end
         }
     }
     if (nb) FN(rb_fwd_group)(a, blocks, nb);
+#ifdef WP_STORAGE_HALF
+    free(qtile);
+#endif
     if (stream) wp_stream_fence(); /* streamed stores visible before the caller's synchronisation */
     /* A query row holding NaN or inf: the formula multiplies it by every
      * in-table entry, zeros included (NaN * 0 = NaN), while the tiles above
@@ -434,7 +515,7 @@ void FN(wavepe_relbias)(const wavepe_relbias_args *a, int64_t begin, int64_t end
      * that every ISA gives the oracle's answer (docs/DEVELOPING.md). */
     for (int64_t row = begin; row < end; ++row) {
         const int64_t g = row / a->m, m = row % a->m;
-        if (!FN(rb_finite)((const T *)a->q + g * a->q_stride_g + m * a->q_stride_m, a->d))
+        if (!FN(rb_finite)((const S *)a->q + g * a->q_stride_g + m * a->q_stride_m, a->d))
             RB_SCALAR(wavepe_relbias)(a, row, row + 1);
     }
 }
@@ -442,8 +523,9 @@ void FN(wavepe_relbias)(const wavepe_relbias_args *a, int64_t begin, int64_t end
 /* ---- dq -------------------------------------------------------------------------- */
 
 typedef struct {
-    const T *grad[RB_MR];  /* grad row; rows past the matrix alias row 0 */
-    T *dq[RB_MR];          /* NULL: row not stored */
+    const S *grad[RB_MR];  /* grad row; rows past the matrix alias row 0 */
+    T *dq[RB_MR];          /* NULL: row not stored; half types: a float32 accumulator row */
+    S *dq_out[RB_MR];      /* half types: where dq[i] is rounded to once complete */
     int64_t key_of_t0[RB_MR];
     int64_t ta[RB_MR], tb[RB_MR];
     int64_t ia, ib;           /* table rows every row of the block reads (may be empty) */
@@ -453,15 +535,15 @@ typedef struct {
  * g_i points at grad_i of the key reading t_from; later rows are read backwards */
 #define RB_DQ_LOOP(LOAD0, LOAD1)                                                                 \
     for (int64_t k = 0; k < t_to - t_from; ++k) {                                                \
-        const T *tp = tbase + k * d;                                                          \
+        const S *tp = tbase + k * d;                                                          \
         const VT b0 = LOAD0, b1 = LOAD1;                                                       \
         VT x_;                                                                                 \
-        x_ = V(bcast)(g0 - k); c00 = V(fmadd)(x_, b0, c00); c01 = V(fmadd)(x_, b1, c01);            \
-        x_ = V(bcast)(g1 - k); c10 = V(fmadd)(x_, b0, c10); c11 = V(fmadd)(x_, b1, c11);            \
-        x_ = V(bcast)(g2 - k); c20 = V(fmadd)(x_, b0, c20); c21 = V(fmadd)(x_, b1, c21);            \
-        x_ = V(bcast)(g3 - k); c30 = V(fmadd)(x_, b0, c30); c31 = V(fmadd)(x_, b1, c31);            \
-        x_ = V(bcast)(g4 - k); c40 = V(fmadd)(x_, b0, c40); c41 = V(fmadd)(x_, b1, c41);            \
-        x_ = V(bcast)(g5 - k); c50 = V(fmadd)(x_, b0, c50); c51 = V(fmadd)(x_, b1, c51);            \
+        x_ = S_BCAST(g0 - k); c00 = V(fmadd)(x_, b0, c00); c01 = V(fmadd)(x_, b1, c01);            \
+        x_ = S_BCAST(g1 - k); c10 = V(fmadd)(x_, b0, c10); c11 = V(fmadd)(x_, b1, c11);            \
+        x_ = S_BCAST(g2 - k); c20 = V(fmadd)(x_, b0, c20); c21 = V(fmadd)(x_, b1, c21);            \
+        x_ = S_BCAST(g3 - k); c30 = V(fmadd)(x_, b0, c30); c31 = V(fmadd)(x_, b1, c31);            \
+        x_ = S_BCAST(g4 - k); c40 = V(fmadd)(x_, b0, c40); c41 = V(fmadd)(x_, b1, c41);            \
+        x_ = S_BCAST(g5 - k); c50 = V(fmadd)(x_, b0, c50); c51 = V(fmadd)(x_, b1, c51);            \
     }
 
 #define RB_DQ_STORE(i, c0, c1)                                                                   \
@@ -485,7 +567,7 @@ static void FN(rb_dq_tile)(const wavepe_relbias_args *a, const FN(rb_qblock) *b,
     int64_t c0;
     FN(rb_window)(a, &c0);
     const int64_t *ranges = FN(rb_ranges)(a); /* indexed by chunk - c0 */
-    const T *table = (const T *)a->table;
+    const S *table = (const S *)a->table;
     VT c00 = V(zero)(), c01 = V(zero)(), c10 = V(zero)(), c11 = V(zero)(), c20 = V(zero)(), c21 = V(zero)();
     VT c30 = V(zero)(), c31 = V(zero)(), c40 = V(zero)(), c41 = V(zero)(), c50 = V(zero)(), c51 = V(zero)();
     /* runs of consecutive chunks whose nonzero columns meet [j0, j0 + width) */
@@ -503,14 +585,14 @@ static void FN(rb_dq_tile)(const wavepe_relbias_args *a, const FN(rb_qblock) *b,
             ++c_end;
         }
         const int64_t t_from = rb_max64(c * RB_NR, b->ia), t_to = rb_min64(c_end * RB_NR, b->ib);
-        const T *tbase = table + t_from * d + j0;
-        const T *g0 = b->grad[0] + (b->key_of_t0[0] - t_from), *g1 = b->grad[1] + (b->key_of_t0[1] - t_from);
-        const T *g2 = b->grad[2] + (b->key_of_t0[2] - t_from), *g3 = b->grad[3] + (b->key_of_t0[3] - t_from);
-        const T *g4 = b->grad[4] + (b->key_of_t0[4] - t_from), *g5 = b->grad[5] + (b->key_of_t0[5] - t_from);
+        const S *tbase = table + t_from * d + j0;
+        const S *g0 = b->grad[0] + (b->key_of_t0[0] - t_from), *g1 = b->grad[1] + (b->key_of_t0[1] - t_from);
+        const S *g2 = b->grad[2] + (b->key_of_t0[2] - t_from), *g3 = b->grad[3] + (b->key_of_t0[3] - t_from);
+        const S *g4 = b->grad[4] + (b->key_of_t0[4] - t_from), *g5 = b->grad[5] + (b->key_of_t0[5] - t_from);
         if (full) {
-            RB_DQ_LOOP(V(loadu)(tp), V(loadu)(tp + VL))
+            RB_DQ_LOOP(S_LOADU(tp), S_LOADU(tp + VL))
         } else {
-            RB_DQ_LOOP(V(loadu_n)(tp, n0), V(loadu_n)(tp + VL, n1))
+            RB_DQ_LOOP(FN(rb_loadu_n)(tp, n0), FN(rb_loadu_n)(tp + VL, n1))
         }
         c = c_end;
     }
@@ -525,18 +607,18 @@ static void FN(rb_dq_tile)(const wavepe_relbias_args *a, const FN(rb_qblock) *b,
 /* Rows of the block: the terms outside the common table rows, and clamping. */
 static void FN(rb_dq_rest)(const wavepe_relbias_args *a, const FN(rb_qblock) *b) {
     const int64_t d = a->d;
-    const T *table = (const T *)a->table;
+    const S *table = (const S *)a->table;
     const int common = b->ia < b->ib;
     for (int i = 0; i < RB_MR; ++i) {
         T *dq = b->dq[i];
         if (dq == NULL) continue;
-        const T *grad = b->grad[i];
+        const S *grad = b->grad[i];
         const int64_t key0 = b->key_of_t0[i];
         if (!common) FN(rb_fill)(dq, d, 0);
         const int64_t ta = b->ta[i], tb = b->tb[i];
         const int64_t mid_a = common ? b->ia : tb, mid_b = common ? b->ib : tb;
-        for (int64_t t = ta; t < mid_a; ++t) FN(rb_axpy)(dq, grad[key0 - t], table + t * d, d);
-        for (int64_t t = rb_max64(mid_b, ta); t < tb; ++t) FN(rb_axpy)(dq, grad[key0 - t], table + t * d, d);
+        for (int64_t t = ta; t < mid_a; ++t) FN(rb_axpy)(dq, S_TO_T(grad[key0 - t]), table + t * d, d);
+        for (int64_t t = rb_max64(mid_b, ta); t < tb; ++t) FN(rb_axpy)(dq, S_TO_T(grad[key0 - t]), table + t * d, d);
         if (a->clamp) {
             const wavepe_relbias_row_split s = wavepe_relbias_split_row(a, b->key_of_t0[i] + a->r_lo);
             const T beyond = FN(rb_sum)(grad, s.n_tab_begin);
@@ -544,6 +626,9 @@ static void FN(rb_dq_rest)(const wavepe_relbias_args *a, const FN(rb_qblock) *b)
             FN(rb_axpy)(dq, beyond, table + (a->rows - 1) * d, d);
             FN(rb_axpy)(dq, before, table, d);
         }
+#ifdef WP_STORAGE_HALF
+        FN(rb_round)(b->dq_out[i], dq, d); /* complete: rounded once */
+#endif
     }
 }
 
@@ -558,6 +643,14 @@ static void FN(rb_dq_group)(const wavepe_relbias_args *a, const FN(rb_qblock) *b
 
 void FN(wavepe_relbias_grad_q)(const wavepe_relbias_args *a, int64_t begin, int64_t end) {
     if (a->m == 0 || a->d == 0) return;
+#ifdef WP_STORAGE_HALF
+    /* float32 accumulator rows for the group's dq rows; without them, the scalar way */
+    T *acc = (T *)malloc(sizeof(T) * (size_t)(RB_GROUP * RB_MR) * (size_t)a->d);
+    if (acc == NULL) {
+        RB_SCALAR(wavepe_relbias_grad_q)(a, begin, end);
+        return;
+    }
+#endif
     FN(rb_qblock) blocks[RB_GROUP];
     int nb = 0;
     rb_cursor cur;
@@ -572,10 +665,15 @@ void FN(wavepe_relbias_grad_q)(const wavepe_relbias_args *a, int64_t begin, int6
             /* every row of the block, stored or not, shapes the common table rows,
              * so that sums do not depend on how callers split the rows */
             const int64_t g = rows.g[i], m = rows.m[i], p = a->q_offset + m;
-            b->grad[i] = (const T *)a->grad + g * a->grad_stride_g + m * a->grad_stride_m;
+            b->grad[i] = (const S *)a->grad + g * a->grad_stride_g + m * a->grad_stride_m;
             b->key_of_t0[i] = p - a->r_lo;
             FN(rb_row_rows)(a, p, &b->ta[i], &b->tb[i]);
-            b->dq[i] = rows.stored[i] ? (T *)a->dq + g * a->dq_stride_g + m * a->dq_stride_m : NULL;
+            b->dq_out[i] = rows.stored[i] ? (S *)a->dq + g * a->dq_stride_g + m * a->dq_stride_m : NULL;
+#ifdef WP_STORAGE_HALF
+            b->dq[i] = rows.stored[i] ? acc + (int64_t)(nb * RB_MR + i) * a->d : NULL;
+#else
+            b->dq[i] = b->dq_out[i];
+#endif
             if (b->ta[i] >= b->tb[i]) common = 0;
             b->ia = rb_max64(b->ia, b->ta[i]);
             b->ib = rb_min64(b->ib, b->tb[i]);
@@ -587,12 +685,15 @@ void FN(wavepe_relbias_grad_q)(const wavepe_relbias_args *a, int64_t begin, int6
         }
     }
     if (nb) FN(rb_dq_group)(a, blocks, nb);
+#ifdef WP_STORAGE_HALF
+    free(acc);
+#endif
     /* rows whose incoming gradient holds NaN or inf over the keys that read
      * the table: the scalar way, as in the forward */
     for (int64_t row = begin; row < end; ++row) {
         const int64_t g = row / a->m, m = row % a->m;
         const wavepe_relbias_row_split sp = wavepe_relbias_split_row(a, a->q_offset + m);
-        const T *grad = (const T *)a->grad + g * a->grad_stride_g + m * a->grad_stride_m;
+        const S *grad = (const S *)a->grad + g * a->grad_stride_g + m * a->grad_stride_m;
         if (!FN(rb_finite)(grad + sp.n_tab_begin, sp.n_tab_end - sp.n_tab_begin))
             RB_SCALAR(wavepe_relbias_grad_q)(a, row, row + 1);
     }
@@ -615,15 +716,15 @@ static inline void FN(rb_rows_reading)(const wavepe_relbias_args *a, int64_t t, 
 
 #define RB_DT_LOOP(LOAD0, LOAD1)                                                                 \
     for (int64_t k = 0; k < m_to - m_from; ++k) {                                                \
-        const T *gp = gbase + k * g_step, *qp = qbase + k * q_step;                           \
+        const S *gp = gbase + k * g_step, *qp = qbase + k * q_step;                           \
         const VT b0 = LOAD0, b1 = LOAD1;                                                       \
         VT x_;                                                                                 \
-        x_ = V(bcast)(gp - o0); c00 = V(fmadd)(x_, b0, c00); c01 = V(fmadd)(x_, b1, c01);           \
-        x_ = V(bcast)(gp - o1); c10 = V(fmadd)(x_, b0, c10); c11 = V(fmadd)(x_, b1, c11);           \
-        x_ = V(bcast)(gp - o2); c20 = V(fmadd)(x_, b0, c20); c21 = V(fmadd)(x_, b1, c21);           \
-        x_ = V(bcast)(gp - o3); c30 = V(fmadd)(x_, b0, c30); c31 = V(fmadd)(x_, b1, c31);           \
-        x_ = V(bcast)(gp - o4); c40 = V(fmadd)(x_, b0, c40); c41 = V(fmadd)(x_, b1, c41);           \
-        x_ = V(bcast)(gp - o5); c50 = V(fmadd)(x_, b0, c50); c51 = V(fmadd)(x_, b1, c51);           \
+        x_ = S_BCAST(gp - o0); c00 = V(fmadd)(x_, b0, c00); c01 = V(fmadd)(x_, b1, c01);           \
+        x_ = S_BCAST(gp - o1); c10 = V(fmadd)(x_, b0, c10); c11 = V(fmadd)(x_, b1, c11);           \
+        x_ = S_BCAST(gp - o2); c20 = V(fmadd)(x_, b0, c20); c21 = V(fmadd)(x_, b1, c21);           \
+        x_ = S_BCAST(gp - o3); c30 = V(fmadd)(x_, b0, c30); c31 = V(fmadd)(x_, b1, c31);           \
+        x_ = S_BCAST(gp - o4); c40 = V(fmadd)(x_, b0, c40); c41 = V(fmadd)(x_, b1, c41);           \
+        x_ = S_BCAST(gp - o5); c50 = V(fmadd)(x_, b0, c50); c51 = V(fmadd)(x_, b1, c51);           \
     }
 
 #define RB_DT_LOAD_ACC(i, c0, c1)                                                                \
@@ -657,9 +758,9 @@ static void FN(rb_dt_tile)(const wavepe_relbias_args *a, T *const dst[RB_MR], co
     const int64_t n0 = rb_min64(width, VL), n1 = rb_max64(width - VL, 0); /* lanes of a partial tile */
     const int64_t o0 = off[0], o1 = off[1], o2 = off[2], o3 = off[3], o4 = off[4], o5 = off[5];
     /* gbase: grad[g, m_from, key(m_from, t0)]; the key grows with m, so the step is stride + 1 */
-    const T *gbase = (const T *)a->grad + g * a->grad_stride_g + m_from * a->grad_stride_m +
+    const S *gbase = (const S *)a->grad + g * a->grad_stride_g + m_from * a->grad_stride_m +
                         (a->q_offset + m_from - a->r_lo - t0);
-    const T *qbase = (const T *)a->q + g * a->q_stride_g + m_from * a->q_stride_m + j0;
+    const S *qbase = (const S *)a->q + g * a->q_stride_g + m_from * a->q_stride_m + j0;
     const int64_t g_step = a->grad_stride_m + 1, q_step = a->q_stride_m;
     VT c00 = V(zero)(), c01 = V(zero)(), c10 = V(zero)(), c11 = V(zero)(), c20 = V(zero)(), c21 = V(zero)();
     VT c30 = V(zero)(), c31 = V(zero)(), c40 = V(zero)(), c41 = V(zero)(), c50 = V(zero)(), c51 = V(zero)();
@@ -670,9 +771,9 @@ static void FN(rb_dt_tile)(const wavepe_relbias_args *a, T *const dst[RB_MR], co
     RB_DT_LOAD_ACC(4, c40, c41);
     RB_DT_LOAD_ACC(5, c50, c51);
     if (full) {
-        RB_DT_LOOP(V(loadu)(qp), V(loadu)(qp + VL))
+        RB_DT_LOOP(S_LOADU(qp), S_LOADU(qp + VL))
     } else {
-        RB_DT_LOOP(V(loadu_n)(qp, n0), V(loadu_n)(qp + VL, n1))
+        RB_DT_LOOP(FN(rb_loadu_n)(qp, n0), FN(rb_loadu_n)(qp + VL, n1))
     }
     RB_DT_STORE_ACC(0, c00, c01);
     RB_DT_STORE_ACC(1, c10, c11);
@@ -682,15 +783,15 @@ static void FN(rb_dt_tile)(const wavepe_relbias_args *a, T *const dst[RB_MR], co
     RB_DT_STORE_ACC(5, c50, c51);
 }
 
-void FN(wavepe_relbias_grad_table)(const wavepe_relbias_args *a, int64_t begin, int64_t end) {
+/* dT rows [begin, end) into acc (row t at acc + (t - begin) * d, in T): the
+ * table rows themselves for float / double, a float32 scratch for half types. */
+static void FN(rb_dt_rows)(const wavepe_relbias_args *a, int64_t begin, int64_t end, T *acc) {
     const int64_t d = a->d;
-    T *dtable = (T *)a->dtable;
-    if (begin >= end || d == 0) return;
-    FN(rb_fill)(dtable + begin * d, (end - begin) * d, 0);
+    FN(rb_fill)(acc, (end - begin) * d, 0);
     if (a->batch == 0 || a->m == 0 || a->n == 0) return;
     /* query rows per block: q of one block (~64 KiB) stays in L2 while every
      * tile of [begin, end) passes over it */
-    const int64_t kb = rb_max64(16, 65536 / (d * (int64_t)sizeof(T)));
+    const int64_t kb = rb_max64(16, 65536 / (d * (int64_t)sizeof(S)));
     const int64_t tile_first = begin / RB_MR * RB_MR;
     for (int64_t g = 0; g < a->batch; ++g) {
         for (int64_t mb = 0; mb < a->m; mb += kb) {
@@ -707,7 +808,7 @@ void FN(wavepe_relbias_grad_table)(const wavepe_relbias_args *a, int64_t begin, 
                     const int64_t t = t0 + i;
                     const int exists = t < a->rows;
                     off[i] = exists ? i : 0;
-                    dst[i] = exists && t >= begin && t < end ? dtable + t * d : NULL;
+                    dst[i] = exists && t >= begin && t < end ? acc + (t - begin) * d : NULL;
                     any |= dst[i] != NULL;
                     FN(rb_rows_reading)(a, exists ? t : t0, &lo[i], &hi[i]);
                     lo[i] = rb_clip64(lo[i], mb, me);
@@ -727,9 +828,9 @@ void FN(wavepe_relbias_grad_table)(const wavepe_relbias_args *a, int64_t begin, 
                     const int64_t t = t0 + i;
                     for (int64_t m = lo[i]; m < hi[i]; ++m) {
                         if (m >= m_from && m < m_to) continue;
-                        const T *grad = (const T *)a->grad + g * a->grad_stride_g + m * a->grad_stride_m;
-                        const T *q = (const T *)a->q + g * a->q_stride_g + m * a->q_stride_m;
-                        FN(rb_axpy)(dst[i], grad[a->q_offset + m - a->r_lo - t], q, d);
+                        const S *grad = (const S *)a->grad + g * a->grad_stride_g + m * a->grad_stride_m;
+                        const S *q = (const S *)a->q + g * a->q_stride_g + m * a->q_stride_m;
+                        FN(rb_axpy)(dst[i], S_TO_T(grad[a->q_offset + m - a->r_lo - t]), q, d);
                     }
                 }
             }
@@ -741,13 +842,31 @@ void FN(wavepe_relbias_grad_table)(const wavepe_relbias_args *a, int64_t begin, 
     if (!own_first && !own_last) return;
     for (int64_t g = 0; g < a->batch; ++g)
         for (int64_t m = 0; m < a->m; ++m) {
-            const T *grad = (const T *)a->grad + g * a->grad_stride_g + m * a->grad_stride_m;
-            const T *q = (const T *)a->q + g * a->q_stride_g + m * a->q_stride_m;
+            const S *grad = (const S *)a->grad + g * a->grad_stride_g + m * a->grad_stride_m;
+            const S *q = (const S *)a->q + g * a->q_stride_g + m * a->q_stride_m;
             const wavepe_relbias_row_split s = wavepe_relbias_split_row(a, a->q_offset + m);
-            if (own_last) FN(rb_axpy)(dtable + (a->rows - 1) * d, FN(rb_sum)(grad, s.n_tab_begin), q, d);
-            if (own_first)
-                FN(rb_axpy)(dtable, FN(rb_sum)(grad + s.n_tab_end, s.n_zero_begin - s.n_tab_end), q, d);
+            if (own_last) FN(rb_axpy)(acc + (a->rows - 1 - begin) * d, FN(rb_sum)(grad, s.n_tab_begin), q, d);
+            if (own_first) /* begin == 0 */
+                FN(rb_axpy)(acc, FN(rb_sum)(grad + s.n_tab_end, s.n_zero_begin - s.n_tab_end), q, d);
         }
+}
+
+void FN(wavepe_relbias_grad_table)(const wavepe_relbias_args *a, int64_t begin, int64_t end) {
+    const int64_t d = a->d;
+    if (begin >= end || d == 0) return;
+#ifdef WP_STORAGE_HALF
+    /* accumulate the rows in float32, round each element once at the end; without the scratch, the scalar way */
+    T *acc = (T *)malloc(sizeof(T) * (size_t)(end - begin) * (size_t)d);
+    if (acc == NULL) {
+        RB_SCALAR(wavepe_relbias_grad_table)(a, begin, end);
+        return;
+    }
+    FN(rb_dt_rows)(a, begin, end, acc);
+    FN(rb_round)((S *)a->dtable + begin * d, acc, (end - begin) * d);
+    free(acc);
+#else
+    FN(rb_dt_rows)(a, begin, end, (T *)a->dtable + begin * d);
+#endif
 }
 
 #undef RB_NR

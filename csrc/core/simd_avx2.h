@@ -82,6 +82,9 @@ static inline void vf32_storeu2_bf16(uint16_t *p, vf32 lo, vf32 hi) {
     _mm256_storeu_si256((__m256i *)p, _mm256_permute4x64_epi64(r, 0xD8));
 }
 static inline vf32 vf32_loadu_f16(const uint16_t *p) { return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p)); }
+/* One half element widened into every lane (a GEMM tile's broadcast operand). */
+static inline vf32 vf32_bcast_bf16(const uint16_t *p) { return _mm256_castsi256_ps(_mm256_set1_epi32((int)((uint32_t)*p << 16))); }
+static inline vf32 vf32_bcast_f16(const uint16_t *p) { return _mm256_set1_ps(_cvtsh_ss(*p)); }
 static inline void vf32_storeu_f16(uint16_t *p, vf32 v) {
     _mm_storeu_si128((__m128i *)p, _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
 }

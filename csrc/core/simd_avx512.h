@@ -104,6 +104,9 @@ static inline void vf32_storeu2_bf16(uint16_t *p, vf32 lo, vf32 hi) {
     vf32_storeu_bf16(p + 16, hi);
 }
 static inline vf32 vf32_loadu_f16(const uint16_t *p) { return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)p)); }
+/* One half element widened into every lane (a GEMM tile's broadcast operand; F16C for fp16). */
+static inline vf32 vf32_bcast_bf16(const uint16_t *p) { return _mm512_castsi512_ps(_mm512_set1_epi32((int)((uint32_t)*p << 16))); }
+static inline vf32 vf32_bcast_f16(const uint16_t *p) { return _mm512_set1_ps(_cvtsh_ss(*p)); }
 static inline void vf32_storeu_f16(uint16_t *p, vf32 v) {
 #ifdef WAVEPE_SIMDE_AVX512
     /* SIMDe 0.8.2 has no 512-bit vcvtps2ph: the two halves through F16C */

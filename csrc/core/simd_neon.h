@@ -74,6 +74,9 @@ static inline void vf32_storeu2_bf16(uint16_t *p, vf32 lo, vf32 hi) {
     vf32_storeu_bf16(p + 4, hi);
 }
 static inline vf32 vf32_loadu_f16(const uint16_t *p) { return vcvt_f32_f16(vreinterpret_f16_u16(vld1_u16(p))); }
+/* One half element widened into every lane (a GEMM tile's broadcast operand). */
+static inline vf32 vf32_bcast_bf16(const uint16_t *p) { return vreinterpretq_f32_u32(vdupq_n_u32((uint32_t)*p << 16)); }
+static inline vf32 vf32_bcast_f16(const uint16_t *p) { return vcvt_f32_f16(vreinterpret_f16_u16(vdup_n_u16(*p))); }
 static inline void vf32_storeu_f16(uint16_t *p, vf32 v) { vst1_u16(p, vreinterpret_u16_f16(vcvt_f16_f32(v))); }
 
 /* Lanes [0, n) of p (n clamped to [0, 4]), zero elsewhere; lanes past n are

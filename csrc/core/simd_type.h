@@ -13,14 +13,16 @@
  *            two instantiations in one file apart)
  *   T_FMA    the scalar fused multiply-add of T (fmaf / fma)
  *
- * Templates that read and write half types (rope_simd.h, attention_simd.h) also instantiate
- * WP_TYPE_BF16 / WP_TYPE_F16: the elements are stored as 16 bits and
- * computed in float32 (T, VT, V(op) are float32's).  For every type:
+ * Templates that read and write half types (rope_simd.h, relbias_simd.h,
+ * alibi_simd.h, attention_simd.h) also instantiate WP_TYPE_BF16 / WP_TYPE_F16:
+ * the elements are stored as 16 bits and computed in float32 (T, VT, V(op)
+ * are float32's).  For every type:
  *
  *   S                 the storage type of an element (T; uint16_t for half types)
  *   S_LOADU(p)        VL elements at p as a VT (widened)
  *   S_STOREU(p, v)    v stored at p (rounded to nearest even once, half.h)
  *   S_STOREU2(p, v0, v1)   2 VL elements, v0's first (one store where the ISA packs them)
+ *   S_BCAST(p)        the element at p, widened, in every lane
  *   S_TO_T(x), T_TO_S(x)   one element, the same conversions
  *   WP_COMPUTE_F32    defined when T is float (f32, bf16, f16)
  *   WP_STORAGE_HALF   defined when S is a half type (bf16, f16)
@@ -44,6 +46,7 @@
 #define S_LOADU(p) vf32_loadu(p)
 #define S_STOREU(p, v) vf32_storeu(p, v)
 #define S_STOREU2(p, v0, v1) (vf32_storeu(p, v0), vf32_storeu((p) + VL, v1))
+#define S_BCAST(p) vf32_bcast(p)
 #define S_TO_T(x) (x)
 #define T_TO_S(x) (x)
 #define WP_COMPUTE_F32
@@ -63,6 +66,7 @@
 #define S_LOADU(p) vf32_loadu_bf16(p)
 #define S_STOREU(p, v) vf32_storeu_bf16(p, v)
 #define S_STOREU2(p, v0, v1) vf32_storeu2_bf16(p, v0, v1)
+#define S_BCAST(p) vf32_bcast_bf16(p)
 #define S_TO_T(x) wp_bf16_to_f32(x)
 #define T_TO_S(x) wp_f32_to_bf16(x)
 #else
@@ -70,6 +74,7 @@
 #define S_LOADU(p) vf32_loadu_f16(p)
 #define S_STOREU(p, v) vf32_storeu_f16(p, v)
 #define S_STOREU2(p, v0, v1) (vf32_storeu_f16(p, v0), vf32_storeu_f16((p) + VL, v1))
+#define S_BCAST(p) vf32_bcast_f16(p)
 #define S_TO_T(x) wp_f16_to_f32(x)
 #define T_TO_S(x) wp_f32_to_f16(x)
 #endif
@@ -86,6 +91,7 @@
 #define S_LOADU(p) vf64_loadu(p)
 #define S_STOREU(p, v) vf64_storeu(p, v)
 #define S_STOREU2(p, v0, v1) (vf64_storeu(p, v0), vf64_storeu((p) + VL, v1))
+#define S_BCAST(p) vf64_bcast(p)
 #define S_TO_T(x) (x)
 #define T_TO_S(x) (x)
 #else

@@ -16,6 +16,7 @@
 #undef S_LOADU
 #undef S_STOREU
 #undef S_STOREU2
+#undef S_BCAST
 #undef S_TO_T
 #undef T_TO_S
 #undef WP_COMPUTE_F32

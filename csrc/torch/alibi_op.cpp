@@ -12,7 +12,7 @@ using wavepe::Tensor;
 
 Tensor alibi_bias(const Tensor& slopes_in, int64_t q_len, int64_t k_len, int64_t q_offset, bool causal) {
     wavepe_alibi_args a{};
-    a.dtype = wavepe::dtype_of(slopes_in, "slopes");
+    a.dtype = wavepe::dtype_of(slopes_in, "slopes", /*half_on_cpu=*/true);  // bf16 / fp16 natively everywhere
     wavepe::check_dim(slopes_in, 1, "slopes");
     const Tensor slopes = wavepe::contiguous(slopes_in);
     a.heads = slopes.size(0);

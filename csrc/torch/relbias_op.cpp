@@ -6,7 +6,8 @@
 //
 // One body per op for CPU and CUDA: it fills wavepe_relbias_args
 // (csrc/core/relbias.h) once, validates it, and wavepe::launch runs it on the
-// tensors' device.  q may be a strided view: its batch dimensions are
+// tensors' device.  q, table and grad: float32, float64, bfloat16 or float16 on
+// every device (half types read and written as they are, summed in float32).  q may be a strided view: its batch dimensions are
 // described by at most two strided levels (e.g. a (B, L, H, d).transpose(1, 2)
 // view has B and H), which the forward reads in place; anything else is
 // copied once.  The backward takes one level (copied if needed).
@@ -59,7 +60,7 @@ Tensor with_levels(const Tensor& t, int levels, BatchLevels* lv) {
 
 // Devices, dtypes and shapes of q (..., M, d) and table (R, d).
 void check_inputs(const Tensor& q, const Tensor& table, const char* op) {
-    wavepe::dtype_of(q, "q");
+    wavepe::dtype_of(q, "q", /*half_on_cpu=*/true);  // bf16 / fp16 read natively everywhere
     wavepe::check_like(table, "table", q, "q");
     WAVEPE_CHECK_VALUE(q.dim() >= 2, op, ": q must be (..., M, d), got shape ", wavepe::shape(q));
     wavepe::check_dim(table, 2, "table");
@@ -71,7 +72,7 @@ void check_inputs(const Tensor& q, const Tensor& table, const char* op) {
 wavepe_relbias_args base_args(const Tensor& q, int64_t n, const Tensor& table, int64_t r_lo, int64_t q_offset,
                               bool causal, bool clamp) {
     wavepe_relbias_args a{};
-    a.dtype = wavepe::dtype_of(q, "q");
+    a.dtype = wavepe::dtype_of(q, "q", /*half_on_cpu=*/true);
     a.m = q.size(-2);
     a.n = n;
     a.d = q.size(-1);

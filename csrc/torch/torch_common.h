@@ -108,7 +108,8 @@ inline bool is_floating(ScalarType t) {
 }
 
 // The element types a device's kernels take: float32 / float64 everywhere, and bfloat16 / float16 on
-// CUDA and, for the families whose CPU kernels read them natively (half_on_cpu: rope, attention), on the CPU
+// CUDA and, for the families whose CPU kernels read them natively (half_on_cpu: rope, rel_bias,
+// alibi_bias, attention), on the CPU
 // (elsewhere the Python wrappers upcast half types for the CPU kernels).
 inline wavepe_dtype dtype_of(const Tensor& t, const char* name, bool half_on_cpu = false) {
     switch (t.scalar_type()) {

@@ -1,13 +1,14 @@
 /* test_relbias.c: relative-table bias forward / dq / dT, scalar vs AVX2 vs a
- * naive loop in double, both dtypes, odd head dims, empty sizes, negative
- * offsets, clamping, strided rows, sparse tables (support skipping), splits
- * into ranges, and validation errors. */
+ * naive loop in double, float32 / float64 and bfloat16 / float16 storage, odd
+ * head dims, empty sizes, negative offsets, clamping, strided rows, sparse
+ * tables (support skipping), splits into ranges, and validation errors. */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "../checked.h"
+#include "../half.h"
 #include "../relbias.h"
 #include "harness.h"
 
@@ -202,6 +203,162 @@ static void run_plan_any(wavepe_isa isa, const wavepe_relbias_args *a, unsigned 
 RB_TEST_DTYPE(float, f32, 1.2e-7)
 RB_TEST_DTYPE(double, f64, 2.3e-16)
 
+/* ---- bfloat16 / float16 storage ---------------------------------------------------
+ * The kernels widen the (exact) half inputs, sum in float32 and round every
+ * output element once, so against the exact sum
+ *   |got - exact| <= ulp_half(|exact| + e32) / 2 + e32,
+ * e32 the float32 sum's error: (terms + 4) float32 unit roundoffs of the sum
+ * of |products| (the float32 test's bound), plus 2^-120 for products that
+ * flush to zero.  And as the sums are the float32 kernel's, on the same ISA
+ * each output is bit for bit that kernel's result on the widened inputs,
+ * rounded by half.h. */
+
+static double half_ulp(int dtype, double x) {
+    int e;
+    (void)frexp(x, &e); /* x = m 2^e, m in [0.5, 1): the leading bit is 2^(e-1) */
+    if (dtype == WAVEPE_BF16) return ldexp(1.0, (e - 1 < -126 ? -126 : e - 1) - 7);
+    return ldexp(1.0, (e - 1 < -14 ? -14 : e - 1) - 10);
+}
+
+static uint16_t half_of(int dtype, float x) { return dtype == WAVEPE_BF16 ? wp_f32_to_bf16(x) : wp_f32_to_f16(x); }
+static float half_value(int dtype, uint16_t h) { return dtype == WAVEPE_BF16 ? wp_bf16_to_f32(h) : wp_f16_to_f32(h); }
+
+static void half_kernels(int dtype, wavepe_isa isa, wavepe_relbias_args *a, int64_t rows_q, int64_t rows_t) {
+    const unsigned all = WAVEPE_RELBIAS_FORWARD | WAVEPE_RELBIAS_GRAD_Q | WAVEPE_RELBIAS_GRAD_TABLE;
+    const int bf = dtype == WAVEPE_BF16, f32 = dtype == WAVEPE_F32;
+    const int64_t bytes = f32 ? wavepe_relbias_f32_workspace_bytes(isa, a, all)
+                          : bf ? wavepe_relbias_bf16_workspace_bytes(isa, a, all)
+                               : wavepe_relbias_f16_workspace_bytes(isa, a, all);
+    CHECK(bytes >= 0);
+    a->workspace = bytes > 0 ? malloc((size_t)bytes) : NULL;
+    const int64_t chunks = f32 ? wavepe_relbias_f32_chunks(isa, a)
+                           : bf ? wavepe_relbias_bf16_chunks(isa, a) : wavepe_relbias_f16_chunks(isa, a);
+    const int64_t cq = rows_q / 3, ct = rows_t / 2; /* uneven splits */
+    if (f32) {
+        wavepe_relbias_f32_prepare(isa, a, all, 0, chunks);
+        wavepe_relbias_f32(isa, a, 0, cq), wavepe_relbias_f32(isa, a, cq, rows_q);
+        wavepe_relbias_grad_q_f32(isa, a, 0, cq), wavepe_relbias_grad_q_f32(isa, a, cq, rows_q);
+        wavepe_relbias_grad_table_f32(isa, a, 0, ct), wavepe_relbias_grad_table_f32(isa, a, ct, rows_t);
+    } else if (bf) {
+        wavepe_relbias_bf16_prepare(isa, a, all, 0, chunks);
+        wavepe_relbias_bf16(isa, a, 0, cq), wavepe_relbias_bf16(isa, a, cq, rows_q);
+        wavepe_relbias_grad_q_bf16(isa, a, 0, cq), wavepe_relbias_grad_q_bf16(isa, a, cq, rows_q);
+        wavepe_relbias_grad_table_bf16(isa, a, 0, ct), wavepe_relbias_grad_table_bf16(isa, a, ct, rows_t);
+    } else {
+        wavepe_relbias_f16_prepare(isa, a, all, 0, chunks);
+        wavepe_relbias_f16(isa, a, 0, cq), wavepe_relbias_f16(isa, a, cq, rows_q);
+        wavepe_relbias_grad_q_f16(isa, a, 0, cq), wavepe_relbias_grad_q_f16(isa, a, cq, rows_q);
+        wavepe_relbias_grad_table_f16(isa, a, 0, ct), wavepe_relbias_grad_table_f16(isa, a, ct, rows_t);
+    }
+    free(a->workspace);
+    a->workspace = NULL;
+}
+
+/* One case with half storage; values scaled by `scale` (small: fp16 subnormal outputs). */
+static void run_case_half(const rb_case *c, int dtype, double scale) {
+    unsigned long long state = 0x2545F4914F6CDD1DULL ^ (unsigned long long)(c->m * 7 + c->n);
+    const int64_t qs_m = c->d + c->pad, qs_g = c->m * qs_m + c->pad;
+    const int64_t bs_m = c->n + c->pad, bs_g = c->m * bs_m + 3 * c->pad;
+    const int64_t nq = c->g * qs_g + 1, nb = c->g * bs_g + 1, nt = c->rows * c->d + 1;
+    uint16_t *q = calloc(nq, 2), *tab = calloc(nt, 2), *grad = calloc(nb, 2);
+    float *qf = calloc(nq, 4), *tabf = calloc(nt, 4), *gradf = calloc(nb, 4);
+    double *want_b = calloc(nb, 8), *bound_b = calloc(nb, 8), *want_q = calloc(nq, 8), *bound_q = calloc(nq, 8);
+    double *want_t = calloc(nt, 8), *bound_t = calloc(nt, 8);
+    for (int64_t i = 0; i < nq; ++i) q[i] = half_of(dtype, (float)(scale * test_uniform(&state, -1.0, 1.0)));
+    for (int64_t i = 0; i < nb; ++i) grad[i] = half_of(dtype, (float)(scale * test_uniform(&state, -1.0, 1.0)));
+    for (int64_t t = 0; t < c->rows; ++t)
+        for (int64_t j = 0; j < c->d; ++j) tab[t * c->d + j] = half_of(dtype, (float)(scale * table_value(c, &state, t, j)));
+    for (int64_t i = 0; i < nq; ++i) qf[i] = half_value(dtype, q[i]);
+    for (int64_t i = 0; i < nb; ++i) gradf[i] = half_value(dtype, grad[i]);
+    for (int64_t i = 0; i < nt; ++i) tabf[i] = half_value(dtype, tab[i]);
+    for (int64_t g = 0; g < c->g; ++g)
+        for (int64_t m = 0; m < c->m; ++m)
+            for (int64_t n = 0; n < c->n; ++n) {
+                const int64_t t = naive_row(c, c->q_offset + m, n);
+                if (t < 0) continue;
+                const float *qr = qf + g * qs_g + m * qs_m, *tr = tabf + t * c->d;
+                const int64_t bi = g * bs_g + m * bs_m + n;
+                for (int64_t j = 0; j < c->d; ++j) {
+                    want_b[bi] += (double)qr[j] * tr[j], bound_b[bi] += fabs((double)qr[j] * tr[j]);
+                    want_q[g * qs_g + m * qs_m + j] += (double)gradf[bi] * tr[j];
+                    bound_q[g * qs_g + m * qs_m + j] += fabs((double)gradf[bi] * tr[j]);
+                    want_t[t * c->d + j] += (double)gradf[bi] * qr[j];
+                    bound_t[t * c->d + j] += fabs((double)gradf[bi] * qr[j]);
+                }
+            }
+    const wavepe_isa isas[2] = {WAVEPE_ISA_SCALAR, wavepe_test_isa};
+    const int64_t rows_q = c->g * c->m;
+    for (int v = 0; v < 2; ++v) {
+        uint16_t *bias = malloc(nb * 2), *dq = malloc(nq * 2), *dt = malloc(nt * 2);
+        float *bias32 = malloc(nb * 4), *dq32 = malloc(nq * 4), *dt32 = malloc(nt * 4);
+        for (int64_t i = 0; i < nb; ++i) bias[i] = 0xABCD; /* padding must stay untouched */
+        for (int64_t i = 0; i < nq; ++i) dq[i] = 0xABCD;
+        for (int64_t i = 0; i < nt; ++i) dt[i] = 0xABCD;
+        wavepe_relbias_args a;
+        memset(&a, 0, sizeof a);
+        a.dtype = dtype;
+        a.batch = c->g, a.m = c->m, a.n = c->n, a.d = c->d, a.rows = c->rows;
+        a.r_lo = c->r_lo, a.q_offset = c->q_offset, a.causal = c->causal, a.clamp = c->clamp;
+        a.q = q, a.q_stride_g = qs_g, a.q_stride_m = qs_m, a.table = tab;
+        a.bias = bias, a.bias_stride_g = bs_g, a.bias_stride_m = bs_m;
+        a.grad = grad, a.grad_stride_g = bs_g, a.grad_stride_m = bs_m;
+        a.dq = dq, a.dq_stride_g = qs_g, a.dq_stride_m = qs_m, a.dtable = dt;
+        CHECK(wavepe_relbias_validate(&a, 7, NULL) == WAVEPE_OK);
+        half_kernels(dtype, isas[v], &a, rows_q, c->rows);
+        /* the float32 kernels of the same ISA on the widened inputs */
+        wavepe_relbias_args b = a;
+        b.dtype = WAVEPE_F32, b.q = qf, b.table = tabf, b.grad = gradf, b.bias = bias32, b.dq = dq32, b.dtable = dt32;
+        half_kernels(WAVEPE_F32, isas[v], &b, rows_q, c->rows);
+        const double e = 1.2e-7;
+        int bad = 0;
+#define RB_HALF_CHECK(got, want, bound, terms, got32)                                                     \
+    do {                                                                                                   \
+        const double e32_ = (double)(terms) * e * (bound) + 0x1p-120;                                      \
+        const double w_ = (want), g_ = half_value(dtype, got);                                             \
+        const int ok_ = fabs(g_ - w_) <= 0.5 * half_ulp(dtype, fabs(w_) + e32_) + e32_ &&                  \
+                        (got) == half_of(dtype, got32);                                                    \
+        if (!ok_ && bad++ < 3)                                                                             \
+            fprintf(stderr, "%s %s: got %g (float32 kernel %g), want %g\n", wavepe_dtype_name(dtype),     \
+                    wavepe_isa_name(isas[v]), g_, (double)(got32), w_);                                    \
+        CHECK(ok_);                                                                                        \
+    } while (0)
+        for (int64_t g = 0; g < c->g; ++g)
+            for (int64_t m = 0; m < c->m; ++m) {
+                for (int64_t n = 0; n < c->n; ++n) {
+                    const int64_t i = g * bs_g + m * bs_m + n;
+                    RB_HALF_CHECK(bias[i], want_b[i], bound_b[i], c->d + c->n + 4, bias32[i]);
+                }
+                for (int64_t j = 0; j < c->d; ++j) {
+                    const int64_t i = g * qs_g + m * qs_m + j;
+                    RB_HALF_CHECK(dq[i], want_q[i], bound_q[i], c->d + c->n + 4, dq32[i]);
+                }
+                for (int64_t k = c->n; k < bs_m; ++k) CHECK(bias[g * bs_g + m * bs_m + k] == 0xABCD);
+                for (int64_t k = c->d; k < qs_m; ++k) CHECK(dq[g * qs_g + m * qs_m + k] == 0xABCD);
+            }
+        for (int64_t i = 0; i < c->rows * c->d; ++i) RB_HALF_CHECK(dt[i], want_t[i], bound_t[i], c->g * c->m + 4, dt32[i]);
+#undef RB_HALF_CHECK
+        /* the plan: bitwise the kernels' results */
+        uint16_t *b2 = malloc(nb * 2), *q2 = malloc(nq * 2), *t2 = malloc(nt * 2);
+        memcpy(b2, bias, nb * 2), memcpy(q2, dq, nq * 2);
+        for (int64_t g = 0; g < c->g; ++g)
+            for (int64_t m = 0; m < c->m; ++m) {
+                for (int64_t k = 0; k < c->n; ++k) b2[g * bs_g + m * bs_m + k] = 0xFFFF;
+                for (int64_t k = 0; k < c->d; ++k) q2[g * qs_g + m * qs_m + k] = 0xFFFF;
+            }
+        for (int64_t i = 0; i < nt; ++i) t2[i] = i < c->rows * c->d ? 0xFFFF : dt[i];
+        a.bias = b2, a.dq = q2, a.dtable = t2;
+        run_plan_any(isas[v], &a, WAVEPE_RELBIAS_FORWARD);
+        run_plan_any(isas[v], &a, WAVEPE_RELBIAS_GRAD_Q | WAVEPE_RELBIAS_GRAD_TABLE);
+        CHECK(memcmp(b2, bias, nb * 2) == 0);
+        CHECK(memcmp(q2, dq, nq * 2) == 0);
+        CHECK(memcmp(t2, dt, nt * 2) == 0);
+        free(b2), free(q2), free(t2);
+        free(bias), free(dq), free(dt), free(bias32), free(dq32), free(dt32);
+    }
+    free(q), free(tab), free(grad), free(qf), free(tabf), free(gradf);
+    free(want_b), free(bound_b), free(want_q), free(bound_q), free(want_t), free(bound_t);
+}
+
 static void test_validation(void) {
     float buf[64];
     wavepe_relbias_args a;
@@ -267,15 +424,11 @@ static void test_validation(void) {
     wavepe_relbias_f64(wavepe_test_isa, &e, 0, 0);
     run_plan_any(wavepe_test_isa, &e, WAVEPE_RELBIAS_FORWARD);
     run_plan_any(wavepe_test_isa, &e, WAVEPE_RELBIAS_GRAD_Q | WAVEPE_RELBIAS_GRAD_TABLE);
-    /* the outer batch level is for the forward only; the CPU plan takes float32 / float64 */
+    /* the outer batch level is for the forward only */
     a.outer = 2;
     CHECK(wavepe_relbias_validate(&a, fwd, NULL) == WAVEPE_OK);
     CHECK(wavepe_relbias_validate(&a, WAVEPE_RELBIAS_GRAD_Q, &err) == WAVEPE_E_INVALID);
     a.outer = 0;
-    a.dtype = WAVEPE_F16;
-    wavepe_relbias_plan *plan = NULL;
-    CHECK(wavepe_relbias_plan_create(WAVEPE_ISA_SCALAR, &a, fwd, 1, &plan, &err) == WAVEPE_E_INVALID && plan == NULL);
-    CHECK(strstr(err.message, "float16") != NULL);
 }
 
 void test_relbias(void) {
@@ -303,6 +456,11 @@ void test_relbias(void) {
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; ++i) {
         run_case_f32(&cases[i]);
         run_case_f64(&cases[i]);
+        run_case_half(&cases[i], WAVEPE_BF16, 1.0);
+        run_case_half(&cases[i], WAVEPE_F16, 1.0);
     }
+    /* fp16 results in its subnormal range (|bias| < 2^-14 ~ 6.1e-5) */
+    run_case_half(&cases[3], WAVEPE_F16, 1e-3);
+    run_case_half(&cases[14], WAVEPE_F16, 1e-3);
     test_validation();
 }

@@ -38,16 +38,21 @@ def check_fits(name: str, shape: tuple[int, ...], itemsize: int) -> None:
                             "in memory addressing")
 
 
-def compute_dtype(t: torch.Tensor) -> torch.dtype:
+def compute_dtype(t: torch.Tensor, half_on_cpu: bool = False) -> torch.dtype:
     """The dtype the kernels take for input ``t``.
 
-    The CPU kernels of the bias and attention families compute in float32 for
-    half types (the wrappers upcast and cast the result back); the CUDA kernels
-    read bf16/fp16 natively and accumulate in float32, so on CUDA half types
-    are passed as they are.  RoPE's kernels read bf16/fp16 natively on the CPU
-    too: its wrapper passes them through and uses this for the eager fallback only.
+    The CUDA kernels read bf16/fp16 natively and accumulate in float32, and so
+    do the CPU kernels of every family (RoPE, the relative bias, ALiBi, the
+    fused attention).  Plain, this says float32 for half types anywhere but
+    CUDA: what the eager fallbacks (plain PyTorch) compute in.
+    ``half_on_cpu``: half types stay as they are on the CPU too (the relative
+    bias and ALiBi pass it, like ``wavepe::dtype_of`` in
+    csrc/torch/torch_common.h), while other devices (a backend's own kernels,
+    meta) get float32.  RoPE's and the attention's wrappers pass half types
+    through on every device with a kernel and use this for the fallback only.
     """
-    if t.dtype in (torch.float16, torch.bfloat16) and t.device.type != "cuda":
+    if t.dtype in (torch.float16, torch.bfloat16) and t.device.type != "cuda" and \
+            not (half_on_cpu and t.device.type == "cpu"):
         return torch.float32
     return t.dtype
 

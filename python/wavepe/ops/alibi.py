@@ -69,12 +69,15 @@ def alibi_bias(
     float_compute_dtype(slopes, "slopes")  # a floating-point tensor
     check_finite("slopes", slopes)
     causal = check_flag("causal", causal)
-    compute = compute_dtype(slopes)
     m = check_int("q_len", q_len, min_value=0)
     n, off = resolve_positions("q", m, k_len, q_offset, "alibi_bias: ")
     if _routing.has_kernel("alibi_bias", slopes.device):
-        out = ops.alibi_bias(slopes=slopes.to(compute), q_len=m, k_len=n, q_offset=off, causal=causal)
+        # the CPU and CUDA kernels take every dtype as it is (bf16 / fp16: slopes widened, each entry
+        # computed in float32 and rounded once): no upcast copy there
+        compute = compute_dtype(slopes, half_on_cpu=True)
+        out = ops.alibi_bias(slopes=slopes if compute == slopes.dtype else slopes.to(compute), q_len=m, k_len=n,
+                             q_offset=off, causal=causal)
     else:
         _routing.warn_fallback("alibi_bias", slopes.device, "the plain-PyTorch formula")
-        out = eager.alibi_bias(slopes.to(compute), q_len=m, k_len=n, q_offset=off, causal=causal)
+        out = eager.alibi_bias(slopes.to(compute_dtype(slopes)), q_len=m, k_len=n, q_offset=off, causal=causal)
     return out if out.dtype == slopes.dtype else out.to(slopes.dtype)

@@ -121,7 +121,8 @@ def rel_bias(
     sit at 0 … N-1, queries at ``q_offset`` … ``q_offset + M - 1``.
 
     Args:
-        q: (..., M, d) queries (any strides; bf16/fp16 are computed in fp32).
+        q: (..., M, d) queries (any strides; bf16/fp16 are read as they are and
+            summed in fp32, each output rounded once).
         table: (R, d) rows for distances ``r_lo … r_lo + R - 1``.
         r_lo: distance of the table's first row.
         k_len: N keys (default M); q_offset: first query's position (default N - M).
@@ -149,12 +150,17 @@ def _rel_bias(q: torch.Tensor, table: torch.Tensor, r_lo: int, rows: int, n: int
               clamp: bool) -> torch.Tensor:
     """rel_bias after validation; ``table`` (``rows`` rows) may already be in q's compute dtype."""
     _check_sizes(q, n, off, r_lo, rows)
-    cdt = compute_dtype(q)
     if _routing.has_kernel("rel_bias", q.device):
+        # the CPU and CUDA kernels read and write float32 / float64 / bfloat16 / float16 as they are
+        # (half types summed in float32, each output rounded once): no upcast copy there
+        cdt = compute_dtype(q, half_on_cpu=True)
+        if cdt == q.dtype and table.dtype == q.dtype:
+            return ops.rel_bias(q=q, table=table, r_lo=r_lo, q_offset=off, k_len=n, causal=causal, clamp=clamp)
         out = ops.rel_bias(q=q.to(cdt), table=table.to(cdt), r_lo=r_lo, q_offset=off, k_len=n, causal=causal,
                            clamp=clamp)
     else:
         _routing.warn_fallback("rel_bias", q.device, "the plain-PyTorch rel-shift (materialises an M x (M+N) product)")
+        cdt = compute_dtype(q)
         out = eager.rel_bias(q.to(cdt), table.to(cdt), r_lo=r_lo, q_offset=off, k_len=n, causal=causal, clamp=clamp)
     return out if out.dtype == q.dtype else out.to(q.dtype)
 
@@ -200,5 +206,7 @@ def wavelet_bias(
     n, off = resolve_positions("q", q.shape[-2], k_len, q_offset, "wavelet_bias: ")
     causal = check_flag("causal", causal)
     # the table of the distances this call forms (bounded by its lengths, not by the support)
-    table, r_lo, rows = call_table(config, config.head_dim, compute_dtype(q), q.device, q.shape[-2], n, off, causal)
+    # the table in the dtype the kernels take (q's own on the CPU and CUDA: bf16 / fp16 tables rounded once)
+    table, r_lo, rows = call_table(config, config.head_dim, compute_dtype(q, half_on_cpu=True), q.device,
+                                   q.shape[-2], n, off, causal)
     return _rel_bias(q, table, r_lo, rows, n, off, causal, False)
