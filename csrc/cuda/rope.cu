@@ -19,14 +19,13 @@ namespace {
 constexpr int kRopeThreads = 128;
 
 struct RopeParams {
-    int64_t batch, len, d, half, rotary_pairs, chunks, heads_per_group;
-    int layout, inverse;
-    double scale;
-    const int64_t *positions;
-    int64_t pos_stride_b, pos_stride_l, pos_offset;
-    const double *inv_freq;
-    wavepe_rope_tensor t[2];  // t[1].heads = 0: no k
+    wavepe_rope_args a;  // the caller's arguments (core/rope.h), read as they are; k.heads = 0: no k
+    // derived by launch_rope
+    int64_t half, chunks, heads_per_group;
 };
+
+// The tensor of q's heads (0) or k's (1).
+WAVEPE_DEVICE const wavepe_rope_tensor &rope_tensor(const RopeParams &p, int which) { return which ? p.a.k : p.a.q; }
 
 // Loads/stores of N consecutive elements: vectorised when VEC (the host
 // checked alignment), element-wise otherwise.
@@ -142,38 +141,38 @@ __global__ void __launch_bounds__(kRopeThreads) rope_kernel(RopeParams p) {
     using A = acc_t<T>;
     constexpr int PPT = pairs_per_thread<T, INTERLEAVED>();
     const int64_t idx = int64_t(blockIdx.x) * kRopeThreads + threadIdx.x;
-    const int64_t total = p.batch * p.len * p.chunks;
+    const int64_t total = p.a.batch * p.a.len * p.chunks;
     if (idx >= total) return;  // no barriers in this kernel
     const int64_t chunk = idx % p.chunks;
     const int64_t bl = idx / p.chunks;
-    const int64_t l = bl % p.len, b = bl / p.len;
+    const int64_t l = bl % p.a.len, b = bl / p.a.len;
     const int64_t i0 = chunk * PPT;  // first pair
 
     // cos/sin (times scale; -angle for the inverse) of the thread's pairs
-    const int64_t pos = p.positions ? p.positions[b * p.pos_stride_b + l * p.pos_stride_l] : p.pos_offset + l;
+    const int64_t pos = p.a.positions ? p.a.positions[b * p.a.pos_stride_b + l * p.a.pos_stride_l] : p.a.offset + l;
     A c[PPT], s[PPT];
     bool rot[PPT];
 #pragma unroll
     for (int k = 0; k < PPT; ++k) {
         const int64_t i = i0 + k;
-        rot[k] = i < p.rotary_pairs;
+        rot[k] = i < p.a.rotary_pairs;
         double sn = 0.0, cs = 1.0;
-        if (rot[k]) sincos(double(pos) * p.inv_freq[i], &sn, &cs);
-        c[k] = A(cs * p.scale);
-        s[k] = A((p.inverse ? -sn : sn) * p.scale);
+        if (rot[k]) sincos(double(pos) * p.a.inv_freq[i], &sn, &cs);
+        c[k] = A(cs * p.a.scale);
+        s[k] = A((p.a.inverse ? -sn : sn) * p.a.scale);
     }
-    const A scale = A(p.scale);
+    const A scale = A(p.a.scale);
     const bool full = i0 + PPT <= p.half;
 
     // Two heads per step, both loaded before either is stored: twice the loads
     // in flight (the outputs never overlap another head's inputs).
-    const int64_t total_heads = p.t[0].heads + p.t[1].heads;
+    const int64_t total_heads = p.a.q.heads + p.a.k.heads;
     const int64_t h_begin = int64_t(blockIdx.y) * p.heads_per_group;
     const int64_t h_end = h_begin + p.heads_per_group < total_heads ? h_begin + p.heads_per_group : total_heads;
     auto row_ptrs = [&](int64_t hh, const T *&x, T *&o) {
-        const int which = hh < p.t[0].heads ? 0 : 1;
-        const wavepe_rope_tensor &t = p.t[which];
-        const int64_t h = which == 0 ? hh : hh - p.t[0].heads;
+        const int which = hh < p.a.q.heads ? 0 : 1;
+        const wavepe_rope_tensor &t = rope_tensor(p, which);
+        const int64_t h = which == 0 ? hh : hh - p.a.q.heads;
         x = static_cast<const T *>(t.in) + b * t.in_stride_b + h * t.in_stride_h + l * t.in_stride_l;
         o = static_cast<T *>(t.out) + b * t.out_stride_b + h * t.out_stride_h + l * t.out_stride_l;
     };
@@ -212,24 +211,11 @@ cudaError_t launch_rope(const wavepe_rope_args *a, cudaStream_t stream) {
     const bool inter = a->layout == WAVEPE_ROPE_INTERLEAVED;
     const int PPT = inter ? pairs_per_thread<T, true>() : pairs_per_thread<T, false>();
     RopeParams p{};
-    p.batch = a->batch;
-    p.len = a->len;
-    p.d = a->head_dim;
+    p.a = *a;
     p.half = a->head_dim / 2;
-    p.rotary_pairs = a->rotary_pairs;
     p.chunks = ceil_div(p.half, PPT);
-    p.layout = a->layout;
-    p.inverse = a->inverse;
-    p.scale = a->scale;
-    p.positions = a->positions;
-    p.pos_stride_b = a->pos_stride_b;
-    p.pos_stride_l = a->pos_stride_l;
-    p.pos_offset = a->offset;
-    p.inv_freq = a->inv_freq;
-    p.t[0] = a->q;
-    p.t[1] = a->k;
     const int64_t total_heads = a->q.heads + a->k.heads;
-    const int64_t threads = p.batch * p.len * p.chunks;
+    const int64_t threads = p.a.batch * p.a.len * p.chunks;
     if (threads == 0 || total_heads == 0) return cudaSuccess;
 
     // head groups: enough threads in flight to cover the GPU (~2048 per SM)
@@ -244,7 +230,7 @@ cudaError_t launch_rope(const wavepe_rope_args *a, cudaStream_t stream) {
     const size_t align = 16;  // every vector access is 16 bytes
     bool vec = p.half % PPT == 0;
     for (int i = 0; i < 2 && vec; ++i) {
-        const wavepe_rope_tensor &t = p.t[i];
+        const wavepe_rope_tensor &t = i ? p.a.k : p.a.q;
         if (t.heads == 0) continue;
         vec = rows_aligned(t.in, t.in_stride_b, t.in_stride_h, t.in_stride_l, elem, p.half, a->layout, align) &&
               rows_aligned(t.out, t.out_stride_b, t.out_stride_h, t.out_stride_l, elem, p.half, a->layout, align);
