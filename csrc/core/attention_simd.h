@@ -30,9 +30,9 @@
  * bfloat16 on an ISA with a bf16 dot product (the vocabulary's WP_HAS_DPBF16:
  * avx512bf16's vdpbf16ps): the scores q . k (forward, and the backward's
  * recomputed P) come from mk_dp instead, on the stored bf16 elements
- * themselves, paired along d (ATTN_DPBF16 below).  The rest -- the bias
- * window q . T, the softmax, P V and every backward product -- is the
- * float32 path above.
+ * themselves, paired along d (ATTN_DPBF16 below), and so does the bias
+ * window q . T (the table is in q's dtype: bf16 too).  The rest -- the
+ * softmax, P V and every backward product -- is the float32 path above.
  */
 
 #include <math.h>
@@ -55,7 +55,8 @@
  * d exact products is accumulated in ceil(d/2) steps of two float32 additions,
  * then multiplied by scale and added to the bias in one fused multiply-add.
  * Both are within the usual d * 2^-24 * sum |scale q_c k_c| of the exact
- * score (+ one rounding of the bias sum).  Non-finite values: the products
+ * score (+ one rounding of the bias sum); the bias window q . T (over a
+ * strip's nonzero columns, pairs of the bf16 table) likewise.  Non-finite values: the products
  * of the same elements, so a NaN or inf in q or k gives what the float32 path
  * gives; a finite product beyond float32's range (|q_c k_c| > 3.4e38, which
  * bf16's range allows) is inf here where fl(scale q_c) k_c may not be. */
@@ -183,21 +184,23 @@ static inline void FN(mk_nt)(int64_t kc, const T *restrict ap, const T *restrict
 
 #if defined(ATTN_DPBF16)
 /* C[t][0..NR) = init[t][0..NR) (or 0) + scale * sum_k2 dot(ap[k2*6 + t], bp[k2*NR + 0..NR)), t < 6,
- * where dot(a, b) = a.lo * b.lo + a.hi * b.hi of two bf16 pairs (vf32_dpbf16). */
-static inline void FN(mk_dp)(int64_t kc2, const uint32_t *restrict ap, const uint32_t *restrict bp, T scale,
-                             T *restrict c, int64_t ldc, const T *const *init) {
+ * where dot(a, b) = a.lo * b.lo + a.hi * b.hi of two bf16 pairs (vf32_dpbf16).  edge (NULL: none)
+ * replaces A's first step (edge[0..6)) and last step (edge[6..12)). */
+static inline void FN(mk_dp)(int64_t kc2, const uint32_t *restrict ap, const uint32_t *restrict bp,
+                             const uint32_t *edge, T scale, T *restrict c, int64_t ldc, const T *const *init) {
     VT c00, c01, c10, c11, c20, c21, c30, c31, c40, c41, c50, c51;
     c00 = c01 = c10 = c11 = c20 = c21 = c30 = c31 = c40 = c41 = c50 = c51 = V(zero)();
     for (int64_t k = 0; k < kc2; ++k) {
         const vi32 b0 = vbf16x2_loadu(bp), b1 = vbf16x2_loadu(bp + VL);
+        const uint32_t *at = ap + k * ATTN_MR;
+        if (edge != NULL && (k == 0 || k == kc2 - 1)) at = edge + (k == 0 ? 0 : ATTN_MR);
         vi32 a;
-        a = vbf16x2_set1(ap[0]), c00 = V(dpbf16)(c00, a, b0), c01 = V(dpbf16)(c01, a, b1);
-        a = vbf16x2_set1(ap[1]), c10 = V(dpbf16)(c10, a, b0), c11 = V(dpbf16)(c11, a, b1);
-        a = vbf16x2_set1(ap[2]), c20 = V(dpbf16)(c20, a, b0), c21 = V(dpbf16)(c21, a, b1);
-        a = vbf16x2_set1(ap[3]), c30 = V(dpbf16)(c30, a, b0), c31 = V(dpbf16)(c31, a, b1);
-        a = vbf16x2_set1(ap[4]), c40 = V(dpbf16)(c40, a, b0), c41 = V(dpbf16)(c41, a, b1);
-        a = vbf16x2_set1(ap[5]), c50 = V(dpbf16)(c50, a, b0), c51 = V(dpbf16)(c51, a, b1);
-        ap += ATTN_MR;
+        a = vbf16x2_set1(at[0]), c00 = V(dpbf16)(c00, a, b0), c01 = V(dpbf16)(c01, a, b1);
+        a = vbf16x2_set1(at[1]), c10 = V(dpbf16)(c10, a, b0), c11 = V(dpbf16)(c11, a, b1);
+        a = vbf16x2_set1(at[2]), c20 = V(dpbf16)(c20, a, b0), c21 = V(dpbf16)(c21, a, b1);
+        a = vbf16x2_set1(at[3]), c30 = V(dpbf16)(c30, a, b0), c31 = V(dpbf16)(c31, a, b1);
+        a = vbf16x2_set1(at[4]), c40 = V(dpbf16)(c40, a, b0), c41 = V(dpbf16)(c41, a, b1);
+        a = vbf16x2_set1(at[5]), c50 = V(dpbf16)(c50, a, b0), c51 = V(dpbf16)(c51, a, b1);
         bp += NR;
     }
     const VT vs = V(set1)(scale);
@@ -490,6 +493,26 @@ static int FN(group_bias)(FN(work) * w, const FN(group) * g, const FN(kblock) * 
             const int64_t width = p_last - p_base + 1 + NR;
             for (int t = 0; t < ATTN_MR; ++t)
                 for (int64_t j = 0; j < width; j += VL) V(storeu)(w->g + t * ATTN_GLD + j, V(zero)());
+#if defined(ATTN_DPBF16)
+            /* the pairs holding columns [clo, chi); a half of an edge pair outside them is masked off
+             * in q (the table is zero there, but an inf in q times 0 would be NaN) */
+            const uint32_t *tp = (const uint32_t *)p->tpack;
+            const int64_t d2 = (d + 1) / 2;
+            for (int64_t st = s_lo; st <= s_hi; ++st) {
+                const int64_t clo = p->strip_clo[st], chi = p->strip_chi[st];
+                if (chi <= clo) continue;
+                const int64_t c2lo = clo / 2, c2hi = (chi + 1) / 2;
+                const uint32_t mlo = clo % 2 ? 0xFFFF0000u : 0xFFFFFFFFu, mhi = chi % 2 ? 0x0000FFFFu : 0xFFFFFFFFu;
+                uint32_t edge[2 * ATTN_MR];
+                const int split = (mlo & mhi) != 0xFFFFFFFFu;
+                for (int t = 0; split && t < ATTN_MR; ++t) {
+                    edge[t] = g->qb[c2lo * ATTN_MR + t] & mlo & (c2hi - c2lo == 1 ? mhi : 0xFFFFFFFFu);
+                    edge[ATTN_MR + t] = g->qb[(c2hi - 1) * ATTN_MR + t] & mhi & (c2hi - c2lo == 1 ? mlo : 0xFFFFFFFFu);
+                }
+                FN(mk_dp)(c2hi - c2lo, g->qb + c2lo * ATTN_MR, tp + (st * d2 + c2lo) * NR, split ? edge : NULL,
+                          (T)p->a.scale, w->g + (st * NR - p_base), ATTN_GLD, NULL);
+            }
+#else
             const T *tp = (const T *)p->tpack;
             for (int64_t st = s_lo; st <= s_hi; ++st) {
                 const int64_t clo = p->strip_clo[st], chi = p->strip_chi[st];
@@ -497,6 +520,7 @@ static int FN(group_bias)(FN(work) * w, const FN(group) * g, const FN(kblock) * 
                 FN(mk_nt)(chi - clo, g->qp + clo * ATTN_MR, tp + (st * d + clo) * NR, w->g + (st * NR - p_base),
                           ATTN_GLD, NULL);
             }
+#endif
             for (int t = 0; t < ATTN_MR; ++t) {
                 const int tt = jv[t] > 0 ? t : t_ok;
                 init[t] = w->g + t * ATTN_GLD + (p->pr_hi - g->pos[tt] + kb->n0 - p_base);
@@ -543,7 +567,7 @@ static void FN(group_scores)(FN(work) * w, const FN(group) * g, const FN(kblock)
             for (int t = 0; t < ATTN_MR; ++t) ini[t] = init[t] + st * NR;
 #if defined(ATTN_DPBF16)
         const int64_t d2 = (d + 1) / 2;
-        FN(mk_dp)(d2, g->qb, w->kpb + st * d2 * NR, (T)w->p->a.scale, s + st * NR, lds, has_init ? ini : NULL);
+        FN(mk_dp)(d2, g->qb, w->kpb + st * d2 * NR, NULL, (T)w->p->a.scale, s + st * NR, lds, has_init ? ini : NULL);
 #else
         FN(mk_nt)(d, g->qp, w->kp + st * d * NR, s + st * NR, lds, has_init ? ini : NULL);
 #endif
