@@ -31,8 +31,9 @@
  * avx512bf16's vdpbf16ps): the scores q . k (forward, and the backward's
  * recomputed P) come from mk_dp instead, on the stored bf16 elements
  * themselves, paired along d (ATTN_DPBF16 below), and so does the bias
- * window q . T (the table is in q's dtype: bf16 too).  The rest -- the
- * softmax, P V and every backward product -- is the float32 path above.
+ * window q . T (the table is in q's dtype: bf16 too) and the backward's
+ * dP = dO . V^T.  The rest -- the softmax, P V and the backward's other
+ * products -- is the float32 path above.
  */
 
 #include <math.h>
@@ -104,6 +105,7 @@ static inline void FN(s_storeu_n)(S *p, VT v, int64_t n) {
 #endif
 }
 
+#if !defined(ATTN_DPBF16) /* (which packs bf16 pairs instead: pack_strips_dp) */
 /* out[c*NR + lane] = src[lane*ks + c] for NR rows (lanes) and d columns:
  * register transposes of ATTN_TB x ATTN_TB blocks, scalar for the last
  * d % ATTN_TB columns.  Half types: VL columns of the NR rows are widened
@@ -132,6 +134,8 @@ static void FN(transpose_strip)(T *restrict out, const S *src, int64_t ks, int64
         for (int lane = 0; lane < NR; ++lane) out[c0 * NR + lane] = src[lane * ks + c0];
 #endif
 }
+
+#endif
 
 /* ATTN_FBM x ATTN_FBN forward blocks, ATTN_BBM x ATTN_BBN backward blocks */
 #define ATTN_BNMAX (ATTN_FBN > ATTN_BBN ? ATTN_FBN : ATTN_BBN)
@@ -285,6 +289,7 @@ static void FN(pack_rows)(T *restrict dst, const S *const *rows, int nrows, int6
 #endif
 }
 
+#if !defined(ATTN_DPBF16)
 /* Keys [0, nk) of a row-major (stride ks) matrix into strips of NR keys,
  * k-major: dst[(s*d + c)*NR + lane] = src[(s*NR + lane)*ks + c]; keys past nk
  * are zero. */
@@ -302,6 +307,8 @@ static void FN(pack_strips)(T *restrict dst, const S *src, int64_t ks, int64_t n
                 out[c * NR + lane] = lane < lanes ? S_TO_T(src[(s * NR + lane) * ks + c]) : (T)0;
     }
 }
+
+#endif
 
 #if defined(ATTN_DPBF16)
 /* Elements c and c + 1 of a stored bf16 row as one pair (c + 1 == d: a zero). */
@@ -336,8 +343,9 @@ static void FN(pack_strips_dp)(uint32_t *restrict dst, const S *src, int64_t ks,
 }
 #endif
 
-/* Keys of a block packed for the scores: float32 strips (pack_strips) or,
- * with ATTN_DPBF16, bf16 pair strips. */
+/* Rows of a block (keys, or the backward's values) packed as the B operand of
+ * q . k-type products: float32 strips (pack_strips, into kp) or, with
+ * ATTN_DPBF16, bf16 pair strips (into kpb). */
 static void FN(pack_keys)(T *kp, uint32_t *kpb, const S *src, int64_t ks, int64_t nk, int64_t d) {
 #if defined(ATTN_DPBF16)
     (void)kp;
@@ -389,6 +397,7 @@ typedef struct {
     T *kp;     /* packed key strips of the current block (ATTN_DPBF16: unused) */
     uint32_t *qb;  /* ATTN_DPBF16: query groups as bf16 pairs [group][ceil(d/2)][6], unscaled */
     uint32_t *kpb; /* ATTN_DPBF16: key strips of the current block as bf16 pairs */
+    uint32_t *dob, *vpb; /* ATTN_DPBF16, backward: dout groups and value strips as bf16 pairs (dop, vp unused) */
     T *vp;     /* forward: value panels; backward: packed value strips */
     T *dop;    /* backward: packed dout groups */
     T *s;      /* scores / P: rows x ATTN_SLD */
@@ -851,15 +860,15 @@ static int FN(work_alloc)(FN(work) * w, const wavepe_attention_plan *p, int64_t 
     const int64_t bwd = p->backward;
     const int64_t dgt_ld = ATTN_BBM + ATTN_BBN + 2 * NR;
 #if defined(ATTN_DPBF16)
-    const int64_t kp_size = 0, dp_d2 = (d + 1) / 2;
+    const int64_t kp_size = 0, dp_d2 = (d + 1) / 2, bwd_f32 = 0; /* the backward's dP from pairs too */
 #else
-    const int64_t kp_size = ATTN_BNMAX * d, dp_d2 = 0;
+    const int64_t kp_size = ATTN_BNMAX * d, dp_d2 = 0, bwd_f32 = bwd;
 #endif
-    int64_t sizes[26] = {
+    int64_t sizes[28] = {
         rpad * d,                           /* qp */
         kp_size,                            /* kp */
-        bwd ? ATTN_BBN * d : ATTN_FBN * dpad, /* vp */
-        bwd ? rpad * d : 0,                 /* dop */
+        bwd ? bwd_f32 * ATTN_BBN * d : ATTN_FBN * dpad, /* vp */
+        bwd_f32 * rpad * d,                 /* dop */
         (bwd ? ATTN_BBM : ATTN_MR) * ATTN_SLD, /* s */
         bwd ? ATTN_BBM * ATTN_SLD : 0,      /* ds */
         ATTN_MR * ATTN_GLD,                 /* g */
@@ -885,9 +894,11 @@ static int FN(work_alloc)(FN(work) * w, const wavepe_attention_plan *p, int64_t 
 #endif
         rpad * dp_d2,                       /* qb (uint32_t, as large as T) */
         ATTN_BNMAX * dp_d2,                 /* kpb (uint32_t) */
+        bwd * rpad * dp_d2,                 /* dob (uint32_t) */
+        bwd * ATTN_BBN * dp_d2,             /* vpb (uint32_t) */
     };
     int64_t total = 0;
-    for (int i = 0; i < 26; ++i) {
+    for (int i = 0; i < 28; ++i) {
         sizes[i] = (sizes[i] + 15) / 16 * 16; /* 64-byte aligned pieces */
         if (wavepe_add_overflow(total, sizes[i], &total)) return WAVEPE_E_OVERFLOW;
     }
@@ -895,15 +906,14 @@ static int FN(work_alloc)(FN(work) * w, const wavepe_attention_plan *p, int64_t 
     T *base = attn_aligned_alloc((size_t)total * sizeof(T));
     if (base == NULL) return WAVEPE_E_NOMEM;
     w->block = base;
-    T **slots[26] = {&w->qp,  &w->kp,  &w->vp, &w->dop, &w->s,  &w->ds,   &w->g,    &w->al,
+    T **slots[24] = {&w->qp,  &w->kp,  &w->vp, &w->dop, &w->s,  &w->ds,   &w->g,    &w->al,
                      &w->kpm, &w->o,   &w->mst, &w->lst, &w->dqa, &w->dka, &w->dva, &w->dgt,
-                     NULL,    &w->qr,  &w->zr, &w->kpan, &w->qpan, &w->dopan, &w->rbad, &w->dqh,
-                     NULL,    NULL};
-    for (int i = 0; i < 26; ++i) {
-        if (slots[i] != NULL) *slots[i] = sizes[i] ? base : NULL;
-        else if (i == 16) w->dvec = sizes[i] ? (double *)base : NULL;
-        else if (i == 24) w->qb = sizes[i] ? (uint32_t *)base : NULL;
-        else w->kpb = sizes[i] ? (uint32_t *)base : NULL;
+                     NULL,    &w->qr,  &w->zr, &w->kpan, &w->qpan, &w->dopan, &w->rbad, &w->dqh};
+    uint32_t **uslots[4] = {&w->qb, &w->kpb, &w->dob, &w->vpb}; /* pieces 24.. */
+    for (int i = 0; i < 28; ++i) {
+        if (i >= 24) *uslots[i - 24] = sizes[i] ? (uint32_t *)base : NULL;
+        else if (slots[i] != NULL) *slots[i] = sizes[i] ? base : NULL;
+        else w->dvec = sizes[i] ? (double *)base : NULL;
         base += sizes[i];
     }
     /* finite contents everywhere: junk lanes are read (and ignored) */
@@ -1148,9 +1158,16 @@ static void FN(tile_backward)(FN(work) * w, FN(group) * groups, int64_t b, int64
         const int64_t j0 = FN(first_key)(g, jl, jv);
         FN(group_scores)(w, g, kb, jv, j0, jmax, ps, ATTN_SLD);
         const int64_t nstrip = (jmax + NR - 1) / NR;
+#if defined(ATTN_DPBF16) /* dP = dO . V^T from the stored pairs (exact products, as the scores) */
+        const int64_t d2 = (d + 1) / 2;
+        const uint32_t *dob = w->dob + gi * ATTN_MR * d2;
+        for (int64_t st = j0 / NR; st < nstrip; ++st)
+            FN(mk_dp)(d2, dob, w->vpb + st * d2 * NR, NULL, (T)1, dss + st * NR, ATTN_SLD, NULL);
+#else
         const T *dop = w->dop + gi * ATTN_MR * d;
         for (int64_t st = j0 / NR; st < nstrip; ++st)
             FN(mk_nt)(d, dop, w->vp + st * d * NR, dss + st * NR, ATTN_SLD, NULL);
+#endif
         VT vslope = V(zero)();
         for (int t = 0; t < ATTN_MR; ++t) {
             T *prow = ps + t * ATTN_SLD, *drow = dss + t * ATTN_SLD;
@@ -1319,7 +1336,7 @@ static void FN(unit_backward)(FN(work) * w, FN(group) * groups, int64_t unit, T 
         const int64_t i0 = mfirst > 0 ? mfirst / ATTN_BBM : 0;
         const int64_t i1 = ((mend < M ? mend : M) + ATTN_BBM - 1) / ATTN_BBM;
         FN(pack_keys)(w->kp, w->kpb, kb.k, kb.ks, kb.nk, d);
-        FN(pack_strips)(w->vp, kb.v, kb.vs, kb.nk, d);
+        FN(pack_keys)(w->vp, w->vpb, kb.v, kb.vs, kb.nk, d);
         FN(pack_panels)(w->kpan, ATTN_BBN, kb.k, kb.ks, kb.nk, d, kb.masked ? w->kpm : NULL);
         memset(w->dka, 0, sizeof(T) * (size_t)(ATTN_BBN * dpad));
         memset(w->dva, 0, sizeof(T) * (size_t)(ATTN_BBN * dpad));
@@ -1332,7 +1349,11 @@ static void FN(unit_backward)(FN(work) * w, FN(group) * groups, int64_t unit, T 
                 for (int t = 0; t < ATTN_MR; ++t)
                     rp[t] = (const S *)a->dout +
                             attn_off(a->dout_strides, b, h, m0 + gi * ATTN_MR + (t < gr ? t : 0));
+#if defined(ATTN_DPBF16)
+                FN(pack_rows_dp)(w->dob + gi * ATTN_MR * ((d + 1) / 2), rp, gr, d);
+#else
                 FN(pack_rows)(w->dop + gi * ATTN_MR * d, rp, gr, d, (T)1);
+#endif
             }
             const S *qblk = (const S *)a->q + attn_off(a->q_strides, b, h, m0);
             const S *doblk = (const S *)a->dout + attn_off(a->dout_strides, b, h, m0);
