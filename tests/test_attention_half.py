@@ -11,8 +11,9 @@ So, per ISA (``isa`` fixture):
 - against the float64 oracle of the half inputs, each output is within the
   float32 tolerance plus half an ulp of the half type, relative;
 - no float32 copy of a tensor is made on the way (dispatch log).
-Except bf16 under the avx512bf16 ISA (CPUs with AVX512_BF16): its scores q . k are vdpbf16ps dot products of
-the stored bf16 pairs (exact products, float32 sums in another order, the scale applied to the sum), so its
+Except bf16 under the avx512bf16 ISA (CPUs with AVX512_BF16): its q . k, q . T and backward dO . V^T are
+vdpbf16ps dot products of the stored bf16 pairs (exact products, float32 sums in another order, the scale
+applied to the sum), so its
 results equal the float32 kernels' within float32 rounding, not bit for bit (``_same``), and meet the float64
 oracle with the same tolerance (``test_bf16_dot_scores_against_float64_oracle``).
 """
@@ -47,7 +48,7 @@ SHAPES = [
 
 def _bit_exact(isa, dtype):
     """Whether the half kernels of ``isa`` compute exactly what the float32 kernels compute (all but avx512bf16's
-    bf16 scores, which sum exact products in another order)."""
+    bf16 dot products, which sum exact products in another order)."""
     return not (isa == "avx512bf16" and dtype == torch.bfloat16)
 
 
