@@ -260,8 +260,9 @@ def test_half_non_finite_inputs_stay_in_their_rows(isa):
 @pytest.mark.parametrize("pos_enc", ["relative", "alibi", "nope"])
 def test_bf16_dot_scores_against_float64_oracle(isa, pos_enc):
     # avx512bf16 (AVX512_BF16 CPUs only; skipped elsewhere: on other CPUs `make ctest-simde` runs these kernels
-    # through SIMDe): the bf16 scores are sums of exact bf16 products, |error| <= (d/2 + 3) 2^-24 scale
-    # sum_c |q_c k_c| against the float32 path's (d + 2) 2^-24 ..., so the float32 kernels' tolerance holds:
+    # through SIMDe): the bf16 scores are sums of exact bf16 products, |error| <= (d + 3) 2^-24 scale
+    # sum_c |q_c k_c| (d rounded additions) against the float32 path's (d + 2) 2^-24 ..., so the float32
+    # kernels' tolerance holds:
     # out within e32 + half an ulp relative, gradients within 10 e32 of their scale (test_half_against_float64_oracle)
     if isa != "avx512bf16":
         pytest.skip("the vdpbf16ps kernels run on the avx512bf16 ISA only (a CPU with AVX512_BF16)")

@@ -453,9 +453,10 @@ static void bf16_forward(wavepe_isa isa, const shape *s, const inputs *in, const
 
 /* avx512bf16's bfloat16 scores and bias window (vdpbf16ps on the stored pairs, attention_simd.h's mk_dp) against the
  * float64 oracle of the rounded inputs, with the bound of the scores' rounding:
- *   |score - exact| <= (d/2 + 3) 2^-24 scale sum_c |q_c k_c| (+ the bias, as in the float32 path):
- *   exact bf16 products, ceil(d/2) steps of two additions, the scale and the bias in one fused
- *   multiply-add; the float32 path's own bound is alike ((d + 2) 2^-24 ...).  With |q|, |k| <= 1.5,
+ *   |score - exact| <= (d + 3) 2^-24 scale sum_c |q_c k_c| (to first order; + the bias, alike):
+ *   exact bf16 products, ceil(d/2) steps of two rounded additions each (d in all), the scale and the
+ *   bias in one fused multiply-add; the float32 path's own bound is alike ((d + 2) 2^-24 ...: scale q_c
+ *   rounded, d fused multiply-adds).  With |q|, |k| <= 1.5,
  *   sum_c |q_c k_c| <= 2.25 d.  A score error ds moves lse by at most ds and out by at most
  *   2 ds max|v| (softmax weights move by sum_j |dp_j| <= 2 ds), |v| <= 1; the rest (exp, P V, the
  *   divide) is the float32 path's, within check_shape's 2e-5, and out is rounded once to bf16
@@ -492,7 +493,7 @@ static void check_bf16dot(void) {
         void *q = conv(in.q, nq, WAVEPE_BF16), *k = conv(in.k, nk, WAVEPE_BF16), *v = conv(in.v, nk, WAVEPE_BF16);
         void *tab = conv(in.table, in.R * s->d, WAVEPE_BF16), *sl = conv(in.slopes, s->H, WAVEPE_F32);
         const double scale = 1.0 / sqrt((double)s->d);
-        const double ds = ((double)s->d / 2 + 3) * 0x1p-24 * scale * 2.25 * (double)s->d;
+        const double ds = ((double)s->d + 3) * 0x1p-24 * scale * 2.25 * (double)s->d;
         void *out[2], *lse[2];
         for (int which = 0; which < 2; ++which) {
             out[which] = calloc((size_t)nq + 1, 2), lse[which] = calloc((size_t)nl + 1, 4);
