@@ -368,10 +368,12 @@ static inline __m512bh wp_avx512_as_bh(vi32 x) {
     return r;
 }
 /* acc + a.lo * b.lo + a.hi * b.hi per lane (vdpbf16ps): the products of two
- * bf16 are exact in float32, each of the two additions rounds to nearest
- * even; denormal inputs read as zero and denormal results are flushed to
- * zero whatever MXCSR says (what the kernels' FTZ/DAZ environment gives the
- * float32 arithmetic too). */
+ * bf16 are exact in float32.  Intel's definition adds them to acc one after
+ * the other, each addition rounded to nearest even, with denormal inputs read
+ * as zero and denormal results flushed to zero whatever MXCSR says (what the
+ * kernels' FTZ/DAZ environment gives the float32 arithmetic too); SIMDe's
+ * emulation may add them in another order.  Either way: two roundings per
+ * step, so results are not bit-identical across implementations. */
 static inline vf32 vf32_dpbf16(vf32 acc, vi32 a, vi32 b) {
     return _mm512_dpbf16_ps(acc, wp_avx512_as_bh(a), wp_avx512_as_bh(b));
 }
