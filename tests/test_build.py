@@ -37,6 +37,9 @@ def test_suffix_rules_give_each_kernel_file_its_flags():
     assert recipe.file_flags("csrc/core/attention_avx2.c") == ("-mavx2", "-mfma", "-mf16c")
     avx512 = recipe.file_flags("csrc/core/attention_avx512.c")
     assert {"-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512dq", "-mavx2", "-mfma", "-mf16c"} == set(avx512)
+    # avx512bf16 (AVX-512 + vdpbf16ps): the AVX-512 set and -mavx512bf16, never matched by the shorter _avx512.c rule
+    assert set(recipe.file_flags("csrc/core/attention_avx512bf16.c")) == set(avx512) | {"-mavx512bf16"}
+    assert "-mavx512bf16" not in avx512
     assert recipe.file_flags("csrc/core/attention.c") == ()
     assert recipe.builds_on("x_avx512.c", "x86_64") and not recipe.builds_on("x_avx512.c", "aarch64")
     assert recipe.builds_on("x.c", "aarch64")
@@ -45,7 +48,7 @@ def test_suffix_rules_give_each_kernel_file_its_flags():
     assert recipe.builds_on("x_neon.c", "aarch64") and recipe.builds_on("x_neon.c", "arm64")
     assert not recipe.builds_on("x_neon.c", "x86_64") and not recipe.builds_on("x_avx2.c", "aarch64")
     aarch64 = [os.path.basename(p) for p in recipe.core_sources(str(CSRC), "aarch64")]
-    assert "attention_neon.c" in aarch64 and not any(n.endswith(("_avx2.c", "_avx512.c")) for n in aarch64)
+    assert "attention_neon.c" in aarch64 and not any(n.endswith(("_avx2.c", "_avx512.c", "_avx512bf16.c")) for n in aarch64)
     assert "-mavx2" in recipe.c_flags("rope_avx2.c") and "-std=c11" in recipe.c_flags("rope_avx2.c")
 
 

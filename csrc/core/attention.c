@@ -147,7 +147,19 @@ static int pack_table(wavepe_attention_plan *p, int need_strips) {
         p->strip_clo[s] = (int32_t)clo;
         p->strip_chi[s] = (int32_t)chi;
     }
-    if (need_strips) { /* [strip][c][lane] = trow[strip * nr + lane][c] */
+    if (need_strips && attn_dpbf16(p)) { /* [strip][c2][lane] = the pair (2 c2, 2 c2 + 1) of the stored row */
+        const int64_t d2 = (d + 1) / 2;
+        uint32_t *tp = p->tpack;
+        const uint16_t *tab = a->table;
+        memset(tp, 0, sizeof(uint32_t) * (size_t)(nstrips * d2 * nr));
+        for (int64_t row = 0; row < rows; ++row) {
+            const int64_t idx = attn_table_index(a, hi - row), s = row / nr, lane = row % nr;
+            if (idx < 0) continue;
+            const uint16_t *t = tab + idx * d;
+            for (int64_t c2 = 0; c2 < d2; ++c2)
+                tp[(s * d2 + c2) * nr + lane] = (uint32_t)t[2 * c2] | (2 * c2 + 1 < d ? (uint32_t)t[2 * c2 + 1] << 16 : 0u);
+        }
+    } else if (need_strips) { /* [strip][c][lane] = trow[strip * nr + lane][c] */
         memset(p->tpack, 0, bytes);
         for (int64_t s = 0; s < nstrips; ++s)
             for (int64_t lane = 0; lane < nr; ++lane)

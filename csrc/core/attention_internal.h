@@ -68,7 +68,8 @@ struct wavepe_attention_plan {
      * multiple of nr; rows past the range are zero).  With clamp, distances
      * outside the table repeat its edge rows. */
     int64_t pr_lo, pr_hi, prows, nstrips; /* prows == 0: no table work at all */
-    void *tpack;       /* [strip][d][nr]: strips transposed, operand of q . T */
+    void *tpack;       /* [strip][d][nr]: strips transposed, operand of q . T; where attn_dpbf16,
+                        * [strip][ceil(d/2)][nr] uint32 bf16 pairs of the stored table (mk_dp) */
     void *trow;        /* [prows][dpad] row-major, zero padded: operand of ds . T */
     int32_t *strip_clo; /* per strip: columns [clo, chi) hold every nonzero */
     int32_t *strip_chi; /* clo == chi: the strip is all zero */
@@ -119,6 +120,12 @@ static inline int64_t attn_table_index(const wavepe_attention_args *a, int64_t r
 
 void *attn_aligned_alloc(size_t bytes);
 void attn_aligned_free(void *p);
+
+/* Whether the plan's tiled kernels compute q . k and q . T from bf16 pairs
+ * (attention_simd.h's ATTN_DPBF16: bfloat16 under avx512bf16). */
+static inline int attn_dpbf16(const wavepe_attention_plan *p) {
+    return p->isa == WAVEPE_ISA_AVX512BF16 && p->a.dtype == WAVEPE_BF16;
+}
 
 /* Vector lanes of an ISA (isa_table.h). */
 static inline int64_t attn_isa_lanes(wavepe_isa isa, int f64) {

@@ -26,6 +26,14 @@
  * strip by strip of the packed table and only on the columns that hold a
  * nonzero in that strip (scale-major wavelet grids: large distances touch
  * only the high-scale columns); strips outside the support cost nothing.
+ *
+ * bfloat16 on an ISA with a bf16 dot product (the vocabulary's WP_HAS_DPBF16:
+ * avx512bf16's vdpbf16ps): the scores q . k (forward, and the backward's
+ * recomputed P) come from mk_dp instead, on the stored bf16 elements
+ * themselves, paired along d (ATTN_DPBF16 below), and so does the bias
+ * window q . T (the table is in q's dtype: bf16 too) and the backward's
+ * dP = dO . V^T.  The rest -- the softmax, P V and the backward's other
+ * products -- is the float32 path above.
  */
 
 #include <math.h>
@@ -38,6 +46,23 @@
 
 /* Tiles of this type (attention_internal.h): micro-tile MR x NR, NR = 2 vectors. */
 #define NR (2 * VL)
+#if defined(WP_TYPE_BF16) && defined(WP_HAS_DPBF16)
+/* Scores from bf16 pairs (mk_dp): the query rows and the keys packed as they
+ * are stored, two elements of d per 32-bit lane (an odd d's last pair padded
+ * with a zero on both sides), unscaled; scale is applied to the sums.  Every
+ * product q_c k_c is exact in float32 (8-bit significands), so a score
+ * differs from the float32 path's only in rounding: there each product is
+ * fl(scale q_c) k_c added by a chain of d fused multiply-adds; here the sum of
+ * d exact products is accumulated in ceil(d/2) steps of two float32 additions,
+ * then multiplied by scale and added to the bias in one fused multiply-add.
+ * Both are within the usual d * 2^-24 * sum |scale q_c k_c| of the exact
+ * score (+ one rounding of the bias sum); the bias window q . T (over a
+ * strip's nonzero columns, pairs of the bf16 table) likewise.  Non-finite values: the products
+ * of the same elements, so a NaN or inf in q or k gives what the float32 path
+ * gives; a finite product beyond float32's range (|q_c k_c| > 3.4e38, which
+ * bf16's range allows) is inf here where fl(scale q_c) k_c may not be. */
+#define ATTN_DPBF16
+#endif
 #if defined(WP_COMPUTE_F32)
 #define ATTN_FBM (ATTN_FBM_F32 * VL / 8) /* attn_fwd_block_rows */
 #define ATTN_FBN ATTN_FBN_F32
@@ -80,6 +105,7 @@ static inline void FN(s_storeu_n)(S *p, VT v, int64_t n) {
 #endif
 }
 
+#if !defined(ATTN_DPBF16) /* (which packs bf16 pairs instead: pack_strips_dp) */
 /* out[c*NR + lane] = src[lane*ks + c] for NR rows (lanes) and d columns:
  * register transposes of ATTN_TB x ATTN_TB blocks, scalar for the last
  * d % ATTN_TB columns.  Half types: VL columns of the NR rows are widened
@@ -108,6 +134,8 @@ static void FN(transpose_strip)(T *restrict out, const S *src, int64_t ks, int64
         for (int lane = 0; lane < NR; ++lane) out[c0 * NR + lane] = src[lane * ks + c0];
 #endif
 }
+
+#endif
 
 /* ATTN_FBM x ATTN_FBN forward blocks, ATTN_BBM x ATTN_BBN backward blocks */
 #define ATTN_BNMAX (ATTN_FBN > ATTN_BBN ? ATTN_FBN : ATTN_BBN)
@@ -157,6 +185,46 @@ static inline void FN(mk_nt)(int64_t kc, const T *restrict ap, const T *restrict
     V(storeu)(c + 4 * ldc, c40), V(storeu)(c + 4 * ldc + VL, c41);
     V(storeu)(c + 5 * ldc, c50), V(storeu)(c + 5 * ldc + VL, c51);
 }
+
+#if defined(ATTN_DPBF16)
+/* C[t][0..NR) = init[t][0..NR) (or 0) + scale * sum_k2 dot(ap[k2*6 + t], bp[k2*NR + 0..NR)), t < 6,
+ * where dot(a, b) = a.lo * b.lo + a.hi * b.hi of two bf16 pairs (vf32_dpbf16).  edge (NULL: none)
+ * replaces A's first step (edge[0..6)) and last step (edge[6..12)). */
+static inline void FN(mk_dp)(int64_t kc2, const uint32_t *restrict ap, const uint32_t *restrict bp,
+                             const uint32_t *edge, T scale, T *restrict c, int64_t ldc, const T *const *init) {
+    VT c00, c01, c10, c11, c20, c21, c30, c31, c40, c41, c50, c51;
+    c00 = c01 = c10 = c11 = c20 = c21 = c30 = c31 = c40 = c41 = c50 = c51 = V(zero)();
+    for (int64_t k = 0; k < kc2; ++k) {
+        const vi32 b0 = vbf16x2_loadu(bp), b1 = vbf16x2_loadu(bp + VL);
+        const uint32_t *at = ap + k * ATTN_MR;
+        if (edge != NULL && (k == 0 || k == kc2 - 1)) at = edge + (k == 0 ? 0 : ATTN_MR);
+        vi32 a;
+        a = vbf16x2_set1(at[0]), c00 = V(dpbf16)(c00, a, b0), c01 = V(dpbf16)(c01, a, b1);
+        a = vbf16x2_set1(at[1]), c10 = V(dpbf16)(c10, a, b0), c11 = V(dpbf16)(c11, a, b1);
+        a = vbf16x2_set1(at[2]), c20 = V(dpbf16)(c20, a, b0), c21 = V(dpbf16)(c21, a, b1);
+        a = vbf16x2_set1(at[3]), c30 = V(dpbf16)(c30, a, b0), c31 = V(dpbf16)(c31, a, b1);
+        a = vbf16x2_set1(at[4]), c40 = V(dpbf16)(c40, a, b0), c41 = V(dpbf16)(c41, a, b1);
+        a = vbf16x2_set1(at[5]), c50 = V(dpbf16)(c50, a, b0), c51 = V(dpbf16)(c51, a, b1);
+        bp += NR;
+    }
+    const VT vs = V(set1)(scale);
+#define MK_DP_OUT(t, x0, x1)                                                                      \
+    if (init != NULL) {                                                                           \
+        V(storeu)(c + t * ldc, V(fmadd)(vs, x0, V(loadu)(init[t])));                               \
+        V(storeu)(c + t * ldc + VL, V(fmadd)(vs, x1, V(loadu)(init[t] + VL)));                     \
+    } else {                                                                                      \
+        V(storeu)(c + t * ldc, V(mul)(vs, x0));                                                    \
+        V(storeu)(c + t * ldc + VL, V(mul)(vs, x1));                                               \
+    }
+    MK_DP_OUT(0, c00, c01)
+    MK_DP_OUT(1, c10, c11)
+    MK_DP_OUT(2, c20, c21)
+    MK_DP_OUT(3, c30, c31)
+    MK_DP_OUT(4, c40, c41)
+    MK_DP_OUT(5, c50, c51)
+#undef MK_DP_OUT
+}
+#endif
 
 /* C[t][0..NR) += sum_k a[t*a_st + k*a_sk] * b[k*b_sk + 0..NR) for t < rows (1..6).
  * Columns >= cols of b are read as 0 (masked loads: b may be a caller's row of
@@ -221,6 +289,7 @@ static void FN(pack_rows)(T *restrict dst, const S *const *rows, int nrows, int6
 #endif
 }
 
+#if !defined(ATTN_DPBF16)
 /* Keys [0, nk) of a row-major (stride ks) matrix into strips of NR keys,
  * k-major: dst[(s*d + c)*NR + lane] = src[(s*NR + lane)*ks + c]; keys past nk
  * are zero. */
@@ -237,6 +306,54 @@ static void FN(pack_strips)(T *restrict dst, const S *src, int64_t ks, int64_t n
             for (int64_t lane = 0; lane < NR; ++lane)
                 out[c * NR + lane] = lane < lanes ? S_TO_T(src[(s * NR + lane) * ks + c]) : (T)0;
     }
+}
+
+#endif
+
+#if defined(ATTN_DPBF16)
+/* Elements c and c + 1 of a stored bf16 row as one pair (c + 1 == d: a zero). */
+static inline uint32_t FN(bf16_pair)(const S *row, int64_t c, int64_t d) {
+    return (uint32_t)row[c] | (c + 1 < d ? (uint32_t)row[c + 1] << 16 : 0u);
+}
+
+/* dst[c2*6 + t] = the pair (rows[t][2 c2], rows[t][2 c2 + 1]) for t < nrows,
+ * 0 for the other rows; c2 < ceil(d/2).  Unscaled, as stored. */
+static void FN(pack_rows_dp)(uint32_t *restrict dst, const S *const *rows, int nrows, int64_t d) {
+    const int64_t d2 = (d + 1) / 2;
+    for (int t = 0; t < ATTN_MR; ++t)
+        for (int64_t c2 = 0; c2 < d2; ++c2) dst[c2 * ATTN_MR + t] = t < nrows ? FN(bf16_pair)(rows[t], 2 * c2, d) : 0u;
+}
+
+/* Keys [0, nk) as pack_strips does, in pairs: dst[(s*d2 + c2)*NR + lane] =
+ * the pair (c = 2 c2, 2 c2 + 1) of key s*NR + lane; keys past nk are zero. */
+static void FN(pack_strips_dp)(uint32_t *restrict dst, const S *src, int64_t ks, int64_t nk, int64_t d) {
+    const int64_t nstrip = (nk + NR - 1) / NR, d2 = (d + 1) / 2;
+    for (int64_t s = 0; s < nstrip; ++s) {
+        uint32_t *out = dst + s * d2 * NR;
+        for (int64_t lane = 0; lane < NR; ++lane) {
+            const int64_t j = s * NR + lane;
+            if (j >= nk) {
+                for (int64_t c2 = 0; c2 < d2; ++c2) out[c2 * NR + lane] = 0u;
+                continue;
+            }
+            const S *row = src + j * ks;
+            for (int64_t c2 = 0; c2 < d2; ++c2) out[c2 * NR + lane] = FN(bf16_pair)(row, 2 * c2, d);
+        }
+    }
+}
+#endif
+
+/* Rows of a block (keys, or the backward's values) packed as the B operand of
+ * q . k-type products: float32 strips (pack_strips, into kp) or, with
+ * ATTN_DPBF16, bf16 pair strips (into kpb). */
+static void FN(pack_keys)(T *kp, uint32_t *kpb, const S *src, int64_t ks, int64_t nk, int64_t d) {
+#if defined(ATTN_DPBF16)
+    (void)kp;
+    FN(pack_strips_dp)(kpb, src, ks, nk, d);
+#else
+    (void)kpb;
+    FN(pack_strips)(kp, src, ks, nk, d);
+#endif
 }
 
 /* Rows [0, nk) of a row-major matrix (stride vs, d columns) as column panels
@@ -277,7 +394,10 @@ static void FN(pack_panels)(T *restrict dst, int64_t ldp, const S *src, int64_t 
 typedef struct {
     const wavepe_attention_plan *p;
     T *qp;     /* packed scaled query groups [group][d][6] */
-    T *kp;     /* packed key strips of the current block */
+    T *kp;     /* packed key strips of the current block (ATTN_DPBF16: unused) */
+    uint32_t *qb;  /* ATTN_DPBF16: query groups as bf16 pairs [group][ceil(d/2)][6], unscaled */
+    uint32_t *kpb; /* ATTN_DPBF16: key strips of the current block as bf16 pairs */
+    uint32_t *dob, *vpb; /* ATTN_DPBF16, backward: dout groups and value strips as bf16 pairs (dop, vp unused) */
     T *vp;     /* forward: value panels; backward: packed value strips */
     T *dop;    /* backward: packed dout groups */
     T *s;      /* scores / P: rows x ATTN_SLD */
@@ -305,6 +425,7 @@ typedef struct {
     int64_t klo[ATTN_MR], khi[ATTN_MR]; /* the keys [klo, khi) each row sees (wavepe_attention_keys) */
     T slope[ATTN_MR];        /* ALiBi slope of each row's head */
     const T *qp;             /* packed scaled rows [d][6] */
+    const uint32_t *qb;      /* ATTN_DPBF16: the rows as bf16 pairs [ceil(d/2)][6] (else NULL) */
     const T *qr;             /* narrow groups (rows <= ATTN_NARROW_ROWS): scaled rows, stride dpad; else NULL */
 } FN(group);
 
@@ -382,6 +503,26 @@ static int FN(group_bias)(FN(work) * w, const FN(group) * g, const FN(kblock) * 
             const int64_t width = p_last - p_base + 1 + NR;
             for (int t = 0; t < ATTN_MR; ++t)
                 for (int64_t j = 0; j < width; j += VL) V(storeu)(w->g + t * ATTN_GLD + j, V(zero)());
+#if defined(ATTN_DPBF16)
+            /* the pairs holding columns [clo, chi); a half of an edge pair outside them is masked off
+             * in q (the table is zero there, but an inf in q times 0 would be NaN) */
+            const uint32_t *tp = (const uint32_t *)p->tpack;
+            const int64_t d2 = (d + 1) / 2;
+            for (int64_t st = s_lo; st <= s_hi; ++st) {
+                const int64_t clo = p->strip_clo[st], chi = p->strip_chi[st];
+                if (chi <= clo) continue;
+                const int64_t c2lo = clo / 2, c2hi = (chi + 1) / 2;
+                const uint32_t mlo = clo % 2 ? 0xFFFF0000u : 0xFFFFFFFFu, mhi = chi % 2 ? 0x0000FFFFu : 0xFFFFFFFFu;
+                uint32_t edge[2 * ATTN_MR];
+                const int split = (mlo & mhi) != 0xFFFFFFFFu;
+                for (int t = 0; split && t < ATTN_MR; ++t) {
+                    edge[t] = g->qb[c2lo * ATTN_MR + t] & mlo & (c2hi - c2lo == 1 ? mhi : 0xFFFFFFFFu);
+                    edge[ATTN_MR + t] = g->qb[(c2hi - 1) * ATTN_MR + t] & mhi & (c2hi - c2lo == 1 ? mlo : 0xFFFFFFFFu);
+                }
+                FN(mk_dp)(c2hi - c2lo, g->qb + c2lo * ATTN_MR, tp + (st * d2 + c2lo) * NR, split ? edge : NULL,
+                          (T)p->a.scale, w->g + (st * NR - p_base), ATTN_GLD, NULL);
+            }
+#else
             const T *tp = (const T *)p->tpack;
             for (int64_t st = s_lo; st <= s_hi; ++st) {
                 const int64_t clo = p->strip_clo[st], chi = p->strip_chi[st];
@@ -389,6 +530,7 @@ static int FN(group_bias)(FN(work) * w, const FN(group) * g, const FN(kblock) * 
                 FN(mk_nt)(chi - clo, g->qp + clo * ATTN_MR, tp + (st * d + clo) * NR, w->g + (st * NR - p_base),
                           ATTN_GLD, NULL);
             }
+#endif
             for (int t = 0; t < ATTN_MR; ++t) {
                 const int tt = jv[t] > 0 ? t : t_ok;
                 init[t] = w->g + t * ATTN_GLD + (p->pr_hi - g->pos[tt] + kb->n0 - p_base);
@@ -433,7 +575,12 @@ static void FN(group_scores)(FN(work) * w, const FN(group) * g, const FN(kblock)
         const T *ini[ATTN_MR];
         if (has_init)
             for (int t = 0; t < ATTN_MR; ++t) ini[t] = init[t] + st * NR;
+#if defined(ATTN_DPBF16)
+        const int64_t d2 = (d + 1) / 2;
+        FN(mk_dp)(d2, g->qb, w->kpb + st * d2 * NR, NULL, (T)w->p->a.scale, s + st * NR, lds, has_init ? ini : NULL);
+#else
         FN(mk_nt)(d, g->qp, w->kp + st * d * NR, s + st * NR, lds, has_init ? ini : NULL);
+#endif
     }
 }
 
@@ -796,7 +943,7 @@ static void FN(rows_over_keys)(FN(work) * w, FN(group) * groups, int64_t ngroups
         int wide = 0;
         for (int64_t gi = 0; gi < ngroups; ++gi) wide |= groups[gi].qr == NULL;
         if (wide) {
-            FN(pack_strips)(w->kp, kb.k, kb.ks, kb.nk, d);
+            FN(pack_keys)(w->kp, w->kpb, kb.k, kb.ks, kb.nk, d);
             FN(pack_panels)(w->vp, ATTN_FBN, kb.v, kb.vs, kb.nk, d, kb.masked ? w->kpm : NULL);
         }
         for (int64_t gi = 0; gi < ngroups; ++gi)
@@ -815,11 +962,16 @@ static int FN(work_alloc)(FN(work) * w, const wavepe_attention_plan *p, int64_t 
     const int64_t rpad = (rows + ATTN_MR - 1) / ATTN_MR * ATTN_MR;
     const int64_t bwd = p->backward;
     const int64_t dgt_ld = ATTN_BBM + ATTN_BBN + 2 * NR;
-    int64_t sizes[24] = {
+#if defined(ATTN_DPBF16)
+    const int64_t kp_size = 0, dp_d2 = (d + 1) / 2, bwd_f32 = 0; /* the backward's dP from pairs too */
+#else
+    const int64_t kp_size = ATTN_BNMAX * d, dp_d2 = 0, bwd_f32 = bwd;
+#endif
+    int64_t sizes[28] = {
         rpad * d,                           /* qp */
-        ATTN_BNMAX * d,                     /* kp */
-        bwd ? ATTN_BBN * d : ATTN_FBN * dpad, /* vp */
-        bwd ? rpad * d : 0,                 /* dop */
+        kp_size,                            /* kp */
+        bwd ? bwd_f32 * ATTN_BBN * d : ATTN_FBN * dpad, /* vp */
+        bwd_f32 * rpad * d,                 /* dop */
         (bwd ? ATTN_BBM : ATTN_MR) * ATTN_SLD, /* s */
         bwd ? ATTN_BBM * ATTN_SLD : 0,      /* ds */
         ATTN_MR * ATTN_GLD,                 /* g */
@@ -843,9 +995,13 @@ static int FN(work_alloc)(FN(work) * w, const wavepe_attention_plan *p, int64_t 
 #else
         0,
 #endif
+        rpad * dp_d2,                       /* qb (uint32_t, as large as T) */
+        ATTN_BNMAX * dp_d2,                 /* kpb (uint32_t) */
+        bwd * rpad * dp_d2,                 /* dob (uint32_t) */
+        bwd * ATTN_BBN * dp_d2,             /* vpb (uint32_t) */
     };
     int64_t total = 0;
-    for (int i = 0; i < 24; ++i) {
+    for (int i = 0; i < 28; ++i) {
         sizes[i] = (sizes[i] + 15) / 16 * 16; /* 64-byte aligned pieces */
         if (wavepe_add_overflow(total, sizes[i], &total)) return WAVEPE_E_OVERFLOW;
     }
@@ -856,8 +1012,10 @@ static int FN(work_alloc)(FN(work) * w, const wavepe_attention_plan *p, int64_t 
     T **slots[24] = {&w->qp,  &w->kp,  &w->vp, &w->dop, &w->s,  &w->ds,   &w->g,    &w->al,
                      &w->kpm, &w->o,   &w->mst, &w->lst, &w->dqa, &w->dka, &w->dva, &w->dgt,
                      NULL,    &w->qr,  &w->zr, &w->kpan, &w->qpan, &w->dopan, &w->rbad, &w->dqh};
-    for (int i = 0; i < 24; ++i) {
-        if (slots[i] != NULL) *slots[i] = sizes[i] ? base : NULL;
+    uint32_t **uslots[4] = {&w->qb, &w->kpb, &w->dob, &w->vpb}; /* pieces 24.. */
+    for (int i = 0; i < 28; ++i) {
+        if (i >= 24) *uslots[i - 24] = sizes[i] ? (uint32_t *)base : NULL;
+        else if (slots[i] != NULL) *slots[i] = sizes[i] ? base : NULL;
         else w->dvec = sizes[i] ? (double *)base : NULL;
         base += sizes[i];
     }
@@ -874,6 +1032,22 @@ static void FN(state_reset)(FN(work) * w, int64_t rows) {
         w->mst[i] = -(T)INFINITY;
         w->lst[i] = (T)0;
     }
+}
+
+/* Group gi's rows rp (nrows of them) into the packed operands: scaled
+ * float32 (g->qp) and, with ATTN_DPBF16, the bf16 pairs of the scores (g->qb). */
+static void FN(pack_group)(FN(work) * w, FN(group) * g, int64_t gi, const S *const *rp, int nrows, int64_t d,
+                           T scale) {
+    T *dst = w->qp + gi * ATTN_MR * d;
+    FN(pack_rows)(dst, rp, nrows, d, scale);
+    g->qp = dst;
+#if defined(ATTN_DPBF16)
+    uint32_t *qb = w->qb + gi * ATTN_MR * ((d + 1) / 2);
+    FN(pack_rows_dp)(qb, rp, nrows, d);
+    g->qb = qb;
+#else
+    g->qb = NULL;
+#endif
 }
 
 /* Query rows of one head: pack them scaled into groups. */
@@ -894,9 +1068,7 @@ static void FN(pack_query_groups)(FN(work) * w, FN(group) * groups, int64_t b, i
             FN(set_row)(a, g, t, b, a->q_offset + m0 + i);
             g->slope[t] = slope;
         }
-        T *dst = w->qp + gi * ATTN_MR * d;
-        FN(pack_rows)(dst, rp, g->rows, d, (T)a->scale);
-        g->qp = dst;
+        FN(pack_group)(w, g, gi, rp, g->rows, d, (T)a->scale);
         g->qr = NULL;
     }
 }
@@ -976,9 +1148,7 @@ int FN(attn_fwd_decode)(wavepe_attention_plan *p, int64_t begin, int64_t end) {
                 FN(set_row)(a, g, t, b, a->q_offset + m);
                 g->slope[t] = p->bias == ATTN_BIAS_ALIBI ? ((const T *)a->slopes)[h] : (T)0;
             }
-            T *dst = w.qp + gi * ATTN_MR * d;
-            FN(pack_rows)(dst, rp, g->rows, d, (T)a->scale);
-            g->qp = dst;
+            FN(pack_group)(&w, g, gi, rp, g->rows, d, (T)a->scale);
             g->qr = NULL;
             if (rows <= ATTN_NARROW_ROWS) { /* narrow: a few query rows against the chunk */
                 for (int t = 0; t < g->rows; ++t)
@@ -1091,9 +1261,16 @@ static void FN(tile_backward)(FN(work) * w, FN(group) * groups, int64_t b, int64
         const int64_t j0 = FN(first_key)(g, jl, jv);
         FN(group_scores)(w, g, kb, jv, j0, jmax, ps, ATTN_SLD);
         const int64_t nstrip = (jmax + NR - 1) / NR;
+#if defined(ATTN_DPBF16) /* dP = dO . V^T from the stored pairs (exact products, as the scores) */
+        const int64_t d2 = (d + 1) / 2;
+        const uint32_t *dob = w->dob + gi * ATTN_MR * d2;
+        for (int64_t st = j0 / NR; st < nstrip; ++st)
+            FN(mk_dp)(d2, dob, w->vpb + st * d2 * NR, NULL, (T)1, dss + st * NR, ATTN_SLD, NULL);
+#else
         const T *dop = w->dop + gi * ATTN_MR * d;
         for (int64_t st = j0 / NR; st < nstrip; ++st)
             FN(mk_nt)(d, dop, w->vp + st * d * NR, dss + st * NR, ATTN_SLD, NULL);
+#endif
         VT vslope = V(zero)();
         for (int t = 0; t < ATTN_MR; ++t) {
             T *prow = ps + t * ATTN_SLD, *drow = dss + t * ATTN_SLD;
@@ -1262,8 +1439,8 @@ static void FN(unit_backward)(FN(work) * w, FN(group) * groups, int64_t unit, T 
         if (mend <= 0 || mend <= mfirst) continue;
         const int64_t i0 = mfirst > 0 ? mfirst / ATTN_BBM : 0;
         const int64_t i1 = ((mend < M ? mend : M) + ATTN_BBM - 1) / ATTN_BBM;
-        FN(pack_strips)(w->kp, kb.k, kb.ks, kb.nk, d);
-        FN(pack_strips)(w->vp, kb.v, kb.vs, kb.nk, d);
+        FN(pack_keys)(w->kp, w->kpb, kb.k, kb.ks, kb.nk, d);
+        FN(pack_keys)(w->vp, w->vpb, kb.v, kb.vs, kb.nk, d);
         FN(pack_panels)(w->kpan, ATTN_BBN, kb.k, kb.ks, kb.nk, d, kb.masked ? w->kpm : NULL);
         memset(w->dka, 0, sizeof(T) * (size_t)(ATTN_BBN * dpad));
         memset(w->dva, 0, sizeof(T) * (size_t)(ATTN_BBN * dpad));
@@ -1276,7 +1453,11 @@ static void FN(unit_backward)(FN(work) * w, FN(group) * groups, int64_t unit, T 
                 for (int t = 0; t < ATTN_MR; ++t)
                     rp[t] = (const S *)a->dout +
                             attn_off(a->dout_strides, b, h, m0 + gi * ATTN_MR + (t < gr ? t : 0));
+#if defined(ATTN_DPBF16)
+                FN(pack_rows_dp)(w->dob + gi * ATTN_MR * ((d + 1) / 2), rp, gr, d);
+#else
                 FN(pack_rows)(w->dop + gi * ATTN_MR * d, rp, gr, d, (T)1);
+#endif
             }
             const S *qblk = (const S *)a->q + attn_off(a->q_strides, b, h, m0);
             const S *doblk = (const S *)a->dout + attn_off(a->dout_strides, b, h, m0);
@@ -1321,4 +1502,5 @@ int FN(attn_bwd)(wavepe_attention_plan *p, int64_t begin, int64_t end) {
 #undef ATTN_BBM
 #undef ATTN_BBN
 #undef ATTN_TB
+#undef ATTN_DPBF16
 #include "simd_type_end.h"

@@ -46,6 +46,21 @@ static int detect_avx512(void) {
     return has_avx512 && (read_xcr0() & 0xE0) == 0xE0;
 #endif
 }
+
+/* AVX-512 as above, plus AVX512_BF16 (cpuid leaf 7 subleaf 1, eax bit 5:
+ * vdpbf16ps, vcvtne2ps2bf16), which uses no state beyond AVX-512's. */
+static int detect_avx512bf16(void) {
+    if (!detect_avx512()) return 0;
+#if defined(WAVEPE_SIMDE_AVX512)
+    return 1; /* test build: SIMDe emulates vdpbf16ps too */
+#else
+    unsigned int eax, ebx, ecx, edx;
+    /* leaf 7 subleaf 0's eax: the last subleaf there is */
+    if (!__get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx) || eax < 1) return 0;
+    if (!__get_cpuid_count(7, 1, &eax, &ebx, &ecx, &edx)) return 0;
+    return (eax >> 5) & 1;
+#endif
+}
 #endif
 
 #if defined(__aarch64__)

@@ -4,7 +4,8 @@
  * compiled from one template per kernel family over a vector vocabulary
  * (simd_avx2.h, simd_avx512.h on x86-64; simd_neon.h on AArch64).  The ISAs
  * are listed once, in isa_table.h: AVX2+FMA (x86-64-v3), AVX-512 F/BW/VL/DQ
- * (x86-64-v4), NEON (AArch64's Advanced SIMD).  Callers ask for the active ISA
+ * (x86-64-v4), AVX-512 with AVX512_BF16 (avx512bf16: the AVX-512 kernels, and
+ * vdpbf16ps in the bf16 attention), NEON (AArch64's Advanced SIMD).  Callers ask for the active ISA
  * once per operation and pass it to the kernels, so one operation never
  * mixes variants even when the environment changes meanwhile.
  */

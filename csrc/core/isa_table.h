@@ -8,6 +8,12 @@
  * vocabulary header simd_<name>.h, one instantiation file <family>_<name>.c
  * per family, a detection function detect_<name>() in isa.c, and a build
  * rule for <family>_<name>.c (python/wavepe/_build/recipe.py SUFFIX_RULES).
+ * An ISA that extends another may share its vocabulary and templates:
+ * avx512bf16 is AVX-512 plus AVX512_BF16 (vdpbf16ps); each of its files
+ * <family>_avx512bf16.c defines WAVEPE_AVX512BF16 and includes
+ * <family>_avx512.c, and simd_avx512.h then names the kernels *_avx512bf16
+ * and adds the bf16 dot product, which only attention's bfloat16 kernels
+ * use (attention_simd.h); every other kernel is the AVX-512 code.
  *
  *   X(ID, name, arch, lanes_f32, lanes_f64, ...)
  *
@@ -28,7 +34,8 @@
     X(SCALAR, scalar, NONE, 1, 1, __VA_ARGS__)                                                   \
     X(AVX2, avx2, X86_64, 8, 4, __VA_ARGS__)                                                     \
     X(AVX512, avx512, X86_64, 16, 8, __VA_ARGS__)                                                \
-    X(NEON, neon, AARCH64, 4, 2, __VA_ARGS__)
+    X(NEON, neon, AARCH64, 4, 2, __VA_ARGS__)                                                    \
+    X(AVX512BF16, avx512bf16, X86_64, 16, 8, __VA_ARGS__)
 
 /* WAVEPE_IF_VECTOR_<arch>(...): its arguments where this build compiles the
  * vector kernels of <arch>, nothing elsewhere. */

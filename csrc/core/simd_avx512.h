@@ -8,6 +8,10 @@
  * On a CPU without AVX-512, tests build the same translation units against
  * SIMDe (WAVEPE_SIMDE_AVX512, the Makefile's ctest-simde), which implements these intrinsics
  * with AVX2; only intrinsics SIMDe provides are used here.
+ *
+ * With WAVEPE_AVX512BF16 defined (the avx512bf16 ISA's files, compiled with
+ * -mavx512bf16 in addition) the kernels are named *_avx512bf16 and the
+ * vocabulary has the bf16 dot product (WP_HAS_DPBF16, at the end).
  */
 #ifndef WAVEPE_SIMD_AVX512_H
 #define WAVEPE_SIMD_AVX512_H
@@ -25,7 +29,11 @@
 #endif
 #include <stdint.h>
 
+#if defined(WAVEPE_AVX512BF16)
+#define WP_SIMD_NAME avx512bf16
+#else
 #define WP_SIMD_NAME avx512
+#endif
 #define WP_VL_F32 16
 #define WP_VL_F64 8
 
@@ -347,5 +355,31 @@ static inline __m256i wp_avx512_cvtpd_epi32(vf64 v) { return _mm512_cvtpd_epi32(
 static inline vi32 vi32_from_f64x2(vf64 lo, vf64 hi) {
     return _mm512_inserti64x4(_mm512_castsi256_si512(wp_avx512_cvtpd_epi32(lo)), wp_avx512_cvtpd_epi32(hi), 1);
 }
+
+/* ==== bfloat16 dot product (AVX512_BF16) ================================= */
+
+#if defined(WAVEPE_AVX512BF16)
+#include <string.h>
+#define WP_HAS_DPBF16
+/* A vi32 of bf16 pairs: lane i holds elements 2i (low 16 bits) and 2i + 1
+ * (high 16 bits), stored as they are. */
+static inline vi32 vbf16x2_loadu(const uint32_t *p) { return _mm512_loadu_si512((const void *)p); }
+static inline vi32 vbf16x2_set1(uint32_t pair) { return _mm512_set1_epi32((int32_t)pair); }
+static inline __m512bh wp_avx512_as_bh(vi32 x) {
+    __m512bh r; /* a reinterpretation (the two types' casts differ between compilers and SIMDe) */
+    memcpy(&r, &x, sizeof r);
+    return r;
+}
+/* acc + a.lo * b.lo + a.hi * b.hi per lane (vdpbf16ps): the products of two
+ * bf16 are exact in float32.  Intel's definition adds them to acc one after
+ * the other, each addition rounded to nearest even, with denormal inputs read
+ * as zero and denormal results flushed to zero whatever MXCSR says (what the
+ * kernels' FTZ/DAZ environment gives the float32 arithmetic too); SIMDe's
+ * emulation may add them in another order.  Either way: two roundings per
+ * step, so results are not bit-identical across implementations. */
+static inline vf32 vf32_dpbf16(vf32 acc, vi32 a, vi32 b) {
+    return _mm512_dpbf16_ps(acc, wp_avx512_as_bh(a), wp_avx512_as_bh(b));
+}
+#endif
 
 #endif

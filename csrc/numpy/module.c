@@ -83,7 +83,7 @@ static PyObject *py_wavelet_support_t(PyObject *self, PyObject *args) {
 }
 
 static PyMethodDef module_methods[] = {
-    {"cpu_isa", py_cpu_isa, METH_NOARGS, "The best ISA the CPU supports: 'avx512', 'avx2', 'neon' or 'scalar'."},
+    {"cpu_isa", py_cpu_isa, METH_NOARGS, "The best ISA the CPU supports: 'avx512bf16', 'avx512', 'avx2', 'neon' or 'scalar'."},
     {"supported_isas", py_supported_isas, METH_NOARGS,
      "The ISAs this machine runs (the names WAVEPE_ISA takes), scalar first, in the core's table order."},
     {"active_isa", py_active_isa, METH_NOARGS,

@@ -31,8 +31,8 @@ __all__ = [
 
 
 def cpu_isa() -> str:
-    """The best instruction set this CPU (and OS) supports among wavepe's kernels: 'avx512', 'avx2' (x86-64),
-    'neon' (AArch64) or 'scalar'."""
+    """The best instruction set this CPU (and OS) supports among wavepe's kernels: 'avx512bf16' (AVX-512 with
+    AVX512_BF16), 'avx512', 'avx2' (x86-64), 'neon' (AArch64) or 'scalar'."""
     from . import _ufuncs
 
     return _ufuncs.cpu_isa()
@@ -47,7 +47,7 @@ def supported_isas() -> tuple[str, ...]:
 
 
 def active_isa() -> str:
-    """The instruction set kernels use now: :func:`cpu_isa`, or ``WAVEPE_ISA=scalar|avx2|avx512|neon``.
+    """The instruction set kernels use now: :func:`cpu_isa`, or ``WAVEPE_ISA=scalar|avx2|avx512|avx512bf16|neon``.
 
     Raises ValueError when ``WAVEPE_ISA`` names an instruction set this CPU cannot run
     (every operation raises the same error).  ``WAVEPE_FORCE_SCALAR=1`` (older spelling)

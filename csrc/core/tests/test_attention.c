@@ -438,6 +438,113 @@ static void check_tiles_sum(const shape *s) {
     free_inputs(&in);
 }
 
+#if defined(__x86_64__) || defined(_M_X64)
+/* One bf16 forward of shape s with the given ISA into out (B*H*M*d bf16) and lse (float32). */
+static void bf16_forward(wavepe_isa isa, const shape *s, const inputs *in, const void *q, const void *k,
+                         const void *v, const void *tab, const void *sl, void *out, void *lse, int mark_neg_inf) {
+    wavepe_attention_args a;
+    set_args(&a, WAVEPE_BF16, s, in, (void *)q, (void *)k, (void *)v, (void *)tab, (void *)sl, out, lse);
+    a.mark_neg_inf = mark_neg_inf;
+    wavepe_attention_plan *plan;
+    CHECK(wavepe_attention_fwd_plan(isa, &a, &plan, NULL) == WAVEPE_OK);
+    CHECK(run_all(plan) == WAVEPE_OK);
+    wavepe_attention_plan_free(plan);
+}
+
+/* avx512bf16's bfloat16 scores and bias window (vdpbf16ps on the stored pairs, attention_simd.h's mk_dp) against the
+ * float64 oracle of the rounded inputs, with the bound of the scores' rounding:
+ *   |score - exact| <= (d + 3) 2^-24 scale sum_c |q_c k_c| (to first order; + the bias, alike):
+ *   exact bf16 products, ceil(d/2) steps of two rounded additions each (d in all), the scale and the
+ *   bias in one fused multiply-add; the float32 path's own bound is alike ((d + 2) 2^-24 ...: scale q_c
+ *   rounded, d fused multiply-adds).  With |q|, |k| <= 1.5,
+ *   sum_c |q_c k_c| <= 2.25 d.  A score error ds moves lse by at most ds and out by at most
+ *   2 ds max|v| (softmax weights move by sum_j |dp_j| <= 2 ds), |v| <= 1; the rest (exp, P V, the
+ *   divide) is the float32 path's, within check_shape's 2e-5, and out is rounded once to bf16
+ *   (half an ulp, 2^-8 relative).
+ * The same inputs under avx512 (the float32 path) agree within the same bounds but not bit for bit
+ * (one lse at least differs: the new kernel ran).  The tables are zero in columns < 3 and >= d - 3, so that
+ * q . T runs over pairs cut at both ends (odd first or last column).  Non-finite q / k: NaN and inf where
+ * avx512 has them (the products are of the same elements), also with mark_neg_inf and an inf in q where the
+ * table is zero (column 2) facing keys that are all negative there (every score -inf: out 0, lse +inf). */
+static void check_bf16dot(void) {
+    /* B, H, Hkv, M, N, d, off, causal, bias, clamp, kpm, packed */
+    const shape shapes[] = {
+        {2, 2, 1, 40, 300, 20, 260, 1, 1, 0, 0, 0},  /* tiled, table bias, GQA */
+        {1, 2, 2, 50, 290, 9, 240, 1, 2, 0, 1, 0},   /* odd d (a padded pair), ALiBi, key padding */
+        {1, 1, 1, 13, 77, 1, 0, 0, 0, 0, 0, 0},      /* d = 1: one pair, half padding */
+        {1, 3, 3, 101, 101, 33, 0, 0, 1, 1, 0, 0},   /* odd d, clamped table */
+        {2, 2, 1, 3, 700, 24, 697, 1, 1, 0, 1, 0},   /* decode path (split keys), 6-row groups */
+        {1, 2, 1, 120, 400, 12, 250, 1, 1, 0, 0, 6}, /* packed documents */
+    };
+    int any_differs = 0;
+    for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; ++si) {
+        const shape *s = &shapes[si];
+        inputs in;
+        make_inputs(s, &in, 5150 + si);
+        for (int64_t r = 0; r < in.R; ++r)
+            for (int64_t c = 0; c < s->d; ++c)
+                if (s->d >= 8 && (c < 3 || c >= s->d - 3)) in.table[r * s->d + c] = 0.0;
+        const int64_t nq = s->B * s->H * s->M * s->d, nk = s->B * s->Hkv * s->N * s->d, nl = s->B * s->H * s->M;
+        inputs rin = in;
+        rin.q = rounded(in.q, nq, WAVEPE_BF16), rin.k = rounded(in.k, nk, WAVEPE_BF16);
+        rin.v = rounded(in.v, nk, WAVEPE_BF16), rin.table = rounded(in.table, in.R * s->d, WAVEPE_BF16);
+        double *want = malloc(sizeof(double) * (size_t)(nq + 1)), *want_lse = malloc(sizeof(double) * (size_t)(nl + 1));
+        oracle(s, &rin, want, want_lse);
+        void *q = conv(in.q, nq, WAVEPE_BF16), *k = conv(in.k, nk, WAVEPE_BF16), *v = conv(in.v, nk, WAVEPE_BF16);
+        void *tab = conv(in.table, in.R * s->d, WAVEPE_BF16), *sl = conv(in.slopes, s->H, WAVEPE_F32);
+        const double scale = 1.0 / sqrt((double)s->d);
+        const double ds = ((double)s->d + 3) * 0x1p-24 * scale * 2.25 * (double)s->d;
+        void *out[2], *lse[2];
+        for (int which = 0; which < 2; ++which) {
+            out[which] = calloc((size_t)nq + 1, 2), lse[which] = calloc((size_t)nl + 1, 4);
+            bf16_forward(which ? WAVEPE_ISA_AVX512BF16 : WAVEPE_ISA_AVX512, s, &in, q, k, v, tab, sl, out[which],
+                         lse[which], 0);
+            for (int64_t i = 0; i < nq; ++i)
+                CHECK_CLOSE(get(out[which], i, WAVEPE_BF16), want[i], 0x1p-8, 2e-5 + 2 * ds);
+            for (int64_t i = 0; i < nl; ++i) {
+                if (want_lse[i] == -INFINITY) CHECK(get(lse[which], i, WAVEPE_F32) == -INFINITY);
+                else CHECK_CLOSE(get(lse[which], i, WAVEPE_F32), want_lse[i], 2e-5, 2e-5 + ds);
+            }
+        }
+        for (int64_t i = 0; i < nl; ++i) any_differs |= get(lse[0], i, WAVEPE_F32) != get(lse[1], i, WAVEPE_F32);
+
+        /* non-finite elements: infs in query rows, a NaN key (causal: the last), an inf key */
+        uint16_t *qh = q, *kh = k;
+        qh[1 * s->d] = wp_f32_to_bf16(INFINITY);
+        if (nq > 3 * s->d) qh[3 * s->d + s->d - 1] = wp_f32_to_bf16(-INFINITY);
+        if (s->causal) kh[(s->N - 1) * s->d] = wp_f32_to_bf16(NAN); /* seen by the last rows only */
+        if (s->N > 5) kh[5 * s->d + s->d / 2] = wp_f32_to_bf16(INFINITY);
+        for (int mark = 0; mark < 2; ++mark) {
+            if (mark && s->d >= 8) { /* row 2: q = +inf at column 2, every key -0.5 there (and key 5 finite) */
+                qh[2 * s->d + 2] = wp_f32_to_bf16(INFINITY);
+                if (s->N > 5) kh[5 * s->d + s->d / 2] = wp_f32_to_bf16(0.25f);
+                for (int64_t j = 0; j < nk / s->d; ++j) kh[j * s->d + 2] = wp_f32_to_bf16(-0.5f);
+            }
+            for (int which = 0; which < 2; ++which)
+                bf16_forward(which ? WAVEPE_ISA_AVX512BF16 : WAVEPE_ISA_AVX512, s, &in, q, k, v, tab, sl, out[which],
+                             lse[which], mark);
+            for (int64_t i = 0; i < nq; ++i) {
+                const double x = get(out[1], i, WAVEPE_BF16), y = get(out[0], i, WAVEPE_BF16);
+                if (isnan(y) || isinf(y)) CHECK((isnan(x) && isnan(y)) || x == y);
+                else CHECK_CLOSE(x, y, 2 * 0x1p-8, 4e-5 + 4 * ds);
+            }
+            for (int64_t i = 0; i < nl; ++i) {
+                const double x = get(lse[1], i, WAVEPE_F32), y = get(lse[0], i, WAVEPE_F32);
+                if (isnan(y) || isinf(y)) CHECK((isnan(x) && isnan(y)) || x == y);
+                else CHECK_CLOSE(x, y, 4e-5, 4e-5 + 2 * ds);
+            }
+            if (mark && s->d >= 8 && s->bias == 1 && !s->kpm && s->M > 2) /* the case it sets up: out 0, lse +inf */
+                CHECK(get(lse[1], 2, WAVEPE_F32) == INFINITY);
+        }
+        for (int which = 0; which < 2; ++which) free(out[which]), free(lse[which]);
+        free(q), free(k), free(v), free(tab), free(sl), free(want), free(want_lse);
+        free(rin.q), free(rin.k), free(rin.v), free(rin.table);
+        free_inputs(&in);
+    }
+    CHECK(any_differs);
+}
+#endif
+
 void test_attention(void) {
     /* B, H, Hkv, M, N, d, off, causal, bias, clamp, kpm */
     const shape shapes[] = {
@@ -482,6 +589,9 @@ void test_attention(void) {
         {1, 2, 1, 201, 201, 8, 0, 0, 0, 0, 0, 0}, /* not packed, not causal: tiles with q_offset <= -M */
     };
     for (size_t i = 0; i < sizeof rows / sizeof rows[0]; ++i) check_tiles_sum(&rows[i]);
+#if defined(__x86_64__) || defined(_M_X64)
+    if (wavepe_test_isa == WAVEPE_ISA_AVX512BF16) check_bf16dot();
+#endif
 
     /* validation */
     wavepe_attention_args a;

@@ -24,8 +24,13 @@ void test_isa_table(void) {
 #if defined(__x86_64__) || defined(_M_X64)
     CHECK(!wavepe_isa_supported(WAVEPE_ISA_NEON));
     CHECK(!wavepe_isa_supported(WAVEPE_ISA_AVX512) || wavepe_isa_supported(WAVEPE_ISA_AVX2));
+    /* avx512bf16 is AVX-512 plus AVX512_BF16: never without avx512, and the preferred one where it runs */
+    CHECK(!wavepe_isa_supported(WAVEPE_ISA_AVX512BF16) || wavepe_isa_supported(WAVEPE_ISA_AVX512));
+    CHECK(!wavepe_isa_supported(WAVEPE_ISA_AVX512BF16) || wavepe_cpu_isa() == WAVEPE_ISA_AVX512BF16);
+    CHECK(wavepe_isa_lanes_f32(WAVEPE_ISA_AVX512BF16) == wavepe_isa_lanes_f32(WAVEPE_ISA_AVX512));
 #elif defined(__aarch64__)
     CHECK(!wavepe_isa_supported(WAVEPE_ISA_AVX2) && !wavepe_isa_supported(WAVEPE_ISA_AVX512));
+    CHECK(!wavepe_isa_supported(WAVEPE_ISA_AVX512BF16));
     CHECK(wavepe_isa_supported(WAVEPE_ISA_NEON)); /* every AArch64 Linux CPU wavepe targets has it */
     CHECK(wavepe_cpu_isa() == WAVEPE_ISA_NEON);
 #else

@@ -61,6 +61,9 @@ class SuffixRule:
 # First match wins: list a longer, more specific suffix before a shorter one it ends with.
 # The Makefile's ctest target reads this table through `recipe.py flags FILE`.
 SUFFIX_RULES: tuple[SuffixRule, ...] = (
+    # AVX-512 + AVX512_BF16 (vdpbf16ps): the avx512bf16 ISA's files (isa_table.h)
+    SuffixRule("_avx512bf16.c", X86_64,
+               ("-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512dq", "-mavx512bf16", "-mavx2", "-mfma", "-mf16c")),
     SuffixRule("_avx512.c", X86_64, ("-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512dq", "-mavx2", "-mfma", "-mf16c")),
     SuffixRule("_avx2.c", X86_64, ("-mavx2", "-mfma", "-mf16c")),  # F16C: float16 <-> float32
     SuffixRule("_neon.c", AARCH64, ()),  # Advanced SIMD is part of the AArch64 base: no flags
