@@ -37,7 +37,7 @@ def test_suffix_rules_give_each_kernel_file_its_flags():
     assert recipe.file_flags("csrc/core/attention_avx2.c") == ("-mavx2", "-mfma", "-mf16c")
     avx512 = recipe.file_flags("csrc/core/attention_avx512.c")
     assert {"-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512dq", "-mavx2", "-mfma", "-mf16c"} == set(avx512)
-    # avx512bf16 (AVX-512 + vdpbf16ps): the AVX-512 set and -mavx512bf16, never matched by the shorter _avx512.c rule
+    # avx512bf16 (AVX-512 + vdpbf16ps): the AVX-512 set and -mavx512bf16; the rule of the shorter AVX-512 suffix never matches it
     assert set(recipe.file_flags("csrc/core/attention_avx512bf16.c")) == set(avx512) | {"-mavx512bf16"}
     assert "-mavx512bf16" not in avx512
     assert recipe.file_flags("csrc/core/attention.c") == ()
