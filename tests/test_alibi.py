@@ -12,6 +12,7 @@ import wavepe.ufuncs as wu
 from . import reference as ref
 
 torch = pytest.importorskip("torch")
+from .dispatch_log import DispatchLog  # noqa: E402  (needs torch)
 import wavepe.ops as wo  # noqa: E402
 
 
@@ -89,23 +90,11 @@ def test_half_against_oracle_every_isa(isa, dtype, causal):
 def test_half_precision_makes_no_float32_copy(dtype):
     # the wrapper hands half slopes to the kernel as they are: no copy to float32 before or after
     # (the slopes' finiteness check runs isfinite / all on them), the op's output is the half type
-    from torch.utils._python_dispatch import TorchDispatchMode
-
-    class Log(TorchDispatchMode):
-        def __init__(self):
-            super().__init__()
-            self.calls = []
-
-        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-            out = func(*args, **(kwargs or {}))
-            self.calls.append((str(func), getattr(out, "dtype", None)))
-            return out
-
     slopes = torch.tensor([0.5, 0.25]).to(dtype)
-    with Log() as log:
+    with DispatchLog() as log:
         out = wo.alibi_bias(slopes, 7, 9)
     assert not [c for c in log.calls if "copy" in c[0]], log.calls
-    assert [c for c in log.calls if c[0].startswith("wavepe.")] == [("wavepe.alibi_bias.default", dtype)], log.calls
+    assert [c for c in log.calls if c[0].startswith("wavepe.")] == [("wavepe.alibi_bias.default", [dtype])], log.calls
     assert out.dtype == dtype
 
 

@@ -28,6 +28,7 @@ import pytest
 from . import reference as ref
 
 torch = pytest.importorskip("torch")
+from .dispatch_log import DispatchLog  # noqa: E402  (needs torch)
 import wavepe.ops as wo  # noqa: E402
 
 HALF = [torch.bfloat16, torch.float16]
@@ -161,25 +162,32 @@ def _oracle_grads(q, k, v, dout, out_saved, table, r_lo, slopes, causal, off):
     return out, torch.autograd.grad((out, lse), wrt, (dout.double(), d_exact - d_saved))
 
 
-@pytest.mark.parametrize("dtype", HALF)
-@pytest.mark.parametrize("pos_enc", ["relative", "alibi", "nope"])
-def test_half_against_float64_oracle(isa, dtype, pos_enc):
-    # float32 arithmetic on the half inputs (exact in float64), rounded once: |err| <= e32 + u |x| with u half an
-    # ulp of the type and e32 the float32 kernels' own tolerance (tests/test_attention.py: 2e-5 at d = 64 for
-    # the forward, 10x that for gradients, which sum over up to N terms), relative to the gradient's scale
+def _check_against_oracle(dtype, pos_enc, seed):
+    """out and the gradients of the first four SHAPES (causal) against the float64 oracle: out within e32 + u |x|
+    (u half an ulp of the type), gradients within u relative + 10 e32 of their scale."""
     for i, (b, h, h_kv, m, n, d, off) in enumerate(SHAPES[:4]):
-        q, k, v, dout = _inputs(b, h, h_kv, m, n, d, dtype, seed=200 + i)
+        q, k, v, dout = _inputs(b, h, h_kv, m, n, d, dtype, seed=seed + i)
         kw = _bias(pos_enc, d, h, dtype)
         o = n - m if off is None else off
         out, g = _public(q, k, v, dout, kw, pos_enc, True, off)
         table, r_lo = kw.get("rel_table", (None, 0))
         want, wg = _oracle_grads(q, k, v, dout, out, table, r_lo, kw.get("alibi_slopes"), True, o)
         u, e32 = HALF_ULP[dtype], 2e-5 * math.sqrt(d / 64)
-        torch.testing.assert_close(out.double(), want, rtol=u, atol=e32)
+        torch.testing.assert_close(out.double(), want, rtol=u, atol=e32,
+                                   msg=lambda s: f"out {dtype} {pos_enc} {SHAPES[i]}: {s}")
         for name, a, e in zip(["dq", "dk", "dv", "dtable"], g, wg):
             scale = max(1.0, e.abs().max().item())
             torch.testing.assert_close(a.double(), e, rtol=u, atol=10 * e32 * scale,
-                                       msg=lambda s: f"{name} {dtype} {pos_enc}: {s}")
+                                       msg=lambda s: f"{name} {dtype} {pos_enc} {SHAPES[i]}: {s}")
+
+
+@pytest.mark.parametrize("dtype", HALF)
+@pytest.mark.parametrize("pos_enc", ["relative", "alibi", "nope"])
+def test_half_against_float64_oracle(isa, dtype, pos_enc):
+    # float32 arithmetic on the half inputs (exact in float64), rounded once: |err| <= e32 + u |x| with u half an
+    # ulp of the type and e32 the float32 kernels' own tolerance (tests/test_attention.py: 2e-5 at d = 64 for
+    # the forward, 10x that for gradients, which sum over up to N terms), relative to the gradient's scale
+    _check_against_oracle(dtype, pos_enc, seed=200)
 
 
 @pytest.mark.parametrize("dtype", HALF)
@@ -216,27 +224,14 @@ def test_half_packed_documents_and_strided_inputs(isa):
 def test_half_attention_makes_no_float32_copy(dtype):
     # the public wrapper hands the half tensors to the kernel as they are: the only ops it dispatches are
     # wavepe's (no _to_copy / copy_ to float32 before or after), forward and backward
-    from torch.utils._python_dispatch import TorchDispatchMode
-
-    class Log(TorchDispatchMode):
-        def __init__(self):
-            super().__init__()
-            self.calls = []
-
-        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-            out = func(*args, **(kwargs or {}))
-            flat = out if isinstance(out, (tuple, list)) else (out,)
-            self.calls.append((str(func), [t.dtype for t in flat if isinstance(t, torch.Tensor)]))
-            return out
-
     q, k, v, dout = _inputs(1, 4, 2, 33, 80, 64, dtype, seed=1)
-    with Log() as log:
+    with DispatchLog() as log:
         out = wo.wavelet_attention(q, k, v, pos_enc="nope")
     assert [c[0] for c in log.calls] == ["wavepe.attention_fwd.default"], log.calls
     assert log.calls[0][1] == [dtype, torch.float32]  # out, lse (the accumulator type)
     leaves = [x.clone().requires_grad_() for x in (q, k, v)]
     out = wo.wavelet_attention(*leaves, pos_enc="nope")
-    with Log() as log:
+    with DispatchLog() as log:
         torch.autograd.grad(out, leaves, dout)
     kernels = [c for c in log.calls if c[0].startswith("wavepe.")]
     assert [c[0] for c in kernels] == ["wavepe.attention_bwd.default"], log.calls
@@ -266,17 +261,4 @@ def test_bf16_dot_scores_against_float64_oracle(isa, pos_enc):
     # out within e32 + half an ulp relative, gradients within 10 e32 of their scale (test_half_against_float64_oracle)
     if isa != "avx512bf16":
         pytest.skip("the vdpbf16ps kernels run on the avx512bf16 ISA only (a CPU with AVX512_BF16)")
-    dtype = torch.bfloat16
-    for i, (b, h, h_kv, m, n, d, off) in enumerate(SHAPES[:4]):  # tiled (d odd among them), split-N decoding
-        q, k, v, dout = _inputs(b, h, h_kv, m, n, d, dtype, seed=300 + i)
-        kw = _bias(pos_enc, d, h, dtype)
-        o = n - m if off is None else off
-        out, g = _public(q, k, v, dout, kw, pos_enc, True, off)
-        table, r_lo = kw.get("rel_table", (None, 0))
-        want, wg = _oracle_grads(q, k, v, dout, out, table, r_lo, kw.get("alibi_slopes"), True, o)
-        u, e32 = HALF_ULP[dtype], 2e-5 * math.sqrt(d / 64)
-        torch.testing.assert_close(out.double(), want, rtol=u, atol=e32, msg=lambda s: f"out {SHAPES[i]}: {s}")
-        for name, a, e in zip(["dq", "dk", "dv", "dtable"], g, wg):
-            scale = max(1.0, e.abs().max().item())
-            torch.testing.assert_close(a.double(), e, rtol=u, atol=10 * e32 * scale,
-                                       msg=lambda s: f"{name} {pos_enc} {SHAPES[i]}: {s}")
+    _check_against_oracle(torch.bfloat16, pos_enc, seed=300)  # tiled (d odd among them), split-N decoding

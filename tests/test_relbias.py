@@ -15,6 +15,7 @@ from wavepe import WaveletConfig
 from . import reference as ref
 
 torch = pytest.importorskip("torch")
+from .dispatch_log import DispatchLog  # noqa: E402  (needs torch)
 import wavepe.ops as wo  # noqa: E402
 from wavepe.ops import eager  # noqa: E402
 
@@ -457,25 +458,12 @@ def test_half_precision_makes_no_float32_copy(dtype):
     # The public wrappers hand half tensors to the kernels as they are: the only ops dispatched
     # are wavepe's own (no _to_copy / copy_ to float32 before or after), forward and backward,
     # and every tensor they return is the half type.
-    from torch.utils._python_dispatch import TorchDispatchMode
-
-    class Log(TorchDispatchMode):
-        def __init__(self):
-            super().__init__()
-            self.calls = []
-
-        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-            out = func(*args, **(kwargs or {}))
-            flat = out if isinstance(out, (tuple, list)) else (out,)
-            self.calls.append((str(func), [t.dtype for t in flat if isinstance(t, torch.Tensor)]))
-            return out
-
     q = torch.randn(1, 4, 33, 64).to(dtype)
     table = torch.randn(40, 64).to(dtype)
     grad = torch.randn(1, 4, 33, 33).to(dtype)
     cfg = WaveletConfig.grid(64)
     wo.wavelet_bias(q, cfg)  # the wavelet table is built and cached outside the logged calls
-    with Log() as log:
+    with DispatchLog() as log:
         out = wo.rel_bias(q, table, -5)
         wout = wo.wavelet_bias(q, cfg)
         dq, dt = torch.ops.wavepe.rel_bias_backward(grad, q, table, -5, 0, True, False, [True, True])

@@ -17,6 +17,7 @@ from wavepe import RopeConfig
 from . import reference as ref
 
 torch = pytest.importorskip("torch")
+from .dispatch_log import DispatchLog  # noqa: E402  (needs torch)
 import importlib  # noqa: E402
 
 import wavepe.ops as wo  # noqa: E402
@@ -520,25 +521,12 @@ def test_half_precision_makes_no_float32_copy(dtype):
     # The public wrapper hands the half tensors to the kernel as they are: the only op it
     # dispatches is wavepe::rope itself (no _to_copy / copy_ to float32 before or after), and
     # the kernel's outputs are the half type.
-    from torch.utils._python_dispatch import TorchDispatchMode
-
-    class Log(TorchDispatchMode):
-        def __init__(self):
-            super().__init__()
-            self.calls = []
-
-        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-            out = func(*args, **(kwargs or {}))
-            flat = out if isinstance(out, (tuple, list)) else (out,)
-            self.calls.append((str(func), [t.dtype for t in flat if isinstance(t, torch.Tensor)]))
-            return out
-
     q = torch.randn(1, 4, 33, 64).to(dtype)
     k = torch.randn(1, 2, 33, 64).to(dtype)
     cfg = RopeConfig(theta=1e4)
     wo.rope(q, k, 3, cfg)  # the spectrum is built and cached outside the logged call
     pos = torch.arange(33)
-    with Log() as log:
+    with DispatchLog() as log:
         q_rot, k_rot = wo.rope(q, k, pos, cfg)
     assert [c[0] for c in log.calls] == ["wavepe.rope.default"], log.calls
     assert log.calls[0][1] == [dtype, dtype]
