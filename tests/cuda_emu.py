@@ -118,11 +118,36 @@ _DECL = re.compile(r"^(?:const\s+)?(?P<type>[A-Za-z_]\w*)\s+(?P<rest>[^;]+)$")
 _DECLARATOR = re.compile(r"^(?P<star>\*?)\s*(?:const\s+)?(?P<name>[A-Za-z_]\w*)\s*(?:\[(?P<n>\d+)\])?$")
 
 
+# A family's settings list (csrc/core/settings.h): `#define WAVEPE_<F>_SETTINGS(X) X(KIND, name, default) ...`,
+# expanded in the struct by `WAVEPE_<F>_SETTINGS(WAVEPE_SETTING_FIELD)`.
+_SETTING_TYPES = {"INT": "int64_t", "BOOL": "int", "REAL": "double"}
+_SETTINGS_DEF = re.compile(r"#define\s+(?P<list>WAVEPE_\w+_SETTINGS)\(X\)(?P<body>(?:[^\n]*\\\n)*[^\n]*)")
+_SETTING = re.compile(r"X\(\s*(?P<kind>INT|BOOL|REAL)\s*,\s*(?P<name>\w+)\s*,\s*(?P<default>[^()]+?)\s*\)")
+
+
+def c_settings(header: str) -> dict[str, list[tuple[str, str, float]]]:
+    """The settings lists of csrc/core/<header>: {list macro: [(name, C type, default), ...]}."""
+    with open(os.path.join(ROOT, "csrc", "core", header)) as f:
+        text = re.sub(r"/\*.*?\*/", " ", f.read(), flags=re.S)
+    lists = {}
+    for m in _SETTINGS_DEF.finditer(text):
+        body = m.group("body").replace("\\\n", " ")
+        entries = [(x.group("name"), _SETTING_TYPES[x.group("kind")], float(x.group("default")))
+                   for x in _SETTING.finditer(body)]
+        if not entries or len(entries) != body.count("X("):
+            raise ValueError(f"csrc/core/{header}: cannot read the settings list {m.group('list')}")
+        lists[m.group("list")] = entries
+    return lists
+
+
 def c_fields(struct: str, header: str) -> list[tuple[str, str, bool, int]]:
     """The fields of `typedef struct <struct> {...} <struct>;` in csrc/core/<header>, in order:
-    (name, C type, is a pointer, array length or 0).  Raises on anything it cannot read."""
+    (name, C type, is a pointer, array length or 0), a settings list expanded in place.  Raises on
+    anything it cannot read."""
     with open(os.path.join(ROOT, "csrc", "core", header)) as f:
         text = re.sub(r"/\*.*?\*/|//[^\n]*", " ", f.read(), flags=re.S)
+    for name, entries in c_settings(header).items():
+        text = text.replace(f"{name}(WAVEPE_SETTING_FIELD)", " ".join(f"{t} {n};" for n, t, _ in entries))
     m = re.search(r"typedef\s+struct\s+%s\s*\{(?P<body>[^{}]*)\}\s*%s\s*;" % (struct, struct), text)
     if m is None:
         raise ValueError(f"csrc/core/{header}: no 'typedef struct {struct} {{...}} {struct};' to read")
@@ -157,7 +182,15 @@ def _mirror(cls_name: str, struct: str, header: str, known: dict) -> type:
         else:
             raise ValueError(f"{struct}.{name}: no ctypes type for the C type '{ctype}'")
         fields.append((_py_name(name), t * n if n else t))
-    return type(cls_name, (C.Structure,), {"_fields_": fields, "c_name": struct,
+    # the settings' defaults (wavepe_<family>_args_defaults in C) for fields a caller does not give
+    defaults = {n: d for entries in c_settings(header).values() for n, _, d in entries
+                if n in {f[0] for f in fields}}
+
+    def __init__(self, *args, **kwargs):
+        C.Structure.__init__(self, *args, **{**{n: type(getattr(self, n))(d) for n, d in defaults.items()
+                                               if n not in kwargs}, **kwargs})
+
+    return type(cls_name, (C.Structure,), {"_fields_": fields, "c_name": struct, "__init__": __init__,
                                            "__doc__": f"{struct} of csrc/core/{header}, read from the header"})
 
 

@@ -102,7 +102,7 @@ def rope_with_float_positions():
 @case("types")
 def raw_op_with_a_string_for_a_tensor():
     raises(RuntimeError, "Expected a value of type 'Tensor'",
-           lambda: torch.ops.wavepe.rel_bias("q", torch.zeros(5, 4), 0, 0, 3, True, False))
+           lambda: torch.ops.wavepe.rel_bias("q", torch.zeros(5, 4), 3, 0, 0, True, False))
 
 
 @case("types")
@@ -132,7 +132,7 @@ def causal_none_and_strings():
         raises(TypeError, f"causal must be a bool (True or False), got {value!r}",
                lambda: wo.wavelet_attention(q, k, v, causal=value))
     raises(TypeError, "clamp must be a bool", lambda: wu.rel_bias(np.zeros((2, 4)), np.zeros((3, 4)), 0, clamp="no"))
-    raises(TypeError, "causal must be a bool", lambda: wo.raw_ops.rel_bias(q[0, 0], q[0, 0], 0, 0, 3, None, False))
+    raises(TypeError, "causal must be a bool", lambda: wo.raw_ops.rel_bias(q[0, 0], q[0, 0], 3, 0, 0, None, False))
     np.testing.assert_array_equal(wu.alibi_bias(2, 3, causal=np.True_), wu.alibi_bias(2, 3, causal=True))
 
 
@@ -242,9 +242,9 @@ def positions_at_and_beyond_the_limit():
     raises(OverflowError, f"q_offset={lim + 1}", lambda: wo.rel_bias(q, t, 0, q_offset=lim + 1))
     raises(OverflowError, "q_offset=9223372036854775806", lambda: wo.alibi_bias(2, 3, q_offset=2**63 - 2))
     raises(OverflowError, "offset=9223372036854775805", lambda: wu.sinusoidal_table(4, 8, offset=2**63 - 3))
-    raises(ValueError, "r_lo=4611686018427387904", lambda: torch.ops.wavepe.rel_bias(q, t, 2**62, 0, 3, True, False))
+    raises(ValueError, "r_lo=4611686018427387904", lambda: torch.ops.wavepe.rel_bias(q, t, 3, 2**62, 0, True, False))
     raises(ValueError, "q_offset=-4611686018427387904",
-           lambda: torch.ops.wavepe.attention_fwd(*qkv(), None, 0, False, None, None, 0.5, -2**62, True))
+           lambda: torch.ops.wavepe.attention_fwd(*qkv(), None, None, None, None, 0.5, -2**62, True, 0, False, False))
 
 
 @case("sizes", every_isa=True)

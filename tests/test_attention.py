@@ -377,14 +377,14 @@ def test_opcheck():
     for table, slopes_, kpm in ((t, None, mask), (None, slopes, None), (None, None, mask)):
         if True:
             args = (q.requires_grad_(), k.requires_grad_(), v.requires_grad_(),
-                    None if table is None else table.requires_grad_(), r_lo, False,
-                    None if slopes_ is None else slopes_.requires_grad_(), kpm, 0.3, 6, True)
+                    None if table is None else table.requires_grad_(),
+                    None if slopes_ is None else slopes_.requires_grad_(), kpm, None, 0.3, 6, True, r_lo, False, False)
             torch.library.opcheck(torch.ops.wavepe.attention_fwd, args)
             out, lse = torch.ops.wavepe.attention_fwd(*args)
             bargs = (torch.randn_like(out), torch.randn_like(lse), q.detach(), k.detach(), v.detach(), out.detach(),
-                     lse.detach(), None if table is None else table.detach(), r_lo, False,
-                     None if slopes_ is None else slopes_.detach(), kpm, 0.3, 6, True, table is not None,
-                     slopes_ is not None)
+                     lse.detach(), None if table is None else table.detach(),
+                     None if slopes_ is None else slopes_.detach(), kpm, None, table is not None,
+                     slopes_ is not None, 0.3, 6, True, r_lo, False, False)
             torch.library.opcheck(torch.ops.wavepe.attention_bwd, bargs)
 
 
@@ -392,7 +392,7 @@ def test_lse_output_and_its_gradient():
     # the op's log-sum-exp is an output too: its gradient flows into q and k
     q, k, v = make_inputs(1, 2, 2, 5, 11, 4, seed=41)
     q.requires_grad_()
-    _, lse = torch.ops.wavepe.attention_fwd(q, k, v, None, 0, False, None, None, 0.5, 6, True)
+    _, lse = torch.ops.wavepe.attention_fwd(q, k, v, None, None, None, None, 0.5, 6, True, 0, False, False)
     r = (6 + torch.arange(5))[:, None] - torch.arange(11)[None, :]
     s = (q @ k.transpose(-1, -2) * 0.5).masked_fill(r < 0, float("-inf"))
     torch.testing.assert_close(lse, torch.logsumexp(s, -1))
@@ -518,10 +518,11 @@ def _qkv(**over):
          OverflowError, r"r_lo\)=-2305843009213693952"),
         (lambda: wo.wavelet_attention(*_qkv(q=torch.randn(1, 4, 5, 0), k=torch.randn(1, 2, 7, 0),
                                             v=torch.randn(1, 2, 7, 0))), ValueError, r"head_dim must be >= 1"),
-        (lambda: torch.ops.wavepe.attention_fwd(*_qkv(), None, 0, False, None, None, 0.0, 0, True), ValueError,
+        (lambda: torch.ops.wavepe.attention_fwd(*_qkv(), None, None, None, None, 0.0, 0, True, 0, False, False),
+         ValueError,
          r"scale must be finite and > 0"),
-        (lambda: torch.ops.wavepe.attention_fwd(*_qkv(), torch.ones(3, 8), 0, False, torch.ones(4), None, 1.0, 0,
-                                                True), ValueError, r"not both"),
+        (lambda: torch.ops.wavepe.attention_fwd(*_qkv(), torch.ones(3, 8), torch.ones(4), None, None, 1.0, 0,
+                                                True, 0, False, False), ValueError, r"not both"),
     ],
 )
 def test_errors_name_the_argument(call, exc, match):

@@ -92,7 +92,7 @@ def _raw(q, k, v, dout, kw, causal, off, mask, out_saved=None, lse_saved=None):
         table = table.to(q.dtype)
     slopes = kw.get("alibi_slopes")
     args = dict(table=table, r_lo=r_lo, clamp=False, slopes=slopes, key_padding_mask=mask, scale=d**-0.5,
-                q_offset=n - m if off is None else off, causal=causal)
+                q_offset=n - m if off is None else off, causal=causal, cu_seqlens=None, mark_neg_inf=False)
     out, lse = torch.ops.wavepe.attention_fwd(q, k, v, **args)
     o = out if out_saved is None else out_saved.to(q.dtype)
     ls = lse if lse_saved is None else lse_saved

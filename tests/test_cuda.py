@@ -119,9 +119,9 @@ def test_rel_bias_opcheck_on_cuda(dtype):
     table = torch.randn(5, 8, device=DEV, dtype=dtype, requires_grad=True)
     grad = torch.randn(2, 9, 11, device=DEV, dtype=dtype)
     for causal, clamp in [(True, False), (False, True)]:
-        torch.library.opcheck(torch.ops.wavepe.rel_bias.default, (q, table, -2, 3, 11, causal, clamp))
+        torch.library.opcheck(torch.ops.wavepe.rel_bias.default, (q, table, 11, -2, 3, causal, clamp))
         torch.library.opcheck(torch.ops.wavepe.rel_bias_backward.default,
-                              (grad, q.detach(), table.detach(), -2, 3, causal, clamp, [True, True]))
+                              (grad, q.detach(), table.detach(), [True, True], -2, 3, causal, clamp))
 
 
 def test_rel_bias_backward_is_deterministic():
@@ -338,13 +338,14 @@ def test_attention_opcheck_on_cuda(dtype):
     table = torch.randn(7, 16, device=DEV, dtype=dtype)
     kpm = torch.zeros(1, 12, dtype=torch.bool, device=DEV)
     kpm[0, 3] = True
-    args = (q, k, v, table, -2, False, None, kpm, 0.25, 3, True)
+    args = (q, k, v, table, None, kpm, None, 0.25, 3, True, -2, False, False)
     torch.library.opcheck(torch.ops.wavepe.attention_fwd.default, args)
     out, lse = torch.ops.wavepe.attention_fwd(*args)
     assert lse.dtype == torch.float32  # the accumulator type, as the fake kernel says (tests/test_routing.py)
     go = torch.randn_like(out)
     torch.library.opcheck(torch.ops.wavepe.attention_bwd.default,
-                          (go, None, q, k, v, out, lse, table, -2, False, None, kpm, 0.25, 3, True, True, False))
+                          (go, None, q, k, v, out, lse, table, None, kpm, None, True, False, 0.25, 3, True, -2, False,
+                           False))
 
 
 def test_attention_backward_is_deterministic():

@@ -235,8 +235,8 @@ def _fwd(q, k, v, q_offset, causal, mark, pos_enc="none", mask=None):
     elif pos_enc == "alibi":
         slopes = torch.linspace(0.2, 0.8, h, dtype=q.dtype)
     kw = dict(table=table, r_lo=-3, clamp=pos_enc == "relative", slopes=slopes, key_padding_mask=mask, scale=0.5,
-              q_offset=q_offset, causal=causal)
-    return (*torch.ops.wavepe.attention_fwd(q=q, k=k, v=v, cu_seqlens=None, mark_neg_inf=mark, **kw), kw)
+              q_offset=q_offset, causal=causal, cu_seqlens=None, mark_neg_inf=mark)
+    return (*torch.ops.wavepe.attention_fwd(q=q, k=k, v=v, **kw), kw)
 
 
 @pytest.mark.parametrize("pos_enc", ["none", "relative", "alibi"])

@@ -109,9 +109,49 @@ def test_the_keyword_check_can_fail():
 
 def test_raw_ops_accept_keywords_in_any_order():
     q, table = torch.randn(2, 3, 4, dtype=torch.float64), torch.randn(5, 4, dtype=torch.float64)
-    want = torch.ops.wavepe.rel_bias(q, table, -2, 1, 4, True, False)
+    want = torch.ops.wavepe.rel_bias(q, table, 4, -2, 1, True, False)
     got = torch.ops.wavepe.rel_bias(clamp=False, causal=True, k_len=4, q_offset=1, r_lo=-2, table=table, q=q)
     torch.testing.assert_close(got, want, rtol=0, atol=0)
+
+
+# ---- the settings lists of the C headers are the schemas' tails --------------------------------
+
+# op -> (header, its settings list): every op of a family ends with the family's settings
+SETTINGS = {
+    "rel_bias": ("relbias.h", "WAVEPE_RELBIAS_SETTINGS"),
+    "rel_bias_backward": ("relbias.h", "WAVEPE_RELBIAS_SETTINGS"),
+    "attention_fwd": ("attention.h", "WAVEPE_ATTENTION_SETTINGS"),
+    "attention_bwd": ("attention.h", "WAVEPE_ATTENTION_SETTINGS"),
+}
+_SCHEMA_TYPE = {"int64_t": "int", "int": "bool", "double": "float"}  # SymInt reads as int
+
+
+@pytest.mark.parametrize("op", list(SETTINGS))
+def test_schema_ends_with_the_c_settings_list(op):
+    """csrc/torch/op_settings.h generates the schemas' settings from the header's list: names, order, kinds."""
+    from .cuda_emu import c_settings
+
+    header, name = SETTINGS[op]
+    want = [(n, _SCHEMA_TYPE[t]) for n, t, _ in c_settings(header)[name]]
+    args = getattr(torch.ops.wavepe, op).default._schema.arguments
+    got = [(a.name, str(a.type)) for a in args[len(args) - len(want):]]
+    assert got == want
+
+
+def test_gufunc_operands_are_the_c_settings_list():
+    """The gufunc's scalar operands are generated from the same list: one per setting, typed by its kind."""
+    import numpy as np
+
+    from wavepe.ufuncs import rel_bias_gufunc
+
+    from .cuda_emu import c_settings
+
+    entries = c_settings("relbias.h")["WAVEPE_RELBIAS_SETTINGS"]
+    assert rel_bias_gufunc.nin == 2 + len(entries)
+    kind = {"int64_t": np.int64, "int": np.bool_, "double": np.float64}
+    for loop in rel_bias_gufunc.types:
+        assert [np.dtype(c) for c in loop[2:2 + len(entries)]] == [np.dtype(kind[t]) for _, t, _ in entries], loop
+    assert rel_bias_gufunc.signature == "(m,d),(r,d)" + ",()" * len(entries) + "->(m,n)"
 
 
 # ---- one argument order: fake kernels and eager formulations follow the schemas ----------------

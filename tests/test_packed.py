@@ -188,7 +188,7 @@ def test_a_tile_of_a_longer_packed_row(isa, causal):
     for (qs, qe), (ks, ke) in (((100, 201), (20, 110)), ((0, 60), (35, 150)), ((130, 201), (130, 201))):
         shifted = cu - ks
         args = dict(table=table, r_lo=r_lo, clamp=False, slopes=None, key_padding_mask=None, scale=0.4,
-                    q_offset=qs - ks, causal=causal)
+                    q_offset=qs - ks, causal=causal, mark_neg_inf=False)
         qt, kt, vt = q[:, :, qs:qe], k[:, :, ks:ke], v[:, :, ks:ke]
         out, lse = torch.ops.wavepe.attention_fwd(q=qt, k=kt, v=vt, cu_seqlens=shifted, **args)
         want, want_lse = _eager_attention(qt, kt, vt, table, r_lo, False, None, None, 0.4, qs - ks, causal,
@@ -214,10 +214,11 @@ def test_tiles_of_a_packed_row_sum_to_its_gradients(isa, causal, packed):
     q, k, v = packed_inputs(1, h, 1, t, d, seed=17)
     table, r_lo = learned_table(d)
     args = dict(table=table, r_lo=r_lo, clamp=False, slopes=None, key_padding_mask=None, scale=0.4, causal=causal,
-                table_grad=True, slopes_grad=False)
+                mark_neg_inf=False, table_grad=True, slopes_grad=False)
     out, lse = torch.ops.wavepe.attention_fwd(q=q, k=k, v=v, cu_seqlens=cu, q_offset=0,
                                               **{n: args[n] for n in ("table", "r_lo", "clamp", "slopes",
-                                                                      "key_padding_mask", "scale", "causal")})
+                                                                      "key_padding_mask", "scale", "causal",
+                                                                      "mark_neg_inf")})
     g = torch.Generator().manual_seed(3)
     go = torch.randn(out.shape, generator=g, dtype=out.dtype)
     gl = torch.randn(lse.shape, generator=g, dtype=lse.dtype)
@@ -244,12 +245,12 @@ def test_opcheck_and_compile():
     q, k, v = packed_inputs(1, 4, 2, 40, 8, seed=11)
     table, r_lo = learned_table(8)
     cu = torch.tensor([0, 10, 10, 33, 40], dtype=torch.int32)
-    args = (q.requires_grad_(), k.requires_grad_(), v.requires_grad_(), table.requires_grad_(), r_lo, False, None,
-            None, 0.3, 0, True, cu)
+    args = (q.requires_grad_(), k.requires_grad_(), v.requires_grad_(), table.requires_grad_(), None, None, cu,
+            0.3, 0, True, r_lo, False, False)
     torch.library.opcheck(torch.ops.wavepe.attention_fwd, args)
     out, lse = torch.ops.wavepe.attention_fwd(*args)
     bargs = (torch.randn_like(out), torch.randn_like(lse), q.detach(), k.detach(), v.detach(), out.detach(),
-             lse.detach(), table.detach(), r_lo, False, None, None, 0.3, 0, True, True, False, cu)
+             lse.detach(), table.detach(), None, None, cu, True, False, 0.3, 0, True, r_lo, False, False)
     torch.library.opcheck(torch.ops.wavepe.attention_bwd, bargs)
 
     @torch.compile(fullgraph=True, backend="eager")
@@ -277,11 +278,11 @@ def _call(cu, m=12, n=12, q_offset=None, b=1):
         (lambda: _call(torch.tensor([0, 5, 11])), ValueError, r"end at k_len=12, got 0 \.\.\. 11"),
         (lambda: _call(torch.tensor([0, 12]), m=4, q_offset=10), ValueError,
          r"q_offset \+ q_len = 10 \+ 4 > k_len = 12"),
-        (lambda: torch.ops.wavepe.attention_fwd(*packed_inputs(1, 2, 2, 6, 8), None, 0, False, None, None, 0.3, 0,
-                                                True, torch.tensor([0, 7, 6])), ValueError,
+        (lambda: torch.ops.wavepe.attention_fwd(*packed_inputs(1, 2, 2, 6, 8), None, None, None,
+                                                torch.tensor([0, 7, 6]), 0.3, 0, True, 0, False, False), ValueError,
          r"must not decrease"),
-        (lambda: torch.ops.wavepe.attention_fwd(*packed_inputs(1, 2, 2, 6, 8), None, 0, False, None, None, 0.3, 0,
-                                                True, torch.tensor([0.0, 6.0])), ValueError,
+        (lambda: torch.ops.wavepe.attention_fwd(*packed_inputs(1, 2, 2, 6, 8), None, None, None,
+                                                torch.tensor([0.0, 6.0]), 0.3, 0, True, 0, False, False), ValueError,
          r"cu_seqlens must be an int32 or int64 tensor, got torch.float32"),
     ],
 )

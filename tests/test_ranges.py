@@ -51,21 +51,21 @@ BIG = 2**62
     (lambda: wo.rope_inv_freq(QKV[0], None, 2**63 - 2, INV), OverflowError,
      "positions: offset 9223372036854775806 + length 5"),
     # raw ops: the C rules' sentence
-    (lambda: torch.ops.wavepe.rel_bias(Q, T, BIG, 0, 3, True, False), ValueError,
+    (lambda: torch.ops.wavepe.rel_bias(Q, T, 3, BIG, 0, True, False), ValueError,
      "rel_bias: r_lo=4611686018427387904 is beyond the supported range of positions"),
-    (lambda: torch.ops.wavepe.rel_bias(Q, T, 0, -BIG, 3, True, False), ValueError, "q_offset=-4611686018427387904"),
-    (lambda: torch.ops.wavepe.rel_bias(Q, T, 0, 0, BIG, True, False), ValueError, "k_len=4611686018427387904"),
-    (lambda: torch.ops.wavepe.rel_bias_backward(torch.ones(2, 5, 3), Q, T, 0, BIG, True, False, [True, True]),
+    (lambda: torch.ops.wavepe.rel_bias(Q, T, 3, 0, -BIG, True, False), ValueError, "q_offset=-4611686018427387904"),
+    (lambda: torch.ops.wavepe.rel_bias(Q, T, BIG, 0, 0, True, False), ValueError, "k_len=4611686018427387904"),
+    (lambda: torch.ops.wavepe.rel_bias_backward(torch.ones(2, 5, 3), Q, T, [True, True], 0, BIG, True, False),
      ValueError, "q_offset=4611686018427387904"),
     (lambda: torch.ops.wavepe.alibi_bias(torch.ones(2), 3, 3, BIG, True), ValueError,
      "alibi_bias: q_offset=4611686018427387904"),
-    (lambda: torch.ops.wavepe.attention_fwd(*QKV, None, 0, False, None, None, 0.5, BIG, True), ValueError,
+    (lambda: torch.ops.wavepe.attention_fwd(*QKV, None, None, None, None, 0.5, BIG, True, 0, False, False), ValueError,
      "wavelet_attention: q_offset=4611686018427387904"),
-    (lambda: torch.ops.wavepe.attention_fwd(*QKV, T, -BIG, False, None, None, 0.5, 0, True), ValueError,
+    (lambda: torch.ops.wavepe.attention_fwd(*QKV, T, None, None, None, 0.5, 0, True, -BIG, False, False), ValueError,
      "r_lo=-4611686018427387904"),
     (lambda: torch.ops.wavepe.rope(QKV[0], None, None, 2**63 - 2, INV, 4, "half", 1.0, False), ValueError,
      "rope: positions: offset=9223372036854775806 + length 5 overflows int64"),
-    (lambda: wo.raw_ops.rel_bias(Q, T, BIG, 0, 3, True, False), ValueError, "r_lo=4611686018427387904"),
+    (lambda: wo.raw_ops.rel_bias(Q, T, 3, BIG, 0, True, False), ValueError, "r_lo=4611686018427387904"),
 ])
 def test_range_errors_name_the_argument_and_value(call, exc, words):
     with pytest.raises(exc, match=re.escape(words)):
@@ -79,7 +79,7 @@ def test_the_limit_is_the_same_everywhere():
     assert lim == 2**60
     # at the limit: accepted by the wrappers and by the raw ops alike (an empty result: nothing is computed)
     assert wo.rel_bias(Q, T, -lim, k_len=0, q_offset=lim).shape == (2, 5, 0)
-    assert torch.ops.wavepe.rel_bias(Q, T, -lim, lim, 0, True, False).shape == (2, 5, 0)
+    assert torch.ops.wavepe.rel_bias(Q, T, 0, -lim, lim, True, False).shape == (2, 5, 0)
     assert wu.rel_bias(QN, TN, -lim, k_len=0, q_offset=lim).shape == (2, 5, 0)
     # one past it: refused by all three
     for call in (lambda: wo.rel_bias(Q, T, 0, k_len=0, q_offset=lim + 1),
@@ -87,4 +87,4 @@ def test_the_limit_is_the_same_everywhere():
         with pytest.raises(OverflowError, match=f"q_offset={lim + 1}"):
             call()
     with pytest.raises(ValueError, match=f"q_offset={lim + 1}"):
-        torch.ops.wavepe.rel_bias(Q, T, 0, lim + 1, 0, True, False)
+        torch.ops.wavepe.rel_bias(Q, T, 0, 0, lim + 1, True, False)

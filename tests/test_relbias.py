@@ -219,14 +219,14 @@ def test_backward_against_oracle(isa, dtype, causal, clamp):
     grad = rng.standard_normal((2, 3, 29, 35)).astype(dtype)
     r_lo, off = -8, 4
     dq, dt = torch.ops.wavepe.rel_bias_backward(torch.from_numpy(grad), torch.from_numpy(q),
-                                                torch.from_numpy(table), r_lo, off, causal, clamp, [True, True])
+                                                torch.from_numpy(table), [True, True], r_lo, off, causal, clamp)
     want_q, want_t = ref.rel_bias_grads(grad, q, table, r_lo, off, causal, clamp)
     bound_q, bound_t = ref.rel_bias_grads(np.abs(grad), np.abs(q), np.abs(table), r_lo, off, causal, clamp)
     assert_bias_close(dq.numpy(), want_q, bound_q, dtype, 35)
     assert_bias_close(dt.numpy(), want_t, bound_t, dtype, 2 * 3 * 29 * 35)
     dq_only, none = torch.ops.wavepe.rel_bias_backward(torch.from_numpy(grad), torch.from_numpy(q),
-                                                       torch.from_numpy(table), r_lo, off, causal, clamp,
-                                                       [True, False])
+                                                       torch.from_numpy(table), [True, False], r_lo, off, causal,
+                                                       clamp)
     assert none.shape == (0,)
     torch.testing.assert_close(dq_only, dq, rtol=0, atol=0)
 
@@ -258,19 +258,19 @@ def test_opcheck_both_ops():
     table = torch.randn(6, 7, dtype=torch.float64, generator=gen, requires_grad=True)
     grad = torch.randn(2, 5, 8, dtype=torch.float64, generator=gen)
     for causal, clamp in GRAD_CONFIGS:
-        torch.library.opcheck(torch.ops.wavepe.rel_bias.default, (q, table, -2, 3, 8, causal, clamp))
+        torch.library.opcheck(torch.ops.wavepe.rel_bias.default, (q, table, 8, -2, 3, causal, clamp))
         torch.library.opcheck(torch.ops.wavepe.rel_bias_backward.default,
-                              (grad, q, table, -2, 3, causal, clamp, [True, True]))
+                              (grad, q, table, [True, True], -2, 3, causal, clamp))
     torch.library.opcheck(torch.ops.wavepe.rel_bias_backward.default,
-                          (grad, q.detach(), table.detach(), -2, 3, True, False, [False, True]))
+                          (grad, q.detach(), table.detach(), [False, True], -2, 3, True, False))
     torch.library.opcheck(torch.ops.wavepe.rel_bias.default, (q.detach().float(), table.detach().float(), 0, 0, 0,
                                                               True, False))
     # half types are read natively on the CPU
     for dtype in (torch.bfloat16, torch.float16):
         qh, th = q.detach().to(dtype).requires_grad_(), table.detach().to(dtype).requires_grad_()
-        torch.library.opcheck(torch.ops.wavepe.rel_bias.default, (qh, th, -2, 3, 8, True, True))
+        torch.library.opcheck(torch.ops.wavepe.rel_bias.default, (qh, th, 8, -2, 3, True, True))
         torch.library.opcheck(torch.ops.wavepe.rel_bias_backward.default,
-                              (grad.to(dtype), qh, th, -2, 3, False, True, [True, True]))
+                              (grad.to(dtype), qh, th, [True, True], -2, 3, False, True))
 
 
 def test_torch_compile_fullgraph():
@@ -412,14 +412,14 @@ def test_half_backward_against_oracle(isa, dtype, causal, clamp):
     table[5:9] = 0
     grad = torch.from_numpy(rng.standard_normal((2, 3, 29, 35))).to(dtype)
     r_lo, off = -8, 4
-    dq, dt = torch.ops.wavepe.rel_bias_backward(grad, q, table, r_lo, off, causal, clamp, [True, True])
+    dq, dt = torch.ops.wavepe.rel_bias_backward(grad, q, table, [True, True], r_lo, off, causal, clamp)
     g64, q64, t64 = (x.double().numpy() for x in (grad, q, table))
     want_q, want_t = ref.rel_bias_grads(g64, q64, t64, r_lo, off, causal, clamp)
     bound_q, bound_t = ref.rel_bias_grads(np.abs(g64), np.abs(q64), np.abs(t64), r_lo, off, causal, clamp)
     assert_half_close(dq, want_q, bound_q, dtype, 35)
     assert_half_close(dt, want_t, bound_t, dtype, 2 * 3 * 29 * 35)
-    dq32, dt32 = torch.ops.wavepe.rel_bias_backward(grad.float(), q.float(), table.float(), r_lo, off, causal, clamp,
-                                                    [True, True])
+    dq32, dt32 = torch.ops.wavepe.rel_bias_backward(grad.float(), q.float(), table.float(), [True, True], r_lo, off,
+                                                    causal, clamp)
     assert torch.equal(dq, dq32.to(dtype)) and torch.equal(dt, dt32.to(dtype))
     # through autograd: the gradients of the public wrapper are the op's, in the half type
     qa, ta = q.clone().requires_grad_(), table.clone().requires_grad_()
@@ -446,9 +446,9 @@ def test_half_nan_rows_as_float32(isa, dtype):
     assert got[1, 7].isnan().any() and not got[1, 6].isnan().any()
     grad = torch.randn(2, 40, 300, generator=gen).to(dtype)
     grad[0, 5, 250] = float("nan")
-    dq, dt = torch.ops.wavepe.rel_bias_backward(grad, q, table, r_lo, 260, True, False, [True, True])
-    dq32, dt32 = torch.ops.wavepe.rel_bias_backward(grad.float(), q.float(), table.float(), r_lo, 260, True, False,
-                                                    [True, True])
+    dq, dt = torch.ops.wavepe.rel_bias_backward(grad, q, table, [True, True], r_lo, 260, True, False)
+    dq32, dt32 = torch.ops.wavepe.rel_bias_backward(grad.float(), q.float(), table.float(), [True, True], r_lo, 260,
+                                                    True, False)
     torch.testing.assert_close(dq, dq32.to(dtype), rtol=0, atol=0, equal_nan=True)
     torch.testing.assert_close(dt, dt32.to(dtype), rtol=0, atol=0, equal_nan=True)
 
@@ -466,7 +466,7 @@ def test_half_precision_makes_no_float32_copy(dtype):
     with DispatchLog() as log:
         out = wo.rel_bias(q, table, -5)
         wout = wo.wavelet_bias(q, cfg)
-        dq, dt = torch.ops.wavepe.rel_bias_backward(grad, q, table, -5, 0, True, False, [True, True])
+        dq, dt = torch.ops.wavepe.rel_bias_backward(grad, q, table, [True, True], -5, 0, True, False)
     # (wavelet_bias slices its cached table: a view, no copy)
     ops_run = [c[0] for c in log.calls if c[0] != "aten.slice.Tensor"]
     assert ops_run == ["wavepe.rel_bias.default"] * 2 + ["wavepe.rel_bias_backward.default"], log.calls
@@ -581,13 +581,13 @@ HUGE_N = np.broadcast_to(np.zeros((1, 1, 16), np.float32), (2**20, 2**20, 16))
         (lambda: wu.wavelet_bias(QN, CFG16, q_offset="x"), TypeError, r"q_offset must be an integer"),
         # the raw ops check what they are given too (every argument error of the compiled ops is a
         # ValueError: torch's stable ABI carries no TypeError; the typed wrappers above raise TypeError)
-        (lambda: torch.ops.wavepe.rel_bias(Q.int(), T.int(), 0, 0, 3, True, False), ValueError, r"q must be float32"),
-        (lambda: torch.ops.wavepe.rel_bias(Q, T.double(), 0, 0, 3, True, False), ValueError, r"share a dtype"),
-        (lambda: torch.ops.wavepe.rel_bias(Q, torch.zeros(5, 4), 0, 0, 3, True, False), ValueError, r"head_dim"),
-        (lambda: torch.ops.wavepe.rel_bias(Q, T, 0, 0, -3, True, False), ValueError, r"k_len must be >= 0"),
-        (lambda: torch.ops.wavepe.rel_bias(Q, T, 0, 2**62, 3, True, False), ValueError,
+        (lambda: torch.ops.wavepe.rel_bias(Q.int(), T.int(), 3, 0, 0, True, False), ValueError, r"q must be float32"),
+        (lambda: torch.ops.wavepe.rel_bias(Q, T.double(), 3, 0, 0, True, False), ValueError, r"share a dtype"),
+        (lambda: torch.ops.wavepe.rel_bias(Q, torch.zeros(5, 4), 3, 0, 0, True, False), ValueError, r"head_dim"),
+        (lambda: torch.ops.wavepe.rel_bias(Q, T, -3, 0, 0, True, False), ValueError, r"k_len must be >= 0"),
+        (lambda: torch.ops.wavepe.rel_bias(Q, T, 3, 0, 2**62, True, False), ValueError,
              r"rel_bias: q_offset=4611686018427387904 is beyond the supported range of positions"),
-        (lambda: torch.ops.wavepe.rel_bias_backward(torch.zeros(2, 4, 3), Q, T, 0, 0, True, False, [True, True]),
+        (lambda: torch.ops.wavepe.rel_bias_backward(torch.zeros(2, 4, 3), Q, T, [True, True], 0, 0, True, False),
          ValueError, r"grad must be"),
     ],
 )

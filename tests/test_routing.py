@@ -237,7 +237,7 @@ def test_cuda_tensors_reach_the_ops_in_their_own_dtype(dtype, monkeypatch):
             bias = wo.wavelet_bias(q, cfg)
             q_rot, _ = wo.rope(q, k, 0, RopeConfig())
             alibi = wo.alibi_bias(torch.ones(4, device="cuda", dtype=dtype), 33, 33)
-            _, lse = torch.ops.wavepe.attention_fwd(q, k, k, None, 0, False, None, None, 0.25, 0, True)
+            _, lse = torch.ops.wavepe.attention_fwd(q, k, k, None, None, None, None, 0.25, 0, True, 0, False, False)
     seen = {name: ins for name, ins, _ in log.calls if name.startswith("wavepe.")}
     assert set(seen) == {"wavepe.attention_fwd.default", "wavepe.rel_bias.default", "wavepe.rope.default",
                          "wavepe.alibi_bias.default"}
@@ -250,9 +250,9 @@ def test_cuda_tensors_reach_the_ops_in_their_own_dtype(dtype, monkeypatch):
 def test_the_fake_kernel_and_the_cpu_kernel_agree_on_lse():
     q = torch.randn(1, 2, 5, 8, dtype=torch.float64)
     for dtype in (torch.float32, torch.float64):
-        _, lse = torch.ops.wavepe.attention_fwd(q.to(dtype), q.to(dtype), q.to(dtype), None, 0, False, None, None,
-                                                0.5, 0, True)
-        _, fake_lse = torch.ops.wavepe.attention_fwd(*(t.to("meta", dtype) for t in (q, q, q)), None, 0, False, None,
-                                                     None, 0.5, 0, True)
+        _, lse = torch.ops.wavepe.attention_fwd(q.to(dtype), q.to(dtype), q.to(dtype), None, None, None, None,
+                                                0.5, 0, True, 0, False, False)
+        _, fake_lse = torch.ops.wavepe.attention_fwd(*(t.to("meta", dtype) for t in (q, q, q)), None, None, None,
+                                                     None, 0.5, 0, True, 0, False, False)
         assert lse.dtype == fake_lse.dtype == dtype and lse.shape == fake_lse.shape
     assert np.isfinite(lse.numpy()).all()

@@ -62,10 +62,12 @@
 
 #include <math.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "checked.h"
 #include "dtype.h"
 #include "isa.h"
+#include "settings.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -77,21 +79,39 @@ extern "C" {
 #define WAVEPE_HOST_DEVICE
 #endif
 
+/* The settings (settings.h), in the one argument order of every layer:
+ *   scale         multiplies q . k (and the table's term); > 0, finite
+ *   q_offset      position of query 0
+ *   causal        mask keys after the query
+ *   r_lo, clamp   the table's first distance and its edge rule (with a table; ignored without)
+ *   mark_neg_inf  forward: a row whose visible keys all score -inf gets out = 0, lse = +inf (zero
+ *                 weight, for a caller that merges partial results: wavepe.distributed) instead of
+ *                 NaN; 0: NaN, the formula's 0/0.  +inf arises no other way: lse = max + log(sum)
+ *                 with 1 <= sum <= N, so a finite max gives a finite lse (log N is far below half an
+ *                 ulp of any float that could overflow), and a +inf score makes the sum
+ *                 exp(inf - inf) = NaN.  The backward takes such a row as contributing nothing (zero
+ *                 dq; nothing to dk, dv, dtable, dslopes), like a row that sees no key (lse = -inf),
+ *                 flag or not. */
+#define WAVEPE_ATTENTION_SETTINGS(X) \
+    X(REAL, scale, 1.0)              \
+    X(INT, q_offset, 0)              \
+    X(BOOL, causal, 0)               \
+    X(INT, r_lo, 0)                  \
+    X(BOOL, clamp, 0)                \
+    X(BOOL, mark_neg_inf, 0)
+
 typedef struct wavepe_attention_args {
     int dtype;                      /* wavepe_dtype of q, k, v, table, out, dout, dq, dk, dv, dtable */
     int64_t batch, heads, kv_heads; /* B, H, Hkv */
     int64_t m, n, d;                /* queries, keys, head dim */
-    int64_t q_offset;               /* position of query 0 */
-    int causal;
-    double scale;                   /* > 0, finite */
+    WAVEPE_ATTENTION_SETTINGS(WAVEPE_SETTING_FIELD)
 
     const void *q, *k, *v;
     int64_t q_strides[3], k_strides[3], v_strides[3]; /* batch, head, row (elements) */
 
     /* position bias: at most one of table / slopes */
     const void *table;        /* (table_rows, d) dense, or NULL */
-    int64_t table_rows, r_lo;
-    int clamp;
+    int64_t table_rows;
     const void *slopes;       /* (H,) ALiBi slopes (accumulator type), or NULL */
     const uint8_t *key_padding_mask; /* (B, N), nonzero = ignore key; or NULL */
     int64_t kpm_stride;              /* elements between batches */
@@ -102,13 +122,6 @@ typedef struct wavepe_attention_args {
     void *out;
     int64_t out_strides[3];
     void *lse; /* (B, H, M) dense, accumulator type */
-    /* forward: a row whose visible keys all score -inf gets out = 0, lse = +inf (zero weight, for a caller
-     * that merges partial results: wavepe.distributed) instead of NaN; 0: NaN, the formula's 0/0.  +inf
-     * arises no other way: lse = max + log(sum) with 1 <= sum <= N, so a finite max gives a finite lse
-     * (log N is far below half an ulp of any float that could overflow), and a +inf score makes the
-     * sum exp(inf - inf) = NaN.  The backward takes such a row as contributing nothing (zero dq; nothing
-     * to dk, dv, dtable, dslopes), like a row that sees no key (lse = -inf). */
-    int mark_neg_inf;
 
     /* backward only */
     const void *dout;
@@ -118,6 +131,14 @@ typedef struct wavepe_attention_args {
     void *dtable;             /* (table_rows, d) dense, or NULL: no table gradient */
     void *dslopes;            /* (H,) accumulator type, or NULL: no slope gradient */
 } wavepe_attention_args;
+
+/* Every field 0 / NULL but the settings, which take their defaults. */
+static inline wavepe_attention_args wavepe_attention_args_defaults(void) {
+    wavepe_attention_args a;
+    memset(&a, 0, sizeof a);
+    WAVEPE_ATTENTION_SETTINGS(WAVEPE_SETTING_DEFAULT)
+    return a;
+}
 
 /* ---- which keys a query sees ----------------------------------------------------
  * Keys [*lo, *hi) of batch row b for the query at position pos (= q_offset + m):

@@ -66,21 +66,33 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "checked.h"
 #include "dtype.h"
 #include "isa.h"
+#include "settings.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
 
+/* The settings (settings.h), in the one argument order of every layer:
+ *   r_lo      the distance the table's row 0 holds: rows hold r_lo .. r_lo + rows - 1
+ *   q_offset  position of query row 0 (keys sit at 0 .. N-1)
+ *   causal    zero (and skip) the entries whose key is after the query
+ *   clamp     distances outside the table read its edge rows instead of 0 (needs rows >= 1) */
+#define WAVEPE_RELBIAS_SETTINGS(X) \
+    X(INT, r_lo, 0)                \
+    X(INT, q_offset, 0)            \
+    X(BOOL, causal, 0)             \
+    X(BOOL, clamp, 0)
+
 typedef struct wavepe_relbias_args {
     int dtype;                  /* wavepe_dtype of q, table, bias, grad, dq, dtable (F32 / F64 / BF16 / F16) */
     int64_t batch, m, n, d;     /* G, M, N, head dim d */
-    int64_t rows, r_lo;         /* table (rows, d) holds distances r_lo .. r_lo + rows - 1 */
-    int64_t q_offset;           /* position of query row 0 (keys sit at 0 .. N-1) */
-    int causal, clamp;
+    int64_t rows;               /* table rows */
+    WAVEPE_RELBIAS_SETTINGS(WAVEPE_SETTING_FIELD)
 
     const void *q;              /* (G, M, d) */
     int64_t q_stride_g, q_stride_m;
@@ -101,6 +113,14 @@ typedef struct wavepe_relbias_args {
 
     void *workspace;            /* see "Workspace" above; NULL for the scalar ISA; set by the plan */
 } wavepe_relbias_args;
+
+/* Every field 0 / NULL but the settings, which take their defaults. */
+static inline wavepe_relbias_args wavepe_relbias_args_defaults(void) {
+    wavepe_relbias_args a;
+    memset(&a, 0, sizeof a);
+    WAVEPE_RELBIAS_SETTINGS(WAVEPE_SETTING_DEFAULT)
+    return a;
+}
 
 /* Which kernels an operation runs (bit flags): they decide what validation
  * requires and what the workspace must hold. */

@@ -1,16 +1,20 @@
 /* relbias_gufuncs.c: the gufunc _ufuncs.rel_bias over the relbias core.
  *
- *     rel_bias(q, table, r_lo, q_offset, causal, clamp, out=bias)
- *     signature (m,d),(r,d),(),(),(),()->(m,n)
+ *     rel_bias(q, table, <settings>, out=bias)
+ *     signature (m,d),(r,d),(),...,()->(m,n)
  *
- * The key count n appears only in the output, so the caller passes out=
- * (wavepe.ufuncs.rel_bias does); NumPy >= 1.26 takes an output-only core
- * dimension from the out array.  Loops: float32 and float64 (with int64
- * r_lo / q_offset and bool causal / clamp).  NumPy broadcasts the batch
- * dimensions and releases the GIL around the loop (no Python objects).
+ * <settings>: one scalar operand per entry of WAVEPE_RELBIAS_SETTINGS
+ * (csrc/core/relbias.h: r_lo, q_offset, causal, clamp), in its order -- the
+ * torch op's schema less k_len --, typed by its kind (settings.h: INT int64,
+ * BOOL bool, REAL float64); the operands, loop types, signature and docstring
+ * below are generated from the list.  The key count n appears only in the
+ * output, so the caller passes out= (wavepe.ufuncs.rel_bias does); NumPy >=
+ * 1.26 takes an output-only core dimension from the out array.  Loops:
+ * float32 and float64.  NumPy broadcasts the batch dimensions and releases
+ * the GIL around the loop (no Python objects).
  *
  * The loop hands the core's plan (csrc/core/relbias.h) as much as it can at
- * once: when every parameter (table, r_lo, q_offset, causal, clamp) is shared
+ * once: when every parameter (the table and the settings) is shared
  * by the outer iterations -- the usual broadcast of one table over a batch of
  * query matrices -- and q and out have contiguous rows, the outer loop is the
  * plan's batch (one table preparation, one call).  Otherwise each outer
@@ -31,11 +35,12 @@
 #include "../core/checked.h"
 #include "../core/relbias.h"
 
-/* The gufunc's operands, in the order of the torch op's schema (csrc/torch/relbias_op.cpp) less k_len,
- * which is out's last dimension: args[i] and steps[i] belong to operand i, and the core dimensions'
- * steps follow them (q's m, d; table's r, d; out's m, n).  Named, so that an operand added here
- * moves every index with it. */
-enum { ARG_Q, ARG_TABLE, ARG_R_LO, ARG_Q_OFFSET, ARG_CAUSAL, ARG_CLAMP, ARG_OUT, N_OPERANDS };
+/* The gufunc's operands: q, table, the settings, out (k_len is out's last dimension).  args[i] and
+ * steps[i] belong to operand i, and the core dimensions' steps follow them (q's m, d; table's r, d;
+ * out's m, n). */
+#define ARG_SETTING(kind, name, def) ARG_##name,
+enum { ARG_Q, ARG_TABLE, WAVEPE_RELBIAS_SETTINGS(ARG_SETTING) ARG_OUT, N_OPERANDS };
+#undef ARG_SETTING
 enum { STEP_Q_M = N_OPERANDS, STEP_Q_D, STEP_T_R, STEP_T_D, STEP_O_M, STEP_O_N };
 
 /* A (rows, cols) matrix at base with byte strides; is it usable in place? */
@@ -72,18 +77,23 @@ static int run_plan(const wavepe_relbias_args *a) {
     return 0;
 }
 
-/* The scalar parameters of outer iteration it into *a. */
+/* One setting operand's element at p, by kind (the NumPy types of NP_TYPE_<kind>). */
+#define NP_TYPE_INT NPY_INT64
+#define NP_TYPE_BOOL NPY_BOOL
+#define NP_TYPE_REAL NPY_DOUBLE
+static inline void read_INT(const char *p, int64_t *v) { memcpy(v, p, sizeof *v); }
+static inline void read_BOOL(const char *p, int *v) {
+    npy_bool b;
+    memcpy(&b, p, sizeof b);
+    *v = b != 0;
+}
+static inline void read_REAL(const char *p, double *v) { memcpy(v, p, sizeof *v); }
+
+/* The settings of outer iteration it into *a. */
 static void read_params(char **args, const npy_intp *steps, npy_intp it, wavepe_relbias_args *a) {
-    int64_t r_lo, q_offset;
-    npy_bool causal, clamp;
-    memcpy(&r_lo, args[ARG_R_LO] + it * steps[ARG_R_LO], sizeof r_lo);
-    memcpy(&q_offset, args[ARG_Q_OFFSET] + it * steps[ARG_Q_OFFSET], sizeof q_offset);
-    memcpy(&causal, args[ARG_CAUSAL] + it * steps[ARG_CAUSAL], sizeof causal);
-    memcpy(&clamp, args[ARG_CLAMP] + it * steps[ARG_CLAMP], sizeof clamp);
-    a->r_lo = r_lo;
-    a->q_offset = q_offset;
-    a->causal = causal != 0;
-    a->clamp = clamp != 0;
+#define READ_SETTING(kind, name, def) read_##kind(args[ARG_##name] + it * steps[ARG_##name], &a->name);
+    WAVEPE_RELBIAS_SETTINGS(READ_SETTING)
+#undef READ_SETTING
 }
 
 static void rel_bias_loop(char **args, const npy_intp *dims, const npy_intp *steps, int f32) {
@@ -94,8 +104,7 @@ static void rel_bias_loop(char **args, const npy_intp *dims, const npy_intp *ste
     const npy_intp os_m = steps[STEP_O_M], os_n = steps[STEP_O_N];
     if (outer == 0) return;
 
-    wavepe_relbias_args a;
-    memset(&a, 0, sizeof a);
+    wavepe_relbias_args a = wavepe_relbias_args_defaults();
     a.dtype = f32 ? WAVEPE_F32 : WAVEPE_F64;
     a.m = m;
     a.n = n;
@@ -169,21 +178,27 @@ static void rel_bias_loop_f64(char **args, const npy_intp *dims, const npy_intp 
 }
 
 static PyUFuncGenericFunction rel_bias_loops[2] = {rel_bias_loop_f32, rel_bias_loop_f64};
+#define TYPE_SETTING(kind, name, def) NP_TYPE_##kind,
 static char rel_bias_types[2 * N_OPERANDS] = {
-    NPY_FLOAT, NPY_FLOAT, NPY_INT64, NPY_INT64, NPY_BOOL, NPY_BOOL, NPY_FLOAT,
-    NPY_DOUBLE, NPY_DOUBLE, NPY_INT64, NPY_INT64, NPY_BOOL, NPY_BOOL, NPY_DOUBLE,
+    NPY_FLOAT, NPY_FLOAT, WAVEPE_RELBIAS_SETTINGS(TYPE_SETTING) NPY_FLOAT,
+    NPY_DOUBLE, NPY_DOUBLE, WAVEPE_RELBIAS_SETTINGS(TYPE_SETTING) NPY_DOUBLE,
 };
+#undef TYPE_SETTING
 static void *rel_bias_data[2] = {NULL, NULL};
+
+#define NAME_SETTING(kind, name, def) ", " #name
+#define CORE_SETTING(kind, name, def) ",()"
+#define SIGNATURE "(m,d),(r,d)" WAVEPE_RELBIAS_SETTINGS(CORE_SETTING) "->(m,n)"
 
 int wavepe_np_add_relbias_gufuncs(PyObject *module) {
     PyObject *uf = PyUFunc_FromFuncAndDataAndSignature(
         rel_bias_loops, rel_bias_data, rel_bias_types, 2, N_OPERANDS - 1, 1, PyUFunc_None, "rel_bias",
-        "rel_bias(q, table, r_lo, q_offset, causal, clamp, /, *, out) -> out\n\n"
-        "Relative-table bias, gufunc (m,d),(r,d),(),(),(),()->(m,n):\n"
+        "rel_bias(q, table" WAVEPE_RELBIAS_SETTINGS(NAME_SETTING) ", /, *, out) -> out\n\n"
+        "Relative-table bias, gufunc " SIGNATURE ":\n"
         "out[..., m, n] = q[..., m, :] . table[q_offset + m - n - r_lo] for distances inside the\n"
         "table (else 0, or the edge row with clamp); causal zeroes n > q_offset + m.\n"
         "The key count n comes from out=, which is required.  Use wavepe.ufuncs.rel_bias.",
-        0, "(m,d),(r,d),(),(),(),()->(m,n)");
+        0, SIGNATURE);
     if (uf == NULL) return -1;
     if (PyModule_AddObject(module, "rel_bias", uf) < 0) {
         Py_DECREF(uf);

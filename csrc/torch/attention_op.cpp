@@ -14,11 +14,16 @@
 // attention_fwd's mark_neg_inf: rows whose visible scores are all -inf come
 // back as out = 0, lse = +inf instead of NaN (attention.h); attention_bwd
 // takes such rows as contributing nothing, flag or not.
+//
+// Schemas: the op's tensors, then the family's settings (WAVEPE_ATTENTION_SETTINGS in
+// csrc/core/attention.h: scale, q_offset, causal, r_lo, clamp, mark_neg_inf), generated with
+// the bodies' parameters and the struct fill by op_settings.h.
 #include <optional>
 #include <tuple>
 #include <vector>
 
 #include "launch.h"
+#include "op_settings.h"
 
 namespace {
 
@@ -35,9 +40,8 @@ struct Prepared {
 
 Prepared prepare(const Tensor& q, const Tensor& k, const Tensor& v, const std::optional<Tensor>& table,
                  const std::optional<Tensor>& slopes, const std::optional<Tensor>& kpm,
-                 const std::optional<Tensor>& cu_seqlens, wavepe_attention_args& a, int64_t r_lo, bool clamp,
-                 double scale, int64_t q_offset, bool causal) {
-    a = wavepe_attention_args{};
+                 const std::optional<Tensor>& cu_seqlens, wavepe_attention_args& a) {
+    // a: the settings filled, every other field zero
     a.dtype = wavepe::dtype_of(q, "q", /*half_on_cpu=*/true);  // bf16 / fp16 read natively everywhere
     wavepe::check_like(k, "k", q, "q");
     wavepe::check_like(v, "v", q, "q");
@@ -58,9 +62,6 @@ Prepared prepare(const Tensor& q, const Tensor& k, const Tensor& v, const std::o
     a.m = q.size(2);
     a.n = k.size(2);
     a.d = q.size(3);
-    a.q_offset = q_offset;
-    a.causal = causal ? 1 : 0;
-    a.scale = scale;
     a.q = p.q.data_ptr();
     a.k = p.k.data_ptr();
     a.v = p.v.data_ptr();
@@ -75,8 +76,9 @@ Prepared prepare(const Tensor& q, const Tensor& k, const Tensor& v, const std::o
         p.table = wavepe::contiguous(*table);
         a.table = p.table.data_ptr();
         a.table_rows = p.table.size(0);
-        a.r_lo = r_lo;
-        a.clamp = clamp ? 1 : 0;
+    } else {
+        a.r_lo = 0;  // the table's settings mean nothing without a table
+        a.clamp = 0;
     }
     if (slopes.has_value()) {
         wavepe::check_same_device(*slopes, "alibi_slopes", q, "q");
@@ -121,15 +123,13 @@ Prepared prepare(const Tensor& q, const Tensor& k, const Tensor& v, const std::o
 }
 
 std::tuple<Tensor, Tensor> attention_fwd(const Tensor& q, const Tensor& k, const Tensor& v,
-                                                 const std::optional<Tensor>& table, int64_t r_lo, bool clamp,
-                                                 const std::optional<Tensor>& slopes,
-                                                 const std::optional<Tensor>& key_padding_mask, double scale,
-                                                 int64_t q_offset, bool causal,
-                                                 const std::optional<Tensor>& cu_seqlens, bool mark_neg_inf) {
-    wavepe_attention_args a;
-    const Prepared p = prepare(q, k, v, table, slopes, key_padding_mask, cu_seqlens, a, r_lo, clamp, scale, q_offset,
-                               causal);
-    a.mark_neg_inf = mark_neg_inf ? 1 : 0;
+                                         const std::optional<Tensor>& table, const std::optional<Tensor>& slopes,
+                                         const std::optional<Tensor>& key_padding_mask,
+                                         const std::optional<Tensor>& cu_seqlens
+                                             WAVEPE_ATTENTION_SETTINGS(WAVEPE_OP_SETTING_PARAM)) {
+    wavepe_attention_args a = wavepe_attention_args_defaults();
+    WAVEPE_ATTENTION_SETTINGS(WAVEPE_OP_SETTING_FILL)
+    const Prepared p = prepare(q, k, v, table, slopes, key_padding_mask, cu_seqlens, a);
     wavepe_error err{};
     wavepe::check_sizes(wavepe_attention_validate(&a, 0, &err), err, "wavelet_attention");
     Tensor out = wavepe::empty({a.batch, a.heads, a.m, a.d}, q);
@@ -145,12 +145,12 @@ std::tuple<Tensor, Tensor> attention_fwd(const Tensor& q, const Tensor& k, const
 std::tuple<Tensor, Tensor, Tensor, Tensor, Tensor> attention_bwd(
     const Tensor& grad_out, const std::optional<Tensor>& grad_lse, const Tensor& q, const Tensor& k,
     const Tensor& v, const Tensor& out, const Tensor& lse, const std::optional<Tensor>& table,
-    int64_t r_lo, bool clamp, const std::optional<Tensor>& slopes,
-    const std::optional<Tensor>& key_padding_mask, double scale, int64_t q_offset, bool causal, bool table_grad,
-    bool slopes_grad, const std::optional<Tensor>& cu_seqlens) {
-    wavepe_attention_args a;
-    const Prepared p = prepare(q, k, v, table, slopes, key_padding_mask, cu_seqlens, a, r_lo, clamp, scale, q_offset,
-                               causal);
+    const std::optional<Tensor>& slopes, const std::optional<Tensor>& key_padding_mask,
+    const std::optional<Tensor>& cu_seqlens, bool table_grad, bool slopes_grad
+        WAVEPE_ATTENTION_SETTINGS(WAVEPE_OP_SETTING_PARAM)) {
+    wavepe_attention_args a = wavepe_attention_args_defaults();
+    WAVEPE_ATTENTION_SETTINGS(WAVEPE_OP_SETTING_FILL)
+    const Prepared p = prepare(q, k, v, table, slopes, key_padding_mask, cu_seqlens, a);
     const auto check_like_q = [&](const Tensor& t, const char* name) {
         wavepe::check_like(t, name, q, "q");
         WAVEPE_CHECK_VALUE(wavepe::same_sizes(t.sizes(), q.sizes()), name, " must have q's shape ", wavepe::shape(q),
@@ -208,15 +208,12 @@ void register_attention(torch::stable::detail::StableLibrary& m) {
 }  // namespace
 
 STABLE_TORCH_LIBRARY_FRAGMENT(wavepe, m) {
-    m.def(
-        "attention_fwd(Tensor q, Tensor k, Tensor v, Tensor? table, SymInt r_lo, bool clamp, Tensor? slopes, "
-        "Tensor? key_padding_mask, float scale, SymInt q_offset, bool causal, Tensor? cu_seqlens=None, "
-        "bool mark_neg_inf=False) -> (Tensor, Tensor)");
-    m.def(
-        "attention_bwd(Tensor grad_out, Tensor? grad_lse, Tensor q, Tensor k, Tensor v, Tensor out, Tensor lse, "
-        "Tensor? table, SymInt r_lo, bool clamp, Tensor? slopes, Tensor? key_padding_mask, float scale, "
-        "SymInt q_offset, bool causal, bool table_grad, bool slopes_grad, Tensor? cu_seqlens=None) "
-        "-> (Tensor, Tensor, Tensor, Tensor, Tensor)");
+    m.def("attention_fwd(Tensor q, Tensor k, Tensor v, Tensor? table, Tensor? slopes, Tensor? key_padding_mask, "
+          "Tensor? cu_seqlens" WAVEPE_ATTENTION_SETTINGS(WAVEPE_SCHEMA_SETTING) ") -> (Tensor, Tensor)");
+    m.def("attention_bwd(Tensor grad_out, Tensor? grad_lse, Tensor q, Tensor k, Tensor v, Tensor out, Tensor lse, "
+          "Tensor? table, Tensor? slopes, Tensor? key_padding_mask, Tensor? cu_seqlens, bool table_grad, "
+          "bool slopes_grad" WAVEPE_ATTENTION_SETTINGS(WAVEPE_SCHEMA_SETTING)
+          ") -> (Tensor, Tensor, Tensor, Tensor, Tensor)");
 }
 
 WAVEPE_REGISTER_ALL_DEVICES(register_attention)

@@ -1,8 +1,10 @@
 // relbias_op.cpp: torch.ops.wavepe.rel_bias and rel_bias_backward, every device.
 //
-//   rel_bias(q (..., M, d), table (R, d), r_lo, q_offset, k_len, causal, clamp) -> (..., M, k_len)
-//   rel_bias_backward(grad (..., M, N), q, table, r_lo, q_offset, causal, clamp, output_mask)
+//   rel_bias(q (..., M, d), table (R, d), k_len, <settings>) -> (..., M, k_len)
+//   rel_bias_backward(grad (..., M, N), q, table, output_mask, <settings>)
 //       -> (dq like q, dtable like table); a masked-out gradient is an empty (0,) tensor.
+// <settings>: WAVEPE_RELBIAS_SETTINGS (csrc/core/relbias.h) -- r_lo, q_offset, causal, clamp --
+// in the schema, the parameters and the struct fill by op_settings.h.
 //
 // One body per op for CPU and CUDA: it fills wavepe_relbias_args
 // (csrc/core/relbias.h) once, validates it, and wavepe::launch runs it on the
@@ -16,6 +18,7 @@
 #include <vector>
 
 #include "launch.h"
+#include "op_settings.h"
 
 namespace {
 
@@ -68,29 +71,24 @@ void check_inputs(const Tensor& q, const Tensor& table, const char* op) {
                       " does not match q.shape[-1]=", q.size(-1), " (head_dim)");
 }
 
-// The sizes and settings shared by the forward and the backward; the caller sets the tensors.
-wavepe_relbias_args base_args(const Tensor& q, int64_t n, const Tensor& table, int64_t r_lo, int64_t q_offset,
-                              bool causal, bool clamp) {
-    wavepe_relbias_args a{};
+// The sizes shared by the forward and the backward (the settings are filled by the caller).
+void set_sizes(wavepe_relbias_args& a, const Tensor& q, int64_t n, const Tensor& table) {
     a.dtype = wavepe::dtype_of(q, "q", /*half_on_cpu=*/true);
     a.m = q.size(-2);
     a.n = n;
     a.d = q.size(-1);
     a.rows = table.size(0);
-    a.r_lo = r_lo;
-    a.q_offset = q_offset;
-    a.causal = causal ? 1 : 0;
-    a.clamp = clamp ? 1 : 0;
-    return a;
 }
 
-Tensor rel_bias(const Tensor& q_in, const Tensor& table_in, int64_t r_lo, int64_t q_offset, int64_t k_len,
-                    bool causal, bool clamp) {
+Tensor rel_bias(const Tensor& q_in, const Tensor& table_in,
+                int64_t k_len WAVEPE_RELBIAS_SETTINGS(WAVEPE_OP_SETTING_PARAM)) {
     check_inputs(q_in, table_in, "rel_bias");
     BatchLevels lv;
     const Tensor q = with_levels(q_in, 2, &lv);
     const Tensor table = wavepe::contiguous(table_in);
-    wavepe_relbias_args a = base_args(q, k_len, table, r_lo, q_offset, causal, clamp);
+    wavepe_relbias_args a = wavepe_relbias_args_defaults();
+    WAVEPE_RELBIAS_SETTINGS(WAVEPE_OP_SETTING_FILL)
+    set_sizes(a, q, k_len, table);
     a.outer = lv.outer;
     a.batch = lv.inner;
     wavepe_error err{};
@@ -112,9 +110,9 @@ Tensor rel_bias(const Tensor& q_in, const Tensor& table_in, int64_t r_lo, int64_
     return out;
 }
 
-std::tuple<Tensor, Tensor> rel_bias_backward(const Tensor& grad_in, const Tensor& q_in,
-                                                     const Tensor& table_in, int64_t r_lo, int64_t q_offset,
-                                                     bool causal, bool clamp, std::vector<bool> output_mask) {
+std::tuple<Tensor, Tensor> rel_bias_backward(const Tensor& grad_in, const Tensor& q_in, const Tensor& table_in,
+                                             std::vector<bool> output_mask
+                                                 WAVEPE_RELBIAS_SETTINGS(WAVEPE_OP_SETTING_PARAM)) {
     check_inputs(q_in, table_in, "rel_bias_backward");
     wavepe::check_like(grad_in, "grad", q_in, "q");
     const size_t lead = static_cast<size_t>(q_in.dim() - 1);
@@ -129,7 +127,9 @@ std::tuple<Tensor, Tensor> rel_bias_backward(const Tensor& grad_in, const Tensor
     BatchLevels glv, qlv;
     const Tensor grad = with_levels(grad_in, 1, &glv);
     const Tensor q = want_dt ? with_levels(q_in, 1, &qlv) : q_in;
-    wavepe_relbias_args a = base_args(q_in, grad.size(-1), table, r_lo, q_offset, causal, clamp);
+    wavepe_relbias_args a = wavepe_relbias_args_defaults();
+    WAVEPE_RELBIAS_SETTINGS(WAVEPE_OP_SETTING_FILL)
+    set_sizes(a, q_in, grad.size(-1), table);
     a.batch = glv.inner;  // grad is one level: its batch product
     wavepe_error err{};
     wavepe::check_status(wavepe_relbias_validate(&a, 0, &err), err, "rel_bias_backward");  // sizes and positions
@@ -167,10 +167,9 @@ void register_relbias(torch::stable::detail::StableLibrary& m) {
 }  // namespace
 
 STABLE_TORCH_LIBRARY_FRAGMENT(wavepe, m) {
-    m.def("rel_bias(Tensor q, Tensor table, SymInt r_lo, SymInt q_offset, SymInt k_len, bool causal, bool clamp) "
-          "-> Tensor");
-    m.def("rel_bias_backward(Tensor grad, Tensor q, Tensor table, SymInt r_lo, SymInt q_offset, bool causal, "
-          "bool clamp, bool[2] output_mask) -> (Tensor, Tensor)");
+    m.def("rel_bias(Tensor q, Tensor table, SymInt k_len" WAVEPE_RELBIAS_SETTINGS(WAVEPE_SCHEMA_SETTING) ") -> Tensor");
+    m.def("rel_bias_backward(Tensor grad, Tensor q, Tensor table, bool[2] output_mask"
+          WAVEPE_RELBIAS_SETTINGS(WAVEPE_SCHEMA_SETTING) ") -> (Tensor, Tensor)");
 }
 
 WAVEPE_REGISTER_ALL_DEVICES(register_relbias)

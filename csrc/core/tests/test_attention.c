@@ -134,7 +134,7 @@ static void oracle(const shape *s, const inputs *in, double *out, double *lse) {
  * float64 / float32 callers). */
 static void set_args(wavepe_attention_args *a, int dtype, const shape *s, const inputs *in, void *q, void *k, void *v,
                      void *table, void *slopes, void *out, void *lse) {
-    memset(a, 0, sizeof(*a));
+    *a = wavepe_attention_args_defaults();
     a->dtype = dtype;
     a->batch = s->B, a->heads = s->H, a->kv_heads = s->Hkv, a->m = s->M, a->n = s->N, a->d = s->d;
     a->q_offset = s->off, a->causal = s->causal, a->scale = 1.0 / sqrt((double)s->d);
@@ -595,7 +595,7 @@ void test_attention(void) {
 
     /* validation */
     wavepe_attention_args a;
-    memset(&a, 0, sizeof a);
+    a = wavepe_attention_args_defaults();
     a.batch = 1, a.heads = 3, a.kv_heads = 2, a.m = 4, a.n = 4, a.d = 4, a.scale = 1.0;
     wavepe_error err = {{0}};
     CHECK(wavepe_attention_validate(&a, 0, &err) == WAVEPE_E_INVALID); /* 3 heads over 2 kv heads */

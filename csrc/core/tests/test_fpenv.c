@@ -68,8 +68,7 @@ void test_fpenv(void) {
         float q[4 * 8], table[3 * 8], bias[4 * 4];
         for (int i = 0; i < 32; ++i) q[i] = 3e-39f;
         for (int i = 0; i < 24; ++i) table[i] = 1.0f;
-        wavepe_relbias_args ra;
-        memset(&ra, 0, sizeof(ra));
+        wavepe_relbias_args ra = wavepe_relbias_args_defaults();
         ra.batch = 1, ra.m = 4, ra.n = 4, ra.d = 8, ra.rows = 3, ra.r_lo = 0, ra.causal = 1;
         ra.q = q, ra.q_stride_g = 32, ra.q_stride_m = 8, ra.table = table;
         ra.bias = bias, ra.bias_stride_g = 16, ra.bias_stride_m = 4;
@@ -104,8 +103,7 @@ void test_fpenv(void) {
         /* attention: q subnormal = q zero, so every row averages the values it sees */
         float aq[3 * 4], ak[3 * 4], av[3 * 4], out[3 * 4], lse[3];
         for (int i = 0; i < 12; ++i) aq[i] = 2e-39f, ak[i] = 1.0f, av[i] = (float)(i / 4);
-        wavepe_attention_args at;
-        memset(&at, 0, sizeof(at));
+        wavepe_attention_args at = wavepe_attention_args_defaults();
         at.batch = 1, at.heads = 1, at.kv_heads = 1, at.m = 3, at.n = 3, at.d = 4, at.causal = 1, at.scale = 1.0;
         at.q = aq, at.k = ak, at.v = av, at.out = out, at.lse = lse;
         const int64_t st[3] = {12, 12, 4};

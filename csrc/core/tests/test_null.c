@@ -31,7 +31,7 @@ static int null_named(int status, const wavepe_error *err) {
 static void relbias_null(void) {
     float buf[256];
     wavepe_relbias_args a;
-    memset(&a, 0, sizeof a);
+    a = wavepe_relbias_args_defaults();
     a.dtype = WAVEPE_F32;
     a.batch = 1, a.m = 3, a.n = 4, a.d = 2, a.rows = 5, a.r_lo = -2;
     a.q = buf, a.q_stride_g = 6, a.q_stride_m = 2, a.table = buf;
@@ -67,7 +67,7 @@ static void relbias_empty(void *zero) {
             for (int isa = 0; isa < 2; ++isa) {
                 void *p = use_null ? NULL : zero;
                 wavepe_relbias_args a;
-                memset(&a, 0, sizeof a);
+                a = wavepe_relbias_args_defaults();
                 a.dtype = WAVEPE_F32;
                 a.batch = shapes[s][0], a.m = shapes[s][1], a.n = shapes[s][2], a.d = shapes[s][3];
                 a.rows = shapes[s][4];
@@ -177,7 +177,7 @@ static void alibi_null_and_empty(void *zero) {
 /* ---- attention -------------------------------------------------------------------------- */
 
 static void attention_args(wavepe_attention_args *a, int64_t b, int64_t h, int64_t m, int64_t n, void *p) {
-    memset(a, 0, sizeof *a);
+    *a = wavepe_attention_args_defaults();
     a->dtype = WAVEPE_F32, a->batch = b, a->heads = h, a->kv_heads = h > 0 ? h : 1, a->m = m, a->n = n, a->d = 4;
     a->scale = 0.5, a->causal = 1;
     a->q = a->k = a->v = p, a->out = a->lse = p;

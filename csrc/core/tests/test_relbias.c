@@ -102,7 +102,7 @@ static void run_plan_any(wavepe_isa isa, const wavepe_relbias_args *a, unsigned 
             for (int64_t i = 0; i < nq; ++i) dq[i] = (T)-777;                                    \
             for (int64_t i = 0; i < nt; ++i) dt[i] = (T)-777;                                    \
             wavepe_relbias_args a;                                                               \
-            memset(&a, 0, sizeof a);                                                             \
+            a = wavepe_relbias_args_defaults();                                                  \
             a.dtype = sizeof(T) == 8 ? WAVEPE_F64 : WAVEPE_F32;                                  \
             a.batch = c->g; a.m = c->m; a.n = c->n; a.d = c->d; a.rows = c->rows;                \
             a.r_lo = c->r_lo; a.q_offset = c->q_offset; a.causal = c->causal; a.clamp = c->clamp; \
@@ -295,7 +295,7 @@ static void run_case_half(const rb_case *c, int dtype, double scale) {
         for (int64_t i = 0; i < nq; ++i) dq[i] = 0xABCD;
         for (int64_t i = 0; i < nt; ++i) dt[i] = 0xABCD;
         wavepe_relbias_args a;
-        memset(&a, 0, sizeof a);
+        a = wavepe_relbias_args_defaults();
         a.dtype = dtype;
         a.batch = c->g, a.m = c->m, a.n = c->n, a.d = c->d, a.rows = c->rows;
         a.r_lo = c->r_lo, a.q_offset = c->q_offset, a.causal = c->causal, a.clamp = c->clamp;
@@ -362,7 +362,7 @@ static void run_case_half(const rb_case *c, int dtype, double scale) {
 static void test_validation(void) {
     float buf[64];
     wavepe_relbias_args a;
-    memset(&a, 0, sizeof a);
+    a = wavepe_relbias_args_defaults();
     a.dtype = WAVEPE_F32;
     a.batch = 2; a.m = 3; a.n = 4; a.d = 5; a.rows = 6; a.r_lo = -2;
     a.q = buf; a.q_stride_g = 15; a.q_stride_m = 5; a.table = buf;
@@ -417,7 +417,7 @@ static void test_validation(void) {
     a.bias_stride_g = 12;
     /* empty problems need no data at all */
     wavepe_relbias_args e;
-    memset(&e, 0, sizeof e);
+    e = wavepe_relbias_args_defaults();
     e.batch = 3; e.m = 0; e.n = 5; e.d = 4; e.rows = 0;
     e.dtype = WAVEPE_F64;
     CHECK(wavepe_relbias_validate(&e, 7, NULL) == WAVEPE_OK);

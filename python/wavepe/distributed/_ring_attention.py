@@ -276,7 +276,7 @@ def ring_backward(plan: RingPlan, q: torch.Tensor, k: torch.Tensor, v: torch.Ten
                     table=table if t.biased else None, r_lo=plan.r_lo, clamp=plan.clamp, slopes=slopes,
                     key_padding_mask=_mask_rows(kpm, tk), scale=plan.scale, q_offset=t.q_offset, causal=t.causal,
                     table_grad=dtable is not None and t.biased, slopes_grad=dslopes is not None,
-                    cu_seqlens=bounds.at(tk.start))
+                    cu_seqlens=bounds.at(tk.start), mark_neg_inf=True)
                 dq = _add_rows(dq, tq, g_dq, q, adt)
                 dk = _add_rows(dk, tk, g_dk, k, adt)
                 dv = _add_rows(dv, tk, g_dv, k, adt)

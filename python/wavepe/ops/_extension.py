@@ -16,9 +16,10 @@ Which library:
 
 from __future__ import annotations
 
+import inspect
 import json
 import os
-from typing import Any
+from typing import Any, Callable
 
 from .._requires import require
 
@@ -104,6 +105,29 @@ def named(names: tuple[str, ...], inputs: tuple[Any, ...]) -> dict[str, Any]:
     if len(names) != len(inputs):
         raise TypeError(f"expected the {len(names)} arguments {names}, got {len(inputs)}")
     return dict(zip(names, inputs))
+
+
+def register_fake(op: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Decorator: ``fn`` becomes the fake kernel (shapes only) of ``torch.ops.wavepe.<op>``.
+
+    ``fn`` takes the arguments it needs by schema name and ``**_`` for the rest (an op's settings,
+    which rarely change a shape); the kernel registered -- and returned -- takes the schema's
+    arguments in the schema's order (its signature is the schema's), so an argument added to the
+    schema reaches it without a change here.
+    """
+    signature = inspect.Signature([inspect.Parameter(n, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+                                   for n in schema_names(op)])
+
+    def register(fn: Callable[..., Any]) -> Callable[..., Any]:
+        def fake(*args: Any, **kwargs: Any) -> Any:
+            return fn(**signature.bind(*args, **kwargs).arguments)
+
+        fake.__name__, fake.__qualname__, fake.__doc__ = fn.__name__, fn.__qualname__, fn.__doc__
+        fake.__signature__ = signature  # type: ignore[attr-defined]
+        torch.library.register_fake(f"wavepe::{op}")(fake)
+        return fake
+
+    return register
 
 
 def build_info() -> dict[str, Any]:

@@ -13,13 +13,13 @@ from .._validate import check_flag, check_int, resolve_positions
 from ..config import alibi_slopes as _alibi_slopes
 from . import _routing, eager
 from ._checks import check_finite, compute_dtype
-from ._extension import float_compute_dtype, named, ops, schema_names
+from ._extension import float_compute_dtype, named, ops, register_fake, schema_names
 
 _ALIBI = schema_names("alibi_bias")
 
 
-@torch.library.register_fake("wavepe::alibi_bias")
-def _alibi_bias_fake(slopes, q_len, k_len, q_offset, causal):
+@register_fake("alibi_bias")
+def _alibi_bias_fake(slopes, q_len, k_len, **_):
     return slopes.new_empty((slopes.shape[0], q_len, k_len))
 
 

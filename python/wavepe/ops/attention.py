@@ -25,7 +25,7 @@ from ..config import WaveletConfig
 from ..pos_enc import canonical_pos_enc
 from . import _routing, eager
 from ._checks import cacheable, check_finite, check_same, check_tensor, compute_dtype
-from ._extension import named, ops, schema_names, schema_tensors
+from ._extension import named, ops, register_fake, schema_names, schema_tensors
 from .alibi import alibi_bias
 from ._tables import call_table, default_wavelet_config  # noqa: F401  (public: wavepe.ops.default_wavelet_config)
 from .relbias import rel_bias
@@ -37,18 +37,16 @@ def _acc_dtype(dtype: torch.dtype) -> torch.dtype:
     return torch.float64 if dtype == torch.float64 else torch.float32
 
 
-@torch.library.register_fake("wavepe::attention_fwd")
-def _attention_fwd_fake(q, k, v, table, r_lo, clamp, slopes, key_padding_mask, scale, q_offset, causal,
-                        cu_seqlens=None, mark_neg_inf=False):
+@register_fake("attention_fwd")
+def _attention_fwd_fake(q, k, v, **_):
     torch._check_value(q.dim() == 4 and k.dim() == 4 and v.dim() == 4,
                        lambda: "attention_fwd: q, k, v must be (B, H, M, d), (B, H_kv, N, d), (B, H_kv, N, d)")
     b, h, m, d = q.shape
     return q.new_empty((b, h, m, d)), q.new_empty((b, h, m), dtype=_acc_dtype(q.dtype))
 
 
-@torch.library.register_fake("wavepe::attention_bwd")
-def _attention_bwd_fake(grad_out, grad_lse, q, k, v, out, lse, table, r_lo, clamp, slopes, key_padding_mask, scale,
-                        q_offset, causal, table_grad, slopes_grad, cu_seqlens=None):
+@register_fake("attention_bwd")
+def _attention_bwd_fake(q, k, v, table, slopes, table_grad, slopes_grad, **_):
     dtable = q.new_empty(table.shape) if table_grad and table is not None else q.new_empty((0,))
     dslopes = q.new_empty(slopes.shape) if slopes_grad and slopes is not None else q.new_empty((0,))
     return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape), dtable, dslopes
@@ -58,9 +56,8 @@ def _attention_setup(ctx, inputs, output):
     a = named(_FWD, inputs)
     out, lse = output
     ctx.save_for_backward(*(a[n] for n in _FWD_TENSORS), out, lse)
-    # the scalar arguments (r_lo, clamp, scale, q_offset, causal), by name, for attention_bwd; mark_neg_inf is
-    # the forward's only (the backward takes its rows, lse = +inf, as contributing nothing, flag or not)
-    ctx.kw = {n: v for n, v in a.items() if n not in _FWD_TENSORS and n != "mark_neg_inf"}
+    # the settings (WAVEPE_ATTENTION_SETTINGS: attention_bwd takes the same), by name
+    ctx.kw = {n: v for n, v in a.items() if n not in _FWD_TENSORS}
 
 
 def _attention_backward(ctx, grad_out, grad_lse):
@@ -166,7 +163,7 @@ def wavelet_attention(
                                             whole_window=True)
         out, lse = ops.attention_fwd(q=q, k=k, v=v, table=table, r_lo=r_lo, clamp=clamp, slopes=slopes,
                                      key_padding_mask=key_padding_mask, scale=scale, q_offset=off, causal=causal,
-                                     cu_seqlens=cu_seqlens)
+                                     cu_seqlens=cu_seqlens, mark_neg_inf=False)
         return (out, lse) if return_lse else out
     cdt = compute_dtype(q)
     qc, kc, vc = q.to(cdt), k.to(cdt), v.to(cdt)

@@ -20,7 +20,7 @@ import torch
 import torch.nn.functional as F
 
 
-def rel_bias(q: torch.Tensor, table: torch.Tensor, *, r_lo: int, q_offset: int, k_len: int,
+def rel_bias(q: torch.Tensor, table: torch.Tensor, *, k_len: int, r_lo: int, q_offset: int,
              causal: bool, clamp: bool) -> torch.Tensor:
     """bias[..., m, n] = q[..., m, :] · T[pos_q(m) - n - r_lo] by rel-shift. (..., M, d) -> (..., M, N)."""
     m, d = q.shape[-2], q.shape[-1]

@@ -19,15 +19,15 @@ from ..config import WaveletConfig
 from . import _routing, eager
 from ._checks import check_same, check_tensor, compute_dtype
 from ._tables import call_table, wavelet_table  # noqa: F401  (wavelet_table: public, wavepe.ops.wavelet_table)
-from ._extension import named, ops, schema_names
+from ._extension import named, ops, register_fake, schema_names
 
 _REL_BIAS, _REL_BIAS_BWD = schema_names("rel_bias"), schema_names("rel_bias_backward")
 
 # ---- fake kernels (shapes only: torch.compile, meta tensors) ------------------------
 
 
-@torch.library.register_fake("wavepe::rel_bias")
-def _rel_bias_fake(q, table, r_lo, q_offset, k_len, causal, clamp):
+@register_fake("rel_bias")
+def _rel_bias_fake(q, table, k_len, **_):
     torch._check(q.dim() >= 2, lambda: f"rel_bias: q must be (..., M, d), got shape {tuple(q.shape)}")
     torch._check(table.dim() == 2, lambda: f"rel_bias: table must be (R, d), got shape {tuple(table.shape)}")
     torch._check(table.shape[1] == q.shape[-1], lambda: "rel_bias: table.shape[1] must match q.shape[-1]")
@@ -35,8 +35,8 @@ def _rel_bias_fake(q, table, r_lo, q_offset, k_len, causal, clamp):
     return q.new_empty((*q.shape[:-1], k_len))
 
 
-@torch.library.register_fake("wavepe::rel_bias_backward")
-def _rel_bias_backward_fake(grad, q, table, r_lo, q_offset, causal, clamp, output_mask):
+@register_fake("rel_bias_backward")
+def _rel_bias_backward_fake(q, table, output_mask, **_):
     dq = q.new_empty(q.shape) if output_mask[0] else q.new_empty((0,))
     dt = table.new_empty(table.shape) if output_mask[1] else table.new_empty((0,))
     return dq, dt

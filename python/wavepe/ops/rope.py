@@ -23,13 +23,13 @@ from .._validate import _is_symbolic_int, check_choice, check_int
 from ..config import ROPE_LAYOUTS, RopeConfig
 from . import _routing, eager
 from ._checks import cacheable, check_same, check_tensor, compute_dtype
-from ._extension import named, ops, schema_names
+from ._extension import named, ops, register_fake, schema_names
 
 _ROPE = schema_names("rope")
 
 
-@torch.library.register_fake("wavepe::rope")
-def _rope_fake(q, k, positions, offset, inv_freq, rotary_pairs, layout, scale, inverse):
+@register_fake("rope")
+def _rope_fake(q, k, inv_freq, rotary_pairs, **_):
     # the shape rules of the CPU kernel, checked while tracing (symbolic sizes included)
     torch._check_value(q.dim() == 4, lambda: f"rope: q must be (B, H, L, d), got shape {tuple(q.shape)}")
     d = q.shape[3]
