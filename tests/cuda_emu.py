@@ -140,6 +140,17 @@ def c_settings(header: str) -> dict[str, list[tuple[str, str, float]]]:
     return lists
 
 
+def settings_in_order(header: str, name: str, **given) -> list:
+    """The values of settings list `name` of csrc/core/<header> in its order (a gufunc's scalar operands):
+    those given by name, the C defaults for the rest (as Python int, bool or float by kind)."""
+    entries = c_settings(header)[name]
+    unknown = set(given) - {n for n, _, _ in entries}
+    if unknown:
+        raise TypeError(f"{name} has no setting(s) {sorted(unknown)}")
+    kind = {"int64_t": int, "int": bool, "double": float}
+    return [given[n] if n in given else kind[t](d) for n, t, d in entries]
+
+
 def c_fields(struct: str, header: str) -> list[tuple[str, str, bool, int]]:
     """The fields of `typedef struct <struct> {...} <struct>;` in csrc/core/<header>, in order:
     (name, C type, is a pointer, array length or 0), a settings list expanded in place.  Raises on

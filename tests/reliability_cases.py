@@ -29,6 +29,7 @@ import wavepe.ufuncs as wu
 from wavepe import RopeConfig, WaveletConfig
 
 from . import reference as ref
+from .cuda_emu import settings_in_order
 
 
 @dataclass(frozen=True)
@@ -142,7 +143,8 @@ def causal_none_and_strings():
 def raw_rel_bias_gufunc_with_clamp_and_an_empty_table():
     out = np.zeros((3, 5))
     raises(ValueError, "clamp=True needs a table with at least one row, got 0 rows",
-           lambda: wu.rel_bias_gufunc(np.ones((3, 4)), np.ones((0, 4)), 0, 0, True, True, out=out))
+           lambda: wu.rel_bias_gufunc(np.ones((3, 4)), np.ones((0, 4)), *settings_in_order(
+               "relbias.h", "WAVEPE_RELBIAS_SETTINGS", causal=True, clamp=True), out=out))
 
 
 @case("silent")

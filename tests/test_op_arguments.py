@@ -204,13 +204,13 @@ def test_gufunc_takes_the_schema_order():
 
     from wavepe.ufuncs import rel_bias_gufunc
 
+    from .cuda_emu import settings_in_order
+
     names = [n for n in schema("rel_bias") if n != "k_len"]
     assert rel_bias_gufunc.__doc__.splitlines()[2] == f"rel_bias({', '.join(names)}, /, *, out) -> out"
     q, table = np.random.default_rng(0).standard_normal((3, 4)), np.random.default_rng(1).standard_normal((6, 4))
     kw = dict(r_lo=-2, q_offset=3, causal=True, clamp=False)
-    defaults = {a.name: a.default_value for a in torch.ops.wavepe.rel_bias.default._schema.arguments
-                if a.has_default_value()}
     out = np.empty((3, 5))
-    rel_bias_gufunc(q, table, *({**defaults, **kw}[n] for n in names[2:]), out=out)
+    rel_bias_gufunc(q, table, *settings_in_order("relbias.h", "WAVEPE_RELBIAS_SETTINGS", **kw), out=out)
     want = torch.ops.wavepe.rel_bias(q=torch.from_numpy(q), table=torch.from_numpy(table), k_len=5, **kw)
     np.testing.assert_allclose(out, want.numpy(), rtol=1e-12, atol=1e-12)

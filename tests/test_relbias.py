@@ -13,6 +13,7 @@ import wavepe.ufuncs as wu
 from wavepe import WaveletConfig
 
 from . import reference as ref
+from .cuda_emu import settings_in_order
 
 torch = pytest.importorskip("torch")
 from .dispatch_log import DispatchLog  # noqa: E402  (needs torch)
@@ -514,12 +515,17 @@ def test_gufunc_object():
         g(q, np.ones((2, 4), np.float32), 0, 0, True, False)  # n comes from out=
 
 
+def _gufunc_settings(**given):
+    """The gufunc's setting operands in the header's order (the C defaults where not given)."""
+    return settings_in_order("relbias.h", "WAVEPE_RELBIAS_SETTINGS", **given)
+
+
 def test_gufunc_broadcasts_tables_and_strided_out():
     rng = np.random.default_rng(9)
     q = rng.standard_normal((2, 1, 7, 6))
     tables = rng.standard_normal((3, 5, 6))
     out = np.zeros((2, 3, 7, 9 * 2))[..., ::2]  # strided key dimension
-    wu.rel_bias_gufunc(q, tables, -2, 1, False, True, out=out)
+    wu.rel_bias_gufunc(q, tables, *_gufunc_settings(r_lo=-2, q_offset=1, causal=False, clamp=True), out=out)
     for i in range(2):
         for j in range(3):
             want = ref.rel_bias(q[i, 0], tables[j], -2, 9, 1, False, True)
@@ -530,13 +536,14 @@ def test_gufunc_rejects_bad_positions_loudly():
     q = np.ones((3, 4))
     out = np.zeros((3, 5))
     with pytest.raises(ValueError, match="rel_bias: clamp=True needs a table with at least one row, got 0 rows"):
-        wu.rel_bias_gufunc(q, np.ones((0, 4)), 0, 0, True, True, out=out)
+        wu.rel_bias_gufunc(q, np.ones((0, 4)), *_gufunc_settings(causal=True, clamp=True), out=out)
     with pytest.raises(OverflowError, match=r"rel_bias: r_lo=2305843009213693952 is beyond"):
-        wu.rel_bias_gufunc(q, np.ones((2, 4)), 2**61, 0, True, False, out=out)
+        wu.rel_bias_gufunc(q, np.ones((2, 4)), *_gufunc_settings(r_lo=2**61, causal=True), out=out)
     tables = np.ones((3, 2, 4))
     tables_out = np.zeros((3, 3, 5))
     with pytest.raises(ValueError, match="clamp=True needs a table"):  # per-iteration parameters: the last one
-        wu.rel_bias_gufunc(q, tables[:, :0], 0, 0, True, np.array([False, False, True]), out=tables_out)
+        wu.rel_bias_gufunc(q, tables[:, :0], *_gufunc_settings(causal=True, clamp=np.array([False, False, True])),
+                           out=tables_out)
 
 
 # ---- errors --------------------------------------------------------------------------------
