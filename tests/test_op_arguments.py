@@ -35,8 +35,9 @@ def schema(op: str) -> list[str]:
 
 
 def required(op: str) -> set[str]:
-    """The arguments without a default in the schema."""
-    return {a.name for a in getattr(torch.ops.wavepe, op).default._schema.arguments if not a.has_default_value()}
+    """What wavepe's own calls must name: every argument, defaults included (a setting's schema default
+    keeps other callers working when it is added; our callers must pass it on deliberately)."""
+    return set(schema(op))
 
 
 # ---- keyword calls into the raw ops ------------------------------------------------------------
@@ -56,7 +57,7 @@ def _raw_op_names(tree: ast.Module) -> set[str]:
 
 def raw_op_calls_by_position(source: str, where: str, seen: list[str] | None = None) -> list[str]:
     """Every call into a raw op in ``source`` that is not made by schema name: positional
-    arguments, an unknown keyword, or (with no ``**`` spread) a missing required one.  Each call examined
+    arguments, an unknown keyword, or (with no ``**`` spread) a missing one, defaults included.  Each call examined
     is appended to ``seen``."""
     tree = ast.parse(source)
     bound = _raw_op_names(tree)
@@ -134,8 +135,9 @@ def test_schema_ends_with_the_c_settings_list(op):
     header, name = SETTINGS[op]
     want = [(n, _SCHEMA_TYPE[t]) for n, t, _ in c_settings(header)[name]]
     args = getattr(torch.ops.wavepe, op).default._schema.arguments
-    got = [(a.name, str(a.type)) for a in args[len(args) - len(want):]]
-    assert got == want
+    tail = args[len(args) - len(want):]
+    assert [(a.name, str(a.type)) for a in tail] == want
+    assert [a.default_value for a in tail] == [d for _, _, d in c_settings(header)[name]]  # 0 == False
 
 
 def test_gufunc_operands_are_the_c_settings_list():
