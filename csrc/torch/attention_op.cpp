@@ -208,12 +208,14 @@ void register_attention(torch::stable::detail::StableLibrary& m) {
 }  // namespace
 
 STABLE_TORCH_LIBRARY_FRAGMENT(wavepe, m) {
-    m.def("attention_fwd(Tensor q, Tensor k, Tensor v, Tensor? table, Tensor? slopes, Tensor? key_padding_mask, "
-          "Tensor? cu_seqlens" WAVEPE_ATTENTION_SETTINGS(WAVEPE_SCHEMA_SETTING) ") -> (Tensor, Tensor)");
-    m.def("attention_bwd(Tensor grad_out, Tensor? grad_lse, Tensor q, Tensor k, Tensor v, Tensor out, Tensor lse, "
-          "Tensor? table, Tensor? slopes, Tensor? key_padding_mask, Tensor? cu_seqlens, bool table_grad, "
-          "bool slopes_grad" WAVEPE_ATTENTION_SETTINGS(WAVEPE_SCHEMA_SETTING)
-          ") -> (Tensor, Tensor, Tensor, Tensor, Tensor)");
+    m.def((std::string("attention_fwd(Tensor q, Tensor k, Tensor v, Tensor? table, Tensor? slopes, "
+                       "Tensor? key_padding_mask, Tensor? cu_seqlens")
+               WAVEPE_ATTENTION_SETTINGS(WAVEPE_SCHEMA_SETTING) + ") -> (Tensor, Tensor)").c_str());
+    m.def((std::string("attention_bwd(Tensor grad_out, Tensor? grad_lse, Tensor q, Tensor k, Tensor v, Tensor out, "
+                       "Tensor lse, Tensor? table, Tensor? slopes, Tensor? key_padding_mask, Tensor? cu_seqlens, "
+                       "bool table_grad, bool slopes_grad")
+               WAVEPE_ATTENTION_SETTINGS(WAVEPE_SCHEMA_SETTING) + ") -> (Tensor, Tensor, Tensor, Tensor, Tensor)")
+              .c_str());
 }
 
 WAVEPE_REGISTER_ALL_DEVICES(register_attention)

@@ -167,9 +167,10 @@ void register_relbias(torch::stable::detail::StableLibrary& m) {
 }  // namespace
 
 STABLE_TORCH_LIBRARY_FRAGMENT(wavepe, m) {
-    m.def("rel_bias(Tensor q, Tensor table, SymInt k_len" WAVEPE_RELBIAS_SETTINGS(WAVEPE_SCHEMA_SETTING) ") -> Tensor");
-    m.def("rel_bias_backward(Tensor grad, Tensor q, Tensor table, bool[2] output_mask"
-          WAVEPE_RELBIAS_SETTINGS(WAVEPE_SCHEMA_SETTING) ") -> (Tensor, Tensor)");
+    m.def((std::string("rel_bias(Tensor q, Tensor table, SymInt k_len") WAVEPE_RELBIAS_SETTINGS(WAVEPE_SCHEMA_SETTING) +
+           ") -> Tensor").c_str());
+    m.def((std::string("rel_bias_backward(Tensor grad, Tensor q, Tensor table, bool[2] output_mask")
+               WAVEPE_RELBIAS_SETTINGS(WAVEPE_SCHEMA_SETTING) + ") -> (Tensor, Tensor)").c_str());
 }
 
 WAVEPE_REGISTER_ALL_DEVICES(register_relbias)

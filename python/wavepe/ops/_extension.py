@@ -115,12 +115,16 @@ def register_fake(op: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]
     arguments in the schema's order (its signature is the schema's), so an argument added to the
     schema reaches it without a change here.
     """
-    signature = inspect.Signature([inspect.Parameter(n, inspect.Parameter.POSITIONAL_OR_KEYWORD)
-                                   for n in schema_names(op)])
+    signature = inspect.Signature([
+        inspect.Parameter(a.name, inspect.Parameter.POSITIONAL_OR_KEYWORD,
+                          default=a.default_value if a.has_default_value() else inspect.Parameter.empty)
+        for a in getattr(ops, op).default._schema.arguments])
 
     def register(fn: Callable[..., Any]) -> Callable[..., Any]:
         def fake(*args: Any, **kwargs: Any) -> Any:
-            return fn(**signature.bind(*args, **kwargs).arguments)
+            bound = signature.bind(*args, **kwargs)
+            bound.apply_defaults()
+            return fn(**bound.arguments)
 
         fake.__name__, fake.__qualname__, fake.__doc__ = fn.__name__, fn.__qualname__, fn.__doc__
         fake.__signature__ = signature  # type: ignore[attr-defined]
