@@ -103,7 +103,7 @@ def test_the_keyword_check_can_fail():
     problems = raw_op_calls_by_position(src, "x.py")
     assert problems[0] == "x.py:2: rel_bias called with 7 positional argument(s); pass them by name"
     assert problems[1] == f"x.py:3: rel_bias has no argument(s) ['clmap'] (schema: {schema('rel_bias')})"
-    assert problems[2] == "x.py:3: rel_bias called without ['clamp']"
+    assert problems[2].startswith("x.py:3: rel_bias called without [") and "'clamp'" in problems[2]
     assert problems[3].startswith("x.py:6: attention_fwd called with 3 positional")
     assert len(problems) == 4  # line 4: by name, the rest spread
 
