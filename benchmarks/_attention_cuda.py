@@ -24,7 +24,8 @@ import torch.nn.functional as F
 
 import wavepe.ops as wo
 from wavepe import RopeConfig, WaveletConfig
-from wavepe.ops import eager
+from wavepe.ops.attention import plain_attention
+from wavepe.ops.relbias import plain_rel_bias
 
 from _harness import compare, print_table, write_json
 
@@ -65,8 +66,8 @@ def _check_fused_against_eager(cfg) -> None:
     got = wo.wavelet_attention(q, k, v, cfg).float()
     table, r_lo = wo.wavelet_table(cfg, torch.float32, DEV)
     scale = 1.0 / math.sqrt(D)
-    bias = eager.rel_bias(q.float(), table, r_lo=r_lo, q_offset=0, k_len=512, causal=True, clamp=False) * scale
-    want = eager.attention(q.float(), k.float(), v.float(), bias, causal=True, scale=scale, q_offset=0,
+    bias = plain_rel_bias(q.float(), table, r_lo=r_lo, q_offset=0, k_len=512, causal=True, clamp=False) * scale
+    want = plain_attention(q.float(), k.float(), v.float(), bias, causal=True, scale=scale, q_offset=0,
                            bias_scaled=True)
     torch.testing.assert_close(got, want, atol=3e-2, rtol=3e-2)
 
@@ -83,7 +84,7 @@ def bench_lengths(lengths, cfg, quick: bool) -> list[dict]:
             "fused_none": lambda: wo.wavelet_attention(q, k, v, pos_enc="nope"),
         }
         with torch.no_grad():
-            bias = eager.rel_bias(q, table, r_lo=r_lo, q_offset=0, k_len=L, causal=True, clamp=False)
+            bias = plain_rel_bias(q, table, r_lo=r_lo, q_offset=0, k_len=L, causal=True, clamp=False)
             bias = (bias * scale).contiguous()
             try:
                 fns["flex_bias"] = _flex_with_bias(q, k, v, bias)

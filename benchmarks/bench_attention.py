@@ -9,7 +9,7 @@ length L, the ways to get wavelet-biased attention (timed in alternation):
 
   (1) naive     the paper-style path: p materialised as (L, L, d), s = q.k + q.p
                 (only where it fits)
-  (2) relshift  plain PyTorch: rel-shift bias (Q.T^T then skew, wavepe.ops.eager.rel_bias)
+  (2) relshift  plain PyTorch: rel-shift bias (Q.T^T then skew, wavepe.ops.relbias.plain_rel_bias)
                 + SDPA with a float mask (bias, -inf above the diagonal)
   (3) bias_op   wavepe.ops.wavelet_bias + SDPA with the same float mask
   (4) fused     wavepe.ops.wavelet_attention
@@ -75,7 +75,7 @@ import torch.nn.functional as F  # noqa: E402
 
 import wavepe.ops as wo  # noqa: E402
 from wavepe import WaveletConfig  # noqa: E402
-from wavepe.ops import eager  # noqa: E402
+from wavepe.ops.relbias import plain_rel_bias  # noqa: E402
 
 from _harness import compare, machine, print_table, reset_peak_rss, rss_kib, write_json  # noqa: E402
 
@@ -140,7 +140,7 @@ def methods(L: int, budget: int, cfg: WaveletConfig, table, r_lo):
     out = {
         "naive": (lambda q, k, v: naive_attention(q, k, v, table, r_lo, scale), L * L * D * 4 * 2 + 8 * mat),
         "relshift": (lambda q, k, v: masked_sdpa(
-            q, k, v, eager.rel_bias(q, table, r_lo=r_lo, q_offset=0, k_len=L, causal=True, clamp=False) * scale),
+            q, k, v, plain_rel_bias(q, table, r_lo=r_lo, q_offset=0, k_len=L, causal=True, clamp=False) * scale),
                      10 * mat),
         "bias_op": (lambda q, k, v: masked_sdpa(q, k, v, wo.wavelet_bias(q, cfg) * scale), 10 * mat),
         "fused": (lambda q, k, v: wo.wavelet_attention(q, k, v, cfg), 0),

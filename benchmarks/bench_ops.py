@@ -32,7 +32,7 @@ def bench_wavelet_bias(quick: bool) -> dict:
 
     Forward against torch.matmul(q, k^T) of the same shape (the cost of the
     attention scores themselves; target <= 1.2x its time) and against the
-    plain-PyTorch rel-shift wavepe.ops.eager.rel_bias (target >= 2x faster);
+    plain-PyTorch rel-shift wavepe.ops.relbias.plain_rel_bias (target >= 2x faster);
     forward+backward against eager for information, for the wavelet table
     (grad of q) and for a learned clipped table (grads of q and the table).
     """
@@ -40,7 +40,7 @@ def bench_wavelet_bias(quick: bool) -> dict:
 
     import wavepe
     import wavepe.ops as wo
-    from wavepe.ops import eager
+    from wavepe.ops.relbias import plain_rel_bias
 
     from _harness import compare
 
@@ -56,7 +56,7 @@ def bench_wavelet_bias(quick: bool) -> dict:
     fwd = compare({
         "ours": lambda: wo.wavelet_bias(q, cfg),
         "matmul": lambda: torch.matmul(q, k.transpose(-1, -2)),
-        "eager": lambda: eager.rel_bias(q, table, r_lo=r_lo, q_offset=0, k_len=length, causal=True, clamp=False),
+        "eager": lambda: plain_rel_bias(q, table, r_lo=r_lo, q_offset=0, k_len=length, causal=True, clamp=False),
     }, repeat=repeat)
 
     qg = q.clone().requires_grad_()
@@ -67,14 +67,14 @@ def bench_wavelet_bias(quick: bool) -> dict:
         torch.autograd.grad(wo.wavelet_bias(qg, cfg), qg, grad)
 
     def eager_fb():
-        torch.autograd.grad(eager.rel_bias(qg, table, r_lo=r_lo, q_offset=0, k_len=length, causal=True, clamp=False),
+        torch.autograd.grad(plain_rel_bias(qg, table, r_lo=r_lo, q_offset=0, k_len=length, causal=True, clamp=False),
                             qg, grad)
 
     def ours_learned():
         torch.autograd.grad(wo.rel_bias(qg, learned, -128, clamp=True), (qg, learned), grad)
 
     def eager_learned():
-        torch.autograd.grad(eager.rel_bias(qg, learned, r_lo=-128, q_offset=0, k_len=length, causal=True, clamp=True),
+        torch.autograd.grad(plain_rel_bias(qg, learned, r_lo=-128, q_offset=0, k_len=length, causal=True, clamp=True),
                             (qg, learned), grad)
 
     fb = compare({"ours": ours_fb, "eager": eager_fb}, repeat=max(2, repeat - 2))

@@ -5,7 +5,7 @@ The schemas (``torch.ops.wavepe.<op>.default._schema``, defined in
 the Python layers are checked against them: every Python call into a raw op
 passes its arguments by schema name (no positional arguments, so no order to
 get wrong), the fake kernels take the schema's arguments in the schema's order,
-and the plain-PyTorch formulations of ``ops/eager.py`` take the arguments they
+and the plain-PyTorch formulations (``plain_<op>`` in each family's module) take the arguments they
 share with an op in that op's order, by the same names.
 """
 
@@ -20,7 +20,6 @@ import pytest
 import torch
 
 import wavepe.ops  # noqa: F401  (loads the library: registers torch.ops.wavepe.*)
-from wavepe.ops import eager
 
 # the modules (wavepe.ops.rope and wavepe.ops.alibi_bias are also the public functions' names)
 relbias_mod, alibi_mod, rope_mod, attention_mod = (
@@ -156,7 +155,7 @@ def test_gufunc_operands_are_the_c_settings_list():
     assert rel_bias_gufunc.signature == "(m,d),(r,d)" + ",()" * len(entries) + "->(m,n)"
 
 
-# ---- one argument order: fake kernels and eager formulations follow the schemas ----------------
+# ---- one argument order: fake kernels and plain formulations follow the schemas ----------------
 
 FAKES = {
     "rel_bias": relbias_mod._rel_bias_fake,
@@ -173,11 +172,11 @@ def test_fake_kernel_takes_the_schema_arguments(op):
     assert list(inspect.signature(FAKES[op]).parameters) == schema(op)
 
 
-# eager function -> (the op it formulates, its own arguments that the op does not have)
+# plain-PyTorch function -> (the op it formulates, its own arguments that the op does not have)
 EAGER = {
-    eager.rel_bias: ("rel_bias", set()),
-    eager.alibi_bias: ("alibi_bias", set()),
-    eager.rope: ("rope", {"x"}),  # one tensor at a time (the op's q or k), positions as a tensor
+    relbias_mod.plain_rel_bias: ("rel_bias", set()),
+    alibi_mod.plain_alibi_bias: ("alibi_bias", set()),
+    rope_mod.plain_rope: ("rope", {"x"}),  # one tensor at a time (the op's q or k), positions as a tensor
 }
 
 
@@ -186,8 +185,8 @@ def test_eager_follows_the_schema_order(fn):
     op, own = EAGER[fn]
     params = [p for p in inspect.signature(fn).parameters if p not in own]
     names = schema(op)
-    assert set(params) <= set(names), f"eager.{fn.__name__}: {sorted(set(params) - set(names))} not in {names}"
-    assert params == [n for n in names if n in params], f"eager.{fn.__name__}{params}: not in the order of {names}"
+    assert set(params) <= set(names), f"{fn.__name__}: {sorted(set(params) - set(names))} not in {names}"
+    assert params == [n for n in names if n in params], f"{fn.__name__}{params}: not in the order of {names}"
     if not own:
         assert params == names
 
@@ -195,7 +194,7 @@ def test_eager_follows_the_schema_order(fn):
 def test_eager_rel_bias_agrees_with_the_op_by_name():
     q, table = torch.randn(2, 3, 4, dtype=torch.float64), torch.randn(6, 4, dtype=torch.float64)
     kw = dict(r_lo=-2, q_offset=3, k_len=5, causal=True, clamp=False)  # q_offset != k_len: an order swap shows
-    torch.testing.assert_close(eager.rel_bias(q, table, **kw), torch.ops.wavepe.rel_bias(q=q, table=table, **kw),
+    torch.testing.assert_close(relbias_mod.plain_rel_bias(q, table, **kw), torch.ops.wavepe.rel_bias(q=q, table=table, **kw),
                                rtol=1e-12, atol=1e-12)
 
 

@@ -18,7 +18,7 @@ from .cuda_emu import settings_in_order
 torch = pytest.importorskip("torch")
 from .dispatch_log import DispatchLog  # noqa: E402  (needs torch)
 import wavepe.ops as wo  # noqa: E402
-from wavepe.ops import eager  # noqa: E402
+from wavepe.ops.relbias import plain_rel_bias  # noqa: E402
 
 EPS = {np.float32: np.finfo(np.float32).eps, np.float64: np.finfo(np.float64).eps}
 TORCH_DTYPE = {np.float32: torch.float32, np.float64: torch.float64}
@@ -171,7 +171,7 @@ def test_large_output(isa):
     table, r_lo = wo.wavelet_table(cfg, torch.float32, "cpu")
     for causal in (True, False):
         got = wo.wavelet_bias(q, cfg, k_len=1030, q_offset=6, causal=causal)
-        want = eager.rel_bias(q.double(), table.double(), r_lo=r_lo, q_offset=6, k_len=1030, causal=causal, clamp=False)
+        want = plain_rel_bias(q.double(), table.double(), r_lo=r_lo, q_offset=6, k_len=1030, causal=causal, clamp=False)
         torch.testing.assert_close(got.double(), want, rtol=1e-5, atol=2e-5)
         if causal:
             assert not torch.triu(got[:, :, 7:], 0).any()
@@ -480,10 +480,10 @@ def test_defaults_and_eager_baseline_agree():
     q = torch.randn(2, 33, 64, dtype=torch.float64)
     table, r_lo = wo.wavelet_table(cfg, torch.float64, "cpu")
     got = wo.wavelet_bias(q, cfg)  # N = M, q_offset = 0, causal
-    torch.testing.assert_close(got, eager.rel_bias(q, table, r_lo=r_lo, q_offset=0, k_len=33, causal=True, clamp=False),
+    torch.testing.assert_close(got, plain_rel_bias(q, table, r_lo=r_lo, q_offset=0, k_len=33, causal=True, clamp=False),
                                rtol=1e-12, atol=1e-12)
     got = wo.wavelet_bias(q, cfg, k_len=50)  # queries are the last 33 of 50 positions
-    want = eager.rel_bias(q, table, r_lo=r_lo, q_offset=17, k_len=50, causal=True, clamp=False)
+    want = plain_rel_bias(q, table, r_lo=r_lo, q_offset=17, k_len=50, causal=True, clamp=False)
     torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12)
 
 
@@ -497,7 +497,7 @@ def test_device_without_kernel_falls_back_with_a_warning(monkeypatch):
     q, table = torch.randn(2, 5, 8, dtype=torch.float64), torch.randn(4, 8, dtype=torch.float64)
     with pytest.warns(RuntimeWarning, match="no compiled rel_bias kernel for device 'cpu'"):
         out = wo.rel_bias(q, table, -1)
-    torch.testing.assert_close(out, eager.rel_bias(q, table, r_lo=-1, q_offset=0, k_len=5, causal=True, clamp=False),
+    torch.testing.assert_close(out, plain_rel_bias(q, table, r_lo=-1, q_offset=0, k_len=5, causal=True, clamp=False),
                                rtol=0, atol=0)
     monkeypatch.undo()
     torch.testing.assert_close(wo.rel_bias(q, table, -1), out, rtol=1e-12, atol=1e-12)

@@ -5,8 +5,8 @@ whose dispatch key has a kernel for that op: the CPU, CUDA when wavepe was
 built with its CUDA kernels, ``meta`` (the fake kernels registered in
 :mod:`wavepe.ops`: shape inference and ``torch.compile``), and any key another
 library or the user registers (e.g. a ``PrivateUse1`` backend).  Only a
-device with no kernel at all takes the plain-PyTorch path of
-:mod:`wavepe.ops.eager`, with one warning per op and device type.
+device with no kernel at all takes the family's plain-PyTorch formulation
+(``plain_<op>`` in its module), with one warning per op and device type.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 The wrapper calls the op on every device whose dispatch key has a kernel
 (:mod:`wavepe.ops._routing`); a device without one gets the plain-PyTorch
-formula of :mod:`wavepe.ops.eager`, with a warning.
+formula :func:`plain_alibi_bias` below, with a warning.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import torch
 
 from .._validate import check_flag, check_int, resolve_positions
 from ..config import alibi_slopes as _alibi_slopes
-from . import _routing, eager
+from . import _routing
 from ._checks import check_finite, compute_dtype
 from ._extension import float_compute_dtype, named, ops, register_fake, schema_names
 
@@ -25,13 +25,13 @@ def _alibi_bias_fake(slopes, q_len, k_len, **_):
 
 def _alibi_bias_setup(ctx, inputs, output):
     ctx.kw = named(_ALIBI, inputs)
-    del ctx.kw["slopes"]  # the rest: eager.alibi_bias's keywords
+    del ctx.kw["slopes"]  # the rest: plain_alibi_bias's keywords
 
 
 def _alibi_bias_backward(ctx, grad):
     # d bias / d slope_h = -(pos_q - pos_k) (or -|.|): the bias of slope 1; the bias itself is M x N.
     unit = torch.ones(1, dtype=grad.dtype, device=grad.device)
-    return (grad * eager.alibi_bias(unit, **ctx.kw)).sum(dim=(-2, -1)), *(None,) * (len(_ALIBI) - 1)
+    return (grad * plain_alibi_bias(unit, **ctx.kw)).sum(dim=(-2, -1)), *(None,) * (len(_ALIBI) - 1)
 
 
 torch.library.register_autograd("wavepe::alibi_bias", _alibi_bias_backward, setup_context=_alibi_bias_setup)
@@ -79,5 +79,17 @@ def alibi_bias(
                              q_offset=off, causal=causal)
     else:
         _routing.warn_fallback("alibi_bias", slopes.device, "the plain-PyTorch formula")
-        out = eager.alibi_bias(slopes.to(compute_dtype(slopes)), q_len=m, k_len=n, q_offset=off, causal=causal)
+        out = plain_alibi_bias(slopes.to(compute_dtype(slopes)), q_len=m, k_len=n, q_offset=off, causal=causal)
     return out if out.dtype == slopes.dtype else out.to(slopes.dtype)
+
+
+# ---- the plain-PyTorch formulation (devices without a kernel; the benchmarks' baseline) -------------
+
+
+def plain_alibi_bias(slopes: torch.Tensor, *, q_len: int, k_len: int, q_offset: int, causal: bool) -> torch.Tensor:
+    """bias[h, i, j] = -slope_h · (pos_q(i) - j) (|·| when not causal; 0 above the diagonal when causal)."""
+    pos_q = torch.arange(q_len, device=slopes.device, dtype=slopes.dtype) + q_offset
+    pos_k = torch.arange(k_len, device=slopes.device, dtype=slopes.dtype)
+    dist = pos_q.unsqueeze(1) - pos_k.unsqueeze(0)
+    dist = dist.clamp_min(0) if causal else dist.abs()
+    return -slopes.reshape(-1, 1, 1) * dist

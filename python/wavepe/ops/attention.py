@@ -6,7 +6,7 @@ shapes and ``torch.compile``), any other registered backend -- runs the fused
 flash-style kernels through ``torch.ops.wavepe.attention_fwd`` / ``attention_bwd``:
 the forward saves only the log-sum-exp, the backward recomputes the score
 tiles, and nothing of size M x N is ever allocated.  A device without a
-kernel uses the plain-PyTorch path of :mod:`wavepe.ops.eager` (bias + SDPA),
+kernel uses the plain-PyTorch path :func:`plain_attention` below (bias + SDPA),
 which is also the benchmarks' baseline, with a warning.
 
 Contract of the ops: ``out`` has q's dtype; ``lse`` (B, H, M) is in the
@@ -19,11 +19,12 @@ from __future__ import annotations
 import math
 
 import torch
+import torch.nn.functional as F
 
 from .._validate import check_flag, check_int, check_position, check_real
 from ..config import WaveletConfig
 from ..pos_enc import canonical_pos_enc
-from . import _routing, eager
+from . import _routing
 from ._checks import cacheable, check_finite, check_same, check_tensor, compute_dtype
 from ._extension import named, ops, register_fake, schema_names, schema_tensors
 from .alibi import alibi_bias
@@ -319,7 +320,7 @@ def _eager_attention(q, k, v, table, r_lo, clamp, slopes, key_padding_mask, scal
                      cu_seqlens=None, return_lse=False):
     """The plain-PyTorch path (devices without a compiled kernel)."""
     m, n = q.shape[2], k.shape[2]
-    mask = None if cu_seqlens is None else eager.document_mask(cu_seqlens, m, n, q_offset, causal)
+    mask = None if cu_seqlens is None else document_mask(cu_seqlens, m, n, q_offset, causal)
     bias = None
     bias_scaled = False
     if table is not None:
@@ -327,5 +328,102 @@ def _eager_attention(q, k, v, table, r_lo, clamp, slopes, key_padding_mask, scal
     elif slopes is not None:
         bias = alibi_bias(slopes, m, n, q_offset=q_offset, causal=causal, dtype=q.dtype, device=q.device)
         bias_scaled = True
-    return eager.attention(q, k, v, bias, causal=causal, scale=scale, q_offset=q_offset, bias_scaled=bias_scaled,
+    return plain_attention(q, k, v, bias, causal=causal, scale=scale, q_offset=q_offset, bias_scaled=bias_scaled,
                            key_padding_mask=key_padding_mask, mask=mask, return_lse=return_lse)
+
+
+# ---- the plain-PyTorch formulation (devices without a kernel; the benchmarks' baseline) -------------
+
+
+def document_mask(cu_seqlens: torch.Tensor, m: int, n: int, q_offset: int, causal: bool) -> torch.Tensor:
+    """(B, 1, M, N) bool, True = attend: packed documents (boundaries ``cu_seqlens``, (n_docs + 1,) or
+    (B, n_docs + 1), in the keys' coordinate) -- a query at q_offset + i sees the keys of its own document (up
+    to itself when causal); a position outside [cu[0], cu[-1]) is in no document (csrc/core/attention.h)."""
+    cu = cu_seqlens.reshape(-1, cu_seqlens.shape[-1]).to(torch.int64)
+    pos_k = torch.arange(n, device=cu.device)
+    pos_q = q_offset + torch.arange(m, device=cu.device)
+
+    def doc(pos: torch.Tensor) -> torch.Tensor:
+        """Document index of positions (B, L): the last boundary <= it (a later empty document wins, as in
+        the kernels); -1 outside every document."""
+        i = torch.searchsorted(cu[:, :-1].contiguous(), pos.contiguous(), right=True)
+        return torch.where((pos >= cu[:, :1]) & (pos < cu[:, -1:]), i, -1)
+
+    doc_k = doc(pos_k.expand(cu.shape[0], n))
+    doc_q = doc(pos_q.expand(cu.shape[0], m))
+    keep = (doc_q[:, :, None] == doc_k[:, None, :]) & (doc_q[:, :, None] >= 0)
+    if causal:
+        keep = keep & (pos_k[None, None, :] <= pos_q[None, :, None])
+    return keep[:, None]
+
+
+def plain_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: torch.Tensor | None = None, *, causal: bool,
+              scale: float, q_offset: int, bias_scaled: bool = False,
+              key_padding_mask: torch.Tensor | None = None, mask: torch.Tensor | None = None,
+              dropout: float = 0.0, return_lse: bool = False) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+    """softmax(scale·q·kᵀ + bias + masks) v with SDPA and an explicit float mask: wavepe's dense attention.
+
+    q (B, H, M, d); k, v (B, Hkv, N, d) with H a multiple of Hkv (GQA); ``bias``
+    broadcastable to (B, H, M, N) or None.  ``bias_scaled=False`` multiplies
+    the bias by ``scale`` first (the wavelet convention s = scale·(q·k + q·p));
+    ALiBi's bias is added as is.  Which keys a query sees: ``mask`` when given
+    (bool, True = attend, or float additive; broadcastable to (B, H, M, N)),
+    else the causal rule at ``q_offset`` (queries at q_offset … q_offset+M-1,
+    keys at 0 … N-1) when ``causal``; and never the keys of
+    ``key_padding_mask`` (B, N), True = ignore.  A query that sees no key gets
+    0 (not NaN).  ``dropout`` is SDPA's ``dropout_p``.  Returns (B, H, M, d);
+    with ``return_lse`` (no dropout), ``(out, lse)``: lse (B, H, M) the scores'
+    log-sum-exp, -inf for a query that sees no key -- SDPA does not expose it,
+    so the scores are formed explicitly then.
+    """
+    b, h, m, _ = q.shape
+    n = k.shape[-2]
+    device = q.device
+    keep = None  # (.., M, N) bool: True = the key counts
+    additive = None
+    if mask is not None and mask.dtype == torch.bool:
+        keep = mask
+    elif mask is not None:
+        additive = mask.to(q.dtype)
+    elif causal:
+        keep = torch.arange(n, device=device)[None, :] <= (q_offset + torch.arange(m, device=device))[:, None]
+    if key_padding_mask is not None:
+        pad_keep = ~key_padding_mask.to(torch.bool)[:, None, None, :]
+        keep = pad_keep if keep is None else keep & pad_keep
+    if bias is not None:
+        scaled = bias if bias_scaled else bias * scale
+        additive = scaled if additive is None else additive + scaled
+    if keep is not None:
+        base = additive if additive is not None else torch.zeros((), dtype=q.dtype, device=device)
+        additive = torch.where(keep, base, torch.tensor(float("-inf"), dtype=q.dtype, device=device))
+    if additive is not None and additive.dim() < 4:
+        additive = additive.reshape((1,) * (4 - additive.dim()) + tuple(additive.shape))
+    # a query with every key masked makes SDPA's softmax NaN: define it as 0 output
+    seen = None
+    if additive is not None:
+        seen = ~torch.isneginf(additive).all(dim=-1, keepdim=True)
+        additive = additive.masked_fill(~seen, 0.0)
+    if return_lse:
+        if dropout:
+            raise ValueError(f"return_lse=True needs dropout=0, got dropout={dropout}")
+        return _plain_attention_with_lse(q, k, v, additive, seen, scale)
+    out = F.scaled_dot_product_attention(q, k, v, attn_mask=additive, dropout_p=dropout, scale=scale,
+                                         enable_gqa=k.shape[1] != h)
+    return out if seen is None else out.masked_fill(~seen, 0.0)
+
+
+def _plain_attention_with_lse(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, additive: torch.Tensor | None,
+                        seen: torch.Tensor | None, scale: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`plain_attention`'s (out, lse) from explicit scores (``additive``, ``seen`` as it prepared them)."""
+    rep = q.shape[1] // k.shape[1]
+    if rep != 1:
+        k, v = k.repeat_interleave(rep, dim=1), v.repeat_interleave(rep, dim=1)
+    s = torch.matmul(q, k.transpose(-1, -2)) * scale
+    if additive is not None:
+        s = s + additive
+    lse = torch.logsumexp(s, dim=-1, keepdim=True)
+    out = torch.matmul(torch.exp(s - lse), v)
+    if seen is not None:
+        out = out.masked_fill(~seen, 0.0)
+        lse = lse.masked_fill(~seen, float("-inf"))
+    return out, lse.squeeze(-1)

@@ -7,7 +7,7 @@ their arguments and call the compiled ops ``torch.ops.wavepe.rel_bias`` /
 ``rel_bias_backward`` (fake kernels and autograd registered here) on every
 device whose dispatch key has a kernel (:mod:`wavepe.ops._routing`); only a
 device without one falls back to the plain-PyTorch rel-shift of
-:mod:`wavepe.ops.eager`, with a warning.
+:func:`plain_rel_bias` below (Transformer-XL's rel-shift), with a warning.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import torch
 
 from .._validate import INT64_MAX, check_flag, check_int, check_position, resolve_positions
 from ..config import WaveletConfig
-from . import _routing, eager
+from . import _routing
 from ._checks import check_same, check_tensor, compute_dtype
 from ._tables import call_table, wavelet_table  # noqa: F401  (wavelet_table: public, wavepe.ops.wavelet_table)
 from ._extension import named, ops, register_fake, schema_names
@@ -161,7 +161,7 @@ def _rel_bias(q: torch.Tensor, table: torch.Tensor, r_lo: int, rows: int, n: int
     else:
         _routing.warn_fallback("rel_bias", q.device, "the plain-PyTorch rel-shift (materialises an M x (M+N) product)")
         cdt = compute_dtype(q)
-        out = eager.rel_bias(q.to(cdt), table.to(cdt), r_lo=r_lo, q_offset=off, k_len=n, causal=causal, clamp=clamp)
+        out = plain_rel_bias(q.to(cdt), table.to(cdt), r_lo=r_lo, q_offset=off, k_len=n, causal=causal, clamp=clamp)
     return out if out.dtype == q.dtype else out.to(q.dtype)
 
 
@@ -210,3 +210,29 @@ def wavelet_bias(
     table, r_lo, rows = call_table(config, config.head_dim, compute_dtype(q, half_on_cpu=True), q.device,
                                    q.shape[-2], n, off, causal)
     return _rel_bias(q, table, r_lo, rows, n, off, causal, False)
+
+
+# ---- the plain-PyTorch formulation (devices without a kernel; the benchmarks' baseline) -------------
+
+
+def plain_rel_bias(q: torch.Tensor, table: torch.Tensor, *, k_len: int, r_lo: int, q_offset: int,
+             causal: bool, clamp: bool) -> torch.Tensor:
+    """bias[..., m, n] = q[..., m, :] · T[pos_q(m) - n - r_lo] by rel-shift. (..., M, d) -> (..., M, N)."""
+    m, d = q.shape[-2], q.shape[-1]
+    n = k_len
+    rows = table.shape[0]
+    # distances needed: q_offset - (n - 1) ... q_offset + m - 1, i.e. m + n - 1 of them
+    r = torch.arange(q_offset - (n - 1), q_offset + m, device=q.device)
+    idx = r - r_lo
+    inside = (idx >= 0) & (idx < rows)
+    window = table[idx.clamp(0, max(rows - 1, 0))] if rows else table.new_zeros((r.numel(), d))
+    if not clamp:
+        window = window * inside[:, None].to(window.dtype)
+    g = q @ window.transpose(0, 1)  # (..., M, M + N - 1): the extra GEMM of rel-shift
+    # bias[m, n] = g[m, (q_offset + m - n) - (q_offset - n + 1 ... )] = g[m, m - n + n_last]
+    col = torch.arange(m, device=q.device)[:, None] - torch.arange(n, device=q.device)[None, :] + (n - 1)
+    bias = torch.gather(g, -1, col.expand(*g.shape[:-2], m, n))
+    if causal:
+        future = (torch.arange(n, device=q.device)[None, :] > (q_offset + torch.arange(m, device=q.device))[:, None])
+        bias = bias.masked_fill(future, 0.0)
+    return bias

@@ -21,7 +21,7 @@ import torch
 
 from .._validate import _is_symbolic_int, check_choice, check_int
 from ..config import ROPE_LAYOUTS, RopeConfig
-from . import _routing, eager
+from . import _routing
 from ._checks import cacheable, check_same, check_tensor, compute_dtype
 from ._extension import named, ops, register_fake, schema_names
 
@@ -125,8 +125,8 @@ def _eager_fallback(q, k, offset, pos, inv, layout, pairs, scale, cdt):
     if pos is None:
         pos = torch.arange(offset, offset + q.shape[2], dtype=torch.int64, device=q.device)
     kw = dict(positions=pos, inv_freq=inv, rotary_pairs=pairs, layout=layout, scale=scale)
-    q_rot = eager.rope(q.to(cdt), **kw).to(q.dtype)
-    k_rot = None if k is None else eager.rope(k.to(cdt), **kw).to(k.dtype)
+    q_rot = plain_rope(q.to(cdt), **kw).to(q.dtype)
+    k_rot = None if k is None else plain_rope(k.to(cdt), **kw).to(k.dtype)
     return q_rot, k_rot
 
 
@@ -254,3 +254,30 @@ def rope(
     index = q.device.index
     inv = _inv_freq_constant(config._spec, d, q.device.type, -1 if index is None else index)
     return _rope(q, k, positions, inv, config.layout, config.rotary_pairs(d), config.attention_factor)
+
+
+# ---- the plain-PyTorch formulation (devices without a kernel; the benchmarks' baseline) -------------
+
+
+def plain_rope(x: torch.Tensor, *, positions: torch.Tensor, inv_freq: torch.Tensor, rotary_pairs: int, layout: str,
+         scale: float = 1.0) -> torch.Tensor:
+    """Rotate pairs of x (B, H, L, d) by positions (L,) or (B, L) x inv_freq (d/2,), float64 angles."""
+    d = x.shape[-1]
+    half = d // 2
+    pos = positions.to(torch.float64)
+    if pos.dim() == 1:
+        pos = pos[None, :]
+    angle = pos[:, None, :, None] * inv_freq.to(device=x.device, dtype=torch.float64)[:rotary_pairs]  # (B,1,L,P)
+    cos = (torch.cos(angle) * scale).to(x.dtype)
+    sin = (torch.sin(angle) * scale).to(x.dtype)
+    out = x * scale if scale != 1.0 else x.clone()
+    p = rotary_pairs
+    if layout == "half":
+        a, b = x[..., :p], x[..., half: half + p]
+        out[..., :p] = a * cos - b * sin
+        out[..., half: half + p] = b * cos + a * sin
+    else:
+        a, b = x[..., 0: 2 * p: 2], x[..., 1: 2 * p: 2]
+        out[..., 0: 2 * p: 2] = a * cos - b * sin
+        out[..., 1: 2 * p: 2] = b * cos + a * sin
+    return out
