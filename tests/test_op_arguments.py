@@ -120,6 +120,7 @@ def test_raw_ops_accept_keywords_in_any_order():
 SETTINGS = {
     "rel_bias": ("relbias.h", "WAVEPE_RELBIAS_SETTINGS"),
     "rel_bias_backward": ("relbias.h", "WAVEPE_RELBIAS_SETTINGS"),
+    "alibi_bias": ("alibi.h", "WAVEPE_ALIBI_SETTINGS"),
     "attention_fwd": ("attention.h", "WAVEPE_ATTENTION_SETTINGS"),
     "attention_bwd": ("attention.h", "WAVEPE_ATTENTION_SETTINGS"),
 }

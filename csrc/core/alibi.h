@@ -16,25 +16,41 @@
 #define WAVEPE_ALIBI_H
 
 #include <stdint.h>
+#include <string.h>
 
 #include "checked.h"
 #include "dtype.h"
 #include "isa.h"
+#include "settings.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
 
+/* The settings (settings.h), in the one argument order of every layer:
+ *   q_offset  position of query row 0 (keys sit at 0 .. n-1)
+ *   causal    0 above the diagonal, -slope * (pos_q - j) on and below it; else -slope * |pos_q - j| */
+#define WAVEPE_ALIBI_SETTINGS(X) \
+    X(INT, q_offset, 0)          \
+    X(BOOL, causal, 0)
+
 typedef struct wavepe_alibi_args {
     int dtype;               /* wavepe_dtype of slopes and out (F32 / F64 / BF16 / F16) */
     int64_t heads, m, n;     /* bias is (heads, m, n) */
-    int64_t q_offset;        /* position of query row 0 */
-    int causal;
+    WAVEPE_ALIBI_SETTINGS(WAVEPE_SETTING_FIELD)
     const void *slopes;      /* (heads,) of the output dtype */
     void *out;               /* (heads, m, n); rows of n contiguous */
     int64_t out_stride_h;    /* elements */
     int64_t out_stride_m;    /* elements */
 } wavepe_alibi_args;
+
+/* Every field 0 / NULL but the settings, which take their defaults. */
+static inline wavepe_alibi_args wavepe_alibi_args_defaults(void) {
+    wavepe_alibi_args a;
+    memset(&a, 0, sizeof a);
+    WAVEPE_ALIBI_SETTINGS(WAVEPE_SETTING_DEFAULT)
+    return a;
+}
 
 /* Sizes, positions and pointers sane: WAVEPE_OK, or a status with *err (may
  * be NULL) naming the argument and its value.  Positions pos_q - j must stay

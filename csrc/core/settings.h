@@ -15,8 +15,9 @@
  *   - their defaults (WAVEPE_SETTING_DEFAULT, here);
  *   - the torch schemas' setting arguments, the binding's parameters and the
  *     struct fill (csrc/torch/op_settings.h);
- *   - the NumPy gufunc's scalar operands, its signature and docstring
- *     (csrc/numpy/relbias_gufuncs.c);
+ *   - the NumPy layer's setting arguments: the gufunc's scalar operands, its
+ *     signature and docstring (csrc/numpy/relbias_gufuncs.c), the argument
+ *     parsing of alibi_bias (csrc/numpy/alibi_functions.c);
  *   - the CUDA emulator's ctypes mirror and its defaults (tests/cuda_emu.py
  *     reads the list from the header; the compiler's offsets check it).
  * The rule a setting must obey is written in the family's validate function.

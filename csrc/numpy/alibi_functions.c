@@ -17,12 +17,25 @@ static PyObject *raise_error(int status, const wavepe_error *err, const char *wh
     return NULL;
 }
 
+/* PyArg_ParseTuple's target type and format unit per setting kind (csrc/core/settings.h) */
+typedef long long PARSE_TYPE_INT;
+typedef int PARSE_TYPE_BOOL;
+typedef double PARSE_TYPE_REAL;
+#define PARSE_FMT_INT "L"
+#define PARSE_FMT_BOOL "p"
+#define PARSE_FMT_REAL "d"
+
 static PyObject *py_alibi_bias(PyObject *self, PyObject *args) {
     (void)self;
     PyObject *slopes_obj;
-    long long q_len, k_len, q_offset;
-    int causal;
-    if (!PyArg_ParseTuple(args, "OLLLp:alibi_bias", &slopes_obj, &q_len, &k_len, &q_offset, &causal))
+    long long q_len, k_len;
+    /* the settings (WAVEPE_ALIBI_SETTINGS, csrc/core/alibi.h) follow q_len, k_len in the list's order */
+#define PARSE_VAR(kind, name, def) PARSE_TYPE_##kind name = (def);
+#define PARSE_FMT(kind, name, def) PARSE_FMT_##kind
+#define PARSE_PTR(kind, name, def) , &name
+    WAVEPE_ALIBI_SETTINGS(PARSE_VAR)
+    if (!PyArg_ParseTuple(args, "OLL" WAVEPE_ALIBI_SETTINGS(PARSE_FMT) ":alibi_bias", &slopes_obj, &q_len,
+                          &k_len WAVEPE_ALIBI_SETTINGS(PARSE_PTR)))
         return NULL;
     PyArrayObject *slopes = (PyArrayObject *)PyArray_FROM_OF(slopes_obj, NPY_ARRAY_IN_ARRAY);
     if (slopes == NULL) return NULL;
@@ -32,14 +45,18 @@ static PyObject *py_alibi_bias(PyObject *self, PyObject *args) {
         PyErr_SetString(PyExc_TypeError, "slopes: expected a 1-d float32 or float64 array");
         return NULL;
     }
-    wavepe_alibi_args a = {0};
+    wavepe_alibi_args a = wavepe_alibi_args_defaults();
     wavepe_error err = {{0}};
     a.dtype = type == NPY_FLOAT ? WAVEPE_F32 : WAVEPE_F64;
     a.heads = PyArray_DIM(slopes, 0);
     a.m = q_len;
     a.n = k_len;
-    a.q_offset = q_offset;
-    a.causal = causal;
+#define FILL(kind, name, def) a.name = (wavepe_setting_##kind)name;
+    WAVEPE_ALIBI_SETTINGS(FILL)
+#undef FILL
+#undef PARSE_VAR
+#undef PARSE_FMT
+#undef PARSE_PTR
     a.slopes = PyArray_DATA(slopes);
     a.out_stride_h = a.m * a.n; /* dense; validated before the product is used */
     a.out_stride_m = a.n;

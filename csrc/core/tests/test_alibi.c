@@ -9,6 +9,14 @@
 #include "../half.h"
 #include "harness.h"
 
+static wavepe_alibi_args alibi_args(int dtype, int64_t heads, int64_t m, int64_t n, int64_t q_offset, int causal,
+                                    const void *slopes, void *out, int64_t stride_h, int64_t stride_m) {
+    wavepe_alibi_args a = wavepe_alibi_args_defaults();
+    a.dtype = dtype, a.heads = heads, a.m = m, a.n = n, a.q_offset = q_offset, a.causal = causal;
+    a.slopes = slopes, a.out = out, a.out_stride_h = stride_h, a.out_stride_m = stride_m;
+    return a;
+}
+
 /* bfloat16 / float16 slopes and output: each entry is -slope * distance in
  * float32 (the distance is exact below 2^24), rounded once to the half type:
  * bit for bit half.h's rounding of the float32 kernel's entry on the same ISA,
@@ -26,7 +34,7 @@ static void check_half(int dtype) {
         for (int o = 0; o < 4; ++o)
             for (int v = 0; v < 2; ++v) {
                 const int64_t off = offsets[o];
-                wavepe_alibi_args args = {dtype, H, M, N, off, causal, slopes, out, M * N, N};
+                wavepe_alibi_args args = alibi_args(dtype, H, M, N, off, causal, slopes, out, M * N, N);
                 CHECK(wavepe_alibi_validate(&args, NULL) == WAVEPE_OK);
                 if (dtype == WAVEPE_BF16) wavepe_alibi_bf16(isas[v], &args, 0, H * M);
                 else wavepe_alibi_f16(isas[v], &args, 0, H * M);
@@ -60,7 +68,7 @@ void test_alibi(void) {
     float *a = malloc(sizeof(float) * H * M * N), *b = malloc(sizeof(float) * H * M * N);
     for (int causal = 0; causal < 2; ++causal) {
         for (int64_t off = -5; off < 30; off += 7) {
-            wavepe_alibi_args args = {WAVEPE_F32, H, M, N, off, causal, slopes, a, M * N, N};
+            wavepe_alibi_args args = alibi_args(WAVEPE_F32, H, M, N, off, causal, slopes, a, M * N, N);
             CHECK(wavepe_alibi_validate(&args, NULL) == WAVEPE_OK);
             wavepe_alibi_f32(WAVEPE_ISA_SCALAR, &args, 0, H * M);
             args.out = b;
@@ -75,7 +83,7 @@ void test_alibi(void) {
                     }
         }
     }
-    wavepe_alibi_args bad = {WAVEPE_F32, (int64_t)1 << 40, (int64_t)1 << 40, 2, 0, 1, slopes, a, 0, 0};
+    wavepe_alibi_args bad = alibi_args(WAVEPE_F32, (int64_t)1 << 40, (int64_t)1 << 40, 2, 0, 1, slopes, a, 0, 0);
     wavepe_error err = {{0}};
     CHECK(wavepe_alibi_validate(&bad, &err) == WAVEPE_E_OVERFLOW);
     CHECK(strstr(err.message, "q_len=1099511627776") == NULL); /* within 2^60: the product overflows */

@@ -84,7 +84,9 @@ void test_fpenv(void) {
         /* alibi and rope keep the state too */
         const float slope = 0.5f;
         float ab[2 * 3];
-        wavepe_alibi_args aa = {WAVEPE_F32, 1, 2, 3, 0, 1, &slope, ab, 6, 3};
+        wavepe_alibi_args aa = wavepe_alibi_args_defaults();
+        aa.dtype = WAVEPE_F32, aa.heads = 1, aa.m = 2, aa.n = 3, aa.causal = 1;
+        aa.slopes = &slope, aa.out = ab, aa.out_stride_h = 6, aa.out_stride_m = 3;
         clear_flags();
         wavepe_alibi_f32(isa, &aa, 0, 2);
         check_state_kept(caller, "wavepe_alibi_f32");
