@@ -120,19 +120,19 @@ _DECLARATOR = re.compile(r"^(?P<star>\*?)\s*(?:const\s+)?(?P<name>[A-Za-z_]\w*)\
 
 # A family's settings list (csrc/core/settings.h): `#define WAVEPE_<F>_SETTINGS(X) X(KIND, name, default) ...`,
 # expanded in the struct by `WAVEPE_<F>_SETTINGS(WAVEPE_SETTING_FIELD)`.
-_SETTING_TYPES = {"INT": "int64_t", "BOOL": "int", "REAL": "double"}
+_SETTING_TYPES = {"INT": "int64_t", "BOOL": "int", "REAL": "double", "LAYOUT": "int"}  # LAYOUT: rope.h's
 _SETTINGS_DEF = re.compile(r"#define\s+(?P<list>WAVEPE_\w+_SETTINGS)\(X\)(?P<body>(?:[^\n]*\\\n)*[^\n]*)")
-_SETTING = re.compile(r"X\(\s*(?P<kind>INT|BOOL|REAL)\s*,\s*(?P<name>\w+)\s*,\s*(?P<default>[^()]+?)\s*\)")
+_SETTING = re.compile(r"X\(\s*(?P<kind>[A-Z]+)\s*,\s*(?P<name>\w+)\s*,\s*(?P<default>[^()]+?)\s*\)")
 
 
 def c_settings(header: str) -> dict[str, list[tuple[str, str, float]]]:
-    """The settings lists of csrc/core/<header>: {list macro: [(name, C type, default), ...]}."""
+    """The settings lists of csrc/core/<header>: {list macro: [(name, kind, default), ...]}."""
     with open(os.path.join(ROOT, "csrc", "core", header)) as f:
         text = re.sub(r"/\*.*?\*/", " ", f.read(), flags=re.S)
     lists = {}
     for m in _SETTINGS_DEF.finditer(text):
         body = m.group("body").replace("\\\n", " ")
-        entries = [(x.group("name"), _SETTING_TYPES[x.group("kind")], float(x.group("default")))
+        entries = [(x.group("name"), x.group("kind"), float(x.group("default")))
                    for x in _SETTING.finditer(body)]
         if not entries or len(entries) != body.count("X("):
             raise ValueError(f"csrc/core/{header}: cannot read the settings list {m.group('list')}")
@@ -147,8 +147,8 @@ def settings_in_order(header: str, name: str, **given) -> list:
     unknown = set(given) - {n for n, _, _ in entries}
     if unknown:
         raise TypeError(f"{name} has no setting(s) {sorted(unknown)}")
-    kind = {"int64_t": int, "int": bool, "double": float}
-    return [given[n] if n in given else kind[t](d) for n, t, d in entries]
+    kind = {"INT": int, "BOOL": bool, "REAL": float}
+    return [given[n] if n in given else kind[k](d) for n, k, d in entries]
 
 
 def c_fields(struct: str, header: str) -> list[tuple[str, str, bool, int]]:
@@ -158,7 +158,8 @@ def c_fields(struct: str, header: str) -> list[tuple[str, str, bool, int]]:
     with open(os.path.join(ROOT, "csrc", "core", header)) as f:
         text = re.sub(r"/\*.*?\*/|//[^\n]*", " ", f.read(), flags=re.S)
     for name, entries in c_settings(header).items():
-        text = text.replace(f"{name}(WAVEPE_SETTING_FIELD)", " ".join(f"{t} {n};" for n, t, _ in entries))
+        fields = " ".join(f"{_SETTING_TYPES[k]} {n};" for n, k, _ in entries)
+        text = text.replace(f"{name}(WAVEPE_SETTING_FIELD)", fields)
     m = re.search(r"typedef\s+struct\s+%s\s*\{(?P<body>[^{}]*)\}\s*%s\s*;" % (struct, struct), text)
     if m is None:
         raise ValueError(f"csrc/core/{header}: no 'typedef struct {struct} {{...}} {struct};' to read")

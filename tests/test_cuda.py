@@ -221,7 +221,7 @@ def test_rope_cpu_and_cuda_agree_and_opcheck():
         torch.testing.assert_close(b.cpu(), a, rtol=1e-6, atol=1e-6)
     inv = torch.from_numpy(cfg.inv_freq(32)).to(DEV)
     for dtype in (torch.float32,) + (() if ON_CPU else (torch.bfloat16,)):
-        args = (q.to(DEV, dtype), k.to(DEV, dtype), None, 3, inv, 16, "half", 1.0, False)
+        args = (q.to(DEV, dtype), k.to(DEV, dtype), None, inv, 3, 16, "half", 1.0, False)
         torch.library.opcheck(torch.ops.wavepe.rope.default, args)
 
 

@@ -58,7 +58,7 @@ CALLS = {
     "raw attention_fwd causal": (lambda v: wo.raw_ops.attention_fwd(*QKV, None, None, None, None, 0.5, 0, v, 0, False,
                                                                     False),
                                  "causal"),
-    "raw rope inverse": (lambda v: wo.raw_ops.rope(QKV[0], None, None, 0, torch.ones(4, dtype=torch.float64), 4,
+    "raw rope inverse": (lambda v: wo.raw_ops.rope(QKV[0], None, None, torch.ones(4, dtype=torch.float64), 0, 4,
                                                    "half", 1.0, v), "inverse"),
     "raw alibi_bias causal": (lambda v: wo.raw_ops.alibi_bias(torch.ones(2), 3, 3, 0, v), "causal"),
 }

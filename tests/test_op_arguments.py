@@ -123,8 +123,10 @@ SETTINGS = {
     "alibi_bias": ("alibi.h", "WAVEPE_ALIBI_SETTINGS"),
     "attention_fwd": ("attention.h", "WAVEPE_ATTENTION_SETTINGS"),
     "attention_bwd": ("attention.h", "WAVEPE_ATTENTION_SETTINGS"),
+    "rope": ("rope.h", "WAVEPE_ROPE_SETTINGS"),
 }
-_SCHEMA_TYPE = {"int64_t": "int", "int": "bool", "double": "float"}  # SymInt reads as int
+_SCHEMA_TYPE = {"INT": "int", "BOOL": "bool", "REAL": "float", "LAYOUT": "str"}  # SymInt reads as int
+_LAYOUTS = ("half", "interleaved")  # rope.h's wavepe_rope_layout, as the schema spells it
 
 
 @pytest.mark.parametrize("op", list(SETTINGS))
@@ -137,7 +139,8 @@ def test_schema_ends_with_the_c_settings_list(op):
     args = getattr(torch.ops.wavepe, op).default._schema.arguments
     tail = args[len(args) - len(want):]
     assert [(a.name, str(a.type)) for a in tail] == want
-    assert [a.default_value for a in tail] == [d for _, _, d in c_settings(header)[name]]  # 0 == False
+    assert [a.default_value for a in tail] == [_LAYOUTS[int(d)] if k == "LAYOUT" else d  # 0 == False
+                                               for _, k, d in c_settings(header)[name]]
 
 
 def test_gufunc_operands_are_the_c_settings_list():
@@ -150,7 +153,7 @@ def test_gufunc_operands_are_the_c_settings_list():
 
     entries = c_settings("relbias.h")["WAVEPE_RELBIAS_SETTINGS"]
     assert rel_bias_gufunc.nin == 2 + len(entries)
-    kind = {"int64_t": np.int64, "int": np.bool_, "double": np.float64}
+    kind = {"INT": np.int64, "BOOL": np.bool_, "REAL": np.float64}
     for loop in rel_bias_gufunc.types:
         assert [np.dtype(c) for c in loop[2:2 + len(entries)]] == [np.dtype(kind[t]) for _, t, _ in entries], loop
     assert rel_bias_gufunc.signature == "(m,d),(r,d)" + ",()" * len(entries) + "->(m,n)"

@@ -63,7 +63,7 @@ BIG = 2**62
      "wavelet_attention: q_offset=4611686018427387904"),
     (lambda: torch.ops.wavepe.attention_fwd(*QKV, T, None, None, None, 0.5, 0, True, -BIG, False, False), ValueError,
      "r_lo=-4611686018427387904"),
-    (lambda: torch.ops.wavepe.rope(QKV[0], None, None, 2**63 - 2, INV, 4, "half", 1.0, False), ValueError,
+    (lambda: torch.ops.wavepe.rope(QKV[0], None, None, INV, 2**63 - 2, 4, "half", 1.0, False), ValueError,
      "rope: positions: offset=9223372036854775806 + length 5 overflows int64"),
     (lambda: wo.raw_ops.rel_bias(Q, T, 3, BIG, 0, True, False), ValueError, "r_lo=4611686018427387904"),
 ])

@@ -383,14 +383,14 @@ def test_opcheck():
     q_t = torch.randn(2, 5, 3, 8).transpose(1, 2).requires_grad_()  # strided input
     pos_bl = torch.randint(-5, 50, (2, 5))
     for args in [
-        (q32, k32, None, 7, inv, 4, "half", 1.0, False),
-        (q64, None, None, -3, inv, 2, "interleaved", 1.5, True),
-        (q_t, k32, pos_bl[:1], 0, inv, 3, "interleaved", 0.5, True),
-        (q32, k32, pos_bl, 0, inv, 0, "half", 1.0, False),
+        (q32, k32, None, inv, 7, 4, "half", 1.0, False),
+        (q64, None, None, inv, -3, 2, "interleaved", 1.5, True),
+        (q_t, k32, pos_bl[:1], inv, 0, 3, "interleaved", 0.5, True),
+        (q32, k32, pos_bl, inv, 0, 0, "half", 1.0, False),
         # half types are read natively on the CPU
-        (q32.detach().bfloat16().requires_grad_(), k32.detach().bfloat16().requires_grad_(), None, 7, inv, 4, "half",
+        (q32.detach().bfloat16().requires_grad_(), k32.detach().bfloat16().requires_grad_(), None, inv, 7, 4, "half",
          1.0, False),
-        (q_t.detach().half().requires_grad_(), None, pos_bl, 0, inv, 3, "interleaved", 0.5, True),
+        (q_t.detach().half().requires_grad_(), None, pos_bl, inv, 0, 3, "interleaved", 0.5, True),
     ]:
         torch.library.opcheck(torch.ops.wavepe.rope, args)
 
@@ -511,7 +511,7 @@ def test_half_kernels_against_oracle(isa, dtype, layout, fraction, form, d):
     assert_rope_half_close(k_rot, k, ref.rope(k.double().numpy(), pos_ref, inv, layout, pairs), layout, 1.0, dtype)
     # the same kernel with inverse=True and a scale, through the raw op
     inv_t = torch.from_numpy(inv)
-    gq, _ = torch.ops.wavepe.rope(q, None, None, 5, inv_t, pairs, layout, 0.75, True)
+    gq, _ = torch.ops.wavepe.rope(q, None, None, inv_t, 5, pairs, layout, 0.75, True)
     want = ref.rope(q.double().numpy(), np.arange(5, 5 + L)[None, None, :], inv, layout, pairs, 0.75, inverse=True)
     assert_rope_half_close(gq, q, want, layout, 0.75, dtype)
 
@@ -622,29 +622,30 @@ INV8 = torch.from_numpy(ref.rope_inv_freq(1e4, 8))
         (lambda: wo.rope(_q(1, 2, 3, 8, dtype=torch.float64).to(torch.int64), None, 0, RopeConfig()), TypeError,
          "q must be a floating-point tensor"),
         # the raw op checks too (what torch.ops.wavepe.rope callers get)
-        (lambda: torch.ops.wavepe.rope(_q(1, 2, 3, 8), None, None, 0, INV8.float(), 4, "half", 1.0, False),
+        (lambda: torch.ops.wavepe.rope(_q(1, 2, 3, 8), None, None, INV8.float(), 0, 4, "half", 1.0, False),
          ValueError, "inv_freq must be float64"),
-        (lambda: torch.ops.wavepe.rope(_q(1, 2, 3, 8), None, torch.arange(3), 5, INV8, 4, "half", 1.0, False),
+        (lambda: torch.ops.wavepe.rope(_q(1, 2, 3, 8), None, torch.arange(3), INV8, 5, 4, "half", 1.0, False),
          ValueError, "offset must be 0 when positions is a tensor"),
-        (lambda: torch.ops.wavepe.rope(_q(1, 2, 3, 8), None, None, 0, INV8, 4, "neox", 1.0, False),
+        (lambda: torch.ops.wavepe.rope(_q(1, 2, 3, 8), None, None, INV8, 0, 4, "neox", 1.0, False),
          ValueError, "layout must be 'half' or 'interleaved'"),
-        (lambda: torch.ops.wavepe.rope(_q(1, 2, 3, 8), None, None, 0, INV8, 9, "half", 1.0, False),
+        (lambda: torch.ops.wavepe.rope(_q(1, 2, 3, 8), None, None, INV8, 0, 9, "half", 1.0, False),
          ValueError, r"rotary_pairs must be in \[0, head_dim/2 = 4\]"),
-        (lambda: torch.ops.wavepe.rope(_q(1, 2, 3, 8), None, None, 0, INV8, 4, "half", float("inf"), False),
+        (lambda: torch.ops.wavepe.rope(_q(1, 2, 3, 8), None, None, INV8, 0, 4, "half", float("inf"), False),
          ValueError, "scale must be finite"),
-        (lambda: torch.ops.wavepe.rope(_q(1, 2, 3, 8), None, None, 2**63 - 2, INV8, 4, "half", 1.0, False),
+        (lambda: torch.ops.wavepe.rope(_q(1, 2, 3, 8), None, None, INV8, 2**63 - 2, 4, "half", 1.0, False),
          ValueError, "overflow"),
-        (lambda: torch.ops.wavepe.rope(_q(1, 2, 3, 8).to(torch.int32), None, None, 0, INV8, 4, "half", 1.0,
-                                       False), ValueError, "q must be float32, float64, bfloat16 or float16"),
+        (lambda: torch.ops.wavepe.rope(_q(1, 2, 3, 8).to(torch.int32), None, None, INV8, 0, 4, "half", 1.0, False),
+         ValueError, "q must be float32, float64, bfloat16 or float16"),
         # the fake kernel (torch.compile, meta tensors) applies the same shape rules
-        (lambda: torch.ops.wavepe.rope(torch.empty(1, 2, 3, 7, device="meta"), None, None, 0,
-                                       torch.empty(3, dtype=torch.float64, device="meta"), 3, "half", 1.0, False),
+        (lambda: torch.ops.wavepe.rope(torch.empty(1, 2, 3, 7, device="meta"), None, None,
+                                       torch.empty(3, dtype=torch.float64, device="meta"), 0, 3, "half", 1.0, False),
          ValueError, "head_dim .* must be even"),
         (lambda: torch.ops.wavepe.rope(torch.empty(1, 2, 3, 8, device="meta"), torch.empty(1, 2, 4, 8, device="meta"),
-                                       None, 0, torch.empty(4, dtype=torch.float64, device="meta"), 3, "half", 1.0,
-                                       False), ValueError, "k must be"),
-        (lambda: torch.ops.wavepe.rope(torch.empty(1, 2, 3, 8, device="meta"), None, None, 0,
-                                       torch.empty(4, dtype=torch.float64, device="meta"), 5, "half", 1.0, False),
+                                       None, torch.empty(4, dtype=torch.float64, device="meta"), 0, 3, "half", 1.0,
+                                       False),
+         ValueError, "k must be"),
+        (lambda: torch.ops.wavepe.rope(torch.empty(1, 2, 3, 8, device="meta"), None, None,
+                                       torch.empty(4, dtype=torch.float64, device="meta"), 0, 5, "half", 1.0, False),
          ValueError, r"rotary_pairs must be in \[0, 4\]"),
         # NumPy
         (lambda: wu.rope(np.zeros((3, 7)), 0, RopeConfig()), ValueError, "head_dim must be even"),

@@ -42,10 +42,12 @@
 
 #include <math.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "checked.h"
 #include "dtype.h"
 #include "isa.h"
+#include "settings.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -70,19 +72,37 @@ typedef struct wavepe_rope_tensor {
     int64_t out_stride_b, out_stride_h, out_stride_l;
 } wavepe_rope_tensor;
 
+/* The settings (settings.h), in the one argument order of every layer:
+ *   offset        position of row 0 when no positions tensor is given (positions: offset + l)
+ *   rotary_pairs  pairs rotated, 0 .. d/2 (the first ones of inv_freq are read)
+ *   layout        wavepe_rope_layout (the kind LAYOUT: the schema spells it "half" / "interleaved")
+ *   scale         multiplies every output element; finite
+ *   inverse       nonzero: rotate by -angle */
+typedef int wavepe_setting_LAYOUT;
+#define WAVEPE_ROPE_SETTINGS(X) \
+    X(INT, offset, 0)           \
+    X(INT, rotary_pairs, 0)     \
+    X(LAYOUT, layout, 0)        \
+    X(REAL, scale, 1.0)         \
+    X(BOOL, inverse, 0)
+
 typedef struct wavepe_rope_args {
     int dtype;                    /* wavepe_dtype of the tensors (F32 / F64 / BF16 / F16) */
     int64_t batch, len, head_dim; /* B, L, d (d even) */
     wavepe_rope_tensor q, k;      /* k.heads = 0: no k (its pointers are then ignored) */
-    const double *inv_freq;       /* (d/2,) angular frequencies; the first rotary_pairs are read */
-    int64_t rotary_pairs;         /* 0 .. d/2 */
-    int layout;                   /* wavepe_rope_layout */
-    int inverse;                  /* nonzero: rotate by -angle */
-    double scale;                 /* multiplies every output element */
+    const double *inv_freq;       /* (d/2,) angular frequencies */
     const int64_t *positions;     /* NULL: offset + l */
     int64_t pos_stride_b, pos_stride_l;
-    int64_t offset;
+    WAVEPE_ROPE_SETTINGS(WAVEPE_SETTING_FIELD)
 } wavepe_rope_args;
+
+/* Every field 0 / NULL but the settings, which take their defaults. */
+static inline wavepe_rope_args wavepe_rope_args_defaults(void) {
+    wavepe_rope_args a;
+    memset(&a, 0, sizeof a);
+    WAVEPE_ROPE_SETTINGS(WAVEPE_SETTING_DEFAULT)
+    return a;
+}
 
 /* ---- the rules ------------------------------------------------------------------
  * Sizes, strides, pointers and values sane: WAVEPE_OK, or a status with *err

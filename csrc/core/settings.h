@@ -9,7 +9,10 @@
  *
  * KIND is INT (an int64_t field; SymInt in the torch schema; int64 in NumPy),
  * BOOL (an int holding 0 or 1; bool; bool) or REAL (a double; float;
- * float64).  `default` is the value a caller that does not set the field
+ * float64); a family may add a kind of its own (rope.h: LAYOUT, an int enum
+ * spelled as a string in the schema, with its typedef wavepe_setting_LAYOUT
+ * and the binding's conversions in csrc/torch/rope_op.cpp).  `default` is
+ * the value a caller that does not set the field
  * gets from wavepe_<family>_args_defaults().  From the one list:
  *   - the fields of wavepe_<family>_args (WAVEPE_SETTING_FIELD, here);
  *   - their defaults (WAVEPE_SETTING_DEFAULT, here);
@@ -17,7 +20,8 @@
  *     struct fill (csrc/torch/op_settings.h);
  *   - the NumPy layer's setting arguments: the gufunc's scalar operands, its
  *     signature and docstring (csrc/numpy/relbias_gufuncs.c), the argument
- *     parsing of alibi_bias (csrc/numpy/alibi_functions.c);
+ *     parsing of alibi_bias (csrc/numpy/alibi_functions.c); the RoPE gufunc
+ *     keeps operands of its own (explicit positions, one `mode`);
  *   - the CUDA emulator's ctypes mirror and its defaults (tests/cuda_emu.py
  *     reads the list from the header; the compiler's offsets check it).
  * The rule a setting must obey is written in the family's validate function.

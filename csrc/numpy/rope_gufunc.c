@@ -160,7 +160,7 @@ static void rope_loop(char **args, const npy_intp *dimensions, const npy_intp *s
     if (direct && params_shared) {
         /* One core call for the whole outer loop. */
         wavepe_rope_args a;
-        memset(&a, 0, sizeof a);
+        a = wavepe_rope_args_defaults();
         const double *inv;
         if (read_params(args, &g, 0, &inv, inv_buf, &a) < 0) goto done;
         a.len = g.len;
@@ -181,7 +181,7 @@ static void rope_loop(char **args, const npy_intp *dimensions, const npy_intp *s
 
     for (npy_intp i = 0; i < g.n; ++i) { /* per outer iteration */
         wavepe_rope_args a;
-        memset(&a, 0, sizeof a);
+        a = wavepe_rope_args_defaults();
         const double *inv;
         char *out_i = args[ARG_OUT] + i * steps[ARG_OUT];
         if (read_params(args, &g, i, &inv, inv_buf, &a) < 0) break;

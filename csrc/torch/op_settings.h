@@ -19,6 +19,8 @@
 #include <cstring>
 #include <string>
 
+#include "torch_common.h"
+
 namespace wavepe {
 
 // ", <schema type> <name>=<default>" for one setting.  Built at registration (m.def parses its
@@ -40,8 +42,21 @@ inline std::string schema_setting_REAL(const char* name, double def) {
 using op_setting_INT = int64_t;
 using op_setting_BOOL = bool;
 using op_setting_REAL = double;
+
+// The struct field's value of a parameter.
+inline int64_t setting_value_INT(int64_t v) { return v; }
+inline int setting_value_BOOL(bool v) { return v ? 1 : 0; }
+inline double setting_value_REAL(double v) { return v; }
+
+inline int64_t unbox_setting_INT(StableIValue v) { return torch::stable::detail::to<int64_t>(v); }
+inline bool unbox_setting_BOOL(StableIValue v) { return torch::stable::detail::to<bool>(v); }
+inline double unbox_setting_REAL(StableIValue v) { return torch::stable::detail::to<double>(v); }
 }  // namespace wavepe
 
 #define WAVEPE_SCHEMA_SETTING(kind, name, def) +wavepe::schema_setting_##kind(#name, def)
 #define WAVEPE_OP_SETTING_PARAM(kind, name, def) , wavepe::op_setting_##kind name
-#define WAVEPE_OP_SETTING_FILL(kind, name, def) a.name = static_cast<wavepe_setting_##kind>(name);
+#define WAVEPE_OP_SETTING_FILL(kind, name, def) a.name = wavepe::setting_value_##kind(name);
+// For a hand-written boxed kernel: unbox each setting from the stack, in order, then pass them on.
+#define WAVEPE_OP_SETTING_UNBOX(kind, name, def) const auto name = wavepe::unbox_setting_##kind(stack[next++]);
+#define WAVEPE_OP_SETTING_PASS(kind, name, def) , name
+#define WAVEPE_OP_SETTING_COUNT(kind, name, def) +1

@@ -1,7 +1,9 @@
 // rope_op.cpp: torch.ops.wavepe.rope, every device.
 //
-//   rope(Tensor q, Tensor? k, Tensor? positions, SymInt offset, Tensor inv_freq,
-//        SymInt rotary_pairs, str layout, float scale, bool inverse) -> (Tensor, Tensor)
+//   rope(Tensor q, Tensor? k, Tensor? positions, Tensor inv_freq, <settings>) -> (Tensor, Tensor)
+// <settings>: WAVEPE_ROPE_SETTINGS (csrc/core/rope.h) -- offset, rotary_pairs, layout, scale,
+// inverse -- in the schema, the parameters, the unboxing and the struct fill by op_settings.h;
+// the kind LAYOUT (a str in the schema) is converted here.
 //
 // q (B, Hq, L, d) and k (B, Hk, L, d) are rotated in one pass that computes
 // cos/sin once per (position, pair) for all heads (csrc/core/rope.h).  Any
@@ -21,16 +23,43 @@
 #include <tuple>
 
 #include "launch.h"
+#include "op_settings.h"
+
+// The kind LAYOUT of WAVEPE_ROPE_SETTINGS (csrc/core/rope.h): "half" / "interleaved" in the schema.
+namespace wavepe {
+using op_setting_LAYOUT = std::string;
+
+inline const char* layout_name(int layout) { return layout == WAVEPE_ROPE_INTERLEAVED ? "interleaved" : "half"; }
+
+inline std::string schema_setting_LAYOUT(const char* name, int def) {
+    return std::string(", str ") + name + "=\"" + layout_name(def) + "\"";
+}
+
+inline int setting_value_LAYOUT(const std::string& layout) {
+    if (layout == "half") return WAVEPE_ROPE_HALF;
+    if (layout == "interleaved") return WAVEPE_ROPE_INTERLEAVED;
+    fail_value(str("layout must be 'half' or 'interleaved', got '", layout, "'"));
+}
+
+// torch's stable unboxing of a str (2.10 to 2.13) copies it into a std::string it never frees, a leak on
+// every call: here the handle is read and freed.
+inline std::string unbox_setting_LAYOUT(StableIValue v) {
+    StringHandle handle = torch::stable::detail::to<StringHandle>(v);
+    size_t length = 0;
+    const char* data = nullptr;
+    const bool ok = torch_string_length(handle, &length) == TORCH_SUCCESS &&
+                    torch_string_c_str(handle, &data) == TORCH_SUCCESS;
+    std::string layout;
+    if (ok) layout.assign(data, length);
+    torch_delete_string(handle);
+    if (!ok) fail_runtime("rope: cannot read the layout argument");
+    return layout;
+}
+}  // namespace wavepe
 
 namespace {
 
 using wavepe::Tensor;
-
-int parse_layout(const std::string& layout) {
-    if (layout == "half") return WAVEPE_ROPE_HALF;
-    if (layout == "interleaved") return WAVEPE_ROPE_INTERLEAVED;
-    wavepe::fail_value(wavepe::str("layout must be 'half' or 'interleaved', got '", layout, "'"));
-}
 
 // inv_freq[:pairs] finite?  The values are data, so the core's rules cannot see them on a device:
 // on the CPU a loop, elsewhere one copy to the host (a sync), remembered per (data, pairs) so that a
@@ -76,10 +105,10 @@ void fill_tensor(wavepe_rope_tensor& dst, const Tensor& in, const Tensor& out) {
 }
 
 std::tuple<Tensor, Tensor> rope(const Tensor& q, const std::optional<Tensor>& k,
-                                        const std::optional<Tensor>& positions, int64_t offset,
-                                        const Tensor& inv_freq, int64_t rotary_pairs, const std::string& layout,
-                                        double scale, bool inverse) {
-    wavepe_rope_args a{};
+                                const std::optional<Tensor>& positions,
+                                const Tensor& inv_freq WAVEPE_ROPE_SETTINGS(WAVEPE_OP_SETTING_PARAM)) {
+    wavepe_rope_args a = wavepe_rope_args_defaults();
+    WAVEPE_ROPE_SETTINGS(WAVEPE_OP_SETTING_FILL)
     a.dtype = wavepe::dtype_of(q, "q", /*half_on_cpu=*/true);  // bf16 / fp16 read natively everywhere
     wavepe::check_dim(q, 4, "q");
     const int64_t B = q.size(0), L = q.size(2), d = q.size(3);
@@ -98,11 +127,6 @@ std::tuple<Tensor, Tensor> rope(const Tensor& q, const std::optional<Tensor>& k,
     WAVEPE_CHECK_VALUE(inv_freq.size(0) == d / 2, "inv_freq must have head_dim/2 = ", d / 2, " entries, got ",
                        inv_freq.size(0));
     a.batch = B, a.len = L, a.head_dim = d;
-    a.rotary_pairs = rotary_pairs;
-    a.layout = parse_layout(layout);
-    a.inverse = inverse ? 1 : 0;
-    a.scale = scale;
-    a.offset = offset;
     Tensor pos;
     if (positions.has_value()) {
         pos = *positions;
@@ -145,27 +169,17 @@ std::tuple<Tensor, Tensor> rope(const Tensor& q, const std::optional<Tensor>& k,
     return {q_out, k_out};
 }
 
-// The boxed kernel, written out because of its str argument: torch's stable unboxing of a str (2.10 to
-// 2.13) copies it into a std::string it never frees, a leak on every call; here the handle is read and
-// freed.
+// The boxed kernel, written out because of its str setting (unbox_setting_LAYOUT above frees it): the
+// four tensors, then the settings in the list's order.
 void rope_boxed(StableIValue* stack, uint64_t num_args, uint64_t num_outputs) {
     using torch::stable::detail::to;
-    WAVEPE_CHECK_VALUE(num_args == 9 && num_outputs == 2, "rope: schema mismatch (", num_args, " args, ", num_outputs,
-                       " outputs)");
-    std::string layout;
-    {
-        StringHandle handle = to<StringHandle>(stack[6]);
-        size_t length = 0;
-        const char* data = nullptr;
-        const bool ok = torch_string_length(handle, &length) == TORCH_SUCCESS &&
-                        torch_string_c_str(handle, &data) == TORCH_SUCCESS;
-        if (ok) layout.assign(data, length);
-        torch_delete_string(handle);
-        if (!ok) wavepe::fail_runtime("rope: cannot read the layout argument");
-    }
+    constexpr uint64_t n_args = 4 WAVEPE_ROPE_SETTINGS(WAVEPE_OP_SETTING_COUNT);
+    WAVEPE_CHECK_VALUE(num_args == n_args && num_outputs == 2, "rope: schema mismatch (", num_args, " args, ",
+                       num_outputs, " outputs)");
+    uint64_t next = 4;
+    WAVEPE_ROPE_SETTINGS(WAVEPE_OP_SETTING_UNBOX)
     auto result = rope(to<Tensor>(stack[0]), to<std::optional<Tensor>>(stack[1]), to<std::optional<Tensor>>(stack[2]),
-                       to<int64_t>(stack[3]), to<Tensor>(stack[4]), to<int64_t>(stack[5]), layout,
-                       to<double>(stack[7]), to<bool>(stack[8]));
+                       to<Tensor>(stack[3]) WAVEPE_ROPE_SETTINGS(WAVEPE_OP_SETTING_PASS));
     stack[0] = torch::stable::detail::from(std::get<0>(result));
     stack[1] = torch::stable::detail::from(std::get<1>(result));
 }
@@ -175,9 +189,8 @@ void register_rope(torch::stable::detail::StableLibrary& m) { m.impl("rope", &ro
 }  // namespace
 
 STABLE_TORCH_LIBRARY_FRAGMENT(wavepe, m) {
-    m.def(
-        "rope(Tensor q, Tensor? k, Tensor? positions, SymInt offset, Tensor inv_freq, SymInt rotary_pairs, "
-        "str layout, float scale, bool inverse) -> (Tensor, Tensor)");
+    m.def((std::string("rope(Tensor q, Tensor? k, Tensor? positions, Tensor inv_freq")
+               WAVEPE_ROPE_SETTINGS(WAVEPE_SCHEMA_SETTING) + ") -> (Tensor, Tensor)").c_str());
 }
 
 WAVEPE_REGISTER_ALL_DEVICES(register_rope)

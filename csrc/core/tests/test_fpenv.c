@@ -94,7 +94,7 @@ void test_fpenv(void) {
         for (int i = 0; i < 8; ++i) rx[i] = i < 4 ? 1e-41f : 1.0f;
         const double inv_freq[2] = {1.0, 0.01};
         wavepe_rope_args ro;
-        memset(&ro, 0, sizeof(ro));
+        ro = wavepe_rope_args_defaults();
         ro.batch = 1, ro.len = 2, ro.head_dim = 4, ro.inv_freq = inv_freq, ro.rotary_pairs = 2, ro.scale = 1.0;
         ro.q.heads = 1, ro.q.in = rx, ro.q.in_stride_b = 8, ro.q.in_stride_h = 8, ro.q.in_stride_l = 4;
         ro.q.out = ry, ro.q.out_stride_b = 8, ro.q.out_stride_h = 8, ro.q.out_stride_l = 4;

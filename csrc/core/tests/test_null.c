@@ -108,7 +108,7 @@ static void rope_null_and_empty(void *zero) {
     double x[64], inv[2] = {1.0, 0.5};
     int64_t pos[4] = {0, 1, 2, 3};
     wavepe_rope_args a;
-    memset(&a, 0, sizeof a);
+    a = wavepe_rope_args_defaults();
     a.dtype = WAVEPE_F64, a.batch = 1, a.len = 4, a.head_dim = 4, a.rotary_pairs = 2, a.scale = 1.0;
     a.inv_freq = inv, a.positions = pos, a.pos_stride_l = 1;
     a.q.heads = 2, a.q.in = x, a.q.out = x;

@@ -76,7 +76,7 @@ static int64_t q_at(const rope_case *c, int64_t b, int64_t h, int64_t l) {
 
 static void setup_args(const rope_case *c, const rope_buffers *buf, wavepe_rope_args *a, const void *q, void *q_out,
                        const void *k, void *k_out) {
-    memset(a, 0, sizeof *a);
+    *a = wavepe_rope_args_defaults();
     const int64_t L = c->len, d = c->head_dim, Hq = c->heads_q, Hk = c->heads_k;
     a->batch = c->batch, a->len = L, a->head_dim = d;
     a->q.heads = Hq, a->q.in = q, a->q.out = q_out;
@@ -181,7 +181,7 @@ static void check_half_patterns(void) {
             for (int v = 0; v < 2; ++v) {
                 const int dt = dtypes[di];
                 wavepe_rope_args a;
-                memset(&a, 0, sizeof a);
+                a = wavepe_rope_args_defaults();
                 a.dtype = dt, a.batch = 1, a.len = L, a.head_dim = d, a.inv_freq = inv, a.rotary_pairs = d / 2;
                 a.scale = scales[si];
                 a.q.heads = 1, a.q.in = x, a.q.out = y;
@@ -272,7 +272,7 @@ static void check_round_trip(int layout, int64_t d, double offset, unsigned long
     const wavepe_isa isas[2] = {WAVEPE_ISA_SCALAR, wavepe_test_isa};
     for (int v = 0; v < 2; ++v) {
         wavepe_rope_args a;
-        memset(&a, 0, sizeof a);
+        a = wavepe_rope_args_defaults();
         a.batch = 1, a.len = L, a.head_dim = d, a.inv_freq = inv, a.rotary_pairs = d / 2, a.layout = layout;
         a.scale = 1.0, a.offset = (int64_t)offset;
         a.q.heads = H, a.q.in = y, a.q.out = y; /* in place */
@@ -299,7 +299,7 @@ static void check_validation(void) {
     double q[2 * 4 * 8], out[2 * 4 * 8], inv[4] = {1.0, 0.1, 0.01, 0.001};
     int64_t pos[4] = {0, 1, 2, 3};
     wavepe_rope_args a;
-    memset(&a, 0, sizeof a);
+    a = wavepe_rope_args_defaults();
     a.batch = 1, a.len = 4, a.head_dim = 8, a.inv_freq = inv, a.rotary_pairs = 4, a.scale = 1.0;
     a.q.heads = 2, a.q.in = q, a.q.out = out;
     a.q.in_stride_b = a.q.out_stride_b = 64, a.q.in_stride_h = a.q.out_stride_h = 32;
@@ -357,7 +357,7 @@ static void check_validation(void) {
     CHECK(wavepe_rope_validate(&bad, NULL) == WAVEPE_E_OVERFLOW);
     /* empty problems need no data at all */
     wavepe_rope_args empty;
-    memset(&empty, 0, sizeof empty);
+    empty = wavepe_rope_args_defaults();
     empty.batch = 3, empty.len = 0, empty.head_dim = 8, empty.q.heads = 4, empty.rotary_pairs = 0, empty.scale = 1;
     CHECK(wavepe_rope_validate(&empty, NULL) == WAVEPE_OK);
     CHECK(wavepe_rope_rows(&empty) == 0);
@@ -396,7 +396,7 @@ static void check_large_positions(unsigned long long *seed) {
             q[i] = FROM_DOUBLE(test_uniform(&seed, -1, 1)), k[i] = FROM_DOUBLE(test_uniform(&seed, -1, 1)); \
         for (int layout = 0; layout < 2; ++layout) {                                               \
             wavepe_rope_args a;                                                                    \
-            memset(&a, 0, sizeof a);                                                               \
+            a = wavepe_rope_args_defaults();                                                       \
             a.dtype = DTYPE, a.batch = 1, a.len = L, a.head_dim = d, a.inv_freq = inv, a.rotary_pairs = 60; \
             a.layout = layout, a.scale = 1.0, a.offset = 3;                                        \
             a.q.heads = H, a.q.in = q, a.q.out = qo;                                               \
