@@ -219,3 +219,19 @@ def test_gufunc_takes_the_schema_order():
     rel_bias_gufunc(q, table, *settings_in_order("relbias.h", "WAVEPE_RELBIAS_SETTINGS", **kw), out=out)
     want = torch.ops.wavepe.rel_bias(q=torch.from_numpy(q), table=torch.from_numpy(table), k_len=5, **kw)
     np.testing.assert_allclose(out, want.numpy(), rtol=1e-12, atol=1e-12)
+
+
+def test_schemas_quoted_in_docs_are_the_schemas():
+    """Wherever docs/ or a module quotes ``torch.ops.wavepe.<op>(...)`` with its types, the arguments are the
+    op's schema's (a reordered or renamed argument shows up here, not in a user's call)."""
+    import re
+
+    root = PACKAGE.parent.parent
+    quoted = re.compile(r"torch\.ops\.wavepe\.(\w+)\((Tensor\b.*?)\)\s*->", re.S)
+    seen = 0
+    for path in sorted([*root.joinpath("docs").glob("*.md"), root / "README.md", *PACKAGE.rglob("*.py")]):
+        for m in quoted.finditer(path.read_text()):
+            schema_args = str(getattr(torch.ops.wavepe, m.group(1)).default._schema).split("(", 1)[1].rsplit(") ->", 1)[0]
+            assert " ".join(m.group(2).split()) == schema_args, f"{path.name}: {m.group(1)}"
+            seen += 1
+    assert seen >= 6, seen

@@ -2,8 +2,9 @@
 
 The compiled op::
 
-    torch.ops.wavepe.rope(Tensor q, Tensor? k, Tensor? positions, SymInt offset, Tensor inv_freq,
-                          SymInt rotary_pairs, str layout, float scale, bool inverse) -> (Tensor, Tensor)
+    torch.ops.wavepe.rope(Tensor q, Tensor? k, Tensor? positions, Tensor inv_freq, SymInt offset=0,
+                          SymInt rotary_pairs=0, str layout="half", float scale=1., bool inverse=False)
+                          -> (Tensor, Tensor)
 
 rotates q (B, Hq, L, d) and k (B, Hk, L, d) with cos/sin computed once per
 (position, pair) and shared by every head.  Without k its second output is an
