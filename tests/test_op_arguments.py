@@ -231,7 +231,8 @@ def test_schemas_quoted_in_docs_are_the_schemas():
     seen = 0
     for path in sorted([*root.joinpath("docs").glob("*.md"), root / "README.md", *PACKAGE.rglob("*.py")]):
         for m in quoted.finditer(path.read_text()):
-            schema_args = str(getattr(torch.ops.wavepe, m.group(1)).default._schema).split("(", 1)[1].rsplit(") ->", 1)[0]
+            schema = str(getattr(torch.ops.wavepe, m.group(1)).default._schema)
+            schema_args = schema.split("(", 1)[1].rsplit(") ->", 1)[0]
             assert " ".join(m.group(2).split()) == schema_args, f"{path.name}: {m.group(1)}"
             seen += 1
     assert seen >= 6, seen
