@@ -226,7 +226,7 @@ def test_schemas_quoted_in_docs_are_the_schemas():
     op's schema's (a reordered or renamed argument shows up here, not in a user's call)."""
     import re
 
-    root = PACKAGE.parent.parent
+    root = pathlib.Path(__file__).resolve().parent.parent  # the checkout (PACKAGE may be an installed wheel)
     quoted = re.compile(r"torch\.ops\.wavepe\.(\w+)\((Tensor\b.*?)\)\s*->", re.S)
     seen = 0
     for path in sorted([*root.joinpath("docs").glob("*.md"), root / "README.md", *PACKAGE.rglob("*.py")]):
