@@ -287,6 +287,7 @@ def test_not_initialized_and_devices_without_kernel_are_refused(monkeypatch):
     # the dispatcher decides (ops/_routing.py): a device whose key has no attention_fwd kernel is refused
     # (the ring merges the fused kernel's tiles; there is no plain-PyTorch ring)
     registered = _routing._kernel_registered
+    monkeypatch.setattr(_routing, "_found", set())  # kernels remembered so far
     monkeypatch.setattr(_routing, "_kernel_registered",
                         lambda op, device_type: device_type != "meta" and registered(op, device_type))
     m = torch.empty(1, 2, 8, 8, device="meta")

@@ -492,6 +492,7 @@ def test_device_without_kernel_falls_back_with_a_warning(monkeypatch):
     # rel-shift, with a warning; meta tensors do have a kernel (the fake one): tests/test_routing.py
     from wavepe.ops import _routing
 
+    monkeypatch.setattr(_routing, "_found", set())  # kernels remembered so far
     monkeypatch.setattr(_routing, "_kernel_registered", lambda op, device_type: False)
     monkeypatch.setattr(_routing, "_warned", set())
     q, table = torch.randn(2, 5, 8, dtype=torch.float64), torch.randn(4, 8, dtype=torch.float64)

@@ -567,6 +567,7 @@ def test_eager_fallback_for_devices_without_a_kernel(monkeypatch):
     # what a device without a compiled kernel gets: the plain-PyTorch formulation, with a warning
     from wavepe.ops import _routing
 
+    monkeypatch.setattr(_routing, "_found", set())  # kernels remembered so far
     monkeypatch.setattr(_routing, "_kernel_registered", lambda op, device_type: False)
     monkeypatch.setattr(_routing, "_warned", set())
     q = torch.randn(1, 2, 6, 8, dtype=torch.float64)

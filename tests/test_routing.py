@@ -226,6 +226,7 @@ def test_cuda_tensors_reach_the_ops_in_their_own_dtype(dtype, monkeypatch):
     # a CUDA build registers the CUDA key; here the registry is made to say so, and FakeTensorMode gives
     # CUDA tensors on a CPU machine (the fake kernels produce the outputs)
     registered = _routing._kernel_registered
+    monkeypatch.setattr(_routing, "_found", set())  # kernels remembered so far
     monkeypatch.setattr(_routing, "_kernel_registered",
                         lambda op, device_type: device_type == "cuda" or registered(op, device_type))
     cfg = WaveletConfig.grid(16)
@@ -256,3 +257,35 @@ def test_the_fake_kernel_and_the_cpu_kernel_agree_on_lse():
                                                      None, 0.5, 0, True, 0, False, False)
         assert lse.dtype == fake_lse.dtype == dtype and lse.shape == fake_lse.shape
     assert np.isfinite(lse.numpy()).all()
+
+
+# ---- the fast paths of an eager call ---------------------------------------------------------------
+
+def test_calls_without_gradients_skip_the_autograd_layer():
+    from wavepe.ops._extension import autograd_context
+
+    x, w = torch.randn(2), torch.randn(2, requires_grad=True)
+    below = type(torch._C._AutoDispatchBelowAutograd())
+    assert isinstance(autograd_context(x, None, 3), below)
+    assert not isinstance(autograd_context(x, w), below)  # a gradient to record: through autograd
+    with torch.no_grad():
+        assert isinstance(autograd_context(x, w), below)
+    # and the results are the same either way, with the graph where one is wanted
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(1, 2, 5, 8, generator=g, dtype=torch.float64) for _ in range(3))
+    with torch.no_grad():
+        plain = wo.wavelet_attention(q, k, v)
+    qg = q.clone().requires_grad_(True)
+    out = wo.wavelet_attention(qg, k, v)
+    assert plain.grad_fn is None and out.grad_fn is not None
+    torch.testing.assert_close(out.detach(), plain, rtol=0, atol=0)
+    out.sum().backward()
+    assert qg.grad is not None and torch.isfinite(qg.grad).all()
+
+
+def test_only_wavepe_own_kernels_are_remembered(backend):
+    q = Remote(torch.randn(1, 2, 3, 4))
+    assert _routing.has_kernel("attention_fwd", q.device)  # the fixture's kernel, asked again each time
+    assert ("attention_fwd", "privateuseone") not in _routing._found
+    assert _routing.has_kernel("attention_fwd", torch.device("cpu"))
+    assert ("attention_fwd", "cpu") in _routing._found

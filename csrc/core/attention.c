@@ -229,7 +229,8 @@ int wavepe_attention_fwd_plan(wavepe_isa isa, const wavepe_attention_args *a, wa
     if (p->kind == ATTN_KIND_TILED && a->m <= ATTN_DECODE_MAX_M && p->nkb >= 2) {
         /* few queries, many keys: split the keys, combine partial softmaxes */
         p->kind = ATTN_KIND_DECODE;
-        p->chunk = p->bn * ((p->nkb + ATTN_DECODE_SPLIT - 1) / ATTN_DECODE_SPLIT);
+        const int64_t blocks = (p->nkb + ATTN_DECODE_SPLIT - 1) / ATTN_DECODE_SPLIT;
+        p->chunk = p->bn * (blocks > ATTN_DECODE_MIN_BLOCKS ? blocks : ATTN_DECODE_MIN_BLOCKS);
         p->nchunks = (a->n + p->chunk - 1) / p->chunk;
         const int64_t dims[3] = {a->batch * a->heads * a->m, p->nchunks, p->dpad + 2};
         if ((status = wavepe_checked_numel(3, dims, p->esize, NULL)) != WAVEPE_OK) goto fail;

@@ -44,6 +44,10 @@ enum { ATTN_KIND_SCALAR = 0, ATTN_KIND_TILED = 1, ATTN_KIND_DECODE = 2 };
  * per (batch, kv head) so that there are about DECODE_SPLIT of them. */
 #define ATTN_DECODE_MAX_M 16
 #define ATTN_DECODE_SPLIT 16
+/* ... but no chunk shorter than this many key blocks: a chunk costs a work
+ * area, a query packing and a partial result to combine, which at a few
+ * hundred keys (a small model's decoding step) took as long as the keys. */
+#define ATTN_DECODE_MIN_BLOCKS 4
 /* Decoding with at most this many query rows per kv head runs the narrow kernels (scores
  * straight from the key rows, P V row by row), not the 6-row micro-tiles. */
 #define ATTN_NARROW_ROWS 4

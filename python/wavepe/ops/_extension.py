@@ -16,6 +16,7 @@ Which library:
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import json
 import os
@@ -85,6 +86,23 @@ def _load() -> tuple[str, str, dict[str, Any]]:
 
 ORIGIN, LIBRARY, RECORD = _load()
 ops = torch.ops.wavepe
+
+
+_NO_CONTEXT = contextlib.nullcontext()
+
+
+def autograd_context(*inputs: Any) -> contextlib.AbstractContextManager[Any]:
+    """The context a raw-op call runs in: below the autograd layer when no tensor among ``inputs`` needs a
+    gradient (no grad mode, or none requires it), else as it is.
+
+    torch.library's autograd layer of a custom op is Python (~15 us a call, more than a one-token
+    decoding step of a small model spends in the kernel); with nothing to record it only redispatches
+    below itself, which this does directly.  While torch.compile traces, the compiler sees the op as
+    it is."""
+    if torch.compiler.is_compiling() or (torch.is_grad_enabled() and any(
+            isinstance(t, torch.Tensor) and t.requires_grad for t in inputs)):
+        return _NO_CONTEXT
+    return torch._C._AutoDispatchBelowAutograd()
 
 
 # The op schemas (csrc/torch/<family>_op.cpp) are the one description of each op's arguments: Python

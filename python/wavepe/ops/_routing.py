@@ -28,9 +28,21 @@ def _kernel_registered(op: str, device_type: str) -> bool:
     return bool(torch._C._dispatch_has_kernel_for_dispatch_key(f"wavepe::{op}", key))
 
 
+#: the device types whose kernels wavepe's own library registers: once found, they stay for the process
+#: (the lookup costs ~8 us, a tenth of a small decoding step); other keys' kernels may come and go
+_OWN_KERNELS = ("cpu", "cuda", "meta")
+_found: set[tuple[str, str]] = set()
+
+
 def has_kernel(op: str, device: torch.device) -> bool:
     """Does ``torch.ops.wavepe.<op>`` have a kernel for ``device``'s dispatch key?"""
-    return _kernel_registered(op, device.type)
+    key = (op, device.type)
+    if key in _found and not torch.compiler.is_compiling():
+        return True
+    found = _kernel_registered(op, device.type)
+    if found and device.type in _OWN_KERNELS:
+        _found.add(key)
+    return found
 
 
 _warned: set[tuple[str, str]] = set()

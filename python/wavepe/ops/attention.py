@@ -26,7 +26,7 @@ from ..config import WaveletConfig
 from ..pos_enc import canonical_pos_enc
 from . import _routing
 from ._checks import cacheable, check_finite, check_same, check_tensor, compute_dtype
-from ._extension import named, ops, register_fake, schema_names, schema_tensors
+from ._extension import autograd_context, named, ops, register_fake, schema_names, schema_tensors
 from .alibi import alibi_bias
 from ._tables import call_table, default_wavelet_config  # noqa: F401  (public: wavepe.ops.default_wavelet_config)
 from .relbias import rel_bias
@@ -162,9 +162,10 @@ def wavelet_attention(
         table, r_lo, slopes = position_bias(q, pos_enc, q.dtype, m, n, off, causal, config=config,
                                             rel_table=rel_table, alibi_slopes=alibi_slopes, clamp=clamp,
                                             whole_window=True)
-        out, lse = ops.attention_fwd(q=q, k=k, v=v, table=table, r_lo=r_lo, clamp=clamp, slopes=slopes,
-                                     key_padding_mask=key_padding_mask, scale=scale, q_offset=off, causal=causal,
-                                     cu_seqlens=cu_seqlens, mark_neg_inf=False)
+        with autograd_context(q, k, v, table, slopes):
+            out, lse = ops.attention_fwd(q=q, k=k, v=v, table=table, r_lo=r_lo, clamp=clamp, slopes=slopes,
+                                         key_padding_mask=key_padding_mask, scale=scale, q_offset=off,
+                                         causal=causal, cu_seqlens=cu_seqlens, mark_neg_inf=False)
         return (out, lse) if return_lse else out
     cdt = compute_dtype(q)
     qc, kc, vc = q.to(cdt), k.to(cdt), v.to(cdt)

@@ -24,7 +24,7 @@ from .._validate import _is_symbolic_int, check_choice, check_int
 from ..config import ROPE_LAYOUTS, RopeConfig
 from . import _routing
 from ._checks import cacheable, check_same, check_tensor, compute_dtype
-from ._extension import named, ops, register_fake, schema_names
+from ._extension import autograd_context, named, ops, register_fake, schema_names
 
 _ROPE = schema_names("rope")
 
@@ -193,8 +193,9 @@ def _rope(q: torch.Tensor, k: torch.Tensor | None, positions: int | torch.Tensor
         return _eager_fallback(q, k, offset, pos, inv, layout, pairs, scale, compute_dtype(q))
     # the kernels read and write float32 / float64 / bfloat16 / float16 as they are, on the CPU
     # and on CUDA (half types computed in float32, rounded once): no upcast copy
-    q_rot, k_rot = ops.rope(q=q, k=k, positions=pos, offset=offset, inv_freq=inv,
-                            rotary_pairs=pairs, layout=layout, scale=scale, inverse=False)
+    with autograd_context(q, k):
+        q_rot, k_rot = ops.rope(q=q, k=k, positions=pos, offset=offset, inv_freq=inv,
+                                rotary_pairs=pairs, layout=layout, scale=scale, inverse=False)
     return q_rot, (None if k is None else k_rot)
 
 
