@@ -982,10 +982,13 @@ static int FN(work_alloc)(FN(work) * w, const wavepe_attention_plan *p, int64_t 
 #else
     const int64_t kp_size = ATTN_BNMAX * d, dp_d2 = 0, bwd_f32 = bwd;
 #endif
+    /* a decoding step of a few rows per kv head reads the K and V rows where they are (narrow
+     * kernels): no packed key or value block to allocate and clear (~100 KB a call) */
+    const int narrow = !bwd && p->kind == ATTN_KIND_DECODE && rows <= ATTN_NARROW_ROWS;
     int64_t sizes[28] = {
         rpad * d,                           /* qp */
-        kp_size,                            /* kp */
-        bwd ? bwd_f32 * ATTN_BBN * d : ATTN_FBN * dpad, /* vp */
+        narrow ? 0 : kp_size,               /* kp */
+        bwd ? bwd_f32 * ATTN_BBN * d : narrow ? 0 : ATTN_FBN * dpad, /* vp */
         bwd_f32 * rpad * d,                 /* dop */
         (bwd ? ATTN_BBM : ATTN_MR) * ATTN_SLD, /* s */
         bwd ? ATTN_BBM * ATTN_SLD : 0,      /* ds */
@@ -1011,7 +1014,7 @@ static int FN(work_alloc)(FN(work) * w, const wavepe_attention_plan *p, int64_t 
         0,
 #endif
         rpad * dp_d2,                       /* qb (uint32_t, as large as T) */
-        ATTN_BNMAX * dp_d2,                 /* kpb (uint32_t) */
+        narrow ? 0 : ATTN_BNMAX * dp_d2,    /* kpb (uint32_t) */
         bwd * rpad * dp_d2,                 /* dob (uint32_t) */
         bwd * ATTN_BBN * dp_d2,             /* vpb (uint32_t) */
     };
