@@ -253,8 +253,11 @@ def rope(
         raise TypeError(f"config must be a RopeConfig, got {type(config).__name__}")
     _check_qk(q, k)
     d = config.check_head_dim(int(q.shape[-1]))  # a model constant: specialised under torch.compile
-    index = q.device.index
-    inv = _inv_freq_constant(config._spec, d, q.device.type, -1 if index is None else index)
+    if torch.compiler.is_compiling():
+        index = q.device.index
+        inv = _inv_freq_constant(config._spec, d, q.device.type, -1 if index is None else index)
+    else:  # eagerly the cache itself: rebuilding the config from its spec cost ~50 us a call
+        inv = config_inv_freq(config, d, q.device)
     return _rope(q, k, positions, inv, config.layout, config.rotary_pairs(d), config.attention_factor)
 
 
