@@ -108,7 +108,7 @@ def raw_op_with_a_string_for_a_tensor():
 
 @case("types")
 def numpy_rel_bias_with_object_arrays():
-    raises(TypeError, "q must be a float32 or float64 array, got dtype object",
+    raises(TypeError, "q must be a float16, float32 or float64 array, got dtype object",
            lambda: wu.rel_bias(np.array([[None, 1]], dtype=object), np.zeros((3, 2)), 0))
 
 

@@ -352,10 +352,11 @@ def test_half_inputs_compute_in_fp32():
     torch.testing.assert_close(out, want, rtol=0, atol=0)
     out.float().sum().backward()
     assert q.grad.dtype == torch.bfloat16
+    # NumPy float16: read and written natively too (the gufunc's float16 loop), the same bits as torch's
     qn = np.random.default_rng(0).standard_normal((3, 8, 16)).astype(np.float16)
     got = wu.wavelet_bias(qn, cfg)
     assert got.dtype == np.float16
-    np.testing.assert_array_equal(got, wu.wavelet_bias(qn.astype(np.float32), cfg).astype(np.float16))
+    np.testing.assert_array_equal(got, wo.wavelet_bias(torch.from_numpy(qn), cfg).numpy())
 
 
 HALF_BITS = {torch.bfloat16: (8, -126), torch.float16: (11, -14)}  # significant bits, smallest normal exponent
@@ -401,6 +402,11 @@ def test_half_against_oracle_every_isa(isa, dtype, causal, clamp):
         assert_half_close(got, want, bound, dtype, d)
         via32 = wo.rel_bias(q.float(), table.float(), r_lo, k_len=n, q_offset=off, causal=causal, clamp=clamp)
         assert torch.equal(got, via32.to(dtype))
+        if dtype == torch.float16:  # NumPy's float16 loop: the same kernels, strided q included
+            qn, tn = q.numpy(), table.numpy()
+            gn = wu.rel_bias(qn, tn, r_lo, k_len=n, q_offset=off, causal=causal, clamp=clamp)
+            assert gn.dtype == np.float16
+            np.testing.assert_array_equal(gn, got.numpy())
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
@@ -511,7 +517,7 @@ def test_gufunc_object():
     assert isinstance(g, np.ufunc)
     # (its operands, types and signature: generated from the settings list, tests/test_op_arguments.py)
     assert g.signature.startswith("(m,d),(r,d),") and g.signature.endswith("->(m,n)")
-    assert {t[0] + t[-1] for t in g.types} == {"ff", "dd"}
+    assert {t[0] + t[-1] for t in g.types} == {"ee", "ff", "dd"}  # float16 read natively
     q = np.ones((3, 4), np.float32)
     with pytest.raises(ValueError, match="core dimension"):
         g(q, np.ones((2, 4), np.float32), *_gufunc_settings())  # n comes from out=
@@ -578,7 +584,7 @@ HUGE_N = np.broadcast_to(np.zeros((1, 1, 16), np.float32), (2**20, 2**20, 16))
         (lambda: wo.wavelet_bias(Q, "ricker"), TypeError, r"config must be a WaveletConfig"),
         (lambda: wu.rel_bias(np.zeros(16, np.float32), TN, 0), ValueError, r"q must be \(\.\.\., M, d\)"),
         (lambda: wu.rel_bias(QN, np.zeros((5, 16, 1), np.float32), 0), ValueError, r"table must be \(R, d\)"),
-        (lambda: wu.rel_bias(QN.astype(np.int32), TN, 0), TypeError, r"q must be a float32 or float64 array"),
+        (lambda: wu.rel_bias(QN.astype(np.int32), TN, 0), TypeError, r"q must be a float16, float32 or float64 array"),
         (lambda: wu.rel_bias(QN, TN.astype(np.float64), 0), TypeError, r"same dtype"),
         (lambda: wu.rel_bias(QN, np.zeros((5, 15), np.float32), 0), ValueError,
          r"table.shape\[1\]=15 does not match q.shape\[-1\]=16"),

@@ -10,7 +10,8 @@
  * below are generated from the list.  The key count n appears only in the
  * output, so the caller passes out= (wavepe.ufuncs.rel_bias does); NumPy >=
  * 1.26 takes an output-only core dimension from the out array.  Loops:
- * float32 and float64.  NumPy broadcasts the batch dimensions and releases
+ * float16 (read and written as it is, summed in float32, each output rounded
+ * once: the core's half-precision kernels), float32 and float64.  NumPy broadcasts the batch dimensions and releases
  * the GIL around the loop (no Python objects).
  *
  * The loop hands the core's plan (csrc/core/relbias.h) as much as it can at
@@ -96,8 +97,7 @@ static void read_params(char **args, const npy_intp *steps, npy_intp it, wavepe_
 #undef READ_SETTING
 }
 
-static void rel_bias_loop(char **args, const npy_intp *dims, const npy_intp *steps, int f32) {
-    const npy_intp item = f32 ? 4 : 8;
+static void rel_bias_loop(char **args, const npy_intp *dims, const npy_intp *steps, npy_intp item) {
     npy_intp outer = dims[0];
     const npy_intp m = dims[1], d = dims[2], rows = dims[3], n = dims[4];
     const npy_intp qs_m = steps[STEP_Q_M], qs_d = steps[STEP_Q_D], ts_r = steps[STEP_T_R], ts_d = steps[STEP_T_D];
@@ -105,7 +105,7 @@ static void rel_bias_loop(char **args, const npy_intp *dims, const npy_intp *ste
     if (outer == 0) return;
 
     wavepe_relbias_args a = wavepe_relbias_args_defaults();
-    a.dtype = f32 ? WAVEPE_F32 : WAVEPE_F64;
+    a.dtype = item == 2 ? WAVEPE_F16 : item == 4 ? WAVEPE_F32 : WAVEPE_F64; /* NPY_HALF is IEEE fp16 */
     a.m = m;
     a.n = n;
     a.d = d;
@@ -167,24 +167,31 @@ static void rel_bias_loop(char **args, const npy_intp *dims, const npy_intp *ste
     free(o_buf);
 }
 
+static void rel_bias_loop_f16(char **args, const npy_intp *dims, const npy_intp *steps, void *data) {
+    (void)data;
+    rel_bias_loop(args, dims, steps, 2);
+}
+
 static void rel_bias_loop_f32(char **args, const npy_intp *dims, const npy_intp *steps, void *data) {
     (void)data;
-    rel_bias_loop(args, dims, steps, 1);
+    rel_bias_loop(args, dims, steps, 4);
 }
 
 static void rel_bias_loop_f64(char **args, const npy_intp *dims, const npy_intp *steps, void *data) {
     (void)data;
-    rel_bias_loop(args, dims, steps, 0);
+    rel_bias_loop(args, dims, steps, 8);
 }
 
-static PyUFuncGenericFunction rel_bias_loops[2] = {rel_bias_loop_f32, rel_bias_loop_f64};
+#define N_LOOPS 3
+static PyUFuncGenericFunction rel_bias_loops[N_LOOPS] = {rel_bias_loop_f16, rel_bias_loop_f32, rel_bias_loop_f64};
 #define TYPE_SETTING(kind, name, def) NP_TYPE_##kind,
-static char rel_bias_types[2 * N_OPERANDS] = {
+static char rel_bias_types[N_LOOPS * N_OPERANDS] = {
+    NPY_HALF, NPY_HALF, WAVEPE_RELBIAS_SETTINGS(TYPE_SETTING) NPY_HALF,
     NPY_FLOAT, NPY_FLOAT, WAVEPE_RELBIAS_SETTINGS(TYPE_SETTING) NPY_FLOAT,
     NPY_DOUBLE, NPY_DOUBLE, WAVEPE_RELBIAS_SETTINGS(TYPE_SETTING) NPY_DOUBLE,
 };
 #undef TYPE_SETTING
-static void *rel_bias_data[2] = {NULL, NULL};
+static void *rel_bias_data[N_LOOPS] = {NULL, NULL, NULL};
 
 #define NAME_SETTING(kind, name, def) ", " #name
 #define CORE_SETTING(kind, name, def) ",()"
@@ -192,7 +199,7 @@ static void *rel_bias_data[2] = {NULL, NULL};
 
 int wavepe_np_add_relbias_gufuncs(PyObject *module) {
     PyObject *uf = PyUFunc_FromFuncAndDataAndSignature(
-        rel_bias_loops, rel_bias_data, rel_bias_types, 2, N_OPERANDS - 1, 1, PyUFunc_None, "rel_bias",
+        rel_bias_loops, rel_bias_data, rel_bias_types, N_LOOPS, N_OPERANDS - 1, 1, PyUFunc_None, "rel_bias",
         "rel_bias(q, table" WAVEPE_RELBIAS_SETTINGS(NAME_SETTING) ", /, *, out) -> out\n\n"
         "Relative-table bias, gufunc " SIGNATURE ":\n"
         "out[..., m, n] = q[..., m, :] . table[q_offset + m - n - r_lo] for distances inside the\n"

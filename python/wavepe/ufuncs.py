@@ -43,6 +43,13 @@ rel_bias_gufunc: np.ufunc = _ufuncs.rel_bias
 rope_gufunc: np.ufunc = _ufuncs.rope
 
 
+def _bias_dtype(name: str, arr: np.ndarray) -> np.dtype:
+    """The dtype the rel_bias gufunc runs ``arr`` in: its own (float16 read and written natively)."""
+    if arr.dtype in (np.float16, np.float32, np.float64):
+        return arr.dtype
+    raise TypeError(f"{name} must be a float16, float32 or float64 array, got dtype {arr.dtype}")
+
+
 def _float_dtype(name: str, arr: np.ndarray) -> np.dtype:
     if arr.dtype in (np.float32, np.float64):
         return arr.dtype
@@ -122,7 +129,8 @@ def rel_bias(
     (``clamp=True``, Shaw et al.); ``causal=True`` zeroes keys after the query.
 
     Args:
-        q: (..., M, d) float32 / float64 (float16 is computed in float32).
+        q: (..., M, d) float16 / float32 / float64 (float16 read and written as it
+            is, each bias summed in float32 and rounded once).
         table: (R, d) rows for distances ``r_lo … r_lo + R - 1``, q's dtype.
         r_lo: distance of the table's first row.
         k_len: N keys (default M); q_offset: first query's position (default N - M).
@@ -137,8 +145,8 @@ def rel_bias(
         raise ValueError(f"q must be (..., M, d) with at least 2 dimensions, got shape {q.shape}")
     if table.ndim != 2:
         raise ValueError(f"table must be (R, d), got shape {table.shape}")
-    cdt = _float_dtype("q", q)
-    _float_dtype("table", table)
+    cdt = _bias_dtype("q", q)
+    _bias_dtype("table", table)
     if table.dtype != q.dtype:
         raise TypeError(f"q and table must have the same dtype, got {q.dtype} and {table.dtype}")
     if table.shape[1] != q.shape[-1]:
@@ -180,7 +188,9 @@ def wavelet_bias(
     multiplied by the attention scale.
 
     Args:
-        q: (..., M, d) float32 / float64 (float16 computed in float32), d = ``config.head_dim``.
+        q: (..., M, d) float16 / float32 / float64 (float16 read and written as it is, the
+            table rounded to float16 once from float64, each bias summed in float32 and rounded
+            once, as :func:`wavepe.ops.wavelet_bias` does), d = ``config.head_dim``.
         config: the per-dimension wavelets.
         k_len: N keys (default M); q_offset: first query's position (default N - M).
         causal: zero (and skip) keys after the query.
@@ -190,7 +200,7 @@ def wavelet_bias(
     q = np.asarray(q)
     if q.ndim < 2:
         raise ValueError(f"q must be (..., M, d) with at least 2 dimensions, got shape {q.shape}")
-    cdt = _float_dtype("q", q)
+    cdt = _bias_dtype("q", q)
     if q.shape[-1] != config.head_dim:
         raise ValueError(f"q.shape[-1]={q.shape[-1]} does not match config.head_dim={config.head_dim}")
     causal = check_flag("causal", causal)
@@ -200,8 +210,9 @@ def wavelet_bias(
     lo, hi = (max(off - (n - 1), 0) if causal else off - (n - 1)), off + m - 1
     if m == 0 or n == 0 or lo > hi:
         table, r_lo = np.zeros((0, config.head_dim), cdt), 0
-    else:
-        table, r_lo = config.table(cdt, lo, hi)
+    else:  # float16: the table rounded once from float64, as the torch ops take it
+        table, r_lo = config.table(np.float32 if cdt == np.float32 else np.float64, lo, hi)
+        table = table.astype(cdt, copy=False)
     return _rel_bias(q, table, r_lo, k_len, q_offset, causal, False)
 
 
