@@ -232,7 +232,7 @@ int wavepe_attention_fwd_plan(wavepe_isa isa, const wavepe_attention_args *a, wa
         const int64_t blocks = (p->nkb + ATTN_DECODE_SPLIT - 1) / ATTN_DECODE_SPLIT;
         p->chunk = p->bn * (blocks > ATTN_DECODE_MIN_BLOCKS ? blocks : ATTN_DECODE_MIN_BLOCKS);
         p->nchunks = (a->n + p->chunk - 1) / p->chunk;
-        const int64_t dims[3] = {a->batch * a->heads * a->m, p->nchunks, p->dpad + 2};
+        const int64_t dims[3] = {a->batch * a->heads * a->m, p->nchunks > 1 ? p->nchunks : 0, p->dpad + 2};
         if ((status = wavepe_checked_numel(3, dims, p->esize, NULL)) != WAVEPE_OK) goto fail;
         p->partial = attn_aligned_alloc((size_t)(dims[0] * dims[1] * dims[2] * p->esize));
         if (p->partial == NULL && dims[0] * dims[1] > 0) {
@@ -326,7 +326,7 @@ int64_t wavepe_attention_units(const wavepe_attention_plan *p, int phase) {
     case ATTN_KIND_TILED: return phase == 0 ? a->batch * a->heads * p->nqb : 0;
     case ATTN_KIND_DECODE:
         if (phase == 0) return a->batch * a->kv_heads * p->nchunks;
-        return phase == 1 ? a->batch * a->heads * a->m : 0;
+        return phase == 1 && p->nchunks > 1 ? a->batch * a->heads * a->m : 0; /* one chunk: finished in phase 0 */
     }
     return 0;
 }

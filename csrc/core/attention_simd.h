@@ -1180,6 +1180,10 @@ int FN(attn_fwd_decode)(wavepe_attention_plan *p, int64_t begin, int64_t end) {
         FN(rows_over_keys)(&w, groups, ngroups, b, hk, n_begin, n_end);
         for (int64_t i = 0; i < rows; ++i) {
             const int64_t h = hk * p->hg + i / M, m = i % M;
+            if (C == 1) { /* one chunk: nothing to combine, the rows are final (no second phase) */
+                FN(finish_rows)(&w, b, h, m, 1, w.o + i * dpad, w.mst + i, w.lst + i);
+                continue;
+            }
             T *dst = (T *)p->partial + (((b * a->heads + h) * M + m) * C + c) * (dpad + 2);
             memcpy(dst, w.o + i * dpad, sizeof(T) * (size_t)dpad);
             dst[dpad] = w.mst[i];
