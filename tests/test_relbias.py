@@ -352,11 +352,14 @@ def test_half_inputs_compute_in_fp32():
     torch.testing.assert_close(out, want, rtol=0, atol=0)
     out.float().sum().backward()
     assert q.grad.dtype == torch.bfloat16
-    # NumPy float16: read and written natively too (the gufunc's float16 loop), the same bits as torch's
-    qn = np.random.default_rng(0).standard_normal((3, 8, 16)).astype(np.float16)
-    got = wu.wavelet_bias(qn, cfg)
-    assert got.dtype == np.float16
-    np.testing.assert_array_equal(got, wo.wavelet_bias(torch.from_numpy(qn), cfg).numpy())
+    # NumPy float16: read and written natively too (the gufunc's float16 loop), the same table and
+    # bits as torch's (a wide grid at long distances: tiny table entries, no float16 subnormal)
+    rng = np.random.default_rng(0)
+    for d, kw in ((16, {}), (128, {"k_len": 300, "q_offset": 260})):
+        qn = rng.standard_normal((3, 8, d)).astype(np.float16)
+        got = wu.wavelet_bias(qn, WaveletConfig.grid(d), **kw)
+        assert got.dtype == np.float16
+        np.testing.assert_array_equal(got, wo.wavelet_bias(torch.from_numpy(qn), WaveletConfig.grid(d), **kw).numpy())
 
 
 HALF_BITS = {torch.bfloat16: (8, -126), torch.float16: (11, -14)}  # significant bits, smallest normal exponent

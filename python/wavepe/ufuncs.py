@@ -189,8 +189,8 @@ def wavelet_bias(
 
     Args:
         q: (..., M, d) float16 / float32 / float64 (float16 read and written as it is, the
-            table rounded to float16 once from float64, each bias summed in float32 and rounded
-            once, as :func:`wavepe.ops.wavelet_bias` does), d = ``config.head_dim``.
+            float32 table rounded to float16, each bias summed in float32 and rounded once: the
+            bits of :func:`wavepe.ops.wavelet_bias`), d = ``config.head_dim``.
         config: the per-dimension wavelets.
         k_len: N keys (default M); q_offset: first query's position (default N - M).
         causal: zero (and skip) keys after the query.
@@ -210,9 +210,10 @@ def wavelet_bias(
     lo, hi = (max(off - (n - 1), 0) if causal else off - (n - 1)), off + m - 1
     if m == 0 or n == 0 or lo > hi:
         table, r_lo = np.zeros((0, config.head_dim), cdt), 0
-    else:  # float16: the table rounded once from float64, as the torch ops take it
-        table, r_lo = config.table(np.float32 if cdt == np.float32 else np.float64, lo, hi)
-        table = table.astype(cdt, copy=False)
+    else:
+        table, r_lo = config.table(np.float64 if cdt == np.float64 else np.float32, lo, hi)
+        if cdt == np.float16:  # as wavepe.ops takes it: the float32 table rounded, no float16 subnormal
+            table = np.where(np.abs(table) < np.finfo(np.float16).tiny, 0, table).astype(np.float16)
     return _rel_bias(q, table, r_lo, k_len, q_offset, causal, False)
 
 
