@@ -133,15 +133,16 @@ static int pack_table(wavepe_attention_plan *p, int need_strips) {
             for (int64_t c = 0; c < d; ++c) dst[c] = wp_f16_to_f32(((const uint16_t *)src)[c]);
     }
     for (int64_t s = 0; s < nstrips; ++s) {
+        /* the first and one past the last column of the strip that is not zero (NaN is not
+         * zero): each row is scanned only outside the range found so far (a wavelet table's
+         * rows share long zero runs, which a decoding step's plan scanned whole every call) */
         int64_t clo = d, chi = 0;
         for (int64_t row = s * nr; row < (s + 1) * nr; ++row) {
-            /* first and one past the last column that is not zero (NaN is not zero) */
             int64_t c = 0, e = d;
-            while (c < d && zero_at(p->trow, row * dpad + c, p->f64)) ++c;
-            if (c == d) continue; /* all-zero row */
-            while (zero_at(p->trow, row * dpad + e - 1, p->f64)) --e;
+            while (c < clo && zero_at(p->trow, row * dpad + c, p->f64)) ++c;
             if (c < clo) clo = c;
-            if (e > chi) chi = e;
+            while (e > chi && e > c && zero_at(p->trow, row * dpad + e - 1, p->f64)) --e;
+            if (e > chi && e > c) chi = e;
         }
         if (chi <= clo) clo = chi = 0;
         p->strip_clo[s] = (int32_t)clo;

@@ -30,11 +30,14 @@ def _tracing() -> bool:
 
 def check_int(name: str, value: Any, *, min_value: int | None = None) -> int:
     """An integer (bool excluded) within int64 and at least ``min_value``."""
-    if _is_symbolic_int(value):
+    if type(value) is int:  # the common case, without the ABC checks (a few us a call on a decoding step)
+        v = value
+    elif _is_symbolic_int(value):
         return value
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+    elif isinstance(value, bool) or not isinstance(value, numbers.Integral):
         raise TypeError(f"{name} must be an integer, got {value!r} of type {type(value).__name__}")
-    v = int(value)
+    else:
+        v = int(value)
     if not -INT64_MAX - 1 <= v <= INT64_MAX:
         raise OverflowError(f"{name}={v} does not fit in int64")
     if min_value is not None and v < min_value:
@@ -52,9 +55,12 @@ def check_real(name: str, value: Any, *, positive: bool = False, finite: bool = 
     """
     if _tracing():
         return value
-    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+    if type(value) is float:  # the common case, without the ABC checks
+        v = value
+    elif isinstance(value, bool) or not isinstance(value, numbers.Real):
         raise TypeError(f"{name} must be a real number, got {value!r} of type {type(value).__name__}")
-    v = float(value)
+    else:
+        v = float(value)
     if math.isnan(v):
         raise ValueError(f"{name} must not be NaN")
     if finite and math.isinf(v):
