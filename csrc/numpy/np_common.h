@@ -31,6 +31,13 @@ int wavepe_np_add_rope_gufunc(PyObject *module);
 #include "../core/checked.h"
 #include "../core/isa.h"
 
+#include "../core/dtype.h"
+
+/* The core's dtype of a float loop's element size: NPY_HALF is IEEE fp16, then float32, float64. */
+static inline int wavepe_np_float_dtype(npy_intp itemsize) {
+    return itemsize == 2 ? WAVEPE_F16 : itemsize == 4 ? WAVEPE_F32 : WAVEPE_F64;
+}
+
 /* The ISA for a call made with the GIL held: 0, or -1 with ValueError set
  * when WAVEPE_ISA names an ISA this CPU cannot run (or an unknown one).  The
  * element-wise ufunc loops use wavepe_active_isa() (which falls back to the

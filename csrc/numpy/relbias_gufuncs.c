@@ -11,8 +11,9 @@
  * output, so the caller passes out= (wavepe.ufuncs.rel_bias does); NumPy >=
  * 1.26 takes an output-only core dimension from the out array.  Loops:
  * float16 (read and written as it is, summed in float32, each output rounded
- * once: the core's half-precision kernels), float32 and float64.  NumPy broadcasts the batch dimensions and releases
- * the GIL around the loop (no Python objects).
+ * once: the core's half-precision kernels), float32 and float64.  NumPy
+ * broadcasts the batch dimensions and releases the GIL around the loop (no
+ * Python objects).
  *
  * The loop hands the core's plan (csrc/core/relbias.h) as much as it can at
  * once: when every parameter (the table and the settings) is shared
@@ -105,7 +106,7 @@ static void rel_bias_loop(char **args, const npy_intp *dims, const npy_intp *ste
     if (outer == 0) return;
 
     wavepe_relbias_args a = wavepe_relbias_args_defaults();
-    a.dtype = item == 2 ? WAVEPE_F16 : item == 4 ? WAVEPE_F32 : WAVEPE_F64; /* NPY_HALF is IEEE fp16 */
+    a.dtype = wavepe_np_float_dtype(item);
     a.m = m;
     a.n = n;
     a.d = d;

@@ -39,7 +39,7 @@ typedef struct loop_geometry {
 /* The core's plan over *a, run on this thread; 0, or -1 with the core's reason raised (it
  * rejects the arguments, or is out of memory). */
 static int run_core(wavepe_rope_args *a, npy_intp itemsize) {
-    a->dtype = itemsize == 2 ? WAVEPE_F16 : itemsize == 4 ? WAVEPE_F32 : WAVEPE_F64; /* NPY_HALF is IEEE fp16 */
+    a->dtype = wavepe_np_float_dtype(itemsize);
     wavepe_rope_plan *plan = NULL;
     wavepe_error err = {{0}};
     const int status = wavepe_rope_plan_create(wavepe_active_isa(), a, &plan, &err);

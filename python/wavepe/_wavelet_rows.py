@@ -47,3 +47,11 @@ def wavelet_rows(family: str, scales: np.ndarray, shifts: np.ndarray, normalize:
         rows[np.abs(rows) < np.finfo(dt).tiny] = 0
         table[start: start + rows.shape[0]] = rows
     return table
+
+
+def float16_ready(values: np.ndarray) -> np.ndarray:
+    """``values`` (a float32 table) with every entry below float16's smallest normal set to 0, in
+    place: rounded to float16 they would be subnormals, which no table holds (the CUDA fp16
+    kernels read the table natively; bfloat16 shares float32's range and needs nothing)."""
+    values[np.abs(values) < np.finfo(np.float16).tiny] = 0
+    return values

@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from . import _ufuncs
+from ._wavelet_rows import float16_ready
 from ._validate import (check_choice, check_flag, check_int, check_position, check_product_fits, check_real,
                         resolve_positions)
 from .config import ROPE_LAYOUTS, RopeConfig, WaveletConfig
@@ -43,19 +44,15 @@ rel_bias_gufunc: np.ufunc = _ufuncs.rel_bias
 rope_gufunc: np.ufunc = _ufuncs.rope
 
 
-def _bias_dtype(name: str, arr: np.ndarray) -> np.dtype:
-    """The dtype the rel_bias gufunc runs ``arr`` in: its own (float16 read and written natively)."""
-    if arr.dtype in (np.float16, np.float32, np.float64):
-        return arr.dtype
-    raise TypeError(f"{name} must be a float16, float32 or float64 array, got dtype {arr.dtype}")
-
-
-def _float_dtype(name: str, arr: np.ndarray) -> np.dtype:
+def _float_dtype(name: str, arr: np.ndarray, *, native_half: bool = False) -> np.dtype:
+    """The dtype a gufunc runs ``arr`` in: float32 / float64 as they are; float16 as it is where the
+    gufunc has a float16 loop (``native_half``), else computed in float32."""
     if arr.dtype in (np.float32, np.float64):
         return arr.dtype
     if arr.dtype == np.float16:
-        return np.dtype(np.float32)
-    raise TypeError(f"{name} must be a float32 or float64 array, got dtype {arr.dtype}")
+        return arr.dtype if native_half else np.dtype(np.float32)
+    kinds = "float16, float32 or float64" if native_half else "float32 or float64"
+    raise TypeError(f"{name} must be a {kinds} array, got dtype {arr.dtype}")
 
 
 def alibi_bias(
@@ -145,8 +142,8 @@ def rel_bias(
         raise ValueError(f"q must be (..., M, d) with at least 2 dimensions, got shape {q.shape}")
     if table.ndim != 2:
         raise ValueError(f"table must be (R, d), got shape {table.shape}")
-    cdt = _bias_dtype("q", q)
-    _bias_dtype("table", table)
+    cdt = _float_dtype("q", q, native_half=True)
+    _float_dtype("table", table, native_half=True)
     if table.dtype != q.dtype:
         raise TypeError(f"q and table must have the same dtype, got {q.dtype} and {table.dtype}")
     if table.shape[1] != q.shape[-1]:
@@ -200,7 +197,7 @@ def wavelet_bias(
     q = np.asarray(q)
     if q.ndim < 2:
         raise ValueError(f"q must be (..., M, d) with at least 2 dimensions, got shape {q.shape}")
-    cdt = _bias_dtype("q", q)
+    cdt = _float_dtype("q", q, native_half=True)
     if q.shape[-1] != config.head_dim:
         raise ValueError(f"q.shape[-1]={q.shape[-1]} does not match config.head_dim={config.head_dim}")
     causal = check_flag("causal", causal)
@@ -213,7 +210,7 @@ def wavelet_bias(
     else:
         table, r_lo = config.table(np.float64 if cdt == np.float64 else np.float32, lo, hi)
         if cdt == np.float16:  # as wavepe.ops takes it: the float32 table rounded, no float16 subnormal
-            table = np.where(np.abs(table) < np.finfo(np.float16).tiny, 0, table).astype(np.float16)
+            table = float16_ready(table.copy()).astype(np.float16)
     return _rel_bias(q, table, r_lo, k_len, q_offset, causal, False)
 
 

@@ -26,7 +26,7 @@ import math
 import numpy as np
 import torch
 
-from .._wavelet_rows import support_t
+from .._wavelet_rows import float16_ready, support_t
 from ..config import WaveletConfig, _Window, config_for_table_key
 from ._checks import cacheable
 
@@ -107,9 +107,7 @@ def wavelet_table(config: WaveletConfig, dtype: torch.dtype, device: torch.devic
         window = config._window(_np_dtype(dtype), lo, hi)  # the NumPy window, grown to cover [lo, hi]
         values = window.table.copy()
         if dtype == torch.float16:
-            # float32 values below float16's smallest normal would be float16 subnormals: no table
-            # holds one (the CUDA fp16 kernels read it natively); bfloat16 shares float32's range
-            values[np.abs(values) < np.finfo(np.float16).tiny] = 0
+            float16_ready(values)
         table = torch.from_numpy(values).to(device=device, dtype=dtype)
         cached = _TorchWindow(table, window.r_lo, window.lo, window.hi)
         if cacheable(table):
