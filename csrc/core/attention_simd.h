@@ -31,9 +31,11 @@
  * avx512bf16's vdpbf16ps): the scores q . k (forward, and the backward's
  * recomputed P) come from mk_dp instead, on the stored bf16 elements
  * themselves, paired along d (ATTN_DPBF16 below), and so does the bias
- * window q . T (the table is in q's dtype: bf16 too) and the backward's
- * dP = dO . V^T.  The rest -- the softmax, P V and the backward's other
- * products -- is the float32 path above.
+ * window q . T (the table is in q's dtype: bf16 too), the forward's P V
+ * (mk_dpv: P rounded to bf16, the values paired along the keys; ATTN_DPBF16
+ * below states the bound) and the backward's dP = dO . V^T.  The rest -- the
+ * softmax, the narrow decoding kernels and the backward's other products --
+ * is the float32 path above.
  */
 
 #include <math.h>
@@ -60,7 +62,14 @@
  * strip's nonzero columns, pairs of the bf16 table) likewise.  Non-finite values: the products
  * of the same elements, so a NaN or inf in q or k gives what the float32 path
  * gives; a finite product beyond float32's range (|q_c k_c| > 3.4e38, which
- * bf16's range allows) is inf here where fl(scale q_c) k_c may not be. */
+ * bf16's range allows) is inf here where fl(scale q_c) k_c may not be.
+ * P V (the wide forward's; what GPU kernels do too): each softmax weight
+ * p_j in [0, 1] is rounded to bf16 (relative error <= 2^-8: 8 significant bits) and multiplied by
+ * the stored values two keys per step, so an output row moves by at most
+ * 2^-8 sum_j p_j |v_j| / l <= 2^-8 max_j |v_j| from the float32 path's (the
+ * row sum l is of the unrounded weights), before its one rounding to bf16.
+ * A key a row cannot see never shares a pair with one it sees (pairs are
+ * formed only inside the keys the row sees; odd ends go through row_pv). */
 #define ATTN_DPBF16
 #endif
 #if defined(WP_COMPUTE_F32)
@@ -223,6 +232,39 @@ static inline void FN(mk_dp)(int64_t kc2, const uint32_t *restrict ap, const uin
     MK_DP_OUT(4, c40, c41)
     MK_DP_OUT(5, c50, c51)
 #undef MK_DP_OUT
+}
+
+/* C[t][0..NR) += sum_k2 dot(a[t*a_st + k2], bp[k2*NR + 0..NR)) for t < rows (1..6): a holds rows of
+ * bf16 pairs (P rounded, keys 2 k2 and 2 k2 + 1), bp pair panels of NR columns (pack_panels_dp). */
+static inline void FN(mk_dpv)(int64_t kc2, const uint32_t *a, int64_t a_st, const uint32_t *restrict bp, T *c,
+                              int64_t ldc, int rows) {
+    const uint32_t *a0 = a, *a1 = rows > 1 ? a + a_st : a, *a2 = rows > 2 ? a + 2 * a_st : a;
+    const uint32_t *a3 = rows > 3 ? a + 3 * a_st : a, *a4 = rows > 4 ? a + 4 * a_st : a;
+    const uint32_t *a5 = rows > 5 ? a + 5 * a_st : a;
+    VT c00, c01, c10, c11, c20, c21, c30, c31, c40, c41, c50, c51;
+    c00 = c01 = c10 = c11 = c20 = c21 = c30 = c31 = c40 = c41 = c50 = c51 = V(zero)();
+    for (int64_t k = 0; k < kc2; ++k) {
+        const vi32 b0 = vbf16x2_loadu(bp + k * NR), b1 = vbf16x2_loadu(bp + k * NR + VL);
+        vi32 x;
+        x = vbf16x2_set1(a0[k]), c00 = V(dpbf16)(c00, x, b0), c01 = V(dpbf16)(c01, x, b1);
+        x = vbf16x2_set1(a1[k]), c10 = V(dpbf16)(c10, x, b0), c11 = V(dpbf16)(c11, x, b1);
+        x = vbf16x2_set1(a2[k]), c20 = V(dpbf16)(c20, x, b0), c21 = V(dpbf16)(c21, x, b1);
+        x = vbf16x2_set1(a3[k]), c30 = V(dpbf16)(c30, x, b0), c31 = V(dpbf16)(c31, x, b1);
+        x = vbf16x2_set1(a4[k]), c40 = V(dpbf16)(c40, x, b0), c41 = V(dpbf16)(c41, x, b1);
+        x = vbf16x2_set1(a5[k]), c50 = V(dpbf16)(c50, x, b0), c51 = V(dpbf16)(c51, x, b1);
+    }
+#define MK_DPV_ACC(t, x0, x1)                                                                     \
+    if (rows > t) {                                                                               \
+        V(storeu)(c + t * ldc, V(add)(V(loadu)(c + t * ldc), x0));                                   \
+        V(storeu)(c + t * ldc + VL, V(add)(V(loadu)(c + t * ldc + VL), x1));                         \
+    }
+    MK_DPV_ACC(0, c00, c01)
+    MK_DPV_ACC(1, c10, c11)
+    MK_DPV_ACC(2, c20, c21)
+    MK_DPV_ACC(3, c30, c31)
+    MK_DPV_ACC(4, c40, c41)
+    MK_DPV_ACC(5, c50, c51)
+#undef MK_DPV_ACC
 }
 #endif
 
@@ -389,6 +431,34 @@ static void FN(pack_panels)(T *restrict dst, int64_t ldp, const S *src, int64_t 
     }
 }
 
+#if defined(ATTN_DPBF16)
+/* Rows [0, nk) of a row-major bf16 matrix as pack_panels' column panels, two
+ * rows per step: dst[(s*ldp2 + j2)*NR + c] = the pair (row 2 j2, row 2 j2 + 1)
+ * of column s*NR + c, zero past column d, past row nk and for the rows whose
+ * key mask kpm[j] is not 0 (kpm may be NULL).  The B operand of mk_dpv. */
+static void FN(pack_panels_dp)(uint32_t *restrict dst, int64_t ldp2, const S *src, int64_t vs, int64_t nk, int64_t d,
+                               const T *kpm) {
+    const S zero[NR] = {0};
+    S pad[2][NR];
+    for (int64_t j = 0; j < nk; j += 2) {
+        const S *r[2];
+        for (int i = 0; i < 2; ++i)
+            r[i] = j + i < nk && (kpm == NULL || kpm[j + i] == (T)0) ? src + (j + i) * vs : NULL;
+        for (int64_t c0 = 0; c0 < d; c0 += NR) {
+            const S *x[2];
+            for (int i = 0; i < 2; ++i) {
+                x[i] = r[i] != NULL ? r[i] + c0 : zero;
+                if (r[i] != NULL && d - c0 < NR) { /* the last panel's columns past d: zeros */
+                    for (int64_t c = 0; c < NR; ++c) pad[i][c] = c0 + c < d ? r[i][c0 + c] : 0;
+                    x[i] = pad[i];
+                }
+            }
+            vbf16x2_interleave(dst + ((c0 / NR) * ldp2 + j / 2) * NR, x[0], x[1]);
+        }
+    }
+}
+#endif
+
 /* ---- shared state of one unit of work ------------------------------------------------- */
 
 typedef struct {
@@ -398,6 +468,8 @@ typedef struct {
     uint32_t *qb;  /* ATTN_DPBF16: query groups as bf16 pairs [group][ceil(d/2)][6], unscaled */
     uint32_t *kpb; /* ATTN_DPBF16: key strips of the current block as bf16 pairs */
     uint32_t *dob, *vpb; /* ATTN_DPBF16, backward: dout groups and value strips as bf16 pairs (dop, vp unused) */
+    uint32_t *vpp; /* ATTN_DPBF16, forward: value panels as bf16 pairs along the keys (vp unused) */
+    uint32_t *pp;  /* ATTN_DPBF16, forward: the group's P rounded to bf16, ATTN_MR x ATTN_SLD elements */
     T *vp;     /* forward: value panels; backward: packed value strips */
     T *dop;    /* backward: packed dout groups */
     T *s;      /* scores / P: rows x ATTN_SLD */
@@ -822,6 +894,51 @@ static void FN(rows_times_panels)(const FN(group) * g, const int64_t jl[ATTN_MR]
     }
 }
 
+#if defined(ATTN_DPBF16)
+/* rows_times_panels' product from bf16 pairs (mk_dpv): C[t] += sum_{jl[t] <= j < jv[t]} P[t][j] v_j with
+ * P = the group's rows of w->s rounded to bf16 (into w->pp) and the values as pair panels (w->vpp).
+ * A pair (2 j2, 2 j2 + 1) enters a row's product only when the row sees both keys: the pairs every row
+ * sees for all rows at once, then each row's other pairs, and a row's odd first or last key alone
+ * (row_pv, float32 P and the stored value row). */
+static void FN(rows_times_pairs)(FN(work) * w, const FN(group) * g, const FN(kblock) * kb, const int64_t jl[ATTN_MR],
+                                 const int64_t jv[ATTN_MR], T *c, int64_t ldc) {
+    const int64_t d = w->p->a.d, lda2 = ATTN_SLD / 2, ldp2 = ATTN_FBN / 2;
+    uint16_t *ph = (uint16_t *)w->pp;
+    for (int t = 0; t < g->rows; ++t) /* the weights the row's pairs read, rounded once */
+        for (int64_t j = jl[t] / VL * VL; j < jv[t]; j += VL)
+            S_STOREU(ph + t * ATTN_SLD + j, V(loadu)(w->s + t * ATTN_SLD + j));
+    int64_t lmax = 0, hmin = INT64_MAX;
+    for (int t = 0; t < g->rows; ++t) {
+        lmax = jl[t] > lmax ? jl[t] : lmax;
+        hmin = jv[t] < hmin ? jv[t] : hmin;
+    }
+    int64_t A = (lmax + 1) / 2 * 2, B = hmin / 2 * 2; /* the pairs every row sees: [A, B) */
+    if (hmin <= lmax || B <= A) A = B = 0;
+    if (B > A)
+        for (int64_t c0 = 0; c0 < d; c0 += NR)
+            FN(mk_dpv)((B - A) / 2, w->pp + A / 2, lda2, w->vpp + c0 * ldp2 + A / 2 * NR, c + c0, ldc, g->rows);
+    for (int t = 0; t < g->rows; ++t) {
+        const int64_t r[2][2] = {{jl[t], B > A ? A : jv[t]}, {B > A ? B : 0, B > A ? jv[t] : 0}};
+        const T *srow = w->s + t * ATTN_SLD;
+        T *crow = c + t * ldc;
+        for (int k = 0; k < 2; ++k) {
+            const int64_t r0 = r[k][0], r1 = r[k][1], e0 = (r0 + 1) / 2 * 2, e1 = r1 / 2 * 2;
+            if (r1 <= r0) continue;
+            if (e1 <= e0) { /* no whole pair: the keys one by one */
+                FN(row_pv)(srow + r0, r1 - r0, kb->v + r0 * kb->vs, kb->vs, d, crow, kb->masked ? w->kpm + r0 : NULL);
+                continue;
+            }
+            if (r0 < e0) FN(row_pv)(srow + r0, 1, kb->v + r0 * kb->vs, kb->vs, d, crow, kb->masked ? w->kpm + r0 : NULL);
+            for (int64_t c0 = 0; c0 < d; c0 += NR)
+                FN(mk_dpv)((e1 - e0) / 2, w->pp + t * lda2 + e0 / 2, 0, w->vpp + c0 * ldp2 + e0 / 2 * NR, crow + c0, 0,
+                           1);
+            if (e1 < r1)
+                FN(row_pv)(srow + e1, 1, kb->v + e1 * kb->vs, kb->vs, d, crow, kb->masked ? w->kpm + e1 : NULL);
+        }
+    }
+}
+#endif
+
 /* ---- forward -------------------------------------------------------------------------------- */
 
 /* Online softmax update of a group's rows with one key block, then O += P V. */
@@ -907,7 +1024,11 @@ static void FN(group_forward)(FN(work) * w, const FN(group) * g, const FN(kblock
         }
         return;
     }
+#if defined(ATTN_DPBF16)
+    FN(rows_times_pairs)(w, g, kb, jl, jv, o, dpad);
+#else
     FN(rows_times_panels)(g, jl, jv, s, ATTN_SLD, w->vp, ATTN_FBN, d, o, dpad);
+#endif
 }
 
 /* Additive key-padding mask of keys [n0, n0 + nk) of batch b into w->kpm;
@@ -959,7 +1080,11 @@ static void FN(rows_over_keys)(FN(work) * w, FN(group) * groups, int64_t ngroups
         if (kb.masked && FN(load_kpm)(w, b, n0, kb.nk) == 0) continue;
         if (wide) {
             FN(pack_keys)(w->kp, w->kpb, kb.k, kb.ks, kb.nk, d);
+#if defined(ATTN_DPBF16)
+            FN(pack_panels_dp)(w->vpp, ATTN_FBN / 2, kb.v, kb.vs, kb.nk, d, kb.masked ? w->kpm : NULL);
+#else
             FN(pack_panels)(w->vp, ATTN_FBN, kb.v, kb.vs, kb.nk, d, kb.masked ? w->kpm : NULL);
+#endif
         }
         for (int64_t gi = 0; gi < ngroups; ++gi)
             FN(group_forward)(w, &groups[gi], &kb, w->mst + gi * ATTN_MR, w->lst + gi * ATTN_MR,
@@ -979,16 +1104,18 @@ static int FN(work_alloc)(FN(work) * w, const wavepe_attention_plan *p, int64_t 
     const int64_t dgt_ld = ATTN_BBM + ATTN_BBN + 2 * NR;
 #if defined(ATTN_DPBF16)
     const int64_t kp_size = 0, dp_d2 = (d + 1) / 2, bwd_f32 = 0; /* the backward's dP from pairs too */
+    const int64_t fwd_dp = !bwd, fwd_f32 = 0; /* the forward's P V from pairs */
 #else
     const int64_t kp_size = ATTN_BNMAX * d, dp_d2 = 0, bwd_f32 = bwd;
+    const int64_t fwd_dp = 0, fwd_f32 = !bwd;
 #endif
     /* a decoding step of a few rows per kv head reads the K and V rows where they are (narrow
      * kernels): no packed key or value block to allocate and clear (~100 KB a call) */
     const int narrow = !bwd && p->kind == ATTN_KIND_DECODE && rows <= ATTN_NARROW_ROWS;
-    int64_t sizes[28] = {
+    int64_t sizes[30] = {
         rpad * d,                           /* qp */
         narrow ? 0 : kp_size,               /* kp */
-        bwd ? bwd_f32 * ATTN_BBN * d : narrow ? 0 : ATTN_FBN * dpad, /* vp */
+        bwd ? bwd_f32 * ATTN_BBN * d : narrow ? 0 : fwd_f32 * ATTN_FBN * dpad, /* vp */
         bwd_f32 * rpad * d,                 /* dop */
         (bwd ? ATTN_BBM : ATTN_MR) * ATTN_SLD, /* s */
         bwd ? ATTN_BBM * ATTN_SLD : 0,      /* ds */
@@ -1017,9 +1144,11 @@ static int FN(work_alloc)(FN(work) * w, const wavepe_attention_plan *p, int64_t 
         narrow ? 0 : ATTN_BNMAX * dp_d2,    /* kpb (uint32_t) */
         bwd * rpad * dp_d2,                 /* dob (uint32_t) */
         bwd * ATTN_BBN * dp_d2,             /* vpb (uint32_t) */
+        narrow ? 0 : fwd_dp * (ATTN_FBN / 2) * dpad, /* vpp (uint32_t) */
+        fwd_dp * ATTN_MR * ATTN_SLD / 2,    /* pp (uint32_t: bf16 pairs) */
     };
     int64_t total = 0;
-    for (int i = 0; i < 28; ++i) {
+    for (int i = 0; i < 30; ++i) {
         sizes[i] = (sizes[i] + 15) / 16 * 16; /* 64-byte aligned pieces */
         if (wavepe_add_overflow(total, sizes[i], &total)) return WAVEPE_E_OVERFLOW;
     }
@@ -1030,8 +1159,8 @@ static int FN(work_alloc)(FN(work) * w, const wavepe_attention_plan *p, int64_t 
     T **slots[24] = {&w->qp,  &w->kp,  &w->vp, &w->dop, &w->s,  &w->ds,   &w->g,    &w->al,
                      &w->kpm, &w->o,   &w->mst, &w->lst, &w->dqa, &w->dka, &w->dva, &w->dgt,
                      NULL,    &w->qr,  &w->zr, &w->kpan, &w->qpan, &w->dopan, &w->rbad, &w->dqh};
-    uint32_t **uslots[4] = {&w->qb, &w->kpb, &w->dob, &w->vpb}; /* pieces 24.. */
-    for (int i = 0; i < 28; ++i) {
+    uint32_t **uslots[6] = {&w->qb, &w->kpb, &w->dob, &w->vpb, &w->vpp, &w->pp}; /* pieces 24.. */
+    for (int i = 0; i < 30; ++i) {
         if (i >= 24) *uslots[i - 24] = sizes[i] ? (uint32_t *)base : NULL;
         else if (slots[i] != NULL) *slots[i] = sizes[i] ? base : NULL;
         else w->dvec = sizes[i] ? (double *)base : NULL;

@@ -1,0 +1,26 @@
+"""Tolerances that depend on which kernels ran, said once for the tests that compare half-precision attention.
+
+avx512bf16's bf16 forward (CPUs with AVX512_BF16) rounds each softmax weight p in [0, 1] to bf16 (relative
+error <= 2^-8) before P V, as GPU kernels do: out = sum_j p_j v_j / l moves by at most
+2^-8 sum_j p_j |v_j| / l <= 2^-8 max|v| from the float32 computation (csrc/core/attention_simd.h).  Every
+other kernel computes P V in float32.
+"""
+
+from __future__ import annotations
+
+import wavepe
+
+PV_ROUNDING = 2.0**-8
+
+
+def rounds_p(dtype) -> bool:
+    """Whether attention on ``dtype`` tensors rounds P to bf16 with the kernels active now (``WAVEPE_ISA``)."""
+    import torch
+
+    return dtype == torch.bfloat16 and wavepe.active_isa() == "avx512bf16"
+
+
+def pv_atol(dtype, v) -> float:
+    """The absolute error P's rounding may add to an attention output made from the values ``v``: 0 unless
+    :func:`rounds_p`."""
+    return PV_ROUNDING * float(v.detach().float().abs().max()) if rounds_p(dtype) else 0.0
