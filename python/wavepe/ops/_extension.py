@@ -85,7 +85,43 @@ def _load() -> tuple[str, str, dict[str, Any]]:
 
 
 ORIGIN, LIBRARY, RECORD = _load()
-ops = torch.ops.wavepe
+
+
+def _positional_caller(name: str) -> Callable[..., Any]:
+    """A function with the parameters of ``torch.ops.wavepe.<name>``'s schema (its names, order and
+    defaults) that calls the op's default overload with them in schema order."""
+    overload = getattr(torch.ops.wavepe, name).default
+    env: dict[str, Any] = {"_op": overload}
+    params, passed = [], []
+    for i, a in enumerate(overload._schema.arguments):
+        if a.has_default_value():
+            env[f"_default{i}"] = a.default_value
+        params.append(f"{a.name}=_default{i}" if a.has_default_value() else a.name)
+        passed.append(f"{a.name}={a.name}" if a.kwarg_only else a.name)
+    exec(f"def {name}({', '.join(params)}):\n    return _op({', '.join(passed)})\n", env)  # noqa: S102
+    fn = env[name]
+    fn.__qualname__ = f"ops.{name}"
+    fn.__doc__ = f"torch.ops.wavepe.{name}.default with its arguments in schema order: {overload._schema}"
+    return fn
+
+
+class _Ops:
+    """``torch.ops.wavepe`` as wavepe's Python calls it: ``ops.<op>(name=value, ...)``, every argument by
+    its schema name (tests/test_op_arguments.py checks the calls), reaches the op's default overload with
+    the arguments in schema order.  Keywords given to the op itself are matched against the schema by the
+    dispatcher's argument parser, ~5 us a call (a tenth of a one-token decoding step of a small model);
+    Python binds a plain function's keywords in well under one.  Each function is made from the schema
+    when first asked for, so the schema stays the one description of the arguments."""
+
+    def __getattr__(self, name: str) -> Callable[..., Any]:
+        if name.startswith("__"):
+            raise AttributeError(name)
+        fn = _positional_caller(name)
+        setattr(self, name, fn)
+        return fn
+
+
+ops = _Ops()
 
 
 _NO_CONTEXT = contextlib.nullcontext()
@@ -99,9 +135,12 @@ def autograd_context(*inputs: Any) -> contextlib.AbstractContextManager[Any]:
     decoding step of a small model spends in the kernel); with nothing to record it only redispatches
     below itself, which this does directly.  While torch.compile traces, the compiler sees the op as
     it is."""
-    if torch.compiler.is_compiling() or (torch.is_grad_enabled() and any(
-            isinstance(t, torch.Tensor) and t.requires_grad for t in inputs)):
+    if torch.compiler.is_compiling():
         return _NO_CONTEXT
+    if torch.is_grad_enabled():
+        for t in inputs:
+            if isinstance(t, torch.Tensor) and t.requires_grad:
+                return _NO_CONTEXT
     return torch._C._AutoDispatchBelowAutograd()
 
 
@@ -109,12 +148,12 @@ def autograd_context(*inputs: Any) -> contextlib.AbstractContextManager[Any]:
 # calls the ops by keyword, with these names, and reads what autograd hands back by name too.
 def schema_names(op: str) -> tuple[str, ...]:
     """The argument names of ``torch.ops.wavepe.<op>``, in schema order."""
-    return tuple(a.name for a in getattr(ops, op).default._schema.arguments)
+    return tuple(a.name for a in getattr(torch.ops.wavepe, op).default._schema.arguments)
 
 
 def schema_tensors(op: str) -> tuple[str, ...]:
     """The names of the (optional) Tensor arguments of ``torch.ops.wavepe.<op>``, in schema order."""
-    return tuple(a.name for a in getattr(ops, op).default._schema.arguments
+    return tuple(a.name for a in getattr(torch.ops.wavepe, op).default._schema.arguments
                  if str(a.type) in ("Tensor", "Optional[Tensor]"))
 
 
@@ -136,7 +175,7 @@ def register_fake(op: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]
     signature = inspect.Signature([
         inspect.Parameter(a.name, inspect.Parameter.POSITIONAL_OR_KEYWORD,
                           default=a.default_value if a.has_default_value() else inspect.Parameter.empty)
-        for a in getattr(ops, op).default._schema.arguments])
+        for a in getattr(torch.ops.wavepe, op).default._schema.arguments])
 
     def register(fn: Callable[..., Any]) -> Callable[..., Any]:
         def fake(*args: Any, **kwargs: Any) -> Any:

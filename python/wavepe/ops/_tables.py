@@ -90,7 +90,8 @@ def wavelet_table(config: WaveletConfig, dtype: torch.dtype, device: torch.devic
     rows of other distances): for a kernel that reads only the distances its
     call forms, without a view per call.
     """
-    device = torch.device(device)
+    if not isinstance(device, torch.device):
+        device = torch.device(device)
     if r_min is None and r_max is None:
         table_np, r_lo = config.table(_np_dtype(dtype))  # raises for supports too large to tabulate whole
         lo, hi = r_lo, r_lo + table_np.shape[0] - 1
@@ -100,9 +101,8 @@ def wavelet_table(config: WaveletConfig, dtype: torch.dtype, device: torch.devic
         lo, hi = max(int(r_min), sup_lo), min(int(r_max), sup_hi)
         if lo > hi:
             return torch.zeros((0, config.head_dim), dtype=dtype, device=device), int(r_min)
-    key = ("torch", str(dtype), str(device))
-    with config._lock:
-        cached = config._cache.get(key)
+    key = ("torch", dtype, device)
+    cached = config._cache.get(key)  # one dict read (atomic); the lock orders the writes
     if cached is None or not cached.covers(lo, hi):
         window = config._window(_np_dtype(dtype), lo, hi)  # the NumPy window, grown to cover [lo, hi]
         values = window.table.copy()
@@ -155,10 +155,10 @@ def call_table(config: WaveletConfig | None, head_dim: int, dtype: torch.dtype, 
     table is the op's output, sized by them.  ``whole_window`` (eager only):
     the cached window that holds those distances (wavelet_table).
     """
-    key, sup_lo, sup_hi = _table_info(config, head_dim, dtype)
     lo = q_offset - (n - 1)
     hi = q_offset + m - 1
     if torch.compiler.is_compiling():
+        key, sup_lo, sup_hi = _table_info(config, head_dim, dtype)
         if causal:
             lo = torch.sym_max(lo, 0)
         lo = torch.sym_max(lo, sup_lo)
@@ -169,6 +169,6 @@ def call_table(config: WaveletConfig | None, head_dim: int, dtype: torch.dtype, 
         lo = max(lo, 0)
     if m == 0 or n == 0 or lo > hi:
         return torch.zeros((0, head_dim), dtype=dtype, device=device), 0, 0
-    table, r_lo = wavelet_table(_config_of(key) if config is None else config, dtype, device, lo, hi,
-                                whole_window=whole_window)
+    table, r_lo = wavelet_table(default_wavelet_config(head_dim) if config is None else config, dtype, device,
+                                lo, hi, whole_window=whole_window)
     return table, r_lo, int(table.shape[0])

@@ -25,7 +25,7 @@ from .._validate import check_flag, check_int, check_position, check_real
 from ..config import WaveletConfig
 from ..pos_enc import canonical_pos_enc
 from . import _routing
-from ._checks import cacheable, check_finite, check_same, check_tensor, compute_dtype
+from ._checks import FLOAT_DTYPES, cacheable, check_finite, check_same, check_tensor, compute_dtype
 from ._extension import autograd_context, named, ops, register_fake, schema_names, schema_tensors
 from .alibi import alibi_bias
 from ._tables import call_table, default_wavelet_config  # noqa: F401  (public: wavepe.ops.default_wavelet_config)
@@ -186,11 +186,15 @@ def wavelet_attention(
 
 def check_qkv(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> tuple[int, int, int, int, int, int]:
     """q (B, H, M, d), k and v (B, H_kv, N, d) with H a multiple of H_kv: returns (B, H, H_kv, M, N, d)."""
-    check_tensor("q", q, dim=4)
-    check_tensor("k", k, dim=4)
-    check_tensor("v", v, dim=4)
-    check_same("q", q, "k", k)
-    check_same("q", q, "v", v)
+    if not (isinstance(q, torch.Tensor) and isinstance(k, torch.Tensor) and isinstance(v, torch.Tensor)
+            and q.dim() == 4 and k.dim() == 4 and v.dim() == 4 and q.dtype in FLOAT_DTYPES
+            and k.dtype == q.dtype and v.dtype == q.dtype and k.device == q.device and v.device == q.device):
+        # what is wrong, said by the checks one at a time (the test above, together, is what they pass)
+        check_tensor("q", q, dim=4)
+        check_tensor("k", k, dim=4)
+        check_tensor("v", v, dim=4)
+        check_same("q", q, "k", k)
+        check_same("q", q, "v", v)
     b, h, m, d = q.shape
     if k.shape != v.shape:
         raise ValueError(f"k and v must have the same shape, got {tuple(k.shape)} and {tuple(v.shape)}")
