@@ -325,6 +325,7 @@ def test_patch_and_remove_round_trip_exactly():
     assert model.config._attn_implementation == impl_before
     assert LlamaAttention.__dict__["forward"] is original_forward  # never replaced
     assert modeling_llama.eager_attention_forward is original_eager
+    assert not hasattr(modeling_llama.apply_rotary_pos_emb, "__wavepe_dispatcher__")
     assert not model.model.rotary_emb._forward_hooks
     assert all("_wavepe" not in m.__dict__ for m in model.modules())
 
@@ -403,6 +404,35 @@ def test_deepcopy_and_pickle_of_a_patched_model_stay_patched():
         hf.unpatch(twin)
         assert torch.equal(twin(ids).logits, model(ids).logits)
     assert not hasattr(modeling_llama.eager_attention_forward, "__wavepe_dispatcher__")
+
+
+@pytest.mark.parametrize("pos_enc", ["wavelet", "alibi", "nope"])
+def test_identity_rotation_is_skipped_not_computed(pos_enc, monkeypatch):
+    # wavelet / alibi / nope hand every layer cos = 1, sin = 0: while patched, the family's apply_rotary_pos_emb
+    # returns q and k as they are (no rotate_half), with the logits of computing q * 1 + rotate_half(q) * 0
+    gc.collect()
+    original = modeling_llama.apply_rotary_pos_emb
+    assert not hasattr(original, "__wavepe_dispatcher__"), "a patched model leaked from another test"
+    model = tiny()
+    ids = ids_for(2, 16)
+    handle = wavepe.patch_llama(model, pos_enc)
+    assert modeling_llama.apply_rotary_pos_emb.__wavepe_dispatcher__
+    calls = []
+    real_rotate = modeling_llama.rotate_half
+    monkeypatch.setattr(modeling_llama, "rotate_half", lambda x: calls.append(1) or real_rotate(x))
+    with torch.no_grad():
+        skipped = model(ids).logits
+        assert not calls
+        with monkeypatch.context() as m:  # the same model computing the identity rotation
+            m.setattr(modeling_llama, "apply_rotary_pos_emb", original)
+            computed = model(ids).logits
+        assert calls
+    assert torch.equal(skipped, computed)
+    q, k = torch.randn(1, 2, 3, 8), torch.randn(1, 2, 3, 8)
+    cos, sin = torch.ones(1, 3, 8), torch.zeros(1, 3, 8)
+    assert modeling_llama.apply_rotary_pos_emb(q, k, cos, sin)[0] is not q  # an unmarked cos: the original
+    handle.remove()
+    assert modeling_llama.apply_rotary_pos_emb is original
 
 
 def test_lazy_reexport_and_registration():

@@ -48,7 +48,10 @@ from typing import Any
 
 import torch
 
+from .. import ops
 from ..config import WaveletConfig
+from ..ops import _routing
+from ..ops.attention import fused_attention
 from ..pos_enc import scores_pos_enc
 
 
@@ -369,8 +372,6 @@ def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: Any, *, pos_
     ``check_positions``, they are checked to advance by one per unpadded token
     (:func:`check_positions_follow_indices`) on the fused path otherwise.
     """
-    from .. import ops
-
     b, h, m, _ = q.shape
     n = k.shape[2]
     plan = resolve_mask(mask, b, h, m, n, sliding_window, causal, q.device)
@@ -395,9 +396,14 @@ def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: Any, *, pos_
     if m == 0 or n == 0:  # nothing to attend to: 0, like a query whose keys are all masked
         return q.new_zeros((b, m, h, v.shape[-1])), (q.new_zeros((b, h, m, n)) if weights else None), plan
     if fused:
-        out = ops.wavelet_attention(q, k, v, wavelet if kind == "wavelet" else None, pos_enc=kind, causal=causal,
-                                    scale=scale, q_offset=plan.q_offset, key_padding_mask=plan.key_padding_mask,
-                                    cu_seqlens=plan.cu_seqlens)
+        config = wavelet if kind == "wavelet" else None
+        if _routing.has_kernel("attention_fwd", q.device):  # the model's own tensors: the op checks them
+            out, _ = fused_attention(q, k, v, config, kind, causal, scale, plan.q_offset, plan.key_padding_mask,
+                                     plan.cu_seqlens)
+        else:
+            out = ops.wavelet_attention(q, k, v, config, pos_enc=kind, causal=causal, scale=scale,
+                                        q_offset=plan.q_offset, key_padding_mask=plan.key_padding_mask,
+                                        cu_seqlens=plan.cu_seqlens)
         return out.transpose(1, 2), None, plan
     dense = plan.dense_mask
     if dense is None and (causal or plan.key_padding_mask is not None or plan.documents is not None):

@@ -19,6 +19,15 @@ are wavepe's:
   :class:`LayerState` in ``module.__dict__["_wavepe"]``, and the original
   function for every other module (unpatched models are untouched).
 
+With the eager dispatcher comes one for the family's ``apply_rotary_pos_emb``
+(same lifetime): where the rotary hook handed out the identity rotation
+(``cos = 1, sin = 0``: wavelet, alibi, nope; :mod:`._hf_rotary` marks that
+``cos``), it returns q and k as they are instead of computing
+``q * 1 + rotate_half(q) * 0`` in every layer (a dozen tensor ops a layer,
+more than the fused attention of a one-token decoding step costs); any other
+``cos`` goes to the original.  Under torch.compile nothing is marked and the
+original runs (the compiler folds nothing away, the result is the same).
+
 The layer state copies by value, so ``deepcopy`` and pickle of a patched model work.
 """
 
@@ -32,12 +41,15 @@ import torch
 from torch import nn
 
 from . import _hf_attention as _attn
+from ._hf_rotary import IDENTITY_MARK
 from ._hf_settings import CONFIG_KEY, PosEncSettings
 
 ATTN_IMPLEMENTATION = "wavepe"
 
 # modeling module -> its original eager_attention_forward, while the module carries wavepe's dispatcher
 _ORIGINAL_EAGER: dict[Any, Any] = {}
+# modeling module -> its original apply_rotary_pos_emb, likewise (installed and removed with the eager one)
+_ORIGINAL_ROTARY: dict[Any, Any] = {}
 # modeling module -> ids of the live states that need the dispatcher (it goes when none is left)
 _LIVE: dict[Any, set[int]] = {}
 
@@ -49,7 +61,7 @@ class LayerState:
         self.settings = settings
         self.check_positions = check_positions  # one layer per model checks position_ids
         self.modeling = modeling  # the family's modeling module (its eager_attention_forward)
-        if settings.pos_enc in ("wavelet", "alibi"):
+        if settings.pos_enc in ("wavelet", "alibi", "nope"):  # the identity rotation (nope: the rotary one only)
             register_state(self)
 
     # deepcopy / pickle of a patched model: copy the settings by value, re-arm the dispatcher
@@ -69,6 +81,10 @@ def register_state(state: LayerState) -> None:
     if modeling not in _ORIGINAL_EAGER:
         _ORIGINAL_EAGER[modeling] = modeling.eager_attention_forward
         modeling.eager_attention_forward = _make_eager_dispatcher(_ORIGINAL_EAGER[modeling])
+        original_rotary = getattr(modeling, "apply_rotary_pos_emb", None)
+        if original_rotary is not None:
+            _ORIGINAL_ROTARY[modeling] = original_rotary
+            modeling.apply_rotary_pos_emb = _make_rotary_dispatcher(original_rotary)
     _LIVE.setdefault(modeling, set()).add(id(state))
     # a state that is dropped with its model (never removed) is forgotten by the collector
     state._finalizer = weakref.finalize(state, _forget_state, modeling, id(state))
@@ -84,6 +100,9 @@ def _forget_state(modeling: Any, key: int) -> None:
         original = _ORIGINAL_EAGER.pop(modeling, None)
         if original is not None:
             modeling.eager_attention_forward = original
+        original = _ORIGINAL_ROTARY.pop(modeling, None)
+        if original is not None:
+            modeling.apply_rotary_pos_emb = original
 
 
 def release_state(state: LayerState) -> None:
@@ -103,6 +122,18 @@ def _make_eager_dispatcher(original: Any) -> Any:
 
     eager_attention_forward.__wavepe_dispatcher__ = True  # type: ignore[attr-defined]
     return eager_attention_forward
+
+
+def _make_rotary_dispatcher(original: Any) -> Any:
+    @functools.wraps(original)
+    def apply_rotary_pos_emb(q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, *args: Any,
+                             **kwargs: Any) -> Any:
+        if not torch.compiler.is_compiling() and getattr(cos, IDENTITY_MARK, False):
+            return q, k
+        return original(q, k, cos, sin, *args, **kwargs)
+
+    apply_rotary_pos_emb.__wavepe_dispatcher__ = True  # type: ignore[attr-defined]
+    return apply_rotary_pos_emb
 
 
 def _layer_attention(module: nn.Module, state: LayerState | None, query: torch.Tensor, key: torch.Tensor,

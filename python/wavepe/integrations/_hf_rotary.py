@@ -5,7 +5,10 @@ A forward hook on the model's rotary module (``LlamaRotaryEmbedding``,
 
 * "wavelet", "alibi", "nope": ``cos = 1, sin = 0`` -- the rotation the stock
   attention applies is the identity, exactly (``q * 1 + rotate_half(q) * 0``);
-  positions enter through the attention backend instead;
+  positions enter through the attention backend instead.  Eagerly that ``cos``
+  carries ``IDENTITY_MARK``, and the family's ``apply_rotary_pos_emb``
+  (wavepe's dispatcher while patched, :mod:`._hf_backend`) then skips the
+  arithmetic;
 * "rope" with a :class:`~wavepe.RopeConfig`: cos and sin of the config's
   spectrum, p-RoPE fraction and attention factor, from wavepe's RoPE kernel
   (angles formed in float64) at the model's ``position_ids``;
@@ -27,6 +30,8 @@ from ._hf_settings import PosEncSettings
 
 #: attention implementations that can add a relative position bias to the scores
 BIAS_IMPLEMENTATIONS = ("wavepe", "eager")
+#: the attribute that marks the identity rotation's ``cos`` (eager only: never set while compiling)
+IDENTITY_MARK = "_wavepe_identity_rotation"
 
 
 def refuse_implementation(impl: Any, pos_enc: str, where: str) -> None:
@@ -59,7 +64,10 @@ class RotaryHook:
             refuse_implementation(config._attn_implementation, settings.pos_enc, type(module).__name__)
         cos, sin = output
         if settings.pos_enc != "rope":
-            return torch.ones_like(cos), torch.zeros_like(sin)
+            ones = torch.ones_like(cos)
+            if not torch.compiler.is_compiling():
+                setattr(ones, IDENTITY_MARK, True)
+            return ones, torch.zeros_like(sin)
         if settings.rope is None:
             return output
         x = args[0] if args else kwargs["x"]

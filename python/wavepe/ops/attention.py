@@ -159,13 +159,8 @@ def wavelet_attention(
         check_position(name, value)
     check_cu_seqlens(cu_seqlens, q, b, m, n, off)
     if _routing.has_kernel("attention_fwd", q.device):  # every dtype read as it is (bf16 / fp16 too)
-        table, r_lo, slopes = position_bias(q, pos_enc, q.dtype, m, n, off, causal, config=config,
-                                            rel_table=rel_table, alibi_slopes=alibi_slopes, clamp=clamp,
-                                            whole_window=True)
-        with autograd_context(q, k, v, table, slopes):
-            out, lse = ops.attention_fwd(q=q, k=k, v=v, table=table, r_lo=r_lo, clamp=clamp, slopes=slopes,
-                                         key_padding_mask=key_padding_mask, scale=scale, q_offset=off,
-                                         causal=causal, cu_seqlens=cu_seqlens, mark_neg_inf=False)
+        out, lse = fused_attention(q, k, v, config, pos_enc, causal, scale, off, key_padding_mask, cu_seqlens,
+                                   rel_table=rel_table, alibi_slopes=alibi_slopes, clamp=clamp)
         return (out, lse) if return_lse else out
     cdt = compute_dtype(q)
     qc, kc, vc = q.to(cdt), k.to(cdt), v.to(cdt)
@@ -179,6 +174,28 @@ def wavelet_attention(
         return out.to(q.dtype), lse.to(_acc_dtype(q.dtype))
     return _eager_attention(qc, kc, vc, table, r_lo, clamp, slopes, key_padding_mask, scale, off, causal,
                             cu_seqlens).to(q.dtype)
+
+
+def fused_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, config: WaveletConfig | None, pos_enc: str,
+                    causal: bool, scale: float, q_offset: int, key_padding_mask: torch.Tensor | None,
+                    cu_seqlens: torch.Tensor | None, *, rel_table: tuple[torch.Tensor, int] | None = None,
+                    alibi_slopes: torch.Tensor | None = None, clamp: bool = False
+                    ) -> tuple[torch.Tensor, torch.Tensor]:
+    """(out, lse) of the fused kernel, for arguments of the form :func:`wavelet_attention` checks them to
+    (``pos_enc`` one of POS_ENCS, ``q_offset`` and ``scale`` given), on a device with the kernel.
+
+    :func:`wavelet_attention` calls it after its checks; the Hugging Face shim calls it directly
+    for the tensors the model made (a one-token decoding step is short enough that the checks
+    would cost a tenth of it).  The op checks shapes, dtypes and devices again in C++, so bad
+    input still fails with a message naming the argument.
+    """
+    table, r_lo, slopes = position_bias(q, pos_enc, q.dtype, q.shape[2], k.shape[2], q_offset, causal, config=config,
+                                        rel_table=rel_table, alibi_slopes=alibi_slopes, clamp=clamp,
+                                        whole_window=True)
+    with autograd_context(q, k, v, table, slopes):
+        return ops.attention_fwd(q=q, k=k, v=v, table=table, r_lo=r_lo, clamp=clamp, slopes=slopes,
+                                 key_padding_mask=key_padding_mask, scale=scale, q_offset=q_offset, causal=causal,
+                                 cu_seqlens=cu_seqlens, mark_neg_inf=False)
 
 
 # ---- argument checks shared with wavepe.distributed.context_parallel_attention ---------------------
