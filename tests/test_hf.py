@@ -327,6 +327,7 @@ def test_patch_and_remove_round_trip_exactly():
     assert modeling_llama.eager_attention_forward is original_eager
     assert not hasattr(modeling_llama.apply_rotary_pos_emb, "__wavepe_dispatcher__")
     assert not model.model.rotary_emb._forward_hooks
+    assert "forward" not in model.model.rotary_emb.__dict__  # the identity forward went with the hook
     assert all("_wavepe" not in m.__dict__ for m in model.modules())
 
 
@@ -431,6 +432,14 @@ def test_identity_rotation_is_skipped_not_computed(pos_enc, monkeypatch):
     q, k = torch.randn(1, 2, 3, 8), torch.randn(1, 2, 3, 8)
     cos, sin = torch.ones(1, 3, 8), torch.zeros(1, 3, 8)
     assert modeling_llama.apply_rotary_pos_emb(q, k, cos, sin)[0] is not q  # an unmarked cos: the original
+    # nor are the model's angles computed: the rotary module hands out (1, 0) shaped as its own (cos, sin)
+    rotary = model.model.rotary_emb
+    x, positions = torch.randn(2, 5, 32, dtype=torch.float64), torch.arange(5).expand(2, 5)
+    with torch.no_grad():
+        own = type(rotary).forward(rotary, x, positions)
+        cos, sin = rotary(x, positions)
+    assert cos.shape == own[0].shape and cos.dtype == own[0].dtype and sin.shape == own[1].shape
+    assert torch.equal(cos, torch.ones_like(own[0])) and torch.equal(sin, torch.zeros_like(own[1]))
     handle.remove()
     assert modeling_llama.apply_rotary_pos_emb is original
 

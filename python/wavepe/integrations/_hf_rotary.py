@@ -8,7 +8,10 @@ A forward hook on the model's rotary module (``LlamaRotaryEmbedding``,
   positions enter through the attention backend instead.  Eagerly that ``cos``
   carries ``IDENTITY_MARK``, and the family's ``apply_rotary_pos_emb``
   (wavepe's dispatcher while patched, :mod:`._hf_backend`) then skips the
-  arithmetic;
+  arithmetic; and the rotary module's own ``forward`` (an
+  :class:`IdentityForward` in its ``__dict__`` while patched) returns those
+  (cos, sin) without computing the model's angles first (~50 us of tensor
+  ops a token, discarded);
 * "rope" with a :class:`~wavepe.RopeConfig`: cos and sin of the config's
   spectrum, p-RoPE fraction and attention factor, from wavepe's RoPE kernel
   (angles formed in float64) at the model's ``position_ids``;
@@ -56,6 +59,16 @@ class RotaryHook:
     def __init__(self, settings: PosEncSettings, dim: int) -> None:
         self.settings = settings
         self.dim = dim
+        self.identity = settings.pos_enc != "rope"
+
+    def identity_cos_sin(self, x: torch.Tensor, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """cos = 1, sin = 0 as the model's rotary module shapes them, (B, L, dim) in x's dtype; cos marked
+        (eagerly) so that apply_rotary_pos_emb skips the identity rotation."""
+        shape = (positions.shape[0] if positions.dim() == 2 else 1, positions.shape[-1], self.dim)
+        ones = torch.ones(shape, dtype=x.dtype, device=x.device)
+        if not torch.compiler.is_compiling():
+            setattr(ones, IDENTITY_MARK, True)
+        return ones, torch.zeros(shape, dtype=x.dtype, device=x.device)
 
     def __call__(self, module: torch.nn.Module, args: tuple, kwargs: dict, output: Any) -> Any:
         settings = self.settings
@@ -63,7 +76,9 @@ class RotaryHook:
         if config is not None:
             refuse_implementation(config._attn_implementation, settings.pos_enc, type(module).__name__)
         cos, sin = output
-        if settings.pos_enc != "rope":
+        if self.identity:
+            if getattr(cos, IDENTITY_MARK, False):  # IdentityForward's own
+                return output
             ones = torch.ones_like(cos)
             if not torch.compiler.is_compiling():
                 setattr(ones, IDENTITY_MARK, True)
@@ -76,6 +91,25 @@ class RotaryHook:
 
     def __repr__(self) -> str:
         return f"RotaryHook({self.settings!r}, dim={self.dim})"
+
+
+class IdentityForward:
+    """A patched rotary module's ``forward`` (in its ``__dict__``) for the identity encodings: eagerly, the
+    hook's marked (cos, sin) without the model's angles; under torch.compile, the class's forward (the
+    hook then makes the identity of its output, as before).  Copies with the module (deepcopy, pickle:
+    its references are the module's and its hook's); the patch's ``remove`` deletes it."""
+
+    def __init__(self, module: torch.nn.Module, hook: RotaryHook) -> None:
+        self.module = module
+        self.hook = hook
+
+    def __call__(self, x: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
+        if torch.compiler.is_compiling():
+            return type(self.module).forward(self.module, x, *args, **kwargs)
+        return self.hook.identity_cos_sin(x, kwargs["position_ids"] if "position_ids" in kwargs else args[0])
+
+    def __repr__(self) -> str:
+        return f"IdentityForward({type(self.module).__name__}, dim={self.hook.dim})"
 
 
 def rope_cos_sin(config: Any, positions: torch.Tensor, dim: int, dtype: torch.dtype,

@@ -62,7 +62,7 @@ from ..config import RopeConfig, WaveletConfig  # noqa: E402
 from . import _hf_attention as _attn  # noqa: E402
 from . import _hf_families as _families  # noqa: E402
 from ._hf_backend import ATTN_IMPLEMENTATION, LayerState, release_state, wavepe_attention_forward  # noqa: E402
-from ._hf_rotary import RotaryHook, refuse_implementation, rotary_dim  # noqa: E402
+from ._hf_rotary import IdentityForward, RotaryHook, refuse_implementation, rotary_dim  # noqa: E402
 from ._hf_settings import CONFIG_KEY, POS_ENCS, PosEncSettings, choose_settings, for_head_dim  # noqa: E402
 
 __all__ = ["patch", "patch_llama", "unpatch", "get_patch", "WavepePatch", "PosEncSettings", "POS_ENCS",
@@ -111,6 +111,8 @@ _MISSING = object()
 def _remove_hook(module: nn.Module, hook_id: int) -> None:
     module._forward_hooks.pop(hook_id, None)
     module._forward_hooks_with_kwargs.pop(hook_id, None)
+    if isinstance(module.__dict__.get("forward"), IdentityForward):
+        del module.__dict__["forward"]
 
 
 class _ModelPatch(WavepePatch):
@@ -239,7 +241,10 @@ def _patch_model(model: nn.Module, pos_enc: str | None, wavelet: Any, rope: Any)
         mod.__dict__["_wavepe"] = LayerState(settings, mod is first, classes[cls])
     hooks = []
     for rotary in rotaries:
-        handle = rotary.register_forward_hook(RotaryHook(settings, rotary_dim(rotary)), with_kwargs=True)
+        hook = RotaryHook(settings, rotary_dim(rotary))
+        handle = rotary.register_forward_hook(hook, with_kwargs=True)
+        if hook.identity:
+            rotary.__dict__["forward"] = IdentityForward(rotary, hook)
         hooks.append((rotary, handle.id))
     restore = []
     for config, impl in zip(configs, implementations):
