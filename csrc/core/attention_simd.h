@@ -161,6 +161,14 @@ static inline MT FN(lanes_within)(int64_t j0, int64_t jl, int64_t jv) {
 
 /* ---- micro-kernels -------------------------------------------------------------- */
 
+/* C[t][0..NR) += (x0, x1) for a row t < rows: the accumulating micro-kernels' write-back
+ * (mk_gen, mk_dpv; c, ldc and rows from the kernel). */
+#define MK_ACC(t, x0, x1)                                                                         \
+    if (rows > t) {                                                                               \
+        V(storeu)(c + t * ldc, V(add)(V(loadu)(c + t * ldc), x0));                                   \
+        V(storeu)(c + t * ldc + VL, V(add)(V(loadu)(c + t * ldc + VL), x1));                         \
+    }
+
 /* C[t][0..NR) = init[t][0..NR) (or 0) + sum_k ap[k*6 + t] * bp[k*NR + 0..NR), t < 6. */
 static inline void FN(mk_nt)(int64_t kc, const T *restrict ap, const T *restrict bp, T *restrict c, int64_t ldc,
                              const T *const *init) {
@@ -253,18 +261,12 @@ static inline void FN(mk_dpv)(int64_t kc2, const uint32_t *a, int64_t a_st, cons
         x = vbf16x2_set1(a4[k]), c40 = V(dpbf16)(c40, x, b0), c41 = V(dpbf16)(c41, x, b1);
         x = vbf16x2_set1(a5[k]), c50 = V(dpbf16)(c50, x, b0), c51 = V(dpbf16)(c51, x, b1);
     }
-#define MK_DPV_ACC(t, x0, x1)                                                                     \
-    if (rows > t) {                                                                               \
-        V(storeu)(c + t * ldc, V(add)(V(loadu)(c + t * ldc), x0));                                   \
-        V(storeu)(c + t * ldc + VL, V(add)(V(loadu)(c + t * ldc + VL), x1));                         \
-    }
-    MK_DPV_ACC(0, c00, c01)
-    MK_DPV_ACC(1, c10, c11)
-    MK_DPV_ACC(2, c20, c21)
-    MK_DPV_ACC(3, c30, c31)
-    MK_DPV_ACC(4, c40, c41)
-    MK_DPV_ACC(5, c50, c51)
-#undef MK_DPV_ACC
+    MK_ACC(0, c00, c01)
+    MK_ACC(1, c10, c11)
+    MK_ACC(2, c20, c21)
+    MK_ACC(3, c30, c31)
+    MK_ACC(4, c40, c41)
+    MK_ACC(5, c50, c51)
 }
 #endif
 
@@ -297,19 +299,14 @@ static inline void FN(mk_gen)(int64_t kc, const T *a, int64_t a_st, int64_t a_sk
             MK_GEN_STEP(V(loadu_n)(b + k * b_sk, n0), V(loadu_n)(b + k * b_sk + VL, n1));
     }
 #undef MK_GEN_STEP
-#define MK_GEN_ACC(t, x0, x1)                                                                     \
-    if (rows > t) {                                                                               \
-        V(storeu)(c + t * ldc, V(add)(V(loadu)(c + t * ldc), x0));                                   \
-        V(storeu)(c + t * ldc + VL, V(add)(V(loadu)(c + t * ldc + VL), x1));                         \
-    }
-    MK_GEN_ACC(0, c00, c01)
-    MK_GEN_ACC(1, c10, c11)
-    MK_GEN_ACC(2, c20, c21)
-    MK_GEN_ACC(3, c30, c31)
-    MK_GEN_ACC(4, c40, c41)
-    MK_GEN_ACC(5, c50, c51)
-#undef MK_GEN_ACC
+    MK_ACC(0, c00, c01)
+    MK_ACC(1, c10, c11)
+    MK_ACC(2, c20, c21)
+    MK_ACC(3, c30, c31)
+    MK_ACC(4, c40, c41)
+    MK_ACC(5, c50, c51)
 }
+#undef MK_ACC
 
 /* ---- packing ------------------------------------------------------------------------- */
 
@@ -865,6 +862,16 @@ static void FN(row_pv)(const T *p, int64_t nk, const S *v, int64_t vs, int64_t d
     }
 }
 
+/* [*lmax, *hmin): the keys of the block every row of the group sees (empty when *hmin <= *lmax). */
+static inline void FN(shared_keys)(const FN(group) * g, const int64_t jl[ATTN_MR], const int64_t jv[ATTN_MR],
+                                   int64_t *lmax, int64_t *hmin) {
+    *lmax = 0, *hmin = INT64_MAX;
+    for (int t = 0; t < g->rows; ++t) {
+        *lmax = jl[t] > *lmax ? jl[t] : *lmax;
+        *hmin = jv[t] < *hmin ? jv[t] : *hmin;
+    }
+}
+
 /* C[t] += sum_{jl[t] <= j < jv[t]} A[t][j] B[j] for the rows t < g->rows of
  * a group: the keys every row sees in one register-blocked product, the few
  * keys that only some rows see (the causal diagonal, a document boundary)
@@ -874,11 +881,8 @@ static void FN(row_pv)(const T *p, int64_t nk, const S *v, int64_t vs, int64_t d
 static void FN(rows_times_panels)(const FN(group) * g, const int64_t jl[ATTN_MR], const int64_t jv[ATTN_MR],
                                   const T *a, int64_t lda, const T *panels, int64_t ldp, int64_t d, T *c,
                                   int64_t ldc) {
-    int64_t lmax = 0, hmin = INT64_MAX;
-    for (int t = 0; t < g->rows; ++t) {
-        lmax = jl[t] > lmax ? jl[t] : lmax;
-        hmin = jv[t] < hmin ? jv[t] : hmin;
-    }
+    int64_t lmax, hmin;
+    FN(shared_keys)(g, jl, jv, &lmax, &hmin);
     if (hmin <= lmax) lmax = hmin = 0; /* no key every row sees */
     if (hmin > lmax)
         for (int64_t c0 = 0; c0 < d; c0 += NR)
@@ -907,11 +911,8 @@ static void FN(rows_times_pairs)(FN(work) * w, const FN(group) * g, const FN(kbl
     for (int t = 0; t < g->rows; ++t) /* the weights the row's pairs read, rounded once */
         for (int64_t j = jl[t] / VL * VL; j < jv[t]; j += VL)
             S_STOREU(ph + t * ATTN_SLD + j, V(loadu)(w->s + t * ATTN_SLD + j));
-    int64_t lmax = 0, hmin = INT64_MAX;
-    for (int t = 0; t < g->rows; ++t) {
-        lmax = jl[t] > lmax ? jl[t] : lmax;
-        hmin = jv[t] < hmin ? jv[t] : hmin;
-    }
+    int64_t lmax, hmin;
+    FN(shared_keys)(g, jl, jv, &lmax, &hmin);
     int64_t A = (lmax + 1) / 2 * 2, B = hmin / 2 * 2; /* the pairs every row sees: [A, B) */
     if (hmin <= lmax || B <= A) A = B = 0;
     if (B > A)
@@ -1008,11 +1009,8 @@ static void FN(group_forward)(FN(work) * w, const FN(group) * g, const FN(kblock
     if (g->qr != NULL) {
         /* the keys every row sees, for all rows at once (not with key padding: a padded key's
          * value row never meets a product, and row_pv skips it); the rest row by row */
-        int64_t lmax = 0, hmin = INT64_MAX;
-        for (int t = 0; t < g->rows; ++t) {
-            lmax = jl[t] > lmax ? jl[t] : lmax;
-            hmin = jv[t] < hmin ? jv[t] : hmin;
-        }
+        int64_t lmax, hmin;
+        FN(shared_keys)(g, jl, jv, &lmax, &hmin);
         if (kb->masked || g->rows < 2 || hmin <= lmax) lmax = hmin = 0; /* one row: row_pv */
         if (hmin > lmax) FN(rows_pv)(s, ATTN_SLD, g->rows, lmax, hmin, kb->v, kb->vs, d, o, dpad);
         for (int t = 0; t < g->rows; ++t) {
