@@ -208,6 +208,33 @@ def loss_of(out: torch.Tensor, lse: torch.Tensor | None, grad_out: torch.Tensor,
     return loss
 
 
+class _KernelDtypes:
+    """Records the dtype of q in every attention_fwd / attention_bwd call the ring makes."""
+
+    def __enter__(self) -> "_KernelDtypes":
+        from wavepe.distributed import _ring_attention
+
+        self.dtypes: set[torch.dtype] = set()
+        self.saved = _ring_attention.ops
+        outer = self
+
+        class Recording:
+            def __getattr__(self, name: str) -> Any:
+                op = getattr(outer.saved, name)
+
+                def call(**kw: Any) -> Any:
+                    outer.dtypes.add(kw["q"].dtype)
+                    return op(**kw)
+                return call
+        _ring_attention.ops = Recording()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        from wavepe.distributed import _ring_attention
+
+        _ring_attention.ops = self.saved
+
+
 def _cp_case(case: Case, rank: int, groups: dict[str, Any], group_name: str) -> dict[str, Any] | None:
     import wavepe.distributed as wd
 
@@ -227,13 +254,15 @@ def _cp_case(case: Case, rank: int, groups: dict[str, Any], group_name: str) -> 
         kwargs = with_param(kwargs, case.pos_enc, (param, x["param"][1]) if case.pos_enc == "relative" else param)
     if case.masked:
         kwargs["key_padding_mask"] = shard(x["key_padding_mask"], 1)
-    result = wd.context_parallel_attention(*leaves, layout=case.layout, group=group, return_lse=case.lse, **kwargs)
-    out, lse = result if case.lse else (result, None)
-    loss = loss_of(out, lse, shard(x["grad_out"]), shard(x["grad_lse"]))
-    grads = torch.autograd.grad(loss, leaves + ([param] if param is not None else []))
+    with _KernelDtypes() as seen:  # the q dtypes the ring hands its kernels
+        result = wd.context_parallel_attention(*leaves, layout=case.layout, group=group, return_lse=case.lse,
+                                               **kwargs)
+        out, lse = result if case.lse else (result, None)
+        loss = loss_of(out, lse, shard(x["grad_out"]), shard(x["grad_lse"]))
+        grads = torch.autograd.grad(loss, leaves + ([param] if param is not None else []))
     gather = lambda t: wd.gather_sequence(t.detach(), layout=case.layout, group=group)  # noqa: E731
     res = {"out": gather(out), "dq": gather(grads[0]), "dk": gather(grads[1]), "dv": gather(grads[2]),
-           "out_dtype": out.dtype, "grad_dtype": grads[0].dtype}
+           "out_dtype": out.dtype, "grad_dtype": grads[0].dtype, "kernel_dtypes": seen.dtypes}
     if lse is not None:
         res["lse"] = gather(lse)
     if param is not None:

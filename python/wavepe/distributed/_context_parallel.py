@@ -13,7 +13,6 @@ import torch.distributed as dist
 from .._validate import check_choice, check_flag, check_int, check_real
 from ..config import WaveletConfig
 from ..ops import _routing
-from ..ops._checks import compute_dtype
 from ..ops.attention import POS_ENCS, _acc_dtype, check_cu_seqlens, check_key_padding_mask, check_qkv, position_bias
 from ..pos_enc import canonical_pos_enc
 from ._layout import LAYOUTS, _group_geometry, local_positions, segments
@@ -157,7 +156,7 @@ def context_parallel_attention(
                                  f"{int(rows[row, i + 1])} after {int(rows[row, i])}")
             docs = tuple(tuple(row) for row in rows.tolist())
     mask = None if key_padding_mask is None else key_padding_mask.contiguous().view(torch.uint8)  # wire type
-    cdt = compute_dtype(q)
+    cdt = q.dtype  # every kernel the ring calls reads bf16/fp16 as they are (_check_kernel: there is one)
     acc = _acc_dtype(q.dtype)
     # one table for every tile: the distances of the whole sequence (positions 0 .. L-1 for queries and keys)
     table, r_lo, slopes = position_bias(q, pos_enc, cdt, world * c, world * c, 0, causal, config=config,

@@ -89,7 +89,7 @@ class RingPlan:
     r_lo: int
     clamp: bool
     support: tuple[int, int] | None
-    compute_dtype: torch.dtype             # what the kernels take (fp32 for half inputs on the CPU)
+    compute_dtype: torch.dtype             # what the kernels take: the inputs' dtype (half types natively)
     acc_dtype: torch.dtype                 # partial results are merged and summed in this
     # packed sequences: the global document boundaries of each batch row, when they are on the host (else
     # None: every tile is computed, the kernels skip the keys outside the queries' documents)
