@@ -111,6 +111,28 @@ static inline void vf32_storeu2_bf16(uint16_t *p, vf32 lo, vf32 hi) {
     vf32_storeu_bf16(p, lo);
     vf32_storeu_bf16(p + 16, hi);
 }
+/* 2 * 16 bf16 at p split by parity (simd_avx2.h's vf32_loadu_bf16_pairs):
+ * *even gets elements 0, 2, .., 30, *odd 1, 3, .., 31, widened. */
+static inline void vf32_loadu_bf16_pairs(const uint16_t *p, vf32 *even, vf32 *odd) {
+    const __m512i w = _mm512_loadu_si512((const void *)p);
+    *even = _mm512_castsi512_ps(_mm512_slli_epi32(w, 16));
+    *odd = _mm512_castsi512_ps(_mm512_and_si512(w, _mm512_set1_epi32((int)0xFFFF0000u)));
+}
+/* The bf16 of each lane in its high 16 bits (low bits: garbage), rounded as vf32_storeu_bf16. */
+static inline __m512i wp_avx512_bf16_high(vf32 v) {
+    const __m512i u = _mm512_castps_si512(v);
+    const __mmask16 lsb_set = _mm512_test_epi32_mask(u, _mm512_set1_epi32(0x10000));
+    const __m512i r0 = _mm512_add_epi32(u, _mm512_set1_epi32(0x7FFF));
+    const __m512i r = _mm512_mask_add_epi32(r0, lsb_set, r0, _mm512_set1_epi32(1));
+    return _mm512_mask_mov_epi32(r, _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q), _mm512_set1_epi32(0x7FC00000));
+}
+/* The inverse of vf32_loadu_bf16_pairs: even[i] to p[2i], odd[i] to p[2i + 1],
+ * each rounded as vf32_storeu_bf16; the halves merged by one ternary logic op. */
+static inline void vf32_storeu_bf16_pairs(uint16_t *p, vf32 even, vf32 odd) {
+    const __m512i e = _mm512_srli_epi32(wp_avx512_bf16_high(even), 16), o = wp_avx512_bf16_high(odd);
+    /* (o & 0xFFFF0000) | e: e's high halves are zero */
+    _mm512_storeu_si512((void *)p, _mm512_ternarylogic_epi32(o, _mm512_set1_epi32((int)0xFFFF0000u), e, 0xEA));
+}
 static inline vf32 vf32_loadu_f16(const uint16_t *p) { return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)p)); }
 /* One half element widened into every lane (a GEMM tile's broadcast operand; F16C for fp16). */
 static inline vf32 vf32_bcast_bf16(const uint16_t *p) { return _mm512_castsi512_ps(_mm512_set1_epi32((int)((uint32_t)*p << 16))); }

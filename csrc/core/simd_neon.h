@@ -75,6 +75,25 @@ static inline void vf32_storeu2_bf16(uint16_t *p, vf32 lo, vf32 hi) {
     vf32_storeu_bf16(p, lo);
     vf32_storeu_bf16(p + 4, hi);
 }
+/* 2 * 4 bf16 at p split by parity (simd_avx2.h's vf32_loadu_bf16_pairs):
+ * *even gets elements 0, 2, 4, 6, *odd 1, 3, 5, 7, widened. */
+static inline void vf32_loadu_bf16_pairs(const uint16_t *p, vf32 *even, vf32 *odd) {
+    const uint32x4_t w = vreinterpretq_u32_u16(vld1q_u16(p));
+    *even = vreinterpretq_f32_u32(vshlq_n_u32(w, 16));
+    *odd = vreinterpretq_f32_u32(vandq_u32(w, vdupq_n_u32(0xFFFF0000u)));
+}
+/* The bf16 of each lane in its high 16 bits (low bits: garbage), rounded as vf32_storeu_bf16. */
+static inline uint32x4_t wp_neon_bf16_high(vf32 v) {
+    const uint32x4_t u = vreinterpretq_u32_f32(v);
+    const uint32x4_t lsb = vandq_u32(vshrq_n_u32(u, 16), vdupq_n_u32(1));
+    const uint32x4_t r = vaddq_u32(vaddq_u32(u, vdupq_n_u32(0x7FFF)), lsb);
+    return vbslq_u32(vceqq_f32(v, v), r, vdupq_n_u32(0x7FC00000u));
+}
+/* The inverse of vf32_loadu_bf16_pairs: even[i] to p[2i], odd[i] to p[2i + 1],
+ * each rounded as vf32_storeu_bf16 (vsri puts even's high half under odd's). */
+static inline void vf32_storeu_bf16_pairs(uint16_t *p, vf32 even, vf32 odd) {
+    vst1q_u16(p, vreinterpretq_u16_u32(vsriq_n_u32(wp_neon_bf16_high(odd), wp_neon_bf16_high(even), 16)));
+}
 static inline vf32 vf32_loadu_f16(const uint16_t *p) { return vcvt_f32_f16(vreinterpret_f16_u16(vld1_u16(p))); }
 /* One half element widened into every lane (a GEMM tile's broadcast operand). */
 static inline vf32 vf32_bcast_bf16(const uint16_t *p) { return vreinterpretq_f32_u32(vdupq_n_u32((uint32_t)*p << 16)); }

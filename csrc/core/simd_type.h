@@ -26,6 +26,14 @@
  *   S_TO_T(x), T_TO_S(x)   one element, the same conversions
  *   WP_COMPUTE_F32    defined when T is float (f32, bf16, f16)
  *   WP_STORAGE_HALF   defined when S is a half type (bf16, f16)
+ *
+ * bfloat16 alone also has the parity-split access (cheaper than the above
+ * where a kernel's elements come in pairs or their order is its own: no
+ * widening shuffle, no pack; vf32_loadu_bf16_pairs in simd_avx2.h):
+ *
+ *   WP_STORAGE_PAIRS            defined for bf16
+ *   S_LOADU_PAIRS(p, e, o)      2 VL elements at p: the even-indexed into *e, the odd into *o
+ *   S_STOREU_PAIRS(p, e, o)     the inverse, each element rounded as S_STOREU
  */
 #include <stdint.h>
 
@@ -66,6 +74,9 @@
 #define S_LOADU(p) vf32_loadu_bf16(p)
 #define S_STOREU(p, v) vf32_storeu_bf16(p, v)
 #define S_STOREU2(p, v0, v1) vf32_storeu2_bf16(p, v0, v1)
+#define WP_STORAGE_PAIRS
+#define S_LOADU_PAIRS(p, e, o) vf32_loadu_bf16_pairs(p, e, o)
+#define S_STOREU_PAIRS(p, e, o) vf32_storeu_bf16_pairs(p, e, o)
 #define S_BCAST(p) vf32_bcast_bf16(p)
 #define S_TO_T(x) wp_bf16_to_f32(x)
 #define T_TO_S(x) wp_f32_to_bf16(x)

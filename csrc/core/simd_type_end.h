@@ -21,3 +21,6 @@
 #undef T_TO_S
 #undef WP_COMPUTE_F32
 #undef WP_STORAGE_HALF
+#undef WP_STORAGE_PAIRS
+#undef S_LOADU_PAIRS
+#undef S_STOREU_PAIRS
