@@ -25,7 +25,7 @@ from . import reference as ref
 
 torch = pytest.importorskip("torch")
 import wavepe.ops as wo  # noqa: E402
-from wavepe.ops.attention import _eager_attention  # noqa: E402
+from wavepe.ops.attention import _plain_attention  # noqa: E402
 
 POS_ENCS = ["wavelet", "relative", "alibi", "nope"]
 
@@ -260,7 +260,7 @@ def test_eager_baseline_matches_oracle():
     q, k, v = make_inputs(1, 4, 2, 30, 100, 16, seed=4)
     cfg = wavelet_config(16)
     t, r_lo = oracle_table(cfg, 30, 100, 70)
-    got = _eager_attention(q, k.repeat_interleave(2, 1), v.repeat_interleave(2, 1), torch.from_numpy(t), r_lo, False,
+    got = _plain_attention(q, k.repeat_interleave(2, 1), v.repeat_interleave(2, 1), torch.from_numpy(t), r_lo, False,
                            None, None, 0.25, 70, True)
     want = ref.attention(q.numpy(), k.numpy(), v.numpy(), table=t, r_lo=r_lo, q_offset=70, scale=0.25)
     np.testing.assert_allclose(got.numpy(), want, rtol=1e-10, atol=1e-12)
@@ -439,7 +439,7 @@ def test_return_lse_and_gradients_through_both(pos_enc, causal):
                                             key_padding_mask=mask, return_lse=True, **kw)
         else:
             table, r_lo = (okw.get("table"), okw.get("r_lo", 0))
-            out, lse = _eager_attention(*leaves[:3], table, r_lo, False, okw.get("slopes"), mask, 1 / math.sqrt(d),
+            out, lse = _plain_attention(*leaves[:3], table, r_lo, False, okw.get("slopes"), mask, 1 / math.sqrt(d),
                                         off, causal, return_lse=True)
         assert lse.shape == (b, h, m) and lse.dtype == torch.float64
         torch.testing.assert_close(out, want_out, rtol=1e-10, atol=1e-12)

@@ -18,7 +18,7 @@ from . import reference as ref
 
 torch = pytest.importorskip("torch")
 import wavepe.ops as wo  # noqa: E402
-from wavepe.ops.attention import _eager_attention  # noqa: E402
+from wavepe.ops.attention import _plain_attention  # noqa: E402
 
 from .test_attention import learned_table, oracle_table, wavelet_config  # noqa: E402
 
@@ -172,7 +172,7 @@ def test_plain_pytorch_path_agrees():
     for causal in (True, False):
         want = wo.wavelet_attention(q, k, v, pos_enc="relative", rel_table=(table, r_lo), causal=causal,
                                     cu_seqlens=cu)
-        got = _eager_attention(q, k, v, table, r_lo, False, None, None, 1 / np.sqrt(d), 0, causal, cu)
+        got = _plain_attention(q, k, v, table, r_lo, False, None, None, 1 / np.sqrt(d), 0, causal, cu)
         torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12)
 
 
@@ -191,7 +191,7 @@ def test_a_tile_of_a_longer_packed_row(isa, causal):
                     q_offset=qs - ks, causal=causal, mark_neg_inf=False)
         qt, kt, vt = q[:, :, qs:qe], k[:, :, ks:ke], v[:, :, ks:ke]
         out, lse = torch.ops.wavepe.attention_fwd(q=qt, k=kt, v=vt, cu_seqlens=shifted, **args)
-        want, want_lse = _eager_attention(qt, kt, vt, table, r_lo, False, None, None, 0.4, qs - ks, causal,
+        want, want_lse = _plain_attention(qt, kt, vt, table, r_lo, False, None, None, 0.4, qs - ks, causal,
                                           shifted, return_lse=True)
         torch.testing.assert_close(out, want, rtol=1e-12, atol=1e-12)
         torch.testing.assert_close(lse, want_lse, rtol=1e-12, atol=1e-12)

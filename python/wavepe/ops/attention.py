@@ -169,10 +169,10 @@ def wavelet_attention(
     _routing.warn_fallback("attention", q.device,
                            "the bias + scaled_dot_product_attention path (materialises M x N scores)")
     if return_lse:
-        out, lse = _eager_attention(qc, kc, vc, table, r_lo, clamp, slopes, key_padding_mask, scale, off, causal,
+        out, lse = _plain_attention(qc, kc, vc, table, r_lo, clamp, slopes, key_padding_mask, scale, off, causal,
                                     cu_seqlens, return_lse=True)
         return out.to(q.dtype), lse.to(_acc_dtype(q.dtype))
-    return _eager_attention(qc, kc, vc, table, r_lo, clamp, slopes, key_padding_mask, scale, off, causal,
+    return _plain_attention(qc, kc, vc, table, r_lo, clamp, slopes, key_padding_mask, scale, off, causal,
                             cu_seqlens).to(q.dtype)
 
 
@@ -338,7 +338,7 @@ def _standard_slopes(heads: int, dtype: torch.dtype, device: torch.device) -> to
     return hit
 
 
-def _eager_attention(q, k, v, table, r_lo, clamp, slopes, key_padding_mask, scale, q_offset, causal,
+def _plain_attention(q, k, v, table, r_lo, clamp, slopes, key_padding_mask, scale, q_offset, causal,
                      cu_seqlens=None, return_lse=False):
     """The plain-PyTorch path (devices without a compiled kernel)."""
     m, n = q.shape[2], k.shape[2]
