@@ -80,6 +80,20 @@ void test_vocabulary(void) {
     double ddst[2 * 3];
     vf64_transpose(dsrc, 3, ddst, 3);
     CHECK(ddst[0] == 0 && ddst[1] == 3 && ddst[3] == 1 && ddst[4] == 4);
+    /* bf16 split by parity and back: lanes, round to nearest even, NaN -> 0x7FC0 */
+    const uint16_t h8[8] = {0x3F80, 0x4000, 0x4040, 0x4080, 0xBF80, 0x7F80, 0x0000, 0x7FC1};
+    vf32 even, odd;
+    vf32_loadu_bf16_pairs(h8, &even, &odd);
+    vf32_storeu(out, even);
+    CHECK(out[0] == 1 && out[1] == 3 && out[2] == -1 && out[3] == 0);
+    vf32_storeu(out, odd);
+    CHECK(out[0] == 2 && out[1] == 4 && isinf(out[2]) && isnan(out[3]));
+    const float ev[4] = {1.0f + 0x1p-8f, 1.0f + 0x1p-7f + 0x1p-8f, nan, -0.0f}; /* ties: to even */
+    const float od[4] = {2.0f, 1.0f + 0x1p-9f, INFINITY, 3.0f};
+    uint16_t h8out[8];
+    vf32_storeu_bf16_pairs(h8out, vf32_loadu(ev), vf32_loadu(od));
+    const uint16_t want[8] = {0x3F80, 0x4000, 0x3F82, 0x3F80, 0x7FC0, 0x7F80, 0x8000, 0x4040};
+    CHECK(memcmp(h8out, want, sizeof want) == 0);
     /* double -> float / int32 lanes, lo first */
     const double lo[2] = {1.0, -2.0}, hi[2] = {3.0, 1e300};
     vf32_storeu(out, vf32_from_f64x2(vf64_loadu(lo), vf64_loadu(hi)));
