@@ -1,8 +1,9 @@
 """Context parallelism on one machine: P processes x 1 thread against 1 process x P threads, one run.
 
     python benchmarks/bench_context_parallel.py [--quick] [--length 8192] [--ranks 2] [--repeat 3]
+                                                [--dtype float32|bfloat16|float16]
 
-fp32, B=1, H=8, d=128, causal, the default wavelet grid (support ±1.9k
+fp32 (or --dtype), B=1, H=8, d=128, causal, the default wavelet grid (support ±1.9k
 distances); one forward+backward (gradients of q, k, v) of attention over L
 positions by
 
@@ -29,7 +30,8 @@ rank's).  Also recorded:
     backward.  Expected: kept ≈ 1/P of the single process's; the peak adds the
     ring's buffers in flight (a few chunks, freed after the call).
 
-Prints a table and writes benchmarks/results/bench_context_parallel.<isa>.json.
+Prints a table and writes benchmarks/results/bench_context_parallel[_<dtype>].<isa>.json (no suffix for
+float32).
 """
 
 from __future__ import annotations
@@ -72,17 +74,18 @@ def memory_of_a_step(make_inputs, forward) -> dict[str, float | None]:
     return {"kept_mib": kept / 1024, "peak_mib": peak / 1024}
 
 
-def inputs(length: int, seed: int):
+def inputs(length: int, seed: int, dtype: torch.dtype = torch.float32):
     g = torch.Generator().manual_seed(seed)
-    q, k, v = (torch.randn(B, H, length, D, generator=g).requires_grad_() for _ in range(3))
-    return q, k, v, torch.randn(B, H, length, D, generator=g)
+    q, k, v = (torch.randn(B, H, length, D, generator=g).to(dtype).requires_grad_() for _ in range(3))
+    return q, k, v, torch.randn(B, H, length, D, generator=g).to(dtype)
 
 
 # ---- the ranks ----------------------------------------------------------------------------------------------
 
-def rank_main(rank: int, world: int, port: int, length: int, conn) -> None:
+def rank_main(rank: int, world: int, port: int, length: int, dtype_name: str, conn) -> None:
     """One context-parallel process: measure memory once, then run timed steps on command."""
     torch.set_num_threads(1)
+    dtype = getattr(torch, dtype_name)
     import wavepe.distributed as wd
     from wavepe.distributed import _ring_attention
 
@@ -101,11 +104,11 @@ def rank_main(rank: int, world: int, port: int, length: int, conn) -> None:
         return lambda q, k, v: wd.context_parallel_attention(q, k, v, layout=layout)
 
     for layout in LAYOUTS:  # first calls set up caches, thread pools and connections: not the step's memory
-        q, k, v, go = inputs(64, 0)
+        q, k, v, go = inputs(64, 0, dtype)
         torch.autograd.grad(forward(layout)(q, k, v), (q, k, v), go)
-    memory = memory_of_a_step(lambda: inputs(chunk, 100 + rank), forward("zigzag"))
+    memory = memory_of_a_step(lambda: inputs(chunk, 100 + rank, dtype), forward("zigzag"))
     conn.send(memory)
-    q, k, v, go = inputs(chunk, 100 + rank)
+    q, k, v, go = inputs(chunk, 100 + rank, dtype)
     while True:
         layout = conn.recv()
         if layout is None:
@@ -126,22 +129,23 @@ def rank_main(rank: int, world: int, port: int, length: int, conn) -> None:
     dist.destroy_process_group()
 
 
-def expected_sends(world: int, length: int, layout: str) -> tuple[int, int]:
+def expected_sends(world: int, length: int, layout: str, elem: int) -> tuple[int, int]:
     """The most bytes a rank sends per step by the schedule (forward, backward).
 
-    Forward: a K/V pair per hop; backward: the same hops again, plus the
-    dK/dV accumulator (fp32) after each chunk it computed, onward or home."""
+    Forward: a K/V pair per hop (``elem`` bytes an element); backward: the same
+    hops again, plus the dK/dV accumulator (fp32) after each chunk it computed,
+    onward or home."""
     from wavepe.distributed._schedule import last_hops
 
-    pair = 2 * B * H * (length // world) * D * 4
+    elems = 2 * B * H * (length // world) * D
     last = last_hops(world, layout, True)
     fwd, bwd = [], []
     for r in range(world):
         chunks = [(s, last[(r - s) % world]) for s in range(world)]
         kv = sum(1 for s, hops in chunks if s + 1 <= hops)
         grads = sum(1 for s, hops in chunks if s <= hops and not s == hops == 0)
-        fwd.append(kv * pair)
-        bwd.append((kv + grads) * pair)
+        fwd.append(kv * elems * elem)
+        bwd.append(kv * elems * elem + grads * elems * 4)
     return max(fwd), max(bwd)
 
 
@@ -153,7 +157,10 @@ def main() -> None:
     parser.add_argument("--length", type=int, default=8192)
     parser.add_argument("--ranks", type=int, default=2)
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--dtype", choices=["float32", "bfloat16", "float16"], default="float32",
+                        help="of q, k, v (the ring sends them in it; dK/dV travel in float32)")
     args = parser.parse_args()
+    dtype = getattr(torch, args.dtype)
     length, repeat, world = (1024, 1, args.ranks) if args.quick else (args.length, args.repeat, args.ranks)
     if length % (2 * world):
         raise SystemExit(f"--length {length} must be divisible by 2 x --ranks ({2 * world})")
@@ -161,9 +168,9 @@ def main() -> None:
     import wavepe.ops as wo
 
     torch.set_num_threads(world)
-    q, k, v, go = inputs(64, 0)  # a first call sets up caches and thread pools: not the step's memory
+    q, k, v, go = inputs(64, 0, dtype)  # a first call sets up caches and thread pools: not the step's memory
     torch.autograd.grad(wo.wavelet_attention(q, k, v), (q, k, v), go)
-    single_memory = memory_of_a_step(lambda: inputs(length, 1), lambda q, k, v: wo.wavelet_attention(q, k, v))
+    single_memory = memory_of_a_step(lambda: inputs(length, 1, dtype), lambda q, k, v: wo.wavelet_attention(q, k, v))
 
     import socket
 
@@ -175,13 +182,13 @@ def main() -> None:
     os.environ["OMP_NUM_THREADS"] = "1"
     for r in range(world):
         parent, child = ctx.Pipe()
-        p = ctx.Process(target=rank_main, args=(r, world, port, length, child), daemon=True)
+        p = ctx.Process(target=rank_main, args=(r, world, port, length, args.dtype, child), daemon=True)
         p.start()
         pipes.append(parent)
         procs.append(p)
     rank_memory = [conn.recv() for conn in pipes]
 
-    q, k, v, go = inputs(length, 1)
+    q, k, v, go = inputs(length, 1, dtype)
 
     def single():
         c0, t0 = time.process_time(), time.perf_counter()
@@ -220,7 +227,7 @@ def main() -> None:
         mem = rank_memory if is_cp else [single_memory]
         sent_fwd = max(last["sent_fwd"]) / MIB if is_cp else 0.0
         sent_bwd = max(last["sent_bwd"]) / MIB if is_cp else 0.0
-        exp_fwd, exp_bwd = expected_sends(world, length, layout) if is_cp else (0, 0)
+        exp_fwd, exp_bwd = expected_sends(world, length, layout, dtype.itemsize) if is_cp else (0, 0)
         rec = {"method": name, "processes": world if is_cp else 1, "threads_each": 1 if is_cp else world,
                "seconds": med[name]["seconds"], "cpu_seconds": med[name]["cpu"],
                "vs_single": med[name]["seconds"] / base["seconds"], "cpu_vs_single": med[name]["cpu"] / base["cpu"],
@@ -237,7 +244,7 @@ def main() -> None:
         rows.append([name, f"{rec['processes']} x {rec['threads_each']}", rec["seconds"], busy, rec["vs_single"],
                      rec["cpu_vs_single"], f"{sent_fwd:.0f} / {sent_bwd:.0f}" if is_cp else "–",
                      fmt_mem(rec["kept_mib"]), fmt_mem(rec["peak_mib"])])
-    print_table(f"causal wavelet attention fwd+bwd, fp32 B={B} H={H} L={length} d={D}: "
+    print_table(f"causal wavelet attention fwd+bwd, {args.dtype} B={B} H={H} L={length} d={D}: "
                 f"{world} ranks x 1 thread vs 1 process x {world} threads",
                 ["method", "processes x threads", "s", "CPU s per rank", "vs single", "CPU vs single", "sent/rank MiB (fwd / bwd)",
                  "kept MiB (per process)", "peak MiB (per process)"], rows)
@@ -248,8 +255,10 @@ def main() -> None:
     if single_kept:
         kept_ratio = max(rank_memory, key=lambda m: m["kept_mib"] or 0)["kept_mib"] / single_kept
         print(f"kept memory per rank / single process: {kept_ratio:.2f} (1/P = {1 / world:.2f})")
-    write_json("bench_context_parallel" + ("" if world == 2 else f"_{world}ranks") + ("_quick" if args.quick else ""),
+    write_json("bench_context_parallel" + ("" if args.dtype == "float32" else f"_{args.dtype}")
+               + ("" if world == 2 else f"_{world}ranks") + ("_quick" if args.quick else ""),
                {"length": length, "ranks": world, "repeat": repeat, "B": B, "H": H, "d": D, "causal": True,
+                "dtype": args.dtype,
                 "pos_enc": "wavelet", "results": records, "spread": spread})
 
 
