@@ -111,7 +111,8 @@ def context_parallel_attention(
             ``ValueError`` on every rank instead of hanging or corrupting.
 
     Returns:
-        (B, H, C, d) in q's dtype (bf16/fp16 computed in fp32);
+        (B, H, C, d) in q's dtype (bf16/fp16 read by the kernels as they are and
+        computed in fp32; each chunk pair's result rounded to q's dtype, merged in fp32);
         with ``return_lse``, ``(out, lse)``.
 
     Gradients: q, k, v get the gradient of the sum of every rank's loss
