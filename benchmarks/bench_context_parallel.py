@@ -30,8 +30,8 @@ rank's).  Also recorded:
     backward.  Expected: kept ≈ 1/P of the single process's; the peak adds the
     ring's buffers in flight (a few chunks, freed after the call).
 
-Prints a table and writes benchmarks/results/bench_context_parallel[_<dtype>].<isa>.json (no suffix for
-float32).
+Prints a table and writes benchmarks/results/bench_context_parallel.<isa>.json (other dtypes: the
+dtype's name after "bench_context_parallel_").
 """
 
 from __future__ import annotations
