@@ -157,10 +157,10 @@ def context_parallel_attention(
                                  f"{int(rows[row, i + 1])} after {int(rows[row, i])}")
             docs = tuple(tuple(row) for row in rows.tolist())
     mask = None if key_padding_mask is None else key_padding_mask.contiguous().view(torch.uint8)  # wire type
-    cdt = q.dtype  # every kernel the ring calls reads bf16/fp16 as they are (_check_kernel: there is one)
     acc = _acc_dtype(q.dtype)
-    # one table for every tile: the distances of the whole sequence (positions 0 .. L-1 for queries and keys)
-    table, r_lo, slopes = position_bias(q, pos_enc, cdt, world * c, world * c, 0, causal, config=config,
+    # one table for every tile, in q's dtype (the kernels read half types as they are): the distances of the
+    # whole sequence (positions 0 .. L-1 for queries and keys)
+    table, r_lo, slopes = position_bias(q, pos_enc, q.dtype, world * c, world * c, 0, causal, config=config,
                                         rel_table=rel_table, alibi_slopes=alibi_slopes, clamp=clamp)
     # the distances whose table row is nonzero (a wavelet table's first and last rows are)
     support: tuple[int, int] | None = None
@@ -177,7 +177,7 @@ def context_parallel_attention(
     plan = RingPlan(ring=_Ring(group, rank, world),
                     segs=tuple(segments(r, world, c, layout) for r in range(world)),
                     last=last_hops(world, layout, causal), causal=causal, scale=scale, r_lo=r_lo,
-                    clamp=clamp, support=support, compute_dtype=cdt, acc_dtype=acc, docs=docs)
+                    clamp=clamp, support=support, acc_dtype=acc, docs=docs)
     out, lse = RingAttention.apply(q, k, v, table, slopes, mask, cu, plan)
     return (out, lse) if return_lse else out
 

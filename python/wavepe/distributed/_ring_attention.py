@@ -89,7 +89,6 @@ class RingPlan:
     r_lo: int
     clamp: bool
     support: tuple[int, int] | None
-    compute_dtype: torch.dtype             # what the kernels take: the inputs' dtype (half types natively)
     acc_dtype: torch.dtype                 # partial results are merged and summed in this
     # packed sequences: the global document boundaries of each batch row, when they are on the host (else
     # None: every tile is computed, the kernels skip the keys outside the queries' documents)
@@ -205,8 +204,7 @@ def ring_forward(plan: RingPlan, q: torch.Tensor, k: torch.Tensor, v: torch.Tens
 
     ``cu``: the global document boundaries (int32, (B, n_docs + 1) or (n_docs + 1,)), or None."""
     ring = plan.ring
-    cdt, adt = plan.compute_dtype, plan.acc_dtype
-    qc = q.to(cdt)
+    adt = plan.acc_dtype  # the kernels read q, k, v in their own dtype (bf16/fp16 too)
     out = torch.zeros(q.shape, dtype=adt, device=q.device)
     lse = torch.full(q.shape[:3], float("-inf"), dtype=adt, device=q.device)
     neg_inf_only = torch.zeros(lse.shape, dtype=torch.bool, device=lse.device)  # some tile: all -inf
@@ -216,9 +214,9 @@ def ring_forward(plan: RingPlan, q: torch.Tensor, k: torch.Tensor, v: torch.Tens
         works, incoming = _kv_messages(plan, step, held)
         if plan.holds(step):
             chunk = (ring.rank - step) % ring.world
-            kc, vc, kpm = held[0].to(cdt), held[1].to(cdt), held[2]
+            kc, vc, kpm = held
             for t in plan.tiles(chunk):
-                o, l = ops.attention_fwd(q=_rows(qc, t.q), k=_rows(kc, t.k), v=_rows(vc, t.k),
+                o, l = ops.attention_fwd(q=_rows(q, t.q), k=_rows(kc, t.k), v=_rows(vc, t.k),
                                          table=table if t.biased else None, r_lo=plan.r_lo, clamp=plan.clamp,
                                          slopes=slopes, key_padding_mask=_mask_rows(kpm, t.k),
                                          scale=plan.scale, q_offset=t.q_offset, causal=t.causal,
@@ -248,9 +246,9 @@ def ring_backward(plan: RingPlan, q: torch.Tensor, k: torch.Tensor, v: torch.Ten
     the group like any replicated parameter's gradient.
     """
     ring = plan.ring
-    cdt, adt = plan.compute_dtype, plan.acc_dtype
-    qc, oc = q.to(cdt), out.to(cdt)
-    go = torch.zeros_like(oc) if grad_out is None else grad_out.to(cdt)
+    adt = plan.acc_dtype
+    oc = out.to(q.dtype)  # the merged output (accumulation dtype) as the kernels read it
+    go = torch.zeros_like(oc) if grad_out is None else grad_out.to(q.dtype)
     gl = None if grad_lse is None else grad_lse.to(lse.dtype)
     dq: torch.Tensor | None = None
     dtable = torch.zeros(table.shape, dtype=adt, device=q.device) if table_grad and table is not None else None
@@ -266,12 +264,12 @@ def ring_backward(plan: RingPlan, q: torch.Tensor, k: torch.Tensor, v: torch.Ten
         sends, recvs = [], []
         if plan.holds(step):
             chunk = (ring.rank - step) % ring.world
-            kc, vc, kpm = held[0].to(cdt), held[1].to(cdt), held[2]
+            kc, vc, kpm = held
             dk = dv = None
             for t in plan.tiles(chunk):
                 tq, tk = t.q, t.k
                 g_dq, g_dk, g_dv, g_dt, g_ds = ops.attention_bwd(
-                    grad_out=_rows(go, tq), grad_lse=None if gl is None else _rows(gl, tq), q=_rows(qc, tq),
+                    grad_out=_rows(go, tq), grad_lse=None if gl is None else _rows(gl, tq), q=_rows(q, tq),
                     k=_rows(kc, tk), v=_rows(vc, tk), out=_rows(oc, tq), lse=_rows(lse, tq),
                     table=table if t.biased else None, r_lo=plan.r_lo, clamp=plan.clamp, slopes=slopes,
                     key_padding_mask=_mask_rows(kpm, tk), scale=plan.scale, q_offset=t.q_offset, causal=t.causal,
