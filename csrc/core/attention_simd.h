@@ -204,6 +204,18 @@ static inline void FN(mk_nt)(int64_t kc, const T *restrict ap, const T *restrict
 }
 
 #if defined(ATTN_DPBF16)
+/* One step of a 6 x NR tile of bf16 pairs (mk_dp, mk_dpv): row t's pair A<t> times the panel's b0, b1. */
+#define MK_DP_STEP(A0, A1, A2, A3, A4, A5)                                                           \
+    do {                                                                                          \
+        vi32 x_;                                                                                  \
+        x_ = vbf16x2_set1(A0), c00 = V(dpbf16)(c00, x_, b0), c01 = V(dpbf16)(c01, x_, b1);        \
+        x_ = vbf16x2_set1(A1), c10 = V(dpbf16)(c10, x_, b0), c11 = V(dpbf16)(c11, x_, b1);        \
+        x_ = vbf16x2_set1(A2), c20 = V(dpbf16)(c20, x_, b0), c21 = V(dpbf16)(c21, x_, b1);        \
+        x_ = vbf16x2_set1(A3), c30 = V(dpbf16)(c30, x_, b0), c31 = V(dpbf16)(c31, x_, b1);        \
+        x_ = vbf16x2_set1(A4), c40 = V(dpbf16)(c40, x_, b0), c41 = V(dpbf16)(c41, x_, b1);        \
+        x_ = vbf16x2_set1(A5), c50 = V(dpbf16)(c50, x_, b0), c51 = V(dpbf16)(c51, x_, b1);        \
+    } while (0)
+
 /* C[t][0..NR) = init[t][0..NR) (or 0) + scale * sum_k2 dot(ap[k2*6 + t], bp[k2*NR + 0..NR)), t < 6,
  * where dot(a, b) = a.lo * b.lo + a.hi * b.hi of two bf16 pairs (vf32_dpbf16).  edge (NULL: none)
  * replaces A's first step (edge[0..6)) and last step (edge[6..12)). */
@@ -215,13 +227,7 @@ static inline void FN(mk_dp)(int64_t kc2, const uint32_t *restrict ap, const uin
         const vi32 b0 = vbf16x2_loadu(bp), b1 = vbf16x2_loadu(bp + VL);
         const uint32_t *at = ap + k * ATTN_MR;
         if (edge != NULL && (k == 0 || k == kc2 - 1)) at = edge + (k == 0 ? 0 : ATTN_MR);
-        vi32 a;
-        a = vbf16x2_set1(at[0]), c00 = V(dpbf16)(c00, a, b0), c01 = V(dpbf16)(c01, a, b1);
-        a = vbf16x2_set1(at[1]), c10 = V(dpbf16)(c10, a, b0), c11 = V(dpbf16)(c11, a, b1);
-        a = vbf16x2_set1(at[2]), c20 = V(dpbf16)(c20, a, b0), c21 = V(dpbf16)(c21, a, b1);
-        a = vbf16x2_set1(at[3]), c30 = V(dpbf16)(c30, a, b0), c31 = V(dpbf16)(c31, a, b1);
-        a = vbf16x2_set1(at[4]), c40 = V(dpbf16)(c40, a, b0), c41 = V(dpbf16)(c41, a, b1);
-        a = vbf16x2_set1(at[5]), c50 = V(dpbf16)(c50, a, b0), c51 = V(dpbf16)(c51, a, b1);
+        MK_DP_STEP(at[0], at[1], at[2], at[3], at[4], at[5]);
         bp += NR;
     }
     const VT vs = V(set1)(scale);
@@ -253,13 +259,7 @@ static inline void FN(mk_dpv)(int64_t kc2, const uint32_t *a, int64_t a_st, cons
     c00 = c01 = c10 = c11 = c20 = c21 = c30 = c31 = c40 = c41 = c50 = c51 = V(zero)();
     for (int64_t k = 0; k < kc2; ++k) {
         const vi32 b0 = vbf16x2_loadu(bp + k * NR), b1 = vbf16x2_loadu(bp + k * NR + VL);
-        vi32 x;
-        x = vbf16x2_set1(a0[k]), c00 = V(dpbf16)(c00, x, b0), c01 = V(dpbf16)(c01, x, b1);
-        x = vbf16x2_set1(a1[k]), c10 = V(dpbf16)(c10, x, b0), c11 = V(dpbf16)(c11, x, b1);
-        x = vbf16x2_set1(a2[k]), c20 = V(dpbf16)(c20, x, b0), c21 = V(dpbf16)(c21, x, b1);
-        x = vbf16x2_set1(a3[k]), c30 = V(dpbf16)(c30, x, b0), c31 = V(dpbf16)(c31, x, b1);
-        x = vbf16x2_set1(a4[k]), c40 = V(dpbf16)(c40, x, b0), c41 = V(dpbf16)(c41, x, b1);
-        x = vbf16x2_set1(a5[k]), c50 = V(dpbf16)(c50, x, b0), c51 = V(dpbf16)(c51, x, b1);
+        MK_DP_STEP(a0[k], a1[k], a2[k], a3[k], a4[k], a5[k]);
     }
     MK_ACC(0, c00, c01)
     MK_ACC(1, c10, c11)
@@ -268,6 +268,7 @@ static inline void FN(mk_dpv)(int64_t kc2, const uint32_t *a, int64_t a_st, cons
     MK_ACC(4, c40, c41)
     MK_ACC(5, c50, c51)
 }
+#undef MK_DP_STEP
 #endif
 
 /* C[t][0..NR) += sum_k a[t*a_st + k*a_sk] * b[k*b_sk + 0..NR) for t < rows (1..6).
