@@ -12,7 +12,8 @@ Targets (fp32, this 2-core CPU):
   * rel_bias_dtype: wavelet_bias forward, B=1 H=8 L=2048 d=128 causal, bfloat16 / float16
     (--dtype picks one) read natively, against the float32 upcast the wrappers used to do
     (q.float(), computed, cast back) and against float32 itself (for information).
-Prints a table and writes benchmarks/results/bench_ops.<isa>.json.
+Prints a table and writes benchmarks/results/bench_ops.<isa>.json (--only OP: bench_ops_OP.<isa>.json,
+--threads T adds _Tthread: bench_ops_rope_clone_1thread.<isa>.json).
 """
 
 from __future__ import annotations
@@ -258,7 +259,8 @@ def main() -> None:
         for row in r["rows"]:
             rows.append([name, *row])
     print_table("bench_ops", ["op", "case", "time (ms)", "reference", "ref time (ms)", "ratio", "target", "met"], rows)
-    write_json("bench_ops" + ("_quick" if args.quick else "") + (f"_{args.only}" if args.only else ""), results)
+    write_json("bench_ops" + ("_quick" if args.quick else "") + (f"_{args.only}" if args.only else "")
+               + (f"_{args.threads}thread" if args.threads else ""), results)
 
 
 if __name__ == "__main__":
