@@ -1,7 +1,9 @@
-"""Shared fixtures: every ISA variant the CPU has (isa), one torch thread (one_torch_thread)."""
+"""Shared fixtures: every ISA variant the CPU has (isa), one torch thread (one_torch_thread); forced_isa, the
+isa fixture's effect as a context manager (for hypothesis tests, which draw many examples per test call)."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 
 import pytest
@@ -20,6 +22,23 @@ def isa(request, monkeypatch) -> str:
     monkeypatch.setenv("WAVEPE_ISA", request.param)
     assert wavepe.active_isa() == request.param
     return request.param
+
+
+@contextlib.contextmanager
+def forced_isa(isa: str):
+    """WAVEPE_ISA=isa for the block, as the isa fixture sets it for a whole test."""
+    before = {key: os.environ.get(key) for key in ("WAVEPE_ISA", "WAVEPE_FORCE_SCALAR")}
+    os.environ.pop("WAVEPE_FORCE_SCALAR", None)
+    os.environ["WAVEPE_ISA"] = isa
+    try:
+        assert wavepe.active_isa() == isa
+        yield
+    finally:
+        for key, value in before.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
 
 
 @pytest.fixture

@@ -25,8 +25,11 @@ import math
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from . import reference as ref
+from .conftest import ISAS, forced_isa
 from .tolerances import pv_atol
 
 torch = pytest.importorskip("torch")
@@ -130,6 +133,36 @@ def test_half_equals_float32_rounded_once(isa, dtype, pos_enc, causal):
                 scale = max(1.0, e.abs().max().item())
                 torch.testing.assert_close(a.float(), e, rtol=2 * HALF_ULP[dtype], atol=2e-4 * scale,
                                            msg=lambda s: f"{name} {what}: {s}")
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(dtype=st.sampled_from(HALF), b=st.integers(1, 2), h_kv=st.integers(1, 2), rep=st.integers(1, 4),
+       m=st.integers(0, 40), n=st.integers(0, 200), d=st.one_of(st.integers(1, 40), st.sampled_from([64, 72, 128])),
+       off=st.one_of(st.none(), st.integers(-50, 300)), pos_enc=st.sampled_from(["relative", "alibi", "nope"]),
+       causal=st.booleans(), padded=st.booleans(), seed=st.integers(0, 2**16))
+def test_random_shapes_equal_float32_rounded_once(dtype, b, h_kv, rep, m, n, d, off, pos_enc, causal, padded, seed):
+    # test_half_equals_float32_rounded_once on random shapes, every ISA of this CPU: tails of every width
+    # (d from 1), the narrow decoding kernels (m = 1..4 per kv head) and the tiled ones, offsets that leave
+    # queries without keys, padding, GQA; forward and backward
+    h = h_kv * rep
+    q, k, v, dout = _inputs(b, h, h_kv, m, n, d, dtype, seed=seed)
+    kw = _bias(pos_enc, d, h, dtype, seed=seed)
+    mask = (torch.arange(n)[None, :] % 5 == (torch.arange(b)[:, None] + 1)) if padded else None
+    for isa in ISAS:
+        with forced_isa(isa):
+            out, lse, g = _raw(q, k, v, dout, kw, causal, off, mask)
+            out32, lse32, g32 = _raw(q.float(), k.float(), v.float(), dout.float(), kw, causal, off, mask,
+                                     out_saved=out, lse_saved=lse)
+            assert out.dtype == dtype and all(a.dtype == dtype for a in g), isa
+            _same(isa, dtype, out, out32.to(dtype), msg=lambda s: f"out {isa}: {s}", v=v if v.numel() else None)
+            _same(isa, dtype, lse, lse32, msg=lambda s: f"lse {isa}: {s}")
+            for name, a, e in zip(["dq", "dk", "dv", "dtable"], g, g32):
+                if _bit_exact(isa, dtype):
+                    torch.testing.assert_close(a, e.to(dtype), rtol=0, atol=0, msg=lambda s: f"{name} {isa}: {s}")
+                else:  # avx512bf16's bf16 dot products: test_half_equals_float32_rounded_once's bound
+                    scale = max(1.0, e.abs().max().item()) if e.numel() else 1.0
+                    torch.testing.assert_close(a.float(), e, rtol=2 * HALF_ULP[dtype], atol=2e-4 * scale,
+                                               msg=lambda s: f"{name} {isa}: {s}")
 
 
 def _public(q, k, v, dout, kw, pos_enc, causal, off):

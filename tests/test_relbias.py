@@ -13,6 +13,7 @@ import wavepe.ufuncs as wu
 from wavepe import WaveletConfig
 
 from . import reference as ref
+from .conftest import ISAS, forced_isa
 from .cuda_emu import settings_in_order
 
 torch = pytest.importorskip("torch")
@@ -410,6 +411,39 @@ def test_half_against_oracle_every_isa(isa, dtype, causal, clamp):
             gn = wu.rel_bias(qn, tn, r_lo, k_len=n, q_offset=off, causal=causal, clamp=clamp)
             assert gn.dtype == np.float16
             np.testing.assert_array_equal(gn, got.numpy())
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    dtype=st.sampled_from(["bfloat16", "float16"]),
+    batch=st.lists(st.integers(0, 3), min_size=0, max_size=2),
+    m=st.integers(0, 40),
+    n=st.integers(0, 60),
+    d=st.one_of(st.integers(1, 40), st.sampled_from([64, 128])),
+    rows=st.integers(1, 50),
+    r_lo=st.integers(-40, 25),
+    off=st.integers(-20, 60),
+    causal=st.booleans(),
+    clamp=st.booleans(),
+    seed=st.integers(0, 2**32 - 1),
+)
+def test_half_random_shapes_equal_float32_rounded_once(dtype, batch, m, n, d, rows, r_lo, off, causal, clamp, seed):
+    # bf16 / fp16 forward and backward on random shapes, every ISA of this CPU: the float32 kernels' bits on the
+    # widened inputs, rounded once (tails of every width: d from 1, panels not full, distances off the table)
+    dtype = getattr(torch, dtype)
+    rng = np.random.default_rng(seed)
+    q = torch.from_numpy(rng.standard_normal((*batch, m, d))).to(dtype)
+    table = torch.from_numpy(rng.standard_normal((rows, d))).to(dtype)
+    grad = torch.from_numpy(rng.standard_normal((*batch, m, n))).to(dtype)
+    for isa in ISAS:
+        with forced_isa(isa):
+            got = wo.rel_bias(q, table, r_lo, k_len=n, q_offset=off, causal=causal, clamp=clamp)
+            via32 = wo.rel_bias(q.float(), table.float(), r_lo, k_len=n, q_offset=off, causal=causal, clamp=clamp)
+            assert got.dtype == dtype and torch.equal(got, via32.to(dtype)), isa
+            dq, dt = torch.ops.wavepe.rel_bias_backward(grad, q, table, [True, True], r_lo, off, causal, clamp)
+            dq32, dt32 = torch.ops.wavepe.rel_bias_backward(grad.float(), q.float(), table.float(), [True, True],
+                                                            r_lo, off, causal, clamp)
+            assert torch.equal(dq, dq32.to(dtype)) and torch.equal(dt, dt32.to(dtype)), isa
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])

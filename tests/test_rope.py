@@ -124,11 +124,12 @@ def test_large_positions_stay_accurate(isa, dtype):
     b=st.integers(1, 3), hq=st.integers(1, 4), hk=st.integers(0, 3), length=st.integers(0, 40),
     half=st.integers(1, 24), form=st.sampled_from(["offset", "L", "BL"]), offset=st.integers(-1000, 10**6),
     layout=st.sampled_from(["half", "interleaved"]), pair_frac=st.floats(0, 1), scale=st.floats(0.25, 4),
-    f64=st.booleans(), seed=st.integers(0, 2**32 - 1),
+    dtype=st.sampled_from(["float64", "float32", "bfloat16", "float16"]), seed=st.integers(0, 2**32 - 1),
 )
-def test_random_shapes_against_oracle(b, hq, hk, length, half, form, offset, layout, pair_frac, scale, f64, seed):
+def test_random_shapes_against_oracle(b, hq, hk, length, half, form, offset, layout, pair_frac, scale, dtype, seed):
+    # bf16 / fp16 too: every width of the parity split's and the widening loads' tails, pass-through dims
     gen = np.random.default_rng(seed)
-    dtype = torch.float64 if f64 else torch.float32
+    dtype = getattr(torch, dtype)
     d = 2 * half
     pairs = int(round(pair_frac * half))
     inv = gen.uniform(1e-4, 2.0, size=half)
@@ -137,13 +138,15 @@ def test_random_shapes_against_oracle(b, hq, hk, length, half, form, offset, lay
     pos_t, pos_np, pos_ref = make_positions(form, b, length, gen, offset)
     q_rot, k_rot = wo.rope_inv_freq(q, k, pos_t, torch.from_numpy(inv), layout=layout, rotary_pairs=pairs,
                                     scale=scale)
-    assert_rope_close(q_rot, q, ref.rope(q.numpy(), pos_ref, inv, layout, pairs, scale), layout, scale, dtype)
+    check = assert_rope_half_close if dtype in HALF_BITS else assert_rope_close
+    check(q_rot, q, ref.rope(q.double().numpy(), pos_ref, inv, layout, pairs, scale), layout, scale, dtype)
     if k is None:
         assert k_rot is None
     else:
-        assert_rope_close(k_rot, k, ref.rope(k.numpy(), pos_ref, inv, layout, pairs, scale), layout, scale, dtype)
-    got_np = wu.rope_inv_freq(q.numpy(), pos_np, inv, layout=layout, rotary_pairs=pairs, scale=scale)
-    np.testing.assert_array_equal(got_np, q_rot.numpy())
+        check(k_rot, k, ref.rope(k.double().numpy(), pos_ref, inv, layout, pairs, scale), layout, scale, dtype)
+    if dtype not in HALF_BITS:  # the NumPy API: float32 and float64
+        got_np = wu.rope_inv_freq(q.numpy(), pos_np, inv, layout=layout, rotary_pairs=pairs, scale=scale)
+        np.testing.assert_array_equal(got_np, q_rot.numpy())
 
 
 def test_numpy_broadcasting_and_dtypes():
