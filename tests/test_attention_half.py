@@ -137,13 +137,15 @@ def test_half_equals_float32_rounded_once(isa, dtype, pos_enc, causal):
 
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(dtype=st.sampled_from(HALF), b=st.integers(1, 2), h_kv=st.integers(1, 2), rep=st.integers(1, 4),
-       m=st.integers(0, 40), n=st.integers(0, 200), d=st.one_of(st.integers(1, 40), st.sampled_from([64, 72, 128])),
+       m=st.integers(0, 40), n=st.one_of(st.integers(0, 200), st.integers(500, 2000)),
+       d=st.one_of(st.integers(1, 40), st.sampled_from([64, 72, 128])),
        off=st.one_of(st.none(), st.integers(-50, 300)), pos_enc=st.sampled_from(["relative", "alibi", "nope"]),
        causal=st.booleans(), padded=st.booleans(), seed=st.integers(0, 2**16))
 def test_random_shapes_equal_float32_rounded_once(dtype, b, h_kv, rep, m, n, d, off, pos_enc, causal, padded, seed):
     # test_half_equals_float32_rounded_once on random shapes, every ISA of this CPU: tails of every width
-    # (d from 1), the narrow decoding kernels (m = 1..4 per kv head) and the tiled ones, offsets that leave
-    # queries without keys, padding, GQA; forward and backward
+    # (d from 1), the decoding kernels (m <= 16; narrow ones for <= 4 rows per kv head; keys split in chunks
+    # of >= 512 beyond that) and the tiled ones, offsets that leave queries without keys, padding, GQA;
+    # forward and backward
     h = h_kv * rep
     q, k, v, dout = _inputs(b, h, h_kv, m, n, d, dtype, seed=seed)
     kw = _bias(pos_enc, d, h, dtype, seed=seed)
