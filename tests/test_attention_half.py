@@ -88,7 +88,7 @@ def _bias(pos_enc, d, h, dtype, seed=5):
     return {}
 
 
-def _raw(q, k, v, dout, kw, causal, off, mask, out_saved=None, lse_saved=None):
+def _raw(q, k, v, dout, kw, causal, off, mask, out_saved=None, lse_saved=None, cu_seqlens=None):
     """attention_fwd, then attention_bwd from the saved (out, lse) given (the half run's, widened, for the float32
     run: the backward reads the saved output, as FlashAttention's does, so that is what both must share)."""
     b, h, m, d = q.shape
@@ -98,7 +98,7 @@ def _raw(q, k, v, dout, kw, causal, off, mask, out_saved=None, lse_saved=None):
         table = table.to(q.dtype)
     slopes = kw.get("alibi_slopes")
     args = dict(table=table, r_lo=r_lo, clamp=False, slopes=slopes, key_padding_mask=mask, scale=d**-0.5,
-                q_offset=n - m if off is None else off, causal=causal, cu_seqlens=None, mark_neg_inf=False)
+                q_offset=n - m if off is None else off, causal=causal, cu_seqlens=cu_seqlens, mark_neg_inf=False)
     out, lse = torch.ops.wavepe.attention_fwd(q, k, v, **args)
     o = out if out_saved is None else out_saved.to(q.dtype)
     ls = lse if lse_saved is None else lse_saved
@@ -140,21 +140,27 @@ def test_half_equals_float32_rounded_once(isa, dtype, pos_enc, causal):
        m=st.integers(0, 40), n=st.one_of(st.integers(0, 200), st.integers(500, 2000)),
        d=st.one_of(st.integers(1, 40), st.sampled_from([64, 72, 128])),
        off=st.one_of(st.none(), st.integers(-50, 300)), pos_enc=st.sampled_from(["relative", "alibi", "nope"]),
-       causal=st.booleans(), padded=st.booleans(), seed=st.integers(0, 2**16))
-def test_random_shapes_equal_float32_rounded_once(dtype, b, h_kv, rep, m, n, d, off, pos_enc, causal, padded, seed):
+       causal=st.booleans(), padded=st.booleans(), docs=st.integers(0, 4), seed=st.integers(0, 2**16))
+def test_random_shapes_equal_float32_rounded_once(dtype, b, h_kv, rep, m, n, d, off, pos_enc, causal, padded, docs,
+                                                  seed):
     # test_half_equals_float32_rounded_once on random shapes, every ISA of this CPU: tails of every width
     # (d from 1), the decoding kernels (m <= 16; narrow ones for <= 4 rows per kv head; keys split in chunks
     # of >= 512 beyond that) and the tiled ones, offsets that leave queries without keys, padding, GQA;
-    # forward and backward
+    # forward and backward; docs > 0: packed documents (cu_seqlens, random boundaries per batch row)
     h = h_kv * rep
     q, k, v, dout = _inputs(b, h, h_kv, m, n, d, dtype, seed=seed)
     kw = _bias(pos_enc, d, h, dtype, seed=seed)
     mask = (torch.arange(n)[None, :] % 5 == (torch.arange(b)[:, None] + 1)) if padded else None
+    cu = None
+    if docs and 0 < m <= n and (off is None or 0 <= off <= n - m):
+        gen = torch.Generator().manual_seed(seed)
+        inner = torch.sort(torch.randint(0, n + 1, (b, docs - 1), generator=gen), dim=1).values
+        cu = torch.cat([torch.zeros(b, 1, dtype=torch.long), inner, torch.full((b, 1), n)], dim=1).to(torch.int32)
     for isa in ISAS:
         with forced_isa(isa):
-            out, lse, g = _raw(q, k, v, dout, kw, causal, off, mask)
+            out, lse, g = _raw(q, k, v, dout, kw, causal, off, mask, cu_seqlens=cu)
             out32, lse32, g32 = _raw(q.float(), k.float(), v.float(), dout.float(), kw, causal, off, mask,
-                                     out_saved=out, lse_saved=lse)
+                                     out_saved=out, lse_saved=lse, cu_seqlens=cu)
             assert out.dtype == dtype and all(a.dtype == dtype for a in g), isa
             _same(isa, dtype, out, out32.to(dtype), msg=lambda s: f"out {isa}: {s}", v=v if v.numel() else None)
             _same(isa, dtype, lse, lse32, msg=lambda s: f"lse {isa}: {s}")
