@@ -55,20 +55,20 @@
 /* float32 tables: the largest angle the cos/sin recurrence runs to (build_table) */
 #define ROPE_RECURRENCE_MAX_ANGLE 1048576.0 /* 2^20 */
 
-/* The head vector (b, h + 1, l), or the first k head after the last q head:
- * prefetched while (b, h, l) is rotated, so that each head's run of block
+/* The head vector (b, h, l) of tensor t, where heads past q's last continue
+ * with k's (q head Hq is k head 0): prefetched while the heads before it are
+ * rotated, so that each head's run of block
  * rows (a new pair of pages) starts warm instead of waiting for the hardware
  * prefetcher to pick the new stream up.  Measured once the prefetch reached
  * the binary (simd_x86.h: GCC had deleted it), AVX2 EPYC, q and k of
  * (1, 8, 4096, 128), 2 threads: float32 1.37 -> 1.22x clone(), bf16 1.79 ->
  * 1.66x, fp16 1.52 -> 1.36x; (1, 32, 4096, 128) unchanged within noise. */
-static inline void rope_prefetch_next_head(const wavepe_rope_args *a, int t, int64_t b, int64_t h, int64_t l,
-                                           int64_t elem) {
+static inline void rope_prefetch_head(const wavepe_rope_args *a, int t, int64_t b, int64_t h, int64_t l,
+                                      int64_t elem) {
+    if (t == 0 && h >= a->q.heads) t = 1, h -= a->q.heads;
     const wavepe_rope_tensor *ten = t == 0 ? &a->q : &a->k;
-    const char *next;
-    if (h + 1 < ten->heads) next = (const char *)ten->in + rope_in_at(ten, b, h + 1, l) * elem;
-    else if (t == 0 && a->k.heads > 0) next = (const char *)a->k.in + rope_in_at(&a->k, b, 0, l) * elem;
-    else return;
+    if (h >= ten->heads) return;
+    const char *next = (const char *)ten->in + rope_in_at(ten, b, h, l) * elem;
     for (int64_t off = 0; off < a->head_dim * elem; off += 64) wp_prefetch(next + off);
 }
 #endif
@@ -320,7 +320,7 @@ static void FN(rotate_heads)(const wavepe_rope_args *a, const FN(table) * table,
         for (int j = 0; j < nh; ++j) {
             x[j] = (const S *)ten->in + rope_in_at(ten, r->b, h + j, l);
             y[j] = (S *)ten->out + rope_out_at(ten, r->b, h + j, l);
-            rope_prefetch_next_head(a, t, r->b, h + nh - 1 + j, l, (int64_t)sizeof(S));
+            rope_prefetch_head(a, t, r->b, h + nh + j, l, (int64_t)sizeof(S)); /* the next nh heads */
         }
         if (a->layout == WAVEPE_ROPE_HALF) {
             if (nh == 2) FN(rotate_half)(x, y, 2, a->head_dim / 2, i0, nc, table->c[p], table->s[p]);
@@ -338,19 +338,19 @@ void FN(wavepe_rope)(const wavepe_rope_args *a, int64_t row_begin, int64_t row_e
     FN(table) table;
     _Alignas(64) double inv_buf[CHUNK];
     const rope_pass pass = rope_passthrough(a);
+    /* the dimensions that do not rotate go with the first chunk, where there are any (two calls of memcpy
+     * for nothing per row were 8 % of a bf16 rope's time) */
+    const rope_pass *with_pass = pass.hi1 > pass.lo1 || pass.hi2 > pass.lo2 ? &pass : NULL;
     for (int64_t row = row_begin; row < row_end; ++row) {
         const rope_row r = rope_row_at(a, row);
         for (int64_t i0 = 0; i0 == 0 || i0 < a->rotary_pairs; i0 += CHUNK) {
             const int64_t left = a->rotary_pairs - i0;
             const int64_t nc = left < CHUNK ? left : CHUNK;
             FN(build_table)(a, &r, FN(table_order)(a, i0, nc, inv_buf), nc, &table);
-            /* the dimensions that do not rotate, with the first chunk, where there are any (two calls of
-             * memcpy for nothing per row were 8 % of a bf16 rope's time) */
-            const int passes = i0 == 0 && (pass.hi1 > pass.lo1 || pass.hi2 > pass.lo2);
             for (int t = 0; t < 2; ++t) {
                 const int64_t heads = t == 0 ? a->q.heads : a->k.heads;
                 for (int64_t h = 0; h < heads; h += 2)
-                    FN(rotate_heads)(a, &table, &r, t, h, heads - h >= 2 ? 2 : 1, i0, nc, passes ? &pass : NULL);
+                    FN(rotate_heads)(a, &table, &r, t, h, heads - h >= 2 ? 2 : 1, i0, nc, i0 == 0 ? with_pass : NULL);
             }
         }
     }

@@ -66,11 +66,16 @@ static inline vf32 vf32_loadu_bf16(const uint16_t *p) {
     const __m256i w = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)p));
     return _mm256_castsi256_ps(_mm256_slli_epi32(w, 16));
 }
-static inline __m256i wp_avx2_bf16_bits(vf32 v) { /* the bf16 of each lane, in its low 16 bits */
+/* The bf16 of each lane in its high 16 bits (low bits: garbage): + 0x7FFF + lsb (round to nearest even),
+ * written as + 0x8000 - (lsb == 0); NaN -> 0x7FC0. */
+static inline __m256i wp_avx2_bf16_high(vf32 v) {
     const __m256i u = _mm256_castps_si256(v);
-    const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1));
-    const __m256i r = _mm256_srli_epi32(_mm256_add_epi32(_mm256_add_epi32(u, _mm256_set1_epi32(0x7FFF)), lsb), 16);
-    return _mm256_blendv_epi8(r, _mm256_set1_epi32(0x7FC0), _mm256_castps_si256(_mm256_cmp_ps(v, v, _CMP_UNORD_Q)));
+    const __m256i lsb_clear = _mm256_cmpeq_epi32(_mm256_and_si256(u, _mm256_set1_epi32(0x10000)), _mm256_setzero_si256());
+    const __m256i r = _mm256_add_epi32(_mm256_add_epi32(u, _mm256_set1_epi32(0x8000)), lsb_clear);
+    return _mm256_blendv_epi8(r, _mm256_set1_epi32(0x7FC00000), _mm256_castps_si256(_mm256_cmp_ps(v, v, _CMP_UNORD_Q)));
+}
+static inline __m256i wp_avx2_bf16_bits(vf32 v) { /* the same, in the low 16 bits (high bits zero) */
+    return _mm256_srli_epi32(wp_avx2_bf16_high(v), 16);
 }
 static inline void vf32_storeu_bf16(uint16_t *p, vf32 v) {
     const __m256i r = wp_avx2_bf16_bits(v);
@@ -91,18 +96,10 @@ static inline void vf32_loadu_bf16_pairs(const uint16_t *p, vf32 *even, vf32 *od
     *even = _mm256_castsi256_ps(_mm256_slli_epi32(w, 16));
     *odd = _mm256_castsi256_ps(_mm256_and_si256(w, _mm256_set1_epi32((int)0xFFFF0000u)));
 }
-/* The bf16 of each lane in its high 16 bits (low bits: garbage), rounded as
- * wp_avx2_bf16_bits: + 0x7FFF + lsb is + 0x8000 - (lsb == 0), no shift. */
-static inline __m256i wp_avx2_bf16_high(vf32 v) {
-    const __m256i u = _mm256_castps_si256(v);
-    const __m256i lsb_clear = _mm256_cmpeq_epi32(_mm256_and_si256(u, _mm256_set1_epi32(0x10000)), _mm256_setzero_si256());
-    const __m256i r = _mm256_add_epi32(_mm256_add_epi32(u, _mm256_set1_epi32(0x8000)), lsb_clear);
-    return _mm256_blendv_epi8(r, _mm256_set1_epi32(0x7FC00000), _mm256_castps_si256(_mm256_cmp_ps(v, v, _CMP_UNORD_Q)));
-}
 /* The inverse of vf32_loadu_bf16_pairs: even[i] to p[2i], odd[i] to p[2i + 1],
  * each rounded as vf32_storeu_bf16 (one shift, one blend, one store). */
 static inline void vf32_storeu_bf16_pairs(uint16_t *p, vf32 even, vf32 odd) {
-    const __m256i e = _mm256_srli_epi32(wp_avx2_bf16_high(even), 16), o = wp_avx2_bf16_high(odd);
+    const __m256i e = wp_avx2_bf16_bits(even), o = wp_avx2_bf16_high(odd);
     _mm256_storeu_si256((__m256i *)p, _mm256_blend_epi16(e, o, 0xAA));
 }
 static inline vf32 vf32_loadu_f16(const uint16_t *p) { return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p)); }

@@ -93,11 +93,16 @@ static inline vf32 vf32_loadu_bf16(const uint16_t *p) {
     const __m512i w = _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)p));
     return _mm512_castsi512_ps(_mm512_slli_epi32(w, 16));
 }
-static inline void vf32_storeu_bf16(uint16_t *p, vf32 v) {
+/* The bf16 of each lane in its high 16 bits (low bits: garbage): + 0x7FFF + lsb, NaN -> 0x7FC0. */
+static inline __m512i wp_avx512_bf16_high(vf32 v) {
     const __m512i u = _mm512_castps_si512(v);
-    const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
-    __m512i r = _mm512_srli_epi32(_mm512_add_epi32(_mm512_add_epi32(u, _mm512_set1_epi32(0x7FFF)), lsb), 16);
-    r = _mm512_mask_mov_epi32(r, _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q), _mm512_set1_epi32(0x7FC0));
+    const __mmask16 lsb_set = _mm512_test_epi32_mask(u, _mm512_set1_epi32(0x10000));
+    const __m512i r0 = _mm512_add_epi32(u, _mm512_set1_epi32(0x7FFF));
+    const __m512i r = _mm512_mask_add_epi32(r0, lsb_set, r0, _mm512_set1_epi32(1));
+    return _mm512_mask_mov_epi32(r, _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q), _mm512_set1_epi32(0x7FC00000));
+}
+static inline void vf32_storeu_bf16(uint16_t *p, vf32 v) {
+    const __m512i r = _mm512_srli_epi32(wp_avx512_bf16_high(v), 16);
 #ifdef WAVEPE_SIMDE_AVX512
     /* SIMDe 0.8.2 has no vpmovdw: pack the two halves on AVX2 (values <= 0xFFFF, packus is exact) */
     const __m256i lo = _mm512_castsi512_si256(r), hi = _mm512_extracti64x4_epi64(r, 1);
@@ -117,14 +122,6 @@ static inline void vf32_loadu_bf16_pairs(const uint16_t *p, vf32 *even, vf32 *od
     const __m512i w = _mm512_loadu_si512((const void *)p);
     *even = _mm512_castsi512_ps(_mm512_slli_epi32(w, 16));
     *odd = _mm512_castsi512_ps(_mm512_and_si512(w, _mm512_set1_epi32((int)0xFFFF0000u)));
-}
-/* The bf16 of each lane in its high 16 bits (low bits: garbage), rounded as vf32_storeu_bf16. */
-static inline __m512i wp_avx512_bf16_high(vf32 v) {
-    const __m512i u = _mm512_castps_si512(v);
-    const __mmask16 lsb_set = _mm512_test_epi32_mask(u, _mm512_set1_epi32(0x10000));
-    const __m512i r0 = _mm512_add_epi32(u, _mm512_set1_epi32(0x7FFF));
-    const __m512i r = _mm512_mask_add_epi32(r0, lsb_set, r0, _mm512_set1_epi32(1));
-    return _mm512_mask_mov_epi32(r, _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q), _mm512_set1_epi32(0x7FC00000));
 }
 /* The inverse of vf32_loadu_bf16_pairs: even[i] to p[2i], odd[i] to p[2i + 1],
  * each rounded as vf32_storeu_bf16; the halves merged by one ternary logic op. */

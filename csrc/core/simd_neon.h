@@ -64,12 +64,14 @@ static inline vf32 vf32_iota(void) {
  * bfloat16 by 16-bit shifts, round to nearest even with NaN -> 0x7FC0 as torch;
  * float16 by fcvtl / fcvtn (round to nearest even by FPCR.RMode; FZ16 does not apply to conversions). */
 static inline vf32 vf32_loadu_bf16(const uint16_t *p) { return vreinterpretq_f32_u32(vshll_n_u16(vld1_u16(p), 16)); }
-static inline void vf32_storeu_bf16(uint16_t *p, vf32 v) {
+/* The bf16 of each lane in its high 16 bits (low bits: garbage): + 0x7FFF + lsb, NaN -> 0x7FC0. */
+static inline uint32x4_t wp_neon_bf16_high(vf32 v) {
     const uint32x4_t u = vreinterpretq_u32_f32(v);
     const uint32x4_t lsb = vandq_u32(vshrq_n_u32(u, 16), vdupq_n_u32(1));
     const uint32x4_t r = vaddq_u32(vaddq_u32(u, vdupq_n_u32(0x7FFF)), lsb);
-    vst1_u16(p, vshrn_n_u32(vbslq_u32(vceqq_f32(v, v), r, vdupq_n_u32(0x7FC00000u)), 16));
+    return vbslq_u32(vceqq_f32(v, v), r, vdupq_n_u32(0x7FC00000u));
 }
+static inline void vf32_storeu_bf16(uint16_t *p, vf32 v) { vst1_u16(p, vshrn_n_u32(wp_neon_bf16_high(v), 16)); }
 /* 2 * 4 elements, lo's first */
 static inline void vf32_storeu2_bf16(uint16_t *p, vf32 lo, vf32 hi) {
     vf32_storeu_bf16(p, lo);
@@ -81,13 +83,6 @@ static inline void vf32_loadu_bf16_pairs(const uint16_t *p, vf32 *even, vf32 *od
     const uint32x4_t w = vreinterpretq_u32_u16(vld1q_u16(p));
     *even = vreinterpretq_f32_u32(vshlq_n_u32(w, 16));
     *odd = vreinterpretq_f32_u32(vandq_u32(w, vdupq_n_u32(0xFFFF0000u)));
-}
-/* The bf16 of each lane in its high 16 bits (low bits: garbage), rounded as vf32_storeu_bf16. */
-static inline uint32x4_t wp_neon_bf16_high(vf32 v) {
-    const uint32x4_t u = vreinterpretq_u32_f32(v);
-    const uint32x4_t lsb = vandq_u32(vshrq_n_u32(u, 16), vdupq_n_u32(1));
-    const uint32x4_t r = vaddq_u32(vaddq_u32(u, vdupq_n_u32(0x7FFF)), lsb);
-    return vbslq_u32(vceqq_f32(v, v), r, vdupq_n_u32(0x7FC00000u));
 }
 /* The inverse of vf32_loadu_bf16_pairs: even[i] to p[2i], odd[i] to p[2i + 1],
  * each rounded as vf32_storeu_bf16 (vsri puts even's high half under odd's). */
