@@ -255,7 +255,7 @@ def test_noncontiguous_inputs(isa):
     torch.testing.assert_close(got, want, rtol=0, atol=0)
 
 
-def test_eager_baseline_matches_oracle():
+def test_plain_baseline_matches_oracle():
     # the plain-PyTorch path (other devices; benchmark baseline) follows the same contract
     q, k, v = make_inputs(1, 4, 2, 30, 100, 16, seed=4)
     cfg = wavelet_config(16)
