@@ -227,8 +227,13 @@ int wavepe_attention_fwd_plan(wavepe_isa isa, const wavepe_attention_args *a, wa
     const int f64 = a->dtype == WAVEPE_F64;
     wavepe_attention_plan *p = plan_common(isa, f64, a, 0);
     if (p == NULL) return wavepe_fail(err, WAVEPE_E_NOMEM, "out of memory for an attention plan");
-    if (p->kind == ATTN_KIND_TILED && a->m <= ATTN_DECODE_MAX_M && p->nkb >= 2) {
-        /* few queries, many keys: split the keys, combine partial softmaxes */
+    if (p->kind == ATTN_KIND_TILED && a->m >= 1 && a->m <= ATTN_DECODE_MAX_M && p->nkb >= 1) {
+        /* few queries: the keys split into chunks whose partial softmaxes are combined
+         * (one chunk below ATTN_DECODE_MIN_BLOCKS blocks), each chunk run for all the query
+         * rows of a kv head at once -- the narrow kernels where they are a few.  Also with one
+         * block of keys: a decoding step over a short cache went through the tiled kernels,
+         * one 6-row micro-tile per query head and a 192-row work area cleared per head
+         * (float32, 8 query heads over 4 kv heads, d = 64, 40 keys: 46 -> 31 us a call) */
         p->kind = ATTN_KIND_DECODE;
         const int64_t blocks = (p->nkb + ATTN_DECODE_SPLIT - 1) / ATTN_DECODE_SPLIT;
         p->chunk = p->bn * (blocks > ATTN_DECODE_MIN_BLOCKS ? blocks : ATTN_DECODE_MIN_BLOCKS);

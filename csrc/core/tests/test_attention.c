@@ -559,8 +559,8 @@ static void check_bf16dot(void) {
 void test_attention(void) {
     /* B, H, Hkv, M, N, d, off, causal, bias, clamp, kpm */
     const shape shapes[] = {
-        {1, 1, 1, 1, 1, 4, 0, 1, 0, 0, 0, 0},
-        {2, 4, 2, 7, 40, 5, 33, 1, 1, 0, 0, 0},
+        {1, 1, 1, 1, 1, 4, 0, 1, 0, 0, 0, 0},       /* narrow decode: one key block (here one key) */
+        {2, 4, 2, 7, 40, 5, 33, 1, 1, 0, 0, 0},     /* decode, one key block, 14 rows per kv head */
         {1, 2, 1, 100, 300, 20, 200, 1, 1, 0, 0, 0},
         {1, 3, 3, 101, 101, 16, 0, 0, 1, 1, 0, 0},
         {1, 2, 2, 50, 290, 9, 240, 1, 2, 0, 1, 0},
@@ -582,7 +582,7 @@ void test_attention(void) {
         {1, 2, 1, 3, 700, 24, 697, 1, 1, 0, 1, 5},   /* decode path */
         {1, 2, 2, 1, 530, 13, 300, 0, 2, 0, 0, 4},   /* narrow decode, not causal */
     };
-    const int kinds[] = {1, 1, 1, 1, 1, 2, 2, 1, 1, -1, -1, 2, 2, 2, 1, 1, 1, 1, 1, 2, 2};
+    const int kinds[] = {2, 2, 1, 1, 1, 2, 2, 1, 1, -1, -1, 2, 2, 2, 1, 1, 1, 1, 1, 2, 2};
     for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; ++i) check_shape(&shapes[i], 1000 + i, kinds[i]);
     check_gradient_fd();
     /* B, H, Hkv, M, N, d, off, causal, bias, clamp, kpm, packed */
