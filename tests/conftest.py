@@ -15,18 +15,9 @@ import wavepe
 ISAS = list(wavepe.supported_isas())
 
 
-@pytest.fixture(params=ISAS)
-def isa(request, monkeypatch) -> str:
-    """Force one kernel variant for the test (the core reads the env per call)."""
-    monkeypatch.delenv("WAVEPE_FORCE_SCALAR", raising=False)
-    monkeypatch.setenv("WAVEPE_ISA", request.param)
-    assert wavepe.active_isa() == request.param
-    return request.param
-
-
 @contextlib.contextmanager
 def forced_isa(isa: str):
-    """WAVEPE_ISA=isa for the block, as the isa fixture sets it for a whole test."""
+    """WAVEPE_ISA=isa for the block (the core reads the env per call); the isa fixture holds it for a whole test."""
     before = {key: os.environ.get(key) for key in ("WAVEPE_ISA", "WAVEPE_FORCE_SCALAR")}
     os.environ.pop("WAVEPE_FORCE_SCALAR", None)
     os.environ["WAVEPE_ISA"] = isa
@@ -39,6 +30,13 @@ def forced_isa(isa: str):
                 os.environ.pop(key, None)
             else:
                 os.environ[key] = value
+
+
+@pytest.fixture(params=ISAS)
+def isa(request):
+    """Force one kernel variant for the test."""
+    with forced_isa(request.param):
+        yield request.param
 
 
 @pytest.fixture
