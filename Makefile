@@ -39,6 +39,14 @@ BUILT        := $(VENV)/.build-stamp
 
 .PHONY: venv build test demo ctest ctest-simde ctest-aarch64 bench clean
 
+# The C test targets compile their objects JOBS at a time (a sanitized build of the vector kernels is
+# a few minutes of one core): $(call compile_each,DIR,SOURCES,COMMAND) runs COMMAND once per source,
+# with $$f the source and $$o its object in DIR; any failure fails the target.
+JOBS ?= $(shell nproc 2>/dev/null || echo 2)
+define compile_each
+printf '%s\n' $(2) | xargs -P $(JOBS) -I{} sh -c 'f={}; o=$(1)/$$(basename {} .c).o; $(3)'
+endef
+
 $(STAMP): requirements-dev.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
@@ -61,8 +69,7 @@ demo: build
 
 ctest:
 	rm -rf build/ctest && mkdir -p build/ctest
-	for f in $$($(RECIPE) core-sources) $(CTEST_SRCS); do \
-	  $(CC) $(SAN_FLAGS) $$($(RECIPE) flags $$f) -Icsrc/core -c $$f -o build/ctest/$$(basename $$f .c).o || exit 1; done
+	$(call compile_each,build/ctest,$$($(RECIPE) core-sources) $(CTEST_SRCS),$(CC) $(SAN_FLAGS) $$($(RECIPE) flags $$f) -Icsrc/core -c $$f -o $$o)
 	$(CC) $(SAN_FLAGS) -o build/ctest/test_core build/ctest/*.o -lm
 	./build/ctest/test_core
 
@@ -72,10 +79,9 @@ ctest-simde: $(STAMP)
 	@test -n "$(SIMDE_INCLUDE)" || { echo "SIMDe not found in $(VENV): $(PIP) install cmeel-simde"; exit 1; }
 	rm -rf build/ctest-simde && mkdir -p build/ctest-simde
 	# files with ISA flags of their own (the recipe's SUFFIX_RULES: *_avx2.c, *_avx512.c) get AVX2's instead
-	for f in $$($(RECIPE) core-sources) $(CTEST_SRCS); do \
-	  isa=""; [ -n "$$($(RECIPE) flags $$f)" ] && isa="$(SIMDE_ISA_FLAGS) -isystem $(SIMDE_INCLUDE)"; \
-	  $(CC) $(SAN_FLAGS) $$isa -DWAVEPE_SIMDE_AVX512 -Icsrc/core -c $$f -o build/ctest-simde/$$(basename $$f .c).o \
-	    || exit 1; done
+	$(call compile_each,build/ctest-simde,$$($(RECIPE) core-sources) $(CTEST_SRCS),isa=""; \
+	  [ -z "$$($(RECIPE) flags $$f)" ] || isa="$(SIMDE_ISA_FLAGS) -isystem $(SIMDE_INCLUDE)"; \
+	  $(CC) $(SAN_FLAGS) $$isa -DWAVEPE_SIMDE_AVX512 -Icsrc/core -c $$f -o $$o)
 	$(CC) $(SAN_FLAGS) -o build/ctest-simde/test_core build/ctest-simde/*.o -lm
 	./build/ctest-simde/test_core
 
@@ -90,9 +96,8 @@ ctest-aarch64:
 	@command -v $(AARCH64_CC) >/dev/null && command -v $(firstword $(AARCH64_QEMU)) >/dev/null || \
 	  { echo "no AArch64 cross toolchain: run scripts/install_aarch64_toolchain.sh (as root)"; exit 1; }
 	rm -rf build/ctest-aarch64 && mkdir -p build/ctest-aarch64
-	for f in $$($(RECIPE) core-sources aarch64) $(CTEST_SRCS); do \
-	  $(AARCH64_CC) $(SAN_FLAGS) $$($(RECIPE) flags $$f) -Icsrc/core -c $$f -o build/ctest-aarch64/$$(basename $$f .c).o \
-	    || exit 1; done
+	$(call compile_each,build/ctest-aarch64,$$($(RECIPE) core-sources aarch64) $(CTEST_SRCS),$(AARCH64_CC) $(SAN_FLAGS) \
+	  $$($(RECIPE) flags $$f) -Icsrc/core -c $$f -o $$o)
 	$(AARCH64_CC) $(SAN_FLAGS) -o build/ctest-aarch64/test_core build/ctest-aarch64/*.o -lm
 	ASAN_OPTIONS=detect_leaks=0 $(AARCH64_QEMU) ./build/ctest-aarch64/test_core
 
