@@ -773,7 +773,14 @@ static void FN(narrow_scores)(FN(work) * w, const FN(group) * g, const FN(kblock
         if (jv[t] == 0 || (!has_init && !table)) continue;
         const T *q = g->qr + t * dpad;
         const int64_t p0 = p->pr_hi - g->pos[t] + kb->n0;
-        for (int64_t j = jl[t] / VL * VL; j < jv[t]; j += VL) {
+        int64_t j = jl[t] / VL * VL, jend = jv[t];
+        if (table) { /* only the keys whose VL table rows p0 + j .. p0 + j + VL - 1 meet [0, prows): the
+                      * others add nothing (a long cache's keys lie mostly beyond the wavelets' support) */
+            const int64_t first = -p0 - (VL - 1); /* the first j whose last row is >= 0 */
+            if (j < first) j += (first - j + VL - 1) / VL * VL;
+            if (jend > p->prows - p0) jend = p->prows - p0;
+        }
+        for (; j < jend; j += VL) {
             VT x = V(loadu)(s + t * lds + j);
             if (has_init) x = V(add)(x, V(loadu)(init[t] + j));
             if (table) x = V(add)(x, FN(dot_table)(p, q, p0 + j, w->zr));
