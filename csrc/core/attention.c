@@ -171,7 +171,7 @@ static int pack_table(wavepe_attention_plan *p, int need_strips) {
         else if (a->dtype == WAVEPE_BF16)
             for (int64_t c = 0; c < d; ++c) dst[c] = wp_bf16_to_f32(((const uint16_t *)src)[c]);
         else
-            for (int64_t c = 0; c < d; ++c) dst[c] = wp_f16_to_f32(((const uint16_t *)src)[c]);
+            wp_f16_to_f32_n((const uint16_t *)src, dst, d);
     }
     for (int64_t s = 0; s < nstrips; ++s) {
         /* the first and one past the last column of the strip that is not zero (NaN is not

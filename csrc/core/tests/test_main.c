@@ -25,6 +25,7 @@ void test_rope(void);
 void test_null(void);
 void test_isa_table(void);
 void test_vocabulary(void);
+void test_half(void);
 
 int main(void) {
     printf("wavepe core tests, cpu isa: %s; runs here:", wavepe_isa_name(wavepe_cpu_isa()));
@@ -34,6 +35,7 @@ int main(void) {
     test_checked();
     test_isa_table();
     test_vocabulary();
+    test_half();
     int runs = 0;
     for (int isa = 0; isa < WAVEPE_ISA_COUNT; ++isa) {
         if (isa == WAVEPE_ISA_SCALAR || !wavepe_isa_supported((wavepe_isa)isa)) continue;
