@@ -179,12 +179,13 @@ static int pack_table(wavepe_attention_plan *p, int need_strips) {
          * rows share long zero runs, which a decoding step's plan scanned whole every call) */
         int64_t clo = d, chi = 0;
         for (int64_t row = s * nr; row < (s + 1) * nr; ++row) {
-            const float *rf = (const float *)p->trow + row * dpad;
-            const double *rd = (const double *)p->trow + row * dpad;
-            const int64_t c = p->f64 ? first_nonzero_double(rd, 0, clo) : first_nonzero_float(rf, 0, clo);
+            const int64_t at = row * dpad; /* the row's first element, in the buffer's own type */
+            const int64_t c = p->f64 ? first_nonzero_double((const double *)p->trow + at, 0, clo)
+                                     : first_nonzero_float((const float *)p->trow + at, 0, clo);
             if (c < clo) clo = c;
             const int64_t lim = chi > c ? chi : c;
-            const int64_t e = p->f64 ? end_nonzero_double(rd, lim, d) : end_nonzero_float(rf, lim, d);
+            const int64_t e = p->f64 ? end_nonzero_double((const double *)p->trow + at, lim, d)
+                                     : end_nonzero_float((const float *)p->trow + at, lim, d);
             if (e > lim) chi = e;
         }
         if (chi <= clo) clo = chi = 0;
