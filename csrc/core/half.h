@@ -14,7 +14,7 @@
  *              infinity, fp16 subnormals produced exactly (not flushed), a NaN
  *              quieted with its payload's upper bits kept.
  *
- * Integer arithmetic (and, in wp_f16_to_f32_n, one exact float multiply with a normal result):
+ * Integer arithmetic (and, in wp_f16_to_f32, one exact float multiply with a normal result):
  * the result does not depend on the floating-point environment (the kernels run with
  * flush-to-zero, fpenv.h).  Storage is the
  * raw 16 bits (uint16_t), as torch's at::BFloat16 / at::Half hold them.
@@ -45,36 +45,25 @@ static inline uint16_t wp_f32_to_bf16(float f) {
     return (uint16_t)((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
 }
 
+/* Without a branch, so that a loop of it vectorizes (wp_f16_to_f32_n): the three cases as masks (all
+ * ones or zero), not ?: -- GCC leaves a select chain as branches.  The one float operation is exact
+ * and its result normal (an fp16 subnormal's m * 2^-24 >= 2^-24), so flush-to-zero and the rounding
+ * mode cannot change it. */
 static inline float wp_f16_to_f32(uint16_t h) {
-    const uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
-    const uint32_t e = (h >> 10) & 0x1Fu;
-    uint32_t m = h & 0x3FFu;
-    if (e == 0x1F) return wp_f32_from_bits(sign | 0x7F800000u | (m << 13) | (m ? 0x400000u : 0u)); /* inf; NaN quieted */
-    if (e != 0) return wp_f32_from_bits(sign | ((e + 112u) << 23) | (m << 13));
-    /* zero or subnormal m * 2^-24: normalise (a normal float32) */
-    if (m == 0) return wp_f32_from_bits(sign);
-    uint32_t shift = 0;
-    while (!(m & 0x400u)) m <<= 1, ++shift;
-    return wp_f32_from_bits(sign | ((113u - shift) << 23) | ((m & 0x3FFu) << 13));
+    const uint32_t e = (h >> 10) & 0x1Fu, m = h & 0x3FFu;
+    const uint32_t is_small = 0u - (uint32_t)(e == 0), is_special = 0u - (uint32_t)(e == 0x1Fu);
+    const uint32_t normal = ((uint32_t)(h & 0x7FFFu) << 13) + (112u << 23);    /* exponent rebiased by 127 - 15 */
+    const uint32_t special = 0x7F800000u | (m << 13) | ((0u - (uint32_t)(m != 0)) & 0x400000u); /* NaN quieted */
+    const uint32_t small = wp_f32_bits((float)(int32_t)m * 0x1p-24f);          /* zero or subnormal */
+    const uint32_t bits = (small & is_small) | (special & is_special) | (normal & ~(is_small | is_special));
+    return wp_f32_from_bits(bits | (uint32_t)(h & 0x8000u) << 16);
 }
 
-/* n float16 values widened exactly as wp_f16_to_f32 widens each, without a branch, so that the
- * compiler vectorizes the loop (a decoding step widens its table window on every call; element by
- * element, with the branches of wp_f16_to_f32 on the table's mix of zeros and normals, that cost an
- * fp16 decode ~0.6 ms a call against 32768 keys).  The one float operation is exact and its result
- * normal (an fp16 subnormal's m * 2^-24 >= 2^-24), so flush-to-zero and the rounding mode cannot
- * change it. */
+/* n float16 values widened, a loop GCC vectorizes (a decoding step widens its table window on every
+ * call; with the branches the conversion had before, mispredicted on the table's mix of zeros and
+ * normals, that cost an fp16 decode ~0.6 ms a call against 32768 keys). */
 static inline void wp_f16_to_f32_n(const uint16_t *src, float *dst, int64_t n) {
-    for (int64_t i = 0; i < n; ++i) {
-        const uint32_t h = src[i], e = (h >> 10) & 0x1Fu, m = h & 0x3FFu;
-        /* the three cases as masks (all ones or zero), not ?: -- GCC leaves a select chain as branches */
-        const uint32_t is_small = 0u - (uint32_t)(e == 0), is_special = 0u - (uint32_t)(e == 0x1Fu);
-        const uint32_t normal = ((h & 0x7FFFu) << 13) + (112u << 23);      /* exponent rebiased by 127 - 15 */
-        const uint32_t special = 0x7F800000u | (m << 13) | ((0u - (uint32_t)(m != 0)) & 0x400000u); /* NaN quieted */
-        const uint32_t small = wp_f32_bits((float)(int32_t)m * 0x1p-24f);    /* zero or subnormal */
-        const uint32_t bits = (small & is_small) | (special & is_special) | (normal & ~(is_small | is_special));
-        dst[i] = wp_f32_from_bits(bits | (h & 0x8000u) << 16);
-    }
+    for (int64_t i = 0; i < n; ++i) dst[i] = wp_f16_to_f32(src[i]);
 }
 
 static inline uint16_t wp_f32_to_f16(float f) {
