@@ -122,6 +122,19 @@ static wavepe_isa plan_isa(wavepe_isa isa) {
 }
 #undef ATTN_BUILT_
 
+/* The widening of half-type table rows on a vector ISA: that ISA's (attention_simd.h), which
+ * converts a vector at a time (F16C, AVX-512, NEON); the plans that pack a table have one. */
+#define ATTN_WIDEN_(ID, name, arch, ...)                                                                 \
+    WAVEPE_IF_VECTOR_##arch(case WAVEPE_ISA_##ID: return dtype == WAVEPE_BF16 ? attn_widen_bf16_##name \
+                                                                              : attn_widen_f16_##name;)
+attn_widen_fn attn_table_widen(wavepe_isa isa, int dtype) {
+    switch (isa) {
+    WAVEPE_ISA_TABLE(ATTN_WIDEN_, _)
+    default: return NULL;
+    }
+}
+#undef ATTN_WIDEN_
+
 /* Pack the table over the distances the operation can touch (see the plan):
  * row-major rows (memcpy), nonzero column range per strip, and -- unless
  * only narrow decoding kernels will run -- the transposed strips. */
@@ -155,6 +168,7 @@ static int pack_table(wavepe_attention_plan *p, int need_strips) {
     if (!p->trow || !p->strip_clo || !p->strip_chi || (need_strips && !p->tpack)) return WAVEPE_E_NOMEM;
     unsigned char *trow = p->trow;
     const int64_t ds = wavepe_dtype_size(a->dtype);
+    const attn_widen_fn widen = attn_table_widen(p->isa, a->dtype);
     /* what no table row fills is cleared, and only that (the window is written anew every call) */
     memset(trow + (size_t)(rows * dpad * es), 0, (size_t)((prows - rows) * dpad * es));
     for (int64_t row = 0; row < rows; ++row) { /* half types widened here, once per plan */
@@ -168,10 +182,7 @@ static int pack_table(wavepe_attention_plan *p, int need_strips) {
         const unsigned char *src = (const unsigned char *)a->table + idx * d * ds;
         float *dst = (float *)dst_row;
         if (a->dtype == p->acc) memcpy(dst, src, (size_t)(d * es));
-        else if (a->dtype == WAVEPE_BF16)
-            for (int64_t c = 0; c < d; ++c) dst[c] = wp_bf16_to_f32(((const uint16_t *)src)[c]);
-        else
-            wp_f16_to_f32_n((const uint16_t *)src, dst, d);
+        else widen((const uint16_t *)src, dst, d);
     }
     for (int64_t s = 0; s < nstrips; ++s) {
         /* the first and one past the last column of the strip that is not zero (NaN is not

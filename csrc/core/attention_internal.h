@@ -140,7 +140,8 @@ static inline int64_t attn_fwd_block_rows(wavepe_isa isa, int f64) {
     return f64 ? ATTN_FBM_F64 * attn_isa_lanes(isa, 1) / 4 : ATTN_FBM_F32 * attn_isa_lanes(isa, 0) / 8;
 }
 
-/* Vector phases (attention_<isa>.c, one per vector ISA of isa_table.h). */
+/* Vector phases (attention_<isa>.c, one per vector ISA of isa_table.h), and the widening of
+ * half-type table rows (pack_table). */
 #define ATTN_DECLARE_PHASES_(ID, name, ...)                                                      \
     int attn_fwd_tiled_f32_##name(wavepe_attention_plan *p, int64_t begin, int64_t end);        \
     int attn_fwd_decode_f32_##name(wavepe_attention_plan *p, int64_t begin, int64_t end);       \
@@ -153,8 +154,15 @@ static inline int64_t attn_fwd_block_rows(wavepe_isa isa, int f64) {
     int attn_bwd_bf16_##name(wavepe_attention_plan *p, int64_t begin, int64_t end);             \
     int attn_fwd_tiled_f16_##name(wavepe_attention_plan *p, int64_t begin, int64_t end);        \
     int attn_fwd_decode_f16_##name(wavepe_attention_plan *p, int64_t begin, int64_t end);       \
-    int attn_bwd_f16_##name(wavepe_attention_plan *p, int64_t begin, int64_t end);
+    int attn_bwd_f16_##name(wavepe_attention_plan *p, int64_t begin, int64_t end);             \
+    void attn_widen_bf16_##name(const uint16_t *src, float *dst, int64_t n);                    \
+    void attn_widen_f16_##name(const uint16_t *src, float *dst, int64_t n);
 WAVEPE_ISA_TABLE(ATTN_DECLARE_PHASES_, _)
 #undef ATTN_DECLARE_PHASES_
+
+/* n bf16 (dtype WAVEPE_BF16) or float16 (WAVEPE_F16) elements widened to float32 by a vector ISA's
+ * kernels (attention.c; NULL for the scalar ISA): how pack_table widens a half-type table. */
+typedef void (*attn_widen_fn)(const uint16_t *src, float *dst, int64_t n);
+attn_widen_fn attn_table_widen(wavepe_isa isa, int dtype);
 
 #endif

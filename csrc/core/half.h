@@ -45,10 +45,10 @@ static inline uint16_t wp_f32_to_bf16(float f) {
     return (uint16_t)((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
 }
 
-/* Without a branch, so that a loop of it vectorizes (wp_f16_to_f32_n): the three cases as masks (all
- * ones or zero), not ?: -- GCC leaves a select chain as branches.  The one float operation is exact
- * and its result normal (an fp16 subnormal's m * 2^-24 >= 2^-24), so flush-to-zero and the rounding
- * mode cannot change it. */
+/* Without a branch: the three cases as masks (all ones or zero), not ?: -- GCC leaves a select chain
+ * as branches, which the zeros and normals of a wavelet table's rows mispredicted.  The one float
+ * operation is exact and its result normal (an fp16 subnormal's m * 2^-24 >= 2^-24), so flush-to-zero
+ * and the rounding mode cannot change it. */
 static inline float wp_f16_to_f32(uint16_t h) {
     const uint32_t e = (h >> 10) & 0x1Fu, m = h & 0x3FFu;
     const uint32_t is_small = 0u - (uint32_t)(e == 0), is_special = 0u - (uint32_t)(e == 0x1Fu);
@@ -57,13 +57,6 @@ static inline float wp_f16_to_f32(uint16_t h) {
     const uint32_t small = wp_f32_bits((float)(int32_t)m * 0x1p-24f);          /* zero or subnormal */
     const uint32_t bits = (small & is_small) | (special & is_special) | (normal & ~(is_small | is_special));
     return wp_f32_from_bits(bits | (uint32_t)(h & 0x8000u) << 16);
-}
-
-/* n float16 values widened, a loop GCC vectorizes (a decoding step widens its table window on every
- * call; with the branches the conversion had before, mispredicted on the table's mix of zeros and
- * normals, that cost an fp16 decode ~0.6 ms a call against 32768 keys). */
-static inline void wp_f16_to_f32_n(const uint16_t *src, float *dst, int64_t n) {
-    for (int64_t i = 0; i < n; ++i) dst[i] = wp_f16_to_f32(src[i]);
 }
 
 static inline uint16_t wp_f32_to_f16(float f) {
