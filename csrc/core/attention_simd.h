@@ -102,7 +102,8 @@ static inline VT FN(s_loadu_n)(const S *p, int64_t n) {
 #if defined(WP_STORAGE_HALF)
 /* n stored elements widened to float32 (attention.c's pack_table, for the table window a
  * decoding step packs on every call): the ISA's own conversion, where half.h's portable one
- * is ~15 integer operations per 4 float16 elements (0.3 ms a call against 32768 keys). */
+ * is ~15 integer operations per 4 float16 elements (fp16, 1 x 32768 keys: pack_table and the
+ * widening 1.07 % -> 0.43 % of a decoding call's samples; test_half.c checks both agree). */
 void FN(attn_widen)(const S *src, T *dst, int64_t n) {
     int64_t i = 0;
     for (; i + VL <= n; i += VL) V(storeu)(dst + i, S_LOADU(src + i));
