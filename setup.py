@@ -101,20 +101,44 @@ class BuildExtensions(build_ext):
         outputs = [torch_lib, os.path.join(lib_pkg, recipe.TORCH_RECORD_FILE)]
         in_place = bool(self.inplace or getattr(self, "editable_mode", False))
         if TORCH is not None:
-            with open(outputs[1], "w", encoding="utf-8") as f:
-                json.dump({**TORCH.build_record(), "package": "in-place build" if in_place else "wheel"}, f)
+            _write_record(outputs[1], in_place)
         else:  # a library of an earlier build with torch must not slip into this one's wheel
             for path in outputs:
                 if os.path.exists(path):
                     os.remove(path)
-        if in_place and os.path.abspath(lib_pkg) != PACKAGE_DIR:
-            # setuptools copies extension modules into the source tree, not other files: these too
-            for path in outputs:
-                dest = os.path.join(PACKAGE_DIR, os.path.basename(path))
-                if os.path.exists(path):
-                    shutil.copy2(path, dest)
-                elif os.path.exists(dest):
-                    os.remove(dest)
+        self._ops_outputs = outputs
+        if in_place:
+            _copy_into_package(outputs)
+
+    def copy_extensions_to_source(self) -> None:
+        """``build_ext --inplace``: setuptools builds into build/lib (with ``self.inplace`` off while
+        it does, so build_extensions sees no in-place build) and then copies the extension modules
+        into the source tree: the ops library and its record too, or Python would go on loading
+        the library of an earlier build beside the new NumPy extension."""
+        super().copy_extensions_to_source()
+        outputs = getattr(self, "_ops_outputs", [])
+        if TORCH is not None and outputs:
+            _write_record(outputs[1], True)
+        _copy_into_package(outputs)
+
+
+def _write_record(path: str, in_place: bool) -> None:
+    """The record beside the ops library: what it was built against, and whether for a wheel."""
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump({**TORCH.build_record(), "package": "in-place build" if in_place else "wheel"}, f)
+
+
+def _copy_into_package(outputs: list[str]) -> None:
+    """setuptools copies extension modules into the source tree, not other files: these too (a file
+    the build did not make is removed there, so no library of an earlier build lingers)."""
+    for path in outputs:
+        dest = os.path.join(PACKAGE_DIR, os.path.basename(path))
+        if os.path.abspath(path) == os.path.abspath(dest):
+            continue
+        if os.path.exists(path):
+            shutil.copy2(path, dest)
+        elif os.path.exists(dest):
+            os.remove(dest)
 
 
 class BuildPyWithSources(build_py):
