@@ -125,8 +125,9 @@ static wavepe_isa plan_isa(wavepe_isa isa) {
 /* The widening of half-type table rows on a vector ISA: that ISA's (attention_simd.h), which
  * converts a vector at a time (F16C, AVX-512, NEON); the plans that pack a table have one. */
 #define ATTN_WIDEN_(ID, name, arch, ...)                                                                 \
-    WAVEPE_IF_VECTOR_##arch(case WAVEPE_ISA_##ID: return dtype == WAVEPE_BF16 ? attn_widen_bf16_##name \
-                                                                              : attn_widen_f16_##name;)
+    WAVEPE_IF_VECTOR_##arch(case WAVEPE_ISA_##ID: return dtype == WAVEPE_BF16  ? attn_widen_bf16_##name \
+                                                         : dtype == WAVEPE_F16 ? attn_widen_f16_##name  \
+                                                                               : NULL;)
 attn_widen_fn attn_table_widen(wavepe_isa isa, int dtype) {
     switch (isa) {
     WAVEPE_ISA_TABLE(ATTN_WIDEN_, _)

@@ -161,7 +161,8 @@ WAVEPE_ISA_TABLE(ATTN_DECLARE_PHASES_, _)
 #undef ATTN_DECLARE_PHASES_
 
 /* n bf16 (dtype WAVEPE_BF16) or float16 (WAVEPE_F16) elements widened to float32 by a vector ISA's
- * kernels (attention.c; NULL for the scalar ISA): how pack_table widens a half-type table. */
+ * kernels (attention.c; NULL for the scalar ISA and other dtypes): how pack_table widens a half-type
+ * table. */
 typedef void (*attn_widen_fn)(const uint16_t *src, float *dst, int64_t n);
 attn_widen_fn attn_table_widen(wavepe_isa isa, int dtype);
 

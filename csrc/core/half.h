@@ -1,4 +1,4 @@
-/* half.h: bfloat16 and IEEE float16 <-> float32, one element at a time (and float16 rows widened).
+/* half.h: bfloat16 and IEEE float16 <-> float32, one element at a time.
  *
  * The scalar kernels and the vector kernels' scalar tails store half types
  * through these, the vector vocabularies (simd_avx2.h, simd_avx512.h,
@@ -46,7 +46,7 @@ static inline uint16_t wp_f32_to_bf16(float f) {
 }
 
 /* Without a branch: the three cases as masks (all ones or zero), not ?: -- GCC leaves a select chain
- * as branches, which the zeros and normals of a wavelet table's rows mispredicted.  The one float
+ * as branches, which rows mixing zeros and normals (a wavelet table's) mispredict.  The one float
  * operation is exact and its result normal (an fp16 subnormal's m * 2^-24 >= 2^-24), so flush-to-zero
  * and the rounding mode cannot change it. */
 static inline float wp_f16_to_f32(uint16_t h) {

@@ -7,7 +7,6 @@
  * say (normals, subnormals, zeros, inf, NaN quieted). */
 #include <math.h>
 #include <stdint.h>
-#include <string.h>
 
 #include "../attention_internal.h"
 #include "../fpenv.h"
