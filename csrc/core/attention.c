@@ -550,6 +550,36 @@ static int bwd_scalar(wavepe_attention_plan *p, int64_t begin, int64_t end) {
 
 /* ---- phase 1: reductions -------------------------------------------------- */
 
+/* acc[0..d) += w * row[0..d) for a partial row in the accumulator type, and
+ * out[0..d) = acc[0..d) * inv in the data's: loops the compiler vectorizes, the
+ * dtype tested once a row.  Element by element through ld() / st() (a switch
+ * per element) and a division each, the combine cost ~7 cycles an element:
+ * on an AVX2 EPYC (Zen 3), one thread, float32 32/8 heads, d = 128, 1024 keys
+ * in 2 chunks, ~20 us of a 340 us call. */
+static void add_scaled_row(double *restrict acc, const void *row, double w, int64_t d, int f64) {
+    if (f64) {
+        const double *r = (const double *)row;
+        for (int64_t j = 0; j < d; ++j) acc[j] += w * r[j];
+    } else {
+        const float *r = (const float *)row;
+        for (int64_t j = 0; j < d; ++j) acc[j] += w * (double)r[j];
+    }
+}
+
+static void store_scaled_row(void *out, int64_t off, const double *acc, double inv, int64_t d, int dtype) {
+    switch (dtype) {
+    case WAVEPE_F64:
+        for (int64_t j = 0; j < d; ++j) ((double *)out)[off + j] = acc[j] * inv;
+        break;
+    case WAVEPE_F32:
+        for (int64_t j = 0; j < d; ++j) ((float *)out)[off + j] = (float)(acc[j] * inv);
+        break;
+    default:
+        for (int64_t j = 0; j < d; ++j) st(out, off + j, acc[j] * inv, dtype);
+        break;
+    }
+}
+
 /* Split-N decoding: merge the chunks' (max, sum, acc) of each query row in
  * chunk order. */
 static int fwd_combine(wavepe_attention_plan *p, int64_t begin, int64_t end) {
@@ -585,11 +615,13 @@ static int fwd_combine(wavepe_attention_plan *p, int64_t begin, int64_t end) {
                 if (mc == -INFINITY) continue;
                 const double w = exp(mc - mx);
                 l += w * ld(p->partial, o + dpad + 1, p->acc);
-                for (int64_t j = 0; j < d; ++j) acc[j] += w * ld(p->partial, o + j, p->acc);
+                add_scaled_row(acc, (const char *)p->partial + o * p->esize, w, d, p->acc == WAVEPE_F64);
             }
         }
         const int any = l > 0.0 || isnan(l);
-        for (int64_t j = 0; j < d; ++j) st(a->out, ooff + j, any ? acc[j] / l : 0.0, a->dtype);
+        /* a NaN l multiplies through as the division did; 1 / l of a finite l > 0 may be
+         * inf only for l < 2^-1024, which a sum of weights containing exp(0) = 1 never is */
+        store_scaled_row(a->out, ooff, acc, any ? 1.0 / l : 0.0, d, a->dtype);
         st(a->lse, row, any ? mx + log(l) : -INFINITY, p->acc);
     }
     free(acc);
