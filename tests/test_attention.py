@@ -276,6 +276,30 @@ def test_decoding_path_is_used_and_exact(isa):
         np.testing.assert_allclose(got.numpy(), want, rtol=2e-5, atol=2e-5, err_msg=pos_enc)
 
 
+@pytest.mark.parametrize("clamp", [False, True])
+def test_decoding_with_a_table_over_part_of_the_keys(isa, clamp):
+    # one query token, 1, 2 and 4 query heads per kv head (the narrow kernels fold the table rows into
+    # the keys: q . (k + T)), a table whose distances cover only some of the keys -- its first and last
+    # rows inside a key block, the keys before and after it without a row (clamp=False: no bias; True:
+    # the edge rows) -- over several key blocks and split-N chunks, and with padded keys
+    n, d = 1500, 40
+    g = torch.Generator().manual_seed(11)
+    for rep in (1, 2, 4):
+        q, k, v = make_inputs(1, 2 * rep, 2, 1, n, d, torch.float64, seed=rep)
+        for r_lo, rows in ((300, 517), (-20, 61), (1495, 9)):
+            t64 = torch.randn(rows, d, generator=g, dtype=torch.float64)
+            mask = torch.zeros(1, n, dtype=torch.bool)
+            mask[0, 700:705] = True
+            for dtype in (torch.float32, torch.float64):
+                got = wo.wavelet_attention(q.to(dtype), k.to(dtype), v.to(dtype), pos_enc="relative",
+                                           rel_table=(t64.to(dtype), r_lo), clamp=clamp, key_padding_mask=mask)
+                want = ref.attention(q.numpy(), k.numpy(), v.numpy(), table=t64.to(dtype).double().numpy(),
+                                     r_lo=r_lo, clamp=clamp, q_offset=n - 1, key_padding_mask=mask.numpy())
+                rtol, atol = tol(dtype, d)
+                np.testing.assert_allclose(got.double().numpy(), want, rtol=rtol, atol=atol,
+                                           err_msg=f"rep={rep} r_lo={r_lo} rows={rows} {dtype}")
+
+
 # ---- gradients ------------------------------------------------------------------------
 
 GRAD_SHAPES = [
