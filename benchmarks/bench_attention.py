@@ -46,8 +46,8 @@ nope) against SDPA with ``enable_gqa=True`` and no mask (what causal means for
 the last query).
 
 --dtype bf16 / fp16: q, k, v in that dtype through the public API (whatever
-the op does with them inside -- on the CPU, as of this writing, a float32
-upcast copy -- is part of what is timed), at B=1, H=8, d=128, causal, L=4096 by default: the fused
+the op does with them inside is part of what is timed: on the CPU the kernels
+read them as they are, no float32 copy), at B=1, H=8, d=128, causal, L=4096 by default: the fused
 wavelet forward (and forward+backward up to --backward-max) and SDPA in that
 dtype, each timed in alternation with the same call in float32, so the table
 gives the ratio to SDPA in the same dtype and to float32 from one run; then
@@ -367,7 +367,7 @@ def run_dtype(dtype: str, lengths: list[int], n_dec: int, quick: bool, backward_
     write_json(f"bench_attention_{dtype}" + ("_quick" if quick else ""),
                {"shape": {"B": B, "H": H, "d": D, "dtype": dtype, "causal": True},
                 "inputs": f"q, k, v in {dtype} through wavepe.ops.wavelet_attention and SDPA: whatever either "
-                          "does inside (an upcast copy included) is in the time",
+                          "does inside (any conversion included) is in the time",
                 "rows": rows, "decode_gqa": dec})
 
 
