@@ -563,9 +563,9 @@ static int bwd_scalar(wavepe_attention_plan *p, int64_t begin, int64_t end) {
 /* acc[0..d) += w * row[0..d) for a partial row in the accumulator type, and
  * out[0..d) = acc[0..d) * inv in the data's: loops the compiler vectorizes, the
  * dtype tested once a row.  Element by element through ld() / st() (a switch
- * per element) and a division each, the combine cost ~7 cycles an element:
- * on an AVX2 EPYC (Zen 3), one thread, float32 32/8 heads, d = 128, 1024 keys
- * in 2 chunks, ~20 us of a 340 us call. */
+ * per element) and a division each, the combine cost ~7 cycles an element
+ * (one thread, 32/8 heads, d = 128, 1024 keys in 2 chunks, AVX2 EPYC Zen 3:
+ * float32 0.382 -> 0.36 ms a call). */
 static void add_scaled_row(double *restrict acc, const void *row, double w, int64_t d, int f64) {
     if (f64) {
         const double *r = (const double *)row;
