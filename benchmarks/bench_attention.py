@@ -51,7 +51,10 @@ read them as they are, no float32 copy), at B=1, H=8, d=128, causal, L=4096 by d
 wavelet forward (and forward+backward up to --backward-max) and SDPA in that
 dtype, each timed in alternation with the same call in float32, so the table
 gives the ratio to SDPA in the same dtype and to float32 from one run; then
-the GQA decoding in both dtypes.  Writes
+the GQA decoding in both dtypes.  Targets (issue 29's): the decoding with the
+wavelet bias <= 0.6x float32 (both dtypes); bf16 also the L=4096 forward <=
+0.6x float32 on an ISA with bf16 dot products (avx512bf16), <= 1.0x elsewhere,
+and the forward and the decoding <= 0.5x SDPA in bf16.  Writes
 benchmarks/results/bench_attention_<dtype>.<isa>.json.
 """
 
@@ -344,6 +347,40 @@ def print_decode_gqa(rows: list[dict]) -> None:
                   fmt(r["ms_vs_float32"]), fmt(r["cpu_ms_vs_float32"])] for r in rows])
 
 
+def add_target(targets: list[dict], name: str, value, limit: float, smaller: bool = True, cpu=None) -> None:
+    """One target of a run: met when ``value`` is at most (``smaller``) or at least ``limit``; None: not measured."""
+    met = None if value is None else (value <= limit if smaller else value >= limit)
+    targets.append({"target": name, "value": value, "cpu_time_value": cpu, "limit": limit, "met": met})
+
+
+def print_targets(targets: list[dict]) -> None:
+    print_table("targets (wall clock; CPU-time ratio alongside)", ["target", "value", "(cpu)", "limit", "met"],
+                [[t["target"], fmt(t["value"]), fmt(t["cpu_time_value"]), t["limit"], t["met"]] for t in targets])
+
+
+def dtype_targets(dtype: str, rows: list[dict], dec: list[dict], isa: str | None) -> list[dict]:
+    """Issue 29's targets for a bf16 / fp16 run: decoding <= 0.6x float32 (both dtypes); bf16 also the
+    forward at L=4096 <= 0.6x float32 on an ISA with bf16 dot products (avx512bf16), <= 1.0x elsewhere,
+    and the forward and the decoding <= 0.5x SDPA in bf16."""
+    targets: list[dict] = []
+    dw = next(r for r in dec if r["dtype"] == dtype and r["method"] == "fused_wavelet")
+    n = dw["N"]
+    add_target(targets, f"decode N={n} {dtype} fused wavelet / float32", dw["ms_vs_float32"], 0.6,
+               cpu=dw["cpu_ms_vs_float32"])
+    if dtype != "bf16":
+        return targets
+    add_target(targets, f"decode N={n} bf16 fused wavelet / sdpa bf16", dw["ms_vs_sdpa"], 0.5,
+               cpu=dw["cpu_ms_vs_sdpa"])
+    fused = next((r for r in rows if r["L"] == 4096 and r["dtype"] == dtype and r["method"] == "fused"), None)
+    if fused is not None:
+        dot = isa is not None and "bf16" in isa
+        add_target(targets, f"L=4096 bf16 fused fwd / float32 ({isa}: {'with' if dot else 'no'} bf16 dot products)",
+                   fused["fwd_ms_vs_float32"], 0.6 if dot else 1.0, cpu=fused["fwd_cpu_ms_vs_float32"])
+        add_target(targets, "L=4096 bf16 fused fwd / sdpa bf16", fused["fwd_ms_vs_sdpa"], 0.5,
+                   cpu=fused["fwd_cpu_ms_vs_sdpa"])
+    return targets
+
+
 def run_dtype(dtype: str, lengths: list[int], n_dec: int, quick: bool, backward_max: int) -> None:
     """The --dtype bf16 / fp16 run: fused and SDPA in that dtype next to float32, then GQA decoding."""
     cfg = WaveletConfig.grid(D)
@@ -364,11 +401,13 @@ def run_dtype(dtype: str, lengths: list[int], n_dec: int, quick: bool, backward_
                   fmt(r["fwd_bwd_ms"], ".1f"), fmt(r["fwd_bwd_ms_vs_sdpa"]), fmt(r["fwd_bwd_cpu_ms_vs_sdpa"]),
                   fmt(r["fwd_bwd_ms_vs_float32"]), fmt(r["fwd_bwd_cpu_ms_vs_float32"])] for r in rows])
     print_decode_gqa(dec)
+    targets = dtype_targets(dtype, rows, dec, mach.get("wavepe_isa"))
+    print_targets(targets)
     write_json(f"bench_attention_{dtype}" + ("_quick" if quick else ""),
                {"shape": {"B": B, "H": H, "d": D, "dtype": dtype, "causal": True},
                 "inputs": f"q, k, v in {dtype} through wavepe.ops.wavelet_attention and SDPA: whatever either "
                           "does inside (any conversion included) is in the time",
-                "rows": rows, "decode_gqa": dec})
+                "rows": rows, "decode_gqa": dec, "targets": targets})
 
 
 def fmt(x, spec=".3g"):
@@ -434,11 +473,10 @@ def main() -> None:
                 return r[key]
         return None
 
-    targets = []
+    targets: list[dict] = []
 
     def target(name, value, limit, smaller=True, cpu=None):
-        met = None if value is None else (value <= limit if smaller else value >= limit)
-        targets.append({"target": name, "value": value, "cpu_time_value": cpu, "limit": limit, "met": met})
+        add_target(targets, name, value, limit, smaller=smaller, cpu=cpu)
 
     if 4096 in lengths:
         target("L=4096 fused fwd / sdpa fwd", get(4096, "fused", "fwd_vs_sdpa"), 1.15,
@@ -462,8 +500,7 @@ def main() -> None:
                64.0)
     fw = next(r for r in dec if r["method"] == "fused_wavelet")
     target(f"decode N={n_dec} fused / sdpa", fw["vs_sdpa"], 1.1, cpu=fw["cpu_vs_sdpa"])
-    print_table("targets (wall clock; CPU-time ratio alongside)", ["target", "value", "(cpu)", "limit", "met"],
-                [[t["target"], fmt(t["value"]), fmt(t["cpu_time_value"]), t["limit"], t["met"]] for t in targets])
+    print_targets(targets)
     write_json("bench_attention" + ("_quick" if args.quick else ""),
                {"shape": {"B": B, "H": H, "d": D, "dtype": "float32", "causal": True}, "rows": rows,
                 "decode": dec, "decode_gqa": dec_gqa, "targets": targets})
