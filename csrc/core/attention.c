@@ -314,8 +314,8 @@ int wavepe_attention_fwd_plan(wavepe_isa isa, const wavepe_attention_args *a, wa
     /* the decoding path with a few query rows per kv head (ATTN_NARROW_ROWS) reads
      * only the row-major table (narrow kernels) */
     const int narrow = p->kind == ATTN_KIND_DECODE && p->hg * a->m <= ATTN_NARROW_ROWS;
-    const int ranges = !narrow || a->m > 1; /* narrow with m = 1: the table folded into the keys */
-    if (p->kind != ATTN_KIND_SCALAR && (status = pack_table(p, !narrow, ranges)) != WAVEPE_OK) goto fail;
+    p->fold_table = narrow && a->m == 1;
+    if (p->kind != ATTN_KIND_SCALAR && (status = pack_table(p, !narrow, !p->fold_table)) != WAVEPE_OK) goto fail;
     *out = p;
     return WAVEPE_OK;
 fail:

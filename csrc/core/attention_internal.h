@@ -72,6 +72,9 @@ struct wavepe_attention_plan {
      * multiple of nr; rows past the range are zero).  With clamp, distances
      * outside the table repeat its edge rows. */
     int64_t pr_lo, pr_hi, prows, nstrips; /* prows == 0: no table work at all */
+    /* A decoding step of one query position (m = 1) with the narrow kernels: the table's rows
+     * are added to the keys whole (narrow_dots_rr), so no strip's column range is read */
+    int fold_table;
     void *tpack;       /* [strip][d][nr]: strips transposed, operand of q . T; where attn_dpbf16,
                         * [strip][ceil(d/2)][nr] uint32 bf16 pairs of the stored table (mk_dp) */
     void *trow;        /* [prows][dpad] row-major, zero padded: operand of ds . T */

@@ -813,9 +813,8 @@ static void FN(narrow_scores)(FN(work) * w, const FN(group) * g, const FN(kblock
     int64_t jlo = jmax;
     for (int t = 0; t < g->rows; ++t)
         if (jv[t] > 0 && jl[t] / VL * VL < jlo) jlo = jl[t] / VL * VL;
-    int one_pos = 1;
-    for (int t = 1; t < g->rows; ++t) one_pos &= g->pos[t] == g->pos[0];
-    if (table && one_pos) { /* the table folded into the keys (narrow_dots_rr) for the keys with a table row */
+    if (table && p->fold_table) { /* every row at one position: the table folded into the keys (narrow_dots_rr)
+                                   * for the keys with a table row */
         const int64_t p0 = p->pr_hi - g->pos[0] + kb->n0;
         int64_t ja = -p0 > jlo ? -p0 : jlo, jb = p->prows - p0 < jmax ? p->prows - p0 : jmax;
         if (jb < ja) ja = jb = jmax;
