@@ -138,13 +138,14 @@ attn_widen_fn attn_table_widen(wavepe_isa isa, int dtype) {
 
 /* Pack the table over the distances the operation can touch (see the plan):
  * row-major rows (memcpy), nonzero column range per strip -- unless no kernel
- * reads the ranges (need_ranges 0: every strip's range is all d columns) --,
+ * reads the ranges (p->fold_table: every strip's range is all d columns) --,
  * and -- unless only narrow decoding kernels will run -- the transposed
  * strips.  A decoding step of one query position folds the rows into its keys
  * whole (narrow_dots_rr) and reads no range: the scan of a 2048-row window
  * was ~3 % of such a call (32/8 heads, d = 128, 1024 keys, bf16 or float32,
  * one thread, AVX2 EPYC Zen 3: 0.388 -> 0.375 ms). */
-static int pack_table(wavepe_attention_plan *p, int need_strips, int need_ranges) {
+static int pack_table(wavepe_attention_plan *p, int need_strips) {
+    const int need_ranges = !p->fold_table;
     const wavepe_attention_args *a = &p->a;
     p->prows = 0;
     if (p->bias != ATTN_BIAS_TABLE || a->m == 0 || a->n == 0) return WAVEPE_OK;
@@ -315,7 +316,7 @@ int wavepe_attention_fwd_plan(wavepe_isa isa, const wavepe_attention_args *a, wa
      * only the row-major table (narrow kernels) */
     const int narrow = p->kind == ATTN_KIND_DECODE && p->hg * a->m <= ATTN_NARROW_ROWS;
     p->fold_table = narrow && a->m == 1;
-    if (p->kind != ATTN_KIND_SCALAR && (status = pack_table(p, !narrow, !p->fold_table)) != WAVEPE_OK) goto fail;
+    if (p->kind != ATTN_KIND_SCALAR && (status = pack_table(p, !narrow)) != WAVEPE_OK) goto fail;
     *out = p;
     return WAVEPE_OK;
 fail:
@@ -347,7 +348,7 @@ int wavepe_attention_bwd_plan(wavepe_isa isa, const wavepe_attention_args *a, wa
         }
         p->nkv_chunks = a->batch * a->kv_heads * ((a->n + ATTN_KV_REDUCE_ROWS - 1) / ATTN_KV_REDUCE_ROWS);
     }
-    if (p->kind != ATTN_KIND_SCALAR && (status = pack_table(p, 1, 1)) != WAVEPE_OK) goto fail;
+    if (p->kind != ATTN_KIND_SCALAR && (status = pack_table(p, 1)) != WAVEPE_OK) goto fail;
     if (a->dtable != NULL) {
         /* table gradient: per-slot partials, reduced in a fixed order */
         if (p->nslots > ATTN_MAX_TABLE_SLOTS) p->nslots = ATTN_MAX_TABLE_SLOTS;
