@@ -25,7 +25,7 @@ Tensor alibi_bias(const Tensor& slopes_in, int64_t q_len, int64_t k_len WAVEPE_A
     a.out_stride_m = k_len;
     wavepe_error err{};
     wavepe::check_sizes(wavepe_alibi_validate(&a, &err), err, "alibi_bias");
-    Tensor out = wavepe::empty({a.heads, q_len, k_len}, slopes);
+    Tensor out = wavepe::empty({a.heads, q_len, k_len}, slopes, "alibi_bias", "the bias (heads, q_len, k_len)");
     a.slopes = slopes.data_ptr();
     a.out = out.data_ptr();
     wavepe::check_status(wavepe_alibi_validate(&a, &err), err, "alibi_bias");

@@ -132,8 +132,8 @@ std::tuple<Tensor, Tensor> attention_fwd(const Tensor& q, const Tensor& k, const
     const Prepared p = prepare(q, k, v, table, slopes, key_padding_mask, cu_seqlens, a);
     wavepe_error err{};
     wavepe::check_sizes(wavepe_attention_validate(&a, 0, &err), err, "wavelet_attention");
-    Tensor out = wavepe::empty({a.batch, a.heads, a.m, a.d}, q);
-    Tensor lse = wavepe::empty({a.batch, a.heads, a.m}, q, wavepe::acc_dtype(q));
+    Tensor out = wavepe::empty({a.batch, a.heads, a.m, a.d}, q, "wavelet_attention", "out (B, H, q_len, head_dim)");
+    Tensor lse = wavepe::empty({a.batch, a.heads, a.m}, q, "wavelet_attention", "lse (B, H, q_len)", wavepe::acc_dtype(q));
     a.out = out.data_ptr();
     a.lse = lse.data_ptr();
     strides3(a.out_strides, out);
@@ -178,24 +178,25 @@ std::tuple<Tensor, Tensor, Tensor, Tensor, Tensor> attention_bwd(
     a.dout = go.data_ptr();
     strides3(a.dout_strides, go);
     wavepe_error err{};
-    wavepe::check_sizes(wavepe_attention_validate(&a, 1, &err), err, "wavelet_attention backward");
-    Tensor dq = wavepe::empty({a.batch, a.heads, a.m, a.d}, q);
-    Tensor dk = wavepe::empty({a.batch, a.kv_heads, a.n, a.d}, q);
-    Tensor dv = wavepe::empty({a.batch, a.kv_heads, a.n, a.d}, q);
-    Tensor dtable = wavepe::empty({0}, q), dslopes_acc, dslopes = wavepe::empty({0}, q);
+    constexpr const char* kBwd = "wavelet_attention backward";
+    wavepe::check_sizes(wavepe_attention_validate(&a, 1, &err), err, kBwd);
+    Tensor dq = wavepe::empty({a.batch, a.heads, a.m, a.d}, q, kBwd, "dq (B, H, q_len, head_dim)");
+    Tensor dk = wavepe::empty({a.batch, a.kv_heads, a.n, a.d}, q, kBwd, "dk (B, H_kv, k_len, head_dim)");
+    Tensor dv = wavepe::empty({a.batch, a.kv_heads, a.n, a.d}, q, kBwd, "dv (B, H_kv, k_len, head_dim)");
+    Tensor dtable = wavepe::empty({0}, q, kBwd, "dtable"), dslopes_acc, dslopes = wavepe::empty({0}, q, kBwd, "dslopes");
     a.dq = dq.data_ptr();
     a.dk = dk.data_ptr();
     a.dv = dv.data_ptr();
     if (table_grad && a.table != nullptr) {
-        dtable = wavepe::empty({a.table_rows, a.d}, q);
+        dtable = wavepe::empty({a.table_rows, a.d}, q, kBwd, "dtable (table rows, head_dim)");
         a.dtable = dtable.data_ptr();
     }
     if (slopes_grad && a.slopes != nullptr) {
-        dslopes_acc = wavepe::empty({a.heads}, q, acc);
+        dslopes_acc = wavepe::empty({a.heads}, q, kBwd, "dslopes (H,)", acc);
         a.dslopes = dslopes_acc.data_ptr();
     }
-    wavepe::check_status(wavepe_attention_validate(&a, 1, &err), err, "wavelet_attention backward");
-    wavepe::launch(a, true, q, "wavelet_attention backward");
+    wavepe::check_status(wavepe_attention_validate(&a, 1, &err), err, kBwd);
+    wavepe::launch(a, true, q, kBwd);
     if (dslopes_acc.defined()) dslopes = wavepe::to_dtype(dslopes_acc, slopes->scalar_type());
     return {dq, dk, dv, dtable, dslopes};
 }

@@ -78,7 +78,7 @@ struct OnDevice {
 // Scratch memory on the device (torch's caching allocator), or an undefined tensor for 0 bytes.
 Tensor workspace(size_t bytes, const Tensor& like) {
     if (bytes == 0) return Tensor();
-    return empty({static_cast<int64_t>(bytes)}, like, ScalarType::Byte);
+    return empty({static_cast<int64_t>(bytes)}, like, "wavepe CUDA kernels", "a workspace (bytes)", ScalarType::Byte);
 }
 
 void* data_or_null(const Tensor& t) { return t.defined() ? t.data_ptr() : nullptr; }

@@ -95,7 +95,7 @@ Tensor rel_bias(const Tensor& q_in, const Tensor& table_in,
     wavepe::check_status(wavepe_relbias_validate(&a, 0, &err), err, "rel_bias");  // sizes and positions
     std::vector<int64_t> shape(q.sizes().begin(), q.sizes().end());
     shape.back() = k_len;
-    Tensor out = wavepe::empty_output(shape, q);
+    Tensor out = wavepe::empty_output(shape, q, "rel_bias", "the bias (..., q_len, k_len)");
     a.q = q.data_ptr();
     a.q_stride_o = lv.stride_outer;
     a.q_stride_g = lv.stride_inner;
@@ -133,8 +133,9 @@ std::tuple<Tensor, Tensor> rel_bias_backward(const Tensor& grad_in, const Tensor
     a.batch = glv.inner;  // grad is one level: its batch product
     wavepe_error err{};
     wavepe::check_status(wavepe_relbias_validate(&a, 0, &err), err, "rel_bias_backward");  // sizes and positions
-    Tensor dq = want_dq ? wavepe::empty(q_in.sizes(), q_in) : wavepe::empty({0}, q_in);
-    Tensor dt = want_dt ? wavepe::empty(table.sizes(), table) : wavepe::empty({0}, table);
+    const std::vector<int64_t> none{0};  // a masked-out gradient: an empty (0,) tensor
+    Tensor dq = wavepe::empty(want_dq ? q_in.sizes() : wavepe::IntArrayRef(none), q_in, "rel_bias backward", "dq (..., q_len, head_dim)");
+    Tensor dt = wavepe::empty(want_dt ? table.sizes() : wavepe::IntArrayRef(none), table, "rel_bias backward", "dtable (table rows, head_dim)");
     if (!want_dq && !want_dt) return {dq, dt};
     a.table = table.data_ptr();
     a.grad = grad.data_ptr();

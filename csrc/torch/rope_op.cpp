@@ -154,15 +154,15 @@ std::tuple<Tensor, Tensor> rope(const Tensor& q, const std::optional<Tensor>& k,
     // bf16: 46 vs 38 ms), and within the noise on reused memory, where perf shows ~10% of the
     // call walking pages already present.
     const Tensor q_in = wavepe::last_dim_contiguous(q);
-    Tensor q_out = wavepe::empty(q.sizes(), q);
+    Tensor q_out = wavepe::empty(q.sizes(), q, "rope", "the rotated q (B, H, L, head_dim)");
     fill_tensor(a.q, q_in, q_out);
     Tensor k_in, k_out;
     if (k.has_value()) {
         k_in = wavepe::last_dim_contiguous(*k);
-        k_out = wavepe::empty(k->sizes(), *k);
+        k_out = wavepe::empty(k->sizes(), *k, "rope", "the rotated k (B, H_kv, L, head_dim)");
         fill_tensor(a.k, k_in, k_out);
     } else {
-        k_out = wavepe::empty({B, 0, L, d}, q);
+        k_out = wavepe::empty({B, 0, L, d}, q, "rope", "the rotated k (B, 0, L, head_dim)");
     }
     wavepe::check_status(wavepe_rope_validate(&a, &err), err, "rope");
     wavepe::launch(a, q, "rope");

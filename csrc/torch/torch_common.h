@@ -26,13 +26,17 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <sstream>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
+#include <new>
+
 #if defined(__linux__)
 #include <sys/mman.h>
+#include <sys/sysinfo.h>
 #ifndef MADV_POPULATE_WRITE
 #define MADV_POPULATE_WRITE 23  // Linux >= 5.14; older kernels answer EINVAL, which is ignored
 #endif
@@ -78,14 +82,30 @@ std::string device_name(const Tensor& t);
 // An error of the device or of a launch: RuntimeError in Python.
 [[noreturn]] inline void fail_runtime(const std::string& message) { throw std::runtime_error(message); }
 
+// Memory that cannot be had: MemoryError in Python, with this message (pybind11, which raises what the op
+// threw, turns a std::bad_alloc into MemoryError(what())).
+class MemoryError : public std::bad_alloc {
+  public:
+    explicit MemoryError(std::string message) : message_(std::move(message)) {}
+    const char* what() const noexcept override { return message_.c_str(); }
+
+  private:
+    std::string message_;
+};
+[[noreturn]] inline void fail_memory(const std::string& message) { throw MemoryError(message); }
+
 #define WAVEPE_CHECK_VALUE(cond, ...) \
     do {                              \
         if (!(cond)) ::wavepe::fail_value(::wavepe::str(__VA_ARGS__)); \
     } while (0)
 
-// Raise ValueError "what: <the core's sentence naming the argument>" when a core validator fails.
+// Raise ValueError "what: <the core's sentence naming the argument>" when a core validator fails
+// (MemoryError when a plan could not allocate its scratch memory).
 inline void check_status(int status, const wavepe_error& err, const char* what) {
-    WAVEPE_CHECK_VALUE(status == WAVEPE_OK, what, ": ", err.message[0] ? err.message : wavepe_status_str(status));
+    if (status == WAVEPE_OK) return;
+    const std::string message = str(what, ": ", err.message[0] ? err.message : wavepe_status_str(status));
+    if (status == WAVEPE_E_NOMEM) fail_memory(message + " (the kernels' scratch memory)");
+    fail_value(message);
 }
 
 // The same for a validator run before the outputs exist: every rule but the data pointers (the
@@ -172,9 +192,87 @@ inline Tensor to_dtype(const Tensor& t, ScalarType dtype) {
     return t.scalar_type() == dtype ? t : torch::stable::to(t, dtype);
 }
 
-// A new uninitialised tensor of `sizes` with like's device and `dtype` (like's when not given).
-inline Tensor empty(IntArrayRef sizes, const Tensor& like, std::optional<ScalarType> dtype = std::nullopt) {
-    return torch::stable::empty(sizes, dtype.value_or(like.scalar_type()), std::nullopt, like.device());
+inline int64_t element_size(ScalarType t) {
+    switch (t) {
+    case ScalarType::Double:
+    case ScalarType::Long: return 8;
+    case ScalarType::Float:
+    case ScalarType::Int: return 4;
+    case ScalarType::BFloat16:
+    case ScalarType::Half: return 2;
+    default: return 1;
+    }
+}
+
+// Bytes as people read them: 16.0 TiB.
+inline std::string human_bytes(double bytes) {
+    static const char* const units[] = {"bytes", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
+    int u = 0;
+    while (bytes >= 1024.0 && u < 6) bytes /= 1024.0, ++u;
+    std::ostringstream os;
+    os.setf(std::ios::fixed);
+    os.precision(u == 0 ? 0 : 1);
+    os << bytes << ' ' << units[u];
+    return os.str();
+}
+
+// This machine's memory, RAM and swap (0 where unknown): no CPU tensor larger than it can exist.
+inline uint64_t host_memory() {
+#if defined(__linux__)
+    struct sysinfo si;
+    if (sysinfo(&si) == 0) return (static_cast<uint64_t>(si.totalram) + si.totalswap) * si.mem_unit;
+#endif
+    return 0;
+}
+
+// "k_len=1099511627776": the dimension of `sizes` that the names in `dims` ("(..., q_len, k_len)", matched from
+// the right; "..." stands for the leading dimensions) give its largest value.
+inline std::string largest_dimension(IntArrayRef sizes, const char* dims) {
+    std::vector<std::string> names;
+    std::string d(dims), name;
+    for (char c : d) {
+        if (c == '(' || c == ')' || c == ' ') continue;
+        if (c == ',') names.push_back(name), name.clear();
+        else name += c;
+    }
+    if (!name.empty()) names.push_back(name);
+    size_t best = 0;
+    for (size_t i = 1; i < sizes.size(); ++i)
+        if (sizes[i] > sizes[best]) best = i;
+    const size_t from_right = sizes.size() - 1 - best;
+    std::string which = "dimension " + std::to_string(best);
+    if (from_right < names.size() && names[names.size() - 1 - from_right] != "...")
+        which = names[names.size() - 1 - from_right];
+    return str(which, "=", sizes.empty() ? 0 : sizes[best]);
+}
+
+// A new uninitialised tensor of `sizes` with like's device and `dtype` (like's when not given) for op `op`:
+// `result` names it with its dimensions as the API names them ("the bias (..., q_len, k_len)").  A result
+// larger than this machine's memory raises MemoryError naming it, its shape, its bytes and its largest
+// dimension before anything is allocated; an allocation the device refuses raises the same with the
+// device's words (through the stable ABI torch would say only that "aten::empty" failed).  The sizes are
+// the core validator's (no product overflows int64).
+inline Tensor empty(IntArrayRef sizes, const Tensor& like, const char* op, const char* result,
+                    std::optional<ScalarType> dtype = std::nullopt) {
+    const ScalarType type = dtype.value_or(like.scalar_type());
+    double bytes = static_cast<double>(element_size(type));
+    for (int64_t s : sizes) bytes *= static_cast<double>(s);
+    const auto describe = [&] {
+        const char* dims = std::strchr(result, '(');
+        return str(result, " of shape ", Shape(sizes), " in ", dtype_name(type), ", ", human_bytes(bytes),
+                   dims != nullptr ? str(" (", largest_dimension(sizes, dims), ")") : std::string());
+    };
+    if (like.is_cpu()) {
+        const uint64_t memory = host_memory();
+        if (memory > 0 && bytes > static_cast<double>(memory))
+            fail_memory(str(op, ": ", describe(), ", is more than this machine's memory (",
+                            human_bytes(static_cast<double>(memory)), " of RAM and swap)"));
+    }
+    try {
+        return torch::stable::empty(sizes, type, std::nullopt, like.device());
+    } catch (const std::exception& e) {
+        fail_memory(str(op, ": cannot allocate ", describe(), ", on ", device_name(like), " (", e.what(), ")"));
+    }
 }
 
 // Runs f(begin, end) over [0, n) on torch's intra-op thread pool (its thread count, its OpenMP
@@ -190,8 +288,8 @@ inline int64_t num_threads() { return static_cast<int64_t>(torch::stable::get_nu
 // mmap on every call, and faulting their pages in one write at a time dominates memory-bound ops
 // (~85% of RoPE's time at (1, 32, 4096, 128)).  MADV_POPULATE_WRITE (Linux >= 5.14) maps them in
 // one call per thread chunk instead; elsewhere, or if it fails, the pages fault in as before.
-inline Tensor empty_output(IntArrayRef sizes, const Tensor& like) {
-    Tensor t = empty(sizes, like);
+inline Tensor empty_output(IntArrayRef sizes, const Tensor& like, const char* op, const char* result) {
+    Tensor t = empty(sizes, like, op, result);
 #if defined(__linux__)
     constexpr uintptr_t page = 4096;
     const size_t bytes = static_cast<size_t>(t.numel()) * t.element_size();
