@@ -134,7 +134,7 @@ class PositionalAttention(nn.Module):
         k = self.k_proj(x).view(b, length, self.num_kv_heads, self.head_dim).transpose(1, 2)
         v = self.v_proj(x).view(b, length, self.num_kv_heads, self.head_dim).transpose(1, 2)
         device_type = q.device.type
-        if torch.is_autocast_enabled(device_type):
+        if torch.amp.is_autocast_available(device_type) and torch.is_autocast_enabled(device_type):  # meta: none
             # autocast covers torch's ops, not wavepe's custom ops: these receive q, k, v as they are, so
             # put all three in the autocast dtype (nn.Linear already does, unless a hook or subclass changed it)
             dtype = torch.get_autocast_dtype(device_type)

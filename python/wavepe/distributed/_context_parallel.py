@@ -9,14 +9,17 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 import torch.distributed as dist
+from torch.distributed.distributed_c10d import _resolve_process_group
 
 from .._validate import check_choice, check_flag, check_int, check_real
 from ..config import WaveletConfig
 from ..ops import _routing
+from ..ops._extension import func_transform_active
 from ..ops.attention import POS_ENCS, _acc_dtype, check_cu_seqlens, check_key_padding_mask, check_qkv, position_bias
 from ..pos_enc import canonical_pos_enc
 from ._layout import LAYOUTS, _group_geometry, local_positions, segments
-from ._ring_attention import RingAttention, RingPlan, _Ring
+from . import _ring_attention
+from ._ring_attention import RingPlan, _Ring
 from ._schedule import UNBOUNDED, last_hops
 
 # The settings every rank must agree on, in the order they are compared (see _check_agreement).
@@ -123,6 +126,11 @@ def context_parallel_attention(
     which DDP/FSDP over the group (averaging, like every other parameter)
     or ``dist.all_reduce`` does.
     """
+    if func_transform_active():
+        raise NotImplementedError(
+            "context_parallel_attention does not run under torch.func transforms (vmap, grad, vjp, jacrev, ...): "
+            "each call exchanges messages with the other ranks; differentiate it with torch.autograd "
+            "(loss.backward(), torch.autograd.grad), and batch examples along B")
     b, h, h_kv, c, n, d = check_qkv(q, k, v)
     if n != c:
         raise ValueError(f"k and v must hold this rank's C={c} positions like q, got {tuple(k.shape)}")
@@ -141,45 +149,133 @@ def context_parallel_attention(
     check_key_padding_mask(key_padding_mask, q, "(B, C)", b, c)
     length = world * c
     check_cu_seqlens(cu_seqlens, q, b, length, length, 0)
-    docs = cu = None
-    if cu_seqlens is not None:
-        if length > 2**31 - 1:
-            raise ValueError(f"cu_seqlens needs a sequence length <= 2^31 - 1, got {length}")
-        cu = cu_seqlens.to(torch.int32).contiguous()
-        if cu.device.type == "cpu" and not torch.compiler.is_compiling():
-            # on the host already: checked here, before any message (a kernel's error on one tile would leave
-            # the other ranks waiting), and the schedule can skip tiles across documents
-            rows = cu.reshape(-1, cu.shape[-1])
-            steps = rows[:, 1:] < rows[:, :-1]
-            if bool(steps.any()):
-                row, i = (int(x) for x in torch.nonzero(steps)[0])
-                raise ValueError(f"cu_seqlens of batch row {row} must not decrease, got cu_seqlens[{i + 1}]="
-                                 f"{int(rows[row, i + 1])} after {int(rows[row, i])}")
-            docs = tuple(tuple(row) for row in rows.tolist())
-    mask = None if key_padding_mask is None else key_padding_mask.contiguous().view(torch.uint8)  # wire type
-    acc = _acc_dtype(q.dtype)
+    if cu_seqlens is not None and length > 2**31 - 1:
+        raise ValueError(f"cu_seqlens needs a sequence length <= 2^31 - 1, got {length}")
     # one table for every tile, in q's dtype (the kernels read half types as they are): the distances of the
     # whole sequence (positions 0 .. L-1 for queries and keys)
-    table, r_lo, slopes = position_bias(q, pos_enc, q.dtype, world * c, world * c, 0, causal, config=config,
+    table, r_lo, slopes = position_bias(q, pos_enc, q.dtype, length, length, 0, causal, config=config,
                                         rel_table=rel_table, alibi_slopes=alibi_slopes, clamp=clamp)
+    group = dist.group.WORLD if group is None else group
+    out, lse = _ring_attention_op(q, k, v, table, slopes, key_padding_mask, cu_seqlens, group_name=group.group_name,
+                                  layout=layout, pos_enc=POS_ENCS.index(pos_enc), causal=causal, scale=scale,
+                                  r_lo=r_lo, clamp=clamp, validate=validate)
+    return (out, lse) if return_lse else out
+
+
+# ---- the op: the ring behind one custom op ------------------------------------------------------------
+# The ring posts messages and reads the boundaries on the host (to skip tiles), so its forward and backward are
+# custom ops, opaque to torch.compile and torch.export: the graph holds one node per call, run eagerly with
+# real tensors (the process group travels by name), and the fake kernel gives the shapes.  Nothing of the
+# ring is traced, so a compiled or exported call is the eager one.
+
+_Tensor = torch.Tensor
+
+
+def _plan(group_name: str, layout: str, causal: bool, scale: float, r_lo: int, clamp: bool, q: _Tensor,
+          table: _Tensor | None, cu: _Tensor | None) -> RingPlan:
+    """The ring's plan for a call (the schedule, from the layout; the kernel settings)."""
+    group = _resolve_process_group(group_name)
+    rank, world = _group_geometry(group)
+    c = q.shape[2]
     # the distances whose table row is nonzero (a wavelet table's first and last rows are)
     support: tuple[int, int] | None = None
     if table is not None and table.shape[0]:
         support = UNBOUNDED if clamp else (r_lo, r_lo + table.shape[0] - 1)
+    docs = None
+    if cu is not None and cu.device.type == "cpu":  # on the host already: the schedule skips tiles across documents
+        docs = tuple(tuple(row) for row in cu.reshape(-1, cu.shape[-1]).tolist())
+    return RingPlan(ring=_Ring(group, rank, world), segs=tuple(segments(r, world, c, layout) for r in range(world)),
+                    last=last_hops(world, layout, causal), causal=causal, scale=scale, r_lo=r_lo, clamp=clamp,
+                    support=support, acc_dtype=_acc_dtype(q.dtype), docs=docs)
 
-    group = dist.group.WORLD if group is None else group
+
+def _wire(key_padding_mask: _Tensor | None, cu_seqlens: _Tensor | None) -> tuple[_Tensor | None, _Tensor | None]:
+    """The mask and the boundaries as the ring carries them: uint8 (the wire type), int32."""
+    mask = None if key_padding_mask is None else key_padding_mask.contiguous().view(torch.uint8)
+    cu = None if cu_seqlens is None else cu_seqlens.to(torch.int32).contiguous()
+    return mask, cu
+
+
+@torch.library.custom_op("wavepe::ring_attention", mutates_args=())
+def _ring_attention_op(q: _Tensor, k: _Tensor, v: _Tensor, table: _Tensor | None, slopes: _Tensor | None,
+                       key_padding_mask: _Tensor | None, cu_seqlens: _Tensor | None, *, group_name: str, layout: str,
+                       pos_enc: int, causal: bool, scale: float, r_lo: int, clamp: bool, validate: bool
+                       ) -> tuple[_Tensor, _Tensor]:
+    """(out in q's dtype, lse in the accumulation dtype) of this rank's queries over the whole sequence."""
+    mask, cu = _wire(key_padding_mask, cu_seqlens)
+    if cu is not None and cu.device.type == "cpu":
+        # checked before any message (a kernel's error on one tile would leave the other ranks waiting)
+        rows = cu.reshape(-1, cu.shape[-1])
+        steps = rows[:, 1:] < rows[:, :-1]
+        if bool(steps.any()):
+            row, i = (int(x) for x in torch.nonzero(steps)[0])
+            raise ValueError(f"cu_seqlens of batch row {row} must not decrease, got cu_seqlens[{i + 1}]="
+                             f"{int(rows[row, i + 1])} after {int(rows[row, i])}")
+    plan = _plan(group_name, layout, causal, scale, r_lo, clamp, q, table, cu)
     if validate:
-        _check_agreement(group, world, device, [
-            b, h, h_kv, c, d, _DTYPES.index(q.dtype), POS_ENCS.index(pos_enc), int(causal),
+        b, h, c, d = q.shape
+        _check_agreement(plan.ring.group, plan.ring.world, q.device, [
+            b, h, k.shape[1], c, d, _DTYPES.index(q.dtype), pos_enc, int(causal),
             LAYOUTS.index(layout), struct.unpack("<q", struct.pack("<d", scale))[0],
             -1 if table is None else table.shape[0], r_lo, int(clamp), int(mask is not None),
             -1 if cu is None else cu.shape[-1]], _checksum(cu))
-    plan = RingPlan(ring=_Ring(group, rank, world),
-                    segs=tuple(segments(r, world, c, layout) for r in range(world)),
-                    last=last_hops(world, layout, causal), causal=causal, scale=scale, r_lo=r_lo,
-                    clamp=clamp, support=support, acc_dtype=acc, docs=docs)
-    out, lse = RingAttention.apply(q, k, v, table, slopes, mask, cu, plan)
-    return (out, lse) if return_lse else out
+    out, lse = _ring_attention.ring_forward(plan, q, k, v, table, slopes, mask, cu)
+    return out.to(q.dtype), lse
+
+
+@_ring_attention_op.register_fake
+def _ring_attention_fake(q, k, v, table, slopes, key_padding_mask, cu_seqlens, **_):
+    return q.new_empty(q.shape), q.new_empty(q.shape[:3], dtype=_acc_dtype(q.dtype))
+
+
+@torch.library.custom_op("wavepe::ring_attention_backward", mutates_args=())
+def _ring_attention_backward_op(grad_out: _Tensor | None, grad_lse: _Tensor | None, q: _Tensor, k: _Tensor,
+                                v: _Tensor, table: _Tensor | None, slopes: _Tensor | None,
+                                key_padding_mask: _Tensor | None, cu_seqlens: _Tensor | None, out: _Tensor,
+                                lse: _Tensor, *, group_name: str, layout: str, causal: bool, scale: float, r_lo: int,
+                                clamp: bool, table_grad: bool, slopes_grad: bool
+                                ) -> tuple[_Tensor, _Tensor, _Tensor, _Tensor, _Tensor]:
+    """(dq, dk, dv, dtable, dslopes) in the inputs' dtypes; dtable / dslopes empty where not asked for.  The
+    ring's backward is not itself differentiable (no autograd is registered for this op)."""
+    mask, cu = _wire(key_padding_mask, cu_seqlens)
+    plan = _plan(group_name, layout, causal, scale, r_lo, clamp, q, table, cu)
+    dq, dk, dv, dtable, dslopes = _ring_attention.ring_backward(
+        plan, q, k, v, table, slopes, mask, out, lse, grad_out, grad_lse, table_grad=table_grad,
+        slopes_grad=slopes_grad, cu=cu)
+    return (dq.to(q.dtype), dk.to(k.dtype), dv.to(v.dtype),
+            q.new_empty((0,)) if dtable is None else dtable.to(q.dtype),
+            lse.new_empty((0,)) if dslopes is None else dslopes.to(lse.dtype))
+
+
+@_ring_attention_backward_op.register_fake
+def _ring_attention_backward_fake(grad_out, grad_lse, q, k, v, table, slopes, key_padding_mask, cu_seqlens, out, lse,
+                                  *, table_grad, slopes_grad, **_):
+    return (q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape),
+            q.new_empty(table.shape if table_grad and table is not None else (0,)),
+            lse.new_empty(slopes.shape if slopes_grad and slopes is not None else (0,)))
+
+
+_SETTINGS = ("group_name", "layout", "causal", "scale", "r_lo", "clamp")
+
+
+def _ring_setup(ctx, inputs, keyword_only_inputs, output):
+    q, k, v, table, slopes, mask, cu = inputs
+    out, lse = output
+    ctx.save_for_backward(q, k, v, table, slopes, mask, cu, out, lse)
+    ctx.settings = {n: keyword_only_inputs[n] for n in _SETTINGS}
+
+
+def _ring_backward(ctx, grad_out, grad_lse):
+    q, k, v, table, slopes, mask, cu, out, lse = ctx.saved_tensors
+    need = ctx.needs_input_grad
+    table_grad, slopes_grad = table is not None and bool(need[3]), slopes is not None and bool(need[4])
+    dq, dk, dv, dtable, dslopes = _ring_attention_backward_op(
+        grad_out, grad_lse, q, k, v, table, slopes, mask, cu, out, lse, **ctx.settings, table_grad=table_grad,
+        slopes_grad=slopes_grad)
+    return dq, dk, dv, dtable if table_grad else None, dslopes if slopes_grad else None, None, None
+
+
+_ring_attention_op.register_autograd(_ring_backward, setup_context=_ring_setup)
 
 
 def _check_kernel(device: torch.device) -> None:

@@ -1,4 +1,6 @@
-"""Ring attention over the fused kernels: the autograd Function and its messages.
+"""Ring attention over the fused kernels: its forward, its backward and their messages (the custom ops
+``wavepe::ring_attention`` and ``wavepe::ring_attention_backward`` that run them, and their autograd, are in
+``_context_parallel.py``).
 
 Forward (rank r, P ranks): keys/values travel around the ring; at step s the
 rank computes its queries against chunk (r − s) mod P with
@@ -44,7 +46,6 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
-from torch.autograd.function import once_differentiable
 
 from ..ops._extension import ops
 from ._layout import Segment
@@ -321,29 +322,3 @@ def ring_backward(plan: RingPlan, q: torch.Tensor, k: torch.Tensor, v: torch.Ten
     if dq is None:
         dq = torch.zeros(q.shape, dtype=adt, device=q.device)
     return dq, home[0], home[1], dtable, dslopes
-
-
-class RingAttention(torch.autograd.Function):
-    """(q, k, v, table, slopes, key_padding_mask, cu_seqlens) of this rank -> (out, lse), differentiable in
-    the first five."""
-
-    @staticmethod
-    def forward(ctx, q, k, v, table, slopes, mask, cu, plan: RingPlan):  # type: ignore[override]
-        ctx.set_materialize_grads(False)
-        out, lse = ring_forward(plan, q, k, v, table, slopes, mask, cu)
-        result = out.to(q.dtype)
-        ctx.save_for_backward(q, k, v, table, slopes, mask, cu, out, lse)
-        ctx.plan = plan
-        return result, lse
-
-    @staticmethod
-    @once_differentiable  # the ring's backward is not itself differentiable: double backward raises
-    def backward(ctx, grad_out, grad_lse):  # type: ignore[override]
-        q, k, v, table, slopes, mask, cu, out, lse = ctx.saved_tensors
-        need = ctx.needs_input_grad
-        dq, dk, dv, dtable, dslopes = ring_backward(
-            ctx.plan, q, k, v, table, slopes, mask, out, lse, grad_out, grad_lse,
-            table_grad=table is not None and bool(need[3]), slopes_grad=slopes is not None and bool(need[4]), cu=cu)
-        return (dq.to(q.dtype), dk.to(k.dtype), dv.to(v.dtype),
-                None if dtable is None else dtable.to(table.dtype),
-                None if dslopes is None else dslopes.to(slopes.dtype), None, None, None)

@@ -6,6 +6,7 @@ Importing this module imports torch and loads the compiled extension.
 
 from __future__ import annotations
 
+from . import _vmap  # noqa: F401  (the ops' batching rules for torch.func.vmap)
 from ._raw import raw_ops
 from .alibi import alibi_bias
 from .attention import default_wavelet_config, wavelet_attention

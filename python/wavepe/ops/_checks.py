@@ -57,6 +57,15 @@ def compute_dtype(t: torch.Tensor, half_on_cpu: bool = False) -> torch.dtype:
     return t.dtype
 
 
+def values(t: torch.Tensor) -> torch.Tensor:
+    """The tensor holding t's values: t itself, or under torch.func transforms (vmap, grad) the plain
+    tensor inside the wrappers -- all examples of a vmap at once -- which a check may read (a wrapped
+    tensor refuses a data-dependent branch)."""
+    while torch._C._functorch.is_functorch_wrapped_tensor(t):
+        t = torch._C._functorch.get_unwrapped(t)
+    return t
+
+
 def check_finite(name: str, t: torch.Tensor) -> None:
     """Values that must be finite (slopes, ...): ValueError naming them.  Skipped where values do not
     exist (meta / fake tensors) or would make torch.compile branch on data."""
@@ -64,6 +73,7 @@ def check_finite(name: str, t: torch.Tensor) -> None:
         return
     from torch._subclasses.fake_tensor import is_fake
 
+    t = values(t)
     if not is_fake(t) and not bool(torch.isfinite(t).all()):
         raise ValueError(f"{name} must be finite, got {t.tolist()}")
 

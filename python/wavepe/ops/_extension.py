@@ -89,20 +89,73 @@ ORIGIN, LIBRARY, RECORD = _load()
 
 def _positional_caller(name: str) -> Callable[..., Any]:
     """A function with the parameters of ``torch.ops.wavepe.<name>``'s schema (its names, order and
-    defaults) that calls the op's default overload with them in schema order."""
+    defaults) that calls the op's default overload with them in schema order -- or, under a torch.func
+    transform, the op's :func:`register_autograd` Function (which those transforms can differentiate)."""
     overload = getattr(torch.ops.wavepe, name).default
-    env: dict[str, Any] = {"_op": overload}
+    env: dict[str, Any] = {"_op": overload, "_active": func_transform_active, "_functions": _FUNCTORCH, "_name": name}
     params, passed = [], []
     for i, a in enumerate(overload._schema.arguments):
         if a.has_default_value():
             env[f"_default{i}"] = a.default_value
         params.append(f"{a.name}=_default{i}" if a.has_default_value() else a.name)
         passed.append(f"{a.name}={a.name}" if a.kwarg_only else a.name)
-    exec(f"def {name}({', '.join(params)}):\n    return _op({', '.join(passed)})\n", env)  # noqa: S102
+    positional = ", ".join(a.name for a in overload._schema.arguments)
+    exec(f"def {name}({', '.join(params)}):\n"  # noqa: S102
+         f"    if _active() and _name in _functions:\n"
+         f"        return _functions[_name].apply({positional})\n"
+         f"    return _op({', '.join(passed)})\n", env)
     fn = env[name]
     fn.__qualname__ = f"ops.{name}"
     fn.__doc__ = f"torch.ops.wavepe.{name}.default with its arguments in schema order: {overload._schema}"
     return fn
+
+
+def func_transform_active() -> bool:
+    """Whether a torch.func transform (grad, vmap, jacrev, ...) is active -- never while torch.compile traces."""
+    return not torch.compiler.is_compiling() and torch._C._functorch.peek_interpreter_stack() is not None
+
+
+# op name -> the autograd.Function torch.func transforms call instead of the op (register_autograd)
+_FUNCTORCH: dict[str, type] = {}
+
+
+def register_autograd(op: str, backward: Callable[..., Any], setup_context: Callable[..., Any]) -> None:
+    """``torch.library.register_autograd`` of ``wavepe::<op>`` -- and the same derivative as an
+    ``autograd.Function`` for torch.func's transforms.
+
+    torch.library's autograd serves torch.autograd, torch.compile and torch.export, but the Function it
+    generates has no ``setup_context`` of its own, which torch.func.grad / vjp / jacrev require.  Under
+    such a transform the op's Python caller (``ops.<op>``) calls this Function instead: its forward is
+    the op (below autograd, vmapped by the op's batching rules in ``_vmap.py``), its ``setup_context`` and
+    ``backward`` the very functions given here.  Forward mode (jvp, jacfwd) has no formula: a clear
+    error says so.
+    """
+    torch.library.register_autograd(f"wavepe::{op}", backward, setup_context=setup_context)
+    overload = getattr(torch.ops.wavepe, op).default
+
+    def forward(*args: Any) -> Any:
+        return overload(*args)
+
+    def jvp(ctx: Any, *tangents: Any) -> Any:
+        raise NotImplementedError(
+            f"wavepe::{op} has no forward-mode derivative (torch.func.jvp, jacfwd, torch.autograd.forward_ad): "
+            "use reverse mode (torch.autograd, torch.func.grad, vjp, jacrev)")
+
+    _FUNCTORCH[op] = type(f"wavepe_{op}_Function", (torch.autograd.Function,), {
+        "generate_vmap_rule": True,
+        "forward": staticmethod(forward),
+        "setup_context": staticmethod(setup_context),
+        "backward": staticmethod(backward),
+        "jvp": staticmethod(jvp),
+    })
+
+
+def _library_ops() -> tuple[str, ...]:
+    """The names of the ops the loaded library registered under ``wavepe::`` (the schemas torch holds),
+    the Python-defined ``wavepe::wavelet_table`` (ops/_tables.py) excepted: it is called as a function."""
+    names = {s.name.split("::", 1)[1] for s in torch._C._jit_get_all_schemas() if s.name.startswith("wavepe::")}
+    names.discard("wavelet_table")
+    return tuple(sorted(names))
 
 
 class _Ops:
@@ -111,17 +164,21 @@ class _Ops:
     the arguments in schema order.  Keywords given to the op itself are matched against the schema by the
     dispatcher's argument parser, ~5 us a call (a tenth of a one-token decoding step of a small model);
     Python binds a plain function's keywords in well under one.  Each function is made from the schema
-    when first asked for, so the schema stays the one description of the arguments."""
+    here, when the library has loaded, so the schema stays the one description of the arguments -- and
+    not on first use: a first call inside ``torch.compile`` would make dynamo trace the schema walk,
+    which it cannot (issue 45)."""
+
+    def __init__(self, names: tuple[str, ...]) -> None:
+        for name in names:
+            setattr(self, name, _positional_caller(name))
 
     def __getattr__(self, name: str) -> Callable[..., Any]:
         if name.startswith("__"):
             raise AttributeError(name)
-        fn = _positional_caller(name)
-        setattr(self, name, fn)
-        return fn
+        raise AttributeError(f"the wavepe ops library ({LIBRARY}) has no op {name!r}")
 
 
-ops = _Ops()
+ops = _Ops(_library_ops())
 
 
 _NO_CONTEXT = contextlib.nullcontext()

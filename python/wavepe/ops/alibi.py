@@ -13,7 +13,7 @@ from .._validate import check_flag, check_int, resolve_positions
 from ..config import alibi_slopes as _alibi_slopes
 from . import _routing
 from ._checks import check_finite, compute_dtype
-from ._extension import float_compute_dtype, named, ops, register_fake, schema_names
+from ._extension import float_compute_dtype, named, ops, register_autograd, register_fake, schema_names
 
 _ALIBI = schema_names("alibi_bias")
 
@@ -34,7 +34,7 @@ def _alibi_bias_backward(ctx, grad):
     return (grad * plain_alibi_bias(unit, **ctx.kw)).sum(dim=(-2, -1)), *(None,) * (len(_ALIBI) - 1)
 
 
-torch.library.register_autograd("wavepe::alibi_bias", _alibi_bias_backward, setup_context=_alibi_bias_setup)
+register_autograd("alibi_bias", _alibi_bias_backward, setup_context=_alibi_bias_setup)
 
 
 def alibi_bias(

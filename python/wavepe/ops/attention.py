@@ -25,8 +25,8 @@ from .._validate import check_flag, check_int, check_position, check_real
 from ..config import WaveletConfig
 from ..pos_enc import canonical_pos_enc
 from . import _routing
-from ._checks import FLOAT_DTYPES, cacheable, check_finite, check_same, check_tensor, compute_dtype
-from ._extension import autograd_context, named, ops, register_fake, schema_names, schema_tensors
+from ._checks import FLOAT_DTYPES, cacheable, check_finite, check_same, check_tensor, compute_dtype, values
+from ._extension import autograd_context, named, ops, register_autograd, register_fake, schema_names, schema_tensors
 from .alibi import alibi_bias
 from ._tables import call_table, default_wavelet_config  # noqa: F401  (public: wavepe.ops.default_wavelet_config)
 from .relbias import rel_bias
@@ -76,7 +76,7 @@ def _attention_backward(ctx, grad_out, grad_lse):
     return tuple(grads.get(n) for n in _FWD)
 
 
-torch.library.register_autograd("wavepe::attention_fwd", _attention_backward, setup_context=_attention_setup)
+register_autograd("attention_fwd", _attention_backward, setup_context=_attention_setup)
 
 
 
@@ -253,7 +253,7 @@ def check_cu_seqlens(cu: torch.Tensor | None, q: torch.Tensor, b: int, m: int, n
                          f"boundaries, got shape {tuple(cu.shape)}")
     check_same("q", q, "cu_seqlens", cu, dtype=False)
     if cu.device.type == "cpu" and not torch.compiler.is_compiling():
-        rows = cu.reshape(-1, cu.shape[-1])
+        rows = values(cu).reshape(-1, cu.shape[-1])  # (a vmap's examples: every one's rows)
         bad = (rows[:, 0] != 0) | (rows[:, -1] != n)
         if bool(bad.any()):
             row = int(torch.nonzero(bad)[0, 0])

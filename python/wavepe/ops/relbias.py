@@ -19,7 +19,7 @@ from ..config import WaveletConfig
 from . import _routing
 from ._checks import check_same, check_tensor, compute_dtype
 from ._tables import call_table, wavelet_table  # noqa: F401  (wavelet_table: public, wavepe.ops.wavelet_table)
-from ._extension import named, ops, register_fake, schema_names
+from ._extension import named, ops, register_autograd, register_fake, schema_names
 
 _REL_BIAS, _REL_BIAS_BWD = schema_names("rel_bias"), schema_names("rel_bias_backward")
 
@@ -66,7 +66,7 @@ def _rel_bias_backward(ctx, grad):
     return (dq if need_q else None), (dt if need_t else None), *rest
 
 
-torch.library.register_autograd("wavepe::rel_bias", _rel_bias_backward, setup_context=_rel_bias_setup)
+register_autograd("rel_bias", _rel_bias_backward, setup_context=_rel_bias_setup)
 
 
 def _rel_bias_backward_setup(ctx, inputs, output):
@@ -99,7 +99,7 @@ def _rel_bias_double_backward(ctx, g_dq, g_dt):
     return (d_grad, d_q, d_t, *(None,) * (len(_REL_BIAS_BWD) - 3))
 
 
-torch.library.register_autograd("wavepe::rel_bias_backward", _rel_bias_double_backward,
+register_autograd("rel_bias_backward", _rel_bias_double_backward,
                                 setup_context=_rel_bias_backward_setup)
 
 

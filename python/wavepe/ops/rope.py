@@ -24,7 +24,7 @@ from .._validate import _is_symbolic_int, check_choice, check_int
 from ..config import ROPE_LAYOUTS, RopeConfig
 from . import _routing
 from ._checks import cacheable, check_same, check_tensor, compute_dtype
-from ._extension import autograd_context, named, ops, register_fake, schema_names
+from ._extension import autograd_context, named, ops, register_autograd, register_fake, schema_names
 
 _ROPE = schema_names("rope")
 
@@ -68,7 +68,7 @@ def _rope_backward(ctx, grad_q, grad_k):
     return gq, (gk if ctx.has_k else None), *(None,) * (len(_ROPE) - 2)
 
 
-torch.library.register_autograd("wavepe::rope", _rope_backward, setup_context=_rope_setup)
+register_autograd("rope", _rope_backward, setup_context=_rope_setup)
 
 
 # ---- argument checks -----------------------------------------------------------
@@ -216,6 +216,14 @@ def config_inv_freq(config: RopeConfig, head_dim: int, device: torch.device | st
     return hit
 
 
+def _specialized(size: int) -> int:
+    """A tensor size as a Python int -- under torch.compile a constant the graph is guarded on, even where
+    ``dynamic=True`` made the size symbolic (head_dim is a model constant; the spectrum and the rotated
+    pairs are built from it outside the graph).  Dynamo evaluates ``len(range(s))`` of a symbolic ``s`` to
+    its value and guards on it, where ``int(s)`` stays symbolic."""
+    return len(range(size))
+
+
 @torch.compiler.assume_constant_result
 def _inv_freq_constant(spec: str, head_dim: int, device_type: str, device_index: int) -> torch.Tensor:
     # Under torch.compile the spectrum is built (or fetched) eagerly while
@@ -245,14 +253,13 @@ def rope(
         config's attention factor (YaRN), 1 otherwise.
 
     Under ``torch.compile`` the config's spectrum enters the graph as a
-    constant built for the (static) head_dim; with ``dynamic=True``, which
-    makes even head_dim symbolic, pass the spectrum yourself through
-    :func:`rope_inv_freq` (e.g. ``config.inv_freq(d)`` as a tensor buffer).
+    constant built for the head_dim, which the graph is specialised to (also
+    with ``dynamic=True``: a new head_dim recompiles, a new length does not).
     """
     if not isinstance(config, RopeConfig):
         raise TypeError(f"config must be a RopeConfig, got {type(config).__name__}")
     _check_qk(q, k)
-    d = config.check_head_dim(int(q.shape[-1]))  # a model constant: specialised under torch.compile
+    d = config.check_head_dim(_specialized(q.shape[-1]))
     if torch.compiler.is_compiling():
         index = q.device.index
         inv = _inv_freq_constant(config._spec, d, q.device.type, -1 if index is None else index)
