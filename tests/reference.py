@@ -125,13 +125,15 @@ def rel_bias_grads(grad, q, table, r_lo: int, q_offset: int, causal: bool, clamp
 # ---- attention with a position bias ------------------------------------------
 
 def attention(q, k, v, *, table=None, r_lo: int = 0, clamp: bool = False, slopes=None, causal: bool = True,
-              scale: float | None = None, q_offset: int | None = None, key_padding_mask=None) -> np.ndarray:
+              scale: float | None = None, q_offset: int | None = None, key_padding_mask=None, window: int = 0,
+              softcap: float = 0.0) -> np.ndarray:
     """softmax(s) v with every score materialised, float64 (docs/DEVELOPING.md, "Fused attention").
 
     q (B, H, M, d); k, v (B, Hkv, N, d), query head h uses kv head h // (H / Hkv).
     s[m, n] = scale * (q_m . k_n + q_m . T[r - r_lo]) with a table (zero row
     outside it, or the edge row with clamp), scale * q_m . k_n - slope_h |r|
-    with ALiBi slopes; r = q_offset + m - n.  Masked: n > pos_q (causal) and
+    with ALiBi slopes; r = q_offset + m - n; with a soft-cap c > 0, s becomes
+    c tanh(s / c).  Masked: n > pos_q (causal), |r| >= window (window > 0) and
     key_padding_mask[b, n] True.  A row with every key masked outputs 0.
     """
     q, k, v = (np.asarray(x, np.float64) for x in (q, k, v))
@@ -160,9 +162,13 @@ def attention(q, k, v, *, table=None, r_lo: int = 0, clamp: bool = False, slopes
     s = s * scale
     if slopes is not None:
         s = s - np.asarray(slopes, np.float64)[None, :, None, None] * np.abs(r)[None, None]
+    if softcap:
+        s = softcap * np.tanh(s / softcap)
     masked = np.zeros((b, 1, m, n), dtype=bool)
     if causal:
         masked |= (r < 0)[None, None]
+    if window:
+        masked |= (np.abs(r) >= window)[None, None]
     if key_padding_mask is not None:
         masked |= np.asarray(key_padding_mask, bool)[:, None, None, :]
     s = np.where(masked, -np.inf, s)
@@ -305,13 +311,15 @@ def llama_logits(params: dict, ids, *, n_heads: int, n_kv_heads: int, eps: float
 
 def attention_with_grads(q, k, v, grad_out, scale: float, q_offset: int, causal: bool, pos_enc: str, *,
                          table=None, r_lo: int = 0, clamp: bool = False, slopes=None, key_padding_mask=None,
-                         grad_lse=None):
+                         grad_lse=None, window: int = 0, softcap: float = 0.0):
     """Forward (out, lse) and, when grad_out is given, the gradients in float64:
     dq, dk, dv, dtable (relative/wavelet) and dslopes (alibi), for the loss
     <grad_out, out> + <grad_lse, lse>.
 
     s = scale (q.k + q.T[r - r_lo]) ("relative"/"wavelet"), scale q.k - slope |r| ("alibi"),
-    scale q.k ("none"); masked entries are -inf; a row without keys gives out = 0, lse = -inf.
+    scale q.k ("none"), then softcap tanh(s / softcap) with a soft-cap (its derivative 1 - tanh^2 in
+    every gradient); masked entries (causal, |r| >= window, padding) are -inf; a row without keys
+    gives out = 0, lse = -inf.
     """
     q, k, v = (np.asarray(x, np.float64) for x in (q, k, v))
     B, H, M, d = q.shape
@@ -328,9 +336,15 @@ def attention_with_grads(q, k, v, grad_out, scale: float, q_offset: int, causal:
         s = s * scale - np.asarray(slopes, np.float64)[None, :, None, None] * np.abs(r)[None, None]
     else:
         s = s * scale
+    dcap = 1.0  # d capped score / d score
+    if softcap:
+        th = np.tanh(s / softcap)
+        s, dcap = softcap * th, 1.0 - th * th
     mask = np.zeros((B, 1, M, N), dtype=bool)
     if causal:
         mask |= (r < 0)[None, None]
+    if window:
+        mask |= (np.abs(r) >= window)[None, None]
     if key_padding_mask is not None:
         mask |= np.asarray(key_padding_mask, bool)[:, None, None, :]
     s = np.where(mask, -np.inf, s)
@@ -349,7 +363,7 @@ def attention_with_grads(q, k, v, grad_out, scale: float, q_offset: int, causal:
     D = (go * out).sum(-1, keepdims=True)
     if grad_lse is not None:  # d lse[m] / d s[m, n] = p[m, n]
         D = D - np.asarray(grad_lse, np.float64)[..., None]
-    ds = p * (dp - D)
+    ds = p * (dp - D) * dcap
     dq = scale * np.einsum("bhmn,bhnd->bhmd", ds, kk)
     dk = (scale * np.einsum("bhmn,bhmd->bhnd", ds, q)).reshape(B, Hk, g, N, d).sum(2)
     dv = np.einsum("bhmn,bhmd->bhnd", p, go).reshape(B, Hk, g, N, d).sum(2)

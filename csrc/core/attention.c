@@ -151,6 +151,10 @@ static int pack_table(wavepe_attention_plan *p, int need_strips) {
     if (p->bias != ATTN_BIAS_TABLE || a->m == 0 || a->n == 0) return WAVEPE_OK;
     int64_t lo = a->q_offset - (a->n - 1), hi = a->q_offset + a->m - 1;
     if (a->causal && lo < 0) lo = 0;
+    if (a->window > 0) { /* no key at a distance >= window is seen */
+        if (lo < 1 - a->window) lo = 1 - a->window;
+        if (hi > a->window - 1) hi = a->window - 1;
+    }
     if (!a->clamp) {
         if (lo < a->r_lo) lo = a->r_lo;
         if (hi > a->r_lo + a->table_rows - 1) hi = a->r_lo + a->table_rows - 1;
@@ -301,9 +305,22 @@ int wavepe_attention_fwd_plan(wavepe_isa isa, const wavepe_attention_args *a, wa
          * one 6-row micro-tile per query head and a 192-row work area cleared per head
          * (float32, 8 query heads over 4 kv heads, d = 64, 40 keys: 46 -> 31 us a call) */
         p->kind = ATTN_KIND_DECODE;
-        const int64_t blocks = (p->nkb + ATTN_DECODE_SPLIT - 1) / ATTN_DECODE_SPLIT;
+        /* the chunks cover only the keys some query can see: with a sliding window, those of the last
+         * window positions, not the whole cache (causality and the window; documents and padding are
+         * the kernels') */
+        int64_t lo = 0, hi = a->n;
+        if (a->window > 0 && a->q_offset - a->window + 1 > lo) lo = a->q_offset - a->window + 1;
+        if (a->causal && a->q_offset + a->m < hi) hi = a->q_offset + a->m;
+        if (a->window > 0 && !a->causal && a->q_offset + a->m - 1 + a->window < hi)
+            hi = a->q_offset + a->m - 1 + a->window;
+        if (lo > a->n) lo = a->n;
+        if (hi < lo) hi = lo;
+        p->key_lo = lo;
+        const int64_t kblocks = (hi - lo + p->bn - 1) / p->bn;
+        const int64_t blocks = (kblocks + ATTN_DECODE_SPLIT - 1) / ATTN_DECODE_SPLIT;
         p->chunk = p->bn * (blocks > ATTN_DECODE_MIN_BLOCKS ? blocks : ATTN_DECODE_MIN_BLOCKS);
-        p->nchunks = (a->n + p->chunk - 1) / p->chunk;
+        p->nchunks = (hi - lo + p->chunk - 1) / p->chunk;
+        if (p->nchunks < 1) p->nchunks = 1; /* no key to see: one chunk writes the rows' zeros */
         const int64_t dims[3] = {a->batch * a->heads * a->m, p->nchunks > 1 ? p->nchunks : 0, p->dpad + 2};
         if ((status = wavepe_checked_numel(3, dims, p->esize, NULL)) != WAVEPE_OK) goto fail;
         p->partial = attn_aligned_alloc((size_t)(dims[0] * dims[1] * dims[2] * p->esize));
@@ -433,6 +450,7 @@ static double score_scalar(const wavepe_attention_plan *p, int64_t b, int64_t h,
     }
     s *= a->scale;
     if (p->bias == ATTN_BIAS_ALIBI) s -= ld(a->slopes, h, p->acc) * (double)iabs64(pos - n);
+    if (a->softcap > 0.0) s = a->softcap * tanh(s / a->softcap);
     return s;
 }
 
@@ -520,7 +538,12 @@ static int bwd_scalar_unit(wavepe_attention_plan *p, int64_t unit, int64_t slot,
                 const int64_t voff = attn_off(a->v_strides, b, hk, n);
                 double dp = 0.0;
                 for (int64_t c = 0; c < d; ++c) dp += ld(a->dout, gooff + c, a->dtype) * ld(a->v, voff + c, a->dtype);
-                const double ds = pr * (dp - D), dss = ds * a->scale;
+                double ds = pr * (dp - D);
+                if (a->softcap > 0.0) { /* through softcap * tanh(s / softcap): s is the capped score */
+                    const double th = s / a->softcap;
+                    ds *= 1.0 - th * th;
+                }
+                const double dss = ds * a->scale;
                 const int64_t idx = p->bias == ATTN_BIAS_TABLE ? attn_table_index(a, pos - n) : -1;
                 for (int64_t c = 0; c < d; ++c) {
                     const double qc = ld(a->q, qoff + c, a->dtype);

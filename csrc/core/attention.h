@@ -4,12 +4,14 @@
  *   s[m, n] = scale * (q_m . k_n + q_m . T[r])     relative table (wavelet, learned)
  *   s[m, n] = scale * q_m . k_n - slope_h * |r|    ALiBi
  *   s[m, n] = scale * q_m . k_n                    none (RoPE'd q/k, NoPE)
+ *   s[m, n] = softcap * tanh(s[m, n] / softcap)     with a logit soft-cap (Gemma 2), any of the above
  *   out_m   = sum_n softmax_n(s[m, :]) v_n,        lse_m = log sum_n exp s[m, n]
  *
  * with r = pos_q(m) - n, pos_q(m) = q_offset + m, keys at 0 .. N-1.  Masked
- * (never computed): causal keys n > pos_q(m), keys whose key_padding_mask
- * byte is nonzero, and -- packed sequences -- keys outside the query's
- * document (wavepe_attention_keys).  A query whose every key is masked gets
+ * (never computed): causal keys n > pos_q(m), keys outside a sliding window
+ * (window > 0: |r| >= window, Mistral's rule pos_q - window < n <= pos_q
+ * when causal), keys whose key_padding_mask byte is nonzero, and -- packed
+ * sequences -- keys outside the query's document (wavepe_attention_keys).  A query whose every key is masked gets
  * out = 0 and lse = -inf; one whose visible keys all score -inf gets NaN
  * (0/0), or out = 0 and lse = +inf with mark_neg_inf.
  *
@@ -91,14 +93,22 @@ extern "C" {
  *                 ulp of any float that could overflow), and a +inf score makes the sum
  *                 exp(inf - inf) = NaN.  The backward takes such a row as contributing nothing (zero
  *                 dq; nothing to dk, dv, dtable, dslopes), like a row that sees no key (lse = -inf),
- *                 flag or not. */
+ *                 flag or not.
+ *   window        sliding window: a query sees only the keys at distances |r| < window (causal: the
+ *                 window - 1 keys before it and itself, as Mistral and Hugging Face's masks define
+ *                 it); 0: no window.  0 <= window <= 2^60
+ *   softcap       logit soft-cap (Gemma 2's attn_logit_softcapping): each score s, scaled and with
+ *                 its bias, becomes softcap * tanh(s / softcap) before the mask and the softmax; its
+ *                 gradient is multiplied by 1 - tanh^2.  0: none.  >= 0, finite */
 #define WAVEPE_ATTENTION_SETTINGS(X) \
     X(REAL, scale, 1.0)              \
     X(INT, q_offset, 0)              \
     X(BOOL, causal, 0)               \
     X(INT, r_lo, 0)                  \
     X(BOOL, clamp, 0)                \
-    X(BOOL, mark_neg_inf, 0)
+    X(BOOL, mark_neg_inf, 0)         \
+    X(INT, window, 0)                \
+    X(REAL, softcap, 0.0)
 
 typedef struct wavepe_attention_args {
     int dtype;                      /* wavepe_dtype of q, k, v, table, out, dout, dq, dk, dv, dtable */
@@ -143,7 +153,7 @@ static inline wavepe_attention_args wavepe_attention_args_defaults(void) {
 /* ---- which keys a query sees ----------------------------------------------------
  * Keys [*lo, *hi) of batch row b for the query at position pos (= q_offset + m):
  * its document's keys (every key without cu_seqlens), cut after pos when
- * causal; *lo >= *hi: none.  Key padding is applied on top.  The one
+ * causal and to the distances |pos - n| < window with a window; *lo >= *hi: none.  Key padding is applied on top.  The one
  * definition for every device; boundaries outside [0, N] (not checked on a
  * GPU, where reading them would cost a host sync) are clamped, so a bad
  * cu_seqlens can mask wrongly but never read out of bounds. */
@@ -174,6 +184,25 @@ WAVEPE_HOST_DEVICE static inline void wavepe_attention_keys(const wavepe_attenti
         h = h < l ? l : (h > a->n ? a->n : h);
     }
     if (a->causal && pos + 1 < h) h = pos + 1 < l ? l : pos + 1;
+    if (a->window > 0) { /* |pos| and window <= 2^60: no overflow */
+        const int64_t first = pos - a->window + 1, end = pos + a->window;
+        if (first > l) l = first > h ? h : first;
+        if (!a->causal && end < h) h = end < l ? l : end;
+    }
+    *lo = l;
+    *hi = h;
+}
+
+/* The positions of the queries that can see key n, [*lo, *hi) (before documents and padding): from n
+ * (causal) and within the window.  What a kernel iterating over keys (a backward's dK, dV) bounds its
+ * queries with: the inverse of wavepe_attention_keys' causal and window rules. */
+WAVEPE_HOST_DEVICE static inline void wavepe_attention_queries_of_key(const wavepe_attention_args *a, int64_t n,
+                                                                      int64_t *lo, int64_t *hi) {
+    int64_t l = a->causal ? n : INT64_MIN, h = INT64_MAX;
+    if (a->window > 0) {
+        if (n - a->window + 1 > l) l = n - a->window + 1;
+        h = n + a->window;
+    }
     *lo = l;
     *hi = h;
 }
@@ -197,6 +226,11 @@ static inline int wavepe_attention_validate(const wavepe_attention_args *a, int 
                            (long long)a->heads, (long long)a->kv_heads);
     if (!(a->scale > 0.0) || isinf(a->scale))
         return wavepe_fail(err, WAVEPE_E_INVALID, "scale must be finite and > 0, got %g", a->scale);
+    if (!(a->softcap >= 0.0) || isinf(a->softcap))
+        return wavepe_fail(err, WAVEPE_E_INVALID, "softcap must be finite and >= 0 (0: none), got %g", a->softcap);
+    if (a->window < 0 || a->window > WAVEPE_POSITION_LIMIT)
+        return wavepe_fail(err, WAVEPE_E_INVALID, "window must be in [0, 2^60] (0: none), got %lld",
+                           (long long)a->window);
     if (a->table != NULL && a->slopes != NULL)
         return wavepe_fail(err, WAVEPE_E_INVALID, "give a table or ALiBi slopes, not both");
     if (a->table != NULL && a->clamp && a->table_rows == 0)

@@ -83,6 +83,7 @@ struct wavepe_attention_plan {
 
     /* split-N decoding */
     int64_t chunk, nchunks; /* keys per chunk (multiple of bn), chunks per head */
+    int64_t key_lo;         /* the first chunk's first key (the keys before it no query sees) */
     void *partial;          /* (B*H*M, nchunks, dpad + 2): acc, max, sum */
 
     /* backward */

@@ -1019,6 +1019,8 @@ static void FN(group_forward)(FN(work) * w, const FN(group) * g, const FN(kblock
     else FN(group_scores)(w, g, kb, jv, j0, jmax, s, ATTN_SLD);
     const int64_t jround = (jmax + VL - 1) / VL * VL;
     const VT ninf = V(set1)(-(T)INFINITY);
+    const int capped = p->a.softcap > 0.0; /* softcap * tanh(s / softcap), before the mask */
+    const VT vcap = V(set1)((T)p->a.softcap), vicap = V(set1)((T)(capped ? 1.0 / p->a.softcap : 0.0));
     for (int t = 0; t < ATTN_MR; ++t) {
         T *row = s + t * ATTN_SLD;
         const int64_t n = jv[t];
@@ -1034,6 +1036,7 @@ static void FN(group_forward)(FN(work) * w, const FN(group) * g, const FN(kblock
         const int64_t jb = jl[t] / VL * VL; /* P below it is never read (rows_times_panels, row_pv) */
         for (int64_t j = jb; j < n; j += VL) {
             VT x = V(loadu)(row + j);
+            if (capped) x = V(mul)(vcap, V(tanh)(V(mul)(x, vicap)));
             MT keep = FN(lanes_within)(j, jl[t], n);
             if (kb->masked) keep = M(and)(keep, V(cmpeq)(V(loadu)(w->kpm + j), V(zero)()));
             x = V(blend)(keep, ninf, x);
@@ -1366,7 +1369,7 @@ int FN(attn_fwd_decode)(wavepe_attention_plan *p, int64_t begin, int64_t end) {
             }
         }
         FN(state_reset)(&w, rows);
-        const int64_t n_begin = c * p->chunk;
+        const int64_t n_begin = p->key_lo + c * p->chunk;
         const int64_t n_end = n_begin + p->chunk < a->n ? n_begin + p->chunk : a->n;
         FN(rows_over_keys)(&w, groups, ngroups, b, hk, n_begin, n_end);
         for (int64_t i = 0; i < rows; ++i) {
@@ -1457,6 +1460,8 @@ static void FN(tile_backward)(FN(work) * w, FN(group) * groups, int64_t b, int64
     const int64_t jbround = (jvb + VL - 1) / VL * VL;
     memset(w->dqa, 0, sizeof(T) * (size_t)(ngroups * ATTN_MR * dpad));
     const VT ninf = V(set1)(-(T)INFINITY);
+    const int capped = a->softcap > 0.0;
+    const VT vcap = V(set1)((T)a->softcap), vicap = V(set1)((T)(capped ? 1.0 / a->softcap : 0.0));
     for (int64_t gi = 0; gi < ngroups; ++gi) {
         const FN(group) *g = &groups[gi];
         const int64_t *jl = jl_all + gi * ATTN_MR, *jv = jv_all + gi * ATTN_MR;
@@ -1501,10 +1506,17 @@ static void FN(tile_backward)(FN(work) * w, FN(group) * groups, int64_t b, int64
                      * dO . v may be NaN) */
                     MT keep = FN(lanes_within)(j, jl[t], n);
                     if (kb->masked) keep = M(and)(keep, V(cmpeq)(V(loadu)(w->kpm + j), V(zero)()));
-                    const VT x = V(blend)(keep, ninf, V(loadu)(prow + j));
+                    VT x = V(loadu)(prow + j), th = V(zero)();
+                    if (capped) { /* the forward's softcap * tanh(s / softcap); dS gets 1 - tanh^2 */
+                        th = V(tanh)(V(mul)(x, vicap));
+                        x = V(mul)(vcap, th);
+                    }
+                    x = V(blend)(keep, ninf, x);
                     /* selected too: with a NaN lse, exp(-inf - NaN) is NaN */
                     const VT pr = V(blend)(keep, V(zero)(), V(exp_softmax)(V(sub)(x, vl)));
-                    const VT ds = V(blend)(keep, V(zero)(), V(mul)(pr, V(sub)(V(loadu)(drow + j), vD)));
+                    VT ds = V(mul)(pr, V(sub)(V(loadu)(drow + j), vD));
+                    if (capped) ds = V(mul)(ds, V(fnmadd)(th, th, V(set1)((T)1)));
+                    ds = V(blend)(keep, V(zero)(), ds); /* (a masked lane's tanh may be NaN) */
                     V(storeu)(prow + j, pr);
                     V(storeu)(drow + j, V(mul)(ds, vs));
                     if (p->bias == ATTN_BIAS_ALIBI && dslope != NULL) {
@@ -1639,7 +1651,11 @@ static void FN(unit_backward)(FN(work) * w, FN(group) * groups, int64_t unit, T 
          * document end -- the documents as they are, not clamped to the keys (a
          * tile's queries may lie outside them); a key outside every document
          * bounds nothing */
-        int64_t pos_lo = a->causal ? n0 : a->q_offset, pos_hi = a->q_offset + M;
+        int64_t pos_lo = a->q_offset, pos_hi = a->q_offset + M, qlo, qhi;
+        wavepe_attention_queries_of_key(a, n0, &qlo, &qhi); /* causality and the window: */
+        if (qlo > pos_lo) pos_lo = qlo;                    /* the first key's first query */
+        wavepe_attention_queries_of_key(a, n0 + kb.nk - 1, &qlo, &qhi);
+        if (qhi < pos_hi) pos_hi = qhi;                    /* and the last key's last one */
         if (a->cu_seqlens != NULL) {
             int64_t lo, hi;
             wavepe_attention_document(a, b, n0, &lo, &hi);
@@ -1648,7 +1664,7 @@ static void FN(unit_backward)(FN(work) * w, FN(group) * groups, int64_t unit, T 
             if (lo < hi && hi < pos_hi) pos_hi = hi;
         }
         const int64_t mfirst = pos_lo - a->q_offset, mend = pos_hi - a->q_offset;
-        if (mfirst >= M) break; /* neither bound decreases with n0: no later block is seen */
+        if (mfirst >= M) break; /* no bound decreases with n0: no later block is seen */
         if (mend <= 0 || mend <= mfirst) continue;
         const int64_t i0 = mfirst > 0 ? mfirst / ATTN_BBM : 0;
         const int64_t i1 = ((mend < M ? mend : M) + ATTN_BBM - 1) / ATTN_BBM;

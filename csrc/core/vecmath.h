@@ -1,4 +1,4 @@
-/* vecmath.h: exp, cos and sincos on vectors, written once in the vocabulary
+/* vecmath.h: exp, tanh, cos and sincos on vectors, written once in the vocabulary
  * of simd_avx2.h / simd_avx512.h / simd_neon.h (include one of those first).
  *
  * Range reduction is Cody-Waite with split constants; the polynomials are
@@ -18,6 +18,7 @@
 #error "include a vocabulary header (simd_avx2.h, simd_avx512.h, simd_neon.h) before vecmath.h"
 #endif
 
+#include <math.h>
 #include <stddef.h>
 
 /* ---- float32 ---------------------------------------------------------- */
@@ -78,6 +79,23 @@ static inline vf32 vf32_exp_softmax(vf32 x) {
     const vf32 p = vf32_exp_reduced(xc, &n);
     /* 2^n for n in [-127, 127]; n = -127 gives the bits of +0.0 */
     return vf32_mul(p, vi32_as_f32(vi32_slli(vi32_add(vf32_cvt_i32(n), vi32_set1(127)), 23)));
+}
+
+/* tanh(x) (the attention's logit soft-cap): |x| < 0.3 by the odd Taylor polynomial to x^11
+ * (truncation below 1e-9 relative there); elsewhere (1 - e) / (1 + e), e = exp(-2|x|) in [0, 0.55]
+ * -- no overflow, +-1 for large |x| --, within a few ulp (1 - e >= 0.45 loses at most a bit), the sign
+ * put back; NaN stays NaN. */
+static inline vf32 vf32_tanh(vf32 x) {
+    const vf32 one = vf32_set1(1.0f), a = vf32_abs(x), x2 = vf32_mul(x, x);
+    const vf32 e = vf32_exp_softmax(vf32_mul(vf32_set1(-2.0f), a));
+    const vf32 wide = vf32_xor(vf32_div(vf32_sub(one, e), vf32_add(one, e)), vf32_and(x, vf32_set1(-0.0f)));
+    vf32 q = vf32_set1(-1382.0f / 155925.0f);
+    q = vf32_fmadd(q, x2, vf32_set1(62.0f / 2835.0f));
+    q = vf32_fmadd(q, x2, vf32_set1(-17.0f / 315.0f));
+    q = vf32_fmadd(q, x2, vf32_set1(2.0f / 15.0f));
+    q = vf32_fmadd(q, x2, vf32_set1(-1.0f / 3.0f));
+    const vf32 small = vf32_fmadd(vf32_mul(q, x2), x, x);
+    return vf32_blend(vf32_cmplt(a, vf32_set1(0.3f)), wide, small);
 }
 
 /* sin r and cos r for a reduced argument |r| <= pi/4 (up to ~0.8 stays below
@@ -167,6 +185,15 @@ static inline vf64 vf64_exp(vf64 x) { return vf64_mul_exp(vf64_set1(1.0), x); }
 /* exp for a softmax (x <= 0): float64 keeps the full exp (its polynomial is
  * cheap next to the float64 products around it). */
 static inline vf64 vf64_exp_softmax(vf64 x) { return vf64_exp(x); }
+
+/* tanh(x) lane by lane with the C library's (float64 is the accurate variant; a soft-capped float64
+ * attention is no speed target). */
+static inline vf64 vf64_tanh(vf64 x) {
+    double lanes[WP_VL_F64];
+    vf64_storeu(lanes, x);
+    for (int i = 0; i < WP_VL_F64; ++i) lanes[i] = tanh(lanes[i]);
+    return vf64_loadu(lanes);
+}
 
 /* (sin, cos) of n pi/2 + r from (sin r, cos r) and the quadrant q (int64 lanes). */
 static inline void vf64_sincos_quadrant(vf64 s, vf64 c, vi64 q, vf64 *sin_out, vf64 *cos_out) {

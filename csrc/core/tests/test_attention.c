@@ -17,6 +17,8 @@ typedef struct {
     int causal, bias; /* 0 none, 1 table, 2 alibi */
     int clamp, kpm;
     int packed; /* documents per batch row (cu_seqlens), 0: none */
+    int64_t window; /* sliding window, 0: none */
+    double softcap; /* logit soft-cap, 0: none */
 } shape;
 
 typedef struct {
@@ -93,7 +95,8 @@ static void oracle(const shape *s, const inputs *in, double *out, double *lse) {
                 double mx = -INFINITY;
                 for (int64_t n = 0; n < s->N; ++n) {
                     const double *k = in->k + ((b * s->Hkv + h / hg) * s->N + n) * d;
-                    if ((s->causal && n > pos) || in->mask[b * s->N + n] || n < dlo || n >= dhi) {
+                    if ((s->causal && n > pos) || in->mask[b * s->N + n] || n < dlo || n >= dhi ||
+                        (s->window > 0 && llabs(pos - n) >= s->window)) {
                         sc[n] = -INFINITY;
                         continue;
                     }
@@ -107,6 +110,7 @@ static void oracle(const shape *s, const inputs *in, double *out, double *lse) {
                     }
                     x *= 1.0 / sqrt((double)d);
                     if (s->bias == 2) x -= in->slopes[h] * (double)llabs(pos - n);
+                    if (s->softcap > 0) x = s->softcap * tanh(x / s->softcap);
                     sc[n] = x;
                     if (x > mx) mx = x;
                 }
@@ -138,6 +142,7 @@ static void set_args(wavepe_attention_args *a, int dtype, const shape *s, const 
     a->dtype = dtype;
     a->batch = s->B, a->heads = s->H, a->kv_heads = s->Hkv, a->m = s->M, a->n = s->N, a->d = s->d;
     a->q_offset = s->off, a->causal = s->causal, a->scale = 1.0 / sqrt((double)s->d);
+    a->window = s->window, a->softcap = s->softcap;
     a->q = q, a->k = k, a->v = v, a->out = out, a->lse = lse;
     const int64_t qs[3] = {s->H * s->M * s->d, s->M * s->d, s->d}, ks[3] = {s->Hkv * s->N * s->d, s->N * s->d, s->d};
     memcpy(a->q_strides, qs, sizeof qs), memcpy(a->out_strides, qs, sizeof qs), memcpy(a->dout_strides, qs, sizeof qs);
@@ -272,9 +277,9 @@ static void check_shape(const shape *s, unsigned long long seed, int expect_kind
     free_inputs(&in);
 }
 
-/* Backward of the scalar reference against central differences (double). */
-static void check_gradient_fd(void) {
-    const shape s = {1, 2, 1, 5, 9, 3, 3, 1, 1, 1, 0, 0};
+/* Backward of the scalar reference against central differences (double): a clamped table, and a
+ * window with a soft-cap (its 1 - tanh^2 factor). */
+static void check_gradient_fd(shape s) {
     inputs in;
     make_inputs(&s, &in, 77);
     const int64_t nq = s.H * s.M * s.d, nk = s.N * s.d, nl = s.H * s.M;
@@ -478,12 +483,12 @@ static void bf16_forward(wavepe_isa isa, const shape *s, const inputs *in, const
 static void check_bf16dot(void) {
     /* B, H, Hkv, M, N, d, off, causal, bias, clamp, kpm, packed */
     const shape shapes[] = {
-        {2, 2, 1, 40, 300, 20, 260, 1, 1, 0, 0, 0},  /* tiled, table bias, GQA */
-        {1, 2, 2, 50, 290, 9, 240, 1, 2, 0, 1, 0},   /* odd d (a padded pair), ALiBi, key padding */
-        {1, 1, 1, 13, 77, 1, 0, 0, 0, 0, 0, 0},      /* d = 1: one pair, half padding */
-        {1, 3, 3, 101, 101, 33, 0, 0, 1, 1, 0, 0},   /* odd d, clamped table */
-        {2, 2, 1, 3, 700, 24, 697, 1, 1, 0, 1, 0},   /* decode path (split keys), 6-row groups */
-        {1, 2, 1, 120, 400, 12, 250, 1, 1, 0, 0, 6}, /* packed documents */
+        {2, 2, 1, 40, 300, 20, 260, 1, 1, 0, 0, 0, 0, 0.0},  /* tiled, table bias, GQA */
+        {1, 2, 2, 50, 290, 9, 240, 1, 2, 0, 1, 0, 0, 0.0},   /* odd d (a padded pair), ALiBi, key padding */
+        {1, 1, 1, 13, 77, 1, 0, 0, 0, 0, 0, 0, 0, 0.0},      /* d = 1: one pair, half padding */
+        {1, 3, 3, 101, 101, 33, 0, 0, 1, 1, 0, 0, 0, 0.0},   /* odd d, clamped table */
+        {2, 2, 1, 3, 700, 24, 697, 1, 1, 0, 1, 0, 0, 0.0},   /* decode path (split keys), 6-row groups */
+        {1, 2, 1, 120, 400, 12, 250, 1, 1, 0, 0, 6, 0, 0.0}, /* packed documents */
     };
     int any_differs = 0, any_out_differs = 0;
     for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; ++si) {
@@ -559,45 +564,62 @@ static void check_bf16dot(void) {
 void test_attention(void) {
     /* B, H, Hkv, M, N, d, off, causal, bias, clamp, kpm */
     const shape shapes[] = {
-        {1, 1, 1, 1, 1, 4, 0, 1, 0, 0, 0, 0},       /* narrow decode: one key block (here one key) */
-        {2, 4, 2, 7, 40, 5, 33, 1, 1, 0, 0, 0},     /* decode, one key block, 14 rows per kv head */
-        {1, 2, 1, 100, 300, 20, 200, 1, 1, 0, 0, 0},
-        {1, 3, 3, 101, 101, 16, 0, 0, 1, 1, 0, 0},
-        {1, 2, 2, 50, 290, 9, 240, 1, 2, 0, 1, 0},
-        {2, 2, 1, 3, 700, 24, 697, 1, 1, 0, 1, 0},  /* decode path */
-        {1, 2, 1, 2, 600, 8, 10, 0, 2, 0, 0, 0},    /* decode, not causal */
-        {1, 1, 1, 70, 30, 17, -20, 1, 0, 0, 0, 0},   /* rows with no key */
-        {1, 2, 2, 33, 260, 33, 5, 0, 1, 0, 1, 0},
-        {1, 1, 1, 0, 5, 4, 0, 1, 1, 0, 0, 0},
-        {1, 1, 1, 4, 0, 4, 0, 1, 1, 0, 0, 0},
-        {1, 3, 3, 1, 900, 20, 899, 1, 1, 0, 1, 0},  /* narrow decoding: one row */
-        {1, 2, 1, 1, 530, 13, 529, 1, 2, 0, 0, 0},  /* narrow: two heads share a kv head */
-        {1, 1, 1, 2, 777, 7, 900, 0, 1, 1, 0, 0},   /* narrow, two rows, clamped table */
+        {1, 1, 1, 1, 1, 4, 0, 1, 0, 0, 0, 0, 0, 0.0},       /* narrow decode: one key block (here one key) */
+        {2, 4, 2, 7, 40, 5, 33, 1, 1, 0, 0, 0, 0, 0.0},     /* decode, one key block, 14 rows per kv head */
+        {1, 2, 1, 100, 300, 20, 200, 1, 1, 0, 0, 0, 0, 0.0},
+        {1, 3, 3, 101, 101, 16, 0, 0, 1, 1, 0, 0, 0, 0.0},
+        {1, 2, 2, 50, 290, 9, 240, 1, 2, 0, 1, 0, 0, 0.0},
+        {2, 2, 1, 3, 700, 24, 697, 1, 1, 0, 1, 0, 0, 0.0},  /* decode path */
+        {1, 2, 1, 2, 600, 8, 10, 0, 2, 0, 0, 0, 0, 0.0},    /* decode, not causal */
+        {1, 1, 1, 70, 30, 17, -20, 1, 0, 0, 0, 0, 0, 0.0},   /* rows with no key */
+        {1, 2, 2, 33, 260, 33, 5, 0, 1, 0, 1, 0, 0, 0.0},
+        {1, 1, 1, 0, 5, 4, 0, 1, 1, 0, 0, 0, 0, 0.0},
+        {1, 1, 1, 4, 0, 4, 0, 1, 1, 0, 0, 0, 0, 0.0},
+        {1, 3, 3, 1, 900, 20, 899, 1, 1, 0, 1, 0, 0, 0.0},  /* narrow decoding: one row */
+        {1, 2, 1, 1, 530, 13, 529, 1, 2, 0, 0, 0, 0, 0.0},  /* narrow: two heads share a kv head */
+        {1, 1, 1, 2, 777, 7, 900, 0, 1, 1, 0, 0, 0, 0.0},   /* narrow, two rows, clamped table */
         /* packed sequences: documents along the row (cu_seqlens) */
-        {2, 4, 2, 300, 300, 20, 0, 1, 1, 0, 0, 6},
-        {1, 2, 1, 257, 257, 16, 0, 0, 1, 1, 0, 5},
-        {1, 2, 2, 190, 190, 9, 0, 1, 2, 0, 1, 7},
-        {2, 3, 1, 600, 600, 8, 0, 0, 0, 0, 0, 9},
-        {1, 2, 1, 120, 400, 12, 250, 1, 1, 0, 0, 6}, /* a chunk of queries inside a packed row */
-        {1, 2, 1, 3, 700, 24, 697, 1, 1, 0, 1, 5},   /* decode path */
-        {1, 2, 2, 1, 530, 13, 300, 0, 2, 0, 0, 4},   /* narrow decode, not causal */
+        {2, 4, 2, 300, 300, 20, 0, 1, 1, 0, 0, 6, 0, 0.0},
+        {1, 2, 1, 257, 257, 16, 0, 0, 1, 1, 0, 5, 0, 0.0},
+        {1, 2, 2, 190, 190, 9, 0, 1, 2, 0, 1, 7, 0, 0.0},
+        {2, 3, 1, 600, 600, 8, 0, 0, 0, 0, 0, 9, 0, 0.0},
+        {1, 2, 1, 120, 400, 12, 250, 1, 1, 0, 0, 6, 0, 0.0}, /* a chunk of queries inside a packed row */
+        {1, 2, 1, 3, 700, 24, 697, 1, 1, 0, 1, 5, 0, 0.0},   /* decode path */
+        {1, 2, 2, 1, 530, 13, 300, 0, 2, 0, 0, 4, 0, 0.0},   /* narrow decode, not causal */
+        /* sliding windows (Mistral's rule when causal, |r| < window otherwise) and logit soft-caps */
+        {1, 2, 1, 500, 500, 16, 0, 1, 1, 0, 0, 0, 37, 0.0},    /* tiled: blocks outside every row's window */
+        {2, 2, 2, 300, 300, 9, 0, 0, 2, 0, 1, 0, 50, 0.0},     /* not causal, ALiBi, padding */
+        {1, 4, 2, 3, 1500, 20, 1497, 1, 1, 0, 0, 0, 200, 0.0}, /* decode: chunks of the window only */
+        {1, 2, 1, 1, 2000, 8, 1999, 1, 1, 0, 1, 0, 5, 0.0},    /* narrow decode, a window of 5 */
+        {1, 2, 1, 1, 300, 8, 100, 0, 0, 0, 0, 0, 64, 0.0},     /* narrow decode, not causal */
+        {1, 2, 1, 257, 257, 16, 0, 1, 1, 0, 0, 5, 40, 0.0},    /* packed documents and a window */
+        {1, 2, 1, 100, 300, 20, 200, 1, 1, 0, 0, 0, 0, 1.5},   /* soft-cap that bites (scores reach ~3) */
+        {1, 3, 3, 101, 101, 16, 0, 0, 2, 0, 1, 0, 0, 0.8},     /* soft-cap, ALiBi, padding */
+        {2, 2, 1, 3, 700, 24, 697, 1, 1, 0, 0, 0, 0, 2.0},     /* soft-cap, decode */
+        {1, 4, 2, 200, 400, 12, 200, 1, 1, 1, 1, 0, 60, 1.0},  /* window, soft-cap, clamp, padding, GQA */
+        {1, 2, 1, 1, 530, 13, 529, 1, 2, 0, 0, 0, 100, 0.9},   /* narrow decode: window and soft-cap */
     };
-    const int kinds[] = {2, 2, 1, 1, 1, 2, 2, 1, 1, -1, -1, 2, 2, 2, 1, 1, 1, 1, 1, 2, 2};
+    const int kinds[] = {2, 2, 1, 1, 1, 2, 2, 1, 1, -1, -1, 2, 2, 2, 1, 1, 1, 1, 1, 2, 2,
+                         1, 1, 2, 2, 2, 1, 1, 1, 2, 1, 2};
     for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; ++i) check_shape(&shapes[i], 1000 + i, kinds[i]);
-    check_gradient_fd();
+    check_gradient_fd((shape){1, 2, 1, 5, 9, 3, 3, 1, 1, 1, 0, 0, 0, 0.0});
+    check_gradient_fd((shape){1, 2, 1, 5, 9, 3, 3, 1, 1, 1, 0, 0, 4, 0.7});
+    check_gradient_fd((shape){1, 2, 1, 5, 9, 3, 3, 0, 1, 0, 0, 0, 3, 0.5});
     /* B, H, Hkv, M, N, d, off, causal, bias, clamp, kpm, packed */
     const shape marked[] = {
-        {2, 2, 1, 40, 40, 8, 0, 1, 1, 0, 0, 0},    /* tiled, causal, table */
-        {2, 2, 2, 30, 50, 9, -5, 0, 2, 0, 0, 0},   /* tiled, not causal, ALiBi */
-        {2, 4, 2, 3, 700, 16, 697, 1, 1, 0, 0, 0}, /* decode path (split keys) */
-        {2, 1, 1, 1, 600, 8, 599, 0, 0, 0, 0, 0},  /* narrow decode */
+        {2, 2, 1, 40, 40, 8, 0, 1, 1, 0, 0, 0, 0, 0.0},    /* tiled, causal, table */
+        {2, 2, 2, 30, 50, 9, -5, 0, 2, 0, 0, 0, 0, 0.0},   /* tiled, not causal, ALiBi */
+        {2, 4, 2, 3, 700, 16, 697, 1, 1, 0, 0, 0, 0, 0.0}, /* decode path (split keys) */
+        {2, 1, 1, 1, 600, 8, 599, 0, 0, 0, 0, 0, 0, 0.0},  /* narrow decode */
     };
     const int marked_kinds[] = {1, 1, 2, 2};
     for (size_t i = 0; i < sizeof marked / sizeof marked[0]; ++i) check_mark_neg_inf(&marked[i], marked_kinds[i]);
     const shape rows[] = {
-        {2, 2, 1, 201, 201, 8, 0, 1, 1, 0, 0, 6}, /* packed, causal, table */
-        {1, 2, 2, 201, 201, 8, 0, 0, 2, 0, 0, 5}, /* packed, not causal, ALiBi */
-        {1, 2, 1, 201, 201, 8, 0, 0, 0, 0, 0, 0}, /* not packed, not causal: tiles with q_offset <= -M */
+        {2, 2, 1, 201, 201, 8, 0, 1, 1, 0, 0, 6, 0, 0.0}, /* packed, causal, table */
+        {1, 2, 2, 201, 201, 8, 0, 0, 2, 0, 0, 5, 0, 0.0}, /* packed, not causal, ALiBi */
+        {1, 2, 1, 201, 201, 8, 0, 0, 0, 0, 0, 0, 0, 0.0}, /* not packed, not causal: tiles with q_offset <= -M */
+        {1, 2, 1, 201, 201, 8, 0, 1, 1, 0, 0, 0, 45, 0.0}, /* a window: key blocks bound their queries */
+        {1, 2, 2, 201, 201, 8, 0, 0, 2, 0, 0, 4, 30, 1.2}, /* not causal, window, soft-cap, packed */
     };
     for (size_t i = 0; i < sizeof rows / sizeof rows[0]; ++i) check_tiles_sum(&rows[i]);
 #if defined(__x86_64__) || defined(_M_X64)

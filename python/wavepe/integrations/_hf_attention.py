@@ -16,17 +16,24 @@ depends on the model's attention implementation; for ``"wavepe"`` it is made by
   by wrapping the causal mask function with its packed-sequence functions
   (``masking_utils.packed_sequence_compatibility_function``); their document
   indices are read from that wrapper (:func:`_packed_documents`);
-* anything that has no such form (sliding windows that bite, custom mask
-  functions, static caches, whose queries are not the last keys): Hugging
-  Face's dense mask as an additive float mask (B, 1, M, N) (0 = attend,
-  -inf = not), never mistaken for the compact form when M == 1.
+* anything that has no such form (custom mask functions, static caches, whose
+  queries are not the last keys): Hugging Face's dense mask as an additive
+  float mask (B, 1, M, N) (0 = attend, -inf = not), never mistaken for the
+  compact form when M == 1.
+
+A sliding window (Mistral, Qwen2/3, Gemma 2/3, Phi-3: ``sliding_window_causal_mask_function``)
+takes the compact forms too -- also a sliding-window cache's, whose kept keys
+start at ``kv_offset`` --: the window itself is the layer's ``sliding_window``
+keyword, which Hugging Face passes to every attention function (flash-attn
+applies it the same way), and the fused kernel skips the key blocks outside it.
 
 :func:`attend` runs the compact forms through :func:`wavepe.ops.wavelet_attention`
-(``key_padding_mask`` (B, N) or ``cu_seqlens`` (B, N + 1), no M x N tensor) and
-everything else through
-:func:`dense_attention`, which also carries what the fused kernel does not:
-dropout, attention-logit softcapping (Gemma 2) and the attention
-probabilities (``output_attentions``, the ``eager`` implementation).
+(``key_padding_mask`` (B, N) or ``cu_seqlens`` (B, N + 1), ``window``, the
+attention-logit ``softcap`` of Gemma 2; no M x N tensor) and everything else
+through :func:`dense_attention`, which also carries what the fused kernel does
+not: dropout and the attention probabilities (``output_attentions``, the
+``eager`` implementation).  Which path a call takes, and why, is logged once
+per reason at debug level (logger ``wavepe``).
 
 Relative distances are distances between key indices: with a compact mask
 the first query is key ``N - M``; with a dense mask each query's index is the
@@ -44,6 +51,7 @@ keys a query sees (:func:`key_distances`), which skips the pads.
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import torch
@@ -57,6 +65,17 @@ from ..pos_enc import scores_pos_enc
 
 def _compiling() -> bool:
     return torch.compiler.is_compiling()
+
+
+_LOG = logging.getLogger("wavepe")
+_LOGGED: set[str] = set()
+
+
+def _log_dense(reason: str) -> None:
+    """One debug line per reason a call took the dense path (M x N scores per head)."""
+    if reason not in _LOGGED and not _compiling():
+        _LOGGED.add(reason)
+        _LOG.debug("wavepe attention: the dense path (M x N scores per head): %s", reason)
 
 
 # ---- mask function registered as AttentionMaskInterface["wavepe"] -----------------------------------------------
@@ -83,17 +102,20 @@ def wavepe_mask(
 
     if mask_function is None:
         mask_function = causal_mask_function
-    queries_last = (isinstance(q_offset, int) and isinstance(kv_offset, int) and kv_offset == 0
-                    and q_offset == kv_length - q_length)
-    # The unmodified causal function, or an unmodified sliding window (Hugging Face only allows the
-    # is_causal skip when no overlay, packing or custom function was added) too wide to bite.
-    plain = mask_function is causal_mask_function or (
-        local_size is not None and allow_is_causal_skip and not kwargs.get("use_vmap", False)
-        and kv_length <= local_size)
+    # the queries are the last keys (a sliding-window cache's keys start at kv_offset, in order)
+    queries_last = (isinstance(q_offset, int) and isinstance(kv_offset, int) and kv_offset >= 0
+                    and q_offset - kv_offset == kv_length - q_length)
+    # The unmodified causal function, or Hugging Face's sliding window over it (the layer's sliding_window keyword
+    # carries the window to the kernel): read from the function's closures eagerly; under torch.compile, whose
+    # tracer cannot read closures, from what create_sliding_window_causal_mask passes with it (local_size, and the
+    # is_causal skip allowed and no vmap: nothing added to the window)
+    sliding = (local_size is not None and allow_is_causal_skip and not kwargs.get("use_vmap", False)) \
+        if _compiling() else _sliding_window_of(mask_function) is not None
+    plain = mask_function is causal_mask_function or sliding
     # (read from the mask function's closures: not under torch.compile, whose tracer cannot, where Hugging
     # Face's dense packed mask is taken instead)
     docs = None if attention_mask is not None or _compiling() else \
-        _packed_documents(mask_function, local_size, kv_length)
+        _packed_documents(mask_function)
     if docs is not None and queries_last and q_length == kv_length:
         return docs.to(device=device, dtype=torch.int64)[:, None, None, :kv_length]
     if plain and queries_last:
@@ -103,7 +125,7 @@ def wavepe_mask(
             if no_lower_right_needed:
                 return None
             return torch.ones((batch_size, 1, 1, kv_length), dtype=torch.bool, device=device)
-        keep = keep[:, :kv_length].to(device=device, dtype=torch.bool)
+        keep = keep[:, kv_offset:kv_offset + kv_length].to(device=device, dtype=torch.bool)  # (the whole row: unsliced)
         if no_lower_right_needed and not _compiling() and bool(keep.all()):
             return None
         return keep[:, None, None, :]
@@ -122,9 +144,29 @@ def _closure(fn: Any, name: str) -> Any:
     return dict(zip(names, (c.cell_contents for c in cells))).get(name)
 
 
-def _packed_documents(mask_function: Any, local_size: int | None, kv_length: int) -> torch.Tensor | None:
+def _named(fn: Any, outer: str) -> bool:
+    """Whether fn is the inner function of masking_utils' ``outer``."""
+    return getattr(fn, "__qualname__", "") == f"{outer}.<locals>.inner_mask"
+
+
+def _sliding_window_of(mask_function: Any) -> int | None:
+    """w when ``mask_function`` is Hugging Face's sliding-window causal function
+    (``and_masks(sliding_window_overlay(w), causal_mask_function)``), else None."""
+    from transformers import masking_utils as mu
+
+    if getattr(mask_function, "__qualname__", "") != "and_masks.<locals>.and_mask":
+        return None
+    fns = _closure(mask_function, "mask_functions")
+    if not isinstance(fns, tuple) or len(fns) != 2 or not _named(fns[0], "sliding_window_overlay") \
+            or fns[1] is not mu.causal_mask_function:
+        return None
+    window = _closure(fns[0], "sliding_window")
+    return window if isinstance(window, int) else None
+
+
+def _packed_documents(mask_function: Any) -> torch.Tensor | None:
     """(B, T) document indices when ``mask_function`` is Hugging Face's packed-sequence wrapper of the plain
-    causal function (or of a sliding window too wide to bite), else None.
+    causal function or of its sliding window (which the layer's sliding_window keyword applies), else None.
 
     ``create_causal_mask`` detects packing from position_ids that restart and builds
     ``and_masks(packed_sequence_mask_function(docs), remap_positions_for_packed_sequence(causal, positions))``;
@@ -132,22 +174,14 @@ def _packed_documents(mask_function: Any, local_size: int | None, kv_length: int
     """
     from transformers import masking_utils as mu
 
-    def named(fn: Any, outer: str) -> bool:
-        return getattr(fn, "__qualname__", "") == f"{outer}.<locals>.inner_mask"
-
     fns = _closure(mask_function, "mask_functions")
     if getattr(mask_function, "__qualname__", "") != "and_masks.<locals>.and_mask" or not isinstance(fns, tuple) \
-            or len(fns) != 2 or not named(fns[0], "packed_sequence_mask_function") \
-            or not named(fns[1], "remap_positions_for_packed_sequence"):
+            or len(fns) != 2 or not _named(fns[0], "packed_sequence_mask_function") \
+            or not _named(fns[1], "remap_positions_for_packed_sequence"):
         return None
     base = _closure(fns[1], "mask_function")
-    if base is not mu.causal_mask_function:
-        window = _closure(base, "mask_functions")
-        wide = local_size is not None and kv_length <= local_size and isinstance(window, tuple) \
-            and len(window) == 2 and named(window[0], "sliding_window_overlay") \
-            and window[1] is mu.causal_mask_function
-        if not wide:
-            return None
+    if base is not mu.causal_mask_function and _sliding_window_of(base) is None:
+        return None
     docs = _closure(fns[0], "packed_sequence_mask")
     return docs if isinstance(docs, torch.Tensor) and docs.dim() == 2 else None
 
@@ -179,16 +213,19 @@ def cu_seqlens_of(docs: torch.Tensor) -> torch.Tensor:
 # ---- mask resolution ---------------------------------------------------------------------------------------------
 
 class _Plan:
-    """How to run one attention call: fused with (q_offset, key_padding_mask | cu_seqlens) or dense with a mask."""
+    """How to run one attention call: fused with (q_offset, key_padding_mask | cu_seqlens, window) or dense with a
+    mask."""
 
-    __slots__ = ("q_offset", "key_padding_mask", "dense_mask", "documents")
+    __slots__ = ("q_offset", "key_padding_mask", "dense_mask", "documents", "window")
 
     def __init__(self, q_offset: int, key_padding_mask: torch.Tensor | None = None,
-                 dense_mask: torch.Tensor | None = None, documents: torch.Tensor | None = None) -> None:
+                 dense_mask: torch.Tensor | None = None, documents: torch.Tensor | None = None,
+                 window: int | None = None) -> None:
         self.q_offset = q_offset
         self.key_padding_mask = key_padding_mask  # (B, N) bool, True = ignore; fused path
         self.dense_mask = dense_mask  # (B|1, 1|H, M, N) bool keep or float additive; dense path
         self.documents = documents  # (B, N) int64 document index of each token (packed sequences); fused path
+        self.window = window  # sliding window of the compact forms (keys at index distance < window); None: none
 
     @property
     def cu_seqlens(self) -> torch.Tensor | None:
@@ -220,29 +257,28 @@ def resolve_mask(mask: Any, b: int, h: int, m: int, n: int, sliding_window: int 
                 or mask.shape[2] not in (1, m) or mask.shape[3] != n:
             raise ValueError(f"attention_mask must be a 4-D mask broadcastable to (B, H, M, N) = ({b}, {h}, {m}, {n}), "
                              f"got shape {tuple(mask.shape)}")
+    # the layer's sliding window, where it can cut: causal attention of more keys than it spans
+    window = sliding_window if causal and sliding_window is not None and n > sliding_window else None
     if mask is None:
         # Hugging Face's meaning of None: lower-right causal for one query, upper-left otherwise
         off = n - 1 if m == 1 else 0
-        if not causal:
-            return _Plan(off)
-        if sliding_window is not None and n > sliding_window:
-            return _Plan(off, dense_mask=_causal_keep(m, n, off, device, sliding_window))
-        return _Plan(off)
+        return _Plan(off, window=window)
     off = n - m
     if not mask.dtype.is_floating_point and mask.dtype != torch.bool:  # document indices (wavepe_mask)
         if mask.shape[1:3] != (1, 1) or m != n or not causal:
             raise ValueError(f"a packed-sequence mask (document indices) must be (B, 1, 1, N) for causal attention "
                              f"with M == N, got shape {tuple(mask.shape)}, M={m}, causal={causal}")
-        return _Plan(0, documents=mask[:, 0, 0, :].expand(b, n))
+        return _Plan(0, documents=mask[:, 0, 0, :].expand(b, n), window=window)
     if mask.dtype == torch.bool and mask.shape[1] == 1 and causal:
-        if mask.shape[2] == 1 and (m == 1 or sliding_window is None or n <= sliding_window):
+        if mask.shape[2] == 1:
             keep = mask[:, 0, 0, :].expand(b, n)
-            return _Plan(off, key_padding_mask=~keep)
+            return _Plan(off, key_padding_mask=~keep, window=window)
         if mask.shape[2] == m and m > 1 and not _compiling():
-            # a dense mask built by the sdpa/eager mask functions: fused if it is causal + key padding
+            # a dense mask built by the sdpa/eager mask functions: fused if it is causal (within the window)
+            # + key padding
             keep = mask[:, 0, -1, :]
-            if torch.equal(mask[:, 0], _causal_keep(m, n, off, mask.device)[None] & keep[:, None, :]):
-                return _Plan(off, key_padding_mask=~keep.expand(b, n))
+            if torch.equal(mask[:, 0], _causal_keep(m, n, off, mask.device, window)[None] & keep[:, None, :]):
+                return _Plan(off, key_padding_mask=~keep.expand(b, n), window=window)
     return _Plan(off, dense_mask=mask)
 
 
@@ -379,7 +415,7 @@ def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: Any, *, pos_
     if position_ids is not None and plan.key_padding_mask is None and plan.documents is None and causal \
             and m == n and m > 1 and plan.q_offset == 0 and position_ids.dim() == 2 and position_ids.shape[-1] == m:
         if plan.dense_mask is None:
-            plan = _Plan(0, documents=documents_of(position_ids.expand(b, m)))
+            plan = _Plan(0, documents=documents_of(position_ids.expand(b, m)), window=plan.window)
         else:  # a dense mask (sliding window, eager mask) made without the packing: documents on top
             dense = plan.dense_mask
             keep = dense[:, 0] if dense.dtype == torch.bool else dense[:, 0] > torch.finfo(dense.dtype).min / 2
@@ -389,21 +425,26 @@ def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: Any, *, pos_
             plan.dense_mask = dense & same if dense.dtype == torch.bool else dense.masked_fill(~same, float("-inf"))
     if kind in ("wavelet", "alibi") and plan.key_padding_mask is not None and _has_holes(mask, plan):
         # pads between real tokens: the dense path, whose distances skip them (key_distances)
+        _log_dense("a padding mask with holes (pads between real tokens) under a relative encoding")
         plan = _Plan(plan.q_offset, dense_mask=_spelled_out(plan, m, n, causal, q.device))
-    fused = plan.fused and dropout == 0.0 and softcap is None and not weights
+    fused = plan.fused and dropout == 0.0 and not weights
+    if not fused:
+        _log_dense("a mask with no compact form" if not plan.fused else
+                   "attention dropout" if dropout else "output_attentions (the probabilities are returned)")
     if position_ids is not None and check_positions and fused and m > 1 and plan.documents is None:
         check_positions_follow_indices(position_ids, plan, m, pos_enc)
     if m == 0 or n == 0:  # nothing to attend to: 0, like a query whose keys are all masked
         return q.new_zeros((b, m, h, v.shape[-1])), (q.new_zeros((b, h, m, n)) if weights else None), plan
     if fused:
         config = wavelet if kind == "wavelet" else None
+        window, cap = plan.window or 0, softcap or 0.0
         if _routing.has_kernel("attention_fwd", q.device):  # the model's own tensors: the op checks them
             out, _ = fused_attention(q, k, v, config, kind, causal, scale, plan.q_offset, plan.key_padding_mask,
-                                     plan.cu_seqlens)
+                                     plan.cu_seqlens, window=window, softcap=cap)
         else:
             out = ops.wavelet_attention(q, k, v, config, pos_enc=kind, causal=causal, scale=scale,
                                         q_offset=plan.q_offset, key_padding_mask=plan.key_padding_mask,
-                                        cu_seqlens=plan.cu_seqlens)
+                                        cu_seqlens=plan.cu_seqlens, window=window, softcap=cap)
         return out.transpose(1, 2), None, plan
     dense = plan.dense_mask
     if dense is None and (causal or plan.key_padding_mask is not None or plan.documents is not None):
@@ -416,7 +457,7 @@ def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: Any, *, pos_
 
 def _spelled_out(plan: _Plan, m: int, n: int, causal: bool, device: torch.device) -> torch.Tensor:
     """A compact plan's mask as a dense (B|1, 1, M, N) bool keep: causal, key padding, documents."""
-    dense = _causal_keep(m, n, plan.q_offset, device)[None] if causal else \
+    dense = _causal_keep(m, n, plan.q_offset, device, plan.window)[None] if causal else \
         torch.ones((1, m, n), dtype=torch.bool, device=device)
     if plan.key_padding_mask is not None:
         dense = dense & ~plan.key_padding_mask[:, None, :]

@@ -99,6 +99,8 @@ def wavelet_attention(
     clamp: bool = False,
     key_padding_mask: torch.Tensor | None = None,
     cu_seqlens: torch.Tensor | None = None,
+    window: int | None = None,
+    softcap: float | None = None,
     return_lse: bool = False,
 ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
     """Attention with a position encoding in the scores, fused (no M x N tensor).
@@ -108,6 +110,7 @@ def wavelet_attention(
         wavelet / relative:  s = scale * (q . k + q . T[r])
         alibi:               s = scale * q . k - slope_h * |r|
         nope:                s = scale * q . k
+        with softcap c:      s = c * tanh(s / c)          (Gemma 2's logit soft-capping)
 
     ``out = softmax(s) v`` over the keys each query may see.  Differentiable in
     q, k, v, in a learned ``rel_table`` and in ``alibi_slopes``; the backward
@@ -136,6 +139,14 @@ def wavelet_attention(
             document alone.  Queries and keys share the row (q_offset + M <= N;
             training: M = N).  Boundaries stay on the device (no host sync);
             the CPU checks their values, a GPU kernel clamps them.
+        window: sliding window (Mistral, Gemma 2/3, Qwen2/3, Phi-3): a query
+            sees only the keys at distances |r| < window -- causal: the
+            ``window - 1`` keys before it and itself, Hugging Face's rule.
+            Key blocks outside every query's window are never visited: time
+            and memory grow with ``L * window``.  None or 0: no window.
+        softcap: logit soft-cap c > 0 (Gemma 2's ``attn_logit_softcapping``):
+            each scaled score with its bias becomes ``c * tanh(s / c)`` before
+            the mask and the softmax.  None or 0: none.
         return_lse: also return each query's log-sum-exp of its scores, for
             schemes that merge partial results (as wavepe.distributed does).
 
@@ -158,9 +169,11 @@ def wavelet_attention(
     for name, value in (("q_offset", off), ("q_len", m), ("k_len", n)):
         check_position(name, value)
     check_cu_seqlens(cu_seqlens, q, b, m, n, off)
+    window, softcap = check_window(window), check_softcap(softcap)
     if _routing.has_kernel("attention_fwd", q.device):  # every dtype read as it is (bf16 / fp16 too)
         out, lse = fused_attention(q, k, v, config, pos_enc, causal, scale, off, key_padding_mask, cu_seqlens,
-                                   rel_table=rel_table, alibi_slopes=alibi_slopes, clamp=clamp)
+                                   rel_table=rel_table, alibi_slopes=alibi_slopes, clamp=clamp, window=window,
+                                   softcap=softcap)
         return (out, lse) if return_lse else out
     cdt = compute_dtype(q)
     qc, kc, vc = q.to(cdt), k.to(cdt), v.to(cdt)
@@ -170,17 +183,17 @@ def wavelet_attention(
                            "the bias + scaled_dot_product_attention path (materialises M x N scores)")
     if return_lse:
         out, lse = _plain_attention(qc, kc, vc, table, r_lo, clamp, slopes, key_padding_mask, scale, off, causal,
-                                    cu_seqlens, return_lse=True)
+                                    cu_seqlens, return_lse=True, window=window, softcap=softcap)
         return out.to(q.dtype), lse.to(_acc_dtype(q.dtype))
     return _plain_attention(qc, kc, vc, table, r_lo, clamp, slopes, key_padding_mask, scale, off, causal,
-                            cu_seqlens).to(q.dtype)
+                            cu_seqlens, window=window, softcap=softcap).to(q.dtype)
 
 
 def fused_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, config: WaveletConfig | None, pos_enc: str,
                     causal: bool, scale: float, q_offset: int, key_padding_mask: torch.Tensor | None,
                     cu_seqlens: torch.Tensor | None, *, rel_table: tuple[torch.Tensor, int] | None = None,
-                    alibi_slopes: torch.Tensor | None = None, clamp: bool = False
-                    ) -> tuple[torch.Tensor, torch.Tensor]:
+                    alibi_slopes: torch.Tensor | None = None, clamp: bool = False, window: int = 0,
+                    softcap: float = 0.0) -> tuple[torch.Tensor, torch.Tensor]:
     """(out, lse) of the fused kernel, for arguments of the form :func:`wavelet_attention` checks them to
     (``pos_enc`` one of POS_ENCS, ``q_offset`` and ``scale`` given), on a device with the kernel.
 
@@ -195,7 +208,31 @@ def fused_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, config: W
     with autograd_context(q, k, v, table, slopes):
         return ops.attention_fwd(q=q, k=k, v=v, table=table, r_lo=r_lo, clamp=clamp, slopes=slopes,
                                  key_padding_mask=key_padding_mask, scale=scale, q_offset=q_offset, causal=causal,
-                                 cu_seqlens=cu_seqlens, mark_neg_inf=False)
+                                 cu_seqlens=cu_seqlens, mark_neg_inf=False, window=window, softcap=softcap)
+
+
+def check_window(window: int | None) -> int:
+    """None or 0: no window; else an int in [1, 2^60] (a window of 1 sees the query's own position only)."""
+    if window is None:
+        return 0
+    window = check_int("window", window)
+    if torch.compiler.is_compiling():  # (a symbolic int: the op's C rule checks it at run time)
+        return window
+    if not 0 <= window <= 2**60:
+        raise ValueError(f"window must be None, 0 (no window) or in [1, 2^60], got {window}")
+    return window
+
+
+def check_softcap(softcap: float | None) -> float:
+    """None or 0: no soft-cap; else a finite real > 0."""
+    if softcap is None:
+        return 0.0
+    softcap = check_real("softcap", softcap)
+    if torch.compiler.is_compiling():  # (a symbolic float: the op's C rule checks it at run time)
+        return softcap
+    if not 0.0 <= softcap < math.inf:
+        raise ValueError(f"softcap must be None, 0 (no soft-cap) or a finite number > 0, got {softcap}")
+    return softcap
 
 
 # ---- argument checks shared with wavepe.distributed.context_parallel_attention ---------------------
@@ -273,7 +310,10 @@ def position_bias(q: torch.Tensor, pos_enc: str, cdt: torch.dtype, m, n, q_offse
 
     ``m`` queries at ``q_offset`` .. and ``n`` keys at 0 ..: the distances a
     wavelet table must cover (only those, within the wavelets' support; with
-    ``whole_window``, the cached window that holds them, for the kernels).
+    ``whole_window``, the cached window that holds them, for the kernels --
+    which read only the distances a sliding window lets through: the table
+    asked for is the same with or without one, so the layers of a model with
+    and without windows share one cached window).
     """
     h, d = q.shape[1], q.shape[3]
     table = slopes = None
@@ -339,10 +379,15 @@ def _standard_slopes(heads: int, dtype: torch.dtype, device: torch.device) -> to
 
 
 def _plain_attention(q, k, v, table, r_lo, clamp, slopes, key_padding_mask, scale, q_offset, causal,
-                     cu_seqlens=None, return_lse=False):
+                     cu_seqlens=None, return_lse=False, window=0, softcap=0.0):
     """The plain-PyTorch path (devices without a compiled kernel)."""
     m, n = q.shape[2], k.shape[2]
     mask = None if cu_seqlens is None else document_mask(cu_seqlens, m, n, q_offset, causal)
+    if window:
+        near = window_mask(m, n, q_offset, window, q.device)
+        mask = near if mask is None else mask & near
+        if cu_seqlens is None and causal:
+            mask = mask & causal_mask(m, n, q_offset, q.device)
     bias = None
     bias_scaled = False
     if table is not None:
@@ -351,10 +396,21 @@ def _plain_attention(q, k, v, table, r_lo, clamp, slopes, key_padding_mask, scal
         bias = alibi_bias(slopes, m, n, q_offset=q_offset, causal=causal, dtype=q.dtype, device=q.device)
         bias_scaled = True
     return plain_attention(q, k, v, bias, causal=causal, scale=scale, q_offset=q_offset, bias_scaled=bias_scaled,
-                           key_padding_mask=key_padding_mask, mask=mask, return_lse=return_lse)
+                           key_padding_mask=key_padding_mask, mask=mask, return_lse=return_lse, softcap=softcap)
 
 
 # ---- the plain-PyTorch formulation (devices without a kernel; the benchmarks' baseline) -------------
+
+
+def causal_mask(m: int, n: int, q_offset: int, device: torch.device) -> torch.Tensor:
+    """(M, N) bool, True = attend: keys at or before each query's position q_offset + i."""
+    return torch.arange(n, device=device)[None, :] <= (q_offset + torch.arange(m, device=device))[:, None]
+
+
+def window_mask(m: int, n: int, q_offset: int, window: int, device: torch.device) -> torch.Tensor:
+    """(M, N) bool, True = attend: keys at distances |pos_q - pos_k| < window (csrc/core/attention.h)."""
+    r = (q_offset + torch.arange(m, device=device))[:, None] - torch.arange(n, device=device)[None, :]
+    return r.abs() < window
 
 
 def document_mask(cu_seqlens: torch.Tensor, m: int, n: int, q_offset: int, causal: bool) -> torch.Tensor:
@@ -382,7 +438,8 @@ def document_mask(cu_seqlens: torch.Tensor, m: int, n: int, q_offset: int, causa
 def plain_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: torch.Tensor | None = None, *, causal: bool,
               scale: float, q_offset: int, bias_scaled: bool = False,
               key_padding_mask: torch.Tensor | None = None, mask: torch.Tensor | None = None,
-              dropout: float = 0.0, return_lse: bool = False) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+              dropout: float = 0.0, return_lse: bool = False, softcap: float = 0.0
+              ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
     """softmax(scale·q·kᵀ + bias + masks) v with SDPA and an explicit float mask: wavepe's dense attention.
 
     q (B, H, M, d); k, v (B, Hkv, N, d) with H a multiple of Hkv (GQA); ``bias``
@@ -393,7 +450,9 @@ def plain_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: tor
     else the causal rule at ``q_offset`` (queries at q_offset … q_offset+M-1,
     keys at 0 … N-1) when ``causal``; and never the keys of
     ``key_padding_mask`` (B, N), True = ignore.  A query that sees no key gets
-    0 (not NaN).  ``dropout`` is SDPA's ``dropout_p``.  Returns (B, H, M, d);
+    0 (not NaN).  ``softcap`` c > 0 caps the scores, bias included, at
+    ``c * tanh(s / c)`` before the masks (Gemma 2): the scores are formed
+    explicitly then.  ``dropout`` is SDPA's ``dropout_p``.  Returns (B, H, M, d);
     with ``return_lse`` (no dropout), ``(out, lse)``: lse (B, H, M) the scores'
     log-sum-exp, -inf for a query that sees no key -- SDPA does not expose it,
     so the scores are formed explicitly then.
@@ -425,23 +484,34 @@ def plain_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: tor
     if additive is not None:
         seen = ~torch.isneginf(additive).all(dim=-1, keepdim=True)
         additive = additive.masked_fill(~seen, 0.0)
-    if return_lse:
+    if return_lse or softcap:
         if dropout:
-            raise ValueError(f"return_lse=True needs dropout=0, got dropout={dropout}")
-        return _plain_attention_with_lse(q, k, v, additive, seen, scale)
+            raise ValueError(f"return_lse=True and softcap need dropout=0, got dropout={dropout}")
+        out, lse = _plain_attention_with_lse(q, k, v, additive, seen, scale, softcap, bias, bias_scaled)
+        return (out, lse) if return_lse else out
     out = F.scaled_dot_product_attention(q, k, v, attn_mask=additive, dropout_p=dropout, scale=scale,
                                          enable_gqa=k.shape[1] != h)
     return out if seen is None else out.masked_fill(~seen, 0.0)
 
 
 def _plain_attention_with_lse(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, additive: torch.Tensor | None,
-                        seen: torch.Tensor | None, scale: float) -> tuple[torch.Tensor, torch.Tensor]:
-    """:func:`plain_attention`'s (out, lse) from explicit scores (``additive``, ``seen`` as it prepared them)."""
+                              seen: torch.Tensor | None, scale: float, softcap: float = 0.0,
+                              bias: torch.Tensor | None = None, bias_scaled: bool = False
+                              ) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`plain_attention`'s (out, lse) from explicit scores (``additive``, ``seen`` as it prepared them).
+    With ``softcap``, ``additive`` (which holds the bias) is not used: the scores with their bias are
+    capped, then the mask (``seen`` and -inf entries of ``additive``) applies."""
     rep = q.shape[1] // k.shape[1]
     if rep != 1:
         k, v = k.repeat_interleave(rep, dim=1), v.repeat_interleave(rep, dim=1)
     s = torch.matmul(q, k.transpose(-1, -2)) * scale
-    if additive is not None:
+    if softcap:
+        if bias is not None:
+            s = s + (bias if bias_scaled else bias * scale)
+        s = softcap * torch.tanh(s / softcap)
+        if additive is not None:
+            s = s.masked_fill(torch.isneginf(additive), float("-inf"))
+    elif additive is not None:
         s = s + additive
     lse = torch.logsumexp(s, dim=-1, keepdim=True)
     out = torch.matmul(torch.exp(s - lse), v)
