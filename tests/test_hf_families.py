@@ -322,9 +322,9 @@ def _wide(family: str) -> torch.nn.Module:
 @pytest.mark.parametrize("family", ALL)
 def test_padding_free_batches_equal_documents_alone(family, pos_enc, use_cache, monkeypatch):
     """DataCollatorWithFlattening's rows (position_ids restart, no mask): logits and gradients equal to each
-    document alone, through the fused kernel (cu_seqlens) wherever the layer has no softcapping.  With
-    use_cache=False Hugging Face's mask marks the packing; with a cache object it does not, and the backend
-    reads the restarts from position_ids."""
+    document alone, through the fused kernel (cu_seqlens) in every family (Gemma 2's softcapping and its
+    default eager implementation included).  With use_cache=False Hugging Face's mask marks the packing;
+    with a cache object it does not, and the backend reads the restarts from position_ids."""
     from transformers import DataCollatorWithFlattening
 
     from wavepe.integrations import _hf_attention as hf_attn
@@ -339,8 +339,7 @@ def test_padding_free_batches_equal_documents_alone(family, pos_enc, use_cache, 
         out = model(**batch, use_cache=use_cache)
         params = [p for p in model.parameters() if p.requires_grad]
         packed_grads = torch.autograd.grad(out.loss, params)
-        softcapped = getattr(model.config, "attn_logit_softcapping", None) is not None
-        assert (len(dense_calls) > 0) == softcapped
+        assert not dense_calls
         total = sum(len(d) - 1 for d in docs)
         want = [torch.zeros_like(p) for p in params]
         start = 0
@@ -378,3 +377,25 @@ def test_padding_with_holes_measures_position_differences(family, pos_enc):
         holed = model.generate(ids[:1], attention_mask=mask[:1], max_new_tokens=4, do_sample=False)
         compact = model.generate(ids[:1, mask[0].bool()], max_new_tokens=4, do_sample=False)
     assert holed[0, -4:].tolist() == compact[0, -4:].tolist()
+
+
+@pytest.mark.parametrize("pos_enc", RELATIVE)
+@pytest.mark.parametrize("family", list(SLIDING))
+def test_sliding_windows_and_softcapping_run_fused(family, pos_enc, monkeypatch):
+    """Windows that bite (6 keys of 16), Gemma 2's softcapping and its default eager implementation: the fused
+    kernel, no M x N scores, equal to the dense path (which output_attentions=True takes, and which the tests
+    above hold to Hugging Face's masks)."""
+    from wavepe.integrations import _hf_attention as hf_attn
+
+    model = tiny(family, **SLIDING[family]).double()
+    ids, mask, pos = left_pad(ids_for(2, 16), [0, 3])
+    dense_calls = []
+    dense = hf_attn.dense_attention
+    monkeypatch.setattr(hf_attn, "dense_attention", lambda *a, **k: (dense_calls.append(1), dense(*a, **k))[1])
+    with torch.no_grad(), wavepe.patch(model, pos_enc):
+        fused = model(ids, attention_mask=mask, position_ids=pos).logits
+        assert not dense_calls
+        out = model(ids, attention_mask=mask, position_ids=pos, output_attentions=True)
+        assert dense_calls and out.attentions is not None and len(out.attentions) == model.config.num_hidden_layers
+    keep = mask.bool()
+    assert (fused - out.logits)[keep].abs().max() <= 1e-9

@@ -269,16 +269,25 @@ def resolve_mask(mask: Any, b: int, h: int, m: int, n: int, sliding_window: int 
             raise ValueError(f"a packed-sequence mask (document indices) must be (B, 1, 1, N) for causal attention "
                              f"with M == N, got shape {tuple(mask.shape)}, M={m}, causal={causal}")
         return _Plan(0, documents=mask[:, 0, 0, :].expand(b, n), window=window)
-    if mask.dtype == torch.bool and mask.shape[1] == 1 and causal:
-        if mask.shape[2] == 1:
-            keep = mask[:, 0, 0, :].expand(b, n)
-            return _Plan(off, key_padding_mask=~keep, window=window)
-        if mask.shape[2] == m and m > 1 and not _compiling():
-            # a dense mask built by the sdpa/eager mask functions: fused if it is causal (within the window)
-            # + key padding
-            keep = mask[:, 0, -1, :]
-            if torch.equal(mask[:, 0], _causal_keep(m, n, off, mask.device, window)[None] & keep[:, None, :]):
-                return _Plan(off, key_padding_mask=~keep.expand(b, n), window=window)
+    if mask.dtype == torch.bool and mask.shape[1] == 1 and mask.shape[2] == 1 and causal:
+        keep = mask[:, 0, 0, :].expand(b, n)
+        return _Plan(off, key_padding_mask=~keep, window=window)
+    if mask.shape[1] == 1 and mask.shape[2] == m and m > 1 and causal and not _compiling():
+        # a dense mask built by the sdpa (bool) or eager (additive float) mask functions: fused if it is causal
+        # (within the window) + key padding -- decided once per mask object, which every layer of a type shares
+        known = getattr(mask, "_wavepe_padding", None)
+        if known is None:
+            keep_all = mask[:, 0] if mask.dtype == torch.bool else mask[:, 0] > torch.finfo(mask.dtype).min / 2
+            keep = keep_all.any(dim=1)  # the keys some query sees: the unpadded ones (a window hides the others)
+            compact = torch.equal(keep_all, _causal_keep(m, n, off, mask.device, window)[None] & keep[:, None, :])
+            # the key padding mask, True (no padding: the form None) or False (no compact form)
+            known = (True if bool(keep.all()) else ~keep.expand(b, n)) if compact else False
+            try:
+                mask._wavepe_padding = known
+            except (AttributeError, TypeError):
+                pass
+        if known is not False:
+            return _Plan(off, key_padding_mask=None if known is True else known, window=window)
     return _Plan(off, dense_mask=mask)
 
 
@@ -416,13 +425,21 @@ def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: Any, *, pos_
             and m == n and m > 1 and plan.q_offset == 0 and position_ids.dim() == 2 and position_ids.shape[-1] == m:
         if plan.dense_mask is None:
             plan = _Plan(0, documents=documents_of(position_ids.expand(b, m)), window=plan.window)
-        else:  # a dense mask (sliding window, eager mask) made without the packing: documents on top
+        else:  # a dense mask (an eager mask, a custom one), maybe made without the packing
             dense = plan.dense_mask
             keep = dense[:, 0] if dense.dtype == torch.bool else dense[:, 0] > torch.finfo(dense.dtype).min / 2
             real = keep.expand(keep.shape[0], m, n).diagonal(dim1=-2, dim2=-1)  # a real token sees itself
             docs = documents_of(position_ids.expand(b, m), real)
             same = (docs[:, :, None] == docs[:, None, :])[:, None]
-            plan.dense_mask = dense & same if dense.dtype == torch.bool else dense.masked_fill(~same, float("-inf"))
+            window = sliding_window if sliding_window is not None and n > sliding_window else None
+            if not _compiling() and dense.shape[1] == 1 and bool(real.all()) and torch.equal(
+                    keep.expand(b, m, n), _causal_keep(m, n, 0, q.device, window)[None] & same[:, 0]):
+                # causal (within the window) inside each document, e.g. the eager mask of a packed batch
+                # (Gemma 2's default implementation): the compact form
+                plan = _Plan(0, documents=docs, window=window)
+            else:
+                plan.dense_mask = dense & same if dense.dtype == torch.bool else \
+                    dense.masked_fill(~same, float("-inf"))
     if kind in ("wavelet", "alibi") and plan.key_padding_mask is not None and _has_holes(mask, plan):
         # pads between real tokens: the dense path, whose distances skip them (key_distances)
         _log_dense("a padding mask with holes (pads between real tokens) under a relative encoding")

@@ -14,10 +14,13 @@ are wavepe's:
   returns the probabilities);
 * ``"eager"``: for a relative encoding, the family's module-level
   ``eager_attention_forward`` becomes a dispatcher (installed with the first
-  patched layer of that family, removed with the last) that runs the dense
-  path with the bias and returns the probabilities for layers carrying a
-  :class:`LayerState` in ``module.__dict__["_wavepe"]``, and the original
-  function for every other module (unpatched models are untouched).
+  patched layer of that family, removed with the last) that runs the
+  attention with the bias for layers carrying a :class:`LayerState` in
+  ``module.__dict__["_wavepe"]`` -- the dense path returning the
+  probabilities when they are read (``output_attentions``), else what
+  "wavepe" runs: fused where the (dense, eager-made) mask is causal, windowed
+  and padded (Gemma 2, whose default is eager) -- and the original function
+  for every other module (unpatched models are untouched).
 
 With the eager dispatcher comes one for the family's ``apply_rotary_pos_emb``
 (same lifetime): where the rotary hook handed out the identity rotation
@@ -118,10 +121,37 @@ def _make_eager_dispatcher(original: Any) -> Any:
         state = module.__dict__.get("_wavepe")
         if state is None or state.settings.pos_enc not in ("wavelet", "alibi"):
             return original(module, query, key, value, attention_mask, *args, **kwargs)
-        return _layer_attention(module, state, query, key, value, attention_mask, weights=True, **kwargs)
+        return _layer_attention(module, state, query, key, value, attention_mask,
+                                weights=_attentions_requested(kwargs), **kwargs)
 
     eager_attention_forward.__wavepe_dispatcher__ = True  # type: ignore[attr-defined]
     return eager_attention_forward
+
+
+def _collector() -> Any:
+    """transformers' collector of the outputs a forward returns (``output_attentions=True`` puts "attentions" in
+    it: hooks then record every attention module's probabilities), or None in a transformers without it."""
+    try:
+        from transformers.utils import output_capturing
+    except ImportError:
+        return None
+    return getattr(output_capturing, "_active_collector", None)
+
+
+_COLLECTOR = _collector()
+
+
+def _attentions_requested(kwargs: dict[str, Any]) -> bool:
+    """Whether an eager call's probabilities will be read: ``output_attentions`` passed, or transformers'
+    collector gathering attentions for this forward (a CompileableContextVar: torch.compile reads it too).
+    Else the eager path runs like the "wavepe" one -- fused, where the mask allows -- and returns no
+    probabilities, which nothing reads.  Without the collector (another transformers): always."""
+    if kwargs.get("output_attentions"):
+        return True
+    if _COLLECTOR is None:
+        return True
+    active = _COLLECTOR.get()
+    return isinstance(active, dict) and "attentions" in active
 
 
 def _make_rotary_dispatcher(original: Any) -> Any:
