@@ -101,7 +101,7 @@ class Case:
     lse: bool = False      # return_lse, with a gradient through it
     clamp: bool = False
     packed: bool = False   # cu_seqlens: documents (packed_cu) across the ranks' chunks
-    extra: dict = field(default_factory=dict, hash=False, compare=False)
+    extra: dict = field(default_factory=dict, hash=False, compare=False)  # more keyword arguments (window, softcap)
 
 
 def small_support_config():
@@ -127,6 +127,12 @@ def cp_cases() -> dict[str, Case]:
     cases["wavelet-empty-chunks"] = Case("wavelet", True, "zigzag", chunk=0)
     cases["relative-clamp-odd-shapes"] = Case("relative", True, "contiguous", h=5, h_kv=5, chunk=7, d=5, clamp=True)
     cases["alibi-chunks-across-tiles"] = Case("alibi", True, "zigzag", b=1, h=2, h_kv=1, chunk=200, d=32)
+    # sliding windows (chunk pairs wholly outside them skipped) and soft-caps
+    cases["wavelet-window-zigzag"] = Case("wavelet", True, "zigzag", extra={"window": 7})
+    cases["relative-window-softcap-full"] = Case("relative", False, "contiguous", masked=True, lse=True,
+                                                 extra={"window": 12, "softcap": 1.5})
+    cases["alibi-softcap"] = Case("alibi", True, "contiguous", extra={"softcap": 0.8})
+    cases["nope-window-one-chunk"] = Case("nope", True, "contiguous", extra={"window": 10})
     return cases
 
 
@@ -171,7 +177,7 @@ def cp_inputs(case: Case, length: int) -> dict[str, Any]:
         "v": draw(case.b, case.h_kv, length, case.d).to(case.dtype),
         "grad_out": draw(case.b, case.h, length, case.d),
         "grad_lse": draw(case.b, case.h, length),
-        "kwargs": {"pos_enc": case.pos_enc, "causal": case.causal},
+        "kwargs": {"pos_enc": case.pos_enc, "causal": case.causal, **case.extra},
         "param": None,
     }
     if case.pos_enc == "wavelet":

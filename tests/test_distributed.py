@@ -314,31 +314,35 @@ def test_not_initialized_and_devices_without_kernel_are_refused(monkeypatch):
 
 # ---- the schedule -----------------------------------------------------------------------------------
 
-def visible_area(q_segs, k_segs, causal: bool) -> int:
+def visible_area(q_segs, k_segs, causal: bool, window: int = 0) -> int:
     total = 0
     for qs in q_segs:
         for ks in k_segs:
             for i in range(qs.length):
                 for j in range(ks.length):
-                    total += (not causal) or qs.start + i >= ks.start + j
+                    r = qs.start + i - (ks.start + j)
+                    total += ((not causal) or r >= 0) and (not window or abs(r) < window)
     return total
 
 
 @pytest.mark.parametrize("world", [1, 2, 3, 4, 5])
 @pytest.mark.parametrize("layout", ["contiguous", "zigzag"])
 @pytest.mark.parametrize("causal", [True, False])
-def test_tiles_cover_exactly_the_visible_scores(world, layout, causal):
+@pytest.mark.parametrize("window", [0, 1, 4, 7])
+def test_tiles_cover_exactly_the_visible_scores(world, layout, causal, window):
     # each tile's flags agree with brute force over its scores; skipped tiles have none visible
     chunk = 6
     segs = [segments(r, world, chunk, layout) for r in range(world)]
     for r in range(world):
         for c in range(world):
-            ts = tiles(segs[r], segs[c], causal, None)
-            assert sum(visible_area((t.q,), (t.k,), causal) for t in ts) == visible_area(segs[r], segs[c], causal)
+            ts = tiles(segs[r], segs[c], causal, None, window)
+            assert sum(visible_area((t.q,), (t.k,), causal, window) for t in ts) == \
+                visible_area(segs[r], segs[c], causal, window)
             for t in ts:
-                area = visible_area((t.q,), (t.k,), causal)
+                area = visible_area((t.q,), (t.k,), causal, window)
                 assert area > 0
-                assert t.causal == (area < t.q.length * t.k.length)
+                if not window:
+                    assert t.causal == (area < t.q.length * t.k.length)
                 assert t.q_offset == t.q.start - t.k.start
 
 

@@ -112,3 +112,21 @@ def test_document_positions_restart_at_each_boundary():
     assert document_positions(two, torch.arange(8)).tolist() == [[0, 1, 2, 0, 0, 1, 2, 3], [0, 1, 2, 3, 4, 0, 1, 2]]
     with pytest.raises(ValueError, match="at least 2 boundaries"):
         document_positions(cu[:1], torch.arange(8))
+
+
+@pytest.mark.parametrize("pos_enc", ["wavelet", "rope", "alibi", "nope"])
+def test_positional_attention_window_and_softcap_equal_its_probabilities(pos_enc):
+    # forward (the fused kernel with window and softcap) == attention_probs (dense, spelled out) @ v
+    torch.manual_seed(0)
+    attn = PositionalAttention(32, 4, pos_enc, num_kv_heads=2, window=5, softcap=1.5).double()
+    assert "window=5" in repr(attn) and "softcap=1.5" in repr(attn)
+    x = torch.randn(2, 30, 32, dtype=torch.float64)
+    probs = attn.attention_probs(x)
+    assert bool((probs.tril(-5) == 0).all()) and bool((probs.triu(1) == 0).all())
+    _, _, v = attn._qkv(x, 0)
+    heads = (probs @ v.repeat_interleave(2, dim=1)).transpose(1, 2).reshape(2, 30, 32)
+    torch.testing.assert_close(attn(x), attn.o_proj(heads), rtol=1e-10, atol=1e-12)
+    with pytest.raises(ValueError, match="window"):
+        PositionalAttention(32, 4, pos_enc, window=-3)
+    with pytest.raises(ValueError, match="softcap"):
+        PositionalAttention(32, 4, pos_enc, softcap=float("nan"))

@@ -58,6 +58,11 @@ class PositionalAttention(nn.Module):
             "nope" (NoPE; "none" is its old spelling).
         num_kv_heads: H_kv key/value heads (GQA), a divisor of H; default H.
         bias: whether the projections have biases.
+        window: sliding window (Mistral's rule: a token sees the ``window - 1``
+            tokens before it and itself); None: the whole causal past.  The
+            fused kernel skips what lies outside it: cost grows with L * window.
+        softcap: attention-logit soft-cap c (Gemma 2): scores become
+            ``c * tanh(s / c)``; None: none.
 
     ``rope_config`` is a plain attribute: assign ``attn.rope_config =
     cfg.with_theta(4096)`` to evaluate at another θ (or another p-RoPE
@@ -78,10 +83,16 @@ class PositionalAttention(nn.Module):
         wavelet_config: WaveletConfig | None = None,
         rope_config: RopeConfig | None = None,
         bias: bool = False,
+        window: int | None = None,
+        softcap: float | None = None,
     ) -> None:
         super().__init__()
+        from .ops.attention import check_softcap, check_window
+
         hidden_size = check_int("hidden_size", hidden_size, min_value=1)
         bias = check_flag("bias", bias)
+        self.window: int | None = check_window(window) or None
+        self.softcap: float | None = check_softcap(softcap) or None
         num_heads = check_int("num_heads", num_heads, min_value=1)
         if head_dim is None:
             if hidden_size % num_heads:
@@ -122,6 +133,7 @@ class PositionalAttention(nn.Module):
         enc = {"wavelet": self.wavelet_config, "rope": self.rope_config}.get(self.pos_enc)
         return (f"hidden_size={self.hidden_size}, num_heads={self.num_heads}, num_kv_heads={self.num_kv_heads}, "
                 f"head_dim={self.head_dim}, pos_enc={self.pos_enc!r}" + (f", {enc!r}" if enc is not None else "")
+                + (f", window={self.window}" if self.window else "") + (f", softcap={self.softcap}" if self.softcap else "")
                 + (f", {self.context_parallel!r}" if self.context_parallel is not None else ""))
 
     def _qkv(self, x: torch.Tensor, position_offset: int | torch.Tensor
@@ -172,13 +184,15 @@ class PositionalAttention(nn.Module):
             if cu_seqlens is not None and self.pos_enc == "rope":
                 positions = document_positions(cu_seqlens, torch.arange(x.shape[1], device=x.device)) + offset
             q, k, v = self._qkv(x, positions)
-            out = wavelet_attention(q, k, v, self.wavelet_config, pos_enc=kind, causal=True, cu_seqlens=cu_seqlens)
+            out = wavelet_attention(q, k, v, self.wavelet_config, pos_enc=kind, causal=True, cu_seqlens=cu_seqlens,
+                                    window=self.window, softcap=self.softcap)
         else:
             positions = cp.positions(x.shape[1], x.device)
             if cu_seqlens is not None:
                 positions = document_positions(cu_seqlens, positions)
             q, k, v = self._qkv(x, positions + offset)
-            out = cp.attention(q, k, v, self.wavelet_config, pos_enc=kind, causal=True, cu_seqlens=cu_seqlens)
+            out = cp.attention(q, k, v, self.wavelet_config, pos_enc=kind, causal=True, cu_seqlens=cu_seqlens,
+                               window=self.window, softcap=self.softcap)
         b, _, length, _ = out.shape
         return self.o_proj(out.transpose(1, 2).reshape(b, length, self.num_heads * self.head_dim))
 
@@ -203,5 +217,9 @@ class PositionalAttention(nn.Module):
         scores = scores * scale
         if self.pos_enc == "alibi":
             scores = scores + alibi_bias(self.num_heads, length, dtype=scores.dtype, device=scores.device)
-        future = torch.ones(length, length, dtype=torch.bool, device=x.device).triu(1)
-        return scores.masked_fill(future, float("-inf")).softmax(dim=-1)
+        if self.softcap:
+            scores = self.softcap * torch.tanh(scores / self.softcap)
+        hidden = torch.ones(length, length, dtype=torch.bool, device=x.device).triu(1)
+        if self.window:
+            hidden |= torch.ones(length, length, dtype=torch.bool, device=x.device).tril(-self.window)
+        return scores.masked_fill(hidden, float("-inf")).softmax(dim=-1)

@@ -138,6 +138,10 @@ def test_each_encoding_and_dict_input(pos_enc):
     (dict(pos_enc="nope", wavelet_normalize=True), 16, r"--wavelet-normalize only applies to --pos-enc wavelet"),
     (dict(pos_enc="rope", rope_inference_theta=None, rope_fraction=None, wavelet_shifts="0"), 16,
      r"--wavelet-shifts='0' only applies"),
+    (dict(attention_window=0), 16, r"--attention-window must be an integer >= 1, got 0"),
+    (dict(attention_window=2.5), 16, r"--attention-window must be an integer >= 1, got 2.5"),
+    (dict(attention_softcap=-1.0), 16, r"--attention-softcap must be a finite number > 0, got -1.0"),
+    (dict(attention_softcap=float("inf")), 16, r"--attention-softcap must be a finite number > 0"),
 ])
 def test_bad_options_name_the_option(kwargs, head_dim, match):
     with pytest.raises(ValueError, match=match):
@@ -153,3 +157,11 @@ def test_bad_head_dim_and_types():
         parse_value_list("wavelet_scales", 3.0)
     assert parse_grid(8) == (8, None) and parse_grid("8X16") == (8, 16)
     np.testing.assert_array_equal(parse_value_list("wavelet_shifts", [0, 1.5]), [0.0, 1.5])
+
+
+@pytest.mark.parametrize("pos_enc", POS_ENCS)
+def test_window_and_softcap_for_every_encoding(pos_enc):
+    spec = PositionSpec.from_args(ns(pos_enc=pos_enc, attention_window=512, attention_softcap=30), 16)
+    assert (spec.window, spec.softcap) == (512, 30.0)
+    plain = PositionSpec.from_args(ns(pos_enc=pos_enc), 16)
+    assert (plain.window, plain.softcap) == (None, None)

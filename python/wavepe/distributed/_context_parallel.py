@@ -15,7 +15,8 @@ from .._validate import check_choice, check_flag, check_int, check_real
 from ..config import WaveletConfig
 from ..ops import _routing
 from ..ops._extension import func_transform_active
-from ..ops.attention import POS_ENCS, _acc_dtype, check_cu_seqlens, check_key_padding_mask, check_qkv, position_bias
+from ..ops.attention import (POS_ENCS, _acc_dtype, check_cu_seqlens, check_key_padding_mask, check_qkv, check_softcap,
+                             check_window, position_bias)
 from ..pos_enc import canonical_pos_enc
 from ._layout import LAYOUTS, _group_geometry, local_positions, segments
 from . import _ring_attention
@@ -24,8 +25,8 @@ from ._schedule import UNBOUNDED, last_hops
 
 # The settings every rank must agree on, in the order they are compared (see _check_agreement).
 _AGREED = ("batch", "heads", "kv_heads", "local length", "head_dim", "dtype", "pos_enc", "causal", "layout",
-           "scale", "table rows", "r_lo", "clamp", "key_padding_mask given", "cu_seqlens boundaries",
-           "cu_seqlens values (a checksum)")
+           "scale", "table rows", "r_lo", "clamp", "key_padding_mask given", "cu_seqlens boundaries", "window",
+           "softcap", "cu_seqlens values (a checksum)")
 _DTYPES = (torch.float32, torch.float64, torch.bfloat16, torch.float16)
 
 
@@ -74,6 +75,8 @@ def context_parallel_attention(
     clamp: bool = False,
     key_padding_mask: torch.Tensor | None = None,
     cu_seqlens: torch.Tensor | None = None,
+    window: int | None = None,
+    softcap: float | None = None,
     layout: str = "contiguous",
     group: dist.ProcessGroup | None = None,
     return_lse: bool = False,
@@ -94,9 +97,10 @@ def context_parallel_attention(
             positions r·C … (r+1)·C − 1; with ``"zigzag"`` (the load-balanced
             layout for causal attention) halves r and 2P−1−r of 2P equal halves.
             :func:`shard_sequence` cuts a whole sequence this way.
-        config, pos_enc, causal, scale, alibi_slopes, rel_table, clamp: as in
-            :func:`wavepe.ops.wavelet_attention`.  Distances are global:
-            r = pos_q − pos_k over the whole sequence.
+        config, pos_enc, causal, scale, alibi_slopes, rel_table, clamp, window,
+            softcap: as in :func:`wavepe.ops.wavelet_attention`.  Distances are
+            global: r = pos_q − pos_k over the whole sequence (a chunk pair wholly
+            outside the window is not computed).
         key_padding_mask: (B, C) bool, True = ignore this rank's key (it
             travels with the keys).
         cu_seqlens: packed sequences: the *global* document boundaries
@@ -151,6 +155,7 @@ def context_parallel_attention(
     check_cu_seqlens(cu_seqlens, q, b, length, length, 0)
     if cu_seqlens is not None and length > 2**31 - 1:
         raise ValueError(f"cu_seqlens needs a sequence length <= 2^31 - 1, got {length}")
+    window, softcap = check_window(window), check_softcap(softcap)
     # one table for every tile, in q's dtype (the kernels read half types as they are): the distances of the
     # whole sequence (positions 0 .. L-1 for queries and keys)
     table, r_lo, slopes = position_bias(q, pos_enc, q.dtype, length, length, 0, causal, config=config,
@@ -158,7 +163,7 @@ def context_parallel_attention(
     group = dist.group.WORLD if group is None else group
     out, lse = _ring_attention_op(q, k, v, table, slopes, key_padding_mask, cu_seqlens, group_name=group.group_name,
                                   layout=layout, pos_enc=POS_ENCS.index(pos_enc), causal=causal, scale=scale,
-                                  r_lo=r_lo, clamp=clamp, validate=validate)
+                                  r_lo=r_lo, clamp=clamp, window=window, softcap=softcap, validate=validate)
     return (out, lse) if return_lse else out
 
 
@@ -171,8 +176,8 @@ def context_parallel_attention(
 _Tensor = torch.Tensor
 
 
-def _plan(group_name: str, layout: str, causal: bool, scale: float, r_lo: int, clamp: bool, q: _Tensor,
-          table: _Tensor | None, cu: _Tensor | None) -> RingPlan:
+def _plan(group_name: str, layout: str, causal: bool, scale: float, r_lo: int, clamp: bool, window: int,
+          softcap: float, q: _Tensor, table: _Tensor | None, cu: _Tensor | None) -> RingPlan:
     """The ring's plan for a call (the schedule, from the layout; the kernel settings)."""
     group = _resolve_process_group(group_name)
     rank, world = _group_geometry(group)
@@ -186,7 +191,7 @@ def _plan(group_name: str, layout: str, causal: bool, scale: float, r_lo: int, c
         docs = tuple(tuple(row) for row in cu.reshape(-1, cu.shape[-1]).tolist())
     return RingPlan(ring=_Ring(group, rank, world), segs=tuple(segments(r, world, c, layout) for r in range(world)),
                     last=last_hops(world, layout, causal), causal=causal, scale=scale, r_lo=r_lo, clamp=clamp,
-                    support=support, acc_dtype=_acc_dtype(q.dtype), docs=docs)
+                    support=support, acc_dtype=_acc_dtype(q.dtype), window=window, softcap=softcap, docs=docs)
 
 
 def _wire(key_padding_mask: _Tensor | None, cu_seqlens: _Tensor | None) -> tuple[_Tensor | None, _Tensor | None]:
@@ -199,8 +204,8 @@ def _wire(key_padding_mask: _Tensor | None, cu_seqlens: _Tensor | None) -> tuple
 @torch.library.custom_op("wavepe::ring_attention", mutates_args=())
 def _ring_attention_op(q: _Tensor, k: _Tensor, v: _Tensor, table: _Tensor | None, slopes: _Tensor | None,
                        key_padding_mask: _Tensor | None, cu_seqlens: _Tensor | None, *, group_name: str, layout: str,
-                       pos_enc: int, causal: bool, scale: float, r_lo: int, clamp: bool, validate: bool
-                       ) -> tuple[_Tensor, _Tensor]:
+                       pos_enc: int, causal: bool, scale: float, r_lo: int, clamp: bool, window: int, softcap: float,
+                       validate: bool) -> tuple[_Tensor, _Tensor]:
     """(out in q's dtype, lse in the accumulation dtype) of this rank's queries over the whole sequence."""
     mask, cu = _wire(key_padding_mask, cu_seqlens)
     if cu is not None and cu.device.type == "cpu":
@@ -211,14 +216,15 @@ def _ring_attention_op(q: _Tensor, k: _Tensor, v: _Tensor, table: _Tensor | None
             row, i = (int(x) for x in torch.nonzero(steps)[0])
             raise ValueError(f"cu_seqlens of batch row {row} must not decrease, got cu_seqlens[{i + 1}]="
                              f"{int(rows[row, i + 1])} after {int(rows[row, i])}")
-    plan = _plan(group_name, layout, causal, scale, r_lo, clamp, q, table, cu)
+    plan = _plan(group_name, layout, causal, scale, r_lo, clamp, window, softcap, q, table, cu)
     if validate:
         b, h, c, d = q.shape
         _check_agreement(plan.ring.group, plan.ring.world, q.device, [
             b, h, k.shape[1], c, d, _DTYPES.index(q.dtype), pos_enc, int(causal),
             LAYOUTS.index(layout), struct.unpack("<q", struct.pack("<d", scale))[0],
             -1 if table is None else table.shape[0], r_lo, int(clamp), int(mask is not None),
-            -1 if cu is None else cu.shape[-1]], _checksum(cu))
+            -1 if cu is None else cu.shape[-1], window, struct.unpack("<q", struct.pack("<d", softcap))[0]],
+            _checksum(cu))
     out, lse = _ring_attention.ring_forward(plan, q, k, v, table, slopes, mask, cu)
     return out.to(q.dtype), lse
 
@@ -233,12 +239,12 @@ def _ring_attention_backward_op(grad_out: _Tensor | None, grad_lse: _Tensor | No
                                 v: _Tensor, table: _Tensor | None, slopes: _Tensor | None,
                                 key_padding_mask: _Tensor | None, cu_seqlens: _Tensor | None, out: _Tensor,
                                 lse: _Tensor, *, group_name: str, layout: str, causal: bool, scale: float, r_lo: int,
-                                clamp: bool, table_grad: bool, slopes_grad: bool
+                                clamp: bool, window: int, softcap: float, table_grad: bool, slopes_grad: bool
                                 ) -> tuple[_Tensor, _Tensor, _Tensor, _Tensor, _Tensor]:
     """(dq, dk, dv, dtable, dslopes) in the inputs' dtypes; dtable / dslopes empty where not asked for.  The
     ring's backward is not itself differentiable (no autograd is registered for this op)."""
     mask, cu = _wire(key_padding_mask, cu_seqlens)
-    plan = _plan(group_name, layout, causal, scale, r_lo, clamp, q, table, cu)
+    plan = _plan(group_name, layout, causal, scale, r_lo, clamp, window, softcap, q, table, cu)
     dq, dk, dv, dtable, dslopes = _ring_attention.ring_backward(
         plan, q, k, v, table, slopes, mask, out, lse, grad_out, grad_lse, table_grad=table_grad,
         slopes_grad=slopes_grad, cu=cu)
@@ -255,7 +261,7 @@ def _ring_attention_backward_fake(grad_out, grad_lse, q, k, v, table, slopes, ke
             lse.new_empty(slopes.shape if slopes_grad and slopes is not None else (0,)))
 
 
-_SETTINGS = ("group_name", "layout", "causal", "scale", "r_lo", "clamp")
+_SETTINGS = ("group_name", "layout", "causal", "scale", "r_lo", "clamp", "window", "softcap")
 
 
 def _ring_setup(ctx, inputs, keyword_only_inputs, output):
@@ -321,7 +327,7 @@ def _decode(name: str, value: int) -> object:
         return POS_ENCS[value]
     if name == "layout":
         return LAYOUTS[value]
-    if name == "scale":
+    if name in ("scale", "softcap"):
         return struct.unpack("<d", struct.pack("<q", value))[0]
     if name in ("causal", "clamp", "key_padding_mask given"):
         return bool(value)

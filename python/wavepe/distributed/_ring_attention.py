@@ -91,6 +91,8 @@ class RingPlan:
     clamp: bool
     support: tuple[int, int] | None
     acc_dtype: torch.dtype                 # partial results are merged and summed in this
+    window: int = 0                        # sliding window (0: none): distances are global, the kernels' rule
+    softcap: float = 0.0                   # logit soft-cap (0: none)
     # packed sequences: the global document boundaries of each batch row, when they are on the host (else
     # None: every tile is computed, the kernels skip the keys outside the queries' documents)
     docs: tuple[tuple[int, ...], ...] | None = None
@@ -99,7 +101,7 @@ class RingPlan:
     def tiles(self, chunk: int) -> tuple[Tile, ...]:
         hit = self._tiles.get(chunk)
         if hit is None:
-            hit = tiles(self.segs[self.ring.rank], self.segs[chunk], self.causal, self.support)
+            hit = tiles(self.segs[self.ring.rank], self.segs[chunk], self.causal, self.support, self.window)
             if self.docs is not None:
                 hit = tuple(t for t in hit if _shares_a_document(self.docs, t, self.causal))
             self._tiles[chunk] = hit
@@ -221,7 +223,8 @@ def ring_forward(plan: RingPlan, q: torch.Tensor, k: torch.Tensor, v: torch.Tens
                                          table=table if t.biased else None, r_lo=plan.r_lo, clamp=plan.clamp,
                                          slopes=slopes, key_padding_mask=_mask_rows(kpm, t.k),
                                          scale=plan.scale, q_offset=t.q_offset, causal=t.causal,
-                                         cu_seqlens=bounds.at(t.k.start), mark_neg_inf=True)
+                                         cu_seqlens=bounds.at(t.k.start), mark_neg_inf=True, window=plan.window,
+                                         softcap=plan.softcap)
                 # rows whose visible scores are all -inf: out = 0, lse = +inf (the kernel's code), a zero-weight
                 # partial merged like a row that sees no key
                 marked = torch.isposinf(l)
@@ -275,7 +278,7 @@ def ring_backward(plan: RingPlan, q: torch.Tensor, k: torch.Tensor, v: torch.Ten
                     table=table if t.biased else None, r_lo=plan.r_lo, clamp=plan.clamp, slopes=slopes,
                     key_padding_mask=_mask_rows(kpm, tk), scale=plan.scale, q_offset=t.q_offset, causal=t.causal,
                     table_grad=dtable is not None and t.biased, slopes_grad=dslopes is not None,
-                    cu_seqlens=bounds.at(tk.start), mark_neg_inf=True)
+                    cu_seqlens=bounds.at(tk.start), mark_neg_inf=True, window=plan.window, softcap=plan.softcap)
                 dq = _add_rows(dq, tq, g_dq, q, adt)
                 dk = _add_rows(dk, tk, g_dk, k, adt)
                 dv = _add_rows(dv, tk, g_dv, k, adt)

@@ -41,11 +41,12 @@ class Tile:
 
 
 def tiles(q_segs: tuple[Segment, ...], k_segs: tuple[Segment, ...], causal: bool,
-          support: tuple[int, int] | None) -> tuple[Tile, ...]:
+          support: tuple[int, int] | None, window: int = 0) -> tuple[Tile, ...]:
     """The tiles of queries ``q_segs`` against keys ``k_segs``.
 
     ``support`` is the (lowest, highest) distance r = pos_q − pos_k whose table
-    row is nonzero, or None without a table.
+    row is nonzero, or None without a table.  With a sliding ``window``, a tile
+    whose visible distances are all >= window in magnitude is not computed.
     """
     out = []
     for qs in q_segs:
@@ -58,6 +59,8 @@ def tiles(q_segs: tuple[Segment, ...], k_segs: tuple[Segment, ...], causal: bool
                 continue  # every key is after every query
             cut = causal and r_min < 0
             lo = max(r_min, 0) if causal else r_min
+            if window and min(abs(lo), abs(r_max)) >= window and (lo > 0 or r_max < 0):
+                continue  # every visible pair lies outside the window
             biased = support is not None and max(lo, support[0]) <= min(r_max, support[1])
             out.append(Tile(qs, ks, qs.start - ks.start, cut, biased))
     return tuple(out)

@@ -148,7 +148,8 @@ class WavepeSelfAttention(MultiheadAttention):
             out = self._attention_with_dropout(q, k, v, padding, q_offset)
         else:
             out = wops.wavelet_attention(q, k, v, self.spec.wavelet, pos_enc=self.spec.kernel_pos_enc,
-                                         causal=True, q_offset=q_offset, key_padding_mask=padding)
+                                         causal=True, q_offset=q_offset, key_padding_mask=padding,
+                                         window=self.spec.window, softcap=self.spec.softcap)
         out = out.permute(2, 0, 1, 3).reshape(tgt_len, bsz, self.embed_dim)
         return self.out_proj(out), None
 
@@ -157,7 +158,8 @@ class WavepeSelfAttention(MultiheadAttention):
         """Scores formed explicitly (B, H, T, S) so that dropout can act on the probabilities.
 
         Same scores as the fused kernel: ``scale·(q·k + bias)`` for wavelets,
-        ``scale·q·k + bias`` for ALiBi, ``scale·q·k`` otherwise.
+        ``scale·q·k + bias`` for ALiBi, ``scale·q·k`` otherwise; then the
+        soft-cap and the sliding window, as there.
         """
         tgt_len, src_len = q.size(2), k.size(2)
         scale = self.head_dim ** -0.5
@@ -168,9 +170,13 @@ class WavepeSelfAttention(MultiheadAttention):
         if self.spec.pos_enc == "alibi":
             scores = scores + wops.alibi_bias(self.num_heads, tgt_len, src_len, q_offset=q_offset, causal=True,
                                               dtype=scores.dtype, device=scores.device)
+        if self.spec.softcap:
+            scores = self.spec.softcap * torch.tanh(scores / self.spec.softcap)
         rows = torch.arange(tgt_len, device=q.device)[:, None] + q_offset
         cols = torch.arange(src_len, device=q.device)[None, :]
         masked = (cols > rows)[None, None]
+        if self.spec.window:
+            masked = masked | (cols <= rows - self.spec.window)[None, None]
         if padding is not None:
             masked = masked | padding[:, None, None, :]
         scores = scores.masked_fill(masked, float("-inf"))

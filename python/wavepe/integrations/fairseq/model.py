@@ -93,6 +93,13 @@ class WavepeLanguageModelConfig(TransformerLanguageModelConfig):
     rope_fraction: Optional[float] = field(
         default=None, metadata={"help": "p-RoPE: fraction of rotation pairs that rotate (default 1)"}
     )
+    attention_window: Optional[int] = field(
+        default=None, metadata={"help": "sliding window W: a token attends to the W-1 tokens before it and itself "
+                                        "(default: the whole causal past)"}
+    )
+    attention_softcap: Optional[float] = field(
+        default=None, metadata={"help": "attention-logit soft-cap C (Gemma 2): scores become C*tanh(s/C)"}
+    )
 
 
 class WavepeDecoderLayer(TransformerDecoderLayerBase):

@@ -29,6 +29,12 @@ checkpoint and in ``--model-overrides``):
     default: ``--rope-theta``.
 ``--rope-fraction``
     p-RoPE: rotate only the ceil(r·d/2) highest-frequency pairs (default 1).
+``--attention-window W``
+    sliding window (every encoding): a token sees the W - 1 tokens before it
+    and itself (Mistral's rule); the fused kernel skips the rest, so cost grows
+    with L·W.  Default: the whole causal past.
+``--attention-softcap C``
+    attention-logit soft-cap (Gemma 2): scores become C·tanh(s / C).
 
 Options that belong to another ``--pos-enc`` than the one chosen are errors,
 not silently ignored.
@@ -182,6 +188,19 @@ def rope_config(theta: Any, fraction: Any, *, attr: str = "rope_theta") -> RopeC
     return RopeConfig(float(theta), float(fraction), layout=ROPE_LAYOUT)
 
 
+def attention_limits(window: Any, softcap: Any) -> tuple[int | None, float | None]:
+    """(--attention-window, --attention-softcap) checked: an int >= 1 and a finite number > 0, or None."""
+    if window is not None:
+        if isinstance(window, bool) or not isinstance(window, (int, np.integer)) or int(window) < 1:
+            raise ValueError(f"--attention-window must be an integer >= 1, got {window!r}")
+        window = int(window)
+    if softcap is not None:
+        if isinstance(softcap, bool) or not isinstance(softcap, (int, float)) or not 0 < float(softcap) < math.inf:
+            raise ValueError(f"--attention-softcap must be a finite number > 0, got {softcap!r}")
+        softcap = float(softcap)
+    return window, softcap
+
+
 @dataclass(frozen=True)
 class PositionSpec:
     """What the attention layers need to know about the position encoding.
@@ -195,6 +214,8 @@ class PositionSpec:
     wavelet: WaveletConfig | None = None
     rope: RopeConfig | None = None
     rope_inference: RopeConfig | None = None
+    window: int | None = None      # --attention-window
+    softcap: float | None = None   # --attention-softcap
 
     @property
     def kernel_pos_enc(self) -> str:
@@ -225,6 +246,8 @@ class PositionSpec:
             if value is not None and owner != pos_enc:
                 raise ValueError(f"{flag(attr)}={value!r} only applies to --pos-enc {owner}, "
                                  f"but --pos-enc is {pos_enc}")
+        window, softcap = attention_limits(_get(args, "attention_window"), _get(args, "attention_softcap"))
+        limits = {"window": window, "softcap": softcap}
         normalize = _get(args, "wavelet_normalize", None)
         normalize = False if normalize is None else check_flag("--wavelet-normalize", normalize)
         if normalize and pos_enc != "wavelet":
@@ -234,7 +257,7 @@ class PositionSpec:
             cfg = wavelet_config(head_dim, family=str(family), grid=_get(args, "wavelet_grid"),
                                  scales=_get(args, "wavelet_scales"), shifts=_get(args, "wavelet_shifts"),
                                  normalize=normalize)
-            return cls(pos_enc, head_dim, wavelet=cfg)
+            return cls(pos_enc, head_dim, wavelet=cfg, **limits)
         if pos_enc == "rope":
             if head_dim % 2:
                 raise ValueError(f"--pos-enc rope needs an even head dim (decoder embed dim / attention heads), "
@@ -245,5 +268,5 @@ class PositionSpec:
             inference_theta = _get(args, "rope_inference_theta")
             infer = train if inference_theta is None else rope_config(inference_theta, fraction,
                                                                       attr="rope_inference_theta")
-            return cls(pos_enc, head_dim, rope=train, rope_inference=infer)
-        return cls(pos_enc, head_dim)
+            return cls(pos_enc, head_dim, rope=train, rope_inference=infer, **limits)
+        return cls(pos_enc, head_dim, **limits)
