@@ -329,7 +329,7 @@ class Attn:
     """One attention problem: inputs, launcher args, buffers."""
 
     def __init__(self, lib, dtype, B, H, Hk, M, N, d, off, causal, pe, R=0, r_lo=0, clamp=False, kpm=False,
-                 seed=0, splits=1, scale=None, row_pad=0, inputs=None, cu=None):
+                 seed=0, splits=1, scale=None, row_pad=0, inputs=None, cu=None, window=0, softcap=0.0):
         rng = np.random.default_rng(seed)
         self.lib, self.dtype = lib, dtype
         self.shape = (B, H, Hk, M, N, d)
@@ -348,9 +348,10 @@ class Attn:
             setattr(self, name, np.array(x, np.float64))
         self.scale = 1 / np.sqrt(max(d, 1)) if scale is None else scale
         self.off, self.causal, self.pe, self.r_lo, self.clamp = off, causal, pe, r_lo, clamp
+        self.window, self.softcap = window, softcap
         acc = np.float64 if dtype == E.F64 else np.float32
         a = E.AttentionArgs(dtype=dtype, batch=B, heads=H, kv_heads=Hk, m=M, n=N, d=d, q_offset=off,
-                            causal=int(causal), scale=self.scale)
+                            causal=int(causal), scale=self.scale, window=window, softcap=softcap)
         self.splits = splits
         self.bufs = []
 
@@ -453,7 +454,8 @@ class Attn:
         return ref.attention_with_grads(r(self.q), r(self.k), r(self.v), r(self.go), self.scale, self.off,
                                         self.causal, ("none", "relative", "alibi")[self.pe], table=r(self.table),
                                         r_lo=self.r_lo, clamp=self.clamp, slopes=slopes,
-                                        key_padding_mask=self.kpm, grad_lse=grad_lse)
+                                        key_padding_mask=self.kpm, grad_lse=grad_lse, window=self.window,
+                                        softcap=self.softcap)
 
     def packed_oracle(self, r, slopes, grad_lse):
         """The float64 oracle of a packed problem: each document run alone (its queries against its
@@ -473,7 +475,8 @@ class Attn:
                                          self.causal, ("none", "relative", "alibi")[self.pe], table=table,
                                          r_lo=self.r_lo, clamp=self.clamp, slopes=slopes,
                                          key_padding_mask=None if self.kpm is None else self.kpm[b:b + 1, s:e],
-                                         grad_lse=None if grad_lse is None else grad_lse[rows])
+                                         grad_lse=None if grad_lse is None else grad_lse[rows],
+                                         window=self.window, softcap=self.softcap)
             for name in ("out", "lse", "dq"):
                 res[name][rows] = w[name]
             for name in ("dk", "dv"):
@@ -630,6 +633,189 @@ def test_packed_float64_equals_documents_run_alone_by_the_kernels(lib):
     np.testing.assert_allclose(grads["dtable"], dtable, rtol=0, atol=1e-9)
     # keys of row 0's documents before the first query (position 30): no query sees them
     assert (grads["dk"][0, :, :30] == 0).all() and (grads["dv"][0, :, :30] == 0).all()
+
+
+# ---- sliding windows and logit soft-caps ------------------------------------------------------
+# window: a query sees the keys at |pos_q - n| < window (with causal Mistral's pos_q - window < n <= pos_q);
+# softcap: each score s becomes softcap tanh(s / softcap) before the mask, dS gets 1 - tanh^2.  Against
+# the float64 oracle, every dtype; the tiles (forward BN 16 .. 64, backward B 16 .. 64 by dtype and head
+# dim) put the windows below, inside and across them.
+
+WINDOWED = [
+    # causal, a window narrower than every tile, a table: a band of a few diagonals per tile
+    dict(B=1, H=2, Hk=1, M=70, N=70, d=16, off=0, causal=True, pe=1, R=40, r_lo=0, window=5),
+    # causal, a window wider than the tiles: tiles wholly inside it (no mask), tiles before it skipped
+    dict(B=1, H=2, Hk=2, M=150, N=160, d=24, off=10, causal=True, pe=0, window=70),
+    # not causal (|r| < window: two edges), ALiBi, padding
+    dict(B=2, H=2, Hk=1, M=60, N=90, d=12, off=20, causal=False, pe=2, kpm=True, window=9),
+    # window 1: causal sees itself only; not causal the key at its own position only (none past N)
+    dict(B=1, H=2, Hk=1, M=40, N=35, d=8, off=0, causal=True, pe=1, R=9, r_lo=-4, window=1),
+    dict(B=1, H=1, Hk=1, M=40, N=35, d=8, off=-3, causal=False, pe=2, window=1),
+    # decoding: a long cache and a short window, split-KV over the window's keys
+    dict(B=1, H=1, Hk=1, M=1, N=700, d=32, off=699, causal=True, pe=1, R=60, r_lo=0, window=40, splits=8),
+    dict(B=2, H=4, Hk=1, M=3, N=500, d=20, off=497, causal=True, pe=2, kpm=True, window=100, splits=6),  # GQA
+    # GQA; queries before the keys and past them whose window holds none; a clamped table
+    dict(B=1, H=4, Hk=2, M=50, N=40, d=10, off=-15, causal=False, pe=1, R=7, r_lo=-3, clamp=True, window=12),
+    # a window wider than the sequence: the plain masks
+    dict(B=1, H=2, Hk=1, M=33, N=45, d=16, off=12, causal=True, pe=1, R=50, r_lo=-10, window=2**60),
+    # the DMAX 128 and 256 buckets
+    dict(B=1, H=1, Hk=1, M=50, N=50, d=72, off=0, causal=True, pe=1, R=30, r_lo=0, window=17),
+    dict(B=1, H=1, Hk=1, M=40, N=44, d=136, off=4, causal=False, pe=0, kpm=True, window=20),
+]
+
+SOFTCAPPED = [
+    # scale 1: scores of size ~sqrt(d) against caps of a few units, well into tanh's bend
+    dict(B=1, H=2, Hk=1, M=70, N=70, d=16, off=0, causal=True, pe=1, R=40, r_lo=-5, scale=1.0, softcap=3.0),
+    dict(B=2, H=2, Hk=1, M=33, N=50, d=24, off=17, causal=False, pe=2, kpm=True, scale=0.5, softcap=2.0),
+    dict(B=1, H=4, Hk=2, M=40, N=45, d=12, off=5, causal=True, pe=0, softcap=0.7),  # GQA
+    dict(B=1, H=1, Hk=1, M=1, N=300, d=32, off=299, causal=True, pe=1, R=80, r_lo=0, softcap=5.0, splits=4),
+    dict(B=1, H=2, Hk=1, M=64, N=80, d=20, off=16, causal=True, pe=2, softcap=1.5, window=24, scale=0.8),
+    dict(B=1, H=1, Hk=1, M=37, N=37, d=72, off=0, causal=False, pe=1, R=9, r_lo=-4, clamp=True, softcap=2.5),
+    dict(B=1, H=1, Hk=1, M=40, N=40, d=136, off=0, causal=True, pe=1, R=24, r_lo=-8, kpm=True, softcap=4.0,
+         scale=0.3),
+]
+
+PACKED_WINDOWED = [
+    dict(B=1, H=2, Hk=1, M=70, N=70, d=16, off=0, causal=True, pe=1, R=60, r_lo=-20, cu=[[0, 5, 5, 6, 30, 70]],
+         window=8),
+    dict(B=2, H=4, Hk=2, M=50, N=90, d=24, off=40, causal=False, pe=2, kpm=True, window=11, softcap=2.0,
+         cu=[[0, 17, 17, 60, 61, 90], [0, 1, 40, 41, 41, 90]]),
+    dict(B=1, H=3, Hk=1, M=9, N=66, d=20, off=57, causal=True, pe=2, splits=4, cu=[[0, 20, 58, 58, 66]], window=5),
+    # documents that continue past the keys (a tile of a longer packed row): queries at positions >= N
+    # see the keys of their document, and the dK/dV kernel counts them
+    dict(B=1, H=1, Hk=1, M=40, N=50, d=8, off=30, causal=True, pe=0, cu=[[0, 20, 100]]),
+    dict(B=1, H=2, Hk=1, M=40, N=50, d=8, off=30, causal=False, pe=1, R=40, r_lo=-20, cu=[[0, 20, 100]], window=15),
+]
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS.get)
+@pytest.mark.parametrize("case", range(len(WINDOWED)))
+def test_attention_window_matches_oracle(lib, dtype, case):
+    kw = dict(WINDOWED[case])
+    if dtype == E.F64 and kw["d"] > 128:
+        pytest.skip("float64 takes head_dim <= 128")
+    check_attention(lib, dtype, seed=200 + case, grad_lse=case % 2 == 1, **kw)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS.get)
+@pytest.mark.parametrize("case", range(len(SOFTCAPPED)))
+def test_attention_softcap_matches_oracle(lib, dtype, case):
+    kw = dict(SOFTCAPPED[case])
+    if dtype == E.F64 and kw["d"] > 128:
+        pytest.skip("float64 takes head_dim <= 128")
+    prob = check_attention(lib, dtype, seed=300 + case, grad_lse=case % 2 == 0, **kw)
+    # the cap bends the scores: the result differs from the uncapped one by far more than the tolerance
+    if case == 0 and dtype == E.F64:
+        plain = prob.oracle()
+        assert np.abs(plain["out"] - ref.attention_with_grads(
+            *(E.rounded(x, dtype) for x in (prob.q, prob.k, prob.v, prob.go)), prob.scale, prob.off, prob.causal,
+            "relative", table=prob.table, r_lo=prob.r_lo)["out"]).max() > 1e-2
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS.get)
+@pytest.mark.parametrize("case", range(len(PACKED_WINDOWED)))
+def test_packed_attention_with_window_equals_each_document_alone(lib, dtype, case):
+    check_attention(lib, dtype, seed=400 + case, grad_lse=case % 2 == 1, **PACKED_WINDOWED[case])
+
+
+@pytest.mark.parametrize("dtype", [E.F32, E.BF16, E.F64], ids=DTYPE_IDS.get)
+@pytest.mark.parametrize("causal", [True, False], ids=["causal", "both_sides"])
+@pytest.mark.parametrize("window", [1, 2, 3, 16, 17, 18, 33, 34, 65, 66])
+def test_window_edges_at_tile_boundaries(lib, dtype, causal, window):
+    """Windows at and one or two past each tile size (16, 32, 64; q_offset 0): a diagonal of tiles whose
+    nearest distance is window - 1 (one visible distance: the table gradient's diagonals, the dK/dV
+    kernel's query blocks, the forward's first key block) next to one whose nearest is window (none)."""
+    check_attention(lib, dtype, B=1, H=2, Hk=1, M=100, N=110, d=8, off=0, causal=causal, pe=1, R=70,
+                    r_lo=-35, window=window, seed=window)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS.get)
+@pytest.mark.parametrize("off,window,causal", [
+    (699, 61, True),    # first visible key 639: the last key of a block of 16, 32 and 64
+    (699, 60, True),    # first visible key 640: the first of a block
+    (640, 30, True),    # last visible key 640 (the query's own): the first of a block
+    (600, 41, False),   # last visible key 640 (600 + 41 - 1): the first of a block; first 560
+    (600, 40, False),   # last visible key 639
+])
+def test_decode_window_edges_on_key_blocks(lib, dtype, off, window, causal):
+    """Split-KV decoding over the keys some query can see: windows whose first or last visible key is
+    the first or last key of a block (blocks of 16, 32 and 64 keys)."""
+    check_attention(lib, dtype, B=1, H=2, Hk=1, M=1, N=700, d=16, off=off, causal=causal, pe=2, window=window,
+                    splits=5, seed=off + window)
+
+
+def test_window_wider_than_every_distance_changes_no_bit(lib):
+    # the same row ranges as without a window, so the same work in the same order
+    kw = dict(B=2, H=2, Hk=1, M=45, N=60, d=16, off=10, causal=False, pe=1, R=30, r_lo=-12, kpm=True, seed=8)
+    runs = []
+    for window in (0, 60 + 45 + 10, 2**60):
+        prob = Attn(lib, E.BF16, window=window, **kw)
+        runs.append(prob.forward() + tuple(prob.backward(True).values()))
+    for other in runs[1:]:
+        for x, y in zip(runs[0], other):
+            assert x.tobytes() == y.tobytes()
+
+
+@pytest.mark.parametrize("order", ["reverse", "random"])
+def test_window_softcap_results_do_not_depend_on_thread_order(lib, monkeypatch, order):
+    # the windowed, capped paths (q staged after the row ranges, the dK/dV kernel's fused step) keep
+    # their barriers: fibers in another order give the same bits
+    kw = dict(B=1, H=2, Hk=1, M=70, N=80, d=24, off=10, causal=True, pe=1, R=60, r_lo=-2, seed=12, window=20,
+              softcap=1.5)
+    runs = []
+    for o in (None, order):
+        if o:
+            monkeypatch.setenv("WAVEPE_EMU_ORDER", o)
+        prob = Attn(lib, E.BF16, **kw)
+        runs.append(prob.forward() + tuple(prob.backward(True).values()))
+    for x, y in zip(*runs):
+        np.testing.assert_array_equal(x, y)
+
+
+def test_split_kv_divides_only_the_visible_keys(lib):
+    """Decoding with a window: the split count and the workspace count the key blocks of the window, not
+    of the cache (bf16, d = 64: blocks of 64 keys; the emulated device has 4 SMs)."""
+    def problem(window, N=4096):
+        return Attn(lib, E.BF16, B=1, H=1, Hk=1, M=1, N=N, d=64, off=N - 1, causal=True, pe=0, window=window)
+
+    def workspace_rows(prob, splits):  # splits x B H M rows of d float partials, lse, seen flags
+        ws = lib.wavepe_cuda_attention_fwd_workspace_bytes(C.byref(prob.a), splits)
+        if ws == 0:
+            return 1
+        per = lambda x: (x + 255) // 256 * 256  # noqa: E731
+        got = [s for s in range(1, 65) if per(s * 64 * 4) + per(s * 4) + per(s) == ws]
+        assert len(got) == 1
+        return got[0]
+
+    assert lib.wavepe_cuda_attention_num_splits(C.byref(problem(0).a)) == 8  # 64 blocks: 2 CTAs per SM
+    assert workspace_rows(problem(0), 64) == 64
+    # window 100: keys 3996 .. 4095, blocks 62 and 63: one pass
+    assert lib.wavepe_cuda_attention_num_splits(C.byref(problem(100).a)) == 1
+    assert workspace_rows(problem(100), 64) == 2
+    # window 1000: keys 3096 .. 4095, blocks 48 .. 63
+    assert lib.wavepe_cuda_attention_num_splits(C.byref(problem(1000).a)) == 8
+    assert workspace_rows(problem(1000), 64) == 16
+    # and the split pass over them equals the single pass
+    kw = dict(B=1, H=2, Hk=1, M=2, N=1500, d=24, off=1498, causal=True, pe=1, R=200, r_lo=0, window=300, seed=6)
+    one = Attn(lib, E.F32, splits=1, **kw).forward()
+    many = Attn(lib, E.F32, splits=7, **kw).forward()
+    np.testing.assert_allclose(many[0], one[0], rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(many[1], one[1], rtol=1e-6, atol=1e-6)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(dtype=st.sampled_from(DTYPES), B=st.integers(1, 2), Hk=st.integers(1, 2), group=st.integers(1, 2),
+       M=st.integers(0, 40), N=st.integers(0, 90), d=st.sampled_from([4, 10, 16, 30]), off=st.integers(-20, 100),
+       causal=st.booleans(), pe=st.integers(0, 2), R=st.integers(1, 50), r_lo=st.integers(-20, 20),
+       clamp=st.booleans(), kpm=st.booleans(), splits=st.integers(1, 4),
+       window=st.one_of(st.integers(1, 40), st.sampled_from([0, 16, 17, 32, 33, 64, 65])),
+       softcap=st.sampled_from([0.0, 0.5, 2.0, 8.0]), grad_lse=st.booleans(), seed=st.integers(0, 2**31))
+def test_attention_window_softcap_random_shapes(lib, dtype, B, Hk, group, M, N, d, off, causal, pe, R, r_lo, clamp,
+                                                kpm, splits, window, softcap, grad_lse, seed):
+    # (scores of size ~1 at the default scale: caps of 0.5 and 2 bend them)
+    check_attention(lib, dtype, B=B, H=Hk * group, Hk=Hk, M=M, N=N, d=d, off=off, causal=causal, pe=pe, R=R,
+                    r_lo=r_lo, clamp=clamp, kpm=kpm, splits=splits, seed=seed, grad_lse=grad_lse, window=window,
+                    softcap=softcap)
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS.get)

@@ -7,20 +7,22 @@
 //      the table, the BM + BN - 1 table rows of its window;
 //   2. S = Q K^T (tensor cores for bf16/fp16), plus the bias Q T[r]^T read
 //      as a skew of G = Q T_win^T (skipped per warp outside the table);
-//   3. scale, ALiBi, masks (each row's keys: its document and causal frontier,
-//      padding, keys >= N) in the log2 domain;
+//   3. scale, ALiBi, the soft-cap, masks (each row's keys: its document, causal
+//      frontier and window, padding, keys >= N) in the log2 domain;
 //   4. online softmax in fp32: running max and sum per row, rescale O;
 //   5. O += P V.
 // Key blocks outside the keys of every row of the CTA (other documents of a
-// packed row, past the causal frontier of its last row) are never visited;
+// packed row, past the causal frontier of its last row, before the sliding
+// window of its first row) are never visited;
 // warps none of whose rows sees a key block skip it.  The end
 // writes O / sum and lse = max + log(sum) (natural log, -inf for a row with
 // no key).  Heavier (later) query blocks are scheduled first.
 //
-// Split-KV: with few CTAs (decoding, M = 1) the key blocks are divided into
-// num_splits ranges; each CTA writes its partial (O normalised, lse) to a
-// workspace, and a combine kernel merges the splits in order, so the result
-// does not depend on scheduling.
+// Split-KV: with few CTAs (decoding, M = 1) the key blocks that some query can
+// see (visible_keys: causality and the window) are divided into num_splits
+// ranges; each CTA writes its partial (O normalised, lse) to a workspace, and
+// a combine kernel merges the splits in order, so the result does not depend
+// on scheduling.
 #include "attention_tile.cuh"
 
 namespace wavepe_cuda {
@@ -77,23 +79,25 @@ __global__ void __launch_bounds__(BM * 2) attn_fwd_kernel(AttnParams p) {
     const T *vg = static_cast<const T *>(p.a.v) + b * p.a.v_strides[0] + hk * p.a.v_strides[1];
     const A scale_log2 = A(p.a.scale) * A(kLog2e), slope_log2 = head_slope<T>(p, h) * A(kLog2e);  // exp2 domain
 
-    load_tile(Qs, ld, BM, p.a.d, p.d_pad, p.vec_q, [&](int r) -> const T * {
-        const int64_t m = m0 + r;
-        return m < p.a.m ? qg + m * p.a.q_strides[2] : nullptr;
-    });
-
     load_row_keys(rlo, rhi, BM, p, b, m0);
     __syncthreads();
     // keys some row of this CTA sees, [rlo[0], rhi[BM - 1]) (no row sees another: their tile rows
     // are zero, whatever they hold -- NaN/inf never reach P V), and this split's key blocks among
     // them.  (Read from shared memory where used: not held in registers across the loop.)
-    int64_t kb_begin = split * p.blocks_per_split, kb_end = 0;
+    int64_t kb_begin = p.kb_first + split * p.blocks_per_split, kb_end = 0;
     {
         const int64_t cta_lo = rlo[0], cta_hi = rhi[BM - 1];
         const int64_t kb_stop = cta_hi > cta_lo ? ceil_div(cta_hi, BN) : 0;
         kb_end = kb_begin + p.blocks_per_split < kb_stop ? kb_begin + p.blocks_per_split : kb_stop;
         if (kb_begin < cta_lo / BN) kb_begin = cta_lo / BN;
     }
+    // q, only where a key block is visited (CTA-uniform: an empty split, or query rows that see no
+    // key, only write their empty rows); visible to every warp after the loop's first barrier
+    if (kb_begin < kb_end)
+        load_tile(Qs, ld, BM, p.a.d, p.d_pad, p.vec_q, [&](int r) -> const T * {
+            const int64_t m = m0 + r;
+            return m < p.a.m ? qg + m * p.a.q_strides[2] : nullptr;
+        });
 
     A o[DT][4];
     zero_frags(o);
@@ -320,6 +324,8 @@ AttnParams attention_params(const wavepe_attention_args *a) {
         return cudaSuccess;
     });
     p.num_splits = 1;
+    p.cap_log2 = a->softcap > 0.0 ? a->softcap * kLog2e : 0.0;
+    p.icap_log2 = a->softcap > 0.0 ? 1.0 / p.cap_log2 : 0.0;
     return p;
 }
 
@@ -338,10 +344,19 @@ FwdDims<T> fwd_dims(int64_t d) {
     return {FwdCfg<T, 256>::BM, FwdCfg<T, 256>::BN};
 }
 
+// The key blocks of bn keys holding keys that some query can see (visible_keys): their count, and
+// the first in *first.
+int64_t visible_key_blocks(const wavepe_attention_args *a, int64_t bn, int64_t *first) {
+    int64_t lo, hi;
+    visible_keys(a, &lo, &hi);
+    *first = lo / bn;
+    return hi > lo ? ceil_div(hi, bn) - lo / bn : 0;
+}
+
 template <class T, int DMAX>
 cudaError_t launch_fwd_cfg(AttnParams p, cudaStream_t stream) {
     constexpr int BM = FwdCfg<T, DMAX>::BM, BN = FwdCfg<T, DMAX>::BN;
-    const int64_t kb_total = ceil_div(p.a.n, BN);
+    const int64_t kb_total = visible_key_blocks(&p.a, BN, &p.kb_first);
     int64_t splits = p.num_splits < 1 ? 1 : p.num_splits;
     p.blocks_per_split = kb_total > 0 ? ceil_div(kb_total, splits) : 1;
     splits = kb_total > 0 ? ceil_div(kb_total, p.blocks_per_split) : 1;
@@ -392,7 +407,8 @@ int64_t effective_splits(const wavepe_attention_args *a, int64_t want) {
         bn = fwd_dims<decltype(tag)>(a->d).bn;
         return cudaSuccess;
     });
-    const int64_t kb_total = ceil_div(a->n, bn);
+    int64_t first;
+    const int64_t kb_total = visible_key_blocks(a, bn, &first);
     if (want <= 1 || kb_total <= 1) return 1;
     const int64_t per = ceil_div(kb_total, want);
     return ceil_div(kb_total, per);
@@ -448,7 +464,8 @@ extern "C" int64_t wavepe_cuda_attention_num_splits(const wavepe_attention_args 
     });
     const int64_t ctas = a->batch * a->heads * ceil_div(a->m, bm);
     const int64_t sms = device_sm_count();
-    const int64_t kb_total = ceil_div(a->n, bn);
+    int64_t first;
+    const int64_t kb_total = visible_key_blocks(a, bn, &first);  // with a window: its keys only
     if (ctas <= 0 || ctas >= sms || kb_total < 4) return 1;
     int64_t want = ceil_div(2 * sms, ctas);  // two CTAs per SM
     if (want > kb_total / 2) want = kb_total / 2;  // at least two key blocks per split

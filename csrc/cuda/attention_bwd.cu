@@ -6,9 +6,9 @@
 //           gradient of the lse output, which adds dlse[m] P[m, n] to dS)
 //   dkdv    a CTA owns B keys of one (batch, kv head); for every query head
 //           of the GQA group and every query block that can see the keys (their
-//           documents' queries, from the keys on when causal) it
-//           recomputes S^T = K Q^T (+ bias), P^T = exp(S^T - lse),
-//           dV += P^T dO, dP^T = V dO^T, dS^T = P^T (dP^T - D), dK += dS^T Q.
+//           documents' queries, from the keys on when causal, within the window) it
+//           recomputes S^T = K Q^T (+ bias) and dP^T = V dO^T, then
+//           P^T = exp(S^T - lse), dS^T = P^T (dP^T - D), dV += P^T dO, dK += dS^T Q.
 //           The bias needs G = Q T_win^T of all query groups of the tile: each
 //           warp computes one group's G into shared memory, every warp reads
 //           the transposed skew.
@@ -23,6 +23,12 @@
 //           a fixed order (clamp: every distance beyond the table into its
 //           edge row).  Workspace O((M + N) d) per head group, never M x N.
 // dK, dQ and dT carry the scale: s = scale (q.k + q.T).
+// Masks: every (query, key) pair that wavepe_attention_keys excludes -- documents,
+// causality, the sliding window -- and padding; the dK/dV kernel bounds its
+// query blocks, and masks its pairs, with the inverse (key_queries).
+// Soft-cap (softcap > 0): P is recomputed from the capped score
+// x = cap tanh(s / cap), and dS = P (dP - D) is multiplied by
+// d x / d s = 1 - (x / cap)^2 before it feeds dQ, dK, dT and d slopes.
 #include "attention_tile.cuh"
 
 namespace wavepe_cuda {
@@ -90,6 +96,20 @@ WAVEPE_DEVICE void warp_dscores(acc_t<T> (&ds)[B / 8][4], const AttnParams &p, c
     A dp[NT][4];
     zero_frags(dp);
     warp_abt<T, NT>(dp, go_rows, ld, Vs, ld, ksteps);
+    if (p.cap_log2 > 0.0) {  // uniform: the capped score's derivative, 1 - tanh^2 = 1 - (s2 / cap)^2
+        const A icap = A(p.icap_log2);
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+            for (int i = 0; i < 4; ++i) {
+                const int ri = i / 2;
+                const A s2 = ds[nt][i], th = s2 * icap;
+                // selected after the factor: a masked score is -inf (its factor -inf or NaN)
+                const bool none = s2 == neg_inf<A>() || lse2[ri] == neg_inf<A>();
+                ds[nt][i] = none ? A(0) : exp2_(s2 - lse2[ri]) * (dp[nt][i] - dl[ri]) * (A(1) - th * th);
+            }
+        return;
+    }
 #pragma unroll
     for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
@@ -114,6 +134,47 @@ WAVEPE_DEVICE void row_stats(A (&lse2)[2], A (&dl)[2], const AttnParams &p, int6
         lse2[ri] = l == neg_inf<A>() || l == -neg_inf<A>() ? neg_inf<A>() : l * A(kLog2e);
         dl[ri] = ok ? static_cast<const A *>(p.delta)[bh * p.a.m + m] : A(0);
     }
+}
+
+// The dK/dV kernel's elementwise step for a warp's 16 keys (rows rk) against the block's B query
+// columns cq: st = S^T (q . k, + the bias G read transposed from gq when not null) becomes
+// P^T = exp2(x - lse2) with x the scaled score (ALiBi, then the soft-cap when CAP) in the log2
+// domain, and dpt = dP^T becomes dS^T = P^T (dP^T - D) (times 1 - tanh^2 when CAP).  Pairs outside
+// the lane's keys' query columns [c_lo, c_hi) and rows without keys are 0 by selection (a masked
+// pair's score or dP^T may be NaN).  dist0 = q_offset + m0 - (first key of the warp).
+template <bool CAP, class A, int NT>
+WAVEPE_DEVICE void dkdv_probs(A (&st)[NT][4], A (&dpt)[NT][4], const AttnParams &p, const A *gq, int gld, int wrow0,
+                              int64_t dist0, const int (&c_lo)[2], const int (&c_hi)[2], const A *lse_s,
+                              const A *delta_s, A scale_log2, A slope_log2) {
+    constexpr int B = 8 * NT;
+    const bool alibi = p.pos_enc == WAVEPE_CUDA_PE_ALIBI;
+    const A cap = A(p.cap_log2), icap = A(p.icap_log2);
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+            const int rk = frag_row(e), cq = frag_col(nt, e);
+            if (gq != nullptr) {
+                const int g = cq / 16, r = cq % 16;
+                st[nt][e] += gq[(g * 16 + r) * gld + r - (wrow0 + rk) + B - 1];
+            }
+            A x = st[nt][e] * scale_log2;
+            if (alibi) {
+                const int64_t dist = dist0 + (cq - rk);  // pos_q - n
+                x -= slope_log2 * A(dist < 0 ? -dist : dist);
+            }
+            const A l2 = lse_s[cq];
+            const bool masked = cq < c_lo[e / 2] || cq >= c_hi[e / 2] || l2 == neg_inf<A>();
+            A ds = dpt[nt][e] - delta_s[cq];
+            if constexpr (CAP) {
+                const A th = tanh_(x * icap);
+                x = cap * th;
+                ds *= A(1) - th * th;
+            }
+            const A pr = exp2_(x - l2);
+            st[nt][e] = masked ? A(0) : pr;
+            dpt[nt][e] = masked ? A(0) : pr * ds;
+        }
 }
 
 template <class T, int DMAX, int B, int CS>
@@ -147,10 +208,11 @@ __global__ void __launch_bounds__(B * 2, 1) attn_bwd_dkdv_kernel(AttnParams p) {
     const int64_t n0 = nb * B, wn0 = n0 + 16 * warp;
     const T *kg = static_cast<const T *>(p.a.k) + b * p.a.k_strides[0] + hk * p.a.k_strides[1];
     const T *vg = static_cast<const T *>(p.a.v) + b * p.a.v_strides[0] + hk * p.a.v_strides[1];
-    // Each key's queries (key_queries: its document's, from the key on when causal -- the
-    // keys of wavepe_attention_keys read the other way), cut to the queries there are; keys no
-    // query sees (absent, padded, no query in their document, past the last query's position)
-    // are masked and zero rows: their dK, dV are 0 whatever they hold.
+    // Each key's queries (key_queries: its document's, from the key on when causal, within the
+    // window -- the keys of wavepe_attention_keys read the other way), cut to the queries there
+    // are; keys no query sees (absent, padded, no query in their document, past the last query's
+    // position, before the first one's window) are masked and zero rows: their dK, dV are 0
+    // whatever they hold.
     for (int c = threadIdx.x; c < B; c += blockDim.x) {
         const int64_t n = n0 + c;
         int64_t lo = 0, hi = 0;
@@ -177,7 +239,7 @@ __global__ void __launch_bounds__(B * 2, 1) attn_bwd_dkdv_kernel(AttnParams p) {
     zero_frags(dv);
     const A scale = A(p.a.scale);
     // the query blocks that can see these keys: the union of their queries (the ranges are
-    // non-decreasing in the key, empty ones aside)
+    // non-decreasing in the key, empty ones aside; causality and the window bound them)
     int64_t i_start = 0, i_end = 0;
     {
         int64_t lo = INT64_MAX, hi = INT64_MIN;
@@ -191,9 +253,10 @@ __global__ void __launch_bounds__(B * 2, 1) attn_bwd_dkdv_kernel(AttnParams p) {
             i_end = ceil_div(hi - p.a.q_offset, B);
         }
     }
+    const A scale_log2 = scale * A(kLog2e);  // as the forward's scores (scores_log2)
     for (int64_t h = hk * p.group; h < (hk + 1) * p.group; ++h) {
         const int64_t bh = b * p.a.heads + h;
-        const A slope = head_slope<T>(p, h);
+        const A slope_log2 = head_slope<T>(p, h) * A(kLog2e);
         const T *qg = static_cast<const T *>(p.a.q) + b * p.a.q_strides[0] + h * p.a.q_strides[1];
         const T *gog = static_cast<const T *>(p.a.dout) + b * p.a.dout_strides[0] + h * p.a.dout_strides[1];
         for (int64_t i = i_start; i < i_end; ++i) {
@@ -241,42 +304,21 @@ __global__ void __launch_bounds__(B * 2, 1) attn_bwd_dkdv_kernel(AttnParams p) {
             }
             if (!warp_any(c_lo[0] < c_hi[0] || c_lo[1] < c_hi[1])) continue;  // warp-uniform: no query sees a key
 
-            // S^T (16 keys x B queries)
-            A st[NT][4];
+            // S^T (16 keys x B queries) and dP^T = V dO^T; then P^T into st, dS^T into dpt
+            A st[NT][4], dpt[NT][4];
             zero_frags(st);
             warp_abt<T, NT>(st, Ks + 16 * warp * ld, ld, Qs, ld, ksteps);
-#pragma unroll
-            for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-                for (int e = 0; e < 4; ++e) {
-                    const int rk = frag_row(e), cq = frag_col(nt, e);
-                    if (tile_bias) {
-                        const int gq = cq / 16, r = cq % 16;
-                        st[nt][e] += Gs[(gq * 16 + r) * gld + r - (16 * warp + rk) + B - 1];
-                    }
-                    const int64_t n = wn0 + rk, pos_q = p.a.q_offset + m0 + cq;
-                    const bool masked = cq < c_lo[e / 2] || cq >= c_hi[e / 2];
-                    A x = st[nt][e] * scale;
-                    if (p.pos_enc == WAVEPE_CUDA_PE_ALIBI) {
-                        const int64_t dist = pos_q - n;
-                        x -= slope * A(dist < 0 ? -dist : dist);
-                    }
-                    const A l2 = lse_s[cq];
-                    st[nt][e] = (masked || l2 == neg_inf<A>()) ? A(0) : exp2_(x * A(kLog2e) - l2);  // P^T
-                }
-            warp_rb<T, NT, DT>(dv, st, dOs + cs.c0, ld, dt_active, pscr);
-            A dpt[NT][4];
             zero_frags(dpt);
             warp_abt<T, NT>(dpt, Vs + 16 * warp * ld, ld, dOs, ld, ksteps);
-#pragma unroll
-            for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-                for (int e = 0; e < 4; ++e) {  // dS^T, by selection: a masked pair's dP^T may be NaN
-                    const int cq = frag_col(nt, e);
-                    const bool masked = cq < c_lo[e / 2] || cq >= c_hi[e / 2] || lse_s[cq] == neg_inf<A>();
-                    st[nt][e] = masked ? A(0) : st[nt][e] * (dpt[nt][e] - delta_s[frag_col(nt, e)]);
-                }
-            warp_rb<T, NT, DT>(dk, st, Qs + cs.c0, ld, dt_active, pscr);
+            const A *gq = tile_bias ? Gs : nullptr;
+            if (p.cap_log2 > 0.0)  // uniform: the soft-cap's loop, or the plain one
+                dkdv_probs<true>(st, dpt, p, gq, gld, 16 * warp, p.a.q_offset + m0 - wn0, c_lo, c_hi, lse_s, delta_s,
+                                 scale_log2, slope_log2);
+            else
+                dkdv_probs<false>(st, dpt, p, gq, gld, 16 * warp, p.a.q_offset + m0 - wn0, c_lo, c_hi, lse_s,
+                                  delta_s, scale_log2, slope_log2);
+            warp_rb<T, NT, DT>(dv, st, dOs + cs.c0, ld, dt_active, pscr);
+            warp_rb<T, NT, DT>(dk, dpt, Qs + cs.c0, ld, dt_active, pscr);
         }
     }
 
@@ -459,6 +501,10 @@ __global__ void __launch_bounds__(B * 2, 1) attn_bwd_dtable_kernel(AttnParams p)
     const int64_t base = p.a.q_offset - p.a.r_lo + delta * B;
     if (!table_rows_hit(p, base - (B - 1), base + B - 1)) return;  // CTA-uniform, before any barrier
     if (p.a.causal && -delta * B > p.a.q_offset + B - 1) return;       // every tile of the diagonal is future
+    {  // every distance of the diagonal, q_offset + delta B + (r - c) with |r - c| < B, outside the window
+        const int64_t dmid = p.a.q_offset + delta * B;
+        if (p.a.window > 0 && (dmid - (B - 1) >= p.a.window || dmid + (B - 1) <= -p.a.window)) return;
+    }
     load_tile(Ts, ld, 2 * B, p.a.d, p.d_pad, p.vec_t, [&](int w) -> const T * { return window_row_ptr<T>(p, base, B, w); });
     A *part = static_cast<A *>(p.dt_part) + (diag * p.dt_groups + grp) * (2 * B) * p.a.d;
     A *gw = Gs + warp * 16 * gld;

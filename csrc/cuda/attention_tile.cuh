@@ -52,10 +52,28 @@ struct AttnParams {
     // backward: workspace
     void *delta, *dt_part, *slope_part;
     int64_t n_diag, dt_groups, bh_per_group;
+    // forward: the first key block of split 0 (the keys some query can see start there: visible_keys)
+    int64_t kb_first;
+    // logit soft-cap (a.softcap > 0) in the kernels' log2 domain: cap_log2 = softcap log2(e) and its
+    // inverse; both 0 without a cap
+    double cap_log2, icap_log2;
 };
 
 // Parameters of wavepe_attention_args, shared by forward and backward (attention.cu).
 AttnParams attention_params(const wavepe_attention_args *a);
+
+// The keys [*lo, *hi) that some query of the call can see by causality and the window (documents and
+// padding aside: the kernels' own masks): where split-KV decoding divides its key blocks.
+inline void visible_keys(const wavepe_attention_args *a, int64_t *lo, int64_t *hi) {
+    int64_t l = 0, h = a->n;  // |q_offset|, m, n, window <= 2^60: no overflow below
+    if (a->window > 0 && a->q_offset - a->window + 1 > l) l = a->q_offset - a->window + 1;
+    if (a->causal && a->q_offset + a->m < h) h = a->q_offset + a->m;
+    if (a->window > 0 && !a->causal && a->q_offset + a->m - 1 + a->window < h) h = a->q_offset + a->m - 1 + a->window;
+    if (l > a->n) l = a->n;
+    if (h < l) h = l;
+    *lo = l;
+    *hi = h;
+}
 
 // Head-dimension bucket: the register tiles are sized for DMAX columns.
 inline int dmax_bucket(int64_t d) { return d <= 64 ? 64 : d <= 128 ? 128 : 256; }
@@ -349,17 +367,21 @@ WAVEPE_DEVICE void add_skewed_bias(A (&s)[NT][4], const A *gw, int gld) {
 // Scores of a warp's 16 query rows (global row m_row0 + r) against keys
 // n0 + c, in the log2 domain with every mask applied: a masked score is
 // -inf by selection, whatever q . k gave (NaN included).  Row r sees keys
-// [rlo[r], rhi[r]) (load_row_keys: document and causal frontier) less the
+// [rlo[r], rhi[r]) (load_row_keys: document, causal frontier and window) less the
 // padded and absent ones (kmask).  seen[ri] |= the
 // lane's row ri (rows g, g + 8) has an unmasked key here (a row whose
 // visible scores are all -inf is NaN, one that sees no key is 0).
 // The scale and ALiBi slope arrive multiplied by log2(e) (one multiply per score); on a
-// tile wholly inside the warp's rows and causal frontier only the key mask is read,
-// without 64-bit index math.
-template <class A, int NT>
-WAVEPE_DEVICE void scores_log2(A (&s)[NT][4], const AttnParams &p, int64_t m_row0, int64_t n0, const uint8_t *kmask,
-                               const int64_t *rlo, const int64_t *rhi, A scale_log2, A slope_log2, bool (&seen)[2]) {
+// tile wholly inside the warp's rows' ranges (past the window's lower edge, before the causal
+// frontier) only the key mask is read, without 64-bit index math.  With a soft-cap
+// (CAP: p.cap_log2 > 0) each score x becomes cap tanh(x / cap) before the mask (log2 domain:
+// cap = softcap log2(e), the same function of the natural score).
+template <bool CAP, class A, int NT>
+WAVEPE_DEVICE void scores_log2_impl(A (&s)[NT][4], const AttnParams &p, int64_t m_row0, int64_t n0,
+                                    const uint8_t *kmask, const int64_t *rlo, const int64_t *rhi, A scale_log2,
+                                    A slope_log2, bool (&seen)[2]) {
     const bool alibi = p.pos_enc == WAVEPE_CUDA_PE_ALIBI;
+    const A cap = A(p.cap_log2), icap = A(p.icap_log2);
     // every row sees keys [rlo[15], rhi[0]) (the ranges are non-decreasing in the row)
     const bool interior = m_row0 + 15 < p.a.m && n0 >= rlo[15] && n0 + 8 * NT <= rhi[0];  // warp-uniform
     if (interior && !alibi) {
@@ -368,7 +390,9 @@ WAVEPE_DEVICE void scores_log2(A (&s)[NT][4], const AttnParams &p, int64_t m_row
 #pragma unroll
             for (int i = 0; i < 4; ++i) {
                 const bool masked = kmask[frag_col(nt, i)] != 0;
-                s[nt][i] = masked ? neg_inf<A>() : s[nt][i] * scale_log2;
+                A x = s[nt][i] * scale_log2;
+                if constexpr (CAP) x = cap * tanh_(x * icap);
+                s[nt][i] = masked ? neg_inf<A>() : x;
                 seen[i / 2] |= !masked;
             }
         return;
@@ -395,31 +419,44 @@ WAVEPE_DEVICE void scores_log2(A (&s)[NT][4], const AttnParams &p, int64_t m_row
                 const int64_t dist = dist0 + (r - c);
                 x -= slope_log2 * A(dist < 0 ? -dist : dist);
             }
+            if constexpr (CAP) x = cap * tanh_(x * icap);  // (a masked lane's may be NaN: selected away)
             s[nt][i] = masked ? neg_inf<A>() : x;
             seen[i / 2] |= !masked;
         }
 }
 
+// scores_log2_impl, the soft-cap decided once per tile (a uniform branch; no cap: no cost in the loop).
+template <class A, int NT>
+WAVEPE_DEVICE void scores_log2(A (&s)[NT][4], const AttnParams &p, int64_t m_row0, int64_t n0, const uint8_t *kmask,
+                               const int64_t *rlo, const int64_t *rhi, A scale_log2, A slope_log2, bool (&seen)[2]) {
+    if (p.cap_log2 > 0.0)
+        scores_log2_impl<true>(s, p, m_row0, n0, kmask, rlo, rhi, scale_log2, slope_log2, seen);
+    else
+        scores_log2_impl<false>(s, p, m_row0, n0, kmask, rlo, rhi, scale_log2, slope_log2, seen);
+}
+
 // ---- which keys a query sees -------------------------------------------------------------
-// Keys [lo, hi) of batch row b for the query at position pos (causal: cut
-// after pos; not causal: its whole document): the shared definition,
-// wavepe_attention_keys (core/attention.h), reading cu_seqlens on the device.
+// Keys [lo, hi) of batch row b for the query at position pos (its document, cut after pos when
+// causal and to the window): the shared definition, wavepe_attention_keys (core/attention.h),
+// reading cu_seqlens on the device.
 WAVEPE_DEVICE void attn_keys(const AttnParams &p, int64_t b, int64_t pos, bool causal, int64_t &lo, int64_t &hi) {
     wavepe_attention_args a = p.a;  // the caller's, with this call's causal flag
     a.causal = causal ? 1 : 0;
     wavepe_attention_keys(&a, b, pos, &lo, &hi);
 }
 
-// Positions [lo, hi) of the queries that may see key n of batch row b: its
-// document's (any position without cu_seqlens), from n on when causal --
-// wavepe_attention_keys read the other way.
+// Positions [lo, hi) of the queries that may see key n of batch row b (0 <= n < N):
+// wavepe_attention_keys read the other way -- from n on when causal, within the window
+// (wavepe_attention_queries_of_key), and in n's document as the boundaries give it, not cut to
+// the keys (queries past the last key, in a document that continues beyond the keys, see it).
 WAVEPE_DEVICE void key_queries(const AttnParams &p, int64_t b, int64_t n, int64_t &lo, int64_t &hi) {
-    attn_keys(p, b, n, false, lo, hi);
-    if (p.a.cu_seqlens == nullptr) {
-        lo = INT64_MIN;
-        hi = INT64_MAX;
+    wavepe_attention_queries_of_key(&p.a, n, &lo, &hi);
+    if (p.a.cu_seqlens != nullptr) {
+        int64_t dlo, dhi;
+        wavepe_attention_document(&p.a, b, n, &dlo, &dhi);  // dlo == dhi: n is in no document, seen by none
+        if (dlo > lo) lo = dlo;
+        if (dhi < hi) hi = dhi;
     }
-    if (p.a.causal && lo < n) lo = n;
 }
 
 // lo[r], hi[r] = the keys query row m0 + r of batch row b sees, r < rows

@@ -171,6 +171,9 @@ WAVEPE_DEVICE float exp2_(float x) { return exp2f(x); }
 WAVEPE_DEVICE double exp2_(double x) { return exp2(x); }
 WAVEPE_DEVICE float log2_(float x) { return log2f(x); }
 WAVEPE_DEVICE double log2_(double x) { return log2(x); }
+// tanh (the attention's logit soft-cap): CUDA's tanhf (2 ulp; +-1 at +-inf, NaN stays NaN) and tanh
+WAVEPE_DEVICE float tanh_(float x) { return tanhf(x); }
+WAVEPE_DEVICE double tanh_(double x) { return tanh(x); }
 WAVEPE_DEVICE float max_(float a, float b) { return fmaxf(a, b); }
 WAVEPE_DEVICE double max_(double a, double b) { return fmax(a, b); }
 template <class A>
