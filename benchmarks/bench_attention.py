@@ -45,6 +45,13 @@ N = 32768 cached keys, 32 query heads over 8 key/value heads, d = 128, causal
 nope) against SDPA with ``enable_gqa=True`` and no mask (what causal means for
 the last query).
 
+--window W (e.g. 512): a sliding window (Mistral's rule) at B=1, H=8, d=128, float32, L=4096 and 16384
+by default: the fused wavelet and nope attention with ``window=W`` (forward, and forward+backward up to
+--backward-max) against SDPA with the same window as a boolean mask, and each length's time against the
+shortest's.  Targets (issue 47's): the windowed fused time at L=16384 <= 4.4x its time at L=4096 (linear
+in L: 4x the length), and <= 0.5x SDPA with the same window mask at L=16384.  Writes
+benchmarks/results/bench_attention_window<W>.<isa>.json.
+
 --dtype bf16 / fp16: q, k, v in that dtype through the public API (whatever
 the op does with them inside is part of what is timed: on the CPU the kernels
 read them as they are, no float32 copy), at B=1, H=8, d=128, causal, L=4096 by default: the fused
@@ -410,6 +417,72 @@ def run_dtype(dtype: str, lengths: list[int], n_dec: int, quick: bool, backward_
                 "rows": rows, "decode_gqa": dec, "targets": targets})
 
 
+def window_mask(L: int, window: int) -> torch.Tensor:
+    """(L, L) bool, True = attend: causal within the window (what a user passes to SDPA for Mistral)."""
+    r = torch.arange(L)[:, None] - torch.arange(L)[None, :]
+    return (r >= 0) & (r < window)
+
+
+def run_window(window: int, lengths: list[int], quick: bool, backward_max: int) -> None:
+    """The --window run: windowed fused attention against SDPA with the window as a mask, and against L."""
+    cfg = WaveletConfig.grid(D)
+    rows = []
+    for L in lengths:
+        mask = window_mask(L, window)
+        fns = {
+            "sdpa_window_mask": lambda q, k, v, m=mask: F.scaled_dot_product_attention(q, k, v, attn_mask=m),
+            "fused_wavelet_window": lambda q, k, v: wo.wavelet_attention(q, k, v, cfg, window=window),
+            "fused_nope_window": lambda q, k, v: wo.wavelet_attention(q, k, v, pos_enc="nope", window=window),
+        }
+        q, k, v, go = inputs(L, False)
+        with torch.no_grad():
+            runs, cpu_of = with_cpu_time({n: (lambda f=f: f(q, k, v)) for n, f in fns.items()}, skip=1)
+            fwd = compare(runs, repeat=repeats(L, quick))
+            fwd_cpu = cpu_of()
+            mem = {n: peak_growth_mib(lambda f=f: f(q, k, v)) for n, f in fns.items()}
+        bwd, bwd_cpu = {}, {}
+        if L <= backward_max:
+            qg, kg, vg, go = inputs(L, True)
+            runs, cpu_of = with_cpu_time({n: fwd_bwd(f, qg, kg, vg, go) for n, f in fns.items()}, skip=1)
+            bwd = compare(runs, repeat=max(2, repeats(L, quick) // 2))
+            bwd_cpu = cpu_of()
+        for n in fns:
+            rows.append({"L": L, "window": window, "method": n, "fwd_ms": fwd[n] * 1e3,
+                         "fwd_vs_sdpa": fwd[n] / fwd["sdpa_window_mask"],
+                         "fwd_cpu_vs_sdpa": fwd_cpu[n] / fwd_cpu["sdpa_window_mask"],
+                         "fwd_bwd_ms": bwd[n] * 1e3 if n in bwd else None,
+                         "fwd_bwd_vs_sdpa": bwd[n] / bwd["sdpa_window_mask"] if n in bwd else None,
+                         "fwd_bwd_cpu_vs_sdpa": bwd_cpu[n] / bwd_cpu["sdpa_window_mask"] if n in bwd_cpu else None,
+                         "fwd_peak_mib": mem[n]})
+        print(f"L={L} done", flush=True)
+    first = min(lengths)
+    for r in rows:
+        base = next(x for x in rows if x["L"] == first and x["method"] == r["method"])
+        r["fwd_vs_shortest"] = r["fwd_ms"] / base["fwd_ms"]
+    mach = machine()
+    print(f"machine: {mach['cpu']}, wavepe ISA {mach.get('wavepe_isa')}, torch {mach.get('torch')}, "
+          f"{torch.get_num_threads()} threads")
+    print_table(f"sliding window {window} (Mistral's rule), fp32 B={B} H={H} d={D} causal, "
+                f"{torch.get_num_threads()} threads, wavepe ISA {mach.get('wavepe_isa')}",
+                ["L", "method", "fwd ms", "/ sdpa+mask", "(cpu)", f"/ itself at L={first}", "fwd+bwd ms",
+                 "/ sdpa+mask", "(cpu)", "fwd peak MiB"],
+                [[r["L"], r["method"], fmt(r["fwd_ms"], ".1f"), fmt(r["fwd_vs_sdpa"]), fmt(r["fwd_cpu_vs_sdpa"]),
+                  fmt(r["fwd_vs_shortest"]), fmt(r["fwd_bwd_ms"], ".1f"), fmt(r["fwd_bwd_vs_sdpa"]),
+                  fmt(r["fwd_bwd_cpu_vs_sdpa"]), fmt(r["fwd_peak_mib"], ".0f")] for r in rows])
+    targets: list[dict] = []
+    fused = {r["L"]: r for r in rows if r["method"] == "fused_wavelet_window"}
+    if 4096 in fused and 16384 in fused:
+        add_target(targets, "fused wavelet, window: fwd at L=16384 / at L=4096 (linear: 4)",
+                   fused[16384]["fwd_ms"] / fused[4096]["fwd_ms"], 4.4)
+    if 16384 in fused:
+        add_target(targets, "L=16384 fused wavelet, window: fwd / sdpa with the window mask",
+                   fused[16384]["fwd_vs_sdpa"], 0.5, cpu=fused[16384]["fwd_cpu_vs_sdpa"])
+    print_targets(targets)
+    write_json(f"bench_attention_window{window}" + ("_quick" if quick else ""),
+               {"shape": {"B": B, "H": H, "d": D, "dtype": "float32", "causal": True, "window": window},
+                "rows": rows, "targets": targets})
+
+
 def fmt(x, spec=".3g"):
     return "-" if x is None else format(x, spec)
 
@@ -426,6 +499,9 @@ def main() -> None:
                              "attention and SDPA in that dtype next to float32 (default L=4096)")
     parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
                         help="cuda: the GPU targets of _attention_cuda.py (bf16 only)")
+    parser.add_argument("--window", type=int, default=0,
+                        help="a sliding window W: windowed fused attention against SDPA with the window mask "
+                             "(default L=4096 16384)")
     args = parser.parse_args()
     n_dec = args.decode_keys or (4096 if args.quick else 32768)
     if args.device == "cuda":
@@ -436,6 +512,12 @@ def main() -> None:
         _attention_cuda.run(args.quick, args.lengths, args.decode_keys)
         return
     dtype = args.dtype or "float32"
+    if args.window:
+        if dtype != "float32" or args.device != "cpu":
+            parser.error("--window measures float32 on the CPU")
+        run_window(args.window, args.lengths or ([512, 1024] if args.quick else [4096, 16384]), args.quick,
+                   args.backward_max)
+        return
     if dtype != "float32":
         run_dtype(dtype, args.lengths or ([512] if args.quick else [4096]), n_dec, args.quick, args.backward_max)
         return

@@ -21,6 +21,12 @@ Rows:
 * compiled decode (--compiled): the same with a static cache and generate's own compile
   (CompileConfig(backend=--compile-backend, fullgraph=True)), compile excluded.
 
+--windowed: the sliding-window and soft-capping cases of issue 47 at L = 4096 (--length): Mistral with
+sliding_window=512 on every layer and Gemma 2 (softcap 50, 4096-token windows on every other layer, its
+default eager attention) -- the train step's time, and its peak memory: the growth of the peak RSS over
+one step, each model in a fresh process (--families and --modes narrow it as usual, default modes
+wavelet and rope; decode rows are not run).  Targets: a patched train step <= 1.0x the stock one in time and in peak memory.
+
 Target (issue 21): rope mode within 1.1x the stock model in every row (it is the stock
 attention plus, with rope=RopeConfig, wavepe's cos/sin).  Relative modes are reported.
 Prints a table with the CPU / GPU, ISA and threads, and writes
@@ -38,9 +44,12 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from _harness import compare, print_table, write_json  # noqa: E402
+from _harness import compare, print_table, reset_peak_rss, rss_kib, write_json  # noqa: E402
 
 TARGET = 1.1
+WINDOWED_TARGET = 1.0
+# --windowed: what each family's config adds on top of FEATURES (a window that bites at L = 4096)
+WINDOWED = {"mistral": {"sliding_window": 512}}
 
 # what each family's benchmark config adds (its defining features at this size)
 FEATURES = {
@@ -98,6 +107,62 @@ def decode_times(models: dict, prompt, new_tokens: int, repeat: int,
     return {n: max(gen[n] - pre[n], 0.0) / new_tokens for n in models}, pre
 
 
+def train_peak_mib(family: str, mode: str, length: int, dtype_name: str) -> float:
+    """Peak RSS growth (MiB) over one train step of ``mode`` ("stock" or a pos_enc), measured in a fresh process
+    (a process's peak includes everything before it: the model alone, its first step alone)."""
+    import subprocess
+
+    out = subprocess.run([sys.executable, os.path.abspath(__file__), "--_train-memory", family, mode, str(length),
+                          dtype_name], capture_output=True, text=True, check=True)
+    return float(out.stdout.strip().splitlines()[-1])
+
+
+def _train_memory_child(family: str, mode: str, length: int, dtype_name: str) -> None:
+    import torch
+
+    import wavepe
+
+    FEATURES.setdefault(family, {}).update(WINDOWED.get(family, {}))
+    dtype = {"float32": torch.float32, "bf16": torch.bfloat16}[dtype_name]
+    model = build(family, 4, torch.device("cpu"), dtype)
+    if mode != "stock":
+        wavepe.patch(model, mode)
+    ids = torch.randint(1, 32000, (1, length), generator=torch.Generator().manual_seed(1))
+    step = train_step(model, ids)
+    step()  # the first step allocates what every step reuses (gradient buffers are freed each step)
+    reset_peak_rss()
+    before = rss_kib("VmRSS:")
+    step()
+    print((rss_kib("VmHWM:") - before) / 1024)
+
+
+def run_windowed(family: str, modes: list[str], args, device, dtype, dtype_name: str) -> list[list]:
+    """--windowed: the train step of a family with its window / softcap, time and peak memory."""
+    import torch
+
+    import wavepe
+
+    FEATURES.setdefault(family, {}).update(WINDOWED.get(family, {}))
+    stock = build(family, 4, device, dtype)
+    models = {"stock": stock}
+    for mode in modes:
+        models[mode] = copy.deepcopy(stock)
+        wavepe.patch(models[mode], mode)
+    ids = torch.randint(1, 32000, (1, args.length), generator=torch.Generator().manual_seed(1))
+    times = compare({name: train_step(m, ids) for name, m in models.items()}, repeat=args.repeat, warmup=1)
+    del models
+    mem = {name: train_peak_mib(family, name, args.length, dtype_name) for name in ["stock", *modes]}
+    case = f"train L={args.length} " + ", ".join(f"{k}={v}" for k, v in FEATURES.get(family, {}).items()
+                                                   if k in ("sliding_window", "attn_logit_softcapping"))
+    rows = [[family, case, "stock", times["stock"] * 1e3, 1.0, mem["stock"], 1.0, "", ""]]
+    for mode in modes:
+        t, m = times[mode] / times["stock"], mem[mode] / mem["stock"]
+        met = "yes" if t <= WINDOWED_TARGET and m <= WINDOWED_TARGET else "no"
+        rows.append([family, case, f"wavepe {mode}", times[mode] * 1e3, t, mem[mode], m,
+                     f"<= {WINDOWED_TARGET} (both)", met])
+    return rows
+
+
 def run_family(family: str, modes: list[str], args, device, dtype) -> list[list]:
     import torch
     from transformers import CompileConfig
@@ -143,6 +208,9 @@ def run_family(family: str, modes: list[str], args, device, dtype) -> list[list]
 
 
 def main() -> None:
+    if len(sys.argv) == 6 and sys.argv[1] == "--_train-memory":  # a child of train_peak_mib
+        _train_memory_child(sys.argv[2], sys.argv[3], int(sys.argv[4]), sys.argv[5])
+        return
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="2 layers, L = 128, 8 new tokens: a smoke test")
     parser.add_argument("--families", default="llama,mistral,qwen2,qwen3,gemma2,gemma3,phi3,olmo2")
@@ -157,6 +225,9 @@ def main() -> None:
     parser.add_argument("--dtype", choices=("float32", "bf16"), default=None,
                         help="weights, inputs and training step (default float32 on the CPU, bf16 on a GPU)")
     parser.add_argument("--out", default="", help="results file name (default bench_hf, bench_hf_quick)")
+    parser.add_argument("--windowed", action="store_true",
+                        help="issue 47's cases: Mistral (window 512) and Gemma 2 train steps at L=4096, time and "
+                             "peak memory")
     args = parser.parse_args()
     import torch
 
@@ -166,9 +237,25 @@ def main() -> None:
     default = "bf16" if device.type == "cuda" else "float32"
     dtype_name = args.dtype or default
     dtype = {"float32": torch.float32, "bf16": torch.bfloat16}[dtype_name]
-    args.length = args.length or (128 if args.quick else 1024)
+    args.length = args.length or (128 if args.quick else 4096 if args.windowed else 1024)
     args.new_tokens = args.new_tokens or (8 if args.quick else 32)
     modes = [m for m in args.modes.split(",") if m]
+    if args.windowed:
+        if device.type != "cpu":
+            parser.error("--windowed measures the CPU (peak RSS)")
+        families = args.families if "--families" in " ".join(sys.argv) else "mistral,gemma2"
+        if "--modes" not in " ".join(sys.argv):
+            modes = ["wavelet", "rope"]
+        rows = []
+        for family in [f for f in families.split(",") if f]:
+            rows += run_windowed(family, modes, args, device, dtype, dtype_name)
+        header = ["family", "case", "model", "train step ms", "ratio", "peak MiB (step)", "ratio", "target", "met"]
+        table = print_table(f"bench_hf --windowed: {dtype_name} on cpu, batch 1, 4 layers, hidden 512, "
+                            "8 heads x 64 over 4 KV heads", header, rows)
+        write_json(args.out or "bench_hf_windowed" + ("" if dtype_name == default else f"_{dtype_name}"),
+                   {"dtype": dtype_name, "device": "cpu", "length": args.length, "header": header, "rows": rows,
+                    "table": table})
+        return
     rows = []
     for family in [f for f in args.families.split(",") if f]:
         rows += run_family(family, modes, args, device, dtype)
