@@ -57,11 +57,16 @@ the op does with them inside is part of what is timed: on the CPU the kernels
 read them as they are, no float32 copy), at B=1, H=8, d=128, causal, L=4096 by default: the fused
 wavelet forward (and forward+backward up to --backward-max) and SDPA in that
 dtype, each timed in alternation with the same call in float32, so the table
-gives the ratio to SDPA in the same dtype and to float32 from one run; then
+gives the ratio to SDPA in the same dtype and to float32 from one run; the
+forward under every kernel variant the CPU runs (WAVEPE_ISA: avx2, avx512,
+avx512bf16, amx where the tiles are the CPU's) beside SDPA; then
 the GQA decoding in both dtypes.  Targets (issue 29's): the decoding with the
 wavelet bias <= 0.6x float32 (both dtypes); bf16 also the L=4096 forward <=
 0.6x float32 on an ISA with bf16 dot products (avx512bf16), <= 1.0x elsewhere,
-and the forward and the decoding <= 0.5x SDPA in bf16.  Writes
+and the forward and the decoding <= 0.5x SDPA in bf16; issue 46's: the default
+variant's forward no slower than the fastest variant's (5 %), and where amx runs,
+the bf16 forward <= 0.8x SDPA bf16 (wavelet), <= 0.7x (nope), forward + backward
+<= 0.6x.  Writes
 benchmarks/results/bench_attention_<dtype>.<isa>.json.
 """
 
@@ -345,6 +350,44 @@ def bench_dtype_length(L: int, dtype: str, quick: bool, backward_max: int, cfg: 
     return rows
 
 
+def timed_variants() -> list[str]:
+    """The vector kernel variants this CPU runs natively (amx only with the tile instructions: emulated tiles
+    are for the tests), the default last among equals."""
+    import wavepe
+
+    return [i for i in wavepe.supported_isas()
+            if i != "scalar" and (i != "amx" or wavepe.tiles().startswith("hardware"))]
+
+
+def bench_variants(L: int, dtype: str, quick: bool, cfg: WaveletConfig) -> list[dict]:
+    """The fused wavelet and nope forward in ``dtype`` under every variant the CPU runs, with SDPA in the same
+    dtype, alternated (issue 46: the default variant may be slower than none)."""
+    q, k, v, _ = (x.to(DTYPES[dtype]) for x in inputs(L, False))
+    before = os.environ.get("WAVEPE_ISA")
+
+    def under(isa, fn):
+        def run():
+            os.environ["WAVEPE_ISA"] = isa
+            try:
+                return fn()
+            finally:
+                if before is None:
+                    os.environ.pop("WAVEPE_ISA", None)
+                else:
+                    os.environ["WAVEPE_ISA"] = before
+        return run
+
+    fns = {("sdpa", "-"): lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True)}
+    for isa in timed_variants():
+        fns[("wavelet", isa)] = under(isa, lambda: wo.wavelet_attention(q, k, v, cfg))
+        fns[("nope", isa)] = under(isa, lambda: wo.wavelet_attention(q, k, v, pos_enc="nope"))
+    with torch.no_grad():
+        t = compare({f"{m} {i}": f for (m, i), f in fns.items()}, repeat=repeats(L, quick))
+    sdpa = t["sdpa -"]
+    return [{"L": L, "dtype": dtype, "method": m, "isa": i, "fwd_ms": t[f"{m} {i}"] * 1e3,
+             "fwd_vs_sdpa": t[f"{m} {i}"] / sdpa} for (m, i) in fns]
+
+
 def print_decode_gqa(rows: list[dict]) -> None:
     n = rows[0]["N"]
     print_table(f"decoding one token against N={n} keys, GQA {GQA_HEADS} query / {GQA_KV_HEADS} kv heads, d={D}, "
@@ -388,12 +431,39 @@ def dtype_targets(dtype: str, rows: list[dict], dec: list[dict], isa: str | None
     return targets
 
 
+def variant_targets(dtype: str, rows: list[dict], var: list[dict], isa: str | None) -> list[dict]:
+    """Issue 46's targets: where the tiles run (amx), the bf16 forward <= 0.8x SDPA bf16 (wavelet), <= 0.7x (nope),
+    forward + backward <= 0.6x; everywhere, the default variant no slower than the fastest (within 5 %)."""
+    targets: list[dict] = []
+    for L in sorted({r["L"] for r in var}):
+        for method in ("wavelet", "nope"):
+            got = [r for r in var if r["L"] == L and r["method"] == method]
+            if not got:
+                continue
+            best = min(got, key=lambda r: r["fwd_ms"])
+            mine = next((r for r in got if r["isa"] == isa), None)
+            if mine is not None:
+                add_target(targets, f"L={L} {dtype} {method} fwd: the default ({isa}) / the fastest variant "
+                           f"({best['isa']})", mine["fwd_ms"] / best["fwd_ms"], 1.05)
+            if isa == "amx" and dtype == "bf16" and mine is not None:
+                add_target(targets, f"L={L} bf16 {method} fwd (amx) / sdpa bf16", mine["fwd_vs_sdpa"],
+                           0.8 if method == "wavelet" else 0.7)
+    if isa == "amx" and dtype == "bf16":
+        fused = next((r for r in rows if r["L"] == 4096 and r["dtype"] == dtype and r["method"] == "fused"), None)
+        if fused is not None:
+            add_target(targets, "L=4096 bf16 fused fwd+bwd (amx) / sdpa bf16", fused["fwd_bwd_ms_vs_sdpa"], 0.6,
+                       cpu=fused["fwd_bwd_cpu_ms_vs_sdpa"])
+    return targets
+
+
 def run_dtype(dtype: str, lengths: list[int], n_dec: int, quick: bool, backward_max: int) -> None:
-    """The --dtype bf16 / fp16 run: fused and SDPA in that dtype next to float32, then GQA decoding."""
+    """The --dtype bf16 / fp16 run: fused and SDPA in that dtype next to float32, every variant, then GQA
+    decoding."""
     cfg = WaveletConfig.grid(D)
-    rows = []
+    rows, var = [], []
     for L in lengths:
         rows += bench_dtype_length(L, dtype, quick, backward_max, cfg)
+        var += bench_variants(L, dtype, quick, cfg)
         print(f"L={L} done", flush=True)
     dec = bench_decode_gqa(n_dec, [dtype, "float32"], quick)
     mach = machine()
@@ -407,14 +477,19 @@ def run_dtype(dtype: str, lengths: list[int], n_dec: int, quick: bool, backward_
                   fmt(r["fwd_cpu_ms_vs_sdpa"]), fmt(r["fwd_ms_vs_float32"]), fmt(r["fwd_cpu_ms_vs_float32"]),
                   fmt(r["fwd_bwd_ms"], ".1f"), fmt(r["fwd_bwd_ms_vs_sdpa"]), fmt(r["fwd_bwd_cpu_ms_vs_sdpa"]),
                   fmt(r["fwd_bwd_ms_vs_float32"]), fmt(r["fwd_bwd_cpu_ms_vs_float32"])] for r in rows])
+    print_table(f"the forward in {dtype} under every kernel variant this CPU runs (WAVEPE_ISA; the default: "
+                f"{mach.get('wavepe_isa')}), B={B} H={H} d={D} causal",
+                ["L", "method", "variant", "fwd ms", "/ sdpa"],
+                [[r["L"], r["method"], r["isa"], fmt(r["fwd_ms"], ".1f"), fmt(r["fwd_vs_sdpa"])] for r in var])
     print_decode_gqa(dec)
     targets = dtype_targets(dtype, rows, dec, mach.get("wavepe_isa"))
+    targets += variant_targets(dtype, rows, var, mach.get("wavepe_isa"))
     print_targets(targets)
     write_json(f"bench_attention_{dtype}" + ("_quick" if quick else ""),
                {"shape": {"B": B, "H": H, "d": D, "dtype": dtype, "causal": True},
                 "inputs": f"q, k, v in {dtype} through wavepe.ops.wavelet_attention and SDPA: whatever either "
                           "does inside (any conversion included) is in the time",
-                "rows": rows, "decode_gqa": dec, "targets": targets})
+                "rows": rows, "variants": var, "decode_gqa": dec, "targets": targets})
 
 
 def window_mask(L: int, window: int) -> torch.Tensor:

@@ -447,7 +447,7 @@ CANARY = Case("crash_canary", "canary", crash_canary)
 def check_case_names() -> None:
     """Every name is a valid pytest id (used by the runner's parametrisation)."""
     for name in CASES:
-        assert re.fullmatch(r"[a-z0-9_]+(\[(scalar|avx2|avx512|avx512bf16|neon)\])?", name), name
+        assert re.fullmatch(r"[a-z0-9_]+(\[(scalar|avx2|avx512|avx512bf16|amx|neon)\])?", name), name
 
 
 def run_in_child(name: str, conn) -> None:

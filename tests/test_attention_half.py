@@ -54,8 +54,8 @@ SHAPES = [
 
 def _bit_exact(isa, dtype):
     """Whether the half kernels of ``isa`` compute exactly what the float32 kernels compute (all but avx512bf16's
-    bf16 dot products, which sum exact products in another order)."""
-    return not (isa == "avx512bf16" and dtype == torch.bfloat16)
+    bf16 dot products and the amx ISA's tile products, which sum exact products in another order)."""
+    return not ((isa == "avx512bf16" and dtype == torch.bfloat16) or isa == "amx")
 
 
 def _same(isa, dtype, actual, expected, msg=None, v=None):
@@ -299,12 +299,12 @@ def test_half_non_finite_inputs_stay_in_their_rows(isa):
 
 @pytest.mark.parametrize("pos_enc", ["relative", "alibi", "nope"])
 def test_bf16_dot_scores_against_float64_oracle(isa, pos_enc):
-    # avx512bf16 (AVX512_BF16 CPUs only; skipped elsewhere: on other CPUs `make ctest-simde` runs these kernels
+    # avx512bf16 and amx (AVX512_BF16 CPUs only; skipped elsewhere: on other CPUs `make ctest-simde` runs these kernels
     # through SIMDe): the bf16 scores are sums of exact bf16 products, |error| <= (d + 3) 2^-24 scale
     # sum_c |q_c k_c| (d rounded additions) against the float32 path's (d + 2) 2^-24 ..., so the float32
     # kernels' tolerance holds, and P V from P rounded to bf16 adds at most 2^-8 max|v| to out (pv_atol):
     # out within e32 + half an ulp relative + that, gradients within 10 e32 of their scale
     # (test_half_against_float64_oracle; the backward recomputes P in float32)
-    if isa != "avx512bf16":
-        pytest.skip("the vdpbf16ps kernels run on the avx512bf16 ISA only (a CPU with AVX512_BF16)")
+    if isa not in ("avx512bf16", "amx"):
+        pytest.skip("the vdpbf16ps kernels run on the avx512bf16 and amx ISAs only (a CPU with AVX512_BF16)")
     _check_against_oracle(torch.bfloat16, pos_enc, seed=300)  # tiled (d odd among them), split-N decoding

@@ -66,7 +66,7 @@ def test_info_says_where_the_ops_came_from(capsys):
     out = capsys.readouterr().out
     lines = out.splitlines()
     assert lines[0].startswith(f"wavepe {wavepe.__version__} (")
-    assert f"cpu isa: {wavepe.cpu_isa()}  active: {wavepe.active_isa()}" in lines
+    assert f"cpu isa: {wavepe.cpu_isa()}  active: {wavepe.active_isa()}  amx tiles: {wavepe.tiles()}" in lines
     assert f"torch ops: {_extension.ORIGIN}" in lines, out
     assert "unavailable" not in out
     info = _extension.build_info()

@@ -26,6 +26,7 @@
 #include "checked.h"
 #include "fpenv.h"
 #include "half.h"
+#include "tiles.h"
 
 /* ---- small helpers ------------------------------------------------------ */
 
@@ -100,6 +101,7 @@ void wavepe_attention_plan_free(wavepe_attention_plan *p) {
     if (p == NULL) return;
     attn_aligned_free(p->tpack);
     attn_aligned_free(p->trow);
+    attn_aligned_free(p->tvnni);
     free(p->strip_clo);
     free(p->strip_chi);
     attn_aligned_free(p->partial);
@@ -240,6 +242,23 @@ static int pack_table(wavepe_attention_plan *p, int need_strips) {
                     memcpy((unsigned char *)p->tpack + dst, trow + src, (size_t)es);
                 }
     }
+    if (p->tiles) { /* the tiles' bias windows: [k2][row] pairs of the stored table, rows in packed order */
+        const int64_t k2pad = ((d + 1) / 2 + 15) / 16 * 16, ld = prows + 16;
+        const int64_t tdims[2] = {k2pad, ld};
+        if ((status = wavepe_checked_numel(2, tdims, 4, NULL)) != WAVEPE_OK) return status;
+        p->tvnni = attn_aligned_alloc((size_t)(k2pad * ld * 4));
+        if (p->tvnni == NULL) return WAVEPE_E_NOMEM;
+        p->tv_ld = ld;
+        memset(p->tvnni, 0, (size_t)(k2pad * ld * 4));
+        const uint16_t *tab = a->table;
+        for (int64_t row = 0; row < rows; ++row) {
+            const int64_t idx = attn_table_index(a, hi - row);
+            if (idx < 0) continue;
+            const uint16_t *t = tab + idx * d;
+            for (int64_t c2 = 0; 2 * c2 < d; ++c2)
+                p->tvnni[c2 * ld + row] = (uint32_t)t[2 * c2] | (2 * c2 + 1 < d ? (uint32_t)t[2 * c2 + 1] << 16 : 0u);
+        }
+    }
     return WAVEPE_OK;
 }
 
@@ -267,6 +286,15 @@ static wavepe_attention_plan *plan_common(wavepe_isa isa, int f64, const wavepe_
     p->nkb = (a->n + p->bn - 1) / p->bn;
     p->kind = p->isa != WAVEPE_ISA_SCALAR ? ATTN_KIND_TILED : ATTN_KIND_SCALAR;
     return p;
+}
+
+/* Whether a plan's block products run on tiles: the amx ISA, a half type that has tiles here
+ * (tiles.h: the instructions, or their emulation on a CPU without AMX), and the tiled forward or the
+ * backward (decoding keeps the vector kernels: a step reads each key once). */
+static int plan_tiles(const wavepe_attention_plan *p) {
+    if (p->isa != WAVEPE_ISA_AMX || (p->a.dtype != WAVEPE_BF16 && p->a.dtype != WAVEPE_F16)) return 0;
+    if (!p->backward && p->kind != ATTN_KIND_TILED) return 0;
+    return wavepe_tiles_mode(p->a.dtype == WAVEPE_BF16 ? WAVEPE_TILE_BF16 : WAVEPE_TILE_F16) != WAVEPE_TILES_NONE;
 }
 
 /* The CPU kernels take every element type (validate checked the tag); the
@@ -333,6 +361,7 @@ int wavepe_attention_fwd_plan(wavepe_isa isa, const wavepe_attention_args *a, wa
      * only the row-major table (narrow kernels) */
     const int narrow = p->kind == ATTN_KIND_DECODE && p->hg * a->m <= ATTN_NARROW_ROWS;
     p->fold_table = narrow && a->m == 1;
+    p->tiles = plan_tiles(p);
     if (p->kind != ATTN_KIND_SCALAR && (status = pack_table(p, !narrow)) != WAVEPE_OK) goto fail;
     *out = p;
     return WAVEPE_OK;
@@ -365,6 +394,7 @@ int wavepe_attention_bwd_plan(wavepe_isa isa, const wavepe_attention_args *a, wa
         }
         p->nkv_chunks = a->batch * a->kv_heads * ((a->n + ATTN_KV_REDUCE_ROWS - 1) / ATTN_KV_REDUCE_ROWS);
     }
+    p->tiles = plan_tiles(p);
     if (p->kind != ATTN_KIND_SCALAR && (status = pack_table(p, 1)) != WAVEPE_OK) goto fail;
     if (a->dtable != NULL) {
         /* table gradient: per-slot partials, reduced in a fixed order */

@@ -80,6 +80,13 @@ struct wavepe_attention_plan {
     void *trow;        /* [prows][dpad] row-major, zero padded: operand of ds . T */
     int32_t *strip_clo; /* per strip: columns [clo, chi) hold every nonzero */
     int32_t *strip_chi; /* clo == chi: the strip is all zero */
+    /* the amx ISA's half-type blocks on tiles (attention_simd.h's ATTN_TILES; tiles.h): whether this plan's
+     * products run there, and the packed table transposed in pairs of the stored elements, the B operand
+     * of the bias windows: tvnni[k2 * tv_ld + p] = the pair (2 k2, 2 k2 + 1) of packed row p, k2 < the
+     * pairs of d rounded up to 16, zero past d and for p in [prows, tv_ld) */
+    int tiles;
+    uint32_t *tvnni;
+    int64_t tv_ld;
 
     /* split-N decoding */
     int64_t chunk, nchunks; /* keys per chunk (multiple of bn), chunks per head */
@@ -130,9 +137,9 @@ void *attn_aligned_alloc(size_t bytes);
 void attn_aligned_free(void *p);
 
 /* Whether the plan's tiled kernels compute q . k and q . T from bf16 pairs
- * (attention_simd.h's ATTN_DPBF16: bfloat16 under avx512bf16). */
+ * (attention_simd.h's ATTN_DPBF16: bfloat16 under avx512bf16, and under amx, which is avx512bf16 with tiles). */
 static inline int attn_dpbf16(const wavepe_attention_plan *p) {
-    return p->isa == WAVEPE_ISA_AVX512BF16 && p->a.dtype == WAVEPE_BF16;
+    return (p->isa == WAVEPE_ISA_AVX512BF16 || p->isa == WAVEPE_ISA_AMX) && p->a.dtype == WAVEPE_BF16;
 }
 
 /* Vector lanes of an ISA (isa_table.h). */

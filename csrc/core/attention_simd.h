@@ -72,6 +72,30 @@
  * formed only inside the keys the row sees; odd ends go through row_pv). */
 #define ATTN_DPBF16
 #endif
+#if defined(WP_HAS_TILES) && defined(WP_STORAGE_HALF)
+/* The amx ISA's bf16 / fp16 kernels: the products of whole blocks on tiles (tiles.h) -- the forward's
+ * scores S = Q K^T, bias windows G = Q T_win^T and O += P V, the backward's recomputed S and dP = dO V^T
+ * -- with the operands packed once per block (tiles_* below); the online softmax, the masks and the
+ * other backward products are the vector kernels'.  P is rounded to the input type for P V (as mk_dpv
+ * rounds it to bf16: an output moves by at most 2^-8 max|v| for bf16, 2^-11 for fp16;
+ * ATTN_TILE_P_SCALE).  An entry of S, G or dP is one row's product with one key's: what a row cannot
+ * see is selected away after, whatever it holds.  P V is not: it sums over the keys, so a NaN or inf
+ * in a value a row cannot see would reach it (0 * inf) where the vector kernels' row ranges never let
+ * it; a key block with a non-finite unmasked value runs the vector kernels.  Whether the plan's type
+ * has tiles at all: p->tiles (attention.c). */
+#include "tiles.h"
+#define ATTN_TILES
+#if defined(WP_TYPE_BF16)
+#define ATTN_TILE_TYPE WAVEPE_TILE_BF16
+#define ATTN_TILE_P_SCALE 1.0f
+#else
+#define ATTN_TILE_TYPE WAVEPE_TILE_F16
+/* fp16's P is rounded scaled by 2^14 (O scaled to match around the product: powers of two, exact), so
+ * that weights down to 2^-28 stay normal float16: the tiles read denormals as zero, which would drop
+ * every weight below 2^-14 -- all of them, where attention is spread over tens of thousands of keys */
+#define ATTN_TILE_P_SCALE 16384.0f
+#endif
+#endif
 #if defined(WP_COMPUTE_F32)
 #define ATTN_FBM (ATTN_FBM_F32 * VL / 8) /* attn_fwd_block_rows */
 #define ATTN_FBN ATTN_FBN_F32
@@ -163,6 +187,7 @@ static void FN(transpose_strip)(T *restrict out, const S *src, int64_t ks, int64
 #define ATTN_SLD (ATTN_BNMAX + NR)           /* score / P / dS tile row stride */
 #define ATTN_GLD (ATTN_BNMAX + 2 * NR + 64)  /* bias window row stride */
 #define ATTN_ALD (ATTN_BNMAX + NR)           /* ALiBi row stride */
+#define ATTN_TGW (ATTN_BNMAX + 48)           /* tile bias window row stride: 16 rows' window + a tile */
 
 /* ---- horizontal reductions and masks -------------------------------------- */
 
@@ -499,6 +524,22 @@ typedef struct {
     int any_bad; /* backward: some row of the block is flagged in rbad */
     double *dvec; /* backward: D per query row */
     void *block;
+#if defined(ATTN_TILES)
+    /* the tile path (ATTN_TILES; p->tiles): allocated only where it runs */
+    uint16_t *ta;  /* the query block's rows, half elements [rows16][tlda], zero padded: A of S and G */
+    uint16_t *tdo; /* backward: the block's dO rows, likewise: A of dP */
+    uint32_t *tk;  /* the key block transposed in pairs [tk2][ATTN_BNMAX]: B of S */
+    uint32_t *tv;  /* forward: value rows in pairs along the keys [ATTN_BNMAX / 2][dpad]: B of P V;
+                    * backward: the values transposed in pairs [tk2][ATTN_BNMAX]: B of dP */
+    float *tsc;    /* the block's S [rows16][ATTN_BNMAX] (unscaled) */
+    float *tdp;    /* backward: the block's dP [rows16][ATTN_BNMAX] */
+    uint16_t *tp;  /* forward: the block's P rounded [rows16][ATTN_BNMAX]: A of P V */
+    float *tg;     /* bias windows [rows16][ATTN_TGW] (unscaled); tgp: each 16-row tile's first packed row */
+    int64_t tgp[(ATTN_FBM > ATTN_BBM ? ATTN_FBM : ATTN_BBM) / 16 + 1];
+    int64_t tlda, tk2; /* ta's row length (2 tk2), pairs of d rounded up to a tile's 16 */
+    int tiles_rows;    /* the query block's rows (and dO) are packed in ta (tdo): its blocks run on tiles */
+    void *tblock;
+#endif
 } FN(work);
 
 typedef struct {
@@ -1006,17 +1047,12 @@ static void FN(rows_times_pairs)(FN(work) * w, const FN(group) * g, const FN(kbl
 
 /* ---- forward -------------------------------------------------------------------------------- */
 
-/* Online softmax update of a group's rows with one key block, then O += P V. */
-static void FN(group_forward)(FN(work) * w, const FN(group) * g, const FN(kblock) * kb, T *mst, T *lst, T *o) {
-    const wavepe_attention_plan *p = w->p;
-    const int64_t d = p->a.d, dpad = p->dpad;
-    int64_t jl[ATTN_MR], jv[ATTN_MR];
-    const int64_t jmax = FN(valid_keys)(g, kb, jl, jv);
-    if (jmax == 0) return;
-    T *s = w->s;
-    const int64_t j0 = g->qr != NULL ? 0 : FN(first_key)(g, jl, jv);
-    if (g->qr != NULL) FN(narrow_scores)(w, g, kb, jl, jv, jmax, s, ATTN_SLD);
-    else FN(group_scores)(w, g, kb, jv, j0, jmax, s, ATTN_SLD);
+/* The online softmax of a group's rows over one key block: the scores in s (rows of stride ATTN_SLD,
+ * the bias included) become P (masked lanes 0), the running max, sum and O rows are updated. */
+static void FN(group_softmax)(const wavepe_attention_plan *p, const FN(kblock) * kb, const T *kpm,
+                              const int64_t jl[ATTN_MR], const int64_t jv[ATTN_MR], int64_t jmax, T *s, T *mst,
+                              T *lst, T *o) {
+    const int64_t dpad = p->dpad;
     const int64_t jround = (jmax + VL - 1) / VL * VL;
     const VT ninf = V(set1)(-(T)INFINITY);
     const int capped = p->a.softcap > 0.0; /* softcap * tanh(s / softcap), before the mask */
@@ -1038,7 +1074,7 @@ static void FN(group_forward)(FN(work) * w, const FN(group) * g, const FN(kblock
             VT x = V(loadu)(row + j);
             if (capped) x = V(mul)(vcap, V(tanh)(V(mul)(x, vicap)));
             MT keep = FN(lanes_within)(j, jl[t], n);
-            if (kb->masked) keep = M(and)(keep, V(cmpeq)(V(loadu)(w->kpm + j), V(zero)()));
+            if (kb->masked) keep = M(and)(keep, V(cmpeq)(V(loadu)(kpm + j), V(zero)()));
             x = V(blend)(keep, ninf, x);
             V(storeu)(row + j, x);
             any_nan = M(or)(any_nan, V(isnan)(x));
@@ -1073,6 +1109,20 @@ static void FN(group_forward)(FN(work) * w, const FN(group) * g, const FN(kblock
         }
         mst[t] = m_new;
     }
+}
+
+/* Online softmax update of a group's rows with one key block, then O += P V. */
+static void FN(group_forward)(FN(work) * w, const FN(group) * g, const FN(kblock) * kb, T *mst, T *lst, T *o) {
+    const wavepe_attention_plan *p = w->p;
+    const int64_t d = p->a.d, dpad = p->dpad;
+    int64_t jl[ATTN_MR], jv[ATTN_MR];
+    const int64_t jmax = FN(valid_keys)(g, kb, jl, jv);
+    if (jmax == 0) return;
+    T *s = w->s;
+    const int64_t j0 = g->qr != NULL ? 0 : FN(first_key)(g, jl, jv);
+    if (g->qr != NULL) FN(narrow_scores)(w, g, kb, jl, jv, jmax, s, ATTN_SLD);
+    else FN(group_scores)(w, g, kb, jv, j0, jmax, s, ATTN_SLD);
+    FN(group_softmax)(p, kb, w->kpm, jl, jv, jmax, s, mst, lst, o);
     if (g->qr != NULL) {
         /* the keys every row sees, for all rows at once (not with key padding: a padded key's
          * value row never meets a product, and row_pv skips it); the rest row by row */
@@ -1095,6 +1145,221 @@ static void FN(group_forward)(FN(work) * w, const FN(group) * g, const FN(kblock
     FN(rows_times_panels)(g, jl, jv, s, ATTN_SLD, w->vp, ATTN_FBN, d, o, dpad);
 #endif
 }
+
+#if defined(ATTN_TILES)
+/* ---- the tile path -------------------------------------------------------------------------------- */
+
+static inline int FN(half_finite)(uint16_t h) {
+#if defined(WP_TYPE_BF16)
+    return (h & 0x7F80u) != 0x7F80u;
+#else
+    return (h & 0x7C00u) != 0x7C00u;
+#endif
+}
+
+static inline int64_t FN(up16)(int64_t x) { return (x + 15) / 16 * 16; }
+
+/* Rows [0, n) (stride rs, d elements) as an A operand: dst[i * lda + c], zero past d and for rows n .. n16.
+ * (A row's products reach only that row's results: a NaN or inf in it needs no care.) */
+static void FN(tiles_rows)(uint16_t *dst, int64_t lda, const S *src, int64_t rs, int64_t n, int64_t n16, int64_t d) {
+    for (int64_t i = 0; i < n16; ++i) {
+        uint16_t *o = dst + i * lda;
+        if (i >= n) {
+            memset(o, 0, sizeof(uint16_t) * (size_t)lda);
+            continue;
+        }
+        memcpy(o, src + i * rs, sizeof(uint16_t) * (size_t)d);
+        memset(o + d, 0, sizeof(uint16_t) * (size_t)(lda - d));
+    }
+}
+
+/* Rows [0, nk) of a row-major half matrix (stride ks, d elements) transposed in pairs, the B operand of a
+ * product against them: dst[k2 * ldd + j] = (row j's elements 2 k2, 2 k2 + 1), zero past d (k2 < k2pad)
+ * and for rows nk .. ncols. */
+static void FN(tiles_pairs_t)(uint32_t *dst, int64_t ldd, const S *src, int64_t ks, int64_t nk, int64_t ncols,
+                              int64_t d, int64_t k2pad) {
+    for (int64_t j = 0; j < ncols; ++j) {
+        const S *row = src + j * ks;
+        for (int64_t k2 = 0; k2 < k2pad; ++k2) {
+            const int64_t c = 2 * k2;
+            uint32_t pair = 0;
+            if (j < nk && c < d) pair = (uint32_t)row[c] | (c + 1 < d ? (uint32_t)row[c + 1] << 16 : 0u);
+            dst[k2 * ldd + j] = pair;
+        }
+    }
+}
+
+/* Value rows [0, nk) (stride vs, d elements) in pairs along the keys, the B operand of P V:
+ * dst[j2 * ldd + c] = (row 2 j2's element c, row 2 j2 + 1's), zero past d (c < ldd), past nk (j2 < npairs)
+ * and for keys whose additive mask kpm is not 0 (kpm may be NULL).  Returns whether every other element
+ * is finite. */
+static int FN(tiles_pairs_v)(uint32_t *dst, int64_t ldd, const S *src, int64_t vs, int64_t nk, int64_t npairs,
+                             int64_t d, const T *kpm) {
+    int finite = 1;
+    for (int64_t j2 = 0; j2 < npairs; ++j2) {
+        const S *r[2];
+        for (int i = 0; i < 2; ++i) {
+            const int64_t j = 2 * j2 + i;
+            r[i] = j < nk && (kpm == NULL || kpm[j] == (T)0) ? src + j * vs : NULL;
+        }
+        uint32_t *o = dst + j2 * ldd;
+        for (int64_t c = 0; c < ldd; ++c) {
+            const uint16_t a = r[0] != NULL && c < d ? r[0][c] : 0, b = r[1] != NULL && c < d ? r[1][c] : 0;
+            finite &= FN(half_finite)(a) & FN(half_finite)(b);
+            o[c] = (uint32_t)a | (uint32_t)b << 16;
+        }
+    }
+    return finite;
+}
+
+/* out = A B for block rows [0, nrows) of A (w->tlda per row) and the key block's transposed pairs b (keys
+ * in columns): S (a = w->ta, b = w->tk, out = w->tsc) or the backward's dP (w->tdo, w->tv, w->tdp); with
+ * `bias` and a table, the rows' bias windows too (into w->tg, first rows in w->tgp).  Row i, at position
+ * pos[i], sees keys [jl[i], jv[i]) of kb (jv = 0: none): 32 rows at a time, over the columns some see. */
+static void FN(tiles_scores)(FN(work) * w, const FN(kblock) * kb, int64_t nrows, const int64_t *pos,
+                             const int64_t *jl, const int64_t *jv, const uint16_t *a, const uint32_t *b, float *out,
+                             int bias) {
+    const wavepe_attention_plan *p = w->p;
+    for (int64_t r0 = 0; r0 < nrows; r0 += 32) {
+        const int64_t r1 = r0 + 32 < nrows ? r0 + 32 : nrows;
+        int64_t lo = INT64_MAX, hi = 0;
+        for (int64_t i = r0; i < r1; ++i)
+            if (jv[i] > 0) {
+                lo = jl[i] < lo ? jl[i] : lo;
+                hi = jv[i] > hi ? jv[i] : hi;
+            }
+        if (hi == 0) continue;
+        const int64_t c0 = lo / 16 * 16, c1 = FN(up16)(hi);
+        wavepe_tile_gemm(ATTN_TILE_TYPE, FN(up16)(r1 - r0), c1 - c0, w->tk2, a + r0 * w->tlda, w->tlda, b + c0,
+                         ATTN_BNMAX, out + r0 * ATTN_BNMAX + c0, ATTN_BNMAX, 0);
+    }
+    if (!bias || p->bias != ATTN_BIAS_TABLE || p->prows == 0) return;
+    /* bias windows: 16 rows at a time, the packed table rows p = pr_hi - pos + n0 + j they meet */
+    for (int64_t r0 = 0; r0 < nrows; r0 += 16) {
+        const int64_t r1 = r0 + 16 < nrows ? r0 + 16 : nrows, tile = r0 / 16;
+        int64_t pmin = INT64_MAX, pmax = INT64_MIN, hi = 0;
+        for (int64_t i = r0; i < r1; ++i)
+            if (jv[i] > 0) {
+                pmin = pos[i] < pmin ? pos[i] : pmin;
+                pmax = pos[i] > pmax ? pos[i] : pmax;
+                hi = jv[i] > hi ? jv[i] : hi;
+            }
+        w->tgp[tile] = INT64_MIN; /* no bias */
+        if (hi == 0) continue;
+        const int64_t first = p->pr_hi - pmax + kb->n0, last = p->pr_hi - pmin + kb->n0 + hi - 1;
+        const int64_t c_lo = first < 0 ? 0 : first, c_hi = last + 1 < p->prows ? last + 1 : p->prows;
+        if (c_hi <= c_lo) continue;
+        int64_t clo = INT64_MAX, chi = 0; /* the columns of d some of these table rows use */
+        for (int64_t st = c_lo / NR; st <= (c_hi - 1) / NR; ++st)
+            if (p->strip_chi[st] > p->strip_clo[st]) {
+                clo = p->strip_clo[st] < clo ? p->strip_clo[st] : clo;
+                chi = p->strip_chi[st] > chi ? p->strip_chi[st] : chi;
+            }
+        if (chi <= clo) continue;
+        const int64_t k2lo = clo / 2 / 16 * 16, k2hi = FN(up16)((chi + 1) / 2);
+        float *g = w->tg + r0 * ATTN_TGW;
+        for (int64_t i = 0; i < 16; ++i) memset(g + i * ATTN_TGW, 0, sizeof(float) * ATTN_TGW);
+        wavepe_tile_gemm(ATTN_TILE_TYPE, 16, FN(up16)(c_hi - c_lo), k2hi - k2lo, a + r0 * w->tlda + 2 * k2lo, w->tlda,
+                         (const uint32_t *)p->tvnni + k2lo * p->tv_ld + c_lo, p->tv_ld, g + (c_lo - first), ATTN_TGW, 0);
+        w->tgp[tile] = first;
+    }
+}
+
+/* Scores of group gi (block rows gi * 6 ..) from the block's products: s[t][j] = scale * (S + G) (a table)
+ * or scale * S + ALiBi's bias, keys j0 (a multiple of NR) up to jmax rounded to NR -- what group_scores
+ * computes with the micro-kernels. */
+static void FN(tiles_group_scores)(FN(work) * w, const FN(group) * g, int64_t gi, const FN(kblock) * kb,
+                                   const int64_t *jv, int64_t j0, int64_t jmax, T *s, int64_t lds) {
+    const wavepe_attention_plan *p = w->p;
+    const int64_t jend = (jmax + NR - 1) / NR * NR;
+    const VT vs = V(set1)((T)p->a.scale);
+    const T *alibi[ATTN_MR];
+    const int has_alibi = p->bias == ATTN_BIAS_ALIBI && FN(group_bias)(w, g, kb, jv, jmax, alibi);
+    for (int t = 0; t < ATTN_MR; ++t) {
+        const int64_t i = gi * ATTN_MR + (t < g->rows ? t : 0);
+        const float *sc = w->tsc + i * ATTN_BNMAX;
+        T *row = s + t * lds;
+        const float *gr = NULL;
+        if (p->bias == ATTN_BIAS_TABLE && p->prows > 0 && w->tgp[i / 16] != INT64_MIN)
+            gr = w->tg + i * ATTN_TGW + (p->pr_hi - g->pos[t < g->rows ? t : 0] + kb->n0 - w->tgp[i / 16]);
+        for (int64_t j = j0; j < jend; j += VL) {
+            VT x = V(loadu)(sc + j);
+            if (gr != NULL) x = V(add)(x, V(loadu)(gr + j));
+            x = V(mul)(vs, x);
+            if (has_alibi) x = V(add)(x, V(loadu)(alibi[t] + j));
+            V(storeu)(row + j, x);
+        }
+    }
+}
+
+/* The key block's operands on tiles: keys transposed in pairs (w->tk) and, for the forward, values in
+ * pairs along the keys (w->tv); for the backward (transposed) values in w->tv.  Returns 0 when an
+ * unmasked value is not finite (the block then runs the vector kernels). */
+static int FN(tiles_pack_block)(FN(work) * w, const FN(kblock) * kb, int backward) {
+    const int64_t d = w->p->a.d, ncols = FN(up16)(kb->nk);
+    FN(tiles_pairs_t)(w->tk, ATTN_BNMAX, kb->k, kb->ks, kb->nk, ncols, d, w->tk2);
+    if (backward) {
+        FN(tiles_pairs_t)(w->tv, ATTN_BNMAX, kb->v, kb->vs, kb->nk, ncols, d, w->tk2);
+        return 1;
+    }
+    return FN(tiles_pairs_v)(w->tv, w->p->dpad, kb->v, kb->vs, kb->nk, (kb->nk + 31) / 32 * 16, d,
+                             kb->masked ? w->kpm : NULL);
+}
+
+#if defined(WP_TYPE_F16)
+/* rows x cols of o (rows of stride cols) times the power of two f: exact. */
+static void FN(tiles_scale_rows)(T *o, int64_t rows, int64_t cols, T f) {
+    const VT vf = V(set1)(f);
+    for (int64_t i = 0; i < rows * cols; i += VL) V(storeu)(o + i, V(mul)(V(loadu)(o + i), vf));
+}
+#endif
+
+/* One key block of the forward on tiles for every group of the query block: S and G by tiles, each
+ * group's softmax (group_softmax), P rounded into w->tp, then O += P V by tiles. */
+static void FN(tiles_block_forward)(FN(work) * w, FN(group) * groups, int64_t ngroups, const FN(kblock) * kb) {
+    const wavepe_attention_plan *p = w->p;
+    const int64_t dpad = p->dpad, nrows = (ngroups - 1) * ATTN_MR + groups[ngroups - 1].rows;
+    int64_t jl[ATTN_FBM + ATTN_MR], jv[ATTN_FBM + ATTN_MR], pos[ATTN_FBM + ATTN_MR], jmax = 0;
+    for (int64_t gi = 0; gi < ngroups; ++gi) {
+        const int64_t m = FN(valid_keys)(&groups[gi], kb, jl + gi * ATTN_MR, jv + gi * ATTN_MR);
+        jmax = m > jmax ? m : jmax;
+        for (int t = 0; t < ATTN_MR; ++t) pos[gi * ATTN_MR + t] = groups[gi].pos[t < groups[gi].rows ? t : 0];
+    }
+    if (jmax == 0) return;
+    FN(tiles_scores)(w, kb, nrows, pos, jl, jv, w->ta, w->tk, w->tsc, 1);
+    const int64_t kcols = (jmax + 31) / 32 * 32; /* P V's K: pairs of keys, 16 at a time */
+    for (int64_t gi = 0; gi < ngroups; ++gi) {
+        const FN(group) *g = &groups[gi];
+        const int64_t *gl = jl + gi * ATTN_MR, *gv = jv + gi * ATTN_MR;
+        int64_t gmax = 0;
+        for (int t = 0; t < ATTN_MR; ++t) gmax = gv[t] > gmax ? gv[t] : gmax;
+        T *mst = w->mst + gi * ATTN_MR, *lst = w->lst + gi * ATTN_MR, *o = w->o + gi * ATTN_MR * dpad;
+        if (gmax > 0) {
+            FN(tiles_group_scores)(w, g, gi, kb, gv, FN(first_key)(g, gl, gv), gmax, w->s, ATTN_SLD);
+            FN(group_softmax)(p, kb, w->kpm, gl, gv, gmax, w->s, mst, lst, o);
+        }
+        for (int t = 0; t < ATTN_MR; ++t) { /* P rounded once; zero where group_softmax left no weight */
+            uint16_t *pr = w->tp + (gi * ATTN_MR + t) * ATTN_BNMAX;
+            const T *sr = w->s + t * ATTN_SLD;
+            const int64_t a = t < g->rows && gv[t] > 0 ? gl[t] / VL * VL : kcols;
+            const int64_t e = gmax > 0 ? (gv[t] + VL - 1) / VL * VL : 0;
+            for (int64_t j = 0; j < kcols; j += VL) {
+                if (j >= a && j < e) S_STOREU(pr + j, V(mul)(V(loadu)(sr + j), V(set1)(ATTN_TILE_P_SCALE)));
+                else memset(pr + j, 0, sizeof(uint16_t) * VL);
+            }
+        }
+    }
+    const int64_t rows16 = FN(up16)(nrows);
+    for (int64_t i = ngroups * ATTN_MR; i < rows16; ++i) memset(w->tp + i * ATTN_BNMAX, 0, sizeof(uint16_t) * (size_t)kcols);
+#if defined(WP_TYPE_F16)
+    FN(tiles_scale_rows)(w->o, rows16, dpad, ATTN_TILE_P_SCALE);
+#endif
+    wavepe_tile_gemm(ATTN_TILE_TYPE, rows16, dpad, kcols / 2, w->tp, ATTN_BNMAX, w->tv, dpad, w->o, dpad, 1);
+#if defined(WP_TYPE_F16)
+    FN(tiles_scale_rows)(w->o, rows16, dpad, (T)1 / ATTN_TILE_P_SCALE);
+#endif
+}
+#endif
 
 /* Additive key-padding mask of keys [n0, n0 + nk) of batch b into w->kpm;
  * returns the number of keys left visible. */
@@ -1143,6 +1408,12 @@ static void FN(rows_over_keys)(FN(work) * w, FN(group) * groups, int64_t ngroups
         kb.vs = a->v_strides[2];
         kb.masked = a->key_padding_mask != NULL;
         if (kb.masked && FN(load_kpm)(w, b, n0, kb.nk) == 0) continue;
+#if defined(ATTN_TILES)
+        if (wide && w->tiles_rows && FN(tiles_pack_block)(w, &kb, 0)) {
+            FN(tiles_block_forward)(w, groups, ngroups, &kb);
+            continue;
+        }
+#endif
         if (wide) {
             FN(pack_keys)(w->kp, w->kpb, kb.k, kb.ks, kb.nk, d);
 #if defined(ATTN_DPBF16)
@@ -1157,7 +1428,12 @@ static void FN(rows_over_keys)(FN(work) * w, FN(group) * groups, int64_t ngroups
     }
 }
 
-static void FN(work_free)(FN(work) * w) { attn_aligned_free(w->block); }
+static void FN(work_free)(FN(work) * w) {
+    attn_aligned_free(w->block);
+#if defined(ATTN_TILES)
+    attn_aligned_free(w->tblock);
+#endif
+}
 
 /* Carve the scratch of one thread out of a single allocation. */
 static int FN(work_alloc)(FN(work) * w, const wavepe_attention_plan *p, int64_t rows) {
@@ -1233,6 +1509,35 @@ static int FN(work_alloc)(FN(work) * w, const wavepe_attention_plan *p, int64_t 
     }
     /* finite contents everywhere: junk lanes are read (and ignored) */
     memset(w->block, 0, (size_t)total * sizeof(T));
+#if defined(ATTN_TILES)
+    if (p->tiles && !narrow && p->kind != ATTN_KIND_DECODE) {
+        const int64_t rows16 = (rows + 15) / 16 * 16;
+        w->tk2 = ((d + 1) / 2 + 15) / 16 * 16;
+        w->tlda = 2 * w->tk2;
+        /* pieces in 4-byte units, 64-byte aligned: ta, tdo, tk, tv, tsc, tdp, tp, tg */
+        int64_t tsizes[8] = {rows16 * w->tk2, bwd ? rows16 * w->tk2 : 0, w->tk2 * ATTN_BNMAX,
+                             bwd ? w->tk2 * ATTN_BNMAX : ATTN_BNMAX / 2 * dpad, rows16 * ATTN_BNMAX,
+                             bwd ? rows16 * ATTN_BNMAX : 0, bwd ? 0 : rows16 * ATTN_BNMAX / 2, rows16 * ATTN_TGW};
+        int64_t ttotal = 0;
+        for (int i = 0; i < 8; ++i) ttotal += tsizes[i] = (tsizes[i] + 15) / 16 * 16;
+        char *tb = attn_aligned_alloc((size_t)ttotal * 4);
+        if (tb == NULL) {
+            attn_aligned_free(w->block);
+            return WAVEPE_E_NOMEM;
+        }
+        memset(tb, 0, (size_t)ttotal * 4);
+        w->tblock = tb;
+        int64_t off = 0;
+        w->ta = (uint16_t *)(tb + off * 4), off += tsizes[0];
+        w->tdo = tsizes[1] ? (uint16_t *)(tb + off * 4) : NULL, off += tsizes[1];
+        w->tk = (uint32_t *)(tb + off * 4), off += tsizes[2];
+        w->tv = (uint32_t *)(tb + off * 4), off += tsizes[3];
+        w->tsc = (float *)(tb + off * 4), off += tsizes[4];
+        w->tdp = tsizes[5] ? (float *)(tb + off * 4) : NULL, off += tsizes[5];
+        w->tp = tsizes[6] ? (uint16_t *)(tb + off * 4) : NULL, off += tsizes[6];
+        w->tg = (float *)(tb + off * 4);
+    }
+#endif
     return WAVEPE_OK;
 }
 
@@ -1283,6 +1588,11 @@ static void FN(pack_query_groups)(FN(work) * w, FN(group) * groups, int64_t b, i
         FN(pack_group)(w, g, gi, rp, g->rows, d, (T)a->scale);
         g->qr = NULL;
     }
+#if defined(ATTN_TILES)
+    /* the same rows as the tiles' A operand (where the plan has tiles): the blocks may run on tiles */
+    w->tiles_rows = w->ta != NULL;
+    if (w->tiles_rows) FN(tiles_rows)(w->ta, w->tlda, qbase, a->q_strides[2], rows, FN(up16)(rows), d);
+#endif
 }
 
 /* out = O / l, lse = m + log l for rows of one head. */
@@ -1459,6 +1769,17 @@ static void FN(tile_backward)(FN(work) * w, FN(group) * groups, int64_t b, int64
         }
     const int64_t jbround = (jvb + VL - 1) / VL * VL;
     memset(w->dqa, 0, sizeof(T) * (size_t)(ngroups * ATTN_MR * dpad));
+#if defined(ATTN_TILES)
+    /* S (with the bias windows) and dP of the whole block on tiles: each entry is one query row's (or dO
+     * row's) product with one key's (value's), and the entries a row cannot see are selected away below */
+    const int tiled = w->tiles_rows;
+    if (tiled) {
+        int64_t pos[ATTN_BBM];
+        for (int64_t i = 0; i < rows; ++i) pos[i] = a->q_offset + m0 + i;
+        FN(tiles_scores)(w, kb, rows, pos, jl_all, jv_all, w->ta, w->tk, w->tsc, 1);
+        FN(tiles_scores)(w, kb, rows, pos, jl_all, jv_all, w->tdo, w->tv, w->tdp, 0);
+    }
+#endif
     const VT ninf = V(set1)(-(T)INFINITY);
     const int capped = a->softcap > 0.0;
     const VT vcap = V(set1)((T)a->softcap), vicap = V(set1)((T)(capped ? 1.0 / a->softcap : 0.0));
@@ -1477,18 +1798,28 @@ static void FN(tile_backward)(FN(work) * w, FN(group) * groups, int64_t b, int64
             continue;
         }
         const int64_t j0 = FN(first_key)(g, jl, jv);
-        FN(group_scores)(w, g, kb, jv, j0, jmax, ps, ATTN_SLD);
         const int64_t nstrip = (jmax + NR - 1) / NR;
-#if defined(ATTN_DPBF16) /* dP = dO . V^T from the stored pairs (exact products, as the scores) */
-        const int64_t d2 = (d + 1) / 2;
-        const uint32_t *dob = w->dob + gi * ATTN_MR * d2;
-        for (int64_t st = j0 / NR; st < nstrip; ++st)
-            FN(mk_dp)(d2, dob, w->vpb + st * d2 * NR, NULL, (T)1, dss + st * NR, ATTN_SLD, NULL);
-#else
-        const T *dop = w->dop + gi * ATTN_MR * d;
-        for (int64_t st = j0 / NR; st < nstrip; ++st)
-            FN(mk_nt)(d, dop, w->vp + st * d * NR, dss + st * NR, ATTN_SLD, NULL);
+#if defined(ATTN_TILES)
+        if (tiled) { /* the block's products, computed above */
+            FN(tiles_group_scores)(w, g, gi, kb, jv, j0, jmax, ps, ATTN_SLD);
+            for (int t = 0; t < ATTN_MR; ++t)
+                memcpy(dss + t * ATTN_SLD + j0, w->tdp + (gi * ATTN_MR + (t < g->rows ? t : 0)) * ATTN_BNMAX + j0,
+                       sizeof(T) * (size_t)(nstrip * NR - j0));
+        } else
 #endif
+        {
+            FN(group_scores)(w, g, kb, jv, j0, jmax, ps, ATTN_SLD);
+#if defined(ATTN_DPBF16) /* dP = dO . V^T from the stored pairs (exact products, as the scores) */
+            const int64_t d2 = (d + 1) / 2;
+            const uint32_t *dob = w->dob + gi * ATTN_MR * d2;
+            for (int64_t st = j0 / NR; st < nstrip; ++st)
+                FN(mk_dp)(d2, dob, w->vpb + st * d2 * NR, NULL, (T)1, dss + st * NR, ATTN_SLD, NULL);
+#else
+            const T *dop = w->dop + gi * ATTN_MR * d;
+            for (int64_t st = j0 / NR; st < nstrip; ++st)
+                FN(mk_nt)(d, dop, w->vp + st * d * NR, dss + st * NR, ATTN_SLD, NULL);
+#endif
+        }
         VT vslope = V(zero)();
         for (int t = 0; t < ATTN_MR; ++t) {
             T *prow = ps + t * ATTN_SLD, *drow = dss + t * ATTN_SLD;
@@ -1671,6 +2002,9 @@ static void FN(unit_backward)(FN(work) * w, FN(group) * groups, int64_t unit, T 
         FN(pack_keys)(w->kp, w->kpb, kb.k, kb.ks, kb.nk, d);
         FN(pack_keys)(w->vp, w->vpb, kb.v, kb.vs, kb.nk, d);
         FN(pack_panels)(w->kpan, ATTN_BBN, kb.k, kb.ks, kb.nk, d, kb.masked ? w->kpm : NULL);
+#if defined(ATTN_TILES)
+        if (w->ta != NULL) FN(tiles_pack_block)(w, &kb, 1);
+#endif
         memset(w->dka, 0, sizeof(T) * (size_t)(ATTN_BBN * dpad));
         memset(w->dva, 0, sizeof(T) * (size_t)(ATTN_BBN * dpad));
         for (int64_t qi = i0; qi < i1 && qi < p->nqb; ++qi) {
@@ -1690,6 +2024,9 @@ static void FN(unit_backward)(FN(work) * w, FN(group) * groups, int64_t unit, T 
             }
             const S *qblk = (const S *)a->q + attn_off(a->q_strides, b, h, m0);
             const S *doblk = (const S *)a->dout + attn_off(a->dout_strides, b, h, m0);
+#if defined(ATTN_TILES)
+            if (w->tiles_rows) FN(tiles_rows)(w->tdo, w->tlda, doblk, a->dout_strides[2], rows, FN(up16)(rows), d);
+#endif
             FN(flag_bad_rows)(w, qblk, a->q_strides[2], doblk, a->dout_strides[2], rows, d);
             FN(pack_panels)(w->qpan, ATTN_BBM, qblk, a->q_strides[2], rows, d, w->any_bad ? w->rbad : NULL);
             FN(pack_panels)(w->dopan, ATTN_BBM, doblk, a->dout_strides[2], rows, d, w->any_bad ? w->rbad : NULL);
@@ -1725,6 +2062,10 @@ int FN(attn_bwd)(wavepe_attention_plan *p, int64_t begin, int64_t end) {
 #undef ATTN_SLD
 #undef ATTN_GLD
 #undef ATTN_ALD
+#undef ATTN_TGW
+#undef ATTN_TILES
+#undef ATTN_TILE_TYPE
+#undef ATTN_TILE_P_SCALE
 #undef NR
 #undef ATTN_FBM
 #undef ATTN_FBN

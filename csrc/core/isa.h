@@ -5,7 +5,8 @@
  * (simd_avx2.h, simd_avx512.h on x86-64; simd_neon.h on AArch64).  The ISAs
  * are listed once, in isa_table.h: AVX2+FMA (x86-64-v3), AVX-512 F/BW/VL/DQ
  * (x86-64-v4), AVX-512 with AVX512_BF16 (avx512bf16: the AVX-512 kernels, and
- * vdpbf16ps in the bf16 attention), NEON (AArch64's Advanced SIMD).  Callers ask for the active ISA
+ * vdpbf16ps in the bf16 attention), amx (avx512bf16 and the attention's
+ * half-type block products on AMX tiles), NEON (AArch64's Advanced SIMD).  Callers ask for the active ISA
  * once per operation and pass it to the kernels, so one operation never
  * mixes variants even when the environment changes meanwhile.
  */
@@ -28,7 +29,9 @@ enum { WAVEPE_ISA_COUNT = 0 WAVEPE_ISA_TABLE(WAVEPE_ISA_COUNT_, _) };
 #undef WAVEPE_ISA_COUNT_
 
 /* The best ISA this CPU and OS support and this build contains (cached):
- * of those supported, the one listed last in isa_table.h. */
+ * of those supported, the one listed last in isa_table.h -- except amx
+ * where its tiles are only emulated, and avx512bf16 on Intel CPUs (slower
+ * than avx512 there: isa.c, preferred()). */
 wavepe_isa wavepe_cpu_isa(void);
 
 /* Whether `isa` can run here: this build has its kernels, and the CPU and

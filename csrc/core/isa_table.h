@@ -13,7 +13,11 @@
  * <family>_avx512bf16.c defines WAVEPE_AVX512BF16 and includes
  * <family>_avx512.c, and simd_avx512.h then names the kernels *_avx512bf16
  * and adds the bf16 dot product, which only attention's bfloat16 kernels
- * use (attention_simd.h); every other kernel is the AVX-512 code.
+ * use (attention_simd.h); every other kernel is the AVX-512 code.  amx is
+ * avx512bf16 with Intel's AMX tiles (tiles.h): its files define WAVEPE_AMX
+ * and include the avx512bf16 ones; the attention's bf16 / fp16 block products
+ * run on tiles -- the instructions, or their emulation on a CPU without them,
+ * where amx runs only when asked for (WAVEPE_ISA=amx, the tests).
  *
  *   X(ID, name, arch, lanes_f32, lanes_f64, ...)
  *
@@ -35,7 +39,8 @@
     X(AVX2, avx2, X86_64, 8, 4, __VA_ARGS__)                                                     \
     X(AVX512, avx512, X86_64, 16, 8, __VA_ARGS__)                                                \
     X(NEON, neon, AARCH64, 4, 2, __VA_ARGS__)                                                    \
-    X(AVX512BF16, avx512bf16, X86_64, 16, 8, __VA_ARGS__)
+    X(AVX512BF16, avx512bf16, X86_64, 16, 8, __VA_ARGS__)                                        \
+    X(AMX, amx, X86_64, 16, 8, __VA_ARGS__)
 
 /* WAVEPE_IF_VECTOR_<arch>(...): its arguments where this build compiles the
  * vector kernels of <arch>, nothing elsewhere. */

@@ -11,7 +11,10 @@
  *
  * With WAVEPE_AVX512BF16 defined (the avx512bf16 ISA's files, compiled with
  * -mavx512bf16 in addition) the kernels are named *_avx512bf16 and the
- * vocabulary has the bf16 dot product (WP_HAS_DPBF16, at the end).
+ * vocabulary has the bf16 dot product (WP_HAS_DPBF16, at the end).  With
+ * WAVEPE_AMX as well (the amx ISA's files: AMX tiles on top of avx512bf16)
+ * they are named *_amx and the vocabulary says so (WP_HAS_TILES: the
+ * attention's half-type products go through tiles.h).
  */
 #ifndef WAVEPE_SIMD_AVX512_H
 #define WAVEPE_SIMD_AVX512_H
@@ -29,7 +32,11 @@
 #endif
 #include <stdint.h>
 
-#if defined(WAVEPE_AVX512BF16)
+#if defined(WAVEPE_AMX)
+#define WAVEPE_AVX512BF16 /* the amx ISA is avx512bf16 with tiles */
+#define WP_SIMD_NAME amx
+#define WP_HAS_TILES
+#elif defined(WAVEPE_AVX512BF16)
 #define WP_SIMD_NAME avx512bf16
 #else
 #define WP_SIMD_NAME avx512

@@ -9,6 +9,7 @@
 
 #include "../core/checked.h"
 #include "../core/isa.h"
+#include "../core/tiles.h"
 #include "../core/wavelet.h"
 
 static int parse_family(PyObject *arg, wavepe_wavelet *out) {
@@ -57,6 +58,15 @@ static PyObject *py_active_isa(PyObject *self, PyObject *noargs) {
     return PyUnicode_FromString(wavepe_isa_name(isa));
 }
 
+/* How the amx ISA's tile products run here: "hardware", or "emulated" and why (tiles.h). */
+static PyObject *py_tiles(PyObject *self, PyObject *noargs) {
+    (void)self;
+    (void)noargs;
+    const char *why = NULL;
+    if (wavepe_tiles_hardware(&why)) return PyUnicode_FromString("hardware (AMX instructions)");
+    return PyUnicode_FromFormat("emulated (%s)", why != NULL ? why : "no AMX on this CPU");
+}
+
 static PyObject *py_wavelet_peak(PyObject *self, PyObject *arg) {
     (void)self;
     wavepe_wavelet w;
@@ -83,7 +93,9 @@ static PyObject *py_wavelet_support_t(PyObject *self, PyObject *args) {
 }
 
 static PyMethodDef module_methods[] = {
-    {"cpu_isa", py_cpu_isa, METH_NOARGS, "The best ISA the CPU supports: 'avx512bf16', 'avx512', 'avx2', 'neon' or 'scalar'."},
+    {"cpu_isa", py_cpu_isa, METH_NOARGS,
+     "The ISA the kernels default to: 'amx', 'avx512bf16', 'avx512', 'avx2', 'neon' or 'scalar'."},
+    {"tiles", py_tiles, METH_NOARGS, "How the amx ISA's tile products run here: hardware, or emulated and why."},
     {"supported_isas", py_supported_isas, METH_NOARGS,
      "The ISAs this machine runs (the names WAVEPE_ISA takes), scalar first, in the core's table order."},
     {"active_isa", py_active_isa, METH_NOARGS,

@@ -26,28 +26,40 @@ __all__ = [
     "cpu_isa",
     "supported_isas",
     "active_isa",
+    "tiles",
     "__version__",
 ]
 
 
 def cpu_isa() -> str:
-    """The best instruction set this CPU (and OS) supports among wavepe's kernels: 'avx512bf16' (AVX-512 with
-    AVX512_BF16), 'avx512', 'avx2' (x86-64), 'neon' (AArch64) or 'scalar'."""
+    """The instruction set wavepe's kernels default to on this CPU (and OS): 'amx' (AVX-512 with AVX512_BF16
+    and Intel's AMX tiles, where the tiles work), 'avx512bf16' (AVX-512 with AVX512_BF16; on AMD CPUs),
+    'avx512' (also Intel's choice over avx512bf16: measured faster there), 'avx2' (x86-64), 'neon'
+    (AArch64) or 'scalar'."""
     from . import _ufuncs
 
     return _ufuncs.cpu_isa()
 
 
 def supported_isas() -> tuple[str, ...]:
-    """Every instruction set this machine runs wavepe's kernels with ('scalar' first, :func:`cpu_isa` last):
-    the values ``WAVEPE_ISA`` accepts here."""
+    """Every instruction set this machine runs wavepe's kernels with ('scalar' first, in the order of the core's
+    table): the values ``WAVEPE_ISA`` accepts here.  'amx' is among them wherever 'avx512bf16' is: on a CPU
+    without AMX its tiles are emulated (slowly, for the tests; :func:`tiles`), and it is never the default."""
     from . import _ufuncs
 
     return _ufuncs.supported_isas()
 
 
+def tiles() -> str:
+    """How the 'amx' kernels' tile products run here: 'hardware (AMX instructions)', or 'emulated (why)'."""
+    from . import _ufuncs
+
+    return _ufuncs.tiles()
+
+
 def active_isa() -> str:
-    """The instruction set kernels use now: :func:`cpu_isa`, or ``WAVEPE_ISA=scalar|avx2|avx512|avx512bf16|neon``.
+    """The instruction set kernels use now: :func:`cpu_isa`, or
+    ``WAVEPE_ISA=scalar|avx2|avx512|avx512bf16|amx|neon``.
 
     Raises ValueError when ``WAVEPE_ISA`` names an instruction set this CPU cannot run
     (every operation raises the same error).  ``WAVEPE_FORCE_SCALAR=1`` (older spelling)

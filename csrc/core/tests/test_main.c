@@ -26,6 +26,7 @@ void test_null(void);
 void test_isa_table(void);
 void test_vocabulary(void);
 void test_half(void);
+void test_tiles(void);
 
 int main(void) {
     printf("wavepe core tests, cpu isa: %s; runs here:", wavepe_isa_name(wavepe_cpu_isa()));
@@ -35,6 +36,7 @@ int main(void) {
     test_checked();
     test_isa_table();
     test_vocabulary();
+    test_tiles();
     int runs = 0;
     for (int isa = 0; isa < WAVEPE_ISA_COUNT; ++isa) {
         if (isa == WAVEPE_ISA_SCALAR || !wavepe_isa_supported((wavepe_isa)isa)) continue;

@@ -61,6 +61,10 @@ class SuffixRule:
 # First match wins: list a longer, more specific suffix before a shorter one it ends with.
 # The Makefile's ctest target reads this table through `recipe.py flags FILE`.
 SUFFIX_RULES: tuple[SuffixRule, ...] = (
+    # avx512bf16 + AMX tiles (tdpbf16ps): the amx ISA's files and tiles_amx.c, the tile instructions (isa_table.h)
+    SuffixRule("_amx.c", X86_64,
+               ("-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512dq", "-mavx512bf16", "-mavx2", "-mfma", "-mf16c",
+                "-mamx-tile", "-mamx-bf16")),
     # AVX-512 + AVX512_BF16 (vdpbf16ps): the avx512bf16 ISA's files (isa_table.h)
     SuffixRule("_avx512bf16.c", X86_64,
                ("-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512dq", "-mavx512bf16", "-mavx2", "-mfma", "-mf16c")),

@@ -42,7 +42,7 @@ def _cmd_info(args: argparse.Namespace) -> int:
 
     print(f"wavepe {wavepe.__version__} ({os.path.dirname(wavepe.__file__)})")
     print(f"python {platform.python_version()} on {platform.machine()}")
-    print(f"cpu isa: {wavepe.cpu_isa()}  active: {wavepe.active_isa()}")
+    print(f"cpu isa: {wavepe.cpu_isa()}  active: {wavepe.active_isa()}  amx tiles: {wavepe.tiles()}")
     try:
         import torch
 

@@ -1,0 +1,176 @@
+/* tiles.c: the tile products' emulation, the detection of AMX tiles and the choice between the two
+ * (tiles.h).  No AMX instruction here: those are in tiles_amx.c (compiled with -mamx-*, like the amx
+ * ISA's kernel files, which call wavepe_tile_gemm). */
+#if defined(__linux__) && !defined(_DEFAULT_SOURCE)
+#define _DEFAULT_SOURCE /* syscall() under -std=c11 */
+#endif
+#include "tiles.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "half.h"
+#include "isa.h"
+
+/* ---- the emulation ------------------------------------------------------------------------------ */
+
+/* A half element as the tile instructions read it: exactly, a denormal as zero. */
+static inline float tile_in(int type, uint16_t h) {
+    if ((h & (type == WAVEPE_TILE_BF16 ? 0x7F80u : 0x7C00u)) == 0) return 0.0f; /* zero or denormal */
+    return type == WAVEPE_TILE_BF16 ? wp_bf16_to_f32(h) : wp_f16_to_f32(h);
+}
+
+/* c + x * y rounded once (the product of two half elements is exact in float32, so a fused
+ * multiply-add rounds the same), a denormal result flushed to zero: branch-free, so the loop over a
+ * row vectorizes. */
+static inline float tile_acc(float c, float x, float y) {
+    const float r = c + x * y;
+    return fabsf(r) < 0x1p-126f ? r * 0.0f : r;
+}
+
+void wavepe_tile_gemm_emulated(int type, int64_t M, int64_t N, int64_t K2, const uint16_t *A, int64_t lda,
+                               const uint32_t *B, int64_t ldb, float *C, int64_t ldc, int accumulate) {
+    enum { NB = 32, KB = 64 }; /* columns x pairs at a time: B's pairs widened once for every row of A */
+    float bw[2 * KB * NB], acc[NB];
+    for (int64_t n0 = 0; n0 < N; n0 += NB) {
+        const int64_t nn = N - n0 < NB ? N - n0 : NB;
+        for (int64_t k0 = 0; k0 < K2 || k0 == 0; k0 += KB) {
+            const int64_t kk = K2 - k0 < KB ? K2 - k0 : KB, first = k0 == 0;
+            for (int64_t k = 0; k < kk; ++k)
+                for (int64_t n = 0; n < nn; ++n) {
+                    const uint32_t pair = B[(k0 + k) * ldb + n0 + n];
+                    bw[(2 * k) * NB + n] = tile_in(type, (uint16_t)(pair & 0xFFFFu));
+                    bw[(2 * k + 1) * NB + n] = tile_in(type, (uint16_t)(pair >> 16));
+                }
+            for (int64_t m = 0; m < M; ++m) {
+                for (int64_t n = 0; n < nn; ++n) {
+                    const float c = !first || accumulate ? C[m * ldc + n0 + n] : 0.0f;
+                    acc[n] = fabsf(c) < 0x1p-126f ? c * 0.0f : c; /* the accumulator's denormals too */
+                }
+                for (int64_t k = 0; k < 2 * kk; ++k) { /* the pair's first element, then its second */
+                    const float a = tile_in(type, A[m * lda + 2 * k0 + k]);
+                    const float *b = bw + k * NB;
+                    for (int64_t n = 0; n < nn; ++n) acc[n] = tile_acc(acc[n], a, b[n]);
+                }
+                for (int64_t n = 0; n < nn; ++n) C[m * ldc + n0 + n] = acc[n];
+            }
+            if (K2 == 0) break;
+        }
+    }
+}
+
+/* ---- detection ---------------------------------------------------------------------------------- */
+
+#if (defined(__x86_64__) || defined(_M_X64)) && !defined(WAVEPE_SIMDE_AVX512)
+#include <cpuid.h>
+#if defined(__linux__)
+#include <sys/syscall.h>
+#include <unistd.h>
+#endif
+#define ARCH_REQ_XCOMP_PERM 0x1023 /* arch_prctl: request a feature's state (0x1022 only reads it) */
+#define XFEATURE_XTILEDATA 18
+
+static unsigned long long tiles_xcr0(void) {
+    unsigned int eax, edx;
+    __asm__ volatile("xgetbv" : "=a"(eax), "=d"(edx) : "c"(0));
+    return ((unsigned long long)edx << 32) | eax;
+}
+
+/* The CPU's AMX: bit 0 AMX-TILE + AMX-BF16 with the OS saving the tile state (XCR0 17, 18), bit 1
+ * AMX-FP16 too. */
+static int cpu_amx(void) {
+    unsigned int eax, ebx, ecx, edx;
+    if (!__get_cpuid(1, &eax, &ebx, &ecx, &edx) || !((ecx >> 27) & 1)) return 0; /* OSXSAVE: xgetbv */
+    if (!__get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx)) return 0;
+    const unsigned max_sub = eax;
+    if (!((edx >> 24) & 1) || !((edx >> 22) & 1)) return 0; /* AMX-TILE, AMX-BF16 */
+    if ((tiles_xcr0() & (3ull << 17)) != (3ull << 17)) return 0;
+    int fp16 = 0;
+    if (max_sub >= 1 && __get_cpuid_count(7, 1, &eax, &ebx, &ecx, &edx)) fp16 = (eax >> 21) & 1;
+    return 1 | (fp16 << 1);
+}
+
+/* One product of each type with the instructions and the emulation, on values whose every partial sum
+ * is exact in float32 (small multiples of 1/8): equal, whatever the order of the additions. */
+static int self_check(int type) {
+    static uint16_t a[32 * 32];
+    static uint32_t b[16 * 32];
+    float want[32 * 32], got[32 * 32];
+    for (int i = 0; i < 32; ++i)
+        for (int k = 0; k < 32; ++k) {
+            const float x = (float)((i * 7 + k * 3) % 11 - 5) / 8.0f;
+            a[i * 32 + k] = type == WAVEPE_TILE_BF16 ? wp_f32_to_bf16(x) : wp_f32_to_f16(x);
+        }
+    for (int k2 = 0; k2 < 16; ++k2)
+        for (int n = 0; n < 32; ++n) {
+            const float x = (float)((k2 * 5 + n) % 9 - 4) / 8.0f, y = (float)((k2 + 3 * n) % 7 - 3) / 4.0f;
+            const uint16_t hx = type == WAVEPE_TILE_BF16 ? wp_f32_to_bf16(x) : wp_f32_to_f16(x);
+            const uint16_t hy = type == WAVEPE_TILE_BF16 ? wp_f32_to_bf16(y) : wp_f32_to_f16(y);
+            b[k2 * 32 + n] = (uint32_t)hx | (uint32_t)hy << 16;
+        }
+    for (int i = 0; i < 32 * 32; ++i) want[i] = got[i] = (float)(i % 5) - 2.0f;
+    wavepe_tile_gemm_emulated(type, 32, 32, 16, a, 32, b, 32, want, 32, 1);
+    if (!wavepe_tile_gemm_amx(type, 32, 32, 16, a, 32, b, 32, got, 32, 1)) return 0;
+    return memcmp(want, got, sizeof want) == 0;
+}
+
+/* bit 0: AMX-BF16 usable, bit 1: AMX-FP16 usable; -1 not decided yet.  why: the refusal. */
+static volatile int hardware = -1;
+static const char *volatile refusal = NULL;
+
+static int decide(void) {
+    const int cpu = cpu_amx();
+    if (!cpu) return 0;
+#if defined(__linux__)
+    /* a tile instruction before this request kills the process (SIGILL): Linux >= 5.16 */
+    if (syscall(SYS_arch_prctl, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) != 0) {
+        refusal = "the kernel refused the tile state (arch_prctl ARCH_REQ_XCOMP_PERM)";
+        return 0;
+    }
+#else
+    refusal = "wavepe requests the tile state from Linux only";
+    return 0;
+#endif
+    if (!self_check(WAVEPE_TILE_BF16)) {
+        refusal = "a tdpbf16ps product differed from its emulation (or this build has no AMX code)";
+        return 0;
+    }
+    return 1 | ((cpu & 2) && self_check(WAVEPE_TILE_F16) ? 2 : 0);
+}
+
+static int hardware_bits(void) {
+    if (hardware < 0) {
+        const int bits = decide();
+        if (bits == 0 && refusal != NULL && cpu_amx())
+            fprintf(stderr, "wavepe: this CPU has AMX tiles, but %s; the vector kernels run instead\n", refusal);
+        hardware = bits;
+    }
+    return hardware;
+}
+#else
+static int hardware_bits(void) { return 0; }
+static const char *const refusal = NULL;
+#endif
+
+int wavepe_tiles_hardware(const char **why) {
+    const int bits = hardware_bits();
+    if (why != NULL) *why = bits ? NULL : refusal;
+    return bits & 1;
+}
+
+int wavepe_tiles_mode(int type) {
+    const int bits = hardware_bits();
+    if (bits == 0) return WAVEPE_TILES_EMULATED;
+    return (bits >> (type == WAVEPE_TILE_F16 ? 1 : 0)) & 1 ? WAVEPE_TILES_HARDWARE : WAVEPE_TILES_NONE;
+}
+
+void wavepe_tile_gemm(int type, int64_t M, int64_t N, int64_t K2, const uint16_t *A, int64_t lda, const uint32_t *B,
+                      int64_t ldb, float *C, int64_t ldc, int accumulate) {
+#if (defined(__x86_64__) || defined(_M_X64)) && !defined(WAVEPE_SIMDE_AVX512)
+    if (wavepe_tiles_mode(type) == WAVEPE_TILES_HARDWARE &&
+        wavepe_tile_gemm_amx(type, M, N, K2, A, lda, B, ldb, C, ldc, accumulate))
+        return;
+#endif
+    wavepe_tile_gemm_emulated(type, M, N, K2, A, lda, B, ldb, C, ldc, accumulate);
+}

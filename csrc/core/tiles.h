@@ -1,0 +1,67 @@
+/* tiles.h: the matrix products of the amx ISA, behind one small interface with two implementations.
+ *
+ * Intel AMX (Sapphire, Emerald, Granite Rapids) holds 8 tile registers of up to 16 rows x 64 bytes;
+ * tdpbf16ps (AMX-BF16) and tdpfp16ps (AMX-FP16, Granite Rapids) add to a 16 x 16 float32 tile C the
+ * products of a 16 x 32 tile A of bf16 / float16 elements and a 32 x 16 tile B stored as pairs of
+ * its rows ("VNNI": B[k2][n] holds rows 2 k2 and 2 k2 + 1 of column n in one 32-bit element).
+ *
+ *   wavepe_tile_gemm   C (+)= A . B  for M x N blocks of 16 x 16 tiles and K2 pairs of K
+ *
+ * runs either the AMX instructions (tiles_amx.c: 2 x 2 accumulator tiles, A and B tiles loaded
+ * straight from the caller's strided operands) or a portable emulation of their documented
+ * semantics (tiles.c): each product of two half elements is exact in float32 (8- or 11-bit
+ * significands), added to the float32 accumulator one product at a time, the pair's first element
+ * first, rounding to nearest even; denormal inputs read as zero and denormal results are flushed
+ * to zero.  Which one runs is decided once per process (wavepe_tiles_mode): the instructions where
+ * the CPU has them, the OS grants them (arch_prctl ARCH_REQ_XCOMP_PERM) and a start-up self-check
+ * agrees with the emulation; the emulation otherwise, so the amx ISA's kernels run -- slowly, for
+ * the tests -- on every CPU that runs avx512bf16, where it is never the default (isa.c).
+ *
+ * Operands: A row-major half elements, lda elements between rows, 2 * K2 columns; B uint32 pairs,
+ * ldb elements between pair rows, N columns; C float32, ldc elements between rows.  M and N are
+ * multiples of 16, K2 of 16 (32 half elements); pad operands with zeros.
+ */
+#ifndef WAVEPE_TILES_H
+#define WAVEPE_TILES_H
+
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+enum { WAVEPE_TILE_BF16 = 0, WAVEPE_TILE_F16 = 1 };
+/* How a tile type's products run: none (no tiles for it: the caller's vector path), the AMX
+ * instructions, or their emulation. */
+enum { WAVEPE_TILES_NONE = 0, WAVEPE_TILES_HARDWARE = 1, WAVEPE_TILES_EMULATED = 2 };
+
+#define WAVEPE_TILE_ROWS 16 /* rows of A and C tiles, columns of B and C tiles */
+#define WAVEPE_TILE_K2 16   /* pairs of K per tile (32 half elements = 64 bytes) */
+
+/* C[m][n] = (accumulate ? C[m][n] : 0) + sum_k A[m][k] B[k][n], m < M, n < N, k < 2 K2. */
+void wavepe_tile_gemm(int type, int64_t M, int64_t N, int64_t K2, const uint16_t *A, int64_t lda, const uint32_t *B,
+                      int64_t ldb, float *C, int64_t ldc, int accumulate);
+
+/* The emulation, whatever the CPU (tests compare the two). */
+void wavepe_tile_gemm_emulated(int type, int64_t M, int64_t N, int64_t K2, const uint16_t *A, int64_t lda,
+                               const uint32_t *B, int64_t ldb, float *C, int64_t ldc, int accumulate);
+
+/* WAVEPE_TILES_HARDWARE, _EMULATED or _NONE for a tile type: hardware where usable; where the CPU has
+ * AMX but not this type (AMX-FP16 before Granite Rapids), none (the vector kernels are faster than
+ * an emulation); emulated on CPUs without AMX.  Decided once (thread-safe, idempotent). */
+int wavepe_tiles_mode(int type);
+
+/* Whether this CPU's AMX tiles (AMX-TILE and AMX-BF16) are usable: cpuid, XCR0, the OS permission and
+ * the self-check; *why (may be NULL) gets a sentence when they are present but refused. */
+int wavepe_tiles_hardware(const char **why);
+
+#if defined(__x86_64__) || defined(_M_X64)
+/* tiles_amx.c: the instructions (0 when this build has no AMX code: a SIMDe test build). */
+int wavepe_tile_gemm_amx(int type, int64_t M, int64_t N, int64_t K2, const uint16_t *A, int64_t lda, const uint32_t *B,
+                         int64_t ldb, float *C, int64_t ldc, int accumulate);
+#endif
+
+#ifdef __cplusplus
+}
+#endif
+#endif
