@@ -25,7 +25,8 @@ Rows:
 sliding_window=512 on every layer and Gemma 2 (softcap 50, 4096-token windows on every other layer, its
 default eager attention) -- the train step's time, and its peak memory: the growth of the peak RSS over
 one step, each model in a fresh process (--families and --modes narrow it as usual, default modes
-wavelet and rope; decode rows are not run).  Targets: a patched train step <= 1.0x the stock one in time and in peak memory.
+wavelet and rope; decode rows are not run).  Targets: a patched train step <= 1.0x the stock one in time
+and in peak memory, for the modes that run wavepe's attention (all but "rope", which keeps the model's).
 
 Target (issue 21): rope mode within 1.1x the stock model in every row (it is the stock
 attention plus, with rope=RopeConfig, wavepe's cos/sin).  Relative modes are reported.
@@ -157,9 +158,11 @@ def run_windowed(family: str, modes: list[str], args, device, dtype, dtype_name:
     rows = [[family, case, "stock", times["stock"] * 1e3, 1.0, mem["stock"], 1.0, "", ""]]
     for mode in modes:
         t, m = times[mode] / times["stock"], mem[mode] / mem["stock"]
-        met = "yes" if t <= WINDOWED_TARGET and m <= WINDOWED_TARGET else "no"
+        # "rope" keeps the model's own attention (a stock path plus wavepe's rotary hook): reported, no target
+        fused = mode != "rope"
+        met = ("yes" if t <= WINDOWED_TARGET and m <= WINDOWED_TARGET else "no") if fused else ""
         rows.append([family, case, f"wavepe {mode}", times[mode] * 1e3, t, mem[mode], m,
-                     f"<= {WINDOWED_TARGET} (both)", met])
+                     f"<= {WINDOWED_TARGET} (both)" if fused else "", met])
     return rows
 
 
