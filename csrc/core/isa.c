@@ -12,7 +12,7 @@
 #if defined(__x86_64__) || defined(_M_X64)
 #include <cpuid.h>
 
-static unsigned long long read_xcr0(void) {
+unsigned long long wavepe_xcr0(void) {
     unsigned int eax, edx;
     /* xgetbv with ecx = 0; spelled as asm so the file needs no -mxsave. */
     __asm__ volatile("xgetbv" : "=a"(eax), "=d"(edx) : "c"(0));
@@ -28,7 +28,7 @@ static int detect_avx2(void) {
     const int has_avx = (ecx >> 28) & 1;
     const int has_f16c = (ecx >> 29) & 1; /* float16 <-> float32 (every AVX2 CPU has it) */
     if (!(has_fma && has_osxsave && has_avx && has_f16c)) return 0;
-    if ((read_xcr0() & 0x6) != 0x6) return 0;
+    if ((wavepe_xcr0() & 0x6) != 0x6) return 0;
     if (!__get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx)) return 0;
     return (ebx >> 5) & 1;
 }
@@ -44,7 +44,7 @@ static int detect_avx512(void) {
     unsigned int eax, ebx, ecx, edx;
     if (!__get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx)) return 0;
     const int has_avx512 = ((ebx >> 16) & 1) && ((ebx >> 17) & 1) && ((ebx >> 30) & 1) && ((ebx >> 31) & 1);
-    return has_avx512 && (read_xcr0() & 0xE0) == 0xE0;
+    return has_avx512 && (wavepe_xcr0() & 0xE0) == 0xE0;
 #endif
 }
 

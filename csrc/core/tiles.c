@@ -71,12 +71,6 @@ void wavepe_tile_gemm_emulated(int type, int64_t M, int64_t N, int64_t K2, const
 #define ARCH_REQ_XCOMP_PERM 0x1023 /* arch_prctl: request a feature's state (0x1022 only reads it) */
 #define XFEATURE_XTILEDATA 18
 
-static unsigned long long tiles_xcr0(void) {
-    unsigned int eax, edx;
-    __asm__ volatile("xgetbv" : "=a"(eax), "=d"(edx) : "c"(0));
-    return ((unsigned long long)edx << 32) | eax;
-}
-
 /* The CPU's AMX: bit 0 AMX-TILE + AMX-BF16 with the OS saving the tile state (XCR0 17, 18), bit 1
  * AMX-FP16 too. */
 static int cpu_amx(void) {
@@ -85,7 +79,7 @@ static int cpu_amx(void) {
     if (!__get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx)) return 0;
     const unsigned max_sub = eax;
     if (!((edx >> 24) & 1) || !((edx >> 22) & 1)) return 0; /* AMX-TILE, AMX-BF16 */
-    if ((tiles_xcr0() & (3ull << 17)) != (3ull << 17)) return 0;
+    if ((wavepe_xcr0() & (3ull << 17)) != (3ull << 17)) return 0;
     int fp16 = 0;
     if (max_sub >= 1 && __get_cpuid_count(7, 1, &eax, &ebx, &ecx, &edx)) fp16 = (eax >> 21) & 1;
     return 1 | (fp16 << 1);
