@@ -74,8 +74,10 @@ __global__ void __launch_bounds__(128) attn_bwd_delta_kernel(AttnParams p) {
 }
 
 // Recompute of one warp's 16 query rows against the staged key block:
-// dS (16 x B) in C fragments, from S (+ skewed bias), P and dP.
-template <class T, int B>
+// dS (16 x B) in C fragments, from S (+ skewed bias), P and dP.  CAP as scores_log2_impl's: 0 no
+// soft-cap, 1 a soft-cap, 2 p's (the dQ kernel); the dT kernel is instantiated per soft-cap instead
+// (with CAP 2 it spilled its registers on sm_100).
+template <class T, int B, int CAP = 2>
 WAVEPE_DEVICE void warp_dscores(acc_t<T> (&ds)[B / 8][4], const AttnParams &p, const T *q_rows, const T *go_rows,
                                 const T *Ks, const T *Vs, const T *t_rows, acc_t<T> *gw, bool warp_bias, int ld,
                                 int gld, int ksteps, int64_t wm0, int64_t n0, const uint8_t *kmask,
@@ -92,33 +94,22 @@ WAVEPE_DEVICE void warp_dscores(acc_t<T> (&ds)[B / 8][4], const AttnParams &p, c
         __syncwarp();
     }
     bool seen[2] = {false, false};  // (the forward's lse already says which rows are NaN)
-    scores_log2(ds, p, wm0, n0, kmask, wlo, whi, scale * A(kLog2e), slope * A(kLog2e), seen);
+    scores_log2_impl<CAP>(ds, p, wm0, n0, kmask, wlo, whi, scale * A(kLog2e), slope * A(kLog2e), seen);
     A dp[NT][4];
     zero_frags(dp);
     warp_abt<T, NT>(dp, go_rows, ld, Vs, ld, ksteps);
-    if (p.cap_log2 > 0.0) {  // uniform: the capped score's derivative, 1 - tanh^2 = 1 - (s2 / cap)^2
-        const A icap = A(p.icap_log2);
-#pragma unroll
-        for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-            for (int i = 0; i < 4; ++i) {
-                const int ri = i / 2;
-                const A s2 = ds[nt][i], th = s2 * icap;
-                // selected after the factor: a masked score is -inf (its factor -inf or NaN)
-                const bool none = s2 == neg_inf<A>() || lse2[ri] == neg_inf<A>();
-                ds[nt][i] = none ? A(0) : exp2_(s2 - lse2[ri]) * (dp[nt][i] - dl[ri]) * (A(1) - th * th);
-            }
-        return;
-    }
+    // with a soft-cap, the capped score's derivative 1 - tanh^2 = 1 - (s2 / cap)^2; without, icap = 0 and the
+    // factor 1 (one loop for both)
+    const A icap = CAP == 0 ? A(0) : A(p.cap_log2 > 0.0 ? p.icap_log2 : 0.0);
 #pragma unroll
     for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
         for (int i = 0; i < 4; ++i) {
             const int ri = i / 2;
-            const A s2 = ds[nt][i];
-            // selection: a masked key's dP (dO . v, v possibly NaN) never reaches dS
+            const A s2 = ds[nt][i], th = s2 * icap;
+            // selection: a masked key's dP (dO . v, v possibly NaN) never reaches dS (nor its -inf score's factor)
             const bool none = s2 == neg_inf<A>() || lse2[ri] == neg_inf<A>();
-            ds[nt][i] = none ? A(0) : exp2_(s2 - lse2[ri]) * (dp[nt][i] - dl[ri]);
+            ds[nt][i] = none ? A(0) : exp2_(s2 - lse2[ri]) * (dp[nt][i] - dl[ri]) * (A(1) - th * th);
         }
 }
 
@@ -473,8 +464,8 @@ __global__ void __launch_bounds__(B * 2, 1) attn_bwd_dq_kernel(AttnParams p) {
 }
 
 // One CTA per (tile diagonal, group of batch*heads): the partial dT of its
-// window, 2B rows x d, in its own workspace slot.
-template <class T, int DMAX, int B, int CS>
+// window, 2B rows x d, in its own workspace slot.  CAP: whether p has a soft-cap (warp_dscores).
+template <class T, int DMAX, int B, int CS, bool CAP>
 __global__ void __launch_bounds__(B * 2, 1) attn_bwd_dtable_kernel(AttnParams p) {
     using A = acc_t<T>;
     constexpr int NT = B / 8, DT = DMAX / 8 / CS;
@@ -551,7 +542,7 @@ __global__ void __launch_bounds__(B * 2, 1) attn_bwd_dtable_kernel(AttnParams p)
                 A lse2[2], dl[2];
                 row_stats(lse2, dl, p, bh, wm0);
                 const bool warp_bias = table_rows_hit(p, base + 16 * warp - (B - 1), base + 16 * warp + 15);
-                warp_dscores<T, B>(ds, p, Qs + 16 * warp * ld, dOs + 16 * warp * ld, Ks, Vs, Ts + 16 * warp * ld, gw,
+                warp_dscores<T, B, CAP ? 1 : 0>(ds, p, Qs + 16 * warp * ld, dOs + 16 * warp * ld, Ks, Vs, Ts + 16 * warp * ld, gw,
                                    warp_bias, ld, gld, ksteps, wm0, n0, kmask, rlo + 16 * warp, rhi + 16 * warp, scale, head_slope<T>(p, h), lse2,
                                    dl);
             }
@@ -714,7 +705,8 @@ cudaError_t launch_bwd_cfg(AttnParams p, const BwdPlan &pl, cudaStream_t stream)
             err = cudaMemsetAsync(p.dt_part, 0, pl.part_bytes, stream);
             const BwdLayout<T, B> LT(p.d_pad, true);
             constexpr int CS = BwdCfg<T, DMAX>::CS_DT;
-            auto kernel = attn_bwd_dtable_kernel<T, DMAX, B, CS>;
+            auto kernel = p.cap_log2 > 0.0 ? attn_bwd_dtable_kernel<T, DMAX, B, CS, true>
+                                           : attn_bwd_dtable_kernel<T, DMAX, B, CS, false>;
             if (err == cudaSuccess) err = allow_dynamic_smem(kernel, LT.plan.total);
             if (err == cudaSuccess)
                 err = launch(kernel, dim3(unsigned(pl.n_diag * pl.groups * CS)), dim3(B * 2), LT.plan.total, stream,

@@ -374,14 +374,17 @@ WAVEPE_DEVICE void add_skewed_bias(A (&s)[NT][4], const A *gw, int gld) {
 // The scale and ALiBi slope arrive multiplied by log2(e) (one multiply per score); on a
 // tile wholly inside the warp's rows' ranges (past the window's lower edge, before the causal
 // frontier) only the key mask is read, without 64-bit index math.  With a soft-cap
-// (CAP: p.cap_log2 > 0) each score x becomes cap tanh(x / cap) before the mask (log2 domain:
-// cap = softcap log2(e), the same function of the natural score).
-template <bool CAP, class A, int NT>
+// (p.cap_log2 > 0) each score x becomes cap tanh(x / cap) before the mask (log2 domain:
+// cap = softcap log2(e), the same function of the natural score).  CAP: 0 no soft-cap, 1 a soft-cap,
+// 2 p's, tested per score (a uniform predicate): one loop body, where two instances in one kernel
+// spilled the fp32 forward's registers on sm_100.
+template <int CAP, class A, int NT>
 WAVEPE_DEVICE void scores_log2_impl(A (&s)[NT][4], const AttnParams &p, int64_t m_row0, int64_t n0,
                                     const uint8_t *kmask, const int64_t *rlo, const int64_t *rhi, A scale_log2,
                                     A slope_log2, bool (&seen)[2]) {
     const bool alibi = p.pos_enc == WAVEPE_CUDA_PE_ALIBI;
     const A cap = A(p.cap_log2), icap = A(p.icap_log2);
+    const bool capped = CAP == 1 || (CAP == 2 && p.cap_log2 > 0.0);
     // every row sees keys [rlo[15], rhi[0]) (the ranges are non-decreasing in the row)
     const bool interior = m_row0 + 15 < p.a.m && n0 >= rlo[15] && n0 + 8 * NT <= rhi[0];  // warp-uniform
     if (interior && !alibi) {
@@ -391,7 +394,7 @@ WAVEPE_DEVICE void scores_log2_impl(A (&s)[NT][4], const AttnParams &p, int64_t 
             for (int i = 0; i < 4; ++i) {
                 const bool masked = kmask[frag_col(nt, i)] != 0;
                 A x = s[nt][i] * scale_log2;
-                if constexpr (CAP) x = cap * tanh_(x * icap);
+                if (capped) x = cap * tanh_(x * icap);
                 s[nt][i] = masked ? neg_inf<A>() : x;
                 seen[i / 2] |= !masked;
             }
@@ -419,20 +422,17 @@ WAVEPE_DEVICE void scores_log2_impl(A (&s)[NT][4], const AttnParams &p, int64_t 
                 const int64_t dist = dist0 + (r - c);
                 x -= slope_log2 * A(dist < 0 ? -dist : dist);
             }
-            if constexpr (CAP) x = cap * tanh_(x * icap);  // (a masked lane's may be NaN: selected away)
+            if (capped) x = cap * tanh_(x * icap);  // (a masked lane's may be NaN: selected away)
             s[nt][i] = masked ? neg_inf<A>() : x;
             seen[i / 2] |= !masked;
         }
 }
 
-// scores_log2_impl, the soft-cap decided once per tile (a uniform branch; no cap: no cost in the loop).
+// scores_log2_impl, the soft-cap read from p.
 template <class A, int NT>
 WAVEPE_DEVICE void scores_log2(A (&s)[NT][4], const AttnParams &p, int64_t m_row0, int64_t n0, const uint8_t *kmask,
                                const int64_t *rlo, const int64_t *rhi, A scale_log2, A slope_log2, bool (&seen)[2]) {
-    if (p.cap_log2 > 0.0)
-        scores_log2_impl<true>(s, p, m_row0, n0, kmask, rlo, rhi, scale_log2, slope_log2, seen);
-    else
-        scores_log2_impl<false>(s, p, m_row0, n0, kmask, rlo, rhi, scale_log2, slope_log2, seen);
+    scores_log2_impl<2>(s, p, m_row0, n0, kmask, rlo, rhi, scale_log2, slope_log2, seen);
 }
 
 // ---- which keys a query sees -------------------------------------------------------------
