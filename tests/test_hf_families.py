@@ -381,10 +381,12 @@ def test_padding_with_holes_measures_position_differences(family, pos_enc):
 
 @pytest.mark.parametrize("pos_enc", RELATIVE)
 @pytest.mark.parametrize("family", list(SLIDING))
-def test_sliding_windows_and_softcapping_run_fused(family, pos_enc, monkeypatch):
+def test_sliding_windows_and_softcapping_run_fused(family, pos_enc, monkeypatch, caplog):
     """Windows that bite (6 keys of 16), Gemma 2's softcapping and its default eager implementation: the fused
     kernel, no M x N scores, equal to the dense path (which output_attentions=True takes, and which the tests
-    above hold to Hugging Face's masks)."""
+    above hold to Hugging Face's masks); the dense path says why in one debug line (logger ``wavepe``)."""
+    import logging
+
     from wavepe.integrations import _hf_attention as hf_attn
 
     model = tiny(family, **SLIDING[family]).double()
@@ -392,10 +394,14 @@ def test_sliding_windows_and_softcapping_run_fused(family, pos_enc, monkeypatch)
     dense_calls = []
     dense = hf_attn.dense_attention
     monkeypatch.setattr(hf_attn, "dense_attention", lambda *a, **k: (dense_calls.append(1), dense(*a, **k))[1])
+    monkeypatch.setattr(hf_attn, "_LOGGED", set())  # (once per reason and process)
+    caplog.set_level(logging.DEBUG, logger="wavepe")
+    dense_lines = lambda: [r.getMessage() for r in caplog.records if "the dense path" in r.getMessage()]  # noqa: E731
     with torch.no_grad(), wavepe.patch(model, pos_enc):
         fused = model(ids, attention_mask=mask, position_ids=pos).logits
-        assert not dense_calls
+        assert not dense_calls and not dense_lines()
         out = model(ids, attention_mask=mask, position_ids=pos, output_attentions=True)
         assert dense_calls and out.attentions is not None and len(out.attentions) == model.config.num_hidden_layers
+        assert len(dense_lines()) == 1 and "output_attentions" in dense_lines()[0], dense_lines()
     keep = mask.bool()
     assert (fused - out.logits)[keep].abs().max() <= 1e-9
