@@ -218,10 +218,9 @@ def repeats(L: int, quick: bool) -> int:
     return 7 if L <= 2048 else (4 if L <= 4096 else 2)
 
 
-def bench_length(L: int, budget: int, quick: bool, backward_max: int, cfg, table, r_lo) -> list[dict]:
-    rows = []
-    fns = methods(L, budget, cfg, table, r_lo)
-    fns.update(alibi_methods(L, budget))
+def measure(fns: dict, L: int, quick: bool, backward: bool, skip_backward=lambda n: False) -> tuple[dict, ...]:
+    """Each of fns (q, k, v -> out) at length L, alternated: forward times, CPU times and peak growth (MiB), then
+    (when `backward`) the same of forward + backward but for the methods skip_backward names."""
     q, k, v, go = inputs(L, False)
     with torch.no_grad():
         runs, cpu_of = with_cpu_time({n: (lambda f=f: f(q, k, v)) for n, f in fns.items()}, skip=1)
@@ -229,13 +228,22 @@ def bench_length(L: int, budget: int, quick: bool, backward_max: int, cfg, table
         fwd_cpu = cpu_of()
         fwd_mem = {n: peak_growth_mib(lambda f=f: f(q, k, v)) for n, f in fns.items()}
     bwd, bwd_cpu, bwd_mem = {}, {}, {}
-    if L <= backward_max:
+    if backward:
         qg, kg, vg, go = inputs(L, True)
-        runs, cpu_of = with_cpu_time({n: fwd_bwd(f, qg, kg, vg, go) for n, f in fns.items()
-                                      if (n != "naive" or L <= 1024) and n != "fused_subnormal"}, skip=1)
+        runs, cpu_of = with_cpu_time({n: fwd_bwd(f, qg, kg, vg, go) for n, f in fns.items() if not skip_backward(n)},
+                                     skip=1)
         bwd = compare(runs, repeat=max(2, repeats(L, quick) // 2))
         bwd_cpu = cpu_of()
         bwd_mem = {n: peak_growth_mib(r) for n, r in runs.items()}
+    return fwd, fwd_cpu, fwd_mem, bwd, bwd_cpu, bwd_mem
+
+
+def bench_length(L: int, budget: int, quick: bool, backward_max: int, cfg, table, r_lo) -> list[dict]:
+    rows = []
+    fns = methods(L, budget, cfg, table, r_lo)
+    fns.update(alibi_methods(L, budget))
+    fwd, fwd_cpu, fwd_mem, bwd, bwd_cpu, bwd_mem = measure(
+        fns, L, quick, L <= backward_max, lambda n: (n == "naive" and L > 1024) or n == "fused_subnormal")
     out_mib = B * H * L * D * 4 / MIB
     for n in fns:
         base = "alibi_mask_sdpa" if n.startswith("alibi") else "sdpa"
@@ -509,18 +517,7 @@ def run_window(window: int, lengths: list[int], quick: bool, backward_max: int) 
             "fused_wavelet_window": lambda q, k, v: wo.wavelet_attention(q, k, v, cfg, window=window),
             "fused_nope_window": lambda q, k, v: wo.wavelet_attention(q, k, v, pos_enc="nope", window=window),
         }
-        q, k, v, go = inputs(L, False)
-        with torch.no_grad():
-            runs, cpu_of = with_cpu_time({n: (lambda f=f: f(q, k, v)) for n, f in fns.items()}, skip=1)
-            fwd = compare(runs, repeat=repeats(L, quick))
-            fwd_cpu = cpu_of()
-            mem = {n: peak_growth_mib(lambda f=f: f(q, k, v)) for n, f in fns.items()}
-        bwd, bwd_cpu = {}, {}
-        if L <= backward_max:
-            qg, kg, vg, go = inputs(L, True)
-            runs, cpu_of = with_cpu_time({n: fwd_bwd(f, qg, kg, vg, go) for n, f in fns.items()}, skip=1)
-            bwd = compare(runs, repeat=max(2, repeats(L, quick) // 2))
-            bwd_cpu = cpu_of()
+        fwd, fwd_cpu, mem, bwd, bwd_cpu, bwd_mem = measure(fns, L, quick, L <= backward_max)
         for n in fns:
             rows.append({"L": L, "window": window, "method": n, "fwd_ms": fwd[n] * 1e3,
                          "fwd_vs_sdpa": fwd[n] / fwd["sdpa_window_mask"],
@@ -528,7 +525,7 @@ def run_window(window: int, lengths: list[int], quick: bool, backward_max: int) 
                          "fwd_bwd_ms": bwd[n] * 1e3 if n in bwd else None,
                          "fwd_bwd_vs_sdpa": bwd[n] / bwd["sdpa_window_mask"] if n in bwd else None,
                          "fwd_bwd_cpu_vs_sdpa": bwd_cpu[n] / bwd_cpu["sdpa_window_mask"] if n in bwd_cpu else None,
-                         "fwd_peak_mib": mem[n]})
+                         "fwd_peak_mib": mem[n], "fwd_bwd_peak_mib": bwd_mem.get(n)})
         print(f"L={L} done", flush=True)
     first = min(lengths)
     for r in rows:

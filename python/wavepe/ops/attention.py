@@ -17,6 +17,7 @@ float64 for float64, on every device and in the fake kernel.
 from __future__ import annotations
 
 import math
+import sys
 
 import torch
 import torch.nn.functional as F
@@ -211,28 +212,27 @@ def fused_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, config: W
                                  cu_seqlens=cu_seqlens, mark_neg_inf=False, window=window, softcap=softcap)
 
 
+def _check_optional_setting(name: str, value, convert, upper: float, allowed: str):
+    """None -> 0 (off); else convert(name, value) (type checked), in [0, upper] (0: off): the ValueError
+    names the argument, what it may be and the value."""
+    if value is None:
+        return convert(name, 0)
+    value = convert(name, value)
+    if torch.compiler.is_compiling():  # (a symbolic number: the op's C rule checks it at run time)
+        return value
+    if not 0 <= value <= upper:
+        raise ValueError(f"{name} must be None, 0 (off) or {allowed}, got {value}")
+    return value
+
+
 def check_window(window: int | None) -> int:
     """None or 0: no window; else an int in [1, 2^60] (a window of 1 sees the query's own position only)."""
-    if window is None:
-        return 0
-    window = check_int("window", window)
-    if torch.compiler.is_compiling():  # (a symbolic int: the op's C rule checks it at run time)
-        return window
-    if not 0 <= window <= 2**60:
-        raise ValueError(f"window must be None, 0 (no window) or in [1, 2^60], got {window}")
-    return window
+    return _check_optional_setting("window", window, check_int, 2**60, "in [1, 2^60]")
 
 
 def check_softcap(softcap: float | None) -> float:
     """None or 0: no soft-cap; else a finite real > 0."""
-    if softcap is None:
-        return 0.0
-    softcap = check_real("softcap", softcap)
-    if torch.compiler.is_compiling():  # (a symbolic float: the op's C rule checks it at run time)
-        return softcap
-    if not 0.0 <= softcap < math.inf:
-        raise ValueError(f"softcap must be None, 0 (no soft-cap) or a finite number > 0, got {softcap}")
-    return softcap
+    return _check_optional_setting("softcap", softcap, check_real, sys.float_info.max, "a finite number > 0")
 
 
 # ---- argument checks shared with wavepe.distributed.context_parallel_attention ---------------------
