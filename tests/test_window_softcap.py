@@ -149,6 +149,30 @@ def test_half_types_against_the_oracle_of_their_inputs(isa):
             np.testing.assert_allclose(got.double().numpy(), want, rtol=2e-2, atol=2e-2, err_msg=str(dtype))
 
 
+def test_half_gradients_against_the_oracle_of_their_inputs(isa):
+    """bf16 / fp16 gradients with windows and caps (the amx ISA's bf16 backward accumulates on tiles with P and dS
+    rounded to bf16: tests/tolerances.py) against the float64 oracle of the half inputs."""
+    for dtype in (torch.bfloat16, torch.float16):
+        for shape in [(1, 4, 2, 300, 300, 64, None, 64, 0.0), (1, 2, 1, 100, 300, 32, 200, 0, 1.5),
+                      (1, 4, 2, 200, 200, 32, None, 100, 2.0)]:
+            b, h, h_kv, m, n, d, off, window, cap = shape
+            q, k, v = make_inputs(b, h, h_kv, m, n, d, dtype, seed=m + window)
+            o = n - m if off is None else off
+            kw, okw = case_kwargs("wavelet", d, h, dtype, m, n, o)
+            g = torch.randn(b, h, m, d, generator=torch.Generator().manual_seed(5)).to(dtype)
+            leaves = [x.clone().requires_grad_() for x in (q, k, v)]
+            out = wo.wavelet_attention(*leaves, pos_enc="wavelet", q_offset=off, window=window, softcap=cap, **kw)
+            got = torch.autograd.grad((out * g).sum(), leaves)
+            want = ref.attention_with_grads(q.double().numpy(), k.double().numpy(), v.double().numpy(),
+                                            g.double().numpy(), d ** -0.5, o, True, "wavelet", window=window,
+                                            softcap=cap, **okw)
+            for name, a in zip(["dq", "dk", "dv"], got):
+                e = want[name]
+                scale = max(1.0, float(np.abs(e).max()))
+                np.testing.assert_allclose(a.double().numpy(), e, rtol=2.0**-6, atol=2.0**-6 * scale,
+                                           err_msg=f"{name} {dtype} {shape}")
+
+
 def test_plain_path_matches_oracle():
     # the plain-PyTorch formulation (devices without a kernel; the benchmarks' baseline)
     q, k, v = make_inputs(1, 4, 2, 60, 90, 16, seed=3)

@@ -5,6 +5,11 @@ error <= 2^-8) before P V, as GPU kernels do: out = sum_j p_j v_j / l moves by a
 2^-8 sum_j p_j |v_j| / l <= 2^-8 max|v| from the float32 computation (csrc/core/attention_simd.h).  The amx
 ISA's tile forward does the same in bf16, and in fp16 (relative error <= 2^-11, P scaled so that no weight
 above 2^-28 is flushed).  Every other kernel computes P V in float32.
+
+The amx ISA's bf16 backward also rounds P and dS to bf16 for its accumulating products (dV = P^T dO,
+dK = dS^T Q, dQ = dS K and a table's dQ and dT on tiles): each term is off by at most 2^-8 of itself, a gradient by at most
+2^-8 of the sum of its terms' magnitudes, which on these tests' random inputs stays within 2^-7 of the
+gradient's largest element (grad_atol).
 """
 
 from __future__ import annotations
@@ -30,3 +35,16 @@ def pv_atol(dtype, v) -> float:
     """The absolute error P's rounding may add to an attention output made from the values ``v``: 0 unless
     :func:`rounds_p`."""
     return pv_rounding(dtype) * float(v.detach().float().abs().max()) if rounds_p(dtype) else 0.0
+
+
+def rounds_ds(dtype) -> bool:
+    """Whether the backward on ``dtype`` tensors rounds P and dS to it with the kernels active now."""
+    import torch
+
+    return dtype == torch.bfloat16 and wavepe.active_isa() == "amx"
+
+
+def grad_atol(dtype, scale: float) -> float:
+    """The absolute error P's and dS's rounding may add to a gradient whose largest element is ``scale``: 0
+    unless :func:`rounds_ds`."""
+    return 2.0**-7 * scale if rounds_ds(dtype) else 0.0

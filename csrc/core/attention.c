@@ -102,6 +102,7 @@ void wavepe_attention_plan_free(wavepe_attention_plan *p) {
     attn_aligned_free(p->tpack);
     attn_aligned_free(p->trow);
     attn_aligned_free(p->tvnni);
+    attn_aligned_free(p->tpairs);
     free(p->strip_clo);
     free(p->strip_chi);
     attn_aligned_free(p->partial);
@@ -257,6 +258,21 @@ static int pack_table(wavepe_attention_plan *p, int need_strips) {
             const uint16_t *t = tab + idx * d;
             for (int64_t c2 = 0; 2 * c2 < d; ++c2)
                 p->tvnni[c2 * ld + row] = (uint32_t)t[2 * c2] | (2 * c2 + 1 < d ? (uint32_t)t[2 * c2 + 1] << 16 : 0u);
+        }
+        if (p->backward && a->dtype == WAVEPE_BF16) {
+            const int64_t pdims[2] = {(prows + 64) / 2, dpad};
+            if ((status = wavepe_checked_numel(2, pdims, 4, NULL)) != WAVEPE_OK) return status;
+            const size_t pbytes = (size_t)(pdims[0] * dpad * 4);
+            p->tpairs = attn_aligned_alloc(pbytes);
+            if (p->tpairs == NULL) return WAVEPE_E_NOMEM;
+            memset(p->tpairs, 0, pbytes);
+            for (int64_t row = 0; row < rows; ++row) {
+                const int64_t idx = attn_table_index(a, hi - row);
+                if (idx < 0) continue;
+                const uint16_t *t = tab + idx * d;
+                uint32_t *pairs = p->tpairs + row / 2 * dpad; /* the pair's first row in the low half */
+                for (int64_t c = 0; c < d; ++c) pairs[c] |= (uint32_t)t[c] << (16 * (row % 2));
+            }
         }
     }
     return WAVEPE_OK;

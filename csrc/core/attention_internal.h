@@ -87,6 +87,10 @@ struct wavepe_attention_plan {
     int tiles;
     uint32_t *tvnni;
     int64_t tv_ld;
+    /* bf16 backward plans on tiles (ATTN_TILES_BWD): the packed table in pairs of rows, the B operand of
+     * dQ += dS T: tpairs[r2 * dpad + c] = the pair (rows 2 r2, 2 r2 + 1) of packed column c, zero past d
+     * and for rows in [prows, prows + 64) (a product's pairs run past the window by up to 32 rows) */
+    uint32_t *tpairs;
 
     /* split-N decoding */
     int64_t chunk, nchunks; /* keys per chunk (multiple of bn), chunks per head */

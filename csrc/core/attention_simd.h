@@ -75,19 +75,26 @@
 #if defined(WP_HAS_TILES) && defined(WP_STORAGE_HALF)
 /* The amx ISA's bf16 / fp16 kernels: the products of whole blocks on tiles (tiles.h) -- the forward's
  * scores S = Q K^T, bias windows G = Q T_win^T and O += P V, the backward's recomputed S and dP = dO V^T
- * -- with the operands packed once per block (tiles_* below); the online softmax, the masks and the
- * other backward products are the vector kernels'.  P is rounded to the input type for P V (as mk_dpv
- * rounds it to bf16: an output moves by at most 2^-8 max|v| for bf16, 2^-11 for fp16;
- * ATTN_TILE_P_SCALE).  An entry of S, G or dP is one row's product with one key's: what a row cannot
- * see is selected away after, whatever it holds.  P V is not: it sums over the keys, so a NaN or inf
- * in a value a row cannot see would reach it (0 * inf) where the vector kernels' row ranges never let
- * it; a key block with a non-finite unmasked value runs the vector kernels.  Whether the plan's type
+ * -- with the operands packed once per block (tiles_* below); the online softmax and the masks are the
+ * vector kernels', and so are the backward's accumulating products except for bf16 (ATTN_TILES_BWD).
+ * P is rounded to the input type for P V (as mk_dpv rounds it to bf16: an output moves by at most
+ * 2^-8 max|v| for bf16, 2^-11 for fp16; ATTN_TILE_P_SCALE).  An entry of S, G or dP is one row's
+ * product with one key's: what a row cannot see is selected away after, whatever it holds.  P V is
+ * not: it sums over the keys, so a NaN or inf in a value a row cannot see would reach it (0 * inf)
+ * where the vector kernels' row ranges never let it; a key block with a non-finite unmasked value
+ * runs the vector kernels (dQ += dS K likewise for a non-finite key).  Whether the plan's type
  * has tiles at all: p->tiles (attention.c). */
 #include "tiles.h"
 #define ATTN_TILES
 #if defined(WP_TYPE_BF16)
 #define ATTN_TILE_TYPE WAVEPE_TILE_BF16
 #define ATTN_TILE_P_SCALE 1.0f
+/* bf16's backward runs its accumulating products on tiles too (tiles_block_backward): dV^T += dO^T P,
+ * dK^T += Q^T dS, dQ += dS K, and a table's dQ += dG T_win and dT_win^T += Q^T dG (tiles_table_backward),
+ * with P and dS rounded to bf16 (relative error <= 2^-8, as GPU kernels round them; float32
+ * accumulation).  fp16's dS would have to be scaled per block to stay normal
+ * float16 (its range is unknown before the block's dP): fp16 keeps those products on the vector kernels. */
+#define ATTN_TILES_BWD
 #else
 #define ATTN_TILE_TYPE WAVEPE_TILE_F16
 /* fp16's P is rounded scaled by 2^14 (O scaled to match around the product: powers of two, exact), so
@@ -188,6 +195,8 @@ static void FN(transpose_strip)(T *restrict out, const S *src, int64_t ks, int64
 #define ATTN_GLD (ATTN_BNMAX + 2 * NR + 64)  /* bias window row stride */
 #define ATTN_ALD (ATTN_BNMAX + NR)           /* ALiBi row stride */
 #define ATTN_TGW (ATTN_BNMAX + 48)           /* tile bias window row stride: 16 rows' window + a tile */
+#define ATTN_TWW (ATTN_BBM + ATTN_BNMAX + 64) /* the backward's tile table window row stride: a block's window,
+                                                * its start rounded to a pair, and a product's 32 past it */
 
 /* ---- horizontal reductions and masks -------------------------------------- */
 
@@ -539,6 +548,21 @@ typedef struct {
     int64_t tlda, tk2; /* ta's row length (2 tk2), pairs of d rounded up to a tile's 16 */
     int tiles_rows;    /* the query block's rows (and dO) are packed in ta (tdo): its blocks run on tiles */
     void *tblock;
+#endif
+#if defined(ATTN_TILES_BWD)
+    /* the backward's accumulating products on tiles (tiles_block_backward; NULL where they do not run) */
+    uint16_t *tqt, *tdot; /* the head's q and dO rows transposed per query block [nqb][dpad][ATTN_BBM]: A of
+                           * dK^T and dV^T; a row holding a NaN or inf is zero (bad_rows_backward adds it) */
+    uint16_t *tds;        /* the block's dS rounded [ATTN_BBM][ATTN_BNMAX]: A of dQ; tpr: two P rows rounded */
+    uint16_t *tpr;
+    uint32_t *tpp, *tdsp; /* P and dS in pairs of rows [ATTN_BBM / 2][ATTN_BNMAX]: B of dV^T and dK^T */
+    uint32_t *tkp;        /* the key block in pairs along the keys [ATTN_BNMAX / 2][dpad]: B of dQ */
+    float *dvt, *dkt;     /* the key block's dV^T and dK^T [dpad][ATTN_BBN] */
+    int tk_finite;        /* the key block's unmasked keys are finite (else dQ runs the vector kernels: a
+                           * tile product would meet 0 * inf where a row does not see a key) */
+    uint16_t *tgw;        /* a table's: the block's dS skewed onto its table window, rounded [ATTN_BBM][ATTN_TWW] */
+    uint32_t *tgwp;       /* with a table gradient: tgw in pairs of rows [ATTN_BBM / 2][ATTN_TWW], and */
+    float *tdt;           /* the window's dT^T [dpad][ATTN_TWW] */
 #endif
 } FN(work);
 
@@ -1514,12 +1538,34 @@ static int FN(work_alloc)(FN(work) * w, const wavepe_attention_plan *p, int64_t 
         const int64_t rows16 = (rows + 15) / 16 * 16;
         w->tk2 = ((d + 1) / 2 + 15) / 16 * 16;
         w->tlda = 2 * w->tk2;
-        /* pieces in 4-byte units, 64-byte aligned: ta, tdo, tk, tv, tsc, tdp, tp, tg */
-        int64_t tsizes[8] = {rows16 * w->tk2, bwd ? rows16 * w->tk2 : 0, w->tk2 * ATTN_BNMAX,
-                             bwd ? w->tk2 * ATTN_BNMAX : ATTN_BNMAX / 2 * dpad, rows16 * ATTN_BNMAX,
-                             bwd ? rows16 * ATTN_BNMAX : 0, bwd ? 0 : rows16 * ATTN_BNMAX / 2, rows16 * ATTN_TGW};
+        /* pieces in 4-byte units, 64-byte aligned: ta, tdo, tk, tv, tsc, tdp, tp, tg; then the backward's
+         * accumulating products (ATTN_TILES_BWD): tqt, tdot, tds, tpr, tpp, tdsp, tkp, dvt, dkt, tgw, tgwp, tdt */
+        int64_t tsizes[20] = {rows16 * w->tk2, bwd ? rows16 * w->tk2 : 0, w->tk2 * ATTN_BNMAX,
+                              bwd ? w->tk2 * ATTN_BNMAX : ATTN_BNMAX / 2 * dpad, rows16 * ATTN_BNMAX,
+                              bwd ? rows16 * ATTN_BNMAX : 0, bwd ? 0 : rows16 * ATTN_BNMAX / 2, rows16 * ATTN_TGW};
+#if defined(ATTN_TILES_BWD)
+        if (bwd) {
+            int64_t head; /* the head's transposed rows: nqb blocks of dpad x ATTN_BBM half elements */
+            if (wavepe_mul_overflow(p->nqb, dpad * (ATTN_BBM / 2), &head)) {
+                attn_aligned_free(w->block);
+                return WAVEPE_E_OVERFLOW;
+            }
+            const int table = p->tpairs != NULL && p->prows > 0, dtable = table && p->a.dtable != NULL;
+            const int64_t more[12] = {head, head, ATTN_BBM * ATTN_BNMAX / 2, ATTN_BNMAX, ATTN_BBM / 2 * ATTN_BNMAX,
+                                      ATTN_BBM / 2 * ATTN_BNMAX, ATTN_BNMAX / 2 * dpad, dpad * ATTN_BBN, dpad * ATTN_BBN,
+                                      table ? ATTN_BBM / 2 * ATTN_TWW : 0, dtable ? ATTN_BBM / 2 * ATTN_TWW : 0,
+                                      dtable ? dpad * ATTN_TWW : 0};
+            memcpy(tsizes + 8, more, sizeof(more));
+        }
+#endif
         int64_t ttotal = 0;
-        for (int i = 0; i < 8; ++i) ttotal += tsizes[i] = (tsizes[i] + 15) / 16 * 16;
+        for (int i = 0; i < 20; ++i) {
+            tsizes[i] = (tsizes[i] + 15) / 16 * 16;
+            if (wavepe_add_overflow(ttotal, tsizes[i], &ttotal) || ttotal > (int64_t)(PTRDIFF_MAX / 4)) {
+                attn_aligned_free(w->block);
+                return WAVEPE_E_OVERFLOW;
+            }
+        }
         char *tb = attn_aligned_alloc((size_t)ttotal * 4);
         if (tb == NULL) {
             attn_aligned_free(w->block);
@@ -1535,7 +1581,23 @@ static int FN(work_alloc)(FN(work) * w, const wavepe_attention_plan *p, int64_t 
         w->tsc = (float *)(tb + off * 4), off += tsizes[4];
         w->tdp = tsizes[5] ? (float *)(tb + off * 4) : NULL, off += tsizes[5];
         w->tp = tsizes[6] ? (uint16_t *)(tb + off * 4) : NULL, off += tsizes[6];
-        w->tg = (float *)(tb + off * 4);
+        w->tg = (float *)(tb + off * 4), off += tsizes[7];
+#if defined(ATTN_TILES_BWD)
+        if (bwd) {
+            w->tqt = (uint16_t *)(tb + off * 4), off += tsizes[8];
+            w->tdot = (uint16_t *)(tb + off * 4), off += tsizes[9];
+            w->tds = (uint16_t *)(tb + off * 4), off += tsizes[10];
+            w->tpr = (uint16_t *)(tb + off * 4), off += tsizes[11];
+            w->tpp = (uint32_t *)(tb + off * 4), off += tsizes[12];
+            w->tdsp = (uint32_t *)(tb + off * 4), off += tsizes[13];
+            w->tkp = (uint32_t *)(tb + off * 4), off += tsizes[14];
+            w->dvt = (float *)(tb + off * 4), off += tsizes[15];
+            w->dkt = (float *)(tb + off * 4), off += tsizes[16];
+            w->tgw = tsizes[17] ? (uint16_t *)(tb + off * 4) : NULL, off += tsizes[17];
+            w->tgwp = tsizes[18] ? (uint32_t *)(tb + off * 4) : NULL, off += tsizes[18];
+            w->tdt = tsizes[19] ? (float *)(tb + off * 4) : NULL;
+        }
+#endif
     }
 #endif
     return WAVEPE_OK;
@@ -1746,6 +1808,130 @@ static void FN(bad_rows_backward)(FN(work) * w, int64_t b, int64_t h, int64_t m0
     }
 }
 
+#if defined(ATTN_TILES_BWD)
+/* The head's q and dO rows transposed per query block (w->tqt, w->tdot: [qi][c][t] = row qi ATTN_BBM + t's
+ * element c), the A operands of dK^T += Q^T dS and dV^T += dO^T P, made once per head: a transposition per
+ * (query block, key block) pair would cost as much as its products.  A row whose q or dO holds a NaN or
+ * inf is zero in both, as in qpan / dopan (flag_bad_rows): bad_rows_backward adds its terms over the keys
+ * it sees. */
+static void FN(tiles_transpose_head)(FN(work) * w, int64_t b, int64_t h) {
+    const wavepe_attention_plan *p = w->p;
+    const wavepe_attention_args *a = &p->a;
+    const int64_t d = a->d, dpad = p->dpad, blk = dpad * ATTN_BBM;
+    memset(w->tqt, 0, sizeof(uint16_t) * (size_t)(p->nqb * blk));
+    memset(w->tdot, 0, sizeof(uint16_t) * (size_t)(p->nqb * blk));
+    for (int64_t m = 0; m < a->m; ++m) {
+        const uint16_t *q = (const uint16_t *)((const S *)a->q + attn_off(a->q_strides, b, h, m));
+        const uint16_t *go = (const uint16_t *)((const S *)a->dout + attn_off(a->dout_strides, b, h, m));
+        int finite = 1;
+        for (int64_t c = 0; c < d; ++c) finite &= FN(half_finite)(q[c]) & FN(half_finite)(go[c]);
+        if (!finite) continue;
+        uint16_t *qt = w->tqt + (m / ATTN_BBM) * blk + m % ATTN_BBM, *gt = w->tdot + (m / ATTN_BBM) * blk + m % ATTN_BBM;
+        for (int64_t c = 0; c < d; ++c) {
+            qt[c * ATTN_BBM] = q[c];
+            gt[c * ATTN_BBM] = go[c];
+        }
+    }
+}
+
+/* src's first `valid` entries (a multiple of VL, the rest of [0, n) zero) rounded to the type into dst[0, n). */
+static void FN(tiles_round_row)(uint16_t *dst, const T *src, int64_t valid, int64_t n) {
+    int64_t j = 0;
+    for (; j < valid && j < n; j += VL) S_STOREU(dst + j, V(loadu)(src + j));
+    if (j < n) memset(dst + j, 0, sizeof(uint16_t) * (size_t)(n - j));
+}
+
+/* The accumulating products of one (query block qi, key block) pair on tiles, from the block's P (w->s) and
+ * dS (w->ds: scaled, zero where a row sees no key, up to `valid` columns): dV^T += dO^T P and dK^T += Q^T dS
+ * into w->dvt, w->dkt, and dQ += dS K into w->dqa where the block's keys are finite (w->tk_finite).  Each
+ * sums over the block's rows (or keys) with the entries a row cannot see zero: no row ranges needed. */
+static void FN(tiles_block_backward)(FN(work) * w, int64_t qi, int64_t rows, int64_t jvb, int64_t valid) {
+    const int64_t dpad = w->p->dpad, d16 = FN(up16)(w->p->a.d);
+    const int64_t kcols = (jvb + 31) / 32 * 32, keys16 = FN(up16)(jvb), rows32 = (rows + 31) / 32 * 32;
+    uint16_t *pa = w->tpr, *pb = w->tpr + ATTN_BNMAX;
+    for (int64_t t = 0; t < rows32; t += 2) {
+        uint16_t *da = w->tds + t * ATTN_BNMAX, *db = da + ATTN_BNMAX;
+        FN(tiles_round_row)(da, w->ds + t * ATTN_SLD, t < rows ? valid : 0, kcols);
+        FN(tiles_round_row)(db, w->ds + (t + 1) * ATTN_SLD, t + 1 < rows ? valid : 0, kcols);
+        FN(tiles_round_row)(pa, w->s + t * ATTN_SLD, t < rows ? valid : 0, keys16);
+        FN(tiles_round_row)(pb, w->s + (t + 1) * ATTN_SLD, t + 1 < rows ? valid : 0, keys16);
+        uint32_t *pp = w->tpp + (t / 2) * ATTN_BNMAX, *dp = w->tdsp + (t / 2) * ATTN_BNMAX;
+        for (int64_t j = 0; j < keys16; ++j) {
+            pp[j] = (uint32_t)pa[j] | (uint32_t)pb[j] << 16;
+            dp[j] = (uint32_t)da[j] | (uint32_t)db[j] << 16;
+        }
+    }
+    const int64_t head = qi * dpad * ATTN_BBM;
+    wavepe_tile_gemm(ATTN_TILE_TYPE, d16, keys16, rows32 / 2, w->tdot + head, ATTN_BBM, w->tpp, ATTN_BNMAX, w->dvt,
+                     ATTN_BBN, 1);
+    wavepe_tile_gemm(ATTN_TILE_TYPE, d16, keys16, rows32 / 2, w->tqt + head, ATTN_BBM, w->tdsp, ATTN_BNMAX, w->dkt,
+                     ATTN_BBN, 1);
+    if (w->tk_finite)
+        wavepe_tile_gemm(ATTN_TILE_TYPE, FN(up16)(rows), d16, kcols / 2, w->tds, ATTN_BNMAX, w->tkp, dpad, w->dqa,
+                         dpad, 1);
+}
+
+/* The table's products of one (query block qi, key block) pair on tiles, from the block's dS (w->ds: scaled,
+ * the gradient of the bias the rows met; zero where a row sees no key, jv[t] columns a row): each row's dS
+ * skewed onto the packed table rows it met, dG[t][p - e] = dS[t][j] for p = pr_hi - pos_t + n0 + j (e: the
+ * block's first such row rounded down to a pair), rounded to bf16 (w->tgw); then dQ += dG T_win per 16 rows
+ * (the windows and d columns tiles_scores' bias windows use), and with a table gradient dT_win^T += Q^T dG
+ * over the block's rows into dt_slot (packed rows, as the vector kernels').  Rows are at consecutive
+ * positions pos0 + t; what a row did not meet is zero in dG, and rows past the table are zero in tpairs. */
+static void FN(tiles_table_backward)(FN(work) * w, int64_t qi, int64_t m0, int64_t rows, const FN(kblock) * kb,
+                                     const int64_t *jv, T *dt_slot) {
+    const wavepe_attention_plan *p = w->p;
+    const int64_t d = p->a.d, dpad = p->dpad, pos0 = p->a.q_offset + m0, rows32 = (rows + 31) / 32 * 32;
+    int64_t hi = 0;
+    for (int64_t t = 0; t < rows; ++t) hi = jv[t] > hi ? jv[t] : hi;
+    if (hi == 0) return;
+    const int64_t e = FN(floor_div)(p->pr_hi - (pos0 + rows - 1) + kb->n0, 2) * 2;
+    const int64_t width = p->pr_hi - pos0 + kb->n0 + hi - e; /* the window [e, e + width) */
+    const int64_t zero = width + 64 < ATTN_TWW ? width + 64 : ATTN_TWW;
+    for (int64_t t = 0; t < rows32; ++t) {
+        uint16_t *g = w->tgw + t * ATTN_TWW;
+        memset(g, 0, sizeof(uint16_t) * (size_t)zero);
+        if (t >= rows || jv[t] == 0) continue;
+        g += p->pr_hi - (pos0 + t) + kb->n0 - e;
+        const T *ds = w->ds + t * ATTN_SLD; /* zero from jv[t] to the next multiple of VL */
+        for (int64_t j = 0; j < jv[t]; j += VL) S_STOREU(g + j, V(loadu)(ds + j));
+    }
+    /* dQ += dG T_win, 16 rows at a time */
+    for (int64_t r0 = 0; r0 < rows; r0 += 16) {
+        const int64_t r1 = r0 + 16 < rows ? r0 + 16 : rows;
+        int64_t thi = 0;
+        for (int64_t t = r0; t < r1; ++t) thi = jv[t] > thi ? jv[t] : thi;
+        if (thi == 0) continue;
+        const int64_t first = p->pr_hi - (pos0 + r1 - 1) + kb->n0, last = p->pr_hi - (pos0 + r0) + kb->n0 + thi - 1;
+        const int64_t c_lo = first < 0 ? 0 : first, c_hi = last + 1 < p->prows ? last + 1 : p->prows;
+        if (c_hi <= c_lo) continue;
+        int64_t clo = INT64_MAX, chi = 0; /* the columns of d these table rows use */
+        for (int64_t st = c_lo / NR; st <= (c_hi - 1) / NR; ++st)
+            if (p->strip_chi[st] > p->strip_clo[st]) {
+                clo = p->strip_clo[st] < clo ? p->strip_clo[st] : clo;
+                chi = p->strip_chi[st] > chi ? p->strip_chi[st] : chi;
+            }
+        if (chi <= clo) continue;
+        const int64_t c_e = c_lo / 2 * 2, k2 = FN(up16)((c_hi - c_e + 1) / 2), n_lo = clo / 16 * 16;
+        wavepe_tile_gemm(ATTN_TILE_TYPE, 16, FN(up16)(chi) - n_lo, k2, w->tgw + r0 * ATTN_TWW + (c_e - e), ATTN_TWW,
+                         p->tpairs + c_e / 2 * dpad + n_lo, dpad, w->dqa + r0 * dpad + n_lo, dpad, 1);
+    }
+    if (dt_slot == NULL) return;
+    /* dT_win^T = Q^T dG: A the head's transposed rows, B dG in pairs of rows */
+    const int64_t w16 = FN(up16)(width);
+    for (int64_t t = 0; t < rows32; t += 2) {
+        const uint16_t *ga = w->tgw + t * ATTN_TWW, *gb = ga + ATTN_TWW;
+        uint32_t *pr = w->tgwp + t / 2 * ATTN_TWW;
+        for (int64_t j = 0; j < w16; ++j) pr[j] = (uint32_t)ga[j] | (uint32_t)gb[j] << 16;
+    }
+    wavepe_tile_gemm(ATTN_TILE_TYPE, FN(up16)(d), w16, rows32 / 2, w->tqt + qi * dpad * ATTN_BBM, ATTN_BBM, w->tgwp,
+                     ATTN_TWW, w->tdt, ATTN_TWW, 0);
+    const int64_t i_lo = e < 0 ? -e : 0, i_hi = e + width < p->prows ? width : p->prows - e;
+    for (int64_t i = i_lo; i < i_hi; ++i)
+        for (int64_t c = 0; c < d; ++c) dt_slot[(e + i) * dpad + c] += w->tdt[c * ATTN_TWW + i];
+}
+#endif
+
 /* One (query block, key block) tile of the backward for head h; dq: the
  * head's dq accumulator (M x d). */
 static void FN(tile_backward)(FN(work) * w, FN(group) * groups, int64_t b, int64_t h, int64_t m0, int64_t rows,
@@ -1779,6 +1965,10 @@ static void FN(tile_backward)(FN(work) * w, FN(group) * groups, int64_t b, int64
         FN(tiles_scores)(w, kb, rows, pos, jl_all, jv_all, w->ta, w->tk, w->tsc, 1);
         FN(tiles_scores)(w, kb, rows, pos, jl_all, jv_all, w->tdo, w->tv, w->tdp, 0);
     }
+#endif
+    int table_tiled = 0; /* the table's products run on tiles (tiles_table_backward) */
+#if defined(ATTN_TILES_BWD)
+    table_tiled = tiled && w->tgw != NULL && (dt_slot == NULL || w->tdt != NULL);
 #endif
     const VT ninf = V(set1)(-(T)INFINITY);
     const int capped = a->softcap > 0.0;
@@ -1862,12 +2052,15 @@ static void FN(tile_backward)(FN(work) * w, FN(group) * groups, int64_t b, int64
             }
         }
         if (dslope != NULL) *dslope -= (double)V(hsum)(vslope);
-        /* dq += dS K */
+        /* dq += dS K (tiles_block_backward's, where it runs) */
         T *dqa = w->dqa + gi * ATTN_MR * dpad;
-        FN(rows_times_panels)(g, jl, jv, dss, ATTN_SLD, w->kpan, ATTN_BBN, d, dqa, dpad);
-        /* dq += dS T: the dS rows skewed onto the window of table rows */
+#if defined(ATTN_TILES_BWD)
+        if (!tiled || !w->tk_finite)
+#endif
+            FN(rows_times_panels)(g, jl, jv, dss, ATTN_SLD, w->kpan, ATTN_BBN, d, dqa, dpad);
+        /* dq += dS T: the dS rows skewed onto the window of table rows (tiles_table_backward's, where it runs) */
         int64_t p_first, p_last;
-        if (p->bias == ATTN_BIAS_TABLE && FN(table_window)(p, g, kb, jv, jmax, &p_first, &p_last)) {
+        if (p->bias == ATTN_BIAS_TABLE && !table_tiled && FN(table_window)(p, g, kb, jv, jmax, &p_first, &p_last)) {
             const int64_t p_base = FN(floor_div)(p_first, NR) * NR;
             const int64_t width = p_last - p_base + 1 + NR;
             const int64_t s_lo = p_first < 0 ? 0 : p_first / NR;
@@ -1896,7 +2089,15 @@ static void FN(tile_backward)(FN(work) * w, FN(group) * groups, int64_t b, int64
     }
     /* dV += P^T dO, dK += dS^T Q over the block's rows */
     const int64_t kt = rows - t_first;
-    for (int64_t s0 = 0; s0 < jvb; s0 += ATTN_MR) {
+    int64_t vector_keys = jvb; /* the keys whose dV, dK the vector kernels make */
+#if defined(ATTN_TILES_BWD)
+    if (tiled) {
+        FN(tiles_block_backward)(w, m0 / ATTN_BBM, rows, jvb, jbround);
+        vector_keys = 0;
+    }
+    if (table_tiled) FN(tiles_table_backward)(w, m0 / ATTN_BBM, m0, rows, kb, jv_all, dt_slot);
+#endif
+    for (int64_t s0 = 0; s0 < vector_keys; s0 += ATTN_MR) {
         const int rr = jvb - s0 < ATTN_MR ? (int)(jvb - s0) : ATTN_MR;
         for (int64_t c0 = 0; c0 < d; c0 += NR) {
             const int64_t pan = c0 * ATTN_BBM + t_first * NR;
@@ -1910,8 +2111,8 @@ static void FN(tile_backward)(FN(work) * w, FN(group) * groups, int64_t b, int64
      * products above their P = dS = 0 at keys they do not see would have met
      * 0 * NaN. Their terms go in here, over the keys each one sees only. */
     if (w->any_bad) FN(bad_rows_backward)(w, b, h, m0, t_first, rows, kb, jl_all, jv_all, dt_slot);
-    /* dT[p] += sum_t dS[t][j(p, t)] q_t over the tile's window */
-    if (dt_slot != NULL && p->prows > 0) {
+    /* dT[p] += sum_t dS[t][j(p, t)] q_t over the tile's window (tiles_table_backward's, where it runs) */
+    if (dt_slot != NULL && p->prows > 0 && !table_tiled) {
         const int64_t pos_lo = a->q_offset + m0 + t_first, pos_hi = a->q_offset + m0 + rows - 1;
         const int64_t P_first = p->pr_hi - pos_hi + kb->n0, P_last = p->pr_hi - pos_lo + kb->n0 + jvb - 1;
         const int64_t pa = P_first < 0 ? 0 : P_first, pb = P_last < p->prows ? P_last : p->prows - 1;
@@ -1966,6 +2167,9 @@ static void FN(unit_backward)(FN(work) * w, FN(group) * groups, int64_t unit, T 
         w->dvec[m] = s;
     }
     double dslope = 0.0;
+#if defined(ATTN_TILES_BWD)
+    if (w->tqt != NULL) FN(tiles_transpose_head)(w, b, h);
+#endif
     for (int64_t n0 = 0; n0 < N; n0 += ATTN_BBN) {
         FN(kblock) kb;
         kb.n0 = n0;
@@ -2005,6 +2209,14 @@ static void FN(unit_backward)(FN(work) * w, FN(group) * groups, int64_t unit, T 
 #if defined(ATTN_TILES)
         if (w->ta != NULL) FN(tiles_pack_block)(w, &kb, 1);
 #endif
+#if defined(ATTN_TILES_BWD)
+        if (w->tqt != NULL) {
+            w->tk_finite = FN(tiles_pairs_v)(w->tkp, dpad, kb.k, kb.ks, kb.nk, (kb.nk + 31) / 32 * 16, d,
+                                             kb.masked ? w->kpm : NULL);
+            memset(w->dkt, 0, sizeof(float) * (size_t)(dpad * ATTN_BBN));
+            memset(w->dvt, 0, sizeof(float) * (size_t)(dpad * ATTN_BBN));
+        }
+#endif
         memset(w->dka, 0, sizeof(T) * (size_t)(ATTN_BBN * dpad));
         memset(w->dva, 0, sizeof(T) * (size_t)(ATTN_BBN * dpad));
         for (int64_t qi = i0; qi < i1 && qi < p->nqb; ++qi) {
@@ -2037,6 +2249,14 @@ static void FN(unit_backward)(FN(work) * w, FN(group) * groups, int64_t unit, T 
                 dk[(n0 + j) * d + c] += w->dka[j * dpad + c];
                 dv[(n0 + j) * d + c] += w->dva[j * dpad + c];
             }
+#if defined(ATTN_TILES_BWD)
+        if (w->tqt != NULL) /* the tiles' dK^T, dV^T (dka, dva: the rows bad_rows_backward added) */
+            for (int64_t c = 0; c < d; ++c)
+                for (int64_t j = 0; j < kb.nk; ++j) {
+                    dk[(n0 + j) * d + c] += w->dkt[c * ATTN_BBN + j];
+                    dv[(n0 + j) * d + c] += w->dvt[c * ATTN_BBN + j];
+                }
+#endif
     }
     if (p->dslope_partial != NULL) p->dslope_partial[b * a->heads + h] = dslope;
 #if defined(WP_STORAGE_HALF)
@@ -2064,6 +2284,7 @@ int FN(attn_bwd)(wavepe_attention_plan *p, int64_t begin, int64_t end) {
 #undef ATTN_ALD
 #undef ATTN_TGW
 #undef ATTN_TILES
+#undef ATTN_TILES_BWD
 #undef ATTN_TILE_TYPE
 #undef ATTN_TILE_P_SCALE
 #undef NR
