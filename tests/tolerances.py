@@ -7,9 +7,9 @@ ISA's tile forward does the same in bf16, and in fp16 (relative error <= 2^-11, 
 above 2^-28 is flushed).  Every other kernel computes P V in float32.
 
 The amx ISA's bf16 backward also rounds P and dS to bf16 for its accumulating products (dV = P^T dO,
-dK = dS^T Q, dQ = dS K and a table's dQ and dT on tiles): each term is off by at most 2^-8 of itself, a gradient by at most
-2^-8 of the sum of its terms' magnitudes, which on these tests' random inputs stays within 2^-7 of the
-gradient's largest element (grad_atol).
+dK = dS^T Q, dQ = dS K and a table's dQ and dT on tiles): each term is off by at most 2^-8 of itself, a
+gradient by at most 2^-8 of the sum of its terms' magnitudes, which on these tests' random inputs stays
+within 2^-7 of the gradient's largest element (grad_atol).
 """
 
 from __future__ import annotations
