@@ -713,14 +713,40 @@ static int fwd_combine(wavepe_attention_plan *p, int64_t begin, int64_t end) {
 static void reduce_kv_rows(wavepe_attention_plan *p, int64_t b, int64_t hk, int64_t n0, int64_t n1) {
     const wavepe_attention_args *a = &p->a;
     const int64_t d = a->d;
+    /* a chunk at a time, heads outer and the types' switches outside the element loops (which the compiler
+     * vectorizes): element by element through ld / st this was a tenth of a bf16 backward (perf, Zen 4) */
+    enum { CHUNK = 512 };
+    double s[CHUNK];
     for (int which = 0; which < 2; ++which) {
         void *dst = which == 0 ? a->dk : a->dv;
         const int64_t obase = (b * a->kv_heads + hk) * a->n * d;
-        for (int64_t i = n0 * d; i < n1 * d; ++i) {
-            double s = 0.0;
-            for (int64_t h = hk * p->hg; h < (hk + 1) * p->hg; ++h)
-                s += ld(p->dkv_partial, ((b * a->heads + h) * 2 + which) * a->n * d + i, p->acc);
-            st(dst, obase + i, s, a->dtype);
+        for (int64_t i0 = n0 * d; i0 < n1 * d; i0 += CHUNK) {
+            const int64_t len = n1 * d - i0 < CHUNK ? n1 * d - i0 : CHUNK;
+            for (int64_t i = 0; i < len; ++i) s[i] = 0.0;
+            for (int64_t h = hk * p->hg; h < (hk + 1) * p->hg; ++h) { /* in head order, as before */
+                const int64_t src = ((b * a->heads + h) * 2 + which) * a->n * d + i0;
+                if (p->acc == WAVEPE_F64) {
+                    const double *x = (const double *)p->dkv_partial + src;
+                    for (int64_t i = 0; i < len; ++i) s[i] += x[i];
+                } else {
+                    const float *x = (const float *)p->dkv_partial + src;
+                    for (int64_t i = 0; i < len; ++i) s[i] += (double)x[i];
+                }
+            }
+            switch (a->dtype) {
+            case WAVEPE_F64:
+                for (int64_t i = 0; i < len; ++i) ((double *)dst)[obase + i0 + i] = s[i];
+                break;
+            case WAVEPE_BF16:
+                for (int64_t i = 0; i < len; ++i) ((uint16_t *)dst)[obase + i0 + i] = wp_f32_to_bf16((float)s[i]);
+                break;
+            case WAVEPE_F16:
+                for (int64_t i = 0; i < len; ++i) ((uint16_t *)dst)[obase + i0 + i] = wp_f32_to_f16((float)s[i]);
+                break;
+            default:
+                for (int64_t i = 0; i < len; ++i) ((float *)dst)[obase + i0 + i] = (float)s[i];
+                break;
+            }
         }
     }
 }

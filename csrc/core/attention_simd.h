@@ -1202,9 +1202,18 @@ static void FN(tiles_rows)(uint16_t *dst, int64_t lda, const S *src, int64_t rs,
  * and for rows nk .. ncols. */
 static void FN(tiles_pairs_t)(uint32_t *dst, int64_t ldd, const S *src, int64_t ks, int64_t nk, int64_t ncols,
                               int64_t d, int64_t k2pad) {
+    /* A pair is 32 bits: with an even row stride the rows are rows of pairs, and whole blocks of them turn by
+     * the vocabulary's float transposes (moves of bits, no arithmetic: any half value passes unchanged); the
+     * element-by-element loop packed each key block once per query block and took a fifth of the tile
+     * forward's vector time (perf, Zen 4) */
+    const int64_t jv = ks % 2 == 0 ? nk / WP_TB_F32 * WP_TB_F32 : 0, full = d / 2 / WP_TB_F32 * WP_TB_F32;
+    for (int64_t j0 = 0; j0 < jv; j0 += WP_TB_F32)
+        for (int64_t k2 = 0; k2 < full; k2 += WP_TB_F32)
+            vf32_transpose((const float *)(const void *)(src + j0 * ks) + k2, ks / 2,
+                           (float *)(void *)(dst + k2 * ldd + j0), ldd);
     for (int64_t j = 0; j < ncols; ++j) {
         const S *row = src + j * ks;
-        for (int64_t k2 = 0; k2 < k2pad; ++k2) {
+        for (int64_t k2 = j < jv ? full : 0; k2 < k2pad; ++k2) {
             const int64_t c = 2 * k2;
             uint32_t pair = 0;
             if (j < nk && c < d) pair = (uint32_t)row[c] | (c + 1 < d ? (uint32_t)row[c + 1] << 16 : 0u);
@@ -1281,8 +1290,18 @@ static void FN(tiles_scores)(FN(work) * w, const FN(kblock) * kb, int64_t nrows,
             }
         if (chi <= clo) continue;
         const int64_t k2lo = clo / 2 / 16 * 16, k2hi = FN(up16)((chi + 1) / 2);
+        /* the product writes columns [c_lo, c_lo + its width) of the window; a row reads [o, o + its group's
+         * keys rounded to NR) with o = pr_hi - pos + n0 - first in [0, 16) (tiles_group_scores; a group of
+         * ATTN_MR rows may reach into the next tile): the rest of that is zero (rows past the table) */
+        int64_t read = hi;
+        for (int64_t i = r0 < ATTN_MR ? 0 : r0 - ATTN_MR; i < r1 + ATTN_MR && i < nrows; ++i)
+            read = jv[i] > read ? jv[i] : read;
         float *g = w->tg + r0 * ATTN_TGW;
-        for (int64_t i = 0; i < 16; ++i) memset(g + i * ATTN_TGW, 0, sizeof(float) * ATTN_TGW);
+        const int64_t w0 = c_lo - first, w1 = w0 + FN(up16)(c_hi - c_lo), end = 16 + (read + NR - 1) / NR * NR;
+        for (int64_t i = 0; i < 16; ++i) {
+            memset(g + i * ATTN_TGW, 0, sizeof(float) * (size_t)w0);
+            if (w1 < end) memset(g + i * ATTN_TGW + w1, 0, sizeof(float) * (size_t)(end - w1));
+        }
         wavepe_tile_gemm(ATTN_TILE_TYPE, 16, FN(up16)(c_hi - c_lo), k2hi - k2lo, a + r0 * w->tlda + 2 * k2lo, w->tlda,
                          (const uint32_t *)p->tvnni + k2lo * p->tv_ld + c_lo, p->tv_ld, g + (c_lo - first), ATTN_TGW, 0);
         w->tgp[tile] = first;
@@ -1834,6 +1853,22 @@ static void FN(tiles_transpose_head)(FN(work) * w, int64_t b, int64_t h) {
     }
 }
 
+/* dst[j * ldd + c] += src[c * lds + j] for j < rows, c < cols: whole 8 x 8 blocks by register transposes (a
+ * strided element loop here was a sixth of the tile backward's vector time; perf, Zen 4), the edges by it. */
+static void FN(tiles_add_transposed)(T *dst, int64_t ldd, const float *src, int64_t lds, int64_t rows, int64_t cols) {
+    enum { B = WP_TB_F32 };
+    const int64_t rb = rows / B * B, cb = cols / B * B;
+    float tmp[B * B];
+    for (int64_t j0 = 0; j0 < rb; j0 += B)
+        for (int64_t c0 = 0; c0 < cb; c0 += B) {
+            vf32_transpose(src + c0 * lds + j0, lds, tmp, B);
+            for (int r = 0; r < B; ++r)
+                for (int i = 0; i < B; ++i) dst[(j0 + r) * ldd + c0 + i] += tmp[r * B + i];
+        }
+    for (int64_t j = 0; j < rows; ++j)
+        for (int64_t c = j < rb ? cb : 0; c < cols; ++c) dst[j * ldd + c] += src[c * lds + j];
+}
+
 /* src's first `valid` entries (a multiple of VL, the rest of [0, n) zero) rounded to the type into dst[0, n). */
 static void FN(tiles_round_row)(uint16_t *dst, const T *src, int64_t valid, int64_t n) {
     int64_t j = 0;
@@ -2250,12 +2285,10 @@ static void FN(unit_backward)(FN(work) * w, FN(group) * groups, int64_t unit, T 
                 dv[(n0 + j) * d + c] += w->dva[j * dpad + c];
             }
 #if defined(ATTN_TILES_BWD)
-        if (w->tqt != NULL) /* the tiles' dK^T, dV^T (dka, dva: the rows bad_rows_backward added) */
-            for (int64_t c = 0; c < d; ++c)
-                for (int64_t j = 0; j < kb.nk; ++j) {
-                    dk[(n0 + j) * d + c] += w->dkt[c * ATTN_BBN + j];
-                    dv[(n0 + j) * d + c] += w->dvt[c * ATTN_BBN + j];
-                }
+        if (w->tqt != NULL) { /* the tiles' dK^T, dV^T (dka, dva: the rows bad_rows_backward added) */
+            FN(tiles_add_transposed)(dk + n0 * d, d, w->dkt, ATTN_BBN, kb.nk, d);
+            FN(tiles_add_transposed)(dv + n0 * d, d, w->dvt, ATTN_BBN, kb.nk, d);
+        }
 #endif
     }
     if (p->dslope_partial != NULL) p->dslope_partial[b * a->heads + h] = dslope;
