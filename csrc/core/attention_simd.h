@@ -89,6 +89,7 @@
 #if defined(WP_TYPE_BF16)
 #define ATTN_TILE_TYPE WAVEPE_TILE_BF16
 #define ATTN_TILE_P_SCALE 1.0f
+#define ATTN_TILE_P_STORE(p, v) vf32_storeu_bf16_rne(p, v) /* P: its NaN bits unread */
 /* bf16's backward runs its accumulating products on tiles too (tiles_block_backward): dV^T += dO^T P,
  * dK^T += Q^T dS, dQ += dS K, and a table's dQ += dG T_win and dT_win^T += Q^T dG (tiles_table_backward),
  * with P and dS rounded to bf16 (relative error <= 2^-8, as GPU kernels round them; float32
@@ -101,6 +102,7 @@
  * that weights down to 2^-28 stay normal float16: the tiles read denormals as zero, which would drop
  * every weight below 2^-14 -- all of them, where attention is spread over tens of thousands of keys */
 #define ATTN_TILE_P_SCALE 16384.0f
+#define ATTN_TILE_P_STORE(p, v) S_STOREU(p, V(mul)(v, V(set1)(ATTN_TILE_P_SCALE)))
 #endif
 #endif
 #if defined(WP_COMPUTE_F32)
@@ -547,6 +549,8 @@ typedef struct {
     int64_t tgp[(ATTN_FBM > ATTN_BBM ? ATTN_FBM : ATTN_BBM) / 16 + 1];
     int64_t tlda, tk2; /* ta's row length (2 tk2), pairs of d rounded up to a tile's 16 */
     int tiles_rows;    /* the query block's rows (and dO) are packed in ta (tdo): its blocks run on tiles */
+    int groups_late;   /* the forward's groups are not packed for the vector kernels yet (pack_groups_late) */
+    const S *groups_q; /* their first query row */
     void *tblock;
 #endif
 #if defined(ATTN_TILES_BWD)
@@ -1072,12 +1076,18 @@ static void FN(rows_times_pairs)(FN(work) * w, const FN(group) * g, const FN(kbl
 /* ---- forward -------------------------------------------------------------------------------- */
 
 /* The online softmax of a group's rows over one key block: the scores in s (rows of stride ATTN_SLD,
- * the bias included) become P (masked lanes 0), the running max, sum and O rows are updated. */
+ * the bias included) become P (masked lanes 0), the running max, sum and O rows are updated.  With pout
+ * (the tiles' forward: rows of stride ATTN_BNMAX, pcols columns) P goes there instead, rounded to the
+ * storage type times ATTN_TILE_P_SCALE (the row sums stay those of the unrounded weights), zero outside
+ * the lanes a row's vectors cover -- one pass less over P than rounding it after. */
 static void FN(group_softmax)(const wavepe_attention_plan *p, const FN(kblock) * kb, const T *kpm,
                               const int64_t jl[ATTN_MR], const int64_t jv[ATTN_MR], int64_t jmax, T *s, T *mst,
-                              T *lst, T *o) {
+                              T *lst, T *o, uint16_t *pout, int64_t pcols) {
     const int64_t dpad = p->dpad;
     const int64_t jround = (jmax + VL - 1) / VL * VL;
+#if !defined(ATTN_TILES)
+    (void)pout, (void)pcols;
+#endif
     const VT ninf = V(set1)(-(T)INFINITY);
     const int capped = p->a.softcap > 0.0; /* softcap * tanh(s / softcap), before the mask */
     const VT vcap = V(set1)((T)p->a.softcap), vicap = V(set1)((T)(capped ? 1.0 / p->a.softcap : 0.0));
@@ -1086,6 +1096,9 @@ static void FN(group_softmax)(const wavepe_attention_plan *p, const FN(kblock) *
         const int64_t n = jv[t];
         if (n == 0) {
             for (int64_t j = 0; j < jround; j += VL) V(storeu)(row + j, V(zero)());
+#if defined(ATTN_TILES)
+            if (pout != NULL) memset(pout + t * ATTN_BNMAX, 0, sizeof(uint16_t) * (size_t)pcols);
+#endif
             continue;
         }
         /* masked lanes become -inf by selection (never arithmetic: a masked
@@ -1114,16 +1127,34 @@ static void FN(group_softmax)(const wavepe_attention_plan *p, const FN(kblock) *
              * split-N combine) turn into NaN unless a finite score follows */
             if (M(bits)(any_kept)) lst[t] = -(T)0;
             for (int64_t j = 0; j < jround; j += VL) V(storeu)(row + j, V(zero)());
+#if defined(ATTN_TILES)
+            if (pout != NULL) memset(pout + t * ATTN_BNMAX, 0, sizeof(uint16_t) * (size_t)pcols);
+#endif
             continue;
         }
         const VT vm = V(set1)(m_new);
         VT vsum = V(zero)();
-        for (int64_t j = jb; j < n; j += VL) {
-            const VT e = V(exp_softmax)(V(sub)(V(loadu)(row + j), vm)); /* masked lanes: exp(-inf) = 0 */
-            V(storeu)(row + j, e);
-            vsum = V(add)(vsum, e);
+#if defined(ATTN_TILES)
+        if (pout != NULL) {
+            uint16_t *prow = pout + t * ATTN_BNMAX;
+            const int64_t jend = (n + VL - 1) / VL * VL;
+            memset(prow, 0, sizeof(uint16_t) * (size_t)jb);
+            for (int64_t j = jb; j < n; j += VL) {
+                const VT e = V(exp_softmax)(V(sub)(V(loadu)(row + j), vm)); /* masked lanes: exp(-inf) = 0 */
+                ATTN_TILE_P_STORE(prow + j, e);
+                vsum = V(add)(vsum, e);
+            }
+            if (jend < pcols) memset(prow + jend, 0, sizeof(uint16_t) * (size_t)(pcols - jend));
+        } else
+#endif
+        {
+            for (int64_t j = jb; j < n; j += VL) {
+                const VT e = V(exp_softmax)(V(sub)(V(loadu)(row + j), vm)); /* masked lanes: exp(-inf) = 0 */
+                V(storeu)(row + j, e);
+                vsum = V(add)(vsum, e);
+            }
+            for (int64_t j = (n + VL - 1) / VL * VL; j < jround; j += VL) V(storeu)(row + j, V(zero)());
         }
-        for (int64_t j = (n + VL - 1) / VL * VL; j < jround; j += VL) V(storeu)(row + j, V(zero)());
         const T corr = (T)exp((double)(m_old - m_new));
         lst[t] = lst[t] * corr + V(hsum)(vsum);
         if (corr != (T)1) {
@@ -1146,7 +1177,7 @@ static void FN(group_forward)(FN(work) * w, const FN(group) * g, const FN(kblock
     const int64_t j0 = g->qr != NULL ? 0 : FN(first_key)(g, jl, jv);
     if (g->qr != NULL) FN(narrow_scores)(w, g, kb, jl, jv, jmax, s, ATTN_SLD);
     else FN(group_scores)(w, g, kb, jv, j0, jmax, s, ATTN_SLD);
-    FN(group_softmax)(p, kb, w->kpm, jl, jv, jmax, s, mst, lst, o);
+    FN(group_softmax)(p, kb, w->kpm, jl, jv, jmax, s, mst, lst, o, NULL, 0);
     if (g->qr != NULL) {
         /* the keys every row sees, for all rows at once (not with key padding: a padded key's
          * value row never meets a product, and row_pv skips it); the rest row by row */
@@ -1228,7 +1259,14 @@ static void FN(tiles_pairs_t)(uint32_t *dst, int64_t ldd, const S *src, int64_t 
  * is finite. */
 static int FN(tiles_pairs_v)(uint32_t *dst, int64_t ldd, const S *src, int64_t vs, int64_t nk, int64_t npairs,
                              int64_t d, const T *kpm) {
+    static const uint16_t zero[32] = {0};
+#if defined(WP_TYPE_BF16)
+    const uint16_t expo = 0x7F80;
+#else
+    const uint16_t expo = 0x7C00;
+#endif
     int finite = 1;
+    const int64_t d32 = d / 32 * 32; /* columns interleaved 32 at a time (vbf16x2_interleave: bits only) */
     for (int64_t j2 = 0; j2 < npairs; ++j2) {
         const S *r[2];
         for (int i = 0; i < 2; ++i) {
@@ -1236,7 +1274,13 @@ static int FN(tiles_pairs_v)(uint32_t *dst, int64_t ldd, const S *src, int64_t v
             r[i] = j < nk && (kpm == NULL || kpm[j] == (T)0) ? src + j * vs : NULL;
         }
         uint32_t *o = dst + j2 * ldd;
-        for (int64_t c = 0; c < ldd; ++c) {
+        for (int64_t c0 = 0; c0 < d32; c0 += 32) {
+            const uint16_t *x0 = r[0] != NULL ? (const uint16_t *)r[0] + c0 : zero;
+            const uint16_t *x1 = r[1] != NULL ? (const uint16_t *)r[1] + c0 : zero;
+            finite &= vhalf32_finite(x0, expo) & vhalf32_finite(x1, expo);
+            vbf16x2_interleave(o + c0, x0, x1);
+        }
+        for (int64_t c = d32; c < ldd; ++c) {
             const uint16_t a = r[0] != NULL && c < d ? r[0][c] : 0, b = r[1] != NULL && c < d ? r[1][c] : 0;
             finite &= FN(half_finite)(a) & FN(half_finite)(b);
             o[c] = (uint32_t)a | (uint32_t)b << 16;
@@ -1377,20 +1421,13 @@ static void FN(tiles_block_forward)(FN(work) * w, FN(group) * groups, int64_t ng
         int64_t gmax = 0;
         for (int t = 0; t < ATTN_MR; ++t) gmax = gv[t] > gmax ? gv[t] : gmax;
         T *mst = w->mst + gi * ATTN_MR, *lst = w->lst + gi * ATTN_MR, *o = w->o + gi * ATTN_MR * dpad;
+        uint16_t *pg = w->tp + gi * ATTN_MR * ATTN_BNMAX; /* the group's P, rounded once by group_softmax */
         if (gmax > 0) {
             FN(tiles_group_scores)(w, g, gi, kb, gv, FN(first_key)(g, gl, gv), gmax, w->s, ATTN_SLD);
-            FN(group_softmax)(p, kb, w->kpm, gl, gv, gmax, w->s, mst, lst, o);
+            FN(group_softmax)(p, kb, w->kpm, gl, gv, gmax, w->s, mst, lst, o, pg, kcols);
         }
-        for (int t = 0; t < ATTN_MR; ++t) { /* P rounded once; zero where group_softmax left no weight */
-            uint16_t *pr = w->tp + (gi * ATTN_MR + t) * ATTN_BNMAX;
-            const T *sr = w->s + t * ATTN_SLD;
-            const int64_t a = t < g->rows && gv[t] > 0 ? gl[t] / VL * VL : kcols;
-            const int64_t e = gmax > 0 ? (gv[t] + VL - 1) / VL * VL : 0;
-            for (int64_t j = 0; j < kcols; j += VL) {
-                if (j >= a && j < e) S_STOREU(pr + j, V(mul)(V(loadu)(sr + j), V(set1)(ATTN_TILE_P_SCALE)));
-                else memset(pr + j, 0, sizeof(uint16_t) * VL);
-            }
-        }
+        for (int t = gmax > 0 ? g->rows : 0; t < ATTN_MR; ++t) /* rows past the group's, or no key seen */
+            memset(pg + t * ATTN_BNMAX, 0, sizeof(uint16_t) * (size_t)kcols);
     }
     const int64_t rows16 = FN(up16)(nrows);
     for (int64_t i = ngroups * ATTN_MR; i < rows16; ++i) memset(w->tp + i * ATTN_BNMAX, 0, sizeof(uint16_t) * (size_t)kcols);
@@ -1417,6 +1454,10 @@ static int64_t FN(load_kpm)(FN(work) * w, int64_t b, int64_t n0, int64_t nk) {
     for (int64_t j = nk; j < (nk + NR - 1) / NR * NR; ++j) w->kpm[j] = (T)0;
     return visible;
 }
+
+#if defined(ATTN_TILES)
+static void FN(pack_groups_late)(FN(work) * w, FN(group) * groups, int64_t ngroups);
+#endif
 
 /* Run the groups of rows [0, nrows) (state in w->o, w->mst, w->lst) over keys
  * [n_begin, n_end) of (b, hk), key block by key block. */
@@ -1456,6 +1497,7 @@ static void FN(rows_over_keys)(FN(work) * w, FN(group) * groups, int64_t ngroups
             FN(tiles_block_forward)(w, groups, ngroups, &kb);
             continue;
         }
+        if (w->groups_late) FN(pack_groups_late)(w, groups, ngroups);
 #endif
         if (wide) {
             FN(pack_keys)(w->kp, w->kpb, kb.k, kb.ks, kb.nk, d);
@@ -1648,14 +1690,22 @@ static void FN(pack_group)(FN(work) * w, FN(group) * g, int64_t gi, const S *con
 #endif
 }
 
-/* Query rows of one head: pack them scaled into groups. */
+/* Query rows of one head: pack them scaled into groups.  late (the forward): where the block's products run
+ * on tiles the vector kernels' packing waits until a key block needs them (pack_groups_late), which is
+ * only one with a non-finite value. */
 static void FN(pack_query_groups)(FN(work) * w, FN(group) * groups, int64_t b, int64_t h, int64_t m0,
-                                  int64_t rows) {
+                                  int64_t rows, int late) {
     const wavepe_attention_plan *p = w->p;
     const wavepe_attention_args *a = &p->a;
     const int64_t d = a->d;
     const S *qbase = (const S *)a->q + attn_off(a->q_strides, b, h, m0);
     const T slope = p->bias == ATTN_BIAS_ALIBI ? ((const T *)a->slopes)[h] : (T)0;
+#if defined(ATTN_TILES)
+    w->groups_late = late && w->ta != NULL;
+    w->groups_q = qbase;
+#else
+    (void)late;
+#endif
     for (int64_t gi = 0; gi * ATTN_MR < rows; ++gi) {
         FN(group) *g = &groups[gi];
         const S *rp[ATTN_MR];
@@ -1666,7 +1716,10 @@ static void FN(pack_query_groups)(FN(work) * w, FN(group) * groups, int64_t b, i
             FN(set_row)(a, g, t, b, a->q_offset + m0 + i);
             g->slope[t] = slope;
         }
-        FN(pack_group)(w, g, gi, rp, g->rows, d, (T)a->scale);
+#if defined(ATTN_TILES)
+        if (!w->groups_late)
+#endif
+            FN(pack_group)(w, g, gi, rp, g->rows, d, (T)a->scale);
         g->qr = NULL;
     }
 #if defined(ATTN_TILES)
@@ -1675,6 +1728,20 @@ static void FN(pack_query_groups)(FN(work) * w, FN(group) * groups, int64_t b, i
     if (w->tiles_rows) FN(tiles_rows)(w->ta, w->tlda, qbase, a->q_strides[2], rows, FN(up16)(rows), d);
 #endif
 }
+
+#if defined(ATTN_TILES)
+/* The packing pack_query_groups left for later. */
+static void FN(pack_groups_late)(FN(work) * w, FN(group) * groups, int64_t ngroups) {
+    const wavepe_attention_args *a = &w->p->a;
+    for (int64_t gi = 0; gi < ngroups; ++gi) {
+        const S *rp[ATTN_MR];
+        for (int t = 0; t < ATTN_MR; ++t)
+            rp[t] = w->groups_q + (gi * ATTN_MR + (t < groups[gi].rows ? t : 0)) * a->q_strides[2];
+        FN(pack_group)(w, &groups[gi], gi, rp, groups[gi].rows, a->d, (T)a->scale);
+    }
+    w->groups_late = 0;
+}
+#endif
 
 /* out = O / l, lse = m + log l for rows of one head. */
 static void FN(finish_rows)(FN(work) * w, int64_t b, int64_t h, int64_t m0, int64_t rows, const T *o,
@@ -1715,7 +1782,7 @@ int FN(attn_fwd_tiled)(wavepe_attention_plan *p, int64_t begin, int64_t end) {
         const int64_t b = bh / a->heads, h = bh % a->heads, hk = h / p->hg;
         const int64_t m0 = qi * ATTN_FBM, rows = a->m - m0 < ATTN_FBM ? a->m - m0 : ATTN_FBM;
         const int64_t ngroups = (rows + ATTN_MR - 1) / ATTN_MR;
-        FN(pack_query_groups)(&w, groups, b, h, m0, rows);
+        FN(pack_query_groups)(&w, groups, b, h, m0, rows, 1);
         FN(state_reset)(&w, rows);
         FN(rows_over_keys)(&w, groups, ngroups, b, hk, 0, a->n);
         FN(finish_rows)(&w, b, h, m0, rows, w.o, w.mst, w.lst);
@@ -1872,7 +1939,7 @@ static void FN(tiles_add_transposed)(T *dst, int64_t ldd, const float *src, int6
 /* src's first `valid` entries (a multiple of VL, the rest of [0, n) zero) rounded to the type into dst[0, n). */
 static void FN(tiles_round_row)(uint16_t *dst, const T *src, int64_t valid, int64_t n) {
     int64_t j = 0;
-    for (; j < valid && j < n; j += VL) S_STOREU(dst + j, V(loadu)(src + j));
+    for (; j < valid && j < n; j += VL) vf32_storeu_bf16_rne(dst + j, V(loadu)(src + j)); /* NaN bits unread */
     if (j < n) memset(dst + j, 0, sizeof(uint16_t) * (size_t)(n - j));
 }
 
@@ -1929,7 +1996,7 @@ static void FN(tiles_table_backward)(FN(work) * w, int64_t qi, int64_t m0, int64
         if (t >= rows || jv[t] == 0) continue;
         g += p->pr_hi - (pos0 + t) + kb->n0 - e;
         const T *ds = w->ds + t * ATTN_SLD; /* zero from jv[t] to the next multiple of VL */
-        for (int64_t j = 0; j < jv[t]; j += VL) S_STOREU(g + j, V(loadu)(ds + j));
+        for (int64_t j = 0; j < jv[t]; j += VL) vf32_storeu_bf16_rne(g + j, V(loadu)(ds + j));
     }
     /* dQ += dG T_win, 16 rows at a time */
     for (int64_t r0 = 0; r0 < rows; r0 += 16) {
@@ -2256,7 +2323,7 @@ static void FN(unit_backward)(FN(work) * w, FN(group) * groups, int64_t unit, T 
         memset(w->dva, 0, sizeof(T) * (size_t)(ATTN_BBN * dpad));
         for (int64_t qi = i0; qi < i1 && qi < p->nqb; ++qi) {
             const int64_t m0 = qi * ATTN_BBM, rows = M - m0 < ATTN_BBM ? M - m0 : ATTN_BBM;
-            FN(pack_query_groups)(w, groups, b, h, m0, rows);
+            FN(pack_query_groups)(w, groups, b, h, m0, rows, 0);
             for (int64_t gi = 0; gi * ATTN_MR < rows; ++gi) {
                 const S *rp[ATTN_MR];
                 const int gr = groups[gi].rows;
@@ -2320,6 +2387,7 @@ int FN(attn_bwd)(wavepe_attention_plan *p, int64_t begin, int64_t end) {
 #undef ATTN_TILES_BWD
 #undef ATTN_TILE_TYPE
 #undef ATTN_TILE_P_SCALE
+#undef ATTN_TILE_P_STORE
 #undef NR
 #undef ATTN_FBM
 #undef ATTN_FBN

@@ -418,6 +418,23 @@ static inline void vbf16x2_interleave(uint32_t *out, const uint16_t *r0, const u
     _mm512_storeu_si512((void *)(out + 16),
                         _mm512_permutex2var_epi64(lo, _mm512_set_epi64(15, 14, 7, 6, 13, 12, 5, 4), hi));
 }
+/* v rounded to bf16 (nearest even) by one vcvtneps2bf16, where vf32_storeu_bf16 spends five instructions on
+ * torch's encoding of NaN; for values whose NaN bits nobody reads (the tiles' P: a NaN stays a NaN).
+ * Denormals go to zero, as the tiles read them.  SIMDe has no vcvtneps2bf16: vf32_storeu_bf16 there. */
+static inline void vf32_storeu_bf16_rne(uint16_t *p, vf32 v) {
+#ifdef WAVEPE_SIMDE_AVX512
+    vf32_storeu_bf16(p, v);
+#else
+    const __m256bh h = _mm512_cvtneps_pbh(v);
+    memcpy(p, &h, sizeof h);
+#endif
+}
+/* Whether none of the 32 half elements at p has its exponent field `expo` all ones (bf16 0x7F80, fp16
+ * 0x7C00: inf or NaN). */
+static inline int vhalf32_finite(const uint16_t *p, uint16_t expo) {
+    const __m512i e = _mm512_set1_epi16((short)expo);
+    return _mm512_cmpeq_epi16_mask(_mm512_and_si512(_mm512_loadu_si512((const void *)p), e), e) == 0;
+}
 #endif
 
 #endif
