@@ -118,6 +118,13 @@
 #define ATTN_BBN ATTN_BBN_F64
 #define ATTN_TB WP_TB_F64
 #endif
+#if defined(ATTN_TILES)
+/* the tiles' forward takes keys 256 at a time: each P V product then runs 8 steps along the keys per
+ * load and store of its O tiles instead of 4, and the per-block work (O rescaled per row, the row
+ * maxima and sums) halves */
+#undef ATTN_FBN
+#define ATTN_FBN ATTN_BBN_F32
+#endif
 
 /* Lanes [0, n) of the stored elements at p, widened (n clamped to [0, VL]),
  * zero elsewhere; elements past n are never read. */
@@ -1107,9 +1114,18 @@ static void FN(group_softmax)(const wavepe_attention_plan *p, const FN(kblock) *
         VT vmax = ninf;
         MT any_nan = M(first)(0), any_kept = M(first)(0);
         const int64_t jb = jl[t] / VL * VL; /* P below it is never read (rows_times_panels, row_pv) */
+        /* [ji0, ji1): whole vectors of keys the row sees (none with a key-padding mask), no lane to select */
+        const int64_t ji0 = (jl[t] + VL - 1) / VL * VL, ji1 = kb->masked ? ji0 : (n / VL * VL > ji0 ? n / VL * VL : ji0);
         for (int64_t j = jb; j < n; j += VL) {
             VT x = V(loadu)(row + j);
             if (capped) x = V(mul)(vcap, V(tanh)(V(mul)(x, vicap)));
+            if (j >= ji0 && j < ji1) {
+                if (capped) V(storeu)(row + j, x);
+                any_nan = M(or)(any_nan, V(isnan)(x));
+                any_kept = M(first)(VL);
+                vmax = V(max)(vmax, x);
+                continue;
+            }
             MT keep = FN(lanes_within)(j, jl[t], n);
             if (kb->masked) keep = M(and)(keep, V(cmpeq)(V(loadu)(kpm + j), V(zero)()));
             x = V(blend)(keep, ninf, x);
@@ -1140,7 +1156,7 @@ static void FN(group_softmax)(const wavepe_attention_plan *p, const FN(kblock) *
             const int64_t jend = (n + VL - 1) / VL * VL;
             memset(prow, 0, sizeof(uint16_t) * (size_t)jb);
             for (int64_t j = jb; j < n; j += VL) {
-                const VT e = V(exp_softmax)(V(sub)(V(loadu)(row + j), vm)); /* masked lanes: exp(-inf) = 0 */
+                const VT e = V(exp_weights16)(V(sub)(V(loadu)(row + j), vm)); /* masked lanes: exp(-inf) = 0 */
                 ATTN_TILE_P_STORE(prow + j, e);
                 vsum = V(add)(vsum, e);
             }

@@ -229,6 +229,11 @@ static inline vf32 vf32_interleave_hi(vf32 a, vf32 b) {
 }
 
 static inline vi32 vf32_cvt_i32(vf32 a) { return _mm512_cvtps_epi32(a); }
+#ifndef WAVEPE_SIMDE_AVX512
+/* p * 2^n for integral n (vecmath.h's generic form spends a convert, a shift and a multiply) */
+#define WP_HAS_VF32_SCALEF 1
+static inline vf32 vf32_scalef(vf32 p, vf32 n) { return _mm512_scalef_ps(p, n); }
+#endif
 static inline vi32 vf32_as_i32(vf32 a) { return _mm512_castps_si512(a); }
 static inline vf32 vi32_as_f32(vi32 a) { return _mm512_castsi512_ps(a); }
 static inline vi32 vi32_set1(int32_t x) { return _mm512_set1_epi32(x); }
@@ -432,8 +437,14 @@ static inline void vf32_storeu_bf16_rne(uint16_t *p, vf32 v) {
 /* Whether none of the 32 half elements at p has its exponent field `expo` all ones (bf16 0x7F80, fp16
  * 0x7C00: inf or NaN). */
 static inline int vhalf32_finite(const uint16_t *p, uint16_t expo) {
+#ifdef WAVEPE_SIMDE_AVX512 /* SIMDe has no native alias of _mm512_cmpeq_epi16_mask */
+    for (int i = 0; i < 32; ++i)
+        if ((p[i] & expo) == expo) return 0;
+    return 1;
+#else
     const __m512i e = _mm512_set1_epi16((short)expo);
     return _mm512_cmpeq_epi16_mask(_mm512_and_si512(_mm512_loadu_si512((const void *)p), e), e) == 0;
+#endif
 }
 #endif
 

@@ -81,6 +81,28 @@ static inline vf32 vf32_exp_softmax(vf32 x) {
     return vf32_mul(p, vi32_as_f32(vi32_slli(vi32_add(vf32_cvt_i32(n), vi32_set1(127)), 23)));
 }
 
+#ifndef WP_HAS_VF32_SCALEF
+/* p * 2^n for integral n in [-127, 127] (n = -127 gives +0.0) */
+static inline vf32 vf32_scalef(vf32 p, vf32 n) { return vf32_mul(p, vf32_pow2i(vf32_cvt_i32(n))); }
+#endif
+
+/* exp(x) for softmax weights rounded to bf16 or float16 right after (the tiles' P), x <= 0 or NaN: one
+ * ln 2 constant and Taylor to degree 5, relative error < 4e-6 -- far below those types' half ulp (2^-9,
+ * 2^-12) and below what the row sums need -- in ten vector operations where exp_softmax spends about
+ * seventeen.  -inf gives 0, NaN stays NaN (vf32_max returns its second operand when it is NaN). */
+static inline vf32 vf32_exp_weights16(vf32 x) {
+    const vf32 xc = vf32_max(vf32_set1(-88.0f), x);
+    const vf32 n = vf32_round(vf32_mul(xc, vf32_set1(1.44269504088896341f)));
+    const vf32 r = vf32_fnmadd(n, vf32_set1(0.693147180559945309f), xc); /* |r| <= 0.3466 */
+    vf32 p = vf32_set1(1.0f / 120.0f);
+    p = vf32_fmadd(p, r, vf32_set1(1.0f / 24.0f));
+    p = vf32_fmadd(p, r, vf32_set1(1.0f / 6.0f));
+    p = vf32_fmadd(p, r, vf32_set1(0.5f));
+    p = vf32_fmadd(p, r, vf32_set1(1.0f));
+    p = vf32_fmadd(p, r, vf32_set1(1.0f));
+    return vf32_scalef(p, n);
+}
+
 /* tanh(x) (the attention's logit soft-cap): |x| < 0.3 by the odd Taylor polynomial to x^11
  * (truncation below 1e-9 relative there); elsewhere (1 - e) / (1 + e), e = exp(-2|x|) in [0, 0.55]
  * -- no overflow, +-1 for large |x| --, within a few ulp (1 - e >= 0.45 loses at most a bit), the sign
