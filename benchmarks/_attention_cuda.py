@@ -27,7 +27,7 @@ from wavepe import RopeConfig, WaveletConfig
 from wavepe.ops.attention import plain_attention
 from wavepe.ops.relbias import plain_rel_bias
 
-from _harness import compare, print_table, write_json
+from _harness import compare, flex_with_bias, print_table, write_json
 
 B, H, D = 1, 32, 128
 DTYPE = torch.bfloat16
@@ -39,20 +39,6 @@ def _flash(q, k, v, causal=True):
 
     with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
         return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
-
-
-def _flex_with_bias(q, k, v, bias):
-    """FlexAttention reading a precomputed (B, H, L, L) bias in its score_mod, causal block mask."""
-    from torch.nn.attention.flex_attention import create_block_mask, flex_attention
-
-    L = q.shape[2]
-    block_mask = create_block_mask(lambda b, h, qi, ki: qi >= ki, None, None, L, L, device=q.device)
-    flex = torch.compile(flex_attention, dynamic=False)
-
-    def score_mod(score, b, h, qi, ki):
-        return score + bias[b, h, qi, ki]
-
-    return lambda: flex(q, k, v, score_mod=score_mod, block_mask=block_mask)
 
 
 def _inputs(L: int, grad: bool = False):
@@ -87,7 +73,7 @@ def bench_lengths(lengths, cfg, quick: bool) -> list[dict]:
             bias = plain_rel_bias(q, table, r_lo=r_lo, q_offset=0, k_len=L, causal=True, clamp=False)
             bias = (bias * scale).contiguous()
             try:
-                fns["flex_bias"] = _flex_with_bias(q, k, v, bias)
+                fns["flex_bias"] = flex_with_bias(q, k, v, bias)
                 fns["flex_bias"]()  # compile outside the timing
             except Exception as exc:  # noqa: BLE001 - report, do not abort the other figures
                 print(f"FlexAttention unavailable at L={L}: {exc}")

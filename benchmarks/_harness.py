@@ -94,6 +94,23 @@ def print_table(title: str, header: Sequence[str], rows: Sequence[Sequence[Any]]
     return text
 
 
+def flex_with_bias(q, k, v, bias) -> Callable[[], Any]:
+    """FlexAttention (compiled, static shapes) reading a precomputed (B, H, L, L) bias in its ``score_mod``, with a
+    causal block mask: the peer of the fused kernel's bias on any device.  Call it once outside the timing: that
+    call compiles."""
+    import torch
+    from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+
+    L = q.shape[2]
+    block_mask = create_block_mask(lambda b, h, qi, ki: qi >= ki, None, None, L, L, device=q.device)
+    flex = torch.compile(flex_attention, dynamic=False)
+
+    def score_mod(score, b, h, qi, ki):
+        return score + bias[b, h, qi, ki]
+
+    return lambda: flex(q, k, v, score_mod=score_mod, block_mask=block_mask)
+
+
 def write_json(name: str, payload: dict[str, Any]) -> str:
     """Write ``benchmarks/results/<name>.<isa>.json`` with date and machine added.
 
