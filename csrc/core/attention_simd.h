@@ -1648,7 +1648,9 @@ static int FN(work_alloc)(FN(work) * w, const wavepe_attention_plan *p, int64_t 
             attn_aligned_free(w->block);
             return WAVEPE_E_NOMEM;
         }
-        memset(tb, 0, (size_t)ttotal * 4);
+        /* the forward's S, P and bias windows (tsc, tp, tg) are written before they are read, or read only in
+         * lanes that are selected away (tiles_group_scores, group_softmax, tiles_scores' margins): not cleared */
+        memset(tb, 0, (size_t)(bwd ? ttotal : tsizes[0] + tsizes[1] + tsizes[2] + tsizes[3]) * 4);
         w->tblock = tb;
         int64_t off = 0;
         w->ta = (uint16_t *)(tb + off * 4), off += tsizes[0];
