@@ -17,6 +17,10 @@ enum { ATTN_KIND_SCALAR = 0, ATTN_KIND_TILED = 1, ATTN_KIND_DECODE = 2 };
 #define ATTN_MAX_TABLE_SLOTS 8
 /* Key rows per phase-1 unit of the GQA dk/dv reduction. */
 #define ATTN_KV_REDUCE_ROWS 64
+/* The amx forward's per-thread cache of packed key blocks (attention_simd.h, tiles_block_operands): at most
+ * this many bytes (16 MiB: 16384 keys of d = 128 at 2 x 2 bytes a key element); longer sequences pack per
+ * query block as before. */
+#define ATTN_KV_CACHE_BYTES ((int64_t)16 << 20)
 
 /* Tiling of the vector kernels (attention_simd.h).  A micro-tile is MR rows x
  * NR = 2 vectors of accumulators (12 vector registers); NR is 2 * the lanes

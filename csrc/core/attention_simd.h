@@ -559,6 +559,13 @@ typedef struct {
     int groups_late;   /* the forward's groups are not packed for the vector kernels yet (pack_groups_late) */
     const S *groups_q; /* their first query row */
     void *tblock;
+    /* the forward's packed key blocks of one (batch, kv head), kept across the thread's units (which run
+     * that head's query blocks one after another): block n0 = slot * ATTN_FBN packed whole (its keys up to
+     * n), once, instead of once per query block.  NULL when too large (ATTN_KV_CACHE_BYTES) */
+    uint32_t *kvc;
+    int64_t kvc_bh, kvc_slots, kvc_stride; /* the (b, kv head) cached (-1: none); slots; uint32 per slot */
+    signed char *kvc_state;                /* per slot: 0 not packed, 1 packed, 2 packed, not finite */
+    uint32_t *tk0, *tv0;                   /* the scratch tk / tv, for blocks the cache does not hold */
 #endif
 #if defined(ATTN_TILES_BWD)
     /* the backward's accumulating products on tiles (tiles_block_backward; NULL where they do not run) */
@@ -1409,6 +1416,32 @@ static int FN(tiles_pack_block)(FN(work) * w, const FN(kblock) * kb, int backwar
                              kb->masked ? w->kpm : NULL);
 }
 
+/* Point w->tk / w->tv at key block kb's tile operands for (b, kv head hk): from the thread's cache when the
+ * block starts a slot (packed there first if it is not yet: the whole block, keys up to n, so that every
+ * query block that reaches it can read it -- keys past what its rows see meet only P = 0 and columns of S
+ * nobody reads), else packed into the scratch.  Returns 0 when the block must run the vector kernels. */
+static int FN(tiles_block_operands)(FN(work) * w, const FN(kblock) * kb, int64_t b, int64_t hk) {
+    const int64_t slot = kb->n0 / ATTN_FBN;
+    if (w->kvc == NULL || kb->n0 % ATTN_FBN != 0 || slot >= w->kvc_slots) {
+        w->tk = w->tk0, w->tv = w->tv0;
+        return FN(tiles_pack_block)(w, kb, 0);
+    }
+    const int64_t bh = b * w->p->a.kv_heads + hk;
+    if (bh != w->kvc_bh) {
+        memset(w->kvc_state, 0, (size_t)w->kvc_slots);
+        w->kvc_bh = bh;
+    }
+    w->tk = w->kvc + slot * w->kvc_stride;
+    w->tv = w->tk + w->tk2 * ATTN_BNMAX;
+    if (w->kvc_state[slot] == 0) {
+        FN(kblock) whole = *kb;
+        const int64_t n = w->p->a.n;
+        whole.nk = n - kb->n0 < ATTN_FBN ? n - kb->n0 : ATTN_FBN;
+        w->kvc_state[slot] = FN(tiles_pack_block)(w, &whole, 0) ? 1 : 2;
+    }
+    return w->kvc_state[slot] == 1;
+}
+
 #if defined(WP_TYPE_F16)
 /* rows x cols of o (rows of stride cols) times the power of two f: exact. */
 static void FN(tiles_scale_rows)(T *o, int64_t rows, int64_t cols, T f) {
@@ -1509,7 +1542,7 @@ static void FN(rows_over_keys)(FN(work) * w, FN(group) * groups, int64_t ngroups
         kb.masked = a->key_padding_mask != NULL;
         if (kb.masked && FN(load_kpm)(w, b, n0, kb.nk) == 0) continue;
 #if defined(ATTN_TILES)
-        if (wide && w->tiles_rows && FN(tiles_pack_block)(w, &kb, 0)) {
+        if (wide && w->tiles_rows && FN(tiles_block_operands)(w, &kb, b, hk)) {
             FN(tiles_block_forward)(w, groups, ngroups, &kb);
             continue;
         }
@@ -1533,6 +1566,8 @@ static void FN(work_free)(FN(work) * w) {
     attn_aligned_free(w->block);
 #if defined(ATTN_TILES)
     attn_aligned_free(w->tblock);
+    attn_aligned_free(w->kvc);
+    free(w->kvc_state);
 #endif
 }
 
@@ -1661,6 +1696,19 @@ static int FN(work_alloc)(FN(work) * w, const wavepe_attention_plan *p, int64_t 
         w->tdp = tsizes[5] ? (float *)(tb + off * 4) : NULL, off += tsizes[5];
         w->tp = tsizes[6] ? (uint16_t *)(tb + off * 4) : NULL, off += tsizes[6];
         w->tg = (float *)(tb + off * 4), off += tsizes[7];
+        w->tk0 = w->tk, w->tv0 = w->tv, w->kvc_bh = -1;
+        const int64_t slots = (p->a.n + ATTN_FBN - 1) / ATTN_FBN, stride = tsizes[2] + tsizes[3];
+        if (!bwd && p->a.key_padding_mask == NULL && slots <= ATTN_KV_CACHE_BYTES / 4 / stride) {
+            w->kvc = attn_aligned_alloc((size_t)(slots * stride) * 4);
+            w->kvc_state = malloc((size_t)slots);
+            if (w->kvc == NULL || w->kvc_state == NULL) { /* run without it */
+                attn_aligned_free(w->kvc);
+                free(w->kvc_state);
+                w->kvc = NULL, w->kvc_state = NULL;
+            } else {
+                w->kvc_slots = slots, w->kvc_stride = stride;
+            }
+        }
 #if defined(ATTN_TILES_BWD)
         if (bwd) {
             w->tqt = (uint16_t *)(tb + off * 4), off += tsizes[8];
