@@ -1568,6 +1568,7 @@ static void FN(work_free)(FN(work) * w) {
     attn_aligned_free(w->tblock);
     attn_aligned_free(w->kvc);
     free(w->kvc_state);
+    wavepe_tiles_release(); /* the kernel's end on this thread */
 #endif
 }
 

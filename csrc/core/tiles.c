@@ -105,8 +105,9 @@ static int self_check(int type) {
         }
     for (int i = 0; i < 32 * 32; ++i) want[i] = got[i] = (float)(i % 5) - 2.0f;
     wavepe_tile_gemm_emulated(type, 32, 32, 16, a, 32, b, 32, want, 32, 1);
-    if (!wavepe_tile_gemm_amx(type, 32, 32, 16, a, 32, b, 32, got, 32, 1)) return 0;
-    return memcmp(want, got, sizeof want) == 0;
+    const int ran = wavepe_tile_gemm_amx(type, 32, 32, 16, a, 32, b, 32, got, 32, 1);
+    wavepe_tiles_release_amx();
+    return ran && memcmp(want, got, sizeof want) == 0;
 }
 
 /* bit 0: AMX-BF16 usable, bit 1: AMX-FP16 usable; -1 not decided yet.  why: the refusal. */
@@ -157,6 +158,12 @@ int wavepe_tiles_mode(int type) {
     const int bits = hardware_bits();
     if (bits == 0) return WAVEPE_TILES_EMULATED;
     return (bits >> (type == WAVEPE_TILE_F16 ? 1 : 0)) & 1 ? WAVEPE_TILES_HARDWARE : WAVEPE_TILES_NONE;
+}
+
+void wavepe_tiles_release(void) {
+#if (defined(__x86_64__) || defined(_M_X64)) && !defined(WAVEPE_SIMDE_AVX512)
+    wavepe_tiles_release_amx();
+#endif
 }
 
 void wavepe_tile_gemm(int type, int64_t M, int64_t N, int64_t K2, const uint16_t *A, int64_t lda, const uint32_t *B,

@@ -42,6 +42,11 @@ enum { WAVEPE_TILES_NONE = 0, WAVEPE_TILES_HARDWARE = 1, WAVEPE_TILES_EMULATED =
 void wavepe_tile_gemm(int type, int64_t M, int64_t N, int64_t K2, const uint16_t *A, int64_t lda, const uint32_t *B,
                       int64_t ldb, float *C, int64_t ldc, int accumulate);
 
+/* Give the calling thread's tile state back (tilerelease) where its products loaded the tile
+ * configuration: wavepe_tile_gemm leaves it loaded between calls (ldtilecfg cost a twentieth of the
+ * products' time when loaded per call), so a kernel calls this when it finishes.  A no-op otherwise. */
+void wavepe_tiles_release(void);
+
 /* The emulation, whatever the CPU (tests compare the two). */
 void wavepe_tile_gemm_emulated(int type, int64_t M, int64_t N, int64_t K2, const uint16_t *A, int64_t lda,
                                const uint32_t *B, int64_t ldb, float *C, int64_t ldc, int accumulate);
@@ -59,6 +64,7 @@ int wavepe_tiles_hardware(const char **why);
 /* tiles_amx.c: the instructions (0 when this build has no AMX code: a SIMDe test build). */
 int wavepe_tile_gemm_amx(int type, int64_t M, int64_t N, int64_t K2, const uint16_t *A, int64_t lda, const uint32_t *B,
                          int64_t ldb, float *C, int64_t ldc, int accumulate);
+void wavepe_tiles_release_amx(void);
 #endif
 
 #ifdef __cplusplus

@@ -5,7 +5,8 @@
  * Eight tile registers, each configured 16 rows x 64 bytes: tmm0-3 accumulate a 2 x 2 block of C
  * (32 x 32 float32), tmm4-5 hold two 16-row slices of A (16 x 32 half elements), tmm6-7 two 16-column
  * slices of B (16 pair rows x 16 columns).  The configuration is per thread and neither caller- nor
- * callee-saved: each call loads it and releases the tiles before returning.  GCC's AMX intrinsics header
+ * callee-saved: the first call on a thread loads it, later calls find it loaded (a thread-local flag),
+ * and wavepe_tiles_release_amx (the kernels' end, tiles.h) gives the tiles back.  GCC's AMX intrinsics header
  * (before GCC 13) declares no memory operand for tileloadd / tilestored / ldtilecfg, so compiler
  * barriers keep the stores of the operands before the loads, and the loads of C after the stores.
  * tdpfp16ps (AMX-FP16, Granite Rapids) has no intrinsic in GCC 12: it is spelled in bytes, with its
@@ -28,14 +29,26 @@ typedef struct {
 #define TDPFP16PS_(c, a, b) __asm__ volatile(".byte 0xc4, 0xe2, %c0, 0x5c, %c1" ::"i"(((~(b) & 15) << 3) | 3), \
                                              "i"(0xc0 | ((c) << 3) | (a)))
 
+static _Thread_local int configured; /* this thread's tiles hold tile_config */
+
+void wavepe_tiles_release_amx(void) {
+    if (configured) {
+        _tile_release();
+        configured = 0;
+    }
+}
+
 int wavepe_tile_gemm_amx(int type, int64_t M, int64_t N, int64_t K2, const uint16_t *A, int64_t lda, const uint32_t *B,
                          int64_t ldb, float *C, int64_t ldc, int accumulate) {
-    tile_config cfg;
-    memset(&cfg, 0, sizeof cfg);
-    cfg.palette_id = 1;
-    for (int t = 0; t < 8; ++t) cfg.rows[t] = 16, cfg.colsb[t] = 64;
-    TILE_BARRIER();
-    _tile_loadconfig(&cfg);
+    if (!configured) {
+        tile_config cfg;
+        memset(&cfg, 0, sizeof cfg);
+        cfg.palette_id = 1;
+        for (int t = 0; t < 8; ++t) cfg.rows[t] = 16, cfg.colsb[t] = 64;
+        TILE_BARRIER();
+        _tile_loadconfig(&cfg);
+        configured = 1;
+    }
     const int64_t sa = lda * 2, sb = ldb * 4, sc = ldc * 4; /* strides in bytes */
     for (int64_t m = 0; m < M; m += 32) {
         const int two_m = m + 16 < M;
@@ -80,7 +93,6 @@ int wavepe_tile_gemm_amx(int type, int64_t M, int64_t N, int64_t K2, const uint1
             TILE_BARRIER();
         }
     }
-    _tile_release();
     return 1;
 }
 #else
@@ -89,4 +101,5 @@ int wavepe_tile_gemm_amx(int type, int64_t M, int64_t N, int64_t K2, const uint1
     (void)type, (void)M, (void)N, (void)K2, (void)A, (void)lda, (void)B, (void)ldb, (void)C, (void)ldc, (void)accumulate;
     return 0; /* no AMX code in this build (SIMDe, or a compiler without -mamx-tile): tiles.c emulates */
 }
+void wavepe_tiles_release_amx(void) {}
 #endif
