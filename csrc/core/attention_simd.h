@@ -1178,7 +1178,7 @@ static void FN(group_softmax)(const wavepe_attention_plan *p, const FN(kblock) *
             }
             for (int64_t j = (n + VL - 1) / VL * VL; j < jround; j += VL) V(storeu)(row + j, V(zero)());
         }
-        const T corr = (T)exp((double)(m_old - m_new));
+        const T corr = m_old == m_new ? (T)1 : (T)exp((double)(m_old - m_new)); /* the max mostly stays put */
         lst[t] = lst[t] * corr + V(hsum)(vsum);
         if (corr != (T)1) {
             const VT vc = V(set1)(corr);
