@@ -1838,7 +1838,7 @@ static void FN(finish_rows)(FN(work) * w, int64_t b, int64_t h, int64_t m0, int6
 int FN(attn_fwd_tiled)(wavepe_attention_plan *p, int64_t begin, int64_t end) {
     const wavepe_attention_args *a = &p->a;
     FN(work) w;
-    int status = FN(work_alloc)(&w, p, ATTN_FBM);
+    int status = FN(work_alloc)(&w, p, a->m < ATTN_FBM ? a->m : ATTN_FBM); /* sized (and cleared) for the rows a unit has */
     if (status != WAVEPE_OK) return status;
     FN(group) groups[ATTN_FBM / ATTN_MR];
     for (int64_t u = begin; u < end; ++u) {
