@@ -424,7 +424,11 @@ def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: Any, *, pos_
     if position_ids is not None and plan.key_padding_mask is None and plan.documents is None and causal \
             and m == n and m > 1 and plan.q_offset == 0 and position_ids.dim() == 2 and position_ids.shape[-1] == m:
         if plan.dense_mask is None:
-            plan = _Plan(0, documents=documents_of(position_ids.expand(b, m)), window=plan.window)
+            # on the CPU (no device sync to pay) positions that advance by one everywhere -- one document a row,
+            # every unpacked prefill -- keep the plain causal plan: no per-layer document scan, no cu_seqlens
+            if position_ids.device.type != "cpu" or _compiling() or \
+                    not bool((position_ids[:, 1:] == position_ids[:, :-1] + 1).all()):
+                plan = _Plan(0, documents=documents_of(position_ids.expand(b, m)), window=plan.window)
         else:  # a dense mask (an eager mask, a custom one), maybe made without the packing
             dense = plan.dense_mask
             keep = dense[:, 0] if dense.dtype == torch.bool else dense[:, 0] > torch.finfo(dense.dtype).min / 2
