@@ -1576,6 +1576,11 @@ static void FN(work_free)(FN(work) * w) {
 static int FN(work_alloc)(FN(work) * w, const wavepe_attention_plan *p, int64_t rows) {
     memset(w, 0, sizeof(*w));
     w->p = p;
+#if defined(ATTN_TILES)
+    /* the kernel's first product loads the tile configuration afresh: whatever ran on this thread since the
+     * last kernel (oneDNN's AMX kernels in torch, say) may have loaded its own */
+    wavepe_tiles_release();
+#endif
     const int64_t d = p->a.d, dpad = p->dpad;
     const int64_t rpad = (rows + ATTN_MR - 1) / ATTN_MR * ATTN_MR;
     const int64_t bwd = p->backward;
