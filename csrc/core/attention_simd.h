@@ -1123,24 +1123,51 @@ static void FN(group_softmax)(const wavepe_attention_plan *p, const FN(kblock) *
         const int64_t jb = jl[t] / VL * VL; /* P below it is never read (rows_times_panels, row_pv) */
         /* [ji0, ji1): whole vectors of keys the row sees (none with a key-padding mask), no lane to select */
         const int64_t ji0 = (jl[t] + VL - 1) / VL * VL, ji1 = kb->masked ? ji0 : (n / VL * VL > ji0 ? n / VL * VL : ji0);
-        for (int64_t j = jb; j < n; j += VL) {
-            VT x = V(loadu)(row + j);
-            if (capped) x = V(mul)(vcap, V(tanh)(V(mul)(x, vicap)));
-            if (j >= ji0 && j < ji1) {
-                if (capped) V(storeu)(row + j, x);
-                any_nan = M(or)(any_nan, V(isnan)(x));
-                any_kept = M(first)(VL);
-                vmax = V(max)(vmax, x);
-                continue;
+        int64_t j = jb;
+        /* a vector at the row's edges: lanes the row does not see become -inf */
+#define ATTN_MAX_EDGE()                                                                           \
+    do {                                                                                          \
+        VT x = V(loadu)(row + j);                                                                 \
+        if (capped) x = V(mul)(vcap, V(tanh)(V(mul)(x, vicap)));                                   \
+        MT keep = FN(lanes_within)(j, jl[t], n);                                                  \
+        if (kb->masked) keep = M(and)(keep, V(cmpeq)(V(loadu)(kpm + j), V(zero)()));             \
+        x = V(blend)(keep, ninf, x);                                                              \
+        V(storeu)(row + j, x);                                                                    \
+        any_nan = M(or)(any_nan, V(isnan)(x));                                                    \
+        any_kept = M(or)(any_kept, keep);                                                         \
+        vmax = V(max)(vmax, x);                                                                   \
+    } while (0)
+        for (; j < n && j < ji0; j += VL) ATTN_MAX_EDGE();
+        if (j < ji1) {
+            any_kept = M(first)(VL);
+            VT vmax2 = ninf; /* two chains: the max's latency, not its throughput, bounded one */
+            MT nan2 = M(first)(0);
+            if (capped)
+                for (; j < ji1; j += VL) {
+                    const VT x = V(mul)(vcap, V(tanh)(V(mul)(V(loadu)(row + j), vicap)));
+                    V(storeu)(row + j, x);
+                    any_nan = M(or)(any_nan, V(isnan)(x));
+                    vmax = V(max)(vmax, x);
+                }
+            else {
+                for (; j + VL < ji1; j += 2 * VL) {
+                    const VT x = V(loadu)(row + j), y = V(loadu)(row + j + VL);
+                    any_nan = M(or)(any_nan, V(isnan)(x));
+                    nan2 = M(or)(nan2, V(isnan)(y));
+                    vmax = V(max)(vmax, x);
+                    vmax2 = V(max)(vmax2, y);
+                }
+                for (; j < ji1; j += VL) {
+                    const VT x = V(loadu)(row + j);
+                    any_nan = M(or)(any_nan, V(isnan)(x));
+                    vmax = V(max)(vmax, x);
+                }
             }
-            MT keep = FN(lanes_within)(j, jl[t], n);
-            if (kb->masked) keep = M(and)(keep, V(cmpeq)(V(loadu)(kpm + j), V(zero)()));
-            x = V(blend)(keep, ninf, x);
-            V(storeu)(row + j, x);
-            any_nan = M(or)(any_nan, V(isnan)(x));
-            any_kept = M(or)(any_kept, keep);
-            vmax = V(max)(vmax, x);
+            any_nan = M(or)(any_nan, nan2);
+            vmax = V(max)(vmax, vmax2);
         }
+        for (; j < n; j += VL) ATTN_MAX_EDGE();
+#undef ATTN_MAX_EDGE
         const T mx = M(bits)(any_nan) ? (T)NAN : V(hmax)(vmax);
         const T m_old = mst[t];
         const T m_new = mx > m_old || mx != mx ? mx : m_old;
@@ -1161,7 +1188,7 @@ static void FN(group_softmax)(const wavepe_attention_plan *p, const FN(kblock) *
         if (pout != NULL) {
             uint16_t *prow = pout + t * ATTN_BNMAX;
             const int64_t jend = (n + VL - 1) / VL * VL;
-            memset(prow, 0, sizeof(uint16_t) * (size_t)jb);
+            if (jb > 0) memset(prow, 0, sizeof(uint16_t) * (size_t)jb);
             for (int64_t j = jb; j < n; j += VL) {
                 const VT e = V(exp_weights16)(V(sub)(V(loadu)(row + j), vm)); /* masked lanes: exp(-inf) = 0 */
                 ATTN_TILE_P_STORE(prow + j, e);
@@ -1583,6 +1610,8 @@ static int FN(work_alloc)(FN(work) * w, const wavepe_attention_plan *p, int64_t 
 #endif
     const int64_t d = p->a.d, dpad = p->dpad;
     const int64_t rpad = (rows + ATTN_MR - 1) / ATTN_MR * ATTN_MR;
+    /* o's rows: whole groups, and whole 16-row tiles where P V runs on tiles (it writes up16(rows) rows) */
+    const int64_t orows = rpad > (rows + 15) / 16 * 16 ? rpad : (rows + 15) / 16 * 16;
     const int64_t bwd = p->backward;
     const int64_t dgt_ld = ATTN_BBM + ATTN_BBN + 2 * NR;
 #if defined(ATTN_DPBF16)
@@ -1605,7 +1634,7 @@ static int FN(work_alloc)(FN(work) * w, const wavepe_attention_plan *p, int64_t 
         ATTN_MR * ATTN_GLD,                 /* g */
         ATTN_MR * ATTN_ALD,                 /* al */
         ATTN_BNMAX + NR,                    /* kpm */
-        bwd ? 0 : rpad * dpad,              /* o */
+        bwd ? 0 : orows * dpad,             /* o */
         rpad, rpad,                         /* mst, lst */
         bwd ? ATTN_BBM * dpad : 0,          /* dqa */
         bwd ? ATTN_BBN * dpad : 0,          /* dka */
