@@ -88,6 +88,25 @@ def test_forward_planted_values_match_oracle(isa, data, pos_enc, dtype, m, extra
     _assert_same(got.double().numpy(), want, rtol[dtype], atol)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("m", [17, 250])
+def test_rows_whose_scores_are_all_neg_inf_are_nan_for_any_row_count(isa, dtype, m):
+    """An infinite key that every row sees, the only key the first rows see: a row whose q meets it with a
+    negative sign has every score -inf (NaN out, as 0/0 in the formula), the others +inf (NaN too).  M not a
+    multiple of 16 nor of 6: the tiles' P V once wrote its padding rows over the row sums there, and turned
+    the -0.0 that marks "every score -inf" into +0.0 (a finite 0 row)."""
+    b, h, d = 1, 2, 16
+    g = torch.Generator().manual_seed(m)
+    q, k, v = (torch.randn(b, h, m, d, generator=g, dtype=torch.float64) for _ in range(3))
+    k[:, :, 0, 0] = float("inf")
+    q[:, :, 0, 0] = -1.0  # row 0 sees key 0 only: its one score is -inf
+    want = ref.attention(q.to(dtype).double().numpy(), k.to(dtype).double().numpy(), v.to(dtype).double().numpy(),
+                         causal=True)
+    got = wo.wavelet_attention(q.to(dtype), k.to(dtype), v.to(dtype), pos_enc="nope").double().numpy()
+    assert np.isnan(want[0, :, 0]).all()
+    _assert_same(got, want, 2e-5 + 2.0**-8, 2e-5 + pv_atol(dtype, v))
+
+
 @pytest.mark.parametrize("pos_enc", ["wavelet", "alibi", "none"])
 @pytest.mark.parametrize("bad", BAD)
 def test_masked_keys_never_reach_outputs_or_gradients(isa, pos_enc, bad):
