@@ -17,10 +17,11 @@ enum { ATTN_KIND_SCALAR = 0, ATTN_KIND_TILED = 1, ATTN_KIND_DECODE = 2 };
 #define ATTN_MAX_TABLE_SLOTS 8
 /* Key rows per phase-1 unit of the GQA dk/dv reduction. */
 #define ATTN_KV_REDUCE_ROWS 64
-/* The amx forward's per-thread cache of packed key blocks (attention_simd.h, tiles_block_operands): at most
- * this many bytes (16 MiB: 16384 keys of d = 128 at 2 x 2 bytes a key element); longer sequences pack per
- * query block as before. */
-#define ATTN_KV_CACHE_BYTES ((int64_t)16 << 20)
+/* The amx forward's per-thread cache of packed key blocks (attention_simd.h, kv_cache_alloc), for threads
+ * that run two units or more: at most this many bytes a thread (8 MiB: 8192 keys of d = 128 at 2 x 2 bytes a
+ * key element; on a machine of many threads, units per thread are few and so are caches); longer sequences
+ * pack per query block. */
+#define ATTN_KV_CACHE_BYTES ((int64_t)8 << 20)
 
 /* Tiling of the vector kernels (attention_simd.h).  A micro-tile is MR rows x
  * NR = 2 vectors of accumulators (12 vector registers); NR is 2 * the lanes

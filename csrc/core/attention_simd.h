@@ -1732,18 +1732,7 @@ static int FN(work_alloc)(FN(work) * w, const wavepe_attention_plan *p, int64_t 
         w->tp = tsizes[6] ? (uint16_t *)(tb + off * 4) : NULL, off += tsizes[6];
         w->tg = (float *)(tb + off * 4), off += tsizes[7];
         w->tk0 = w->tk, w->tv0 = w->tv, w->kvc_bh = -1;
-        const int64_t slots = (p->a.n + ATTN_FBN - 1) / ATTN_FBN, stride = tsizes[2] + tsizes[3];
-        if (!bwd && p->a.key_padding_mask == NULL && slots <= ATTN_KV_CACHE_BYTES / 4 / stride) {
-            w->kvc = attn_aligned_alloc((size_t)(slots * stride) * 4);
-            w->kvc_state = malloc((size_t)slots);
-            if (w->kvc == NULL || w->kvc_state == NULL) { /* run without it */
-                attn_aligned_free(w->kvc);
-                free(w->kvc_state);
-                w->kvc = NULL, w->kvc_state = NULL;
-            } else {
-                w->kvc_slots = slots, w->kvc_stride = stride;
-            }
-        }
+        w->kvc_stride = bwd ? 0 : tsizes[2] + tsizes[3]; /* kv_cache_alloc's slot: a tk and a tv */
 #if defined(ATTN_TILES_BWD)
         if (bwd) {
             w->tqt = (uint16_t *)(tb + off * 4), off += tsizes[8];
@@ -1764,6 +1753,27 @@ static int FN(work_alloc)(FN(work) * w, const wavepe_attention_plan *p, int64_t 
 #endif
     return WAVEPE_OK;
 }
+
+#if defined(ATTN_TILES)
+/* The forward's cache of packed key blocks (tiles_block_operands), for a thread that runs several units
+ * (query blocks; a range of one would pack each block once anyway): at most ATTN_KV_CACHE_BYTES, not with a
+ * key-padding mask (a block's packing depends on it); without it where memory is short. */
+static void FN(kv_cache_alloc)(FN(work) * w) {
+    const wavepe_attention_plan *p = w->p;
+    const int64_t slots = (p->a.n + ATTN_FBN - 1) / ATTN_FBN, stride = w->kvc_stride;
+    if (w->tblock == NULL || stride == 0 || p->a.key_padding_mask != NULL || slots > ATTN_KV_CACHE_BYTES / 4 / stride)
+        return;
+    w->kvc = attn_aligned_alloc((size_t)(slots * stride) * 4);
+    w->kvc_state = malloc((size_t)slots);
+    if (w->kvc == NULL || w->kvc_state == NULL) {
+        attn_aligned_free(w->kvc);
+        free(w->kvc_state);
+        w->kvc = NULL, w->kvc_state = NULL;
+        return;
+    }
+    w->kvc_slots = slots;
+}
+#endif
 
 /* Start the online softmax of rows [0, rows). */
 static void FN(state_reset)(FN(work) * w, int64_t rows) {
@@ -1874,6 +1884,9 @@ int FN(attn_fwd_tiled)(wavepe_attention_plan *p, int64_t begin, int64_t end) {
     FN(work) w;
     int status = FN(work_alloc)(&w, p, a->m < ATTN_FBM ? a->m : ATTN_FBM); /* sized (and cleared) for the rows a unit has */
     if (status != WAVEPE_OK) return status;
+#if defined(ATTN_TILES)
+    if (end - begin >= 2) FN(kv_cache_alloc)(&w);
+#endif
     FN(group) groups[ATTN_FBM / ATTN_MR];
     for (int64_t u = begin; u < end; ++u) {
         /* zigzag the query blocks so that a contiguous range of units mixes
