@@ -5,6 +5,7 @@
 #   make test    build, then run the test suite (the README's test command)
 #   make build   (re)build the extensions in place: only what changed since the last build
 #   make ctest   the C core's test driver under AddressSanitizer + UBSan
+#   make ctest-release   the same tests built with the package's own flags (-O3, no sanitizers)
 #   make ctest-aarch64   the same, cross-compiled for AArch64 and run under qemu-user (scalar + NEON)
 #   make bench   the benchmark scripts (print tables, write benchmarks/results/*.json)
 
@@ -37,7 +38,7 @@ BUILD_INPUTS := setup.py pyproject.toml MANIFEST.in $(wildcard python/wavepe/_bu
                 $(shell find csrc -type f -not -path 'csrc/core/tests/*')
 BUILT        := $(VENV)/.build-stamp
 
-.PHONY: venv build test demo ctest ctest-simde ctest-aarch64 bench clean
+.PHONY: venv build test demo ctest ctest-release ctest-simde ctest-aarch64 bench clean
 
 # The C test targets compile their objects JOBS at a time (a sanitized build of the vector kernels is
 # a few minutes of one core): $(call compile_each,DIR,SOURCES,COMMAND) runs COMMAND once per source,
@@ -72,6 +73,15 @@ ctest:
 	$(call compile_each,build/ctest,$$($(RECIPE) core-sources) $(CTEST_SRCS),$(CC) $(SAN_FLAGS) $$($(RECIPE) flags $$f) -Icsrc/core -c $$f -o $$o)
 	$(CC) $(SAN_FLAGS) -o build/ctest/test_core build/ctest/*.o -lm
 	./build/ctest/test_core
+
+# The same tests built as the package builds the core (the recipe's flags: -O3, no sanitizers): what
+# users run.  The sanitizers' -O1 build does not see what -O3's optimizations do to the code (a GCC 12
+# loop-distribution miscompile of the amx kernels failed here and passed `make ctest`).
+ctest-release:
+	rm -rf build/ctest-release && mkdir -p build/ctest-release
+	$(call compile_each,build/ctest-release,$$($(RECIPE) core-sources) $(CTEST_SRCS),$(CC) $$($(RECIPE) c-flags $$f) -g -Icsrc/core -c $$f -o $$o)
+	$(CC) -o build/ctest-release/test_core build/ctest-release/*.o -lm
+	./build/ctest-release/test_core
 
 # The same tests with the AVX-512 kernels compiled against SIMDe (for CPUs
 # without AVX-512: AVX-512 code must never land untested).

@@ -100,6 +100,7 @@ def test_recipe_command_line_for_the_makefile():
                                     cwd=ROOT, check=True).stdout.split()
     assert run("flags", "csrc/core/foo_avx512.c") == list(recipe.file_flags("foo_avx512.c"))
     assert run("flags", "csrc/core/foo.c") == []
+    assert run("c-flags", "csrc/core/foo_avx512.c") == recipe.c_flags("foo_avx512.c")  # what setup.py compiles with
     assert run("core-sources") == [os.path.relpath(p, ROOT) for p in recipe.core_sources(str(CSRC))]
     assert "--expt-relaxed-constexpr" in run("nvcc-flags")
 

@@ -615,12 +615,14 @@ def _main(argv: Iterable[str]) -> int:
         print(" ".join(os.path.relpath(p) for p in core_sources(os.path.normpath(root), *args[1:])))
     elif args[:1] == ["flags"] and len(args) == 2:
         print(" ".join(file_flags(args[1])))
+    elif args[:1] == ["c-flags"] and len(args) == 2:  # all of them, as the package's build compiles FILE
+        print(" ".join(c_flags(args[1])))
     elif args[:1] == ["nvcc-flags"]:
         print(" ".join(nvcc_flags()))
     elif args[:1] == ["cuda-archs"]:
         print(" ".join(cuda_archs()))
     else:
-        print("usage: recipe.py core-sources [ARCH] | flags FILE | nvcc-flags | cuda-archs", file=sys.stderr)
+        print("usage: recipe.py core-sources [ARCH] | flags FILE | c-flags FILE | nvcc-flags | cuda-archs", file=sys.stderr)
         return 2
     return 0
 
