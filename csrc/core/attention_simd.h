@@ -1089,122 +1089,198 @@ static void FN(rows_times_pairs)(FN(work) * w, const FN(group) * g, const FN(kbl
 
 /* ---- forward -------------------------------------------------------------------------------- */
 
-/* The online softmax of a group's rows over one key block: the scores in s (rows of stride ATTN_SLD,
- * the bias included) become P (masked lanes 0), the running max, sum and O rows are updated.  With pout
- * (the tiles' forward: rows of stride ATTN_BNMAX, pcols columns) P goes there instead, rounded to the
- * storage type times ATTN_TILE_P_SCALE (the row sums stay those of the unrounded weights), zero outside
- * the lanes a row's vectors cover -- one pass less over P than rounding it after. */
+/* Where group_softmax reads a group's scores: row t's score for key j is
+ *     scale * (src[t][j] + win[t][j]) + post[t][j]        (win, post: none where NULL)
+ * The vector kernels' scores come scaled, their bias in them (scale 1, neither row: P overwrites them in
+ * place); the tiles' are the block's S beside the bias window G, both unscaled, or S and ALiBi's rows --
+ * read where the products left them, not copied into one row first. */
+typedef struct {
+    const T *src[ATTN_MR], *win[ATTN_MR], *post[ATTN_MR];
+    T scale;
+} FN(score_rows);
+
+/* A row's scores at keys j .. j + VL - 1 as the max pass compares them: src + win, unscaled (the scale is
+ * > 0, so the maximum commutes with it), or, with a post row, the score itself. */
+static inline __attribute__((always_inline)) VT FN(score_z)(const T *src, const T *win, const T *post, VT vscale,
+                                                            int64_t j) {
+    VT z = V(loadu)(src + j);
+    if (win != NULL) z = V(add)(z, V(loadu)(win + j));
+    if (post != NULL) z = V(fmadd)(vscale, z, V(loadu)(post + j));
+    return z;
+}
+
+/* Lanes j .. j + VL - 1 that a row seeing keys [jl, n) keeps: inside that range, and not padding (kpm, the
+ * block's additive mask, where there is one). */
+static inline MT FN(kept_lanes)(int64_t j, int64_t jl, int64_t n, const T *kpm) {
+    const MT keep = FN(lanes_within)(j, jl, n);
+    return kpm != NULL ? M(and)(keep, V(cmpeq)(V(loadu)(kpm + j), V(zero)())) : keep;
+}
+
+/* The weights of a row's lanes from jl rounded down to a vector up to n: e = exp(u a + b) (base2: 2^), u the
+ * score before the scale (win added), the score (with post) or the capped score; lanes kept_lanes drops
+ * give 0 (selected: never arithmetic, a masked score may be NaN) -- only the vectors outside [ji0, ji1),
+ * whose lanes are all kept, select.  Stored to prow, or rounded to p16 (the tiles' P); returns the sum by
+ * lanes.  Inlined with constant flags: one loop per kind of row, no test inside it. */
+static inline __attribute__((always_inline)) VT FN(row_weights)(const T *src, const T *win, const T *post,
+                                                                const T *kpm, int64_t jl, int64_t n, int64_t ji0,
+                                                                int64_t ji1, int has_win, int has_post, int capped,
+                                                                VT vscale, VT vcap, VT vzmul, VT va, VT vb, int base2,
+                                                                T *prow, uint16_t *p16) {
+    const VT ninf = V(set1)(-(T)INFINITY);
+    VT vsum = V(zero)();
+    int64_t j = jl / VL * VL;
+#if !defined(ATTN_TILES)
+    (void)base2, (void)p16;
+#endif
+#define ATTN_WEIGHT(select)                                                                        \
+    do {                                                                                           \
+        VT u = FN(score_z)(src, has_win ? win : NULL, has_post ? post : NULL, vscale, j);          \
+        if (capped) u = V(mul)(vcap, V(tanh)(V(mul)(u, vzmul)));                                   \
+        if (select) u = V(blend)(FN(kept_lanes)(j, jl, n, kpm), ninf, u);                          \
+        ATTN_WEIGHT_STORE(V(fmadd)(u, va, vb));                                                    \
+    } while (0)
+#if defined(ATTN_TILES)
+#define ATTN_WEIGHT_STORE(arg)                                                                     \
+    do {                                                                                           \
+        VT e;                                                                                      \
+        if (base2) {                                                                               \
+            e = V(exp2_weights16)(arg);                                                            \
+            ATTN_TILE_P_STORE(p16 + j, e);                                                         \
+        } else {                                                                                   \
+            e = V(exp_softmax)(arg);                                                               \
+            V(storeu)(prow + j, e);                                                                \
+        }                                                                                          \
+        vsum = V(add)(vsum, e);                                                                    \
+    } while (0)
+#else
+#define ATTN_WEIGHT_STORE(arg)                                                                     \
+    do {                                                                                           \
+        const VT e = V(exp_softmax)(arg);                                                          \
+        V(storeu)(prow + j, e);                                                                    \
+        vsum = V(add)(vsum, e);                                                                    \
+    } while (0)
+#endif
+    for (; j < n && j < ji0; j += VL) ATTN_WEIGHT(1);
+    for (; j < ji1; j += VL) ATTN_WEIGHT(0);
+    for (; j < n; j += VL) ATTN_WEIGHT(1);
+#undef ATTN_WEIGHT_STORE
+#undef ATTN_WEIGHT
+    return vsum;
+}
+
+/* The online softmax of a group's rows over one key block (sr: the scores, keys jl[t] .. jv[t] of row t
+ * seen): P (masked lanes 0), the running max and sum and the O rows updated.  P goes to ps (the vector
+ * kernels: rows of stride ATTN_SLD, over the scores) or, with pout (the tiles' forward: rows of stride
+ * ATTN_BNMAX, pcols columns), rounded to the storage type times ATTN_TILE_P_SCALE (the row sums stay those
+ * of the unrounded weights), zero outside the lanes a row's vectors cover.
+ *
+ * Two passes over a row's scores: the maximum (a load and a max a vector, two chains), then the weights
+ * (row_weights), each reading the scores from sr -- a soft-cap's tanh only in the second: it is
+ * increasing, so the maximum is capped once.  Masked lanes become -inf by selection.  A NaN among the
+ * visible scores makes the row NaN, as the softmax of the formula does: x86's max may drop it, but its
+ * weight is NaN and so is the row's sum; only where every other score is -inf (no weight to carry it) is
+ * the row searched for one. */
 static void FN(group_softmax)(const wavepe_attention_plan *p, const FN(kblock) * kb, const T *kpm,
-                              const int64_t jl[ATTN_MR], const int64_t jv[ATTN_MR], int64_t jmax, T *s, T *mst,
-                              T *lst, T *o, uint16_t *pout, int64_t pcols) {
+                              const int64_t jl[ATTN_MR], const int64_t jv[ATTN_MR], int64_t jmax,
+                              const FN(score_rows) * sr, T *ps, T *mst, T *lst, T *o, uint16_t *pout, int64_t pcols) {
     const int64_t dpad = p->dpad;
     const int64_t jround = (jmax + VL - 1) / VL * VL;
-#if !defined(ATTN_TILES)
-    (void)pout, (void)pcols;
-#endif
-    const VT ninf = V(set1)(-(T)INFINITY);
+    const VT ninf = V(set1)(-(T)INFINITY), vscale = V(set1)(sr->scale);
     const int capped = p->a.softcap > 0.0; /* softcap * tanh(s / softcap), before the mask */
-    const VT vcap = V(set1)((T)p->a.softcap), vicap = V(set1)((T)(capped ? 1.0 / p->a.softcap : 0.0));
-    for (int t = 0; t < ATTN_MR; ++t) {
-        T *row = s + t * ATTN_SLD;
-        const int64_t n = jv[t];
-        if (n == 0) {
-            for (int64_t j = 0; j < jround; j += VL) V(storeu)(row + j, V(zero)());
+    const T icap = (T)(capped ? 1.0 / p->a.softcap : 0.0);
+    const VT vcap = V(set1)((T)p->a.softcap);
+    const T *mask = kb->masked ? kpm : NULL;
 #if defined(ATTN_TILES)
-            if (pout != NULL) memset(pout + t * ATTN_BNMAX, 0, sizeof(uint16_t) * (size_t)pcols);
+    const int base2 = pout != NULL; /* the tiles' P: 2^, the scale by log2(e) folded into a */
+    const T kexp = base2 ? (T)1.44269504088896341 : (T)1;
+#else
+    const int base2 = 0;
+    const T kexp = (T)1;
+    (void)pcols;
 #endif
-            continue;
-        }
-        /* masked lanes become -inf by selection (never arithmetic: a masked
-         * score may be NaN); a NaN among the visible scores makes the row NaN,
-         * as the softmax of the formula does (x86 max would drop it) */
-        VT vmax = ninf;
-        MT any_nan = M(first)(0), any_kept = M(first)(0);
+    for (int t = 0; t < ATTN_MR; ++t) {
+        const int64_t n = jv[t];
+        T *prow = ps != NULL ? ps + t * ATTN_SLD : NULL;
+        uint16_t *p16 = pout != NULL ? pout + t * ATTN_BNMAX : NULL;
+        T m_new = -(T)INFINITY;
+        MT any_kept = M(first)(0);
+        const T *src = sr->src[t], *win = sr->win[t], *post = sr->post[t];
+        const int plain = post == NULL && !capped; /* u = src + win; else the score (capped) */
+        const VT vzmul = V(set1)(post != NULL ? icap : sr->scale * icap); /* capped: tanh's argument per u */
         const int64_t jb = jl[t] / VL * VL; /* P below it is never read (rows_times_panels, row_pv) */
         /* [ji0, ji1): whole vectors of keys the row sees (none with a key-padding mask), no lane to select */
         const int64_t ji0 = (jl[t] + VL - 1) / VL * VL, ji1 = kb->masked ? ji0 : (n / VL * VL > ji0 ? n / VL * VL : ji0);
-        int64_t j = jb;
-        /* a vector at the row's edges: lanes the row does not see become -inf */
-#define ATTN_MAX_EDGE()                                                                           \
-    do {                                                                                          \
-        VT x = V(loadu)(row + j);                                                                 \
-        if (capped) x = V(mul)(vcap, V(tanh)(V(mul)(x, vicap)));                                   \
-        MT keep = FN(lanes_within)(j, jl[t], n);                                                  \
-        if (kb->masked) keep = M(and)(keep, V(cmpeq)(V(loadu)(kpm + j), V(zero)()));             \
-        x = V(blend)(keep, ninf, x);                                                              \
-        V(storeu)(row + j, x);                                                                    \
-        any_nan = M(or)(any_nan, V(isnan)(x));                                                    \
-        any_kept = M(or)(any_kept, keep);                                                         \
-        vmax = V(max)(vmax, x);                                                                   \
-    } while (0)
-        for (; j < n && j < ji0; j += VL) ATTN_MAX_EDGE();
-        if (j < ji1) {
-            any_kept = M(first)(VL);
-            VT vmax2 = ninf; /* two chains: the max's latency, not its throughput, bounded one */
-            MT nan2 = M(first)(0);
-            if (capped)
-                for (; j < ji1; j += VL) {
-                    const VT x = V(mul)(vcap, V(tanh)(V(mul)(V(loadu)(row + j), vicap)));
-                    V(storeu)(row + j, x);
-                    any_nan = M(or)(any_nan, V(isnan)(x));
-                    vmax = V(max)(vmax, x);
-                }
-            else {
-                for (; j + VL < ji1; j += 2 * VL) {
-                    const VT x = V(loadu)(row + j), y = V(loadu)(row + j + VL);
-                    any_nan = M(or)(any_nan, V(isnan)(x));
-                    nan2 = M(or)(nan2, V(isnan)(y));
-                    vmax = V(max)(vmax, x);
-                    vmax2 = V(max)(vmax2, y);
-                }
-                for (; j < ji1; j += VL) {
-                    const VT x = V(loadu)(row + j);
-                    any_nan = M(or)(any_nan, V(isnan)(x));
-                    vmax = V(max)(vmax, x);
-                }
+        if (n > 0) {
+            VT vmax = ninf, vmax2 = ninf; /* two chains: the max's latency, not its throughput, bounds one */
+            int64_t j = jb;
+            for (; j < n && j < ji0; j += VL) {
+                const MT keep = FN(kept_lanes)(j, jl[t], n, mask);
+                any_kept = M(or)(any_kept, keep);
+                vmax = V(max)(vmax, V(blend)(keep, ninf, FN(score_z)(src, win, post, vscale, j)));
             }
-            any_nan = M(or)(any_nan, nan2);
-            vmax = V(max)(vmax, vmax2);
+            if (j < ji1) {
+                any_kept = M(first)(VL);
+                if (win != NULL && post == NULL)
+                    for (; j + VL < ji1; j += 2 * VL) {
+                        vmax = V(max)(vmax, V(add)(V(loadu)(src + j), V(loadu)(win + j)));
+                        vmax2 = V(max)(vmax2, V(add)(V(loadu)(src + j + VL), V(loadu)(win + j + VL)));
+                    }
+                else if (win == NULL && post == NULL)
+                    for (; j + VL < ji1; j += 2 * VL) {
+                        vmax = V(max)(vmax, V(loadu)(src + j));
+                        vmax2 = V(max)(vmax2, V(loadu)(src + j + VL));
+                    }
+                for (; j < ji1; j += VL) vmax = V(max)(vmax, FN(score_z)(src, win, post, vscale, j));
+            }
+            for (; j < n; j += VL) {
+                const MT keep = FN(kept_lanes)(j, jl[t], n, mask);
+                any_kept = M(or)(any_kept, keep);
+                vmax = V(max)(vmax, V(blend)(keep, ninf, FN(score_z)(src, win, post, vscale, j)));
+            }
+            const T zmax = V(hmax)(V(max)(vmax, vmax2));
+            /* the block's maximum score: nothing kept -inf; capped, the cap of the largest (at least -cap) */
+            T mx = !M(bits)(any_kept) ? -(T)INFINITY
+                   : capped           ? V(hmax)(V(mul)(vcap, V(tanh)(V(mul)(V(set1)(zmax), vzmul))))
+                   : post != NULL     ? zmax
+                                      : sr->scale * zmax;
+            if (mx == -(T)INFINITY && M(bits)(any_kept)) {
+                /* every visible score -inf (an infinite k or bias) -- unless max dropped a NaN */
+                MT nan = M(first)(0);
+                for (j = jb; j < n; j += VL)
+                    nan = M(or)(nan, M(and)(FN(kept_lanes)(j, jl[t], n, mask),
+                                            V(isnan)(FN(score_z)(src, win, post, vscale, j))));
+                if (M(bits)(nan)) mx = (T)NAN;
+            }
+            m_new = mx > mst[t] || mx != mx ? mx : mst[t];
         }
-        for (; j < n; j += VL) ATTN_MAX_EDGE();
-#undef ATTN_MAX_EDGE
-        const T mx = M(bits)(any_nan) ? (T)NAN : V(hmax)(vmax);
-        const T m_old = mst[t];
-        const T m_new = mx > m_old || mx != mx ? mx : m_old;
         if (m_new == -(T)INFINITY) {
-            /* visible keys whose scores are all -inf (an infinite k or bias):
-             * mark the row with a sum of -0.0, which finish_rows (and the
-             * split-N combine) turn into NaN unless a finite score follows */
+            /* no key seen, or (any_kept) every score -inf: then the row's sum becomes -0.0, which
+             * finish_rows (and the split-N combine) turn into NaN unless a finite score follows */
             if (M(bits)(any_kept)) lst[t] = -(T)0;
-            for (int64_t j = 0; j < jround; j += VL) V(storeu)(row + j, V(zero)());
-#if defined(ATTN_TILES)
-            if (pout != NULL) memset(pout + t * ATTN_BNMAX, 0, sizeof(uint16_t) * (size_t)pcols);
-#endif
+            if (prow != NULL)
+                for (int64_t j = 0; j < jround; j += VL) V(storeu)(prow + j, V(zero)());
+            if (p16 != NULL) memset(p16, 0, sizeof(uint16_t) * (size_t)pcols);
             continue;
         }
-        const VT vm = V(set1)(m_new);
-        VT vsum = V(zero)();
-#if defined(ATTN_TILES)
-        if (pout != NULL) {
-            uint16_t *prow = pout + t * ATTN_BNMAX;
+        /* the weights' argument u a + b: b = -m, a = the scale for plain rows, the exponential's base
+         * folded into both */
+        const VT va = V(set1)(plain ? sr->scale * kexp : kexp), vb = V(set1)(-m_new * kexp);
+        if (p16 != NULL && jb > 0) memset(p16, 0, sizeof(uint16_t) * (size_t)jb);
+#define ATTN_ROW_WEIGHTS(b2, hw, hp, cp)                                                              \
+    FN(row_weights)(src, win, post, mask, jl[t], n, ji0, ji1, hw, hp, cp, vscale, vcap, vzmul, va, vb, b2, prow, p16)
+#define ATTN_ROW_WEIGHTS_ANY(b2)                                                                      \
+    (plain ? (win != NULL ? ATTN_ROW_WEIGHTS(b2, 1, 0, 0) : ATTN_ROW_WEIGHTS(b2, 0, 0, 0))             \
+           : ATTN_ROW_WEIGHTS(b2, win != NULL, post != NULL, capped))
+        const VT vsum = base2 ? ATTN_ROW_WEIGHTS_ANY(1) : ATTN_ROW_WEIGHTS_ANY(0);
+#undef ATTN_ROW_WEIGHTS_ANY
+#undef ATTN_ROW_WEIGHTS
+        if (p16 != NULL) {
             const int64_t jend = (n + VL - 1) / VL * VL;
-            if (jb > 0) memset(prow, 0, sizeof(uint16_t) * (size_t)jb);
-            for (int64_t j = jb; j < n; j += VL) {
-                const VT e = V(exp_weights16)(V(sub)(V(loadu)(row + j), vm)); /* masked lanes: exp(-inf) = 0 */
-                ATTN_TILE_P_STORE(prow + j, e);
-                vsum = V(add)(vsum, e);
-            }
-            if (jend < pcols) memset(prow + jend, 0, sizeof(uint16_t) * (size_t)(pcols - jend));
-        } else
-#endif
-        {
-            for (int64_t j = jb; j < n; j += VL) {
-                const VT e = V(exp_softmax)(V(sub)(V(loadu)(row + j), vm)); /* masked lanes: exp(-inf) = 0 */
-                V(storeu)(row + j, e);
-                vsum = V(add)(vsum, e);
-            }
-            for (int64_t j = (n + VL - 1) / VL * VL; j < jround; j += VL) V(storeu)(row + j, V(zero)());
+            if (jend < pcols) memset(p16 + jend, 0, sizeof(uint16_t) * (size_t)(pcols - jend));
         }
+        if (prow != NULL)
+            for (int64_t j = (n + VL - 1) / VL * VL; j < jround; j += VL) V(storeu)(prow + j, V(zero)());
+        const T m_old = mst[t];
         const T corr = m_old == m_new ? (T)1 : (T)exp((double)(m_old - m_new)); /* the max mostly stays put */
         lst[t] = lst[t] * corr + V(hsum)(vsum);
         if (corr != (T)1) {
@@ -1227,7 +1303,10 @@ static void FN(group_forward)(FN(work) * w, const FN(group) * g, const FN(kblock
     const int64_t j0 = g->qr != NULL ? 0 : FN(first_key)(g, jl, jv);
     if (g->qr != NULL) FN(narrow_scores)(w, g, kb, jl, jv, jmax, s, ATTN_SLD);
     else FN(group_scores)(w, g, kb, jv, j0, jmax, s, ATTN_SLD);
-    FN(group_softmax)(p, kb, w->kpm, jl, jv, jmax, s, mst, lst, o, NULL, 0);
+    FN(score_rows) sr;
+    sr.scale = (T)1;
+    for (int t = 0; t < ATTN_MR; ++t) sr.src[t] = s + t * ATTN_SLD, sr.win[t] = sr.post[t] = NULL;
+    FN(group_softmax)(p, kb, w->kpm, jl, jv, jmax, &sr, s, mst, lst, o, NULL, 0);
     if (g->qr != NULL) {
         /* the keys every row sees, for all rows at once (not with key padding: a padded key's
          * value row never meets a product, and row_pv skips it); the rest row by row */
@@ -1385,7 +1464,7 @@ static void FN(tiles_scores)(FN(work) * w, const FN(kblock) * kb, int64_t nrows,
         if (chi <= clo) continue;
         const int64_t k2lo = clo / 2 / 16 * 16, k2hi = FN(up16)((chi + 1) / 2);
         /* the product writes columns [c_lo, c_lo + its width) of the window; a row reads [o, o + its group's
-         * keys rounded to NR) with o = pr_hi - pos + n0 - first in [0, 16) (tiles_group_scores; a group of
+         * keys rounded to NR) with o = pr_hi - pos + n0 - first in [0, 16) (tiles_group_rows; a group of
          * ATTN_MR rows may reach into the next tile): the rest of that is zero (rows past the table) */
         int64_t read = hi;
         for (int64_t i = r0 < ATTN_MR ? 0 : r0 - ATTN_MR; i < r1 + ATTN_MR && i < nrows; ++i)
@@ -1402,29 +1481,39 @@ static void FN(tiles_scores)(FN(work) * w, const FN(kblock) * kb, int64_t nrows,
     }
 }
 
-/* Scores of group gi (block rows gi * 6 ..) from the block's products: s[t][j] = scale * (S + G) (a table)
- * or scale * S + ALiBi's bias, keys j0 (a multiple of NR) up to jmax rounded to NR -- what group_scores
- * computes with the micro-kernels. */
-static void FN(tiles_group_scores)(FN(work) * w, const FN(group) * g, int64_t gi, const FN(kblock) * kb,
-                                   const int64_t *jv, int64_t j0, int64_t jmax, T *s, int64_t lds) {
+/* Group gi's scores (block rows gi * 6 ..) where the block's products left them, as group_softmax reads
+ * them: S and the rows' bias windows (a table: scale * (S + G)), or S and ALiBi's rows (scale * S + bias). */
+static void FN(tiles_group_rows)(FN(work) * w, const FN(group) * g, int64_t gi, const FN(kblock) * kb,
+                                 const int64_t *jv, int64_t jmax, FN(score_rows) * sr) {
     const wavepe_attention_plan *p = w->p;
-    const int64_t jend = (jmax + NR - 1) / NR * NR;
-    const VT vs = V(set1)((T)p->a.scale);
     const T *alibi[ATTN_MR];
     const int has_alibi = p->bias == ATTN_BIAS_ALIBI && FN(group_bias)(w, g, kb, jv, jmax, alibi);
+    const int table = p->bias == ATTN_BIAS_TABLE && p->prows > 0;
+    /* each entry stored once: GCC 12 at -O3 (loop distribution) moved a loop storing NULL into every
+     * sr->win[t] after the stores of the windows that replaced it (make ctest-release caught it) */
+    sr->scale = (T)p->a.scale;
     for (int t = 0; t < ATTN_MR; ++t) {
-        const int64_t i = gi * ATTN_MR + (t < g->rows ? t : 0);
-        const float *sc = w->tsc + i * ATTN_BNMAX;
-        T *row = s + t * lds;
-        const float *gr = NULL;
-        if (p->bias == ATTN_BIAS_TABLE && p->prows > 0 && w->tgp[i / 16] != INT64_MIN)
-            gr = w->tg + i * ATTN_TGW + (p->pr_hi - g->pos[t < g->rows ? t : 0] + kb->n0 - w->tgp[i / 16]);
+        const int tt = t < g->rows ? t : 0; /* rows past the group's: its first (their jv is 0) */
+        const int64_t i = gi * ATTN_MR + tt, first = table ? w->tgp[i / 16] : INT64_MIN;
+        sr->src[t] = w->tsc + i * ATTN_BNMAX;
+        sr->win[t] = first != INT64_MIN ? w->tg + i * ATTN_TGW + (p->pr_hi - g->pos[tt] + kb->n0 - first) : NULL;
+        sr->post[t] = has_alibi ? alibi[t] : NULL;
+    }
+}
+
+/* Group gi's scores written into s (rows of stride lds), keys j0 (a multiple of NR) up to jmax rounded to
+ * NR: the backward's, which turns them into P in place -- what group_scores computes with the micro-kernels. */
+static void FN(tiles_group_scores)(FN(work) * w, const FN(group) * g, int64_t gi, const FN(kblock) * kb,
+                                   const int64_t *jv, int64_t j0, int64_t jmax, T *s, int64_t lds) {
+    FN(score_rows) sr;
+    FN(tiles_group_rows)(w, g, gi, kb, jv, jmax, &sr);
+    const int64_t jend = (jmax + NR - 1) / NR * NR;
+    const VT vs = V(set1)(sr.scale);
+    for (int t = 0; t < ATTN_MR; ++t) {
+        const T *src = sr.src[t], *win = sr.win[t], *post = sr.post[t];
         for (int64_t j = j0; j < jend; j += VL) {
-            VT x = V(loadu)(sc + j);
-            if (gr != NULL) x = V(add)(x, V(loadu)(gr + j));
-            x = V(mul)(vs, x);
-            if (has_alibi) x = V(add)(x, V(loadu)(alibi[t] + j));
-            V(storeu)(row + j, x);
+            const VT z = FN(score_z)(src, win, post, vs, j);
+            V(storeu)(s + t * lds + j, post != NULL ? z : V(mul)(vs, z));
         }
     }
 }
@@ -1499,8 +1588,9 @@ static void FN(tiles_block_forward)(FN(work) * w, FN(group) * groups, int64_t ng
         T *mst = w->mst + gi * ATTN_MR, *lst = w->lst + gi * ATTN_MR, *o = w->o + gi * ATTN_MR * dpad;
         uint16_t *pg = w->tp + gi * ATTN_MR * ATTN_BNMAX; /* the group's P, rounded once by group_softmax */
         if (gmax > 0) {
-            FN(tiles_group_scores)(w, g, gi, kb, gv, FN(first_key)(g, gl, gv), gmax, w->s, ATTN_SLD);
-            FN(group_softmax)(p, kb, w->kpm, gl, gv, gmax, w->s, mst, lst, o, pg, kcols);
+            FN(score_rows) sr;
+            FN(tiles_group_rows)(w, g, gi, kb, gv, gmax, &sr);
+            FN(group_softmax)(p, kb, w->kpm, gl, gv, gmax, &sr, NULL, mst, lst, o, pg, kcols);
         }
         for (int t = gmax > 0 ? g->rows : 0; t < ATTN_MR; ++t) /* rows past the group's, or no key seen */
             memset(pg + t * ATTN_BNMAX, 0, sizeof(uint16_t) * (size_t)kcols);
@@ -1719,7 +1809,7 @@ static int FN(work_alloc)(FN(work) * w, const wavepe_attention_plan *p, int64_t 
             return WAVEPE_E_NOMEM;
         }
         /* the forward's S, P and bias windows (tsc, tp, tg) are written before they are read, or read only in
-         * lanes that are selected away (tiles_group_scores, group_softmax, tiles_scores' margins): not cleared */
+         * lanes that are selected away (group_softmax, tiles_scores' margins): not cleared */
         memset(tb, 0, (size_t)(bwd ? ttotal : tsizes[0] + tsizes[1] + tsizes[2] + tsizes[3]) * 4);
         w->tblock = tb;
         int64_t off = 0;

@@ -86,19 +86,22 @@ static inline vf32 vf32_exp_softmax(vf32 x) {
 static inline vf32 vf32_scalef(vf32 p, vf32 n) { return vf32_mul(p, vf32_pow2i(vf32_cvt_i32(n))); }
 #endif
 
-/* exp(x) for softmax weights rounded to bf16 or float16 right after (the tiles' P), x <= 0 or NaN: one
- * ln 2 constant and Taylor to degree 5, relative error < 4e-6 -- far below those types' half ulp (2^-9,
- * 2^-12) and below what the row sums need -- in ten vector operations where exp_softmax spends about
- * seventeen.  -inf gives 0, NaN stays NaN (vf32_max returns its second operand when it is NaN). */
-static inline vf32 vf32_exp_weights16(vf32 x) {
-    const vf32 xc = vf32_max(vf32_set1(-88.0f), x);
-    const vf32 n = vf32_round(vf32_mul(xc, vf32_set1(1.44269504088896341f)));
-    const vf32 r = vf32_fnmadd(n, vf32_set1(0.693147180559945309f), xc); /* |r| <= 0.3466 */
-    vf32 p = vf32_set1(1.0f / 120.0f);
-    p = vf32_fmadd(p, r, vf32_set1(1.0f / 24.0f));
-    p = vf32_fmadd(p, r, vf32_set1(1.0f / 6.0f));
-    p = vf32_fmadd(p, r, vf32_set1(0.5f));
-    p = vf32_fmadd(p, r, vf32_set1(1.0f));
+/* 2^x for softmax weights rounded to bf16 or float16 right after (the tiles' P), x <= 0 or NaN: x =
+ * n + r with n the nearest integer (r = x - n exact, |r| <= 1/2), 2^r by a degree-4 polynomial with
+ * p(0) = 1 exactly (coefficients fitted minimax for the relative error on [-1/2, 1/2], by reweighted
+ * least squares: the error is < 3e-6 -- far below those types' half ulp (2^-9, 2^-12) and below what the
+ * row sums need), 2^n by scalef: nine vector operations; the caller folds the scale by log2(e) and the
+ * subtraction of the row maximum into the one multiply-add that makes x.  x <= -127 gives 0 (or a
+ * subnormal flushed to 0), -inf gives 0, NaN stays NaN (vf32_max returns its second operand when it is
+ * NaN). */
+static inline vf32 vf32_exp2_weights16(vf32 x) {
+    const vf32 xc = vf32_max(vf32_set1(-127.0f), x);
+    const vf32 n = vf32_round(xc);
+    const vf32 r = vf32_sub(xc, n);
+    vf32 p = vf32_set1(0.009582852944731712f);
+    p = vf32_fmadd(p, r, vf32_set1(0.055906426161527634f));
+    p = vf32_fmadd(p, r, vf32_set1(0.24024099111557007f));
+    p = vf32_fmadd(p, r, vf32_set1(0.6931241750717163f));
     p = vf32_fmadd(p, r, vf32_set1(1.0f));
     return vf32_scalef(p, n);
 }
