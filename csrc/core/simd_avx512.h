@@ -230,9 +230,14 @@ static inline vf32 vf32_interleave_hi(vf32 a, vf32 b) {
 
 static inline vi32 vf32_cvt_i32(vf32 a) { return _mm512_cvtps_epi32(a); }
 #ifndef WAVEPE_SIMDE_AVX512
-/* p * 2^n for integral n (vecmath.h's generic form spends a convert, a shift and a multiply) */
+/* p * 2^n for integral n (vecmath.h's generic form spends a convert, a shift and a multiply); the
+ * instruction also takes any n: it uses floor(n), and n = -inf gives 0 (SIMDe has neither this nor
+ * vreduceps: vecmath.h's generic forms run there) */
 #define WP_HAS_VF32_SCALEF 1
 static inline vf32 vf32_scalef(vf32 p, vf32 n) { return _mm512_scalef_ps(p, n); }
+/* x - floor(x) in [0, 1) in one instruction (vreduceps); +-inf give 0, NaN stays NaN */
+#define WP_HAS_VF32_FRAC 1
+static inline vf32 vf32_frac(vf32 x) { return _mm512_reduce_ps(x, _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC); }
 #endif
 static inline vi32 vf32_as_i32(vf32 a) { return _mm512_castps_si512(a); }
 static inline vf32 vi32_as_f32(vi32 a) { return _mm512_castsi512_ps(a); }

@@ -87,21 +87,25 @@ static inline vf32 vf32_scalef(vf32 p, vf32 n) { return vf32_mul(p, vf32_pow2i(v
 #endif
 
 /* 2^x for softmax weights rounded to bf16 or float16 right after (the tiles' P), x <= 0 or NaN: x =
- * n + r with n the nearest integer (r = x - n exact, |r| <= 1/2), 2^r by a degree-4 polynomial with
- * p(0) = 1 exactly (coefficients fitted minimax for the relative error on [-1/2, 1/2], by reweighted
- * least squares: the error is < 3e-6 -- far below those types' half ulp (2^-9, 2^-12) and below what the
- * row sums need), 2^n by scalef: nine vector operations; the caller folds the scale by log2(e) and the
- * subtraction of the row maximum into the one multiply-add that makes x.  x <= -127 gives 0 (or a
- * subnormal flushed to 0), -inf gives 0, NaN stays NaN (vf32_max returns its second operand when it is
- * NaN). */
+ * n + r with n = floor(x), 2^r (r in [0, 1)) by a degree-4 polynomial with p(0) = 1 exactly
+ * (coefficients fitted minimax for the relative error on [0, 1], by reweighted least squares: the error
+ * is below 3.2e-6 -- far below those types' half ulp (2^-9, 2^-12) and below what the row sums need),
+ * 2^n by scalef; the caller folds the scale by log2(e) and the subtraction of the row maximum into the
+ * one multiply-add that makes x.  With AVX-512's vreduceps and vscalefps (both take floor(x) themselves,
+ * and give 0 for x = -inf) six vector operations; elsewhere x is clamped to -127 first, whose 2^n is 0.
+ * x <= -127 gives 0 (or a subnormal, flushed to 0 in the kernels), -inf gives 0, NaN stays NaN
+ * (vf32_max returns its second operand when it is NaN). */
 static inline vf32 vf32_exp2_weights16(vf32 x) {
-    const vf32 xc = vf32_max(vf32_set1(-127.0f), x);
-    const vf32 n = vf32_round(xc);
-    const vf32 r = vf32_sub(xc, n);
-    vf32 p = vf32_set1(0.009582852944731712f);
-    p = vf32_fmadd(p, r, vf32_set1(0.055906426161527634f));
-    p = vf32_fmadd(p, r, vf32_set1(0.24024099111557007f));
-    p = vf32_fmadd(p, r, vf32_set1(0.6931241750717163f));
+#if defined(WP_HAS_VF32_SCALEF) && defined(WP_HAS_VF32_FRAC)
+    const vf32 n = x, r = vf32_frac(x);
+#else
+    const vf32 n = vf32_floor(vf32_max(vf32_set1(-127.0f), x));
+    const vf32 r = vf32_sub(vf32_max(vf32_set1(-127.0f), x), n);
+#endif
+    vf32 p = vf32_set1(0.013426684774458408f);
+    p = vf32_fmadd(p, r, vf32_set1(0.052242472767829895f));
+    p = vf32_fmadd(p, r, vf32_set1(0.241280198097229f));
+    p = vf32_fmadd(p, r, vf32_set1(0.6930448412895203f));
     p = vf32_fmadd(p, r, vf32_set1(1.0f));
     return vf32_scalef(p, n);
 }

