@@ -1501,23 +1501,6 @@ static void FN(tiles_group_rows)(FN(work) * w, const FN(group) * g, int64_t gi, 
     }
 }
 
-/* Group gi's scores written into s (rows of stride lds), keys j0 (a multiple of NR) up to jmax rounded to
- * NR: the backward's, which turns them into P in place -- what group_scores computes with the micro-kernels. */
-static void FN(tiles_group_scores)(FN(work) * w, const FN(group) * g, int64_t gi, const FN(kblock) * kb,
-                                   const int64_t *jv, int64_t j0, int64_t jmax, T *s, int64_t lds) {
-    FN(score_rows) sr;
-    FN(tiles_group_rows)(w, g, gi, kb, jv, jmax, &sr);
-    const int64_t jend = (jmax + NR - 1) / NR * NR;
-    const VT vs = V(set1)(sr.scale);
-    for (int t = 0; t < ATTN_MR; ++t) {
-        const T *src = sr.src[t], *win = sr.win[t], *post = sr.post[t];
-        for (int64_t j = j0; j < jend; j += VL) {
-            const VT z = FN(score_z)(src, win, post, vs, j);
-            V(storeu)(s + t * lds + j, post != NULL ? z : V(mul)(vs, z));
-        }
-    }
-}
-
 /* The key block's operands on tiles: keys transposed in pairs (w->tk) and, for the forward, values in
  * pairs along the keys (w->tv); for the backward (transposed) values in w->tv.  Returns 0 when an
  * unmasked value is not finite (the block then runs the vector kernels). */
@@ -1891,9 +1874,9 @@ static void FN(pack_group)(FN(work) * w, FN(group) * g, int64_t gi, const S *con
 #endif
 }
 
-/* Query rows of one head: pack them scaled into groups.  late (the forward): where the block's products run
- * on tiles the vector kernels' packing waits until a key block needs them (pack_groups_late), which is
- * only one with a non-finite value. */
+/* Query rows of one head: pack them scaled into groups.  late: where the block's products run on tiles the
+ * vector kernels' packing waits until a key block needs them (the forward's pack_groups_late: only one with
+ * a non-finite value), or for ever (the backward: its scores are the tiles' wherever the rows are). */
 static void FN(pack_query_groups)(FN(work) * w, FN(group) * groups, int64_t b, int64_t h, int64_t m0,
                                   int64_t rows, int late) {
     const wavepe_attention_plan *p = w->p;
@@ -2238,6 +2221,28 @@ static void FN(tiles_table_backward)(FN(work) * w, int64_t qi, int64_t m0, int64
 }
 #endif
 
+/* Which of the backward's products leave the vector kernels for the tiles.  Whenever a unit's rows are on
+ * tiles (w->tiles_rows) its scores and dP are tile products (tile_backward), so the groups' packed rows
+ * (pack_query_groups, dO's) go unused; with ATTN_TILES_BWD its dV and dK sums too, so do the query and dO
+ * panels -- unless a table's dT stays on the vector kernels (its window buffers absent). */
+static inline int FN(bwd_sums_on_tiles)(const FN(work) * w) {
+#if defined(ATTN_TILES_BWD)
+    return w->ta != NULL; /* what pack_query_groups sets w->tiles_rows to */
+#else
+    (void)w;
+    return 0;
+#endif
+}
+
+static inline int FN(bwd_table_on_tiles)(const FN(work) * w, const T *dt_slot) {
+#if defined(ATTN_TILES_BWD)
+    return w->ta != NULL && w->tgw != NULL && (dt_slot == NULL || w->tdt != NULL);
+#else
+    (void)w, (void)dt_slot;
+    return 0;
+#endif
+}
+
 /* One (query block, key block) tile of the backward for head h; dq: the
  * head's dq accumulator (M x d). */
 static void FN(tile_backward)(FN(work) * w, FN(group) * groups, int64_t b, int64_t h, int64_t m0, int64_t rows,
@@ -2272,10 +2277,7 @@ static void FN(tile_backward)(FN(work) * w, FN(group) * groups, int64_t b, int64
         FN(tiles_scores)(w, kb, rows, pos, jl_all, jv_all, w->tdo, w->tv, w->tdp, 0);
     }
 #endif
-    int table_tiled = 0; /* the table's products run on tiles (tiles_table_backward) */
-#if defined(ATTN_TILES_BWD)
-    table_tiled = tiled && w->tgw != NULL && (dt_slot == NULL || w->tdt != NULL);
-#endif
+    const int table_tiled = FN(bwd_table_on_tiles)(w, dt_slot); /* the table's products (tiles_table_backward) */
     const VT ninf = V(set1)(-(T)INFINITY);
     const int capped = a->softcap > 0.0;
     const VT vcap = V(set1)((T)a->softcap), vicap = V(set1)((T)(capped ? 1.0 / a->softcap : 0.0));
@@ -2295,15 +2297,18 @@ static void FN(tile_backward)(FN(work) * w, FN(group) * groups, int64_t b, int64
         }
         const int64_t j0 = FN(first_key)(g, jl, jv);
         const int64_t nstrip = (jmax + NR - 1) / NR;
+        FN(score_rows) sr; /* the group's scores and dP rows: where the tile products left them, or ps, dss */
+        const T *dpr[ATTN_MR];
 #if defined(ATTN_TILES)
         if (tiled) { /* the block's products, computed above */
-            FN(tiles_group_scores)(w, g, gi, kb, jv, j0, jmax, ps, ATTN_SLD);
-            for (int t = 0; t < ATTN_MR; ++t)
-                memcpy(dss + t * ATTN_SLD + j0, w->tdp + (gi * ATTN_MR + (t < g->rows ? t : 0)) * ATTN_BNMAX + j0,
-                       sizeof(T) * (size_t)(nstrip * NR - j0));
+            FN(tiles_group_rows)(w, g, gi, kb, jv, jmax, &sr);
+            for (int t = 0; t < ATTN_MR; ++t) dpr[t] = w->tdp + (gi * ATTN_MR + (t < g->rows ? t : 0)) * ATTN_BNMAX;
         } else
 #endif
         {
+            sr.scale = (T)1;
+            for (int t = 0; t < ATTN_MR; ++t)
+                sr.src[t] = ps + t * ATTN_SLD, sr.win[t] = sr.post[t] = NULL, dpr[t] = dss + t * ATTN_SLD;
             FN(group_scores)(w, g, kb, jv, j0, jmax, ps, ATTN_SLD);
 #if defined(ATTN_DPBF16) /* dP = dO . V^T from the stored pairs (exact products, as the scores) */
             const int64_t d2 = (d + 1) / 2;
@@ -2328,20 +2333,33 @@ static void FN(tile_backward)(FN(work) * w, FN(group) * groups, int64_t b, int64
                     V(storeu)(drow + j, V(zero)());
                 }
                 const VT vl = V(set1)(lse[i]), vD = V(set1)((T)w->dvec[m0 + i]), vs = V(set1)(scale);
+                const VT vss = V(set1)(sr.scale);
+                const T *src = sr.src[t], *win = sr.win[t], *post = sr.post[t], *dprow = dpr[t];
+#if defined(ATTN_TILES)
+                /* the tiles' P (rounded to the half type next): 2^(x log2 e - lse log2 e), as the forward's */
+                const T log2e = (T)1.44269504088896341;
+                const VT vl2 = V(set1)(-lse[i] * log2e), vlog2e = V(set1)(log2e);
+#endif
                 for (; j < n; j += VL) {
                     /* masked lanes: P = dS = 0 by selection (their scores and
                      * dO . v may be NaN) */
                     MT keep = FN(lanes_within)(j, jl[t], n);
                     if (kb->masked) keep = M(and)(keep, V(cmpeq)(V(loadu)(w->kpm + j), V(zero)()));
-                    VT x = V(loadu)(prow + j), th = V(zero)();
+                    VT x = FN(score_z)(src, win, post, vss, j), th = V(zero)();
+                    if (post == NULL) x = V(mul)(vss, x);
                     if (capped) { /* the forward's softcap * tanh(s / softcap); dS gets 1 - tanh^2 */
                         th = V(tanh)(V(mul)(x, vicap));
                         x = V(mul)(vcap, th);
                     }
                     x = V(blend)(keep, ninf, x);
                     /* selected too: with a NaN lse, exp(-inf - NaN) is NaN */
-                    const VT pr = V(blend)(keep, V(zero)(), V(exp_softmax)(V(sub)(x, vl)));
-                    VT ds = V(mul)(pr, V(sub)(V(loadu)(drow + j), vD));
+#if defined(ATTN_TILES)
+                    const VT e = tiled ? V(exp2_weights16)(V(fmadd)(x, vlog2e, vl2)) : V(exp_softmax)(V(sub)(x, vl));
+#else
+                    const VT e = V(exp_softmax)(V(sub)(x, vl));
+#endif
+                    const VT pr = V(blend)(keep, V(zero)(), e);
+                    VT ds = V(mul)(pr, V(sub)(V(loadu)(dprow + j), vD));
                     if (capped) ds = V(mul)(ds, V(fnmadd)(th, th, V(set1)((T)1)));
                     ds = V(blend)(keep, V(zero)(), ds); /* (a masked lane's tanh may be NaN) */
                     V(storeu)(prow + j, pr);
@@ -2476,6 +2494,9 @@ static void FN(unit_backward)(FN(work) * w, FN(group) * groups, int64_t unit, T 
 #if defined(ATTN_TILES_BWD)
     if (w->tqt != NULL) FN(tiles_transpose_head)(w, b, h);
 #endif
+    /* the panels of q (dK, a table's dT) and dO (dV) only where the vector kernels make those sums */
+    const int sums_tiled = FN(bwd_sums_on_tiles)(w);
+    const int dt_vector = dt_slot != NULL && p->prows > 0 && !FN(bwd_table_on_tiles)(w, dt_slot);
     for (int64_t n0 = 0; n0 < N; n0 += ATTN_BBN) {
         FN(kblock) kb;
         kb.n0 = n0;
@@ -2527,8 +2548,12 @@ static void FN(unit_backward)(FN(work) * w, FN(group) * groups, int64_t unit, T 
         memset(w->dva, 0, sizeof(T) * (size_t)(ATTN_BBN * dpad));
         for (int64_t qi = i0; qi < i1 && qi < p->nqb; ++qi) {
             const int64_t m0 = qi * ATTN_BBM, rows = M - m0 < ATTN_BBM ? M - m0 : ATTN_BBM;
-            FN(pack_query_groups)(w, groups, b, h, m0, rows, 0);
-            for (int64_t gi = 0; gi * ATTN_MR < rows; ++gi) {
+            FN(pack_query_groups)(w, groups, b, h, m0, rows, 1);
+            int dp_tiled = 0; /* dP = dO V^T by tiles: dO's groups unused (bwd_sums_on_tiles) */
+#if defined(ATTN_TILES)
+            dp_tiled = w->tiles_rows;
+#endif
+            for (int64_t gi = 0; gi * ATTN_MR < rows && !dp_tiled; ++gi) {
                 const S *rp[ATTN_MR];
                 const int gr = groups[gi].rows;
                 for (int t = 0; t < ATTN_MR; ++t)
@@ -2546,8 +2571,10 @@ static void FN(unit_backward)(FN(work) * w, FN(group) * groups, int64_t unit, T 
             if (w->tiles_rows) FN(tiles_rows)(w->tdo, w->tlda, doblk, a->dout_strides[2], rows, FN(up16)(rows), d);
 #endif
             FN(flag_bad_rows)(w, qblk, a->q_strides[2], doblk, a->dout_strides[2], rows, d);
-            FN(pack_panels)(w->qpan, ATTN_BBM, qblk, a->q_strides[2], rows, d, w->any_bad ? w->rbad : NULL);
-            FN(pack_panels)(w->dopan, ATTN_BBM, doblk, a->dout_strides[2], rows, d, w->any_bad ? w->rbad : NULL);
+            if (!sums_tiled || dt_vector)
+                FN(pack_panels)(w->qpan, ATTN_BBM, qblk, a->q_strides[2], rows, d, w->any_bad ? w->rbad : NULL);
+            if (!sums_tiled)
+                FN(pack_panels)(w->dopan, ATTN_BBM, doblk, a->dout_strides[2], rows, d, w->any_bad ? w->rbad : NULL);
             FN(tile_backward)(w, groups, b, h, m0, rows, &kb, dt_slot, p->dslope_partial ? &dslope : NULL, dq);
         }
         for (int64_t j = 0; j < kb.nk; ++j)
