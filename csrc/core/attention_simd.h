@@ -2549,7 +2549,7 @@ static void FN(unit_backward)(FN(work) * w, FN(group) * groups, int64_t unit, T 
         for (int64_t qi = i0; qi < i1 && qi < p->nqb; ++qi) {
             const int64_t m0 = qi * ATTN_BBM, rows = M - m0 < ATTN_BBM ? M - m0 : ATTN_BBM;
             FN(pack_query_groups)(w, groups, b, h, m0, rows, 1);
-            int dp_tiled = 0; /* dP = dO V^T by tiles: dO's groups unused (bwd_sums_on_tiles) */
+            int dp_tiled = 0; /* dP = dO V^T is a tile product wherever the rows are on tiles: no dO groups */
 #if defined(ATTN_TILES)
             dp_tiled = w->tiles_rows;
 #endif
