@@ -1192,7 +1192,7 @@ static void FN(group_softmax)(const wavepe_attention_plan *p, const FN(kblock) *
     const T *mask = kb->masked ? kpm : NULL;
 #if defined(ATTN_TILES)
     const int base2 = pout != NULL; /* the tiles' P: 2^, the scale by log2(e) folded into a */
-    const T kexp = base2 ? (T)1.44269504088896341 : (T)1;
+    const T kexp = base2 ? (T)WP_LOG2E : (T)1;
 #else
     const int base2 = 0;
     const T kexp = (T)1;
@@ -1575,8 +1575,8 @@ static void FN(tiles_block_forward)(FN(work) * w, FN(group) * groups, int64_t ng
             FN(tiles_group_rows)(w, g, gi, kb, gv, gmax, &sr);
             FN(group_softmax)(p, kb, w->kpm, gl, gv, gmax, &sr, NULL, mst, lst, o, pg, kcols);
         }
-        for (int t = gmax > 0 ? g->rows : 0; t < ATTN_MR; ++t) /* rows past the group's, or no key seen */
-            memset(pg + t * ATTN_BNMAX, 0, sizeof(uint16_t) * (size_t)kcols);
+        if (gmax == 0) /* no key seen (group_softmax zeroes the P of a row past the group's: its jv is 0) */
+            for (int t = 0; t < ATTN_MR; ++t) memset(pg + t * ATTN_BNMAX, 0, sizeof(uint16_t) * (size_t)kcols);
     }
     const int64_t rows16 = FN(up16)(nrows);
     for (int64_t i = ngroups * ATTN_MR; i < rows16; ++i) memset(w->tp + i * ATTN_BNMAX, 0, sizeof(uint16_t) * (size_t)kcols);
@@ -2337,14 +2337,13 @@ static void FN(tile_backward)(FN(work) * w, FN(group) * groups, int64_t b, int64
                 const T *src = sr.src[t], *win = sr.win[t], *post = sr.post[t], *dprow = dpr[t];
 #if defined(ATTN_TILES)
                 /* the tiles' P (rounded to the half type next): 2^(x log2 e - lse log2 e), as the forward's */
-                const T log2e = (T)1.44269504088896341;
+                const T log2e = (T)WP_LOG2E;
                 const VT vl2 = V(set1)(-lse[i] * log2e), vlog2e = V(set1)(log2e);
 #endif
                 for (; j < n; j += VL) {
                     /* masked lanes: P = dS = 0 by selection (their scores and
                      * dO . v may be NaN) */
-                    MT keep = FN(lanes_within)(j, jl[t], n);
-                    if (kb->masked) keep = M(and)(keep, V(cmpeq)(V(loadu)(w->kpm + j), V(zero)()));
+                    const MT keep = FN(kept_lanes)(j, jl[t], n, kb->masked ? w->kpm : NULL);
                     VT x = FN(score_z)(src, win, post, vss, j), th = V(zero)();
                     if (post == NULL) x = V(mul)(vss, x);
                     if (capped) { /* the forward's softcap * tanh(s / softcap); dS gets 1 - tanh^2 */

@@ -21,6 +21,8 @@
 #include <math.h>
 #include <stddef.h>
 
+#define WP_LOG2E 1.44269504088896341 /* log2(e): the exponentials' reduction, the base-2 softmax weights */
+
 /* ---- float32 ---------------------------------------------------------- */
 
 /* 2^k for integer lanes k in [-126, 127]. */
@@ -29,7 +31,7 @@ static inline vf32 vf32_pow2i(vi32 k) { return vi32_as_f32(vi32_slli(vi32_add(k,
 /* e^x = p * 2^n for lanes x already clamped to a finite range: n = round(x /
  * ln 2) is returned through n_out and p = e^r, r = x - n ln 2. */
 static inline vf32 vf32_exp_reduced(vf32 xc, vf32 *n_out) {
-    const vf32 n = vf32_round(vf32_mul(xc, vf32_set1(1.44269504088896341f)));
+    const vf32 n = vf32_round(vf32_mul(xc, vf32_set1((float)WP_LOG2E)));
     /* ln 2 split so that n * hi is exact for |n| < 2^9. */
     vf32 r = vf32_fnmadd(n, vf32_set1(0.693359375f), xc);
     r = vf32_fnmadd(n, vf32_set1(-2.12194440e-4f), r);
@@ -187,7 +189,7 @@ static inline vf64 vf64_mul_exp(vf64 f, vf64 x) {
     const mf64 over = vf64_cmpge(x, hi_lim);
     const mf64 under = vf64_cmple(x, lo_lim);
     const vf64 xc = vf64_min(vf64_max(x, lo_lim), hi_lim);
-    const vf64 n = vf64_round(vf64_mul(xc, vf64_set1(1.4426950408889634)));
+    const vf64 n = vf64_round(vf64_mul(xc, vf64_set1(WP_LOG2E)));
     /* ln 2 split: hi has 32 significant bits so n * hi is exact for |n| < 2^20. */
     vf64 r = vf64_fnmadd(n, vf64_set1(6.93147180369123816490e-01), xc);
     r = vf64_fnmadd(n, vf64_set1(1.90821492927058770002e-10), r);
