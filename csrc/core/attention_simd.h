@@ -2463,6 +2463,27 @@ static void FN(tile_backward)(FN(work) * w, FN(group) * groups, int64_t b, int64
         for (int64_t c = 0; c < d; ++c) dq[t * d + c] += w->dqa[t * dpad + c];
 }
 
+/* sum_c o[c] g[c] in double, for the backward's D = rowsum(O * dO): four independent sums (one sum's
+ * chain of dependent double additions, d of them per query row, was ~4 % of the amx backward's vector
+ * work).  Half types multiply in the ISA's vectors: the product of two widened half elements is exact in
+ * float32 (at most 22 significant bits), as in double; the lanes past d are zero in both. */
+static double FN(row_dot)(const S *o, const S *g, int64_t d) {
+    double acc[4] = {0.0, 0.0, 0.0, 0.0};
+#if defined(WP_STORAGE_HALF)
+    T prod[VL];
+    for (int64_t c = 0; c < d; c += VL) {
+        V(storeu)(prod, V(mul)(FN(s_loadu_n)(o + c, d - c), FN(s_loadu_n)(g + c, d - c)));
+        for (int i = 0; i < VL; ++i) acc[i % 4] += (double)prod[i];
+    }
+#else
+    int64_t c = 0;
+    for (; c + 4 <= d; c += 4)
+        for (int i = 0; i < 4; ++i) acc[i] += (double)o[c + i] * (double)g[c + i];
+    for (; c < d; ++c) acc[0] += (double)o[c] * (double)g[c];
+#endif
+    return (acc[0] + acc[1]) + (acc[2] + acc[3]);
+}
+
 /* Backward of the (b, h) unit, key blocks outer (FlashAttention-2): dq of
  * head h, its dk/dv contribution accumulated per key block. */
 static void FN(unit_backward)(FN(work) * w, FN(group) * groups, int64_t unit, T *dt_slot) {
@@ -2484,8 +2505,7 @@ static void FN(unit_backward)(FN(work) * w, FN(group) * groups, int64_t unit, T 
     for (int64_t m = 0; m < M; ++m) {
         const S *orow = (const S *)a->out + attn_off(a->out_strides, b, h, m);
         const S *gorow = (const S *)a->dout + attn_off(a->dout_strides, b, h, m);
-        double s = 0.0;
-        for (int64_t c = 0; c < d; ++c) s += (double)S_TO_T(orow[c]) * (double)S_TO_T(gorow[c]);
+        double s = FN(row_dot)(orow, gorow, d);
         if (a->dlse != NULL) s -= (double)((const T *)a->dlse)[(b * a->heads + h) * M + m];
         w->dvec[m] = s;
     }
