@@ -2463,17 +2463,19 @@ static void FN(tile_backward)(FN(work) * w, FN(group) * groups, int64_t b, int64
         for (int64_t c = 0; c < d; ++c) dq[t * d + c] += w->dqa[t * dpad + c];
 }
 
-/* sum_c o[c] g[c] in double, for the backward's D = rowsum(O * dO): four independent sums (one sum's
- * chain of dependent double additions, d of them per query row, was ~4 % of the amx backward's vector
- * work).  Half types multiply in the ISA's vectors: the product of two widened half elements is exact in
- * float32 (at most 22 significant bits), as in double; the lanes past d are zero in both. */
+/* sum_c o[c] g[c] with products and sums in double, for the backward's D = rowsum(O * dO): four
+ * independent sums (one sum's chain of dependent double additions, d of them per query row, was ~4 % of
+ * the amx backward's vector work).  Half types are widened by the ISA's vectors (exactly), not one element
+ * at a time; the products stay in double: bf16's range is float32's, so a product in float32 could
+ * overflow or flush where double does not.  Lanes past d are zero in both. */
 static double FN(row_dot)(const S *o, const S *g, int64_t d) {
     double acc[4] = {0.0, 0.0, 0.0, 0.0};
 #if defined(WP_STORAGE_HALF)
-    T prod[VL];
+    T ow[VL], gw[VL];
     for (int64_t c = 0; c < d; c += VL) {
-        V(storeu)(prod, V(mul)(FN(s_loadu_n)(o + c, d - c), FN(s_loadu_n)(g + c, d - c)));
-        for (int i = 0; i < VL; ++i) acc[i % 4] += (double)prod[i];
+        V(storeu)(ow, FN(s_loadu_n)(o + c, d - c));
+        V(storeu)(gw, FN(s_loadu_n)(g + c, d - c));
+        for (int i = 0; i < VL; ++i) acc[i % 4] += (double)ow[i] * (double)gw[i];
     }
 #else
     int64_t c = 0;
