@@ -90,6 +90,10 @@
 #define ATTN_TILE_TYPE WAVEPE_TILE_BF16
 #define ATTN_TILE_P_SCALE 1.0f
 #define ATTN_TILE_P_STORE(p, v) vf32_storeu_bf16_rne(p, v) /* P: its NaN bits unread */
+/* log2 of the largest weight group_softmax's one pass lets through (weights taken against a row's running
+ * maximum, which a later block's scores may pass): 16, so O = sum p v (float32) overflows only for values
+ * within 2^-4 of float32's range more readily than with weights <= 1 */
+#define ATTN_TILE_P_ROOM 4
 /* bf16's backward runs its accumulating products on tiles too (tiles_block_backward): dV^T += dO^T P,
  * dK^T += Q^T dS, dQ += dS K, and a table's dQ += dG T_win and dT_win^T += Q^T dG (tiles_table_backward),
  * with P and dS rounded to bf16 (relative error <= 2^-8, as GPU kernels round them; float32
@@ -103,6 +107,7 @@
  * every weight below 2^-14 -- all of them, where attention is spread over tens of thousands of keys */
 #define ATTN_TILE_P_SCALE 16384.0f
 #define ATTN_TILE_P_STORE(p, v) S_STOREU(p, V(mul)(v, V(set1)(ATTN_TILE_P_SCALE)))
+#define ATTN_TILE_P_ROOM 1 /* weights <= 2: times the scale 2^15, below float16's largest (65504) */
 #endif
 #endif
 #if defined(WP_COMPUTE_F32)
@@ -1125,9 +1130,9 @@ static inline __attribute__((always_inline)) VT FN(row_weights)(const T *src, co
                                                                 const T *kpm, int64_t jl, int64_t n, int64_t ji0,
                                                                 int64_t ji1, int has_win, int has_post, int capped,
                                                                 VT vscale, VT vcap, VT vzmul, VT va, VT vb, int base2,
-                                                                T *prow, uint16_t *p16) {
+                                                                T *prow, uint16_t *p16, VT *zmax) {
     const VT ninf = V(set1)(-(T)INFINITY);
-    VT vsum = V(zero)();
+    VT vsum = V(zero)(), vz = ninf;
     int64_t j = jl / VL * VL;
 #if !defined(ATTN_TILES)
     (void)base2, (void)p16;
@@ -1137,6 +1142,7 @@ static inline __attribute__((always_inline)) VT FN(row_weights)(const T *src, co
         VT u = FN(score_z)(src, has_win ? win : NULL, has_post ? post : NULL, vscale, j);          \
         if (capped) u = V(mul)(vcap, V(tanh)(V(mul)(u, vzmul)));                                   \
         if (select) u = V(blend)(FN(kept_lanes)(j, jl, n, kpm), ninf, u);                          \
+        if (zmax != NULL) vz = V(max)(vz, u);                                                      \
         ATTN_WEIGHT_STORE(V(fmadd)(u, va, vb));                                                    \
     } while (0)
 #if defined(ATTN_TILES)
@@ -1165,6 +1171,7 @@ static inline __attribute__((always_inline)) VT FN(row_weights)(const T *src, co
     for (; j < n; j += VL) ATTN_WEIGHT(1);
 #undef ATTN_WEIGHT_STORE
 #undef ATTN_WEIGHT
+    if (zmax != NULL) *zmax = vz;
     return vsum;
 }
 
@@ -1176,7 +1183,8 @@ static inline __attribute__((always_inline)) VT FN(row_weights)(const T *src, co
  *
  * Two passes over a row's scores: the maximum (a load and a max a vector, two chains), then the weights
  * (row_weights), each reading the scores from sr -- a soft-cap's tanh only in the second: it is
- * increasing, so the maximum is capped once.  Masked lanes become -inf by selection.  A NaN among the
+ * increasing, so the maximum is capped once.  The tiles' rows without ALiBi or a soft-cap take one pass
+ * where they have a running maximum already (below).  Masked lanes become -inf by selection.  A NaN among the
  * visible scores makes the row NaN, as the softmax of the formula does: x86's max may drop it, but its
  * weight is NaN and so is the row's sum; only where every other score is -inf (no weight to carry it) is
  * the row searched for one. */
@@ -1210,6 +1218,33 @@ static void FN(group_softmax)(const wavepe_attention_plan *p, const FN(kblock) *
         const int64_t jb = jl[t] / VL * VL; /* P below it is never read (rows_times_panels, row_pv) */
         /* [ji0, ji1): whole vectors of keys the row sees (none with a key-padding mask), no lane to select */
         const int64_t ji0 = (jl[t] + VL - 1) / VL * VL, ji1 = kb->masked ? ji0 : (n / VL * VL > ji0 ? n / VL * VL : ji0);
+#if defined(ATTN_TILES)
+        if (base2 && plain && n > 0 && mst[t] > -(T)INFINITY && mst[t] < (T)INFINITY) {
+            /* A row with a finite running maximum (every key block after its first) in one pass: its weights
+             * against that maximum, the block's own maximum taken on the way.  They stand (the maximum, the
+             * O row and the sum's scale unchanged: the row's lse is m + log l whichever m) unless a weight
+             * passed 2^ATTN_TILE_P_ROOM or a NaN came (then the two passes below run, as for a first block).
+             * Where no score passes the running maximum -- most blocks -- this is the two passes' arithmetic
+             * exactly; the max pass re-read every score (Emerald Rapids: the vector work ~60 % of the tile
+             * forward's time). */
+            const T m_ref = mst[t];
+            const VT va1 = V(set1)(sr->scale * kexp), vb1 = V(set1)(-m_ref * kexp);
+            VT vz;
+            if (jb > 0) memset(p16, 0, sizeof(uint16_t) * (size_t)jb);
+            const VT vs1 = win != NULL
+                               ? FN(row_weights)(src, win, NULL, mask, jl[t], n, ji0, ji1, 1, 0, 0, vscale, vcap, vzmul,
+                                                 va1, vb1, 1, prow, p16, &vz)
+                               : FN(row_weights)(src, NULL, NULL, mask, jl[t], n, ji0, ji1, 0, 0, 0, vscale, vcap, vzmul,
+                                                 va1, vb1, 1, prow, p16, &vz);
+            const T top = (sr->scale * V(hmax)(vz) - m_ref) * kexp, sum = V(hsum)(vs1);
+            if (top <= (T)ATTN_TILE_P_ROOM && sum == sum) {
+                const int64_t jend = (n + VL - 1) / VL * VL;
+                if (jend < pcols) memset(p16 + jend, 0, sizeof(uint16_t) * (size_t)(pcols - jend));
+                lst[t] += sum;
+                continue;
+            }
+        }
+#endif
         if (n > 0) {
             VT vmax = ninf, vmax2 = ninf; /* two chains: the max's latency, not its throughput, bounds one */
             int64_t j = jb;
@@ -1267,7 +1302,7 @@ static void FN(group_softmax)(const wavepe_attention_plan *p, const FN(kblock) *
         const VT va = V(set1)(plain ? sr->scale * kexp : kexp), vb = V(set1)(-m_new * kexp);
         if (p16 != NULL && jb > 0) memset(p16, 0, sizeof(uint16_t) * (size_t)jb);
 #define ATTN_ROW_WEIGHTS(b2, hw, hp, cp)                                                              \
-    FN(row_weights)(src, win, post, mask, jl[t], n, ji0, ji1, hw, hp, cp, vscale, vcap, vzmul, va, vb, b2, prow, p16)
+    FN(row_weights)(src, win, post, mask, jl[t], n, ji0, ji1, hw, hp, cp, vscale, vcap, vzmul, va, vb, b2, prow, p16, NULL)
 #define ATTN_ROW_WEIGHTS_ANY(b2)                                                                      \
     (plain ? (win != NULL ? ATTN_ROW_WEIGHTS(b2, 1, 0, 0) : ATTN_ROW_WEIGHTS(b2, 0, 0, 0))             \
            : ATTN_ROW_WEIGHTS(b2, win != NULL, post != NULL, capped))
@@ -2640,6 +2675,7 @@ int FN(attn_bwd)(wavepe_attention_plan *p, int64_t begin, int64_t end) {
 #undef ATTN_TILE_TYPE
 #undef ATTN_TILE_P_SCALE
 #undef ATTN_TILE_P_STORE
+#undef ATTN_TILE_P_ROOM
 #undef NR
 #undef ATTN_FBM
 #undef ATTN_FBN

@@ -28,6 +28,11 @@ typedef struct {
     int32_t *cu; /* (B, packed + 1) document boundaries */
 } inputs;
 
+/* Keys grown along the sequence (key j times 1 + key_growth j / N) where nonzero: later key blocks then
+ * hold scores well above every earlier one's, so a row's running maximum is passed by a block's -- within
+ * the tiles' one-pass softmax's room and beyond it (group_softmax). */
+static double key_growth;
+
 static void make_inputs(const shape *s, inputs *in, unsigned long long seed) {
     const int64_t nq = s->B * s->H * s->M * s->d, nk = s->B * s->Hkv * s->N * s->d;
     in->q = malloc(sizeof(double) * (size_t)(nq + 1));
@@ -36,6 +41,7 @@ static void make_inputs(const shape *s, inputs *in, unsigned long long seed) {
     in->v = malloc(sizeof(double) * (size_t)(nk + 1));
     for (int64_t i = 0; i < nq; ++i) in->q[i] = test_uniform(&seed, -1.5, 1.5), in->dout[i] = test_uniform(&seed, -1, 1);
     for (int64_t i = 0; i < nk; ++i) in->k[i] = test_uniform(&seed, -1.5, 1.5), in->v[i] = test_uniform(&seed, -1, 1);
+    for (int64_t i = 0; i < nk && key_growth != 0.0; ++i) in->k[i] *= 1.0 + key_growth * (double)(i / s->d % s->N) / (double)s->N;
     /* a table with zero rows and zero column ranges, like a wavelet table */
     in->R = 37;
     in->r_lo = -5;
@@ -610,6 +616,11 @@ void test_attention(void) {
     const int kinds[] = {2, 2, 1, 1, 1, 2, 2, 1, 1, -1, -1, 2, 2, 2, 1, 1, 1, 1, 1, 2, 2,
                          1, 1, 2, 2, 2, 1, 1, 1, 2, 1, 2};
     for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; ++i) check_shape(&shapes[i], 1000 + i, kinds[i]);
+    /* scores rising block after block (key_growth): table bias, and none with padding */
+    key_growth = 8.0;
+    check_shape(&(shape){1, 2, 1, 300, 800, 16, 500, 1, 1, 0, 0, 0, 0, 0.0}, 2000, -1);
+    check_shape(&(shape){1, 2, 2, 200, 700, 8, 500, 1, 0, 0, 1, 0, 0, 0.0}, 2001, -1);
+    key_growth = 0.0;
     check_gradient_fd((shape){1, 2, 1, 5, 9, 3, 3, 1, 1, 1, 0, 0, 0, 0.0});
     check_gradient_fd((shape){1, 2, 1, 5, 9, 3, 3, 1, 1, 1, 0, 0, 4, 0.7});
     check_gradient_fd((shape){1, 2, 1, 5, 9, 3, 3, 0, 1, 0, 0, 0, 3, 0.5});
