@@ -1,6 +1,6 @@
 """Is the working tree's attention faster than another revision's?  Both built alike, timed in alternated processes.
 
-    python benchmarks/bench_revisions.py --base REV [--dtype bf16] [--isa amx] [--pos-enc wavelet|nope]
+    python benchmarks/bench_revisions.py --base REV|DIR [--dtype bf16] [--isa amx] [--pos-enc wavelet|nope]
         [--length 4096] [--heads 8] [--backward] [--threads 2] [--rounds 3] [--repeat 7]
 
 A kernel change is judged against the code before it on the same machine, but a shared machine's speed
@@ -14,6 +14,10 @@ one process per source, base first, alternated.  Each process times the fused at
 (``wavepe.ops.wavelet_attention``, B=1, d=128, causal, the paper's default grid or ``pos_enc="nope"``;
 forward, or forward+backward with ``--backward``) and causal SDPA in the same dtype, alternated
 (_harness.compare), on ``--threads`` threads pinned to as many physical cores where ``taskset`` exists.
+
+Where there is no git repository (a copy of the tree without .git, as a lent machine may get), --base
+names a directory holding the other source tree (e.g. made beforehand with ``git archive REV | tar -x -C
+DIR``) and the tree is built where it is.
 
 Printed: one row per process (its fused median, its SDPA median, their ratio: the steadier figure where
 the machine's speed moves) and the medians over the rounds, with tree / base for both figures.  Writes
@@ -43,11 +47,15 @@ def git(*args: str) -> str:
 
 
 def export_revision(rev: str) -> tuple[str, str]:
-    """REV's files in build/revisions/<sha> (exported once); returns (directory, short sha)."""
+    """REV's files in build/revisions/<sha> (exported once), or REV itself where it is a directory holding a
+    source tree; returns (directory, short sha or the directory's name)."""
+    if os.path.isfile(os.path.join(rev, "setup.py")):
+        return os.path.abspath(rev), os.path.basename(os.path.abspath(rev))
     try:
         sha = git("rev-parse", "--verify", "--quiet", f"{rev}^{{commit}}").strip()
     except (OSError, subprocess.CalledProcessError):
-        raise SystemExit(f"--base {rev!r}: not a commit of the git repository at {ROOT}") from None
+        raise SystemExit(f"--base {rev!r}: neither a source tree (a directory with setup.py) nor a commit of a git "
+                         f"repository at {ROOT}") from None
     dest = os.path.join(REVISIONS, sha[:12])
     if not os.path.isfile(os.path.join(dest, "setup.py")):
         os.makedirs(dest, exist_ok=True)
@@ -61,7 +69,11 @@ def export_tree() -> str:
     a file copied only when its content changed (mtimes kept: the in-place build stays incremental), and
     files no longer in the tree removed from the copy's sources."""
     dest = os.path.join(REVISIONS, "tree")
-    names = [n for n in git("ls-files", "-z", "--cached", "--others", "--exclude-standard").split("\0") if n]
+    try:
+        listed = git("ls-files", "-z", "--cached", "--others", "--exclude-standard")
+    except (OSError, subprocess.CalledProcessError):
+        return ROOT  # no repository: the tree is built where it is
+    names = [n for n in listed.split("\0") if n]
     wanted = set()
     for name in names:
         src, dst = os.path.join(ROOT, name), os.path.join(dest, name)
