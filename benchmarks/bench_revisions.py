@@ -94,14 +94,17 @@ def export_tree() -> str:
 
 
 def build(src: str) -> None:
-    """The package built in place in src, CPU kernels only; the build's output goes to src/build.log."""
+    """The package built in place in src, CPU kernels only; the build's output goes to
+    src/build/bench_revisions.log."""
     env = dict(os.environ, WAVEPE_BUILD_CUDA="0", WAVEPE_WERROR="0")
     env.setdefault("WAVEPE_BUILD_JOBS", str(os.cpu_count() or 2))
-    with open(os.path.join(src, "build.log"), "w") as log:
+    path = os.path.join(src, "build", "bench_revisions.log")
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "w") as log:
         rc = subprocess.run([sys.executable, "setup.py", "build_ext", "--inplace"], cwd=src, env=env, stdout=log,
                             stderr=subprocess.STDOUT).returncode
     if rc != 0:
-        raise SystemExit(f"building {src} failed (exit {rc}): see {os.path.join(src, 'build.log')}")
+        raise SystemExit(f"building {src} failed (exit {rc}): see {path}")
 
 
 def physical_cores(n: int) -> list[int]:
