@@ -172,7 +172,8 @@ def run_process(src: str, args: argparse.Namespace, cpus: list[int]) -> dict:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--base", help="the git revision to compare against (e.g. HEAD, main~2, a sha)")
+    ap.add_argument("--base", help="what to compare against: a git revision (e.g. HEAD, main~2, a sha) or a "
+                    "directory holding the other source tree")
     ap.add_argument("--dtype", choices=DTYPES, default="bf16")
     ap.add_argument("--isa", default="", help="WAVEPE_ISA in both builds (default: the CPU's default)")
     ap.add_argument("--pos-enc", choices=("wavelet", "nope"), default="wavelet")
