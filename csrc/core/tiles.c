@@ -60,6 +60,55 @@ void wavepe_tile_gemm_emulated(int type, int64_t M, int64_t N, int64_t K2, const
     }
 }
 
+/* ---- tile_loop.h's walk on emulated tile registers -------------------------------------------------- */
+
+/* A thread's eight tile registers, each 16 rows x 64 bytes (the configuration tiles_amx.c loads). */
+typedef struct {
+    uint32_t row[16][16];
+} emu_tile;
+static _Thread_local emu_tile emu[8];
+
+static void emu_load(emu_tile *t, const void *p, int64_t stride) {
+    for (int i = 0; i < 16; ++i) memcpy(t->row[i], (const unsigned char *)p + i * stride, 64);
+}
+
+static void emu_store(const emu_tile *t, void *p, int64_t stride) {
+    for (int i = 0; i < 16; ++i) memcpy((unsigned char *)p + i * stride, t->row[i], 64);
+}
+
+/* c += a . b for 16 x 16 float32 c, 16 x 32 half a, 16 pair rows x 16 columns b: what the emulation above
+ * does for one tile (the accumulator's denormals read as zero, each product added in turn, the pair's
+ * first element first), so a walk of these equals it bit for bit. */
+static void emu_dp(int type, emu_tile *c, const emu_tile *a, const emu_tile *b) {
+    float bw[32][16];
+    for (int k2 = 0; k2 < 16; ++k2)
+        for (int n = 0; n < 16; ++n) {
+            bw[2 * k2][n] = tile_in(type, (uint16_t)(b->row[k2][n] & 0xFFFFu));
+            bw[2 * k2 + 1][n] = tile_in(type, (uint16_t)(b->row[k2][n] >> 16));
+        }
+    for (int m = 0; m < 16; ++m) {
+        float acc[16];
+        memcpy(acc, c->row[m], sizeof acc);
+        for (int n = 0; n < 16; ++n) acc[n] = fabsf(acc[n]) < 0x1p-126f ? acc[n] * 0.0f : acc[n];
+        const uint16_t *ar = (const uint16_t *)a->row[m];
+        for (int k = 0; k < 32; ++k) {
+            const float x = tile_in(type, ar[k]);
+            for (int n = 0; n < 16; ++n) acc[n] = tile_acc(acc[n], x, bw[k][n]);
+        }
+        memcpy(c->row[m], acc, sizeof acc);
+    }
+}
+
+#define TILE_LOOP_FN wavepe_tile_gemm_loop_emulated
+#define TL_CONFIGURE() ((void)0)
+#define TL_ZERO(t) memset(&emu[t], 0, sizeof(emu_tile))
+#define TL_LOAD(t, p, s) emu_load(&emu[t], p, s)
+#define TL_STORE(t, p, s) emu_store(&emu[t], p, s)
+#define TL_DPBF16(c, a, b) emu_dp(WAVEPE_TILE_BF16, &emu[c], &emu[a], &emu[b])
+#define TL_DPFP16(c, a, b) emu_dp(WAVEPE_TILE_F16, &emu[c], &emu[a], &emu[b])
+#define TL_BARRIER() ((void)0)
+#include "tile_loop.h"
+
 /* ---- detection ---------------------------------------------------------------------------------- */
 
 #if (defined(__x86_64__) || defined(_M_X64)) && !defined(WAVEPE_SIMDE_AVX512)
@@ -173,5 +222,5 @@ void wavepe_tile_gemm(int type, int64_t M, int64_t N, int64_t K2, const uint16_t
         wavepe_tile_gemm_amx(type, M, N, K2, A, lda, B, ldb, C, ldc, accumulate))
         return;
 #endif
-    wavepe_tile_gemm_emulated(type, M, N, K2, A, lda, B, ldb, C, ldc, accumulate);
+    wavepe_tile_gemm_loop_emulated(type, M, N, K2, A, lda, B, ldb, C, ldc, accumulate);
 }

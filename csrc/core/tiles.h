@@ -7,15 +7,16 @@
  *
  *   wavepe_tile_gemm   C (+)= A . B  for M x N blocks of 16 x 16 tiles and K2 pairs of K
  *
- * runs either the AMX instructions (tiles_amx.c: 2 x 2 accumulator tiles, A and B tiles loaded
- * straight from the caller's strided operands) or a portable emulation of their documented
- * semantics (tiles.c): each product of two half elements is exact in float32 (8- or 11-bit
- * significands), added to the float32 accumulator one product at a time, the pair's first element
- * first, rounding to nearest even; denormal inputs read as zero and denormal results are flushed
- * to zero.  Which one runs is decided once per process (wavepe_tiles_mode): the instructions where
- * the CPU has them, the OS grants them (arch_prctl ARCH_REQ_XCOMP_PERM) and a start-up self-check
- * agrees with the emulation; the emulation otherwise, so the amx ISA's kernels run -- slowly, for
- * the tests -- on every CPU that runs avx512bf16, where it is never the default (isa.c).
+ * walks the tiles of C one way (tile_loop.h: 2 x 2 accumulator tiles, A and B tiles loaded straight from the
+ * caller's strided operands), with either the AMX instructions (tiles_amx.c) or a portable emulation of
+ * them (tiles.c) as its tile operations.  The emulation follows the documented semantics: each product
+ * of two half elements is exact in float32 (8- or 11-bit significands), added to the float32
+ * accumulator one product at a time, the pair's first element first, rounding to nearest even; denormal
+ * inputs read as zero and denormal results are flushed to zero.  Which one runs is decided once per
+ * process (wavepe_tiles_mode): the instructions where the CPU has them, the OS grants them (arch_prctl
+ * ARCH_REQ_XCOMP_PERM) and a start-up self-check agrees with the plain emulation below; the emulated
+ * tile operations otherwise, so the amx ISA's kernels run -- slowly, for the tests, through the same
+ * walk as the hardware's -- on every CPU that runs avx512bf16, where it is never the default (isa.c).
  *
  * Operands: A row-major half elements, lda elements between rows, 2 * K2 columns; B uint32 pairs,
  * ldb elements between pair rows, N columns; C float32, ldc elements between rows.  M and N are
@@ -47,9 +48,16 @@ void wavepe_tile_gemm(int type, int64_t M, int64_t N, int64_t K2, const uint16_t
  * products' time when loaded per call), so a kernel calls this when it finishes.  A no-op otherwise. */
 void wavepe_tiles_release(void);
 
-/* The emulation, whatever the CPU (tests compare the two). */
+/* The emulation, whatever the CPU, as a plain product (the reference: tests and the self-check compare the
+ * others with it). */
 void wavepe_tile_gemm_emulated(int type, int64_t M, int64_t N, int64_t K2, const uint16_t *A, int64_t lda,
                                const uint32_t *B, int64_t ldb, float *C, int64_t ldc, int accumulate);
+
+/* tile_loop.h's walk on emulated tile registers: what wavepe_tile_gemm runs without the instructions;
+ * equal to wavepe_tile_gemm_emulated bit for bit, and reading and writing exactly what the instructions'
+ * walk reads and writes (so a sanitizer checks the hardware's accesses too).  Returns 1. */
+int wavepe_tile_gemm_loop_emulated(int type, int64_t M, int64_t N, int64_t K2, const uint16_t *A, int64_t lda,
+                                   const uint32_t *B, int64_t ldb, float *C, int64_t ldc, int accumulate);
 
 /* WAVEPE_TILES_HARDWARE, _EMULATED or _NONE for a tile type: hardware where usable; where the CPU has
  * AMX but not this type (AMX-FP16 before Granite Rapids), none (the vector kernels are faster than

@@ -2,10 +2,9 @@
  * -mamx-bf16: the recipe's rule for the amx ISA's files, python/wavepe/_build/recipe.py).  It runs only after
  * tiles.c's detection: the CPU has the tiles, Linux granted their state and the self-check agreed.
  *
- * Eight tile registers, each configured 16 rows x 64 bytes: tmm0-3 accumulate a 2 x 2 block of C
- * (32 x 32 float32), tmm4-5 hold two 16-row slices of A (16 x 32 half elements), tmm6-7 two 16-column
- * slices of B (16 pair rows x 16 columns).  The configuration is per thread and neither caller- nor
- * callee-saved: the first call on a thread loads it, later calls find it loaded (a thread-local flag),
+ * The walk over tiles is tile_loop.h's, shared with the emulation (tiles.c); here its operations are the
+ * instructions.  The configuration (eight tiles of 16 rows x 64 bytes) is per thread and neither caller-
+ * nor callee-saved: the first call on a thread loads it, later calls find it loaded (a thread-local flag),
  * and wavepe_tiles_release_amx (the kernels' end, tiles.h) gives the tiles back.  GCC's AMX intrinsics header
  * (before GCC 13) declares no memory operand for tileloadd / tilestored / ldtilecfg, so compiler
  * barriers keep the stores of the operands before the loads, and the loads of C after the stores.
@@ -38,8 +37,7 @@ void wavepe_tiles_release_amx(void) {
     }
 }
 
-int wavepe_tile_gemm_amx(int type, int64_t M, int64_t N, int64_t K2, const uint16_t *A, int64_t lda, const uint32_t *B,
-                         int64_t ldb, float *C, int64_t ldc, int accumulate) {
+static void configure(void) {
     if (!configured) {
         tile_config cfg;
         memset(&cfg, 0, sizeof cfg);
@@ -49,52 +47,17 @@ int wavepe_tile_gemm_amx(int type, int64_t M, int64_t N, int64_t K2, const uint1
         _tile_loadconfig(&cfg);
         configured = 1;
     }
-    const int64_t sa = lda * 2, sb = ldb * 4, sc = ldc * 4; /* strides in bytes */
-    for (int64_t m = 0; m < M; m += 32) {
-        const int two_m = m + 16 < M;
-        for (int64_t n = 0; n < N; n += 32) {
-            const int two_n = n + 16 < N;
-            float *c = C + m * ldc + n;
-            TILE_BARRIER();
-            if (accumulate) {
-                _tile_loadd(0, c, sc);
-                if (two_n) _tile_loadd(1, c + 16, sc);
-                if (two_m) _tile_loadd(2, c + 16 * ldc, sc);
-                if (two_m && two_n) _tile_loadd(3, c + 16 * ldc + 16, sc);
-            } else {
-                _tile_zero(0);
-                _tile_zero(1);
-                _tile_zero(2);
-                _tile_zero(3);
-            }
-            for (int64_t k = 0; k < K2; k += WAVEPE_TILE_K2) {
-                const uint16_t *a = A + m * lda + 2 * k;
-                const uint32_t *b = B + k * ldb + n;
-                _tile_loadd(4, a, sa);
-                if (two_m) _tile_loadd(5, a + 16 * lda, sa);
-                _tile_loadd(6, b, sb);
-                if (two_n) _tile_loadd(7, b + 16, sb);
-                if (type == WAVEPE_TILE_BF16) {
-                    _tile_dpbf16ps(0, 4, 6);
-                    if (two_n) _tile_dpbf16ps(1, 4, 7);
-                    if (two_m) _tile_dpbf16ps(2, 5, 6);
-                    if (two_m && two_n) _tile_dpbf16ps(3, 5, 7);
-                } else {
-                    TDPFP16PS_(0, 4, 6);
-                    if (two_n) TDPFP16PS_(1, 4, 7);
-                    if (two_m) TDPFP16PS_(2, 5, 6);
-                    if (two_m && two_n) TDPFP16PS_(3, 5, 7);
-                }
-            }
-            _tile_stored(0, c, sc);
-            if (two_n) _tile_stored(1, c + 16, sc);
-            if (two_m) _tile_stored(2, c + 16 * ldc, sc);
-            if (two_m && two_n) _tile_stored(3, c + 16 * ldc + 16, sc);
-            TILE_BARRIER();
-        }
-    }
-    return 1;
 }
+
+#define TILE_LOOP_FN wavepe_tile_gemm_amx
+#define TL_CONFIGURE() configure()
+#define TL_ZERO(t) _tile_zero(t)
+#define TL_LOAD(t, p, s) _tile_loadd(t, p, s)
+#define TL_STORE(t, p, s) _tile_stored(t, p, s)
+#define TL_DPBF16(c, a, b) _tile_dpbf16ps(c, a, b)
+#define TL_DPFP16(c, a, b) TDPFP16PS_(c, a, b)
+#define TL_BARRIER() TILE_BARRIER()
+#include "tile_loop.h"
 #else
 int wavepe_tile_gemm_amx(int type, int64_t M, int64_t N, int64_t K2, const uint16_t *A, int64_t lda, const uint32_t *B,
                          int64_t ldb, float *C, int64_t ldc, int accumulate) {

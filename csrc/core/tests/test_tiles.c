@@ -1,8 +1,11 @@
 /* test_tiles.c: the tile products (tiles.h): the emulation against the instructions' documented semantics
  * written out product by product in double and rounded where they round, bf16 and float16, with
  * denormal, NaN and infinite inputs, strided operands, accumulate or not, several tiles each way; the
- * instructions against the emulation where this CPU has them (else it says so); the mode rules. */
+ * instructions' walk over tiles (tile_loop.h) on emulated tile registers against the plain emulation, every
+ * kind of edge; the instructions against the emulation where this CPU has them (else it says so); the mode
+ * rules. */
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "../half.h"
@@ -65,6 +68,14 @@ static void check_type(int type, unsigned long long seed) {
         int nan_row = 1;
         for (int n = 0; n < N; ++n) nan_row &= isnan(got[40 * LDC + n]);
         CHECK(nan_row);
+        /* the hardware's walk (tile_loop.h) on emulated tile registers: the same bits */
+        float walk[M * LDC];
+        memcpy(walk, c0, sizeof walk);
+        wavepe_tile_gemm_loop_emulated(type, M, N, K2, a, LDA, b, LDB, walk, LDC, acc);
+        same = 1;
+        for (int i = 0; i < M * LDC; ++i)
+            same &= (isnan(walk[i]) && isnan(got[i])) || memcmp(&walk[i], &got[i], sizeof(float)) == 0;
+        CHECK(same);
         /* the dispatcher (the instructions where this CPU has them) agrees with the emulation */
         float via[M * LDC];
         memcpy(via, c0, sizeof via);
@@ -77,9 +88,49 @@ static void check_type(int type, unsigned long long seed) {
     }
 }
 
+/* tile_loop.h's walk over every kind of edge (one or two tiles of C each way in its last block, one to
+ * three K steps, accumulate or not, strides past the operands), on emulated tile registers against the
+ * plain emulation, bit for bit; operands allocated to the last element the walk may read or write, so
+ * that a sanitizer build catches an access past them -- the accesses the instructions make too. */
+static void check_walk(int type, unsigned long long seed) {
+    static const int64_t ms[] = {16, 32, 48, 80}, ns[] = {16, 32, 48, 112}, ks[] = {16, 32, 48};
+    for (int im = 0; im < 4; ++im)
+        for (int in = 0; in < 4; ++in)
+            for (int ik = 0; ik < 3; ++ik)
+                for (int acc = 0; acc < 2; ++acc) {
+                    const int64_t M = ms[im], N = ns[in], K2 = ks[ik];
+                    const int64_t lda = 2 * K2 + 8 * ik, ldb = N + 4 * in, ldc = N + 3 * im + acc;
+                    const size_t na = (size_t)((M - 1) * lda + 2 * K2), nb = (size_t)((K2 - 1) * ldb + N),
+                                 nc = (size_t)((M - 1) * ldc + N);
+                    uint16_t *a = malloc(na * sizeof *a);
+                    uint32_t *b = malloc(nb * sizeof *b);
+                    float *want = malloc(nc * sizeof *want), *got = malloc(nc * sizeof *got);
+                    if (!a || !b || !want || !got) {
+                        CHECK(0);
+                        return;
+                    }
+                    for (size_t i = 0; i < na; ++i) {
+                        const float x = (float)test_uniform(&seed, -2, 2);
+                        a[i] = type == WAVEPE_TILE_BF16 ? wp_f32_to_bf16(x) : wp_f32_to_f16(x);
+                    }
+                    for (size_t i = 0; i < nb; ++i) {
+                        const float x = (float)test_uniform(&seed, -2, 2), y = (float)test_uniform(&seed, -2, 2);
+                        b[i] = (uint32_t)(type == WAVEPE_TILE_BF16 ? wp_f32_to_bf16(x) : wp_f32_to_f16(x)) |
+                               (uint32_t)(type == WAVEPE_TILE_BF16 ? wp_f32_to_bf16(y) : wp_f32_to_f16(y)) << 16;
+                    }
+                    for (size_t i = 0; i < nc; ++i) want[i] = got[i] = (float)test_uniform(&seed, -1, 1);
+                    wavepe_tile_gemm_emulated(type, M, N, K2, a, lda, b, ldb, want, ldc, acc);
+                    wavepe_tile_gemm_loop_emulated(type, M, N, K2, a, lda, b, ldb, got, ldc, acc);
+                    CHECK(memcmp(want, got, nc * sizeof *got) == 0);
+                    free(a), free(b), free(want), free(got);
+                }
+}
+
 void test_tiles(void) {
     check_type(WAVEPE_TILE_BF16, 2024);
     check_type(WAVEPE_TILE_F16, 2025);
+    check_walk(WAVEPE_TILE_BF16, 2026);
+    check_walk(WAVEPE_TILE_F16, 2027);
     /* the modes: emulated everywhere without the instructions; with them, bf16 on the instructions and
      * float16 only where AMX-FP16 is there too (else the vector kernels) */
     const char *why = NULL;
