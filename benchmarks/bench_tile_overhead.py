@@ -33,29 +33,7 @@ sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(ROOT, "python"))
 
 from _harness import print_table, write_json  # noqa: E402
-from wavepe._build import recipe  # noqa: E402
-
-
-def build(out_dir: str) -> str:
-    """Compile the core and the harness into out_dir (objects rebuilt every run: a few seconds a file)."""
-    os.makedirs(out_dir, exist_ok=True)
-    cc = recipe.c_compiler()
-    core = os.path.join(ROOT, "csrc", "core")
-    sources = recipe.core_sources(os.path.join(ROOT, "csrc")) + [os.path.join(HERE, "c", "tile_overhead.c")]
-    procs, objects = [], []
-    for src in sources:
-        obj = os.path.join(out_dir, os.path.basename(src) + ".o")
-        objects.append(obj)
-        flags = [f for f in recipe.c_flags(src) if f != "-fvisibility=hidden"]
-        procs.append(subprocess.Popen([cc, *flags, f"-I{core}", "-c", src, "-o", obj]))
-        if len(procs) >= (os.cpu_count() or 2):
-            if procs.pop(0).wait() != 0:
-                raise SystemExit("compilation failed")
-    if any(p.wait() != 0 for p in procs):
-        raise SystemExit("compilation failed")
-    exe = os.path.join(out_dir, "tile_overhead")
-    subprocess.run([cc, "-o", exe, *objects, "-lm", "-lpthread", "-Wl,--wrap=wavepe_tile_gemm"], check=True)
-    return exe
+from _core_harness import build  # noqa: E402
 
 
 def main() -> None:
@@ -71,7 +49,7 @@ def main() -> None:
     if wavepe.cpu_isa() not in ("avx512bf16", "amx"):
         print(f"this CPU runs {wavepe.cpu_isa()}: the amx variant's vector code needs AVX512_BF16; nothing measured")
         return
-    exe = build(os.path.join(ROOT, "build", "bench_tile_overhead"))
+    exe = build("tile_overhead.c", os.path.join(ROOT, "build", "bench_tile_overhead"))
     rows, records = [], []
     for bias in (0, 1):
         for backward in (0, 1):
