@@ -88,15 +88,16 @@ static void check_type(int type, unsigned long long seed) {
     }
 }
 
-/* tile_loop.h's walk over every kind of edge (one or two tiles of C each way in its last block, one to
- * three K steps, accumulate or not, strides past the operands), on emulated tile registers against the
- * plain emulation, bit for bit; operands allocated to the last element the walk may read or write, so
- * that a sanitizer build catches an access past them -- the accesses the instructions make too. */
+/* tile_loop.h's walk over every kind of edge (one or two tiles of C each way in its last block, one to six
+ * K steps -- so that a walk splitting the rows by K finds them split --, accumulate or not, strides past the
+ * operands), on emulated tile registers against the plain emulation, bit for bit; operands allocated to the
+ * last element the walk may read or write, so that a sanitizer build catches an access past them -- the
+ * accesses the instructions make too. */
 static void check_walk(int type, unsigned long long seed) {
-    static const int64_t ms[] = {16, 32, 48, 80}, ns[] = {16, 32, 48, 112}, ks[] = {16, 32, 48};
+    static const int64_t ms[] = {16, 32, 48, 80}, ns[] = {16, 32, 48, 112}, ks[] = {16, 32, 48, 96};
     for (int im = 0; im < 4; ++im)
         for (int in = 0; in < 4; ++in)
-            for (int ik = 0; ik < 3; ++ik)
+            for (int ik = 0; ik < 4; ++ik)
                 for (int acc = 0; acc < 2; ++acc) {
                     const int64_t M = ms[im], N = ns[in], K2 = ks[ik];
                     const int64_t lda = 2 * K2 + 8 * ik, ldb = N + 4 * in, ldc = N + 3 * im + acc;
