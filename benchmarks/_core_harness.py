@@ -7,6 +7,7 @@ make.  Objects carry debug information (``-g``), so that call sites can be named
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import subprocess
 import sys
@@ -14,9 +15,20 @@ import sysconfig
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
-sys.path.insert(0, os.path.join(ROOT, "python"))
 
-from wavepe._build import recipe  # noqa: E402
+
+def _load_recipe():
+    """python/wavepe/_build/recipe.py by its path (standard library only): the package itself need not be
+    built to build a harness."""
+    spec = importlib.util.spec_from_file_location("_wavepe_recipe", os.path.join(ROOT, "python", "wavepe", "_build",
+                                                                                  "recipe.py"))
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up
+    spec.loader.exec_module(module)
+    return module
+
+
+recipe = _load_recipe()
 
 
 def simde_include() -> str:
