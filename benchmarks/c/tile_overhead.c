@@ -17,6 +17,7 @@
 #include <time.h>
 
 #include "attention.h"
+#include "harness.h"
 #include "half.h"
 #include "isa.h"
 
@@ -30,27 +31,6 @@ void __wrap_wavepe_tile_gemm(int type, int64_t M, int64_t N, int64_t K2, const u
     tile_flop += 4.0 * (double)M * (double)N * (double)K2;
     if (!accumulate) /* the tile stores of C: what the hardware would write */
         for (int64_t i = 0; i < M; ++i) memset(C + i * ldc, 0, sizeof(float) * (size_t)N);
-}
-
-static double now(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
-
-static uint16_t *random_bf16(int64_t n, float amplitude) {
-    uint16_t *x = malloc(sizeof(uint16_t) * (size_t)n);
-    if (x == NULL) exit(2);
-    for (int64_t i = 0; i < n; ++i) x[i] = wp_f32_to_bf16(amplitude * ((float)rand() / (float)RAND_MAX - 0.5f));
-    return x;
-}
-
-static int run(wavepe_attention_plan *p) {
-    for (int phase = 0; phase < 2; ++phase) {
-        const int st = wavepe_attention_run(p, phase, 0, wavepe_attention_units(p, phase));
-        if (st != WAVEPE_OK) return st;
-    }
-    return WAVEPE_OK;
 }
 
 int main(int argc, char **argv) {
@@ -68,31 +48,23 @@ int main(int argc, char **argv) {
     float *lse = calloc((size_t)(H * L), sizeof(float));
     const wavepe_isa isas[2] = {WAVEPE_ISA_AVX512BF16, WAVEPE_ISA_AMX};
     for (int which = 0; which < 2; ++which) {
-        wavepe_attention_args a = wavepe_attention_args_defaults();
-        a.dtype = WAVEPE_BF16;
-        a.batch = 1, a.heads = H, a.kv_heads = H, a.m = L, a.n = L, a.d = d, a.causal = 1;
-        a.scale = 1.0 / sqrt((double)d);
-        a.q = q, a.k = k, a.v = v, a.out = out, a.lse = lse;
-        const int64_t strides[3] = {n, L * d, d};
-        memcpy(a.q_strides, strides, sizeof strides), memcpy(a.k_strides, strides, sizeof strides);
-        memcpy(a.v_strides, strides, sizeof strides), memcpy(a.out_strides, strides, sizeof strides);
-        memcpy(a.dout_strides, strides, sizeof strides);
+        wavepe_attention_args a = harness_causal_bf16(H, L, d, q, k, v, out, lse);
         if (bias) a.table = table, a.table_rows = R, a.r_lo = -L; /* every column nonzero: the dense case */
         double best = INFINITY, flop = 0;
         for (int rep = 0; rep < reps; ++rep) {
             wavepe_attention_plan *p;
-            double t0 = now();
-            if (wavepe_attention_fwd_plan(isas[which], &a, &p, NULL) != WAVEPE_OK || run(p) != WAVEPE_OK) return 1;
+            double t0 = harness_now();
+            if (wavepe_attention_fwd_plan(isas[which], &a, &p, NULL) != WAVEPE_OK || run_plan(p) != WAVEPE_OK) return 1;
             wavepe_attention_plan_free(p);
             if (backward) {
                 wavepe_attention_args g = a;
                 g.dout = dout, g.dq = dq, g.dk = dk, g.dv = dv;
                 tile_flop = 0;
-                t0 = now();
-                if (wavepe_attention_bwd_plan(isas[which], &g, &p, NULL) != WAVEPE_OK || run(p) != WAVEPE_OK) return 1;
+                t0 = harness_now();
+                if (wavepe_attention_bwd_plan(isas[which], &g, &p, NULL) != WAVEPE_OK || run_plan(p) != WAVEPE_OK) return 1;
                 wavepe_attention_plan_free(p);
             }
-            const double t = now() - t0;
+            const double t = harness_now() - t0;
             best = t < best ? t : best;
             flop = tile_flop;
             tile_flop = 0;

@@ -23,6 +23,7 @@
 #include <time.h>
 
 #include "attention.h"
+#include "harness.h"
 #include "half.h"
 #include "isa.h"
 #include "tiles.h"
@@ -35,12 +36,6 @@ static struct {
 } sites[MAX_SITES];
 static int nsites;
 
-static double now_ns(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return 1e9 * (double)t.tv_sec + (double)t.tv_nsec;
-}
-
 void __real_wavepe_tile_gemm(int type, int64_t M, int64_t N, int64_t K2, const uint16_t *A, int64_t lda,
                              const uint32_t *B, int64_t ldb, float *C, int64_t ldc, int accumulate);
 void __wrap_wavepe_tile_gemm(int type, int64_t M, int64_t N, int64_t K2, const uint16_t *A, int64_t lda,
@@ -48,9 +43,9 @@ void __wrap_wavepe_tile_gemm(int type, int64_t M, int64_t N, int64_t K2, const u
 void __wrap_wavepe_tile_gemm(int type, int64_t M, int64_t N, int64_t K2, const uint16_t *A, int64_t lda,
                              const uint32_t *B, int64_t ldb, float *C, int64_t ldc, int accumulate) {
     const void *at = __builtin_return_address(0);
-    const double t0 = now_ns();
+    const double t0 = 1e9 * harness_now();
     __real_wavepe_tile_gemm(type, M, N, K2, A, lda, B, ldb, C, ldc, accumulate);
-    const double t = now_ns() - t0;
+    const double t = 1e9 * harness_now() - t0;
     int s = 0;
     while (s < nsites && sites[s].at != at) ++s;
     if (s == nsites) {
@@ -59,21 +54,6 @@ void __wrap_wavepe_tile_gemm(int type, int64_t M, int64_t N, int64_t K2, const u
     }
     const double ct = (double)(M / 16) * (double)(N / 16);
     sites[s].calls += 1, sites[s].ctiles += ct, sites[s].products += ct * (double)(K2 / 16), sites[s].ns += t;
-}
-
-static uint16_t *random_bf16(int64_t n, float amplitude) {
-    uint16_t *x = malloc(sizeof(uint16_t) * (size_t)n);
-    if (x == NULL) exit(2);
-    for (int64_t i = 0; i < n; ++i) x[i] = wp_f32_to_bf16(amplitude * ((float)rand() / (float)RAND_MAX - 0.5f));
-    return x;
-}
-
-static int run(wavepe_attention_plan *p) {
-    for (int phase = 0; phase < 2; ++phase) {
-        const int st = wavepe_attention_run(p, phase, 0, wavepe_attention_units(p, phase));
-        if (st != WAVEPE_OK) return st;
-    }
-    return WAVEPE_OK;
 }
 
 int main(int argc, char **argv) {
@@ -89,15 +69,7 @@ int main(int argc, char **argv) {
     uint16_t *q = random_bf16(n, 1), *k = random_bf16(n, 1), *v = random_bf16(n, 1), *dout = random_bf16(n, 1);
     uint16_t *out = random_bf16(n, 0), *dq = random_bf16(n, 0), *dk = random_bf16(n, 0), *dv = random_bf16(n, 0);
     float *lse = calloc((size_t)(H * L), sizeof(float));
-    wavepe_attention_args a = wavepe_attention_args_defaults();
-    a.dtype = WAVEPE_BF16;
-    a.batch = 1, a.heads = H, a.kv_heads = H, a.m = L, a.n = L, a.d = d, a.causal = 1;
-    a.scale = 1.0 / sqrt((double)d);
-    a.q = q, a.k = k, a.v = v, a.out = out, a.lse = lse;
-    const int64_t strides[3] = {n, L * d, d};
-    memcpy(a.q_strides, strides, sizeof strides), memcpy(a.k_strides, strides, sizeof strides);
-    memcpy(a.v_strides, strides, sizeof strides), memcpy(a.out_strides, strides, sizeof strides);
-    memcpy(a.dout_strides, strides, sizeof strides);
+    wavepe_attention_args a = harness_causal_bf16(H, L, d, q, k, v, out, lse);
     if (strcmp(bias, "dense") == 0) { /* every column of every distance nonzero */
         a.table = random_bf16(2 * L * d, 0.02f), a.table_rows = 2 * L, a.r_lo = -L;
     } else if (strcmp(bias, "wavelet") == 0) { /* distances 0 .. L-1, the default grid */
@@ -119,20 +91,20 @@ int main(int argc, char **argv) {
     for (int rep = 0; rep < reps; ++rep) { /* the sites' sums: the last rep's measured part */
         wavepe_attention_plan *p;
         if (backward) { /* the forward first (its lse), then the backward measured */
-            if (wavepe_attention_fwd_plan(WAVEPE_ISA_AMX, &a, &p, NULL) != WAVEPE_OK || run(p) != WAVEPE_OK) return 1;
+            if (wavepe_attention_fwd_plan(WAVEPE_ISA_AMX, &a, &p, NULL) != WAVEPE_OK || run_plan(p) != WAVEPE_OK) return 1;
             wavepe_attention_plan_free(p);
         }
         for (int s = 0; s < nsites; ++s) sites[s].calls = sites[s].ctiles = sites[s].products = sites[s].ns = 0;
-        const double t0 = now_ns();
+        const double t0 = 1e9 * harness_now();
         if (!backward) {
-            if (wavepe_attention_fwd_plan(WAVEPE_ISA_AMX, &a, &p, NULL) != WAVEPE_OK || run(p) != WAVEPE_OK) return 1;
+            if (wavepe_attention_fwd_plan(WAVEPE_ISA_AMX, &a, &p, NULL) != WAVEPE_OK || run_plan(p) != WAVEPE_OK) return 1;
         } else {
             wavepe_attention_args g = a;
             g.dout = dout, g.dq = dq, g.dk = dk, g.dv = dv;
-            if (wavepe_attention_bwd_plan(WAVEPE_ISA_AMX, &g, &p, NULL) != WAVEPE_OK || run(p) != WAVEPE_OK) return 1;
+            if (wavepe_attention_bwd_plan(WAVEPE_ISA_AMX, &g, &p, NULL) != WAVEPE_OK || run_plan(p) != WAVEPE_OK) return 1;
         }
         wavepe_attention_plan_free(p);
-        const double t = now_ns() - t0;
+        const double t = 1e9 * harness_now() - t0;
         best = t < best ? t : best;
     }
     printf("tiles %s\n", wavepe_tiles_mode(WAVEPE_TILE_BF16) == WAVEPE_TILES_HARDWARE ? "hardware" : "emulated");
