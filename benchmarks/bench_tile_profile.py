@@ -10,8 +10,9 @@ the kernels that makes it (``benchmarks/c/tile_profile.c``, named here by addr2l
 (tdpbf16ps) and their depth (products per C tile: K / 32), and, on an AMX CPU, the time spent in
 them -- ns per product against AMX-BF16's 16 cycles, so a product site far from it stands out
 (Sapphire/Emerald Rapids ran 2 x 2 blocks of 4 steps at ~10 ns a product against ~4.4 ns for
-independent products: docs/benchmarks.md).  Without AMX the products run emulated: the counts and
-depths hold, the times are not printed.
+independent products: docs/benchmarks.md).  Each call is timed by its own pair of clock_gettime calls
+(tens of ns): a site whose calls last well under a microsecond reads a little slow.  Without AMX the
+products run emulated: the counts and depths hold, the times are not printed.
 
 Prints a table per case and writes benchmarks/results/bench_tile_profile.<isa>.json.  Needs gcc or
 clang, addr2line (binutils) and an x86-64 CPU; without AVX512_BF16 the amx variant's vector code is
