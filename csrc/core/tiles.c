@@ -21,13 +21,12 @@ static inline float tile_in(int type, uint16_t h) {
     return type == WAVEPE_TILE_BF16 ? wp_bf16_to_f32(h) : wp_f16_to_f32(h);
 }
 
+/* A denormal float32 flushed to a zero of its sign: branch-free, so the loops over a row vectorize. */
+static inline float tile_flush(float r) { return fabsf(r) < 0x1p-126f ? r * 0.0f : r; }
+
 /* c + x * y rounded once (the product of two half elements is exact in float32, so a fused
- * multiply-add rounds the same), a denormal result flushed to zero: branch-free, so the loop over a
- * row vectorizes. */
-static inline float tile_acc(float c, float x, float y) {
-    const float r = c + x * y;
-    return fabsf(r) < 0x1p-126f ? r * 0.0f : r;
-}
+ * multiply-add rounds the same), a denormal result flushed to zero. */
+static inline float tile_acc(float c, float x, float y) { return tile_flush(c + x * y); }
 
 void wavepe_tile_gemm_emulated(int type, int64_t M, int64_t N, int64_t K2, const uint16_t *A, int64_t lda,
                                const uint32_t *B, int64_t ldb, float *C, int64_t ldc, int accumulate) {
@@ -46,7 +45,7 @@ void wavepe_tile_gemm_emulated(int type, int64_t M, int64_t N, int64_t K2, const
             for (int64_t m = 0; m < M; ++m) {
                 for (int64_t n = 0; n < nn; ++n) {
                     const float c = !first || accumulate ? C[m * ldc + n0 + n] : 0.0f;
-                    acc[n] = fabsf(c) < 0x1p-126f ? c * 0.0f : c; /* the accumulator's denormals too */
+                    acc[n] = tile_flush(c); /* the accumulator's denormals too */
                 }
                 for (int64_t k = 0; k < 2 * kk; ++k) { /* the pair's first element, then its second */
                     const float a = tile_in(type, A[m * lda + 2 * k0 + k]);
@@ -89,7 +88,7 @@ static void emu_dp(int type, emu_tile *c, const emu_tile *a, const emu_tile *b) 
     for (int m = 0; m < 16; ++m) {
         float acc[16];
         memcpy(acc, c->row[m], sizeof acc);
-        for (int n = 0; n < 16; ++n) acc[n] = fabsf(acc[n]) < 0x1p-126f ? acc[n] * 0.0f : acc[n];
+        for (int n = 0; n < 16; ++n) acc[n] = tile_flush(acc[n]);
         const uint16_t *ar = (const uint16_t *)a->row[m];
         for (int k = 0; k < 32; ++k) {
             const float x = tile_in(type, ar[k]);
