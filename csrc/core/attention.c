@@ -139,6 +139,12 @@ attn_widen_fn attn_table_widen(wavepe_isa isa, int dtype) {
 }
 #undef ATTN_WIDEN_
 
+/* Elements 2 c2 and 2 c2 + 1 of a stored half-type table row of d elements as one pair (the first in
+ * the low half; zero past d): what the bf16 pair products read. */
+static inline uint32_t table_pair(const uint16_t *t, int64_t c2, int64_t d) {
+    return (uint32_t)t[2 * c2] | (2 * c2 + 1 < d ? (uint32_t)t[2 * c2 + 1] << 16 : 0u);
+}
+
 /* Pack the table over the distances the operation can touch (see the plan):
  * row-major rows (memcpy), nonzero column range per strip -- unless no kernel
  * reads the ranges (p->fold_table: every strip's range is all d columns) --,
@@ -221,43 +227,65 @@ static int pack_table(wavepe_attention_plan *p, int need_strips) {
         p->strip_clo[s] = (int32_t)clo;
         p->strip_chi[s] = (int32_t)chi;
     }
-    if (need_strips && attn_dpbf16(p)) { /* [strip][c2][lane] = the pair (2 c2, 2 c2 + 1) of the stored row */
+    /* Each packed form below is written only where it is read, and each table pair built from the
+     * stored table once per use: a wavelet table's rows are mostly zero columns (its packed window at
+     * L = 4096 holds ~37 nonzero of d = 128 per row), and these loops -- the float strips copied an
+     * element per memcpy call -- were most of a plan's time (1.4-1.8 ms at L = 4096, d = 128; 60-70 us
+     * at L = 256, d = 64; AVX2 EPYC), serial before a call's threads start. */
+    const uint16_t *tab = a->table;
+    if (need_strips && attn_dpbf16(p)) {
+        /* [strip][c2][lane] = the pair (2 c2, 2 c2 + 1) of the stored row; group_bias reads the pairs
+         * [clo / 2, (chi + 1) / 2) of a strip (an edge pair's other half is zero or masked there) */
         const int64_t d2 = (d + 1) / 2;
         uint32_t *tp = p->tpack;
-        const uint16_t *tab = a->table;
-        memset(tp, 0, sizeof(uint32_t) * (size_t)(nstrips * d2 * nr));
-        for (int64_t row = 0; row < rows; ++row) {
-            const int64_t idx = attn_table_index(a, hi - row), s = row / nr, lane = row % nr;
-            if (idx < 0) continue;
-            const uint16_t *t = tab + idx * d;
-            for (int64_t c2 = 0; c2 < d2; ++c2)
-                tp[(s * d2 + c2) * nr + lane] = (uint32_t)t[2 * c2] | (2 * c2 + 1 < d ? (uint32_t)t[2 * c2 + 1] << 16 : 0u);
-        }
-    } else if (need_strips) { /* [strip][c][lane] = trow[strip * nr + lane][c] */
-        memset(p->tpack, 0, bytes);
-        for (int64_t s = 0; s < nstrips; ++s)
-            for (int64_t lane = 0; lane < nr; ++lane)
-                for (int64_t c = 0; c < d; ++c) {
-                    const size_t src = (size_t)(((s * nr + lane) * dpad + c) * es);
-                    const size_t dst = (size_t)(((s * d + c) * nr + lane) * es);
-                    memcpy((unsigned char *)p->tpack + dst, trow + src, (size_t)es);
+        for (int64_t s = 0; s < nstrips; ++s) {
+            const int64_t c2lo = p->strip_clo[s] / 2, c2hi = (p->strip_chi[s] + 1) / 2;
+            for (int64_t lane = 0; lane < nr && c2lo < c2hi; ++lane) {
+                const int64_t row = s * nr + lane, idx = row < rows ? attn_table_index(a, hi - row) : -1;
+                uint32_t *dst = tp + s * d2 * nr + lane;
+                if (idx < 0) {
+                    for (int64_t c2 = c2lo; c2 < c2hi; ++c2) dst[c2 * nr] = 0;
+                    continue;
                 }
+                const uint16_t *t = tab + idx * d;
+                for (int64_t c2 = c2lo; c2 < c2hi; ++c2) dst[c2 * nr] = table_pair(t, c2, d);
+            }
+        }
+    } else if (need_strips) { /* [strip][c][lane] = trow[strip * nr + lane][c]; mk_nt reads c in [clo, chi) */
+        for (int64_t s = 0; s < nstrips; ++s) {
+            const int64_t clo = p->strip_clo[s], chi = p->strip_chi[s];
+            for (int64_t lane = 0; lane < nr; ++lane) {
+                const int64_t at = (s * nr + lane) * dpad, to = s * d * nr + lane;
+                if (p->f64) {
+                    const double *src = (const double *)p->trow + at;
+                    double *dst = (double *)p->tpack + to;
+                    for (int64_t c = clo; c < chi; ++c) dst[c * nr] = src[c];
+                } else {
+                    const float *src = (const float *)p->trow + at;
+                    float *dst = (float *)p->tpack + to;
+                    for (int64_t c = clo; c < chi; ++c) dst[c * nr] = src[c];
+                }
+            }
+        }
     }
-    if (p->tiles) { /* the tiles' bias windows: [k2][row] pairs of the stored table, rows in packed order */
+    if (p->tiles) {
+        /* the tiles' bias windows: [k2][row] pairs of the stored table, rows in packed order.  A window's
+         * product reads every pair of its rows over the union of their strips' ranges: zero everywhere
+         * first, then each row's pairs inside its own strip's range (outside it the table is zero) */
         const int64_t k2pad = ((d + 1) / 2 + 15) / 16 * 16, ld = prows + 16;
         const int64_t tdims[2] = {k2pad, ld};
         if ((status = wavepe_checked_numel(2, tdims, 4, NULL)) != WAVEPE_OK) return status;
         p->tvnni = attn_aligned_alloc((size_t)(k2pad * ld * 4));
         if (p->tvnni == NULL) return WAVEPE_E_NOMEM;
         p->tv_ld = ld;
-        memset(p->tvnni, 0, (size_t)(k2pad * ld * 4));
-        const uint16_t *tab = a->table;
+        uint32_t *tv = p->tvnni; /* (locals: a store through it could alias the ranges, so no reload) */
+        memset(tv, 0, (size_t)(k2pad * ld * 4));
         for (int64_t row = 0; row < rows; ++row) {
-            const int64_t idx = attn_table_index(a, hi - row);
+            const int64_t idx = attn_table_index(a, hi - row), s = row / nr;
             if (idx < 0) continue;
             const uint16_t *t = tab + idx * d;
-            for (int64_t c2 = 0; 2 * c2 < d; ++c2)
-                p->tvnni[c2 * ld + row] = (uint32_t)t[2 * c2] | (2 * c2 + 1 < d ? (uint32_t)t[2 * c2 + 1] << 16 : 0u);
+            const int64_t c2lo = p->strip_clo[s] / 2, c2hi = (p->strip_chi[s] + 1) / 2;
+            for (int64_t c2 = c2lo; c2 < c2hi; ++c2) tv[c2 * ld + row] = table_pair(t, c2, d);
         }
         if (p->backward && a->dtype == WAVEPE_BF16) {
             const int64_t pdims[2] = {(prows + 64) / 2, dpad};
@@ -266,12 +294,14 @@ static int pack_table(wavepe_attention_plan *p, int need_strips) {
             p->tpairs = attn_aligned_alloc(pbytes);
             if (p->tpairs == NULL) return WAVEPE_E_NOMEM;
             memset(p->tpairs, 0, pbytes);
-            for (int64_t row = 0; row < rows; ++row) {
-                const int64_t idx = attn_table_index(a, hi - row);
+            for (int64_t row = 0; row < rows; ++row) { /* zero outside the strip's range, as above */
+                const int64_t idx = attn_table_index(a, hi - row), s = row / nr;
                 if (idx < 0) continue;
                 const uint16_t *t = tab + idx * d;
                 uint32_t *pairs = p->tpairs + row / 2 * dpad; /* the pair's first row in the low half */
-                for (int64_t c = 0; c < d; ++c) pairs[c] |= (uint32_t)t[c] << (16 * (row % 2));
+                const int64_t clo = p->strip_clo[s], chi = p->strip_chi[s];
+                const int shift = 16 * (int)(row % 2);
+                for (int64_t c = clo; c < chi; ++c) pairs[c] |= (uint32_t)t[c] << shift;
             }
         }
     }

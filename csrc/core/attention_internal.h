@@ -81,7 +81,9 @@ struct wavepe_attention_plan {
      * are added to the keys whole (narrow_dots_rr), so no strip's column range is read */
     int fold_table;
     void *tpack;       /* [strip][d][nr]: strips transposed, operand of q . T; where attn_dpbf16,
-                        * [strip][ceil(d/2)][nr] uint32 bf16 pairs of the stored table (mk_dp) */
+                        * [strip][ceil(d/2)][nr] uint32 bf16 pairs of the stored table (mk_dp); written
+                        * only over each strip's columns [clo, chi) (the pairs holding them): all that
+                        * is read */
     void *trow;        /* [prows][dpad] row-major, zero padded: operand of ds . T */
     int32_t *strip_clo; /* per strip: columns [clo, chi) hold every nonzero */
     int32_t *strip_chi; /* clo == chi: the strip is all zero */
