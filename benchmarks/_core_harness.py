@@ -2,7 +2,7 @@
 
 The tile benchmarks (bench_tile_overhead.py, bench_tile_profile.py) link their harness with
 ``-Wl,--wrap=wavepe_tile_gemm``, so that it sees (and may stand in for) every tile product the kernels
-make.  Objects carry debug information (``-g``), so that call sites can be named (addr2line).
+make; bench_plan.py links the core as it is.  Objects carry debug information (``-g``), so that call sites can be named (addr2line).
 """
 
 from __future__ import annotations
@@ -39,14 +39,16 @@ def simde_include() -> str:
     return path
 
 
-def build(harness: str, out_dir: str, *, simde: bool = False) -> str:
+def build(harness: str, out_dir: str, *, simde: bool = False, source: str = ROOT, wrap_tiles: bool = True) -> str:
     """Compile the core and benchmarks/c/<harness> into out_dir (objects rebuilt every run: a few seconds
     a file); returns the executable's path.  simde: the files with AVX-512 (and AMX) flags built for AVX2
-    on SIMDe instead, tiles emulated, as `make ctest-simde` builds them -- for a CPU without AVX-512."""
+    on SIMDe instead, tiles emulated, as `make ctest-simde` builds them -- for a CPU without AVX-512.
+    source: the source tree whose core is built (another revision's, exported; its flags are this tree's).
+    wrap_tiles: link with -Wl,--wrap=wavepe_tile_gemm (the harness defines __wrap_wavepe_tile_gemm)."""
     os.makedirs(out_dir, exist_ok=True)
     cc = recipe.c_compiler()
-    core = os.path.join(ROOT, "csrc", "core")
-    sources = recipe.core_sources(os.path.join(ROOT, "csrc")) + [os.path.join(HERE, "c", harness)]
+    core = os.path.join(source, "csrc", "core")
+    sources = recipe.core_sources(os.path.join(source, "csrc")) + [os.path.join(HERE, "c", harness)]
     procs, objects = [], []
     for src in sources:
         obj = os.path.join(out_dir, os.path.basename(src) + ".o")
@@ -64,5 +66,6 @@ def build(harness: str, out_dir: str, *, simde: bool = False) -> str:
     if any(p.wait() != 0 for p in procs):
         raise SystemExit("compilation failed")
     exe = os.path.join(out_dir, os.path.splitext(harness)[0])
-    subprocess.run([cc, "-o", exe, *objects, "-lm", "-lpthread", "-ldl", "-Wl,--wrap=wavepe_tile_gemm"], check=True)
+    wrap = ["-Wl,--wrap=wavepe_tile_gemm"] if wrap_tiles else []
+    subprocess.run([cc, "-o", exe, *objects, "-lm", "-lpthread", "-ldl", *wrap], check=True)
     return exe
