@@ -27,6 +27,7 @@ void test_isa_table(void);
 void test_vocabulary(void);
 void test_half(void);
 void test_tiles(void);
+void test_scratch(void);
 
 int main(void) {
     printf("wavepe core tests, cpu isa: %s; runs here:", wavepe_isa_name(wavepe_cpu_isa()));
@@ -34,6 +35,7 @@ int main(void) {
         if (wavepe_isa_supported((wavepe_isa)isa)) printf(" %s", wavepe_isa_name((wavepe_isa)isa));
     printf("\n");
     test_checked();
+    test_scratch();
     test_isa_table();
     test_vocabulary();
     test_tiles();
