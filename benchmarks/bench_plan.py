@@ -11,7 +11,8 @@ script builds the C core with the package's flags and ``benchmarks/c/plan_time.c
 the default wavelet grid that ``wavepe.ops.wavelet_attention`` would pass (causal, queries = keys = L),
 and times, for float32 and bf16 on the ISA the package runs here (``WAVEPE_ISA`` picks another): the
 forward's and the backward's plan (build + free), medians, against their run on one thread (B=1, H
-heads, causal).  On T threads the plan's share of a call is about T times the share printed.
+heads, causal), and a call's minor page faults (fresh scratch pages the OS zeroes; scratch.h keeps freed
+blocks for the next call).  On T threads the plan's share of a call is about T times the share printed.
 
 ``--base DIR`` (a source tree, e.g. ``git archive REV | tar -x -C DIR``) builds that tree's core with the
 same harness too and prints its plan times beside this tree's: before/after, in one run.
@@ -71,22 +72,27 @@ def main() -> None:
                     cmd = [exe, name, str(L), str(args.heads), str(d), path, str(r_lo), str(args.repeat)]
                     out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout.split()
                     got[which] = (out[0], *map(float, out[1:]))
-                isa, fwd_plan, bwd_plan, fwd_run, bwd_run = got["tree"]
+                isa, fwd_plan, bwd_plan, fwd_run, bwd_run, fwd_faults, bwd_faults = got["tree"]
                 rec = {"L": L, "d": d, "heads": args.heads, "dtype": name, "isa": isa, "table_rows": nrows,
-                       "fwd_plan_us": fwd_plan, "bwd_plan_us": bwd_plan, "fwd_run_us": fwd_run, "bwd_run_us": bwd_run}
+                       "fwd_plan_us": fwd_plan, "bwd_plan_us": bwd_plan, "fwd_run_us": fwd_run, "bwd_run_us": bwd_run,
+                       "fwd_page_faults": fwd_faults, "bwd_page_faults": bwd_faults}
                 row = [f"{L} x {d}", name, isa]
                 if "base" in got:
-                    rec.update(base_fwd_plan_us=got["base"][1], base_bwd_plan_us=got["base"][2])
-                    row += [got["base"][1], fwd_plan, got["base"][2], bwd_plan]
+                    base = got["base"]
+                    rec.update(base_fwd_plan_us=base[1], base_bwd_plan_us=base[2], base_fwd_run_us=base[3],
+                               base_bwd_run_us=base[4], base_fwd_page_faults=base[5], base_bwd_page_faults=base[6])
+                    row += [base[1], fwd_plan, base[2], bwd_plan, f"{base[5]:.0f} / {base[6]:.0f}"]
                 else:
                     row += [fwd_plan, bwd_plan]
-                row += [fwd_run / 1e3, 100 * fwd_plan / fwd_run, 100 * bwd_plan / bwd_run]
+                row += [f"{fwd_faults:.0f} / {bwd_faults:.0f}", fwd_run / 1e3, 100 * fwd_plan / fwd_run,
+                        100 * bwd_plan / bwd_run]
                 rows.append(row)
                 records.append(rec)
-    plans = (["fwd plan us, base", "fwd plan us", "bwd plan us, base", "bwd plan us"] if args.base
-             else ["fwd plan us", "bwd plan us"])
+    plans = (["fwd plan us, base", "fwd plan us", "bwd plan us, base", "bwd plan us", "page faults fwd / bwd, base"]
+             if args.base else ["fwd plan us", "bwd plan us"])
     print_table(f"Plan (serial) vs run (one thread), wavelet bias, causal, B=1 H={args.heads}",
-                ["L x d", "dtype", "isa", *plans, "fwd run ms", "fwd plan % of run", "bwd plan % of run"], rows)
+                ["L x d", "dtype", "isa", *plans, "page faults fwd / bwd", "fwd run ms", "fwd plan % of run",
+                 "bwd plan % of run"], rows)
     write_json("bench_plan", {"heads": args.heads, "repeat": args.repeat, "base": args.base, "results": records})
 
 
