@@ -7,7 +7,8 @@
 #
 # BASE_DIR: a directory holding another source tree (made beforehand with `git archive REV | tar -x -C
 # DIR` and carried along): timed against this tree by benchmarks/bench_revisions.py, bf16 forward and
-# forward + backward, wavelet, on the amx ISA.  --attention: also benchmarks/bench_attention.py --dtype
+# forward + backward, wavelet, on the amx ISA, and its plan (build + free) and page faults per call by
+# benchmarks/bench_plan.py.  --attention: also benchmarks/bench_attention.py --dtype
 # bf16 --lengths 4096 (issue 46's table; a few minutes).  The build uses the system compiler (a lent
 # machine's conda compiler may not be usable) and no CUDA.
 set -uo pipefail
@@ -45,6 +46,7 @@ for b in "${bases[@]}"; do
   say "this tree against $b"
   $PY benchmarks/bench_revisions.py --base "$b" --isa amx --dtype bf16 2>&1 | tail -12
   $PY benchmarks/bench_revisions.py --base "$b" --isa amx --dtype bf16 --backward 2>&1 | tail -12
+  $PY benchmarks/bench_plan.py --base "$b" --repeat 11 2>&1 | tail -16
 done
 if [ $attention = 1 ]; then
   say "bench_attention bf16 L=4096"

@@ -15,6 +15,7 @@
 #include "checked.h"
 #include "half.h"
 #include "isa_dispatch.h"
+#include "scratch.h"
 
 /* ---- scalar reference ---------------------------------------------------
  * table_row(): the table row key n of a query at p reads, or -1 for a key
@@ -225,7 +226,7 @@ static void unit_rows(const wavepe_relbias_plan *p, int64_t u, int64_t *begin, i
 
 void wavepe_relbias_plan_free(wavepe_relbias_plan *p) {
     if (p == NULL) return;
-    wavepe_aligned_free(p->a.workspace);
+    wavepe_scratch_free(p->a.workspace);
     free(p);
 }
 
@@ -268,7 +269,7 @@ int wavepe_relbias_plan_create(wavepe_isa isa, const wavepe_relbias_args *a, uns
                            (long long)a->rows, (long long)a->d);
     }
     if (bytes > 0) {
-        p->a.workspace = wavepe_aligned_alloc((size_t)bytes);
+        p->a.workspace = wavepe_scratch_alloc((size_t)bytes);
         if (p->a.workspace == NULL) {
             wavepe_relbias_plan_free(p);
             return wavepe_fail(err, WAVEPE_E_NOMEM, "out of memory for the rel_bias workspace (%lld bytes)",
