@@ -31,10 +31,6 @@
 
 /* ---- small helpers ------------------------------------------------------ */
 
-void *attn_scratch_alloc(size_t bytes) { return wavepe_scratch_alloc(bytes); }
-
-void attn_scratch_free(void *p) { wavepe_scratch_free(p); }
-
 /* Element i of an array of wavepe_dtype dtype, in double / stored. */
 static inline double ld(const void *base, int64_t i, int dtype) {
     switch (dtype) {
@@ -100,15 +96,15 @@ ZERO_SCAN_(double, uint64_t)
 
 void wavepe_attention_plan_free(wavepe_attention_plan *p) {
     if (p == NULL) return;
-    attn_scratch_free(p->tpack);
-    attn_scratch_free(p->trow);
-    attn_scratch_free(p->tvnni);
-    attn_scratch_free(p->tpairs);
+    wavepe_scratch_free(p->tpack);
+    wavepe_scratch_free(p->trow);
+    wavepe_scratch_free(p->tvnni);
+    wavepe_scratch_free(p->tpairs);
     free(p->strip_clo);
     free(p->strip_chi);
-    attn_scratch_free(p->partial);
-    attn_scratch_free(p->dt_partial);
-    attn_scratch_free(p->dkv_partial);
+    wavepe_scratch_free(p->partial);
+    wavepe_scratch_free(p->dt_partial);
+    wavepe_scratch_free(p->dkv_partial);
     free(p->dslope_partial);
     free(p);
 }
@@ -182,10 +178,10 @@ static int pack_table(wavepe_attention_plan *p, int need_strips) {
     p->pr_hi = hi;
     p->prows = prows;
     p->nstrips = nstrips;
-    p->trow = attn_scratch_alloc(bytes);
+    p->trow = wavepe_scratch_alloc(bytes);
     p->strip_clo = malloc(sizeof(int32_t) * (size_t)nstrips);
     p->strip_chi = malloc(sizeof(int32_t) * (size_t)nstrips);
-    if (need_strips) p->tpack = attn_scratch_alloc(bytes);
+    if (need_strips) p->tpack = wavepe_scratch_alloc(bytes);
     if (!p->trow || !p->strip_clo || !p->strip_chi || (need_strips && !p->tpack)) return WAVEPE_E_NOMEM;
     unsigned char *trow = p->trow;
     const int64_t ds = wavepe_dtype_size(a->dtype);
@@ -276,7 +272,7 @@ static int pack_table(wavepe_attention_plan *p, int need_strips) {
         const int64_t k2pad = ((d + 1) / 2 + 15) / 16 * 16, ld = prows + 16;
         const int64_t tdims[2] = {k2pad, ld};
         if ((status = wavepe_checked_numel(2, tdims, 4, NULL)) != WAVEPE_OK) return status;
-        p->tvnni = attn_scratch_alloc((size_t)(k2pad * ld * 4));
+        p->tvnni = wavepe_scratch_alloc((size_t)(k2pad * ld * 4));
         if (p->tvnni == NULL) return WAVEPE_E_NOMEM;
         p->tv_ld = ld;
         uint32_t *tv = p->tvnni; /* (locals: a store through it could alias the ranges, so no reload) */
@@ -292,7 +288,7 @@ static int pack_table(wavepe_attention_plan *p, int need_strips) {
             const int64_t pdims[2] = {(prows + 64) / 2, dpad};
             if ((status = wavepe_checked_numel(2, pdims, 4, NULL)) != WAVEPE_OK) return status;
             const size_t pbytes = (size_t)(pdims[0] * dpad * 4);
-            p->tpairs = attn_scratch_alloc(pbytes);
+            p->tpairs = wavepe_scratch_alloc(pbytes);
             if (p->tpairs == NULL) return WAVEPE_E_NOMEM;
             memset(p->tpairs, 0, pbytes);
             for (int64_t row = 0; row < rows; ++row) { /* zero outside the strip's range, as above */
@@ -398,7 +394,7 @@ int wavepe_attention_fwd_plan(wavepe_isa isa, const wavepe_attention_args *a, wa
         if (p->nchunks < 1) p->nchunks = 1; /* no key to see: one chunk writes the rows' zeros */
         const int64_t dims[3] = {a->batch * a->heads * a->m, p->nchunks > 1 ? p->nchunks : 0, p->dpad + 2};
         if ((status = wavepe_checked_numel(3, dims, p->esize, NULL)) != WAVEPE_OK) goto fail;
-        p->partial = attn_scratch_alloc((size_t)(dims[0] * dims[1] * dims[2] * p->esize));
+        p->partial = wavepe_scratch_alloc((size_t)(dims[0] * dims[1] * dims[2] * p->esize));
         if (p->partial == NULL && dims[0] * dims[1] > 0) {
             status = WAVEPE_E_NOMEM;
             goto fail;
@@ -434,7 +430,7 @@ int wavepe_attention_bwd_plan(wavepe_isa isa, const wavepe_attention_args *a, wa
          * sums are float32 and phase 1 rounds them once into dk, dv */
         const int64_t dims[4] = {a->batch * a->heads, 2, a->n, a->d};
         if ((status = wavepe_checked_numel(4, dims, p->esize, NULL)) != WAVEPE_OK) goto fail;
-        p->dkv_partial = attn_scratch_alloc((size_t)(dims[0] * 2 * a->n * a->d * p->esize));
+        p->dkv_partial = wavepe_scratch_alloc((size_t)(dims[0] * 2 * a->n * a->d * p->esize));
         if (p->dkv_partial == NULL && dims[0] > 0) {
             status = WAVEPE_E_NOMEM;
             goto fail;
@@ -458,7 +454,7 @@ int wavepe_attention_bwd_plan(wavepe_isa isa, const wavepe_attention_args *a, wa
         if ((status = wavepe_checked_numel(3, dims, esz, NULL)) != WAVEPE_OK) goto fail;
         const size_t bytes = (size_t)(dims[0] * dims[1] * dims[2] * esz);
         if (bytes > 0) {
-            p->dt_partial = attn_scratch_alloc(bytes);
+            p->dt_partial = wavepe_scratch_alloc(bytes);
             if (p->dt_partial == NULL) {
                 status = WAVEPE_E_NOMEM;
                 goto fail;

@@ -144,11 +144,6 @@ static inline int64_t attn_table_index(const wavepe_attention_args *a, int64_t r
     return i;
 }
 
-/* A plan's and a thread's scratch: 64-byte aligned, kept between calls (scratch.h), contents as the last
- * user left them. */
-void *attn_scratch_alloc(size_t bytes);
-void attn_scratch_free(void *p);
-
 /* Whether the plan's tiled kernels compute q . k and q . T from bf16 pairs
  * (attention_simd.h's ATTN_DPBF16: bfloat16 under avx512bf16, and under amx, which is avx512bf16 with tiles). */
 static inline int attn_dpbf16(const wavepe_attention_plan *p) {

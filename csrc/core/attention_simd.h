@@ -44,6 +44,7 @@
 
 #include "attention_internal.h"
 #include "checked.h"
+#include "scratch.h"
 #include "simd_type.h"
 
 /* Tiles of this type (attention_internal.h): micro-tile MR x NR, NR = 2 vectors. */
@@ -1698,10 +1699,10 @@ static void FN(rows_over_keys)(FN(work) * w, FN(group) * groups, int64_t ngroups
 }
 
 static void FN(work_free)(FN(work) * w) {
-    attn_scratch_free(w->block);
+    wavepe_scratch_free(w->block);
 #if defined(ATTN_TILES)
-    attn_scratch_free(w->tblock);
-    attn_scratch_free(w->kvc);
+    wavepe_scratch_free(w->tblock);
+    wavepe_scratch_free(w->kvc);
     free(w->kvc_state);
     wavepe_tiles_release(); /* the kernel's end on this thread */
 #endif
@@ -1773,7 +1774,7 @@ static int FN(work_alloc)(FN(work) * w, const wavepe_attention_plan *p, int64_t 
         if (wavepe_add_overflow(total, sizes[i], &total)) return WAVEPE_E_OVERFLOW;
     }
     if ((uint64_t)total > (uint64_t)PTRDIFF_MAX / sizeof(T)) return WAVEPE_E_OVERFLOW;
-    T *base = attn_scratch_alloc((size_t)total * sizeof(T));
+    T *base = wavepe_scratch_alloc((size_t)total * sizeof(T));
     if (base == NULL) return WAVEPE_E_NOMEM;
     w->block = base;
     T **slots[24] = {&w->qp,  &w->kp,  &w->vp, &w->dop, &w->s,  &w->ds,   &w->g,    &w->al,
@@ -1802,7 +1803,7 @@ static int FN(work_alloc)(FN(work) * w, const wavepe_attention_plan *p, int64_t 
         if (bwd) {
             int64_t head; /* the head's transposed rows: nqb blocks of dpad x ATTN_BBM half elements */
             if (wavepe_mul_overflow(p->nqb, dpad * (ATTN_BBM / 2), &head)) {
-                attn_scratch_free(w->block);
+                wavepe_scratch_free(w->block);
                 return WAVEPE_E_OVERFLOW;
             }
             const int table = p->tpairs != NULL && p->prows > 0, dtable = table && p->a.dtable != NULL;
@@ -1817,13 +1818,13 @@ static int FN(work_alloc)(FN(work) * w, const wavepe_attention_plan *p, int64_t 
         for (int i = 0; i < 20; ++i) {
             tsizes[i] = (tsizes[i] + 15) / 16 * 16;
             if (wavepe_add_overflow(ttotal, tsizes[i], &ttotal) || ttotal > (int64_t)(PTRDIFF_MAX / 4)) {
-                attn_scratch_free(w->block);
+                wavepe_scratch_free(w->block);
                 return WAVEPE_E_OVERFLOW;
             }
         }
-        char *tb = attn_scratch_alloc((size_t)ttotal * 4);
+        char *tb = wavepe_scratch_alloc((size_t)ttotal * 4);
         if (tb == NULL) {
-            attn_scratch_free(w->block);
+            wavepe_scratch_free(w->block);
             return WAVEPE_E_NOMEM;
         }
         /* the forward's S, P and bias windows (tsc, tp, tg) are written before they are read, or read only in
@@ -1871,10 +1872,10 @@ static void FN(kv_cache_alloc)(FN(work) * w) {
     const int64_t slots = (p->a.n + ATTN_FBN - 1) / ATTN_FBN, stride = w->kvc_stride;
     if (w->tblock == NULL || stride == 0 || p->a.key_padding_mask != NULL || slots > ATTN_KV_CACHE_BYTES / 4 / stride)
         return;
-    w->kvc = attn_scratch_alloc((size_t)(slots * stride) * 4);
+    w->kvc = wavepe_scratch_alloc((size_t)(slots * stride) * 4);
     w->kvc_state = malloc((size_t)slots);
     if (w->kvc == NULL || w->kvc_state == NULL) {
-        attn_scratch_free(w->kvc);
+        wavepe_scratch_free(w->kvc);
         free(w->kvc_state);
         w->kvc = NULL, w->kvc_state = NULL;
         return;
