@@ -46,6 +46,13 @@ def document_positions(cu_seqlens: torch.Tensor, positions: torch.Tensor) -> tor
     return pos - cu.gather(-1, doc)
 
 
+@torch.compiler.assume_constant_result
+def _autocast_available(device_type: str) -> bool:
+    """Whether torch has autocast for a device type: a constant, so torch.compile takes it from one eager call
+    while tracing (torch 2.10-2.11's Dynamo refuses to trace torch.amp.is_autocast_available itself)."""
+    return torch.amp.is_autocast_available(device_type)
+
+
 class PositionalAttention(nn.Module):
     """Causal multi-head self-attention with a wavepe position encoding.
 
@@ -146,7 +153,7 @@ class PositionalAttention(nn.Module):
         k = self.k_proj(x).view(b, length, self.num_kv_heads, self.head_dim).transpose(1, 2)
         v = self.v_proj(x).view(b, length, self.num_kv_heads, self.head_dim).transpose(1, 2)
         device_type = q.device.type
-        if torch.amp.is_autocast_available(device_type) and torch.is_autocast_enabled(device_type):  # meta: none
+        if _autocast_available(device_type) and torch.is_autocast_enabled(device_type):  # meta: none
             # autocast covers torch's ops, not wavepe's custom ops: these receive q, k, v as they are, so
             # put all three in the autocast dtype (nn.Linear already does, unless a hook or subclass changed it)
             dtype = torch.get_autocast_dtype(device_type)

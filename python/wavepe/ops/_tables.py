@@ -146,6 +146,17 @@ def _wavelet_table_fake(key, lo, rows, dtype, device):
     return torch.empty((rows, _config_of(key).head_dim), dtype=dtype, device=device)
 
 
+def _sym_max(a, b):
+    """max of two sizes, either of which may be symbolic: torch.sym_max where one is (torch 2.10-2.11's Dynamo
+    refuses torch.sym_max of two plain ints, "torch.* op returned non-Tensor": static shapes), max otherwise."""
+    return max(a, b) if isinstance(a, int) and isinstance(b, int) else torch.sym_max(a, b)
+
+
+def _sym_min(a, b):
+    """min of two sizes, either of which may be symbolic (as _sym_max)."""
+    return min(a, b) if isinstance(a, int) and isinstance(b, int) else torch.sym_min(a, b)
+
+
 def call_table(config: WaveletConfig | None, head_dim: int, dtype: torch.dtype, device: torch.device, m, n,
                q_offset, causal: bool, *, whole_window: bool = False) -> tuple[torch.Tensor, int, int]:
     """``(table, r_lo, rows)`` for a call: the distances its queries and keys can form, within the support.
@@ -160,10 +171,10 @@ def call_table(config: WaveletConfig | None, head_dim: int, dtype: torch.dtype, 
     if torch.compiler.is_compiling():
         key, sup_lo, sup_hi = _table_info(config, head_dim, dtype)
         if causal:
-            lo = torch.sym_max(lo, 0)
-        lo = torch.sym_max(lo, sup_lo)
-        hi = torch.sym_min(hi, sup_hi)
-        rows = torch.sym_max(hi - lo + 1, 0)
+            lo = _sym_max(lo, 0)
+        lo = _sym_max(lo, sup_lo)
+        hi = _sym_min(hi, sup_hi)
+        rows = _sym_max(hi - lo + 1, 0)
         return _wavelet_table_op(key, lo, rows, dtype, device), lo, rows
     if causal:
         lo = max(lo, 0)
