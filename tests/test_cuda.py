@@ -370,6 +370,22 @@ def test_rope_rejects_non_finite_inv_freq():
     inv[3] = float("inf")
     with pytest.raises(ValueError, match=r"inv_freq must be finite"):
         wo.rope_inv_freq(q, None, 0, inv)
+    # a float32 buffer (a model's), converted per call: checked as given, again after an in-place change
+    inv32 = torch.tensor([1.0, 0.5, 0.25, 0.1], device=DEV)
+    wo.rope_inv_freq(q, None, 0, inv32)
+    inv32[0] = float("nan")
+    with pytest.raises(ValueError, match=r"inv_freq\[0\] = nan"):
+        wo.rope_inv_freq(q, None, 0, inv32)
+    # new tensors, which the caching allocator tends to place at a freed one's address
+    for bad in range(3):
+        fresh = torch.tensor([1.0, 0.5, 0.25, 0.1], dtype=torch.float64, device=DEV)
+        wo.rope_inv_freq(q, None, 0, fresh)
+        del fresh
+        fresh = torch.tensor([1.0, 0.5, 0.25, 0.1], dtype=torch.float64, device=DEV)
+        fresh[bad] = float("-inf")
+        with pytest.raises(ValueError, match=rf"inv_freq\[{bad}\] = -inf"):
+            wo.rope_inv_freq(q, None, 0, fresh)
+        del fresh
 
 
 # ---- subnormals and masked garbage on the device (the emulator cannot show -ftz) ---------------------------

@@ -64,7 +64,8 @@ using wavepe::Tensor;
 // inv_freq[:pairs] finite?  The values are data, so the core's rules cannot see them on a device:
 // on the CPU a loop, elsewhere one copy to the host (a sync), remembered per (data, pairs) so that a
 // model's inv_freq buffer is checked once.  (The stable API has no version counter: an in-place
-// change of an already checked CUDA buffer is not checked again; RopeConfig builds new tensors.)
+// change of an already checked CUDA buffer, or a new tensor at its address, is not checked again here;
+// wavepe.ops.rope_inv_freq checks device values per tensor and version before the op, in Python.)
 void check_finite(const double* v, int64_t pairs) {
     for (int64_t i = 0; i < pairs; ++i)
         WAVEPE_CHECK_VALUE(std::isfinite(v[i]), "inv_freq must be finite, got inv_freq[", i, "] = ", v[i]);

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import math
 import numbers
+import weakref
 
 import torch
 
@@ -119,6 +120,42 @@ def _check_scale(scale: float) -> float:
     return scale
 
 
+# inv_freq tensors off the CPU found finite: id(tensor) -> (weak reference, data_ptr, version, pairs).
+_finite_inv_freq: dict[int, tuple] = {}
+
+
+def _check_inv_freq_for_device(inv: torch.Tensor, pairs: int, device: torch.device) -> None:
+    """inv_freq[:pairs] finite, where the op will read it on a device other than the CPU (on the CPU the op
+    checks the values itself, every call).  ``inv`` is the caller's tensor, before any conversion (a
+    conversion to float64 keeps finiteness, and a converted copy is a new tensor every call).
+
+    The op remembers a device buffer it has checked by its address alone (torch's stable ABI shows no
+    version counter), so an in-place change of that buffer, or a new tensor the caching allocator put at a
+    checked address, would pass unchecked.  Here a check is remembered per tensor object and version: one
+    copy to the host (a sync) for each new tensor or in-place change, none for a model's unchanged buffer.
+    Under torch.compile the op's own check is what remains.
+    """
+    if pairs == 0 or device.type in ("cpu", "meta") or torch.compiler.is_compiling():
+        return
+    from torch._subclasses.fake_tensor import is_fake
+
+    if is_fake(inv):
+        return
+    # an inference tensor has no version counter: its in-place changes (inside inference_mode) go unseen
+    key = (inv.data_ptr(), None if inv.is_inference() else inv._version, pairs)
+    seen = _finite_inv_freq.get(id(inv))
+    if seen is not None and seen[0]() is inv and seen[1:] == key:
+        return
+    head = inv[:pairs].cpu()
+    bad = (~torch.isfinite(head)).nonzero()
+    if bad.numel():
+        i = int(bad[0, 0])
+        raise ValueError(f"inv_freq must be finite, got inv_freq[{i}] = {float(head[i])!r}")
+    if len(_finite_inv_freq) >= 64:
+        _finite_inv_freq.clear()
+    _finite_inv_freq[id(inv)] = (weakref.ref(inv), *key)
+
+
 def _eager_fallback(q, k, offset, pos, inv, layout, pairs, scale, cdt):
     _routing.warn_fallback("rope", q.device, "the plain-PyTorch implementation")
     if not torch.isfinite(inv[:pairs]).all():
@@ -180,6 +217,7 @@ def rope_inv_freq(
     if pairs > d // 2:
         raise ValueError(f"rotary_pairs must be <= head_dim/2 = {d // 2}, got {pairs}")
     scale = _check_scale(scale)
+    _check_inv_freq_for_device(inv_freq, pairs, q.device)
     if inv_freq.device != q.device or inv_freq.dtype != torch.float64:
         inv_freq = inv_freq.to(device=q.device, dtype=torch.float64)
     return _rope(q, k, positions, inv_freq, layout, pairs, scale)
