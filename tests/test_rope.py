@@ -675,3 +675,32 @@ INV8 = torch.from_numpy(ref.rope_inv_freq(1e4, 8))
 def test_errors_name_the_argument(call, exc, match):
     with pytest.raises(exc, match=match):
         call()
+
+
+def test_device_inv_freq_checked_per_tensor_and_version():
+    """rope_inv_freq's check of an inv_freq the op will read off the CPU (the op remembers a device buffer by
+    address only): run here on CPU tensors, the target device named, so that every CPU runs its logic;
+    tests/test_cuda.py runs it through the op on a GPU."""
+    from wavepe.ops.rope import _check_inv_freq_for_device as check
+
+    dev = torch.device("cuda")  # only named: the check reads the values on the host either way
+    inv = torch.tensor([1.0, 0.5, 0.25, 0.1], dtype=torch.float64)
+    check(inv, 4, dev)
+    check(inv, 4, dev)  # remembered
+    inv[1] = float("nan")  # in place: a new version, checked again
+    with pytest.raises(ValueError, match=r"inv_freq must be finite, got inv_freq\[1\] = nan"):
+        check(inv, 4, dev)
+    check(inv, 1, dev)  # pairs past rotary_pairs are not read
+    fresh = torch.tensor([1.0, 0.5, float("-inf"), 0.1])  # a new tensor (float32, as a model's buffer)
+    with pytest.raises(ValueError, match=r"inv_freq\[2\] = -inf"):
+        check(fresh, 4, dev)
+    check(torch.tensor([1.0, 0.5, 0.25, 0.1]), 4, torch.device("cpu"))  # the CPU op checks for itself
+    check(fresh, 4, torch.device("cpu"))
+    with torch.inference_mode():  # no version counter: checked once per tensor
+        t = torch.tensor([1.0, 0.5, 0.25, float("inf")])
+        with pytest.raises(ValueError, match=r"inv_freq\[3\] = inf"):
+            check(t, 4, dev)
+        check(t, 3, dev)
+    # under vmap the wrapped values are left to the op (no crash here)
+    good = torch.tensor([[1.0, 0.5], [0.25, 0.125]])
+    torch.testing.assert_close(torch.vmap(lambda row: check(row, 2, dev) or row)(good), good)

@@ -24,7 +24,7 @@ import torch
 from .._validate import _is_symbolic_int, check_choice, check_int
 from ..config import ROPE_LAYOUTS, RopeConfig
 from . import _routing
-from ._checks import cacheable, check_same, check_tensor, compute_dtype
+from ._checks import cacheable, check_same, check_tensor, compute_dtype, values
 from ._extension import autograd_context, named, ops, register_autograd, register_fake, schema_names
 
 _ROPE = schema_names("rope")
@@ -139,7 +139,9 @@ def _check_inv_freq_for_device(inv: torch.Tensor, pairs: int, device: torch.devi
         return
     from torch._subclasses.fake_tensor import is_fake
 
-    if is_fake(inv):
+    # fake tensors hold no values; under torch.func (vmap / grad) which dimension of the plain tensor inside is
+    # the batch's is not known here: the op's own check (by address) is what remains
+    if is_fake(inv) or values(inv) is not inv:
         return
     # an inference tensor has no version counter: its in-place changes (inside inference_mode) go unseen
     key = (inv.data_ptr(), None if inv.is_inference() else inv._version, pairs)
