@@ -678,9 +678,9 @@ def test_errors_name_the_argument(call, exc, match):
 
 
 def test_device_inv_freq_checked_per_tensor_and_version():
-    """rope_inv_freq's check of an inv_freq the op will read off the CPU (the op remembers a device buffer by
+    """rope_inv_freq's check of an inv_freq wavepe's CUDA kernel will read (the op remembers a device buffer by
     address only): run here on CPU tensors, the target device named, so that every CPU runs its logic;
-    tests/test_cuda.py runs it through the op on a GPU."""
+    tests/test_cuda.py runs it through the op on a GPU, test_routing.py past it to another backend."""
     from wavepe.ops.rope import _check_inv_freq_for_device as check
 
     dev = torch.device("cuda")  # only named: the check reads the values on the host either way
@@ -696,6 +696,7 @@ def test_device_inv_freq_checked_per_tensor_and_version():
         check(fresh, 4, dev)
     check(torch.tensor([1.0, 0.5, 0.25, 0.1]), 4, torch.device("cpu"))  # the CPU op checks for itself
     check(fresh, 4, torch.device("cpu"))
+    check(fresh, 4, torch.device("privateuseone"))  # another backend's kernel checks (or not) for itself
     with torch.inference_mode():  # no version counter: checked once per tensor
         t = torch.tensor([1.0, 0.5, 0.25, float("inf")])
         with pytest.raises(ValueError, match=r"inv_freq\[3\] = inf"):

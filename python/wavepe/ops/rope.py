@@ -120,14 +120,15 @@ def _check_scale(scale: float) -> float:
     return scale
 
 
-# inv_freq tensors off the CPU found finite: id(tensor) -> (weak reference, data_ptr, version, pairs).
+# inv_freq tensors for CUDA found finite: id(tensor) -> (weak reference, data_ptr, version, pairs).
 _finite_inv_freq: dict[int, tuple] = {}
 
 
 def _check_inv_freq_for_device(inv: torch.Tensor, pairs: int, device: torch.device) -> None:
-    """inv_freq[:pairs] finite, where the op will read it on a device other than the CPU (on the CPU the op
-    checks the values itself, every call).  ``inv`` is the caller's tensor, before any conversion (a
-    conversion to float64 keeps finiteness, and a converted copy is a new tensor every call).
+    """inv_freq[:pairs] finite, where wavepe's CUDA kernel will read it (on the CPU the op checks the values
+    itself, every call; another backend's kernel -- a tensor subclass, a PrivateUse1 device -- is its own
+    business).  ``inv`` is the caller's tensor, before any conversion (a conversion to float64 keeps
+    finiteness, and a converted copy is a new tensor every call).
 
     The op remembers a device buffer it has checked by its address alone (torch's stable ABI shows no
     version counter), so an in-place change of that buffer, or a new tensor the caching allocator put at a
@@ -135,7 +136,7 @@ def _check_inv_freq_for_device(inv: torch.Tensor, pairs: int, device: torch.devi
     copy to the host (a sync) for each new tensor or in-place change, none for a model's unchanged buffer.
     Under torch.compile the op's own check is what remains.
     """
-    if pairs == 0 or device.type in ("cpu", "meta") or torch.compiler.is_compiling():
+    if pairs == 0 or device.type != "cuda" or torch.compiler.is_compiling():
         return
     from torch._subclasses.fake_tensor import is_fake
 
