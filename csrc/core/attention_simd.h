@@ -2587,22 +2587,35 @@ static void FN(unit_backward)(FN(work) * w, FN(group) * groups, int64_t unit, T 
         if (mend <= 0 || mend <= mfirst) continue;
         const int64_t i0 = mfirst > 0 ? mfirst / ATTN_BBM : 0;
         const int64_t i1 = ((mend < M ? mend : M) + ATTN_BBM - 1) / ATTN_BBM;
-        FN(pack_keys)(w->kp, w->kpb, kb.k, kb.ks, kb.nk, d);
-        FN(pack_keys)(w->vp, w->vpb, kb.v, kb.vs, kb.nk, d);
-        FN(pack_panels)(w->kpan, ATTN_BBN, kb.k, kb.ks, kb.nk, d, kb.masked ? w->kpm : NULL);
+        /* the keys and values packed for the vector kernels only where these run: with the rows on tiles
+         * (w->ta: pack_query_groups' w->tiles_rows) S and dP are tile products, and with ATTN_TILES_BWD and
+         * finite keys so is dQ += dS K (tile_backward) */
+        int scores_tiled = 0, dq_tiled = 0;
 #if defined(ATTN_TILES)
-        if (w->ta != NULL) FN(tiles_pack_block)(w, &kb, 1);
+        scores_tiled = w->ta != NULL;
+        if (scores_tiled) FN(tiles_pack_block)(w, &kb, 1);
 #endif
+        if (!scores_tiled) {
+            FN(pack_keys)(w->kp, w->kpb, kb.k, kb.ks, kb.nk, d);
+            FN(pack_keys)(w->vp, w->vpb, kb.v, kb.vs, kb.nk, d);
+        }
 #if defined(ATTN_TILES_BWD)
         if (w->tqt != NULL) {
             w->tk_finite = FN(tiles_pairs_v)(w->tkp, dpad, kb.k, kb.ks, kb.nk, (kb.nk + 31) / 32 * 16, d,
                                              kb.masked ? w->kpm : NULL);
             memset(w->dkt, 0, sizeof(float) * (size_t)(dpad * ATTN_BBN));
             memset(w->dvt, 0, sizeof(float) * (size_t)(dpad * ATTN_BBN));
+            dq_tiled = scores_tiled && w->tk_finite;
         }
 #endif
-        memset(w->dka, 0, sizeof(T) * (size_t)(ATTN_BBN * dpad));
-        memset(w->dva, 0, sizeof(T) * (size_t)(ATTN_BBN * dpad));
+        if (!dq_tiled) FN(pack_panels)(w->kpan, ATTN_BBN, kb.k, kb.ks, kb.nk, d, kb.masked ? w->kpm : NULL);
+        /* dka, dva: the vector kernels' dK, dV sums; with those on tiles only bad_rows_backward's terms go
+         * there, so they are cleared (and added below) only once a query block has such rows */
+        int kv_vector = !sums_tiled;
+        if (kv_vector) {
+            memset(w->dka, 0, sizeof(T) * (size_t)(ATTN_BBN * dpad));
+            memset(w->dva, 0, sizeof(T) * (size_t)(ATTN_BBN * dpad));
+        }
         for (int64_t qi = i0; qi < i1 && qi < p->nqb; ++qi) {
             const int64_t m0 = qi * ATTN_BBM, rows = M - m0 < ATTN_BBM ? M - m0 : ATTN_BBM;
             FN(pack_query_groups)(w, groups, b, h, m0, rows, 1);
@@ -2628,13 +2641,18 @@ static void FN(unit_backward)(FN(work) * w, FN(group) * groups, int64_t unit, T 
             if (w->tiles_rows) FN(tiles_rows)(w->tdo, w->tlda, doblk, a->dout_strides[2], rows, FN(up16)(rows), d);
 #endif
             FN(flag_bad_rows)(w, qblk, a->q_strides[2], doblk, a->dout_strides[2], rows, d);
+            if (w->any_bad && !kv_vector) {
+                memset(w->dka, 0, sizeof(T) * (size_t)(ATTN_BBN * dpad));
+                memset(w->dva, 0, sizeof(T) * (size_t)(ATTN_BBN * dpad));
+                kv_vector = 1;
+            }
             if (!sums_tiled || dt_vector)
                 FN(pack_panels)(w->qpan, ATTN_BBM, qblk, a->q_strides[2], rows, d, w->any_bad ? w->rbad : NULL);
             if (!sums_tiled)
                 FN(pack_panels)(w->dopan, ATTN_BBM, doblk, a->dout_strides[2], rows, d, w->any_bad ? w->rbad : NULL);
             FN(tile_backward)(w, groups, b, h, m0, rows, &kb, dt_slot, p->dslope_partial ? &dslope : NULL, dq);
         }
-        for (int64_t j = 0; j < kb.nk; ++j)
+        for (int64_t j = 0; j < kb.nk && kv_vector; ++j)
             for (int64_t c = 0; c < d; ++c) {
                 dk[(n0 + j) * d + c] += w->dka[j * dpad + c];
                 dv[(n0 + j) * d + c] += w->dva[j * dpad + c];
