@@ -142,6 +142,47 @@ def test_masked_keys_never_reach_outputs_or_gradients(isa, pos_enc, bad):
     assert (dirty[3].masked_select(garbage[:, None, :, None]) == 0).all()
 
 
+@pytest.mark.parametrize("pos_enc", ["wavelet", "nope"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+def test_huge_finite_scores_match_oracle(isa, pos_enc, dtype):
+    """Finite scores far past exp's range (a query 10^4 or 10^28 times the others) give the oracle's one-hot
+    rows, not NaN: the tiles' softmax folded the scale and log2(e) into an a u + b whose roundings move it by
+    ~2^-23 |max score| (amx, at scores of 1e20: NaN rows).  300 keys: a second key block meets those rows with
+    a running maximum (the one-pass weights); dV checks the backward's P, recomputed the same way."""
+    b, h, m, d = 1, 2, 300, 64
+    g = torch.Generator().manual_seed(7)
+    q, k, v, dout = (torch.randn(b, h, m, d, generator=g, dtype=torch.float64) for _ in range(4))
+    big = 1e28 if dtype == torch.bfloat16 else (1e4 if dtype == torch.float16 else 1e20)
+    q[0, 0, 5] *= 1e4  # scores ~1e5: past the exact path's 2^10
+    q[0, 0, 100] *= 30  # large, inside it
+    q[0, 1, 280] *= big
+    if dtype != torch.float16:
+        q[0, 1, 17] *= big
+    q, k, v = (x.to(dtype).double() for x in (q, k, v))  # what the kernels read
+    kw, okw = _oracle_kwargs(pos_enc if pos_enc == "wavelet" else "none", d, h, m, m, 0)
+    if "table" in okw:
+        okw["table"] = torch.from_numpy(okw["table"]).to(dtype).double().numpy()
+    res = ref.attention_with_grads(q.numpy(), k.numpy(), v.numpy(), dout.numpy(), 1 / np.sqrt(d), 0, True,
+                                   "wavelet" if pos_enc == "wavelet" else "none", table=okw.get("table"),
+                                   r_lo=okw.get("r_lo", 0))
+    want, want_lse, want_dv = res["out"], res["lse"], res["dv"]
+    qt, kt, vt = (x.to(dtype).requires_grad_() for x in (q, k, v))
+    out, lse = wo.wavelet_attention(qt, kt, vt, pos_enc=pos_enc, return_lse=True, **kw)
+    rtol = {torch.float32: 2e-5, torch.bfloat16: 2e-5 + 2.0**-8, torch.float16: 2e-5 + 2.0**-11}[dtype]
+    atol = 2e-5 + pv_atol(dtype, v)
+    _assert_same(out.double().detach().numpy(), want, rtol, atol)
+    np.testing.assert_allclose(lse.double().detach().numpy(), want_lse, rtol=1e-5, atol=1e-4)
+    if isa == "amx" and dtype == torch.bfloat16:
+        # the backward's P from the same tile products as the forward's scores, bit for bit (elsewhere the
+        # vector kernels recompute them in another order: at scores of 1e10 float32's ulp is 1e3, and
+        # exp(s - lse) is not bounded by 1: docs/DEVELOPING.md, "Non-finite values")
+        out.backward(dout.to(dtype))
+        for x in (qt, kt, vt):
+            assert torch.isfinite(x.grad).all()
+        scale = float(np.abs(want_dv).max())
+        np.testing.assert_allclose(vt.grad.double().numpy(), want_dv, rtol=0, atol=2.0**-6 * scale)
+
+
 @pytest.mark.parametrize("pos_enc", ["wavelet", "alibi", "none"])
 def test_nan_query_row_is_nan_on_every_isa(isa, pos_enc):
     q, k, v = (torch.randn(1, 2, 12, 32, dtype=torch.float64) for _ in range(3))

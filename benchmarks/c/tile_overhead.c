@@ -23,10 +23,10 @@
 static double tile_flop;
 
 void __wrap_wavepe_tile_gemm(int type, int64_t M, int64_t N, int64_t K2, const uint16_t *A, int64_t lda,
-                             const uint32_t *B, int64_t ldb, float *C, int64_t ldc, int accumulate);
+                             const uint32_t *B, int64_t ldb, int64_t ldbs, float *C, int64_t ldc, int accumulate);
 void __wrap_wavepe_tile_gemm(int type, int64_t M, int64_t N, int64_t K2, const uint16_t *A, int64_t lda,
-                             const uint32_t *B, int64_t ldb, float *C, int64_t ldc, int accumulate) {
-    (void)type, (void)A, (void)lda, (void)B, (void)ldb;
+                             const uint32_t *B, int64_t ldb, int64_t ldbs, float *C, int64_t ldc, int accumulate) {
+    (void)type, (void)A, (void)lda, (void)B, (void)ldb, (void)ldbs;
     tile_flop += 4.0 * (double)M * (double)N * (double)K2;
     if (!accumulate) /* the tile stores of C: what the hardware would write */
         for (int64_t i = 0; i < M; ++i) memset(C + i * ldc, 0, sizeof(float) * (size_t)N);

@@ -36,14 +36,14 @@ static struct {
 static int nsites;
 
 void __real_wavepe_tile_gemm(int type, int64_t M, int64_t N, int64_t K2, const uint16_t *A, int64_t lda,
-                             const uint32_t *B, int64_t ldb, float *C, int64_t ldc, int accumulate);
+                             const uint32_t *B, int64_t ldb, int64_t ldbs, float *C, int64_t ldc, int accumulate);
 void __wrap_wavepe_tile_gemm(int type, int64_t M, int64_t N, int64_t K2, const uint16_t *A, int64_t lda,
-                             const uint32_t *B, int64_t ldb, float *C, int64_t ldc, int accumulate);
+                             const uint32_t *B, int64_t ldb, int64_t ldbs, float *C, int64_t ldc, int accumulate);
 void __wrap_wavepe_tile_gemm(int type, int64_t M, int64_t N, int64_t K2, const uint16_t *A, int64_t lda,
-                             const uint32_t *B, int64_t ldb, float *C, int64_t ldc, int accumulate) {
+                             const uint32_t *B, int64_t ldb, int64_t ldbs, float *C, int64_t ldc, int accumulate) {
     const void *at = __builtin_return_address(0);
     const double t0 = 1e9 * harness_now();
-    __real_wavepe_tile_gemm(type, M, N, K2, A, lda, B, ldb, C, ldc, accumulate);
+    __real_wavepe_tile_gemm(type, M, N, K2, A, lda, B, ldb, ldbs, C, ldc, accumulate);
     const double t = 1e9 * harness_now() - t0;
     int s = 0;
     while (s < nsites && sites[s].at != at) ++s;

@@ -266,15 +266,16 @@ static int pack_table(wavepe_attention_plan *p, int need_strips) {
         }
     }
     if (p->tiles) {
-        /* the tiles' bias windows: [k2][row] pairs of the stored table, rows in packed order.  A window's
-         * product reads every pair of its rows over the union of their strips' ranges: zero everywhere
-         * first, then each row's pairs inside its own strip's range (outside it the table is zero) */
+        /* the tiles' bias windows: pairs (k2) of the stored table's rows in packed order (row), strip after
+         * strip of 16 rows (tiles.h; the tile operand at TILES_AT_T of attention_simd.h: tvnni[(row / 16 *
+         * k2pad + k2) * 16 + row % 16]).  A window's product reads every pair of its rows over the union of
+         * their strips' ranges: zero everywhere first, then each row's pairs inside its own strip's range
+         * (outside it the table is zero) */
         const int64_t k2pad = ((d + 1) / 2 + 15) / 16 * 16, ld = prows + 16;
         const int64_t tdims[2] = {k2pad, ld};
         if ((status = wavepe_checked_numel(2, tdims, 4, NULL)) != WAVEPE_OK) return status;
         p->tvnni = wavepe_scratch_alloc((size_t)(k2pad * ld * 4));
         if (p->tvnni == NULL) return WAVEPE_E_NOMEM;
-        p->tv_ld = ld;
         uint32_t *tv = p->tvnni; /* (locals: a store through it could alias the ranges, so no reload) */
         memset(tv, 0, (size_t)(k2pad * ld * 4));
         for (int64_t row = 0; row < rows; ++row) {
@@ -282,7 +283,7 @@ static int pack_table(wavepe_attention_plan *p, int need_strips) {
             if (idx < 0) continue;
             const uint16_t *t = tab + idx * d;
             const int64_t c2lo = p->strip_clo[s] / 2, c2hi = (p->strip_chi[s] + 1) / 2;
-            for (int64_t c2 = c2lo; c2 < c2hi; ++c2) tv[c2 * ld + row] = table_pair(t, c2, d);
+            for (int64_t c2 = c2lo; c2 < c2hi; ++c2) tv[(row / 16 * k2pad + c2) * 16 + row % 16] = table_pair(t, c2, d);
         }
         if (p->backward && a->dtype == WAVEPE_BF16) {
             const int64_t pdims[2] = {(prows + 64) / 2, dpad};

@@ -89,11 +89,11 @@ struct wavepe_attention_plan {
     int32_t *strip_chi; /* clo == chi: the strip is all zero */
     /* the amx ISA's half-type blocks on tiles (attention_simd.h's ATTN_TILES; tiles.h): whether this plan's
      * products run there, and the packed table transposed in pairs of the stored elements, the B operand
-     * of the bias windows: tvnni[k2 * tv_ld + p] = the pair (2 k2, 2 k2 + 1) of packed row p, k2 < the
-     * pairs of d rounded up to 16, zero past d and for p in [prows, tv_ld) */
+     * of the bias windows, strip after strip of 16 rows (tiles.h): tvnni[(p / 16 * k2pad + k2) * 16 + p % 16]
+     * = the pair (2 k2, 2 k2 + 1) of packed row p, k2 < k2pad (the pairs of d rounded up to 16), zero past d
+     * and for p in [prows, prows + 16) */
     int tiles;
     uint32_t *tvnni;
-    int64_t tv_ld;
     /* bf16 backward plans on tiles (ATTN_TILES_BWD): the packed table in pairs of rows, the B operand of
      * dQ += dS T: tpairs[r2 * dpad + c] = the pair (rows 2 r2, 2 r2 + 1) of packed column c, zero past d
      * and for rows in [prows, prows + 64) (a product's pairs run past the window by up to 32 rows) */

@@ -512,7 +512,8 @@ static void FN(pack_panels_dp)(uint32_t *restrict dst, int64_t ldp2, const S *sr
                     x[i] = pad[i];
                 }
             }
-            vbf16x2_interleave(dst + ((c0 / NR) * ldp2 + j / 2) * NR, x[0], x[1]);
+            uint32_t *out = dst + ((c0 / NR) * ldp2 + j / 2) * NR;
+            vbf16x2_interleave(out, out + 16, x[0], x[1]);
         }
     }
 }
@@ -1123,14 +1124,18 @@ static inline MT FN(kept_lanes)(int64_t j, int64_t jl, int64_t n, const T *kpm) 
 }
 
 /* The weights of a row's lanes from jl rounded down to a vector up to n: e = exp(u a + b) (base2: 2^), u the
- * score before the scale (win added), the score (with post) or the capped score; lanes kept_lanes drops
+ * score before the scale (win added), the score (with post) or the capped score -- or, exact, exp((s - b) a),
+ * s the score rounded (u times the scale where u is unscaled): group_softmax's rows whose maximum m passes
+ * 2^10, where the roundings of a = scale log2(e) and b = -m log2(e) would move u a + b by ~2^-23 |m| (at
+ * scores of 1e20, infinite weights and NaN rows where the formula gives finite ones); lanes kept_lanes drops
  * give 0 (selected: never arithmetic, a masked score may be NaN) -- only the vectors outside [ji0, ji1),
  * whose lanes are all kept, select.  Stored to prow, or rounded to p16 (the tiles' P); returns the sum by
  * lanes.  Inlined with constant flags: one loop per kind of row, no test inside it. */
 static inline __attribute__((always_inline)) VT FN(row_weights)(const T *src, const T *win, const T *post,
                                                                 const T *kpm, int64_t jl, int64_t n, int64_t ji0,
                                                                 int64_t ji1, int has_win, int has_post, int capped,
-                                                                VT vscale, VT vcap, VT vzmul, VT va, VT vb, int base2,
+                                                                int exact, VT vscale, VT vcap, VT vzmul, VT va, VT vb,
+                                                                int base2,
                                                                 T *prow, uint16_t *p16, VT *zmax) {
     const VT ninf = V(set1)(-(T)INFINITY);
     VT vsum = V(zero)(), vz = ninf;
@@ -1144,7 +1149,10 @@ static inline __attribute__((always_inline)) VT FN(row_weights)(const T *src, co
         if (capped) u = V(mul)(vcap, V(tanh)(V(mul)(u, vzmul)));                                   \
         if (select) u = V(blend)(FN(kept_lanes)(j, jl, n, kpm), ninf, u);                          \
         if (zmax != NULL) vz = V(max)(vz, u);                                                      \
-        ATTN_WEIGHT_STORE(V(fmadd)(u, va, vb));                                                    \
+        if (exact) /* (s - m) a, s the rounded score (group_softmax: scores past 2^10) */          \
+            ATTN_WEIGHT_STORE(V(mul)(V(sub)(has_post || capped ? u : V(mul)(u, vscale), vb), va)); \
+        else                                                                                       \
+            ATTN_WEIGHT_STORE(V(fmadd)(u, va, vb));                                                \
     } while (0)
 #if defined(ATTN_TILES)
 #define ATTN_WEIGHT_STORE(arg)                                                                     \
@@ -1175,6 +1183,9 @@ static inline __attribute__((always_inline)) VT FN(row_weights)(const T *src, co
     if (zmax != NULL) *zmax = vz;
     return vsum;
 }
+
+/* Rows whose running maximum (scaled) passes this take the exact weights (row_weights) */
+#define ATTN_EXACT_M ((T)1024)
 
 /* The online softmax of a group's rows over one key block (sr: the scores, keys jl[t] .. jv[t] of row t
  * seen): P (masked lanes 0), the running max and sum and the O rows updated.  P goes to ps (the vector
@@ -1220,7 +1231,7 @@ static void FN(group_softmax)(const wavepe_attention_plan *p, const FN(kblock) *
         /* [ji0, ji1): whole vectors of keys the row sees (none with a key-padding mask), no lane to select */
         const int64_t ji0 = (jl[t] + VL - 1) / VL * VL, ji1 = kb->masked ? ji0 : (n / VL * VL > ji0 ? n / VL * VL : ji0);
 #if defined(ATTN_TILES)
-        if (base2 && plain && n > 0 && mst[t] > -(T)INFINITY && mst[t] < (T)INFINITY) {
+        if (base2 && plain && n > 0 && mst[t] >= -ATTN_EXACT_M && mst[t] <= ATTN_EXACT_M) {
             /* A row with a finite running maximum (every key block after its first) in one pass: its weights
              * against that maximum, the block's own maximum taken on the way.  They stand (the maximum, the
              * O row and the sum's scale unchanged: the row's lse is m + log l whichever m) unless a weight
@@ -1233,10 +1244,10 @@ static void FN(group_softmax)(const wavepe_attention_plan *p, const FN(kblock) *
             VT vz;
             if (jb > 0) memset(p16, 0, sizeof(uint16_t) * (size_t)jb);
             const VT vs1 = win != NULL
-                               ? FN(row_weights)(src, win, NULL, mask, jl[t], n, ji0, ji1, 1, 0, 0, vscale, vcap, vzmul,
-                                                 va1, vb1, 1, prow, p16, &vz)
-                               : FN(row_weights)(src, NULL, NULL, mask, jl[t], n, ji0, ji1, 0, 0, 0, vscale, vcap, vzmul,
-                                                 va1, vb1, 1, prow, p16, &vz);
+                               ? FN(row_weights)(src, win, NULL, mask, jl[t], n, ji0, ji1, 1, 0, 0, 0, vscale, vcap,
+                                                 vzmul, va1, vb1, 1, prow, p16, &vz)
+                               : FN(row_weights)(src, NULL, NULL, mask, jl[t], n, ji0, ji1, 0, 0, 0, 0, vscale, vcap,
+                                                 vzmul, va1, vb1, 1, prow, p16, &vz);
             const T top = (sr->scale * V(hmax)(vz) - m_ref) * kexp, sum = V(hsum)(vs1);
             if (top <= (T)ATTN_TILE_P_ROOM && sum == sum) {
                 const int64_t jend = (n + VL - 1) / VL * VL;
@@ -1299,15 +1310,19 @@ static void FN(group_softmax)(const wavepe_attention_plan *p, const FN(kblock) *
             continue;
         }
         /* the weights' argument u a + b: b = -m, a = the scale for plain rows, the exponential's base
-         * folded into both */
-        const VT va = V(set1)(plain ? sr->scale * kexp : kexp), vb = V(set1)(-m_new * kexp);
+         * folded into both; rows of large scores exact: (s - m) a, a the base (row_weights) */
+        const int exact = base2 && (m_new > ATTN_EXACT_M || m_new < -ATTN_EXACT_M);
+        const VT va = V(set1)(plain && !exact ? sr->scale * kexp : kexp), vb = V(set1)(exact ? m_new : -m_new * kexp);
         if (p16 != NULL && jb > 0) memset(p16, 0, sizeof(uint16_t) * (size_t)jb);
-#define ATTN_ROW_WEIGHTS(b2, hw, hp, cp)                                                              \
-    FN(row_weights)(src, win, post, mask, jl[t], n, ji0, ji1, hw, hp, cp, vscale, vcap, vzmul, va, vb, b2, prow, p16, NULL)
+#define ATTN_ROW_WEIGHTS(b2, hw, hp, cp, ex)                                                          \
+    FN(row_weights)(src, win, post, mask, jl[t], n, ji0, ji1, hw, hp, cp, ex, vscale, vcap, vzmul, va, vb, b2, prow, \
+                    p16, NULL)
 #define ATTN_ROW_WEIGHTS_ANY(b2)                                                                      \
-    (plain ? (win != NULL ? ATTN_ROW_WEIGHTS(b2, 1, 0, 0) : ATTN_ROW_WEIGHTS(b2, 0, 0, 0))             \
-           : ATTN_ROW_WEIGHTS(b2, win != NULL, post != NULL, capped))
-        const VT vsum = base2 ? ATTN_ROW_WEIGHTS_ANY(1) : ATTN_ROW_WEIGHTS_ANY(0);
+    (plain ? (win != NULL ? ATTN_ROW_WEIGHTS(b2, 1, 0, 0, 0) : ATTN_ROW_WEIGHTS(b2, 0, 0, 0, 0))       \
+           : ATTN_ROW_WEIGHTS(b2, win != NULL, post != NULL, capped, 0))
+        const VT vsum = exact  ? ATTN_ROW_WEIGHTS(1, win != NULL, post != NULL, capped, 1)
+                        : base2 ? ATTN_ROW_WEIGHTS_ANY(1)
+                                : ATTN_ROW_WEIGHTS_ANY(0);
 #undef ATTN_ROW_WEIGHTS_ANY
 #undef ATTN_ROW_WEIGHTS
         if (p16 != NULL) {
@@ -1394,10 +1409,11 @@ static void FN(tiles_rows)(uint16_t *dst, int64_t lda, const S *src, int64_t rs,
 }
 
 /* Rows [0, nk) of a row-major half matrix (stride ks, d elements) transposed in pairs, the B operand of a
- * product against them: dst[k2 * ldd + j] = (row j's elements 2 k2, 2 k2 + 1), zero past d (k2 < k2pad)
- * and for rows nk .. ncols. */
-static void FN(tiles_pairs_t)(uint32_t *dst, int64_t ldd, const S *src, int64_t ks, int64_t nk, int64_t ncols,
-                              int64_t d, int64_t k2pad) {
+ * product against them, strip after strip (tiles.h; ldb 16, ldbs 16 k2pad): dst[j / 16 * 16 k2pad + k2 * 16
+ * + j % 16] = (row j's elements 2 k2, 2 k2 + 1), zero past d (k2 < k2pad) and for rows nk .. ncols. */
+#define TILES_AT_T(k2, j, k2pad) (((j) / 16 * (k2pad) + (k2)) * 16 + (j) % 16)
+static void FN(tiles_pairs_t)(uint32_t *dst, const S *src, int64_t ks, int64_t nk, int64_t ncols, int64_t d,
+                              int64_t k2pad) {
     /* A pair is 32 bits: with an even row stride the rows are rows of pairs, and whole blocks of them turn by
      * the vocabulary's float transposes (moves of bits, no arithmetic: any half value passes unchanged); the
      * element-by-element loop packed each key block once per query block and took a fifth of the tile
@@ -1406,22 +1422,23 @@ static void FN(tiles_pairs_t)(uint32_t *dst, int64_t ldd, const S *src, int64_t 
     for (int64_t j0 = 0; j0 < jv; j0 += WP_TB_F32)
         for (int64_t k2 = 0; k2 < full; k2 += WP_TB_F32)
             vf32_transpose((const float *)(const void *)(src + j0 * ks) + k2, ks / 2,
-                           (float *)(void *)(dst + k2 * ldd + j0), ldd);
+                           (float *)(void *)(dst + TILES_AT_T(k2, j0, k2pad)), 16); /* (j0 % 16 + 8 <= 16) */
     for (int64_t j = 0; j < ncols; ++j) {
         const S *row = src + j * ks;
         for (int64_t k2 = j < jv ? full : 0; k2 < k2pad; ++k2) {
             const int64_t c = 2 * k2;
             uint32_t pair = 0;
             if (j < nk && c < d) pair = (uint32_t)row[c] | (c + 1 < d ? (uint32_t)row[c + 1] << 16 : 0u);
-            dst[k2 * ldd + j] = pair;
+            dst[TILES_AT_T(k2, j, k2pad)] = pair;
         }
     }
 }
 
-/* Value rows [0, nk) (stride vs, d elements) in pairs along the keys, the B operand of P V:
- * dst[j2 * ldd + c] = (row 2 j2's element c, row 2 j2 + 1's), zero past d (c < ldd), past nk (j2 < npairs)
- * and for keys whose additive mask kpm is not 0 (kpm may be NULL).  Returns whether every other element
- * is finite. */
+/* Value rows [0, nk) (stride vs, d elements) in pairs along the keys, the B operand of P V, strip after
+ * strip (tiles.h; ldb 16, ldbs ATTN_TPS): dst[c / 16 * ATTN_TPS + j2 * 16 + c % 16] = (row 2 j2's element c,
+ * row 2 j2 + 1's), zero past d (c < ldd, a multiple of 16), past nk (j2 < npairs <= ATTN_BNMAX / 2) and for
+ * keys whose additive mask kpm is not 0 (kpm may be NULL).  Returns whether every other element is finite. */
+#define ATTN_TPS (ATTN_BNMAX / 2 * 16)
 static int FN(tiles_pairs_v)(uint32_t *dst, int64_t ldd, const S *src, int64_t vs, int64_t nk, int64_t npairs,
                              int64_t d, const T *kpm) {
     static const uint16_t zero[32] = {0};
@@ -1438,17 +1455,17 @@ static int FN(tiles_pairs_v)(uint32_t *dst, int64_t ldd, const S *src, int64_t v
             const int64_t j = 2 * j2 + i;
             r[i] = j < nk && (kpm == NULL || kpm[j] == (T)0) ? src + j * vs : NULL;
         }
-        uint32_t *o = dst + j2 * ldd;
+        uint32_t *o = dst + j2 * 16;
         for (int64_t c0 = 0; c0 < d32; c0 += 32) {
             const uint16_t *x0 = r[0] != NULL ? (const uint16_t *)r[0] + c0 : zero;
             const uint16_t *x1 = r[1] != NULL ? (const uint16_t *)r[1] + c0 : zero;
             finite &= vhalf32_finite(x0, expo) & vhalf32_finite(x1, expo);
-            vbf16x2_interleave(o + c0, x0, x1);
+            vbf16x2_interleave(o + c0 / 16 * ATTN_TPS, o + (c0 / 16 + 1) * ATTN_TPS, x0, x1);
         }
         for (int64_t c = d32; c < ldd; ++c) {
             const uint16_t a = r[0] != NULL && c < d ? r[0][c] : 0, b = r[1] != NULL && c < d ? r[1][c] : 0;
             finite &= FN(half_finite)(a) & FN(half_finite)(b);
-            o[c] = (uint32_t)a | (uint32_t)b << 16;
+            o[c / 16 * ATTN_TPS + c % 16] = (uint32_t)a | (uint32_t)b << 16;
         }
     }
     return finite;
@@ -1472,8 +1489,8 @@ static void FN(tiles_scores)(FN(work) * w, const FN(kblock) * kb, int64_t nrows,
             }
         if (hi == 0) continue;
         const int64_t c0 = lo / 16 * 16, c1 = FN(up16)(hi);
-        wavepe_tile_gemm(ATTN_TILE_TYPE, FN(up16)(r1 - r0), c1 - c0, w->tk2, a + r0 * w->tlda, w->tlda, b + c0,
-                         ATTN_BNMAX, out + r0 * ATTN_BNMAX + c0, ATTN_BNMAX, 0);
+        wavepe_tile_gemm(ATTN_TILE_TYPE, FN(up16)(r1 - r0), c1 - c0, w->tk2, a + r0 * w->tlda, w->tlda,
+                         b + TILES_AT_T(0, c0, w->tk2), 16, 16 * w->tk2, out + r0 * ATTN_BNMAX + c0, ATTN_BNMAX, 0);
     }
     if (!bias || p->bias != ATTN_BIAS_TABLE || p->prows == 0) return;
     /* bias windows: 16 rows at a time, the packed table rows p = pr_hi - pos + n0 + j they meet */
@@ -1498,22 +1515,25 @@ static void FN(tiles_scores)(FN(work) * w, const FN(kblock) * kb, int64_t nrows,
                 chi = p->strip_chi[st] > chi ? p->strip_chi[st] : chi;
             }
         if (chi <= clo) continue;
-        const int64_t k2lo = clo / 2 / 16 * 16, k2hi = FN(up16)((chi + 1) / 2);
-        /* the product writes columns [c_lo, c_lo + its width) of the window; a row reads [o, o + its group's
-         * keys rounded to NR) with o = pr_hi - pos + n0 - first in [0, 16) (tiles_group_rows; a group of
-         * ATTN_MR rows may reach into the next tile): the rest of that is zero (rows past the table) */
+        const int64_t k2lo = clo / 2 / 16 * 16, k2hi = FN(up16)((chi + 1) / 2), k2pad = w->tk2;
+        /* the product writes table rows [c16, c16 + its width) (c16: c_lo rounded down to a strip of the
+         * table's tile layout) at window column c - base, base = first rounded down likewise where it is >= 0;
+         * a row reads [o, o + its group's keys rounded to NR) with o = pr_hi - pos + n0 - base in [0, 32)
+         * (tiles_group_rows; a group of ATTN_MR rows may reach into the next tile): the rest of that is zero
+         * (rows past the table) */
+        const int64_t c16 = c_lo / 16 * 16, base = first < 0 ? first : first / 16 * 16;
         int64_t read = hi;
         for (int64_t i = r0 < ATTN_MR ? 0 : r0 - ATTN_MR; i < r1 + ATTN_MR && i < nrows; ++i)
             read = jv[i] > read ? jv[i] : read;
         float *g = w->tg + r0 * ATTN_TGW;
-        const int64_t w0 = c_lo - first, w1 = w0 + FN(up16)(c_hi - c_lo), end = 16 + (read + NR - 1) / NR * NR;
+        const int64_t w0 = c16 - base, w1 = w0 + FN(up16)(c_hi - c16), end = 32 + (read + NR - 1) / NR * NR;
         for (int64_t i = 0; i < 16; ++i) {
             memset(g + i * ATTN_TGW, 0, sizeof(float) * (size_t)w0);
             if (w1 < end) memset(g + i * ATTN_TGW + w1, 0, sizeof(float) * (size_t)(end - w1));
         }
-        wavepe_tile_gemm(ATTN_TILE_TYPE, 16, FN(up16)(c_hi - c_lo), k2hi - k2lo, a + r0 * w->tlda + 2 * k2lo, w->tlda,
-                         (const uint32_t *)p->tvnni + k2lo * p->tv_ld + c_lo, p->tv_ld, g + (c_lo - first), ATTN_TGW, 0);
-        w->tgp[tile] = first;
+        wavepe_tile_gemm(ATTN_TILE_TYPE, 16, FN(up16)(c_hi - c16), k2hi - k2lo, a + r0 * w->tlda + 2 * k2lo, w->tlda,
+                         p->tvnni + TILES_AT_T(k2lo, c16, k2pad), 16, 16 * k2pad, g + w0, ATTN_TGW, 0);
+        w->tgp[tile] = base;
     }
 }
 
@@ -1542,9 +1562,9 @@ static void FN(tiles_group_rows)(FN(work) * w, const FN(group) * g, int64_t gi, 
  * unmasked value is not finite (the block then runs the vector kernels). */
 static int FN(tiles_pack_block)(FN(work) * w, const FN(kblock) * kb, int backward) {
     const int64_t d = w->p->a.d, ncols = FN(up16)(kb->nk);
-    FN(tiles_pairs_t)(w->tk, ATTN_BNMAX, kb->k, kb->ks, kb->nk, ncols, d, w->tk2);
+    FN(tiles_pairs_t)(w->tk, kb->k, kb->ks, kb->nk, ncols, d, w->tk2);
     if (backward) {
-        FN(tiles_pairs_t)(w->tv, ATTN_BNMAX, kb->v, kb->vs, kb->nk, ncols, d, w->tk2);
+        FN(tiles_pairs_t)(w->tv, kb->v, kb->vs, kb->nk, ncols, d, w->tk2);
         return 1;
     }
     return FN(tiles_pairs_v)(w->tv, w->p->dpad, kb->v, kb->vs, kb->nk, (kb->nk + 31) / 32 * 16, d,
@@ -1619,7 +1639,7 @@ static void FN(tiles_block_forward)(FN(work) * w, FN(group) * groups, int64_t ng
 #if defined(WP_TYPE_F16)
     FN(tiles_scale_rows)(w->o, rows16, dpad, ATTN_TILE_P_SCALE);
 #endif
-    wavepe_tile_gemm(ATTN_TILE_TYPE, rows16, dpad, kcols / 2, w->tp, ATTN_BNMAX, w->tv, dpad, w->o, dpad, 1);
+    wavepe_tile_gemm(ATTN_TILE_TYPE, rows16, dpad, kcols / 2, w->tp, ATTN_BNMAX, w->tv, 16, ATTN_TPS, w->o, dpad, 1);
 #if defined(WP_TYPE_F16)
     FN(tiles_scale_rows)(w->o, rows16, dpad, (T)1 / ATTN_TILE_P_SCALE);
 #endif
@@ -2187,13 +2207,13 @@ static void FN(tiles_block_backward)(FN(work) * w, int64_t qi, int64_t rows, int
         }
     }
     const int64_t head = qi * dpad * ATTN_BBM;
-    wavepe_tile_gemm(ATTN_TILE_TYPE, d16, keys16, rows32 / 2, w->tdot + head, ATTN_BBM, w->tpp, ATTN_BNMAX, w->dvt,
-                     ATTN_BBN, 1);
-    wavepe_tile_gemm(ATTN_TILE_TYPE, d16, keys16, rows32 / 2, w->tqt + head, ATTN_BBM, w->tdsp, ATTN_BNMAX, w->dkt,
-                     ATTN_BBN, 1);
+    wavepe_tile_gemm(ATTN_TILE_TYPE, d16, keys16, rows32 / 2, w->tdot + head, ATTN_BBM, w->tpp, ATTN_BNMAX, 16,
+                     w->dvt, ATTN_BBN, 1);
+    wavepe_tile_gemm(ATTN_TILE_TYPE, d16, keys16, rows32 / 2, w->tqt + head, ATTN_BBM, w->tdsp, ATTN_BNMAX, 16,
+                     w->dkt, ATTN_BBN, 1);
     if (w->tk_finite)
-        wavepe_tile_gemm(ATTN_TILE_TYPE, FN(up16)(rows), d16, kcols / 2, w->tds, ATTN_BNMAX, w->tkp, dpad, w->dqa,
-                         dpad, 1);
+        wavepe_tile_gemm(ATTN_TILE_TYPE, FN(up16)(rows), d16, kcols / 2, w->tds, ATTN_BNMAX, w->tkp, 16, ATTN_TPS,
+                         w->dqa, dpad, 1);
 }
 
 /* The table's products of one (query block qi, key block) pair on tiles, from the block's dS (w->ds: scaled,
@@ -2239,7 +2259,7 @@ static void FN(tiles_table_backward)(FN(work) * w, int64_t qi, int64_t m0, int64
         if (chi <= clo) continue;
         const int64_t c_e = c_lo / 2 * 2, k2 = FN(up16)((c_hi - c_e + 1) / 2), n_lo = clo / 16 * 16;
         wavepe_tile_gemm(ATTN_TILE_TYPE, 16, FN(up16)(chi) - n_lo, k2, w->tgw + r0 * ATTN_TWW + (c_e - e), ATTN_TWW,
-                         p->tpairs + c_e / 2 * dpad + n_lo, dpad, w->dqa + r0 * dpad + n_lo, dpad, 1);
+                         p->tpairs + c_e / 2 * dpad + n_lo, dpad, 16, w->dqa + r0 * dpad + n_lo, dpad, 1);
     }
     if (dt_slot == NULL) return;
     /* dT_win^T = Q^T dG: A the head's transposed rows, B dG in pairs of rows */
@@ -2250,7 +2270,7 @@ static void FN(tiles_table_backward)(FN(work) * w, int64_t qi, int64_t m0, int64
         for (int64_t j = 0; j < w16; ++j) pr[j] = (uint32_t)ga[j] | (uint32_t)gb[j] << 16;
     }
     wavepe_tile_gemm(ATTN_TILE_TYPE, FN(up16)(d), w16, rows32 / 2, w->tqt + qi * dpad * ATTN_BBM, ATTN_BBM, w->tgwp,
-                     ATTN_TWW, w->tdt, ATTN_TWW, 0);
+                     ATTN_TWW, 16, w->tdt, ATTN_TWW, 0);
     const int64_t i_lo = e < 0 ? -e : 0, i_hi = e + width < p->prows ? width : p->prows - e;
     for (int64_t i = i_lo; i < i_hi; ++i)
         for (int64_t c = 0; c < d; ++c) dt_slot[(e + i) * dpad + c] += w->tdt[c * ATTN_TWW + i];
@@ -2372,9 +2392,9 @@ static void FN(tile_backward)(FN(work) * w, FN(group) * groups, int64_t b, int64
                 const VT vss = V(set1)(sr.scale);
                 const T *src = sr.src[t], *win = sr.win[t], *post = sr.post[t], *dprow = dpr[t];
 #if defined(ATTN_TILES)
-                /* the tiles' P (rounded to the half type next): 2^(x log2 e - lse log2 e), as the forward's */
-                const T log2e = (T)WP_LOG2E;
-                const VT vl2 = V(set1)(-lse[i] * log2e), vlog2e = V(set1)(log2e);
+                /* the tiles' P (rounded to the half type next): 2^((x - lse) log2 e), as the forward's (the
+                 * difference first: x log2 e - lse log2 e rounded lost the exponent at scores of 1e20) */
+                const VT vlog2e = V(set1)((T)WP_LOG2E);
 #endif
                 for (; j < n; j += VL) {
                     /* masked lanes: P = dS = 0 by selection (their scores and
@@ -2389,7 +2409,7 @@ static void FN(tile_backward)(FN(work) * w, FN(group) * groups, int64_t b, int64
                     x = V(blend)(keep, ninf, x);
                     /* selected too: with a NaN lse, exp(-inf - NaN) is NaN */
 #if defined(ATTN_TILES)
-                    const VT e = tiled ? V(exp2_weights16)(V(fmadd)(x, vlog2e, vl2)) : V(exp_softmax)(V(sub)(x, vl));
+                    const VT e = tiled ? V(exp2_weights16)(V(mul)(V(sub)(x, vl), vlog2e)) : V(exp_softmax)(V(sub)(x, vl));
 #else
                     const VT e = V(exp_softmax)(V(sub)(x, vl));
 #endif

@@ -416,17 +416,17 @@ static inline __m512bh wp_avx512_as_bh(vi32 x) {
 static inline vf32 vf32_dpbf16(vf32 acc, vi32 a, vi32 b) {
     return _mm512_dpbf16_ps(acc, wp_avx512_as_bh(a), wp_avx512_as_bh(b));
 }
-/* out[c] = the pair (r0[c], r1[c]) for c < 2 VL = 32: two rows of 32 bf16
- * interleaved, pairs along the rows (P . V's value panels: keys j, j + 1).
+/* lo[c] = the pair (r0[c], r1[c]) for c < VL = 16, hi[c - 16] for 16 <= c < 32: two rows of 32 bf16
+ * interleaved, pairs along the rows (P . V's value panels: keys j, j + 1; hi = lo + 16 where the
+ * columns are contiguous, the next 16-column strip of a tile operand where they are not).
  * vpunpck{l,h}wd interleave within 128-bit lanes (lo: columns 8i..8i+3 of
  * lane i, hi: 8i+4..8i+7); one two-source qword permute per half puts the
  * columns back in order. */
-static inline void vbf16x2_interleave(uint32_t *out, const uint16_t *r0, const uint16_t *r1) {
+static inline void vbf16x2_interleave(uint32_t *lo, uint32_t *hi, const uint16_t *r0, const uint16_t *r1) {
     const __m512i a = _mm512_loadu_si512((const void *)r0), b = _mm512_loadu_si512((const void *)r1);
-    const __m512i lo = _mm512_unpacklo_epi16(a, b), hi = _mm512_unpackhi_epi16(a, b);
-    _mm512_storeu_si512((void *)out, _mm512_permutex2var_epi64(lo, _mm512_set_epi64(11, 10, 3, 2, 9, 8, 1, 0), hi));
-    _mm512_storeu_si512((void *)(out + 16),
-                        _mm512_permutex2var_epi64(lo, _mm512_set_epi64(15, 14, 7, 6, 13, 12, 5, 4), hi));
+    const __m512i l = _mm512_unpacklo_epi16(a, b), h = _mm512_unpackhi_epi16(a, b);
+    _mm512_storeu_si512((void *)lo, _mm512_permutex2var_epi64(l, _mm512_set_epi64(11, 10, 3, 2, 9, 8, 1, 0), h));
+    _mm512_storeu_si512((void *)hi, _mm512_permutex2var_epi64(l, _mm512_set_epi64(15, 14, 7, 6, 13, 12, 5, 4), h));
 }
 /* v rounded to bf16 (nearest even) by one vcvtneps2bf16, where vf32_storeu_bf16 spends five instructions on
  * torch's encoding of NaN; for values whose NaN bits nobody reads (the tiles' P: a NaN stays a NaN).

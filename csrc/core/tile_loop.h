@@ -18,7 +18,7 @@
 #error "define TILE_LOOP_FN and the TL_* operations before including tile_loop.h"
 #endif
 
-int TILE_LOOP_FN(int type, int64_t M, int64_t N, int64_t K2, const uint16_t *A, int64_t lda, const uint32_t *B, int64_t ldb,
+int TILE_LOOP_FN(int type, int64_t M, int64_t N, int64_t K2, const uint16_t *A, int64_t lda, const uint32_t *B, int64_t ldb, int64_t ldbs,
                  float *C, int64_t ldc, int accumulate) {
     TL_CONFIGURE();
     const int64_t sa = lda * 2, sb = ldb * 4, sc = ldc * 4; /* strides in bytes */
@@ -41,11 +41,11 @@ int TILE_LOOP_FN(int type, int64_t M, int64_t N, int64_t K2, const uint16_t *A, 
             }
             for (int64_t k = 0; k < K2; k += WAVEPE_TILE_K2) {
                 const uint16_t *a = A + m * lda + 2 * k;
-                const uint32_t *b = B + k * ldb + n;
+                const uint32_t *b = B + k * ldb + n / 16 * ldbs;
                 TL_LOAD(4, a, sa);
                 if (two_m) TL_LOAD(5, a + 16 * lda, sa);
                 TL_LOAD(6, b, sb);
-                if (two_n) TL_LOAD(7, b + 16, sb);
+                if (two_n) TL_LOAD(7, b + ldbs, sb);
                 if (type == WAVEPE_TILE_BF16) {
                     TL_DPBF16(0, 4, 6);
                     if (two_n) TL_DPBF16(1, 4, 7);

@@ -29,7 +29,7 @@ static inline float tile_flush(float r) { return fabsf(r) < 0x1p-126f ? r * 0.0f
 static inline float tile_acc(float c, float x, float y) { return tile_flush(c + x * y); }
 
 void wavepe_tile_gemm_emulated(int type, int64_t M, int64_t N, int64_t K2, const uint16_t *A, int64_t lda,
-                               const uint32_t *B, int64_t ldb, float *C, int64_t ldc, int accumulate) {
+                               const uint32_t *B, int64_t ldb, int64_t ldbs, float *C, int64_t ldc, int accumulate) {
     enum { NB = 32, KB = 64 }; /* columns x pairs at a time: B's pairs widened once for every row of A */
     float bw[2 * KB * NB], acc[NB];
     for (int64_t n0 = 0; n0 < N; n0 += NB) {
@@ -38,7 +38,8 @@ void wavepe_tile_gemm_emulated(int type, int64_t M, int64_t N, int64_t K2, const
             const int64_t kk = K2 - k0 < KB ? K2 - k0 : KB, first = k0 == 0;
             for (int64_t k = 0; k < kk; ++k)
                 for (int64_t n = 0; n < nn; ++n) {
-                    const uint32_t pair = B[(k0 + k) * ldb + n0 + n];
+                    const int64_t col = n0 + n; /* in its 16-column strip */
+                    const uint32_t pair = B[(k0 + k) * ldb + col / 16 * ldbs + col % 16];
                     bw[(2 * k) * NB + n] = tile_in(type, (uint16_t)(pair & 0xFFFFu));
                     bw[(2 * k + 1) * NB + n] = tile_in(type, (uint16_t)(pair >> 16));
                 }
@@ -152,8 +153,8 @@ static int self_check(int type) {
             b[k2 * 32 + n] = (uint32_t)hx | (uint32_t)hy << 16;
         }
     for (int i = 0; i < 32 * 32; ++i) want[i] = got[i] = (float)(i % 5) - 2.0f;
-    wavepe_tile_gemm_emulated(type, 32, 32, 16, a, 32, b, 32, want, 32, 1);
-    const int ran = wavepe_tile_gemm_amx(type, 32, 32, 16, a, 32, b, 32, got, 32, 1);
+    wavepe_tile_gemm_emulated(type, 32, 32, 16, a, 32, b, 32, 16, want, 32, 1);
+    const int ran = wavepe_tile_gemm_amx(type, 32, 32, 16, a, 32, b, 32, 16, got, 32, 1);
     wavepe_tiles_release_amx();
     return ran && memcmp(want, got, sizeof want) == 0;
 }
@@ -215,11 +216,11 @@ void wavepe_tiles_release(void) {
 }
 
 void wavepe_tile_gemm(int type, int64_t M, int64_t N, int64_t K2, const uint16_t *A, int64_t lda, const uint32_t *B,
-                      int64_t ldb, float *C, int64_t ldc, int accumulate) {
+                      int64_t ldb, int64_t ldbs, float *C, int64_t ldc, int accumulate) {
 #if (defined(__x86_64__) || defined(_M_X64)) && !defined(WAVEPE_SIMDE_AVX512)
     if (wavepe_tiles_mode(type) == WAVEPE_TILES_HARDWARE &&
-        wavepe_tile_gemm_amx(type, M, N, K2, A, lda, B, ldb, C, ldc, accumulate))
+        wavepe_tile_gemm_amx(type, M, N, K2, A, lda, B, ldb, ldbs, C, ldc, accumulate))
         return;
 #endif
-    wavepe_tile_gemm_loop_emulated(type, M, N, K2, A, lda, B, ldb, C, ldc, accumulate);
+    wavepe_tile_gemm_loop_emulated(type, M, N, K2, A, lda, B, ldb, ldbs, C, ldc, accumulate);
 }

@@ -60,8 +60,8 @@ static void configure(void) {
 #include "tile_loop.h"
 #else
 int wavepe_tile_gemm_amx(int type, int64_t M, int64_t N, int64_t K2, const uint16_t *A, int64_t lda, const uint32_t *B,
-                         int64_t ldb, float *C, int64_t ldc, int accumulate) {
-    (void)type, (void)M, (void)N, (void)K2, (void)A, (void)lda, (void)B, (void)ldb, (void)C, (void)ldc, (void)accumulate;
+                         int64_t ldb, int64_t ldbs, float *C, int64_t ldc, int accumulate) {
+    (void)type, (void)M, (void)N, (void)K2, (void)A, (void)lda, (void)B, (void)ldb, (void)ldbs, (void)C, (void)ldc, (void)accumulate;
     return 0; /* no AMX code in this build (SIMDe, or a compiler without -mamx-tile): tiles.c emulates */
 }
 void wavepe_tiles_release_amx(void) {}

@@ -28,8 +28,9 @@ static float oracle_add(float c, float x, float y) {
 
 static void check_type(int type, unsigned long long seed) {
     enum { M = 48, N = 80, K2 = 32, LDA = 70, LDB = 90, LDC = 85 }; /* 3 x 5 tiles, 2 K steps, strides past them */
+    enum { SS = 16 * K2 + 24 };                                       /* B strip after strip, a gap between */
     static uint16_t a[M * LDA];
-    static uint32_t b[K2 * LDB];
+    static uint32_t b[K2 * LDB], bs[N / 16 * SS];
     static float c0[M * LDC], got[M * LDC], want[M * LDC];
     for (int i = 0; i < M * LDA; ++i) {
         const double x = test_uniform(&seed, -2, 2);
@@ -47,7 +48,14 @@ static void check_type(int type, unsigned long long seed) {
     b[9 * LDB + 17] = (uint32_t)(type == WAVEPE_TILE_BF16 ? 0x7F80u : 0x7C00u); /* inf: column 17 */
     for (int i = 0; i < M * LDC; ++i) c0[i] = (float)test_uniform(&seed, -1, 1);
     c0[2 * LDC + 3] = 0x1p-130f;
-    for (int acc = 0; acc < 2; ++acc) {
+    memset(bs, 0xFF, sizeof bs); /* NaN pairs in the gaps: read, they would show */
+    for (int k = 0; k < K2; ++k)
+        for (int n = 0; n < N; ++n) bs[n / 16 * SS + k * 16 + n % 16] = b[k * LDB + n];
+    for (int run = 0; run < 4; ++run) {
+        /* B row-major (ldbs 16) or strip after strip (ldb 16): the same matrix, the same bits */
+        const int acc = run % 2, strips = run / 2;
+        const uint32_t *bb = strips ? bs : b;
+        const int64_t ldb = strips ? 16 : LDB, ldbs = strips ? SS : 16;
         memcpy(got, c0, sizeof got);
         memcpy(want, c0, sizeof want);
         for (int m = 0; m < M; ++m)
@@ -60,7 +68,7 @@ static void check_type(int type, unsigned long long seed) {
                 }
                 want[m * LDC + n] = c;
             }
-        wavepe_tile_gemm_emulated(type, M, N, K2, a, LDA, b, LDB, got, LDC, acc);
+        wavepe_tile_gemm_emulated(type, M, N, K2, a, LDA, bb, ldb, ldbs, got, LDC, acc);
         int same = 1;
         for (int i = 0; i < M * LDC; ++i)
             same &= (isnan(got[i]) && isnan(want[i])) || memcmp(&got[i], &want[i], sizeof(float)) == 0;
@@ -71,7 +79,7 @@ static void check_type(int type, unsigned long long seed) {
         /* the hardware's walk (tile_loop.h) on emulated tile registers: the same bits */
         float walk[M * LDC];
         memcpy(walk, c0, sizeof walk);
-        wavepe_tile_gemm_loop_emulated(type, M, N, K2, a, LDA, b, LDB, walk, LDC, acc);
+        wavepe_tile_gemm_loop_emulated(type, M, N, K2, a, LDA, bb, ldb, ldbs, walk, LDC, acc);
         same = 1;
         for (int i = 0; i < M * LDC; ++i)
             same &= (isnan(walk[i]) && isnan(got[i])) || memcmp(&walk[i], &got[i], sizeof(float)) == 0;
@@ -79,7 +87,7 @@ static void check_type(int type, unsigned long long seed) {
         /* the dispatcher (the instructions where this CPU has them) agrees with the emulation */
         float via[M * LDC];
         memcpy(via, c0, sizeof via);
-        wavepe_tile_gemm(type, M, N, K2, a, LDA, b, LDB, via, LDC, acc);
+        wavepe_tile_gemm(type, M, N, K2, a, LDA, bb, ldb, ldbs, via, LDC, acc);
         same = 1;
         for (int i = 0; i < M * LDC; ++i)
             same &= (isnan(via[i]) && isnan(got[i])) || via[i] == got[i] ||
@@ -98,10 +106,14 @@ static void check_walk(int type, unsigned long long seed) {
     for (int im = 0; im < 4; ++im)
         for (int in = 0; in < 4; ++in)
             for (int ik = 0; ik < 4; ++ik)
-                for (int acc = 0; acc < 2; ++acc) {
+                for (int run = 0; run < 4; ++run) {
+                    /* B row-major, or strip after strip (a gap between strips) */
+                    const int acc = run % 2, strips = run / 2;
                     const int64_t M = ms[im], N = ns[in], K2 = ks[ik];
-                    const int64_t lda = 2 * K2 + 8 * ik, ldb = N + 4 * in, ldc = N + 3 * im + acc;
-                    const size_t na = (size_t)((M - 1) * lda + 2 * K2), nb = (size_t)((K2 - 1) * ldb + N),
+                    const int64_t lda = 2 * K2 + 8 * ik, ldc = N + 3 * im + acc;
+                    const int64_t ldb = strips ? 16 : N + 4 * in, ldbs = strips ? 16 * K2 + 4 * in : 16;
+                    const size_t na = (size_t)((M - 1) * lda + 2 * K2),
+                                 nb = (size_t)((K2 - 1) * ldb + (N - 16) / 16 * ldbs + 16),
                                  nc = (size_t)((M - 1) * ldc + N);
                     uint16_t *a = malloc(na * sizeof *a);
                     uint32_t *b = malloc(nb * sizeof *b);
@@ -120,8 +132,8 @@ static void check_walk(int type, unsigned long long seed) {
                                (uint32_t)(type == WAVEPE_TILE_BF16 ? wp_f32_to_bf16(y) : wp_f32_to_f16(y)) << 16;
                     }
                     for (size_t i = 0; i < nc; ++i) want[i] = got[i] = (float)test_uniform(&seed, -1, 1);
-                    wavepe_tile_gemm_emulated(type, M, N, K2, a, lda, b, ldb, want, ldc, acc);
-                    wavepe_tile_gemm_loop_emulated(type, M, N, K2, a, lda, b, ldb, got, ldc, acc);
+                    wavepe_tile_gemm_emulated(type, M, N, K2, a, lda, b, ldb, ldbs, want, ldc, acc);
+                    wavepe_tile_gemm_loop_emulated(type, M, N, K2, a, lda, b, ldb, ldbs, got, ldc, acc);
                     CHECK(memcmp(want, got, nc * sizeof *got) == 0);
                     free(a), free(b), free(want), free(got);
                 }
