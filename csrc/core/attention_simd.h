@@ -2630,12 +2630,8 @@ static void FN(unit_backward)(FN(work) * w, FN(group) * groups, int64_t unit, T 
 #endif
         if (!dq_tiled) FN(pack_panels)(w->kpan, ATTN_BBN, kb.k, kb.ks, kb.nk, d, kb.masked ? w->kpm : NULL);
         /* dka, dva: the vector kernels' dK, dV sums; with those on tiles only bad_rows_backward's terms go
-         * there, so they are cleared (and added below) only once a query block has such rows */
-        int kv_vector = !sums_tiled;
-        if (kv_vector) {
-            memset(w->dka, 0, sizeof(T) * (size_t)(ATTN_BBN * dpad));
-            memset(w->dva, 0, sizeof(T) * (size_t)(ATTN_BBN * dpad));
-        }
+         * there: cleared (and added below) at the first query block that writes them */
+        int kv_vector = 0;
         for (int64_t qi = i0; qi < i1 && qi < p->nqb; ++qi) {
             const int64_t m0 = qi * ATTN_BBM, rows = M - m0 < ATTN_BBM ? M - m0 : ATTN_BBM;
             FN(pack_query_groups)(w, groups, b, h, m0, rows, 1);
@@ -2661,7 +2657,7 @@ static void FN(unit_backward)(FN(work) * w, FN(group) * groups, int64_t unit, T 
             if (w->tiles_rows) FN(tiles_rows)(w->tdo, w->tlda, doblk, a->dout_strides[2], rows, FN(up16)(rows), d);
 #endif
             FN(flag_bad_rows)(w, qblk, a->q_strides[2], doblk, a->dout_strides[2], rows, d);
-            if (w->any_bad && !kv_vector) {
+            if (!kv_vector && (!sums_tiled || w->any_bad)) {
                 memset(w->dka, 0, sizeof(T) * (size_t)(ATTN_BBN * dpad));
                 memset(w->dva, 0, sizeof(T) * (size_t)(ATTN_BBN * dpad));
                 kv_vector = 1;
