@@ -91,6 +91,7 @@
 #define ATTN_TILE_TYPE WAVEPE_TILE_BF16
 #define ATTN_TILE_P_SCALE 1.0f
 #define ATTN_TILE_P_STORE(p, v) vf32_storeu_bf16_rne(p, v) /* P: its NaN bits unread */
+#define ATTN_TILE_P_STORE2(p, lo, hi) vf32x2_storeu_bf16_rne(p, lo, hi) /* 2 VL weights, lo's first */
 /* log2 of the largest weight group_softmax's one pass lets through (weights taken against a row's running
  * maximum, which a later block's scores may pass): 16, so O = sum p v (float32) overflows only for values
  * within 2^-4 of float32's range more readily than with weights <= 1 */
@@ -108,6 +109,7 @@
  * every weight below 2^-14 -- all of them, where attention is spread over tens of thousands of keys */
 #define ATTN_TILE_P_SCALE 16384.0f
 #define ATTN_TILE_P_STORE(p, v) S_STOREU(p, V(mul)(v, V(set1)(ATTN_TILE_P_SCALE)))
+#define ATTN_TILE_P_STORE2(p, lo, hi) (ATTN_TILE_P_STORE(p, lo), ATTN_TILE_P_STORE((p) + VL, hi))
 #define ATTN_TILE_P_ROOM 1 /* weights <= 2: times the scale 2^15, below float16's largest (65504) */
 #endif
 #endif
@@ -1143,16 +1145,22 @@ static inline __attribute__((always_inline)) VT FN(row_weights)(const T *src, co
 #if !defined(ATTN_TILES)
     (void)base2, (void)p16;
 #endif
-#define ATTN_WEIGHT(select)                                                                        \
-    do {                                                                                           \
-        VT u = FN(score_z)(src, has_win ? win : NULL, has_post ? post : NULL, vscale, j);          \
-        if (capped) u = V(mul)(vcap, V(tanh)(V(mul)(u, vzmul)));                                   \
-        if (select) u = V(blend)(FN(kept_lanes)(j, jl, n, kpm), ninf, u);                          \
-        if (zmax != NULL) vz = V(max)(vz, u);                                                      \
-        if (exact) /* (s - m) a, s the rounded score (group_softmax: scores past 2^10) */          \
-            ATTN_WEIGHT_STORE(V(mul)(V(sub)(has_post || capped ? u : V(mul)(u, vscale), vb), va)); \
-        else                                                                                       \
-            ATTN_WEIGHT_STORE(V(fmadd)(u, va, vb));                                                \
+/* arg = the exponential's argument at keys jj .. jj + VL - 1 (the maximum taken on the way) */
+#define ATTN_WEIGHT_ARG(jj, select, arg)                                                                 \
+    do {                                                                                                 \
+        VT u = FN(score_z)(src, has_win ? win : NULL, has_post ? post : NULL, vscale, jj);               \
+        if (capped) u = V(mul)(vcap, V(tanh)(V(mul)(u, vzmul)));                                         \
+        if (select) u = V(blend)(FN(kept_lanes)(jj, jl, n, kpm), ninf, u);                               \
+        if (zmax != NULL) vz = V(max)(vz, u);                                                            \
+        arg = exact ? /* (s - m) a, s the rounded score (group_softmax: scores past 2^10) */             \
+                  V(mul)(V(sub)(has_post || capped ? u : V(mul)(u, vscale), vb), va)                     \
+                    : V(fmadd)(u, va, vb);                                                               \
+    } while (0)
+#define ATTN_WEIGHT(select)                \
+    do {                                   \
+        VT arg;                            \
+        ATTN_WEIGHT_ARG(j, select, arg);   \
+        ATTN_WEIGHT_STORE(arg);            \
     } while (0)
 #if defined(ATTN_TILES)
 #define ATTN_WEIGHT_STORE(arg)                                                                     \
@@ -1176,10 +1184,22 @@ static inline __attribute__((always_inline)) VT FN(row_weights)(const T *src, co
     } while (0)
 #endif
     for (; j < n && j < ji0; j += VL) ATTN_WEIGHT(1);
+#if defined(ATTN_TILES)
+    if (base2) /* the tiles' P two vectors at a time, rounded and stored by one conversion where the type has it */
+        for (; j + VL < ji1; j += 2 * VL) {
+            VT a0, a1;
+            ATTN_WEIGHT_ARG(j, 0, a0);
+            ATTN_WEIGHT_ARG(j + VL, 0, a1);
+            const VT e0 = V(exp2_weights16)(a0), e1 = V(exp2_weights16)(a1);
+            ATTN_TILE_P_STORE2(p16 + j, e0, e1);
+            vsum = V(add)(V(add)(vsum, e0), e1); /* the order of one vector at a time */
+        }
+#endif
     for (; j < ji1; j += VL) ATTN_WEIGHT(0);
     for (; j < n; j += VL) ATTN_WEIGHT(1);
 #undef ATTN_WEIGHT_STORE
 #undef ATTN_WEIGHT
+#undef ATTN_WEIGHT_ARG
     if (zmax != NULL) *zmax = vz;
     return vsum;
 }
@@ -2710,6 +2730,7 @@ int FN(attn_bwd)(wavepe_attention_plan *p, int64_t begin, int64_t end) {
 #undef ATTN_TILE_TYPE
 #undef ATTN_TILE_P_SCALE
 #undef ATTN_TILE_P_STORE
+#undef ATTN_TILE_P_STORE2
 #undef ATTN_TILE_P_ROOM
 #undef NR
 #undef ATTN_FBM
