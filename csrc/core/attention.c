@@ -267,8 +267,8 @@ static int pack_table(wavepe_attention_plan *p, int need_strips) {
     }
     if (p->tiles) {
         /* the tiles' bias windows: pairs (k2) of the stored table's rows in packed order (row), strip after
-         * strip of 16 rows (tiles.h; the tile operand at TILES_AT_T of attention_simd.h: tvnni[(row / 16 *
-         * k2pad + k2) * 16 + row % 16]).  A window's product reads every pair of its rows over the union of
+         * strip of 16 rows (tiles.h's wavepe_tile_b_index with ldb 16, ldbs 16 k2pad, as TILES_AT_T of
+         * attention_simd.h).  A window's product reads every pair of its rows over the union of
          * their strips' ranges: zero everywhere first, then each row's pairs inside its own strip's range
          * (outside it the table is zero) */
         const int64_t k2pad = ((d + 1) / 2 + 15) / 16 * 16, ld = prows + 16;
@@ -283,7 +283,7 @@ static int pack_table(wavepe_attention_plan *p, int need_strips) {
             if (idx < 0) continue;
             const uint16_t *t = tab + idx * d;
             const int64_t c2lo = p->strip_clo[s] / 2, c2hi = (p->strip_chi[s] + 1) / 2;
-            for (int64_t c2 = c2lo; c2 < c2hi; ++c2) tv[(row / 16 * k2pad + c2) * 16 + row % 16] = table_pair(t, c2, d);
+            for (int64_t c2 = c2lo; c2 < c2hi; ++c2) tv[wavepe_tile_b_index(c2, row, 16, 16 * k2pad)] = table_pair(t, c2, d);
         }
         if (p->backward && a->dtype == WAVEPE_BF16) {
             const int64_t pdims[2] = {(prows + 64) / 2, dpad};

@@ -89,8 +89,8 @@ struct wavepe_attention_plan {
     int32_t *strip_chi; /* clo == chi: the strip is all zero */
     /* the amx ISA's half-type blocks on tiles (attention_simd.h's ATTN_TILES; tiles.h): whether this plan's
      * products run there, and the packed table transposed in pairs of the stored elements, the B operand
-     * of the bias windows, strip after strip of 16 rows (tiles.h): tvnni[(p / 16 * k2pad + k2) * 16 + p % 16]
-     * = the pair (2 k2, 2 k2 + 1) of packed row p, k2 < k2pad (the pairs of d rounded up to 16), zero past d
+     * of the bias windows, strip after strip of 16 rows (tiles.h): tvnni[wavepe_tile_b_index(k2, p, 16, 16
+     * k2pad)] = the pair (2 k2, 2 k2 + 1) of packed row p, k2 < k2pad (the pairs of d rounded up to 16), zero past d
      * and for p in [prows, prows + 16) */
     int tiles;
     uint32_t *tvnni;

@@ -1429,9 +1429,10 @@ static void FN(tiles_rows)(uint16_t *dst, int64_t lda, const S *src, int64_t rs,
 }
 
 /* Rows [0, nk) of a row-major half matrix (stride ks, d elements) transposed in pairs, the B operand of a
- * product against them, strip after strip (tiles.h; ldb 16, ldbs 16 k2pad): dst[j / 16 * 16 k2pad + k2 * 16
- * + j % 16] = (row j's elements 2 k2, 2 k2 + 1), zero past d (k2 < k2pad) and for rows nk .. ncols. */
-#define TILES_AT_T(k2, j, k2pad) (((j) / 16 * (k2pad) + (k2)) * 16 + (j) % 16)
+ * product against them, strip after strip: dst[TILES_AT_T(k2, j, k2pad)] (tiles.h's wavepe_tile_b_index,
+ * ldb 16, ldbs 16 k2pad) = (row j's elements 2 k2, 2 k2 + 1), zero past d (k2 < k2pad) and for rows nk ..
+ * ncols. */
+#define TILES_AT_T(k2, j, k2pad) wavepe_tile_b_index(k2, j, 16, 16 * (k2pad))
 static void FN(tiles_pairs_t)(uint32_t *dst, const S *src, int64_t ks, int64_t nk, int64_t ncols, int64_t d,
                               int64_t k2pad) {
     /* A pair is 32 bits: with an even row stride the rows are rows of pairs, and whole blocks of them turn by
@@ -1455,8 +1456,7 @@ static void FN(tiles_pairs_t)(uint32_t *dst, const S *src, int64_t ks, int64_t n
 }
 
 /* Value rows [0, nk) (stride vs, d elements) in pairs along the keys, the B operand of P V, strip after
- * strip (tiles.h; ldb 16, ldbs ATTN_TPS): dst[c / 16 * ATTN_TPS + j2 * 16 + c % 16] = (row 2 j2's element c,
- * row 2 j2 + 1's), zero past d (c < ldd, a multiple of 16), past nk (j2 < npairs <= ATTN_BNMAX / 2) and for
+ * strip: dst[wavepe_tile_b_index(j2, c, 16, ATTN_TPS)] (tiles.h) = (row 2 j2's element c, row 2 j2 + 1's), zero past d (c < ldd, a multiple of 16), past nk (j2 < npairs <= ATTN_BNMAX / 2) and for
  * keys whose additive mask kpm is not 0 (kpm may be NULL).  Returns whether every other element is finite. */
 #define ATTN_TPS (ATTN_BNMAX / 2 * 16)
 static int FN(tiles_pairs_v)(uint32_t *dst, int64_t ldd, const S *src, int64_t vs, int64_t nk, int64_t npairs,
@@ -1475,17 +1475,17 @@ static int FN(tiles_pairs_v)(uint32_t *dst, int64_t ldd, const S *src, int64_t v
             const int64_t j = 2 * j2 + i;
             r[i] = j < nk && (kpm == NULL || kpm[j] == (T)0) ? src + j * vs : NULL;
         }
-        uint32_t *o = dst + j2 * 16;
         for (int64_t c0 = 0; c0 < d32; c0 += 32) {
             const uint16_t *x0 = r[0] != NULL ? (const uint16_t *)r[0] + c0 : zero;
             const uint16_t *x1 = r[1] != NULL ? (const uint16_t *)r[1] + c0 : zero;
             finite &= vhalf32_finite(x0, expo) & vhalf32_finite(x1, expo);
-            vbf16x2_interleave(o + c0 / 16 * ATTN_TPS, o + (c0 / 16 + 1) * ATTN_TPS, x0, x1);
+            vbf16x2_interleave(dst + wavepe_tile_b_index(j2, c0, 16, ATTN_TPS),
+                               dst + wavepe_tile_b_index(j2, c0 + 16, 16, ATTN_TPS), x0, x1);
         }
         for (int64_t c = d32; c < ldd; ++c) {
             const uint16_t a = r[0] != NULL && c < d ? r[0][c] : 0, b = r[1] != NULL && c < d ? r[1][c] : 0;
             finite &= FN(half_finite)(a) & FN(half_finite)(b);
-            o[c / 16 * ATTN_TPS + c % 16] = (uint32_t)a | (uint32_t)b << 16;
+            dst[wavepe_tile_b_index(j2, c, 16, ATTN_TPS)] = (uint32_t)a | (uint32_t)b << 16;
         }
     }
     return finite;

@@ -41,7 +41,7 @@ int TILE_LOOP_FN(int type, int64_t M, int64_t N, int64_t K2, const uint16_t *A, 
             }
             for (int64_t k = 0; k < K2; k += WAVEPE_TILE_K2) {
                 const uint16_t *a = A + m * lda + 2 * k;
-                const uint32_t *b = B + k * ldb + n / 16 * ldbs;
+                const uint32_t *b = B + wavepe_tile_b_index(k, n, ldb, ldbs);
                 TL_LOAD(4, a, sa);
                 if (two_m) TL_LOAD(5, a + 16 * lda, sa);
                 TL_LOAD(6, b, sb);

@@ -39,7 +39,7 @@ void wavepe_tile_gemm_emulated(int type, int64_t M, int64_t N, int64_t K2, const
             for (int64_t k = 0; k < kk; ++k)
                 for (int64_t n = 0; n < nn; ++n) {
                     const int64_t col = n0 + n; /* in its 16-column strip */
-                    const uint32_t pair = B[(k0 + k) * ldb + col / 16 * ldbs + col % 16];
+                    const uint32_t pair = B[wavepe_tile_b_index(k0 + k, col, ldb, ldbs)];
                     bw[(2 * k) * NB + n] = tile_in(type, (uint16_t)(pair & 0xFFFFu));
                     bw[(2 * k + 1) * NB + n] = tile_in(type, (uint16_t)(pair >> 16));
                 }

@@ -43,6 +43,12 @@ enum { WAVEPE_TILES_NONE = 0, WAVEPE_TILES_HARDWARE = 1, WAVEPE_TILES_EMULATED =
 #define WAVEPE_TILE_ROWS 16 /* rows of A and C tiles, columns of B and C tiles */
 #define WAVEPE_TILE_K2 16   /* pairs of K per tile (32 half elements = 64 bytes) */
 
+/* Where pair k of column n of a B operand lies (ldb, ldbs as wavepe_tile_gemm takes them): the layout
+ * stated once, for the walk, the emulation and the code that packs operands. */
+static inline int64_t wavepe_tile_b_index(int64_t k, int64_t n, int64_t ldb, int64_t ldbs) {
+    return k * ldb + n / 16 * ldbs + n % 16;
+}
+
 /* C[m][n] = (accumulate ? C[m][n] : 0) + sum_k A[m][k] B[k][n], m < M, n < N, k < 2 K2. */
 void wavepe_tile_gemm(int type, int64_t M, int64_t N, int64_t K2, const uint16_t *A, int64_t lda, const uint32_t *B,
                       int64_t ldb, int64_t ldbs, float *C, int64_t ldc, int accumulate);
