@@ -561,8 +561,9 @@ typedef struct {
     float *tsc;    /* the block's S [rows16][ATTN_BNMAX] (unscaled) */
     float *tdp;    /* backward: the block's dP [rows16][ATTN_BNMAX] */
     uint16_t *tp;  /* forward: the block's P rounded [rows16][ATTN_BNMAX]: A of P V */
-    float *tg;     /* bias windows [rows16][ATTN_TGW] (unscaled); tgp: each 16-row tile's first packed row */
-    int64_t tgp[(ATTN_FBM > ATTN_BBM ? ATTN_FBM : ATTN_BBM) / 16 + 1];
+    float *tg;     /* bias windows of two 16-row tiles [32][ATTN_TGW] (unscaled; tiles_windows) */
+    int64_t tgp[(ATTN_FBM > ATTN_BBM ? ATTN_FBM : ATTN_BBM) / 16 + 1]; /* each 16-row tile's first packed row */
+    int64_t tg_next;   /* the next 16-row tile whose window tiles_windows may compute in this key block */
     int64_t tlda, tk2; /* ta's row length (2 tk2), pairs of d rounded up to a tile's 16 */
     int tiles_rows;    /* the query block's rows (and dO) are packed in ta (tdo): its blocks run on tiles */
     int groups_late;   /* the forward's groups are not packed for the vector kernels yet (pack_groups_late) */
@@ -1492,13 +1493,12 @@ static int FN(tiles_pairs_v)(uint32_t *dst, int64_t ldd, const S *src, int64_t v
 }
 
 /* out = A B for block rows [0, nrows) of A (w->tlda per row) and the key block's transposed pairs b (keys
- * in columns): S (a = w->ta, b = w->tk, out = w->tsc) or the backward's dP (w->tdo, w->tv, w->tdp); with
- * `bias` and a table, the rows' bias windows too (into w->tg, first rows in w->tgp).  Row i, at position
- * pos[i], sees keys [jl[i], jv[i]) of kb (jv = 0: none): 32 rows at a time, over the columns some see. */
-static void FN(tiles_scores)(FN(work) * w, const FN(kblock) * kb, int64_t nrows, const int64_t *pos,
-                             const int64_t *jl, const int64_t *jv, const uint16_t *a, const uint32_t *b, float *out,
-                             int bias) {
-    const wavepe_attention_plan *p = w->p;
+ * in columns): S (a = w->ta, b = w->tk, out = w->tsc) or the backward's dP (w->tdo, w->tv, w->tdp).  Row i
+ * sees keys [jl[i], jv[i]) of kb (jv = 0: none): 32 rows at a time, over the columns some see.  With S, the
+ * rows' bias windows are left to tiles_windows, tile by tile as the rows' groups need them. */
+static void FN(tiles_scores)(FN(work) * w, int64_t nrows, const int64_t *jl, const int64_t *jv, const uint16_t *a,
+                             const uint32_t *b, float *out) {
+    w->tg_next = 0;
     for (int64_t r0 = 0; r0 < nrows; r0 += 32) {
         const int64_t r1 = r0 + 32 < nrows ? r0 + 32 : nrows;
         int64_t lo = INT64_MAX, hi = 0;
@@ -1512,10 +1512,27 @@ static void FN(tiles_scores)(FN(work) * w, const FN(kblock) * kb, int64_t nrows,
         wavepe_tile_gemm(ATTN_TILE_TYPE, FN(up16)(r1 - r0), c1 - c0, w->tk2, a + r0 * w->tlda, w->tlda,
                          b + TILES_AT_T(0, c0, w->tk2), 16, 16 * w->tk2, out + r0 * ATTN_BNMAX + c0, ATTN_BNMAX, 0);
     }
-    if (!bias || p->bias != ATTN_BIAS_TABLE || p->prows == 0) return;
-    /* bias windows: 16 rows at a time, the packed table rows p = pr_hi - pos + n0 + j they meet */
-    for (int64_t r0 = 0; r0 < nrows; r0 += 16) {
-        const int64_t r1 = r0 + 16 < nrows ? r0 + 16 : nrows, tile = r0 / 16;
+}
+
+/* Row i of the block's bias windows in w->tg: two 16-row tiles, in turn (a tile's window is computed just
+ * before the groups that read it, into lines the group before last read: from L1, where a window for every
+ * row of the block, written a tile after another and read later, came from L2 -- the wavelet forward
+ * 0.94-0.98x the time on an Emerald Rapids). */
+static inline int64_t FN(window_row)(int64_t i) { return i / 16 % 2 * 16 + i % 16; }
+
+/* The bias windows of block rows [i0, i1) where the plan has a table (rows of at most two 16-row tiles:
+ * one group's), unless computed already in this key block: G = A T_win^T (A = w->ta, the rows of
+ * tiles_scores' S) into w->tg (window_row), each tile's first packed table row into w->tgp.  Row i, at
+ * position pos[i], sees keys [., jv[i]) of kb; nrows rows in all.  Tiles are computed in increasing order:
+ * one before the last computed is not recomputed (its rows' groups are done). */
+static void FN(tiles_windows)(FN(work) * w, const FN(kblock) * kb, int64_t nrows, const int64_t *pos,
+                              const int64_t *jv, int64_t i0, int64_t i1) {
+    const uint16_t *a = w->ta;
+    const wavepe_attention_plan *p = w->p;
+    if (p->bias != ATTN_BIAS_TABLE || p->prows == 0) return;
+    const int64_t t_lo = i0 / 16 > w->tg_next ? i0 / 16 : w->tg_next, t_hi = (i1 - 1) / 16 + 1;
+    for (int64_t tile = t_lo; tile < t_hi; ++tile) {
+        const int64_t r0 = tile * 16, r1 = r0 + 16 < nrows ? r0 + 16 : nrows;
         int64_t pmin = INT64_MAX, pmax = INT64_MIN, hi = 0;
         for (int64_t i = r0; i < r1; ++i)
             if (jv[i] > 0) {
@@ -1545,7 +1562,7 @@ static void FN(tiles_scores)(FN(work) * w, const FN(kblock) * kb, int64_t nrows,
         int64_t read = hi;
         for (int64_t i = r0 < ATTN_MR ? 0 : r0 - ATTN_MR; i < r1 + ATTN_MR && i < nrows; ++i)
             read = jv[i] > read ? jv[i] : read;
-        float *g = w->tg + r0 * ATTN_TGW;
+        float *g = w->tg + FN(window_row)(r0) * ATTN_TGW;
         const int64_t w0 = c16 - base, w1 = w0 + FN(up16)(c_hi - c16), end = 32 + (read + NR - 1) / NR * NR;
         for (int64_t i = 0; i < 16; ++i) {
             memset(g + i * ATTN_TGW, 0, sizeof(float) * (size_t)w0);
@@ -1555,6 +1572,7 @@ static void FN(tiles_scores)(FN(work) * w, const FN(kblock) * kb, int64_t nrows,
                          p->tvnni + TILES_AT_T(k2lo, c16, k2pad), 16, 16 * k2pad, g + w0, ATTN_TGW, 0);
         w->tgp[tile] = base;
     }
+    w->tg_next = t_hi > w->tg_next ? t_hi : w->tg_next;
 }
 
 /* Group gi's scores (block rows gi * 6 ..) where the block's products left them, as group_softmax reads
@@ -1572,7 +1590,9 @@ static void FN(tiles_group_rows)(FN(work) * w, const FN(group) * g, int64_t gi, 
         const int tt = t < g->rows ? t : 0; /* rows past the group's: its first (their jv is 0) */
         const int64_t i = gi * ATTN_MR + tt, first = table ? w->tgp[i / 16] : INT64_MIN;
         sr->src[t] = w->tsc + i * ATTN_BNMAX;
-        sr->win[t] = first != INT64_MIN ? w->tg + i * ATTN_TGW + (p->pr_hi - g->pos[tt] + kb->n0 - first) : NULL;
+        sr->win[t] = first != INT64_MIN
+                         ? w->tg + FN(window_row)(i) * ATTN_TGW + (p->pr_hi - g->pos[tt] + kb->n0 - first)
+                         : NULL;
         sr->post[t] = has_alibi ? alibi[t] : NULL;
     }
 }
@@ -1637,7 +1657,7 @@ static void FN(tiles_block_forward)(FN(work) * w, FN(group) * groups, int64_t ng
         for (int t = 0; t < ATTN_MR; ++t) pos[gi * ATTN_MR + t] = groups[gi].pos[t < groups[gi].rows ? t : 0];
     }
     if (jmax == 0) return;
-    FN(tiles_scores)(w, kb, nrows, pos, jl, jv, w->ta, w->tk, w->tsc, 1);
+    FN(tiles_scores)(w, nrows, jl, jv, w->ta, w->tk, w->tsc);
     const int64_t kcols = (jmax + 31) / 32 * 32; /* P V's K: pairs of keys, 16 at a time */
     for (int64_t gi = 0; gi < ngroups; ++gi) {
         const FN(group) *g = &groups[gi];
@@ -1648,6 +1668,7 @@ static void FN(tiles_block_forward)(FN(work) * w, FN(group) * groups, int64_t ng
         uint16_t *pg = w->tp + gi * ATTN_MR * ATTN_BNMAX; /* the group's P, rounded once by group_softmax */
         if (gmax > 0) {
             FN(score_rows) sr;
+            FN(tiles_windows)(w, kb, nrows, pos, jv, gi * ATTN_MR, gi * ATTN_MR + g->rows);
             FN(tiles_group_rows)(w, g, gi, kb, gv, gmax, &sr);
             FN(group_softmax)(p, kb, w->kpm, gl, gv, gmax, &sr, NULL, mst, lst, o, pg, kcols);
         }
@@ -1838,7 +1859,7 @@ static int FN(work_alloc)(FN(work) * w, const wavepe_attention_plan *p, int64_t 
          * accumulating products (ATTN_TILES_BWD): tqt, tdot, tds, tpr, tpp, tdsp, tkp, dvt, dkt, tgw, tgwp, tdt */
         int64_t tsizes[20] = {rows16 * w->tk2, bwd ? rows16 * w->tk2 : 0, w->tk2 * ATTN_BNMAX,
                               bwd ? w->tk2 * ATTN_BNMAX : ATTN_BNMAX / 2 * dpad, rows16 * ATTN_BNMAX,
-                              bwd ? rows16 * ATTN_BNMAX : 0, bwd ? 0 : rows16 * ATTN_BNMAX / 2, rows16 * ATTN_TGW};
+                              bwd ? rows16 * ATTN_BNMAX : 0, bwd ? 0 : rows16 * ATTN_BNMAX / 2, 32 * ATTN_TGW};
 #if defined(ATTN_TILES_BWD)
         if (bwd) {
             int64_t head; /* the head's transposed rows: nqb blocks of dpad x ATTN_BBM half elements */
@@ -2346,11 +2367,11 @@ static void FN(tile_backward)(FN(work) * w, FN(group) * groups, int64_t b, int64
     /* S (with the bias windows) and dP of the whole block on tiles: each entry is one query row's (or dO
      * row's) product with one key's (value's), and the entries a row cannot see are selected away below */
     const int tiled = w->tiles_rows;
+    int64_t pos[ATTN_BBM];
     if (tiled) {
-        int64_t pos[ATTN_BBM];
         for (int64_t i = 0; i < rows; ++i) pos[i] = a->q_offset + m0 + i;
-        FN(tiles_scores)(w, kb, rows, pos, jl_all, jv_all, w->ta, w->tk, w->tsc, 1);
-        FN(tiles_scores)(w, kb, rows, pos, jl_all, jv_all, w->tdo, w->tv, w->tdp, 0);
+        FN(tiles_scores)(w, rows, jl_all, jv_all, w->ta, w->tk, w->tsc);
+        FN(tiles_scores)(w, rows, jl_all, jv_all, w->tdo, w->tv, w->tdp);
     }
 #endif
     const int table_tiled = FN(bwd_table_on_tiles)(w, dt_slot); /* the table's products (tiles_table_backward) */
@@ -2376,7 +2397,8 @@ static void FN(tile_backward)(FN(work) * w, FN(group) * groups, int64_t b, int64
         FN(score_rows) sr; /* the group's scores and dP rows: where the tile products left them, or ps, dss */
         const T *dpr[ATTN_MR];
 #if defined(ATTN_TILES)
-        if (tiled) { /* the block's products, computed above */
+        if (tiled) { /* the block's products, computed above; the group's bias windows now */
+            FN(tiles_windows)(w, kb, rows, pos, jv_all, gi * ATTN_MR, gi * ATTN_MR + g->rows);
             FN(tiles_group_rows)(w, g, gi, kb, jv, jmax, &sr);
             for (int t = 0; t < ATTN_MR; ++t) dpr[t] = w->tdp + (gi * ATTN_MR + (t < g->rows ? t : 0)) * ATTN_BNMAX;
         } else
