@@ -1457,8 +1457,9 @@ static void FN(tiles_pairs_t)(uint32_t *dst, const S *src, int64_t ks, int64_t n
 }
 
 /* Value rows [0, nk) (stride vs, d elements) in pairs along the keys, the B operand of P V, strip after
- * strip: dst[wavepe_tile_b_index(j2, c, 16, ATTN_TPS)] (tiles.h) = (row 2 j2's element c, row 2 j2 + 1's), zero past d (c < ldd, a multiple of 16), past nk (j2 < npairs <= ATTN_BNMAX / 2) and for
- * keys whose additive mask kpm is not 0 (kpm may be NULL).  Returns whether every other element is finite. */
+ * strip: dst[wavepe_tile_b_index(j2, c, 16, ATTN_TPS)] (tiles.h) = (row 2 j2's element c, row 2 j2 + 1's),
+ * zero past d (c < ldd, a multiple of 16), past nk (j2 < npairs <= ATTN_BNMAX / 2) and for keys whose
+ * additive mask kpm is not 0 (kpm may be NULL).  Returns whether every other element is finite. */
 #define ATTN_TPS (ATTN_BNMAX / 2 * 16)
 static int FN(tiles_pairs_v)(uint32_t *dst, int64_t ldd, const S *src, int64_t vs, int64_t nk, int64_t npairs,
                              int64_t d, const T *kpm) {

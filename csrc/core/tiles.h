@@ -46,7 +46,7 @@ enum { WAVEPE_TILES_NONE = 0, WAVEPE_TILES_HARDWARE = 1, WAVEPE_TILES_EMULATED =
 /* Where pair k of column n of a B operand lies (ldb, ldbs as wavepe_tile_gemm takes them): the layout
  * stated once, for the walk, the emulation and the code that packs operands. */
 static inline int64_t wavepe_tile_b_index(int64_t k, int64_t n, int64_t ldb, int64_t ldbs) {
-    return k * ldb + n / 16 * ldbs + n % 16;
+    return k * ldb + n / WAVEPE_TILE_ROWS * ldbs + n % WAVEPE_TILE_ROWS;
 }
 
 /* C[m][n] = (accumulate ? C[m][n] : 0) + sum_k A[m][k] B[k][n], m < M, n < N, k < 2 K2. */
