@@ -60,9 +60,9 @@ def time_once(fn: Callable[[], Any]) -> float:
     return time.perf_counter() - t0
 
 
-def compare(fns: dict[str, Callable[[], Any]], *, repeat: int = 7, warmup: int = 1,
-            min_seconds: float = 0.0) -> dict[str, float]:
-    """Median seconds of each function, timed in alternation."""
+def compare_samples(fns: dict[str, Callable[[], Any]], *, repeat: int = 7, warmup: int = 1,
+                    min_seconds: float = 0.0) -> dict[str, list[float]]:
+    """Seconds of each function, timed in alternation: one sample of each per round, in round order."""
     for fn in fns.values():
         for _ in range(warmup):
             fn()
@@ -73,7 +73,21 @@ def compare(fns: dict[str, Callable[[], Any]], *, repeat: int = 7, warmup: int =
         for name, fn in fns.items():
             samples[name].append(time_once(fn))
         i += 1
+    return samples
+
+
+def compare(fns: dict[str, Callable[[], Any]], *, repeat: int = 7, warmup: int = 1,
+            min_seconds: float = 0.0) -> dict[str, float]:
+    """Median seconds of each function, timed in alternation."""
+    samples = compare_samples(fns, repeat=repeat, warmup=warmup, min_seconds=min_seconds)
     return {k: statistics.median(v) for k, v in samples.items()}
+
+
+def paired_ratio(samples: dict[str, list[float]], name: str, ref: str) -> float:
+    """The median over rounds of name's time / ref's in the same round (compare_samples): on a host whose
+    speed changes between rounds (a busy neighbour), each ratio compares two calls made moments apart,
+    where the ratio of the two medians may take them from different rounds."""
+    return statistics.median(a / b for a, b in zip(samples[name], samples[ref]))
 
 
 def print_table(title: str, header: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
