@@ -405,9 +405,9 @@ def bench_variants(L: int, dtype: str, quick: bool, cfg: WaveletConfig) -> list[
                 fns.pop(("flex_bias", "-"), None)
         # twice the rounds of the other tables: the targets are ratios on a host whose speed drifts
         samples = compare_samples({f"{m} {i}": f for (m, i), f in fns.items()}, repeat=2 * repeats(L, quick))
-    sdpa = statistics.median(samples["sdpa -"])
-    return [{"L": L, "dtype": dtype, "method": m, "isa": i, "fwd_ms": statistics.median(samples[f"{m} {i}"]) * 1e3,
-             "fwd_vs_sdpa": statistics.median(samples[f"{m} {i}"]) / sdpa,
+    t = {name: statistics.median(v) for name, v in samples.items()}
+    return [{"L": L, "dtype": dtype, "method": m, "isa": i, "fwd_ms": t[f"{m} {i}"] * 1e3,
+             "fwd_vs_sdpa": t[f"{m} {i}"] / t["sdpa -"],
              "fwd_vs_sdpa_paired": paired_ratio(samples, f"{m} {i}", "sdpa -")} for (m, i) in fns]
 
 

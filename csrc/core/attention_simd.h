@@ -1497,9 +1497,8 @@ static int FN(tiles_pairs_v)(uint32_t *dst, int64_t ldd, const S *src, int64_t v
  * in columns): S (a = w->ta, b = w->tk, out = w->tsc) or the backward's dP (w->tdo, w->tv, w->tdp).  Row i
  * sees keys [jl[i], jv[i]) of kb (jv = 0: none): 32 rows at a time, over the columns some see.  With S, the
  * rows' bias windows are left to tiles_windows, tile by tile as the rows' groups need them. */
-static void FN(tiles_scores)(FN(work) * w, int64_t nrows, const int64_t *jl, const int64_t *jv, const uint16_t *a,
-                             const uint32_t *b, float *out) {
-    w->tg_next = 0;
+static void FN(tiles_scores)(const FN(work) * w, int64_t nrows, const int64_t *jl, const int64_t *jv,
+                             const uint16_t *a, const uint32_t *b, float *out) {
     for (int64_t r0 = 0; r0 < nrows; r0 += 32) {
         const int64_t r1 = r0 + 32 < nrows ? r0 + 32 : nrows;
         int64_t lo = INT64_MAX, hi = 0;
@@ -1518,14 +1517,15 @@ static void FN(tiles_scores)(FN(work) * w, int64_t nrows, const int64_t *jl, con
 /* Row i of the block's bias windows in w->tg: two 16-row tiles, in turn (a tile's window is computed just
  * before the groups that read it, into lines the group before last read: from L1, where a window for every
  * row of the block, written a tile after another and read later, came from L2 -- the wavelet forward
- * 0.94-0.98x the time on an Emerald Rapids). */
+ * 0.89-0.98x the time on an Emerald Rapids). */
 static inline int64_t FN(window_row)(int64_t i) { return i / 16 % 2 * 16 + i % 16; }
 
 /* The bias windows of block rows [i0, i1) where the plan has a table (rows of at most two 16-row tiles:
  * one group's), unless computed already in this key block: G = A T_win^T (A = w->ta, the rows of
  * tiles_scores' S) into w->tg (window_row), each tile's first packed table row into w->tgp.  Row i, at
  * position pos[i], sees keys [., jv[i]) of kb; nrows rows in all.  Tiles are computed in increasing order:
- * one before the last computed is not recomputed (its rows' groups are done). */
+ * one before the last computed is not recomputed (its rows' groups are done); a key block starts with
+ * w->tg_next = 0. */
 static void FN(tiles_windows)(FN(work) * w, const FN(kblock) * kb, int64_t nrows, const int64_t *pos,
                               const int64_t *jv, int64_t i0, int64_t i1) {
     const uint16_t *a = w->ta;
@@ -1659,6 +1659,7 @@ static void FN(tiles_block_forward)(FN(work) * w, FN(group) * groups, int64_t ng
     }
     if (jmax == 0) return;
     FN(tiles_scores)(w, nrows, jl, jv, w->ta, w->tk, w->tsc);
+    w->tg_next = 0; /* the block's bias windows: tiles_windows, group by group */
     const int64_t kcols = (jmax + 31) / 32 * 32; /* P V's K: pairs of keys, 16 at a time */
     for (int64_t gi = 0; gi < ngroups; ++gi) {
         const FN(group) *g = &groups[gi];
@@ -2373,6 +2374,7 @@ static void FN(tile_backward)(FN(work) * w, FN(group) * groups, int64_t b, int64
         for (int64_t i = 0; i < rows; ++i) pos[i] = a->q_offset + m0 + i;
         FN(tiles_scores)(w, rows, jl_all, jv_all, w->ta, w->tk, w->tsc);
         FN(tiles_scores)(w, rows, jl_all, jv_all, w->tdo, w->tv, w->tdp);
+        w->tg_next = 0; /* the block's bias windows: tiles_windows, group by group */
     }
 #endif
     const int table_tiled = FN(bwd_table_on_tiles)(w, dt_slot); /* the table's products (tiles_table_backward) */
