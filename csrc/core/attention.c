@@ -102,6 +102,7 @@ void wavepe_attention_plan_free(wavepe_attention_plan *p) {
     wavepe_scratch_free(p->tpairs);
     free(p->strip_clo);
     free(p->strip_chi);
+    free(p->strip_amax);
     wavepe_scratch_free(p->partial);
     wavepe_scratch_free(p->dt_partial);
     wavepe_scratch_free(p->dkv_partial);
@@ -276,6 +277,17 @@ static int pack_table(wavepe_attention_plan *p, int need_strips) {
         if ((status = wavepe_checked_numel(2, tdims, 4, NULL)) != WAVEPE_OK) return status;
         p->tvnni = wavepe_scratch_alloc((size_t)(k2pad * ld * 4));
         if (p->tvnni == NULL) return WAVEPE_E_NOMEM;
+        p->strip_amax = malloc(sizeof(float) * (size_t)nstrips);
+        if (p->strip_amax == NULL) return WAVEPE_E_NOMEM;
+        for (int64_t s = 0; s < nstrips; ++s) { /* (tiles: float32 accumulators, trow float) */
+            float amax = 0.0f; /* NaN wins: no strip holding one is ever left out */
+            for (int64_t row = s * nr; row < (s + 1) * nr; ++row)
+                for (int64_t c = p->strip_clo[s]; c < p->strip_chi[s]; ++c) {
+                    const float x = fabsf(((const float *)p->trow)[row * dpad + c]);
+                    amax = x > amax || x != x ? x : amax;
+                }
+            p->strip_amax[s] = amax;
+        }
         uint32_t *tv = p->tvnni; /* (locals: a store through it could alias the ranges, so no reload) */
         memset(tv, 0, (size_t)(k2pad * ld * 4));
         for (int64_t row = 0; row < rows; ++row) {

@@ -94,6 +94,10 @@ struct wavepe_attention_plan {
      * and for p in [prows, prows + 16) */
     int tiles;
     uint32_t *tvnni;
+    /* with tiles: per strip, the largest |entry| of its packed rows -- with a row tile's largest L1 norm of
+     * q, a bound on its bias windows' entries there (attention_simd.h's tiles_windows leaves out the strips
+     * where that bound, times |scale|, cannot move a weight by float32's rounding) */
+    float *strip_amax;
     /* bf16 backward plans on tiles (ATTN_TILES_BWD): the packed table in pairs of rows, the B operand of
      * dQ += dS T: tpairs[r2 * dpad + c] = the pair (rows 2 r2, 2 r2 + 1) of packed column c, zero past d
      * and for rows in [prows, prows + 64) (a product's pairs run past the window by up to 32 rows) */

@@ -32,6 +32,11 @@ typedef struct {
  * hold scores well above every earlier one's, so a row's running maximum is passed by a block's -- within
  * the tiles' one-pass softmax's room and beyond it (group_softmax). */
 static double key_growth;
+/* table_tail (nonzero): a table of N + 5 rows whose rows at distances >= 35 are that small (past what a
+ * weight in float32 can see: the tiles' forward leaves such windows out).  q_boost (nonzero): q times it,
+ * k and the table divided by it (the same scores), where the table's entries alone would look negligible
+ * without q's size; no float16 then (its range). */
+static double table_tail, q_boost;
 
 static void make_inputs(const shape *s, inputs *in, unsigned long long seed) {
     const int64_t nq = s->B * s->H * s->M * s->d, nk = s->B * s->Hkv * s->N * s->d;
@@ -43,14 +48,17 @@ static void make_inputs(const shape *s, inputs *in, unsigned long long seed) {
     for (int64_t i = 0; i < nk; ++i) in->k[i] = test_uniform(&seed, -1.5, 1.5), in->v[i] = test_uniform(&seed, -1, 1);
     for (int64_t i = 0; i < nk && key_growth != 0.0; ++i) in->k[i] *= 1.0 + key_growth * (double)(i / s->d % s->N) / (double)s->N;
     /* a table with zero rows and zero column ranges, like a wavelet table */
-    in->R = 37;
+    in->R = table_tail != 0.0 ? s->N + 5 : 37;
     in->r_lo = -5;
     in->table = malloc(sizeof(double) * (size_t)(in->R * s->d));
     for (int64_t r = 0; r < in->R; ++r)
         for (int64_t c = 0; c < s->d; ++c) {
             const int zero = (r % 11 == 4) || (r > 20 && c < s->d / 2);
-            in->table[r * s->d + c] = zero ? 0.0 : test_uniform(&seed, -1, 1);
+            in->table[r * s->d + c] = zero ? 0.0 : test_uniform(&seed, -1, 1) * (r >= 40 && table_tail != 0.0 ? table_tail : 1.0);
         }
+    for (int64_t i = 0; i < nq && q_boost != 0.0; ++i) in->q[i] *= q_boost;
+    for (int64_t i = 0; i < nk && q_boost != 0.0; ++i) in->k[i] /= q_boost;
+    for (int64_t i = 0; i < in->R * s->d && q_boost != 0.0; ++i) in->table[i] /= q_boost;
     in->slopes = malloc(sizeof(double) * (size_t)s->H);
     for (int64_t h = 0; h < s->H; ++h) in->slopes[h] = 0.5 / (double)(h + 1);
     in->mask = malloc((size_t)(s->B * s->N + 1));
@@ -217,7 +225,7 @@ static void check_shape(const shape *s, unsigned long long seed, int expect_kind
     make_inputs(s, &in, seed);
     const int64_t nq = s->B * s->H * s->M * s->d, nk = s->B * s->Hkv * s->N * s->d, nl = s->B * s->H * s->M;
     double *want = malloc(sizeof(double) * (size_t)(nq + 1)), *want_lse = malloc(sizeof(double) * (size_t)(nl + 1));
-    for (int dtype = WAVEPE_F32; dtype <= WAVEPE_F16; ++dtype) {
+    for (int dtype = WAVEPE_F32; dtype <= (q_boost != 0.0 ? WAVEPE_BF16 : WAVEPE_F16); ++dtype) {
         const int f64 = dtype == WAVEPE_F64, acc = wavepe_dtype_acc(dtype);
         const double u = half_ulp(dtype);
         if (dtype == WAVEPE_F32 || dtype == WAVEPE_BF16 || dtype == WAVEPE_F16) {
@@ -276,6 +284,10 @@ static void check_shape(const shape *s, unsigned long long seed, int expect_kind
         const double tol = f64 ? 1e-10 : 1e-4;
         for (int g = 0; g < 5; ++g) {
             const int gt = g == 4 ? acc : dtype; /* dslopes: the accumulator type */
+            if (q_boost != 0.0) { /* (dk and the table's gradient grow with q, their absolute tolerance not) */
+                free(grads[0][g]), free(grads[1][g]);
+                continue;
+            }
             /* the amx ISA's bf16 backward rounds P and dS to bf16 for its accumulating products: a gradient
              * moves by up to 2^-8 of the sum of its terms' magnitudes (tests/tolerances.py, grad_atol) */
             double ds_atol = 0.0;
@@ -621,6 +633,14 @@ void test_attention(void) {
     check_shape(&(shape){1, 2, 1, 300, 800, 16, 500, 1, 1, 0, 0, 0, 0, 0.0}, 2000, -1);
     check_shape(&(shape){1, 2, 2, 200, 700, 8, 500, 1, 0, 0, 1, 0, 0, 0.0}, 2001, -1);
     key_growth = 0.0;
+    /* a table's far rows below what float32 weights can see (left out of the tiles' windows), and the same
+     * scores with q 2^28 times larger, k and the table smaller: nothing may be left out there */
+    table_tail = 0x1p-40;
+    check_shape(&(shape){1, 2, 1, 300, 300, 16, 0, 1, 1, 0, 0, 0, 0, 0.0}, 2100, -1);
+    check_shape(&(shape){1, 1, 1, 200, 330, 24, 130, 0, 1, 0, 1, 0, 0, 0.0}, 2101, -1);
+    table_tail = 0.0, q_boost = 0x1p28;
+    check_shape(&(shape){1, 2, 1, 300, 300, 16, 0, 1, 1, 0, 0, 0, 0, 0.0}, 2102, -1);
+    q_boost = 0.0;
     check_gradient_fd((shape){1, 2, 1, 5, 9, 3, 3, 1, 1, 1, 0, 0, 0, 0.0});
     check_gradient_fd((shape){1, 2, 1, 5, 9, 3, 3, 1, 1, 1, 0, 0, 4, 0.7});
     check_gradient_fd((shape){1, 2, 1, 5, 9, 3, 3, 0, 1, 0, 0, 0, 3, 0.5});
