@@ -182,8 +182,9 @@ static int pack_table(wavepe_attention_plan *p, int need_strips) {
     p->trow = wavepe_scratch_alloc(bytes);
     p->strip_clo = malloc(sizeof(int32_t) * (size_t)nstrips);
     p->strip_chi = malloc(sizeof(int32_t) * (size_t)nstrips);
+    p->strip_amax = malloc(sizeof(double) * (size_t)nstrips);
     if (need_strips) p->tpack = wavepe_scratch_alloc(bytes);
-    if (!p->trow || !p->strip_clo || !p->strip_chi || (need_strips && !p->tpack)) return WAVEPE_E_NOMEM;
+    if (!p->trow || !p->strip_clo || !p->strip_chi || !p->strip_amax || (need_strips && !p->tpack)) return WAVEPE_E_NOMEM;
     unsigned char *trow = p->trow;
     const int64_t ds = wavepe_dtype_size(a->dtype);
     const attn_widen_fn widen = attn_table_widen(p->isa, a->dtype);
@@ -205,6 +206,7 @@ static int pack_table(wavepe_attention_plan *p, int need_strips) {
     for (int64_t s = 0; s < nstrips && !need_ranges; ++s) { /* every column may be nonzero */
         p->strip_clo[s] = 0;
         p->strip_chi[s] = (int32_t)d;
+        p->strip_amax[s] = INFINITY; /* (never negligible: nothing was scanned) */
     }
     for (int64_t s = 0; s < nstrips && need_ranges; ++s) {
         /* the first and one past the last column of the strip that is not zero (NaN is not
@@ -224,6 +226,16 @@ static int pack_table(wavepe_attention_plan *p, int need_strips) {
         if (chi <= clo) clo = chi = 0;
         p->strip_clo[s] = (int32_t)clo;
         p->strip_chi[s] = (int32_t)chi;
+        /* the largest |entry| (NaN wins: a strip holding one is never left out), for the kernels that
+         * leave out strips no weight can see (attn_strip_negligible: not the narrow decoding ones) */
+        double amax = need_strips ? 0.0 : INFINITY;
+        for (int64_t row = s * nr; row < (s + 1) * nr && need_strips; ++row)
+            for (int64_t c = clo; c < chi; ++c) {
+                const double x = fabs(p->f64 ? ((const double *)p->trow)[row * dpad + c]
+                                             : (double)((const float *)p->trow)[row * dpad + c]);
+                amax = x > amax || x != x ? x : amax;
+            }
+        p->strip_amax[s] = amax;
     }
     /* Each packed form below is written only where it is read, and each table pair built from the
      * stored table once per use: a wavelet table's rows are mostly zero columns (its packed window at
@@ -277,17 +289,6 @@ static int pack_table(wavepe_attention_plan *p, int need_strips) {
         if ((status = wavepe_checked_numel(2, tdims, 4, NULL)) != WAVEPE_OK) return status;
         p->tvnni = wavepe_scratch_alloc((size_t)(k2pad * ld * 4));
         if (p->tvnni == NULL) return WAVEPE_E_NOMEM;
-        p->strip_amax = malloc(sizeof(float) * (size_t)nstrips);
-        if (p->strip_amax == NULL) return WAVEPE_E_NOMEM;
-        for (int64_t s = 0; s < nstrips; ++s) { /* (tiles: float32 accumulators, trow float) */
-            float amax = 0.0f; /* NaN wins: no strip holding one is ever left out */
-            for (int64_t row = s * nr; row < (s + 1) * nr; ++row)
-                for (int64_t c = p->strip_clo[s]; c < p->strip_chi[s]; ++c) {
-                    const float x = fabsf(((const float *)p->trow)[row * dpad + c]);
-                    amax = x > amax || x != x ? x : amax;
-                }
-            p->strip_amax[s] = amax;
-        }
         uint32_t *tv = p->tvnni; /* (locals: a store through it could alias the ranges, so no reload) */
         memset(tv, 0, (size_t)(k2pad * ld * 4));
         for (int64_t row = 0; row < rows; ++row) {

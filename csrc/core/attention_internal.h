@@ -87,6 +87,7 @@ struct wavepe_attention_plan {
     void *trow;        /* [prows][dpad] row-major, zero padded: operand of ds . T */
     int32_t *strip_clo; /* per strip: columns [clo, chi) hold every nonzero */
     int32_t *strip_chi; /* clo == chi: the strip is all zero */
+    double *strip_amax; /* the largest |entry| of the strip (NaN if it holds one): attn_strip_negligible */
     /* the amx ISA's half-type blocks on tiles (attention_simd.h's ATTN_TILES; tiles.h): whether this plan's
      * products run there, and the packed table transposed in pairs of the stored elements, the B operand
      * of the bias windows, strip after strip of 16 rows (tiles.h): tvnni[wavepe_tile_b_index(k2, p, 16, 16
@@ -94,10 +95,6 @@ struct wavepe_attention_plan {
      * and for p in [prows, prows + 16) */
     int tiles;
     uint32_t *tvnni;
-    /* with tiles: per strip, the largest |entry| of its packed rows -- with a row tile's largest L1 norm of
-     * q, a bound on its bias windows' entries there (attention_simd.h's tiles_windows leaves out the strips
-     * where that bound, times |scale|, cannot move a weight by float32's rounding) */
-    float *strip_amax;
     /* bf16 backward plans on tiles (ATTN_TILES_BWD): the packed table in pairs of rows, the B operand of
      * dQ += dS T: tpairs[r2 * dpad + c] = the pair (rows 2 r2, 2 r2 + 1) of packed column c, zero past d
      * and for rows in [prows, prows + 64) (a product's pairs run past the window by up to 32 rows) */
@@ -118,6 +115,16 @@ struct wavepe_attention_plan {
     int64_t dt_rows, dt_cols; /* scalar: (R, d); vector: (prows, dpad) */
     double *dslope_partial; /* (B, H) */
 };
+
+/* Whether table strip st adds nothing a weight can show to the scores of query rows whose largest L1 norm
+ * times |scale| is qbound: |scale q . T| <= qbound max |T| (a bound, not an estimate), and where that is at
+ * most eps -- the compute type's rounding of 1 (2^-24 float32, 2^-53 float64) -- adding it would scale each
+ * weight by a factor that rounds to 1.  Such strips (a wavelet table's far rows: with the 8 x 16 grid and
+ * unit-size queries in float32, those past distance ~900) are left out of the bias; a NaN or inf in the
+ * rows or the strip leaves it in. */
+static inline int attn_strip_negligible(const wavepe_attention_plan *p, int64_t st, double qbound, double eps) {
+    return qbound * p->strip_amax[st] <= eps;
+}
 
 /* Pointers into the strided tensors. */
 static inline int64_t attn_off(const int64_t s[3], int64_t b, int64_t h, int64_t row) {

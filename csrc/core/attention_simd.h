@@ -114,12 +114,14 @@
 #endif
 #endif
 #if defined(WP_COMPUTE_F32)
+#define ATTN_NEGLIGIBLE 0x1p-24 /* the compute type's rounding of 1: attn_strip_negligible */
 #define ATTN_FBM (ATTN_FBM_F32 * VL / 8) /* attn_fwd_block_rows */
 #define ATTN_FBN ATTN_FBN_F32
 #define ATTN_BBM ATTN_BBM_F32
 #define ATTN_BBN ATTN_BBN_F32
 #define ATTN_TB WP_TB_F32 /* transpose block (the vocabulary's) */
 #else
+#define ATTN_NEGLIGIBLE 0x1p-53
 #define ATTN_FBM (ATTN_FBM_F64 * VL / 4) /* attn_fwd_block_rows */
 #define ATTN_FBN ATTN_FBN_F64
 #define ATTN_BBM ATTN_BBM_F64
@@ -601,6 +603,7 @@ typedef struct {
     int64_t klo[ATTN_MR], khi[ATTN_MR]; /* the keys [klo, khi) each row sees (wavepe_attention_keys) */
     T slope[ATTN_MR];        /* ALiBi slope of each row's head */
     const T *qp;             /* packed scaled rows [d][6] */
+    T qn;                    /* the largest L1 norm of the group's rows in qp (scaled): attn_strip_negligible */
     const uint32_t *qb;      /* ATTN_DPBF16: the rows as bf16 pairs [ceil(d/2)][6] (else NULL) */
     const T *qr;             /* narrow groups (rows <= ATTN_NARROW_ROWS): scaled rows, stride dpad; else NULL */
 } FN(group);
@@ -673,8 +676,10 @@ static int FN(group_bias)(FN(work) * w, const FN(group) * g, const FN(kblock) * 
         const int64_t p_base = FN(floor_div)(p_first, NR) * NR;
         const int64_t s_lo = p_first < 0 ? 0 : p_first / NR;
         const int64_t s_hi = (p_last < p->prows ? p_last : p->prows - 1) / NR;
-        int any = 0;
-        for (int64_t st = s_lo; st <= s_hi; ++st) any |= p->strip_chi[st] > p->strip_clo[st];
+        int any = 0; /* (strips that no weight can see: attn_strip_negligible) */
+        const double qbound = (double)g->qn;
+        for (int64_t st = s_lo; st <= s_hi; ++st)
+            any |= p->strip_chi[st] > p->strip_clo[st] && !attn_strip_negligible(p, st, qbound, ATTN_NEGLIGIBLE);
         if (any) {
             const int64_t width = p_last - p_base + 1 + NR;
             for (int t = 0; t < ATTN_MR; ++t)
@@ -686,7 +691,7 @@ static int FN(group_bias)(FN(work) * w, const FN(group) * g, const FN(kblock) * 
             const int64_t d2 = (d + 1) / 2;
             for (int64_t st = s_lo; st <= s_hi; ++st) {
                 const int64_t clo = p->strip_clo[st], chi = p->strip_chi[st];
-                if (chi <= clo) continue;
+                if (chi <= clo || attn_strip_negligible(p, st, qbound, ATTN_NEGLIGIBLE)) continue;
                 const int64_t c2lo = clo / 2, c2hi = (chi + 1) / 2;
                 const uint32_t mlo = clo % 2 ? 0xFFFF0000u : 0xFFFFFFFFu, mhi = chi % 2 ? 0x0000FFFFu : 0xFFFFFFFFu;
                 uint32_t edge[2 * ATTN_MR];
@@ -702,7 +707,7 @@ static int FN(group_bias)(FN(work) * w, const FN(group) * g, const FN(kblock) * 
             const T *tp = (const T *)p->tpack;
             for (int64_t st = s_lo; st <= s_hi; ++st) {
                 const int64_t clo = p->strip_clo[st], chi = p->strip_chi[st];
-                if (chi <= clo) continue;
+                if (chi <= clo || attn_strip_negligible(p, st, qbound, ATTN_NEGLIGIBLE)) continue;
                 FN(mk_nt)(chi - clo, g->qp + clo * ATTN_MR, tp + (st * d + clo) * NR, w->g + (st * NR - p_base),
                           ATTN_GLD, NULL);
             }
@@ -1562,14 +1567,12 @@ static void FN(tiles_windows)(FN(work) * w, const FN(kblock) * kb, int64_t nrows
         if (hi == 0) continue;
         const int64_t first = p->pr_hi - pmax + kb->n0, last = p->pr_hi - pmin + kb->n0 + hi - 1;
         int64_t c_lo = first < 0 ? 0 : first, c_hi = last + 1 < p->prows ? last + 1 : p->prows;
-        /* the strips at either end whose entries of G are too small to matter are left out: |G| <= |q|_1
-         * max |T| (a bound, with the rows' largest norm), and where |scale| times it is at most 2^-24, adding
-         * it would scale a weight by a factor within float32's rounding of 1 (a NaN or inf bound leaves all
-         * in).  A wavelet table's far rows are such: with the 8 x 16 grid and unit-size queries, those past
-         * distance ~900 -- the bf16 wavelet forward at L = 4096 in 0.92x the time, bit-identical there */
+        /* the strips at either end that no weight can see are left out (attn_strip_negligible; the bf16
+         * wavelet forward at L = 4096 in 0.92x the time, bit-identical there) */
         const double qbound = (double)w->tqn[tile] * fabs(p->a.scale);
-        while (c_lo < c_hi && qbound * p->strip_amax[c_lo / NR] <= 0x1p-24) c_lo = (c_lo / NR + 1) * NR;
-        while (c_hi > c_lo && qbound * p->strip_amax[(c_hi - 1) / NR] <= 0x1p-24) c_hi = (c_hi - 1) / NR * NR;
+        while (c_lo < c_hi && attn_strip_negligible(p, c_lo / NR, qbound, ATTN_NEGLIGIBLE)) c_lo = (c_lo / NR + 1) * NR;
+        while (c_hi > c_lo && attn_strip_negligible(p, (c_hi - 1) / NR, qbound, ATTN_NEGLIGIBLE))
+            c_hi = (c_hi - 1) / NR * NR;
         if (c_hi <= c_lo) continue;
         int64_t clo = INT64_MAX, chi = 0; /* the columns of d some of these table rows use */
         for (int64_t st = c_lo / NR; st <= (c_hi - 1) / NR; ++st)
@@ -1989,6 +1992,13 @@ static void FN(pack_group)(FN(work) * w, FN(group) * g, int64_t gi, const S *con
     T *dst = w->qp + gi * ATTN_MR * d;
     FN(pack_rows)(dst, rp, nrows, d, scale);
     g->qp = dst;
+    T top = 0; /* NaN wins, as inf */
+    for (int t = 0; t < nrows; ++t) {
+        T n = 0;
+        for (int64_t c = 0; c < d; ++c) n += (T)fabs((double)dst[c * ATTN_MR + t]);
+        top = n > top || n != n ? n : top;
+    }
+    g->qn = top;
 #if defined(ATTN_DPBF16)
     uint32_t *qb = w->qb + gi * ATTN_MR * ((d + 1) / 2);
     FN(pack_rows_dp)(qb, rp, nrows, d);
@@ -2787,6 +2797,7 @@ int FN(attn_bwd)(wavepe_attention_plan *p, int64_t begin, int64_t end) {
 #undef ATTN_TILE_P_ROOM
 #undef NR
 #undef ATTN_FBM
+#undef ATTN_NEGLIGIBLE
 #undef ATTN_FBN
 #undef ATTN_BBM
 #undef ATTN_BBN
