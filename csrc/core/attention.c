@@ -87,6 +87,16 @@ static inline int64_t iabs64(int64_t x) { return x < 0 ? -x : x; }
         }                                                                                                            \
         while (e > lo && !nonzero_bits_##T(row + e - 1)) --e;                                                       \
         return e;                                                                                                    \
+    }                                                                                                                \
+    /* the largest |x| of columns [lo, hi) as nonzero_bits' (without the sign, shifted left): their integer         \
+     * order is the values', a NaN's above every other's (it wins), and the loop vectorises */                      \
+    static U abs_max_bits_##T(const T *row, int64_t lo, int64_t hi) {                                                \
+        U m = 0;                                                                                                     \
+        for (int64_t c = lo; c < hi; ++c) {                                                                          \
+            const U b = nonzero_bits_##T(row + c);                                                                   \
+            m = b > m ? b : m;                                                                                       \
+        }                                                                                                            \
+        return m;                                                                                                    \
     }
 ZERO_SCAN_(float, uint32_t)
 ZERO_SCAN_(double, uint64_t)
@@ -228,13 +238,22 @@ static int pack_table(wavepe_attention_plan *p, int need_strips) {
         p->strip_chi[s] = (int32_t)chi;
         /* the largest |entry| (NaN wins: a strip holding one is never left out), for the kernels that
          * leave out strips no weight can see (attn_strip_negligible: not the narrow decoding ones) */
-        double amax = need_strips ? 0.0 : INFINITY;
-        for (int64_t row = s * nr; row < (s + 1) * nr && need_strips; ++row)
-            for (int64_t c = clo; c < chi; ++c) {
-                const double x = fabs(p->f64 ? ((const double *)p->trow)[row * dpad + c]
-                                             : (double)((const float *)p->trow)[row * dpad + c]);
-                amax = x > amax || x != x ? x : amax;
-            }
+        uint64_t top = 0;
+        for (int64_t row = s * nr; row < (s + 1) * nr && need_strips; ++row) {
+            const uint64_t b = p->f64 ? abs_max_bits_double((const double *)p->trow + row * dpad, clo, chi)
+                                      : abs_max_bits_float((const float *)p->trow + row * dpad, clo, chi);
+            top = b > top ? b : top;
+        }
+        double amax = INFINITY;
+        if (need_strips && p->f64) {
+            top >>= 1;
+            memcpy(&amax, &top, sizeof amax);
+        } else if (need_strips) {
+            const uint32_t bits = (uint32_t)(top >> 1);
+            float f;
+            memcpy(&f, &bits, sizeof f);
+            amax = f;
+        }
         p->strip_amax[s] = amax;
     }
     /* Each packed form below is written only where it is read, and each table pair built from the
