@@ -1987,18 +1987,30 @@ static void FN(state_reset)(FN(work) * w, int64_t rows) {
 
 /* Group gi's rows rp (nrows of them) into the packed operands: scaled
  * float32 (g->qp) and, with ATTN_DPBF16, the bf16 pairs of the scores (g->qb). */
+/* The largest L1 norm of rows [0, nrows) of a group's packed rows qp ([d][ATTN_MR]: row t's column c at
+ * c * ATTN_MR + t); NaN wins, as inf.  Three vectors take 3 VL consecutive elements, a multiple of ATTN_MR
+ * (VL is even), so lane j of the three always sums row j % ATTN_MR. */
+static T FN(group_norm)(const T *qp, int64_t d, int nrows) {
+    VT acc[3] = {V(zero)(), V(zero)(), V(zero)()};
+    const int64_t n = d * ATTN_MR;
+    int64_t i = 0;
+    for (; i + 3 * VL <= n; i += 3 * VL)
+        for (int k = 0; k < 3; ++k) acc[k] = V(add)(acc[k], V(abs)(V(loadu)(qp + i + k * VL)));
+    T lanes[3 * VL], rows[ATTN_MR] = {0};
+    for (int k = 0; k < 3; ++k) V(storeu)(lanes + k * VL, acc[k]);
+    for (int j = 0; j < 3 * VL; ++j) rows[j % ATTN_MR] += lanes[j];
+    for (; i < n; ++i) rows[i % ATTN_MR] += qp[i] < 0 ? -qp[i] : qp[i]; /* (i % ATTN_MR: from a multiple of it) */
+    T top = 0;
+    for (int t = 0; t < nrows; ++t) top = rows[t] > top || rows[t] != rows[t] ? rows[t] : top;
+    return top;
+}
+
 static void FN(pack_group)(FN(work) * w, FN(group) * g, int64_t gi, const S *const *rp, int nrows, int64_t d,
                            T scale) {
     T *dst = w->qp + gi * ATTN_MR * d;
     FN(pack_rows)(dst, rp, nrows, d, scale);
     g->qp = dst;
-    T top = 0; /* NaN wins, as inf */
-    for (int t = 0; t < nrows; ++t) {
-        T n = 0;
-        for (int64_t c = 0; c < d; ++c) n += (T)fabs((double)dst[c * ATTN_MR + t]);
-        top = n > top || n != n ? n : top;
-    }
-    g->qn = top;
+    g->qn = w->p->bias == ATTN_BIAS_TABLE && w->p->prows > 0 ? FN(group_norm)(dst, d, nrows) : (T)INFINITY;
 #if defined(ATTN_DPBF16)
     uint32_t *qb = w->qb + gi * ATTN_MR * ((d + 1) / 2);
     FN(pack_rows_dp)(qb, rp, nrows, d);
