@@ -113,6 +113,7 @@ void wavepe_attention_plan_free(wavepe_attention_plan *p) {
     free(p->strip_clo);
     free(p->strip_chi);
     free(p->strip_amax);
+    free((void *)p->taken);
     wavepe_scratch_free(p->partial);
     wavepe_scratch_free(p->dt_partial);
     wavepe_scratch_free(p->dkv_partial);
@@ -437,6 +438,14 @@ int wavepe_attention_fwd_plan(wavepe_isa isa, const wavepe_attention_args *a, wa
      * only the row-major table (narrow kernels) */
     const int narrow = p->kind == ATTN_KIND_DECODE && p->hg * a->m <= ATTN_NARROW_ROWS;
     p->fold_table = narrow && a->m == 1;
+    if (p->kind == ATTN_KIND_TILED) {
+        const int64_t units = wavepe_attention_units(p, 0);
+        p->taken = calloc((size_t)(units > 0 ? units : 1), sizeof *p->taken);
+        if (p->taken == NULL) {
+            status = WAVEPE_E_NOMEM;
+            goto fail;
+        }
+    }
     p->tiles = plan_tiles(p);
     if (p->kind != ATTN_KIND_SCALAR && (status = pack_table(p, !narrow)) != WAVEPE_OK) goto fail;
     *out = p;

@@ -48,8 +48,8 @@
  *
  * Use on the CPU: build a plan (validates, packs the table, allocates the
  * shared buffers), run its phases over their unit ranges -- from any number
- * of threads, each unit exactly once, in any order; results do not depend on
- * the split -- then free it.
+ * of threads, ranges that cover each unit once, in any order; results do not
+ * depend on the split -- then free it.
  *
  *   forward:   wavepe_attention_fwd_plan   -> phase 0 units, phase 1 units
  *   backward:  wavepe_attention_bwd_plan   -> phase 0 units, phase 1 units
@@ -309,7 +309,11 @@ int64_t wavepe_attention_units(const wavepe_attention_plan *plan, int phase);
 
 /* Run units [begin, end) of a phase; returns a status (WAVEPE_E_NOMEM when
  * per-thread scratch cannot be allocated).  Thread-safe across disjoint
- * ranges. */
+ * ranges.  The tiled forward's phase 0 (plan kind 1) may run more: a call done
+ * with its range goes on with the units no call has begun, the last first (a
+ * thread pool's static split shares out its end), so a later call may find its
+ * range done; each unit still runs once, and its result is the same whichever
+ * call runs it. */
 int wavepe_attention_run(wavepe_attention_plan *plan, int phase, int64_t begin, int64_t end);
 
 /* Suggested minimum units per task for a thread pool (coarse work first). */

@@ -4,6 +4,7 @@
 #ifndef WAVEPE_ATTENTION_INTERNAL_H
 #define WAVEPE_ATTENTION_INTERNAL_H
 
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -100,6 +101,10 @@ struct wavepe_attention_plan {
      * and for rows in [prows, prows + 64) (a product's pairs run past the window by up to 32 rows) */
     uint32_t *tpairs;
 
+    /* the tiled forward's units, each taken once (attn_take_unit): a thread done with its own range goes on
+     * with units no thread has begun, the last first -- calloc'd, one byte a unit; NULL for other kinds */
+    atomic_uchar *taken;
+
     /* split-N decoding */
     int64_t chunk, nchunks; /* keys per chunk (multiple of bn), chunks per head */
     int64_t key_lo;         /* the first chunk's first key (the keys before it no query sees) */
@@ -124,6 +129,14 @@ struct wavepe_attention_plan {
  * rows or the strip leaves it in. */
 static inline int attn_strip_negligible(const wavepe_attention_plan *p, int64_t st, double qbound, double eps) {
     return qbound * p->strip_amax[st] <= eps;
+}
+
+/* Whether this call runs unit u of the tiled forward: it takes it unless a call took it first.  Units are
+ * computed the same whichever thread runs them, so the outputs do not depend on who took what; the taking
+ * itself needs no order with the units' writes (the thread pool's join orders those). */
+static inline int attn_take_unit(wavepe_attention_plan *p, int64_t u) {
+    return p->taken == NULL || (atomic_load_explicit(&p->taken[u], memory_order_relaxed) == 0 &&
+                                atomic_exchange_explicit(&p->taken[u], 1, memory_order_relaxed) == 0);
 }
 
 /* Pointers into the strided tensors. */

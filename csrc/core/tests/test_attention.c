@@ -205,7 +205,8 @@ static double half_ulp(int dtype) { return dtype == WAVEPE_BF16 ? 0x1p-8 : dtype
 static int run_all(wavepe_attention_plan *plan) {
     for (int phase = 0; phase < 2; ++phase) {
         const int64_t units = wavepe_attention_units(plan, phase);
-        /* uneven split into three ranges, as a thread pool might */
+        /* uneven split into three ranges, as a thread pool might (the tiled forward's first call then runs
+         * every unit: check_units_taken) */
         const int64_t cut1 = units / 3, cut2 = units - units / 5;
         int st = wavepe_attention_run(plan, phase, 0, cut1);
         if (st == WAVEPE_OK) st = wavepe_attention_run(plan, phase, cut2, units);
@@ -300,6 +301,57 @@ static void check_shape(const shape *s, unsigned long long seed, int expect_kind
         free(q), free(k), free(v), free(tab), free(sl), free(dout);
     }
     free(want), free(want_lse);
+    free_inputs(&in);
+}
+
+/* The tiled forward's units are taken: one call over a single unit's range (the last, or the first) runs
+ * every unit no call has begun, and its outputs are those of one call over them all, bit for bit; a call
+ * over a range already done changes nothing. */
+static void check_units_taken(const shape *s) {
+    if (wavepe_test_isa == WAVEPE_ISA_SCALAR) return; /* (no vector ISA: the scalar plans assign their units) */
+    inputs in;
+    make_inputs(s, &in, 3000);
+    const int64_t nq = s->B * s->H * s->M * s->d, nk = s->B * s->Hkv * s->N * s->d, nl = s->B * s->H * s->M;
+    const int dtypes[2] = {WAVEPE_F32, WAVEPE_BF16};
+    for (int di = 0; di < 2; ++di) {
+        const int dtype = dtypes[di], acc = wavepe_dtype_acc(dtype);
+        const size_t esz = (size_t)wavepe_dtype_size(dtype), asz = (size_t)wavepe_dtype_size(acc);
+        void *q = conv(in.q, nq, dtype), *k = conv(in.k, nk, dtype), *v = conv(in.v, nk, dtype);
+        void *tab = conv(in.table, in.R * s->d, dtype), *sl = conv(in.slopes, s->H, acc);
+        void *out[3], *lse[3];
+        for (int run = 0; run < 3; ++run) {
+            out[run] = calloc((size_t)nq + 1, esz), lse[run] = calloc((size_t)nl + 1, asz);
+            wavepe_attention_args a;
+            set_args(&a, dtype, s, &in, q, k, v, tab, sl, out[run], lse[run]);
+            wavepe_attention_plan *plan;
+            CHECK(wavepe_attention_fwd_plan(wavepe_test_isa, &a, &plan, NULL) == WAVEPE_OK);
+            CHECK(wavepe_attention_plan_kind(plan) == 1);
+            const int64_t units = wavepe_attention_units(plan, 0);
+            CHECK(units >= 4);
+            if (run == 0) CHECK(wavepe_attention_run(plan, 0, 0, units) == WAVEPE_OK);
+            if (run == 1) CHECK(wavepe_attention_run(plan, 0, units - 1, units) == WAVEPE_OK);
+            if (run == 2) { /* every unit done by the first call: the later ones write nothing */
+                CHECK(wavepe_attention_run(plan, 0, 0, 1) == WAVEPE_OK);
+                unsigned char *done = malloc((size_t)nq * esz), *marks = malloc((size_t)nq * esz);
+                memcpy(done, out[2], (size_t)nq * esz);
+                memset(out[2], 0xA5, (size_t)nq * esz);
+                memset(marks, 0xA5, (size_t)nq * esz);
+                CHECK(wavepe_attention_run(plan, 0, 1, units) == WAVEPE_OK);
+                CHECK(wavepe_attention_run(plan, 0, 0, units) == WAVEPE_OK);
+                CHECK(memcmp(out[2], marks, (size_t)nq * esz) == 0);
+                memcpy(out[2], done, (size_t)nq * esz);
+                free(done), free(marks);
+            }
+            CHECK(wavepe_attention_units(plan, 1) == 0);
+            wavepe_attention_plan_free(plan);
+        }
+        for (int run = 1; run < 3; ++run) {
+            CHECK(memcmp(out[run], out[0], (size_t)nq * esz) == 0);
+            CHECK(memcmp(lse[run], lse[0], (size_t)nl * asz) == 0);
+        }
+        for (int run = 0; run < 3; ++run) free(out[run]), free(lse[run]);
+        free(q), free(k), free(v), free(tab), free(sl);
+    }
     free_inputs(&in);
 }
 
@@ -641,6 +693,8 @@ void test_attention(void) {
     table_tail = 0.0, q_boost = 0x1p28;
     check_shape(&(shape){1, 2, 1, 300, 300, 16, 0, 1, 1, 0, 0, 0, 0, 0.0}, 2102, -1);
     q_boost = 0.0;
+    /* several query blocks a head on every ISA (the forward's blocks: 96 to 384 rows), GQA */
+    check_units_taken(&(shape){1, 4, 2, 800, 800, 16, 0, 1, 1, 0, 0, 0, 0, 0.0});
     check_gradient_fd((shape){1, 2, 1, 5, 9, 3, 3, 1, 1, 1, 0, 0, 0, 0.0});
     check_gradient_fd((shape){1, 2, 1, 5, 9, 3, 3, 1, 1, 1, 0, 0, 4, 0.7});
     check_gradient_fd((shape){1, 2, 1, 5, 9, 3, 3, 0, 1, 0, 0, 0, 3, 0.5});
