@@ -2111,7 +2111,7 @@ int FN(attn_fwd_tiled)(wavepe_attention_plan *p, int64_t begin, int64_t end) {
     FN(work) w;
     int status = FN(work_alloc)(&w, p, a->m < ATTN_FBM ? a->m : ATTN_FBM); /* sized (and cleared) for the rows a unit has */
     if (status != WAVEPE_OK) return status;
-    const int64_t units = p->a.batch * p->a.heads * p->nqb, more = p->taken != NULL ? units : 0;
+    const int64_t units = wavepe_attention_units(p, 0), more = p->taken != NULL ? units : 0;
 #if defined(ATTN_TILES)
     if (end - begin >= 2 || more >= 2) FN(kv_cache_alloc)(&w); /* (a call may run more units than its range) */
 #endif
