@@ -62,8 +62,15 @@ $(BUILT): $(STAMP) $(BUILD_INPUTS)
 
 build: $(BUILT)
 
+# The suite runs in pytest-xdist's workers: TEST_WORKERS of them, "auto" = one a core, at most 4
+# (tests/conftest.py), a test file at a time (--dist loadfile): a file's module fixtures -- the spawned
+# process groups of test_distributed.py, the first-call case server -- start once, in one worker.
+# TEST_ARGS adds pytest options: TEST_ARGS='-m "not slow"' leaves out the slowest end-to-end tests
+# while iterating (docs/DEVELOPING.md, "Where the test time goes").
+TEST_WORKERS ?= auto
+TEST_ARGS ?=
 test: build
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile $(TEST_ARGS)
 
 demo: build
 	$(VENV)/bin/wavepe extrapolate

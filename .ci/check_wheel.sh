@@ -103,8 +103,9 @@ echo "the wheel works with no compiler: nothing was compiled"
 
 echo "--- the test suite against the installed wheel"
 # the suite's own requirements (requirements-dev.txt: NumPy 2, as in place; the oldest NumPy was checked above)
-"$work/env/bin/python" -m pip install -q "numpy>=2.0" pytest "hypothesis>=6.100" "PyWavelets>=1.6" "scipy>=1.11" \
+"$work/env/bin/python" -m pip install -q "numpy>=2.0" pytest pytest-xdist "hypothesis>=6.100" "PyWavelets>=1.6" "scipy>=1.11" \
   > "$work/pip-test.log" 2>&1 || { cat "$work/pip-test.log"; exit 1; }
 # from the checkout's root (the tests read its files), with the installed wavepe: python/ is not on sys.path
 "$work/env/bin/python" -c "import wavepe; assert 'site-packages' in wavepe.__file__, wavepe.__file__"
-WAVEPE_CACHE_DIR="$work/cache-tests" "$work/env/bin/python" -m pytest -q -p no:cacheprovider tests
+# as make test runs it (Makefile, test): pytest-xdist's workers (tests/conftest.py says how many), a file at a time
+WAVEPE_CACHE_DIR="$work/cache-tests" "$work/env/bin/python" -m pytest -q -p no:cacheprovider -n auto --dist loadfile tests
