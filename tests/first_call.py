@@ -1,10 +1,19 @@
 """Each public entry point, called for the first time in a process in one of the modes users call it in.
 
-Not a test module: ``tests/test_first_call.py`` runs ``python -m tests.first_call ENTRY MODE`` in a
-fresh interpreter per case, so that nothing wavepe builds lazily (schema-derived callers, tables,
-spectra, a patched model's state) has been built by an earlier eager call.  The case makes its
-first wavepe call in MODE, then compares with the eager result (float64, computed afterwards in
-the same process) and prints one JSON line: ``{"ok": true}`` or what went wrong.
+Not a test module: ``tests/test_first_call.py`` runs every case in a process of its own, so that
+nothing wavepe builds lazily (schema-derived callers, tables, spectra, a patched model's state) has been
+built by an earlier eager call.  The case makes its first wavepe call in MODE, then compares with the
+eager result (float64, computed afterwards in the same process): ``{"ok": true}`` or what went wrong.
+
+    python -m tests.first_call ENTRY MODE     one case in this fresh interpreter; prints its JSON line
+    python -m tests.first_call --serve N      the cases of a JSON list [[ENTRY, MODE], ...] on stdin, each
+                                              in a child forked from this process, N at a time; prints
+                                              one JSON line a case: {"entry", "mode", "result"}
+
+``--serve`` is how the test runs them: this process imports torch and the libraries the cases use that
+are not wavepe (Dynamo, Inductor, transformers: seconds a process), never wavepe, and forks a child per
+case -- each child is a process whose first wavepe call is the case's, as in a fresh interpreter, without
+paying for those imports again (docs/DEVELOPING.md, "Where the test time goes").
 
 Modes:
   compile          torch.compile(fullgraph=True, dynamic=False): forward, then backward through it
@@ -20,7 +29,11 @@ Modes:
 from __future__ import annotations
 
 import json
+import os
+import signal
 import sys
+import tempfile
+import threading
 import traceback
 from typing import Any, Callable
 
@@ -254,11 +267,92 @@ def run(entry: str, mode: str) -> None:
         raise KeyError(mode)
 
 
-if __name__ == "__main__":
-    entry_, mode_ = sys.argv[1], sys.argv[2]
+def result_of(entry: str, mode: str) -> dict:
+    """Run one case here: ``{"ok": True}``, or ``{"ok": False, "error", "traceback"}``."""
     try:
-        run(entry_, mode_)
-        print(json.dumps({"ok": True}))
+        run(entry, mode)
+        return {"ok": True}
     except Exception as exc:  # noqa: BLE001 -- reported to the test, which fails with it
-        print(json.dumps({"ok": False, "error": f"{type(exc).__name__}: {exc}"[:4000],
-                          "traceback": traceback.format_exc()[-6000:]}))
+        return {"ok": False, "error": f"{type(exc).__name__}: {exc}"[:4000], "traceback": traceback.format_exc()[-6000:]}
+
+
+# What a case may take, in a child: past it the child is killed (SIGALRM) and the case fails as hung.
+CASE_TIMEOUT_S = 600
+
+
+def _preimport() -> None:
+    """The libraries the cases import that are not wavepe, imported once in the serving process."""
+    import torch._dynamo  # noqa: F401
+    import torch._inductor.compile_fx  # noqa: F401
+    import torch.distributed  # noqa: F401
+    import torch.export  # noqa: F401
+
+    try:
+        import transformers.models.llama.modeling_llama  # noqa: F401
+    except ImportError:  # the test skips without transformers; a case that needs it reports the error
+        pass
+
+
+def _child(entry: str, mode: str, out_path: str) -> None:
+    """In a forked child: run the case with stdout/stderr to ``out_path + '.log'``, its result to ``out_path``."""
+    log = os.open(out_path + ".log", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    os.dup2(log, 1)
+    os.dup2(log, 2)
+    signal.alarm(CASE_TIMEOUT_S)  # default action: the child ends, the server reports the signal
+    result = result_of(entry, mode)
+    with open(out_path, "w") as f:
+        json.dump(result, f)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)  # not the parent's atexit handlers: they belong to the serving process
+
+
+def serve(cases: list[tuple[str, str]], parallel: int) -> list[dict]:
+    """Each case in a child forked from this process (which has not imported wavepe), ``parallel`` at a time."""
+    _preimport()
+    imported = sorted(m for m in sys.modules if m == "wavepe" or m.startswith("wavepe."))
+    if imported or threading.active_count() != 1:  # a child must start as a fresh process would
+        raise RuntimeError(f"cannot fork the cases: wavepe modules {imported}, threads {threading.active_count()}")
+    tmp = tempfile.mkdtemp(prefix="wavepe-first-call-")
+    pending = list(enumerate(cases))
+    running: dict[int, tuple[int, str]] = {}
+    results: list[dict] = [{} for _ in cases]
+    while pending or running:
+        while pending and len(running) < parallel:
+            i, (entry, mode) = pending.pop(0)
+            out_path = os.path.join(tmp, f"case{i}.json")
+            sys.stdout.flush()
+            sys.stderr.flush()
+            pid = os.fork()
+            if pid == 0:
+                try:
+                    _child(entry, mode, out_path)
+                finally:
+                    os._exit(70)  # only reached if _child itself failed
+            running[pid] = (i, out_path)
+        pid, status = os.wait()
+        i, out_path = running.pop(pid)
+        if os.path.exists(out_path):
+            with open(out_path) as f:
+                results[i] = json.load(f)
+        else:
+            how = (f"killed by signal {os.WTERMSIG(status)}" + (f" (past {CASE_TIMEOUT_S} s)" if os.WTERMSIG(status)
+                   == signal.SIGALRM else "")) if os.WIFSIGNALED(status) else f"exit {os.WEXITSTATUS(status)}"
+            tail = ""
+            if os.path.exists(out_path + ".log"):
+                with open(out_path + ".log", errors="replace") as f:
+                    tail = f.read()[-6000:]
+            results[i] = {"ok": False, "error": f"{how}, no result", "traceback": tail}
+    for name in os.listdir(tmp):
+        os.unlink(os.path.join(tmp, name))
+    os.rmdir(tmp)
+    return results
+
+
+if __name__ == "__main__":
+    if sys.argv[1] == "--serve":
+        todo = [tuple(c) for c in json.load(sys.stdin)]
+        for (entry_, mode_), r in zip(todo, serve(todo, int(sys.argv[2])), strict=True):
+            print(json.dumps({"entry": entry_, "mode": mode_, "result": r}))
+    else:
+        print(json.dumps(result_of(sys.argv[1], sys.argv[2])))

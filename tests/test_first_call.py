@@ -1,10 +1,12 @@
 """Every public entry point works as the first wavepe call of a process, in every mode users call it in.
 
-Each case runs ``python -m tests.first_call ENTRY MODE`` in a fresh interpreter (tests/first_call.py: the
+Each case runs in a process of its own whose first wavepe call is the case's (tests/first_call.py: the
 entry points, the modes, the comparison with eager in float64), so that nothing wavepe builds lazily has
-been warmed up by an earlier eager call -- the rest of the suite always warms up.  The cases run two at a
-time (each is mostly one busy core: import, tracing, inductor's compile) when the first of them is asked
-for; each test reads its own case's result.
+been warmed up by an earlier eager call -- the rest of the suite always warms up.  One server process
+(``python -m tests.first_call --serve``) imports torch, Dynamo, Inductor and transformers but never wavepe,
+and forks a child per case, two at a time (each is mostly one busy core: tracing, Inductor's compile),
+when the first case is asked for; each test reads its own case's result.  Inductor compiles in the child
+itself (TORCHINDUCTOR_COMPILE_THREADS=1): a compile-worker pool would start another interpreter per case.
 """
 
 from __future__ import annotations
@@ -13,7 +15,6 @@ import json
 import os
 import subprocess
 import sys
-from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
@@ -21,6 +22,7 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
 from .first_call import ENTRIES, MODES  # noqa: E402
+
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -39,23 +41,26 @@ CASES = [(e, m) for e in ENTRIES for m in MODES
          if (m != "aoti" or e in AOTI_ENTRIES) and (e != "hf_generate" or m in GENERATE_MODES)]
 
 
-def _run(entry: str, mode: str) -> dict:
-    if (entry, mode) in NOT_APPLICABLE:
-        return {"skip": NOT_APPLICABLE[(entry, mode)]}
-    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    proc = subprocess.run([sys.executable, "-m", "tests.first_call", entry, mode], cwd=ROOT, env=env,
-                          capture_output=True, text=True, timeout=600)
-    lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
-    if not lines:
-        return {"ok": False, "error": f"exit {proc.returncode}, no result", "traceback": proc.stderr[-6000:]}
-    return json.loads(lines[-1])
+def _serve(cases: list[tuple[str, str]], parallel: int = 2) -> dict:
+    env = dict(os.environ, OMP_NUM_THREADS="1", TORCHINDUCTOR_COMPILE_THREADS="1",
+               PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    proc = subprocess.run([sys.executable, "-m", "tests.first_call", "--serve", str(parallel)], cwd=ROOT, env=env,
+                          input=json.dumps(cases), capture_output=True, text=True, timeout=3600)
+    lines = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
+    if proc.returncode or len(lines) != len(cases):
+        error = {"ok": False, "error": f"the case server: exit {proc.returncode}, {len(lines)} results of {len(cases)}",
+                 "traceback": proc.stderr[-6000:]}
+        return {case: error for case in cases}
+    return {(r["entry"], r["mode"]): r["result"] for r in lines}
 
 
 @pytest.fixture(scope="module")
-def results():
-    with ThreadPoolExecutor(max_workers=2) as pool:
-        futures = {case: pool.submit(_run, *case) for case in CASES}
-        return {case: f.result() for case, f in futures.items()}
+def results(request):
+    # the cases of the tests selected (-k, a node id): the server runs those only
+    selected = [(item.callspec.params["entry"], item.callspec.params["mode"]) for item in request.session.items
+                if item.module is request.module and getattr(item, "originalname", "") == "test_first_call"]
+    run = [case for case in selected if case not in NOT_APPLICABLE]
+    return {**_serve(run), **{case: {"skip": NOT_APPLICABLE[case]} for case in selected if case in NOT_APPLICABLE}}
 
 
 @pytest.mark.slow
@@ -76,6 +81,13 @@ def test_hf_model_fails_on_meta_like_stock():
     model = tf.LlamaForCausalLM(config).to("meta")
     with pytest.raises(RuntimeError, match="meta"):
         model(inputs_embeds=torch.randn(1, 12, 64, device="meta"), use_cache=False)
+
+
+def test_a_case_that_raises_is_reported_by_the_server():
+    # each case's error comes back as its own result, the other cases unaffected
+    got = _serve([("no_such_entry", "compile"), ("rope", "no_such_mode")], parallel=2)
+    assert got[("no_such_entry", "compile")]["ok"] is False and "KeyError" in got[("no_such_entry", "compile")]["error"]
+    assert got[("rope", "no_such_mode")]["ok"] is False and "no_such_mode" in got[("rope", "no_such_mode")]["error"]
 
 
 def test_a_case_can_fail():
