@@ -51,6 +51,7 @@ def one_torch_thread():
     torch.set_num_threads(before)
 
 
+@pytest.hookimpl(optionalhook=True)  # pytest-xdist's hook: without xdist (make test-fairseq) it is not called
 def pytest_xdist_auto_num_workers(config):
     # `-n auto` (make test, CI): one worker a core, at most 4 -- past that, starting workers (each imports
     # torch) gains little: the largest files (a worker runs a file whole: Makefile, `test`) set the time

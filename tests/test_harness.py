@@ -1,0 +1,52 @@
+"""The suite's own machinery: it runs with or without pytest-xdist, each xdist worker takes its share of the
+cores, and the oracles' memory (tests/reference.py) answers only the question it was asked."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from . import reference as ref
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def test_the_suite_loads_without_pytest_xdist():
+    # tests/conftest.py implements xdist's hook as optional: an environment without xdist (the fairseq one)
+    # collects the suite instead of failing on an unknown hook
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:xdist", "-p", "no:cacheprovider", "--collect-only",
+                           "-q", "tests/test_config.py"], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+
+
+def test_an_xdist_worker_takes_its_share_of_the_cores():
+    torch = pytest.importorskip("torch")
+    workers = os.environ.get("PYTEST_XDIST_WORKER_COUNT")
+    if not workers:
+        pytest.skip("not an xdist worker (make test runs the suite in workers)")
+    assert torch.get_num_threads() == max(1, len(os.sched_getaffinity(0)) // int(workers))
+
+
+def test_a_remembered_oracle_answers_each_question_and_hands_out_copies():
+    calls = []
+
+    @ref._remembered
+    def oracle(x, *, shift=0.0):
+        calls.append(1)
+        return {"y": np.asarray(x, np.float64) + shift}
+
+    x = np.arange(6, dtype=np.float32).reshape(2, 3)
+    first = oracle(x)
+    first["y"][0, 0] = 99.0  # a caller writing into its answer does not change the next one
+    assert oracle(x)["y"][0, 0] == 0.0 and len(calls) == 1
+    bumped = x.copy()
+    bumped.view(np.uint32)[1, 2] += 1  # one bit: another question
+    assert oracle(bumped)["y"][1, 2] != 5.0 and len(calls) == 2
+    assert oracle(x.astype(np.float64))["y"].dtype == np.float64 and len(calls) == 3  # another dtype
+    assert oracle(x.reshape(3, 2))["y"].shape == (3, 2) and len(calls) == 4           # another shape
+    oracle(x, shift=1e-300)                                                           # another keyword value
+    assert len(calls) == 5
