@@ -83,11 +83,15 @@ def test_hf_model_fails_on_meta_like_stock():
         model(inputs_embeds=torch.randn(1, 12, 64, device="meta"), use_cache=False)
 
 
-def test_a_case_that_raises_is_reported_by_the_server():
-    # each case's error comes back as its own result, the other cases unaffected
-    got = _serve([("no_such_entry", "compile"), ("rope", "no_such_mode")], parallel=2)
+def test_cases_that_raise_or_die_are_reported_by_the_server():
+    # each case's error comes back as its own result, a child that dies as its signal, the others unaffected
+    got = _serve([("no_such_entry", "compile"), ("rope", "no_such_mode"), ("harness_abort", "meta"),
+                  ("rope", "meta")], parallel=2)
     assert got[("no_such_entry", "compile")]["ok"] is False and "KeyError" in got[("no_such_entry", "compile")]["error"]
     assert got[("rope", "no_such_mode")]["ok"] is False and "no_such_mode" in got[("rope", "no_such_mode")]["error"]
+    assert got[("harness_abort", "meta")]["ok"] is False
+    assert got[("harness_abort", "meta")]["error"] == "killed by signal 6, no result"
+    assert got[("rope", "meta")]["ok"] is True
 
 
 def test_a_case_can_fail():
