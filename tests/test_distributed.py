@@ -9,7 +9,7 @@ under DDP and FSDP2, give the gradients of one process on the whole batch.
 The schedule (tiles skipped by the causal mask or outside the table's support,
 hops) is checked without processes.
 
-Processes are spawned once per module fixture (starting one costs seconds);
+Processes are spawned once per world size (starting one costs seconds);
 each scenario's result or traceback comes back as a file
 (tests/distributed_workers.py).
 """
@@ -43,6 +43,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CP_GROUPS = {"world": 4, "ranks123": 3, "ranks02": 2}
 CP_SCENARIOS = ["cp_world", "cp_ranks123", "cp_ranks02", "disagreeing_chunks", "odd_zigzag_chunk",
                 "layout_roundtrip", "tinylm_context_parallel"]
+PACKED_SCENARIOS = ["cp_packed_world", "cp_packed_ranks123", "packed_bad_arguments", "packed_module"]
 
 
 def load(out_dir: str, name: str, rank: int = 0):
@@ -59,8 +60,9 @@ def load(out_dir: str, name: str, rank: int = 0):
 
 @pytest.fixture(scope="module")
 def four_ranks(tmp_path_factory) -> str:
+    # one start of four processes for every four-rank scenario (a start costs seconds): the packed ones too
     out = str(tmp_path_factory.mktemp("four_ranks"))
-    dw.run(4, CP_SCENARIOS, out)
+    dw.run(4, CP_SCENARIOS + PACKED_SCENARIOS, out)
     return out
 
 
@@ -72,10 +74,8 @@ def two_ranks(tmp_path_factory) -> str:
 
 
 @pytest.fixture(scope="module")
-def packed_ranks(tmp_path_factory) -> str:
-    out = str(tmp_path_factory.mktemp("packed_ranks"))
-    dw.run(4, ["cp_packed_world", "cp_packed_ranks123", "packed_bad_arguments", "packed_module"], out)
-    return out
+def packed_ranks(four_ranks) -> str:
+    return four_ranks  # the packed scenarios run with the other four-rank ones
 
 
 # ---- context-parallel attention against one process -------------------------------------------------
