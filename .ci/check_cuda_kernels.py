@@ -23,6 +23,15 @@ were compiled into (``<source>.cu.o.log`` holds nvcc's output for ``<source>.cu.
   that silently falls back to FMA fails here.  An sm_90a variant (wgmma)
   would have to hold HGMMA: TENSOR_CORE_RULES names the instruction per arch.
 
+* the performance model's instruction mix (docs/CUDA.md, "The static model"): for every tensor-core
+  kernel, the main loop -- the natural loop of its SASS control-flow graph that holds the most HMMA --
+  and how many other instructions it holds per tensor-core instruction (a static count: every path of
+  the loop body once).  An HMMA m16n8k16 keeps its scheduler's tensor pipe ~8 cycles, so a loop can
+  stay tensor-bound only with a handful of other instructions per HMMA: FlashAttention-2's forward has
+  about two; the targets (issue 64, sm_90) are <= 4 for the forward and <= 6 for the backward.  Today's
+  kernels are far from them; MIX_CEILING holds each kernel's measured mix as a ceiling, so that a change
+  which makes a main loop heavier fails here, and a kernel that reaches its target lowers its line.
+
 The fp32/fp64 kernels use FMA by design (no TF32), and the relative-bias,
 RoPE and ALiBi kernels are memory-bound element-wise loops: they are held to
 the spill rule only.
@@ -58,6 +67,24 @@ SPILL_EXEMPT = {
 # the SASS instruction a tensor-core kernel must hold, per arch (an sm_90a build would name HGMMA)
 TENSOR_CORE_RULES = {"sm_80": "HMMA", "sm_90": "HMMA", "sm_90a": "HGMMA", "sm_100": "HMMA", "sm_120": "HMMA"}
 
+# The main loops' mix (other instructions per tensor-core instruction, static) on sm_90: the issue's targets,
+# and the ceilings: measured on the shipped SASS (CUDA 13.0.88, 2026-11-27) plus 0.5 (room for the compiler's
+# scheduling, not for a heavier loop), by kernel and the template arguments after the type (head dim, tiles).
+MIX_ARCH = "sm_90"
+MIX_TARGET = {"attn_fwd_kernel": 4.0, "attn_bwd_dkdv_kernel": 6.0, "attn_bwd_dq_kernel": 6.0,
+              "attn_bwd_dtable_kernel": 6.0}
+MIX_CEILING = {
+    ("attn_fwd_kernel", "256, 32, 32"): 27.5, ("attn_fwd_kernel", "128, 64, 32"): 33.3,
+    ("attn_fwd_kernel", "64, 64, 64"): 59.8,
+    ("attn_bwd_dkdv_kernel", "256, 16, 2"): 12.8, ("attn_bwd_dkdv_kernel", "128, 32, 1"): 15.7,
+    ("attn_bwd_dkdv_kernel", "64, 64, 1"): 29.9,
+    ("attn_bwd_dq_kernel", "256, 16, 1"): 17.4, ("attn_bwd_dq_kernel", "128, 32, 1"): 19.6,
+    ("attn_bwd_dq_kernel", "64, 64, 1"): 34.5,
+    ("attn_bwd_dtable_kernel", "256, 16, 2, false"): 17.0, ("attn_bwd_dtable_kernel", "256, 16, 2, true"): 18.2,
+    ("attn_bwd_dtable_kernel", "128, 32, 1, false"): 18.8, ("attn_bwd_dtable_kernel", "128, 32, 1, true"): 21.2,
+    ("attn_bwd_dtable_kernel", "64, 64, 1, false"): 26.0, ("attn_bwd_dtable_kernel", "64, 64, 1, true"): 33.3,
+}
+
 ENTRY = re.compile(r"ptxas info\s*: Compiling entry function '([^']+)' for '(sm_\w+)'")
 FRAME = re.compile(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads")
 REGS = re.compile(r"Used (\d+) registers")
@@ -90,8 +117,60 @@ def parse_ptxas(text: str) -> list[dict]:
     return rows
 
 
+SASS_INS = re.compile(r"/\*([0-9a-f]{4,})\*/\s+([^;]*);")
+SASS_BRA = re.compile(r"^(@!?U?P[T0-9]+\s+)?BRA(?:\.[A-Z.]+)?\s+(0x[0-9a-f]+)")
+SASS_END = re.compile(r"^(@!?U?P[T0-9]+\s+)?(EXIT|RET|BRX|JMX)\b")
+TENSOR_OP = re.compile(r"\bH(?:G)?MMA\b")
+
+
+def main_loop_mix(body: str) -> tuple[int, int] | None:
+    """(instructions, tensor-core instructions) of the natural loop of a kernel's SASS that holds the most
+    HMMA/HGMMA (the smallest such loop on a tie), each instruction of the loop body counted once; None
+    when no loop holds one.  Blocks end at branches and exits; a back edge is a branch to an address at
+    or before its own; its loop is the header plus every block that reaches the branch without it."""
+    ins = [(int(a, 16), t.strip()) for a, t in SASS_INS.findall(body)]
+    index = {a: i for i, (a, _) in enumerate(ins)}
+    leaders = {0}
+    for i, (_, t) in enumerate(ins):
+        bra = SASS_BRA.match(t)
+        if bra and int(bra.group(2), 16) in index:
+            leaders.add(index[int(bra.group(2), 16)])
+        if (bra or SASS_END.match(t)) and i + 1 < len(ins):
+            leaders.add(i + 1)
+    starts = sorted(leaders)
+    spans = [(b, starts[k + 1] if k + 1 < len(starts) else len(ins)) for k, b in enumerate(starts)]
+    block_at = {b: k for k, (b, _) in enumerate(spans)}
+    preds: list[set[int]] = [set() for _ in spans]
+    back_edges = []
+    for k, (_, e) in enumerate(spans):
+        t = ins[e - 1][1]
+        bra, end = SASS_BRA.match(t), SASS_END.match(t)
+        if bra and int(bra.group(2), 16) in index:
+            target = block_at[index[int(bra.group(2), 16)]]
+            preds[target].add(k)
+            if target <= k:
+                back_edges.append((k, target))
+        if not ((bra and not bra.group(1)) or (end and not end.group(1))) and k + 1 < len(spans):
+            preds[k + 1].add(k)
+    best = None
+    for tail, head in back_edges:
+        loop, todo = {head, tail}, [tail]
+        while todo:
+            x = todo.pop()
+            if x != head:
+                for p in preds[x] - loop:
+                    loop.add(p)
+                    todo.append(p)
+        size = sum(spans[x][1] - spans[x][0] for x in loop)
+        tensor = sum(1 for x in loop for i in range(*spans[x]) if TENSOR_OP.search(ins[i][1]))
+        if tensor and (best is None or (tensor, -size) > (best[1], -best[0])):
+            best = (size, tensor)
+    return best
+
+
 def sass_counts(lib: str, cuobjdump: str) -> dict[tuple[str, str], dict[str, int]]:
-    """Per (mangled kernel name, arch), how many HMMA / HGMMA instructions the library's SASS holds."""
+    """Per (mangled kernel name, arch), how many HMMA / HGMMA instructions the library's SASS holds, and
+    the main loop's instructions and tensor-core instructions (main_loop_mix; 0, 0 without one)."""
     res = subprocess.run([cuobjdump, "-sass", lib], capture_output=True, text=True)
     if res.returncode:
         raise SystemExit(f"check_cuda_kernels: cuobjdump -sass {lib} failed:\n{res.stderr[-2000:]}")
@@ -103,7 +182,10 @@ def sass_counts(lib: str, cuobjdump: str) -> dict[tuple[str, str], dict[str, int
         funcs = SASS_FUNC.split(block)
         for i in range(1, len(funcs), 2):
             body = funcs[i + 1]
-            counts[(funcs[i], arch.group(1))] = {op: len(re.findall(r"\b%s\b" % op, body)) for op in ("HMMA", "HGMMA")}
+            c = {op: len(re.findall(r"\b%s\b" % op, body)) for op in ("HMMA", "HGMMA")}
+            loop = main_loop_mix(body) if c["HMMA"] or c["HGMMA"] else None
+            c["loop_ins"], c["loop_tc"] = loop or (0, 0)
+            counts[(funcs[i], arch.group(1))] = c
     return counts
 
 
@@ -119,6 +201,20 @@ def exemption(r: dict, name: str) -> tuple[str, str, str]:
     base = name.split("<", 1)[0].split()[-1]
     targs = name.split("<", 1)[1] if "<" in name else ""
     return (base, targs.split(",")[0].strip(), r["arch"])
+
+
+def mix_of(r: dict) -> float | None:
+    """Other instructions per tensor-core instruction in the main loop (None: no tensor-core loop)."""
+    return (r["loop_ins"] - r["loop_tc"]) / r["loop_tc"] if r.get("loop_tc") else None
+
+
+def mix_key(name: str) -> tuple[str, str] | None:
+    """(kernel, template arguments after the type) of a tensor-core instance the model covers, else None."""
+    base = name.split("<", 1)[0].split()[-1]
+    targs = [a.strip() for a in name.split("<", 1)[1].rsplit(">", 1)[0].split(",")] if "<" in name else []
+    if base not in MIX_TARGET or not targs or targs[0] not in TENSOR_CORE_TYPES:
+        return None
+    return base, ", ".join(targs[1:])
 
 
 def failures_of(r: dict, name: str) -> list[str]:
@@ -139,6 +235,17 @@ def failures_of(r: dict, name: str) -> list[str]:
         op = TENSOR_CORE_RULES.get(r["arch"])
         if op and r[op] == 0:
             out.append(f"{where}: no {op} instruction in its SASS: the products no longer run on tensor cores")
+    key = mix_key(name)
+    if key and r["arch"] == MIX_ARCH and (r["HMMA"] or r["HGMMA"]):  # (none at all: the rule above)
+        mix, ceiling = mix_of(r), MIX_CEILING.get(key)
+        if mix is None:
+            out.append(f"{where}: no main loop holding tensor-core instructions found in its SASS")
+        elif ceiling is None:
+            out.append(f"{where}: main loop {mix:.1f} other instructions per tensor-core instruction, and no "
+                       f"ceiling in MIX_CEILING for {key}: add its line (target {MIX_TARGET[key[0]]})")
+        elif mix > ceiling:
+            out.append(f"{where}: main loop {mix:.1f} other instructions per tensor-core instruction, above its "
+                       f"ceiling {ceiling} (target {MIX_TARGET[key[0]]}): the loop grew heavier")
     return out
 
 
@@ -198,13 +305,25 @@ def main(argv: list[str]) -> int:
             r["src"] = src
             if (r["mangled"], r["arch"]) not in counts:
                 failures.append(f"{r['mangled']} ({src}, {r['arch']}): compiled but not in the library's SASS")
-            r.update(counts.get((r["mangled"], r["arch"]), {"HMMA": 0, "HGMMA": 0}))
+            r.update(counts.get((r["mangled"], r["arch"]), {"HMMA": 0, "HGMMA": 0, "loop_ins": 0, "loop_tc": 0}))
             rows.append(r)
     names = demangle(sorted({r["mangled"] for r in rows}))
-    print(f"{'arch':6} {'regs':>4} {'spill st/ld':>11} {'stack':>5} {'smem':>5} {'HMMA':>5} {'HGMMA':>5}  kernel")
+    print(f"{'arch':6} {'regs':>4} {'spill st/ld':>11} {'stack':>5} {'smem':>5} {'HMMA':>5} {'HGMMA':>5} {'mix':>5}  kernel"
+          "   (mix: other instructions per tensor-core instruction in the main loop)")
     for r in sorted(rows, key=lambda r: (r["src"], names[r["mangled"]], int(r["arch"][3:].rstrip("a")))):
+        mix = mix_of(r)
         print(f"{r['arch']:6} {r['regs']:4d} {r['spill_st']:5d}/{r['spill_ld']:<5d} {r['stack']:5d} {r['smem']:5d} "
-              f"{r['HMMA']:5d} {r['HGMMA']:5d}  {r['src']}: {names[r['mangled']]}")
+              f"{r['HMMA']:5d} {r['HGMMA']:5d} {'' if mix is None else f'{mix:.1f}':>5}  {r['src']}: {names[r['mangled']]}")
+    covered = sorted((names[r["mangled"]], mix_of(r)) for r in rows if r["arch"] == MIX_ARCH and mix_key(names[r["mangled"]]))
+    if covered:
+        met = [n for n, m in covered if m is not None and m <= MIX_TARGET[mix_key(n)[0]]]
+        print(f"\nthe static model on {MIX_ARCH} (docs/CUDA.md): {len(met)} of {len(covered)} tensor-core kernels meet their "
+              f"main-loop target (forward <= {MIX_TARGET['attn_fwd_kernel']}, backward <= {MIX_TARGET['attn_bwd_dq_kernel']} "
+              "other instructions per HMMA); each is held to its ceiling (MIX_CEILING)")
+    present = {mix_key(names[r["mangled"]]) for r in rows if r["arch"] == MIX_ARCH}
+    if any(r["arch"] == MIX_ARCH for r in rows):
+        failures += [f"{key}: listed in MIX_CEILING but not built for {MIX_ARCH}: remove its line"
+                     for key in sorted(MIX_CEILING) if key not in present]
     failures += [f for r in rows for f in failures_of(r, names[r["mangled"]])]
     spilling = {exemption(r, names[r["mangled"]]) for r in rows if r["spill_st"] or r["spill_ld"] or r["stack"]}
     for ex in sorted(SPILL_EXEMPT):

@@ -553,3 +553,48 @@ def test_cuda_kernel_checks_read_ptxas_and_name_kernel_and_arch():
     # rope's frame is libdevice's sincos slow path: spills still count there, the frame does not
     assert ck.failures_of(rec("rope.cu", stack=40), "rope_kernel<float, true, true>") == []
     assert len(ck.failures_of(rec("rope.cu", spill=8), "rope_kernel<float, true, true>")) == 1
+
+
+# A kernel's SASS as cuobjdump prints it: a prologue, a loop (0x0040-0x00d0) holding two HMMA and an inner
+# loop, a cold block jumped over inside it, and an epilogue with one more HMMA outside every loop.
+SASS_KERNEL = """
+        /*0000*/                   MOV R1, c[0x0][0x28] ;
+        /*0010*/                   S2R R0, SR_TID.X ;
+        /*0020*/              @P0 EXIT ;
+        /*0030*/                   MOV R2, RZ ;
+        /*0040*/                   LDSM.16.M88.4 R4, [R2] ;
+        /*0050*/                   HMMA.16816.F32.BF16 R8, R4, R6, R8 ;
+        /*0060*/                   FMUL R9, R9, 0.5 ;
+        /*0070*/                   IADD3 R3, R3, 0x1, RZ ;
+        /*0080*/              @P1 BRA 0x70 ;
+        /*0090*/              @P2 BRA 0xb0 ;
+        /*00a0*/                   MUFU.EX2 R9, R9 ;
+        /*00b0*/                   HMMA.16816.F32.BF16 R12, R4, R6, R12 ;
+        /*00c0*/                   ISETP.GE.AND P3, PT, R3, 0x10, PT ;
+        /*00d0*/              @!P3 BRA 0x40 ;
+        /*00e0*/                   HMMA.16816.F32.BF16 R16, R4, R6, R16 ;
+        /*00f0*/                   EXIT ;
+        /*0100*/                   BRA 0x100 ;
+"""
+
+
+def test_cuda_static_model_finds_the_main_loop_and_holds_its_ceiling():
+    """.ci/check_cuda_kernels.py's instruction mix (issue 64, item 5): the natural loop with the most
+    tensor-core instructions, every instruction of its body once, the cold block inside it included."""
+    ck = _kernel_checks()
+    assert ck.main_loop_mix(SASS_KERNEL) == (10, 2)  # 0x40 .. 0xd0; not the inner loop, not the epilogue's HMMA
+    assert ck.main_loop_mix(SASS_KERNEL.replace("HMMA", "FFMA")) is None
+    fwd = "attn_fwd_kernel<__nv_bfloat16, 128, 64, 32>"
+    ceiling = ck.MIX_CEILING[("attn_fwd_kernel", "128, 64, 32")]
+
+    def rec(loop_ins, loop_tc, arch="sm_90"):
+        return dict(src="attention.cu", arch=arch, regs=168, stack=0, spill_st=0, spill_ld=0, smem=0, HMMA=loop_tc,
+                    HGMMA=0, loop_ins=loop_ins, loop_tc=loop_tc)
+
+    assert ck.failures_of(rec(int(100 * (ceiling + 1)), 100), fwd) == []
+    (msg,) = ck.failures_of(rec(int(100 * (ceiling + 1)) + 100, 100), fwd)
+    assert "above its ceiling" in msg and "sm_90" in msg and "attn_fwd_kernel<__nv_bfloat16" in msg
+    assert ck.failures_of(rec(10_000, 100, arch="sm_80"), fwd) == []  # the model reads sm_90 only
+    (msg,) = ck.failures_of(rec(500, 100), "attn_fwd_kernel<__nv_bfloat16, 96, 64, 32>")
+    assert "no ceiling in MIX_CEILING" in msg
+    assert ck.mix_key("attn_fwd_kernel<float, 128, 32, 32>") is None  # FMA kernels: not in the model
