@@ -108,21 +108,28 @@ def print_table(title: str, header: Sequence[str], rows: Sequence[Sequence[Any]]
     return text
 
 
-def flex_with_bias(q, k, v, bias) -> Callable[[], Any]:
+def flex_attention_with_bias(bias, device) -> Callable[..., Any]:
     """FlexAttention (compiled, static shapes) reading a precomputed (B, H, L, L) bias in its ``score_mod``, with a
-    causal block mask: the peer of the fused kernel's bias on any device.  Call it once outside the timing: that
+    causal block mask: ``(q, k, v) -> out`` for inputs of the bias's length, differentiable in q, k, v.  The first
     call compiles."""
     import torch
     from torch.nn.attention.flex_attention import create_block_mask, flex_attention
 
-    L = q.shape[2]
-    block_mask = create_block_mask(lambda b, h, qi, ki: qi >= ki, None, None, L, L, device=q.device)
+    L = bias.shape[-1]
+    block_mask = create_block_mask(lambda b, h, qi, ki: qi >= ki, None, None, L, L, device=device)
     flex = torch.compile(flex_attention, dynamic=False)
 
     def score_mod(score, b, h, qi, ki):
         return score + bias[b, h, qi, ki]
 
-    return lambda: flex(q, k, v, score_mod=score_mod, block_mask=block_mask)
+    return lambda q, k, v: flex(q, k, v, score_mod=score_mod, block_mask=block_mask)
+
+
+def flex_with_bias(q, k, v, bias) -> Callable[[], Any]:
+    """flex_attention_with_bias on these q, k, v: the peer of the fused kernel's bias on any device.  Call it
+    once outside the timing: that call compiles."""
+    fn = flex_attention_with_bias(bias, q.device)
+    return lambda: fn(q, k, v)
 
 
 def write_json(name: str, payload: dict[str, Any]) -> str:

@@ -602,7 +602,7 @@ def main() -> None:
             parser.error(f"--dtype {args.dtype}: the GPU mode (--device cuda) measures bf16 only")
         import _attention_cuda
 
-        _attention_cuda.run(args.quick, args.lengths, args.decode_keys)
+        _attention_cuda.run(args.quick, args.lengths, [args.decode_keys] if args.decode_keys else None)
         return
     dtype = args.dtype or "float32"
     if args.window:

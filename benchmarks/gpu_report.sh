@@ -1,0 +1,118 @@
+#!/usr/bin/env bash
+# Everything a lent GPU can tell about the CUDA kernels, in one call, into one Markdown report (issue 64,
+# item 6): GPUs are lent here rarely and for minutes, so whoever gets one runs this once, early, and again at
+# the end.  Stages, each with its own time limit, each written to the report whether or not it passed:
+#
+#   1. the machine: GPU (nvidia-smi), torch, CUDA; stops here (exit 3) without a CUDA GPU;
+#   2. the ops: a prebuilt library (PREBUILT=DIR holding libwavepe_ops.so + libwavepe_ops.json, built on a
+#      CPU machine with `WAVEPE_BUILD_CUDA=1 WAVEPE_CUDA_ARCHS=90 make build` and carried along) dropped into
+#      python/wavepe/, with only the NumPy extension compiled here; or, without PREBUILT, the whole build
+#      with this GPU's arch (minutes);
+#   3. `pytest -m cuda` on the CUDA test files;
+#   4. benchmarks/bench_attention.py --device cuda: flash, cuDNN, FlexAttention reading q.T^T, wavepe nope,
+#      ALiBi, wavelet, window, soft-cap, forward and forward+backward, decoding (GQA) at 32k and 128k keys,
+#      with TFLOP/s and GB/s (benchmarks/_attention_cuda.py);
+#   5. Nsight Compute (when `ncu` is there) on one launch of the bf16 forward and of the backward's dK/dV and
+#      dQ kernels at L=8192: occupancy, issue slots, shared-memory bank conflicts, the instruction mix.
+#
+#   OUT=DIR PREBUILT=DIR bash benchmarks/gpu_report.sh [--quick]
+#
+# OUT (default ./gpu-report) receives report.md, each stage's full log and the benchmark's JSON.  --quick:
+# small lengths (a smoke run of the script itself).  Compilers: /usr/bin/gcc and g++ (a lent machine's conda
+# compilers may not build against its Python).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+OUT=${OUT:-$ROOT/gpu-report}
+mkdir -p "$OUT"
+report=$OUT/report.md
+quick=0
+for a in "$@"; do
+  case $a in
+    --quick) quick=1 ;;
+    *) echo "gpu_report.sh: unknown argument $a (only --quick)" >&2; exit 2 ;;
+  esac
+done
+PY=${PYTHON:-python3}
+export PYTHONPATH=$ROOT/python${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
+t0=$(date +%s)
+
+# stage TITLE LIMIT_S COMMAND...: run COMMAND with a time limit, its output to OUT/<n>.log; the report gets
+# the title, the exit status, the seconds and the log's last lines
+n=0
+stage() {
+  local title=$1 limit=$2 rc=0 s
+  shift 2
+  n=$((n + 1))
+  s=$(date +%s)
+  echo "[+$((s - t0))s] $title" >&2
+  timeout "$limit" "$@" > "$OUT/$n.log" 2>&1 || rc=$?
+  {
+    echo "## $n. $title"
+    echo
+    echo "exit $rc$([ $rc -eq 124 ] && echo " (past its $limit s)"), $(( $(date +%s) - s )) s; full log: $n.log"
+    echo
+    echo '```'
+    tail -n "${TAIL:-60}" "$OUT/$n.log"
+    echo '```'
+    echo
+  } >> "$report"
+  return $rc
+}
+
+{
+  echo "# wavepe GPU report"
+  echo
+  echo "$(date -u '+%Y-%m-%d %H:%M UTC'), tree $(git rev-parse --short HEAD 2>/dev/null || echo '(not a git checkout)')"
+  echo
+} > "$report"
+
+stage "the machine" 60 bash -c "nvidia-smi --query-gpu=name,memory.total,clocks.max.sm,clocks.max.mem --format=csv; \
+  $PY -c 'import torch; print(\"torch\", torch.__version__, \"cuda\", torch.version.cuda, \"available\", torch.cuda.is_available()); \
+  print(torch.cuda.get_device_name(0), \"sm_%d%d\" % torch.cuda.get_device_capability(0))'"
+if ! $PY -c 'import sys, torch; sys.exit(not torch.cuda.is_available())' 2>/dev/null; then
+  echo "no CUDA GPU here: nothing more to measure (report: $report)" >&2
+  exit 3
+fi
+
+export CC=/usr/bin/gcc CXX=/usr/bin/g++ LDSHARED="/usr/bin/gcc -shared" WAVEPE_WERROR=0
+export WAVEPE_BUILD_JOBS=${WAVEPE_BUILD_JOBS:-$(nproc)}
+if [ -n "${PREBUILT:-}" ]; then
+  [ -f "$PREBUILT/libwavepe_ops.so" ] && [ -f "$PREBUILT/libwavepe_ops.json" ] || {
+    echo "PREBUILT=$PREBUILT holds no libwavepe_ops.so + libwavepe_ops.json" >&2; exit 2; }
+  stage "the ops: prebuilt library from $PREBUILT, the NumPy extension built here" 300 bash -c \
+    "WAVEPE_BUILD_TORCH=0 $PY setup.py -q build_ext --inplace && cp '$PREBUILT'/libwavepe_ops.so '$PREBUILT'/libwavepe_ops.json python/wavepe/ && $PY -m wavepe info" \
+    || { echo "the build failed (report: $report)" >&2; exit 4; }
+else
+  arch=$($PY -c 'import torch; print("%d%d" % torch.cuda.get_device_capability(0))')
+  stage "the ops: built here for sm_$arch (no PREBUILT)" 900 bash -c \
+    "WAVEPE_BUILD_CUDA=1 WAVEPE_CUDA_ARCHS=$arch $PY setup.py -q build_ext --inplace && $PY -m wavepe info" \
+    || { echo "the build failed (report: $report)" >&2; exit 4; }
+fi
+
+stage "pytest -m cuda" 300 $PY -m pytest -q -p no:cacheprovider -m cuda tests/test_cuda.py tests/test_hf.py
+
+bench=(benchmarks/bench_attention.py --device cuda)
+[ $quick = 1 ] && bench+=(--quick)
+stage "benchmarks/bench_attention.py --device cuda$([ $quick = 1 ] && echo ' --quick')" 480 $PY "${bench[@]}"
+cp benchmarks/results/bench_attention_cuda.json "$OUT/" 2>/dev/null
+
+if command -v ncu > /dev/null; then
+  L=$([ $quick = 1 ] && echo 1024 || echo 8192)
+  target="import torch, wavepe.ops as wo
+g = torch.Generator(device='cuda').manual_seed(0)
+q, k, v = (torch.randn(1, 32, $L, 128, device='cuda', dtype=torch.bfloat16, generator=g).requires_grad_() for _ in range(3))
+out = wo.wavelet_attention(q, k, v)
+out.backward(torch.ones_like(out))
+torch.cuda.synchronize()"
+  sections=(--section SpeedOfLight --section Occupancy --section LaunchStats --section SchedulerStats
+            --section WarpStateStats --section InstructionStats --section MemoryWorkloadAnalysis_Tables)
+  for kernel in attn_fwd_kernel attn_bwd_dkdv_kernel attn_bwd_dq_kernel; do
+    TAIL=120 stage "ncu: $kernel (bf16, L=$L, H=32, d=128, causal, wavelet)" 240 \
+      ncu --kernel-name "regex:$kernel" --launch-count 1 "${sections[@]}" $PY -c "$target"
+  done
+else
+  echo "## ncu: not on this machine (Nsight Compute): no per-kernel profile" >> "$report"
+fi
+
+echo "[+$(( $(date +%s) - t0 ))s] done: $report" >&2
