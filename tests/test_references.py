@@ -42,6 +42,8 @@ NOT_REPOSITORY_FILES = {
     # outputs: written by the code, never committed
     "results.md",  # the research jobs' tables, in their --out folder
     "python/wavepe/libwavepe_ops.json",  # setup.py: what the torch ops library beside it is
+    "python/wavepe/libwavepe_ops.so",  # setup.py: the torch ops library itself
+    "report.md",  # benchmarks/gpu_report.sh's report, in its OUT folder
     "benchmarks/results/bench_attention_cuda.json",  # benchmarks/_attention_cuda.py, on a GPU
     # other projects' files
     "Python.h", "cuda_runtime_api.h", "driver_types.h",  # CPython's and the CUDA toolkit's headers
