@@ -1,8 +1,10 @@
 """The suite's own machinery: it runs with or without pytest-xdist, each xdist worker takes its share of the
-cores, and the oracles' memory (tests/reference.py) answers only the question it was asked."""
+cores, the oracles' memory (tests/reference.py) answers only the question it was asked; and the digests of
+scripts/attention_digests.py, by which a restructuring shows it changed no bit."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -50,3 +52,31 @@ def test_a_remembered_oracle_answers_each_question_and_hands_out_copies():
     assert oracle(x.reshape(3, 2))["y"].shape == (3, 2) and len(calls) == 4           # another shape
     oracle(x, shift=1e-300)                                                           # another keyword value
     assert len(calls) == 5
+
+
+def _digests_module():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("attention_digests", os.path.join(ROOT, "scripts", "attention_digests.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_attention_digests_are_stable_and_name_what_moved(tmp_path):
+    # scripts/attention_digests.py (issue 66's bit-identity check): the same tree gives the same digests;
+    # --check names a case whose digest differs and fails
+    pytest.importorskip("torch")
+    ad = _digests_module()
+    first = ad.all_digests(isas=["scalar"], limit=6)
+    assert len(first) == 6 and len(set(first.values())) == 6  # six cases, six different results
+    assert ad.all_digests(isas=["scalar"], limit=6) == first
+    path = tmp_path / "digests.json"
+    assert ad.main(["--write", str(path)]) == 0
+    saved = json.loads(path.read_text())
+    assert saved["digests"]["scalar/" + next(ad.cases())[0]] == first["scalar/" + next(ad.cases())[0]]
+    assert ad.main(["--check", str(path)]) == 0
+    key = sorted(saved["digests"])[0]
+    saved["digests"][key] = "0" * 64
+    path.write_text(json.dumps(saved))
+    assert ad.main(["--check", str(path)]) == 1
