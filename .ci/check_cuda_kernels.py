@@ -197,10 +197,17 @@ def embedded(lib: str, cuobjdump: str, what: str) -> set[str]:
     return set(re.findall(r"\.((?:sm|compute)_\d+a?)\.", res.stdout))
 
 
-def exemption(r: dict, name: str) -> tuple[str, str, str]:
+def kernel_parts(name: str) -> tuple[str, list[str]]:
+    """(kernel, template arguments) of a demangled name: "attn_fwd_kernel<float, 128, 32, 32>" ->
+    ("attn_fwd_kernel", ["float", "128", "32", "32"])."""
     base = name.split("<", 1)[0].split()[-1]
-    targs = name.split("<", 1)[1] if "<" in name else ""
-    return (base, targs.split(",")[0].strip(), r["arch"])
+    targs = [a.strip() for a in name.split("<", 1)[1].rsplit(">", 1)[0].split(",")] if "<" in name else []
+    return base, targs
+
+
+def exemption(r: dict, name: str) -> tuple[str, str, str]:
+    base, targs = kernel_parts(name)
+    return (base, targs[0] if targs else "", r["arch"])
 
 
 def mix_of(r: dict) -> float | None:
@@ -210,8 +217,7 @@ def mix_of(r: dict) -> float | None:
 
 def mix_key(name: str) -> tuple[str, str] | None:
     """(kernel, template arguments after the type) of a tensor-core instance the model covers, else None."""
-    base = name.split("<", 1)[0].split()[-1]
-    targs = [a.strip() for a in name.split("<", 1)[1].rsplit(">", 1)[0].split(",")] if "<" in name else []
+    base, targs = kernel_parts(name)
     if base not in MIX_TARGET or not targs or targs[0] not in TENSOR_CORE_TYPES:
         return None
     return base, ", ".join(targs[1:])
@@ -229,9 +235,8 @@ def failures_of(r: dict, name: str) -> list[str]:
     if r["stack"] and r["src"] in NO_LOCAL_MEMORY and exemption(r, name) not in SPILL_EXEMPT:
         out.append(f"{where}: uses {r['stack']} bytes of local memory (stack frame): an array indexed at "
                    "run time, a spill or a call")
-    base = name.split("<", 1)[0].split()[-1]
-    targs = name.split("<", 1)[1] if "<" in name else ""
-    if base in TENSOR_CORE_KERNELS and targs.split(",")[0].strip() in TENSOR_CORE_TYPES:
+    base, targs = kernel_parts(name)
+    if base in TENSOR_CORE_KERNELS and targs and targs[0] in TENSOR_CORE_TYPES:
         op = TENSOR_CORE_RULES.get(r["arch"])
         if op and r[op] == 0:
             out.append(f"{where}: no {op} instruction in its SASS: the products no longer run on tensor cores")

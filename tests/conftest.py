@@ -51,11 +51,15 @@ def one_torch_thread():
     torch.set_num_threads(before)
 
 
+def _cores() -> int:
+    return len(os.sched_getaffinity(0))
+
+
 @pytest.hookimpl(optionalhook=True)  # pytest-xdist's hook: without xdist (make test-fairseq) it is not called
 def pytest_xdist_auto_num_workers(config):
     # `-n auto` (make test, CI): one worker a core, at most 4 -- past that, starting workers (each imports
     # torch) gains little: the largest files (a worker runs a file whole: Makefile, `test`) set the time
-    return max(1, min(4, len(os.sched_getaffinity(0))))
+    return max(1, min(4, _cores()))
 
 
 def pytest_configure(config):
@@ -68,7 +72,7 @@ def pytest_configure(config):
             import torch
         except ImportError:
             return
-        torch.set_num_threads(max(1, len(os.sched_getaffinity(0)) // int(workers)))
+        torch.set_num_threads(max(1, _cores() // int(workers)))
 
 
 def pytest_report_header(config):
