@@ -52,7 +52,7 @@ import subprocess
 import sys
 
 # kernels (demangled name, up to the template arguments) whose bf16/fp16 instances must use tensor cores
-TENSOR_CORE_KERNELS = ("attn_fwd_kernel", "attn_bwd_dkdv_kernel", "attn_bwd_dq_kernel", "attn_bwd_dtable_kernel")
+TENSOR_CORE_KERNELS = ("attn_fwd_kernel", "attn_fwd_tc_kernel", "attn_bwd_dkdv_kernel", "attn_bwd_dq_kernel", "attn_bwd_dtable_kernel")
 TENSOR_CORE_TYPES = ("__nv_bfloat16", "__half")
 # sources whose kernels may not use local memory at all
 NO_LOCAL_MEMORY = ("attention.cu", "attention_bwd.cu", "relbias.cu")
@@ -71,9 +71,11 @@ TENSOR_CORE_RULES = {"sm_80": "HMMA", "sm_90": "HMMA", "sm_90a": "HGMMA", "sm_10
 # and the ceilings: measured on the shipped SASS (CUDA 13.0.88, 2026-11-27) plus 0.5 (room for the compiler's
 # scheduling, not for a heavier loop), by kernel and the template arguments after the type (head dim, tiles).
 MIX_ARCH = "sm_90"
-MIX_TARGET = {"attn_fwd_kernel": 4.0, "attn_bwd_dkdv_kernel": 6.0, "attn_bwd_dq_kernel": 6.0,
+MIX_TARGET = {"attn_fwd_kernel": 4.0, "attn_fwd_tc_kernel": 4.0, "attn_bwd_dkdv_kernel": 6.0, "attn_bwd_dq_kernel": 6.0,
               "attn_bwd_dtable_kernel": 6.0}
 MIX_CEILING = {
+    # the tensor-core forward meets its target: its ceilings are min(measured + 0.5, target)
+    ("attn_fwd_tc_kernel", "128"): 3.5, ("attn_fwd_tc_kernel", "64"): 4.0,
     ("attn_fwd_kernel", "256, 32, 32"): 27.5, ("attn_fwd_kernel", "128, 64, 32"): 33.3,
     ("attn_fwd_kernel", "64, 64, 64"): 59.8,
     ("attn_bwd_dkdv_kernel", "256, 16, 2"): 12.8, ("attn_bwd_dkdv_kernel", "128, 32, 1"): 15.7,
@@ -84,6 +86,31 @@ MIX_CEILING = {
     ("attn_bwd_dtable_kernel", "128, 32, 1, false"): 18.8, ("attn_bwd_dtable_kernel", "128, 32, 1, true"): 21.2,
     ("attn_bwd_dtable_kernel", "64, 64, 1, false"): 26.0, ("attn_bwd_dtable_kernel", "64, 64, 1, true"): 33.3,
 }
+
+# The occupancy model (docs/CUDA.md): for the kernels whose CTA shape is fixed at compile time, the
+# threads and dynamic shared memory of one CTA (the launcher's figures; tests/test_cuda_emu.py checks
+# them against wavepe_cuda_attention_fwd_smem_bytes), from which, with ptxas's registers, the CTAs and
+# warps an SM holds on MIX_ARCH, and the warps each must reach (FlashAttention-2's forward runs 8).
+# sm_90 (H100/H200): 65,536 registers per SM, allocated per warp in units of 256 (8 per thread); 228 KiB
+# of shared memory per SM, of which each CTA also takes 1 KiB reserved; at most 64 warps and 32 CTAs.
+SM_LIMITS = {"sm_90": {"regs": 65536, "smem": 228 * 1024, "cta_reserved": 1024, "warps": 64, "ctas": 32}}
+CTA_SHAPE = {  # (kernel, template arguments after the type): (threads, dynamic shared memory bytes)
+    ("attn_fwd_tc_kernel", "128"): (128, 53312), ("attn_fwd_tc_kernel", "64"): (128, 47232),
+}
+WARPS_TARGET = {"attn_fwd_tc_kernel": 8}
+
+
+def occupancy(regs: int, threads: int, smem: int, arch: str) -> tuple[int, int]:
+    """(CTAs, warps) per SM of a kernel using `regs` registers a thread, `threads` a CTA and `smem` bytes of
+    shared memory, by the registers, the shared memory and the SM's warp and CTA limits."""
+    lim = SM_LIMITS[arch]
+    warps = -(-threads // 32)
+    per_warp = -(-regs // 8) * 8 * 32
+    by_regs = (lim["regs"] // per_warp) // warps if per_warp else lim["ctas"]
+    by_smem = lim["smem"] // (smem + lim["cta_reserved"])
+    ctas = min(by_regs, by_smem, lim["warps"] // warps, lim["ctas"])
+    return ctas, ctas * warps
+
 
 ENTRY = re.compile(r"ptxas info\s*: Compiling entry function '([^']+)' for '(sm_\w+)'")
 FRAME = re.compile(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads")
@@ -251,6 +278,11 @@ def failures_of(r: dict, name: str) -> list[str]:
         elif mix > ceiling:
             out.append(f"{where}: main loop {mix:.1f} other instructions per tensor-core instruction, above its "
                        f"ceiling {ceiling} (target {MIX_TARGET[key[0]]}): the loop grew heavier")
+    if key in CTA_SHAPE and r["arch"] in SM_LIMITS:
+        ctas, warps = occupancy(r["regs"], *CTA_SHAPE[key], r["arch"])
+        if warps < WARPS_TARGET[key[0]]:
+            out.append(f"{where}: {ctas} CTAs, {warps} warps per SM ({r['regs']} registers, {CTA_SHAPE[key][1]} bytes "
+                       f"of shared memory): below the {WARPS_TARGET[key[0]]} warps its loop needs to hide latency")
     return out
 
 
@@ -325,7 +357,16 @@ def main(argv: list[str]) -> int:
         print(f"\nthe static model on {MIX_ARCH} (docs/CUDA.md): {len(met)} of {len(covered)} tensor-core kernels meet their "
               f"main-loop target (forward <= {MIX_TARGET['attn_fwd_kernel']}, backward <= {MIX_TARGET['attn_bwd_dq_kernel']} "
               "other instructions per HMMA); each is held to its ceiling (MIX_CEILING)")
+    for r in rows:
+        key = mix_key(names[r["mangled"]])
+        if key in CTA_SHAPE and r["arch"] in SM_LIMITS:
+            ctas, warps = occupancy(r["regs"], *CTA_SHAPE[key], r["arch"])
+            print(f"occupancy on {r['arch']}: {names[r['mangled']]}: {r['regs']} registers, {CTA_SHAPE[key][1]} bytes of "
+                  f"shared memory -> {ctas} CTAs, {warps} warps per SM (target >= {WARPS_TARGET[key[0]]})")
     present = {mix_key(names[r["mangled"]]) for r in rows if r["arch"] == MIX_ARCH}
+    if any(r["arch"] == MIX_ARCH for r in rows):
+        failures += [f"{key}: listed in CTA_SHAPE but not built for {MIX_ARCH}: remove its line"
+                     for key in sorted(CTA_SHAPE) if key not in present]
     if any(r["arch"] == MIX_ARCH for r in rows):
         failures += [f"{key}: listed in MIX_CEILING but not built for {MIX_ARCH}: remove its line"
                      for key in sorted(MIX_CEILING) if key not in present]

@@ -598,3 +598,25 @@ def test_cuda_static_model_finds_the_main_loop_and_holds_its_ceiling():
     (msg,) = ck.failures_of(rec(500, 100), "attn_fwd_kernel<__nv_bfloat16, 96, 64, 32>")
     assert "no ceiling in MIX_CEILING" in msg
     assert ck.mix_key("attn_fwd_kernel<float, 128, 32, 32>") is None  # FMA kernels: not in the model
+
+
+def test_cuda_occupancy_model(monkeypatch):
+    """.ci/check_cuda_kernels.py's occupancy (issue 64, item 5): CTAs and warps per SM from registers
+    (per warp, in units of 256), shared memory (1 KiB reserved a CTA) and the SM's limits, on sm_90;
+    the tensor-core forward below its 8 warps fails."""
+    ck = _kernel_checks()
+    assert ck.occupancy(219, 128, 53312, "sm_90") == (2, 8)  # 224 x 32 registers a warp: 9 warps' worth
+    assert ck.occupancy(167, 128, 47232, "sm_90") == (3, 12)
+    assert ck.occupancy(64, 128, 100 * 1024, "sm_90") == (2, 8)  # shared memory bound
+    assert ck.occupancy(32, 32, 0, "sm_90") == (32, 32)  # the CTA limit
+    fwd = "attn_fwd_tc_kernel<__half, 128>"
+    threads, _ = ck.CTA_SHAPE[("attn_fwd_tc_kernel", "128")]
+
+    def rec(regs):
+        return dict(src="attention.cu", arch="sm_90", regs=regs, stack=0, spill_st=0, spill_ld=0, smem=0, HMMA=128,
+                    HGMMA=0, loop_ins=128 * 3, loop_tc=128)
+
+    assert ck.failures_of(rec(219), fwd) == [] and ck.failures_of(rec(255), fwd) == []
+    monkeypatch.setitem(ck.CTA_SHAPE, ("attn_fwd_tc_kernel", "128"), (threads, 120 * 1024))  # the old 118.8 KB
+    (msg,) = ck.failures_of(rec(219), fwd)
+    assert "1 CTAs, 4 warps per SM" in msg and "below the 8 warps" in msg

@@ -510,7 +510,9 @@ def check_attention(lib, dtype, *, backward=True, want_dtable=None, grad_lse=Fal
         for name, terms in (("dq", N * d), ("dk", M * d * group), ("dv", M * group)):
             assert_close(grads[name], want[name], dtype, terms, name, inner)
         if want_dtable:
-            assert_close(grads["dtable"], want["dtable"], dtype, B * H * M * N, "dtable", inner)
+            # each dS term carries two d-long dot products (dP = dO . v, delta = dO . O) that cancel where
+            # P is 1 (a row with one key): d counts beside the B H M N terms, as N d does for dq
+            assert_close(grads["dtable"], want["dtable"], dtype, B * H * M * N * d, "dtable", inner)
         if prob.pe == 2:
             # dS |r| summed over B M N terms: bounded by the magnitude of the parts of dS
             err = np.abs(grads["dslopes"] - want["dslopes"])
@@ -774,16 +776,16 @@ def test_window_softcap_results_do_not_depend_on_thread_order(lib, monkeypatch, 
 
 def test_split_kv_divides_only_the_visible_keys(lib):
     """Decoding with a window: the split count and the workspace count the key blocks of the window, not
-    of the cache (bf16, d = 64: blocks of 64 keys; the emulated device has 4 SMs)."""
+    of the cache (bf16, d = 128: the tensor-core loop's blocks of 64 keys; the emulated device has 4 SMs)."""
     def problem(window, N=4096):
-        return Attn(lib, E.BF16, B=1, H=1, Hk=1, M=1, N=N, d=64, off=N - 1, causal=True, pe=0, window=window)
+        return Attn(lib, E.BF16, B=1, H=1, Hk=1, M=1, N=N, d=128, off=N - 1, causal=True, pe=0, window=window)
 
     def workspace_rows(prob, splits):  # splits x B H M rows of d float partials, lse, seen flags
         ws = lib.wavepe_cuda_attention_fwd_workspace_bytes(C.byref(prob.a), splits)
         if ws == 0:
             return 1
         per = lambda x: (x + 255) // 256 * 256  # noqa: E731
-        got = [s for s in range(1, 65) if per(s * 64 * 4) + per(s * 4) + per(s) == ws]
+        got = [s for s in range(1, 65) if per(s * 128 * 4) + per(s * 4) + per(s) == ws]
         assert len(got) == 1
         return got[0]
 
@@ -816,6 +818,75 @@ def test_attention_window_softcap_random_shapes(lib, dtype, B, Hk, group, M, N, 
     check_attention(lib, dtype, B=B, H=Hk * group, Hk=Hk, M=M, N=N, d=d, off=off, causal=causal, pe=pe, R=R,
                     r_lo=r_lo, clamp=clamp, kpm=kpm, splits=splits, seed=seed, grad_lse=grad_lse, window=window,
                     softcap=softcap)
+
+
+# ---- the tensor-core forward of the models' head dims ------------------------------------------
+# attn_fwd_tc_kernel (csrc/cuda/attention.cu: bf16/fp16, head_dim 64 or 128, 16-byte rows, no table):
+# whole and partial 64-row / 64-key blocks, the causal diagonal, offsets, GQA, padding, ALiBi, soft-cap,
+# windows, documents, split-KV decoding and rows that see no key.
+TC_CASES = [
+    dict(B=1, H=2, Hk=1, M=130, N=130, d=128, off=0, causal=True, pe=0),
+    dict(B=1, H=2, Hk=2, M=64, N=256, d=64, off=192, causal=True, pe=0),  # every tile interior but the last
+    dict(B=1, H=1, Hk=1, M=70, N=200, d=64, off=130, causal=True, pe=2, kpm=True),
+    dict(B=2, H=2, Hk=1, M=65, N=129, d=128, off=0, causal=False, pe=0, softcap=1.5),
+    dict(B=1, H=2, Hk=1, M=100, N=160, d=64, off=60, causal=True, pe=2, window=70, softcap=3.0),
+    dict(B=1, H=3, Hk=1, M=1, N=300, d=128, off=299, causal=True, pe=0, splits=3),
+    dict(B=1, H=2, Hk=1, M=3, N=50, d=64, off=-10, causal=True, pe=0, kpm=True),
+    dict(B=2, H=2, Hk=1, M=96, N=96, d=64, off=0, causal=True, pe=0, cu=[[0, 40, 41, 96], [0, 70, 70, 96]]),
+]
+
+
+def fwd_kernel(lib, prob):
+    lib.wavepe_cuda_attention_fwd_kernel.restype = C.c_char_p
+    return lib.wavepe_cuda_attention_fwd_kernel(C.byref(prob.a)).decode()
+
+
+@pytest.mark.parametrize("dtype", [E.BF16, E.F16], ids=DTYPE_IDS.get)
+@pytest.mark.parametrize("case", range(len(TC_CASES)))
+def test_tensor_core_forward_matches_oracle(lib, dtype, case):
+    kw = dict(TC_CASES[case])
+    prob = Attn(lib, dtype, seed=300 + case, **kw)
+    assert fwd_kernel(lib, prob) == "tensor-core"
+    # TcFwdLayout: a Q tile of 64 rows and K, V tiles of bn keys (128 at d = 64, else 64), rows of d + 8
+    # elements, bn key flags, 64 row ranges
+    d, bn = kw["d"], 128 if kw["d"] == 64 else 64
+    assert lib.wavepe_cuda_attention_fwd_smem_bytes(C.byref(prob.a)) == (64 + 2 * bn) * (d + 8) * 2 + bn + 64 * 16
+    check_attention(lib, dtype, backward=False, seed=300 + case, **kw)
+
+
+def test_tensor_core_forward_is_taken_only_where_it_applies(lib):
+    # a table, another head dim, rows not on 16 bytes, fp32: the general kernel
+    for dtype, kw in ((E.BF16, dict(d=128, pe=1, R=40)), (E.F16, dict(d=96, pe=0)), (E.BF16, dict(d=64, pe=0, row_pad=4)),
+                      (E.BF16, dict(d=256, pe=2)), (E.F32, dict(d=64, pe=0))):
+        prob = Attn(lib, dtype, B=1, H=1, Hk=1, M=70, N=70, off=0, causal=True, **kw)
+        assert fwd_kernel(lib, prob) == "general", kw
+    prob = Attn(lib, E.F16, B=1, H=1, Hk=1, M=70, N=70, d=64, off=0, causal=True, pe=0, row_pad=8)
+    assert fwd_kernel(lib, prob) == "tensor-core"  # strided rows on 16 bytes
+
+
+def test_occupancy_model_reads_the_launchers_shared_memory(lib):
+    # .ci/check_cuda_kernels.py's CTA_SHAPE states the tensor-core forward's CTA; the launcher agrees
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("check_cuda_kernels", os.path.join(E.ROOT, ".ci", "check_cuda_kernels.py"))
+    ck = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(ck)
+    for d in (64, 128):
+        threads, smem = ck.CTA_SHAPE[("attn_fwd_tc_kernel", str(d))]
+        prob = Attn(lib, E.BF16, B=1, H=1, Hk=1, M=70, N=70, d=d, off=0, causal=True, pe=0)
+        assert fwd_kernel(lib, prob) == "tensor-core" and threads == 128
+        assert lib.wavepe_cuda_attention_fwd_smem_bytes(C.byref(prob.a)) == smem
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(dtype=st.sampled_from([E.BF16, E.F16]), Hk=st.integers(1, 2), group=st.integers(1, 2),
+       M=st.integers(1, 140), N=st.integers(1, 200), d=st.sampled_from([64, 128]), off=st.integers(-20, 150),
+       causal=st.booleans(), pe=st.sampled_from([0, 2]), kpm=st.booleans(), splits=st.integers(1, 3),
+       window=st.sampled_from([0, 0, 33, 90]), softcap=st.sampled_from([0.0, 0.0, 2.5]), seed=st.integers(0, 2**31))
+def test_tensor_core_forward_random_shapes(lib, dtype, Hk, group, M, N, d, off, causal, pe, kpm, splits, window,
+                                           softcap, seed):
+    check_attention(lib, dtype, backward=False, B=1, H=Hk * group, Hk=Hk, M=M, N=N, d=d, off=off, causal=causal,
+                    pe=pe, kpm=kpm, splits=splits, window=window, softcap=softcap, seed=seed)
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS.get)
@@ -856,6 +927,18 @@ def test_results_do_not_depend_on_thread_order(lib, monkeypatch, order):
         np.testing.assert_array_equal(x, y)
     for k in bwd0:
         np.testing.assert_array_equal(bwd0[k], bwd1[k])
+
+
+@pytest.mark.parametrize("order", ["reverse", "random"])
+def test_tensor_core_forward_does_not_depend_on_thread_order(lib, monkeypatch, order):
+    # attn_fwd_tc_kernel's single K and V buffers are refilled between barriers: a missing one shows here
+    kw = dict(B=1, H=2, Hk=1, M=70, N=200, d=64, off=130, causal=True, pe=2, kpm=True, window=100, seed=12)
+    base = Attn(lib, E.F16, **kw)
+    assert fwd_kernel(lib, base) == "tensor-core"
+    want = base.forward()
+    monkeypatch.setenv("WAVEPE_EMU_ORDER", order)
+    for x, y in zip(want, Attn(lib, E.F16, **kw).forward()):
+        np.testing.assert_array_equal(x, y)
 
 
 def test_backward_is_deterministic(lib):

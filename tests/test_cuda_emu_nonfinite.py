@@ -60,7 +60,8 @@ def assert_same_nonfinite(got, want, dtype, terms, what):
        extra=st.integers(0, 40), causal=st.booleans(), bad=st.sampled_from(BAD), padded=st.booleans(),
        splits=st.integers(1, 3), where=st.sampled_from(["q", "k", "v"]))
 def test_forward_planted_values_match_oracle(lib, data, dtype, pe, m, extra, causal, bad, padded, splits, where):
-    b, h, hk, d = 1, 2, 1, 16
+    b, h, hk = 1, 2, 1
+    d = data.draw(st.sampled_from([16, 64]))  # 64: bf16/fp16 without a table run attn_fwd_tc_kernel
     n = m + extra
     seed = data.draw(st.integers(0, 2**16))
     rng = np.random.default_rng(seed)
@@ -145,6 +146,39 @@ def test_causal_band_garbage_reaches_only_rows_that_see_it(lib, dtype, bad, spli
     v[0, :, key] = bad
     prob = Attn(lib, dtype, **kw, inputs={"k": k, "v": v})
     assert_same_nonfinite(prob.forward()[0], oracle_forward(prob), dtype, n, "out")
+
+
+@pytest.mark.parametrize("dtype", [E.BF16, E.F16], ids=DTYPE_IDS.get)
+@pytest.mark.parametrize("bad", [float("nan"), float("inf")])
+@pytest.mark.parametrize("pe,splits", [(0, 1), (2, 2)])
+def test_tensor_core_forward_keeps_garbage_where_it_belongs(lib, dtype, bad, pe, splits):
+    """attn_fwd_tc_kernel (head_dim 64, no table): padded keys and keys after every query holding
+    garbage change no bit of out and lse; a key in the causal band of a 64-key block (seen by the
+    later rows of its warp only) leaves the rows before it as they were (up to rounding: that warp
+    sums the block key by key) and the rows that see it follow the oracle."""
+    from .test_cuda_emu import fwd_kernel
+
+    m, n, d, key = 70, 150, 64, 110  # queries at 80..149: key 110 is in warp 1's rows of the first block
+    kpm = np.zeros((1, n), bool)
+    kpm[0, [3, 70, 100]] = True
+    kw = dict(B=1, H=2, Hk=1, M=m, N=n, d=d, off=80, causal=True, pe=pe, kpm=kpm, seed=13, splits=splits)
+    base = Attn(lib, dtype, **kw)
+    assert fwd_kernel(lib, base) == "tensor-core"
+    runs = {}
+    for name, at in (("clean", None), ("masked", kpm[0]), ("band", np.arange(n) == key)):
+        k, v = base.k.copy(), base.v.copy()
+        if at is not None:
+            k[0, :, at] = bad
+            v[0, :, at] = bad
+        runs[name] = Attn(lib, dtype, **kw, inputs={"k": k, "v": v})
+        runs[name].result = runs[name].forward()
+    for got, want in zip(runs["masked"].result, runs["clean"].result):
+        assert np.array_equal(got, want) and np.isfinite(got).all(), "masked keys reached the outputs"
+    before = key - 80  # query rows before the key
+    for i, (name, terms) in enumerate((("out", n), ("lse", d))):
+        assert_same_nonfinite(runs["band"].result[i][:, :, :before], runs["clean"].result[i][:, :, :before],
+                              dtype if name == "out" else E.F32, terms, f"{name}: rows before the key")
+    assert_same_nonfinite(runs["band"].result[0], oracle_forward(runs["band"]), dtype, n, "out")
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS.get)

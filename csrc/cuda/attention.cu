@@ -48,6 +48,94 @@ struct FwdLayout {
     }
 };
 
+// The online softmax of one key block for a warp's 16 rows (lanes' rows g, g + 8: ri = 0, 1): s holds
+// the block's scores in the log2 domain, masked ones -inf; they become P = exp2(s - max) against the
+// rows' running max, and O and the running sum are rescaled to it.  In fp32 (fp64 for fp64).
+template <class A, int NT, int DT>
+WAVEPE_DEVICE void online_softmax(A (&s)[NT][4], A (&o)[DT][4], A (&row_max)[2], A (&row_sum)[2]) {
+#pragma unroll
+    for (int ri = 0; ri < 2; ++ri) {
+        A mx = neg_inf<A>();
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt) mx = max_(mx, max_(s[nt][2 * ri], s[nt][2 * ri + 1]));
+        mx = quad_max(mx);
+        const A new_max = max_(row_max[ri], mx);
+        const A ref = new_max == neg_inf<A>() ? A(0) : new_max;  // no key yet: keep everything 0
+        const A alpha = exp2_(row_max[ri] - ref);
+        row_max[ri] = new_max;
+        row_sum[ri] *= alpha;
+#pragma unroll
+        for (int dt = 0; dt < DT; ++dt) {
+            o[dt][2 * ri] *= alpha;
+            o[dt][2 * ri + 1] *= alpha;
+        }
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+            for (int e = 0; e < 2; ++e) {
+                s[nt][2 * ri + e] = exp2_(s[nt][2 * ri + e] - ref);
+                row_sum[ri] += s[nt][2 * ri + e];
+            }
+    }
+}
+
+// The end of a forward CTA for a warp's 16 query rows wm0 ..: out = O / sum and lse (natural log),
+// or, with split-KV, the split's partial (O normalised, lse, seen flag) into the workspace.
+template <class T, int DT>
+WAVEPE_DEVICE void write_rows(const AttnParams &p, const acc_t<T> (&o)[DT][4], const acc_t<T> (&row_max)[2],
+                              const acc_t<T> (&row_sum)[2], const bool (&seen)[2], int64_t b, int64_t h,
+                              int64_t split, int64_t wm0, int dt_active) {
+    using A = acc_t<T>;
+    const int t4 = threadIdx.x & 3;
+    const int64_t bh = b * p.a.heads + h;
+    const int64_t bh_count = p.a.batch * p.a.heads;
+#pragma unroll
+    for (int ri = 0; ri < 2; ++ri) {
+        const A sum = quad_sum(row_sum[ri]);
+        const bool row_seen = quad_any(seen[ri]);
+        const int64_t m = wm0 + frag_row(2 * ri);
+        if (m >= p.a.m) continue;
+        // sum > 0: the softmax; sum == 0: no key (0, lse -inf) or, in one pass, every
+        // visible score -inf (NaN, 0/0, as the oracle); sum NaN: a NaN score (NaN).
+        // A split's partial keeps -inf for "all -inf" (another split may see a finite
+        // score) and flags the row as seen for the combine.
+        // With mark_neg_inf, "every visible score -inf" is out 0, lse +inf instead (a code a finite
+        // row_max never gives: the ring merges such rows without reading them on the host).
+        const bool neg_inf_row = sum == A(0) && row_seen && p.num_splits == 1;
+        const bool marked = neg_inf_row && p.a.mark_neg_inf;
+        const bool nan_row = !(sum >= A(0)) || (neg_inf_row && !p.a.mark_neg_inf);
+        const A nan = A(NAN);
+        const A inv = sum > A(0) ? A(1) / sum : nan_row ? nan : A(0);
+        const A lse = sum > A(0) ? (row_max[ri] + log2_(sum)) * A(kLn2)
+                      : nan_row ? nan : marked ? -neg_inf<A>() : neg_inf<A>();
+        if (p.num_splits == 1) {
+            T *orow = static_cast<T *>(p.a.out) + b * p.a.out_strides[0] + h * p.a.out_strides[1] + m * p.a.out_strides[2];
+#pragma unroll
+            for (int dt = 0; dt < DT; ++dt)
+#pragma unroll
+                for (int e = 0; e < 2; ++e) {
+                    const int col = dt * 8 + 2 * t4 + e;
+                    if (dt < dt_active && col < p.a.d) orow[col] = from_acc<T>(o[dt][2 * ri + e] * inv);
+                }
+            if (t4 == 0) static_cast<A *>(p.a.lse)[bh * p.a.m + m] = lse;
+        } else {
+            const int64_t row = (split * bh_count + bh) * p.a.m + m;
+            A *wo = static_cast<A *>(p.work_o) + row * p.a.d;
+#pragma unroll
+            for (int dt = 0; dt < DT; ++dt)
+#pragma unroll
+                for (int e = 0; e < 2; ++e) {
+                    const int col = dt * 8 + 2 * t4 + e;
+                    if (dt < dt_active && col < p.a.d) wo[col] = o[dt][2 * ri + e] * inv;
+                }
+            if (t4 == 0) {
+                static_cast<A *>(p.work_lse)[row] = lse;
+                static_cast<uint8_t *>(p.work_seen)[row] = row_seen ? 1 : 0;
+            }
+        }
+    }
+}
+
 template <class T, int DMAX, int BM, int BN>
 __global__ void __launch_bounds__(BM * 2) attn_fwd_kernel(AttnParams p) {
     using A = acc_t<T>;
@@ -62,7 +150,7 @@ __global__ void __launch_bounds__(BM * 2) attn_fwd_kernel(AttnParams p) {
     A *Gs = reinterpret_cast<A *>(smem + L.plan.off[L.g]);
     uint8_t *kmask = smem + L.plan.off[L.mask];
     const int ld = tile_ld<T>(p.d_pad), gld = g_ld<A>(BN);
-    const int warp = threadIdx.x / 32, t4 = threadIdx.x & 3;
+    const int warp = threadIdx.x / 32;
     const int ksteps = int(p.d_pad / 16), dt_active = int(ceil_div(p.a.d, 8));
     A *pscr = reinterpret_cast<A *>(smem + L.plan.off[L.pscr]) + warp * rb_scratch_elems<T>(BN);
     int64_t *const rlo = reinterpret_cast<int64_t *>(smem + L.plan.off[L.rows]), *const rhi = rlo + BM;
@@ -175,82 +263,243 @@ __global__ void __launch_bounds__(BM * 2) attn_fwd_kernel(AttnParams p) {
         }
         scores_log2(s, p, wm0, n0, kmask, rlo + 16 * warp, rhi + 16 * warp, scale_log2, slope_log2, seen);
 
-#pragma unroll
-        for (int ri = 0; ri < 2; ++ri) {
-            A mx = neg_inf<A>();
-#pragma unroll
-            for (int nt = 0; nt < NT; ++nt) mx = max_(mx, max_(s[nt][2 * ri], s[nt][2 * ri + 1]));
-            mx = quad_max(mx);
-            const A new_max = max_(row_max[ri], mx);
-            const A ref = new_max == neg_inf<A>() ? A(0) : new_max;  // no key yet: keep everything 0
-            const A alpha = exp2_(row_max[ri] - ref);
-            row_max[ri] = new_max;
-            row_sum[ri] *= alpha;
-#pragma unroll
-            for (int dt = 0; dt < DT; ++dt) {
-                o[dt][2 * ri] *= alpha;
-                o[dt][2 * ri + 1] *= alpha;
-            }
-#pragma unroll
-            for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-                for (int e = 0; e < 2; ++e) {
-                    s[nt][2 * ri + e] = exp2_(s[nt][2 * ri + e] - ref);
-                    row_sum[ri] += s[nt][2 * ri + e];
-                }
-        }
+        online_softmax<A, NT, DT>(s, o, row_max, row_sum);
         // P V (the band's keys row by row where they hold inf/NaN)
         warp_rb_masked<T, NT, DT>(o, s, Vs, ld, 0, dt_active, pscr, p, n0, rlo + 16 * warp, rhi + 16 * warp, rlo[0],
                                   rhi[BM - 1]);
     }
 
     if (!warp_rows) return;  // after the last barrier
-    const int64_t bh_count = p.a.batch * p.a.heads;
+    write_rows<T, DT>(p, o, row_max, row_sum, seen, b, h, split, wm0, dt_active);
+}
+
+// ---- the tensor-core forward of the models' head dims ---------------------------------------
+// bf16/fp16, head_dim 64 or 128, 16-byte rows, no relative table (no bias, ALiBi; soft-cap, window,
+// padding, documents and split-KV alike: use_tc_forward): the FlashAttention-2 loop.  A CTA owns 64
+// query rows (warp w: 16w .. 16w+15) and walks key blocks of 64 keys (128 at head_dim 64):
+//   * each warp's Q fragments are loaded once, by ldmatrix, into registers;
+//   * K and V have one buffer each: V's copies are in flight while S = Q K^T is computed, the next
+//     block's K's while O += P V is -- two barriers per key block, one cp.async group in flight;
+//   * K's and V's fragments come by ldmatrix (.trans for V) from rows padded by 16 bytes, so that
+//     the 8 rows each 8-lane phase reads start 4 banks apart: no bank conflict, on loads or on the
+//     16-byte copies (a quarter-warp writes 128 contiguous bytes of one row);
+//   * the CTA's key blocks are taken in two loops.  The interior blocks -- every query row of the
+//     CTA sees every key, no padding mask, no ALiBi or soft-cap -- run a loop with nothing else:
+//     copies without per-row tests, no mask, the scale folded into the exponent's FFMA, P V on the
+//     tensor cores without the non-finite check (no row is masked).  The others (the causal
+//     diagonal, a window's or document's edges, padding, ALiBi, soft-cap, the last partial block)
+//     run first, through scores_log2 and warp_rb_masked as in attn_fwd_kernel, whose softmax, key
+//     ranges, zero rows, split-KV partials and ends (write_rows) this kernel shares.
+template <class T, int D>
+struct TcFwdLayout {
+    // head_dim 64: 128 keys a block, so that the per-block softmax and O rescale weigh as at 128
+    static constexpr int BM = 64, BN = D <= 64 ? 128 : 64, LD = D + int(16 / sizeof(T));
+    SmemPlan plan;
+    int q, k, v, mask, rows;
+    __host__ __device__ TcFwdLayout() {
+        q = plan.add(sizeof(T) * BM * LD);
+        k = plan.add(sizeof(T) * BN * LD);
+        v = plan.add(sizeof(T) * BN * LD);
+        mask = plan.add(BN);
+        rows = plan.add(2 * BM * sizeof(int64_t));  // each query row's keys [lo, hi)
+    }
+};
+
+// Rows 0 .. R-1 of a tile (row stride LD) from src + r * stride, every row present, by cp.async in
+// 16-byte chunks: consecutive threads take consecutive chunks of a row.  NTHREADS threads.
+template <class T, int R, int D, int LD, int NTHREADS>
+WAVEPE_DEVICE void load_rows_async(T *dst, const T *src, int64_t stride) {
+    constexpr int V = 16 / int(sizeof(T)), CPR = D / V, RSTEP = NTHREADS / CPR;
+    static_assert(NTHREADS % CPR == 0 && R % RSTEP == 0, "whole rows per round, whole rounds");
+    const int r0 = int(threadIdx.x) / CPR, c = (int(threadIdx.x) % CPR) * V;
+    const T *from = src + r0 * stride + c;  // a pointer stepped by RSTEP rows: no 64-bit multiply per chunk
+    const int64_t step = RSTEP * stride;
+#pragma unroll
+    for (int it = 0; it < R / RSTEP; ++it, from += step) cp_async16(dst + (r0 + it * RSTEP) * LD + c, from, true);
+}
+
+// online_softmax for raw scores s = q . k of a block every row sees unmasked: the log2-domain scale
+// folded into the exponent (P = exp2(s scale_log2 - max), one FFMA; scale_log2 > 0 keeps the max).
+template <int NT, int DT>
+WAVEPE_DEVICE void online_softmax_scaled(float (&s)[NT][4], float (&o)[DT][4], float (&row_max)[2],
+                                         float (&row_sum)[2], float scale_log2) {
 #pragma unroll
     for (int ri = 0; ri < 2; ++ri) {
-        const A sum = quad_sum(row_sum[ri]);
-        const bool row_seen = quad_any(seen[ri]);
-        const int64_t m = wm0 + frag_row(2 * ri);
-        if (m >= p.a.m) continue;
-        // sum > 0: the softmax; sum == 0: no key (0, lse -inf) or, in one pass, every
-        // visible score -inf (NaN, 0/0, as the oracle); sum NaN: a NaN score (NaN).
-        // A split's partial keeps -inf for "all -inf" (another split may see a finite
-        // score) and flags the row as seen for the combine.
-        // With mark_neg_inf, "every visible score -inf" is out 0, lse +inf instead (a code a finite
-        // row_max never gives: the ring merges such rows without reading them on the host).
-        const bool neg_inf_row = sum == A(0) && row_seen && p.num_splits == 1;
-        const bool marked = neg_inf_row && p.a.mark_neg_inf;
-        const bool nan_row = !(sum >= A(0)) || (neg_inf_row && !p.a.mark_neg_inf);
-        const A nan = A(NAN);
-        const A inv = sum > A(0) ? A(1) / sum : nan_row ? nan : A(0);
-        const A lse = sum > A(0) ? (row_max[ri] + log2_(sum)) * A(kLn2)
-                      : nan_row ? nan : marked ? -neg_inf<A>() : neg_inf<A>();
-        if (p.num_splits == 1) {
-            T *orow = static_cast<T *>(p.a.out) + b * p.a.out_strides[0] + h * p.a.out_strides[1] + m * p.a.out_strides[2];
+        float mx = neg_inf<float>();
 #pragma unroll
-            for (int dt = 0; dt < DT; ++dt)
+        for (int nt = 0; nt < NT; ++nt) mx = max_(mx, max_(s[nt][2 * ri], s[nt][2 * ri + 1]));
+        mx = quad_max(mx);
+        const float new_max = max_(row_max[ri], mx * scale_log2);
+        const float ref = new_max == neg_inf<float>() ? 0.0f : new_max;
+        const float alpha = exp2_(row_max[ri] - ref);
+        row_max[ri] = new_max;
+        row_sum[ri] *= alpha;
 #pragma unroll
-                for (int e = 0; e < 2; ++e) {
-                    const int col = dt * 8 + 2 * t4 + e;
-                    if (dt < dt_active && col < p.a.d) orow[col] = from_acc<T>(o[dt][2 * ri + e] * inv);
-                }
-            if (t4 == 0) static_cast<A *>(p.a.lse)[bh * p.a.m + m] = lse;
-        } else {
-            const int64_t row = (split * bh_count + bh) * p.a.m + m;
-            A *wo = static_cast<A *>(p.work_o) + row * p.a.d;
+        for (int dt = 0; dt < DT; ++dt) {
+            o[dt][2 * ri] *= alpha;
+            o[dt][2 * ri + 1] *= alpha;
+        }
 #pragma unroll
-            for (int dt = 0; dt < DT; ++dt)
+        for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
-                for (int e = 0; e < 2; ++e) {
-                    const int col = dt * 8 + 2 * t4 + e;
-                    if (dt < dt_active && col < p.a.d) wo[col] = o[dt][2 * ri + e] * inv;
-                }
-            if (t4 == 0) {
-                static_cast<A *>(p.work_lse)[row] = lse;
-                static_cast<uint8_t *>(p.work_seen)[row] = row_seen ? 1 : 0;
+            for (int e = 0; e < 2; ++e) {
+                s[nt][2 * ri + e] = exp2_(fmaf(s[nt][2 * ri + e], scale_log2, -ref));
+                row_sum[ri] += s[nt][2 * ri + e];
             }
+    }
+}
+
+// S (16 x 8 NT) = the warp's Q fragments . K^T, K fragments by ldmatrix from krow (the lane's
+// address in the K tile: key row (l % 8) + 8 (l / 16), columns 8 ((l / 8) % 2) ..).
+template <class T, int NT, int KS, int LD>
+WAVEPE_DEVICE void qk_products(float (&s)[NT][4], const uint32_t (&qf)[KS][4], const T *krow) {
+    zero_frags(s);
+#pragma unroll
+    for (int ks = 0; ks < KS; ++ks)
+#pragma unroll
+        for (int np = 0; np < NT / 2; ++np) {
+            uint32_t kf[4];
+            ldmatrix_x4(kf, krow + np * 16 * LD + ks * 16);
+            mma16816<T>(s[2 * np], qf[ks], kf);
+            mma16816<T>(s[2 * np + 1], qf[ks], kf + 2);
+        }
+}
+
+template <class T, int D>
+__global__ void __launch_bounds__(128) attn_fwd_tc_kernel(AttnParams p) {
+    using A = acc_t<T>;
+    using Lay = TcFwdLayout<T, D>;
+    constexpr int BM = Lay::BM, BN = Lay::BN, LD = Lay::LD, NT = BN / 8, DT = D / 8, KS = D / 16;
+    static_assert(Traits<T>::kTensorCore && NT % 2 == 0, "the tensor-core forward takes bf16/fp16, 16-key pairs");
+    WAVEPE_SHARED_BASE(smem);
+    const Lay L;
+    T *const Qs = reinterpret_cast<T *>(smem + L.plan.off[L.q]);
+    T *const Ks = reinterpret_cast<T *>(smem + L.plan.off[L.k]);
+    T *const Vs = reinterpret_cast<T *>(smem + L.plan.off[L.v]);
+    uint8_t *const kmask = smem + L.plan.off[L.mask];
+    int64_t *const rlo = reinterpret_cast<int64_t *>(smem + L.plan.off[L.rows]), *const rhi = rlo + BM;
+    const int warp = threadIdx.x / 32, lane = threadIdx.x & 31;
+
+    int64_t bid = blockIdx.x;
+    const int64_t mblocks = ceil_div(p.a.m, BM);
+    const int64_t mb = mblocks - 1 - bid % mblocks;  // heavier (later) query blocks first
+    bid /= mblocks;
+    const int64_t split = bid % p.num_splits, bh = bid / p.num_splits;
+    const int64_t b = bh / p.a.heads, h = bh % p.a.heads, hk = h / p.group;
+    const int64_t m0 = mb * BM, wm0 = m0 + 16 * warp;
+    const T *qg = static_cast<const T *>(p.a.q) + b * p.a.q_strides[0] + h * p.a.q_strides[1];
+    const T *kg = static_cast<const T *>(p.a.k) + b * p.a.k_strides[0] + hk * p.a.k_strides[1];
+    const T *vg = static_cast<const T *>(p.a.v) + b * p.a.v_strides[0] + hk * p.a.v_strides[1];
+    const int64_t kstride = p.a.k_strides[2], vstride = p.a.v_strides[2];
+    const A scale_log2 = A(p.a.scale) * A(kLog2e), slope_log2 = head_slope<T>(p, h) * A(kLog2e);
+
+    load_row_keys(rlo, rhi, BM, p, b, m0);
+    __syncthreads();
+    int64_t kb_begin = p.kb_first + split * p.blocks_per_split, kb_end = 0;
+    {
+        const int64_t cta_lo = rlo[0], cta_hi = rhi[BM - 1];
+        const int64_t kb_stop = cta_hi > cta_lo ? ceil_div(cta_hi, BN) : 0;
+        kb_end = kb_begin + p.blocks_per_split < kb_stop ? kb_begin + p.blocks_per_split : kb_stop;
+        if (kb_begin < cta_lo / BN) kb_begin = cta_lo / BN;
+    }
+    // the interior blocks [ib, ie): keys every row sees (from the last row's first key to the first
+    // row's last, all < N), nothing but the scale to apply (CTA-uniform)
+    int64_t ib = kb_end, ie = kb_end;
+    if (p.pos_enc == WAVEPE_CUDA_PE_NONE && !(p.cap_log2 > 0.0) && p.a.key_padding_mask == nullptr &&
+        m0 + BM <= p.a.m && kb_begin < kb_end) {
+        const int64_t hi = rhi[0] < p.a.n ? rhi[0] : p.a.n;
+        ib = ceil_div(rlo[BM - 1], BN) > kb_begin ? ceil_div(rlo[BM - 1], BN) : kb_begin;
+        ie = hi / BN < kb_end ? hi / BN : kb_end;
+        if (ie < ib) ib = ie = kb_end;
+    }
+    // the steps: the other blocks first ([kb_begin, ib), then [ie, kb_end)), then the interior ones
+    const int64_t n_head = ib - kb_begin, n_other = n_head + (kb_end - ie), n_steps = n_other + (ie - ib);
+    auto block_of = [=](int64_t t) { return t < n_head ? kb_begin + t : t < n_other ? ie + (t - n_head) : ib + (t - n_other); };
+
+    A o[DT][4];
+    zero_frags(o);
+    A row_max[2] = {neg_inf<A>(), neg_inf<A>()}, row_sum[2] = {A(0), A(0)};
+    bool seen[2] = {false, false};
+    const bool warp_rows = wm0 < p.a.m;
+
+    if (n_steps > 0) {  // CTA-uniform
+        auto k_row = [&](int64_t n0) {
+            return [=, &p](int r) -> const T * {
+                const int64_t n = n0 + r;
+                return key_row_seen(p, b, n, rlo[0], rhi[BM - 1]) ? kg + n * kstride : nullptr;
+            };
+        };
+        auto v_row = [&](int64_t n0) {
+            return [=, &p](int r) -> const T * {
+                const int64_t n = n0 + r;
+                return key_row_seen(p, b, n, rlo[0], rhi[BM - 1]) ? vg + n * vstride : nullptr;
+            };
+        };
+        load_tile_async(Qs, LD, BM, D, D, [&](int r) -> const T * {
+            const int64_t m = m0 + r;
+            return m < p.a.m ? qg + m * p.a.q_strides[2] : nullptr;
+        });
+        load_tile_async(Ks, LD, BN, D, D, k_row(block_of(0) * BN));
+        load_key_mask(kmask, BN, p, b, block_of(0) * BN);
+        cp_async_commit();
+        cp_async_wait<0>();
+        __syncthreads();
+        // the warp's Q fragments: lane l addresses row l % 16, columns 8 (l / 16) .. of each 16-column step
+        uint32_t qf[KS][4];
+        {
+            const T *qrow = Qs + (16 * warp + (lane & 15)) * LD + 8 * (lane >> 4);
+#pragma unroll
+            for (int ks = 0; ks < KS; ++ks) ldmatrix_x4(qf[ks], qrow + 16 * ks);
+        }
+        const T *const krow = Ks + ((lane & 7) + 8 * (lane >> 4)) * LD + 8 * ((lane >> 3) & 1);
+
+        // the blocks with masks, padding, ALiBi or a soft-cap
+        for (int64_t t = 0; t < n_other; ++t) {
+            const int64_t n0 = block_of(t) * BN;
+            load_tile_async(Vs, LD, BN, D, D, v_row(n0));  // V's buffer is free: the last barrier passed
+            cp_async_commit();
+            // warp-uniform: does some row of the warp see a key of the block?
+            const bool active = warp_rows && n0 < rhi[16 * warp + 15] && n0 + BN > rlo[16 * warp];
+            A s[NT][4];
+            qk_products<T, NT, KS, LD>(s, qf, krow);  // (an inactive warp's are not used)
+            if (active) {
+                scores_log2(s, p, wm0, n0, kmask, rlo + 16 * warp, rhi + 16 * warp, scale_log2, slope_log2, seen);
+                online_softmax<A, NT, DT>(s, o, row_max, row_sum);
+            }
+            cp_async_wait<0>();
+            __syncthreads();  // V has landed; K and the key mask are consumed
+            if (t + 1 < n_steps) {
+                const int64_t next = block_of(t + 1) * BN;
+                load_tile_async(Ks, LD, BN, D, D, k_row(next));
+                load_key_mask(kmask, BN, p, b, next);
+            }
+            cp_async_commit();
+            if (active)
+                warp_rb_masked<T, NT, DT>(o, s, Vs, LD, 0, DT, nullptr, p, n0, rlo + 16 * warp, rhi + 16 * warp, rlo[0],
+                                          rhi[BM - 1]);
+            cp_async_wait<0>();
+            __syncthreads();  // the next K has landed; V is consumed
+        }
+        // the interior blocks: every warp active, every key seen
+        if (ie > ib) seen[0] = seen[1] = true;
+        for (int64_t t = n_other; t < n_steps; ++t) {
+            const int64_t n0 = (ib + (t - n_other)) * BN;
+            load_rows_async<T, BN, D, LD, 4 * 32>(Vs, vg + n0 * vstride, vstride);
+            cp_async_commit();
+            A s[NT][4];
+            qk_products<T, NT, KS, LD>(s, qf, krow);
+            online_softmax_scaled<NT, DT>(s, o, row_max, row_sum, scale_log2);
+            cp_async_wait<0>();
+            __syncthreads();  // V has landed; K is consumed
+            if (t + 1 < n_steps) load_rows_async<T, BN, D, LD, 4 * 32>(Ks, kg + (n0 + BN) * kstride, kstride);
+            cp_async_commit();
+            warp_rb<T, NT, DT>(o, s, Vs, LD, DT, nullptr);
+            cp_async_wait<0>();
+            __syncthreads();  // the next K has landed; V is consumed
         }
     }
+    if (!warp_rows) return;  // after the last barrier
+    write_rows<T, DT>(p, o, row_max, row_sum, seen, b, h, split, wm0, DT);
 }
 
 // Merge the splits of each row in split order: lse = log sum_s exp(lse_s),
@@ -331,17 +580,32 @@ AttnParams attention_params(const wavepe_attention_args *a) {
 
 namespace {
 
-template <class T>
+// Does the call run on the tensor-core loop (attn_fwd_tc_kernel)?  bf16/fp16, head_dim 64 or 128
+// (its unrolled tiles), q, k, v rows on 16 bytes (cp.async, ldmatrix), no relative table.
+bool use_tc_forward(const AttnParams &p) {
+    return (p.a.dtype == WAVEPE_BF16 || p.a.dtype == WAVEPE_F16) && (p.a.d == 64 || p.a.d == 128) && p.vec_q &&
+           p.vec_k && p.vec_v && p.pos_enc != WAVEPE_CUDA_PE_TABLE;
+}
+
+// The tiles of the kernel that runs a call: rows and keys per CTA and key block.
 struct FwdDims {
     int bm, bn;
 };
-template <class T>
-FwdDims<T> fwd_dims(int64_t d) {
-    switch (dmax_bucket(d)) {
-    case 64: return {FwdCfg<T, 64>::BM, FwdCfg<T, 64>::BN};
-    case 128: return {FwdCfg<T, 128>::BM, FwdCfg<T, 128>::BN};
-    }
-    return {FwdCfg<T, 256>::BM, FwdCfg<T, 256>::BN};
+FwdDims fwd_dims(const AttnParams &p) {
+    if (use_tc_forward(p))
+        return p.a.d == 64 ? FwdDims{TcFwdLayout<__half, 64>::BM, TcFwdLayout<__half, 64>::BN}
+                           : FwdDims{TcFwdLayout<__half, 128>::BM, TcFwdLayout<__half, 128>::BN};
+    FwdDims out{64, 64};
+    dispatch_dtype(p.a.dtype, [&](auto tag) {
+        using T = decltype(tag);
+        switch (dmax_bucket(p.a.d)) {
+        case 64: out = {FwdCfg<T, 64>::BM, FwdCfg<T, 64>::BN}; break;
+        case 128: out = {FwdCfg<T, 128>::BM, FwdCfg<T, 128>::BN}; break;
+        default: out = {FwdCfg<T, 256>::BM, FwdCfg<T, 256>::BN};
+        }
+        return cudaSuccess;
+    });
+    return out;
 }
 
 // The key blocks of bn keys holding keys that some query can see (visible_keys): their count, and
@@ -353,37 +617,53 @@ int64_t visible_key_blocks(const wavepe_attention_args *a, int64_t bn, int64_t *
     return hi > lo ? ceil_div(hi, bn) - lo / bn : 0;
 }
 
+// Split the visible key blocks of bn keys into p->num_splits ranges (fewer where the blocks run out);
+// the grid's CTAs, 0 when there is nothing to do.
+int64_t plan_splits(AttnParams *p, int bm, int bn) {
+    const int64_t kb_total = visible_key_blocks(&p->a, bn, &p->kb_first);
+    const int64_t splits = p->num_splits < 1 ? 1 : p->num_splits;
+    p->blocks_per_split = kb_total > 0 ? ceil_div(kb_total, splits) : 1;
+    p->num_splits = kb_total > 0 ? ceil_div(kb_total, p->blocks_per_split) : 1;
+    return p->a.batch * p->a.heads * ceil_div(p->a.m, bm) * p->num_splits;
+}
+
+// Launch a forward kernel of bm * 2 threads over its grid, then the combine of split-KV partials.
+template <class T, class K>
+cudaError_t launch_fwd_grid(K *kernel, const AttnParams &p, int64_t ctas, int bm, size_t smem, cudaStream_t stream) {
+    cudaError_t err = allow_dynamic_smem(kernel, smem);
+    if (err != cudaSuccess) return err;
+    err = launch(kernel, dim3(unsigned(ctas)), dim3(unsigned(bm * 2)), smem, stream, p);
+    if (err != cudaSuccess || p.num_splits == 1) return err;
+    const int64_t rows = p.a.batch * p.a.heads * p.a.m;
+    return launch(attn_combine_kernel<T>, dim3(unsigned(ceil_div(rows, 4))), dim3(128), 0, stream, p);
+}
+
+template <class T, int D>
+cudaError_t launch_fwd_tc(AttnParams p, cudaStream_t stream) {
+    using Lay = TcFwdLayout<T, D>;
+    const int64_t ctas = plan_splits(&p, Lay::BM, Lay::BN);
+    if (ctas == 0) return cudaSuccess;
+    return launch_fwd_grid<T>(attn_fwd_tc_kernel<T, D>, p, ctas, Lay::BM, Lay().plan.total, stream);
+}
+
 template <class T, int DMAX>
 cudaError_t launch_fwd_cfg(AttnParams p, cudaStream_t stream) {
     constexpr int BM = FwdCfg<T, DMAX>::BM, BN = FwdCfg<T, DMAX>::BN;
-    const int64_t kb_total = visible_key_blocks(&p.a, BN, &p.kb_first);
-    int64_t splits = p.num_splits < 1 ? 1 : p.num_splits;
-    p.blocks_per_split = kb_total > 0 ? ceil_div(kb_total, splits) : 1;
-    splits = kb_total > 0 ? ceil_div(kb_total, p.blocks_per_split) : 1;
-    p.num_splits = splits;
-    const int64_t ctas = p.a.batch * p.a.heads * ceil_div(p.a.m, BM) * splits;
+    const int64_t ctas = plan_splits(&p, BM, BN);
     if (ctas == 0) return cudaSuccess;
     const bool table = p.pos_enc == WAVEPE_CUDA_PE_TABLE;
-    // double-buffer K/V with cp.async when rows are 16-byte aligned and the
-    // second buffers fit the device's shared memory
     // double-buffer K/V (and the table window) with cp.async when rows are
     // 16-byte aligned and the second buffers fit the device's shared memory
     p.async_kv = p.async_t = 0;
     int dev = 0, optin = 0;
-    if (p.vec_k && p.vec_v && kb_total > 1 && cudaGetDevice(&dev) == cudaSuccess &&
+    if (p.vec_k && p.vec_v && p.blocks_per_split > 1 && cudaGetDevice(&dev) == cudaSuccess &&
         cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) == cudaSuccess) {
         p.async_kv = FwdLayout<T, BM, BN>(p.d_pad, table, true, false).plan.total <= size_t(optin);
         p.async_t = p.async_kv && table && p.vec_t &&
                     FwdLayout<T, BM, BN>(p.d_pad, table, true, true).plan.total <= size_t(optin);
     }
     const FwdLayout<T, BM, BN> L(p.d_pad, table, p.async_kv != 0, p.async_t != 0);
-    auto kernel = attn_fwd_kernel<T, DMAX, BM, BN>;
-    cudaError_t err = allow_dynamic_smem(kernel, L.plan.total);
-    if (err != cudaSuccess) return err;
-    err = launch(kernel, dim3(unsigned(ctas)), dim3(BM * 2), L.plan.total, stream, p);
-    if (err != cudaSuccess || splits == 1) return err;
-    const int64_t rows = p.a.batch * p.a.heads * p.a.m;
-    return launch(attn_combine_kernel<T>, dim3(unsigned(ceil_div(rows, 4))), dim3(128), 0, stream, p);
+    return launch_fwd_grid<T>(attn_fwd_kernel<T, DMAX, BM, BN>, p, ctas, BM, L.plan.total, stream);
 }
 
 template <class T>
@@ -392,6 +672,9 @@ cudaError_t launch_fwd(AttnParams p, cudaStream_t stream) {
         if (dmax_bucket(p.a.d) == 64) return launch_fwd_cfg<T, 64>(p, stream);
         return launch_fwd_cfg<T, 128>(p, stream);
     } else {
+        if constexpr (Traits<T>::kTensorCore) {
+            if (use_tc_forward(p)) return p.a.d == 64 ? launch_fwd_tc<T, 64>(p, stream) : launch_fwd_tc<T, 128>(p, stream);
+        }
         switch (dmax_bucket(p.a.d)) {
         case 64: return launch_fwd_cfg<T, 64>(p, stream);
         case 128: return launch_fwd_cfg<T, 128>(p, stream);
@@ -402,11 +685,7 @@ cudaError_t launch_fwd(AttnParams p, cudaStream_t stream) {
 
 // Effective splits for a requested count (what the kernel will run).
 int64_t effective_splits(const wavepe_attention_args *a, int64_t want) {
-    int bn = 64;
-    dispatch_dtype(a->dtype, [&](auto tag) {
-        bn = fwd_dims<decltype(tag)>(a->d).bn;
-        return cudaSuccess;
-    });
+    const int64_t bn = fwd_dims(attention_params(a)).bn;
     int64_t first;
     const int64_t kb_total = visible_key_blocks(a, bn, &first);
     if (want <= 1 || kb_total <= 1) return 1;
@@ -418,6 +697,9 @@ size_t align256(size_t x) { return (x + 255) & ~size_t(255); }
 
 template <class T, int DMAX>
 size_t fwd_smem(const wavepe_attention_args *a) {
+    if constexpr (Traits<T>::kTensorCore && DMAX <= 128) {
+        if (use_tc_forward(attention_params(a))) return TcFwdLayout<T, DMAX>().plan.total;
+    }
     // the minimum: single-buffered K/V (the launcher double-buffers when more fits)
     const FwdLayout<T, FwdCfg<T, DMAX>::BM, FwdCfg<T, DMAX>::BN> L(ceil_div(a->d, 16) * 16, a->table != nullptr,
                                                                     false, false);
@@ -455,13 +737,8 @@ extern "C" int wavepe_cuda_attention_check(const wavepe_attention_args *a, int b
 
 extern "C" int64_t wavepe_cuda_attention_num_splits(const wavepe_attention_args *a) {
     if (a == nullptr || dtype_size(a->dtype) == 0 || a->d < 0 || a->n <= 0) return 1;
-    int bm = 64, bn = 64;
-    dispatch_dtype(a->dtype, [&](auto tag) {
-        const auto dims = fwd_dims<decltype(tag)>(a->d);
-        bm = dims.bm;
-        bn = dims.bn;
-        return cudaSuccess;
-    });
+    const FwdDims dims = fwd_dims(attention_params(a));
+    const int bm = dims.bm, bn = dims.bn;
     const int64_t ctas = a->batch * a->heads * ceil_div(a->m, bm);
     const int64_t sms = device_sm_count();
     int64_t first;
@@ -513,4 +790,9 @@ extern "C" size_t wavepe_cuda_attention_fwd_smem_bytes(const wavepe_attention_ar
         return cudaSuccess;
     });
     return bytes;
+}
+
+extern "C" const char *wavepe_cuda_attention_fwd_kernel(const wavepe_attention_args *a) {
+    if (a == nullptr) return nullptr;
+    return use_tc_forward(attention_params(a)) ? "tensor-core" : "general";
 }

@@ -258,6 +258,22 @@ WAVEPE_DEVICE void ldmatrix_x4_trans(uint32_t regs[4], const void *row_addr) {
 #endif
 }
 
+// Four 8x8 matrices of 16-bit values, as stored: lane 8i + r gives the address of row r of matrix
+// i (16-byte aligned); regs[i] = (M_i[lane/4][2 (lane%4)], M_i[lane/4][2 (lane%4) + 1]).  With the
+// four matrices rows 0-7 / 8-15 x columns k0..k0+7 / k0+8..k0+15 of a row-major tile (lane l: row
+// l % 16, column k0 + 8 (l / 16)) that is the A fragment of mma.m16n8k16; with rows n0..n0+7 of a
+// row-major [n][k] tile (the keys of S = Q K^T) at columns k0, k0+8 it is the B fragment of n0.
+WAVEPE_DEVICE void ldmatrix_x4(uint32_t regs[4], const void *row_addr) {
+#ifdef WAVEPE_CUDA_EMU
+    ::wavepe_emu::ldmatrix(regs, 4, false, row_addr);
+#else
+    const unsigned a = static_cast<unsigned>(__cvta_generic_to_shared(row_addr));
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(regs[0]), "=r"(regs[1]), "=r"(regs[2]), "=r"(regs[3])
+                 : "r"(a));
+#endif
+}
+
 // ---- launching ------------------------------------------------------------------------
 template <class... KArgs, class... Args>
 cudaError_t launch(void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
