@@ -94,8 +94,8 @@ MIX_CEILING = {
 # sm_90 (H100/H200): 65,536 registers per SM, allocated per warp in units of 256 (8 per thread); 228 KiB
 # of shared memory per SM, of which each CTA also takes 1 KiB reserved; at most 64 warps and 32 CTAs.
 SM_LIMITS = {"sm_90": {"regs": 65536, "smem": 228 * 1024, "cta_reserved": 1024, "warps": 64, "ctas": 32}}
-CTA_SHAPE = {  # (kernel, template arguments after the type): (threads, dynamic shared memory bytes)
-    ("attn_fwd_tc_kernel", "128"): (128, 53312), ("attn_fwd_tc_kernel", "64"): (128, 47232),
+CTA_SHAPE = {  # (kernel, template arguments after the type): (threads, the most dynamic shared memory: a table)
+    ("attn_fwd_tc_kernel", "128"): (128, 98368), ("attn_fwd_tc_kernel", "64"): (128, 93312),
 }
 WARPS_TARGET = {"attn_fwd_tc_kernel": 8}
 
@@ -111,6 +111,13 @@ def occupancy(regs: int, threads: int, smem: int, arch: str) -> tuple[int, int]:
     ctas = min(by_regs, by_smem, lim["warps"] // warps, lim["ctas"])
     return ctas, ctas * warps
 
+
+# A kernel's other outermost loops holding tensor-core instructions (tensor_loops), lightest first, each
+# with its ceiling: measured (sm_90, CUDA 13) + 0.5.  attn_fwd_tc_kernel: the interior blocks in the
+# table's band (the bias on the tensor cores; about 2 x 1.9k / 64 blocks a query block with the default
+# wavelet grid), then the blocks with masks, padding, ALiBi or a soft-cap (the causal diagonal: O(1) a
+# query block), beside the main loop's O(L / 64) unmasked blocks without bias.
+OTHER_LOOP_CEILING = {("attn_fwd_tc_kernel", "128"): (3.85, 18.0), ("attn_fwd_tc_kernel", "64"): (5.0, 30.5)}
 
 ENTRY = re.compile(r"ptxas info\s*: Compiling entry function '([^']+)' for '(sm_\w+)'")
 FRAME = re.compile(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads")
@@ -150,11 +157,11 @@ SASS_END = re.compile(r"^(@!?U?P[T0-9]+\s+)?(EXIT|RET|BRX|JMX)\b")
 TENSOR_OP = re.compile(r"\bH(?:G)?MMA\b")
 
 
-def main_loop_mix(body: str) -> tuple[int, int] | None:
-    """(instructions, tensor-core instructions) of the natural loop of a kernel's SASS that holds the most
-    HMMA/HGMMA (the smallest such loop on a tie), each instruction of the loop body counted once; None
-    when no loop holds one.  Blocks end at branches and exits; a back edge is a branch to an address at
-    or before its own; its loop is the header plus every block that reaches the branch without it."""
+def tensor_loops(body: str) -> list[tuple[int, int]]:
+    """(instructions, tensor-core instructions) of each outermost natural loop of a kernel's SASS that holds
+    HMMA/HGMMA, each instruction of the loop body counted once.  Blocks end at branches and exits; a back
+    edge is a branch to an address at or before its own; a loop is a header plus every block that reaches
+    one of the header's back edges without passing the header; an outermost loop is one inside no other."""
     ins = [(int(a, 16), t.strip()) for a, t in SASS_INS.findall(body)]
     index = {a: i for i, (a, _) in enumerate(ins)}
     leaders = {0}
@@ -179,20 +186,35 @@ def main_loop_mix(body: str) -> tuple[int, int] | None:
                 back_edges.append((k, target))
         if not ((bra and not bra.group(1)) or (end and not end.group(1))) and k + 1 < len(spans):
             preds[k + 1].add(k)
-    best = None
+    loops: dict[int, set[int]] = {}
     for tail, head in back_edges:
-        loop, todo = {head, tail}, [tail]
+        loop, todo = loops.setdefault(head, {head}), [tail]
+        loop.add(tail)
         while todo:
             x = todo.pop()
             if x != head:
                 for p in preds[x] - loop:
                     loop.add(p)
                     todo.append(p)
+    out = []
+    for head, loop in loops.items():
+        if any(other > loop for h, other in loops.items() if h != head):
+            continue  # nested in another loop
         size = sum(spans[x][1] - spans[x][0] for x in loop)
         tensor = sum(1 for x in loop for i in range(*spans[x]) if TENSOR_OP.search(ins[i][1]))
-        if tensor and (best is None or (tensor, -size) > (best[1], -best[0])):
-            best = (size, tensor)
-    return best
+        if tensor:
+            out.append((size, tensor))
+    return sorted(out, key=lambda st: ((st[0] - st[1]) / st[1], st[0]))
+
+
+def main_loop_mix(body: str) -> tuple[int, int] | None:
+    """(instructions, tensor-core instructions) of a kernel's main loop: of its outermost loops holding
+    tensor-core instructions (tensor_loops), the one with the fewest other instructions per tensor-core
+    instruction -- a kernel that takes its unmasked key blocks in a loop of their own (attn_fwd_tc_kernel)
+    spends nearly all its blocks there, the others (a diagonal, a band) O(1) a query block; a kernel with
+    one such loop is that loop.  None when no loop holds one."""
+    loops = tensor_loops(body)
+    return loops[0] if loops else None
 
 
 def sass_counts(lib: str, cuobjdump: str) -> dict[tuple[str, str], dict[str, int]]:
@@ -210,8 +232,9 @@ def sass_counts(lib: str, cuobjdump: str) -> dict[tuple[str, str], dict[str, int
         for i in range(1, len(funcs), 2):
             body = funcs[i + 1]
             c = {op: len(re.findall(r"\b%s\b" % op, body)) for op in ("HMMA", "HGMMA")}
-            loop = main_loop_mix(body) if c["HMMA"] or c["HGMMA"] else None
-            c["loop_ins"], c["loop_tc"] = loop or (0, 0)
+            loops = tensor_loops(body) if c["HMMA"] or c["HGMMA"] else []
+            c["loop_ins"], c["loop_tc"] = loops[0] if loops else (0, 0)
+            c["other_loops"] = loops[1:]  # (instructions, tensor-core instructions), lightest first
             counts[(funcs[i], arch.group(1))] = c
     return counts
 
@@ -278,6 +301,18 @@ def failures_of(r: dict, name: str) -> list[str]:
         elif mix > ceiling:
             out.append(f"{where}: main loop {mix:.1f} other instructions per tensor-core instruction, above its "
                        f"ceiling {ceiling} (target {MIX_TARGET[key[0]]}): the loop grew heavier")
+    if key and r["arch"] == MIX_ARCH and (r.get("other_loops") or key in OTHER_LOOP_CEILING):
+        mixes = [(ins - tc) / tc for ins, tc in r.get("other_loops", [])]
+        ceilings = OTHER_LOOP_CEILING.get(key)
+        if ceilings is None or len(ceilings) != len(mixes):
+            out.append(f"{where}: {len(mixes)} more loop(s) holding tensor-core instructions "
+                       f"({', '.join(f'{m:.1f}' for m in mixes)} other instructions per one), OTHER_LOOP_CEILING "
+                       f"lists {0 if ceilings is None else len(ceilings)} for {key}: one ceiling per loop")
+        else:
+            for m, c in zip(mixes, ceilings):
+                if m > c:
+                    out.append(f"{where}: a loop beside the main one has {m:.1f} other instructions per tensor-core "
+                               f"instruction, above its ceiling {c} (OTHER_LOOP_CEILING): it grew heavier")
     if key in CTA_SHAPE and r["arch"] in SM_LIMITS:
         ctas, warps = occupancy(r["regs"], *CTA_SHAPE[key], r["arch"])
         if warps < WARPS_TARGET[key[0]]:

@@ -614,9 +614,49 @@ def test_cuda_occupancy_model(monkeypatch):
 
     def rec(regs):
         return dict(src="attention.cu", arch="sm_90", regs=regs, stack=0, spill_st=0, spill_ld=0, smem=0, HMMA=128,
-                    HGMMA=0, loop_ins=128 * 3, loop_tc=128)
+                    HGMMA=0, loop_ins=128 * 3, loop_tc=128, other_loops=[(128 * 3, 128), (128 * 10, 128)])
 
     assert ck.failures_of(rec(219), fwd) == [] and ck.failures_of(rec(255), fwd) == []
     monkeypatch.setitem(ck.CTA_SHAPE, ("attn_fwd_tc_kernel", "128"), (threads, 120 * 1024))  # the old 118.8 KB
     (msg,) = ck.failures_of(rec(219), fwd)
     assert "1 CTAs, 4 warps per SM" in msg and "below the 8 warps" in msg
+
+
+SASS_TWO_LOOPS = """
+        /*0000*/                   MOV R1, c[0x0][0x28] ;
+        /*0010*/                   LDSM.16.M88.4 R4, [R2] ;
+        /*0020*/                   HMMA.16816.F32.BF16 R8, R4, R6, R8 ;
+        /*0030*/                   FMUL R9, R9, 0.5 ;
+        /*0040*/                   FMUL R9, R9, 0.5 ;
+        /*0050*/                   FMUL R9, R9, 0.5 ;
+        /*0060*/              @P1 BRA 0x10 ;
+        /*0070*/                   HMMA.16816.F32.BF16 R8, R4, R6, R8 ;
+        /*0080*/                   HMMA.16816.F32.BF16 R8, R4, R6, R8 ;
+        /*0090*/                   MUFU.EX2 R9, R9 ;
+        /*00a0*/              @P2 BRA 0x70 ;
+        /*00b0*/                   EXIT ;
+"""
+
+
+def test_cuda_static_model_takes_the_lightest_of_sibling_loops():
+    """A kernel whose unmasked blocks run a loop of their own (attn_fwd_tc_kernel): the main loop is the
+    lightest outermost loop holding tensor-core instructions; the others are held to OTHER_LOOP_CEILING."""
+    ck = _kernel_checks()
+    assert ck.tensor_loops(SASS_TWO_LOOPS) == [(4, 2), (6, 1)]  # 0x70..0xa0 (1 per HMMA), 0x10..0x60 (5)
+    assert ck.main_loop_mix(SASS_TWO_LOOPS) == (4, 2)
+    assert ck.tensor_loops(SASS_KERNEL) == [(10, 2)]  # a loop inside another is not a sibling
+    fwd = "attn_fwd_tc_kernel<__nv_bfloat16, 128>"
+    band, masked = ck.OTHER_LOOP_CEILING[("attn_fwd_tc_kernel", "128")]
+
+    def rec(*other_ins):
+        return dict(src="attention.cu", arch="sm_90", regs=200, stack=0, spill_st=0, spill_ld=0, smem=0, HMMA=300,
+                    HGMMA=0, loop_ins=300, loop_tc=100, other_loops=[(i, 100) for i in other_ins])
+
+    ok = (int(100 * (band + 1)), int(100 * (masked + 1)))
+    assert ck.failures_of(rec(*ok), fwd) == []
+    (msg,) = ck.failures_of(rec(ok[0], ok[1] + 100), fwd)
+    assert "beside the main one" in msg and "OTHER_LOOP_CEILING" in msg
+    (msg,) = ck.failures_of(rec(ok[0]), fwd)  # a loop gone (or one more): the table's line is stale
+    assert "one ceiling per loop" in msg
+    (msg,) = ck.failures_of(rec(500), "attn_fwd_kernel<__nv_bfloat16, 128, 64, 32>")
+    assert "one ceiling per loop" in msg

@@ -507,12 +507,13 @@ def check_attention(lib, dtype, *, backward=True, want_dtable=None, grad_lse=Fal
             want_dtable = prob.pe == 1
         grads = prob.backward(want_dtable, want_dslopes=prob.pe == 2, grad_lse=grad_lse)
         group = H // Hk
-        for name, terms in (("dq", N * d), ("dk", M * d * group), ("dv", M * group)):
+        # each dS term carries two d-long dot products, dP = dO . v and delta = dO . O, which cancel where P
+        # is 1 (a row with one key): 2 d counts beside the terms each gradient sums (hypothesis found
+        # M = N = 1, d = 30 above bounds counting d once (dk, fp64) or not at all (dtable, fp32))
+        for name, terms in (("dq", 2 * N * d), ("dk", 2 * M * d * group), ("dv", M * group)):
             assert_close(grads[name], want[name], dtype, terms, name, inner)
         if want_dtable:
-            # each dS term carries two d-long dot products (dP = dO . v, delta = dO . O) that cancel where
-            # P is 1 (a row with one key): d counts beside the B H M N terms, as N d does for dq
-            assert_close(grads["dtable"], want["dtable"], dtype, B * H * M * N * d, "dtable", inner)
+            assert_close(grads["dtable"], want["dtable"], dtype, 2 * B * H * M * N * d, "dtable", inner)
         if prob.pe == 2:
             # dS |r| summed over B M N terms: bounded by the magnitude of the parts of dS
             err = np.abs(grads["dslopes"] - want["dslopes"])
@@ -821,9 +822,10 @@ def test_attention_window_softcap_random_shapes(lib, dtype, B, Hk, group, M, N, 
 
 
 # ---- the tensor-core forward of the models' head dims ------------------------------------------
-# attn_fwd_tc_kernel (csrc/cuda/attention.cu: bf16/fp16, head_dim 64 or 128, 16-byte rows, no table):
-# whole and partial 64-row / 64-key blocks, the causal diagonal, offsets, GQA, padding, ALiBi, soft-cap,
-# windows, documents, split-KV decoding and rows that see no key.
+# attn_fwd_tc_kernel (csrc/cuda/attention.cu: bf16/fp16, head_dim 64 or 128, 16-byte rows): whole and
+# partial blocks, the causal diagonal, offsets, GQA, padding, ALiBi, soft-cap, windows, documents,
+# split-KV decoding, rows that see no key, and the relative table: a band narrower than the sequence
+# (interior blocks on one side or both), a table meeting every block, clamped edges.
 TC_CASES = [
     dict(B=1, H=2, Hk=1, M=130, N=130, d=128, off=0, causal=True, pe=0),
     dict(B=1, H=2, Hk=2, M=64, N=256, d=64, off=192, causal=True, pe=0),  # every tile interior but the last
@@ -833,6 +835,12 @@ TC_CASES = [
     dict(B=1, H=3, Hk=1, M=1, N=300, d=128, off=299, causal=True, pe=0, splits=3),
     dict(B=1, H=2, Hk=1, M=3, N=50, d=64, off=-10, causal=True, pe=0, kpm=True),
     dict(B=2, H=2, Hk=1, M=96, N=96, d=64, off=0, causal=True, pe=0, cu=[[0, 40, 41, 96], [0, 70, 70, 96]]),
+    dict(B=1, H=2, Hk=1, M=64, N=320, d=128, off=256, causal=True, pe=1, R=90, r_lo=0),  # band: the last 2 blocks
+    dict(B=1, H=2, Hk=2, M=130, N=300, d=64, off=100, causal=False, pe=1, R=100, r_lo=-50),  # interior both sides
+    dict(B=1, H=1, Hk=1, M=64, N=400, d=64, off=0, causal=False, pe=1, R=40, r_lo=-20),  # interior after the band
+    dict(B=1, H=1, Hk=1, M=70, N=140, d=128, off=40, causal=True, pe=1, R=9, r_lo=-3, clamp=True, kpm=True),
+    dict(B=1, H=2, Hk=1, M=100, N=200, d=64, off=100, causal=True, pe=1, R=150, r_lo=20, window=120, softcap=2.0),
+    dict(B=1, H=3, Hk=1, M=1, N=400, d=128, off=399, causal=True, pe=1, R=130, r_lo=0, splits=4),
 ]
 
 
@@ -848,15 +856,19 @@ def test_tensor_core_forward_matches_oracle(lib, dtype, case):
     prob = Attn(lib, dtype, seed=300 + case, **kw)
     assert fwd_kernel(lib, prob) == "tensor-core"
     # TcFwdLayout: a Q tile of 64 rows and K, V tiles of bn keys (128 at d = 64, else 64), rows of d + 8
-    # elements, bn key flags, 64 row ranges
-    d, bn = kw["d"], 128 if kw["d"] == 64 else 64
-    assert lib.wavepe_cuda_attention_fwd_smem_bytes(C.byref(prob.a)) == (64 + 2 * bn) * (d + 8) * 2 + bn + 64 * 16
+    # elements; with a table its window's 64 + bn rows and 4 warps' 16 x (bn / 2 + 8) fp32 bias; bn key
+    # flags, 64 row ranges
+    d, table = kw["d"], kw["pe"] == 1
+    bn = 128 if d == 64 else 64
+    rows = 64 + 2 * bn + (64 + bn if table else 0)
+    want = rows * (d + 8) * 2 + (4 * 16 * (bn // 2 + 8) * 4 if table else 0) + bn + 64 * 16
+    assert lib.wavepe_cuda_attention_fwd_smem_bytes(C.byref(prob.a)) == want
     check_attention(lib, dtype, backward=False, seed=300 + case, **kw)
 
 
 def test_tensor_core_forward_is_taken_only_where_it_applies(lib):
-    # a table, another head dim, rows not on 16 bytes, fp32: the general kernel
-    for dtype, kw in ((E.BF16, dict(d=128, pe=1, R=40)), (E.F16, dict(d=96, pe=0)), (E.BF16, dict(d=64, pe=0, row_pad=4)),
+    # another head dim, rows not on 16 bytes, fp32: the general kernel
+    for dtype, kw in ((E.F16, dict(d=96, pe=0)), (E.BF16, dict(d=64, pe=0, row_pad=4)),
                       (E.BF16, dict(d=256, pe=2)), (E.F32, dict(d=64, pe=0))):
         prob = Attn(lib, dtype, B=1, H=1, Hk=1, M=70, N=70, off=0, causal=True, **kw)
         assert fwd_kernel(lib, prob) == "general", kw
@@ -873,20 +885,38 @@ def test_occupancy_model_reads_the_launchers_shared_memory(lib):
     spec.loader.exec_module(ck)
     for d in (64, 128):
         threads, smem = ck.CTA_SHAPE[("attn_fwd_tc_kernel", str(d))]
-        prob = Attn(lib, E.BF16, B=1, H=1, Hk=1, M=70, N=70, d=d, off=0, causal=True, pe=0)
-        assert fwd_kernel(lib, prob) == "tensor-core" and threads == 128
-        assert lib.wavepe_cuda_attention_fwd_smem_bytes(C.byref(prob.a)) == smem
+        got = []
+        for pe in (0, 2, 1):  # the most with a table
+            prob = Attn(lib, E.BF16, B=1, H=1, Hk=1, M=70, N=70, d=d, off=0, causal=True, pe=pe, R=9)
+            assert fwd_kernel(lib, prob) == "tensor-core" and threads == 128
+            got.append(lib.wavepe_cuda_attention_fwd_smem_bytes(C.byref(prob.a)))
+        assert max(got) == got[-1] == smem
 
 
-@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+def test_tensor_core_forward_reads_shared_memory_without_bank_conflicts(lib):
+    # the emulator counts, for every ldmatrix (Q, K, V and the table window's fragments), the distinct
+    # words one bank serves in each 8-row wavefront: 1 everywhere, on every path of the kernel
+    lib.wavepe_emu_ldmatrix_bank_conflicts()  # reset
+    for d in (64, 128):
+        for pe in (0, 1, 2):
+            prob = Attn(lib, E.BF16, B=1, H=1, Hk=1, M=130, N=300, d=d, off=170, causal=True, pe=pe, R=100, kpm=pe == 2)
+            assert fwd_kernel(lib, prob) == "tensor-core"
+            prob.forward()
+            assert lib.wavepe_emu_ldmatrix_bank_conflicts() == 1, (d, pe)
+    # (unpadded rows, LD = d, give 8 at d = 64 and 128: every row of a matrix in the same 4 banks)
+
+
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(dtype=st.sampled_from([E.BF16, E.F16]), Hk=st.integers(1, 2), group=st.integers(1, 2),
        M=st.integers(1, 140), N=st.integers(1, 200), d=st.sampled_from([64, 128]), off=st.integers(-20, 150),
-       causal=st.booleans(), pe=st.sampled_from([0, 2]), kpm=st.booleans(), splits=st.integers(1, 3),
-       window=st.sampled_from([0, 0, 33, 90]), softcap=st.sampled_from([0.0, 0.0, 2.5]), seed=st.integers(0, 2**31))
-def test_tensor_core_forward_random_shapes(lib, dtype, Hk, group, M, N, d, off, causal, pe, kpm, splits, window,
-                                           softcap, seed):
+       causal=st.booleans(), pe=st.sampled_from([0, 1, 2]), R=st.integers(1, 160), r_lo=st.integers(-80, 40),
+       clamp=st.booleans(), kpm=st.booleans(), splits=st.integers(1, 3), window=st.sampled_from([0, 0, 33, 90]),
+       softcap=st.sampled_from([0.0, 0.0, 2.5]), seed=st.integers(0, 2**31))
+def test_tensor_core_forward_random_shapes(lib, dtype, Hk, group, M, N, d, off, causal, pe, R, r_lo, clamp, kpm,
+                                           splits, window, softcap, seed):
     check_attention(lib, dtype, backward=False, B=1, H=Hk * group, Hk=Hk, M=M, N=N, d=d, off=off, causal=causal,
-                    pe=pe, kpm=kpm, splits=splits, window=window, softcap=softcap, seed=seed)
+                    pe=pe, R=R, r_lo=r_lo, clamp=clamp, kpm=kpm, splits=splits, window=window, softcap=softcap,
+                    seed=seed)
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS.get)
@@ -930,9 +960,12 @@ def test_results_do_not_depend_on_thread_order(lib, monkeypatch, order):
 
 
 @pytest.mark.parametrize("order", ["reverse", "random"])
-def test_tensor_core_forward_does_not_depend_on_thread_order(lib, monkeypatch, order):
-    # attn_fwd_tc_kernel's single K and V buffers are refilled between barriers: a missing one shows here
-    kw = dict(B=1, H=2, Hk=1, M=70, N=200, d=64, off=130, causal=True, pe=2, kpm=True, window=100, seed=12)
+@pytest.mark.parametrize("pe", [2, 1])
+def test_tensor_core_forward_does_not_depend_on_thread_order(lib, monkeypatch, order, pe):
+    # attn_fwd_tc_kernel's single K, V (and window) buffers are refilled between barriers, each warp's
+    # bias scratch between __syncwarps: a missing one shows here
+    kw = dict(B=1, H=2, Hk=1, M=70, N=200, d=64, off=130, causal=True, pe=pe, R=80, r_lo=0, kpm=True, window=100,
+              seed=12)
     base = Attn(lib, E.F16, **kw)
     assert fwd_kernel(lib, base) == "tensor-core"
     want = base.forward()

@@ -61,7 +61,7 @@ def assert_same_nonfinite(got, want, dtype, terms, what):
        splits=st.integers(1, 3), where=st.sampled_from(["q", "k", "v"]))
 def test_forward_planted_values_match_oracle(lib, data, dtype, pe, m, extra, causal, bad, padded, splits, where):
     b, h, hk = 1, 2, 1
-    d = data.draw(st.sampled_from([16, 64]))  # 64: bf16/fp16 without a table run attn_fwd_tc_kernel
+    d = data.draw(st.sampled_from([16, 64]))  # 64: bf16/fp16 run attn_fwd_tc_kernel
     n = m + extra
     seed = data.draw(st.integers(0, 2**16))
     rng = np.random.default_rng(seed)
@@ -150,9 +150,9 @@ def test_causal_band_garbage_reaches_only_rows_that_see_it(lib, dtype, bad, spli
 
 @pytest.mark.parametrize("dtype", [E.BF16, E.F16], ids=DTYPE_IDS.get)
 @pytest.mark.parametrize("bad", [float("nan"), float("inf")])
-@pytest.mark.parametrize("pe,splits", [(0, 1), (2, 2)])
+@pytest.mark.parametrize("pe,splits", [(0, 1), (2, 2), (1, 1), (1, 2)])
 def test_tensor_core_forward_keeps_garbage_where_it_belongs(lib, dtype, bad, pe, splits):
-    """attn_fwd_tc_kernel (head_dim 64, no table): padded keys and keys after every query holding
+    """attn_fwd_tc_kernel (head_dim 64; with a table: its band's blocks, the rest interior): padded keys and keys after every query holding
     garbage change no bit of out and lse; a key in the causal band of a 64-key block (seen by the
     later rows of its warp only) leaves the rows before it as they were (up to rounding: that warp
     sums the block key by key) and the rows that see it follow the oracle."""
@@ -161,7 +161,7 @@ def test_tensor_core_forward_keeps_garbage_where_it_belongs(lib, dtype, bad, pe,
     m, n, d, key = 70, 150, 64, 110  # queries at 80..149: key 110 is in warp 1's rows of the first block
     kpm = np.zeros((1, n), bool)
     kpm[0, [3, 70, 100]] = True
-    kw = dict(B=1, H=2, Hk=1, M=m, N=n, d=d, off=80, causal=True, pe=pe, kpm=kpm, seed=13, splits=splits)
+    kw = dict(B=1, H=2, Hk=1, M=m, N=n, d=d, off=80, causal=True, pe=pe, kpm=kpm, seed=13, splits=splits, R=60, r_lo=0)
     base = Attn(lib, dtype, **kw)
     assert fwd_kernel(lib, base) == "tensor-core"
     runs = {}

@@ -23,6 +23,8 @@
 // ranges; each CTA writes its partial (O normalised, lse) to a workspace, and
 // a combine kernel merges the splits in order, so the result does not depend
 // on scheduling.
+#include <type_traits>
+
 #include "attention_tile.cuh"
 
 namespace wavepe_cuda {
@@ -274,36 +276,49 @@ __global__ void __launch_bounds__(BM * 2) attn_fwd_kernel(AttnParams p) {
 }
 
 // ---- the tensor-core forward of the models' head dims ---------------------------------------
-// bf16/fp16, head_dim 64 or 128, 16-byte rows, no relative table (no bias, ALiBi; soft-cap, window,
-// padding, documents and split-KV alike: use_tc_forward): the FlashAttention-2 loop.  A CTA owns 64
-// query rows (warp w: 16w .. 16w+15) and walks key blocks of 64 keys (128 at head_dim 64):
+// bf16/fp16, head_dim 64 or 128, 16-byte rows (every bias, soft-cap, window, padding, documents and
+// split-KV alike: use_tc_forward): the FlashAttention-2 loop.  A CTA owns 64 query rows (warp w:
+// 16w .. 16w+15) and walks key blocks of 64 keys (128 at head_dim 64):
 //   * each warp's Q fragments are loaded once, by ldmatrix, into registers;
 //   * K and V have one buffer each: V's copies are in flight while S = Q K^T is computed, the next
-//     block's K's while O += P V is -- two barriers per key block, one cp.async group in flight;
+//     block's K's (and its table window's) while O += P V is -- two barriers per key block, one
+//     cp.async group in flight;
 //   * K's and V's fragments come by ldmatrix (.trans for V) from rows padded by 16 bytes, so that
 //     the 8 rows each 8-lane phase reads start 4 banks apart: no bank conflict, on loads or on the
 //     16-byte copies (a quarter-warp writes 128 contiguous bytes of one row);
 //   * the CTA's key blocks are taken in two loops.  The interior blocks -- every query row of the
-//     CTA sees every key, no padding mask, no ALiBi or soft-cap -- run a loop with nothing else:
-//     copies without per-row tests, no mask, the scale folded into the exponent's FFMA, P V on the
-//     tensor cores without the non-finite check (no row is masked).  The others (the causal
-//     diagonal, a window's or document's edges, padding, ALiBi, soft-cap, the last partial block)
-//     run first, through scores_log2 and warp_rb_masked as in attn_fwd_kernel, whose softmax, key
-//     ranges, zero rows, split-KV partials and ends (write_rows) this kernel shares.
+//     CTA sees every key, no padding mask, no ALiBi or soft-cap, a window of table rows that are
+//     all outside the table (the wavelet's support ends at a few thousand distances) -- run a loop
+//     with nothing else: copies without per-row tests, no mask, no bias, the scale folded into the
+//     exponent's FFMA, P V on the tensor cores without the non-finite check (no row is masked).
+//     The others (the causal diagonal, a window's or document's edges, padding, ALiBi, soft-cap,
+//     the table's band, the last partial block) run first, through scores_log2 and warp_rb_masked
+//     as in attn_fwd_kernel, whose softmax, key ranges, zero rows, split-KV partials and ends
+//     (write_rows) this kernel shares;
+//   * a band block adds the table's bias q . T[r] on the tensor cores: G = Q_w T_win^T from the
+//     warp's Q fragments and the window's rows by ldmatrix, read back skewed through the warp's
+//     scratch (add_table_bias), only by the warps whose rows' window meets the table.
+// 64 keys a block (128 at head_dim 64, so that the per-block softmax and O rescale weigh as at 128).
+// With a table, the window's BM + BN rows and each warp's skewed bias of half a block, H (16 x BN / 2
+// fp32, rows HLD apart: HLD = 8 mod 32 banks, so that the float2 reads of a half-warp hit 32 distinct
+// banks); half a block keeps every configuration within the 99 KiB an sm_86 / sm_89 CTA may have.
 template <class T, int D>
 struct TcFwdLayout {
-    // head_dim 64: 128 keys a block, so that the per-block softmax and O rescale weigh as at 128
-    static constexpr int BM = 64, BN = D <= 64 ? 128 : 64, LD = D + int(16 / sizeof(T));
+    static constexpr int BM = 64, BN = D <= 64 ? 128 : 64, HC = BN / 2, LD = D + int(16 / sizeof(T)), HLD = HC + 8;
     SmemPlan plan;
-    int q, k, v, mask, rows;
-    __host__ __device__ TcFwdLayout() {
+    int q, k, v, t, h, mask, rows;
+    __host__ __device__ explicit TcFwdLayout(bool table) {
         q = plan.add(sizeof(T) * BM * LD);
         k = plan.add(sizeof(T) * BN * LD);
         v = plan.add(sizeof(T) * BN * LD);
+        t = plan.add(table ? sizeof(T) * (BM + BN) * LD : 0);
+        h = plan.add(table ? sizeof(float) * (BM / 16) * 16 * HLD : 0);
         mask = plan.add(BN);
         rows = plan.add(2 * BM * sizeof(int64_t));  // each query row's keys [lo, hi)
     }
 };
+
+
 
 // Rows 0 .. R-1 of a tile (row stride LD) from src + r * stride, every row present, by cp.async in
 // 16-byte chunks: consecutive threads take consecutive chunks of a row.  NTHREADS threads.
@@ -349,11 +364,10 @@ WAVEPE_DEVICE void online_softmax_scaled(float (&s)[NT][4], float (&o)[DT][4], f
     }
 }
 
-// S (16 x 8 NT) = the warp's Q fragments . K^T, K fragments by ldmatrix from krow (the lane's
+// S (16 x 8 NT) += the warp's Q fragments . K^T, K fragments by ldmatrix from krow (the lane's
 // address in the K tile: key row (l % 8) + 8 (l / 16), columns 8 ((l / 8) % 2) ..).
 template <class T, int NT, int KS, int LD>
 WAVEPE_DEVICE void qk_products(float (&s)[NT][4], const uint32_t (&qf)[KS][4], const T *krow) {
-    zero_frags(s);
 #pragma unroll
     for (int ks = 0; ks < KS; ++ks)
 #pragma unroll
@@ -365,20 +379,84 @@ WAVEPE_DEVICE void qk_products(float (&s)[NT][4], const uint32_t (&qf)[KS][4], c
         }
 }
 
+// The warp's relative-table bias of key columns [C0, C0 + HC) of a block of BN keys, skewed into its
+// scratch hw (16 x HC, row stride HLD): hw[r][c - C0] = q_r . T_win[16w + r - c + BN - 1] for the
+// warp's rows r, from G = Q_w T_win[16w + X0 .. 16w + X0 + HC + 15]^T, X0 = BN - C0 - HC, on the
+// tensor cores (Q fragments in registers; the window's fragments by ldmatrix from trow, the lane's
+// address as krow's, in the warp's rows of the window tile), two 8-column tiles of G at a time, each
+// element stored where the skew reads it (the 16 columns of G a row does not use are dropped).
+template <class T, int BN, int HC, int C0, int KS, int LD, int HLD>
+WAVEPE_DEVICE void window_bias(float *hw, const uint32_t (&qf)[KS][4], const T *trow) {
+    constexpr int GT = (HC + 16) / 8, X0 = BN - C0 - HC;
+    static_assert(GT % 2 == 0 && X0 >= 0, "pairs of 8-column tiles inside the window");
+#pragma unroll
+    for (int np = 0; np < GT / 2; ++np) {
+        float g[2][4];
+        zero_frags(g);
+#pragma unroll
+        for (int ks = 0; ks < KS; ++ks) {
+            uint32_t tf[4];
+            ldmatrix_x4(tf, trow + (X0 + np * 16) * LD + ks * 16);
+            mma16816<T>(g[0], qf[ks], tf);
+            mma16816<T>(g[1], qf[ks], tf + 2);
+        }
+#pragma unroll
+        for (int e = 0; e < 2; ++e)
+#pragma unroll
+            for (int i = 0; i < 4; ++i) {
+                const int r = frag_row(i), c = r + BN - 1 - (X0 + frag_col(2 * np + e, i)) - C0;
+                if (c >= 0 && c < HC) hw[r * HLD + c] = g[e][i];
+            }
+    }
+}
+
+// s[nt][i] += hw[row][column - C0] for the C fragments of columns [C0, C0 + HC) (float2 reads: a lane's
+// two columns are adjacent).
+template <int NT, int HC, int C0, int HLD>
+WAVEPE_DEVICE void add_window_bias(float (&s)[NT][4], const float *hw) {
+    const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+#pragma unroll
+    for (int nt = C0 / 8; nt < (C0 + HC) / 8; ++nt)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            float2 v;
+            copy8(&v, hw + (g + 8 * h) * HLD + nt * 8 - C0 + 2 * t);
+            s[nt][2 * h] += v.x;
+            s[nt][2 * h + 1] += v.y;
+        }
+}
+
+// The warp's relative-table bias of a key block added to its scores s, half a block at a time.
+template <class T, int BN, int KS, int LD, int HLD>
+WAVEPE_DEVICE void add_table_bias(float (&s)[BN / 8][4], float *hw, const uint32_t (&qf)[KS][4], const T *trow) {
+    constexpr int HC = BN / 2;
+    window_bias<T, BN, HC, 0, KS, LD, HLD>(hw, qf, trow);
+    __syncwarp();
+    add_window_bias<BN / 8, HC, 0, HLD>(s, hw);
+    __syncwarp();  // read before the next stores
+    window_bias<T, BN, HC, HC, KS, LD, HLD>(hw, qf, trow);
+    __syncwarp();
+    add_window_bias<BN / 8, HC, HC, HLD>(s, hw);
+    __syncwarp();
+}
+
 template <class T, int D>
 __global__ void __launch_bounds__(128) attn_fwd_tc_kernel(AttnParams p) {
     using A = acc_t<T>;
     using Lay = TcFwdLayout<T, D>;
-    constexpr int BM = Lay::BM, BN = Lay::BN, LD = Lay::LD, NT = BN / 8, DT = D / 8, KS = D / 16;
+    constexpr int BM = Lay::BM, BN = Lay::BN, LD = Lay::LD, HLD = Lay::HLD, NT = BN / 8, DT = D / 8, KS = D / 16;
     static_assert(Traits<T>::kTensorCore && NT % 2 == 0, "the tensor-core forward takes bf16/fp16, 16-key pairs");
     WAVEPE_SHARED_BASE(smem);
-    const Lay L;
+    const bool has_table = p.pos_enc == WAVEPE_CUDA_PE_TABLE;
+    const Lay L(has_table);
     T *const Qs = reinterpret_cast<T *>(smem + L.plan.off[L.q]);
     T *const Ks = reinterpret_cast<T *>(smem + L.plan.off[L.k]);
     T *const Vs = reinterpret_cast<T *>(smem + L.plan.off[L.v]);
+    T *const Ts = reinterpret_cast<T *>(smem + L.plan.off[L.t]);
     uint8_t *const kmask = smem + L.plan.off[L.mask];
     int64_t *const rlo = reinterpret_cast<int64_t *>(smem + L.plan.off[L.rows]), *const rhi = rlo + BM;
     const int warp = threadIdx.x / 32, lane = threadIdx.x & 31;
+    float *const hw = reinterpret_cast<float *>(smem + L.plan.off[L.h]) + warp * 16 * HLD;
 
     int64_t bid = blockIdx.x;
     const int64_t mblocks = ceil_div(p.a.m, BM);
@@ -402,19 +480,33 @@ __global__ void __launch_bounds__(128) attn_fwd_tc_kernel(AttnParams p) {
         kb_end = kb_begin + p.blocks_per_split < kb_stop ? kb_begin + p.blocks_per_split : kb_stop;
         if (kb_begin < cta_lo / BN) kb_begin = cta_lo / BN;
     }
-    // the interior blocks [ib, ie): keys every row sees (from the last row's first key to the first
-    // row's last, all < N), nothing but the scale to apply (CTA-uniform)
-    int64_t ib = kb_end, ie = kb_end;
-    if (p.pos_enc == WAVEPE_CUDA_PE_NONE && !(p.cap_log2 > 0.0) && p.a.key_padding_mask == nullptr &&
+    // The key blocks in the order taken: [kb_begin, ib) and [ie, kb_end), the blocks with masks,
+    // padding, ALiBi or a soft-cap; then, of the interior [ib, ie) -- keys every row sees (from the last
+    // row's first key to the first row's last, all < N), nothing to apply but the scale and the table's
+    // bias (CTA-uniform) --, the table's band [bb, be), then [ib, bb) and [be, ie).
+    int64_t ib = kb_end, ie = kb_end, bb = kb_end, be = kb_end;
+    if ((p.pos_enc == WAVEPE_CUDA_PE_NONE || has_table) && !(p.cap_log2 > 0.0) && p.a.key_padding_mask == nullptr &&
         m0 + BM <= p.a.m && kb_begin < kb_end) {
         const int64_t hi = rhi[0] < p.a.n ? rhi[0] : p.a.n;
         ib = ceil_div(rlo[BM - 1], BN) > kb_begin ? ceil_div(rlo[BM - 1], BN) : kb_begin;
         ie = hi / BN < kb_end ? hi / BN : kb_end;
-        if (ie < ib) ib = ie = kb_end;
+        if (ie <= ib) ib = ie = kb_end;
+        bb = be = ie;
+        if (has_table && ib < ie) {
+            // the band: blocks whose window (table rows c - n0 - BN + 1 .. c - n0 + BM - 1, c = q_offset +
+            // m0 - r_lo) meets the table's rows [0, R): n0 in [c - BN - R + 2, c + BM - 1], blocks
+            // ceil((c - BN - R + 2) / BN) .. floor((c + BM - 1) / BN); every block with clamped edges
+            const int64_t c = p.a.q_offset + m0 - p.a.r_lo;
+            bb = p.a.clamp ? ib : floor_div(c - p.a.table_rows + 1, BN);
+            be = p.a.clamp ? ie : floor_div(c + BM - 1, BN) + 1;
+            bb = bb < ib ? ib : bb > ie ? ie : bb;
+            be = be < bb ? bb : be > ie ? ie : be;
+        }
     }
-    // the steps: the other blocks first ([kb_begin, ib), then [ie, kb_end)), then the interior ones
-    const int64_t n_head = ib - kb_begin, n_other = n_head + (kb_end - ie), n_steps = n_other + (ie - ib);
-    auto block_of = [=](int64_t t) { return t < n_head ? kb_begin + t : t < n_other ? ie + (t - n_head) : ib + (t - n_other); };
+    const int64_t n_head = ib - kb_begin, n_other = n_head + (kb_end - ie), n_pre = bb - ib, n_pure = n_pre + (ie - be);
+    auto other_block = [=](int64_t t) { return t < n_head ? kb_begin + t : ie + (t - n_head); };
+    auto pure_block = [=](int64_t t) { return t < n_pre ? ib + t : be + (t - n_pre); };
+    const int64_t first_pure = n_pure > 0 ? pure_block(0) : -1, first_interior = bb < be ? bb : first_pure;
 
     A o[DT][4];
     zero_frags(o);
@@ -422,7 +514,7 @@ __global__ void __launch_bounds__(128) attn_fwd_tc_kernel(AttnParams p) {
     bool seen[2] = {false, false};
     const bool warp_rows = wm0 < p.a.m;
 
-    if (n_steps > 0) {  // CTA-uniform
+    if (n_other > 0 || first_interior >= 0) {  // CTA-uniform
         auto k_row = [&](int64_t n0) {
             return [=, &p](int r) -> const T * {
                 const int64_t n = n0 + r;
@@ -435,12 +527,26 @@ __global__ void __launch_bounds__(128) attn_fwd_tc_kernel(AttnParams p) {
                 return key_row_seen(p, b, n, rlo[0], rhi[BM - 1]) ? vg + n * vstride : nullptr;
             };
         };
+        // does key block j's window meet the table (then its BM + BN rows are staged with its K)?
+        auto block_bias = [&](int64_t j) {
+            const int64_t base = p.a.q_offset + m0 - j * BN - p.a.r_lo;
+            return has_table && table_rows_hit(p, base - (BN - 1), base + BM - 1);
+        };
+        auto window_row = [&](int64_t j) {
+            const int64_t base = p.a.q_offset + m0 - j * BN - p.a.r_lo;
+            return [=, &p](int w) -> const T * { return window_row_ptr<T>(p, base, BN, w); };
+        };
+        // K (and the window) of block j, rows tested one by one (any block)
+        auto load_k = [&](int64_t j) {
+            load_tile_async(Ks, LD, BN, D, D, k_row(j * BN));
+            if (block_bias(j)) load_tile_async(Ts, LD, BM + BN, D, D, window_row(j));
+            load_key_mask(kmask, BN, p, b, j * BN);
+        };
         load_tile_async(Qs, LD, BM, D, D, [&](int r) -> const T * {
             const int64_t m = m0 + r;
             return m < p.a.m ? qg + m * p.a.q_strides[2] : nullptr;
         });
-        load_tile_async(Ks, LD, BN, D, D, k_row(block_of(0) * BN));
-        load_key_mask(kmask, BN, p, b, block_of(0) * BN);
+        load_k(n_other > 0 ? other_block(0) : first_interior);
         cp_async_commit();
         cp_async_wait<0>();
         __syncthreads();
@@ -451,52 +557,72 @@ __global__ void __launch_bounds__(128) attn_fwd_tc_kernel(AttnParams p) {
 #pragma unroll
             for (int ks = 0; ks < KS; ++ks) ldmatrix_x4(qf[ks], qrow + 16 * ks);
         }
-        const T *const krow = Ks + ((lane & 7) + 8 * (lane >> 4)) * LD + 8 * ((lane >> 3) & 1);
+        const int lane_row = ((lane & 7) + 8 * (lane >> 4)) * LD + 8 * ((lane >> 3) & 1);
+        const T *const krow = Ks + lane_row, *const trow = Ts + 16 * warp * LD + lane_row;
+        // does the window of the warp's rows for the block at n0 meet the table (warp-uniform)?
+        auto warp_bias = [&](int64_t n0) {
+            const int64_t base = p.a.q_offset + wm0 - n0 - p.a.r_lo;
+            return has_table && table_rows_hit(p, base - (BN - 1), base + 15);
+        };
 
-        // the blocks with masks, padding, ALiBi or a soft-cap
+        // the blocks with masks, padding, ALiBi or a soft-cap (with the table's bias where their window
+        // meets it)
         for (int64_t t = 0; t < n_other; ++t) {
-            const int64_t n0 = block_of(t) * BN;
-            load_tile_async(Vs, LD, BN, D, D, v_row(n0));  // V's buffer is free: the last barrier passed
-            cp_async_commit();
-            // warp-uniform: does some row of the warp see a key of the block?
-            const bool active = warp_rows && n0 < rhi[16 * warp + 15] && n0 + BN > rlo[16 * warp];
-            A s[NT][4];
-            qk_products<T, NT, KS, LD>(s, qf, krow);  // (an inactive warp's are not used)
-            if (active) {
-                scores_log2(s, p, wm0, n0, kmask, rlo + 16 * warp, rhi + 16 * warp, scale_log2, slope_log2, seen);
-                online_softmax<A, NT, DT>(s, o, row_max, row_sum);
+            {
+                const int64_t j = other_block(t), n0 = j * BN;
+                const int64_t next = t + 1 < n_other ? other_block(t + 1) : first_interior;
+                load_tile_async(Vs, LD, BN, D, D, v_row(n0));  // V's buffer is free: the last barrier passed
+                cp_async_commit();
+                // warp-uniform: does some row of the warp see a key of the block?
+                const bool active = warp_rows && n0 < rhi[16 * warp + 15] && n0 + BN > rlo[16 * warp];
+                // S = the table's bias (before the products: fewer registers live beside the window's) + Q K^T
+                A s[NT][4];
+                zero_frags(s);
+                if (active && warp_bias(n0) && block_bias(j)) add_table_bias<T, BN, KS, LD, HLD>(s, hw, qf, trow);
+                qk_products<T, NT, KS, LD>(s, qf, krow);  // (an inactive warp's are not used)
+                if (active) {
+                    scores_log2(s, p, wm0, n0, kmask, rlo + 16 * warp, rhi + 16 * warp, scale_log2, slope_log2, seen);
+                    online_softmax<A, NT, DT>(s, o, row_max, row_sum);
+                }
+                cp_async_wait<0>();
+                __syncthreads();  // V has landed; K, the window and the key mask are consumed
+                if (next >= 0) load_k(next);
+                cp_async_commit();
+                if (active)
+                    warp_rb_masked<T, NT, DT>(o, s, Vs, LD, 0, DT, nullptr, p, n0, rlo + 16 * warp, rhi + 16 * warp,
+                                              rlo[0], rhi[BM - 1]);
+                cp_async_wait<0>();
+                __syncthreads();  // the next K has landed; V is consumed
             }
-            cp_async_wait<0>();
-            __syncthreads();  // V has landed; K and the key mask are consumed
-            if (t + 1 < n_steps) {
-                const int64_t next = block_of(t + 1) * BN;
-                load_tile_async(Ks, LD, BN, D, D, k_row(next));
-                load_key_mask(kmask, BN, p, b, next);
+        }
+        // the interior blocks: every warp active, every key seen; the band's first, with the table's bias
+        // (the next block's window staged with its K), then the others
+        if (ib < ie) seen[0] = seen[1] = true;
+        auto interior = [&](auto with_bias, int64_t j, int64_t next) {
+            {
+                const int64_t n0 = j * BN;
+                load_rows_async<T, BN, D, LD, 4 * 32>(Vs, vg + n0 * vstride, vstride);
+                cp_async_commit();
+                A s[NT][4];
+                zero_frags(s);
+                if (decltype(with_bias)::value && warp_bias(n0)) add_table_bias<T, BN, KS, LD, HLD>(s, hw, qf, trow);
+                qk_products<T, NT, KS, LD>(s, qf, krow);
+                online_softmax_scaled<NT, DT>(s, o, row_max, row_sum, scale_log2);
+                cp_async_wait<0>();
+                __syncthreads();  // V has landed; K (and the window) are consumed
+                if (next >= 0) {
+                    load_rows_async<T, BN, D, LD, 4 * 32>(Ks, kg + next * BN * kstride, kstride);
+                    if (decltype(with_bias)::value && block_bias(next))
+                        load_tile_async(Ts, LD, BM + BN, D, D, window_row(next));
+                }
+                cp_async_commit();
+                warp_rb<T, NT, DT>(o, s, Vs, LD, DT, nullptr);
+                cp_async_wait<0>();
+                __syncthreads();  // the next K has landed; V is consumed
             }
-            cp_async_commit();
-            if (active)
-                warp_rb_masked<T, NT, DT>(o, s, Vs, LD, 0, DT, nullptr, p, n0, rlo + 16 * warp, rhi + 16 * warp, rlo[0],
-                                          rhi[BM - 1]);
-            cp_async_wait<0>();
-            __syncthreads();  // the next K has landed; V is consumed
-        }
-        // the interior blocks: every warp active, every key seen
-        if (ie > ib) seen[0] = seen[1] = true;
-        for (int64_t t = n_other; t < n_steps; ++t) {
-            const int64_t n0 = (ib + (t - n_other)) * BN;
-            load_rows_async<T, BN, D, LD, 4 * 32>(Vs, vg + n0 * vstride, vstride);
-            cp_async_commit();
-            A s[NT][4];
-            qk_products<T, NT, KS, LD>(s, qf, krow);
-            online_softmax_scaled<NT, DT>(s, o, row_max, row_sum, scale_log2);
-            cp_async_wait<0>();
-            __syncthreads();  // V has landed; K is consumed
-            if (t + 1 < n_steps) load_rows_async<T, BN, D, LD, 4 * 32>(Ks, kg + (n0 + BN) * kstride, kstride);
-            cp_async_commit();
-            warp_rb<T, NT, DT>(o, s, Vs, LD, DT, nullptr);
-            cp_async_wait<0>();
-            __syncthreads();  // the next K has landed; V is consumed
-        }
+        };
+        for (int64_t j = bb; j < be; ++j) interior(std::true_type{}, j, j + 1 < be ? j + 1 : first_pure);
+        for (int64_t t = 0; t < n_pure; ++t) interior(std::false_type{}, pure_block(t), t + 1 < n_pure ? pure_block(t + 1) : -1);
     }
     if (!warp_rows) return;  // after the last barrier
     write_rows<T, DT>(p, o, row_max, row_sum, seen, b, h, split, wm0, DT);
@@ -581,10 +707,10 @@ AttnParams attention_params(const wavepe_attention_args *a) {
 namespace {
 
 // Does the call run on the tensor-core loop (attn_fwd_tc_kernel)?  bf16/fp16, head_dim 64 or 128
-// (its unrolled tiles), q, k, v rows on 16 bytes (cp.async, ldmatrix), no relative table.
+// (its unrolled tiles), q, k, v (and the table's) rows on 16 bytes (cp.async, ldmatrix).
 bool use_tc_forward(const AttnParams &p) {
     return (p.a.dtype == WAVEPE_BF16 || p.a.dtype == WAVEPE_F16) && (p.a.d == 64 || p.a.d == 128) && p.vec_q &&
-           p.vec_k && p.vec_v && p.pos_enc != WAVEPE_CUDA_PE_TABLE;
+           p.vec_k && p.vec_v && (p.pos_enc != WAVEPE_CUDA_PE_TABLE || p.vec_t);
 }
 
 // The tiles of the kernel that runs a call: rows and keys per CTA and key block.
@@ -593,8 +719,7 @@ struct FwdDims {
 };
 FwdDims fwd_dims(const AttnParams &p) {
     if (use_tc_forward(p))
-        return p.a.d == 64 ? FwdDims{TcFwdLayout<__half, 64>::BM, TcFwdLayout<__half, 64>::BN}
-                           : FwdDims{TcFwdLayout<__half, 128>::BM, TcFwdLayout<__half, 128>::BN};
+        return p.a.d == 64 ? FwdDims{64, TcFwdLayout<__half, 64>::BN} : FwdDims{64, TcFwdLayout<__half, 128>::BN};
     FwdDims out{64, 64};
     dispatch_dtype(p.a.dtype, [&](auto tag) {
         using T = decltype(tag);
@@ -643,7 +768,8 @@ cudaError_t launch_fwd_tc(AttnParams p, cudaStream_t stream) {
     using Lay = TcFwdLayout<T, D>;
     const int64_t ctas = plan_splits(&p, Lay::BM, Lay::BN);
     if (ctas == 0) return cudaSuccess;
-    return launch_fwd_grid<T>(attn_fwd_tc_kernel<T, D>, p, ctas, Lay::BM, Lay().plan.total, stream);
+    const size_t smem = Lay(p.pos_enc == WAVEPE_CUDA_PE_TABLE).plan.total;
+    return launch_fwd_grid<T>(attn_fwd_tc_kernel<T, D>, p, ctas, Lay::BM, smem, stream);
 }
 
 template <class T, int DMAX>
@@ -698,7 +824,7 @@ size_t align256(size_t x) { return (x + 255) & ~size_t(255); }
 template <class T, int DMAX>
 size_t fwd_smem(const wavepe_attention_args *a) {
     if constexpr (Traits<T>::kTensorCore && DMAX <= 128) {
-        if (use_tc_forward(attention_params(a))) return TcFwdLayout<T, DMAX>().plan.total;
+        if (use_tc_forward(attention_params(a))) return TcFwdLayout<T, DMAX>(a->table != nullptr).plan.total;
     }
     // the minimum: single-buffered K/V (the launcher double-buffers when more fits)
     const FwdLayout<T, FwdCfg<T, DMAX>::BM, FwdCfg<T, DMAX>::BN> L(ceil_div(a->d, 16) * 16, a->table != nullptr,

@@ -324,6 +324,7 @@ cudaError_t dispatch_dtype(int dtype, F &&f) {
 inline int64_t dtype_size(int dtype) { return wavepe_dtype_size(dtype); }
 
 __host__ __device__ inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+__host__ __device__ inline int64_t floor_div(int64_t a, int64_t b) { return a >= 0 ? a / b : -((-a + b - 1) / b); }  // b > 0
 
 // ---- host-side helpers ----------------------------------------------------------------
 // (the argument rules are the core's: csrc/core/<family>.h)

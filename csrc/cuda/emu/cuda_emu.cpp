@@ -8,6 +8,7 @@
 // live threads of its scope wait at it, and checks that they wait at the
 // same source line.  No progress with threads left is a deadlock and fails
 // the launch with a message (wavepe_emu_last_message()).
+#include <atomic>
 #include "cuda_emu.h"
 
 #include <algorithm>
@@ -334,6 +335,9 @@ unsigned char *warp_slot(int lane) {
 void syncthreads(const char *file, int line) { wait_here(State::WaitBlock, file, line); }
 void syncwarp(const char *file, int line) { wait_here(State::WaitWarp, file, line); }
 
+// The worst bank-conflict degree of the ldmatrix instructions since the last reset (see below).
+static std::atomic<int> g_ldmatrix_worst{1};
+
 void ldmatrix(uint32_t *regs, int nmat, bool trans, const void *row_addr) {
     const int lane = lane_id();
     std::memcpy(warp_slot(lane), &row_addr, sizeof(row_addr));
@@ -343,6 +347,30 @@ void ldmatrix(uint32_t *regs, int nmat, bool trans, const void *row_addr) {
         std::memcpy(&p, warp_slot(src_lane), sizeof(p));
         return p;
     };
+    if (lane == 0) {
+        // each 8x8 matrix is one shared-memory wavefront: 8 rows of 16 bytes; its degree is the most
+        // distinct 4-byte words that fall in one of the 32 banks (offsets from the dynamic shared base)
+        const unsigned char *base = dynamic_smem();
+        for (int i = 0; i < nmat; ++i) {
+            std::ptrdiff_t words[32];
+            int n = 0;
+            for (int r = 0; r < 8; ++r)
+                for (int w = 0; w < 4; ++w) words[n++] = (row_of(8 * i + r) - base) / 4 + w;
+            int worst = 1;
+            for (int a = 0; a < n; ++a) {
+                int same_bank = 0;
+                for (int b = 0; b < n; ++b) {
+                    bool earlier = false;  // count each distinct word once
+                    for (int c = 0; c < b && !earlier; ++c) earlier = words[c] == words[b];
+                    same_bank += !earlier && ((words[b] - words[a]) % 32 == 0);
+                }
+                worst = same_bank > worst ? same_bank : worst;
+            }
+            int seen = g_ldmatrix_worst.load();
+            while (worst > seen && !g_ldmatrix_worst.compare_exchange_weak(seen, worst)) {
+            }
+        }
+    }
     for (int i = 0; i < nmat; ++i) {
         uint16_t e[2];
         for (int h = 0; h < 2; ++h) {
@@ -506,6 +534,10 @@ extern "C" const char *cudaGetErrorString(cudaError_t error) {
     case cudaErrorLaunchFailure: return "unspecified launch failure";
     }
     return "unknown error";
+}
+// For the tests: the worst bank-conflict degree of any ldmatrix since the last call (1: none), and reset.
+extern "C" __attribute__((visibility("default"))) int wavepe_emu_ldmatrix_bank_conflicts() {
+    return wavepe_emu::g_ldmatrix_worst.exchange(1);
 }
 // For the tests: the emulator's explanation of its last failure ("" if none).
 extern "C" __attribute__((visibility("default"))) const char *wavepe_emu_last_message() {

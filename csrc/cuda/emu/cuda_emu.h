@@ -40,6 +40,9 @@ struct dim3 {
 struct uint3 {
     unsigned x, y, z;
 };
+struct float2 {
+    float x, y;
+};
 
 namespace wavepe_emu {
 
