@@ -609,15 +609,15 @@ def test_cuda_occupancy_model(monkeypatch):
     assert ck.occupancy(167, 128, 47232, "sm_90") == (3, 12)
     assert ck.occupancy(64, 128, 100 * 1024, "sm_90") == (2, 8)  # shared memory bound
     assert ck.occupancy(32, 32, 0, "sm_90") == (32, 32)  # the CTA limit
-    fwd = "attn_fwd_tc_kernel<__half, 128>"
-    threads, _ = ck.CTA_SHAPE[("attn_fwd_tc_kernel", "128")]
+    fwd = "attn_fwd_tc_kernel<__half, 128, false>"
+    threads, _ = ck.CTA_SHAPE[("attn_fwd_tc_kernel", "128, false")]
 
     def rec(regs):
         return dict(src="attention.cu", arch="sm_90", regs=regs, stack=0, spill_st=0, spill_ld=0, smem=0, HMMA=128,
                     HGMMA=0, loop_ins=128 * 3, loop_tc=128, other_loops=[(128 * 3, 128), (128 * 10, 128)])
 
     assert ck.failures_of(rec(219), fwd) == [] and ck.failures_of(rec(255), fwd) == []
-    monkeypatch.setitem(ck.CTA_SHAPE, ("attn_fwd_tc_kernel", "128"), (threads, 120 * 1024))  # the old 118.8 KB
+    monkeypatch.setitem(ck.CTA_SHAPE, ("attn_fwd_tc_kernel", "128, false"), (threads, 120 * 1024))  # the old 118.8 KB
     (msg,) = ck.failures_of(rec(219), fwd)
     assert "1 CTAs, 4 warps per SM" in msg and "below the 8 warps" in msg
 
@@ -645,8 +645,8 @@ def test_cuda_static_model_takes_the_lightest_of_sibling_loops():
     assert ck.tensor_loops(SASS_TWO_LOOPS) == [(4, 2), (6, 1)]  # 0x70..0xa0 (1 per HMMA), 0x10..0x60 (5)
     assert ck.main_loop_mix(SASS_TWO_LOOPS) == (4, 2)
     assert ck.tensor_loops(SASS_KERNEL) == [(10, 2)]  # a loop inside another is not a sibling
-    fwd = "attn_fwd_tc_kernel<__nv_bfloat16, 128>"
-    band, masked = ck.OTHER_LOOP_CEILING[("attn_fwd_tc_kernel", "128")]
+    fwd = "attn_fwd_tc_kernel<__nv_bfloat16, 128, false>"
+    band, masked = ck.OTHER_LOOP_CEILING[("attn_fwd_tc_kernel", "128, false")]
 
     def rec(*other_ins):
         return dict(src="attention.cu", arch="sm_90", regs=200, stack=0, spill_st=0, spill_ld=0, smem=0, HMMA=300,

@@ -854,7 +854,7 @@ def fwd_kernel(lib, prob):
 def test_tensor_core_forward_matches_oracle(lib, dtype, case):
     kw = dict(TC_CASES[case])
     prob = Attn(lib, dtype, seed=300 + case, **kw)
-    assert fwd_kernel(lib, prob) == "tensor-core"
+    assert fwd_kernel(lib, prob).startswith("tensor-core")  # (the decoding cases pack their GQA heads)
     # TcFwdLayout: a Q tile of 64 rows and K, V tiles of bn keys (128 at d = 64, else 64), rows of d + 8
     # elements; with a table its window's 64 + bn rows and 4 warps' 16 x (bn / 2 + 8) fp32 bias; bn key
     # flags, 64 row ranges
@@ -866,6 +866,27 @@ def test_tensor_core_forward_matches_oracle(lib, dtype, case):
     check_attention(lib, dtype, backward=False, seed=300 + case, **kw)
 
 
+# decoding one query with GQA: the group's heads are one CTA's rows (K/V read once a kv head)
+PACKED_DECODE = [
+    dict(B=2, H=8, Hk=2, M=1, N=700, d=128, off=699, causal=True, pe=0),
+    dict(B=1, H=8, Hk=2, M=1, N=700, d=64, off=699, causal=True, pe=0, splits=5, kpm=True),
+    dict(B=1, H=6, Hk=2, M=1, N=500, d=128, off=520, causal=True, pe=1, R=300, r_lo=0, splits=3),  # the band
+    dict(B=1, H=4, Hk=1, M=1, N=400, d=64, off=390, causal=False, pe=1, R=50, r_lo=-20, window=150, softcap=3.0),
+    dict(B=1, H=4, Hk=2, M=1, N=300, d=128, off=250, causal=True, pe=1, R=9, r_lo=-3, clamp=True, splits=2),
+    dict(B=2, H=4, Hk=1, M=1, N=200, d=64, off=150, causal=True, pe=0, cu=[[0, 100, 160, 200], [0, 20, 151, 200]]),
+    dict(B=1, H=64, Hk=1, M=1, N=200, d=64, off=199, causal=True, pe=1, R=120, r_lo=0),  # a group of 64: 4 warps
+]
+
+
+@pytest.mark.parametrize("dtype", [E.BF16, E.F16], ids=DTYPE_IDS.get)
+@pytest.mark.parametrize("case", range(len(PACKED_DECODE)))
+def test_tensor_core_decoding_packs_gqa_heads(lib, dtype, case):
+    kw = dict(PACKED_DECODE[case])
+    prob = Attn(lib, dtype, seed=400 + case, **kw)
+    assert fwd_kernel(lib, prob) == "tensor-core, GQA heads packed"
+    check_attention(lib, dtype, backward=False, seed=400 + case, **kw)
+
+
 def test_tensor_core_forward_is_taken_only_where_it_applies(lib):
     # another head dim, rows not on 16 bytes, fp32: the general kernel
     for dtype, kw in ((E.F16, dict(d=96, pe=0)), (E.BF16, dict(d=64, pe=0, row_pad=4)),
@@ -874,6 +895,11 @@ def test_tensor_core_forward_is_taken_only_where_it_applies(lib):
         assert fwd_kernel(lib, prob) == "general", kw
     prob = Attn(lib, E.F16, B=1, H=1, Hk=1, M=70, N=70, d=64, off=0, causal=True, pe=0, row_pad=8)
     assert fwd_kernel(lib, prob) == "tensor-core"  # strided rows on 16 bytes
+    # heads packed only decoding one query with a group, and not with ALiBi (a slope per head)
+    for kw, want in ((dict(H=4, Hk=4, M=1, pe=0), "tensor-core"), (dict(H=4, Hk=2, M=2, pe=0), "tensor-core"),
+                     (dict(H=4, Hk=2, M=1, pe=2), "tensor-core"), (dict(H=4, Hk=2, M=1, pe=1, R=9), "tensor-core, GQA heads packed")):
+        prob = Attn(lib, E.BF16, B=1, N=70, d=64, off=69, causal=True, **kw)
+        assert fwd_kernel(lib, prob) == want, kw
 
 
 def test_occupancy_model_reads_the_launchers_shared_memory(lib):
@@ -884,7 +910,8 @@ def test_occupancy_model_reads_the_launchers_shared_memory(lib):
     ck = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(ck)
     for d in (64, 128):
-        threads, smem = ck.CTA_SHAPE[("attn_fwd_tc_kernel", str(d))]
+        threads, smem = ck.CTA_SHAPE[("attn_fwd_tc_kernel", f"{d}, false")]
+        assert ck.CTA_SHAPE[("attn_fwd_tc_kernel", f"{d}, true")] == (threads, smem)
         got = []
         for pe in (0, 2, 1):  # the most with a table
             prob = Attn(lib, E.BF16, B=1, H=1, Hk=1, M=70, N=70, d=d, off=0, causal=True, pe=pe, R=9)

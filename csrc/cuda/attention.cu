@@ -81,22 +81,23 @@ WAVEPE_DEVICE void online_softmax(A (&s)[NT][4], A (&o)[DT][4], A (&row_max)[2],
     }
 }
 
-// The end of a forward CTA for a warp's 16 query rows wm0 ..: out = O / sum and lse (natural log),
-// or, with split-KV, the split's partial (O normalised, lse, seen flag) into the workspace.
+// The end of a forward CTA for a warp's 16 tile rows wm0 ..: out = O / sum and lse (natural log),
+// or, with split-KV, the split's partial (O normalised, lse, seen flag) into the workspace.  Tile row
+// r is query r of head h or, with p.pack_heads, the one query (M = 1) of head h + r.
 template <class T, int DT>
 WAVEPE_DEVICE void write_rows(const AttnParams &p, const acc_t<T> (&o)[DT][4], const acc_t<T> (&row_max)[2],
                               const acc_t<T> (&row_sum)[2], const bool (&seen)[2], int64_t b, int64_t h,
                               int64_t split, int64_t wm0, int dt_active) {
     using A = acc_t<T>;
     const int t4 = threadIdx.x & 3;
-    const int64_t bh = b * p.a.heads + h;
     const int64_t bh_count = p.a.batch * p.a.heads;
 #pragma unroll
     for (int ri = 0; ri < 2; ++ri) {
         const A sum = quad_sum(row_sum[ri]);
         const bool row_seen = quad_any(seen[ri]);
-        const int64_t m = wm0 + frag_row(2 * ri);
-        if (m >= p.a.m) continue;
+        const int64_t tr = wm0 + frag_row(2 * ri);
+        if (tr >= p.m_rows) continue;
+        const int64_t head = p.pack_heads ? h + tr : h, m = p.pack_heads ? 0 : tr, bh = b * p.a.heads + head;
         // sum > 0: the softmax; sum == 0: no key (0, lse -inf) or, in one pass, every
         // visible score -inf (NaN, 0/0, as the oracle); sum NaN: a NaN score (NaN).
         // A split's partial keeps -inf for "all -inf" (another split may see a finite
@@ -111,7 +112,7 @@ WAVEPE_DEVICE void write_rows(const AttnParams &p, const acc_t<T> (&o)[DT][4], c
         const A lse = sum > A(0) ? (row_max[ri] + log2_(sum)) * A(kLn2)
                       : nan_row ? nan : marked ? -neg_inf<A>() : neg_inf<A>();
         if (p.num_splits == 1) {
-            T *orow = static_cast<T *>(p.a.out) + b * p.a.out_strides[0] + h * p.a.out_strides[1] + m * p.a.out_strides[2];
+            T *orow = static_cast<T *>(p.a.out) + b * p.a.out_strides[0] + head * p.a.out_strides[1] + m * p.a.out_strides[2];
 #pragma unroll
             for (int dt = 0; dt < DT; ++dt)
 #pragma unroll
@@ -380,12 +381,13 @@ WAVEPE_DEVICE void qk_products(float (&s)[NT][4], const uint32_t (&qf)[KS][4], c
 }
 
 // The warp's relative-table bias of key columns [C0, C0 + HC) of a block of BN keys, skewed into its
-// scratch hw (16 x HC, row stride HLD): hw[r][c - C0] = q_r . T_win[16w + r - c + BN - 1] for the
+// scratch hw (16 x HC, row stride HLD): hw[r][c - C0] = q_r . T_win[16w + r - c + BN - 1] (ROW_SHIFT 1;
+// 0, rows all at one position: T_win[BN - 1 - c]) for the
 // warp's rows r, from G = Q_w T_win[16w + X0 .. 16w + X0 + HC + 15]^T, X0 = BN - C0 - HC, on the
 // tensor cores (Q fragments in registers; the window's fragments by ldmatrix from trow, the lane's
 // address as krow's, in the warp's rows of the window tile), two 8-column tiles of G at a time, each
 // element stored where the skew reads it (the 16 columns of G a row does not use are dropped).
-template <class T, int BN, int HC, int C0, int KS, int LD, int HLD>
+template <class T, int BN, int HC, int C0, int KS, int LD, int HLD, int ROW_SHIFT>
 WAVEPE_DEVICE void window_bias(float *hw, const uint32_t (&qf)[KS][4], const T *trow) {
     constexpr int GT = (HC + 16) / 8, X0 = BN - C0 - HC;
     static_assert(GT % 2 == 0 && X0 >= 0, "pairs of 8-column tiles inside the window");
@@ -404,7 +406,7 @@ WAVEPE_DEVICE void window_bias(float *hw, const uint32_t (&qf)[KS][4], const T *
         for (int e = 0; e < 2; ++e)
 #pragma unroll
             for (int i = 0; i < 4; ++i) {
-                const int r = frag_row(i), c = r + BN - 1 - (X0 + frag_col(2 * np + e, i)) - C0;
+                const int r = frag_row(i), c = r * ROW_SHIFT + BN - 1 - (X0 + frag_col(2 * np + e, i)) - C0;
                 if (c >= 0 && c < HC) hw[r * HLD + c] = g[e][i];
             }
     }
@@ -426,21 +428,23 @@ WAVEPE_DEVICE void add_window_bias(float (&s)[NT][4], const float *hw) {
         }
 }
 
-// The warp's relative-table bias of a key block added to its scores s, half a block at a time.
-template <class T, int BN, int KS, int LD, int HLD>
+// The warp's relative-table bias of a key block added to its scores s, half a block at a time
+// (ROW_SHIFT 0: every row at the same position, the packed heads of one query).
+template <class T, int BN, int KS, int LD, int HLD, int ROW_SHIFT>
 WAVEPE_DEVICE void add_table_bias(float (&s)[BN / 8][4], float *hw, const uint32_t (&qf)[KS][4], const T *trow) {
     constexpr int HC = BN / 2;
-    window_bias<T, BN, HC, 0, KS, LD, HLD>(hw, qf, trow);
+    window_bias<T, BN, HC, 0, KS, LD, HLD, ROW_SHIFT>(hw, qf, trow);
     __syncwarp();
     add_window_bias<BN / 8, HC, 0, HLD>(s, hw);
     __syncwarp();  // read before the next stores
-    window_bias<T, BN, HC, HC, KS, LD, HLD>(hw, qf, trow);
+    window_bias<T, BN, HC, HC, KS, LD, HLD, ROW_SHIFT>(hw, qf, trow);
     __syncwarp();
     add_window_bias<BN / 8, HC, HC, HLD>(s, hw);
     __syncwarp();
 }
 
-template <class T, int D>
+// PACKED: decoding one query (M = 1), a GQA group's heads as the rows (p.pack_heads: pack_heads).
+template <class T, int D, bool PACKED>
 __global__ void __launch_bounds__(128) attn_fwd_tc_kernel(AttnParams p) {
     using A = acc_t<T>;
     using Lay = TcFwdLayout<T, D>;
@@ -462,8 +466,10 @@ __global__ void __launch_bounds__(128) attn_fwd_tc_kernel(AttnParams p) {
     const int64_t mblocks = ceil_div(p.a.m, BM);
     const int64_t mb = mblocks - 1 - bid % mblocks;  // heavier (later) query blocks first
     bid /= mblocks;
-    const int64_t split = bid % p.num_splits, bh = bid / p.num_splits;
-    const int64_t b = bh / p.a.heads, h = bh % p.a.heads, hk = h / p.group;
+    // the CTA's unit: a (batch, head) or, packing a GQA group's heads as its rows, a (batch, kv head)
+    const int64_t split = bid % p.num_splits, unit = bid / p.num_splits;
+    const int64_t per_b = PACKED ? p.a.heads / p.group : p.a.heads;
+    const int64_t b = unit / per_b, h = PACKED ? (unit % per_b) * p.group : unit % per_b, hk = h / p.group;
     const int64_t m0 = mb * BM, wm0 = m0 + 16 * warp;
     const T *qg = static_cast<const T *>(p.a.q) + b * p.a.q_strides[0] + h * p.a.q_strides[1];
     const T *kg = static_cast<const T *>(p.a.k) + b * p.a.k_strides[0] + hk * p.a.k_strides[1];
@@ -486,7 +492,7 @@ __global__ void __launch_bounds__(128) attn_fwd_tc_kernel(AttnParams p) {
     // bias (CTA-uniform) --, the table's band [bb, be), then [ib, bb) and [be, ie).
     int64_t ib = kb_end, ie = kb_end, bb = kb_end, be = kb_end;
     if ((p.pos_enc == WAVEPE_CUDA_PE_NONE || has_table) && !(p.cap_log2 > 0.0) && p.a.key_padding_mask == nullptr &&
-        m0 + BM <= p.a.m && kb_begin < kb_end) {
+        (m0 + BM <= p.a.m || PACKED) && kb_begin < kb_end) {  // (packed: every row the one query's keys)
         const int64_t hi = rhi[0] < p.a.n ? rhi[0] : p.a.n;
         ib = ceil_div(rlo[BM - 1], BN) > kb_begin ? ceil_div(rlo[BM - 1], BN) : kb_begin;
         ie = hi / BN < kb_end ? hi / BN : kb_end;
@@ -512,7 +518,7 @@ __global__ void __launch_bounds__(128) attn_fwd_tc_kernel(AttnParams p) {
     zero_frags(o);
     A row_max[2] = {neg_inf<A>(), neg_inf<A>()}, row_sum[2] = {A(0), A(0)};
     bool seen[2] = {false, false};
-    const bool warp_rows = wm0 < p.a.m;
+    const bool warp_rows = wm0 < p.m_rows;
 
     if (n_other > 0 || first_interior >= 0) {  // CTA-uniform
         auto k_row = [&](int64_t n0) {
@@ -543,6 +549,7 @@ __global__ void __launch_bounds__(128) attn_fwd_tc_kernel(AttnParams p) {
             load_key_mask(kmask, BN, p, b, j * BN);
         };
         load_tile_async(Qs, LD, BM, D, D, [&](int r) -> const T * {
+            if (PACKED) return r < p.m_rows ? qg + r * p.a.q_strides[1] : nullptr;  // head h + r, query 0
             const int64_t m = m0 + r;
             return m < p.a.m ? qg + m * p.a.q_strides[2] : nullptr;
         });
@@ -558,10 +565,12 @@ __global__ void __launch_bounds__(128) attn_fwd_tc_kernel(AttnParams p) {
             for (int ks = 0; ks < KS; ++ks) ldmatrix_x4(qf[ks], qrow + 16 * ks);
         }
         const int lane_row = ((lane & 7) + 8 * (lane >> 4)) * LD + 8 * ((lane >> 3) & 1);
-        const T *const krow = Ks + lane_row, *const trow = Ts + 16 * warp * LD + lane_row;
+        // the window rows of the warp's rows start 16 w rows in (packed heads: all at the query's position)
+        constexpr int row_shift = PACKED ? 0 : 1;
+        const T *const krow = Ks + lane_row, *const trow = Ts + 16 * warp * row_shift * LD + lane_row;
         // does the window of the warp's rows for the block at n0 meet the table (warp-uniform)?
         auto warp_bias = [&](int64_t n0) {
-            const int64_t base = p.a.q_offset + wm0 - n0 - p.a.r_lo;
+            const int64_t base = p.a.q_offset + wm0 * row_shift - n0 - p.a.r_lo;
             return has_table && table_rows_hit(p, base - (BN - 1), base + 15);
         };
 
@@ -578,7 +587,7 @@ __global__ void __launch_bounds__(128) attn_fwd_tc_kernel(AttnParams p) {
                 // S = the table's bias (before the products: fewer registers live beside the window's) + Q K^T
                 A s[NT][4];
                 zero_frags(s);
-                if (active && warp_bias(n0) && block_bias(j)) add_table_bias<T, BN, KS, LD, HLD>(s, hw, qf, trow);
+                if (active && warp_bias(n0) && block_bias(j)) add_table_bias<T, BN, KS, LD, HLD, row_shift>(s, hw, qf, trow);
                 qk_products<T, NT, KS, LD>(s, qf, krow);  // (an inactive warp's are not used)
                 if (active) {
                     scores_log2(s, p, wm0, n0, kmask, rlo + 16 * warp, rhi + 16 * warp, scale_log2, slope_log2, seen);
@@ -605,7 +614,7 @@ __global__ void __launch_bounds__(128) attn_fwd_tc_kernel(AttnParams p) {
                 cp_async_commit();
                 A s[NT][4];
                 zero_frags(s);
-                if (decltype(with_bias)::value && warp_bias(n0)) add_table_bias<T, BN, KS, LD, HLD>(s, hw, qf, trow);
+                if (decltype(with_bias)::value && warp_bias(n0)) add_table_bias<T, BN, KS, LD, HLD, row_shift>(s, hw, qf, trow);
                 qk_products<T, NT, KS, LD>(s, qf, krow);
                 online_softmax_scaled<NT, DT>(s, o, row_max, row_sum, scale_log2);
                 cp_async_wait<0>();
@@ -699,6 +708,7 @@ AttnParams attention_params(const wavepe_attention_args *a) {
         return cudaSuccess;
     });
     p.num_splits = 1;
+    p.m_rows = a->m;
     p.cap_log2 = a->softcap > 0.0 ? a->softcap * kLog2e : 0.0;
     p.icap_log2 = a->softcap > 0.0 ? 1.0 / p.cap_log2 : 0.0;
     return p;
@@ -711,6 +721,12 @@ namespace {
 bool use_tc_forward(const AttnParams &p) {
     return (p.a.dtype == WAVEPE_BF16 || p.a.dtype == WAVEPE_F16) && (p.a.d == 64 || p.a.d == 128) && p.vec_q &&
            p.vec_k && p.vec_v && (p.pos_enc != WAVEPE_CUDA_PE_TABLE || p.vec_t);
+}
+
+// Does the tensor-core forward take a GQA group's heads as the rows of one CTA (decoding one query,
+// every head reading its kv head's keys once)?  Not with ALiBi (a slope per head, one per CTA).
+bool pack_heads(const AttnParams &p) {
+    return use_tc_forward(p) && p.a.m == 1 && p.group > 1 && p.group <= 64 && p.pos_enc != WAVEPE_CUDA_PE_ALIBI;
 }
 
 // The tiles of the kernel that runs a call: rows and keys per CTA and key block.
@@ -742,6 +758,11 @@ int64_t visible_key_blocks(const wavepe_attention_args *a, int64_t bn, int64_t *
     return hi > lo ? ceil_div(hi, bn) - lo / bn : 0;
 }
 
+// The CTAs of one split: (batch, head, query block) or, packing heads, (batch, kv head).
+int64_t fwd_units(const AttnParams &p, int bm) {
+    return p.pack_heads ? p.a.batch * (p.a.heads / p.group) : p.a.batch * p.a.heads * ceil_div(p.a.m, bm);
+}
+
 // Split the visible key blocks of bn keys into p->num_splits ranges (fewer where the blocks run out);
 // the grid's CTAs, 0 when there is nothing to do.
 int64_t plan_splits(AttnParams *p, int bm, int bn) {
@@ -749,7 +770,7 @@ int64_t plan_splits(AttnParams *p, int bm, int bn) {
     const int64_t splits = p->num_splits < 1 ? 1 : p->num_splits;
     p->blocks_per_split = kb_total > 0 ? ceil_div(kb_total, splits) : 1;
     p->num_splits = kb_total > 0 ? ceil_div(kb_total, p->blocks_per_split) : 1;
-    return p->a.batch * p->a.heads * ceil_div(p->a.m, bm) * p->num_splits;
+    return fwd_units(*p, bm) * p->num_splits;
 }
 
 // Launch a forward kernel of bm * 2 threads over its grid, then the combine of split-KV partials.
@@ -766,10 +787,13 @@ cudaError_t launch_fwd_grid(K *kernel, const AttnParams &p, int64_t ctas, int bm
 template <class T, int D>
 cudaError_t launch_fwd_tc(AttnParams p, cudaStream_t stream) {
     using Lay = TcFwdLayout<T, D>;
+    p.pack_heads = pack_heads(p) ? 1 : 0;
+    p.m_rows = p.pack_heads ? p.group : p.a.m;
     const int64_t ctas = plan_splits(&p, Lay::BM, Lay::BN);
     if (ctas == 0) return cudaSuccess;
     const size_t smem = Lay(p.pos_enc == WAVEPE_CUDA_PE_TABLE).plan.total;
-    return launch_fwd_grid<T>(attn_fwd_tc_kernel<T, D>, p, ctas, Lay::BM, smem, stream);
+    if (p.pack_heads) return launch_fwd_grid<T>(attn_fwd_tc_kernel<T, D, true>, p, ctas, Lay::BM, smem, stream);
+    return launch_fwd_grid<T>(attn_fwd_tc_kernel<T, D, false>, p, ctas, Lay::BM, smem, stream);
 }
 
 template <class T, int DMAX>
@@ -863,9 +887,11 @@ extern "C" int wavepe_cuda_attention_check(const wavepe_attention_args *a, int b
 
 extern "C" int64_t wavepe_cuda_attention_num_splits(const wavepe_attention_args *a) {
     if (a == nullptr || dtype_size(a->dtype) == 0 || a->d < 0 || a->n <= 0) return 1;
-    const FwdDims dims = fwd_dims(attention_params(a));
-    const int bm = dims.bm, bn = dims.bn;
-    const int64_t ctas = a->batch * a->heads * ceil_div(a->m, bm);
+    AttnParams p = attention_params(a);
+    const FwdDims dims = fwd_dims(p);
+    const int bn = dims.bn;
+    p.pack_heads = pack_heads(p) ? 1 : 0;
+    const int64_t ctas = fwd_units(p, dims.bm);
     const int64_t sms = device_sm_count();
     int64_t first;
     const int64_t kb_total = visible_key_blocks(a, bn, &first);  // with a window: its keys only
@@ -920,5 +946,6 @@ extern "C" size_t wavepe_cuda_attention_fwd_smem_bytes(const wavepe_attention_ar
 
 extern "C" const char *wavepe_cuda_attention_fwd_kernel(const wavepe_attention_args *a) {
     if (a == nullptr) return nullptr;
-    return use_tc_forward(attention_params(a)) ? "tensor-core" : "general";
+    const AttnParams p = attention_params(a);
+    return !use_tc_forward(p) ? "general" : pack_heads(p) ? "tensor-core, GQA heads packed" : "tensor-core";
 }

@@ -54,6 +54,11 @@ struct AttnParams {
     int64_t n_diag, dt_groups, bh_per_group;
     // forward: the first key block of split 0 (the keys some query can see start there: visible_keys)
     int64_t kb_first;
+    // the rows a query tile's row index ranges over (scores_log2's bound): M; with pack_heads (the
+    // tensor-core forward decoding one query, M = 1, GQA): the group's heads are the tile's rows, m_rows =
+    // group, each at the query's position
+    int64_t m_rows;
+    int pack_heads;
     // logit soft-cap (a.softcap > 0) in the kernels' log2 domain: cap_log2 = softcap log2(e) and its
     // inverse; both 0 without a cap
     double cap_log2, icap_log2;
@@ -364,7 +369,8 @@ WAVEPE_DEVICE void add_skewed_bias(A (&s)[NT][4], const A *gw, int gld) {
         }
 }
 
-// Scores of a warp's 16 query rows (global row m_row0 + r) against keys
+// Scores of a warp's 16 query rows (tile row m_row0 + r: query m_row0 + r, or with p.pack_heads head
+// m_row0 + r of the group; rows >= p.m_rows see no key) against keys
 // n0 + c, in the log2 domain with every mask applied: a masked score is
 // -inf by selection, whatever q . k gave (NaN included).  Row r sees keys
 // [rlo[r], rhi[r]) (load_row_keys: document, causal frontier and window) less the
@@ -386,7 +392,7 @@ WAVEPE_DEVICE void scores_log2_impl(A (&s)[NT][4], const AttnParams &p, int64_t 
     const A cap = A(p.cap_log2), icap = A(p.icap_log2);
     const bool capped = CAP == 1 || (CAP == 2 && p.cap_log2 > 0.0);
     // every row sees keys [rlo[15], rhi[0]) (the ranges are non-decreasing in the row)
-    const bool interior = m_row0 + 15 < p.a.m && n0 >= rlo[15] && n0 + 8 * NT <= rhi[0];  // warp-uniform
+    const bool interior = m_row0 + 15 < p.m_rows && n0 >= rlo[15] && n0 + 8 * NT <= rhi[0];  // warp-uniform
     if (interior && !alibi) {
 #pragma unroll
         for (int nt = 0; nt < NT; ++nt)
@@ -406,7 +412,7 @@ WAVEPE_DEVICE void scores_log2_impl(A (&s)[NT][4], const AttnParams &p, int64_t 
 #pragma unroll
     for (int ri = 0; ri < 2; ++ri) {
         const int r = frag_row(2 * ri);
-        const int64_t lo = rlo[r] - n0, hi = m_row0 + r < p.a.m ? rhi[r] - n0 : 0;
+        const int64_t lo = rlo[r] - n0, hi = m_row0 + r < p.m_rows ? rhi[r] - n0 : 0;
         first[ri] = lo < 0 ? 0 : (lo > 8 * NT ? 8 * NT : int(lo));
         end[ri] = hi < 0 ? 0 : (hi > 8 * NT ? 8 * NT : int(hi));
     }

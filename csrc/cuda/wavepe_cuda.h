@@ -81,7 +81,9 @@ int wavepe_cuda_attention_check(const wavepe_attention_args *a, int backward, in
 size_t wavepe_cuda_attention_fwd_smem_bytes(const wavepe_attention_args *a);
 size_t wavepe_cuda_attention_bwd_smem_bytes(const wavepe_attention_args *a);
 /* The forward kernel a call runs: "tensor-core" (bf16/fp16, head_dim 64 or 128, rows on 16 bytes:
- * the FlashAttention-2 loop) or "general" (every other call); NULL for NULL. */
+ * the FlashAttention-2 loop), "tensor-core, GQA heads packed" (the same decoding one query with a GQA
+ * group's heads as one CTA's rows, K/V read once a kv head; not with ALiBi) or "general" (every other
+ * call); NULL for NULL. */
 const char *wavepe_cuda_attention_fwd_kernel(const wavepe_attention_args *a);
 /* Splits the forward should use on the current device (>= 1). */
 int64_t wavepe_cuda_attention_num_splits(const wavepe_attention_args *a);
