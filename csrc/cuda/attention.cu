@@ -83,8 +83,8 @@ WAVEPE_DEVICE void online_softmax(A (&s)[NT][4], A (&o)[DT][4], A (&row_max)[2],
 
 // The end of a forward CTA for a warp's 16 tile rows wm0 ..: out = O / sum and lse (natural log),
 // or, with split-KV, the split's partial (O normalised, lse, seen flag) into the workspace.  Tile row
-// r is query r of head h or, with p.pack_heads, the one query (M = 1) of head h + r.
-template <class T, int DT>
+// r is query r of head h or, PACKED, the one query (M = 1) of head h + r.
+template <class T, int DT, bool PACKED>
 WAVEPE_DEVICE void write_rows(const AttnParams &p, const acc_t<T> (&o)[DT][4], const acc_t<T> (&row_max)[2],
                               const acc_t<T> (&row_sum)[2], const bool (&seen)[2], int64_t b, int64_t h,
                               int64_t split, int64_t wm0, int dt_active) {
@@ -97,7 +97,7 @@ WAVEPE_DEVICE void write_rows(const AttnParams &p, const acc_t<T> (&o)[DT][4], c
         const bool row_seen = quad_any(seen[ri]);
         const int64_t tr = wm0 + frag_row(2 * ri);
         if (tr >= p.m_rows) continue;
-        const int64_t head = p.pack_heads ? h + tr : h, m = p.pack_heads ? 0 : tr, bh = b * p.a.heads + head;
+        const int64_t head = PACKED ? h + tr : h, m = PACKED ? 0 : tr, bh = b * p.a.heads + head;
         // sum > 0: the softmax; sum == 0: no key (0, lse -inf) or, in one pass, every
         // visible score -inf (NaN, 0/0, as the oracle); sum NaN: a NaN score (NaN).
         // A split's partial keeps -inf for "all -inf" (another split may see a finite
@@ -273,7 +273,7 @@ __global__ void __launch_bounds__(BM * 2) attn_fwd_kernel(AttnParams p) {
     }
 
     if (!warp_rows) return;  // after the last barrier
-    write_rows<T, DT>(p, o, row_max, row_sum, seen, b, h, split, wm0, dt_active);
+    write_rows<T, DT, false>(p, o, row_max, row_sum, seen, b, h, split, wm0, dt_active);
 }
 
 // ---- the tensor-core forward of the models' head dims ---------------------------------------
@@ -590,7 +590,8 @@ __global__ void __launch_bounds__(128) attn_fwd_tc_kernel(AttnParams p) {
                 if (active && warp_bias(n0) && block_bias(j)) add_table_bias<T, BN, KS, LD, HLD, row_shift>(s, hw, qf, trow);
                 qk_products<T, NT, KS, LD>(s, qf, krow);  // (an inactive warp's are not used)
                 if (active) {
-                    scores_log2(s, p, wm0, n0, kmask, rlo + 16 * warp, rhi + 16 * warp, scale_log2, slope_log2, seen);
+                    scores_log2<PACKED>(s, p, wm0, n0, kmask, rlo + 16 * warp, rhi + 16 * warp, scale_log2, slope_log2,
+                                        seen);
                     online_softmax<A, NT, DT>(s, o, row_max, row_sum);
                 }
                 cp_async_wait<0>();
@@ -634,7 +635,7 @@ __global__ void __launch_bounds__(128) attn_fwd_tc_kernel(AttnParams p) {
         for (int64_t t = 0; t < n_pure; ++t) interior(std::false_type{}, pure_block(t), t + 1 < n_pure ? pure_block(t + 1) : -1);
     }
     if (!warp_rows) return;  // after the last barrier
-    write_rows<T, DT>(p, o, row_max, row_sum, seen, b, h, split, wm0, DT);
+    write_rows<T, DT, PACKED>(p, o, row_max, row_sum, seen, b, h, split, wm0, DT);
 }
 
 // Merge the splits of each row in split order: lse = log sum_s exp(lse_s),

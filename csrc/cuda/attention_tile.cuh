@@ -369,8 +369,8 @@ WAVEPE_DEVICE void add_skewed_bias(A (&s)[NT][4], const A *gw, int gld) {
         }
 }
 
-// Scores of a warp's 16 query rows (tile row m_row0 + r: query m_row0 + r, or with p.pack_heads head
-// m_row0 + r of the group; rows >= p.m_rows see no key) against keys
+// Scores of a warp's 16 query rows (tile row m_row0 + r: query m_row0 + r, or PACKED head m_row0 + r of
+// the group; rows >= M, PACKED >= p.m_rows, see no key) against keys
 // n0 + c, in the log2 domain with every mask applied: a masked score is
 // -inf by selection, whatever q . k gave (NaN included).  Row r sees keys
 // [rlo[r], rhi[r]) (load_row_keys: document, causal frontier and window) less the
@@ -384,7 +384,7 @@ WAVEPE_DEVICE void add_skewed_bias(A (&s)[NT][4], const A *gw, int gld) {
 // cap = softcap log2(e), the same function of the natural score).  CAP: 0 no soft-cap, 1 a soft-cap,
 // 2 p's, tested per score (a uniform predicate): one loop body, where two instances in one kernel
 // spilled the fp32 forward's registers on sm_100.
-template <int CAP, class A, int NT>
+template <int CAP, class A, int NT, bool PACKED = false>
 WAVEPE_DEVICE void scores_log2_impl(A (&s)[NT][4], const AttnParams &p, int64_t m_row0, int64_t n0,
                                     const uint8_t *kmask, const int64_t *rlo, const int64_t *rhi, A scale_log2,
                                     A slope_log2, bool (&seen)[2]) {
@@ -392,7 +392,8 @@ WAVEPE_DEVICE void scores_log2_impl(A (&s)[NT][4], const AttnParams &p, int64_t 
     const A cap = A(p.cap_log2), icap = A(p.icap_log2);
     const bool capped = CAP == 1 || (CAP == 2 && p.cap_log2 > 0.0);
     // every row sees keys [rlo[15], rhi[0]) (the ranges are non-decreasing in the row)
-    const bool interior = m_row0 + 15 < p.m_rows && n0 >= rlo[15] && n0 + 8 * NT <= rhi[0];  // warp-uniform
+    const int64_t m_rows = PACKED ? p.m_rows : p.a.m;
+    const bool interior = m_row0 + 15 < m_rows && n0 >= rlo[15] && n0 + 8 * NT <= rhi[0];  // warp-uniform
     if (interior && !alibi) {
 #pragma unroll
         for (int nt = 0; nt < NT; ++nt)
@@ -412,7 +413,7 @@ WAVEPE_DEVICE void scores_log2_impl(A (&s)[NT][4], const AttnParams &p, int64_t 
 #pragma unroll
     for (int ri = 0; ri < 2; ++ri) {
         const int r = frag_row(2 * ri);
-        const int64_t lo = rlo[r] - n0, hi = m_row0 + r < p.m_rows ? rhi[r] - n0 : 0;
+        const int64_t lo = rlo[r] - n0, hi = m_row0 + r < m_rows ? rhi[r] - n0 : 0;
         first[ri] = lo < 0 ? 0 : (lo > 8 * NT ? 8 * NT : int(lo));
         end[ri] = hi < 0 ? 0 : (hi > 8 * NT ? 8 * NT : int(hi));
     }
@@ -435,10 +436,10 @@ WAVEPE_DEVICE void scores_log2_impl(A (&s)[NT][4], const AttnParams &p, int64_t 
 }
 
 // scores_log2_impl, the soft-cap read from p.
-template <class A, int NT>
+template <bool PACKED = false, class A, int NT>
 WAVEPE_DEVICE void scores_log2(A (&s)[NT][4], const AttnParams &p, int64_t m_row0, int64_t n0, const uint8_t *kmask,
                                const int64_t *rlo, const int64_t *rhi, A scale_log2, A slope_log2, bool (&seen)[2]) {
-    scores_log2_impl<2>(s, p, m_row0, n0, kmask, rlo, rhi, scale_log2, slope_log2, seen);
+    scores_log2_impl<2, A, NT, PACKED>(s, p, m_row0, n0, kmask, rlo, rhi, scale_log2, slope_log2, seen);
 }
 
 // ---- which keys a query sees -------------------------------------------------------------
