@@ -8,16 +8,10 @@
 
 #include "checked.h"
 #include "tiles.h"
+#include "xcr0.h"
 
 #if defined(__x86_64__) || defined(_M_X64)
 #include <cpuid.h>
-
-unsigned long long wavepe_xcr0(void) {
-    unsigned int eax, edx;
-    /* xgetbv with ecx = 0; spelled as asm so the file needs no -mxsave. */
-    __asm__ volatile("xgetbv" : "=a"(eax), "=d"(edx) : "c"(0));
-    return ((unsigned long long)edx << 32) | eax;
-}
 
 /* AVX2 + FMA3, with the OS saving the XMM and YMM registers (XCR0 bits 1, 2). */
 static int detect_avx2(void) {

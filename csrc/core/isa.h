@@ -54,12 +54,6 @@ int wavepe_active_isa_checked(wavepe_isa *isa, char *message, size_t message_len
  * back to wavepe_cpu_isa().  For callers that report errors elsewhere. */
 wavepe_isa wavepe_active_isa(void);
 
-#if defined(__x86_64__) || defined(_M_X64)
-/* XCR0: which register state the OS saves (the x86 detectors read it: isa.c, tiles.c).  Call only
- * where cpuid says OSXSAVE. */
-unsigned long long wavepe_xcr0(void);
-#endif
-
 /* The table's name of `isa` ("unknown" for a value outside it). */
 const char *wavepe_isa_name(wavepe_isa isa);
 

@@ -11,7 +11,7 @@
 #include <string.h>
 
 #include "half.h"
-#include "isa.h"
+#include "xcr0.h"
 
 /* ---- the emulation ------------------------------------------------------------------------------ */
 
