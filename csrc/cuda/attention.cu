@@ -52,16 +52,19 @@ struct FwdLayout {
 
 // The online softmax of one key block for a warp's 16 rows (lanes' rows g, g + 8: ri = 0, 1): s holds
 // the block's scores in the log2 domain, masked ones -inf; they become P = exp2(s - max) against the
-// rows' running max, and O and the running sum are rescaled to it.  In fp32 (fp64 for fp64).
-template <class A, int NT, int DT>
-WAVEPE_DEVICE void online_softmax(A (&s)[NT][4], A (&o)[DT][4], A (&row_max)[2], A (&row_sum)[2]) {
+// rows' running max, and O and the running sum are rescaled to it.  In fp32 (fp64 for fp64).  SCALED:
+// s holds raw q . k of a block every row sees unmasked, the log2-domain scale folded into the exponent
+// (P = exp2(s scale_log2 - max), one FFMA; scale_log2 > 0 keeps the max).
+template <class A, int NT, int DT, bool SCALED = false>
+WAVEPE_DEVICE void online_softmax(A (&s)[NT][4], A (&o)[DT][4], A (&row_max)[2], A (&row_sum)[2],
+                                  A scale_log2 = A(1)) {
 #pragma unroll
     for (int ri = 0; ri < 2; ++ri) {
         A mx = neg_inf<A>();
 #pragma unroll
         for (int nt = 0; nt < NT; ++nt) mx = max_(mx, max_(s[nt][2 * ri], s[nt][2 * ri + 1]));
         mx = quad_max(mx);
-        const A new_max = max_(row_max[ri], mx);
+        const A new_max = max_(row_max[ri], SCALED ? mx * scale_log2 : mx);
         const A ref = new_max == neg_inf<A>() ? A(0) : new_max;  // no key yet: keep everything 0
         const A alpha = exp2_(row_max[ri] - ref);
         row_max[ri] = new_max;
@@ -75,8 +78,9 @@ WAVEPE_DEVICE void online_softmax(A (&s)[NT][4], A (&o)[DT][4], A (&row_max)[2],
         for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
             for (int e = 0; e < 2; ++e) {
-                s[nt][2 * ri + e] = exp2_(s[nt][2 * ri + e] - ref);
-                row_sum[ri] += s[nt][2 * ri + e];
+                A &x = s[nt][2 * ri + e];
+                x = exp2_(SCALED ? fma_(x, scale_log2, -ref) : x - ref);
+                row_sum[ri] += x;
             }
     }
 }
@@ -334,37 +338,6 @@ WAVEPE_DEVICE void load_rows_async(T *dst, const T *src, int64_t stride) {
     for (int it = 0; it < R / RSTEP; ++it, from += step) cp_async16(dst + (r0 + it * RSTEP) * LD + c, from, true);
 }
 
-// online_softmax for raw scores s = q . k of a block every row sees unmasked: the log2-domain scale
-// folded into the exponent (P = exp2(s scale_log2 - max), one FFMA; scale_log2 > 0 keeps the max).
-template <int NT, int DT>
-WAVEPE_DEVICE void online_softmax_scaled(float (&s)[NT][4], float (&o)[DT][4], float (&row_max)[2],
-                                         float (&row_sum)[2], float scale_log2) {
-#pragma unroll
-    for (int ri = 0; ri < 2; ++ri) {
-        float mx = neg_inf<float>();
-#pragma unroll
-        for (int nt = 0; nt < NT; ++nt) mx = max_(mx, max_(s[nt][2 * ri], s[nt][2 * ri + 1]));
-        mx = quad_max(mx);
-        const float new_max = max_(row_max[ri], mx * scale_log2);
-        const float ref = new_max == neg_inf<float>() ? 0.0f : new_max;
-        const float alpha = exp2_(row_max[ri] - ref);
-        row_max[ri] = new_max;
-        row_sum[ri] *= alpha;
-#pragma unroll
-        for (int dt = 0; dt < DT; ++dt) {
-            o[dt][2 * ri] *= alpha;
-            o[dt][2 * ri + 1] *= alpha;
-        }
-#pragma unroll
-        for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-            for (int e = 0; e < 2; ++e) {
-                s[nt][2 * ri + e] = exp2_(fmaf(s[nt][2 * ri + e], scale_log2, -ref));
-                row_sum[ri] += s[nt][2 * ri + e];
-            }
-    }
-}
-
 // S (16 x 8 NT) += the warp's Q fragments . K^T, K fragments by ldmatrix from krow (the lane's
 // address in the K tile: key row (l % 8) + 8 (l / 16), columns 8 ((l / 8) % 2) ..).
 template <class T, int NT, int KS, int LD>
@@ -617,7 +590,7 @@ __global__ void __launch_bounds__(128) attn_fwd_tc_kernel(AttnParams p) {
                 zero_frags(s);
                 if (decltype(with_bias)::value && warp_bias(n0)) add_table_bias<T, BN, KS, LD, HLD, row_shift>(s, hw, qf, trow);
                 qk_products<T, NT, KS, LD>(s, qf, krow);
-                online_softmax_scaled<NT, DT>(s, o, row_max, row_sum, scale_log2);
+                online_softmax<A, NT, DT, true>(s, o, row_max, row_sum, scale_log2);
                 cp_async_wait<0>();
                 __syncthreads();  // V has landed; K (and the window) are consumed
                 if (next >= 0) {

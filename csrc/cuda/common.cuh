@@ -174,6 +174,8 @@ WAVEPE_DEVICE double log2_(double x) { return log2(x); }
 // tanh (the attention's logit soft-cap): CUDA's tanhf (2 ulp; +-1 at +-inf, NaN stays NaN) and tanh
 WAVEPE_DEVICE float tanh_(float x) { return tanhf(x); }
 WAVEPE_DEVICE double tanh_(double x) { return tanh(x); }
+WAVEPE_DEVICE float fma_(float a, float b, float c) { return fmaf(a, b, c); }
+WAVEPE_DEVICE double fma_(double a, double b, double c) { return fma(a, b, c); }
 WAVEPE_DEVICE float max_(float a, float b) { return fmaxf(a, b); }
 WAVEPE_DEVICE double max_(double a, double b) { return fmax(a, b); }
 template <class A>
