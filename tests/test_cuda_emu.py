@@ -830,6 +830,8 @@ TC_CASES = [
     dict(B=1, H=2, Hk=1, M=130, N=130, d=128, off=0, causal=True, pe=0),
     dict(B=1, H=2, Hk=2, M=64, N=256, d=64, off=192, causal=True, pe=0),  # every tile interior but the last
     dict(B=1, H=1, Hk=1, M=70, N=200, d=64, off=130, causal=True, pe=2, kpm=True),
+    dict(B=1, H=2, Hk=1, M=64, N=320, d=128, off=256, causal=True, pe=2),  # ALiBi on interior blocks
+    dict(B=1, H=3, Hk=1, M=130, N=400, d=64, off=100, causal=False, pe=2, splits=2),  # on both sides of the queries
     dict(B=2, H=2, Hk=1, M=65, N=129, d=128, off=0, causal=False, pe=0, softcap=1.5),
     dict(B=1, H=2, Hk=1, M=100, N=160, d=64, off=60, causal=True, pe=2, window=70, softcap=3.0),
     dict(B=1, H=3, Hk=1, M=1, N=300, d=128, off=299, causal=True, pe=0, splits=3),

@@ -460,11 +460,11 @@ __global__ void __launch_bounds__(128) attn_fwd_tc_kernel(AttnParams p) {
         if (kb_begin < cta_lo / BN) kb_begin = cta_lo / BN;
     }
     // The key blocks in the order taken: [kb_begin, ib) and [ie, kb_end), the blocks with masks,
-    // padding, ALiBi or a soft-cap; then, of the interior [ib, ie) -- keys every row sees (from the last
-    // row's first key to the first row's last, all < N), nothing to apply but the scale and the table's
-    // bias (CTA-uniform) --, the table's band [bb, be), then [ib, bb) and [be, ie).
+    // padding or a soft-cap; then, of the interior [ib, ie) -- keys every row sees (from the last row's
+    // first key to the first row's last, all < N), nothing to apply but the scale and the table's or
+    // ALiBi's bias (CTA-uniform) --, the table's band [bb, be), then [ib, bb) and [be, ie).
     int64_t ib = kb_end, ie = kb_end, bb = kb_end, be = kb_end;
-    if ((p.pos_enc == WAVEPE_CUDA_PE_NONE || has_table) && !(p.cap_log2 > 0.0) && p.a.key_padding_mask == nullptr &&
+    if (!(p.cap_log2 > 0.0) && p.a.key_padding_mask == nullptr &&
         (m0 + BM <= p.a.m || PACKED) && kb_begin < kb_end) {  // (packed: every row the one query's keys)
         const int64_t hi = rhi[0] < p.a.n ? rhi[0] : p.a.n;
         ib = ceil_div(rlo[BM - 1], BN) > kb_begin ? ceil_div(rlo[BM - 1], BN) : kb_begin;
@@ -579,23 +579,39 @@ __global__ void __launch_bounds__(128) attn_fwd_tc_kernel(AttnParams p) {
             }
         }
         // the interior blocks: every warp active, every key seen; the band's first, with the table's bias
-        // (the next block's window staged with its K), then the others
+        // (the next block's window staged with its K), then the others (with ALiBi's bias, if any)
         if (ib < ie) seen[0] = seen[1] = true;
-        auto interior = [&](auto with_bias, int64_t j, int64_t next) {
+        enum { kNoBias, kTableBias, kAlibiBias };
+        auto interior = [&](auto bias_kind, int64_t j, int64_t next) {
+            constexpr int kind = decltype(bias_kind)::value;
             {
                 const int64_t n0 = j * BN;
                 load_rows_async<T, BN, D, LD, 4 * 32>(Vs, vg + n0 * vstride, vstride);
                 cp_async_commit();
                 A s[NT][4];
                 zero_frags(s);
-                if (decltype(with_bias)::value && warp_bias(n0)) add_table_bias<T, BN, KS, LD, HLD, row_shift>(s, hw, qf, trow);
+                if (kind == kTableBias && warp_bias(n0)) add_table_bias<T, BN, KS, LD, HLD, row_shift>(s, hw, qf, trow);
                 qk_products<T, NT, KS, LD>(s, qf, krow);
-                online_softmax<A, NT, DT, true>(s, o, row_max, row_sum, scale_log2);
+                if constexpr (kind == kAlibiBias) {
+                    // scores_log2's x = s scale_log2 - slope_log2 |pos_q - pos_k|, without its masks: the
+                    // distance of element (nt, i) is d0 + 8 (i / 2) - 8 nt - i % 2 (frag_row, frag_col)
+                    const A d0 = A(p.a.q_offset + wm0 - n0 + (lane >> 2) - 2 * (lane & 3));
+#pragma unroll
+                    for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+                        for (int i = 0; i < 4; ++i) {
+                            const A dist = d0 + A(8 * (i / 2) - 8 * nt - i % 2);
+                            s[nt][i] = s[nt][i] * scale_log2 - slope_log2 * (dist < A(0) ? -dist : dist);
+                        }
+                    online_softmax<A, NT, DT>(s, o, row_max, row_sum);
+                } else {
+                    online_softmax<A, NT, DT, true>(s, o, row_max, row_sum, scale_log2);
+                }
                 cp_async_wait<0>();
                 __syncthreads();  // V has landed; K (and the window) are consumed
                 if (next >= 0) {
                     load_rows_async<T, BN, D, LD, 4 * 32>(Ks, kg + next * BN * kstride, kstride);
-                    if (decltype(with_bias)::value && block_bias(next))
+                    if (kind == kTableBias && block_bias(next))
                         load_tile_async(Ts, LD, BM + BN, D, D, window_row(next));
                 }
                 cp_async_commit();
@@ -604,8 +620,15 @@ __global__ void __launch_bounds__(128) attn_fwd_tc_kernel(AttnParams p) {
                 __syncthreads();  // the next K has landed; V is consumed
             }
         };
-        for (int64_t j = bb; j < be; ++j) interior(std::true_type{}, j, j + 1 < be ? j + 1 : first_pure);
-        for (int64_t t = 0; t < n_pure; ++t) interior(std::false_type{}, pure_block(t), t + 1 < n_pure ? pure_block(t + 1) : -1);
+        using TableBias = std::integral_constant<int, kTableBias>;
+        for (int64_t j = bb; j < be; ++j) interior(TableBias{}, j, j + 1 < be ? j + 1 : first_pure);
+        if (!PACKED && p.pos_enc == WAVEPE_CUDA_PE_ALIBI) {  // (CTA-uniform; never packed)
+            using AlibiBias = std::integral_constant<int, kAlibiBias>;
+            for (int64_t t = 0; t < n_pure; ++t) interior(AlibiBias{}, pure_block(t), t + 1 < n_pure ? pure_block(t + 1) : -1);
+        } else {
+            using NoBias = std::integral_constant<int, kNoBias>;
+            for (int64_t t = 0; t < n_pure; ++t) interior(NoBias{}, pure_block(t), t + 1 < n_pure ? pure_block(t + 1) : -1);
+        }
     }
     if (!warp_rows) return;  // after the last barrier
     write_rows<T, DT, PACKED>(p, o, row_max, row_sum, seen, b, h, split, wm0, DT);
