@@ -291,18 +291,20 @@ __global__ void __launch_bounds__(BM * 2) attn_fwd_kernel(AttnParams p) {
 //   * K's and V's fragments come by ldmatrix (.trans for V) from rows padded by 16 bytes, so that
 //     the 8 rows each 8-lane phase reads start 4 banks apart: no bank conflict, on loads or on the
 //     16-byte copies (a quarter-warp writes 128 contiguous bytes of one row);
-//   * the CTA's key blocks are taken in two loops.  The interior blocks -- every query row of the
-//     CTA sees every key, no padding mask, no ALiBi or soft-cap, a window of table rows that are
-//     all outside the table (the wavelet's support ends at a few thousand distances) -- run a loop
-//     with nothing else: copies without per-row tests, no mask, no bias, the scale folded into the
-//     exponent's FFMA, P V on the tensor cores without the non-finite check (no row is masked).
-//     The others (the causal diagonal, a window's or document's edges, padding, ALiBi, soft-cap,
-//     the table's band, the last partial block) run first, through scores_log2 and warp_rb_masked
-//     as in attn_fwd_kernel, whose softmax, key ranges, zero rows, split-KV partials and ends
-//     (write_rows) this kernel shares;
+//   * the CTA's key blocks are taken in three loops.  The interior blocks -- every query row of the
+//     CTA sees every key, no padding mask or soft-cap -- run loops with nothing else: copies without
+//     per-row tests, no mask, P V on the tensor cores without the non-finite check (no row is
+//     masked); those whose window meets the table (the band: the wavelet's support ends at a few
+//     thousand distances) first, adding the table's bias; then the others, the scale folded into
+//     the exponent's FFMA (with ALiBi, a loop of its own adding -slope |distance|).  The masked
+//     blocks (the causal diagonal, a window's or document's edges, padding, soft-cap, the last
+//     partial block) run before them, through scores_log2 and warp_rb_masked as in attn_fwd_kernel,
+//     whose softmax, key ranges, zero rows, split-KV partials and ends (write_rows) this kernel
+//     shares;
 //   * a band block adds the table's bias q . T[r] on the tensor cores: G = Q_w T_win^T from the
 //     warp's Q fragments and the window's rows by ldmatrix, read back skewed through the warp's
-//     scratch (add_table_bias), only by the warps whose rows' window meets the table.
+//     scratch (add_table_bias), only by the warps whose rows' window meets the table;
+//   * decoding one query with GQA (PACKED), the group's heads are the CTA's rows.
 // 64 keys a block (128 at head_dim 64, so that the per-block softmax and O rescale weigh as at 128).
 // With a table, the window's BM + BN rows and each warp's skewed bias of half a block, H (16 x BN / 2
 // fp32, rows HLD apart: HLD = 8 mod 32 banks, so that the float2 reads of a half-warp hit 32 distinct
