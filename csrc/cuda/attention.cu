@@ -143,6 +143,18 @@ WAVEPE_DEVICE void write_rows(const AttnParams &p, const acc_t<T> (&o)[DT][4], c
     }
 }
 
+// [begin, end): the key blocks of bn keys that split `split` of a forward CTA visits -- of its
+// blocks (p.kb_first, p.blocks_per_split), those holding keys some row of the CTA sees, [rlo[0],
+// rhi[bm - 1]) (load_row_keys, after its barrier).  Shared by both forward kernels.
+WAVEPE_DEVICE void split_key_blocks(const AttnParams &p, const int64_t *rlo, const int64_t *rhi, int bm, int bn,
+                                    int64_t split, int64_t &begin, int64_t &end) {
+    const int64_t cta_lo = rlo[0], cta_hi = rhi[bm - 1];
+    const int64_t stop = cta_hi > cta_lo ? ceil_div(cta_hi, bn) : 0;
+    begin = p.kb_first + split * p.blocks_per_split;
+    end = begin + p.blocks_per_split < stop ? begin + p.blocks_per_split : stop;
+    if (begin < cta_lo / bn) begin = cta_lo / bn;
+}
+
 template <class T, int DMAX, int BM, int BN>
 __global__ void __launch_bounds__(BM * 2) attn_fwd_kernel(AttnParams p) {
     using A = acc_t<T>;
@@ -179,13 +191,8 @@ __global__ void __launch_bounds__(BM * 2) attn_fwd_kernel(AttnParams p) {
     // keys some row of this CTA sees, [rlo[0], rhi[BM - 1]) (no row sees another: their tile rows
     // are zero, whatever they hold -- NaN/inf never reach P V), and this split's key blocks among
     // them.  (Read from shared memory where used: not held in registers across the loop.)
-    int64_t kb_begin = p.kb_first + split * p.blocks_per_split, kb_end = 0;
-    {
-        const int64_t cta_lo = rlo[0], cta_hi = rhi[BM - 1];
-        const int64_t kb_stop = cta_hi > cta_lo ? ceil_div(cta_hi, BN) : 0;
-        kb_end = kb_begin + p.blocks_per_split < kb_stop ? kb_begin + p.blocks_per_split : kb_stop;
-        if (kb_begin < cta_lo / BN) kb_begin = cta_lo / BN;
-    }
+    int64_t kb_begin, kb_end;
+    split_key_blocks(p, rlo, rhi, BM, BN, split, kb_begin, kb_end);
     // q, only where a key block is visited (CTA-uniform: an empty split, or query rows that see no
     // key, only write their empty rows); visible to every warp after the loop's first barrier
     if (kb_begin < kb_end)
@@ -454,13 +461,8 @@ __global__ void __launch_bounds__(128) attn_fwd_tc_kernel(AttnParams p) {
 
     load_row_keys(rlo, rhi, BM, p, b, m0);
     __syncthreads();
-    int64_t kb_begin = p.kb_first + split * p.blocks_per_split, kb_end = 0;
-    {
-        const int64_t cta_lo = rlo[0], cta_hi = rhi[BM - 1];
-        const int64_t kb_stop = cta_hi > cta_lo ? ceil_div(cta_hi, BN) : 0;
-        kb_end = kb_begin + p.blocks_per_split < kb_stop ? kb_begin + p.blocks_per_split : kb_stop;
-        if (kb_begin < cta_lo / BN) kb_begin = cta_lo / BN;
-    }
+    int64_t kb_begin, kb_end;
+    split_key_blocks(p, rlo, rhi, BM, BN, split, kb_begin, kb_end);
     // The key blocks in the order taken: [kb_begin, ib) and [ie, kb_end), the blocks with masks,
     // padding or a soft-cap; then, of the interior [ib, ie) -- keys every row sees (from the last row's
     // first key to the first row's last, all < N), nothing to apply but the scale and the table's or
