@@ -35,7 +35,7 @@ ACC_UNIT = {E.F32: 2.0**-24, E.F64: 2.0**-53, E.BF16: 2.0**-24, E.F16: 2.0**-24}
 def lib():
     try:
         return E.lib()
-    except RuntimeError as exc:  # pragma: no cover - no C++ compiler
+    except E.NoCompiler as exc:  # pragma: no cover - a build that fails fails the tests
         pytest.skip(f"CUDA emulator not buildable: {exc}")
 
 
@@ -506,6 +506,7 @@ def check_attention(lib, dtype, *, backward=True, want_dtable=None, grad_lse=Fal
         if want_dtable is None:
             want_dtable = prob.pe == 1
         grads = prob.backward(want_dtable, want_dslopes=prob.pe == 2, grad_lse=grad_lse)
+        prob.grads, prob.want = grads, want  # (for a test's further checks)
         group = H // Hk
         # each dS term carries two d-long dot products, dP = dO . v and delta = dO . O, which cancel where P
         # is 1 (a row with one key): 2 d counts beside the terms each gradient sums (hypothesis found
@@ -868,6 +869,46 @@ def test_tensor_core_forward_matches_oracle(lib, dtype, case):
     check_attention(lib, dtype, backward=False, seed=300 + case, **kw)
 
 
+# the tensor-core dK/dV (bf16/fp16, head_dim 64 / 128, no table): a CTA of 64 keys walks the query blocks
+# of each head of its group (32 rows at d = 128, 64 at 64), the masked ones first, then the interior
+# ones (every query sees every key) without masks
+TC_BWD_CASES = [
+    dict(B=1, H=2, Hk=1, M=130, N=130, d=128, off=0, causal=True, pe=0),  # diagonal, interior, partial blocks
+    dict(B=1, H=2, Hk=2, M=256, N=192, d=64, off=0, causal=False, pe=0, grad_lse=True),  # all interior
+    dict(B=1, H=4, Hk=2, M=200, N=260, d=128, off=60, causal=True, pe=2),  # ALiBi on interior blocks, GQA
+    dict(B=1, H=3, Hk=1, M=160, N=300, d=64, off=140, causal=False, pe=2),  # keys on both sides of the queries
+    dict(B=2, H=2, Hk=1, M=129, N=129, d=128, off=0, causal=False, pe=0, softcap=1.5),  # soft-cap: every block masked
+    dict(B=1, H=2, Hk=1, M=150, N=190, d=64, off=40, causal=True, pe=2, window=70, softcap=3.0),
+    dict(B=1, H=2, Hk=1, M=160, N=260, d=128, off=100, causal=True, pe=0, window=100),  # interior between the edges
+    dict(B=1, H=2, Hk=1, M=40, N=120, d=64, off=-30, causal=True, pe=0, kpm=True),  # rows without keys, padding
+    dict(B=2, H=2, Hk=1, M=160, N=160, d=64, off=0, causal=True, pe=0, cu=[[0, 70, 71, 160], [0, 100, 100, 160]]),
+    dict(B=1, H=2, Hk=1, M=96, N=200, d=128, off=104, causal=True, pe=0, row_pad=8),  # strided rows on 16 bytes
+]
+
+
+def bwd_kernel(lib, prob):
+    lib.wavepe_cuda_attention_bwd_kernel.restype = C.c_char_p
+    return lib.wavepe_cuda_attention_bwd_kernel(C.byref(prob.a)).decode()
+
+
+@pytest.mark.parametrize("dtype", [E.BF16, E.F16], ids=DTYPE_IDS.get)
+@pytest.mark.parametrize("case", range(len(TC_BWD_CASES)))
+def test_tensor_core_dkdv_matches_oracle(lib, dtype, case):
+    kw = dict(TC_BWD_CASES[case])
+    grad_lse = kw.pop("grad_lse", False)
+    prob = Attn(lib, dtype, seed=500 + case, **kw)
+    assert bwd_kernel(lib, prob) == "tensor-core dK/dV"
+    prob = check_attention(lib, dtype, seed=500 + case, grad_lse=grad_lse, **kw)
+    # check_attention's element bounds grow with sqrt(terms) x the largest value: at these sizes they would
+    # let a 1 % error in the scale through.  Norm-wise, rounding P and dS to the input type (the only
+    # rounding inside beside the fp32 sums) leaves the gradients within one unit of the input type:
+    # measured at most 0.68 units on these cases; a scale off by 1 % gives 2.5 (bf16) / 20 (fp16).
+    for name in ("dk", "dv", "dq"):
+        got, want = prob.grads[name], prob.want[name]
+        rel = np.linalg.norm(got - want) / (np.linalg.norm(want) + 1e-300)
+        assert rel <= 1.5 * UNIT[dtype], f"{name}: relative error {rel / UNIT[dtype]:.2f} units of the input type"
+
+
 # decoding one query with GQA: the group's heads are one CTA's rows (K/V read once a kv head)
 PACKED_DECODE = [
     dict(B=2, H=8, Hk=2, M=1, N=700, d=128, off=699, causal=True, pe=0),
@@ -920,6 +961,12 @@ def test_occupancy_model_reads_the_launchers_shared_memory(lib):
             assert fwd_kernel(lib, prob) == "tensor-core" and threads == 128
             got.append(lib.wavepe_cuda_attention_fwd_smem_bytes(C.byref(prob.a)))
         assert max(got) == got[-1] == smem
+        # the tensor-core dK/dV: no table; its CTA the largest of the backward's without one
+        threads, smem = ck.CTA_SHAPE[("attn_bwd_dkdv_tc_kernel", f"{d}")]
+        for pe in (0, 2):
+            prob = Attn(lib, E.F16, B=1, H=1, Hk=1, M=70, N=70, d=d, off=0, causal=True, pe=pe)
+            assert bwd_kernel(lib, prob) == "tensor-core dK/dV" and threads == 128
+            assert lib.wavepe_cuda_attention_bwd_smem_bytes(C.byref(prob.a)) == smem
 
 
 def test_tensor_core_forward_reads_shared_memory_without_bank_conflicts(lib):
@@ -932,6 +979,10 @@ def test_tensor_core_forward_reads_shared_memory_without_bank_conflicts(lib):
             assert fwd_kernel(lib, prob) == "tensor-core"
             prob.forward()
             assert lib.wavepe_emu_ldmatrix_bank_conflicts() == 1, (d, pe)
+            if pe != 1:  # the tensor-core dK/dV (K, V, Q, dO by ldmatrix; Q, dO .trans), masked and interior blocks
+                assert bwd_kernel(lib, prob) == "tensor-core dK/dV"
+                prob.backward(False)
+                assert lib.wavepe_emu_ldmatrix_bank_conflicts() == 1, (d, pe, "backward")
     # (unpadded rows, LD = d, give 8 at d = 64 and 128: every row of a matrix in the same 4 banks)
 
 
@@ -1001,6 +1052,23 @@ def test_tensor_core_forward_does_not_depend_on_thread_order(lib, monkeypatch, o
     monkeypatch.setenv("WAVEPE_EMU_ORDER", order)
     for x, y in zip(want, Attn(lib, E.F16, **kw).forward()):
         np.testing.assert_array_equal(x, y)
+
+
+@pytest.mark.parametrize("order", ["reverse", "random"])
+def test_tensor_core_dkdv_does_not_depend_on_thread_order(lib, monkeypatch, order):
+    # attn_bwd_dkdv_tc_kernel refills one of its two Q / dO / lse / D buffers while the other is read, one
+    # barrier a block: a copy into the buffer in use, or a missing barrier, shows here (GQA: the heads in turn)
+    kw = dict(B=1, H=4, Hk=2, M=200, N=200, d=128, off=0, causal=True, pe=2, kpm=True, window=150, seed=14)
+    base = Attn(lib, E.BF16, **kw)
+    assert bwd_kernel(lib, base) == "tensor-core dK/dV"
+    base.forward()
+    want = base.backward(False, want_dslopes=True)
+    monkeypatch.setenv("WAVEPE_EMU_ORDER", order)
+    other = Attn(lib, E.BF16, **kw)
+    other.forward()
+    got = other.backward(False, want_dslopes=True)
+    for name in want:
+        np.testing.assert_array_equal(want[name], got[name], err_msg=name)
 
 
 def test_backward_is_deterministic(lib):

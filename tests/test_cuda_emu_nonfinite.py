@@ -181,6 +181,44 @@ def test_tensor_core_forward_keeps_garbage_where_it_belongs(lib, dtype, bad, pe,
     assert_same_nonfinite(runs["band"].result[0], oracle_forward(runs["band"]), dtype, n, "out")
 
 
+@pytest.mark.parametrize("dtype", [E.BF16, E.F16], ids=DTYPE_IDS.get)
+@pytest.mark.parametrize("pe,bad", [(0, float("nan")), (2, float("inf"))])
+def test_tensor_core_dkdv_keeps_masked_garbage_out(lib, dtype, pe, bad):
+    """attn_bwd_dkdv_tc_kernel (head_dim 64, masked and interior query blocks): padded keys and keys after
+    every query holding garbage change no bit of any output or gradient, and their dk, dv are 0."""
+    from .test_cuda_emu import bwd_kernel
+
+    b, m, n, d = 1, 100, 260, 64  # queries at 160..259: key blocks 0-1 interior for every query block
+    kpm = np.zeros((b, n), bool)
+    kpm[:, [3, 70, 130, 200]] = True
+    garbage = kpm.copy()
+    garbage[:, 250:] = True
+    kw = dict(B=b, H=2, Hk=1, M=m, N=n, d=d, off=n - m - 10, causal=True, pe=pe, kpm=kpm, seed=17)
+    assert bwd_kernel(lib, Attn(lib, dtype, **kw)) == "tensor-core dK/dV"
+    _assert_garbage_never_reached(lib, dtype, garbage, bad, "masked keys", **kw)
+
+
+@pytest.mark.parametrize("dtype", [E.BF16, E.F16], ids=DTYPE_IDS.get)
+def test_tensor_core_dkdv_zero_weight_rows_contribute_nothing(lib, dtype):
+    """attn_bwd_dkdv_tc_kernel's interior blocks apply no mask, but a row coded lse +inf (mark_neg_inf: every
+    score -inf) still contributes nothing to dK and dV: 0, not exp(-inf + inf) = NaN."""
+    from .test_cuda_emu import bwd_kernel
+
+    m, n, d = 64, 128, 64  # non-causal: every query block interior for both key blocks
+    rng = np.random.default_rng(21)
+    q = rng.standard_normal((1, 1, m, d))
+    k = rng.standard_normal((1, 1, n, d))
+    q[..., 0] = np.abs(q[..., 0]) + 0.5
+    k[..., 0] = -np.inf  # every score -inf
+    prob = Attn(lib, dtype, B=1, H=1, Hk=1, M=m, N=n, d=d, off=0, causal=False, pe=0, inputs={"q": q, "k": k})
+    assert bwd_kernel(lib, prob) == "tensor-core dK/dV"
+    prob.a.mark_neg_inf = 1
+    _, lse = prob.forward()
+    assert (lse == np.inf).all()
+    prob.backward(False)
+    assert (E.values(prob.dk.arr, dtype) == 0).all() and (E.values(prob.dv.arr, dtype) == 0).all()
+
+
 @pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS.get)
 @pytest.mark.parametrize("splits", [1, 3])
 def test_rows_whose_visible_scores_are_all_minus_inf_are_nan(lib, dtype, splits):

@@ -332,21 +332,6 @@ struct TcFwdLayout {
     }
 };
 
-
-
-// Rows 0 .. R-1 of a tile (row stride LD) from src + r * stride, every row present, by cp.async in
-// 16-byte chunks: consecutive threads take consecutive chunks of a row.  NTHREADS threads.
-template <class T, int R, int D, int LD, int NTHREADS>
-WAVEPE_DEVICE void load_rows_async(T *dst, const T *src, int64_t stride) {
-    constexpr int V = 16 / int(sizeof(T)), CPR = D / V, RSTEP = NTHREADS / CPR;
-    static_assert(NTHREADS % CPR == 0 && R % RSTEP == 0, "whole rows per round, whole rounds");
-    const int r0 = int(threadIdx.x) / CPR, c = (int(threadIdx.x) % CPR) * V;
-    const T *from = src + r0 * stride + c;  // a pointer stepped by RSTEP rows: no 64-bit multiply per chunk
-    const int64_t step = RSTEP * stride;
-#pragma unroll
-    for (int it = 0; it < R / RSTEP; ++it, from += step) cp_async16(dst + (r0 + it * RSTEP) * LD + c, from, true);
-}
-
 // S (16 x 8 NT) += the warp's Q fragments . K^T, K fragments by ldmatrix from krow (the lane's
 // address in the K tile: key row (l % 8) + 8 (l / 16), columns 8 ((l / 8) % 2) ..).
 template <class T, int NT, int KS, int LD>

@@ -168,6 +168,65 @@ WAVEPE_DEVICE void dkdv_probs(A (&st)[NT][4], A (&dpt)[NT][4], const AttnParams 
         }
 }
 
+// qlo[c], qhi[c] = the positions [lo, hi) of the queries that see key n0 + c of batch row b, c < bn
+// (shared memory; a __syncthreads makes them visible): key_queries -- its document's, from the key on
+// when causal, within the window: the keys of wavepe_attention_keys read the other way -- cut to the
+// queries there are.  Keys no query sees (absent, padded, no query in their document, past the last
+// query's position, before the first one's window) get [0, 0) and kmask[c] = 1: zero rows, their
+// dK, dV are 0 whatever they hold.
+WAVEPE_DEVICE void load_key_queries(int64_t *qlo, int64_t *qhi, uint8_t *kmask, int bn, const AttnParams &p,
+                                    int64_t b, int64_t n0) {
+    for (int c = threadIdx.x; c < bn; c += blockDim.x) {
+        const int64_t n = n0 + c;
+        int64_t lo = 0, hi = 0;
+        if (n < p.a.n && !(p.a.key_padding_mask != nullptr && p.a.key_padding_mask[b * p.a.kpm_stride + n] != 0)) {
+            key_queries(p, b, n, lo, hi);
+            if (lo < p.a.q_offset) lo = p.a.q_offset;
+            if (hi > p.a.q_offset + p.a.m) hi = p.a.q_offset + p.a.m;
+        }
+        if (lo >= hi) lo = hi = 0;
+        qlo[c] = lo;
+        qhi[c] = hi;
+        kmask[c] = lo >= hi ? 1 : 0;
+    }
+}
+
+// The query blocks of bm rows a CTA of bn keys visits (load_key_queries' ranges, after its barrier):
+// [i_start, i_end), those holding a query that sees one of the keys (the ranges are non-decreasing in
+// the key, empty ones aside; causality and the window bound them); and of them the interior [ib, ie):
+// whole blocks (< M) whose every query sees every key (none padded, absent or in another document,
+// all within the causal frontier and the window) -- empty (ib = ie = i_end) where there is none.
+struct KeyBlockQueries {
+    int64_t i_start, i_end, ib, ie;
+};
+WAVEPE_DEVICE KeyBlockQueries key_block_queries(const int64_t *qlo, const int64_t *qhi, int bn, int bm,
+                                               const AttnParams &p) {
+    int64_t lo = INT64_MAX, hi = INT64_MIN, lo_max = INT64_MIN, hi_min = INT64_MAX;
+    for (int c = 0; c < bn; ++c) {
+        if (qlo[c] < qhi[c]) {
+            lo = qlo[c] < lo ? qlo[c] : lo;
+            hi = qhi[c] > hi ? qhi[c] : hi;
+        }
+        // (a key no query sees, [0, 0), leaves no interior: a block's rows cannot be both >= 0 and < 0)
+        lo_max = qlo[c] > lo_max ? qlo[c] : lo_max;
+        hi_min = qhi[c] < hi_min ? qhi[c] : hi_min;
+    }
+    KeyBlockQueries r{0, 0, 0, 0};
+    if (lo < hi) {  // within [q_offset, q_offset + M)
+        r.i_start = (lo - p.a.q_offset) / bm;
+        r.i_end = ceil_div(hi - p.a.q_offset, bm);
+    }
+    // block i: rows at positions q_offset + i bm .. + bm - 1 within [lo_max, hi_min), i < M / bm
+    int64_t ib = -floor_div(-(lo_max - p.a.q_offset), bm), ie = floor_div(hi_min - p.a.q_offset - bm, bm) + 1;
+    if (ie > p.a.m / bm) ie = p.a.m / bm;
+    ib = ib < r.i_start ? r.i_start : ib;
+    ie = ie > r.i_end ? r.i_end : ie;
+    if (ie <= ib) ib = ie = r.i_end;
+    r.ib = ib;
+    r.ie = ie;
+    return r;
+}
+
 template <class T, int DMAX, int B, int CS>
 __global__ void __launch_bounds__(B * 2, 1) attn_bwd_dkdv_kernel(AttnParams p) {
     using A = acc_t<T>;
@@ -199,24 +258,7 @@ __global__ void __launch_bounds__(B * 2, 1) attn_bwd_dkdv_kernel(AttnParams p) {
     const int64_t n0 = nb * B, wn0 = n0 + 16 * warp;
     const T *kg = static_cast<const T *>(p.a.k) + b * p.a.k_strides[0] + hk * p.a.k_strides[1];
     const T *vg = static_cast<const T *>(p.a.v) + b * p.a.v_strides[0] + hk * p.a.v_strides[1];
-    // Each key's queries (key_queries: its document's, from the key on when causal, within the
-    // window -- the keys of wavepe_attention_keys read the other way), cut to the queries there
-    // are; keys no query sees (absent, padded, no query in their document, past the last query's
-    // position, before the first one's window) are masked and zero rows: their dK, dV are 0
-    // whatever they hold.
-    for (int c = threadIdx.x; c < B; c += blockDim.x) {
-        const int64_t n = n0 + c;
-        int64_t lo = 0, hi = 0;
-        if (n < p.a.n && !(p.a.key_padding_mask != nullptr && p.a.key_padding_mask[b * p.a.kpm_stride + n] != 0)) {
-            key_queries(p, b, n, lo, hi);
-            if (lo < p.a.q_offset) lo = p.a.q_offset;
-            if (hi > p.a.q_offset + p.a.m) hi = p.a.q_offset + p.a.m;
-        }
-        if (lo >= hi) lo = hi = 0;
-        qlo[c] = lo;
-        qhi[c] = hi;
-        kmask[c] = lo >= hi ? 1 : 0;
-    }
+    load_key_queries(qlo, qhi, kmask, B, p, b, n0);
     __syncthreads();
     load_tile(Ks, ld, B, p.a.d, p.d_pad, p.vec_k, [&](int r) -> const T * {
         return kmask[r] ? nullptr : kg + (n0 + r) * p.a.k_strides[2];
@@ -229,21 +271,8 @@ __global__ void __launch_bounds__(B * 2, 1) attn_bwd_dkdv_kernel(AttnParams p) {
     zero_frags(dk);
     zero_frags(dv);
     const A scale = A(p.a.scale);
-    // the query blocks that can see these keys: the union of their queries (the ranges are
-    // non-decreasing in the key, empty ones aside; causality and the window bound them)
-    int64_t i_start = 0, i_end = 0;
-    {
-        int64_t lo = INT64_MAX, hi = INT64_MIN;
-        for (int c = 0; c < B; ++c)
-            if (qlo[c] < qhi[c]) {
-                lo = qlo[c] < lo ? qlo[c] : lo;
-                hi = qhi[c] > hi ? qhi[c] : hi;
-            }
-        if (lo < hi) {  // within [q_offset, q_offset + M)
-            i_start = (lo - p.a.q_offset) / B;
-            i_end = ceil_div(hi - p.a.q_offset, B);
-        }
-    }
+    const KeyBlockQueries kq = key_block_queries(qlo, qhi, B, B, p);
+    const int64_t i_start = kq.i_start, i_end = kq.i_end;
     const A scale_log2 = scale * A(kLog2e);  // as the forward's scores (scores_log2)
     for (int64_t h = hk * p.group; h < (hk + 1) * p.group; ++h) {
         const int64_t bh = b * p.a.heads + h;
@@ -330,6 +359,258 @@ __global__ void __launch_bounds__(B * 2, 1) attn_bwd_dkdv_kernel(AttnParams p) {
                     dvr[col] = from_acc<T>(dv[dt][2 * ri + e]);
                 }
             }
+    }
+}
+
+// ---- the tensor-core dK/dV of the models' head dims ------------------------------------------
+// bf16/fp16, head_dim 64 or 128, 16-byte rows of q, k, v and dO, no relative table (use_tc_dkdv): the
+// FlashAttention-2 loop of the key side.  A CTA owns 64 keys of a (batch, kv head) (warp w: keys
+// 16w .. 16w+15), K and V staged once, and walks the query blocks of every head of its GQA group that
+// can see them (BM = 32 queries at head_dim 128, 64 at 64): per block, by ldmatrix from rows padded
+// by 16 bytes (no bank conflict), S^T = K_w Q^T and dP^T = V_w dO^T on the tensor cores, P^T and
+// dS^T = P^T (dP^T - D) in registers, then dV += P^T dO and dK += dS^T Q with P^T, dS^T as the A
+// operands straight from their C fragments (warp_rb: ldmatrix.trans of dO and Q).  Q, dO, and the rows'
+// lse and D have two buffers: the next block's copies are in flight while this one is computed, one
+// barrier a block.  A block runs one of two loops: the interior blocks -- whole blocks every query of
+// which sees every key, no padding or soft-cap -- without masks (the scale folded into the exponent's
+// FFMA; with ALiBi a loop of its own adding -slope |distance|; rows that saw no key, lse -inf, give 0
+// by selection as before); the others through dkdv_probs, as attn_bwd_dkdv_kernel.
+template <class T, int D>
+struct TcDkdvLayout {
+    static constexpr int BN = 64, BM = D <= 64 ? 64 : 32, LD = D + int(16 / sizeof(T));
+    SmemPlan plan;
+    int k, v, q, go, lse, delta, mask, rows;
+    __host__ __device__ TcDkdvLayout() {
+        k = plan.add(sizeof(T) * BN * LD);
+        v = plan.add(sizeof(T) * BN * LD);
+        q = plan.add(2 * sizeof(T) * BM * LD);  // two buffers of each
+        go = plan.add(2 * sizeof(T) * BM * LD);
+        lse = plan.add(2 * sizeof(float) * BM);
+        delta = plan.add(2 * sizeof(float) * BM);
+        mask = plan.add(BN);
+        rows = plan.add(2 * BN * sizeof(int64_t));  // each key's queries [lo, hi)
+    }
+};
+
+// dkdv_probs on an interior block (every pair seen, no soft-cap): st = S^T becomes P^T =
+// exp2(st scale_log2 (- slope_log2 |distance|) - lse2), dpt = dP^T becomes dS^T = P^T (dP^T - D); a
+// query that saw no key (lse2 -inf) gives 0 by selection.  d0 = the distance pos_q - n of the lane's
+// first element (row g, column 2 t).
+template <bool ALIBI, int NT>
+WAVEPE_DEVICE void dkdv_probs_interior(float (&st)[NT][4], float (&dpt)[NT][4], const float *lse_s,
+                                       const float *delta_s, float scale_log2, float slope_log2, float d0) {
+    const int t4 = threadIdx.x & 3;
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt) {
+        float2 l, dl;
+        copy8(&l, lse_s + nt * 8 + 2 * t4);
+        copy8(&dl, delta_s + nt * 8 + 2 * t4);
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+            const float le = e % 2 ? l.y : l.x, de = e % 2 ? dl.y : dl.x;
+            float x;
+            if constexpr (ALIBI) {
+                const float dist = d0 + float(nt * 8 + e % 2 - 8 * (e / 2));
+                x = st[nt][e] * scale_log2 - slope_log2 * fabsf(dist) - le;
+            } else {
+                x = fma_(st[nt][e], scale_log2, -le);
+            }
+            const float pr = exp2_(x);
+            const bool dead = le == neg_inf<float>();
+            dpt[nt][e] = dead ? 0.f : pr * (dpt[nt][e] - de);
+            st[nt][e] = dead ? 0.f : pr;
+        }
+    }
+}
+
+template <class T, int D>
+__global__ void __launch_bounds__(128) attn_bwd_dkdv_tc_kernel(AttnParams p) {
+    using Lay = TcDkdvLayout<T, D>;
+    constexpr int BN = Lay::BN, BM = Lay::BM, LD = Lay::LD, QC = 32, NT = QC / 8, DT = D / 8, KS = D / 16;
+    static_assert(Traits<T>::kTensorCore && BM % QC == 0, "the tensor-core dK/dV takes bf16/fp16, whole chunks");
+    WAVEPE_SHARED_BASE(smem);
+    const Lay L;
+    T *const Ks = reinterpret_cast<T *>(smem + L.plan.off[L.k]);
+    T *const Vs = reinterpret_cast<T *>(smem + L.plan.off[L.v]);
+    T *const Q0 = reinterpret_cast<T *>(smem + L.plan.off[L.q]);
+    T *const dO0 = reinterpret_cast<T *>(smem + L.plan.off[L.go]);
+    float *const lse0 = reinterpret_cast<float *>(smem + L.plan.off[L.lse]);
+    float *const delta0 = reinterpret_cast<float *>(smem + L.plan.off[L.delta]);
+    uint8_t *const kmask = smem + L.plan.off[L.mask];
+    int64_t *const qlo = reinterpret_cast<int64_t *>(smem + L.plan.off[L.rows]), *const qhi = qlo + BN;
+    const int warp = threadIdx.x / 32, lane = threadIdx.x & 31;
+
+    const int64_t nblocks = ceil_div(p.a.n, BN);
+    const int64_t nb = blockIdx.x % nblocks, bhk = blockIdx.x / nblocks;
+    const int64_t b = bhk / p.a.kv_heads, hk = bhk % p.a.kv_heads;
+    const int64_t n0 = nb * BN, wn0 = n0 + 16 * warp;
+    const T *kg = static_cast<const T *>(p.a.k) + b * p.a.k_strides[0] + hk * p.a.k_strides[1];
+    const T *vg = static_cast<const T *>(p.a.v) + b * p.a.v_strides[0] + hk * p.a.v_strides[1];
+    load_key_queries(qlo, qhi, kmask, BN, p, b, n0);
+    __syncthreads();
+    load_tile_async(Ks, LD, BN, D, D, [&](int r) -> const T * {
+        return kmask[r] ? nullptr : kg + (n0 + r) * p.a.k_strides[2];
+    });
+    load_tile_async(Vs, LD, BN, D, D, [&](int r) -> const T * {
+        return kmask[r] ? nullptr : vg + (n0 + r) * p.a.v_strides[2];
+    });
+    // The query blocks in the order taken: every head's [i_start, ib) and [ie, i_end) -- masks, padding,
+    // soft-cap, the last partial block --, then every head's interior [ib, ie) (two loops, neither inside
+    // a loop over the heads); the n-th block of the CTA lands in buffer n % 2.
+    KeyBlockQueries kq = key_block_queries(qlo, qhi, BN, BM, p);
+    if (p.cap_log2 > 0.0) kq.ib = kq.ie = kq.i_end;  // (padding leaves no interior by itself)
+    const int64_t n_head = kq.ib - kq.i_start, n_masked = n_head + (kq.i_end - kq.ie), n_int = kq.ie - kq.ib;
+    struct Cursor {
+        int64_t h, u;  // head of the group, index in the phase's blocks
+        int phase;     // 0 masked, 1 interior, 2 done
+        int buf;
+    };
+    auto settle = [=](Cursor c) {  // past the phases without blocks
+        if (c.phase == 0 && n_masked == 0) c.phase = 1;
+        if (c.phase == 1 && n_int == 0) c.phase = 2;
+        return c;
+    };
+    auto next_of = [=](Cursor c) {
+        c.buf ^= 1;
+        if (++c.u == (c.phase == 0 ? n_masked : n_int)) {
+            c.u = 0;
+            if (++c.h == p.group) {
+                c.h = 0;
+                ++c.phase;
+                c = settle(c);
+            }
+        }
+        return c;
+    };
+    auto row0 = [=](const Cursor &c) {  // the block's first query row
+        return (c.phase == 1 ? kq.ib + c.u : c.u < n_head ? kq.i_start + c.u : kq.ie + (c.u - n_head)) * BM;
+    };
+    // stage block c (cp.async; lse and D by plain stores, visible after the next barrier).  INTERIOR: c is
+    // an interior block (or none), every row < M -- the interior loop's copies without per-row tests.
+    auto stage = [&](auto interior_tag, const Cursor &c) {
+        constexpr bool INTERIOR = decltype(interior_tag)::value;
+        if (INTERIOR && c.phase != 1) return;
+        const int64_t h = hk * p.group + c.h, m0 = row0(c);
+        T *const Qb = Q0 + c.buf * BM * LD, *const dOb = dO0 + c.buf * BM * LD;
+        const T *qg = static_cast<const T *>(p.a.q) + b * p.a.q_strides[0] + h * p.a.q_strides[1];
+        const T *gog = static_cast<const T *>(p.a.dout) + b * p.a.dout_strides[0] + h * p.a.dout_strides[1];
+        const int64_t qs = p.a.q_strides[2], gs = p.a.dout_strides[2];
+        if (INTERIOR || c.phase == 1) {
+            load_rows_async<T, BM, D, LD, 128>(Qb, qg + m0 * qs, qs);
+            load_rows_async<T, BM, D, LD, 128>(dOb, gog + m0 * gs, gs);
+        } else {
+            load_tile_async(Qb, LD, BM, D, D, [&](int r) -> const T * {
+                return m0 + r < p.a.m ? qg + (m0 + r) * qs : nullptr;
+            });
+            load_tile_async(dOb, LD, BM, D, D, [&](int r) -> const T * {
+                return m0 + r < p.a.m ? gog + (m0 + r) * gs : nullptr;
+            });
+        }
+        static_assert(BM <= 128, "a row per thread");
+        const int r = threadIdx.x;
+        if (r < BM) {
+            const int64_t m = m0 + r, row = (b * p.a.heads + h) * p.a.m + m;
+            const bool ok = INTERIOR || m < p.a.m;
+            const float l = ok ? static_cast<const float *>(p.a.lse)[row] : neg_inf<float>();
+            // (row_stats: -inf, a row that saw no key, and +inf, a zero-weight row, contribute nothing)
+            lse0[c.buf * BM + r] = l == neg_inf<float>() || l == -neg_inf<float>() ? neg_inf<float>() : l * float(kLog2e);
+            delta0[c.buf * BM + r] = ok ? static_cast<const float *>(p.delta)[row] : 0.f;
+        }
+    };
+    using Interior = std::true_type;
+    using AnyBlock = std::false_type;
+
+    float dk[DT][4], dv[DT][4];
+    zero_frags(dk);
+    zero_frags(dv);
+    const float scale_log2 = float(p.a.scale) * float(kLog2e);
+    // the lanes' ldmatrix addresses: A = the warp's 16 key rows, B = 16 query rows at a time
+    const int arow = (16 * warp + (lane & 15)) * LD + 8 * (lane >> 4);
+    const int brow = ((lane & 7) + 8 * (lane >> 4)) * LD + 8 * ((lane >> 3) & 1);
+    Cursor cur = settle(Cursor{0, 0, 0, 0});
+    if (cur.phase < 2) stage(AnyBlock{}, cur);
+    cp_async_commit();  // (with K and V)
+    enum { kMasked, kPlain, kAlibi };
+    auto step = [&](auto kind_tag, const Cursor &c) {
+        constexpr int kind = decltype(kind_tag)::value;
+        cp_async_wait<0>();
+        __syncthreads();  // block c has landed; every warp is done with the previous block's buffer
+        const Cursor nxt = next_of(c);
+        if (kind != kMasked)
+            stage(Interior{}, nxt);  // (the interior blocks come last)
+        else if (nxt.phase < 2)
+            stage(AnyBlock{}, nxt);
+        cp_async_commit();
+        const int64_t h = hk * p.group + c.h, m0 = row0(c);
+        const T *const Qb = Q0 + c.buf * BM * LD, *const dOb = dO0 + c.buf * BM * LD;
+        const float *const lse_s = lse0 + c.buf * BM, *const delta_s = delta0 + c.buf * BM;
+        const float slope_log2 = head_slope<T>(p, h) * float(kLog2e);
+        int c_lo[2] = {0, 0}, c_hi[2] = {BM, BM};
+        if constexpr (kind == kMasked) {
+            if (wn0 >= p.a.n) return;  // warp-uniform
+            // the lane's keys (rows g, g + 8) are seen by the block's query columns [c_lo, c_hi)
+#pragma unroll
+            for (int ri = 0; ri < 2; ++ri) {
+                const int k = 16 * warp + frag_row(2 * ri);
+                const int64_t lo = qlo[k] - (p.a.q_offset + m0), hi = qhi[k] - (p.a.q_offset + m0);
+                c_lo[ri] = lo < 0 ? 0 : (lo > BM ? BM : int(lo));
+                c_hi[ri] = hi < 0 ? 0 : (hi > BM ? BM : int(hi));
+            }
+            if (!warp_any(c_lo[0] < c_hi[0] || c_lo[1] < c_hi[1])) return;  // warp-uniform: no query sees a key
+        }
+        // QC query columns at a time (registers: S^T and dP^T of 16 x QC beside dK and dV's 16 x D)
+#pragma unroll
+        for (int c0 = 0; c0 < BM; c0 += QC) {
+            float st[NT][4], dpt[NT][4];
+            zero_frags(st);
+            warp_abt_ldm<T, NT, KS, LD>(st, Ks + arow, Qb + c0 * LD + brow);
+            zero_frags(dpt);
+            warp_abt_ldm<T, NT, KS, LD>(dpt, Vs + arow, dOb + c0 * LD + brow);
+            if constexpr (kind == kMasked) {
+                const int lo[2] = {c_lo[0] - c0, c_lo[1] - c0}, hi[2] = {c_hi[0] - c0, c_hi[1] - c0};
+                if (p.cap_log2 > 0.0)  // uniform
+                    dkdv_probs<true>(st, dpt, p, static_cast<const float *>(nullptr), 0, 16 * warp,
+                                     p.a.q_offset + m0 + c0 - wn0, lo, hi, lse_s + c0, delta_s + c0, scale_log2,
+                                     slope_log2);
+                else
+                    dkdv_probs<false>(st, dpt, p, static_cast<const float *>(nullptr), 0, 16 * warp,
+                                      p.a.q_offset + m0 + c0 - wn0, lo, hi, lse_s + c0, delta_s + c0, scale_log2,
+                                      slope_log2);
+            } else {
+                const float d0 = float(p.a.q_offset + m0 + c0 - wn0 + 2 * (lane & 3) - (lane >> 2));
+                dkdv_probs_interior<kind == kAlibi>(st, dpt, lse_s + c0, delta_s + c0, scale_log2, slope_log2, d0);
+            }
+            warp_rb<T, NT, DT>(dv, st, dOb + c0 * LD, LD, DT, nullptr);
+            warp_rb<T, NT, DT>(dk, dpt, Qb + c0 * LD, LD, DT, nullptr);
+        }
+    };
+    for (int64_t t = 0, n = p.group * n_masked; t < n; ++t, cur = next_of(cur))
+        step(std::integral_constant<int, kMasked>{}, cur);
+    if (p.pos_enc == WAVEPE_CUDA_PE_ALIBI) {  // (CTA-uniform)
+        for (int64_t t = 0, n = p.group * n_int; t < n; ++t, cur = next_of(cur))
+            step(std::integral_constant<int, kAlibi>{}, cur);
+    } else {
+        for (int64_t t = 0, n = p.group * n_int; t < n; ++t, cur = next_of(cur))
+            step(std::integral_constant<int, kPlain>{}, cur);
+    }
+
+    if (wn0 >= p.a.n) return;  // after the last barrier
+    const float scale = float(p.a.scale);
+#pragma unroll
+    for (int ri = 0; ri < 2; ++ri) {
+        const int64_t n = wn0 + frag_row(2 * ri);
+        if (n >= p.a.n) continue;
+        T *dkr = static_cast<T *>(p.a.dk) + ((b * p.a.kv_heads + hk) * p.a.n + n) * p.a.d;
+        T *dvr = static_cast<T *>(p.a.dv) + ((b * p.a.kv_heads + hk) * p.a.n + n) * p.a.d;
+#pragma unroll
+        for (int dt = 0; dt < DT; ++dt) {
+            const int col = dt * 8 + 2 * (lane & 3);
+#pragma unroll
+            for (int e = 0; e < 2; ++e) {
+                dkr[col + e] = from_acc<T>(dk[dt][2 * ri + e] * scale);
+                dvr[col + e] = from_acc<T>(dv[dt][2 * ri + e]);
+            }
+        }
     }
 }
 
@@ -667,6 +948,36 @@ BwdPlan bwd_plan(const wavepe_attention_args *a) {
     return pl;
 }
 
+// Does the tensor-core dK/dV kernel take the call?  bf16/fp16, head_dim 64 or 128, 16-byte rows of q,
+// k, v and dO; not with a relative table (its bias on the key side is attn_bwd_dkdv_kernel's).
+bool use_tc_dkdv(const AttnParams &p) {
+    return (p.a.dtype == WAVEPE_BF16 || p.a.dtype == WAVEPE_F16) && (p.a.d == 64 || p.a.d == 128) && p.vec_q &&
+           p.vec_k && p.vec_v && p.vec_go && p.pos_enc != WAVEPE_CUDA_PE_TABLE;
+}
+
+// The dK/dV pass: a CTA per (batch, kv head, block of keys).
+template <class T, int DMAX>
+cudaError_t launch_dkdv(const AttnParams &p, cudaStream_t stream) {
+    if constexpr (Traits<T>::kTensorCore && (DMAX == 64 || DMAX == 128)) {
+        if (use_tc_dkdv(p)) {
+            using Lay = TcDkdvLayout<T, DMAX>;
+            const int64_t ctas = p.a.batch * p.a.kv_heads * ceil_div(p.a.n, Lay::BN);
+            if (ctas == 0) return cudaSuccess;
+            auto kernel = attn_bwd_dkdv_tc_kernel<T, DMAX>;
+            const Lay L;
+            const cudaError_t err = allow_dynamic_smem(kernel, L.plan.total);
+            return err != cudaSuccess ? err : launch(kernel, dim3(unsigned(ctas)), dim3(128), L.plan.total, stream, p);
+        }
+    }
+    constexpr int B = BwdCfg<T, DMAX>::B, CS = BwdCfg<T, DMAX>::CS_DKDV;
+    const int64_t ctas = p.a.batch * p.a.kv_heads * ceil_div(p.a.n, B);
+    if (ctas == 0 || p.a.d == 0) return cudaSuccess;
+    const BwdLayout<T, B> L(p.d_pad, p.pos_enc == WAVEPE_CUDA_PE_TABLE);
+    auto kernel = attn_bwd_dkdv_kernel<T, DMAX, B, CS>;
+    const cudaError_t err = allow_dynamic_smem(kernel, L.plan.total);
+    return err != cudaSuccess ? err : launch(kernel, dim3(unsigned(ctas * CS)), dim3(B * 2), L.plan.total, stream, p);
+}
+
 template <class T, int DMAX>
 cudaError_t launch_bwd_cfg(AttnParams p, const BwdPlan &pl, cudaStream_t stream) {
     constexpr int B = BwdCfg<T, DMAX>::B;
@@ -677,15 +988,8 @@ cudaError_t launch_bwd_cfg(AttnParams p, const BwdPlan &pl, cudaStream_t stream)
     if (bh * p.a.m > 0)
         err = launch(attn_bwd_delta_kernel<T>, dim3(unsigned(ceil_div(bh * p.a.m, 4))), dim3(128), 0, stream, p);
     if (err != cudaSuccess) return err;
-    const int64_t kv_ctas = p.a.batch * p.a.kv_heads * ceil_div(p.a.n, B);
-    if (kv_ctas > 0 && p.a.d > 0) {
-        constexpr int CS = BwdCfg<T, DMAX>::CS_DKDV;
-        auto kernel = attn_bwd_dkdv_kernel<T, DMAX, B, CS>;
-        err = allow_dynamic_smem(kernel, L.plan.total);
-        if (err == cudaSuccess)
-            err = launch(kernel, dim3(unsigned(kv_ctas * CS)), dim3(B * 2), L.plan.total, stream, p);
-        if (err != cudaSuccess) return err;
-    }
+    err = launch_dkdv<T, DMAX>(p, stream);
+    if (err != cudaSuccess) return err;
     const int64_t q_ctas = bh * ceil_div(p.a.m, B);
     if (q_ctas > 0 && (p.a.d > 0 || p.a.dslopes != nullptr)) {
         constexpr int CS = BwdCfg<T, DMAX>::CS_DQ;
@@ -758,9 +1062,20 @@ extern "C" size_t wavepe_cuda_attention_bwd_smem_bytes(const wavepe_attention_ar
         default:
             if constexpr (sizeof(T) != 8) bytes = bwd_smem<T, 256>(a);
         }
+        if constexpr (Traits<T>::kTensorCore) {
+            if (use_tc_dkdv(attention_params(a))) {
+                const size_t tc = a->d == 64 ? TcDkdvLayout<T, 64>().plan.total : TcDkdvLayout<T, 128>().plan.total;
+                bytes = tc > bytes ? tc : bytes;
+            }
+        }
         return cudaSuccess;
     });
     return bytes;
+}
+
+extern "C" const char *wavepe_cuda_attention_bwd_kernel(const wavepe_attention_args *a) {
+    if (a == nullptr) return nullptr;
+    return use_tc_dkdv(attention_params(a)) ? "tensor-core dK/dV" : "general";
 }
 
 extern "C" size_t wavepe_cuda_attention_bwd_workspace_bytes(const wavepe_attention_args *a) {

@@ -205,6 +205,19 @@ WAVEPE_DEVICE void load_tile_async(T *dst, int ld, int nrows, int64_t d, int64_t
     }
 }
 
+// Rows 0 .. R-1 of a tile (row stride LD) from src + r * stride, every row present, by cp.async in
+// 16-byte chunks: consecutive threads take consecutive chunks of a row.  NTHREADS threads.
+template <class T, int R, int D, int LD, int NTHREADS>
+WAVEPE_DEVICE void load_rows_async(T *dst, const T *src, int64_t stride) {
+    constexpr int V = 16 / int(sizeof(T)), CPR = D / V, RSTEP = NTHREADS / CPR;
+    static_assert(NTHREADS % CPR == 0 && R % RSTEP == 0, "whole rows per round, whole rounds");
+    const int r0 = int(threadIdx.x) / CPR, c = (int(threadIdx.x) % CPR) * V;
+    const T *from = src + r0 * stride + c;  // a pointer stepped by RSTEP rows: no 64-bit multiply per chunk
+    const int64_t step = RSTEP * stride;
+#pragma unroll
+    for (int it = 0; it < R / RSTEP; ++it, from += step) cp_async16(dst + (r0 + it * RSTEP) * LD + c, from, true);
+}
+
 // Table row (before scaling) for window index w of a tile with base row `base`; nullptr = zero row.
 template <class T>
 WAVEPE_DEVICE const T *window_row_ptr(const AttnParams &p, int64_t base, int bn, int w) {
@@ -253,6 +266,27 @@ WAVEPE_DEVICE void warp_abt(acc_t<T> (&acc)[NT][4], const T *a_tile, int lda, co
                 acc[nt][2] += a1 * b0;
                 acc[nt][3] += a1 * b1;
             }
+        }
+    }
+}
+
+// acc[nt] (16 x 8 C fragments) += A (16 x 16 KS) . B^T on the tensor cores, both operands by ldmatrix
+// from tiles with rows LD apart: arow = the lane's address of A's rows (row l % 16, column 8 (l / 16)),
+// brow = the lane's of B's (row (l % 8) + 8 (l / 16), column 8 ((l / 8) % 2)); NT even.  A's fragments
+// are read once per 16-column step for NT / 2 loads of B's: the A operand costs 1 / NT of the loads.
+template <class T, int NT, int KS, int LD>
+WAVEPE_DEVICE void warp_abt_ldm(float (&acc)[NT][4], const T *arow, const T *brow) {
+    static_assert(NT % 2 == 0, "pairs of 8-column tiles");
+#pragma unroll
+    for (int ks = 0; ks < KS; ++ks) {
+        uint32_t af[4];
+        ldmatrix_x4(af, arow + 16 * ks);
+#pragma unroll
+        for (int np = 0; np < NT / 2; ++np) {
+            uint32_t bf[4];
+            ldmatrix_x4(bf, brow + np * 16 * LD + 16 * ks);
+            mma16816<T>(acc[2 * np], af, bf);
+            mma16816<T>(acc[2 * np + 1], af, bf + 2);
         }
     }
 }
