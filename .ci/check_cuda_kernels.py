@@ -53,7 +53,7 @@ import sys
 
 # kernels (demangled name, up to the template arguments) whose bf16/fp16 instances must use tensor cores
 TENSOR_CORE_KERNELS = ("attn_fwd_kernel", "attn_fwd_tc_kernel", "attn_bwd_dkdv_kernel", "attn_bwd_dkdv_tc_kernel",
-                       "attn_bwd_dq_kernel", "attn_bwd_dtable_kernel")
+                       "attn_bwd_dq_kernel", "attn_bwd_dq_tc_kernel", "attn_bwd_dtable_kernel")
 TENSOR_CORE_TYPES = ("__nv_bfloat16", "__half")
 # sources whose kernels may not use local memory at all
 NO_LOCAL_MEMORY = ("attention.cu", "attention_bwd.cu", "relbias.cu")
@@ -73,14 +73,16 @@ TENSOR_CORE_RULES = {"sm_80": "HMMA", "sm_90": "HMMA", "sm_90a": "HGMMA", "sm_10
 # scheduling, not for a heavier loop), by kernel and the template arguments after the type (head dim, tiles).
 MIX_ARCH = "sm_90"
 MIX_TARGET = {"attn_fwd_kernel": 4.0, "attn_fwd_tc_kernel": 4.0, "attn_bwd_dkdv_kernel": 6.0,
-              "attn_bwd_dkdv_tc_kernel": 6.0, "attn_bwd_dq_kernel": 6.0, "attn_bwd_dtable_kernel": 6.0}
+              "attn_bwd_dkdv_tc_kernel": 6.0, "attn_bwd_dq_kernel": 6.0, "attn_bwd_dq_tc_kernel": 6.0,
+              "attn_bwd_dtable_kernel": 6.0}
 MIX_CEILING = {
     # the tensor-core forward meets its target: its ceilings are min(measured + 0.5, target)
     # (template arguments: head dim, then whether a GQA group's heads are packed as rows: decoding)
     ("attn_fwd_tc_kernel", "128, false"): 3.5, ("attn_fwd_tc_kernel", "128, true"): 3.5,
     ("attn_fwd_tc_kernel", "64, false"): 4.0, ("attn_fwd_tc_kernel", "64, true"): 4.0,
-    # the tensor-core dK/dV (head dim) too
+    # the tensor-core dK/dV and dQ (head dim) too
     ("attn_bwd_dkdv_tc_kernel", "128"): 3.8, ("attn_bwd_dkdv_tc_kernel", "64"): 4.5,
+    ("attn_bwd_dq_tc_kernel", "128"): 2.85, ("attn_bwd_dq_tc_kernel", "64"): 3.75,
     ("attn_fwd_kernel", "256, 32, 32"): 27.5, ("attn_fwd_kernel", "128, 64, 32"): 33.3,
     ("attn_fwd_kernel", "64, 64, 64"): 59.8,
     ("attn_bwd_dkdv_kernel", "256, 16, 2"): 12.8, ("attn_bwd_dkdv_kernel", "128, 32, 1"): 15.7,
@@ -103,8 +105,9 @@ CTA_SHAPE = {  # (kernel, template arguments after the type): (threads, the most
     ("attn_fwd_tc_kernel", "128, false"): (128, 98368), ("attn_fwd_tc_kernel", "128, true"): (128, 98368),
     ("attn_fwd_tc_kernel", "64, false"): (128, 93312), ("attn_fwd_tc_kernel", "64, true"): (128, 93312),
     ("attn_bwd_dkdv_tc_kernel", "128"): (128, 71232), ("attn_bwd_dkdv_tc_kernel", "64"): (128, 57408),
+    ("attn_bwd_dq_tc_kernel", "128"): (128, 70720), ("attn_bwd_dq_tc_kernel", "64"): (128, 56448),
 }
-WARPS_TARGET = {"attn_fwd_tc_kernel": 8, "attn_bwd_dkdv_tc_kernel": 8}
+WARPS_TARGET = {"attn_fwd_tc_kernel": 8, "attn_bwd_dkdv_tc_kernel": 8, "attn_bwd_dq_tc_kernel": 8}
 
 
 def occupancy(regs: int, threads: int, smem: int, arch: str) -> tuple[int, int]:
@@ -132,6 +135,8 @@ OTHER_LOOP_CEILING = {
     # diagonal, window and document edges, padding, soft-cap: O(1) a key block), beside the main loop's
     # O(L / BM) interior blocks without bias
     ("attn_bwd_dkdv_tc_kernel", "128"): (3.95, 14.5), ("attn_bwd_dkdv_tc_kernel", "64"): (5.2, 22.8),
+    # attn_bwd_dq_tc_kernel: the same for the key blocks of a query block
+    ("attn_bwd_dq_tc_kernel", "128"): (3.55, 25.1), ("attn_bwd_dq_tc_kernel", "64"): (5.1, 43.7),
 }
 
 ENTRY = re.compile(r"ptxas info\s*: Compiling entry function '([^']+)' for '(sm_\w+)'")

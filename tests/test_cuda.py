@@ -246,6 +246,8 @@ ATTN_CASES = [
     # bf16/fp16 at d = 64 / 128 run attn_fwd_tc_kernel: interior blocks, the wavelet's band, the diagonal
     (1, 4, 2, 256, 1024, 128, "wavelet", True, None, False),
     (1, 2, 1, 200, 600, 64, "nope", True, None, False),
+    # ... and the tensor-core backward (no table): masked and interior blocks, GQA heads in turn, ALiBi
+    (1, 4, 2, 160, 400, 128, "alibi", True, None, False),
 ]
 
 

@@ -194,8 +194,26 @@ def test_tensor_core_dkdv_keeps_masked_garbage_out(lib, dtype, pe, bad):
     garbage = kpm.copy()
     garbage[:, 250:] = True
     kw = dict(B=b, H=2, Hk=1, M=m, N=n, d=d, off=n - m - 10, causal=True, pe=pe, kpm=kpm, seed=17)
-    assert bwd_kernel(lib, Attn(lib, dtype, **kw)) == "tensor-core dK/dV"
+    assert bwd_kernel(lib, Attn(lib, dtype, **kw)) == "tensor-core"
     _assert_garbage_never_reached(lib, dtype, garbage, bad, "masked keys", **kw)
+
+
+@pytest.mark.parametrize("dtype", [E.BF16, E.F16], ids=DTYPE_IDS.get)
+@pytest.mark.parametrize("bad", [float("nan"), float("inf")])
+def test_tensor_core_dq_keeps_band_garbage_to_rows_that_see_it(lib, dtype, bad):
+    """attn_bwd_dq_tc_kernel: a key in the causal band of a block (seen by the later rows of its warp only)
+    holding inf/NaN leaves dq of the rows before it as it was (up to rounding: that warp sums the block key
+    by key); the rows that see it are non-finite."""
+    from .test_cuda_emu import bwd_kernel
+
+    m, n, d, key = 70, 150, 64, 110  # queries at 80..149: key 110 in warp 1's rows of the first query block
+    garbage = np.arange(n)[None, :] == key
+    kw = dict(B=1, H=2, Hk=1, M=m, N=n, d=d, off=80, causal=True, pe=2, seed=19)
+    assert bwd_kernel(lib, Attn(lib, dtype, **kw)) == "tensor-core"
+    clean, dirty = _dirty_vs_clean(lib, dtype, garbage, bad, **kw)
+    before = key - 80
+    assert_same_nonfinite(dirty["dq"][:, :, :before], clean["dq"][:, :, :before], dtype, 2 * n * d, "dq: rows before the key")
+    assert np.isnan(dirty["dq"][:, :, before:]).any() or np.isinf(dirty["dq"][:, :, before:]).any()
 
 
 @pytest.mark.parametrize("dtype", [E.BF16, E.F16], ids=DTYPE_IDS.get)
@@ -211,7 +229,7 @@ def test_tensor_core_dkdv_zero_weight_rows_contribute_nothing(lib, dtype):
     q[..., 0] = np.abs(q[..., 0]) + 0.5
     k[..., 0] = -np.inf  # every score -inf
     prob = Attn(lib, dtype, B=1, H=1, Hk=1, M=m, N=n, d=d, off=0, causal=False, pe=0, inputs={"q": q, "k": k})
-    assert bwd_kernel(lib, prob) == "tensor-core dK/dV"
+    assert bwd_kernel(lib, prob) == "tensor-core"
     prob.a.mark_neg_inf = 1
     _, lse = prob.forward()
     assert (lse == np.inf).all()

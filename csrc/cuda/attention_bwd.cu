@@ -73,6 +73,39 @@ __global__ void __launch_bounds__(128) attn_bwd_delta_kernel(AttnParams p) {
     if (lane == 0) static_cast<A *>(p.delta)[row] = sum;
 }
 
+// s (the masked scores in the log2 domain, scores_log2_impl's) becomes dS = P (dP - D) (times 1 - tanh^2
+// with a soft-cap), P = exp2(s - lse2) of the lane's rows (g, g + 8).  CAP as scores_log2_impl's.
+template <int CAP, class A, int NT>
+WAVEPE_DEVICE void dscores_of(A (&s)[NT][4], const A (&dp)[NT][4], const AttnParams &p, const A (&lse2)[2],
+                              const A (&dl)[2]) {
+    // with a soft-cap, the capped score's derivative 1 - tanh^2 = 1 - (s2 / cap)^2; without, icap = 0 and the
+    // factor 1 (one loop for both)
+    const A icap = CAP == 0 ? A(0) : A(p.cap_log2 > 0.0 ? p.icap_log2 : 0.0);
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+            const int ri = i / 2;
+            const A s2 = s[nt][i], th = s2 * icap;
+            // selection: a masked key's dP (dO . v, v possibly NaN) never reaches dS (nor its -inf score's factor)
+            const bool none = s2 == neg_inf<A>() || lse2[ri] == neg_inf<A>();
+            s[nt][i] = none ? A(0) : exp2_(s2 - lse2[ri]) * (dp[nt][i] - dl[ri]) * (A(1) - th * th);
+        }
+}
+
+// acc -= dS |pos_q - n| over the warp's rows (first wm0) and the keys n0 .. (ALiBi's d loss / d slope; a
+// masked pair's dS is 0).
+template <class A, int NT>
+WAVEPE_DEVICE void slope_grad(A &acc, const A (&ds)[NT][4], const AttnParams &p, int64_t wm0, int64_t n0) {
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+            const int64_t dist = p.a.q_offset + wm0 + frag_row(e) - (n0 + frag_col(nt, e));
+            acc -= ds[nt][e] * A(dist < 0 ? -dist : dist);
+        }
+}
+
 // Recompute of one warp's 16 query rows against the staged key block:
 // dS (16 x B) in C fragments, from S (+ skewed bias), P and dP.  CAP as scores_log2_impl's: 0 no
 // soft-cap, 1 a soft-cap, 2 p's (the dQ kernel); the dT kernel is instantiated per soft-cap instead
@@ -98,19 +131,7 @@ WAVEPE_DEVICE void warp_dscores(acc_t<T> (&ds)[B / 8][4], const AttnParams &p, c
     A dp[NT][4];
     zero_frags(dp);
     warp_abt<T, NT>(dp, go_rows, ld, Vs, ld, ksteps);
-    // with a soft-cap, the capped score's derivative 1 - tanh^2 = 1 - (s2 / cap)^2; without, icap = 0 and the
-    // factor 1 (one loop for both)
-    const A icap = CAP == 0 ? A(0) : A(p.cap_log2 > 0.0 ? p.icap_log2 : 0.0);
-#pragma unroll
-    for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-        for (int i = 0; i < 4; ++i) {
-            const int ri = i / 2;
-            const A s2 = ds[nt][i], th = s2 * icap;
-            // selection: a masked key's dP (dO . v, v possibly NaN) never reaches dS (nor its -inf score's factor)
-            const bool none = s2 == neg_inf<A>() || lse2[ri] == neg_inf<A>();
-            ds[nt][i] = none ? A(0) : exp2_(s2 - lse2[ri]) * (dp[nt][i] - dl[ri]) * (A(1) - th * th);
-        }
+    dscores_of<CAP>(ds, dp, p, lse2, dl);
 }
 
 // Per-lane lse (log2 domain) and D of the lane's two rows.
@@ -363,7 +384,7 @@ __global__ void __launch_bounds__(B * 2, 1) attn_bwd_dkdv_kernel(AttnParams p) {
 }
 
 // ---- the tensor-core dK/dV of the models' head dims ------------------------------------------
-// bf16/fp16, head_dim 64 or 128, 16-byte rows of q, k, v and dO, no relative table (use_tc_dkdv): the
+// bf16/fp16, head_dim 64 or 128, 16-byte rows of q, k, v and dO, no relative table (use_tc_backward): the
 // FlashAttention-2 loop of the key side.  A CTA owns 64 keys of a (batch, kv head) (warp w: keys
 // 16w .. 16w+15), K and V staged once, and walks the query blocks of every head of its GQA group that
 // can see them (BM = 32 queries at head_dim 128, 64 at 64): per block, by ldmatrix from rows padded
@@ -693,15 +714,7 @@ __global__ void __launch_bounds__(B * 2, 1) attn_bwd_dq_kernel(AttnParams p) {
                            warp_bias, ld, gld, ksteps, wm0, n0, kmask, wlo, whi, scale, slope, lse2, dl);
         // dS K (the band's keys row by row where they hold inf/NaN)
         warp_rb_masked<T, NT, DT>(dq, ds, Ks, ld, cs.c0, dt_active, pscr, p, n0, wlo, whi, rlo[0], rhi[B - 1]);
-        if (p.a.dslopes != nullptr) {
-#pragma unroll
-            for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-                for (int e = 0; e < 4; ++e) {
-                    const int64_t dist = p.a.q_offset + wm0 + frag_row(e) - (n0 + frag_col(nt, e));
-                    slope_acc -= ds[nt][e] * A(dist < 0 ? -dist : dist);  // masked entries have dS = 0
-                }
-        }
+        if (p.a.dslopes != nullptr) slope_grad(slope_acc, ds, p, wm0, n0);
         if (warp_bias) {  // dq += H T_win, H = dS skewed into window columns
             for (int e = threadIdx.x & 31; e < 16 * gld; e += 32) gw[e] = A(0);
             __syncwarp();
@@ -726,7 +739,7 @@ __global__ void __launch_bounds__(B * 2, 1) attn_bwd_dq_kernel(AttnParams p) {
     if (p.a.dslopes != nullptr && cs.c0 == 0) {  // every warp of slice 0 writes its slot (0 without rows)
         slope_acc = warp_sum(slope_acc);
         if ((threadIdx.x & 31) == 0)
-            static_cast<A *>(p.slope_part)[(bh * mblocks + mb) * (B / 16) + warp] = slope_acc;
+            static_cast<A *>(p.slope_part)[(bh * mblocks + mb) * (B / 16) + warp] = slope_acc;  // (p.dq_rows = B)
     }
     if (!warp_rows) return;
 #pragma unroll
@@ -741,6 +754,199 @@ __global__ void __launch_bounds__(B * 2, 1) attn_bwd_dq_kernel(AttnParams p) {
                 const int col = cs.c0 + dt * 8 + 2 * t4 + e;
                 if (dt < dt_active && col < p.a.d) dqr[col] = from_acc<T>(dq[dt][2 * ri + e] * scale);
             }
+    }
+}
+
+// ---- the tensor-core dQ of the models' head dims ----------------------------------------------
+// bf16/fp16, head_dim 64 or 128, 16-byte rows of q, k, v and dO, no relative table (use_tc_backward, as the
+// dK/dV kernel's): the FlashAttention-2 loop of the query side.  A CTA owns 64 query rows of a (batch,
+// head) (warp w: rows 16w .. 16w+15; Q and dO staged once, lse and D of the lane's rows in registers) and
+// walks the key blocks its rows see (32 keys at head_dim 128, 64 at 64): per block, by ldmatrix from rows
+// padded by 16 bytes, S = Q_w K^T and dP = dO_w V^T on the tensor cores 32 keys at a time, dS = P (dP - D)
+// in registers, dQ += dS K with dS as the A operand straight from its C fragments (ldmatrix.trans of K).
+// K, V (and the key mask) have two buffers: the next block's copies are in flight while this one is
+// computed, one barrier a block.  The masked blocks (the causal diagonal, window and document edges,
+// padding, soft-cap, the last partial block) run first, through scores_log2_impl, dscores_of and
+// warp_rb_masked as attn_bwd_dq_kernel; then the interior blocks -- every row sees every key -- without
+// masks (with ALiBi a loop of its own, which also sums d loss / d slope).
+constexpr int kTcDqRows = 64;  // query rows of a tensor-core dQ CTA
+template <class T, int D>
+struct TcDqLayout {
+    static constexpr int BM = kTcDqRows, BN = D <= 64 ? 64 : 32, LD = D + int(16 / sizeof(T));
+    SmemPlan plan;
+    int q, go, k, v, mask, rows;
+    __host__ __device__ TcDqLayout() {
+        q = plan.add(sizeof(T) * BM * LD);
+        go = plan.add(sizeof(T) * BM * LD);
+        k = plan.add(2 * sizeof(T) * BN * LD);  // two buffers of each
+        v = plan.add(2 * sizeof(T) * BN * LD);
+        mask = plan.add(2 * BN);
+        rows = plan.add(2 * BM * sizeof(int64_t));  // each query row's keys [lo, hi)
+    }
+};
+
+template <class T, int D>
+__global__ void __launch_bounds__(128, 2) attn_bwd_dq_tc_kernel(AttnParams p) {
+    using Lay = TcDqLayout<T, D>;
+    constexpr int BM = Lay::BM, BN = Lay::BN, LD = Lay::LD, KC = 32, NT = KC / 8, DT = D / 8, KS = D / 16;
+    static_assert(Traits<T>::kTensorCore && BN % KC == 0, "the tensor-core dQ takes bf16/fp16, whole chunks");
+    WAVEPE_SHARED_BASE(smem);
+    const Lay L;
+    T *const Qs = reinterpret_cast<T *>(smem + L.plan.off[L.q]);
+    T *const dOs = reinterpret_cast<T *>(smem + L.plan.off[L.go]);
+    T *const K0 = reinterpret_cast<T *>(smem + L.plan.off[L.k]);
+    T *const V0 = reinterpret_cast<T *>(smem + L.plan.off[L.v]);
+    uint8_t *const kmask0 = smem + L.plan.off[L.mask];
+    int64_t *const rlo = reinterpret_cast<int64_t *>(smem + L.plan.off[L.rows]), *const rhi = rlo + BM;
+    const int warp = threadIdx.x / 32, lane = threadIdx.x & 31;
+    const int64_t *const wlo = rlo + 16 * warp, *const whi = rhi + 16 * warp;  // this warp's rows
+
+    const int64_t mblocks = ceil_div(p.a.m, BM);
+    const int64_t mb = mblocks - 1 - blockIdx.x % mblocks, bh = blockIdx.x / mblocks;
+    const int64_t b = bh / p.a.heads, h = bh % p.a.heads, hk = h / p.group;
+    const int64_t m0 = mb * BM, wm0 = m0 + 16 * warp;
+    const T *qg = static_cast<const T *>(p.a.q) + b * p.a.q_strides[0] + h * p.a.q_strides[1];
+    const T *gog = static_cast<const T *>(p.a.dout) + b * p.a.dout_strides[0] + h * p.a.dout_strides[1];
+    const T *kg = static_cast<const T *>(p.a.k) + b * p.a.k_strides[0] + hk * p.a.k_strides[1];
+    const T *vg = static_cast<const T *>(p.a.v) + b * p.a.v_strides[0] + hk * p.a.v_strides[1];
+    const int64_t kstride = p.a.k_strides[2], vstride = p.a.v_strides[2];
+    load_row_keys(rlo, rhi, BM, p, b, m0);
+    load_tile_async(Qs, LD, BM, D, D, [&](int r) -> const T * {
+        return m0 + r < p.a.m ? qg + (m0 + r) * p.a.q_strides[2] : nullptr;
+    });
+    load_tile_async(dOs, LD, BM, D, D, [&](int r) -> const T * {
+        return m0 + r < p.a.m ? gog + (m0 + r) * p.a.dout_strides[2] : nullptr;
+    });
+    __syncthreads();
+    // The key blocks in the order taken: [kb_start, ib) and [ie, kb_stop) -- masks, padding, soft-cap,
+    // the last partial block --, then the interior [ib, ie): keys every row sees (from the last row's
+    // first key to the first row's last, all < N), whole rows (< M); the n-th lands in buffer n % 2.
+    const int64_t cta_lo = rlo[0], cta_hi = rhi[BM - 1];
+    const int64_t kb_start = cta_lo / BN, kb_stop = cta_hi > cta_lo ? ceil_div(cta_hi, BN) : kb_start;
+    int64_t ib = kb_stop, ie = kb_stop;
+    if (!(p.cap_log2 > 0.0) && p.a.key_padding_mask == nullptr && m0 + BM <= p.a.m && kb_start < kb_stop) {
+        const int64_t hi = rhi[0] < p.a.n ? rhi[0] : p.a.n;
+        ib = ceil_div(rlo[BM - 1], BN) > kb_start ? ceil_div(rlo[BM - 1], BN) : kb_start;
+        ie = hi / BN < kb_stop ? hi / BN : kb_stop;
+        if (ie <= ib) ib = ie = kb_stop;
+    }
+    const int64_t n_head = ib - kb_start, n_masked = n_head + (kb_stop - ie), total = n_masked + (ie - ib);
+    auto block_of = [=](int64_t t) {
+        return t < n_head ? kb_start + t : t < n_masked ? ie + (t - n_head) : ib + (t - n_masked);
+    };
+    // stage block t (cp.async; zero rows and the key mask by plain stores, visible after the next barrier).
+    // INTERIOR: t is an interior block (or none): every key present and seen, no tests.
+    auto stage = [&](auto interior_tag, int64_t t) {
+        constexpr bool INTERIOR = decltype(interior_tag)::value;
+        if (t >= total) return;
+        const int64_t n0 = block_of(t) * BN;
+        const int buf = int(t & 1);
+        T *const Kb = K0 + buf * BN * LD, *const Vb = V0 + buf * BN * LD;
+        if (INTERIOR || t >= n_masked) {
+            load_rows_async<T, BN, D, LD, 128>(Kb, kg + n0 * kstride, kstride);
+            load_rows_async<T, BN, D, LD, 128>(Vb, vg + n0 * vstride, vstride);
+        } else {
+            // keys no row of the CTA sees are zero rows (0 * garbage never reaches dQ)
+            load_tile_async(Kb, LD, BN, D, D, [&](int r) -> const T * {
+                return key_row_seen(p, b, n0 + r, cta_lo, cta_hi) ? kg + (n0 + r) * kstride : nullptr;
+            });
+            load_tile_async(Vb, LD, BN, D, D, [&](int r) -> const T * {
+                return key_row_seen(p, b, n0 + r, cta_lo, cta_hi) ? vg + (n0 + r) * vstride : nullptr;
+            });
+            load_key_mask(kmask0 + buf * BN, BN, p, b, n0);
+        }
+    };
+    using Interior = std::true_type;
+    using AnyBlock = std::false_type;
+
+    float lse2[2], dl[2];
+    row_stats(lse2, dl, p, bh, wm0);
+    const float scale_log2 = float(p.a.scale) * float(kLog2e), slope = head_slope<T>(p, h);
+    const float slope_log2 = slope * float(kLog2e);
+    const bool warp_rows = wm0 < p.a.m;
+    float dq[DT][4];
+    zero_frags(dq);
+    float slope_acc = 0.f;  // this lane's share of d loss / d slope_h
+    // the lanes' ldmatrix addresses: A = the warp's 16 rows of Q / dO, B = 16 key rows at a time
+    const int arow = (16 * warp + (lane & 15)) * LD + 8 * (lane >> 4);
+    const int brow = ((lane & 7) + 8 * (lane >> 4)) * LD + 8 * ((lane >> 3) & 1);
+    stage(AnyBlock{}, 0);
+    cp_async_commit();  // (with Q and dO)
+    enum { kMasked, kPlain, kAlibi };
+    auto step = [&](auto kind_tag, int64_t t) {
+        constexpr int kind = decltype(kind_tag)::value;
+        cp_async_wait<0>();
+        __syncthreads();  // block t has landed; every warp is done with block t - 1's buffer
+        if (kind == kMasked)
+            stage(AnyBlock{}, t + 1);
+        else
+            stage(Interior{}, t + 1);  // (the interior blocks come last)
+        cp_async_commit();
+        const int64_t n0 = block_of(t) * BN;
+        const int buf = int(t & 1);
+        const T *const Kb = K0 + buf * BN * LD, *const Vb = V0 + buf * BN * LD;
+        if (kind == kMasked && (!warp_rows || n0 >= whi[15] || n0 + BN <= wlo[0])) return;  // warp-uniform
+#pragma unroll
+        for (int c0 = 0; c0 < BN; c0 += KC) {  // KC keys at a time (registers: S and dP of 16 x KC)
+            float s[NT][4], dp[NT][4];
+            zero_frags(s);
+            warp_abt_ldm<T, NT, KS, LD>(s, Qs + arow, Kb + c0 * LD + brow);
+            zero_frags(dp);
+            warp_abt_ldm<T, NT, KS, LD>(dp, dOs + arow, Vb + c0 * LD + brow);
+            if constexpr (kind == kMasked) {
+                bool seen[2] = {false, false};  // (the forward's lse already says which rows are NaN)
+                scores_log2_impl<2>(s, p, wm0, n0 + c0, kmask0 + buf * BN + c0, wlo, whi, scale_log2, slope_log2,
+                                    seen);
+                dscores_of<2>(s, dp, p, lse2, dl);
+                if (p.a.dslopes != nullptr) slope_grad(slope_acc, s, p, wm0, n0 + c0);
+                // dS K (the band's keys row by row where they hold inf/NaN)
+                warp_rb_masked<T, NT, DT>(dq, s, Kb + c0 * LD, LD, 0, DT, nullptr, p, n0 + c0, wlo, whi, cta_lo, cta_hi);
+            } else {
+                // the distance pos_q - n of the lane's element (0, 0): row g, column 2 t
+                const float d0 = float(p.a.q_offset + wm0 - n0 - c0 + (lane >> 2) - 2 * (lane & 3));
+#pragma unroll
+                for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+                    for (int e = 0; e < 4; ++e) {
+                        const int ri = e / 2;
+                        float x, dist = 0.f;
+                        if constexpr (kind == kAlibi) {
+                            dist = fabsf(d0 + float(8 * ri - 8 * nt - e % 2));
+                            x = s[nt][e] * scale_log2 - slope_log2 * dist - lse2[ri];
+                        } else {
+                            x = fma_(s[nt][e], scale_log2, -lse2[ri]);
+                        }
+                        // a row coded lse +-inf (row_stats: -inf) contributes nothing: 0 by selection
+                        const float ds = lse2[ri] == neg_inf<float>() ? 0.f : exp2_(x) * (dp[nt][e] - dl[ri]);
+                        s[nt][e] = ds;
+                        if constexpr (kind == kAlibi) slope_acc -= ds * dist;
+                    }
+                warp_rb<T, NT, DT>(dq, s, Kb + c0 * LD, LD, DT, nullptr);
+            }
+        }
+    };
+    for (int64_t t = 0; t < n_masked; ++t) step(std::integral_constant<int, kMasked>{}, t);
+    if (p.pos_enc == WAVEPE_CUDA_PE_ALIBI) {  // (CTA-uniform)
+        for (int64_t t = n_masked; t < total; ++t) step(std::integral_constant<int, kAlibi>{}, t);
+    } else {
+        for (int64_t t = n_masked; t < total; ++t) step(std::integral_constant<int, kPlain>{}, t);
+    }
+
+    if (p.a.dslopes != nullptr) {  // every warp writes its slot (0 without rows): p.dq_rows = BM
+        slope_acc = warp_sum(slope_acc);
+        if (lane == 0) static_cast<float *>(p.slope_part)[(bh * mblocks + mb) * (BM / 16) + warp] = slope_acc;
+    }
+    if (!warp_rows) return;
+    const float scale = float(p.a.scale);
+#pragma unroll
+    for (int ri = 0; ri < 2; ++ri) {
+        const int64_t m = wm0 + frag_row(2 * ri);
+        if (m >= p.a.m) continue;
+        T *dqr = static_cast<T *>(p.a.dq) + (bh * p.a.m + m) * p.a.d;
+#pragma unroll
+        for (int dt = 0; dt < DT; ++dt)
+#pragma unroll
+            for (int e = 0; e < 2; ++e) dqr[dt * 8 + 2 * (lane & 3) + e] = from_acc<T>(dq[dt][2 * ri + e] * scale);
     }
 }
 
@@ -894,12 +1100,12 @@ __global__ void __launch_bounds__(256) attn_bwd_dtable_fold_kernel(AttnParams p)
 }
 
 // dslopes[h] = sum over batch, query blocks and warps of the dq kernel's slots, in order.
-template <class T, int B>
+template <class T>
 __global__ void __launch_bounds__(128) attn_bwd_dslopes_fold_kernel(AttnParams p) {
     using A = acc_t<T>;
     const int64_t h = int64_t(blockIdx.x) * 128 + threadIdx.x;
     if (h >= p.a.heads) return;
-    const int64_t slots = ceil_div(p.a.m, B) * (B / 16);
+    const int64_t slots = ceil_div(p.a.m, p.dq_rows) * (p.dq_rows / 16);
     const A *part = static_cast<const A *>(p.slope_part);
     A sum = 0;
     for (int64_t b = 0; b < p.a.batch; ++b)
@@ -909,8 +1115,16 @@ __global__ void __launch_bounds__(128) attn_bwd_dslopes_fold_kernel(AttnParams p
 
 size_t align256(size_t x) { return (x + 255) & ~size_t(255); }
 
+// Do the tensor-core dK/dV and dQ kernels take the call?  bf16/fp16, head_dim 64 or 128, 16-byte rows of
+// q, k, v and dO; not with a relative table (its bias is the general kernels').
+bool use_tc_backward(const AttnParams &p) {
+    return (p.a.dtype == WAVEPE_BF16 || p.a.dtype == WAVEPE_F16) && (p.a.d == 64 || p.a.d == 128) && p.vec_q &&
+           p.vec_k && p.vec_v && p.vec_go && p.pos_enc != WAVEPE_CUDA_PE_TABLE;
+}
+
 struct BwdPlan {
     int b;            // tile size
+    int dq_rows;      // query rows of a dQ CTA (16 a d-slope slot)
     int64_t n_diag, groups, bh_per_group;
     size_t delta_bytes, part_bytes, slope_bytes;
 };
@@ -936,7 +1150,8 @@ BwdPlan bwd_plan(const wavepe_attention_args *a) {
     pl.delta_bytes = align256(size_t(bh * a->m) * acc);
     const int64_t mb = ceil_div(a->m, pl.b), nb = ceil_div(a->n, pl.b);
     pl.n_diag = (mb > 0 && nb > 0) ? mb + nb - 1 : 0;
-    if (a->dslopes) pl.slope_bytes = align256(size_t(bh * mb * (pl.b / 16)) * acc);
+    pl.dq_rows = use_tc_backward(attention_params(a)) ? kTcDqRows : pl.b;
+    if (a->dslopes) pl.slope_bytes = align256(size_t(bh * ceil_div(a->m, pl.dq_rows) * (pl.dq_rows / 16)) * acc);
     pl.groups = 1;
     if (a->dtable && pl.n_diag > 0 && bh > 0) {
         const int64_t want = ceil_div(2 * int64_t(device_sm_count()), pl.n_diag);
@@ -948,18 +1163,12 @@ BwdPlan bwd_plan(const wavepe_attention_args *a) {
     return pl;
 }
 
-// Does the tensor-core dK/dV kernel take the call?  bf16/fp16, head_dim 64 or 128, 16-byte rows of q,
-// k, v and dO; not with a relative table (its bias on the key side is attn_bwd_dkdv_kernel's).
-bool use_tc_dkdv(const AttnParams &p) {
-    return (p.a.dtype == WAVEPE_BF16 || p.a.dtype == WAVEPE_F16) && (p.a.d == 64 || p.a.d == 128) && p.vec_q &&
-           p.vec_k && p.vec_v && p.vec_go && p.pos_enc != WAVEPE_CUDA_PE_TABLE;
-}
 
 // The dK/dV pass: a CTA per (batch, kv head, block of keys).
 template <class T, int DMAX>
 cudaError_t launch_dkdv(const AttnParams &p, cudaStream_t stream) {
     if constexpr (Traits<T>::kTensorCore && (DMAX == 64 || DMAX == 128)) {
-        if (use_tc_dkdv(p)) {
+        if (use_tc_backward(p)) {
             using Lay = TcDkdvLayout<T, DMAX>;
             const int64_t ctas = p.a.batch * p.a.kv_heads * ceil_div(p.a.n, Lay::BN);
             if (ctas == 0) return cudaSuccess;
@@ -978,6 +1187,26 @@ cudaError_t launch_dkdv(const AttnParams &p, cudaStream_t stream) {
     return err != cudaSuccess ? err : launch(kernel, dim3(unsigned(ctas * CS)), dim3(B * 2), L.plan.total, stream, p);
 }
 
+// The dQ pass (and ALiBi's d slope partials): a CTA per (batch, head, block of p.dq_rows queries).
+template <class T, int DMAX>
+cudaError_t launch_dq(const AttnParams &p, cudaStream_t stream) {
+    const int64_t ctas = p.a.batch * p.a.heads * ceil_div(p.a.m, p.dq_rows);
+    if (ctas == 0 || (p.a.d == 0 && p.a.dslopes == nullptr)) return cudaSuccess;
+    if constexpr (Traits<T>::kTensorCore && (DMAX == 64 || DMAX == 128)) {
+        if (use_tc_backward(p)) {
+            const TcDqLayout<T, DMAX> L;
+            auto kernel = attn_bwd_dq_tc_kernel<T, DMAX>;
+            const cudaError_t err = allow_dynamic_smem(kernel, L.plan.total);
+            return err != cudaSuccess ? err : launch(kernel, dim3(unsigned(ctas)), dim3(128), L.plan.total, stream, p);
+        }
+    }
+    constexpr int B = BwdCfg<T, DMAX>::B, CS = BwdCfg<T, DMAX>::CS_DQ;
+    const BwdLayout<T, B> L(p.d_pad, p.pos_enc == WAVEPE_CUDA_PE_TABLE);
+    auto kernel = attn_bwd_dq_kernel<T, DMAX, B, CS>;
+    const cudaError_t err = allow_dynamic_smem(kernel, L.plan.total);
+    return err != cudaSuccess ? err : launch(kernel, dim3(unsigned(ctas * CS)), dim3(B * 2), L.plan.total, stream, p);
+}
+
 template <class T, int DMAX>
 cudaError_t launch_bwd_cfg(AttnParams p, const BwdPlan &pl, cudaStream_t stream) {
     constexpr int B = BwdCfg<T, DMAX>::B;
@@ -990,17 +1219,10 @@ cudaError_t launch_bwd_cfg(AttnParams p, const BwdPlan &pl, cudaStream_t stream)
     if (err != cudaSuccess) return err;
     err = launch_dkdv<T, DMAX>(p, stream);
     if (err != cudaSuccess) return err;
-    const int64_t q_ctas = bh * ceil_div(p.a.m, B);
-    if (q_ctas > 0 && (p.a.d > 0 || p.a.dslopes != nullptr)) {
-        constexpr int CS = BwdCfg<T, DMAX>::CS_DQ;
-        auto kernel = attn_bwd_dq_kernel<T, DMAX, B, CS>;
-        err = allow_dynamic_smem(kernel, L.plan.total);
-        if (err == cudaSuccess)
-            err = launch(kernel, dim3(unsigned(q_ctas * CS)), dim3(B * 2), L.plan.total, stream, p);
-        if (err != cudaSuccess) return err;
-    }
+    err = launch_dq<T, DMAX>(p, stream);
+    if (err != cudaSuccess) return err;
     if (p.a.dslopes != nullptr && p.a.heads > 0) {
-        err = launch(attn_bwd_dslopes_fold_kernel<T, B>, dim3(unsigned(ceil_div(p.a.heads, 128))), dim3(128), 0, stream,
+        err = launch(attn_bwd_dslopes_fold_kernel<T>, dim3(unsigned(ceil_div(p.a.heads, 128))), dim3(128), 0, stream,
                      p);
         if (err != cudaSuccess) return err;
     }
@@ -1063,9 +1285,10 @@ extern "C" size_t wavepe_cuda_attention_bwd_smem_bytes(const wavepe_attention_ar
             if constexpr (sizeof(T) != 8) bytes = bwd_smem<T, 256>(a);
         }
         if constexpr (Traits<T>::kTensorCore) {
-            if (use_tc_dkdv(attention_params(a))) {
-                const size_t tc = a->d == 64 ? TcDkdvLayout<T, 64>().plan.total : TcDkdvLayout<T, 128>().plan.total;
-                bytes = tc > bytes ? tc : bytes;
+            if (use_tc_backward(attention_params(a))) {  // the tensor-core dK/dV's and dQ's
+                const size_t kv = a->d == 64 ? TcDkdvLayout<T, 64>().plan.total : TcDkdvLayout<T, 128>().plan.total;
+                const size_t q = a->d == 64 ? TcDqLayout<T, 64>().plan.total : TcDqLayout<T, 128>().plan.total;
+                bytes = kv > q ? kv : q;
             }
         }
         return cudaSuccess;
@@ -1075,7 +1298,7 @@ extern "C" size_t wavepe_cuda_attention_bwd_smem_bytes(const wavepe_attention_ar
 
 extern "C" const char *wavepe_cuda_attention_bwd_kernel(const wavepe_attention_args *a) {
     if (a == nullptr) return nullptr;
-    return use_tc_dkdv(attention_params(a)) ? "tensor-core dK/dV" : "general";
+    return use_tc_backward(attention_params(a)) ? "tensor-core" : "general";
 }
 
 extern "C" size_t wavepe_cuda_attention_bwd_workspace_bytes(const wavepe_attention_args *a) {
@@ -1095,6 +1318,7 @@ extern "C" cudaError_t wavepe_cuda_attention_bwd(const wavepe_attention_args *a,
     p.dt_part = static_cast<unsigned char *>(workspace) + pl.delta_bytes;
     p.slope_part = static_cast<unsigned char *>(workspace) + pl.delta_bytes + pl.part_bytes;
     p.n_diag = pl.n_diag;
+    p.dq_rows = pl.dq_rows;
     p.dt_groups = pl.groups;
     p.bh_per_group = pl.bh_per_group;
     return dispatch_dtype(a->dtype, [&](auto tag) { return launch_bwd<decltype(tag)>(p, pl, stream); });

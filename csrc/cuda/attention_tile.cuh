@@ -52,6 +52,7 @@ struct AttnParams {
     // backward: workspace
     void *delta, *dt_part, *slope_part;
     int64_t n_diag, dt_groups, bh_per_group;
+    int64_t dq_rows;  // query rows of a dQ CTA: its warps' d-slope slots (16 rows each)
     // forward: the first key block of split 0 (the keys some query can see start there: visible_keys)
     int64_t kb_first;
     // the rows a query tile's row index ranges over (scores_log2's bound): M; with pack_heads (the

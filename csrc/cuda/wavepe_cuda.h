@@ -85,8 +85,8 @@ size_t wavepe_cuda_attention_bwd_smem_bytes(const wavepe_attention_args *a);
  * group's heads as one CTA's rows, K/V read once a kv head; not with ALiBi) or "general" (every other
  * call); NULL for NULL. */
 const char *wavepe_cuda_attention_fwd_kernel(const wavepe_attention_args *a);
-/* The backward's dK/dV kernel a call runs: "tensor-core dK/dV" (bf16/fp16, head_dim 64 or 128, rows of
- * q, k, v and dO on 16 bytes, no relative table) or "general"; NULL for NULL. */
+/* The backward's dK/dV and dQ kernels a call runs: "tensor-core" (bf16/fp16, head_dim 64 or 128, rows
+ * of q, k, v and dO on 16 bytes, no relative table: FlashAttention-2's loops) or "general"; NULL for NULL. */
 const char *wavepe_cuda_attention_bwd_kernel(const wavepe_attention_args *a);
 /* Splits the forward should use on the current device (>= 1). */
 int64_t wavepe_cuda_attention_num_splits(const wavepe_attention_args *a);
