@@ -44,6 +44,14 @@ struct PendingCopy {
     long group;
 };
 
+// What the race check knows of a word of dynamic shared memory: the warp whose cp.async into it is in
+// flight (issued, not yet retired by its cp.async.wait_group), the warp and barrier epoch of the last
+// copy that landed, and the warps that read it by ldmatrix in the epoch r_epoch.
+struct RaceWord {
+    int inflight_warp = -1, w_warp = -1, w_epoch = -1, r_epoch = -1;
+    uint32_t r_warps = 0;
+};
+
 struct Fiber {
 #if defined(__x86_64__)
     void *sp = nullptr;
@@ -79,6 +87,10 @@ struct Emu {
     cudaError_t last_error = cudaSuccess;
     std::string message;
     bool failed = false;
+    // the shared-memory race check: block barriers released so far in this block, and per 4-byte word of
+    // dynamic shared memory who touched it (RaceWord)
+    int epoch = 0;
+    std::vector<struct RaceWord> words;
 };
 
 Emu &emu() {
@@ -254,6 +266,7 @@ bool release_barriers(bool &released) {
         }
         for (Fiber &f : e.fibers)
             if (f.state == State::WaitBlock) f.state = State::Ready;
+        ++e.epoch;
         released = true;
     }
     return true;
@@ -263,6 +276,8 @@ bool run_block(std::mt19937 &rng, int order) {
     Emu &e = emu();
     for (Fiber &f : e.fibers) init_fiber(f);
     std::fill(e.smem.begin(), e.smem.begin() + e.smem_bytes, 0xFF);  // NaN in every float type
+    e.epoch = 0;
+    e.words.assign(e.smem_bytes / 4 + 1, RaceWord{});
     std::vector<size_t> perm(e.fibers.size());
     for (size_t i = 0; i < perm.size(); ++i) perm[i] = i;
     for (;;) {
@@ -275,6 +290,7 @@ bool run_block(std::mt19937 &rng, int order) {
             resume(f);
             ran = true;
         }
+        if (e.failed) return false;  // (a race)
         bool released = false;
         if (!release_barriers(released)) return false;
         bool all_done = true;
@@ -338,6 +354,31 @@ void syncwarp(const char *file, int line) { wait_here(State::WaitWarp, file, lin
 // The worst bank-conflict degree of the ldmatrix instructions since the last reset (see below).
 static std::atomic<int> g_ldmatrix_worst{1};
 
+// ---- the shared-memory race check ---------------------------------------------------------
+// Between two warps, a cp.async into shared memory and an ldmatrix of the same bytes must be ordered by
+// a __syncthreads: a copy lands when its thread retires it (cp.async.wait_group) and is visible to the
+// other warps after the next block barrier; its bytes may be written any time between its issue and its
+// retirement.  So: a copy may not be issued into words another warp read since the last barrier, nor
+// into words another warp's copy is filling; an ldmatrix may not read words a copy is filling, nor words
+// another warp's copy landed in since the last barrier.  A breach fails the launch, naming both sides.
+// (Plain shared-memory stores and loads are not seen: the check covers the cp.async tiles and their
+// ldmatrix fragments, where double buffering and the barriers between them live.)
+namespace {
+template <class F>
+void each_word(const void *p, int bytes, F f) {
+    Emu &e = emu();
+    const unsigned char *base = e.smem.data(), *c = static_cast<const unsigned char *>(p);
+    if (c < base || c + bytes > base + e.smem_bytes) return;  // not dynamic shared memory
+    for (size_t w = size_t(c - base) / 4, end = (size_t(c - base) + bytes + 3) / 4; w < end; ++w) f(e.words[w], w);
+}
+
+void race(const std::string &what, size_t word) {
+    Fiber &f = *emu().cur;
+    fail("shared-memory race: " + what + " (byte " + std::to_string(4 * word) + ", warp " + std::to_string(f.warp) +
+         " at " + where(f) + ", barrier epoch " + std::to_string(emu().epoch) + ")");
+}
+}  // namespace
+
 void ldmatrix(uint32_t *regs, int nmat, bool trans, const void *row_addr) {
     const int lane = lane_id();
     std::memcpy(warp_slot(lane), &row_addr, sizeof(row_addr));
@@ -348,6 +389,20 @@ void ldmatrix(uint32_t *regs, int nmat, bool trans, const void *row_addr) {
         return p;
     };
     if (lane == 0) {
+        const int warp = emu().cur->warp, epoch = emu().epoch;
+        for (int r = 0; r < 8 * nmat; ++r)
+            each_word(row_of(r), 16, [&](RaceWord &w, size_t i) {
+                if (w.inflight_warp >= 0)
+                    race("ldmatrix of words a cp.async (warp " + std::to_string(w.inflight_warp) + ") is filling", i);
+                else if (w.w_epoch == epoch && w.w_warp != warp)
+                    race("ldmatrix of words warp " + std::to_string(w.w_warp) +
+                         "'s cp.async landed in since the last __syncthreads", i);
+                if (w.r_epoch != epoch) {
+                    w.r_epoch = epoch;
+                    w.r_warps = 0;
+                }
+                w.r_warps |= 1u << warp;
+            });
         // each 8x8 matrix is one shared-memory wavefront: 8 rows of 16 bytes; its degree is the most
         // distinct 4-byte words that fall in one of the 32 banks (offsets from the dynamic shared base)
         const unsigned char *base = dynamic_smem();
@@ -413,6 +468,14 @@ void mma_m16n8k16(float d[4], const uint32_t a[4], const uint32_t b[2], bool is_
 
 void cp_async(void *smem_dst, const void *gmem_src, int src_bytes, int total_bytes) {
     Fiber &f = *emu().cur;
+    const int epoch = emu().epoch;
+    each_word(smem_dst, total_bytes, [&](RaceWord &w, size_t i) {
+        if (w.r_epoch == epoch && (w.r_warps & ~(1u << f.warp)) != 0)
+            race("cp.async into words another warp read by ldmatrix since the last __syncthreads", i);
+        else if (w.inflight_warp >= 0 && w.inflight_warp != f.warp)
+            race("cp.async into words another warp's cp.async is filling", i);
+        w.inflight_warp = f.warp;
+    });
     f.copies.push_back(PendingCopy{smem_dst, gmem_src, src_bytes, total_bytes, f.open_group});
 }
 
@@ -427,6 +490,11 @@ void cp_async_wait(int newest_groups_left) {
         if (c.group < retire_below) {
             std::memcpy(c.dst, c.src, size_t(c.src_bytes));
             std::memset(static_cast<unsigned char *>(c.dst) + c.src_bytes, 0, size_t(c.total_bytes - c.src_bytes));
+            each_word(c.dst, c.total_bytes, [&](RaceWord &w, size_t) {
+                w.inflight_warp = -1;
+                w.w_warp = f.warp;
+                w.w_epoch = emu().epoch;
+            });
         } else {
             keep.push_back(c);
         }
