@@ -1008,6 +1008,19 @@ def test_tensor_core_forward_random_shapes(lib, dtype, Hk, group, M, N, d, off, 
                     seed=seed)
 
 
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(dtype=st.sampled_from([E.BF16, E.F16]), Hk=st.integers(1, 2), group=st.integers(1, 3),
+       M=st.integers(1, 150), N=st.integers(1, 200), d=st.sampled_from([64, 128]), off=st.integers(-20, 150),
+       causal=st.booleans(), pe=st.sampled_from([0, 2]), kpm=st.booleans(), window=st.sampled_from([0, 0, 40, 90]),
+       softcap=st.sampled_from([0.0, 0.0, 2.5]), grad_lse=st.booleans(), seed=st.integers(0, 2**31))
+def test_tensor_core_backward_random_shapes(lib, dtype, Hk, group, M, N, d, off, causal, pe, kpm, window, softcap,
+                                            grad_lse, seed):
+    kw = dict(B=1, H=Hk * group, Hk=Hk, M=M, N=N, d=d, off=off, causal=causal, pe=pe, kpm=kpm, window=window,
+              softcap=softcap, seed=seed)
+    assert bwd_kernel(lib, Attn(lib, dtype, **kw)) == "tensor-core"
+    check_attention(lib, dtype, grad_lse=grad_lse, **kw)
+
+
 @pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS.get)
 def test_attention_gradient_of_lse(lib, dtype):
     check_attention(lib, dtype, B=1, H=2, Hk=1, M=30, N=40, d=16, off=10, causal=True, pe=1, R=20, r_lo=0,
