@@ -126,17 +126,20 @@ def occupancy(regs: int, threads: int, smem: int, arch: str) -> tuple[int, int]:
 # with its ceiling: measured (sm_90, CUDA 13) + 0.5.  attn_fwd_tc_kernel: the interior blocks in the
 # table's band (the bias on the tensor cores; about 1.9k / 64 blocks a query block with the default
 # wavelet grid), the interior blocks with ALiBi (not in the packed decoding instances: ALiBi is never
-# packed), then the blocks with masks, padding or a soft-cap (the causal diagonal: O(1) a query block),
-# beside the main loop's O(L / 64) unmasked blocks without bias.
+# packed), the soft-capped interior blocks without and with the table's bias, then the blocks with
+# masks or padding (the causal diagonal: O(1) a query block), beside the main loop's O(L / 64) unmasked
+# blocks without bias.
 OTHER_LOOP_CEILING = {
-    ("attn_fwd_tc_kernel", "128, false"): (3.85, 4.4, 18.0), ("attn_fwd_tc_kernel", "128, true"): (3.95, 18.0),
-    ("attn_fwd_tc_kernel", "64, false"): (5.05, 6.0, 30.5), ("attn_fwd_tc_kernel", "64, true"): (5.1, 30.5),
-    # attn_bwd_dkdv_tc_kernel: the interior query blocks with ALiBi, then the masked ones (the causal
-    # diagonal, window and document edges, padding, soft-cap: O(1) a key block), beside the main loop's
-    # O(L / BM) interior blocks without bias
-    ("attn_bwd_dkdv_tc_kernel", "128"): (3.95, 14.5), ("attn_bwd_dkdv_tc_kernel", "64"): (5.2, 22.8),
+    ("attn_fwd_tc_kernel", "128, false"): (3.85, 4.4, 5.0, 5.55, 18.0),
+    ("attn_fwd_tc_kernel", "128, true"): (3.95, 5.15, 5.55, 18.0),
+    ("attn_fwd_tc_kernel", "64, false"): (5.05, 6.0, 8.0, 8.45, 30.5),
+    ("attn_fwd_tc_kernel", "64, true"): (5.1, 7.65, 8.45, 30.5),
+    # attn_bwd_dkdv_tc_kernel: the interior query blocks with ALiBi, the soft-capped ones, then the masked
+    # ones (the causal diagonal, window and document edges, padding: O(1) a key block), beside the main
+    # loop's O(L / BM) interior blocks without bias
+    ("attn_bwd_dkdv_tc_kernel", "128"): (3.95, 4.95, 14.6), ("attn_bwd_dkdv_tc_kernel", "64"): (5.25, 6.8, 22.75),
     # attn_bwd_dq_tc_kernel: the same for the key blocks of a query block
-    ("attn_bwd_dq_tc_kernel", "128"): (3.55, 25.1), ("attn_bwd_dq_tc_kernel", "64"): (5.1, 43.7),
+    ("attn_bwd_dq_tc_kernel", "128"): (3.55, 5.05, 25.1), ("attn_bwd_dq_tc_kernel", "64"): (5.1, 8.2, 43.7),
 }
 
 ENTRY = re.compile(r"ptxas info\s*: Compiling entry function '([^']+)' for '(sm_\w+)'")

@@ -844,6 +844,9 @@ TC_CASES = [
     dict(B=1, H=1, Hk=1, M=70, N=140, d=128, off=40, causal=True, pe=1, R=9, r_lo=-3, clamp=True, kpm=True),
     dict(B=1, H=2, Hk=1, M=100, N=200, d=64, off=100, causal=True, pe=1, R=150, r_lo=20, window=120, softcap=2.0),
     dict(B=1, H=3, Hk=1, M=1, N=400, d=128, off=399, causal=True, pe=1, R=130, r_lo=0, splits=4),
+    # soft-capped interior blocks: in the band (the last 2 blocks) and not; without a bias at d = 64
+    dict(B=1, H=2, Hk=1, M=64, N=320, d=128, off=256, causal=True, pe=1, R=90, r_lo=0, softcap=2.0),
+    dict(B=1, H=2, Hk=1, M=128, N=256, d=64, off=0, causal=False, pe=0, softcap=3.0),
 ]
 
 
@@ -877,12 +880,13 @@ TC_BWD_CASES = [
     dict(B=1, H=2, Hk=2, M=256, N=192, d=64, off=0, causal=False, pe=0, grad_lse=True),  # all interior
     dict(B=1, H=4, Hk=2, M=200, N=260, d=128, off=60, causal=True, pe=2),  # ALiBi on interior blocks, GQA
     dict(B=1, H=3, Hk=1, M=160, N=300, d=64, off=140, causal=False, pe=2),  # keys on both sides of the queries
-    dict(B=2, H=2, Hk=1, M=129, N=129, d=128, off=0, causal=False, pe=0, softcap=1.5),  # soft-cap: every block masked
+    dict(B=2, H=2, Hk=1, M=129, N=129, d=128, off=0, causal=False, pe=0, softcap=1.5),  # soft-cap, interior and masked blocks
     dict(B=1, H=2, Hk=1, M=150, N=190, d=64, off=40, causal=True, pe=2, window=70, softcap=3.0),
     dict(B=1, H=2, Hk=1, M=160, N=260, d=128, off=100, causal=True, pe=0, window=100),  # interior between the edges
     dict(B=1, H=2, Hk=1, M=40, N=120, d=64, off=-30, causal=True, pe=0, kpm=True),  # rows without keys, padding
     dict(B=2, H=2, Hk=1, M=160, N=160, d=64, off=0, causal=True, pe=0, cu=[[0, 70, 71, 160], [0, 100, 100, 160]]),
     dict(B=1, H=2, Hk=1, M=96, N=200, d=128, off=104, causal=True, pe=0, row_pad=8),  # strided rows on 16 bytes
+    dict(B=1, H=4, Hk=2, M=128, N=192, d=64, off=64, causal=True, pe=0, softcap=3.0),  # soft-capped interior
 ]
 
 

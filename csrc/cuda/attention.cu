@@ -298,14 +298,16 @@ __global__ void __launch_bounds__(BM * 2) attn_fwd_kernel(AttnParams p) {
 //   * K's and V's fragments come by ldmatrix (.trans for V) from rows padded by 16 bytes, so that
 //     the 8 rows each 8-lane phase reads start 4 banks apart: no bank conflict, on loads or on the
 //     16-byte copies (a quarter-warp writes 128 contiguous bytes of one row);
-//   * the CTA's key blocks are taken in three loops.  The interior blocks -- every query row of the
-//     CTA sees every key, no padding mask or soft-cap -- run loops with nothing else: copies without
-//     per-row tests, no mask, P V on the tensor cores without the non-finite check (no row is
-//     masked); those whose window meets the table (the band: the wavelet's support ends at a few
-//     thousand distances) first, adding the table's bias; then the others, the scale folded into
-//     the exponent's FFMA (with ALiBi, a loop of its own adding -slope |distance|).  The masked
-//     blocks (the causal diagonal, a window's or document's edges, padding, soft-cap, the last
-//     partial block) run before them, through scores_log2 and warp_rb_masked as in attn_fwd_kernel,
+//   * the CTA's key blocks are taken in separate loops.  The interior blocks -- every query row of
+//     the CTA sees every key, no padding mask -- run loops with nothing else: copies without per-row
+//     tests, no mask, P V on the tensor cores without the non-finite check (no row is masked); those
+//     whose window meets the table (the band: the wavelet's support ends at a few thousand
+//     distances) first, adding the table's bias; then the others, the scale folded into the
+//     exponent's FFMA (with ALiBi, a loop of its own adding -slope |distance|; with a soft-cap,
+//     loops of their own -- band and others -- applying cap tanh(x / cap) by tanh_exp2; ALiBi with a
+//     soft-cap takes the masked loop).  The masked blocks (the causal diagonal, a window's or
+//     document's edges, padding, the last partial block) run before them, through scores_log2 and
+//     warp_rb_masked as in attn_fwd_kernel,
 //     whose softmax, key ranges, zero rows, split-KV partials and ends (write_rows) this kernel
 //     shares;
 //   * a band block adds the table's bias q . T[r] on the tensor cores: G = Q_w T_win^T from the
@@ -453,7 +455,9 @@ __global__ void __launch_bounds__(128) attn_fwd_tc_kernel(AttnParams p) {
     // first key to the first row's last, all < N), nothing to apply but the scale and the table's or
     // ALiBi's bias (CTA-uniform) --, the table's band [bb, be), then [ib, bb) and [be, ie).
     int64_t ib = kb_end, ie = kb_end, bb = kb_end, be = kb_end;
-    if (!(p.cap_log2 > 0.0) && p.a.key_padding_mask == nullptr &&
+    // (a soft-cap: interior too, but for ALiBi's blocks, which take the masked loop with it)
+    const bool capped = p.cap_log2 > 0.0;
+    if (!(capped && p.pos_enc == WAVEPE_CUDA_PE_ALIBI) && p.a.key_padding_mask == nullptr &&
         (m0 + BM <= p.a.m || PACKED) && kb_begin < kb_end) {  // (packed: every row the one query's keys)
         const int64_t hi = rhi[0] < p.a.n ? rhi[0] : p.a.n;
         ib = ceil_div(rlo[BM - 1], BN) > kb_begin ? ceil_div(rlo[BM - 1], BN) : kb_begin;
@@ -571,8 +575,10 @@ __global__ void __launch_bounds__(128) attn_fwd_tc_kernel(AttnParams p) {
         // (the next block's window staged with its K), then the others (with ALiBi's bias, if any)
         if (ib < ie) seen[0] = seen[1] = true;
         enum { kNoBias, kTableBias, kAlibiBias };
-        auto interior = [&](auto bias_kind, int64_t j, int64_t next) {
+        // CAP: the soft-cap x -> cap tanh(x / cap) of the scaled scores (tanh_exp2), then the plain softmax
+        auto interior = [&](auto bias_kind, auto cap_tag, int64_t j, int64_t next) {
             constexpr int kind = decltype(bias_kind)::value;
+            constexpr bool CAP = decltype(cap_tag)::value;
             {
                 const int64_t n0 = j * BN;
                 load_rows_async<T, BN, D, LD, 4 * 32>(Vs, vg + n0 * vstride, vstride);
@@ -593,6 +599,13 @@ __global__ void __launch_bounds__(128) attn_fwd_tc_kernel(AttnParams p) {
                             s[nt][i] = s[nt][i] * scale_log2 - slope_log2 * (dist < A(0) ? -dist : dist);
                         }
                     online_softmax<A, NT, DT>(s, o, row_max, row_sum);
+                } else if constexpr (CAP) {
+                    const A cap = A(p.cap_log2), k = scale_log2 * A(p.icap_log2);
+#pragma unroll
+                    for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+                        for (int i = 0; i < 4; ++i) s[nt][i] = cap * tanh_exp2(s[nt][i] * k);
+                    online_softmax<A, NT, DT>(s, o, row_max, row_sum);
                 } else {
                     online_softmax<A, NT, DT, true>(s, o, row_max, row_sum, scale_log2);
                 }
@@ -610,13 +623,22 @@ __global__ void __launch_bounds__(128) attn_fwd_tc_kernel(AttnParams p) {
             }
         };
         using TableBias = std::integral_constant<int, kTableBias>;
-        for (int64_t j = bb; j < be; ++j) interior(TableBias{}, j, j + 1 < be ? j + 1 : first_pure);
-        if (!PACKED && p.pos_enc == WAVEPE_CUDA_PE_ALIBI) {  // (CTA-uniform; never packed)
-            using AlibiBias = std::integral_constant<int, kAlibiBias>;
-            for (int64_t t = 0; t < n_pure; ++t) interior(AlibiBias{}, pure_block(t), t + 1 < n_pure ? pure_block(t + 1) : -1);
+        using AlibiBias = std::integral_constant<int, kAlibiBias>;
+        using NoBias = std::integral_constant<int, kNoBias>;
+        using Cap = std::true_type;
+        using NoCap = std::false_type;
+        auto next_band = [&](int64_t j) { return j + 1 < be ? j + 1 : first_pure; };
+        auto next_pure = [&](int64_t t) { return t + 1 < n_pure ? pure_block(t + 1) : int64_t(-1); };
+        if (capped) {  // (CTA-uniform; never with ALiBi)
+            for (int64_t j = bb; j < be; ++j) interior(TableBias{}, Cap{}, j, next_band(j));
+            for (int64_t t = 0; t < n_pure; ++t) interior(NoBias{}, Cap{}, pure_block(t), next_pure(t));
         } else {
-            using NoBias = std::integral_constant<int, kNoBias>;
-            for (int64_t t = 0; t < n_pure; ++t) interior(NoBias{}, pure_block(t), t + 1 < n_pure ? pure_block(t + 1) : -1);
+            for (int64_t j = bb; j < be; ++j) interior(TableBias{}, NoCap{}, j, next_band(j));
+            if (!PACKED && p.pos_enc == WAVEPE_CUDA_PE_ALIBI) {  // (CTA-uniform; never packed)
+                for (int64_t t = 0; t < n_pure; ++t) interior(AlibiBias{}, NoCap{}, pure_block(t), next_pure(t));
+            } else {
+                for (int64_t t = 0; t < n_pure; ++t) interior(NoBias{}, NoCap{}, pure_block(t), next_pure(t));
+            }
         }
     }
     if (!warp_rows) return;  // after the last barrier

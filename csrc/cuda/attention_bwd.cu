@@ -413,14 +413,30 @@ struct TcDkdvLayout {
     }
 };
 
-// dkdv_probs on an interior block (every pair seen, no soft-cap): st = S^T becomes P^T =
-// exp2(st scale_log2 (- slope_log2 |distance|) - lse2), dpt = dP^T becomes dS^T = P^T (dP^T - D); a
-// query that saw no key (lse2 -inf) gives 0 by selection.  d0 = the distance pos_q - n of the lane's
-// first element (row g, column 2 t).
-template <bool ALIBI, int NT>
+// The interior blocks' scores (every pair seen): KIND kPlain x = s scale_log2, kAlibi x = s scale_log2 -
+// slope_log2 |dist|, kCap x = cap tanh(s scale_log2 / cap) (tanh_exp2, as the forward's interior blocks;
+// th = the tanh, for the derivative 1 - th^2), all in the log2 domain.
+enum { kMasked, kPlain, kAlibi, kCap };
+template <int KIND>
+WAVEPE_DEVICE float interior_score(float s, float scale_log2, float slope_log2, float dist, float cap, float k,
+                                   float &th) {
+    if constexpr (KIND == kAlibi) return s * scale_log2 - slope_log2 * fabsf(dist);
+    if constexpr (KIND == kCap) {
+        th = tanh_exp2(s * k);
+        return cap * th;
+    }
+    return s * scale_log2;
+}
+
+// dkdv_probs on an interior block: st = S^T becomes P^T = exp2(x - lse2) (interior_score's x), dpt = dP^T
+// becomes dS^T = P^T (dP^T - D) (times 1 - th^2 with a soft-cap); a query that saw no key (lse2 -inf)
+// gives 0 by selection.  d0 = the distance pos_q - n of the lane's first element (row g, column 2 t).
+template <int KIND, int NT>
 WAVEPE_DEVICE void dkdv_probs_interior(float (&st)[NT][4], float (&dpt)[NT][4], const float *lse_s,
-                                       const float *delta_s, float scale_log2, float slope_log2, float d0) {
+                                       const float *delta_s, const AttnParams &p, float scale_log2, float slope_log2,
+                                       float d0) {
     const int t4 = threadIdx.x & 3;
+    const float cap = float(p.cap_log2), k = scale_log2 * float(p.icap_log2);
 #pragma unroll
     for (int nt = 0; nt < NT; ++nt) {
         float2 l, dl;
@@ -429,16 +445,16 @@ WAVEPE_DEVICE void dkdv_probs_interior(float (&st)[NT][4], float (&dpt)[NT][4], 
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
             const float le = e % 2 ? l.y : l.x, de = e % 2 ? dl.y : dl.x;
-            float x;
-            if constexpr (ALIBI) {
-                const float dist = d0 + float(nt * 8 + e % 2 - 8 * (e / 2));
-                x = st[nt][e] * scale_log2 - slope_log2 * fabsf(dist) - le;
-            } else {
+            float x, th = 0.f;
+            if constexpr (KIND == kPlain)
                 x = fma_(st[nt][e], scale_log2, -le);
-            }
+            else
+                x = interior_score<KIND>(st[nt][e], scale_log2, slope_log2, d0 + float(nt * 8 + e % 2 - 8 * (e / 2)),
+                                         cap, k, th) - le;
             const float pr = exp2_(x);
             const bool dead = le == neg_inf<float>();
-            dpt[nt][e] = dead ? 0.f : pr * (dpt[nt][e] - de);
+            const float ds = dpt[nt][e] - de;
+            dpt[nt][e] = dead ? 0.f : pr * (KIND == kCap ? ds * (1.f - th * th) : ds);
             st[nt][e] = dead ? 0.f : pr;
         }
     }
@@ -479,7 +495,9 @@ __global__ void __launch_bounds__(128) attn_bwd_dkdv_tc_kernel(AttnParams p) {
     // soft-cap, the last partial block --, then every head's interior [ib, ie) (two loops, neither inside
     // a loop over the heads); the n-th block of the CTA lands in buffer n % 2.
     KeyBlockQueries kq = key_block_queries(qlo, qhi, BN, BM, p);
-    if (p.cap_log2 > 0.0) kq.ib = kq.ie = kq.i_end;  // (padding leaves no interior by itself)
+    const bool capped = p.cap_log2 > 0.0;
+    if (capped && p.pos_enc == WAVEPE_CUDA_PE_ALIBI) kq.ib = kq.ie = kq.i_end;  // (as the forward's; padding
+                                                                                // leaves no interior by itself)
     const int64_t n_head = kq.ib - kq.i_start, n_masked = n_head + (kq.i_end - kq.ie), n_int = kq.ie - kq.ib;
     struct Cursor {
         int64_t h, u;  // head of the group, index in the phase's blocks
@@ -551,7 +569,6 @@ __global__ void __launch_bounds__(128) attn_bwd_dkdv_tc_kernel(AttnParams p) {
     Cursor cur = settle(Cursor{0, 0, 0, 0});
     if (cur.phase < 2) stage(AnyBlock{}, cur);
     cp_async_commit();  // (with K and V)
-    enum { kMasked, kPlain, kAlibi };
     auto step = [&](auto kind_tag, const Cursor &c) {
         constexpr int kind = decltype(kind_tag)::value;
         cp_async_wait<0>();
@@ -599,7 +616,7 @@ __global__ void __launch_bounds__(128) attn_bwd_dkdv_tc_kernel(AttnParams p) {
                                       slope_log2);
             } else {
                 const float d0 = float(p.a.q_offset + m0 + c0 - wn0 + 2 * (lane & 3) - (lane >> 2));
-                dkdv_probs_interior<kind == kAlibi>(st, dpt, lse_s + c0, delta_s + c0, scale_log2, slope_log2, d0);
+                dkdv_probs_interior<kind>(st, dpt, lse_s + c0, delta_s + c0, p, scale_log2, slope_log2, d0);
             }
             warp_rb<T, NT, DT>(dv, st, dOb + c0 * LD, LD, DT, nullptr);
             warp_rb<T, NT, DT>(dk, dpt, Qb + c0 * LD, LD, DT, nullptr);
@@ -607,7 +624,10 @@ __global__ void __launch_bounds__(128) attn_bwd_dkdv_tc_kernel(AttnParams p) {
     };
     for (int64_t t = 0, n = p.group * n_masked; t < n; ++t, cur = next_of(cur))
         step(std::integral_constant<int, kMasked>{}, cur);
-    if (p.pos_enc == WAVEPE_CUDA_PE_ALIBI) {  // (CTA-uniform)
+    if (capped) {  // (CTA-uniform; never with ALiBi)
+        for (int64_t t = 0, n = p.group * n_int; t < n; ++t, cur = next_of(cur))
+            step(std::integral_constant<int, kCap>{}, cur);
+    } else if (p.pos_enc == WAVEPE_CUDA_PE_ALIBI) {
         for (int64_t t = 0, n = p.group * n_int; t < n; ++t, cur = next_of(cur))
             step(std::integral_constant<int, kAlibi>{}, cur);
     } else {
@@ -824,7 +844,9 @@ __global__ void __launch_bounds__(128, 2) attn_bwd_dq_tc_kernel(AttnParams p) {
     const int64_t cta_lo = rlo[0], cta_hi = rhi[BM - 1];
     const int64_t kb_start = cta_lo / BN, kb_stop = cta_hi > cta_lo ? ceil_div(cta_hi, BN) : kb_start;
     int64_t ib = kb_stop, ie = kb_stop;
-    if (!(p.cap_log2 > 0.0) && p.a.key_padding_mask == nullptr && m0 + BM <= p.a.m && kb_start < kb_stop) {
+    const bool capped = p.cap_log2 > 0.0;
+    if (!(capped && p.pos_enc == WAVEPE_CUDA_PE_ALIBI) && p.a.key_padding_mask == nullptr && m0 + BM <= p.a.m &&
+        kb_start < kb_stop) {
         const int64_t hi = rhi[0] < p.a.n ? rhi[0] : p.a.n;
         ib = ceil_div(rlo[BM - 1], BN) > kb_start ? ceil_div(rlo[BM - 1], BN) : kb_start;
         ie = hi / BN < kb_stop ? hi / BN : kb_stop;
@@ -872,7 +894,7 @@ __global__ void __launch_bounds__(128, 2) attn_bwd_dq_tc_kernel(AttnParams p) {
     const int brow = ((lane & 7) + 8 * (lane >> 4)) * LD + 8 * ((lane >> 3) & 1);
     stage(AnyBlock{}, 0);
     cp_async_commit();  // (with Q and dO)
-    enum { kMasked, kPlain, kAlibi };
+    const float cap = float(p.cap_log2), cap_k = scale_log2 * float(p.icap_log2);
     auto step = [&](auto kind_tag, int64_t t) {
         constexpr int kind = decltype(kind_tag)::value;
         cp_async_wait<0>();
@@ -909,24 +931,28 @@ __global__ void __launch_bounds__(128, 2) attn_bwd_dq_tc_kernel(AttnParams p) {
 #pragma unroll
                     for (int e = 0; e < 4; ++e) {
                         const int ri = e / 2;
-                        float x, dist = 0.f;
-                        if constexpr (kind == kAlibi) {
-                            dist = fabsf(d0 + float(8 * ri - 8 * nt - e % 2));
-                            x = s[nt][e] * scale_log2 - slope_log2 * dist - lse2[ri];
-                        } else {
+                        const float dist = d0 + float(8 * ri - 8 * nt - e % 2);
+                        float x, th = 0.f;
+                        if constexpr (kind == kPlain)
                             x = fma_(s[nt][e], scale_log2, -lse2[ri]);
-                        }
+                        else
+                            x = interior_score<kind>(s[nt][e], scale_log2, slope_log2, dist, cap, cap_k, th) - lse2[ri];
+                        const float dpd = dp[nt][e] - dl[ri];
                         // a row coded lse +-inf (row_stats: -inf) contributes nothing: 0 by selection
-                        const float ds = lse2[ri] == neg_inf<float>() ? 0.f : exp2_(x) * (dp[nt][e] - dl[ri]);
+                        const float ds = lse2[ri] == neg_inf<float>()
+                                             ? 0.f
+                                             : exp2_(x) * (kind == kCap ? dpd * (1.f - th * th) : dpd);
                         s[nt][e] = ds;
-                        if constexpr (kind == kAlibi) slope_acc -= ds * dist;
+                        if constexpr (kind == kAlibi) slope_acc -= ds * fabsf(dist);
                     }
                 warp_rb<T, NT, DT>(dq, s, Kb + c0 * LD, LD, DT, nullptr);
             }
         }
     };
     for (int64_t t = 0; t < n_masked; ++t) step(std::integral_constant<int, kMasked>{}, t);
-    if (p.pos_enc == WAVEPE_CUDA_PE_ALIBI) {  // (CTA-uniform)
+    if (capped) {  // (CTA-uniform; never with ALiBi)
+        for (int64_t t = n_masked; t < total; ++t) step(std::integral_constant<int, kCap>{}, t);
+    } else if (p.pos_enc == WAVEPE_CUDA_PE_ALIBI) {
         for (int64_t t = n_masked; t < total; ++t) step(std::integral_constant<int, kAlibi>{}, t);
     } else {
         for (int64_t t = n_masked; t < total; ++t) step(std::integral_constant<int, kPlain>{}, t);

@@ -141,6 +141,8 @@ inline __half __float2half_rn(float f) {
     std::memcpy(&h.bits, &v, 2);
     return h;
 }
+// the fast division intrinsic (on the GPU: reciprocal, then multiply; here exact)
+inline float __fdividef(float a, float b) { return a / b; }
 inline unsigned short __half_as_ushort(__half h) { return h.bits; }
 inline __half __ushort_as_half(unsigned short u) { return __half{u}; }
 
