@@ -612,9 +612,11 @@ def test_cuda_occupancy_model(monkeypatch):
     fwd = "attn_fwd_tc_kernel<__half, 128, false>"
     threads, _ = ck.CTA_SHAPE[("attn_fwd_tc_kernel", "128, false")]
 
+    others = [(int(128 * (1 + c)) - 1, 128) for c in ck.OTHER_LOOP_CEILING[("attn_fwd_tc_kernel", "128, false")]]
+
     def rec(regs):
         return dict(src="attention.cu", arch="sm_90", regs=regs, stack=0, spill_st=0, spill_ld=0, smem=0, HMMA=128,
-                    HGMMA=0, loop_ins=128 * 3, loop_tc=128, other_loops=[(128 * 3, 128), (128 * 4, 128), (128 * 10, 128)])
+                    HGMMA=0, loop_ins=128 * 3, loop_tc=128, other_loops=others)
 
     assert ck.failures_of(rec(219), fwd) == [] and ck.failures_of(rec(255), fwd) == []
     monkeypatch.setitem(ck.CTA_SHAPE, ("attn_fwd_tc_kernel", "128, false"), (threads, 120 * 1024))  # the old 118.8 KB
@@ -646,17 +648,17 @@ def test_cuda_static_model_takes_the_lightest_of_sibling_loops():
     assert ck.main_loop_mix(SASS_TWO_LOOPS) == (4, 2)
     assert ck.tensor_loops(SASS_KERNEL) == [(10, 2)]  # a loop inside another is not a sibling
     fwd = "attn_fwd_tc_kernel<__nv_bfloat16, 128, false>"
-    band, alibi, masked = ck.OTHER_LOOP_CEILING[("attn_fwd_tc_kernel", "128, false")]
+    ceilings = ck.OTHER_LOOP_CEILING[("attn_fwd_tc_kernel", "128, false")]  # band, ALiBi, soft-caps, masked
 
     def rec(*other_ins):
         return dict(src="attention.cu", arch="sm_90", regs=200, stack=0, spill_st=0, spill_ld=0, smem=0, HMMA=300,
                     HGMMA=0, loop_ins=300, loop_tc=100, other_loops=[(i, 100) for i in other_ins])
 
-    ok = (int(100 * (band + 1)), int(100 * (alibi + 1)), int(100 * (masked + 1)))
+    ok = tuple(int(100 * (c + 1)) for c in ceilings)
     assert ck.failures_of(rec(*ok), fwd) == []
-    (msg,) = ck.failures_of(rec(ok[0], ok[1], ok[2] + 100), fwd)
+    (msg,) = ck.failures_of(rec(*ok[:-1], ok[-1] + 100), fwd)
     assert "beside the main one" in msg and "OTHER_LOOP_CEILING" in msg
-    (msg,) = ck.failures_of(rec(ok[0], ok[2]), fwd)  # a loop gone (or one more): the table's line is stale
+    (msg,) = ck.failures_of(rec(*ok[1:]), fwd)  # a loop gone (or one more): the table's line is stale
     assert "one ceiling per loop" in msg
     (msg,) = ck.failures_of(rec(500), "attn_fwd_kernel<__nv_bfloat16, 128, 64, 32>")
     assert "one ceiling per loop" in msg
