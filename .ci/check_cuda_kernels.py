@@ -80,9 +80,12 @@ MIX_CEILING = {
     # (template arguments: head dim, then whether a GQA group's heads are packed as rows: decoding)
     ("attn_fwd_tc_kernel", "128, false"): 3.5, ("attn_fwd_tc_kernel", "128, true"): 3.5,
     ("attn_fwd_tc_kernel", "64, false"): 4.0, ("attn_fwd_tc_kernel", "64, true"): 4.0,
-    # the tensor-core dK/dV and dQ (head dim) too
-    ("attn_bwd_dkdv_tc_kernel", "128"): 3.8, ("attn_bwd_dkdv_tc_kernel", "64"): 4.5,
-    ("attn_bwd_dq_tc_kernel", "128"): 2.85, ("attn_bwd_dq_tc_kernel", "64"): 3.75,
+    # the tensor-core dK/dV and dQ too (head dim, then whether the call has a relative table: a kernel of its
+    # own, so that the others keep their registers)
+    ("attn_bwd_dkdv_tc_kernel", "128, false"): 3.7, ("attn_bwd_dkdv_tc_kernel", "64, false"): 4.4,
+    ("attn_bwd_dkdv_tc_kernel", "128, true"): 4.85, ("attn_bwd_dkdv_tc_kernel", "64, true"): 4.4,
+    ("attn_bwd_dq_tc_kernel", "128, false"): 2.75, ("attn_bwd_dq_tc_kernel", "64, false"): 3.6,
+    ("attn_bwd_dq_tc_kernel", "128, true"): 3.1, ("attn_bwd_dq_tc_kernel", "64, true"): 3.65,
     ("attn_fwd_kernel", "256, 32, 32"): 27.5, ("attn_fwd_kernel", "128, 64, 32"): 33.3,
     ("attn_fwd_kernel", "64, 64, 64"): 59.8,
     ("attn_bwd_dkdv_kernel", "256, 16, 2"): 12.8, ("attn_bwd_dkdv_kernel", "128, 32, 1"): 15.7,
@@ -104,8 +107,10 @@ SM_LIMITS = {"sm_90": {"regs": 65536, "smem": 228 * 1024, "cta_reserved": 1024, 
 CTA_SHAPE = {  # (kernel, template arguments after the type): (threads, the most dynamic shared memory: a table)
     ("attn_fwd_tc_kernel", "128, false"): (128, 98368), ("attn_fwd_tc_kernel", "128, true"): (128, 98368),
     ("attn_fwd_tc_kernel", "64, false"): (128, 93312), ("attn_fwd_tc_kernel", "64, true"): (128, 93312),
-    ("attn_bwd_dkdv_tc_kernel", "128"): (128, 71232), ("attn_bwd_dkdv_tc_kernel", "64"): (128, 57408),
-    ("attn_bwd_dq_tc_kernel", "128"): (128, 70720), ("attn_bwd_dq_tc_kernel", "64"): (128, 56448),
+    ("attn_bwd_dkdv_tc_kernel", "128, false"): (128, 71312), ("attn_bwd_dkdv_tc_kernel", "64, false"): (128, 57488),
+    ("attn_bwd_dkdv_tc_kernel", "128, true"): (128, 110096), ("attn_bwd_dkdv_tc_kernel", "64, true"): (128, 101264),
+    ("attn_bwd_dq_tc_kernel", "128, false"): (128, 70720), ("attn_bwd_dq_tc_kernel", "64, false"): (128, 56448),
+    ("attn_bwd_dq_tc_kernel", "128, true"): (128, 114240), ("attn_bwd_dq_tc_kernel", "64, true"): (128, 96384),
 }
 WARPS_TARGET = {"attn_fwd_tc_kernel": 8, "attn_bwd_dkdv_tc_kernel": 8, "attn_bwd_dq_tc_kernel": 8}
 
@@ -134,12 +139,23 @@ OTHER_LOOP_CEILING = {
     ("attn_fwd_tc_kernel", "128, true"): (3.95, 5.15, 5.55, 18.0),
     ("attn_fwd_tc_kernel", "64, false"): (5.05, 6.0, 8.0, 8.45, 30.5),
     ("attn_fwd_tc_kernel", "64, true"): (5.1, 7.65, 8.45, 30.5),
-    # attn_bwd_dkdv_tc_kernel: the interior query blocks with ALiBi, the soft-capped ones, then the masked
-    # ones (the causal diagonal, window and document edges, padding: O(1) a key block), beside the main
-    # loop's O(L / BM) interior blocks without bias
-    ("attn_bwd_dkdv_tc_kernel", "128"): (3.95, 4.95, 14.6), ("attn_bwd_dkdv_tc_kernel", "64"): (5.25, 6.8, 22.75),
-    # attn_bwd_dq_tc_kernel: the same for the key blocks of a query block
-    ("attn_bwd_dq_tc_kernel", "128"): (3.55, 5.05, 25.1), ("attn_bwd_dq_tc_kernel", "64"): (5.1, 8.2, 43.7),
+    # attn_bwd_dkdv_tc_kernel without a table: the interior query blocks with ALiBi, the soft-capped ones,
+    # then the masked ones (the causal diagonal, window and document edges, padding: O(1) a key block),
+    # beside the main loop's O(L / BM) interior blocks without bias
+    ("attn_bwd_dkdv_tc_kernel", "128, false"): (3.8, 4.8, 13.8),
+    ("attn_bwd_dkdv_tc_kernel", "64, false"): (5.05, 6.65, 22.05),
+    # with a table (lightest first): the band's blocks (G = Q T_win^T on the tensor cores: about 1.9k / BM
+    # query blocks a key block with the default wavelet grid), the soft-capped ones in and beyond the band,
+    # then the masked ones with the bias where their window meets the table
+    # (at head dim 128 its two 16-column chunks a block are a loop, not unrolled, for registers: the static
+    # count takes each instruction once, against one chunk's HMMA -- executed, 3.1 a HMMA in the main loop)
+    ("attn_bwd_dkdv_tc_kernel", "128, true"): (6.0, 7.4, 8.5, 20.9),
+    ("attn_bwd_dkdv_tc_kernel", "64, true"): (6.2, 6.6, 8.4, 23.8),
+    # attn_bwd_dq_tc_kernel: the same for the key blocks of a query block (with a table: the band's blocks,
+    # which also take dQ += H T_win, before the soft-capped ones)
+    ("attn_bwd_dq_tc_kernel", "128, false"): (3.3, 4.85, 25.25), ("attn_bwd_dq_tc_kernel", "64, false"): (4.75, 8.0, 43.8),
+    ("attn_bwd_dq_tc_kernel", "128, true"): (3.6, 4.75, 5.25, 15.85),
+    ("attn_bwd_dq_tc_kernel", "64, true"): (4.85, 7.2, 8.0, 27.15),
 }
 
 ENTRY = re.compile(r"ptxas info\s*: Compiling entry function '([^']+)' for '(sm_\w+)'")

@@ -99,8 +99,7 @@ cp benchmarks/results/bench_attention_cuda.json "$OUT/" 2>/dev/null
 
 if command -v ncu > /dev/null; then
   L=$([ $quick = 1 ] && echo 1024 || echo 8192)
-  # pos_enc: the wavelet's (a table: the tensor-core forward, the general backward kernels) or none (the
-  # tensor-core forward and backward kernels)
+  # pos_enc: the wavelet's (a table: the tensor-core kernels' table instances) or none (their others)
   target() { echo "import torch, wavepe.ops as wo
 g = torch.Generator(device='cuda').manual_seed(0)
 q, k, v = (torch.randn(1, 32, $L, 128, device='cuda', dtype=torch.bfloat16, generator=g).requires_grad_() for _ in range(3))
@@ -109,7 +108,7 @@ out.backward(torch.ones_like(out))
 torch.cuda.synchronize()"; }
   sections=(--section SpeedOfLight --section Occupancy --section LaunchStats --section SchedulerStats
             --section WarpStateStats --section InstructionStats --section MemoryWorkloadAnalysis_Tables)
-  for run in "wavelet attn_fwd_tc_kernel" "wavelet attn_bwd_dkdv_kernel" "wavelet attn_bwd_dq_kernel" \
+  for run in "wavelet attn_fwd_tc_kernel" "wavelet attn_bwd_dkdv_tc_kernel" "wavelet attn_bwd_dq_tc_kernel" \
              "nope attn_bwd_dkdv_tc_kernel" "nope attn_bwd_dq_tc_kernel"; do
     set -- $run
     TAIL=120 stage "ncu: $2 (bf16, L=$L, H=32, d=128, causal, $1)" 240 \

@@ -182,7 +182,7 @@ def test_tensor_core_forward_keeps_garbage_where_it_belongs(lib, dtype, bad, pe,
 
 
 @pytest.mark.parametrize("dtype", [E.BF16, E.F16], ids=DTYPE_IDS.get)
-@pytest.mark.parametrize("pe,bad", [(0, float("nan")), (2, float("inf"))])
+@pytest.mark.parametrize("pe,bad", [(0, float("nan")), (2, float("inf")), (1, float("nan"))])
 def test_tensor_core_dkdv_keeps_masked_garbage_out(lib, dtype, pe, bad):
     """attn_bwd_dkdv_tc_kernel (head_dim 64, masked and interior query blocks): padded keys and keys after
     every query holding garbage change no bit of any output or gradient, and their dk, dv are 0."""
@@ -193,14 +193,14 @@ def test_tensor_core_dkdv_keeps_masked_garbage_out(lib, dtype, pe, bad):
     kpm[:, [3, 70, 130, 200]] = True
     garbage = kpm.copy()
     garbage[:, 250:] = True
-    kw = dict(B=b, H=2, Hk=1, M=m, N=n, d=d, off=n - m - 10, causal=True, pe=pe, kpm=kpm, seed=17)
+    kw = dict(B=b, H=2, Hk=1, M=m, N=n, d=d, off=n - m - 10, causal=True, pe=pe, kpm=kpm, seed=17, R=90)
     assert bwd_kernel(lib, Attn(lib, dtype, **kw)) == "tensor-core"
     _assert_garbage_never_reached(lib, dtype, garbage, bad, "masked keys", **kw)
 
 
 @pytest.mark.parametrize("dtype", [E.BF16, E.F16], ids=DTYPE_IDS.get)
-@pytest.mark.parametrize("bad", [float("nan"), float("inf")])
-def test_tensor_core_dq_keeps_band_garbage_to_rows_that_see_it(lib, dtype, bad):
+@pytest.mark.parametrize("bad,pe", [(float("nan"), 2), (float("inf"), 2), (float("inf"), 1)])
+def test_tensor_core_dq_keeps_band_garbage_to_rows_that_see_it(lib, dtype, bad, pe):
     """attn_bwd_dq_tc_kernel: a key in the causal band of a block (seen by the later rows of its warp only)
     holding inf/NaN leaves dq of the rows before it as it was (up to rounding: that warp sums the block key
     by key); the rows that see it are non-finite."""
@@ -208,7 +208,7 @@ def test_tensor_core_dq_keeps_band_garbage_to_rows_that_see_it(lib, dtype, bad):
 
     m, n, d, key = 70, 150, 64, 110  # queries at 80..149: key 110 in warp 1's rows of the first query block
     garbage = np.arange(n)[None, :] == key
-    kw = dict(B=1, H=2, Hk=1, M=m, N=n, d=d, off=80, causal=True, pe=2, seed=19)
+    kw = dict(B=1, H=2, Hk=1, M=m, N=n, d=d, off=80, causal=True, pe=pe, R=60, seed=19)
     assert bwd_kernel(lib, Attn(lib, dtype, **kw)) == "tensor-core"
     clean, dirty = _dirty_vs_clean(lib, dtype, garbage, bad, **kw)
     before = key - 80

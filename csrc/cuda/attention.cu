@@ -349,54 +349,6 @@ WAVEPE_DEVICE void qk_products(float (&s)[NT][4], const uint32_t (&qf)[KS][4], c
         }
 }
 
-// The warp's relative-table bias of key columns [C0, C0 + HC) of a block of BN keys, skewed into its
-// scratch hw (16 x HC, row stride HLD): hw[r][c - C0] = q_r . T_win[16w + r - c + BN - 1] (ROW_SHIFT 1;
-// 0, rows all at one position: T_win[BN - 1 - c]) for the
-// warp's rows r, from G = Q_w T_win[16w + X0 .. 16w + X0 + HC + 15]^T, X0 = BN - C0 - HC, on the
-// tensor cores (Q fragments in registers; the window's fragments by ldmatrix from trow, the lane's
-// address as krow's, in the warp's rows of the window tile), two 8-column tiles of G at a time, each
-// element stored where the skew reads it (the 16 columns of G a row does not use are dropped).
-template <class T, int BN, int HC, int C0, int KS, int LD, int HLD, int ROW_SHIFT>
-WAVEPE_DEVICE void window_bias(float *hw, const uint32_t (&qf)[KS][4], const T *trow) {
-    constexpr int GT = (HC + 16) / 8, X0 = BN - C0 - HC;
-    static_assert(GT % 2 == 0 && X0 >= 0, "pairs of 8-column tiles inside the window");
-#pragma unroll
-    for (int np = 0; np < GT / 2; ++np) {
-        float g[2][4];
-        zero_frags(g);
-#pragma unroll
-        for (int ks = 0; ks < KS; ++ks) {
-            uint32_t tf[4];
-            ldmatrix_x4(tf, trow + (X0 + np * 16) * LD + ks * 16);
-            mma16816<T>(g[0], qf[ks], tf);
-            mma16816<T>(g[1], qf[ks], tf + 2);
-        }
-#pragma unroll
-        for (int e = 0; e < 2; ++e)
-#pragma unroll
-            for (int i = 0; i < 4; ++i) {
-                const int r = frag_row(i), c = r * ROW_SHIFT + BN - 1 - (X0 + frag_col(2 * np + e, i)) - C0;
-                if (c >= 0 && c < HC) hw[r * HLD + c] = g[e][i];
-            }
-    }
-}
-
-// s[nt][i] += hw[row][column - C0] for the C fragments of columns [C0, C0 + HC) (float2 reads: a lane's
-// two columns are adjacent).
-template <int NT, int HC, int C0, int HLD>
-WAVEPE_DEVICE void add_window_bias(float (&s)[NT][4], const float *hw) {
-    const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-#pragma unroll
-    for (int nt = C0 / 8; nt < (C0 + HC) / 8; ++nt)
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-            float2 v;
-            copy8(&v, hw + (g + 8 * h) * HLD + nt * 8 - C0 + 2 * t);
-            s[nt][2 * h] += v.x;
-            s[nt][2 * h + 1] += v.y;
-        }
-}
-
 // The warp's relative-table bias of a key block added to its scores s, half a block at a time
 // (ROW_SHIFT 0: every row at the same position, the packed heads of one query).
 template <class T, int BN, int KS, int LD, int HLD, int ROW_SHIFT>

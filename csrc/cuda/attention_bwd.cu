@@ -384,7 +384,7 @@ __global__ void __launch_bounds__(B * 2, 1) attn_bwd_dkdv_kernel(AttnParams p) {
 }
 
 // ---- the tensor-core dK/dV of the models' head dims ------------------------------------------
-// bf16/fp16, head_dim 64 or 128, 16-byte rows of q, k, v and dO, no relative table (use_tc_backward): the
+// bf16/fp16, head_dim 64 or 128, 16-byte rows of q, k, v and dO (and the table's) (use_tc_backward): the
 // FlashAttention-2 loop of the key side.  A CTA owns 64 keys of a (batch, kv head) (warp w: keys
 // 16w .. 16w+15), K and V staged once, and walks the query blocks of every head of its GQA group that
 // can see them (BM = 32 queries at head_dim 128, 64 at 64): per block, by ldmatrix from rows padded
@@ -395,13 +395,32 @@ __global__ void __launch_bounds__(B * 2, 1) attn_bwd_dkdv_kernel(AttnParams p) {
 // barrier a block.  A block runs one of two loops: the interior blocks -- whole blocks every query of
 // which sees every key, no padding or soft-cap -- without masks (the scale folded into the exponent's
 // FFMA; with ALiBi a loop of its own adding -slope |distance|; rows that saw no key, lse -inf, give 0
-// by selection as before); the others through dkdv_probs, as attn_bwd_dkdv_kernel.
+// by selection as before); the others through dkdv_probs, as attn_bwd_dkdv_kernel.  With a relative
+// table (TABLE: a kernel of its own) the interior blocks whose window meets the table (the band) take a
+// loop of their own before the others, and they and the masked blocks meeting the table add the bias:
+// G = Q T_win^T of the block's query groups, by all warps on the tensor cores into shared memory, read
+// back transposed and skewed by each warp after a barrier (key_block_window_products,
+// add_transposed_bias); the window has one buffer, refilled once G is whole.
+// The query blocks a tensor-core dK/dV CTA takes, in order: [first, ib) and [ie, first + n_masked - n_head)
+// with masks, then the interior [ib, ie): the table's band [bb, be), then [ib, bb) and [be, ie).
+// Per phase p (0 masked, 1 band, 2 other interior; 3 none): n[p] blocks a head, u < split[p] at block
+// start0[p] + u, the others at start1[p] + u; next_phase[p] the next phase with blocks (next_phase[3]: the
+// first).
+struct TcDkdvOrder {
+    int n[4], split[4], start0[4], start1[4], next_phase[4];
+};
+
+// With a relative table, the window's BM + BN rows (one buffer) and G = Q T_win^T of the block's query
+// groups (BM rows of GLD floats, unskewed: row 16 g + r holds group g's window rows 16 g .. 16 g + BN + 15):
+// GLD = 3 mod 32, so that the transposed skew a warp reads (query column c, key k: G[c][c % 16 - k + BN - 1])
+// hits 32 distinct banks (lane (g, t): 8 t - g + const).
 template <class T, int D>
 struct TcDkdvLayout {
-    static constexpr int BN = 64, BM = D <= 64 ? 64 : 32, LD = D + int(16 / sizeof(T));
+    static constexpr int BN = 64, BM = D <= 64 ? 64 : 32, LD = D + int(16 / sizeof(T)), GLD = BN + 16 + 19;
+    static_assert(GLD % 32 == 3 && GLD >= BN + 16, "G's rows: all its columns, conflict-free skewed reads");
     SmemPlan plan;
-    int k, v, q, go, lse, delta, mask, rows;
-    __host__ __device__ TcDkdvLayout() {
+    int k, v, q, go, lse, delta, mask, rows, order, t, g;
+    __host__ __device__ explicit TcDkdvLayout(bool table) {
         k = plan.add(sizeof(T) * BN * LD);
         v = plan.add(sizeof(T) * BN * LD);
         q = plan.add(2 * sizeof(T) * BM * LD);  // two buffers of each
@@ -410,8 +429,54 @@ struct TcDkdvLayout {
         delta = plan.add(2 * sizeof(float) * BM);
         mask = plan.add(BN);
         rows = plan.add(2 * BN * sizeof(int64_t));  // each key's queries [lo, hi)
+        order = plan.add(sizeof(TcDkdvOrder));
+        t = plan.add(table ? sizeof(T) * (BM + BN) * LD : 0);
+        g = plan.add(table ? sizeof(float) * BM * GLD : 0);
     }
 };
+
+// The relative table's bias of a key block's query block, on the tensor cores (attn_bwd_dkdv_tc_kernel):
+// Gs[16 g + r][c] = q_{16 g + r} . T_win[16 g + c] for the BM / 16 query groups g and c < BN + 16, pairs of
+// 8-column tiles shared round-robin among the 4 warps (Q's and the window's fragments by ldmatrix from Qb,
+// Ts; brow: the lane's B-operand offset, as warp_abt_ldm's).
+template <class T, int BM, int BN, int KS, int LD, int GLD>
+WAVEPE_DEVICE void key_block_window_products(float *Gs, const T *Qb, const T *Ts, int brow) {
+    constexpr int PAIRS = (BN + 16) / 16, JOBS = BM / 16 * PAIRS;
+    const int lane = threadIdx.x & 31;
+    for (int j = int(threadIdx.x) / 32; j < JOBS; j += 4) {
+        const int grp = j / PAIRS, pr = j % PAIRS;
+        const T *const arow = Qb + (16 * grp + (lane & 15)) * LD + 8 * (lane >> 4);
+        const T *const trow = Ts + (16 * grp + 16 * pr) * LD + brow;
+        float g[2][4];
+        zero_frags(g);
+#pragma unroll 2  // (not all KS steps' loads in flight: dK and dV's accumulators are live)
+        for (int ks = 0; ks < KS; ++ks) {
+            uint32_t af[4], tf[4];
+            ldmatrix_x4(af, arow + 16 * ks);
+            ldmatrix_x4(tf, trow + 16 * ks);
+            mma16816<T>(g[0], af, tf);
+            mma16816<T>(g[1], af, tf + 2);
+        }
+#pragma unroll
+        for (int e = 0; e < 2; ++e)
+#pragma unroll
+            for (int i = 0; i < 4; ++i) Gs[(16 * grp + frag_row(i)) * GLD + 16 * pr + frag_col(e, i)] = g[e][i];
+    }
+}
+
+// st[nt][e] (the warp's key row rk = frag_row(e), query column cq = frag_col(nt, e) of a chunk starting at a
+// multiple of 16) += the bias q_cq . T[pos_q - n]: gc = Gs + (chunk start) GLD, wrow0 = the warp's first key
+// row in the block.
+template <int NT, int BN, int GLD>
+WAVEPE_DEVICE void add_transposed_bias(float (&st)[NT][4], const float *gc, int wrow0) {
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+            const int cq = frag_col(nt, e);
+            st[nt][e] += gc[cq * GLD + (cq & 15) - (wrow0 + frag_row(e)) + BN - 1];
+        }
+}
 
 // The interior blocks' scores (every pair seen): KIND kPlain x = s scale_log2, kAlibi x = s scale_log2 -
 // slope_log2 |dist|, kCap x = cap tanh(s scale_log2 / cap) (tanh_exp2, as the forward's interior blocks;
@@ -460,15 +525,21 @@ WAVEPE_DEVICE void dkdv_probs_interior(float (&st)[NT][4], float (&dpt)[NT][4], 
     }
 }
 
-template <class T, int D>
+template <class T, int D, bool TABLE>
 __global__ void __launch_bounds__(128) attn_bwd_dkdv_tc_kernel(AttnParams p) {
     using Lay = TcDkdvLayout<T, D>;
-    constexpr int BN = Lay::BN, BM = Lay::BM, LD = Lay::LD, QC = 32, NT = QC / 8, DT = D / 8, KS = D / 16;
+    // QC query columns a chunk; 16 in the table's instance at head_dim 128, whose G products and window left
+    // ptxas no register for 32 on sm_100/sm_120 (it spilled): the K / V fragments are read twice as often
+    constexpr int QC = TABLE && D == 128 ? 16 : 32;
+    constexpr int BN = Lay::BN, BM = Lay::BM, LD = Lay::LD, NT = QC / 8, DT = D / 8, KS = D / 16;
     static_assert(Traits<T>::kTensorCore && BM % QC == 0, "the tensor-core dK/dV takes bf16/fp16, whole chunks");
     WAVEPE_SHARED_BASE(smem);
-    const Lay L;
+    constexpr bool has_table = TABLE;  // (a kernel of its own: the others keep their registers)
+    const Lay L(has_table);
     T *const Ks = reinterpret_cast<T *>(smem + L.plan.off[L.k]);
     T *const Vs = reinterpret_cast<T *>(smem + L.plan.off[L.v]);
+    T *const Ts = reinterpret_cast<T *>(smem + L.plan.off[L.t]);
+    float *const Gs = reinterpret_cast<float *>(smem + L.plan.off[L.g]);
     T *const Q0 = reinterpret_cast<T *>(smem + L.plan.off[L.q]);
     T *const dO0 = reinterpret_cast<T *>(smem + L.plan.off[L.go]);
     float *const lse0 = reinterpret_cast<float *>(smem + L.plan.off[L.lse]);
@@ -492,49 +563,84 @@ __global__ void __launch_bounds__(128) attn_bwd_dkdv_tc_kernel(AttnParams p) {
         return kmask[r] ? nullptr : vg + (n0 + r) * p.a.v_strides[2];
     });
     // The query blocks in the order taken: every head's [i_start, ib) and [ie, i_end) -- masks, padding,
-    // soft-cap, the last partial block --, then every head's interior [ib, ie) (two loops, neither inside
-    // a loop over the heads); the n-th block of the CTA lands in buffer n % 2.
-    KeyBlockQueries kq = key_block_queries(qlo, qhi, BN, BM, p);
+    // soft-cap, the last partial block --, then every head's interior blocks in the table's band [bb, be)
+    // (their window meets the table), then every head's other interior blocks [ib, bb) and [be, ie)
+    // (three loops, none inside a loop over the heads); the n-th block of the CTA lands in buffer n % 2.
     const bool capped = p.cap_log2 > 0.0;
-    if (capped && p.pos_enc == WAVEPE_CUDA_PE_ALIBI) kq.ib = kq.ie = kq.i_end;  // (as the forward's; padding
-                                                                                // leaves no interior by itself)
-    const int64_t n_head = kq.ib - kq.i_start, n_masked = n_head + (kq.i_end - kq.ie), n_int = kq.ie - kq.ib;
+    // does the window of query block m0 (table rows c - BN + 1 .. c + BM - 1, c = q_offset + m0 - n0 - r_lo)
+    // meet the table?
+    auto block_bias = [&](int64_t m0) {
+        const int64_t c = p.a.q_offset + m0 - n0 - p.a.r_lo;
+        return has_table && table_rows_hit(p, c - (BN - 1), c + BM - 1);
+    };
+    // The order, in shared memory (read where used: 10 values fewer held in registers through the loops,
+    // which dK's and dV's accumulators fill); 32-bit block indices (use_tc_backward bounds M).
+    TcDkdvOrder *const ord = reinterpret_cast<TcDkdvOrder *>(smem + L.plan.off[L.order]);
+    if (threadIdx.x == 0) {
+        KeyBlockQueries kq = key_block_queries(qlo, qhi, BN, BM, p);
+        if (capped && p.pos_enc == WAVEPE_CUDA_PE_ALIBI) kq.ib = kq.ie = kq.i_end;  // (as the forward's; padding
+                                                                                    // leaves no interior by itself)
+        int64_t bb = kq.ie, be = kq.ie;
+        if (has_table && kq.ib < kq.ie) {
+            // query blocks i with i BM in [c - BM + 1, c + R + BN - 2], c = n0 + r_lo - q_offset; every
+            // interior block with clamped edges
+            const int64_t c = n0 + p.a.r_lo - p.a.q_offset;
+            bb = p.a.clamp ? kq.ib : floor_div(c, BM);
+            be = p.a.clamp ? kq.ie : floor_div(c + p.a.table_rows + BN - 2, BM) + 1;
+            bb = bb < kq.ib ? kq.ib : bb > kq.ie ? kq.ie : bb;
+            be = be < bb ? bb : be > kq.ie ? kq.ie : be;
+        }
+        const int n_head = int(kq.ib - kq.i_start), n_pre = int(bb - kq.ib);
+        TcDkdvOrder o{{n_head + int(kq.i_end - kq.ie), int(be - bb), n_pre + int(kq.ie - be), 0},
+                      {n_head, int(be - bb), n_pre, 0},
+                      {int(kq.i_start), int(bb), int(kq.ib), 0},
+                      {int(kq.ie) - n_head, 0, int(be) - n_pre, 0},
+                      {3, 3, 3, 3}};
+        for (int ph = 2; ph >= 0; --ph) o.next_phase[ph == 0 ? 3 : ph - 1] = o.n[ph] > 0 ? ph : o.next_phase[ph];
+        *ord = o;
+    }
+    __syncthreads();
     struct Cursor {
-        int64_t h, u;  // head of the group, index in the phase's blocks
-        int phase;     // 0 masked, 1 interior, 2 done
+        int h, u;   // head of the group, index in the phase's blocks
+        int phase;  // 0 masked, 1 the band's interior, 2 other interior, 3 done
         int buf;
     };
-    auto settle = [=](Cursor c) {  // past the phases without blocks
-        if (c.phase == 0 && n_masked == 0) c.phase = 1;
-        if (c.phase == 1 && n_int == 0) c.phase = 2;
-        return c;
+    // the block of (phase, u): the order's two ranges of the phase (read from shared memory: no branch)
+    auto block_at = [=](int phase, int u) {
+        return u < ord->split[phase] ? ord->start0[phase] + u : ord->start1[phase] + u;
     };
     auto next_of = [=](Cursor c) {
         c.buf ^= 1;
-        if (++c.u == (c.phase == 0 ? n_masked : n_int)) {
+        if (++c.u == ord->n[c.phase]) {
             c.u = 0;
             if (++c.h == p.group) {
                 c.h = 0;
-                ++c.phase;
-                c = settle(c);
+                c.phase = ord->next_phase[c.phase];
             }
         }
         return c;
     };
-    auto row0 = [=](const Cursor &c) {  // the block's first query row
-        return (c.phase == 1 ? kq.ib + c.u : c.u < n_head ? kq.i_start + c.u : kq.ie + (c.u - n_head)) * BM;
+    // the block's first query row (the order read again where used: fewer registers held)
+    auto row0 = [=](const Cursor &c) { return int64_t(block_at(c.phase, c.u)) * BM; };
+    // does block c need the table's window (a band block, or a masked one whose window meets the table)?
+    auto needs_window = [&](const Cursor &c) {
+        return c.phase == 1 || (c.phase == 0 && has_table && block_bias(row0(c)));
+    };
+    auto stage_window = [&](int64_t m0) {  // the window of query block m0 (cp.async; the caller commits)
+        const int64_t base = p.a.q_offset + m0 - n0 - p.a.r_lo;
+        load_tile_async(Ts, LD, BM + BN, D, D, [&](int w) -> const T * { return window_row_ptr<T>(p, base, BN, w); });
     };
     // stage block c (cp.async; lse and D by plain stores, visible after the next barrier).  INTERIOR: c is
     // an interior block (or none), every row < M -- the interior loop's copies without per-row tests.
     auto stage = [&](auto interior_tag, const Cursor &c) {
         constexpr bool INTERIOR = decltype(interior_tag)::value;
-        if (INTERIOR && c.phase != 1) return;
+        if (INTERIOR ? c.phase != 1 && c.phase != 2 : c.phase >= 3) return;
         const int64_t h = hk * p.group + c.h, m0 = row0(c);
         T *const Qb = Q0 + c.buf * BM * LD, *const dOb = dO0 + c.buf * BM * LD;
         const T *qg = static_cast<const T *>(p.a.q) + b * p.a.q_strides[0] + h * p.a.q_strides[1];
         const T *gog = static_cast<const T *>(p.a.dout) + b * p.a.dout_strides[0] + h * p.a.dout_strides[1];
         const int64_t qs = p.a.q_strides[2], gs = p.a.dout_strides[2];
-        if (INTERIOR || c.phase == 1) {
+        if (INTERIOR || c.phase != 0) {
             load_rows_async<T, BM, D, LD, 128>(Qb, qg + m0 * qs, qs);
             load_rows_async<T, BM, D, LD, 128>(dOb, gog + m0 * gs, gs);
         } else {
@@ -566,21 +672,40 @@ __global__ void __launch_bounds__(128) attn_bwd_dkdv_tc_kernel(AttnParams p) {
     // the lanes' ldmatrix addresses: A = the warp's 16 key rows, B = 16 query rows at a time
     const int arow = (16 * warp + (lane & 15)) * LD + 8 * (lane >> 4);
     const int brow = ((lane & 7) + 8 * (lane >> 4)) * LD + 8 * ((lane >> 3) & 1);
-    Cursor cur = settle(Cursor{0, 0, 0, 0});
-    if (cur.phase < 2) stage(AnyBlock{}, cur);
+    Cursor cur{0, 0, ord->next_phase[3], 0};  // (the first phase with blocks)
+    stage(AnyBlock{}, cur);
+    if (cur.phase < 3 && needs_window(cur)) stage_window(row0(cur));
     cp_async_commit();  // (with K and V)
-    auto step = [&](auto kind_tag, const Cursor &c) {
-        constexpr int kind = decltype(kind_tag)::value;
+    // BIAS: 0 the block has no table bias, 1 it has (the band), 2 it has if its window meets the table (masked
+    // blocks of a table's call).  The window has one buffer: the next block's is staged once this block's G
+    // is computed (or at once when this block has none); G, computed by all warps, is read after a barrier.
+    auto step = [&](auto kind_tag, auto bias_tag, const Cursor &c) {
+        constexpr int kind = decltype(kind_tag)::value, BIAS = decltype(bias_tag)::value;
         cp_async_wait<0>();
         __syncthreads();  // block c has landed; every warp is done with the previous block's buffer
         const Cursor nxt = next_of(c);
         if (kind != kMasked)
             stage(Interior{}, nxt);  // (the interior blocks come last)
-        else if (nxt.phase < 2)
+        else
             stage(AnyBlock{}, nxt);
-        cp_async_commit();
         const int64_t h = hk * p.group + c.h, m0 = row0(c);
         const T *const Qb = Q0 + c.buf * BM * LD, *const dOb = dO0 + c.buf * BM * LD;
+        bool bias = false;
+        if constexpr (BIAS != 0) {
+            bias = BIAS == 1 || block_bias(m0);
+            // the next block's first row, -1 when it needs no window
+            const int64_t next_m0 = nxt.phase < 3 && needs_window(nxt) ? row0(nxt) : -1;
+            if (!bias && next_m0 >= 0) stage_window(next_m0);  // (the window's buffer is free)
+            cp_async_commit();
+            if (bias) {  // CTA-uniform
+                key_block_window_products<T, BM, BN, KS, LD, Lay::GLD>(Gs, Qb, Ts, brow);
+                __syncthreads();  // G is whole; the window is consumed
+                if (next_m0 >= 0) stage_window(next_m0);
+                cp_async_commit();
+            }
+        } else {
+            cp_async_commit();
+        }
         const float *const lse_s = lse0 + c.buf * BM, *const delta_s = delta0 + c.buf * BM;
         const float slope_log2 = head_slope<T>(p, h) * float(kLog2e);
         int c_lo[2] = {0, 0}, c_hi[2] = {BM, BM};
@@ -596,12 +721,14 @@ __global__ void __launch_bounds__(128) attn_bwd_dkdv_tc_kernel(AttnParams p) {
             }
             if (!warp_any(c_lo[0] < c_hi[0] || c_lo[1] < c_hi[1])) return;  // warp-uniform: no query sees a key
         }
-        // QC query columns at a time (registers: S^T and dP^T of 16 x QC beside dK and dV's 16 x D)
-#pragma unroll
+        // QC query columns at a time (registers: S^T and dP^T of 16 x QC beside dK and dV's 16 x D; the
+        // table's instance at head_dim 128 takes its two chunks one after the other)
+#pragma unroll(TABLE && D == 128 ? 1 : BM / QC)
         for (int c0 = 0; c0 < BM; c0 += QC) {
             float st[NT][4], dpt[NT][4];
             zero_frags(st);
             warp_abt_ldm<T, NT, KS, LD>(st, Ks + arow, Qb + c0 * LD + brow);
+            if (BIAS != 0 && bias) add_transposed_bias<NT, BN, Lay::GLD>(st, Gs + c0 * Lay::GLD, 16 * warp);
             zero_frags(dpt);
             warp_abt_ldm<T, NT, KS, LD>(dpt, Vs + arow, dOb + c0 * LD + brow);
             if constexpr (kind == kMasked) {
@@ -622,17 +749,28 @@ __global__ void __launch_bounds__(128) attn_bwd_dkdv_tc_kernel(AttnParams p) {
             warp_rb<T, NT, DT>(dk, dpt, Qb + c0 * LD, LD, DT, nullptr);
         }
     };
-    for (int64_t t = 0, n = p.group * n_masked; t < n; ++t, cur = next_of(cur))
-        step(std::integral_constant<int, kMasked>{}, cur);
-    if (capped) {  // (CTA-uniform; never with ALiBi)
-        for (int64_t t = 0, n = p.group * n_int; t < n; ++t, cur = next_of(cur))
-            step(std::integral_constant<int, kCap>{}, cur);
-    } else if (p.pos_enc == WAVEPE_CUDA_PE_ALIBI) {
-        for (int64_t t = 0, n = p.group * n_int; t < n; ++t, cur = next_of(cur))
-            step(std::integral_constant<int, kAlibi>{}, cur);
+    using Masked = std::integral_constant<int, kMasked>;
+    using NoBias = std::integral_constant<int, 0>;
+    using Band = std::integral_constant<int, 1>;
+    using MaybeBias = std::integral_constant<int, 2>;
+    if constexpr (has_table) {
+        for (int64_t t = 0, n = p.group * ord->n[0]; t < n; ++t, cur = next_of(cur)) step(Masked{}, MaybeBias{}, cur);
     } else {
-        for (int64_t t = 0, n = p.group * n_int; t < n; ++t, cur = next_of(cur))
-            step(std::integral_constant<int, kPlain>{}, cur);
+        for (int64_t t = 0, n = p.group * ord->n[0]; t < n; ++t, cur = next_of(cur)) step(Masked{}, NoBias{}, cur);
+    }
+    if (capped) {  // (CTA-uniform; never with ALiBi)
+        using Cap = std::integral_constant<int, kCap>;
+        if constexpr (TABLE)
+            for (int64_t t = 0, n = p.group * ord->n[1]; t < n; ++t, cur = next_of(cur)) step(Cap{}, Band{}, cur);
+        for (int64_t t = 0, n = p.group * ord->n[2]; t < n; ++t, cur = next_of(cur)) step(Cap{}, NoBias{}, cur);
+    } else if (!TABLE && p.pos_enc == WAVEPE_CUDA_PE_ALIBI) {
+        using Alibi = std::integral_constant<int, kAlibi>;
+        for (int64_t t = 0, n = p.group * ord->n[2]; t < n; ++t, cur = next_of(cur)) step(Alibi{}, NoBias{}, cur);
+    } else {
+        using Plain = std::integral_constant<int, kPlain>;
+        if constexpr (TABLE)
+            for (int64_t t = 0, n = p.group * ord->n[1]; t < n; ++t, cur = next_of(cur)) step(Plain{}, Band{}, cur);
+        for (int64_t t = 0, n = p.group * ord->n[2]; t < n; ++t, cur = next_of(cur)) step(Plain{}, NoBias{}, cur);
     }
 
     if (wn0 >= p.a.n) return;  // after the last barrier
@@ -778,7 +916,7 @@ __global__ void __launch_bounds__(B * 2, 1) attn_bwd_dq_kernel(AttnParams p) {
 }
 
 // ---- the tensor-core dQ of the models' head dims ----------------------------------------------
-// bf16/fp16, head_dim 64 or 128, 16-byte rows of q, k, v and dO, no relative table (use_tc_backward, as the
+// bf16/fp16, head_dim 64 or 128, 16-byte rows of q, k, v and dO (and the table's) (use_tc_backward, as the
 // dK/dV kernel's): the FlashAttention-2 loop of the query side.  A CTA owns 64 query rows of a (batch,
 // head) (warp w: rows 16w .. 16w+15; Q and dO staged once, lse and D of the lane's rows in registers) and
 // walks the key blocks its rows see (32 keys at head_dim 128, 64 at 64): per block, by ldmatrix from rows
@@ -788,37 +926,74 @@ __global__ void __launch_bounds__(B * 2, 1) attn_bwd_dq_kernel(AttnParams p) {
 // computed, one barrier a block.  The masked blocks (the causal diagonal, window and document edges,
 // padding, soft-cap, the last partial block) run first, through scores_log2_impl, dscores_of and
 // warp_rb_masked as attn_bwd_dq_kernel; then the interior blocks -- every row sees every key -- without
-// masks (with ALiBi a loop of its own, which also sums d loss / d slope).
+// masks (with ALiBi a loop of its own, which also sums d loss / d slope).  With a relative table (TABLE: a
+// kernel of its own) the band's interior blocks come first, and they and the masked blocks meeting the
+// table add the bias (window_bias, the forward's) and dQ += H T_win, H = dS skewed into window columns in
+// the warp's scratch (warp_hb); the window has one buffer, refilled after a second barrier.
 constexpr int kTcDqRows = 64;  // query rows of a tensor-core dQ CTA
 template <class T, int D>
 struct TcDqLayout {
-    static constexpr int BM = kTcDqRows, BN = D <= 64 ? 64 : 32, LD = D + int(16 / sizeof(T));
+    static constexpr int BM = kTcDqRows, BN = D <= 64 ? 64 : 32, LD = D + int(16 / sizeof(T)), KC = 32;
+    // with a table: each warp's skewed bias of KC keys (16 rows of HLD floats: HLD = 8 mod 32, the float2
+    // reads of a half-warp hit 32 banks) and its H = dS skewed into window columns (16 rows of HLDT elements,
+    // an odd number of 16-byte units apart: ldmatrix without conflicts)
+    static constexpr int HLD = KC + 8, HLDT = BN + 16 + 8;
+    static_assert(HLD % 32 == 8 && (HLDT * sizeof(T) / 16) % 2 == 1, "conflict-free scratch rows");
     SmemPlan plan;
-    int q, go, k, v, mask, rows;
-    __host__ __device__ TcDqLayout() {
+    int q, go, k, v, mask, rows, t, hb, h;
+    __host__ __device__ explicit TcDqLayout(bool table) {
         q = plan.add(sizeof(T) * BM * LD);
         go = plan.add(sizeof(T) * BM * LD);
         k = plan.add(2 * sizeof(T) * BN * LD);  // two buffers of each
         v = plan.add(2 * sizeof(T) * BN * LD);
         mask = plan.add(2 * BN);
         rows = plan.add(2 * BM * sizeof(int64_t));  // each query row's keys [lo, hi)
+        t = plan.add(table ? sizeof(T) * (BM + BN) * LD : 0);  // the window: one buffer
+        hb = plan.add(table ? sizeof(float) * (BM / 16) * 16 * HLD : 0);
+        h = plan.add(table ? sizeof(T) * (BM / 16) * 16 * HLDT : 0);
     }
 };
 
-template <class T, int D>
+// acc[dt] (16 x 8) += H (16 x 16 KT16, T, by ldmatrix from the warp's rows hrow = its lane's address: row
+// l % 16, column 8 (l / 16)) . B (16 KT16 x 8 DT, rows LD apart, ldmatrix.trans).
+template <class T, int KT16, int DT, int LD>
+WAVEPE_DEVICE void warp_hb(float (&acc)[DT][4], const T *hrow, const T *b_tile) {
+    const int lane = threadIdx.x & 31;
+#pragma unroll
+    for (int kk = 0; kk < KT16; ++kk) {
+        uint32_t a[4];
+        ldmatrix_x4(a, hrow + 16 * kk);
+        const T *brow = b_tile + (kk * 16 + (lane & 15)) * LD + 8 * (lane >> 4);
+#pragma unroll
+        for (int dt = 0; dt < DT; dt += 2) {
+            uint32_t bf[4];
+            ldmatrix_x4_trans(bf, brow + dt * 8);
+            mma16816<T>(acc[dt], a, bf);
+            mma16816<T>(acc[dt + 1], a, bf + 2);
+        }
+    }
+}
+
+template <class T, int D, bool TABLE>
 __global__ void __launch_bounds__(128, 2) attn_bwd_dq_tc_kernel(AttnParams p) {
     using Lay = TcDqLayout<T, D>;
-    constexpr int BM = Lay::BM, BN = Lay::BN, LD = Lay::LD, KC = 32, NT = KC / 8, DT = D / 8, KS = D / 16;
-    static_assert(Traits<T>::kTensorCore && BN % KC == 0, "the tensor-core dQ takes bf16/fp16, whole chunks");
+    constexpr int BM = Lay::BM, BN = Lay::BN, LD = Lay::LD, KC = Lay::KC, NT = KC / 8, DT = D / 8, KS = D / 16;
+    constexpr int HLD = Lay::HLD, HLDT = Lay::HLDT;
+    static_assert(Traits<T>::kTensorCore && BN % KC == 0 && BN <= 2 * KC, "the tensor-core dQ takes bf16/fp16, "
+                  "one or two whole chunks");
     WAVEPE_SHARED_BASE(smem);
-    const Lay L;
+    constexpr bool has_table = TABLE;  // (a kernel of its own: the others keep their registers)
+    const Lay L(has_table);
     T *const Qs = reinterpret_cast<T *>(smem + L.plan.off[L.q]);
     T *const dOs = reinterpret_cast<T *>(smem + L.plan.off[L.go]);
     T *const K0 = reinterpret_cast<T *>(smem + L.plan.off[L.k]);
     T *const V0 = reinterpret_cast<T *>(smem + L.plan.off[L.v]);
+    T *const Ts = reinterpret_cast<T *>(smem + L.plan.off[L.t]);
     uint8_t *const kmask0 = smem + L.plan.off[L.mask];
     int64_t *const rlo = reinterpret_cast<int64_t *>(smem + L.plan.off[L.rows]), *const rhi = rlo + BM;
     const int warp = threadIdx.x / 32, lane = threadIdx.x & 31;
+    float *const hw = reinterpret_cast<float *>(smem + L.plan.off[L.hb]) + warp * 16 * Lay::HLD;
+    T *const Hw = reinterpret_cast<T *>(smem + L.plan.off[L.h]) + warp * 16 * Lay::HLDT;
     const int64_t *const wlo = rlo + 16 * warp, *const whi = rhi + 16 * warp;  // this warp's rows
 
     const int64_t mblocks = ceil_div(p.a.m, BM);
@@ -840,7 +1015,8 @@ __global__ void __launch_bounds__(128, 2) attn_bwd_dq_tc_kernel(AttnParams p) {
     __syncthreads();
     // The key blocks in the order taken: [kb_start, ib) and [ie, kb_stop) -- masks, padding, soft-cap,
     // the last partial block --, then the interior [ib, ie): keys every row sees (from the last row's
-    // first key to the first row's last, all < N), whole rows (< M); the n-th lands in buffer n % 2.
+    // first key to the first row's last, all < N), whole rows (< M), the table's band [bb, be) first (as
+    // the forward's), then [ib, bb) and [be, ie); the n-th lands in buffer n % 2.
     const int64_t cta_lo = rlo[0], cta_hi = rhi[BM - 1];
     const int64_t kb_start = cta_lo / BN, kb_stop = cta_hi > cta_lo ? ceil_div(cta_hi, BN) : kb_start;
     int64_t ib = kb_stop, ie = kb_stop;
@@ -852,16 +1028,45 @@ __global__ void __launch_bounds__(128, 2) attn_bwd_dq_tc_kernel(AttnParams p) {
         ie = hi / BN < kb_stop ? hi / BN : kb_stop;
         if (ie <= ib) ib = ie = kb_stop;
     }
-    const int64_t n_head = ib - kb_start, n_masked = n_head + (kb_stop - ie), total = n_masked + (ie - ib);
+    int64_t bb = ie, be = ie;
+    if (has_table && ib < ie) {  // (attn_fwd_tc_kernel's band)
+        const int64_t c = p.a.q_offset + m0 - p.a.r_lo;
+        bb = p.a.clamp ? ib : floor_div(c - p.a.table_rows + 1, BN);
+        be = p.a.clamp ? ie : floor_div(c + BM - 1, BN) + 1;
+        bb = bb < ib ? ib : bb > ie ? ie : bb;
+        be = be < bb ? bb : be > ie ? ie : be;
+    }
+    const int64_t n_head = ib - kb_start, n_masked = n_head + (kb_stop - ie), n_band = be - bb,
+                  n_pre = bb - ib, total = n_masked + (ie - ib);
     auto block_of = [=](int64_t t) {
-        return t < n_head ? kb_start + t : t < n_masked ? ie + (t - n_head) : ib + (t - n_masked);
+        if (t < n_masked) return t < n_head ? kb_start + t : ie + (t - n_head);
+        t -= n_masked;
+        return t < n_band ? bb + t : t - n_band < n_pre ? ib + (t - n_band) : be + (t - n_band - n_pre);
     };
-    // stage block t (cp.async; zero rows and the key mask by plain stores, visible after the next barrier).
-    // INTERIOR: t is an interior block (or none): every key present and seen, no tests.
-    auto stage = [&](auto interior_tag, int64_t t) {
+    // does the window of key block n0 (table rows c - BN + 1 .. c + BM - 1, c = q_offset + m0 - n0 - r_lo)
+    // meet the table -- and that of the warp's rows?
+    auto block_bias = [&](int64_t n0) {
+        const int64_t c = p.a.q_offset + m0 - n0 - p.a.r_lo;
+        return has_table && table_rows_hit(p, c - (BN - 1), c + BM - 1);
+    };
+    auto warp_bias = [&](int64_t n0) {
+        const int64_t c = p.a.q_offset + wm0 - n0 - p.a.r_lo;
+        return table_rows_hit(p, c - (BN - 1), c + 15);
+    };
+    // does the t-th block (key block j) need the window: a band block, or a masked one meeting the table?
+    auto needs_window = [&](int64_t t, int64_t j) {
+        return t < total && (t < n_masked ? has_table && block_bias(j * BN) : t < n_masked + n_band);
+    };
+    auto stage_window = [&](int64_t j) {  // the window of key block j (cp.async; the caller commits)
+        const int64_t base = p.a.q_offset + m0 - j * BN - p.a.r_lo;
+        load_tile_async(Ts, LD, BM + BN, D, D, [&](int w) -> const T * { return window_row_ptr<T>(p, base, BN, w); });
+    };
+    // stage the t-th block, key block j (none: j < 0) (cp.async; zero rows and the key mask by plain stores,
+    // visible after the next barrier).  INTERIOR: an interior block (or none): every key present and seen.
+    auto stage = [&](auto interior_tag, int64_t t, int64_t j) {
         constexpr bool INTERIOR = decltype(interior_tag)::value;
-        if (t >= total) return;
-        const int64_t n0 = block_of(t) * BN;
+        if (j < 0) return;
+        const int64_t n0 = j * BN;
         const int buf = int(t & 1);
         T *const Kb = K0 + buf * BN * LD, *const Vb = V0 + buf * BN * LD;
         if (INTERIOR || t >= n_masked) {
@@ -892,26 +1097,55 @@ __global__ void __launch_bounds__(128, 2) attn_bwd_dq_tc_kernel(AttnParams p) {
     // the lanes' ldmatrix addresses: A = the warp's 16 rows of Q / dO, B = 16 key rows at a time
     const int arow = (16 * warp + (lane & 15)) * LD + 8 * (lane >> 4);
     const int brow = ((lane & 7) + 8 * (lane >> 4)) * LD + 8 * ((lane >> 3) & 1);
-    stage(AnyBlock{}, 0);
+    const int64_t j_first = total > 0 ? block_of(0) : -1;
+    stage(AnyBlock{}, 0, j_first);
+    if (needs_window(0, j_first)) stage_window(j_first);
     cp_async_commit();  // (with Q and dO)
     const float cap = float(p.cap_log2), cap_k = scale_log2 * float(p.icap_log2);
-    auto step = [&](auto kind_tag, int64_t t) {
-        constexpr int kind = decltype(kind_tag)::value;
+    // the warp's rows of the window tile (16 w .. 16 w + BN + 15), ldmatrix addressed as K's
+    const T *const trow = Ts + 16 * warp * LD + brow;
+    // BIAS: 0 the block has no table bias, 1 it has (the band), 2 it has if its window meets the table (masked
+    // blocks of a table's call).  The window has one buffer, read through the whole step (the bias, then
+    // dQ += H T_win): the next block's is staged after a second barrier (at once when this block has none).
+    // The t-th block is key block j, the next one jn (none: -1).
+    auto step = [&](auto kind_tag, auto bias_tag, int64_t t, int64_t j, int64_t jn) {
+        constexpr int kind = decltype(kind_tag)::value, BIAS = decltype(bias_tag)::value;
         cp_async_wait<0>();
         __syncthreads();  // block t has landed; every warp is done with block t - 1's buffer
         if (kind == kMasked)
-            stage(AnyBlock{}, t + 1);
+            stage(AnyBlock{}, t + 1, jn);
         else
-            stage(Interior{}, t + 1);  // (the interior blocks come last)
+            stage(Interior{}, t + 1, jn);  // (the interior blocks come last)
+        const int64_t n0 = j * BN;
+        bool bias = false, next_window = false;
+        if constexpr (BIAS != 0) {
+            bias = BIAS == 1 || block_bias(n0);
+            next_window = needs_window(t + 1, jn);
+            if (!bias && next_window) stage_window(jn);  // (the window's buffer is free)
+        }
         cp_async_commit();
-        const int64_t n0 = block_of(t) * BN;
         const int buf = int(t & 1);
         const T *const Kb = K0 + buf * BN * LD, *const Vb = V0 + buf * BN * LD;
-        if (kind == kMasked && (!warp_rows || n0 >= whi[15] || n0 + BN <= wlo[0])) return;  // warp-uniform
-#pragma unroll
-        for (int c0 = 0; c0 < BN; c0 += KC) {  // KC keys at a time (registers: S and dP of 16 x KC)
+        // warp-uniform: does some row of the warp see a key of the block?
+        const bool active = kind != kMasked || (warp_rows && n0 < whi[15] && n0 + BN > wlo[0]);
+        // the table's bias of the warp's rows: G = Q_w T_win^T skewed (window_bias, the forward's), H = dS
+        // skewed into window columns, dQ += H T_win
+        const bool wbias = BIAS != 0 && bias && active && warp_bias(n0);
+        if (wbias) {
+            for (int e = lane; e < int(16 * HLDT * sizeof(T) / 16); e += 32)
+                zero16(reinterpret_cast<unsigned char *>(Hw) + 16 * e);
+            __syncwarp();
+        }
+        auto chunk = [&](auto c0_tag) {  // KC keys at a time (registers: S and dP of 16 x KC)
+            constexpr int c0 = decltype(c0_tag)::value;
             float s[NT][4], dp[NT][4];
             zero_frags(s);
+            if (BIAS != 0 && wbias) {
+                window_bias<T, BN, KC, c0, KS, LD, HLD, 1>(hw, static_cast<const T *>(Qs + arow), trow);
+                __syncwarp();
+                add_window_bias<NT, KC, 0, HLD>(s, hw);
+                __syncwarp();  // read before the next chunk's stores
+            }
             warp_abt_ldm<T, NT, KS, LD>(s, Qs + arow, Kb + c0 * LD + brow);
             zero_frags(dp);
             warp_abt_ldm<T, NT, KS, LD>(dp, dOs + arow, Vb + c0 * LD + brow);
@@ -931,7 +1165,7 @@ __global__ void __launch_bounds__(128, 2) attn_bwd_dq_tc_kernel(AttnParams p) {
 #pragma unroll
                     for (int e = 0; e < 4; ++e) {
                         const int ri = e / 2;
-                        const float dist = d0 + float(8 * ri - 8 * nt - e % 2);
+                        [[maybe_unused]] const float dist = d0 + float(8 * ri - 8 * nt - e % 2);  // (not kPlain)
                         float x, th = 0.f;
                         if constexpr (kind == kPlain)
                             x = fma_(s[nt][e], scale_log2, -lse2[ri]);
@@ -947,16 +1181,63 @@ __global__ void __launch_bounds__(128, 2) attn_bwd_dq_tc_kernel(AttnParams p) {
                     }
                 warp_rb<T, NT, DT>(dq, s, Kb + c0 * LD, LD, DT, nullptr);
             }
+            if (BIAS != 0 && wbias) {  // H[r][r - c + BN - 1] = dS[r][c] (rounded as warp_rb rounds dS)
+#pragma unroll
+                for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+                    for (int e = 0; e < 4; ++e) {
+                        const int r = frag_row(e);
+                        Hw[r * HLDT + r - (c0 + frag_col(nt, e)) + BN - 1] = from_acc<T>(s[nt][e]);
+                    }
+            }
+        };
+        if (active) {
+            chunk(std::integral_constant<int, 0>{});
+            if constexpr (BN > KC) chunk(std::integral_constant<int, KC>{});
+        }
+        if constexpr (BIAS != 0) {
+            if (wbias) {
+                __syncwarp();
+                warp_hb<T, (BN + 16) / 16, DT, LD>(dq, Hw + (lane & 15) * HLDT + 8 * (lane >> 4), Ts + 16 * warp * LD);
+            }
+            if (bias && next_window) {  // CTA-uniform
+                __syncthreads();  // every warp is done with the window
+                stage_window(jn);
+                cp_async_commit();
+            }
         }
     };
-    for (int64_t t = 0; t < n_masked; ++t) step(std::integral_constant<int, kMasked>{}, t);
-    if (capped) {  // (CTA-uniform; never with ALiBi)
-        for (int64_t t = n_masked; t < total; ++t) step(std::integral_constant<int, kCap>{}, t);
-    } else if (p.pos_enc == WAVEPE_CUDA_PE_ALIBI) {
-        for (int64_t t = n_masked; t < total; ++t) step(std::integral_constant<int, kAlibi>{}, t);
+    using Masked = std::integral_constant<int, kMasked>;
+    using NoBias = std::integral_constant<int, 0>;
+    using Band = std::integral_constant<int, 1>;
+    using MaybeBias = std::integral_constant<int, 2>;
+    auto next_block = [&](int64_t t) { return t + 1 < total ? block_of(t + 1) : int64_t(-1); };
+    if constexpr (has_table) {
+        for (int64_t t = 0; t < n_masked; ++t) step(Masked{}, MaybeBias{}, t, block_of(t), next_block(t));
     } else {
-        for (int64_t t = n_masked; t < total; ++t) step(std::integral_constant<int, kPlain>{}, t);
+        for (int64_t t = 0; t < n_masked; ++t) step(Masked{}, NoBias{}, t, block_of(t), next_block(t));
     }
+    // the interior blocks, each next one without block_of: the band [bb, be), then [ib, bb) and [be, ie)
+    auto interior = [&](auto kind_tag) {
+        // (32-bit block indices, fewer registers through the loop: use_tc_backward bounds N)
+        const int b_lo = int(bb), b_hi = int(be), i_hi = int(ie);
+        const int pure_first = n_pre > 0 ? int(ib) : b_hi < i_hi ? b_hi : -1;
+        int t = int(n_masked);
+        if constexpr (TABLE) {
+            for (int j = b_lo; j < b_hi; ++j, ++t) step(kind_tag, Band{}, t, j, j + 1 < b_hi ? j + 1 : pure_first);
+        }
+        for (int j = pure_first; j >= 0; ++t) {  // [ib, bb) then [be, ie): one loop
+            const int jn = j + 1 == b_lo ? (b_hi < i_hi ? b_hi : -1) : j + 1 < i_hi ? j + 1 : -1;
+            step(kind_tag, NoBias{}, t, j, jn);
+            j = jn;
+        }
+    };
+    if (capped)  // (CTA-uniform; never with ALiBi)
+        interior(std::integral_constant<int, kCap>{});
+    else if (!TABLE && p.pos_enc == WAVEPE_CUDA_PE_ALIBI)
+        interior(std::integral_constant<int, kAlibi>{});
+    else
+        interior(std::integral_constant<int, kPlain>{});
 
     if (p.a.dslopes != nullptr) {  // every warp writes its slot (0 without rows): p.dq_rows = BM
         slope_acc = warp_sum(slope_acc);
@@ -1141,11 +1422,27 @@ __global__ void __launch_bounds__(128) attn_bwd_dslopes_fold_kernel(AttnParams p
 
 size_t align256(size_t x) { return (x + 255) & ~size_t(255); }
 
+// The shared memory of the tensor-core dK/dV and dQ (the larger), with or without the table's window.
+template <int D>
+size_t tc_bwd_smem(bool table) {
+    const size_t kv = TcDkdvLayout<__half, D>(table).plan.total, q = TcDqLayout<__half, D>(table).plan.total;
+    return kv > q ? kv : q;  // (bf16 and fp16 alike: 2-byte elements)
+}
+
 // Do the tensor-core dK/dV and dQ kernels take the call?  bf16/fp16, head_dim 64 or 128, 16-byte rows of
-// q, k, v and dO; not with a relative table (its bias is the general kernels').
+// q, k, v and dO (and the table's); with a table, only where their layouts fit the device's shared memory
+// (at head_dim 128 not on sm_86/sm_89's 99 KiB: the general kernels run there).
 bool use_tc_backward(const AttnParams &p) {
-    return (p.a.dtype == WAVEPE_BF16 || p.a.dtype == WAVEPE_F16) && (p.a.d == 64 || p.a.d == 128) && p.vec_q &&
-           p.vec_k && p.vec_v && p.vec_go && p.pos_enc != WAVEPE_CUDA_PE_TABLE;
+    // (M, N < 2^36: the kernels count blocks of 32 or more in 32 bits)
+    if (!((p.a.dtype == WAVEPE_BF16 || p.a.dtype == WAVEPE_F16) && (p.a.d == 64 || p.a.d == 128) && p.vec_q &&
+          p.vec_k && p.vec_v && p.vec_go && p.a.m < (int64_t(1) << 36) && p.a.n < (int64_t(1) << 36)))
+        return false;
+    if (p.pos_enc != WAVEPE_CUDA_PE_TABLE) return true;
+    int dev = 0, optin = 0;
+    if (!p.vec_t || cudaGetDevice(&dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) != cudaSuccess)
+        return false;
+    return (p.a.d == 64 ? tc_bwd_smem<64>(true) : tc_bwd_smem<128>(true)) <= size_t(optin);
 }
 
 struct BwdPlan {
@@ -1198,8 +1495,9 @@ cudaError_t launch_dkdv(const AttnParams &p, cudaStream_t stream) {
             using Lay = TcDkdvLayout<T, DMAX>;
             const int64_t ctas = p.a.batch * p.a.kv_heads * ceil_div(p.a.n, Lay::BN);
             if (ctas == 0) return cudaSuccess;
-            auto kernel = attn_bwd_dkdv_tc_kernel<T, DMAX>;
-            const Lay L;
+            const bool table = p.pos_enc == WAVEPE_CUDA_PE_TABLE;
+            auto kernel = table ? attn_bwd_dkdv_tc_kernel<T, DMAX, true> : attn_bwd_dkdv_tc_kernel<T, DMAX, false>;
+            const Lay L(table);
             const cudaError_t err = allow_dynamic_smem(kernel, L.plan.total);
             return err != cudaSuccess ? err : launch(kernel, dim3(unsigned(ctas)), dim3(128), L.plan.total, stream, p);
         }
@@ -1220,8 +1518,9 @@ cudaError_t launch_dq(const AttnParams &p, cudaStream_t stream) {
     if (ctas == 0 || (p.a.d == 0 && p.a.dslopes == nullptr)) return cudaSuccess;
     if constexpr (Traits<T>::kTensorCore && (DMAX == 64 || DMAX == 128)) {
         if (use_tc_backward(p)) {
-            const TcDqLayout<T, DMAX> L;
-            auto kernel = attn_bwd_dq_tc_kernel<T, DMAX>;
+            const bool table = p.pos_enc == WAVEPE_CUDA_PE_TABLE;
+            const TcDqLayout<T, DMAX> L(table);
+            auto kernel = table ? attn_bwd_dq_tc_kernel<T, DMAX, true> : attn_bwd_dq_tc_kernel<T, DMAX, false>;
             const cudaError_t err = allow_dynamic_smem(kernel, L.plan.total);
             return err != cudaSuccess ? err : launch(kernel, dim3(unsigned(ctas)), dim3(128), L.plan.total, stream, p);
         }
@@ -1311,10 +1610,11 @@ extern "C" size_t wavepe_cuda_attention_bwd_smem_bytes(const wavepe_attention_ar
             if constexpr (sizeof(T) != 8) bytes = bwd_smem<T, 256>(a);
         }
         if constexpr (Traits<T>::kTensorCore) {
-            if (use_tc_backward(attention_params(a))) {  // the tensor-core dK/dV's and dQ's
-                const size_t kv = a->d == 64 ? TcDkdvLayout<T, 64>().plan.total : TcDkdvLayout<T, 128>().plan.total;
-                const size_t q = a->d == 64 ? TcDqLayout<T, 64>().plan.total : TcDqLayout<T, 128>().plan.total;
-                bytes = kv > q ? kv : q;
+            if (use_tc_backward(attention_params(a))) {  // the tensor-core dK/dV's and dQ's (a learned table's
+                                                         // dT kernel is the general one)
+                const bool table = a->table != nullptr;
+                const size_t tc = a->d == 64 ? tc_bwd_smem<64>(table) : tc_bwd_smem<128>(table);
+                bytes = a->dtable != nullptr && bytes > tc ? bytes : tc;
             }
         }
         return cudaSuccess;

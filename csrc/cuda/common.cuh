@@ -28,6 +28,7 @@
 #include <cuda_runtime.h>
 #endif
 
+#include <type_traits>
 #include <utility>
 
 #include "../core/checked.h"
@@ -133,6 +134,13 @@ WAVEPE_DEVICE void copy16(void *dst, const void *src) {
     memcpy(dst, src, 16);
 #else
     *static_cast<uint4 *>(dst) = *static_cast<const uint4 *>(src);
+#endif
+}
+WAVEPE_DEVICE void zero16(void *dst) {
+#ifdef WAVEPE_CUDA_EMU
+    memset(dst, 0, 16);
+#else
+    *static_cast<uint4 *>(dst) = make_uint4(0u, 0u, 0u, 0u);
 #endif
 }
 
