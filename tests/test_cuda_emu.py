@@ -949,6 +949,19 @@ def test_tensor_core_decoding_packs_gqa_heads(lib, dtype, case):
     check_attention(lib, dtype, backward=False, seed=400 + case, **kw)
 
 
+def test_tensor_core_backward_with_a_table_needs_its_shared_memory(lib, monkeypatch):
+    # the table instances take 110-112 KiB at head_dim 128: on a 99 KiB device (sm_86 / sm_89) such calls
+    # run the general kernels, correctly; at head_dim 64 (99 KiB or less) the tensor-core ones still do
+    kw = dict(B=1, H=2, Hk=1, M=100, N=140, off=40, causal=True, pe=1, R=60, r_lo=0, seed=8)
+    monkeypatch.setenv("WAVEPE_EMU_SMEM_OPTIN", str(99 * 1024))
+    assert bwd_kernel(lib, Attn(lib, E.BF16, d=128, **kw)) == "general"
+    check_attention(lib, E.BF16, d=128, **kw)
+    assert bwd_kernel(lib, Attn(lib, E.BF16, d=64, **kw)) == "tensor-core"
+    assert bwd_kernel(lib, Attn(lib, E.BF16, d=128, **dict(kw, pe=0))) == "tensor-core"  # no table: 70 KiB
+    monkeypatch.setenv("WAVEPE_EMU_SMEM_OPTIN", str(163 * 1024))  # an A100
+    assert bwd_kernel(lib, Attn(lib, E.BF16, d=128, **kw)) == "tensor-core"
+
+
 def test_tensor_core_forward_is_taken_only_where_it_applies(lib):
     # another head dim, rows not on 16 bytes, fp32: the general kernel
     for dtype, kw in ((E.F16, dict(d=96, pe=0)), (E.BF16, dict(d=64, pe=0, row_pad=4)),
