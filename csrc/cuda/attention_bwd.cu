@@ -401,11 +401,11 @@ __global__ void __launch_bounds__(B * 2, 1) attn_bwd_dkdv_kernel(AttnParams p) {
 // G = Q T_win^T of the block's query groups, by all warps on the tensor cores into shared memory, read
 // back transposed and skewed by each warp after a barrier (key_block_window_products,
 // add_transposed_bias); the window has one buffer, refilled once G is whole.
-// The query blocks a tensor-core dK/dV CTA takes, in order: [first, ib) and [ie, first + n_masked - n_head)
-// with masks, then the interior [ib, ie): the table's band [bb, be), then [ib, bb) and [be, ie).
-// Per phase p (0 masked, 1 band, 2 other interior; 3 none): n[p] blocks a head, u < split[p] at block
-// start0[p] + u, the others at start1[p] + u; next_phase[p] the next phase with blocks (next_phase[3]: the
-// first).
+// The query blocks a tensor-core dK/dV CTA takes, in phases, each over the heads of its GQA group in turn:
+// 0, those with masks, [i_start, ib) and [ie, i_end) (key_block_queries); 1, the interior blocks in the
+// table's band, [bb, be); 2, the other interior ones, [ib, bb) and [be, ie).  Per phase p (3: none): n[p]
+// blocks a head, the u-th at start0[p] + u for u < split[p], else at start1[p] + u; next_phase[p] the next
+// phase with blocks (next_phase[3]: the first).
 struct TcDkdvOrder {
     int n[4], split[4], start0[4], start1[4], next_phase[4];
 };
