@@ -416,16 +416,7 @@ __global__ void __launch_bounds__(128) attn_fwd_tc_kernel(AttnParams p) {
         ie = hi / BN < kb_end ? hi / BN : kb_end;
         if (ie <= ib) ib = ie = kb_end;
         bb = be = ie;
-        if (has_table && ib < ie) {
-            // the band: blocks whose window (table rows c - n0 - BN + 1 .. c - n0 + BM - 1, c = q_offset +
-            // m0 - r_lo) meets the table's rows [0, R): n0 in [c - BN - R + 2, c + BM - 1], blocks
-            // ceil((c - BN - R + 2) / BN) .. floor((c + BM - 1) / BN); every block with clamped edges
-            const int64_t c = p.a.q_offset + m0 - p.a.r_lo;
-            bb = p.a.clamp ? ib : floor_div(c - p.a.table_rows + 1, BN);
-            be = p.a.clamp ? ie : floor_div(c + BM - 1, BN) + 1;
-            bb = bb < ib ? ib : bb > ie ? ie : bb;
-            be = be < bb ? bb : be > ie ? ie : be;
-        }
+        if (has_table && ib < ie) table_band_key_blocks(p, m0, BM, BN, ib, ie, bb, be);
     }
     const int64_t n_head = ib - kb_begin, n_other = n_head + (kb_end - ie), n_pre = bb - ib, n_pure = n_pre + (ie - be);
     auto other_block = [=](int64_t t) { return t < n_head ? kb_begin + t : ie + (t - n_head); };

@@ -1029,13 +1029,7 @@ __global__ void __launch_bounds__(128, 2) attn_bwd_dq_tc_kernel(AttnParams p) {
         if (ie <= ib) ib = ie = kb_stop;
     }
     int64_t bb = ie, be = ie;
-    if (has_table && ib < ie) {  // (attn_fwd_tc_kernel's band)
-        const int64_t c = p.a.q_offset + m0 - p.a.r_lo;
-        bb = p.a.clamp ? ib : floor_div(c - p.a.table_rows + 1, BN);
-        be = p.a.clamp ? ie : floor_div(c + BM - 1, BN) + 1;
-        bb = bb < ib ? ib : bb > ie ? ie : bb;
-        be = be < bb ? bb : be > ie ? ie : be;
-    }
+    if (has_table && ib < ie) table_band_key_blocks(p, m0, BM, BN, ib, ie, bb, be);
     const int64_t n_head = ib - kb_start, n_masked = n_head + (kb_stop - ie), n_band = be - bb,
                   n_pre = bb - ib, total = n_masked + (ie - ib);
     auto block_of = [=](int64_t t) {

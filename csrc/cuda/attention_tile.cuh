@@ -231,6 +231,20 @@ WAVEPE_DEVICE const T *window_row_ptr(const AttnParams &p, int64_t base, int bn,
     return static_cast<const T *>(p.a.table) + t * p.a.d;
 }
 
+// The table's band among the interior key blocks [ib, ie) of a CTA's bm query rows from m0, blocks of bn
+// keys: [bb, be), the blocks whose window (table rows c - n0 - bn + 1 .. c - n0 + bm - 1, c = q_offset + m0 -
+// r_lo) meets the table's rows [0, R): n0 in [c - bn - R + 2, c + bm - 1], blocks
+// ceil((c - bn - R + 2) / bn) .. floor((c + bm - 1) / bn); every block with clamped edges.  (The forward's
+// and the tensor-core dQ's.)
+WAVEPE_DEVICE void table_band_key_blocks(const AttnParams &p, int64_t m0, int bm, int bn, int64_t ib, int64_t ie,
+                                         int64_t &bb, int64_t &be) {
+    const int64_t c = p.a.q_offset + m0 - p.a.r_lo;
+    bb = p.a.clamp ? ib : floor_div(c - p.a.table_rows + 1, bn);
+    be = p.a.clamp ? ie : floor_div(c + bm - 1, bn) + 1;
+    bb = bb < ib ? ib : bb > ie ? ie : bb;
+    be = be < bb ? bb : be > ie ? ie : be;
+}
+
 // Does any table row of the window rows [lo, hi] exist (clamp: always)?
 WAVEPE_DEVICE bool table_rows_hit(const AttnParams &p, int64_t lo, int64_t hi) {
     return p.a.clamp ? p.a.table_rows > 0 : (hi >= 0 && lo < p.a.table_rows);
