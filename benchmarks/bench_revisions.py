@@ -1,7 +1,7 @@
 """Is the working tree's attention faster than another revision's?  Both built alike, timed in alternated processes.
 
     python benchmarks/bench_revisions.py --base REV|DIR [--dtype bf16] [--isa amx] [--pos-enc wavelet|nope]
-        [--length 4096] [--heads 8] [--backward] [--threads 2] [--rounds 3] [--repeat 7]
+        [--length 4096] [--heads 8] [--backward | --decode] [--threads 2] [--rounds 3] [--repeat 7]
 
 A kernel change is judged against the code before it on the same machine, but a shared machine's speed
 moves between processes by more than most changes do (on a lent Xeon host SDPA bf16 alone took 46-71 ms
@@ -12,7 +12,8 @@ rewritten only when it changed, so that its build stays incremental) -- each bui
 (``setup.py build_ext --inplace``, the CPU kernels only: WAVEPE_BUILD_CUDA=0), then ``--rounds`` rounds of
 one process per source, base first, alternated.  Each process times the fused attention
 (``wavepe.ops.wavelet_attention``, B=1, d=128, causal, the paper's default grid or ``pos_enc="nope"``;
-forward, or forward+backward with ``--backward``) and causal SDPA in the same dtype, alternated
+forward, or forward+backward with ``--backward``, or with ``--decode`` one decoding step: one query row a head
+against the L keys) and SDPA in the same dtype (causal; over all the keys for a decoding step), alternated
 (_harness.compare), on ``--threads`` threads pinned to as many physical cores where ``taskset`` exists.
 
 Where there is no git repository (a copy of the tree without .git, as a lent machine may get), --base
@@ -135,6 +136,8 @@ def worker(args: argparse.Namespace) -> None:
     dtype = {"float32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[args.dtype]
     g = torch.Generator().manual_seed(args.length)
     q, k, v, go = (torch.randn(1, args.heads, args.length, D, generator=g).to(dtype) for _ in range(4))
+    if args.decode:  # the last position's query (q_offset = L - 1: it sees every key)
+        q, go = q[:, :, -1:].contiguous(), go[:, :, -1:].contiguous()
     cfg = wavepe.WaveletConfig.grid(D)
 
     def fused(q, k, v):
@@ -142,7 +145,7 @@ def worker(args: argparse.Namespace) -> None:
             wo.wavelet_attention(q, k, v, pos_enc="nope")
 
     def sdpa(q, k, v):
-        return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        return F.scaled_dot_product_attention(q, k, v, is_causal=not args.decode)
 
     def timed(fn):
         if not args.backward:
@@ -180,6 +183,7 @@ def main() -> None:
     ap.add_argument("--length", type=int, default=4096)
     ap.add_argument("--heads", type=int, default=8)
     ap.add_argument("--backward", action="store_true", help="time forward+backward (gradients of q, k, v)")
+    ap.add_argument("--decode", action="store_true", help="time one decoding step (one query row a head)")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--repeat", type=int, default=7)
@@ -190,6 +194,8 @@ def main() -> None:
         return worker(args)
     if not args.base:
         ap.error("--base REV is required")
+    if args.decode and args.backward:
+        ap.error("--decode times a forward step: not with --backward")
     for name, value in (("--length", args.length), ("--heads", args.heads), ("--threads", args.threads),
                         ("--rounds", args.rounds), ("--repeat", args.repeat)):
         if value < 1:
@@ -227,12 +233,13 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     from _harness import print_table, write_json
 
-    what = (f"{args.dtype} {args.pos_enc} {'forward+backward' if args.backward else 'forward'}, B=1 H={args.heads} "
+    mode = "forward+backward" if args.backward else "decoding step (M=1)" if args.decode else "forward"
+    what = (f"{args.dtype} {args.pos_enc} {mode}, B=1 H={args.heads} "
             f"L={args.length} d={D} causal, {args.threads} thread(s){' (cores ' + str(cpus) + ')' if cpus else ''}")
     print_table(f"the working tree against {args.base} ({sha}): {what}; medians of {args.repeat}, alternated",
                 ["round", "source", "isa", "fused ms", "SDPA ms", "fused / SDPA"], rows)
     write_json("bench_revisions", {"base": args.base, "base_sha": sha, "dtype": args.dtype, "pos_enc": args.pos_enc,
-                                   "backward": args.backward, "length": args.length, "heads": args.heads,
+                                   "backward": args.backward, "decode": args.decode, "length": args.length, "heads": args.heads,
                                    "threads": args.threads, "cpus": cpus, "tiles": runs["tree"][0]["tiles"],
                                    "runs": runs})
 

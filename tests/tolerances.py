@@ -2,7 +2,7 @@
 
 avx512bf16's bf16 forward (CPUs with AVX512_BF16) rounds each softmax weight p in [0, 1] to bf16 (relative
 error <= 2^-8) before P V, as GPU kernels do: out = sum_j p_j v_j / l moves by at most
-2^-8 sum_j p_j |v_j| / l <= 2^-8 max|v| from the float32 computation (csrc/core/attention_simd.h).  The amx
+2^-8 sum_j p_j |v_j| / l <= 2^-8 max|v| from the float32 computation (csrc/core/attention_engine_pairs.h).  The amx
 ISA's tile forward does the same in bf16, and in fp16 (relative error <= 2^-11, P scaled so that no weight
 above 2^-28 is flushed).  Every other kernel computes P V in float32.
 

@@ -169,7 +169,8 @@ static inline int64_t attn_table_index(const wavepe_attention_args *a, int64_t r
 }
 
 /* Whether the plan's tiled kernels compute q . k and q . T from bf16 pairs
- * (attention_simd.h's ATTN_DPBF16: bfloat16 under avx512bf16, and under amx, which is avx512bf16 with tiles). */
+ * (the pairs engine, attention_engine_pairs.h: bfloat16 under avx512bf16, and under amx, which is avx512bf16 with
+ * tiles). */
 static inline int attn_dpbf16(const wavepe_attention_plan *p) {
     return (p->isa == WAVEPE_ISA_AVX512BF16 || p->isa == WAVEPE_ISA_AMX) && p->a.dtype == WAVEPE_BF16;
 }

@@ -11,13 +11,13 @@
  * rounded once (half.h): out at the end of its row, dq once its head is
  * done, dk / dv in the plan's float32 reduction (attention.c).
  *
- * Structure (BLIS-like): everything is loops around two register-blocked
- * micro-kernels of MR = 6 rows x NR = 2 vectors:
- *
- *   mk_nt   C = init + A_packed . B_packed   A: 6 rows k-major [k][6],
- *           B: a strip of NR columns k-major [k][NR] (q . k and q . T scores)
- *   mk_gen  C += A . B, A read through (row, k) strides (row-major, or
- *           transposed), B = rows of a row-major matrix (P V, dS K, P^T dO...)
+ * Structure (BLIS-like): loops around register-blocked micro-kernels of MR = 6
+ * rows x NR = 2 vectors (attention_mk.h).  The products whose operands an
+ * engine packs its own way -- the scores S = Q K^T, the bias windows
+ * G = Q T_win^T, O += P V and the backward's dP = dO V^T -- go through the
+ * matrix engine interface (attention_engine.h): vector FMA
+ * (attention_engine_fma.h) or paired bf16 dot products
+ * (attention_engine_pairs.h), one per instantiation.
  *
  * Queries are processed in groups of 6 rows against a key block of BN keys:
  * scores (with the bias as the accumulators' initial value), the online
@@ -27,15 +27,8 @@
  * nonzero in that strip (scale-major wavelet grids: large distances touch
  * only the high-scale columns); strips outside the support cost nothing.
  *
- * bfloat16 on an ISA with a bf16 dot product (the vocabulary's WP_HAS_DPBF16:
- * avx512bf16's vdpbf16ps): the scores q . k (forward, and the backward's
- * recomputed P) come from mk_dp instead, on the stored bf16 elements
- * themselves, paired along d (ATTN_DPBF16 below), and so does the bias
- * window q . T (the table is in q's dtype: bf16 too), the forward's P V
- * (mk_dpv: P rounded to bf16, the values paired along the keys; ATTN_DPBF16
- * below states the bound) and the backward's dP = dO . V^T.  The rest -- the
- * softmax, the narrow decoding kernels and the backward's other products --
- * is the float32 path above.
+ * The amx ISA's bf16 / fp16 kernels run whole blocks' products on tiles
+ * (ATTN_TILES below), the engines' vector kernels where tiles do not run.
  */
 
 #include <math.h>
@@ -49,30 +42,6 @@
 
 /* Tiles of this type (attention_internal.h): micro-tile MR x NR, NR = 2 vectors. */
 #define NR (2 * VL)
-#if defined(WP_TYPE_BF16) && defined(WP_HAS_DPBF16)
-/* Scores from bf16 pairs (mk_dp): the query rows and the keys packed as they
- * are stored, two elements of d per 32-bit lane (an odd d's last pair padded
- * with a zero on both sides), unscaled; scale is applied to the sums.  Every
- * product q_c k_c is exact in float32 (8-bit significands), so a score
- * differs from the float32 path's only in rounding: there each product is
- * fl(scale q_c) k_c added by a chain of d fused multiply-adds; here the sum of
- * d exact products is accumulated in ceil(d/2) steps of two float32 additions,
- * then multiplied by scale and added to the bias in one fused multiply-add.
- * Both are within the usual d * 2^-24 * sum |scale q_c k_c| of the exact
- * score (+ one rounding of the bias sum); the bias window q . T (over a
- * strip's nonzero columns, pairs of the bf16 table) likewise.  Non-finite values: the products
- * of the same elements, so a NaN or inf in q or k gives what the float32 path
- * gives; a finite product beyond float32's range (|q_c k_c| > 3.4e38, which
- * bf16's range allows) is inf here where fl(scale q_c) k_c may not be.
- * P V (the wide forward's; what GPU kernels do too): each softmax weight
- * p_j in [0, 1] is rounded to bf16 (relative error <= 2^-8: 8 significant bits) and multiplied by
- * the stored values two keys per step, so an output row moves by at most
- * 2^-8 sum_j p_j |v_j| / l <= 2^-8 max_j |v_j| from the float32 path's (the
- * row sum l is of the unrounded weights), before its one rounding to bf16.
- * A key a row cannot see never shares a pair with one it sees (pairs are
- * formed only inside the keys the row sees; odd ends go through row_pv). */
-#define ATTN_DPBF16
-#endif
 #if defined(WP_HAS_TILES) && defined(WP_STORAGE_HALF)
 /* The amx ISA's bf16 / fp16 kernels: the products of whole blocks on tiles (tiles.h) -- the forward's
  * scores S = Q K^T, bias windows G = Q T_win^T and O += P V, the backward's recomputed S and dP = dO V^T
@@ -136,78 +105,6 @@
 #define ATTN_FBN ATTN_BBN_F32
 #endif
 
-/* Lanes [0, n) of the stored elements at p, widened (n clamped to [0, VL]),
- * zero elsewhere; elements past n are never read. */
-static inline VT FN(s_loadu_n)(const S *p, int64_t n) {
-#if defined(WP_STORAGE_HALF)
-    if (n >= VL) return S_LOADU(p);
-    S buf[VL] = {0};
-    for (int64_t i = 0; i < n; ++i) buf[i] = p[i];
-    return S_LOADU(buf);
-#else
-    return V(loadu_n)(p, n);
-#endif
-}
-
-#if defined(WP_STORAGE_HALF)
-/* n stored elements widened to float32 (attention.c's pack_table, for the table window a
- * decoding step packs on every call): the ISA's own conversion, where half.h's portable one
- * is ~15 integer operations per 4 float16 elements (fp16, 1 x 32768 keys: pack_table and the
- * widening 1.07 % -> 0.43 % of a decoding call's samples; test_half.c checks both agree). */
-void FN(attn_widen)(const S *src, T *dst, int64_t n) {
-    int64_t i = 0;
-    for (; i + VL <= n; i += VL) V(storeu)(dst + i, S_LOADU(src + i));
-    for (; i < n; ++i) dst[i] = S_TO_T(src[i]);
-}
-#endif
-
-/* v's lanes [0, n) stored at p (n clamped to [0, VL]), rounded once to S. */
-static inline void FN(s_storeu_n)(S *p, VT v, int64_t n) {
-#if defined(WP_STORAGE_HALF)
-    if (n >= VL) {
-        S_STOREU(p, v);
-        return;
-    }
-    T buf[VL];
-    V(storeu)(buf, v);
-    for (int64_t i = 0; i < n; ++i) p[i] = T_TO_S(buf[i]);
-#else
-    V(storeu_n)(p, v, n);
-#endif
-}
-
-#if !defined(ATTN_DPBF16) /* (which packs bf16 pairs instead: pack_strips_dp) */
-/* out[c*NR + lane] = src[lane*ks + c] for NR rows (lanes) and d columns:
- * register transposes of ATTN_TB x ATTN_TB blocks, scalar for the last
- * d % ATTN_TB columns.  Half types: VL columns of the NR rows are widened
- * into a float32 tile first, then transposed the same way. */
-static void FN(transpose_strip)(T *restrict out, const S *src, int64_t ks, int64_t d) {
-#if defined(WP_STORAGE_HALF)
-    T tile[NR * VL];
-    for (int64_t c0 = 0; c0 < d; c0 += VL) {
-        const int64_t w = d - c0 < VL ? d - c0 : VL;
-        for (int lane = 0; lane < NR; ++lane) V(storeu)(tile + lane * VL, FN(s_loadu_n)(src + lane * ks + c0, w));
-        if (w == VL) {
-            for (int cb = 0; cb < VL; cb += ATTN_TB)
-                for (int g = 0; g < NR / ATTN_TB; ++g)
-                    V(transpose)(tile + g * ATTN_TB * VL + cb, VL, out + (c0 + cb) * NR + g * ATTN_TB, NR);
-        } else {
-            for (int64_t c = 0; c < w; ++c)
-                for (int lane = 0; lane < NR; ++lane) out[(c0 + c) * NR + lane] = tile[lane * VL + c];
-        }
-    }
-#else
-    int64_t c0 = 0;
-    for (; c0 + ATTN_TB <= d; c0 += ATTN_TB)
-        for (int g = 0; g < NR / ATTN_TB; ++g)
-            V(transpose)(src + g * ATTN_TB * ks + c0, ks, out + c0 * NR + g * ATTN_TB, NR);
-    for (; c0 < d; ++c0)
-        for (int lane = 0; lane < NR; ++lane) out[c0 * NR + lane] = src[lane * ks + c0];
-#endif
-}
-
-#endif
-
 /* ATTN_FBM x ATTN_FBN forward blocks, ATTN_BBM x ATTN_BBN backward blocks */
 #define ATTN_BNMAX (ATTN_FBN > ATTN_BBN ? ATTN_FBN : ATTN_BBN)
 #define ATTN_SLD (ATTN_BNMAX + NR)           /* score / P / dS tile row stride */
@@ -229,316 +126,19 @@ static inline MT FN(lanes_within)(int64_t j0, int64_t jl, int64_t jv) {
     return M(andnot)(M(first)(jl - j0), M(first)(jv - j0));
 }
 
-/* ---- micro-kernels -------------------------------------------------------------- */
-
-/* C[t][0..NR) += (x0, x1) for a row t < rows: the accumulating micro-kernels' write-back
- * (mk_gen, mk_dpv; c, ldc and rows from the kernel). */
-#define MK_ACC(t, x0, x1)                                                                         \
-    if (rows > t) {                                                                               \
-        V(storeu)(c + t * ldc, V(add)(V(loadu)(c + t * ldc), x0));                                   \
-        V(storeu)(c + t * ldc + VL, V(add)(V(loadu)(c + t * ldc + VL), x1));                         \
-    }
-
-/* C[t][0..NR) = init[t][0..NR) (or 0) + sum_k ap[k*6 + t] * bp[k*NR + 0..NR), t < 6. */
-static inline void FN(mk_nt)(int64_t kc, const T *restrict ap, const T *restrict bp, T *restrict c, int64_t ldc,
-                             const T *const *init) {
-    VT c00, c01, c10, c11, c20, c21, c30, c31, c40, c41, c50, c51;
-    if (init != NULL) {
-        c00 = V(loadu)(init[0]), c01 = V(loadu)(init[0] + VL);
-        c10 = V(loadu)(init[1]), c11 = V(loadu)(init[1] + VL);
-        c20 = V(loadu)(init[2]), c21 = V(loadu)(init[2] + VL);
-        c30 = V(loadu)(init[3]), c31 = V(loadu)(init[3] + VL);
-        c40 = V(loadu)(init[4]), c41 = V(loadu)(init[4] + VL);
-        c50 = V(loadu)(init[5]), c51 = V(loadu)(init[5] + VL);
-    } else {
-        c00 = c01 = c10 = c11 = c20 = c21 = c30 = c31 = c40 = c41 = c50 = c51 = V(zero)();
-    }
-    for (int64_t k = 0; k < kc; ++k) {
-        const VT b0 = V(loadu)(bp), b1 = V(loadu)(bp + VL);
-        VT a;
-        a = V(bcast)(ap + 0), c00 = V(fmadd)(a, b0, c00), c01 = V(fmadd)(a, b1, c01);
-        a = V(bcast)(ap + 1), c10 = V(fmadd)(a, b0, c10), c11 = V(fmadd)(a, b1, c11);
-        a = V(bcast)(ap + 2), c20 = V(fmadd)(a, b0, c20), c21 = V(fmadd)(a, b1, c21);
-        a = V(bcast)(ap + 3), c30 = V(fmadd)(a, b0, c30), c31 = V(fmadd)(a, b1, c31);
-        a = V(bcast)(ap + 4), c40 = V(fmadd)(a, b0, c40), c41 = V(fmadd)(a, b1, c41);
-        a = V(bcast)(ap + 5), c50 = V(fmadd)(a, b0, c50), c51 = V(fmadd)(a, b1, c51);
-        ap += ATTN_MR;
-        bp += NR;
-    }
-    V(storeu)(c + 0 * ldc, c00), V(storeu)(c + 0 * ldc + VL, c01);
-    V(storeu)(c + 1 * ldc, c10), V(storeu)(c + 1 * ldc + VL, c11);
-    V(storeu)(c + 2 * ldc, c20), V(storeu)(c + 2 * ldc + VL, c21);
-    V(storeu)(c + 3 * ldc, c30), V(storeu)(c + 3 * ldc + VL, c31);
-    V(storeu)(c + 4 * ldc, c40), V(storeu)(c + 4 * ldc + VL, c41);
-    V(storeu)(c + 5 * ldc, c50), V(storeu)(c + 5 * ldc + VL, c51);
-}
-
-#if defined(ATTN_DPBF16)
-/* One step of a 6 x NR tile of bf16 pairs (mk_dp, mk_dpv): row t's pair A<t> times the panel's b0, b1. */
-#define MK_DP_STEP(A0, A1, A2, A3, A4, A5)                                                           \
-    do {                                                                                          \
-        vi32 x_;                                                                                  \
-        x_ = vbf16x2_set1(A0), c00 = V(dpbf16)(c00, x_, b0), c01 = V(dpbf16)(c01, x_, b1);        \
-        x_ = vbf16x2_set1(A1), c10 = V(dpbf16)(c10, x_, b0), c11 = V(dpbf16)(c11, x_, b1);        \
-        x_ = vbf16x2_set1(A2), c20 = V(dpbf16)(c20, x_, b0), c21 = V(dpbf16)(c21, x_, b1);        \
-        x_ = vbf16x2_set1(A3), c30 = V(dpbf16)(c30, x_, b0), c31 = V(dpbf16)(c31, x_, b1);        \
-        x_ = vbf16x2_set1(A4), c40 = V(dpbf16)(c40, x_, b0), c41 = V(dpbf16)(c41, x_, b1);        \
-        x_ = vbf16x2_set1(A5), c50 = V(dpbf16)(c50, x_, b0), c51 = V(dpbf16)(c51, x_, b1);        \
-    } while (0)
-
-/* C[t][0..NR) = init[t][0..NR) (or 0) + scale * sum_k2 dot(ap[k2*6 + t], bp[k2*NR + 0..NR)), t < 6,
- * where dot(a, b) = a.lo * b.lo + a.hi * b.hi of two bf16 pairs (vf32_dpbf16).  edge (NULL: none)
- * replaces A's first step (edge[0..6)) and last step (edge[6..12)). */
-static inline void FN(mk_dp)(int64_t kc2, const uint32_t *restrict ap, const uint32_t *restrict bp,
-                             const uint32_t *edge, T scale, T *restrict c, int64_t ldc, const T *const *init) {
-    VT c00, c01, c10, c11, c20, c21, c30, c31, c40, c41, c50, c51;
-    c00 = c01 = c10 = c11 = c20 = c21 = c30 = c31 = c40 = c41 = c50 = c51 = V(zero)();
-    for (int64_t k = 0; k < kc2; ++k) {
-        const vi32 b0 = vbf16x2_loadu(bp), b1 = vbf16x2_loadu(bp + VL);
-        const uint32_t *at = ap + k * ATTN_MR;
-        if (edge != NULL && (k == 0 || k == kc2 - 1)) at = edge + (k == 0 ? 0 : ATTN_MR);
-        MK_DP_STEP(at[0], at[1], at[2], at[3], at[4], at[5]);
-        bp += NR;
-    }
-    const VT vs = V(set1)(scale);
-#define MK_DP_OUT(t, x0, x1)                                                                      \
-    if (init != NULL) {                                                                           \
-        V(storeu)(c + t * ldc, V(fmadd)(vs, x0, V(loadu)(init[t])));                               \
-        V(storeu)(c + t * ldc + VL, V(fmadd)(vs, x1, V(loadu)(init[t] + VL)));                     \
-    } else {                                                                                      \
-        V(storeu)(c + t * ldc, V(mul)(vs, x0));                                                    \
-        V(storeu)(c + t * ldc + VL, V(mul)(vs, x1));                                               \
-    }
-    MK_DP_OUT(0, c00, c01)
-    MK_DP_OUT(1, c10, c11)
-    MK_DP_OUT(2, c20, c21)
-    MK_DP_OUT(3, c30, c31)
-    MK_DP_OUT(4, c40, c41)
-    MK_DP_OUT(5, c50, c51)
-#undef MK_DP_OUT
-}
-
-/* C[t][0..NR) += sum_k2 dot(a[t*a_st + k2], bp[k2*NR + 0..NR)) for t < rows (1..6): a holds rows of
- * bf16 pairs (P rounded, keys 2 k2 and 2 k2 + 1), bp pair panels of NR columns (pack_panels_dp). */
-static inline void FN(mk_dpv)(int64_t kc2, const uint32_t *a, int64_t a_st, const uint32_t *restrict bp, T *c,
-                              int64_t ldc, int rows) {
-    const uint32_t *a0 = a, *a1 = rows > 1 ? a + a_st : a, *a2 = rows > 2 ? a + 2 * a_st : a;
-    const uint32_t *a3 = rows > 3 ? a + 3 * a_st : a, *a4 = rows > 4 ? a + 4 * a_st : a;
-    const uint32_t *a5 = rows > 5 ? a + 5 * a_st : a;
-    VT c00, c01, c10, c11, c20, c21, c30, c31, c40, c41, c50, c51;
-    c00 = c01 = c10 = c11 = c20 = c21 = c30 = c31 = c40 = c41 = c50 = c51 = V(zero)();
-    for (int64_t k = 0; k < kc2; ++k) {
-        const vi32 b0 = vbf16x2_loadu(bp + k * NR), b1 = vbf16x2_loadu(bp + k * NR + VL);
-        MK_DP_STEP(a0[k], a1[k], a2[k], a3[k], a4[k], a5[k]);
-    }
-    MK_ACC(0, c00, c01)
-    MK_ACC(1, c10, c11)
-    MK_ACC(2, c20, c21)
-    MK_ACC(3, c30, c31)
-    MK_ACC(4, c40, c41)
-    MK_ACC(5, c50, c51)
-}
-#undef MK_DP_STEP
-#endif
-
-/* C[t][0..NR) += sum_k a[t*a_st + k*a_sk] * b[k*b_sk + 0..NR) for t < rows (1..6).
- * Columns >= cols of b are read as 0 (masked loads: b may be a caller's row of
- * length < NR).  C is scratch with NR columns per row. */
-static inline void FN(mk_gen)(int64_t kc, const T *a, int64_t a_st, int64_t a_sk, const T *b, int64_t b_sk, int cols,
-                              T *c, int64_t ldc, int rows) {
-    const T *a0 = a, *a1 = rows > 1 ? a + a_st : a, *a2 = rows > 2 ? a + 2 * a_st : a;
-    const T *a3 = rows > 3 ? a + 3 * a_st : a, *a4 = rows > 4 ? a + 4 * a_st : a, *a5 = rows > 5 ? a + 5 * a_st : a;
-    VT c00, c01, c10, c11, c20, c21, c30, c31, c40, c41, c50, c51;
-    c00 = c01 = c10 = c11 = c20 = c21 = c30 = c31 = c40 = c41 = c50 = c51 = V(zero)();
-#define MK_GEN_STEP(B0, B1)                                                                       \
-    do {                                                                                          \
-        const int64_t o = k * a_sk;                                                               \
-        const VT b0 = (B0), b1 = (B1);                                                            \
-        VT av;                                                                                    \
-        av = V(bcast)(a0 + o), c00 = V(fmadd)(av, b0, c00), c01 = V(fmadd)(av, b1, c01);                 \
-        av = V(bcast)(a1 + o), c10 = V(fmadd)(av, b0, c10), c11 = V(fmadd)(av, b1, c11);                 \
-        av = V(bcast)(a2 + o), c20 = V(fmadd)(av, b0, c20), c21 = V(fmadd)(av, b1, c21);                 \
-        av = V(bcast)(a3 + o), c30 = V(fmadd)(av, b0, c30), c31 = V(fmadd)(av, b1, c31);                 \
-        av = V(bcast)(a4 + o), c40 = V(fmadd)(av, b0, c40), c41 = V(fmadd)(av, b1, c41);                 \
-        av = V(bcast)(a5 + o), c50 = V(fmadd)(av, b0, c50), c51 = V(fmadd)(av, b1, c51);                 \
-    } while (0)
-    if (cols >= NR) {
-        for (int64_t k = 0; k < kc; ++k) MK_GEN_STEP(V(loadu)(b + k * b_sk), V(loadu)(b + k * b_sk + VL));
-    } else {
-        const int64_t n0 = cols, n1 = cols - VL; /* lanes to read (loadu_n clamps) */
-        for (int64_t k = 0; k < kc; ++k)
-            MK_GEN_STEP(V(loadu_n)(b + k * b_sk, n0), V(loadu_n)(b + k * b_sk + VL, n1));
-    }
-#undef MK_GEN_STEP
-    MK_ACC(0, c00, c01)
-    MK_ACC(1, c10, c11)
-    MK_ACC(2, c20, c21)
-    MK_ACC(3, c30, c31)
-    MK_ACC(4, c40, c41)
-    MK_ACC(5, c50, c51)
-}
-#undef MK_ACC
-
-/* ---- packing ------------------------------------------------------------------------- */
-
-/* dst[c*6 + t] = scale * rows[t][c] for t < nrows, 0 for the other rows. */
-static void FN(pack_rows)(T *restrict dst, const S *const *rows, int nrows, int64_t d, T scale) {
-#if defined(WP_STORAGE_HALF)
-    T tile[ATTN_MR * VL]; /* VL columns of the rows, widened */
-    const VT vs = V(set1)(scale);
-    for (int64_t c0 = 0; c0 < d; c0 += VL) {
-        const int64_t w = d - c0 < VL ? d - c0 : VL;
-        for (int t = 0; t < ATTN_MR; ++t)
-            V(storeu)(tile + t * VL, t < nrows ? V(mul)(vs, FN(s_loadu_n)(rows[t] + c0, w)) : V(zero)());
-        for (int64_t c = 0; c < w; ++c)
-            for (int t = 0; t < ATTN_MR; ++t) dst[(c0 + c) * ATTN_MR + t] = tile[t * VL + c];
-    }
-#else
-    for (int64_t c = 0; c < d; ++c)
-        for (int t = 0; t < ATTN_MR; ++t) dst[c * ATTN_MR + t] = t < nrows ? scale * rows[t][c] : (T)0;
-#endif
-}
-
-#if !defined(ATTN_DPBF16)
-/* Keys [0, nk) of a row-major (stride ks) matrix into strips of NR keys,
- * k-major: dst[(s*d + c)*NR + lane] = src[(s*NR + lane)*ks + c]; keys past nk
- * are zero. */
-static void FN(pack_strips)(T *restrict dst, const S *src, int64_t ks, int64_t nk, int64_t d) {
-    const int64_t nstrip = (nk + NR - 1) / NR;
-    for (int64_t s = 0; s < nstrip; ++s) {
-        T *out = dst + s * d * NR;
-        const int64_t lanes = nk - s * NR < NR ? nk - s * NR : NR;
-        if (lanes == NR) {
-            FN(transpose_strip)(out, src + s * NR * ks, ks, d);
-            continue;
-        }
-        for (int64_t c = 0; c < d; ++c)
-            for (int64_t lane = 0; lane < NR; ++lane)
-                out[c * NR + lane] = lane < lanes ? S_TO_T(src[(s * NR + lane) * ks + c]) : (T)0;
-    }
-}
-
-#endif
-
-#if defined(ATTN_DPBF16)
-/* Elements c and c + 1 of a stored bf16 row as one pair (c + 1 == d: a zero). */
-static inline uint32_t FN(bf16_pair)(const S *row, int64_t c, int64_t d) {
-    return (uint32_t)row[c] | (c + 1 < d ? (uint32_t)row[c + 1] << 16 : 0u);
-}
-
-/* dst[c2*6 + t] = the pair (rows[t][2 c2], rows[t][2 c2 + 1]) for t < nrows,
- * 0 for the other rows; c2 < ceil(d/2).  Unscaled, as stored. */
-static void FN(pack_rows_dp)(uint32_t *restrict dst, const S *const *rows, int nrows, int64_t d) {
-    const int64_t d2 = (d + 1) / 2;
-    for (int t = 0; t < ATTN_MR; ++t)
-        for (int64_t c2 = 0; c2 < d2; ++c2) dst[c2 * ATTN_MR + t] = t < nrows ? FN(bf16_pair)(rows[t], 2 * c2, d) : 0u;
-}
-
-/* Keys [0, nk) as pack_strips does, in pairs: dst[(s*d2 + c2)*NR + lane] =
- * the pair (c = 2 c2, 2 c2 + 1) of key s*NR + lane; keys past nk are zero. */
-static void FN(pack_strips_dp)(uint32_t *restrict dst, const S *src, int64_t ks, int64_t nk, int64_t d) {
-    const int64_t nstrip = (nk + NR - 1) / NR, d2 = (d + 1) / 2;
-    for (int64_t s = 0; s < nstrip; ++s) {
-        uint32_t *out = dst + s * d2 * NR;
-        for (int64_t lane = 0; lane < NR; ++lane) {
-            const int64_t j = s * NR + lane;
-            if (j >= nk) {
-                for (int64_t c2 = 0; c2 < d2; ++c2) out[c2 * NR + lane] = 0u;
-                continue;
-            }
-            const S *row = src + j * ks;
-            for (int64_t c2 = 0; c2 < d2; ++c2) out[c2 * NR + lane] = FN(bf16_pair)(row, 2 * c2, d);
-        }
-    }
-}
-#endif
-
-/* Rows of a block (keys, or the backward's values) packed as the B operand of
- * q . k-type products: float32 strips (pack_strips, into kp) or, with
- * ATTN_DPBF16, bf16 pair strips (into kpb). */
-static void FN(pack_keys)(T *kp, uint32_t *kpb, const S *src, int64_t ks, int64_t nk, int64_t d) {
-#if defined(ATTN_DPBF16)
-    (void)kp;
-    FN(pack_strips_dp)(kpb, src, ks, nk, d);
-#else
-    (void)kpb;
-    FN(pack_strips)(kp, src, ks, nk, d);
-#endif
-}
-
-/* Rows [0, nk) of a row-major matrix (stride vs, d columns) as column panels
- * of NR: dst[(s*ldp + j)*NR + c] = src[j*vs + s*NR + c], zero past column d.
- * The panels are the contiguous B operand of P V-type products.  Rows whose
- * additive key mask kpm[j] is not 0 (padded keys; kpm may be NULL) are packed
- * as zeros: a masked key's value or key never reaches a product, whatever it
- * holds (0 * NaN would). */
-static void FN(pack_panels)(T *restrict dst, int64_t ldp, const S *src, int64_t vs, int64_t nk, int64_t d,
-                            const T *kpm) {
-    const int64_t full = d / NR, rest = d - full * NR;
-    for (int64_t j = 0; j < nk; ++j) {
-        const S *row = src + j * vs;
-        if (kpm != NULL && kpm[j] != (T)0) {
-            for (int64_t st = 0; st <= full; ++st) {
-                if (st == full && !rest) break;
-                T *o = dst + (st * ldp + j) * NR;
-                V(storeu)(o, V(zero)());
-                V(storeu)(o + VL, V(zero)());
-            }
-            continue;
-        }
-        for (int64_t st = 0; st < full; ++st) {
-            T *o = dst + (st * ldp + j) * NR;
-            V(storeu)(o, S_LOADU(row + st * NR));
-            V(storeu)(o + VL, S_LOADU(row + st * NR + VL));
-        }
-        if (rest) {
-            T *o = dst + (full * ldp + j) * NR;
-            V(storeu)(o, FN(s_loadu_n)(row + full * NR, rest));
-            V(storeu)(o + VL, FN(s_loadu_n)(row + full * NR + VL, rest - VL));
-        }
-    }
-}
-
-#if defined(ATTN_DPBF16)
-/* Rows [0, nk) of a row-major bf16 matrix as pack_panels' column panels, two
- * rows per step: dst[(s*ldp2 + j2)*NR + c] = the pair (row 2 j2, row 2 j2 + 1)
- * of column s*NR + c, zero past column d, past row nk and for the rows whose
- * key mask kpm[j] is not 0 (kpm may be NULL).  The B operand of mk_dpv. */
-static void FN(pack_panels_dp)(uint32_t *restrict dst, int64_t ldp2, const S *src, int64_t vs, int64_t nk, int64_t d,
-                               const T *kpm) {
-    const S zero[NR] = {0};
-    S pad[2][NR];
-    for (int64_t j = 0; j < nk; j += 2) {
-        const S *r[2];
-        for (int i = 0; i < 2; ++i)
-            r[i] = j + i < nk && (kpm == NULL || kpm[j + i] == (T)0) ? src + (j + i) * vs : NULL;
-        for (int64_t c0 = 0; c0 < d; c0 += NR) {
-            const S *x[2];
-            for (int i = 0; i < 2; ++i) {
-                x[i] = r[i] != NULL ? r[i] + c0 : zero;
-                if (r[i] != NULL && d - c0 < NR) { /* the last panel's columns past d: zeros */
-                    for (int64_t c = 0; c < NR; ++c) pad[i][c] = c0 + c < d ? r[i][c0 + c] : 0;
-                    x[i] = pad[i];
-                }
-            }
-            uint32_t *out = dst + ((c0 / NR) * ldp2 + j / 2) * NR;
-            vbf16x2_interleave(out, out + 16, x[0], x[1]);
-        }
-    }
-}
-#endif
+#include "attention_mk.h"
 
 /* ---- shared state of one unit of work ------------------------------------------------- */
 
 typedef struct {
     const wavepe_attention_plan *p;
     T *qp;     /* packed scaled query groups [group][d][6] */
-    T *kp;     /* packed key strips of the current block (ATTN_DPBF16: unused) */
-    uint32_t *qb;  /* ATTN_DPBF16: query groups as bf16 pairs [group][ceil(d/2)][6], unscaled */
-    uint32_t *kpb; /* ATTN_DPBF16: key strips of the current block as bf16 pairs */
-    uint32_t *dob, *vpb; /* ATTN_DPBF16, backward: dout groups and value strips as bf16 pairs (dop, vp unused) */
-    uint32_t *vpp; /* ATTN_DPBF16, forward: value panels as bf16 pairs along the keys (vp unused) */
-    uint32_t *pp;  /* ATTN_DPBF16, forward: the group's P rounded to bf16, ATTN_MR x ATTN_SLD elements */
+    T *kp;     /* packed key strips of the current block (the fma engine's) */
+    uint32_t *qb;  /* the pairs engine's: query groups as bf16 pairs [group][ceil(d/2)][6], unscaled */
+    uint32_t *kpb; /* the pairs engine's: key strips of the current block as bf16 pairs */
+    uint32_t *dob, *vpb; /* the pairs engine's, backward: dout groups and value strips as bf16 pairs (dop, vp unused) */
+    uint32_t *vpp; /* the pairs engine's, forward: value panels as bf16 pairs along the keys (vp unused) */
+    uint32_t *pp;  /* the pairs engine's, forward: the group's P rounded to bf16, ATTN_MR x ATTN_SLD elements */
     T *vp;     /* forward: value panels; backward: packed value strips */
     T *dop;    /* backward: packed dout groups */
     T *s;      /* scores / P: rows x ATTN_SLD */
@@ -609,7 +209,7 @@ typedef struct {
     T slope[ATTN_MR];        /* ALiBi slope of each row's head */
     const T *qp;             /* packed scaled rows [d][6] */
     T qn;                    /* the largest L1 norm of the group's rows in qp (scaled): attn_strip_negligible */
-    const uint32_t *qb;      /* ATTN_DPBF16: the rows as bf16 pairs [ceil(d/2)][6] (else NULL) */
+    const uint32_t *qb;      /* the pairs engine's: the rows as bf16 pairs [ceil(d/2)][6] (else NULL) */
     const T *qr;             /* narrow groups (rows <= ATTN_NARROW_ROWS): scaled rows, stride dpad; else NULL */
 } FN(group);
 
@@ -620,6 +220,8 @@ typedef struct {
     int64_t ks, vs;          /* row strides */
     int masked;              /* key padding present: w->kpm holds the mask */
 } FN(kblock);
+
+#include "attention_engine.h"
 
 static int64_t FN(floor_div)(int64_t a, int64_t b) { return a >= 0 ? a / b : -((-a + b - 1) / b); }
 
@@ -672,7 +274,7 @@ static int FN(table_window)(const wavepe_attention_plan *p, const FN(group) * g,
 static int FN(group_bias)(FN(work) * w, const FN(group) * g, const FN(kblock) * kb, const int64_t jv[ATTN_MR],
                           int64_t jmax, const T *init[ATTN_MR]) {
     const wavepe_attention_plan *p = w->p;
-    const int64_t d = p->a.d, nstrip = (jmax + NR - 1) / NR;
+    const int64_t nstrip = (jmax + NR - 1) / NR;
     int has_init = 0;
     int t_ok = 0; /* a row that has keys: stands in for those that have none */
     while (t_ok < ATTN_MR - 1 && jv[t_ok] == 0) ++t_ok;
@@ -689,34 +291,11 @@ static int FN(group_bias)(FN(work) * w, const FN(group) * g, const FN(kblock) * 
             const int64_t width = p_last - p_base + 1 + NR;
             for (int t = 0; t < ATTN_MR; ++t)
                 for (int64_t j = 0; j < width; j += VL) V(storeu)(w->g + t * ATTN_GLD + j, V(zero)());
-#if defined(ATTN_DPBF16)
-            /* the pairs holding columns [clo, chi); a half of an edge pair outside them is masked off
-             * in q (the table is zero there, but an inf in q times 0 would be NaN) */
-            const uint32_t *tp = (const uint32_t *)p->tpack;
-            const int64_t d2 = (d + 1) / 2;
             for (int64_t st = s_lo; st <= s_hi; ++st) {
                 const int64_t clo = p->strip_clo[st], chi = p->strip_chi[st];
                 if (chi <= clo || attn_strip_negligible(p, st, qbound, ATTN_NEGLIGIBLE)) continue;
-                const int64_t c2lo = clo / 2, c2hi = (chi + 1) / 2;
-                const uint32_t mlo = clo % 2 ? 0xFFFF0000u : 0xFFFFFFFFu, mhi = chi % 2 ? 0x0000FFFFu : 0xFFFFFFFFu;
-                uint32_t edge[2 * ATTN_MR];
-                const int split = (mlo & mhi) != 0xFFFFFFFFu;
-                for (int t = 0; split && t < ATTN_MR; ++t) {
-                    edge[t] = g->qb[c2lo * ATTN_MR + t] & mlo & (c2hi - c2lo == 1 ? mhi : 0xFFFFFFFFu);
-                    edge[ATTN_MR + t] = g->qb[(c2hi - 1) * ATTN_MR + t] & mhi & (c2hi - c2lo == 1 ? mlo : 0xFFFFFFFFu);
-                }
-                FN(mk_dp)(c2hi - c2lo, g->qb + c2lo * ATTN_MR, tp + (st * d2 + c2lo) * NR, split ? edge : NULL,
-                          (T)p->a.scale, w->g + (st * NR - p_base), ATTN_GLD, NULL);
+                FN(eng_window_strip)(p, g, st, clo, chi, w->g + (st * NR - p_base), ATTN_GLD);
             }
-#else
-            const T *tp = (const T *)p->tpack;
-            for (int64_t st = s_lo; st <= s_hi; ++st) {
-                const int64_t clo = p->strip_clo[st], chi = p->strip_chi[st];
-                if (chi <= clo || attn_strip_negligible(p, st, qbound, ATTN_NEGLIGIBLE)) continue;
-                FN(mk_nt)(chi - clo, g->qp + clo * ATTN_MR, tp + (st * d + clo) * NR, w->g + (st * NR - p_base),
-                          ATTN_GLD, NULL);
-            }
-#endif
             for (int t = 0; t < ATTN_MR; ++t) {
                 const int tt = jv[t] > 0 ? t : t_ok;
                 init[t] = w->g + t * ATTN_GLD + (p->pr_hi - g->pos[tt] + kb->n0 - p_base);
@@ -754,19 +333,14 @@ static int64_t FN(first_key)(const FN(group) * g, const int64_t jl[ATTN_MR], con
  * past jv hold finite junk; keys before j0 are not written. */
 static void FN(group_scores)(FN(work) * w, const FN(group) * g, const FN(kblock) * kb, const int64_t jv[ATTN_MR],
                              int64_t j0, int64_t jmax, T *s, int64_t lds) {
-    const int64_t d = w->p->a.d, nstrip = (jmax + NR - 1) / NR;
+    const int64_t nstrip = (jmax + NR - 1) / NR;
     const T *init[ATTN_MR];
     const int has_init = FN(group_bias)(w, g, kb, jv, jmax, init);
     for (int64_t st = j0 / NR; st < nstrip; ++st) {
         const T *ini[ATTN_MR];
         if (has_init)
             for (int t = 0; t < ATTN_MR; ++t) ini[t] = init[t] + st * NR;
-#if defined(ATTN_DPBF16)
-        const int64_t d2 = (d + 1) / 2;
-        FN(mk_dp)(d2, g->qb, w->kpb + st * d2 * NR, NULL, (T)w->p->a.scale, s + st * NR, lds, has_init ? ini : NULL);
-#else
-        FN(mk_nt)(d, g->qp, w->kp + st * d * NR, s + st * NR, lds, has_init ? ini : NULL);
-#endif
+        FN(eng_score_strip)(w, g, st, has_init ? ini : NULL, s + st * NR, lds);
     }
 }
 
@@ -1066,47 +640,8 @@ static void FN(rows_times_panels)(const FN(group) * g, const int64_t jl[ATTN_MR]
     }
 }
 
-#if defined(ATTN_DPBF16)
-/* rows_times_panels' product from bf16 pairs (mk_dpv): C[t] += sum_{jl[t] <= j < jv[t]} P[t][j] v_j with
- * P = the group's rows of w->s rounded to bf16 (into w->pp) and the values as pair panels (w->vpp).
- * A pair (2 j2, 2 j2 + 1) enters a row's product only when the row sees both keys: the pairs every row
- * sees for all rows at once, then each row's other pairs, and a row's odd first or last key alone
- * (row_pv, float32 P and the stored value row). */
-static void FN(rows_times_pairs)(FN(work) * w, const FN(group) * g, const FN(kblock) * kb, const int64_t jl[ATTN_MR],
-                                 const int64_t jv[ATTN_MR], T *c, int64_t ldc) {
-    const int64_t d = w->p->a.d, lda2 = ATTN_SLD / 2, ldp2 = ATTN_FBN / 2;
-    uint16_t *ph = (uint16_t *)w->pp;
-    for (int t = 0; t < g->rows; ++t) /* the weights the row's pairs read, rounded once */
-        for (int64_t j = jl[t] / VL * VL; j < jv[t]; j += VL)
-            S_STOREU(ph + t * ATTN_SLD + j, V(loadu)(w->s + t * ATTN_SLD + j));
-    int64_t lmax, hmin;
-    FN(shared_keys)(g, jl, jv, &lmax, &hmin);
-    int64_t A = (lmax + 1) / 2 * 2, B = hmin / 2 * 2; /* the pairs every row sees: [A, B) */
-    if (hmin <= lmax || B <= A) A = B = 0;
-    if (B > A)
-        for (int64_t c0 = 0; c0 < d; c0 += NR)
-            FN(mk_dpv)((B - A) / 2, w->pp + A / 2, lda2, w->vpp + c0 * ldp2 + A / 2 * NR, c + c0, ldc, g->rows);
-    for (int t = 0; t < g->rows; ++t) {
-        const int64_t r[2][2] = {{jl[t], B > A ? A : jv[t]}, {B > A ? B : 0, B > A ? jv[t] : 0}};
-        const T *srow = w->s + t * ATTN_SLD;
-        T *crow = c + t * ldc;
-        for (int k = 0; k < 2; ++k) {
-            const int64_t r0 = r[k][0], r1 = r[k][1], e0 = (r0 + 1) / 2 * 2, e1 = r1 / 2 * 2;
-            if (r1 <= r0) continue;
-            if (e1 <= e0) { /* no whole pair: the keys one by one */
-                FN(row_pv)(srow + r0, r1 - r0, kb->v + r0 * kb->vs, kb->vs, d, crow, kb->masked ? w->kpm + r0 : NULL);
-                continue;
-            }
-            if (r0 < e0) FN(row_pv)(srow + r0, 1, kb->v + r0 * kb->vs, kb->vs, d, crow, kb->masked ? w->kpm + r0 : NULL);
-            for (int64_t c0 = 0; c0 < d; c0 += NR)
-                FN(mk_dpv)((e1 - e0) / 2, w->pp + t * lda2 + e0 / 2, 0, w->vpp + c0 * ldp2 + e0 / 2 * NR, crow + c0, 0,
-                           1);
-            if (e1 < r1)
-                FN(row_pv)(srow + e1, 1, kb->v + e1 * kb->vs, kb->vs, d, crow, kb->masked ? w->kpm + e1 : NULL);
-        }
-    }
-}
-#endif
+#include ATTN_ENGINE_FILE
+
 
 /* ---- forward -------------------------------------------------------------------------------- */
 
@@ -1406,11 +941,7 @@ static void FN(group_forward)(FN(work) * w, const FN(group) * g, const FN(kblock
         }
         return;
     }
-#if defined(ATTN_DPBF16)
-    FN(rows_times_pairs)(w, g, kb, jl, jv, o, dpad);
-#else
-    FN(rows_times_panels)(g, jl, jv, s, ATTN_SLD, w->vp, ATTN_FBN, d, o, dpad);
-#endif
+    FN(eng_group_pv)(w, g, kb, jl, jv, o, dpad);
 }
 
 #if defined(ATTN_TILES)
@@ -1746,7 +1277,7 @@ static void FN(rows_over_keys)(FN(work) * w, FN(group) * groups, int64_t ngroups
                                int64_t n_begin, int64_t n_end) {
     const wavepe_attention_plan *p = w->p;
     const wavepe_attention_args *a = &p->a;
-    const int64_t d = a->d, dpad = p->dpad;
+    const int64_t dpad = p->dpad;
     /* only the keys some row sees: blocks wholly past the causal diagonal or
      * outside the rows' documents are never visited */
     int64_t klo = INT64_MAX, khi = INT64_MIN;
@@ -1781,12 +1312,7 @@ static void FN(rows_over_keys)(FN(work) * w, FN(group) * groups, int64_t ngroups
         if (w->groups_late) FN(pack_groups_late)(w, groups, ngroups);
 #endif
         if (wide) {
-            FN(pack_keys)(w->kp, w->kpb, kb.k, kb.ks, kb.nk, d);
-#if defined(ATTN_DPBF16)
-            FN(pack_panels_dp)(w->vpp, ATTN_FBN / 2, kb.v, kb.vs, kb.nk, d, kb.masked ? w->kpm : NULL);
-#else
-            FN(pack_panels)(w->vp, ATTN_FBN, kb.v, kb.vs, kb.nk, d, kb.masked ? w->kpm : NULL);
-#endif
+            FN(eng_pack_fwd_block)(w, &kb);
         }
         for (int64_t gi = 0; gi < ngroups; ++gi)
             FN(group_forward)(w, &groups[gi], &kb, w->mst + gi * ATTN_MR, w->lst + gi * ATTN_MR,
@@ -1819,21 +1345,13 @@ static int FN(work_alloc)(FN(work) * w, const wavepe_attention_plan *p, int64_t 
     const int64_t orows = rpad > (rows + 15) / 16 * 16 ? rpad : (rows + 15) / 16 * 16;
     const int64_t bwd = p->backward;
     const int64_t dgt_ld = ATTN_BBM + ATTN_BBN + 2 * NR;
-#if defined(ATTN_DPBF16)
-    const int64_t kp_size = 0, dp_d2 = (d + 1) / 2, bwd_f32 = 0; /* the backward's dP from pairs too */
-    const int64_t fwd_dp = !bwd, fwd_f32 = 0; /* the forward's P V from pairs */
-#else
-    const int64_t kp_size = ATTN_BNMAX * d, dp_d2 = 0, bwd_f32 = bwd;
-    const int64_t fwd_dp = 0, fwd_f32 = !bwd;
-#endif
     /* a decoding step of a few rows per kv head reads the K and V rows where they are (narrow
      * kernels): no packed key or value block to allocate and clear (~100 KB a call) */
     const int narrow = !bwd && p->kind == ATTN_KIND_DECODE && rows <= ATTN_NARROW_ROWS;
+    const FN(eng_scratch) es = FN(eng_scratch_sizes)(d, dpad, rpad, (int)bwd, narrow); /* the engine's operands */
     int64_t sizes[30] = {
         rpad * d,                           /* qp */
-        narrow ? 0 : kp_size,               /* kp */
-        bwd ? bwd_f32 * ATTN_BBN * d : narrow ? 0 : fwd_f32 * ATTN_FBN * dpad, /* vp */
-        bwd_f32 * rpad * d,                 /* dop */
+        es.kp, es.vp, es.dop,               /* kp, vp, dop */
         (bwd ? ATTN_BBM : ATTN_MR) * ATTN_SLD, /* s */
         bwd ? ATTN_BBM * ATTN_SLD : 0,      /* ds */
         ATTN_MR * ATTN_GLD,                 /* g */
@@ -1857,12 +1375,7 @@ static int FN(work_alloc)(FN(work) * w, const wavepe_attention_plan *p, int64_t 
 #else
         0,
 #endif
-        rpad * dp_d2,                       /* qb (uint32_t, as large as T) */
-        narrow ? 0 : ATTN_BNMAX * dp_d2,    /* kpb (uint32_t) */
-        bwd * rpad * dp_d2,                 /* dob (uint32_t) */
-        bwd * ATTN_BBN * dp_d2,             /* vpb (uint32_t) */
-        narrow ? 0 : fwd_dp * (ATTN_FBN / 2) * dpad, /* vpp (uint32_t) */
-        fwd_dp * ATTN_MR * ATTN_SLD / 2,    /* pp (uint32_t: bf16 pairs) */
+        es.qb, es.kpb, es.dob, es.vpb, es.vpp, es.pp, /* (uint32_t, as large as T) */
     };
     int64_t total = 0;
     for (int i = 0; i < 30; ++i) {
@@ -1991,7 +1504,7 @@ static void FN(state_reset)(FN(work) * w, int64_t rows) {
 }
 
 /* Group gi's rows rp (nrows of them) into the packed operands: scaled
- * float32 (g->qp) and, with ATTN_DPBF16, the bf16 pairs of the scores (g->qb). */
+ * float32 (g->qp) and the engine's operand of the scores (eng_pack_group). */
 /* The largest L1 norm of rows [0, nrows) of a group's packed rows qp ([d][ATTN_MR]: row t's column c at
  * c * ATTN_MR + t); NaN wins, as inf.  Three vectors take 3 VL consecutive elements, a multiple of ATTN_MR
  * (VL is even), so lane j of the three always sums row j % ATTN_MR. */
@@ -2016,13 +1529,7 @@ static void FN(pack_group)(FN(work) * w, FN(group) * g, int64_t gi, const S *con
     FN(pack_rows)(dst, rp, nrows, d, scale);
     g->qp = dst;
     g->qn = w->p->bias == ATTN_BIAS_TABLE && w->p->prows > 0 ? FN(group_norm)(dst, d, nrows) : (T)INFINITY;
-#if defined(ATTN_DPBF16)
-    uint32_t *qb = w->qb + gi * ATTN_MR * ((d + 1) / 2);
-    FN(pack_rows_dp)(qb, rp, nrows, d);
-    g->qb = qb;
-#else
-    g->qb = NULL;
-#endif
+    FN(eng_pack_group)(w, g, gi, rp, nrows, d);
 }
 
 /* Query rows of one head: pack them scaled into groups.  late: where the block's products run on tiles the
@@ -2473,16 +1980,7 @@ static void FN(tile_backward)(FN(work) * w, FN(group) * groups, int64_t b, int64
             for (int t = 0; t < ATTN_MR; ++t)
                 sr.src[t] = ps + t * ATTN_SLD, sr.win[t] = sr.post[t] = NULL, dpr[t] = dss + t * ATTN_SLD;
             FN(group_scores)(w, g, kb, jv, j0, jmax, ps, ATTN_SLD);
-#if defined(ATTN_DPBF16) /* dP = dO . V^T from the stored pairs (exact products, as the scores) */
-            const int64_t d2 = (d + 1) / 2;
-            const uint32_t *dob = w->dob + gi * ATTN_MR * d2;
-            for (int64_t st = j0 / NR; st < nstrip; ++st)
-                FN(mk_dp)(d2, dob, w->vpb + st * d2 * NR, NULL, (T)1, dss + st * NR, ATTN_SLD, NULL);
-#else
-            const T *dop = w->dop + gi * ATTN_MR * d;
-            for (int64_t st = j0 / NR; st < nstrip; ++st)
-                FN(mk_nt)(d, dop, w->vp + st * d * NR, dss + st * NR, ATTN_SLD, NULL);
-#endif
+            for (int64_t st = j0 / NR; st < nstrip; ++st) FN(eng_dp_strip)(w, gi, st, dss + st * NR, ATTN_SLD);
         }
         VT vslope = V(zero)();
         for (int t = 0; t < ATTN_MR; ++t) {
@@ -2723,8 +2221,7 @@ static void FN(unit_backward)(FN(work) * w, FN(group) * groups, int64_t unit, T 
         if (scores_tiled) FN(tiles_pack_block)(w, &kb, 1);
 #endif
         if (!scores_tiled) {
-            FN(pack_keys)(w->kp, w->kpb, kb.k, kb.ks, kb.nk, d);
-            FN(pack_keys)(w->vp, w->vpb, kb.v, kb.vs, kb.nk, d);
+            FN(eng_pack_bwd_block)(w, &kb);
         }
 #if defined(ATTN_TILES_BWD)
         if (w->tqt != NULL) {
@@ -2752,11 +2249,7 @@ static void FN(unit_backward)(FN(work) * w, FN(group) * groups, int64_t unit, T 
                 for (int t = 0; t < ATTN_MR; ++t)
                     rp[t] = (const S *)a->dout +
                             attn_off(a->dout_strides, b, h, m0 + gi * ATTN_MR + (t < gr ? t : 0));
-#if defined(ATTN_DPBF16)
-                FN(pack_rows_dp)(w->dob + gi * ATTN_MR * ((d + 1) / 2), rp, gr, d);
-#else
-                FN(pack_rows)(w->dop + gi * ATTN_MR * d, rp, gr, d, (T)1);
-#endif
+                FN(eng_pack_dout_group)(w, gi, rp, gr, d);
             }
             const S *qblk = (const S *)a->q + attn_off(a->q_strides, b, h, m0);
             const S *doblk = (const S *)a->dout + attn_off(a->dout_strides, b, h, m0);
@@ -2828,5 +2321,6 @@ int FN(attn_bwd)(wavepe_attention_plan *p, int64_t begin, int64_t end) {
 #undef ATTN_BBM
 #undef ATTN_BBN
 #undef ATTN_TB
-#undef ATTN_DPBF16
+#undef MK_ACC
+#undef ATTN_ENGINE_FILE
 #include "simd_type_end.h"

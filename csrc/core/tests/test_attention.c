@@ -542,7 +542,7 @@ static void bf16_forward(wavepe_isa isa, const shape *s, const inputs *in, const
     wavepe_attention_plan_free(plan);
 }
 
-/* avx512bf16's bfloat16 scores, bias window (vdpbf16ps on the stored pairs, attention_simd.h's mk_dp) and P V (mk_dpv) against the
+/* avx512bf16's bfloat16 scores, bias window (vdpbf16ps on the stored pairs, attention_engine_pairs.h's mk_dp) and P V (mk_dpv) against the
  * float64 oracle of the rounded inputs, with the bound of the scores' rounding:
  *   |score - exact| <= (d + 3) 2^-24 scale sum_c |q_c k_c| (to first order; + the bias, alike):
  *   exact bf16 products, ceil(d/2) steps of two rounded additions each (d in all), the scale and the
