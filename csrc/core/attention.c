@@ -154,19 +154,9 @@ static inline uint32_t table_pair(const uint16_t *t, int64_t c2, int64_t d) {
     return (uint32_t)t[2 * c2] | (2 * c2 + 1 < d ? (uint32_t)t[2 * c2 + 1] << 16 : 0u);
 }
 
-/* Pack the table over the distances the operation can touch (see the plan):
- * row-major rows (memcpy), nonzero column range per strip -- unless no kernel
- * reads the ranges (p->fold_table: every strip's range is all d columns) --,
- * and -- unless only narrow decoding kernels will run -- the transposed
- * strips.  A decoding step of one query position folds the rows into its keys
- * whole (narrow_dots_rr) and reads no range: the scan of a 2048-row window
- * was ~3 % of such a call (32/8 heads, d = 128, 1024 keys, bf16 or float32,
- * one thread, AVX2 EPYC Zen 3: 0.388 -> 0.375 ms). */
-static int pack_table(wavepe_attention_plan *p, int need_strips) {
-    const int need_ranges = !p->fold_table;
-    const wavepe_attention_args *a = &p->a;
-    p->prows = 0;
-    if (p->bias != ATTN_BIAS_TABLE || a->m == 0 || a->n == 0) return WAVEPE_OK;
+/* The distances [*lo, *hi] the operation can touch (the table's rows it reads, clamped or not);
+ * returns 0 when there are none. */
+static int table_distances(const wavepe_attention_args *a, int64_t *lo_out, int64_t *hi_out) {
     int64_t lo = a->q_offset - (a->n - 1), hi = a->q_offset + a->m - 1;
     if (a->causal && lo < 0) lo = 0;
     if (a->window > 0) { /* no key at a distance >= window is seen */
@@ -177,8 +167,181 @@ static int pack_table(wavepe_attention_plan *p, int need_strips) {
         if (lo < a->r_lo) lo = a->r_lo;
         if (hi > a->r_lo + a->table_rows - 1) hi = a->r_lo + a->table_rows - 1;
     }
-    if (lo > hi) return WAVEPE_OK;
-    const int64_t nr = p->nr, d = a->d, dpad = p->dpad, es = p->esize; /* es: the accumulator type's */
+    *lo_out = lo;
+    *hi_out = hi;
+    return lo <= hi;
+}
+
+/* The window's rows (distance hi - row for row < rows) into p->trow, row-major in the accumulator type
+ * (half types widened here, once per plan), zero past d and in the rows no table row fills. */
+static void table_rows_widened(wavepe_attention_plan *p, int64_t rows) {
+    const wavepe_attention_args *a = &p->a;
+    const int64_t d = a->d, dpad = p->dpad, es = p->esize, ds = wavepe_dtype_size(a->dtype);
+    const attn_widen_fn widen = attn_table_widen(p->isa, a->dtype);
+    unsigned char *trow = p->trow;
+    /* what no table row fills is cleared, and only that (the window is written anew every call) */
+    memset(trow + (size_t)(rows * dpad * es), 0, (size_t)((p->prows - rows) * dpad * es));
+    for (int64_t row = 0; row < rows; ++row) {
+        const int64_t idx = attn_table_index(a, p->pr_hi - row);
+        unsigned char *dst_row = trow + (size_t)(row * dpad * es);
+        if (idx < 0) {
+            memset(dst_row, 0, (size_t)(dpad * es));
+            continue;
+        }
+        memset(dst_row + (size_t)(d * es), 0, (size_t)((dpad - d) * es));
+        const unsigned char *src = (const unsigned char *)a->table + idx * d * ds;
+        float *dst = (float *)dst_row;
+        if (a->dtype == p->acc) memcpy(dst, src, (size_t)(d * es));
+        else widen((const uint16_t *)src, dst, d);
+    }
+}
+
+/* Strip s's columns that are not zero (NaN is not zero), [strip_clo, strip_chi), and with amax its
+ * largest |entry| (NaN wins: a strip holding one is never left out), for the kernels that leave out
+ * strips no weight can see (attn_strip_negligible: not the narrow decoding ones).  Each row is scanned
+ * only outside the range found so far (a wavelet table's rows share long zero runs, which a decoding
+ * step's plan scanned whole every call). */
+static void table_strip_range(wavepe_attention_plan *p, int64_t s, int amax) {
+    const int64_t nr = p->nr, d = p->a.d, dpad = p->dpad;
+    int64_t clo = d, chi = 0;
+    for (int64_t row = s * nr; row < (s + 1) * nr; ++row) {
+        const int64_t at = row * dpad; /* the row's first element, in the buffer's own type */
+        const int64_t c = p->f64 ? first_nonzero_double((const double *)p->trow + at, 0, clo)
+                                 : first_nonzero_float((const float *)p->trow + at, 0, clo);
+        if (c < clo) clo = c;
+        const int64_t lim = chi > c ? chi : c;
+        const int64_t e = p->f64 ? end_nonzero_double((const double *)p->trow + at, lim, d)
+                                 : end_nonzero_float((const float *)p->trow + at, lim, d);
+        if (e > lim) chi = e;
+    }
+    if (chi <= clo) clo = chi = 0;
+    p->strip_clo[s] = (int32_t)clo;
+    p->strip_chi[s] = (int32_t)chi;
+    uint64_t top = 0;
+    for (int64_t row = s * nr; row < (s + 1) * nr && amax; ++row) {
+        const uint64_t b = p->f64 ? abs_max_bits_double((const double *)p->trow + row * dpad, clo, chi)
+                                  : abs_max_bits_float((const float *)p->trow + row * dpad, clo, chi);
+        top = b > top ? b : top;
+    }
+    double m = INFINITY;
+    if (amax && p->f64) {
+        top >>= 1;
+        memcpy(&m, &top, sizeof m);
+    } else if (amax) {
+        const uint32_t bits = (uint32_t)(top >> 1);
+        float f;
+        memcpy(&f, &bits, sizeof f);
+        m = f;
+    }
+    p->strip_amax[s] = m;
+}
+
+/* The strips as the vector kernels' engine reads them (p->tpack): bf16 pairs of the stored rows
+ * [strip][c2][lane] (the pairs engine: group_bias reads the pairs [clo / 2, (chi + 1) / 2) of a strip, an
+ * edge pair's other half zero or masked there), else the window's rows transposed [strip][c][lane] (the
+ * FMA engine's mk_nt reads c in [clo, chi)). */
+static void table_strips_packed(wavepe_attention_plan *p, int64_t rows) {
+    const wavepe_attention_args *a = &p->a;
+    const int64_t nr = p->nr, d = a->d, dpad = p->dpad;
+    if (attn_dpbf16(p)) {
+        const int64_t d2 = (d + 1) / 2;
+        uint32_t *tp = p->tpack;
+        for (int64_t s = 0; s < p->nstrips; ++s) {
+            const int64_t c2lo = p->strip_clo[s] / 2, c2hi = (p->strip_chi[s] + 1) / 2;
+            for (int64_t lane = 0; lane < nr && c2lo < c2hi; ++lane) {
+                const int64_t row = s * nr + lane, idx = row < rows ? attn_table_index(a, p->pr_hi - row) : -1;
+                uint32_t *dst = tp + s * d2 * nr + lane;
+                if (idx < 0) {
+                    for (int64_t c2 = c2lo; c2 < c2hi; ++c2) dst[c2 * nr] = 0;
+                    continue;
+                }
+                const uint16_t *t = (const uint16_t *)a->table + idx * d;
+                for (int64_t c2 = c2lo; c2 < c2hi; ++c2) dst[c2 * nr] = table_pair(t, c2, d);
+            }
+        }
+        return;
+    }
+    for (int64_t s = 0; s < p->nstrips; ++s) {
+        const int64_t clo = p->strip_clo[s], chi = p->strip_chi[s];
+        for (int64_t lane = 0; lane < nr; ++lane) {
+            const int64_t at = (s * nr + lane) * dpad, to = s * d * nr + lane;
+            if (p->f64) {
+                const double *src = (const double *)p->trow + at;
+                double *dst = (double *)p->tpack + to;
+                for (int64_t c = clo; c < chi; ++c) dst[c * nr] = src[c];
+            } else {
+                const float *src = (const float *)p->trow + at;
+                float *dst = (float *)p->tpack + to;
+                for (int64_t c = clo; c < chi; ++c) dst[c * nr] = src[c];
+            }
+        }
+    }
+}
+
+/* The tiles' bias windows (p->tvnni): pairs (k2) of the stored table's rows in packed order (row), strip
+ * after strip of 16 rows (tiles.h's wavepe_tile_b_index with ldb 16, ldbs 16 k2pad, as TILES_AT_T of
+ * attention_simd.h).  A window's product reads every pair of its rows over the union of their strips'
+ * ranges: zero everywhere first, then each row's pairs inside its own strip's range (outside it the
+ * table is zero).  The bf16 backward's also in pairs of rows (p->tpairs: B of a table's dQ on tiles). */
+static int table_tiles_packed(wavepe_attention_plan *p, int64_t rows) {
+    const wavepe_attention_args *a = &p->a;
+    const int64_t nr = p->nr, d = a->d, dpad = p->dpad, prows = p->prows;
+    const uint16_t *tab = a->table;
+    const int64_t k2pad = ((d + 1) / 2 + 15) / 16 * 16, ld = prows + 16;
+    const int64_t tdims[2] = {k2pad, ld};
+    int status = wavepe_checked_numel(2, tdims, 4, NULL);
+    if (status != WAVEPE_OK) return status;
+    p->tvnni = wavepe_scratch_alloc((size_t)(k2pad * ld * 4));
+    if (p->tvnni == NULL) return WAVEPE_E_NOMEM;
+    uint32_t *tv = p->tvnni; /* (locals: a store through it could alias the ranges, so no reload) */
+    memset(tv, 0, (size_t)(k2pad * ld * 4));
+    for (int64_t row = 0; row < rows; ++row) {
+        const int64_t idx = attn_table_index(a, p->pr_hi - row), s = row / nr;
+        if (idx < 0) continue;
+        const uint16_t *t = tab + idx * d;
+        const int64_t c2lo = p->strip_clo[s] / 2, c2hi = (p->strip_chi[s] + 1) / 2;
+        for (int64_t c2 = c2lo; c2 < c2hi; ++c2) tv[wavepe_tile_b_index(c2, row, 16, 16 * k2pad)] = table_pair(t, c2, d);
+    }
+    if (!p->backward || a->dtype != WAVEPE_BF16) return WAVEPE_OK;
+    const int64_t pdims[2] = {(prows + 64) / 2, dpad};
+    if ((status = wavepe_checked_numel(2, pdims, 4, NULL)) != WAVEPE_OK) return status;
+    const size_t pbytes = (size_t)(pdims[0] * dpad * 4);
+    p->tpairs = wavepe_scratch_alloc(pbytes);
+    if (p->tpairs == NULL) return WAVEPE_E_NOMEM;
+    memset(p->tpairs, 0, pbytes);
+    for (int64_t row = 0; row < rows; ++row) { /* zero outside the strip's range, as above */
+        const int64_t idx = attn_table_index(a, p->pr_hi - row), s = row / nr;
+        if (idx < 0) continue;
+        const uint16_t *t = tab + idx * d;
+        uint32_t *pairs = p->tpairs + row / 2 * dpad; /* the pair's first row in the low half */
+        const int64_t clo = p->strip_clo[s], chi = p->strip_chi[s];
+        const int shift = 16 * (int)(row % 2);
+        for (int64_t c = clo; c < chi; ++c) pairs[c] |= (uint32_t)t[c] << shift;
+    }
+    return WAVEPE_OK;
+}
+
+/* Pack the table over the distances the operation can touch (see the plan):
+ * row-major rows, nonzero column range per strip -- unless no kernel
+ * reads the ranges (p->fold_table: every strip's range is all d columns) --,
+ * and -- unless only narrow decoding kernels will run -- the strips the
+ * engine reads, and the tiles' forms where tiles run.  A decoding step of one
+ * query position folds the rows into its keys whole (narrow_dots_rr) and
+ * reads no range: the scan of a 2048-row window was ~3 % of such a call
+ * (32/8 heads, d = 128, 1024 keys, bf16 or float32, one thread, AVX2 EPYC
+ * Zen 3: 0.388 -> 0.375 ms).
+ *
+ * Each packed form is written only where it is read, and each table pair built from the stored table
+ * once per use: a wavelet table's rows are mostly zero columns (its packed window at L = 4096 holds ~37
+ * nonzero of d = 128 per row), and these loops -- the float strips copied an element per memcpy call --
+ * were most of a plan's time (1.4-1.8 ms at L = 4096, d = 128; 60-70 us at L = 256, d = 64; AVX2 EPYC),
+ * serial before a call's threads start. */
+static int pack_table(wavepe_attention_plan *p, int need_strips) {
+    const wavepe_attention_args *a = &p->a;
+    p->prows = 0;
+    int64_t lo, hi;
+    if (p->bias != ATTN_BIAS_TABLE || a->m == 0 || a->n == 0 || !table_distances(a, &lo, &hi)) return WAVEPE_OK;
+    const int64_t nr = p->nr, dpad = p->dpad, es = p->esize; /* es: the accumulator type's */
     const int64_t rows = hi - lo + 1;
     const int64_t nstrips = (rows + nr - 1) / nr;
     const int64_t dims[2] = {nstrips * nr, dpad};
@@ -196,147 +359,18 @@ static int pack_table(wavepe_attention_plan *p, int need_strips) {
     p->strip_amax = malloc(sizeof(double) * (size_t)nstrips);
     if (need_strips) p->tpack = wavepe_scratch_alloc(bytes);
     if (!p->trow || !p->strip_clo || !p->strip_chi || !p->strip_amax || (need_strips && !p->tpack)) return WAVEPE_E_NOMEM;
-    unsigned char *trow = p->trow;
-    const int64_t ds = wavepe_dtype_size(a->dtype);
-    const attn_widen_fn widen = attn_table_widen(p->isa, a->dtype);
-    /* what no table row fills is cleared, and only that (the window is written anew every call) */
-    memset(trow + (size_t)(rows * dpad * es), 0, (size_t)((prows - rows) * dpad * es));
-    for (int64_t row = 0; row < rows; ++row) { /* half types widened here, once per plan */
-        const int64_t idx = attn_table_index(a, hi - row);
-        unsigned char *dst_row = trow + (size_t)(row * dpad * es);
-        if (idx < 0) {
-            memset(dst_row, 0, (size_t)(dpad * es));
-            continue;
-        }
-        memset(dst_row + (size_t)(d * es), 0, (size_t)((dpad - d) * es));
-        const unsigned char *src = (const unsigned char *)a->table + idx * d * ds;
-        float *dst = (float *)dst_row;
-        if (a->dtype == p->acc) memcpy(dst, src, (size_t)(d * es));
-        else widen((const uint16_t *)src, dst, d);
-    }
-    for (int64_t s = 0; s < nstrips && !need_ranges; ++s) { /* every column may be nonzero */
-        p->strip_clo[s] = 0;
-        p->strip_chi[s] = (int32_t)d;
-        p->strip_amax[s] = INFINITY; /* (never negligible: nothing was scanned) */
-    }
-    for (int64_t s = 0; s < nstrips && need_ranges; ++s) {
-        /* the first and one past the last column of the strip that is not zero (NaN is not
-         * zero): each row is scanned only outside the range found so far (a wavelet table's
-         * rows share long zero runs, which a decoding step's plan scanned whole every call) */
-        int64_t clo = d, chi = 0;
-        for (int64_t row = s * nr; row < (s + 1) * nr; ++row) {
-            const int64_t at = row * dpad; /* the row's first element, in the buffer's own type */
-            const int64_t c = p->f64 ? first_nonzero_double((const double *)p->trow + at, 0, clo)
-                                     : first_nonzero_float((const float *)p->trow + at, 0, clo);
-            if (c < clo) clo = c;
-            const int64_t lim = chi > c ? chi : c;
-            const int64_t e = p->f64 ? end_nonzero_double((const double *)p->trow + at, lim, d)
-                                     : end_nonzero_float((const float *)p->trow + at, lim, d);
-            if (e > lim) chi = e;
-        }
-        if (chi <= clo) clo = chi = 0;
-        p->strip_clo[s] = (int32_t)clo;
-        p->strip_chi[s] = (int32_t)chi;
-        /* the largest |entry| (NaN wins: a strip holding one is never left out), for the kernels that
-         * leave out strips no weight can see (attn_strip_negligible: not the narrow decoding ones) */
-        uint64_t top = 0;
-        for (int64_t row = s * nr; row < (s + 1) * nr && need_strips; ++row) {
-            const uint64_t b = p->f64 ? abs_max_bits_double((const double *)p->trow + row * dpad, clo, chi)
-                                      : abs_max_bits_float((const float *)p->trow + row * dpad, clo, chi);
-            top = b > top ? b : top;
-        }
-        double amax = INFINITY;
-        if (need_strips && p->f64) {
-            top >>= 1;
-            memcpy(&amax, &top, sizeof amax);
-        } else if (need_strips) {
-            const uint32_t bits = (uint32_t)(top >> 1);
-            float f;
-            memcpy(&f, &bits, sizeof f);
-            amax = f;
-        }
-        p->strip_amax[s] = amax;
-    }
-    /* Each packed form below is written only where it is read, and each table pair built from the
-     * stored table once per use: a wavelet table's rows are mostly zero columns (its packed window at
-     * L = 4096 holds ~37 nonzero of d = 128 per row), and these loops -- the float strips copied an
-     * element per memcpy call -- were most of a plan's time (1.4-1.8 ms at L = 4096, d = 128; 60-70 us
-     * at L = 256, d = 64; AVX2 EPYC), serial before a call's threads start. */
-    const uint16_t *tab = a->table;
-    if (need_strips && attn_dpbf16(p)) {
-        /* [strip][c2][lane] = the pair (2 c2, 2 c2 + 1) of the stored row; group_bias reads the pairs
-         * [clo / 2, (chi + 1) / 2) of a strip (an edge pair's other half is zero or masked there) */
-        const int64_t d2 = (d + 1) / 2;
-        uint32_t *tp = p->tpack;
-        for (int64_t s = 0; s < nstrips; ++s) {
-            const int64_t c2lo = p->strip_clo[s] / 2, c2hi = (p->strip_chi[s] + 1) / 2;
-            for (int64_t lane = 0; lane < nr && c2lo < c2hi; ++lane) {
-                const int64_t row = s * nr + lane, idx = row < rows ? attn_table_index(a, hi - row) : -1;
-                uint32_t *dst = tp + s * d2 * nr + lane;
-                if (idx < 0) {
-                    for (int64_t c2 = c2lo; c2 < c2hi; ++c2) dst[c2 * nr] = 0;
-                    continue;
-                }
-                const uint16_t *t = tab + idx * d;
-                for (int64_t c2 = c2lo; c2 < c2hi; ++c2) dst[c2 * nr] = table_pair(t, c2, d);
-            }
-        }
-    } else if (need_strips) { /* [strip][c][lane] = trow[strip * nr + lane][c]; mk_nt reads c in [clo, chi) */
-        for (int64_t s = 0; s < nstrips; ++s) {
-            const int64_t clo = p->strip_clo[s], chi = p->strip_chi[s];
-            for (int64_t lane = 0; lane < nr; ++lane) {
-                const int64_t at = (s * nr + lane) * dpad, to = s * d * nr + lane;
-                if (p->f64) {
-                    const double *src = (const double *)p->trow + at;
-                    double *dst = (double *)p->tpack + to;
-                    for (int64_t c = clo; c < chi; ++c) dst[c * nr] = src[c];
-                } else {
-                    const float *src = (const float *)p->trow + at;
-                    float *dst = (float *)p->tpack + to;
-                    for (int64_t c = clo; c < chi; ++c) dst[c * nr] = src[c];
-                }
-            }
+    table_rows_widened(p, rows);
+    for (int64_t s = 0; s < nstrips; ++s) {
+        if (p->fold_table) { /* every column may be nonzero (never negligible: nothing was scanned) */
+            p->strip_clo[s] = 0;
+            p->strip_chi[s] = (int32_t)a->d;
+            p->strip_amax[s] = INFINITY;
+        } else {
+            table_strip_range(p, s, need_strips);
         }
     }
-    if (p->tiles) {
-        /* the tiles' bias windows: pairs (k2) of the stored table's rows in packed order (row), strip after
-         * strip of 16 rows (tiles.h's wavepe_tile_b_index with ldb 16, ldbs 16 k2pad, as TILES_AT_T of
-         * attention_simd.h).  A window's product reads every pair of its rows over the union of
-         * their strips' ranges: zero everywhere first, then each row's pairs inside its own strip's range
-         * (outside it the table is zero) */
-        const int64_t k2pad = ((d + 1) / 2 + 15) / 16 * 16, ld = prows + 16;
-        const int64_t tdims[2] = {k2pad, ld};
-        if ((status = wavepe_checked_numel(2, tdims, 4, NULL)) != WAVEPE_OK) return status;
-        p->tvnni = wavepe_scratch_alloc((size_t)(k2pad * ld * 4));
-        if (p->tvnni == NULL) return WAVEPE_E_NOMEM;
-        uint32_t *tv = p->tvnni; /* (locals: a store through it could alias the ranges, so no reload) */
-        memset(tv, 0, (size_t)(k2pad * ld * 4));
-        for (int64_t row = 0; row < rows; ++row) {
-            const int64_t idx = attn_table_index(a, hi - row), s = row / nr;
-            if (idx < 0) continue;
-            const uint16_t *t = tab + idx * d;
-            const int64_t c2lo = p->strip_clo[s] / 2, c2hi = (p->strip_chi[s] + 1) / 2;
-            for (int64_t c2 = c2lo; c2 < c2hi; ++c2) tv[wavepe_tile_b_index(c2, row, 16, 16 * k2pad)] = table_pair(t, c2, d);
-        }
-        if (p->backward && a->dtype == WAVEPE_BF16) {
-            const int64_t pdims[2] = {(prows + 64) / 2, dpad};
-            if ((status = wavepe_checked_numel(2, pdims, 4, NULL)) != WAVEPE_OK) return status;
-            const size_t pbytes = (size_t)(pdims[0] * dpad * 4);
-            p->tpairs = wavepe_scratch_alloc(pbytes);
-            if (p->tpairs == NULL) return WAVEPE_E_NOMEM;
-            memset(p->tpairs, 0, pbytes);
-            for (int64_t row = 0; row < rows; ++row) { /* zero outside the strip's range, as above */
-                const int64_t idx = attn_table_index(a, hi - row), s = row / nr;
-                if (idx < 0) continue;
-                const uint16_t *t = tab + idx * d;
-                uint32_t *pairs = p->tpairs + row / 2 * dpad; /* the pair's first row in the low half */
-                const int64_t clo = p->strip_clo[s], chi = p->strip_chi[s];
-                const int shift = 16 * (int)(row % 2);
-                for (int64_t c = clo; c < chi; ++c) pairs[c] |= (uint32_t)t[c] << shift;
-            }
-        }
-    }
-    return WAVEPE_OK;
+    if (need_strips) table_strips_packed(p, rows);
+    return p->tiles ? table_tiles_packed(p, rows) : WAVEPE_OK;
 }
 
 static wavepe_attention_plan *plan_common(wavepe_isa isa, int f64, const wavepe_attention_args *a, int backward) {

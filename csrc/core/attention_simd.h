@@ -1268,6 +1268,72 @@ static int64_t FN(load_kpm)(FN(work) * w, int64_t b, int64_t n0, int64_t nk) {
 }
 
 #if defined(ATTN_TILES)
+/* The tile path's scratch of one thread (work_alloc, where the plan's blocks run on tiles): one allocation,
+ * w->tblock; on failure nothing is left allocated here. */
+static int FN(tiles_work_alloc)(FN(work) * w, const wavepe_attention_plan *p, int64_t rows, int64_t bwd) {
+    const int64_t d = p->a.d, dpad = p->dpad;
+    const int64_t rows16 = (rows + 15) / 16 * 16;
+    w->tk2 = ((d + 1) / 2 + 15) / 16 * 16;
+    w->tlda = 2 * w->tk2;
+    /* pieces in 4-byte units, 64-byte aligned: ta, tdo, tk, tv, tsc, tdp, tp, tg; then the backward's
+     * accumulating products (ATTN_TILES_BWD): tqt, tdot, tds, tpr, tpp, tdsp, tkp, dvt, dkt, tgw, tgwp, tdt */
+    int64_t tsizes[20] = {rows16 * w->tk2, bwd ? rows16 * w->tk2 : 0, w->tk2 * ATTN_BNMAX,
+                          bwd ? w->tk2 * ATTN_BNMAX : ATTN_BNMAX / 2 * dpad, rows16 * ATTN_TSLD,
+                          bwd ? rows16 * ATTN_TSLD : 0, bwd ? 0 : rows16 * ATTN_TPLD / 2, 32 * ATTN_TGW};
+#if defined(ATTN_TILES_BWD)
+    if (bwd) {
+        int64_t head; /* the head's transposed rows: nqb blocks of dpad x ATTN_BBM half elements */
+        if (wavepe_mul_overflow(p->nqb, dpad * (ATTN_BBM / 2), &head)) return WAVEPE_E_OVERFLOW;
+        const int table = p->tpairs != NULL && p->prows > 0, dtable = table && p->a.dtable != NULL;
+        const int64_t more[12] = {head, head, ATTN_BBM * ATTN_BNMAX / 2, ATTN_BNMAX, ATTN_BBM / 2 * ATTN_BNMAX,
+                                  ATTN_BBM / 2 * ATTN_BNMAX, ATTN_BNMAX / 2 * dpad, dpad * ATTN_BBN, dpad * ATTN_BBN,
+                                  table ? ATTN_BBM / 2 * ATTN_TWW : 0, dtable ? ATTN_BBM / 2 * ATTN_TWW : 0,
+                                  dtable ? dpad * ATTN_TWW : 0};
+        memcpy(tsizes + 8, more, sizeof(more));
+    }
+#endif
+    int64_t ttotal = 0;
+    for (int i = 0; i < 20; ++i) {
+        tsizes[i] = (tsizes[i] + 15) / 16 * 16;
+        if (wavepe_add_overflow(ttotal, tsizes[i], &ttotal) || ttotal > (int64_t)(PTRDIFF_MAX / 4))
+            return WAVEPE_E_OVERFLOW;
+    }
+    char *tb = wavepe_scratch_alloc((size_t)ttotal * 4);
+    if (tb == NULL) return WAVEPE_E_NOMEM;
+    /* the forward's S, P and bias windows (tsc, tp, tg) are written before they are read, or read only in
+     * lanes that are selected away (group_softmax, tiles_scores' margins): not cleared */
+    memset(tb, 0, (size_t)(bwd ? ttotal : tsizes[0] + tsizes[1] + tsizes[2] + tsizes[3]) * 4);
+    w->tblock = tb;
+    int64_t off = 0;
+    w->ta = (uint16_t *)(tb + off * 4), off += tsizes[0];
+    w->tdo = tsizes[1] ? (uint16_t *)(tb + off * 4) : NULL, off += tsizes[1];
+    w->tk = (uint32_t *)(tb + off * 4), off += tsizes[2];
+    w->tv = (uint32_t *)(tb + off * 4), off += tsizes[3];
+    w->tsc = (float *)(tb + off * 4), off += tsizes[4];
+    w->tdp = tsizes[5] ? (float *)(tb + off * 4) : NULL, off += tsizes[5];
+    w->tp = tsizes[6] ? (uint16_t *)(tb + off * 4) : NULL, off += tsizes[6];
+    w->tg = (float *)(tb + off * 4), off += tsizes[7];
+    w->tk0 = w->tk, w->tv0 = w->tv, w->kvc_bh = -1;
+    w->kvc_stride = bwd ? 0 : tsizes[2] + tsizes[3]; /* kv_cache_alloc's slot: a tk and a tv */
+#if defined(ATTN_TILES_BWD)
+    if (bwd) {
+        w->tqt = (uint16_t *)(tb + off * 4), off += tsizes[8];
+        w->tdot = (uint16_t *)(tb + off * 4), off += tsizes[9];
+        w->tds = (uint16_t *)(tb + off * 4), off += tsizes[10];
+        w->tpr = (uint16_t *)(tb + off * 4), off += tsizes[11];
+        w->tpp = (uint32_t *)(tb + off * 4), off += tsizes[12];
+        w->tdsp = (uint32_t *)(tb + off * 4), off += tsizes[13];
+        w->tkp = (uint32_t *)(tb + off * 4), off += tsizes[14];
+        w->dvt = (float *)(tb + off * 4), off += tsizes[15];
+        w->dkt = (float *)(tb + off * 4), off += tsizes[16];
+        w->tgw = tsizes[17] ? (uint16_t *)(tb + off * 4) : NULL, off += tsizes[17];
+        w->tgwp = tsizes[18] ? (uint32_t *)(tb + off * 4) : NULL, off += tsizes[18];
+        w->tdt = tsizes[19] ? (float *)(tb + off * 4) : NULL;
+    }
+#endif
+    return WAVEPE_OK;
+}
+
 static void FN(pack_groups_late)(FN(work) * w, FN(group) * groups, int64_t ngroups);
 #endif
 
@@ -1400,73 +1466,11 @@ static int FN(work_alloc)(FN(work) * w, const wavepe_attention_plan *p, int64_t 
     memset(w->block, 0, (size_t)total * sizeof(T));
 #if defined(ATTN_TILES)
     if (p->tiles && !narrow && p->kind != ATTN_KIND_DECODE) {
-        const int64_t rows16 = (rows + 15) / 16 * 16;
-        w->tk2 = ((d + 1) / 2 + 15) / 16 * 16;
-        w->tlda = 2 * w->tk2;
-        /* pieces in 4-byte units, 64-byte aligned: ta, tdo, tk, tv, tsc, tdp, tp, tg; then the backward's
-         * accumulating products (ATTN_TILES_BWD): tqt, tdot, tds, tpr, tpp, tdsp, tkp, dvt, dkt, tgw, tgwp, tdt */
-        int64_t tsizes[20] = {rows16 * w->tk2, bwd ? rows16 * w->tk2 : 0, w->tk2 * ATTN_BNMAX,
-                              bwd ? w->tk2 * ATTN_BNMAX : ATTN_BNMAX / 2 * dpad, rows16 * ATTN_TSLD,
-                              bwd ? rows16 * ATTN_TSLD : 0, bwd ? 0 : rows16 * ATTN_TPLD / 2, 32 * ATTN_TGW};
-#if defined(ATTN_TILES_BWD)
-        if (bwd) {
-            int64_t head; /* the head's transposed rows: nqb blocks of dpad x ATTN_BBM half elements */
-            if (wavepe_mul_overflow(p->nqb, dpad * (ATTN_BBM / 2), &head)) {
-                wavepe_scratch_free(w->block);
-                return WAVEPE_E_OVERFLOW;
-            }
-            const int table = p->tpairs != NULL && p->prows > 0, dtable = table && p->a.dtable != NULL;
-            const int64_t more[12] = {head, head, ATTN_BBM * ATTN_BNMAX / 2, ATTN_BNMAX, ATTN_BBM / 2 * ATTN_BNMAX,
-                                      ATTN_BBM / 2 * ATTN_BNMAX, ATTN_BNMAX / 2 * dpad, dpad * ATTN_BBN, dpad * ATTN_BBN,
-                                      table ? ATTN_BBM / 2 * ATTN_TWW : 0, dtable ? ATTN_BBM / 2 * ATTN_TWW : 0,
-                                      dtable ? dpad * ATTN_TWW : 0};
-            memcpy(tsizes + 8, more, sizeof(more));
-        }
-#endif
-        int64_t ttotal = 0;
-        for (int i = 0; i < 20; ++i) {
-            tsizes[i] = (tsizes[i] + 15) / 16 * 16;
-            if (wavepe_add_overflow(ttotal, tsizes[i], &ttotal) || ttotal > (int64_t)(PTRDIFF_MAX / 4)) {
-                wavepe_scratch_free(w->block);
-                return WAVEPE_E_OVERFLOW;
-            }
-        }
-        char *tb = wavepe_scratch_alloc((size_t)ttotal * 4);
-        if (tb == NULL) {
+        const int status = FN(tiles_work_alloc)(w, p, rows, bwd);
+        if (status != WAVEPE_OK) {
             wavepe_scratch_free(w->block);
-            return WAVEPE_E_NOMEM;
+            return status;
         }
-        /* the forward's S, P and bias windows (tsc, tp, tg) are written before they are read, or read only in
-         * lanes that are selected away (group_softmax, tiles_scores' margins): not cleared */
-        memset(tb, 0, (size_t)(bwd ? ttotal : tsizes[0] + tsizes[1] + tsizes[2] + tsizes[3]) * 4);
-        w->tblock = tb;
-        int64_t off = 0;
-        w->ta = (uint16_t *)(tb + off * 4), off += tsizes[0];
-        w->tdo = tsizes[1] ? (uint16_t *)(tb + off * 4) : NULL, off += tsizes[1];
-        w->tk = (uint32_t *)(tb + off * 4), off += tsizes[2];
-        w->tv = (uint32_t *)(tb + off * 4), off += tsizes[3];
-        w->tsc = (float *)(tb + off * 4), off += tsizes[4];
-        w->tdp = tsizes[5] ? (float *)(tb + off * 4) : NULL, off += tsizes[5];
-        w->tp = tsizes[6] ? (uint16_t *)(tb + off * 4) : NULL, off += tsizes[6];
-        w->tg = (float *)(tb + off * 4), off += tsizes[7];
-        w->tk0 = w->tk, w->tv0 = w->tv, w->kvc_bh = -1;
-        w->kvc_stride = bwd ? 0 : tsizes[2] + tsizes[3]; /* kv_cache_alloc's slot: a tk and a tv */
-#if defined(ATTN_TILES_BWD)
-        if (bwd) {
-            w->tqt = (uint16_t *)(tb + off * 4), off += tsizes[8];
-            w->tdot = (uint16_t *)(tb + off * 4), off += tsizes[9];
-            w->tds = (uint16_t *)(tb + off * 4), off += tsizes[10];
-            w->tpr = (uint16_t *)(tb + off * 4), off += tsizes[11];
-            w->tpp = (uint32_t *)(tb + off * 4), off += tsizes[12];
-            w->tdsp = (uint32_t *)(tb + off * 4), off += tsizes[13];
-            w->tkp = (uint32_t *)(tb + off * 4), off += tsizes[14];
-            w->dvt = (float *)(tb + off * 4), off += tsizes[15];
-            w->dkt = (float *)(tb + off * 4), off += tsizes[16];
-            w->tgw = tsizes[17] ? (uint16_t *)(tb + off * 4) : NULL, off += tsizes[17];
-            w->tgwp = tsizes[18] ? (uint32_t *)(tb + off * 4) : NULL, off += tsizes[18];
-            w->tdt = tsizes[19] ? (float *)(tb + off * 4) : NULL;
-        }
-#endif
     }
 #endif
     return WAVEPE_OK;
