@@ -280,7 +280,7 @@ static void table_strips_packed(wavepe_attention_plan *p, int64_t rows) {
 
 /* The tiles' bias windows (p->tvnni): pairs (k2) of the stored table's rows in packed order (row), strip
  * after strip of 16 rows (tiles.h's wavepe_tile_b_index with ldb 16, ldbs 16 k2pad, as TILES_AT_T of
- * attention_simd.h).  A window's product reads every pair of its rows over the union of their strips'
+ * attention_blocks_tiles.h).  A window's product reads every pair of its rows over the union of their strips'
  * ranges: zero everywhere first, then each row's pairs inside its own strip's range (outside it the
  * table is zero).  The bf16 backward's also in pairs of rows (p->tpairs: B of a table's dQ on tiles). */
 static int table_tiles_packed(wavepe_attention_plan *p, int64_t rows) {

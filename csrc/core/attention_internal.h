@@ -18,7 +18,7 @@ enum { ATTN_KIND_SCALAR = 0, ATTN_KIND_TILED = 1, ATTN_KIND_DECODE = 2 };
 #define ATTN_MAX_TABLE_SLOTS 8
 /* Key rows per phase-1 unit of the GQA dk/dv reduction. */
 #define ATTN_KV_REDUCE_ROWS 64
-/* The amx forward's per-thread cache of packed key blocks (attention_simd.h, kv_cache_alloc), for threads
+/* The amx forward's per-thread cache of packed key blocks (attention_blocks_tiles.h, kv_cache_alloc), for threads
  * that run two units or more: at most this many bytes a thread (8 MiB: 8192 keys of d = 128 at 2 x 2 bytes a
  * key element; on a machine of many threads, units per thread are few and so are caches); longer sequences
  * pack per query block. */
@@ -89,7 +89,7 @@ struct wavepe_attention_plan {
     int32_t *strip_clo; /* per strip: columns [clo, chi) hold every nonzero */
     int32_t *strip_chi; /* clo == chi: the strip is all zero */
     double *strip_amax; /* the largest |entry| of the strip (NaN if it holds one): attn_strip_negligible */
-    /* the amx ISA's half-type blocks on tiles (attention_simd.h's ATTN_TILES; tiles.h): whether this plan's
+    /* the amx ISA's half-type blocks on tiles (the tile engine, attention_blocks_tiles.h; tiles.h): whether this plan's
      * products run there, and the packed table transposed in pairs of the stored elements, the B operand
      * of the bias windows, strip after strip of 16 rows (tiles.h): tvnni[wavepe_tile_b_index(k2, p, 16, 16
      * k2pad)] = the pair (2 k2, 2 k2 + 1) of packed row p, k2 < k2pad (the pairs of d rounded up to 16), zero past d
