@@ -703,6 +703,85 @@ static inline __attribute__((always_inline)) VT FN(row_weights)(const T *src, co
 /* Rows whose running maximum (scaled) passes this take the exact weights (row_weights) */
 #define ATTN_EXACT_M ((T)1024)
 
+/* A row with a finite running maximum m_ref (every key block after its first) in one pass (group_softmax, the
+ * block engine's P in 16 bits): its weights against that maximum, the block's own maximum taken on the way.
+ * They stand -- returns 1, the row's sum *lst added to (the maximum, the O row and the sum's scale unchanged:
+ * the row's lse is m + log l whichever m) -- unless a weight passed 2^blk_p_room or a NaN came (returns 0:
+ * the two passes run, as for a first block).  Where no score passes the running maximum -- most blocks --
+ * this is the two passes' arithmetic exactly; the max pass re-read every score (Emerald Rapids: the vector
+ * work ~60 % of the tile forward's time). */
+static inline __attribute__((always_inline)) int FN(row_one_pass)(const T *src, const T *win, const T *mask,
+                                                                   int64_t jl, int64_t n, int64_t jb, int64_t ji0,
+                                                                   int64_t ji1, T scale, T kexp, VT vscale, VT vcap,
+                                                                   VT vzmul, T m_ref, T *prow, uint16_t *p16,
+                                                                   int64_t pcols, T *lst) {
+    const VT va1 = V(set1)(scale * kexp), vb1 = V(set1)(-m_ref * kexp);
+    VT vz;
+    if (jb > 0) memset(p16, 0, sizeof(uint16_t) * (size_t)jb);
+    const VT vs1 = win != NULL ? FN(row_weights)(src, win, NULL, mask, jl, n, ji0, ji1, 1, 0, 0, 0, vscale, vcap,
+                                                 vzmul, va1, vb1, 1, prow, p16, &vz)
+                               : FN(row_weights)(src, NULL, NULL, mask, jl, n, ji0, ji1, 0, 0, 0, 0, vscale, vcap,
+                                                 vzmul, va1, vb1, 1, prow, p16, &vz);
+    const T top = (scale * V(hmax)(vz) - m_ref) * kexp, sum = V(hsum)(vs1);
+    if (!(top <= FN(blk_p_room)() && sum == sum)) return 0;
+    const int64_t jend = (n + VL - 1) / VL * VL;
+    if (jend < pcols) memset(p16 + jend, 0, sizeof(uint16_t) * (size_t)(pcols - jend));
+    *lst += sum;
+    return 1;
+}
+
+/* The maximum pass of group_softmax over a row's scores (keys [jb, n), [ji0, ji1) whole vectors it sees, lanes
+ * selected elsewhere): the block's maximum score -- -inf where nothing is kept; capped, the cap of the largest
+ * (at least -cap); NaN where every visible score is -inf or NaN and one is NaN (x86's max may drop a NaN) --
+ * and in *any_kept the lanes kept. */
+static inline __attribute__((always_inline)) T FN(row_block_max)(const T *src, const T *win, const T *post,
+                                                                  const T *mask, int64_t jl, int64_t n, int64_t jb,
+                                                                  int64_t ji0, int64_t ji1, int capped, T scale,
+                                                                  VT vscale, VT vcap, VT vzmul, MT *any_kept_out) {
+    const VT ninf = V(set1)(-(T)INFINITY);
+    MT any_kept = *any_kept_out;
+    VT vmax = ninf, vmax2 = ninf; /* two chains: the max's latency, not its throughput, bounds one */
+    int64_t j = jb;
+    for (; j < n && j < ji0; j += VL) {
+        const MT keep = FN(kept_lanes)(j, jl, n, mask);
+        any_kept = M(or)(any_kept, keep);
+        vmax = V(max)(vmax, V(blend)(keep, ninf, FN(score_z)(src, win, post, vscale, j)));
+    }
+    if (j < ji1) {
+        any_kept = M(first)(VL);
+        if (win != NULL && post == NULL)
+            for (; j + VL < ji1; j += 2 * VL) {
+                vmax = V(max)(vmax, V(add)(V(loadu)(src + j), V(loadu)(win + j)));
+                vmax2 = V(max)(vmax2, V(add)(V(loadu)(src + j + VL), V(loadu)(win + j + VL)));
+            }
+        else if (win == NULL && post == NULL)
+            for (; j + VL < ji1; j += 2 * VL) {
+                vmax = V(max)(vmax, V(loadu)(src + j));
+                vmax2 = V(max)(vmax2, V(loadu)(src + j + VL));
+            }
+        for (; j < ji1; j += VL) vmax = V(max)(vmax, FN(score_z)(src, win, post, vscale, j));
+    }
+    for (; j < n; j += VL) {
+        const MT keep = FN(kept_lanes)(j, jl, n, mask);
+        any_kept = M(or)(any_kept, keep);
+        vmax = V(max)(vmax, V(blend)(keep, ninf, FN(score_z)(src, win, post, vscale, j)));
+    }
+    *any_kept_out = any_kept;
+    const T zmax = V(hmax)(V(max)(vmax, vmax2));
+    T mx = !M(bits)(any_kept) ? -(T)INFINITY
+           : capped           ? V(hmax)(V(mul)(vcap, V(tanh)(V(mul)(V(set1)(zmax), vzmul))))
+           : post != NULL     ? zmax
+                              : scale * zmax;
+    if (mx == -(T)INFINITY && M(bits)(any_kept)) {
+        /* every visible score -inf (an infinite k or bias) -- unless max dropped a NaN */
+        MT nan = M(first)(0);
+        for (j = jb; j < n; j += VL)
+            nan = M(or)(nan, M(and)(FN(kept_lanes)(j, jl, n, mask), V(isnan)(FN(score_z)(src, win, post, vscale, j))));
+        if (M(bits)(nan)) mx = (T)NAN;
+    }
+    return mx;
+}
+
 /* The online softmax of a group's rows over one key block (sr: the scores, keys jl[t] .. jv[t] of row t
  * seen): P (masked lanes 0), the running max and sum and the O rows updated.  P goes to ps (the vector
  * kernels: rows of stride ATTN_SLD, over the scores) or, with pout (the tiles' forward: rows of stride
@@ -721,7 +800,7 @@ static void FN(group_softmax)(const wavepe_attention_plan *p, const FN(kblock) *
                               const FN(score_rows) * sr, T *ps, T *mst, T *lst, T *o, uint16_t *pout, int64_t pcols) {
     const int64_t dpad = p->dpad;
     const int64_t jround = (jmax + VL - 1) / VL * VL;
-    const VT ninf = V(set1)(-(T)INFINITY), vscale = V(set1)(sr->scale);
+    const VT vscale = V(set1)(sr->scale);
     const int capped = p->a.softcap > 0.0; /* softcap * tanh(s / softcap), before the mask */
     const T icap = (T)(capped ? 1.0 / p->a.softcap : 0.0);
     const VT vcap = V(set1)((T)p->a.softcap);
@@ -740,72 +819,13 @@ static void FN(group_softmax)(const wavepe_attention_plan *p, const FN(kblock) *
         const int64_t jb = jl[t] / VL * VL; /* P below it is never read (rows_times_panels, row_pv) */
         /* [ji0, ji1): whole vectors of keys the row sees (none with a key-padding mask), no lane to select */
         const int64_t ji0 = (jl[t] + VL - 1) / VL * VL, ji1 = kb->masked ? ji0 : (n / VL * VL > ji0 ? n / VL * VL : ji0);
-        if (base2 && plain && n > 0 && mst[t] >= -ATTN_EXACT_M && mst[t] <= ATTN_EXACT_M) {
-            /* A row with a finite running maximum (every key block after its first) in one pass: its weights
-             * against that maximum, the block's own maximum taken on the way.  They stand (the maximum, the
-             * O row and the sum's scale unchanged: the row's lse is m + log l whichever m) unless a weight
-             * passed 2^ATTN_TILE_P_ROOM or a NaN came (then the two passes below run, as for a first block).
-             * Where no score passes the running maximum -- most blocks -- this is the two passes' arithmetic
-             * exactly; the max pass re-read every score (Emerald Rapids: the vector work ~60 % of the tile
-             * forward's time). */
-            const T m_ref = mst[t];
-            const VT va1 = V(set1)(sr->scale * kexp), vb1 = V(set1)(-m_ref * kexp);
-            VT vz;
-            if (jb > 0) memset(p16, 0, sizeof(uint16_t) * (size_t)jb);
-            const VT vs1 = win != NULL
-                               ? FN(row_weights)(src, win, NULL, mask, jl[t], n, ji0, ji1, 1, 0, 0, 0, vscale, vcap,
-                                                 vzmul, va1, vb1, 1, prow, p16, &vz)
-                               : FN(row_weights)(src, NULL, NULL, mask, jl[t], n, ji0, ji1, 0, 0, 0, 0, vscale, vcap,
-                                                 vzmul, va1, vb1, 1, prow, p16, &vz);
-            const T top = (sr->scale * V(hmax)(vz) - m_ref) * kexp, sum = V(hsum)(vs1);
-            if (top <= FN(blk_p_room)() && sum == sum) {
-                const int64_t jend = (n + VL - 1) / VL * VL;
-                if (jend < pcols) memset(p16 + jend, 0, sizeof(uint16_t) * (size_t)(pcols - jend));
-                lst[t] += sum;
-                continue;
-            }
-        }
+        if (base2 && plain && n > 0 && mst[t] >= -ATTN_EXACT_M && mst[t] <= ATTN_EXACT_M &&
+            FN(row_one_pass)(src, win, mask, jl[t], n, jb, ji0, ji1, sr->scale, kexp, vscale, vcap, vzmul, mst[t],
+                             prow, p16, pcols, &lst[t]))
+            continue;
         if (n > 0) {
-            VT vmax = ninf, vmax2 = ninf; /* two chains: the max's latency, not its throughput, bounds one */
-            int64_t j = jb;
-            for (; j < n && j < ji0; j += VL) {
-                const MT keep = FN(kept_lanes)(j, jl[t], n, mask);
-                any_kept = M(or)(any_kept, keep);
-                vmax = V(max)(vmax, V(blend)(keep, ninf, FN(score_z)(src, win, post, vscale, j)));
-            }
-            if (j < ji1) {
-                any_kept = M(first)(VL);
-                if (win != NULL && post == NULL)
-                    for (; j + VL < ji1; j += 2 * VL) {
-                        vmax = V(max)(vmax, V(add)(V(loadu)(src + j), V(loadu)(win + j)));
-                        vmax2 = V(max)(vmax2, V(add)(V(loadu)(src + j + VL), V(loadu)(win + j + VL)));
-                    }
-                else if (win == NULL && post == NULL)
-                    for (; j + VL < ji1; j += 2 * VL) {
-                        vmax = V(max)(vmax, V(loadu)(src + j));
-                        vmax2 = V(max)(vmax2, V(loadu)(src + j + VL));
-                    }
-                for (; j < ji1; j += VL) vmax = V(max)(vmax, FN(score_z)(src, win, post, vscale, j));
-            }
-            for (; j < n; j += VL) {
-                const MT keep = FN(kept_lanes)(j, jl[t], n, mask);
-                any_kept = M(or)(any_kept, keep);
-                vmax = V(max)(vmax, V(blend)(keep, ninf, FN(score_z)(src, win, post, vscale, j)));
-            }
-            const T zmax = V(hmax)(V(max)(vmax, vmax2));
-            /* the block's maximum score: nothing kept -inf; capped, the cap of the largest (at least -cap) */
-            T mx = !M(bits)(any_kept) ? -(T)INFINITY
-                   : capped           ? V(hmax)(V(mul)(vcap, V(tanh)(V(mul)(V(set1)(zmax), vzmul))))
-                   : post != NULL     ? zmax
-                                      : sr->scale * zmax;
-            if (mx == -(T)INFINITY && M(bits)(any_kept)) {
-                /* every visible score -inf (an infinite k or bias) -- unless max dropped a NaN */
-                MT nan = M(first)(0);
-                for (j = jb; j < n; j += VL)
-                    nan = M(or)(nan, M(and)(FN(kept_lanes)(j, jl[t], n, mask),
-                                            V(isnan)(FN(score_z)(src, win, post, vscale, j))));
-                if (M(bits)(nan)) mx = (T)NAN;
-            }
+            const T mx = FN(row_block_max)(src, win, post, mask, jl[t], n, jb, ji0, ji1, capped, sr->scale, vscale,
+                                           vcap, vzmul, &any_kept);
             m_new = mx > mst[t] || mx != mx ? mx : mst[t];
         }
         if (m_new == -(T)INFINITY) {
@@ -1251,6 +1271,131 @@ static void FN(bad_rows_backward)(FN(work) * w, int64_t b, int64_t h, int64_t m0
     }
 }
 
+/* Row t of a group's P and dS over a backward block's keys (the scores and dP rows where sr and dprow say,
+ * keys [jl, n) seen): P = exp(s - lse) -- 2^((s - lse) log2 e) where the block engine rounds it (tiled) --,
+ * dS = scale P (dP - D) (times 1 - tanh^2 under a soft-cap), zero outside the keys seen and up to jbround;
+ * returns vslope plus the row's ALiBi slope-gradient terms where alibi_grad. */
+static inline __attribute__((always_inline)) VT FN(row_p_ds)(const FN(work) * w, const FN(kblock) * kb,
+                                                              const FN(score_rows) * sr, int t, const T *dprow,
+                                                              T *prow, T *drow, int64_t jl, int64_t n, int64_t j0,
+                                                              int64_t jbround, T lse, T dval, int64_t pos,
+                                                              int tiled, int alibi_grad, int capped, VT vcap,
+                                                              VT vicap, VT vslope) {
+    const VT ninf = V(set1)(-(T)INFINITY);
+    int64_t j = 0;
+    if (n > 0 && !isinf(lse)) { /* -inf: no key seen; +inf: a zero-weight row (mark_neg_inf) */
+        /* keys before j0 were not computed: P = dS = 0 there (the block's products read them) */
+        for (; j < j0; j += VL) {
+            V(storeu)(prow + j, V(zero)());
+            V(storeu)(drow + j, V(zero)());
+        }
+        const VT vl = V(set1)(lse), vD = V(set1)(dval), vs = V(set1)((T)w->p->a.scale);
+        const VT vss = V(set1)(sr->scale);
+        const T *src = sr->src[t], *win = sr->win[t], *post = sr->post[t];
+        /* the tiles' P (rounded to the half type next): 2^((x - lse) log2 e), as the forward's (the
+         * difference first: x log2 e - lse log2 e rounded lost the exponent at scores of 1e20) */
+        const VT vlog2e = V(set1)((T)WP_LOG2E);
+        for (; j < n; j += VL) {
+            /* masked lanes: P = dS = 0 by selection (their scores and
+             * dO . v may be NaN) */
+            const MT keep = FN(kept_lanes)(j, jl, n, kb->masked ? w->kpm : NULL);
+            VT x = FN(score_z)(src, win, post, vss, j), th = V(zero)();
+            if (post == NULL) x = V(mul)(vss, x);
+            if (capped) { /* the forward's softcap * tanh(s / softcap); dS gets 1 - tanh^2 */
+                th = V(tanh)(V(mul)(x, vicap));
+                x = V(mul)(vcap, th);
+            }
+            x = V(blend)(keep, ninf, x);
+            /* selected too: with a NaN lse, exp(-inf - NaN) is NaN */
+            const VT e = tiled ? FN(blk_weights16)(V(mul)(V(sub)(x, vl), vlog2e)) : V(exp_softmax)(V(sub)(x, vl));
+            const VT pr = V(blend)(keep, V(zero)(), e);
+            VT ds = V(mul)(pr, V(sub)(V(loadu)(dprow + j), vD));
+            if (capped) ds = V(mul)(ds, V(fnmadd)(th, th, V(set1)((T)1)));
+            ds = V(blend)(keep, V(zero)(), ds); /* (a masked lane's tanh may be NaN) */
+            V(storeu)(prow + j, pr);
+            V(storeu)(drow + j, V(mul)(ds, vs));
+            if (alibi_grad) {
+                const VT r = V(sub)(V(set1)((T)(pos - kb->n0 - j)), V(iota)());
+                vslope = V(fmadd)(ds, V(abs)(r), vslope);
+            }
+        }
+    }
+    for (; j < jbround; j += VL) {
+        V(storeu)(prow + j, V(zero)());
+        V(storeu)(drow + j, V(zero)());
+    }
+    return vslope;
+}
+
+/* dq += dS T of a group (the vector kernels'; tiles_table_backward's where the block engine runs it): the dS
+ * rows skewed onto the window of table rows the group's (row, key) pairs map to, times those rows over the
+ * columns their strips hold (strips of one range in one product). */
+static inline __attribute__((always_inline)) void FN(group_dq_table)(FN(work) * w, const FN(group) * g,
+                                                                      const FN(kblock) * kb,
+                                                                      const int64_t jv[ATTN_MR], int64_t jmax,
+                                                                      const T *dss, T *dqa) {
+    const wavepe_attention_plan *p = w->p;
+    const int64_t dpad = p->dpad;
+    int64_t p_first, p_last;
+    if (!FN(table_window)(p, g, kb, jv, jmax, &p_first, &p_last)) return;
+    const int64_t p_base = FN(floor_div)(p_first, NR) * NR;
+    const int64_t width = p_last - p_base + 1 + NR;
+    const int64_t s_lo = p_first < 0 ? 0 : p_first / NR;
+    const int64_t s_hi = (p_last < p->prows ? p_last : p->prows - 1) / NR;
+    for (int t = 0; t < ATTN_MR; ++t) {
+        T *grow = w->g + t * ATTN_GLD;
+        for (int64_t j = 0; j < width; j += VL) V(storeu)(grow + j, V(zero)());
+        if (jv[t] > 0) memcpy(grow + (p->pr_hi - g->pos[t] + kb->n0 - p_base), dss + t * ATTN_SLD,
+                              sizeof(T) * (size_t)jv[t]);
+    }
+    const T *trow = (const T *)p->trow;
+    for (int64_t st = s_lo; st <= s_hi;) {
+        const int32_t clo = p->strip_clo[st], chi = p->strip_chi[st];
+        int64_t st_end = st + 1;
+        while (st_end <= s_hi && p->strip_clo[st_end] == clo && p->strip_chi[st_end] == chi) ++st_end;
+        if (chi > clo) {
+            const int64_t k0 = st * NR > p_first ? st * NR : p_first;
+            const int64_t k1 = st_end * NR < p_last + 1 ? st_end * NR : p_last + 1;
+            for (int64_t c0 = clo / NR * NR; c0 < chi; c0 += NR)
+                FN(mk_gen)(k1 - k0, w->g + (k0 - p_base), ATTN_GLD, 1, trow + k0 * dpad + c0, dpad, NR,
+                           dqa + c0, dpad, g->rows);
+        }
+        st = st_end;
+    }
+}
+
+/* dT[p] += sum_t dS[t][j(p, t)] q_t over a block's window of table rows (the vector kernels'; rows [t_first,
+ * rows) of the block, jvb its keys, kt = rows - t_first; tiles_table_backward's where the block engine runs
+ * it): the dS rows skewed onto the window, times the query panels. */
+static inline __attribute__((always_inline)) void FN(block_dtable)(FN(work) * w, int64_t m0, int64_t t_first,
+                                                                    int64_t rows, int64_t jvb,
+                                                                    const FN(kblock) * kb,
+                                                                    const int64_t *jv_all, T *dt_slot) {
+    const wavepe_attention_plan *p = w->p;
+    const wavepe_attention_args *a = &p->a;
+    const int64_t d = a->d, dpad = p->dpad, kt = rows - t_first;
+    const int64_t pos_lo = a->q_offset + m0 + t_first, pos_hi = a->q_offset + m0 + rows - 1;
+    const int64_t P_first = p->pr_hi - pos_hi + kb->n0, P_last = p->pr_hi - pos_lo + kb->n0 + jvb - 1;
+    const int64_t pa = P_first < 0 ? 0 : P_first, pb = P_last < p->prows ? P_last : p->prows - 1;
+    if (pa <= pb) {
+        const int64_t ldg = ATTN_BBM + ATTN_BBN + 2 * NR, width = P_last - P_first + 1 + ATTN_MR;
+        for (int64_t t = t_first; t < rows; ++t) {
+            T *grow = w->dgt + t * ldg;
+            memset(grow, 0, sizeof(T) * (size_t)width);
+            const int64_t pos = a->q_offset + m0 + t;
+            if (jv_all[t] > 0)
+                memcpy(grow + (p->pr_hi - pos + kb->n0 - P_first), w->ds + t * ATTN_SLD,
+                       sizeof(T) * (size_t)jv_all[t]);
+        }
+        for (int64_t p0 = pa; p0 <= pb; p0 += ATTN_MR) {
+            const int rr = pb - p0 + 1 < ATTN_MR ? (int)(pb - p0 + 1) : ATTN_MR;
+            for (int64_t c0 = 0; c0 < d; c0 += NR)
+                FN(mk_gen)(kt, w->dgt + t_first * ldg + (p0 - P_first), 1, ldg,
+                           w->qpan + c0 * ATTN_BBM + t_first * NR, NR, NR, dt_slot + p0 * dpad + c0, dpad, rr);
+        }
+    }
+}
+
 /* One (query block, key block) tile of the backward for head h; dq: the
  * head's dq accumulator (M x d). */
 static void FN(tile_backward)(FN(work) * w, FN(group) * groups, int64_t b, int64_t h, int64_t m0, int64_t rows,
@@ -1258,7 +1403,6 @@ static void FN(tile_backward)(FN(work) * w, FN(group) * groups, int64_t b, int64
     const wavepe_attention_plan *p = w->p;
     const wavepe_attention_args *a = &p->a;
     const int64_t d = a->d, dpad = p->dpad, ngroups = (rows + ATTN_MR - 1) / ATTN_MR;
-    const T scale = (T)a->scale;
     const T *lse = (const T *)a->lse + (b * a->heads + h) * a->m + m0;
     int64_t jvb = 0, t_first = rows;
     int64_t jl_all[ATTN_BBM], jv_all[ATTN_BBM];
@@ -1278,7 +1422,6 @@ static void FN(tile_backward)(FN(work) * w, FN(group) * groups, int64_t b, int64
     int64_t pos[ATTN_BBM]; /* (the rows' positions: the engine's bias windows) */
     const int tiled = FN(blk_bwd_products)(w, m0, rows, jl_all, jv_all, pos);
     const int table_tiled = FN(blk_bwd_table_on_tiles)(w, dt_slot); /* the table's products (tiles_table_backward) */
-    const VT ninf = V(set1)(-(T)INFINITY);
     const int capped = a->softcap > 0.0;
     const VT vcap = V(set1)((T)a->softcap), vicap = V(set1)((T)(capped ? 1.0 / a->softcap : 0.0));
     for (int64_t gi = 0; gi < ngroups; ++gi) {
@@ -1310,50 +1453,10 @@ static void FN(tile_backward)(FN(work) * w, FN(group) * groups, int64_t b, int64
         }
         VT vslope = V(zero)();
         for (int t = 0; t < ATTN_MR; ++t) {
-            T *prow = ps + t * ATTN_SLD, *drow = dss + t * ATTN_SLD;
-            const int64_t n = jv[t], i = gi * ATTN_MR + t;
-            int64_t j = 0;
-            if (n > 0 && !isinf(lse[i])) { /* -inf: no key seen; +inf: a zero-weight row (mark_neg_inf) */
-                /* keys before j0 were not computed: P = dS = 0 there (the block's products read them) */
-                for (; j < j0; j += VL) {
-                    V(storeu)(prow + j, V(zero)());
-                    V(storeu)(drow + j, V(zero)());
-                }
-                const VT vl = V(set1)(lse[i]), vD = V(set1)((T)w->dvec[m0 + i]), vs = V(set1)(scale);
-                const VT vss = V(set1)(sr.scale);
-                const T *src = sr.src[t], *win = sr.win[t], *post = sr.post[t], *dprow = dpr[t];
-                /* the tiles' P (rounded to the half type next): 2^((x - lse) log2 e), as the forward's (the
-                 * difference first: x log2 e - lse log2 e rounded lost the exponent at scores of 1e20) */
-                const VT vlog2e = V(set1)((T)WP_LOG2E);
-                for (; j < n; j += VL) {
-                    /* masked lanes: P = dS = 0 by selection (their scores and
-                     * dO . v may be NaN) */
-                    const MT keep = FN(kept_lanes)(j, jl[t], n, kb->masked ? w->kpm : NULL);
-                    VT x = FN(score_z)(src, win, post, vss, j), th = V(zero)();
-                    if (post == NULL) x = V(mul)(vss, x);
-                    if (capped) { /* the forward's softcap * tanh(s / softcap); dS gets 1 - tanh^2 */
-                        th = V(tanh)(V(mul)(x, vicap));
-                        x = V(mul)(vcap, th);
-                    }
-                    x = V(blend)(keep, ninf, x);
-                    /* selected too: with a NaN lse, exp(-inf - NaN) is NaN */
-                    const VT e = tiled ? FN(blk_weights16)(V(mul)(V(sub)(x, vl), vlog2e)) : V(exp_softmax)(V(sub)(x, vl));
-                    const VT pr = V(blend)(keep, V(zero)(), e);
-                    VT ds = V(mul)(pr, V(sub)(V(loadu)(dprow + j), vD));
-                    if (capped) ds = V(mul)(ds, V(fnmadd)(th, th, V(set1)((T)1)));
-                    ds = V(blend)(keep, V(zero)(), ds); /* (a masked lane's tanh may be NaN) */
-                    V(storeu)(prow + j, pr);
-                    V(storeu)(drow + j, V(mul)(ds, vs));
-                    if (p->bias == ATTN_BIAS_ALIBI && dslope != NULL) {
-                        const VT r = V(sub)(V(set1)((T)(g->pos[t] - kb->n0 - j)), V(iota)());
-                        vslope = V(fmadd)(ds, V(abs)(r), vslope);
-                    }
-                }
-            }
-            for (; j < jbround; j += VL) {
-                V(storeu)(prow + j, V(zero)());
-                V(storeu)(drow + j, V(zero)());
-            }
+            const int64_t i = gi * ATTN_MR + t;
+            vslope = FN(row_p_ds)(w, kb, &sr, t, dpr[t], ps + t * ATTN_SLD, dss + t * ATTN_SLD, jl[t], jv[t], j0,
+                                  jbround, lse[i], (T)w->dvec[m0 + i], g->pos[t], tiled,
+                                  p->bias == ATTN_BIAS_ALIBI && dslope != NULL, capped, vcap, vicap, vslope);
         }
         if (dslope != NULL) *dslope -= (double)V(hsum)(vslope);
         /* dq += dS K (tiles_block_backward's, where it runs) */
@@ -1361,33 +1464,7 @@ static void FN(tile_backward)(FN(work) * w, FN(group) * groups, int64_t b, int64
         if (!FN(blk_bwd_dq_tiled)(w, tiled))
             FN(rows_times_panels)(g, jl, jv, dss, ATTN_SLD, w->kpan, ATTN_BBN, d, dqa, dpad);
         /* dq += dS T: the dS rows skewed onto the window of table rows (tiles_table_backward's, where it runs) */
-        int64_t p_first, p_last;
-        if (p->bias == ATTN_BIAS_TABLE && !table_tiled && FN(table_window)(p, g, kb, jv, jmax, &p_first, &p_last)) {
-            const int64_t p_base = FN(floor_div)(p_first, NR) * NR;
-            const int64_t width = p_last - p_base + 1 + NR;
-            const int64_t s_lo = p_first < 0 ? 0 : p_first / NR;
-            const int64_t s_hi = (p_last < p->prows ? p_last : p->prows - 1) / NR;
-            for (int t = 0; t < ATTN_MR; ++t) {
-                T *grow = w->g + t * ATTN_GLD;
-                for (int64_t j = 0; j < width; j += VL) V(storeu)(grow + j, V(zero)());
-                if (jv[t] > 0) memcpy(grow + (p->pr_hi - g->pos[t] + kb->n0 - p_base), dss + t * ATTN_SLD,
-                                      sizeof(T) * (size_t)jv[t]);
-            }
-            const T *trow = (const T *)p->trow;
-            for (int64_t st = s_lo; st <= s_hi;) {
-                const int32_t clo = p->strip_clo[st], chi = p->strip_chi[st];
-                int64_t st_end = st + 1;
-                while (st_end <= s_hi && p->strip_clo[st_end] == clo && p->strip_chi[st_end] == chi) ++st_end;
-                if (chi > clo) {
-                    const int64_t k0 = st * NR > p_first ? st * NR : p_first;
-                    const int64_t k1 = st_end * NR < p_last + 1 ? st_end * NR : p_last + 1;
-                    for (int64_t c0 = clo / NR * NR; c0 < chi; c0 += NR)
-                        FN(mk_gen)(k1 - k0, w->g + (k0 - p_base), ATTN_GLD, 1, trow + k0 * dpad + c0, dpad, NR,
-                                   dqa + c0, dpad, g->rows);
-                }
-                st = st_end;
-            }
-        }
+        if (p->bias == ATTN_BIAS_TABLE && !table_tiled) FN(group_dq_table)(w, g, kb, jv, jmax, dss, dqa);
     }
     /* dV += P^T dO, dK += dS^T Q over the block's rows */
     const int64_t kt = rows - t_first;
@@ -1408,28 +1485,7 @@ static void FN(tile_backward)(FN(work) * w, FN(group) * groups, int64_t b, int64
      * 0 * NaN. Their terms go in here, over the keys each one sees only. */
     if (w->any_bad) FN(bad_rows_backward)(w, b, h, m0, t_first, rows, kb, jl_all, jv_all, dt_slot);
     /* dT[p] += sum_t dS[t][j(p, t)] q_t over the tile's window (tiles_table_backward's, where it runs) */
-    if (dt_slot != NULL && p->prows > 0 && !table_tiled) {
-        const int64_t pos_lo = a->q_offset + m0 + t_first, pos_hi = a->q_offset + m0 + rows - 1;
-        const int64_t P_first = p->pr_hi - pos_hi + kb->n0, P_last = p->pr_hi - pos_lo + kb->n0 + jvb - 1;
-        const int64_t pa = P_first < 0 ? 0 : P_first, pb = P_last < p->prows ? P_last : p->prows - 1;
-        if (pa <= pb) {
-            const int64_t ldg = ATTN_BBM + ATTN_BBN + 2 * NR, width = P_last - P_first + 1 + ATTN_MR;
-            for (int64_t t = t_first; t < rows; ++t) {
-                T *grow = w->dgt + t * ldg;
-                memset(grow, 0, sizeof(T) * (size_t)width);
-                const int64_t pos = a->q_offset + m0 + t;
-                if (jv_all[t] > 0)
-                    memcpy(grow + (p->pr_hi - pos + kb->n0 - P_first), w->ds + t * ATTN_SLD,
-                           sizeof(T) * (size_t)jv_all[t]);
-            }
-            for (int64_t p0 = pa; p0 <= pb; p0 += ATTN_MR) {
-                const int rr = pb - p0 + 1 < ATTN_MR ? (int)(pb - p0 + 1) : ATTN_MR;
-                for (int64_t c0 = 0; c0 < d; c0 += NR)
-                    FN(mk_gen)(kt, w->dgt + t_first * ldg + (p0 - P_first), 1, ldg,
-                               w->qpan + c0 * ATTN_BBM + t_first * NR, NR, NR, dt_slot + p0 * dpad + c0, dpad, rr);
-            }
-        }
-    }
+    if (dt_slot != NULL && p->prows > 0 && !table_tiled) FN(block_dtable)(w, m0, t_first, rows, jvb, kb, jv_all, dt_slot);
     /* the tile's dq into the head's dq */
     T *dq = dq_head + m0 * d;
     for (int64_t t = 0; t < rows; ++t)
@@ -1457,6 +1513,33 @@ static double FN(row_dot)(const S *o, const S *g, int64_t d) {
     for (; c < d; ++c) acc[0] += (double)o[c] * (double)g[c];
 #endif
     return (acc[0] + acc[1]) + (acc[2] + acc[3]);
+}
+
+/* The query blocks [*i0, *i1) with a row that can see a key of keys [n0, n0 + nk) of batch row b: positions
+ * from n0 (causal) or the first key's document start, to the last key's document end -- the documents as
+ * they are, not clamped to the keys (a tile's queries may lie outside them); a key outside every document
+ * bounds nothing.  Returns 1, 0 where no row sees the keys, -1 where no row sees them or any later key. */
+static int FN(query_blocks_of_keys)(const wavepe_attention_args *a, int64_t b, int64_t n0, int64_t nk, int64_t *i0,
+                                    int64_t *i1) {
+    const int64_t M = a->m;
+    int64_t pos_lo = a->q_offset, pos_hi = a->q_offset + M, qlo, qhi;
+    wavepe_attention_queries_of_key(a, n0, &qlo, &qhi); /* causality and the window: */
+    if (qlo > pos_lo) pos_lo = qlo;                    /* the first key's first query */
+    wavepe_attention_queries_of_key(a, n0 + nk - 1, &qlo, &qhi);
+    if (qhi < pos_hi) pos_hi = qhi;                    /* and the last key's last one */
+    if (a->cu_seqlens != NULL) {
+        int64_t lo, hi;
+        wavepe_attention_document(a, b, n0, &lo, &hi);
+        if (lo < hi && lo > pos_lo) pos_lo = lo;
+        wavepe_attention_document(a, b, n0 + nk - 1, &lo, &hi);
+        if (lo < hi && hi < pos_hi) pos_hi = hi;
+    }
+    const int64_t mfirst = pos_lo - a->q_offset, mend = pos_hi - a->q_offset;
+    if (mfirst >= M) return -1;
+    if (mend <= 0 || mend <= mfirst) return 0;
+    *i0 = mfirst > 0 ? mfirst / ATTN_BBM : 0;
+    *i1 = ((mend < M ? mend : M) + ATTN_BBM - 1) / ATTN_BBM;
+    return 1;
 }
 
 /* Backward of the (b, h) unit, key blocks outer (FlashAttention-2): dq of
@@ -1500,28 +1583,10 @@ static void FN(unit_backward)(FN(work) * w, FN(group) * groups, int64_t unit, T 
         kb.vs = a->v_strides[2];
         kb.masked = a->key_padding_mask != NULL;
         if (kb.masked && FN(load_kpm)(w, b, n0, kb.nk) == 0) continue;
-        /* the query blocks with a row that can see a key of the block: positions
-         * from n0 (causal) or the first key's document start, to the last key's
-         * document end -- the documents as they are, not clamped to the keys (a
-         * tile's queries may lie outside them); a key outside every document
-         * bounds nothing */
-        int64_t pos_lo = a->q_offset, pos_hi = a->q_offset + M, qlo, qhi;
-        wavepe_attention_queries_of_key(a, n0, &qlo, &qhi); /* causality and the window: */
-        if (qlo > pos_lo) pos_lo = qlo;                    /* the first key's first query */
-        wavepe_attention_queries_of_key(a, n0 + kb.nk - 1, &qlo, &qhi);
-        if (qhi < pos_hi) pos_hi = qhi;                    /* and the last key's last one */
-        if (a->cu_seqlens != NULL) {
-            int64_t lo, hi;
-            wavepe_attention_document(a, b, n0, &lo, &hi);
-            if (lo < hi && lo > pos_lo) pos_lo = lo;
-            wavepe_attention_document(a, b, n0 + kb.nk - 1, &lo, &hi);
-            if (lo < hi && hi < pos_hi) pos_hi = hi;
-        }
-        const int64_t mfirst = pos_lo - a->q_offset, mend = pos_hi - a->q_offset;
-        if (mfirst >= M) break; /* no bound decreases with n0: no later block is seen */
-        if (mend <= 0 || mend <= mfirst) continue;
-        const int64_t i0 = mfirst > 0 ? mfirst / ATTN_BBM : 0;
-        const int64_t i1 = ((mend < M ? mend : M) + ATTN_BBM - 1) / ATTN_BBM;
+        int64_t i0, i1;
+        const int seen = FN(query_blocks_of_keys)(a, b, n0, kb.nk, &i0, &i1);
+        if (seen < 0) break; /* no bound decreases with n0: no later block is seen */
+        if (seen == 0) continue;
         /* the keys and values packed for the vector kernels only where these run: with the rows on the block
          * engine's tiles S and dP are tile products, and (bf16) with finite keys so is dQ += dS K
          * (blk_bwd_pack_block, blk_bwd_key_block) */
