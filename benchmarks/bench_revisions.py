@@ -13,7 +13,8 @@ rewritten only when it changed, so that its build stays incremental) -- each bui
 one process per source, base first, alternated.  Each process times the fused attention
 (``wavepe.ops.wavelet_attention``, B=1, d=128, causal, the paper's default grid or ``pos_enc="nope"``;
 forward, or forward+backward with ``--backward``, or with ``--decode`` one decoding step: one query row a head
-against the L keys) and SDPA in the same dtype (causal; over all the keys for a decoding step), alternated
+against the L keys, DECODE_CALLS calls a sample, ms per call) and SDPA in the same dtype (causal; over all the
+keys for a decoding step), alternated
 (_harness.compare), on ``--threads`` threads pinned to as many physical cores where ``taskset`` exists.
 
 Where there is no git repository (a copy of the tree without .git, as a lent machine may get), --base
@@ -41,6 +42,7 @@ ROOT = os.path.dirname(HERE)
 REVISIONS = os.path.join(ROOT, "build", "revisions")
 DTYPES = ("float32", "bf16", "fp16")
 D = 128
+DECODE_CALLS = 50  # calls a sample with --decode (ms printed per call)
 
 
 def git(*args: str) -> str:
@@ -147,16 +149,21 @@ def worker(args: argparse.Namespace) -> None:
     def sdpa(q, k, v):
         return F.scaled_dot_product_attention(q, k, v, is_causal=not args.decode)
 
+    # a decoding step is ~0.1 ms: one call a sample times the thread pool's wake-up as much as the kernel
+    # (single calls moved by 30 % between processes of one build); DECODE_CALLS calls a sample
+    inner = DECODE_CALLS if args.decode else 1
+
     def timed(fn):
         if not args.backward:
-            return lambda: fn(q, k, v)
+            return lambda: [fn(q, k, v) for _ in range(inner)]
         qg, kg, vg = (x.clone().requires_grad_(True) for x in (q, k, v))
         return lambda: torch.autograd.grad(fn(qg, kg, vg), (qg, kg, vg), go)
 
     with torch.set_grad_enabled(args.backward):
         t = compare({"fused": timed(fused), "sdpa": timed(sdpa)}, repeat=args.repeat)
     print(json.dumps({"wavepe": os.path.dirname(wavepe.__file__), "isa": wavepe.active_isa(),
-                      "tiles": wavepe.tiles(), "fused_ms": t["fused"] * 1e3, "sdpa_ms": t["sdpa"] * 1e3}))
+                      "tiles": wavepe.tiles(), "fused_ms": t["fused"] * 1e3 / inner,
+                      "sdpa_ms": t["sdpa"] * 1e3 / inner}))
 
 
 def run_process(src: str, args: argparse.Namespace, cpus: list[int]) -> dict:

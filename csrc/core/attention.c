@@ -403,7 +403,7 @@ static wavepe_attention_plan *plan_common(wavepe_isa isa, int f64, const wavepe_
  * (tiles.h: the instructions, or their emulation on a CPU without AMX), and the tiled forward or the
  * backward (decoding keeps the vector kernels: a step reads each key once). */
 static int plan_tiles(const wavepe_attention_plan *p) {
-    if (p->isa != WAVEPE_ISA_AMX || (p->a.dtype != WAVEPE_BF16 && p->a.dtype != WAVEPE_F16)) return 0;
+    if (!attn_half_tiles(p->isa) || (p->a.dtype != WAVEPE_BF16 && p->a.dtype != WAVEPE_F16)) return 0;
     if (!p->backward && p->kind != ATTN_KIND_TILED) return 0;
     return wavepe_tiles_mode(p->a.dtype == WAVEPE_BF16 ? WAVEPE_TILE_BF16 : WAVEPE_TILE_F16) != WAVEPE_TILES_NONE;
 }

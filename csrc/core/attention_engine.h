@@ -105,6 +105,14 @@ static inline int64_t FN(blk_bwd_sums)(FN(work) * w, int64_t m0, int64_t rows, i
 
 #if defined(WP_TYPE_BF16) && defined(WP_HAS_DPBF16)
 #define ATTN_ENGINE_FILE "attention_engine_pairs.h"
+#define ATTN_ENGINE_KIND ATTN_ENGINE_PAIRS
 #else
 #define ATTN_ENGINE_FILE "attention_engine_fma.h"
+#define ATTN_ENGINE_KIND ATTN_ENGINE_FMA
 #endif
+/* The engines compiled here are those of this ISA's row of isa_table.h (bf16_engine, half_blocks), for
+ * this type: the plan (attention.c) routes by the row, the kernels are built by the vocabulary's flags. */
+_Static_assert((int)WP_CAT(WP_CAT(ATTN_ENGINE_OF_, WP_TNAME), WP_CAT(_, WP_SIMD_NAME)) == (int)ATTN_ENGINE_KIND,
+               "the vector engine compiled here is not the one isa_table.h's row names");
+_Static_assert((int)WP_CAT(WP_CAT(ATTN_BLOCKS_OF_, WP_TNAME), WP_CAT(_, WP_SIMD_NAME)) == (int)ATTN_BLOCKS_KIND,
+               "the block engine compiled here is not the one isa_table.h's row names");

@@ -168,12 +168,33 @@ static inline int64_t attn_table_index(const wavepe_attention_args *a, int64_t r
     return i;
 }
 
-/* Whether the plan's tiled kernels compute q . k and q . T from bf16 pairs
- * (the pairs engine, attention_engine_pairs.h: bfloat16 under avx512bf16, and under amx, which is avx512bf16 with
- * tiles). */
+/* The CPU attention's matrix engines of each ISA, from isa_table.h's columns bf16_engine and half_blocks
+ * (attention_engine.h).  Per instantiation (type tname, ISA name) as enum constants,
+ * ATTN_ENGINE_OF_<tname>_<name> and ATTN_BLOCKS_OF_<tname>_<name>, which each instantiation checks the
+ * engines it compiled against (attention_engine.h); per ISA at run time (the plan: attn_dpbf16, plan_tiles). */
+enum { ATTN_ENGINE_FMA = 1, ATTN_ENGINE_PAIRS, ATTN_BLOCKS_NONE, ATTN_BLOCKS_TILES };
+#define ATTN_ENGINES_OF_(ID, name, arch, l32, l64, bf16, blocks, ...)                                    \
+    ATTN_ENGINE_OF_bf16_##name = ATTN_ENGINE_##bf16, ATTN_ENGINE_OF_f16_##name = ATTN_ENGINE_FMA,           \
+    ATTN_ENGINE_OF_f32_##name = ATTN_ENGINE_FMA, ATTN_ENGINE_OF_f64_##name = ATTN_ENGINE_FMA,               \
+    ATTN_BLOCKS_OF_bf16_##name = ATTN_BLOCKS_##blocks, ATTN_BLOCKS_OF_f16_##name = ATTN_BLOCKS_##blocks,    \
+    ATTN_BLOCKS_OF_f32_##name = ATTN_BLOCKS_NONE, ATTN_BLOCKS_OF_f64_##name = ATTN_BLOCKS_NONE,
+enum { WAVEPE_ISA_TABLE(ATTN_ENGINES_OF_, _) };
+#undef ATTN_ENGINES_OF_
+#define ATTN_BF16_ENGINE_(ID, name, arch, l32, l64, bf16, ...) [WAVEPE_ISA_##ID] = ATTN_ENGINE_##bf16,
+#define ATTN_HALF_BLOCKS_(ID, name, arch, l32, l64, bf16, blocks, ...) [WAVEPE_ISA_##ID] = ATTN_BLOCKS_##blocks,
+static const unsigned char attn_bf16_engine[WAVEPE_ISA_COUNT] = {WAVEPE_ISA_TABLE(ATTN_BF16_ENGINE_, _)};
+static const unsigned char attn_half_blocks[WAVEPE_ISA_COUNT] = {WAVEPE_ISA_TABLE(ATTN_HALF_BLOCKS_, _)};
+#undef ATTN_BF16_ENGINE_
+#undef ATTN_HALF_BLOCKS_
+
+/* Whether the plan's tiled kernels compute q . k and q . T from bf16 pairs (the pairs engine,
+ * attention_engine_pairs.h: bfloat16 where the ISA's row says PAIRS -- avx512bf16, and amx). */
 static inline int attn_dpbf16(const wavepe_attention_plan *p) {
-    return (p->isa == WAVEPE_ISA_AVX512BF16 || p->isa == WAVEPE_ISA_AMX) && p->a.dtype == WAVEPE_BF16;
+    return attn_bf16_engine[p->isa] == ATTN_ENGINE_PAIRS && p->a.dtype == WAVEPE_BF16;
 }
+
+/* Whether the ISA's row has a block engine on tiles for the half types (amx). */
+static inline int attn_half_tiles(wavepe_isa isa) { return attn_half_blocks[isa] == ATTN_BLOCKS_TILES; }
 
 /* Vector lanes of an ISA (isa_table.h). */
 static inline int64_t attn_isa_lanes(wavepe_isa isa, int f64) {

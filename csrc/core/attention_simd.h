@@ -65,10 +65,12 @@
  * row, the row maxima and sums) halves.  Every other instantiation has none (attention_blocks_none.h). */
 #if defined(WP_HAS_TILES) && defined(WP_STORAGE_HALF)
 #define ATTN_BLOCKS_FILE "attention_blocks_tiles.h"
+#define ATTN_BLOCKS_KIND ATTN_BLOCKS_TILES
 #undef ATTN_FBN
 #define ATTN_FBN ATTN_BBN_F32
 #else
 #define ATTN_BLOCKS_FILE "attention_blocks_none.h"
+#define ATTN_BLOCKS_KIND ATTN_BLOCKS_NONE
 #endif
 
 /* ATTN_FBM x ATTN_FBN forward blocks, ATTN_BBM x ATTN_BBN backward blocks */
@@ -1661,6 +1663,8 @@ int FN(attn_bwd)(wavepe_attention_plan *p, int64_t begin, int64_t end) {
 #undef ATTN_TPLD
 #undef ATTN_TILES_BWD
 #undef ATTN_BLOCKS_FILE
+#undef ATTN_BLOCKS_KIND
+#undef ATTN_ENGINE_KIND
 #undef TILES_AT_T
 #undef ATTN_TILE_TYPE
 #undef ATTN_TILE_P_SCALE

@@ -21,7 +21,7 @@
 #include "fpenv.h"
 #include "isa.h"
 
-#define WAVEPE_ISA_CASE_(ID, name, arch, lanes_f32, lanes_f64, prefix, suffix, args, stmt)          \
+#define WAVEPE_ISA_CASE_(ID, name, arch, lanes_f32, lanes_f64, bf16_engine, half_blocks, prefix, suffix, args, stmt) \
     WAVEPE_IF_VECTOR_##arch(case WAVEPE_ISA_##ID: stmt prefix##_##name##suffix args; break;)
 #define WAVEPE_ISA_CASES(prefix, suffix, args, stmt) WAVEPE_ISA_TABLE(WAVEPE_ISA_CASE_, prefix, suffix, args, stmt)
 

@@ -4,7 +4,8 @@
  * the wavepe_isa enum and the names (isa.h, isa.c), which ISAs a build has
  * and how each is detected (isa.c), the per-ISA kernel prototypes of every
  * family header, the dispatch of every family (isa_dispatch.h) and the lane
- * counts the plans size their tiles with.  Adding an ISA: a line here, a
+ * counts the plans size their tiles with, and which matrix engines the
+ * CPU attention runs on it (attention_engine.h).  Adding an ISA: a line here, a
  * vocabulary header simd_<name>.h, one instantiation file <family>_<name>.c
  * per family, a detection function detect_<name>() in isa.c, and a build
  * rule for <family>_<name>.c (python/wavepe/_build/recipe.py SUFFIX_RULES).
@@ -13,13 +14,14 @@
  * <family>_avx512bf16.c defines WAVEPE_AVX512BF16 and includes
  * <family>_avx512.c, and simd_avx512.h then names the kernels *_avx512bf16
  * and adds the bf16 dot product, which only attention's bfloat16 kernels
- * use (attention_simd.h); every other kernel is the AVX-512 code.  amx is
+ * use (its PAIRS engine, attention_engine_pairs.h); every other kernel is
+ * the AVX-512 code.  amx is
  * avx512bf16 with Intel's AMX tiles (tiles.h): its files define WAVEPE_AMX
  * and include the avx512bf16 ones; the attention's bf16 / fp16 block products
- * run on tiles -- the instructions, or their emulation on a CPU without them,
+ * run on tiles (its TILES block engine, attention_blocks_tiles.h) -- the instructions, or their emulation on a CPU without them,
  * where amx runs only when asked for (WAVEPE_ISA=amx, the tests).
  *
- *   X(ID, name, arch, lanes_f32, lanes_f64, ...)
+ *   X(ID, name, arch, lanes_f32, lanes_f64, bf16_engine, half_blocks, ...)
  *
  * ID     the enum constant WAVEPE_ISA_<ID>; the order of the lines is the
  *        order of the values (never reorder: 0 is scalar) and, among the
@@ -29,18 +31,24 @@
  * arch   the architecture whose builds compile the ISA's vector kernels
  *        (X86_64, AARCH64; NONE: the scalar reference, built everywhere);
  * lanes  elements per vector register for float32 / float64.
+ * bf16_engine   the CPU attention's matrix engine for bfloat16 (attention_engine.h): FMA (vector
+ *        fused multiply-adds on float32 operands, every type's on every ISA) or PAIRS (vdpbf16ps on
+ *        bf16 pairs: the vocabulary's WP_HAS_DPBF16);
+ * half_blocks   its block engine for bfloat16 and float16: NONE, or TILES (whole blocks on AMX tiles:
+ *        the vocabulary's WP_HAS_TILES).  Each attention instantiation checks at compile time that the
+ *        engines it was built with are its row's (attention_engine.h).
  * ...    passed through to X unchanged (callers' extra arguments).
  */
 #ifndef WAVEPE_ISA_TABLE_H
 #define WAVEPE_ISA_TABLE_H
 
 #define WAVEPE_ISA_TABLE(X, ...)                                                                 \
-    X(SCALAR, scalar, NONE, 1, 1, __VA_ARGS__)                                                   \
-    X(AVX2, avx2, X86_64, 8, 4, __VA_ARGS__)                                                     \
-    X(AVX512, avx512, X86_64, 16, 8, __VA_ARGS__)                                                \
-    X(NEON, neon, AARCH64, 4, 2, __VA_ARGS__)                                                    \
-    X(AVX512BF16, avx512bf16, X86_64, 16, 8, __VA_ARGS__)                                        \
-    X(AMX, amx, X86_64, 16, 8, __VA_ARGS__)
+    X(SCALAR, scalar, NONE, 1, 1, FMA, NONE, __VA_ARGS__)                                        \
+    X(AVX2, avx2, X86_64, 8, 4, FMA, NONE, __VA_ARGS__)                                          \
+    X(AVX512, avx512, X86_64, 16, 8, FMA, NONE, __VA_ARGS__)                                     \
+    X(NEON, neon, AARCH64, 4, 2, FMA, NONE, __VA_ARGS__)                                         \
+    X(AVX512BF16, avx512bf16, X86_64, 16, 8, PAIRS, NONE, __VA_ARGS__)                           \
+    X(AMX, amx, X86_64, 16, 8, PAIRS, TILES, __VA_ARGS__)
 
 /* WAVEPE_IF_VECTOR_<arch>(...): its arguments where this build compiles the
  * vector kernels of <arch>, nothing elsewhere. */
