@@ -1275,23 +1275,25 @@ static void FN(bad_rows_backward)(FN(work) * w, int64_t b, int64_t h, int64_t m0
 
 /* Row t of a group's P and dS over a backward block's keys (the scores and dP rows where sr and dprow say,
  * keys [jl, n) seen): P = exp(s - lse) -- 2^((s - lse) log2 e) where the block engine rounds it (tiled) --,
- * dS = scale P (dP - D) (times 1 - tanh^2 under a soft-cap), zero outside the keys seen and up to jbround;
+ * dS = scale P (dP - D) (times 1 - tanh^2 under a soft-cap), zero outside the keys seen and up to jbround
+ * (lse and D, *dval, read only where the row sees a key: a group's rows past the block's end have neither);
  * returns vslope plus the row's ALiBi slope-gradient terms where alibi_grad. */
 static inline __attribute__((always_inline)) VT FN(row_p_ds)(const FN(work) * w, const FN(kblock) * kb,
                                                               const FN(score_rows) * sr, int t, const T *dprow,
                                                               T *prow, T *drow, int64_t jl, int64_t n, int64_t j0,
-                                                              int64_t jbround, T lse, T dval, int64_t pos,
+                                                              int64_t jbround, const T *lse, const double *dval,
+                                                              int64_t pos,
                                                               int tiled, int alibi_grad, int capped, VT vcap,
                                                               VT vicap, VT vslope) {
     const VT ninf = V(set1)(-(T)INFINITY);
     int64_t j = 0;
-    if (n > 0 && !isinf(lse)) { /* -inf: no key seen; +inf: a zero-weight row (mark_neg_inf) */
+    if (n > 0 && !isinf(*lse)) { /* -inf: no key seen; +inf: a zero-weight row (mark_neg_inf) */
         /* keys before j0 were not computed: P = dS = 0 there (the block's products read them) */
         for (; j < j0; j += VL) {
             V(storeu)(prow + j, V(zero)());
             V(storeu)(drow + j, V(zero)());
         }
-        const VT vl = V(set1)(lse), vD = V(set1)(dval), vs = V(set1)((T)w->p->a.scale);
+        const VT vl = V(set1)(*lse), vD = V(set1)((T)*dval), vs = V(set1)((T)w->p->a.scale);
         const VT vss = V(set1)(sr->scale);
         const T *src = sr->src[t], *win = sr->win[t], *post = sr->post[t];
         /* the tiles' P (rounded to the half type next): 2^((x - lse) log2 e), as the forward's (the
@@ -1457,7 +1459,7 @@ static void FN(tile_backward)(FN(work) * w, FN(group) * groups, int64_t b, int64
         for (int t = 0; t < ATTN_MR; ++t) {
             const int64_t i = gi * ATTN_MR + t;
             vslope = FN(row_p_ds)(w, kb, &sr, t, dpr[t], ps + t * ATTN_SLD, dss + t * ATTN_SLD, jl[t], jv[t], j0,
-                                  jbround, lse[i], (T)w->dvec[m0 + i], g->pos[t], tiled,
+                                  jbround, lse + i, w->dvec + m0 + i, g->pos[t], tiled,
                                   p->bias == ATTN_BIAS_ALIBI && dslope != NULL, capped, vcap, vicap, vslope);
         }
         if (dslope != NULL) *dslope -= (double)V(hsum)(vslope);
