@@ -1,15 +1,16 @@
-/* attention_engine.h: the matrix engine interface of the CPU attention's vector kernels -- the block
- * products the algorithm (attention_simd.h) leaves to an engine, and the packing of their operands,
- * declared once.  Part of attention_simd.h's template (its types: work, group, kblock), included once per
- * instantiation after those types; the engine that implements the interface for this instantiation
- * (ATTN_ENGINE_FILE, chosen below by the ISA and the type) is included where its building blocks are
- * defined (the micro-kernels, row_pv, rows_times_panels).
+/* attention_engine.h: the matrix engine interfaces of the CPU attention, declared once -- the vector
+ * engine's products the algorithm (attention_simd.h) leaves to it and the packing of their operands, and
+ * the block engine's operations (below).  Part of attention_simd.h's template (its types: work, group,
+ * kblock, score_rows), included once per instantiation after those types; the engines that implement them
+ * for this instantiation (ATTN_ENGINE_FILE below, ATTN_BLOCKS_FILE in attention_simd.h: by the type and the
+ * vocabulary's flags, checked against the ISA table's row) are included where their building blocks are
+ * defined (the micro-kernels, row_pv, rows_times_panels; group_softmax, pack_group).
  *
  * Engines:
  *   attention_engine_fma.h    vector fused multiply-adds on float32 / float64 operands (attention_mk.h):
  *                             every ISA, every type;
  *   attention_engine_pairs.h  paired bf16 dot products (vdpbf16ps): bfloat16 where the vocabulary has
- *                             them (WP_HAS_DPBF16: the avx512bf16 and amx ISAs).
+ *                             them (WP_HAS_DPBF16; isa_table.h's bf16_engine PAIRS: avx512bf16, amx).
  * Beside them, the block operations below: the amx ISA's whole-block products on tiles.
  *
  * The operations.  Shapes: a group is ATTN_MR (6) query rows, a strip NR (2 vectors) keys; out rows have
