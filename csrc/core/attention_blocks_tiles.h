@@ -757,3 +757,13 @@ static inline int64_t FN(blk_bwd_sums)(FN(work) * w, int64_t m0, int64_t rows, i
     return jvb;
 #endif
 }
+
+/* this file's own macros: it is included again for the next type */
+#undef ATTN_TILES_BWD
+#undef TILES_AT_T
+#undef ATTN_TPS
+#undef ATTN_TILE_TYPE
+#undef ATTN_TILE_P_SCALE
+#undef ATTN_TILE_P_STORE
+#undef ATTN_TILE_P_STORE2
+#undef ATTN_TILE_P_ROOM

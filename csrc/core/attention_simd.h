@@ -787,7 +787,7 @@ static inline __attribute__((always_inline)) T FN(row_block_max)(const T *src, c
 /* The online softmax of a group's rows over one key block (sr: the scores, keys jl[t] .. jv[t] of row t
  * seen): P (masked lanes 0), the running max and sum and the O rows updated.  P goes to ps (the vector
  * kernels: rows of stride ATTN_SLD, over the scores) or, with pout (the tiles' forward: rows of stride
- * ATTN_TPLD, pcols columns), rounded to the storage type times ATTN_TILE_P_SCALE (the row sums stay those
+ * ATTN_TPLD, pcols columns), rounded to the storage type and scaled by blk_p_store (the row sums stay those
  * of the unrounded weights), zero outside the lanes a row's vectors cover.
  *
  * Two passes over a row's scores: the maximum (a load and a max a vector, two chains), then the weights
@@ -1663,16 +1663,9 @@ int FN(attn_bwd)(wavepe_attention_plan *p, int64_t begin, int64_t end) {
 #undef ATTN_TGW
 #undef ATTN_TSLD
 #undef ATTN_TPLD
-#undef ATTN_TILES_BWD
 #undef ATTN_BLOCKS_FILE
 #undef ATTN_BLOCKS_KIND
 #undef ATTN_ENGINE_KIND
-#undef TILES_AT_T
-#undef ATTN_TILE_TYPE
-#undef ATTN_TILE_P_SCALE
-#undef ATTN_TILE_P_STORE
-#undef ATTN_TILE_P_STORE2
-#undef ATTN_TILE_P_ROOM
 #undef NR
 #undef ATTN_FBM
 #undef ATTN_NEGLIGIBLE
