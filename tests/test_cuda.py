@@ -243,12 +243,14 @@ ATTN_CASES = [
     (2, 2, 1, 48, 48, 40, "alibi", False, 0, True),
     (1, 4, 1, 1, 700, 128, "wavelet", True, None, False),   # decoding: split-KV
     (1, 2, 2, 40, 40, 200, "nope", True, None, False),        # head_dim bucket 256
-    # bf16/fp16 at d = 64 / 128 run attn_fwd_tc_kernel: interior blocks, the wavelet's band, the diagonal (and
+    # bf16/fp16 at d = 64 / 128 (256: below) run attn_fwd_tc_kernel: interior blocks, the wavelet's band, the diagonal (and
     # the tensor-core backward's table instances: the band's blocks, those beyond it, the masked ones)
     (1, 4, 2, 256, 1024, 128, "wavelet", True, None, False),
     (1, 2, 1, 200, 600, 64, "nope", True, None, False),
     # ... and the tensor-core backward without a table: masked and interior blocks, GQA heads in turn, ALiBi
     (1, 4, 2, 160, 400, 128, "alibi", True, None, False),
+    # ... and the tensor-core forward at d = 256 (Gemma's): Q fragments from shared memory, 32 keys a block
+    (1, 4, 2, 150, 300, 256, "wavelet", True, None, False),
 ]
 
 

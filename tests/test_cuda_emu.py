@@ -847,6 +847,13 @@ TC_CASES = [
     # soft-capped interior blocks: in the band (the last 2 blocks) and not; without a bias at d = 64
     dict(B=1, H=2, Hk=1, M=64, N=320, d=128, off=256, causal=True, pe=1, R=90, r_lo=0, softcap=2.0),
     dict(B=1, H=2, Hk=1, M=128, N=256, d=64, off=0, causal=False, pe=0, softcap=3.0),
+    # head_dim 256 (Q's fragments read from the Q tile at each step, 32 keys a block): interior blocks with and
+    # without the table's band, ALiBi, a soft-cap with a window, split-KV decoding
+    dict(B=1, H=2, Hk=1, M=70, N=200, d=256, off=130, causal=True, pe=0),
+    dict(B=1, H=2, Hk=1, M=64, N=260, d=256, off=196, causal=True, pe=1, R=70, r_lo=0),
+    dict(B=1, H=2, Hk=1, M=64, N=160, d=256, off=96, causal=True, pe=2, kpm=True),
+    dict(B=1, H=2, Hk=1, M=80, N=150, d=256, off=40, causal=True, pe=1, R=60, r_lo=-10, window=50, softcap=2.0),
+    dict(B=1, H=2, Hk=1, M=1, N=300, d=256, off=299, causal=True, pe=1, R=90, r_lo=0, splits=3),
 ]
 
 
@@ -861,11 +868,11 @@ def test_tensor_core_forward_matches_oracle(lib, dtype, case):
     kw = dict(TC_CASES[case])
     prob = Attn(lib, dtype, seed=300 + case, **kw)
     assert fwd_kernel(lib, prob).startswith("tensor-core")  # (the decoding cases pack their GQA heads)
-    # TcFwdLayout: a Q tile of 64 rows and K, V tiles of bn keys (128 at d = 64, else 64), rows of d + 8
-    # elements; with a table its window's 64 + bn rows and 4 warps' 16 x (bn / 2 + 8) fp32 bias; bn key
+    # TcFwdLayout: a Q tile of 64 rows and K, V tiles of bn keys (128 at d = 64, 64 at 128, 32 at 256), rows of
+    # d + 8 elements; with a table its window's 64 + bn rows and 4 warps' 16 x (bn / 2 + 8) fp32 bias; bn key
     # flags, 64 row ranges
     d, table = kw["d"], kw["pe"] == 1
-    bn = 128 if d == 64 else 64
+    bn = {64: 128, 128: 64, 256: 32}[d]
     rows = 64 + 2 * bn + (64 + bn if table else 0)
     want = rows * (d + 8) * 2 + (4 * 16 * (bn // 2 + 8) * 4 if table else 0) + bn + 64 * 16
     assert lib.wavepe_cuda_attention_fwd_smem_bytes(C.byref(prob.a)) == want
@@ -937,6 +944,7 @@ PACKED_DECODE = [
     dict(B=1, H=4, Hk=2, M=1, N=300, d=128, off=250, causal=True, pe=1, R=9, r_lo=-3, clamp=True, splits=2),
     dict(B=2, H=4, Hk=1, M=1, N=200, d=64, off=150, causal=True, pe=0, cu=[[0, 100, 160, 200], [0, 20, 151, 200]]),
     dict(B=1, H=64, Hk=1, M=1, N=200, d=64, off=199, causal=True, pe=1, R=120, r_lo=0),  # a group of 64: 4 warps
+    dict(B=1, H=8, Hk=2, M=1, N=300, d=256, off=320, causal=True, pe=1, R=150, r_lo=0, splits=2),  # head_dim 256
 ]
 
 
@@ -962,10 +970,23 @@ def test_tensor_core_backward_with_a_table_needs_its_shared_memory(lib, monkeypa
     assert bwd_kernel(lib, Attn(lib, E.BF16, d=128, **kw)) == "tensor-core"
 
 
+def test_tensor_core_forward_with_a_table_at_head_dim_256_needs_its_shared_memory(lib, monkeypatch):
+    # 122.5 KiB a CTA: on a 99 KiB device (sm_86 / sm_89 / sm_120) such calls run the general kernel, correctly;
+    # without a table (67 KiB), and at head_dim 128 with one (96 KiB), the tensor-core kernel still does
+    kw = dict(B=1, H=2, Hk=1, M=70, N=140, off=40, causal=True, R=60, r_lo=0, seed=9)
+    monkeypatch.setenv("WAVEPE_EMU_SMEM_OPTIN", str(99 * 1024))
+    assert fwd_kernel(lib, Attn(lib, E.BF16, d=256, pe=1, **kw)) == "general"
+    check_attention(lib, E.BF16, backward=False, d=256, pe=1, **kw)
+    assert fwd_kernel(lib, Attn(lib, E.BF16, d=256, pe=0, **kw)) == "tensor-core"
+    assert fwd_kernel(lib, Attn(lib, E.BF16, d=128, pe=1, **kw)) == "tensor-core"
+    monkeypatch.setenv("WAVEPE_EMU_SMEM_OPTIN", str(163 * 1024))  # an A100
+    assert fwd_kernel(lib, Attn(lib, E.BF16, d=256, pe=1, **kw)) == "tensor-core"
+
+
 def test_tensor_core_forward_is_taken_only_where_it_applies(lib):
     # another head dim, rows not on 16 bytes, fp32: the general kernel
     for dtype, kw in ((E.F16, dict(d=96, pe=0)), (E.BF16, dict(d=64, pe=0, row_pad=4)),
-                      (E.BF16, dict(d=256, pe=2)), (E.F32, dict(d=64, pe=0))):
+                      (E.BF16, dict(d=192, pe=2)), (E.F32, dict(d=256, pe=0))):
         prob = Attn(lib, dtype, B=1, H=1, Hk=1, M=70, N=70, off=0, causal=True, **kw)
         assert fwd_kernel(lib, prob) == "general", kw
     prob = Attn(lib, E.F16, B=1, H=1, Hk=1, M=70, N=70, d=64, off=0, causal=True, pe=0, row_pad=8)
@@ -984,7 +1005,7 @@ def test_occupancy_model_reads_the_launchers_shared_memory(lib):
     spec = importlib.util.spec_from_file_location("check_cuda_kernels", os.path.join(E.ROOT, ".ci", "check_cuda_kernels.py"))
     ck = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(ck)
-    for d in (64, 128):
+    for d in (64, 128, 256):
         threads, smem = ck.CTA_SHAPE[("attn_fwd_tc_kernel", f"{d}, false")]
         assert ck.CTA_SHAPE[("attn_fwd_tc_kernel", f"{d}, true")] == (threads, smem)
         got = []
@@ -993,6 +1014,10 @@ def test_occupancy_model_reads_the_launchers_shared_memory(lib):
             assert fwd_kernel(lib, prob) == "tensor-core" and threads == 128
             got.append(lib.wavepe_cuda_attention_fwd_smem_bytes(C.byref(prob.a)))
         assert max(got) == got[-1] == smem
+        # WARPS_TARGET_BY_SHAPE: at head_dim 256 a table's window leaves one CTA an SM; without one, two fit
+        if d == 256:
+            assert ck.SM_LIMITS["sm_90"]["smem"] // (smem + 1024) == 1 and 2 * (got[0] + 1024) <= 228 * 1024
+            continue
         # the tensor-core dK/dV and dQ, kernels of their own with a table; the backward's figure the larger of
         # their CTAs
         for pes, table in (((0, 2), "false"), ((1,), "true")):
@@ -1016,12 +1041,14 @@ def test_tensor_core_forward_reads_shared_memory_without_bank_conflicts(lib):
     # the emulator counts, for every ldmatrix (Q, K, V and the table window's fragments), the distinct
     # words one bank serves in each 8-row wavefront: 1 everywhere, on every path of the kernel
     lib.wavepe_emu_ldmatrix_bank_conflicts()  # reset
-    for d in (64, 128):
+    for d in (64, 128, 256):
         for pe in (0, 1, 2):
             prob = Attn(lib, E.BF16, B=1, H=1, Hk=1, M=130, N=300, d=d, off=170, causal=True, pe=pe, R=100, kpm=pe == 2)
             assert fwd_kernel(lib, prob) == "tensor-core"
             prob.forward()
             assert lib.wavepe_emu_ldmatrix_bank_conflicts() == 1, (d, pe)
+            if d == 256:
+                continue  # (the backward at head_dim 256: the general kernels)
             # the tensor-core dK/dV and dQ (K, V, Q, dO by ldmatrix, .trans too; with the table its window and
             # the dQ's skewed dS), masked, band and interior blocks
             assert bwd_kernel(lib, prob) == "tensor-core"
@@ -1032,7 +1059,7 @@ def test_tensor_core_forward_reads_shared_memory_without_bank_conflicts(lib):
 
 @settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(dtype=st.sampled_from([E.BF16, E.F16]), Hk=st.integers(1, 2), group=st.integers(1, 2),
-       M=st.integers(1, 140), N=st.integers(1, 200), d=st.sampled_from([64, 128]), off=st.integers(-20, 150),
+       M=st.integers(1, 140), N=st.integers(1, 200), d=st.sampled_from([64, 128, 128, 256]), off=st.integers(-20, 150),
        causal=st.booleans(), pe=st.sampled_from([0, 1, 2]), R=st.integers(1, 160), r_lo=st.integers(-80, 40),
        clamp=st.booleans(), kpm=st.booleans(), splits=st.integers(1, 3), window=st.sampled_from([0, 0, 33, 90]),
        softcap=st.sampled_from([0.0, 0.0, 2.5]), seed=st.integers(0, 2**31))

@@ -288,10 +288,11 @@ __global__ void __launch_bounds__(BM * 2) attn_fwd_kernel(AttnParams p) {
 }
 
 // ---- the tensor-core forward of the models' head dims ---------------------------------------
-// bf16/fp16, head_dim 64 or 128, 16-byte rows (every bias, soft-cap, window, padding, documents and
+// bf16/fp16, head_dim 64, 128 or 256, 16-byte rows (every bias, soft-cap, window, padding, documents and
 // split-KV alike: use_tc_forward): the FlashAttention-2 loop.  A CTA owns 64 query rows (warp w:
-// 16w .. 16w+15) and walks key blocks of 64 keys (128 at head_dim 64):
-//   * each warp's Q fragments are loaded once, by ldmatrix, into registers;
+// 16w .. 16w+15) and walks key blocks of 64 keys (128 at head_dim 64, 32 at 256):
+//   * each warp's Q fragments are loaded once, by ldmatrix, into registers (at head_dim 256 read from
+//     the Q tile at each step: TcFwdLayout::QREG);
 //   * K and V have one buffer each: V's copies are in flight while S = Q K^T is computed, the next
 //     block's K's (and its table window's) while O += P V is -- two barriers per key block, one
 //     cp.async group in flight;
@@ -314,13 +315,20 @@ __global__ void __launch_bounds__(BM * 2) attn_fwd_kernel(AttnParams p) {
 //     warp's Q fragments and the window's rows by ldmatrix, read back skewed through the warp's
 //     scratch (add_table_bias), only by the warps whose rows' window meets the table;
 //   * decoding one query with GQA (PACKED), the group's heads are the CTA's rows.
-// 64 keys a block (128 at head_dim 64, so that the per-block softmax and O rescale weigh as at 128).
+// 64 keys a block (128 at head_dim 64, so that the per-block softmax and O rescale weigh as at 128; 32 at
+// 256, TcFwdLayout).
 // With a table, the window's BM + BN rows and each warp's skewed bias of half a block, H (16 x BN / 2
 // fp32, rows HLD apart: HLD = 8 mod 32 banks, so that the float2 reads of a half-warp hit 32 distinct
 // banks); half a block keeps every configuration within the 99 KiB an sm_86 / sm_89 CTA may have.
+// At head_dim 256, 32 keys a block: the same 128 HMMA a warp a block as at 128 (Q K^T 4 x 16, P V 2 x 32), the O
+// accumulators (128 registers a lane) leaving no room for Q's fragments (64 more): they are read from the Q tile
+// by ldmatrix at each step (QREG false), one load per 8 HMMA of Q K^T, as FlashAttention-2 does at 256.
 template <class T, int D>
 struct TcFwdLayout {
-    static constexpr int BM = 64, BN = D <= 64 ? 128 : 64, HC = BN / 2, LD = D + int(16 / sizeof(T)), HLD = HC + 8;
+    static_assert(D == 64 || D == 128 || D == 256, "the tensor-core forward's head dims");
+    static constexpr int BM = 64, BN = D <= 64 ? 128 : D <= 128 ? 64 : 32, HC = BN / 2, LD = D + int(16 / sizeof(T)),
+                         HLD = HC + 8;
+    static constexpr bool QREG = D <= 128;  // the warp's Q fragments in registers
     SmemPlan plan;
     int q, k, v, t, h, mask, rows;
     __host__ __device__ explicit TcFwdLayout(bool table) {
@@ -335,24 +343,40 @@ struct TcFwdLayout {
 };
 
 // S (16 x 8 NT) += the warp's Q fragments . K^T, K fragments by ldmatrix from krow (the lane's
-// address in the K tile: key row (l % 8) + 8 (l / 16), columns 8 ((l / 8) % 2) ..).
+// address in the K tile: key row (l % 8) + 8 (l / 16), columns 8 ((l / 8) % 2) ..).  qf: the Q
+// fragments in registers (uint32_t[KS][4]) or the lane's address of its Q rows in the Q tile (row
+// l % 16, column 8 (l / 16): ldmatrix'd at each step), as window_bias takes them.
 template <class T, int NT, int KS, int LD>
-WAVEPE_DEVICE void qk_products(float (&s)[NT][4], const uint32_t (&qf)[KS][4], const T *krow) {
+WAVEPE_DEVICE void qk_step(float (&s)[NT][4], const uint32_t *a, const T *krow, int ks) {
 #pragma unroll
-    for (int ks = 0; ks < KS; ++ks)
-#pragma unroll
-        for (int np = 0; np < NT / 2; ++np) {
-            uint32_t kf[4];
-            ldmatrix_x4(kf, krow + np * 16 * LD + ks * 16);
-            mma16816<T>(s[2 * np], qf[ks], kf);
-            mma16816<T>(s[2 * np + 1], qf[ks], kf + 2);
+    for (int np = 0; np < NT / 2; ++np) {
+        uint32_t kf[4];
+        ldmatrix_x4(kf, krow + np * 16 * LD + ks * 16);
+        mma16816<T>(s[2 * np], a, kf);
+        mma16816<T>(s[2 * np + 1], a, kf + 2);
+    }
+}
+template <class T, int NT, int KS, int LD, class QF>
+WAVEPE_DEVICE void qk_products(float (&s)[NT][4], const QF &qf, const T *krow) {
+    if constexpr (std::is_pointer<QF>::value) {
+        // unrolled by 4 only: fully unrolled, ptxas hoisted a dozen fragments' loads ahead of their
+        // products and spilled the head_dim-256 kernel on sm_90
+#pragma unroll 4
+        for (int ks = 0; ks < KS; ++ks) {
+            uint32_t af[4];
+            ldmatrix_x4(af, qf + 16 * ks);
+            qk_step<T, NT, KS, LD>(s, af, krow, ks);
         }
+    } else {
+#pragma unroll
+        for (int ks = 0; ks < KS; ++ks) qk_step<T, NT, KS, LD>(s, qf[ks], krow, ks);
+    }
 }
 
 // The warp's relative-table bias of a key block added to its scores s, half a block at a time
 // (ROW_SHIFT 0: every row at the same position, the packed heads of one query).
-template <class T, int BN, int KS, int LD, int HLD, int ROW_SHIFT>
-WAVEPE_DEVICE void add_table_bias(float (&s)[BN / 8][4], float *hw, const uint32_t (&qf)[KS][4], const T *trow) {
+template <class T, int BN, int KS, int LD, int HLD, int ROW_SHIFT, class QF>
+WAVEPE_DEVICE void add_table_bias(float (&s)[BN / 8][4], float *hw, const QF &qf, const T *trow) {
     constexpr int HC = BN / 2;
     window_bias<T, BN, HC, 0, KS, LD, HLD, ROW_SHIFT>(hw, qf, trow);
     __syncwarp();
@@ -418,9 +442,14 @@ __global__ void __launch_bounds__(128) attn_fwd_tc_kernel(AttnParams p) {
         bb = be = ie;
         if (has_table && ib < ie) table_band_key_blocks(p, m0, BM, BN, ib, ie, bb, be);
     }
-    const int64_t n_head = ib - kb_begin, n_other = n_head + (kb_end - ie), n_pre = bb - ib, n_pure = n_pre + (ie - be);
-    auto other_block = [=](int64_t t) { return t < n_head ? kb_begin + t : ie + (t - n_head); };
-    auto pure_block = [=](int64_t t) { return t < n_pre ? ib + t : be + (t - n_pre); };
+    // Counts of blocks: at head_dim 256 in 32 bits, two registers fewer each (ptxas spilled 8 bytes on sm_90
+    // with 64; use_tc_forward bounds M and N there), elsewhere in 64 (in 32, 0.06 more instructions per
+    // HMMA in the main loop at 128)
+    using Count = std::conditional_t<Lay::QREG, int64_t, int>;
+    const Count n_head = Count(ib - kb_begin), n_other = n_head + Count(kb_end - ie), n_pre = Count(bb - ib),
+                n_pure = n_pre + Count(ie - be);
+    auto other_block = [=](Count t) { return t < n_head ? kb_begin + t : ie + (t - n_head); };
+    auto pure_block = [=](Count t) { return t < n_pre ? ib + t : be + (t - n_pre); };
     const int64_t first_pure = n_pure > 0 ? pure_block(0) : -1, first_interior = bb < be ? bb : first_pure;
 
     A o[DT][4];
@@ -466,12 +495,17 @@ __global__ void __launch_bounds__(128) attn_fwd_tc_kernel(AttnParams p) {
         cp_async_commit();
         cp_async_wait<0>();
         __syncthreads();
-        // the warp's Q fragments: lane l addresses row l % 16, columns 8 (l / 16) .. of each 16-column step
-        uint32_t qf[KS][4];
+        // the warp's Q fragments: lane l addresses row l % 16, columns 8 (l / 16) .. of each 16-column step;
+        // loaded once into registers, or (head_dim 256) the lane's address in the Q tile, read at each step
+        std::conditional_t<Lay::QREG, uint32_t[KS][4], const T *> qf;
         {
             const T *qrow = Qs + (16 * warp + (lane & 15)) * LD + 8 * (lane >> 4);
+            if constexpr (Lay::QREG) {
 #pragma unroll
-            for (int ks = 0; ks < KS; ++ks) ldmatrix_x4(qf[ks], qrow + 16 * ks);
+                for (int ks = 0; ks < KS; ++ks) ldmatrix_x4(qf[ks], qrow + 16 * ks);
+            } else {
+                qf = qrow;
+            }
         }
         const int lane_row = ((lane & 7) + 8 * (lane >> 4)) * LD + 8 * ((lane >> 3) & 1);
         // the window rows of the warp's rows start 16 w rows in (packed heads: all at the query's position)
@@ -485,7 +519,7 @@ __global__ void __launch_bounds__(128) attn_fwd_tc_kernel(AttnParams p) {
 
         // the blocks with masks, padding, ALiBi or a soft-cap (with the table's bias where their window
         // meets it)
-        for (int64_t t = 0; t < n_other; ++t) {
+        for (Count t = 0; t < n_other; ++t) {
             {
                 const int64_t j = other_block(t), n0 = j * BN;
                 const int64_t next = t + 1 < n_other ? other_block(t + 1) : first_interior;
@@ -571,16 +605,16 @@ __global__ void __launch_bounds__(128) attn_fwd_tc_kernel(AttnParams p) {
         using Cap = std::true_type;
         using NoCap = std::false_type;
         auto next_band = [&](int64_t j) { return j + 1 < be ? j + 1 : first_pure; };
-        auto next_pure = [&](int64_t t) { return t + 1 < n_pure ? pure_block(t + 1) : int64_t(-1); };
+        auto next_pure = [&](Count t) { return t + 1 < n_pure ? pure_block(t + 1) : int64_t(-1); };
         if (capped) {  // (CTA-uniform; never with ALiBi)
             for (int64_t j = bb; j < be; ++j) interior(TableBias{}, Cap{}, j, next_band(j));
-            for (int64_t t = 0; t < n_pure; ++t) interior(NoBias{}, Cap{}, pure_block(t), next_pure(t));
+            for (Count t = 0; t < n_pure; ++t) interior(NoBias{}, Cap{}, pure_block(t), next_pure(t));
         } else {
             for (int64_t j = bb; j < be; ++j) interior(TableBias{}, NoCap{}, j, next_band(j));
             if (!PACKED && p.pos_enc == WAVEPE_CUDA_PE_ALIBI) {  // (CTA-uniform; never packed)
-                for (int64_t t = 0; t < n_pure; ++t) interior(AlibiBias{}, NoCap{}, pure_block(t), next_pure(t));
+                for (Count t = 0; t < n_pure; ++t) interior(AlibiBias{}, NoCap{}, pure_block(t), next_pure(t));
             } else {
-                for (int64_t t = 0; t < n_pure; ++t) interior(NoBias{}, NoCap{}, pure_block(t), next_pure(t));
+                for (Count t = 0; t < n_pure; ++t) interior(NoBias{}, NoCap{}, pure_block(t), next_pure(t));
             }
         }
     }
@@ -667,11 +701,25 @@ AttnParams attention_params(const wavepe_attention_args *a) {
 
 namespace {
 
-// Does the call run on the tensor-core loop (attn_fwd_tc_kernel)?  bf16/fp16, head_dim 64 or 128
-// (its unrolled tiles), q, k, v (and the table's) rows on 16 bytes (cp.async, ldmatrix).
+// The tensor-core forward's shared memory a CTA at head_dim d (64, 128 or 256), with a table or not.
+size_t tc_fwd_smem(int64_t d, bool table) {
+    // (bf16 and fp16 alike: 2-byte elements)
+    return d == 64 ? TcFwdLayout<__half, 64>(table).plan.total
+                   : d == 128 ? TcFwdLayout<__half, 128>(table).plan.total : TcFwdLayout<__half, 256>(table).plan.total;
+}
+
+// Does the call run on the tensor-core loop (attn_fwd_tc_kernel)?  bf16/fp16, head_dim 64, 128 or 256
+// (its unrolled tiles), q, k, v (and the table's) rows on 16 bytes (cp.async, ldmatrix), and its CTA's
+// shared memory within the device's: past the 99 KiB every GPU from sm_80 on grants (head_dim 256 with a
+// table: 122.5 KiB) the device is asked -- sm_86 / sm_89 / sm_120 run the general kernel there.
 bool use_tc_forward(const AttnParams &p) {
-    return (p.a.dtype == WAVEPE_BF16 || p.a.dtype == WAVEPE_F16) && (p.a.d == 64 || p.a.d == 128) && p.vec_q &&
-           p.vec_k && p.vec_v && (p.pos_enc != WAVEPE_CUDA_PE_TABLE || p.vec_t);
+    // (at head_dim 256, M, N < 2^36: the kernel counts blocks of 32 keys in 32 bits)
+    if (!((p.a.dtype == WAVEPE_BF16 || p.a.dtype == WAVEPE_F16) && (p.a.d == 64 || p.a.d == 128 || p.a.d == 256) &&
+          p.vec_q && p.vec_k && p.vec_v && (p.pos_enc != WAVEPE_CUDA_PE_TABLE || p.vec_t) &&
+          (p.a.d < 256 || (p.a.m < (int64_t(1) << 36) && p.a.n < (int64_t(1) << 36)))))
+        return false;
+    const size_t smem = tc_fwd_smem(p.a.d, p.pos_enc == WAVEPE_CUDA_PE_TABLE);
+    return smem <= 99 * 1024 || smem <= device_smem_optin();
 }
 
 // Does the tensor-core forward take a GQA group's heads as the rows of one CTA (decoding one query,
@@ -686,7 +734,8 @@ struct FwdDims {
 };
 FwdDims fwd_dims(const AttnParams &p) {
     if (use_tc_forward(p))
-        return p.a.d == 64 ? FwdDims{64, TcFwdLayout<__half, 64>::BN} : FwdDims{64, TcFwdLayout<__half, 128>::BN};
+        return FwdDims{64, p.a.d == 64 ? TcFwdLayout<__half, 64>::BN
+                                       : p.a.d == 128 ? TcFwdLayout<__half, 128>::BN : TcFwdLayout<__half, 256>::BN};
     FwdDims out{64, 64};
     dispatch_dtype(p.a.dtype, [&](auto tag) {
         using T = decltype(tag);
@@ -756,12 +805,10 @@ cudaError_t launch_fwd_cfg(AttnParams p, cudaStream_t stream) {
     // double-buffer K/V (and the table window) with cp.async when rows are
     // 16-byte aligned and the second buffers fit the device's shared memory
     p.async_kv = p.async_t = 0;
-    int dev = 0, optin = 0;
-    if (p.vec_k && p.vec_v && p.blocks_per_split > 1 && cudaGetDevice(&dev) == cudaSuccess &&
-        cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) == cudaSuccess) {
-        p.async_kv = FwdLayout<T, BM, BN>(p.d_pad, table, true, false).plan.total <= size_t(optin);
-        p.async_t = p.async_kv && table && p.vec_t &&
-                    FwdLayout<T, BM, BN>(p.d_pad, table, true, true).plan.total <= size_t(optin);
+    if (p.vec_k && p.vec_v && p.blocks_per_split > 1) {
+        const size_t optin = device_smem_optin();
+        p.async_kv = FwdLayout<T, BM, BN>(p.d_pad, table, true, false).plan.total <= optin;
+        p.async_t = p.async_kv && table && p.vec_t && FwdLayout<T, BM, BN>(p.d_pad, table, true, true).plan.total <= optin;
     }
     const FwdLayout<T, BM, BN> L(p.d_pad, table, p.async_kv != 0, p.async_t != 0);
     return launch_fwd_grid<T>(attn_fwd_kernel<T, DMAX, BM, BN>, p, ctas, BM, L.plan.total, stream);
@@ -774,7 +821,10 @@ cudaError_t launch_fwd(AttnParams p, cudaStream_t stream) {
         return launch_fwd_cfg<T, 128>(p, stream);
     } else {
         if constexpr (Traits<T>::kTensorCore) {
-            if (use_tc_forward(p)) return p.a.d == 64 ? launch_fwd_tc<T, 64>(p, stream) : launch_fwd_tc<T, 128>(p, stream);
+            if (use_tc_forward(p)) {
+                if (p.a.d == 64) return launch_fwd_tc<T, 64>(p, stream);
+                return p.a.d == 128 ? launch_fwd_tc<T, 128>(p, stream) : launch_fwd_tc<T, 256>(p, stream);
+            }
         }
         switch (dmax_bucket(p.a.d)) {
         case 64: return launch_fwd_cfg<T, 64>(p, stream);
@@ -798,8 +848,8 @@ size_t align256(size_t x) { return (x + 255) & ~size_t(255); }
 
 template <class T, int DMAX>
 size_t fwd_smem(const wavepe_attention_args *a) {
-    if constexpr (Traits<T>::kTensorCore && DMAX <= 128) {
-        if (use_tc_forward(attention_params(a))) return TcFwdLayout<T, DMAX>(a->table != nullptr).plan.total;
+    if constexpr (Traits<T>::kTensorCore) {
+        if (use_tc_forward(attention_params(a))) return tc_fwd_smem(a->d, a->table != nullptr);
     }
     // the minimum: single-buffered K/V (the launcher double-buffers when more fits)
     const FwdLayout<T, FwdCfg<T, DMAX>::BM, FwdCfg<T, DMAX>::BN> L(ceil_div(a->d, 16) * 16, a->table != nullptr,

@@ -1432,11 +1432,7 @@ bool use_tc_backward(const AttnParams &p) {
           p.vec_k && p.vec_v && p.vec_go && p.a.m < (int64_t(1) << 36) && p.a.n < (int64_t(1) << 36)))
         return false;
     if (p.pos_enc != WAVEPE_CUDA_PE_TABLE) return true;
-    int dev = 0, optin = 0;
-    if (!p.vec_t || cudaGetDevice(&dev) != cudaSuccess ||
-        cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) != cudaSuccess)
-        return false;
-    return (p.a.d == 64 ? tc_bwd_smem<64>(true) : tc_bwd_smem<128>(true)) <= size_t(optin);
+    return p.vec_t && (p.a.d == 64 ? tc_bwd_smem<64>(true) : tc_bwd_smem<128>(true)) <= device_smem_optin();
 }
 
 struct BwdPlan {

@@ -430,12 +430,15 @@ WAVEPE_DEVICE void add_skewed_bias(A (&s)[NT][4], const A *gw, int gld) {
 template <class T, int BN, int HC, int C0, int KS, int LD, int HLD, int ROW_SHIFT, class QF>
 WAVEPE_DEVICE void window_bias(float *hw, const QF &qf, const T *trow) {
     constexpr int GT = (HC + 16) / 8, X0 = BN - C0 - HC;
+    // head_dim 256 (KS 16): the steps unrolled by 4 only -- fully unrolled, ptxas hoisted a dozen fragments'
+    // loads ahead of their products and spilled the tensor-core forward on sm_90
+    [[maybe_unused]] constexpr int UNROLL = KS > 8 ? 4 : KS;  // (the emulator's compiler ignores the pragma)
     static_assert(GT % 2 == 0 && X0 >= 0, "pairs of 8-column tiles inside the window");
 #pragma unroll
     for (int np = 0; np < GT / 2; ++np) {
         float g[2][4];
         zero_frags(g);
-#pragma unroll
+#pragma unroll UNROLL
         for (int ks = 0; ks < KS; ++ks) {
             uint32_t tf[4];
             ldmatrix_x4(tf, trow + (X0 + np * 16) * LD + ks * 16);

@@ -319,6 +319,14 @@ cudaError_t allow_dynamic_smem(K *kernel, size_t bytes) {
     return cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes));
 }
 
+// The dynamic shared memory a CTA of this device may opt in to (0 when the device cannot be asked).
+inline size_t device_smem_optin() {
+    int dev = 0, optin = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess) return 0;
+    if (cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) != cudaSuccess) return 0;
+    return optin > 0 ? size_t(optin) : 0;
+}
+
 inline int device_sm_count() {
     int dev = 0, n = 0;
     if (cudaGetDevice(&dev) != cudaSuccess) return 1;
