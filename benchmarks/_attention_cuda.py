@@ -11,7 +11,10 @@ alternation with the references, CUDA-synchronised, medians), against SDPA's fla
   * decoding one token (GQA 32/8 heads) <= 1.5x flash at 32k and 128k keys;
   * RoPE on q and k >= 70 % of the bandwidth of a device-to-device ``copy_`` of the same bytes.
 
-Also timed: ALiBi, the wavelet bias with a 1024-token window and with soft-capping (cap 30).  TFLOP/s
+Also timed: ALiBi, the wavelet bias with a 1024-token window and with soft-capping (cap 30); and at head_dim
+256 (Gemma 2's shape: 16 query / 8 key-value heads, L=4096, its soft-cap 50) flash, nope and the wavelet bias
+with and without the cap, forward and forward+backward (no target: the forward runs the tensor-core kernel,
+the backward the general one at 256).  TFLOP/s
 count a causal forward as 2 B H L^2 d (two products over half the square) and forward+backward as 3.5x
 that, whatever the method skips; decoding's GB/s count the keys and values read once.  Results go to
 benchmarks/results/bench_attention_cuda.json.
@@ -149,6 +152,28 @@ def bench_decode(n_keys: int, cfg, quick: bool) -> list[dict]:
              "GBps": moved / t[n] / 1e9} for n in fns]
 
 
+def bench_head256(L: int, quick: bool) -> list[dict]:
+    """Gemma 2's head shape: d=256, GQA 16/8 heads, causal, its soft-cap 50 (flash has no soft-cap)."""
+    h, h_kv, d, cap = 16, 8, 256, 50.0
+    cfg = WaveletConfig.grid(d)
+    g = torch.Generator(device=DEV).manual_seed(L + d)
+    q = torch.randn(B, h, L, d, device=DEV, dtype=DTYPE, generator=g, requires_grad=True)
+    k, v = (torch.randn(B, h_kv, L, d, device=DEV, dtype=DTYPE, generator=g, requires_grad=True) for _ in range(2))
+    go = torch.randn(B, h, L, d, device=DEV, dtype=DTYPE, generator=g)
+    fns = {"flash": lambda: _flash(q, k, v), "nope": lambda: wo.wavelet_attention(q, k, v, pos_enc="nope"),
+           "wavelet": lambda: wo.wavelet_attention(q, k, v, cfg),
+           f"wavelet softcap {cap:g}": lambda: wo.wavelet_attention(q, k, v, cfg, softcap=cap)}
+    with torch.no_grad():
+        fwd_fns = _available(fns, ())
+        fwd = compare(fwd_fns, repeat=5 if quick else 20, warmup=2)
+    bwd_fns = _available({n: (lambda fn=fn: torch.autograd.grad(fn(), (q, k, v), go)) for n, fn in fwd_fns.items()}, ())
+    bwd = compare(bwd_fns, repeat=3 if quick else 10, warmup=1)
+    flops = 2.0 * B * h * L * L * d
+    return [{"L": L, "d": d, "method": n, "fwd_ms": t * 1e3, "fwd_vs_flash": t / fwd["flash"] if "flash" in fwd else None,
+             "fwd_tflops": flops / t / 1e12, "fwd_bwd_ms": bwd[n] * 1e3 if n in bwd else None,
+             "fwd_bwd_vs_flash": bwd[n] / bwd["flash"] if n in bwd and "flash" in bwd else None} for n, t in fwd.items()]
+
+
 def bench_rope(L: int, quick: bool) -> dict:
     g = torch.Generator(device=DEV).manual_seed(1)
     q = torch.randn(B, H, L, D, device=DEV, dtype=DTYPE, generator=g)
@@ -178,6 +203,7 @@ def run(quick: bool = False, lengths=None, decode_keys=None, device: str = "cuda
     decode_keys = decode_keys or ([4096] if quick else [32768, 131072])
     rows = bench_lengths(lengths, cfg, quick)
     dec = [r for n in decode_keys for r in bench_decode(n, cfg, quick)]
+    h256 = bench_head256(1024 if quick else 4096, quick)
     rope = bench_rope(2048 if quick else 8192, quick)
 
     def f(x, spec=".3g"):
@@ -191,6 +217,10 @@ def run(quick: bool = False, lengths=None, decode_keys=None, device: str = "cuda
                   f(r["fwd_bwd_ms"], ".2f"), f(r["fwd_bwd_vs_flash"]), f(r["fwd_bwd_tflops"], ".0f")] for r in rows])
     print_table(f"decoding one token, GQA {H}/{H_KV} heads, d={D}", ["keys", "method", "ms", "/ flash", "GB/s"],
                 [[r["N"], r["method"], f(r["ms"], ".3f"), f(r["vs_flash"]), f(r["GBps"], ".0f")] for r in dec])
+    print_table(f"head_dim 256 (Gemma 2's shape), bf16 B={B} H=16/8 L={h256[0]['L']} causal",
+                ["method", "fwd ms", "fwd / flash", "fwd TFLOP/s", "fwd+bwd ms", "fwd+bwd / flash"],
+                [[r["method"], f(r["fwd_ms"], ".2f"), f(r["fwd_vs_flash"]), f(r["fwd_tflops"], ".0f"),
+                  f(r["fwd_bwd_ms"], ".2f"), f(r["fwd_bwd_vs_flash"])] for r in h256])
     print_table(f"RoPE on q and k, bf16 B={B} H={H} L={rope['L']} d={D}",
                 ["rope ms", "copy ms", "rope GB/s", "copy GB/s", "rope / copy"],
                 [[f(rope["rope_ms"], ".3f"), f(rope["copy_ms"], ".3f"), f(rope["rope_GBps"], ".0f"),
@@ -227,4 +257,4 @@ def run(quick: bool = False, lengths=None, decode_keys=None, device: str = "cuda
                 [[t["target"], f(t["value"]), t["limit"], t["met"]] for t in targets])
     write_json("bench_attention_cuda" + ("_quick" if quick else "") + ("" if device == "cuda" else "_cpu_smoke"),
                {"shape": {"B": B, "H": H, "H_kv_decode": H_KV, "d": D, "dtype": "bfloat16", "causal": True},
-                "gpu": gpu, "rows": rows, "decode": dec, "rope": rope, "targets": targets})
+                "gpu": gpu, "rows": rows, "decode": dec, "head_dim_256": h256, "rope": rope, "targets": targets})
