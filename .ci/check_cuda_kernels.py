@@ -89,6 +89,8 @@ MIX_CEILING = {
     ("attn_bwd_dkdv_tc_kernel", "128, true"): 4.85, ("attn_bwd_dkdv_tc_kernel", "64, true"): 4.4,
     ("attn_bwd_dq_tc_kernel", "128, false"): 2.75, ("attn_bwd_dq_tc_kernel", "64, false"): 3.6,
     ("attn_bwd_dq_tc_kernel", "128, true"): 3.1, ("attn_bwd_dq_tc_kernel", "64, true"): 3.65,
+    # (head dim 256: S's and dP's 16 steps a loop unrolled by 4, counted once, as the forward's at 256)
+    ("attn_bwd_dq_tc_kernel", "256, false"): 4.1, ("attn_bwd_dq_tc_kernel", "256, true"): 4.0,
     ("attn_fwd_kernel", "256, 32, 32"): 27.5, ("attn_fwd_kernel", "128, 64, 32"): 33.3,
     ("attn_fwd_kernel", "64, 64, 64"): 59.8,
     ("attn_bwd_dkdv_kernel", "256, 16, 2"): 12.8, ("attn_bwd_dkdv_kernel", "128, 32, 1"): 15.7,
@@ -115,12 +117,15 @@ CTA_SHAPE = {  # (kernel, template arguments after the type): (threads, the most
     ("attn_bwd_dkdv_tc_kernel", "128, true"): (128, 110096), ("attn_bwd_dkdv_tc_kernel", "64, true"): (128, 101264),
     ("attn_bwd_dq_tc_kernel", "128, false"): (128, 70720), ("attn_bwd_dq_tc_kernel", "64, false"): (128, 56448),
     ("attn_bwd_dq_tc_kernel", "128, true"): (128, 114240), ("attn_bwd_dq_tc_kernel", "64, true"): (128, 96384),
+    ("attn_bwd_dq_tc_kernel", "256, false"): (128, 102432), ("attn_bwd_dq_tc_kernel", "256, true"): (128, 160032),
 }
 WARPS_TARGET = {"attn_fwd_tc_kernel": 8, "attn_bwd_dkdv_tc_kernel": 8, "attn_bwd_dq_tc_kernel": 8}
 # Where a CTA_SHAPE line's figure (the most shared memory: a table's) is held to fewer warps, and why: at head dim
-# 256 the table's window (96 rows of 528 bytes) takes the CTA to 122.5 KiB, one an SM (4 warps); without a table
-# (67 KiB) two fit, 8 warps (tests/test_cuda_emu.py checks both figures against the launcher's).
-WARPS_TARGET_BY_SHAPE = {("attn_fwd_tc_kernel", "256, false"): 4, ("attn_fwd_tc_kernel", "256, true"): 4}
+# 256 the forward's table window (96 rows of 528 bytes) takes the CTA to 122.5 KiB, one an SM (4 warps); without a
+# table (67 KiB) two fit, 8 warps (tests/test_cuda_emu.py checks both figures against the launcher's); the dQ's
+# table instance at 256 (the window's 80 rows beside Q's and dO's 66 KiB: 156 KiB) one, its other instance two.
+WARPS_TARGET_BY_SHAPE = {("attn_fwd_tc_kernel", "256, false"): 4, ("attn_fwd_tc_kernel", "256, true"): 4,
+                         ("attn_bwd_dq_tc_kernel", "256, true"): 4}
 
 
 def occupancy(regs: int, threads: int, smem: int, arch: str) -> tuple[int, int]:
@@ -167,6 +172,8 @@ OTHER_LOOP_CEILING = {
     ("attn_bwd_dq_tc_kernel", "128, false"): (3.3, 4.85, 25.25), ("attn_bwd_dq_tc_kernel", "64, false"): (4.75, 8.0, 43.8),
     ("attn_bwd_dq_tc_kernel", "128, true"): (3.6, 4.75, 5.25, 15.85),
     ("attn_bwd_dq_tc_kernel", "64, true"): (4.85, 7.2, 8.0, 27.15),
+    ("attn_bwd_dq_tc_kernel", "256, false"): (4.8, 6.3, 41.0),
+    ("attn_bwd_dq_tc_kernel", "256, true"): (4.35, 5.2, 6.2, 19.1),
 }
 
 ENTRY = re.compile(r"ptxas info\s*: Compiling entry function '([^']+)' for '(sm_\w+)'")

@@ -156,9 +156,20 @@ def test_tensor_core_forward_keeps_garbage_where_it_belongs(lib, dtype, bad, pe,
     garbage change no bit of out and lse; a key in the causal band of a 64-key block (seen by the
     later rows of its warp only) leaves the rows before it as they were (up to rounding: that warp
     sums the block key by key) and the rows that see it follow the oracle."""
+    _forward_garbage(lib, dtype, bad, pe, splits, 64)
+
+
+@pytest.mark.parametrize("dtype", [E.BF16, E.F16], ids=DTYPE_IDS.get)
+@pytest.mark.parametrize("bad,pe,splits", [(float("nan"), 0, 1), (float("inf"), 1, 2)])
+def test_tensor_core_forward_at_head_dim_256_keeps_garbage_where_it_belongs(lib, dtype, bad, pe, splits):
+    """The same at head_dim 256 (blocks of 32 keys, Q's fragments from the Q tile)."""
+    _forward_garbage(lib, dtype, bad, pe, splits, 256)
+
+
+def _forward_garbage(lib, dtype, bad, pe, splits, d):
     from .test_cuda_emu import fwd_kernel
 
-    m, n, d, key = 70, 150, 64, 110  # queries at 80..149: key 110 is in warp 1's rows of the first block
+    m, n, key = 70, 150, 110  # queries at 80..149: key 110 is in warp 1's rows of the first block
     kpm = np.zeros((1, n), bool)
     kpm[0, [3, 70, 100]] = True
     kw = dict(B=1, H=2, Hk=1, M=m, N=n, d=d, off=80, causal=True, pe=pe, kpm=kpm, seed=13, splits=splits, R=60, r_lo=0)
@@ -204,12 +215,23 @@ def test_tensor_core_dq_keeps_band_garbage_to_rows_that_see_it(lib, dtype, bad, 
     """attn_bwd_dq_tc_kernel: a key in the causal band of a block (seen by the later rows of its warp only)
     holding inf/NaN leaves dq of the rows before it as it was (up to rounding: that warp sums the block key
     by key); the rows that see it are non-finite."""
+    _dq_band_garbage(lib, dtype, bad, pe, 64, "tensor-core")
+
+
+@pytest.mark.parametrize("dtype", [E.BF16, E.F16], ids=DTYPE_IDS.get)
+@pytest.mark.parametrize("bad,pe", [(float("nan"), 2), (float("inf"), 1)])
+def test_tensor_core_dq_at_head_dim_256_keeps_band_garbage_to_rows_that_see_it(lib, dtype, bad, pe):
+    """The same at head_dim 256 (blocks of 16 keys; dK/dV: the general kernel)."""
+    _dq_band_garbage(lib, dtype, bad, pe, 256, "tensor-core dQ, general dK/dV")
+
+
+def _dq_band_garbage(lib, dtype, bad, pe, d, kernel):
     from .test_cuda_emu import bwd_kernel
 
-    m, n, d, key = 70, 150, 64, 110  # queries at 80..149: key 110 in warp 1's rows of the first query block
+    m, n, key = 70, 150, 110  # queries at 80..149: key 110 in warp 1's rows of the first query block
     garbage = np.arange(n)[None, :] == key
     kw = dict(B=1, H=2, Hk=1, M=m, N=n, d=d, off=80, causal=True, pe=pe, R=60, seed=19)
-    assert bwd_kernel(lib, Attn(lib, dtype, **kw)) == "tensor-core"
+    assert bwd_kernel(lib, Attn(lib, dtype, **kw)) == kernel
     clean, dirty = _dirty_vs_clean(lib, dtype, garbage, bad, **kw)
     before = key - 80
     assert_same_nonfinite(dirty["dq"][:, :, :before], clean["dq"][:, :, :before], dtype, 2 * n * d, "dq: rows before the key")

@@ -384,7 +384,7 @@ __global__ void __launch_bounds__(B * 2, 1) attn_bwd_dkdv_kernel(AttnParams p) {
 }
 
 // ---- the tensor-core dK/dV of the models' head dims ------------------------------------------
-// bf16/fp16, head_dim 64 or 128, 16-byte rows of q, k, v and dO (and the table's) (use_tc_backward): the
+// bf16/fp16, head_dim 64 or 128, 16-byte rows of q, k, v and dO (and the table's) (use_tc_dkdv): the
 // FlashAttention-2 loop of the key side.  A CTA owns 64 keys of a (batch, kv head) (warp w: keys
 // 16w .. 16w+15), K and V staged once, and walks the query blocks of every head of its GQA group that
 // can see them (BM = 32 queries at head_dim 128, 64 at 64): per block, by ldmatrix from rows padded
@@ -574,7 +574,7 @@ __global__ void __launch_bounds__(128) attn_bwd_dkdv_tc_kernel(AttnParams p) {
         return has_table && table_rows_hit(p, c - (BN - 1), c + BM - 1);
     };
     // The order, in shared memory (read where used: 10 values fewer held in registers through the loops,
-    // which dK's and dV's accumulators fill); 32-bit block indices (use_tc_backward bounds M).
+    // which dK's and dV's accumulators fill); 32-bit block indices (tc_backward_applies bounds M).
     TcDkdvOrder *const ord = reinterpret_cast<TcDkdvOrder *>(smem + L.plan.off[L.order]);
     if (threadIdx.x == 0) {
         KeyBlockQueries kq = key_block_queries(qlo, qhi, BN, BM, p);
@@ -916,7 +916,7 @@ __global__ void __launch_bounds__(B * 2, 1) attn_bwd_dq_kernel(AttnParams p) {
 }
 
 // ---- the tensor-core dQ of the models' head dims ----------------------------------------------
-// bf16/fp16, head_dim 64 or 128, 16-byte rows of q, k, v and dO (and the table's) (use_tc_backward, as the
+// bf16/fp16, head_dim 64, 128 or 256, 16-byte rows of q, k, v and dO (and the table's) (use_tc_backward, as the
 // dK/dV kernel's): the FlashAttention-2 loop of the query side.  A CTA owns 64 query rows of a (batch,
 // head) (warp w: rows 16w .. 16w+15; Q and dO staged once, lse and D of the lane's rows in registers) and
 // walks the key blocks its rows see (32 keys at head_dim 128, 64 at 64): per block, by ldmatrix from rows
@@ -931,14 +931,19 @@ __global__ void __launch_bounds__(B * 2, 1) attn_bwd_dq_kernel(AttnParams p) {
 // table add the bias (window_bias, the forward's) and dQ += H T_win, H = dS skewed into window columns in
 // the warp's scratch (warp_hb); the window has one buffer, refilled after a second barrier.
 constexpr int kTcDqRows = 64;  // query rows of a tensor-core dQ CTA
+// Head dim 256: blocks of 16 keys (dQ's accumulators take 128 registers a lane; Q and dO 66 KiB of shared
+// memory, so that with two buffers of K and V of 16 keys the CTA stays within the 113 KiB that lets two share
+// an H100's SM), taken in one chunk.
 template <class T, int D>
 struct TcDqLayout {
-    static constexpr int BM = kTcDqRows, BN = D <= 64 ? 64 : 32, LD = D + int(16 / sizeof(T)), KC = 32;
+    static_assert(D == 64 || D == 128 || D == 256, "the tensor-core dQ's head dims");
+    static constexpr int BM = kTcDqRows, BN = D <= 64 ? 64 : D <= 128 ? 32 : 16, LD = D + int(16 / sizeof(T)),
+                         KC = D <= 128 ? 32 : 16;
     // with a table: each warp's skewed bias of KC keys (16 rows of HLD floats: HLD = 8 mod 32, the float2
     // reads of a half-warp hit 32 banks) and its H = dS skewed into window columns (16 rows of HLDT elements,
     // an odd number of 16-byte units apart: ldmatrix without conflicts)
-    static constexpr int HLD = KC + 8, HLDT = BN + 16 + 8;
-    static_assert(HLD % 32 == 8 && (HLDT * sizeof(T) / 16) % 2 == 1, "conflict-free scratch rows");
+    static constexpr int HLD = 40, HLDT = BN + 16 + 8;
+    static_assert(HLD >= KC && HLD % 32 == 8 && (HLDT * sizeof(T) / 16) % 2 == 1, "conflict-free scratch rows");
     SmemPlan plan;
     int q, go, k, v, mask, rows, t, hb, h;
     __host__ __device__ explicit TcDqLayout(bool table) {
@@ -1213,7 +1218,7 @@ __global__ void __launch_bounds__(128, 2) attn_bwd_dq_tc_kernel(AttnParams p) {
     }
     // the interior blocks, each next one without block_of: the band [bb, be), then [ib, bb) and [be, ie)
     auto interior = [&](auto kind_tag) {
-        // (32-bit block indices, fewer registers through the loop: use_tc_backward bounds N)
+        // (32-bit block indices, fewer registers through the loop: tc_backward_applies bounds N)
         const int b_lo = int(bb), b_hi = int(be), i_hi = int(ie);
         const int pure_first = n_pre > 0 ? int(ib) : b_hi < i_hi ? b_hi : -1;
         int t = int(n_masked);
@@ -1416,23 +1421,34 @@ __global__ void __launch_bounds__(128) attn_bwd_dslopes_fold_kernel(AttnParams p
 
 size_t align256(size_t x) { return (x + 255) & ~size_t(255); }
 
-// The shared memory of the tensor-core dK/dV and dQ (the larger), with or without the table's window.
-template <int D>
-size_t tc_bwd_smem(bool table) {
-    const size_t kv = TcDkdvLayout<__half, D>(table).plan.total, q = TcDqLayout<__half, D>(table).plan.total;
-    return kv > q ? kv : q;  // (bf16 and fp16 alike: 2-byte elements)
+// The shared memory of the tensor-core dK/dV (head dim 64, 128) and dQ (64, 128, 256), with or without the
+// table's window (bf16 and fp16 alike: 2-byte elements).
+size_t tc_dkdv_smem(int64_t d, bool table) {
+    return d == 64 ? TcDkdvLayout<__half, 64>(table).plan.total : TcDkdvLayout<__half, 128>(table).plan.total;
+}
+size_t tc_dq_smem(int64_t d, bool table) {
+    return d == 64 ? TcDqLayout<__half, 64>(table).plan.total
+                   : d == 128 ? TcDqLayout<__half, 128>(table).plan.total : TcDqLayout<__half, 256>(table).plan.total;
 }
 
-// Do the tensor-core dK/dV and dQ kernels take the call?  bf16/fp16, head_dim 64 or 128, 16-byte rows of
-// q, k, v and dO (and the table's); with a table, only where their layouts fit the device's shared memory
-// (at head_dim 128 not on sm_86/sm_89's 99 KiB: the general kernels run there).
-bool use_tc_backward(const AttnParams &p) {
-    // (M, N < 2^36: the kernels count blocks of 32 or more in 32 bits)
-    if (!((p.a.dtype == WAVEPE_BF16 || p.a.dtype == WAVEPE_F16) && (p.a.d == 64 || p.a.d == 128) && p.vec_q &&
-          p.vec_k && p.vec_v && p.vec_go && p.a.m < (int64_t(1) << 36) && p.a.n < (int64_t(1) << 36)))
-        return false;
-    if (p.pos_enc != WAVEPE_CUDA_PE_TABLE) return true;
-    return p.vec_t && (p.a.d == 64 ? tc_bwd_smem<64>(true) : tc_bwd_smem<128>(true)) <= device_smem_optin();
+// Do the tensor-core dK/dV (head_dim 64, 128) and dQ (64, 128, 256) kernels take the call?  bf16/fp16, 16-byte
+// rows of q, k, v and dO (and the table's), their layouts within the device's shared memory: past the 99 KiB
+// every GPU from sm_80 on grants -- a table at head_dim 128, head_dim 256 -- the device is asked (sm_86, sm_89
+// and sm_120 run the general kernels there).  The two passes choose apart: at 256, dK/dV is the general
+// kernel's (its accumulators, 2 x 128 registers a lane for 16 keys, do not fit a warp).
+bool tc_backward_applies(const AttnParams &p) {
+    // (M, N < 2^35: the kernels count blocks of 16 or more in 32 bits)
+    return (p.a.dtype == WAVEPE_BF16 || p.a.dtype == WAVEPE_F16) && p.vec_q && p.vec_k && p.vec_v && p.vec_go &&
+           (p.pos_enc != WAVEPE_CUDA_PE_TABLE || p.vec_t) && p.a.m < (int64_t(1) << 35) && p.a.n < (int64_t(1) << 35);
+}
+bool smem_fits(size_t bytes) { return bytes <= 99 * 1024 || bytes <= device_smem_optin(); }
+bool use_tc_dkdv(const AttnParams &p) {
+    return tc_backward_applies(p) && (p.a.d == 64 || p.a.d == 128) &&
+           smem_fits(tc_dkdv_smem(p.a.d, p.pos_enc == WAVEPE_CUDA_PE_TABLE));
+}
+bool use_tc_dq(const AttnParams &p) {
+    return tc_backward_applies(p) && (p.a.d == 64 || p.a.d == 128 || p.a.d == 256) &&
+           smem_fits(tc_dq_smem(p.a.d, p.pos_enc == WAVEPE_CUDA_PE_TABLE));
 }
 
 struct BwdPlan {
@@ -1463,7 +1479,7 @@ BwdPlan bwd_plan(const wavepe_attention_args *a) {
     pl.delta_bytes = align256(size_t(bh * a->m) * acc);
     const int64_t mb = ceil_div(a->m, pl.b), nb = ceil_div(a->n, pl.b);
     pl.n_diag = (mb > 0 && nb > 0) ? mb + nb - 1 : 0;
-    pl.dq_rows = use_tc_backward(attention_params(a)) ? kTcDqRows : pl.b;
+    pl.dq_rows = use_tc_dq(attention_params(a)) ? kTcDqRows : pl.b;
     if (a->dslopes) pl.slope_bytes = align256(size_t(bh * ceil_div(a->m, pl.dq_rows) * (pl.dq_rows / 16)) * acc);
     pl.groups = 1;
     if (a->dtable && pl.n_diag > 0 && bh > 0) {
@@ -1481,7 +1497,7 @@ BwdPlan bwd_plan(const wavepe_attention_args *a) {
 template <class T, int DMAX>
 cudaError_t launch_dkdv(const AttnParams &p, cudaStream_t stream) {
     if constexpr (Traits<T>::kTensorCore && (DMAX == 64 || DMAX == 128)) {
-        if (use_tc_backward(p)) {
+        if (use_tc_dkdv(p)) {
             using Lay = TcDkdvLayout<T, DMAX>;
             const int64_t ctas = p.a.batch * p.a.kv_heads * ceil_div(p.a.n, Lay::BN);
             if (ctas == 0) return cudaSuccess;
@@ -1506,8 +1522,8 @@ template <class T, int DMAX>
 cudaError_t launch_dq(const AttnParams &p, cudaStream_t stream) {
     const int64_t ctas = p.a.batch * p.a.heads * ceil_div(p.a.m, p.dq_rows);
     if (ctas == 0 || (p.a.d == 0 && p.a.dslopes == nullptr)) return cudaSuccess;
-    if constexpr (Traits<T>::kTensorCore && (DMAX == 64 || DMAX == 128)) {
-        if (use_tc_backward(p)) {
+    if constexpr (Traits<T>::kTensorCore) {
+        if (use_tc_dq(p)) {
             const bool table = p.pos_enc == WAVEPE_CUDA_PE_TABLE;
             const TcDqLayout<T, DMAX> L(table);
             auto kernel = table ? attn_bwd_dq_tc_kernel<T, DMAX, true> : attn_bwd_dq_tc_kernel<T, DMAX, false>;
@@ -1600,10 +1616,13 @@ extern "C" size_t wavepe_cuda_attention_bwd_smem_bytes(const wavepe_attention_ar
             if constexpr (sizeof(T) != 8) bytes = bwd_smem<T, 256>(a);
         }
         if constexpr (Traits<T>::kTensorCore) {
-            if (use_tc_backward(attention_params(a))) {  // the tensor-core dK/dV's and dQ's (a learned table's
-                                                         // dT kernel is the general one)
-                const bool table = a->table != nullptr;
-                const size_t tc = a->d == 64 ? tc_bwd_smem<64>(table) : tc_bwd_smem<128>(table);
+            // the tensor-core dK/dV's and dQ's where they run, else the general kernels' (a learned table's dT
+            // kernel is the general one)
+            const AttnParams p = attention_params(a);
+            const bool table = a->table != nullptr, kv = use_tc_dkdv(p), q = use_tc_dq(p);
+            if (kv || q) {
+                size_t tc = kv ? tc_dkdv_smem(a->d, table) : bytes;
+                if (q && tc_dq_smem(a->d, table) > tc) tc = tc_dq_smem(a->d, table);
                 bytes = a->dtable != nullptr && bytes > tc ? bytes : tc;
             }
         }
@@ -1614,7 +1633,9 @@ extern "C" size_t wavepe_cuda_attention_bwd_smem_bytes(const wavepe_attention_ar
 
 extern "C" const char *wavepe_cuda_attention_bwd_kernel(const wavepe_attention_args *a) {
     if (a == nullptr) return nullptr;
-    return use_tc_backward(attention_params(a)) ? "tensor-core" : "general";
+    const AttnParams p = attention_params(a);
+    const bool kv = use_tc_dkdv(p), q = use_tc_dq(p);
+    return kv && q ? "tensor-core" : q ? "tensor-core dQ, general dK/dV" : kv ? "tensor-core dK/dV, general dQ" : "general";
 }
 
 extern "C" size_t wavepe_cuda_attention_bwd_workspace_bytes(const wavepe_attention_args *a) {

@@ -292,7 +292,9 @@ WAVEPE_DEVICE void warp_abt(acc_t<T> (&acc)[NT][4], const T *a_tile, int lda, co
 template <class T, int NT, int KS, int LD>
 WAVEPE_DEVICE void warp_abt_ldm(float (&acc)[NT][4], const T *arow, const T *brow) {
     static_assert(NT % 2 == 0, "pairs of 8-column tiles");
-#pragma unroll
+    // head_dim 256 (KS 16): unrolled by 4 only, as window_bias's steps (ptxas hoisted loads and spilled)
+    [[maybe_unused]] constexpr int UNROLL = KS > 8 ? 4 : KS;
+#pragma unroll UNROLL
     for (int ks = 0; ks < KS; ++ks) {
         uint32_t af[4];
         ldmatrix_x4(af, arow + 16 * ks);

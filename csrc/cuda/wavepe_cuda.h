@@ -80,13 +80,15 @@ int wavepe_cuda_attention_check(const wavepe_attention_args *a, int backward, in
  * compare with the device's cudaDevAttrMaxSharedMemoryPerBlockOptin. */
 size_t wavepe_cuda_attention_fwd_smem_bytes(const wavepe_attention_args *a);
 size_t wavepe_cuda_attention_bwd_smem_bytes(const wavepe_attention_args *a);
-/* The forward kernel a call runs: "tensor-core" (bf16/fp16, head_dim 64 or 128, rows on 16 bytes:
- * the FlashAttention-2 loop), "tensor-core, GQA heads packed" (the same decoding one query with a GQA
- * group's heads as one CTA's rows, K/V read once a kv head; not with ALiBi) or "general" (every other
- * call); NULL for NULL. */
+/* The forward kernel a call runs: "tensor-core" (bf16/fp16, head_dim 64, 128 or 256, rows on 16 bytes,
+ * its shared memory within the device's: the FlashAttention-2 loop), "tensor-core, GQA heads packed" (the
+ * same decoding one query with a GQA group's heads as one CTA's rows, K/V read once a kv head; not with
+ * ALiBi) or "general" (every other call); NULL for NULL. */
 const char *wavepe_cuda_attention_fwd_kernel(const wavepe_attention_args *a);
 /* The backward's dK/dV and dQ kernels a call runs: "tensor-core" (bf16/fp16, head_dim 64 or 128, rows
- * of q, k, v and dO on 16 bytes, no relative table: FlashAttention-2's loops) or "general"; NULL for NULL. */
+ * of q, k, v and dO (and the table's) on 16 bytes, their shared memory within the device's:
+ * FlashAttention-2's loops), "tensor-core dQ, general dK/dV" (head_dim 256), "tensor-core dK/dV, general
+ * dQ" (a device granting the one's shared memory and not the other's) or "general"; NULL for NULL. */
 const char *wavepe_cuda_attention_bwd_kernel(const wavepe_attention_args *a);
 /* Splits the forward should use on the current device (>= 1). */
 int64_t wavepe_cuda_attention_num_splits(const wavepe_attention_args *a);
