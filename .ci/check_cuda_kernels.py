@@ -89,8 +89,11 @@ MIX_CEILING = {
     ("attn_bwd_dkdv_tc_kernel", "128, true"): 4.85, ("attn_bwd_dkdv_tc_kernel", "64, true"): 4.4,
     ("attn_bwd_dq_tc_kernel", "128, false"): 2.75, ("attn_bwd_dq_tc_kernel", "64, false"): 3.6,
     ("attn_bwd_dq_tc_kernel", "128, true"): 3.1, ("attn_bwd_dq_tc_kernel", "64, true"): 3.65,
-    # (head dim 256: S's and dP's 16 steps a loop unrolled by 4, counted once, as the forward's at 256)
+    # (head dim 256: S's and dP's 16 steps a loop unrolled by 4, counted once, as the forward's at 256; executed,
+    # dQ's main loop issues 2.9 other instructions per HMMA, dK/dV's 4.05 -- its CTAs recompute S and dP for each
+    # of the two column slices of dK and dV)
     ("attn_bwd_dq_tc_kernel", "256, false"): 4.1, ("attn_bwd_dq_tc_kernel", "256, true"): 4.0,
+    ("attn_bwd_dkdv_tc_kernel", "256, false"): 6.45, ("attn_bwd_dkdv_tc_kernel", "256, true"): 6.45,
     ("attn_fwd_kernel", "256, 32, 32"): 27.5, ("attn_fwd_kernel", "128, 64, 32"): 33.3,
     ("attn_fwd_kernel", "64, 64, 64"): 59.8,
     ("attn_bwd_dkdv_kernel", "256, 16, 2"): 12.8, ("attn_bwd_dkdv_kernel", "128, 32, 1"): 15.7,
@@ -118,14 +121,15 @@ CTA_SHAPE = {  # (kernel, template arguments after the type): (threads, the most
     ("attn_bwd_dq_tc_kernel", "128, false"): (128, 70720), ("attn_bwd_dq_tc_kernel", "64, false"): (128, 56448),
     ("attn_bwd_dq_tc_kernel", "128, true"): (128, 114240), ("attn_bwd_dq_tc_kernel", "64, true"): (128, 96384),
     ("attn_bwd_dq_tc_kernel", "256, false"): (128, 102432), ("attn_bwd_dq_tc_kernel", "256, true"): (128, 160032),
+    ("attn_bwd_dkdv_tc_kernel", "256, false"): (128, 102800), ("attn_bwd_dkdv_tc_kernel", "256, true"): (128, 151376),
 }
 WARPS_TARGET = {"attn_fwd_tc_kernel": 8, "attn_bwd_dkdv_tc_kernel": 8, "attn_bwd_dq_tc_kernel": 8}
 # Where a CTA_SHAPE line's figure (the most shared memory: a table's) is held to fewer warps, and why: at head dim
 # 256 the forward's table window (96 rows of 528 bytes) takes the CTA to 122.5 KiB, one an SM (4 warps); without a
-# table (67 KiB) two fit, 8 warps (tests/test_cuda_emu.py checks both figures against the launcher's); the dQ's
-# table instance at 256 (the window's 80 rows beside Q's and dO's 66 KiB: 156 KiB) one, its other instance two.
+# table (67 KiB) two fit, 8 warps (tests/test_cuda_emu.py checks both figures against the launcher's); the dQ's and
+# dK/dV's table instances at 256 (the window's 80 rows beside the tiles: 156 / 148 KiB) one, their others two.
 WARPS_TARGET_BY_SHAPE = {("attn_fwd_tc_kernel", "256, false"): 4, ("attn_fwd_tc_kernel", "256, true"): 4,
-                         ("attn_bwd_dq_tc_kernel", "256, true"): 4}
+                         ("attn_bwd_dq_tc_kernel", "256, true"): 4, ("attn_bwd_dkdv_tc_kernel", "256, true"): 4}
 
 
 def occupancy(regs: int, threads: int, smem: int, arch: str) -> tuple[int, int]:
@@ -167,6 +171,9 @@ OTHER_LOOP_CEILING = {
     # count takes each instruction once, against one chunk's HMMA -- executed, 3.1 a HMMA in the main loop)
     ("attn_bwd_dkdv_tc_kernel", "128, true"): (6.0, 7.4, 8.5, 20.9),
     ("attn_bwd_dkdv_tc_kernel", "64, true"): (6.2, 6.6, 8.4, 23.8),
+    # (head dim 256: static counts, S's and dP's loops of 4 steps inside taken once)
+    ("attn_bwd_dkdv_tc_kernel", "256, false"): (7.35, 8.0, 22.35),
+    ("attn_bwd_dkdv_tc_kernel", "256, true"): (8.0, 9.55, 10.95, 26.4),
     # attn_bwd_dq_tc_kernel: the same for the key blocks of a query block (with a table: the band's blocks,
     # which also take dQ += H T_win, before the soft-capped ones)
     ("attn_bwd_dq_tc_kernel", "128, false"): (3.3, 4.85, 25.25), ("attn_bwd_dq_tc_kernel", "64, false"): (4.75, 8.0, 43.8),

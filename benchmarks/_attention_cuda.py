@@ -13,8 +13,8 @@ alternation with the references, CUDA-synchronised, medians), against SDPA's fla
 
 Also timed: ALiBi, the wavelet bias with a 1024-token window and with soft-capping (cap 30); and at head_dim
 256 (Gemma 2's shape: 16 query / 8 key-value heads, L=4096, its soft-cap 50) flash, nope and the wavelet bias
-with and without the cap, forward and forward+backward (no target: the forward runs the tensor-core kernel,
-the backward the general one at 256).  TFLOP/s
+with and without the cap, forward and forward+backward (no target; the tensor-core kernels at 256: the
+dK/dV's two column slices recompute S and dP).  TFLOP/s
 count a causal forward as 2 B H L^2 d (two products over half the square) and forward+backward as 3.5x
 that, whatever the method skips; decoding's GB/s count the keys and values read once.  Results go to
 benchmarks/results/bench_attention_cuda.json.

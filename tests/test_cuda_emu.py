@@ -935,10 +935,10 @@ def test_tensor_core_backward_matches_oracle(lib, dtype, case):
         assert rel <= 2.5 * UNIT[dtype], f"dslopes: error {rel / UNIT[dtype]:.2f} units of the largest"
 
 
-# head_dim 256: the tensor-core dQ (blocks of 16 keys, S's and dP's steps unrolled by 4) beside the general dK/dV
-# (16 keys' dK and dV, 2 x 128 registers a lane, do not fit a warp): masked, band and interior blocks, ALiBi's
-# slope gradient from the tensor-core dQ's slots, soft-cap with a window, padding, documents, GQA
-TC_DQ256_CASES = [
+# head_dim 256: the tensor-core dQ (blocks of 16 keys, S's and dP's steps unrolled by 4) and dK/dV (query blocks of
+# 16 rows, two CTAs a key block, each holding one column slice of dK and dV): masked, band and interior blocks,
+# ALiBi's slope gradient from the tensor-core dQ's slots, soft-cap with a window, padding, documents, GQA
+TC_BWD256_CASES = [
     dict(B=1, H=2, Hk=1, M=100, N=130, d=256, off=30, causal=True, pe=0),
     dict(B=1, H=2, Hk=1, M=80, N=150, d=256, off=70, causal=True, pe=1, R=60, r_lo=0),  # band, then beyond it
     dict(B=1, H=4, Hk=2, M=70, N=110, d=256, off=40, causal=True, pe=2, grad_lse=True),
@@ -948,16 +948,17 @@ TC_DQ256_CASES = [
 
 
 @pytest.mark.parametrize("dtype", [E.BF16, E.F16], ids=DTYPE_IDS.get)
-@pytest.mark.parametrize("case", range(len(TC_DQ256_CASES)))
-def test_tensor_core_dq_at_head_dim_256_matches_oracle(lib, dtype, case):
-    kw = dict(TC_DQ256_CASES[case])
+@pytest.mark.parametrize("case", range(len(TC_BWD256_CASES)))
+def test_tensor_core_backward_at_head_dim_256_matches_oracle(lib, dtype, case):
+    kw = dict(TC_BWD256_CASES[case])
     grad_lse = kw.pop("grad_lse", False)
-    assert bwd_kernel(lib, Attn(lib, dtype, seed=700 + case, **kw)) == "tensor-core dQ, general dK/dV"
+    assert bwd_kernel(lib, Attn(lib, dtype, seed=700 + case, **kw)) == "tensor-core"
     prob = check_attention(lib, dtype, seed=700 + case, grad_lse=grad_lse, **kw)
-    # norm-wise, as test_tensor_core_backward_matches_oracle (a scale off by 1 % in dQ fails it)
-    got, want = prob.grads["dq"], prob.want["dq"]
-    rel = np.linalg.norm(got - want) / (np.linalg.norm(want) + 1e-300)
-    assert rel <= 1.5 * UNIT[dtype], f"dq: relative error {rel / UNIT[dtype]:.2f} units of the input type"
+    # norm-wise, as test_tensor_core_backward_matches_oracle (a scale off by 1 % fails it)
+    for name in ("dk", "dv", "dq"):
+        got, want = prob.grads[name], prob.want[name]
+        rel = np.linalg.norm(got - want) / (np.linalg.norm(want) + 1e-300)
+        assert rel <= 1.5 * UNIT[dtype], f"{name}: relative error {rel / UNIT[dtype]:.2f} units of the input type"
 
 
 # decoding one query with GQA: the group's heads are one CTA's rows (K/V read once a kv head)
@@ -993,9 +994,9 @@ def test_tensor_core_backward_with_a_table_needs_its_shared_memory(lib, monkeypa
     assert bwd_kernel(lib, Attn(lib, E.BF16, d=128, **dict(kw, pe=0))) == "tensor-core"  # no table: 70 KiB
     monkeypatch.setenv("WAVEPE_EMU_SMEM_OPTIN", str(163 * 1024))  # an A100
     assert bwd_kernel(lib, Attn(lib, E.BF16, d=128, **kw)) == "tensor-core"
-    # head_dim 256: the dQ's 100 KiB (156 KiB with a table) only where the device grants them
-    for optin, pe, want in ((99, 0, "general"), (163, 1, "tensor-core dQ, general dK/dV"),
-                            (150, 1, "general"), (150, 0, "tensor-core dQ, general dK/dV")):
+    # head_dim 256: the dQ's and dK/dV's 100 KiB (156 / 148 KiB with a table) only where the device grants them
+    for optin, pe, want in ((99, 0, "general"), (163, 1, "tensor-core"), (150, 1, "tensor-core dK/dV, general dQ"),
+                            (150, 0, "tensor-core")):
         monkeypatch.setenv("WAVEPE_EMU_SMEM_OPTIN", str(optin * 1024))
         assert bwd_kernel(lib, Attn(lib, E.BF16, d=256, **dict(kw, pe=pe))) == want, (optin, pe)
     monkeypatch.setenv("WAVEPE_EMU_SMEM_OPTIN", str(99 * 1024))
@@ -1049,13 +1050,15 @@ def test_occupancy_model_reads_the_launchers_shared_memory(lib):
         # WARPS_TARGET_BY_SHAPE: at head_dim 256 a table's window leaves one CTA an SM; without one, two fit
         if d == 256:
             assert ck.SM_LIMITS["sm_90"]["smem"] // (smem + 1024) == 1 and 2 * (got[0] + 1024) <= 228 * 1024
-            # the dQ alone on the tensor cores (dK/dV: the general kernel, whose CTA is smaller)
+            # the dK/dV and dQ: two CTAs an SM without a table, one with
             for pe, table in ((0, "false"), (1, "true")):
-                t_q, q = ck.CTA_SHAPE[("attn_bwd_dq_tc_kernel", f"256, {table}")]
+                (t_kv, kv), (t_q, q) = (ck.CTA_SHAPE[(k, f"256, {table}")]
+                                        for k in ("attn_bwd_dkdv_tc_kernel", "attn_bwd_dq_tc_kernel"))
                 prob = Attn(lib, E.F16, B=1, H=1, Hk=1, M=70, N=70, d=d, off=0, causal=True, pe=pe, R=9)
-                assert bwd_kernel(lib, prob) == "tensor-core dQ, general dK/dV" and t_q == 128
-                assert lib.wavepe_cuda_attention_bwd_smem_bytes(C.byref(prob.a)) == q
-                assert ck.SM_LIMITS["sm_90"]["smem"] // (q + 1024) == (2 if table == "false" else 1)
+                assert bwd_kernel(lib, prob) == "tensor-core" and t_kv == t_q == 128
+                assert lib.wavepe_cuda_attention_bwd_smem_bytes(C.byref(prob.a)) == max(kv, q)
+                for x in (kv, q):
+                    assert ck.SM_LIMITS["sm_90"]["smem"] // (x + 1024) == (2 if table == "false" else 1)
             continue
         # the tensor-core dK/dV and dQ, kernels of their own with a table; the backward's figure the larger of
         # their CTAs
@@ -1086,11 +1089,6 @@ def test_tensor_core_forward_reads_shared_memory_without_bank_conflicts(lib):
             assert fwd_kernel(lib, prob) == "tensor-core"
             prob.forward()
             assert lib.wavepe_emu_ldmatrix_bank_conflicts() == 1, (d, pe)
-            if d == 256:  # the tensor-core dQ (its skewed dS too) beside the general dK/dV
-                assert bwd_kernel(lib, prob) == "tensor-core dQ, general dK/dV"
-                prob.backward(False)
-                assert lib.wavepe_emu_ldmatrix_bank_conflicts() == 1, (d, pe, "backward")
-                continue
             # the tensor-core dK/dV and dQ (K, V, Q, dO by ldmatrix, .trans too; with the table its window and
             # the dQ's skewed dS), masked, band and interior blocks
             assert bwd_kernel(lib, prob) == "tensor-core"

@@ -221,8 +221,8 @@ def test_tensor_core_dq_keeps_band_garbage_to_rows_that_see_it(lib, dtype, bad, 
 @pytest.mark.parametrize("dtype", [E.BF16, E.F16], ids=DTYPE_IDS.get)
 @pytest.mark.parametrize("bad,pe", [(float("nan"), 2), (float("inf"), 1)])
 def test_tensor_core_dq_at_head_dim_256_keeps_band_garbage_to_rows_that_see_it(lib, dtype, bad, pe):
-    """The same at head_dim 256 (blocks of 16 keys; dK/dV: the general kernel)."""
-    _dq_band_garbage(lib, dtype, bad, pe, 256, "tensor-core dQ, general dK/dV")
+    """The same at head_dim 256 (blocks of 16 keys)."""
+    _dq_band_garbage(lib, dtype, bad, pe, 256, "tensor-core")
 
 
 def _dq_band_garbage(lib, dtype, bad, pe, d, kernel):

@@ -384,10 +384,11 @@ __global__ void __launch_bounds__(B * 2, 1) attn_bwd_dkdv_kernel(AttnParams p) {
 }
 
 // ---- the tensor-core dK/dV of the models' head dims ------------------------------------------
-// bf16/fp16, head_dim 64 or 128, 16-byte rows of q, k, v and dO (and the table's) (use_tc_dkdv): the
+// bf16/fp16, head_dim 64, 128 or 256, 16-byte rows of q, k, v and dO (and the table's) (use_tc_dkdv): the
 // FlashAttention-2 loop of the key side.  A CTA owns 64 keys of a (batch, kv head) (warp w: keys
-// 16w .. 16w+15), K and V staged once, and walks the query blocks of every head of its GQA group that
-// can see them (BM = 32 queries at head_dim 128, 64 at 64): per block, by ldmatrix from rows padded
+// 16w .. 16w+15; at 256 one of two column slices of their dK and dV: TcDkdvLayout), K and V staged once, and
+// walks the query blocks of every head of its GQA group that can see them (BM = 32 queries at head_dim 128,
+// 64 at 64, 16 at 256): per block, by ldmatrix from rows padded
 // by 16 bytes (no bank conflict), S^T = K_w Q^T and dP^T = V_w dO^T on the tensor cores, P^T and
 // dS^T = P^T (dP^T - D) in registers, then dV += P^T dO and dK += dS^T Q with P^T, dS^T as the A
 // operands straight from their C fragments (warp_rb: ldmatrix.trans of dO and Q).  Q, dO, and the rows'
@@ -414,9 +415,15 @@ struct TcDkdvOrder {
 // groups (BM rows of GLD floats, unskewed: row 16 g + r holds group g's window rows 16 g .. 16 g + BN + 15):
 // GLD = 3 mod 32, so that the transposed skew a warp reads (query column c, key k: G[c][c % 16 - k + BN - 1])
 // hits 32 distinct banks (lane (g, t): 8 t - g + const).
+// Head dim 256: query blocks of 16 rows (Q's and dO's two buffers 33 KiB, the CTA 101 KiB: two share an H100's
+// SM), and each CTA owns one of CS = 2 column slices of dK and dV (128 columns: 2 x 64 accumulators a lane, as
+// at 128), recomputing S^T and dP^T over the whole head dim -- 1.5x the products of one CTA holding all 256
+// columns, which a warp's registers cannot.
 template <class T, int D>
 struct TcDkdvLayout {
-    static constexpr int BN = 64, BM = D <= 64 ? 64 : 32, LD = D + int(16 / sizeof(T)), GLD = BN + 16 + 19;
+    static_assert(D == 64 || D == 128 || D == 256, "the tensor-core dK/dV's head dims");
+    static constexpr int BN = 64, BM = D <= 64 ? 64 : D <= 128 ? 32 : 16, LD = D + int(16 / sizeof(T)),
+                         GLD = BN + 16 + 19, CS = D <= 128 ? 1 : 2;
     static_assert(GLD % 32 == 3 && GLD >= BN + 16, "G's rows: all its columns, conflict-free skewed reads");
     SmemPlan plan;
     int k, v, q, go, lse, delta, mask, rows, order, t, g;
@@ -530,8 +537,9 @@ __global__ void __launch_bounds__(128) attn_bwd_dkdv_tc_kernel(AttnParams p) {
     using Lay = TcDkdvLayout<T, D>;
     // QC query columns a chunk; 16 in the table's instance at head_dim 128, whose G products and window left
     // ptxas no register for 32 on sm_100/sm_120 (it spilled): the K / V fragments are read twice as often
-    constexpr int QC = TABLE && D == 128 ? 16 : 32;
-    constexpr int BN = Lay::BN, BM = Lay::BM, LD = Lay::LD, NT = QC / 8, DT = D / 8, KS = D / 16;
+    // (at 256 the block is 16 rows).  DT: the accumulators' 8-column tiles, of the CTA's column slice.
+    constexpr int QC = (TABLE && D == 128) || D > 128 ? 16 : 32;
+    constexpr int BN = Lay::BN, BM = Lay::BM, LD = Lay::LD, NT = QC / 8, DT = D / 8 / Lay::CS, KS = D / 16;
     static_assert(Traits<T>::kTensorCore && BM % QC == 0, "the tensor-core dK/dV takes bf16/fp16, whole chunks");
     WAVEPE_SHARED_BASE(smem);
     constexpr bool has_table = TABLE;  // (a kernel of its own: the others keep their registers)
@@ -549,7 +557,8 @@ __global__ void __launch_bounds__(128) attn_bwd_dkdv_tc_kernel(AttnParams p) {
     const int warp = threadIdx.x / 32, lane = threadIdx.x & 31;
 
     const int64_t nblocks = ceil_div(p.a.n, BN);
-    const int64_t nb = blockIdx.x % nblocks, bhk = blockIdx.x / nblocks;
+    const int64_t cta = blockIdx.x / Lay::CS, nb = cta % nblocks, bhk = cta / nblocks;
+    const int col0 = int(blockIdx.x % Lay::CS) * (D / Lay::CS);  // the CTA's columns of dK and dV
     const int64_t b = bhk / p.a.kv_heads, hk = bhk % p.a.kv_heads;
     const int64_t n0 = nb * BN, wn0 = n0 + 16 * warp;
     const T *kg = static_cast<const T *>(p.a.k) + b * p.a.k_strides[0] + hk * p.a.k_strides[1];
@@ -745,8 +754,8 @@ __global__ void __launch_bounds__(128) attn_bwd_dkdv_tc_kernel(AttnParams p) {
                 const float d0 = float(p.a.q_offset + m0 + c0 - wn0 + 2 * (lane & 3) - (lane >> 2));
                 dkdv_probs_interior<kind>(st, dpt, lse_s + c0, delta_s + c0, p, scale_log2, slope_log2, d0);
             }
-            warp_rb<T, NT, DT>(dv, st, dOb + c0 * LD, LD, DT, nullptr);
-            warp_rb<T, NT, DT>(dk, dpt, Qb + c0 * LD, LD, DT, nullptr);
+            warp_rb<T, NT, DT>(dv, st, dOb + c0 * LD + col0, LD, DT, nullptr);
+            warp_rb<T, NT, DT>(dk, dpt, Qb + c0 * LD + col0, LD, DT, nullptr);
         }
     };
     using Masked = std::integral_constant<int, kMasked>;
@@ -783,7 +792,7 @@ __global__ void __launch_bounds__(128) attn_bwd_dkdv_tc_kernel(AttnParams p) {
         T *dvr = static_cast<T *>(p.a.dv) + ((b * p.a.kv_heads + hk) * p.a.n + n) * p.a.d;
 #pragma unroll
         for (int dt = 0; dt < DT; ++dt) {
-            const int col = dt * 8 + 2 * (lane & 3);
+            const int col = col0 + dt * 8 + 2 * (lane & 3);
 #pragma unroll
             for (int e = 0; e < 2; ++e) {
                 dkr[col + e] = from_acc<T>(dk[dt][2 * ri + e] * scale);
@@ -1424,18 +1433,18 @@ size_t align256(size_t x) { return (x + 255) & ~size_t(255); }
 // The shared memory of the tensor-core dK/dV (head dim 64, 128) and dQ (64, 128, 256), with or without the
 // table's window (bf16 and fp16 alike: 2-byte elements).
 size_t tc_dkdv_smem(int64_t d, bool table) {
-    return d == 64 ? TcDkdvLayout<__half, 64>(table).plan.total : TcDkdvLayout<__half, 128>(table).plan.total;
+    return d == 64 ? TcDkdvLayout<__half, 64>(table).plan.total
+                   : d == 128 ? TcDkdvLayout<__half, 128>(table).plan.total : TcDkdvLayout<__half, 256>(table).plan.total;
 }
 size_t tc_dq_smem(int64_t d, bool table) {
     return d == 64 ? TcDqLayout<__half, 64>(table).plan.total
                    : d == 128 ? TcDqLayout<__half, 128>(table).plan.total : TcDqLayout<__half, 256>(table).plan.total;
 }
 
-// Do the tensor-core dK/dV (head_dim 64, 128) and dQ (64, 128, 256) kernels take the call?  bf16/fp16, 16-byte
-// rows of q, k, v and dO (and the table's), their layouts within the device's shared memory: past the 99 KiB
-// every GPU from sm_80 on grants -- a table at head_dim 128, head_dim 256 -- the device is asked (sm_86, sm_89
-// and sm_120 run the general kernels there).  The two passes choose apart: at 256, dK/dV is the general
-// kernel's (its accumulators, 2 x 128 registers a lane for 16 keys, do not fit a warp).
+// Do the tensor-core dK/dV and dQ kernels take the call?  bf16/fp16, head_dim 64, 128 or 256, 16-byte rows of
+// q, k, v and dO (and the table's), each one's layout within the device's shared memory: past the 99 KiB every
+// GPU from sm_80 on grants -- a table at head_dim 128, head_dim 256 -- the device is asked (sm_86, sm_89 and
+// sm_120 run the general kernels there); the two passes choose apart.
 bool tc_backward_applies(const AttnParams &p) {
     // (M, N < 2^35: the kernels count blocks of 16 or more in 32 bits)
     return (p.a.dtype == WAVEPE_BF16 || p.a.dtype == WAVEPE_F16) && p.vec_q && p.vec_k && p.vec_v && p.vec_go &&
@@ -1443,7 +1452,7 @@ bool tc_backward_applies(const AttnParams &p) {
 }
 bool smem_fits(size_t bytes) { return bytes <= 99 * 1024 || bytes <= device_smem_optin(); }
 bool use_tc_dkdv(const AttnParams &p) {
-    return tc_backward_applies(p) && (p.a.d == 64 || p.a.d == 128) &&
+    return tc_backward_applies(p) && (p.a.d == 64 || p.a.d == 128 || p.a.d == 256) &&
            smem_fits(tc_dkdv_smem(p.a.d, p.pos_enc == WAVEPE_CUDA_PE_TABLE));
 }
 bool use_tc_dq(const AttnParams &p) {
@@ -1496,10 +1505,10 @@ BwdPlan bwd_plan(const wavepe_attention_args *a) {
 // The dK/dV pass: a CTA per (batch, kv head, block of keys).
 template <class T, int DMAX>
 cudaError_t launch_dkdv(const AttnParams &p, cudaStream_t stream) {
-    if constexpr (Traits<T>::kTensorCore && (DMAX == 64 || DMAX == 128)) {
+    if constexpr (Traits<T>::kTensorCore) {
         if (use_tc_dkdv(p)) {
             using Lay = TcDkdvLayout<T, DMAX>;
-            const int64_t ctas = p.a.batch * p.a.kv_heads * ceil_div(p.a.n, Lay::BN);
+            const int64_t ctas = p.a.batch * p.a.kv_heads * ceil_div(p.a.n, Lay::BN) * Lay::CS;
             if (ctas == 0) return cudaSuccess;
             const bool table = p.pos_enc == WAVEPE_CUDA_PE_TABLE;
             auto kernel = table ? attn_bwd_dkdv_tc_kernel<T, DMAX, true> : attn_bwd_dkdv_tc_kernel<T, DMAX, false>;
