@@ -1112,7 +1112,7 @@ def test_tensor_core_forward_random_shapes(lib, dtype, Hk, group, M, N, d, off, 
 
 @settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(dtype=st.sampled_from([E.BF16, E.F16]), Hk=st.integers(1, 2), group=st.integers(1, 3),
-       M=st.integers(1, 150), N=st.integers(1, 200), d=st.sampled_from([64, 128]), off=st.integers(-20, 150),
+       M=st.integers(1, 150), N=st.integers(1, 200), d=st.sampled_from([64, 128, 128, 256]), off=st.integers(-20, 150),
        causal=st.booleans(), pe=st.sampled_from([0, 1, 2]), R=st.integers(1, 160), r_lo=st.integers(-80, 40),
        clamp=st.booleans(), kpm=st.booleans(), window=st.sampled_from([0, 0, 40, 90]),
        softcap=st.sampled_from([0.0, 0.0, 2.5]), grad_lse=st.booleans(), seed=st.integers(0, 2**31))
