@@ -322,7 +322,7 @@ __global__ void __launch_bounds__(BM * 2) attn_fwd_kernel(AttnParams p) {
 // banks); half a block keeps every configuration within the 99 KiB an sm_86 / sm_89 CTA may have.
 // At head_dim 256, 32 keys a block: the same 128 HMMA a warp a block as at 128 (Q K^T 4 x 16, P V 2 x 32), the O
 // accumulators (128 registers a lane) leaving no room for Q's fragments (64 more): they are read from the Q tile
-// by ldmatrix at each step (QREG false), one load per 8 HMMA of Q K^T, as FlashAttention-2 does at 256.
+// by ldmatrix at each step (QREG false), one load per 4 HMMA of Q K^T, as FlashAttention-2 does at 256.
 template <class T, int D>
 struct TcFwdLayout {
     static_assert(D == 64 || D == 128 || D == 256, "the tensor-core forward's head dims");
@@ -359,8 +359,8 @@ WAVEPE_DEVICE void qk_step(float (&s)[NT][4], const uint32_t *a, const T *krow, 
 template <class T, int NT, int KS, int LD, class QF>
 WAVEPE_DEVICE void qk_products(float (&s)[NT][4], const QF &qf, const T *krow) {
     if constexpr (std::is_pointer<QF>::value) {
-        // unrolled by 4 only: fully unrolled, ptxas hoisted a dozen fragments' loads ahead of their
-        // products and spilled the head_dim-256 kernel on sm_90
+        // unrolled by 4 only: fully unrolled, ptxas hoisted fragments' loads ahead of their products
+        // and spilled the head_dim-256 kernel on sm_80 (8 bytes)
 #pragma unroll 4
         for (int ks = 0; ks < KS; ++ks) {
             uint32_t af[4];
@@ -718,8 +718,7 @@ bool use_tc_forward(const AttnParams &p) {
           p.vec_q && p.vec_k && p.vec_v && (p.pos_enc != WAVEPE_CUDA_PE_TABLE || p.vec_t) &&
           (p.a.d < 256 || (p.a.m < (int64_t(1) << 36) && p.a.n < (int64_t(1) << 36)))))
         return false;
-    const size_t smem = tc_fwd_smem(p.a.d, p.pos_enc == WAVEPE_CUDA_PE_TABLE);
-    return smem <= 99 * 1024 || smem <= device_smem_optin();
+    return smem_fits_device(tc_fwd_smem(p.a.d, p.pos_enc == WAVEPE_CUDA_PE_TABLE));
 }
 
 // Does the tensor-core forward take a GQA group's heads as the rows of one CTA (decoding one query,

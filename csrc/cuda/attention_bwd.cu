@@ -925,10 +925,10 @@ __global__ void __launch_bounds__(B * 2, 1) attn_bwd_dq_kernel(AttnParams p) {
 }
 
 // ---- the tensor-core dQ of the models' head dims ----------------------------------------------
-// bf16/fp16, head_dim 64, 128 or 256, 16-byte rows of q, k, v and dO (and the table's) (use_tc_backward, as the
-// dK/dV kernel's): the FlashAttention-2 loop of the query side.  A CTA owns 64 query rows of a (batch,
+// bf16/fp16, head_dim 64, 128 or 256, 16-byte rows of q, k, v and dO (and the table's) (use_tc_dq): the
+// FlashAttention-2 loop of the query side.  A CTA owns 64 query rows of a (batch,
 // head) (warp w: rows 16w .. 16w+15; Q and dO staged once, lse and D of the lane's rows in registers) and
-// walks the key blocks its rows see (32 keys at head_dim 128, 64 at 64): per block, by ldmatrix from rows
+// walks the key blocks its rows see (32 keys at head_dim 128, 64 at 64, 16 at 256): per block, by ldmatrix from rows
 // padded by 16 bytes, S = Q_w K^T and dP = dO_w V^T on the tensor cores 32 keys at a time, dS = P (dP - D)
 // in registers, dQ += dS K with dS as the A operand straight from its C fragments (ldmatrix.trans of K).
 // K, V (and the key mask) have two buffers: the next block's copies are in flight while this one is
@@ -1430,8 +1430,8 @@ __global__ void __launch_bounds__(128) attn_bwd_dslopes_fold_kernel(AttnParams p
 
 size_t align256(size_t x) { return (x + 255) & ~size_t(255); }
 
-// The shared memory of the tensor-core dK/dV (head dim 64, 128) and dQ (64, 128, 256), with or without the
-// table's window (bf16 and fp16 alike: 2-byte elements).
+// The shared memory of the tensor-core dK/dV and dQ at head dim 64, 128 or 256, with or without the table's
+// window (bf16 and fp16 alike: 2-byte elements).
 size_t tc_dkdv_smem(int64_t d, bool table) {
     return d == 64 ? TcDkdvLayout<__half, 64>(table).plan.total
                    : d == 128 ? TcDkdvLayout<__half, 128>(table).plan.total : TcDkdvLayout<__half, 256>(table).plan.total;
@@ -1447,17 +1447,15 @@ size_t tc_dq_smem(int64_t d, bool table) {
 // sm_120 run the general kernels there); the two passes choose apart.
 bool tc_backward_applies(const AttnParams &p) {
     // (M, N < 2^35: the kernels count blocks of 16 or more in 32 bits)
-    return (p.a.dtype == WAVEPE_BF16 || p.a.dtype == WAVEPE_F16) && p.vec_q && p.vec_k && p.vec_v && p.vec_go &&
-           (p.pos_enc != WAVEPE_CUDA_PE_TABLE || p.vec_t) && p.a.m < (int64_t(1) << 35) && p.a.n < (int64_t(1) << 35);
+    return (p.a.dtype == WAVEPE_BF16 || p.a.dtype == WAVEPE_F16) && (p.a.d == 64 || p.a.d == 128 || p.a.d == 256) &&
+           p.vec_q && p.vec_k && p.vec_v && p.vec_go && (p.pos_enc != WAVEPE_CUDA_PE_TABLE || p.vec_t) &&
+           p.a.m < (int64_t(1) << 35) && p.a.n < (int64_t(1) << 35);
 }
-bool smem_fits(size_t bytes) { return bytes <= 99 * 1024 || bytes <= device_smem_optin(); }
 bool use_tc_dkdv(const AttnParams &p) {
-    return tc_backward_applies(p) && (p.a.d == 64 || p.a.d == 128 || p.a.d == 256) &&
-           smem_fits(tc_dkdv_smem(p.a.d, p.pos_enc == WAVEPE_CUDA_PE_TABLE));
+    return tc_backward_applies(p) && smem_fits_device(tc_dkdv_smem(p.a.d, p.pos_enc == WAVEPE_CUDA_PE_TABLE));
 }
 bool use_tc_dq(const AttnParams &p) {
-    return tc_backward_applies(p) && (p.a.d == 64 || p.a.d == 128 || p.a.d == 256) &&
-           smem_fits(tc_dq_smem(p.a.d, p.pos_enc == WAVEPE_CUDA_PE_TABLE));
+    return tc_backward_applies(p) && smem_fits_device(tc_dq_smem(p.a.d, p.pos_enc == WAVEPE_CUDA_PE_TABLE));
 }
 
 struct BwdPlan {
@@ -1625,14 +1623,15 @@ extern "C" size_t wavepe_cuda_attention_bwd_smem_bytes(const wavepe_attention_ar
             if constexpr (sizeof(T) != 8) bytes = bwd_smem<T, 256>(a);
         }
         if constexpr (Traits<T>::kTensorCore) {
-            // the tensor-core dK/dV's and dQ's where they run, else the general kernels' (a learned table's dT
-            // kernel is the general one)
+            // the larger of the kernels that run: the tensor-core dK/dV's and dQ's where they do, else the
+            // general layout (which a learned table's dT kernel also takes)
             const AttnParams p = attention_params(a);
             const bool table = a->table != nullptr, kv = use_tc_dkdv(p), q = use_tc_dq(p);
             if (kv || q) {
-                size_t tc = kv ? tc_dkdv_smem(a->d, table) : bytes;
-                if (q && tc_dq_smem(a->d, table) > tc) tc = tc_dq_smem(a->d, table);
-                bytes = a->dtable != nullptr && bytes > tc ? bytes : tc;
+                const size_t general = bytes, on_kv = kv ? tc_dkdv_smem(a->d, table) : general,
+                             on_q = q ? tc_dq_smem(a->d, table) : general;
+                bytes = on_kv > on_q ? on_kv : on_q;
+                if (a->dtable != nullptr && general > bytes) bytes = general;
             }
         }
         return cudaSuccess;

@@ -326,6 +326,9 @@ inline size_t device_smem_optin() {
     if (cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) != cudaSuccess) return 0;
     return optin > 0 ? size_t(optin) : 0;
 }
+// Does a CTA of `bytes` of shared memory fit this device?  Up to the 99 KiB every GPU from sm_80 on grants
+// without asking (the common case: no driver call), else the device is asked.
+inline bool smem_fits_device(size_t bytes) { return bytes <= 99 * 1024 || bytes <= device_smem_optin(); }
 
 inline int device_sm_count() {
     int dev = 0, n = 0;
