@@ -53,7 +53,8 @@ import sys
 
 # kernels (demangled name, up to the template arguments) whose bf16/fp16 instances must use tensor cores
 TENSOR_CORE_KERNELS = ("attn_fwd_kernel", "attn_fwd_tc_kernel", "attn_bwd_dkdv_kernel", "attn_bwd_dkdv_tc_kernel",
-                       "attn_bwd_dq_kernel", "attn_bwd_dq_tc_kernel", "attn_bwd_dtable_kernel")
+                       "attn_bwd_dq_kernel", "attn_bwd_dq_tc_kernel", "attn_bwd_dtable_kernel",
+                       "attn_bwd_dtable_tc_kernel")
 TENSOR_CORE_TYPES = ("__nv_bfloat16", "__half")
 # sources whose kernels may not use local memory at all
 NO_LOCAL_MEMORY = ("attention.cu", "attention_bwd.cu", "relbias.cu")
@@ -74,7 +75,7 @@ TENSOR_CORE_RULES = {"sm_80": "HMMA", "sm_90": "HMMA", "sm_90a": "HGMMA", "sm_10
 MIX_ARCH = "sm_90"
 MIX_TARGET = {"attn_fwd_kernel": 4.0, "attn_fwd_tc_kernel": 4.0, "attn_bwd_dkdv_kernel": 6.0,
               "attn_bwd_dkdv_tc_kernel": 6.0, "attn_bwd_dq_kernel": 6.0, "attn_bwd_dq_tc_kernel": 6.0,
-              "attn_bwd_dtable_kernel": 6.0}
+              "attn_bwd_dtable_kernel": 6.0, "attn_bwd_dtable_tc_kernel": 6.0}
 MIX_CEILING = {
     # the tensor-core forward meets its target: its ceilings are min(measured + 0.5, target)
     # (template arguments: head dim, then whether a GQA group's heads are packed as rows: decoding)
@@ -94,6 +95,12 @@ MIX_CEILING = {
     # of the two column slices of dK and dV)
     ("attn_bwd_dq_tc_kernel", "256, false"): 4.1, ("attn_bwd_dq_tc_kernel", "256, true"): 4.0,
     ("attn_bwd_dkdv_tc_kernel", "256, false"): 6.45, ("attn_bwd_dkdv_tc_kernel", "256, true"): 6.45,
+    # the learned table's dT on the tensor cores (head dim, then whether the call has a soft-cap: an instance
+    # each): the interior tiles' loop, a tile's dS recomputed (S, the window's bias, dP: 224 HMMA at 128) and
+    # dT_win += H^T Q (64), per tile also the copies, the row ranges and three barriers; the soft-cap adds a
+    # tanh per score (5.6 at 128), at head dim 64 the same per-tile work over 176 HMMA (8.3 capped)
+    ("attn_bwd_dtable_tc_kernel", "128, false"): 4.6, ("attn_bwd_dtable_tc_kernel", "128, true"): 6.0,
+    ("attn_bwd_dtable_tc_kernel", "64, false"): 6.0, ("attn_bwd_dtable_tc_kernel", "64, true"): 8.8,
     ("attn_fwd_kernel", "256, 32, 32"): 27.5, ("attn_fwd_kernel", "128, 64, 32"): 33.3,
     ("attn_fwd_kernel", "64, 64, 64"): 59.8,
     ("attn_bwd_dkdv_kernel", "256, 16, 2"): 12.8, ("attn_bwd_dkdv_kernel", "128, 32, 1"): 15.7,
@@ -122,14 +129,20 @@ CTA_SHAPE = {  # (kernel, template arguments after the type): (threads, the most
     ("attn_bwd_dq_tc_kernel", "128, true"): (128, 114240), ("attn_bwd_dq_tc_kernel", "64, true"): (128, 96384),
     ("attn_bwd_dq_tc_kernel", "256, false"): (128, 102432), ("attn_bwd_dq_tc_kernel", "256, true"): (128, 160032),
     ("attn_bwd_dkdv_tc_kernel", "256, false"): (128, 102800), ("attn_bwd_dkdv_tc_kernel", "256, true"): (128, 151376),
+    ("attn_bwd_dtable_tc_kernel", "128, false"): (128, 133184), ("attn_bwd_dtable_tc_kernel", "128, true"): (128, 133184),
+    ("attn_bwd_dtable_tc_kernel", "64, false"): (128, 84032), ("attn_bwd_dtable_tc_kernel", "64, true"): (128, 84032),
 }
-WARPS_TARGET = {"attn_fwd_tc_kernel": 8, "attn_bwd_dkdv_tc_kernel": 8, "attn_bwd_dq_tc_kernel": 8}
+WARPS_TARGET = {"attn_fwd_tc_kernel": 8, "attn_bwd_dkdv_tc_kernel": 8, "attn_bwd_dq_tc_kernel": 8,
+                "attn_bwd_dtable_tc_kernel": 8}
 # Where a CTA_SHAPE line's figure (the most shared memory: a table's) is held to fewer warps, and why: at head dim
 # 256 the forward's table window (96 rows of 528 bytes) takes the CTA to 122.5 KiB, one an SM (4 warps); without a
 # table (67 KiB) two fit, 8 warps (tests/test_cuda_emu.py checks both figures against the launcher's); the dQ's and
-# dK/dV's table instances at 256 (the window's 80 rows beside the tiles: 156 / 148 KiB) one, their others two.
+# dK/dV's table instances at 256 (the window's 80 rows beside the tiles: 156 / 148 KiB) one, their others two; the
+# learned table's dT at head dim 128 (Q, dO, K, V of 64 rows, the window's 128, H: 130 KiB, single-buffered)
+# one, at 64 (82 KiB) two.
 WARPS_TARGET_BY_SHAPE = {("attn_fwd_tc_kernel", "256, false"): 4, ("attn_fwd_tc_kernel", "256, true"): 4,
-                         ("attn_bwd_dq_tc_kernel", "256, true"): 4, ("attn_bwd_dkdv_tc_kernel", "256, true"): 4}
+                         ("attn_bwd_dq_tc_kernel", "256, true"): 4, ("attn_bwd_dkdv_tc_kernel", "256, true"): 4,
+                         ("attn_bwd_dtable_tc_kernel", "128, false"): 4, ("attn_bwd_dtable_tc_kernel", "128, true"): 4}
 
 
 def occupancy(regs: int, threads: int, smem: int, arch: str) -> tuple[int, int]:
@@ -181,6 +194,10 @@ OTHER_LOOP_CEILING = {
     ("attn_bwd_dq_tc_kernel", "64, true"): (4.85, 7.2, 8.0, 27.15),
     ("attn_bwd_dq_tc_kernel", "256, false"): (4.8, 6.3, 41.0),
     ("attn_bwd_dq_tc_kernel", "256, true"): (4.35, 5.2, 6.2, 19.1),
+    # attn_bwd_dtable_tc_kernel: the masked tiles of a diagonal (its first and last, the causal diagonal's, the
+    # window's and documents' edges, padding), through scores_log2_impl and dscores_of
+    ("attn_bwd_dtable_tc_kernel", "128, false"): (8.7,), ("attn_bwd_dtable_tc_kernel", "128, true"): (12.7,),
+    ("attn_bwd_dtable_tc_kernel", "64, false"): (13.3,), ("attn_bwd_dtable_tc_kernel", "64, true"): (19.7,),
 }
 
 ENTRY = re.compile(r"ptxas info\s*: Compiling entry function '([^']+)' for '(sm_\w+)'")

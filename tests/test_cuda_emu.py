@@ -895,7 +895,8 @@ TC_BWD_CASES = [
     dict(B=1, H=2, Hk=1, M=96, N=200, d=128, off=104, causal=True, pe=0, row_pad=8),  # strided rows on 16 bytes
     dict(B=1, H=4, Hk=2, M=128, N=192, d=64, off=64, causal=True, pe=0, softcap=3.0),  # soft-capped interior
     # the relative table: masked blocks with its bias, the band's interior blocks, interior blocks beyond it
-    # (and the learned table's dT, the general kernel's)
+    # (and the learned table's dT: attn_bwd_dtable_tc_kernel, tiles of 64 on the band's diagonals, masked
+    # and interior, column slices at 128)
     dict(B=1, H=2, Hk=1, M=260, N=260, d=128, off=0, causal=True, pe=1, R=90, r_lo=0),
     dict(B=1, H=4, Hk=2, M=300, N=300, d=64, off=0, causal=True, pe=1, R=100, r_lo=-40, softcap=2.0),
     dict(B=1, H=2, Hk=1, M=200, N=260, d=128, off=60, causal=False, pe=1, R=11, r_lo=-5, clamp=True),  # all band
@@ -912,6 +913,12 @@ def bwd_kernel(lib, prob):
     return lib.wavepe_cuda_attention_bwd_kernel(C.byref(prob.a)).decode()
 
 
+def dtable_kernel(lib, prob):
+    """The kernel of a learned table's dT for the problem's arguments (dtable set by its backward)."""
+    lib.wavepe_cuda_attention_bwd_dtable_kernel.restype = C.c_char_p
+    return lib.wavepe_cuda_attention_bwd_dtable_kernel(C.byref(prob.a)).decode()
+
+
 @pytest.mark.parametrize("dtype", [E.BF16, E.F16], ids=DTYPE_IDS.get)
 @pytest.mark.parametrize("case", range(len(TC_BWD_CASES)))
 def test_tensor_core_backward_matches_oracle(lib, dtype, case):
@@ -923,8 +930,13 @@ def test_tensor_core_backward_matches_oracle(lib, dtype, case):
     # check_attention's element bounds grow with sqrt(terms) x the largest value: at these sizes they would
     # let a 1 % error in the scale through.  Norm-wise, rounding P and dS to the input type (the only
     # rounding inside beside the fp32 sums) leaves the gradients within one unit of the input type:
-    # measured at most 0.68 units on these cases; a scale off by 1 % gives 2.5 (bf16) / 20 (fp16).
-    for name in ("dk", "dv", "dq"):
+    # measured at most 0.68 units on these cases; a scale off by 1 % gives 2.5 (bf16) / 20 (fp16).  The
+    # learned table's dT too (its own kernel).
+    names = ("dk", "dv", "dq")
+    if kw["pe"] == 1:
+        assert dtable_kernel(lib, prob) == "tensor-core"
+        names += ("dtable",)
+    for name in names:
         got, want = prob.grads[name], prob.want[name]
         rel = np.linalg.norm(got - want) / (np.linalg.norm(want) + 1e-300)
         assert rel <= 1.5 * UNIT[dtype], f"{name}: relative error {rel / UNIT[dtype]:.2f} units of the input type"
@@ -989,7 +1001,11 @@ def test_tensor_core_backward_with_a_table_needs_its_shared_memory(lib, monkeypa
     kw = dict(B=1, H=2, Hk=1, M=100, N=140, off=40, causal=True, pe=1, R=60, r_lo=0, seed=8)
     monkeypatch.setenv("WAVEPE_EMU_SMEM_OPTIN", str(99 * 1024))
     assert bwd_kernel(lib, Attn(lib, E.BF16, d=128, **kw)) == "general"
-    check_attention(lib, E.BF16, d=128, **kw)
+    prob = check_attention(lib, E.BF16, d=128, **kw)
+    assert dtable_kernel(lib, prob) == "general"  # (130 KiB; at head_dim 64, 82 KiB: the tensor-core dT)
+    prob = Attn(lib, E.BF16, d=64, **kw)
+    prob.a.dtable = prob.a.table
+    assert dtable_kernel(lib, prob) == "tensor-core"
     assert bwd_kernel(lib, Attn(lib, E.BF16, d=64, **kw)) == "tensor-core"
     assert bwd_kernel(lib, Attn(lib, E.BF16, d=128, **dict(kw, pe=0))) == "tensor-core"  # no table: 70 KiB
     monkeypatch.setenv("WAVEPE_EMU_SMEM_OPTIN", str(163 * 1024))  # an A100
@@ -1077,6 +1093,17 @@ def test_occupancy_model_reads_the_launchers_shared_memory(lib):
             assert q == (2 * 64 + 4 * bn) * (d + 8) * 2 + 2 * bn + 64 * 16 + extra
             # two CTAs on an H100 / H200 (228 KiB an SM, 1 KiB reserved a CTA)
             assert 2 * (max(kv, q) + 1024) <= 228 * 1024
+        # a learned table's dT (attn_bwd_dtable_tc_kernel): Q, dO, K, V of 64 rows and the window's 128 (rows of
+        # d + 8 elements), each warp's skewed bias (16 x 40 floats), H (64 x 136 elements), the key mask, 64 row
+        # ranges: the backward's largest CTA at 128 (one an SM), two an SM at 64
+        prob = Attn(lib, E.F16, B=1, H=1, Hk=1, M=70, N=70, d=d, off=0, causal=True, pe=1, R=9)
+        prob.a.dtable = prob.a.table  # (asked, not written: the figures only)
+        assert dtable_kernel(lib, prob) == "tensor-core"
+        for cap in ("false", "true"):
+            assert ck.CTA_SHAPE[("attn_bwd_dtable_tc_kernel", f"{d}, {cap}")] == (128, dt := (6 * 64 * (d + 8) * 2 +
+                                                                                  4 * 16 * 40 * 4 + 64 * 136 * 2 + 64 + 64 * 16))
+        assert lib.wavepe_cuda_attention_bwd_smem_bytes(C.byref(prob.a)) == max(dt, kv, q)
+        assert ck.SM_LIMITS["sm_90"]["smem"] // (dt + 1024) == (1 if d == 128 else 2)
 
 
 def test_tensor_core_forward_reads_shared_memory_without_bank_conflicts(lib):
@@ -1090,9 +1117,10 @@ def test_tensor_core_forward_reads_shared_memory_without_bank_conflicts(lib):
             prob.forward()
             assert lib.wavepe_emu_ldmatrix_bank_conflicts() == 1, (d, pe)
             # the tensor-core dK/dV and dQ (K, V, Q, dO by ldmatrix, .trans too; with the table its window and
-            # the dQ's skewed dS), masked, band and interior blocks
+            # the dQ's skewed dS), masked, band and interior blocks; with the table its learned gradient's dT
+            # kernel too (at d = 64, 128: H^T by ldmatrix.trans)
             assert bwd_kernel(lib, prob) == "tensor-core"
-            prob.backward(False)
+            prob.backward(pe == 1)
             assert lib.wavepe_emu_ldmatrix_bank_conflicts() == 1, (d, pe, "backward")
     # (unpadded rows, LD = d, give 8 at d = 64 and 128: every row of a matrix in the same 4 banks)
 
@@ -1164,7 +1192,7 @@ def test_results_do_not_depend_on_thread_order(lib, monkeypatch, order):
         np.testing.assert_array_equal(bwd0[k], bwd1[k])
 
 
-@pytest.mark.parametrize("order", ["reverse", "random"])
+@pytest.mark.parametrize("order", ["serial", "random"])
 @pytest.mark.parametrize("pe", [2, 1])
 def test_tensor_core_forward_does_not_depend_on_thread_order(lib, monkeypatch, order, pe):
     # attn_fwd_tc_kernel's single K, V (and window) buffers are refilled between barriers, each warp's
@@ -1179,21 +1207,23 @@ def test_tensor_core_forward_does_not_depend_on_thread_order(lib, monkeypatch, o
         np.testing.assert_array_equal(x, y)
 
 
-@pytest.mark.parametrize("order", ["reverse", "random"])
+@pytest.mark.parametrize("order", ["serial", "random"])
 @pytest.mark.parametrize("pe", [2, 1])
 def test_tensor_core_dkdv_does_not_depend_on_thread_order(lib, monkeypatch, order, pe):
     # attn_bwd_dkdv_tc_kernel refills one of its two Q / dO / lse / D buffers while the other is read, one
     # barrier a block: a copy into the buffer in use, or a missing barrier, shows here (GQA: the heads in turn);
-    # with a table both kernels refill their one window buffer after a barrier
+    # with a table both kernels refill their one window buffer after a barrier, and the learned table's dT kernel
+    # refills its tiles and H each tile between barriers (masked and interior tiles, two column slices)
     kw = dict(B=1, H=4, Hk=2, M=200, N=200, d=128, off=0, causal=True, pe=pe, kpm=pe == 2, window=150, seed=14, R=80)
     base = Attn(lib, E.BF16, **kw)
     assert bwd_kernel(lib, base) == "tensor-core"
     base.forward()
-    want = base.backward(False, want_dslopes=pe == 2)
+    want = base.backward(pe == 1, want_dslopes=pe == 2)
+    assert pe != 1 or dtable_kernel(lib, base) == "tensor-core"
     monkeypatch.setenv("WAVEPE_EMU_ORDER", order)
     other = Attn(lib, E.BF16, **kw)
     other.forward()
-    got = other.backward(False, want_dslopes=pe == 2)
+    got = other.backward(pe == 1, want_dslopes=pe == 2)
     for name in want:
         np.testing.assert_array_equal(want[name], got[name], err_msg=name)
 

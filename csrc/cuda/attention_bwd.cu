@@ -1387,6 +1387,256 @@ __global__ void __launch_bounds__(B * 2, 1) attn_bwd_dtable_kernel(AttnParams p)
     }
 }
 
+// ---- the tensor-core dT of a learned table ----------------------------------------------------
+// bf16/fp16, head_dim 64 or 128, 16-byte rows (use_tc_dtable): attn_bwd_dtable_kernel's diagonal walk on the
+// tensor cores, tiles of 64 x 64 (the window: 128 table rows, staged once a CTA).  A CTA per (tile diagonal,
+// group of batch*heads, 64-column slice of dT) walks the diagonal's tiles of each head of its group: warp w
+// recomputes dS of its 16 query rows against the tile's 64 keys (S = Q K^T + the window's bias, dP = dO V^T,
+// 32 keys at a time, as the tensor-core dQ: window_bias, warp_abt_ldm) and stores it skewed into window columns
+// in the CTA's H tile (H[m][m - n + 63] = dS[m][n], rounded to the input type as the dQ's H); after a barrier
+// it accumulates window rows 32 w .. 32 w + 31 of dT_win += H^T Q (warp_htb) in registers (64 a lane) over
+// every tile and head, and writes its columns of the CTA's workspace slot once, at the end.  The tiles with
+// masks (the causal diagonal, window and document edges, padding, partial tiles) are taken in a loop of their
+// own, then the interior ones (every row sees every key) without masks.  A tile's copies (cp.async) are waited
+// for at once, not overlapped with the products: a second buffer would take the CTA past an A100's 163 KiB at
+// head_dim 128 (the dT pass runs on the table's band only: a few diagonals of the causal triangle).
+template <class T, int D>
+struct TcDtLayout {
+    static_assert(D == 64 || D == 128, "the tensor-core dT's head dims");
+    static constexpr int B = 64, KC = 32, CS = D / 64, LD = D + int(16 / sizeof(T));
+    // the warp's skewed bias of KC keys (16 rows of HLD floats, as the dQ's); H's rows (queries) HLDT elements
+    // apart, an odd number of 16-byte units: ldmatrix.trans without conflicts
+    static constexpr int HLD = 40, HLDT = 2 * B + 8;
+    static_assert(HLD >= KC && HLD % 32 == 8 && (HLDT * sizeof(T) / 16) % 2 == 1, "conflict-free scratch rows");
+    SmemPlan plan;
+    int q, go, k, v, t, hb, h, mask, rows;
+    __host__ __device__ TcDtLayout() {
+        q = plan.add(sizeof(T) * B * LD);
+        go = plan.add(sizeof(T) * B * LD);
+        k = plan.add(sizeof(T) * B * LD);
+        v = plan.add(sizeof(T) * B * LD);
+        t = plan.add(sizeof(T) * 2 * B * LD);  // the window
+        hb = plan.add(sizeof(float) * (B / 16) * 16 * HLD);
+        h = plan.add(sizeof(T) * B * HLDT);
+        mask = plan.add(B);
+        rows = plan.add(2 * B * sizeof(int64_t));  // each query row's keys [lo, hi)
+    }
+};
+
+// acc[j][dt] (window rows 16 j .. 16 j + 15 of the warp's 32, columns 8 dt ..) += H^T . B over 16 KT16 query
+// rows: H^T's fragments by ldmatrix.trans from H (rows = queries, HLDT apart; hcol = the lane's address: query
+// row (l % 8) + 8 (l / 16), window column 8 ((l / 8) % 2) from the warp's first), B's (the queries' rows, LD
+// apart: Q) by ldmatrix.trans as warp_hb's; each B fragment serves both 16-row halves.
+template <class T, int KT16, int DT, int LD, int HLDT>
+WAVEPE_DEVICE void warp_htb(float (&acc)[2][DT][4], const T *hcol, const T *b_tile) {
+    const int lane = threadIdx.x & 31;
+#pragma unroll
+    for (int kk = 0; kk < KT16; ++kk) {
+        uint32_t a0[4], a1[4];
+        ldmatrix_x4_trans(a0, hcol + kk * 16 * HLDT);
+        ldmatrix_x4_trans(a1, hcol + kk * 16 * HLDT + 16);
+        const T *brow = b_tile + (kk * 16 + (lane & 15)) * LD + 8 * (lane >> 4);
+#pragma unroll
+        for (int dt = 0; dt < DT; dt += 2) {
+            uint32_t bf[4];
+            ldmatrix_x4_trans(bf, brow + dt * 8);
+            mma16816<T>(acc[0][dt], a0, bf);
+            mma16816<T>(acc[0][dt + 1], a0, bf + 2);
+            mma16816<T>(acc[1][dt], a1, bf);
+            mma16816<T>(acc[1][dt + 1], a1, bf + 2);
+        }
+    }
+}
+
+// CAP: whether p has a soft-cap (an instance each, as attn_bwd_dtable_kernel's).
+template <class T, int D, bool CAP>
+__global__ void __launch_bounds__(128, 1) attn_bwd_dtable_tc_kernel(AttnParams p) {
+    using Lay = TcDtLayout<T, D>;
+    constexpr int B = Lay::B, KC = Lay::KC, LD = Lay::LD, HLD = Lay::HLD, HLDT = Lay::HLDT;
+    constexpr int NT = KC / 8, KS = D / 16, DTS = 64 / 8;
+    static_assert(Traits<T>::kTensorCore && B == 2 * KC, "the tensor-core dT takes bf16/fp16, two chunks a tile");
+    WAVEPE_SHARED_BASE(smem);
+    const Lay L;
+    T *const Qs = reinterpret_cast<T *>(smem + L.plan.off[L.q]);
+    T *const dOs = reinterpret_cast<T *>(smem + L.plan.off[L.go]);
+    T *const Ks = reinterpret_cast<T *>(smem + L.plan.off[L.k]);
+    T *const Vs = reinterpret_cast<T *>(smem + L.plan.off[L.v]);
+    T *const Ts = reinterpret_cast<T *>(smem + L.plan.off[L.t]);
+    T *const Hs = reinterpret_cast<T *>(smem + L.plan.off[L.h]);
+    uint8_t *const kmask = smem + L.plan.off[L.mask];
+    int64_t *const rlo = reinterpret_cast<int64_t *>(smem + L.plan.off[L.rows]), *const rhi = rlo + B;
+    const int warp = threadIdx.x / 32, lane = threadIdx.x & 31;
+    float *const hw = reinterpret_cast<float *>(smem + L.plan.off[L.hb]) + warp * 16 * HLD;
+    const int64_t *const wlo = rlo + 16 * warp, *const whi = rhi + 16 * warp;  // this warp's rows
+    const int col0 = int(blockIdx.x % Lay::CS) * 64;
+    const int64_t cta = blockIdx.x / Lay::CS;
+
+    const int64_t mblocks = ceil_div(p.a.m, B), nblocks = ceil_div(p.a.n, B);
+    const int64_t diag = cta % p.n_diag, grp = cta / p.n_diag;
+    const int64_t delta = diag - (nblocks - 1);  // i - j
+    const int64_t base = p.a.q_offset - p.a.r_lo + delta * B;
+    // (attn_bwd_dtable_kernel's: CTA-uniform, before any barrier)
+    if (!table_rows_hit(p, base - (B - 1), base + B - 1)) return;
+    if (p.a.causal && -delta * B > p.a.q_offset + B - 1) return;
+    {
+        const int64_t dmid = p.a.q_offset + delta * B;
+        if (p.a.window > 0 && (dmid - (B - 1) >= p.a.window || dmid + (B - 1) <= -p.a.window)) return;
+    }
+    load_tile_async(Ts, LD, 2 * B, D, D, [&](int w) -> const T * { return window_row_ptr<T>(p, base, B, w); });
+    cp_async_commit();
+    // a row's entries of H outside its window columns [m, m + B) stay 0: every tile writes all of those
+    for (int e = threadIdx.x; e < int(B * HLDT * sizeof(T) / 16); e += 128)
+        zero16(reinterpret_cast<unsigned char *>(Hs) + 16 * e);
+
+    const int64_t bh_count = p.a.batch * p.a.heads, bh_lo = grp * p.bh_per_group;
+    const int64_t bh_hi = bh_lo + p.bh_per_group < bh_count ? bh_lo + p.bh_per_group : bh_count;
+    const int64_t i_begin = delta > 0 ? delta : 0, i_end = mblocks < nblocks + delta ? mblocks : nblocks + delta;
+    // the lanes' ldmatrix addresses: A = the warp's 16 rows of Q / dO, B = 16 key rows at a time (warp_abt_ldm's);
+    // the warp's rows of the window (16 w ..), addressed as K's; H^T's (warp_htb)
+    const int arow = (16 * warp + (lane & 15)) * LD + 8 * (lane >> 4);
+    const int brow = ((lane & 7) + 8 * (lane >> 4)) * LD + 8 * ((lane >> 3) & 1);
+    const T *const trow = Ts + 16 * warp * LD + brow;
+    const T *const hcol = Hs + ((lane & 7) + 8 * (lane >> 4)) * HLDT + 32 * warp + 8 * ((lane >> 3) & 1);
+    const float scale_log2 = float(p.a.scale) * float(kLog2e), cap = float(p.cap_log2),
+                cap_k = scale_log2 * float(p.icap_log2);
+    float acc[2][DTS][4];
+    zero_frags(acc[0]);
+    zero_frags(acc[1]);
+
+    // The tile of head bh, query block i (key block i - delta), when its kind is INTERIOR's.
+    auto tile = [&](auto interior_tag, int64_t bh, int64_t i) {
+        constexpr bool INTERIOR = decltype(interior_tag)::value;
+        const int64_t b = bh / p.a.heads, h = bh % p.a.heads, hk = h / p.group;
+        const int64_t m0 = i * B, n0 = (i - delta) * B, wm0 = m0 + 16 * warp;
+        __syncthreads();  // the previous tile's rows, tiles and H consumed
+        load_row_keys(rlo, rhi, B, p, b, m0);
+        __syncthreads();
+        const int64_t cta_lo = rlo[0], cta_hi = rhi[B - 1];
+        if (n0 >= cta_hi || n0 + B <= cta_lo) return;  // CTA-uniform: no row sees a key of the tile
+        // every row sees every key (the ranges are non-decreasing in the row), all present
+        const bool interior = p.a.key_padding_mask == nullptr && m0 + B <= p.a.m && n0 + B <= p.a.n &&
+                              n0 >= rlo[B - 1] && n0 + B <= rhi[0];
+        if (interior != INTERIOR) return;
+        const T *qg = static_cast<const T *>(p.a.q) + b * p.a.q_strides[0] + h * p.a.q_strides[1];
+        const T *gog = static_cast<const T *>(p.a.dout) + b * p.a.dout_strides[0] + h * p.a.dout_strides[1];
+        const T *kg = static_cast<const T *>(p.a.k) + b * p.a.k_strides[0] + hk * p.a.k_strides[1];
+        const T *vg = static_cast<const T *>(p.a.v) + b * p.a.v_strides[0] + hk * p.a.v_strides[1];
+        const int64_t qs = p.a.q_strides[2], gos = p.a.dout_strides[2], ks = p.a.k_strides[2], vs = p.a.v_strides[2];
+        if constexpr (INTERIOR) {
+            load_rows_async<T, B, D, LD, 128>(Qs, qg + m0 * qs, qs);
+            load_rows_async<T, B, D, LD, 128>(dOs, gog + m0 * gos, gos);
+            load_rows_async<T, B, D, LD, 128>(Ks, kg + n0 * ks, ks);
+            load_rows_async<T, B, D, LD, 128>(Vs, vg + n0 * vs, vs);
+        } else {
+            load_tile_async(Qs, LD, B, D, D, [&](int r) -> const T * {
+                return m0 + r < p.a.m ? qg + (m0 + r) * qs : nullptr;
+            });
+            load_tile_async(dOs, LD, B, D, D, [&](int r) -> const T * {
+                return m0 + r < p.a.m ? gog + (m0 + r) * gos : nullptr;
+            });
+            // keys no row of the tile sees: zero rows (0 * garbage never reaches dS)
+            load_tile_async(Ks, LD, B, D, D, [&](int r) -> const T * {
+                return key_row_seen(p, b, n0 + r, cta_lo, cta_hi) ? kg + (n0 + r) * ks : nullptr;
+            });
+            load_tile_async(Vs, LD, B, D, D, [&](int r) -> const T * {
+                return key_row_seen(p, b, n0 + r, cta_lo, cta_hi) ? vg + (n0 + r) * vs : nullptr;
+            });
+            load_key_mask(kmask, B, p, b, n0);
+        }
+        cp_async_commit();
+        float lse2[2], dl[2];
+        row_stats(lse2, dl, p, bh, wm0);  // (while the copies land)
+        cp_async_wait<0>();
+        __syncthreads();
+        // warp-uniform: does some row of the warp see a key of the tile; does its window meet the table?
+        const bool live = INTERIOR || (wm0 < p.a.m && n0 < whi[15] && n0 + B > wlo[0]);
+        const bool wbias = live && table_rows_hit(p, base + 16 * warp - (B - 1), base + 16 * warp + 15);
+        uint32_t qf[KS][4];  // the warp's Q fragments: S and the bias of both chunks
+        if (live) {
+#pragma unroll
+            for (int ks = 0; ks < KS; ++ks) ldmatrix_x4(qf[ks], Qs + arow + 16 * ks);
+        }
+        auto chunk = [&](auto c0_tag) {  // KC keys at a time
+            constexpr int c0 = decltype(c0_tag)::value;
+            float s[NT][4];
+            zero_frags(s);
+            if (live) {
+                if (wbias) {
+                    window_bias<T, B, KC, c0, KS, LD, HLD, 1>(hw, qf, trow);
+                    __syncwarp();
+                    add_window_bias<NT, KC, 0, HLD>(s, hw);
+                    __syncwarp();  // read before the next chunk's stores
+                }
+                qk_products<T, NT, KS, LD>(s, qf, Ks + c0 * LD + brow);
+                float dp[NT][4];
+                zero_frags(dp);
+                warp_abt_ldm<T, NT, KS, LD>(dp, dOs + arow, Vs + c0 * LD + brow);
+                if constexpr (INTERIOR) {
+#pragma unroll
+                    for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+                        for (int e = 0; e < 4; ++e) {
+                            const int ri = e / 2;
+                            float x, th = 0.f;
+                            if constexpr (CAP)
+                                x = interior_score<kCap>(s[nt][e], scale_log2, 0.f, 0.f, cap, cap_k, th) - lse2[ri];
+                            else
+                                x = fma_(s[nt][e], scale_log2, -lse2[ri]);
+                            const float dpd = dp[nt][e] - dl[ri];
+                            // a row coded lse +-inf (row_stats: -inf) contributes nothing: 0 by selection
+                            s[nt][e] = lse2[ri] == neg_inf<float>() ? 0.f
+                                                                    : exp2_(x) * (CAP ? dpd * (1.f - th * th) : dpd);
+                        }
+                } else {
+                    bool seen[2] = {false, false};  // (the forward's lse already says which rows are NaN)
+                    scores_log2_impl<CAP ? 1 : 0>(s, p, wm0, n0 + c0, kmask + c0, wlo, whi, scale_log2, 0.f, seen);
+                    dscores_of<CAP ? 1 : 0>(s, dp, p, lse2, dl);
+                }
+            }
+            // H[m][m - n + B - 1] = dS[m][n] (0 where the warp's rows see no key of the tile)
+#pragma unroll
+            for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+                for (int e = 0; e < 4; ++e) {
+                    const int r = 16 * warp + frag_row(e);
+                    Hs[r * HLDT + r - (c0 + frag_col(nt, e)) + B - 1] = from_acc<T>(s[nt][e]);
+                }
+        };
+        chunk(std::integral_constant<int, 0>{});
+        chunk(std::integral_constant<int, KC>{});
+        __syncthreads();  // H is whole
+        warp_htb<T, B / 16, DTS, LD, HLDT>(acc, hcol, Qs + col0);
+    };
+    // the masked tiles, then the interior ones, each over the heads of the group in turn
+    auto walk = [&](auto interior_tag) {
+        int64_t bh = bh_lo, i = i_begin;
+        for (int64_t t = 0, n = (bh_hi - bh_lo) * (i_end - i_begin); t < n; ++t) {
+            tile(interior_tag, bh, i);
+            if (++i == i_end) {
+                i = i_begin;
+                ++bh;
+            }
+        }
+    };
+    walk(std::false_type{});
+    walk(std::true_type{});
+
+    // window rows 32 w + 16 j + (g, g + 8), the slice's columns: this CTA's slot (the fold adds the slots up)
+    float *const part = static_cast<float *>(p.dt_part) + (diag * p.dt_groups + grp) * (2 * B) * p.a.d;
+#pragma unroll
+    for (int j = 0; j < 2; ++j)
+#pragma unroll
+        for (int dt = 0; dt < DTS; ++dt)
+#pragma unroll
+            for (int ri = 0; ri < 2; ++ri) {
+                const int w = 32 * warp + 16 * j + frag_row(2 * ri), col = col0 + dt * 8 + 2 * (lane & 3);
+                float2 v;
+                v.x = acc[j][dt][2 * ri];
+                v.y = acc[j][dt][2 * ri + 1];
+                copy8(part + w * p.a.d + col, &v);
+            }
+}
+
 // dT[t] = scale * sum over (diagonal, window row, head group) slots whose
 // table row is t (clamp: rows beyond the edges fold into them), in a fixed order.
 template <class T, int B>
@@ -1457,9 +1707,19 @@ bool use_tc_dkdv(const AttnParams &p) {
 bool use_tc_dq(const AttnParams &p) {
     return tc_backward_applies(p) && smem_fits_device(tc_dq_smem(p.a.d, p.pos_enc == WAVEPE_CUDA_PE_TABLE));
 }
+// The tensor-core dT (a learned table's gradient): head_dim 64 or 128 (130 KiB at 128: sm_86, sm_89 and sm_120
+// run the general kernel there).
+size_t tc_dtable_smem(int64_t d) {
+    return d == 64 ? TcDtLayout<__half, 64>().plan.total : TcDtLayout<__half, 128>().plan.total;
+}
+bool use_tc_dtable(const AttnParams &p) {
+    return p.a.dtable != nullptr && tc_backward_applies(p) && (p.a.d == 64 || p.a.d == 128) &&
+           smem_fits_device(tc_dtable_smem(p.a.d));
+}
 
 struct BwdPlan {
     int b;            // tile size
+    int bt;           // the dT kernel's (diagonals of bt x bt tiles; the workspace's slots of 2 bt rows)
     int dq_rows;      // query rows of a dQ CTA (16 a d-slope slot)
     int64_t n_diag, groups, bh_per_group;
     size_t delta_bytes, part_bytes, slope_bytes;
@@ -1484,9 +1744,11 @@ BwdPlan bwd_plan(const wavepe_attention_args *a) {
     const size_t acc = a->dtype == WAVEPE_F64 ? 8 : 4;
     const int64_t bh = a->batch * a->heads;
     pl.delta_bytes = align256(size_t(bh * a->m) * acc);
-    const int64_t mb = ceil_div(a->m, pl.b), nb = ceil_div(a->n, pl.b);
+    const AttnParams p = attention_params(a);
+    pl.bt = use_tc_dtable(p) ? TcDtLayout<__half, 64>::B : pl.b;
+    const int64_t mb = ceil_div(a->m, pl.bt), nb = ceil_div(a->n, pl.bt);
     pl.n_diag = (mb > 0 && nb > 0) ? mb + nb - 1 : 0;
-    pl.dq_rows = use_tc_dq(attention_params(a)) ? kTcDqRows : pl.b;
+    pl.dq_rows = use_tc_dq(p) ? kTcDqRows : pl.b;
     if (a->dslopes) pl.slope_bytes = align256(size_t(bh * ceil_div(a->m, pl.dq_rows) * (pl.dq_rows / 16)) * acc);
     pl.groups = 1;
     if (a->dtable && pl.n_diag > 0 && bh > 0) {
@@ -1494,7 +1756,7 @@ BwdPlan bwd_plan(const wavepe_attention_args *a) {
         pl.groups = want < 1 ? 1 : (want > bh ? bh : want);
         pl.bh_per_group = ceil_div(bh, pl.groups);
         pl.groups = ceil_div(bh, pl.bh_per_group);
-        pl.part_bytes = align256(size_t(pl.n_diag) * size_t(pl.groups) * size_t(2 * pl.b) * size_t(a->d) * acc);
+        pl.part_bytes = align256(size_t(pl.n_diag) * size_t(pl.groups) * size_t(2 * pl.bt) * size_t(a->d) * acc);
     }
     return pl;
 }
@@ -1545,6 +1807,15 @@ cudaError_t launch_dq(const AttnParams &p, cudaStream_t stream) {
     return err != cudaSuccess ? err : launch(kernel, dim3(unsigned(ctas * CS)), dim3(B * 2), L.plan.total, stream, p);
 }
 
+// dT from the dT kernel's slots (tiles of B): a thread per (table row, column), a grid of at most 16 CTAs an SM.
+template <class T, int B>
+cudaError_t launch_dtable_fold(const AttnParams &p, cudaStream_t stream) {
+    const int64_t cap = int64_t(device_sm_count()) * 16;
+    int64_t blocks = ceil_div(p.a.table_rows * p.a.d, 256);
+    if (blocks > cap) blocks = cap;
+    return launch(attn_bwd_dtable_fold_kernel<T, B>, dim3(unsigned(blocks)), dim3(256), 0, stream, p);
+}
+
 template <class T, int DMAX>
 cudaError_t launch_bwd_cfg(AttnParams p, const BwdPlan &pl, cudaStream_t stream) {
     constexpr int B = BwdCfg<T, DMAX>::B;
@@ -1567,6 +1838,20 @@ cudaError_t launch_bwd_cfg(AttnParams p, const BwdPlan &pl, cudaStream_t stream)
     if (p.a.dtable != nullptr && p.a.table_rows * p.a.d > 0) {
         if (pl.n_diag > 0 && bh > 0) {
             err = cudaMemsetAsync(p.dt_part, 0, pl.part_bytes, stream);
+            if constexpr (Traits<T>::kTensorCore && DMAX <= 128) {
+                if (use_tc_dtable(p)) {
+                    using Lay = TcDtLayout<T, DMAX>;
+                    const Lay LT;
+                    auto kernel = p.cap_log2 > 0.0 ? attn_bwd_dtable_tc_kernel<T, DMAX, true>
+                                                   : attn_bwd_dtable_tc_kernel<T, DMAX, false>;
+                    if (err == cudaSuccess) err = allow_dynamic_smem(kernel, LT.plan.total);
+                    if (err == cudaSuccess)
+                        err = launch(kernel, dim3(unsigned(pl.n_diag * pl.groups * Lay::CS)), dim3(128),
+                                     LT.plan.total, stream, p);
+                    if (err != cudaSuccess) return err;
+                    return launch_dtable_fold<T, Lay::B>(p, stream);
+                }
+            }
             const BwdLayout<T, B> LT(p.d_pad, true);
             constexpr int CS = BwdCfg<T, DMAX>::CS_DT;
             auto kernel = p.cap_log2 > 0.0 ? attn_bwd_dtable_kernel<T, DMAX, B, CS, true>
@@ -1577,10 +1862,7 @@ cudaError_t launch_bwd_cfg(AttnParams p, const BwdPlan &pl, cudaStream_t stream)
                              p);
             if (err != cudaSuccess) return err;
         }
-        const int64_t cap = int64_t(device_sm_count()) * 16;
-        int64_t blocks = ceil_div(p.a.table_rows * p.a.d, 256);
-        if (blocks > cap) blocks = cap;
-        err = launch(attn_bwd_dtable_fold_kernel<T, B>, dim3(unsigned(blocks)), dim3(256), 0, stream, p);
+        err = launch_dtable_fold<T, B>(p, stream);
     }
     return err;
 }
@@ -1623,15 +1905,16 @@ extern "C" size_t wavepe_cuda_attention_bwd_smem_bytes(const wavepe_attention_ar
             if constexpr (sizeof(T) != 8) bytes = bwd_smem<T, 256>(a);
         }
         if constexpr (Traits<T>::kTensorCore) {
-            // the larger of the kernels that run: the tensor-core dK/dV's and dQ's where they do, else the
-            // general layout (which a learned table's dT kernel also takes)
+            // the largest of the kernels that run: the tensor-core dK/dV's, dQ's and dT's where they do, else
+            // the general layout (the general dT's too)
             const AttnParams p = attention_params(a);
-            const bool table = a->table != nullptr, kv = use_tc_dkdv(p), q = use_tc_dq(p);
-            if (kv || q) {
+            const bool table = a->table != nullptr, kv = use_tc_dkdv(p), q = use_tc_dq(p), dt = use_tc_dtable(p);
+            if (kv || q || dt) {
                 const size_t general = bytes, on_kv = kv ? tc_dkdv_smem(a->d, table) : general,
-                             on_q = q ? tc_dq_smem(a->d, table) : general;
+                             on_q = q ? tc_dq_smem(a->d, table) : general,
+                             on_dt = a->dtable == nullptr ? 0 : dt ? tc_dtable_smem(a->d) : general;
                 bytes = on_kv > on_q ? on_kv : on_q;
-                if (a->dtable != nullptr && general > bytes) bytes = general;
+                if (on_dt > bytes) bytes = on_dt;
             }
         }
         return cudaSuccess;
@@ -1644,6 +1927,11 @@ extern "C" const char *wavepe_cuda_attention_bwd_kernel(const wavepe_attention_a
     const AttnParams p = attention_params(a);
     const bool kv = use_tc_dkdv(p), q = use_tc_dq(p);
     return kv && q ? "tensor-core" : q ? "tensor-core dQ, general dK/dV" : kv ? "tensor-core dK/dV, general dQ" : "general";
+}
+
+extern "C" const char *wavepe_cuda_attention_bwd_dtable_kernel(const wavepe_attention_args *a) {
+    if (a == nullptr) return nullptr;
+    return a->dtable == nullptr ? "none" : use_tc_dtable(attention_params(a)) ? "tensor-core" : "general";
 }
 
 extern "C" size_t wavepe_cuda_attention_bwd_workspace_bytes(const wavepe_attention_args *a) {

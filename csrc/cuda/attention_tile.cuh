@@ -368,6 +368,38 @@ WAVEPE_DEVICE void warp_rb(acc_t<T> (&acc)[DT][4], const acc_t<T> (&p)[KT8][4], 
     }
 }
 
+// S (16 x 8 NT) += the warp's Q fragments . K^T, K fragments by ldmatrix from krow (the lane's
+// address in the K tile: key row (l % 8) + 8 (l / 16), columns 8 ((l / 8) % 2) ..).  qf: the Q
+// fragments in registers (uint32_t[KS][4]) or the lane's address of its Q rows in the Q tile (row
+// l % 16, column 8 (l / 16): ldmatrix'd at each step), as window_bias takes them
+// (the forward's S; the tensor-core dT's).
+template <class T, int NT, int KS, int LD>
+WAVEPE_DEVICE void qk_step(float (&s)[NT][4], const uint32_t *a, const T *krow, int ks) {
+#pragma unroll
+    for (int np = 0; np < NT / 2; ++np) {
+        uint32_t kf[4];
+        ldmatrix_x4(kf, krow + np * 16 * LD + ks * 16);
+        mma16816<T>(s[2 * np], a, kf);
+        mma16816<T>(s[2 * np + 1], a, kf + 2);
+    }
+}
+template <class T, int NT, int KS, int LD, class QF>
+WAVEPE_DEVICE void qk_products(float (&s)[NT][4], const QF &qf, const T *krow) {
+    if constexpr (std::is_pointer<QF>::value) {
+        // unrolled by 4 only: fully unrolled, ptxas hoisted fragments' loads ahead of their products
+        // and spilled the head_dim-256 kernel on sm_80 (8 bytes)
+#pragma unroll 4
+        for (int ks = 0; ks < KS; ++ks) {
+            uint32_t af[4];
+            ldmatrix_x4(af, qf + 16 * ks);
+            qk_step<T, NT, KS, LD>(s, af, krow, ks);
+        }
+    } else {
+#pragma unroll
+        for (int ks = 0; ks < KS; ++ks) qk_step<T, NT, KS, LD>(s, qf[ks], krow, ks);
+    }
+}
+
 // Accumulators of the per-warp P scratch of warp_rb's fp32/fp64 path (K <= bn + 16).
 template <class T>
 __host__ __device__ constexpr size_t rb_scratch_elems(int bn) {

@@ -85,11 +85,15 @@ size_t wavepe_cuda_attention_bwd_smem_bytes(const wavepe_attention_args *a);
  * same decoding one query with a GQA group's heads as one CTA's rows, K/V read once a kv head; not with
  * ALiBi) or "general" (every other call); NULL for NULL. */
 const char *wavepe_cuda_attention_fwd_kernel(const wavepe_attention_args *a);
-/* The backward's dK/dV and dQ kernels a call runs: "tensor-core" (bf16/fp16, head_dim 64 or 128, rows
+/* The backward's dK/dV and dQ kernels a call runs: "tensor-core" (bf16/fp16, head_dim 64, 128 or 256, rows
  * of q, k, v and dO (and the table's) on 16 bytes, their shared memory within the device's:
- * FlashAttention-2's loops), "tensor-core dQ, general dK/dV" (head_dim 256), "tensor-core dK/dV, general
- * dQ" (a device granting the one's shared memory and not the other's) or "general"; NULL for NULL. */
+ * FlashAttention-2's loops), "tensor-core dQ, general dK/dV" or "tensor-core dK/dV, general dQ" (a device
+ * granting the one's shared memory and not the other's) or "general"; NULL for NULL. */
 const char *wavepe_cuda_attention_bwd_kernel(const wavepe_attention_args *a);
+/* The kernel that computes a learned table's gradient dtable: "tensor-core" (bf16/fp16, head_dim 64 or 128,
+ * rows on 16 bytes, its shared memory within the device's), "general", or "none" (no dtable asked); NULL
+ * for NULL. */
+const char *wavepe_cuda_attention_bwd_dtable_kernel(const wavepe_attention_args *a);
 /* Splits the forward should use on the current device (>= 1). */
 int64_t wavepe_cuda_attention_num_splits(const wavepe_attention_args *a);
 size_t wavepe_cuda_attention_fwd_workspace_bytes(const wavepe_attention_args *a, int64_t num_splits);

@@ -283,10 +283,20 @@ bool run_block(std::mt19937 &rng, int order) {
     for (;;) {
         if (order == 1) std::reverse(perm.begin(), perm.end());
         if (order == 2) std::shuffle(perm.begin(), perm.end(), rng);
+        // serial (3): the first warp with a thread ready runs alone until every thread of it waits at a block
+        // barrier or has returned -- the most skew between warps: a warp reading what another writes between
+        // the same two __syncthreads (plain stores too, which the race check does not see) reads it stale
+        int only_warp = -1;
+        if (order == 3)
+            for (const Fiber &f : e.fibers)
+                if (f.state == State::Ready) {
+                    only_warp = f.warp;
+                    break;
+                }
         bool ran = false;
         for (size_t i : perm) {
             Fiber &f = e.fibers[i];
-            if (f.state != State::Ready) continue;
+            if (f.state != State::Ready || (only_warp >= 0 && f.warp != only_warp)) continue;
             resume(f);
             ran = true;
         }
@@ -549,7 +559,8 @@ cudaError_t launch(const void *kernel, dim3 grid, dim3 block, size_t smem, const
                 f.lane = int(i % 32);
             }
     const char *order_env = std::getenv("WAVEPE_EMU_ORDER");
-    const int order = !order_env ? 0 : std::string(order_env) == "reverse" ? 1 : std::string(order_env) == "random" ? 2 : 0;
+    const std::string order_name = order_env ? order_env : "";
+    const int order = order_name == "reverse" ? 1 : order_name == "random" ? 2 : order_name == "serial" ? 3 : 0;
     std::mt19937 rng(unsigned(env_int("WAVEPE_EMU_SEED", 12345)));
     for (unsigned bz = 0; bz < grid.z; ++bz)
         for (unsigned by = 0; by < grid.y; ++by)

@@ -14,7 +14,10 @@
 // configurations (block size, dynamic shared memory above 48 KiB without the
 // opt-in attribute or above the device limit), reads of uninitialised shared
 // memory (it starts as NaN bytes) and, run with WAVEPE_EMU_ORDER=reverse or
-// random, races that a missing barrier would hide in one fixed order.
+// random, races that a missing barrier would hide in one fixed order; with
+// WAVEPE_EMU_ORDER=serial each warp runs alone from one __syncthreads to the
+// next, so a warp reading shared memory another warp writes in the same
+// interval (a missing __syncthreads) reads it stale.
 // What it cannot check: timing, real warp-level divergence, the memory model
 // of a GPU, and the hardware's mma accumulation order.
 #pragma once
