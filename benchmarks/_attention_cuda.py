@@ -11,7 +11,9 @@ alternation with the references, CUDA-synchronised, medians), against SDPA's fla
   * decoding one token (GQA 32/8 heads) <= 1.5x flash at 32k and 128k keys;
   * RoPE on q and k >= 70 % of the bandwidth of a device-to-device ``copy_`` of the same bytes.
 
-Also timed: ALiBi, the wavelet bias with a 1024-token window and with soft-capping (cap 30); and at head_dim
+Also timed: ALiBi, the wavelet bias with a 1024-token window and with soft-capping (cap 30), a learned relative
+table of the wavelet table's rows (pos_enc="relative", its gradient asked: the backward adds the dT pass on the
+band's diagonals, attn_bwd_dtable_tc_kernel); and at head_dim
 256 (Gemma 2's shape: 16 query / 8 key-value heads, L=4096, its soft-cap 50) flash, nope and the wavelet bias
 with and without the cap, forward and forward+backward (no target; the tensor-core kernels at 256: the
 dK/dV's two column slices recompute S and dP).  TFLOP/s
@@ -105,6 +107,9 @@ def bench_lengths(lengths, cfg, quick: bool) -> list[dict]:
         q, k, v, go = _inputs(L)
         qg, kg, vg, _ = _inputs(L, grad=True)
         fns = dict(_methods(cfg))
+        rel = table.detach().clone().requires_grad_(True)  # a learned table of the wavelet's rows
+        fns["relative (learned)"] = lambda q, k, v: wo.wavelet_attention(q, k, v, pos_enc="relative",
+                                                                         rel_table=(rel, r_lo))
         with torch.no_grad():
             bias = plain_rel_bias(q, table, r_lo=r_lo, q_offset=0, k_len=L, causal=True, clamp=False)
             bias = (bias * scale).contiguous()
@@ -117,13 +122,15 @@ def bench_lengths(lengths, cfg, quick: bool) -> list[dict]:
             fwd = compare({n: (lambda fn=fn: fn(q, k, v)) for n, fn in fwd_fns.items()},
                           repeat=5 if quick else 20, warmup=2)
 
-        def step(fn):
+        def step(fn, extra=()):
             def run():
-                return torch.autograd.grad(fn(qg, kg, vg), (qg, kg, vg), go)
+                return torch.autograd.grad(fn(qg, kg, vg), (qg, kg, vg) + extra, go)
             return run
 
-        bwd_fns = {n: fn for n, fn in fwd_fns.items() if n in ("flash", "cudnn", "nope", "wavelet", "flex + bias")}
-        bwd_fns = _available({n: step(fn) for n, fn in bwd_fns.items()}, ())
+        bwd_fns = {n: fn for n, fn in fwd_fns.items()
+                   if n in ("flash", "cudnn", "nope", "wavelet", "flex + bias", "relative (learned)")}
+        bwd_fns = _available({n: step(fn, (rel,) if n == "relative (learned)" else ()) for n, fn in bwd_fns.items()},
+                             ())
         bwd = compare(bwd_fns, repeat=3 if quick else 10, warmup=1)
         del bias
         flops = 2.0 * B * H * L * L * D

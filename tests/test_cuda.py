@@ -251,6 +251,8 @@ ATTN_CASES = [
     (1, 4, 2, 160, 400, 128, "alibi", True, None, False),
     # ... and the tensor-core forward at d = 256 (Gemma's): Q fragments from shared memory, 32 keys a block
     (1, 4, 2, 150, 300, 256, "wavelet", True, None, False),
+    # ... and a learned table's dT on the tensor cores (d = 128: two column slices; masked and interior tiles)
+    (1, 2, 1, 300, 300, 128, "relative", True, None, False),
 ]
 
 
