@@ -393,9 +393,10 @@ void ldmatrix(uint32_t *regs, int nmat, bool trans, const void *row_addr) {
     const int lane = lane_id();
     std::memcpy(warp_slot(lane), &row_addr, sizeof(row_addr));
     syncwarp(__FILE__, __LINE__);
+    const unsigned char *const slots = warp_slot(0);  // (the warp's 32 slots, kSlotBytes apart)
     auto row_of = [&](int src_lane) {
         const unsigned char *p;
-        std::memcpy(&p, warp_slot(src_lane), sizeof(p));
+        std::memcpy(&p, slots + size_t(src_lane) * kSlotBytes, sizeof(p));
         return p;
     };
     if (lane == 0) {
@@ -421,15 +422,13 @@ void ldmatrix(uint32_t *regs, int nmat, bool trans, const void *row_addr) {
             int n = 0;
             for (int r = 0; r < 8; ++r)
                 for (int w = 0; w < 4; ++w) words[n++] = (row_of(8 * i + r) - base) / 4 + w;
-            int worst = 1;
+            // each distinct word once, then the most that share a bank
+            std::sort(words, words + n);
+            n = int(std::unique(words, words + n) - words);
+            int per_bank[32] = {0}, worst = 1;
             for (int a = 0; a < n; ++a) {
-                int same_bank = 0;
-                for (int b = 0; b < n; ++b) {
-                    bool earlier = false;  // count each distinct word once
-                    for (int c = 0; c < b && !earlier; ++c) earlier = words[c] == words[b];
-                    same_bank += !earlier && ((words[b] - words[a]) % 32 == 0);
-                }
-                worst = same_bank > worst ? same_bank : worst;
+                const int bank = int(((words[a] % 32) + 32) % 32);
+                worst = ++per_bank[bank] > worst ? per_bank[bank] : worst;
             }
             int seen = g_ldmatrix_worst.load();
             while (worst > seen && !g_ldmatrix_worst.compare_exchange_weak(seen, worst)) {
@@ -450,15 +449,24 @@ void ldmatrix(uint32_t *regs, int nmat, bool trans, const void *row_addr) {
 
 void mma_m16n8k16(float d[4], const uint32_t a[4], const uint32_t b[2], bool is_bf16) {
     const int lane = lane_id();
-    unsigned char *mine = warp_slot(lane);
-    std::memcpy(mine, a, 16);
-    std::memcpy(mine + 16, b, 8);
+    // each lane's 8 A and 4 B elements, converted once, as floats in its slot: value 2 reg + half of A's
+    // register reg, 8 + 2 reg + half of B's
+    float mine[12];
+    for (int reg = 0; reg < 6; ++reg) {
+        const uint32_t word = reg < 4 ? a[reg] : b[reg - 4];
+        for (int hi = 0; hi < 2; ++hi) {
+            const uint16_t bits = uint16_t(hi ? word >> 16 : word & 0xffffu);
+            mine[2 * reg + hi] = is_bf16 ? __bfloat162float(__ushort_as_bfloat16(bits)) : __half2float(__ushort_as_half(bits));
+        }
+    }
+    static_assert(sizeof(mine) <= kSlotBytes, "a lane's operands fit its slot");
+    std::memcpy(warp_slot(lane), mine, sizeof(mine));
     syncwarp(__FILE__, __LINE__);
-    auto half_of = [&](int src_lane, int byte_off, int reg, int hi) {
-        uint32_t word;
-        std::memcpy(&word, warp_slot(src_lane) + byte_off + 4 * reg, 4);
-        uint16_t bits = uint16_t(hi ? word >> 16 : word & 0xffffu);
-        return is_bf16 ? __bfloat162float(__ushort_as_bfloat16(bits)) : __half2float(__ushort_as_half(bits));
+    const unsigned char *const slots = warp_slot(0);  // (the warp's 32 slots, kSlotBytes apart)
+    auto value = [&](int src_lane, int index) {
+        float v;
+        std::memcpy(&v, slots + size_t(src_lane) * kSlotBytes + 4 * index, 4);
+        return v;
     };
     const int g = lane >> 2, t = lane & 3;
     for (int i = 0; i < 4; ++i) {
@@ -466,9 +474,9 @@ void mma_m16n8k16(float d[4], const uint32_t a[4], const uint32_t b[2], bool is_
         float acc = d[i];
         for (int k = 0; k < 16; ++k) {
             // A[row][k]: lane (row % 8) * 4 + (k % 8) / 2, register (row / 8) + 2 (k / 8), half k % 2
-            const float av = half_of((row % 8) * 4 + (k % 8) / 2, 0, (row / 8) + 2 * (k / 8), k % 2);
+            const float av = value((row % 8) * 4 + (k % 8) / 2, 2 * ((row / 8) + 2 * (k / 8)) + k % 2);
             // B[k][col]: lane col * 4 + (k % 8) / 2, register k / 8, half k % 2
-            const float bv = half_of(col * 4 + (k % 8) / 2, 16, k / 8, k % 2);
+            const float bv = value(col * 4 + (k % 8) / 2, 8 + 2 * (k / 8) + k % 2);
             acc += av * bv;
         }
         d[i] = acc;
