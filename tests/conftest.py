@@ -78,3 +78,19 @@ def pytest_configure(config):
 def pytest_report_header(config):
     return (f"wavepe: cpu_isa={wavepe.cpu_isa()} isa variants tested={ISAS} "
             f"WAVEPE_ISA={os.environ.get('WAVEPE_ISA', '')} WAVEPE_FORCE_SCALAR={os.environ.get('WAVEPE_FORCE_SCALAR', '')}")
+
+
+def pytest_collection_modifyitems(config, items):
+    # A test parametrized by `isa` runs its variants one after another (the ISA varying fastest, each group
+    # where its first variant was): the oracles remember their last answers (tests/reference.py), and asked
+    # the same question by each ISA in turn they answer it once -- in pytest's own order (the ISA slowest) a
+    # test's other parameters came between, and the memory had forgotten by then.
+    first: dict = {}
+    order = []
+    for i, item in enumerate(items):
+        params = getattr(getattr(item, "callspec", None), "params", {})
+        key = ("", i)
+        if "isa" in params:
+            key = (item.nodeid.split("[", 1)[0], tuple(sorted((k, repr(v)) for k, v in params.items() if k != "isa")))
+        order.append((first.setdefault(key, i), i))
+    items[:] = [items[i] for _, i in sorted(order)]
