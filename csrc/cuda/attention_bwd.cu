@@ -22,6 +22,8 @@
 //           float workspace; a fold kernel sums the slots of each table row in
 //           a fixed order (clamp: every distance beyond the table into its
 //           edge row).  Workspace O((M + N) d) per head group, never M x N.
+//           bf16/fp16 at head_dim 64 / 128: attn_bwd_dtable_tc_kernel, the same walk
+//           on the tensor cores (tiles of 64, dT_win in registers).
 // dK, dQ and dT carry the scale: s = scale (q.k + q.T).
 // Masks: every (query, key) pair that wavepe_attention_keys excludes -- documents,
 // causality, the sliding window -- and padding; the dK/dV kernel bounds its
@@ -1392,7 +1394,8 @@ __global__ void __launch_bounds__(B * 2, 1) attn_bwd_dtable_kernel(AttnParams p)
 // tensor cores, tiles of 64 x 64 (the window: 128 table rows, staged once a CTA).  A CTA per (tile diagonal,
 // group of batch*heads, 64-column slice of dT) walks the diagonal's tiles of each head of its group: warp w
 // recomputes dS of its 16 query rows against the tile's 64 keys (S = Q K^T + the window's bias, dP = dO V^T,
-// 32 keys at a time, as the tensor-core dQ: window_bias, warp_abt_ldm) and stores it skewed into window columns
+// 32 keys at a time, as the tensor-core dQ: qk_products and window_bias from the warp's Q fragments, held in
+// registers for the tile; warp_abt_ldm) and stores it skewed into window columns
 // in the CTA's H tile (H[m][m - n + 63] = dS[m][n], rounded to the input type as the dQ's H); after a barrier
 // it accumulates window rows 32 w .. 32 w + 31 of dT_win += H^T Q (warp_htb) in registers (64 a lane) over
 // every tile and head, and writes its columns of the CTA's workspace slot once, at the end.  The tiles with
