@@ -671,11 +671,7 @@ AttnParams attention_params(const wavepe_attention_args *a) {
 namespace {
 
 // The tensor-core forward's shared memory a CTA at head_dim d (64, 128 or 256), with a table or not.
-size_t tc_fwd_smem(int64_t d, bool table) {
-    // (bf16 and fp16 alike: 2-byte elements)
-    return d == 64 ? TcFwdLayout<__half, 64>(table).plan.total
-                   : d == 128 ? TcFwdLayout<__half, 128>(table).plan.total : TcFwdLayout<__half, 256>(table).plan.total;
-}
+size_t tc_fwd_smem(int64_t d, bool table) { return tc_layout_bytes<TcFwdLayout>(d, table); }
 
 // Does the call run on the tensor-core loop (attn_fwd_tc_kernel)?  bf16/fp16, head_dim 64, 128 or 256
 // (its unrolled tiles), q, k, v (and the table's) rows on 16 bytes (cp.async, ldmatrix), and its CTA's

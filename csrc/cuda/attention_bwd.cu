@@ -1685,14 +1685,8 @@ size_t align256(size_t x) { return (x + 255) & ~size_t(255); }
 
 // The shared memory of the tensor-core dK/dV and dQ at head dim 64, 128 or 256, with or without the table's
 // window (bf16 and fp16 alike: 2-byte elements).
-size_t tc_dkdv_smem(int64_t d, bool table) {
-    return d == 64 ? TcDkdvLayout<__half, 64>(table).plan.total
-                   : d == 128 ? TcDkdvLayout<__half, 128>(table).plan.total : TcDkdvLayout<__half, 256>(table).plan.total;
-}
-size_t tc_dq_smem(int64_t d, bool table) {
-    return d == 64 ? TcDqLayout<__half, 64>(table).plan.total
-                   : d == 128 ? TcDqLayout<__half, 128>(table).plan.total : TcDqLayout<__half, 256>(table).plan.total;
-}
+size_t tc_dkdv_smem(int64_t d, bool table) { return tc_layout_bytes<TcDkdvLayout>(d, table); }
+size_t tc_dq_smem(int64_t d, bool table) { return tc_layout_bytes<TcDqLayout>(d, table); }
 
 // Do the tensor-core dK/dV and dQ kernels take the call?  bf16/fp16, head_dim 64, 128 or 256, 16-byte rows of
 // q, k, v and dO (and the table's), each one's layout within the device's shared memory: past the 99 KiB every

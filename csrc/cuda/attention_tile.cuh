@@ -147,6 +147,14 @@ struct SmemPlan {
     }
 };
 
+// Bytes of the tensor-core layout Lay<T, D> for head dim d (64, 128 or 256; bf16 and fp16 alike: 2-byte
+// elements), built with args (whether the call has a table): the launchers' and the size queries' figure.
+template <template <class, int> class Lay, class... Args>
+size_t tc_layout_bytes(int64_t d, Args... args) {
+    return d == 64 ? Lay<__half, 64>(args...).plan.total
+                   : d == 128 ? Lay<__half, 128>(args...).plan.total : Lay<__half, 256>(args...).plan.total;
+}
+
 template <class T>
 __host__ __device__ inline int tile_ld(int64_t d_pad) {
     return int(d_pad) + int(16 / sizeof(T));
