@@ -905,6 +905,8 @@ TC_BWD_CASES = [
     # without causality the band's both edges fall among interior blocks (past and future distances)
     dict(B=1, H=2, Hk=1, M=256, N=320, d=64, off=0, causal=False, pe=1, R=40, r_lo=100),
     dict(B=1, H=2, Hk=1, M=256, N=320, d=128, off=0, causal=False, pe=1, R=50, r_lo=-150),
+    # one tile diagonal: the dT kernel's CTAs take a head each (groups of heads, their slots folded in order)
+    dict(B=1, H=4, Hk=2, M=40, N=40, d=64, off=0, causal=True, pe=1, R=30, r_lo=0),
 ]
 
 
