@@ -323,15 +323,15 @@ WAVEPE_DEVICE void warp_abt_ldm(float (&acc)[NT][4], const T *arow, const T *bro
 // load of P per (row, k) for 2 DT FMAs.
 template <class T, int KT8, int DT>
 WAVEPE_DEVICE void warp_rb(acc_t<T> (&acc)[DT][4], const acc_t<T> (&p)[KT8][4], const T *b_tile, int ldb,
-                           int dt_active, acc_t<T> *scratch, int kk_lo = 0, int kk_hi = KT8 / 2) {
-    // (kk_lo, kk_hi: only the 16-key steps [kk_lo, kk_hi) of k, warp_rb_masked's: P is 0 in the others)
+                           int dt_active, acc_t<T> *scratch, int kk_hi = KT8 / 2) {
+    // (kk_hi: only the first kk_hi 16-key steps of k, warp_rb_masked's: P is 0 in the others)
     const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
     if constexpr (Traits<T>::kTensorCore) {
         static_assert(KT8 % 2 == 0, "tensor-core products take k in steps of 16");
         (void)scratch;
 #pragma unroll
         for (int kk = 0; kk < KT8 / 2; ++kk) {
-            if (kk < kk_lo || kk >= kk_hi) continue;  // (warp-uniform)
+            if (kk >= kk_hi) break;  // (warp-uniform)
             const uint32_t a[4] = {pack2<T>(p[2 * kk][0], p[2 * kk][1]), pack2<T>(p[2 * kk][2], p[2 * kk][3]),
                                    pack2<T>(p[2 * kk + 1][0], p[2 * kk + 1][1]),
                                    pack2<T>(p[2 * kk + 1][2], p[2 * kk + 1][3])};
@@ -361,7 +361,7 @@ WAVEPE_DEVICE void warp_rb(acc_t<T> (&acc)[DT][4], const acc_t<T> (&p)[KT8][4], 
 #pragma unroll
             for (int i = 0; i < 4; ++i) scratch[(g + 8 * (i / 2)) * ldp + kk * 8 + 2 * t + (i % 2)] = p[kk][i];
         __syncwarp();
-        for (int k = 16 * kk_lo, k_end = 16 * kk_hi < 8 * KT8 ? 16 * kk_hi : 8 * KT8; k < k_end; ++k) {
+        for (int k = 0, k_end = 16 * kk_hi < 8 * KT8 ? 16 * kk_hi : 8 * KT8; k < k_end; ++k) {
             const A p_lo = scratch[g * ldp + k], p_hi = scratch[(g + 8) * ldp + k];
             const T *brow = b_tile + k * ldb + 2 * t;
 #pragma unroll
@@ -728,25 +728,22 @@ WAVEPE_DEVICE acc_t<T> head_slope(const AttnParams &p, int64_t h) {
 
 // acc += P . B, B = tile rows 0 .. 8 KT8 - 1 (keys n0 ..) at columns c0 .., for the warp whose
 // rows see keys [rlo[r], rhi[r]) (load_row_keys) in a CTA whose tiles hold keys [cta_lo, cta_hi)
-// (the others are zero rows): the tensor-core / FMA product over the 16-key steps that meet the keys
-// some row of the warp sees (in the others every row's P is 0: e.g. past the warp's causal frontier on
-// the diagonal), unless the warp's band among those steps' rows (keys held but not seen by every row
-// of the warp) holds an inf or NaN; then warp_rb_visible.
+// (the others are zero rows): the tensor-core / FMA product over the 16-key steps up to the last key some
+// row of the warp sees (past it every row's P is 0: the warp's causal frontier on the diagonal), unless the
+// warp's band among those steps' rows (keys held but not seen by every row of the warp) holds an inf or
+// NaN; then warp_rb_visible.
 template <class T, int KT8, int DT>
 WAVEPE_DEVICE void warp_rb_masked(acc_t<T> (&acc)[DT][4], const acc_t<T> (&pf)[KT8][4], const T *tile, int ld, int c0,
                                   int dt_active, acc_t<T> *scratch, const AttnParams &p, int64_t n0, const int64_t *rlo,
                                   const int64_t *rhi, int64_t cta_lo, int64_t cta_hi) {
     constexpr int BN = 8 * KT8, KK = (KT8 + 1) / 2;
-    // some row of the warp sees [w_lo, w_hi), every row [a_lo, a_hi) (the ranges are non-decreasing in the
-    // row); the product takes the 16-key steps [kk_lo, kk_hi) meeting [w_lo, w_hi) (warp-uniform)
-    const int64_t w_lo = rlo[0] - n0, w_hi = rhi[15] - n0, a_lo = rlo[15] - n0, a_hi = rhi[0] - n0;
-    const int kk_lo = w_lo <= 0 ? 0 : w_lo >= BN ? KK : int(w_lo / 16);
-    int kk_hi = w_hi <= 0 ? 0 : w_hi >= BN ? KK : int((w_hi + 15) / 16);
-    if (kk_hi < kk_lo) kk_hi = kk_lo;
+    // the warp's last row sees keys up to w_hi, every row [a_lo, a_hi) (the ranges are non-decreasing in
+    // the row); the product takes the first kk_hi 16-key steps, those up to w_hi (warp-uniform)
+    const int64_t w_hi = rhi[15] - n0, a_lo = rlo[15] - n0, a_hi = rhi[0] - n0;
+    const int kk_hi = w_hi <= 0 ? 0 : w_hi >= BN ? KK : int((w_hi + 15) / 16);
     // of those steps' rows, [t_lo, t_hi) are held (the others zero rows): its band is checked
-    int64_t t_lo = (cta_lo > n0 ? cta_lo : n0) - n0, t_hi = (cta_hi < n0 + BN ? cta_hi : n0 + BN) - n0;
-    if (t_lo < 16 * kk_lo) t_lo = 16 * kk_lo;
-    if (t_hi > 16 * kk_hi) t_hi = 16 * kk_hi;
+    const int64_t t_end = (cta_hi < n0 + BN ? cta_hi : n0 + BN) - n0;
+    const int64_t t_lo = (cta_lo > n0 ? cta_lo : n0) - n0, t_hi = t_end < 16 * kk_hi ? t_end : 16 * kk_hi;
     bool careful = false;
     if (t_lo < t_hi && (t_lo < a_lo || t_hi > a_hi)) {  // warp-uniform
         const int64_t b1 = t_hi < a_lo ? t_hi : a_lo, b2 = t_lo > a_hi ? t_lo : a_hi;
@@ -765,7 +762,7 @@ WAVEPE_DEVICE void warp_rb_masked(acc_t<T> (&acc)[DT][4], const acc_t<T> (&pf)[K
         }
         warp_rb_visible<T, KT8, DT>(acc, pf, tile + c0, ld, dt_active, first, lim);
     } else {
-        warp_rb<T, KT8, DT>(acc, pf, tile + c0, ld, dt_active, scratch, kk_lo, kk_hi);
+        warp_rb<T, KT8, DT>(acc, pf, tile + c0, ld, dt_active, scratch, kk_hi);
     }
 }
 
