@@ -50,6 +50,7 @@ import re
 import shutil
 import subprocess
 import sys
+from concurrent.futures import ProcessPoolExecutor
 
 # kernels (demangled name, up to the template arguments) whose bf16/fp16 instances must use tensor cores
 TENSOR_CORE_KERNELS = ("attn_fwd_kernel", "attn_fwd_tc_kernel", "attn_bwd_dkdv_kernel", "attn_bwd_dkdv_tc_kernel",
@@ -302,12 +303,21 @@ def main_loop_mix(body: str) -> tuple[int, int] | None:
     return loops[0] if loops else None
 
 
-def sass_counts(lib: str, cuobjdump: str) -> dict[tuple[str, str], dict[str, int]]:
+def sass_counts(lib: str, cuobjdump: str, archs: list[str]) -> dict[tuple[str, str], dict[str, int]]:
     """Per (mangled kernel name, arch), how many HMMA / HGMMA instructions the library's SASS holds, and
-    the main loop's instructions and tensor-core instructions (main_loop_mix; 0, 0 without one)."""
-    res = subprocess.run([cuobjdump, "-sass", lib], capture_output=True, text=True)
+    the main loop's instructions and tensor-core instructions (main_loop_mix; 0, 0 without one).  One
+    process per arch (``archs``: sm_XX), as many at once as there are cores: an arch's SASS is ~200 MB of
+    text, ~10 s of cuobjdump and as long again to read."""
+    with ProcessPoolExecutor(max(1, min(len(archs), os.cpu_count() or 1))) as pool:
+        parts = list(pool.map(_arch_sass_counts, [(lib, cuobjdump, a) for a in archs]))
+    return {key: c for part in parts for key, c in part.items()}
+
+
+def _arch_sass_counts(job: tuple[str, str, str]) -> dict[tuple[str, str], dict[str, int]]:
+    lib, cuobjdump, want = job
+    res = subprocess.run([cuobjdump, "-sass", "-arch", want, lib], capture_output=True, text=True)
     if res.returncode:
-        raise SystemExit(f"check_cuda_kernels: cuobjdump -sass {lib} failed:\n{res.stderr[-2000:]}")
+        raise SystemExit(f"check_cuda_kernels: cuobjdump -sass -arch {want} {lib} failed:\n{res.stderr[-2000:]}")
     counts: dict[tuple[str, str], dict[str, int]] = {}
     for block in res.stdout.split("Fatbin elf code:")[1:]:
         arch = re.search(r"arch = (sm_\w+)", block)
@@ -316,7 +326,8 @@ def sass_counts(lib: str, cuobjdump: str) -> dict[tuple[str, str], dict[str, int
         funcs = SASS_FUNC.split(block)
         for i in range(1, len(funcs), 2):
             body = funcs[i + 1]
-            c = {op: len(re.findall(r"\b%s\b" % op, body)) for op in ("HMMA", "HGMMA")}
+            # str.count first: most kernels hold neither, and the word-bounded regex over ~1 MB of SASS is slow
+            c = {op: len(re.findall(r"\b%s\b" % op, body)) if op in body else 0 for op in ("HMMA", "HGMMA")}
             loops = tensor_loops(body) if c["HMMA"] or c["HGMMA"] else []
             c["loop_ins"], c["loop_tc"] = loops[0] if loops else (0, 0)
             c["other_loops"] = loops[1:]  # (instructions, tensor-core instructions), lightest first
@@ -450,7 +461,7 @@ def main(argv: list[str]) -> int:
     if not reports:
         print(f"check_cuda_kernels: no ptxas reports (*.cu.o.log) in {obj_dir}", file=sys.stderr)
         return 1
-    counts = sass_counts(lib, cuobjdump)
+    counts = sass_counts(lib, cuobjdump, sorted(elf))
     rows = []
     for rep in reports:
         with open(rep) as f:
