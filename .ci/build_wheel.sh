@@ -31,7 +31,7 @@ else
 fi
 rm -rf dist/raw dist/wheelhouse && mkdir -p dist
 t0=$(date +%s)
-# warnings are errors here as in `make test`; its objects under build/obj.* are reused where the flags match
+# warnings are errors here as in `make test`; objects under build/obj.* are shared with `make build` where the flags match
 WAVEPE_WERROR=1 "$PY" -m build --wheel --no-isolation --outdir dist/raw . > dist/build.log 2>&1 \
   || { tail -60 dist/build.log; exit 1; }
 grep -E "^wavepe: compiled [0-9]+ of [0-9]+ files" dist/build.log || true
