@@ -546,13 +546,23 @@ def default_jobs() -> int:
         return max(1, os.cpu_count() or 1)
 
 
+def _source_size(path: str) -> int:
+    try:
+        return os.path.getsize(path)
+    except OSError:
+        return 0
+
+
 def run(plan: Plan, *, jobs: int | None = None, progress: Callable[[int, int, str], None] | None = None,
         log: Callable[[str], None] | None = None) -> list[str]:
     """Bring every object and output of ``plan`` up to date; returns the sources it compiled.
 
     ``progress(done, total, name)`` is called after each compile; ``log(text)`` receives each
     command and its output (warnings).  Raises BuildError on the first failure."""
-    todo = [c for c in plan.compiles if compile_is_stale(c)]
+    # the longest compiles first, so that none starts last and finishes alone: CUDA sources (every arch: one,
+    # attention_bwd.cu, is several minutes), then by size
+    todo = sorted((c for c in plan.compiles if compile_is_stale(c)),
+                  key=lambda c: (not c.source.endswith(".cu"), -_source_size(c.source)))
     lock = threading.Lock()
     done = 0
 
