@@ -130,20 +130,18 @@ CTA_SHAPE = {  # (kernel, template arguments after the type): (threads, the most
     ("attn_bwd_dq_tc_kernel", "128, true"): (128, 114240), ("attn_bwd_dq_tc_kernel", "64, true"): (128, 96384),
     ("attn_bwd_dq_tc_kernel", "256, false"): (128, 102432), ("attn_bwd_dq_tc_kernel", "256, true"): (128, 160032),
     ("attn_bwd_dkdv_tc_kernel", "256, false"): (128, 102800), ("attn_bwd_dkdv_tc_kernel", "256, true"): (128, 151376),
-    ("attn_bwd_dtable_tc_kernel", "128, false"): (128, 133184), ("attn_bwd_dtable_tc_kernel", "128, true"): (128, 133184),
-    ("attn_bwd_dtable_tc_kernel", "64, false"): (128, 84032), ("attn_bwd_dtable_tc_kernel", "64, true"): (128, 84032),
+    ("attn_bwd_dtable_tc_kernel", "128, false"): (128, 115712), ("attn_bwd_dtable_tc_kernel", "128, true"): (128, 115712),
+    ("attn_bwd_dtable_tc_kernel", "64, false"): (128, 83968), ("attn_bwd_dtable_tc_kernel", "64, true"): (128, 83968),
 }
 WARPS_TARGET = {"attn_fwd_tc_kernel": 8, "attn_bwd_dkdv_tc_kernel": 8, "attn_bwd_dq_tc_kernel": 8,
                 "attn_bwd_dtable_tc_kernel": 8}
 # Where a CTA_SHAPE line's figure (the most shared memory: a table's) is held to fewer warps, and why: at head dim
 # 256 the forward's table window (96 rows of 528 bytes) takes the CTA to 122.5 KiB, one an SM (4 warps); without a
 # table (67 KiB) two fit, 8 warps (tests/test_cuda_emu.py checks both figures against the launcher's); the dQ's and
-# dK/dV's table instances at 256 (the window's 80 rows beside the tiles: 156 / 148 KiB) one, their others two; the
-# learned table's dT at head dim 128 (Q, dO, K, V of 64 rows, the window's 128, H: 130 KiB, single-buffered)
-# one, at 64 (82 KiB) two.
+# dK/dV's table instances at 256 (the window's 80 rows beside the tiles: 156 / 148 KiB) one, their others two.
+# (The learned table's dT reaches two at both head dims: 113 KiB at 128, H in dO's place.)
 WARPS_TARGET_BY_SHAPE = {("attn_fwd_tc_kernel", "256, false"): 4, ("attn_fwd_tc_kernel", "256, true"): 4,
-                         ("attn_bwd_dq_tc_kernel", "256, true"): 4, ("attn_bwd_dkdv_tc_kernel", "256, true"): 4,
-                         ("attn_bwd_dtable_tc_kernel", "128, false"): 4, ("attn_bwd_dtable_tc_kernel", "128, true"): 4}
+                         ("attn_bwd_dq_tc_kernel", "256, true"): 4, ("attn_bwd_dkdv_tc_kernel", "256, true"): 4}
 
 
 def occupancy(regs: int, threads: int, smem: int, arch: str) -> tuple[int, int]:
@@ -200,8 +198,9 @@ OTHER_LOOP_CEILING = {
     ("attn_bwd_dq_tc_kernel", "256, false"): (4.8, 6.3, 41.8),
     ("attn_bwd_dq_tc_kernel", "256, true"): (4.35, 5.2, 6.2, 19.1),
     # attn_bwd_dtable_tc_kernel: the masked tiles of a diagonal (its first and last, the causal diagonal's, the
-    # window's and documents' edges, padding), through scores_log2_impl and dscores_of
-    ("attn_bwd_dtable_tc_kernel", "128, false"): (8.7,), ("attn_bwd_dtable_tc_kernel", "128, true"): (12.7,),
+    # window's and documents' edges, padding), through scores_log2_impl and dscores_of; at 128 each warp also
+    # zeroes its rows of H a tile (H in dO's place: 2 CTAs an SM), +0.5
+    ("attn_bwd_dtable_tc_kernel", "128, false"): (9.3,), ("attn_bwd_dtable_tc_kernel", "128, true"): (13.1,),
     ("attn_bwd_dtable_tc_kernel", "64, false"): (13.3,), ("attn_bwd_dtable_tc_kernel", "64, true"): (19.7,),
 }
 

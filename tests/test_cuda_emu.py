@@ -1004,7 +1004,7 @@ def test_tensor_core_backward_with_a_table_needs_its_shared_memory(lib, monkeypa
     monkeypatch.setenv("WAVEPE_EMU_SMEM_OPTIN", str(99 * 1024))
     assert bwd_kernel(lib, Attn(lib, E.BF16, d=128, **kw)) == "general"
     prob = check_attention(lib, E.BF16, d=128, **kw)
-    assert dtable_kernel(lib, prob) == "general"  # (130 KiB; at head_dim 64, 82 KiB: the tensor-core dT)
+    assert dtable_kernel(lib, prob) == "general"  # (113 KiB; at head_dim 64, 82 KiB: the tensor-core dT)
     prob = Attn(lib, E.BF16, d=64, **kw)
     prob.a.dtable = prob.a.table
     assert dtable_kernel(lib, prob) == "tensor-core"
@@ -1096,16 +1096,16 @@ def test_occupancy_model_reads_the_launchers_shared_memory(lib):
             # two CTAs on an H100 / H200 (228 KiB an SM, 1 KiB reserved a CTA)
             assert 2 * (max(kv, q) + 1024) <= 228 * 1024
         # a learned table's dT (attn_bwd_dtable_tc_kernel): Q, dO, K, V of 64 rows and the window's 128 (rows of
-        # d + 8 elements), each warp's skewed bias (16 x 40 floats), H (64 x 136 elements), the key mask, 64 row
-        # ranges: the backward's largest CTA at 128 (one an SM), two an SM at 64
+        # d + 8 elements; the key mask in the window's last row), each warp's skewed bias (16 x 40 floats), H (64 x
+        # 136 elements: in dO's place at 128, rows alike), 64 row ranges: two CTAs an SM at both head dims
         prob = Attn(lib, E.F16, B=1, H=1, Hk=1, M=70, N=70, d=d, off=0, causal=True, pe=1, R=9)
         prob.a.dtable = prob.a.table  # (asked, not written: the figures only)
         assert dtable_kernel(lib, prob) == "tensor-core"
         for cap in ("false", "true"):
-            assert ck.CTA_SHAPE[("attn_bwd_dtable_tc_kernel", f"{d}, {cap}")] == (128, dt := (6 * 64 * (d + 8) * 2 +
-                                                                                  4 * 16 * 40 * 4 + 64 * 136 * 2 + 64 + 64 * 16))
+            assert ck.CTA_SHAPE[("attn_bwd_dtable_tc_kernel", f"{d}, {cap}")] == (128, dt := (
+                6 * 64 * (d + 8) * 2 + 4 * 16 * 40 * 4 + (0 if d == 128 else 64 * 136 * 2) + 64 * 16))
         assert lib.wavepe_cuda_attention_bwd_smem_bytes(C.byref(prob.a)) == max(dt, kv, q)
-        assert ck.SM_LIMITS["sm_90"]["smem"] // (dt + 1024) == (1 if d == 128 else 2)
+        assert ck.SM_LIMITS["sm_90"]["smem"] // (dt + 1024) == 2
 
 
 def test_tensor_core_forward_reads_shared_memory_without_bank_conflicts(lib):

@@ -1401,8 +1401,13 @@ __global__ void __launch_bounds__(B * 2, 1) attn_bwd_dtable_kernel(AttnParams p)
 // every tile and head, and writes its columns of the CTA's workspace slot once, at the end.  The tiles with
 // masks (the causal diagonal, window and document edges, padding, partial tiles) are taken in a loop of their
 // own, then the interior ones (every row sees every key) without masks.  A tile's copies (cp.async) are waited
-// for at once, not overlapped with the products: a second buffer would take the CTA past an A100's 163 KiB at
-// head_dim 128 (the dT pass runs on the table's band only: a few diagonals of the causal triangle).
+// for at once, not overlapped with the products: the dT pass runs on the table's band only (a few diagonals of
+// the causal triangle), and two CTAs an SM overlap one's copies with the other's products instead.
+// Two CTAs of 113 KiB an H100 / H200 SM at head_dim 128 (228 KiB, 1 KiB reserved a CTA): H takes dO's place
+// (rows alike there: HLDT == LD), since a warp reads only its own 16 rows of dO (dP) and writes only its own
+// rows of H -- the dP of both chunks first, then the warp's rows of H zeroed and written --; and the key mask
+// lives in the window's last row, which no distance of a tile uses (its H column stays 0; window_bias's
+// products read the row but drop its column: any bytes there are harmless).
 template <class T, int D>
 struct TcDtLayout {
     static_assert(D == 64 || D == 128, "the tensor-core dT's head dims");
@@ -1411,17 +1416,18 @@ struct TcDtLayout {
     // apart, an odd number of 16-byte units: ldmatrix.trans without conflicts
     static constexpr int HLD = 40, HLDT = 2 * B + 8;
     static_assert(HLD >= KC && HLD % 32 == 8 && (HLDT * sizeof(T) / 16) % 2 == 1, "conflict-free scratch rows");
+    static constexpr bool H_OVER_DO = HLDT == LD;
+    static_assert(LD * sizeof(T) >= B, "the key mask fits in the window's last row");
     SmemPlan plan;
-    int q, go, k, v, t, hb, h, mask, rows;
+    int q, go, k, v, t, hb, h, rows;
     __host__ __device__ TcDtLayout() {
         q = plan.add(sizeof(T) * B * LD);
         go = plan.add(sizeof(T) * B * LD);
         k = plan.add(sizeof(T) * B * LD);
         v = plan.add(sizeof(T) * B * LD);
-        t = plan.add(sizeof(T) * 2 * B * LD);  // the window
+        t = plan.add(sizeof(T) * 2 * B * LD);  // the window: rows 0 .. 2B - 2; row 2B - 1 holds the key mask
         hb = plan.add(sizeof(float) * (B / 16) * 16 * HLD);
-        h = plan.add(sizeof(T) * B * HLDT);
-        mask = plan.add(B);
+        h = H_OVER_DO ? go : plan.add(sizeof(T) * B * HLDT);
         rows = plan.add(2 * B * sizeof(int64_t));  // each query row's keys [lo, hi)
     }
 };
@@ -1453,7 +1459,7 @@ WAVEPE_DEVICE void warp_htb(float (&acc)[2][DT][4], const T *hcol, const T *b_ti
 
 // CAP: whether p has a soft-cap (an instance each, as attn_bwd_dtable_kernel's).
 template <class T, int D, bool CAP>
-__global__ void __launch_bounds__(128, 1) attn_bwd_dtable_tc_kernel(AttnParams p) {
+__global__ void __launch_bounds__(128, 2) attn_bwd_dtable_tc_kernel(AttnParams p) {
     using Lay = TcDtLayout<T, D>;
     constexpr int B = Lay::B, KC = Lay::KC, LD = Lay::LD, HLD = Lay::HLD, HLDT = Lay::HLDT;
     constexpr int NT = KC / 8, KS = D / 16, DTS = 64 / 8;
@@ -1466,7 +1472,7 @@ __global__ void __launch_bounds__(128, 1) attn_bwd_dtable_tc_kernel(AttnParams p
     T *const Vs = reinterpret_cast<T *>(smem + L.plan.off[L.v]);
     T *const Ts = reinterpret_cast<T *>(smem + L.plan.off[L.t]);
     T *const Hs = reinterpret_cast<T *>(smem + L.plan.off[L.h]);
-    uint8_t *const kmask = smem + L.plan.off[L.mask];
+    uint8_t *const kmask = reinterpret_cast<uint8_t *>(Ts + (2 * B - 1) * LD);
     int64_t *const rlo = reinterpret_cast<int64_t *>(smem + L.plan.off[L.rows]), *const rhi = rlo + B;
     const int warp = threadIdx.x / 32, lane = threadIdx.x & 31;
     float *const hw = reinterpret_cast<float *>(smem + L.plan.off[L.hb]) + warp * 16 * HLD;
@@ -1485,11 +1491,16 @@ __global__ void __launch_bounds__(128, 1) attn_bwd_dtable_tc_kernel(AttnParams p
         const int64_t dmid = p.a.q_offset + delta * B;
         if (p.a.window > 0 && (dmid - (B - 1) >= p.a.window || dmid + (B - 1) <= -p.a.window)) return;
     }
-    load_tile_async(Ts, LD, 2 * B, D, D, [&](int w) -> const T * { return window_row_ptr<T>(p, base, B, w); });
+    load_tile_async(Ts, LD, 2 * B - 1, D, D, [&](int w) -> const T * { return window_row_ptr<T>(p, base, B, w); });
     cp_async_commit();
-    // a row's entries of H outside its window columns [m, m + B) stay 0: every tile writes all of those
-    for (int e = threadIdx.x; e < int(B * HLDT * sizeof(T) / 16); e += 128)
-        zero16(reinterpret_cast<unsigned char *>(Hs) + 16 * e);
+    // the window's last row: defined bytes, the key mask's written per masked tile
+    for (int e = threadIdx.x; e < int(LD * sizeof(T) / 16); e += 128)
+        zero16(reinterpret_cast<unsigned char *>(Ts + (2 * B - 1) * LD) + 16 * e);
+    // a row's entries of H outside its window columns [m, m + B) stay 0: every tile writes all of those (in dO's
+    // place, each warp zeroes its rows a tile)
+    if constexpr (!Lay::H_OVER_DO)
+        for (int e = threadIdx.x; e < int(B * HLDT * sizeof(T) / 16); e += 128)
+            zero16(reinterpret_cast<unsigned char *>(Hs) + 16 * e);
 
     const int64_t bh_count = p.a.batch * p.a.heads, bh_lo = grp * p.bh_per_group;
     const int64_t bh_hi = bh_lo + p.bh_per_group < bh_count ? bh_lo + p.bh_per_group : bh_count;
@@ -1559,9 +1570,16 @@ __global__ void __launch_bounds__(128, 1) attn_bwd_dtable_tc_kernel(AttnParams p
 #pragma unroll
             for (int ks = 0; ks < KS; ++ks) ldmatrix_x4(qf[ks], Qs + arow + 16 * ks);
         }
-        auto chunk = [&](auto c0_tag) {  // KC keys at a time
+        using Frags = float[NT][4];  // C fragments of 16 x KC
+        // dP = dO V^T of the KC keys from c0 (the warp's rows of dO)
+        auto dprobs = [&](auto c0_tag, Frags &dp) {
             constexpr int c0 = decltype(c0_tag)::value;
-            float s[NT][4];
+            zero_frags(dp);
+            if (live) warp_abt_ldm<T, NT, KS, LD>(dp, dOs + arow, Vs + c0 * LD + brow);
+        };
+        // s = dS of the KC keys from c0 (S = the window's bias + Q K^T), from their dP
+        auto dscores = [&](auto c0_tag, Frags &s, const Frags &dp) {
+            constexpr int c0 = decltype(c0_tag)::value;
             zero_frags(s);
             if (live) {
                 if (wbias) {
@@ -1571,9 +1589,6 @@ __global__ void __launch_bounds__(128, 1) attn_bwd_dtable_tc_kernel(AttnParams p
                     __syncwarp();  // read before the next chunk's stores
                 }
                 qk_products<T, NT, KS, LD>(s, qf, Ks + c0 * LD + brow);
-                float dp[NT][4];
-                zero_frags(dp);
-                warp_abt_ldm<T, NT, KS, LD>(dp, dOs + arow, Vs + c0 * LD + brow);
                 if constexpr (INTERIOR) {
 #pragma unroll
                     for (int nt = 0; nt < NT; ++nt)
@@ -1596,7 +1611,10 @@ __global__ void __launch_bounds__(128, 1) attn_bwd_dtable_tc_kernel(AttnParams p
                     dscores_of<CAP ? 1 : 0>(s, dp, p, lse2, dl);
                 }
             }
-            // H[m][m - n + B - 1] = dS[m][n] (0 where the warp's rows see no key of the tile)
+        };
+        // H[m][m - n + B - 1] = dS[m][n] (0 where the warp's rows see no key of the tile)
+        auto store_h = [&](auto c0_tag, const Frags &s) {
+            constexpr int c0 = decltype(c0_tag)::value;
 #pragma unroll
             for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
@@ -1605,8 +1623,23 @@ __global__ void __launch_bounds__(128, 1) attn_bwd_dtable_tc_kernel(AttnParams p
                     Hs[r * HLDT + r - (c0 + frag_col(nt, e)) + B - 1] = from_acc<T>(s[nt][e]);
                 }
         };
-        chunk(std::integral_constant<int, 0>{});
-        chunk(std::integral_constant<int, KC>{});
+        using C0 = std::integral_constant<int, 0>;
+        using C1 = std::integral_constant<int, KC>;
+        Frags s, dp;
+        dprobs(C0{}, dp);
+        dscores(C0{}, s, dp);
+        dprobs(C1{}, dp);  // the warp's last read of its rows of dO
+        if constexpr (Lay::H_OVER_DO) {  // H in dO's place: the warp's 16 rows, window columns 0 .. 2B - 1, zeroed
+            __syncwarp();
+#pragma unroll
+            for (int e = lane; e < 16 * (2 * B * int(sizeof(T)) / 16); e += 32)
+                zero16(reinterpret_cast<unsigned char *>(Hs + (16 * warp + e / (2 * B * int(sizeof(T)) / 16)) * HLDT) +
+                       16 * (e % (2 * B * int(sizeof(T)) / 16)));
+            __syncwarp();
+        }
+        store_h(C0{}, s);
+        dscores(C1{}, s, dp);
+        store_h(C1{}, s);
         __syncthreads();  // H is whole
         warp_htb<T, B / 16, DTS, LD, HLDT>(acc, hcol, Qs + col0);
     };
@@ -1704,7 +1737,7 @@ bool use_tc_dkdv(const AttnParams &p) {
 bool use_tc_dq(const AttnParams &p) {
     return tc_backward_applies(p) && smem_fits_device(tc_dq_smem(p.a.d, p.pos_enc == WAVEPE_CUDA_PE_TABLE));
 }
-// The tensor-core dT (a learned table's gradient): head_dim 64 or 128 (130 KiB at 128: sm_86, sm_89 and sm_120
+// The tensor-core dT (a learned table's gradient): head_dim 64 or 128 (113 KiB at 128: sm_86, sm_89 and sm_120
 // run the general kernel there).
 size_t tc_dtable_smem(int64_t d) {
     return d == 64 ? TcDtLayout<__half, 64>().plan.total : TcDtLayout<__half, 128>().plan.total;
