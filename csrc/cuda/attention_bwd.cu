@@ -1494,8 +1494,7 @@ __global__ void __launch_bounds__(128, 2) attn_bwd_dtable_tc_kernel(AttnParams p
     load_tile_async(Ts, LD, 2 * B - 1, D, D, [&](int w) -> const T * { return window_row_ptr<T>(p, base, B, w); });
     cp_async_commit();
     // the window's last row: defined bytes, the key mask's written per masked tile
-    for (int e = threadIdx.x; e < int(LD * sizeof(T) / 16); e += 128)
-        zero16(reinterpret_cast<unsigned char *>(Ts + (2 * B - 1) * LD) + 16 * e);
+    for (int e = threadIdx.x; e < int(LD * sizeof(T) / 16); e += 128) zero16(kmask + 16 * e);
     // a row's entries of H outside its window columns [m, m + B) stay 0: every tile writes all of those (in dO's
     // place, each warp zeroes its rows a tile)
     if constexpr (!Lay::H_OVER_DO)
@@ -1630,11 +1629,11 @@ __global__ void __launch_bounds__(128, 2) attn_bwd_dtable_tc_kernel(AttnParams p
         dscores(C0{}, s, dp);
         dprobs(C1{}, dp);  // the warp's last read of its rows of dO
         if constexpr (Lay::H_OVER_DO) {  // H in dO's place: the warp's 16 rows, window columns 0 .. 2B - 1, zeroed
+            constexpr int CPR = 2 * B * int(sizeof(T)) / 16;  // 16-byte pieces a row
             __syncwarp();
 #pragma unroll
-            for (int e = lane; e < 16 * (2 * B * int(sizeof(T)) / 16); e += 32)
-                zero16(reinterpret_cast<unsigned char *>(Hs + (16 * warp + e / (2 * B * int(sizeof(T)) / 16)) * HLDT) +
-                       16 * (e % (2 * B * int(sizeof(T)) / 16)));
+            for (int e = lane; e < 16 * CPR; e += 32)
+                zero16(reinterpret_cast<unsigned char *>(Hs + (16 * warp + e / CPR) * HLDT) + 16 * (e % CPR));
             __syncwarp();
         }
         store_h(C0{}, s);
