@@ -310,6 +310,7 @@ def lib() -> C.CDLL:
             ("wavepe_cuda_attention_bwd_workspace_bytes", [C.POINTER(AttentionArgs)], sz),
             ("wavepe_cuda_attention_bwd", [C.POINTER(AttentionArgs), ptr, sz, ptr], cint),
             ("wavepe_emu_last_message", [], C.c_char_p),
+            ("wavepe_emu_launch_log", [], C.c_char_p),
         ]:
             fn = getattr(L, name)  # every launcher of wavepe_cuda.h must be exported
             fn.argtypes = argt

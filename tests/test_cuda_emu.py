@@ -1034,6 +1034,72 @@ def test_tensor_core_forward_with_a_table_at_head_dim_256_needs_its_shared_memor
     assert fwd_kernel(lib, Attn(lib, E.BF16, d=256, pe=1, **kw)) == "tensor-core"
 
 
+# head_dim 256 with a table: the band split (csrc/cuda/attention.cu, band_split).  The table's window keeps the
+# tensor-core forward's CTA to one an SM; the interior blocks beyond the table's band run in a launch without it
+# (two an SM), the masked and the band's blocks in a second, their partials combined as split-KV's -- where the
+# blocks beyond the band are over 3,072 keys a query row (kBandSplitKeys).  Causal with blocks before the band
+# (and the backward after it); a partial last query block, GQA and a soft-cap; without causality blocks on both
+# sides of the band; a table starting past distance 0 (the causal diagonal beyond it).
+BAND_SPLIT_CASES = [
+    dict(B=1, H=1, Hk=1, M=64, N=3300, d=256, off=3236, causal=True, pe=1, R=40, r_lo=0),
+    dict(B=1, H=2, Hk=1, M=70, N=6600, d=256, off=6530, causal=True, pe=1, R=50, r_lo=-10, softcap=2.0),
+    dict(B=1, H=1, Hk=1, M=64, N=3400, d=256, off=1700, causal=False, pe=1, R=60, r_lo=-30),
+    dict(B=2, H=1, Hk=1, M=64, N=3300, d=256, off=3236, causal=True, pe=1, R=20, r_lo=5),
+]
+# its launches' shared memory: the partial beyond the band (67 KiB: two CTAs an SM), the other (122.5 KiB), the combine
+BAND_SPLIT_LAUNCHES = [68640, 125472, 0]
+
+
+def launches(lib):
+    """The dynamic shared memory of each emulated launch since the last call."""
+    return [int(x) for x in lib.wavepe_emu_launch_log().decode().split()]
+
+
+@pytest.mark.parametrize("dtype", [E.BF16, E.F16], ids=DTYPE_IDS.get)
+@pytest.mark.parametrize("case", range(len(BAND_SPLIT_CASES)))
+def test_tensor_core_forward_band_split_matches_oracle(lib, monkeypatch, dtype, case):
+    kw = dict(BAND_SPLIT_CASES[case])
+    monkeypatch.setenv("WAVEPE_EMU_SMS", "1")  # (no split-KV picked: the grid fills the device)
+    prob = Attn(lib, dtype, seed=450 + case, **kw)
+    assert lib.wavepe_cuda_attention_num_splits(C.byref(prob.a)) == 1
+    assert fwd_kernel(lib, prob) == "tensor-core, band split"
+    # the workspace of one split holds the two partials: O (fp32), lse and a seen flag a row
+    rows = kw["B"] * kw["H"] * kw["M"]
+    up = lambda x: -(-x // 256) * 256  # noqa: E731
+    assert lib.wavepe_cuda_attention_fwd_workspace_bytes(C.byref(prob.a), 1) == up(2 * rows * 256 * 4) + up(
+        2 * rows * 4) + up(2 * rows)
+    launches(lib)
+    check_attention(lib, dtype, backward=case == 0, seed=450 + case, **kw)
+    assert launches(lib)[:3] == BAND_SPLIT_LAUNCHES
+
+
+def test_tensor_core_forward_band_split_only_where_it_pays(lib, monkeypatch):
+    kw = dict(BAND_SPLIT_CASES[0])
+    monkeypatch.setenv("WAVEPE_EMU_SMS", "1")
+    assert fwd_kernel(lib, Attn(lib, E.BF16, **kw)) == "tensor-core, band split"
+    # not with split-KV asked, documents, key padding, a clamped table (every block meets it), a band over a
+    # third or more of the blocks (a wider table, a window), fewer keys beyond the band, another head dim, a device that holds two CTAs with
+    # the window (or not two without it), or a workspace over 1 GiB (B H M rows of 2 x (4 d + 5) bytes)
+    prob = Attn(lib, E.BF16, splits=2, **kw)
+    prob.forward()
+    assert launches(lib) == [125472, 0]  # split-KV's two splits in one launch, their combine
+    for change in (dict(cu=[[0, 100, 3300]]), dict(kpm=True), dict(clamp=True), dict(R=1500), dict(window=60),
+                   dict(N=3000, off=2936), dict(d=128)):
+        assert fwd_kernel(lib, Attn(lib, E.BF16, **dict(kw, **change))) == "tensor-core", change
+    big = Attn(lib, E.BF16, **kw)
+    big.a.batch = (1 << 30) // (2 * (4 * 256 + 5) * 64) + 1
+    assert fwd_kernel(lib, big) == "tensor-core"
+    for per_sm in (2 * (125472 + 1024), 2 * (68640 + 1024) - 1):
+        monkeypatch.setenv("WAVEPE_EMU_SMEM_PER_SM", str(per_sm))
+        assert fwd_kernel(lib, Attn(lib, E.BF16, **kw)) == "tensor-core", per_sm
+    # a missing barrier or a shared buffer read before its copy shows in another thread order
+    monkeypatch.delenv("WAVEPE_EMU_SMEM_PER_SM")
+    want = Attn(lib, E.F16, **dict(kw, seed=21)).forward()
+    monkeypatch.setenv("WAVEPE_EMU_ORDER", "serial")
+    for x, y in zip(want, Attn(lib, E.F16, **dict(kw, seed=21)).forward()):
+        np.testing.assert_array_equal(x, y)
+
+
 def test_tensor_core_forward_is_taken_only_where_it_applies(lib):
     # another head dim, rows not on 16 bytes, fp32: the general kernel
     for dtype, kw in ((E.F16, dict(d=96, pe=0)), (E.BF16, dict(d=64, pe=0, row_pad=4)),

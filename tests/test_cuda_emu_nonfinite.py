@@ -166,6 +166,41 @@ def test_tensor_core_forward_at_head_dim_256_keeps_garbage_where_it_belongs(lib,
     _forward_garbage(lib, dtype, bad, pe, splits, 256)
 
 
+@pytest.mark.parametrize("dtype", [E.BF16, E.F16], ids=DTYPE_IDS.get)
+def test_tensor_core_forward_band_split_keeps_garbage_where_it_belongs(lib, monkeypatch, dtype):
+    """The band split (head_dim 256 with a table: two partials, combined): NaN and inf in a key beyond the band
+    (the first partial's), in the band and on the causal diagonal (the second's) reach the rows that see them as
+    the oracle says, and leave the rows before a key as they were; scores of -inf on every key beyond the band
+    (the first partial all -inf) leave the rows finite; on every key, NaN (0/0, as in one pass)."""
+    from .test_cuda_emu import BAND_SPLIT_CASES, fwd_kernel
+
+    monkeypatch.setenv("WAVEPE_EMU_SMS", "1")  # (no split-KV picked)
+    kw = dict(BAND_SPLIT_CASES[0], seed=17)  # queries at 3236 .. 3299, the table's distances 0 .. 39
+    n, off = kw["N"], kw["off"]
+    base = Attn(lib, dtype, **kw)
+    assert fwd_kernel(lib, base) == "tensor-core, band split"
+    clean_out, _ = base.forward()
+    for bad, key in ((float("nan"), 5), (float("inf"), 5), (float("nan"), 3220), (float("inf"), 3270)):
+        k, v = base.k.copy(), base.v.copy()
+        k[0, :, key] = bad
+        v[0, :, key] = bad
+        prob = Attn(lib, dtype, **kw, inputs={"k": k, "v": v})
+        out, _ = prob.forward()
+        assert_same_nonfinite(out, oracle_forward(prob), dtype, n, f"out ({bad} at key {key})")
+        before = max(key - off, 0)
+        assert_same_nonfinite(out[:, :, :before], clean_out[:, :, :before], dtype, n, "out: rows before the key")
+    q, k = base.q.copy(), base.k.copy()
+    q[..., 0] = np.abs(q[..., 0]) + 0.5
+    k[0, :, : off - 64 - 40, 0] = -np.inf  # q . k = -inf on keys beyond the band
+    prob = Attn(lib, dtype, **kw, inputs={"q": q, "k": k})
+    out, lse = prob.forward()
+    assert np.isfinite(out).all() and np.isfinite(lse).all()
+    assert_same_nonfinite(out, oracle_forward(prob), dtype, n, "out (-inf scores beyond the band)")
+    k[0, :, :, 0] = -np.inf
+    out, lse = Attn(lib, dtype, **kw, inputs={"q": q, "k": k}).forward()
+    assert np.isnan(out).all() and np.isnan(lse).all()
+
+
 def _forward_garbage(lib, dtype, bad, pe, splits, d):
     from .test_cuda_emu import fwd_kernel
 

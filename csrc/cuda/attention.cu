@@ -366,7 +366,11 @@ __global__ void __launch_bounds__(128) attn_fwd_tc_kernel(AttnParams p) {
     static_assert(Traits<T>::kTensorCore && NT % 2 == 0, "the tensor-core forward takes bf16/fp16, 16-key pairs");
     WAVEPE_SHARED_BASE(smem);
     const bool has_table = p.pos_enc == WAVEPE_CUDA_PE_TABLE;
-    const Lay L(has_table);
+    // the band split's first partial takes only blocks beyond the band: no window staged, none reserved (head_dim
+    // 256 only: band_split)
+    const int part = D == 256 ? p.band_part : 0;
+    const bool stage_table = has_table && part != 1;
+    const Lay L(stage_table);
     T *const Qs = reinterpret_cast<T *>(smem + L.plan.off[L.q]);
     T *const Ks = reinterpret_cast<T *>(smem + L.plan.off[L.k]);
     T *const Vs = reinterpret_cast<T *>(smem + L.plan.off[L.v]);
@@ -380,8 +384,9 @@ __global__ void __launch_bounds__(128) attn_fwd_tc_kernel(AttnParams p) {
     const int64_t mblocks = ceil_div(p.a.m, BM);
     const int64_t mb = mblocks - 1 - bid % mblocks;  // heavier (later) query blocks first
     bid /= mblocks;
-    // the CTA's unit: a (batch, head) or, packing a GQA group's heads as its rows, a (batch, kv head)
-    const int64_t split = bid % p.num_splits, unit = bid / p.num_splits;
+    // the CTA's unit: a (batch, head) or, packing a GQA group's heads as its rows, a (batch, kv head); the
+    // band split's partials are two launches, each of every unit
+    const int64_t split = part ? part - 1 : bid % p.num_splits, unit = part ? bid : bid / p.num_splits;
     const int64_t per_b = PACKED ? p.a.heads / p.group : p.a.heads;
     const int64_t b = unit / per_b, h = PACKED ? (unit % per_b) * p.group : unit % per_b, hk = h / p.group;
     const int64_t m0 = mb * BM, wm0 = m0 + 16 * warp;
@@ -394,7 +399,7 @@ __global__ void __launch_bounds__(128) attn_fwd_tc_kernel(AttnParams p) {
     load_row_keys(rlo, rhi, BM, p, b, m0);
     __syncthreads();
     int64_t kb_begin, kb_end;
-    split_key_blocks(p, rlo, rhi, BM, BN, split, kb_begin, kb_end);
+    split_key_blocks(p, rlo, rhi, BM, BN, part ? 0 : split, kb_begin, kb_end);
     // The key blocks in the order taken: [kb_begin, ib) and [ie, kb_end), the blocks with masks,
     // padding or a soft-cap; then, of the interior [ib, ie) -- keys every row sees (from the last row's
     // first key to the first row's last, all < N), nothing to apply but the scale and the table's or
@@ -414,12 +419,15 @@ __global__ void __launch_bounds__(128) attn_fwd_tc_kernel(AttnParams p) {
     // Counts of blocks: at head_dim 256 in 32 bits, two registers fewer each (ptxas spilled 8 bytes on sm_90
     // with 64; use_tc_forward bounds M and N there), elsewhere in 64 (in 32, 0.06 more instructions per
     // HMMA in the main loop at 128)
+    // The band split's partials: 1 takes the pure blocks only, 2 the others and the band.
     using Count = std::conditional_t<Lay::QREG, int64_t, int>;
-    const Count n_head = Count(ib - kb_begin), n_other = n_head + Count(kb_end - ie), n_pre = Count(bb - ib),
-                n_pure = n_pre + Count(ie - be);
+    const Count n_head = part == 1 ? 0 : Count(ib - kb_begin), n_other = part == 1 ? 0 : n_head + Count(kb_end - ie),
+                n_pre = Count(bb - ib), n_pure = part == 2 ? 0 : n_pre + Count(ie - be);
+    const int64_t band_begin = part == 1 ? be : bb;  // the band's blocks taken: [band_begin, be)
     auto other_block = [=](Count t) { return t < n_head ? kb_begin + t : ie + (t - n_head); };
     auto pure_block = [=](Count t) { return t < n_pre ? ib + t : be + (t - n_pre); };
-    const int64_t first_pure = n_pure > 0 ? pure_block(0) : -1, first_interior = bb < be ? bb : first_pure;
+    const int64_t first_pure = n_pure > 0 ? pure_block(0) : -1,
+                  first_interior = band_begin < be ? band_begin : first_pure;
 
     A o[DT][4];
     zero_frags(o);
@@ -443,7 +451,7 @@ __global__ void __launch_bounds__(128) attn_fwd_tc_kernel(AttnParams p) {
         // does key block j's window meet the table (then its BM + BN rows are staged with its K)?
         auto block_bias = [&](int64_t j) {
             const int64_t base = p.a.q_offset + m0 - j * BN - p.a.r_lo;
-            return has_table && table_rows_hit(p, base - (BN - 1), base + BM - 1);
+            return stage_table && table_rows_hit(p, base - (BN - 1), base + BM - 1);
         };
         auto window_row = [&](int64_t j) {
             const int64_t base = p.a.q_offset + m0 - j * BN - p.a.r_lo;
@@ -519,7 +527,7 @@ __global__ void __launch_bounds__(128) attn_fwd_tc_kernel(AttnParams p) {
         }
         // the interior blocks: every warp active, every key seen; the band's first, with the table's bias
         // (the next block's window staged with its K), then the others (with ALiBi's bias, if any)
-        if (ib < ie) seen[0] = seen[1] = true;
+        if (band_begin < be || n_pure > 0) seen[0] = seen[1] = true;
         enum { kNoBias, kTableBias, kAlibiBias };
         // CAP: the soft-cap x -> cap tanh(x / cap) of the scaled scores (tanh_exp2), then the plain softmax
         auto interior = [&](auto bias_kind, auto cap_tag, int64_t j, int64_t next) {
@@ -576,10 +584,10 @@ __global__ void __launch_bounds__(128) attn_fwd_tc_kernel(AttnParams p) {
         auto next_band = [&](int64_t j) { return j + 1 < be ? j + 1 : first_pure; };
         auto next_pure = [&](Count t) { return t + 1 < n_pure ? pure_block(t + 1) : int64_t(-1); };
         if (capped) {  // (CTA-uniform; never with ALiBi)
-            for (int64_t j = bb; j < be; ++j) interior(TableBias{}, Cap{}, j, next_band(j));
+            for (int64_t j = band_begin; j < be; ++j) interior(TableBias{}, Cap{}, j, next_band(j));
             for (Count t = 0; t < n_pure; ++t) interior(NoBias{}, Cap{}, pure_block(t), next_pure(t));
         } else {
-            for (int64_t j = bb; j < be; ++j) interior(TableBias{}, NoCap{}, j, next_band(j));
+            for (int64_t j = band_begin; j < be; ++j) interior(TableBias{}, NoCap{}, j, next_band(j));
             if (!PACKED && p.pos_enc == WAVEPE_CUDA_PE_ALIBI) {  // (CTA-uniform; never packed)
                 for (Count t = 0; t < n_pure; ++t) interior(AlibiBias{}, NoCap{}, pure_block(t), next_pure(t));
             } else {
@@ -692,6 +700,63 @@ bool pack_heads(const AttnParams &p) {
     return use_tc_forward(p) && p.a.m == 1 && p.group > 1 && p.group <= 64 && p.pos_enc != WAVEPE_CUDA_PE_ALIBI;
 }
 
+// The band split.  At head_dim 256 a table's window (96 rows) takes the tensor-core forward's CTA to 125,472
+// bytes of shared memory: one CTA, 4 warps, an SM of an A100 or H100, where the table-free CTA (68,640 bytes)
+// runs two.  Beyond the table's band (distances past its rows: at L = 16384 with the wavelet's default grid,
+// most of the causal blocks) no block reads a window, so such a call runs as two partials merged like split-KV
+// (attn_combine_kernel, in key order): the interior blocks beyond the band, launched without the window's
+// shared memory (two CTAs an SM), then the masked and the band's blocks with it -- each (batch, head, query
+// block) in both.  Taken where the window leaves one CTA an SM and two fit without it (the registers allow no
+// more: 251-252 a thread), the blocks beyond the band (pure_blocks) are at least a third of the call's and
+// kBandSplitKeys a query row on average, and the workspace (two fp32 partials: 4x a bf16 output's bytes) stays
+// within kBandSplitWorkspace.  The partials' round trip costs 16 d bytes a row (two fp32 rows written, read by
+// the combine): at an H100's ~3.3 TB/s against its mma.sync rate (~335 TFLOP/s, FlashAttention-2's), the
+// products of ~1,800 keys a row at 4 d FLOP a key (1 / 0.25: if a second CTA an SM saves a quarter of the
+// blocks' time; unmeasured) -- kBandSplitKeys is that with room (at L = 16384, causal, the default wavelet
+// grid: ~6,300 a row; at 8192, ~2,200: not taken).  Not with documents (their boundaries are on the device: the host
+// cannot count the blocks), key padding (the kernel takes no block as interior with it), a clamped table (every
+// block meets it), packed heads (decoding) or split-KV asked for (want > 1).
+constexpr size_t kBandSplitWorkspace = size_t(1) << 30;
+constexpr int64_t kBandSplitKeys = 3072;
+
+// Of the key blocks (bn keys) the query blocks (bm rows) of a call visit (*all), those interior -- every row of
+// the block sees every key -- and beyond the table's band (table_band_key_blocks; *pure): the host's count of
+// the kernel's, documents and padding aside.
+void pure_blocks(const AttnParams &p, int bm, int bn, int64_t *all_out, int64_t *pure_out) {
+    int64_t all = 0, pure = 0;
+    for (int64_t m0 = 0; m0 < p.a.m; m0 += bm) {
+        const int64_t last = (m0 + bm < p.a.m ? m0 + bm : p.a.m) - 1;
+        int64_t lo0, hi0, lo1, hi1;  // the keys of the block's first and last rows
+        wavepe_attention_keys(&p.a, 0, p.a.q_offset + m0, &lo0, &hi0);
+        wavepe_attention_keys(&p.a, 0, p.a.q_offset + last, &lo1, &hi1);
+        if (hi1 <= lo0) continue;
+        all += ceil_div(hi1, bn) - lo0 / bn;
+        if (last != m0 + bm - 1) continue;  // a partial query block: every block masked
+        const int64_t ib = ceil_div(lo1, bn), ie = (hi0 < p.a.n ? hi0 : p.a.n) / bn;
+        if (ie <= ib) continue;
+        int64_t bb, be;
+        table_band_key_blocks(p, m0, bm, bn, ib, ie, bb, be);
+        pure += (ie - ib) - (be - bb);
+    }
+    *all_out = all;
+    *pure_out = pure;
+}
+
+bool band_split(const AttnParams &p, int64_t want) {
+    using Lay = TcFwdLayout<__half, 256>;  // (bf16's the same bytes)
+    if (want > 1 || p.a.d != 256 || p.pos_enc != WAVEPE_CUDA_PE_TABLE || p.a.clamp || p.a.key_padding_mask != nullptr ||
+        p.a.cu_seqlens != nullptr || !use_tc_forward(p) || pack_heads(p))
+        return false;
+    int64_t bytes;  // (within the limit: M < 2^19, the loop of pure_blocks short)
+    if (wavepe_mul_overflow(p.a.batch, p.a.heads, &bytes) || wavepe_mul_overflow(bytes, p.a.m, &bytes) ||
+        wavepe_mul_overflow(bytes, 2 * (p.a.d * 4 + 4 + 1), &bytes) || bytes > int64_t(kBandSplitWorkspace))
+        return false;
+    if (device_ctas_by_smem(Lay(true).plan.total) >= 2 || device_ctas_by_smem(Lay(false).plan.total) < 2) return false;
+    int64_t all, pure;
+    pure_blocks(p, Lay::BM, Lay::BN, &all, &pure);
+    return pure > 0 && 3 * pure >= all && pure * Lay::BN >= kBandSplitKeys * ceil_div(p.a.m, Lay::BM);
+}
+
 // The tiles of the kernel that runs a call: rows and keys per CTA and key block.
 struct FwdDims {
     int bm, bn;
@@ -753,6 +818,22 @@ cudaError_t launch_fwd_tc(AttnParams p, cudaStream_t stream) {
     using Lay = TcFwdLayout<T, D>;
     p.pack_heads = pack_heads(p) ? 1 : 0;
     p.m_rows = p.pack_heads ? p.group : p.a.m;
+    if (p.band_part) {  // the band split (wavepe_cuda_attention_fwd): its two partials, then their combine
+        p.num_splits = 1;
+        const int64_t ctas = plan_splits(&p, Lay::BM, Lay::BN);
+        if (ctas == 0) return cudaSuccess;
+        p.num_splits = 2;
+        for (int part = 1; part <= 2; ++part) {
+            p.band_part = part;
+            const size_t smem = Lay(part == 2).plan.total;
+            cudaError_t err = allow_dynamic_smem(attn_fwd_tc_kernel<T, D, false>, smem);
+            if (err == cudaSuccess)
+                err = launch(attn_fwd_tc_kernel<T, D, false>, dim3(unsigned(ctas)), dim3(Lay::BM * 2), smem, stream, p);
+            if (err != cudaSuccess) return err;
+        }
+        const int64_t rows = p.a.batch * p.a.heads * p.a.m;
+        return launch(attn_combine_kernel<T>, dim3(unsigned(ceil_div(rows, 4))), dim3(128), 0, stream, p);
+    }
     const int64_t ctas = plan_splits(&p, Lay::BM, Lay::BN);
     if (ctas == 0) return cudaSuccess;
     const size_t smem = Lay(p.pos_enc == WAVEPE_CUDA_PE_TABLE).plan.total;
@@ -798,11 +879,13 @@ cudaError_t launch_fwd(AttnParams p, cudaStream_t stream) {
     }
 }
 
-// Effective splits for a requested count (what the kernel will run).
+// Effective splits for a requested count (what the kernel will run; the band split's two partials count two).
 int64_t effective_splits(const wavepe_attention_args *a, int64_t want) {
-    const int64_t bn = fwd_dims(attention_params(a)).bn;
+    const AttnParams p = attention_params(a);
+    const int64_t bn = fwd_dims(p).bn;
     int64_t first;
     const int64_t kb_total = visible_key_blocks(a, bn, &first);
+    if (want <= 1 && kb_total > 0 && band_split(p, want)) return 2;
     if (want <= 1 || kb_total <= 1) return 1;
     const int64_t per = ceil_div(kb_total, want);
     return ceil_div(kb_total, per);
@@ -881,6 +964,7 @@ extern "C" cudaError_t wavepe_cuda_attention_fwd(const wavepe_attention_args *a,
     if (wavepe_cuda_attention_check(a, 0, num_splits, nullptr) != WAVEPE_OK) return cudaErrorInvalidValue;
     AttnParams p = attention_params(a);
     p.num_splits = effective_splits(a, num_splits);
+    p.band_part = p.num_splits == 2 && band_split(p, num_splits) ? 1 : 0;  // (the launcher takes both parts)
     if (p.num_splits > 1) {
         const size_t need = wavepe_cuda_attention_fwd_workspace_bytes(a, num_splits);
         if (workspace == nullptr || workspace_bytes < need) return cudaErrorInvalidValue;
@@ -912,5 +996,7 @@ extern "C" size_t wavepe_cuda_attention_fwd_smem_bytes(const wavepe_attention_ar
 extern "C" const char *wavepe_cuda_attention_fwd_kernel(const wavepe_attention_args *a) {
     if (a == nullptr) return nullptr;
     const AttnParams p = attention_params(a);
-    return !use_tc_forward(p) ? "general" : pack_heads(p) ? "tensor-core, GQA heads packed" : "tensor-core";
+    if (!use_tc_forward(p)) return "general";
+    if (pack_heads(p)) return "tensor-core, GQA heads packed";
+    return band_split(p, wavepe_cuda_attention_num_splits(a)) ? "tensor-core, band split" : "tensor-core";
 }

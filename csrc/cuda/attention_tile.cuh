@@ -49,6 +49,10 @@ struct AttnParams {
     // forward: split-KV
     int64_t num_splits, blocks_per_split;
     void *work_o, *work_lse, *work_seen;
+    // forward, the tensor-core kernel's band split (band_split in attention.cu): 0 none; else the launch
+    // of one of its two partials, 1 the interior blocks beyond the table's band (no window staged), 2 the
+    // others (the band's and the masked blocks)
+    int band_part;
     // backward: workspace
     void *delta, *dt_part, *slope_part;
     int64_t n_diag, dt_groups, bh_per_group;
@@ -243,8 +247,8 @@ WAVEPE_DEVICE const T *window_row_ptr(const AttnParams &p, int64_t base, int bn,
 // keys: [bb, be), the blocks whose window (table rows c - n0 - bn + 1 .. c - n0 + bm - 1, c = q_offset + m0 -
 // r_lo) meets the table's rows [0, R): n0 in [c - bn - R + 2, c + bm - 1], blocks
 // ceil((c - bn - R + 2) / bn) .. floor((c + bm - 1) / bn); every block with clamped edges.  (The forward's
-// and the tensor-core dQ's.)
-WAVEPE_DEVICE void table_band_key_blocks(const AttnParams &p, int64_t m0, int bm, int bn, int64_t ib, int64_t ie,
+// and the tensor-core dQ's; the host's count for the forward's band split.)
+__host__ __device__ inline void table_band_key_blocks(const AttnParams &p, int64_t m0, int bm, int bn, int64_t ib, int64_t ie,
                                          int64_t &bb, int64_t &be) {
     const int64_t c = p.a.q_offset + m0 - p.a.r_lo;
     bb = p.a.clamp ? ib : floor_div(c - p.a.table_rows + 1, bn);

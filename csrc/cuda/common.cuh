@@ -330,6 +330,17 @@ inline size_t device_smem_optin() {
 // without asking (the common case: no driver call), else the device is asked.
 inline bool smem_fits_device(size_t bytes) { return bytes <= 99 * 1024 || bytes <= device_smem_optin(); }
 
+// The CTAs of `bytes` of dynamic shared memory an SM of this device holds by its shared memory alone (each CTA
+// also takes the device's reserved share: 1 KiB from sm_80 on); 0 when the device cannot be asked.
+inline int device_ctas_by_smem(size_t bytes) {
+    int dev = 0, per_sm = 0, reserved = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&reserved, cudaDevAttrReservedSharedMemoryPerBlock, dev) != cudaSuccess)
+        return 0;
+    return per_sm > 0 && reserved >= 0 ? int(size_t(per_sm) / (bytes + size_t(reserved))) : 0;
+}
+
 inline int device_sm_count() {
     int dev = 0, n = 0;
     if (cudaGetDevice(&dev) != cudaSuccess) return 1;

@@ -71,7 +71,8 @@ cudaError_t wavepe_cuda_rope(const wavepe_rope_args *a, cudaStream_t stream);
  * The bias is chosen by which of table / slopes is set.  Forward: num_splits
  * key-range splits (1 = none; > 1 = split-KV with an ordered combine, the
  * decoding path; wavepe_cuda_attention_num_splits picks it for the current
- * device).  Backward: FlashAttention-2 recompute from lse; deterministic (no
+ * device; with 1 a head_dim-256 call with a table may still run the band split,
+ * two partials: wavepe_cuda_attention_fwd_workspace_bytes counts them).  Backward: FlashAttention-2 recompute from lse; deterministic (no
  * atomics: one CTA owns each output block and reduces in a fixed order).
  * check: the family's rules, then this device's limits (head_dim <= 256,
  * float64 <= 128; the grid). */
@@ -83,7 +84,9 @@ size_t wavepe_cuda_attention_bwd_smem_bytes(const wavepe_attention_args *a);
 /* The forward kernel a call runs: "tensor-core" (bf16/fp16, head_dim 64, 128 or 256, rows on 16 bytes,
  * its shared memory within the device's: the FlashAttention-2 loop), "tensor-core, GQA heads packed" (the
  * same decoding one query with a GQA group's heads as one CTA's rows, K/V read once a kv head; not with
- * ALiBi) or "general" (every other call); NULL for NULL. */
+ * ALiBi), "tensor-core, band split" (head_dim 256 with a table: the blocks beyond the table's band and the
+ * others as two launches, their partials combined as split-KV's; the workspace of num_splits 1 holds them)
+ * or "general" (every other call); NULL for NULL. */
 const char *wavepe_cuda_attention_fwd_kernel(const wavepe_attention_args *a);
 /* The backward's dK/dV and dQ kernels a call runs: "tensor-core" (bf16/fp16, head_dim 64, 128 or 256, rows
  * of q, k, v and dO (and the table's) on 16 bytes, their shared memory within the device's:

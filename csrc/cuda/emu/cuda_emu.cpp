@@ -87,6 +87,7 @@ struct Emu {
     cudaError_t last_error = cudaSuccess;
     std::string message;
     bool failed = false;
+    std::string launches;  // a launch's dynamic shared memory a line, since wavepe_emu_launch_log last read it
     // the shared-memory race check: block barriers released so far in this block, and per 4-byte word of
     // dynamic shared memory who touched it (RaceWord)
     int epoch = 0;
@@ -550,6 +551,7 @@ cudaError_t launch(const void *kernel, dim3 grid, dim3 block, size_t smem, const
         return bad_config(std::to_string(smem) + " bytes of dynamic shared memory, the kernel allows " +
                           std::to_string(allowed) + " (cudaFuncSetAttribute)");
 
+    e.launches += std::to_string(smem) + "\n";
     e.fibers.resize(nthreads);
     e.slots.assign(((nthreads + 31) / 32) * 32 * kSlotBytes, 0);
     e.smem_bytes = smem;
@@ -605,6 +607,10 @@ cudaError_t cudaDeviceGetAttribute(int *value, cudaDeviceAttr attr, int) {
     case cudaDevAttrMaxSharedMemoryPerBlockOptin:
         *value = wavepe_emu::env_int("WAVEPE_EMU_SMEM_OPTIN", 166912);
         return cudaSuccess;
+    case cudaDevAttrMaxSharedMemoryPerMultiprocessor:  // an A100's 164 KiB by default, as the opt-in's 163
+        *value = wavepe_emu::env_int("WAVEPE_EMU_SMEM_PER_SM", 167936);
+        return cudaSuccess;
+    case cudaDevAttrReservedSharedMemoryPerBlock: *value = 1024; return cudaSuccess;
     }
     return cudaErrorInvalidValue;
 }
@@ -625,6 +631,15 @@ extern "C" const char *cudaGetErrorString(cudaError_t error) {
 // For the tests: the worst bank-conflict degree of any ldmatrix since the last call (1: none), and reset.
 extern "C" __attribute__((visibility("default"))) int wavepe_emu_ldmatrix_bank_conflicts() {
     return wavepe_emu::g_ldmatrix_worst.exchange(1);
+}
+// For the tests: the launches since the last call, a line each: its dynamic shared memory (bytes).
+extern "C" __attribute__((visibility("default"))) const char *wavepe_emu_launch_log() {
+    static thread_local std::string log;
+    auto &e = wavepe_emu::emu();
+    std::lock_guard<std::mutex> lock(e.mutex);
+    log.swap(e.launches);
+    e.launches.clear();
+    return log.c_str();
 }
 // For the tests: the emulator's explanation of its last failure ("" if none).
 extern "C" __attribute__((visibility("default"))) const char *wavepe_emu_last_message() {

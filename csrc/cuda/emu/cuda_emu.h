@@ -177,6 +177,8 @@ inline __half __ushort_as_half(unsigned short u) { return __half{u}; }
 // ---- runtime API subset --------------------------------------------------------
 enum cudaDeviceAttr {
     cudaDevAttrMaxSharedMemoryPerBlockOptin = 97,
+    cudaDevAttrMaxSharedMemoryPerMultiprocessor = 81,
+    cudaDevAttrReservedSharedMemoryPerBlock = 111,
     cudaDevAttrMultiProcessorCount = 16
 };
 enum cudaFuncAttribute { cudaFuncAttributeMaxDynamicSharedMemorySize = 8 };
