@@ -139,7 +139,8 @@ WARPS_TARGET = {"attn_fwd_tc_kernel": 8, "attn_bwd_dkdv_tc_kernel": 8, "attn_bwd
 # 256 the forward's table window (96 rows of 528 bytes) takes the CTA to 122.5 KiB, one an SM (4 warps); without a
 # table (67 KiB) two fit, 8 warps (tests/test_cuda_emu.py checks both figures against the launcher's) -- as do the
 # blocks beyond a table's band, which the band split launches without the window (attention.cu, band_split); the dQ's and
-# dK/dV's table instances at 256 (the window's 80 rows beside the tiles: 156 / 148 KiB) one, their others two.
+# dK/dV's table instances at 256 (the window's 80 rows beside the tiles: 156 / 148 KiB) one, their others two (the
+# backward's band split, bwd_band_split in attention_bwd.cu, runs the blocks beyond the band on those).
 # (The learned table's dT reaches two at both head dims: 113 KiB at 128, H in dO's place.)
 WARPS_TARGET_BY_SHAPE = {("attn_fwd_tc_kernel", "256, false"): 4, ("attn_fwd_tc_kernel", "256, true"): 4,
                          ("attn_bwd_dq_tc_kernel", "256, true"): 4, ("attn_bwd_dkdv_tc_kernel", "256, true"): 4}

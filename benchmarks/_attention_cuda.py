@@ -16,8 +16,8 @@ table of the wavelet table's rows (pos_enc="relative", its gradient asked: the b
 band's diagonals, attn_bwd_dtable_tc_kernel); and at head_dim
 256 (Gemma 2's shape: 16 query / 8 key-value heads, L=4096, its soft-cap 50) flash, nope and the wavelet bias
 with and without the cap, forward and forward+backward (no target; the tensor-core kernels at 256: the
-dK/dV's two column slices recompute S and dP), and at L=16384 the wavelet forward with the band split against
-the same call in one launch.  TFLOP/s
+dK/dV's two column slices recompute S and dP), and at L=16384 the wavelet with the band split against the same
+call in one launch a kernel, forward and forward+backward.  TFLOP/s
 count a causal forward as 2 B H L^2 d (two products over half the square) and forward+backward as 3.5x
 that, whatever the method skips; decoding's GB/s count the keys and values read once.  Results go to
 benchmarks/results/bench_attention_cuda.json.
@@ -183,24 +183,30 @@ def bench_head256(L: int, quick: bool) -> list[dict]:
 
 
 def bench_band_split(L: int, quick: bool) -> list[dict]:
-    """Gemma 2's head shape at a length where the wavelet's forward takes the band split (head_dim 256 with a
-    table: the blocks beyond the band in a launch of two CTAs an SM, csrc/cuda/attention.cu band_split), beside the
-    same call in one launch (cu_seqlens [0, L]: one document, the same result; documents never take the split),
-    nope and flash; forward only."""
+    """Gemma 2's head shape at a length where the wavelet's kernels take the band split (head_dim 256 with a
+    table: the blocks beyond the band in launches of two CTAs an SM, band_split_pays in csrc/cuda/attention.cu),
+    beside the same call in one launch a kernel (cu_seqlens [0, L]: one document, the same result; documents never
+    take the split), nope and flash; forward and forward+backward."""
     h, h_kv, d = 16, 8, 256
     cfg = WaveletConfig.grid(d)
     g = torch.Generator(device=DEV).manual_seed(L + d + 1)
-    q = torch.randn(B, h, L, d, device=DEV, dtype=DTYPE, generator=g)
-    k, v = (torch.randn(B, h_kv, L, d, device=DEV, dtype=DTYPE, generator=g) for _ in range(2))
+    q = torch.randn(B, h, L, d, device=DEV, dtype=DTYPE, generator=g, requires_grad=True)
+    k, v = (torch.randn(B, h_kv, L, d, device=DEV, dtype=DTYPE, generator=g, requires_grad=True) for _ in range(2))
+    go = torch.randn(B, h, L, d, device=DEV, dtype=DTYPE, generator=g)
     one_doc = torch.tensor([0, L], device=DEV, dtype=torch.int32)
     fns = {"flash": lambda: _flash(q, k, v), "nope": lambda: wo.wavelet_attention(q, k, v, pos_enc="nope"),
            "wavelet (band split)": lambda: wo.wavelet_attention(q, k, v, cfg),
            "wavelet, one launch": lambda: wo.wavelet_attention(q, k, v, cfg, cu_seqlens=one_doc)}
     with torch.no_grad():
-        fwd = compare(_available(fns, ()), repeat=3 if quick else 10, warmup=1)
+        fwd_fns = _available(fns, ())
+        fwd = compare(fwd_fns, repeat=3 if quick else 10, warmup=1)
+    bwd_fns = _available({n: (lambda fn=fn: torch.autograd.grad(fn(), (q, k, v), go)) for n, fn in fwd_fns.items()}, ())
+    bwd = compare(bwd_fns, repeat=2 if quick else 5, warmup=1)
     flops = 2.0 * B * h * L * L * d
     return [{"L": L, "d": d, "method": n, "fwd_ms": t * 1e3, "fwd_vs_nope": t / fwd["nope"] if "nope" in fwd else None,
-             "fwd_tflops": flops / t / 1e12} for n, t in fwd.items()]
+             "fwd_tflops": flops / t / 1e12, "fwd_bwd_ms": bwd[n] * 1e3 if n in bwd else None,
+             "fwd_bwd_vs_nope": bwd[n] / bwd["nope"] if n in bwd and "nope" in bwd else None}
+            for n, t in fwd.items()]
 
 
 def bench_rope(L: int, quick: bool) -> dict:
@@ -251,9 +257,10 @@ def run(quick: bool = False, lengths=None, decode_keys=None, device: str = "cuda
                 ["method", "fwd ms", "fwd / flash", "fwd TFLOP/s", "fwd+bwd ms", "fwd+bwd / flash"],
                 [[r["method"], f(r["fwd_ms"], ".2f"), f(r["fwd_vs_flash"]), f(r["fwd_tflops"], ".0f"),
                   f(r["fwd_bwd_ms"], ".2f"), f(r["fwd_bwd_vs_flash"])] for r in h256])
-    print_table(f"head_dim 256 at L={split256[0]['L']}: the band split against one launch, bf16 B={B} H=16/8 causal, "
-                "forward", ["method", "fwd ms", "fwd / nope", "fwd TFLOP/s"],
-                [[r["method"], f(r["fwd_ms"], ".2f"), f(r["fwd_vs_nope"]), f(r["fwd_tflops"], ".0f")] for r in split256])
+    print_table(f"head_dim 256 at L={split256[0]['L']}: the band split against one launch, bf16 B={B} H=16/8 causal",
+                ["method", "fwd ms", "fwd / nope", "fwd TFLOP/s", "fwd+bwd ms", "fwd+bwd / nope"],
+                [[r["method"], f(r["fwd_ms"], ".2f"), f(r["fwd_vs_nope"]), f(r["fwd_tflops"], ".0f"),
+                  f(r["fwd_bwd_ms"], ".2f"), f(r["fwd_bwd_vs_nope"])] for r in split256])
     print_table(f"RoPE on q and k, bf16 B={B} H={H} L={rope['L']} d={D}",
                 ["rope ms", "copy ms", "rope GB/s", "copy GB/s", "rope / copy"],
                 [[f(rope["rope_ms"], ".3f"), f(rope["copy_ms"], ".3f"), f(rope["rope_GBps"], ".0f"),

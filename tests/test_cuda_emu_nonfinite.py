@@ -166,8 +166,7 @@ def test_tensor_core_forward_at_head_dim_256_keeps_garbage_where_it_belongs(lib,
     _forward_garbage(lib, dtype, bad, pe, splits, 256)
 
 
-@pytest.mark.parametrize("dtype", [E.BF16, E.F16], ids=DTYPE_IDS.get)
-def test_tensor_core_forward_band_split_keeps_garbage_where_it_belongs(lib, monkeypatch, dtype):
+def test_tensor_core_forward_band_split_keeps_garbage_where_it_belongs(lib, monkeypatch):
     """The band split (head_dim 256 with a table: two partials, combined): NaN and inf in a key beyond the band
     (the first partial's), in the band and on the causal diagonal (the second's) reach the rows that see them as
     the oracle says, and leave the rows before a key as they were; scores of -inf on every key beyond the band
@@ -177,6 +176,7 @@ def test_tensor_core_forward_band_split_keeps_garbage_where_it_belongs(lib, monk
     monkeypatch.setenv("WAVEPE_EMU_SMS", "1")  # (no split-KV picked)
     kw = dict(BAND_SPLIT_CASES[0], seed=17)  # queries at 3236 .. 3299, the table's distances 0 .. 39
     n, off = kw["N"], kw["off"]
+    dtype = E.F16
     base = Attn(lib, dtype, **kw)
     assert fwd_kernel(lib, base) == "tensor-core, band split"
     clean_out, _ = base.forward()
@@ -199,6 +199,25 @@ def test_tensor_core_forward_band_split_keeps_garbage_where_it_belongs(lib, monk
     k[0, :, :, 0] = -np.inf
     out, lse = Attn(lib, dtype, **kw, inputs={"q": q, "k": k}).forward()
     assert np.isnan(out).all() and np.isnan(lse).all()
+
+
+def test_tensor_core_backward_band_split_keeps_garbage_where_it_belongs(lib, monkeypatch):
+    """The backward's band split (the table-free dK/dV and dQ over the blocks beyond the band, then the table's,
+    adding their sums): garbage in a key on the causal diagonal (the second launches') leaves dq of the rows
+    before it as it was and reaches the others; in a key beyond the band (the first launches'), every row's."""
+    from .test_cuda_emu import BAND_SPLIT_CASES, H100_SM, bwd_kernel
+
+    for name, value in dict(H100_SM, WAVEPE_EMU_SMS="1").items():
+        monkeypatch.setenv(name, value)
+    kw = dict(BAND_SPLIT_CASES[0], seed=23)  # queries at 3236 .. 3299
+    n, d, off = kw["N"], kw["d"], kw["off"]
+    assert bwd_kernel(lib, Attn(lib, E.BF16, **kw)) == "tensor-core, band split"
+    for key in (3270, 5):
+        clean, dirty = _dirty_vs_clean(lib, E.BF16, np.arange(n)[None, :] == key, float("nan"), **kw)
+        before = max(key - off, 0)
+        assert_same_nonfinite(dirty["dq"][:, :, :before], clean["dq"][:, :, :before], E.BF16, 2 * n * d,
+                              "dq: rows before the key")
+        assert not np.isfinite(dirty["dq"][:, :, before:]).all(axis=-1).any(), f"a row that sees key {key}"
 
 
 def _forward_garbage(lib, dtype, bad, pe, splits, d):

@@ -676,6 +676,58 @@ AttnParams attention_params(const wavepe_attention_args *a) {
     return p;
 }
 
+// The band split.  At head_dim 256 a table's window takes the tensor-core kernels' CTAs past half an SM's shared
+// memory: the forward's to 125,472 bytes, the dK/dV's and dQ's to 151,376 and 160,032 -- one CTA, 4 warps, an SM
+// of an A100 or H100, where without it (68,640, 102,800, 102,432) two fit.  Beyond the table's band (distances
+// past its rows: at L = 16384 with the wavelet's default grid, most of the causal blocks) no block reads a
+// window, so such a call runs each kernel as two launches over every CTA of its grid: the interior blocks
+// beyond the band without the window's shared memory (two CTAs an SM), then the masked and the band's blocks
+// with it; the forward's partials are merged by the split-KV combine (attn_combine_kernel, in key order), the
+// backward's second launches add the first ones' fp32 sums before their stores (band_part, split_dq, split_dkv).
+// It pays where the blocks beyond the band (pure_blocks) are at least a third of the call's and kBandSplitKeys
+// keys a query row on average: the partials' round trip costs 16 d bytes a row (two fp32 rows written, read
+// back), at an H100's ~3.3 TB/s against its mma.sync rate (~335 TFLOP/s, FlashAttention-2's) the products of
+// ~1,800 keys a row at 4 d FLOP a key if a second CTA an SM saves a quarter of the blocks' time (unmeasured) --
+// kBandSplitKeys is that with room (at L = 16384, causal, the default wavelet grid: ~6,300 a row; at 8192,
+// ~2,200: not taken); the backward's products are 2.5x the forward's, its round trip alike.  Not with documents
+// (their boundaries are on the device: the host cannot count the blocks), key padding (the kernels take no
+// block as interior with it) or a clamped table (every block meets it).  Each direction adds its kernels'
+// shared memory and the workspace limit, kBandSplitWorkspace (band_split here, bwd_band_split in attention_bwd.cu).
+constexpr int64_t kBandSplitKeys = 3072;
+
+// Of the key blocks (bn keys) the query blocks (bm rows) of a call visit (*all), those interior -- every row of
+// the block sees every key -- and beyond the table's band (table_band_key_blocks; *pure): the host's count of
+// the forward's, documents and padding aside.
+static void pure_blocks(const AttnParams &p, int bm, int bn, int64_t *all_out, int64_t *pure_out) {
+    int64_t all = 0, pure = 0;
+    for (int64_t m0 = 0; m0 < p.a.m; m0 += bm) {
+        const int64_t last = (m0 + bm < p.a.m ? m0 + bm : p.a.m) - 1;
+        int64_t lo0, hi0, lo1, hi1;  // the keys of the block's first and last rows
+        wavepe_attention_keys(&p.a, 0, p.a.q_offset + m0, &lo0, &hi0);
+        wavepe_attention_keys(&p.a, 0, p.a.q_offset + last, &lo1, &hi1);
+        if (hi1 <= lo0) continue;
+        all += ceil_div(hi1, bn) - lo0 / bn;
+        if (last != m0 + bm - 1) continue;  // a partial query block: every block masked
+        const int64_t ib = ceil_div(lo1, bn), ie = (hi0 < p.a.n ? hi0 : p.a.n) / bn;
+        if (ie <= ib) continue;
+        int64_t bb, be;
+        table_band_key_blocks(p, m0, bm, bn, ib, ie, bb, be);
+        pure += (ie - ib) - (be - bb);
+    }
+    *all_out = all;
+    *pure_out = pure;
+}
+
+bool band_split_pays(const AttnParams &p) {
+    using Lay = TcFwdLayout<__half, 256>;  // (the forward's tiles: the backward's cover the same pairs)
+    if (p.a.d != 256 || p.pos_enc != WAVEPE_CUDA_PE_TABLE || p.a.clamp || p.a.key_padding_mask != nullptr ||
+        p.a.cu_seqlens != nullptr || p.a.m > (int64_t(1) << 24))  // (the count's loop: M / 64 steps)
+        return false;
+    int64_t all, pure;
+    pure_blocks(p, Lay::BM, Lay::BN, &all, &pure);
+    return pure > 0 && 3 * pure >= all && pure * Lay::BN >= kBandSplitKeys * ceil_div(p.a.m, Lay::BM);
+}
+
 namespace {
 
 // The tensor-core forward's shared memory a CTA at head_dim d (64, 128 or 256), with a table or not.
@@ -700,61 +752,18 @@ bool pack_heads(const AttnParams &p) {
     return use_tc_forward(p) && p.a.m == 1 && p.group > 1 && p.group <= 64 && p.pos_enc != WAVEPE_CUDA_PE_ALIBI;
 }
 
-// The band split.  At head_dim 256 a table's window (96 rows) takes the tensor-core forward's CTA to 125,472
-// bytes of shared memory: one CTA, 4 warps, an SM of an A100 or H100, where the table-free CTA (68,640 bytes)
-// runs two.  Beyond the table's band (distances past its rows: at L = 16384 with the wavelet's default grid,
-// most of the causal blocks) no block reads a window, so such a call runs as two partials merged like split-KV
-// (attn_combine_kernel, in key order): the interior blocks beyond the band, launched without the window's
-// shared memory (two CTAs an SM), then the masked and the band's blocks with it -- each (batch, head, query
-// block) in both.  Taken where the window leaves one CTA an SM and two fit without it (the registers allow no
-// more: 251-252 a thread), the blocks beyond the band (pure_blocks) are at least a third of the call's and
-// kBandSplitKeys a query row on average, and the workspace (two fp32 partials: 4x a bf16 output's bytes) stays
-// within kBandSplitWorkspace.  The partials' round trip costs 16 d bytes a row (two fp32 rows written, read by
-// the combine): at an H100's ~3.3 TB/s against its mma.sync rate (~335 TFLOP/s, FlashAttention-2's), the
-// products of ~1,800 keys a row at 4 d FLOP a key (1 / 0.25: if a second CTA an SM saves a quarter of the
-// blocks' time; unmeasured) -- kBandSplitKeys is that with room (at L = 16384, causal, the default wavelet
-// grid: ~6,300 a row; at 8192, ~2,200: not taken).  Not with documents (their boundaries are on the device: the host
-// cannot count the blocks), key padding (the kernel takes no block as interior with it), a clamped table (every
-// block meets it), packed heads (decoding) or split-KV asked for (want > 1).
-constexpr size_t kBandSplitWorkspace = size_t(1) << 30;
-constexpr int64_t kBandSplitKeys = 3072;
-
-// Of the key blocks (bn keys) the query blocks (bm rows) of a call visit (*all), those interior -- every row of
-// the block sees every key -- and beyond the table's band (table_band_key_blocks; *pure): the host's count of
-// the kernel's, documents and padding aside.
-void pure_blocks(const AttnParams &p, int bm, int bn, int64_t *all_out, int64_t *pure_out) {
-    int64_t all = 0, pure = 0;
-    for (int64_t m0 = 0; m0 < p.a.m; m0 += bm) {
-        const int64_t last = (m0 + bm < p.a.m ? m0 + bm : p.a.m) - 1;
-        int64_t lo0, hi0, lo1, hi1;  // the keys of the block's first and last rows
-        wavepe_attention_keys(&p.a, 0, p.a.q_offset + m0, &lo0, &hi0);
-        wavepe_attention_keys(&p.a, 0, p.a.q_offset + last, &lo1, &hi1);
-        if (hi1 <= lo0) continue;
-        all += ceil_div(hi1, bn) - lo0 / bn;
-        if (last != m0 + bm - 1) continue;  // a partial query block: every block masked
-        const int64_t ib = ceil_div(lo1, bn), ie = (hi0 < p.a.n ? hi0 : p.a.n) / bn;
-        if (ie <= ib) continue;
-        int64_t bb, be;
-        table_band_key_blocks(p, m0, bm, bn, ib, ie, bb, be);
-        pure += (ie - ib) - (be - bb);
-    }
-    *all_out = all;
-    *pure_out = pure;
-}
-
+// The forward's band split (band_split_pays): the window leaves the tensor-core forward's CTA alone on an SM
+// (125,472 bytes) where two fit without it (68,640; the registers allow no more: 251-252 a thread), and its
+// workspace -- two fp32 partials of every row, 4x a bf16 output's bytes -- stays within kBandSplitWorkspace.  Not
+// with packed heads (decoding) or split-KV asked for (want > 1).
 bool band_split(const AttnParams &p, int64_t want) {
     using Lay = TcFwdLayout<__half, 256>;  // (bf16's the same bytes)
-    if (want > 1 || p.a.d != 256 || p.pos_enc != WAVEPE_CUDA_PE_TABLE || p.a.clamp || p.a.key_padding_mask != nullptr ||
-        p.a.cu_seqlens != nullptr || !use_tc_forward(p) || pack_heads(p))
-        return false;
-    int64_t bytes;  // (within the limit: M < 2^19, the loop of pure_blocks short)
+    if (want > 1 || !band_split_pays(p) || !use_tc_forward(p) || pack_heads(p)) return false;
+    int64_t bytes;
     if (wavepe_mul_overflow(p.a.batch, p.a.heads, &bytes) || wavepe_mul_overflow(bytes, p.a.m, &bytes) ||
         wavepe_mul_overflow(bytes, 2 * (p.a.d * 4 + 4 + 1), &bytes) || bytes > int64_t(kBandSplitWorkspace))
         return false;
-    if (device_ctas_by_smem(Lay(true).plan.total) >= 2 || device_ctas_by_smem(Lay(false).plan.total) < 2) return false;
-    int64_t all, pure;
-    pure_blocks(p, Lay::BM, Lay::BN, &all, &pure);
-    return pure > 0 && 3 * pure >= all && pure * Lay::BN >= kBandSplitKeys * ceil_div(p.a.m, Lay::BM);
+    return device_ctas_by_smem(Lay(true).plan.total) < 2 && device_ctas_by_smem(Lay(false).plan.total) >= 2;
 }
 
 // The tiles of the kernel that runs a call: rows and keys per CTA and key block.

@@ -545,6 +545,9 @@ __global__ void __launch_bounds__(128) attn_bwd_dkdv_tc_kernel(AttnParams p) {
     static_assert(Traits<T>::kTensorCore && BM % QC == 0, "the tensor-core dK/dV takes bf16/fp16, whole chunks");
     WAVEPE_SHARED_BASE(smem);
     constexpr bool has_table = TABLE;  // (a kernel of its own: the others keep their registers)
+    // the band split (head_dim 256): 1, the table-free instance over the interior blocks beyond the band; 2, the
+    // table's over the others, adding the first's sums
+    const int part = D == 256 ? p.band_part : 0;
     const Lay L(has_table);
     T *const Ks = reinterpret_cast<T *>(smem + L.plan.off[L.k]);
     T *const Vs = reinterpret_cast<T *>(smem + L.plan.off[L.v]);
@@ -592,7 +595,7 @@ __global__ void __launch_bounds__(128) attn_bwd_dkdv_tc_kernel(AttnParams p) {
         if (capped && p.pos_enc == WAVEPE_CUDA_PE_ALIBI) kq.ib = kq.ie = kq.i_end;  // (as the forward's; padding
                                                                                     // leaves no interior by itself)
         int64_t bb = kq.ie, be = kq.ie;
-        if (has_table && kq.ib < kq.ie) {
+        if ((has_table || part == 1) && kq.ib < kq.ie) {
             // query blocks i with i BM in [c - BM + 1, c + R + BN - 2], c = n0 + r_lo - q_offset; every
             // interior block with clamped edges
             const int64_t c = n0 + p.a.r_lo - p.a.q_offset;
@@ -607,6 +610,8 @@ __global__ void __launch_bounds__(128) attn_bwd_dkdv_tc_kernel(AttnParams p) {
                       {int(kq.i_start), int(bb), int(kq.ib), 0},
                       {int(kq.ie) - n_head, 0, int(be) - n_pre, 0},
                       {3, 3, 3, 3}};
+        if (part == 1) o.n[0] = o.n[1] = 0;  // (the band's blocks never run in the table-free instance)
+        if (part == 2) o.n[2] = 0;
         for (int ph = 2; ph >= 0; --ph) o.next_phase[ph == 0 ? 3 : ph - 1] = o.n[ph] > 0 ? ph : o.next_phase[ph];
         *ord = o;
     }
@@ -786,15 +791,27 @@ __global__ void __launch_bounds__(128) attn_bwd_dkdv_tc_kernel(AttnParams p) {
 
     if (wn0 >= p.a.n) return;  // after the last barrier
     const float scale = float(p.a.scale);
+    const int64_t kv_rows = p.a.batch * p.a.kv_heads * p.a.n;
 #pragma unroll
     for (int ri = 0; ri < 2; ++ri) {
         const int64_t n = wn0 + frag_row(2 * ri);
         if (n >= p.a.n) continue;
-        T *dkr = static_cast<T *>(p.a.dk) + ((b * p.a.kv_heads + hk) * p.a.n + n) * p.a.d;
-        T *dvr = static_cast<T *>(p.a.dv) + ((b * p.a.kv_heads + hk) * p.a.n + n) * p.a.d;
+        const int64_t row = (b * p.a.kv_heads + hk) * p.a.n + n;
+        T *dkr = static_cast<T *>(p.a.dk) + row * p.a.d;
+        T *dvr = static_cast<T *>(p.a.dv) + row * p.a.d;
+        float *sk = static_cast<float *>(p.split_dkv) + row * p.a.d, *sv = sk + kv_rows * p.a.d;  // (band split)
 #pragma unroll
         for (int dt = 0; dt < DT; ++dt) {
             const int col = col0 + dt * 8 + 2 * (lane & 3);
+            if (part == 1) {  // the sums beyond the band, for the second launch
+                *reinterpret_cast<float2 *>(sk + col) = float2{dk[dt][2 * ri], dk[dt][2 * ri + 1]};
+                *reinterpret_cast<float2 *>(sv + col) = float2{dv[dt][2 * ri], dv[dt][2 * ri + 1]};
+                continue;
+            }
+            if (part == 2) {
+                const float2 k2 = *reinterpret_cast<const float2 *>(sk + col), v2 = *reinterpret_cast<const float2 *>(sv + col);
+                dk[dt][2 * ri] += k2.x, dk[dt][2 * ri + 1] += k2.y, dv[dt][2 * ri] += v2.x, dv[dt][2 * ri + 1] += v2.y;
+            }
 #pragma unroll
             for (int e = 0; e < 2; ++e) {
                 dkr[col + e] = from_acc<T>(dk[dt][2 * ri + e] * scale);
@@ -999,6 +1016,9 @@ __global__ void __launch_bounds__(128, 2) attn_bwd_dq_tc_kernel(AttnParams p) {
                   "one or two whole chunks");
     WAVEPE_SHARED_BASE(smem);
     constexpr bool has_table = TABLE;  // (a kernel of its own: the others keep their registers)
+    // the band split (head_dim 256): 1, the table-free instance over the interior blocks beyond the band; 2, the
+    // table's over the others, adding the first's sums
+    const int part = D == 256 ? p.band_part : 0;
     const Lay L(has_table);
     T *const Qs = reinterpret_cast<T *>(smem + L.plan.off[L.q]);
     T *const dOs = reinterpret_cast<T *>(smem + L.plan.off[L.go]);
@@ -1045,9 +1065,11 @@ __global__ void __launch_bounds__(128, 2) attn_bwd_dq_tc_kernel(AttnParams p) {
         if (ie <= ib) ib = ie = kb_stop;
     }
     int64_t bb = ie, be = ie;
-    if (has_table && ib < ie) table_band_key_blocks(p, m0, BM, BN, ib, ie, bb, be);
-    const int64_t n_head = ib - kb_start, n_masked = n_head + (kb_stop - ie), n_band = be - bb,
-                  n_pre = bb - ib, total = n_masked + (ie - ib);
+    if ((has_table || part == 1) && ib < ie) table_band_key_blocks(p, m0, BM, BN, ib, ie, bb, be);
+    // (the band's blocks run only in the table's instance; the band split's parts take their blocks alone)
+    const int64_t n_head = part == 1 ? 0 : ib - kb_start, n_masked = part == 1 ? 0 : n_head + (kb_stop - ie),
+                  n_band = TABLE ? be - bb : 0, n_pre = bb - ib,
+                  total = n_masked + n_band + (part == 2 ? 0 : n_pre + (ie - be));
     auto block_of = [=](int64_t t) {
         if (t < n_masked) return t < n_head ? kb_start + t : ie + (t - n_head);
         t -= n_masked;
@@ -1231,7 +1253,7 @@ __global__ void __launch_bounds__(128, 2) attn_bwd_dq_tc_kernel(AttnParams p) {
     auto interior = [&](auto kind_tag) {
         // (32-bit block indices, fewer registers through the loop: tc_backward_applies bounds N)
         const int b_lo = int(bb), b_hi = int(be), i_hi = int(ie);
-        const int pure_first = n_pre > 0 ? int(ib) : b_hi < i_hi ? b_hi : -1;
+        const int pure_first = part == 2 ? -1 : n_pre > 0 ? int(ib) : b_hi < i_hi ? b_hi : -1;
         int t = int(n_masked);
         if constexpr (TABLE) {
             for (int j = b_lo; j < b_hi; ++j, ++t) step(kind_tag, Band{}, t, j, j + 1 < b_hi ? j + 1 : pure_first);
@@ -1260,10 +1282,23 @@ __global__ void __launch_bounds__(128, 2) attn_bwd_dq_tc_kernel(AttnParams p) {
         const int64_t m = wm0 + frag_row(2 * ri);
         if (m >= p.a.m) continue;
         T *dqr = static_cast<T *>(p.a.dq) + (bh * p.a.m + m) * p.a.d;
+        float *sq = static_cast<float *>(p.split_dq) + (bh * p.a.m + m) * p.a.d;  // (band split)
+        // (the part read again: no register held through the loops -- held, ptxas spilled 8 bytes on sm_80)
+        const int end_part = D == 256 ? p.band_part : 0;
 #pragma unroll
-        for (int dt = 0; dt < DT; ++dt)
+        for (int dt = 0; dt < DT; ++dt) {
+            const int col = dt * 8 + 2 * (lane & 3);
+            if (end_part == 1) {  // the sums beyond the band, for the second launch
+                *reinterpret_cast<float2 *>(sq + col) = float2{dq[dt][2 * ri], dq[dt][2 * ri + 1]};
+                continue;
+            }
+            if (end_part == 2) {
+                const float2 q2 = *reinterpret_cast<const float2 *>(sq + col);
+                dq[dt][2 * ri] += q2.x, dq[dt][2 * ri + 1] += q2.y;
+            }
 #pragma unroll
-            for (int e = 0; e < 2; ++e) dqr[dt * 8 + 2 * (lane & 3) + e] = from_acc<T>(dq[dt][2 * ri + e] * scale);
+            for (int e = 0; e < 2; ++e) dqr[col + e] = from_acc<T>(dq[dt][2 * ri + e] * scale);
+        }
     }
 }
 
@@ -1746,12 +1781,34 @@ bool use_tc_dtable(const AttnParams &p) {
            smem_fits_device(tc_dtable_smem(p.a.d));
 }
 
+// The backward's band split (band_split_pays in attention.cu): the tensor-core dK/dV and dQ both take the call,
+// each one's window leaves its CTA alone on an SM where two fit without it (151,376 / 160,032 bytes against
+// 102,800 / 102,432), and the fp32 sums the first launches leave (dQ's B H M rows, dK's and dV's B Hkv N each)
+// stay within kBandSplitWorkspace.
+bool bwd_band_split(const AttnParams &p) {
+    if (!band_split_pays(p) || !use_tc_dkdv(p) || !use_tc_dq(p)) return false;
+    int64_t q_rows, kv_rows, rows, bytes;
+    if (wavepe_mul_overflow(p.a.batch, p.a.heads, &q_rows) || wavepe_mul_overflow(q_rows, p.a.m, &q_rows) ||
+        wavepe_mul_overflow(p.a.batch, p.a.kv_heads, &kv_rows) || wavepe_mul_overflow(kv_rows, p.a.n, &kv_rows) ||
+        wavepe_mul_overflow(kv_rows, 2, &rows) || wavepe_add_overflow(rows, q_rows, &rows) ||
+        wavepe_mul_overflow(rows, p.a.d * 4, &bytes) || bytes > int64_t(kBandSplitWorkspace))
+        return false;
+    for (const bool dkdv : {true, false}) {
+        const size_t with = dkdv ? tc_dkdv_smem(p.a.d, true) : tc_dq_smem(p.a.d, true);
+        const size_t without = dkdv ? tc_dkdv_smem(p.a.d, false) : tc_dq_smem(p.a.d, false);
+        if (device_ctas_by_smem(with) >= 2 || device_ctas_by_smem(without) < 2) return false;
+    }
+    return true;
+}
+
 struct BwdPlan {
     int b;            // tile size
     int bt;           // the dT kernel's (diagonals of bt x bt tiles; the workspace's slots of 2 bt rows)
     int dq_rows;      // query rows of a dQ CTA (16 a d-slope slot)
     int64_t n_diag, groups, bh_per_group;
-    size_t delta_bytes, part_bytes, slope_bytes;
+    bool band_split;  // bwd_band_split: split_bytes of fp32 sums, dQ's then dK's and dV's
+    size_t delta_bytes, part_bytes, slope_bytes, split_bytes;
+    size_t bytes() const { return delta_bytes + part_bytes + slope_bytes + split_bytes; }
 };
 
 template <class T>
@@ -1787,6 +1844,9 @@ BwdPlan bwd_plan(const wavepe_attention_args *a) {
         pl.groups = ceil_div(bh, pl.bh_per_group);
         pl.part_bytes = align256(size_t(pl.n_diag) * size_t(pl.groups) * size_t(2 * pl.bt) * size_t(a->d) * acc);
     }
+    pl.band_split = bwd_band_split(p);
+    if (pl.band_split)  // (within kBandSplitWorkspace: no overflow)
+        pl.split_bytes = align256(size_t(bh * a->m * a->d) * 4) + 2 * size_t(a->batch * a->kv_heads * a->n * a->d) * 4;
     return pl;
 }
 
@@ -1799,11 +1859,19 @@ cudaError_t launch_dkdv(const AttnParams &p, cudaStream_t stream) {
             using Lay = TcDkdvLayout<T, DMAX>;
             const int64_t ctas = p.a.batch * p.a.kv_heads * ceil_div(p.a.n, Lay::BN) * Lay::CS;
             if (ctas == 0) return cudaSuccess;
+            // the band split's two launches (the table-free instance, then the table's), or one
             const bool table = p.pos_enc == WAVEPE_CUDA_PE_TABLE;
-            auto kernel = table ? attn_bwd_dkdv_tc_kernel<T, DMAX, true> : attn_bwd_dkdv_tc_kernel<T, DMAX, false>;
-            const Lay L(table);
-            const cudaError_t err = allow_dynamic_smem(kernel, L.plan.total);
-            return err != cudaSuccess ? err : launch(kernel, dim3(unsigned(ctas)), dim3(128), L.plan.total, stream, p);
+            for (int part = p.band_part ? 1 : 0; part <= (p.band_part ? 2 : 0); ++part) {
+                AttnParams q = p;
+                q.band_part = part;
+                const bool with = table && part != 1;
+                auto kernel = with ? attn_bwd_dkdv_tc_kernel<T, DMAX, true> : attn_bwd_dkdv_tc_kernel<T, DMAX, false>;
+                const Lay L(with);
+                cudaError_t err = allow_dynamic_smem(kernel, L.plan.total);
+                if (err == cudaSuccess) err = launch(kernel, dim3(unsigned(ctas)), dim3(128), L.plan.total, stream, q);
+                if (err != cudaSuccess) return err;
+            }
+            return cudaSuccess;
         }
     }
     constexpr int B = BwdCfg<T, DMAX>::B, CS = BwdCfg<T, DMAX>::CS_DKDV;
@@ -1823,10 +1891,17 @@ cudaError_t launch_dq(const AttnParams &p, cudaStream_t stream) {
     if constexpr (Traits<T>::kTensorCore) {
         if (use_tc_dq(p)) {
             const bool table = p.pos_enc == WAVEPE_CUDA_PE_TABLE;
-            const TcDqLayout<T, DMAX> L(table);
-            auto kernel = table ? attn_bwd_dq_tc_kernel<T, DMAX, true> : attn_bwd_dq_tc_kernel<T, DMAX, false>;
-            const cudaError_t err = allow_dynamic_smem(kernel, L.plan.total);
-            return err != cudaSuccess ? err : launch(kernel, dim3(unsigned(ctas)), dim3(128), L.plan.total, stream, p);
+            for (int part = p.band_part ? 1 : 0; part <= (p.band_part ? 2 : 0); ++part) {  // (as launch_dkdv)
+                AttnParams q = p;
+                q.band_part = part;
+                const bool with = table && part != 1;
+                const TcDqLayout<T, DMAX> L(with);
+                auto kernel = with ? attn_bwd_dq_tc_kernel<T, DMAX, true> : attn_bwd_dq_tc_kernel<T, DMAX, false>;
+                cudaError_t err = allow_dynamic_smem(kernel, L.plan.total);
+                if (err == cudaSuccess) err = launch(kernel, dim3(unsigned(ctas)), dim3(128), L.plan.total, stream, q);
+                if (err != cudaSuccess) return err;
+            }
+            return cudaSuccess;
         }
     }
     constexpr int B = BwdCfg<T, DMAX>::B, CS = BwdCfg<T, DMAX>::CS_DQ;
@@ -1955,6 +2030,7 @@ extern "C" const char *wavepe_cuda_attention_bwd_kernel(const wavepe_attention_a
     if (a == nullptr) return nullptr;
     const AttnParams p = attention_params(a);
     const bool kv = use_tc_dkdv(p), q = use_tc_dq(p);
+    if (kv && q && bwd_band_split(p)) return "tensor-core, band split";
     return kv && q ? "tensor-core" : q ? "tensor-core dQ, general dK/dV" : kv ? "tensor-core dK/dV, general dQ" : "general";
 }
 
@@ -1965,20 +2041,24 @@ extern "C" const char *wavepe_cuda_attention_bwd_dtable_kernel(const wavepe_atte
 
 extern "C" size_t wavepe_cuda_attention_bwd_workspace_bytes(const wavepe_attention_args *a) {
     if (a == nullptr || wavepe_cuda_attention_check(a, 1, 1, nullptr) != WAVEPE_OK) return 0;
-    const BwdPlan pl = bwd_plan(a);
-    return pl.delta_bytes + pl.part_bytes + pl.slope_bytes;
+    return bwd_plan(a).bytes();
 }
 
 extern "C" cudaError_t wavepe_cuda_attention_bwd(const wavepe_attention_args *a, void *workspace,
                                                  size_t workspace_bytes, cudaStream_t stream) {
     if (wavepe_cuda_attention_check(a, 1, 1, nullptr) != WAVEPE_OK) return cudaErrorInvalidValue;
     const BwdPlan pl = bwd_plan(a);
-    const size_t need = pl.delta_bytes + pl.part_bytes + pl.slope_bytes;
+    const size_t need = pl.bytes();
     if (need > 0 && (workspace == nullptr || workspace_bytes < need)) return cudaErrorInvalidValue;
     AttnParams p = attention_params(a);
     p.delta = workspace;
     p.dt_part = static_cast<unsigned char *>(workspace) + pl.delta_bytes;
     p.slope_part = static_cast<unsigned char *>(workspace) + pl.delta_bytes + pl.part_bytes;
+    if (pl.band_split) {
+        p.band_part = 1;  // (launch_dkdv and launch_dq take both parts)
+        p.split_dq = static_cast<unsigned char *>(workspace) + pl.delta_bytes + pl.part_bytes + pl.slope_bytes;
+        p.split_dkv = static_cast<unsigned char *>(p.split_dq) + align256(size_t(a->batch * a->heads * a->m * a->d) * 4);
+    }
     p.n_diag = pl.n_diag;
     p.dq_rows = pl.dq_rows;
     p.dt_groups = pl.groups;

@@ -49,10 +49,13 @@ struct AttnParams {
     // forward: split-KV
     int64_t num_splits, blocks_per_split;
     void *work_o, *work_lse, *work_seen;
-    // forward, the tensor-core kernel's band split (band_split in attention.cu): 0 none; else the launch
-    // of one of its two partials, 1 the interior blocks beyond the table's band (no window staged), 2 the
-    // others (the band's and the masked blocks)
+    // the band split of the tensor-core kernels at head_dim 256 with a table (band_split_pays in attention.cu):
+    // 0 none; else the launch of one of two partials, 1 the interior blocks beyond the table's band (no window
+    // staged: the forward's first launch, the backward's table-free dK/dV and dQ instances), 2 the others (the
+    // band's and the masked blocks).  The backward's first launches leave their fp32 sums in split_dq and
+    // split_dkv (dK's then dV's, of B Hkv N rows), which the second ones add before their stores.
     int band_part;
+    void *split_dq, *split_dkv;
     // backward: workspace
     void *delta, *dt_part, *slope_part;
     int64_t n_diag, dt_groups, bh_per_group;
@@ -71,6 +74,13 @@ struct AttnParams {
 
 // Parameters of wavepe_attention_args, shared by forward and backward (attention.cu).
 AttnParams attention_params(const wavepe_attention_args *a);
+
+// Whether a head_dim-256 call with a table gains from the band split: the conditions that do not depend on the
+// kernels (attention.cu says which and why); each direction adds its kernels' shared memory and workspace.
+bool band_split_pays(const AttnParams &p);
+// The most workspace a band split takes (the forward's two partials, the backward's fp32 dQ, dK and dV); beyond
+// it, the calls run as one launch a kernel.
+constexpr size_t kBandSplitWorkspace = size_t(1) << 30;
 
 // The keys [*lo, *hi) that some query of the call can see by causality and the window (documents and
 // padding aside: the kernels' own masks): where split-KV decoding divides its key blocks.

@@ -90,7 +90,9 @@ size_t wavepe_cuda_attention_bwd_smem_bytes(const wavepe_attention_args *a);
 const char *wavepe_cuda_attention_fwd_kernel(const wavepe_attention_args *a);
 /* The backward's dK/dV and dQ kernels a call runs: "tensor-core" (bf16/fp16, head_dim 64, 128 or 256, rows
  * of q, k, v and dO (and the table's) on 16 bytes, their shared memory within the device's:
- * FlashAttention-2's loops), "tensor-core dQ, general dK/dV" or "tensor-core dK/dV, general dQ" (a device
+ * FlashAttention-2's loops), "tensor-core, band split" (head_dim 256 with a table: each kernel as two
+ * launches, the blocks beyond the table's band without its window, then the others; the workspace holds the
+ * first ones' sums), "tensor-core dQ, general dK/dV" or "tensor-core dK/dV, general dQ" (a device
  * granting the one's shared memory and not the other's) or "general"; NULL for NULL. */
 const char *wavepe_cuda_attention_bwd_kernel(const wavepe_attention_args *a);
 /* The kernel that computes a learned table's gradient dtable: "tensor-core" (bf16/fp16, head_dim 64 or 128,
