@@ -160,26 +160,38 @@ def bench_decode(n_keys: int, cfg, quick: bool) -> list[dict]:
              "GBps": moved / t[n] / 1e9} for n in fns]
 
 
-def bench_head256(L: int, quick: bool) -> list[dict]:
-    """Gemma 2's head shape: d=256, GQA 16/8 heads, causal, its soft-cap 50 (flash has no soft-cap)."""
-    h, h_kv, d, cap = 16, 8, 256, 50.0
-    cfg = WaveletConfig.grid(d)
-    g = torch.Generator(device=DEV).manual_seed(L + d)
+def _gemma_inputs(L: int, seed: int):
+    """Gemma 2's head shape: d=256, GQA 16/8 heads; q, k, v (asking for gradients) and dO, bf16."""
+    h, h_kv, d = 16, 8, 256
+    g = torch.Generator(device=DEV).manual_seed(seed)
     q = torch.randn(B, h, L, d, device=DEV, dtype=DTYPE, generator=g, requires_grad=True)
     k, v = (torch.randn(B, h_kv, L, d, device=DEV, dtype=DTYPE, generator=g, requires_grad=True) for _ in range(2))
-    go = torch.randn(B, h, L, d, device=DEV, dtype=DTYPE, generator=g)
+    return q, k, v, torch.randn(B, h, L, d, device=DEV, dtype=DTYPE, generator=g)
+
+
+def _fwd_and_fwd_bwd(fns: dict, q, k, v, go, ref: str, repeats: tuple[int, int]) -> list[dict]:
+    """Each method's forward and forward+backward (CUDA-synchronised medians, in alternation), and its ratios to
+    method ``ref`` (keys fwd_vs_<ref>, fwd_bwd_vs_<ref>); TFLOP/s count a causal forward as 2 B H L^2 d."""
+    with torch.no_grad():
+        fwd_fns = _available(fns, ())
+        fwd = compare(fwd_fns, repeat=repeats[0], warmup=2)
+    bwd_fns = _available({n: (lambda fn=fn: torch.autograd.grad(fn(), (q, k, v), go)) for n, fn in fwd_fns.items()}, ())
+    bwd = compare(bwd_fns, repeat=repeats[1], warmup=1)
+    _, h, L, d = q.shape
+    flops = 2.0 * B * h * L * L * d
+    return [{"L": L, "d": d, "method": n, "fwd_ms": t * 1e3, f"fwd_vs_{ref}": t / fwd[ref] if ref in fwd else None,
+             "fwd_tflops": flops / t / 1e12, "fwd_bwd_ms": bwd[n] * 1e3 if n in bwd else None,
+             f"fwd_bwd_vs_{ref}": bwd[n] / bwd[ref] if n in bwd and ref in bwd else None} for n, t in fwd.items()]
+
+
+def bench_head256(L: int, quick: bool) -> list[dict]:
+    """Gemma 2's head shape: d=256, GQA 16/8 heads, causal, its soft-cap 50 (flash has no soft-cap)."""
+    cap, cfg = 50.0, WaveletConfig.grid(256)
+    q, k, v, go = _gemma_inputs(L, L + 256)
     fns = {"flash": lambda: _flash(q, k, v), "nope": lambda: wo.wavelet_attention(q, k, v, pos_enc="nope"),
            "wavelet": lambda: wo.wavelet_attention(q, k, v, cfg),
            f"wavelet softcap {cap:g}": lambda: wo.wavelet_attention(q, k, v, cfg, softcap=cap)}
-    with torch.no_grad():
-        fwd_fns = _available(fns, ())
-        fwd = compare(fwd_fns, repeat=5 if quick else 20, warmup=2)
-    bwd_fns = _available({n: (lambda fn=fn: torch.autograd.grad(fn(), (q, k, v), go)) for n, fn in fwd_fns.items()}, ())
-    bwd = compare(bwd_fns, repeat=3 if quick else 10, warmup=1)
-    flops = 2.0 * B * h * L * L * d
-    return [{"L": L, "d": d, "method": n, "fwd_ms": t * 1e3, "fwd_vs_flash": t / fwd["flash"] if "flash" in fwd else None,
-             "fwd_tflops": flops / t / 1e12, "fwd_bwd_ms": bwd[n] * 1e3 if n in bwd else None,
-             "fwd_bwd_vs_flash": bwd[n] / bwd["flash"] if n in bwd and "flash" in bwd else None} for n, t in fwd.items()]
+    return _fwd_and_fwd_bwd(fns, q, k, v, go, "flash", (5, 3) if quick else (20, 10))
 
 
 def bench_band_split(L: int, quick: bool) -> list[dict]:
@@ -187,26 +199,13 @@ def bench_band_split(L: int, quick: bool) -> list[dict]:
     table: the blocks beyond the band in launches of two CTAs an SM, band_split_pays in csrc/cuda/attention.cu),
     beside the same call in one launch a kernel (cu_seqlens [0, L]: one document, the same result; documents never
     take the split), nope and flash; forward and forward+backward."""
-    h, h_kv, d = 16, 8, 256
-    cfg = WaveletConfig.grid(d)
-    g = torch.Generator(device=DEV).manual_seed(L + d + 1)
-    q = torch.randn(B, h, L, d, device=DEV, dtype=DTYPE, generator=g, requires_grad=True)
-    k, v = (torch.randn(B, h_kv, L, d, device=DEV, dtype=DTYPE, generator=g, requires_grad=True) for _ in range(2))
-    go = torch.randn(B, h, L, d, device=DEV, dtype=DTYPE, generator=g)
+    cfg = WaveletConfig.grid(256)
+    q, k, v, go = _gemma_inputs(L, L + 257)
     one_doc = torch.tensor([0, L], device=DEV, dtype=torch.int32)
     fns = {"flash": lambda: _flash(q, k, v), "nope": lambda: wo.wavelet_attention(q, k, v, pos_enc="nope"),
            "wavelet (band split)": lambda: wo.wavelet_attention(q, k, v, cfg),
            "wavelet, one launch": lambda: wo.wavelet_attention(q, k, v, cfg, cu_seqlens=one_doc)}
-    with torch.no_grad():
-        fwd_fns = _available(fns, ())
-        fwd = compare(fwd_fns, repeat=3 if quick else 10, warmup=1)
-    bwd_fns = _available({n: (lambda fn=fn: torch.autograd.grad(fn(), (q, k, v), go)) for n, fn in fwd_fns.items()}, ())
-    bwd = compare(bwd_fns, repeat=2 if quick else 5, warmup=1)
-    flops = 2.0 * B * h * L * L * d
-    return [{"L": L, "d": d, "method": n, "fwd_ms": t * 1e3, "fwd_vs_nope": t / fwd["nope"] if "nope" in fwd else None,
-             "fwd_tflops": flops / t / 1e12, "fwd_bwd_ms": bwd[n] * 1e3 if n in bwd else None,
-             "fwd_bwd_vs_nope": bwd[n] / bwd["nope"] if n in bwd and "nope" in bwd else None}
-            for n, t in fwd.items()]
+    return _fwd_and_fwd_bwd(fns, q, k, v, go, "nope", (3, 2) if quick else (10, 5))
 
 
 def bench_rope(L: int, quick: bool) -> dict:
