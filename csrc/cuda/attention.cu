@@ -720,8 +720,9 @@ static void pure_blocks(const AttnParams &p, int bm, int bn, int64_t *all_out, i
 
 bool band_split_pays(const AttnParams &p) {
     using Lay = TcFwdLayout<__half, 256>;  // (the forward's tiles: the backward's cover the same pairs)
+    // (the count below loops over M / 64 query blocks: the callers check their workspace first, M < 2^19)
     if (p.a.d != 256 || p.pos_enc != WAVEPE_CUDA_PE_TABLE || p.a.clamp || p.a.key_padding_mask != nullptr ||
-        p.a.cu_seqlens != nullptr || p.a.m > (int64_t(1) << 24))  // (the count's loop: M / 64 steps)
+        p.a.cu_seqlens != nullptr || p.a.m > (int64_t(1) << 24))
         return false;
     int64_t all, pure;
     pure_blocks(p, Lay::BM, Lay::BN, &all, &pure);
@@ -758,12 +759,14 @@ bool pack_heads(const AttnParams &p) {
 // with packed heads (decoding) or split-KV asked for (want > 1).
 bool band_split(const AttnParams &p, int64_t want) {
     using Lay = TcFwdLayout<__half, 256>;  // (bf16's the same bytes)
-    if (want > 1 || !band_split_pays(p) || !use_tc_forward(p) || pack_heads(p)) return false;
-    int64_t bytes;
+    if (want > 1 || p.a.d != 256 || p.pos_enc != WAVEPE_CUDA_PE_TABLE || !use_tc_forward(p) || pack_heads(p))
+        return false;
+    int64_t bytes;  // (within the limit, M < 2^19: band_split_pays's count is short)
     if (wavepe_mul_overflow(p.a.batch, p.a.heads, &bytes) || wavepe_mul_overflow(bytes, p.a.m, &bytes) ||
         wavepe_mul_overflow(bytes, 2 * (p.a.d * 4 + 4 + 1), &bytes) || bytes > int64_t(kBandSplitWorkspace))
         return false;
-    return device_ctas_by_smem(Lay(true).plan.total) < 2 && device_ctas_by_smem(Lay(false).plan.total) >= 2;
+    return device_ctas_by_smem(Lay(true).plan.total) < 2 && device_ctas_by_smem(Lay(false).plan.total) >= 2 &&
+           band_split_pays(p);
 }
 
 // The tiles of the kernel that runs a call: rows and keys per CTA and key block.

@@ -1786,7 +1786,7 @@ bool use_tc_dtable(const AttnParams &p) {
 // 102,800 / 102,432), and the fp32 sums the first launches leave (dQ's B H M rows, dK's and dV's B Hkv N each)
 // stay within kBandSplitWorkspace.
 bool bwd_band_split(const AttnParams &p) {
-    if (!band_split_pays(p) || !use_tc_dkdv(p) || !use_tc_dq(p)) return false;
+    if (p.a.d != 256 || p.pos_enc != WAVEPE_CUDA_PE_TABLE || !use_tc_dkdv(p) || !use_tc_dq(p)) return false;
     int64_t q_rows, kv_rows, rows, bytes;
     if (wavepe_mul_overflow(p.a.batch, p.a.heads, &q_rows) || wavepe_mul_overflow(q_rows, p.a.m, &q_rows) ||
         wavepe_mul_overflow(p.a.batch, p.a.kv_heads, &kv_rows) || wavepe_mul_overflow(kv_rows, p.a.n, &kv_rows) ||
@@ -1798,7 +1798,7 @@ bool bwd_band_split(const AttnParams &p) {
         const size_t without = dkdv ? tc_dkdv_smem(p.a.d, false) : tc_dq_smem(p.a.d, false);
         if (device_ctas_by_smem(with) >= 2 || device_ctas_by_smem(without) < 2) return false;
     }
-    return true;
+    return band_split_pays(p);  // (last: its count of blocks loops over the query blocks)
 }
 
 struct BwdPlan {
