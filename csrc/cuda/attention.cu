@@ -835,14 +835,11 @@ cudaError_t launch_fwd_tc(AttnParams p, cudaStream_t stream) {
         const int64_t ctas = plan_splits(&p, Lay::BM, Lay::BN);
         if (ctas == 0) return cudaSuccess;
         p.num_splits = 2;
-        for (int part = 1; part <= 2; ++part) {
-            p.band_part = part;
-            const size_t smem = Lay(part == 2).plan.total;
-            cudaError_t err = allow_dynamic_smem(attn_fwd_tc_kernel<T, D, false>, smem);
-            if (err == cudaSuccess)
-                err = launch(attn_fwd_tc_kernel<T, D, false>, dim3(unsigned(ctas)), dim3(Lay::BM * 2), smem, stream, p);
-            if (err != cudaSuccess) return err;
-        }
+        static_assert(Lay::BM * 2 == 128, "launch_band_parts' CTA");
+        const cudaError_t err = launch_band_parts(
+            p, [](bool) { return attn_fwd_tc_kernel<T, D, false>; }, [](bool w) { return Lay(w).plan.total; }, ctas,
+            stream);
+        if (err != cudaSuccess) return err;
         const int64_t rows = p.a.batch * p.a.heads * p.a.m;
         return launch(attn_combine_kernel<T>, dim3(unsigned(ceil_div(rows, 4))), dim3(128), 0, stream, p);
     }

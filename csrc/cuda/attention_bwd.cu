@@ -1859,19 +1859,9 @@ cudaError_t launch_dkdv(const AttnParams &p, cudaStream_t stream) {
             using Lay = TcDkdvLayout<T, DMAX>;
             const int64_t ctas = p.a.batch * p.a.kv_heads * ceil_div(p.a.n, Lay::BN) * Lay::CS;
             if (ctas == 0) return cudaSuccess;
-            // the band split's two launches (the table-free instance, then the table's), or one
-            const bool table = p.pos_enc == WAVEPE_CUDA_PE_TABLE;
-            for (int part = p.band_part ? 1 : 0; part <= (p.band_part ? 2 : 0); ++part) {
-                AttnParams q = p;
-                q.band_part = part;
-                const bool with = table && part != 1;
-                auto kernel = with ? attn_bwd_dkdv_tc_kernel<T, DMAX, true> : attn_bwd_dkdv_tc_kernel<T, DMAX, false>;
-                const Lay L(with);
-                cudaError_t err = allow_dynamic_smem(kernel, L.plan.total);
-                if (err == cudaSuccess) err = launch(kernel, dim3(unsigned(ctas)), dim3(128), L.plan.total, stream, q);
-                if (err != cudaSuccess) return err;
-            }
-            return cudaSuccess;
+            return launch_band_parts(
+                p, [](bool w) { return w ? attn_bwd_dkdv_tc_kernel<T, DMAX, true> : attn_bwd_dkdv_tc_kernel<T, DMAX, false>; },
+                [](bool w) { return Lay(w).plan.total; }, ctas, stream);
         }
     }
     constexpr int B = BwdCfg<T, DMAX>::B, CS = BwdCfg<T, DMAX>::CS_DKDV;
@@ -1889,20 +1879,10 @@ cudaError_t launch_dq(const AttnParams &p, cudaStream_t stream) {
     const int64_t ctas = p.a.batch * p.a.heads * ceil_div(p.a.m, p.dq_rows);
     if (ctas == 0 || (p.a.d == 0 && p.a.dslopes == nullptr)) return cudaSuccess;
     if constexpr (Traits<T>::kTensorCore) {
-        if (use_tc_dq(p)) {
-            const bool table = p.pos_enc == WAVEPE_CUDA_PE_TABLE;
-            for (int part = p.band_part ? 1 : 0; part <= (p.band_part ? 2 : 0); ++part) {  // (as launch_dkdv)
-                AttnParams q = p;
-                q.band_part = part;
-                const bool with = table && part != 1;
-                const TcDqLayout<T, DMAX> L(with);
-                auto kernel = with ? attn_bwd_dq_tc_kernel<T, DMAX, true> : attn_bwd_dq_tc_kernel<T, DMAX, false>;
-                cudaError_t err = allow_dynamic_smem(kernel, L.plan.total);
-                if (err == cudaSuccess) err = launch(kernel, dim3(unsigned(ctas)), dim3(128), L.plan.total, stream, q);
-                if (err != cudaSuccess) return err;
-            }
-            return cudaSuccess;
-        }
+        if (use_tc_dq(p))
+            return launch_band_parts(
+                p, [](bool w) { return w ? attn_bwd_dq_tc_kernel<T, DMAX, true> : attn_bwd_dq_tc_kernel<T, DMAX, false>; },
+                [](bool w) { return TcDqLayout<T, DMAX>(w).plan.total; }, ctas, stream);
     }
     constexpr int B = BwdCfg<T, DMAX>::B, CS = BwdCfg<T, DMAX>::CS_DQ;
     const BwdLayout<T, B> L(p.d_pad, p.pos_enc == WAVEPE_CUDA_PE_TABLE);

@@ -82,6 +82,26 @@ bool band_split_pays(const AttnParams &p);
 // it, the calls run as one launch a kernel.
 constexpr size_t kBandSplitWorkspace = size_t(1) << 30;
 
+// Launch kernel_for(window) over ctas CTAs of 128 threads with smem_for(window) bytes of shared memory: once, the
+// window a table's call needs; or, with the band split (p.band_part set by the launcher), its two parts -- the
+// table-free instance or layout over the blocks beyond the band, then the table's over the others.
+template <class KernelFor, class SmemFor>
+cudaError_t launch_band_parts(const AttnParams &p, KernelFor kernel_for, SmemFor smem_for, int64_t ctas,
+                              cudaStream_t stream) {
+    const bool table = p.pos_enc == WAVEPE_CUDA_PE_TABLE;
+    for (int part = p.band_part ? 1 : 0; part <= (p.band_part ? 2 : 0); ++part) {
+        AttnParams q = p;
+        q.band_part = part;
+        const bool window = table && part != 1;
+        const auto kernel = kernel_for(window);
+        const size_t smem = smem_for(window);
+        cudaError_t err = allow_dynamic_smem(kernel, smem);
+        if (err == cudaSuccess) err = launch(kernel, dim3(unsigned(ctas)), dim3(128), smem, stream, q);
+        if (err != cudaSuccess) return err;
+    }
+    return cudaSuccess;
+}
+
 // The keys [*lo, *hi) that some query of the call can see by causality and the window (documents and
 // padding aside: the kernels' own masks): where split-KV decoding divides its key blocks.
 inline void visible_keys(const wavepe_attention_args *a, int64_t *lo, int64_t *hi) {
