@@ -32,6 +32,10 @@ were compiled into (``<source>.cu.o.log`` holds nvcc's output for ``<source>.cu.
   kernels are far from them; MIX_CEILING holds each kernel's measured mix as a ceiling, so that a change
   which makes a main loop heavier fails here, and a kernel that reaches its target lowers its line.
 
+* the model's shared-memory term: the bytes the main loop moves through shared memory per tensor-core
+  instruction (ldmatrix, the lanes' loads and stores, cp.async's writes: smem_bytes), against the 256 an sm_90
+  SM serves per HMMA at the tensor rate; SMEM_CEILING holds each tensor-core kernel's figure as a ceiling.
+
 The fp32/fp64 kernels use FMA by design (no TF32), and the relative-bias,
 RoPE and ALiBi kernels are memory-bound element-wise loops: they are held to
 the spill rule only.
@@ -112,6 +116,43 @@ MIX_CEILING = {
     ("attn_bwd_dtable_kernel", "128, 32, 1, false"): 18.8, ("attn_bwd_dtable_kernel", "128, 32, 1, true"): 21.2,
     ("attn_bwd_dtable_kernel", "64, 64, 1, false"): 26.6, ("attn_bwd_dtable_kernel", "64, 64, 1, true"): 33.9,
 }
+
+# The shared-memory term of the model (docs/CUDA.md): an sm_90 SM's shared memory serves 128 bytes a cycle, and
+# its 4 schedulers issue at most an HMMA m16n8k16 each every ~8 cycles (the mix's assumption): 0.5 an SM a cycle.
+# A loop whose instructions move more than 128 * 8 / 4 = 256 bytes of shared memory per HMMA (ldmatrix's
+# fragments, the lanes' loads and stores, cp.async's writes: smem_bytes, every lane counted) is bound by shared
+# memory, at most 256 / its bytes of the tensor rate; FlashAttention-2's forward at head dim 128 (4 warps of 32
+# rows: each K and V fragment feeds two HMMA, Q read by ldmatrix) moves ~190 by the same count.  The main loops'
+# bytes per HMMA (static: every instruction of the loop body once, as the mix), measured on the shipped SASS (CUDA
+# 13.0, 2026-11-28; bf16 and fp16 alike) + 2 %, are ceilings: a change that moves more bytes fails here.
+SMEM_BYTES_A_CYCLE = {"sm_90": 128}
+HMMA_CYCLES, SCHEDULERS = 8, 4
+SMEM_CEILING = {
+    # a warp of 16 query rows: every K and V fragment (256 bytes an HMMA) feeds one HMMA; cp.async's K and V
+    # 64 more (a 64-row CTA)
+    ("attn_fwd_tc_kernel", "128, false"): 333, ("attn_fwd_tc_kernel", "128, true"): 333,
+    ("attn_fwd_tc_kernel", "64, false"): 333, ("attn_fwd_tc_kernel", "64, true"): 333,
+    ("attn_fwd_tc_kernel", "256, false"): 407, ("attn_fwd_tc_kernel", "256, true"): 407,
+    ("attn_bwd_dkdv_tc_kernel", "128, false"): 387, ("attn_bwd_dkdv_tc_kernel", "128, true"): 496,
+    ("attn_bwd_dkdv_tc_kernel", "64, false"): 371, ("attn_bwd_dkdv_tc_kernel", "64, true"): 371,
+    ("attn_bwd_dkdv_tc_kernel", "256, false"): 487, ("attn_bwd_dkdv_tc_kernel", "256, true"): 487,
+    ("attn_bwd_dq_tc_kernel", "128, false"): 396, ("attn_bwd_dq_tc_kernel", "128, true"): 396,
+    ("attn_bwd_dq_tc_kernel", "64, false"): 396, ("attn_bwd_dq_tc_kernel", "64, true"): 396,
+    ("attn_bwd_dq_tc_kernel", "256, false"): 444, ("attn_bwd_dq_tc_kernel", "256, true"): 444,
+    ("attn_bwd_dtable_tc_kernel", "128, false"): 413, ("attn_bwd_dtable_tc_kernel", "128, true"): 413,
+    ("attn_bwd_dtable_tc_kernel", "64, false"): 403, ("attn_bwd_dtable_tc_kernel", "64, true"): 403,
+}
+
+
+def smem_per_hmma(r: dict) -> float | None:
+    """Bytes of shared memory the main loop moves per tensor-core instruction (None: no tensor-core loop)."""
+    return r.get("loop_smem", 0) / r["loop_tc"] if r.get("loop_tc") else None
+
+
+def smem_bound(bytes_per_hmma: float, arch: str = "sm_90") -> float:
+    """The fraction of the tensor rate shared memory lets a loop moving ``bytes_per_hmma`` reach (<= 1)."""
+    return min(1.0, SMEM_BYTES_A_CYCLE[arch] * HMMA_CYCLES / SCHEDULERS / bytes_per_hmma)
+
 
 # The occupancy model (docs/CUDA.md): for the kernels whose CTA shape is fixed at compile time, the
 # threads and dynamic shared memory of one CTA (the launcher's figures; tests/test_cuda_emu.py checks
@@ -244,9 +285,34 @@ SASS_END = re.compile(r"^(@!?U?P[T0-9]+\s+)?(EXIT|RET|BRX|JMX)\b")
 TENSOR_OP = re.compile(r"\bH(?:G)?MMA\b")
 
 
+# shared-memory accesses of a warp-wide instruction: ldmatrix (LDSM: 8 rows of 16 bytes a matrix, .2 / .4
+# matrices), the lanes' loads and stores (LDS / STS: 4 bytes, or .U8/.S8, .U16/.S16, .64, .128 a lane) and the
+# cp.async copies' writes into shared memory (LDGSTS: the same sizes a lane)
+SMEM_OP = re.compile(r"^(?:@!?U?P[T0-9]+\s+)?(LDSM|LDS|STS|LDGSTS)((?:\.[A-Z0-9]+)*)\s")
+SMEM_LANE_BYTES = {"U8": 1, "S8": 1, "U16": 2, "S16": 2, "64": 8, "128": 16}
+
+
+def smem_bytes(instruction: str) -> int:
+    """Bytes of shared memory a warp-wide SASS instruction reads or writes, every lane active (0: none)."""
+    m = SMEM_OP.match(instruction + " ")
+    if m is None:
+        return 0
+    op, mods = m.group(1), m.group(2).split(".")[1:]
+    if op == "LDSM":
+        return 128 * (int(mods[-1]) if mods and mods[-1] in ("2", "4") else 1)
+    return 32 * next((SMEM_LANE_BYTES[x] for x in reversed(mods) if x in SMEM_LANE_BYTES), 4)
+
+
 def tensor_loops(body: str) -> list[tuple[int, int]]:
     """(instructions, tensor-core instructions) of each outermost natural loop of a kernel's SASS that holds
-    HMMA/HGMMA, each instruction of the loop body counted once.  Blocks end at branches and exits; a back
+    HMMA/HGMMA, each instruction of the loop body counted once (loop_stats without the bytes)."""
+    return [(size, tensor) for size, tensor, _ in loop_stats(body)]
+
+
+def loop_stats(body: str) -> list[tuple[int, int, int]]:
+    """(instructions, tensor-core instructions, bytes of shared memory accessed: smem_bytes) of each outermost
+    natural loop of a kernel's SASS that holds HMMA/HGMMA, each instruction of the loop body counted once,
+    lightest first (other instructions per tensor-core instruction).  Blocks end at branches and exits; a back
     edge is a branch to an address at or before its own; a loop is a header plus every block that reaches
     one of the header's back edges without passing the header; an outermost loop is one inside no other."""
     ins = [(int(a, 16), t.strip()) for a, t in SASS_INS.findall(body)]
@@ -290,7 +356,7 @@ def tensor_loops(body: str) -> list[tuple[int, int]]:
         size = sum(spans[x][1] - spans[x][0] for x in loop)
         tensor = sum(1 for x in loop for i in range(*spans[x]) if TENSOR_OP.search(ins[i][1]))
         if tensor:
-            out.append((size, tensor))
+            out.append((size, tensor, sum(smem_bytes(ins[i][1]) for x in loop for i in range(*spans[x]))))
     return sorted(out, key=lambda st: ((st[0] - st[1]) / st[1], st[0]))
 
 
@@ -329,9 +395,9 @@ def _arch_sass_counts(job: tuple[str, str, str]) -> dict[tuple[str, str], dict[s
             body = funcs[i + 1]
             # str.count first: most kernels hold neither, and the word-bounded regex over ~1 MB of SASS is slow
             c = {op: len(re.findall(r"\b%s\b" % op, body)) if op in body else 0 for op in ("HMMA", "HGMMA")}
-            loops = tensor_loops(body) if c["HMMA"] or c["HGMMA"] else []
-            c["loop_ins"], c["loop_tc"] = loops[0] if loops else (0, 0)
-            c["other_loops"] = loops[1:]  # (instructions, tensor-core instructions), lightest first
+            loops = loop_stats(body) if c["HMMA"] or c["HGMMA"] else []
+            c["loop_ins"], c["loop_tc"], c["loop_smem"] = loops[0] if loops else (0, 0, 0)
+            c["other_loops"] = [lp[:2] for lp in loops[1:]]  # (instructions, tensor-core instructions), lightest first
             counts[(funcs[i], arch.group(1))] = c
     return counts
 
@@ -398,6 +464,16 @@ def failures_of(r: dict, name: str) -> list[str]:
         elif mix > ceiling:
             out.append(f"{where}: main loop {mix:.1f} other instructions per tensor-core instruction, above its "
                        f"ceiling {ceiling} (target {MIX_TARGET[key[0]]}): the loop grew heavier")
+    smem = smem_per_hmma(r) if key and r["arch"] == MIX_ARCH else None
+    if smem is not None and key[0].endswith("_tc_kernel") and r["HMMA"]:  # (the tensor-core instances)
+        ceiling = SMEM_CEILING.get(key)
+        if ceiling is None:
+            out.append(f"{where}: main loop moves {smem:.0f} bytes of shared memory per tensor-core instruction, and no "
+                       f"ceiling in SMEM_CEILING for {key}: add its line")
+        elif smem > ceiling:
+            out.append(f"{where}: main loop moves {smem:.0f} bytes of shared memory per tensor-core instruction, above "
+                       f"its ceiling {ceiling} (SMEM_CEILING; tensor-bound at <= "
+                       f"{SMEM_BYTES_A_CYCLE[MIX_ARCH] * HMMA_CYCLES // SCHEDULERS}): the loop reads more")
     if key and r["arch"] == MIX_ARCH and (r.get("other_loops") or key in OTHER_LOOP_CEILING):
         mixes = [(ins - tc) / tc for ins, tc in r.get("other_loops", [])]
         ceilings = OTHER_LOOP_CEILING.get(key)
@@ -478,18 +554,28 @@ def main(argv: list[str]) -> int:
             r.update(counts.get((r["mangled"], r["arch"]), {"HMMA": 0, "HGMMA": 0, "loop_ins": 0, "loop_tc": 0}))
             rows.append(r)
     names = demangle(sorted({r["mangled"] for r in rows}))
-    print(f"{'arch':6} {'regs':>4} {'spill st/ld':>11} {'stack':>5} {'smem':>5} {'HMMA':>5} {'HGMMA':>5} {'mix':>5}  kernel"
-          "   (mix: other instructions per tensor-core instruction in the main loop)")
+    print(f"{'arch':6} {'regs':>4} {'spill st/ld':>11} {'stack':>5} {'smem':>5} {'HMMA':>5} {'HGMMA':>5} {'mix':>5} "
+          f"{'B/mma':>5}  kernel   (mix: other instructions per tensor-core instruction in the main loop; B/mma: "
+          "its bytes of shared memory per one)")
     for r in sorted(rows, key=lambda r: (r["src"], names[r["mangled"]], int(r["arch"][3:].rstrip("a")))):
-        mix = mix_of(r)
+        mix, smem = mix_of(r), smem_per_hmma(r)
         print(f"{r['arch']:6} {r['regs']:4d} {r['spill_st']:5d}/{r['spill_ld']:<5d} {r['stack']:5d} {r['smem']:5d} "
-              f"{r['HMMA']:5d} {r['HGMMA']:5d} {'' if mix is None else f'{mix:.1f}':>5}  {r['src']}: {names[r['mangled']]}")
+              f"{r['HMMA']:5d} {r['HGMMA']:5d} {'' if mix is None else f'{mix:.1f}':>5} "
+              f"{'' if smem is None else f'{smem:.0f}':>5}  {r['src']}: {names[r['mangled']]}")
     covered = sorted((names[r["mangled"]], mix_of(r)) for r in rows if r["arch"] == MIX_ARCH and mix_key(names[r["mangled"]]))
     if covered:
         met = [n for n, m in covered if m is not None and m <= MIX_TARGET[mix_key(n)[0]]]
         print(f"\nthe static model on {MIX_ARCH} (docs/CUDA.md): {len(met)} of {len(covered)} tensor-core kernels meet their "
               f"main-loop target (forward <= {MIX_TARGET['attn_fwd_kernel']}, backward <= {MIX_TARGET['attn_bwd_dq_kernel']} "
               "other instructions per HMMA); each is held to its ceiling (MIX_CEILING)")
+    bound = sorted((names[r["mangled"]], smem_per_hmma(r)) for r in rows
+                   if r["arch"] == MIX_ARCH and mix_key(names[r["mangled"]]) in SMEM_CEILING and smem_per_hmma(r))
+    if bound:
+        print(f"shared memory on {MIX_ARCH} ({SMEM_BYTES_A_CYCLE[MIX_ARCH]} bytes a cycle an SM, an HMMA every "
+              f"{HMMA_CYCLES} cycles a scheduler): of {len(bound)} tensor-core main loops "
+              f"{sum(1 for _, b in bound if smem_bound(b) >= 1)} are tensor-bound; the others reach at most "
+              + ", ".join(f"{n} {smem_bound(b):.0%}" for n, b in bound if smem_bound(b) < 1 and "__half" not in n)
+              + " of the tensor rate (fp16 as bf16)")
     for r in rows:
         key = mix_key(names[r["mangled"]])
         if key in CTA_SHAPE and r["arch"] in SM_LIMITS:
@@ -501,6 +587,8 @@ def main(argv: list[str]) -> int:
     if any(r["arch"] == MIX_ARCH for r in rows):
         failures += [f"{key}: listed in CTA_SHAPE but not built for {MIX_ARCH}: remove its line"
                      for key in sorted(CTA_SHAPE) if key not in present]
+        failures += [f"{key}: listed in SMEM_CEILING but not built for {MIX_ARCH}: remove its line"
+                     for key in sorted(SMEM_CEILING) if key not in present]
     if any(r["arch"] == MIX_ARCH for r in rows):
         failures += [f"{key}: listed in MIX_CEILING but not built for {MIX_ARCH}: remove its line"
                      for key in sorted(MIX_CEILING) if key not in present]

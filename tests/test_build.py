@@ -662,3 +662,47 @@ def test_cuda_static_model_takes_the_lightest_of_sibling_loops():
     assert "one ceiling per loop" in msg
     (msg,) = ck.failures_of(rec(500), "attn_fwd_kernel<__nv_bfloat16, 128, 64, 32>")
     assert "one ceiling per loop" in msg
+
+
+SASS_SMEM_LOOP = """
+        /*0000*/                   MOV R1, c[0x0][0x28] ;
+        /*0010*/                   LDSM.16.M88.4 R4, [R2] ;
+        /*0020*/                   LDSM.16.MT88.2 R6, [R2+0x100] ;
+        /*0030*/                   HMMA.16816.F32.BF16 R8, R4, R6, R8 ;
+        /*0040*/              @P0 LDGSTS.E.BYPASS.128 [R3], desc[UR4][R10.64] ;
+        /*0050*/                   LDS.U16 R9, [R3] ;
+        /*0060*/                   STS.64 [R3+0x8], R12 ;
+        /*0070*/                   LDS R9, [R3+0x4] ;
+        /*0080*/                   HMMA.16816.F32.BF16 R8, R4, R6, R8 ;
+        /*0090*/              @P1 BRA 0x10 ;
+        /*00a0*/                   LDSM.16.M88.4 R4, [R2] ;
+        /*00b0*/                   EXIT ;
+"""
+
+
+def test_cuda_static_model_counts_shared_memory_bytes_per_hmma():
+    """.ci/check_cuda_kernels.py's shared-memory term: the bytes a warp-wide instruction moves (ldmatrix 128 a
+    matrix, the lanes' loads/stores and cp.async's writes 32 x their size), summed over the main loop and held to
+    SMEM_CEILING per HMMA; the bound they set on the tensor rate (256 bytes an HMMA on sm_90 is the limit)."""
+    ck = _kernel_checks()
+    sizes = {"LDSM.16.M88.4 R4, [R2]": 512, "LDSM.16.MT88.2 R4, [R2]": 256, "LDSM.16.M88 R4, [R2]": 128,
+             "@!P2 LDS.128 R8, [R2]": 512, "LDS.U8 R8, [R2]": 32, "LDS.S16 R8, [R2]": 64, "LDS R8, [R2]": 128,
+             "STS.64 [R2], R4": 256, "LDGSTS.E.BYPASS.LTC128B.128 [R5], desc[UR4][R2.64]": 512,
+             "HMMA.16816.F32.BF16 R8, R4, R6, R8": 0, "LDG.E.128 R4, desc[UR4][R2.64]": 0, "LDSTS R4": 0}
+    assert {t: ck.smem_bytes(t) for t in sizes} == sizes
+    # 512 + 256 + 512 + 64 + 256 + 128 bytes for 2 HMMA in the loop; the LDSM after it is not the loop's
+    assert ck.loop_stats(SASS_SMEM_LOOP) == [(9, 2, 1728)] and ck.tensor_loops(SASS_SMEM_LOOP) == [(9, 2)]
+    assert ck.smem_bound(256) == 1.0 and abs(ck.smem_bound(320) - 0.8) < 1e-12
+    fwd = "attn_fwd_tc_kernel<__nv_bfloat16, 128, false>"
+    key = ("attn_fwd_tc_kernel", "128, false")
+    others = [(int(128 * (1 + c)) - 1, 128) for c in ck.OTHER_LOOP_CEILING[key]]
+
+    def rec(smem):
+        return dict(src="attention.cu", arch="sm_90", regs=219, stack=0, spill_st=0, spill_ld=0, smem=0, HMMA=128,
+                    HGMMA=0, loop_ins=128 * 3, loop_tc=128, loop_smem=smem, other_loops=others)
+
+    assert ck.failures_of(rec(128 * ck.SMEM_CEILING[key]), fwd) == []
+    (msg,) = ck.failures_of(rec(128 * ck.SMEM_CEILING[key] + 128), fwd)
+    assert "bytes of shared memory" in msg and "SMEM_CEILING" in msg and "attn_fwd_tc_kernel<__nv_bfloat16" in msg
+    assert ck.failures_of(dict(rec(10**6), arch="sm_80"), fwd) == []  # the model reads sm_90 only
+    assert ck.failures_of(dict(rec(10**6), loop_tc=0, loop_ins=0, HMMA=0), "attn_fwd_kernel<float, 128, 32, 32>") == []
