@@ -12,8 +12,9 @@
 #   4. benchmarks/bench_attention.py --device cuda: flash, cuDNN, FlexAttention reading q.T^T, wavepe nope,
 #      ALiBi, wavelet, window, soft-cap, forward and forward+backward, decoding (GQA) at 32k and 128k keys,
 #      with TFLOP/s and GB/s (benchmarks/_attention_cuda.py);
-#   5. Nsight Compute (when `ncu` is there) on one launch of the bf16 forward and of the backward's dK/dV and
-#      dQ kernels at L=8192: occupancy, issue slots, shared-memory bank conflicts, the instruction mix.
+#   5. Nsight Compute (when `ncu` is there) on one launch of the bf16 forward (without and with the wavelet's
+#      table) and of the backward's dK/dV and dQ kernels at L=8192: occupancy, issue slots, the tensor and
+#      shared-memory pipes' utilisation, shared-memory bank conflicts, the instruction mix.
 #
 #   OUT=DIR PREBUILT=DIR bash benchmarks/gpu_report.sh [--quick]
 #
@@ -106,10 +107,14 @@ q, k, v = (torch.randn(1, 32, $L, 128, device='cuda', dtype=torch.bfloat16, gene
 out = wo.wavelet_attention(q, k, v, pos_enc='$1')
 out.backward(torch.ones_like(out))
 torch.cuda.synchronize()"; }
+  # (ComputeWorkloadAnalysis: the tensor pipe's and the shared-memory (LSU) pipe's utilisation, the static model's
+  # claim to test -- its main loops move 326-486 bytes of shared memory per HMMA, over the 256 an sm_90 SM serves
+  # at the tensor rate: docs/CUDA.md, "Shared-memory traffic")
   sections=(--section SpeedOfLight --section Occupancy --section LaunchStats --section SchedulerStats
-            --section WarpStateStats --section InstructionStats --section MemoryWorkloadAnalysis_Tables)
-  for run in "wavelet attn_fwd_tc_kernel" "wavelet attn_bwd_dkdv_tc_kernel" "wavelet attn_bwd_dq_tc_kernel" \
-             "nope attn_bwd_dkdv_tc_kernel" "nope attn_bwd_dq_tc_kernel"; do
+            --section WarpStateStats --section InstructionStats --section ComputeWorkloadAnalysis
+            --section MemoryWorkloadAnalysis --section MemoryWorkloadAnalysis_Tables)
+  for run in "nope attn_fwd_tc_kernel" "wavelet attn_fwd_tc_kernel" "wavelet attn_bwd_dkdv_tc_kernel" \
+             "wavelet attn_bwd_dq_tc_kernel" "nope attn_bwd_dkdv_tc_kernel" "nope attn_bwd_dq_tc_kernel"; do
     set -- $run
     TAIL=120 stage "ncu: $2 (bf16, L=$L, H=32, d=128, causal, $1)" 240 \
       ncu --kernel-name "regex:$2" --launch-count 1 "${sections[@]}" $PY -c "$(target $1)"
