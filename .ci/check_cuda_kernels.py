@@ -57,8 +57,8 @@ import sys
 from concurrent.futures import ProcessPoolExecutor
 
 # kernels (demangled name, up to the template arguments) whose bf16/fp16 instances must use tensor cores
-TENSOR_CORE_KERNELS = ("attn_fwd_kernel", "attn_fwd_tc_kernel", "attn_bwd_dkdv_kernel", "attn_bwd_dkdv_tc_kernel",
-                       "attn_bwd_dq_kernel", "attn_bwd_dq_tc_kernel", "attn_bwd_dtable_kernel",
+TENSOR_CORE_KERNELS = ("attn_fwd_kernel", "attn_fwd_tc_kernel", "attn_fwd_tc_wide_kernel", "attn_bwd_dkdv_kernel",
+                       "attn_bwd_dkdv_tc_kernel", "attn_bwd_dq_kernel", "attn_bwd_dq_tc_kernel", "attn_bwd_dtable_kernel",
                        "attn_bwd_dtable_tc_kernel")
 TENSOR_CORE_TYPES = ("__nv_bfloat16", "__half")
 # sources whose kernels may not use local memory at all
@@ -78,9 +78,9 @@ TENSOR_CORE_RULES = {"sm_80": "HMMA", "sm_90": "HMMA", "sm_90a": "HGMMA", "sm_10
 # and the ceilings: measured on the shipped SASS (CUDA 13.0.88, 2026-11-27) plus 0.5 (room for the compiler's
 # scheduling, not for a heavier loop), by kernel and the template arguments after the type (head dim, tiles).
 MIX_ARCH = "sm_90"
-MIX_TARGET = {"attn_fwd_kernel": 4.0, "attn_fwd_tc_kernel": 4.0, "attn_bwd_dkdv_kernel": 6.0,
-              "attn_bwd_dkdv_tc_kernel": 6.0, "attn_bwd_dq_kernel": 6.0, "attn_bwd_dq_tc_kernel": 6.0,
-              "attn_bwd_dtable_kernel": 6.0, "attn_bwd_dtable_tc_kernel": 6.0}
+MIX_TARGET = {"attn_fwd_kernel": 4.0, "attn_fwd_tc_kernel": 4.0, "attn_fwd_tc_wide_kernel": 4.0,
+              "attn_bwd_dkdv_kernel": 6.0, "attn_bwd_dkdv_tc_kernel": 6.0, "attn_bwd_dq_kernel": 6.0,
+              "attn_bwd_dq_tc_kernel": 6.0, "attn_bwd_dtable_kernel": 6.0, "attn_bwd_dtable_tc_kernel": 6.0}
 MIX_CEILING = {
     # the tensor-core forward meets its target: its ceilings are min(measured + 0.5, target)
     # (template arguments: head dim, then whether a GQA group's heads are packed as rows: decoding)
@@ -89,6 +89,9 @@ MIX_CEILING = {
     # head dim 256: Q K^T's 16 steps unrolled by 4 (fully unrolled, ptxas spilled on sm_80), a loop inside the
     # main loop that the static count takes once: 4.8 static, 3.5 executed (576 instructions a block for 128 HMMA)
     ("attn_fwd_tc_kernel", "256, false"): 5.3, ("attn_fwd_tc_kernel", "256, true"): 5.3,
+    # the wide instance (32 rows a warp, blocks of 32 keys: head_dim 128 without a table): 3.3 -- the online
+    # softmax's O rescale (128 accumulators a lane) every 32 keys, against 64 at 16 rows a warp
+    ("attn_fwd_tc_wide_kernel", "128"): 3.8,
     # the tensor-core dK/dV and dQ too (head dim, then whether the call has a relative table: a kernel of its
     # own, so that the others keep their registers)
     ("attn_bwd_dkdv_tc_kernel", "128, false"): 3.7, ("attn_bwd_dkdv_tc_kernel", "64, false"): 4.4,
@@ -133,6 +136,9 @@ SMEM_CEILING = {
     ("attn_fwd_tc_kernel", "128, false"): 333, ("attn_fwd_tc_kernel", "128, true"): 333,
     ("attn_fwd_tc_kernel", "64, false"): 333, ("attn_fwd_tc_kernel", "64, true"): 333,
     ("attn_fwd_tc_kernel", "256, false"): 407, ("attn_fwd_tc_kernel", "256, true"): 407,
+    # the wide instance (32 rows a warp): K and V fragments each feed two HMMA, Q's read at each step -- K 128,
+    # Q 128 an HMMA of Q K^T, V 128 of P V, the 128-row CTA's copies 32: 230, under the line
+    ("attn_fwd_tc_wide_kernel", "128"): 235,
     ("attn_bwd_dkdv_tc_kernel", "128, false"): 387, ("attn_bwd_dkdv_tc_kernel", "128, true"): 496,
     ("attn_bwd_dkdv_tc_kernel", "64, false"): 371, ("attn_bwd_dkdv_tc_kernel", "64, true"): 371,
     ("attn_bwd_dkdv_tc_kernel", "256, false"): 487, ("attn_bwd_dkdv_tc_kernel", "256, true"): 487,
@@ -162,6 +168,7 @@ def smem_bound(bytes_per_hmma: float, arch: str = "sm_90") -> float:
 # of shared memory per SM, of which each CTA also takes 1 KiB reserved; at most 64 warps and 32 CTAs.
 SM_LIMITS = {"sm_90": {"regs": 65536, "smem": 228 * 1024, "cta_reserved": 1024, "warps": 64, "ctas": 32}}
 CTA_SHAPE = {  # (kernel, template arguments after the type): (threads, the most dynamic shared memory: a table)
+    ("attn_fwd_tc_wide_kernel", "128"): (128, 54304),  # (never with a table)
     ("attn_fwd_tc_kernel", "128, false"): (128, 98368), ("attn_fwd_tc_kernel", "128, true"): (128, 98368),
     ("attn_fwd_tc_kernel", "64, false"): (128, 93312), ("attn_fwd_tc_kernel", "64, true"): (128, 93312),
     ("attn_fwd_tc_kernel", "256, false"): (128, 125472), ("attn_fwd_tc_kernel", "256, true"): (128, 125472),
@@ -174,7 +181,7 @@ CTA_SHAPE = {  # (kernel, template arguments after the type): (threads, the most
     ("attn_bwd_dtable_tc_kernel", "128, false"): (128, 115712), ("attn_bwd_dtable_tc_kernel", "128, true"): (128, 115712),
     ("attn_bwd_dtable_tc_kernel", "64, false"): (128, 83968), ("attn_bwd_dtable_tc_kernel", "64, true"): (128, 83968),
 }
-WARPS_TARGET = {"attn_fwd_tc_kernel": 8, "attn_bwd_dkdv_tc_kernel": 8, "attn_bwd_dq_tc_kernel": 8,
+WARPS_TARGET = {"attn_fwd_tc_kernel": 8, "attn_fwd_tc_wide_kernel": 8, "attn_bwd_dkdv_tc_kernel": 8, "attn_bwd_dq_tc_kernel": 8,
                 "attn_bwd_dtable_tc_kernel": 8}
 # Where a CTA_SHAPE line's figure (the most shared memory: a table's) is held to fewer warps, and why: at head dim
 # 256 the forward's table window (96 rows of 528 bytes) takes the CTA to 122.5 KiB, one an SM (4 warps); without a
@@ -218,6 +225,9 @@ OTHER_LOOP_CEILING = {
     # (head dim 256: static counts, each Q K^T / window loop of 4 steps inside taken once: see MIX_CEILING)
     ("attn_fwd_tc_kernel", "256, false"): (6.1, 6.9, 7.6, 8.7, 26.9),
     ("attn_fwd_tc_kernel", "256, true"): (6.5, 6.9, 7.7, 26.8),
+    # the wide instance: ALiBi's interior blocks, the soft-capped ones, the masked ones (each m-tile's S, masks,
+    # softmax and P V in turn: the code twice, counted statically)
+    ("attn_fwd_tc_wide_kernel", "128"): (4.75, 5.8, 43.5),
     # attn_bwd_dkdv_tc_kernel without a table: the interior query blocks with ALiBi, the soft-capped ones,
     # then the masked ones (the causal diagonal, window and document edges, padding: O(1) a key block),
     # beside the main loop's O(L / BM) interior blocks without bias

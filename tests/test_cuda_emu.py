@@ -854,6 +854,16 @@ TC_CASES = [
     dict(B=1, H=2, Hk=1, M=64, N=160, d=256, off=96, causal=True, pe=2, kpm=True),
     dict(B=1, H=2, Hk=1, M=80, N=150, d=256, off=40, causal=True, pe=1, R=60, r_lo=-10, window=50, softcap=2.0),
     dict(B=1, H=2, Hk=1, M=1, N=300, d=256, off=299, causal=True, pe=1, R=90, r_lo=0, splits=3),
+    # 32 rows a warp (attn_fwd_tc_wide_kernel: head_dim 128, no table, more than 64 queries; cases 0 and 5 above too):
+    # interior blocks for every row of a 128-row CTA, a last CTA whose second warps and m-tiles have no rows, ALiBi
+    # and soft-capped interior blocks, a window, padding, documents, split-KV, GQA, non-causal
+    dict(B=1, H=2, Hk=1, M=256, N=512, d=128, off=256, causal=True, pe=0),
+    dict(B=1, H=2, Hk=2, M=150, N=400, d=128, off=250, causal=True, pe=2),
+    dict(B=1, H=4, Hk=2, M=200, N=330, d=128, off=130, causal=True, pe=0, softcap=2.0, splits=2),
+    dict(B=1, H=2, Hk=1, M=140, N=300, d=128, off=160, causal=True, pe=2, window=90, kpm=True),
+    dict(B=2, H=2, Hk=1, M=160, N=160, d=128, off=0, causal=True, pe=0, cu=[[0, 70, 71, 160], [0, 130, 130, 160]]),
+    dict(B=1, H=2, Hk=1, M=96, N=300, d=128, off=20, causal=False, pe=2, softcap=1.0),
+    dict(B=1, H=2, Hk=1, M=140, N=400, d=128, off=260, causal=True, pe=0),  # interior blocks in a last CTA of 12 rows
 ]
 
 
@@ -867,14 +877,17 @@ def fwd_kernel(lib, prob):
 def test_tensor_core_forward_matches_oracle(lib, dtype, case):
     kw = dict(TC_CASES[case])
     prob = Attn(lib, dtype, seed=300 + case, **kw)
-    assert fwd_kernel(lib, prob).startswith("tensor-core")  # (the decoding cases pack their GQA heads)
-    # TcFwdLayout: a Q tile of 64 rows and K, V tiles of bn keys (128 at d = 64, 64 at 128, 32 at 256), rows of
-    # d + 8 elements; with a table its window's 64 + bn rows and 4 warps' 16 x (bn / 2 + 8) fp32 bias; bn key
-    # flags, 64 row ranges
     d, table = kw["d"], kw["pe"] == 1
-    bn = {64: 128, 128: 64, 256: 32}[d]
-    rows = 64 + 2 * bn + (64 + bn if table else 0)
-    want = rows * (d + 8) * 2 + (4 * 16 * (bn // 2 + 8) * 4 if table else 0) + bn + 64 * 16
+    wide = d == 128 and not table and kw["M"] > 64
+    kernel = fwd_kernel(lib, prob)
+    assert kernel.startswith("tensor-core")  # (the decoding cases pack their GQA heads)
+    assert (kernel == "tensor-core, 32 rows a warp") == wide
+    # TcFwdTiles: a Q tile of 64 rows and K, V tiles of bn keys (128 at d = 64, 64 at 128, 32 at 256; the wide
+    # instance: 128 rows, 32 keys), rows of d + 8 elements; with a table its window's 64 + bn rows and 4 warps' 16 x (bn / 2 + 8)
+    # fp32 bias; bn key flags, a row range a query row
+    bm, bn = (128, 32) if wide else (64, {64: 128, 128: 64, 256: 32}[d])
+    rows = bm + 2 * bn + (64 + bn if table else 0)
+    want = rows * (d + 8) * 2 + (4 * 16 * (bn // 2 + 8) * 4 if table else 0) + bn + bm * 16
     assert lib.wavepe_cuda_attention_fwd_smem_bytes(C.byref(prob.a)) == want
     check_attention(lib, dtype, backward=False, seed=300 + case, **kw)
 
@@ -1160,10 +1173,17 @@ def test_occupancy_model_reads_the_launchers_shared_memory(lib):
         assert ck.CTA_SHAPE[("attn_fwd_tc_kernel", f"{d}, true")] == (threads, smem)
         got = []
         for pe in (0, 2, 1):  # the most with a table
-            prob = Attn(lib, E.BF16, B=1, H=1, Hk=1, M=70, N=70, d=d, off=0, causal=True, pe=pe, R=9)
+            prob = Attn(lib, E.BF16, B=1, H=1, Hk=1, M=64, N=70, d=d, off=0, causal=True, pe=pe, R=9)
             assert fwd_kernel(lib, prob) == "tensor-core" and threads == 128
             got.append(lib.wavepe_cuda_attention_fwd_smem_bytes(C.byref(prob.a)))
         assert max(got) == got[-1] == smem
+        if d == 128:  # more than 64 queries without a table: the wide instance's CTA (128 rows, 32-key blocks)
+            assert ck.CTA_SHAPE[("attn_fwd_tc_wide_kernel", "128")] == (128, wide := (128 + 2 * 32) * 136 * 2 + 32 + 128 * 16)
+            for pe in (0, 2):
+                prob = Attn(lib, E.BF16, B=1, H=1, Hk=1, M=70, N=70, d=d, off=0, causal=True, pe=pe)
+                assert fwd_kernel(lib, prob) == "tensor-core, 32 rows a warp"
+                assert lib.wavepe_cuda_attention_fwd_smem_bytes(C.byref(prob.a)) == wide
+            assert ck.occupancy(255, 128, wide, "sm_90") == (2, 8)  # registers-bound, as the 16-row instance
         # WARPS_TARGET_BY_SHAPE: at head_dim 256 a table's window leaves one CTA an SM; without one, two fit
         if d == 256:
             assert ck.SM_LIMITS["sm_90"]["smem"] // (smem + 1024) == 1 and 2 * (got[0] + 1024) <= 228 * 1024
@@ -1214,7 +1234,8 @@ def test_tensor_core_forward_reads_shared_memory_without_bank_conflicts(lib):
     for d in (64, 128, 256):
         for pe in (0, 1, 2):
             prob = Attn(lib, E.BF16, B=1, H=1, Hk=1, M=130, N=300, d=d, off=170, causal=True, pe=pe, R=100, kpm=pe == 2)
-            assert fwd_kernel(lib, prob) == "tensor-core"
+            # (d = 128 without a table: the wide instance, 32 rows a warp -- its K and V fragments for two m-tiles)
+            assert fwd_kernel(lib, prob) == ("tensor-core, 32 rows a warp" if d == 128 and pe != 1 else "tensor-core")
             prob.forward()
             assert lib.wavepe_emu_ldmatrix_bank_conflicts() == 1, (d, pe)
             # the tensor-core dK/dV and dQ (K, V, Q, dO by ldmatrix, .trans too; with the table its window and
@@ -1305,6 +1326,20 @@ def test_tensor_core_forward_does_not_depend_on_thread_order(lib, monkeypatch, o
     want = base.forward()
     monkeypatch.setenv("WAVEPE_EMU_ORDER", order)
     for x, y in zip(want, Attn(lib, E.F16, **kw).forward()):
+        np.testing.assert_array_equal(x, y)
+
+
+@pytest.mark.parametrize("order", ["serial", "random"])
+@pytest.mark.parametrize("extra", [dict(pe=0, softcap=2.0), dict(pe=2, kpm=True, window=100)])
+def test_tensor_core_forward_wide_does_not_depend_on_thread_order(lib, monkeypatch, order, extra):
+    # the wide instance (32 rows a warp): its interior blocks and its masked ones (each m-tile in turn once V has
+    # landed, the next K copied after both) between barriers of their own
+    kw = dict(B=1, H=2, Hk=1, M=150, N=300, d=128, off=150, causal=True, seed=15, **extra)
+    base = Attn(lib, E.BF16, **kw)
+    assert fwd_kernel(lib, base) == "tensor-core, 32 rows a warp"
+    want = base.forward()
+    monkeypatch.setenv("WAVEPE_EMU_ORDER", order)
+    for x, y in zip(want, Attn(lib, E.BF16, **kw).forward()):
         np.testing.assert_array_equal(x, y)
 
 

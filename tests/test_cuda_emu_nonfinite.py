@@ -167,6 +167,14 @@ def test_tensor_core_forward_at_head_dim_256_keeps_garbage_where_it_belongs(lib,
     _forward_garbage(lib, dtype, bad, pe, splits, 256)
 
 
+@pytest.mark.parametrize("dtype", [E.BF16, E.F16], ids=DTYPE_IDS.get)
+@pytest.mark.parametrize("bad,pe,splits", [(float("nan"), 0, 1), (float("inf"), 2, 2)])
+def test_tensor_core_forward_wide_keeps_garbage_where_it_belongs(lib, dtype, bad, pe, splits):
+    """The same for the wide instance (head_dim 128 without a table: 32 rows a warp, its masked blocks an m-tile at
+    a time; key 110 in warp 0's second m-tile)."""
+    _forward_garbage(lib, dtype, bad, pe, splits, 128, "tensor-core, 32 rows a warp")
+
+
 def test_tensor_core_forward_band_split_keeps_garbage_where_it_belongs(lib, monkeypatch):
     """The band split (head_dim 256 with a table: two partials, combined): NaN and inf in a key beyond the band
     (the first partial's), in the band and on the causal diagonal (the second's) reach the rows that see them as
@@ -218,7 +226,7 @@ def test_tensor_core_backward_band_split_keeps_garbage_where_it_belongs(lib, mon
     assert np.isnan(dirty["out"]).any(axis=-1).all()
 
 
-def _forward_garbage(lib, dtype, bad, pe, splits, d):
+def _forward_garbage(lib, dtype, bad, pe, splits, d, kernel="tensor-core"):
     from .test_cuda_emu import fwd_kernel
 
     m, n, key = 70, 150, 110  # queries at 80..149: key 110 is in warp 1's rows of the first block
@@ -226,7 +234,7 @@ def _forward_garbage(lib, dtype, bad, pe, splits, d):
     kpm[0, [3, 70, 100]] = True
     kw = dict(B=1, H=2, Hk=1, M=m, N=n, d=d, off=80, causal=True, pe=pe, kpm=kpm, seed=13, splits=splits, R=60, r_lo=0)
     base = Attn(lib, dtype, **kw)
-    assert fwd_kernel(lib, base) == "tensor-core"
+    assert fwd_kernel(lib, base) == kernel
     runs = {}
     for name, at in (("clean", None), ("masked", kpm[0]), ("band", np.arange(n) == key)):
         k, v = base.k.copy(), base.v.copy()

@@ -323,15 +323,20 @@ __global__ void __launch_bounds__(BM * 2) attn_fwd_kernel(AttnParams p) {
 // At head_dim 256, 32 keys a block: the same 128 HMMA a warp a block as at 128 (Q K^T 4 x 16, P V 2 x 32), the O
 // accumulators (128 registers a lane) leaving no room for Q's fragments (64 more): they are read from the Q tile
 // by ldmatrix at each step (QREG false), one load per 4 HMMA of Q K^T, as FlashAttention-2 does at 256.
-template <class T, int D>
-struct TcFwdLayout {
+// MT: the m-tiles of 16 query rows a warp takes -- 1, or 2 (the wide instance, attn_fwd_tc_wide_kernel: each K
+// and V fragment ldmatrix'd once for both, half the shared-memory bytes per HMMA; head_dim 128, no table)
+template <class T, int D, int MT>
+struct TcFwdTiles {
     static_assert(D == 64 || D == 128 || D == 256, "the tensor-core forward's head dims");
-    static constexpr int BM = 64, BN = D <= 64 ? 128 : D <= 128 ? 64 : 32, HC = BN / 2, LD = D + int(16 / sizeof(T)),
-                         HLD = HC + 8;
-    static constexpr bool QREG = D <= 128;  // the warp's Q fragments in registers
+    static_assert(MT == 1 || (MT == 2 && D == 128), "32 rows a warp: head_dim 128");
+    // (32 rows a warp: blocks of 32 keys, S's 32 accumulators a lane beside O's 128 -- with 64, ptxas spilled)
+    static constexpr int BM = 64 * MT, BN = MT > 1 || D > 128 ? 32 : D <= 64 ? 128 : 64, HC = BN / 2,
+                         LD = D + int(16 / sizeof(T)), HLD = HC + 8;
+    // the warp's Q fragments in registers (32 rows a warp: O's 128 and S's 64 accumulators a lane leave no room)
+    static constexpr bool QREG = D <= 128 && MT == 1;
     SmemPlan plan;
     int q, k, v, t, h, mask, rows;
-    __host__ __device__ explicit TcFwdLayout(bool table) {
+    __host__ __device__ explicit TcFwdTiles(bool table) {
         q = plan.add(sizeof(T) * BM * LD);
         k = plan.add(sizeof(T) * BN * LD);
         v = plan.add(sizeof(T) * BN * LD);
@@ -341,6 +346,10 @@ struct TcFwdLayout {
         rows = plan.add(2 * BM * sizeof(int64_t));  // each query row's keys [lo, hi)
     }
 };
+template <class T, int D>
+using TcFwdLayout = TcFwdTiles<T, D, 1>;
+template <class T, int D>
+using TcFwdWideLayout = TcFwdTiles<T, D, 2>;
 
 // The warp's relative-table bias of a key block added to its scores s, half a block at a time
 // (ROW_SHIFT 0: every row at the same position, the packed heads of one query).
@@ -357,15 +366,19 @@ WAVEPE_DEVICE void add_table_bias(float (&s)[BN / 8][4], float *hw, const QF &qf
     __syncwarp();
 }
 
-// PACKED: decoding one query (M = 1), a GQA group's heads as the rows (p.pack_heads: pack_heads).
-template <class T, int D, bool PACKED>
-__global__ void __launch_bounds__(128) attn_fwd_tc_kernel(AttnParams p) {
+// The tensor-core forward's CTA: 4 warps of MT m-tiles of 16 query rows (attn_fwd_tc_kernel: 1; the wide
+// instance, attn_fwd_tc_wide_kernel: 2, never with a table or packed heads).  PACKED: decoding one query (M = 1),
+// a GQA group's heads as the rows (p.pack_heads: pack_heads).
+template <class T, int D, bool PACKED, int MT>
+WAVEPE_DEVICE void attn_fwd_tc_cta(const AttnParams &p) {
     using A = acc_t<T>;
-    using Lay = TcFwdLayout<T, D>;
+    using Lay = TcFwdTiles<T, D, MT>;
     constexpr int BM = Lay::BM, BN = Lay::BN, LD = Lay::LD, HLD = Lay::HLD, NT = BN / 8, DT = D / 8, KS = D / 16;
+    constexpr int WR = 16 * MT;  // a warp's rows
     static_assert(Traits<T>::kTensorCore && NT % 2 == 0, "the tensor-core forward takes bf16/fp16, 16-key pairs");
+    static_assert(MT == 1 || !PACKED, "the packed heads' CTA: 4 warps of 16 rows");
     WAVEPE_SHARED_BASE(smem);
-    const bool has_table = p.pos_enc == WAVEPE_CUDA_PE_TABLE;
+    const bool has_table = MT == 1 && p.pos_enc == WAVEPE_CUDA_PE_TABLE;  // (the wide instance: never)
     // the band split's first partial takes only blocks beyond the band: no window staged, none reserved (head_dim
     // 256 only: band_split)
     const int part = D == 256 ? p.band_part : 0;
@@ -389,7 +402,7 @@ __global__ void __launch_bounds__(128) attn_fwd_tc_kernel(AttnParams p) {
     const int64_t split = part ? part - 1 : bid % p.num_splits, unit = part ? bid : bid / p.num_splits;
     const int64_t per_b = PACKED ? p.a.heads / p.group : p.a.heads;
     const int64_t b = unit / per_b, h = PACKED ? (unit % per_b) * p.group : unit % per_b, hk = h / p.group;
-    const int64_t m0 = mb * BM, wm0 = m0 + 16 * warp;
+    const int64_t m0 = mb * BM, wm0 = m0 + WR * warp;
     const T *qg = static_cast<const T *>(p.a.q) + b * p.a.q_strides[0] + h * p.a.q_strides[1];
     const T *kg = static_cast<const T *>(p.a.k) + b * p.a.k_strides[0] + hk * p.a.k_strides[1];
     const T *vg = static_cast<const T *>(p.a.v) + b * p.a.v_strides[0] + hk * p.a.v_strides[1];
@@ -408,7 +421,10 @@ __global__ void __launch_bounds__(128) attn_fwd_tc_kernel(AttnParams p) {
     // (a soft-cap: interior too, but for ALiBi's blocks, which take the masked loop with it)
     const bool capped = p.cap_log2 > 0.0;
     if (!(capped && p.pos_enc == WAVEPE_CUDA_PE_ALIBI) && p.a.key_padding_mask == nullptr &&
-        (m0 + BM <= p.a.m || PACKED) && kb_begin < kb_end) {  // (packed: every row the one query's keys)
+        (m0 + BM <= p.a.m || PACKED || MT > 1) && kb_begin < kb_end) {
+        // (packed: every row the one query's keys; 32 rows a warp: a partial last CTA too -- its rows past M hold
+        // the last query's keys (load_row_keys), so [ib, ie) are keys every row sees; a 128-row CTA would otherwise
+        // leave calls of fewer than 128 queries, or a last CTA of up to 127, to the masked loop)
         const int64_t hi = rhi[0] < p.a.n ? rhi[0] : p.a.n;
         ib = ceil_div(rlo[BM - 1], BN) > kb_begin ? ceil_div(rlo[BM - 1], BN) : kb_begin;
         ie = hi / BN < kb_end ? hi / BN : kb_end;
@@ -429,10 +445,16 @@ __global__ void __launch_bounds__(128) attn_fwd_tc_kernel(AttnParams p) {
     const int64_t first_pure = n_pure > 0 ? pure_block(0) : -1,
                   first_interior = band_begin < be ? band_begin : first_pure;
 
-    A o[DT][4];
-    zero_frags(o);
-    A row_max[2] = {neg_inf<A>(), neg_inf<A>()}, row_sum[2] = {A(0), A(0)};
-    bool seen[2] = {false, false};
+    // the warp's m-tile mt: rows wm0 + 16 mt .., their O, running max and sum, whether they saw a key
+    A o[MT][DT][4], row_max[MT][2], row_sum[MT][2];
+    bool seen[MT][2];
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt) {
+        zero_frags(o[mt]);
+        row_max[mt][0] = row_max[mt][1] = neg_inf<A>();
+        row_sum[mt][0] = row_sum[mt][1] = A(0);
+        seen[mt][0] = seen[mt][1] = false;
+    }
     const bool warp_rows = wm0 < p.m_rows;
 
     if (n_other > 0 || first_interior >= 0) {  // CTA-uniform
@@ -473,10 +495,11 @@ __global__ void __launch_bounds__(128) attn_fwd_tc_kernel(AttnParams p) {
         cp_async_wait<0>();
         __syncthreads();
         // the warp's Q fragments: lane l addresses row l % 16, columns 8 (l / 16) .. of each 16-column step;
-        // loaded once into registers, or (head_dim 256) the lane's address in the Q tile, read at each step
+        // loaded once into registers, or (head_dim 256; 32 rows a warp) the lane's address in the Q tile, read
+        // at each step (the warp's m-tile mt: 16 mt rows further)
         std::conditional_t<Lay::QREG, uint32_t[KS][4], const T *> qf;
         {
-            const T *qrow = Qs + (16 * warp + (lane & 15)) * LD + 8 * (lane >> 4);
+            const T *qrow = Qs + (WR * warp + (lane & 15)) * LD + 8 * (lane >> 4);
             if constexpr (Lay::QREG) {
 #pragma unroll
                 for (int ks = 0; ks < KS; ++ks) ldmatrix_x4(qf[ks], qrow + 16 * ks);
@@ -487,7 +510,7 @@ __global__ void __launch_bounds__(128) attn_fwd_tc_kernel(AttnParams p) {
         const int lane_row = ((lane & 7) + 8 * (lane >> 4)) * LD + 8 * ((lane >> 3) & 1);
         // the window rows of the warp's rows start 16 w rows in (packed heads: all at the query's position)
         constexpr int row_shift = PACKED ? 0 : 1;
-        const T *const krow = Ks + lane_row, *const trow = Ts + 16 * warp * row_shift * LD + lane_row;
+        const T *const krow = Ks + lane_row, *const trow = Ts + WR * warp * row_shift * LD + lane_row;
         // does the window of the warp's rows for the block at n0 meet the table (warp-uniform)?
         auto warp_bias = [&](int64_t n0) {
             const int64_t base = p.a.q_offset + wm0 * row_shift - n0 - p.a.r_lo;
@@ -502,24 +525,52 @@ __global__ void __launch_bounds__(128) attn_fwd_tc_kernel(AttnParams p) {
                 const int64_t next = t + 1 < n_other ? other_block(t + 1) : first_interior;
                 load_tile_async(Vs, LD, BN, D, D, v_row(n0));  // V's buffer is free: the last barrier passed
                 cp_async_commit();
+                if constexpr (MT > 1) {
+                    // 32 rows a warp: each m-tile's S, softmax and P V in turn (one S live: registers), once V has
+                    // landed -- these blocks are O(1) a query block, their copies not hidden
+                    cp_async_wait<0>();
+                    __syncthreads();  // V has landed
+#pragma unroll
+                    for (int mt = 0; mt < MT; ++mt) {
+                        const int r0 = WR * warp + 16 * mt;  // warp-uniform: does some row of the m-tile see a key?
+                        if (wm0 + 16 * mt < p.m_rows && n0 < rhi[r0 + 15] && n0 + BN > rlo[r0]) {
+                            A s[NT][4];
+                            zero_frags(s);
+                            qk_products<T, NT, KS, LD>(s, qf + 16 * mt * LD, krow);
+                            scores_log2<PACKED>(s, p, wm0 + 16 * mt, n0, kmask, rlo + r0, rhi + r0, scale_log2,
+                                                slope_log2, seen[mt]);
+                            online_softmax<A, NT, DT>(s, o[mt], row_max[mt], row_sum[mt]);
+                            warp_rb_masked<T, NT, DT>(o[mt], s, Vs, LD, 0, DT, nullptr, p, n0, rlo + r0, rhi + r0,
+                                                      rlo[0], rhi[BM - 1]);
+                        }
+                    }
+                    __syncthreads();  // K, V and the key mask are consumed
+                    if (next >= 0) load_k(next);
+                    cp_async_commit();
+                    cp_async_wait<0>();
+                    __syncthreads();  // the next K has landed
+                    continue;
+                }
                 // warp-uniform: does some row of the warp see a key of the block?
                 const bool active = warp_rows && n0 < rhi[16 * warp + 15] && n0 + BN > rlo[16 * warp];
                 // S = the table's bias (before the products: fewer registers live beside the window's) + Q K^T
                 A s[NT][4];
                 zero_frags(s);
-                if (active && warp_bias(n0) && block_bias(j)) add_table_bias<T, BN, KS, LD, HLD, row_shift>(s, hw, qf, trow);
+                if constexpr (MT == 1)
+                    if (active && warp_bias(n0) && block_bias(j))
+                        add_table_bias<T, BN, KS, LD, HLD, row_shift>(s, hw, qf, trow);
                 qk_products<T, NT, KS, LD>(s, qf, krow);  // (an inactive warp's are not used)
                 if (active) {
                     scores_log2<PACKED>(s, p, wm0, n0, kmask, rlo + 16 * warp, rhi + 16 * warp, scale_log2, slope_log2,
-                                        seen);
-                    online_softmax<A, NT, DT>(s, o, row_max, row_sum);
+                                        seen[0]);
+                    online_softmax<A, NT, DT>(s, o[0], row_max[0], row_sum[0]);
                 }
                 cp_async_wait<0>();
                 __syncthreads();  // V has landed; K, the window and the key mask are consumed
                 if (next >= 0) load_k(next);
                 cp_async_commit();
                 if (active)
-                    warp_rb_masked<T, NT, DT>(o, s, Vs, LD, 0, DT, nullptr, p, n0, rlo + 16 * warp, rhi + 16 * warp,
+                    warp_rb_masked<T, NT, DT>(o[0], s, Vs, LD, 0, DT, nullptr, p, n0, rlo + 16 * warp, rhi + 16 * warp,
                                               rlo[0], rhi[BM - 1]);
                 cp_async_wait<0>();
                 __syncthreads();  // the next K has landed; V is consumed
@@ -527,7 +578,9 @@ __global__ void __launch_bounds__(128) attn_fwd_tc_kernel(AttnParams p) {
         }
         // the interior blocks: every warp active, every key seen; the band's first, with the table's bias
         // (the next block's window staged with its K), then the others (with ALiBi's bias, if any)
-        if (band_begin < be || n_pure > 0) seen[0] = seen[1] = true;
+        if (band_begin < be || n_pure > 0)
+#pragma unroll
+            for (int mt = 0; mt < MT; ++mt) seen[mt][0] = seen[mt][1] = true;
         enum { kNoBias, kTableBias, kAlibiBias };
         // CAP: the soft-cap x -> cap tanh(x / cap) of the scaled scores (tanh_exp2), then the plain softmax
         auto interior = [&](auto bias_kind, auto cap_tag, int64_t j, int64_t next) {
@@ -537,31 +590,44 @@ __global__ void __launch_bounds__(128) attn_fwd_tc_kernel(AttnParams p) {
                 const int64_t n0 = j * BN;
                 load_rows_async<T, BN, D, LD, 4 * 32>(Vs, vg + n0 * vstride, vstride);
                 cp_async_commit();
-                A s[NT][4];
-                zero_frags(s);
-                if (kind == kTableBias && warp_bias(n0)) add_table_bias<T, BN, KS, LD, HLD, row_shift>(s, hw, qf, trow);
-                qk_products<T, NT, KS, LD>(s, qf, krow);
-                if constexpr (kind == kAlibiBias) {
-                    // scores_log2's x = s scale_log2 - slope_log2 |pos_q - pos_k|, without its masks: the
-                    // distance of element (nt, i) is d0 + 8 (i / 2) - 8 nt - i % 2 (frag_row, frag_col)
-                    const A d0 = A(p.a.q_offset + wm0 - n0 + (lane >> 2) - 2 * (lane & 3));
+                A s[MT][NT][4];
+                [[maybe_unused]] uint32_t pa[MT][NT / 2][4];  // (32 rows a warp: P packed for P V)
 #pragma unroll
-                    for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-                        for (int i = 0; i < 4; ++i) {
-                            const A dist = d0 + A(8 * (i / 2) - 8 * nt - i % 2);
-                            s[nt][i] = s[nt][i] * scale_log2 - slope_log2 * (dist < A(0) ? -dist : dist);
-                        }
-                    online_softmax<A, NT, DT>(s, o, row_max, row_sum);
-                } else if constexpr (CAP) {
-                    const A cap = A(p.cap_log2), k = scale_log2 * A(p.icap_log2);
-#pragma unroll
-                    for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-                        for (int i = 0; i < 4; ++i) s[nt][i] = cap * tanh_exp2(s[nt][i] * k);
-                    online_softmax<A, NT, DT>(s, o, row_max, row_sum);
+                for (int mt = 0; mt < MT; ++mt) zero_frags(s[mt]);
+                if constexpr (MT == 1) {
+                    if (kind == kTableBias && warp_bias(n0))
+                        add_table_bias<T, BN, KS, LD, HLD, row_shift>(s[0], hw, qf, trow);
+                    qk_products<T, NT, KS, LD>(s[0], qf, krow);
                 } else {
-                    online_softmax<A, NT, DT, true>(s, o, row_max, row_sum, scale_log2);
+                    qk_products_rows<T, NT, KS, LD, MT>(s, qf, krow);  // each K fragment read once for the m-tiles
+                }
+#pragma unroll
+                for (int mt = 0; mt < MT; ++mt) {
+                    // (soft-capped, 32 rows a warp: each m-tile's S in turn, K's fragments read for each -- tanh's
+                    // temporaries beside both S spilled on sm_100)
+                    if constexpr (kind == kAlibiBias) {
+                        // scores_log2's x = s scale_log2 - slope_log2 |pos_q - pos_k|, without its masks: the
+                        // distance of element (nt, i) is d0 + 8 (i / 2) - 8 nt - i % 2 (frag_row, frag_col)
+                        const A d0 = A(p.a.q_offset + wm0 + 16 * mt - n0 + (lane >> 2) - 2 * (lane & 3));
+#pragma unroll
+                        for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+                            for (int i = 0; i < 4; ++i) {
+                                const A dist = d0 + A(8 * (i / 2) - 8 * nt - i % 2);
+                                s[mt][nt][i] = s[mt][nt][i] * scale_log2 - slope_log2 * (dist < A(0) ? -dist : dist);
+                            }
+                        online_softmax<A, NT, DT>(s[mt], o[mt], row_max[mt], row_sum[mt]);
+                    } else if constexpr (CAP) {
+                        const A cap = A(p.cap_log2), k = scale_log2 * A(p.icap_log2);
+#pragma unroll
+                        for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+                            for (int i = 0; i < 4; ++i) s[mt][nt][i] = cap * tanh_exp2(s[mt][nt][i] * k);
+                        online_softmax<A, NT, DT>(s[mt], o[mt], row_max[mt], row_sum[mt]);
+                    } else {
+                        online_softmax<A, NT, DT, true>(s[mt], o[mt], row_max[mt], row_sum[mt], scale_log2);
+                    }
+                    if constexpr (MT > 1) pack_p_frags<T, NT>(s[mt], pa[mt]);  // (S's fp32 die here)
                 }
                 cp_async_wait<0>();
                 __syncthreads();  // V has landed; K (and the window) are consumed
@@ -571,7 +637,10 @@ __global__ void __launch_bounds__(128) attn_fwd_tc_kernel(AttnParams p) {
                         load_tile_async(Ts, LD, BM + BN, D, D, window_row(next));
                 }
                 cp_async_commit();
-                warp_rb<T, NT, DT>(o, s, Vs, LD, DT, nullptr);
+                if constexpr (MT == 1)
+                    warp_rb<T, NT, DT>(o[0], s[0], Vs, LD, DT, nullptr);
+                else
+                    pv_products_rows<T, NT / 2, DT, MT>(o, pa, Vs, LD);  // each V fragment read once for the m-tiles
                 cp_async_wait<0>();
                 __syncthreads();  // the next K has landed; V is consumed
             }
@@ -596,7 +665,21 @@ __global__ void __launch_bounds__(128) attn_fwd_tc_kernel(AttnParams p) {
         }
     }
     if (!warp_rows) return;  // after the last barrier
-    write_rows<T, DT, PACKED>(p, o, row_max, row_sum, seen, b, h, split, wm0, DT);
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt)
+        if (wm0 + 16 * mt < p.m_rows)
+            write_rows<T, DT, PACKED>(p, o[mt], row_max[mt], row_sum[mt], seen[mt], b, h, split, wm0 + 16 * mt, DT);
+}
+
+template <class T, int D, bool PACKED>
+__global__ void __launch_bounds__(128) attn_fwd_tc_kernel(AttnParams p) {
+    attn_fwd_tc_cta<T, D, PACKED, 1>(p);
+}
+
+// 32 query rows a warp, a 128-row CTA (TcFwdWideLayout): table-free calls at head_dim 128 (wide_forward)
+template <class T, int D>
+__global__ void __launch_bounds__(128) attn_fwd_tc_wide_kernel(AttnParams p) {
+    attn_fwd_tc_cta<T, D, false, 2>(p);
 }
 
 // Merge the splits of each row in split order: lse = log sum_s exp(lse_s),
@@ -753,6 +836,16 @@ bool pack_heads(const AttnParams &p) {
     return use_tc_forward(p) && p.a.m == 1 && p.group > 1 && p.group <= 64 && p.pos_enc != WAVEPE_CUDA_PE_ALIBI;
 }
 
+// Does the call run the wide instance (attn_fwd_tc_wide_kernel: 32 query rows a warp, a CTA of 128)?  Each K and
+// V fragment a warp reads feeds two HMMA, not one: 198 bytes of shared memory per HMMA in its main loop where the
+// 16-row warps move 326, over the 256 an H100's SM serves at the tensor rate (docs/CUDA.md, "Shared-memory
+// traffic").  At head_dim 128, where O's and S's accumulators of 32 rows fit the registers beside Q's fragments
+// read at each step; not with a table (its window for 128 rows: one CTA an SM), nor for 64 queries or fewer (a
+// 128-row CTA half empty: decoding, packed heads).
+bool wide_forward(const AttnParams &p) {
+    return p.a.d == 128 && p.pos_enc != WAVEPE_CUDA_PE_TABLE && p.a.m > 64 && use_tc_forward(p);
+}
+
 // The forward's band split (band_split_pays): the window leaves the tensor-core forward's CTA alone on an SM
 // (125,472 bytes) where two fit without it (68,640; the registers allow no more: 251-252 a thread), and its
 // workspace -- two fp32 partials of every row, 4x a bf16 output's bytes -- stays within kBandSplitWorkspace.  Not
@@ -775,7 +868,8 @@ struct FwdDims {
 };
 FwdDims fwd_dims(const AttnParams &p) {
     if (use_tc_forward(p))
-        return FwdDims{64, p.a.d == 64 ? TcFwdLayout<__half, 64>::BN
+        return FwdDims{wide_forward(p) ? TcFwdWideLayout<__half, 128>::BM : TcFwdLayout<__half, 128>::BM,
+                       p.a.d == 64 ? TcFwdLayout<__half, 64>::BN
                                        : p.a.d == 128 ? TcFwdLayout<__half, 128>::BN : TcFwdLayout<__half, 256>::BN};
     FwdDims out{64, 64};
     dispatch_dtype(p.a.dtype, [&](auto tag) {
@@ -814,12 +908,12 @@ int64_t plan_splits(AttnParams *p, int bm, int bn) {
     return fwd_units(*p, bm) * p->num_splits;
 }
 
-// Launch a forward kernel of bm * 2 threads over its grid, then the combine of split-KV partials.
+// Launch a forward kernel of `threads` a CTA over its grid, then the combine of split-KV partials.
 template <class T, class K>
-cudaError_t launch_fwd_grid(K *kernel, const AttnParams &p, int64_t ctas, int bm, size_t smem, cudaStream_t stream) {
+cudaError_t launch_fwd_grid(K *kernel, const AttnParams &p, int64_t ctas, int threads, size_t smem, cudaStream_t stream) {
     cudaError_t err = allow_dynamic_smem(kernel, smem);
     if (err != cudaSuccess) return err;
-    err = launch(kernel, dim3(unsigned(ctas)), dim3(unsigned(bm * 2)), smem, stream, p);
+    err = launch(kernel, dim3(unsigned(ctas)), dim3(unsigned(threads)), smem, stream, p);
     if (err != cudaSuccess || p.num_splits == 1) return err;
     const int64_t rows = p.a.batch * p.a.heads * p.a.m;
     return launch(attn_combine_kernel<T>, dim3(unsigned(ceil_div(rows, 4))), dim3(128), 0, stream, p);
@@ -843,11 +937,19 @@ cudaError_t launch_fwd_tc(AttnParams p, cudaStream_t stream) {
         const int64_t rows = p.a.batch * p.a.heads * p.a.m;
         return launch(attn_combine_kernel<T>, dim3(unsigned(ceil_div(rows, 4))), dim3(128), 0, stream, p);
     }
+    if constexpr (D == 128) {
+        if (wide_forward(p)) {
+            using Wide = TcFwdWideLayout<T, D>;
+            const int64_t ctas = plan_splits(&p, Wide::BM, Wide::BN);
+            if (ctas == 0) return cudaSuccess;
+            return launch_fwd_grid<T>(attn_fwd_tc_wide_kernel<T, D>, p, ctas, 128, Wide(false).plan.total, stream);
+        }
+    }
     const int64_t ctas = plan_splits(&p, Lay::BM, Lay::BN);
     if (ctas == 0) return cudaSuccess;
     const size_t smem = Lay(p.pos_enc == WAVEPE_CUDA_PE_TABLE).plan.total;
-    if (p.pack_heads) return launch_fwd_grid<T>(attn_fwd_tc_kernel<T, D, true>, p, ctas, Lay::BM, smem, stream);
-    return launch_fwd_grid<T>(attn_fwd_tc_kernel<T, D, false>, p, ctas, Lay::BM, smem, stream);
+    if (p.pack_heads) return launch_fwd_grid<T>(attn_fwd_tc_kernel<T, D, true>, p, ctas, 128, smem, stream);
+    return launch_fwd_grid<T>(attn_fwd_tc_kernel<T, D, false>, p, ctas, 128, smem, stream);
 }
 
 template <class T, int DMAX>
@@ -865,7 +967,7 @@ cudaError_t launch_fwd_cfg(AttnParams p, cudaStream_t stream) {
         p.async_t = p.async_kv && table && p.vec_t && FwdLayout<T, BM, BN>(p.d_pad, table, true, true).plan.total <= optin;
     }
     const FwdLayout<T, BM, BN> L(p.d_pad, table, p.async_kv != 0, p.async_t != 0);
-    return launch_fwd_grid<T>(attn_fwd_kernel<T, DMAX, BM, BN>, p, ctas, BM, L.plan.total, stream);
+    return launch_fwd_grid<T>(attn_fwd_kernel<T, DMAX, BM, BN>, p, ctas, BM * 2, L.plan.total, stream);
 }
 
 template <class T>
@@ -905,7 +1007,9 @@ size_t align256(size_t x) { return (x + 255) & ~size_t(255); }
 template <class T, int DMAX>
 size_t fwd_smem(const wavepe_attention_args *a) {
     if constexpr (Traits<T>::kTensorCore) {
-        if (use_tc_forward(attention_params(a))) return tc_fwd_smem(a->d, a->table != nullptr);
+        const AttnParams p = attention_params(a);
+        if (use_tc_forward(p)) return wide_forward(p) ? TcFwdWideLayout<T, 128>(false).plan.total
+                                                      : tc_fwd_smem(a->d, a->table != nullptr);
     }
     // the minimum: single-buffered K/V (the launcher double-buffers when more fits)
     const FwdLayout<T, FwdCfg<T, DMAX>::BM, FwdCfg<T, DMAX>::BN> L(ceil_div(a->d, 16) * 16, a->table != nullptr,
@@ -1007,5 +1111,6 @@ extern "C" const char *wavepe_cuda_attention_fwd_kernel(const wavepe_attention_a
     const AttnParams p = attention_params(a);
     if (!use_tc_forward(p)) return "general";
     if (pack_heads(p)) return "tensor-core, GQA heads packed";
+    if (wide_forward(p)) return "tensor-core, 32 rows a warp";
     return band_split(p, wavepe_cuda_attention_num_splits(a)) ? "tensor-core, band split" : "tensor-core";
 }

@@ -444,6 +444,72 @@ WAVEPE_DEVICE void qk_products(float (&s)[NT][4], const QF &qf, const T *krow) {
     }
 }
 
+// A warp of MT m-tiles of 16 rows (the forward's wide instance, 32 rows a warp): S[mt] (16 x 8 NT) += Q[mt] K^T
+// with each K fragment ldmatrix'd once for the MT m-tiles -- the K bytes per HMMA a 1 / MT of qk_products' --
+// and Q's fragments by ldmatrix at each 16-column step (one load per NT / 2 of K's): qrow = the lane's address of
+// the first m-tile's rows in the Q tile (row l % 16, column 8 (l / 16)), m-tile mt 16 mt rows further.
+template <class T, int NT, int KS, int LD, int MT>
+WAVEPE_DEVICE void qk_products_rows(float (&s)[MT][NT][4], const T *qrow, const T *krow) {
+    // on sm_100 unrolled by 4 only: fully unrolled, ptxas hoisted fragments' loads ahead of their products there
+    // and spilled loop invariants (on sm_80, sm_90 and sm_120 fully: no spills, no inner loop)
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 1000 && __CUDA_ARCH__ < 1200
+#pragma unroll 4
+#else
+#pragma unroll
+#endif
+    for (int ks = 0; ks < KS; ++ks) {
+        uint32_t af[MT][4];
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt) ldmatrix_x4(af[mt], qrow + mt * 16 * LD + 16 * ks);
+#pragma unroll
+        for (int np = 0; np < NT / 2; ++np) {
+            uint32_t kf[4];
+            ldmatrix_x4(kf, krow + np * 16 * LD + ks * 16);
+#pragma unroll
+            for (int mt = 0; mt < MT; ++mt) {
+                mma16816<T>(s[mt][2 * np], af[mt], kf);
+                mma16816<T>(s[mt][2 * np + 1], af[mt], kf + 2);
+            }
+        }
+    }
+}
+
+// P (16 x 8 KT8, C fragments, fp32) as the A fragments of P V's 16-key steps (bf16/fp16 pairs): half the registers,
+// so that S's fp32 die before the products (the wide instance's 32 rows a warp).
+template <class T, int KT8>
+WAVEPE_DEVICE void pack_p_frags(const float (&pf)[KT8][4], uint32_t (&a)[KT8 / 2][4]) {
+#pragma unroll
+    for (int kk = 0; kk < KT8 / 2; ++kk) {
+        a[kk][0] = pack2<T>(pf[2 * kk][0], pf[2 * kk][1]);
+        a[kk][1] = pack2<T>(pf[2 * kk][2], pf[2 * kk][3]);
+        a[kk][2] = pack2<T>(pf[2 * kk + 1][0], pf[2 * kk + 1][1]);
+        a[kk][3] = pack2<T>(pf[2 * kk + 1][2], pf[2 * kk + 1][3]);
+    }
+}
+
+// O[mt] (16 x 8 DT) += P[mt] V of MT m-tiles over KK 16-key steps (P packed: pack_p_frags), each V fragment
+// (ldmatrix.trans from the tile's rows, ldv apart) read once for the MT m-tiles: warp_rb's tensor-core path.
+template <class T, int KK, int DT, int MT>
+WAVEPE_DEVICE void pv_products_rows(float (&o)[MT][DT][4], const uint32_t (&pa)[MT][KK][4], const T *v_tile, int ldv) {
+    static_assert(DT % 2 == 0, "pairs of 8-column tiles");
+    const int lane = threadIdx.x & 31;
+#pragma unroll
+    for (int kk = 0; kk < KK; ++kk) {
+        // lane l points at row kk 16 + l % 16 of the tile, columns dt 8 (lanes 0-15) and (dt + 1) 8 (16-31)
+        const T *brow = v_tile + (kk * 16 + (lane & 15)) * ldv;
+#pragma unroll
+        for (int dt = 0; dt < DT; dt += 2) {
+            uint32_t b[4];
+            ldmatrix_x4_trans(b, brow + (dt + (lane >> 4)) * 8);
+#pragma unroll
+            for (int mt = 0; mt < MT; ++mt) {
+                mma16816<T>(o[mt][dt], pa[mt][kk], b);
+                mma16816<T>(o[mt][dt + 1], pa[mt][kk], b + 2);
+            }
+        }
+    }
+}
+
 // Accumulators of the per-warp P scratch of warp_rb's fp32/fp64 path (K <= bn + 16).
 template <class T>
 __host__ __device__ constexpr size_t rb_scratch_elems(int bn) {
