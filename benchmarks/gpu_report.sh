@@ -113,7 +113,8 @@ torch.cuda.synchronize()"; }
   sections=(--section SpeedOfLight --section Occupancy --section LaunchStats --section SchedulerStats
             --section WarpStateStats --section InstructionStats --section ComputeWorkloadAnalysis
             --section MemoryWorkloadAnalysis --section MemoryWorkloadAnalysis_Tables)
-  for run in "nope attn_fwd_tc_kernel" "wavelet attn_fwd_tc_kernel" "wavelet attn_bwd_dkdv_tc_kernel" \
+  # (the nope forward at head_dim 128: the wide instance, 32 rows a warp; with the wavelet's table: 16)
+  for run in "nope attn_fwd_tc_wide_kernel" "wavelet attn_fwd_tc_kernel" "wavelet attn_bwd_dkdv_tc_kernel" \
              "wavelet attn_bwd_dq_tc_kernel" "nope attn_bwd_dkdv_tc_kernel" "nope attn_bwd_dq_tc_kernel"; do
     set -- $run
     TAIL=120 stage "ncu: $2 (bf16, L=$L, H=32, d=128, causal, $1)" 240 \

@@ -817,7 +817,7 @@ namespace {
 // The tensor-core forward's shared memory a CTA at head_dim d (64, 128 or 256), with a table or not.
 size_t tc_fwd_smem(int64_t d, bool table) { return tc_layout_bytes<TcFwdLayout>(d, table); }
 
-// Does the call run on the tensor-core loop (attn_fwd_tc_kernel)?  bf16/fp16, head_dim 64, 128 or 256
+// Does the call run on the tensor-core loop (attn_fwd_tc_kernel, or its wide instance: wide_forward)?  bf16/fp16, head_dim 64, 128 or 256
 // (its unrolled tiles), q, k, v (and the table's) rows on 16 bytes (cp.async, ldmatrix), and its CTA's
 // shared memory within the device's: past the 99 KiB every GPU from sm_80 on grants (head_dim 256 with a
 // table: 122.5 KiB) the device is asked -- sm_86 / sm_89 / sm_120 run the general kernel there.
