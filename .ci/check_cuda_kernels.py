@@ -92,6 +92,9 @@ MIX_CEILING = {
     # the wide instance (32 rows a warp, blocks of 32 keys: head_dim 128 without a table): 3.3 -- the online
     # softmax's O rescale (128 accumulators a lane) every 32 keys, against 64 at 16 rows a warp
     ("attn_fwd_tc_wide_kernel", "128"): 3.8,
+    # (head dim 64: blocks of 64 keys, 3.8 -- a block's softmax and O rescale over 128 HMMA as at 128, Q's
+    # fragments read for 8 HMMA each, not 4; its ceiling the target)
+    ("attn_fwd_tc_wide_kernel", "64"): 4.0,
     # the tensor-core dK/dV and dQ too (head dim, then whether the call has a relative table: a kernel of its
     # own, so that the others keep their registers)
     ("attn_bwd_dkdv_tc_kernel", "128, false"): 3.7, ("attn_bwd_dkdv_tc_kernel", "64, false"): 4.4,
@@ -139,6 +142,8 @@ SMEM_CEILING = {
     # the wide instance (32 rows a warp): K and V fragments each feed two HMMA, Q's read at each step -- K 128,
     # Q 128 an HMMA of Q K^T, V 128 of P V, the 128-row CTA's copies 32: 230, under the line
     ("attn_fwd_tc_wide_kernel", "128"): 235,
+    # (head dim 64, blocks of 64 keys: Q 64 an HMMA of Q K^T, K 128, V 128, the copies 32: 198)
+    ("attn_fwd_tc_wide_kernel", "64"): 202,
     ("attn_bwd_dkdv_tc_kernel", "128, false"): 387, ("attn_bwd_dkdv_tc_kernel", "128, true"): 496,
     ("attn_bwd_dkdv_tc_kernel", "64, false"): 371, ("attn_bwd_dkdv_tc_kernel", "64, true"): 371,
     ("attn_bwd_dkdv_tc_kernel", "256, false"): 487, ("attn_bwd_dkdv_tc_kernel", "256, true"): 487,
@@ -168,7 +173,7 @@ def smem_bound(bytes_per_hmma: float, arch: str = "sm_90") -> float:
 # of shared memory per SM, of which each CTA also takes 1 KiB reserved; at most 64 warps and 32 CTAs.
 SM_LIMITS = {"sm_90": {"regs": 65536, "smem": 228 * 1024, "cta_reserved": 1024, "warps": 64, "ctas": 32}}
 CTA_SHAPE = {  # (kernel, template arguments after the type): (threads, the most dynamic shared memory: a table)
-    ("attn_fwd_tc_wide_kernel", "128"): (128, 54304),  # (never with a table)
+    ("attn_fwd_tc_wide_kernel", "128"): (128, 54304), ("attn_fwd_tc_wide_kernel", "64"): (128, 38976),  # (no table)
     ("attn_fwd_tc_kernel", "128, false"): (128, 98368), ("attn_fwd_tc_kernel", "128, true"): (128, 98368),
     ("attn_fwd_tc_kernel", "64, false"): (128, 93312), ("attn_fwd_tc_kernel", "64, true"): (128, 93312),
     ("attn_fwd_tc_kernel", "256, false"): (128, 125472), ("attn_fwd_tc_kernel", "256, true"): (128, 125472),
@@ -227,7 +232,7 @@ OTHER_LOOP_CEILING = {
     ("attn_fwd_tc_kernel", "256, true"): (6.5, 6.9, 7.7, 26.8),
     # the wide instance: ALiBi's interior blocks, the soft-capped ones, the masked ones (each m-tile's S, masks,
     # softmax and P V in turn: the code twice, counted statically)
-    ("attn_fwd_tc_wide_kernel", "128"): (4.75, 5.8, 43.5),
+    ("attn_fwd_tc_wide_kernel", "128"): (4.75, 5.8, 43.5), ("attn_fwd_tc_wide_kernel", "64"): (6.0, 8.3, 47.1),
     # attn_bwd_dkdv_tc_kernel without a table: the interior query blocks with ALiBi, the soft-capped ones,
     # then the masked ones (the causal diagonal, window and document edges, padding: O(1) a key block),
     # beside the main loop's O(L / BM) interior blocks without bias

@@ -864,6 +864,11 @@ TC_CASES = [
     dict(B=2, H=2, Hk=1, M=160, N=160, d=128, off=0, causal=True, pe=0, cu=[[0, 70, 71, 160], [0, 130, 130, 160]]),
     dict(B=1, H=2, Hk=1, M=96, N=300, d=128, off=20, causal=False, pe=2, softcap=1.0),
     dict(B=1, H=2, Hk=1, M=140, N=400, d=128, off=260, causal=True, pe=0),  # interior blocks in a last CTA of 12 rows
+    # ... at head_dim 64 (blocks of 64 keys; cases 2, 4, 6, 9 and 17 above too): interior blocks, ALiBi's
+    dict(B=1, H=2, Hk=1, M=256, N=512, d=64, off=256, causal=True, pe=2),
+    # 16 rows a warp without a table, 64 queries or fewer: ALiBi's and soft-capped interior blocks
+    dict(B=1, H=2, Hk=1, M=64, N=320, d=64, off=256, causal=True, pe=2),
+    dict(B=1, H=2, Hk=1, M=64, N=256, d=128, off=192, causal=True, pe=0, softcap=2.0),
 ]
 
 
@@ -878,14 +883,14 @@ def test_tensor_core_forward_matches_oracle(lib, dtype, case):
     kw = dict(TC_CASES[case])
     prob = Attn(lib, dtype, seed=300 + case, **kw)
     d, table = kw["d"], kw["pe"] == 1
-    wide = d == 128 and not table and kw["M"] > 64
+    wide = d <= 128 and not table and kw["M"] > 64
     kernel = fwd_kernel(lib, prob)
     assert kernel.startswith("tensor-core")  # (the decoding cases pack their GQA heads)
     assert (kernel == "tensor-core, 32 rows a warp") == wide
     # TcFwdTiles: a Q tile of 64 rows and K, V tiles of bn keys (128 at d = 64, 64 at 128, 32 at 256; the wide
-    # instance: 128 rows, 32 keys), rows of d + 8 elements; with a table its window's 64 + bn rows and 4 warps' 16 x (bn / 2 + 8)
+    # instance: 128 rows, 64 keys at d = 64, 32 at 128), rows of d + 8 elements; with a table its window's 64 + bn rows and 4 warps' 16 x (bn / 2 + 8)
     # fp32 bias; bn key flags, a row range a query row
-    bm, bn = (128, 32) if wide else (64, {64: 128, 128: 64, 256: 32}[d])
+    bm, bn = (128, 64 if d == 64 else 32) if wide else (64, {64: 128, 128: 64, 256: 32}[d])
     rows = bm + 2 * bn + (64 + bn if table else 0)
     want = rows * (d + 8) * 2 + (4 * 16 * (bn // 2 + 8) * 4 if table else 0) + bn + bm * 16
     assert lib.wavepe_cuda_attention_fwd_smem_bytes(C.byref(prob.a)) == want
@@ -1153,7 +1158,7 @@ def test_tensor_core_forward_is_taken_only_where_it_applies(lib):
         prob = Attn(lib, dtype, B=1, H=1, Hk=1, M=70, N=70, off=0, causal=True, **kw)
         assert fwd_kernel(lib, prob) == "general", kw
     prob = Attn(lib, E.F16, B=1, H=1, Hk=1, M=70, N=70, d=64, off=0, causal=True, pe=0, row_pad=8)
-    assert fwd_kernel(lib, prob) == "tensor-core"  # strided rows on 16 bytes
+    assert fwd_kernel(lib, prob) == "tensor-core, 32 rows a warp"  # strided rows on 16 bytes (more than 64 queries)
     # heads packed only decoding one query with a group, and not with ALiBi (a slope per head)
     for kw, want in ((dict(H=4, Hk=4, M=1, pe=0), "tensor-core"), (dict(H=4, Hk=2, M=2, pe=0), "tensor-core"),
                      (dict(H=4, Hk=2, M=1, pe=2), "tensor-core"), (dict(H=4, Hk=2, M=1, pe=1, R=9), "tensor-core, GQA heads packed")):
@@ -1177,8 +1182,10 @@ def test_occupancy_model_reads_the_launchers_shared_memory(lib):
             assert fwd_kernel(lib, prob) == "tensor-core" and threads == 128
             got.append(lib.wavepe_cuda_attention_fwd_smem_bytes(C.byref(prob.a)))
         assert max(got) == got[-1] == smem
-        if d == 128:  # more than 64 queries without a table: the wide instance's CTA (128 rows, 32-key blocks)
-            assert ck.CTA_SHAPE[("attn_fwd_tc_wide_kernel", "128")] == (128, wide := (128 + 2 * 32) * 136 * 2 + 32 + 128 * 16)
+        if d <= 128:  # more than 64 queries without a table: the wide instance's CTA (128 rows, blocks of 64 / 32 keys)
+            bn = 64 if d == 64 else 32
+            assert ck.CTA_SHAPE[("attn_fwd_tc_wide_kernel", f"{d}")] == (128, wide := (128 + 2 * bn) * (d + 8) * 2 + bn
+                                                                             + 128 * 16)
             for pe in (0, 2):
                 prob = Attn(lib, E.BF16, B=1, H=1, Hk=1, M=70, N=70, d=d, off=0, causal=True, pe=pe)
                 assert fwd_kernel(lib, prob) == "tensor-core, 32 rows a warp"
@@ -1234,8 +1241,8 @@ def test_tensor_core_forward_reads_shared_memory_without_bank_conflicts(lib):
     for d in (64, 128, 256):
         for pe in (0, 1, 2):
             prob = Attn(lib, E.BF16, B=1, H=1, Hk=1, M=130, N=300, d=d, off=170, causal=True, pe=pe, R=100, kpm=pe == 2)
-            # (d = 128 without a table: the wide instance, 32 rows a warp -- its K and V fragments for two m-tiles)
-            assert fwd_kernel(lib, prob) == ("tensor-core, 32 rows a warp" if d == 128 and pe != 1 else "tensor-core")
+            # (d = 64, 128 without a table: the wide instance, 32 rows a warp -- its K and V fragments for two m-tiles)
+            assert fwd_kernel(lib, prob) == ("tensor-core, 32 rows a warp" if d <= 128 and pe != 1 else "tensor-core")
             prob.forward()
             assert lib.wavepe_emu_ldmatrix_bank_conflicts() == 1, (d, pe)
             # the tensor-core dK/dV and dQ (K, V, Q, dO by ldmatrix, .trans too; with the table its window and
@@ -1322,7 +1329,7 @@ def test_tensor_core_forward_does_not_depend_on_thread_order(lib, monkeypatch, o
     kw = dict(B=1, H=2, Hk=1, M=70, N=200, d=64, off=130, causal=True, pe=pe, R=80, r_lo=0, kpm=True, window=100,
               seed=12)
     base = Attn(lib, E.F16, **kw)
-    assert fwd_kernel(lib, base) == "tensor-core"
+    assert fwd_kernel(lib, base) == ("tensor-core" if pe == 1 else "tensor-core, 32 rows a warp")
     want = base.forward()
     monkeypatch.setenv("WAVEPE_EMU_ORDER", order)
     for x, y in zip(want, Attn(lib, E.F16, **kw).forward()):

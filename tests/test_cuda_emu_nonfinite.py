@@ -153,11 +153,12 @@ def test_causal_band_garbage_reaches_only_rows_that_see_it(lib, dtype, bad, spli
 @pytest.mark.parametrize("bad", [float("nan"), float("inf")])
 @pytest.mark.parametrize("pe,splits", [(0, 1), (2, 2), (1, 1), (1, 2)])
 def test_tensor_core_forward_keeps_garbage_where_it_belongs(lib, dtype, bad, pe, splits):
-    """attn_fwd_tc_kernel (head_dim 64; with a table: its band's blocks, the rest interior): padded keys and keys after every query holding
+    """attn_fwd_tc_kernel (head_dim 64, with a table: its band's blocks, the rest interior; without one the wide
+    instance, 32 rows a warp): padded keys and keys after every query holding
     garbage change no bit of out and lse; a key in the causal band of a 64-key block (seen by the
     later rows of its warp only) leaves the rows before it as they were (up to rounding: that warp
     sums the block key by key) and the rows that see it follow the oracle."""
-    _forward_garbage(lib, dtype, bad, pe, splits, 64)
+    _forward_garbage(lib, dtype, bad, pe, splits, 64, "tensor-core" if pe == 1 else "tensor-core, 32 rows a warp")
 
 
 @pytest.mark.parametrize("dtype", [E.BF16, E.F16], ids=DTYPE_IDS.get)

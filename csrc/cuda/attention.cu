@@ -324,14 +324,15 @@ __global__ void __launch_bounds__(BM * 2) attn_fwd_kernel(AttnParams p) {
 // accumulators (128 registers a lane) leaving no room for Q's fragments (64 more): they are read from the Q tile
 // by ldmatrix at each step (QREG false), one load per 4 HMMA of Q K^T, as FlashAttention-2 does at 256.
 // MT: the m-tiles of 16 query rows a warp takes -- 1, or 2 (the wide instance, attn_fwd_tc_wide_kernel: each K
-// and V fragment ldmatrix'd once for both, half the shared-memory bytes per HMMA; head_dim 128, no table)
+// and V fragment ldmatrix'd once for both, half the shared-memory bytes per HMMA; head_dim 64 or 128, no table)
 template <class T, int D, int MT>
 struct TcFwdTiles {
     static_assert(D == 64 || D == 128 || D == 256, "the tensor-core forward's head dims");
-    static_assert(MT == 1 || (MT == 2 && D == 128), "32 rows a warp: head_dim 128");
-    // (32 rows a warp: blocks of 32 keys, S's 32 accumulators a lane beside O's 128 -- with 64, ptxas spilled)
-    static constexpr int BM = 64 * MT, BN = MT > 1 || D > 128 ? 32 : D <= 64 ? 128 : 64, HC = BN / 2,
-                         LD = D + int(16 / sizeof(T)), HLD = HC + 8;
+    static_assert(MT == 1 || (MT == 2 && D <= 128), "32 rows a warp: head_dim 64 or 128");
+    // (32 rows a warp: blocks of 32 keys at head_dim 128, S's 32 accumulators a lane beside O's 128 -- with 64,
+    // ptxas spilled; 64 at head_dim 64, S's 64 beside O's 64)
+    static constexpr int BM = 64 * MT, BN = MT > 1 ? (D <= 64 ? 64 : 32) : D <= 64 ? 128 : D <= 128 ? 64 : 32,
+                         HC = BN / 2, LD = D + int(16 / sizeof(T)), HLD = HC + 8;
     // the warp's Q fragments in registers (32 rows a warp: O's 128 and S's 64 accumulators a lane leave no room)
     static constexpr bool QREG = D <= 128 && MT == 1;
     SmemPlan plan;
@@ -676,7 +677,7 @@ __global__ void __launch_bounds__(128) attn_fwd_tc_kernel(AttnParams p) {
     attn_fwd_tc_cta<T, D, PACKED, 1>(p);
 }
 
-// 32 query rows a warp, a 128-row CTA (TcFwdWideLayout): table-free calls at head_dim 128 (wide_forward)
+// 32 query rows a warp, a 128-row CTA (TcFwdWideLayout): table-free calls at head_dim 64 and 128 (wide_forward)
 template <class T, int D>
 __global__ void __launch_bounds__(128) attn_fwd_tc_wide_kernel(AttnParams p) {
     attn_fwd_tc_cta<T, D, false, 2>(p);
@@ -837,13 +838,14 @@ bool pack_heads(const AttnParams &p) {
 }
 
 // Does the call run the wide instance (attn_fwd_tc_wide_kernel: 32 query rows a warp, a CTA of 128)?  Each K and
-// V fragment a warp reads feeds two HMMA, not one: 198 bytes of shared memory per HMMA in its main loop where the
-// 16-row warps move 326, over the 256 an H100's SM serves at the tensor rate (docs/CUDA.md, "Shared-memory
-// traffic").  At head_dim 128, where O's and S's accumulators of 32 rows fit the registers beside Q's fragments
-// read at each step; not with a table (its window for 128 rows: one CTA an SM), nor for 64 queries or fewer (a
-// 128-row CTA half empty: decoding, packed heads).
+// V fragment a warp reads feeds two HMMA, not one: in its main loop 230 bytes of shared memory per HMMA at head_dim
+// 128 (192 at 64) where the 16-row warps move 326, over the 256 an H100's SM serves at the tensor rate
+// (docs/CUDA.md, "Shared-memory traffic").  At head_dim 64 and 128, where O's and S's accumulators of 32 rows fit
+// the registers beside Q's fragments read at each step (at 256 O's alone would take them all); not with a table
+// (its window for 128 rows: one CTA an SM), nor for 64 queries or fewer (a 128-row CTA half empty: decoding,
+// packed heads).
 bool wide_forward(const AttnParams &p) {
-    return p.a.d == 128 && p.pos_enc != WAVEPE_CUDA_PE_TABLE && p.a.m > 64 && use_tc_forward(p);
+    return (p.a.d == 64 || p.a.d == 128) && p.pos_enc != WAVEPE_CUDA_PE_TABLE && p.a.m > 64 && use_tc_forward(p);
 }
 
 // The forward's band split (band_split_pays): the window leaves the tensor-core forward's CTA alone on an SM
@@ -869,7 +871,8 @@ struct FwdDims {
 FwdDims fwd_dims(const AttnParams &p) {
     if (use_tc_forward(p))
         return FwdDims{wide_forward(p) ? TcFwdWideLayout<__half, 128>::BM : TcFwdLayout<__half, 128>::BM,
-                       p.a.d == 64 ? TcFwdLayout<__half, 64>::BN
+                       wide_forward(p) ? (p.a.d == 64 ? TcFwdWideLayout<__half, 64>::BN : TcFwdWideLayout<__half, 128>::BN)
+                       : p.a.d == 64 ? TcFwdLayout<__half, 64>::BN
                                        : p.a.d == 128 ? TcFwdLayout<__half, 128>::BN : TcFwdLayout<__half, 256>::BN};
     FwdDims out{64, 64};
     dispatch_dtype(p.a.dtype, [&](auto tag) {
@@ -937,7 +940,7 @@ cudaError_t launch_fwd_tc(AttnParams p, cudaStream_t stream) {
         const int64_t rows = p.a.batch * p.a.heads * p.a.m;
         return launch(attn_combine_kernel<T>, dim3(unsigned(ceil_div(rows, 4))), dim3(128), 0, stream, p);
     }
-    if constexpr (D == 128) {
+    if constexpr (D <= 128) {
         if (wide_forward(p)) {
             using Wide = TcFwdWideLayout<T, D>;
             const int64_t ctas = plan_splits(&p, Wide::BM, Wide::BN);
@@ -1008,8 +1011,10 @@ template <class T, int DMAX>
 size_t fwd_smem(const wavepe_attention_args *a) {
     if constexpr (Traits<T>::kTensorCore) {
         const AttnParams p = attention_params(a);
-        if (use_tc_forward(p)) return wide_forward(p) ? TcFwdWideLayout<T, 128>(false).plan.total
-                                                      : tc_fwd_smem(a->d, a->table != nullptr);
+        if (use_tc_forward(p))
+            return !wide_forward(p) ? tc_fwd_smem(a->d, a->table != nullptr)
+                   : a->d == 64     ? TcFwdWideLayout<T, 64>(false).plan.total
+                                    : TcFwdWideLayout<T, 128>(false).plan.total;
     }
     // the minimum: single-buffered K/V (the launcher double-buffers when more fits)
     const FwdLayout<T, FwdCfg<T, DMAX>::BM, FwdCfg<T, DMAX>::BN> L(ceil_div(a->d, 16) * 16, a->table != nullptr,
