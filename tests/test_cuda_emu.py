@@ -897,6 +897,21 @@ def test_tensor_core_forward_matches_oracle(lib, dtype, case):
     check_attention(lib, dtype, backward=False, seed=300 + case, **kw)
 
 
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(dtype=st.sampled_from([E.BF16, E.F16]), d=st.sampled_from([64, 128]), Hk=st.integers(1, 2),
+       group=st.integers(1, 2), M=st.integers(65, 300), N=st.integers(1, 400), off=st.integers(-50, 300),
+       causal=st.booleans(), pe=st.sampled_from([0, 2]), kpm=st.booleans(), splits=st.integers(1, 3),
+       window=st.sampled_from([0, 0, 1, 40, 130]), softcap=st.sampled_from([0.0, 0.0, 2.0]), seed=st.integers(0, 2**31))
+def test_tensor_core_forward_wide_random_shapes(lib, dtype, d, Hk, group, M, N, off, causal, pe, kpm, splits, window,
+                                                softcap, seed):
+    # the wide instance (32 rows a warp) on shapes drawn at random: partial last CTAs with interior blocks, windows
+    # and offsets that leave rows without keys, padding, soft-caps, ALiBi, split-KV -- against the float64 oracle
+    kw = dict(B=1, H=Hk * group, Hk=Hk, M=M, N=N, d=d, off=off, causal=causal, pe=pe, kpm=kpm, splits=splits,
+              window=window, softcap=softcap, seed=seed)
+    assert fwd_kernel(lib, Attn(lib, dtype, **kw)) == "tensor-core, 32 rows a warp"
+    check_attention(lib, dtype, backward=False, **kw)
+
+
 # the tensor-core dK/dV (bf16/fp16, head_dim 64 / 128, no table): a CTA of 64 keys walks the query blocks
 # of each head of its group (32 rows at d = 128, 64 at 64), the masked ones first, then the interior
 # ones (every query sees every key) without masks
