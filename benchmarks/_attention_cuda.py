@@ -11,7 +11,9 @@ alternation with the references, CUDA-synchronised, medians), against SDPA's fla
   * decoding one token (GQA 32/8 heads) <= 1.5x flash at 32k and 128k keys;
   * RoPE on q and k >= 70 % of the bandwidth of a device-to-device ``copy_`` of the same bytes.
 
-Also timed: ALiBi, the wavelet bias with a 1024-token window and with soft-capping (cap 30), a learned relative
+Also timed: the nope forward on 16 query rows a warp (WAVEPE_CUDA_WIDE=0: attn_fwd_tc_kernel) against the wide
+instance plain calls run (32 rows a warp: attn_fwd_tc_wide_kernel) -- the A/B of the static model's shared-memory
+term; ALiBi, the wavelet bias with a 1024-token window and with soft-capping (cap 30), a learned relative
 table of the wavelet table's rows (pos_enc="relative", its gradient asked: the backward adds the dT pass on the
 band's diagonals, attn_bwd_dtable_tc_kernel); and at head_dim
 256 (Gemma 2's shape: 16 query / 8 key-value heads, L=4096, its soft-cap 50) flash, nope and the wavelet bias
@@ -26,6 +28,7 @@ benchmarks/results/bench_attention_cuda.json.
 from __future__ import annotations
 
 import math
+import os
 
 import torch
 import torch.nn.functional as F
@@ -87,12 +90,31 @@ def _check_fused_against_eager(cfg) -> None:
     torch.testing.assert_close(got, want, atol=3e-2, rtol=3e-2)
 
 
+def _sixteen_rows_a_warp(fn):
+    """fn called with WAVEPE_CUDA_WIDE=0: table-free calls at head_dim 64 / 128 on the 16-row instance."""
+    def run(*args):
+        old = os.environ.get("WAVEPE_CUDA_WIDE")
+        os.environ["WAVEPE_CUDA_WIDE"] = "0"
+        try:
+            return fn(*args)
+        finally:
+            if old is None:
+                del os.environ["WAVEPE_CUDA_WIDE"]
+            else:
+                os.environ["WAVEPE_CUDA_WIDE"] = old
+    return run
+
+
+NOPE_16 = "nope, 16 rows a warp"
+
+
 def _methods(cfg) -> dict:
     """The timed methods: (q, k, v) -> out."""
     return {
         "flash": _flash,
         "cudnn": _sdpa("CUDNN_ATTENTION"),
         "nope": lambda q, k, v: wo.wavelet_attention(q, k, v, pos_enc="nope"),
+        NOPE_16: _sixteen_rows_a_warp(lambda q, k, v: wo.wavelet_attention(q, k, v, pos_enc="nope")),
         "alibi": lambda q, k, v: wo.wavelet_attention(q, k, v, pos_enc="alibi"),
         "wavelet": lambda q, k, v: wo.wavelet_attention(q, k, v, cfg),
         f"wavelet window {WINDOW}": lambda q, k, v: wo.wavelet_attention(q, k, v, cfg, window=WINDOW),
@@ -129,7 +151,7 @@ def bench_lengths(lengths, cfg, quick: bool) -> list[dict]:
             return run
 
         bwd_fns = {n: fn for n, fn in fwd_fns.items()
-                   if n in ("flash", "cudnn", "nope", "wavelet", "flex + bias", "relative (learned)")}
+                   if n in ("flash", "cudnn", "nope", NOPE_16, "wavelet", "flex + bias", "relative (learned)")}
         bwd_fns = _available({n: step(fn, (rel,) if n == "relative (learned)" else ()) for n, fn in bwd_fns.items()},
                              ())
         bwd = compare(bwd_fns, repeat=3 if quick else 10, warmup=1)

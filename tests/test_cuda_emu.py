@@ -897,6 +897,16 @@ def test_tensor_core_forward_matches_oracle(lib, dtype, case):
     check_attention(lib, dtype, backward=False, seed=300 + case, **kw)
 
 
+@pytest.mark.parametrize("dtype", [E.BF16, E.F16], ids=DTYPE_IDS.get)
+@pytest.mark.parametrize("case", [c for c, kw in enumerate(TC_CASES) if kw["d"] <= 128 and kw["pe"] != 1 and kw["M"] > 64])
+def test_tensor_core_forward_16_rows_a_warp_matches_oracle(lib, monkeypatch, dtype, case):
+    # WAVEPE_CUDA_WIDE=0 (the benchmark's A/B) keeps the wide instance's calls on attn_fwd_tc_kernel's 16 rows a warp
+    monkeypatch.setenv("WAVEPE_CUDA_WIDE", "0")
+    kw = dict(TC_CASES[case])
+    assert fwd_kernel(lib, Attn(lib, dtype, seed=300 + case, **kw)) == "tensor-core"
+    check_attention(lib, dtype, backward=False, seed=300 + case, **kw)
+
+
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(dtype=st.sampled_from([E.BF16, E.F16]), d=st.sampled_from([64, 128]), Hk=st.integers(1, 2),
        group=st.integers(1, 2), M=st.integers(65, 300), N=st.integers(1, 400), off=st.integers(-50, 300),
