@@ -335,7 +335,8 @@ struct TcFwdTiles {
     // ptxas spilled; 64 at head_dim 64, S's 64 beside O's 64)
     static constexpr int BM = 64 * MT, BN = MT > 1 ? (D <= 64 ? 64 : 32) : D <= 64 ? 128 : D <= 128 ? 64 : 32,
                          HC = BN / 2, LD = D + int(16 / sizeof(T)), HLD = HC + 8;
-    // the warp's Q fragments in registers (32 rows a warp: O's 128 and S's 64 accumulators a lane leave no room)
+    // the warp's Q fragments in registers (32 rows a warp: read at each step -- at head_dim 128 O's 128 and S's 32
+    // accumulators a lane leave no room for them)
     static constexpr bool QREG = D <= 128 && MT == 1;
     SmemPlan plan;
     int q, k, v, t, h, mask, rows;
@@ -606,8 +607,6 @@ WAVEPE_DEVICE void attn_fwd_tc_cta(const AttnParams &p) {
                 }
 #pragma unroll
                 for (int mt = 0; mt < MT; ++mt) {
-                    // (soft-capped, 32 rows a warp: each m-tile's S in turn, K's fragments read for each -- tanh's
-                    // temporaries beside both S spilled on sm_100)
                     if constexpr (kind == kAlibiBias) {
                         // scores_log2's x = s scale_log2 - slope_log2 |pos_q - pos_k|, without its masks: the
                         // distance of element (nt, i) is d0 + 8 (i / 2) - 8 nt - i % 2 (frag_row, frag_col)
@@ -820,10 +819,10 @@ namespace {
 // The tensor-core forward's shared memory a CTA at head_dim d (64, 128 or 256), with a table or not.
 size_t tc_fwd_smem(int64_t d, bool table) { return tc_layout_bytes<TcFwdLayout>(d, table); }
 
-// Does the call run on the tensor-core loop (attn_fwd_tc_kernel, or its wide instance: wide_forward)?  bf16/fp16, head_dim 64, 128 or 256
-// (its unrolled tiles), q, k, v (and the table's) rows on 16 bytes (cp.async, ldmatrix), and its CTA's
-// shared memory within the device's: past the 99 KiB every GPU from sm_80 on grants (head_dim 256 with a
-// table: 122.5 KiB) the device is asked -- sm_86 / sm_89 / sm_120 run the general kernel there.
+// Does the call run on the tensor-core loop (attn_fwd_tc_kernel, or its wide instance: wide_forward)?  bf16/fp16,
+// head_dim 64, 128 or 256 (its unrolled tiles), q, k, v (and the table's) rows on 16 bytes (cp.async, ldmatrix),
+// and its CTA's shared memory within the device's: past the 99 KiB every GPU from sm_80 on grants (head_dim 256
+// with a table: 122.5 KiB) the device is asked -- sm_86 / sm_89 / sm_120 run the general kernel there.
 bool use_tc_forward(const AttnParams &p) {
     // (at head_dim 256, M, N < 2^36: the kernel counts blocks of 32 keys in 32 bits)
     if (!((p.a.dtype == WAVEPE_BF16 || p.a.dtype == WAVEPE_F16) && (p.a.d == 64 || p.a.d == 128 || p.a.d == 256) &&
@@ -841,7 +840,7 @@ bool pack_heads(const AttnParams &p) {
 
 // Does the call run the wide instance (attn_fwd_tc_wide_kernel: 32 query rows a warp, a CTA of 128)?  Each K and
 // V fragment a warp reads feeds two HMMA, not one: in its main loop 230 bytes of shared memory per HMMA at head_dim
-// 128 (192 at 64) where the 16-row warps move 326, over the 256 an H100's SM serves at the tensor rate
+// 128 (198 at 64) where the 16-row warps move 326, over the 256 an H100's SM serves at the tensor rate
 // (docs/CUDA.md, "Shared-memory traffic").  At head_dim 64 and 128, where O's and S's accumulators of 32 rows fit
 // the registers beside Q's fragments read at each step (at 256 O's alone would take them all); not with a table
 // (its window for 128 rows: one CTA an SM), nor for 64 queries or fewer (a 128-row CTA half empty: decoding,
@@ -875,11 +874,13 @@ struct FwdDims {
     int bm, bn;
 };
 FwdDims fwd_dims(const AttnParams &p) {
-    if (use_tc_forward(p))
-        return FwdDims{wide_forward(p) ? TcFwdWideLayout<__half, 128>::BM : TcFwdLayout<__half, 128>::BM,
-                       wide_forward(p) ? (p.a.d == 64 ? TcFwdWideLayout<__half, 64>::BN : TcFwdWideLayout<__half, 128>::BN)
-                       : p.a.d == 64 ? TcFwdLayout<__half, 64>::BN
+    if (use_tc_forward(p)) {
+        if (wide_forward(p))
+            return p.a.d == 64 ? FwdDims{TcFwdWideLayout<__half, 64>::BM, TcFwdWideLayout<__half, 64>::BN}
+                               : FwdDims{TcFwdWideLayout<__half, 128>::BM, TcFwdWideLayout<__half, 128>::BN};
+        return FwdDims{64, p.a.d == 64 ? TcFwdLayout<__half, 64>::BN
                                        : p.a.d == 128 ? TcFwdLayout<__half, 128>::BN : TcFwdLayout<__half, 256>::BN};
+    }
     FwdDims out{64, 64};
     dispatch_dtype(p.a.dtype, [&](auto tag) {
         using T = decltype(tag);
@@ -919,7 +920,8 @@ int64_t plan_splits(AttnParams *p, int bm, int bn) {
 
 // Launch a forward kernel of `threads` a CTA over its grid, then the combine of split-KV partials.
 template <class T, class K>
-cudaError_t launch_fwd_grid(K *kernel, const AttnParams &p, int64_t ctas, int threads, size_t smem, cudaStream_t stream) {
+cudaError_t launch_fwd_grid(K *kernel, const AttnParams &p, int64_t ctas, int threads, size_t smem,
+                            cudaStream_t stream) {
     cudaError_t err = allow_dynamic_smem(kernel, smem);
     if (err != cudaSuccess) return err;
     err = launch(kernel, dim3(unsigned(ctas)), dim3(unsigned(threads)), smem, stream, p);
