@@ -869,6 +869,11 @@ TC_CASES = [
     # 16 rows a warp without a table, 64 queries or fewer: ALiBi's and soft-capped interior blocks
     dict(B=1, H=2, Hk=1, M=64, N=320, d=64, off=256, causal=True, pe=2),
     dict(B=1, H=2, Hk=1, M=64, N=256, d=128, off=192, causal=True, pe=0, softcap=2.0),
+    # with a table and more than 64 queries (cases 11, 13, 14 too; 16 rows a warp): the band's blocks and those
+    # beyond it, soft-capped ones, both sides of the queries with GQA and split-KV
+    dict(B=1, H=2, Hk=1, M=256, N=512, d=128, off=256, causal=True, pe=1, R=150, r_lo=0),
+    dict(B=1, H=2, Hk=1, M=200, N=400, d=128, off=200, causal=True, pe=1, R=120, r_lo=0, softcap=2.0),
+    dict(B=1, H=4, Hk=2, M=150, N=300, d=64, off=0, causal=False, pe=1, R=200, r_lo=-100, splits=2),
 ]
 
 
