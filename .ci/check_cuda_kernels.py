@@ -160,7 +160,7 @@ def smem_per_hmma(r: dict) -> float | None:
     return r.get("loop_smem", 0) / r["loop_tc"] if r.get("loop_tc") else None
 
 
-def smem_bound(bytes_per_hmma: float, arch: str = "sm_90") -> float:
+def smem_bound(bytes_per_hmma: float, arch: str = MIX_ARCH) -> float:
     """The fraction of the tensor rate shared memory lets a loop moving ``bytes_per_hmma`` reach (<= 1)."""
     return min(1.0, SMEM_BYTES_A_CYCLE[arch] * HMMA_CYCLES / SCHEDULERS / bytes_per_hmma)
 

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import math
 import os
+from unittest import mock
 
 import torch
 import torch.nn.functional as F
@@ -93,15 +94,8 @@ def _check_fused_against_eager(cfg) -> None:
 def _sixteen_rows_a_warp(fn):
     """fn called with WAVEPE_CUDA_WIDE=0: table-free calls at head_dim 64 / 128 on the 16-row instance."""
     def run(*args):
-        old = os.environ.get("WAVEPE_CUDA_WIDE")
-        os.environ["WAVEPE_CUDA_WIDE"] = "0"
-        try:
+        with mock.patch.dict(os.environ, {"WAVEPE_CUDA_WIDE": "0"}):
             return fn(*args)
-        finally:
-            if old is None:
-                del os.environ["WAVEPE_CUDA_WIDE"]
-            else:
-                os.environ["WAVEPE_CUDA_WIDE"] = old
     return run
 
 
