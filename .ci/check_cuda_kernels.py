@@ -58,8 +58,8 @@ from concurrent.futures import ProcessPoolExecutor
 
 # kernels (demangled name, up to the template arguments) whose bf16/fp16 instances must use tensor cores
 TENSOR_CORE_KERNELS = ("attn_fwd_kernel", "attn_fwd_tc_kernel", "attn_fwd_tc_wide_kernel", "attn_bwd_dkdv_kernel",
-                       "attn_bwd_dkdv_tc_kernel", "attn_bwd_dq_kernel", "attn_bwd_dq_tc_kernel", "attn_bwd_dtable_kernel",
-                       "attn_bwd_dtable_tc_kernel")
+                       "attn_bwd_dkdv_tc_kernel", "attn_bwd_dq_kernel", "attn_bwd_dq_tc_kernel",
+                       "attn_bwd_dq_tc_wide_kernel", "attn_bwd_dtable_kernel", "attn_bwd_dtable_tc_kernel")
 TENSOR_CORE_TYPES = ("__nv_bfloat16", "__half")
 # sources whose kernels may not use local memory at all
 NO_LOCAL_MEMORY = ("attention.cu", "attention_bwd.cu", "relbias.cu")
@@ -80,7 +80,8 @@ TENSOR_CORE_RULES = {"sm_80": "HMMA", "sm_90": "HMMA", "sm_90a": "HGMMA", "sm_10
 MIX_ARCH = "sm_90"
 MIX_TARGET = {"attn_fwd_kernel": 4.0, "attn_fwd_tc_kernel": 4.0, "attn_fwd_tc_wide_kernel": 4.0,
               "attn_bwd_dkdv_kernel": 6.0, "attn_bwd_dkdv_tc_kernel": 6.0, "attn_bwd_dq_kernel": 6.0,
-              "attn_bwd_dq_tc_kernel": 6.0, "attn_bwd_dtable_kernel": 6.0, "attn_bwd_dtable_tc_kernel": 6.0}
+              "attn_bwd_dq_tc_kernel": 6.0, "attn_bwd_dq_tc_wide_kernel": 6.0, "attn_bwd_dtable_kernel": 6.0,
+              "attn_bwd_dtable_tc_kernel": 6.0}
 MIX_CEILING = {
     # the tensor-core forward meets its target: its ceilings are min(measured + 0.5, target)
     # (template arguments: head dim, then whether a GQA group's heads are packed as rows: decoding)
@@ -101,6 +102,10 @@ MIX_CEILING = {
     ("attn_bwd_dkdv_tc_kernel", "128, true"): 4.85, ("attn_bwd_dkdv_tc_kernel", "64, true"): 4.4,
     ("attn_bwd_dq_tc_kernel", "128, false"): 2.75, ("attn_bwd_dq_tc_kernel", "64, false"): 3.6,
     ("attn_bwd_dq_tc_kernel", "128, true"): 3.1, ("attn_bwd_dq_tc_kernel", "64, true"): 3.65,
+    # the wide dQ (32 rows a warp, no table): S's and dP's 16-column steps a loop unrolled by 2 inside the main loop,
+    # counted once -- executed 2.2 other instructions per HMMA at head dim 128 (192 HMMA a block of 32 keys), 3.4 at
+    # 64 (the same over 64 keys, the row statistics read a chunk of 32)
+    ("attn_bwd_dq_tc_wide_kernel", "128"): 3.9, ("attn_bwd_dq_tc_wide_kernel", "64"): 5.2,
     # (head dim 256: S's and dP's 16 steps a loop unrolled by 4, counted once, as the forward's at 256; executed,
     # dQ's main loop issues 2.9 other instructions per HMMA, dK/dV's 4.05 -- its CTAs recompute S and dP for each
     # of the two column slices of dK and dV)
@@ -150,6 +155,10 @@ SMEM_CEILING = {
     ("attn_bwd_dq_tc_kernel", "128, false"): 396, ("attn_bwd_dq_tc_kernel", "128, true"): 396,
     ("attn_bwd_dq_tc_kernel", "64, false"): 396, ("attn_bwd_dq_tc_kernel", "64, true"): 396,
     ("attn_bwd_dq_tc_kernel", "256, false"): 444, ("attn_bwd_dq_tc_kernel", "256, true"): 444,
+    # the wide dQ (32 rows a warp): each K and V fragment of S and dP feeds two HMMA (K 128, Q 128 an HMMA of S, V
+    # and dO the same of dP: 256), each K fragment of dQ += dS K two (128), the copies ~21: 233 (static) under the
+    # line, by a margin of 10 %
+    ("attn_bwd_dq_tc_wide_kernel", "128"): 238, ("attn_bwd_dq_tc_wide_kernel", "64"): 252,
     ("attn_bwd_dtable_tc_kernel", "128, false"): 413, ("attn_bwd_dtable_tc_kernel", "128, true"): 413,
     ("attn_bwd_dtable_tc_kernel", "64, false"): 403, ("attn_bwd_dtable_tc_kernel", "64, true"): 403,
 }
@@ -182,12 +191,13 @@ CTA_SHAPE = {  # (kernel, template arguments after the type): (threads, the most
     ("attn_bwd_dq_tc_kernel", "128, false"): (128, 70720), ("attn_bwd_dq_tc_kernel", "64, false"): (128, 56448),
     ("attn_bwd_dq_tc_kernel", "128, true"): (128, 114240), ("attn_bwd_dq_tc_kernel", "64, true"): (128, 96384),
     ("attn_bwd_dq_tc_kernel", "256, false"): (128, 102432), ("attn_bwd_dq_tc_kernel", "256, true"): (128, 160032),
+    ("attn_bwd_dq_tc_wide_kernel", "128"): (128, 107600), ("attn_bwd_dq_tc_wide_kernel", "64"): (128, 76944),
     ("attn_bwd_dkdv_tc_kernel", "256, false"): (128, 102800), ("attn_bwd_dkdv_tc_kernel", "256, true"): (128, 151376),
     ("attn_bwd_dtable_tc_kernel", "128, false"): (128, 115712), ("attn_bwd_dtable_tc_kernel", "128, true"): (128, 115712),
     ("attn_bwd_dtable_tc_kernel", "64, false"): (128, 83968), ("attn_bwd_dtable_tc_kernel", "64, true"): (128, 83968),
 }
 WARPS_TARGET = {"attn_fwd_tc_kernel": 8, "attn_fwd_tc_wide_kernel": 8, "attn_bwd_dkdv_tc_kernel": 8, "attn_bwd_dq_tc_kernel": 8,
-                "attn_bwd_dtable_tc_kernel": 8}
+                "attn_bwd_dq_tc_wide_kernel": 8, "attn_bwd_dtable_tc_kernel": 8}
 # Where a CTA_SHAPE line's figure (the most shared memory: a table's) is held to fewer warps, and why: at head dim
 # 256 the forward's table window (96 rows of 528 bytes) takes the CTA to 122.5 KiB, one an SM (4 warps); without a
 # table (67 KiB) two fit, 8 warps (tests/test_cuda_emu.py checks both figures against the launcher's) -- as do the
@@ -255,6 +265,9 @@ OTHER_LOOP_CEILING = {
     ("attn_bwd_dq_tc_kernel", "64, true"): (4.85, 7.2, 8.0, 27.5),
     ("attn_bwd_dq_tc_kernel", "256, false"): (4.8, 6.3, 41.8),
     ("attn_bwd_dq_tc_kernel", "256, true"): (4.35, 5.2, 6.2, 19.1),
+    # the wide dQ (never ALiBi): the soft-capped interior blocks, the masked ones (each m-tile in turn: the code
+    # twice, counted statically)
+    ("attn_bwd_dq_tc_wide_kernel", "128"): (8.3, 24.0), ("attn_bwd_dq_tc_wide_kernel", "64"): (11.6, 43.5),
     # attn_bwd_dtable_tc_kernel: the masked tiles of a diagonal (its first and last, the causal diagonal's, the
     # window's and documents' edges, padding), through scores_log2_impl and dscores_of; at 128 each warp also
     # zeroes its rows of H a tile (H in dO's place: 2 CTAs an SM), +0.5

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import ctypes as C
 import os
+from unittest import mock
 
 import numpy as np
 import pytest
@@ -955,7 +956,23 @@ TC_BWD_CASES = [
     dict(B=1, H=2, Hk=1, M=256, N=320, d=128, off=0, causal=False, pe=1, R=50, r_lo=-150),
     # one tile diagonal: the dT kernel's CTAs take a head each (groups of heads, their slots folded in order)
     dict(B=1, H=4, Hk=2, M=40, N=40, d=64, off=0, causal=True, pe=1, R=30, r_lo=0),
+    # the wide dQ (attn_bwd_dq_tc_wide_kernel, 32 rows a warp: no table nor ALiBi, more than 64 queries; cases 0, 1,
+    # 4, 6, 8, 9 and 10 too): interior blocks in a last CTA of 12 rows (its warps 1-3 and warp 0's second m-tile
+    # without rows), GQA with padding and a soft-cap, a window at head_dim 64
+    dict(B=1, H=2, Hk=1, M=140, N=400, d=128, off=260, causal=True, pe=0),
+    dict(B=1, H=4, Hk=2, M=200, N=330, d=128, off=130, causal=True, pe=0, softcap=2.0, kpm=True),
+    dict(B=1, H=2, Hk=1, M=256, N=512, d=64, off=256, causal=True, pe=0, window=90),
 ]
+
+
+def wide_dq(kw, h100=True):
+    """Does the backward of these arguments run the wide dQ (wide_dq in attention_bwd.cu)?  At head_dim 128 only
+    where two of its CTAs share an SM: an H100's (H100_SM), not the emulator's default A100's."""
+    return kw["d"] in (64, 128) and kw["pe"] == 0 and kw["M"] > 64 and (kw["d"] == 64 or h100)
+
+
+def bwd_kernel_of(kw, h100=True):
+    return "tensor-core, dQ 32 rows a warp" if wide_dq(kw, h100) else "tensor-core"
 
 
 def bwd_kernel(lib, prob):
@@ -971,11 +988,13 @@ def dtable_kernel(lib, prob):
 
 @pytest.mark.parametrize("dtype", [E.BF16, E.F16], ids=DTYPE_IDS.get)
 @pytest.mark.parametrize("case", range(len(TC_BWD_CASES)))
-def test_tensor_core_backward_matches_oracle(lib, dtype, case):
+def test_tensor_core_backward_matches_oracle(lib, monkeypatch, dtype, case):
+    for k, v in H100_SM.items():  # (the wide dQ at head_dim 128 too)
+        monkeypatch.setenv(k, v)
     kw = dict(TC_BWD_CASES[case])
     grad_lse = kw.pop("grad_lse", False)
     prob = Attn(lib, dtype, seed=500 + case, **kw)
-    assert bwd_kernel(lib, prob) == "tensor-core"
+    assert bwd_kernel(lib, prob) == bwd_kernel_of(kw)
     prob = check_attention(lib, dtype, seed=500 + case, grad_lse=grad_lse, **kw)
     # check_attention's element bounds grow with sqrt(terms) x the largest value: at these sizes they would
     # let a 1 % error in the scale through.  Norm-wise, rounding P and dS to the input type (the only
@@ -995,6 +1014,51 @@ def test_tensor_core_backward_matches_oracle(lib, dtype, case):
         got, want = prob.grads["dslopes"], prob.want["dslopes"]
         rel = np.abs(got - want).max() / np.abs(want).max()
         assert rel <= 2.5 * UNIT[dtype], f"dslopes: error {rel / UNIT[dtype]:.2f} units of the largest"
+
+
+@pytest.mark.parametrize("dtype", [E.BF16, E.F16], ids=DTYPE_IDS.get)
+@pytest.mark.parametrize("case", [c for c, kw in enumerate(TC_BWD_CASES) if wide_dq(kw)])
+def test_tensor_core_dq_16_rows_a_warp_matches_oracle(lib, monkeypatch, dtype, case):
+    # WAVEPE_CUDA_WIDE=0 (the benchmark's A/B) keeps the wide dQ's calls on attn_bwd_dq_tc_kernel's 16 rows a warp
+    monkeypatch.setenv("WAVEPE_CUDA_WIDE", "0")
+    kw = dict(TC_BWD_CASES[case])
+    grad_lse = kw.pop("grad_lse", False)
+    assert bwd_kernel(lib, Attn(lib, dtype, seed=500 + case, **kw)) == "tensor-core"
+    check_attention(lib, dtype, seed=500 + case, grad_lse=grad_lse, **kw)
+
+
+def test_wide_dq_at_head_dim_128_only_where_two_ctas_share_an_sm(lib, monkeypatch):
+    # 107,600 bytes a CTA at head_dim 128: an A100's SM (164 KiB, the emulator's default) holds one -- 4 warps, which
+    # would lose to the 16-row instance's 8 --, an H100's two; at head_dim 64 (76,944) both hold two
+    kw = dict(B=1, H=2, Hk=1, M=130, N=130, off=0, causal=True, pe=0)
+    for d, want in ((128, "tensor-core"), (64, "tensor-core, dQ 32 rows a warp")):
+        prob = Attn(lib, E.BF16, d=d, **kw)
+        assert bwd_kernel(lib, prob) == want, d
+        assert lib.wavepe_cuda_attention_bwd_smem_bytes(C.byref(prob.a)) == (71312 if d == 128 else 76944)
+    for k, v in H100_SM.items():
+        monkeypatch.setenv(k, v)
+    prob = Attn(lib, E.BF16, d=128, **kw)
+    assert bwd_kernel(lib, prob) == "tensor-core, dQ 32 rows a warp"
+    assert lib.wavepe_cuda_attention_bwd_smem_bytes(C.byref(prob.a)) == 107600
+    # neither with ALiBi (its loop spilled at head_dim 128), nor for 64 queries or fewer
+    for change in (dict(pe=2), dict(M=64, off=66)):
+        assert bwd_kernel(lib, Attn(lib, E.BF16, d=128, **dict(kw, **change))) == "tensor-core", change
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(dtype=st.sampled_from([E.BF16, E.F16]), d=st.sampled_from([64, 128]), Hk=st.integers(1, 2),
+       group=st.integers(1, 2), M=st.integers(65, 270), N=st.integers(1, 300), off=st.integers(-50, 200),
+       causal=st.booleans(), kpm=st.booleans(), window=st.sampled_from([0, 0, 1, 40, 130]),
+       softcap=st.sampled_from([0.0, 0.0, 2.0]), grad_lse=st.booleans(), seed=st.integers(0, 2**31))
+def test_tensor_core_dq_wide_random_shapes(lib, dtype, d, Hk, group, M, N, off, causal, kpm, window, softcap,
+                                           grad_lse, seed):
+    # the wide dQ (32 rows a warp) on shapes drawn at random: partial last CTAs, rows without keys, padding,
+    # windows, soft-caps, GQA -- against the float64 oracle
+    kw = dict(B=1, H=Hk * group, Hk=Hk, M=M, N=N, d=d, off=off, causal=causal, pe=0, kpm=kpm, window=window,
+              softcap=softcap, seed=seed)
+    with mock.patch.dict(os.environ, H100_SM):
+        assert bwd_kernel(lib, Attn(lib, dtype, **kw)) == "tensor-core, dQ 32 rows a warp"
+        check_attention(lib, dtype, grad_lse=grad_lse, **kw)
 
 
 # head_dim 256: the tensor-core dQ (blocks of 16 keys, S's and dP's steps unrolled by 4) and dK/dV (query blocks of
@@ -1239,8 +1303,8 @@ def test_occupancy_model_reads_the_launchers_shared_memory(lib):
         for pes, table in (((0, 2), "false"), ((1,), "true")):
             (t_kv, kv), (t_q, q) = (ck.CTA_SHAPE[(k, f"{d}, {table}")]
                                     for k in ("attn_bwd_dkdv_tc_kernel", "attn_bwd_dq_tc_kernel"))
-            for pe in pes:
-                prob = Attn(lib, E.F16, B=1, H=1, Hk=1, M=70, N=70, d=d, off=0, causal=True, pe=pe, R=9)
+            for pe in pes:  # (64 queries: the 16-row dQ)
+                prob = Attn(lib, E.F16, B=1, H=1, Hk=1, M=64, N=70, d=d, off=0, causal=True, pe=pe, R=9)
                 assert bwd_kernel(lib, prob) == "tensor-core" and t_kv == t_q == 128
                 assert lib.wavepe_cuda_attention_bwd_smem_bytes(C.byref(prob.a)) == max(kv, q)
             # the dQ layout: Q and dO of 64 rows, two buffers of K and V of 32 keys (64 at d = 64), rows of d + 8
@@ -1251,6 +1315,16 @@ def test_occupancy_model_reads_the_launchers_shared_memory(lib):
             assert q == (2 * 64 + 4 * bn) * (d + 8) * 2 + 2 * bn + 64 * 16 + extra
             # two CTAs on an H100 / H200 (228 KiB an SM, 1 KiB reserved a CTA)
             assert 2 * (max(kv, q) + 1024) <= 228 * 1024
+            if table == "false":
+                # the wide dQ (more than 64 queries; at head_dim 128 on an H100): Q and dO of 128 rows, the same K
+                # and V buffers, key masks; 128 row ranges, K's and V's first rows, each row's lse and D
+                threads, wq = ck.CTA_SHAPE[("attn_bwd_dq_tc_wide_kernel", f"{d}")]
+                assert threads == 128 and wq == (2 * 128 + 4 * bn) * (d + 8) * 2 + 2 * bn + 128 * 16 + 16 + 128 * 8
+                with mock.patch.dict(os.environ, H100_SM):
+                    prob = Attn(lib, E.F16, B=1, H=1, Hk=1, M=70, N=70, d=d, off=0, causal=True, pe=0)
+                    assert bwd_kernel(lib, prob) == "tensor-core, dQ 32 rows a warp"
+                    assert lib.wavepe_cuda_attention_bwd_smem_bytes(C.byref(prob.a)) == max(kv, wq)
+                assert 2 * (wq + 1024) <= 228 * 1024 and ck.occupancy(255, 128, wq, "sm_90") == (2, 8)
         # a learned table's dT (attn_bwd_dtable_tc_kernel): Q, dO, K, V of 64 rows and the window's 128 (rows of
         # d + 8 elements; the key mask in the window's last row), each warp's skewed bias (16 x 40 floats), H (64 x
         # 136 elements: in dO's place at 128, rows alike), 64 row ranges: two CTAs an SM at both head dims
@@ -1277,9 +1351,11 @@ def test_tensor_core_forward_reads_shared_memory_without_bank_conflicts(lib):
             assert lib.wavepe_emu_ldmatrix_bank_conflicts() == 1, (d, pe)
             # the tensor-core dK/dV and dQ (K, V, Q, dO by ldmatrix, .trans too; with the table its window and
             # the dQ's skewed dS), masked, band and interior blocks; with the table its learned gradient's dT
-            # kernel too (at d = 64, 128: H^T by ldmatrix.trans)
-            assert bwd_kernel(lib, prob) == "tensor-core"
-            prob.backward(pe == 1)
+            # kernel too (at d = 64, 128: H^T by ldmatrix.trans); without a table nor ALiBi the wide dQ (on an
+            # H100's SM at d = 128)
+            with mock.patch.dict(os.environ, H100_SM):
+                assert bwd_kernel(lib, prob) == bwd_kernel_of(dict(d=d, pe=pe, M=130))
+                prob.backward(pe == 1)
             assert lib.wavepe_emu_ldmatrix_bank_conflicts() == 1, (d, pe, "backward")
     # (unpadded rows, LD = d, give 8 at d = 64 and 128: every row of a matrix in the same 4 banks)
 
@@ -1307,7 +1383,7 @@ def test_tensor_core_backward_random_shapes(lib, dtype, Hk, group, M, N, d, off,
                                             window, softcap, grad_lse, seed):
     kw = dict(B=1, H=Hk * group, Hk=Hk, M=M, N=N, d=d, off=off, causal=causal, pe=pe, R=R, r_lo=r_lo, clamp=clamp,
               kpm=kpm, window=window, softcap=softcap, seed=seed)
-    assert bwd_kernel(lib, Attn(lib, dtype, **kw)) == "tensor-core"
+    assert bwd_kernel(lib, Attn(lib, dtype, **kw)) == bwd_kernel_of(kw, h100=False)
     check_attention(lib, dtype, grad_lse=grad_lse, **kw)
 
 
@@ -1378,6 +1454,26 @@ def test_tensor_core_forward_wide_does_not_depend_on_thread_order(lib, monkeypat
     monkeypatch.setenv("WAVEPE_EMU_ORDER", order)
     for x, y in zip(want, Attn(lib, E.BF16, **kw).forward()):
         np.testing.assert_array_equal(x, y)
+
+
+@pytest.mark.parametrize("order", ["serial", "random"])
+@pytest.mark.parametrize("extra", [dict(softcap=2.0), dict(kpm=True, window=100)])
+def test_tensor_core_dq_wide_does_not_depend_on_thread_order(lib, monkeypatch, order, extra):
+    # the wide dQ (32 rows a warp, an H100's SM): the row statistics and K's and V's first rows staged by some
+    # threads for all, the blocks' two buffers refilled a block ahead, its masked blocks an m-tile at a time
+    for k, v in H100_SM.items():
+        monkeypatch.setenv(k, v)
+    kw = dict(B=1, H=2, Hk=1, M=150, N=300, d=128, off=150, causal=True, pe=0, seed=16, **extra)
+    base = Attn(lib, E.BF16, **kw)
+    assert bwd_kernel(lib, base) == "tensor-core, dQ 32 rows a warp"
+    base.forward()
+    want = base.backward(False)
+    monkeypatch.setenv("WAVEPE_EMU_ORDER", order)
+    other = Attn(lib, E.BF16, **kw)
+    other.forward()
+    got = other.backward(False)
+    for name in want:
+        np.testing.assert_array_equal(want[name], got[name], err_msg=name)
 
 
 @pytest.mark.parametrize("order", ["serial", "random"])

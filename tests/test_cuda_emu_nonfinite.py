@@ -258,7 +258,7 @@ def _forward_garbage(lib, dtype, bad, pe, splits, d, kernel="tensor-core"):
 def test_tensor_core_dkdv_keeps_masked_garbage_out(lib, dtype, pe, bad):
     """attn_bwd_dkdv_tc_kernel (head_dim 64, masked and interior query blocks): padded keys and keys after
     every query holding garbage change no bit of any output or gradient, and their dk, dv are 0."""
-    from .test_cuda_emu import bwd_kernel
+    from .test_cuda_emu import bwd_kernel, bwd_kernel_of
 
     b, m, n, d = 1, 100, 260, 64  # queries at 160..259: key blocks 0-1 interior for every query block
     kpm = np.zeros((b, n), bool)
@@ -266,7 +266,7 @@ def test_tensor_core_dkdv_keeps_masked_garbage_out(lib, dtype, pe, bad):
     garbage = kpm.copy()
     garbage[:, 250:] = True
     kw = dict(B=b, H=2, Hk=1, M=m, N=n, d=d, off=n - m - 10, causal=True, pe=pe, kpm=kpm, seed=17, R=90)
-    assert bwd_kernel(lib, Attn(lib, dtype, **kw)) == "tensor-core"
+    assert bwd_kernel(lib, Attn(lib, dtype, **kw)) == bwd_kernel_of(kw, h100=False)  # (pe 0: the wide dQ)
     _assert_garbage_never_reached(lib, dtype, garbage, bad, "masked keys", **kw)
 
 
@@ -277,6 +277,18 @@ def test_tensor_core_dq_keeps_band_garbage_to_rows_that_see_it(lib, dtype, bad, 
     holding inf/NaN leaves dq of the rows before it as it was (up to rounding: that warp sums the block key
     by key); the rows that see it are non-finite."""
     _dq_band_garbage(lib, dtype, bad, pe, 64, "tensor-core")
+
+
+@pytest.mark.parametrize("dtype", [E.BF16, E.F16], ids=DTYPE_IDS.get)
+@pytest.mark.parametrize("bad,d", [(float("nan"), 128), (float("inf"), 64)])
+def test_tensor_core_dq_wide_keeps_band_garbage_to_rows_that_see_it(lib, monkeypatch, dtype, bad, d):
+    """The same for the wide dQ (no table nor ALiBi: 32 rows a warp, its masked blocks an m-tile at a time; key 110
+    in warp 0's second m-tile, an H100's SM for head_dim 128)."""
+    from .test_cuda_emu import H100_SM
+
+    for k, v in H100_SM.items():
+        monkeypatch.setenv(k, v)
+    _dq_band_garbage(lib, dtype, bad, 0, d, "tensor-core, dQ 32 rows a warp")
 
 
 @pytest.mark.parametrize("dtype", [E.BF16, E.F16], ids=DTYPE_IDS.get)

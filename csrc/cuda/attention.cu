@@ -23,8 +23,6 @@
 // ranges; each CTA writes its partial (O normalised, lse) to a workspace, and
 // a combine kernel merges the splits in order, so the result does not depend
 // on scheduling.
-#include <cstdlib>
-#include <cstring>
 #include <type_traits>
 
 #include "attention_tile.cuh"
@@ -845,12 +843,10 @@ bool pack_heads(const AttnParams &p) {
 // the registers beside Q's fragments read at each step (at 256 O's alone would take them all); not with a table
 // (its window for 128 rows: one CTA an SM), nor for 64 queries or fewer (a 128-row CTA half empty: decoding,
 // packed heads).
-// WAVEPE_CUDA_WIDE=0 in the environment (read at each call) keeps such calls on the 16-row instance: the A/B that
-// bench_attention.py --device cuda times, and the emulator tests' way to that instance's table-free paths.
+// WAVEPE_CUDA_WIDE=0 keeps such calls on the 16-row instance (wide_rows_allowed).
 bool wide_forward(const AttnParams &p) {
-    const char *env = std::getenv("WAVEPE_CUDA_WIDE");
-    return (p.a.d == 64 || p.a.d == 128) && p.pos_enc != WAVEPE_CUDA_PE_TABLE && p.a.m > 64 &&
-           !(env != nullptr && std::strcmp(env, "0") == 0) && use_tc_forward(p);
+    return (p.a.d == 64 || p.a.d == 128) && p.pos_enc != WAVEPE_CUDA_PE_TABLE && p.a.m > 64 && wide_rows_allowed() &&
+           use_tc_forward(p);
 }
 
 // The forward's band split (band_split_pays): the window leaves the tensor-core forward's CTA alone on an SM

@@ -136,18 +136,21 @@ WAVEPE_DEVICE void warp_dscores(acc_t<T> (&ds)[B / 8][4], const AttnParams &p, c
     dscores_of<CAP>(ds, dp, p, lse2, dl);
 }
 
+// lse (log2 domain) and D of query row m of (batch, head) bh.
+template <class A>
+WAVEPE_DEVICE void row_stat(A &lse2, A &dl, const AttnParams &p, int64_t bh, int64_t m) {
+    const bool ok = m < p.a.m;
+    const A l = ok ? static_cast<const A *>(p.a.lse)[bh * p.a.m + m] : neg_inf<A>();
+    // -inf: the row saw no key; +inf: a zero-weight row (mark_neg_inf): both contribute nothing
+    lse2 = l == neg_inf<A>() || l == -neg_inf<A>() ? neg_inf<A>() : l * A(kLog2e);
+    dl = ok ? static_cast<const A *>(p.delta)[bh * p.a.m + m] : A(0);
+}
+
 // Per-lane lse (log2 domain) and D of the lane's two rows.
 template <class A>
 WAVEPE_DEVICE void row_stats(A (&lse2)[2], A (&dl)[2], const AttnParams &p, int64_t bh, int64_t wm0) {
 #pragma unroll
-    for (int ri = 0; ri < 2; ++ri) {
-        const int64_t m = wm0 + frag_row(2 * ri);
-        const bool ok = m < p.a.m;
-        const A l = ok ? static_cast<const A *>(p.a.lse)[bh * p.a.m + m] : neg_inf<A>();
-        // -inf: the row saw no key; +inf: a zero-weight row (mark_neg_inf): both contribute nothing
-        lse2[ri] = l == neg_inf<A>() || l == -neg_inf<A>() ? neg_inf<A>() : l * A(kLog2e);
-        dl[ri] = ok ? static_cast<const A *>(p.delta)[bh * p.a.m + m] : A(0);
-    }
+    for (int ri = 0; ri < 2; ++ri) row_stat(lse2[ri], dl[ri], p, bh, wm0 + frag_row(2 * ri));
 }
 
 // The dK/dV kernel's elementwise step for a warp's 16 keys (rows rk) against the block's B query
@@ -958,14 +961,18 @@ __global__ void __launch_bounds__(B * 2, 1) attn_bwd_dq_kernel(AttnParams p) {
 // kernel of its own) the band's interior blocks come first, and they and the masked blocks meeting the
 // table add the bias (window_bias, the forward's) and dQ += H T_win, H = dS skewed into window columns in
 // the warp's scratch (warp_hb); the window has one buffer, refilled after a second barrier.
-constexpr int kTcDqRows = 64;  // query rows of a tensor-core dQ CTA
+constexpr int kTcDqRows = 64;  // query rows of a tensor-core dQ CTA (16 a warp; the wide instance's: 2x)
 // Head dim 256: blocks of 16 keys (dQ's accumulators take 128 registers a lane; Q and dO 66 KiB of shared
 // memory, so that with two buffers of K and V of 16 keys the CTA stays within the 113 KiB that lets two share
 // an H100's SM), taken in one chunk.
-template <class T, int D>
-struct TcDqLayout {
+// MT: the m-tiles of 16 query rows a warp takes -- 1, or 2 (the wide instance, attn_bwd_dq_tc_wide_kernel: each
+// K and V fragment of S, dP and dQ ldmatrix'd once for both, ~0.6x the shared-memory bytes per HMMA; head_dim 64
+// or 128, no table; the same blocks of keys, taken whole: S's and dP's 64 accumulators beside dQ's 128 at 128)
+template <class T, int D, int MT>
+struct TcDqTiles {
     static_assert(D == 64 || D == 128 || D == 256, "the tensor-core dQ's head dims");
-    static constexpr int BM = kTcDqRows, BN = D <= 64 ? 64 : D <= 128 ? 32 : 16, LD = D + int(16 / sizeof(T)),
+    static_assert(MT == 1 || (MT == 2 && D <= 128), "32 rows a warp: head_dim 64 or 128");
+    static constexpr int BM = kTcDqRows * MT, BN = D <= 64 ? 64 : D <= 128 ? 32 : 16, LD = D + int(16 / sizeof(T)),
                          KC = D <= 128 ? 32 : 16;
     // with a table: each warp's skewed bias of KC keys (16 rows of HLD floats: HLD = 8 mod 32, the float2
     // reads of a half-warp hit 32 banks) and its H = dS skewed into window columns (16 rows of HLDT elements,
@@ -973,19 +980,27 @@ struct TcDqLayout {
     static constexpr int HLD = 40, HLDT = BN + 16 + 8;
     static_assert(HLD >= KC && HLD % 32 == 8 && (HLDT * sizeof(T) / 16) % 2 == 1, "conflict-free scratch rows");
     SmemPlan plan;
-    int q, go, k, v, mask, rows, t, hb, h;
-    __host__ __device__ explicit TcDqLayout(bool table) {
+    int q, go, k, v, mask, rows, kv, stats, t, hb, h;
+    __host__ __device__ explicit TcDqTiles(bool table) {
         q = plan.add(sizeof(T) * BM * LD);
         go = plan.add(sizeof(T) * BM * LD);
         k = plan.add(2 * sizeof(T) * BN * LD);  // two buffers of each
         v = plan.add(2 * sizeof(T) * BN * LD);
         mask = plan.add(2 * BN);
         rows = plan.add(2 * BM * sizeof(int64_t));  // each query row's keys [lo, hi)
+        // 32 rows a warp (fewer registers held through the loops): K's and V's first rows of the (batch, kv head),
+        // and each query row's lse (log2 domain) and D, read at each block
+        kv = plan.add(MT > 1 ? 2 * sizeof(const T *) : 0);
+        stats = plan.add(MT > 1 ? BM * sizeof(float2) : 0);
         t = plan.add(table ? sizeof(T) * (BM + BN) * LD : 0);  // the window: one buffer
         hb = plan.add(table ? sizeof(float) * (BM / 16) * 16 * HLD : 0);
         h = plan.add(table ? sizeof(T) * (BM / 16) * 16 * HLDT : 0);
     }
 };
+template <class T, int D>
+using TcDqLayout = TcDqTiles<T, D, 1>;
+template <class T, int D>
+using TcDqWideLayout = TcDqTiles<T, D, 2>;
 
 // acc[dt] (16 x 8) += H (16 x 16 KT16, T, by ldmatrix from the warp's rows hrow = its lane's address: row
 // l % 16, column 8 (l / 16)) . B (16 KT16 x 8 DT, rows LD apart, ldmatrix.trans).
@@ -1007,13 +1022,17 @@ WAVEPE_DEVICE void warp_hb(float (&acc)[DT][4], const T *hrow, const T *b_tile) 
     }
 }
 
-template <class T, int D, bool TABLE>
-__global__ void __launch_bounds__(128, 2) attn_bwd_dq_tc_kernel(AttnParams p) {
-    using Lay = TcDqLayout<T, D>;
+template <class T, int D, bool TABLE, int MT>
+WAVEPE_DEVICE void attn_bwd_dq_tc_cta(const AttnParams &p) {
+    using Lay = TcDqTiles<T, D, MT>;
     constexpr int BM = Lay::BM, BN = Lay::BN, LD = Lay::LD, KC = Lay::KC, NT = KC / 8, DT = D / 8, KS = D / 16;
-    constexpr int HLD = Lay::HLD, HLDT = Lay::HLDT;
+    constexpr int HLD = Lay::HLD, HLDT = Lay::HLDT, WR = 16 * MT;  // WR: the warp's rows
     static_assert(Traits<T>::kTensorCore && BN % KC == 0 && BN <= 2 * KC, "the tensor-core dQ takes bf16/fp16, "
                   "one or two whole chunks");
+    static_assert(MT == 1 || !TABLE, "32 rows a warp: no table");  // (nor ALiBi, its d loss / d slope: wide_dq)
+    // 32 rows a warp: S's and dP's 16-column steps unrolled by 2 (fully, ptxas hoisted their fragments' loads and
+    // spilled: 4 bytes at head_dim 64, more at 128)
+    constexpr int QK_UNROLL = 2;
     WAVEPE_SHARED_BASE(smem);
     constexpr bool has_table = TABLE;  // (a kernel of its own: the others keep their registers)
     // the band split (head_dim 256): 1, the table-free instance over the interior blocks beyond the band; 2, the
@@ -1030,17 +1049,25 @@ __global__ void __launch_bounds__(128, 2) attn_bwd_dq_tc_kernel(AttnParams p) {
     const int warp = threadIdx.x / 32, lane = threadIdx.x & 31;
     float *const hw = reinterpret_cast<float *>(smem + L.plan.off[L.hb]) + warp * 16 * Lay::HLD;
     T *const Hw = reinterpret_cast<T *>(smem + L.plan.off[L.h]) + warp * 16 * Lay::HLDT;
-    const int64_t *const wlo = rlo + 16 * warp, *const whi = rhi + 16 * warp;  // this warp's rows
+    const int64_t *const wlo = rlo + WR * warp, *const whi = rhi + WR * warp;  // this warp's rows (m-tile 0's)
 
-    const int64_t mblocks = ceil_div(p.a.m, BM);
-    const int64_t mb = mblocks - 1 - blockIdx.x % mblocks, bh = blockIdx.x / mblocks;
+    // (32 rows a warp: 32 bits, fewer registers held to the end -- M < 2^35, blocks of 128 rows; a grid's x < 2^31)
+    using Idx = std::conditional_t<MT == 1, int64_t, int>;
+    const Idx mblocks = Idx(ceil_div(p.a.m, BM)), cta = Idx(blockIdx.x);
+    const Idx mb = mblocks - 1 - cta % mblocks, bh = cta / mblocks;
     const int64_t b = bh / p.a.heads, h = bh % p.a.heads, hk = h / p.group;
-    const int64_t m0 = mb * BM, wm0 = m0 + 16 * warp;
+    const int64_t m0 = int64_t(mb) * BM, wm0 = m0 + WR * warp;
     const T *qg = static_cast<const T *>(p.a.q) + b * p.a.q_strides[0] + h * p.a.q_strides[1];
     const T *gog = static_cast<const T *>(p.a.dout) + b * p.a.dout_strides[0] + h * p.a.dout_strides[1];
     const T *kg = static_cast<const T *>(p.a.k) + b * p.a.k_strides[0] + hk * p.a.k_strides[1];
     const T *vg = static_cast<const T *>(p.a.v) + b * p.a.v_strides[0] + hk * p.a.v_strides[1];
     const int64_t kstride = p.a.k_strides[2], vstride = p.a.v_strides[2];
+    const T **const kv_rows = reinterpret_cast<const T **>(smem + L.plan.off[L.kv]);
+    float2 *const stats = reinterpret_cast<float2 *>(smem + L.plan.off[L.stats]);
+    if constexpr (MT > 1) {  // (visible after the first barrier)
+        if (threadIdx.x == 0) kv_rows[0] = kg, kv_rows[1] = vg;
+        for (int r = threadIdx.x; r < BM; r += blockDim.x) row_stat(stats[r].x, stats[r].y, p, bh, m0 + r);
+    }
     load_row_keys(rlo, rhi, BM, p, b, m0);
     load_tile_async(Qs, LD, BM, D, D, [&](int r) -> const T * {
         return m0 + r < p.a.m ? qg + (m0 + r) * p.a.q_strides[2] : nullptr;
@@ -1102,8 +1129,9 @@ __global__ void __launch_bounds__(128, 2) attn_bwd_dq_tc_kernel(AttnParams p) {
         const int buf = int(t & 1);
         T *const Kb = K0 + buf * BN * LD, *const Vb = V0 + buf * BN * LD;
         if (INTERIOR || t >= n_masked) {
-            load_rows_async<T, BN, D, LD, 128>(Kb, kg + n0 * kstride, kstride);
-            load_rows_async<T, BN, D, LD, 128>(Vb, vg + n0 * vstride, vstride);
+            const T *const kb = MT > 1 ? kv_rows[0] : kg, *const vb = MT > 1 ? kv_rows[1] : vg;
+            load_rows_async<T, BN, D, LD, 128>(Kb, kb + n0 * kstride, kstride);
+            load_rows_async<T, BN, D, LD, 128>(Vb, vb + n0 * vstride, vstride);
         } else {
             // keys no row of the CTA sees are zero rows (0 * garbage never reaches dQ)
             load_tile_async(Kb, LD, BN, D, D, [&](int r) -> const T * {
@@ -1118,16 +1146,25 @@ __global__ void __launch_bounds__(128, 2) attn_bwd_dq_tc_kernel(AttnParams p) {
     using Interior = std::true_type;
     using AnyBlock = std::false_type;
 
+    // the lane's rows' lse and D (32 rows a warp: read from `stats` at each block instead -- held through the
+    // loops, 8 registers, ptxas spilled at head_dim 128)
     float lse2[2], dl[2];
-    row_stats(lse2, dl, p, bh, wm0);
+    if constexpr (MT == 1) row_stats(lse2, dl, p, bh, wm0);
+    // m-tile mt's: rows g and g + 8 of the lane
+    auto staged_stats = [&](float (&l2)[2], float (&d2)[2], int mt) {
+        const float2 *const st = stats + WR * warp + 16 * mt + (lane >> 2);
+        l2[0] = st[0].x, d2[0] = st[0].y, l2[1] = st[8].x, d2[1] = st[8].y;
+    };
     const float scale_log2 = float(p.a.scale) * float(kLog2e), slope = head_slope<T>(p, h);
     const float slope_log2 = slope * float(kLog2e);
     const bool warp_rows = wm0 < p.a.m;
-    float dq[DT][4];
-    zero_frags(dq);
+    float dq[MT][DT][4];
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt) zero_frags(dq[mt]);
     float slope_acc = 0.f;  // this lane's share of d loss / d slope_h
-    // the lanes' ldmatrix addresses: A = the warp's 16 rows of Q / dO, B = 16 key rows at a time
-    const int arow = (16 * warp + (lane & 15)) * LD + 8 * (lane >> 4);
+    // the lanes' ldmatrix addresses: A = the warp's first 16 rows of Q / dO (m-tile mt: 16 mt rows further), B = 16
+    // key rows at a time
+    const int arow = (WR * warp + (lane & 15)) * LD + 8 * (lane >> 4);
     const int brow = ((lane & 7) + 8 * (lane >> 4)) * LD + 8 * ((lane >> 3) & 1);
     const int64_t j_first = total > 0 ? block_of(0) : -1;
     stage(AnyBlock{}, 0, j_first);
@@ -1159,7 +1196,7 @@ __global__ void __launch_bounds__(128, 2) attn_bwd_dq_tc_kernel(AttnParams p) {
         const int buf = int(t & 1);
         const T *const Kb = K0 + buf * BN * LD, *const Vb = V0 + buf * BN * LD;
         // warp-uniform: does some row of the warp see a key of the block?
-        const bool active = kind != kMasked || (warp_rows && n0 < whi[15] && n0 + BN > wlo[0]);
+        const bool active = kind != kMasked || (warp_rows && n0 < whi[WR - 1] && n0 + BN > wlo[0]);
         // the table's bias of the warp's rows: G = Q_w T_win^T skewed (window_bias, the forward's), H = dS
         // skewed into window columns, dQ += H T_win
         const bool wbias = BIAS != 0 && bias && active && warp_bias(n0);
@@ -1168,9 +1205,90 @@ __global__ void __launch_bounds__(128, 2) attn_bwd_dq_tc_kernel(AttnParams p) {
                 zero16(reinterpret_cast<unsigned char *>(Hw) + 16 * e);
             __syncwarp();
         }
-        auto chunk = [&](auto c0_tag) {  // KC keys at a time (registers: S and dP of 16 x KC)
+        // an interior chunk's dS = P (dP - D) of an m-tile (rows 16 mt ..) in place of its S: keys c0 .. of the block
+        auto interior_dscores = [&](float (&sm)[NT][4], const float (&dpm)[NT][4], const float (&l2)[2],
+                                    const float (&d2)[2], int mt, int c0) {
+            // the distance pos_q - n of the lane's element (0, 0): row g, column 2 t
+            const float d0 = float(p.a.q_offset + wm0 + 16 * mt - n0 - c0 + (lane >> 2) - 2 * (lane & 3));
+#pragma unroll
+            for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+                for (int e = 0; e < 4; ++e) {
+                    const int ri = e / 2;
+                    [[maybe_unused]] const float dist = d0 + float(8 * ri - 8 * nt - e % 2);  // (not kPlain)
+                    float x, th = 0.f;
+                    if constexpr (kind == kPlain)
+                        x = fma_(sm[nt][e], scale_log2, -l2[ri]);
+                    else
+                        x = interior_score<kind>(sm[nt][e], scale_log2, slope_log2, dist, cap, cap_k, th) - l2[ri];
+                    const float dpd = dpm[nt][e] - d2[ri];
+                    // a row coded lse +-inf (row_stats: -inf) contributes nothing: 0 by selection
+                    const float ds = l2[ri] == neg_inf<float>()
+                                         ? 0.f
+                                         : exp2_(x) * (kind == kCap ? dpd * (1.f - th * th) : dpd);
+                    sm[nt][e] = ds;
+                    if constexpr (kind == kAlibi) slope_acc -= ds * fabsf(dist);
+                }
+        };
+        // a masked chunk of m-tile mt (whose rows' keys meet the block's): S (s: zero, or the table's bias) and dP,
+        // the masks, dS, dQ += dS K
+        auto masked_chunk = [&](float (&s)[NT][4], int mt, int c0) {
+            const int r0 = WR * warp + 16 * mt;
+            warp_abt_ldm<T, NT, KS, LD>(s, Qs + arow + 16 * mt * LD, Kb + c0 * LD + brow);
+            float dp[NT][4];
+            zero_frags(dp);
+            warp_abt_ldm<T, NT, KS, LD>(dp, dOs + arow + 16 * mt * LD, Vb + c0 * LD + brow);
+            bool seen[2] = {false, false};  // (the forward's lse already says which rows are NaN)
+            scores_log2_impl<2>(s, p, wm0 + 16 * mt, n0 + c0, kmask0 + buf * BN + c0, rlo + r0, rhi + r0, scale_log2,
+                                slope_log2, seen);
+            if constexpr (MT == 1) {
+                dscores_of<2>(s, dp, p, lse2, dl);
+            } else {
+                float l2[2], d2[2];
+                staged_stats(l2, d2, mt);
+                dscores_of<2>(s, dp, p, l2, d2);
+            }
+            if (MT == 1 && p.a.dslopes != nullptr) slope_grad(slope_acc, s, p, wm0 + 16 * mt, n0 + c0);
+            // dS K (the band's keys row by row where they hold inf/NaN)
+            warp_rb_masked<T, NT, DT>(dq[mt], s, Kb + c0 * LD, LD, 0, DT, nullptr, p, n0 + c0, rlo + r0, rhi + r0,
+                                      cta_lo, cta_hi);
+        };
+        auto chunk = [&](auto c0_tag) {  // KC keys at a time (registers: S and dP of 16 x KC an m-tile)
             constexpr int c0 = decltype(c0_tag)::value;
-            float s[NT][4], dp[NT][4];
+            if constexpr (MT > 1) {
+                if constexpr (kind == kMasked) {
+                    // 32 rows a warp: each m-tile in turn, as a 16-row warp takes it (these blocks are O(1) a
+                    // query block)
+#pragma unroll
+                    for (int mt = 0; mt < MT; ++mt) {
+                        const int r0 = WR * warp + 16 * mt;  // warp-uniform: does some row of the m-tile see a key?
+                        if (wm0 + 16 * mt < p.a.m && n0 < rhi[r0 + 15] && n0 + BN > rlo[r0]) {
+                            float s[NT][4];
+                            zero_frags(s);
+                            masked_chunk(s, mt, c0);
+                        }
+                    }
+                } else {
+                    // both m-tiles' S and dP, each K and V fragment ldmatrix'd once for them; dS packed as the A
+                    // operand (S's and dP's fp32 die); dQ += dS K, each K fragment read once for both
+                    float s[MT][NT][4], dp[MT][NT][4];
+                    uint32_t pa[MT][NT / 2][4];
+#pragma unroll
+                    for (int mt = 0; mt < MT; ++mt) zero_frags(s[mt]), zero_frags(dp[mt]);
+                    qk_products_rows<T, NT, KS, LD, MT, QK_UNROLL>(s, Qs + arow, Kb + c0 * LD + brow);
+                    qk_products_rows<T, NT, KS, LD, MT, QK_UNROLL>(dp, dOs + arow, Vb + c0 * LD + brow);
+#pragma unroll
+                    for (int mt = 0; mt < MT; ++mt) {
+                        float l2[2], d2[2];
+                        staged_stats(l2, d2, mt);
+                        interior_dscores(s[mt], dp[mt], l2, d2, mt, c0);
+                        pack_p_frags<T, NT>(s[mt], pa[mt]);  // (rounded as warp_rb rounds dS)
+                    }
+                    pv_products_rows<T, NT / 2, DT, MT>(dq, pa, Kb + c0 * LD, LD);
+                }
+                return;
+            }
+            float s[NT][4];
             zero_frags(s);
             if (BIAS != 0 && wbias) {
                 window_bias<T, BN, KC, c0, KS, LD, HLD, 1>(hw, static_cast<const T *>(Qs + arow), trow);
@@ -1178,40 +1296,15 @@ __global__ void __launch_bounds__(128, 2) attn_bwd_dq_tc_kernel(AttnParams p) {
                 add_window_bias<NT, KC, 0, HLD>(s, hw);
                 __syncwarp();  // read before the next chunk's stores
             }
-            warp_abt_ldm<T, NT, KS, LD>(s, Qs + arow, Kb + c0 * LD + brow);
-            zero_frags(dp);
-            warp_abt_ldm<T, NT, KS, LD>(dp, dOs + arow, Vb + c0 * LD + brow);
             if constexpr (kind == kMasked) {
-                bool seen[2] = {false, false};  // (the forward's lse already says which rows are NaN)
-                scores_log2_impl<2>(s, p, wm0, n0 + c0, kmask0 + buf * BN + c0, wlo, whi, scale_log2, slope_log2,
-                                    seen);
-                dscores_of<2>(s, dp, p, lse2, dl);
-                if (p.a.dslopes != nullptr) slope_grad(slope_acc, s, p, wm0, n0 + c0);
-                // dS K (the band's keys row by row where they hold inf/NaN)
-                warp_rb_masked<T, NT, DT>(dq, s, Kb + c0 * LD, LD, 0, DT, nullptr, p, n0 + c0, wlo, whi, cta_lo, cta_hi);
+                masked_chunk(s, 0, c0);
             } else {
-                // the distance pos_q - n of the lane's element (0, 0): row g, column 2 t
-                const float d0 = float(p.a.q_offset + wm0 - n0 - c0 + (lane >> 2) - 2 * (lane & 3));
-#pragma unroll
-                for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-                    for (int e = 0; e < 4; ++e) {
-                        const int ri = e / 2;
-                        [[maybe_unused]] const float dist = d0 + float(8 * ri - 8 * nt - e % 2);  // (not kPlain)
-                        float x, th = 0.f;
-                        if constexpr (kind == kPlain)
-                            x = fma_(s[nt][e], scale_log2, -lse2[ri]);
-                        else
-                            x = interior_score<kind>(s[nt][e], scale_log2, slope_log2, dist, cap, cap_k, th) - lse2[ri];
-                        const float dpd = dp[nt][e] - dl[ri];
-                        // a row coded lse +-inf (row_stats: -inf) contributes nothing: 0 by selection
-                        const float ds = lse2[ri] == neg_inf<float>()
-                                             ? 0.f
-                                             : exp2_(x) * (kind == kCap ? dpd * (1.f - th * th) : dpd);
-                        s[nt][e] = ds;
-                        if constexpr (kind == kAlibi) slope_acc -= ds * fabsf(dist);
-                    }
-                warp_rb<T, NT, DT>(dq, s, Kb + c0 * LD, LD, DT, nullptr);
+                warp_abt_ldm<T, NT, KS, LD>(s, Qs + arow, Kb + c0 * LD + brow);
+                float dp[NT][4];
+                zero_frags(dp);
+                warp_abt_ldm<T, NT, KS, LD>(dp, dOs + arow, Vb + c0 * LD + brow);
+                interior_dscores(s, dp, lse2, dl, 0, c0);
+                warp_rb<T, NT, DT>(dq[0], s, Kb + c0 * LD, LD, DT, nullptr);
             }
             if (BIAS != 0 && wbias) {  // H[r][r - c + BN - 1] = dS[r][c] (rounded as warp_rb rounds dS)
 #pragma unroll
@@ -1230,7 +1323,7 @@ __global__ void __launch_bounds__(128, 2) attn_bwd_dq_tc_kernel(AttnParams p) {
         if constexpr (BIAS != 0) {
             if (wbias) {
                 __syncwarp();
-                warp_hb<T, (BN + 16) / 16, DT, LD>(dq, Hw + (lane & 15) * HLDT + 8 * (lane >> 4), Ts + 16 * warp * LD);
+                warp_hb<T, (BN + 16) / 16, DT, LD>(dq[0], Hw + (lane & 15) * HLDT + 8 * (lane >> 4), Ts + 16 * warp * LD);
             }
             if (bias && next_window) {  // CTA-uniform
                 __syncthreads();  // every warp is done with the window
@@ -1266,20 +1359,21 @@ __global__ void __launch_bounds__(128, 2) attn_bwd_dq_tc_kernel(AttnParams p) {
     };
     if (capped)  // (CTA-uniform; never with ALiBi)
         interior(std::integral_constant<int, kCap>{});
-    else if (!TABLE && p.pos_enc == WAVEPE_CUDA_PE_ALIBI)
+    else if (!TABLE && MT == 1 && p.pos_enc == WAVEPE_CUDA_PE_ALIBI)  // (32 rows a warp: never ALiBi, wide_dq)
         interior(std::integral_constant<int, kAlibi>{});
     else
         interior(std::integral_constant<int, kPlain>{});
 
-    if (p.a.dslopes != nullptr) {  // every warp writes its slot (0 without rows): p.dq_rows = BM
+    if (MT == 1 && p.a.dslopes != nullptr) {  // every warp writes its slot (0 without rows): p.dq_rows = BM
         slope_acc = warp_sum(slope_acc);
         if (lane == 0) static_cast<float *>(p.slope_part)[(bh * mblocks + mb) * (BM / 16) + warp] = slope_acc;
     }
     if (!warp_rows) return;
     const float scale = float(p.a.scale);
 #pragma unroll
-    for (int ri = 0; ri < 2; ++ri) {
-        const int64_t m = wm0 + frag_row(2 * ri);
+    for (int r2 = 0; r2 < 2 * MT; ++r2) {  // m-tile r2 / 2's rows g (ri 0) and g + 8 (ri 1)
+        const int mt = r2 / 2, ri = r2 % 2;
+        const int64_t m = wm0 + 16 * mt + frag_row(2 * ri);
         if (m >= p.a.m) continue;
         T *dqr = static_cast<T *>(p.a.dq) + (bh * p.a.m + m) * p.a.d;
         float *sq = static_cast<float *>(p.split_dq) + (bh * p.a.m + m) * p.a.d;  // (band split)
@@ -1289,17 +1383,28 @@ __global__ void __launch_bounds__(128, 2) attn_bwd_dq_tc_kernel(AttnParams p) {
         for (int dt = 0; dt < DT; ++dt) {
             const int col = dt * 8 + 2 * (lane & 3);
             if (end_part == 1) {  // the sums beyond the band, for the second launch
-                *reinterpret_cast<float2 *>(sq + col) = float2{dq[dt][2 * ri], dq[dt][2 * ri + 1]};
+                *reinterpret_cast<float2 *>(sq + col) = float2{dq[mt][dt][2 * ri], dq[mt][dt][2 * ri + 1]};
                 continue;
             }
             if (end_part == 2) {
                 const float2 q2 = *reinterpret_cast<const float2 *>(sq + col);
-                dq[dt][2 * ri] += q2.x, dq[dt][2 * ri + 1] += q2.y;
+                dq[mt][dt][2 * ri] += q2.x, dq[mt][dt][2 * ri + 1] += q2.y;
             }
 #pragma unroll
-            for (int e = 0; e < 2; ++e) dqr[col + e] = from_acc<T>(dq[dt][2 * ri + e] * scale);
+            for (int e = 0; e < 2; ++e) dqr[col + e] = from_acc<T>(dq[mt][dt][2 * ri + e] * scale);
         }
     }
+}
+
+template <class T, int D, bool TABLE>
+__global__ void __launch_bounds__(128, 2) attn_bwd_dq_tc_kernel(AttnParams p) {
+    attn_bwd_dq_tc_cta<T, D, TABLE, 1>(p);
+}
+
+// 32 query rows a warp, a 128-row CTA (TcDqWideLayout): table-free calls at head_dim 64 and 128 (wide_dq)
+template <class T, int D>
+__global__ void __launch_bounds__(128, 2) attn_bwd_dq_tc_wide_kernel(AttnParams p) {
+    attn_bwd_dq_tc_cta<T, D, false, 2>(p);
 }
 
 // One CTA per (tile diagonal, group of batch*heads): the partial dT of its
@@ -1771,6 +1876,23 @@ bool use_tc_dkdv(const AttnParams &p) {
 bool use_tc_dq(const AttnParams &p) {
     return tc_backward_applies(p) && smem_fits_device(tc_dq_smem(p.a.d, p.pos_enc == WAVEPE_CUDA_PE_TABLE));
 }
+size_t tc_dq_wide_smem(int64_t d) {
+    return d == 64 ? TcDqWideLayout<__half, 64>(false).plan.total : TcDqWideLayout<__half, 128>(false).plan.total;
+}
+// Does the dQ pass run the wide instance (attn_bwd_dq_tc_wide_kernel: 32 query rows a warp, a CTA of 128)?  Each K
+// and V fragment a warp reads feeds two HMMA, not one: fewer shared-memory bytes per HMMA in the main loop than the
+// 16-row warps', which are over the line an H100's SM serves at the tensor rate (docs/CUDA.md, "Shared-memory
+// traffic").  At head_dim 64 and 128 without a table (as wide_forward) nor ALiBi (its loop, with d loss / d slope,
+// spilled at head_dim 128: 56 bytes on sm_90), for more than 64 queries, where two of its CTAs share an SM (at
+// head_dim 128 over 99 KiB: an H100's SM holds two, an A100's one -- 4 warps an SM, which would lose to the 16-row
+// instance's 8); WAVEPE_CUDA_WIDE=0 keeps such calls on the 16-row instance (wide_rows_allowed).
+bool wide_dq(const AttnParams &p) {
+    if (!((p.a.d == 64 || p.a.d == 128) && p.pos_enc != WAVEPE_CUDA_PE_TABLE && p.pos_enc != WAVEPE_CUDA_PE_ALIBI &&
+          p.a.m > 64 && wide_rows_allowed() && use_tc_dq(p)))
+        return false;
+    const size_t bytes = tc_dq_wide_smem(p.a.d);
+    return bytes <= 99 * 1024 ? true : smem_fits_device(bytes) && device_ctas_by_smem(bytes) >= 2;
+}
 // The tensor-core dT (a learned table's gradient): head_dim 64 or 128 (113 KiB at 128: sm_86, sm_89 and sm_120
 // run the general kernel there).
 size_t tc_dtable_smem(int64_t d) {
@@ -1834,7 +1956,7 @@ BwdPlan bwd_plan(const wavepe_attention_args *a) {
     pl.bt = use_tc_dtable(p) ? TcDtLayout<__half, 64>::B : pl.b;
     const int64_t mb = ceil_div(a->m, pl.bt), nb = ceil_div(a->n, pl.bt);
     pl.n_diag = (mb > 0 && nb > 0) ? mb + nb - 1 : 0;
-    pl.dq_rows = use_tc_dq(p) ? kTcDqRows : pl.b;
+    pl.dq_rows = wide_dq(p) ? TcDqWideLayout<__half, 64>::BM : use_tc_dq(p) ? kTcDqRows : pl.b;
     if (a->dslopes) pl.slope_bytes = align256(size_t(bh * ceil_div(a->m, pl.dq_rows) * (pl.dq_rows / 16)) * acc);
     pl.groups = 1;
     if (a->dtable && pl.n_diag > 0 && bh > 0) {
@@ -1879,6 +2001,14 @@ cudaError_t launch_dq(const AttnParams &p, cudaStream_t stream) {
     const int64_t ctas = p.a.batch * p.a.heads * ceil_div(p.a.m, p.dq_rows);
     if (ctas == 0 || (p.a.d == 0 && p.a.dslopes == nullptr)) return cudaSuccess;
     if constexpr (Traits<T>::kTensorCore) {
+        if constexpr (DMAX <= 128) {
+            if (wide_dq(p)) {  // (p.dq_rows = 128)
+                auto kernel = attn_bwd_dq_tc_wide_kernel<T, DMAX>;
+                const size_t bytes = TcDqWideLayout<T, DMAX>(false).plan.total;
+                const cudaError_t err = allow_dynamic_smem(kernel, bytes);
+                return err != cudaSuccess ? err : launch(kernel, dim3(unsigned(ctas)), dim3(128), bytes, stream, p);
+            }
+        }
         if (use_tc_dq(p))
             return launch_band_parts(
                 p, [](bool w) { return w ? attn_bwd_dq_tc_kernel<T, DMAX, true> : attn_bwd_dq_tc_kernel<T, DMAX, false>; },
@@ -1995,7 +2125,7 @@ extern "C" size_t wavepe_cuda_attention_bwd_smem_bytes(const wavepe_attention_ar
             const bool table = a->table != nullptr, kv = use_tc_dkdv(p), q = use_tc_dq(p), dt = use_tc_dtable(p);
             if (kv || q || dt) {
                 const size_t general = bytes, on_kv = kv ? tc_dkdv_smem(a->d, table) : general,
-                             on_q = q ? tc_dq_smem(a->d, table) : general,
+                             on_q = wide_dq(p) ? tc_dq_wide_smem(a->d) : q ? tc_dq_smem(a->d, table) : general,
                              on_dt = a->dtable == nullptr ? 0 : dt ? tc_dtable_smem(a->d) : general;
                 bytes = on_kv > on_q ? on_kv : on_q;
                 if (on_dt > bytes) bytes = on_dt;
@@ -2011,6 +2141,7 @@ extern "C" const char *wavepe_cuda_attention_bwd_kernel(const wavepe_attention_a
     const AttnParams p = attention_params(a);
     const bool kv = use_tc_dkdv(p), q = use_tc_dq(p);
     if (kv && q && bwd_band_split(p)) return "tensor-core, band split";
+    if (kv && q && wide_dq(p)) return "tensor-core, dQ 32 rows a warp";
     return kv && q ? "tensor-core" : q ? "tensor-core dQ, general dK/dV" : kv ? "tensor-core dK/dV, general dQ" : "general";
 }
 

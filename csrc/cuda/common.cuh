@@ -28,6 +28,8 @@
 #include <cuda_runtime.h>
 #endif
 
+#include <cstdlib>
+#include <cstring>
 #include <type_traits>
 #include <utility>
 
@@ -339,6 +341,14 @@ inline int device_ctas_by_smem(size_t bytes) {
         cudaDeviceGetAttribute(&reserved, cudaDevAttrReservedSharedMemoryPerBlock, dev) != cudaSuccess)
         return 0;
     return per_sm > 0 && reserved >= 0 ? int(size_t(per_sm) / (bytes + size_t(reserved))) : 0;
+}
+
+// May calls run the wide instances (32 query rows a warp: wide_forward, wide_dq)?  WAVEPE_CUDA_WIDE=0 in the
+// environment (read at each call) keeps them on the 16-row ones: the A/B that bench_attention.py --device cuda
+// times, and the emulator tests' way to those instances' table-free paths.
+inline bool wide_rows_allowed() {
+    const char *env = std::getenv("WAVEPE_CUDA_WIDE");
+    return !(env != nullptr && std::strcmp(env, "0") == 0);
 }
 
 inline int device_sm_count() {
