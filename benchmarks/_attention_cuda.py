@@ -11,9 +11,9 @@ alternation with the references, CUDA-synchronised, medians), against SDPA's fla
   * decoding one token (GQA 32/8 heads) <= 1.5x flash at 32k and 128k keys;
   * RoPE on q and k >= 70 % of the bandwidth of a device-to-device ``copy_`` of the same bytes.
 
-Also timed: the nope forward on 16 query rows a warp (WAVEPE_CUDA_WIDE=0: attn_fwd_tc_kernel) against the wide
-instance plain calls run (32 rows a warp: attn_fwd_tc_wide_kernel) -- the A/B of the static model's shared-memory
-term; ALiBi, the wavelet bias with a 1024-token window and with soft-capping (cap 30), a learned relative
+Also timed: the nope forward and forward+backward on 16 query rows a warp (WAVEPE_CUDA_WIDE=0: attn_fwd_tc_kernel,
+attn_bwd_dq_tc_kernel) against the wide instances plain calls run (32 rows a warp: attn_fwd_tc_wide_kernel,
+attn_bwd_dq_tc_wide_kernel) -- the A/B of the static model's shared-memory term; ALiBi, the wavelet bias with a 1024-token window and with soft-capping (cap 30), a learned relative
 table of the wavelet table's rows (pos_enc="relative", its gradient asked: the backward adds the dT pass on the
 band's diagonals, attn_bwd_dtable_tc_kernel); and at head_dim
 256 (Gemma 2's shape: 16 query / 8 key-value heads, L=4096, its soft-cap 50) flash, nope and the wavelet bias
@@ -92,7 +92,8 @@ def _check_fused_against_eager(cfg) -> None:
 
 
 def _sixteen_rows_a_warp(fn):
-    """fn called with WAVEPE_CUDA_WIDE=0: table-free calls at head_dim 64 / 128 on the 16-row instance."""
+    """fn called with WAVEPE_CUDA_WIDE=0: table-free calls at head_dim 64 / 128 on the 16-row instances (a step's
+    backward too when fn is the whole step)."""
     def run(*args):
         with mock.patch.dict(os.environ, {"WAVEPE_CUDA_WIDE": "0"}):
             return fn(*args)
@@ -146,8 +147,8 @@ def bench_lengths(lengths, cfg, quick: bool) -> list[dict]:
 
         bwd_fns = {n: fn for n, fn in fwd_fns.items()
                    if n in ("flash", "cudnn", "nope", NOPE_16, "wavelet", "flex + bias", "relative (learned)")}
-        bwd_fns = _available({n: step(fn, (rel,) if n == "relative (learned)" else ()) for n, fn in bwd_fns.items()},
-                             ())
+        bwd_fns = _available({n: _sixteen_rows_a_warp(step(fn)) if n == NOPE_16 else
+                              step(fn, (rel,) if n == "relative (learned)" else ()) for n, fn in bwd_fns.items()}, ())
         bwd = compare(bwd_fns, repeat=3 if quick else 10, warmup=1)
         del bias
         flops = 2.0 * B * H * L * L * D
