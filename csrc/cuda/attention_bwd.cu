@@ -960,14 +960,15 @@ __global__ void __launch_bounds__(B * 2, 1) attn_bwd_dq_kernel(AttnParams p) {
 // masks (with ALiBi a loop of its own, which also sums d loss / d slope).  With a relative table (TABLE: a
 // kernel of its own) the band's interior blocks come first, and they and the masked blocks meeting the
 // table add the bias (window_bias, the forward's) and dQ += H T_win, H = dS skewed into window columns in
-// the warp's scratch (warp_hb); the window has one buffer, refilled after a second barrier.
+// the warp's scratch (warp_hb); the window has one buffer, refilled after a second barrier.  The wide instance
+// (TcDqTiles' MT 2, wide_dq): 128 rows a CTA, 32 a warp, the interior blocks' products for both m-tiles at once.
 constexpr int kTcDqRows = 64;  // query rows of a tensor-core dQ CTA (16 a warp; the wide instance's: 2x)
 // Head dim 256: blocks of 16 keys (dQ's accumulators take 128 registers a lane; Q and dO 66 KiB of shared
 // memory, so that with two buffers of K and V of 16 keys the CTA stays within the 113 KiB that lets two share
 // an H100's SM), taken in one chunk.
 // MT: the m-tiles of 16 query rows a warp takes -- 1, or 2 (the wide instance, attn_bwd_dq_tc_wide_kernel: each
 // K and V fragment of S, dP and dQ ldmatrix'd once for both, ~0.6x the shared-memory bytes per HMMA; head_dim 64
-// or 128, no table; the same blocks of keys, taken whole: S's and dP's 64 accumulators beside dQ's 128 at 128)
+// or 128, no table; the same blocks and chunks of keys: S's and dP's 64 accumulators a lane beside dQ's 128 at 128)
 template <class T, int D, int MT>
 struct TcDqTiles {
     static_assert(D == 64 || D == 128 || D == 256, "the tensor-core dQ's head dims");
