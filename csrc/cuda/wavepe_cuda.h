@@ -82,7 +82,8 @@ int wavepe_cuda_attention_check(const wavepe_attention_args *a, int backward, in
 size_t wavepe_cuda_attention_fwd_smem_bytes(const wavepe_attention_args *a);
 size_t wavepe_cuda_attention_bwd_smem_bytes(const wavepe_attention_args *a);
 /* The forward kernel a call runs: "tensor-core" (bf16/fp16, head_dim 64, 128 or 256, rows on 16 bytes,
- * its shared memory within the device's: the FlashAttention-2 loop), "tensor-core, GQA heads packed" (the
+ * its shared memory within the device's: the FlashAttention-2 loop), "tensor-core, 32 rows a warp" (its wide
+ * instance: head_dim 64 or 128 without a table, more than 64 queries), "tensor-core, GQA heads packed" (the
  * same decoding one query with a GQA group's heads as one CTA's rows, K/V read once a kv head; not with
  * ALiBi), "tensor-core, band split" (head_dim 256 with a table: the blocks beyond the table's band and the
  * others as two launches, their partials combined as split-KV's; the workspace of num_splits 1 holds them)
@@ -90,10 +91,11 @@ size_t wavepe_cuda_attention_bwd_smem_bytes(const wavepe_attention_args *a);
 const char *wavepe_cuda_attention_fwd_kernel(const wavepe_attention_args *a);
 /* The backward's dK/dV and dQ kernels a call runs: "tensor-core" (bf16/fp16, head_dim 64, 128 or 256, rows
  * of q, k, v and dO (and the table's) on 16 bytes, their shared memory within the device's:
- * FlashAttention-2's loops), "tensor-core, band split" (head_dim 256 with a table: each kernel as two
- * launches, the blocks beyond the table's band without its window, then the others; the workspace holds the
- * first ones' sums), "tensor-core dQ, general dK/dV" or "tensor-core dK/dV, general dQ" (a device
- * granting the one's shared memory and not the other's) or "general"; NULL for NULL. */
+ * FlashAttention-2's loops), "tensor-core, dQ 32 rows a warp" (the same with the wide dQ: head_dim 64 or 128
+ * without a table nor ALiBi, more than 64 queries, two of its CTAs an SM), "tensor-core, band split" (head_dim
+ * 256 with a table: each kernel as two launches, the blocks beyond the table's band without its window, then
+ * the others; the workspace holds the first ones' sums), "tensor-core dQ, general dK/dV" or "tensor-core dK/dV,
+ * general dQ" (a device granting the one's shared memory and not the other's) or "general"; NULL for NULL. */
 const char *wavepe_cuda_attention_bwd_kernel(const wavepe_attention_args *a);
 /* The kernel that computes a learned table's gradient dtable: "tensor-core" (bf16/fp16, head_dim 64 or 128,
  * rows on 16 bytes, its shared memory within the device's), "general", or "none" (no dtable asked); NULL
