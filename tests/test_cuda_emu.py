@@ -957,10 +957,9 @@ TC_BWD_CASES = [
     # one tile diagonal: the dT kernel's CTAs take a head each (groups of heads, their slots folded in order)
     dict(B=1, H=4, Hk=2, M=40, N=40, d=64, off=0, causal=True, pe=1, R=30, r_lo=0),
     # the wide dQ (attn_bwd_dq_tc_wide_kernel, 32 rows a warp: no table nor ALiBi, more than 64 queries; cases 0, 1,
-    # 4, 6, 8, 9 and 10 too). Its interior blocks -- both m-tiles' products at once -- are taken in whole CTAs of 128
-    # rows only (a last, partial CTA takes every block as masked): a whole first CTA with interior blocks and a last
-    # of 12 rows (its warps 1-3 and warp 0's second m-tile without rows), two whole CTAs at head_dim 128, GQA with
-    # padding and a soft-cap, a window at head_dim 64
+    # 4, 6, 8, 9 and 10 too): interior blocks -- both m-tiles' products at once -- in a last CTA of 12 rows (its
+    # warps 1-3 and warp 0's second m-tile without rows), in two whole CTAs at head_dim 128, GQA with padding and a
+    # soft-cap, a window at head_dim 64
     dict(B=1, H=2, Hk=1, M=140, N=400, d=128, off=260, causal=True, pe=0),
     dict(B=1, H=2, Hk=1, M=256, N=512, d=128, off=256, causal=True, pe=0),
     dict(B=1, H=4, Hk=2, M=200, N=330, d=128, off=130, causal=True, pe=0, softcap=2.0, kpm=True),

@@ -1085,8 +1085,10 @@ WAVEPE_DEVICE void attn_bwd_dq_tc_cta(const AttnParams &p) {
     const int64_t kb_start = cta_lo / BN, kb_stop = cta_hi > cta_lo ? ceil_div(cta_hi, BN) : kb_start;
     int64_t ib = kb_stop, ie = kb_stop;
     const bool capped = p.cap_log2 > 0.0;
-    if (!(capped && p.pos_enc == WAVEPE_CUDA_PE_ALIBI) && p.a.key_padding_mask == nullptr && m0 + BM <= p.a.m &&
-        kb_start < kb_stop) {
+    if (!(capped && p.pos_enc == WAVEPE_CUDA_PE_ALIBI) && p.a.key_padding_mask == nullptr &&
+        (m0 + BM <= p.a.m || MT > 1) && kb_start < kb_stop) {
+        // (32 rows a warp: a partial last CTA too, as the wide forward's -- its rows past M hold the last query's
+        // keys (load_row_keys), zero Q and dO rows and lse -inf (dS 0 by selection), and are not written)
         const int64_t hi = rhi[0] < p.a.n ? rhi[0] : p.a.n;
         ib = ceil_div(rlo[BM - 1], BN) > kb_start ? ceil_div(rlo[BM - 1], BN) : kb_start;
         ie = hi / BN < kb_stop ? hi / BN : kb_stop;
