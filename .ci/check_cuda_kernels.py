@@ -92,10 +92,13 @@ MIX_CEILING = {
     ("attn_fwd_tc_kernel", "256, false"): 5.3, ("attn_fwd_tc_kernel", "256, true"): 5.3,
     # the wide instance (32 rows a warp, blocks of 32 keys: head_dim 128 without a table): 3.3 -- the online
     # softmax's O rescale (128 accumulators a lane) every 32 keys, against 64 at 16 rows a warp
-    ("attn_fwd_tc_wide_kernel", "128"): 3.8,
+    # (template arguments: head dim, then whether it runs the band split's first partial -- a table's call's
+    # interior blocks beyond the band: band_split -- whose loop also steps over the band, [ib, bb) then [be, ie))
+    ("attn_fwd_tc_wide_kernel", "128, false"): 3.8, ("attn_fwd_tc_wide_kernel", "128, true"): 4.0,
     # (head dim 64: blocks of 64 keys, 3.8 -- a block's softmax and O rescale over 128 HMMA as at 128, Q's
-    # fragments read for 8 HMMA each, not 4; its ceiling the target)
-    ("attn_fwd_tc_wide_kernel", "64"): 4.0,
+    # fragments read for 8 HMMA each, not 4; its ceiling the target; the band split's partial 4.2, its ceiling
+    # measured + 0.5 -- a call's blocks beyond the band, which the 16-row instance ran at 4.0 and 333 bytes)
+    ("attn_fwd_tc_wide_kernel", "64, false"): 4.0, ("attn_fwd_tc_wide_kernel", "64, true"): 4.7,
     # the tensor-core dK/dV and dQ too (head dim, then whether the call has a relative table: a kernel of its
     # own, so that the others keep their registers)
     ("attn_bwd_dkdv_tc_kernel", "128, false"): 3.7, ("attn_bwd_dkdv_tc_kernel", "64, false"): 4.4,
@@ -105,7 +108,9 @@ MIX_CEILING = {
     # the wide dQ (32 rows a warp, no table): S's and dP's 16-column steps a loop unrolled by 2 inside the main loop,
     # counted once -- executed 2.2 other instructions per HMMA at head dim 128 (192 HMMA a block of 32 keys), 3.4 at
     # 64 (the same over 64 keys, the row statistics read a chunk of 32)
-    ("attn_bwd_dq_tc_wide_kernel", "128"): 3.9, ("attn_bwd_dq_tc_wide_kernel", "64"): 5.2,
+    # (head dim, then the band split's first partial, as the wide forward's: 3.55 and 4.7)
+    ("attn_bwd_dq_tc_wide_kernel", "128, false"): 3.9, ("attn_bwd_dq_tc_wide_kernel", "64, false"): 5.2,
+    ("attn_bwd_dq_tc_wide_kernel", "128, true"): 4.05, ("attn_bwd_dq_tc_wide_kernel", "64, true"): 5.2,
     # (head dim 256: S's and dP's 16 steps a loop unrolled by 4, counted once, as the forward's at 256; executed,
     # dQ's main loop issues 2.9 other instructions per HMMA, dK/dV's 4.05 -- its CTAs recompute S and dP for each
     # of the two column slices of dK and dV)
@@ -146,9 +151,9 @@ SMEM_CEILING = {
     ("attn_fwd_tc_kernel", "256, false"): 407, ("attn_fwd_tc_kernel", "256, true"): 407,
     # the wide instance (32 rows a warp): K and V fragments each feed two HMMA, Q's read at each step -- K 128,
     # Q 128 an HMMA of Q K^T, V 128 of P V, the 128-row CTA's copies 32: 230, under the line
-    ("attn_fwd_tc_wide_kernel", "128"): 235,
+    ("attn_fwd_tc_wide_kernel", "128, false"): 235, ("attn_fwd_tc_wide_kernel", "128, true"): 235,
     # (head dim 64, blocks of 64 keys: Q 64 an HMMA of Q K^T, K 128, V 128, the copies 32: 198)
-    ("attn_fwd_tc_wide_kernel", "64"): 202,
+    ("attn_fwd_tc_wide_kernel", "64, false"): 202, ("attn_fwd_tc_wide_kernel", "64, true"): 202,
     ("attn_bwd_dkdv_tc_kernel", "128, false"): 387, ("attn_bwd_dkdv_tc_kernel", "128, true"): 496,
     ("attn_bwd_dkdv_tc_kernel", "64, false"): 371, ("attn_bwd_dkdv_tc_kernel", "64, true"): 371,
     ("attn_bwd_dkdv_tc_kernel", "256, false"): 487, ("attn_bwd_dkdv_tc_kernel", "256, true"): 487,
@@ -158,7 +163,8 @@ SMEM_CEILING = {
     # the wide dQ (32 rows a warp): each K and V fragment of S and dP feeds two HMMA (K 128, Q 128 an HMMA of S, V
     # and dO the same of dP: 256), each K fragment of dQ += dS K two (128), the copies ~21: 233 (static) under the
     # line, by a margin of 10 %
-    ("attn_bwd_dq_tc_wide_kernel", "128"): 238, ("attn_bwd_dq_tc_wide_kernel", "64"): 252,
+    ("attn_bwd_dq_tc_wide_kernel", "128, false"): 238, ("attn_bwd_dq_tc_wide_kernel", "64, false"): 252,
+    ("attn_bwd_dq_tc_wide_kernel", "128, true"): 238, ("attn_bwd_dq_tc_wide_kernel", "64, true"): 252,
     ("attn_bwd_dtable_tc_kernel", "128, false"): 413, ("attn_bwd_dtable_tc_kernel", "128, true"): 413,
     ("attn_bwd_dtable_tc_kernel", "64, false"): 403, ("attn_bwd_dtable_tc_kernel", "64, true"): 403,
 }
@@ -182,7 +188,8 @@ def smem_bound(bytes_per_hmma: float, arch: str = MIX_ARCH) -> float:
 # of shared memory per SM, of which each CTA also takes 1 KiB reserved; at most 64 warps and 32 CTAs.
 SM_LIMITS = {"sm_90": {"regs": 65536, "smem": 228 * 1024, "cta_reserved": 1024, "warps": 64, "ctas": 32}}
 CTA_SHAPE = {  # (kernel, template arguments after the type): (threads, the most dynamic shared memory: a table)
-    ("attn_fwd_tc_wide_kernel", "128"): (128, 54304), ("attn_fwd_tc_wide_kernel", "64"): (128, 38976),  # (no table)
+    ("attn_fwd_tc_wide_kernel", "128, false"): (128, 54304), ("attn_fwd_tc_wide_kernel", "64, false"): (128, 38976),
+    ("attn_fwd_tc_wide_kernel", "128, true"): (128, 54304), ("attn_fwd_tc_wide_kernel", "64, true"): (128, 38976),
     ("attn_fwd_tc_kernel", "128, false"): (128, 98368), ("attn_fwd_tc_kernel", "128, true"): (128, 98368),
     ("attn_fwd_tc_kernel", "64, false"): (128, 93312), ("attn_fwd_tc_kernel", "64, true"): (128, 93312),
     ("attn_fwd_tc_kernel", "256, false"): (128, 125472), ("attn_fwd_tc_kernel", "256, true"): (128, 125472),
@@ -191,7 +198,8 @@ CTA_SHAPE = {  # (kernel, template arguments after the type): (threads, the most
     ("attn_bwd_dq_tc_kernel", "128, false"): (128, 70720), ("attn_bwd_dq_tc_kernel", "64, false"): (128, 56448),
     ("attn_bwd_dq_tc_kernel", "128, true"): (128, 114240), ("attn_bwd_dq_tc_kernel", "64, true"): (128, 96384),
     ("attn_bwd_dq_tc_kernel", "256, false"): (128, 102432), ("attn_bwd_dq_tc_kernel", "256, true"): (128, 160032),
-    ("attn_bwd_dq_tc_wide_kernel", "128"): (128, 107600), ("attn_bwd_dq_tc_wide_kernel", "64"): (128, 76944),
+    ("attn_bwd_dq_tc_wide_kernel", "128, false"): (128, 107600), ("attn_bwd_dq_tc_wide_kernel", "64, false"): (128, 76944),
+    ("attn_bwd_dq_tc_wide_kernel", "128, true"): (128, 107600), ("attn_bwd_dq_tc_wide_kernel", "64, true"): (128, 76944),
     ("attn_bwd_dkdv_tc_kernel", "256, false"): (128, 102800), ("attn_bwd_dkdv_tc_kernel", "256, true"): (128, 151376),
     ("attn_bwd_dtable_tc_kernel", "128, false"): (128, 115712), ("attn_bwd_dtable_tc_kernel", "128, true"): (128, 115712),
     ("attn_bwd_dtable_tc_kernel", "64, false"): (128, 83968), ("attn_bwd_dtable_tc_kernel", "64, true"): (128, 83968),
@@ -241,8 +249,9 @@ OTHER_LOOP_CEILING = {
     ("attn_fwd_tc_kernel", "256, false"): (6.1, 6.9, 7.6, 8.7, 26.9),
     ("attn_fwd_tc_kernel", "256, true"): (6.5, 6.9, 7.7, 26.8),
     # the wide instance: ALiBi's interior blocks, the soft-capped ones, the masked ones (each m-tile's S, masks,
-    # softmax and P V in turn: the code twice, counted statically)
-    ("attn_fwd_tc_wide_kernel", "128"): (4.75, 5.8, 43.5), ("attn_fwd_tc_wide_kernel", "64"): (6.0, 8.3, 47.1),
+    # softmax and P V in turn: the code twice, counted statically); the band split's partial, the soft-capped ones
+    ("attn_fwd_tc_wide_kernel", "128, false"): (4.75, 5.8, 43.5), ("attn_fwd_tc_wide_kernel", "64, false"): (6.0, 8.3, 47.1),
+    ("attn_fwd_tc_wide_kernel", "128, true"): (6.1,), ("attn_fwd_tc_wide_kernel", "64, true"): (8.7,),
     # attn_bwd_dkdv_tc_kernel without a table: the interior query blocks with ALiBi, the soft-capped ones,
     # then the masked ones (the causal diagonal, window and document edges, padding: O(1) a key block),
     # beside the main loop's O(L / BM) interior blocks without bias
@@ -266,8 +275,9 @@ OTHER_LOOP_CEILING = {
     ("attn_bwd_dq_tc_kernel", "256, false"): (4.8, 6.3, 41.8),
     ("attn_bwd_dq_tc_kernel", "256, true"): (4.35, 5.2, 6.2, 19.1),
     # the wide dQ (never ALiBi): the soft-capped interior blocks, the masked ones (each m-tile in turn: the code
-    # twice, counted statically)
-    ("attn_bwd_dq_tc_wide_kernel", "128"): (8.3, 24.0), ("attn_bwd_dq_tc_wide_kernel", "64"): (11.6, 43.5),
+    # twice, counted statically); the band split's partial, the soft-capped ones
+    ("attn_bwd_dq_tc_wide_kernel", "128, false"): (8.3, 24.0), ("attn_bwd_dq_tc_wide_kernel", "64, false"): (11.6, 43.5),
+    ("attn_bwd_dq_tc_wide_kernel", "128, true"): (8.4,), ("attn_bwd_dq_tc_wide_kernel", "64, true"): (11.65,),
     # attn_bwd_dtable_tc_kernel: the masked tiles of a diagonal (its first and last, the causal diagonal's, the
     # window's and documents' edges, padding), through scores_log2_impl and dscores_of; at 128 each warp also
     # zeroes its rows of H a tile (H in dO's place: 2 CTAs an SM), +0.5

@@ -254,6 +254,10 @@ ATTN_CASES = [
     (1, 4, 2, 150, 300, 256, "wavelet", True, None, False),
     # ... and a learned table's dT on the tensor cores (d = 128: two column slices; masked and interior tiles)
     (1, 2, 1, 300, 300, 128, "relative", True, None, False),
+    # ... and the band split onto the wide instances (bf16/fp16, d = 128; the backward's on an H100-class SM): the
+    # blocks beyond the wavelet's band (~1,750 keys) on attn_fwd_tc_wide_kernel / attn_bwd_dq_tc_wide_kernel, the
+    # others on the 16-row table instances; a partial last group of 128 rows
+    (1, 2, 1, 200, 6000, 128, "wavelet", True, None, False),
 ]
 
 

@@ -1223,6 +1223,70 @@ def test_tensor_core_backward_band_split_matches_oracle(lib, monkeypatch, case):
         assert rel <= 1.5 * UNIT[dtype], f"{name}: relative error {rel / UNIT[dtype]:.2f} units of the input type"
 
 
+# head_dim 64 and 128 with a table: the band split onto the wide instances (band_split_blocks in
+# csrc/cuda/attention_tile.cuh).  The window costs no occupancy there but keeps a call off the wide (32 rows a
+# warp) forward and dQ, whose loops move fewer shared-memory bytes an HMMA: the interior blocks beyond the band run
+# on them, the masked and the band's on the 16-row table instances (64-row CTAs, the forward's key blocks twice the
+# wide one's), both dividing the blocks by 128-row groups; the dK/dV runs once.  Causal with a partial last group
+# (and a partial last 16-row CTA), GQA with a soft-cap at 64, without causality (blocks on both sides of the band).
+WIDE_BAND_SPLIT_CASES = [
+    (dict(B=1, H=1, Hk=1, M=130, N=6600, d=128, off=6470, causal=True, pe=1, R=40, r_lo=0), E.BF16),
+    (dict(B=1, H=2, Hk=1, M=200, N=6600, d=64, off=6400, causal=True, pe=1, R=50, r_lo=-10, softcap=2.0), E.F16),
+    (dict(B=1, H=1, Hk=1, M=128, N=6800, d=128, off=3400, causal=False, pe=1, R=60, r_lo=-30), E.BF16),
+]
+# the launches' shared memory: the forward's wide partial (no window), the 16-row one (the window), the combine;
+# the backward's dK/dV (the window, once), the wide dQ, the 16-row table dQ
+WIDE_BAND_SPLIT_LAUNCHES = {128: ([54304, 98368, 0], [110096, 107600, 114240]),
+                            64: ([38976, 93312, 0], [101264, 76944, 96384])}
+
+
+@pytest.mark.parametrize("case", range(len(WIDE_BAND_SPLIT_CASES)))
+def test_band_split_onto_the_wide_instances_matches_oracle(lib, monkeypatch, case):
+    kw, dtype = dict(WIDE_BAND_SPLIT_CASES[case][0]), WIDE_BAND_SPLIT_CASES[case][1]
+    for name, value in dict(H100_SM, WAVEPE_EMU_SMS="1").items():
+        monkeypatch.setenv(name, value)
+    prob = Attn(lib, dtype, seed=490 + case, **kw)
+    assert lib.wavepe_cuda_attention_num_splits(C.byref(prob.a)) == 1
+    assert fwd_kernel(lib, prob) == "tensor-core, band split"
+    assert bwd_kernel(lib, prob) == "tensor-core, band split"
+    launches(lib)
+    prob = check_attention(lib, dtype, seed=490 + case, **kw)
+    got = launches(lib)
+    fwd, bwd = WIDE_BAND_SPLIT_LAUNCHES[kw["d"]]
+    assert got[:3] == fwd, got
+    assert any(got[i:i + 3] == bwd for i in range(len(got))), got
+    for name in ("dk", "dv", "dq"):  # norm-wise, as test_tensor_core_backward_matches_oracle
+        g, w = prob.grads[name], prob.want[name]
+        rel = np.linalg.norm(g - w) / (np.linalg.norm(w) + 1e-300)
+        assert rel <= 1.5 * UNIT[dtype], f"{name}: relative error {rel / UNIT[dtype]:.2f} units of the input type"
+
+
+def test_band_split_onto_the_wide_instances_only_where_it_applies(lib, monkeypatch):
+    kw = dict(WIDE_BAND_SPLIT_CASES[0][0])
+    for name, value in dict(H100_SM, WAVEPE_EMU_SMS="1").items():
+        monkeypatch.setenv(name, value)
+    # not for 64 queries or fewer (no wide instance), nor where too few keys lie beyond the band
+    for change in (dict(M=64, off=6536), dict(N=3000, off=2870), dict(R=3000)):
+        prob = Attn(lib, E.BF16, **dict(kw, **change))
+        assert (fwd_kernel(lib, prob), bwd_kernel(lib, prob)) == ("tensor-core", "tensor-core"), change
+    # an A100's SM (164 KiB) holds one wide dQ CTA at 128: the backward runs unsplit, the forward splits
+    monkeypatch.setenv("WAVEPE_EMU_SMEM_PER_SM", str(164 * 1024))
+    monkeypatch.setenv("WAVEPE_EMU_SMEM_OPTIN", str(163 * 1024))
+    prob = Attn(lib, E.BF16, **kw)
+    assert (fwd_kernel(lib, prob), bwd_kernel(lib, prob)) == ("tensor-core, band split", "tensor-core")
+    prob = Attn(lib, E.BF16, **dict(kw, d=64))
+    assert (fwd_kernel(lib, prob), bwd_kernel(lib, prob)) == ("tensor-core, band split",) * 2
+    # WAVEPE_CUDA_WIDE=0 keeps the 16-row instances, unsplit; the same output in another thread order
+    monkeypatch.setenv("WAVEPE_CUDA_WIDE", "0")
+    prob = Attn(lib, E.BF16, **kw)
+    assert (fwd_kernel(lib, prob), bwd_kernel(lib, prob)) == ("tensor-core", "tensor-core")
+    monkeypatch.delenv("WAVEPE_CUDA_WIDE")
+    want = Attn(lib, E.F16, **dict(kw, seed=22)).forward()
+    monkeypatch.setenv("WAVEPE_EMU_ORDER", "serial")
+    for x, y in zip(want, Attn(lib, E.F16, **dict(kw, seed=22)).forward()):
+        np.testing.assert_array_equal(x, y)
+
+
 def test_tensor_core_forward_band_split_only_where_it_pays(lib, monkeypatch):
     kw = dict(BAND_SPLIT_CASES[0])
     monkeypatch.setenv("WAVEPE_EMU_SMS", "1")
@@ -1231,6 +1295,7 @@ def test_tensor_core_forward_band_split_only_where_it_pays(lib, monkeypatch):
     # third or more of the blocks (a wider table, a window), fewer keys beyond the band, another head dim, a device that holds two CTAs with
     # the window (or not two without it), or a workspace over 1 GiB (B H M rows of 2 x (4 d + 5) bytes)
     prob = Attn(lib, E.BF16, splits=2, **kw)
+    launches(lib)  # (the log since the last call: another test's launches)
     prob.forward()
     assert launches(lib) == [125472, 0]  # split-KV's two splits in one launch, their combine
     for change in (dict(cu=[[0, 100, 3300]]), dict(kpm=True), dict(clamp=True), dict(R=1500), dict(window=60),
@@ -1283,7 +1348,9 @@ def test_occupancy_model_reads_the_launchers_shared_memory(lib):
         assert max(got) == got[-1] == smem
         if d <= 128:  # more than 64 queries without a table: the wide instance's CTA (128 rows, blocks of 64 / 32 keys)
             bn = 64 if d == 64 else 32
-            assert ck.CTA_SHAPE[("attn_fwd_tc_wide_kernel", f"{d}")] == (128, wide := (128 + 2 * bn) * (d + 8) * 2 + bn
+            assert ck.CTA_SHAPE[("attn_fwd_tc_wide_kernel", f"{d}, true")] == ck.CTA_SHAPE[
+                ("attn_fwd_tc_wide_kernel", f"{d}, false")]  # (the band split's partial: the same tiles)
+            assert ck.CTA_SHAPE[("attn_fwd_tc_wide_kernel", f"{d}, false")] == (128, wide := (128 + 2 * bn) * (d + 8) * 2 + bn
                                                                              + 128 * 16)
             for pe in (0, 2):
                 prob = Attn(lib, E.BF16, B=1, H=1, Hk=1, M=70, N=70, d=d, off=0, causal=True, pe=pe)
@@ -1323,7 +1390,8 @@ def test_occupancy_model_reads_the_launchers_shared_memory(lib):
             if table == "false":
                 # the wide dQ (more than 64 queries; at head_dim 128 on an H100): Q and dO of 128 rows, the same K
                 # and V buffers, key masks; 128 row ranges, K's and V's first rows, each row's lse and D
-                threads, wq = ck.CTA_SHAPE[("attn_bwd_dq_tc_wide_kernel", f"{d}")]
+                threads, wq = ck.CTA_SHAPE[("attn_bwd_dq_tc_wide_kernel", f"{d}, false")]
+                assert ck.CTA_SHAPE[("attn_bwd_dq_tc_wide_kernel", f"{d}, true")] == (threads, wq)
                 assert threads == 128 and wq == (2 * 128 + 4 * bn) * (d + 8) * 2 + 2 * bn + 128 * 16 + 16 + 128 * 8
                 with mock.patch.dict(os.environ, H100_SM):
                     prob = Attn(lib, E.F16, B=1, H=1, Hk=1, M=70, N=70, d=d, off=0, causal=True, pe=0)

@@ -371,7 +371,7 @@ WAVEPE_DEVICE void add_table_bias(float (&s)[BN / 8][4], float *hw, const QF &qf
 // The tensor-core forward's CTA: 4 warps of MT m-tiles of 16 query rows (attn_fwd_tc_kernel: 1; the wide
 // instance, attn_fwd_tc_wide_kernel: 2, never with a table or packed heads).  PACKED: decoding one query (M = 1),
 // a GQA group's heads as the rows (p.pack_heads: pack_heads).
-template <class T, int D, bool PACKED, int MT>
+template <class T, int D, bool PACKED, int MT, bool BAND = false>
 WAVEPE_DEVICE void attn_fwd_tc_cta(const AttnParams &p) {
     using A = acc_t<T>;
     using Lay = TcFwdTiles<T, D, MT>;
@@ -381,9 +381,9 @@ WAVEPE_DEVICE void attn_fwd_tc_cta(const AttnParams &p) {
     static_assert(MT == 1 || !PACKED, "the packed heads' CTA: 4 warps of 16 rows");
     WAVEPE_SHARED_BASE(smem);
     const bool has_table = MT == 1 && p.pos_enc == WAVEPE_CUDA_PE_TABLE;  // (the wide instance: never)
-    // the band split's first partial takes only blocks beyond the band: no window staged, none reserved (head_dim
-    // 256 only: band_split)
-    const int part = D == 256 ? p.band_part : 0;
+    // the band split's first partial takes only blocks beyond the band: no window staged, none reserved
+    // (band_split: at head_dim 256 both partials run this instance, at 64 and 128 the first the wide one)
+    const int part = band_part_of<D, MT, BAND>(p);
     const bool stage_table = has_table && part != 1;
     const Lay L(stage_table);
     T *const Qs = reinterpret_cast<T *>(smem + L.plan.off[L.q]);
@@ -422,8 +422,11 @@ WAVEPE_DEVICE void attn_fwd_tc_cta(const AttnParams &p) {
     int64_t ib = kb_end, ie = kb_end, bb = kb_end, be = kb_end;
     // (a soft-cap: interior too, but for ALiBi's blocks, which take the masked loop with it)
     const bool capped = p.cap_log2 > 0.0;
-    if (!(capped && p.pos_enc == WAVEPE_CUDA_PE_ALIBI) && p.a.key_padding_mask == nullptr &&
-        (m0 + BM <= p.a.m || PACKED || MT > 1) && kb_begin < kb_end) {
+    if (D <= 128 && part != 0 && kb_begin < kb_end) {
+        // (the band split at 64 and 128: the 128-row group's blocks, in the 16-row instance's key blocks)
+        band_split_blocks(p, b, m0, TcFwdTiles<T, D, 1>::BN, BN, kb_end, ib, ie, bb, be);
+    } else if (!(capped && p.pos_enc == WAVEPE_CUDA_PE_ALIBI) && p.a.key_padding_mask == nullptr &&
+               (m0 + BM <= p.a.m || PACKED || MT > 1) && kb_begin < kb_end) {
         // (packed: every row the one query's keys; 32 rows a warp: a partial last CTA too -- its rows past M hold
         // the last query's keys (load_row_keys), so [ib, ie) are keys every row sees; a 128-row CTA would otherwise
         // leave calls of fewer than 128 queries, or a last CTA of up to 127, to the masked loop)
@@ -441,7 +444,9 @@ WAVEPE_DEVICE void attn_fwd_tc_cta(const AttnParams &p) {
     using Count = std::conditional_t<Lay::QREG, int64_t, int>;
     const Count n_head = part == 1 ? 0 : Count(ib - kb_begin), n_other = part == 1 ? 0 : n_head + Count(kb_end - ie),
                 n_pre = Count(bb - ib), n_pure = part == 2 ? 0 : n_pre + Count(ie - be);
-    const int64_t band_begin = part == 1 ? be : bb;  // the band's blocks taken: [band_begin, be)
+    // the band's blocks taken: [band_begin, be) (32 rows a warp: none -- no table; the first partial's [bb, be)
+    // is the gap in its blocks)
+    const int64_t band_begin = MT > 1 || part == 1 ? be : bb;
     auto other_block = [=](Count t) { return t < n_head ? kb_begin + t : ie + (t - n_head); };
     auto pure_block = [=](Count t) { return t < n_pre ? ib + t : be + (t - n_pre); };
     const int64_t first_pure = n_pure > 0 ? pure_block(0) : -1,
@@ -657,7 +662,7 @@ WAVEPE_DEVICE void attn_fwd_tc_cta(const AttnParams &p) {
             for (Count t = 0; t < n_pure; ++t) interior(NoBias{}, Cap{}, pure_block(t), next_pure(t));
         } else {
             for (int64_t j = band_begin; j < be; ++j) interior(TableBias{}, NoCap{}, j, next_band(j));
-            if (!PACKED && p.pos_enc == WAVEPE_CUDA_PE_ALIBI) {  // (CTA-uniform; never packed)
+            if (!PACKED && !BAND && p.pos_enc == WAVEPE_CUDA_PE_ALIBI) {  // (CTA-uniform; never packed, nor a table's)
                 for (Count t = 0; t < n_pure; ++t) interior(AlibiBias{}, NoCap{}, pure_block(t), next_pure(t));
             } else {
                 for (Count t = 0; t < n_pure; ++t) interior(NoBias{}, NoCap{}, pure_block(t), next_pure(t));
@@ -676,10 +681,11 @@ __global__ void __launch_bounds__(128) attn_fwd_tc_kernel(AttnParams p) {
     attn_fwd_tc_cta<T, D, PACKED, 1>(p);
 }
 
-// 32 query rows a warp, a 128-row CTA (TcFwdWideLayout): table-free calls at head_dim 64 and 128 (wide_forward)
-template <class T, int D>
+// 32 query rows a warp, a 128-row CTA (TcFwdWideLayout): table-free calls at head_dim 64 and 128 (wide_forward);
+// BAND, the band split's first partial of a table's call (band_split: the interior blocks beyond its band)
+template <class T, int D, bool BAND>
 __global__ void __launch_bounds__(128) attn_fwd_tc_wide_kernel(AttnParams p) {
-    attn_fwd_tc_cta<T, D, false, 2>(p);
+    attn_fwd_tc_cta<T, D, false, 2, BAND>(p);
 }
 
 // Merge the splits of each row in split order: lse = log sum_s exp(lse_s),
@@ -772,7 +778,14 @@ AttnParams attention_params(const wavepe_attention_args *a) {
 // back), at an H100's ~3.3 TB/s against its mma.sync rate (~335 TFLOP/s, FlashAttention-2's) the products of
 // ~1,800 keys a row at 4 d FLOP a key if a second CTA an SM saves a quarter of the blocks' time (unmeasured) --
 // kBandSplitKeys is that with room (at L = 16384, causal, the default wavelet grid: ~6,300 a row; at 8192,
-// ~2,200: not taken); the backward's products are 2.5x the forward's, its round trip alike.  Not with documents
+// ~2,200: not taken); the backward's products are 2.5x the forward's, its round trip alike.
+// At head_dim 64 and 128 the window costs no occupancy but keeps a call off the wide instances (32 rows a warp: no
+// table), whose main loops move ~0.6-0.7x the shared-memory bytes per HMMA of the 16-row ones (230 against 326 in
+// the forward at 128, 233 against 388 in the dQ): over the line an H100's SM serves at the tensor rate, the 16-row
+// loops run at ~0.8x (forward) and ~0.66x (dQ) of it (docs/CUDA.md) -- a fifth to a third of the blocks' time, as
+// above.  There the first partial runs the wide instance (the forward's and the dQ's; dK/dV, whose table
+// instance keeps two CTAs an SM, runs once), the second the 16-row one, both dividing the blocks by 128-row
+// groups (band_split_blocks).  Not with documents
 // (their boundaries are on the device: the host cannot count the blocks), key padding (the kernels take no
 // block as interior with it) or a clamped table (every block meets it).  Each direction adds its kernels'
 // shared memory and the workspace limit, kBandSplitWorkspace (band_split here, bwd_band_split in attention_bwd.cu).
@@ -802,14 +815,18 @@ static void pure_blocks(const AttnParams &p, int bm, int bn, int64_t *all_out, i
 }
 
 bool band_split_pays(const AttnParams &p) {
-    using Lay = TcFwdLayout<__half, 256>;  // (the forward's tiles: the backward's cover the same pairs)
     // (the count below loops over M / 64 query blocks: the callers check their workspace first, M < 2^19)
-    if (p.a.d != 256 || p.pos_enc != WAVEPE_CUDA_PE_TABLE || p.a.clamp || p.a.key_padding_mask != nullptr ||
-        p.a.cu_seqlens != nullptr || p.a.m > (int64_t(1) << 24))
+    if (!(p.a.d == 64 || p.a.d == 128 || p.a.d == 256) || p.pos_enc != WAVEPE_CUDA_PE_TABLE || p.a.clamp ||
+        p.a.key_padding_mask != nullptr || p.a.cu_seqlens != nullptr || p.a.m > (int64_t(1) << 24))
         return false;
+    // the forward's tiles (the backward's cover the same pairs): at 256 the tensor-core forward's; at 64 and 128
+    // the 128-row groups and key blocks both partials divide the blocks by (band_split_blocks)
+    const int bm = p.a.d == 256 ? TcFwdLayout<__half, 256>::BM : 128;
+    const int bn = p.a.d == 256 ? TcFwdLayout<__half, 256>::BN
+                   : p.a.d == 128 ? TcFwdLayout<__half, 128>::BN : TcFwdLayout<__half, 64>::BN;
     int64_t all, pure;
-    pure_blocks(p, Lay::BM, Lay::BN, &all, &pure);
-    return pure > 0 && 3 * pure >= all && pure * Lay::BN >= kBandSplitKeys * ceil_div(p.a.m, Lay::BM);
+    pure_blocks(p, bm, bn, &all, &pure);
+    return pure > 0 && 3 * pure >= all && pure * bn >= kBandSplitKeys * ceil_div(p.a.m, bm);
 }
 
 namespace {
@@ -845,24 +862,27 @@ bool pack_heads(const AttnParams &p) {
 // packed heads).
 // WAVEPE_CUDA_WIDE=0 keeps such calls on the 16-row instance (wide_rows_allowed).
 bool wide_forward(const AttnParams &p) {
-    return (p.a.d == 64 || p.a.d == 128) && p.pos_enc != WAVEPE_CUDA_PE_TABLE && p.a.m > 64 && wide_rows_allowed() &&
-           use_tc_forward(p);
+    return p.pos_enc != WAVEPE_CUDA_PE_TABLE && wide_rows_apply(p) && use_tc_forward(p);
 }
 
-// The forward's band split (band_split_pays): the window leaves the tensor-core forward's CTA alone on an SM
-// (125,472 bytes) where two fit without it (68,640; the registers allow no more: 251-252 a thread), and its
-// workspace -- two fp32 partials of every row, 4x a bf16 output's bytes -- stays within kBandSplitWorkspace.  Not
-// with packed heads (decoding) or split-KV asked for (want > 1).
+// The forward's band split (band_split_pays): at head_dim 256 the window leaves the tensor-core forward's CTA
+// alone on an SM (125,472 bytes) where two fit without it (68,640; the registers allow no more: 251-252 a thread);
+// at 64 and 128 the wide instance may run (wide_rows_apply: more than 64 queries); and its workspace -- two fp32
+// partials of every row, 4x a bf16 output's bytes -- stays within kBandSplitWorkspace.  Not with packed heads
+// (decoding) or split-KV asked for (want > 1).
 bool band_split(const AttnParams &p, int64_t want) {
     using Lay = TcFwdLayout<__half, 256>;  // (bf16's the same bytes)
-    if (want > 1 || p.a.d != 256 || p.pos_enc != WAVEPE_CUDA_PE_TABLE || !use_tc_forward(p) || pack_heads(p))
+    if (want > 1 || p.pos_enc != WAVEPE_CUDA_PE_TABLE || !use_tc_forward(p) || pack_heads(p) ||
+        !(p.a.d == 256 || wide_rows_apply(p)))
         return false;
     int64_t bytes;  // (within the limit, M < 2^19: band_split_pays's count is short)
     if (wavepe_mul_overflow(p.a.batch, p.a.heads, &bytes) || wavepe_mul_overflow(bytes, p.a.m, &bytes) ||
         wavepe_mul_overflow(bytes, 2 * (p.a.d * 4 + 4 + 1), &bytes) || bytes > int64_t(kBandSplitWorkspace))
         return false;
-    return device_ctas_by_smem(Lay(true).plan.total) < 2 && device_ctas_by_smem(Lay(false).plan.total) >= 2 &&
-           band_split_pays(p);
+    if (p.a.d == 256 &&
+        !(device_ctas_by_smem(Lay(true).plan.total) < 2 && device_ctas_by_smem(Lay(false).plan.total) >= 2))
+        return false;
+    return band_split_pays(p);
 }
 
 // The tiles of the kernel that runs a call: rows and keys per CTA and key block.
@@ -937,9 +957,29 @@ cudaError_t launch_fwd_tc(AttnParams p, cudaStream_t stream) {
         if (ctas == 0) return cudaSuccess;
         p.num_splits = 2;
         static_assert(Lay::BM * 2 == 128, "launch_band_parts' CTA");
-        const cudaError_t err = launch_band_parts(
-            p, [](bool) { return attn_fwd_tc_kernel<T, D, false>; }, [](bool w) { return Lay(w).plan.total; }, ctas,
-            stream);
+        cudaError_t err = cudaSuccess;
+        if constexpr (D <= 128) {  // the first partial on the wide instance (its own key blocks), the second here
+            using Wide = TcFwdWideLayout<T, D>;
+            AttnParams q = p;
+            q.num_splits = 1;
+            const int64_t wide_ctas = plan_splits(&q, Wide::BM, Wide::BN);
+            q.num_splits = 2;
+            q.band_part = 1;
+            auto wide = attn_fwd_tc_wide_kernel<T, D, true>;
+            err = allow_dynamic_smem(wide, Wide(false).plan.total);
+            if (err == cudaSuccess)
+                err = launch(wide, dim3(unsigned(wide_ctas)), dim3(128), Wide(false).plan.total, stream, q);
+            q = p;
+            q.band_part = 2;
+            auto narrow = attn_fwd_tc_kernel<T, D, false>;
+            if (err == cudaSuccess) err = allow_dynamic_smem(narrow, Lay(true).plan.total);
+            if (err == cudaSuccess)
+                err = launch(narrow, dim3(unsigned(ctas)), dim3(128), Lay(true).plan.total, stream, q);
+        } else {
+            err = launch_band_parts(
+                p, [](bool) { return attn_fwd_tc_kernel<T, D, false>; }, [](bool w) { return Lay(w).plan.total; },
+                ctas, stream);
+        }
         if (err != cudaSuccess) return err;
         const int64_t rows = p.a.batch * p.a.heads * p.a.m;
         return launch(attn_combine_kernel<T>, dim3(unsigned(ceil_div(rows, 4))), dim3(128), 0, stream, p);
@@ -949,7 +989,7 @@ cudaError_t launch_fwd_tc(AttnParams p, cudaStream_t stream) {
             using Wide = TcFwdWideLayout<T, D>;
             const int64_t ctas = plan_splits(&p, Wide::BM, Wide::BN);
             if (ctas == 0) return cudaSuccess;
-            return launch_fwd_grid<T>(attn_fwd_tc_wide_kernel<T, D>, p, ctas, 128, Wide(false).plan.total, stream);
+            return launch_fwd_grid<T>(attn_fwd_tc_wide_kernel<T, D, false>, p, ctas, 128, Wide(false).plan.total, stream);
         }
     }
     const int64_t ctas = plan_splits(&p, Lay::BM, Lay::BN);

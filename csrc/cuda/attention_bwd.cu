@@ -1023,7 +1023,7 @@ WAVEPE_DEVICE void warp_hb(float (&acc)[DT][4], const T *hrow, const T *b_tile) 
     }
 }
 
-template <class T, int D, bool TABLE, int MT>
+template <class T, int D, bool TABLE, int MT, bool BAND = false>
 WAVEPE_DEVICE void attn_bwd_dq_tc_cta(const AttnParams &p) {
     using Lay = TcDqTiles<T, D, MT>;
     constexpr int BM = Lay::BM, BN = Lay::BN, LD = Lay::LD, KC = Lay::KC, NT = KC / 8, DT = D / 8, KS = D / 16;
@@ -1036,9 +1036,9 @@ WAVEPE_DEVICE void attn_bwd_dq_tc_cta(const AttnParams &p) {
     constexpr int QK_UNROLL = 2;
     WAVEPE_SHARED_BASE(smem);
     constexpr bool has_table = TABLE;  // (a kernel of its own: the others keep their registers)
-    // the band split (head_dim 256): 1, the table-free instance over the interior blocks beyond the band; 2, the
-    // table's over the others, adding the first's sums
-    const int part = D == 256 ? p.band_part : 0;
+    // the band split (bwd_band_split): 1, the table-free instance over the interior blocks beyond the band (at
+    // head_dim 64 and 128 the wide one); 2, the table's over the others, adding the first's sums
+    const int part = band_part_of<D, MT, BAND>(p);
     const Lay L(has_table);
     T *const Qs = reinterpret_cast<T *>(smem + L.plan.off[L.q]);
     T *const dOs = reinterpret_cast<T *>(smem + L.plan.off[L.go]);
@@ -1085,17 +1085,22 @@ WAVEPE_DEVICE void attn_bwd_dq_tc_cta(const AttnParams &p) {
     const int64_t kb_start = cta_lo / BN, kb_stop = cta_hi > cta_lo ? ceil_div(cta_hi, BN) : kb_start;
     int64_t ib = kb_stop, ie = kb_stop;
     const bool capped = p.cap_log2 > 0.0;
-    if (!(capped && p.pos_enc == WAVEPE_CUDA_PE_ALIBI) && p.a.key_padding_mask == nullptr &&
-        (m0 + BM <= p.a.m || MT > 1) && kb_start < kb_stop) {
+    int64_t bb = ie, be = ie;
+    if (D <= 128 && part != 0 && kb_start < kb_stop) {
+        // (the band split at 64 and 128: the 128-row group's blocks -- a partial last CTA's too, its rows past M
+        // as the wide instance's below)
+        band_split_blocks(p, b, m0, BN, BN, kb_stop, ib, ie, bb, be);
+    } else if (!(capped && p.pos_enc == WAVEPE_CUDA_PE_ALIBI) && p.a.key_padding_mask == nullptr &&
+               (m0 + BM <= p.a.m || MT > 1) && kb_start < kb_stop) {
         // (32 rows a warp: a partial last CTA too, as the wide forward's -- its rows past M hold the last query's
         // keys (load_row_keys), zero Q and dO rows and lse -inf (dS 0 by selection), and are not written)
         const int64_t hi = rhi[0] < p.a.n ? rhi[0] : p.a.n;
         ib = ceil_div(rlo[BM - 1], BN) > kb_start ? ceil_div(rlo[BM - 1], BN) : kb_start;
         ie = hi / BN < kb_stop ? hi / BN : kb_stop;
         if (ie <= ib) ib = ie = kb_stop;
+        bb = be = ie;
+        if ((has_table || part == 1) && ib < ie) table_band_key_blocks(p, m0, BM, BN, ib, ie, bb, be);
     }
-    int64_t bb = ie, be = ie;
-    if ((has_table || part == 1) && ib < ie) table_band_key_blocks(p, m0, BM, BN, ib, ie, bb, be);
     // (the band's blocks run only in the table's instance; the band split's parts take their blocks alone)
     const int64_t n_head = part == 1 ? 0 : ib - kb_start, n_masked = part == 1 ? 0 : n_head + (kb_stop - ie),
                   n_band = TABLE ? be - bb : 0, n_pre = bb - ib,
@@ -1381,7 +1386,7 @@ WAVEPE_DEVICE void attn_bwd_dq_tc_cta(const AttnParams &p) {
         T *dqr = static_cast<T *>(p.a.dq) + (bh * p.a.m + m) * p.a.d;
         float *sq = static_cast<float *>(p.split_dq) + (bh * p.a.m + m) * p.a.d;  // (band split)
         // (the part read again: no register held through the loops -- held, ptxas spilled 8 bytes on sm_80)
-        const int end_part = D == 256 ? p.band_part : 0;
+        const int end_part = band_part_of<D, MT, BAND>(p);
 #pragma unroll
         for (int dt = 0; dt < DT; ++dt) {
             const int col = dt * 8 + 2 * (lane & 3);
@@ -1404,10 +1409,11 @@ __global__ void __launch_bounds__(128, 2) attn_bwd_dq_tc_kernel(AttnParams p) {
     attn_bwd_dq_tc_cta<T, D, TABLE, 1>(p);
 }
 
-// 32 query rows a warp, a 128-row CTA (TcDqWideLayout): table-free calls at head_dim 64 and 128 (wide_dq)
-template <class T, int D>
+// 32 query rows a warp, a 128-row CTA (TcDqWideLayout): table-free calls at head_dim 64 and 128 (wide_dq); BAND,
+// the band split's first partial of a table's call (bwd_band_split: the interior blocks beyond its band)
+template <class T, int D, bool BAND>
 __global__ void __launch_bounds__(128, 2) attn_bwd_dq_tc_wide_kernel(AttnParams p) {
-    attn_bwd_dq_tc_cta<T, D, false, 2>(p);
+    attn_bwd_dq_tc_cta<T, D, false, 2, BAND>(p);
 }
 
 // One CTA per (tile diagonal, group of batch*heads): the partial dT of its
@@ -1889,12 +1895,15 @@ size_t tc_dq_wide_smem(int64_t d) {
 // spilled at head_dim 128: 56 bytes on sm_90), for more than 64 queries, where two of its CTAs share an SM (at
 // head_dim 128 over 99 KiB: an H100's SM holds two, an A100's one -- 4 warps an SM, which would lose to the 16-row
 // instance's 8); WAVEPE_CUDA_WIDE=0 keeps such calls on the 16-row instance (wide_rows_allowed).
-bool wide_dq(const AttnParams &p) {
-    if (!((p.a.d == 64 || p.a.d == 128) && p.pos_enc != WAVEPE_CUDA_PE_TABLE && p.pos_enc != WAVEPE_CUDA_PE_ALIBI &&
-          p.a.m > 64 && wide_rows_allowed() && use_tc_dq(p)))
-        return false;
+// wide_dq_fits: the head dim, the queries and the device (on a table's call the band split's first partial runs
+// it: bwd_band_split); wide_dq adds the call's bias.
+bool wide_dq_fits(const AttnParams &p) {
+    if (!(wide_rows_apply(p) && tc_backward_applies(p))) return false;
     const size_t bytes = tc_dq_wide_smem(p.a.d);
     return bytes <= 99 * 1024 ? true : smem_fits_device(bytes) && device_ctas_by_smem(bytes) >= 2;
+}
+bool wide_dq(const AttnParams &p) {
+    return p.pos_enc != WAVEPE_CUDA_PE_TABLE && p.pos_enc != WAVEPE_CUDA_PE_ALIBI && use_tc_dq(p) && wide_dq_fits(p);
 }
 // The tensor-core dT (a learned table's gradient): head_dim 64 or 128 (113 KiB at 128: sm_86, sm_89 and sm_120
 // run the general kernel there).
@@ -1906,19 +1915,22 @@ bool use_tc_dtable(const AttnParams &p) {
            smem_fits_device(tc_dtable_smem(p.a.d));
 }
 
-// The backward's band split (band_split_pays in attention.cu): the tensor-core dK/dV and dQ both take the call,
-// each one's window leaves its CTA alone on an SM where two fit without it (151,376 / 160,032 bytes against
-// 102,800 / 102,432), and the fp32 sums the first launches leave (dQ's B H M rows, dK's and dV's B Hkv N each)
-// stay within kBandSplitWorkspace.
+// The backward's band split (band_split_pays in attention.cu): the tensor-core dK/dV and dQ both take the call;
+// at head_dim 256 each one's window leaves its CTA alone on an SM where two fit without it (151,376 / 160,032
+// bytes against 102,800 / 102,432), both split; at 64 and 128 the dQ's first partial runs the wide instance
+// (wide_dq_fits), the dK/dV runs once; and the fp32 sums the first launches leave (dQ's B H M rows; at 256 dK's
+// and dV's B Hkv N each) stay within kBandSplitWorkspace.
 bool bwd_band_split(const AttnParams &p) {
-    if (p.a.d != 256 || p.pos_enc != WAVEPE_CUDA_PE_TABLE || !use_tc_dkdv(p) || !use_tc_dq(p)) return false;
+    if (p.pos_enc != WAVEPE_CUDA_PE_TABLE || !use_tc_dkdv(p) || !use_tc_dq(p) || !(p.a.d == 256 || wide_dq_fits(p)))
+        return false;
     int64_t q_rows, kv_rows, rows, bytes;
     if (wavepe_mul_overflow(p.a.batch, p.a.heads, &q_rows) || wavepe_mul_overflow(q_rows, p.a.m, &q_rows) ||
         wavepe_mul_overflow(p.a.batch, p.a.kv_heads, &kv_rows) || wavepe_mul_overflow(kv_rows, p.a.n, &kv_rows) ||
-        wavepe_mul_overflow(kv_rows, 2, &rows) || wavepe_add_overflow(rows, q_rows, &rows) ||
+        wavepe_mul_overflow(kv_rows, p.a.d == 256 ? 2 : 0, &rows) || wavepe_add_overflow(rows, q_rows, &rows) ||
         wavepe_mul_overflow(rows, p.a.d * 4, &bytes) || bytes > int64_t(kBandSplitWorkspace))
         return false;
     for (const bool dkdv : {true, false}) {
+        if (p.a.d < 256) break;  // (at 64 and 128: wide_dq_fits)
         const size_t with = dkdv ? tc_dkdv_smem(p.a.d, true) : tc_dq_smem(p.a.d, true);
         const size_t without = dkdv ? tc_dkdv_smem(p.a.d, false) : tc_dq_smem(p.a.d, false);
         if (device_ctas_by_smem(with) >= 2 || device_ctas_by_smem(without) < 2) return false;
@@ -1970,17 +1982,19 @@ BwdPlan bwd_plan(const wavepe_attention_args *a) {
         pl.part_bytes = align256(size_t(pl.n_diag) * size_t(pl.groups) * size_t(2 * pl.bt) * size_t(a->d) * acc);
     }
     pl.band_split = bwd_band_split(p);
-    if (pl.band_split)  // (within kBandSplitWorkspace: no overflow)
-        pl.split_bytes = align256(size_t(bh * a->m * a->d) * 4) + 2 * size_t(a->batch * a->kv_heads * a->n * a->d) * 4;
+    if (pl.band_split)  // (within kBandSplitWorkspace: no overflow; dK's and dV's sums at head_dim 256 only)
+        pl.split_bytes = align256(size_t(bh * a->m * a->d) * 4) +
+                         (a->d == 256 ? 2 * size_t(a->batch * a->kv_heads * a->n * a->d) * 4 : 0);
     return pl;
 }
 
 
 // The dK/dV pass: a CTA per (batch, kv head, block of keys).
 template <class T, int DMAX>
-cudaError_t launch_dkdv(const AttnParams &p, cudaStream_t stream) {
+cudaError_t launch_dkdv(AttnParams p, cudaStream_t stream) {
     if constexpr (Traits<T>::kTensorCore) {
         if (use_tc_dkdv(p)) {
+            if (DMAX <= 128) p.band_part = 0;  // (the band split at 64 and 128: the dQ's alone, bwd_band_split)
             using Lay = TcDkdvLayout<T, DMAX>;
             const int64_t ctas = p.a.batch * p.a.kv_heads * ceil_div(p.a.n, Lay::BN) * Lay::CS;
             if (ctas == 0) return cudaSuccess;
@@ -2005,8 +2019,26 @@ cudaError_t launch_dq(const AttnParams &p, cudaStream_t stream) {
     if (ctas == 0 || (p.a.d == 0 && p.a.dslopes == nullptr)) return cudaSuccess;
     if constexpr (Traits<T>::kTensorCore) {
         if constexpr (DMAX <= 128) {
+            if (p.band_part) {  // the band split: the wide instance beyond the band, then the 16-row table one
+                using Wide = TcDqWideLayout<T, DMAX>;
+                using Narrow = TcDqLayout<T, DMAX>;
+                AttnParams q = p;
+                q.band_part = 1;
+                auto wide = attn_bwd_dq_tc_wide_kernel<T, DMAX, true>;
+                cudaError_t err = allow_dynamic_smem(wide, Wide(false).plan.total);
+                if (err == cudaSuccess)
+                    err = launch(wide, dim3(unsigned(p.a.batch * p.a.heads * ceil_div(p.a.m, Wide::BM))), dim3(128),
+                                 Wide(false).plan.total, stream, q);
+                q.band_part = 2;
+                auto narrow = attn_bwd_dq_tc_kernel<T, DMAX, true>;
+                if (err == cudaSuccess) err = allow_dynamic_smem(narrow, Narrow(true).plan.total);
+                if (err == cudaSuccess)
+                    err = launch(narrow, dim3(unsigned(p.a.batch * p.a.heads * ceil_div(p.a.m, Narrow::BM))),
+                                 dim3(128), Narrow(true).plan.total, stream, q);
+                return err;
+            }
             if (wide_dq(p)) {  // (p.dq_rows = 128)
-                auto kernel = attn_bwd_dq_tc_wide_kernel<T, DMAX>;
+                auto kernel = attn_bwd_dq_tc_wide_kernel<T, DMAX, false>;
                 const size_t bytes = TcDqWideLayout<T, DMAX>(false).plan.total;
                 const cudaError_t err = allow_dynamic_smem(kernel, bytes);
                 return err != cudaSuccess ? err : launch(kernel, dim3(unsigned(ctas)), dim3(128), bytes, stream, p);
@@ -2171,7 +2203,8 @@ extern "C" cudaError_t wavepe_cuda_attention_bwd(const wavepe_attention_args *a,
     if (pl.band_split) {
         p.band_part = 1;  // (launch_dkdv and launch_dq take both parts)
         p.split_dq = static_cast<unsigned char *>(workspace) + pl.delta_bytes + pl.part_bytes + pl.slope_bytes;
-        p.split_dkv = static_cast<unsigned char *>(p.split_dq) + align256(size_t(a->batch * a->heads * a->m * a->d) * 4);
+        if (a->d == 256)  // (dK's and dV's sums: the band split at 256 only)
+            p.split_dkv = static_cast<unsigned char *>(p.split_dq) + align256(size_t(a->batch * a->heads * a->m * a->d) * 4);
     }
     p.n_diag = pl.n_diag;
     p.dq_rows = pl.dq_rows;

@@ -49,11 +49,12 @@ struct AttnParams {
     // forward: split-KV
     int64_t num_splits, blocks_per_split;
     void *work_o, *work_lse, *work_seen;
-    // the band split of the tensor-core kernels at head_dim 256 with a table (band_split_pays in attention.cu):
-    // 0 none; else the launch of one of two partials, 1 the interior blocks beyond the table's band (no window
-    // staged: the forward's first launch, the backward's table-free dK/dV and dQ instances), 2 the others (the
-    // band's and the masked blocks).  The backward's first launches leave their fp32 sums in split_dq and
-    // split_dkv (dK's then dV's, of B Hkv N rows), which the second ones add before their stores.
+    // the band split of the tensor-core kernels with a table (band_split_pays in attention.cu): 0 none; else the
+    // launch of one of two partials, 1 the interior blocks beyond the table's band (no window staged: the
+    // forward's first launch, the backward's table-free dQ -- at head_dim 256 its dK/dV too -- instances; at 64
+    // and 128 the wide instances, band_split_blocks), 2 the others (the band's and the masked blocks).  The
+    // backward's first launches leave their fp32 sums in split_dq and split_dkv (dK's then dV's, of B Hkv N
+    // rows), which the second ones add before their stores.
     int band_part;
     void *split_dq, *split_dkv;
     // backward: workspace
@@ -75,7 +76,16 @@ struct AttnParams {
 // Parameters of wavepe_attention_args, shared by forward and backward (attention.cu).
 AttnParams attention_params(const wavepe_attention_args *a);
 
-// Whether a head_dim-256 call with a table gains from the band split: the conditions that do not depend on the
+// May the call run a wide instance (32 query rows a warp, 128 a CTA: attn_fwd_tc_wide_kernel,
+// attn_bwd_dq_tc_wide_kernel)?  Head dim 64 or 128 (at 256 O's or dQ's accumulators alone fill the registers),
+// more than 64 queries (a 128-row CTA half empty: decoding, packed heads), not WAVEPE_CUDA_WIDE=0
+// (wide_rows_allowed).  wide_forward, wide_dq and the band split (band_split, bwd_band_split) add their kernels'
+// conditions.
+inline bool wide_rows_apply(const AttnParams &p) {
+    return (p.a.d == 64 || p.a.d == 128) && p.a.m > 64 && wide_rows_allowed();
+}
+
+// Whether a call with a table (head_dim 64, 128 or 256) gains from the band split: the conditions that do not depend on the
 // kernels (attention.cu says which and why); each direction adds its kernels' shared memory and workspace.
 bool band_split_pays(const AttnParams &p);
 // The most workspace a band split takes (the forward's two partials, the backward's fp32 dQ, dK and dV); beyond
@@ -704,6 +714,40 @@ WAVEPE_DEVICE void attn_keys(const AttnParams &p, int64_t b, int64_t pos, bool c
     wavepe_attention_args a = p.a;  // the caller's, with this call's causal flag
     a.causal = causal ? 1 : 0;
     wavepe_attention_keys(&a, b, pos, &lo, &hi);
+}
+
+// The band split at head_dim 64 and 128 (band_split and bwd_band_split, in attention.cu and attention_bwd.cu):
+// the wide instances (128 query rows a CTA) run its first partial -- the interior blocks beyond the band --, the
+// 16-row ones (64 rows; key blocks of gbn keys, as many or twice the wide forward's) its second, the others.  So
+// that every (row, key) pair falls in exactly one, both take the interior [ib, ie) and the band [bb, be) of the
+// 128-row group holding the CTA's rows (rows past M: the last query's keys, as load_row_keys), in blocks of gbn
+// keys, returned in the CTA's own blocks of bn (bn divides gbn); no interior: all four kb_end.  For the CTA's
+// rows these are interior blocks too (a group's keys seen by every row are seen by each), within its key blocks
+// [kb_begin, kb_end) (from its first row's first key to its last row's last); a 16-row CTA takes the rest of
+// those blocks through its masked loop.  (No documents, padding nor clamped tables: band_split_pays.)
+WAVEPE_DEVICE void band_split_blocks(const AttnParams &p, int64_t b, int64_t m0, int gbn, int bn, int64_t kb_end,
+                                     int64_t &ib, int64_t &ie, int64_t &bb, int64_t &be) {
+    constexpr int GM = 128;
+    const int64_t g0 = m0 - m0 % GM, last = g0 + GM - 1 < p.a.m ? g0 + GM - 1 : p.a.m - 1;
+    int64_t lo0, hi0, lo1, hi1;  // the keys of the group's first and last rows
+    attn_keys(p, b, p.a.q_offset + g0, p.a.causal != 0, lo0, hi0);
+    attn_keys(p, b, p.a.q_offset + last, p.a.causal != 0, lo1, hi1);
+    const int64_t gib = ceil_div(lo1, gbn), gie = (hi0 < p.a.n ? hi0 : p.a.n) / gbn;
+    ib = ie = bb = be = kb_end;
+    if (gie <= gib || hi0 <= lo0 || hi1 <= lo1) return;
+    int64_t gbb, gbe;
+    table_band_key_blocks(p, g0, GM, gbn, gib, gie, gbb, gbe);
+    const int64_t r = gbn / bn;
+    ib = gib * r, ie = gie * r, bb = gbb * r, be = gbe * r;
+}
+
+// The band split's partial (p.band_part) a CTA of MT m-tiles a warp runs: at head_dim 256 either (the 16-row
+// kernels' table-free and table instances); at 64 and 128 the first on the wide instances built for it (BAND: a
+// constant, so that the other wide instances -- every table-free call's -- carry none of it), the second on the
+// 16-row table instance; 0 none.
+template <int D, int MT, bool BAND>
+WAVEPE_DEVICE int band_part_of(const AttnParams &p) {
+    return D == 256 ? p.band_part : MT > 1 ? (BAND ? 1 : 0) : (p.band_part == 2 ? 2 : 0);
 }
 
 // Positions [lo, hi) of the queries that may see key n of batch row b (0 <= n < N):
