@@ -13,7 +13,9 @@ alternation with the references, CUDA-synchronised, medians), against SDPA's fla
 
 Also timed: the nope forward and forward+backward on 16 query rows a warp (WAVEPE_CUDA_WIDE=0: attn_fwd_tc_kernel,
 attn_bwd_dq_tc_kernel) against the wide instances plain calls run (32 rows a warp: attn_fwd_tc_wide_kernel,
-attn_bwd_dq_tc_wide_kernel) -- the A/B of the static model's shared-memory term; ALiBi, the wavelet bias with a 1024-token window and with soft-capping (cap 30), a learned relative
+attn_bwd_dq_tc_wide_kernel) -- the A/B of the static model's shared-memory term; the wavelet call in one launch a
+kernel (one document: at L=16384 the plain call takes the band split, its blocks beyond the band on the wide
+instances -- their A/B); ALiBi, the wavelet bias with a 1024-token window and with soft-capping (cap 30), a learned relative
 table of the wavelet table's rows (pos_enc="relative", its gradient asked: the backward adds the dT pass on the
 band's diagonals, attn_bwd_dtable_tc_kernel); and at head_dim
 256 (Gemma 2's shape: 16 query / 8 key-value heads, L=4096, its soft-cap 50) flash, nope and the wavelet bias
@@ -101,6 +103,7 @@ def _sixteen_rows_a_warp(fn):
 
 
 NOPE_16 = "nope, 16 rows a warp"
+WAVELET_ONE = "wavelet, one launch"
 
 
 def _methods(cfg) -> dict:
@@ -128,6 +131,10 @@ def bench_lengths(lengths, cfg, quick: bool) -> list[dict]:
         rel = table.detach().clone().requires_grad_(True)  # a learned table of the wavelet's rows
         fns["relative (learned)"] = lambda q, k, v: wo.wavelet_attention(q, k, v, pos_enc="relative",
                                                                          rel_table=(rel, r_lo))
+        # the same wavelet call in one launch a kernel (one document: documents never take the band split) -- at
+        # L=16384 the plain call runs the blocks beyond the band on the wide instances (band_split_pays)
+        one_doc = torch.tensor([0, L], device=DEV, dtype=torch.int32)
+        fns[WAVELET_ONE] = lambda q, k, v: wo.wavelet_attention(q, k, v, cfg, cu_seqlens=one_doc)
         with torch.no_grad():
             bias = plain_rel_bias(q, table, r_lo=r_lo, q_offset=0, k_len=L, causal=True, clamp=False)
             bias = (bias * scale).contiguous()
@@ -146,7 +153,8 @@ def bench_lengths(lengths, cfg, quick: bool) -> list[dict]:
             return run
 
         bwd_fns = {n: fn for n, fn in fwd_fns.items()
-                   if n in ("flash", "cudnn", "nope", NOPE_16, "wavelet", "flex + bias", "relative (learned)")}
+                   if n in ("flash", "cudnn", "nope", NOPE_16, "wavelet", WAVELET_ONE, "flex + bias",
+                            "relative (learned)")}
         bwd_fns = _available({n: _sixteen_rows_a_warp(step(fn)) if n == NOPE_16 else
                               step(fn, (rel,) if n == "relative (learned)" else ()) for n, fn in bwd_fns.items()}, ())
         bwd = compare(bwd_fns, repeat=3 if quick else 10, warmup=1)

@@ -176,21 +176,31 @@ def test_tensor_core_forward_wide_keeps_garbage_where_it_belongs(lib, dtype, bad
     _forward_garbage(lib, dtype, bad, pe, splits, 128, "tensor-core, 32 rows a warp")
 
 
-def test_tensor_core_forward_band_split_keeps_garbage_where_it_belongs(lib, monkeypatch):
-    """The band split (head_dim 256 with a table: two partials, combined): NaN and inf in a key beyond the band
-    (the first partial's), in the band and on the causal diagonal (the second's) reach the rows that see them as
-    the oracle says, and leave the rows before a key as they were; scores of -inf on every key beyond the band
-    (the first partial all -inf) leave the rows finite; on every key, NaN (0/0, as in one pass)."""
-    from .test_cuda_emu import BAND_SPLIT_CASES, fwd_kernel
+def _band_split_case(d):
+    """The band split's first case at head_dim 256 (the 16-row kernel's two instances) or 128 (onto the wide
+    instances: 130 queries at 6470 .., a partial last group), with the table's distances 0 .. 39."""
+    from .test_cuda_emu import BAND_SPLIT_CASES, WIDE_BAND_SPLIT_CASES
 
-    monkeypatch.setenv("WAVEPE_EMU_SMS", "1")  # (no split-KV picked)
-    kw = dict(BAND_SPLIT_CASES[0], seed=17)  # queries at 3236 .. 3299, the table's distances 0 .. 39
+    return dict(BAND_SPLIT_CASES[0] if d == 256 else WIDE_BAND_SPLIT_CASES[0][0])
+
+
+@pytest.mark.parametrize("d", [256, 128])
+def test_tensor_core_forward_band_split_keeps_garbage_where_it_belongs(lib, monkeypatch, d):
+    """The band split (a table's call: two partials, combined): NaN and inf in a key beyond the band (the first
+    partial's), in the band and on the causal diagonal (the second's) reach the rows that see them as the oracle
+    says, and leave the rows before a key as they were; scores of -inf on every key beyond the band (the first
+    partial all -inf) leave the rows finite; on every key, NaN (0/0, as in one pass)."""
+    from .test_cuda_emu import H100_SM, fwd_kernel
+
+    for name, value in dict(H100_SM, WAVEPE_EMU_SMS="1").items():  # (no split-KV picked)
+        monkeypatch.setenv(name, value)
+    kw = dict(_band_split_case(d), seed=17)
     n, off = kw["N"], kw["off"]
     dtype = E.F16
     base = Attn(lib, dtype, **kw)
     assert fwd_kernel(lib, base) == "tensor-core, band split"
     clean_out, _ = base.forward()
-    for bad, key in ((float("nan"), 5), (float("inf"), 5), (float("nan"), 3220), (float("inf"), 3270)):
+    for bad, key in ((float("nan"), 5), (float("inf"), 5), (float("nan"), off - 16), (float("inf"), off + 34)):
         k, v = base.k.copy(), base.v.copy()
         k[0, :, key] = bad
         v[0, :, key] = bad
@@ -211,16 +221,17 @@ def test_tensor_core_forward_band_split_keeps_garbage_where_it_belongs(lib, monk
     assert np.isnan(out).all() and np.isnan(lse).all()
 
 
-def test_tensor_core_backward_band_split_keeps_garbage_where_it_belongs(lib, monkeypatch):
-    """The backward's band split (the table-free dK/dV and dQ over the blocks beyond the band, then the table's,
-    adding their sums): NaN in a key beyond the band (the first launches') reaches every row's dq through the
-    sums the second launches add, as in one pass.  (Garbage on the band and the diagonal takes the table's
-    instances as without the split: the tests above.)"""
-    from .test_cuda_emu import BAND_SPLIT_CASES, H100_SM, bwd_kernel
+@pytest.mark.parametrize("d", [256, 128])
+def test_tensor_core_backward_band_split_keeps_garbage_where_it_belongs(lib, monkeypatch, d):
+    """The backward's band split (the table-free dQ -- at 256 the dK/dV too; at 128 the wide dQ -- over the blocks
+    beyond the band, then the table's, adding their sums): NaN in a key beyond the band (the first launches')
+    reaches every row's dq through the sums the second launches add, as in one pass.  (Garbage on the band and
+    the diagonal takes the table's instances as without the split: the tests above.)"""
+    from .test_cuda_emu import H100_SM, bwd_kernel
 
     for name, value in dict(H100_SM, WAVEPE_EMU_SMS="1").items():
         monkeypatch.setenv(name, value)
-    kw = dict(BAND_SPLIT_CASES[0], seed=23)  # queries at 3236 .. 3299: key 5 beyond the band of every row
+    kw = dict(_band_split_case(d), seed=23)  # key 5 beyond the band of every row
     assert bwd_kernel(lib, Attn(lib, E.BF16, **kw)) == "tensor-core, band split"
     clean, dirty = _dirty_vs_clean(lib, E.BF16, np.arange(kw["N"])[None, :] == 5, float("nan"), want_dtable=False, **kw)
     assert np.isfinite(clean["dq"]).all() and np.isnan(dirty["dq"]).any(axis=-1).all()
