@@ -248,9 +248,11 @@ OTHER_LOOP_CEILING = {
     # (head dim 256: static counts, each Q K^T / window loop of 4 steps inside taken once: see MIX_CEILING)
     ("attn_fwd_tc_kernel", "256, false"): (6.1, 6.9, 7.6, 8.7, 26.9),
     ("attn_fwd_tc_kernel", "256, true"): (6.5, 6.9, 7.7, 26.8),
-    # the wide instance: ALiBi's interior blocks, the soft-capped ones, the masked ones (each m-tile's S, masks,
-    # softmax and P V in turn: the code twice, counted statically); the band split's partial, the soft-capped ones
-    ("attn_fwd_tc_wide_kernel", "128, false"): (4.75, 5.8, 43.5), ("attn_fwd_tc_wide_kernel", "64, false"): (6.0, 8.3, 47.1),
+    # the wide instance: ALiBi's interior blocks, the soft-capped ones, the masked ones (their loop holds two paths,
+    # each counted once: the prefix blocks' -- the causal diagonal: both m-tiles as an interior block, the keys
+    # past a row's last -inf by selection -- and the others', each m-tile's S, masks, softmax and P V in turn: the
+    # code twice; 42.4 / 46.4 before the prefix blocks); the band split's partial, the soft-capped ones
+    ("attn_fwd_tc_wide_kernel", "128, false"): (4.75, 5.8, 20.7), ("attn_fwd_tc_wide_kernel", "64, false"): (6.0, 8.3, 24.85),
     ("attn_fwd_tc_wide_kernel", "128, true"): (6.1,), ("attn_fwd_tc_wide_kernel", "64, true"): (8.7,),
     # attn_bwd_dkdv_tc_kernel without a table: the interior query blocks with ALiBi, the soft-capped ones,
     # then the masked ones (the causal diagonal, window and document edges, padding: O(1) a key block),

@@ -524,6 +524,57 @@ WAVEPE_DEVICE void attn_fwd_tc_cta(const AttnParams &p) {
             return has_table && table_rows_hit(p, base - (BN - 1), base + 15);
         };
 
+        // 32 rows a warp, no padding, ALiBi nor soft-cap (CTA-uniform): a masked block whose keys every row sees
+        // from the first on (rlo[BM - 1] <= n0: the causal diagonal of a plain call) takes prefix_block
+        [[maybe_unused]] const bool prefix_blocks =
+            MT > 1 && !capped && p.pos_enc != WAVEPE_CUDA_PE_ALIBI && p.a.key_padding_mask == nullptr;
+        // Such a block for the warp's m-tiles (V landed): S by qk_products_rows; a row's keys past its last (rhi,
+        // N) -inf by selection -- what scores_log2 would mask; the online softmax with the scale folded; P V by
+        // pv_products_rows, or, where V's rows of keys some row of the warp does not see hold inf / NaN (0 times
+        // them would reach it), each m-tile through warp_rb_masked as the other masked blocks.
+        auto prefix_block = [&](int64_t n0) {
+            if constexpr (MT > 1) {  // (32 rows a warp: Q's fragments read at each step)
+                A s[MT][NT][4];
+#pragma unroll
+                for (int mt = 0; mt < MT; ++mt) zero_frags(s[mt]);
+                qk_products_rows<T, NT, KS, LD, MT>(s, qf, krow);
+#pragma unroll
+                for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+                    for (int ri = 0; ri < 2; ++ri) {
+                        const int64_t hi = rhi[WR * warp + 16 * mt + frag_row(2 * ri)], end = hi < p.a.n ? hi : p.a.n;
+                        const int lim = end <= n0 ? 0 : end - n0 >= BN ? BN : int(end - n0);  // the row's keys [0, lim)
+                        seen[mt][ri] |= lim > 0;
+#pragma unroll
+                        for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+                            for (int e = 0; e < 2; ++e)
+                                if (frag_col(nt, e) >= lim) s[mt][nt][2 * ri + e] = neg_inf<A>();
+                    }
+#pragma unroll
+                for (int mt = 0; mt < MT; ++mt)
+                    online_softmax<A, NT, DT, true>(s[mt], o[mt], row_max[mt], row_sum[mt], scale_log2);
+                // the keys some row of the warp does not see: from its first row's last on, those the tile holds
+                int64_t held = rhi[BM - 1] < p.a.n ? rhi[BM - 1] : p.a.n;  // (key_row_seen: the CTA's keys, < N)
+                held = (held < n0 + BN ? held : n0 + BN) - n0;
+                const int64_t hi0 = rhi[WR * warp];
+                const int first = hi0 <= n0 ? 0 : hi0 - n0 >= BN ? BN : int(hi0 - n0);
+                if (first < held && warp_rows_nonfinite(Vs, LD, first, int(held) - 1, p.a.d)) {
+#pragma unroll
+                    for (int mt = 0; mt < MT; ++mt) {
+                        const int r0 = WR * warp + 16 * mt;
+                        warp_rb_masked<T, NT, DT>(o[mt], s[mt], Vs, LD, 0, DT, nullptr, p, n0, rlo + r0, rhi + r0,
+                                                  rlo[0], rhi[BM - 1]);
+                    }
+                } else {
+                    uint32_t pa[MT][NT / 2][4];
+#pragma unroll
+                    for (int mt = 0; mt < MT; ++mt) pack_p_frags<T, NT>(s[mt], pa[mt]);
+                    pv_products_rows<T, NT / 2, DT, MT>(o, pa, Vs, LD);
+                }
+            }
+        };
+
         // the blocks with masks, padding, ALiBi or a soft-cap (with the table's bias where their window
         // meets it)
         for (Count t = 0; t < n_other; ++t) {
@@ -537,6 +588,13 @@ WAVEPE_DEVICE void attn_fwd_tc_cta(const AttnParams &p) {
                     // landed -- these blocks are O(1) a query block, their copies not hidden
                     cp_async_wait<0>();
                     __syncthreads();  // V has landed
+                    if (prefix_blocks && rlo[BM - 1] <= n0) {
+                        // every row of the CTA sees the block's keys from its first on, up to its own last (the
+                        // causal diagonal; a window's or a document's far edge): both m-tiles at once, as an
+                        // interior block, each row's keys past its last -inf by selection
+                        if (wm0 < p.m_rows && n0 < rhi[WR * warp + WR - 1])  // warp-uniform: some row sees a key
+                            prefix_block(n0);
+                    } else {
 #pragma unroll
                     for (int mt = 0; mt < MT; ++mt) {
                         const int r0 = WR * warp + 16 * mt;  // warp-uniform: does some row of the m-tile see a key?
@@ -550,6 +608,7 @@ WAVEPE_DEVICE void attn_fwd_tc_cta(const AttnParams &p) {
                             warp_rb_masked<T, NT, DT>(o[mt], s, Vs, LD, 0, DT, nullptr, p, n0, rlo + r0, rhi + r0,
                                                       rlo[0], rhi[BM - 1]);
                         }
+                    }
                     }
                     __syncthreads();  // K, V and the key mask are consumed
                     if (next >= 0) load_k(next);
