@@ -276,9 +276,12 @@ OTHER_LOOP_CEILING = {
     ("attn_bwd_dq_tc_kernel", "64, true"): (4.85, 7.2, 8.0, 27.5),
     ("attn_bwd_dq_tc_kernel", "256, false"): (4.8, 6.3, 41.8),
     ("attn_bwd_dq_tc_kernel", "256, true"): (4.35, 5.2, 6.2, 19.1),
-    # the wide dQ (never ALiBi): the soft-capped interior blocks, the masked ones (each m-tile in turn: the code
-    # twice, counted statically); the band split's partial, the soft-capped ones
-    ("attn_bwd_dq_tc_wide_kernel", "128, false"): (8.3, 24.0), ("attn_bwd_dq_tc_wide_kernel", "64, false"): (11.6, 43.5),
+    # the wide dQ (never ALiBi): the soft-capped interior blocks, (at head dim 64) the prefix blocks -- the causal
+    # diagonal, both m-tiles as an interior block with dS past a row's last key 0 --, the masked ones (each m-tile in
+    # turn: the code twice, counted statically; 43.0 at 64 before the prefix blocks); the band split's partial, the
+    # soft-capped ones
+    ("attn_bwd_dq_tc_wide_kernel", "128, false"): (8.3, 24.0),
+    ("attn_bwd_dq_tc_wide_kernel", "64, false"): (11.6, 16.5, 38.8),
     ("attn_bwd_dq_tc_wide_kernel", "128, true"): (8.4,), ("attn_bwd_dq_tc_wide_kernel", "64, true"): (11.65,),
     # attn_bwd_dtable_tc_kernel: the masked tiles of a diagonal (its first and last, the causal diagonal's, the
     # window's and documents' edges, padding), through scores_log2_impl and dscores_of; at 128 each warp also

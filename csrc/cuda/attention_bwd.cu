@@ -493,7 +493,8 @@ WAVEPE_DEVICE void add_transposed_bias(float (&st)[NT][4], const float *gc, int 
 // The interior blocks' scores (every pair seen): KIND kPlain x = s scale_log2, kAlibi x = s scale_log2 -
 // slope_log2 |dist|, kCap x = cap tanh(s scale_log2 / cap) (tanh_exp2, as the forward's interior blocks;
 // th = the tanh, for the derivative 1 - th^2), all in the log2 domain.
-enum { kMasked, kPlain, kAlibi, kCap };
+// (kPrefix: the wide dQ's masked blocks whose keys every row sees from the first on: attn_bwd_dq_tc_cta)
+enum { kMasked, kPlain, kAlibi, kCap, kPrefix };
 template <int KIND>
 WAVEPE_DEVICE float interior_score(float s, float scale_log2, float slope_log2, float dist, float cap, float k,
                                    float &th) {
@@ -1189,7 +1190,7 @@ WAVEPE_DEVICE void attn_bwd_dq_tc_cta(const AttnParams &p) {
         constexpr int kind = decltype(kind_tag)::value, BIAS = decltype(bias_tag)::value;
         cp_async_wait<0>();
         __syncthreads();  // block t has landed; every warp is done with block t - 1's buffer
-        if (kind == kMasked)
+        if (kind == kMasked || kind == kPrefix)
             stage(AnyBlock{}, t + 1, jn);
         else
             stage(Interior{}, t + 1, jn);  // (the interior blocks come last)
@@ -1204,7 +1205,8 @@ WAVEPE_DEVICE void attn_bwd_dq_tc_cta(const AttnParams &p) {
         const int buf = int(t & 1);
         const T *const Kb = K0 + buf * BN * LD, *const Vb = V0 + buf * BN * LD;
         // warp-uniform: does some row of the warp see a key of the block?
-        const bool active = kind != kMasked || (warp_rows && n0 < whi[WR - 1] && n0 + BN > wlo[0]);
+        const bool active =
+            (kind != kMasked && kind != kPrefix) || (warp_rows && n0 < whi[WR - 1] && n0 + BN > wlo[0]);
         // the table's bias of the warp's rows: G = Q_w T_win^T skewed (window_bias, the forward's), H = dS
         // skewed into window columns, dQ += H T_win
         const bool wbias = BIAS != 0 && bias && active && warp_bias(n0);
@@ -1261,6 +1263,18 @@ WAVEPE_DEVICE void attn_bwd_dq_tc_cta(const AttnParams &p) {
             warp_rb_masked<T, NT, DT>(dq[mt], s, Kb + c0 * LD, LD, 0, DT, nullptr, p, n0 + c0, rlo + r0, rhi + r0,
                                       cta_lo, cta_hi);
         };
+        // a prefix block (kPrefix): do K's rows of keys some row of the warp does not see hold inf / NaN (dS 0
+        // times them would reach it; warp-uniform)?  Then each m-tile's dS K takes warp_rb_masked.
+        [[maybe_unused]] bool careful = false;
+        if constexpr (kind == kPrefix) {
+            if (active) {
+                int64_t held = cta_hi < p.a.n ? cta_hi : p.a.n;  // (the tile's keys: the CTA's, < N)
+                held = (held < n0 + BN ? held : n0 + BN) - n0;
+                const int64_t hi0 = rhi[WR * warp];
+                const int first = hi0 <= n0 ? 0 : hi0 - n0 >= BN ? BN : int(hi0 - n0);
+                careful = first < held && warp_rows_nonfinite(Kb, LD, first, int(held) - 1, p.a.d);
+            }
+        }
         auto chunk = [&](auto c0_tag) {  // KC keys at a time (registers: S and dP of 16 x KC an m-tile)
             constexpr int c0 = decltype(c0_tag)::value;
             if constexpr (MT > 1) {
@@ -1278,9 +1292,9 @@ WAVEPE_DEVICE void attn_bwd_dq_tc_cta(const AttnParams &p) {
                     }
                 } else {
                     // both m-tiles' S and dP, each K and V fragment ldmatrix'd once for them; dS packed as the A
-                    // operand (S's and dP's fp32 die); dQ += dS K, each K fragment read once for both
+                    // operand (S's and dP's fp32 die); dQ += dS K, each K fragment read once for both.  A prefix
+                    // block: each row's dS past its last key 0 by selection (its S or dP may be inf / NaN there)
                     float s[MT][NT][4], dp[MT][NT][4];
-                    uint32_t pa[MT][NT / 2][4];
 #pragma unroll
                     for (int mt = 0; mt < MT; ++mt) zero_frags(s[mt]), zero_frags(dp[mt]);
                     qk_products_rows<T, NT, KS, LD, MT, QK_UNROLL>(s, Qs + arow, Kb + c0 * LD + brow);
@@ -1290,9 +1304,33 @@ WAVEPE_DEVICE void attn_bwd_dq_tc_cta(const AttnParams &p) {
                         float l2[2], d2[2];
                         staged_stats(l2, d2, mt);
                         interior_dscores(s[mt], dp[mt], l2, d2, mt, c0);
-                        pack_p_frags<T, NT>(s[mt], pa[mt]);  // (rounded as warp_rb rounds dS)
+                        if constexpr (kind == kPrefix) {
+#pragma unroll
+                            for (int ri = 0; ri < 2; ++ri) {
+                                const int64_t hi = rhi[WR * warp + 16 * mt + frag_row(2 * ri)];
+                                const int64_t end = (hi < p.a.n ? hi : p.a.n) - n0 - c0;
+                                const int lim = end <= 0 ? 0 : end >= KC ? KC : int(end);  // the row's keys [0, lim)
+#pragma unroll
+                                for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+                                    for (int e = 0; e < 2; ++e)
+                                        if (frag_col(nt, e) >= lim) s[mt][nt][2 * ri + e] = 0.f;
+                            }
+                        }
                     }
-                    pv_products_rows<T, NT / 2, DT, MT>(dq, pa, Kb + c0 * LD, LD);
+                    if (kind == kPrefix && careful) {  // (warp-uniform)
+#pragma unroll
+                        for (int mt = 0; mt < MT; ++mt) {
+                            const int r0 = WR * warp + 16 * mt;
+                            warp_rb_masked<T, NT, DT>(dq[mt], s[mt], Kb + c0 * LD, LD, 0, DT, nullptr, p, n0 + c0,
+                                                      rlo + r0, rhi + r0, cta_lo, cta_hi);
+                        }
+                    } else {
+                        uint32_t pa[MT][NT / 2][4];
+#pragma unroll
+                        for (int mt = 0; mt < MT; ++mt) pack_p_frags<T, NT>(s[mt], pa[mt]);  // (as warp_rb rounds dS)
+                        pv_products_rows<T, NT / 2, DT, MT>(dq, pa, Kb + c0 * LD, LD);
+                    }
                 }
                 return;
             }
@@ -1348,7 +1386,23 @@ WAVEPE_DEVICE void attn_bwd_dq_tc_cta(const AttnParams &p) {
     if constexpr (has_table) {
         for (int64_t t = 0; t < n_masked; ++t) step(Masked{}, MaybeBias{}, t, block_of(t), next_block(t));
     } else {
-        for (int64_t t = 0; t < n_masked; ++t) step(Masked{}, NoBias{}, t, block_of(t), next_block(t));
+        // 32 rows a warp at head_dim 64, no padding nor soft-cap (the wide dQ: never ALiBi): the masked blocks whose
+        // keys every row of the CTA sees from the first on (from the last row's first key's block on: the causal
+        // diagonal; a window's or a document's far edge) come last and run as prefix blocks (kPrefix), both
+        // m-tiles at once as an interior block, in a loop of their own (in the masked loop, beside what it holds,
+        // ptxas spilled).  Not at 128, where that loop's registers cost the main loop 0.35 instructions an HMMA
+        // (ptxas allocated it differently): more than the prefix blocks save beyond L ~ 4k.
+        constexpr bool PREFIX_LOOP = MT > 1 && D <= 64 && !BAND;
+        int64_t n_plain = n_masked;
+        if (PREFIX_LOOP && !capped && p.a.key_padding_mask == nullptr) {
+            const int64_t first = ceil_div(rlo[BM - 1], BN);
+            n_plain = (first < kb_start ? kb_start : first > kb_stop ? kb_stop : first) - kb_start;
+            n_plain = n_plain < n_masked ? n_plain : n_masked;
+        }
+        for (int64_t t = 0; t < n_plain; ++t) step(Masked{}, NoBias{}, t, block_of(t), next_block(t));
+        if constexpr (PREFIX_LOOP)
+            for (int64_t t = n_plain; t < n_masked; ++t)
+                step(std::integral_constant<int, kPrefix>{}, NoBias{}, t, block_of(t), next_block(t));
     }
     // the interior blocks, each next one without block_of: the band [bb, be), then [ib, bb) and [be, ie)
     auto interior = [&](auto kind_tag) {
