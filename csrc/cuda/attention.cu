@@ -596,19 +596,19 @@ WAVEPE_DEVICE void attn_fwd_tc_cta(const AttnParams &p) {
                             prefix_block(n0);
                     } else {
 #pragma unroll
-                    for (int mt = 0; mt < MT; ++mt) {
-                        const int r0 = WR * warp + 16 * mt;  // warp-uniform: does some row of the m-tile see a key?
-                        if (wm0 + 16 * mt < p.m_rows && n0 < rhi[r0 + 15] && n0 + BN > rlo[r0]) {
-                            A s[NT][4];
-                            zero_frags(s);
-                            qk_products<T, NT, KS, LD>(s, qf + 16 * mt * LD, krow);
-                            scores_log2<PACKED>(s, p, wm0 + 16 * mt, n0, kmask, rlo + r0, rhi + r0, scale_log2,
-                                                slope_log2, seen[mt]);
-                            online_softmax<A, NT, DT>(s, o[mt], row_max[mt], row_sum[mt]);
-                            warp_rb_masked<T, NT, DT>(o[mt], s, Vs, LD, 0, DT, nullptr, p, n0, rlo + r0, rhi + r0,
-                                                      rlo[0], rhi[BM - 1]);
+                        for (int mt = 0; mt < MT; ++mt) {
+                            const int r0 = WR * warp + 16 * mt;  // warp-uniform: does some row of the m-tile see a key?
+                            if (wm0 + 16 * mt < p.m_rows && n0 < rhi[r0 + 15] && n0 + BN > rlo[r0]) {
+                                A s[NT][4];
+                                zero_frags(s);
+                                qk_products<T, NT, KS, LD>(s, qf + 16 * mt * LD, krow);
+                                scores_log2<PACKED>(s, p, wm0 + 16 * mt, n0, kmask, rlo + r0, rhi + r0, scale_log2,
+                                                    slope_log2, seen[mt]);
+                                online_softmax<A, NT, DT>(s, o[mt], row_max[mt], row_sum[mt]);
+                                warp_rb_masked<T, NT, DT>(o[mt], s, Vs, LD, 0, DT, nullptr, p, n0, rlo + r0, rhi + r0,
+                                                          rlo[0], rhi[BM - 1]);
+                            }
                         }
-                    }
                     }
                     __syncthreads();  // K, V and the key mask are consumed
                     if (next >= 0) load_k(next);
