@@ -542,8 +542,7 @@ WAVEPE_DEVICE void attn_fwd_tc_cta(const AttnParams &p) {
                 for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
                     for (int ri = 0; ri < 2; ++ri) {
-                        const int64_t hi = rhi[WR * warp + 16 * mt + frag_row(2 * ri)], end = hi < p.a.n ? hi : p.a.n;
-                        const int lim = end <= n0 ? 0 : end - n0 >= BN ? BN : int(end - n0);  // the row's keys [0, lim)
+                        const int lim = prefix_row_limit(p, rhi[WR * warp + 16 * mt + frag_row(2 * ri)], n0, BN);
                         seen[mt][ri] |= lim > 0;
 #pragma unroll
                         for (int nt = 0; nt < NT; ++nt)
@@ -554,12 +553,7 @@ WAVEPE_DEVICE void attn_fwd_tc_cta(const AttnParams &p) {
 #pragma unroll
                 for (int mt = 0; mt < MT; ++mt)
                     online_softmax<A, NT, DT, true>(s[mt], o[mt], row_max[mt], row_sum[mt], scale_log2);
-                // the keys some row of the warp does not see: from its first row's last on, those the tile holds
-                int64_t held = rhi[BM - 1] < p.a.n ? rhi[BM - 1] : p.a.n;  // (key_row_seen: the CTA's keys, < N)
-                held = (held < n0 + BN ? held : n0 + BN) - n0;
-                const int64_t hi0 = rhi[WR * warp];
-                const int first = hi0 <= n0 ? 0 : hi0 - n0 >= BN ? BN : int(hi0 - n0);
-                if (first < held && warp_rows_nonfinite(Vs, LD, first, int(held) - 1, p.a.d)) {
+                if (prefix_band_nonfinite<T, BN>(Vs, LD, p, n0, rhi[WR * warp], rhi[BM - 1])) {
 #pragma unroll
                     for (int mt = 0; mt < MT; ++mt) {
                         const int r0 = WR * warp + 16 * mt;
@@ -862,12 +856,9 @@ static void pure_blocks(const AttnParams &p, int bm, int bn, int64_t *all_out, i
         wavepe_attention_keys(&p.a, 0, p.a.q_offset + last, &lo1, &hi1);
         if (hi1 <= lo0) continue;
         all += ceil_div(hi1, bn) - lo0 / bn;
-        if (last != m0 + bm - 1) continue;  // a partial query block: every block masked
-        const int64_t ib = ceil_div(lo1, bn), ie = (hi0 < p.a.n ? hi0 : p.a.n) / bn;
-        if (ie <= ib) continue;
-        int64_t bb, be;
-        table_band_key_blocks(p, m0, bm, bn, ib, ie, bb, be);
-        pure += (ie - ib) - (be - bb);
+        int64_t ib, ie, bb, be;  // (a partial query block: every block masked)
+        if (last == m0 + bm - 1 && interior_band_blocks(p, m0, bm, bn, lo0, hi0, lo1, hi1, ib, ie, bb, be))
+            pure += (ie - ib) - (be - bb);
     }
     *all_out = all;
     *pure_out = pure;
@@ -1024,16 +1015,11 @@ cudaError_t launch_fwd_tc(AttnParams p, cudaStream_t stream) {
             const int64_t wide_ctas = plan_splits(&q, Wide::BM, Wide::BN);
             q.num_splits = 2;
             q.band_part = 1;
-            auto wide = attn_fwd_tc_wide_kernel<T, D, true>;
-            err = allow_dynamic_smem(wide, Wide(false).plan.total);
-            if (err == cudaSuccess)
-                err = launch(wide, dim3(unsigned(wide_ctas)), dim3(128), Wide(false).plan.total, stream, q);
+            err = launch_tc(attn_fwd_tc_wide_kernel<T, D, true>, wide_ctas, Wide(false).plan.total, stream, q);
             q = p;
             q.band_part = 2;
-            auto narrow = attn_fwd_tc_kernel<T, D, false>;
-            if (err == cudaSuccess) err = allow_dynamic_smem(narrow, Lay(true).plan.total);
             if (err == cudaSuccess)
-                err = launch(narrow, dim3(unsigned(ctas)), dim3(128), Lay(true).plan.total, stream, q);
+                err = launch_tc(attn_fwd_tc_kernel<T, D, false>, ctas, Lay(true).plan.total, stream, q);
         } else {
             err = launch_band_parts(
                 p, [](bool) { return attn_fwd_tc_kernel<T, D, false>; }, [](bool w) { return Lay(w).plan.total; },

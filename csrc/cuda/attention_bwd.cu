@@ -1268,11 +1268,7 @@ WAVEPE_DEVICE void attn_bwd_dq_tc_cta(const AttnParams &p) {
         [[maybe_unused]] bool careful = false;
         if constexpr (kind == kPrefix) {
             if (active) {
-                int64_t held = cta_hi < p.a.n ? cta_hi : p.a.n;  // (the tile's keys: the CTA's, < N)
-                held = (held < n0 + BN ? held : n0 + BN) - n0;
-                const int64_t hi0 = rhi[WR * warp];
-                const int first = hi0 <= n0 ? 0 : hi0 - n0 >= BN ? BN : int(hi0 - n0);
-                careful = first < held && warp_rows_nonfinite(Kb, LD, first, int(held) - 1, p.a.d);
+                careful = prefix_band_nonfinite<T, BN>(Kb, LD, p, n0, rhi[WR * warp], cta_hi);
             }
         }
         auto chunk = [&](auto c0_tag) {  // KC keys at a time (registers: S and dP of 16 x KC an m-tile)
@@ -1307,9 +1303,8 @@ WAVEPE_DEVICE void attn_bwd_dq_tc_cta(const AttnParams &p) {
                         if constexpr (kind == kPrefix) {
 #pragma unroll
                             for (int ri = 0; ri < 2; ++ri) {
-                                const int64_t hi = rhi[WR * warp + 16 * mt + frag_row(2 * ri)];
-                                const int64_t end = (hi < p.a.n ? hi : p.a.n) - n0 - c0;
-                                const int lim = end <= 0 ? 0 : end >= KC ? KC : int(end);  // the row's keys [0, lim)
+                                const int lim =
+                                    prefix_row_limit(p, rhi[WR * warp + 16 * mt + frag_row(2 * ri)], n0 + c0, KC);
 #pragma unroll
                                 for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
@@ -2076,26 +2071,19 @@ cudaError_t launch_dq(const AttnParams &p, cudaStream_t stream) {
             if (p.band_part) {  // the band split: the wide instance beyond the band, then the 16-row table one
                 using Wide = TcDqWideLayout<T, DMAX>;
                 using Narrow = TcDqLayout<T, DMAX>;
+                const int64_t bh = p.a.batch * p.a.heads;
                 AttnParams q = p;
                 q.band_part = 1;
-                auto wide = attn_bwd_dq_tc_wide_kernel<T, DMAX, true>;
-                cudaError_t err = allow_dynamic_smem(wide, Wide(false).plan.total);
-                if (err == cudaSuccess)
-                    err = launch(wide, dim3(unsigned(p.a.batch * p.a.heads * ceil_div(p.a.m, Wide::BM))), dim3(128),
-                                 Wide(false).plan.total, stream, q);
+                const cudaError_t err = launch_tc(attn_bwd_dq_tc_wide_kernel<T, DMAX, true>,
+                                                  bh * ceil_div(p.a.m, Wide::BM), Wide(false).plan.total, stream, q);
                 q.band_part = 2;
-                auto narrow = attn_bwd_dq_tc_kernel<T, DMAX, true>;
-                if (err == cudaSuccess) err = allow_dynamic_smem(narrow, Narrow(true).plan.total);
-                if (err == cudaSuccess)
-                    err = launch(narrow, dim3(unsigned(p.a.batch * p.a.heads * ceil_div(p.a.m, Narrow::BM))),
-                                 dim3(128), Narrow(true).plan.total, stream, q);
-                return err;
+                return err != cudaSuccess ? err
+                                          : launch_tc(attn_bwd_dq_tc_kernel<T, DMAX, true>, bh * ceil_div(p.a.m, Narrow::BM),
+                                                      Narrow(true).plan.total, stream, q);
             }
             if (wide_dq(p)) {  // (p.dq_rows = 128)
-                auto kernel = attn_bwd_dq_tc_wide_kernel<T, DMAX, false>;
-                const size_t bytes = TcDqWideLayout<T, DMAX>(false).plan.total;
-                const cudaError_t err = allow_dynamic_smem(kernel, bytes);
-                return err != cudaSuccess ? err : launch(kernel, dim3(unsigned(ctas)), dim3(128), bytes, stream, p);
+                return launch_tc(attn_bwd_dq_tc_wide_kernel<T, DMAX, false>, ctas,
+                                 TcDqWideLayout<T, DMAX>(false).plan.total, stream, p);
             }
         }
         if (use_tc_dq(p))

@@ -92,6 +92,14 @@ bool band_split_pays(const AttnParams &p);
 // it, the calls run as one launch a kernel.
 constexpr size_t kBandSplitWorkspace = size_t(1) << 30;
 
+// Launch a tensor-core kernel (CTAs of 128 threads) over ctas CTAs with smem bytes of dynamic shared memory, allowed
+// first.
+template <class K>
+cudaError_t launch_tc(K *kernel, int64_t ctas, size_t smem, cudaStream_t stream, const AttnParams &p) {
+    const cudaError_t err = allow_dynamic_smem(kernel, smem);
+    return err != cudaSuccess ? err : launch(kernel, dim3(unsigned(ctas)), dim3(128), smem, stream, p);
+}
+
 // Launch kernel_for(window) over ctas CTAs of 128 threads with smem_for(window) bytes of shared memory: once, the
 // window a table's call needs; or, with the band split (p.band_part set by the launcher), its two parts -- the
 // table-free instance or layout over the blocks beyond the band, then the table's over the others.
@@ -103,10 +111,7 @@ cudaError_t launch_band_parts(const AttnParams &p, KernelFor kernel_for, SmemFor
         AttnParams q = p;
         q.band_part = part;
         const bool window = table && part != 1;
-        const auto kernel = kernel_for(window);
-        const size_t smem = smem_for(window);
-        cudaError_t err = allow_dynamic_smem(kernel, smem);
-        if (err == cudaSuccess) err = launch(kernel, dim3(unsigned(ctas)), dim3(128), smem, stream, q);
+        const cudaError_t err = launch_tc(kernel_for(window), ctas, smem_for(window), stream, q);
         if (err != cudaSuccess) return err;
     }
     return cudaSuccess;
@@ -295,6 +300,19 @@ __host__ __device__ inline void table_band_key_blocks(const AttnParams &p, int64
     be = p.a.clamp ? ie : floor_div(c + bm - 1, bn) + 1;
     bb = bb < ib ? ib : bb > ie ? ie : bb;
     be = be < bb ? bb : be > ie ? ie : be;
+}
+
+// Of bm query rows from m0 whose first row sees keys [lo0, hi0) and last [lo1, hi1) (ranges non-decreasing in the
+// row): the interior key blocks [ib, ie) -- blocks of bn keys every row sees, below N -- and the table's band among
+// them, [bb, be); false when there is no interior.  (The band split's host count, pure_blocks in attention.cu, and
+// its partition, band_split_blocks.)
+__host__ __device__ inline bool interior_band_blocks(const AttnParams &p, int64_t m0, int bm, int bn, int64_t lo0,
+                                                     int64_t hi0, int64_t lo1, int64_t hi1, int64_t &ib, int64_t &ie,
+                                                     int64_t &bb, int64_t &be) {
+    ib = ceil_div(lo1, bn), ie = (hi0 < p.a.n ? hi0 : p.a.n) / bn;
+    if (ie <= ib || hi0 <= lo0 || hi1 <= lo1) return false;
+    table_band_key_blocks(p, m0, bm, bn, ib, ie, bb, be);
+    return true;
 }
 
 // Does any table row of the window rows [lo, hi] exist (clamp: always)?
@@ -732,11 +750,9 @@ WAVEPE_DEVICE void band_split_blocks(const AttnParams &p, int64_t b, int64_t m0,
     int64_t lo0, hi0, lo1, hi1;  // the keys of the group's first and last rows
     attn_keys(p, b, p.a.q_offset + g0, p.a.causal != 0, lo0, hi0);
     attn_keys(p, b, p.a.q_offset + last, p.a.causal != 0, lo1, hi1);
-    const int64_t gib = ceil_div(lo1, gbn), gie = (hi0 < p.a.n ? hi0 : p.a.n) / gbn;
+    int64_t gib, gie, gbb, gbe;
     ib = ie = bb = be = kb_end;
-    if (gie <= gib || hi0 <= lo0 || hi1 <= lo1) return;
-    int64_t gbb, gbe;
-    table_band_key_blocks(p, g0, GM, gbn, gib, gie, gbb, gbe);
+    if (!interior_band_blocks(p, g0, GM, gbn, lo0, hi0, lo1, hi1, gib, gie, gbb, gbe)) return;
     const int64_t r = gbn / bn;
     ib = gib * r, ie = gie * r, bb = gbb * r, be = gbe * r;
 }
@@ -818,6 +834,22 @@ WAVEPE_DEVICE bool warp_rows_nonfinite(const T *tile, int ld, int r_lo, int r_hi
             bad |= !(x - x == A(0));  // inf - inf and NaN - NaN are NaN
         }
     return warp_any(bad);
+}
+
+// A prefix block (the wide forward's and dQ's: every row of the CTA sees the block's keys from n0 on, up to its own
+// last, rhi): the keys [0, lim) of the bn from k0 that a row whose keys end at hi sees (past N none).
+WAVEPE_DEVICE int prefix_row_limit(const AttnParams &p, int64_t hi, int64_t k0, int bn) {
+    const int64_t end = (hi < p.a.n ? hi : p.a.n) - k0;
+    return end <= 0 ? 0 : end >= bn ? bn : int(end);
+}
+// Do a prefix block's tile rows of the keys some row of the warp does not see -- from the warp's first row's last
+// key (warp_hi0) on, those the tile holds (the CTA's, below cta_hi and N) -- hold inf / NaN (0 times them would
+// reach that row)?  Warp-collective.
+template <class T, int BN>
+WAVEPE_DEVICE bool prefix_band_nonfinite(const T *tile, int ld, const AttnParams &p, int64_t n0, int64_t warp_hi0,
+                                         int64_t cta_hi) {
+    const int first = prefix_row_limit(p, warp_hi0, n0, BN), held = prefix_row_limit(p, cta_hi, n0, BN);
+    return first < held && warp_rows_nonfinite(tile, ld, first, held - 1, p.a.d);
 }
 
 // acc[dt] += P . B like warp_rb, but row r (lanes' rows g, g + 8: ri = 0, 1)
