@@ -58,7 +58,7 @@ from concurrent.futures import ProcessPoolExecutor
 
 # kernels (demangled name, up to the template arguments) whose bf16/fp16 instances must use tensor cores
 TENSOR_CORE_KERNELS = ("attn_fwd_kernel", "attn_fwd_tc_kernel", "attn_fwd_tc_wide_kernel", "attn_bwd_dkdv_kernel",
-                       "attn_bwd_dkdv_tc_kernel", "attn_bwd_dq_kernel", "attn_bwd_dq_tc_kernel",
+                       "attn_bwd_dkdv_tc_kernel", "attn_bwd_dkdv_tc_wide_kernel", "attn_bwd_dq_kernel", "attn_bwd_dq_tc_kernel",
                        "attn_bwd_dq_tc_wide_kernel", "attn_bwd_dtable_kernel", "attn_bwd_dtable_tc_kernel")
 TENSOR_CORE_TYPES = ("__nv_bfloat16", "__half")
 # sources whose kernels may not use local memory at all
@@ -71,6 +71,14 @@ NO_LOCAL_MEMORY = ("attention.cu", "attention_bwd.cu", "relbias.cu")
 SPILL_EXEMPT = {
     ("attn_fwd_kernel", "double", "sm_120"),
 }
+# Instances compiled as stubs the host never launches (kernel, head dim, arch), each with its reason: they must hold
+# no tensor-core instruction (one that does -- the instance built after all -- fails the check, so that this list only
+# shrinks).  The wide dK/dV at head dim 128 spilled 12-68 bytes on sm_100 and sm_120 (CUDA 13.0, 2026-11-29); there
+# the 16-key instance runs (wide_dkdv asks the device's compute capability; sm_120's 99 KiB would not hold it).
+NOT_BUILT = {
+    ("attn_bwd_dkdv_tc_wide_kernel", "128", "sm_100"),
+    ("attn_bwd_dkdv_tc_wide_kernel", "128", "sm_120"),
+}
 # the SASS instruction a tensor-core kernel must hold, per arch (an sm_90a build would name HGMMA)
 TENSOR_CORE_RULES = {"sm_80": "HMMA", "sm_90": "HMMA", "sm_90a": "HGMMA", "sm_100": "HMMA", "sm_120": "HMMA"}
 
@@ -79,7 +87,8 @@ TENSOR_CORE_RULES = {"sm_80": "HMMA", "sm_90": "HMMA", "sm_90a": "HGMMA", "sm_10
 # scheduling, not for a heavier loop), by kernel and the template arguments after the type (head dim, tiles).
 MIX_ARCH = "sm_90"
 MIX_TARGET = {"attn_fwd_kernel": 4.0, "attn_fwd_tc_kernel": 4.0, "attn_fwd_tc_wide_kernel": 4.0,
-              "attn_bwd_dkdv_kernel": 6.0, "attn_bwd_dkdv_tc_kernel": 6.0, "attn_bwd_dq_kernel": 6.0,
+              "attn_bwd_dkdv_kernel": 6.0, "attn_bwd_dkdv_tc_kernel": 6.0, "attn_bwd_dkdv_tc_wide_kernel": 6.0,
+              "attn_bwd_dq_kernel": 6.0,
               "attn_bwd_dq_tc_kernel": 6.0, "attn_bwd_dq_tc_wide_kernel": 6.0, "attn_bwd_dtable_kernel": 6.0,
               "attn_bwd_dtable_tc_kernel": 6.0}
 MIX_CEILING = {
@@ -103,6 +112,12 @@ MIX_CEILING = {
     # own, so that the others keep their registers)
     ("attn_bwd_dkdv_tc_kernel", "128, false"): 3.7, ("attn_bwd_dkdv_tc_kernel", "64, false"): 4.4,
     ("attn_bwd_dkdv_tc_kernel", "128, true"): 4.85, ("attn_bwd_dkdv_tc_kernel", "64, true"): 4.4,
+    # the wide dK/dV (32 keys a warp in 8: head dim, then the kind of its interior blocks -- 1 plain, 2 ALiBi, 3
+    # soft-capped --, an instance each: registers): a block's S^T, dP^T (128 HMMA a warp at 128), their P^T and dS^T
+    # stored, dV or dK (128), two barriers
+    ("attn_bwd_dkdv_tc_wide_kernel", "128, 1"): 2.7, ("attn_bwd_dkdv_tc_wide_kernel", "128, 2"): 3.05,
+    ("attn_bwd_dkdv_tc_wide_kernel", "128, 3"): 3.8, ("attn_bwd_dkdv_tc_wide_kernel", "64, 1"): 4.3,
+    ("attn_bwd_dkdv_tc_wide_kernel", "64, 2"): 4.95, ("attn_bwd_dkdv_tc_wide_kernel", "64, 3"): 6.5,
     ("attn_bwd_dq_tc_kernel", "128, false"): 2.75, ("attn_bwd_dq_tc_kernel", "64, false"): 3.6,
     ("attn_bwd_dq_tc_kernel", "128, true"): 3.1, ("attn_bwd_dq_tc_kernel", "64, true"): 3.65,
     # the wide dQ (32 rows a warp, no table): S's and dP's 16-column steps a loop unrolled by 2 inside the main loop,
@@ -157,6 +172,12 @@ SMEM_CEILING = {
     ("attn_bwd_dkdv_tc_kernel", "128, false"): 387, ("attn_bwd_dkdv_tc_kernel", "128, true"): 496,
     ("attn_bwd_dkdv_tc_kernel", "64, false"): 371, ("attn_bwd_dkdv_tc_kernel", "64, true"): 371,
     ("attn_bwd_dkdv_tc_kernel", "256, false"): 487, ("attn_bwd_dkdv_tc_kernel", "256, true"): 487,
+    # the wide dK/dV (32 keys x 32 queries a warp for S^T and dP^T: K 128, Q 128 an HMMA, V and dO the same; 32 keys x
+    # D for dV += P^T dO, dK += dS^T Q: P^T's fragments 64, dO's 128 at 128 -- 192 at 64; the P^T, dS^T stores, the
+    # copies, the rows' statistics): 256 at 128, at the line; 303 at 64
+    ("attn_bwd_dkdv_tc_wide_kernel", "128, 1"): 261, ("attn_bwd_dkdv_tc_wide_kernel", "128, 2"): 263,
+    ("attn_bwd_dkdv_tc_wide_kernel", "128, 3"): 261, ("attn_bwd_dkdv_tc_wide_kernel", "64, 1"): 309,
+    ("attn_bwd_dkdv_tc_wide_kernel", "64, 2"): 315, ("attn_bwd_dkdv_tc_wide_kernel", "64, 3"): 309,
     ("attn_bwd_dq_tc_kernel", "128, false"): 396, ("attn_bwd_dq_tc_kernel", "128, true"): 396,
     ("attn_bwd_dq_tc_kernel", "64, false"): 396, ("attn_bwd_dq_tc_kernel", "64, true"): 396,
     ("attn_bwd_dq_tc_kernel", "256, false"): 444, ("attn_bwd_dq_tc_kernel", "256, true"): 444,
@@ -201,10 +222,13 @@ CTA_SHAPE = {  # (kernel, template arguments after the type): (threads, the most
     ("attn_bwd_dq_tc_wide_kernel", "128, false"): (128, 107600), ("attn_bwd_dq_tc_wide_kernel", "64, false"): (128, 76944),
     ("attn_bwd_dq_tc_wide_kernel", "128, true"): (128, 107600), ("attn_bwd_dq_tc_wide_kernel", "64, true"): (128, 76944),
     ("attn_bwd_dkdv_tc_kernel", "256, false"): (128, 102800), ("attn_bwd_dkdv_tc_kernel", "256, true"): (128, 151376),
+    **{("attn_bwd_dkdv_tc_wide_kernel", f"{d}, {k}"): (256, 179432 if d == 128 else 113896) for d in (64, 128)
+       for k in (1, 2, 3)},
     ("attn_bwd_dtable_tc_kernel", "128, false"): (128, 115712), ("attn_bwd_dtable_tc_kernel", "128, true"): (128, 115712),
     ("attn_bwd_dtable_tc_kernel", "64, false"): (128, 83968), ("attn_bwd_dtable_tc_kernel", "64, true"): (128, 83968),
 }
-WARPS_TARGET = {"attn_fwd_tc_kernel": 8, "attn_fwd_tc_wide_kernel": 8, "attn_bwd_dkdv_tc_kernel": 8, "attn_bwd_dq_tc_kernel": 8,
+WARPS_TARGET = {"attn_fwd_tc_kernel": 8, "attn_fwd_tc_wide_kernel": 8, "attn_bwd_dkdv_tc_kernel": 8,
+                "attn_bwd_dkdv_tc_wide_kernel": 8, "attn_bwd_dq_tc_kernel": 8,
                 "attn_bwd_dq_tc_wide_kernel": 8, "attn_bwd_dtable_tc_kernel": 8}
 # Where a CTA_SHAPE line's figure (the most shared memory: a table's) is held to fewer warps, and why: at head dim
 # 256 the forward's table window (96 rows of 528 bytes) takes the CTA to 122.5 KiB, one an SM (4 warps); without a
@@ -269,6 +293,10 @@ OTHER_LOOP_CEILING = {
     # (head dim 256: static counts, S's and dP's loops of 4 steps inside taken once)
     ("attn_bwd_dkdv_tc_kernel", "256, false"): (7.35, 8.0, 22.35),
     ("attn_bwd_dkdv_tc_kernel", "256, true"): (8.0, 9.55, 10.95, 26.4),
+    # the wide dK/dV: its masked blocks (each whole: dkdv_probs' selection; soft-capped in the soft-cap's instance)
+    ("attn_bwd_dkdv_tc_wide_kernel", "128, 1"): (6.3,), ("attn_bwd_dkdv_tc_wide_kernel", "128, 2"): (6.3,),
+    ("attn_bwd_dkdv_tc_wide_kernel", "128, 3"): (8.6,), ("attn_bwd_dkdv_tc_wide_kernel", "64, 1"): (11.65,),
+    ("attn_bwd_dkdv_tc_wide_kernel", "64, 2"): (11.65,), ("attn_bwd_dkdv_tc_wide_kernel", "64, 3"): (16.1,),
     # attn_bwd_dq_tc_kernel: the same for the key blocks of a query block (with a table: the band's blocks,
     # which also take dQ += H T_win, before the soft-capped ones)
     ("attn_bwd_dq_tc_kernel", "128, false"): (3.3, 4.85, 25.5), ("attn_bwd_dq_tc_kernel", "64, false"): (4.75, 8.0, 44.6),
@@ -492,7 +520,10 @@ def failures_of(r: dict, name: str) -> list[str]:
         out.append(f"{where}: uses {r['stack']} bytes of local memory (stack frame): an array indexed at "
                    "run time, a spill or a call")
     base, targs = kernel_parts(name)
-    if base in TENSOR_CORE_KERNELS and targs and targs[0] in TENSOR_CORE_TYPES:
+    stub = (base, targs[1] if len(targs) > 1 else "", r["arch"]) in NOT_BUILT
+    if stub and (r["HMMA"] or r["HGMMA"]):
+        out.append(f"{where}: listed in NOT_BUILT but holds tensor-core instructions: remove it from the list")
+    if base in TENSOR_CORE_KERNELS and targs and targs[0] in TENSOR_CORE_TYPES and not stub:
         op = TENSOR_CORE_RULES.get(r["arch"])
         if op and r[op] == 0:
             out.append(f"{where}: no {op} instruction in its SASS: the products no longer run on tensor cores")
@@ -508,7 +539,7 @@ def failures_of(r: dict, name: str) -> list[str]:
             out.append(f"{where}: main loop {mix:.1f} other instructions per tensor-core instruction, above its "
                        f"ceiling {ceiling} (target {MIX_TARGET[key[0]]}): the loop grew heavier")
     smem = smem_per_hmma(r) if key and r["arch"] == MIX_ARCH else None
-    if smem is not None and key[0].endswith("_tc_kernel") and r["HMMA"]:  # (the tensor-core instances)
+    if smem is not None and key[0].endswith(("_tc_kernel", "_tc_wide_kernel")) and r["HMMA"]:  # (the tensor-core ones)
         ceiling = SMEM_CEILING.get(key)
         if ceiling is None:
             out.append(f"{where}: main loop moves {smem:.0f} bytes of shared memory per tensor-core instruction, and no "

@@ -11,9 +11,10 @@ alternation with the references, CUDA-synchronised, medians), against SDPA's fla
   * decoding one token (GQA 32/8 heads) <= 1.5x flash at 32k and 128k keys;
   * RoPE on q and k >= 70 % of the bandwidth of a device-to-device ``copy_`` of the same bytes.
 
-Also timed: the nope forward and forward+backward on 16 query rows a warp (WAVEPE_CUDA_WIDE=0: attn_fwd_tc_kernel,
-attn_bwd_dq_tc_kernel) against the wide instances plain calls run (32 rows a warp: attn_fwd_tc_wide_kernel,
-attn_bwd_dq_tc_wide_kernel) -- the A/B of the static model's shared-memory term; the wavelet call in one launch a
+Also timed: the nope forward and forward+backward on 16 query rows (keys) a warp (WAVEPE_CUDA_WIDE=0:
+attn_fwd_tc_kernel, attn_bwd_dkdv_tc_kernel, attn_bwd_dq_tc_kernel) against the wide instances plain calls run (32 a
+warp: attn_fwd_tc_wide_kernel, attn_bwd_dkdv_tc_wide_kernel, attn_bwd_dq_tc_wide_kernel) -- the A/B of the static
+model's shared-memory term; the wavelet call in one launch a
 kernel (one document: at L=16384 the plain call takes the band split, its blocks beyond the band on the wide
 instances -- their A/B); ALiBi, the wavelet bias with a 1024-token window and with soft-capping (cap 30), a learned relative
 table of the wavelet table's rows (pos_enc="relative", its gradient asked: the backward adds the dT pass on the
@@ -94,8 +95,8 @@ def _check_fused_against_eager(cfg) -> None:
 
 
 def _sixteen_rows_a_warp(fn):
-    """fn called with WAVEPE_CUDA_WIDE=0: table-free calls at head_dim 64 / 128 on the 16-row instances (a step's
-    backward too when fn is the whole step)."""
+    """fn called with WAVEPE_CUDA_WIDE=0: table-free calls at head_dim 64 / 128 on the 16-row (16-key) instances (a
+    step's backward too when fn is the whole step)."""
     def run(*args):
         with mock.patch.dict(os.environ, {"WAVEPE_CUDA_WIDE": "0"}):
             return fn(*args)

@@ -109,13 +109,14 @@ out.backward(torch.ones_like(out))
 torch.cuda.synchronize()"; }
   # (ComputeWorkloadAnalysis: the tensor pipe's and the shared-memory (LSU) pipe's utilisation, the static model's
   # claim to test -- the 16-row main loops move 326-486 bytes of shared memory per HMMA, over the 256 an sm_90 SM
-  # serves at the tensor rate, the wide ones 230-233: docs/CUDA.md, "Shared-memory traffic")
+  # serves at the tensor rate, the wide ones 230-256: docs/CUDA.md, "Shared-memory traffic")
   sections=(--section SpeedOfLight --section Occupancy --section LaunchStats --section SchedulerStats
             --section WarpStateStats --section InstructionStats --section ComputeWorkloadAnalysis
             --section MemoryWorkloadAnalysis --section MemoryWorkloadAnalysis_Tables)
-  # (the nope forward and dQ at head_dim 128: the wide instances, 32 rows a warp; with the wavelet's table: 16)
+  # (the nope forward, dK/dV and dQ at head_dim 128: the wide instances, 32 rows / keys a warp; with the wavelet's
+  # table: 16)
   for run in "nope attn_fwd_tc_wide_kernel" "wavelet attn_fwd_tc_kernel" "wavelet attn_bwd_dkdv_tc_kernel" \
-             "wavelet attn_bwd_dq_tc_kernel" "nope attn_bwd_dkdv_tc_kernel" "nope attn_bwd_dq_tc_wide_kernel"; do
+             "wavelet attn_bwd_dq_tc_kernel" "nope attn_bwd_dkdv_tc_wide_kernel" "nope attn_bwd_dq_tc_wide_kernel"; do
     set -- $run
     TAIL=120 stage "ncu: $2 (bf16, L=$L, H=32, d=128, causal, $1)" 240 \
       ncu --kernel-name "regex:$2" --launch-count 1 "${sections[@]}" $PY -c "$(target $1)"

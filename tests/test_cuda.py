@@ -248,7 +248,9 @@ ATTN_CASES = [
     (1, 4, 2, 256, 1024, 128, "wavelet", True, None, False),
     (1, 2, 1, 200, 600, 64, "nope", True, None, False),
     # ... and the tensor-core backward without a table: masked and interior blocks, GQA heads in turn, ALiBi (its
-    # forward the wide instance, attn_fwd_tc_wide_kernel: 32 rows a warp, a last CTA of 32 rows)
+    # forward the wide instance, attn_fwd_tc_wide_kernel: 32 rows a warp, a last CTA of 32 rows; on an H100-class SM
+    # its dK/dV the wide one, attn_bwd_dkdv_tc_wide_kernel: 32 keys a warp, ALiBi's instance -- the case above, d = 64,
+    # the plain one)
     (1, 4, 2, 160, 400, 128, "alibi", True, None, False),
     # ... and the tensor-core forward at d = 256 (Gemma's): Q fragments from shared memory, 32 keys a block
     (1, 4, 2, 150, 300, 256, "wavelet", True, None, False),

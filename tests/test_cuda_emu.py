@@ -964,6 +964,13 @@ TC_BWD_CASES = [
     dict(B=1, H=2, Hk=1, M=256, N=512, d=128, off=256, causal=True, pe=0),
     dict(B=1, H=4, Hk=2, M=200, N=330, d=128, off=130, causal=True, pe=0, softcap=2.0, kpm=True),
     dict(B=1, H=2, Hk=1, M=256, N=512, d=64, off=256, causal=True, pe=0, window=90),
+    # the wide dK/dV (attn_bwd_dkdv_tc_wide_kernel, 32 keys a warp in 8, blocks of 64 queries: no table, more than 64
+    # queries; every case above at head_dim 64 / 128 without a table and M > 64 too): rows without keys and padded keys
+    # (masked blocks only), ALiBi's masked blocks with padding and GQA, ALiBi with a soft-cap (every block masked: its
+    # soft-cap instance)
+    dict(B=1, H=2, Hk=1, M=100, N=300, d=128, off=-30, causal=True, pe=0, kpm=True),
+    dict(B=2, H=4, Hk=2, M=130, N=250, d=64, off=120, causal=True, pe=2, kpm=True),
+    dict(B=1, H=2, Hk=1, M=100, N=200, d=128, off=100, causal=True, pe=2, softcap=2.0),
 ]
 
 
@@ -986,6 +993,21 @@ def bwd_kernel_of(kw, h100=True):
     return "tensor-core, dQ 32 rows a warp" if wide_dq(kw, h100) else "tensor-core"
 
 
+def wide_dkdv(kw, h100=True):
+    """Does the backward of these arguments run the wide dK/dV (wide_dkdv in attention_bwd.cu)?  At head_dim 128 only
+    where its 175 KiB fit: an H100's SM (H100_SM), not the emulator's default A100's; at 64 (111 KiB) both."""
+    return kw["d"] in (64, 128) and kw["pe"] != 1 and kw["M"] > 64 and (kw["d"] == 64 or h100)
+
+
+def dkdv_kernel(lib, prob):
+    lib.wavepe_cuda_attention_bwd_dkdv_kernel.restype = C.c_char_p
+    return lib.wavepe_cuda_attention_bwd_dkdv_kernel(C.byref(prob.a)).decode()
+
+
+def dkdv_kernel_of(kw, h100=True):
+    return "tensor-core, 32 keys a warp" if wide_dkdv(kw, h100) else "tensor-core"
+
+
 def bwd_kernel(lib, prob):
     lib.wavepe_cuda_attention_bwd_kernel.restype = C.c_char_p
     return lib.wavepe_cuda_attention_bwd_kernel(C.byref(prob.a)).decode()
@@ -1006,6 +1028,7 @@ def test_tensor_core_backward_matches_oracle(lib, monkeypatch, dtype, case):
     grad_lse = kw.pop("grad_lse", False)
     prob = Attn(lib, dtype, seed=500 + case, **kw)
     assert bwd_kernel(lib, prob) == bwd_kernel_of(kw)
+    assert dkdv_kernel(lib, prob) == dkdv_kernel_of(kw)
     prob = check_attention(lib, dtype, seed=500 + case, grad_lse=grad_lse, **kw)
     # check_attention's element bounds grow with sqrt(terms) x the largest value: at these sizes they would
     # let a 1 % error in the scale through.  Norm-wise, rounding P and dS to the input type (the only
@@ -1025,35 +1048,85 @@ def test_tensor_core_backward_matches_oracle(lib, monkeypatch, dtype, case):
 
 
 @pytest.mark.parametrize("dtype", [E.BF16, E.F16], ids=DTYPE_IDS.get)
-@pytest.mark.parametrize("case", [0, 1, 4, 10])
-def test_tensor_core_dq_16_rows_a_warp_matches_oracle(lib, monkeypatch, dtype, case):
-    # WAVEPE_CUDA_WIDE=0 (the benchmark's A/B) keeps the wide dQ's calls on attn_bwd_dq_tc_kernel's 16 rows a warp:
-    # its plain and soft-capped interior blocks at both head dims, masked ones, more than 64 queries (its ALiBi
-    # loop: cases 2, 3, 5; the random shapes below at head_dim 128 on the emulator's A100)
+@pytest.mark.parametrize("case", [0, 1, 3, 4, 10])
+def test_tensor_core_16_row_kernels_match_oracle(lib, monkeypatch, dtype, case):
+    # WAVEPE_CUDA_WIDE=0 (the benchmark's A/B) keeps the wide dQ's and dK/dV's calls on attn_bwd_dq_tc_kernel's 16
+    # rows a warp and attn_bwd_dkdv_tc_kernel's 16 keys: their plain and soft-capped interior blocks at both head
+    # dims, masked ones, more than 64 queries, the dK/dV's ALiBi loop at 64 (case 3; the dQ's: cases 2, 3, 5; at
+    # head_dim 128 the random shapes below on the emulator's A100 too)
+    for k, v in H100_SM.items():
+        monkeypatch.setenv(k, v)
     monkeypatch.setenv("WAVEPE_CUDA_WIDE", "0")
     kw = dict(TC_BWD_CASES[case])
-    assert wide_dq(kw)
+    assert wide_dq(kw) or wide_dkdv(kw)
     grad_lse = kw.pop("grad_lse", False)
-    assert bwd_kernel(lib, Attn(lib, dtype, seed=500 + case, **kw)) == "tensor-core"
-    check_attention(lib, dtype, seed=500 + case, grad_lse=grad_lse, **kw)
+    prob = Attn(lib, dtype, seed=500 + case, **kw)
+    assert (bwd_kernel(lib, prob), dkdv_kernel(lib, prob)) == ("tensor-core", "tensor-core")
+    prob = check_attention(lib, dtype, seed=500 + case, grad_lse=grad_lse, **kw)
+    assert_grads_normwise(prob, dtype)
 
 
 def test_wide_dq_at_head_dim_128_only_where_two_ctas_share_an_sm(lib, monkeypatch):
     # 107,600 bytes a CTA at head_dim 128: an A100's SM (164 KiB, the emulator's default) holds one -- 4 warps, which
     # would lose to the 16-row instance's 8 --, an H100's two; at head_dim 64 (76,944) both hold two
+    # (the backward's figure: the larger of the dK/dV's and the dQ's -- at 64 the wide dK/dV's 113,896 on both)
     kw = dict(B=1, H=2, Hk=1, M=130, N=130, off=0, causal=True, pe=0)
     for d, want in ((128, "tensor-core"), (64, "tensor-core, dQ 32 rows a warp")):
         prob = Attn(lib, E.BF16, d=d, **kw)
         assert bwd_kernel(lib, prob) == want, d
-        assert lib.wavepe_cuda_attention_bwd_smem_bytes(C.byref(prob.a)) == (71312 if d == 128 else 76944)
+        assert lib.wavepe_cuda_attention_bwd_smem_bytes(C.byref(prob.a)) == (71312 if d == 128 else 113896)
     for k, v in H100_SM.items():
         monkeypatch.setenv(k, v)
     prob = Attn(lib, E.BF16, d=128, **kw)
     assert bwd_kernel(lib, prob) == "tensor-core, dQ 32 rows a warp"
-    assert lib.wavepe_cuda_attention_bwd_smem_bytes(C.byref(prob.a)) == 107600
+    assert lib.wavepe_cuda_attention_bwd_smem_bytes(C.byref(prob.a)) == 179432
     # neither with ALiBi (its loop spilled at head_dim 128), nor for 64 queries or fewer
     for change in (dict(pe=2), dict(M=64, off=66)):
         assert bwd_kernel(lib, Attn(lib, E.BF16, d=128, **dict(kw, **change))) == "tensor-core", change
+
+
+def test_wide_dkdv_only_where_its_tiles_fit_and_it_was_built(lib, monkeypatch):
+    # attn_bwd_dkdv_tc_wide_kernel: 179,432 bytes at head_dim 128 (an H100's 227 KiB hold it, an A100's 163 do not),
+    # 113,896 at 64 (both); at 128 not on compute capability 10 or more (built there as a stub: ptxas spilled), nor
+    # on sm_120's 99 KiB at either; never with a table, for 64 queries or fewer, nor with WAVEPE_CUDA_WIDE=0
+    kw = dict(B=1, H=2, Hk=1, M=130, N=130, off=0, causal=True, pe=0)
+    devices = {"A100": {}, "H100": H100_SM, "B200": dict(H100_SM, WAVEPE_EMU_CC_MAJOR="10"),
+               "RTX 5090": dict(WAVEPE_EMU_SMEM_PER_SM=str(100 * 1024), WAVEPE_EMU_SMEM_OPTIN=str(99 * 1024),
+                                WAVEPE_EMU_CC_MAJOR="12")}
+    want = {("A100", 64): True, ("A100", 128): False, ("H100", 64): True, ("H100", 128): True, ("B200", 64): True,
+            ("B200", 128): False, ("RTX 5090", 64): False, ("RTX 5090", 128): False}
+    for dev, env in devices.items():
+        with mock.patch.dict(os.environ, env):
+            for d in (64, 128):
+                got = dkdv_kernel(lib, Attn(lib, E.BF16, d=d, **kw))
+                assert got == ("tensor-core, 32 keys a warp" if want[(dev, d)] else "tensor-core"), (dev, d)
+    for k, v in H100_SM.items():
+        monkeypatch.setenv(k, v)
+    for change in (dict(pe=1, R=40), dict(M=64, off=66), dict(d=256), dict(dtype=E.F32)):
+        c = dict(kw, d=128)
+        c.update(change)
+        dtype = c.pop("dtype", E.BF16)
+        assert dkdv_kernel(lib, Attn(lib, dtype, **c)) in ("tensor-core", "general"), change
+    monkeypatch.setenv("WAVEPE_CUDA_WIDE", "0")
+    assert dkdv_kernel(lib, Attn(lib, E.BF16, d=128, **kw)) == "tensor-core"
+
+
+def test_wide_dkdv_stores_p_and_ds_without_bank_conflicts():
+    # The wide dK/dV's P^T and dS^T stores (the emulator counts ldmatrix's wavefronts, not plain stores): lane (g, t)
+    # of warp w writes the 4-byte pair (rows 32 (w % 4) + 16 mt + g + 8 hp, columns 32 (w / 4) + 8 nt + 2 t) of a
+    # tile of rows PLD = 72 elements (2 bytes each) -- each warp-wide store hits 32 distinct banks; with rows of 64
+    # (no padding) it would be 8-way conflicted
+    def degree(pld):
+        worst = 0
+        for w in range(8):
+            for mt in range(2):
+                for nt in range(4):
+                    for hp in range(2):
+                        banks = [((32 * (w % 4) + 16 * mt + g + 8 * hp) * pld + 32 * (w // 4) + 8 * nt + 2 * t) // 2 % 32
+                                 for g in range(8) for t in range(4)]
+                        worst = max(worst, max(banks.count(b) for b in set(banks)))
+        return worst
+    assert degree(72) == 1 and degree(64) == 8
 
 
 @settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -1200,7 +1273,7 @@ def test_tensor_core_forward_band_split_matches_oracle(lib, monkeypatch, dtype, 
 
 # an H100 / H200 SM (228 KiB): where the backward's table-free dK/dV and dQ (100 KiB) fit two an SM, an A100's
 # (164 KiB) one
-H100_SM = dict(WAVEPE_EMU_SMEM_PER_SM=str(228 * 1024), WAVEPE_EMU_SMEM_OPTIN=str(227 * 1024))
+H100_SM = dict(WAVEPE_EMU_SMEM_PER_SM=str(228 * 1024), WAVEPE_EMU_SMEM_OPTIN=str(227 * 1024), WAVEPE_EMU_CC_MAJOR="9")
 # the backward's launches: the dK/dV's table-free instance then the table's, the dQ's alike
 BAND_SPLIT_BWD_LAUNCHES = [102800, 151376, 102432, 160032]
 # causal (and its dT), GQA with a soft-cap, without causality
@@ -1392,11 +1465,19 @@ def test_occupancy_model_reads_the_launchers_shared_memory(lib):
                 threads, wq = ck.CTA_SHAPE[("attn_bwd_dq_tc_wide_kernel", f"{d}, false")]
                 assert ck.CTA_SHAPE[("attn_bwd_dq_tc_wide_kernel", f"{d}, true")] == (threads, wq)
                 assert threads == 128 and wq == (2 * 128 + 4 * bn) * (d + 8) * 2 + 2 * bn + 128 * 16 + 16 + 128 * 8
+                # the wide dK/dV (the same calls): 8 warps, K and V of 128 keys, Q and dO of 64 rows in two buffers,
+                # P^T and dS^T (128 x 72 elements), each row's lse and D (two buffers), 128 key masks and row ranges,
+                # the order (20 ints) and the CTA's three indices -- one CTA an SM, 8 warps, by its registers
+                wide_kv = 2 * 128 * (d + 8) * 2 + 4 * 64 * (d + 8) * 2 + 2 * 128 * 72 * 2 + 4 * 64 * 4 + 128 + 128 * 16 + 80 + 24
+                for kind in (1, 2, 3):
+                    assert ck.CTA_SHAPE[("attn_bwd_dkdv_tc_wide_kernel", f"{d}, {kind}")] == (256, wide_kv)
                 with mock.patch.dict(os.environ, H100_SM):
                     prob = Attn(lib, E.F16, B=1, H=1, Hk=1, M=70, N=70, d=d, off=0, causal=True, pe=0)
                     assert bwd_kernel(lib, prob) == "tensor-core, dQ 32 rows a warp"
-                    assert lib.wavepe_cuda_attention_bwd_smem_bytes(C.byref(prob.a)) == max(kv, wq)
+                    assert dkdv_kernel(lib, prob) == "tensor-core, 32 keys a warp"
+                    assert lib.wavepe_cuda_attention_bwd_smem_bytes(C.byref(prob.a)) == max(wide_kv, wq)
                 assert 2 * (wq + 1024) <= 228 * 1024 and ck.occupancy(255, 128, wq, "sm_90") == (2, 8)
+                assert ck.occupancy(255, 256, wide_kv, "sm_90") == (1, 8)
         # a learned table's dT (attn_bwd_dtable_tc_kernel): Q, dO, K, V of 64 rows and the window's 128 (rows of
         # d + 8 elements; the key mask in the window's last row), each warp's skewed bias (16 x 40 floats), H (64 x
         # 136 elements: in dO's place at 128, rows alike), 64 row ranges: two CTAs an SM at both head dims
@@ -1423,10 +1504,11 @@ def test_tensor_core_forward_reads_shared_memory_without_bank_conflicts(lib):
             assert lib.wavepe_emu_ldmatrix_bank_conflicts() == 1, (d, pe)
             # the tensor-core dK/dV and dQ (K, V, Q, dO by ldmatrix, .trans too; with the table its window and
             # the dQ's skewed dS), masked, band and interior blocks; with the table its learned gradient's dT
-            # kernel too (at d = 64, 128: H^T by ldmatrix.trans); without a table nor ALiBi the wide dQ (on an
-            # H100's SM at d = 128)
+            # kernel too (at d = 64, 128: H^T by ldmatrix.trans); without a table nor ALiBi the wide dQ, without a
+            # table the wide dK/dV (P^T's and dS^T's fragments; on an H100's SM at d = 128)
             with mock.patch.dict(os.environ, H100_SM):
                 assert bwd_kernel(lib, prob) == bwd_kernel_of(dict(d=d, pe=pe, M=130))
+                assert dkdv_kernel(lib, prob) == dkdv_kernel_of(dict(d=d, pe=pe, M=130))
                 prob.backward(pe == 1)
             assert lib.wavepe_emu_ldmatrix_bank_conflicts() == 1, (d, pe, "backward")
     # (unpadded rows, LD = d, give 8 at d = 64 and 128: every row of a matrix in the same 4 banks)

@@ -266,18 +266,27 @@ def _forward_garbage(lib, dtype, bad, pe, splits, d, kernel="tensor-core"):
 
 @pytest.mark.parametrize("dtype", [E.BF16, E.F16], ids=DTYPE_IDS.get)
 @pytest.mark.parametrize("pe,bad", [(0, float("nan")), (2, float("inf")), (1, float("nan"))])
-def test_tensor_core_dkdv_keeps_masked_garbage_out(lib, dtype, pe, bad):
-    """attn_bwd_dkdv_tc_kernel (head_dim 64, masked and interior query blocks): padded keys and keys after
-    every query holding garbage change no bit of any output or gradient, and their dk, dv are 0."""
-    from .test_cuda_emu import bwd_kernel, bwd_kernel_of
+@pytest.mark.parametrize("d,device", [(64, "A100"), (64, "16 keys"), (128, "H100")])
+def test_tensor_core_dkdv_keeps_masked_garbage_out(lib, monkeypatch, dtype, pe, bad, d, device):
+    """attn_bwd_dkdv_tc_kernel and (no table) the wide attn_bwd_dkdv_tc_wide_kernel (head_dim 64 on the emulator's
+    A100, 128 on an H100's SM; WAVEPE_CUDA_WIDE=0 the 16-key kernel; masked and interior query blocks): padded keys
+    and keys after every query holding garbage change no bit of any output or gradient, and their dk, dv are 0."""
+    from .test_cuda_emu import H100_SM, bwd_kernel, bwd_kernel_of, dkdv_kernel, dkdv_kernel_of
 
-    b, m, n, d = 1, 100, 260, 64  # queries at 160..259: key blocks 0-1 interior for every query block
+    for k, v in (H100_SM if device == "H100" else {"WAVEPE_CUDA_WIDE": "0"} if device == "16 keys" else {}).items():
+        monkeypatch.setenv(k, v)
+    b, m, n = 1, 100, 260  # queries at 160..259: key blocks 0-1 interior for every query block
     kpm = np.zeros((b, n), bool)
     kpm[:, [3, 70, 130, 200]] = True
     garbage = kpm.copy()
     garbage[:, 250:] = True
     kw = dict(B=b, H=2, Hk=1, M=m, N=n, d=d, off=n - m - 10, causal=True, pe=pe, kpm=kpm, seed=17, R=90)
-    assert bwd_kernel(lib, Attn(lib, dtype, **kw)) == bwd_kernel_of(kw, h100=False)  # (pe 0: the wide dQ)
+    prob = Attn(lib, dtype, **kw)
+    if device == "16 keys":
+        assert (bwd_kernel(lib, prob), dkdv_kernel(lib, prob)) == ("tensor-core", "tensor-core")
+    else:  # (pe 0: the wide dQ)
+        h100 = device == "H100"
+        assert (bwd_kernel(lib, prob), dkdv_kernel(lib, prob)) == (bwd_kernel_of(kw, h100), dkdv_kernel_of(kw, h100))
     _assert_garbage_never_reached(lib, dtype, garbage, bad, "masked keys", **kw)
 
 
@@ -323,19 +332,22 @@ def _dq_band_garbage(lib, dtype, bad, pe, d, kernel):
 
 
 @pytest.mark.parametrize("dtype", [E.BF16, E.F16], ids=DTYPE_IDS.get)
-def test_tensor_core_dkdv_zero_weight_rows_contribute_nothing(lib, dtype):
-    """attn_bwd_dkdv_tc_kernel's interior blocks apply no mask, but a row coded lse +inf (mark_neg_inf: every
-    score -inf) still contributes nothing to dK and dV: 0, not exp(-inf + inf) = NaN."""
-    from .test_cuda_emu import bwd_kernel
+@pytest.mark.parametrize("m", [64, 128])
+def test_tensor_core_dkdv_zero_weight_rows_contribute_nothing(lib, dtype, m):
+    """attn_bwd_dkdv_tc_kernel's interior blocks (and, for 128 queries, attn_bwd_dkdv_tc_wide_kernel's) apply no
+    mask, but a row coded lse +inf (mark_neg_inf: every score -inf) still contributes nothing to dK and dV: 0, not
+    exp(-inf + inf) = NaN."""
+    from .test_cuda_emu import bwd_kernel, dkdv_kernel
 
-    m, n, d = 64, 128, 64  # non-causal: every query block interior for both key blocks
+    n, d = 128, 64  # non-causal: every query block interior for every key block
     rng = np.random.default_rng(21)
     q = rng.standard_normal((1, 1, m, d))
     k = rng.standard_normal((1, 1, n, d))
     q[..., 0] = np.abs(q[..., 0]) + 0.5
     k[..., 0] = -np.inf  # every score -inf
     prob = Attn(lib, dtype, B=1, H=1, Hk=1, M=m, N=n, d=d, off=0, causal=False, pe=0, inputs={"q": q, "k": k})
-    assert bwd_kernel(lib, prob) == "tensor-core"
+    assert bwd_kernel(lib, prob) == ("tensor-core" if m == 64 else "tensor-core, dQ 32 rows a warp")
+    assert dkdv_kernel(lib, prob) == ("tensor-core" if m == 64 else "tensor-core, 32 keys a warp")
     prob.a.mark_neg_inf = 1
     _, lse = prob.forward()
     assert (lse == np.inf).all()

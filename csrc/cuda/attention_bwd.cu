@@ -416,6 +416,75 @@ struct TcDkdvOrder {
     int n[4], split[4], start0[4], start1[4], next_phase[4];
 };
 
+// The order of a CTA's query blocks kq (key_block_queries), the band's interior blocks [bb, be) (bb = be = kq.ie:
+// none), part the band split's (1: the blocks beyond the band only, 2: the others, 0: all).
+WAVEPE_DEVICE TcDkdvOrder tc_dkdv_order(const KeyBlockQueries &kq, int64_t bb, int64_t be, int part) {
+    const int n_head = int(kq.ib - kq.i_start), n_pre = int(bb - kq.ib);
+    TcDkdvOrder o{{n_head + int(kq.i_end - kq.ie), int(be - bb), n_pre + int(kq.ie - be), 0},
+                  {n_head, int(be - bb), n_pre, 0},
+                  {int(kq.i_start), int(bb), int(kq.ib), 0},
+                  {int(kq.ie) - n_head, 0, int(be) - n_pre, 0},
+                  {3, 3, 3, 3}};
+    if (part == 1) o.n[0] = o.n[1] = 0;  // (the band's blocks never run in the table-free instance)
+    if (part == 2) o.n[2] = 0;
+    for (int ph = 2; ph >= 0; --ph) o.next_phase[ph == 0 ? 3 : ph - 1] = o.n[ph] > 0 ? ph : o.next_phase[ph];
+    return o;
+}
+
+// A CTA's place in its order: the head of the group, the index in the phase's blocks, the phase (0 masked, 1 the
+// band's interior, 2 other interior, 3 done) and the buffer of Q and dO the block lands in.
+struct TcDkdvCursor {
+    int h, u, phase, buf;
+};
+// the block of (phase, u): the order's two ranges of the phase (read from shared memory: no branch)
+WAVEPE_DEVICE int tc_dkdv_block(const TcDkdvOrder *ord, int phase, int u) {
+    return u < ord->split[phase] ? ord->start0[phase] + u : ord->start1[phase] + u;
+}
+WAVEPE_DEVICE TcDkdvCursor tc_dkdv_next(const TcDkdvOrder *ord, TcDkdvCursor c, int group) {
+    c.buf ^= 1;
+    if (++c.u == ord->n[c.phase]) {
+        c.u = 0;
+        if (++c.h == group) {
+            c.h = 0;
+            c.phase = ord->next_phase[c.phase];
+        }
+    }
+    return c;
+}
+
+// Stage query block c of (batch b, kv head hk) into buffer c.buf of Q's and dO's BM-row tiles (cp.async, NTHREADS
+// threads; the caller commits), its rows' lse (log2 domain) and D by plain stores (visible after the next barrier).
+// INTERIOR: c is an interior block (or none), every row < M -- the copies without per-row tests.
+template <class T, int BM, int D, int LD, int NTHREADS, bool INTERIOR>
+WAVEPE_DEVICE void tc_dkdv_stage(const AttnParams &p, const TcDkdvOrder *ord, const TcDkdvCursor &c, int64_t b,
+                                 int64_t hk, T *Q0, T *dO0, float *lse0, float *delta0) {
+    if (INTERIOR ? c.phase != 1 && c.phase != 2 : c.phase >= 3) return;
+    const int64_t h = hk * p.group + c.h, m0 = int64_t(tc_dkdv_block(ord, c.phase, c.u)) * BM;
+    T *const Qb = Q0 + c.buf * BM * LD, *const dOb = dO0 + c.buf * BM * LD;
+    const T *qg = static_cast<const T *>(p.a.q) + b * p.a.q_strides[0] + h * p.a.q_strides[1];
+    const T *gog = static_cast<const T *>(p.a.dout) + b * p.a.dout_strides[0] + h * p.a.dout_strides[1];
+    const int64_t qs = p.a.q_strides[2], gs = p.a.dout_strides[2];
+    if (INTERIOR || c.phase != 0) {
+        load_rows_async<T, BM, D, LD, NTHREADS>(Qb, qg + m0 * qs, qs);
+        load_rows_async<T, BM, D, LD, NTHREADS>(dOb, gog + m0 * gs, gs);
+    } else {
+        load_tile_async(Qb, LD, BM, D, D, [&](int r) -> const T * { return m0 + r < p.a.m ? qg + (m0 + r) * qs : nullptr; });
+        load_tile_async(dOb, LD, BM, D, D, [&](int r) -> const T * {
+            return m0 + r < p.a.m ? gog + (m0 + r) * gs : nullptr;
+        });
+    }
+    static_assert(BM <= NTHREADS, "a row per thread");
+    const int r = threadIdx.x;
+    if (r < BM) {
+        const int64_t m = m0 + r, row = (b * p.a.heads + h) * p.a.m + m;
+        const bool ok = INTERIOR || m < p.a.m;
+        const float l = ok ? static_cast<const float *>(p.a.lse)[row] : neg_inf<float>();
+        // (row_stats: -inf, a row that saw no key, and +inf, a zero-weight row, contribute nothing)
+        lse0[c.buf * BM + r] = l == neg_inf<float>() || l == -neg_inf<float>() ? neg_inf<float>() : l * float(kLog2e);
+        delta0[c.buf * BM + r] = ok ? static_cast<const float *>(p.delta)[row] : 0.f;
+    }
+}
+
 // With a relative table, the window's BM + BN rows (one buffer) and G = Q T_win^T of the block's query
 // groups (BM rows of GLD floats, unskewed: row 16 g + r holds group g's window rows 16 g .. 16 g + BN + 15):
 // GLD = 3 mod 32, so that the transposed skew a warp reads (query column c, key k: G[c][c % 16 - k + BN - 1])
@@ -508,9 +577,10 @@ WAVEPE_DEVICE float interior_score(float s, float scale_log2, float slope_log2, 
 
 // dkdv_probs on an interior block: st = S^T becomes P^T = exp2(x - lse2) (interior_score's x), dpt = dP^T
 // becomes dS^T = P^T (dP^T - D) (times 1 - th^2 with a soft-cap); a query that saw no key (lse2 -inf)
-// gives 0 by selection.  d0 = the distance pos_q - n of the lane's first element (row g, column 2 t).
-template <int KIND, int NT>
-WAVEPE_DEVICE void dkdv_probs_interior(float (&st)[NT][4], float (&dpt)[NT][4], const float *lse_s,
+// gives 0 by selection.  MT m-tiles of 16 keys (m-tile mt 16 mt keys after the first), each query column's lse
+// and D read once for them; d0 = the distance pos_q - n of the lane's first element (row g, column 2 t) of m-tile 0.
+template <int KIND, int MT, int NT>
+WAVEPE_DEVICE void dkdv_probs_interior(float (&st)[MT][NT][4], float (&dpt)[MT][NT][4], const float *lse_s,
                                        const float *delta_s, const AttnParams &p, float scale_log2, float slope_log2,
                                        float d0) {
     const int t4 = threadIdx.x & 3;
@@ -521,20 +591,22 @@ WAVEPE_DEVICE void dkdv_probs_interior(float (&st)[NT][4], float (&dpt)[NT][4], 
         copy8(&l, lse_s + nt * 8 + 2 * t4);
         copy8(&dl, delta_s + nt * 8 + 2 * t4);
 #pragma unroll
-        for (int e = 0; e < 4; ++e) {
-            const float le = e % 2 ? l.y : l.x, de = e % 2 ? dl.y : dl.x;
-            float x, th = 0.f;
-            if constexpr (KIND == kPlain)
-                x = fma_(st[nt][e], scale_log2, -le);
-            else
-                x = interior_score<KIND>(st[nt][e], scale_log2, slope_log2, d0 + float(nt * 8 + e % 2 - 8 * (e / 2)),
-                                         cap, k, th) - le;
-            const float pr = exp2_(x);
-            const bool dead = le == neg_inf<float>();
-            const float ds = dpt[nt][e] - de;
-            dpt[nt][e] = dead ? 0.f : pr * (KIND == kCap ? ds * (1.f - th * th) : ds);
-            st[nt][e] = dead ? 0.f : pr;
-        }
+        for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                const float le = e % 2 ? l.y : l.x, de = e % 2 ? dl.y : dl.x;
+                float x, th = 0.f;
+                if constexpr (KIND == kPlain)
+                    x = fma_(st[mt][nt][e], scale_log2, -le);
+                else
+                    x = interior_score<KIND>(st[mt][nt][e], scale_log2, slope_log2,
+                                             d0 + float(nt * 8 + e % 2 - 8 * (e / 2) - 16 * mt), cap, k, th) - le;
+                const float pr = exp2_(x);
+                const bool dead = le == neg_inf<float>();
+                const float ds = dpt[mt][nt][e] - de;
+                dpt[mt][nt][e] = dead ? 0.f : pr * (KIND == kCap ? ds * (1.f - th * th) : ds);
+                st[mt][nt][e] = dead ? 0.f : pr;
+            }
     }
 }
 
@@ -608,40 +680,13 @@ __global__ void __launch_bounds__(128) attn_bwd_dkdv_tc_kernel(AttnParams p) {
             bb = bb < kq.ib ? kq.ib : bb > kq.ie ? kq.ie : bb;
             be = be < bb ? bb : be > kq.ie ? kq.ie : be;
         }
-        const int n_head = int(kq.ib - kq.i_start), n_pre = int(bb - kq.ib);
-        TcDkdvOrder o{{n_head + int(kq.i_end - kq.ie), int(be - bb), n_pre + int(kq.ie - be), 0},
-                      {n_head, int(be - bb), n_pre, 0},
-                      {int(kq.i_start), int(bb), int(kq.ib), 0},
-                      {int(kq.ie) - n_head, 0, int(be) - n_pre, 0},
-                      {3, 3, 3, 3}};
-        if (part == 1) o.n[0] = o.n[1] = 0;  // (the band's blocks never run in the table-free instance)
-        if (part == 2) o.n[2] = 0;
-        for (int ph = 2; ph >= 0; --ph) o.next_phase[ph == 0 ? 3 : ph - 1] = o.n[ph] > 0 ? ph : o.next_phase[ph];
-        *ord = o;
+        *ord = tc_dkdv_order(kq, bb, be, part);
     }
     __syncthreads();
-    struct Cursor {
-        int h, u;   // head of the group, index in the phase's blocks
-        int phase;  // 0 masked, 1 the band's interior, 2 other interior, 3 done
-        int buf;
-    };
-    // the block of (phase, u): the order's two ranges of the phase (read from shared memory: no branch)
-    auto block_at = [=](int phase, int u) {
-        return u < ord->split[phase] ? ord->start0[phase] + u : ord->start1[phase] + u;
-    };
-    auto next_of = [=](Cursor c) {
-        c.buf ^= 1;
-        if (++c.u == ord->n[c.phase]) {
-            c.u = 0;
-            if (++c.h == p.group) {
-                c.h = 0;
-                c.phase = ord->next_phase[c.phase];
-            }
-        }
-        return c;
-    };
+    using Cursor = TcDkdvCursor;
+    auto next_of = [=](Cursor c) { return tc_dkdv_next(ord, c, p.group); };
     // the block's first query row (the order read again where used: fewer registers held)
-    auto row0 = [=](const Cursor &c) { return int64_t(block_at(c.phase, c.u)) * BM; };
+    auto row0 = [=](const Cursor &c) { return int64_t(tc_dkdv_block(ord, c.phase, c.u)) * BM; };
     // does block c need the table's window (a band block, or a masked one whose window meets the table)?
     auto needs_window = [&](const Cursor &c) {
         return c.phase == 1 || (c.phase == 0 && has_table && block_bias(row0(c)));
@@ -650,37 +695,8 @@ __global__ void __launch_bounds__(128) attn_bwd_dkdv_tc_kernel(AttnParams p) {
         const int64_t base = p.a.q_offset + m0 - n0 - p.a.r_lo;
         load_tile_async(Ts, LD, BM + BN, D, D, [&](int w) -> const T * { return window_row_ptr<T>(p, base, BN, w); });
     };
-    // stage block c (cp.async; lse and D by plain stores, visible after the next barrier).  INTERIOR: c is
-    // an interior block (or none), every row < M -- the interior loop's copies without per-row tests.
-    auto stage = [&](auto interior_tag, const Cursor &c) {
-        constexpr bool INTERIOR = decltype(interior_tag)::value;
-        if (INTERIOR ? c.phase != 1 && c.phase != 2 : c.phase >= 3) return;
-        const int64_t h = hk * p.group + c.h, m0 = row0(c);
-        T *const Qb = Q0 + c.buf * BM * LD, *const dOb = dO0 + c.buf * BM * LD;
-        const T *qg = static_cast<const T *>(p.a.q) + b * p.a.q_strides[0] + h * p.a.q_strides[1];
-        const T *gog = static_cast<const T *>(p.a.dout) + b * p.a.dout_strides[0] + h * p.a.dout_strides[1];
-        const int64_t qs = p.a.q_strides[2], gs = p.a.dout_strides[2];
-        if (INTERIOR || c.phase != 0) {
-            load_rows_async<T, BM, D, LD, 128>(Qb, qg + m0 * qs, qs);
-            load_rows_async<T, BM, D, LD, 128>(dOb, gog + m0 * gs, gs);
-        } else {
-            load_tile_async(Qb, LD, BM, D, D, [&](int r) -> const T * {
-                return m0 + r < p.a.m ? qg + (m0 + r) * qs : nullptr;
-            });
-            load_tile_async(dOb, LD, BM, D, D, [&](int r) -> const T * {
-                return m0 + r < p.a.m ? gog + (m0 + r) * gs : nullptr;
-            });
-        }
-        static_assert(BM <= 128, "a row per thread");
-        const int r = threadIdx.x;
-        if (r < BM) {
-            const int64_t m = m0 + r, row = (b * p.a.heads + h) * p.a.m + m;
-            const bool ok = INTERIOR || m < p.a.m;
-            const float l = ok ? static_cast<const float *>(p.a.lse)[row] : neg_inf<float>();
-            // (row_stats: -inf, a row that saw no key, and +inf, a zero-weight row, contribute nothing)
-            lse0[c.buf * BM + r] = l == neg_inf<float>() || l == -neg_inf<float>() ? neg_inf<float>() : l * float(kLog2e);
-            delta0[c.buf * BM + r] = ok ? static_cast<const float *>(p.delta)[row] : 0.f;
-        }
+    auto stage = [&](auto interior_tag, const Cursor &c) {  // (tc_dkdv_stage)
+        tc_dkdv_stage<T, BM, D, LD, 128, decltype(interior_tag)::value>(p, ord, c, b, hk, Q0, dO0, lse0, delta0);
     };
     using Interior = std::true_type;
     using AnyBlock = std::false_type;
@@ -745,7 +761,8 @@ __global__ void __launch_bounds__(128) attn_bwd_dkdv_tc_kernel(AttnParams p) {
         // table's instance at head_dim 128 takes its two chunks one after the other)
 #pragma unroll(TABLE && D == 128 ? 1 : BM / QC)
         for (int c0 = 0; c0 < BM; c0 += QC) {
-            float st[NT][4], dpt[NT][4];
+            float st1[1][NT][4], dpt1[1][NT][4];  // (one m-tile: dkdv_probs_interior's)
+            float(&st)[NT][4] = st1[0], (&dpt)[NT][4] = dpt1[0];
             zero_frags(st);
             warp_abt_ldm<T, NT, KS, LD>(st, Ks + arow, Qb + c0 * LD + brow);
             if (BIAS != 0 && bias) add_transposed_bias<NT, BN, Lay::GLD>(st, Gs + c0 * Lay::GLD, 16 * warp);
@@ -763,7 +780,7 @@ __global__ void __launch_bounds__(128) attn_bwd_dkdv_tc_kernel(AttnParams p) {
                                       slope_log2);
             } else {
                 const float d0 = float(p.a.q_offset + m0 + c0 - wn0 + 2 * (lane & 3) - (lane >> 2));
-                dkdv_probs_interior<kind>(st, dpt, lse_s + c0, delta_s + c0, p, scale_log2, slope_log2, d0);
+                dkdv_probs_interior<kind>(st1, dpt1, lse_s + c0, delta_s + c0, p, scale_log2, slope_log2, d0);
             }
             warp_rb<T, NT, DT>(dv, st, dOb + c0 * LD + col0, LD, DT, nullptr);
             warp_rb<T, NT, DT>(dk, dpt, Qb + c0 * LD + col0, LD, DT, nullptr);
@@ -823,6 +840,194 @@ __global__ void __launch_bounds__(128) attn_bwd_dkdv_tc_kernel(AttnParams p) {
             }
         }
     }
+}
+
+// ---- the wide tensor-core dK/dV ---------------------------------------------------------------------
+// Head dim 64 and 128 without a table (wide_dkdv): FlashAttention-2's split of the key side in two dimensions.  A
+// CTA of 8 warps owns 128 keys of a (batch, kv head) -- K and V staged once -- and walks query blocks of 64 rows
+// in attn_bwd_dkdv_tc_kernel's order (the masked blocks, then the interior ones: tc_dkdv_order; Q, dO, lse and D in
+// two buffers, the next block's copies in flight), each block in two phases:
+//  1. warp w (key group kw = w % 4: keys 32 kw .. 32 kw + 31; query half w / 4: the block's rows 32 (w / 4) ..)
+//     computes S^T = K Q^T and dP^T = V dO^T of its 32 x 32 pairs -- each K / V fragment it reads feeds 4 HMMA,
+//     each Q / dO fragment 2: 256 bytes of shared memory an HMMA, the 16-key warps' 384 -- then P^T and dS^T
+//     (dkdv_probs on masked blocks, dkdv_probs_interior on the others), stored as bf16 / fp16 into the CTA's
+//     P^T and dS^T tiles (rows 16 bytes longer than the block: the C fragments' stores and ldmatrix's reads hit 32
+//     distinct banks);
+//  2. after a barrier, warps 0-3 take dV += P^T dO of their key group over all D columns, warps 4-7 dK += dS^T Q
+//     (ab_products_smem: P^T's, dS^T's fragments by ldmatrix, each dO / Q fragment by ldmatrix.trans feeding two
+//     HMMA): 160 bytes an HMMA at head dim 128, 192 at 64.
+// The main loop moves 256 bytes of shared memory an HMMA at 128 (the SASS's static count: the copies of Q and dO, the
+// rows' statistics and the P^T, dS^T stores included), 303 at 64 -- at or near the line an H100's SM serves at the
+// tensor rate, where the 16-key warps' 379 / 363 are over it (docs/CUDA.md, "Shared-memory traffic"); the price: two
+// barriers a block, not one, and 175 KiB of shared memory at 128 (one CTA, 8 warps an SM: not on an A100, whose 163
+// KiB keep the 16-key kernel; 111 KiB at 64).  Registers: one accumulator tile a warp (32 keys x D: 128 a lane at
+// 128), S^T's and dP^T's 64 beside it in phase 1 -- 255 at 128, so an instance per kind of interior block (KIND:
+// kPlain, kAlibi, kCap), and the masked blocks computed whole (dkdv_probs' selection), no warp skipped: with the
+// skips' state ptxas spilled.
+template <class T, int D>
+struct TcDkdvWideLayout {
+    static constexpr int BN = 128, BM = 64, LD = D + int(16 / sizeof(T)), PLD = BM + int(16 / sizeof(T));
+    SmemPlan plan;
+    int k, v, q, go, pt, dst, lse, delta, mask, rows, order, cta;
+    __host__ __device__ TcDkdvWideLayout() {
+        k = plan.add(sizeof(T) * BN * LD);
+        v = plan.add(sizeof(T) * BN * LD);
+        q = plan.add(2 * sizeof(T) * BM * LD);  // two buffers of each
+        go = plan.add(2 * sizeof(T) * BM * LD);
+        pt = plan.add(sizeof(T) * BN * PLD);  // P^T and dS^T of the block (keys x queries)
+        dst = plan.add(sizeof(T) * BN * PLD);
+        lse = plan.add(2 * sizeof(float) * BM);
+        delta = plan.add(2 * sizeof(float) * BM);
+        mask = plan.add(BN);
+        rows = plan.add(2 * BN * sizeof(int64_t));  // each key's queries [lo, hi)
+        order = plan.add(sizeof(TcDkdvOrder));
+        cta = plan.add(3 * sizeof(int64_t));  // the CTA's batch row, kv head and first key
+    }
+};
+
+template <class T, int D, int KIND>
+WAVEPE_DEVICE void dkdv_tc_wide_cta(const AttnParams &p) {
+    using Lay = TcDkdvWideLayout<T, D>;
+    constexpr int BN = Lay::BN, BM = Lay::BM, LD = Lay::LD, PLD = Lay::PLD, KS = D / 16, DT = D / 8;
+    static_assert(Traits<T>::kTensorCore && (D == 64 || D == 128), "the wide dK/dV: bf16/fp16, head dim 64 or 128");
+    WAVEPE_SHARED_BASE(smem);
+    const Lay L;
+    T *const Ks = reinterpret_cast<T *>(smem + L.plan.off[L.k]);
+    T *const Vs = reinterpret_cast<T *>(smem + L.plan.off[L.v]);
+    T *const Q0 = reinterpret_cast<T *>(smem + L.plan.off[L.q]);
+    T *const dO0 = reinterpret_cast<T *>(smem + L.plan.off[L.go]);
+    T *const Pt = reinterpret_cast<T *>(smem + L.plan.off[L.pt]);
+    T *const dSt = reinterpret_cast<T *>(smem + L.plan.off[L.dst]);
+    float *const lse0 = reinterpret_cast<float *>(smem + L.plan.off[L.lse]);
+    float *const delta0 = reinterpret_cast<float *>(smem + L.plan.off[L.delta]);
+    uint8_t *const kmask = smem + L.plan.off[L.mask];
+    int64_t *const qlo = reinterpret_cast<int64_t *>(smem + L.plan.off[L.rows]), *const qhi = qlo + BN;
+    TcDkdvOrder *const ord = reinterpret_cast<TcDkdvOrder *>(smem + L.plan.off[L.order]);
+    // the CTA's batch row, kv head and first key, in shared memory too: read where used after the prologue (fewer
+    // registers held through the loops, as the order)
+    int64_t *const cta = reinterpret_cast<int64_t *>(smem + L.plan.off[L.cta]);
+    const int warp = threadIdx.x / 32, lane = threadIdx.x & 31, kw = warp & 3, half = warp >> 2;
+
+    const int64_t nblocks = ceil_div(p.a.n, BN);
+    const int64_t nb = blockIdx.x % nblocks, bhk = blockIdx.x / nblocks;
+    const int64_t b = bhk / p.a.kv_heads, hk = bhk % p.a.kv_heads;
+    const int64_t n0 = nb * BN;
+    const T *kg = static_cast<const T *>(p.a.k) + b * p.a.k_strides[0] + hk * p.a.k_strides[1];
+    const T *vg = static_cast<const T *>(p.a.v) + b * p.a.v_strides[0] + hk * p.a.v_strides[1];
+    load_key_queries(qlo, qhi, kmask, BN, p, b, n0);
+    __syncthreads();
+    load_tile_async(Ks, LD, BN, D, D, [&](int r) -> const T * {
+        return kmask[r] ? nullptr : kg + (n0 + r) * p.a.k_strides[2];
+    });
+    load_tile_async(Vs, LD, BN, D, D, [&](int r) -> const T * {
+        return kmask[r] ? nullptr : vg + (n0 + r) * p.a.v_strides[2];
+    });
+    constexpr bool capped = KIND == kCap;
+    if (threadIdx.x == 0) {
+        KeyBlockQueries kq = key_block_queries(qlo, qhi, BN, BM, p);
+        if (capped && p.pos_enc == WAVEPE_CUDA_PE_ALIBI) kq.ib = kq.ie = kq.i_end;  // (as attn_bwd_dkdv_tc_kernel)
+        *ord = tc_dkdv_order(kq, kq.ie, kq.ie, 0);
+        cta[0] = b, cta[1] = hk, cta[2] = n0;
+    }
+    __syncthreads();
+
+    float acc[2][DT][4];  // warps 0-3: dV of the key group, 4-7: dK (unscaled)
+    zero_frags(acc[0]);
+    zero_frags(acc[1]);
+    const float scale_log2 = float(p.a.scale) * float(kLog2e);
+    // the lanes' ldmatrix addresses: phase 1, A = the key group's rows of K / V, B = the query half's rows of Q / dO;
+    // phase 2, A = the key group's rows of P^T (dV) or dS^T (dK)
+    const int arow = (32 * kw + (lane & 15)) * LD + 8 * (lane >> 4);
+    const int brow = (32 * half + (lane & 7) + 8 * (lane >> 4)) * LD + 8 * ((lane >> 3) & 1);
+    const T *const prow = (half ? dSt : Pt) + (32 * kw + (lane & 15)) * PLD + 8 * (lane >> 4);
+    TcDkdvCursor cur{0, 0, ord->next_phase[3], 0};  // (the first phase with blocks)
+    tc_dkdv_stage<T, BM, D, LD, 256, false>(p, ord, cur, b, hk, Q0, dO0, lse0, delta0);
+    cp_async_commit();  // (with K and V)
+    auto step = [&](auto kind_tag, const TcDkdvCursor &c) {
+        constexpr int kind = decltype(kind_tag)::value;
+        cp_async_wait<0>();
+        __syncthreads();  // block c has landed; every warp is done with the previous block's buffers and P^T, dS^T
+        const TcDkdvCursor nxt = tc_dkdv_next(ord, c, p.group);
+        tc_dkdv_stage<T, BM, D, LD, 256, kind != kMasked>(p, ord, nxt, cta[0], cta[1], Q0, dO0, lse0, delta0);
+        cp_async_commit();
+        const int64_t h = cta[1] * p.group + c.h, m0 = int64_t(tc_dkdv_block(ord, c.phase, c.u)) * BM;
+        const T *const Qb = Q0 + c.buf * BM * LD, *const dOb = dO0 + c.buf * BM * LD;
+        const int c0 = 32 * half;  // the warp's query columns in phase 1
+        const float *const lse_s = lse0 + c.buf * BM + c0, *const delta_s = delta0 + c.buf * BM + c0;
+        const float slope_log2 = head_slope<T>(p, h) * float(kLog2e);
+        float st[2][4][4], dpt[2][4][4];
+        zero_frags(st[0]);
+        zero_frags(st[1]);
+        zero_frags(dpt[0]);
+        zero_frags(dpt[1]);
+        qk_products_rows<T, 4, KS, LD, 2>(st, Ks + arow, Qb + brow);
+        qk_products_rows<T, 4, KS, LD, 2>(dpt, Vs + arow, dOb + brow);
+        const int64_t dist0 = p.a.q_offset + m0 + c0 - (cta[2] + 32 * kw);  // pos_q - n of the warp's (0, 0)
+        if constexpr (kind == kMasked) {
+#pragma unroll
+            for (int mt = 0; mt < 2; ++mt) {
+                // the lane's keys (rows g, g + 8 of the m-tile) are seen by the half's columns [c_lo, c_hi)
+                int c_lo[2], c_hi[2];
+#pragma unroll
+                for (int ri = 0; ri < 2; ++ri) {
+                    const int k = 32 * kw + 16 * mt + frag_row(2 * ri);
+                    const int64_t lo = qlo[k] - (p.a.q_offset + m0 + c0), hi = qhi[k] - (p.a.q_offset + m0 + c0);
+                    c_lo[ri] = lo < 0 ? 0 : (lo > 32 ? 32 : int(lo));
+                    c_hi[ri] = hi < 0 ? 0 : (hi > 32 ? 32 : int(hi));
+                }
+                dkdv_probs<capped>(st[mt], dpt[mt], p, static_cast<const float *>(nullptr), 0, 0, dist0 - 16 * mt, c_lo,
+                                   c_hi, lse_s, delta_s, scale_log2, slope_log2);
+            }
+        } else {
+            const float d0 = float(dist0 + 2 * (lane & 3) - (lane >> 2));
+            dkdv_probs_interior<kind>(st, dpt, lse_s, delta_s, p, scale_log2, slope_log2, d0);
+        }
+        // P^T and dS^T of the warp's pairs into the CTA's tiles
+#pragma unroll
+        for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+            for (int nt = 0; nt < 4; ++nt)
+#pragma unroll
+                for (int hp = 0; hp < 2; ++hp) {
+                    const int at = (32 * kw + 16 * mt + (lane >> 2) + 8 * hp) * PLD + c0 + 8 * nt + 2 * (lane & 3);
+                    *reinterpret_cast<uint32_t *>(Pt + at) = pack2<T>(st[mt][nt][2 * hp], st[mt][nt][2 * hp + 1]);
+                    *reinterpret_cast<uint32_t *>(dSt + at) = pack2<T>(dpt[mt][nt][2 * hp], dpt[mt][nt][2 * hp + 1]);
+                }
+        __syncthreads();  // P^T and dS^T are whole
+        const T *const bt = half ? Qb : dOb;
+        ab_products_smem<T, BM / 16, DT, 2>(acc, prow, PLD, bt, LD);
+    };
+    // the masked blocks, then the interior ones (the cursor's phase says where it is: no counters held)
+    for (; cur.phase == 0; cur = tc_dkdv_next(ord, cur, p.group)) step(std::integral_constant<int, kMasked>{}, cur);
+    for (; cur.phase == 2; cur = tc_dkdv_next(ord, cur, p.group)) step(std::integral_constant<int, KIND>{}, cur);
+
+    // warps 0-3 write dV, 4-7 dK (times the scale) of their key group
+    T *const out = static_cast<T *>(half ? p.a.dk : p.a.dv);
+    const float mul = half ? float(p.a.scale) : 1.f;
+#pragma unroll
+    for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+        for (int ri = 0; ri < 2; ++ri) {
+            const int64_t n = cta[2] + 32 * kw + 16 * mt + frag_row(2 * ri);
+            if (n >= p.a.n) continue;
+            T *const r = out + ((cta[0] * p.a.kv_heads + cta[1]) * p.a.n + n) * p.a.d;
+#pragma unroll
+            for (int dt = 0; dt < DT; ++dt)
+#pragma unroll
+                for (int e = 0; e < 2; ++e) r[dt * 8 + 2 * (lane & 3) + e] = from_acc<T>(acc[mt][dt][2 * ri + e] * mul);
+        }
+}
+// The kernel: at head dim 128 built for sm_80 and sm_90 only -- on sm_100 and sm_120 ptxas spilled its registers
+// (12-68 bytes, CUDA 13.0), so there the instance is a stub the host never launches (wide_dkdv asks the device's
+// compute capability; sm_120's 99 KiB would not hold its tiles anyway).
+template <class T, int D, int KIND>
+__global__ void __launch_bounds__(256, 1) attn_bwd_dkdv_tc_wide_kernel(AttnParams p) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 1000
+    if constexpr (D == 128)
+        __trap();
+    else
+#endif
+        dkdv_tc_wide_cta<T, D, KIND>(p);
 }
 
 template <class T, int DMAX, int B, int CS>
@@ -1934,6 +2139,19 @@ bool use_tc_dkdv(const AttnParams &p) {
 bool use_tc_dq(const AttnParams &p) {
     return tc_backward_applies(p) && smem_fits_device(tc_dq_smem(p.a.d, p.pos_enc == WAVEPE_CUDA_PE_TABLE));
 }
+size_t tc_dkdv_wide_smem(int64_t d) {
+    return d == 64 ? TcDkdvWideLayout<__half, 64>().plan.total : TcDkdvWideLayout<__half, 128>().plan.total;
+}
+// Does the dK/dV pass run the wide instance (attn_bwd_dkdv_tc_wide_kernel: 32 keys a warp in 8 warps, P^T and dS^T
+// through shared memory)?  At head_dim 64 and 128 without a table (its window would not fit beside the tiles), for
+// more than 64 queries (wide_rows_apply, as the wide forward's and dQ's: WAVEPE_CUDA_WIDE=0 keeps such calls on the
+// 16-key instance), where the device grants its shared memory (175 KiB at 128: an H100's 227; not an A100's 163 KiB,
+// nor the 99 KiB of sm_86, sm_89 and sm_120; 111 KiB at 64) -- at 128 on devices below compute capability 10 only
+// (attn_bwd_dkdv_tc_wide_kernel: not built for sm_100 there).
+bool wide_dkdv(const AttnParams &p) {
+    return p.pos_enc != WAVEPE_CUDA_PE_TABLE && wide_rows_apply(p) && use_tc_dkdv(p) &&
+           smem_fits_device(tc_dkdv_wide_smem(p.a.d)) && (p.a.d == 64 || device_cc_major() < 10);
+}
 size_t tc_dq_wide_smem(int64_t d) {
     return d == 64 ? TcDqWideLayout<__half, 64>(false).plan.total : TcDqWideLayout<__half, 128>(false).plan.total;
 }
@@ -2043,6 +2261,17 @@ template <class T, int DMAX>
 cudaError_t launch_dkdv(AttnParams p, cudaStream_t stream) {
     if constexpr (Traits<T>::kTensorCore) {
         if (use_tc_dkdv(p)) {
+            if constexpr (DMAX <= 128) {
+                if (wide_dkdv(p)) {  // (an instance per kind of interior block: registers)
+                    const int64_t ctas = p.a.batch * p.a.kv_heads * ceil_div(p.a.n, TcDkdvWideLayout<T, DMAX>::BN);
+                    const size_t smem = TcDkdvWideLayout<T, DMAX>().plan.total;
+                    if (p.cap_log2 > 0.0)
+                        return launch_tc(attn_bwd_dkdv_tc_wide_kernel<T, DMAX, kCap>, ctas, smem, stream, p, 256);
+                    if (p.pos_enc == WAVEPE_CUDA_PE_ALIBI)
+                        return launch_tc(attn_bwd_dkdv_tc_wide_kernel<T, DMAX, kAlibi>, ctas, smem, stream, p, 256);
+                    return launch_tc(attn_bwd_dkdv_tc_wide_kernel<T, DMAX, kPlain>, ctas, smem, stream, p, 256);
+                }
+            }
             if (DMAX <= 128) p.band_part = 0;  // (the band split at 64 and 128: the dQ's alone, bwd_band_split)
             using Lay = TcDkdvLayout<T, DMAX>;
             const int64_t ctas = p.a.batch * p.a.kv_heads * ceil_div(p.a.n, Lay::BN) * Lay::CS;
@@ -2201,7 +2430,8 @@ extern "C" size_t wavepe_cuda_attention_bwd_smem_bytes(const wavepe_attention_ar
             const AttnParams p = attention_params(a);
             const bool table = a->table != nullptr, kv = use_tc_dkdv(p), q = use_tc_dq(p), dt = use_tc_dtable(p);
             if (kv || q || dt) {
-                const size_t general = bytes, on_kv = kv ? tc_dkdv_smem(a->d, table) : general,
+                const size_t general = bytes,
+                             on_kv = wide_dkdv(p) ? tc_dkdv_wide_smem(a->d) : kv ? tc_dkdv_smem(a->d, table) : general,
                              on_q = wide_dq(p) ? tc_dq_wide_smem(a->d) : q ? tc_dq_smem(a->d, table) : general,
                              on_dt = a->dtable == nullptr ? 0 : dt ? tc_dtable_smem(a->d) : general;
                 bytes = on_kv > on_q ? on_kv : on_q;
@@ -2220,6 +2450,12 @@ extern "C" const char *wavepe_cuda_attention_bwd_kernel(const wavepe_attention_a
     if (kv && q && bwd_band_split(p)) return "tensor-core, band split";
     if (kv && q && wide_dq(p)) return "tensor-core, dQ 32 rows a warp";
     return kv && q ? "tensor-core" : q ? "tensor-core dQ, general dK/dV" : kv ? "tensor-core dK/dV, general dQ" : "general";
+}
+
+extern "C" const char *wavepe_cuda_attention_bwd_dkdv_kernel(const wavepe_attention_args *a) {
+    if (a == nullptr) return nullptr;
+    const AttnParams p = attention_params(a);
+    return wide_dkdv(p) ? "tensor-core, 32 keys a warp" : use_tc_dkdv(p) ? "tensor-core" : "general";
 }
 
 extern "C" const char *wavepe_cuda_attention_bwd_dtable_kernel(const wavepe_attention_args *a) {

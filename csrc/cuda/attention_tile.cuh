@@ -92,12 +92,13 @@ bool band_split_pays(const AttnParams &p);
 // it, the calls run as one launch a kernel.
 constexpr size_t kBandSplitWorkspace = size_t(1) << 30;
 
-// Launch a tensor-core kernel (CTAs of 128 threads) over ctas CTAs with smem bytes of dynamic shared memory, allowed
-// first.
+// Launch a tensor-core kernel (CTAs of 128 threads, 256 the wide dK/dV's) over ctas CTAs with smem bytes of dynamic
+// shared memory, allowed first.
 template <class K>
-cudaError_t launch_tc(K *kernel, int64_t ctas, size_t smem, cudaStream_t stream, const AttnParams &p) {
+cudaError_t launch_tc(K *kernel, int64_t ctas, size_t smem, cudaStream_t stream, const AttnParams &p,
+                      unsigned threads = 128) {
     const cudaError_t err = allow_dynamic_smem(kernel, smem);
-    return err != cudaSuccess ? err : launch(kernel, dim3(unsigned(ctas)), dim3(128), smem, stream, p);
+    return err != cudaSuccess ? err : launch(kernel, dim3(unsigned(ctas)), dim3(threads), smem, stream, p);
 }
 
 // Launch kernel_for(window) over ctas CTAs of 128 threads with smem_for(window) bytes of shared memory: once, the
@@ -516,26 +517,53 @@ WAVEPE_DEVICE void pack_p_frags(const float (&pf)[KT8][4], uint32_t (&a)[KT8 / 2
     }
 }
 
+// O[mt] (16 x 8 DT) += A[mt] B of one 16-row step of B: A's fragments a[mt] (bf16/fp16 pairs), B's by ldmatrix.trans
+// from brow (the lane's row of the step: row l % 16 of the tile's 16), each read once for the MT m-tiles.
+template <class T, int DT, int MT>
+WAVEPE_DEVICE void pv_step(float (&o)[MT][DT][4], const uint32_t (&a)[MT][4], const T *brow) {
+    static_assert(DT % 2 == 0, "pairs of 8-column tiles");
+    const int lane = threadIdx.x & 31;
+#pragma unroll
+    for (int dt = 0; dt < DT; dt += 2) {
+        uint32_t b[4];
+        ldmatrix_x4_trans(b, brow + (dt + (lane >> 4)) * 8);  // columns dt 8 (lanes 0-15), (dt + 1) 8 (16-31)
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt) {
+            mma16816<T>(o[mt][dt], a[mt], b);
+            mma16816<T>(o[mt][dt + 1], a[mt], b + 2);
+        }
+    }
+}
+
 // O[mt] (16 x 8 DT) += P[mt] V of MT m-tiles over KK 16-key steps (P packed: pack_p_frags), each V fragment
 // (ldmatrix.trans from the tile's rows, ldv apart) read once for the MT m-tiles: warp_rb's tensor-core path.
 template <class T, int KK, int DT, int MT>
 WAVEPE_DEVICE void pv_products_rows(float (&o)[MT][DT][4], const uint32_t (&pa)[MT][KK][4], const T *v_tile, int ldv) {
-    static_assert(DT % 2 == 0, "pairs of 8-column tiles");
     const int lane = threadIdx.x & 31;
 #pragma unroll
     for (int kk = 0; kk < KK; ++kk) {
-        // lane l points at row kk 16 + l % 16 of the tile, columns dt 8 (lanes 0-15) and (dt + 1) 8 (16-31)
-        const T *brow = v_tile + (kk * 16 + (lane & 15)) * ldv;
+        uint32_t a[MT][4];
 #pragma unroll
-        for (int dt = 0; dt < DT; dt += 2) {
-            uint32_t b[4];
-            ldmatrix_x4_trans(b, brow + (dt + (lane >> 4)) * 8);
+        for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
-            for (int mt = 0; mt < MT; ++mt) {
-                mma16816<T>(o[mt][dt], pa[mt][kk], b);
-                mma16816<T>(o[mt][dt + 1], pa[mt][kk], b + 2);
-            }
-        }
+            for (int i = 0; i < 4; ++i) a[mt][i] = pa[mt][kk][i];
+        pv_step<T, DT, MT>(o, a, v_tile + (kk * 16 + (lane & 15)) * ldv);
+    }
+}
+
+// The same with A (MT m-tiles of 16 rows, KK 16-column steps) in shared memory: its fragments by ldmatrix at each
+// step from arow (the lane's address of the first m-tile's rows: row l % 16, column 8 (l / 16); m-tile mt 16 mt rows
+// further, lda apart).  (The wide dK/dV's dV += P^T dO and dK += dS^T Q: P^T and dS^T staged by the warps that
+// computed them.)
+template <class T, int KK, int DT, int MT>
+WAVEPE_DEVICE void ab_products_smem(float (&o)[MT][DT][4], const T *arow, int lda, const T *b_tile, int ldb) {
+    const int lane = threadIdx.x & 31;
+#pragma unroll
+    for (int kk = 0; kk < KK; ++kk) {
+        uint32_t a[MT][4];
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt) ldmatrix_x4(a[mt], arow + mt * 16 * lda + 16 * kk);
+        pv_step<T, DT, MT>(o, a, b_tile + (kk * 16 + (lane & 15)) * ldb);
     }
 }
 

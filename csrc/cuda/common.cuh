@@ -351,6 +351,13 @@ inline bool wide_rows_allowed() {
     return !(env != nullptr && std::strcmp(env, "0") == 0);
 }
 
+// The device's compute capability, major (0 when the device cannot be asked): which of the library's SASS it runs.
+inline int device_cc_major() {
+    int dev = 0, major = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess) return 0;
+    return cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) == cudaSuccess ? major : 0;
+}
+
 inline int device_sm_count() {
     int dev = 0, n = 0;
     if (cudaGetDevice(&dev) != cudaSuccess) return 1;

@@ -97,6 +97,10 @@ const char *wavepe_cuda_attention_fwd_kernel(const wavepe_attention_args *a);
  * the others; the workspace holds the first ones' sums), "tensor-core dQ, general dK/dV" or "tensor-core dK/dV,
  * general dQ" (a device granting the one's shared memory and not the other's) or "general"; NULL for NULL. */
 const char *wavepe_cuda_attention_bwd_kernel(const wavepe_attention_args *a);
+/* The backward's dK/dV kernel alone: "tensor-core, 32 keys a warp" (the wide instance: head_dim 64 or 128 without
+ * a table, more than 64 queries, its shared memory within the device's: 180 KiB at 128), "tensor-core" (16 keys a
+ * warp) or "general"; NULL for NULL. */
+const char *wavepe_cuda_attention_bwd_dkdv_kernel(const wavepe_attention_args *a);
 /* The kernel that computes a learned table's gradient dtable: "tensor-core" (bf16/fp16, head_dim 64 or 128,
  * rows on 16 bytes, its shared memory within the device's), "general", or "none" (no dtable asked); NULL
  * for NULL. */

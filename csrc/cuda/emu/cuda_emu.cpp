@@ -611,6 +611,9 @@ cudaError_t cudaDeviceGetAttribute(int *value, cudaDeviceAttr attr, int) {
         *value = wavepe_emu::env_int("WAVEPE_EMU_SMEM_PER_SM", 167936);
         return cudaSuccess;
     case cudaDevAttrReservedSharedMemoryPerBlock: *value = 1024; return cudaSuccess;
+    case cudaDevAttrComputeCapabilityMajor:  // an A100's 8 by default
+        *value = wavepe_emu::env_int("WAVEPE_EMU_CC_MAJOR", 8);
+        return cudaSuccess;
     }
     return cudaErrorInvalidValue;
 }

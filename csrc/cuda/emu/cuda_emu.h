@@ -179,7 +179,8 @@ enum cudaDeviceAttr {
     cudaDevAttrMaxSharedMemoryPerBlockOptin = 97,
     cudaDevAttrMaxSharedMemoryPerMultiprocessor = 81,
     cudaDevAttrReservedSharedMemoryPerBlock = 111,
-    cudaDevAttrMultiProcessorCount = 16
+    cudaDevAttrMultiProcessorCount = 16,
+    cudaDevAttrComputeCapabilityMajor = 75
 };
 enum cudaFuncAttribute { cudaFuncAttributeMaxDynamicSharedMemorySize = 8 };
 
