@@ -1631,6 +1631,28 @@ def test_tensor_core_dq_wide_does_not_depend_on_thread_order(lib, monkeypatch, o
 
 
 @pytest.mark.parametrize("order", ["serial", "random"])
+@pytest.mark.parametrize("extra", [dict(pe=2, H=4, Hk=2, kpm=True, window=100), dict(pe=0, softcap=2.0)])
+def test_tensor_core_dkdv_wide_does_not_depend_on_thread_order(lib, monkeypatch, order, extra):
+    # the wide dK/dV (32 keys a warp in 8, an H100's SM): P^T and dS^T written by the warps of a key group's two query
+    # halves and read by its dV and dK warps after a barrier, rewritten the next block after the next one; Q, dO and
+    # the rows' statistics a block ahead in two buffers (GQA: the heads in turn)
+    for k, v in H100_SM.items():
+        monkeypatch.setenv(k, v)
+    kw = dict(B=1, H=2, Hk=1, M=150, N=300, d=128, off=150, causal=True, seed=17)
+    kw.update(extra)
+    base = Attn(lib, E.BF16, **kw)
+    assert dkdv_kernel(lib, base) == "tensor-core, 32 keys a warp"
+    base.forward()
+    want = base.backward(False, want_dslopes=kw["pe"] == 2)
+    monkeypatch.setenv("WAVEPE_EMU_ORDER", order)
+    other = Attn(lib, E.BF16, **kw)
+    other.forward()
+    got = other.backward(False, want_dslopes=kw["pe"] == 2)
+    for name in want:
+        np.testing.assert_array_equal(want[name], got[name], err_msg=name)
+
+
+@pytest.mark.parametrize("order", ["serial", "random"])
 @pytest.mark.parametrize("pe", [2, 1])
 def test_tensor_core_dkdv_does_not_depend_on_thread_order(lib, monkeypatch, order, pe):
     # attn_bwd_dkdv_tc_kernel refills one of its two Q / dO / lse / D buffers while the other is read, one
