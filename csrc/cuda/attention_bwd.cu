@@ -452,6 +452,23 @@ WAVEPE_DEVICE TcDkdvCursor tc_dkdv_next(const TcDkdvOrder *ord, TcDkdvCursor c, 
     return c;
 }
 
+// A tensor-core dK/dV CTA's keys n0 .. n0 + BN - 1 of (batch b, kv head hk): each one's queries (load_key_queries,
+// after a barrier) and its K and V rows (cp.async, zero rows for keys no query sees; the caller commits).
+template <class T, int BN, int D, int LD>
+WAVEPE_DEVICE void tc_dkdv_load_keys(const AttnParams &p, int64_t b, int64_t hk, int64_t n0, T *Ks, T *Vs, int64_t *qlo,
+                                     int64_t *qhi, uint8_t *kmask) {
+    const T *kg = static_cast<const T *>(p.a.k) + b * p.a.k_strides[0] + hk * p.a.k_strides[1];
+    const T *vg = static_cast<const T *>(p.a.v) + b * p.a.v_strides[0] + hk * p.a.v_strides[1];
+    load_key_queries(qlo, qhi, kmask, BN, p, b, n0);
+    __syncthreads();
+    load_tile_async(Ks, LD, BN, D, D, [&](int r) -> const T * {
+        return kmask[r] ? nullptr : kg + (n0 + r) * p.a.k_strides[2];
+    });
+    load_tile_async(Vs, LD, BN, D, D, [&](int r) -> const T * {
+        return kmask[r] ? nullptr : vg + (n0 + r) * p.a.v_strides[2];
+    });
+}
+
 // Stage query block c of (batch b, kv head hk) into buffer c.buf of Q's and dO's BM-row tiles (cp.async, NTHREADS
 // threads; the caller commits), its rows' lse (log2 domain) and D by plain stores (visible after the next barrier).
 // INTERIOR: c is an interior block (or none), every row < M -- the copies without per-row tests.
@@ -642,16 +659,7 @@ __global__ void __launch_bounds__(128) attn_bwd_dkdv_tc_kernel(AttnParams p) {
     const int col0 = int(blockIdx.x % Lay::CS) * (D / Lay::CS);  // the CTA's columns of dK and dV
     const int64_t b = bhk / p.a.kv_heads, hk = bhk % p.a.kv_heads;
     const int64_t n0 = nb * BN, wn0 = n0 + 16 * warp;
-    const T *kg = static_cast<const T *>(p.a.k) + b * p.a.k_strides[0] + hk * p.a.k_strides[1];
-    const T *vg = static_cast<const T *>(p.a.v) + b * p.a.v_strides[0] + hk * p.a.v_strides[1];
-    load_key_queries(qlo, qhi, kmask, BN, p, b, n0);
-    __syncthreads();
-    load_tile_async(Ks, LD, BN, D, D, [&](int r) -> const T * {
-        return kmask[r] ? nullptr : kg + (n0 + r) * p.a.k_strides[2];
-    });
-    load_tile_async(Vs, LD, BN, D, D, [&](int r) -> const T * {
-        return kmask[r] ? nullptr : vg + (n0 + r) * p.a.v_strides[2];
-    });
+    tc_dkdv_load_keys<T, BN, D, LD>(p, b, hk, n0, Ks, Vs, qlo, qhi, kmask);
     // The query blocks in the order taken: every head's [i_start, ib) and [ie, i_end) -- masks, padding,
     // soft-cap, the last partial block --, then every head's interior blocks in the table's band [bb, be)
     // (their window meets the table), then every head's other interior blocks [ib, bb) and [be, ie)
@@ -912,16 +920,7 @@ WAVEPE_DEVICE void dkdv_tc_wide_cta(const AttnParams &p) {
     const int64_t nb = blockIdx.x % nblocks, bhk = blockIdx.x / nblocks;
     const int64_t b = bhk / p.a.kv_heads, hk = bhk % p.a.kv_heads;
     const int64_t n0 = nb * BN;
-    const T *kg = static_cast<const T *>(p.a.k) + b * p.a.k_strides[0] + hk * p.a.k_strides[1];
-    const T *vg = static_cast<const T *>(p.a.v) + b * p.a.v_strides[0] + hk * p.a.v_strides[1];
-    load_key_queries(qlo, qhi, kmask, BN, p, b, n0);
-    __syncthreads();
-    load_tile_async(Ks, LD, BN, D, D, [&](int r) -> const T * {
-        return kmask[r] ? nullptr : kg + (n0 + r) * p.a.k_strides[2];
-    });
-    load_tile_async(Vs, LD, BN, D, D, [&](int r) -> const T * {
-        return kmask[r] ? nullptr : vg + (n0 + r) * p.a.v_strides[2];
-    });
+    tc_dkdv_load_keys<T, BN, D, LD>(p, b, hk, n0, Ks, Vs, qlo, qhi, kmask);
     constexpr bool capped = KIND == kCap;
     if (threadIdx.x == 0) {
         KeyBlockQueries kq = key_block_queries(qlo, qhi, BN, BM, p);
