@@ -1302,17 +1302,20 @@ def test_tensor_core_backward_band_split_matches_oracle(lib, monkeypatch, case):
 # csrc/cuda/attention_tile.cuh).  The window costs no occupancy there but keeps a call off the wide (32 rows a
 # warp) forward and dQ, whose loops move fewer shared-memory bytes an HMMA: the interior blocks beyond the band run
 # on them, the masked and the band's on the 16-row table instances (64-row CTAs, the forward's key blocks twice the
-# wide one's), both dividing the blocks by 128-row groups; the dK/dV runs once.  Causal with a partial last group
-# (and a partial last 16-row CTA), GQA with a soft-cap at 64, without causality (blocks on both sides of the band).
+# wide one's), both dividing the blocks by 128-row groups; the dK/dV alike by 128-key groups (dkdv_band_split_blocks
+# in csrc/cuda/attention_bwd.cu: the wide dK/dV, then the 16-key table instance).  Causal with a partial last group
+# (and a partial last 16-row CTA), GQA with a soft-cap at 64, without causality (blocks on both sides of the band),
+# two batch rows with a window (blocks the 64-key CTAs see whole at both of its edges, the 128-key groups not).
 WIDE_BAND_SPLIT_CASES = [
     (dict(B=1, H=1, Hk=1, M=130, N=6600, d=128, off=6470, causal=True, pe=1, R=40, r_lo=0), E.BF16),
     (dict(B=1, H=2, Hk=1, M=200, N=6600, d=64, off=6400, causal=True, pe=1, R=50, r_lo=-10, softcap=2.0), E.F16),
     (dict(B=1, H=1, Hk=1, M=128, N=6800, d=128, off=3400, causal=False, pe=1, R=60, r_lo=-30), E.BF16),
+    (dict(B=2, H=1, Hk=1, M=128, N=6000, d=64, off=5850, causal=True, window=5000, pe=1, R=30, r_lo=0), E.BF16),
 ]
 # the launches' shared memory: the forward's wide partial (no window), the 16-row one (the window), the combine;
-# the backward's dK/dV (the window, once), the wide dQ, the 16-row table dQ
-WIDE_BAND_SPLIT_LAUNCHES = {128: ([54304, 98368, 0], [110096, 107600, 114240]),
-                            64: ([38976, 93312, 0], [101264, 76944, 96384])}
+# the backward's wide dK/dV, the 16-key table dK/dV, the wide dQ, the 16-row table dQ
+WIDE_BAND_SPLIT_LAUNCHES = {128: ([54304, 98368, 0], [179432, 110096, 107600, 114240]),
+                            64: ([38976, 93312, 0], [113896, 101264, 76944, 96384])}
 
 
 @pytest.mark.parametrize("case", range(len(WIDE_BAND_SPLIT_CASES)))
@@ -1323,13 +1326,13 @@ def test_band_split_onto_the_wide_instances_matches_oracle(lib, monkeypatch, cas
     prob = Attn(lib, dtype, seed=490 + case, **kw)
     assert lib.wavepe_cuda_attention_num_splits(C.byref(prob.a)) == 1
     assert fwd_kernel(lib, prob) == "tensor-core, band split"
-    assert bwd_kernel(lib, prob) == "tensor-core, band split"
+    assert bwd_kernel(lib, prob) == dkdv_kernel(lib, prob) == "tensor-core, band split"
     launches(lib)
     prob = check_attention(lib, dtype, seed=490 + case, **kw)
     got = launches(lib)
     fwd, bwd = WIDE_BAND_SPLIT_LAUNCHES[kw["d"]]
     assert got[:3] == fwd, got
-    assert any(got[i:i + 3] == bwd for i in range(len(got))), got
+    assert any(got[i:i + 4] == bwd for i in range(len(got))), got
     assert_grads_normwise(prob, dtype)
 
 
@@ -1341,13 +1344,23 @@ def test_band_split_onto_the_wide_instances_only_where_it_applies(lib, monkeypat
     for change in (dict(M=64, off=6536), dict(N=3000, off=2870), dict(R=3000)):
         prob = Attn(lib, E.BF16, **dict(kw, **change))
         assert (fwd_kernel(lib, prob), bwd_kernel(lib, prob)) == ("tensor-core", "tensor-core"), change
+    # the dK/dV splits where the wide dK/dV may run (at 128 below compute capability 10: on a B200-like device the
+    # dQ alone), its sums (dK's and dV's rows, fp32) in the workspace
+    prob = Attn(lib, E.BF16, **kw)
+    args = type(prob.a).from_buffer_copy(prob.a)
+    args.dq = args.dk = args.dv = args.q  # (the workspace's size reads no gradient)
+    split_ws = lib.wavepe_cuda_attention_bwd_workspace_bytes(C.byref(args))
+    monkeypatch.setenv("WAVEPE_EMU_CC_MAJOR", "10")
+    assert (bwd_kernel(lib, prob), dkdv_kernel(lib, prob)) == ("tensor-core, band split", "tensor-core")
+    assert split_ws - lib.wavepe_cuda_attention_bwd_workspace_bytes(C.byref(args)) == 2 * kw["N"] * 128 * 4 > 0
+    monkeypatch.setenv("WAVEPE_EMU_CC_MAJOR", "9")
     # an A100's SM (164 KiB) holds one wide dQ CTA at 128: the backward runs unsplit, the forward splits
     monkeypatch.setenv("WAVEPE_EMU_SMEM_PER_SM", str(164 * 1024))
     monkeypatch.setenv("WAVEPE_EMU_SMEM_OPTIN", str(163 * 1024))
     prob = Attn(lib, E.BF16, **kw)
     assert (fwd_kernel(lib, prob), bwd_kernel(lib, prob)) == ("tensor-core, band split", "tensor-core")
     prob = Attn(lib, E.BF16, **dict(kw, d=64))
-    assert (fwd_kernel(lib, prob), bwd_kernel(lib, prob)) == ("tensor-core, band split",) * 2
+    assert (fwd_kernel(lib, prob), bwd_kernel(lib, prob), dkdv_kernel(lib, prob)) == ("tensor-core, band split",) * 3
     # WAVEPE_CUDA_WIDE=0 keeps the 16-row instances, unsplit; the same output in another thread order
     monkeypatch.setenv("WAVEPE_CUDA_WIDE", "0")
     prob = Attn(lib, E.BF16, **kw)

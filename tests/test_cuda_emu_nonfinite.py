@@ -223,19 +223,27 @@ def test_tensor_core_forward_band_split_keeps_garbage_where_it_belongs(lib, monk
 
 @pytest.mark.parametrize("d", [256, 128])
 def test_tensor_core_backward_band_split_keeps_garbage_where_it_belongs(lib, monkeypatch, d):
-    """The backward's band split (the table-free dQ -- at 256 the dK/dV too; at 128 the wide dQ -- over the blocks
-    beyond the band, then the table's, adding their sums): NaN in a key beyond the band (the first launches')
-    reaches every row's dq through the sums the second launches add, as in one pass.  (Garbage on the band and
-    the diagonal takes the table's instances as without the split: the tests above.)"""
-    from .test_cuda_emu import H100_SM, bwd_kernel
+    """The backward's band split (the table-free dQ and dK/dV -- at 128 the wide ones -- over the blocks beyond the
+    band, then the table's, adding their sums): NaN in a key beyond the band (the first launches') reaches every
+    row's dq through the sums the second launches add, and dq, dk, dv hold NaN where one pass leaves them (at 128:
+    WAVEPE_CUDA_WIDE=0, unsplit).  (Garbage on the band and the diagonal takes the table's instances as without the
+    split: the tests above.)"""
+    from .test_cuda_emu import H100_SM, bwd_kernel, dkdv_kernel
 
     for name, value in dict(H100_SM, WAVEPE_EMU_SMS="1").items():
         monkeypatch.setenv(name, value)
     kw = dict(_band_split_case(d), seed=23)  # key 5 beyond the band of every row
-    assert bwd_kernel(lib, Attn(lib, E.BF16, **kw)) == "tensor-core, band split"
-    clean, dirty = _dirty_vs_clean(lib, E.BF16, np.arange(kw["N"])[None, :] == 5, float("nan"), want_dtable=False, **kw)
+    assert bwd_kernel(lib, Attn(lib, E.BF16, **kw)) == dkdv_kernel(lib, Attn(lib, E.BF16, **kw)) == "tensor-core, band split"
+    at = np.arange(kw["N"])[None, :] == 5
+    clean, dirty = _dirty_vs_clean(lib, E.BF16, at, float("nan"), want_dtable=False, **kw)
     assert np.isfinite(clean["dq"]).all() and np.isnan(dirty["dq"]).any(axis=-1).all()
     assert np.isnan(dirty["out"]).any(axis=-1).all()
+    if d == 128:
+        monkeypatch.setenv("WAVEPE_CUDA_WIDE", "0")
+        assert bwd_kernel(lib, Attn(lib, E.BF16, **kw)) == "tensor-core"
+        _, one_pass = _dirty_vs_clean(lib, E.BF16, at, float("nan"), want_dtable=False, **kw)
+        for name in ("dq", "dk", "dv"):
+            assert np.array_equal(np.isnan(dirty[name]), np.isnan(one_pass[name])), name
 
 
 def _forward_garbage(lib, dtype, bad, pe, splits, d, kernel="tensor-core"):

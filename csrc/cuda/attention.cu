@@ -836,9 +836,9 @@ AttnParams attention_params(const wavepe_attention_args *a) {
 // table), whose main loops move ~0.6-0.7x the shared-memory bytes per HMMA of the 16-row ones (230 against 326 in
 // the forward at 128, 233 against 388 in the dQ): over the line an H100's SM serves at the tensor rate, the 16-row
 // loops run at ~0.8x (forward) and ~0.66x (dQ) of it (docs/CUDA.md) -- a fifth to a third of the blocks' time, as
-// above.  There the first partial runs the wide instance (the forward's and the dQ's; dK/dV, whose table
-// instance keeps two CTAs an SM, runs once), the second the 16-row one, both dividing the blocks by 128-row
-// groups (band_split_blocks).  Not with documents
+// above.  There the first partial runs the wide instance (the forward's and the dQ's; the dK/dV's where the wide
+// dK/dV fits, bwd_dkdv_band_split), the second the 16-row one, both dividing the blocks by 128-row groups
+// (band_split_blocks; the dK/dV's by 128-key groups, dkdv_band_split_blocks).  Not with documents
 // (their boundaries are on the device: the host cannot count the blocks), key padding (the kernels take no
 // block as interior with it) or a clamped table (every block meets it).  Each direction adds its kernels'
 // shared memory and the workspace limit, kBandSplitWorkspace (band_split here, bwd_band_split in attention_bwd.cu).

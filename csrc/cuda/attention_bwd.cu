@@ -200,17 +200,21 @@ WAVEPE_DEVICE void dkdv_probs(A (&st)[NT][4], A (&dpt)[NT][4], const AttnParams 
 // queries there are.  Keys no query sees (absent, padded, no query in their document, past the last
 // query's position, before the first one's window) get [0, 0) and kmask[c] = 1: zero rows, their
 // dK, dV are 0 whatever they hold.
+// (key_query_range: key n's range, each of them)
+WAVEPE_DEVICE void key_query_range(const AttnParams &p, int64_t b, int64_t n, int64_t &lo, int64_t &hi) {
+    lo = hi = 0;
+    if (n < p.a.n && !(p.a.key_padding_mask != nullptr && p.a.key_padding_mask[b * p.a.kpm_stride + n] != 0)) {
+        key_queries(p, b, n, lo, hi);
+        if (lo < p.a.q_offset) lo = p.a.q_offset;
+        if (hi > p.a.q_offset + p.a.m) hi = p.a.q_offset + p.a.m;
+    }
+    if (lo >= hi) lo = hi = 0;
+}
 WAVEPE_DEVICE void load_key_queries(int64_t *qlo, int64_t *qhi, uint8_t *kmask, int bn, const AttnParams &p,
                                     int64_t b, int64_t n0) {
     for (int c = threadIdx.x; c < bn; c += blockDim.x) {
-        const int64_t n = n0 + c;
-        int64_t lo = 0, hi = 0;
-        if (n < p.a.n && !(p.a.key_padding_mask != nullptr && p.a.key_padding_mask[b * p.a.kpm_stride + n] != 0)) {
-            key_queries(p, b, n, lo, hi);
-            if (lo < p.a.q_offset) lo = p.a.q_offset;
-            if (hi > p.a.q_offset + p.a.m) hi = p.a.q_offset + p.a.m;
-        }
-        if (lo >= hi) lo = hi = 0;
+        int64_t lo, hi;
+        key_query_range(p, b, n0 + c, lo, hi);
         qlo[c] = lo;
         qhi[c] = hi;
         kmask[c] = lo >= hi ? 1 : 0;
@@ -225,17 +229,20 @@ WAVEPE_DEVICE void load_key_queries(int64_t *qlo, int64_t *qhi, uint8_t *kmask, 
 struct KeyBlockQueries {
     int64_t i_start, i_end, ib, ie;
 };
-WAVEPE_DEVICE KeyBlockQueries key_block_queries(const int64_t *qlo, const int64_t *qhi, int bn, int bm,
-                                               const AttnParams &p) {
+// (key_block_queries_of: key c's range from range(c, lo, hi), c < bn)
+template <class Range>
+WAVEPE_DEVICE KeyBlockQueries key_block_queries_of(Range range, int bn, int bm, const AttnParams &p) {
     int64_t lo = INT64_MAX, hi = INT64_MIN, lo_max = INT64_MIN, hi_min = INT64_MAX;
     for (int c = 0; c < bn; ++c) {
-        if (qlo[c] < qhi[c]) {
-            lo = qlo[c] < lo ? qlo[c] : lo;
-            hi = qhi[c] > hi ? qhi[c] : hi;
+        int64_t klo, khi;
+        range(c, klo, khi);
+        if (klo < khi) {
+            lo = klo < lo ? klo : lo;
+            hi = khi > hi ? khi : hi;
         }
         // (a key no query sees, [0, 0), leaves no interior: a block's rows cannot be both >= 0 and < 0)
-        lo_max = qlo[c] > lo_max ? qlo[c] : lo_max;
-        hi_min = qhi[c] < hi_min ? qhi[c] : hi_min;
+        lo_max = klo > lo_max ? klo : lo_max;
+        hi_min = khi < hi_min ? khi : hi_min;
     }
     KeyBlockQueries r{0, 0, 0, 0};
     if (lo < hi) {  // within [q_offset, q_offset + M)
@@ -251,6 +258,50 @@ WAVEPE_DEVICE KeyBlockQueries key_block_queries(const int64_t *qlo, const int64_
     r.ib = ib;
     r.ie = ie;
     return r;
+}
+WAVEPE_DEVICE KeyBlockQueries key_block_queries(const int64_t *qlo, const int64_t *qhi, int bn, int bm,
+                                               const AttnParams &p) {
+    return key_block_queries_of([&](int c, int64_t &lo, int64_t &hi) { lo = qlo[c], hi = qhi[c]; }, bn, bm, p);
+}
+
+// The table's band among the interior query blocks [kq.ib, kq.ie) of a CTA of bn keys from n0, blocks of bm rows:
+// [bb, be), the blocks whose window (table rows of distances i bm + q_offset - n0 - bn + 1 .. i bm + q_offset - n0
+// + bm - 1, less r_lo) meets the table's rows [0, R): i bm in [c - bm + 1, c + R + bn - 2], c = n0 + r_lo -
+// q_offset; every interior block with clamped edges; none, bb = be = kq.ie, without an interior.  (The dK/dV's, and
+// the host's count of them through the band split's partition, dkdv_band_split_blocks.)
+WAVEPE_DEVICE void dkdv_band_blocks(const AttnParams &p, int64_t n0, int bn, int bm, const KeyBlockQueries &kq,
+                                    int64_t &bb, int64_t &be) {
+    bb = be = kq.ie;
+    if (kq.ib >= kq.ie) return;
+    const int64_t c = n0 + p.a.r_lo - p.a.q_offset;
+    bb = p.a.clamp ? kq.ib : floor_div(c, bm);
+    be = p.a.clamp ? kq.ie : floor_div(c + p.a.table_rows + bn - 2, bm) + 1;
+    bb = bb < kq.ib ? kq.ib : bb > kq.ie ? kq.ie : bb;
+    be = be < bb ? bb : be > kq.ie ? kq.ie : be;
+}
+
+// The dK/dV's band split at head_dim 64 and 128 (bwd_dkdv_band_split): the wide dK/dV (128 keys a CTA, query blocks
+// of 64 rows) runs the first partial -- the interior blocks beyond its band --, the 16-key table instance (64 keys,
+// blocks of bm rows, bm dividing 64) the second.  So that every (key, query) pair falls in exactly one, the 16-key
+// CTA takes the interior [ib, ie) and band [bb, be) of the 128-key group holding its keys (key_block_queries_of over
+// the group's keys, dkdv_band_blocks: the wide CTA's own), in its blocks of bm rows: its phase 0 the blocks before
+// and after the group's interior -- its own masked ones and any of its own interior ones the group's keys do not
+// all see (its masked loop, adding the bias where the window meets the table) --, phase 1 the group's band; the
+// blocks between, the first partial's.  For the group's rows these are interior blocks of the CTA too (rows that
+// see a group's every key see each of its keys).  False (kq, bb, be as they were) where the group has no interior:
+// the first partial took none of its blocks, the CTA takes them all.
+WAVEPE_DEVICE bool dkdv_band_split_blocks(const AttnParams &p, int64_t b, int64_t n0, int bm, KeyBlockQueries &kq,
+                                          int64_t &bb, int64_t &be) {
+    constexpr int GN = 128, GM = 64;
+    const int64_t g0 = n0 - n0 % GN;
+    const KeyBlockQueries g = key_block_queries_of(
+        [&](int c, int64_t &lo, int64_t &hi) { key_query_range(p, b, g0 + c, lo, hi); }, GN, GM, p);
+    if (g.ib >= g.ie) return false;
+    int64_t gbb, gbe;
+    dkdv_band_blocks(p, g0, GN, GM, g, gbb, gbe);
+    const int64_t r = GM / bm;
+    kq.ib = g.ib * r, kq.ie = g.ie * r, bb = gbb * r, be = gbe * r;
+    return true;
 }
 
 template <class T, int DMAX, int B, int CS>
@@ -638,9 +689,9 @@ __global__ void __launch_bounds__(128) attn_bwd_dkdv_tc_kernel(AttnParams p) {
     static_assert(Traits<T>::kTensorCore && BM % QC == 0, "the tensor-core dK/dV takes bf16/fp16, whole chunks");
     WAVEPE_SHARED_BASE(smem);
     constexpr bool has_table = TABLE;  // (a kernel of its own: the others keep their registers)
-    // the band split (head_dim 256): 1, the table-free instance over the interior blocks beyond the band; 2, the
-    // table's over the others, adding the first's sums
-    const int part = D == 256 ? p.band_part : 0;
+    // the band split: 1, the table-free instance over the interior blocks beyond the band (at head_dim 256; at 64 and
+    // 128 the wide dK/dV's); 2, the table's over the others, adding the first's sums
+    const int part = D == 256 || TABLE ? p.band_part : 0;
     const Lay L(has_table);
     T *const Ks = reinterpret_cast<T *>(smem + L.plan.off[L.k]);
     T *const Vs = reinterpret_cast<T *>(smem + L.plan.off[L.v]);
@@ -679,16 +730,10 @@ __global__ void __launch_bounds__(128) attn_bwd_dkdv_tc_kernel(AttnParams p) {
         if (capped && p.pos_enc == WAVEPE_CUDA_PE_ALIBI) kq.ib = kq.ie = kq.i_end;  // (as the forward's; padding
                                                                                     // leaves no interior by itself)
         int64_t bb = kq.ie, be = kq.ie;
-        if ((has_table || part == 1) && kq.ib < kq.ie) {
-            // query blocks i with i BM in [c - BM + 1, c + R + BN - 2], c = n0 + r_lo - q_offset; every
-            // interior block with clamped edges
-            const int64_t c = n0 + p.a.r_lo - p.a.q_offset;
-            bb = p.a.clamp ? kq.ib : floor_div(c, BM);
-            be = p.a.clamp ? kq.ie : floor_div(c + p.a.table_rows + BN - 2, BM) + 1;
-            bb = bb < kq.ib ? kq.ib : bb > kq.ie ? kq.ie : bb;
-            be = be < bb ? bb : be > kq.ie ? kq.ie : be;
-        }
-        *ord = tc_dkdv_order(kq, bb, be, part);
+        if (has_table || part == 1) dkdv_band_blocks(p, n0, BN, BM, kq, bb, be);
+        // (at 64 and 128 the second partial takes the blocks the wide dK/dV left: where it took none, all)
+        const bool split = D == 256 || (part == 2 && dkdv_band_split_blocks(p, b, n0, BM, kq, bb, be));
+        *ord = tc_dkdv_order(kq, bb, be, split ? part : 0);
     }
     __syncthreads();
     using Cursor = TcDkdvCursor;
@@ -922,10 +967,15 @@ WAVEPE_DEVICE void dkdv_tc_wide_cta(const AttnParams &p) {
     const int64_t n0 = nb * BN;
     tc_dkdv_load_keys<T, BN, D, LD>(p, b, hk, n0, Ks, Vs, qlo, qhi, kmask);
     constexpr bool capped = KIND == kCap;
+    // the band split's first partial (a table's call, bwd_dkdv_band_split; 0 else): the interior blocks beyond the
+    // table's band only, their sums left in split_dkv for the 16-key table instance (dkdv_band_split_blocks)
+    const int part = p.band_part;
     if (threadIdx.x == 0) {
         KeyBlockQueries kq = key_block_queries(qlo, qhi, BN, BM, p);
         if (capped && p.pos_enc == WAVEPE_CUDA_PE_ALIBI) kq.ib = kq.ie = kq.i_end;  // (as attn_bwd_dkdv_tc_kernel)
-        *ord = tc_dkdv_order(kq, kq.ie, kq.ie, 0);
+        int64_t bb = kq.ie, be = kq.ie;
+        if (part == 1) dkdv_band_blocks(p, n0, BN, BM, kq, bb, be);
+        *ord = tc_dkdv_order(kq, bb, be, part);
         cta[0] = b, cta[1] = hk, cta[2] = n0;
     }
     __syncthreads();
@@ -1000,16 +1050,27 @@ WAVEPE_DEVICE void dkdv_tc_wide_cta(const AttnParams &p) {
     for (; cur.phase == 0; cur = tc_dkdv_next(ord, cur, p.group)) step(std::integral_constant<int, kMasked>{}, cur);
     for (; cur.phase == 2; cur = tc_dkdv_next(ord, cur, p.group)) step(std::integral_constant<int, KIND>{}, cur);
 
-    // warps 0-3 write dV, 4-7 dK (times the scale) of their key group
+    // warps 0-3 write dV, 4-7 dK (times the scale) of their key group; the band split's first partial their sums
+    // (split_dkv: dK's then dV's rows, as attn_bwd_dkdv_tc_kernel reads them)
     T *const out = static_cast<T *>(half ? p.a.dk : p.a.dv);
     const float mul = half ? float(p.a.scale) : 1.f;
+    const int64_t kv_rows = p.a.batch * p.a.kv_heads * p.a.n;
 #pragma unroll
     for (int mt = 0; mt < 2; ++mt)
 #pragma unroll
         for (int ri = 0; ri < 2; ++ri) {
             const int64_t n = cta[2] + 32 * kw + 16 * mt + frag_row(2 * ri);
             if (n >= p.a.n) continue;
-            T *const r = out + ((cta[0] * p.a.kv_heads + cta[1]) * p.a.n + n) * p.a.d;
+            const int64_t row = (cta[0] * p.a.kv_heads + cta[1]) * p.a.n + n;
+            if (part == 1) {
+                float *const s = static_cast<float *>(p.split_dkv) + (row + (half ? 0 : kv_rows)) * p.a.d;
+#pragma unroll
+                for (int dt = 0; dt < DT; ++dt)
+                    *reinterpret_cast<float2 *>(s + dt * 8 + 2 * (lane & 3)) =
+                        float2{acc[mt][dt][2 * ri], acc[mt][dt][2 * ri + 1]};
+                continue;
+            }
+            T *const r = out + row * p.a.d;
 #pragma unroll
             for (int dt = 0; dt < DT; ++dt)
 #pragma unroll
@@ -2146,11 +2207,13 @@ size_t tc_dkdv_wide_smem(int64_t d) {
 // more than 64 queries (wide_rows_apply, as the wide forward's and dQ's: WAVEPE_CUDA_WIDE=0 keeps such calls on the
 // 16-key instance), where the device grants its shared memory (175 KiB at 128: an H100's 227; not an A100's 163 KiB,
 // nor the 99 KiB of sm_86, sm_89 and sm_120; 111 KiB at 64) -- at 128 on devices below compute capability 10 only
-// (attn_bwd_dkdv_tc_wide_kernel: not built for sm_100 there).
-bool wide_dkdv(const AttnParams &p) {
-    return p.pos_enc != WAVEPE_CUDA_PE_TABLE && wide_rows_apply(p) && use_tc_dkdv(p) &&
-           smem_fits_device(tc_dkdv_wide_smem(p.a.d)) && (p.a.d == 64 || device_cc_major() < 10);
+// (attn_bwd_dkdv_tc_wide_kernel: not built for sm_100 there).  wide_dkdv_fits: all but the bias (a table's call
+// runs it as the band split's first partial: bwd_dkdv_band_split).
+bool wide_dkdv_fits(const AttnParams &p) {
+    return wide_rows_apply(p) && use_tc_dkdv(p) && smem_fits_device(tc_dkdv_wide_smem(p.a.d)) &&
+           (p.a.d == 64 || device_cc_major() < 10);
 }
+bool wide_dkdv(const AttnParams &p) { return p.pos_enc != WAVEPE_CUDA_PE_TABLE && wide_dkdv_fits(p); }
 size_t tc_dq_wide_smem(int64_t d) {
     return d == 64 ? TcDqWideLayout<__half, 64>(false).plan.total : TcDqWideLayout<__half, 128>(false).plan.total;
 }
@@ -2181,18 +2244,25 @@ bool use_tc_dtable(const AttnParams &p) {
            smem_fits_device(tc_dtable_smem(p.a.d));
 }
 
+// Does the backward's band split divide the dK/dV pass too?  At head_dim 256 (bwd_band_split: always, its window
+// costs occupancy); at 64 and 128 where the wide dK/dV may run (wide_dkdv_fits: its first partial's -- 256 bytes of
+// shared memory an HMMA at 128 where the 16-key table instance moves 379-486 -- the second on the 16-key table
+// instance, dkdv_band_split_blocks), else it runs once.
+bool dkdv_split_applies(const AttnParams &p) { return p.a.d == 256 || wide_dkdv_fits(p); }
+
 // The backward's band split (band_split_pays in attention.cu): the tensor-core dK/dV and dQ both take the call;
 // at head_dim 256 each one's window leaves its CTA alone on an SM where two fit without it (151,376 / 160,032
 // bytes against 102,800 / 102,432), both split; at 64 and 128 the dQ's first partial runs the wide instance
-// (wide_dq_fits), the dK/dV runs once; and the fp32 sums the first launches leave (dQ's B H M rows; at 256 dK's
-// and dV's B Hkv N each) stay within kBandSplitWorkspace.
+// (wide_dq_fits), the dK/dV's the wide one where it fits (bwd_dkdv_band_split); and the fp32 sums the first
+// launches leave (dQ's B H M rows; where the dK/dV splits dK's and dV's B Hkv N each) stay within
+// kBandSplitWorkspace.
 bool bwd_band_split(const AttnParams &p) {
     if (p.pos_enc != WAVEPE_CUDA_PE_TABLE || !use_tc_dkdv(p) || !use_tc_dq(p) || !(p.a.d == 256 || wide_dq_fits(p)))
         return false;
     int64_t q_rows, kv_rows, rows, bytes;
     if (wavepe_mul_overflow(p.a.batch, p.a.heads, &q_rows) || wavepe_mul_overflow(q_rows, p.a.m, &q_rows) ||
         wavepe_mul_overflow(p.a.batch, p.a.kv_heads, &kv_rows) || wavepe_mul_overflow(kv_rows, p.a.n, &kv_rows) ||
-        wavepe_mul_overflow(kv_rows, p.a.d == 256 ? 2 : 0, &rows) || wavepe_add_overflow(rows, q_rows, &rows) ||
+        wavepe_mul_overflow(kv_rows, dkdv_split_applies(p) ? 2 : 0, &rows) || wavepe_add_overflow(rows, q_rows, &rows) ||
         wavepe_mul_overflow(rows, p.a.d * 4, &bytes) || bytes > int64_t(kBandSplitWorkspace))
         return false;
     for (const bool dkdv : {true, false}) {
@@ -2203,13 +2273,15 @@ bool bwd_band_split(const AttnParams &p) {
     }
     return band_split_pays(p);  // (last: its count of blocks loops over the query blocks)
 }
+bool bwd_dkdv_band_split(const AttnParams &p) { return dkdv_split_applies(p) && bwd_band_split(p); }
 
 struct BwdPlan {
     int b;            // tile size
     int bt;           // the dT kernel's (diagonals of bt x bt tiles; the workspace's slots of 2 bt rows)
     int dq_rows;      // query rows of a dQ CTA (16 a d-slope slot)
     int64_t n_diag, groups, bh_per_group;
-    bool band_split;  // bwd_band_split: split_bytes of fp32 sums, dQ's then dK's and dV's
+    bool band_split, dkdv_split;  // bwd_band_split, bwd_dkdv_band_split: split_bytes of fp32 sums, dQ's then dK's
+                                  // and dV's
     size_t delta_bytes, part_bytes, slope_bytes, split_bytes;
     size_t bytes() const { return delta_bytes + part_bytes + slope_bytes + split_bytes; }
 };
@@ -2248,9 +2320,10 @@ BwdPlan bwd_plan(const wavepe_attention_args *a) {
         pl.part_bytes = align256(size_t(pl.n_diag) * size_t(pl.groups) * size_t(2 * pl.bt) * size_t(a->d) * acc);
     }
     pl.band_split = bwd_band_split(p);
-    if (pl.band_split)  // (within kBandSplitWorkspace: no overflow; dK's and dV's sums at head_dim 256 only)
+    pl.dkdv_split = pl.band_split && dkdv_split_applies(p);
+    if (pl.band_split)  // (within kBandSplitWorkspace: no overflow)
         pl.split_bytes = align256(size_t(bh * a->m * a->d) * 4) +
-                         (a->d == 256 ? 2 * size_t(a->batch * a->kv_heads * a->n * a->d) * 4 : 0);
+                         (pl.dkdv_split ? 2 * size_t(a->batch * a->kv_heads * a->n * a->d) * 4 : 0);
     return pl;
 }
 
@@ -2260,20 +2333,27 @@ template <class T, int DMAX>
 cudaError_t launch_dkdv(AttnParams p, cudaStream_t stream) {
     if constexpr (Traits<T>::kTensorCore) {
         if (use_tc_dkdv(p)) {
-            if constexpr (DMAX <= 128) {
-                if (wide_dkdv(p)) {  // (an instance per kind of interior block: registers)
-                    const int64_t ctas = p.a.batch * p.a.kv_heads * ceil_div(p.a.n, TcDkdvWideLayout<T, DMAX>::BN);
-                    const size_t smem = TcDkdvWideLayout<T, DMAX>().plan.total;
-                    if (p.cap_log2 > 0.0)
-                        return launch_tc(attn_bwd_dkdv_tc_wide_kernel<T, DMAX, kCap>, ctas, smem, stream, p, 256);
-                    if (p.pos_enc == WAVEPE_CUDA_PE_ALIBI)
-                        return launch_tc(attn_bwd_dkdv_tc_wide_kernel<T, DMAX, kAlibi>, ctas, smem, stream, p, 256);
-                    return launch_tc(attn_bwd_dkdv_tc_wide_kernel<T, DMAX, kPlain>, ctas, smem, stream, p, 256);
-                }
-            }
-            if (DMAX <= 128) p.band_part = 0;  // (the band split at 64 and 128: the dQ's alone, bwd_band_split)
             using Lay = TcDkdvLayout<T, DMAX>;
             const int64_t ctas = p.a.batch * p.a.kv_heads * ceil_div(p.a.n, Lay::BN) * Lay::CS;
+            if constexpr (DMAX <= 128) {
+                // the wide dK/dV: a table-free call's, or the band split's first partial (p.split_dkv: the second
+                // on the 16-key table instance); an instance per kind of interior block (registers)
+                const bool split = p.band_part != 0 && p.split_dkv != nullptr;
+                if (split || wide_dkdv(p)) {
+                    AttnParams q = p;
+                    q.band_part = split ? 1 : 0;
+                    const int64_t wide_ctas = p.a.batch * p.a.kv_heads * ceil_div(p.a.n, TcDkdvWideLayout<T, DMAX>::BN);
+                    const size_t smem = TcDkdvWideLayout<T, DMAX>().plan.total;
+                    auto kernel = p.cap_log2 > 0.0                     ? attn_bwd_dkdv_tc_wide_kernel<T, DMAX, kCap>
+                                  : p.pos_enc == WAVEPE_CUDA_PE_ALIBI ? attn_bwd_dkdv_tc_wide_kernel<T, DMAX, kAlibi>
+                                                                      : attn_bwd_dkdv_tc_wide_kernel<T, DMAX, kPlain>;
+                    const cudaError_t err = launch_tc(kernel, wide_ctas, smem, stream, q, 256);
+                    if (!split || err != cudaSuccess || ctas == 0) return err;
+                    q.band_part = 2;
+                    return launch_tc(attn_bwd_dkdv_tc_kernel<T, DMAX, true>, ctas, Lay(true).plan.total, stream, q);
+                }
+                p.band_part = 0;  // (the band split without the wide dK/dV: the dQ's alone)
+            }
             if (ctas == 0) return cudaSuccess;
             return launch_band_parts(
                 p, [](bool w) { return w ? attn_bwd_dkdv_tc_kernel<T, DMAX, true> : attn_bwd_dkdv_tc_kernel<T, DMAX, false>; },
@@ -2429,10 +2509,15 @@ extern "C" size_t wavepe_cuda_attention_bwd_smem_bytes(const wavepe_attention_ar
             const AttnParams p = attention_params(a);
             const bool table = a->table != nullptr, kv = use_tc_dkdv(p), q = use_tc_dq(p), dt = use_tc_dtable(p);
             if (kv || q || dt) {
-                const size_t general = bytes,
-                             on_kv = wide_dkdv(p) ? tc_dkdv_wide_smem(a->d) : kv ? tc_dkdv_smem(a->d, table) : general,
-                             on_q = wide_dq(p) ? tc_dq_wide_smem(a->d) : q ? tc_dq_smem(a->d, table) : general,
+                const size_t general = bytes;
+                size_t on_kv = wide_dkdv(p) ? tc_dkdv_wide_smem(a->d) : kv ? tc_dkdv_smem(a->d, table) : general;
+                const size_t on_q = wide_dq(p) ? tc_dq_wide_smem(a->d) : q ? tc_dq_smem(a->d, table) : general,
                              on_dt = a->dtable == nullptr ? 0 : dt ? tc_dtable_smem(a->d) : general;
+                // (the dK/dV's band split at 64 and 128: the wide dK/dV's and the 16-key table instance's)
+                if (a->d <= 128 && bwd_dkdv_band_split(p)) {
+                    const size_t wide = tc_dkdv_wide_smem(a->d);
+                    if (wide > on_kv) on_kv = wide;
+                }
                 bytes = on_kv > on_q ? on_kv : on_q;
                 if (on_dt > bytes) bytes = on_dt;
             }
@@ -2454,6 +2539,7 @@ extern "C" const char *wavepe_cuda_attention_bwd_kernel(const wavepe_attention_a
 extern "C" const char *wavepe_cuda_attention_bwd_dkdv_kernel(const wavepe_attention_args *a) {
     if (a == nullptr) return nullptr;
     const AttnParams p = attention_params(a);
+    if (bwd_dkdv_band_split(p)) return "tensor-core, band split";
     return wide_dkdv(p) ? "tensor-core, 32 keys a warp" : use_tc_dkdv(p) ? "tensor-core" : "general";
 }
 
@@ -2480,7 +2566,7 @@ extern "C" cudaError_t wavepe_cuda_attention_bwd(const wavepe_attention_args *a,
     if (pl.band_split) {
         p.band_part = 1;  // (launch_dkdv and launch_dq take both parts)
         p.split_dq = static_cast<unsigned char *>(workspace) + pl.delta_bytes + pl.part_bytes + pl.slope_bytes;
-        if (a->d == 256)  // (dK's and dV's sums: the band split at 256 only)
+        if (pl.dkdv_split)  // (dK's and dV's sums)
             p.split_dkv = static_cast<unsigned char *>(p.split_dq) + align256(size_t(a->batch * a->heads * a->m * a->d) * 4);
     }
     p.n_diag = pl.n_diag;

@@ -51,10 +51,10 @@ struct AttnParams {
     void *work_o, *work_lse, *work_seen;
     // the band split of the tensor-core kernels with a table (band_split_pays in attention.cu): 0 none; else the
     // launch of one of two partials, 1 the interior blocks beyond the table's band (no window staged: the
-    // forward's first launch, the backward's table-free dQ -- at head_dim 256 its dK/dV too -- instances; at 64
-    // and 128 the wide instances, band_split_blocks), 2 the others (the band's and the masked blocks).  The
-    // backward's first launches leave their fp32 sums in split_dq and split_dkv (dK's then dV's, of B Hkv N
-    // rows), which the second ones add before their stores.
+    // forward's first launch, the backward's table-free dQ and dK/dV instances; at 64 and 128 the wide instances,
+    // band_split_blocks, dkdv_band_split_blocks), 2 the others (the band's and the masked blocks).  The backward's
+    // first launches leave their fp32 sums in split_dq and split_dkv (dK's then dV's, of B Hkv N rows; null where
+    // the dK/dV runs once: bwd_dkdv_band_split), which the second ones add before their stores.
     int band_part;
     void *split_dq, *split_dkv;
     // backward: workspace

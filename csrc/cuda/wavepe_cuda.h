@@ -92,14 +92,16 @@ const char *wavepe_cuda_attention_fwd_kernel(const wavepe_attention_args *a);
 /* The backward's dK/dV and dQ kernels a call runs: "tensor-core" (bf16/fp16, head_dim 64, 128 or 256, rows
  * of q, k, v and dO (and the table's) on 16 bytes, their shared memory within the device's:
  * FlashAttention-2's loops), "tensor-core, dQ 32 rows a warp" (the same with the wide dQ: head_dim 64 or 128
- * without a table nor ALiBi, more than 64 queries, two of its CTAs an SM), "tensor-core, band split" (head_dim
- * 256 with a table: each kernel as two launches, the blocks beyond the table's band without its window, then
- * the others; the workspace holds the first ones' sums), "tensor-core dQ, general dK/dV" or "tensor-core dK/dV,
+ * without a table nor ALiBi, more than 64 queries, two of its CTAs an SM), "tensor-core, band split" (a table's
+ * long call: each kernel as two launches, the blocks beyond the table's band without its window -- at head_dim 64
+ * and 128 on the wide instances; the dK/dV runs once where the wide one does not fit --, then the others; the
+ * workspace holds the first ones' sums), "tensor-core dQ, general dK/dV" or "tensor-core dK/dV,
  * general dQ" (a device granting the one's shared memory and not the other's) or "general"; NULL for NULL. */
 const char *wavepe_cuda_attention_bwd_kernel(const wavepe_attention_args *a);
 /* The backward's dK/dV kernel alone: "tensor-core, 32 keys a warp" (the wide instance: head_dim 64 or 128 without
- * a table, more than 64 queries, its shared memory within the device's: 180 KiB at 128), "tensor-core" (16 keys a
- * warp) or "general"; NULL for NULL. */
+ * a table, more than 64 queries, its shared memory within the device's: 180 KiB at 128), "tensor-core, band split"
+ * (a table's long call: the blocks beyond its band first -- at head_dim 64 and 128 on the wide instance --, the
+ * others on the 16-key table instance), "tensor-core" (16 keys a warp) or "general"; NULL for NULL. */
 const char *wavepe_cuda_attention_bwd_dkdv_kernel(const wavepe_attention_args *a);
 /* The kernel that computes a learned table's gradient dtable: "tensor-core" (bf16/fp16, head_dim 64 or 128,
  * rows on 16 bytes, its shared memory within the device's), "general", or "none" (no dtable asked); NULL
