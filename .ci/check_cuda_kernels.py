@@ -111,7 +111,7 @@ MIX_CEILING = {
     # the tensor-core dK/dV and dQ too (head dim, then whether the call has a relative table: a kernel of its
     # own, so that the others keep their registers)
     ("attn_bwd_dkdv_tc_kernel", "128, false"): 3.7, ("attn_bwd_dkdv_tc_kernel", "64, false"): 4.4,
-    ("attn_bwd_dkdv_tc_kernel", "128, true"): 4.85, ("attn_bwd_dkdv_tc_kernel", "64, true"): 4.4,
+    ("attn_bwd_dkdv_tc_kernel", "128, true"): 3.65, ("attn_bwd_dkdv_tc_kernel", "64, true"): 4.4,
     # the wide dK/dV (32 keys a warp in 8: head dim, then the kind of its interior blocks -- 1 plain, 2 ALiBi, 3
     # soft-capped --, an instance each: registers): a block's S^T, dP^T (128 HMMA a warp at 128), their P^T and dS^T
     # stored, dV or dK (128), two barriers
@@ -169,7 +169,7 @@ SMEM_CEILING = {
     ("attn_fwd_tc_wide_kernel", "128, false"): 235, ("attn_fwd_tc_wide_kernel", "128, true"): 235,
     # (head dim 64, blocks of 64 keys: Q 64 an HMMA of Q K^T, K 128, V 128, the copies 32: 198)
     ("attn_fwd_tc_wide_kernel", "64, false"): 202, ("attn_fwd_tc_wide_kernel", "64, true"): 202,
-    ("attn_bwd_dkdv_tc_kernel", "128, false"): 387, ("attn_bwd_dkdv_tc_kernel", "128, true"): 496,
+    ("attn_bwd_dkdv_tc_kernel", "128, false"): 387, ("attn_bwd_dkdv_tc_kernel", "128, true"): 387,
     ("attn_bwd_dkdv_tc_kernel", "64, false"): 371, ("attn_bwd_dkdv_tc_kernel", "64, true"): 371,
     ("attn_bwd_dkdv_tc_kernel", "256, false"): 487, ("attn_bwd_dkdv_tc_kernel", "256, true"): 487,
     # the wide dK/dV (32 keys x 32 queries a warp for S^T and dP^T: K 128, Q 128 an HMMA, V and dO the same; 32 keys x
@@ -286,9 +286,9 @@ OTHER_LOOP_CEILING = {
     # with a table (lightest first): the band's blocks (G = Q T_win^T on the tensor cores: about 1.9k / BM
     # query blocks a key block with the default wavelet grid), the soft-capped ones in and beyond the band,
     # then the masked ones with the bias where their window meets the table
-    # (at head dim 128 its two 16-column chunks a block are a loop, not unrolled, for registers: the static
-    # count takes each instruction once, against one chunk's HMMA -- executed, 3.1 a HMMA in the main loop)
-    ("attn_bwd_dkdv_tc_kernel", "128, true"): (6.0, 7.4, 8.5, 20.9),
+    # (at head dim 128 one chunk of 32 query columns a block on sm_90, as the table-free instance's; two of 16 on
+    # sm_100 / sm_120, for registers; 2026-11-29, before: 6.0, 7.4, 8.5, 20.9 with the 16-column chunks)
+    ("attn_bwd_dkdv_tc_kernel", "128, true"): (4.75, 4.95, 6.05, 15.75),
     ("attn_bwd_dkdv_tc_kernel", "64, true"): (6.2, 6.6, 8.4, 23.8),
     # (head dim 256: static counts, S's and dP's loops of 4 steps inside taken once)
     ("attn_bwd_dkdv_tc_kernel", "256, false"): (7.35, 8.0, 22.35),

@@ -108,7 +108,7 @@ out = wo.wavelet_attention(q, k, v, pos_enc='$1')
 out.backward(torch.ones_like(out))
 torch.cuda.synchronize()"; }
   # (ComputeWorkloadAnalysis: the tensor pipe's and the shared-memory (LSU) pipe's utilisation, the static model's
-  # claim to test -- the 16-row main loops move 326-486 bytes of shared memory per HMMA, over the 256 an sm_90 SM
+  # claim to test -- the 16-row main loops move 326-405 bytes of shared memory per HMMA, over the 256 an sm_90 SM
   # serves at the tensor rate, the wide ones 230-256: docs/CUDA.md, "Shared-memory traffic")
   sections=(--section SpeedOfLight --section Occupancy --section LaunchStats --section SchedulerStats
             --section WarpStateStats --section InstructionStats --section ComputeWorkloadAnalysis

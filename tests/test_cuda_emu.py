@@ -1066,6 +1066,21 @@ def test_tensor_core_16_row_kernels_match_oracle(lib, monkeypatch, dtype, case):
     assert_grads_normwise(prob, dtype)
 
 
+@pytest.mark.parametrize("case", [11, 13, 15, 17])
+def test_tensor_core_table_dkdv_of_sm_100_matches_oracle(lib, monkeypatch, case):
+    # the table's dK/dV instance at head_dim 128 takes its query blocks 16 columns a chunk on sm_100 / sm_120
+    # (registers: attn_bwd_dkdv_tc_kernel), 32 elsewhere; the emulator runs the variant of the compute capability
+    # it emulates: a B200-like 10 (causal, clamped, padded rows, both sides of the band)
+    for k, v in dict(H100_SM, WAVEPE_EMU_CC_MAJOR="10").items():
+        monkeypatch.setenv(k, v)
+    kw = dict(TC_BWD_CASES[case])
+    assert kw["d"] == 128 and kw["pe"] == 1
+    prob = Attn(lib, E.BF16, seed=700 + case, **kw)
+    assert dkdv_kernel(lib, prob) == "tensor-core"
+    prob = check_attention(lib, E.BF16, seed=700 + case, want_dtable=False, **kw)
+    assert_grads_normwise(prob, E.BF16)
+
+
 def test_wide_dq_at_head_dim_128_only_where_two_ctas_share_an_sm(lib, monkeypatch):
     # 107,600 bytes a CTA at head_dim 128: an A100's SM (164 KiB, the emulator's default) holds one -- 4 warps, which
     # would lose to the 16-row instance's 8 --, an H100's two; at head_dim 64 (76,944) both hold two

@@ -678,13 +678,11 @@ WAVEPE_DEVICE void dkdv_probs_interior(float (&st)[MT][NT][4], float (&dpt)[MT][
     }
 }
 
-template <class T, int D, bool TABLE>
-__global__ void __launch_bounds__(128) attn_bwd_dkdv_tc_kernel(AttnParams p) {
+// (the kernel, attn_bwd_dkdv_tc_kernel, below: QC query columns a chunk)
+template <class T, int D, bool TABLE, int QC>
+WAVEPE_DEVICE void dkdv_tc_cta(const AttnParams &p) {
     using Lay = TcDkdvLayout<T, D>;
-    // QC query columns a chunk; 16 in the table's instance at head_dim 128, whose G products and window left
-    // ptxas no register for 32 on sm_100/sm_120 (it spilled): the K / V fragments are read twice as often
-    // (at 256 the block is 16 rows).  DT: the accumulators' 8-column tiles, of the CTA's column slice.
-    constexpr int QC = (TABLE && D == 128) || D > 128 ? 16 : 32;
+    // DT: the accumulators' 8-column tiles, of the CTA's column slice
     constexpr int BN = Lay::BN, BM = Lay::BM, LD = Lay::LD, NT = QC / 8, DT = D / 8 / Lay::CS, KS = D / 16;
     static_assert(Traits<T>::kTensorCore && BM % QC == 0, "the tensor-core dK/dV takes bf16/fp16, whole chunks");
     WAVEPE_SHARED_BASE(smem);
@@ -811,8 +809,8 @@ __global__ void __launch_bounds__(128) attn_bwd_dkdv_tc_kernel(AttnParams p) {
             if (!warp_any(c_lo[0] < c_hi[0] || c_lo[1] < c_hi[1])) return;  // warp-uniform: no query sees a key
         }
         // QC query columns at a time (registers: S^T and dP^T of 16 x QC beside dK and dV's 16 x D; the
-        // table's instance at head_dim 128 takes its two chunks one after the other)
-#pragma unroll(TABLE && D == 128 ? 1 : BM / QC)
+        // table's instance at head_dim 128 on sm_100 / sm_120 takes its two chunks one after the other)
+#pragma unroll(TABLE && D == 128 && QC == 16 ? 1 : BM / QC)
         for (int c0 = 0; c0 < BM; c0 += QC) {
             float st1[1][NT][4], dpt1[1][NT][4];  // (one m-tile: dkdv_probs_interior's)
             float(&st)[NT][4] = st1[0], (&dpt)[NT][4] = dpt1[0];
@@ -893,6 +891,26 @@ __global__ void __launch_bounds__(128) attn_bwd_dkdv_tc_kernel(AttnParams p) {
             }
         }
     }
+}
+
+// QC: 32 query columns a chunk (one block at head_dim 128, two at 64), 16 at 256 (16-row blocks) and in the table's
+// instance at head_dim 128 on sm_100 and sm_120, whose G products and window left ptxas no register for 32 there (it
+// spilled; on sm_80 / sm_90: 254 registers, no spill) -- its K / V fragments read twice as often, 486 bytes of shared
+// memory an HMMA where 32 columns move 379.  The emulator runs the variant of the compute capability it emulates
+// (WAVEPE_EMU_CC_MAJOR).
+template <class T, int D, bool TABLE>
+__global__ void __launch_bounds__(128) attn_bwd_dkdv_tc_kernel(AttnParams p) {
+    constexpr int QC = D > 128 ? 16 : 32;
+#if defined(WAVEPE_CUDA_EMU)
+    if (TABLE && D == 128 && device_cc_major() >= 10)
+        dkdv_tc_cta<T, D, TABLE, 16>(p);
+    else
+        dkdv_tc_cta<T, D, TABLE, QC>(p);
+#elif defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 1000
+    dkdv_tc_cta<T, D, TABLE, TABLE && D == 128 ? 16 : QC>(p);
+#else
+    dkdv_tc_cta<T, D, TABLE, QC>(p);
+#endif
 }
 
 // ---- the wide tensor-core dK/dV ---------------------------------------------------------------------
@@ -2245,9 +2263,9 @@ bool use_tc_dtable(const AttnParams &p) {
 }
 
 // Does the backward's band split divide the dK/dV pass too?  At head_dim 256 (bwd_band_split: always, its window
-// costs occupancy); at 64 and 128 where the wide dK/dV may run (wide_dkdv_fits: its first partial's -- 256 bytes of
-// shared memory an HMMA at 128 where the 16-key table instance moves 379-486 -- the second on the 16-key table
-// instance, dkdv_band_split_blocks), else it runs once.
+// costs occupancy); at 64 and 128 where the wide dK/dV may run (wide_dkdv_fits: its first partial's -- 256 bytes
+// of shared memory an HMMA at 128 where the 16-key table instance moves 379 on sm_90 -- the second on the 16-key
+// table instance, dkdv_band_split_blocks), else it runs once.
 bool dkdv_split_applies(const AttnParams &p) { return p.a.d == 256 || wide_dkdv_fits(p); }
 
 // The backward's band split (band_split_pays in attention.cu): the tensor-core dK/dV and dQ both take the call;
