@@ -59,7 +59,8 @@ from concurrent.futures import ProcessPoolExecutor
 # kernels (demangled name, up to the template arguments) whose bf16/fp16 instances must use tensor cores
 TENSOR_CORE_KERNELS = ("attn_fwd_kernel", "attn_fwd_tc_kernel", "attn_fwd_tc_wide_kernel", "attn_bwd_dkdv_kernel",
                        "attn_bwd_dkdv_tc_kernel", "attn_bwd_dkdv_tc_wide_kernel", "attn_bwd_dq_kernel", "attn_bwd_dq_tc_kernel",
-                       "attn_bwd_dq_tc_wide_kernel", "attn_bwd_dtable_kernel", "attn_bwd_dtable_tc_kernel")
+                       "attn_bwd_dq_tc_wide_kernel", "attn_bwd_dq_tc_wide_alibi_kernel", "attn_bwd_dtable_kernel",
+                       "attn_bwd_dtable_tc_kernel")
 TENSOR_CORE_TYPES = ("__nv_bfloat16", "__half")
 # sources whose kernels may not use local memory at all
 NO_LOCAL_MEMORY = ("attention.cu", "attention_bwd.cu", "relbias.cu")
@@ -89,7 +90,8 @@ MIX_ARCH = "sm_90"
 MIX_TARGET = {"attn_fwd_kernel": 4.0, "attn_fwd_tc_kernel": 4.0, "attn_fwd_tc_wide_kernel": 4.0,
               "attn_bwd_dkdv_kernel": 6.0, "attn_bwd_dkdv_tc_kernel": 6.0, "attn_bwd_dkdv_tc_wide_kernel": 6.0,
               "attn_bwd_dq_kernel": 6.0,
-              "attn_bwd_dq_tc_kernel": 6.0, "attn_bwd_dq_tc_wide_kernel": 6.0, "attn_bwd_dtable_kernel": 6.0,
+              "attn_bwd_dq_tc_kernel": 6.0, "attn_bwd_dq_tc_wide_kernel": 6.0, "attn_bwd_dq_tc_wide_alibi_kernel": 6.0,
+              "attn_bwd_dtable_kernel": 6.0,
               "attn_bwd_dtable_tc_kernel": 6.0}
 MIX_CEILING = {
     # the tensor-core forward meets its target: its ceilings are min(measured + 0.5, target)
@@ -126,6 +128,9 @@ MIX_CEILING = {
     # (head dim, then the band split's first partial, as the wide forward's: 3.55 and 4.7)
     ("attn_bwd_dq_tc_wide_kernel", "128, false"): 3.9, ("attn_bwd_dq_tc_wide_kernel", "64, false"): 5.2,
     ("attn_bwd_dq_tc_wide_kernel", "128, true"): 4.05, ("attn_bwd_dq_tc_wide_kernel", "64, true"): 5.2,
+    # its ALiBi instance (fixed slopes, no soft-cap; 2026-11-29): the distances' |.| and the slope's FFMA a score; at
+    # 128 S's and dP's 16-column steps a loop of one (unrolled by 2, ptxas spilled): static, 80 of its 96 HMMA
+    ("attn_bwd_dq_tc_wide_alibi_kernel", "128"): 5.5, ("attn_bwd_dq_tc_wide_alibi_kernel", "64"): 6.0,
     # (head dim 256: S's and dP's 16 steps a loop unrolled by 4, counted once, as the forward's at 256; executed,
     # dQ's main loop issues 2.9 other instructions per HMMA, dK/dV's 4.05 -- its CTAs recompute S and dP for each
     # of the two column slices of dK and dV)
@@ -186,6 +191,7 @@ SMEM_CEILING = {
     # line, by a margin of 10 %
     ("attn_bwd_dq_tc_wide_kernel", "128, false"): 238, ("attn_bwd_dq_tc_wide_kernel", "64, false"): 252,
     ("attn_bwd_dq_tc_wide_kernel", "128, true"): 238, ("attn_bwd_dq_tc_wide_kernel", "64, true"): 252,
+    ("attn_bwd_dq_tc_wide_alibi_kernel", "128"): 235, ("attn_bwd_dq_tc_wide_alibi_kernel", "64"): 252,
     ("attn_bwd_dtable_tc_kernel", "128, false"): 413, ("attn_bwd_dtable_tc_kernel", "128, true"): 413,
     ("attn_bwd_dtable_tc_kernel", "64, false"): 403, ("attn_bwd_dtable_tc_kernel", "64, true"): 403,
 }
@@ -221,6 +227,7 @@ CTA_SHAPE = {  # (kernel, template arguments after the type): (threads, the most
     ("attn_bwd_dq_tc_kernel", "256, false"): (128, 102432), ("attn_bwd_dq_tc_kernel", "256, true"): (128, 160032),
     ("attn_bwd_dq_tc_wide_kernel", "128, false"): (128, 107600), ("attn_bwd_dq_tc_wide_kernel", "64, false"): (128, 76944),
     ("attn_bwd_dq_tc_wide_kernel", "128, true"): (128, 107600), ("attn_bwd_dq_tc_wide_kernel", "64, true"): (128, 76944),
+    ("attn_bwd_dq_tc_wide_alibi_kernel", "128"): (128, 107600), ("attn_bwd_dq_tc_wide_alibi_kernel", "64"): (128, 76944),
     ("attn_bwd_dkdv_tc_kernel", "256, false"): (128, 102800), ("attn_bwd_dkdv_tc_kernel", "256, true"): (128, 151376),
     **{("attn_bwd_dkdv_tc_wide_kernel", f"{d}, {k}"): (256, 179432 if d == 128 else 113896) for d in (64, 128)
        for k in (1, 2, 3)},
@@ -229,7 +236,7 @@ CTA_SHAPE = {  # (kernel, template arguments after the type): (threads, the most
 }
 WARPS_TARGET = {"attn_fwd_tc_kernel": 8, "attn_fwd_tc_wide_kernel": 8, "attn_bwd_dkdv_tc_kernel": 8,
                 "attn_bwd_dkdv_tc_wide_kernel": 8, "attn_bwd_dq_tc_kernel": 8,
-                "attn_bwd_dq_tc_wide_kernel": 8, "attn_bwd_dtable_tc_kernel": 8}
+                "attn_bwd_dq_tc_wide_kernel": 8, "attn_bwd_dq_tc_wide_alibi_kernel": 8, "attn_bwd_dtable_tc_kernel": 8}
 # Where a CTA_SHAPE line's figure (the most shared memory: a table's) is held to fewer warps, and why: at head dim
 # 256 the forward's table window (96 rows of 528 bytes) takes the CTA to 122.5 KiB, one an SM (4 warps); without a
 # table (67 KiB) two fit, 8 warps (tests/test_cuda_emu.py checks both figures against the launcher's) -- as do the
@@ -311,6 +318,8 @@ OTHER_LOOP_CEILING = {
     ("attn_bwd_dq_tc_wide_kernel", "128, false"): (8.3, 24.0),
     ("attn_bwd_dq_tc_wide_kernel", "64, false"): (11.6, 16.5, 38.8),
     ("attn_bwd_dq_tc_wide_kernel", "128, true"): (8.4,), ("attn_bwd_dq_tc_wide_kernel", "64, true"): (11.65,),
+    # its ALiBi instance: the masked blocks (no prefix blocks at 64)
+    ("attn_bwd_dq_tc_wide_alibi_kernel", "128"): (21.6,), ("attn_bwd_dq_tc_wide_alibi_kernel", "64"): (38.6,),
     # attn_bwd_dtable_tc_kernel: the masked tiles of a diagonal (its first and last, the causal diagonal's, the
     # window's and documents' edges, padding), through scores_log2_impl and dscores_of; at 128 each warp also
     # zeroes its rows of H a tile (H in dO's place: 2 CTAs an SM), +0.5

@@ -488,7 +488,7 @@ class Attn:
         return res
 
 
-def check_attention(lib, dtype, *, backward=True, want_dtable=None, grad_lse=False, **kw):
+def check_attention(lib, dtype, *, backward=True, want_dtable=None, want_dslopes=None, grad_lse=False, **kw):
     prob = Attn(lib, dtype, **kw)
     out, lse = prob.forward()
     B, H, Hk, M, N, d = prob.shape
@@ -506,7 +506,9 @@ def check_attention(lib, dtype, *, backward=True, want_dtable=None, grad_lse=Fal
     if backward:
         if want_dtable is None:
             want_dtable = prob.pe == 1
-        grads = prob.backward(want_dtable, want_dslopes=prob.pe == 2, grad_lse=grad_lse)
+        if want_dslopes is None:
+            want_dslopes = prob.pe == 2
+        grads = prob.backward(want_dtable, want_dslopes=want_dslopes, grad_lse=grad_lse)
         prob.grads, prob.want = grads, want  # (for a test's further checks)
         group = H // Hk
         # each dS term carries two d-long dot products, dP = dO . v and delta = dO . O, which cancel where P
@@ -516,7 +518,7 @@ def check_attention(lib, dtype, *, backward=True, want_dtable=None, grad_lse=Fal
             assert_close(grads[name], want[name], dtype, terms, name, inner)
         if want_dtable:
             assert_close(grads["dtable"], want["dtable"], dtype, 2 * B * H * M * N * d, "dtable", inner)
-        if prob.pe == 2:
+        if want_dslopes:
             # dS |r| summed over B M N terms: bounded by the magnitude of the parts of dS
             err = np.abs(grads["dslopes"] - want["dslopes"])
             bound = tol(dtype, d + B * M * N, inner) * (want["dslopes_mag"] + 1e-30)
@@ -974,10 +976,12 @@ TC_BWD_CASES = [
 ]
 
 
-def wide_dq(kw, h100=True):
+def wide_dq(kw, h100=True, dslopes=True):
     """Does the backward of these arguments run the wide dQ (wide_dq in attention_bwd.cu)?  At head_dim 128 only
-    where two of its CTAs share an SM: an H100's (H100_SM), not the emulator's default A100's."""
-    return kw["d"] in (64, 128) and kw["pe"] == 0 and kw["M"] > 64 and (kw["d"] == 64 or h100)
+    where two of its CTAs share an SM: an H100's (H100_SM), not the emulator's default A100's; with ALiBi where d
+    loss / d slope is not asked (dslopes) and no soft-cap."""
+    bias_ok = kw["pe"] == 0 or (kw["pe"] == 2 and not dslopes and not kw.get("softcap"))
+    return kw["d"] in (64, 128) and bias_ok and kw["M"] > 64 and (kw["d"] == 64 or h100)
 
 
 def assert_grads_normwise(prob, dtype, names=("dk", "dv", "dq")):
@@ -989,8 +993,8 @@ def assert_grads_normwise(prob, dtype, names=("dk", "dv", "dq")):
         assert rel <= 1.5 * UNIT[dtype], f"{name}: relative error {rel / UNIT[dtype]:.2f} units of the input type"
 
 
-def bwd_kernel_of(kw, h100=True):
-    return "tensor-core, dQ 32 rows a warp" if wide_dq(kw, h100) else "tensor-core"
+def bwd_kernel_of(kw, h100=True, dslopes=True):
+    return "tensor-core, dQ 32 rows a warp" if wide_dq(kw, h100, dslopes) else "tensor-core"
 
 
 def wide_dkdv(kw, h100=True):
@@ -1008,9 +1012,14 @@ def dkdv_kernel_of(kw, h100=True):
     return "tensor-core, 32 keys a warp" if wide_dkdv(kw, h100) else "tensor-core"
 
 
-def bwd_kernel(lib, prob):
+def bwd_kernel(lib, prob, dslopes=None):
+    """The backward's kernels for the problem's arguments, d loss / d slope asked as dslopes says (by default as
+    Attn.backward's callers here ask it: with ALiBi)."""
     lib.wavepe_cuda_attention_bwd_kernel.restype = C.c_char_p
-    return lib.wavepe_cuda_attention_bwd_kernel(C.byref(prob.a)).decode()
+    a = type(prob.a).from_buffer_copy(prob.a)
+    if prob.pe == 2 if dslopes is None else dslopes:
+        a.dslopes = a.q  # (only its presence is read)
+    return lib.wavepe_cuda_attention_bwd_kernel(C.byref(a)).decode()
 
 
 def dtable_kernel(lib, prob):
@@ -1066,6 +1075,29 @@ def test_tensor_core_16_row_kernels_match_oracle(lib, monkeypatch, dtype, case):
     assert_grads_normwise(prob, dtype)
 
 
+# ALiBi's calls with fixed slopes (d loss / d slope not asked: the models' buffers) and no soft-cap: the wide dQ's
+# ALiBi instance (attn_bwd_dq_tc_wide_alibi_kernel) -- GQA at 128, keys on both sides at 64, two batch rows with a
+# window, padding and a partial last CTA at 128, the causal diagonal at 64 (its masked loop: no prefix blocks)
+WIDE_ALIBI_DQ_CASES = [
+    TC_BWD_CASES[2],
+    TC_BWD_CASES[3],
+    dict(B=2, H=2, Hk=1, M=150, N=270, d=128, off=120, causal=True, pe=2, window=100, kpm=True),
+    dict(B=1, H=2, Hk=2, M=130, N=130, d=64, off=0, causal=True, pe=2),
+]
+
+
+@pytest.mark.parametrize("dtype", [E.BF16, E.F16], ids=DTYPE_IDS.get)
+@pytest.mark.parametrize("case", range(len(WIDE_ALIBI_DQ_CASES)))
+def test_wide_dq_with_alibi_matches_oracle(lib, monkeypatch, dtype, case):
+    for k, v in H100_SM.items():
+        monkeypatch.setenv(k, v)
+    kw = dict(WIDE_ALIBI_DQ_CASES[case])
+    prob = Attn(lib, dtype, seed=720 + case, **kw)
+    assert bwd_kernel(lib, prob, dslopes=False) == "tensor-core, dQ 32 rows a warp"
+    prob = check_attention(lib, dtype, seed=720 + case, want_dslopes=False, **kw)
+    assert_grads_normwise(prob, dtype)
+
+
 @pytest.mark.parametrize("case", [11, 13, 15, 17])
 def test_tensor_core_table_dkdv_of_sm_100_matches_oracle(lib, monkeypatch, case):
     # the table's dK/dV instance at head_dim 128 takes its query blocks 16 columns a chunk on sm_100 / sm_120
@@ -1095,9 +1127,14 @@ def test_wide_dq_at_head_dim_128_only_where_two_ctas_share_an_sm(lib, monkeypatc
     prob = Attn(lib, E.BF16, d=128, **kw)
     assert bwd_kernel(lib, prob) == "tensor-core, dQ 32 rows a warp"
     assert lib.wavepe_cuda_attention_bwd_smem_bytes(C.byref(prob.a)) == 179432
-    # neither with ALiBi (its loop spilled at head_dim 128), nor for 64 queries or fewer
-    for change in (dict(pe=2), dict(M=64, off=66)):
-        assert bwd_kernel(lib, Attn(lib, E.BF16, d=128, **dict(kw, **change))) == "tensor-core", change
+    # with ALiBi too (fixed slopes: attn_bwd_dq_tc_wide_alibi_kernel); not when d loss / d slope is asked (with its
+    # sums the loop spilled at head_dim 128), nor with ALiBi and a soft-cap, nor for 64 queries or fewer
+    for d in (64, 128):
+        prob = Attn(lib, E.BF16, d=d, **dict(kw, pe=2))
+        assert bwd_kernel(lib, prob, dslopes=False) == "tensor-core, dQ 32 rows a warp", d
+    for change, dslopes in ((dict(pe=2), True), (dict(pe=2, softcap=2.0), False), (dict(M=64, off=66), False)):
+        prob = Attn(lib, E.BF16, d=128, **dict(kw, **change))
+        assert bwd_kernel(lib, prob, dslopes=dslopes) == "tensor-core", change
 
 
 def test_wide_dkdv_only_where_its_tiles_fit_and_it_was_built(lib, monkeypatch):
@@ -1534,8 +1571,9 @@ def test_tensor_core_forward_reads_shared_memory_without_bank_conflicts(lib):
             # the dQ's skewed dS), masked, band and interior blocks; with the table its learned gradient's dT
             # kernel too (at d = 64, 128: H^T by ldmatrix.trans); without a table nor ALiBi the wide dQ, without a
             # table the wide dK/dV (P^T's and dS^T's fragments; on an H100's SM at d = 128)
+            # (ALiBi's with fixed slopes: its own wide dQ)
             with mock.patch.dict(os.environ, H100_SM):
-                assert bwd_kernel(lib, prob) == bwd_kernel_of(dict(d=d, pe=pe, M=130))
+                assert bwd_kernel(lib, prob, dslopes=False) == bwd_kernel_of(dict(d=d, pe=0 if pe == 2 else pe, M=130))
                 assert dkdv_kernel(lib, prob) == dkdv_kernel_of(dict(d=d, pe=pe, M=130))
                 prob.backward(pe == 1)
             assert lib.wavepe_emu_ldmatrix_bank_conflicts() == 1, (d, pe, "backward")
@@ -1560,13 +1598,16 @@ def test_tensor_core_forward_random_shapes(lib, dtype, Hk, group, M, N, d, off, 
        M=st.integers(1, 150), N=st.integers(1, 200), d=st.sampled_from([64, 128, 128, 256]), off=st.integers(-20, 150),
        causal=st.booleans(), pe=st.sampled_from([0, 1, 2]), R=st.integers(1, 160), r_lo=st.integers(-80, 40),
        clamp=st.booleans(), kpm=st.booleans(), window=st.sampled_from([0, 0, 40, 90]),
-       softcap=st.sampled_from([0.0, 0.0, 2.5]), grad_lse=st.booleans(), seed=st.integers(0, 2**31))
+       softcap=st.sampled_from([0.0, 0.0, 2.5]), grad_lse=st.booleans(), dslopes=st.booleans(),
+       seed=st.integers(0, 2**31))
 def test_tensor_core_backward_random_shapes(lib, dtype, Hk, group, M, N, d, off, causal, pe, R, r_lo, clamp, kpm,
-                                            window, softcap, grad_lse, seed):
+                                            window, softcap, grad_lse, dslopes, seed):
+    # (dslopes: ALiBi's d loss / d slope asked, or its slopes fixed -- the wide dQ's ALiBi instance at 64)
     kw = dict(B=1, H=Hk * group, Hk=Hk, M=M, N=N, d=d, off=off, causal=causal, pe=pe, R=R, r_lo=r_lo, clamp=clamp,
               kpm=kpm, window=window, softcap=softcap, seed=seed)
-    assert bwd_kernel(lib, Attn(lib, dtype, **kw)) == bwd_kernel_of(kw, h100=False)
-    check_attention(lib, dtype, grad_lse=grad_lse, **kw)
+    dslopes = pe == 2 and dslopes
+    assert bwd_kernel(lib, Attn(lib, dtype, **kw), dslopes) == bwd_kernel_of(kw, h100=False, dslopes=dslopes)
+    check_attention(lib, dtype, grad_lse=grad_lse, want_dslopes=dslopes, **kw)
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS.get)

@@ -1307,17 +1307,19 @@ WAVEPE_DEVICE void warp_hb(float (&acc)[DT][4], const T *hrow, const T *b_tile) 
     }
 }
 
-template <class T, int D, bool TABLE, int MT, bool BAND = false>
+template <class T, int D, bool TABLE, int MT, bool BAND = false, bool ALIBI = false>
 WAVEPE_DEVICE void attn_bwd_dq_tc_cta(const AttnParams &p) {
     using Lay = TcDqTiles<T, D, MT>;
     constexpr int BM = Lay::BM, BN = Lay::BN, LD = Lay::LD, KC = Lay::KC, NT = KC / 8, DT = D / 8, KS = D / 16;
     constexpr int HLD = Lay::HLD, HLDT = Lay::HLDT, WR = 16 * MT;  // WR: the warp's rows
     static_assert(Traits<T>::kTensorCore && BN % KC == 0 && BN <= 2 * KC, "the tensor-core dQ takes bf16/fp16, "
                   "one or two whole chunks");
-    static_assert(MT == 1 || !TABLE, "32 rows a warp: no table");  // (nor ALiBi, its d loss / d slope: wide_dq)
+    static_assert(MT == 1 || !TABLE, "32 rows a warp: no table");  // (nor d loss / d slope: wide_dq)
+    static_assert(!ALIBI || (MT > 1 && !BAND), "ALiBi's 32-row instance: one of its own");
     // 32 rows a warp: S's and dP's 16-column steps unrolled by 2 (fully, ptxas hoisted their fragments' loads and
-    // spilled: 4 bytes at head_dim 64, more at 128)
-    constexpr int QK_UNROLL = 2;
+    // spilled: 4 bytes at head_dim 64, more at 128); not unrolled in ALiBi's instance at 128 (by 2: 8 bytes spilled
+    // on sm_90)
+    constexpr int QK_UNROLL = ALIBI && D == 128 ? 1 : 2;
     WAVEPE_SHARED_BASE(smem);
     constexpr bool has_table = TABLE;  // (a kernel of its own: the others keep their registers)
     // the band split (bwd_band_split): 1, the table-free instance over the interior blocks beyond the band (at
@@ -1520,7 +1522,7 @@ WAVEPE_DEVICE void attn_bwd_dq_tc_cta(const AttnParams &p) {
                                          ? 0.f
                                          : exp2_(x) * (kind == kCap ? dpd * (1.f - th * th) : dpd);
                     sm[nt][e] = ds;
-                    if constexpr (kind == kAlibi) slope_acc -= ds * fabsf(dist);
+                    if constexpr (kind == kAlibi && MT == 1) slope_acc -= ds * fabsf(dist);
                 }
         };
         // a masked chunk of m-tile mt (whose rows' keys meet the block's): S (s: zero, or the table's bias) and dP,
@@ -1670,7 +1672,7 @@ WAVEPE_DEVICE void attn_bwd_dq_tc_cta(const AttnParams &p) {
         // m-tiles at once as an interior block, in a loop of their own (in the masked loop, beside what it holds,
         // ptxas spilled).  Not at 128, where that loop's registers cost the main loop 0.35 instructions an HMMA
         // (ptxas allocated it differently): more than the prefix blocks save beyond L ~ 4k.
-        constexpr bool PREFIX_LOOP = MT > 1 && D <= 64 && !BAND;
+        constexpr bool PREFIX_LOOP = MT > 1 && D <= 64 && !BAND && !ALIBI;
         int64_t n_plain = n_masked;
         if (PREFIX_LOOP && !capped && p.a.key_padding_mask == nullptr) {
             const int64_t first = ceil_div(rlo[BM - 1], BN);
@@ -1697,9 +1699,11 @@ WAVEPE_DEVICE void attn_bwd_dq_tc_cta(const AttnParams &p) {
             j = jn;
         }
     };
-    if (capped)  // (CTA-uniform; never with ALiBi)
+    if constexpr (ALIBI)  // (never with a soft-cap: wide_dq)
+        interior(std::integral_constant<int, kAlibi>{});
+    else if (capped)  // (CTA-uniform; never with ALiBi)
         interior(std::integral_constant<int, kCap>{});
-    else if (!TABLE && MT == 1 && p.pos_enc == WAVEPE_CUDA_PE_ALIBI)  // (32 rows a warp: never ALiBi, wide_dq)
+    else if (!TABLE && MT == 1 && p.pos_enc == WAVEPE_CUDA_PE_ALIBI)  // (32 rows a warp: ALiBi's own instance)
         interior(std::integral_constant<int, kAlibi>{});
     else
         interior(std::integral_constant<int, kPlain>{});
@@ -1746,6 +1750,12 @@ __global__ void __launch_bounds__(128, 2) attn_bwd_dq_tc_kernel(AttnParams p) {
 template <class T, int D, bool BAND>
 __global__ void __launch_bounds__(128, 2) attn_bwd_dq_tc_wide_kernel(AttnParams p) {
     attn_bwd_dq_tc_cta<T, D, false, 2, BAND>(p);
+}
+// ALiBi's calls without a soft-cap nor d loss / d slope asked (wide_dq) -- an instance of their own, so that the
+// others' loops keep their registers
+template <class T, int D>
+__global__ void __launch_bounds__(128, 2) attn_bwd_dq_tc_wide_alibi_kernel(AttnParams p) {
+    attn_bwd_dq_tc_cta<T, D, false, 2, false, true>(p);
 }
 
 // One CTA per (tile diagonal, group of batch*heads): the partial dT of its
@@ -2238,10 +2248,12 @@ size_t tc_dq_wide_smem(int64_t d) {
 // Does the dQ pass run the wide instance (attn_bwd_dq_tc_wide_kernel: 32 query rows a warp, a CTA of 128)?  Each K
 // and V fragment a warp reads feeds two HMMA, not one: fewer shared-memory bytes per HMMA in the main loop than the
 // 16-row warps', which are over the line an H100's SM serves at the tensor rate (docs/CUDA.md, "Shared-memory
-// traffic").  At head_dim 64 and 128 without a table (as wide_forward) nor ALiBi (its loop, with d loss / d slope,
-// spilled at head_dim 128: 56 bytes on sm_90), for more than 64 queries, where two of its CTAs share an SM (at
-// head_dim 128 over 99 KiB: an H100's SM holds two, an A100's one -- 4 warps an SM, which would lose to the 16-row
-// instance's 8); WAVEPE_CUDA_WIDE=0 keeps such calls on the 16-row instance (wide_rows_allowed).
+// traffic").  At head_dim 64 and 128 without a table (as wide_forward), for more than 64 queries, where two of its
+// CTAs share an SM (at head_dim 128 over 99 KiB: an H100's SM holds two, an A100's one -- 4 warps an SM, which would
+// lose to the 16-row instance's 8); WAVEPE_CUDA_WIDE=0 keeps such calls on the 16-row instance
+// (wide_rows_allowed).  ALiBi's calls (fixed slopes, as the models' -- not when d loss / d slope is asked: with its
+// sums the loop spilled at head_dim 128, 12-56 bytes on sm_90, as it did summing them in the wide dK/dV) without
+// a soft-cap run an instance of their own, attn_bwd_dq_tc_wide_alibi_kernel.
 // wide_dq_fits: the head dim, the queries and the device (on a table's call the band split's first partial runs
 // it: bwd_band_split); wide_dq adds the call's bias.
 bool wide_dq_fits(const AttnParams &p) {
@@ -2250,7 +2262,9 @@ bool wide_dq_fits(const AttnParams &p) {
     return bytes <= 99 * 1024 ? true : smem_fits_device(bytes) && device_ctas_by_smem(bytes) >= 2;
 }
 bool wide_dq(const AttnParams &p) {
-    return p.pos_enc != WAVEPE_CUDA_PE_TABLE && p.pos_enc != WAVEPE_CUDA_PE_ALIBI && use_tc_dq(p) && wide_dq_fits(p);
+    return p.pos_enc != WAVEPE_CUDA_PE_TABLE &&
+           (p.pos_enc != WAVEPE_CUDA_PE_ALIBI || (p.a.dslopes == nullptr && p.cap_log2 <= 0.0)) && use_tc_dq(p) &&
+           wide_dq_fits(p);
 }
 // The tensor-core dT (a learned table's gradient): head_dim 64 or 128 (113 KiB at 128: sm_86, sm_89 and sm_120
 // run the general kernel there).
@@ -2408,8 +2422,9 @@ cudaError_t launch_dq(const AttnParams &p, cudaStream_t stream) {
                                                       Narrow(true).plan.total, stream, q);
             }
             if (wide_dq(p)) {  // (p.dq_rows = 128)
-                return launch_tc(attn_bwd_dq_tc_wide_kernel<T, DMAX, false>, ctas,
-                                 TcDqWideLayout<T, DMAX>(false).plan.total, stream, p);
+                auto kernel = p.pos_enc == WAVEPE_CUDA_PE_ALIBI ? attn_bwd_dq_tc_wide_alibi_kernel<T, DMAX>
+                                                                : attn_bwd_dq_tc_wide_kernel<T, DMAX, false>;
+                return launch_tc(kernel, ctas, TcDqWideLayout<T, DMAX>(false).plan.total, stream, p);
             }
         }
         if (use_tc_dq(p))

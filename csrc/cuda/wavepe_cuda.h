@@ -92,7 +92,8 @@ const char *wavepe_cuda_attention_fwd_kernel(const wavepe_attention_args *a);
 /* The backward's dK/dV and dQ kernels a call runs: "tensor-core" (bf16/fp16, head_dim 64, 128 or 256, rows
  * of q, k, v and dO (and the table's) on 16 bytes, their shared memory within the device's:
  * FlashAttention-2's loops), "tensor-core, dQ 32 rows a warp" (the same with the wide dQ: head_dim 64 or 128
- * without a table nor ALiBi, more than 64 queries, two of its CTAs an SM), "tensor-core, band split" (a table's
+ * without a table -- with ALiBi only its fixed slopes (dslopes NULL) and no soft-cap --, more than 64 queries,
+ * two of its CTAs an SM), "tensor-core, band split" (a table's
  * long call: each kernel as two launches, the blocks beyond the table's band without its window -- at head_dim 64
  * and 128 on the wide instances; the dK/dV runs once where the wide one does not fit --, then the others; the
  * workspace holds the first ones' sums), "tensor-core dQ, general dK/dV" or "tensor-core dK/dV,
