@@ -250,15 +250,15 @@ ATTN_CASES = [
     # ... and the tensor-core backward without a table: masked and interior blocks, GQA heads in turn, ALiBi (its
     # forward the wide instance, attn_fwd_tc_wide_kernel: 32 rows a warp, a last CTA of 32 rows; on an H100-class SM
     # its dK/dV the wide one, attn_bwd_dkdv_tc_wide_kernel: 32 keys a warp, ALiBi's instance -- the case above, d = 64,
-    # the plain one)
+    # the plain one; its dQ, the slopes fixed, attn_bwd_dq_tc_wide_alibi_kernel)
     (1, 4, 2, 160, 400, 128, "alibi", True, None, False),
     # ... and the tensor-core forward at d = 256 (Gemma's): Q fragments from shared memory, 32 keys a block
     (1, 4, 2, 150, 300, 256, "wavelet", True, None, False),
     # ... and a learned table's dT on the tensor cores (d = 128: two column slices; masked and interior tiles)
     (1, 2, 1, 300, 300, 128, "relative", True, None, False),
     # ... and the band split onto the wide instances (bf16/fp16, d = 128; the backward's on an H100-class SM): the
-    # blocks beyond the wavelet's band (~1,750 keys) on attn_fwd_tc_wide_kernel / attn_bwd_dq_tc_wide_kernel, the
-    # others on the 16-row table instances; a partial last group of 128 rows
+    # blocks beyond the wavelet's band (~1,750 keys) on attn_fwd_tc_wide_kernel / attn_bwd_dq_tc_wide_kernel /
+    # attn_bwd_dkdv_tc_wide_kernel, the others on the 16-row (16-key) table instances; a partial last group of 128 rows
     (1, 2, 1, 200, 6000, 128, "wavelet", True, None, False),
 ]
 
