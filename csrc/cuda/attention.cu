@@ -358,11 +358,12 @@ using TcFwdWideLayout = TcFwdTiles<T, D, 2>;
 template <class T, int BN, int KS, int LD, int HLD, int ROW_SHIFT, class QF>
 WAVEPE_DEVICE void add_table_bias(float (&s)[BN / 8][4], float *hw, const QF &qf, const T *trow) {
     constexpr int HC = BN / 2;
-    window_bias<T, BN, HC, 0, KS, LD, HLD, ROW_SHIFT>(hw, qf, trow);
+    float carry[2][4] = {};  // (G of the window rows both halves read: computed once)
+    window_bias<T, BN, HC, 0, KS, LD, HLD, ROW_SHIFT, 1>(hw, qf, trow, carry);
     __syncwarp();
     add_window_bias<BN / 8, HC, 0, HLD>(s, hw);
     __syncwarp();  // read before the next stores
-    window_bias<T, BN, HC, HC, KS, LD, HLD, ROW_SHIFT>(hw, qf, trow);
+    window_bias<T, BN, HC, HC, KS, LD, HLD, ROW_SHIFT, 2>(hw, qf, trow, carry);
     __syncwarp();
     add_window_bias<BN / 8, HC, HC, HLD>(s, hw);
     __syncwarp();

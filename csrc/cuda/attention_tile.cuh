@@ -619,6 +619,26 @@ WAVEPE_DEVICE void add_skewed_bias(A (&s)[NT][4], const A *gw, int gld) {
         }
 }
 
+// G's pair of 8-column tiles from window rows trow .. trow + 15 (window_bias)
+template <class T, int KS, int LD, int UNROLL, class QF>
+WAVEPE_DEVICE void window_pair_products(float (&g)[2][4], const QF &qf, const T *trow) {
+#pragma unroll UNROLL
+    for (int ks = 0; ks < KS; ++ks) {
+        uint32_t tf[4];
+        ldmatrix_x4(tf, trow + ks * 16);
+        if constexpr (std::is_pointer<QF>::value) {
+            uint32_t af[4];
+            ldmatrix_x4(af, qf + 16 * ks);
+            mma16816<T>(g[0], af, tf);
+            mma16816<T>(g[1], af, tf + 2);
+        } else {
+            mma16816<T>(g[0], qf[ks], tf);
+            mma16816<T>(g[1], qf[ks], tf + 2);
+        }
+    }
+}
+
+
 // The warp's relative-table bias of key columns [C0, C0 + HC) of a block of BN keys, skewed into its
 // scratch hw (16 x HC, row stride HLD): hw[r][c - C0] = q_r . T_win[16w + r - c + BN - 1] (ROW_SHIFT 1;
 // 0, rows all at one position: T_win[BN - 1 - c]) for the
@@ -628,30 +648,35 @@ WAVEPE_DEVICE void add_skewed_bias(A (&s)[NT][4], const A *gw, int gld) {
 // element stored where the skew reads it (the 16 columns of G a row does not use are dropped).
 // qf: the warp's Q fragments in registers (uint32_t[KS][4]) or, to spare those registers, the lane's
 // address of its Q rows in shared memory (row l % 16, column 8 (l / 16): ldmatrix'd at each step).
-template <class T, int BN, int HC, int C0, int KS, int LD, int HLD, int ROW_SHIFT, class QF>
-WAVEPE_DEVICE void window_bias(float *hw, const QF &qf, const T *trow) {
+// CARRY (the forward's two halves of a block, add_table_bias): the window rows of the first half's first pair of
+// tiles, X0 .. X0 + 15, are the second half's last pair's (its X0 is HC lower): 1, the first half keeps that pair's
+// G in carry; 2, the second half takes it from there -- (GT / 2 - 1) / GT of the second half's products.
+template <class T, int BN, int HC, int C0, int KS, int LD, int HLD, int ROW_SHIFT, int CARRY, class QF>
+WAVEPE_DEVICE void window_bias(float *hw, const QF &qf, const T *trow, float (&carry)[2][4]) {
     constexpr int GT = (HC + 16) / 8, X0 = BN - C0 - HC;
     // head_dim 256 (KS 16): the steps unrolled by 4 only -- fully unrolled, ptxas hoisted a dozen fragments'
     // loads ahead of their products and spilled the tensor-core forward on sm_90
     [[maybe_unused]] constexpr int UNROLL = KS > 8 ? 4 : KS;  // (the emulator's compiler ignores the pragma)
     static_assert(GT % 2 == 0 && X0 >= 0, "pairs of 8-column tiles inside the window");
+    static_assert(CARRY != 2 || (C0 == HC && HC % 16 == 0), "the carried pair: the first half's, at the end");
 #pragma unroll
     for (int np = 0; np < GT / 2; ++np) {
         float g[2][4];
-        zero_frags(g);
-#pragma unroll UNROLL
-        for (int ks = 0; ks < KS; ++ks) {
-            uint32_t tf[4];
-            ldmatrix_x4(tf, trow + (X0 + np * 16) * LD + ks * 16);
-            if constexpr (std::is_pointer<QF>::value) {
-                uint32_t af[4];
-                ldmatrix_x4(af, qf + 16 * ks);
-                mma16816<T>(g[0], af, tf);
-                mma16816<T>(g[1], af, tf + 2);
-            } else {
-                mma16816<T>(g[0], qf[ks], tf);
-                mma16816<T>(g[1], qf[ks], tf + 2);
-            }
+        if (CARRY == 2 && np == GT / 2 - 1) {
+#pragma unroll
+            for (int e = 0; e < 2; ++e)
+#pragma unroll
+                for (int i = 0; i < 4; ++i) g[e][i] = carry[e][i];
+        } else {
+            zero_frags(g);
+            window_pair_products<T, KS, LD, UNROLL>(g, qf, trow + (X0 + np * 16) * LD);
+        }
+        if constexpr (CARRY == 1) {
+            if (np == 0)
+#pragma unroll
+                for (int e = 0; e < 2; ++e)
+#pragma unroll
+                    for (int i = 0; i < 4; ++i) carry[e][i] = g[e][i];
         }
 #pragma unroll
         for (int e = 0; e < 2; ++e)
@@ -661,6 +686,11 @@ WAVEPE_DEVICE void window_bias(float *hw, const QF &qf, const T *trow) {
                 if (c >= 0 && c < HC) hw[r * HLD + c] = g[e][i];
             }
     }
+}
+template <class T, int BN, int HC, int C0, int KS, int LD, int HLD, int ROW_SHIFT, class QF>
+WAVEPE_DEVICE void window_bias(float *hw, const QF &qf, const T *trow) {
+    float none[2][4] = {};
+    window_bias<T, BN, HC, C0, KS, LD, HLD, ROW_SHIFT, 0>(hw, qf, trow, none);
 }
 
 // s[nt][i] += hw[row][column - C0] for the C fragments of columns [C0, C0 + HC) (float2 reads: a lane's
