@@ -650,7 +650,7 @@ WAVEPE_DEVICE void window_pair_products(float (&g)[2][4], const QF &qf, const T 
 // address of its Q rows in shared memory (row l % 16, column 8 (l / 16): ldmatrix'd at each step).
 // CARRY (the forward's two halves of a block, add_table_bias): the window rows of the first half's first pair of
 // tiles, X0 .. X0 + 15, are the second half's last pair's (its X0 is HC lower): 1, the first half keeps that pair's
-// G in carry; 2, the second half takes it from there -- (GT / 2 - 1) / GT of the second half's products.
+// G in carry; 2, the second half takes it from there, computing GT / 2 - 1 of its GT / 2 pairs.
 template <class T, int BN, int HC, int C0, int KS, int LD, int HLD, int ROW_SHIFT, int CARRY, class QF>
 WAVEPE_DEVICE void window_bias(float *hw, const QF &qf, const T *trow, float (&carry)[2][4]) {
     constexpr int GT = (HC + 16) / 8, X0 = BN - C0 - HC;
