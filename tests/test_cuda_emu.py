@@ -1580,6 +1580,23 @@ def test_tensor_core_forward_reads_shared_memory_without_bank_conflicts(lib):
     # (unpadded rows, LD = d, give 8 at d = 64 and 128: every row of a matrix in the same 4 banks)
 
 
+@pytest.mark.parametrize("d", [64, 128])
+def test_tensor_core_forward_band_blocks_reuse_window_products(lib, d):
+    # The model's HMMA count of a band block (docs/CUDA.md), counted by the emulator (a warp's mma.sync once): Q K^T
+    # and P V 64 each a warp, the window's G = Q T_win^T of the block's two halves 6 + 4 pairs of 8-column tiles x
+    # d / 16 steps at d = 128 (the pair both halves read computed once; at 64, 5 + 4 pairs: 72) -- and at 128, from
+    # a band loop's second block on, 16 fewer: the pair the previous block's second half computed (window_bias's
+    # PREV).  One 64-row CTA, every block of keys interior and in the band (a clamped table).
+    lib.wavepe_emu_mma_count.restype = C.c_longlong
+    bn, g_first, g_next = {128: (64, 80, 64), 64: (128, 72, 72)}[d]
+    for blocks in (1, 2, 5):
+        prob = Attn(lib, E.BF16, B=1, H=1, Hk=1, M=64, N=blocks * bn, d=d, off=0, causal=False, pe=1, R=8, clamp=True)
+        assert fwd_kernel(lib, prob) == "tensor-core"
+        lib.wavepe_emu_mma_count()  # reset
+        prob.forward()
+        assert lib.wavepe_emu_mma_count() == 4 * (128 * blocks + g_first + g_next * (blocks - 1)), (d, blocks)
+
+
 @settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(dtype=st.sampled_from([E.BF16, E.F16]), Hk=st.integers(1, 2), group=st.integers(1, 2),
        M=st.integers(1, 140), N=st.integers(1, 200), d=st.sampled_from([64, 128, 128, 256]), off=st.integers(-20, 150),

@@ -354,16 +354,19 @@ template <class T, int D>
 using TcFwdWideLayout = TcFwdTiles<T, D, 2>;
 
 // The warp's relative-table bias of a key block added to its scores s, half a block at a time
-// (ROW_SHIFT 0: every row at the same position, the packed heads of one query).
-template <class T, int BN, int KS, int LD, int HLD, int ROW_SHIFT, class QF>
-WAVEPE_DEVICE void add_table_bias(float (&s)[BN / 8][4], float *hw, const QF &qf, const T *trow) {
+// (ROW_SHIFT 0: every row at the same position, the packed heads of one query).  PREV (the band loop's blocks, Q's
+// fragments in registers): the window rows this block shares with the next are kept in the warp's scratch cw, and
+// those it shares with the previous one read from there where `prev` (window_bias's PREV).
+template <class T, int BN, int KS, int LD, int HLD, int ROW_SHIFT, bool PREV = false, class QF>
+WAVEPE_DEVICE void add_table_bias(float (&s)[BN / 8][4], float *hw, const QF &qf, const T *trow, float *cw = nullptr,
+                                  bool prev = false) {
     constexpr int HC = BN / 2;
     float carry[2][4] = {};  // (G of the window rows both halves read: computed once)
-    window_bias<T, BN, HC, 0, KS, LD, HLD, ROW_SHIFT, 1>(hw, qf, trow, carry);
+    window_bias<T, BN, HC, 0, KS, LD, HLD, ROW_SHIFT, 1, PREV>(hw, qf, trow, carry, cw, prev);
     __syncwarp();
     add_window_bias<BN / 8, HC, 0, HLD>(s, hw);
     __syncwarp();  // read before the next stores
-    window_bias<T, BN, HC, HC, KS, LD, HLD, ROW_SHIFT, 2>(hw, qf, trow, carry);
+    window_bias<T, BN, HC, HC, KS, LD, HLD, ROW_SHIFT, 2, PREV>(hw, qf, trow, carry, cw);
     __syncwarp();
     add_window_bias<BN / 8, HC, HC, HLD>(s, hw);
     __syncwarp();
@@ -511,6 +514,7 @@ WAVEPE_DEVICE void attn_fwd_tc_cta(const AttnParams &p) {
             if constexpr (Lay::QREG) {
 #pragma unroll
                 for (int ks = 0; ks < KS; ++ks) ldmatrix_x4(qf[ks], qrow + 16 * ks);
+                __syncwarp();  // (the warp's Q rows, read: from here its window scratch, cw)
             } else {
                 qf = qrow;
             }
@@ -519,6 +523,13 @@ WAVEPE_DEVICE void attn_fwd_tc_cta(const AttnParams &p) {
         // the window rows of the warp's rows start 16 w rows in (packed heads: all at the query's position)
         constexpr int row_shift = PACKED ? 0 : 1;
         const T *const krow = Ks + lane_row, *const trow = Ts + WR * warp * row_shift * LD + lane_row;
+        // Q's fragments in registers (16 rows a warp) at head_dim 128: the warp's rows of the Q tile hold the window
+        // products the band loop's next block reuses (add_table_bias's PREV; 1 KiB of the warp's 4,352 bytes), and
+        // whether the warp computed its window for the previous block of that loop.  (At 64 ptxas spilled 8 bytes on
+        // sm_80 with it, 8 HMMA of a band block's 200 saved: not taken.)
+        [[maybe_unused]] constexpr bool kPrev = Lay::QREG && MT == 1 && D == 128;
+        [[maybe_unused]] float *const cw = reinterpret_cast<float *>(Qs + 16 * warp * LD);
+        [[maybe_unused]] bool prev_window = false;
         // does the window of the warp's rows for the block at n0 meet the table (warp-uniform)?
         auto warp_bias = [&](int64_t n0) {
             const int64_t base = p.a.q_offset + wm0 * row_shift - n0 - p.a.r_lo;
@@ -656,8 +667,12 @@ WAVEPE_DEVICE void attn_fwd_tc_cta(const AttnParams &p) {
 #pragma unroll
                 for (int mt = 0; mt < MT; ++mt) zero_frags(s[mt]);
                 if constexpr (MT == 1) {
-                    if (kind == kTableBias && warp_bias(n0))
-                        add_table_bias<T, BN, KS, LD, HLD, row_shift>(s[0], hw, qf, trow);
+                    if constexpr (kind == kTableBias) {  // (the band's blocks, in turn: j - 1 the previous one)
+                        const bool window = warp_bias(n0);
+                        if (window)
+                            add_table_bias<T, BN, KS, LD, HLD, row_shift, kPrev>(s[0], hw, qf, trow, cw, prev_window);
+                        prev_window = window;
+                    }
                     qk_products<T, NT, KS, LD>(s[0], qf, krow);
                 } else {
                     qk_products_rows<T, NT, KS, LD, MT>(s, qf, krow);  // each K fragment read once for the m-tiles

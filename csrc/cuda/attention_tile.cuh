@@ -651,14 +651,24 @@ WAVEPE_DEVICE void window_pair_products(float (&g)[2][4], const QF &qf, const T 
 // CARRY (the forward's two halves of a block, add_table_bias): the window rows of the first half's first pair of
 // tiles, X0 .. X0 + 15, are the second half's last pair's (its X0 is HC lower): 1, the first half keeps that pair's
 // G in carry; 2, the second half takes it from there, computing GT / 2 - 1 of its GT / 2 pairs.
-template <class T, int BN, int HC, int C0, int KS, int LD, int HLD, int ROW_SHIFT, int CARRY, class QF>
-WAVEPE_DEVICE void window_bias(float *hw, const QF &qf, const T *trow, float (&carry)[2][4]) {
+// PREV (the band loop's consecutive blocks, add_table_bias): block j + 1's window is block j's moved BN rows on, so
+// the first half's last pair of window rows (X0 + HC .. X0 + HC + 15 = BN .. BN + 15) is block j's second half's
+// first pair (rows 0 .. 15): with CARRY 2 that pair's G is also stored in the warp's scratch cw (2 x 32 x 4 floats,
+// 16 bytes a lane a tile, lanes in turn: conflict-free), and with CARRY 1 the last pair is read from there where `prev` (the warp took
+// block j - 1's window: warp-uniform) -- the same products, so the same bits.
+template <class T, int BN, int HC, int C0, int KS, int LD, int HLD, int ROW_SHIFT, int CARRY, bool PREV = false,
+          class QF>
+WAVEPE_DEVICE void window_bias(float *hw, const QF &qf, const T *trow, float (&carry)[2][4], float *cw = nullptr,
+                               bool prev = false) {
     constexpr int GT = (HC + 16) / 8, X0 = BN - C0 - HC;
     // head_dim 256 (KS 16): the steps unrolled by 4 only -- fully unrolled, ptxas hoisted a dozen fragments'
     // loads ahead of their products and spilled the tensor-core forward on sm_90
     [[maybe_unused]] constexpr int UNROLL = KS > 8 ? 4 : KS;  // (the emulator's compiler ignores the pragma)
     static_assert(GT % 2 == 0 && X0 >= 0, "pairs of 8-column tiles inside the window");
     static_assert(CARRY != 2 || (C0 == HC && HC % 16 == 0), "the carried pair: the first half's, at the end");
+    static_assert(!PREV || (GT / 2 >= 3 && ((CARRY == 1 && C0 == 0) || (CARRY == 2 && X0 == 0))),
+                  "the previous block's pair: the first half's last (rows BN ..), the second's first (0 ..)");
+    [[maybe_unused]] const int lane = threadIdx.x & 31;
 #pragma unroll
     for (int np = 0; np < GT / 2; ++np) {
         float g[2][4];
@@ -667,6 +677,9 @@ WAVEPE_DEVICE void window_bias(float *hw, const QF &qf, const T *trow, float (&c
             for (int e = 0; e < 2; ++e)
 #pragma unroll
                 for (int i = 0; i < 4; ++i) g[e][i] = carry[e][i];
+        } else if (PREV && CARRY == 1 && np == GT / 2 - 1 && prev) {
+#pragma unroll
+            for (int e = 0; e < 2; ++e) copy16(g[e], cw + 4 * (32 * e + lane));
         } else {
             zero_frags(g);
             window_pair_products<T, KS, LD, UNROLL>(g, qf, trow + (X0 + np * 16) * LD);
@@ -677,6 +690,11 @@ WAVEPE_DEVICE void window_bias(float *hw, const QF &qf, const T *trow, float (&c
                 for (int e = 0; e < 2; ++e)
 #pragma unroll
                     for (int i = 0; i < 4; ++i) carry[e][i] = g[e][i];
+        }
+        if constexpr (PREV && CARRY == 2) {
+            if (np == 0)
+#pragma unroll
+                for (int e = 0; e < 2; ++e) copy16(cw + 4 * (32 * e + lane), g[e]);
         }
 #pragma unroll
         for (int e = 0; e < 2; ++e)

@@ -364,6 +364,8 @@ void syncwarp(const char *file, int line) { wait_here(State::WaitWarp, file, lin
 
 // The worst bank-conflict degree of the ldmatrix instructions since the last reset (see below).
 static std::atomic<int> g_ldmatrix_worst{1};
+// the warps' mma.sync instructions since the tests last asked (wavepe_emu_mma_count: the model's HMMA counts)
+static std::atomic<long long> g_mma_count{0};
 
 // ---- the shared-memory race check ---------------------------------------------------------
 // Between two warps, a cp.async into shared memory and an ldmatrix of the same bytes must be ordered by
@@ -450,6 +452,7 @@ void ldmatrix(uint32_t *regs, int nmat, bool trans, const void *row_addr) {
 
 void mma_m16n8k16(float d[4], const uint32_t a[4], const uint32_t b[2], bool is_bf16) {
     const int lane = lane_id();
+    if (lane == 0) g_mma_count.fetch_add(1, std::memory_order_relaxed);  // (one instruction a warp)
     // each lane's 8 A and 4 B elements, converted once, as floats in its slot: value 2 reg + half of A's
     // register reg, 8 + 2 reg + half of B's
     float mine[12];
@@ -634,6 +637,10 @@ extern "C" const char *cudaGetErrorString(cudaError_t error) {
 // For the tests: the worst bank-conflict degree of any ldmatrix since the last call (1: none), and reset.
 extern "C" __attribute__((visibility("default"))) int wavepe_emu_ldmatrix_bank_conflicts() {
     return wavepe_emu::g_ldmatrix_worst.exchange(1);
+}
+// For the tests: the warp-level m16n8k16 products (HMMA) since the last call, and reset.
+extern "C" __attribute__((visibility("default"))) long long wavepe_emu_mma_count() {
+    return wavepe_emu::g_mma_count.exchange(0);
 }
 // For the tests: the launches since the last call, a line each: its dynamic shared memory (bytes).
 extern "C" __attribute__((visibility("default"))) const char *wavepe_emu_launch_log() {
