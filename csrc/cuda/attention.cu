@@ -381,6 +381,7 @@ WAVEPE_DEVICE void attn_fwd_tc_cta(const AttnParams &p) {
     using Lay = TcFwdTiles<T, D, MT>;
     constexpr int BM = Lay::BM, BN = Lay::BN, LD = Lay::LD, HLD = Lay::HLD, NT = BN / 8, DT = D / 8, KS = D / 16;
     constexpr int WR = 16 * MT;  // a warp's rows
+    constexpr int kThreads = 4 * 32;  // (the CTA: attn_fwd_tc_kernel's, attn_fwd_tc_wide_kernel's launch bounds)
     static_assert(Traits<T>::kTensorCore && NT % 2 == 0, "the tensor-core forward takes bf16/fp16, 16-key pairs");
     static_assert(MT == 1 || !PACKED, "the packed heads' CTA: 4 warps of 16 rows");
     WAVEPE_SHARED_BASE(smem);
@@ -486,17 +487,16 @@ WAVEPE_DEVICE void attn_fwd_tc_cta(const AttnParams &p) {
             const int64_t base = p.a.q_offset + m0 - j * BN - p.a.r_lo;
             return stage_table && table_rows_hit(p, base - (BN - 1), base + BM - 1);
         };
-        auto window_row = [&](int64_t j) {
-            const int64_t base = p.a.q_offset + m0 - j * BN - p.a.r_lo;
-            return [=, &p](int w) -> const T * { return window_row_ptr<T>(p, base, BN, w); };
+        auto load_window = [&](int64_t j) {  // key block j's window (BM + BN table rows) into Ts
+            load_window_async<T, BM + BN, D, LD, kThreads>(Ts, p, p.a.q_offset + m0 - j * BN - p.a.r_lo, BN);
         };
         // K (and the window) of block j, rows tested one by one (any block)
         auto load_k = [&](int64_t j) {
-            load_tile_async(Ks, LD, BN, D, D, k_row(j * BN));
-            if (block_bias(j)) load_tile_async(Ts, LD, BM + BN, D, D, window_row(j));
+            load_tile_rows_async<T, BN, D, LD, kThreads>(Ks, k_row(j * BN));
+            if (block_bias(j)) load_window(j);
             load_key_mask(kmask, BN, p, b, j * BN);
         };
-        load_tile_async(Qs, LD, BM, D, D, [&](int r) -> const T * {
+        load_tile_rows_async<T, BM, D, LD, kThreads>(Qs, [&](int r) -> const T * {
             if (PACKED) return r < p.m_rows ? qg + r * p.a.q_strides[1] : nullptr;  // head h + r, query 0
             const int64_t m = m0 + r;
             return m < p.a.m ? qg + m * p.a.q_strides[2] : nullptr;
@@ -587,7 +587,7 @@ WAVEPE_DEVICE void attn_fwd_tc_cta(const AttnParams &p) {
             {
                 const int64_t j = other_block(t), n0 = j * BN;
                 const int64_t next = t + 1 < n_other ? other_block(t + 1) : first_interior;
-                load_tile_async(Vs, LD, BN, D, D, v_row(n0));  // V's buffer is free: the last barrier passed
+                load_tile_rows_async<T, BN, D, LD, kThreads>(Vs, v_row(n0));  // V's buffer is free: the last barrier passed
                 cp_async_commit();
                 if constexpr (MT > 1) {
                     // 32 rows a warp: each m-tile's S, softmax and P V in turn (one S live: registers), once V has
@@ -708,7 +708,7 @@ WAVEPE_DEVICE void attn_fwd_tc_cta(const AttnParams &p) {
                 if (next >= 0) {
                     load_rows_async<T, BN, D, LD, 4 * 32>(Ks, kg + next * BN * kstride, kstride);
                     if (kind == kTableBias && block_bias(next))
-                        load_tile_async(Ts, LD, BM + BN, D, D, window_row(next));
+                        load_window(next);
                 }
                 cp_async_commit();
                 if constexpr (MT == 1)

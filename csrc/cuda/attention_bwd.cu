@@ -744,7 +744,7 @@ WAVEPE_DEVICE void dkdv_tc_cta(const AttnParams &p) {
     };
     auto stage_window = [&](int64_t m0) {  // the window of query block m0 (cp.async; the caller commits)
         const int64_t base = p.a.q_offset + m0 - n0 - p.a.r_lo;
-        load_tile_async(Ts, LD, BM + BN, D, D, [&](int w) -> const T * { return window_row_ptr<T>(p, base, BN, w); });
+        load_window_async<T, BM + BN, D, LD, 128>(Ts, p, base, BN);
     };
     auto stage = [&](auto interior_tag, const Cursor &c) {  // (tc_dkdv_stage)
         tc_dkdv_stage<T, BM, D, LD, 128, decltype(interior_tag)::value>(p, ord, c, b, hk, Q0, dO0, lse0, delta0);
@@ -1412,7 +1412,7 @@ WAVEPE_DEVICE void attn_bwd_dq_tc_cta(const AttnParams &p) {
     };
     auto stage_window = [&](int64_t j) {  // the window of key block j (cp.async; the caller commits)
         const int64_t base = p.a.q_offset + m0 - j * BN - p.a.r_lo;
-        load_tile_async(Ts, LD, BM + BN, D, D, [&](int w) -> const T * { return window_row_ptr<T>(p, base, BN, w); });
+        load_window_async<T, BM + BN, D, LD, 128>(Ts, p, base, BN);
     };
     // stage the t-th block, key block j (none: j < 0) (cp.async; zero rows and the key mask by plain stores,
     // visible after the next barrier).  INTERIOR: an interior block (or none): every key present and seen.
@@ -1982,7 +1982,7 @@ __global__ void __launch_bounds__(128, 2) attn_bwd_dtable_tc_kernel(AttnParams p
         const int64_t dmid = p.a.q_offset + delta * B;
         if (p.a.window > 0 && (dmid - (B - 1) >= p.a.window || dmid + (B - 1) <= -p.a.window)) return;
     }
-    load_tile_async(Ts, LD, 2 * B - 1, D, D, [&](int w) -> const T * { return window_row_ptr<T>(p, base, B, w); });
+    load_window_async<T, 2 * B - 1, D, LD, 128>(Ts, p, base, B);
     cp_async_commit();
     // the window's last row: defined bytes, the key mask's written per masked tile
     for (int e = threadIdx.x; e < int(LD * sizeof(T) / 16); e += 128) zero16(kmask + 16 * e);

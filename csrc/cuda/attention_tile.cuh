@@ -277,6 +277,52 @@ WAVEPE_DEVICE void load_rows_async(T *dst, const T *src, int64_t stride) {
     for (int it = 0; it < R / RSTEP; ++it, from += step) cp_async16(dst + (r0 + it * RSTEP) * LD + c, from, true);
 }
 
+// Rows 0 .. NROWS - 1 of a tile (row stride LD) of D columns, row r from row(r) (nullptr: a zero row), by cp.async in
+// 16-byte chunks, NTHREADS threads (the CTA's: blockDim.x): a thread takes one chunk column of every NTHREADS /
+// (D / V)-th row, the row's address computed once a chunk.  The tile kernels' rows tested one by one (masked blocks,
+// the table's window): load_tile_async's runtime widths and thread count cost ~45-65 instructions a chunk (its
+// division and remainder, 64-bit row products), which a band block's window copy paid 16 times a warp -- as many
+// instructions as the block's products.  The caller commits; zero rows are plain stores (after the next barrier).
+template <class T, int NROWS, int D, int LD, int NTHREADS, class RowFn>
+WAVEPE_DEVICE void load_tile_rows_async(T *dst, RowFn row) {
+    constexpr int V = 16 / int(sizeof(T)), CPR = D / V, RSTEP = NTHREADS / CPR;
+    static_assert(D % V == 0 && NTHREADS % CPR == 0, "whole rows per round");
+    const int r0 = int(threadIdx.x) / CPR, c = (int(threadIdx.x) % CPR) * V;
+#pragma unroll 1  // (unrolled, the copies' addresses took registers the tile loops spilled for)
+    for (int r = r0; r < NROWS; r += RSTEP) {
+        const T *const from = row(r);
+        T *const to = dst + r * LD + c;
+        if (from != nullptr)
+            cp_async16(to, from + c, true);
+        else
+            zero16(to);
+    }
+}
+
+// The window of NROWS table rows from row t0 = base - (bn - 1) (window_row_ptr's rows, w = 0 ..) into a tile (row
+// stride LD), by cp.async as load_tile_rows_async; the rows outside the table (clamped: its first or last row) found
+// by two 32-bit compares a row, a missing one zero-filled by the copy itself (src-size 0: no branch).
+template <class T, int NROWS, int D, int LD, int NTHREADS>
+WAVEPE_DEVICE void load_window_async(T *dst, const AttnParams &p, int64_t base, int bn) {
+    constexpr int V = 16 / int(sizeof(T)), CPR = D / V, RSTEP = NTHREADS / CPR;
+    static_assert(D % V == 0 && NTHREADS % CPR == 0, "whole rows per round");
+    const int r0 = int(threadIdx.x) / CPR, c = (int(threadIdx.x) % CPR) * V;
+    const int64_t t0 = base - (bn - 1), rows = p.a.table_rows;
+    // the window rows [lo, hi) are table rows t0 + w, inside the table
+    const int lo = int(t0 >= 0 ? 0 : (-t0 < NROWS ? -t0 : NROWS));
+    const int hi = int(rows - t0 <= 0 ? 0 : (rows - t0 < NROWS ? rows - t0 : NROWS));
+    const T *const table = static_cast<const T *>(p.a.table) + c;
+    const T *const first = table, *const last = table + (rows - 1) * D;
+    const T *const at_lo = table + (lo < hi ? t0 + lo : 0) * D;  // (row lo's where lo < hi)
+    const bool clamp = p.a.clamp;
+#pragma unroll 1
+    for (int r = r0; r < NROWS; r += RSTEP) {
+        const bool inside = r >= lo && r < hi;
+        const T *const from = inside ? at_lo + (r - lo) * D : r < lo ? first : last;
+        cp_async16(dst + r * LD + c, from, inside || clamp);
+    }
+}
+
 // Table row (before scaling) for window index w of a tile with base row `base`; nullptr = zero row.
 template <class T>
 WAVEPE_DEVICE const T *window_row_ptr(const AttnParams &p, int64_t base, int bn, int w) {
