@@ -357,8 +357,9 @@ using TcFwdWideLayout = TcFwdTiles<T, D, 2>;
 // (ROW_SHIFT 0: every row at the same position, the packed heads of one query).  PREV (the band loop's blocks, Q's
 // fragments in registers): the window rows this block shares with the next are kept in the warp's scratch cw, and
 // those it shares with the previous one read from there where `prev` (window_bias's PREV).
-template <class T, int BN, int KS, int LD, int HLD, int ROW_SHIFT, bool PREV = false, class QF>
-WAVEPE_DEVICE void add_table_bias(float (&s)[BN / 8][4], float *hw, const QF &qf, const T *trow, float *cw = nullptr,
+// (TR: window_bias's)
+template <class T, int BN, int KS, int LD, int HLD, int ROW_SHIFT, bool PREV = false, class QF, class TR>
+WAVEPE_DEVICE void add_table_bias(float (&s)[BN / 8][4], float *hw, const QF &qf, const TR &trow, float *cw = nullptr,
                                   bool prev = false) {
     constexpr int HC = BN / 2;
     float carry[2][4] = {};  // (G of the window rows both halves read: computed once)
@@ -530,6 +531,13 @@ WAVEPE_DEVICE void attn_fwd_tc_cta(const AttnParams &p) {
         [[maybe_unused]] constexpr bool kPrev = Lay::QREG && MT == 1 && D == 128;
         [[maybe_unused]] float *const cw = reinterpret_cast<float *>(Qs + 16 * warp * LD);
         [[maybe_unused]] bool prev_window = false;
+        // At head_dim 128 (BM = BN = 64) the band loop's window is a ring: block j + 1's window rows BN .. BM + BN - 1
+        // are block j's rows 0 .. BM - 1, so only its first BN rows are copied, over block j's last BN (rows w at
+        // w ^ ring: 0, or BN after an odd number of such copies) -- half the window's copies (load_window_async).
+        // Every other window (the masked blocks', the band loop's first) is copied whole, at ring 0.
+        constexpr bool kRing = Lay::QREG && MT == 1 && D == 128;
+        static_assert(!kRing || BM == BN, "the ring's halves: a block's BN new rows, the previous block's BM");
+        [[maybe_unused]] int ring = 0;
         // does the window of the warp's rows for the block at n0 meet the table (warp-uniform)?
         auto warp_bias = [&](int64_t n0) {
             const int64_t base = p.a.q_offset + wm0 * row_shift - n0 - p.a.r_lo;
@@ -669,8 +677,18 @@ WAVEPE_DEVICE void attn_fwd_tc_cta(const AttnParams &p) {
                 if constexpr (MT == 1) {
                     if constexpr (kind == kTableBias) {  // (the band's blocks, in turn: j - 1 the previous one)
                         const bool window = warp_bias(n0);
-                        if (window)
-                            add_table_bias<T, BN, KS, LD, HLD, row_shift, kPrev>(s[0], hw, qf, trow, cw, prev_window);
+                        if (window) {
+                            if constexpr (kRing) {
+                                const T *const tbase = Ts + lane_row;
+                                const int wrow = WR * warp * row_shift, r = ring;
+                                auto rows = [=](int x) { return tbase + ((wrow + x) ^ r) * LD; };
+                                add_table_bias<T, BN, KS, LD, HLD, row_shift, kPrev>(s[0], hw, qf, rows, cw,
+                                                                                     prev_window);
+                            } else {
+                                add_table_bias<T, BN, KS, LD, HLD, row_shift, kPrev>(s[0], hw, qf, trow, cw,
+                                                                                     prev_window);
+                            }
+                        }
                         prev_window = window;
                     }
                     qk_products<T, NT, KS, LD>(s[0], qf, krow);
@@ -707,8 +725,16 @@ WAVEPE_DEVICE void attn_fwd_tc_cta(const AttnParams &p) {
                 __syncthreads();  // V has landed; K (and the window) are consumed
                 if (next >= 0) {
                     load_rows_async<T, BN, D, LD, 4 * 32>(Ks, kg + next * BN * kstride, kstride);
-                    if (kind == kTableBias && block_bias(next))
-                        load_window(next);
+                    if (kind == kTableBias && block_bias(next)) {
+                        if (kRing && next == j + 1 && block_bias(j)) {  // (CTA-uniform)
+                            ring ^= BN;  // the next window's first BN rows, over this one's last
+                            load_window_async<T, BN, D, LD, kThreads>(Ts + ring * LD, p,
+                                                                      p.a.q_offset + m0 - next * BN - p.a.r_lo, BN);
+                        } else {
+                            ring = 0;
+                            load_window(next);
+                        }
+                    }
                 }
                 cp_async_commit();
                 if constexpr (MT == 1)

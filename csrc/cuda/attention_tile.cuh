@@ -702,9 +702,11 @@ WAVEPE_DEVICE void window_pair_products(float (&g)[2][4], const QF &qf, const T 
 // first pair (rows 0 .. 15): with CARRY 2 that pair's G is also stored in the warp's scratch cw (2 x 32 x 4 floats,
 // 16 bytes a lane a tile, lanes in turn: conflict-free), and with CARRY 1 the last pair is read from there where `prev` (the warp took
 // block j - 1's window: warp-uniform) -- the same products, so the same bits.
+// TR: trow, the lane's address in the window's first row, or (the forward's band loop at head_dim 128, its window a
+// ring: attn_fwd_tc_cta) a callable giving it in a row r (a multiple of 16) of the window.
 template <class T, int BN, int HC, int C0, int KS, int LD, int HLD, int ROW_SHIFT, int CARRY, bool PREV = false,
-          class QF>
-WAVEPE_DEVICE void window_bias(float *hw, const QF &qf, const T *trow, float (&carry)[2][4], float *cw = nullptr,
+          class QF, class TR>
+WAVEPE_DEVICE void window_bias(float *hw, const QF &qf, const TR &trow, float (&carry)[2][4], float *cw = nullptr,
                                bool prev = false) {
     constexpr int GT = (HC + 16) / 8, X0 = BN - C0 - HC;
     // head_dim 256 (KS 16): the steps unrolled by 4 only -- fully unrolled, ptxas hoisted a dozen fragments'
@@ -728,7 +730,12 @@ WAVEPE_DEVICE void window_bias(float *hw, const QF &qf, const T *trow, float (&c
             for (int e = 0; e < 2; ++e) copy16(g[e], cw + 4 * (32 * e + lane));
         } else {
             zero_frags(g);
-            window_pair_products<T, KS, LD, UNROLL>(g, qf, trow + (X0 + np * 16) * LD);
+            const T *rows;
+            if constexpr (std::is_pointer<TR>::value)
+                rows = trow + (X0 + np * 16) * LD;
+            else
+                rows = trow(X0 + np * 16);
+            window_pair_products<T, KS, LD, UNROLL>(g, qf, rows);
         }
         if constexpr (CARRY == 1) {
             if (np == 0)

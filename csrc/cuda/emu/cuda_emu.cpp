@@ -364,8 +364,9 @@ void syncwarp(const char *file, int line) { wait_here(State::WaitWarp, file, lin
 
 // The worst bank-conflict degree of the ldmatrix instructions since the last reset (see below).
 static std::atomic<int> g_ldmatrix_worst{1};
-// the warps' mma.sync instructions since the tests last asked (wavepe_emu_mma_count: the model's HMMA counts)
-static std::atomic<long long> g_mma_count{0};
+// the warps' mma.sync instructions and the bytes cp.async wrote into shared memory since the tests last asked
+// (wavepe_emu_mma_count, wavepe_emu_cp_async_bytes: the model's counts)
+static std::atomic<long long> g_mma_count{0}, g_cp_async_bytes{0};
 
 // ---- the shared-memory race check ---------------------------------------------------------
 // Between two warps, a cp.async into shared memory and an ldmatrix of the same bytes must be ordered by
@@ -499,6 +500,7 @@ void cp_async(void *smem_dst, const void *gmem_src, int src_bytes, int total_byt
         w.inflight_warp = f.warp;
     });
     f.copies.push_back(PendingCopy{smem_dst, gmem_src, src_bytes, total_bytes, f.open_group});
+    g_cp_async_bytes.fetch_add(total_bytes, std::memory_order_relaxed);
 }
 
 void cp_async_commit() { ++emu().cur->open_group; }
@@ -641,6 +643,10 @@ extern "C" __attribute__((visibility("default"))) int wavepe_emu_ldmatrix_bank_c
 // For the tests: the warp-level m16n8k16 products (HMMA) since the last call, and reset.
 extern "C" __attribute__((visibility("default"))) long long wavepe_emu_mma_count() {
     return wavepe_emu::g_mma_count.exchange(0);
+}
+// For the tests: the bytes cp.async wrote into shared memory (zero-filled ones too) since the last call, and reset.
+extern "C" __attribute__((visibility("default"))) long long wavepe_emu_cp_async_bytes() {
+    return wavepe_emu::g_cp_async_bytes.exchange(0);
 }
 // For the tests: the launches since the last call, a line each: its dynamic shared memory (bytes).
 extern "C" __attribute__((visibility("default"))) const char *wavepe_emu_launch_log() {
