@@ -315,8 +315,12 @@ OTHER_LOOP_CEILING = {
     # attn_bwd_dq_tc_kernel: the same for the key blocks of a query block (with a table: the band's blocks,
     # which also take dQ += H T_win, before the soft-capped ones)
     ("attn_bwd_dq_tc_kernel", "128, false"): (3.3, 4.85, 25.5), ("attn_bwd_dq_tc_kernel", "64, false"): (4.75, 8.0, 44.6),
-    ("attn_bwd_dq_tc_kernel", "128, true"): (3.6, 4.75, 5.25, 15.85),
-    ("attn_bwd_dq_tc_kernel", "64, true"): (4.85, 7.2, 8.0, 27.5),
+    # (2026-11-29: the band's window a ring at head dim 64 / 128 -- a third / half of it copied a block from the
+    # second on, by a copy loop of its own beside the whole window's, both counted once, and the ring's row
+    # arithmetic: the band loops 3.03 -> 3.65 / 4.3 -> 5.05, soft-capped 4.16 -> 4.76 / 6.63 -> 7.38; executed,
+    # ~8 / ~4 fewer 16-byte copies a thread a block, ~25 instructions each: measured + 0.5)
+    ("attn_bwd_dq_tc_kernel", "128, true"): (4.15, 4.95, 5.25, 15.85),
+    ("attn_bwd_dq_tc_kernel", "64, true"): (5.55, 7.9, 8.0, 27.55),
     ("attn_bwd_dq_tc_kernel", "256, false"): (4.8, 6.3, 41.8),
     ("attn_bwd_dq_tc_kernel", "256, true"): (4.35, 5.2, 6.2, 19.1),
     # the wide dQ (never ALiBi): the soft-capped interior blocks, (at head dim 64) the prefix blocks -- the causal

@@ -1288,15 +1288,16 @@ template <class T, int D>
 using TcDqWideLayout = TcDqTiles<T, D, 2>;
 
 // acc[dt] (16 x 8) += H (16 x 16 KT16, T, by ldmatrix from the warp's rows hrow = its lane's address: row
-// l % 16, column 8 (l / 16)) . B (16 KT16 x 8 DT, rows LD apart, ldmatrix.trans).
-template <class T, int KT16, int DT, int LD>
-WAVEPE_DEVICE void warp_hb(float (&acc)[DT][4], const T *hrow, const T *b_tile) {
+// l % 16, column 8 (l / 16)) . B (16 KT16 x 8 DT, rows LD apart, ldmatrix.trans; b_rows(r): B's row r, r a multiple
+// of 16 -- the window's rows, a ring: attn_bwd_dq_tc_cta).
+template <class T, int KT16, int DT, int LD, class BR>
+WAVEPE_DEVICE void warp_hb(float (&acc)[DT][4], const T *hrow, const BR &b_rows) {
     const int lane = threadIdx.x & 31;
 #pragma unroll
     for (int kk = 0; kk < KT16; ++kk) {
         uint32_t a[4];
         ldmatrix_x4(a, hrow + 16 * kk);
-        const T *brow = b_tile + (kk * 16 + (lane & 15)) * LD + 8 * (lane >> 4);
+        const T *brow = b_rows(kk * 16) + (lane & 15) * LD + 8 * (lane >> 4);
 #pragma unroll
         for (int dt = 0; dt < DT; dt += 2) {
             uint32_t bf[4];
@@ -1410,9 +1411,26 @@ WAVEPE_DEVICE void attn_bwd_dq_tc_cta(const AttnParams &p) {
     auto needs_window = [&](int64_t t, int64_t j) {
         return t < total && (t < n_masked ? has_table && block_bias(j * BN) : t < n_masked + n_band);
     };
-    auto stage_window = [&](int64_t j) {  // the window of key block j (cp.async; the caller commits)
-        const int64_t base = p.a.q_offset + m0 - j * BN - p.a.r_lo;
-        load_window_async<T, BM + BN, D, LD, 128>(Ts, p, base, BN);
+    // The window is a ring: key block j + 1's window rows BN .. BM + BN - 1 are block j's 0 .. BM - 1, so from the
+    // band's second block on only its first BN rows are copied, over block j's last BN (after the second barrier:
+    // the window's buffer is free) -- a third of the window at head_dim 128, half at 64 (at 256, where it would be a
+    // fifth, ptxas spilled 8 bytes with it on sm_90: whole windows there).  Row w of the current window sits at
+    // (w + ring) mod (BM + BN); a whole window is copied at ring 0.
+    constexpr int W = BM + BN;
+    constexpr bool kRing = D <= 128;
+    int ring = 0;
+    auto stage_window = [&](int64_t j) {  // the window of key block j, whole (cp.async; the caller commits)
+        ring = 0;
+        load_window_async<T, W, D, LD, 128>(Ts, p, p.a.q_offset + m0 - j * BN - p.a.r_lo, BN);
+    };
+    auto stage_window_next = [&](int64_t j) {  // ... of key block j, the window of j - 1 in place
+        ring = ring + W - BN < W ? ring + W - BN : ring - BN;
+        load_window_async<T, BN, D, LD, 128>(Ts + ring * LD, p, p.a.q_offset + m0 - j * BN - p.a.r_lo, BN);
+    };
+    // the window's row r (a multiple of 16: the warp's rows of a 16-row step)
+    auto window_rows = [&](int r) {
+        const int x = r + ring;
+        return Ts + (x < W ? x : x - W) * LD;
     };
     // stage the t-th block, key block j (none: j < 0) (cp.async; zero rows and the key mask by plain stores,
     // visible after the next barrier).  INTERIOR: an interior block (or none): every key present and seen.
@@ -1465,8 +1483,9 @@ WAVEPE_DEVICE void attn_bwd_dq_tc_cta(const AttnParams &p) {
     if (needs_window(0, j_first)) stage_window(j_first);
     cp_async_commit();  // (with Q and dO)
     const float cap = float(p.cap_log2), cap_k = scale_log2 * float(p.icap_log2);
-    // the warp's rows of the window tile (16 w .. 16 w + BN + 15), ldmatrix addressed as K's
-    const T *const trow = Ts + 16 * warp * LD + brow;
+    // the warp's rows of the window tile (16 w .. 16 w + BN + 15), ldmatrix addressed as K's (a ring or not)
+    [[maybe_unused]] auto trow_ring = [&](int r) { return window_rows(16 * warp + r) + brow; };
+    [[maybe_unused]] const T *const trow = Ts + 16 * warp * LD + brow;
     // BIAS: 0 the block has no table bias, 1 it has (the band), 2 it has if its window meets the table (masked
     // blocks of a table's call).  The window has one buffer, read through the whole step (the bias, then
     // dQ += H T_win): the next block's is staged after a second barrier (at once when this block has none).
@@ -1617,7 +1636,13 @@ WAVEPE_DEVICE void attn_bwd_dq_tc_cta(const AttnParams &p) {
             float s[NT][4];
             zero_frags(s);
             if (BIAS != 0 && wbias) {
-                window_bias<T, BN, KC, c0, KS, LD, HLD, 1>(hw, static_cast<const T *>(Qs + arow), trow);
+                if constexpr (kRing) {
+                    float none[2][4] = {};
+                    window_bias<T, BN, KC, c0, KS, LD, HLD, 1, 0>(hw, static_cast<const T *>(Qs + arow), trow_ring,
+                                                                  none);
+                } else {
+                    window_bias<T, BN, KC, c0, KS, LD, HLD, 1>(hw, static_cast<const T *>(Qs + arow), trow);
+                }
                 __syncwarp();
                 add_window_bias<NT, KC, 0, HLD>(s, hw);
                 __syncwarp();  // read before the next chunk's stores
@@ -1649,11 +1674,20 @@ WAVEPE_DEVICE void attn_bwd_dq_tc_cta(const AttnParams &p) {
         if constexpr (BIAS != 0) {
             if (wbias) {
                 __syncwarp();
-                warp_hb<T, (BN + 16) / 16, DT, LD>(dq[0], Hw + (lane & 15) * HLDT + 8 * (lane >> 4), Ts + 16 * warp * LD);
+                const T *const hrow = Hw + (lane & 15) * HLDT + 8 * (lane >> 4);
+                if constexpr (kRing) {
+                    warp_hb<T, (BN + 16) / 16, DT, LD>(dq[0], hrow, [&](int r) { return window_rows(16 * warp + r); });
+                } else {
+                    const T *const tw = Ts + 16 * warp * LD;
+                    warp_hb<T, (BN + 16) / 16, DT, LD>(dq[0], hrow, [=](int r) { return tw + r * LD; });
+                }
             }
             if (bias && next_window) {  // CTA-uniform
                 __syncthreads();  // every warp is done with the window
-                stage_window(jn);
+                if (kRing && BIAS == 1 && jn == j + 1)  // (the band's next block)
+                    stage_window_next(jn);
+                else
+                    stage_window(jn);
                 cp_async_commit();
             }
         }
