@@ -877,6 +877,11 @@ TC_CASES = [
     dict(B=1, H=2, Hk=1, M=256, N=512, d=128, off=256, causal=True, pe=1, R=150, r_lo=0),
     dict(B=1, H=2, Hk=1, M=200, N=400, d=128, off=200, causal=True, pe=1, R=120, r_lo=0, softcap=2.0),
     dict(B=1, H=4, Hk=2, M=150, N=300, d=64, off=0, causal=False, pe=1, R=200, r_lo=-100, splits=2),
+    # decoding with a table, GQA heads packed (all rows at one position), the band over many blocks at head_dim 128:
+    # its window a ring, the previous block's window products reused; split-KV; a clamped table (every block a band
+    # block)
+    dict(B=1, H=4, Hk=2, M=1, N=700, d=128, off=699, causal=True, pe=1, R=400, r_lo=0, splits=2),
+    dict(B=1, H=4, Hk=2, M=1, N=700, d=128, off=699, causal=True, pe=1, R=40, r_lo=0, clamp=True),
 ]
 
 
