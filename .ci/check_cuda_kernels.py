@@ -303,11 +303,15 @@ OTHER_LOOP_CEILING = {
     # then the masked ones with the bias where their window meets the table
     # (at head dim 128 one chunk of 32 query columns a block on sm_90, as the table-free instance's; two of 16 on
     # sm_100 / sm_120, for registers; 2026-11-29, before: 6.0, 7.4, 8.5, 20.9 with the 16-column chunks)
-    ("attn_bwd_dkdv_tc_kernel", "128, true"): (4.75, 4.95, 6.05, 15.75),
-    ("attn_bwd_dkdv_tc_kernel", "64, true"): (6.2, 6.6, 8.4, 23.8),
+    # (later that day the window a ring: the next query block's window copied BM rows, not BM + BN -- a copy loop of
+    # its own beside the whole window's, both counted once, and the ring's row arithmetic in G's jobs: the band,
+    # soft-capped band and masked loops 0.6-0.7 (128, 64) and 1.8-3.1 (256) heavier statically, each at measured +
+    # 0.5; executed, 8 / 4 / 16 fewer 16-byte copies a thread a band block at 128 / 64 / 256, ~25 instructions each)
+    ("attn_bwd_dkdv_tc_kernel", "128, true"): (4.75, 5.45, 6.55, 16.4),
+    ("attn_bwd_dkdv_tc_kernel", "64, true"): (6.6, 6.7, 8.9, 24.4),
     # (head dim 256: static counts, S's and dP's loops of 4 steps inside taken once)
     ("attn_bwd_dkdv_tc_kernel", "256, false"): (7.35, 8.0, 22.35),
-    ("attn_bwd_dkdv_tc_kernel", "256, true"): (8.0, 9.55, 10.95, 26.4),
+    ("attn_bwd_dkdv_tc_kernel", "256, true"): (8.0, 11.0, 12.45, 27.9),
     # the wide dK/dV: its masked blocks (each whole: dkdv_probs' selection; soft-capped in the soft-cap's instance)
     ("attn_bwd_dkdv_tc_wide_kernel", "128, 1"): (6.3,), ("attn_bwd_dkdv_tc_wide_kernel", "128, 2"): (6.3,),
     ("attn_bwd_dkdv_tc_wide_kernel", "128, 3"): (8.6,), ("attn_bwd_dkdv_tc_wide_kernel", "64, 1"): (11.65,),

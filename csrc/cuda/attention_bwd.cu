@@ -457,7 +457,8 @@ __global__ void __launch_bounds__(B * 2, 1) attn_bwd_dkdv_kernel(AttnParams p) {
 // loop of their own before the others, and they and the masked blocks meeting the table add the bias:
 // G = Q T_win^T of the block's query groups, by all warps on the tensor cores into shared memory, read
 // back transposed and skewed by each warp after a barrier (key_block_window_products,
-// add_transposed_bias); the window has one buffer, refilled once G is whole.
+// add_transposed_bias); the window has one buffer, refilled once G is whole -- a ring: the next query block's
+// window shares all but BM of its rows with this one's, and only those BM are copied.
 // The query blocks a tensor-core dK/dV CTA takes, in phases, each over the heads of its GQA group in turn:
 // 0, those with masks, [i_start, ib) and [ie, i_end) (key_block_queries); 1, the interior blocks in the
 // table's band, [bb, be); 2, the other interior ones, [ib, bb) and [be, ie).  Per phase p (3: none): n[p]
@@ -587,15 +588,16 @@ struct TcDkdvLayout {
 // The relative table's bias of a key block's query block, on the tensor cores (attn_bwd_dkdv_tc_kernel):
 // Gs[16 g + r][c] = q_{16 g + r} . T_win[16 g + c] for the BM / 16 query groups g and c < BN + 16, pairs of
 // 8-column tiles shared round-robin among the 4 warps (Q's and the window's fragments by ldmatrix from Qb,
-// Ts; brow: the lane's B-operand offset, as warp_abt_ldm's).
+// Ts; brow: the lane's B-operand offset, as warp_abt_ldm's).  The window is a ring: its row w at (w + ring) mod
+// (BM + BN) (dkdv_tc_cta).
 template <class T, int BM, int BN, int KS, int LD, int GLD>
-WAVEPE_DEVICE void key_block_window_products(float *Gs, const T *Qb, const T *Ts, int brow) {
-    constexpr int PAIRS = (BN + 16) / 16, JOBS = BM / 16 * PAIRS;
+WAVEPE_DEVICE void key_block_window_products(float *Gs, const T *Qb, const T *Ts, int brow, int ring) {
+    constexpr int PAIRS = (BN + 16) / 16, JOBS = BM / 16 * PAIRS, W = BM + BN;
     const int lane = threadIdx.x & 31;
     for (int j = int(threadIdx.x) / 32; j < JOBS; j += 4) {
-        const int grp = j / PAIRS, pr = j % PAIRS;
+        const int grp = j / PAIRS, pr = j % PAIRS, x = 16 * grp + 16 * pr + ring;
         const T *const arow = Qb + (16 * grp + (lane & 15)) * LD + 8 * (lane >> 4);
-        const T *const trow = Ts + (16 * grp + 16 * pr) * LD + brow;
+        const T *const trow = Ts + (x < W ? x : x - W) * LD + brow;
         float g[2][4];
         zero_frags(g);
 #pragma unroll 2  // (not all KS steps' loads in flight: dK and dV's accumulators are live)
@@ -742,9 +744,20 @@ WAVEPE_DEVICE void dkdv_tc_cta(const AttnParams &p) {
     auto needs_window = [&](const Cursor &c) {
         return c.phase == 1 || (c.phase == 0 && has_table && block_bias(row0(c)));
     };
-    auto stage_window = [&](int64_t m0) {  // the window of query block m0 (cp.async; the caller commits)
-        const int64_t base = p.a.q_offset + m0 - n0 - p.a.r_lo;
-        load_window_async<T, BM + BN, D, LD, 128>(Ts, p, base, BN);
+    // The window of query block m0 + BM is that of m0 moved BM rows on: its rows 0 .. BN - 1 are m0's BM .. BM + BN -
+    // 1, so after m0's only its last BM rows are copied, over m0's first BM (read once G is whole) -- a third of the
+    // window at head_dim 128, half at 64, a fifth at 256.  Row w of the current window sits at (w + ring) mod
+    // (BM + BN); a whole window is copied at ring 0.
+    constexpr int W = BM + BN;
+    int ring = 0;
+    auto stage_window = [&](int64_t m0) {  // the window of query block m0, whole (cp.async; the caller commits)
+        ring = 0;
+        load_window_async<T, W, D, LD, 128>(Ts, p, p.a.q_offset + m0 - n0 - p.a.r_lo, BN);
+    };
+    auto stage_window_next = [&](int64_t m0) {  // ... of query block m0, the window of m0 - BM in place
+        // its rows BN .. BN + BM - 1 where m0 - BM's rows 0 .. BM - 1 are (ring is a multiple of BM: no wrap)
+        load_window_async<T, BM, D, LD, 128>(Ts + ring * LD, p, p.a.q_offset + m0 - n0 - p.a.r_lo + BN, BN);
+        ring = ring + BM < W ? ring + BM : ring + BM - W;
     };
     auto stage = [&](auto interior_tag, const Cursor &c) {  // (tc_dkdv_stage)
         tc_dkdv_stage<T, BM, D, LD, 128, decltype(interior_tag)::value>(p, ord, c, b, hk, Q0, dO0, lse0, delta0);
@@ -785,9 +798,12 @@ WAVEPE_DEVICE void dkdv_tc_cta(const AttnParams &p) {
             if (!bias && next_m0 >= 0) stage_window(next_m0);  // (the window's buffer is free)
             cp_async_commit();
             if (bias) {  // CTA-uniform
-                key_block_window_products<T, BM, BN, KS, LD, Lay::GLD>(Gs, Qb, Ts, brow);
+                key_block_window_products<T, BM, BN, KS, LD, Lay::GLD>(Gs, Qb, Ts, brow, ring);
                 __syncthreads();  // G is whole; the window is consumed
-                if (next_m0 >= 0) stage_window(next_m0);
+                if (next_m0 == m0 + BM)
+                    stage_window_next(next_m0);
+                else if (next_m0 >= 0)
+                    stage_window(next_m0);
                 cp_async_commit();
             }
         } else {
