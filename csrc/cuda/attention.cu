@@ -595,7 +595,8 @@ WAVEPE_DEVICE void attn_fwd_tc_cta(const AttnParams &p) {
             {
                 const int64_t j = other_block(t), n0 = j * BN;
                 const int64_t next = t + 1 < n_other ? other_block(t + 1) : first_interior;
-                load_tile_rows_async<T, BN, D, LD, kThreads>(Vs, v_row(n0));  // V's buffer is free: the last barrier passed
+                // (V's buffer is free: the last barrier passed)
+                load_tile_rows_async<T, BN, D, LD, kThreads>(Vs, v_row(n0));
                 cp_async_commit();
                 if constexpr (MT > 1) {
                     // 32 rows a warp: each m-tile's S, softmax and P V in turn (one S live: registers), once V has

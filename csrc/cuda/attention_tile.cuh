@@ -700,8 +700,8 @@ WAVEPE_DEVICE void window_pair_products(float (&g)[2][4], const QF &qf, const T 
 // PREV (the band loop's consecutive blocks, add_table_bias): block j + 1's window is block j's moved BN rows on, so
 // the first half's last pair of window rows (X0 + HC .. X0 + HC + 15 = BN .. BN + 15) is block j's second half's
 // first pair (rows 0 .. 15): with CARRY 2 that pair's G is also stored in the warp's scratch cw (2 x 32 x 4 floats,
-// 16 bytes a lane a tile, lanes in turn: conflict-free), and with CARRY 1 the last pair is read from there where `prev` (the warp took
-// block j - 1's window: warp-uniform) -- the same products, so the same bits.
+// 16 bytes a lane a tile, lanes in turn: conflict-free), and with CARRY 1 the last pair is read from there where
+// `prev` (the warp took block j - 1's window: warp-uniform) -- the same products, so the same bits.
 // TR: trow, the lane's address in the window's first row, or (the forward's band loop at head_dim 128, its window a
 // ring: attn_fwd_tc_cta) a callable giving it in a row r (a multiple of 16) of the window.
 template <class T, int BN, int HC, int C0, int KS, int LD, int HLD, int ROW_SHIFT, int CARRY, bool PREV = false,
