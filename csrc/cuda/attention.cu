@@ -535,7 +535,7 @@ WAVEPE_DEVICE void attn_fwd_tc_cta(const AttnParams &p) {
         // are block j's rows 0 .. BM - 1, so only its first BN rows are copied, over block j's last BN (rows w at
         // w ^ ring: 0, or BN after an odd number of such copies) -- half the window's copies (load_window_async).
         // Every other window (the masked blocks', the band loop's first) is copied whole, at ring 0.
-        constexpr bool kRing = Lay::QREG && MT == 1 && D == 128;
+        constexpr bool kRing = kPrev;  // (the same instances: head_dim 128, 16 rows a warp)
         static_assert(!kRing || BM == BN, "the ring's halves: a block's BN new rows, the previous block's BM");
         [[maybe_unused]] int ring = 0;
         // does the window of the warp's rows for the block at n0 meet the table (warp-uniform)?

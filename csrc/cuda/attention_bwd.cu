@@ -1652,13 +1652,10 @@ WAVEPE_DEVICE void attn_bwd_dq_tc_cta(const AttnParams &p) {
             float s[NT][4];
             zero_frags(s);
             if (BIAS != 0 && wbias) {
-                if constexpr (kRing) {
-                    float none[2][4] = {};
-                    window_bias<T, BN, KC, c0, KS, LD, HLD, 1, 0>(hw, static_cast<const T *>(Qs + arow), trow_ring,
-                                                                  none);
-                } else {
+                if constexpr (kRing)
+                    window_bias<T, BN, KC, c0, KS, LD, HLD, 1>(hw, static_cast<const T *>(Qs + arow), trow_ring);
+                else
                     window_bias<T, BN, KC, c0, KS, LD, HLD, 1>(hw, static_cast<const T *>(Qs + arow), trow);
-                }
                 __syncwarp();
                 add_window_bias<NT, KC, 0, HLD>(s, hw);
                 __syncwarp();  // read before the next chunk's stores

@@ -758,8 +758,8 @@ WAVEPE_DEVICE void window_bias(float *hw, const QF &qf, const TR &trow, float (&
             }
     }
 }
-template <class T, int BN, int HC, int C0, int KS, int LD, int HLD, int ROW_SHIFT, class QF>
-WAVEPE_DEVICE void window_bias(float *hw, const QF &qf, const T *trow) {
+template <class T, int BN, int HC, int C0, int KS, int LD, int HLD, int ROW_SHIFT, class QF, class TR>
+WAVEPE_DEVICE void window_bias(float *hw, const QF &qf, const TR &trow) {
     float none[2][4] = {};
     window_bias<T, BN, HC, C0, KS, LD, HLD, ROW_SHIFT, 0>(hw, qf, trow, none);
 }
