@@ -66,6 +66,13 @@ def pytest_configure(config):
     # Under pytest-xdist (make test) each worker is a process of its own: torch's default of one thread per
     # core in every worker would put 2 x cores spinning OpenMP threads on the cores (measured 1.26x slower on
     # 2 cores).  Each worker gets its share of the cores; tests about threads set their counts themselves.
+    # NumPy's OpenBLAS likewise: its threads spin after each product an oracle asks of it (12 % of a worker's
+    # samples on the emulator's tests, taken from the other worker's core); it reads its count when NumPy is
+    # first imported, before any hook of a worker runs, so the controller sets it for the workers it starts.
+    requested = getattr(config.option, "numprocesses", None)
+    if requested and not os.environ.get("PYTEST_XDIST_WORKER"):
+        count = pytest_xdist_auto_num_workers(config) if isinstance(requested, str) else int(requested)
+        os.environ.setdefault("OPENBLAS_NUM_THREADS", str(max(1, _cores() // max(1, count))))
     workers = os.environ.get("PYTEST_XDIST_WORKER_COUNT")
     if workers:
         try:

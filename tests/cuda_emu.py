@@ -38,7 +38,7 @@ GUARD_BYTE = 0x5A
 
 def _sources() -> tuple[list[str], list[str]]:
     cu = sorted(glob.glob(os.path.join(ROOT, "csrc", "cuda", "*.cu")))
-    cpp = [os.path.join(ROOT, "csrc", "cuda", "emu", "cuda_emu.cpp")]
+    cpp = [os.path.join(ROOT, "csrc", "cuda", "emu", name) for name in ("cuda_emu.cpp", "selftest.cpp")]
     return cu, cpp
 
 
@@ -310,6 +310,7 @@ def lib() -> C.CDLL:
             ("wavepe_cuda_attention_bwd_workspace_bytes", [C.POINTER(AttentionArgs)], sz),
             ("wavepe_cuda_attention_bwd", [C.POINTER(AttentionArgs), ptr, sz, ptr], cint),
             ("wavepe_emu_last_message", [], C.c_char_p),
+            ("wavepe_emu_selftest", [cint, ptr, ptr], cint),
             ("wavepe_emu_launch_log", [], C.c_char_p),
         ]:
             fn = getattr(L, name)  # every launcher of wavepe_cuda.h must be exported

@@ -1885,6 +1885,41 @@ def test_emulator_enforces_the_shared_memory_limit(lib, monkeypatch):
     assert lib.wavepe_cuda_attention_fwd(C.byref(prob.a), 1, None, 0, None) == 0
 
 
+# The emulator's own checks, each breached by a kernel of csrc/cuda/emu/selftest.cpp (its Case numbers): the
+# launch fails and its message names the breach.  Case 0 keeps every rule: its shuffles and its mma (through an
+# ldmatrix of the copied matrix) give the values the fragment layouts say -- the warp's exchanges, done once for
+# the warp by its last lane (warp_collective), against a product written out here.
+SELFTEST_BREACHES = {
+    1: "wait at different warp barriers",  # a warp's lanes at two shuffles
+    2: "wait at different warp barriers",  # half at a __syncwarp, half at a shuffle
+    3: "reached by some lanes while others exited",
+    4: "wait at different __syncthreads",
+    5: "shared-memory race: ldmatrix of words warp 0's cp.async landed in since the last __syncthreads",
+}
+
+
+@pytest.mark.parametrize("which", [0, *SELFTEST_BREACHES])
+def test_emulator_catches_each_breach_of_its_rules(lib, which):
+    rows, cols = np.mgrid[0:8, 0:8]
+    m = (rows + cols / 8).astype(np.float32)  # exact in bf16
+    matrix = E.to_bf16_bits(m)
+    out = np.full(64 + 128, np.nan, np.float32)
+    err = lib.wavepe_emu_selftest(which, matrix.ctypes.data, out.ctypes.data)
+    message = lib.wavepe_emu_last_message().decode()
+    if which:
+        assert err != 0 and SELFTEST_BREACHES[which] in message, (err, message)
+        return
+    assert err == 0, message
+    assert np.array_equal(out[:64], np.arange(64) ^ 1)  # __shfl_xor_sync(v, 1) of v = threadIdx.x
+    # A = [[M, M], [M, M]] (16 x 16) and B = [M^T; M^T] (16 x 8) from the fragments, C = A B + 1
+    a = np.block([[m, m], [m, m]]).astype(np.float64)
+    c = a @ np.vstack([m.T, m.T]).astype(np.float64) + 1
+    lane = np.arange(32)[:, None]
+    i = np.arange(4)[None, :]
+    want = c[lane // 4 + 8 * (i // 2), 2 * (lane % 4) + i % 2]
+    assert np.array_equal(out[64:].reshape(32, 4), want)
+
+
 if os.environ.get("WAVEPE_EMU_ORDER"):  # pragma: no cover
     pytest.skip("run without WAVEPE_EMU_ORDER (the tests set it themselves)", allow_module_level=True)
 

@@ -2,8 +2,9 @@
 //
 // A launch runs its blocks one after another.  Each thread of a block is a
 // fiber with its own stack; a fiber runs until it reaches a barrier
-// (__syncthreads, __syncwarp, a shuffle or an mma, which exchange values
-// through per-warp slots between two barriers) and then yields to the
+// (__syncthreads, __syncwarp, or a warp's exchange -- a shuffle, an ldmatrix,
+// an mma -- whose last lane to arrive does the whole warp's work through
+// per-warp slots and releases it: warp_collective) and then yields to the
 // scheduler.  After every round the scheduler releases a barrier once all
 // live threads of its scope wait at it, and checks that they wait at the
 // same source line.  No progress with threads left is a deadlock and fails
@@ -31,7 +32,6 @@ namespace wavepe_emu {
 namespace {
 
 constexpr size_t kStackBytes = 512 * 1024;
-constexpr size_t kSlotBytes = 64;
 constexpr size_t kSmemGuard = 256;
 constexpr unsigned char kGuardByte = 0xA5;
 
@@ -72,6 +72,7 @@ struct Emu {
     std::mutex mutex;  // one launch at a time
     std::vector<Fiber> fibers;
     std::vector<unsigned char> slots;  // warps * 32 * kSlotBytes
+    std::vector<int> collective_arrived;  // a warp's lanes waiting at a warp_collective
     std::vector<unsigned char> smem;
     size_t smem_bytes = 0;
     Fiber *cur = nullptr;
@@ -94,10 +95,10 @@ struct Emu {
     std::vector<struct RaceWord> words;
 };
 
-Emu &emu() {
-    static Emu e;
-    return e;
-}
+// one emulator a process (a namespace-scope object, not a function's static: emu() is called for every lane's
+// every access to its thread state, and a guarded static's call was ~5 % of the emulator's time)
+Emu g_emu;
+inline Emu &emu() { return g_emu; }
 
 thread_local std::string t_message;
 
@@ -108,8 +109,12 @@ int env_int(const char *name, int dflt) {
 
 #if defined(__x86_64__)
 extern "C" void wavepe_emu_switch(void **save_sp, void *new_sp);
-// Saves the callee-saved registers and the FP control words on the current
-// stack, stores the stack pointer in *save_sp, and resumes the stack new_sp.
+// Saves the callee-saved registers on the current stack, stores the stack
+// pointer in *save_sp, and resumes the stack new_sp.  The FP control words
+// (MXCSR, the x87 control word) are not switched: the fibers and the scheduler
+// share one OS thread and nothing here changes its rounding or exception
+// modes -- storing and loading them was ~80 % of a switch's time (fldcw, ldmxcsr).
+// The 8 bytes below the registers keep the frame 16-byte aligned.
 asm(R"(
     .pushsection .text
     .globl wavepe_emu_switch
@@ -123,12 +128,8 @@ wavepe_emu_switch:
     pushq %r14
     pushq %r15
     subq $8, %rsp
-    stmxcsr (%rsp)
-    fnstcw 4(%rsp)
     movq %rsp, (%rdi)
     movq %rsi, %rsp
-    ldmxcsr (%rsp)
-    fldcw 4(%rsp)
     addq $8, %rsp
     popq %r15
     popq %r14
@@ -181,7 +182,7 @@ void fiber_entry() {
 void init_fiber(Fiber &f) {
     if (f.stack == nullptr) f.stack = static_cast<unsigned char *>(std::malloc(kStackBytes));
 #if defined(__x86_64__)
-    // Frame that wavepe_emu_switch pops: FP control words, six callee-saved
+    // Frame that wavepe_emu_switch pops: 8 bytes of padding, six callee-saved
     // registers, then the address it returns to (fiber_entry), above it a
     // fake return address so that fiber_entry sees an ABI-aligned stack.
     uintptr_t top = (reinterpret_cast<uintptr_t>(f.stack) + kStackBytes) & ~uintptr_t(15);
@@ -189,11 +190,7 @@ void init_fiber(Fiber &f) {
     *--sp = 0;                                               // fake return address of fiber_entry
     *--sp = reinterpret_cast<uint64_t>(&fiber_entry);        // ret target
     for (int i = 0; i < 6; ++i) *--sp = 0;                   // rbp rbx r12 r13 r14 r15
-    --sp;
-    uint32_t mxcsr = 0x1F80;
-    uint16_t fpucw = 0x037F;
-    std::memcpy(reinterpret_cast<unsigned char *>(sp), &mxcsr, 4);
-    std::memcpy(reinterpret_cast<unsigned char *>(sp) + 4, &fpucw, 2);
+    *--sp = 0;                                               // padding
     f.sp = sp;
 #else
     getcontext(&f.ctx);
@@ -279,6 +276,7 @@ bool run_block(std::mt19937 &rng, int order) {
     std::fill(e.smem.begin(), e.smem.begin() + e.smem_bytes, 0xFF);  // NaN in every float type
     e.epoch = 0;
     e.words.assign(e.smem_bytes / 4 + 1, RaceWord{});
+    e.collective_arrived.assign((e.fibers.size() + 31) / 32, 0);
     std::vector<size_t> perm(e.fibers.size());
     for (size_t i = 0; i < perm.size(); ++i) perm[i] = i;
     for (;;) {
@@ -362,6 +360,36 @@ unsigned char *warp_slot(int lane) {
 void syncthreads(const char *file, int line) { wait_here(State::WaitBlock, file, line); }
 void syncwarp(const char *file, int line) { wait_here(State::WaitWarp, file, line); }
 
+// One barrier for a warp's exchange: each lane has filled its slot (its operands, or pointers to them and to
+// its results) before calling; the last lane to arrive checks that the others wait at the same line, runs
+// `all_lanes` once on the warp's slots -- every lane's results written through its pointers, while the other
+// lanes are suspended here -- and lets them go on.  A shuffle, an ldmatrix or an mma so costs a warp one
+// suspension a lane, not two (filling the slots, then keeping them until every lane has read them): the fibers'
+// switches were ~30 % of the emulator's time.
+void warp_collective(const char *file, int line, void (*all_lanes)(unsigned char *slots, int lanes)) {
+    Emu &e = emu();
+    Fiber &f = *e.cur;
+    const size_t lo = size_t(f.warp) * 32, hi = std::min(e.fibers.size(), lo + 32);
+    int &arrived = e.collective_arrived[size_t(f.warp)];
+    if (size_t(++arrived) < hi - lo) {
+        wait_here(State::WaitWarp, file, line);  // released by the warp's last lane (or failed by the scheduler)
+        return;
+    }
+    arrived = 0;
+    for (size_t i = lo; i < hi; ++i) {
+        const Fiber &o = e.fibers[i];
+        if (&o != &f && (o.line != line || (o.file != file && std::strcmp(o.file, file) != 0))) {
+            fail("lanes of warp " + std::to_string(f.warp) + " wait at different warp barriers: " + where(o) + " and " +
+                 file + ":" + std::to_string(line));
+            wait_here(State::WaitWarp, file, line);  // the scheduler ends the block after this round
+            return;
+        }
+    }
+    all_lanes(e.slots.data() + lo * kSlotBytes, int(hi - lo));
+    for (size_t i = lo; i < hi; ++i)
+        if (&e.fibers[i] != &f) e.fibers[i].state = State::Ready;
+}
+
 // The worst bank-conflict degree of the ldmatrix instructions since the last reset (see below).
 static std::atomic<int> g_ldmatrix_worst{1};
 // the warps' mma.sync instructions and the bytes cp.async wrote into shared memory since the tests last asked
@@ -393,100 +421,136 @@ void race(const std::string &what, size_t word) {
 }
 }  // namespace
 
-void ldmatrix(uint32_t *regs, int nmat, bool trans, const void *row_addr) {
-    const int lane = lane_id();
-    std::memcpy(warp_slot(lane), &row_addr, sizeof(row_addr));
-    syncwarp(__FILE__, __LINE__);
-    const unsigned char *const slots = warp_slot(0);  // (the warp's 32 slots, kSlotBytes apart)
-    auto row_of = [&](int src_lane) {
-        const unsigned char *p;
-        std::memcpy(&p, slots + size_t(src_lane) * kSlotBytes, sizeof(p));
-        return p;
-    };
-    if (lane == 0) {
-        const int warp = emu().cur->warp, epoch = emu().epoch;
-        for (int r = 0; r < 8 * nmat; ++r)
-            each_word(row_of(r), 16, [&](RaceWord &w, size_t i) {
-                if (w.inflight_warp >= 0)
-                    race("ldmatrix of words a cp.async (warp " + std::to_string(w.inflight_warp) + ") is filling", i);
-                else if (w.w_epoch == epoch && w.w_warp != warp)
-                    race("ldmatrix of words warp " + std::to_string(w.w_warp) +
-                         "'s cp.async landed in since the last __syncthreads", i);
-                if (w.r_epoch != epoch) {
-                    w.r_epoch = epoch;
-                    w.r_warps = 0;
-                }
-                w.r_warps |= 1u << warp;
-            });
-        // each 8x8 matrix is one shared-memory wavefront: 8 rows of 16 bytes; its degree is the most
-        // distinct 4-byte words that fall in one of the 32 banks (offsets from the dynamic shared base)
-        const unsigned char *base = dynamic_smem();
-        for (int i = 0; i < nmat; ++i) {
-            std::ptrdiff_t words[32];
-            int n = 0;
-            for (int r = 0; r < 8; ++r)
-                for (int w = 0; w < 4; ++w) words[n++] = (row_of(8 * i + r) - base) / 4 + w;
-            // each distinct word once, then the most that share a bank
-            std::sort(words, words + n);
-            n = int(std::unique(words, words + n) - words);
-            int per_bank[32] = {0}, worst = 1;
-            for (int a = 0; a < n; ++a) {
-                const int bank = int(((words[a] % 32) + 32) % 32);
-                worst = ++per_bank[bank] > worst ? per_bank[bank] : worst;
+namespace {
+struct LdmatrixSlot {
+    uint32_t *regs;
+    const unsigned char *row;
+    int nmat, trans;
+};
+
+// ldmatrix for the whole warp (warp_collective): the race check and the bank-conflict count of its rows, then
+// every lane's registers.
+void ldmatrix_all_lanes(unsigned char *slots, int lanes) {
+    if (lanes != 32) return fail("ldmatrix in a warp of " + std::to_string(lanes) + " threads (it needs all 32)");
+    LdmatrixSlot lane_slot[32];
+    for (int l = 0; l < 32; ++l) std::memcpy(&lane_slot[l], slots + size_t(l) * kSlotBytes, sizeof(LdmatrixSlot));
+    const int nmat = lane_slot[0].nmat;
+    const bool trans = lane_slot[0].trans != 0;
+    auto row_of = [&](int src_lane) { return lane_slot[src_lane].row; };
+    const int warp = emu().cur->warp, epoch = emu().epoch;
+    for (int r = 0; r < 8 * nmat; ++r)
+        each_word(row_of(r), 16, [&](RaceWord &w, size_t i) {
+            if (w.inflight_warp >= 0)
+                race("ldmatrix of words a cp.async (warp " + std::to_string(w.inflight_warp) + ") is filling", i);
+            else if (w.w_epoch == epoch && w.w_warp != warp)
+                race("ldmatrix of words warp " + std::to_string(w.w_warp) +
+                     "'s cp.async landed in since the last __syncthreads", i);
+            if (w.r_epoch != epoch) {
+                w.r_epoch = epoch;
+                w.r_warps = 0;
             }
-            int seen = g_ldmatrix_worst.load();
-            while (worst > seen && !g_ldmatrix_worst.compare_exchange_weak(seen, worst)) {
-            }
-        }
-    }
+            w.r_warps |= 1u << warp;
+        });
+    // each 8x8 matrix is one shared-memory wavefront: 8 rows of 16 bytes; its degree is the most
+    // distinct 4-byte words that fall in one of the 32 banks (offsets from the dynamic shared base)
+    const unsigned char *base = dynamic_smem();
     for (int i = 0; i < nmat; ++i) {
-        uint16_t e[2];
-        for (int h = 0; h < 2; ++h) {
-            const unsigned char *row = trans ? row_of(8 * i + 2 * (lane % 4) + h) : row_of(8 * i + lane / 4);
-            const int col = trans ? lane / 4 : 2 * (lane % 4) + h;
-            std::memcpy(&e[h], row + 2 * col, 2);
+        std::ptrdiff_t words[32];
+        int n = 0;
+        for (int r = 0; r < 8; ++r)
+            for (int w = 0; w < 4; ++w) words[n++] = (row_of(8 * i + r) - base) / 4 + w;
+        // each distinct word once, then the most that share a bank
+        std::sort(words, words + n);
+        n = int(std::unique(words, words + n) - words);
+        int per_bank[32] = {0}, worst = 1;
+        for (int a = 0; a < n; ++a) {
+            const int bank = int(((words[a] % 32) + 32) % 32);
+            worst = ++per_bank[bank] > worst ? per_bank[bank] : worst;
         }
-        regs[i] = uint32_t(e[0]) | (uint32_t(e[1]) << 16);
+        int seen = g_ldmatrix_worst.load();
+        while (worst > seen && !g_ldmatrix_worst.compare_exchange_weak(seen, worst)) {
+        }
     }
-    syncwarp(__FILE__, __LINE__);
+    for (int lane = 0; lane < 32; ++lane)
+        for (int i = 0; i < nmat; ++i) {
+            uint16_t e[2];
+            for (int h = 0; h < 2; ++h) {
+                const unsigned char *row = trans ? row_of(8 * i + 2 * (lane % 4) + h) : row_of(8 * i + lane / 4);
+                const int col = trans ? lane / 4 : 2 * (lane % 4) + h;
+                std::memcpy(&e[h], row + 2 * col, 2);
+            }
+            lane_slot[lane].regs[i] = uint32_t(e[0]) | (uint32_t(e[1]) << 16);
+        }
+}
+
+struct MmaSlot {
+    float *d;
+    const uint32_t *a, *b;
+    int is_bf16;
+};
+
+// mma.sync m16n8k16 for the whole warp (warp_collective): A (16 x 16) and B (16 x 8) gathered from the lanes'
+// fragments, D += A B with each element's 16 products added in k's order (as each lane did before: the same
+// bits), D scattered back.
+void mma_all_lanes(unsigned char *slots, int lanes) {
+    if (lanes != 32) return fail("mma.sync in a warp of " + std::to_string(lanes) + " threads (it needs all 32)");
+    MmaSlot lane_slot[32];
+    for (int l = 0; l < 32; ++l) std::memcpy(&lane_slot[l], slots + size_t(l) * kSlotBytes, sizeof(MmaSlot));
+    const bool is_bf16 = lane_slot[0].is_bf16 != 0;
+    auto to_float = [&](uint32_t word, int hi) {
+        const uint16_t bits = uint16_t(hi ? word >> 16 : word & 0xffffu);
+        return is_bf16 ? __bfloat162float(__ushort_as_bfloat16(bits)) : __half2float(__ushort_as_half(bits));
+    };
+    float A[16][16], B[16][8], D[16][8];
+    for (int lane = 0; lane < 32; ++lane) {
+        const MmaSlot &s = lane_slot[lane];
+        const int g = lane >> 2, t = lane & 3;
+        for (int reg = 0; reg < 4; ++reg)  // A's register reg: row g + 8 (reg % 2), columns 2t + 8 (reg / 2) + {0, 1}
+            for (int hi = 0; hi < 2; ++hi) A[g + 8 * (reg % 2)][2 * t + 8 * (reg / 2) + hi] = to_float(s.a[reg], hi);
+        for (int reg = 0; reg < 2; ++reg)  // B's register reg: rows 2t + 8 reg + {0, 1}, column g
+            for (int hi = 0; hi < 2; ++hi) B[2 * t + 8 * reg + hi][g] = to_float(s.b[reg], hi);
+        for (int i = 0; i < 4; ++i) D[g + 8 * (i / 2)][2 * t + (i % 2)] = s.d[i];  // row g + 8 (i / 2), column 2t + i % 2
+    }
+    // a row's 8 sums in two 4-float vectors, kept in registers across k (as float arrays GCC kept them in memory:
+    // each step waited on the last one's store); each element still adds its products one by one in k's order
+    typedef float f4 __attribute__((vector_size(16)));
+    f4 b_lo[16], b_hi[16];
+    for (int k = 0; k < 16; ++k) {
+        std::memcpy(&b_lo[k], &B[k][0], sizeof(f4));
+        std::memcpy(&b_hi[k], &B[k][4], sizeof(f4));
+    }
+    for (int row = 0; row < 16; ++row) {
+        f4 lo, hi;
+        std::memcpy(&lo, &D[row][0], sizeof(f4));
+        std::memcpy(&hi, &D[row][4], sizeof(f4));
+        for (int k = 0; k < 16; ++k) {
+            const float a = A[row][k];
+            lo += a * b_lo[k];
+            hi += a * b_hi[k];
+        }
+        std::memcpy(&D[row][0], &lo, sizeof(f4));
+        std::memcpy(&D[row][4], &hi, sizeof(f4));
+    }
+    for (int lane = 0; lane < 32; ++lane) {
+        const int g = lane >> 2, t = lane & 3;
+        for (int i = 0; i < 4; ++i) lane_slot[lane].d[i] = D[g + 8 * (i / 2)][2 * t + (i % 2)];
+    }
+}
+}  // namespace
+
+void ldmatrix(uint32_t *regs, int nmat, bool trans, const void *row_addr) {
+    const LdmatrixSlot mine{regs, static_cast<const unsigned char *>(row_addr), nmat, trans ? 1 : 0};
+    static_assert(sizeof(mine) <= kSlotBytes, "a lane's ldmatrix fits its slot");
+    std::memcpy(warp_slot(lane_id()), &mine, sizeof(mine));
+    warp_collective(__FILE__, __LINE__, ldmatrix_all_lanes);
 }
 
 void mma_m16n8k16(float d[4], const uint32_t a[4], const uint32_t b[2], bool is_bf16) {
-    const int lane = lane_id();
-    if (lane == 0) g_mma_count.fetch_add(1, std::memory_order_relaxed);  // (one instruction a warp)
-    // each lane's 8 A and 4 B elements, converted once, as floats in its slot: value 2 reg + half of A's
-    // register reg, 8 + 2 reg + half of B's
-    float mine[12];
-    for (int reg = 0; reg < 6; ++reg) {
-        const uint32_t word = reg < 4 ? a[reg] : b[reg - 4];
-        for (int hi = 0; hi < 2; ++hi) {
-            const uint16_t bits = uint16_t(hi ? word >> 16 : word & 0xffffu);
-            mine[2 * reg + hi] = is_bf16 ? __bfloat162float(__ushort_as_bfloat16(bits)) : __half2float(__ushort_as_half(bits));
-        }
-    }
-    static_assert(sizeof(mine) <= kSlotBytes, "a lane's operands fit its slot");
-    std::memcpy(warp_slot(lane), mine, sizeof(mine));
-    syncwarp(__FILE__, __LINE__);
-    const unsigned char *const slots = warp_slot(0);  // (the warp's 32 slots, kSlotBytes apart)
-    auto value = [&](int src_lane, int index) {
-        float v;
-        std::memcpy(&v, slots + size_t(src_lane) * kSlotBytes + 4 * index, 4);
-        return v;
-    };
-    const int g = lane >> 2, t = lane & 3;
-    for (int i = 0; i < 4; ++i) {
-        const int row = g + 8 * (i / 2), col = 2 * t + (i % 2);
-        float acc = d[i];
-        for (int k = 0; k < 16; ++k) {
-            // A[row][k]: lane (row % 8) * 4 + (k % 8) / 2, register (row / 8) + 2 (k / 8), half k % 2
-            const float av = value((row % 8) * 4 + (k % 8) / 2, 2 * ((row / 8) + 2 * (k / 8)) + k % 2);
-            // B[k][col]: lane col * 4 + (k % 8) / 2, register k / 8, half k % 2
-            const float bv = value(col * 4 + (k % 8) / 2, 8 + 2 * (k / 8) + k % 2);
-            acc += av * bv;
-        }
-        d[i] = acc;
-    }
-    syncwarp(__FILE__, __LINE__);
+    if (lane_id() == 0) g_mma_count.fetch_add(1, std::memory_order_relaxed);  // (one instruction a warp)
+    const MmaSlot mine{d, a, b, is_bf16 ? 1 : 0};
+    static_assert(sizeof(mine) <= kSlotBytes, "a lane's mma operands fit its slot");
+    std::memcpy(warp_slot(lane_id()), &mine, sizeof(mine));
+    warp_collective(__FILE__, __LINE__, mma_all_lanes);
 }
 
 void cp_async(void *smem_dst, const void *gmem_src, int src_bytes, int total_bytes) {

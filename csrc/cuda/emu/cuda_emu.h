@@ -18,8 +18,11 @@
 // WAVEPE_EMU_ORDER=serial each warp runs alone from one __syncthreads to the
 // next, so a warp reading shared memory another warp writes in the same
 // interval (a missing __syncthreads) reads it stale.
-// What it cannot check: timing, real warp-level divergence, the memory model
-// of a GPU, and the hardware's mma accumulation order.
+// What it cannot check: timing, real warp-level divergence (a warp's lanes at
+// two different mma or ldmatrix calls: both wait at the emulator's one line
+// for each), the memory model of a GPU, and the hardware's mma accumulation
+// order.  csrc/cuda/emu/selftest.cpp breaks each rule it does check, one at a
+// time (tests/test_cuda_emu.py).
 #pragma once
 
 #include <cmath>
@@ -62,21 +65,41 @@ unsigned char *dynamic_smem();
 
 void syncthreads(const char *file, int line);
 void syncwarp(const char *file, int line);
-// 64-byte exchange slot of `lane` in the current thread's warp.
+// exchange slot of `lane` in the current thread's warp, kSlotBytes long (a warp's 32 slots are consecutive)
+constexpr size_t kSlotBytes = 64;
 unsigned char *warp_slot(int lane);
 int lane_id();
+// A warp's exchange at one barrier: every lane fills its slot, then calls this; the last lane to arrive runs
+// all_lanes(the warp's slots, its lanes: 32 but in a block's last partial warp) once, which writes each lane's
+// results through the pointers its slot holds.
+void warp_collective(const char *file, int line, void (*all_lanes)(unsigned char *slots, int lanes));
 
 cudaError_t launch(const void *kernel, dim3 grid, dim3 block, size_t smem, const std::function<void()> &body);
 cudaError_t set_max_dynamic_smem(const void *kernel, int bytes);
 
 template <class T>
+struct ShflSlot {
+    T *out;
+    int src_lane;
+    T value;
+};
+
+// (a source lane past a partial warp's last reads zero bytes)
+template <class T>
+void shfl_all_lanes(unsigned char *slots, int lanes) {
+    ShflSlot<T> lane_slot[32];
+    std::memset(static_cast<void *>(lane_slot), 0, sizeof(lane_slot));
+    for (int l = 0; l < lanes; ++l) std::memcpy(&lane_slot[l], slots + kSlotBytes * size_t(l), sizeof(ShflSlot<T>));
+    for (int l = 0; l < lanes; ++l) std::memcpy(lane_slot[l].out, &lane_slot[lane_slot[l].src_lane].value, sizeof(T));
+}
+
+template <class T>
 T shfl_index(T v, int src_lane, const char *file, int line) {
-    static_assert(sizeof(T) <= 64, "shuffle of a large type");
-    std::memcpy(warp_slot(lane_id()), &v, sizeof(T));
-    syncwarp(file, line);
+    static_assert(sizeof(ShflSlot<T>) <= kSlotBytes, "shuffle of a large type");
     T out;
-    std::memcpy(&out, warp_slot(src_lane & 31), sizeof(T));
-    syncwarp(file, line);  // nobody overwrites a slot before every lane read it
+    const ShflSlot<T> mine{&out, src_lane & 31, v};
+    std::memcpy(warp_slot(lane_id()), &mine, sizeof(mine));
+    warp_collective(file, line, shfl_all_lanes<T>);
     return out;
 }
 
