@@ -1585,19 +1585,20 @@ def test_tensor_core_forward_reads_shared_memory_without_bank_conflicts(lib):
     # (unpadded rows, LD = d, give 8 at d = 64 and 128: every row of a matrix in the same 4 banks)
 
 
-@pytest.mark.parametrize("d", [64, 128])
+@pytest.mark.parametrize("d", [64, 128, 256])
 def test_tensor_core_forward_band_blocks_reuse_window_products(lib, d):
     # The model's HMMA count of a band block (docs/CUDA.md), counted by the emulator (a warp's mma.sync once): Q K^T
     # and P V 64 each a warp, the window's G = Q T_win^T of the block's two halves 6 + 4 pairs of 8-column tiles x
-    # d / 16 steps at d = 128 (the pair both halves read computed once; at 64, 5 + 4 pairs: 72) -- and at 128, from
-    # a band loop's second block on, 16 fewer: the pair the previous block's second half computed (window_bias's
-    # PREV).  And its copies (cp.async's bytes): Q once, K and V a block, the window's 64 + bn rows for the first
-    # block and at 128 only bn for the others (the ring: the previous window's first 64 rows are the next's last).
-    # One 64-row CTA, every block of keys interior and in the band (a clamped table).
+    # d / 16 steps at d = 128 (the pair both halves read computed once; at 64, 5 + 4 pairs: 72; at 256, blocks of 32
+    # keys: 96) -- and at 128, from a band loop's second block on, 16 fewer: the pair the previous block's second
+    # half computed (window_bias's PREV).  And its copies (cp.async's bytes): Q once, K and V a block, the window's
+    # 64 + bn rows for the first block and, at 128 and 256, only bn for the others (the ring: the previous window's
+    # first 64 rows are the next's last; at 64 whole windows).  One 64-row CTA, every block of keys interior and in
+    # the band (a clamped table).
     lib.wavepe_emu_mma_count.restype = C.c_longlong
     lib.wavepe_emu_cp_async_bytes.restype = C.c_longlong
-    bn, g_first, g_next = {128: (64, 80, 64), 64: (128, 72, 72)}[d]
-    t_next = bn if d == 128 else 64 + bn
+    bn, g_first, g_next = {128: (64, 80, 64), 64: (128, 72, 72), 256: (32, 96, 96)}[d]
+    t_next = bn if d != 64 else 64 + bn
     for blocks in (1, 2, 5):
         prob = Attn(lib, E.BF16, B=1, H=1, Hk=1, M=64, N=blocks * bn, d=d, off=0, causal=False, pe=1, R=8, clamp=True)
         assert fwd_kernel(lib, prob) == "tensor-core"

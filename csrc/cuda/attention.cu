@@ -531,12 +531,15 @@ WAVEPE_DEVICE void attn_fwd_tc_cta(const AttnParams &p) {
         [[maybe_unused]] constexpr bool kPrev = Lay::QREG && MT == 1 && D == 128;
         [[maybe_unused]] float *const cw = reinterpret_cast<float *>(Qs + 16 * warp * LD);
         [[maybe_unused]] bool prev_window = false;
-        // At head_dim 128 (BM = BN = 64) the band loop's window is a ring: block j + 1's window rows BN .. BM + BN - 1
-        // are block j's rows 0 .. BM - 1, so only its first BN rows are copied, over block j's last BN (rows w at
-        // w ^ ring: 0, or BN after an odd number of such copies) -- half the window's copies (load_window_async).
-        // Every other window (the masked blocks', the band loop's first) is copied whole, at ring 0.
-        constexpr bool kRing = kPrev;  // (the same instances: head_dim 128, 16 rows a warp)
-        static_assert(!kRing || BM == BN, "the ring's halves: a block's BN new rows, the previous block's BM");
+        // The band loop's window (W = BM + BN rows) is a ring: block j + 1's window rows BN .. W - 1 are block j's
+        // rows 0 .. BM - 1, so only its first BN rows are copied, over block j's last BN, and window row w sits at
+        // (w + ring) mod W, ring moving BM rows (mod W) a copy: half the window's copies at head_dim 128 (BM = BN = 64:
+        // w ^ ring, ring 0 or 64), a third at 256 (32 of 96 rows; BM = 64, BN = 32); the BN new rows wrap past the
+        // tile's end where they must (load_window_async's WRAP).  Every other window (the masked blocks', the band
+        // loop's first) is copied whole, at ring 0.  (At 64 -- 128 new rows of 192 -- ptxas spilled 8 bytes on sm_80,
+        // with the pieces copied by two calls or by one wrapping: not taken.)
+        constexpr bool kRing = MT == 1 && D != 64;  // (16 rows a warp: the instances with a table)
+        constexpr int W = BM + BN;
         [[maybe_unused]] int ring = 0;
         // does the window of the warp's rows for the block at n0 meet the table (warp-uniform)?
         auto warp_bias = [&](int64_t n0) {
@@ -682,7 +685,14 @@ WAVEPE_DEVICE void attn_fwd_tc_cta(const AttnParams &p) {
                             if constexpr (kRing) {
                                 const T *const tbase = Ts + lane_row;
                                 const int wrow = WR * warp * row_shift, r = ring;
-                                auto rows = [=](int x) { return tbase + ((wrow + x) ^ r) * LD; };
+                                auto rows = [=](int x) {
+                                    if constexpr (BM == BN) {
+                                        return tbase + ((wrow + x) ^ r) * LD;
+                                    } else {
+                                        const int w = wrow + x + r;  // (< 2 W)
+                                        return tbase + (w >= W ? w - W : w) * LD;
+                                    }
+                                };
                                 add_table_bias<T, BN, KS, LD, HLD, row_shift, kPrev>(s[0], hw, qf, rows, cw,
                                                                                      prev_window);
                             } else {
@@ -728,9 +738,15 @@ WAVEPE_DEVICE void attn_fwd_tc_cta(const AttnParams &p) {
                     load_rows_async<T, BN, D, LD, 4 * 32>(Ks, kg + next * BN * kstride, kstride);
                     if (kind == kTableBias && block_bias(next)) {
                         if (kRing && next == j + 1 && block_bias(j)) {  // (CTA-uniform)
-                            ring ^= BN;  // the next window's first BN rows, over this one's last
-                            load_window_async<T, BN, D, LD, kThreads>(Ts + ring * LD, p,
-                                                                      p.a.q_offset + m0 - next * BN - p.a.r_lo, BN);
+                            // the next window's first BN rows, over this one's last
+                            const int64_t base = p.a.q_offset + m0 - next * BN - p.a.r_lo;
+                            if constexpr (BM == BN) {
+                                ring ^= BN;
+                                load_window_async<T, BN, D, LD, kThreads>(Ts + ring * LD, p, base, BN);
+                            } else {
+                                ring = ring + BM >= W ? ring + BM - W : ring + BM;
+                                load_window_async<T, BN, D, LD, kThreads, W>(Ts, p, base, BN, ring);
+                            }
                         } else {
                             ring = 0;
                             load_window(next);

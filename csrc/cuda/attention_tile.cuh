@@ -301,9 +301,11 @@ WAVEPE_DEVICE void load_tile_rows_async(T *dst, RowFn row) {
 
 // The window of NROWS table rows from row t0 = base - (bn - 1) (window_row_ptr's rows, w = 0 ..) into a tile (row
 // stride LD), by cp.async as load_tile_rows_async; the rows outside the table (clamped: its first or last row) found
-// by two 32-bit compares a row, a missing one zero-filled by the copy itself (src-size 0: no branch).
-template <class T, int NROWS, int D, int LD, int NTHREADS>
-WAVEPE_DEVICE void load_window_async(T *dst, const AttnParams &p, int64_t base, int bn) {
+// by two 32-bit compares a row, a missing one zero-filled by the copy itself (src-size 0: no branch).  WRAP > 0: the
+// tile is a ring of WRAP rows and row w goes to tile row (at + w) mod WRAP (at < WRAP, NROWS <= WRAP).
+template <class T, int NROWS, int D, int LD, int NTHREADS, int WRAP = 0>
+WAVEPE_DEVICE void load_window_async(T *dst, const AttnParams &p, int64_t base, int bn, int at = 0) {
+    static_assert(WRAP == 0 || NROWS <= WRAP, "a ring's rows");
     constexpr int V = 16 / int(sizeof(T)), CPR = D / V, RSTEP = NTHREADS / CPR;
     static_assert(D % V == 0 && NTHREADS % CPR == 0, "whole rows per round");
     const int r0 = int(threadIdx.x) / CPR, c = (int(threadIdx.x) % CPR) * V;
@@ -319,7 +321,14 @@ WAVEPE_DEVICE void load_window_async(T *dst, const AttnParams &p, int64_t base, 
     for (int r = r0; r < NROWS; r += RSTEP) {
         const bool inside = r >= lo && r < hi;
         const T *const from = inside ? at_lo + (r - lo) * D : r < lo ? first : last;
-        cp_async16(dst + r * LD + c, from, inside || clamp);
+        int to = r;
+        if constexpr (WRAP > 0) {
+            to = at + r;
+            to = to >= WRAP ? to - WRAP : to;
+        } else {
+            (void)at;
+        }
+        cp_async16(dst + to * LD + c, from, inside || clamp);
     }
 }
 
