@@ -271,6 +271,34 @@ def occupancy(regs: int, threads: int, smem: int, arch: str) -> tuple[int, int]:
 # sees, and check only those steps' band rows for inf/NaN -- on the causal diagonal warp w of 4 skips 3 - w of 4 steps and
 # reads <= 15 rows, not up to 63: executed, less; the static count, every path once, up to 0.4 more: the
 # ceilings of the masked loops that passed theirs moved with it, to measured + 0.5)
+# The copies' loops of each tensor-core kernel on sm_90 (copy_cost: instructions per 16-byte cp.async, each loop's
+# body once, summed over the kernel's loops that copy), a ceiling at measured + 2 % (2026-11-29, CUDA 13.0): a copy
+# moved to a heavier loader -- the general load_tile_async costs 57-72 instructions a chunk, load_tile_rows_async
+# 36-51, load_window_async 21-34 -- or a copy loop added fails CI.  The mix cannot see them (an inner loop counts
+# once, whatever it runs): a band block's window at head_dim 128 by the general loader cost as many instructions as
+# its products and softmax.
+COPY_COST_CEILING = {
+    ("attn_bwd_dkdv_tc_kernel", "128, false"): 308, ("attn_bwd_dkdv_tc_kernel", "128, true"): 502,
+    ("attn_bwd_dkdv_tc_kernel", "256, false"): 308, ("attn_bwd_dkdv_tc_kernel", "256, true"): 502,
+    ("attn_bwd_dkdv_tc_kernel", "64, false"): 324, ("attn_bwd_dkdv_tc_kernel", "64, true"): 502,
+    ("attn_bwd_dkdv_tc_wide_kernel", "128, 1"): 286, ("attn_bwd_dkdv_tc_wide_kernel", "128, 2"): 286,
+    ("attn_bwd_dkdv_tc_wide_kernel", "128, 3"): 288, ("attn_bwd_dkdv_tc_wide_kernel", "64, 1"): 288,
+    ("attn_bwd_dkdv_tc_wide_kernel", "64, 2"): 288, ("attn_bwd_dkdv_tc_wide_kernel", "64, 3"): 286,
+    ("attn_bwd_dq_tc_kernel", "128, false"): 375, ("attn_bwd_dq_tc_kernel", "128, true"): 556,
+    ("attn_bwd_dq_tc_kernel", "256, false"): 385, ("attn_bwd_dq_tc_kernel", "256, true"): 516,
+    ("attn_bwd_dq_tc_kernel", "64, false"): 373, ("attn_bwd_dq_tc_kernel", "64, true"): 559,
+    ("attn_bwd_dq_tc_wide_alibi_kernel", "128"): 335, ("attn_bwd_dq_tc_wide_alibi_kernel", "64"): 333,
+    ("attn_bwd_dq_tc_wide_kernel", "128, false"): 333, ("attn_bwd_dq_tc_wide_kernel", "128, true"): 108,
+    ("attn_bwd_dq_tc_wide_kernel", "64, false"): 455, ("attn_bwd_dq_tc_wide_kernel", "64, true"): 108,
+    ("attn_bwd_dtable_tc_kernel", "128, false"): 242, ("attn_bwd_dtable_tc_kernel", "128, true"): 242,
+    ("attn_bwd_dtable_tc_kernel", "64, false"): 245, ("attn_bwd_dtable_tc_kernel", "64, true"): 245,
+    ("attn_fwd_tc_kernel", "128, false"): 352, ("attn_fwd_tc_kernel", "128, true"): 348,
+    ("attn_fwd_tc_kernel", "256, false"): 357, ("attn_fwd_tc_kernel", "256, true"): 351,
+    ("attn_fwd_tc_kernel", "64, false"): 295, ("attn_fwd_tc_kernel", "64, true"): 290,
+    ("attn_fwd_tc_wide_kernel", "128, false"): 206, ("attn_fwd_tc_wide_kernel", "128, true"): 80,
+    ("attn_fwd_tc_wide_kernel", "64, false"): 208, ("attn_fwd_tc_wide_kernel", "64, true"): 81,
+}
+
 OTHER_LOOP_CEILING = {
     # (2026-11-29: a block's two halves of the window's G share a pair of 8-column tiles, computed once -- the
     # band's, soft-capped band's and masked loops hold fewer HMMA and fewer other instructions, their ratio a
@@ -383,6 +411,7 @@ SASS_INS = re.compile(r"/\*([0-9a-f]{4,})\*/\s+([^;]*);")
 SASS_BRA = re.compile(r"^(@!?U?P[T0-9]+\s+)?BRA(?:\.[A-Z.]+)?\s+(0x[0-9a-f]+)")
 SASS_END = re.compile(r"^(@!?U?P[T0-9]+\s+)?(EXIT|RET|BRX|JMX)\b")
 TENSOR_OP = re.compile(r"\bH(?:G)?MMA\b")
+COPY_OP = re.compile(r"\bLDGSTS\b")
 
 
 # shared-memory accesses of a warp-wide instruction: ldmatrix (LDSM: 8 rows of 16 bytes a matrix, .2 / .4
@@ -409,12 +438,11 @@ def tensor_loops(body: str) -> list[tuple[int, int]]:
     return [(size, tensor) for size, tensor, _ in loop_stats(body)]
 
 
-def loop_stats(body: str) -> list[tuple[int, int, int]]:
-    """(instructions, tensor-core instructions, bytes of shared memory accessed: smem_bytes) of each outermost
-    natural loop of a kernel's SASS that holds HMMA/HGMMA, each instruction of the loop body counted once,
-    lightest first (other instructions per tensor-core instruction).  Blocks end at branches and exits; a back
-    edge is a branch to an address at or before its own; a loop is a header plus every block that reaches
-    one of the header's back edges without passing the header; an outermost loop is one inside no other."""
+def natural_loops(body: str) -> tuple[list[tuple[int, str]], list[tuple[int, int]], dict[int, set[int]]]:
+    """(instructions, basic blocks as [start, end) spans of them, loops: header block -> its blocks) of a
+    kernel's SASS.  Blocks end at branches and exits; a back edge is a branch to an address at or before its
+    own; a loop is a header plus every block that reaches one of the header's back edges without passing the
+    header."""
     ins = [(int(a, 16), t.strip()) for a, t in SASS_INS.findall(body)]
     index = {a: i for i, (a, _) in enumerate(ins)}
     leaders = {0}
@@ -449,6 +477,14 @@ def loop_stats(body: str) -> list[tuple[int, int, int]]:
                 for p in preds[x] - loop:
                     loop.add(p)
                     todo.append(p)
+    return ins, spans, loops
+
+
+def loop_stats(body: str) -> list[tuple[int, int, int]]:
+    """(instructions, tensor-core instructions, bytes of shared memory accessed: smem_bytes) of each outermost
+    natural loop (natural_loops; one inside no other) of a kernel's SASS that holds HMMA/HGMMA, each instruction
+    of the loop body counted once, lightest first (other instructions per tensor-core instruction)."""
+    ins, spans, loops = natural_loops(body)
     out = []
     for head, loop in loops.items():
         if any(other > loop for h, other in loops.items() if h != head):
@@ -458,6 +494,23 @@ def loop_stats(body: str) -> list[tuple[int, int, int]]:
         if tensor:
             out.append((size, tensor, sum(smem_bytes(ins[i][1]) for x in loop for i in range(*spans[x]))))
     return sorted(out, key=lambda st: ((st[0] - st[1]) / st[1], st[0]))
+
+
+def copy_cost(body: str) -> float:
+    """The copies' loops of a kernel (natural_loops, nested ones too, holding cp.async -- LDGSTS -- and no
+    tensor-core instruction: a thread's 16-byte chunks of a tile in turn): their instructions per copy, each
+    loop's body once, summed over the loops.  Inner loops, which the mix counts once however often they run: a
+    band block's table window at head_dim 128 is 16 chunks a thread, and copied by a general loader (57-66
+    instructions a chunk) it cost as many instructions as the block's products and softmax, unseen by the mix
+    (docs/CUDA.md, "The copies' loops")."""
+    ins, spans, loops = natural_loops(body)
+    total = 0.0
+    for loop in loops.values():
+        text = [ins[i][1] for x in loop for i in range(*spans[x])]
+        copies = sum(1 for t in text if COPY_OP.search(t))
+        if copies and not any(TENSOR_OP.search(t) for t in text):
+            total += len(text) / copies
+    return total
 
 
 def main_loop_mix(body: str) -> tuple[int, int] | None:
@@ -498,6 +551,7 @@ def _arch_sass_counts(job: tuple[str, str, str]) -> dict[tuple[str, str], dict[s
             loops = loop_stats(body) if c["HMMA"] or c["HGMMA"] else []
             c["loop_ins"], c["loop_tc"], c["loop_smem"] = loops[0] if loops else (0, 0, 0)
             c["other_loops"] = [lp[:2] for lp in loops[1:]]  # (instructions, tensor-core instructions), lightest first
+            c["copy_cost"] = copy_cost(body) if loops else 0.0
             counts[(funcs[i], arch.group(1))] = c
     return counts
 
@@ -589,6 +643,14 @@ def failures_of(r: dict, name: str) -> list[str]:
                 if m > c:
                     out.append(f"{where}: a loop beside the main one has {m:.1f} other instructions per tensor-core "
                                f"instruction, above its ceiling {c} (OTHER_LOOP_CEILING): it grew heavier")
+    if key and r["arch"] == MIX_ARCH and "_tc_" in key[0]:
+        ceiling = COPY_COST_CEILING.get(key)
+        if ceiling is None:
+            out.append(f"{where}: its copy loops cost {r.get('copy_cost', 0.0):.0f} instructions per 16-byte copy "
+                       f"(summed), and no ceiling in COPY_COST_CEILING for {key}: add its line")
+        elif r.get("copy_cost", 0.0) > ceiling:
+            out.append(f"{where}: its copy loops cost {r['copy_cost']:.0f} instructions per 16-byte copy (summed over "
+                       f"them), above its ceiling {ceiling} (COPY_COST_CEILING): a copy moved to a heavier loader")
     if key in CTA_SHAPE and r["arch"] in SM_LIMITS:
         ctas, warps = occupancy(r["regs"], *CTA_SHAPE[key], r["arch"])
         target = WARPS_TARGET_BY_SHAPE.get(key, WARPS_TARGET[key[0]])

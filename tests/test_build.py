@@ -610,6 +610,28 @@ def test_cuda_static_model_finds_the_main_loop_and_holds_its_ceiling():
     assert ck.mix_key("attn_fwd_kernel<float, 128, 32, 32>") is None  # FMA kernels: not in the model
 
 
+def test_cuda_static_model_counts_the_copy_loops():
+    """.ci/check_cuda_kernels.py's copy loops (issue 64, item 5): the loops holding cp.async and no tensor-core
+    instruction, inner ones included, their instructions per copy summed, and each kernel held to its ceiling."""
+    ck = _kernel_checks()
+    copy = "LDGSTS.E.BYPASS.LTC128B.128 [R3], desc[UR4][R6.64]"
+    assert ck.copy_cost(SASS_KERNEL) == 0
+    assert ck.copy_cost(SASS_KERNEL.replace("IADD3 R3, R3, 0x1, RZ", copy)) == 2.0  # the inner loop: 2 instructions
+    assert ck.copy_cost(SASS_KERNEL.replace("FMUL R9, R9, 0.5", copy)) == 0  # in the HMMA loop: not a copy loop
+    name, key = "attn_fwd_tc_kernel<__nv_bfloat16, 128, false>", ("attn_fwd_tc_kernel", "128, false")
+    ceiling = ck.COPY_COST_CEILING[key]
+
+    def copy_failures(cost, arch="sm_90"):
+        r = dict(src="attention.cu", arch=arch, regs=200, stack=0, spill_st=0, spill_ld=0, smem=0, HMMA=1, HGMMA=0,
+                 loop_ins=3, loop_tc=1, copy_cost=cost)
+        return [m for m in ck.failures_of(r, name) if "COPY_COST_CEILING" in m]
+
+    assert copy_failures(ceiling) == []
+    (msg,) = copy_failures(ceiling + 35)  # one window copy back on the general loader: ~35 instructions more
+    assert "a copy moved to a heavier loader" in msg and "sm_90" in msg
+    assert copy_failures(ceiling + 35, arch="sm_80") == []  # the model reads sm_90 only
+
+
 def test_cuda_occupancy_model(monkeypatch):
     """.ci/check_cuda_kernels.py's occupancy (issue 64, item 5): CTAs and warps per SM from registers
     (per warp, in units of 256), shared memory (1 KiB reserved a CTA) and the SM's limits, on sm_90;
