@@ -551,7 +551,7 @@ def _arch_sass_counts(job: tuple[str, str, str]) -> dict[tuple[str, str], dict[s
             loops = loop_stats(body) if c["HMMA"] or c["HGMMA"] else []
             c["loop_ins"], c["loop_tc"], c["loop_smem"] = loops[0] if loops else (0, 0, 0)
             c["other_loops"] = [lp[:2] for lp in loops[1:]]  # (instructions, tensor-core instructions), lightest first
-            c["copy_cost"] = copy_cost(body) if loops else 0.0
+            c["copy_cost"] = copy_cost(body) if loops and arch.group(1) == MIX_ARCH else 0.0  # (the model's arch)
             counts[(funcs[i], arch.group(1))] = c
     return counts
 
