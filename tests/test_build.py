@@ -105,6 +105,26 @@ def test_recipe_command_line_for_the_makefile():
     assert "--expt-relaxed-constexpr" in run("nvcc-flags")
 
 
+def test_cuda_archs_share_a_front_end_run_only_where_the_sources_do_not_tell_them_apart():
+    """sm_90's SASS from compute_80's PTX (one cicc run fewer a file) is right only while no source of csrc/cuda tests
+    __CUDA_ARCH__ at a value between two of CUDA_CODE_LEVELS: every value tested there is a level."""
+    tested = {}
+    for path in sorted((CSRC / "cuda").glob("*")):  # the kernels and their headers (not emu/: it is host code)
+        if path.suffix in (".cu", ".cuh", ".h"):
+            for m in re.finditer(r"__CUDA_ARCH__\s*(?:[<>]=?|==|!=)\s*(\d+)", path.read_text()):
+                tested.setdefault(int(m.group(1)), path.name)
+    assert {800, 1000, 1200} <= set(tested)  # the test reads what it should
+    between = {v: f for v, f in tested.items() if v % 10 or v // 10 not in recipe.CUDA_CODE_LEVELS}
+    assert not between, f"__CUDA_ARCH__ tested at {between}: add the level to recipe.CUDA_CODE_LEVELS"
+    assert recipe.gencode_flags(["80", "90", "100", "120"]) == [
+        "-gencode=arch=compute_80,code=[sm_80,sm_90]", "-gencode=arch=compute_100,code=[sm_100]",
+        "-gencode=arch=compute_120,code=[sm_120]", "-gencode=arch=compute_120,code=compute_120"]
+    assert recipe.describe_archs(["80", "90", "100", "120"]) == "sm_80 sm_90 sm_100 sm_120 +PTX compute_120"
+    assert recipe.gencode_flags(["90"]) == ["-gencode=arch=compute_90,code=[sm_90]",
+                                           "-gencode=arch=compute_90,code=compute_90"]
+    assert recipe.describe_archs(["80", "90"]) == "sm_80 sm_90 +PTX compute_80"  # the PTX it compiles anyway
+
+
 @pytest.mark.parametrize("text,deps", [
     ("a.o: a.c a.h \\\n  /usr/include/stdio.h\n", ["a.c", "a.h", "/usr/include/stdio.h"]),
     ("k.o : k.cu \\\n    /x/cuda_runtime.h \\\n    common.cuh\n", ["k.cu", "/x/cuda_runtime.h", "common.cuh"]),

@@ -157,11 +157,37 @@ def nvcc_flags() -> list[str]:
     return [*NVCC_FLAGS, *(NVCC_WERROR_FLAGS if werror() else ())]
 
 
+# The compute capabilities (x 10) at which csrc/cuda's own `__CUDA_ARCH__` tests change the device code: below 80 an
+# #error (common.cuh), from 100 the dK/dV's table instance and the wide dK/dV (attention_bwd.cu), from 100 to 119 the
+# products' unrolling (attention_tile.cuh).  Archs between two levels compile to the same PTX but for the CUDA headers'
+# own branches (sm_90's bf16-to-float `cvt.f32.bf16` where sm_80's PTX has a `mov`: the same SASS count, the static
+# checks' figures within 1 %), so they share one front end (cicc) run: sm_90's SASS comes from compute_80's PTX --
+# a fourth of nvcc's front-end time, ~80 of the ~600 CPU seconds of a wheel's CUDA build.  tests/test_build.py fails
+# when csrc/cuda tests __CUDA_ARCH__ against a value missing here.
+CUDA_CODE_LEVELS = (80, 100, 120)
+
+
+def ptx_groups(archs: Sequence[str]) -> list[tuple[str, list[str]]]:
+    """``archs`` grouped by CUDA_CODE_LEVELS, in order: (the virtual arch compiled once -- the group's oldest --,
+    the archs whose SASS ptxas makes from it)."""
+    groups: dict[int, list[str]] = {}
+    for a in archs:
+        level = max((lv for lv in CUDA_CODE_LEVELS if lv <= int(a)), default=int(a))
+        groups.setdefault(level, []).append(a)
+    return [(min(g, key=int), g) for g in groups.values()]
+
+
+def ptx_arch(archs: Sequence[str]) -> str:
+    """The virtual arch whose PTX the build ships: the newest group's, which GPUs newer than the toolkit compile at
+    load time."""
+    return ptx_groups(archs)[-1][0]
+
+
 def gencode_flags(archs: Sequence[str]) -> list[str]:
-    """SASS for every arch, PTX of the last (newest) one, which newer GPUs compile at load time."""
-    flags = [f"-gencode=arch=compute_{a},code=sm_{a}" for a in archs]
+    """SASS for every arch (one front-end run per group of ptx_groups), and the PTX of ptx_arch."""
+    flags = [f"-gencode=arch=compute_{v},code=[{','.join(f'sm_{a}' for a in g)}]" for v, g in ptx_groups(archs)]
     if archs:
-        flags.append(f"-gencode=arch=compute_{archs[-1]},code=compute_{archs[-1]}")
+        flags.append(f"-gencode=arch=compute_{ptx_arch(archs)},code=compute_{ptx_arch(archs)}")
     return flags
 
 
@@ -334,8 +360,8 @@ def torch_build() -> TorchBuild:
 
 
 def describe_archs(archs: Sequence[str]) -> str:
-    """'sm_80 sm_90 +PTX compute_90' for the gencode of ``archs``."""
-    return " ".join(f"sm_{a}" for a in archs) + (f" +PTX compute_{archs[-1]}" if archs else "")
+    """'sm_80 sm_90 sm_100 +PTX compute_100' for the gencode of ``archs``."""
+    return " ".join(f"sm_{a}" for a in archs) + (f" +PTX compute_{ptx_arch(archs)}" if archs else "")
 
 
 # ---------------------------------------------------------------------------------------------------
