@@ -91,7 +91,8 @@ ctest-release:
 	./build/ctest-release/test_core
 
 # The same tests with the AVX-512 kernels compiled against SIMDe (for CPUs
-# without AVX-512: AVX-512 code must never land untested).
+# without AVX-512: AVX-512 code must never land untested).  CI runs it there in
+# place of `make ctest`: the scalar and AVX2 kernels it runs too, with the same flags.
 ctest-simde: $(STAMP)
 	@test -n "$(SIMDE_INCLUDE)" || { echo "SIMDe not found in $(VENV): $(PIP) install cmeel-simde"; exit 1; }
 	rm -rf build/ctest-simde && mkdir -p build/ctest-simde
