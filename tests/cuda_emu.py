@@ -14,6 +14,7 @@ outputs pre-filled with NaN bytes (so an element the kernel forgot stays NaN).
 from __future__ import annotations
 
 import ctypes as C
+import fcntl
 import glob
 import hashlib
 import keyword
@@ -63,6 +64,19 @@ def build() -> str:
     lib = os.path.join(out_dir, "libwavepe_cuda_emu.so")
     if os.path.exists(lib):
         return lib
+    os.makedirs(os.path.dirname(out_dir), exist_ok=True)
+    # one process builds, the others wait for its library: pytest-xdist's workers start the emulator's two test files
+    # together, and each compiled the whole library at once (~40 s of both cores, twice)
+    with open(out_dir + ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not os.path.exists(lib):
+            _compile(out_dir)
+    return lib
+
+
+def _compile(out_dir: str) -> None:
+    cu, cpp = _sources()
+    c_src = [os.path.join(ROOT, "csrc", "core", "checked.c")]
     cxx = os.environ.get("CXX", "g++")
     if shutil.which(cxx) is None:
         raise NoCompiler(f"the CUDA emulator needs a C++17 compiler ({cxx} not found)")
@@ -89,12 +103,8 @@ def build() -> str:
                          capture_output=True, text=True)
     if res.returncode:
         raise RuntimeError(f"emulator link failed:\n{res.stderr[-4000:]}")
-    os.makedirs(os.path.dirname(out_dir), exist_ok=True)
-    try:
-        os.rename(tmp, out_dir)
-    except OSError:  # another process won the race
-        shutil.rmtree(tmp, ignore_errors=True)
-    return lib
+    shutil.rmtree(out_dir, ignore_errors=True)  # a folder left without its library (deleted by hand)
+    os.rename(tmp, out_dir)
 
 
 # ---- argument structs (derived from csrc/core/<family>.h) ------------------------

@@ -162,7 +162,7 @@ def nvcc_flags() -> list[str]:
 # products' unrolling (attention_tile.cuh).  Archs between two levels compile to the same PTX but for the CUDA headers'
 # own branches (sm_90's bf16-to-float `cvt.f32.bf16` where sm_80's PTX has a `mov`: the same SASS count, the static
 # checks' figures within 1 %), so they share one front end (cicc) run: sm_90's SASS comes from compute_80's PTX --
-# a fourth of nvcc's front-end time, ~80 of the ~600 CPU seconds of a wheel's CUDA build.  tests/test_build.py fails
+# 74 of the 536 CPU seconds of a wheel's CUDA compile on a Zen 5.  tests/test_build.py fails
 # when csrc/cuda tests __CUDA_ARCH__ against a value missing here.
 CUDA_CODE_LEVELS = (80, 100, 120)
 
