@@ -573,16 +573,17 @@ def test_cuda_kernel_checks_read_ptxas_and_name_kernel_and_arch():
     # rope's frame is libdevice's sincos slow path: spills still count there, the frame does not
     assert ck.failures_of(rec("rope.cu", stack=40), "rope_kernel<float, true, true>") == []
     assert len(ck.failures_of(rec("rope.cu", spill=8), "rope_kernel<float, true, true>")) == 1
-    # NOT_BUILT: the wide dK/dV at head dim 128 is a stub on sm_100 / sm_120 (no tensor-core instruction, by
-    # design); the same instance holding HMMA there -- built after all -- fails, so that the list only shrinks; on
-    # sm_80 (not listed) a stub would fail the tensor-core rule
+    # NOT_BUILT: the wide dK/dV at head dim 128 is a stub on sm_120 (no tensor-core instruction, by design); the same
+    # instance holding HMMA there -- built after all -- fails, so that the list only shrinks; on sm_80 and sm_100
+    # (not listed: built there) a stub fails the tensor-core rule
     wide = "attn_bwd_dkdv_tc_wide_kernel<__half, 128, 1>"
-    assert ("attn_bwd_dkdv_tc_wide_kernel", "128", "sm_100") in ck.NOT_BUILT
-    assert ck.failures_of(rec("attention_bwd.cu", "sm_100", hmma=0), wide) == []
-    (msg,) = ck.failures_of(rec("attention_bwd.cu", "sm_100", hmma=4), wide)
+    assert ("attn_bwd_dkdv_tc_wide_kernel", "128", "sm_120") in ck.NOT_BUILT
+    assert ck.failures_of(rec("attention_bwd.cu", "sm_120", hmma=0), wide) == []
+    (msg,) = ck.failures_of(rec("attention_bwd.cu", "sm_120", hmma=4), wide)
     assert "NOT_BUILT" in msg
-    (msg,) = ck.failures_of(rec("attention_bwd.cu", "sm_80", hmma=0), wide)
-    assert "no HMMA" in msg
+    for arch in ("sm_80", "sm_100"):
+        (msg,) = ck.failures_of(rec("attention_bwd.cu", arch, hmma=0), wide)
+        assert "no HMMA" in msg, arch
 
 
 # A kernel's SASS as cuobjdump prints it: a prologue, a loop (0x0040-0x00d0) holding two HMMA and an inner

@@ -1118,6 +1118,22 @@ def test_tensor_core_table_dkdv_of_sm_100_matches_oracle(lib, monkeypatch, case)
     assert_grads_normwise(prob, E.BF16)
 
 
+@pytest.mark.parametrize("dtype,case", [(E.BF16, 2), (E.BF16, 4), (E.BF16, 20), (E.F16, 20), (E.BF16, 21),
+                                        (E.BF16, 23)], ids=lambda v: DTYPE_IDS.get(v, str(v)))
+def test_wide_dkdv_of_sm_100_matches_oracle(lib, monkeypatch, dtype, case):
+    # the wide dK/dV computes S^T and dP^T one m-tile of 16 keys a pass at head dim 128 on sm_100 (registers:
+    # attn_bwd_dkdv_tc_wide_kernel's PMT), both at once elsewhere; the emulator runs the variant of the compute
+    # capability it emulates: a B200-like 10 (ALiBi's masked and interior blocks with GQA, a soft-cap, interior
+    # blocks in both types, a soft-cap with padded keys and GQA, padded keys and rows without keys)
+    for k, v in dict(H100_SM, WAVEPE_EMU_CC_MAJOR="10").items():
+        monkeypatch.setenv(k, v)
+    kw = dict(TC_BWD_CASES[case])
+    prob = Attn(lib, dtype, seed=740 + case, **kw)
+    assert dkdv_kernel(lib, prob) == "tensor-core, 32 keys a warp"
+    prob = check_attention(lib, dtype, seed=740 + case, **kw)
+    assert_grads_normwise(prob, dtype)
+
+
 def test_wide_dq_at_head_dim_128_only_where_two_ctas_share_an_sm(lib, monkeypatch):
     # 107,600 bytes a CTA at head_dim 128: an A100's SM (164 KiB, the emulator's default) holds one -- 4 warps, which
     # would lose to the 16-row instance's 8 --, an H100's two; at head_dim 64 (76,944) both hold two
@@ -1144,14 +1160,14 @@ def test_wide_dq_at_head_dim_128_only_where_two_ctas_share_an_sm(lib, monkeypatc
 
 def test_wide_dkdv_only_where_its_tiles_fit_and_it_was_built(lib, monkeypatch):
     # attn_bwd_dkdv_tc_wide_kernel: 179,432 bytes at head_dim 128 (an H100's 227 KiB hold it, an A100's 163 do not),
-    # 113,896 at 64 (both); at 128 not on compute capability 10 or more (built there as a stub: ptxas spilled), nor
-    # on sm_120's 99 KiB at either; never with a table, for 64 queries or fewer, nor with WAVEPE_CUDA_WIDE=0
+    # 113,896 at 64 (both); at 128 not on compute capability 12 (built there as a stub: ptxas spilled; its 99 KiB would
+    # not hold the tiles at either head dim); never with a table, for 64 queries or fewer, nor with WAVEPE_CUDA_WIDE=0
     kw = dict(B=1, H=2, Hk=1, M=130, N=130, off=0, causal=True, pe=0)
     devices = {"A100": {}, "H100": H100_SM, "B200": dict(H100_SM, WAVEPE_EMU_CC_MAJOR="10"),
                "RTX 5090": dict(WAVEPE_EMU_SMEM_PER_SM=str(100 * 1024), WAVEPE_EMU_SMEM_OPTIN=str(99 * 1024),
                                 WAVEPE_EMU_CC_MAJOR="12")}
     want = {("A100", 64): True, ("A100", 128): False, ("H100", 64): True, ("H100", 128): True, ("B200", 64): True,
-            ("B200", 128): False, ("RTX 5090", 64): False, ("RTX 5090", 128): False}
+            ("B200", 128): True, ("RTX 5090", 64): False, ("RTX 5090", 128): False}
     for dev, env in devices.items():
         with mock.patch.dict(os.environ, env):
             for d in (64, 128):
@@ -1401,13 +1417,17 @@ def test_band_split_onto_the_wide_instances_only_where_it_applies(lib, monkeypat
     for change in (dict(M=64, off=6536), dict(N=3000, off=2870), dict(R=3000)):
         prob = Attn(lib, E.BF16, **dict(kw, **change))
         assert (fwd_kernel(lib, prob), bwd_kernel(lib, prob)) == ("tensor-core", "tensor-core"), change
-    # the dK/dV splits where the wide dK/dV may run (at 128 below compute capability 10: on a B200-like device the
-    # dQ alone), its sums (dK's and dV's rows, fp32) in the workspace
+    # the dK/dV splits where the wide dK/dV may run (at 128 below compute capability 12: on a B200-like 10 too), its
+    # sums (dK's and dV's rows, fp32) in the workspace; where it may not, the dQ splits alone (a compute capability
+    # 12 with an H100's shared memory: no such device, but the path is the one a smaller dK/dV budget would take)
     prob = Attn(lib, E.BF16, **kw)
     args = type(prob.a).from_buffer_copy(prob.a)
     args.dq = args.dk = args.dv = args.q  # (the workspace's size reads no gradient)
     split_ws = lib.wavepe_cuda_attention_bwd_workspace_bytes(C.byref(args))
     monkeypatch.setenv("WAVEPE_EMU_CC_MAJOR", "10")
+    assert (bwd_kernel(lib, prob), dkdv_kernel(lib, prob)) == ("tensor-core, band split",) * 2
+    assert lib.wavepe_cuda_attention_bwd_workspace_bytes(C.byref(args)) == split_ws
+    monkeypatch.setenv("WAVEPE_EMU_CC_MAJOR", "12")
     assert (bwd_kernel(lib, prob), dkdv_kernel(lib, prob)) == ("tensor-core, band split", "tensor-core")
     assert split_ws - lib.wavepe_cuda_attention_bwd_workspace_bytes(C.byref(args)) == 2 * kw["N"] * 128 * 4 > 0
     monkeypatch.setenv("WAVEPE_EMU_CC_MAJOR", "9")

@@ -972,7 +972,7 @@ struct TcDkdvWideLayout {
     }
 };
 
-template <class T, int D, int KIND>
+template <class T, int D, int KIND, int PMT>
 WAVEPE_DEVICE void dkdv_tc_wide_cta(const AttnParams &p) {
     using Lay = TcDkdvWideLayout<T, D>;
     constexpr int BN = Lay::BN, BM = Lay::BM, LD = Lay::LD, PLD = Lay::PLD, KS = D / 16, DT = D / 8;
@@ -1038,44 +1038,52 @@ WAVEPE_DEVICE void dkdv_tc_wide_cta(const AttnParams &p) {
         const int c0 = 32 * half;  // the warp's query columns in phase 1
         const float *const lse_s = lse0 + c.buf * BM + c0, *const delta_s = delta0 + c.buf * BM + c0;
         const float slope_log2 = head_slope<T>(p, h) * float(kLog2e);
-        float st[2][4][4], dpt[2][4][4];
-        zero_frags(st[0]);
-        zero_frags(st[1]);
-        zero_frags(dpt[0]);
-        zero_frags(dpt[1]);
-        qk_products_rows<T, 4, KS, LD, 2>(st, Ks + arow, Qb + brow);
-        qk_products_rows<T, 4, KS, LD, 2>(dpt, Vs + arow, dOb + brow);
+        // phase 1 in passes of PMT of the warp's two m-tiles of 16 keys: both at once (sm_80, sm_90), or one a pass
+        // (sm_100 at head dim 128: S^T's and dP^T's 32 registers live, not 64 -- ptxas spilled 20-48 bytes there with
+        // both; each Q / dO fragment then read twice, K's and V's once as before)
         const int64_t dist0 = p.a.q_offset + m0 + c0 - (cta[2] + 32 * kw);  // pos_q - n of the warp's (0, 0)
-        if constexpr (kind == kMasked) {
 #pragma unroll
-            for (int mt = 0; mt < 2; ++mt) {
-                // the lane's keys (rows g, g + 8 of the m-tile) are seen by the half's columns [c_lo, c_hi)
-                int c_lo[2], c_hi[2];
+        for (int p0 = 0; p0 < 2; p0 += PMT) {
+            float st[PMT][4][4], dpt[PMT][4][4];
 #pragma unroll
-                for (int ri = 0; ri < 2; ++ri) {
-                    const int k = 32 * kw + 16 * mt + frag_row(2 * ri);
-                    const int64_t lo = qlo[k] - (p.a.q_offset + m0 + c0), hi = qhi[k] - (p.a.q_offset + m0 + c0);
-                    c_lo[ri] = lo < 0 ? 0 : (lo > 32 ? 32 : int(lo));
-                    c_hi[ri] = hi < 0 ? 0 : (hi > 32 ? 32 : int(hi));
-                }
-                dkdv_probs<capped>(st[mt], dpt[mt], p, static_cast<const float *>(nullptr), 0, 0, dist0 - 16 * mt, c_lo,
-                                   c_hi, lse_s, delta_s, scale_log2, slope_log2);
+            for (int mt = 0; mt < PMT; ++mt) {
+                zero_frags(st[mt]);
+                zero_frags(dpt[mt]);
             }
-        } else {
-            const float d0 = float(dist0 + 2 * (lane & 3) - (lane >> 2));
-            dkdv_probs_interior<kind>(st, dpt, lse_s, delta_s, p, scale_log2, slope_log2, d0);
-        }
-        // P^T and dS^T of the warp's pairs into the CTA's tiles
+            qk_products_rows<T, 4, KS, LD, PMT>(st, Ks + arow + 16 * p0 * LD, Qb + brow);
+            qk_products_rows<T, 4, KS, LD, PMT>(dpt, Vs + arow + 16 * p0 * LD, dOb + brow);
+            if constexpr (kind == kMasked) {
 #pragma unroll
-        for (int mt = 0; mt < 2; ++mt)
+                for (int mt = 0; mt < PMT; ++mt) {
+                    // the lane's keys (rows g, g + 8 of the m-tile) are seen by the half's columns [c_lo, c_hi)
+                    int c_lo[2], c_hi[2];
 #pragma unroll
-            for (int nt = 0; nt < 4; ++nt)
-#pragma unroll
-                for (int hp = 0; hp < 2; ++hp) {
-                    const int at = (32 * kw + 16 * mt + (lane >> 2) + 8 * hp) * PLD + c0 + 8 * nt + 2 * (lane & 3);
-                    *reinterpret_cast<uint32_t *>(Pt + at) = pack2<T>(st[mt][nt][2 * hp], st[mt][nt][2 * hp + 1]);
-                    *reinterpret_cast<uint32_t *>(dSt + at) = pack2<T>(dpt[mt][nt][2 * hp], dpt[mt][nt][2 * hp + 1]);
+                    for (int ri = 0; ri < 2; ++ri) {
+                        const int k = 32 * kw + 16 * (p0 + mt) + frag_row(2 * ri);
+                        const int64_t lo = qlo[k] - (p.a.q_offset + m0 + c0), hi = qhi[k] - (p.a.q_offset + m0 + c0);
+                        c_lo[ri] = lo < 0 ? 0 : (lo > 32 ? 32 : int(lo));
+                        c_hi[ri] = hi < 0 ? 0 : (hi > 32 ? 32 : int(hi));
+                    }
+                    dkdv_probs<capped>(st[mt], dpt[mt], p, static_cast<const float *>(nullptr), 0, 0,
+                                       dist0 - 16 * (p0 + mt), c_lo, c_hi, lse_s, delta_s, scale_log2, slope_log2);
                 }
+            } else {
+                const float d0 = float(dist0 - 16 * p0 + 2 * (lane & 3) - (lane >> 2));
+                dkdv_probs_interior<kind>(st, dpt, lse_s, delta_s, p, scale_log2, slope_log2, d0);
+            }
+            // P^T and dS^T of the warp's pairs into the CTA's tiles
+#pragma unroll
+            for (int mt = 0; mt < PMT; ++mt)
+#pragma unroll
+                for (int nt = 0; nt < 4; ++nt)
+#pragma unroll
+                    for (int hp = 0; hp < 2; ++hp) {
+                        const int at =
+                            (32 * kw + 16 * (p0 + mt) + (lane >> 2) + 8 * hp) * PLD + c0 + 8 * nt + 2 * (lane & 3);
+                        *reinterpret_cast<uint32_t *>(Pt + at) = pack2<T>(st[mt][nt][2 * hp], st[mt][nt][2 * hp + 1]);
+                        *reinterpret_cast<uint32_t *>(dSt + at) = pack2<T>(dpt[mt][nt][2 * hp], dpt[mt][nt][2 * hp + 1]);
+                    }
+        }
         __syncthreads();  // P^T and dS^T are whole
         const T *const bt = half ? Qb : dOb;
         ab_products_smem<T, BM / 16, DT, 2>(acc, prow, PLD, bt, LD);
@@ -1111,17 +1119,28 @@ WAVEPE_DEVICE void dkdv_tc_wide_cta(const AttnParams &p) {
                 for (int e = 0; e < 2; ++e) r[dt * 8 + 2 * (lane & 3) + e] = from_acc<T>(acc[mt][dt][2 * ri + e] * mul);
         }
 }
-// The kernel: at head dim 128 built for sm_80 and sm_90 only -- on sm_100 and sm_120 ptxas spilled its registers
-// (12-68 bytes, CUDA 13.0), so there the instance is a stub the host never launches (wide_dkdv asks the device's
-// compute capability; sm_120's 99 KiB would not hold its tiles anyway).
+// The kernel: phase 1 a pass of both m-tiles, but for one m-tile a pass at head dim 128 on sm_100 (PMT above: no
+// spill there, 250-254 registers; at 64, where both at once do not spill, one a pass would read 386 bytes of shared
+// memory an HMMA, not 306); at head dim 128 on sm_120 a stub the host never launches (ptxas spilled 12-68 bytes,
+// CUDA 13.0, and its 99 KiB would not hold the tiles anyway: wide_dkdv asks the device).  The emulator runs the
+// variant of the compute capability it emulates (WAVEPE_EMU_CC_MAJOR).
 template <class T, int D, int KIND>
 __global__ void __launch_bounds__(256, 1) attn_bwd_dkdv_tc_wide_kernel(AttnParams p) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 1000
+#if defined(WAVEPE_CUDA_EMU)
+    if (D == 128 && device_cc_major() >= 10)
+        dkdv_tc_wide_cta<T, D, KIND, 1>(p);
+    else
+        dkdv_tc_wide_cta<T, D, KIND, 2>(p);
+#elif defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 1200
     if constexpr (D == 128)
         __trap();
     else
+        dkdv_tc_wide_cta<T, D, KIND, 2>(p);
+#elif defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 1000
+    dkdv_tc_wide_cta<T, D, KIND, D == 128 ? 1 : 2>(p);
+#else
+    dkdv_tc_wide_cta<T, D, KIND, 2>(p);
 #endif
-        dkdv_tc_wide_cta<T, D, KIND>(p);
 }
 
 template <class T, int DMAX, int B, int CS>
@@ -2281,12 +2300,12 @@ size_t tc_dkdv_wide_smem(int64_t d) {
 // through shared memory)?  At head_dim 64 and 128 without a table (its window would not fit beside the tiles), for
 // more than 64 queries (wide_rows_apply, as the wide forward's and dQ's: WAVEPE_CUDA_WIDE=0 keeps such calls on the
 // 16-key instance), where the device grants its shared memory (175 KiB at 128: an H100's 227; not an A100's 163 KiB,
-// nor the 99 KiB of sm_86, sm_89 and sm_120; 111 KiB at 64) -- at 128 on devices below compute capability 10 only
-// (attn_bwd_dkdv_tc_wide_kernel: not built for sm_100 there).  wide_dkdv_fits: all but the bias (a table's call
+// nor the 99 KiB of sm_86, sm_89 and sm_120; 111 KiB at 64) -- at 128 on devices below compute capability 12 only
+// (attn_bwd_dkdv_tc_wide_kernel: not built for sm_120 there).  wide_dkdv_fits: all but the bias (a table's call
 // runs it as the band split's first partial: bwd_dkdv_band_split).
 bool wide_dkdv_fits(const AttnParams &p) {
     return wide_rows_apply(p) && use_tc_dkdv(p) && smem_fits_device(tc_dkdv_wide_smem(p.a.d)) &&
-           (p.a.d == 64 || device_cc_major() < 10);
+           (p.a.d == 64 || device_cc_major() < 12);
 }
 bool wide_dkdv(const AttnParams &p) { return p.pos_enc != WAVEPE_CUDA_PE_TABLE && wide_dkdv_fits(p); }
 size_t tc_dq_wide_smem(int64_t d) {
