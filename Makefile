@@ -22,8 +22,8 @@ CC     ?= cc
 RECIPE     := $(PYTHON) python/wavepe/_build/recipe.py
 CTEST_SRCS := $(wildcard csrc/core/tests/*.c)
 # The C tests' debug information: line tables only (-g1), which is what the sanitizers' and a crash's backtraces
-# read (function, file and line); full -g (locals, for a debugger) made the sanitized builds ~40 % slower to compile
-# (attention_amx.c against SIMDe 35 s -> 23 s): `make ctest CTEST_DEBUG=-g` when stepping through one.
+# read (function, file and line); full -g (locals, for a debugger) made the sanitized builds' compiles ~1.5x longer
+# (attention_amx.c against SIMDe 35 s, against 23 s): `make ctest CTEST_DEBUG=-g` when stepping through one.
 CTEST_DEBUG ?= -g1
 SAN_FLAGS  := -std=c11 -O1 $(CTEST_DEBUG) -Wall -Wextra -Werror -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=all
 # SIMDe (header-only, from the cmeel-simde wheel in requirements-dev.txt; Debian's

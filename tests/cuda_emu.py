@@ -70,13 +70,11 @@ def build() -> str:
     with open(out_dir + ".lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if not os.path.exists(lib):
-            _compile(out_dir)
+            _compile(out_dir, cu + cpp + c_src)
     return lib
 
 
-def _compile(out_dir: str) -> None:
-    cu, cpp = _sources()
-    c_src = [os.path.join(ROOT, "csrc", "core", "checked.c")]
+def _compile(out_dir: str, sources: list[str]) -> None:
     cxx = os.environ.get("CXX", "g++")
     if shutil.which(cxx) is None:
         raise NoCompiler(f"the CUDA emulator needs a C++17 compiler ({cxx} not found)")
@@ -98,7 +96,7 @@ def _compile(out_dir: str) -> None:
     with open(layout_cpp, "w") as f:
         f.write(layout_source())
     with ThreadPoolExecutor(max(1, os.cpu_count() or 1)) as pool:
-        objs = list(pool.map(compile_one, cu + cpp + c_src + [layout_cpp]))
+        objs = list(pool.map(compile_one, sources + [layout_cpp]))
     res = subprocess.run([cxx, "-shared", "-o", os.path.join(tmp, "libwavepe_cuda_emu.so"), *objs],
                          capture_output=True, text=True)
     if res.returncode:

@@ -158,12 +158,12 @@ def nvcc_flags() -> list[str]:
 
 
 # The compute capabilities (x 10) at which csrc/cuda's own `__CUDA_ARCH__` tests change the device code: below 80 an
-# #error (common.cuh), from 100 the dK/dV's table instance and the wide dK/dV (attention_bwd.cu), from 100 to 119 the
-# products' unrolling (attention_tile.cuh).  Archs between two levels compile to the same PTX but for the CUDA headers'
-# own branches (sm_90's bf16-to-float `cvt.f32.bf16` where sm_80's PTX has a `mov`: the same SASS count, the static
-# checks' figures within 1 %), so they share one front end (cicc) run: sm_90's SASS comes from compute_80's PTX --
-# 74 of the 536 CPU seconds of a wheel's CUDA compile on a Zen 5.  tests/test_build.py fails
-# when csrc/cuda tests __CUDA_ARCH__ against a value missing here.
+# #error (common.cuh), from 100 the dK/dV table instance's chunks and the wide dK/dV's passes, from 120 the wide
+# dK/dV's stub at head dim 128 (attention_bwd.cu), from 100 to 119 the products' unrolling (attention_tile.cuh).  Archs
+# between two levels compile to the same PTX but for the CUDA headers' own branches (sm_90's bf16-to-float
+# `cvt.f32.bf16` where sm_80's PTX has a `mov`; the static checks' figures of the sm_90 SASS within 1 %), so they share
+# one front-end (cicc) run: sm_90's SASS comes from compute_80's PTX -- 74 of the 536 CPU seconds of a wheel's CUDA
+# compile on a Zen 5.  tests/test_build.py fails when csrc/cuda tests __CUDA_ARCH__ against a value missing here.
 CUDA_CODE_LEVELS = (80, 100, 120)
 
 
