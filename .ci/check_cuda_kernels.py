@@ -7,8 +7,8 @@ Called by .ci/build_wheel.sh with the torch ops library inside the wheel, the fo
 were compiled into (``<source>.cu.o.log`` holds nvcc's output for ``<source>.cu.o``, with ptxas's
 ``-v`` report: the recipe compiles with -Xptxas -v) and the archs it was built for.  The checks:
 
-* the library holds SASS (an ELF) for every arch and PTX of the last one (``cuobjdump --list-elf`` /
-  ``--list-ptx``): newer GPUs than the toolkit knows compile the PTX at load time;
+* the library holds SASS (an ELF) for every arch and the PTX of recipe.ptx_archs (``cuobjdump --list-elf``
+  / ``--list-ptx``): GPUs with no SASS here (newer than the toolkit knows, sm_110) compile it at load time;
 
 * every kernel of every source has 0 bytes of spill stores and loads, and the
   kernels of the main sources (attention forward and split-KV decoding,
@@ -706,9 +706,9 @@ def main(argv: list[str]) -> int:
     failures = []
     elf, ptx = embedded(lib, cuobjdump, "elf"), embedded(lib, cuobjdump, "ptx")
     failures += [f"{os.path.basename(lib)} holds no SASS for sm_{a}" for a in archs if f"sm_{a}" not in elf]
-    newest = build_recipe().ptx_arch(archs)  # the PTX the build ships: the newest group's virtual arch
-    if f"sm_{newest}" not in ptx and f"compute_{newest}" not in ptx:  # cuobjdump names PTX files .sm_XX.ptx
-        failures.append(f"{os.path.basename(lib)} holds no PTX for compute_{newest} (GPUs newer than the toolkit)")
+    for v in build_recipe().ptx_archs(archs):  # the PTX the build ships (for GPUs newer than the toolkit, and sm_110)
+        if f"sm_{v}" not in ptx and f"compute_{v}" not in ptx:  # cuobjdump names PTX files .sm_XX.ptx
+            failures.append(f"{os.path.basename(lib)} holds no PTX for compute_{v} (recipe.ptx_archs)")
     print(f"{os.path.basename(lib)}: SASS {' '.join(sorted(elf, key=lambda a: int(a.split('_')[1].rstrip('a'))))}; "
           f"PTX {' '.join(sorted(ptx))}")
     reports = sorted(glob.glob(os.path.join(obj_dir, "*.cu.o.log")))

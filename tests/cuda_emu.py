@@ -301,6 +301,7 @@ def lib() -> C.CDLL:
         L = C.CDLL(build())
         sz = C.c_size_t
         for name, argt, rest in [
+            ("wavepe_cuda_device_check", [C.c_char_p, ptr], cint),
             ("wavepe_cuda_alibi_check", [C.POINTER(AlibiArgs), ptr], cint),
             ("wavepe_cuda_alibi", [C.POINTER(AlibiArgs), ptr], cint),
             ("wavepe_cuda_rope_check", [C.POINTER(RopeArgs), ptr], cint),

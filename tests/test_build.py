@@ -105,7 +105,7 @@ def test_recipe_command_line_for_the_makefile():
     assert "--expt-relaxed-constexpr" in run("nvcc-flags")
 
 
-def test_cuda_archs_share_a_front_end_run_only_where_the_sources_do_not_tell_them_apart():
+def test_cuda_archs_share_a_front_end_run_only_where_the_sources_do_not_tell_them_apart(monkeypatch):
     """sm_90's SASS from compute_80's PTX (one cicc run fewer a file) is right only while no source of csrc/cuda tests
     __CUDA_ARCH__ at a value between two of CUDA_CODE_LEVELS: every value tested there is a level."""
     tested = {}
@@ -116,13 +116,37 @@ def test_cuda_archs_share_a_front_end_run_only_where_the_sources_do_not_tell_the
     assert {800, 1000, 1200} <= set(tested)  # the test reads what it should
     between = {v: f for v, f in tested.items() if v % 10 or v // 10 not in recipe.CUDA_CODE_LEVELS}
     assert not between, f"__CUDA_ARCH__ tested at {between}: add the level to recipe.CUDA_CODE_LEVELS"
+    monkeypatch.setattr(recipe.platform, "machine", lambda: "x86_64")  # the wheel's; aarch64 adds compute_100's PTX
     assert recipe.gencode_flags(["80", "90", "100", "120"]) == [
         "-gencode=arch=compute_80,code=[sm_80,sm_90]", "-gencode=arch=compute_100,code=[sm_100]",
         "-gencode=arch=compute_120,code=[sm_120]", "-gencode=arch=compute_120,code=compute_120"]
     assert recipe.describe_archs(["80", "90", "100", "120"]) == "sm_80 sm_90 sm_100 sm_120 +PTX compute_120"
+    monkeypatch.setattr(recipe.platform, "machine", lambda: "aarch64")
+    assert recipe.gencode_flags(["80", "90", "100", "120"])[3:] == [
+        "-gencode=arch=compute_100,code=compute_100", "-gencode=arch=compute_120,code=compute_120"]
+    assert recipe.describe_archs(["80", "90", "100", "120"]) == "sm_80 sm_90 sm_100 sm_120 +PTX compute_100 compute_120"
     assert recipe.gencode_flags(["90"]) == ["-gencode=arch=compute_90,code=[sm_90]",
                                            "-gencode=arch=compute_90,code=compute_90"]
     assert recipe.describe_archs(["80", "90"]) == "sm_80 sm_90 +PTX compute_80"  # the PTX it compiles anyway
+
+
+@pytest.mark.parametrize("machine", ["x86_64", "aarch64"])
+def test_every_gpu_from_sm_80_runs_code_of_the_default_build(machine):
+    """Its own SASS where the build has its major, else PTX the driver compiles: on aarch64 Jetson Thor (sm_110,
+    between the default's sm_100 and sm_120, another major than either) runs compute_100's PTX, which the x86-64
+    wheel does not carry (no such GPU there); a GPU newer than the toolkit compute_120's; below 8.0 nothing (the
+    kernels need bf16 mma.sync and cp.async: device.cu says so at the first op)."""
+    archs = recipe.DEFAULT_CUDA_ARCHS.split(";")
+    ptx = recipe.ptx_archs(archs, machine)
+    assert ptx == (["100", "120"] if machine == "aarch64" else ["120"])  # never compute_80: 8.x and 9.x have SASS
+    runs = {cc: recipe.image_for(archs, cc, ptx) for cc in recipe.gpu_ccs(machine)}
+    want = {80: "sm_80", 86: "sm_80", 87: "sm_80", 89: "sm_80", 90: "sm_90", 100: "sm_100", 103: "sm_100",
+            110: "compute_100", 120: "sm_120", 121: "sm_120"}
+    assert runs == {cc: want[cc] for cc in runs} and (110 in runs) == (machine == "aarch64")
+    assert recipe.image_for(archs, 130, ptx) == "compute_120"  # a future major: the newest PTX
+    assert recipe.image_for(archs, 75, ptx) is None and recipe.image_for(archs, 70, ptx) is None
+    assert recipe.ptx_archs(["90"], machine) == ["90"] and recipe.ptx_archs(["80", "90"], machine) == ["80"]
+    assert recipe.image_for(["90"], 80) is None and recipe.image_for(["90"], 100) == "compute_90"
 
 
 @pytest.mark.parametrize("text,deps", [

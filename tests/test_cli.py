@@ -77,6 +77,18 @@ def test_info_says_where_the_ops_came_from(capsys):
         assert "cuda kernels: none in this build" in out
 
 
+def test_info_says_what_of_the_build_the_gpu_runs():
+    from wavepe.research.cli import _gpu_line
+
+    built = "sm_80 sm_90 sm_100 sm_120 +PTX compute_100 compute_120"
+    assert _gpu_line(built, "NVIDIA H200", (9, 0)) == "NVIDIA H200 (sm_90): runs sm_90"
+    assert _gpu_line(built, "NVIDIA L4", (8, 9)) == "NVIDIA L4 (sm_89): runs sm_80"
+    assert _gpu_line(built, "NVIDIA Thor", (11, 0)) == "NVIDIA Thor (sm_110): runs compute_100's PTX, compiled at the first op"
+    assert _gpu_line("sm_80 sm_90 sm_100 sm_120 +PTX compute_120", "NVIDIA Thor", (11, 0)).endswith("runs none of these kernels")
+    assert _gpu_line(built, "Tesla T4", (7, 5)) == "Tesla T4 (sm_75): runs none of these kernels"
+    assert _gpu_line("sm_90 +PTX compute_90", "NVIDIA A100", (8, 0)) == "NVIDIA A100 (sm_80): runs none of these kernels"
+
+
 def test_extrapolate_quick_smoke(tmp_path, capsys):
     out = tmp_path / "run"
     assert main(["extrapolate", "--quick", "--out", str(out), *TINY]) == 0

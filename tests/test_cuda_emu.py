@@ -2011,3 +2011,30 @@ def test_grid_stride_loops_and_single_head_group(lib, monkeypatch):
     inv = 10000.0 ** (-2.0 * np.arange(32) / 64)
     got = rope_call(lib, E.BF16, [x], np.arange(512), inv, 0, 32, 1.0, False)[0]
     assert_close(got, ref.rope(E.rounded(x, E.BF16), np.arange(512), inv, "half", 32), E.BF16, 2, "rope")
+
+
+# ---- the device: does the build hold code the GPU runs (device.cu) -----------------------------------------------
+
+
+@pytest.mark.parametrize("archs", ["80;90;100;120", "90"])
+def test_a_gpu_without_code_in_the_build_is_told_why_before_any_launch(lib, monkeypatch, archs):
+    """wavepe_cuda_device_check, which launch_cuda.cpp asks once per device: the driver's answer emulated by the
+    recipe's rule (recipe.image_for), the sentence names the compute capability and what to do."""
+    from wavepe._build import recipe
+
+    built = recipe.describe_archs(archs.split(";"))
+    for cc in (70, 75, *recipe.GPU_CCS):  # a V100, a T4, and every GPU from 8.0 on (sm_110 too, run or not here)
+        gpu = recipe.GPU_CCS.get(cc, cc)
+        runs = recipe.image_for(archs.split(";"), cc) is not None
+        monkeypatch.setenv("WAVEPE_EMU_CC_MAJOR", str(cc // 10))
+        monkeypatch.setenv("WAVEPE_EMU_CC_MINOR", str(cc % 10))
+        monkeypatch.setenv("WAVEPE_EMU_NO_IMAGE", "0" if runs else "1")
+        status, msg = E.why(lib.wavepe_cuda_device_check, built.encode())
+        assert (status == 0) == runs, (gpu, msg)
+        if runs:
+            continue
+        assert f"compute capability {cc // 10}.{cc % 10}" in msg and len(msg) < 255, (gpu, msg)  # not truncated
+        if cc < 80:
+            assert "need 8.0 or newer" in msg and "on the CPU" in msg, msg
+        else:  # the build's archs and the one to build for
+            assert f"it holds {built}; " in msg and f"WAVEPE_CUDA_ARCHS={cc}" in msg, msg

@@ -43,6 +43,13 @@ extern "C" {
 #define WAVEPE_CUDA_MAX_HEAD_DIM 256
 #define WAVEPE_CUDA_MAX_HEAD_DIM_F64 128
 
+/* ---- the device (device.cu) ----------------------------------------------------
+ * Does this library hold code the current GPU runs (its SASS, or PTX the driver
+ * compiles)?  WAVEPE_OK, else a sentence naming the GPU's compute capability and
+ * what to do; `built_for` names the build's archs in it (the recipe's
+ * describe_archs text, e.g. "sm_80 sm_90 +PTX compute_90"). */
+int wavepe_cuda_device_check(const char *built_for, wavepe_error *err);
+
 /* ---- relative-table bias (relbias.h) --------------------------------------
  * Forward: kernels = WAVEPE_RELBIAS_FORWARD (the outer batch level included).
  * Backward: kernels = GRAD_Q and / or GRAD_TABLE; dT is deterministic (no

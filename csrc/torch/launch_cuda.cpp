@@ -3,7 +3,8 @@
 //
 // The struct arrives filled and validated by the op's body; what is left is
 // what only this device knows: its limits (head_dim, grid, shared memory:
-// wavepe_cuda_<family>_check says which, in words), the driver's version, a
+// wavepe_cuda_<family>_check says which, in words), the driver's version,
+// whether the build holds code for the GPU (wavepe_cuda_device_check), a
 // device guard, torch's current stream, and workspaces from the caching
 // allocator -- all through torch's stable C shim.  The CUDA runtime is linked
 // statically (python/wavepe/_build/recipe.py), so the library loads on a
@@ -11,6 +12,7 @@
 #include <dlfcn.h>
 #include <torch/csrc/stable/accelerator.h>
 
+#include <atomic>
 #include <mutex>
 
 #include "launch.h"
@@ -40,6 +42,22 @@ void check_driver(const char* what) {
         fail_runtime(str(what, ": the NVIDIA driver supports CUDA ", driver / 1000, ".", (driver % 1000) / 10,
                          ", and wavepe's CUDA kernels (CUDA runtime ", kRuntimeMajor, ".", (CUDART_VERSION % 1000) / 10,
                          ") need driver >= ", minimum_driver(), ": update the driver"));
+}
+
+#ifndef WAVEPE_CUDA_ARCHS_TEXT  // the recipe defines it: what the build holds (module.cpp's build_info too)
+#define WAVEPE_CUDA_ARCHS_TEXT ""
+#endif
+
+// Once per device (the current one): a GPU this build has no code for is an error naming its compute capability and
+// what to do, before any launch -- not "no kernel image is available" from the first kernel.
+void check_device(int32_t device, const char* what) {
+    static std::atomic<bool> checked[64];
+    const bool cached = device >= 0 && device < 64;
+    if (cached && checked[device].load(std::memory_order_acquire)) return;
+    wavepe_error err{};
+    if (wavepe_cuda_device_check(WAVEPE_CUDA_ARCHS_TEXT, &err) != WAVEPE_OK)
+        fail_runtime(str(what, ": ", err.message));
+    if (cached) checked[device].store(true, std::memory_order_release);
 }
 
 // The current CUDA stream of torch.  The stable C shim's CUDA half lives in libtorch_cuda.so, which
@@ -72,7 +90,8 @@ struct OnDevice {
     torch::stable::accelerator::DeviceGuard guard;
     cudaStream_t stream;
     OnDevice(const Tensor& like, const char* what)
-        : guard((check_driver(what), like.get_device_index())), stream(current_stream(like.get_device_index(), what)) {}
+        : guard((check_driver(what), like.get_device_index())),
+          stream((check_device(like.get_device_index(), what), current_stream(like.get_device_index(), what))) {}
 };
 
 // Scratch memory on the device (torch's caching allocator), or an undefined tensor for 0 bytes.

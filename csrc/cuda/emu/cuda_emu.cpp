@@ -659,6 +659,11 @@ cudaError_t launch(const void *kernel, dim3 grid, dim3 block, size_t smem, const
 }  // namespace wavepe_emu
 
 // ---- runtime API -----------------------------------------------------------------
+cudaError_t wavepe_emu::func_attributes(cudaFuncAttributes *attr) {
+    if (env_int("WAVEPE_EMU_NO_IMAGE", 0) != 0) return cudaErrorNoKernelImageForDevice;
+    *attr = cudaFuncAttributes{1024, 0};
+    return cudaSuccess;
+}
 cudaError_t cudaGetLastError() {
     auto &e = wavepe_emu::emu();
     cudaError_t err = e.last_error;
@@ -680,9 +685,10 @@ cudaError_t cudaDeviceGetAttribute(int *value, cudaDeviceAttr attr, int) {
         *value = wavepe_emu::env_int("WAVEPE_EMU_SMEM_PER_SM", 167936);
         return cudaSuccess;
     case cudaDevAttrReservedSharedMemoryPerBlock: *value = 1024; return cudaSuccess;
-    case cudaDevAttrComputeCapabilityMajor:  // an A100's 8 by default
+    case cudaDevAttrComputeCapabilityMajor:  // an A100's 8.0 by default
         *value = wavepe_emu::env_int("WAVEPE_EMU_CC_MAJOR", 8);
         return cudaSuccess;
+    case cudaDevAttrComputeCapabilityMinor: *value = wavepe_emu::env_int("WAVEPE_EMU_CC_MINOR", 0); return cudaSuccess;
     }
     return cudaErrorInvalidValue;
 }
@@ -697,6 +703,8 @@ extern "C" const char *cudaGetErrorString(cudaError_t error) {
     case cudaErrorMemoryAllocation: return "out of memory";
     case cudaErrorInvalidConfiguration: return "invalid configuration argument";
     case cudaErrorLaunchFailure: return "unspecified launch failure";
+    case cudaErrorInvalidDeviceFunction: return "invalid device function";
+    case cudaErrorNoKernelImageForDevice: return "no kernel image is available for execution on the device";
     }
     return "unknown error";
 }

@@ -203,7 +203,8 @@ enum cudaDeviceAttr {
     cudaDevAttrMaxSharedMemoryPerMultiprocessor = 81,
     cudaDevAttrReservedSharedMemoryPerBlock = 111,
     cudaDevAttrMultiProcessorCount = 16,
-    cudaDevAttrComputeCapabilityMajor = 75
+    cudaDevAttrComputeCapabilityMajor = 75,
+    cudaDevAttrComputeCapabilityMinor = 76
 };
 enum cudaFuncAttribute { cudaFuncAttributeMaxDynamicSharedMemorySize = 8 };
 
@@ -212,6 +213,18 @@ cudaError_t cudaPeekAtLastError();
 cudaError_t cudaGetDevice(int *device);
 cudaError_t cudaDeviceGetAttribute(int *value, cudaDeviceAttr attr, int device);
 cudaError_t cudaMemsetAsync(void *ptr, int value, size_t count, cudaStream_t stream = nullptr);
+struct cudaFuncAttributes {
+    int maxThreadsPerBlock, numRegs;
+};
+namespace wavepe_emu {
+cudaError_t func_attributes(cudaFuncAttributes *attr);
+}
+// The driver's answer for the emulated device: WAVEPE_EMU_NO_IMAGE=1 emulates a GPU the build has no code for
+// (the tests decide which by the recipe's rule, recipe.image_for).
+template <class F>
+cudaError_t cudaFuncGetAttributes(cudaFuncAttributes *attr, F *) {
+    return ::wavepe_emu::func_attributes(attr);
+}
 template <class F>
 cudaError_t cudaFuncSetAttribute(F *kernel, cudaFuncAttribute attr, int value) {
     if (attr != cudaFuncAttributeMaxDynamicSharedMemorySize) return cudaErrorInvalidValue;

@@ -13,6 +13,8 @@ typedef enum cudaError {
     cudaErrorInvalidValue = 1,
     cudaErrorMemoryAllocation = 2,
     cudaErrorInvalidConfiguration = 9,
+    cudaErrorInvalidDeviceFunction = 98,
+    cudaErrorNoKernelImageForDevice = 209,
     cudaErrorLaunchFailure = 719
 } cudaError_t;
 

@@ -95,8 +95,9 @@ NVCC_FLAGS = ("-O3", "-std=c++17", "-Xcompiler", "-fPIC", "--expt-relaxed-conste
 # user's machine, whose newer compiler may warn about something ours does not.
 WERROR_FLAGS = ("-Werror",)
 NVCC_WERROR_FLAGS = ("-Xcompiler", "-Wall,-Wextra,-Werror", "-Werror", "all-warnings")
-# SASS for these archs, and PTX of the last one (for GPUs newer than the toolkit knows); CUDA 13 compiles
-# for sm_75 and newer.  WAVEPE_CUDA_ARCHS overrides (e.g. "90" alone for a quicker build of one GPU's code).
+# SASS for these archs, and PTX where a GPU would otherwise find none (ptx_archs: the last arch's, for GPUs newer
+# than the toolkit knows; on aarch64 compute_100's for sm_110); CUDA 13 compiles for sm_75 and newer, the kernels
+# need sm_80.  WAVEPE_CUDA_ARCHS overrides (e.g. "90" alone for a quicker build of one GPU's code).
 DEFAULT_CUDA_ARCHS = "80;90;100;120"
 
 # What the torch extension is compiled from, by directory and file ending (all of it is shipped
@@ -177,18 +178,53 @@ def ptx_groups(archs: Sequence[str]) -> list[tuple[str, list[str]]]:
     return [(min(g, key=int), g) for g in groups.values()]
 
 
-def ptx_arch(archs: Sequence[str]) -> str:
-    """The virtual arch whose PTX the build ships: the newest group's, which GPUs newer than the toolkit compile at
-    load time."""
-    return ptx_groups(archs)[-1][0]
+# The compute capabilities (x 10) of NVIDIA's GPUs from 8.0 on, which the build's PTX is planned against (ptx_archs);
+# Jetson's (integrated: Orin, Thor) come only with aarch64 CPUs.
+GPU_CCS = {80: "A100", 86: "RTX 30xx, A10", 87: "Jetson Orin", 89: "L4, RTX 40xx", 90: "H100/H200, GH200",
+           100: "B200, GB200", 103: "B300", 110: "Jetson Thor", 120: "RTX 50xx", 121: "DGX Spark (GB10)"}
+JETSON_CCS = (87, 110)
+
+
+def gpu_ccs(machine: str | None = None) -> list[int]:
+    """GPU_CCS of the GPUs a machine of this CPU architecture (platform.machine()) can have."""
+    arm = (machine or platform.machine()).lower() in ("aarch64", "arm64")
+    return [cc for cc in GPU_CCS if arm or cc not in JETSON_CCS]
+
+
+def sass_for(archs: Sequence[str], cc: int) -> str | None:
+    """The arch of ``archs`` whose SASS a GPU of compute capability ``cc`` (x 10: 86 for 8.6) runs, or None: CUDA's
+    rule -- machine code for X.Y runs on X.Z for Z >= Y, never on another major."""
+    fits = [a for a in archs if int(a) // 10 == cc // 10 and int(a) % 10 <= cc % 10]
+    return max(fits, key=int) if fits else None
+
+
+def ptx_archs(archs: Sequence[str], machine: str | None = None) -> list[str]:
+    """The virtual archs whose PTX the build ships, oldest first: the newest group's (GPUs newer than the toolkit
+    compile it when the library loads), and an older group's where a GPU of ``machine`` (gpu_ccs) from its arch to the
+    next group's has no SASS in the build -- on aarch64 the default's compute_100, which Jetson Thor (sm_110: between
+    sm_100 and sm_120, another major than either) compiles; on x86-64 none (its 8.x to 10.x GPUs all run SASS of the
+    default's: each more PTX would be ~7.5 MB of the wheel for no GPU)."""
+    groups = [int(v) for v, _ in ptx_groups(archs)]
+    ccs = gpu_ccs(machine)
+    return [str(v) for v, nxt in zip(groups, groups[1:] + [None])
+            if nxt is None or any(sass_for(archs, cc) is None for cc in ccs if v <= cc < nxt)]
+
+
+def image_for(archs: Sequence[str], cc: int, ptx: Sequence[str] | None = None) -> str | None:
+    """What a GPU of compute capability ``cc`` (x 10) runs of a build with SASS for ``archs`` and the PTX of ``ptx``
+    (default: ptx_archs(archs) here): 'sm_XY' (its SASS), 'compute_XY' (PTX, which the driver compiles when the
+    library loads: the newest at or below cc), or None (no kernel runs)."""
+    sass = sass_for(archs, cc)
+    if sass is not None:
+        return f"sm_{sass}"
+    fits = [v for v in (ptx_archs(archs) if ptx is None else ptx) if int(v) <= cc]
+    return f"compute_{max(fits, key=int)}" if fits else None
 
 
 def gencode_flags(archs: Sequence[str]) -> list[str]:
-    """SASS for every arch (one front-end run per group of ptx_groups), and the PTX of ptx_arch."""
-    flags = [f"-gencode=arch=compute_{v},code=[{','.join(f'sm_{a}' for a in g)}]" for v, g in ptx_groups(archs)]
-    if archs:
-        flags.append(f"-gencode=arch=compute_{ptx_arch(archs)},code=compute_{ptx_arch(archs)}")
-    return flags
+    """SASS for every arch (one front-end run per group of ptx_groups), and the PTX of ptx_archs."""
+    return ([f"-gencode=arch=compute_{v},code=[{','.join(f'sm_{a}' for a in g)}]" for v, g in ptx_groups(archs)] +
+            [f"-gencode=arch=compute_{v},code=compute_{v}" for v in ptx_archs(archs)])
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -360,8 +396,9 @@ def torch_build() -> TorchBuild:
 
 
 def describe_archs(archs: Sequence[str]) -> str:
-    """'sm_80 sm_90 sm_100 +PTX compute_100' for the gencode of ``archs``."""
-    return " ".join(f"sm_{a}" for a in archs) + (f" +PTX compute_{ptx_arch(archs)}" if archs else "")
+    """'sm_80 sm_90 sm_100 sm_120 +PTX compute_100 compute_120' for the gencode of ``archs``."""
+    return " ".join(f"sm_{a}" for a in archs) + (" +PTX " + " ".join(f"compute_{v}" for v in ptx_archs(archs))
+                                                 if archs else "")
 
 
 # ---------------------------------------------------------------------------------------------------

@@ -55,12 +55,28 @@ def _cmd_info(args: argparse.Namespace) -> int:
     print(f"  torch {torch.__version__}; the ops target torch >= {info['torch_target']} (ABI-stable)")
     if info["cuda_runtime"]:
         rt = int(info["cuda_runtime"])
-        gpu = (f"{torch.cuda.get_device_name()} (sm_{''.join(map(str, torch.cuda.get_device_capability()))})"
-               if torch.cuda.is_available() else "no GPU visible")
+        gpu = _gpu_line(info["cuda_archs"]) if torch.cuda.is_available() else "no GPU visible"
         print(f"  cuda kernels: {info['cuda_archs']} (CUDA runtime {rt // 1000}.{rt % 1000 // 10}, static); {gpu}")
     else:
         print("  cuda kernels: none in this build")
     return 0
+
+
+def _gpu_line(built_for: str, name: str | None = None, cc: tuple[int, int] | None = None) -> str:
+    """'NVIDIA H100 (sm_90): runs sm_90' -- the visible GPU and what of the build it runs (recipe.image_for: CUDA's
+    rule), or that it runs none (its first op raises, saying why)."""
+    import torch
+
+    from .._build import recipe
+
+    name = name if name is not None else torch.cuda.get_device_name()
+    major, minor = cc if cc is not None else torch.cuda.get_device_capability()
+    sass, _, ptx = built_for.partition("+PTX")
+    image = recipe.image_for([t.removeprefix("sm_") for t in sass.split()], major * 10 + minor,
+                             [t.removeprefix("compute_") for t in ptx.split()])
+    runs = ("runs none of these kernels" if image is None else f"runs {image}" if image.startswith("sm_")
+            else f"runs {image}'s PTX, compiled at the first op")
+    return f"{name} (sm_{major}{minor}): {runs}"
 
 
 def _cmd_fairseq_user_dir(args: argparse.Namespace) -> int:
