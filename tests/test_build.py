@@ -208,6 +208,27 @@ def test_driver_recompiles_only_what_changed(tmp_path):
     assert recipe.run(extra) == [str(tmp_path / "a.c")]
 
 
+def test_driver_gives_nvcc_the_cores_of_a_big_build_without_making_its_objects_stale(tmp_path):
+    """One nvcc compiles a file's archs one after another: with more than two cores its --threads shares them (two
+    long CUDA sources start first); never on two (CI's), and the flag is not in the object's record."""
+    nvcc = tmp_path / "nvcc"
+    nvcc.write_text('#!/bin/sh\necho "$@" >> "$(dirname "$0")/argv.log"\n'
+                    'while [ $# -gt 0 ]; do [ "$1" = -o ] && : > "$2"; [ "$1" = -MF ] && : > "$2"; shift; done\n')
+    nvcc.chmod(0o755)
+    (tmp_path / "k.cu").write_text("// a kernel\n")
+    obj = str(tmp_path / "obj" / "k.cu.o")
+    plan = recipe.Plan([recipe.Compile(str(tmp_path / "k.cu"), obj, (str(nvcc), "-c", str(tmp_path / "k.cu"),
+                                                                        "-o", obj))], [])
+    assert [recipe.nvcc_threads(j) for j in (1, 2, 3, 4, 16, 64)] == [1, 1, 1, 2, 8, 8]
+    assert recipe.run(plan, jobs=16) == [str(tmp_path / "k.cu")]
+    assert "--threads 8" in (tmp_path / "argv.log").read_text()
+    assert "--threads" not in Path(obj + ".cmd").read_text()
+    assert recipe.run(plan, jobs=2) == []  # built with other cores: up to date
+    Path(obj).unlink()
+    assert recipe.run(plan, jobs=2) == [str(tmp_path / "k.cu")]
+    assert "--threads" not in (tmp_path / "argv.log").read_text().splitlines()[-1]
+
+
 def test_driver_reports_the_failing_command_and_compiler_output(tmp_path):
     _tiny_project(tmp_path)
     (tmp_path / "b.c").write_text("int b(void) { return undeclared_name; }\n")

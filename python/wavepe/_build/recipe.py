@@ -609,6 +609,13 @@ def default_jobs() -> int:
         return max(1, os.cpu_count() or 1)
 
 
+def nvcc_threads(jobs: int) -> int:
+    """nvcc's ``--threads`` for a build running ``jobs`` compiles at once: one nvcc compiles a file's archs one after
+    another (attention_bwd.cu: ~300 CPU seconds, the build's longest chain), so the cores are shared by the two long
+    CUDA sources, which start first -- 1 (no flag) on two cores, where the other compiles keep both busy."""
+    return max(1, min(8, jobs // 2))
+
+
 def _source_size(path: str) -> int:
     try:
         return os.path.getsize(path)
@@ -628,6 +635,7 @@ def run(plan: Plan, *, jobs: int | None = None, progress: Callable[[int, int, st
                   key=lambda c: (not c.source.endswith(".cu"), -_source_size(c.source)))
     lock = threading.Lock()
     done = 0
+    workers = jobs or default_jobs()
 
     def compile_one(c: Compile) -> None:
         nonlocal done
@@ -635,7 +643,9 @@ def run(plan: Plan, *, jobs: int | None = None, progress: Callable[[int, int, st
         for stale in (c.obj + ".cmd", c.obj + ".d", c.obj + ".log"):
             if os.path.exists(stale):
                 os.remove(stale)
-        out = _run_command([*c.argv, "-MD", "-MF", c.obj + ".d"], f"compiling {os.path.basename(c.source)}")
+        threads = ("--threads", str(nvcc_threads(workers))) if c.source.endswith(".cu") and nvcc_threads(workers) > 1 \
+            else ()  # (not in the .cmd record: how many cores built an object does not make it stale)
+        out = _run_command([*c.argv, *threads, "-MD", "-MF", c.obj + ".d"], f"compiling {os.path.basename(c.source)}")
         with open(c.obj + ".log", "w", encoding="utf-8") as f:  # warnings; ptxas's -v report for CUDA sources
             f.write(out)
         with open(c.obj + ".cmd", "w", encoding="utf-8") as f:
@@ -648,7 +658,7 @@ def run(plan: Plan, *, jobs: int | None = None, progress: Callable[[int, int, st
                 progress(done, len(todo), os.path.basename(c.source))
 
     if todo:
-        with ThreadPoolExecutor(max(1, min(jobs or default_jobs(), len(todo)))) as pool:
+        with ThreadPoolExecutor(max(1, min(workers, len(todo)))) as pool:
             futures = [pool.submit(compile_one, c) for c in todo]
             finished, _ = wait(futures, return_when=FIRST_EXCEPTION)
             failed = [f for f in futures if f.done() and f.exception() is not None]
