@@ -396,7 +396,8 @@ def torch_build() -> TorchBuild:
 
 
 def describe_archs(archs: Sequence[str]) -> str:
-    """'sm_80 sm_90 sm_100 sm_120 +PTX compute_100 compute_120' for the gencode of ``archs``."""
+    """'sm_80 sm_90 sm_100 sm_120 +PTX compute_120' (on aarch64 '... +PTX compute_100 compute_120') for the gencode
+    of ``archs``."""
     return " ".join(f"sm_{a}" for a in archs) + (" +PTX " + " ".join(f"compute_{v}" for v in ptx_archs(archs))
                                                  if archs else "")
 
@@ -612,7 +613,8 @@ def default_jobs() -> int:
 def nvcc_threads(jobs: int) -> int:
     """nvcc's ``--threads`` for a build running ``jobs`` compiles at once: one nvcc compiles a file's archs one after
     another (attention_bwd.cu: ~300 CPU seconds, the build's longest chain), so the cores are shared by the two long
-    CUDA sources, which start first -- 1 (no flag) on two cores, where the other compiles keep both busy."""
+    CUDA sources, which start first -- 1 (no flag) on two cores, where the other compiles keep both busy (measured,
+    a clean wheel build on a Zen 5's two cores: 339 s wall without, 347 with --threads 2, and 70 CPU seconds more)."""
     return max(1, min(8, jobs // 2))
 
 
