@@ -44,10 +44,6 @@ void check_driver(const char* what) {
                          ") need driver >= ", minimum_driver(), ": update the driver"));
 }
 
-#ifndef WAVEPE_CUDA_ARCHS_TEXT  // the recipe defines it: what the build holds (module.cpp's build_info too)
-#define WAVEPE_CUDA_ARCHS_TEXT ""
-#endif
-
 // Once per device (the current one): a GPU this build has no code for is an error naming its compute capability and
 // what to do, before any launch -- not "no kernel image is available" from the first kernel.
 void check_device(int32_t device, const char* what) {

@@ -18,10 +18,6 @@
 #include <cuda_runtime_api.h>
 #endif
 
-#ifndef WAVEPE_CUDA_ARCHS_TEXT
-#define WAVEPE_CUDA_ARCHS_TEXT ""
-#endif
-
 namespace wavepe {
 
 const char* dtype_name(ScalarType t) {

@@ -42,6 +42,12 @@
 #endif
 #endif
 
+// The CUDA archs the build holds, as the recipe describes them (describe_archs: "sm_80 sm_90 +PTX compute_90"):
+// build_info's and the device check's text; the recipe defines it where the CUDA kernels are compiled.
+#ifndef WAVEPE_CUDA_ARCHS_TEXT
+#define WAVEPE_CUDA_ARCHS_TEXT ""
+#endif
+
 extern "C" {
 #include "../core/checked.h"
 #include "../core/dtype.h"

@@ -638,6 +638,8 @@ def run(plan: Plan, *, jobs: int | None = None, progress: Callable[[int, int, st
     lock = threading.Lock()
     done = 0
     workers = jobs or default_jobs()
+    # (not in the .cmd record, as -MD: how many cores built an object does not make it stale)
+    nvcc_flags_for_jobs = ("--threads", str(nvcc_threads(workers))) if nvcc_threads(workers) > 1 else ()
 
     def compile_one(c: Compile) -> None:
         nonlocal done
@@ -645,8 +647,7 @@ def run(plan: Plan, *, jobs: int | None = None, progress: Callable[[int, int, st
         for stale in (c.obj + ".cmd", c.obj + ".d", c.obj + ".log"):
             if os.path.exists(stale):
                 os.remove(stale)
-        threads = ("--threads", str(nvcc_threads(workers))) if c.source.endswith(".cu") and nvcc_threads(workers) > 1 \
-            else ()  # (not in the .cmd record: how many cores built an object does not make it stale)
+        threads = nvcc_flags_for_jobs if c.source.endswith(".cu") else ()
         out = _run_command([*c.argv, *threads, "-MD", "-MF", c.obj + ".d"], f"compiling {os.path.basename(c.source)}")
         with open(c.obj + ".log", "w", encoding="utf-8") as f:  # warnings; ptxas's -v report for CUDA sources
             f.write(out)
