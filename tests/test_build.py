@@ -804,3 +804,27 @@ def test_cuda_static_model_counts_shared_memory_bytes_per_hmma():
     assert "bytes of shared memory" in msg and "SMEM_CEILING" in msg and "attn_fwd_tc_kernel<__nv_bfloat16" in msg
     assert ck.failures_of(dict(rec(10**6), arch="sm_80"), fwd) == []  # the model reads sm_90 only
     assert ck.failures_of(dict(rec(10**6), loop_tc=0, loop_ins=0, HMMA=0), "attn_fwd_kernel<float, 128, 32, 32>") == []
+
+
+def test_cuda_static_model_holds_the_band_loops_shared_memory_bytes(monkeypatch):
+    """The loops beside the main one where a table's band runs are held to OTHER_LOOP_SMEM_CEILING, loop by loop in
+    OTHER_LOOP_CEILING's order: the forward's band loop moving its bytes of before 2026-11-29 (the bias through a
+    skewed scratch: 377 an HMMA at head dim 128) fails; a line of the wrong length is stale."""
+    ck = _kernel_checks()
+    fwd = "attn_fwd_tc_kernel<__nv_bfloat16, 128, false>"
+    key = ("attn_fwd_tc_kernel", "128, false")
+    mixes, walls = ck.OTHER_LOOP_CEILING[key], ck.OTHER_LOOP_SMEM_CEILING[key]
+    assert len(mixes) == len(walls)
+
+    def rec(*smem):
+        return dict(src="attention.cu", arch="sm_90", regs=219, stack=0, spill_st=0, spill_ld=0, smem=0, HMMA=128,
+                    HGMMA=0, loop_ins=128 * 3, loop_tc=128, loop_smem=128 * 300,
+                    other_loops=[(int(100 * (1 + m)) - 1, 100, 100 * b) for m, b in zip(mixes, smem)])
+
+    assert ck.failures_of(rec(*walls), fwd) == []
+    band = 1  # (the band loop: the second lightest at head dim 128, after ALiBi's)
+    (msg,) = ck.failures_of(rec(*walls[:band], 377, *walls[band + 1:]), fwd)
+    assert "bytes of shared memory" in msg and "OTHER_LOOP_SMEM_CEILING" in msg
+    monkeypatch.setitem(ck.OTHER_LOOP_SMEM_CEILING, key, walls[1:])
+    (msg,) = ck.failures_of(rec(*walls), fwd)
+    assert "one ceiling per loop" in msg and "OTHER_LOOP_SMEM_CEILING" in msg

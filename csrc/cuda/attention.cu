@@ -317,9 +317,7 @@ __global__ void __launch_bounds__(BM * 2) attn_fwd_kernel(AttnParams p) {
 //   * decoding one query with GQA (PACKED), the group's heads are the CTA's rows.
 // 64 keys a block (128 at head_dim 64, so that the per-block softmax and O rescale weigh as at 128; 32 at
 // 256, TcFwdLayout).
-// With a table, the window's BM + BN rows and each warp's skewed bias of half a block, H (16 x BN / 2
-// fp32, rows HLD apart: HLD = 8 mod 32 banks, so that the float2 reads of a half-warp hit 32 distinct
-// banks); half a block keeps every configuration within the 99 KiB an sm_86 / sm_89 CTA may have.
+// With a table, the window's BM + BN rows (the bias it gives reaches the scores by shuffles: add_table_bias).
 // At head_dim 256, 32 keys a block: the same 128 HMMA a warp a block as at 128 (Q K^T 4 x 16, P V 2 x 32), the O
 // accumulators (128 registers a lane) leaving no room for Q's fragments (64 more): they are read from the Q tile
 // by ldmatrix at each step (QREG false), one load per 4 HMMA of Q K^T, as FlashAttention-2 does at 256.
@@ -332,18 +330,17 @@ struct TcFwdTiles {
     // (32 rows a warp: blocks of 32 keys at head_dim 128, S's 32 accumulators a lane beside O's 128 -- with 64,
     // ptxas spilled; 64 at head_dim 64, S's 64 beside O's 64)
     static constexpr int BM = 64 * MT, BN = MT > 1 ? (D <= 64 ? 64 : 32) : D <= 64 ? 128 : D <= 128 ? 64 : 32,
-                         HC = BN / 2, LD = D + int(16 / sizeof(T)), HLD = HC + 8;
+                         LD = D + int(16 / sizeof(T));
     // the warp's Q fragments in registers (32 rows a warp: read at each step -- at head_dim 128 O's 128 and S's 32
     // accumulators a lane leave no room for them)
     static constexpr bool QREG = D <= 128 && MT == 1;
     SmemPlan plan;
-    int q, k, v, t, h, mask, rows;
+    int q, k, v, t, mask, rows;
     __host__ __device__ explicit TcFwdTiles(bool table) {
         q = plan.add(sizeof(T) * BM * LD);
         k = plan.add(sizeof(T) * BN * LD);
         v = plan.add(sizeof(T) * BN * LD);
         t = plan.add(table ? sizeof(T) * (BM + BN) * LD : 0);
-        h = plan.add(table ? sizeof(float) * (BM / 16) * 16 * HLD : 0);
         mask = plan.add(BN);
         rows = plan.add(2 * BM * sizeof(int64_t));  // each query row's keys [lo, hi)
     }
@@ -353,24 +350,19 @@ using TcFwdLayout = TcFwdTiles<T, D, 1>;
 template <class T, int D>
 using TcFwdWideLayout = TcFwdTiles<T, D, 2>;
 
-// The warp's relative-table bias of a key block added to its scores s, half a block at a time
-// (ROW_SHIFT 0: every row at the same position, the packed heads of one query).  PREV (the band loop's blocks, Q's
-// fragments in registers): the window rows this block shares with the next are kept in the warp's scratch cw, and
-// those it shares with the previous one read from there where `prev` (window_bias's PREV).
-// (TR: window_bias's)
-template <class T, int BN, int KS, int LD, int HLD, int ROW_SHIFT, bool PREV = false, class QF, class TR>
-WAVEPE_DEVICE void add_table_bias(float (&s)[BN / 8][4], float *hw, const QF &qf, const TR &trow, float *cw = nullptr,
+// The warp's relative-table bias of a key block added to its scores s, half a block at a time, in registers
+// (window_bias_add: shuffles within quads of lanes, no shared memory) (ROW_SHIFT 0: every row at the same position,
+// the packed heads of one query).  PREV (the band loop's blocks, Q's fragments in registers): the window rows this
+// block shares with the next are kept in the warp's scratch cw, and those it shares with the previous one read from
+// there where `prev` (window_products's PREV).
+// (TR: window_products's)
+template <class T, int BN, int KS, int LD, int ROW_SHIFT, bool PREV = false, class QF, class TR>
+WAVEPE_DEVICE void add_table_bias(float (&s)[BN / 8][4], const QF &qf, const TR &trow, float *cw = nullptr,
                                   bool prev = false) {
     constexpr int HC = BN / 2;
     float carry[2][4] = {};  // (G of the window rows both halves read: computed once)
-    window_bias<T, BN, HC, 0, KS, LD, HLD, ROW_SHIFT, 1, PREV>(hw, qf, trow, carry, cw, prev);
-    __syncwarp();
-    add_window_bias<BN / 8, HC, 0, HLD>(s, hw);
-    __syncwarp();  // read before the next stores
-    window_bias<T, BN, HC, HC, KS, LD, HLD, ROW_SHIFT, 2, PREV>(hw, qf, trow, carry, cw);
-    __syncwarp();
-    add_window_bias<BN / 8, HC, HC, HLD>(s, hw);
-    __syncwarp();
+    window_bias_add<T, BN, HC, 0, 0, KS, LD, ROW_SHIFT, 1, PREV>(s, qf, trow, carry, cw, prev);
+    window_bias_add<T, BN, HC, HC, HC / 8, KS, LD, ROW_SHIFT, 2, PREV>(s, qf, trow, carry, cw);
 }
 
 // The tensor-core forward's CTA: 4 warps of MT m-tiles of 16 query rows (attn_fwd_tc_kernel: 1; the wide
@@ -380,7 +372,7 @@ template <class T, int D, bool PACKED, int MT, bool BAND = false>
 WAVEPE_DEVICE void attn_fwd_tc_cta(const AttnParams &p) {
     using A = acc_t<T>;
     using Lay = TcFwdTiles<T, D, MT>;
-    constexpr int BM = Lay::BM, BN = Lay::BN, LD = Lay::LD, HLD = Lay::HLD, NT = BN / 8, DT = D / 8, KS = D / 16;
+    constexpr int BM = Lay::BM, BN = Lay::BN, LD = Lay::LD, NT = BN / 8, DT = D / 8, KS = D / 16;
     constexpr int WR = 16 * MT;  // a warp's rows
     constexpr int kThreads = 4 * 32;  // (the CTA: attn_fwd_tc_kernel's, attn_fwd_tc_wide_kernel's launch bounds)
     static_assert(Traits<T>::kTensorCore && NT % 2 == 0, "the tensor-core forward takes bf16/fp16, 16-key pairs");
@@ -399,7 +391,6 @@ WAVEPE_DEVICE void attn_fwd_tc_cta(const AttnParams &p) {
     uint8_t *const kmask = smem + L.plan.off[L.mask];
     int64_t *const rlo = reinterpret_cast<int64_t *>(smem + L.plan.off[L.rows]), *const rhi = rlo + BM;
     const int warp = threadIdx.x / 32, lane = threadIdx.x & 31;
-    float *const hw = reinterpret_cast<float *>(smem + L.plan.off[L.h]) + warp * 16 * HLD;
 
     int64_t bid = blockIdx.x;
     const int64_t mblocks = ceil_div(p.a.m, BM);
@@ -642,7 +633,7 @@ WAVEPE_DEVICE void attn_fwd_tc_cta(const AttnParams &p) {
                 zero_frags(s);
                 if constexpr (MT == 1)
                     if (active && warp_bias(n0) && block_bias(j))
-                        add_table_bias<T, BN, KS, LD, HLD, row_shift>(s, hw, qf, trow);
+                        add_table_bias<T, BN, KS, LD, row_shift>(s, qf, trow);
                 qk_products<T, NT, KS, LD>(s, qf, krow);  // (an inactive warp's are not used)
                 if (active) {
                     scores_log2<PACKED>(s, p, wm0, n0, kmask, rlo + 16 * warp, rhi + 16 * warp, scale_log2, slope_log2,
@@ -693,10 +684,10 @@ WAVEPE_DEVICE void attn_fwd_tc_cta(const AttnParams &p) {
                                         return tbase + (w >= W ? w - W : w) * LD;
                                     }
                                 };
-                                add_table_bias<T, BN, KS, LD, HLD, row_shift, kPrev>(s[0], hw, qf, rows, cw,
+                                add_table_bias<T, BN, KS, LD, row_shift, kPrev>(s[0], qf, rows, cw,
                                                                                      prev_window);
                             } else {
-                                add_table_bias<T, BN, KS, LD, HLD, row_shift, kPrev>(s[0], hw, qf, trow, cw,
+                                add_table_bias<T, BN, KS, LD, row_shift, kPrev>(s[0], qf, trow, cw,
                                                                                      prev_window);
                             }
                         }
@@ -878,7 +869,7 @@ AttnParams attention_params(const wavepe_attention_args *a) {
 }
 
 // The band split.  At head_dim 256 a table's window takes the tensor-core kernels' CTAs past half an SM's shared
-// memory: the forward's to 125,472 bytes, the dK/dV's and dQ's to 151,376 and 160,032 -- one CTA, 4 warps, an SM
+// memory: the forward's to 119,328 bytes, the dK/dV's and dQ's to 151,376 and 160,032 -- one CTA, 4 warps, an SM
 // of an A100 or H100, where without it (68,640, 102,800, 102,432) two fit.  Beyond the table's band (distances
 // past its rows: at L = 16384 with the wavelet's default grid, most of the causal blocks) no block reads a
 // window, so such a call runs each kernel as two launches over every CTA of its grid: the interior blocks
@@ -946,7 +937,7 @@ size_t tc_fwd_smem(int64_t d, bool table) { return tc_layout_bytes<TcFwdLayout>(
 // Does the call run on the tensor-core loop (attn_fwd_tc_kernel, or its wide instance: wide_forward)?  bf16/fp16,
 // head_dim 64, 128 or 256 (its unrolled tiles), q, k, v (and the table's) rows on 16 bytes (cp.async, ldmatrix),
 // and its CTA's shared memory within the device's: past the 99 KiB every GPU from sm_80 on grants (head_dim 256
-// with a table: 122.5 KiB) the device is asked -- sm_86 / sm_89 / sm_120 run the general kernel there.
+// with a table: 116.5 KiB) the device is asked -- sm_86 / sm_89 / sm_120 run the general kernel there.
 bool use_tc_forward(const AttnParams &p) {
     // (at head_dim 256, M, N < 2^36: the kernel counts blocks of 32 keys in 32 bits)
     if (!((p.a.dtype == WAVEPE_BF16 || p.a.dtype == WAVEPE_F16) && (p.a.d == 64 || p.a.d == 128 || p.a.d == 256) &&
@@ -975,7 +966,7 @@ bool wide_forward(const AttnParams &p) {
 }
 
 // The forward's band split (band_split_pays): at head_dim 256 the window leaves the tensor-core forward's CTA
-// alone on an SM (125,472 bytes) where two fit without it (68,640; the registers allow no more: 251-252 a thread);
+// alone on an SM (119,328 bytes) where two fit without it (68,640; the registers allow no more: 251-252 a thread);
 // at 64 and 128 the wide instance may run (wide_rows_apply: more than 64 queries); and its workspace -- two fp32
 // partials of every row, 4x a bf16 output's bytes -- stays within kBandSplitWorkspace.  Not with packed heads
 // (decoding) or split-KV asked for (want > 1).

@@ -1278,7 +1278,7 @@ __global__ void __launch_bounds__(B * 2, 1) attn_bwd_dq_kernel(AttnParams p) {
 // warp_rb_masked as attn_bwd_dq_kernel; then the interior blocks -- every row sees every key -- without
 // masks (with ALiBi a loop of its own, which also sums d loss / d slope).  With a relative table (TABLE: a
 // kernel of its own) the band's interior blocks come first, and they and the masked blocks meeting the
-// table add the bias (window_bias, the forward's) and dQ += H T_win, H = dS skewed into window columns in
+// table add the bias (window_bias_add, the forward's) and dQ += H T_win, H = dS skewed into window columns in
 // the warp's scratch (warp_hb); the window has one buffer, refilled after a second barrier.  The wide instance
 // (TcDqTiles' MT 2, wide_dq): 128 rows a CTA, 32 a warp, the interior blocks' products for both m-tiles at once.
 constexpr int kTcDqRows = 64;  // query rows of a tensor-core dQ CTA (16 a warp; the wide instance's: 2x)
@@ -1294,13 +1294,12 @@ struct TcDqTiles {
     static_assert(MT == 1 || (MT == 2 && D <= 128), "32 rows a warp: head_dim 64 or 128");
     static constexpr int BM = kTcDqRows * MT, BN = D <= 64 ? 64 : D <= 128 ? 32 : 16, LD = D + int(16 / sizeof(T)),
                          KC = D <= 128 ? 32 : 16;
-    // with a table: each warp's skewed bias of KC keys (16 rows of HLD floats: HLD = 8 mod 32, the float2
-    // reads of a half-warp hit 32 banks) and its H = dS skewed into window columns (16 rows of HLDT elements,
-    // an odd number of 16-byte units apart: ldmatrix without conflicts)
-    static constexpr int HLD = 40, HLDT = BN + 16 + 8;
-    static_assert(HLD >= KC && HLD % 32 == 8 && (HLDT * sizeof(T) / 16) % 2 == 1, "conflict-free scratch rows");
+    // with a table: each warp's H = dS skewed into window columns (16 rows of HLDT elements, an odd number of
+    // 16-byte units apart: ldmatrix without conflicts; the window's bias reaches S by shuffles: window_bias_add)
+    static constexpr int HLDT = BN + 16 + 8;
+    static_assert((HLDT * sizeof(T) / 16) % 2 == 1, "conflict-free scratch rows");
     SmemPlan plan;
-    int q, go, k, v, mask, rows, kv, stats, t, hb, h;
+    int q, go, k, v, mask, rows, kv, stats, t, h;
     __host__ __device__ explicit TcDqTiles(bool table) {
         q = plan.add(sizeof(T) * BM * LD);
         go = plan.add(sizeof(T) * BM * LD);
@@ -1313,7 +1312,6 @@ struct TcDqTiles {
         kv = plan.add(MT > 1 ? 2 * sizeof(const T *) : 0);
         stats = plan.add(MT > 1 ? BM * sizeof(float2) : 0);
         t = plan.add(table ? sizeof(T) * (BM + BN) * LD : 0);  // the window: one buffer
-        hb = plan.add(table ? sizeof(float) * (BM / 16) * 16 * HLD : 0);
         h = plan.add(table ? sizeof(T) * (BM / 16) * 16 * HLDT : 0);
     }
 };
@@ -1347,7 +1345,7 @@ template <class T, int D, bool TABLE, int MT, bool BAND = false, bool ALIBI = fa
 WAVEPE_DEVICE void attn_bwd_dq_tc_cta(const AttnParams &p) {
     using Lay = TcDqTiles<T, D, MT>;
     constexpr int BM = Lay::BM, BN = Lay::BN, LD = Lay::LD, KC = Lay::KC, NT = KC / 8, DT = D / 8, KS = D / 16;
-    constexpr int HLD = Lay::HLD, HLDT = Lay::HLDT, WR = 16 * MT;  // WR: the warp's rows
+    constexpr int HLDT = Lay::HLDT, WR = 16 * MT;  // WR: the warp's rows
     static_assert(Traits<T>::kTensorCore && BN % KC == 0 && BN <= 2 * KC, "the tensor-core dQ takes bf16/fp16, "
                   "one or two whole chunks");
     static_assert(MT == 1 || !TABLE, "32 rows a warp: no table");  // (nor d loss / d slope: wide_dq)
@@ -1370,7 +1368,6 @@ WAVEPE_DEVICE void attn_bwd_dq_tc_cta(const AttnParams &p) {
     uint8_t *const kmask0 = smem + L.plan.off[L.mask];
     int64_t *const rlo = reinterpret_cast<int64_t *>(smem + L.plan.off[L.rows]), *const rhi = rlo + BM;
     const int warp = threadIdx.x / 32, lane = threadIdx.x & 31;
-    float *const hw = reinterpret_cast<float *>(smem + L.plan.off[L.hb]) + warp * 16 * Lay::HLD;
     T *const Hw = reinterpret_cast<T *>(smem + L.plan.off[L.h]) + warp * 16 * Lay::HLDT;
     const int64_t *const wlo = rlo + WR * warp, *const whi = rhi + WR * warp;  // this warp's rows (m-tile 0's)
 
@@ -1546,7 +1543,7 @@ WAVEPE_DEVICE void attn_bwd_dq_tc_cta(const AttnParams &p) {
         // warp-uniform: does some row of the warp see a key of the block?
         const bool active =
             (kind != kMasked && kind != kPrefix) || (warp_rows && n0 < whi[WR - 1] && n0 + BN > wlo[0]);
-        // the table's bias of the warp's rows: G = Q_w T_win^T skewed (window_bias, the forward's), H = dS
+        // the table's bias of the warp's rows: G = Q_w T_win^T skewed (window_bias_add, the forward's), H = dS
         // skewed into window columns, dQ += H T_win
         const bool wbias = BIAS != 0 && bias && active && warp_bias(n0);
         if (wbias) {
@@ -1672,12 +1669,9 @@ WAVEPE_DEVICE void attn_bwd_dq_tc_cta(const AttnParams &p) {
             zero_frags(s);
             if (BIAS != 0 && wbias) {
                 if constexpr (kRing)
-                    window_bias<T, BN, KC, c0, KS, LD, HLD, 1>(hw, static_cast<const T *>(Qs + arow), trow_ring);
+                    window_bias_add<T, BN, KC, c0, 0, KS, LD, 1>(s, static_cast<const T *>(Qs + arow), trow_ring);
                 else
-                    window_bias<T, BN, KC, c0, KS, LD, HLD, 1>(hw, static_cast<const T *>(Qs + arow), trow);
-                __syncwarp();
-                add_window_bias<NT, KC, 0, HLD>(s, hw);
-                __syncwarp();  // read before the next chunk's stores
+                    window_bias_add<T, BN, KC, c0, 0, KS, LD, 1>(s, static_cast<const T *>(Qs + arow), trow);
             }
             if constexpr (kind == kMasked) {
                 masked_chunk(s, 0, c0);
@@ -1951,7 +1945,7 @@ __global__ void __launch_bounds__(B * 2, 1) attn_bwd_dtable_kernel(AttnParams p)
 // tensor cores, tiles of 64 x 64 (the window: 128 table rows, staged once a CTA).  A CTA per (tile diagonal,
 // group of batch*heads, 64-column slice of dT) walks the diagonal's tiles of each head of its group: warp w
 // recomputes dS of its 16 query rows against the tile's 64 keys (S = Q K^T + the window's bias, dP = dO V^T,
-// 32 keys at a time, as the tensor-core dQ: qk_products and window_bias from the warp's Q fragments, held in
+// 32 keys at a time, as the tensor-core dQ: qk_products and window_bias_add from the warp's Q fragments, held in
 // registers for the tile; warp_abt_ldm) and stores it skewed into window columns
 // in the CTA's H tile (H[m][m - n + 63] = dS[m][n], rounded to the input type as the dQ's H); after a barrier
 // it accumulates window rows 32 w .. 32 w + 31 of dT_win += H^T Q (warp_htb) in registers (64 a lane) over
@@ -1960,30 +1954,29 @@ __global__ void __launch_bounds__(B * 2, 1) attn_bwd_dtable_kernel(AttnParams p)
 // own, then the interior ones (every row sees every key) without masks.  A tile's copies (cp.async) are waited
 // for at once, not overlapped with the products: the dT pass runs on the table's band only (a few diagonals of
 // the causal triangle), and two CTAs an SM overlap one's copies with the other's products instead.
-// Two CTAs of 113 KiB an H100 / H200 SM at head_dim 128 (228 KiB, 1 KiB reserved a CTA): H takes dO's place
+// Two CTAs of 103 KiB an H100 / H200 SM at head_dim 128 (228 KiB, 1 KiB reserved a CTA): H takes dO's place
 // (rows alike there: HLDT == LD), since a warp reads only its own 16 rows of dO (dP) and writes only its own
 // rows of H -- the dP of both chunks first, then the warp's rows of H zeroed and written --; and the key mask
-// lives in the window's last row, which no distance of a tile uses (its H column stays 0; window_bias's
+// lives in the window's last row, which no distance of a tile uses (its H column stays 0; window_bias_add's
 // products read the row but drop its column: any bytes there are harmless).
 template <class T, int D>
 struct TcDtLayout {
     static_assert(D == 64 || D == 128, "the tensor-core dT's head dims");
     static constexpr int B = 64, KC = 32, CS = D / 64, LD = D + int(16 / sizeof(T));
-    // the warp's skewed bias of KC keys (16 rows of HLD floats, as the dQ's); H's rows (queries) HLDT elements
-    // apart, an odd number of 16-byte units: ldmatrix.trans without conflicts
-    static constexpr int HLD = 40, HLDT = 2 * B + 8;
-    static_assert(HLD >= KC && HLD % 32 == 8 && (HLDT * sizeof(T) / 16) % 2 == 1, "conflict-free scratch rows");
+    // H's rows (queries) HLDT elements apart, an odd number of 16-byte units: ldmatrix.trans without conflicts (the
+    // window's bias reaches S by shuffles, as the dQ's: window_bias_add)
+    static constexpr int HLDT = 2 * B + 8;
+    static_assert((HLDT * sizeof(T) / 16) % 2 == 1, "conflict-free scratch rows");
     static constexpr bool H_OVER_DO = HLDT == LD;
     static_assert(LD * sizeof(T) >= B, "the key mask fits in the window's last row");
     SmemPlan plan;
-    int q, go, k, v, t, hb, h, rows;
+    int q, go, k, v, t, h, rows;
     __host__ __device__ TcDtLayout() {
         q = plan.add(sizeof(T) * B * LD);
         go = plan.add(sizeof(T) * B * LD);
         k = plan.add(sizeof(T) * B * LD);
         v = plan.add(sizeof(T) * B * LD);
         t = plan.add(sizeof(T) * 2 * B * LD);  // the window: rows 0 .. 2B - 2; row 2B - 1 holds the key mask
-        hb = plan.add(sizeof(float) * (B / 16) * 16 * HLD);
         h = H_OVER_DO ? go : plan.add(sizeof(T) * B * HLDT);
         rows = plan.add(2 * B * sizeof(int64_t));  // each query row's keys [lo, hi)
     }
@@ -2018,7 +2011,7 @@ WAVEPE_DEVICE void warp_htb(float (&acc)[2][DT][4], const T *hcol, const T *b_ti
 template <class T, int D, bool CAP>
 __global__ void __launch_bounds__(128, 2) attn_bwd_dtable_tc_kernel(AttnParams p) {
     using Lay = TcDtLayout<T, D>;
-    constexpr int B = Lay::B, KC = Lay::KC, LD = Lay::LD, HLD = Lay::HLD, HLDT = Lay::HLDT;
+    constexpr int B = Lay::B, KC = Lay::KC, LD = Lay::LD, HLDT = Lay::HLDT;
     constexpr int NT = KC / 8, KS = D / 16, DTS = 64 / 8;
     static_assert(Traits<T>::kTensorCore && B == 2 * KC, "the tensor-core dT takes bf16/fp16, two chunks a tile");
     WAVEPE_SHARED_BASE(smem);
@@ -2032,7 +2025,6 @@ __global__ void __launch_bounds__(128, 2) attn_bwd_dtable_tc_kernel(AttnParams p
     uint8_t *const kmask = reinterpret_cast<uint8_t *>(Ts + (2 * B - 1) * LD);
     int64_t *const rlo = reinterpret_cast<int64_t *>(smem + L.plan.off[L.rows]), *const rhi = rlo + B;
     const int warp = threadIdx.x / 32, lane = threadIdx.x & 31;
-    float *const hw = reinterpret_cast<float *>(smem + L.plan.off[L.hb]) + warp * 16 * HLD;
     const int64_t *const wlo = rlo + 16 * warp, *const whi = rhi + 16 * warp;  // this warp's rows
     const int col0 = int(blockIdx.x % Lay::CS) * 64;
     const int64_t cta = blockIdx.x / Lay::CS;
@@ -2139,10 +2131,7 @@ __global__ void __launch_bounds__(128, 2) attn_bwd_dtable_tc_kernel(AttnParams p
             zero_frags(s);
             if (live) {
                 if (wbias) {
-                    window_bias<T, B, KC, c0, KS, LD, HLD, 1>(hw, qf, trow);
-                    __syncwarp();
-                    add_window_bias<NT, KC, 0, HLD>(s, hw);
-                    __syncwarp();  // read before the next chunk's stores
+                    window_bias_add<T, B, KC, c0, 0, KS, LD, 1>(s, qf, trow);
                 }
                 qk_products<T, NT, KS, LD>(s, qf, Ks + c0 * LD + brow);
                 if constexpr (INTERIOR) {
@@ -2332,7 +2321,7 @@ bool wide_dq(const AttnParams &p) {
            (p.pos_enc != WAVEPE_CUDA_PE_ALIBI || (p.a.dslopes == nullptr && p.cap_log2 <= 0.0)) && use_tc_dq(p) &&
            wide_dq_fits(p);
 }
-// The tensor-core dT (a learned table's gradient): head_dim 64 or 128 (113 KiB at 128: sm_86, sm_89 and sm_120
+// The tensor-core dT (a learned table's gradient): head_dim 64 or 128 (103 KiB at 128: sm_86, sm_89 and sm_120
 // run the general kernel there).
 size_t tc_dtable_smem(int64_t d) {
     return d == 64 ? TcDtLayout<__half, 64>().plan.total : TcDtLayout<__half, 128>().plan.total;

@@ -418,7 +418,7 @@ WAVEPE_DEVICE void warp_abt(acc_t<T> (&acc)[NT][4], const T *a_tile, int lda, co
 template <class T, int NT, int KS, int LD>
 WAVEPE_DEVICE void warp_abt_ldm(float (&acc)[NT][4], const T *arow, const T *brow) {
     static_assert(NT % 2 == 0, "pairs of 8-column tiles");
-    // head_dim 256 (KS 16): unrolled by 4 only, as window_bias's steps (ptxas hoisted loads and spilled)
+    // head_dim 256 (KS 16): unrolled by 4 only, as window_products's steps (ptxas hoisted loads and spilled)
     [[maybe_unused]] constexpr int UNROLL = KS > 8 ? 4 : KS;
 #pragma unroll UNROLL
     for (int ks = 0; ks < KS; ++ks) {
@@ -499,7 +499,7 @@ WAVEPE_DEVICE void warp_rb(acc_t<T> (&acc)[DT][4], const acc_t<T> (&p)[KT8][4], 
 // S (16 x 8 NT) += the warp's Q fragments . K^T, K fragments by ldmatrix from krow (the lane's
 // address in the K tile: key row (l % 8) + 8 (l / 16), columns 8 ((l / 8) % 2) ..).  qf: the Q
 // fragments in registers (uint32_t[KS][4]) or the lane's address of its Q rows in the Q tile (row
-// l % 16, column 8 (l / 16): ldmatrix'd at each step), as window_bias takes them
+// l % 16, column 8 (l / 16): ldmatrix'd at each step), as window_products takes them
 // (the forward's S; the tensor-core dT's).
 template <class T, int NT, int KS, int LD>
 WAVEPE_DEVICE void qk_step(float (&s)[NT][4], const uint32_t *a, const T *krow, int ks) {
@@ -674,7 +674,7 @@ WAVEPE_DEVICE void add_skewed_bias(A (&s)[NT][4], const A *gw, int gld) {
         }
 }
 
-// G's pair of 8-column tiles from window rows trow .. trow + 15 (window_bias)
+// G's pair of 8-column tiles from window rows trow .. trow + 15 (window_products)
 template <class T, int KS, int LD, int UNROLL, class QF>
 WAVEPE_DEVICE void window_pair_products(float (&g)[2][4], const QF &qf, const T *trow) {
 #pragma unroll UNROLL
@@ -694,13 +694,12 @@ WAVEPE_DEVICE void window_pair_products(float (&g)[2][4], const QF &qf, const T 
 }
 
 
-// The warp's relative-table bias of key columns [C0, C0 + HC) of a block of BN keys, skewed into its
-// scratch hw (16 x HC, row stride HLD): hw[r][c - C0] = q_r . T_win[16w + r - c + BN - 1] (ROW_SHIFT 1;
-// 0, rows all at one position: T_win[BN - 1 - c]) for the
-// warp's rows r, from G = Q_w T_win[16w + X0 .. 16w + X0 + HC + 15]^T, X0 = BN - C0 - HC, on the
-// tensor cores (Q fragments in registers; the window's fragments by ldmatrix from trow, the lane's
-// address as krow's, in the warp's rows of the window tile), two 8-column tiles of G at a time, each
-// element stored where the skew reads it (the 16 columns of G a row does not use are dropped).
+// The warp's relative-table bias of key columns [C0, C0 + HC) of a block of BN keys: for the warp's rows r and
+// those columns c, q_r . T_win[16w + r - c + BN - 1] (ROW_SHIFT 1; 0, rows all at one position: T_win[BN - 1 - c]),
+// from G = Q_w T_win[16w + X0 .. 16w + X0 + HC + 15]^T, X0 = BN - C0 - HC, on the tensor cores (Q fragments in
+// registers; the window's fragments by ldmatrix from trow, the lane's address as krow's, in the warp's rows of the
+// window tile), two 8-column tiles of G at a time, each pair handed to sink(np, g) in order (np = 0, 1, ..: tiles
+// 2 np and 2 np + 1 of G, C fragments): window_bias_add adds them to the scores.
 // qf: the warp's Q fragments in registers (uint32_t[KS][4]) or, to spare those registers, the lane's
 // address of its Q rows in shared memory (row l % 16, column 8 (l / 16): ldmatrix'd at each step).
 // CARRY (the forward's two halves of a block, add_table_bias): the window rows of the first half's first pair of
@@ -713,10 +712,10 @@ WAVEPE_DEVICE void window_pair_products(float (&g)[2][4], const QF &qf, const T 
 // `prev` (the warp took block j - 1's window: warp-uniform) -- the same products, so the same bits.
 // TR: trow, the lane's address in the window's first row, or (the forward's band loop at head_dim 128, its window a
 // ring: attn_fwd_tc_cta) a callable giving it in a row r (a multiple of 16) of the window.
-template <class T, int BN, int HC, int C0, int KS, int LD, int HLD, int ROW_SHIFT, int CARRY, bool PREV = false,
-          class QF, class TR>
-WAVEPE_DEVICE void window_bias(float *hw, const QF &qf, const TR &trow, float (&carry)[2][4], float *cw = nullptr,
-                               bool prev = false) {
+template <class T, int BN, int HC, int C0, int KS, int LD, int CARRY, bool PREV = false, class SINK, class QF,
+          class TR>
+WAVEPE_DEVICE void window_products(const SINK &sink, const QF &qf, const TR &trow, float (&carry)[2][4],
+                                   float *cw = nullptr, bool prev = false) {
     constexpr int GT = (HC + 16) / 8, X0 = BN - C0 - HC;
     // head_dim 256 (KS 16): the steps unrolled by 4 only -- fully unrolled, ptxas hoisted a dozen fragments'
     // loads ahead of their products and spilled the tensor-core forward on sm_90
@@ -758,35 +757,65 @@ WAVEPE_DEVICE void window_bias(float *hw, const QF &qf, const TR &trow, float (&
 #pragma unroll
                 for (int e = 0; e < 2; ++e) copy16(cw + 4 * (32 * e + lane), g[e]);
         }
-#pragma unroll
-        for (int e = 0; e < 2; ++e)
-#pragma unroll
-            for (int i = 0; i < 4; ++i) {
-                const int r = frag_row(i), c = r * ROW_SHIFT + BN - 1 - (X0 + frag_col(2 * np + e, i)) - C0;
-                if (c >= 0 && c < HC) hw[r * HLD + c] = g[e][i];
-            }
+        sink(np, g);
     }
 }
-template <class T, int BN, int HC, int C0, int KS, int LD, int HLD, int ROW_SHIFT, class QF, class TR>
-WAVEPE_DEVICE void window_bias(float *hw, const QF &qf, const TR &trow) {
-    float none[2][4] = {};
-    window_bias<T, BN, HC, C0, KS, LD, HLD, ROW_SHIFT, 0>(hw, qf, trow, none);
-}
 
-// s[nt][i] += hw[row][column - C0] for the C fragments of columns [C0, C0 + HC) (float2 reads: a lane's
-// two columns are adjacent).
-template <int NT, int HC, int C0, int HLD>
-WAVEPE_DEVICE void add_window_bias(float (&s)[NT][4], const float *hw) {
-    const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+// window_products's bias added to the scores s[S0 + j] (j < HC / 8: the columns C0 + 8 j ..) in registers, by
+// shuffles within each quad of lanes -- no shared memory.  (Until 2026-11-29 the bias went through a scratch of
+// the warp's, stored skewed element by element and read back as float2: 2-way bank-conflicted stores -- no row
+// stride, order of a lane's elements or XOR swizzle of the rows avoids them while the reads stay float2, searched
+// exhaustively --, 3 wavefronts an element against a shuffle's 1.)
+// Score element (j, i) of lane (g, t) -- row r = g + 8 h, column c = 8 j + 2 t + b (i = 2 h + b) -- takes G's column
+// col = r ROW_SHIFT + HC - 1 - c: in G's tile n = h ROW_SHIFT + HC / 8 - j, or n - 1 where g ROW_SHIFT - 1 - 2 t - b < 0,
+// element 2 h + b' of lane (g, t'), b' = (g ROW_SHIFT - 1 - b) & 1, t' = (k_b - t) & 3, k_b = ((g ROW_SHIFT - 1 - b)
+// & 7) >> 1.  t -> t' is its own inverse, so each lane of a quad sends one value to one lane and knows which: the
+// element its receiver t' wants.  A step (h, b) of tile j runs once G's tile n has arrived (the pair holding it; the
+// tile n - 1 before it: the pair's first, or the previous pair's second, kept).
+template <class T, int BN, int HC, int C0, int S0, int KS, int LD, int ROW_SHIFT, int CARRY, bool PREV = false,
+          int NT, class QF, class TR>
+WAVEPE_DEVICE void window_bias_add(float (&s)[NT][4], const QF &qf, const TR &trow, float (&carry)[2][4],
+                                   float *cw = nullptr, bool prev = false) {
+    static_assert(S0 + HC / 8 <= NT && HC % 8 == 0, "the scores' tiles of the columns");
+    const int lane = threadIdx.x & 31, gr = ROW_SHIFT ? lane >> 2 : 0, t = lane & 3;
+    int src[2];    // the lane step b reads: (g, t') of the quad
+    bool lower[2]; // the tile its receiver wants: n - 1 (else n)
+    bool odd[2];   // and the element: 2 h + 1 (else 2 h)
 #pragma unroll
-    for (int nt = C0 / 8; nt < (C0 + HC) / 8; ++nt)
+    for (int b = 0; b < 2; ++b) {
+        const int k = ((gr - 1 - b) & 7) >> 1, tr = (k - t) & 3;
+        src[b] = (lane & ~3) | tr;
+        lower[b] = 2 * tr + b >= gr;  // (ROW_SHIFT 0: always)
+        odd[b] = ((gr - 1 - b) & 1) != 0;
+    }
+    float before[4] = {};  // G's tile 2 np - 1
+    auto add = [&](int np, const float (&g)[2][4]) {
 #pragma unroll
-        for (int h = 0; h < 2; ++h) {
-            float2 v;
-            copy8(&v, hw + (g + 8 * h) * HLD + nt * 8 - C0 + 2 * t);
-            s[nt][2 * h] += v.x;
-            s[nt][2 * h + 1] += v.y;
+        for (int e = 0; e < 2; ++e) {
+            const int n = 2 * np + e;
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                const int j = h * ROW_SHIFT + HC / 8 - n;
+                if (j < 0 || j >= HC / 8) continue;  // (known at compile time once unrolled)
+                // (values selected, not pointers: a pointer chosen at run time puts the arrays in local memory)
+                const float lo0 = e ? g[0][2 * h] : before[2 * h], lo1 = e ? g[0][2 * h + 1] : before[2 * h + 1];
+                const float hi0 = g[e][2 * h], hi1 = g[e][2 * h + 1];
+#pragma unroll
+                for (int b = 0; b < 2; ++b) {
+                    const float v = lower[b] ? (odd[b] ? lo1 : lo0) : (odd[b] ? hi1 : hi0);
+                    s[S0 + j][2 * h + b] += __shfl_sync(kFullMask, v, src[b]);
+                }
+            }
         }
+#pragma unroll
+        for (int i = 0; i < 4; ++i) before[i] = g[1][i];
+    };
+    window_products<T, BN, HC, C0, KS, LD, CARRY, PREV>(add, qf, trow, carry, cw, prev);
+}
+template <class T, int BN, int HC, int C0, int S0, int KS, int LD, int ROW_SHIFT, int NT, class QF, class TR>
+WAVEPE_DEVICE void window_bias_add(float (&s)[NT][4], const QF &qf, const TR &trow) {
+    float none[2][4] = {};
+    window_bias_add<T, BN, HC, C0, S0, KS, LD, ROW_SHIFT, 0>(s, qf, trow, none);
 }
 
 // Scores of a warp's 16 query rows (tile row m_row0 + r: query m_row0 + r, or PACKED head m_row0 + r of
