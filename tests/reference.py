@@ -132,18 +132,27 @@ def _rel_row(r: int, r_lo: int, rows: int, causal: bool, clamp: bool) -> int | N
     return 0 if t < 0 else rows - 1
 
 
+def _rel_rows(m: int, k_len: int, q_offset: int, r_lo: int, rows: int, causal: bool, clamp: bool):
+    """(the keys n of query row m that read a row, those rows): _rel_row(q_offset + m - n) for every n at once."""
+    keys = np.arange(k_len)
+    r = q_offset + m - keys
+    t = r - r_lo
+    ok = np.ones(k_len, bool) if clamp else (t >= 0) & (t < rows)
+    if causal:
+        ok &= r >= 0
+    return keys[ok], np.clip(t, 0, rows - 1)[ok]
+
+
 @_remembered
 def rel_bias(q, table, r_lo: int, k_len: int, q_offset: int, causal: bool, clamp: bool) -> np.ndarray:
-    """bias[..., m, n] = q[..., m, :] . T[t(q_offset + m - n)], float64, one (m, n) at a time."""
+    """bias[..., m, n] = q[..., m, :] . T[t(q_offset + m - n)], float64, a query row at a time (_rel_row's rows)."""
     q = np.asarray(q, np.float64)
     table = np.asarray(table, np.float64)
     m_len = q.shape[-2]
     out = np.zeros(q.shape[:-1] + (k_len,))
     for m in range(m_len):
-        for n in range(k_len):
-            t = _rel_row(q_offset + m - n, r_lo, table.shape[0], causal, clamp)
-            if t is not None:
-                out[..., m, n] = q[..., m, :] @ table[t]
+        keys, t = _rel_rows(m, k_len, q_offset, r_lo, table.shape[0], causal, clamp)
+        out[..., m, keys] = q[..., m, :] @ table[t].T
     return out
 
 
@@ -156,14 +165,13 @@ def rel_bias_grads(grad, q, table, r_lo: int, q_offset: int, causal: bool, clamp
     m_len, k_len = grad.shape[-2], grad.shape[-1]
     dq = np.zeros(q.shape)
     dt = np.zeros(table.shape)
+    lead = int(np.prod(q.shape[:-2]))
     for m in range(m_len):
-        for n in range(k_len):
-            t = _rel_row(q_offset + m - n, r_lo, table.shape[0], causal, clamp)
-            if t is None:
-                continue
-            g = grad[..., m, n]
-            dq[..., m, :] += g[..., None] * table[t]
-            dt[t] += np.sum(g[..., None] * q[..., m, :], axis=tuple(range(q.ndim - 2)))
+        keys, t = _rel_rows(m, k_len, q_offset, r_lo, table.shape[0], causal, clamp)
+        g = grad[..., m, keys]  # (..., keys)
+        dq[..., m, :] += g @ table[t]
+        # dT[t[j]] += g[..., j] q[..., m, :] summed over the leading axes (a row repeats where the table is clamped)
+        np.add.at(dt, t, g.reshape(lead, len(keys)).T @ q[..., m, :].reshape(lead, q.shape[-1]))
     return dq, dt
 
 

@@ -646,3 +646,28 @@ HUGE_N = np.broadcast_to(np.zeros((1, 1, 16), np.float32), (2**20, 2**20, 16))
 def test_errors_name_the_argument(call, exc, match):
     with pytest.raises(exc, match=match):
         call()
+
+
+def test_the_oracle_is_the_formula_element_by_element():
+    # tests/reference.py's rel_bias and rel_bias_grads take a query row's keys at once (_rel_rows); here the formula
+    # one (m, n) at a time through _rel_row, on random shapes: leading axes or none, no keys, clamped and causal
+    rng = np.random.default_rng(5)
+    for trial in range(60):
+        lead = [(), (2,), (2, 3)][trial % 3]
+        m_len, k_len, d, rows = (int(x) for x in rng.integers((1, 0, 1, 1), (7, 10, 4, 6)))
+        r_lo, off = int(rng.integers(-5, 3)), int(rng.integers(-3, 7))
+        causal, clamp = bool(trial & 4), bool(trial & 8)
+        q, table = rng.standard_normal(lead + (m_len, d)), rng.standard_normal((rows, d))
+        grad = rng.standard_normal(lead + (m_len, k_len))
+        bias, dq, dt = np.zeros(lead + (m_len, k_len)), np.zeros(q.shape), np.zeros(table.shape)
+        for m in range(m_len):
+            for n in range(k_len):
+                t = ref._rel_row(off + m - n, r_lo, rows, causal, clamp)
+                if t is not None:
+                    bias[..., m, n] = q[..., m, :] @ table[t]
+                    dq[..., m, :] += grad[..., m, n][..., None] * table[t]
+                    dt[t] += np.sum(grad[..., m, n][..., None] * q[..., m, :], axis=tuple(range(len(lead))))
+        np.testing.assert_allclose(ref.rel_bias(q, table, r_lo, k_len, off, causal, clamp), bias, rtol=0, atol=1e-12)
+        got_dq, got_dt = ref.rel_bias_grads(grad, q, table, r_lo, off, causal, clamp)
+        np.testing.assert_allclose(got_dq, dq, rtol=0, atol=1e-12)
+        np.testing.assert_allclose(got_dt, dt, rtol=0, atol=1e-12)
