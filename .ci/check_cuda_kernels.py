@@ -224,8 +224,8 @@ CTA_SHAPE = {  # (kernel, template arguments after the type): (threads, the most
     ("attn_bwd_dkdv_tc_kernel", "128, false"): (128, 71312), ("attn_bwd_dkdv_tc_kernel", "64, false"): (128, 57488),
     ("attn_bwd_dkdv_tc_kernel", "128, true"): (128, 110096), ("attn_bwd_dkdv_tc_kernel", "64, true"): (128, 101264),
     ("attn_bwd_dq_tc_kernel", "128, false"): (128, 70720), ("attn_bwd_dq_tc_kernel", "64, false"): (128, 56448),
-    ("attn_bwd_dq_tc_kernel", "128, true"): (128, 104000), ("attn_bwd_dq_tc_kernel", "64, true"): (128, 86144),
-    ("attn_bwd_dq_tc_kernel", "256, false"): (128, 102432), ("attn_bwd_dq_tc_kernel", "256, true"): (128, 149792),
+    ("attn_bwd_dq_tc_kernel", "128, true"): (128, 96832), ("attn_bwd_dq_tc_kernel", "64, true"): (128, 74880),
+    ("attn_bwd_dq_tc_kernel", "256, false"): (128, 102432), ("attn_bwd_dq_tc_kernel", "256, true"): (128, 144672),
     ("attn_bwd_dq_tc_wide_kernel", "128, false"): (128, 107600), ("attn_bwd_dq_tc_wide_kernel", "64, false"): (128, 76944),
     ("attn_bwd_dq_tc_wide_kernel", "128, true"): (128, 107600), ("attn_bwd_dq_tc_wide_kernel", "64, true"): (128, 76944),
     ("attn_bwd_dq_tc_wide_alibi_kernel", "128"): (128, 107600), ("attn_bwd_dq_tc_wide_alibi_kernel", "64"): (128, 76944),
@@ -359,8 +359,12 @@ OTHER_LOOP_CEILING = {
     # second on, by a copy loop of its own beside the whole window's, both counted once, and the ring's row
     # arithmetic: the band loops 3.03 -> 3.65 / 4.3 -> 5.05, soft-capped 4.16 -> 4.76 / 6.63 -> 7.38; executed,
     # ~8 / ~4 fewer 16-byte copies a thread a block, ~25 instructions each: measured + 0.5)
-    ("attn_bwd_dq_tc_kernel", "128, true"): (4.15, 4.95, 5.25, 15.85),
-    ("attn_bwd_dq_tc_kernel", "64, true"): (5.55, 7.9, 8.0, 27.55),
+    # (later still: dS reaches dQ through the window by shuffles, H's A fragments built in registers -- shuffles,
+    # selections and byte permutations where stores, a zeroing and ldmatrix were: the band loop at 128 985
+    # instructions where it was 914, 4.13; at 64 1,211 where 1,094, 5.58 (its loops' order changed: the soft-capped
+    # band now after the soft-capped beyond it); the band's loops at measured + 0.5, fewer bytes an HMMA below)
+    ("attn_bwd_dq_tc_kernel", "128, true"): (4.65, 4.95, 5.75, 16.05),
+    ("attn_bwd_dq_tc_kernel", "64, true"): (6.1, 7.9, 8.0, 27.55),
     ("attn_bwd_dq_tc_kernel", "256, false"): (4.8, 6.3, 41.8),
     ("attn_bwd_dq_tc_kernel", "256, true"): (4.35, 5.2, 6.2, 19.1),
     # the wide dQ (never ALiBi): the soft-capped interior blocks, (at head dim 64) the prefix blocks -- the causal
@@ -392,9 +396,12 @@ OTHER_LOOP_SMEM_CEILING = {
     ("attn_fwd_tc_kernel", "256, true"): (407, 441, 441, 518),
     ("attn_fwd_tc_kernel", "64, false"): (312, 333, 312, 333, 330),
     ("attn_fwd_tc_kernel", "64, true"): (314, 314, 333, 333),
-    ("attn_bwd_dq_tc_kernel", "128, true"): (393, 396, 393, 454),
-    ("attn_bwd_dq_tc_kernel", "256, true"): (411, 411, 444, 539),
-    ("attn_bwd_dq_tc_kernel", "64, true"): (410, 410, 396, 495),
+    # (the dQ's: since 2026-11-29, later, dS reaches dQ through the window in registers too -- skewed_ds_products,
+    # where H was stored skewed into a scratch and ldmatrix'd back: the band loop 385 -> 353 bytes an HMMA at head
+    # dim 128, 401 -> 357 at 64, 402 -> 362 at 256)
+    ("attn_bwd_dq_tc_kernel", "128, true"): (360, 396, 360, 421),
+    ("attn_bwd_dq_tc_kernel", "256, true"): (370, 370, 444, 498),
+    ("attn_bwd_dq_tc_kernel", "64, true"): (365, 396, 365, 450),
     ("attn_bwd_dtable_tc_kernel", "128, false"): (369,), ("attn_bwd_dtable_tc_kernel", "128, true"): (369,),
     ("attn_bwd_dtable_tc_kernel", "64, false"): (354,), ("attn_bwd_dtable_tc_kernel", "64, true"): (354,),
 }

@@ -1267,11 +1267,12 @@ def test_tensor_core_decoding_packs_gqa_heads(lib, dtype, case):
 
 
 def test_tensor_core_backward_with_a_table_needs_its_shared_memory(lib, monkeypatch):
-    # the table instances take 102-108 KiB at head_dim 128: on a 99 KiB device (sm_86 / sm_89) such calls
-    # run the general kernels, correctly; at head_dim 64 (99 KiB or less) the tensor-core ones still do
+    # the dK/dV's and dT's table instances take 107.5 and 103 KiB at head_dim 128: on a 99 KiB device (sm_86 /
+    # sm_89) such calls run the general kernels, correctly -- the dQ's (94.6 KiB since 2026-11-29, its H in
+    # registers: skewed_ds_products) the tensor-core one; at head_dim 64 (99 KiB or less) the tensor-core ones all do
     kw = dict(B=1, H=2, Hk=1, M=100, N=140, off=40, causal=True, pe=1, R=60, r_lo=0, seed=8)
     monkeypatch.setenv("WAVEPE_EMU_SMEM_OPTIN", str(99 * 1024))
-    assert bwd_kernel(lib, Attn(lib, E.BF16, d=128, **kw)) == "general"
+    assert bwd_kernel(lib, Attn(lib, E.BF16, d=128, **kw)) == "tensor-core dQ, general dK/dV"
     prob = check_attention(lib, E.BF16, d=128, **kw)
     assert dtable_kernel(lib, prob) == "general"  # (103 KiB; at head_dim 64, 72 KiB: the tensor-core dT)
     prob = Attn(lib, E.BF16, d=64, **kw)
@@ -1281,9 +1282,9 @@ def test_tensor_core_backward_with_a_table_needs_its_shared_memory(lib, monkeypa
     assert bwd_kernel(lib, Attn(lib, E.BF16, d=128, **dict(kw, pe=0))) == "tensor-core"  # no table: 70 KiB
     monkeypatch.setenv("WAVEPE_EMU_SMEM_OPTIN", str(163 * 1024))  # an A100
     assert bwd_kernel(lib, Attn(lib, E.BF16, d=128, **kw)) == "tensor-core"
-    # head_dim 256: the dQ's and dK/dV's 100 KiB (146.3 / 147.8 KiB with a table) only where the device grants them
+    # head_dim 256: the dQ's and dK/dV's 100 KiB (141.3 / 147.8 KiB with a table) only where the device grants them
     for optin, pe, want in ((99, 0, "general"), (163, 1, "tensor-core"), (147, 1, "tensor-core dQ, general dK/dV"),
-                            (146, 1, "general"), (147, 0, "tensor-core")):
+                            (142, 1, "tensor-core dQ, general dK/dV"), (141, 1, "general"), (147, 0, "tensor-core")):
         monkeypatch.setenv("WAVEPE_EMU_SMEM_OPTIN", str(optin * 1024))
         assert bwd_kernel(lib, Attn(lib, E.BF16, d=256, **dict(kw, pe=pe))) == want, (optin, pe)
     monkeypatch.setenv("WAVEPE_EMU_SMEM_OPTIN", str(99 * 1024))
@@ -1348,7 +1349,7 @@ def test_tensor_core_forward_band_split_matches_oracle(lib, monkeypatch, dtype, 
 # (164 KiB) one
 H100_SM = dict(WAVEPE_EMU_SMEM_PER_SM=str(228 * 1024), WAVEPE_EMU_SMEM_OPTIN=str(227 * 1024), WAVEPE_EMU_CC_MAJOR="9")
 # the backward's launches: the dK/dV's table-free instance then the table's, the dQ's alike
-BAND_SPLIT_BWD_LAUNCHES = [102800, 151376, 102432, 149792]
+BAND_SPLIT_BWD_LAUNCHES = [102800, 151376, 102432, 144672]
 # causal (and its dT), GQA with a soft-cap, without causality
 BAND_SPLIT_BWD_CASES = [
     (BAND_SPLIT_CASES[0], E.BF16),
@@ -1387,8 +1388,8 @@ WIDE_BAND_SPLIT_CASES = [
 ]
 # the launches' shared memory: the forward's wide partial (no window), the 16-row one (the window), the combine;
 # the backward's wide dK/dV, the 16-key table dK/dV, the wide dQ, the 16-row table dQ
-WIDE_BAND_SPLIT_LAUNCHES = {128: ([54304, 88128, 0], [179432, 110096, 107600, 104000]),
-                            64: ([38976, 74880, 0], [113896, 101264, 76944, 86144])}
+WIDE_BAND_SPLIT_LAUNCHES = {128: ([54304, 88128, 0], [179432, 110096, 107600, 96832]),
+                            64: ([38976, 74880, 0], [113896, 101264, 76944, 74880])}
 
 
 @pytest.mark.parametrize("case", range(len(WIDE_BAND_SPLIT_CASES)))
@@ -1542,10 +1543,11 @@ def test_occupancy_model_reads_the_launchers_shared_memory(lib):
                 assert bwd_kernel(lib, prob) == "tensor-core" and t_kv == t_q == 128
                 assert lib.wavepe_cuda_attention_bwd_smem_bytes(C.byref(prob.a)) == max(kv, q)
             # the dQ layout: Q and dO of 64 rows, two buffers of K and V of 32 keys (64 at d = 64), rows of d + 8
-            # elements; two key masks, 64 row ranges; with a table its window (64 + bn rows) and each warp's H
-            # (16 x (bn + 24) elements; the window's bias reaches S by shuffles)
+            # elements; two key masks, 64 row ranges; with a table its window (64 + bn rows) -- no scratch: the
+            # window's bias reaches S, and dS dQ through the window, by shuffles (until 2026-11-29 each warp's H,
+            # 16 x (bn + 24) elements, was one)
             bn = 64 if d == 64 else 32
-            extra = (64 + bn) * (d + 8) * 2 + 4 * 16 * (bn + 24) * 2 if table == "true" else 0
+            extra = (64 + bn) * (d + 8) * 2 if table == "true" else 0
             assert q == (2 * 64 + 4 * bn) * (d + 8) * 2 + 2 * bn + 64 * 16 + extra
             # two CTAs on an H100 / H200 (228 KiB an SM, 1 KiB reserved a CTA)
             assert 2 * (max(kv, q) + 1024) <= 228 * 1024
@@ -1592,8 +1594,9 @@ def test_tensor_core_forward_reads_shared_memory_without_bank_conflicts(lib):
             assert fwd_kernel(lib, prob) == ("tensor-core, 32 rows a warp" if d <= 128 and pe != 1 else "tensor-core")
             prob.forward()
             assert lib.wavepe_emu_ldmatrix_bank_conflicts() == 1, (d, pe)
-            # the tensor-core dK/dV and dQ (K, V, Q, dO by ldmatrix, .trans too; with the table its window and
-            # the dQ's skewed dS), masked, band and interior blocks; with the table its learned gradient's dT
+            # the tensor-core dK/dV and dQ (K, V, Q, dO by ldmatrix, .trans too; with the table its window -- the
+            # dQ's skewed dS is built in registers since 2026-11-29), masked, band and interior blocks; with the
+            # table its learned gradient's dT
             # kernel too (at d = 64, 128: H^T by ldmatrix.trans); without a table nor ALiBi the wide dQ, without a
             # table the wide dK/dV (P^T's and dS^T's fragments; on an H100's SM at d = 128)
             # (ALiBi's with fixed slopes: its own wide dQ)

@@ -1278,8 +1278,8 @@ __global__ void __launch_bounds__(B * 2, 1) attn_bwd_dq_kernel(AttnParams p) {
 // warp_rb_masked as attn_bwd_dq_kernel; then the interior blocks -- every row sees every key -- without
 // masks (with ALiBi a loop of its own, which also sums d loss / d slope).  With a relative table (TABLE: a
 // kernel of its own) the band's interior blocks come first, and they and the masked blocks meeting the
-// table add the bias (window_bias_add, the forward's) and dQ += H T_win, H = dS skewed into window columns in
-// the warp's scratch (warp_hb); the window has one buffer, refilled after a second barrier.  The wide instance
+// table add the bias (window_bias_add, the forward's) and dQ += H T_win, H = dS skewed into window columns, built
+// in registers (skewed_ds_products); the window has one buffer, refilled after a second barrier.  The wide instance
 // (TcDqTiles' MT 2, wide_dq): 128 rows a CTA, 32 a warp, the interior blocks' products for both m-tiles at once.
 constexpr int kTcDqRows = 64;  // query rows of a tensor-core dQ CTA (16 a warp; the wide instance's: 2x)
 // Head dim 256: blocks of 16 keys (dQ's accumulators take 128 registers a lane; Q and dO 66 KiB of shared
@@ -1294,12 +1294,10 @@ struct TcDqTiles {
     static_assert(MT == 1 || (MT == 2 && D <= 128), "32 rows a warp: head_dim 64 or 128");
     static constexpr int BM = kTcDqRows * MT, BN = D <= 64 ? 64 : D <= 128 ? 32 : 16, LD = D + int(16 / sizeof(T)),
                          KC = D <= 128 ? 32 : 16;
-    // with a table: each warp's H = dS skewed into window columns (16 rows of HLDT elements, an odd number of
-    // 16-byte units apart: ldmatrix without conflicts; the window's bias reaches S by shuffles: window_bias_add)
-    static constexpr int HLDT = BN + 16 + 8;
-    static_assert((HLDT * sizeof(T) / 16) % 2 == 1, "conflict-free scratch rows");
+    // (with a table the window's bias reaches S, and dS reaches dQ through the window, in registers:
+    // window_bias_add, skewed_ds_products -- no scratch)
     SmemPlan plan;
-    int q, go, k, v, mask, rows, kv, stats, t, h;
+    int q, go, k, v, mask, rows, kv, stats, t;
     __host__ __device__ explicit TcDqTiles(bool table) {
         q = plan.add(sizeof(T) * BM * LD);
         go = plan.add(sizeof(T) * BM * LD);
@@ -1312,7 +1310,6 @@ struct TcDqTiles {
         kv = plan.add(MT > 1 ? 2 * sizeof(const T *) : 0);
         stats = plan.add(MT > 1 ? BM * sizeof(float2) : 0);
         t = plan.add(table ? sizeof(T) * (BM + BN) * LD : 0);  // the window: one buffer
-        h = plan.add(table ? sizeof(T) * (BM / 16) * 16 * HLDT : 0);
     }
 };
 template <class T, int D>
@@ -1320,23 +1317,65 @@ using TcDqLayout = TcDqTiles<T, D, 1>;
 template <class T, int D>
 using TcDqWideLayout = TcDqTiles<T, D, 2>;
 
-// acc[dt] (16 x 8) += H (16 x 16 KT16, T, by ldmatrix from the warp's rows hrow = its lane's address: row
-// l % 16, column 8 (l / 16)) . B (16 KT16 x 8 DT, rows LD apart, ldmatrix.trans; b_rows(r): B's row r, r a multiple
-// of 16 -- the window's rows, a ring: attn_bwd_dq_tc_cta).
-template <class T, int KT16, int DT, int LD, class BR>
-WAVEPE_DEVICE void warp_hb(float (&acc)[DT][4], const T *hrow, const BR &b_rows) {
+// dq (16 x 8 DT) += H T_win for the warp's dS of key columns [C0, C0 + 8 NT) of a block of BN keys, packed as the
+// A fragments of dS K (pack_p_frags: rounded to T), H[r][r - c + BN - 1] = dS[r][c], the skew into window columns:
+// H's A fragments are built in registers by window_bias_add's exchange (SkewQuad, W = BN: H[r][x] = dS[r][r + BN - 1
+// - x]), a 32-bit word of dS's (elements 2 h, 2 h + 1 of a tile) sent for each element and the half wanted taken by
+// the receiver (which half: odd, the same for both lanes of a quad's row), a pair of H's 8-column tiles at a time,
+// each multiplied by the window's rows 16 pp .. 16 pp + 15 (b_rows(16 pp): their first row; ldmatrix.trans).  The
+// chunk's columns reach H's pairs P0 = (BN - C0) / 16 - NT / 2 .. P0 + NT / 2.  SPLIT (a block in two chunks, BN =
+// 16 NT: first C0 = 0, then C0 = 8 NT): the pair both reach (the first's P0, the second's last) is kept by the first
+// (SPLIT 1, in `keep`) and joined by the second (SPLIT 2): each chunk's half is exactly 0 where the other's holds a
+// value, so OR joins them bit for bit.  (Until 2026-11-29 H went through a scratch of the warp's -- zeroed, 2-byte
+// stores of the skew, 2-way bank-conflicted, then ldmatrix --: 16 x (BN + 24) elements a warp of shared memory.)
+template <class T, int BN, int NT, int C0, int DT, int LD, int SPLIT, class BR>
+WAVEPE_DEVICE void skewed_ds_products(float (&acc)[DT][4], const uint32_t (&pa)[NT / 2][4], const BR &b_rows,
+                                      uint32_t (&keep)[4]) {
+    constexpr int P0 = (BN - C0) / 16 - NT / 2, P1 = P0 + NT / 2;
+    static_assert(BN % 16 == 0 && NT % 2 == 0 && P0 >= 0 && P1 <= BN / 16, "pairs of H's tiles inside the window");
+    static_assert(SPLIT == 0 ? C0 == 0 && BN == 8 * NT : BN == 16 * NT && C0 == (SPLIT - 1) * 8 * NT, "the chunks");
     const int lane = threadIdx.x & 31;
+    const SkewQuad sq(lane >> 2);
+    // (two chunks, head_dim 64: the warp is converged here -- wbias is warp-uniform --, said to nvcc, which otherwise
+    // guards these shuffles with divergence checks and fallback copies, ~110 instructions in the band loop; at 128 and
+    // 256 it guards none, and at 256 ptxas spilled 8 bytes on sm_90 with the __syncwarp)
+    if constexpr (SPLIT != 0) __syncwarp();
+    // the receiver's halves: element b = 0 the high half of its word where odd (then b = 1 the low: odd[1] is
+    // odd[0]'s opposite), else the low and the high
+    const unsigned halves = sq.odd[0] ? 0x5432u : 0x7610u;
+    // dS's word of chunk tile n (elements 2 h, 2 h + 1), 0 outside the chunk (n known at compile time once unrolled)
+    auto word = [&](int n, int h) -> uint32_t {
+        const int c = n < 0 ? 0 : n >= NT ? NT - 1 : n;
+        return n >= 0 && n < NT ? pa[c / 2][2 * (c % 2) + h] : 0u;
+    };
 #pragma unroll
-    for (int kk = 0; kk < KT16; ++kk) {
+    for (int pp = P0; pp <= P1; ++pp) {
         uint32_t a[4];
-        ldmatrix_x4(a, hrow + 16 * kk);
-        const T *brow = b_rows(kk * 16) + (lane & 15) * LD + 8 * (lane >> 4);
+#pragma unroll
+        for (int e = 0; e < 2; ++e)
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                const int n = h + (BN - C0) / 8 - (2 * pp + e);  // dS's tile (hi; lo: n - 1) of H's tile 2 pp + e
+                const uint32_t lo = word(n - 1, h), hi = word(n, h);
+                const uint32_t w0 = __shfl_sync(kFullMask, sq.lower[0] ? lo : hi, sq.src[0]);
+                const uint32_t w1 = __shfl_sync(kFullMask, sq.lower[1] ? lo : hi, sq.src[1]);
+                a[2 * e + h] = __byte_perm(w0, w1, halves);
+            }
+        if (SPLIT == 1 && pp == P0) {
+#pragma unroll
+            for (int i = 0; i < 4; ++i) keep[i] = a[i];
+            continue;
+        }
+        if (SPLIT == 2 && pp == P1)
+#pragma unroll
+            for (int i = 0; i < 4; ++i) a[i] |= keep[i];
+        const T *const brow = b_rows(16 * pp) + (lane & 15) * LD;  // (as pv_step's)
 #pragma unroll
         for (int dt = 0; dt < DT; dt += 2) {
-            uint32_t bf[4];
-            ldmatrix_x4_trans(bf, brow + dt * 8);
-            mma16816<T>(acc[dt], a, bf);
-            mma16816<T>(acc[dt + 1], a, bf + 2);
+            uint32_t b[4];
+            ldmatrix_x4_trans(b, brow + (dt + (lane >> 4)) * 8);
+            mma16816<T>(acc[dt], a, b);
+            mma16816<T>(acc[dt + 1], a, b + 2);
         }
     }
 }
@@ -1345,7 +1384,7 @@ template <class T, int D, bool TABLE, int MT, bool BAND = false, bool ALIBI = fa
 WAVEPE_DEVICE void attn_bwd_dq_tc_cta(const AttnParams &p) {
     using Lay = TcDqTiles<T, D, MT>;
     constexpr int BM = Lay::BM, BN = Lay::BN, LD = Lay::LD, KC = Lay::KC, NT = KC / 8, DT = D / 8, KS = D / 16;
-    constexpr int HLDT = Lay::HLDT, WR = 16 * MT;  // WR: the warp's rows
+    constexpr int WR = 16 * MT;  // the warp's rows
     static_assert(Traits<T>::kTensorCore && BN % KC == 0 && BN <= 2 * KC, "the tensor-core dQ takes bf16/fp16, "
                   "one or two whole chunks");
     static_assert(MT == 1 || !TABLE, "32 rows a warp: no table");  // (nor d loss / d slope: wide_dq)
@@ -1368,7 +1407,6 @@ WAVEPE_DEVICE void attn_bwd_dq_tc_cta(const AttnParams &p) {
     uint8_t *const kmask0 = smem + L.plan.off[L.mask];
     int64_t *const rlo = reinterpret_cast<int64_t *>(smem + L.plan.off[L.rows]), *const rhi = rlo + BM;
     const int warp = threadIdx.x / 32, lane = threadIdx.x & 31;
-    T *const Hw = reinterpret_cast<T *>(smem + L.plan.off[L.h]) + warp * 16 * Lay::HLDT;
     const int64_t *const wlo = rlo + WR * warp, *const whi = rhi + WR * warp;  // this warp's rows (m-tile 0's)
 
     // (32 rows a warp: 32 bits, fewer registers held to the end -- M < 2^35, blocks of 128 rows; a grid's x < 2^31)
@@ -1546,11 +1584,7 @@ WAVEPE_DEVICE void attn_bwd_dq_tc_cta(const AttnParams &p) {
         // the table's bias of the warp's rows: G = Q_w T_win^T skewed (window_bias_add, the forward's), H = dS
         // skewed into window columns, dQ += H T_win
         const bool wbias = BIAS != 0 && bias && active && warp_bias(n0);
-        if (wbias) {
-            for (int e = lane; e < int(16 * HLDT * sizeof(T) / 16); e += 32)
-                zero16(reinterpret_cast<unsigned char *>(Hw) + 16 * e);
-            __syncwarp();
-        }
+        [[maybe_unused]] uint32_t keep[4];  // (skewed_ds_products: H's pair both chunks reach)
         // an interior chunk's dS = P (dP - D) of an m-tile (rows 16 mt ..) in place of its S: keys c0 .. of the block
         auto interior_dscores = [&](float (&sm)[NT][4], const float (&dpm)[NT][4], const float (&l2)[2],
                                     const float (&d2)[2], int mt, int c0) {
@@ -1681,16 +1715,23 @@ WAVEPE_DEVICE void attn_bwd_dq_tc_cta(const AttnParams &p) {
                 zero_frags(dp);
                 warp_abt_ldm<T, NT, KS, LD>(dp, dOs + arow, Vb + c0 * LD + brow);
                 interior_dscores(s, dp, lse2, dl, 0, c0);
-                warp_rb<T, NT, DT>(dq[0], s, Kb + c0 * LD, LD, DT, nullptr);
+                if constexpr (BIAS == 0) warp_rb<T, NT, DT>(dq[0], s, Kb + c0 * LD, LD, DT, nullptr);
             }
-            if (BIAS != 0 && wbias) {  // H[r][r - c + BN - 1] = dS[r][c] (rounded as warp_rb rounds dS)
-#pragma unroll
-                for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-                    for (int e = 0; e < 4; ++e) {
-                        const int r = frag_row(e);
-                        Hw[r * HLDT + r - (c0 + frag_col(nt, e)) + BN - 1] = from_acc<T>(s[nt][e]);
-                    }
+            if constexpr (BIAS != 0 && MT == 1) {
+                // dS packed (S's fp32 die): dQ += dS K (warp_rb's products), and dQ += H T_win, H[r][r - c + BN - 1]
+                // = dS[r][c], from the same words
+                uint32_t pa[MT][NT / 2][4];
+                if (kind != kMasked || wbias) pack_p_frags<T, NT>(s, pa[0]);
+                if constexpr (kind != kMasked) pv_products_rows<T, NT / 2, DT, MT>(dq, pa, Kb + c0 * LD, LD);
+                if (wbias) {
+                    constexpr int SPLIT = BN > KC ? 1 + c0 / KC : 0;
+                    if constexpr (kRing)
+                        skewed_ds_products<T, BN, NT, c0, DT, LD, SPLIT>(
+                            dq[0], pa[0], [&](int r) { return window_rows(16 * warp + r); }, keep);
+                    else
+                        skewed_ds_products<T, BN, NT, c0, DT, LD, SPLIT>(
+                            dq[0], pa[0], [&](int r) { return Ts + (16 * warp + r) * LD; }, keep);
+                }
             }
         };
         if (active) {
@@ -1698,16 +1739,6 @@ WAVEPE_DEVICE void attn_bwd_dq_tc_cta(const AttnParams &p) {
             if constexpr (BN > KC) chunk(std::integral_constant<int, KC>{});
         }
         if constexpr (BIAS != 0) {
-            if (wbias) {
-                __syncwarp();
-                const T *const hrow = Hw + (lane & 15) * HLDT + 8 * (lane >> 4);
-                if constexpr (kRing) {
-                    warp_hb<T, (BN + 16) / 16, DT, LD>(dq[0], hrow, [&](int r) { return window_rows(16 * warp + r); });
-                } else {
-                    const T *const tw = Ts + 16 * warp * LD;
-                    warp_hb<T, (BN + 16) / 16, DT, LD>(dq[0], hrow, [=](int r) { return tw + r * LD; });
-                }
-            }
             if (bias && next_window) {  // CTA-uniform
                 __syncthreads();  // every warp is done with the window
                 if (kRing && BIAS == 1 && jn == j + 1)  // (the band's next block)
@@ -1985,7 +2016,7 @@ struct TcDtLayout {
 // acc[j][dt] (window rows 16 j .. 16 j + 15 of the warp's 32, columns 8 dt ..) += H^T . B over 16 KT16 query
 // rows: H^T's fragments by ldmatrix.trans from H (rows = queries, HLDT apart; hcol = the lane's address: query
 // row (l % 8) + 8 (l / 16), window column 8 ((l / 8) % 2) from the warp's first), B's (the queries' rows, LD
-// apart: Q) by ldmatrix.trans as warp_hb's; each B fragment serves both 16-row halves.
+// apart: Q) by ldmatrix.trans as pv_step's; each B fragment serves both 16-row halves.
 template <class T, int KT16, int DT, int LD, int HLDT>
 WAVEPE_DEVICE void warp_htb(float (&acc)[2][DT][4], const T *hcol, const T *b_tile) {
     const int lane = threadIdx.x & 31;

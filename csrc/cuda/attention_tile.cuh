@@ -761,33 +761,49 @@ WAVEPE_DEVICE void window_products(const SINK &sink, const QF &qf, const TR &tro
     }
 }
 
+// The skew's exchange within a quad of lanes (window_bias_add; the dQ's H, skewed_ds_products in attention_bwd.cu):
+// a tile X of C fragments takes X[r][x] = Y[r][r ROW_SHIFT + W - 1 - x] from Y's tiles (W a multiple of 8, x in X's
+// columns).  Element (h, b) of lane (g, t) of X's tile j -- row r = g + 8 h, column x = 8 j + 2 t + b -- is in Y's
+// tile n = h ROW_SHIFT + W / 8 - j, or n - 1 where g ROW_SHIFT - 1 - 2 t - b < 0: element 2 h + b' of lane (g, t'),
+// b' = (g ROW_SHIFT - 1 - b) & 1, t' = (k_b - t) & 3, k_b = ((g ROW_SHIFT - 1 - b) & 7) >> 1.  t -> t' is its own
+// inverse, so each lane of a quad sends one value to one lane and knows which: the element its receiver t' wants.
+// (gr: g ROW_SHIFT.)
+struct SkewQuad {
+    int src[2];    // the lane step b reads: (g, t') of the quad
+    bool lower[2]; // the tile its receiver wants: n - 1 (else n)
+    bool odd[2];   // and the element: 2 h + 1 (else 2 h)
+    WAVEPE_DEVICE explicit SkewQuad(int gr) {
+        const int lane = threadIdx.x & 31, t = lane & 3;
+#pragma unroll
+        for (int b = 0; b < 2; ++b) {
+            const int k = ((gr - 1 - b) & 7) >> 1, tr = (k - t) & 3;
+            src[b] = (lane & ~3) | tr;
+            lower[b] = 2 * tr + b >= gr;  // (ROW_SHIFT 0: always)
+            odd[b] = ((gr - 1 - b) & 1) != 0;
+        }
+    }
+    // element 2 h + b of X's tile, from the lane's elements 2 h, 2 h + 1 of Y's tiles n - 1 (lo) and n (hi)
+    // (values, not pointers: a pointer chosen at run time puts the arrays in local memory)
+    WAVEPE_DEVICE float take(int b, float lo0, float lo1, float hi0, float hi1) const {
+        const float v = lower[b] ? (odd[b] ? lo1 : lo0) : (odd[b] ? hi1 : hi0);
+        return __shfl_sync(kFullMask, v, src[b]);
+    }
+};
+
 // window_products's bias added to the scores s[S0 + j] (j < HC / 8: the columns C0 + 8 j ..) in registers, by
 // shuffles within each quad of lanes -- no shared memory.  (Until 2026-11-29 the bias went through a scratch of
 // the warp's, stored skewed element by element and read back as float2: 2-way bank-conflicted stores -- no row
 // stride, order of a lane's elements or XOR swizzle of the rows avoids them while the reads stay float2, searched
 // exhaustively --, 3 wavefronts an element against a shuffle's 1.)
-// Score element (j, i) of lane (g, t) -- row r = g + 8 h, column c = 8 j + 2 t + b (i = 2 h + b) -- takes G's column
-// col = r ROW_SHIFT + HC - 1 - c: in G's tile n = h ROW_SHIFT + HC / 8 - j, or n - 1 where g ROW_SHIFT - 1 - 2 t - b < 0,
-// element 2 h + b' of lane (g, t'), b' = (g ROW_SHIFT - 1 - b) & 1, t' = (k_b - t) & 3, k_b = ((g ROW_SHIFT - 1 - b)
-// & 7) >> 1.  t -> t' is its own inverse, so each lane of a quad sends one value to one lane and knows which: the
-// element its receiver t' wants.  A step (h, b) of tile j runs once G's tile n has arrived (the pair holding it; the
-// tile n - 1 before it: the pair's first, or the previous pair's second, kept).
+// Score element (j, i) takes G's column r ROW_SHIFT + HC - 1 - c: SkewQuad with W = HC, X the scores, Y = G.  A step
+// (h, b) of tile j runs once G's tile n has arrived (the pair holding it; the tile n - 1 before it: the pair's
+// first, or the previous pair's second, kept).
 template <class T, int BN, int HC, int C0, int S0, int KS, int LD, int ROW_SHIFT, int CARRY, bool PREV = false,
           int NT, class QF, class TR>
 WAVEPE_DEVICE void window_bias_add(float (&s)[NT][4], const QF &qf, const TR &trow, float (&carry)[2][4],
                                    float *cw = nullptr, bool prev = false) {
     static_assert(S0 + HC / 8 <= NT && HC % 8 == 0, "the scores' tiles of the columns");
-    const int lane = threadIdx.x & 31, gr = ROW_SHIFT ? lane >> 2 : 0, t = lane & 3;
-    int src[2];    // the lane step b reads: (g, t') of the quad
-    bool lower[2]; // the tile its receiver wants: n - 1 (else n)
-    bool odd[2];   // and the element: 2 h + 1 (else 2 h)
-#pragma unroll
-    for (int b = 0; b < 2; ++b) {
-        const int k = ((gr - 1 - b) & 7) >> 1, tr = (k - t) & 3;
-        src[b] = (lane & ~3) | tr;
-        lower[b] = 2 * tr + b >= gr;  // (ROW_SHIFT 0: always)
-        odd[b] = ((gr - 1 - b) & 1) != 0;
-    }
+    const SkewQuad sq(ROW_SHIFT ? (threadIdx.x & 31) >> 2 : 0);
     float before[4] = {};  // G's tile 2 np - 1
     auto add = [&](int np, const float (&g)[2][4]) {
 #pragma unroll
@@ -797,14 +813,10 @@ WAVEPE_DEVICE void window_bias_add(float (&s)[NT][4], const QF &qf, const TR &tr
             for (int h = 0; h < 2; ++h) {
                 const int j = h * ROW_SHIFT + HC / 8 - n;
                 if (j < 0 || j >= HC / 8) continue;  // (known at compile time once unrolled)
-                // (values selected, not pointers: a pointer chosen at run time puts the arrays in local memory)
                 const float lo0 = e ? g[0][2 * h] : before[2 * h], lo1 = e ? g[0][2 * h + 1] : before[2 * h + 1];
-                const float hi0 = g[e][2 * h], hi1 = g[e][2 * h + 1];
 #pragma unroll
-                for (int b = 0; b < 2; ++b) {
-                    const float v = lower[b] ? (odd[b] ? lo1 : lo0) : (odd[b] ? hi1 : hi0);
-                    s[S0 + j][2 * h + b] += __shfl_sync(kFullMask, v, src[b]);
-                }
+                for (int b = 0; b < 2; ++b)
+                    s[S0 + j][2 * h + b] += sq.take(b, lo0, lo1, g[e][2 * h], g[e][2 * h + 1]);
             }
         }
 #pragma unroll

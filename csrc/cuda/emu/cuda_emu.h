@@ -132,6 +132,14 @@ void mma_m16n8k16(float d[4], const uint32_t a[4], const uint32_t b[2], bool is_
 #define __shfl_xor_sync(mask, v, lm, ...) \
     ::wavepe_emu::shfl_index((v), ::wavepe_emu::lane_id() ^ (lm), __FILE__, __LINE__)
 
+// __byte_perm(x, y, s) (PRMT): byte n of the result is byte (s >> 4 n) & 7 of the eight bytes y:x, x the low four
+inline unsigned int __byte_perm(unsigned int x, unsigned int y, unsigned int s) {
+    const uint64_t v = uint64_t(x) | (uint64_t(y) << 32);
+    unsigned int r = 0;
+    for (int n = 0; n < 4; ++n) r |= unsigned((v >> (8 * ((s >> (4 * n)) & 7))) & 0xffu) << (8 * n);
+    return r;
+}
+
 // ---- 16-bit floating types ---------------------------------------------------
 struct __nv_bfloat16 {
     uint16_t bits;
