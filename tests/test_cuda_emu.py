@@ -1927,7 +1927,7 @@ def test_emulator_catches_each_breach_of_its_rules(lib, which):
     rows, cols = np.mgrid[0:8, 0:8]
     m = (rows + cols / 8).astype(np.float32)  # exact in bf16
     matrix = E.to_bf16_bits(m)
-    out = np.full(64 + 128, np.nan, np.float32)
+    out = np.full(64 + 128 + 3, np.nan, np.float32)
     err = lib.wavepe_emu_selftest(which, matrix.ctypes.data, out.ctypes.data)
     message = lib.wavepe_emu_last_message().decode()
     if which:
@@ -1941,7 +1941,10 @@ def test_emulator_catches_each_breach_of_its_rules(lib, which):
     lane = np.arange(32)[:, None]
     i = np.arange(4)[None, :]
     want = c[lane // 4 + 8 * (i // 2), 2 * (lane % 4) + i % 2]
-    assert np.array_equal(out[64:].reshape(32, 4), want)
+    assert np.array_equal(out[64:192].reshape(32, 4), want)
+    # __byte_perm (PTX prmt): byte n of the result is byte (s >> 4 n) & 7 of y:x -- cub's PRMT example, and the
+    # two selectors skewed_ds_products joins 16-bit halves with (x's high and y's low; x's low and y's high)
+    assert [hex(v) for v in out[192:].view(np.uint32)] == ["0x7050301", "0x44441111", "0x33332222"]
 
 
 if os.environ.get("WAVEPE_EMU_ORDER"):  # pragma: no cover

@@ -1321,7 +1321,7 @@ using TcDqWideLayout = TcDqTiles<T, D, 2>;
 // A fragments of dS K (pack_p_frags: rounded to T), H[r][r - c + BN - 1] = dS[r][c], the skew into window columns:
 // H's A fragments are built in registers by window_bias_add's exchange (SkewQuad, W = BN: H[r][x] = dS[r][r + BN - 1
 // - x]), a 32-bit word of dS's (elements 2 h, 2 h + 1 of a tile) sent for each element and the half wanted taken by
-// the receiver (which half: odd, the same for both lanes of a quad's row), a pair of H's 8-column tiles at a time,
+// the receiver (which half: odd, the same for every lane of a quad), a pair of H's 8-column tiles at a time,
 // each multiplied by the window's rows 16 pp .. 16 pp + 15 (b_rows(16 pp): their first row; ldmatrix.trans).  The
 // chunk's columns reach H's pairs P0 = (BN - C0) / 16 - NT / 2 .. P0 + NT / 2.  SPLIT (a block in two chunks, BN =
 // 16 NT: first C0 = 0, then C0 = 8 NT): the pair both reach (the first's P0, the second's last) is kept by the first

@@ -20,7 +20,8 @@ enum Case {
 
 // 64 threads (two warps); 512 bytes of dynamic shared memory: an 8 x 8 bf16 matrix (warp 0's) at 0.
 // out[thread]: a shuffle's result; out[64 + 4 * lane ...]: warp 0's mma result (C = A B + 1, A and B from
-// the ldmatrix of a matrix whose element (r, c) is r + c / 8 and from the lane's fragments, see below).
+// the ldmatrix of a matrix whose element (r, c) is r + c / 8 and from the lane's fragments, see below);
+// out[192 .. 194]: three __byte_perm results' bits.
 __global__ void selftest_kernel(int which, const __nv_bfloat16 *matrix, float *out) {
     WAVEPE_SHARED_BASE(smem);
     const int lane = int(threadIdx.x) % 32, warp = int(threadIdx.x) / 32;
@@ -55,11 +56,18 @@ __global__ void selftest_kernel(int which, const __nv_bfloat16 *matrix, float *o
     float c[4] = {1.f, 1.f, 1.f, 1.f};
     mma16816<__nv_bfloat16>(c, a, b);
     for (int i = 0; i < 4; ++i) out[64 + 4 * lane + i] = c[i];
+    // out[192 ..]: __byte_perm's bits (PTX's prmt, as the dQ's skewed_ds_products takes 16-bit halves with it)
+    if (lane == 0) {
+        const uint32_t perm[3] = {__byte_perm(0x03020100u, 0x07060504u, 0x7531u),
+                                  __byte_perm(0x11112222u, 0x33334444u, 0x5432u),
+                                  __byte_perm(0x11112222u, 0x33334444u, 0x7610u)};
+        memcpy(out + 192, perm, sizeof(perm));
+    }
 }
 
 }  // namespace
 
-// which: a Case; matrix: 64 bf16 (8 x 8, row-major); out: 64 + 128 floats.  Returns the launch's cudaError
+// which: a Case; matrix: 64 bf16 (8 x 8, row-major); out: 64 + 128 + 3 floats.  Returns the launch's cudaError
 // (wavepe_emu_last_message() says why it failed).
 extern "C" __attribute__((visibility("default"))) int wavepe_emu_selftest(int which, const void *matrix, float *out) {
     return int(launch(selftest_kernel, dim3(1), dim3(64), 512, nullptr, which,
