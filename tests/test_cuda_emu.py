@@ -1955,7 +1955,7 @@ if os.environ.get("WAVEPE_EMU_ORDER"):  # pragma: no cover
 def test_tiles_fit_every_gpu_from_sm80(lib, dtype, dmax, monkeypatch):
     # 99 KiB of shared memory per CTA (sm_86 / sm_89) is the smallest budget of
     # the GPUs the sm_80 binary runs on; bf16/fp16 (and fp32 up to d = 128) fit -- on such a GPU the
-    # tensor-core backward with a table at d = 128 (110-112 KiB) gives way to the general kernels
+    # tensor-core dK/dV and dT with a table at d = 128 (107.5 / 103 KiB) give way to the general kernels
     monkeypatch.setenv("WAVEPE_EMU_SMEM_OPTIN", str(99 * 1024))
     for d in range(8, dmax + 1, 8):
         for pe in (0, 1, 2):
