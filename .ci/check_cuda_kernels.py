@@ -59,7 +59,8 @@ from concurrent.futures import ProcessPoolExecutor
 
 # kernels (demangled name, up to the template arguments) whose bf16/fp16 instances must use tensor cores
 TENSOR_CORE_KERNELS = ("attn_fwd_kernel", "attn_fwd_tc_kernel", "attn_fwd_tc_wide_kernel", "attn_bwd_dkdv_kernel",
-                       "attn_bwd_dkdv_tc_kernel", "attn_bwd_dkdv_tc_wide_kernel", "attn_bwd_dq_kernel", "attn_bwd_dq_tc_kernel",
+                       "attn_bwd_dkdv_tc_kernel", "attn_bwd_dkdv_tc_single_kernel", "attn_bwd_dkdv_tc_wide_kernel",
+                       "attn_bwd_dq_kernel", "attn_bwd_dq_tc_kernel",
                        "attn_bwd_dq_tc_wide_kernel", "attn_bwd_dq_tc_wide_alibi_kernel", "attn_bwd_dtable_kernel",
                        "attn_bwd_dtable_tc_kernel")
 TENSOR_CORE_TYPES = ("__nv_bfloat16", "__half")
@@ -89,7 +90,8 @@ TENSOR_CORE_RULES = {"sm_80": "HMMA", "sm_90": "HMMA", "sm_90a": "HGMMA", "sm_10
 # scheduling, not for a heavier loop), by kernel and the template arguments after the type (head dim, tiles).
 MIX_ARCH = "sm_90"
 MIX_TARGET = {"attn_fwd_kernel": 4.0, "attn_fwd_tc_kernel": 4.0, "attn_fwd_tc_wide_kernel": 4.0,
-              "attn_bwd_dkdv_kernel": 6.0, "attn_bwd_dkdv_tc_kernel": 6.0, "attn_bwd_dkdv_tc_wide_kernel": 6.0,
+              "attn_bwd_dkdv_kernel": 6.0, "attn_bwd_dkdv_tc_kernel": 6.0, "attn_bwd_dkdv_tc_single_kernel": 6.0,
+              "attn_bwd_dkdv_tc_wide_kernel": 6.0,
               "attn_bwd_dq_kernel": 6.0,
               "attn_bwd_dq_tc_kernel": 6.0, "attn_bwd_dq_tc_wide_kernel": 6.0, "attn_bwd_dq_tc_wide_alibi_kernel": 6.0,
               "attn_bwd_dtable_kernel": 6.0,
@@ -115,6 +117,8 @@ MIX_CEILING = {
     # own, so that the others keep their registers)
     ("attn_bwd_dkdv_tc_kernel", "128, false"): 3.7, ("attn_bwd_dkdv_tc_kernel", "64, false"): 4.4,
     ("attn_bwd_dkdv_tc_kernel", "128, true"): 3.65, ("attn_bwd_dkdv_tc_kernel", "64, true"): 4.4,
+    # (its table instance with one buffer of Q and dO, for 99 KiB devices -- sm_86, sm_89, sm_120 --: measured + 0.5)
+    ("attn_bwd_dkdv_tc_single_kernel", "128"): 3.05,
     # the wide dK/dV (32 keys a warp in 8: head dim, then the kind of its interior blocks -- 1 plain, 2 ALiBi, 3
     # soft-capped --, an instance each: registers): a block's S^T, dP^T (128 HMMA a warp at 128), their P^T and dS^T
     # stored, dV or dK (128), two barriers
@@ -176,6 +180,7 @@ SMEM_CEILING = {
     # (head dim 64, blocks of 64 keys: Q 64 an HMMA of Q K^T, K 128, V 128, the copies 32: 198)
     ("attn_fwd_tc_wide_kernel", "64, false"): 202, ("attn_fwd_tc_wide_kernel", "64, true"): 202,
     ("attn_bwd_dkdv_tc_kernel", "128, false"): 387, ("attn_bwd_dkdv_tc_kernel", "128, true"): 387,
+    ("attn_bwd_dkdv_tc_single_kernel", "128"): 385,
     ("attn_bwd_dkdv_tc_kernel", "64, false"): 371, ("attn_bwd_dkdv_tc_kernel", "64, true"): 371,
     ("attn_bwd_dkdv_tc_kernel", "256, false"): 487, ("attn_bwd_dkdv_tc_kernel", "256, true"): 487,
     # the wide dK/dV (32 keys x 32 queries a warp for S^T and dP^T: K 128, Q 128 an HMMA, V and dO the same; 32 keys x
@@ -223,6 +228,7 @@ CTA_SHAPE = {  # (kernel, template arguments after the type): (threads, the most
     ("attn_fwd_tc_kernel", "256, false"): (128, 119328), ("attn_fwd_tc_kernel", "256, true"): (128, 119328),
     ("attn_bwd_dkdv_tc_kernel", "128, false"): (128, 71312), ("attn_bwd_dkdv_tc_kernel", "64, false"): (128, 57488),
     ("attn_bwd_dkdv_tc_kernel", "128, true"): (128, 110096), ("attn_bwd_dkdv_tc_kernel", "64, true"): (128, 101264),
+    ("attn_bwd_dkdv_tc_single_kernel", "128"): (128, 92432),
     ("attn_bwd_dq_tc_kernel", "128, false"): (128, 70720), ("attn_bwd_dq_tc_kernel", "64, false"): (128, 56448),
     ("attn_bwd_dq_tc_kernel", "128, true"): (128, 96832), ("attn_bwd_dq_tc_kernel", "64, true"): (128, 74880),
     ("attn_bwd_dq_tc_kernel", "256, false"): (128, 102432), ("attn_bwd_dq_tc_kernel", "256, true"): (128, 144672),
@@ -236,6 +242,7 @@ CTA_SHAPE = {  # (kernel, template arguments after the type): (threads, the most
     ("attn_bwd_dtable_tc_kernel", "64, false"): (128, 73728), ("attn_bwd_dtable_tc_kernel", "64, true"): (128, 73728),
 }
 WARPS_TARGET = {"attn_fwd_tc_kernel": 8, "attn_fwd_tc_wide_kernel": 8, "attn_bwd_dkdv_tc_kernel": 8,
+                "attn_bwd_dkdv_tc_single_kernel": 8,
                 "attn_bwd_dkdv_tc_wide_kernel": 8, "attn_bwd_dq_tc_kernel": 8,
                 "attn_bwd_dq_tc_wide_kernel": 8, "attn_bwd_dq_tc_wide_alibi_kernel": 8, "attn_bwd_dtable_tc_kernel": 8}
 # Where a CTA_SHAPE line's figure (the most shared memory: a table's) is held to fewer warps, and why: at head dim
@@ -280,6 +287,7 @@ def occupancy(regs: int, threads: int, smem: int, arch: str) -> tuple[int, int]:
 # its products and softmax.
 COPY_COST_CEILING = {
     ("attn_bwd_dkdv_tc_kernel", "128, false"): 308, ("attn_bwd_dkdv_tc_kernel", "128, true"): 502,
+    ("attn_bwd_dkdv_tc_single_kernel", "128"): 416,
     ("attn_bwd_dkdv_tc_kernel", "256, false"): 308, ("attn_bwd_dkdv_tc_kernel", "256, true"): 502,
     ("attn_bwd_dkdv_tc_kernel", "64, false"): 324, ("attn_bwd_dkdv_tc_kernel", "64, true"): 502,
     ("attn_bwd_dkdv_tc_wide_kernel", "128, 1"): 286, ("attn_bwd_dkdv_tc_wide_kernel", "128, 2"): 286,
@@ -344,6 +352,9 @@ OTHER_LOOP_CEILING = {
     # soft-capped band and masked loops 0.6-0.7 (128, 64) and 1.8-3.1 (256) heavier statically, each at measured +
     # 0.5; executed, 8 / 4 / 16 fewer 16-byte copies a thread a band block at 128 / 64 / 256, ~25 instructions each)
     ("attn_bwd_dkdv_tc_kernel", "128, true"): (4.75, 5.45, 6.55, 16.4),
+    # (its one-buffer instance, for 99 KiB devices: the same loops, each block's copy at its step's start; measured
+    # + 0.5)
+    ("attn_bwd_dkdv_tc_single_kernel", "128"): (4.2, 5.55, 6.65, 16.45),
     ("attn_bwd_dkdv_tc_kernel", "64, true"): (6.6, 6.7, 8.9, 24.4),
     # (head dim 256: static counts, S's and dP's loops of 4 steps inside taken once)
     ("attn_bwd_dkdv_tc_kernel", "256, false"): (7.35, 8.0, 22.35),

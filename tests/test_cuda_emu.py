@@ -1268,11 +1268,16 @@ def test_tensor_core_decoding_packs_gqa_heads(lib, dtype, case):
 
 def test_tensor_core_backward_with_a_table_needs_its_shared_memory(lib, monkeypatch):
     # the dK/dV's and dT's table instances take 107.5 and 103 KiB at head_dim 128: on a 99 KiB device (sm_86 /
-    # sm_89) such calls run the general kernels, correctly -- the dQ's (94.6 KiB since 2026-11-29, its H in
-    # registers: skewed_ds_products) the tensor-core one; at head_dim 64 (99 KiB or less) the tensor-core ones all do
+    # sm_89 / sm_120) the dT runs the general kernel, correctly, the dK/dV its instance with one buffer of Q and dO
+    # (90.3 KiB: attn_bwd_dkdv_tc_single_kernel, 2026-11-29; before, the general kernel), the dQ its table instance
+    # (94.6 KiB since 2026-11-29, its H in registers: skewed_ds_products; before, the general kernel); at head_dim 64
+    # (99 KiB or less) the tensor-core ones all do, the dK/dV with two buffers
     kw = dict(B=1, H=2, Hk=1, M=100, N=140, off=40, causal=True, pe=1, R=60, r_lo=0, seed=8)
     monkeypatch.setenv("WAVEPE_EMU_SMEM_OPTIN", str(99 * 1024))
-    assert bwd_kernel(lib, Attn(lib, E.BF16, d=128, **kw)) == "tensor-core dQ, general dK/dV"
+    assert bwd_kernel(lib, Attn(lib, E.BF16, d=128, **kw)) == "tensor-core"
+    assert dkdv_kernel(lib, Attn(lib, E.BF16, d=128, **kw)) == "tensor-core, one buffer"
+    assert dkdv_kernel(lib, Attn(lib, E.BF16, d=64, **kw)) == "tensor-core"
+    assert dkdv_kernel(lib, Attn(lib, E.BF16, d=128, **dict(kw, pe=0))) == "tensor-core"  # no table: 70 KiB
     prob = check_attention(lib, E.BF16, d=128, **kw)
     assert dtable_kernel(lib, prob) == "general"  # (103 KiB; at head_dim 64, 72 KiB: the tensor-core dT)
     prob = Attn(lib, E.BF16, d=64, **kw)
@@ -1282,6 +1287,7 @@ def test_tensor_core_backward_with_a_table_needs_its_shared_memory(lib, monkeypa
     assert bwd_kernel(lib, Attn(lib, E.BF16, d=128, **dict(kw, pe=0))) == "tensor-core"  # no table: 70 KiB
     monkeypatch.setenv("WAVEPE_EMU_SMEM_OPTIN", str(163 * 1024))  # an A100
     assert bwd_kernel(lib, Attn(lib, E.BF16, d=128, **kw)) == "tensor-core"
+    assert dkdv_kernel(lib, Attn(lib, E.BF16, d=128, **kw)) == "tensor-core"  # (two buffers)
     # head_dim 256: the dQ's and dK/dV's 100 KiB (141.3 / 147.8 KiB with a table) only where the device grants them
     for optin, pe, want in ((99, 0, "general"), (163, 1, "tensor-core"), (147, 1, "tensor-core dQ, general dK/dV"),
                             (142, 1, "tensor-core dQ, general dK/dV"), (141, 1, "general"), (147, 0, "tensor-core")):
@@ -1792,6 +1798,59 @@ def test_tensor_core_dkdv_does_not_depend_on_thread_order(lib, monkeypatch, orde
     got = other.backward(pe == 1, want_dslopes=pe == 2)
     for name in want:
         np.testing.assert_array_equal(want[name], got[name], err_msg=name)
+
+
+@pytest.mark.parametrize("order", ["serial", "random"])
+def test_tensor_core_dkdv_with_one_buffer_does_not_depend_on_thread_order(lib, monkeypatch, order):
+    # attn_bwd_dkdv_tc_single_kernel (a table at head_dim 128 on a 99 KiB device: sm_86 / sm_89 / sm_120) copies
+    # each query block into its one buffer of Q / dO / lse / D after a barrier: a copy before every warp is done
+    # with the previous block, or a missing barrier, shows here (GQA: the heads in turn; masked, band and interior
+    # blocks, the window's buffer refilled too)
+    monkeypatch.setenv("WAVEPE_EMU_SMEM_OPTIN", str(99 * 1024))
+    kw = dict(B=1, H=4, Hk=2, M=200, N=200, d=128, off=0, causal=True, pe=1, kpm=True, window=150, seed=15, R=80)
+    base = Attn(lib, E.BF16, **kw)
+    assert dkdv_kernel(lib, base) == "tensor-core, one buffer"
+    base.forward()
+    want = base.backward(False)
+    monkeypatch.setenv("WAVEPE_EMU_ORDER", order)
+    other = Attn(lib, E.BF16, **kw)
+    other.forward()
+    got = other.backward(False)
+    for name in want:
+        np.testing.assert_array_equal(want[name], got[name], err_msg=name)
+
+
+def test_tensor_core_dkdv_with_one_buffer_launches_the_stated_shared_memory(lib, monkeypatch):
+    # .ci/check_cuda_kernels.py's CTA_SHAPE for attn_bwd_dkdv_tc_single_kernel (its occupancy model) is what its
+    # launch asks, under the 99 KiB of sm_86 / sm_89 / sm_120 and the two-buffer instance's 107.5 KiB
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("check_cuda_kernels", os.path.join(E.ROOT, ".ci", "check_cuda_kernels.py"))
+    ck = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(ck)
+    threads, smem = ck.CTA_SHAPE[("attn_bwd_dkdv_tc_single_kernel", "128")]
+    assert threads == 128 and smem <= 99 * 1024 < ck.CTA_SHAPE[("attn_bwd_dkdv_tc_kernel", "128, true")][1]
+    monkeypatch.setenv("WAVEPE_EMU_SMEM_OPTIN", str(99 * 1024))
+    prob = Attn(lib, E.BF16, B=1, H=2, Hk=1, M=70, N=90, d=128, off=20, causal=True, pe=1, R=40, seed=17)
+    prob.forward()
+    launches(lib)
+    prob.backward(False)
+    assert smem in launches(lib)
+
+
+@pytest.mark.parametrize("case", range(3))
+def test_tensor_core_dkdv_with_one_buffer_matches_oracle(lib, monkeypatch, case):
+    # the same instance against the float64 oracle: causal GQA with a soft-cap (its band's soft-capped loop), not
+    # causal with padding, two batch rows with documents and a clamped table
+    monkeypatch.setenv("WAVEPE_EMU_SMEM_OPTIN", str(99 * 1024))
+    kw = [dict(B=1, H=4, Hk=2, M=150, N=260, off=110, causal=True, pe=1, R=90, r_lo=-20, softcap=3.0),
+          dict(B=1, H=2, Hk=2, M=96, N=180, off=40, causal=False, pe=1, R=70, r_lo=-35, kpm=True),
+          dict(B=2, H=2, Hk=1, M=120, N=120, off=0, causal=True, pe=1, R=40, r_lo=0, clamp=True,
+               cu=[[0, 37, 38, 90, 120], [0, 64, 65, 120, 120]])][case]
+    dtype = (E.BF16, E.F16, E.BF16)[case]
+    assert dkdv_kernel(lib, Attn(lib, dtype, d=128, seed=500 + case, **kw)) == "tensor-core, one buffer"
+    prob = check_attention(lib, dtype, d=128, seed=500 + case, **kw)
+    assert_grads_normwise(prob, dtype)
 
 
 def test_backward_is_deterministic(lib):

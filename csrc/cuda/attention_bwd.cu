@@ -449,7 +449,9 @@ __global__ void __launch_bounds__(B * 2, 1) attn_bwd_dkdv_kernel(AttnParams p) {
 // dS^T = P^T (dP^T - D) in registers, then dV += P^T dO and dK += dS^T Q with P^T, dS^T as the A
 // operands straight from their C fragments (warp_rb: ldmatrix.trans of dO and Q).  Q, dO, and the rows'
 // lse and D have two buffers: the next block's copies are in flight while this one is computed, one
-// barrier a block.  A block runs one of two loops: the interior blocks -- whole blocks every query of
+// barrier a block (with a table at head_dim 128 on a device granting less than its 107.5 KiB -- sm_86, sm_89,
+// sm_120: 99 KiB -- one buffer, attn_bwd_dkdv_tc_single_kernel: each block copied at its own step's start, after a
+// barrier, its latency exposed -- the other CTA on the SM covers it -- where the general kernel would run instead).  A block runs one of two loops: the interior blocks -- whole blocks every query of
 // which sees every key, no padding or soft-cap -- without masks (the scale folded into the exponent's
 // FFMA; with ALiBi a loop of its own adding -slope |distance|; rows that saw no key, lse -inf, give 0
 // by selection as before); the others through dkdv_probs, as attn_bwd_dkdv_kernel.  With a relative
@@ -562,6 +564,7 @@ WAVEPE_DEVICE void tc_dkdv_stage(const AttnParams &p, const TcDkdvOrder *ord, co
 // SM), and each CTA owns one of CS = 2 column slices of dK and dV (128 columns: 2 x 64 accumulators a lane, as
 // at 128), recomputing S^T and dP^T over the whole head dim -- 1.5x the products of one CTA holding all 256
 // columns, which a warp's registers cannot.
+// NBUF: Q's, dO's, lse's and D's buffers -- 2, or 1 (attn_bwd_dkdv_tc_single_kernel).
 template <class T, int D>
 struct TcDkdvLayout {
     static_assert(D == 64 || D == 128 || D == 256, "the tensor-core dK/dV's head dims");
@@ -570,13 +573,13 @@ struct TcDkdvLayout {
     static_assert(GLD % 32 == 3 && GLD >= BN + 16, "G's rows: all its columns, conflict-free skewed reads");
     SmemPlan plan;
     int k, v, q, go, lse, delta, mask, rows, order, t, g;
-    __host__ __device__ explicit TcDkdvLayout(bool table) {
+    __host__ __device__ explicit TcDkdvLayout(bool table, int nbuf = 2) {
         k = plan.add(sizeof(T) * BN * LD);
         v = plan.add(sizeof(T) * BN * LD);
-        q = plan.add(2 * sizeof(T) * BM * LD);  // two buffers of each
-        go = plan.add(2 * sizeof(T) * BM * LD);
-        lse = plan.add(2 * sizeof(float) * BM);
-        delta = plan.add(2 * sizeof(float) * BM);
+        q = plan.add(nbuf * sizeof(T) * BM * LD);  // nbuf buffers of each
+        go = plan.add(nbuf * sizeof(T) * BM * LD);
+        lse = plan.add(nbuf * sizeof(float) * BM);
+        delta = plan.add(nbuf * sizeof(float) * BM);
         mask = plan.add(BN);
         rows = plan.add(2 * BN * sizeof(int64_t));  // each key's queries [lo, hi)
         order = plan.add(sizeof(TcDkdvOrder));
@@ -680,8 +683,8 @@ WAVEPE_DEVICE void dkdv_probs_interior(float (&st)[MT][NT][4], float (&dpt)[MT][
     }
 }
 
-// (the kernel, attn_bwd_dkdv_tc_kernel, below: QC query columns a chunk)
-template <class T, int D, bool TABLE, int QC>
+// (the kernel, attn_bwd_dkdv_tc_kernel, below: QC query columns a chunk; NBUF: TcDkdvLayout's)
+template <class T, int D, bool TABLE, int QC, int NBUF = 2>
 WAVEPE_DEVICE void dkdv_tc_cta(const AttnParams &p) {
     using Lay = TcDkdvLayout<T, D>;
     // DT: the accumulators' 8-column tiles, of the CTA's column slice
@@ -692,7 +695,8 @@ WAVEPE_DEVICE void dkdv_tc_cta(const AttnParams &p) {
     // the band split: 1, the table-free instance over the interior blocks beyond the band (at head_dim 256; at 64 and
     // 128 the wide dK/dV's); 2, the table's over the others, adding the first's sums
     const int part = D == 256 || TABLE ? p.band_part : 0;
-    const Lay L(has_table);
+    static_assert(NBUF == 2 || (NBUF == 1 && TABLE), "one buffer: the table's instance");
+    const Lay L(has_table, NBUF);
     T *const Ks = reinterpret_cast<T *>(smem + L.plan.off[L.k]);
     T *const Vs = reinterpret_cast<T *>(smem + L.plan.off[L.v]);
     T *const Ts = reinterpret_cast<T *>(smem + L.plan.off[L.t]);
@@ -759,7 +763,8 @@ WAVEPE_DEVICE void dkdv_tc_cta(const AttnParams &p) {
         load_window_async<T, BM, D, LD, 128>(Ts + ring * LD, p, p.a.q_offset + m0 - n0 - p.a.r_lo + BN, BN);
         ring = ring + BM < W ? ring + BM : ring + BM - W;
     };
-    auto stage = [&](auto interior_tag, const Cursor &c) {  // (tc_dkdv_stage)
+    auto stage = [&](auto interior_tag, Cursor c) {  // (tc_dkdv_stage; one buffer: always buffer 0)
+        if constexpr (NBUF == 1) c.buf = 0;
         tc_dkdv_stage<T, BM, D, LD, 128, decltype(interior_tag)::value>(p, ord, c, b, hk, Q0, dO0, lse0, delta0);
     };
     using Interior = std::true_type;
@@ -773,7 +778,7 @@ WAVEPE_DEVICE void dkdv_tc_cta(const AttnParams &p) {
     const int arow = (16 * warp + (lane & 15)) * LD + 8 * (lane >> 4);
     const int brow = ((lane & 7) + 8 * (lane >> 4)) * LD + 8 * ((lane >> 3) & 1);
     Cursor cur{0, 0, ord->next_phase[3], 0};  // (the first phase with blocks)
-    stage(AnyBlock{}, cur);
+    if constexpr (NBUF == 2) stage(AnyBlock{}, cur);  // (one buffer: each step copies its own block)
     if (cur.phase < 3 && needs_window(cur)) stage_window(row0(cur));
     cp_async_commit();  // (with K and V)
     // BIAS: 0 the block has no table bias, 1 it has (the band), 2 it has if its window meets the table (masked
@@ -781,15 +786,26 @@ WAVEPE_DEVICE void dkdv_tc_cta(const AttnParams &p) {
     // is computed (or at once when this block has none); G, computed by all warps, is read after a barrier.
     auto step = [&](auto kind_tag, auto bias_tag, const Cursor &c) {
         constexpr int kind = decltype(kind_tag)::value, BIAS = decltype(bias_tag)::value;
+        if constexpr (NBUF == 1) {
+            __syncthreads();  // every warp is done with the previous block's buffer
+            if (kind != kMasked)
+                stage(Interior{}, c);
+            else
+                stage(AnyBlock{}, c);
+            cp_async_commit();
+        }
         cp_async_wait<0>();
         __syncthreads();  // block c has landed; every warp is done with the previous block's buffer
         const Cursor nxt = next_of(c);
-        if (kind != kMasked)
-            stage(Interior{}, nxt);  // (the interior blocks come last)
-        else
-            stage(AnyBlock{}, nxt);
+        if constexpr (NBUF == 2) {
+            if (kind != kMasked)
+                stage(Interior{}, nxt);  // (the interior blocks come last)
+            else
+                stage(AnyBlock{}, nxt);
+        }
+        const int buf = NBUF == 1 ? 0 : c.buf;
         const int64_t h = hk * p.group + c.h, m0 = row0(c);
-        const T *const Qb = Q0 + c.buf * BM * LD, *const dOb = dO0 + c.buf * BM * LD;
+        const T *const Qb = Q0 + buf * BM * LD, *const dOb = dO0 + buf * BM * LD;
         bool bias = false;
         if constexpr (BIAS != 0) {
             bias = BIAS == 1 || block_bias(m0);
@@ -809,7 +825,7 @@ WAVEPE_DEVICE void dkdv_tc_cta(const AttnParams &p) {
         } else {
             cp_async_commit();
         }
-        const float *const lse_s = lse0 + c.buf * BM, *const delta_s = delta0 + c.buf * BM;
+        const float *const lse_s = lse0 + buf * BM, *const delta_s = delta0 + buf * BM;
         const float slope_log2 = head_slope<T>(p, h) * float(kLog2e);
         int c_lo[2] = {0, 0}, c_hi[2] = {BM, BM};
         if constexpr (kind == kMasked) {
@@ -926,6 +942,23 @@ __global__ void __launch_bounds__(128) attn_bwd_dkdv_tc_kernel(AttnParams p) {
     dkdv_tc_cta<T, D, TABLE, TABLE && D == 128 ? 16 : QC>(p);
 #else
     dkdv_tc_cta<T, D, TABLE, QC>(p);
+#endif
+}
+// The table's instance with one buffer of Q, dO, lse and D (TcDkdvLayout's NBUF 1): at head_dim 128 on a device
+// granting less shared memory than the two buffers' 110,096 bytes -- sm_86, sm_89, sm_120 (99 KiB): 92,432 bytes
+// (tc_dkdv_buffers).  The same chunks as attn_bwd_dkdv_tc_kernel's table instance on each arch.
+template <class T, int D>
+__global__ void __launch_bounds__(128) attn_bwd_dkdv_tc_single_kernel(AttnParams p) {
+    static_assert(D == 128, "one buffer: head_dim 128 (64 fits two everywhere, 256 one nowhere within 99 KiB)");
+#if defined(WAVEPE_CUDA_EMU)
+    if (device_cc_major() >= 10)
+        dkdv_tc_cta<T, D, true, 16, 1>(p);
+    else
+        dkdv_tc_cta<T, D, true, 32, 1>(p);
+#elif defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 1000
+    dkdv_tc_cta<T, D, true, 16, 1>(p);
+#else
+    dkdv_tc_cta<T, D, true, 32, 1>(p);
 #endif
 }
 
@@ -2294,7 +2327,7 @@ size_t align256(size_t x) { return (x + 255) & ~size_t(255); }
 
 // The shared memory of the tensor-core dK/dV and dQ at head dim 64, 128 or 256, with or without the table's
 // window (bf16 and fp16 alike: 2-byte elements).
-size_t tc_dkdv_smem(int64_t d, bool table) { return tc_layout_bytes<TcDkdvLayout>(d, table); }
+size_t tc_dkdv_smem(int64_t d, bool table, int nbuf = 2) { return tc_layout_bytes<TcDkdvLayout>(d, table, nbuf); }
 size_t tc_dq_smem(int64_t d, bool table) { return tc_layout_bytes<TcDqLayout>(d, table); }
 
 // Do the tensor-core dK/dV and dQ kernels take the call?  bf16/fp16, head_dim 64, 128 or 256, 16-byte rows of
@@ -2307,9 +2340,14 @@ bool tc_backward_applies(const AttnParams &p) {
            p.vec_q && p.vec_k && p.vec_v && p.vec_go && (p.pos_enc != WAVEPE_CUDA_PE_TABLE || p.vec_t) &&
            p.a.m < (int64_t(1) << 35) && p.a.n < (int64_t(1) << 35);
 }
-bool use_tc_dkdv(const AttnParams &p) {
-    return tc_backward_applies(p) && smem_fits_device(tc_dkdv_smem(p.a.d, p.pos_enc == WAVEPE_CUDA_PE_TABLE));
+// The tensor-core dK/dV's buffers of Q and dO: 2 where the device grants that layout; with a table at head_dim 128,
+// 1 where it grants only that one (attn_bwd_dkdv_tc_single_kernel: sm_86, sm_89, sm_120); 0 where neither fits.
+int tc_dkdv_buffers(const AttnParams &p) {
+    const bool table = p.pos_enc == WAVEPE_CUDA_PE_TABLE;
+    if (smem_fits_device(tc_dkdv_smem(p.a.d, table))) return 2;
+    return table && p.a.d == 128 && smem_fits_device(tc_dkdv_smem(p.a.d, table, 1)) ? 1 : 0;
 }
+bool use_tc_dkdv(const AttnParams &p) { return tc_backward_applies(p) && tc_dkdv_buffers(p) > 0; }
 bool use_tc_dq(const AttnParams &p) {
     return tc_backward_applies(p) && smem_fits_device(tc_dq_smem(p.a.d, p.pos_enc == WAVEPE_CUDA_PE_TABLE));
 }
@@ -2473,6 +2511,10 @@ cudaError_t launch_dkdv(AttnParams p, cudaStream_t stream) {
                 p.band_part = 0;  // (the band split without the wide dK/dV: the dQ's alone)
             }
             if (ctas == 0) return cudaSuccess;
+            if constexpr (DMAX == 128) {
+                if (tc_dkdv_buffers(p) == 1)  // (a table's call: no band split -- its wide dK/dV needs 175 KiB)
+                    return launch_tc(attn_bwd_dkdv_tc_single_kernel<T, DMAX>, ctas, Lay(true, 1).plan.total, stream, p);
+            }
             return launch_band_parts(
                 p, [](bool w) { return w ? attn_bwd_dkdv_tc_kernel<T, DMAX, true> : attn_bwd_dkdv_tc_kernel<T, DMAX, false>; },
                 [](bool w) { return Lay(w).plan.total; }, ctas, stream);
@@ -2629,7 +2671,9 @@ extern "C" size_t wavepe_cuda_attention_bwd_smem_bytes(const wavepe_attention_ar
             const bool table = a->table != nullptr, kv = use_tc_dkdv(p), q = use_tc_dq(p), dt = use_tc_dtable(p);
             if (kv || q || dt) {
                 const size_t general = bytes;
-                size_t on_kv = wide_dkdv(p) ? tc_dkdv_wide_smem(a->d) : kv ? tc_dkdv_smem(a->d, table) : general;
+                size_t on_kv = wide_dkdv(p) ? tc_dkdv_wide_smem(a->d)
+                               : kv         ? tc_dkdv_smem(a->d, table, tc_dkdv_buffers(p))
+                                            : general;
                 const size_t on_q = wide_dq(p) ? tc_dq_wide_smem(a->d) : q ? tc_dq_smem(a->d, table) : general,
                              on_dt = a->dtable == nullptr ? 0 : dt ? tc_dtable_smem(a->d) : general;
                 // (the dK/dV's band split at 64 and 128: the wide dK/dV's and the 16-key table instance's)
@@ -2659,7 +2703,10 @@ extern "C" const char *wavepe_cuda_attention_bwd_dkdv_kernel(const wavepe_attent
     if (a == nullptr) return nullptr;
     const AttnParams p = attention_params(a);
     if (bwd_dkdv_band_split(p)) return "tensor-core, band split";
-    return wide_dkdv(p) ? "tensor-core, 32 keys a warp" : use_tc_dkdv(p) ? "tensor-core" : "general";
+    return wide_dkdv(p)                 ? "tensor-core, 32 keys a warp"
+           : !use_tc_dkdv(p)             ? "general"
+           : tc_dkdv_buffers(p) == 1     ? "tensor-core, one buffer"
+                                         : "tensor-core";
 }
 
 extern "C" const char *wavepe_cuda_attention_bwd_dtable_kernel(const wavepe_attention_args *a) {
