@@ -1737,6 +1737,20 @@ def test_tensor_core_forward_wide_does_not_depend_on_thread_order(lib, monkeypat
         np.testing.assert_array_equal(x, y)
 
 
+def assert_backward_order_free(lib, monkeypatch, order, kw, dtable=False, dslopes=False):
+    """The bf16 backward of the call `kw` gives the same bits with the warps run in `order` (WAVEPE_EMU_ORDER:
+    serial between block barriers, or random) as in the emulator's default order."""
+    base = Attn(lib, E.BF16, **kw)
+    base.forward()
+    want = base.backward(dtable, want_dslopes=dslopes)
+    monkeypatch.setenv("WAVEPE_EMU_ORDER", order)
+    other = Attn(lib, E.BF16, **kw)
+    other.forward()
+    got = other.backward(dtable, want_dslopes=dslopes)
+    for name in want:
+        np.testing.assert_array_equal(want[name], got[name], err_msg=name)
+
+
 @pytest.mark.parametrize("order", ["serial", "random"])
 @pytest.mark.parametrize("extra", [dict(softcap=2.0), dict(kpm=True, window=100)])
 def test_tensor_core_dq_wide_does_not_depend_on_thread_order(lib, monkeypatch, order, extra):
@@ -1745,16 +1759,8 @@ def test_tensor_core_dq_wide_does_not_depend_on_thread_order(lib, monkeypatch, o
     for k, v in H100_SM.items():
         monkeypatch.setenv(k, v)
     kw = dict(B=1, H=2, Hk=1, M=150, N=300, d=128, off=150, causal=True, pe=0, seed=16, **extra)
-    base = Attn(lib, E.BF16, **kw)
-    assert bwd_kernel(lib, base) == "tensor-core, dQ 32 rows a warp"
-    base.forward()
-    want = base.backward(False)
-    monkeypatch.setenv("WAVEPE_EMU_ORDER", order)
-    other = Attn(lib, E.BF16, **kw)
-    other.forward()
-    got = other.backward(False)
-    for name in want:
-        np.testing.assert_array_equal(want[name], got[name], err_msg=name)
+    assert bwd_kernel(lib, Attn(lib, E.BF16, **kw)) == "tensor-core, dQ 32 rows a warp"
+    assert_backward_order_free(lib, monkeypatch, order, kw)
 
 
 @pytest.mark.parametrize("order", ["serial", "random"])
@@ -1767,16 +1773,8 @@ def test_tensor_core_dkdv_wide_does_not_depend_on_thread_order(lib, monkeypatch,
         monkeypatch.setenv(k, v)
     kw = dict(B=1, H=2, Hk=1, M=150, N=300, d=128, off=150, causal=True, seed=17)
     kw.update(extra)
-    base = Attn(lib, E.BF16, **kw)
-    assert dkdv_kernel(lib, base) == "tensor-core, 32 keys a warp"
-    base.forward()
-    want = base.backward(False, want_dslopes=kw["pe"] == 2)
-    monkeypatch.setenv("WAVEPE_EMU_ORDER", order)
-    other = Attn(lib, E.BF16, **kw)
-    other.forward()
-    got = other.backward(False, want_dslopes=kw["pe"] == 2)
-    for name in want:
-        np.testing.assert_array_equal(want[name], got[name], err_msg=name)
+    assert dkdv_kernel(lib, Attn(lib, E.BF16, **kw)) == "tensor-core, 32 keys a warp"
+    assert_backward_order_free(lib, monkeypatch, order, kw, dslopes=kw["pe"] == 2)
 
 
 @pytest.mark.parametrize("order", ["serial", "random"])
@@ -1789,15 +1787,10 @@ def test_tensor_core_dkdv_does_not_depend_on_thread_order(lib, monkeypatch, orde
     kw = dict(B=1, H=4, Hk=2, M=200, N=200, d=128, off=0, causal=True, pe=pe, kpm=pe == 2, window=150, seed=14, R=80)
     base = Attn(lib, E.BF16, **kw)
     assert bwd_kernel(lib, base) == "tensor-core"
-    base.forward()
-    want = base.backward(pe == 1, want_dslopes=pe == 2)
-    assert pe != 1 or dtable_kernel(lib, base) == "tensor-core"
-    monkeypatch.setenv("WAVEPE_EMU_ORDER", order)
-    other = Attn(lib, E.BF16, **kw)
-    other.forward()
-    got = other.backward(pe == 1, want_dslopes=pe == 2)
-    for name in want:
-        np.testing.assert_array_equal(want[name], got[name], err_msg=name)
+    if pe == 1:
+        base.a.dtable = base.a.table  # (any non-NULL: the dT pass)
+        assert dtable_kernel(lib, base) == "tensor-core"
+    assert_backward_order_free(lib, monkeypatch, order, kw, dtable=pe == 1, dslopes=pe == 2)
 
 
 @pytest.mark.parametrize("order", ["serial", "random"])
@@ -1808,16 +1801,8 @@ def test_tensor_core_dkdv_with_one_buffer_does_not_depend_on_thread_order(lib, m
     # blocks, the window's buffer refilled too)
     monkeypatch.setenv("WAVEPE_EMU_SMEM_OPTIN", str(99 * 1024))
     kw = dict(B=1, H=4, Hk=2, M=200, N=200, d=128, off=0, causal=True, pe=1, kpm=True, window=150, seed=15, R=80)
-    base = Attn(lib, E.BF16, **kw)
-    assert dkdv_kernel(lib, base) == "tensor-core, one buffer"
-    base.forward()
-    want = base.backward(False)
-    monkeypatch.setenv("WAVEPE_EMU_ORDER", order)
-    other = Attn(lib, E.BF16, **kw)
-    other.forward()
-    got = other.backward(False)
-    for name in want:
-        np.testing.assert_array_equal(want[name], got[name], err_msg=name)
+    assert dkdv_kernel(lib, Attn(lib, E.BF16, **kw)) == "tensor-core, one buffer"
+    assert_backward_order_free(lib, monkeypatch, order, kw)
 
 
 def test_tensor_core_dkdv_with_one_buffer_launches_the_stated_shared_memory(lib, monkeypatch):
