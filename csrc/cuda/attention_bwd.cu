@@ -741,7 +741,11 @@ WAVEPE_DEVICE void dkdv_tc_cta(const AttnParams &p) {
     }
     __syncthreads();
     using Cursor = TcDkdvCursor;
-    auto next_of = [=](Cursor c) { return tc_dkdv_next(ord, c, p.group); };
+    auto next_of = [=](Cursor c) {
+        c = tc_dkdv_next(ord, c, p.group);
+        if constexpr (NBUF == 1) c.buf = 0;  // (one buffer: every block in buffer 0)
+        return c;
+    };
     // the block's first query row (the order read again where used: fewer registers held)
     auto row0 = [=](const Cursor &c) { return int64_t(tc_dkdv_block(ord, c.phase, c.u)) * BM; };
     // does block c need the table's window (a band block, or a masked one whose window meets the table)?
@@ -763,8 +767,7 @@ WAVEPE_DEVICE void dkdv_tc_cta(const AttnParams &p) {
         load_window_async<T, BM, D, LD, 128>(Ts + ring * LD, p, p.a.q_offset + m0 - n0 - p.a.r_lo + BN, BN);
         ring = ring + BM < W ? ring + BM : ring + BM - W;
     };
-    auto stage = [&](auto interior_tag, Cursor c) {  // (tc_dkdv_stage; one buffer: always buffer 0)
-        if constexpr (NBUF == 1) c.buf = 0;
+    auto stage = [&](auto interior_tag, const Cursor &c) {  // (tc_dkdv_stage)
         tc_dkdv_stage<T, BM, D, LD, 128, decltype(interior_tag)::value>(p, ord, c, b, hk, Q0, dO0, lse0, delta0);
     };
     using Interior = std::true_type;
@@ -803,9 +806,8 @@ WAVEPE_DEVICE void dkdv_tc_cta(const AttnParams &p) {
             else
                 stage(AnyBlock{}, nxt);
         }
-        const int buf = NBUF == 1 ? 0 : c.buf;
         const int64_t h = hk * p.group + c.h, m0 = row0(c);
-        const T *const Qb = Q0 + buf * BM * LD, *const dOb = dO0 + buf * BM * LD;
+        const T *const Qb = Q0 + c.buf * BM * LD, *const dOb = dO0 + c.buf * BM * LD;
         bool bias = false;
         if constexpr (BIAS != 0) {
             bias = BIAS == 1 || block_bias(m0);
@@ -825,7 +827,7 @@ WAVEPE_DEVICE void dkdv_tc_cta(const AttnParams &p) {
         } else {
             cp_async_commit();
         }
-        const float *const lse_s = lse0 + buf * BM, *const delta_s = delta0 + buf * BM;
+        const float *const lse_s = lse0 + c.buf * BM, *const delta_s = delta0 + c.buf * BM;
         const float slope_log2 = head_slope<T>(p, h) * float(kLog2e);
         int c_lo[2] = {0, 0}, c_hi[2] = {BM, BM};
         if constexpr (kind == kMasked) {
@@ -930,19 +932,23 @@ WAVEPE_DEVICE void dkdv_tc_cta(const AttnParams &p) {
 // spilled; on sm_80 / sm_90: 254 registers, no spill) -- its K / V fragments read twice as often, 486 bytes of shared
 // memory an HMMA where 32 columns move 379.  The emulator runs the variant of the compute capability it emulates
 // (WAVEPE_EMU_CC_MAJOR).
-template <class T, int D, bool TABLE>
-__global__ void __launch_bounds__(128) attn_bwd_dkdv_tc_kernel(AttnParams p) {
+template <class T, int D, bool TABLE, int NBUF = 2>
+WAVEPE_DEVICE void dkdv_tc_chunked(const AttnParams &p) {
     constexpr int QC = D > 128 ? 16 : 32;
 #if defined(WAVEPE_CUDA_EMU)
     if (TABLE && D == 128 && device_cc_major() >= 10)
-        dkdv_tc_cta<T, D, TABLE, 16>(p);
+        dkdv_tc_cta<T, D, TABLE, 16, NBUF>(p);
     else
-        dkdv_tc_cta<T, D, TABLE, QC>(p);
+        dkdv_tc_cta<T, D, TABLE, QC, NBUF>(p);
 #elif defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 1000
-    dkdv_tc_cta<T, D, TABLE, TABLE && D == 128 ? 16 : QC>(p);
+    dkdv_tc_cta<T, D, TABLE, TABLE && D == 128 ? 16 : QC, NBUF>(p);
 #else
-    dkdv_tc_cta<T, D, TABLE, QC>(p);
+    dkdv_tc_cta<T, D, TABLE, QC, NBUF>(p);
 #endif
+}
+template <class T, int D, bool TABLE>
+__global__ void __launch_bounds__(128) attn_bwd_dkdv_tc_kernel(AttnParams p) {
+    dkdv_tc_chunked<T, D, TABLE>(p);
 }
 // The table's instance with one buffer of Q, dO, lse and D (TcDkdvLayout's NBUF 1): at head_dim 128 on a device
 // granting less shared memory than the two buffers' 110,096 bytes -- sm_86, sm_89, sm_120 (99 KiB): 92,432 bytes
@@ -950,16 +956,7 @@ __global__ void __launch_bounds__(128) attn_bwd_dkdv_tc_kernel(AttnParams p) {
 template <class T, int D>
 __global__ void __launch_bounds__(128) attn_bwd_dkdv_tc_single_kernel(AttnParams p) {
     static_assert(D == 128, "one buffer: head_dim 128 (64 fits two everywhere, 256 one nowhere within 99 KiB)");
-#if defined(WAVEPE_CUDA_EMU)
-    if (device_cc_major() >= 10)
-        dkdv_tc_cta<T, D, true, 16, 1>(p);
-    else
-        dkdv_tc_cta<T, D, true, 32, 1>(p);
-#elif defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 1000
-    dkdv_tc_cta<T, D, true, 16, 1>(p);
-#else
-    dkdv_tc_cta<T, D, true, 32, 1>(p);
-#endif
+    dkdv_tc_chunked<T, D, true, 1>(p);
 }
 
 // ---- the wide tensor-core dK/dV ---------------------------------------------------------------------
