@@ -6,7 +6,7 @@
 #
 #   1. the sdist of `python -m build --sdist`: pip install it (pip builds it in isolation, without
 #      torch): the fallback for a platform without a wheel -- the ops are compiled at first use (one
-#      message), then loaded from the cache silently
+#      message; the C core's objects, kept by the install, linked), then loaded from the cache silently
 #   2. pip install --no-build-isolation . (in a copy of the source tree: the sdist, unpacked, so that
 #      this checkout's build/ keeps the objects of `make build`): it must first stop with the message
 #      that names what to install; after installing exactly that, it builds the ops against the
@@ -60,7 +60,9 @@ export WAVEPE_CACHE_DIR="$work/cache-sdist"
 check_ops "$work/env-sdist" "compiled at first use" 2> "$work/first-use.err" || { cat "$work/first-use.err"; exit 1; }
 cat "$work/first-use.err"
 grep -q "^wavepe: compiling the PyTorch ops for torch 2.13.0+cpu (once; cached in " "$work/first-use.err"
-grep -Eq "^wavepe: compiled the PyTorch ops \([0-9]+ files\) in [0-9]+ s" "$work/first-use.err"
+# the C core compiled once: the install kept its objects (built for the NumPy extension), the first use linked them
+grep -Eq "^wavepe: compiled the PyTorch ops \([0-9]+ files; the C core's [0-9]+ objects from the installation\) in [0-9]+ s" \
+  "$work/first-use.err" || { echo "the first-use build did not link the installation's C core objects" >&2; exit 1; }
 lap "   second process: from the cache, silently"
 check_ops "$work/env-sdist" "compiled at first use" 2> "$work/second.err"
 if [ -s "$work/second.err" ]; then cat "$work/second.err"; echo "the second import was not silent" >&2; exit 1; fi
@@ -87,5 +89,9 @@ else
   (cd "$tree" && quietly "$work/env-own-torch/bin/python" -m pip install --no-build-isolation .)
 fi
 WAVEPE_JIT=0 check_ops "$work/env-own-torch" "from the wheel"
+# a build with its ops keeps no C core objects (only a build without them has a use for them)
+"$work/env-own-torch/bin/python" -c "import os, sys, wavepe
+sys.exit(os.path.exists(os.path.join(os.path.dirname(wavepe.__file__), '_core_objects')))" \
+  || { echo "the build with the ops kept the C core's objects" >&2; exit 1; }
 unset WAVEPE_CACHE_DIR
 lap "install checks done"

@@ -14,7 +14,9 @@ import importlib.util
 import io
 import json
 import os
+import platform
 import re
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -259,15 +261,71 @@ def _torch_build(version: str = "2.13.0+cpu") -> recipe.TorchBuild:
                              libraries=("torch",), cuda=False)
 
 
-def test_build_key_ties_the_cache_to_torch_and_the_sources(tmp_path):
+def test_build_key_ties_the_cache_to_torch_the_sources_and_the_commands(monkeypatch, tmp_path):
     _touch(tmp_path, "core/a.c", "torch/m.cpp")
     key = jit.build_key(str(tmp_path), _torch_build(), "0.1.0")
+    with monkeypatch.context() as m:
+        m.setenv("CC", "cc -DOTHER")  # a compile command alone (the link is C++)
+        assert key != jit.build_key(str(tmp_path), _torch_build(), "0.1.0")
+    assert key == jit.build_key(str(tmp_path), _torch_build(), "0.1.0")
     assert key == jit.build_key(str(tmp_path), _torch_build(), "0.1.0")
     assert key.startswith("wavepe0.1.0-torch2.13.0_cpu-") and re.fullmatch(r"[A-Za-z0-9._-]+", key)
     assert key != jit.build_key(str(tmp_path), _torch_build("2.12.0+cpu"), "0.1.0")
     assert key != jit.build_key(str(tmp_path), _torch_build(), "0.2.0")
     (tmp_path / "core" / "a.c").write_text("int changed;\n")
     assert key != jit.build_key(str(tmp_path), _torch_build(), "0.1.0")
+
+
+def _kept_core(monkeypatch, tmp_path: Path, src: Path) -> Path:
+    """The C core's objects an installation built without torch keeps, as setup.py's _keep_core_objects writes them
+    for the sources at ``src`` (stand-in bytes: the first-use build links them, never reads them); jit's
+    PACKAGE_DIR pointed at that installation."""
+    folder = tmp_path / "pkg" / recipe.CORE_OBJECTS_DIR
+    folder.mkdir(parents=True)
+    names = [os.path.basename(c.obj) for c in recipe._core_compiles(str(src), str(folder))]
+    for name in names:
+        (folder / name).write_bytes(name.encode())
+    (folder / recipe.CORE_OBJECTS_RECORD).write_text(json.dumps(
+        {"record": recipe.core_objects_record(str(src)), "objects": {n: recipe.file_sha256(str(folder / n)) for n in names}}))
+    monkeypatch.setattr(jit, "PACKAGE_DIR", str(tmp_path / "pkg"))
+    return folder
+
+
+def test_the_first_use_build_links_the_core_objects_the_installation_kept(monkeypatch, tmp_path):
+    src = tmp_path / "src"
+    for folder in ("core", "torch"):
+        shutil.copytree(CSRC / folder, src / folder)
+    tb = _torch_build()
+    monkeypatch.setattr(jit, "PACKAGE_DIR", str(tmp_path / "none"))
+    assert jit.installed_core(str(src)) is None
+    key_compiling_all = jit.build_key(str(src), tb, "0.1.0")
+    folder = _kept_core(monkeypatch, tmp_path, src)
+    objects, _ = jit.installed_core(str(src))
+    assert sorted(objects) == sorted(str(folder / (os.path.basename(s) + ".o")) for s in recipe.core_sources(str(src)))
+    plan = jit._plan(str(src), str(tmp_path / "build"), tb, objects)
+    # what is compiled: the torch bindings only; what is linked: the kept objects, then theirs
+    assert sorted(c.source for c in plan.compiles) == sorted(recipe.torch_sources(str(src), False))
+    assert list(plan.links[0].objects) == objects + [c.obj for c in plan.compiles]
+    key = jit.build_key(str(src), tb, "0.1.0")
+    assert key != key_compiling_all and key == jit.build_key(str(src), tb, "0.1.0")
+    # whatever would compile other objects leaves them unused: another compiler command, a changed core file,
+    # another machine, a damaged object
+    monkeypatch.setenv("CC", f"{recipe.c_compiler()} -DOTHER")
+    assert jit.installed_core(str(src)) is None
+    monkeypatch.undo()
+    folder = _kept_core(monkeypatch, tmp_path / "again", src)
+    assert jit.installed_core(str(src)) is not None
+    rope = src / "core" / "rope.c"
+    text = rope.read_text()
+    rope.write_text(text + "\n")
+    assert jit.installed_core(str(src)) is None
+    rope.write_text(text)
+    monkeypatch.setattr(recipe, "machine", lambda: "aarch64")
+    assert jit.installed_core(str(src)) is None
+    monkeypatch.setattr(recipe, "machine", lambda: platform.machine().lower())
+    assert jit.installed_core(str(src)) is not None
+    (folder / os.path.basename(objects[0])).write_bytes(b"damaged")
+    assert jit.installed_core(str(src)) is None
 
 
 TINY_MODULE = "int wavepe_tiny_stand_in(void) { return 1; }\n"
@@ -279,7 +337,7 @@ TINY_JIT_SCRIPT = textwrap.dedent("""
     from wavepe._build import jit, recipe
     src, counter = sys.argv[1], sys.argv[2]
 
-    def tiny_plan(src_root, build_dir, tb):
+    def tiny_plan(src_root, build_dir, tb, core_objects=None):
         obj, out = os.path.join(build_dir, "obj", "m.o"), os.path.join(build_dir, jit._module_file())
         cc = ("sh", "-c", 'echo compiled >> "$0"; sleep 1; exec cc "$@"', counter)
         return recipe.Plan([recipe.Compile(src, obj, (*cc, "-fPIC", "-c", src, "-o", obj))],
@@ -289,7 +347,7 @@ TINY_JIT_SCRIPT = textwrap.dedent("""
     path = jit.compiled_torch_ops()
     record = jit.load(path)
     import ctypes
-    assert ctypes.CDLL(path).wavepe_tiny_stand_in() == 1 and record["sha256"] == jit.file_digest(path)
+    assert ctypes.CDLL(path).wavepe_tiny_stand_in() == 1 and record["sha256"] == recipe.file_sha256(path)
     print(path)
 """)
 

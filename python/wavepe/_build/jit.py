@@ -4,7 +4,9 @@ A prebuilt wheel holds the ops (``wavepe/libwavepe_ops.so``, torch's ABI-stable 
 2.10).  An installation without them (an isolated ``pip install`` of the sdist, a platform without a
 wheel) compiles them here from the sources shipped in the package (``wavepe/_csrc``; a source
 checkout's ``csrc/``) with the same recipe as setup.py (:mod:`wavepe._build.recipe`), once, and caches
-them::
+them.  The C core's objects, which that installation's build compiled for the NumPy extension and kept
+(``wavepe/_core_objects``: :func:`installed_core`), are linked rather than compiled again where their
+record shows the same commands, sources and machine::
 
     $WAVEPE_CACHE_DIR, else $XDG_CACHE_HOME/wavepe, else ~/.cache/wavepe
         torch-ops/<key>/libwavepe_ops.so   key: wavepe version, torch version, CUDA kernels or not, and a
@@ -62,20 +64,31 @@ def source_root() -> str | None:
     return None
 
 
-def _plan(src_root: str, build_dir: str, tb: recipe.TorchBuild) -> recipe.Plan:
-    return recipe.torch_plan(src_root, os.path.join(build_dir, "obj"), os.path.join(build_dir, _module_file()), tb)
+def installed_core(src_root: str) -> tuple[list[str], str] | None:
+    """The C core's objects an installation built without torch keeps (recipe.CORE_OBJECTS_DIR), and a digest of
+    their record, where they are what the first-use build would compile -- the same commands, the same sources,
+    this machine -- and intact; else None (that build compiles the core itself)."""
+    folder = os.path.join(PACKAGE_DIR, recipe.CORE_OBJECTS_DIR)
+    try:
+        with open(os.path.join(folder, recipe.CORE_OBJECTS_RECORD), encoding="utf-8") as f:
+            kept = json.load(f)
+        if kept["record"] != recipe.core_objects_record(src_root):
+            return None
+        objects = [os.path.join(folder, name) for name in sorted(kept["objects"])]
+        if any(recipe.file_sha256(path) != kept["objects"][os.path.basename(path)] for path in objects):
+            return None
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return objects, hashlib.sha256(json.dumps(kept, sort_keys=True).encode()).hexdigest()
+
+
+def _plan(src_root: str, build_dir: str, tb: recipe.TorchBuild, core_objects: list[str] | None = None) -> recipe.Plan:
+    return recipe.torch_plan(src_root, os.path.join(build_dir, "obj"), os.path.join(build_dir, _module_file()), tb,
+                             core_objects)
 
 
 def _module_file() -> str:
     return recipe.TORCH_LIBRARY_FILE
-
-
-def file_digest(path: str) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 def _intact(final_dir: str) -> tuple[bool, str | None]:
@@ -86,7 +99,7 @@ def _intact(final_dir: str) -> tuple[bool, str | None]:
     try:
         with open(os.path.join(final_dir, "build.json"), encoding="utf-8") as f:
             expected = json.load(f).get("sha256")
-        actual = file_digest(module_path)
+        actual = recipe.file_sha256(module_path)
     except (OSError, ValueError) as exc:
         return False, f"its record is unreadable ({exc})"
     if expected != actual:
@@ -127,8 +140,13 @@ def build_key(src_root: str, tb: recipe.TorchBuild, wavepe_version: str) -> str:
         h.update(rel.encode() + b"\0")
         with open(os.path.join(src_root, rel), "rb") as f:
             h.update(f.read())
-    plan = _plan("{SRC}", "{BUILD}", tb)  # the commands with placeholder paths: flags, compilers, torch paths
-    h.update(json.dumps([[c.argv for c in plan.compiles], [link.argv for link in plan.links]]).encode())
+    core = installed_core(src_root)
+    if core is not None:
+        h.update(core[1].encode())
+    # the commands, the sources' folder a placeholder: flags, compilers, torch paths
+    plan = _plan(src_root, "{BUILD}", tb, core[0] if core else None)
+    h.update(json.dumps([[c.argv for c in plan.compiles], [link.argv for link in plan.links]]).replace(
+        json.dumps(src_root)[1:-1], "{SRC}").encode())
     name = f"wavepe{wavepe_version}-torch{tb.version}{'-cuda' if tb.cuda else ''}-{recipe.machine()}-{h.hexdigest()[:12]}"
     return re.sub(r"[^A-Za-z0-9._-]", "_", name)
 
@@ -154,11 +172,11 @@ class _Progress:
         if self.live:
             self._write(f"\r{self.headline}: {done}/{total} files ({name})\x1b[K", end="")
 
-    def finish(self, n_files: int) -> None:
+    def finish(self, n_files: int, note: str = "") -> None:
         seconds = time.monotonic() - self.start
         if self.live:
             self._write("\r\x1b[K", end="")
-        self._write(f"wavepe: compiled the PyTorch ops ({n_files} files) in {seconds:.0f} s")
+        self._write(f"wavepe: compiled the PyTorch ops ({n_files} files{note}) in {seconds:.0f} s")
 
     def fail(self) -> None:
         if self.live:
@@ -229,7 +247,8 @@ def _build(src_root: str, tb: recipe.TorchBuild, ops_dir: str, final_dir: str, k
            stream: TextIO) -> None:
     build_dir = tempfile.mkdtemp(prefix=key + ".building-", dir=ops_dir)
     log_lines: list[str] = []
-    plan = _plan(src_root, build_dir, tb)
+    core = installed_core(src_root)
+    plan = _plan(src_root, build_dir, tb, core[0] if core else None)
     what = f"for torch {tb.version}" + (" with the CUDA kernels" if tb.cuda else "")
     progress = _Progress(stream, f"wavepe: compiling the PyTorch ops {what} (once; cached in {final_dir})"
                          + (f"; {why}" if why else ""))
@@ -254,9 +273,9 @@ def _build(src_root: str, tb: recipe.TorchBuild, ops_dir: str, final_dir: str, k
     with open(os.path.join(build_dir, "build.json"), "w", encoding="utf-8") as f:
         json.dump({**tb.build_record(), "python": sys.version.split()[0], "sources": src_root,
                    "files": len(plan.compiles), "seconds": round(time.monotonic() - start, 1),
-                   "sha256": file_digest(os.path.join(build_dir, _module_file()))}, f, indent=1)
+                   "sha256": recipe.file_sha256(os.path.join(build_dir, _module_file()))}, f, indent=1)
     os.rename(build_dir, final_dir)  # atomic: another process sees the whole directory or none of it
-    progress.finish(len(plan.compiles))
+    progress.finish(len(plan.compiles), f"; the C core's {len(core[0])} objects from the installation" if core else "")
 
 
 def load(module_path: str) -> dict[str, Any]:

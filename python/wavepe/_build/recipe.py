@@ -28,6 +28,7 @@ Standard library only; nothing here imports wavepe, torch or numpy at module lev
 from __future__ import annotations
 
 import glob
+import hashlib
 import json
 import os
 import platform
@@ -39,7 +40,7 @@ import sysconfig
 import threading
 from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
-from typing import Callable, Iterable, Sequence
+from typing import Any, Callable, Iterable, Sequence
 
 # ---------------------------------------------------------------------------------------------------
 # Flags
@@ -455,10 +456,43 @@ def numpy_plan(src_root: str, obj_dir: str, output: str, numpy_include: str) -> 
     return Plan(core + own, [Link(objs, output, link, os.path.join(obj_dir, "numpy", "link.cmd"))])
 
 
-def torch_plan(src_root: str, obj_dir: str, output: str, tb: TorchBuild) -> Plan:
-    """The torch ops library: the C core, the stable-ABI bindings and (with nvcc) the CUDA kernels."""
+# An installation built without torch (an isolated ``pip install``) keeps the C core's objects, which its NumPy
+# extension was linked from, in wavepe/<this>/ with a record (CORE_OBJECTS_RECORD: core_objects_record's value, the
+# objects' names and SHA-256): the first-use build of the torch ops links them where it would compile the same
+# files with the same commands again -- 6 files to compile there, not 37 (the core is ~88 % of that compile).
+CORE_OBJECTS_DIR = "_core_objects"
+CORE_OBJECTS_RECORD = "record.json"
+
+
+def file_sha256(path: str) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def core_objects_record(src_root: str) -> dict[str, Any]:
+    """What the C core's objects are compiled from: the compile commands (the source and object paths as
+    placeholders), the machine, and a SHA-256 of the core's shipped files.  Objects kept by one build serve
+    another only where this is the same for both."""
+    h = hashlib.sha256()
+    for rel in shipped_sources(src_root):
+        if rel.startswith("core" + os.sep):
+            h.update(rel.encode() + b"\0")
+            with open(os.path.join(src_root, rel), "rb") as f:
+                h.update(f.read())
+    return {"machine": machine(), "sources_sha256": h.hexdigest(),
+            "compiles": [[a.replace(src_root, "{SRC}") for a in c.argv] for c in _core_compiles(src_root, "{OBJ}")]}
+
+
+def torch_plan(src_root: str, obj_dir: str, output: str, tb: TorchBuild,
+               core_objects: Sequence[str] | None = None) -> Plan:
+    """The torch ops library: the C core, the stable-ABI bindings and (with nvcc) the CUDA kernels.
+    ``core_objects``: the C core's objects compiled already (an installation's, CORE_OBJECTS_DIR), linked
+    in place of its compiles."""
     cxx = shlex.split(cxx_compiler())
-    core = _core_compiles(src_root, obj_dir)
+    core = [] if core_objects is not None else _core_compiles(src_root, obj_dir)
     own = [Compile(s, o, (*cxx, *cxx_flags(s), *tb.cxx_flags, "-c", s, "-o", o))
            for s in torch_sources(src_root, tb.cuda) for o in [_obj(obj_dir, "torch", s)]]
     cuda: list[Compile] = []
@@ -466,7 +500,7 @@ def torch_plan(src_root: str, obj_dir: str, output: str, tb: TorchBuild) -> Plan
         gencode = gencode_flags(tb.cuda_archs)
         cuda = [Compile(s, o, (tb.nvcc, *nvcc_flags(), *gencode, "-I" + src_root, "-c", s, "-o", o))
                 for s in cuda_sources(src_root) for o in [_obj(obj_dir, "cuda", s)]]
-    objs = tuple(c.obj for c in core + own + cuda)
+    objs = (*(core_objects or ()), *(c.obj for c in core + own + cuda))
     # --as-needed drops what nothing references; -z now: every symbol resolved when the library loads
     link = (*cxx, "-shared", *objs, "-o", output, "-Wl,--as-needed", "-Wl,-z,now",
             *(f"-L{d}" for d in tb.library_dirs), *(f"-l{lib}" for lib in tb.libraries))
