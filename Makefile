@@ -5,7 +5,7 @@
 #   make test    build, then run the test suite (the README's test command)
 #   make build   (re)build the extensions in place: only what changed since the last build
 #   make ctest   the C core's test driver under AddressSanitizer + UBSan
-#   make ctest-release   the same tests built with the package's own flags (-O3, no sanitizers)
+#   make ctest-release   the same tests linked with the package's own objects of the core (-O3, no sanitizers)
 #   make ctest-aarch64   the same, cross-compiled for AArch64 and run under qemu-user (scalar + NEON)
 #   make bench   the benchmark scripts (print tables, write benchmarks/results/*.json)
 
@@ -85,13 +85,17 @@ ctest:
 	$(CC) $(SAN_FLAGS) -o build/ctest/test_core build/ctest/*.o -lm
 	./build/ctest/test_core
 
-# The same tests built as the package builds the core (the recipe's flags: -O3, no sanitizers): what
-# users run.  The sanitizers' -O1 build does not see what -O3's optimizations do to the code (a GCC 12
-# loop-distribution miscompile of the amx kernels failed here and passed `make ctest`).
+# The same tests linked with the package's own objects of the core (setup.py's, under build/obj.*: the recipe's
+# flags, -O3, no sanitizers -- compiled by `recipe.py core-objects` where missing or stale, else those `make build`
+# or the wheel's build left): what users run.  The sanitizers' -O1 build does not see what -O3's optimizations do
+# to the code (a GCC 12 loop-distribution miscompile of the amx kernels failed here and passed `make ctest`).
+# The objects' folder is per CPython (setup.py's): the project's .venv's where it exists.
+OBJ_PY = $(if $(wildcard $(PY)),$(PY),$(PYTHON))
 ctest-release:
 	rm -rf build/ctest-release && mkdir -p build/ctest-release
-	$(call compile_each,build/ctest-release,$$($(RECIPE) core-sources) $(CTEST_SRCS),$(CC) $$($(RECIPE) c-flags $$f) $(CTEST_DEBUG) -Icsrc/core -c $$f -o $$o)
-	$(CC) -o build/ctest-release/test_core build/ctest-release/*.o -lm
+	objs=$$(CC='$(CC)' $(OBJ_PY) python/wavepe/_build/recipe.py core-objects) && \
+	$(call compile_each,build/ctest-release,$(CTEST_SRCS),$(CC) $$($(RECIPE) c-flags $$f) $(CTEST_DEBUG) -Icsrc/core -c $$f -o $$o) && \
+	$(CC) -o build/ctest-release/test_core build/ctest-release/*.o $$objs -lm
 	./build/ctest-release/test_core
 
 # The same tests with the AVX-512 kernels compiled against SIMDe (for CPUs

@@ -33,7 +33,6 @@ import json
 import os
 import shutil
 import sys
-import sysconfig
 import time
 
 from setuptools import Extension, setup
@@ -85,7 +84,7 @@ class BuildExtensions(build_ext):
     in one parallel batch."""
 
     def build_extensions(self) -> None:
-        obj_dir = os.path.join(ROOT, "build", f"obj.{sysconfig.get_platform()}-{sys.implementation.cache_tag}")
+        obj_dir = recipe.object_dir(ROOT)
         lib_pkg = os.path.dirname(self.get_ext_fullpath("wavepe._ufuncs"))
         torch_lib = os.path.join(lib_pkg, recipe.TORCH_LIBRARY_FILE)
         plan = recipe.Plan()

@@ -728,9 +728,16 @@ def run(plan: Plan, *, jobs: int | None = None, progress: Callable[[int, int, st
 # Command line, for the Makefile and the CI scripts
 
 
+def object_dir(project_root: str) -> str:
+    """Where setup.py keeps its objects (per CPython: the NumPy extension's binding is compiled for one); the C
+    core's are the same files for every build that compiles them with the same commands."""
+    return os.path.join(project_root, "build", f"obj.{sysconfig.get_platform()}-{sys.implementation.cache_tag}")
+
+
 def _main(argv: Iterable[str]) -> int:
     args = list(argv)
-    root = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "..", "csrc")
+    project = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", ".."))
+    root = os.path.join(project, "csrc")
     if args[:1] == ["core-sources"] and len(args) <= 2:  # optional ARCH (e.g. aarch64): a cross build's files
         print(" ".join(os.path.relpath(p) for p in core_sources(os.path.normpath(root), *args[1:])))
     elif args[:1] == ["flags"] and len(args) == 2:
@@ -741,8 +748,19 @@ def _main(argv: Iterable[str]) -> int:
         print(" ".join(nvcc_flags()))
     elif args[:1] == ["cuda-archs"]:
         print(" ".join(cuda_archs()))
+    elif args[:1] == ["core-objects"] and len(args) == 1:
+        # the package's own objects of the C core (setup.py's, compiled here where missing or stale), for
+        # the Makefile's ctest-release to link the C tests against what users run
+        compiles = _core_compiles(root, object_dir(project))
+        try:
+            run(Plan(compiles), log=lambda text: print(text.rstrip(), file=sys.stderr))
+        except BuildError as exc:
+            print(exc, file=sys.stderr)
+            return 1
+        print(" ".join(os.path.relpath(c.obj) for c in compiles))
     else:
-        print("usage: recipe.py core-sources [ARCH] | flags FILE | c-flags FILE | nvcc-flags | cuda-archs", file=sys.stderr)
+        print("usage: recipe.py core-sources [ARCH] | flags FILE | c-flags FILE | nvcc-flags | cuda-archs | core-objects",
+              file=sys.stderr)
         return 2
     return 0
 
