@@ -107,8 +107,10 @@ class BuildExtensions(build_ext):
                 if os.path.exists(path):
                     os.remove(path)
         self._ops_outputs = outputs
-        _keep_core_objects(os.path.join(lib_pkg, recipe.CORE_OBJECTS_DIR),
-                           plan if TORCH is None and not in_place else None)
+        # a build without the torch ops keeps the C core's objects for their first-use build to link; others none
+        recipe.keep_core_objects(os.path.join(lib_pkg, recipe.CORE_OBJECTS_DIR), CSRC,
+                                 [c.obj for c in recipe.core_compiles(CSRC, obj_dir)]
+                                 if TORCH is None and not in_place else None)
         if in_place:
             _copy_into_package(outputs)
 
@@ -122,24 +124,6 @@ class BuildExtensions(build_ext):
         if TORCH is not None and outputs:
             _write_record(outputs[1], True)
         _copy_into_package(outputs)
-
-
-def _keep_core_objects(dest: str, plan) -> None:
-    """A build without torch ops (they are compiled at first use) keeps the C core's objects in the package with
-    their record (recipe.CORE_OBJECTS_DIR), for that build to link; any other build holds none (plan None)."""
-    shutil.rmtree(dest, ignore_errors=True)
-    if plan is None:
-        return
-    os.makedirs(dest)
-    core_dir = os.sep + "core" + os.sep
-    names = []
-    for c in plan.compiles:
-        if core_dir in c.obj:
-            names.append(os.path.basename(c.obj))
-            shutil.copy2(c.obj, os.path.join(dest, names[-1]))
-    with open(os.path.join(dest, recipe.CORE_OBJECTS_RECORD), "w", encoding="utf-8") as f:
-        json.dump({"record": recipe.core_objects_record(CSRC),
-                   "objects": {n: recipe.file_sha256(os.path.join(dest, n)) for n in sorted(names)}}, f, indent=1)
 
 
 def _write_record(path: str, in_place: bool) -> None:

@@ -277,16 +277,15 @@ def test_build_key_ties_the_cache_to_torch_the_sources_and_the_commands(monkeypa
 
 
 def _kept_core(monkeypatch, tmp_path: Path, src: Path) -> Path:
-    """The C core's objects an installation built without torch keeps, as setup.py's _keep_core_objects writes them
-    for the sources at ``src`` (stand-in bytes: the first-use build links them, never reads them); jit's
-    PACKAGE_DIR pointed at that installation."""
+    """The C core's objects an installation built without torch keeps, kept as setup.py keeps them
+    (recipe.keep_core_objects) for the sources at ``src`` (stand-in bytes: the first-use build links them, never
+    reads them); jit's PACKAGE_DIR pointed at that installation."""
+    objects = [c.obj for c in recipe.core_compiles(str(src), str(tmp_path / "obj"))]
+    for obj in objects:
+        os.makedirs(os.path.dirname(obj), exist_ok=True)
+        Path(obj).write_bytes(os.path.basename(obj).encode())
     folder = tmp_path / "pkg" / recipe.CORE_OBJECTS_DIR
-    folder.mkdir(parents=True)
-    names = [os.path.basename(c.obj) for c in recipe._core_compiles(str(src), str(folder))]
-    for name in names:
-        (folder / name).write_bytes(name.encode())
-    (folder / recipe.CORE_OBJECTS_RECORD).write_text(json.dumps(
-        {"record": recipe.core_objects_record(str(src)), "objects": {n: recipe.file_sha256(str(folder / n)) for n in names}}))
+    recipe.keep_core_objects(str(folder), str(src), objects)
     monkeypatch.setattr(jit, "PACKAGE_DIR", str(tmp_path / "pkg"))
     return folder
 

@@ -145,8 +145,8 @@ def build_key(src_root: str, tb: recipe.TorchBuild, wavepe_version: str) -> str:
         h.update(core[1].encode())
     # the commands, the sources' folder a placeholder: flags, compilers, torch paths
     plan = _plan(src_root, "{BUILD}", tb, core[0] if core else None)
-    h.update(json.dumps([[c.argv for c in plan.compiles], [link.argv for link in plan.links]]).replace(
-        json.dumps(src_root)[1:-1], "{SRC}").encode())
+    h.update(json.dumps([[recipe.without_root(c.argv, src_root) for c in plan.compiles],
+                         [recipe.without_root(link.argv, src_root) for link in plan.links]]).encode())
     name = f"wavepe{wavepe_version}-torch{tb.version}{'-cuda' if tb.cuda else ''}-{recipe.machine()}-{h.hexdigest()[:12]}"
     return re.sub(r"[^A-Za-z0-9._-]", "_", name)
 

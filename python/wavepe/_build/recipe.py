@@ -439,7 +439,7 @@ def _obj(obj_dir: str, group: str, source: str) -> str:
     return os.path.join(obj_dir, group, os.path.basename(source) + ".o")
 
 
-def _core_compiles(src_root: str, obj_dir: str) -> list[Compile]:
+def core_compiles(src_root: str, obj_dir: str) -> list[Compile]:
     cc = shlex.split(c_compiler())
     return [Compile(s, o, (*cc, *c_flags(s), "-c", s, "-o", o))
             for s in core_sources(src_root) for o in [_obj(obj_dir, "core", s)]]
@@ -448,7 +448,7 @@ def _core_compiles(src_root: str, obj_dir: str) -> list[Compile]:
 def numpy_plan(src_root: str, obj_dir: str, output: str, numpy_include: str) -> Plan:
     """wavepe._ufuncs: the C core and the NumPy binding."""
     cc = shlex.split(c_compiler())
-    core = _core_compiles(src_root, obj_dir)
+    core = core_compiles(src_root, obj_dir)
     own = [Compile(s, o, (*cc, *c_flags(s), *python_include_flags(), f"-isystem{numpy_include}", "-c", s, "-o", o))
            for s in numpy_sources(src_root) for o in [_obj(obj_dir, "numpy", s)]]
     objs = tuple(c.obj for c in core + own)
@@ -472,6 +472,11 @@ def file_sha256(path: str) -> str:
     return h.hexdigest()
 
 
+def without_root(argv: Iterable[str], src_root: str) -> list[str]:
+    """A command with the sources' folder as the placeholder {SRC}: the same for every copy of the sources."""
+    return [a.replace(src_root, "{SRC}") for a in argv]
+
+
 def core_objects_record(src_root: str) -> dict[str, Any]:
     """What the C core's objects are compiled from: the compile commands (the source and object paths as
     placeholders), the machine, and a SHA-256 of the core's shipped files.  Objects kept by one build serve
@@ -483,7 +488,22 @@ def core_objects_record(src_root: str) -> dict[str, Any]:
             with open(os.path.join(src_root, rel), "rb") as f:
                 h.update(f.read())
     return {"machine": machine(), "sources_sha256": h.hexdigest(),
-            "compiles": [[a.replace(src_root, "{SRC}") for a in c.argv] for c in _core_compiles(src_root, "{OBJ}")]}
+            "compiles": [without_root(c.argv, src_root) for c in core_compiles(src_root, "{OBJ}")]}
+
+
+def keep_core_objects(dest: str, src_root: str, objects: Sequence[str] | None) -> None:
+    """Keep the C core's ``objects`` (core_compiles' for ``src_root``) in ``dest`` with their record -- setup.py's
+    for a build without the torch ops (CORE_OBJECTS_DIR); None: keep none (``dest`` removed)."""
+    shutil.rmtree(dest, ignore_errors=True)
+    if objects is None:
+        return
+    os.makedirs(dest)
+    for obj in objects:
+        shutil.copy2(obj, os.path.join(dest, os.path.basename(obj)))
+    names = sorted(os.path.basename(obj) for obj in objects)
+    with open(os.path.join(dest, CORE_OBJECTS_RECORD), "w", encoding="utf-8") as f:
+        json.dump({"record": core_objects_record(src_root),
+                   "objects": {n: file_sha256(os.path.join(dest, n)) for n in names}}, f, indent=1)
 
 
 def torch_plan(src_root: str, obj_dir: str, output: str, tb: TorchBuild,
@@ -492,7 +512,7 @@ def torch_plan(src_root: str, obj_dir: str, output: str, tb: TorchBuild,
     ``core_objects``: the C core's objects compiled already (an installation's, CORE_OBJECTS_DIR), linked
     in place of its compiles."""
     cxx = shlex.split(cxx_compiler())
-    core = [] if core_objects is not None else _core_compiles(src_root, obj_dir)
+    core = [] if core_objects is not None else core_compiles(src_root, obj_dir)
     own = [Compile(s, o, (*cxx, *cxx_flags(s), *tb.cxx_flags, "-c", s, "-o", o))
            for s in torch_sources(src_root, tb.cuda) for o in [_obj(obj_dir, "torch", s)]]
     cuda: list[Compile] = []
@@ -751,7 +771,7 @@ def _main(argv: Iterable[str]) -> int:
     elif args[:1] == ["core-objects"] and len(args) == 1:
         # the package's own objects of the C core (setup.py's, compiled here where missing or stale), for
         # the Makefile's ctest-release to link the C tests against what users run
-        compiles = _core_compiles(root, object_dir(project))
+        compiles = core_compiles(root, object_dir(project))
         try:
             run(Plan(compiles), log=lambda text: print(text.rstrip(), file=sys.stderr))
         except BuildError as exc:
