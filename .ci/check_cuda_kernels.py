@@ -59,7 +59,7 @@ from concurrent.futures import ProcessPoolExecutor
 
 # kernels (demangled name, up to the template arguments) whose bf16/fp16 instances must use tensor cores
 TENSOR_CORE_KERNELS = ("attn_fwd_kernel", "attn_fwd_tc_kernel", "attn_fwd_tc_wide_kernel", "attn_bwd_dkdv_kernel",
-                       "attn_bwd_dkdv_tc_kernel", "attn_bwd_dkdv_tc_single_kernel", "attn_bwd_dkdv_tc_wide_kernel",
+                       "attn_bwd_dkdv_tc_kernel", "attn_bwd_dkdv_tc_wide_kernel",
                        "attn_bwd_dq_kernel", "attn_bwd_dq_tc_kernel",
                        "attn_bwd_dq_tc_wide_kernel", "attn_bwd_dq_tc_wide_alibi_kernel", "attn_bwd_dtable_kernel",
                        "attn_bwd_dtable_tc_kernel")
@@ -90,7 +90,7 @@ TENSOR_CORE_RULES = {"sm_80": "HMMA", "sm_90": "HMMA", "sm_90a": "HGMMA", "sm_10
 # scheduling, not for a heavier loop), by kernel and the template arguments after the type (head dim, tiles).
 MIX_ARCH = "sm_90"
 MIX_TARGET = {"attn_fwd_kernel": 4.0, "attn_fwd_tc_kernel": 4.0, "attn_fwd_tc_wide_kernel": 4.0,
-              "attn_bwd_dkdv_kernel": 6.0, "attn_bwd_dkdv_tc_kernel": 6.0, "attn_bwd_dkdv_tc_single_kernel": 6.0,
+              "attn_bwd_dkdv_kernel": 6.0, "attn_bwd_dkdv_tc_kernel": 6.0,
               "attn_bwd_dkdv_tc_wide_kernel": 6.0,
               "attn_bwd_dq_kernel": 6.0,
               "attn_bwd_dq_tc_kernel": 6.0, "attn_bwd_dq_tc_wide_kernel": 6.0, "attn_bwd_dq_tc_wide_alibi_kernel": 6.0,
@@ -117,8 +117,6 @@ MIX_CEILING = {
     # own, so that the others keep their registers)
     ("attn_bwd_dkdv_tc_kernel", "128, false"): 3.7, ("attn_bwd_dkdv_tc_kernel", "64, false"): 4.4,
     ("attn_bwd_dkdv_tc_kernel", "128, true"): 3.65, ("attn_bwd_dkdv_tc_kernel", "64, true"): 4.4,
-    # (its table instance with one buffer of Q and dO, for 99 KiB devices -- sm_86, sm_89, sm_120 --: measured + 0.5)
-    ("attn_bwd_dkdv_tc_single_kernel", "128"): 3.05,
     # the wide dK/dV (32 keys a warp in 8: head dim, then the kind of its interior blocks -- 1 plain, 2 ALiBi, 3
     # soft-capped --, an instance each: registers): a block's S^T, dP^T (128 HMMA a warp at 128), their P^T and dS^T
     # stored, dV or dK (128), two barriers
@@ -180,7 +178,6 @@ SMEM_CEILING = {
     # (head dim 64, blocks of 64 keys: Q 64 an HMMA of Q K^T, K 128, V 128, the copies 32: 198)
     ("attn_fwd_tc_wide_kernel", "64, false"): 202, ("attn_fwd_tc_wide_kernel", "64, true"): 202,
     ("attn_bwd_dkdv_tc_kernel", "128, false"): 387, ("attn_bwd_dkdv_tc_kernel", "128, true"): 387,
-    ("attn_bwd_dkdv_tc_single_kernel", "128"): 385,
     ("attn_bwd_dkdv_tc_kernel", "64, false"): 371, ("attn_bwd_dkdv_tc_kernel", "64, true"): 371,
     ("attn_bwd_dkdv_tc_kernel", "256, false"): 487, ("attn_bwd_dkdv_tc_kernel", "256, true"): 487,
     # the wide dK/dV (32 keys x 32 queries a warp for S^T and dP^T: K 128, Q 128 an HMMA, V and dO the same; 32 keys x
@@ -227,29 +224,27 @@ CTA_SHAPE = {  # (kernel, template arguments after the type): (threads, the most
     ("attn_fwd_tc_kernel", "64, false"): (128, 74880), ("attn_fwd_tc_kernel", "64, true"): (128, 74880),
     ("attn_fwd_tc_kernel", "256, false"): (128, 119328), ("attn_fwd_tc_kernel", "256, true"): (128, 119328),
     ("attn_bwd_dkdv_tc_kernel", "128, false"): (128, 71312), ("attn_bwd_dkdv_tc_kernel", "64, false"): (128, 57488),
-    ("attn_bwd_dkdv_tc_kernel", "128, true"): (128, 110096), ("attn_bwd_dkdv_tc_kernel", "64, true"): (128, 101264),
-    ("attn_bwd_dkdv_tc_single_kernel", "128"): (128, 92432),
+    ("attn_bwd_dkdv_tc_kernel", "128, true"): (128, 97424), ("attn_bwd_dkdv_tc_kernel", "64, true"): (128, 75920),
     ("attn_bwd_dq_tc_kernel", "128, false"): (128, 70720), ("attn_bwd_dq_tc_kernel", "64, false"): (128, 56448),
     ("attn_bwd_dq_tc_kernel", "128, true"): (128, 96832), ("attn_bwd_dq_tc_kernel", "64, true"): (128, 74880),
     ("attn_bwd_dq_tc_kernel", "256, false"): (128, 102432), ("attn_bwd_dq_tc_kernel", "256, true"): (128, 144672),
     ("attn_bwd_dq_tc_wide_kernel", "128, false"): (128, 107600), ("attn_bwd_dq_tc_wide_kernel", "64, false"): (128, 76944),
     ("attn_bwd_dq_tc_wide_kernel", "128, true"): (128, 107600), ("attn_bwd_dq_tc_wide_kernel", "64, true"): (128, 76944),
     ("attn_bwd_dq_tc_wide_alibi_kernel", "128"): (128, 107600), ("attn_bwd_dq_tc_wide_alibi_kernel", "64"): (128, 76944),
-    ("attn_bwd_dkdv_tc_kernel", "256, false"): (128, 102800), ("attn_bwd_dkdv_tc_kernel", "256, true"): (128, 151376),
+    ("attn_bwd_dkdv_tc_kernel", "256, false"): (128, 102800), ("attn_bwd_dkdv_tc_kernel", "256, true"): (128, 145040),
     **{("attn_bwd_dkdv_tc_wide_kernel", f"{d}, {k}"): (256, 179432 if d == 128 else 113896) for d in (64, 128)
        for k in (1, 2, 3)},
     ("attn_bwd_dtable_tc_kernel", "128, false"): (128, 105472), ("attn_bwd_dtable_tc_kernel", "128, true"): (128, 105472),
     ("attn_bwd_dtable_tc_kernel", "64, false"): (128, 73728), ("attn_bwd_dtable_tc_kernel", "64, true"): (128, 73728),
 }
 WARPS_TARGET = {"attn_fwd_tc_kernel": 8, "attn_fwd_tc_wide_kernel": 8, "attn_bwd_dkdv_tc_kernel": 8,
-                "attn_bwd_dkdv_tc_single_kernel": 8,
                 "attn_bwd_dkdv_tc_wide_kernel": 8, "attn_bwd_dq_tc_kernel": 8,
                 "attn_bwd_dq_tc_wide_kernel": 8, "attn_bwd_dq_tc_wide_alibi_kernel": 8, "attn_bwd_dtable_tc_kernel": 8}
 # Where a CTA_SHAPE line's figure (the most shared memory: a table's) is held to fewer warps, and why: at head dim
 # 256 the forward's table window (96 rows of 528 bytes) takes the CTA to 116.5 KiB, one an SM (4 warps); without a
 # table (67 KiB) two fit, 8 warps (tests/test_cuda_emu.py checks both figures against the launcher's) -- as do the
 # blocks beyond a table's band, which the band split launches without the window (attention.cu, band_split); the dQ's and
-# dK/dV's table instances at 256 (the window's 80 rows beside the tiles: 146 / 148 KiB) one, their others two (the
+# dK/dV's table instances at 256 (the window's 80 rows beside the tiles: 141.3 / 141.6 KiB) one, their others two (the
 # backward's band split, bwd_band_split in attention_bwd.cu, runs the blocks beyond the band on those).
 # (The learned table's dT reaches two at both head dims: 103 KiB at 128, H in dO's place.)
 WARPS_TARGET_BY_SHAPE = {("attn_fwd_tc_kernel", "256, false"): 4, ("attn_fwd_tc_kernel", "256, true"): 4,
@@ -287,7 +282,6 @@ def occupancy(regs: int, threads: int, smem: int, arch: str) -> tuple[int, int]:
 # its products and softmax.
 COPY_COST_CEILING = {
     ("attn_bwd_dkdv_tc_kernel", "128, false"): 308, ("attn_bwd_dkdv_tc_kernel", "128, true"): 502,
-    ("attn_bwd_dkdv_tc_single_kernel", "128"): 416,
     ("attn_bwd_dkdv_tc_kernel", "256, false"): 308, ("attn_bwd_dkdv_tc_kernel", "256, true"): 502,
     ("attn_bwd_dkdv_tc_kernel", "64, false"): 324, ("attn_bwd_dkdv_tc_kernel", "64, true"): 502,
     ("attn_bwd_dkdv_tc_wide_kernel", "128, 1"): 286, ("attn_bwd_dkdv_tc_wide_kernel", "128, 2"): 286,
@@ -351,14 +345,16 @@ OTHER_LOOP_CEILING = {
     # its own beside the whole window's, both counted once, and the ring's row arithmetic in G's jobs: the band,
     # soft-capped band and masked loops 0.6-0.7 (128, 64) and 1.8-3.1 (256) heavier statically, each at measured +
     # 0.5; executed, 8 / 4 / 16 fewer 16-byte copies a thread a band block at 128 / 64 / 256, ~25 instructions each)
-    ("attn_bwd_dkdv_tc_kernel", "128, true"): (4.75, 5.45, 6.55, 16.4),
-    # (its one-buffer instance, for 99 KiB devices: the same loops, each block's copy at its step's start; measured
-    # + 0.5)
-    ("attn_bwd_dkdv_tc_single_kernel", "128"): (4.2, 5.55, 6.65, 16.45),
-    ("attn_bwd_dkdv_tc_kernel", "64, true"): (6.6, 6.7, 8.9, 24.4),
+    # (later still, 2026-11-29: each warp its own G^T = T_w Q^T in registers, skewed into S^T by shuffles --
+    # add_transposed_bias --, where the CTA's G went through shared memory: its products a loop not unrolled at 128,
+    # unrolled by 2 at 64 -- fully, ptxas spilled --, which the static count takes once: the band loops 5.8 / 6.9
+    # at 128 statically, 4.9 / 5.6 executed (1,137 instructions a band block for 192 HMMA, where G's 995 took 168 at
+    # 4.9); at 64 6.5 / 8.3, 5.7 executed (1,287 for 192, G's 1,239 for 168 at 6.4); the masked loops lighter)
+    ("attn_bwd_dkdv_tc_kernel", "128, true"): (4.75, 6.35, 7.4, 16.15),
+    ("attn_bwd_dkdv_tc_kernel", "64, true"): (6.6, 7.05, 8.85, 21.4),
     # (head dim 256: static counts, S's and dP's loops of 4 steps inside taken once)
     ("attn_bwd_dkdv_tc_kernel", "256, false"): (7.35, 8.0, 22.35),
-    ("attn_bwd_dkdv_tc_kernel", "256, true"): (8.0, 11.0, 12.45, 27.9),
+    ("attn_bwd_dkdv_tc_kernel", "256, true"): (8.0, 9.65, 10.8, 23.5),
     # the wide dK/dV: its masked blocks (each whole: dkdv_probs' selection; soft-capped in the soft-cap's instance)
     ("attn_bwd_dkdv_tc_wide_kernel", "128, 1"): (6.3,), ("attn_bwd_dkdv_tc_wide_kernel", "128, 2"): (6.3,),
     ("attn_bwd_dkdv_tc_wide_kernel", "128, 3"): (8.6,), ("attn_bwd_dkdv_tc_wide_kernel", "64, 1"): (11.65,),
@@ -411,6 +407,13 @@ OTHER_LOOP_SMEM_CEILING = {
     # where H was stored skewed into a scratch and ldmatrix'd back: the band loop 385 -> 353 bytes an HMMA at head
     # dim 128, 401 -> 357 at 64, 402 -> 362 at 256)
     ("attn_bwd_dq_tc_kernel", "128, true"): (360, 396, 360, 421),
+    # (the dK/dV's: since 2026-11-29, later, each warp's G^T in registers -- add_transposed_bias --, where the CTA's G
+    # went through shared memory, 2-way bank-conflicted stores: the band loop 426 -> 394 bytes an HMMA statically at
+    # head dim 128, 391 executed for 454 (d = 64: 402 for 469); the first loop, the soft-capped blocks beyond the
+    # band, as before)
+    ("attn_bwd_dkdv_tc_kernel", "128, true"): (387, 403, 403, 457),
+    ("attn_bwd_dkdv_tc_kernel", "256, true"): (487, 496, 496, 596),
+    ("attn_bwd_dkdv_tc_kernel", "64, true"): (371, 414, 414, 474),
     ("attn_bwd_dq_tc_kernel", "256, true"): (370, 370, 444, 498),
     ("attn_bwd_dq_tc_kernel", "64, true"): (365, 396, 365, 450),
     ("attn_bwd_dtable_tc_kernel", "128, false"): (369,), ("attn_bwd_dtable_tc_kernel", "128, true"): (369,),

@@ -1104,11 +1104,12 @@ def test_wide_dq_with_alibi_matches_oracle(lib, monkeypatch, dtype, case):
 
 
 @pytest.mark.parametrize("case", [11, 13, 15, 17])
-def test_tensor_core_table_dkdv_of_sm_100_matches_oracle(lib, monkeypatch, case):
-    # the table's dK/dV instance at head_dim 128 takes its query blocks 16 columns a chunk on sm_100 / sm_120
-    # (registers: attn_bwd_dkdv_tc_kernel), 32 elsewhere; the emulator runs the variant of the compute capability
-    # it emulates: a B200-like 10 (causal, clamped, padded rows, both sides of the band)
-    for k, v in dict(H100_SM, WAVEPE_EMU_CC_MAJOR="10").items():
+def test_tensor_core_table_dkdv_of_sm_120_matches_oracle(lib, monkeypatch, case):
+    # the table's dK/dV instance at head_dim 128 takes its query blocks 16 columns a chunk on sm_120 (registers:
+    # attn_bwd_dkdv_tc_kernel; on sm_100 too until its bias left shared memory, 2026-11-29), 32 elsewhere; the
+    # emulator runs the variant of the compute capability it emulates: 12 (causal, clamped, padded rows, both sides
+    # of the band)
+    for k, v in dict(H100_SM, WAVEPE_EMU_CC_MAJOR="12").items():
         monkeypatch.setenv(k, v)
     kw = dict(TC_BWD_CASES[case])
     assert kw["d"] == 128 and kw["pe"] == 1
@@ -1267,15 +1268,15 @@ def test_tensor_core_decoding_packs_gqa_heads(lib, dtype, case):
 
 
 def test_tensor_core_backward_with_a_table_needs_its_shared_memory(lib, monkeypatch):
-    # the dK/dV's and dT's table instances take 107.5 and 103 KiB at head_dim 128: on a 99 KiB device (sm_86 /
-    # sm_89 / sm_120) the dT runs the general kernel, correctly, the dK/dV its instance with one buffer of Q and dO
-    # (90.3 KiB: attn_bwd_dkdv_tc_single_kernel, 2026-11-29; before, the general kernel), the dQ its table instance
-    # (94.6 KiB since 2026-11-29, its H in registers: skewed_ds_products; before, the general kernel); at head_dim 64
-    # (99 KiB or less) the tensor-core ones all do, the dK/dV with two buffers
+    # the dT's table instance takes 103 KiB at head_dim 128: on a 99 KiB device (sm_86 / sm_89 / sm_120) the dT
+    # runs the general kernel, correctly, the dK/dV its table instance (95.1 KiB since 2026-11-29, the bias's G^T in
+    # registers: add_transposed_bias; 107.5 KiB before, and an instance with one buffer of Q and dO there), the dQ
+    # its table instance (94.6 KiB since 2026-11-29, its H in registers: skewed_ds_products; before, the general
+    # kernel); at head_dim 64 (99 KiB or less) the tensor-core ones all do
     kw = dict(B=1, H=2, Hk=1, M=100, N=140, off=40, causal=True, pe=1, R=60, r_lo=0, seed=8)
     monkeypatch.setenv("WAVEPE_EMU_SMEM_OPTIN", str(99 * 1024))
     assert bwd_kernel(lib, Attn(lib, E.BF16, d=128, **kw)) == "tensor-core"
-    assert dkdv_kernel(lib, Attn(lib, E.BF16, d=128, **kw)) == "tensor-core, one buffer"
+    assert dkdv_kernel(lib, Attn(lib, E.BF16, d=128, **kw)) == "tensor-core"
     assert dkdv_kernel(lib, Attn(lib, E.BF16, d=64, **kw)) == "tensor-core"
     assert dkdv_kernel(lib, Attn(lib, E.BF16, d=128, **dict(kw, pe=0))) == "tensor-core"  # no table: 70 KiB
     prob = check_attention(lib, E.BF16, d=128, **kw)
@@ -1285,13 +1286,12 @@ def test_tensor_core_backward_with_a_table_needs_its_shared_memory(lib, monkeypa
     assert dtable_kernel(lib, prob) == "tensor-core"
     assert bwd_kernel(lib, Attn(lib, E.BF16, d=64, **kw)) == "tensor-core"
     assert bwd_kernel(lib, Attn(lib, E.BF16, d=128, **dict(kw, pe=0))) == "tensor-core"  # no table: 70 KiB
-    monkeypatch.setenv("WAVEPE_EMU_SMEM_OPTIN", str(163 * 1024))  # an A100
-    assert bwd_kernel(lib, Attn(lib, E.BF16, d=128, **kw)) == "tensor-core"
-    assert dkdv_kernel(lib, Attn(lib, E.BF16, d=128, **kw)) == "tensor-core"  # (two buffers)
-    # head_dim 256: the dQ's and dK/dV's 100 KiB (141.3 / 147.8 KiB with a table) only where the device grants them
-    for optin, pe, want in ((99, 0, "general"), (163, 1, "tensor-core"), (147, 1, "tensor-core dQ, general dK/dV"),
-                            (142, 1, "tensor-core dQ, general dK/dV"), (141, 1, "general"), (147, 0, "tensor-core")):
-        monkeypatch.setenv("WAVEPE_EMU_SMEM_OPTIN", str(optin * 1024))
+    # head_dim 256: the dQ's and dK/dV's 100 KiB (144,672 / 145,040 bytes with a table) only where the device grants
+    # them
+    for optin, pe, want in ((99 * 1024, 0, "general"), (163 * 1024, 1, "tensor-core"), (145040, 1, "tensor-core"),
+                            (145039, 1, "tensor-core dQ, general dK/dV"), (144672, 1, "tensor-core dQ, general dK/dV"),
+                            (144671, 1, "general"), (147 * 1024, 0, "tensor-core")):
+        monkeypatch.setenv("WAVEPE_EMU_SMEM_OPTIN", str(optin))
         assert bwd_kernel(lib, Attn(lib, E.BF16, d=256, **dict(kw, pe=pe))) == want, (optin, pe)
     monkeypatch.setenv("WAVEPE_EMU_SMEM_OPTIN", str(99 * 1024))
     check_attention(lib, E.BF16, d=256, **kw)
@@ -1355,7 +1355,7 @@ def test_tensor_core_forward_band_split_matches_oracle(lib, monkeypatch, dtype, 
 # (164 KiB) one
 H100_SM = dict(WAVEPE_EMU_SMEM_PER_SM=str(228 * 1024), WAVEPE_EMU_SMEM_OPTIN=str(227 * 1024), WAVEPE_EMU_CC_MAJOR="9")
 # the backward's launches: the dK/dV's table-free instance then the table's, the dQ's alike
-BAND_SPLIT_BWD_LAUNCHES = [102800, 151376, 102432, 144672]
+BAND_SPLIT_BWD_LAUNCHES = [102800, 145040, 102432, 144672]
 # causal (and its dT), GQA with a soft-cap, without causality
 BAND_SPLIT_BWD_CASES = [
     (BAND_SPLIT_CASES[0], E.BF16),
@@ -1394,8 +1394,8 @@ WIDE_BAND_SPLIT_CASES = [
 ]
 # the launches' shared memory: the forward's wide partial (no window), the 16-row one (the window), the combine;
 # the backward's wide dK/dV, the 16-key table dK/dV, the wide dQ, the 16-row table dQ
-WIDE_BAND_SPLIT_LAUNCHES = {128: ([54304, 88128, 0], [179432, 110096, 107600, 96832]),
-                            64: ([38976, 74880, 0], [113896, 101264, 76944, 74880])}
+WIDE_BAND_SPLIT_LAUNCHES = {128: ([54304, 88128, 0], [179432, 97424, 107600, 96832]),
+                            64: ([38976, 74880, 0], [113896, 75920, 76944, 74880])}
 
 
 @pytest.mark.parametrize("case", range(len(WIDE_BAND_SPLIT_CASES)))
@@ -1793,30 +1793,20 @@ def test_tensor_core_dkdv_does_not_depend_on_thread_order(lib, monkeypatch, orde
     assert_backward_order_free(lib, monkeypatch, order, kw, dtable=pe == 1, dslopes=pe == 2)
 
 
-@pytest.mark.parametrize("order", ["serial", "random"])
-def test_tensor_core_dkdv_with_one_buffer_does_not_depend_on_thread_order(lib, monkeypatch, order):
-    # attn_bwd_dkdv_tc_single_kernel (a table at head_dim 128 on a 99 KiB device: sm_86 / sm_89 / sm_120) copies
-    # each query block into its one buffer of Q / dO / lse / D after a barrier: a copy before every warp is done
-    # with the previous block, or a missing barrier, shows here (GQA: the heads in turn; masked, band and interior
-    # blocks, the window's buffer refilled too)
-    monkeypatch.setenv("WAVEPE_EMU_SMEM_OPTIN", str(99 * 1024))
-    kw = dict(B=1, H=4, Hk=2, M=200, N=200, d=128, off=0, causal=True, pe=1, kpm=True, window=150, seed=15, R=80)
-    assert dkdv_kernel(lib, Attn(lib, E.BF16, **kw)) == "tensor-core, one buffer"
-    assert_backward_order_free(lib, monkeypatch, order, kw)
-
-
-def test_tensor_core_dkdv_with_one_buffer_launches_the_stated_shared_memory(lib, monkeypatch):
-    # .ci/check_cuda_kernels.py's CTA_SHAPE for attn_bwd_dkdv_tc_single_kernel (its occupancy model) is what its
-    # launch asks, under the 99 KiB of sm_86 / sm_89 / sm_120 and the two-buffer instance's 107.5 KiB
+def test_tensor_core_dkdv_with_a_table_fits_a_99_kib_device(lib, monkeypatch):
+    # .ci/check_cuda_kernels.py's CTA_SHAPE for the dK/dV's table instance at head_dim 128 (its occupancy model) is
+    # what its launch asks, within the 99 KiB of sm_86 / sm_89 / sm_120 (since 2026-11-29: the bias's G^T in
+    # registers, no G in shared memory; before, 107.5 KiB and an instance with one buffer of Q and dO there)
     import importlib.util
 
     spec = importlib.util.spec_from_file_location("check_cuda_kernels", os.path.join(E.ROOT, ".ci", "check_cuda_kernels.py"))
     ck = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(ck)
-    threads, smem = ck.CTA_SHAPE[("attn_bwd_dkdv_tc_single_kernel", "128")]
-    assert threads == 128 and smem <= 99 * 1024 < ck.CTA_SHAPE[("attn_bwd_dkdv_tc_kernel", "128, true")][1]
+    threads, smem = ck.CTA_SHAPE[("attn_bwd_dkdv_tc_kernel", "128, true")]
+    assert threads == 128 and smem <= 99 * 1024
     monkeypatch.setenv("WAVEPE_EMU_SMEM_OPTIN", str(99 * 1024))
     prob = Attn(lib, E.BF16, B=1, H=2, Hk=1, M=70, N=90, d=128, off=20, causal=True, pe=1, R=40, seed=17)
+    assert dkdv_kernel(lib, prob) == "tensor-core"
     prob.forward()
     launches(lib)
     prob.backward(False)
@@ -1824,7 +1814,7 @@ def test_tensor_core_dkdv_with_one_buffer_launches_the_stated_shared_memory(lib,
 
 
 @pytest.mark.parametrize("case", range(3))
-def test_tensor_core_dkdv_with_one_buffer_matches_oracle(lib, monkeypatch, case):
+def test_tensor_core_dkdv_with_a_table_on_a_99_kib_device_matches_oracle(lib, monkeypatch, case):
     # the same instance against the float64 oracle: causal GQA with a soft-cap (its band's soft-capped loop), not
     # causal with padding, two batch rows with documents and a clamped table
     monkeypatch.setenv("WAVEPE_EMU_SMEM_OPTIN", str(99 * 1024))
@@ -1833,7 +1823,7 @@ def test_tensor_core_dkdv_with_one_buffer_matches_oracle(lib, monkeypatch, case)
           dict(B=2, H=2, Hk=1, M=120, N=120, off=0, causal=True, pe=1, R=40, r_lo=0, clamp=True,
                cu=[[0, 37, 38, 90, 120], [0, 64, 65, 120, 120]])][case]
     dtype = (E.BF16, E.F16, E.BF16)[case]
-    assert dkdv_kernel(lib, Attn(lib, dtype, d=128, seed=500 + case, **kw)) == "tensor-core, one buffer"
+    assert dkdv_kernel(lib, Attn(lib, dtype, d=128, seed=500 + case, **kw)) == "tensor-core"
     prob = check_attention(lib, dtype, d=128, seed=500 + case, **kw)
     assert_grads_normwise(prob, dtype)
 

@@ -449,18 +449,17 @@ __global__ void __launch_bounds__(B * 2, 1) attn_bwd_dkdv_kernel(AttnParams p) {
 // dS^T = P^T (dP^T - D) in registers, then dV += P^T dO and dK += dS^T Q with P^T, dS^T as the A
 // operands straight from their C fragments (warp_rb: ldmatrix.trans of dO and Q).  Q, dO, and the rows'
 // lse and D have two buffers: the next block's copies are in flight while this one is computed, one
-// barrier a block (with a table at head_dim 128 on a device granting less than its 107.5 KiB -- sm_86, sm_89,
-// sm_120: 99 KiB -- one buffer, attn_bwd_dkdv_tc_single_kernel: each block copied at its own step's start, after a
-// barrier, its latency exposed -- the other CTA on the SM covers it -- where the general kernel would run instead).  A block runs one of two loops: the interior blocks -- whole blocks every query of
+// barrier a block (two with the table's bias, where its window is copied at the block's start).  A block runs one
+// of two loops: the interior blocks -- whole blocks every query of
 // which sees every key, no padding or soft-cap -- without masks (the scale folded into the exponent's
 // FFMA; with ALiBi a loop of its own adding -slope |distance|; rows that saw no key, lse -inf, give 0
 // by selection as before); the others through dkdv_probs, as attn_bwd_dkdv_kernel.  With a relative
 // table (TABLE: a kernel of its own) the interior blocks whose window meets the table (the band) take a
 // loop of their own before the others, and they and the masked blocks meeting the table add the bias:
-// G = Q T_win^T of the block's query groups, by all warps on the tensor cores into shared memory, read
-// back transposed and skewed by each warp after a barrier (key_block_window_products,
-// add_transposed_bias); the window has one buffer, refilled once G is whole -- a ring: the next query block's
-// window shares all but BM of its rows with this one's, and only those BM are copied.
+// each warp its own G^T = T_win Q^T (the window rows its 16 keys meet) on the tensor cores, skewed into S^T's
+// fragments by shuffles (add_transposed_bias); the window has one buffer, refilled at the next block's start --
+// a ring: the next query block's window shares all but BM of its rows with this one's, and only those BM are
+// copied.
 // The query blocks a tensor-core dK/dV CTA takes, in phases, each over the heads of its GQA group in turn:
 // 0, those with masks, [i_start, ib) and [ie, i_end) (key_block_queries); 1, the interior blocks in the
 // table's band, [bb, be); 2, the other interior ones, [ib, bb) and [be, ie).  Per phase p (3: none): n[p]
@@ -556,80 +555,117 @@ WAVEPE_DEVICE void tc_dkdv_stage(const AttnParams &p, const TcDkdvOrder *ord, co
     }
 }
 
-// With a relative table, the window's BM + BN rows (one buffer) and G = Q T_win^T of the block's query
-// groups (BM rows of GLD floats, unskewed: row 16 g + r holds group g's window rows 16 g .. 16 g + BN + 15):
-// GLD = 3 mod 32, so that the transposed skew a warp reads (query column c, key k: G[c][c % 16 - k + BN - 1])
-// hits 32 distinct banks (lane (g, t): 8 t - g + const).
+// With a relative table, the window's BM + BN rows (one buffer; the bias reaches the scores in registers:
+// add_transposed_bias).
 // Head dim 256: query blocks of 16 rows (Q's and dO's two buffers 33 KiB, the CTA 101 KiB: two share an H100's
 // SM), and each CTA owns one of CS = 2 column slices of dK and dV (128 columns: 2 x 64 accumulators a lane, as
 // at 128), recomputing S^T and dP^T over the whole head dim -- 1.5x the products of one CTA holding all 256
 // columns, which a warp's registers cannot.
-// NBUF: Q's, dO's, lse's and D's buffers -- 2, or 1 (attn_bwd_dkdv_tc_single_kernel).
 template <class T, int D>
 struct TcDkdvLayout {
     static_assert(D == 64 || D == 128 || D == 256, "the tensor-core dK/dV's head dims");
     static constexpr int BN = 64, BM = D <= 64 ? 64 : D <= 128 ? 32 : 16, LD = D + int(16 / sizeof(T)),
-                         GLD = BN + 16 + 19, CS = D <= 128 ? 1 : 2;
-    static_assert(GLD % 32 == 3 && GLD >= BN + 16, "G's rows: all its columns, conflict-free skewed reads");
+                         CS = D <= 128 ? 1 : 2;
     SmemPlan plan;
-    int k, v, q, go, lse, delta, mask, rows, order, t, g;
-    __host__ __device__ explicit TcDkdvLayout(bool table, int nbuf = 2) {
+    int k, v, q, go, lse, delta, mask, rows, order, t;
+    __host__ __device__ explicit TcDkdvLayout(bool table) {
         k = plan.add(sizeof(T) * BN * LD);
         v = plan.add(sizeof(T) * BN * LD);
-        q = plan.add(nbuf * sizeof(T) * BM * LD);  // nbuf buffers of each
-        go = plan.add(nbuf * sizeof(T) * BM * LD);
-        lse = plan.add(nbuf * sizeof(float) * BM);
-        delta = plan.add(nbuf * sizeof(float) * BM);
+        q = plan.add(2 * sizeof(T) * BM * LD);  // two buffers of each
+        go = plan.add(2 * sizeof(T) * BM * LD);
+        lse = plan.add(2 * sizeof(float) * BM);
+        delta = plan.add(2 * sizeof(float) * BM);
         mask = plan.add(BN);
         rows = plan.add(2 * BN * sizeof(int64_t));  // each key's queries [lo, hi)
         order = plan.add(sizeof(TcDkdvOrder));
         t = plan.add(table ? sizeof(T) * (BM + BN) * LD : 0);
-        g = plan.add(table ? sizeof(float) * BM * GLD : 0);
     }
 };
 
-// The relative table's bias of a key block's query block, on the tensor cores (attn_bwd_dkdv_tc_kernel):
-// Gs[16 g + r][c] = q_{16 g + r} . T_win[16 g + c] for the BM / 16 query groups g and c < BN + 16, pairs of
-// 8-column tiles shared round-robin among the 4 warps (Q's and the window's fragments by ldmatrix from Qb,
-// Ts; brow: the lane's B-operand offset, as warp_abt_ldm's).  The window is a ring: its row w at (w + ring) mod
-// (BM + BN) (dkdv_tc_cta).
-template <class T, int BM, int BN, int KS, int LD, int GLD>
-WAVEPE_DEVICE void key_block_window_products(float *Gs, const T *Qb, const T *Ts, int brow, int ring) {
-    constexpr int PAIRS = (BN + 16) / 16, JOBS = BM / 16 * PAIRS, W = BM + BN;
-    const int lane = threadIdx.x & 31;
-    for (int j = int(threadIdx.x) / 32; j < JOBS; j += 4) {
-        const int grp = j / PAIRS, pr = j % PAIRS, x = 16 * grp + 16 * pr + ring;
-        const T *const arow = Qb + (16 * grp + (lane & 15)) * LD + 8 * (lane >> 4);
-        const T *const trow = Ts + (x < W ? x : x - W) * LD + brow;
-        float g[2][4];
-        zero_frags(g);
-#pragma unroll 2  // (not all KS steps' loads in flight: dK and dV's accumulators are live)
-        for (int ks = 0; ks < KS; ++ks) {
-            uint32_t af[4], tf[4];
-            ldmatrix_x4(af, arow + 16 * ks);
-            ldmatrix_x4(tf, trow + 16 * ks);
-            mma16816<T>(g[0], af, tf);
-            mma16816<T>(g[1], af, tf + 2);
+// The skew of add_transposed_bias's exchange among the 8 lanes of a column: a tile X of C fragments (S^T: rows the
+// warp's keys r, columns the queries c) takes X[r][c] = Y[c - r + 15][c] from Y (G^T: 32 rows, two m-tiles; the
+// same 16 columns).  Element 2 a + b of lane (g, t)'s tile j -- r = g + 8 a, c = 8 j + 2 t + b -- is Y's row u =
+// c - r + 15 of the same column: lane (u mod 8, t), its 8-row group u / 8 (m-tile u / 16, element 2 ((u / 8) mod 2)
+// + b).  Over the 8 lanes g of a column u takes 8 consecutive values, so the lanes (g', t) it reads are distinct:
+// g' = (k_b - g) mod 8, k_b = (7 + 2 t + b) mod 8, and each knows which group its one reader wants -- R = j - a +
+// 1 + off_b, off_b = [2 t + b > 0] - [g' > k_b] (-1, 0 or 1).  Checked over all lanes and elements in numpy
+// (2026-11-29) and by every table test of the dK/dV.
+struct SkewColumn {
+    int src[2];                  // the lane step b reads
+    bool down[2], up[2];         // its reader's group: off_b -1, +1 (else 0)
+    WAVEPE_DEVICE SkewColumn() {
+        const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+#pragma unroll
+        for (int b = 0; b < 2; ++b) {
+            const int k = (7 + 2 * t + b) & 7, off = int(2 * t + b > 0) - int(g > k);
+            src[b] = (((k - g) & 7) << 2) | t;
+            down[b] = off < 0;
+            up[b] = off > 0;
         }
-#pragma unroll
-        for (int e = 0; e < 2; ++e)
-#pragma unroll
-            for (int i = 0; i < 4; ++i) Gs[(16 * grp + frag_row(i)) * GLD + 16 * pr + frag_col(e, i)] = g[e][i];
     }
-}
+    // element b of the pair, from the lane's element of Y's groups d, d + 1, d + 2 (d = j - a)
+    WAVEPE_DEVICE float take(int b, float r0, float r1, float r2) const {
+        return __shfl_sync(kFullMask, down[b] ? r0 : up[b] ? r2 : r1, src[b]);
+    }
+};
 
-// st[nt][e] (the warp's key row rk = frag_row(e), query column cq = frag_col(nt, e) of a chunk starting at a
-// multiple of 16) += the bias q_cq . T[pos_q - n]: gc = Gs + (chunk start) GLD, wrow0 = the warp's first key
-// row in the block.
-template <int NT, int BN, int GLD>
-WAVEPE_DEVICE void add_transposed_bias(float (&st)[NT][4], const float *gc, int wrow0) {
+// st[nt][e] (the warp's key row r = frag_row(e) -- key 16 w + r of the block --, query column c = frag_col(nt, e) of
+// the chunk) += the bias q_c . T_win[c - (16 w + r) + BN - 1], on the tensor cores and in registers: for each 16
+// query columns 16 h .. of the chunk, G^T = T_win[x0 + 16 h .. x0 + 16 h + 31] Q_h^T (two m-tiles of the window,
+// x0 = the chunk's first column + BN - 16 - 16 w; the window's A fragments by ldmatrix from the ring -- row x at
+// (x + ring) mod W --, Q's B fragments as warp_abt_ldm's, brow) and S^T[r][c] += G^T[c mod 16 - r + 15][c]: the same
+// column, the row skewed -- an exchange among the 8 lanes of a column by shuffles (SkewColumn).  2 KS HMMA a
+// 8-column tile of S^T, twice its own products' KS.  (Until 2026-11-29 all warps computed G = Q T_win^T of the
+// block into shared memory, read back transposed after a barrier: its stores 2-way bank-conflicted -- no layout
+// serves both the stores and the skewed reads, docs/CUDA.md -- and 12.4 KiB of the CTA at head_dim 128.)
+template <class T, int NT, int BN, int W, int KS, int LD>
+WAVEPE_DEVICE void add_transposed_bias(float (&st)[NT][4], const T *Qc, const T *Ts, int x0, int ring, int brow) {
+    static_assert(NT % 2 == 0, "16 query columns at a time");
+    const int lane = threadIdx.x & 31;
+    const SkewColumn sk;  // (here, not held through the block: registers)
+    // (dK and dV's accumulators are live: fully unrolled, ptxas spilled 40-150 bytes on sm_90 at head_dim 64 and 128,
+    // unrolled by 2 at 128 too; a static count takes such a loop's body once)
+    [[maybe_unused]] constexpr int UNROLL = KS > 8 ? 4 : KS > 4 ? 1 : 2;
 #pragma unroll
-    for (int nt = 0; nt < NT; ++nt)
+    for (int h = 0; h < NT / 2; ++h) {
+        const T *trow[2];
 #pragma unroll
-        for (int e = 0; e < 4; ++e) {
-            const int cq = frag_col(nt, e);
-            st[nt][e] += gc[cq * GLD + (cq & 15) - (wrow0 + frag_row(e)) + BN - 1];
+        for (int mt = 0; mt < 2; ++mt) {
+            const int x = x0 + 16 * h + 16 * mt + (lane & 15) + ring;
+            trow[mt] = Ts + (x < W ? x : x - W) * LD + 8 * (lane >> 4);
         }
+        float gt[2][2][4];  // [m-tile][n-tile]
+        zero_frags(gt[0]);
+        zero_frags(gt[1]);
+        const T *qrow = Qc + 16 * h * LD + brow;
+        // (the addresses stepped, not recomputed from ks: a loop not unrolled took 5 IMAD a step for them)
+#pragma unroll UNROLL
+        for (int ks = 0; ks < KS; ++ks, qrow += 16, trow[0] += 16, trow[1] += 16) {
+            uint32_t qf[4];
+            ldmatrix_x4(qf, qrow);
+#pragma unroll
+            for (int mt = 0; mt < 2; ++mt) {
+                uint32_t tf[4];
+                ldmatrix_x4(tf, trow[mt]);
+                mma16816<T>(gt[mt][0], tf, qf);
+                mma16816<T>(gt[mt][1], tf, qf + 2);
+            }
+        }
+        // Y's 8-row group R of n-tile j, element b
+        auto y = [&](int R, int j, int b) {
+            R = R < 0 ? 0 : R;  // (group -1 is never read: off_b -1 needs 2 t + b > 0 or g' > 7)
+            return gt[R >> 1][j][2 * (R & 1) + b];
+        };
+#pragma unroll
+        for (int j = 0; j < 2; ++j)
+#pragma unroll
+            for (int a = 0; a < 2; ++a)
+#pragma unroll
+                for (int b = 0; b < 2; ++b) {
+                    const int d = j - a;
+                    st[2 * h + j][2 * a + b] += sk.take(b, y(d, j, b), y(d + 1, j, b), y(d + 2, j, b));
+                }
+    }
 }
 
 // The interior blocks' scores (every pair seen): KIND kPlain x = s scale_log2, kAlibi x = s scale_log2 -
@@ -683,8 +719,8 @@ WAVEPE_DEVICE void dkdv_probs_interior(float (&st)[MT][NT][4], float (&dpt)[MT][
     }
 }
 
-// (the kernel, attn_bwd_dkdv_tc_kernel, below: QC query columns a chunk; NBUF: TcDkdvLayout's)
-template <class T, int D, bool TABLE, int QC, int NBUF = 2>
+// (the kernel, attn_bwd_dkdv_tc_kernel, below: QC query columns a chunk)
+template <class T, int D, bool TABLE, int QC>
 WAVEPE_DEVICE void dkdv_tc_cta(const AttnParams &p) {
     using Lay = TcDkdvLayout<T, D>;
     // DT: the accumulators' 8-column tiles, of the CTA's column slice
@@ -695,12 +731,10 @@ WAVEPE_DEVICE void dkdv_tc_cta(const AttnParams &p) {
     // the band split: 1, the table-free instance over the interior blocks beyond the band (at head_dim 256; at 64 and
     // 128 the wide dK/dV's); 2, the table's over the others, adding the first's sums
     const int part = D == 256 || TABLE ? p.band_part : 0;
-    static_assert(NBUF == 2 || (NBUF == 1 && TABLE), "one buffer: the table's instance");
-    const Lay L(has_table, NBUF);
+    const Lay L(has_table);
     T *const Ks = reinterpret_cast<T *>(smem + L.plan.off[L.k]);
     T *const Vs = reinterpret_cast<T *>(smem + L.plan.off[L.v]);
     T *const Ts = reinterpret_cast<T *>(smem + L.plan.off[L.t]);
-    float *const Gs = reinterpret_cast<float *>(smem + L.plan.off[L.g]);
     T *const Q0 = reinterpret_cast<T *>(smem + L.plan.off[L.q]);
     T *const dO0 = reinterpret_cast<T *>(smem + L.plan.off[L.go]);
     float *const lse0 = reinterpret_cast<float *>(smem + L.plan.off[L.lse]);
@@ -741,11 +775,7 @@ WAVEPE_DEVICE void dkdv_tc_cta(const AttnParams &p) {
     }
     __syncthreads();
     using Cursor = TcDkdvCursor;
-    auto next_of = [=](Cursor c) {
-        c = tc_dkdv_next(ord, c, p.group);
-        if constexpr (NBUF == 1) c.buf = 0;  // (one buffer: every block in buffer 0)
-        return c;
-    };
+    auto next_of = [=](Cursor c) { return tc_dkdv_next(ord, c, p.group); };
     // the block's first query row (the order read again where used: fewer registers held)
     auto row0 = [=](const Cursor &c) { return int64_t(tc_dkdv_block(ord, c.phase, c.u)) * BM; };
     // does block c need the table's window (a band block, or a masked one whose window meets the table)?
@@ -753,19 +783,23 @@ WAVEPE_DEVICE void dkdv_tc_cta(const AttnParams &p) {
         return c.phase == 1 || (c.phase == 0 && has_table && block_bias(row0(c)));
     };
     // The window of query block m0 + BM is that of m0 moved BM rows on: its rows 0 .. BN - 1 are m0's BM .. BM + BN -
-    // 1, so after m0's only its last BM rows are copied, over m0's first BM (read once G is whole) -- a third of the
-    // window at head_dim 128, half at 64, a fifth at 256.  Row w of the current window sits at (w + ring) mod
-    // (BM + BN); a whole window is copied at ring 0.
+    // 1, so after m0's only its last BM rows are copied, over m0's first BM -- a third of the window at head_dim 128,
+    // half at 64, a fifth at 256.  Row w of the current window sits at (w + ring) mod (BM + BN); a whole window is
+    // copied at ring 0.  win: the query block whose window the buffer holds once the copies in flight land.
     constexpr int W = BM + BN;
     int ring = 0;
+    int64_t win = -1;
     auto stage_window = [&](int64_t m0) {  // the window of query block m0, whole (cp.async; the caller commits)
         ring = 0;
         load_window_async<T, W, D, LD, 128>(Ts, p, p.a.q_offset + m0 - n0 - p.a.r_lo, BN);
+        win = m0;
     };
-    auto stage_window_next = [&](int64_t m0) {  // ... of query block m0, the window of m0 - BM in place
-        // its rows BN .. BN + BM - 1 where m0 - BM's rows 0 .. BM - 1 are (ring is a multiple of BM: no wrap)
+    auto stage_window_next = [&](int64_t m0) {  // ... or, where the buffer holds m0 - BM's, its last BM rows
+        if (win != m0 - BM) return stage_window(m0);
+        // rows BN .. BN + BM - 1 where m0 - BM's rows 0 .. BM - 1 are (ring is a multiple of BM: no wrap)
         load_window_async<T, BM, D, LD, 128>(Ts + ring * LD, p, p.a.q_offset + m0 - n0 - p.a.r_lo + BN, BN);
         ring = ring + BM < W ? ring + BM : ring + BM - W;
+        win = m0;
     };
     auto stage = [&](auto interior_tag, const Cursor &c) {  // (tc_dkdv_stage)
         tc_dkdv_stage<T, BM, D, LD, 128, decltype(interior_tag)::value>(p, ord, c, b, hk, Q0, dO0, lse0, delta0);
@@ -781,56 +815,52 @@ WAVEPE_DEVICE void dkdv_tc_cta(const AttnParams &p) {
     const int arow = (16 * warp + (lane & 15)) * LD + 8 * (lane >> 4);
     const int brow = ((lane & 7) + 8 * (lane >> 4)) * LD + 8 * ((lane >> 3) & 1);
     Cursor cur{0, 0, ord->next_phase[3], 0};  // (the first phase with blocks)
-    if constexpr (NBUF == 2) stage(AnyBlock{}, cur);  // (one buffer: each step copies its own block)
+    stage(AnyBlock{}, cur);
     if (cur.phase < 3 && needs_window(cur)) stage_window(row0(cur));
     cp_async_commit();  // (with K and V)
     // BIAS: 0 the block has no table bias, 1 it has (the band), 2 it has if its window meets the table (masked
-    // blocks of a table's call).  The window has one buffer: the next block's is staged once this block's G
-    // is computed (or at once when this block has none); G, computed by all warps, is read after a barrier.
+    // blocks of a table's call).  The window has one buffer, which every warp reads while it computes a block with
+    // the bias: a block's window is copied at its step's start, after the barrier (its latency under S^T's products),
+    // unless the previous block had no bias -- then during that one.
     auto step = [&](auto kind_tag, auto bias_tag, const Cursor &c) {
         constexpr int kind = decltype(kind_tag)::value, BIAS = decltype(bias_tag)::value;
-        if constexpr (NBUF == 1) {
-            __syncthreads();  // every warp is done with the previous block's buffer
-            if (kind != kMasked)
-                stage(Interior{}, c);
-            else
-                stage(AnyBlock{}, c);
-            cp_async_commit();
-        }
         cp_async_wait<0>();
-        __syncthreads();  // block c has landed; every warp is done with the previous block's buffer
+        __syncthreads();  // block c has landed; every warp is done with the previous block's buffer and the window
         const Cursor nxt = next_of(c);
-        if constexpr (NBUF == 2) {
-            if (kind != kMasked)
-                stage(Interior{}, nxt);  // (the interior blocks come last)
-            else
-                stage(AnyBlock{}, nxt);
-        }
         const int64_t h = hk * p.group + c.h, m0 = row0(c);
-        const T *const Qb = Q0 + c.buf * BM * LD, *const dOb = dO0 + c.buf * BM * LD;
-        bool bias = false;
+        bool bias = false, pending = false;  // pending: block c's window copied at this step
         if constexpr (BIAS != 0) {
             bias = BIAS == 1 || block_bias(m0);
-            // the next block's first row, -1 when it needs no window
-            const int64_t next_m0 = nxt.phase < 3 && needs_window(nxt) ? row0(nxt) : -1;
-            if (!bias && next_m0 >= 0) stage_window(next_m0);  // (the window's buffer is free)
-            cp_async_commit();
-            if (bias) {  // CTA-uniform
-                key_block_window_products<T, BM, BN, KS, LD, Lay::GLD>(Gs, Qb, Ts, brow, ring);
-                __syncthreads();  // G is whole; the window is consumed
-                if (next_m0 == m0 + BM)
-                    stage_window_next(next_m0);
-                else if (next_m0 >= 0)
-                    stage_window(next_m0);
+            if (bias && win != m0) {  // CTA-uniform
+                stage_window_next(m0);
                 cp_async_commit();
+                pending = true;
             }
-        } else {
-            cp_async_commit();
         }
+        if (kind != kMasked)
+            stage(Interior{}, nxt);  // (the interior blocks come last)
+        else
+            stage(AnyBlock{}, nxt);
+        if constexpr (BIAS != 0) {
+            // the next block's first row, -1 when it needs no window: staged now where the buffer is free
+            const int64_t next_m0 = !bias && nxt.phase < 3 && needs_window(nxt) ? row0(nxt) : -1;
+            if (next_m0 >= 0 && win != next_m0) stage_window(next_m0);
+        }
+        cp_async_commit();
+        // block c's window copied at this step has landed (its group before the next block's) and is visible
+        auto window_landed = [&] {
+            if (pending) {  // CTA-uniform
+                cp_async_wait<1>();
+                __syncthreads();
+                pending = false;
+            }
+        };
+        const T *const Qb = Q0 + c.buf * BM * LD, *const dOb = dO0 + c.buf * BM * LD;
         const float *const lse_s = lse0 + c.buf * BM, *const delta_s = delta0 + c.buf * BM;
         const float slope_log2 = head_slope<T>(p, h) * float(kLog2e);
         int c_lo[2] = {0, 0}, c_hi[2] = {BM, BM};
         if constexpr (kind == kMasked) {
+            window_landed();  // (before a warp leaves the step)
             if (wn0 >= p.a.n) return;  // warp-uniform
             // the lane's keys (rows g, g + 8) are seen by the block's query columns [c_lo, c_hi)
 #pragma unroll
@@ -843,14 +873,17 @@ WAVEPE_DEVICE void dkdv_tc_cta(const AttnParams &p) {
             if (!warp_any(c_lo[0] < c_hi[0] || c_lo[1] < c_hi[1])) return;  // warp-uniform: no query sees a key
         }
         // QC query columns at a time (registers: S^T and dP^T of 16 x QC beside dK and dV's 16 x D; the
-        // table's instance at head_dim 128 on sm_100 / sm_120 takes its two chunks one after the other)
+        // table's instance at head_dim 128 on sm_120 takes its two chunks one after the other)
 #pragma unroll(TABLE && D == 128 && QC == 16 ? 1 : BM / QC)
         for (int c0 = 0; c0 < BM; c0 += QC) {
             float st1[1][NT][4], dpt1[1][NT][4];  // (one m-tile: dkdv_probs_interior's)
             float(&st)[NT][4] = st1[0], (&dpt)[NT][4] = dpt1[0];
             zero_frags(st);
             warp_abt_ldm<T, NT, KS, LD>(st, Ks + arow, Qb + c0 * LD + brow);
-            if (BIAS != 0 && bias) add_transposed_bias<NT, BN, Lay::GLD>(st, Gs + c0 * Lay::GLD, 16 * warp);
+            if (BIAS != 0 && bias) {
+                window_landed();
+                add_transposed_bias<T, NT, BN, W, KS, LD>(st, Qb + c0 * LD, Ts, c0 + BN - 16 - 16 * warp, ring, brow);
+            }
             zero_frags(dpt);
             warp_abt_ldm<T, NT, KS, LD>(dpt, Vs + arow, dOb + c0 * LD + brow);
             if constexpr (kind == kMasked) {
@@ -928,35 +961,27 @@ WAVEPE_DEVICE void dkdv_tc_cta(const AttnParams &p) {
 }
 
 // QC: 32 query columns a chunk (one block at head_dim 128, two at 64), 16 at 256 (16-row blocks) and in the table's
-// instance at head_dim 128 on sm_100 and sm_120, whose G products and window left ptxas no register for 32 there (it
-// spilled; on sm_80 / sm_90: 254 registers, no spill) -- its K / V fragments read twice as often, 486 bytes of shared
-// memory an HMMA where 32 columns move 379.  The emulator runs the variant of the compute capability it emulates
-// (WAVEPE_EMU_CC_MAJOR).
-template <class T, int D, bool TABLE, int NBUF = 2>
+// instance at head_dim 128 on sm_120, whose G^T products and skew left ptxas no register for 32 there (it spilled
+// 24 bytes, CUDA 13.0; on sm_80 / sm_90 / sm_100: 254-255 registers, no spill -- until 2026-11-29, G in shared
+// memory, sm_100 spilled too) -- its K / V fragments read twice as often.  The emulator runs the variant of the
+// compute capability it emulates (WAVEPE_EMU_CC_MAJOR).
+template <class T, int D, bool TABLE>
 WAVEPE_DEVICE void dkdv_tc_chunked(const AttnParams &p) {
     constexpr int QC = D > 128 ? 16 : 32;
 #if defined(WAVEPE_CUDA_EMU)
-    if (TABLE && D == 128 && device_cc_major() >= 10)
-        dkdv_tc_cta<T, D, TABLE, 16, NBUF>(p);
+    if (TABLE && D == 128 && device_cc_major() >= 12)
+        dkdv_tc_cta<T, D, TABLE, 16>(p);
     else
-        dkdv_tc_cta<T, D, TABLE, QC, NBUF>(p);
-#elif defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 1000
-    dkdv_tc_cta<T, D, TABLE, TABLE && D == 128 ? 16 : QC, NBUF>(p);
+        dkdv_tc_cta<T, D, TABLE, QC>(p);
+#elif defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 1200
+    dkdv_tc_cta<T, D, TABLE, TABLE && D == 128 ? 16 : QC>(p);
 #else
-    dkdv_tc_cta<T, D, TABLE, QC, NBUF>(p);
+    dkdv_tc_cta<T, D, TABLE, QC>(p);
 #endif
 }
 template <class T, int D, bool TABLE>
 __global__ void __launch_bounds__(128) attn_bwd_dkdv_tc_kernel(AttnParams p) {
     dkdv_tc_chunked<T, D, TABLE>(p);
-}
-// The table's instance with one buffer of Q, dO, lse and D (TcDkdvLayout's NBUF 1): at head_dim 128 on a device
-// granting less shared memory than the two buffers' 110,096 bytes -- sm_86, sm_89, sm_120 (99 KiB): 92,432 bytes
-// (tc_dkdv_buffers).  The same chunks as attn_bwd_dkdv_tc_kernel's table instance on each arch.
-template <class T, int D>
-__global__ void __launch_bounds__(128) attn_bwd_dkdv_tc_single_kernel(AttnParams p) {
-    static_assert(D == 128, "one buffer: head_dim 128 (64 fits two everywhere, 256 one nowhere within 99 KiB)");
-    dkdv_tc_chunked<T, D, true, 1>(p);
 }
 
 // ---- the wide tensor-core dK/dV ---------------------------------------------------------------------
@@ -2324,7 +2349,7 @@ size_t align256(size_t x) { return (x + 255) & ~size_t(255); }
 
 // The shared memory of the tensor-core dK/dV and dQ at head dim 64, 128 or 256, with or without the table's
 // window (bf16 and fp16 alike: 2-byte elements).
-size_t tc_dkdv_smem(int64_t d, bool table, int nbuf = 2) { return tc_layout_bytes<TcDkdvLayout>(d, table, nbuf); }
+size_t tc_dkdv_smem(int64_t d, bool table) { return tc_layout_bytes<TcDkdvLayout>(d, table); }
 size_t tc_dq_smem(int64_t d, bool table) { return tc_layout_bytes<TcDqLayout>(d, table); }
 
 // Do the tensor-core dK/dV and dQ kernels take the call?  bf16/fp16, head_dim 64, 128 or 256, 16-byte rows of
@@ -2337,14 +2362,9 @@ bool tc_backward_applies(const AttnParams &p) {
            p.vec_q && p.vec_k && p.vec_v && p.vec_go && (p.pos_enc != WAVEPE_CUDA_PE_TABLE || p.vec_t) &&
            p.a.m < (int64_t(1) << 35) && p.a.n < (int64_t(1) << 35);
 }
-// The tensor-core dK/dV's buffers of Q and dO: 2 where the device grants that layout; with a table at head_dim 128,
-// 1 where it grants only that one (attn_bwd_dkdv_tc_single_kernel: sm_86, sm_89, sm_120); 0 where neither fits.
-int tc_dkdv_buffers(const AttnParams &p) {
-    const bool table = p.pos_enc == WAVEPE_CUDA_PE_TABLE;
-    if (smem_fits_device(tc_dkdv_smem(p.a.d, table))) return 2;
-    return table && p.a.d == 128 && smem_fits_device(tc_dkdv_smem(p.a.d, table, 1)) ? 1 : 0;
+bool use_tc_dkdv(const AttnParams &p) {
+    return tc_backward_applies(p) && smem_fits_device(tc_dkdv_smem(p.a.d, p.pos_enc == WAVEPE_CUDA_PE_TABLE));
 }
-bool use_tc_dkdv(const AttnParams &p) { return tc_backward_applies(p) && tc_dkdv_buffers(p) > 0; }
 bool use_tc_dq(const AttnParams &p) {
     return tc_backward_applies(p) && smem_fits_device(tc_dq_smem(p.a.d, p.pos_enc == WAVEPE_CUDA_PE_TABLE));
 }
@@ -2508,10 +2528,6 @@ cudaError_t launch_dkdv(AttnParams p, cudaStream_t stream) {
                 p.band_part = 0;  // (the band split without the wide dK/dV: the dQ's alone)
             }
             if (ctas == 0) return cudaSuccess;
-            if constexpr (DMAX == 128) {
-                if (tc_dkdv_buffers(p) == 1)  // (a table's call: no band split -- its wide dK/dV needs 175 KiB)
-                    return launch_tc(attn_bwd_dkdv_tc_single_kernel<T, DMAX>, ctas, Lay(true, 1).plan.total, stream, p);
-            }
             return launch_band_parts(
                 p, [](bool w) { return w ? attn_bwd_dkdv_tc_kernel<T, DMAX, true> : attn_bwd_dkdv_tc_kernel<T, DMAX, false>; },
                 [](bool w) { return Lay(w).plan.total; }, ctas, stream);
@@ -2669,7 +2685,7 @@ extern "C" size_t wavepe_cuda_attention_bwd_smem_bytes(const wavepe_attention_ar
             if (kv || q || dt) {
                 const size_t general = bytes;
                 size_t on_kv = wide_dkdv(p) ? tc_dkdv_wide_smem(a->d)
-                               : kv         ? tc_dkdv_smem(a->d, table, tc_dkdv_buffers(p))
+                               : kv         ? tc_dkdv_smem(a->d, table)
                                             : general;
                 const size_t on_q = wide_dq(p) ? tc_dq_wide_smem(a->d) : q ? tc_dq_smem(a->d, table) : general,
                              on_dt = a->dtable == nullptr ? 0 : dt ? tc_dtable_smem(a->d) : general;
@@ -2700,10 +2716,7 @@ extern "C" const char *wavepe_cuda_attention_bwd_dkdv_kernel(const wavepe_attent
     if (a == nullptr) return nullptr;
     const AttnParams p = attention_params(a);
     if (bwd_dkdv_band_split(p)) return "tensor-core, band split";
-    return wide_dkdv(p)                 ? "tensor-core, 32 keys a warp"
-           : !use_tc_dkdv(p)             ? "general"
-           : tc_dkdv_buffers(p) == 1     ? "tensor-core, one buffer"
-                                         : "tensor-core";
+    return wide_dkdv(p) ? "tensor-core, 32 keys a warp" : use_tc_dkdv(p) ? "tensor-core" : "general";
 }
 
 extern "C" const char *wavepe_cuda_attention_bwd_dtable_kernel(const wavepe_attention_args *a) {
