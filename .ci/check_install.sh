@@ -46,8 +46,14 @@ check_ops() {
   (cd "$work" && "$1/bin/python" "$ROOT/.ci/installed_attention_check.py" "$2")
 }
 
-lap "python -m build --sdist"
-"$PY" -m build --sdist --outdir "$work/dist" . > "$work/build.log" 2>&1 || { cat "$work/build.log"; exit 1; }
+lap "python -m build --sdist (of a copy of the checkout's files)"
+# (setuptools writes its egg-info into the tree it builds from; the wheel's build, which CI runs beside this script,
+# writes the checkout's: a copy of the files git sees -- tracked and untracked, not ignored -- keeps them apart)
+mkdir "$work/src"
+git ls-files -z --cached --others --exclude-standard \
+  | while IFS= read -r -d '' f; do [ -e "$f" ] && printf '%s\0' "$f"; done \
+  | tar --null -T - -cf - | tar -xf - -C "$work/src"
+"$PY" -m build --sdist --outdir "$work/dist" "$work/src" > "$work/build.log" 2>&1 || { cat "$work/build.log"; exit 1; }
 sdist=$(ls "$work"/dist/wavepe-*.tar.gz)
 echo "built $(basename "$sdist") ($(du -h "$sdist" | cut -f1))"
 
