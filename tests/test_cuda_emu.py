@@ -1499,13 +1499,19 @@ def test_tensor_core_forward_is_taken_only_where_it_applies(lib):
         assert fwd_kernel(lib, prob) == want, kw
 
 
-def test_occupancy_model_reads_the_launchers_shared_memory(lib):
-    # .ci/check_cuda_kernels.py's CTA_SHAPE states the tensor-core forward's CTA; the launcher agrees
+def kernel_checks():
+    """.ci/check_cuda_kernels.py as a module: its occupancy model's CTA shapes, checked against the launchers."""
     import importlib.util
 
     spec = importlib.util.spec_from_file_location("check_cuda_kernels", os.path.join(E.ROOT, ".ci", "check_cuda_kernels.py"))
     ck = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(ck)
+    return ck
+
+
+def test_occupancy_model_reads_the_launchers_shared_memory(lib):
+    # .ci/check_cuda_kernels.py's CTA_SHAPE states the tensor-core forward's CTA; the launcher agrees
+    ck = kernel_checks()
     for d in (64, 128, 256):
         threads, smem = ck.CTA_SHAPE[("attn_fwd_tc_kernel", f"{d}, false")]
         assert ck.CTA_SHAPE[("attn_fwd_tc_kernel", f"{d}, true")] == (threads, smem)
@@ -1797,11 +1803,7 @@ def test_tensor_core_dkdv_with_a_table_fits_a_99_kib_device(lib, monkeypatch):
     # .ci/check_cuda_kernels.py's CTA_SHAPE for the dK/dV's table instance at head_dim 128 (its occupancy model) is
     # what its launch asks, within the 99 KiB of sm_86 / sm_89 / sm_120 (since 2026-11-29: the bias's G^T in
     # registers, no G in shared memory; before, 107.5 KiB and an instance with one buffer of Q and dO there)
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("check_cuda_kernels", os.path.join(E.ROOT, ".ci", "check_cuda_kernels.py"))
-    ck = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(ck)
+    ck = kernel_checks()
     threads, smem = ck.CTA_SHAPE[("attn_bwd_dkdv_tc_kernel", "128, true")]
     assert threads == 128 and smem <= 99 * 1024
     monkeypatch.setenv("WAVEPE_EMU_SMEM_OPTIN", str(99 * 1024))
