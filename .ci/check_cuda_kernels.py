@@ -62,7 +62,7 @@ TENSOR_CORE_KERNELS = ("attn_fwd_kernel", "attn_fwd_tc_kernel", "attn_fwd_tc_wid
                        "attn_bwd_dkdv_tc_kernel", "attn_bwd_dkdv_tc_wide_kernel",
                        "attn_bwd_dq_kernel", "attn_bwd_dq_tc_kernel",
                        "attn_bwd_dq_tc_wide_kernel", "attn_bwd_dq_tc_wide_alibi_kernel", "attn_bwd_dtable_kernel",
-                       "attn_bwd_dtable_tc_kernel")
+                       "attn_bwd_dtable_tc_kernel", "attn_bwd_dtable_tc_ksplit_kernel")
 TENSOR_CORE_TYPES = ("__nv_bfloat16", "__half")
 # sources whose kernels may not use local memory at all
 NO_LOCAL_MEMORY = ("attention.cu", "attention_bwd.cu", "relbias.cu")
@@ -95,7 +95,7 @@ MIX_TARGET = {"attn_fwd_kernel": 4.0, "attn_fwd_tc_kernel": 4.0, "attn_fwd_tc_wi
               "attn_bwd_dq_kernel": 6.0,
               "attn_bwd_dq_tc_kernel": 6.0, "attn_bwd_dq_tc_wide_kernel": 6.0, "attn_bwd_dq_tc_wide_alibi_kernel": 6.0,
               "attn_bwd_dtable_kernel": 6.0,
-              "attn_bwd_dtable_tc_kernel": 6.0}
+              "attn_bwd_dtable_tc_kernel": 6.0, "attn_bwd_dtable_tc_ksplit_kernel": 6.0}
 MIX_CEILING = {
     # the tensor-core forward meets its target: its ceilings are min(measured + 0.5, target)
     # (template arguments: head dim, then whether a GQA group's heads are packed as rows: decoding)
@@ -145,6 +145,9 @@ MIX_CEILING = {
     # tanh per score (5.6 at 128), at head dim 64 the same per-tile work over 176 HMMA (8.3 capped)
     ("attn_bwd_dtable_tc_kernel", "128, false"): 4.6, ("attn_bwd_dtable_tc_kernel", "128, true"): 6.0,
     ("attn_bwd_dtable_tc_kernel", "64, false"): 6.0, ("attn_bwd_dtable_tc_kernel", "64, true"): 8.8,
+    # its instance with K in two halves (99 KiB devices; sm_90 never runs it): a barrier and K's second copy more a
+    # tile
+    ("attn_bwd_dtable_tc_ksplit_kernel", "128, false"): 4.6, ("attn_bwd_dtable_tc_ksplit_kernel", "128, true"): 6.1,
     ("attn_fwd_kernel", "256, 32, 32"): 27.5, ("attn_fwd_kernel", "128, 64, 32"): 33.3,
     ("attn_fwd_kernel", "64, 64, 64"): 60.3,
     ("attn_bwd_dkdv_kernel", "256, 16, 2"): 12.8, ("attn_bwd_dkdv_kernel", "128, 32, 1"): 15.7,
@@ -197,6 +200,7 @@ SMEM_CEILING = {
     ("attn_bwd_dq_tc_wide_alibi_kernel", "128"): 235, ("attn_bwd_dq_tc_wide_alibi_kernel", "64"): 252,
     ("attn_bwd_dtable_tc_kernel", "128, false"): 377, ("attn_bwd_dtable_tc_kernel", "128, true"): 377,
     ("attn_bwd_dtable_tc_kernel", "64, false"): 344, ("attn_bwd_dtable_tc_kernel", "64, true"): 344,
+    ("attn_bwd_dtable_tc_ksplit_kernel", "128, false"): 379, ("attn_bwd_dtable_tc_ksplit_kernel", "128, true"): 379,
 }
 
 
@@ -236,10 +240,13 @@ CTA_SHAPE = {  # (kernel, template arguments after the type): (threads, the most
        for k in (1, 2, 3)},
     ("attn_bwd_dtable_tc_kernel", "128, false"): (128, 105472), ("attn_bwd_dtable_tc_kernel", "128, true"): (128, 105472),
     ("attn_bwd_dtable_tc_kernel", "64, false"): (128, 73728), ("attn_bwd_dtable_tc_kernel", "64, true"): (128, 73728),
+    ("attn_bwd_dtable_tc_ksplit_kernel", "128, false"): (128, 96768),
+    ("attn_bwd_dtable_tc_ksplit_kernel", "128, true"): (128, 96768),
 }
 WARPS_TARGET = {"attn_fwd_tc_kernel": 8, "attn_fwd_tc_wide_kernel": 8, "attn_bwd_dkdv_tc_kernel": 8,
                 "attn_bwd_dkdv_tc_wide_kernel": 8, "attn_bwd_dq_tc_kernel": 8,
-                "attn_bwd_dq_tc_wide_kernel": 8, "attn_bwd_dq_tc_wide_alibi_kernel": 8, "attn_bwd_dtable_tc_kernel": 8}
+                "attn_bwd_dq_tc_wide_kernel": 8, "attn_bwd_dq_tc_wide_alibi_kernel": 8, "attn_bwd_dtable_tc_kernel": 8,
+                "attn_bwd_dtable_tc_ksplit_kernel": 8}
 # Where a CTA_SHAPE line's figure (the most shared memory: a table's) is held to fewer warps, and why: at head dim
 # 256 the forward's table window (96 rows of 528 bytes) takes the CTA to 116.5 KiB, one an SM (4 warps); without a
 # table (67 KiB) two fit, 8 warps (tests/test_cuda_emu.py checks both figures against the launcher's) -- as do the
@@ -295,6 +302,7 @@ COPY_COST_CEILING = {
     ("attn_bwd_dq_tc_wide_kernel", "64, false"): 455, ("attn_bwd_dq_tc_wide_kernel", "64, true"): 108,
     ("attn_bwd_dtable_tc_kernel", "128, false"): 242, ("attn_bwd_dtable_tc_kernel", "128, true"): 242,
     ("attn_bwd_dtable_tc_kernel", "64, false"): 245, ("attn_bwd_dtable_tc_kernel", "64, true"): 245,
+    ("attn_bwd_dtable_tc_ksplit_kernel", "128, false"): 290, ("attn_bwd_dtable_tc_ksplit_kernel", "128, true"): 290,
     ("attn_fwd_tc_kernel", "128, false"): 352, ("attn_fwd_tc_kernel", "128, true"): 348,
     ("attn_fwd_tc_kernel", "256, false"): 357, ("attn_fwd_tc_kernel", "256, true"): 351,
     ("attn_fwd_tc_kernel", "64, false"): 295, ("attn_fwd_tc_kernel", "64, true"): 290,
@@ -388,6 +396,7 @@ OTHER_LOOP_CEILING = {
     # zeroes its rows of H a tile (H in dO's place: 2 CTAs an SM), +0.5
     ("attn_bwd_dtable_tc_kernel", "128, false"): (9.3,), ("attn_bwd_dtable_tc_kernel", "128, true"): (13.1,),
     ("attn_bwd_dtable_tc_kernel", "64, false"): (13.3,), ("attn_bwd_dtable_tc_kernel", "64, true"): (19.7,),
+    ("attn_bwd_dtable_tc_ksplit_kernel", "128, false"): (9.3,), ("attn_bwd_dtable_tc_ksplit_kernel", "128, true"): (13.3,),
 }
 
 # The bytes of shared memory per HMMA of the loops beside the main one (OTHER_LOOP_CEILING's loops, in its order),
@@ -418,6 +427,7 @@ OTHER_LOOP_SMEM_CEILING = {
     ("attn_bwd_dq_tc_kernel", "64, true"): (365, 396, 365, 450),
     ("attn_bwd_dtable_tc_kernel", "128, false"): (369,), ("attn_bwd_dtable_tc_kernel", "128, true"): (369,),
     ("attn_bwd_dtable_tc_kernel", "64, false"): (354,), ("attn_bwd_dtable_tc_kernel", "64, true"): (354,),
+    ("attn_bwd_dtable_tc_ksplit_kernel", "128, false"): (369,), ("attn_bwd_dtable_tc_ksplit_kernel", "128, true"): (369,),
 }
 
 ENTRY = re.compile(r"ptxas info\s*: Compiling entry function '([^']+)' for '(sm_\w+)'")

@@ -1267,9 +1267,15 @@ def test_tensor_core_decoding_packs_gqa_heads(lib, dtype, case):
     check_attention(lib, dtype, backward=False, seed=400 + case, **kw)
 
 
+# the dT's tiles at head_dim 128 with K in two halves: rows of 136 bf16 -- Q, dO and V 64, the window 128, K 32 --
+# and the query rows' key ranges
+TC_DTABLE_KSPLIT_BYTES = (3 * 64 + 128 + 32) * 136 * 2 + 2 * 64 * 8
+
+
 def test_tensor_core_backward_with_a_table_needs_its_shared_memory(lib, monkeypatch):
     # the dT's table instance takes 103 KiB at head_dim 128: on a 99 KiB device (sm_86 / sm_89 / sm_120) the dT
-    # runs the general kernel, correctly, the dK/dV its table instance (95.1 KiB since 2026-11-29, the bias's G^T in
+    # runs its instance with K in two halves (94.5 KiB since 2026-11-30; before, the general kernel), correctly --
+    # also with a soft-cap, in masked and interior tiles --, the dK/dV its table instance (95.1 KiB since 2026-11-29, the bias's G^T in
     # registers: add_transposed_bias; 107.5 KiB before, and an instance with one buffer of Q and dO there), the dQ
     # its table instance (94.6 KiB since 2026-11-29, its H in registers: skewed_ds_products; before, the general
     # kernel); at head_dim 64 (99 KiB or less) the tensor-core ones all do
@@ -1280,7 +1286,23 @@ def test_tensor_core_backward_with_a_table_needs_its_shared_memory(lib, monkeypa
     assert dkdv_kernel(lib, Attn(lib, E.BF16, d=64, **kw)) == "tensor-core"
     assert dkdv_kernel(lib, Attn(lib, E.BF16, d=128, **dict(kw, pe=0))) == "tensor-core"  # no table: 70 KiB
     prob = check_attention(lib, E.BF16, d=128, **kw)
-    assert dtable_kernel(lib, prob) == "general"  # (103 KiB; at head_dim 64, 72 KiB: the tensor-core dT)
+    assert dtable_kernel(lib, prob) == "tensor-core, K in two halves"  # (at head_dim 64, 72 KiB: the whole tiles)
+    for dtype, change in ((E.F16, dict(softcap=3.0)),
+                          (E.BF16, dict(M=200, N=200, off=0, causal=False, R=300, r_lo=-150))):  # interior tiles
+        assert dtable_kernel(lib, check_attention(lib, dtype, d=128, **dict(kw, **change))) == \
+            "tensor-core, K in two halves"
+    # its launch asks 94.5 KiB (every device from sm_80 on grants 99: the halves always fit); the device's grant
+    # decides, at the whole tiles' bytes (the checker's CTA_SHAPE)
+    prob.forward()
+    launches(lib)
+    prob.backward(True)
+    assert TC_DTABLE_KSPLIT_BYTES in launches(lib) and TC_DTABLE_KSPLIT_BYTES <= 99 * 1024
+    shape = kernel_checks().CTA_SHAPE
+    for optin, want in ((shape[("attn_bwd_dtable_tc_kernel", "128, false")][1] - 1, "tensor-core, K in two halves"),
+                        (shape[("attn_bwd_dtable_tc_kernel", "128, true")][1], "tensor-core")):
+        monkeypatch.setenv("WAVEPE_EMU_SMEM_OPTIN", str(optin))
+        assert dtable_kernel(lib, prob) == want, optin
+    monkeypatch.setenv("WAVEPE_EMU_SMEM_OPTIN", str(99 * 1024))
     prob = Attn(lib, E.BF16, d=64, **kw)
     prob.a.dtable = prob.a.table
     assert dtable_kernel(lib, prob) == "tensor-core"
@@ -1797,6 +1819,19 @@ def test_tensor_core_dkdv_does_not_depend_on_thread_order(lib, monkeypatch, orde
         base.a.dtable = base.a.table  # (any non-NULL: the dT pass)
         assert dtable_kernel(lib, base) == "tensor-core"
     assert_backward_order_free(lib, monkeypatch, order, kw, dtable=pe == 1, dslopes=pe == 2)
+
+
+@pytest.mark.parametrize("order", ["serial", "random"])
+def test_tensor_core_dtable_in_halves_does_not_depend_on_thread_order(lib, monkeypatch, order):
+    # on a 99 KiB device the dT at head_dim 128 copies K's last 32 rows into V's first 32 once every warp has read
+    # those, and reads them after the copies land: a missing barrier or wait shows here (masked and interior
+    # tiles, GQA, two column slices)
+    monkeypatch.setenv("WAVEPE_EMU_SMEM_OPTIN", str(99 * 1024))
+    kw = dict(B=1, H=4, Hk=2, M=200, N=200, d=128, off=0, causal=True, pe=1, window=150, seed=19, R=80)
+    base = Attn(lib, E.BF16, **kw)
+    base.a.dtable = base.a.table  # (any non-NULL: the dT pass)
+    assert dtable_kernel(lib, base) == "tensor-core, K in two halves"
+    assert_backward_order_free(lib, monkeypatch, order, kw, dtable=True)
 
 
 def test_tensor_core_dkdv_with_a_table_fits_a_99_kib_device(lib, monkeypatch):

@@ -2045,10 +2045,14 @@ __global__ void __launch_bounds__(B * 2, 1) attn_bwd_dtable_kernel(AttnParams p)
 // rows of H -- the dP of both chunks first, then the warp's rows of H zeroed and written --; and the key mask
 // lives in the window's last row, which no distance of a tile uses (its H column stays 0; window_bias_add's
 // products read the row but drop its column: any bytes there are harmless).
-template <class T, int D>
+// KSPLIT (attn_bwd_dtable_tc_ksplit_kernel, head_dim 128 where a CTA may not take 103 KiB: sm_86, sm_89 and
+// sm_120 grant 99): K's tile holds its first KC rows only (94.5 KiB); its last KC land in V's first KC rows once
+// every warp has read those (the first chunk's dP), while the first chunk's dS is computed.
+template <class T, int D, bool KSPLIT = false>
 struct TcDtLayout {
     static_assert(D == 64 || D == 128, "the tensor-core dT's head dims");
     static constexpr int B = 64, KC = 32, CS = D / 64, LD = D + int(16 / sizeof(T));
+    static constexpr int KROWS = KSPLIT ? KC : B;  // K's rows staged at the tile's start
     // H's rows (queries) HLDT elements apart, an odd number of 16-byte units: ldmatrix.trans without conflicts (the
     // window's bias reaches S by shuffles, as the dQ's: window_bias_add)
     static constexpr int HLDT = 2 * B + 8;
@@ -2060,7 +2064,7 @@ struct TcDtLayout {
     __host__ __device__ TcDtLayout() {
         q = plan.add(sizeof(T) * B * LD);
         go = plan.add(sizeof(T) * B * LD);
-        k = plan.add(sizeof(T) * B * LD);
+        k = plan.add(sizeof(T) * KROWS * LD);
         v = plan.add(sizeof(T) * B * LD);
         t = plan.add(sizeof(T) * 2 * B * LD);  // the window: rows 0 .. 2B - 2; row 2B - 1 holds the key mask
         h = H_OVER_DO ? go : plan.add(sizeof(T) * B * HLDT);
@@ -2093,10 +2097,10 @@ WAVEPE_DEVICE void warp_htb(float (&acc)[2][DT][4], const T *hcol, const T *b_ti
     }
 }
 
-// CAP: whether p has a soft-cap (an instance each, as attn_bwd_dtable_kernel's).
-template <class T, int D, bool CAP>
-__global__ void __launch_bounds__(128, 2) attn_bwd_dtable_tc_kernel(AttnParams p) {
-    using Lay = TcDtLayout<T, D>;
+// CAP: whether p has a soft-cap (an instance each, as attn_bwd_dtable_kernel's); KSPLIT: TcDtLayout's.
+template <class T, int D, bool CAP, bool KSPLIT>
+WAVEPE_DEVICE void dtable_tc_cta(const AttnParams &p) {
+    using Lay = TcDtLayout<T, D, KSPLIT>;
     constexpr int B = Lay::B, KC = Lay::KC, LD = Lay::LD, HLDT = Lay::HLDT;
     constexpr int NT = KC / 8, KS = D / 16, DTS = 64 / 8;
     static_assert(Traits<T>::kTensorCore && B == 2 * KC, "the tensor-core dT takes bf16/fp16, two chunks a tile");
@@ -2173,7 +2177,7 @@ __global__ void __launch_bounds__(128, 2) attn_bwd_dtable_tc_kernel(AttnParams p
         if constexpr (INTERIOR) {
             load_rows_async<T, B, D, LD, 128>(Qs, qg + m0 * qs, qs);
             load_rows_async<T, B, D, LD, 128>(dOs, gog + m0 * gos, gos);
-            load_rows_async<T, B, D, LD, 128>(Ks, kg + n0 * ks, ks);
+            load_rows_async<T, Lay::KROWS, D, LD, 128>(Ks, kg + n0 * ks, ks);
             load_rows_async<T, B, D, LD, 128>(Vs, vg + n0 * vs, vs);
         } else {
             load_tile_async(Qs, LD, B, D, D, [&](int r) -> const T * {
@@ -2183,7 +2187,7 @@ __global__ void __launch_bounds__(128, 2) attn_bwd_dtable_tc_kernel(AttnParams p
                 return m0 + r < p.a.m ? gog + (m0 + r) * gos : nullptr;
             });
             // keys no row of the tile sees: zero rows (0 * garbage never reaches dS)
-            load_tile_async(Ks, LD, B, D, D, [&](int r) -> const T * {
+            load_tile_async(Ks, LD, Lay::KROWS, D, D, [&](int r) -> const T * {
                 return key_row_seen(p, b, n0 + r, cta_lo, cta_hi) ? kg + (n0 + r) * ks : nullptr;
             });
             load_tile_async(Vs, LD, B, D, D, [&](int r) -> const T * {
@@ -2219,7 +2223,8 @@ __global__ void __launch_bounds__(128, 2) attn_bwd_dtable_tc_kernel(AttnParams p
                 if (wbias) {
                     window_bias_add<T, B, KC, c0, 0, KS, LD, 1>(s, qf, trow);
                 }
-                qk_products<T, NT, KS, LD>(s, qf, Ks + c0 * LD + brow);
+                // (KSPLIT: the second chunk's keys in V's first rows)
+                qk_products<T, NT, KS, LD>(s, qf, (KSPLIT && c0 == KC ? Vs : Ks + c0 * LD) + brow);
                 if constexpr (INTERIOR) {
 #pragma unroll
                     for (int nt = 0; nt < NT; ++nt)
@@ -2258,6 +2263,18 @@ __global__ void __launch_bounds__(128, 2) attn_bwd_dtable_tc_kernel(AttnParams p
         using C1 = std::integral_constant<int, KC>;
         Frags s, dp;
         dprobs(C0{}, dp);
+        if constexpr (KSPLIT) {
+            // every warp has read V's first KC rows: K's last KC go there, under the first chunk's dS
+            __syncthreads();
+            if constexpr (INTERIOR) {
+                load_rows_async<T, KC, D, LD, 128>(Vs, kg + (n0 + KC) * ks, ks);
+            } else {
+                load_tile_async(Vs, LD, KC, D, D, [&](int r) -> const T * {
+                    return key_row_seen(p, b, n0 + KC + r, cta_lo, cta_hi) ? kg + (n0 + KC + r) * ks : nullptr;
+                });
+            }
+            cp_async_commit();
+        }
         dscores(C0{}, s, dp);
         dprobs(C1{}, dp);  // the warp's last read of its rows of dO
         if constexpr (Lay::H_OVER_DO) {  // H in dO's place: the warp's 16 rows, window columns 0 .. 2B - 1, zeroed
@@ -2269,6 +2286,10 @@ __global__ void __launch_bounds__(128, 2) attn_bwd_dtable_tc_kernel(AttnParams p
             __syncwarp();
         }
         store_h(C0{}, s);
+        if constexpr (KSPLIT) {  // K's last KC rows landed (and the zero rows' plain stores seen)
+            cp_async_wait<0>();
+            __syncthreads();
+        }
         dscores(C1{}, s, dp);
         store_h(C1{}, s);
         __syncthreads();  // H is whole
@@ -2302,6 +2323,17 @@ __global__ void __launch_bounds__(128, 2) attn_bwd_dtable_tc_kernel(AttnParams p
                 v.y = acc[j][dt][2 * ri + 1];
                 copy8(part + w * p.a.d + col, &v);
             }
+}
+template <class T, int D, bool CAP>
+__global__ void __launch_bounds__(128, 2) attn_bwd_dtable_tc_kernel(AttnParams p) {
+    dtable_tc_cta<T, D, CAP, false>(p);
+}
+// Head dim 128 on a device that grants a CTA less than TcDtLayout's 103 KiB (sm_86, sm_89, sm_120: 99 KiB;
+// use_tc_dtable_ksplit asks the device): K in two halves (94.5 KiB, one CTA an SM).
+template <class T, int D, bool CAP>
+__global__ void __launch_bounds__(128, 1) attn_bwd_dtable_tc_ksplit_kernel(AttnParams p) {
+    static_assert(D == 128, "K in halves at head_dim 128 only (64's whole tiles take 72 KiB)");
+    dtable_tc_cta<T, D, CAP, true>(p);
 }
 
 // dT[t] = scale * sum over (diagonal, window row, head group) slots whose
@@ -2407,15 +2439,19 @@ bool wide_dq(const AttnParams &p) {
            (p.pos_enc != WAVEPE_CUDA_PE_ALIBI || (p.a.dslopes == nullptr && p.cap_log2 <= 0.0)) && use_tc_dq(p) &&
            wide_dq_fits(p);
 }
-// The tensor-core dT (a learned table's gradient): head_dim 64 or 128 (103 KiB at 128: sm_86, sm_89 and sm_120
-// run the general kernel there).
-size_t tc_dtable_smem(int64_t d) {
-    return d == 64 ? TcDtLayout<__half, 64>().plan.total : TcDtLayout<__half, 128>().plan.total;
+// The tensor-core dT (a learned table's gradient): head_dim 64 or 128 (103 KiB at 128; where the device grants
+// less -- sm_86, sm_89 and sm_120: 99 KiB -- K in two halves, 94.5 KiB: attn_bwd_dtable_tc_ksplit_kernel).
+size_t tc_dtable_smem(int64_t d, bool ksplit = false) {
+    return d == 64 ? TcDtLayout<__half, 64>().plan.total
+           : ksplit ? TcDtLayout<__half, 128, true>().plan.total
+                    : TcDtLayout<__half, 128>().plan.total;
 }
 bool use_tc_dtable(const AttnParams &p) {
     return p.a.dtable != nullptr && tc_backward_applies(p) && (p.a.d == 64 || p.a.d == 128) &&
-           smem_fits_device(tc_dtable_smem(p.a.d));
+           (smem_fits_device(tc_dtable_smem(p.a.d)) || (p.a.d == 128 && smem_fits_device(tc_dtable_smem(128, true))));
 }
+// (use_tc_dtable given) K in two halves: the device does not grant the whole layout
+bool use_tc_dtable_ksplit(const AttnParams &p) { return !smem_fits_device(tc_dtable_smem(p.a.d)); }
 
 // Does the backward's band split divide the dK/dV pass too?  At head_dim 256 (bwd_band_split: always, its window
 // costs occupancy); at 64 and 128 where the wide dK/dV may run (wide_dkdv_fits: its first partial's -- 256 bytes
@@ -2613,6 +2649,19 @@ cudaError_t launch_bwd_cfg(AttnParams p, const BwdPlan &pl, cudaStream_t stream)
             err = cudaMemsetAsync(p.dt_part, 0, pl.part_bytes, stream);
             if constexpr (Traits<T>::kTensorCore && DMAX <= 128) {
                 if (use_tc_dtable(p)) {
+                    if constexpr (DMAX == 128) {
+                        if (use_tc_dtable_ksplit(p)) {
+                            const size_t bytes = tc_dtable_smem(128, true);
+                            auto kernel = p.cap_log2 > 0.0 ? attn_bwd_dtable_tc_ksplit_kernel<T, 128, true>
+                                                           : attn_bwd_dtable_tc_ksplit_kernel<T, 128, false>;
+                            if (err == cudaSuccess) err = allow_dynamic_smem(kernel, bytes);
+                            if (err == cudaSuccess)
+                                err = launch(kernel, dim3(unsigned(pl.n_diag * pl.groups * TcDtLayout<T, 128>::CS)),
+                                             dim3(128), bytes, stream, p);
+                            if (err != cudaSuccess) return err;
+                            return launch_dtable_fold<T, TcDtLayout<T, 128>::B>(p, stream);
+                        }
+                    }
                     using Lay = TcDtLayout<T, DMAX>;
                     const Lay LT;
                     auto kernel = p.cap_log2 > 0.0 ? attn_bwd_dtable_tc_kernel<T, DMAX, true>
@@ -2688,7 +2737,9 @@ extern "C" size_t wavepe_cuda_attention_bwd_smem_bytes(const wavepe_attention_ar
                                : kv         ? tc_dkdv_smem(a->d, table)
                                             : general;
                 const size_t on_q = wide_dq(p) ? tc_dq_wide_smem(a->d) : q ? tc_dq_smem(a->d, table) : general,
-                             on_dt = a->dtable == nullptr ? 0 : dt ? tc_dtable_smem(a->d) : general;
+                             on_dt = a->dtable == nullptr ? 0
+                                     : dt                ? tc_dtable_smem(a->d, use_tc_dtable_ksplit(p))
+                                                         : general;
                 // (the dK/dV's band split at 64 and 128: the wide dK/dV's and the 16-key table instance's)
                 if (a->d <= 128 && bwd_dkdv_band_split(p)) {
                     const size_t wide = tc_dkdv_wide_smem(a->d);
@@ -2721,7 +2772,9 @@ extern "C" const char *wavepe_cuda_attention_bwd_dkdv_kernel(const wavepe_attent
 
 extern "C" const char *wavepe_cuda_attention_bwd_dtable_kernel(const wavepe_attention_args *a) {
     if (a == nullptr) return nullptr;
-    return a->dtable == nullptr ? "none" : use_tc_dtable(attention_params(a)) ? "tensor-core" : "general";
+    if (a->dtable == nullptr) return "none";
+    const AttnParams p = attention_params(a);
+    return !use_tc_dtable(p) ? "general" : use_tc_dtable_ksplit(p) ? "tensor-core, K in two halves" : "tensor-core";
 }
 
 extern "C" size_t wavepe_cuda_attention_bwd_workspace_bytes(const wavepe_attention_args *a) {

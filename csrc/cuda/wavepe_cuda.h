@@ -112,8 +112,9 @@ const char *wavepe_cuda_attention_bwd_kernel(const wavepe_attention_args *a);
  * others on the 16-key table instance), "tensor-core" (16 keys a warp) or "general"; NULL for NULL. */
 const char *wavepe_cuda_attention_bwd_dkdv_kernel(const wavepe_attention_args *a);
 /* The kernel that computes a learned table's gradient dtable: "tensor-core" (bf16/fp16, head_dim 64 or 128,
- * rows on 16 bytes, its shared memory within the device's), "general", or "none" (no dtable asked); NULL
- * for NULL. */
+ * rows on 16 bytes, its shared memory within the device's: 103 KiB at 128), "tensor-core, K in two halves"
+ * (head_dim 128 on a device granting 94.5 KiB but not 103: sm_86, sm_89, sm_120), "general", or "none" (no
+ * dtable asked); NULL for NULL. */
 const char *wavepe_cuda_attention_bwd_dtable_kernel(const wavepe_attention_args *a);
 /* Splits the forward should use on the current device (>= 1). */
 int64_t wavepe_cuda_attention_num_splits(const wavepe_attention_args *a);
