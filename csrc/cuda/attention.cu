@@ -528,7 +528,10 @@ WAVEPE_DEVICE void attn_fwd_tc_cta(const AttnParams &p) {
         // w ^ ring, ring 0 or 64), a third at 256 (32 of 96 rows; BM = 64, BN = 32); the BN new rows wrap past the
         // tile's end where they must (load_window_async's WRAP).  Every other window (the masked blocks', the band
         // loop's first) is copied whole, at ring 0.  (At 64 -- 128 new rows of 192 -- ptxas spilled 8 bytes on sm_80,
-        // with the pieces copied by two calls or by one wrapping: not taken.)
+        // with the pieces copied by two calls or by one wrapping; without a spill on 2026-11-30, but a band block on
+        // sm_90 then issued 1,422 instructions a warp for its 200 HMMA where it issues 1,375: the ring's row
+        // arithmetic (BM != BN: a compare and a select a row) costs more than the 4 copies of 12 a thread it saves.
+        // Not taken.)
         constexpr bool kRing = MT == 1 && D != 64;  // (16 rows a warp: the instances with a table)
         constexpr int W = BM + BN;
         [[maybe_unused]] int ring = 0;
