@@ -1539,7 +1539,10 @@ WAVEPE_DEVICE void attn_bwd_dq_tc_cta(const AttnParams &p) {
     // The window is a ring: key block j + 1's window rows BN .. BM + BN - 1 are block j's 0 .. BM - 1, so from the
     // band's second block on only its first BN rows are copied, over block j's last BN (after the second barrier:
     // the window's buffer is free) -- a third of the window at head_dim 128, half at 64 (at 256, where it would be a
-    // fifth, ptxas spilled 8 bytes with it on sm_90: whole windows there).  Row w of the current window sits at
+    // fifth, ptxas spilled 8 bytes with it on sm_90: whole windows there; tried again on 2026-11-30 -- sm_90 would
+    // issue ~1,210 instructions a warp a band block for 224 HMMA, not ~1,410 -- with 32-bit block indices, bh held in
+    // Q's padding or derived again at the end, the ring's offset a function of the step: each variant spilled 4-20
+    // bytes on sm_80 or on sm_90, which take the same PTX).  Row w of the current window sits at
     // (w + ring) mod (BM + BN); a whole window is copied at ring 0.
     constexpr int W = BM + BN;
     constexpr bool kRing = D <= 128;
