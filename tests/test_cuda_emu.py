@@ -1275,8 +1275,9 @@ TC_DTABLE_KSPLIT_BYTES = (3 * 64 + 128 + 32) * 136 * 2 + 2 * 64 * 8
 def test_tensor_core_backward_with_a_table_needs_its_shared_memory(lib, monkeypatch):
     # the dT's table instance takes 103 KiB at head_dim 128: on a 99 KiB device (sm_86 / sm_89 / sm_120) the dT
     # runs its instance with K in two halves (94.5 KiB since 2026-11-30; before, the general kernel), correctly --
-    # also with a soft-cap, in masked and interior tiles --, the dK/dV its table instance (95.1 KiB since 2026-11-29, the bias's G^T in
-    # registers: add_transposed_bias; 107.5 KiB before, and an instance with one buffer of Q and dO there), the dQ
+    # also with a soft-cap, in masked and interior tiles --, the dK/dV its table instance (95.1 KiB since
+    # 2026-11-29, the bias's G^T in registers: add_transposed_bias; 107.5 KiB before, and an instance with one
+    # buffer of Q and dO there), the dQ
     # its table instance (94.6 KiB since 2026-11-29, its H in registers: skewed_ds_products; before, the general
     # kernel); at head_dim 64 (99 KiB or less) the tensor-core ones all do
     kw = dict(B=1, H=2, Hk=1, M=100, N=140, off=40, causal=True, pe=1, R=60, r_lo=0, seed=8)
@@ -1291,13 +1292,15 @@ def test_tensor_core_backward_with_a_table_needs_its_shared_memory(lib, monkeypa
                           (E.BF16, dict(M=200, N=200, off=0, causal=False, R=300, r_lo=-150))):  # interior tiles
         assert dtable_kernel(lib, check_attention(lib, dtype, d=128, **dict(kw, **change))) == \
             "tensor-core, K in two halves"
-    # its launch asks 94.5 KiB (every device from sm_80 on grants 99: the halves always fit); the device's grant
-    # decides, at the whole tiles' bytes (the checker's CTA_SHAPE)
+    # its launch asks 94.5 KiB (every device from sm_80 on grants 99: the halves always fit), the checker's CTA_SHAPE
+    # figure; the device's grant decides, at the whole tiles' bytes
     prob.forward()
     launches(lib)
     prob.backward(True)
     assert TC_DTABLE_KSPLIT_BYTES in launches(lib) and TC_DTABLE_KSPLIT_BYTES <= 99 * 1024
     shape = kernel_checks().CTA_SHAPE
+    for cap in ("false", "true"):
+        assert shape[("attn_bwd_dtable_tc_ksplit_kernel", f"128, {cap}")] == (128, TC_DTABLE_KSPLIT_BYTES)
     for optin, want in ((shape[("attn_bwd_dtable_tc_kernel", "128, false")][1] - 1, "tensor-core, K in two halves"),
                         (shape[("attn_bwd_dtable_tc_kernel", "128, true")][1], "tensor-core")):
         monkeypatch.setenv("WAVEPE_EMU_SMEM_OPTIN", str(optin))
