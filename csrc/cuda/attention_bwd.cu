@@ -2177,10 +2177,25 @@ WAVEPE_DEVICE void dtable_tc_cta(const AttnParams &p) {
         const T *kg = static_cast<const T *>(p.a.k) + b * p.a.k_strides[0] + hk * p.a.k_strides[1];
         const T *vg = static_cast<const T *>(p.a.v) + b * p.a.v_strides[0] + hk * p.a.v_strides[1];
         const int64_t qs = p.a.q_strides[2], gos = p.a.dout_strides[2], ks = p.a.k_strides[2], vs = p.a.v_strides[2];
+        // K's rows R0 .. R0 + R - 1 of the tile into dst (KSPLIT: the last KC later, into V's first rows); in a masked
+        // tile the keys no row sees are zero rows (0 * garbage never reaches dS)
+        auto copy_keys = [&](T *dst, auto r0_tag, auto rows_tag) {
+            constexpr int R0 = decltype(r0_tag)::value, R = decltype(rows_tag)::value;
+            if constexpr (INTERIOR) {
+                load_rows_async<T, R, D, LD, 128>(dst, kg + (n0 + R0) * ks, ks);
+            } else {
+                load_tile_async(dst, LD, R, D, D, [&](int r) -> const T * {
+                    return key_row_seen(p, b, n0 + R0 + r, cta_lo, cta_hi) ? kg + (n0 + R0 + r) * ks : nullptr;
+                });
+            }
+        };
+        using C0 = std::integral_constant<int, 0>;  // (the tile's two chunks of keys: from 0, from KC)
+        using C1 = std::integral_constant<int, KC>;
+        using KRows = std::integral_constant<int, Lay::KROWS>;
         if constexpr (INTERIOR) {
             load_rows_async<T, B, D, LD, 128>(Qs, qg + m0 * qs, qs);
             load_rows_async<T, B, D, LD, 128>(dOs, gog + m0 * gos, gos);
-            load_rows_async<T, Lay::KROWS, D, LD, 128>(Ks, kg + n0 * ks, ks);
+            copy_keys(Ks, C0{}, KRows{});
             load_rows_async<T, B, D, LD, 128>(Vs, vg + n0 * vs, vs);
         } else {
             load_tile_async(Qs, LD, B, D, D, [&](int r) -> const T * {
@@ -2189,10 +2204,8 @@ WAVEPE_DEVICE void dtable_tc_cta(const AttnParams &p) {
             load_tile_async(dOs, LD, B, D, D, [&](int r) -> const T * {
                 return m0 + r < p.a.m ? gog + (m0 + r) * gos : nullptr;
             });
-            // keys no row of the tile sees: zero rows (0 * garbage never reaches dS)
-            load_tile_async(Ks, LD, Lay::KROWS, D, D, [&](int r) -> const T * {
-                return key_row_seen(p, b, n0 + r, cta_lo, cta_hi) ? kg + (n0 + r) * ks : nullptr;
-            });
+            copy_keys(Ks, C0{}, KRows{});
+            // (V's rows as K's: zero where no row of the tile sees the key)
             load_tile_async(Vs, LD, B, D, D, [&](int r) -> const T * {
                 return key_row_seen(p, b, n0 + r, cta_lo, cta_hi) ? vg + (n0 + r) * vs : nullptr;
             });
@@ -2262,20 +2275,12 @@ WAVEPE_DEVICE void dtable_tc_cta(const AttnParams &p) {
                     Hs[r * HLDT + r - (c0 + frag_col(nt, e)) + B - 1] = from_acc<T>(s[nt][e]);
                 }
         };
-        using C0 = std::integral_constant<int, 0>;
-        using C1 = std::integral_constant<int, KC>;
         Frags s, dp;
         dprobs(C0{}, dp);
         if constexpr (KSPLIT) {
             // every warp has read V's first KC rows: K's last KC go there, under the first chunk's dS
             __syncthreads();
-            if constexpr (INTERIOR) {
-                load_rows_async<T, KC, D, LD, 128>(Vs, kg + (n0 + KC) * ks, ks);
-            } else {
-                load_tile_async(Vs, LD, KC, D, D, [&](int r) -> const T * {
-                    return key_row_seen(p, b, n0 + KC + r, cta_lo, cta_hi) ? kg + (n0 + KC + r) * ks : nullptr;
-                });
-            }
+            copy_keys(Vs, C1{}, C1{});
             cp_async_commit();
         }
         dscores(C0{}, s, dp);
