@@ -58,7 +58,7 @@ import sys
 from concurrent.futures import ProcessPoolExecutor
 
 # kernels (demangled name, up to the template arguments) whose bf16/fp16 instances must use tensor cores
-TENSOR_CORE_KERNELS = ("attn_fwd_kernel", "attn_fwd_tc_kernel", "attn_fwd_tc_wide_kernel", "attn_bwd_dkdv_kernel",
+TENSOR_CORE_KERNELS = ("attn_fwd_kernel", "attn_fwd_band_kernel", "attn_fwd_tc_kernel", "attn_fwd_tc_wide_kernel", "attn_bwd_dkdv_kernel",
                        "attn_bwd_dkdv_tc_kernel", "attn_bwd_dkdv_tc_wide_kernel",
                        "attn_bwd_dq_kernel", "attn_bwd_dq_tc_kernel",
                        "attn_bwd_dq_tc_wide_kernel", "attn_bwd_dq_tc_wide_alibi_kernel", "attn_bwd_dtable_kernel",
@@ -66,14 +66,12 @@ TENSOR_CORE_KERNELS = ("attn_fwd_kernel", "attn_fwd_tc_kernel", "attn_fwd_tc_wid
 TENSOR_CORE_TYPES = ("__nv_bfloat16", "__half")
 # sources whose kernels may not use local memory at all
 NO_LOCAL_MEMORY = ("attention.cu", "attention_bwd.cu", "relbias.cu")
-# Known exceptions to the spill / local-memory rules, each with its reason: the fp64 (FMA, no tensor
-# core) attention forward was tuned for sm_80/sm_90, and ptxas for sm_120 (head dim 128) allocates its
-# tiles with a few bytes of spills (8 with CUDA 13.0, 2026-11-27; 40-48 before split_key_blocks).  The GPU
-# path users take (bf16/fp16 on tensor cores) does not spill on any arch.  An exception is (kernel, first template argument, arch); one that no longer applies
-# fails the check, so that this list only shrinks.
-SPILL_EXEMPT = {
-    ("attn_fwd_kernel", "double", "sm_120"),
-}
+# Known exceptions to the spill / local-memory rules, each with its reason.  An exception is (kernel, first template
+# argument, arch); one that no longer applies fails the check, so that this list only shrinks.  None is left: the
+# last, the fp64 general forward on sm_120 (head dim 128: 8 bytes with CUDA 13.0, 40-48 before split_key_blocks),
+# went on 2026-11-30, when its cp.async flags became the kernel's locals (attn_fwd_cta) -- ptxas allocates it
+# without spills since.
+SPILL_EXEMPT: set[tuple[str, str, str]] = set()
 # Instances compiled as stubs the host never launches (kernel, head dim, arch), each with its reason: they must hold
 # no tensor-core instruction (one that does -- the instance built after all -- fails the check, so that this list only
 # shrinks).  The wide dK/dV at head dim 128 spilled 12-68 bytes on sm_120 (CUDA 13.0, 2026-11-29); there the 16-key
@@ -89,7 +87,7 @@ TENSOR_CORE_RULES = {"sm_80": "HMMA", "sm_90": "HMMA", "sm_90a": "HGMMA", "sm_10
 # and the ceilings: measured on the shipped SASS (CUDA 13.0.88, 2026-11-27) plus 0.5 (room for the compiler's
 # scheduling, not for a heavier loop), by kernel and the template arguments after the type (head dim, tiles).
 MIX_ARCH = "sm_90"
-MIX_TARGET = {"attn_fwd_kernel": 4.0, "attn_fwd_tc_kernel": 4.0, "attn_fwd_tc_wide_kernel": 4.0,
+MIX_TARGET = {"attn_fwd_kernel": 4.0, "attn_fwd_band_kernel": 4.0, "attn_fwd_tc_kernel": 4.0, "attn_fwd_tc_wide_kernel": 4.0,
               "attn_bwd_dkdv_kernel": 6.0, "attn_bwd_dkdv_tc_kernel": 6.0,
               "attn_bwd_dkdv_tc_wide_kernel": 6.0,
               "attn_bwd_dq_kernel": 6.0,
@@ -149,6 +147,9 @@ MIX_CEILING = {
     # tile
     ("attn_bwd_dtable_tc_ksplit_kernel", "128, false"): 4.6, ("attn_bwd_dtable_tc_ksplit_kernel", "128, true"): 6.1,
     ("attn_fwd_kernel", "256, 32, 32"): 27.5, ("attn_fwd_kernel", "128, 64, 32"): 33.3,
+    # (the general forward's band split partial at head dim 256 -- the masked and the band's blocks of a table's call
+    # where the tensor-core CTA fits without the window only, 99 KiB devices: K / V single-buffered there)
+    ("attn_fwd_band_kernel", ""): 27.8,
     ("attn_fwd_kernel", "64, 64, 64"): 60.3,
     ("attn_bwd_dkdv_kernel", "256, 16, 2"): 12.8, ("attn_bwd_dkdv_kernel", "128, 32, 1"): 15.7,
     ("attn_bwd_dkdv_kernel", "64, 64, 1"): 29.9,

@@ -1323,7 +1323,8 @@ def test_tensor_core_backward_with_a_table_needs_its_shared_memory(lib, monkeypa
 
 
 def test_tensor_core_forward_with_a_table_at_head_dim_256_needs_its_shared_memory(lib, monkeypatch):
-    # 116.5 KiB a CTA: on a 99 KiB device (sm_86 / sm_89 / sm_120) such calls run the general kernel, correctly;
+    # 116.5 KiB a CTA: on a 99 KiB device (sm_86 / sm_89 / sm_120) such calls run the general kernel, correctly (with
+    # 512 keys a row or more beyond the table's band, but for those: test_band_split_onto_the_general_kernel_*);
     # without a table (67 KiB), and at head_dim 128 with one (86 KiB), the tensor-core kernel still does
     kw = dict(B=1, H=2, Hk=1, M=70, N=140, off=40, causal=True, R=60, r_lo=0, seed=9)
     monkeypatch.setenv("WAVEPE_EMU_SMEM_OPTIN", str(99 * 1024))
@@ -1333,6 +1334,78 @@ def test_tensor_core_forward_with_a_table_at_head_dim_256_needs_its_shared_memor
     assert fwd_kernel(lib, Attn(lib, E.BF16, d=128, pe=1, **kw)) == "tensor-core"
     monkeypatch.setenv("WAVEPE_EMU_SMEM_OPTIN", str(163 * 1024))  # an A100
     assert fwd_kernel(lib, Attn(lib, E.BF16, d=256, pe=1, **kw)) == "tensor-core"
+
+
+# head_dim 256 with a table on a 99 KiB device (sm_86 / sm_89 / sm_120), where the tensor-core forward's CTA fits
+# without the table's window only: the band split runs the interior blocks beyond the band on it, the masked and the
+# band's blocks on the general kernel (band_split_on_general and attn_fwd_band_kernel in csrc/cuda/attention.cu) --
+# from 512 keys a query row beyond the band.  Causal (blocks before the band); a partial last tensor-core CTA (rows
+# 64-99: no interior there, the general kernel takes them whole) with GQA and a soft-cap; without causality (blocks
+# on both sides of the band); two batch rows, a table starting past distance 0.
+GENERAL_BAND_SPLIT_CASES = [
+    dict(B=1, H=1, Hk=1, M=64, N=1400, d=256, off=1336, causal=True, pe=1, R=40, r_lo=0),
+    dict(B=1, H=2, Hk=1, M=100, N=1500, d=256, off=1400, causal=True, pe=1, R=50, r_lo=-10, softcap=2.0),
+    dict(B=1, H=1, Hk=1, M=64, N=1600, d=256, off=800, causal=False, pe=1, R=60, r_lo=-30),
+    dict(B=2, H=1, Hk=1, M=96, N=1300, d=256, off=1204, causal=True, pe=1, R=20, r_lo=5),
+]
+SM_99_KIB = dict(WAVEPE_EMU_SMEM_OPTIN=str(99 * 1024), WAVEPE_EMU_SMEM_PER_SM=str(100 * 1024), WAVEPE_EMU_SMS="1")
+GENERAL_BAND_SPLIT_RUNS = [(0, E.BF16), (0, E.F16), (1, E.BF16), (2, E.F16), (3, E.BF16)]
+
+
+@pytest.mark.parametrize("case,dtype", GENERAL_BAND_SPLIT_RUNS,
+                         ids=[f"{c}-{DTYPE_IDS[t]}" for c, t in GENERAL_BAND_SPLIT_RUNS])
+def test_band_split_onto_the_general_kernel_matches_oracle(lib, monkeypatch, case, dtype):
+    kw = dict(GENERAL_BAND_SPLIT_CASES[case])
+    for name, value in SM_99_KIB.items():
+        monkeypatch.setenv(name, value)
+    prob = Attn(lib, dtype, seed=510 + case, **kw)
+    assert lib.wavepe_cuda_attention_num_splits(C.byref(prob.a)) == 1
+    assert fwd_kernel(lib, prob) == "band split: tensor-core beyond the band, general"
+    rows = kw["B"] * kw["H"] * kw["M"]
+    up = lambda x: -(-x // 256) * 256  # noqa: E731
+    assert lib.wavepe_cuda_attention_fwd_workspace_bytes(C.byref(prob.a), 1) == up(2 * rows * 256 * 4) + up(
+        2 * rows * 4) + up(2 * rows)
+    general = lib.wavepe_cuda_attention_fwd_smem_bytes(C.byref(prob.a))
+    launches(lib)
+    check_attention(lib, dtype, backward=False, seed=510 + case, **kw)
+    got = launches(lib)
+    # the tensor-core partial without the window, the general one (its K / V double-buffered where they fit), the
+    # combine
+    assert got[0] == BAND_SPLIT_LAUNCHES[0] and got[1] >= general and got[1] <= 99 * 1024 and got[2] == 0, got
+
+
+def test_band_split_onto_the_general_kernel_only_where_it_applies(lib, monkeypatch):
+    kw = dict(GENERAL_BAND_SPLIT_CASES[0])
+    for name, value in SM_99_KIB.items():
+        monkeypatch.setenv(name, value)
+    split = "band split: tensor-core beyond the band, general"
+    assert fwd_kernel(lib, Attn(lib, E.BF16, **kw)) == split
+    # not with split-KV asked, documents, key padding, a clamped table, too few keys beyond the band (512 a row on
+    # average), another head dim, fp32, rows off 16 bytes, or a workspace over 1 GiB
+    prob = Attn(lib, E.BF16, splits=2, **kw)
+    launches(lib)
+    prob.forward()
+    assert launches(lib) == [lib.wavepe_cuda_attention_fwd_smem_bytes(C.byref(prob.a)), 0]  # general split-KV
+    for change in (dict(cu=[[0, 100, 1400]]), dict(kpm=True), dict(clamp=True), dict(R=1000),
+                   dict(N=600, off=536), dict(d=192), dict(row_pad=4)):
+        assert fwd_kernel(lib, Attn(lib, E.BF16, **dict(kw, **change))) == "general", change
+    assert fwd_kernel(lib, Attn(lib, E.F32, **kw)) == "general"
+    assert fwd_kernel(lib, Attn(lib, E.BF16, **dict(kw, pe=0))) == "tensor-core"  # no table: 67 KiB
+    big = Attn(lib, E.BF16, **kw)
+    big.a.batch = (1 << 30) // (2 * (4 * 256 + 5) * 64) + 1
+    assert fwd_kernel(lib, big) == "general"
+    # where the window fits (an A100's 163 KiB; the grant's edge), the tensor-core kernel whole
+    for optin, want in ((163 * 1024, "tensor-core"), (BAND_SPLIT_LAUNCHES[1], "tensor-core"),
+                        (BAND_SPLIT_LAUNCHES[1] - 1, split)):
+        monkeypatch.setenv("WAVEPE_EMU_SMEM_OPTIN", str(optin))
+        assert fwd_kernel(lib, Attn(lib, E.BF16, **kw)) == want, optin
+    # a missing barrier or a shared buffer read before its copy shows in another thread order
+    monkeypatch.setenv("WAVEPE_EMU_SMEM_OPTIN", str(99 * 1024))
+    kw = dict(GENERAL_BAND_SPLIT_CASES[1], seed=23)
+    want = Attn(lib, E.F16, **kw).forward()
+    monkeypatch.setenv("WAVEPE_EMU_ORDER", "serial")
+    for x, y in zip(want, Attn(lib, E.F16, **kw).forward()):
+        np.testing.assert_array_equal(x, y)
 
 
 # head_dim 256 with a table: the band split (csrc/cuda/attention.cu, band_split).  The table's window keeps the

@@ -176,29 +176,33 @@ def test_tensor_core_forward_wide_keeps_garbage_where_it_belongs(lib, dtype, bad
     _forward_garbage(lib, dtype, bad, pe, splits, 128, "tensor-core, 32 rows a warp")
 
 
-def _band_split_case(d):
-    """The band split's first case at head_dim 256 (the 16-row kernel's two instances) or 128 (onto the wide
-    instances: 130 queries at 6470 .., a partial last group), with the table's distances 0 .. 39."""
-    from .test_cuda_emu import BAND_SPLIT_CASES, WIDE_BAND_SPLIT_CASES
+def _band_split_case(d, device="H100"):
+    """The band split's first case at head_dim 256 (the 16-row kernel's two instances; on a 99 KiB device, the
+    tensor-core kernel's and the general one's) or 128 (onto the wide instances: 130 queries at 6470 .., a partial
+    last group), with the table's distances 0 .. 39."""
+    from .test_cuda_emu import BAND_SPLIT_CASES, GENERAL_BAND_SPLIT_CASES, WIDE_BAND_SPLIT_CASES
 
+    if device != "H100":
+        return dict(GENERAL_BAND_SPLIT_CASES[0])
     return dict(BAND_SPLIT_CASES[0] if d == 256 else WIDE_BAND_SPLIT_CASES[0][0])
 
 
-@pytest.mark.parametrize("d", [256, 128])
-def test_tensor_core_forward_band_split_keeps_garbage_where_it_belongs(lib, monkeypatch, d):
+@pytest.mark.parametrize("d,device", [(256, "H100"), (128, "H100"), (256, "99 KiB")])
+def test_tensor_core_forward_band_split_keeps_garbage_where_it_belongs(lib, monkeypatch, d, device):
     """The band split (a table's call: two partials, combined): NaN and inf in a key beyond the band (the first
     partial's), in the band and on the causal diagonal (the second's) reach the rows that see them as the oracle
     says, and leave the rows before a key as they were; scores of -inf on every key beyond the band (the first
     partial all -inf) leave the rows finite; on every key, NaN (0/0, as in one pass)."""
-    from .test_cuda_emu import H100_SM, fwd_kernel
+    from .test_cuda_emu import H100_SM, SM_99_KIB, fwd_kernel
 
-    for name, value in dict(H100_SM, WAVEPE_EMU_SMS="1").items():  # (no split-KV picked)
-        monkeypatch.setenv(name, value)
-    kw = dict(_band_split_case(d), seed=17)
+    for name, value in (dict(H100_SM, WAVEPE_EMU_SMS="1") if device == "H100" else SM_99_KIB).items():
+        monkeypatch.setenv(name, value)  # (no split-KV picked)
+    kw = dict(_band_split_case(d, device), seed=17)
     n, off = kw["N"], kw["off"]
     dtype = E.F16
     base = Attn(lib, dtype, **kw)
-    assert fwd_kernel(lib, base) == "tensor-core, band split"
+    assert fwd_kernel(lib, base) == (
+        "tensor-core, band split" if device == "H100" else "band split: tensor-core beyond the band, general")
     clean_out, _ = base.forward()
     for bad, key in ((float("nan"), 5), (float("inf"), 5), (float("nan"), off - 16), (float("inf"), off + 34)):
         k, v = base.k.copy(), base.v.copy()

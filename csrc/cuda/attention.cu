@@ -155,13 +155,29 @@ WAVEPE_DEVICE void split_key_blocks(const AttnParams &p, const int64_t *rlo, con
     if (begin < cta_lo / bn) begin = cta_lo / bn;
 }
 
-template <class T, int DMAX, int BM, int BN>
-__global__ void __launch_bounds__(BM * 2) attn_fwd_kernel(AttnParams p) {
+// The tensor-core forward's tiles (below), which the general kernel's band split partial divides its blocks by
+template <class T, int D, int MT>
+struct TcFwdTiles;
+template <class T, int D>
+using TcFwdLayout = TcFwdTiles<T, D, 1>;
+
+// The general forward's CTA (attn_fwd_kernel): BM query rows, a warp each 16.  BAND: the band split's
+// second partial on a device whose shared memory holds the tensor-core forward's CTA at head_dim 256 without the
+// table's window only (band_split_on_general): every key block of the CTA's but the interior ones beyond the band of
+// the tensor-core CTA's 64 rows, which the first partial took there (band_split_blocks); one CTA a unit, its
+// partial in split slot 1.
+template <class T, int DMAX, int BM, int BN, bool BAND>
+WAVEPE_DEVICE void attn_fwd_cta(const AttnParams &p) {
     using A = acc_t<T>;
     constexpr int NT = BN / 8, DT = DMAX / 8;
     WAVEPE_SHARED_BASE(smem);
     const bool has_table = p.pos_enc == WAVEPE_CUDA_PE_TABLE;
-    const FwdLayout<T, BM, BN> L(p.d_pad, has_table, p.async_kv != 0, p.async_t != 0);
+    // K / V (and the window) double-buffered with cp.async where the launcher found room (BAND: it finds none -- the
+    // double buffers with the window, 125,472 bytes at head_dim 256, fit no device where the tensor-core CTA with
+    // it, 119,328, does not: band_split_on_general.  Still a run-time flag there: at compile time, ptxas built
+    // sm_120's loop heavier, 6,838 instructions for 166 HMMA where the general kernel's has 5,220)
+    const bool async_kv = p.async_kv, async_t = p.async_t;
+    const FwdLayout<T, BM, BN> L(p.d_pad, has_table, async_kv, async_t);
     T *Qs = reinterpret_cast<T *>(smem + L.plan.off[L.q]);
     T *const K0 = reinterpret_cast<T *>(smem + L.plan.off[L.k]), *const K1 = reinterpret_cast<T *>(smem + L.plan.off[L.k2]);
     T *const V0 = reinterpret_cast<T *>(smem + L.plan.off[L.v]), *const V1 = reinterpret_cast<T *>(smem + L.plan.off[L.v2]);
@@ -178,7 +194,7 @@ __global__ void __launch_bounds__(BM * 2) attn_fwd_kernel(AttnParams p) {
     const int64_t mblocks = ceil_div(p.a.m, BM);
     const int64_t mb = mblocks - 1 - bid % mblocks;
     bid /= mblocks;
-    const int64_t split = bid % p.num_splits, bh = bid / p.num_splits;
+    const int64_t split = BAND ? 1 : bid % p.num_splits, bh = BAND ? bid : bid / p.num_splits;
     const int64_t b = bh / p.a.heads, h = bh % p.a.heads, hk = h / p.group;
     const int64_t m0 = mb * BM, wm0 = m0 + 16 * warp;
     const T *qg = static_cast<const T *>(p.a.q) + b * p.a.q_strides[0] + h * p.a.q_strides[1];
@@ -192,7 +208,25 @@ __global__ void __launch_bounds__(BM * 2) attn_fwd_kernel(AttnParams p) {
     // are zero, whatever they hold -- NaN/inf never reach P V), and this split's key blocks among
     // them.  (Read from shared memory where used: not held in registers across the loop.)
     int64_t kb_begin, kb_end;
-    split_key_blocks(p, rlo, rhi, BM, BN, split, kb_begin, kb_end);
+    split_key_blocks(p, rlo, rhi, BM, BN, BAND ? 0 : split, kb_begin, kb_end);
+    // BAND: the blocks the first partial took, [ib, bb) and [be, ie), are stepped over (next_block), in 32 bits
+    // (tc_forward_shape's bound at head_dim 256: fewer than 2^31 blocks)
+    int ib = 0, ie = 0, bb = 0, be = 0;
+    if constexpr (BAND) {
+        using Tc = TcFwdLayout<T, 256>;
+        static_assert(DMAX == 256 && BN == Tc::BN && Tc::BM % BM == 0, "the tensor-core partial's blocks");
+        int64_t i0, i1, b0, b1;
+        band_split_blocks<Tc::BM, true>(p, b, m0, Tc::BN, BN, kb_end, i0, i1, b0, b1);
+        ib = int(i0), ie = int(i1), bb = int(b0), be = int(b1);
+    }
+    auto next_block = [&](int64_t j) -> int64_t {  // the block after j taken (BAND: past the first partial's)
+        if constexpr (BAND) {
+            if (j == ib) j = bb;
+            if (j == be) j = ie;
+        }
+        return j;
+    };
+    kb_begin = next_block(kb_begin);
     // q, only where a key block is visited (CTA-uniform: an empty split, or query rows that see no
     // key, only write their empty rows); visible to every warp after the loop's first barrier
     if (kb_begin < kb_end)
@@ -231,36 +265,36 @@ __global__ void __launch_bounds__(BM * 2) attn_fwd_kernel(AttnParams p) {
     // Block kb_begin's K/V (and window) in flight before the loop; then each
     // iteration issues the next block's copies into the other buffers before
     // computing, one commit group per block.
-    if (p.async_kv && kb_begin < kb_end) {
+    if (async_kv && kb_begin < kb_end) {
         load_tile_async(K0, ld, BN, p.a.d, p.d_pad, k_row(kb_begin * BN));
         load_tile_async(V0, ld, BN, p.a.d, p.d_pad, v_row(kb_begin * BN));
-        if (p.async_t && block_bias(kb_begin)) load_tile_async(T0, ld, BM + BN, p.a.d, p.d_pad, window_row(kb_begin));
+        if (async_t && block_bias(kb_begin)) load_tile_async(T0, ld, BM + BN, p.a.d, p.d_pad, window_row(kb_begin));
         cp_async_commit();
     }
 
-    for (int64_t j = kb_begin; j < kb_end; ++j) {
-        const int64_t n0 = j * BN;
+    for (int64_t j = kb_begin, step = 0; j < kb_end; j = next_block(j + 1), ++step) {
+        const int64_t n0 = j * BN, jn = next_block(j + 1);  // (jn: the next block taken)
         const int64_t base = p.a.q_offset + m0 - n0 - p.a.r_lo;
         const bool tile_bias = block_bias(j);
-        const int cur = p.async_kv ? int((j - kb_begin) & 1) : 0;
+        const int cur = async_kv ? int((BAND ? step : j - kb_begin) & 1) : 0;  // (the buffer of block j)
         T *const Ks = cur ? K1 : K0, *const Vs = cur ? V1 : V0;
-        T *const Ts = (p.async_t && cur) ? T1 : T0;
+        T *const Ts = (async_t && cur) ? T1 : T0;
         __syncthreads();  // the previous tile is consumed (its buffers are free)
-        if (p.async_kv) {
-            if (j + 1 < kb_end) {
-                load_tile_async(cur ? K0 : K1, ld, BN, p.a.d, p.d_pad, k_row(n0 + BN));
-                load_tile_async(cur ? V0 : V1, ld, BN, p.a.d, p.d_pad, v_row(n0 + BN));
-                if (p.async_t && block_bias(j + 1))
-                    load_tile_async(cur ? T0 : T1, ld, BM + BN, p.a.d, p.d_pad, window_row(j + 1));
+        if (async_kv) {
+            if (jn < kb_end) {
+                load_tile_async(cur ? K0 : K1, ld, BN, p.a.d, p.d_pad, k_row(jn * BN));
+                load_tile_async(cur ? V0 : V1, ld, BN, p.a.d, p.d_pad, v_row(jn * BN));
+                if (async_t && block_bias(jn))
+                    load_tile_async(cur ? T0 : T1, ld, BM + BN, p.a.d, p.d_pad, window_row(jn));
             }
             cp_async_commit();  // possibly empty: keeps "all but the newest group" meaning block j
         } else {
             load_tile(Ks, ld, BN, p.a.d, p.d_pad, p.vec_k, k_row(n0));
             load_tile(Vs, ld, BN, p.a.d, p.d_pad, p.vec_v, v_row(n0));
         }
-        if (tile_bias && !p.async_t) load_tile(Ts, ld, BM + BN, p.a.d, p.d_pad, p.vec_t, window_row(j));
+        if (tile_bias && !async_t) load_tile(Ts, ld, BM + BN, p.a.d, p.d_pad, p.vec_t, window_row(j));
         load_key_mask(kmask, BN, p, b, n0);
-        if (p.async_kv) cp_async_wait<1>();  // block j's copies have landed (this thread's)
+        if (async_kv) cp_async_wait<1>();  // block j's copies have landed (this thread's)
         __syncthreads();                     // ... and every other thread's
         // (the warp's rows' ranges: rlo + 16 warp, rhi + 16 warp)
         if (!warp_rows || n0 >= rhi[16 * warp + 15] || n0 + BN <= rlo[16 * warp]) continue;  // warp-uniform
@@ -285,6 +319,18 @@ __global__ void __launch_bounds__(BM * 2) attn_fwd_kernel(AttnParams p) {
 
     if (!warp_rows) return;  // after the last barrier
     write_rows<T, DT, false>(p, o, row_max, row_sum, seen, b, h, split, wm0, dt_active);
+}
+
+template <class T, int DMAX, int BM, int BN>
+__global__ void __launch_bounds__(BM * 2) attn_fwd_kernel(AttnParams p) {
+    attn_fwd_cta<T, DMAX, BM, BN, false>(p);
+}
+
+// The band split's second partial where the first runs on the tensor cores without the table's window (attn_fwd_cta's
+// BAND): bf16 / fp16 at head_dim 256
+template <class T>
+__global__ void __launch_bounds__(FwdCfg<T, 256>::BM * 2) attn_fwd_band_kernel(AttnParams p) {
+    attn_fwd_cta<T, 256, FwdCfg<T, 256>::BM, FwdCfg<T, 256>::BN, true>(p);
 }
 
 // ---- the tensor-core forward of the models' head dims ---------------------------------------
@@ -345,8 +391,6 @@ struct TcFwdTiles {
         rows = plan.add(2 * BM * sizeof(int64_t));  // each query row's keys [lo, hi)
     }
 };
-template <class T, int D>
-using TcFwdLayout = TcFwdTiles<T, D, 1>;
 template <class T, int D>
 using TcFwdWideLayout = TcFwdTiles<T, D, 2>;
 
@@ -917,7 +961,10 @@ static void pure_blocks(const AttnParams &p, int bm, int bn, int64_t *all_out, i
     *pure_out = pure;
 }
 
-bool band_split_pays(const AttnParams &p) {
+// min_keys: the blocks beyond the band's keys a query row on average for the split to pay (kBandSplitKeys, or
+// kBandSplitKeysGeneral where the general kernel would take them: band_split_on_general); third: and those blocks
+// at least a third of the call's
+static bool band_split_pays(const AttnParams &p, int64_t min_keys, bool third) {
     // (the count below loops over M / 64 query blocks: the callers check their workspace first, M < 2^19)
     if (!(p.a.d == 64 || p.a.d == 128 || p.a.d == 256) || p.pos_enc != WAVEPE_CUDA_PE_TABLE || p.a.clamp ||
         p.a.key_padding_mask != nullptr || p.a.cu_seqlens != nullptr || p.a.m > (int64_t(1) << 24))
@@ -929,8 +976,10 @@ bool band_split_pays(const AttnParams &p) {
                    : p.a.d == 128 ? TcFwdLayout<__half, 128>::BN : TcFwdLayout<__half, 64>::BN;
     int64_t all, pure;
     pure_blocks(p, bm, bn, &all, &pure);
-    return pure > 0 && 3 * pure >= all && pure * bn >= kBandSplitKeys * ceil_div(p.a.m, bm);
+    return pure > 0 && (!third || 3 * pure >= all) && pure * bn >= min_keys * ceil_div(p.a.m, bm);
 }
+
+bool band_split_pays(const AttnParams &p) { return band_split_pays(p, kBandSplitKeys, true); }
 
 namespace {
 
@@ -940,14 +989,16 @@ size_t tc_fwd_smem(int64_t d, bool table) { return tc_layout_bytes<TcFwdLayout>(
 // Does the call run on the tensor-core loop (attn_fwd_tc_kernel, or its wide instance: wide_forward)?  bf16/fp16,
 // head_dim 64, 128 or 256 (its unrolled tiles), q, k, v (and the table's) rows on 16 bytes (cp.async, ldmatrix),
 // and its CTA's shared memory within the device's: past the 99 KiB every GPU from sm_80 on grants (head_dim 256
-// with a table: 116.5 KiB) the device is asked -- sm_86 / sm_89 / sm_120 run the general kernel there.
-bool use_tc_forward(const AttnParams &p) {
+// with a table: 116.5 KiB) the device is asked -- sm_86 / sm_89 / sm_120 run the general kernel there (but for the
+// blocks beyond the table's band: band_split_on_general).
+bool tc_forward_shape(const AttnParams &p) {
     // (at head_dim 256, M, N < 2^36: the kernel counts blocks of 32 keys in 32 bits)
-    if (!((p.a.dtype == WAVEPE_BF16 || p.a.dtype == WAVEPE_F16) && (p.a.d == 64 || p.a.d == 128 || p.a.d == 256) &&
-          p.vec_q && p.vec_k && p.vec_v && (p.pos_enc != WAVEPE_CUDA_PE_TABLE || p.vec_t) &&
-          (p.a.d < 256 || (p.a.m < (int64_t(1) << 36) && p.a.n < (int64_t(1) << 36)))))
-        return false;
-    return smem_fits_device(tc_fwd_smem(p.a.d, p.pos_enc == WAVEPE_CUDA_PE_TABLE));
+    return (p.a.dtype == WAVEPE_BF16 || p.a.dtype == WAVEPE_F16) && (p.a.d == 64 || p.a.d == 128 || p.a.d == 256) &&
+           p.vec_q && p.vec_k && p.vec_v && (p.pos_enc != WAVEPE_CUDA_PE_TABLE || p.vec_t) &&
+           (p.a.d < 256 || (p.a.m < (int64_t(1) << 36) && p.a.n < (int64_t(1) << 36)));
+}
+bool use_tc_forward(const AttnParams &p) {
+    return tc_forward_shape(p) && smem_fits_device(tc_fwd_smem(p.a.d, p.pos_enc == WAVEPE_CUDA_PE_TABLE));
 }
 
 // Does the tensor-core forward take a GQA group's heads as the rows of one CTA (decoding one query,
@@ -968,24 +1019,48 @@ bool wide_forward(const AttnParams &p) {
     return p.pos_enc != WAVEPE_CUDA_PE_TABLE && wide_rows_apply(p) && use_tc_forward(p);
 }
 
+// Does the forward's band split's workspace -- two fp32 partials of every row, 4x a bf16 output's bytes -- stay
+// within kBandSplitWorkspace?  (Then M < 2^19: band_split_pays's count is short.)
+bool band_split_workspace_fits(const AttnParams &p) {
+    int64_t bytes;
+    return !wavepe_mul_overflow(p.a.batch, p.a.heads, &bytes) && !wavepe_mul_overflow(bytes, p.a.m, &bytes) &&
+           !wavepe_mul_overflow(bytes, 2 * (p.a.d * 4 + 4 + 1), &bytes) && bytes <= int64_t(kBandSplitWorkspace);
+}
+
 // The forward's band split (band_split_pays): at head_dim 256 the window leaves the tensor-core forward's CTA
 // alone on an SM (119,328 bytes) where two fit without it (68,640; the registers allow no more: 251-252 a thread);
-// at 64 and 128 the wide instance may run (wide_rows_apply: more than 64 queries); and its workspace -- two fp32
-// partials of every row, 4x a bf16 output's bytes -- stays within kBandSplitWorkspace.  Not with packed heads
+// at 64 and 128 the wide instance may run (wide_rows_apply: more than 64 queries); and its workspace fits
+// (band_split_workspace_fits).  Not with packed heads
 // (decoding) or split-KV asked for (want > 1).
 bool band_split(const AttnParams &p, int64_t want) {
     using Lay = TcFwdLayout<__half, 256>;  // (bf16's the same bytes)
     if (want > 1 || p.pos_enc != WAVEPE_CUDA_PE_TABLE || !use_tc_forward(p) || pack_heads(p) ||
         !(p.a.d == 256 || wide_rows_apply(p)))
         return false;
-    int64_t bytes;  // (within the limit, M < 2^19: band_split_pays's count is short)
-    if (wavepe_mul_overflow(p.a.batch, p.a.heads, &bytes) || wavepe_mul_overflow(bytes, p.a.m, &bytes) ||
-        wavepe_mul_overflow(bytes, 2 * (p.a.d * 4 + 4 + 1), &bytes) || bytes > int64_t(kBandSplitWorkspace))
-        return false;
+    if (!band_split_workspace_fits(p)) return false;
     if (p.a.d == 256 &&
         !(device_ctas_by_smem(Lay(true).plan.total) < 2 && device_ctas_by_smem(Lay(false).plan.total) >= 2))
         return false;
     return band_split_pays(p);
+}
+
+// On a device that holds the tensor-core forward's CTA at head_dim 256 without the table's window (68,640 bytes)
+// but not with it (119,328: past the 99 KiB of sm_86, sm_89 and sm_120), a table's call would run the general kernel
+// whole (32 x 32 tiles, 2 warps, 27.2 other instructions per HMMA in its main loop on sm_90's SASS, against the
+// tensor-core loop's 3.5 executed).  The band split moves its interior blocks beyond the band onto the tensor cores
+// (the first partial: attn_fwd_tc_kernel without the window), the general kernel keeping the masked and the band's
+// blocks (the second, attn_fwd_band_kernel).  A block moved saves most of its time (issue-bound at ~7x the
+// tensor-core loop's instructions an HMMA), so the split pays from a few hundred keys a row beyond the band: the
+// partials' round trip, 16 d bytes a row (4 KiB at 256: ~4 ns at ~1 TB/s), is what ~50-80 keys a row cost the
+// general kernel over the tensor-core one (such a GPU's ~80 TFLOP/s with fp32 sums, 4 d FLOP a key, 5-7x) --
+// kBandSplitKeysGeneral is that with room for the two launches more; no share of the blocks asked.  Unmeasured, as
+// the rest of the model.
+constexpr int64_t kBandSplitKeysGeneral = 512;
+bool band_split_on_general(const AttnParams &p, int64_t want) {
+    if (want > 1 || p.pos_enc != WAVEPE_CUDA_PE_TABLE || p.a.d != 256 || !tc_forward_shape(p) ||
+        smem_fits_device(tc_fwd_smem(256, true)) || !smem_fits_device(tc_fwd_smem(256, false)))
+        return false;
+    return band_split_workspace_fits(p) && band_split_pays(p, kBandSplitKeysGeneral, false);
 }
 
 // The tiles of the kernel that runs a call: rows and keys per CTA and key block.
@@ -1097,11 +1172,14 @@ cudaError_t launch_fwd_tc(AttnParams p, cudaStream_t stream) {
     return launch_fwd_grid<T>(attn_fwd_tc_kernel<T, D, false>, p, ctas, 128, smem, stream);
 }
 
-template <class T, int DMAX>
+// BAND: the band split's second partial (band_split_on_general; the first launched), then the combine of both
+template <class T, int DMAX, bool BAND = false>
 cudaError_t launch_fwd_cfg(AttnParams p, cudaStream_t stream) {
     constexpr int BM = FwdCfg<T, DMAX>::BM, BN = FwdCfg<T, DMAX>::BN;
+    if (BAND) p.num_splits = 1;  // (every key block, one CTA a unit; its partial in slot 1 of two)
     const int64_t ctas = plan_splits(&p, BM, BN);
     if (ctas == 0) return cudaSuccess;
+    if (BAND) p.num_splits = 2;
     const bool table = p.pos_enc == WAVEPE_CUDA_PE_TABLE;
     // double-buffer K/V (and the table window) with cp.async when rows are
     // 16-byte aligned and the second buffers fit the device's shared memory
@@ -1112,7 +1190,25 @@ cudaError_t launch_fwd_cfg(AttnParams p, cudaStream_t stream) {
         p.async_t = p.async_kv && table && p.vec_t && FwdLayout<T, BM, BN>(p.d_pad, table, true, true).plan.total <= optin;
     }
     const FwdLayout<T, BM, BN> L(p.d_pad, table, p.async_kv != 0, p.async_t != 0);
+    if constexpr (BAND) return launch_fwd_grid<T>(attn_fwd_band_kernel<T>, p, ctas, BM * 2, L.plan.total, stream);
     return launch_fwd_grid<T>(attn_fwd_kernel<T, DMAX, BM, BN>, p, ctas, BM * 2, L.plan.total, stream);
+}
+
+// The band split with the general kernel (band_split_on_general): the blocks beyond the band on the tensor cores
+// without the window (slot 0), the others on attn_fwd_band_kernel (slot 1), then their combine
+template <class T>
+cudaError_t launch_fwd_band_general(AttnParams p, cudaStream_t stream) {
+    using Lay = TcFwdLayout<T, 256>;
+    AttnParams q = p;
+    q.num_splits = 1;
+    const int64_t ctas = plan_splits(&q, Lay::BM, Lay::BN);
+    if (ctas == 0) return cudaSuccess;
+    q.num_splits = 2;
+    q.band_part = 1;
+    const cudaError_t err = launch_tc(attn_fwd_tc_kernel<T, 256, false>, ctas, Lay(false).plan.total, stream, q);
+    if (err != cudaSuccess) return err;
+    p.band_part = 2;
+    return launch_fwd_cfg<T, 256, true>(p, stream);
 }
 
 template <class T>
@@ -1126,6 +1222,9 @@ cudaError_t launch_fwd(AttnParams p, cudaStream_t stream) {
                 if (p.a.d == 64) return launch_fwd_tc<T, 64>(p, stream);
                 return p.a.d == 128 ? launch_fwd_tc<T, 128>(p, stream) : launch_fwd_tc<T, 256>(p, stream);
             }
+        }
+        if constexpr (Traits<T>::kTensorCore) {
+            if (p.band_part) return launch_fwd_band_general<T>(p, stream);  // (band_split_on_general)
         }
         switch (dmax_bucket(p.a.d)) {
         case 64: return launch_fwd_cfg<T, 64>(p, stream);
@@ -1141,7 +1240,7 @@ int64_t effective_splits(const wavepe_attention_args *a, int64_t want) {
     const int64_t bn = fwd_dims(p).bn;
     int64_t first;
     const int64_t kb_total = visible_key_blocks(a, bn, &first);
-    if (want <= 1 && kb_total > 0 && band_split(p, want)) return 2;
+    if (want <= 1 && kb_total > 0 && (band_split(p, want) || band_split_on_general(p, want))) return 2;
     if (want <= 1 || kb_total <= 1) return 1;
     const int64_t per = ceil_div(kb_total, want);
     return ceil_div(kb_total, per);
@@ -1224,7 +1323,8 @@ extern "C" cudaError_t wavepe_cuda_attention_fwd(const wavepe_attention_args *a,
     if (wavepe_cuda_attention_check(a, 0, num_splits, nullptr) != WAVEPE_OK) return cudaErrorInvalidValue;
     AttnParams p = attention_params(a);
     p.num_splits = effective_splits(a, num_splits);
-    p.band_part = p.num_splits == 2 && band_split(p, num_splits) ? 1 : 0;  // (the launcher takes both parts)
+    // (the launcher takes both parts)
+    p.band_part = p.num_splits == 2 && (band_split(p, num_splits) || band_split_on_general(p, num_splits)) ? 1 : 0;
     if (p.num_splits > 1) {
         const size_t need = wavepe_cuda_attention_fwd_workspace_bytes(a, num_splits);
         if (workspace == nullptr || workspace_bytes < need) return cudaErrorInvalidValue;
@@ -1256,7 +1356,9 @@ extern "C" size_t wavepe_cuda_attention_fwd_smem_bytes(const wavepe_attention_ar
 extern "C" const char *wavepe_cuda_attention_fwd_kernel(const wavepe_attention_args *a) {
     if (a == nullptr) return nullptr;
     const AttnParams p = attention_params(a);
-    if (!use_tc_forward(p)) return "general";
+    if (!use_tc_forward(p))
+        return band_split_on_general(p, wavepe_cuda_attention_num_splits(a)) ? "band split: tensor-core beyond the band, general"
+                                                                             : "general";
     if (pack_heads(p)) return "tensor-core, GQA heads packed";
     if (wide_forward(p)) return "tensor-core, 32 rows a warp";
     return band_split(p, wavepe_cuda_attention_num_splits(a)) ? "tensor-core, band split" : "tensor-core";

@@ -917,20 +917,24 @@ WAVEPE_DEVICE void attn_keys(const AttnParams &p, int64_t b, int64_t pos, bool c
 // the wide instances (128 query rows a CTA) run its first partial -- the interior blocks beyond the band --, the
 // 16-row ones (64 rows; key blocks of gbn keys, as many or twice the wide forward's) its second, the others.  So
 // that every (row, key) pair falls in exactly one, both take the interior [ib, ie) and the band [bb, be) of the
-// 128-row group holding the CTA's rows (rows past M: the last query's keys, as load_row_keys), in blocks of gbn
+// GM-row group holding the CTA's rows (rows past M: the last query's keys, as load_row_keys), in blocks of gbn
 // keys, returned in the CTA's own blocks of bn (bn divides gbn); no interior: all four kb_end.  For the CTA's
 // rows these are interior blocks too (a group's keys seen by every row are seen by each), within its key blocks
 // [kb_begin, kb_end) (from its first row's first key to its last row's last); a 16-row CTA takes the rest of
 // those blocks through its masked loop.  (No documents, padding nor clamped tables: band_split_pays.)
+// WHOLE: only whole groups have an interior -- the partition of the forward's band split at head_dim 256 on a
+// device that holds the tensor-core CTA without the window only (GM 64: that CTA's rows, which take no block of a
+// partial last CTA as interior; the general kernel's 32-row CTAs the second partial: band_split_on_general).
+template <int GM = 128, bool WHOLE = false>
 WAVEPE_DEVICE void band_split_blocks(const AttnParams &p, int64_t b, int64_t m0, int gbn, int bn, int64_t kb_end,
                                      int64_t &ib, int64_t &ie, int64_t &bb, int64_t &be) {
-    constexpr int GM = 128;
     const int64_t g0 = m0 - m0 % GM, last = g0 + GM - 1 < p.a.m ? g0 + GM - 1 : p.a.m - 1;
+    ib = ie = bb = be = kb_end;
+    if (WHOLE && g0 + GM > p.a.m) return;
     int64_t lo0, hi0, lo1, hi1;  // the keys of the group's first and last rows
     attn_keys(p, b, p.a.q_offset + g0, p.a.causal != 0, lo0, hi0);
     attn_keys(p, b, p.a.q_offset + last, p.a.causal != 0, lo1, hi1);
     int64_t gib, gie, gbb, gbe;
-    ib = ie = bb = be = kb_end;
     if (!interior_band_blocks(p, g0, GM, gbn, lo0, hi0, lo1, hi1, gib, gie, gbb, gbe)) return;
     const int64_t r = gbn / bn;
     ib = gib * r, ie = gie * r, bb = gbb * r, be = gbe * r;

@@ -92,9 +92,11 @@ size_t wavepe_cuda_attention_bwd_smem_bytes(const wavepe_attention_args *a);
  * its shared memory within the device's: the FlashAttention-2 loop), "tensor-core, 32 rows a warp" (its wide
  * instance: head_dim 64 or 128 without a table, more than 64 queries), "tensor-core, GQA heads packed" (the
  * same decoding one query with a GQA group's heads as one CTA's rows, K/V read once a kv head; not with
- * ALiBi), "tensor-core, band split" (head_dim 256 with a table: the blocks beyond the table's band and the
- * others as two launches, their partials combined as split-KV's; the workspace of num_splits 1 holds them)
- * or "general" (every other call); NULL for NULL. */
+ * ALiBi), "tensor-core, band split" (a table's long call: the blocks beyond the table's band -- at head_dim 64 and
+ * 128 on the wide instance -- and the others as two launches, their partials combined as split-KV's; the workspace
+ * of num_splits 1 holds them), "band split: tensor-core beyond the band, general" (the same at head_dim 256 on a
+ * device whose shared memory holds the tensor-core CTA without the table's window only, 99 KiB: the others on the
+ * general kernel) or "general" (every other call); NULL for NULL. */
 const char *wavepe_cuda_attention_fwd_kernel(const wavepe_attention_args *a);
 /* The backward's dK/dV and dQ kernels a call runs: "tensor-core" (bf16/fp16, head_dim 64, 128 or 256, rows
  * of q, k, v and dO (and the table's) on 16 bytes, their shared memory within the device's:
