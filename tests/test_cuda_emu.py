@@ -1374,6 +1374,26 @@ def test_band_split_onto_the_general_kernel_matches_oracle(lib, monkeypatch, cas
     assert got[0] == BAND_SPLIT_LAUNCHES[0] and got[1] >= general and got[1] <= 99 * 1024 and got[2] == 0, got
 
 
+# (whole 64-row groups, each row over ~780 keys beyond the band -- 1,100 keys or more a row, less the band's and the
+# masked blocks': the split always; a partial last group, which has none, may bring the average under 512 a row)
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow,
+                                                                 HealthCheck.function_scoped_fixture])
+@given(dtype=st.sampled_from([E.BF16, E.F16]), B=st.integers(1, 2), group=st.integers(1, 2),
+       M=st.sampled_from([64, 100, 128, 150, 192]), N=st.integers(1400, 1600), causal=st.booleans(),
+       R=st.integers(1, 120), r_lo=st.integers(-60, 40), window=st.sampled_from([0, 0, 1100]),
+       softcap=st.sampled_from([0.0, 0.0, 2.5]), data=st.data())
+def test_band_split_onto_the_general_kernel_random_shapes(lib, monkeypatch, dtype, B, group, M, N, causal, R, r_lo,
+                                                           window, softcap, data):
+    for name, value in SM_99_KIB.items():
+        monkeypatch.setenv(name, value)
+    off = data.draw(st.integers(N - M - 100, N - M) if causal else st.integers(0, N), label="off")
+    kw = dict(B=B, H=group, Hk=1, M=M, N=N, d=256, off=off, causal=causal, pe=1, R=R, r_lo=r_lo, window=window,
+              softcap=softcap, seed=data.draw(st.integers(0, 2**31), label="seed"))
+    split = fwd_kernel(lib, Attn(lib, dtype, **kw)) == "band split: tensor-core beyond the band, general"
+    assert split or M % 64, kw
+    check_attention(lib, dtype, backward=False, **kw)
+
+
 def test_band_split_onto_the_general_kernel_only_where_it_applies(lib, monkeypatch):
     kw = dict(GENERAL_BAND_SPLIT_CASES[0])
     for name, value in SM_99_KIB.items():
