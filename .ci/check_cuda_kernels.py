@@ -680,7 +680,7 @@ def failures_of(r: dict, name: str) -> list[str]:
             out.append(f"{where}: main loop {mix:.1f} other instructions per tensor-core instruction, above its "
                        f"ceiling {ceiling} (target {MIX_TARGET[key[0]]}): the loop grew heavier")
     smem = smem_per_hmma(r) if key and r["arch"] == MIX_ARCH else None
-    if smem is not None and key[0].endswith(("_tc_kernel", "_tc_wide_kernel")) and r["HMMA"]:  # (the tensor-core ones)
+    if smem is not None and "_tc_" in key[0] and r["HMMA"]:  # (the tensor-core ones: every name with _tc_)
         ceiling = SMEM_CEILING.get(key)
         if ceiling is None:
             out.append(f"{where}: main loop moves {smem:.0f} bytes of shared memory per tensor-core instruction, and no "
