@@ -60,7 +60,7 @@ from concurrent.futures import ProcessPoolExecutor
 # kernels (demangled name, up to the template arguments) whose bf16/fp16 instances must use tensor cores
 TENSOR_CORE_KERNELS = ("attn_fwd_kernel", "attn_fwd_band_kernel", "attn_fwd_tc_kernel", "attn_fwd_tc_wide_kernel", "attn_bwd_dkdv_kernel",
                        "attn_bwd_dkdv_tc_kernel", "attn_bwd_dkdv_tc_wide_kernel",
-                       "attn_bwd_dq_kernel", "attn_bwd_dq_tc_kernel",
+                       "attn_bwd_dq_kernel", "attn_bwd_dq_tc_kernel", "attn_bwd_dq_tc_vone_kernel",
                        "attn_bwd_dq_tc_wide_kernel", "attn_bwd_dq_tc_wide_alibi_kernel", "attn_bwd_dtable_kernel",
                        "attn_bwd_dtable_tc_kernel", "attn_bwd_dtable_tc_ksplit_kernel")
 TENSOR_CORE_TYPES = ("__nv_bfloat16", "__half")
@@ -91,7 +91,7 @@ MIX_TARGET = {"attn_fwd_kernel": 4.0, "attn_fwd_band_kernel": 4.0, "attn_fwd_tc_
               "attn_bwd_dkdv_kernel": 6.0, "attn_bwd_dkdv_tc_kernel": 6.0,
               "attn_bwd_dkdv_tc_wide_kernel": 6.0,
               "attn_bwd_dq_kernel": 6.0,
-              "attn_bwd_dq_tc_kernel": 6.0, "attn_bwd_dq_tc_wide_kernel": 6.0, "attn_bwd_dq_tc_wide_alibi_kernel": 6.0,
+              "attn_bwd_dq_tc_kernel": 6.0, "attn_bwd_dq_tc_vone_kernel": 6.0, "attn_bwd_dq_tc_wide_kernel": 6.0, "attn_bwd_dq_tc_wide_alibi_kernel": 6.0,
               "attn_bwd_dtable_kernel": 6.0,
               "attn_bwd_dtable_tc_kernel": 6.0, "attn_bwd_dtable_tc_ksplit_kernel": 6.0}
 MIX_CEILING = {
@@ -136,6 +136,9 @@ MIX_CEILING = {
     # dQ's main loop issues 2.9 other instructions per HMMA, dK/dV's 4.05 -- its CTAs recompute S and dP for each
     # of the two column slices of dK and dV)
     ("attn_bwd_dq_tc_kernel", "256, false"): 4.1, ("attn_bwd_dq_tc_kernel", "256, true"): 4.0,
+    # its instance with V in one buffer (99 KiB devices, no table; sm_90 never runs it): a second barrier a block
+    # and V's copies apart from K's
+    ("attn_bwd_dq_tc_vone_kernel", ""): 4.3,
     ("attn_bwd_dkdv_tc_kernel", "256, false"): 6.45, ("attn_bwd_dkdv_tc_kernel", "256, true"): 6.45,
     # the learned table's dT on the tensor cores (head dim, then whether the call has a soft-cap: an instance
     # each): the interior tiles' loop, a tile's dS recomputed (S, the window's bias, dP: 224 HMMA at 128) and
@@ -193,6 +196,7 @@ SMEM_CEILING = {
     ("attn_bwd_dq_tc_kernel", "128, false"): 396, ("attn_bwd_dq_tc_kernel", "128, true"): 396,
     ("attn_bwd_dq_tc_kernel", "64, false"): 396, ("attn_bwd_dq_tc_kernel", "64, true"): 396,
     ("attn_bwd_dq_tc_kernel", "256, false"): 444, ("attn_bwd_dq_tc_kernel", "256, true"): 444,
+    ("attn_bwd_dq_tc_vone_kernel", ""): 452,
     # the wide dQ (32 rows a warp): each K and V fragment of S and dP feeds two HMMA (K 128, Q 128 an HMMA of S, V
     # and dO the same of dP: 256), each K fragment of dQ += dS K two (128), the copies ~21: 233 (static) under the
     # line, by a margin of 10 %
@@ -243,11 +247,12 @@ CTA_SHAPE = {  # (kernel, template arguments after the type): (threads, the most
     ("attn_bwd_dtable_tc_kernel", "64, false"): (128, 73728), ("attn_bwd_dtable_tc_kernel", "64, true"): (128, 73728),
     ("attn_bwd_dtable_tc_ksplit_kernel", "128, false"): (128, 96768),
     ("attn_bwd_dtable_tc_ksplit_kernel", "128, true"): (128, 96768),
+    ("attn_bwd_dq_tc_vone_kernel", ""): (128, 93984),
 }
 WARPS_TARGET = {"attn_fwd_tc_kernel": 8, "attn_fwd_tc_wide_kernel": 8, "attn_bwd_dkdv_tc_kernel": 8,
                 "attn_bwd_dkdv_tc_wide_kernel": 8, "attn_bwd_dq_tc_kernel": 8,
                 "attn_bwd_dq_tc_wide_kernel": 8, "attn_bwd_dq_tc_wide_alibi_kernel": 8, "attn_bwd_dtable_tc_kernel": 8,
-                "attn_bwd_dtable_tc_ksplit_kernel": 8}
+                "attn_bwd_dtable_tc_ksplit_kernel": 8, "attn_bwd_dq_tc_vone_kernel": 8}
 # Where a CTA_SHAPE line's figure (the most shared memory: a table's) is held to fewer warps, and why: at head dim
 # 256 the forward's table window (96 rows of 528 bytes) takes the CTA to 116.5 KiB, one an SM (4 warps); without a
 # table (67 KiB) two fit, 8 warps (tests/test_cuda_emu.py checks both figures against the launcher's) -- as do the
@@ -297,6 +302,7 @@ COPY_COST_CEILING = {
     ("attn_bwd_dkdv_tc_wide_kernel", "64, 2"): 288, ("attn_bwd_dkdv_tc_wide_kernel", "64, 3"): 286,
     ("attn_bwd_dq_tc_kernel", "128, false"): 375, ("attn_bwd_dq_tc_kernel", "128, true"): 556,
     ("attn_bwd_dq_tc_kernel", "256, false"): 385, ("attn_bwd_dq_tc_kernel", "256, true"): 516,
+    ("attn_bwd_dq_tc_vone_kernel", ""): 369,
     ("attn_bwd_dq_tc_kernel", "64, false"): 373, ("attn_bwd_dq_tc_kernel", "64, true"): 559,
     ("attn_bwd_dq_tc_wide_alibi_kernel", "128"): 335, ("attn_bwd_dq_tc_wide_alibi_kernel", "64"): 333,
     ("attn_bwd_dq_tc_wide_kernel", "128, false"): 333, ("attn_bwd_dq_tc_wide_kernel", "128, true"): 108,
@@ -382,6 +388,7 @@ OTHER_LOOP_CEILING = {
     ("attn_bwd_dq_tc_kernel", "128, true"): (4.65, 4.95, 5.75, 16.05),
     ("attn_bwd_dq_tc_kernel", "64, true"): (6.1, 7.9, 8.0, 27.55),
     ("attn_bwd_dq_tc_kernel", "256, false"): (4.8, 6.3, 41.8),
+    ("attn_bwd_dq_tc_vone_kernel", ""): (4.9, 6.4, 41.5),
     ("attn_bwd_dq_tc_kernel", "256, true"): (4.35, 5.2, 6.2, 19.1),
     # the wide dQ (never ALiBi): the soft-capped interior blocks, (at head dim 64) the prefix blocks -- the causal
     # diagonal, both m-tiles as an interior block with dS past a row's last key 0 --, the masked ones (each m-tile in

@@ -330,6 +330,14 @@ def test_tensor_core_dq_at_head_dim_256_keeps_band_garbage_to_rows_that_see_it(l
     _dq_band_garbage(lib, dtype, bad, pe, 256, "tensor-core")
 
 
+@pytest.mark.parametrize("dtype", [E.BF16, E.F16], ids=DTYPE_IDS.get)
+@pytest.mark.parametrize("bad,pe", [(float("nan"), 2), (float("inf"), 0)])
+def test_tensor_core_dq_with_v_in_one_buffer_keeps_band_garbage_to_rows_that_see_it(lib, monkeypatch, dtype, bad, pe):
+    """The same on a 99 KiB device, where the dQ at head_dim 256 (no table) holds V in one buffer."""
+    monkeypatch.setenv("WAVEPE_EMU_SMEM_OPTIN", str(99 * 1024))
+    _dq_band_garbage(lib, dtype, bad, pe, 256, "tensor-core dQ, general dK/dV")
+
+
 def _dq_band_garbage(lib, dtype, bad, pe, d, kernel):
     from .test_cuda_emu import bwd_kernel
 

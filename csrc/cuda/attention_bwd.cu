@@ -1343,10 +1343,13 @@ constexpr int kTcDqRows = 64;  // query rows of a tensor-core dQ CTA (16 a warp;
 // MT: the m-tiles of 16 query rows a warp takes -- 1, or 2 (the wide instance, attn_bwd_dq_tc_wide_kernel: each
 // K and V fragment of S, dP and dQ ldmatrix'd once for both, ~0.6x the shared-memory bytes per HMMA; head_dim 64
 // or 128, no table; the same blocks and chunks of keys: S's and dP's 64 accumulators a lane beside dQ's 128 at 128)
-template <class T, int D, int MT>
+// VONE: V in one buffer (attn_bwd_dq_tc_vone_kernel) -- at head_dim 256 without a table the two buffers take the CTA
+// to 102,432 bytes, 1,056 past the 99 KiB of sm_86, sm_89 and sm_120; with one, 93,984
+template <class T, int D, int MT, bool VONE = false>
 struct TcDqTiles {
     static_assert(D == 64 || D == 128 || D == 256, "the tensor-core dQ's head dims");
     static_assert(MT == 1 || (MT == 2 && D <= 128), "32 rows a warp: head_dim 64 or 128");
+    static_assert(!VONE || (D == 256 && MT == 1), "V in one buffer: the 16-row dQ at head_dim 256");
     static constexpr int BM = kTcDqRows * MT, BN = D <= 64 ? 64 : D <= 128 ? 32 : 16, LD = D + int(16 / sizeof(T)),
                          KC = D <= 128 ? 32 : 16;
     // (with a table the window's bias reaches S, and dS reaches dQ through the window, in registers:
@@ -1357,7 +1360,7 @@ struct TcDqTiles {
         q = plan.add(sizeof(T) * BM * LD);
         go = plan.add(sizeof(T) * BM * LD);
         k = plan.add(2 * sizeof(T) * BN * LD);  // two buffers of each
-        v = plan.add(2 * sizeof(T) * BN * LD);
+        v = plan.add((VONE ? 1 : 2) * sizeof(T) * BN * LD);
         mask = plan.add(2 * BN);
         rows = plan.add(2 * BM * sizeof(int64_t));  // each query row's keys [lo, hi)
         // 32 rows a warp (fewer registers held through the loops): K's and V's first rows of the (batch, kv head),
@@ -1435,15 +1438,18 @@ WAVEPE_DEVICE void skewed_ds_products(float (&acc)[DT][4], const uint32_t (&pa)[
     }
 }
 
-template <class T, int D, bool TABLE, int MT, bool BAND = false, bool ALIBI = false>
+// VONE: V in one buffer (TcDqTiles): a block's V is read by S's and dP's products only, so the next block's V is
+// staged after a second barrier, under dS and dQ += dS K (its K, two buffers, at the step's start as elsewhere)
+template <class T, int D, bool TABLE, int MT, bool BAND = false, bool ALIBI = false, bool VONE = false>
 WAVEPE_DEVICE void attn_bwd_dq_tc_cta(const AttnParams &p) {
-    using Lay = TcDqTiles<T, D, MT>;
+    using Lay = TcDqTiles<T, D, MT, VONE>;
     constexpr int BM = Lay::BM, BN = Lay::BN, LD = Lay::LD, KC = Lay::KC, NT = KC / 8, DT = D / 8, KS = D / 16;
     constexpr int WR = 16 * MT;  // the warp's rows
     static_assert(Traits<T>::kTensorCore && BN % KC == 0 && BN <= 2 * KC, "the tensor-core dQ takes bf16/fp16, "
                   "one or two whole chunks");
     static_assert(MT == 1 || !TABLE, "32 rows a warp: no table");  // (nor d loss / d slope: wide_dq)
     static_assert(!ALIBI || (MT > 1 && !BAND), "ALiBi's 32-row instance: one of its own");
+    static_assert(!VONE || (!TABLE && !BAND && BN == KC), "V in one buffer: no table, one chunk a block");
     // 32 rows a warp: S's and dP's 16-column steps unrolled by 2 (fully, ptxas hoisted their fragments' loads and
     // spilled: 4 bytes at head_dim 64, more at 128); not unrolled in ALiBi's instance at 128 (by 2: 8 bytes spilled
     // on sm_90)
@@ -1561,28 +1567,36 @@ WAVEPE_DEVICE void attn_bwd_dq_tc_cta(const AttnParams &p) {
         return Ts + (x < W ? x : x - W) * LD;
     };
     // stage the t-th block, key block j (none: j < 0) (cp.async; zero rows and the key mask by plain stores,
-    // visible after the next barrier).  INTERIOR: an interior block (or none): every key present and seen.
-    auto stage = [&](auto interior_tag, int64_t t, int64_t j) {
+    // visible after the next barrier).  INTERIOR: an interior block (or none): every key present and seen.  WHAT: 1
+    // its K (and key mask), 2 its V, 3 both (VONE: V apart, once every warp is done with the block before).
+    auto stage = [&](auto interior_tag, int64_t t, int64_t j, auto what_tag) {
         constexpr bool INTERIOR = decltype(interior_tag)::value;
+        constexpr int WHAT = decltype(what_tag)::value;
         if (j < 0) return;
         const int64_t n0 = j * BN;
         const int buf = int(t & 1);
-        T *const Kb = K0 + buf * BN * LD, *const Vb = V0 + buf * BN * LD;
+        T *const Kb = K0 + buf * BN * LD, *const Vb = V0 + (VONE ? 0 : buf * BN * LD);
         if (INTERIOR || t >= n_masked) {
             const T *const kb = MT > 1 ? kv_rows[0] : kg, *const vb = MT > 1 ? kv_rows[1] : vg;
-            load_rows_async<T, BN, D, LD, 128>(Kb, kb + n0 * kstride, kstride);
-            load_rows_async<T, BN, D, LD, 128>(Vb, vb + n0 * vstride, vstride);
+            if constexpr (WHAT & 1) load_rows_async<T, BN, D, LD, 128>(Kb, kb + n0 * kstride, kstride);
+            if constexpr (WHAT & 2) load_rows_async<T, BN, D, LD, 128>(Vb, vb + n0 * vstride, vstride);
         } else {
             // keys no row of the CTA sees are zero rows (0 * garbage never reaches dQ)
-            load_tile_async(Kb, LD, BN, D, D, [&](int r) -> const T * {
-                return key_row_seen(p, b, n0 + r, cta_lo, cta_hi) ? kg + (n0 + r) * kstride : nullptr;
-            });
-            load_tile_async(Vb, LD, BN, D, D, [&](int r) -> const T * {
-                return key_row_seen(p, b, n0 + r, cta_lo, cta_hi) ? vg + (n0 + r) * vstride : nullptr;
-            });
-            load_key_mask(kmask0 + buf * BN, BN, p, b, n0);
+            if constexpr (WHAT & 1)
+                load_tile_async(Kb, LD, BN, D, D, [&](int r) -> const T * {
+                    return key_row_seen(p, b, n0 + r, cta_lo, cta_hi) ? kg + (n0 + r) * kstride : nullptr;
+                });
+            if constexpr (WHAT & 2)
+                load_tile_async(Vb, LD, BN, D, D, [&](int r) -> const T * {
+                    return key_row_seen(p, b, n0 + r, cta_lo, cta_hi) ? vg + (n0 + r) * vstride : nullptr;
+                });
+            if constexpr (WHAT & 1) load_key_mask(kmask0 + buf * BN, BN, p, b, n0);
         }
     };
+    using KOnly = std::integral_constant<int, 1>;
+    using VOnly = std::integral_constant<int, 2>;
+    using KAndV = std::integral_constant<int, 3>;
+    using KFirst = std::conditional_t<VONE, KOnly, KAndV>;  // (what a step stages at its start)
     using Interior = std::true_type;
     using AnyBlock = std::false_type;
 
@@ -1607,7 +1621,7 @@ WAVEPE_DEVICE void attn_bwd_dq_tc_cta(const AttnParams &p) {
     const int arow = (WR * warp + (lane & 15)) * LD + 8 * (lane >> 4);
     const int brow = ((lane & 7) + 8 * (lane >> 4)) * LD + 8 * ((lane >> 3) & 1);
     const int64_t j_first = total > 0 ? block_of(0) : -1;
-    stage(AnyBlock{}, 0, j_first);
+    stage(AnyBlock{}, 0, j_first, KAndV{});
     if (needs_window(0, j_first)) stage_window(j_first);
     cp_async_commit();  // (with Q and dO)
     const float cap = float(p.cap_log2), cap_k = scale_log2 * float(p.icap_log2);
@@ -1623,9 +1637,9 @@ WAVEPE_DEVICE void attn_bwd_dq_tc_cta(const AttnParams &p) {
         cp_async_wait<0>();
         __syncthreads();  // block t has landed; every warp is done with block t - 1's buffer
         if (kind == kMasked || kind == kPrefix)
-            stage(AnyBlock{}, t + 1, jn);
+            stage(AnyBlock{}, t + 1, jn, KFirst{});
         else
-            stage(Interior{}, t + 1, jn);  // (the interior blocks come last)
+            stage(Interior{}, t + 1, jn, KFirst{});  // (the interior blocks come last)
         const int64_t n0 = j * BN;
         bool bias = false, next_window = false;
         if constexpr (BIAS != 0) {
@@ -1635,7 +1649,7 @@ WAVEPE_DEVICE void attn_bwd_dq_tc_cta(const AttnParams &p) {
         }
         cp_async_commit();
         const int buf = int(t & 1);
-        const T *const Kb = K0 + buf * BN * LD, *const Vb = V0 + buf * BN * LD;
+        const T *const Kb = K0 + buf * BN * LD, *const Vb = V0 + (VONE ? 0 : buf * BN * LD);
         // warp-uniform: does some row of the warp see a key of the block?
         const bool active =
             (kind != kMasked && kind != kPrefix) || (warp_rows && n0 < whi[WR - 1] && n0 + BN > wlo[0]);
@@ -1670,12 +1684,9 @@ WAVEPE_DEVICE void attn_bwd_dq_tc_cta(const AttnParams &p) {
         };
         // a masked chunk of m-tile mt (whose rows' keys meet the block's): S (s: zero, or the table's bias) and dP,
         // the masks, dS, dQ += dS K
-        auto masked_chunk = [&](float (&s)[NT][4], int mt, int c0) {
+        // (its S and dP; then masked_rest)
+        auto masked_rest = [&](float (&s)[NT][4], float (&dp)[NT][4], int mt, int c0) {
             const int r0 = WR * warp + 16 * mt;
-            warp_abt_ldm<T, NT, KS, LD>(s, Qs + arow + 16 * mt * LD, Kb + c0 * LD + brow);
-            float dp[NT][4];
-            zero_frags(dp);
-            warp_abt_ldm<T, NT, KS, LD>(dp, dOs + arow + 16 * mt * LD, Vb + c0 * LD + brow);
             bool seen[2] = {false, false};  // (the forward's lse already says which rows are NaN)
             scores_log2_impl<2>(s, p, wm0 + 16 * mt, n0 + c0, kmask0 + buf * BN + c0, rlo + r0, rhi + r0, scale_log2,
                                 slope_log2, seen);
@@ -1690,6 +1701,13 @@ WAVEPE_DEVICE void attn_bwd_dq_tc_cta(const AttnParams &p) {
             // dS K (the band's keys row by row where they hold inf/NaN)
             warp_rb_masked<T, NT, DT>(dq[mt], s, Kb + c0 * LD, LD, 0, DT, nullptr, p, n0 + c0, rlo + r0, rhi + r0,
                                       cta_lo, cta_hi);
+        };
+        auto masked_chunk = [&](float (&s)[NT][4], int mt, int c0) {
+            warp_abt_ldm<T, NT, KS, LD>(s, Qs + arow + 16 * mt * LD, Kb + c0 * LD + brow);
+            float dp[NT][4];
+            zero_frags(dp);
+            warp_abt_ldm<T, NT, KS, LD>(dp, dOs + arow + 16 * mt * LD, Vb + c0 * LD + brow);
+            masked_rest(s, dp, mt, c0);
         };
         // a prefix block (kPrefix): do K's rows of keys some row of the warp does not see hold inf / NaN (dS 0
         // times them would reach it; warp-uniform)?  Then each m-tile's dS K takes warp_rb_masked.
@@ -1792,7 +1810,30 @@ WAVEPE_DEVICE void attn_bwd_dq_tc_cta(const AttnParams &p) {
                 }
             }
         };
-        if (active) {
+        if constexpr (VONE) {
+            // S and dP (every warp's V read), a barrier, the next block's V staged, then dS and dQ += dS K
+            float s[NT][4], dp[NT][4];
+            zero_frags(s);
+            zero_frags(dp);
+            if (active) {
+                warp_abt_ldm<T, NT, KS, LD>(s, Qs + arow, Kb + brow);
+                warp_abt_ldm<T, NT, KS, LD>(dp, dOs + arow, Vb + brow);
+            }
+            __syncthreads();  // every warp is done with V
+            if (kind == kMasked)
+                stage(AnyBlock{}, t + 1, jn, VOnly{});
+            else
+                stage(Interior{}, t + 1, jn, VOnly{});
+            cp_async_commit();
+            if (active) {
+                if constexpr (kind == kMasked) {
+                    masked_rest(s, dp, 0, 0);
+                } else {
+                    interior_dscores(s, dp, lse2, dl, 0, 0);
+                    warp_rb<T, NT, DT>(dq[0], s, Kb, LD, DT, nullptr);
+                }
+            }
+        } else if (active) {
             chunk(std::integral_constant<int, 0>{});
             if constexpr (BN > KC) chunk(std::integral_constant<int, KC>{});
         }
@@ -1892,6 +1933,12 @@ WAVEPE_DEVICE void attn_bwd_dq_tc_cta(const AttnParams &p) {
 template <class T, int D, bool TABLE>
 __global__ void __launch_bounds__(128, 2) attn_bwd_dq_tc_kernel(AttnParams p) {
     attn_bwd_dq_tc_cta<T, D, TABLE, 1>(p);
+}
+
+// V in one buffer (TcDqTiles' VONE): head_dim 256 without a table on 99 KiB devices (use_tc_dq_vone), one CTA an SM
+template <class T>
+__global__ void __launch_bounds__(128, 1) attn_bwd_dq_tc_vone_kernel(AttnParams p) {
+    attn_bwd_dq_tc_cta<T, 256, false, 1, false, false, true>(p);
 }
 
 // 32 query rows a warp, a 128-row CTA (TcDqWideLayout): table-free calls at head_dim 64 and 128 (wide_dq); BAND,
@@ -2405,8 +2452,19 @@ bool tc_backward_applies(const AttnParams &p) {
 bool use_tc_dkdv(const AttnParams &p) {
     return tc_backward_applies(p) && smem_fits_device(tc_dkdv_smem(p.a.d, p.pos_enc == WAVEPE_CUDA_PE_TABLE));
 }
+size_t tc_dq_vone_smem() { return TcDqTiles<__half, 256, 1, true>(false).plan.total; }
+// Does the dQ pass run its instance with V in one buffer (attn_bwd_dq_tc_vone_kernel)?  Head_dim 256 without a table
+// where the whole layout exceeds the device's shared memory and this one does not: the 99 KiB of sm_86, sm_89 and
+// sm_120 (102,432 bytes against 93,984), which ran the general dQ there (17.0 other instructions per HMMA in its
+// main loop on sm_90's SASS).  Its V copies wait for every warp's dP: latency the two buffers hid, exposed for
+// the dS and dQ += dS K part of a block (a third of its HMMA).
+bool use_tc_dq_vone(const AttnParams &p) {
+    return p.a.d == 256 && p.pos_enc != WAVEPE_CUDA_PE_TABLE && tc_backward_applies(p) &&
+           !smem_fits_device(tc_dq_smem(256, false)) && smem_fits_device(tc_dq_vone_smem());
+}
 bool use_tc_dq(const AttnParams &p) {
-    return tc_backward_applies(p) && smem_fits_device(tc_dq_smem(p.a.d, p.pos_enc == WAVEPE_CUDA_PE_TABLE));
+    return tc_backward_applies(p) &&
+           (smem_fits_device(tc_dq_smem(p.a.d, p.pos_enc == WAVEPE_CUDA_PE_TABLE)) || use_tc_dq_vone(p));
 }
 size_t tc_dkdv_wide_smem(int64_t d) {
     return d == 64 ? TcDkdvWideLayout<__half, 64>().plan.total : TcDkdvWideLayout<__half, 128>().plan.total;
@@ -2612,6 +2670,10 @@ cudaError_t launch_dq(const AttnParams &p, cudaStream_t stream) {
                 return launch_tc(kernel, ctas, TcDqWideLayout<T, DMAX>(false).plan.total, stream, p);
             }
         }
+        if constexpr (DMAX == 256) {
+            if (use_tc_dq_vone(p))
+                return launch_tc(attn_bwd_dq_tc_vone_kernel<T>, ctas, tc_dq_vone_smem(), stream, p);
+        }
         if (use_tc_dq(p))
             return launch_band_parts(
                 p, [](bool w) { return w ? attn_bwd_dq_tc_kernel<T, DMAX, true> : attn_bwd_dq_tc_kernel<T, DMAX, false>; },
@@ -2744,7 +2806,10 @@ extern "C" size_t wavepe_cuda_attention_bwd_smem_bytes(const wavepe_attention_ar
                 size_t on_kv = wide_dkdv(p) ? tc_dkdv_wide_smem(a->d)
                                : kv         ? tc_dkdv_smem(a->d, table)
                                             : general;
-                const size_t on_q = wide_dq(p) ? tc_dq_wide_smem(a->d) : q ? tc_dq_smem(a->d, table) : general,
+                const size_t on_q = wide_dq(p)         ? tc_dq_wide_smem(a->d)
+                                    : use_tc_dq_vone(p) ? tc_dq_vone_smem()
+                                    : q                 ? tc_dq_smem(a->d, table)
+                                                        : general,
                              on_dt = a->dtable == nullptr ? 0
                                      : dt                ? tc_dtable_smem(a->d, use_tc_dtable_ksplit(p))
                                                          : general;
