@@ -1313,7 +1313,7 @@ def test_tensor_core_backward_with_a_table_needs_its_shared_memory(lib, monkeypa
     assert bwd_kernel(lib, Attn(lib, E.BF16, d=128, **dict(kw, pe=0))) == "tensor-core"  # no table: 70 KiB
     # head_dim 256: the dQ's and dK/dV's 100 KiB (144,672 / 145,040 bytes with a table) only where the device grants
     # them
-    for optin, pe, want in ((99 * 1024, 0, "tensor-core dQ, general dK/dV"), (163 * 1024, 1, "tensor-core"),
+    for optin, pe, want in ((99 * 1024, 0, "tensor-core"), (163 * 1024, 1, "tensor-core"),
                             (145040, 1, "tensor-core"),
                             (145039, 1, "tensor-core dQ, general dK/dV"), (144672, 1, "tensor-core dQ, general dK/dV"),
                             (144671, 1, "general"), (147 * 1024, 0, "tensor-core")):
@@ -1324,46 +1324,50 @@ def test_tensor_core_backward_with_a_table_needs_its_shared_memory(lib, monkeypa
 
 
 # head_dim 256 without a table on a 99 KiB device (sm_86 / sm_89 / sm_120): the tensor-core dQ with V in one
-# buffer (attn_bwd_dq_tc_vone_kernel, 93,984 bytes where the two buffers take 102,432), beside the general dK/dV.
-# Causal with GQA and a partial last CTA; ALiBi with its slopes' gradient and key padding; a soft-cap without
-# causality; a window.
+# buffer (attn_bwd_dq_tc_vone_kernel, 93,984 bytes where the two buffers take 102,432), the dK/dV with dO in one
+# (attn_bwd_dkdv_tc_gone_kernel, 94,352 where two take 102,800).  Causal with GQA and a partial last CTA; ALiBi with
+# its slopes' gradient and key padding; a soft-cap without causality; a window.
 DQ_VONE_CASES = [
     (dict(B=1, H=4, Hk=2, M=130, N=200, d=256, off=70, causal=True, pe=0), E.BF16, False),
     (dict(B=2, H=2, Hk=1, M=64, N=150, d=256, off=90, causal=True, pe=2, kpm=True), E.F16, True),
     (dict(B=1, H=2, Hk=2, M=100, N=120, d=256, off=0, causal=False, pe=0, softcap=2.0), E.BF16, False),
     (dict(B=1, H=2, Hk=1, M=96, N=300, d=256, off=200, causal=True, pe=0, window=90), E.F16, False),
 ]
-DQ_VONE_BYTES = 93984
+DQ_VONE_BYTES, DKDV_GONE_BYTES = 93984, 94352
 
 
 @pytest.mark.parametrize("case", range(len(DQ_VONE_CASES)))
-def test_tensor_core_dq_with_v_in_one_buffer_matches_oracle(lib, monkeypatch, case):
+def test_tensor_core_backward_with_one_buffer_matches_oracle(lib, monkeypatch, case):
     kw, dtype, dslopes = DQ_VONE_CASES[case]
     monkeypatch.setenv("WAVEPE_EMU_SMEM_OPTIN", str(99 * 1024))
     prob = Attn(lib, dtype, seed=530 + case, **kw)
-    assert bwd_kernel(lib, prob) == "tensor-core dQ, general dK/dV"
+    assert bwd_kernel(lib, prob) == dkdv_kernel(lib, prob) == "tensor-core"
     launches(lib)
     prob = check_attention(lib, dtype, seed=530 + case, want_dslopes=dslopes, **kw)
-    assert DQ_VONE_BYTES in launches(lib)
+    got = launches(lib)
+    assert DQ_VONE_BYTES in got and DKDV_GONE_BYTES in got, got
     assert_grads_normwise(prob, dtype)
 
 
-def test_tensor_core_dq_with_v_in_one_buffer_only_where_it_applies(lib, monkeypatch):
+def test_tensor_core_backward_with_one_buffer_only_where_it_applies(lib, monkeypatch):
     kw = dict(DQ_VONE_CASES[0][0])
     shape = kernel_checks().CTA_SHAPE
-    assert shape[("attn_bwd_dq_tc_vone_kernel", "")] == (128, DQ_VONE_BYTES) and DQ_VONE_BYTES <= 99 * 1024
-    # where the two buffers fit (the grant's edge: 102,432 bytes), the whole dQ; with a table (its window), the
-    # general one; the bytes the call needs at most are the general dK/dV's
-    full = shape[("attn_bwd_dq_tc_kernel", "256, false")][1]
-    for optin, dq_bytes in ((full, full), (full - 1, DQ_VONE_BYTES)):
+    assert shape[("attn_bwd_dq_tc_vone_kernel", "")] == (128, DQ_VONE_BYTES)
+    assert shape[("attn_bwd_dkdv_tc_gone_kernel", "")] == (128, DKDV_GONE_BYTES)
+    assert max(DQ_VONE_BYTES, DKDV_GONE_BYTES) <= 99 * 1024
+    # where the two buffers fit (the grant's edges: 102,432 bytes for the dQ, 102,800 for the dK/dV), the whole
+    # kernels, each pass apart; with a table (its window), the general ones
+    dq_full, kv_full = shape[("attn_bwd_dq_tc_kernel", "256, false")][1], shape[("attn_bwd_dkdv_tc_kernel", "256, false")][1]
+    for optin, want in ((kv_full, {dq_full, kv_full}), (kv_full - 1, {dq_full, DKDV_GONE_BYTES}),
+                        (dq_full - 1, {DQ_VONE_BYTES, DKDV_GONE_BYTES})):
         monkeypatch.setenv("WAVEPE_EMU_SMEM_OPTIN", str(optin))
         prob = Attn(lib, E.BF16, **kw)
-        assert bwd_kernel(lib, prob) == "tensor-core dQ, general dK/dV"
+        assert bwd_kernel(lib, prob) == "tensor-core"
         prob.forward()
         launches(lib)
         prob.backward(False)
-        got = launches(lib)
-        assert dq_bytes in got and ({full, DQ_VONE_BYTES} - {dq_bytes}).isdisjoint(got), (optin, got)
+        got = set(launches(lib)) & {dq_full, kv_full, DQ_VONE_BYTES, DKDV_GONE_BYTES}
+        assert got == want, (optin, got)
     assert bwd_kernel(lib, Attn(lib, E.BF16, **dict(kw, pe=1))) == "general"
     monkeypatch.setenv("WAVEPE_EMU_SMEM_OPTIN", str(99 * 1024))
     prob = Attn(lib, E.BF16, **kw)
@@ -1977,13 +1981,13 @@ def test_tensor_core_backward_at_head_dim_256_does_not_depend_on_thread_order(li
 
 
 @pytest.mark.parametrize("order", ["serial", "random"])
-def test_tensor_core_dq_with_v_in_one_buffer_does_not_depend_on_thread_order(lib, monkeypatch, order):
-    # on a 99 KiB device the dQ at head_dim 256 (no table) stages a block's V once every warp is done with the
-    # block before's, after a second barrier: a missing barrier or a V read before its copy landed shows here
-    # (masked and interior blocks, GQA, ALiBi's learned slopes)
+def test_tensor_core_backward_with_one_buffer_does_not_depend_on_thread_order(lib, monkeypatch, order):
+    # on a 99 KiB device the backward at head_dim 256 (no table) stages the dQ's next V, the dK/dV's next dO, once
+    # every warp is done with the block before's, after a second barrier: a missing barrier or a read before the
+    # copy landed shows here (masked and interior blocks, GQA, ALiBi's learned slopes)
     monkeypatch.setenv("WAVEPE_EMU_SMEM_OPTIN", str(99 * 1024))
     kw = dict(B=1, H=4, Hk=2, M=130, N=200, d=256, off=70, causal=True, pe=2, seed=29)
-    assert bwd_kernel(lib, Attn(lib, E.BF16, **kw)) == "tensor-core dQ, general dK/dV"
+    assert bwd_kernel(lib, Attn(lib, E.BF16, **kw)) == "tensor-core"
     assert_backward_order_free(lib, monkeypatch, order, kw, dslopes=True)
 
 

@@ -278,14 +278,16 @@ def _forward_garbage(lib, dtype, bad, pe, splits, d, kernel="tensor-core"):
 
 @pytest.mark.parametrize("dtype", [E.BF16, E.F16], ids=DTYPE_IDS.get)
 @pytest.mark.parametrize("pe,bad", [(0, float("nan")), (2, float("inf")), (1, float("nan"))])
-@pytest.mark.parametrize("d,device", [(64, "A100"), (64, "16 keys"), (128, "H100")])
+@pytest.mark.parametrize("d,device", [(64, "A100"), (64, "16 keys"), (128, "H100"), (256, "99 KiB")])
 def test_tensor_core_dkdv_keeps_masked_garbage_out(lib, monkeypatch, dtype, pe, bad, d, device):
     """attn_bwd_dkdv_tc_kernel and (no table) the wide attn_bwd_dkdv_tc_wide_kernel (head_dim 64 on the emulator's
-    A100, 128 on an H100's SM; WAVEPE_CUDA_WIDE=0 the 16-key kernel; masked and interior query blocks): padded keys
-    and keys after every query holding garbage change no bit of any output or gradient, and their dk, dv are 0."""
+    A100, 128 on an H100's SM; WAVEPE_CUDA_WIDE=0 the 16-key kernel; masked and interior query blocks) -- and at
+    head_dim 256 on a 99 KiB device, without a table the one-buffer instances (dO's, V's): padded keys and keys after
+    every query holding garbage change no bit of any output or gradient, and their dk, dv are 0."""
     from .test_cuda_emu import H100_SM, bwd_kernel, bwd_kernel_of, dkdv_kernel, dkdv_kernel_of
 
-    for k, v in (H100_SM if device == "H100" else {"WAVEPE_CUDA_WIDE": "0"} if device == "16 keys" else {}).items():
+    env = {"H100": H100_SM, "16 keys": {"WAVEPE_CUDA_WIDE": "0"}, "99 KiB": {"WAVEPE_EMU_SMEM_OPTIN": str(99 * 1024)}}
+    for k, v in env.get(device, {}).items():
         monkeypatch.setenv(k, v)
     b, m, n = 1, 100, 260  # queries at 160..259: key blocks 0-1 interior for every query block
     kpm = np.zeros((b, n), bool)
@@ -294,8 +296,10 @@ def test_tensor_core_dkdv_keeps_masked_garbage_out(lib, monkeypatch, dtype, pe, 
     garbage[:, 250:] = True
     kw = dict(B=b, H=2, Hk=1, M=m, N=n, d=d, off=n - m - 10, causal=True, pe=pe, kpm=kpm, seed=17, R=90)
     prob = Attn(lib, dtype, **kw)
-    if device == "16 keys":
+    if device == "16 keys" or (device == "99 KiB" and pe != 1):
         assert (bwd_kernel(lib, prob), dkdv_kernel(lib, prob)) == ("tensor-core", "tensor-core")
+    elif device == "99 KiB":  # (a table: the window past 99 KiB)
+        assert (bwd_kernel(lib, prob), dkdv_kernel(lib, prob)) == ("general", "general")
     else:  # (pe 0: the wide dQ)
         h100 = device == "H100"
         assert (bwd_kernel(lib, prob), dkdv_kernel(lib, prob)) == (bwd_kernel_of(kw, h100), dkdv_kernel_of(kw, h100))
@@ -335,7 +339,7 @@ def test_tensor_core_dq_at_head_dim_256_keeps_band_garbage_to_rows_that_see_it(l
 def test_tensor_core_dq_with_v_in_one_buffer_keeps_band_garbage_to_rows_that_see_it(lib, monkeypatch, dtype, bad, pe):
     """The same on a 99 KiB device, where the dQ at head_dim 256 (no table) holds V in one buffer."""
     monkeypatch.setenv("WAVEPE_EMU_SMEM_OPTIN", str(99 * 1024))
-    _dq_band_garbage(lib, dtype, bad, pe, 256, "tensor-core dQ, general dK/dV")
+    _dq_band_garbage(lib, dtype, bad, pe, 256, "tensor-core")
 
 
 def _dq_band_garbage(lib, dtype, bad, pe, d, kernel):

@@ -524,28 +524,32 @@ WAVEPE_DEVICE void tc_dkdv_load_keys(const AttnParams &p, int64_t b, int64_t hk,
 
 // Stage query block c of (batch b, kv head hk) into buffer c.buf of Q's and dO's BM-row tiles (cp.async, NTHREADS
 // threads; the caller commits), its rows' lse (log2 domain) and D by plain stores (visible after the next barrier).
-// INTERIOR: c is an interior block (or none), every row < M -- the copies without per-row tests.
-template <class T, int BM, int D, int LD, int NTHREADS, bool INTERIOR>
+// INTERIOR: c is an interior block (or none), every row < M -- the copies without per-row tests.  WHAT: 1 its Q, lse
+// and D, 2 its dO, 3 all; GONE: dO has one buffer (TcDkdvTiles).
+template <class T, int BM, int D, int LD, int NTHREADS, bool INTERIOR, int WHAT = 3, bool GONE = false>
 WAVEPE_DEVICE void tc_dkdv_stage(const AttnParams &p, const TcDkdvOrder *ord, const TcDkdvCursor &c, int64_t b,
                                  int64_t hk, T *Q0, T *dO0, float *lse0, float *delta0) {
     if (INTERIOR ? c.phase != 1 && c.phase != 2 : c.phase >= 3) return;
     const int64_t h = hk * p.group + c.h, m0 = int64_t(tc_dkdv_block(ord, c.phase, c.u)) * BM;
-    T *const Qb = Q0 + c.buf * BM * LD, *const dOb = dO0 + c.buf * BM * LD;
+    T *const Qb = Q0 + c.buf * BM * LD, *const dOb = dO0 + (GONE ? 0 : c.buf * BM * LD);
     const T *qg = static_cast<const T *>(p.a.q) + b * p.a.q_strides[0] + h * p.a.q_strides[1];
     const T *gog = static_cast<const T *>(p.a.dout) + b * p.a.dout_strides[0] + h * p.a.dout_strides[1];
     const int64_t qs = p.a.q_strides[2], gs = p.a.dout_strides[2];
     if (INTERIOR || c.phase != 0) {
-        load_rows_async<T, BM, D, LD, NTHREADS>(Qb, qg + m0 * qs, qs);
-        load_rows_async<T, BM, D, LD, NTHREADS>(dOb, gog + m0 * gs, gs);
+        if constexpr (WHAT & 1) load_rows_async<T, BM, D, LD, NTHREADS>(Qb, qg + m0 * qs, qs);
+        if constexpr (WHAT & 2) load_rows_async<T, BM, D, LD, NTHREADS>(dOb, gog + m0 * gs, gs);
     } else {
-        load_tile_async(Qb, LD, BM, D, D, [&](int r) -> const T * { return m0 + r < p.a.m ? qg + (m0 + r) * qs : nullptr; });
-        load_tile_async(dOb, LD, BM, D, D, [&](int r) -> const T * {
-            return m0 + r < p.a.m ? gog + (m0 + r) * gs : nullptr;
-        });
+        if constexpr (WHAT & 1)
+            load_tile_async(Qb, LD, BM, D, D,
+                            [&](int r) -> const T * { return m0 + r < p.a.m ? qg + (m0 + r) * qs : nullptr; });
+        if constexpr (WHAT & 2)
+            load_tile_async(dOb, LD, BM, D, D, [&](int r) -> const T * {
+                return m0 + r < p.a.m ? gog + (m0 + r) * gs : nullptr;
+            });
     }
     static_assert(BM <= NTHREADS, "a row per thread");
     const int r = threadIdx.x;
-    if (r < BM) {
+    if ((WHAT & 1) && r < BM) {
         const int64_t m = m0 + r, row = (b * p.a.heads + h) * p.a.m + m;
         const bool ok = INTERIOR || m < p.a.m;
         const float l = ok ? static_cast<const float *>(p.a.lse)[row] : neg_inf<float>();
@@ -561,18 +565,21 @@ WAVEPE_DEVICE void tc_dkdv_stage(const AttnParams &p, const TcDkdvOrder *ord, co
 // SM), and each CTA owns one of CS = 2 column slices of dK and dV (128 columns: 2 x 64 accumulators a lane, as
 // at 128), recomputing S^T and dP^T over the whole head dim -- 1.5x the products of one CTA holding all 256
 // columns, which a warp's registers cannot.
-template <class T, int D>
-struct TcDkdvLayout {
+// GONE: dO in one buffer (attn_bwd_dkdv_tc_gone_kernel) -- at head_dim 256 without a table the two buffers take the
+// CTA to 102,800 bytes, 1,424 past the 99 KiB of sm_86, sm_89 and sm_120; with one, 94,352
+template <class T, int D, bool GONE = false>
+struct TcDkdvTiles {
     static_assert(D == 64 || D == 128 || D == 256, "the tensor-core dK/dV's head dims");
+    static_assert(!GONE || D == 256, "dO in one buffer: head_dim 256");
     static constexpr int BN = 64, BM = D <= 64 ? 64 : D <= 128 ? 32 : 16, LD = D + int(16 / sizeof(T)),
                          CS = D <= 128 ? 1 : 2;
     SmemPlan plan;
     int k, v, q, go, lse, delta, mask, rows, order, t;
-    __host__ __device__ explicit TcDkdvLayout(bool table) {
+    __host__ __device__ explicit TcDkdvTiles(bool table) {
         k = plan.add(sizeof(T) * BN * LD);
         v = plan.add(sizeof(T) * BN * LD);
         q = plan.add(2 * sizeof(T) * BM * LD);  // two buffers of each
-        go = plan.add(2 * sizeof(T) * BM * LD);
+        go = plan.add((GONE ? 1 : 2) * sizeof(T) * BM * LD);
         lse = plan.add(2 * sizeof(float) * BM);
         delta = plan.add(2 * sizeof(float) * BM);
         mask = plan.add(BN);
@@ -581,6 +588,8 @@ struct TcDkdvLayout {
         t = plan.add(table ? sizeof(T) * (BM + BN) * LD : 0);
     }
 };
+template <class T, int D>
+using TcDkdvLayout = TcDkdvTiles<T, D, false>;
 
 // The skew of add_transposed_bias's exchange among the 8 lanes of a column: a tile X of C fragments (S^T: rows the
 // warp's keys r, columns the queries c) takes X[r][c] = Y[c - r + 15][c] from Y (G^T: 32 rows, two m-tiles; the
@@ -719,13 +728,16 @@ WAVEPE_DEVICE void dkdv_probs_interior(float (&st)[MT][NT][4], float (&dpt)[MT][
     }
 }
 
-// (the kernel, attn_bwd_dkdv_tc_kernel, below: QC query columns a chunk)
-template <class T, int D, bool TABLE, int QC>
+// (the kernel, attn_bwd_dkdv_tc_kernel, below: QC query columns a chunk).  GONE: dO in one buffer (TcDkdvTiles): a
+// block's dO is read by dP^T's and dV's products only, so the next block's dO is staged after a second barrier, once
+// every warp has its dV, under dK += dS^T Q (its Q, two buffers, at the step's start as elsewhere)
+template <class T, int D, bool TABLE, int QC, bool GONE = false>
 WAVEPE_DEVICE void dkdv_tc_cta(const AttnParams &p) {
-    using Lay = TcDkdvLayout<T, D>;
+    using Lay = TcDkdvTiles<T, D, GONE>;
     // DT: the accumulators' 8-column tiles, of the CTA's column slice
     constexpr int BN = Lay::BN, BM = Lay::BM, LD = Lay::LD, NT = QC / 8, DT = D / 8 / Lay::CS, KS = D / 16;
     static_assert(Traits<T>::kTensorCore && BM % QC == 0, "the tensor-core dK/dV takes bf16/fp16, whole chunks");
+    static_assert(!GONE || (!TABLE && QC == BM), "dO in one buffer: no table, one chunk a block");
     WAVEPE_SHARED_BASE(smem);
     constexpr bool has_table = TABLE;  // (a kernel of its own: the others keep their registers)
     // the band split: 1, the table-free instance over the interior blocks beyond the band (at head_dim 256; at 64 and
@@ -801,9 +813,15 @@ WAVEPE_DEVICE void dkdv_tc_cta(const AttnParams &p) {
         ring = ring + BM < W ? ring + BM : ring + BM - W;
         win = m0;
     };
-    auto stage = [&](auto interior_tag, const Cursor &c) {  // (tc_dkdv_stage)
-        tc_dkdv_stage<T, BM, D, LD, 128, decltype(interior_tag)::value>(p, ord, c, b, hk, Q0, dO0, lse0, delta0);
+    // (tc_dkdv_stage; WHAT: 1 Q, lse and D, 2 dO, 3 all)
+    auto stage = [&](auto interior_tag, const Cursor &c, auto what_tag) {
+        tc_dkdv_stage<T, BM, D, LD, 128, decltype(interior_tag)::value, decltype(what_tag)::value, GONE>(
+            p, ord, c, b, hk, Q0, dO0, lse0, delta0);
     };
+    using QOnly = std::integral_constant<int, 1>;
+    using dOOnly = std::integral_constant<int, 2>;
+    using QAnddO = std::integral_constant<int, 3>;
+    using QFirst = std::conditional_t<GONE, QOnly, QAnddO>;  // (what a step stages at its start)
     using Interior = std::true_type;
     using AnyBlock = std::false_type;
 
@@ -815,7 +833,7 @@ WAVEPE_DEVICE void dkdv_tc_cta(const AttnParams &p) {
     const int arow = (16 * warp + (lane & 15)) * LD + 8 * (lane >> 4);
     const int brow = ((lane & 7) + 8 * (lane >> 4)) * LD + 8 * ((lane >> 3) & 1);
     Cursor cur{0, 0, ord->next_phase[3], 0};  // (the first phase with blocks)
-    stage(AnyBlock{}, cur);
+    stage(AnyBlock{}, cur, QAnddO{});
     if (cur.phase < 3 && needs_window(cur)) stage_window(row0(cur));
     cp_async_commit();  // (with K and V)
     // BIAS: 0 the block has no table bias, 1 it has (the band), 2 it has if its window meets the table (masked
@@ -838,9 +856,9 @@ WAVEPE_DEVICE void dkdv_tc_cta(const AttnParams &p) {
             }
         }
         if (kind != kMasked)
-            stage(Interior{}, nxt);  // (the interior blocks come last)
+            stage(Interior{}, nxt, QFirst{});  // (the interior blocks come last)
         else
-            stage(AnyBlock{}, nxt);
+            stage(AnyBlock{}, nxt, QFirst{});
         if constexpr (BIAS != 0) {
             // the next block's first row, -1 when it needs no window: staged now where the buffer is free
             const int64_t next_m0 = !bias && nxt.phase < 3 && needs_window(nxt) ? row0(nxt) : -1;
@@ -855,10 +873,55 @@ WAVEPE_DEVICE void dkdv_tc_cta(const AttnParams &p) {
                 pending = false;
             }
         };
-        const T *const Qb = Q0 + c.buf * BM * LD, *const dOb = dO0 + c.buf * BM * LD;
+        const T *const Qb = Q0 + c.buf * BM * LD, *const dOb = dO0 + (GONE ? 0 : c.buf * BM * LD);
         const float *const lse_s = lse0 + c.buf * BM, *const delta_s = delta0 + c.buf * BM;
         const float slope_log2 = head_slope<T>(p, h) * float(kLog2e);
         int c_lo[2] = {0, 0}, c_hi[2] = {BM, BM};
+        if constexpr (GONE) {
+            // every warp meets the second barrier: those whose keys no query of the block sees skip the products
+            bool live = true;
+            if constexpr (kind == kMasked) {
+                live = wn0 < p.a.n;  // warp-uniform
+                if (live) {
+#pragma unroll
+                    for (int ri = 0; ri < 2; ++ri) {
+                        const int k = 16 * warp + frag_row(2 * ri);
+                        const int64_t lo = qlo[k] - (p.a.q_offset + m0), hi = qhi[k] - (p.a.q_offset + m0);
+                        c_lo[ri] = lo < 0 ? 0 : (lo > BM ? BM : int(lo));
+                        c_hi[ri] = hi < 0 ? 0 : (hi > BM ? BM : int(hi));
+                    }
+                    live = warp_any(c_lo[0] < c_hi[0] || c_lo[1] < c_hi[1]);
+                }
+            }
+            float st1[1][NT][4], dpt1[1][NT][4];  // (one m-tile: dkdv_probs_interior's)
+            float(&st)[NT][4] = st1[0], (&dpt)[NT][4] = dpt1[0];
+            if (live) {
+                zero_frags(st);
+                warp_abt_ldm<T, NT, KS, LD>(st, Ks + arow, Qb + brow);
+                zero_frags(dpt);
+                warp_abt_ldm<T, NT, KS, LD>(dpt, Vs + arow, dOb + brow);
+                if constexpr (kind == kMasked) {
+                    if (p.cap_log2 > 0.0)  // uniform
+                        dkdv_probs<true>(st, dpt, p, static_cast<const float *>(nullptr), 0, 16 * warp,
+                                         p.a.q_offset + m0 - wn0, c_lo, c_hi, lse_s, delta_s, scale_log2, slope_log2);
+                    else
+                        dkdv_probs<false>(st, dpt, p, static_cast<const float *>(nullptr), 0, 16 * warp,
+                                          p.a.q_offset + m0 - wn0, c_lo, c_hi, lse_s, delta_s, scale_log2, slope_log2);
+                } else {
+                    const float d0 = float(p.a.q_offset + m0 - wn0 + 2 * (lane & 3) - (lane >> 2));
+                    dkdv_probs_interior<kind>(st1, dpt1, lse_s, delta_s, p, scale_log2, slope_log2, d0);
+                }
+                warp_rb<T, NT, DT>(dv, st, dOb + col0, LD, DT, nullptr);
+            }
+            __syncthreads();  // every warp is done with dO
+            if (kind != kMasked)
+                stage(Interior{}, nxt, dOOnly{});
+            else
+                stage(AnyBlock{}, nxt, dOOnly{});
+            cp_async_commit();
+            if (live) warp_rb<T, NT, DT>(dk, dpt, Qb + col0, LD, DT, nullptr);
+            return;
+        }
         if constexpr (kind == kMasked) {
             window_landed();  // (before a warp leaves the step)
             if (wn0 >= p.a.n) return;  // warp-uniform
@@ -982,6 +1045,11 @@ WAVEPE_DEVICE void dkdv_tc_chunked(const AttnParams &p) {
 template <class T, int D, bool TABLE>
 __global__ void __launch_bounds__(128) attn_bwd_dkdv_tc_kernel(AttnParams p) {
     dkdv_tc_chunked<T, D, TABLE>(p);
+}
+// dO in one buffer (TcDkdvTiles' GONE): head_dim 256 without a table on 99 KiB devices (use_tc_dkdv_gone)
+template <class T>
+__global__ void __launch_bounds__(128) attn_bwd_dkdv_tc_gone_kernel(AttnParams p) {
+    dkdv_tc_cta<T, 256, false, 16, true>(p);
 }
 
 // ---- the wide tensor-core dK/dV ---------------------------------------------------------------------
@@ -2449,8 +2517,19 @@ bool tc_backward_applies(const AttnParams &p) {
            p.vec_q && p.vec_k && p.vec_v && p.vec_go && (p.pos_enc != WAVEPE_CUDA_PE_TABLE || p.vec_t) &&
            p.a.m < (int64_t(1) << 35) && p.a.n < (int64_t(1) << 35);
 }
+size_t tc_dkdv_gone_smem() { return TcDkdvTiles<__half, 256, true>(false).plan.total; }
+// Does the dK/dV pass run its instance with dO in one buffer (attn_bwd_dkdv_tc_gone_kernel)?  Head_dim 256 without a
+// table where the whole layout exceeds the device's shared memory and this one does not: the 99 KiB of sm_86, sm_89
+// and sm_120 (102,800 bytes against 94,352), which ran the general dK/dV there (12.4 other instructions per HMMA
+// in its main loop on sm_90's SASS).  Its dO copies wait for every warp's dV: latency the two buffers hid, exposed
+// for dK += dS^T Q and the next block's S^T (half of a block's 96 HMMA a warp).
+bool use_tc_dkdv_gone(const AttnParams &p) {
+    return p.a.d == 256 && p.pos_enc != WAVEPE_CUDA_PE_TABLE && tc_backward_applies(p) &&
+           !smem_fits_device(tc_dkdv_smem(256, false)) && smem_fits_device(tc_dkdv_gone_smem());
+}
 bool use_tc_dkdv(const AttnParams &p) {
-    return tc_backward_applies(p) && smem_fits_device(tc_dkdv_smem(p.a.d, p.pos_enc == WAVEPE_CUDA_PE_TABLE));
+    return tc_backward_applies(p) &&
+           (smem_fits_device(tc_dkdv_smem(p.a.d, p.pos_enc == WAVEPE_CUDA_PE_TABLE)) || use_tc_dkdv_gone(p));
 }
 size_t tc_dq_vone_smem() { return TcDqTiles<__half, 256, 1, true>(false).plan.total; }
 // Does the dQ pass run its instance with V in one buffer (attn_bwd_dq_tc_vone_kernel)?  Head_dim 256 without a table
@@ -2630,6 +2709,10 @@ cudaError_t launch_dkdv(AttnParams p, cudaStream_t stream) {
                 p.band_part = 0;  // (the band split without the wide dK/dV: the dQ's alone)
             }
             if (ctas == 0) return cudaSuccess;
+            if constexpr (DMAX == 256) {
+                if (use_tc_dkdv_gone(p))
+                    return launch_tc(attn_bwd_dkdv_tc_gone_kernel<T>, ctas, tc_dkdv_gone_smem(), stream, p);
+            }
             return launch_band_parts(
                 p, [](bool w) { return w ? attn_bwd_dkdv_tc_kernel<T, DMAX, true> : attn_bwd_dkdv_tc_kernel<T, DMAX, false>; },
                 [](bool w) { return Lay(w).plan.total; }, ctas, stream);
@@ -2803,9 +2886,10 @@ extern "C" size_t wavepe_cuda_attention_bwd_smem_bytes(const wavepe_attention_ar
             const bool table = a->table != nullptr, kv = use_tc_dkdv(p), q = use_tc_dq(p), dt = use_tc_dtable(p);
             if (kv || q || dt) {
                 const size_t general = bytes;
-                size_t on_kv = wide_dkdv(p) ? tc_dkdv_wide_smem(a->d)
-                               : kv         ? tc_dkdv_smem(a->d, table)
-                                            : general;
+                size_t on_kv = wide_dkdv(p)          ? tc_dkdv_wide_smem(a->d)
+                               : use_tc_dkdv_gone(p) ? tc_dkdv_gone_smem()
+                               : kv                  ? tc_dkdv_smem(a->d, table)
+                                                     : general;
                 const size_t on_q = wide_dq(p)         ? tc_dq_wide_smem(a->d)
                                     : use_tc_dq_vone(p) ? tc_dq_vone_smem()
                                     : q                 ? tc_dq_smem(a->d, table)
