@@ -920,51 +920,51 @@ WAVEPE_DEVICE void dkdv_tc_cta(const AttnParams &p) {
                 stage(AnyBlock{}, nxt, dOOnly{});
             cp_async_commit();
             if (live) warp_rb<T, NT, DT>(dk, dpt, Qb + col0, LD, DT, nullptr);
-            return;
-        }
-        if constexpr (kind == kMasked) {
-            window_landed();  // (before a warp leaves the step)
-            if (wn0 >= p.a.n) return;  // warp-uniform
-            // the lane's keys (rows g, g + 8) are seen by the block's query columns [c_lo, c_hi)
-#pragma unroll
-            for (int ri = 0; ri < 2; ++ri) {
-                const int k = 16 * warp + frag_row(2 * ri);
-                const int64_t lo = qlo[k] - (p.a.q_offset + m0), hi = qhi[k] - (p.a.q_offset + m0);
-                c_lo[ri] = lo < 0 ? 0 : (lo > BM ? BM : int(lo));
-                c_hi[ri] = hi < 0 ? 0 : (hi > BM ? BM : int(hi));
-            }
-            if (!warp_any(c_lo[0] < c_hi[0] || c_lo[1] < c_hi[1])) return;  // warp-uniform: no query sees a key
-        }
-        // QC query columns at a time (registers: S^T and dP^T of 16 x QC beside dK and dV's 16 x D; the
-        // table's instance at head_dim 128 on sm_120 takes its two chunks one after the other)
-#pragma unroll(TABLE && D == 128 && QC == 16 ? 1 : BM / QC)
-        for (int c0 = 0; c0 < BM; c0 += QC) {
-            float st1[1][NT][4], dpt1[1][NT][4];  // (one m-tile: dkdv_probs_interior's)
-            float(&st)[NT][4] = st1[0], (&dpt)[NT][4] = dpt1[0];
-            zero_frags(st);
-            warp_abt_ldm<T, NT, KS, LD>(st, Ks + arow, Qb + c0 * LD + brow);
-            if (BIAS != 0 && bias) {
-                window_landed();
-                add_transposed_bias<T, NT, BN, W, KS, LD>(st, Qb + c0 * LD, Ts, c0 + BN - 16 - 16 * warp, ring, brow);
-            }
-            zero_frags(dpt);
-            warp_abt_ldm<T, NT, KS, LD>(dpt, Vs + arow, dOb + c0 * LD + brow);
+        } else {
             if constexpr (kind == kMasked) {
-                const int lo[2] = {c_lo[0] - c0, c_lo[1] - c0}, hi[2] = {c_hi[0] - c0, c_hi[1] - c0};
-                if (p.cap_log2 > 0.0)  // uniform
-                    dkdv_probs<true>(st, dpt, p, static_cast<const float *>(nullptr), 0, 16 * warp,
-                                     p.a.q_offset + m0 + c0 - wn0, lo, hi, lse_s + c0, delta_s + c0, scale_log2,
-                                     slope_log2);
-                else
-                    dkdv_probs<false>(st, dpt, p, static_cast<const float *>(nullptr), 0, 16 * warp,
-                                      p.a.q_offset + m0 + c0 - wn0, lo, hi, lse_s + c0, delta_s + c0, scale_log2,
-                                      slope_log2);
-            } else {
-                const float d0 = float(p.a.q_offset + m0 + c0 - wn0 + 2 * (lane & 3) - (lane >> 2));
-                dkdv_probs_interior<kind>(st1, dpt1, lse_s + c0, delta_s + c0, p, scale_log2, slope_log2, d0);
+                window_landed();  // (before a warp leaves the step)
+                if (wn0 >= p.a.n) return;  // warp-uniform
+                // the lane's keys (rows g, g + 8) are seen by the block's query columns [c_lo, c_hi)
+#pragma unroll
+                for (int ri = 0; ri < 2; ++ri) {
+                    const int k = 16 * warp + frag_row(2 * ri);
+                    const int64_t lo = qlo[k] - (p.a.q_offset + m0), hi = qhi[k] - (p.a.q_offset + m0);
+                    c_lo[ri] = lo < 0 ? 0 : (lo > BM ? BM : int(lo));
+                    c_hi[ri] = hi < 0 ? 0 : (hi > BM ? BM : int(hi));
+                }
+                if (!warp_any(c_lo[0] < c_hi[0] || c_lo[1] < c_hi[1])) return;  // warp-uniform: no query sees a key
             }
-            warp_rb<T, NT, DT>(dv, st, dOb + c0 * LD + col0, LD, DT, nullptr);
-            warp_rb<T, NT, DT>(dk, dpt, Qb + c0 * LD + col0, LD, DT, nullptr);
+            // QC query columns at a time (registers: S^T and dP^T of 16 x QC beside dK and dV's 16 x D; the
+            // table's instance at head_dim 128 on sm_120 takes its two chunks one after the other)
+#pragma unroll(TABLE && D == 128 && QC == 16 ? 1 : BM / QC)
+            for (int c0 = 0; c0 < BM; c0 += QC) {
+                float st1[1][NT][4], dpt1[1][NT][4];  // (one m-tile: dkdv_probs_interior's)
+                float(&st)[NT][4] = st1[0], (&dpt)[NT][4] = dpt1[0];
+                zero_frags(st);
+                warp_abt_ldm<T, NT, KS, LD>(st, Ks + arow, Qb + c0 * LD + brow);
+                if (BIAS != 0 && bias) {
+                    window_landed();
+                    add_transposed_bias<T, NT, BN, W, KS, LD>(st, Qb + c0 * LD, Ts, c0 + BN - 16 - 16 * warp, ring, brow);
+                }
+                zero_frags(dpt);
+                warp_abt_ldm<T, NT, KS, LD>(dpt, Vs + arow, dOb + c0 * LD + brow);
+                if constexpr (kind == kMasked) {
+                    const int lo[2] = {c_lo[0] - c0, c_lo[1] - c0}, hi[2] = {c_hi[0] - c0, c_hi[1] - c0};
+                    if (p.cap_log2 > 0.0)  // uniform
+                        dkdv_probs<true>(st, dpt, p, static_cast<const float *>(nullptr), 0, 16 * warp,
+                                         p.a.q_offset + m0 + c0 - wn0, lo, hi, lse_s + c0, delta_s + c0, scale_log2,
+                                         slope_log2);
+                    else
+                        dkdv_probs<false>(st, dpt, p, static_cast<const float *>(nullptr), 0, 16 * warp,
+                                          p.a.q_offset + m0 + c0 - wn0, lo, hi, lse_s + c0, delta_s + c0, scale_log2,
+                                          slope_log2);
+                } else {
+                    const float d0 = float(p.a.q_offset + m0 + c0 - wn0 + 2 * (lane & 3) - (lane >> 2));
+                    dkdv_probs_interior<kind>(st1, dpt1, lse_s + c0, delta_s + c0, p, scale_log2, slope_log2, d0);
+                }
+                warp_rb<T, NT, DT>(dv, st, dOb + c0 * LD + col0, LD, DT, nullptr);
+                warp_rb<T, NT, DT>(dk, dpt, Qb + c0 * LD + col0, LD, DT, nullptr);
+            }
         }
     };
     using Masked = std::integral_constant<int, kMasked>;
