@@ -1415,10 +1415,7 @@ def test_band_split_onto_the_general_kernel_matches_oracle(lib, monkeypatch, cas
     prob = Attn(lib, dtype, seed=510 + case, **kw)
     assert lib.wavepe_cuda_attention_num_splits(C.byref(prob.a)) == 1
     assert fwd_kernel(lib, prob) == "band split: tensor-core beyond the band, general"
-    rows = kw["B"] * kw["H"] * kw["M"]
-    up = lambda x: -(-x // 256) * 256  # noqa: E731
-    assert lib.wavepe_cuda_attention_fwd_workspace_bytes(C.byref(prob.a), 1) == up(2 * rows * 256 * 4) + up(
-        2 * rows * 4) + up(2 * rows)
+    assert_band_split_workspace(lib, prob)
     general = lib.wavepe_cuda_attention_fwd_smem_bytes(C.byref(prob.a))
     launches(lib)
     check_attention(lib, dtype, backward=False, seed=510 + case, **kw)
@@ -1506,6 +1503,16 @@ def launches(lib):
 FWD_SPLIT_RUNS = [(0, E.BF16), (0, E.F16), (1, E.BF16), (2, E.F16), (3, E.BF16)]
 
 
+def assert_band_split_workspace(lib, prob):
+    """The forward's workspace of one split (num_splits 1) holds the band split's two partials of every row at head
+    dim 256: O (fp32), lse and a seen flag."""
+    B, H, _, M, _, d = prob.shape
+    rows = B * H * M
+    up = lambda x: -(-x // 256) * 256  # noqa: E731
+    assert d == 256 and lib.wavepe_cuda_attention_fwd_workspace_bytes(C.byref(prob.a), 1) == up(
+        2 * rows * d * 4) + up(2 * rows * 4) + up(2 * rows)
+
+
 @pytest.mark.parametrize("case,dtype", FWD_SPLIT_RUNS, ids=[f"{c}-{DTYPE_IDS[t]}" for c, t in FWD_SPLIT_RUNS])
 def test_tensor_core_forward_band_split_matches_oracle(lib, monkeypatch, dtype, case):
     kw = dict(BAND_SPLIT_CASES[case])
@@ -1513,11 +1520,7 @@ def test_tensor_core_forward_band_split_matches_oracle(lib, monkeypatch, dtype, 
     prob = Attn(lib, dtype, seed=450 + case, **kw)
     assert lib.wavepe_cuda_attention_num_splits(C.byref(prob.a)) == 1
     assert fwd_kernel(lib, prob) == "tensor-core, band split"
-    # the workspace of one split holds the two partials: O (fp32), lse and a seen flag a row
-    rows = kw["B"] * kw["H"] * kw["M"]
-    up = lambda x: -(-x // 256) * 256  # noqa: E731
-    assert lib.wavepe_cuda_attention_fwd_workspace_bytes(C.byref(prob.a), 1) == up(2 * rows * 256 * 4) + up(
-        2 * rows * 4) + up(2 * rows)
+    assert_band_split_workspace(lib, prob)
     launches(lib)
     check_attention(lib, dtype, backward=False, seed=450 + case, **kw)  # (the backward after it: below)
     assert launches(lib)[:3] == BAND_SPLIT_LAUNCHES

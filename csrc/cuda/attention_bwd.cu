@@ -304,6 +304,21 @@ WAVEPE_DEVICE bool dkdv_band_split_blocks(const AttnParams &p, int64_t b, int64_
     return true;
 }
 
+// The dK/dV kernels' query columns [c_lo[ri], c_hi[ri]) of a block of bq queries from m0 that see the lane's keys
+// (rows g, g + 8 of the warp's 16: ri = 0, 1; qlo / qhi, each key's queries): 32-bit, once a block.  Does some lane
+// of the warp have one (warp-uniform)?
+WAVEPE_DEVICE bool lane_key_columns(const AttnParams &p, const int64_t *qlo, const int64_t *qhi, int warp, int64_t m0,
+                                    int bq, int (&c_lo)[2], int (&c_hi)[2]) {
+#pragma unroll
+    for (int ri = 0; ri < 2; ++ri) {
+        const int k = 16 * warp + frag_row(2 * ri);
+        const int64_t lo = qlo[k] - (p.a.q_offset + m0), hi = qhi[k] - (p.a.q_offset + m0);
+        c_lo[ri] = lo < 0 ? 0 : (lo > bq ? bq : int(lo));
+        c_hi[ri] = hi < 0 ? 0 : (hi > bq ? bq : int(hi));
+    }
+    return warp_any(c_lo[0] < c_hi[0] || c_lo[1] < c_hi[1]);
+}
+
 template <class T, int DMAX, int B, int CS>
 __global__ void __launch_bounds__(B * 2, 1) attn_bwd_dkdv_kernel(AttnParams p) {
     using A = acc_t<T>;
@@ -389,17 +404,8 @@ __global__ void __launch_bounds__(B * 2, 1) attn_bwd_dkdv_kernel(AttnParams p) {
             }
             __syncthreads();
             if (wn0 >= p.a.n) continue;  // warp-uniform
-            // the lane's keys (rows g, g + 8: ri = 0, 1) are seen by the block's query columns
-            // [c_lo[ri], c_hi[ri]): 32-bit, once per block
             int c_lo[2], c_hi[2];
-#pragma unroll
-            for (int ri = 0; ri < 2; ++ri) {
-                const int k = 16 * warp + frag_row(2 * ri);
-                const int64_t lo = qlo[k] - (p.a.q_offset + m0), hi = qhi[k] - (p.a.q_offset + m0);
-                c_lo[ri] = lo < 0 ? 0 : (lo > B ? B : int(lo));
-                c_hi[ri] = hi < 0 ? 0 : (hi > B ? B : int(hi));
-            }
-            if (!warp_any(c_lo[0] < c_hi[0] || c_lo[1] < c_hi[1])) continue;  // warp-uniform: no query sees a key
+            if (!lane_key_columns(p, qlo, qhi, warp, m0, B, c_lo, c_hi)) continue;  // (no query sees a key)
 
             // S^T (16 keys x B queries) and dP^T = V dO^T; then P^T into st, dS^T into dpt
             A st[NT][4], dpt[NT][4];
@@ -881,17 +887,7 @@ WAVEPE_DEVICE void dkdv_tc_cta(const AttnParams &p) {
             // every warp meets the second barrier: those whose keys no query of the block sees skip the products
             bool live = true;
             if constexpr (kind == kMasked) {
-                live = wn0 < p.a.n;  // warp-uniform
-                if (live) {
-#pragma unroll
-                    for (int ri = 0; ri < 2; ++ri) {
-                        const int k = 16 * warp + frag_row(2 * ri);
-                        const int64_t lo = qlo[k] - (p.a.q_offset + m0), hi = qhi[k] - (p.a.q_offset + m0);
-                        c_lo[ri] = lo < 0 ? 0 : (lo > BM ? BM : int(lo));
-                        c_hi[ri] = hi < 0 ? 0 : (hi > BM ? BM : int(hi));
-                    }
-                    live = warp_any(c_lo[0] < c_hi[0] || c_lo[1] < c_hi[1]);
-                }
+                live = wn0 < p.a.n && lane_key_columns(p, qlo, qhi, warp, m0, BM, c_lo, c_hi);  // warp-uniform
             }
             float st1[1][NT][4], dpt1[1][NT][4];  // (one m-tile: dkdv_probs_interior's)
             float(&st)[NT][4] = st1[0], (&dpt)[NT][4] = dpt1[0];
@@ -924,15 +920,7 @@ WAVEPE_DEVICE void dkdv_tc_cta(const AttnParams &p) {
             if constexpr (kind == kMasked) {
                 window_landed();  // (before a warp leaves the step)
                 if (wn0 >= p.a.n) return;  // warp-uniform
-                // the lane's keys (rows g, g + 8) are seen by the block's query columns [c_lo, c_hi)
-#pragma unroll
-                for (int ri = 0; ri < 2; ++ri) {
-                    const int k = 16 * warp + frag_row(2 * ri);
-                    const int64_t lo = qlo[k] - (p.a.q_offset + m0), hi = qhi[k] - (p.a.q_offset + m0);
-                    c_lo[ri] = lo < 0 ? 0 : (lo > BM ? BM : int(lo));
-                    c_hi[ri] = hi < 0 ? 0 : (hi > BM ? BM : int(hi));
-                }
-                if (!warp_any(c_lo[0] < c_hi[0] || c_lo[1] < c_hi[1])) return;  // warp-uniform: no query sees a key
+                if (!lane_key_columns(p, qlo, qhi, warp, m0, BM, c_lo, c_hi)) return;  // (no query sees a key)
             }
             // QC query columns at a time (registers: S^T and dP^T of 16 x QC beside dK and dV's 16 x D; the
             // table's instance at head_dim 128 on sm_120 takes its two chunks one after the other)
