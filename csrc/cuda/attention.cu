@@ -172,10 +172,11 @@ WAVEPE_DEVICE void attn_fwd_cta(const AttnParams &p) {
     constexpr int NT = BN / 8, DT = DMAX / 8;
     WAVEPE_SHARED_BASE(smem);
     const bool has_table = p.pos_enc == WAVEPE_CUDA_PE_TABLE;
-    // K / V (and the window) double-buffered with cp.async where the launcher found room (BAND: it finds none -- the
-    // double buffers with the window, 125,472 bytes at head_dim 256, fit no device where the tensor-core CTA with
-    // it, 119,328, does not: band_split_on_general.  Still a run-time flag there: at compile time, ptxas built
-    // sm_120's loop heavier, 6,838 instructions for 166 HMMA where the general kernel's has 5,220)
+    // K / V (and the window) double-buffered with cp.async where the launcher found room (BAND: never -- the double
+    // buffers with the window, 125,472 bytes at head_dim 256, fit no device where the tensor-core CTA with it,
+    // 119,328, does not: band_split_on_general; launch_fwd_cfg keeps them off, so block j's buffer stays j - kb_begin's
+    // parity's.  Still a run-time flag there: at compile time, ptxas built sm_120's loop heavier, 6,838 instructions
+    // for 166 HMMA where the general kernel's has 5,220)
     const bool async_kv = p.async_kv, async_t = p.async_t;
     const FwdLayout<T, BM, BN> L(p.d_pad, has_table, async_kv, async_t);
     T *Qs = reinterpret_cast<T *>(smem + L.plan.off[L.q]);
@@ -272,11 +273,11 @@ WAVEPE_DEVICE void attn_fwd_cta(const AttnParams &p) {
         cp_async_commit();
     }
 
-    for (int64_t j = kb_begin, step = 0; j < kb_end; j = next_block(j + 1), ++step) {
+    for (int64_t j = kb_begin; j < kb_end; j = next_block(j + 1)) {
         const int64_t n0 = j * BN, jn = next_block(j + 1);  // (jn: the next block taken)
         const int64_t base = p.a.q_offset + m0 - n0 - p.a.r_lo;
         const bool tile_bias = block_bias(j);
-        const int cur = async_kv ? int((BAND ? step : j - kb_begin) & 1) : 0;  // (the buffer of block j)
+        const int cur = async_kv ? int((j - kb_begin) & 1) : 0;
         T *const Ks = cur ? K1 : K0, *const Vs = cur ? V1 : V0;
         T *const Ts = (async_t && cur) ? T1 : T0;
         __syncthreads();  // the previous tile is consumed (its buffers are free)
@@ -1027,23 +1028,6 @@ bool band_split_workspace_fits(const AttnParams &p) {
            !wavepe_mul_overflow(bytes, 2 * (p.a.d * 4 + 4 + 1), &bytes) && bytes <= int64_t(kBandSplitWorkspace);
 }
 
-// The forward's band split (band_split_pays): at head_dim 256 the window leaves the tensor-core forward's CTA
-// alone on an SM (119,328 bytes) where two fit without it (68,640; the registers allow no more: 251-252 a thread);
-// at 64 and 128 the wide instance may run (wide_rows_apply: more than 64 queries); and its workspace fits
-// (band_split_workspace_fits).  Not with packed heads
-// (decoding) or split-KV asked for (want > 1).
-bool band_split(const AttnParams &p, int64_t want) {
-    using Lay = TcFwdLayout<__half, 256>;  // (bf16's the same bytes)
-    if (want > 1 || p.pos_enc != WAVEPE_CUDA_PE_TABLE || !use_tc_forward(p) || pack_heads(p) ||
-        !(p.a.d == 256 || wide_rows_apply(p)))
-        return false;
-    if (!band_split_workspace_fits(p)) return false;
-    if (p.a.d == 256 &&
-        !(device_ctas_by_smem(Lay(true).plan.total) < 2 && device_ctas_by_smem(Lay(false).plan.total) >= 2))
-        return false;
-    return band_split_pays(p);
-}
-
 // On a device that holds the tensor-core forward's CTA at head_dim 256 without the table's window (68,640 bytes)
 // but not with it (119,328: past the 99 KiB of sm_86, sm_89 and sm_120), a table's call would run the general kernel
 // whole (32 x 32 tiles, 2 warps, 27.2 other instructions per HMMA in its main loop on sm_90's SASS, against the
@@ -1061,6 +1045,25 @@ bool band_split_on_general(const AttnParams &p, int64_t want) {
         smem_fits_device(tc_fwd_smem(256, true)) || !smem_fits_device(tc_fwd_smem(256, false)))
         return false;
     return band_split_workspace_fits(p) && band_split_pays(p, kBandSplitKeysGeneral, false);
+}
+
+// The forward's band split (band_split_pays): at head_dim 256 the window leaves the tensor-core forward's CTA
+// alone on an SM (119,328 bytes) where two fit without it (68,640; the registers allow no more: 251-252 a thread);
+// at 64 and 128 the wide instance may run (wide_rows_apply: more than 64 queries); and its workspace fits
+// (band_split_workspace_fits).  Not with packed heads
+// (decoding) or split-KV asked for (want > 1).  Where the tensor-core forward does not take the call, the band split
+// onto the general kernel (band_split_on_general).
+bool band_split(const AttnParams &p, int64_t want) {
+    using Lay = TcFwdLayout<__half, 256>;  // (bf16's the same bytes)
+    if (!use_tc_forward(p)) return band_split_on_general(p, want);
+    if (want > 1 || p.pos_enc != WAVEPE_CUDA_PE_TABLE || pack_heads(p) ||
+        !(p.a.d == 256 || wide_rows_apply(p)))
+        return false;
+    if (!band_split_workspace_fits(p)) return false;
+    if (p.a.d == 256 &&
+        !(device_ctas_by_smem(Lay(true).plan.total) < 2 && device_ctas_by_smem(Lay(false).plan.total) >= 2))
+        return false;
+    return band_split_pays(p);
 }
 
 // The tiles of the kernel that runs a call: rows and keys per CTA and key block.
@@ -1184,7 +1187,7 @@ cudaError_t launch_fwd_cfg(AttnParams p, cudaStream_t stream) {
     // double-buffer K/V (and the table window) with cp.async when rows are
     // 16-byte aligned and the second buffers fit the device's shared memory
     p.async_kv = p.async_t = 0;
-    if (p.vec_k && p.vec_v && p.blocks_per_split > 1) {
+    if (!BAND && p.vec_k && p.vec_v && p.blocks_per_split > 1) {  // (BAND: attn_fwd_cta steps over blocks)
         const size_t optin = device_smem_optin();
         p.async_kv = FwdLayout<T, BM, BN>(p.d_pad, table, true, false).plan.total <= optin;
         p.async_t = p.async_kv && table && p.vec_t && FwdLayout<T, BM, BN>(p.d_pad, table, true, true).plan.total <= optin;
@@ -1240,7 +1243,7 @@ int64_t effective_splits(const wavepe_attention_args *a, int64_t want) {
     const int64_t bn = fwd_dims(p).bn;
     int64_t first;
     const int64_t kb_total = visible_key_blocks(a, bn, &first);
-    if (want <= 1 && kb_total > 0 && (band_split(p, want) || band_split_on_general(p, want))) return 2;
+    if (want <= 1 && kb_total > 0 && band_split(p, want)) return 2;
     if (want <= 1 || kb_total <= 1) return 1;
     const int64_t per = ceil_div(kb_total, want);
     return ceil_div(kb_total, per);
@@ -1323,8 +1326,7 @@ extern "C" cudaError_t wavepe_cuda_attention_fwd(const wavepe_attention_args *a,
     if (wavepe_cuda_attention_check(a, 0, num_splits, nullptr) != WAVEPE_OK) return cudaErrorInvalidValue;
     AttnParams p = attention_params(a);
     p.num_splits = effective_splits(a, num_splits);
-    // (the launcher takes both parts)
-    p.band_part = p.num_splits == 2 && (band_split(p, num_splits) || band_split_on_general(p, num_splits)) ? 1 : 0;
+    p.band_part = p.num_splits == 2 && band_split(p, num_splits) ? 1 : 0;  // (the launcher takes both parts)
     if (p.num_splits > 1) {
         const size_t need = wavepe_cuda_attention_fwd_workspace_bytes(a, num_splits);
         if (workspace == nullptr || workspace_bytes < need) return cudaErrorInvalidValue;
@@ -1357,8 +1359,8 @@ extern "C" const char *wavepe_cuda_attention_fwd_kernel(const wavepe_attention_a
     if (a == nullptr) return nullptr;
     const AttnParams p = attention_params(a);
     if (!use_tc_forward(p))
-        return band_split_on_general(p, wavepe_cuda_attention_num_splits(a)) ? "band split: tensor-core beyond the band, general"
-                                                                             : "general";
+        return band_split(p, wavepe_cuda_attention_num_splits(a)) ? "band split: tensor-core beyond the band, general"
+                                                                  : "general";
     if (pack_heads(p)) return "tensor-core, GQA heads packed";
     if (wide_forward(p)) return "tensor-core, 32 rows a warp";
     return band_split(p, wavepe_cuda_attention_num_splits(a)) ? "tensor-core, band split" : "tensor-core";
