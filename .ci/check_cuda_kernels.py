@@ -142,9 +142,9 @@ MIX_CEILING = {
     ("attn_bwd_dq_tc_vone_kernel", ""): 4.3,
     ("attn_bwd_dkdv_tc_kernel", "256, false"): 6.45, ("attn_bwd_dkdv_tc_kernel", "256, true"): 6.45,
     # its instance with dO in one buffer (99 KiB devices, no table; sm_90 never runs it): a second barrier a block
-    # and dO's copies apart from Q's (the block's address derived twice) -- 67 instructions more a block, ~4.75
-    # executed where the two buffers' take 4.05
-    ("attn_bwd_dkdv_tc_gone_kernel", ""): 7.8,
+    # and dO's copies apart from Q's (from the address its first stage found: DoutRows) -- 19 instructions more a
+    # block, ~4.25 executed where the two buffers' take 4.05 (6.3 statically; 7.3, 67 more, deriving it twice)
+    ("attn_bwd_dkdv_tc_gone_kernel", ""): 6.8,
     # the learned table's dT on the tensor cores (head dim, then whether the call has a soft-cap: an instance
     # each): the interior tiles' loop, a tile's dS recomputed (S, the window's bias, dP: 224 HMMA at 128) and
     # dT_win += H^T Q (64), per tile also the copies, the row ranges and three barriers; the soft-cap adds a
@@ -192,7 +192,7 @@ SMEM_CEILING = {
     ("attn_bwd_dkdv_tc_kernel", "128, false"): 387, ("attn_bwd_dkdv_tc_kernel", "128, true"): 387,
     ("attn_bwd_dkdv_tc_kernel", "64, false"): 371, ("attn_bwd_dkdv_tc_kernel", "64, true"): 371,
     ("attn_bwd_dkdv_tc_kernel", "256, false"): 487, ("attn_bwd_dkdv_tc_kernel", "256, true"): 487,
-    ("attn_bwd_dkdv_tc_gone_kernel", ""): 501,
+    ("attn_bwd_dkdv_tc_gone_kernel", ""): 495,
     # the wide dK/dV (32 keys x 32 queries a warp for S^T and dP^T: K 128, Q 128 an HMMA, V and dO the same; 32 keys x
     # D for dV += P^T dO, dK += dS^T Q: P^T's fragments 64, dO's 128 at 128 -- 192 at 64; the P^T, dS^T stores, the
     # copies, the rows' statistics): 256 at 128, at the line; 303 at 64
@@ -302,7 +302,7 @@ def occupancy(regs: int, threads: int, smem: int, arch: str) -> tuple[int, int]:
 COPY_COST_CEILING = {
     ("attn_bwd_dkdv_tc_kernel", "128, false"): 308, ("attn_bwd_dkdv_tc_kernel", "128, true"): 502,
     ("attn_bwd_dkdv_tc_kernel", "256, false"): 308, ("attn_bwd_dkdv_tc_kernel", "256, true"): 502,
-    ("attn_bwd_dkdv_tc_gone_kernel", ""): 307,
+    ("attn_bwd_dkdv_tc_gone_kernel", ""): 301,
     ("attn_bwd_dkdv_tc_kernel", "64, false"): 324, ("attn_bwd_dkdv_tc_kernel", "64, true"): 502,
     ("attn_bwd_dkdv_tc_wide_kernel", "128, 1"): 286, ("attn_bwd_dkdv_tc_wide_kernel", "128, 2"): 286,
     ("attn_bwd_dkdv_tc_wide_kernel", "128, 3"): 288, ("attn_bwd_dkdv_tc_wide_kernel", "64, 1"): 288,
@@ -376,7 +376,7 @@ OTHER_LOOP_CEILING = {
     ("attn_bwd_dkdv_tc_kernel", "64, true"): (6.6, 7.05, 8.85, 21.4),
     # (head dim 256: static counts, S's and dP's loops of 4 steps inside taken once)
     ("attn_bwd_dkdv_tc_kernel", "256, false"): (7.35, 8.0, 22.35),
-    ("attn_bwd_dkdv_tc_gone_kernel", ""): (8.8, 9.6, 23.5),
+    ("attn_bwd_dkdv_tc_gone_kernel", ""): (8.65, 9.4, 22.95),
     ("attn_bwd_dkdv_tc_kernel", "256, true"): (8.0, 9.65, 10.8, 23.5),
     # the wide dK/dV: its masked blocks (each whole: dkdv_probs' selection; soft-capped in the soft-cap's instance)
     ("attn_bwd_dkdv_tc_wide_kernel", "128, 1"): (6.3,), ("attn_bwd_dkdv_tc_wide_kernel", "128, 2"): (6.3,),
