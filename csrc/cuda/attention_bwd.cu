@@ -579,7 +579,9 @@ WAVEPE_DEVICE DoutRows<T> tc_dkdv_stage(const AttnParams &p, const TcDkdvOrder *
 }
 
 // GONE's copy of a block's dO rows (src: tc_dkdv_stage's answer) into dO's one buffer, the copies tc_dkdv_stage's WHAT
-// = 3 makes (cp.async, NTHREADS threads; the caller commits).  INTERIOR: as tc_dkdv_stage's.
+// = 3 makes (cp.async, NTHREADS threads; the caller commits).  INTERIOR: as tc_dkdv_stage's.  (tc_dkdv_stage keeps
+// its own two calls: with its dO copies made here, ptxas allocated the other dK/dV kernels' registers anew -- 8 bytes
+// spilled in the wide dK/dV on sm_90, 40 in the table instance at 128 on sm_100, its main loops 0.1 heavier.)
 template <class T, int BM, int D, int LD, int NTHREADS, bool INTERIOR>
 WAVEPE_DEVICE void tc_dkdv_stage_dout(const DoutRows<T> &src, int64_t stride, T *dO0) {
     if (src.first == nullptr) return;
