@@ -1442,7 +1442,85 @@ def test_band_split_onto_the_general_kernel_random_shapes(lib, monkeypatch, dtyp
               softcap=softcap, seed=data.draw(st.integers(0, 2**31), label="seed"))
     split = fwd_kernel(lib, Attn(lib, dtype, **kw)) == "band split: tensor-core beyond the band, general"
     assert split or M % 64, kw
-    check_attention(lib, dtype, backward=False, **kw)
+    # the backward's band split onto the general kernels (bwd_band_split_on_general): where the forward's is, by the
+    # same rule (band_split_pays_general)
+    assert bwd_kernel(lib, Attn(lib, dtype, **kw)) == ("band split: tensor-core beyond the band, general" if split
+                                                       else "general"), kw
+    check_attention(lib, dtype, **kw)
+
+
+# ... and the backward's (bwd_band_split_on_general in csrc/cuda/attention_bwd.cu): where the tensor-core dQ and dK/dV
+# fit without the table's window only (their one-buffer instances on such a device), each pass runs the interior blocks
+# beyond the band on the table-free tensor-core instance, leaving fp32 sums, and the masked and the band's blocks on
+# the general kernel, which steps over the first's blocks (the tensor-core CTAs': the dQ's 64 rows, the
+# dK/dV's 64 keys) and adds the sums before its stores.
+@pytest.mark.parametrize("case,dtype", GENERAL_BAND_SPLIT_RUNS,
+                         ids=[f"{c}-{DTYPE_IDS[t]}" for c, t in GENERAL_BAND_SPLIT_RUNS])
+def test_backward_band_split_onto_the_general_kernels_matches_oracle(lib, monkeypatch, case, dtype):
+    kw = dict(GENERAL_BAND_SPLIT_CASES[case])
+    for name, value in SM_99_KIB.items():
+        monkeypatch.setenv(name, value)
+    prob = Attn(lib, dtype, seed=540 + case, **kw)
+    split = "band split: tensor-core beyond the band, general"
+    assert bwd_kernel(lib, prob) == dkdv_kernel(lib, prob) == split
+    prob.forward()
+    launches(lib)
+    prob = check_attention(lib, dtype, seed=540 + case, **kw)
+    got = launches(lib)
+    # (the workspace: the first partials' fp32 sums of dQ, dK and dV besides the rest)
+    B, H, Hk, M, N, d = prob.shape
+    assert lib.wavepe_cuda_attention_bwd_workspace_bytes(C.byref(prob.a)) >= 4 * d * (B * H * M + 2 * B * Hk * N)
+    assert lib.wavepe_cuda_attention_bwd_smem_bytes(C.byref(prob.a)) == DKDV_GONE_BYTES
+    # (the forward's three, the backward's: delta, the dK/dV's two partials, the dQ's, the dT's and its fold)
+    general = got[got.index(DKDV_GONE_BYTES) + 1]
+    assert got[got.index(DKDV_GONE_BYTES):got.index(DQ_VONE_BYTES) + 2] == [DKDV_GONE_BYTES, general, DQ_VONE_BYTES,
+                                                                            general], got
+    assert_grads_normwise(prob, dtype)
+
+
+def test_backward_band_split_onto_the_general_kernels_only_where_it_applies(lib, monkeypatch):
+    kw = dict(GENERAL_BAND_SPLIT_CASES[0])
+    for name, value in SM_99_KIB.items():
+        monkeypatch.setenv(name, value)
+    split = "band split: tensor-core beyond the band, general"
+    assert bwd_kernel(lib, Attn(lib, E.BF16, **kw)) == split
+    # not with documents, key padding, a clamped table, too few keys beyond the band, another head dim, fp32, rows off
+    # 16 bytes, or a workspace over 1 GiB
+    for change in (dict(cu=[[0, 100, 1400]]), dict(kpm=True), dict(clamp=True), dict(R=1000),
+                   dict(N=600, off=536), dict(d=192), dict(row_pad=4)):
+        assert bwd_kernel(lib, Attn(lib, E.BF16, **dict(kw, **change))) == "general", change
+    assert bwd_kernel(lib, Attn(lib, E.F32, **kw)) == "general"
+    big = Attn(lib, E.BF16, **kw)
+    big.a.batch = (1 << 30) // (4 * 256 * (64 + 2 * 1400)) + 1
+    assert bwd_kernel(lib, big) == "general"
+    # where the table's instances fit (an A100's 163 KiB), the tensor-core backward; where the table-free ones fit
+    # with two buffers (the dK/dV's 102,800 bytes), the first partials on them
+    shape = kernel_checks().CTA_SHAPE
+    dq_full, kv_full = shape[("attn_bwd_dq_tc_kernel", "256, false")][1], shape[("attn_bwd_dkdv_tc_kernel", "256, false")][1]
+    monkeypatch.setenv("WAVEPE_EMU_SMEM_OPTIN", str(163 * 1024))
+    assert bwd_kernel(lib, Attn(lib, E.BF16, **kw)) in ("tensor-core", "tensor-core, band split")
+    for optin, want in ((kv_full, {dq_full, kv_full}), (dq_full, {dq_full, DKDV_GONE_BYTES})):
+        monkeypatch.setenv("WAVEPE_EMU_SMEM_OPTIN", str(optin))
+        prob = Attn(lib, E.BF16, **kw)
+        assert bwd_kernel(lib, prob) == split, optin
+        prob.forward()
+        launches(lib)
+        prob.backward(False)
+        got = set(launches(lib)) & {dq_full, kv_full, DQ_VONE_BYTES, DKDV_GONE_BYTES}
+        assert got == want, (optin, got)
+    check_attention(lib, E.BF16, **kw)  # (the last: two buffers for the dQ's first partial, one for the dK/dV's)
+    # a missing barrier or a shared buffer read before its copy shows in another thread order
+    monkeypatch.setenv("WAVEPE_EMU_SMEM_OPTIN", str(99 * 1024))
+    kw = dict(GENERAL_BAND_SPLIT_CASES[1], seed=29)
+    runs = []
+    for order in (None, "serial"):
+        if order:
+            monkeypatch.setenv("WAVEPE_EMU_ORDER", order)
+        prob = Attn(lib, E.F16, **kw)
+        prob.forward()
+        runs.append(prob.backward(False))
+    for x, y in zip(*runs):
+        np.testing.assert_array_equal(x, y)
 
 
 def test_band_split_onto_the_general_kernel_only_where_it_applies(lib, monkeypatch):

@@ -225,19 +225,20 @@ def test_tensor_core_forward_band_split_keeps_garbage_where_it_belongs(lib, monk
     assert np.isnan(out).all() and np.isnan(lse).all()
 
 
-@pytest.mark.parametrize("d", [256, 128])
-def test_tensor_core_backward_band_split_keeps_garbage_where_it_belongs(lib, monkeypatch, d):
+@pytest.mark.parametrize("d,device", [(256, "H100"), (128, "H100"), (256, "99 KiB")])
+def test_tensor_core_backward_band_split_keeps_garbage_where_it_belongs(lib, monkeypatch, d, device):
     """The backward's band split (the table-free dQ and dK/dV -- at 128 the wide ones -- over the blocks beyond the
-    band, then the table's, adding their sums): NaN in a key beyond the band (the first launches') reaches every
-    row's dq through the sums the second launches add, and dq, dk, dv hold NaN where one pass leaves them (at 128:
-    WAVEPE_CUDA_WIDE=0, unsplit).  (Garbage on the band and the diagonal takes the table's instances as without the
-    split: the tests above.)"""
-    from .test_cuda_emu import H100_SM, bwd_kernel, dkdv_kernel
+    band, then the table's -- on a 99 KiB device at 256 the general kernels --, adding their sums): NaN in a key
+    beyond the band (the first launches') reaches every row's dq through the sums the second launches add, and dq,
+    dk, dv hold NaN where one pass leaves them (at 128: WAVEPE_CUDA_WIDE=0, unsplit).  (Garbage on the band and the
+    diagonal takes the table's instances as without the split: the tests above.)"""
+    from .test_cuda_emu import H100_SM, SM_99_KIB, bwd_kernel, dkdv_kernel
 
-    for name, value in dict(H100_SM, WAVEPE_EMU_SMS="1").items():
+    for name, value in (dict(H100_SM, WAVEPE_EMU_SMS="1") if device == "H100" else SM_99_KIB).items():
         monkeypatch.setenv(name, value)
-    kw = dict(_band_split_case(d), seed=23)  # key 5 beyond the band of every row
-    assert bwd_kernel(lib, Attn(lib, E.BF16, **kw)) == dkdv_kernel(lib, Attn(lib, E.BF16, **kw)) == "tensor-core, band split"
+    kw = dict(_band_split_case(d, device), seed=23)  # key 5 beyond the band of every row
+    split = "tensor-core, band split" if device == "H100" else "band split: tensor-core beyond the band, general"
+    assert bwd_kernel(lib, Attn(lib, E.BF16, **kw)) == dkdv_kernel(lib, Attn(lib, E.BF16, **kw)) == split
     at = np.arange(kw["N"])[None, :] == 5
     clean, dirty = _dirty_vs_clean(lib, E.BF16, at, float("nan"), want_dtable=False, **kw)
     assert np.isfinite(clean["dq"]).all() and np.isnan(dirty["dq"]).any(axis=-1).all()

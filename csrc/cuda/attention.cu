@@ -981,6 +981,9 @@ static bool band_split_pays(const AttnParams &p, int64_t min_keys, bool third) {
 }
 
 bool band_split_pays(const AttnParams &p) { return band_split_pays(p, kBandSplitKeys, true); }
+// (kBandSplitKeysGeneral: band_split_on_general, below)
+constexpr int64_t kBandSplitKeysGeneral = 512;
+bool band_split_pays_general(const AttnParams &p) { return band_split_pays(p, kBandSplitKeysGeneral, false); }
 
 namespace {
 
@@ -1037,14 +1040,14 @@ bool band_split_workspace_fits(const AttnParams &p) {
 // tensor-core loop's instructions an HMMA), so the split pays from a few hundred keys a row beyond the band: the
 // partials' round trip, 16 d bytes a row (4 KiB at 256: ~4 ns at ~1 TB/s), is what ~50-80 keys a row cost the
 // general kernel over the tensor-core one (such a GPU's ~80 TFLOP/s with fp32 sums, 4 d FLOP a key, 5-7x) --
-// kBandSplitKeysGeneral is that with room for the two launches more; no share of the blocks asked.  Unmeasured, as
-// the rest of the model.
-constexpr int64_t kBandSplitKeysGeneral = 512;
+// kBandSplitKeysGeneral is that with room for the two launches more; no share of the blocks asked
+// (band_split_pays_general; the backward's, onto its general kernels, the same: bwd_band_split_on_general).
+// Unmeasured, as the rest of the model.
 bool band_split_on_general(const AttnParams &p, int64_t want) {
     if (want > 1 || p.pos_enc != WAVEPE_CUDA_PE_TABLE || p.a.d != 256 || !tc_forward_shape(p) ||
         smem_fits_device(tc_fwd_smem(256, true)) || !smem_fits_device(tc_fwd_smem(256, false)))
         return false;
-    return band_split_workspace_fits(p) && band_split_pays(p, kBandSplitKeysGeneral, false);
+    return band_split_workspace_fits(p) && band_split_pays_general(p);
 }
 
 // The forward's band split (band_split_pays): at head_dim 256 the window leaves the tensor-core forward's CTA

@@ -290,9 +290,11 @@ WAVEPE_DEVICE void dkdv_band_blocks(const AttnParams &p, int64_t n0, int bn, int
 // blocks between, the first partial's.  For the group's rows these are interior blocks of the CTA too (rows that
 // see a group's every key see each of its keys).  False (kq, bb, be as they were) where the group has no interior:
 // the first partial took none of its blocks, the CTA takes them all.
+// GN, GM: the first partial's CTA's keys and query blocks -- the wide dK/dV's (128, 64) at 64 and 128; at 256, for the
+// band split onto the general dK/dV (bwd_band_split_on_general), the tensor-core dK/dV's (64, 16).
+template <int GN = 128, int GM = 64>
 WAVEPE_DEVICE bool dkdv_band_split_blocks(const AttnParams &p, int64_t b, int64_t n0, int bm, KeyBlockQueries &kq,
                                           int64_t &bb, int64_t &be) {
-    constexpr int GN = 128, GM = 64;
     const int64_t g0 = n0 - n0 % GN;
     const KeyBlockQueries g = key_block_queries_of(
         [&](int c, int64_t &lo, int64_t &hi) { key_query_range(p, b, g0 + c, lo, hi); }, GN, GM, p);
@@ -318,6 +320,16 @@ WAVEPE_DEVICE bool lane_key_columns(const AttnParams &p, const int64_t *qlo, con
     }
     return warp_any(c_lo[0] < c_hi[0] || c_lo[1] < c_hi[1]);
 }
+
+// The tensor-core backward's blocks at head_dim 256, which the band split onto the general kernels follows
+// (bwd_band_split_on_general: the first partial on the tensor cores, the second here): a dK/dV CTA's 64 keys in query
+// blocks of 16 rows, a dQ CTA's 64 rows in key blocks of 16 keys (checked at TcDkdvTiles and TcDqTiles).
+constexpr int kTc256DkdvKeys = 64, kTc256DkdvRows = 16, kTc256DqRows = 64, kTc256DqKeys = 16;
+
+// The second partial of the band split onto the general kernels (p.band_part 2: bwd_band_split_on_general) -- bf16 /
+// fp16 at head_dim 256 only: the other instances carry none of it.
+template <class T, int DMAX>
+constexpr bool kGeneralBandSplit = Traits<T>::kTensorCore && DMAX == 256;
 
 template <class T, int DMAX, int B, int CS>
 __global__ void __launch_bounds__(B * 2, 1) attn_bwd_dkdv_kernel(AttnParams p) {
@@ -366,12 +378,22 @@ __global__ void __launch_bounds__(B * 2, 1) attn_bwd_dkdv_kernel(AttnParams p) {
     const KeyBlockQueries kq = key_block_queries(qlo, qhi, B, B, p);
     const int64_t i_start = kq.i_start, i_end = kq.i_end;
     const A scale_log2 = scale * A(kLog2e);  // as the forward's scores (scores_log2)
+    // the band split's second partial (kGeneralBandSplit): the tensor-core dK/dV's CTA holding these keys took the
+    // interior query blocks beyond its band, [sib, sbb) and [sbe, sie) (this CTA's blocks: 16 rows), every head's
+    int64_t sib = 0, sbb = 0, sbe = 0, sie = 0;
+    if constexpr (kGeneralBandSplit<T, DMAX>) {
+        static_assert(B == kTc256DkdvRows, "the general dK/dV's query blocks: the tensor-core one's");
+        KeyBlockQueries g = kq;
+        if (p.band_part == 2 && dkdv_band_split_blocks<kTc256DkdvKeys, kTc256DkdvRows>(p, b, n0, B, g, sbb, sbe))
+            sib = g.ib, sie = g.ie;
+    }
     for (int64_t h = hk * p.group; h < (hk + 1) * p.group; ++h) {
         const int64_t bh = b * p.a.heads + h;
         const A slope_log2 = head_slope<T>(p, h) * A(kLog2e);
         const T *qg = static_cast<const T *>(p.a.q) + b * p.a.q_strides[0] + h * p.a.q_strides[1];
         const T *gog = static_cast<const T *>(p.a.dout) + b * p.a.dout_strides[0] + h * p.a.dout_strides[1];
         for (int64_t i = i_start; i < i_end; ++i) {
+            if (kGeneralBandSplit<T, DMAX> && ((i >= sib && i < sbb) || (i >= sbe && i < sie))) continue;  // (uniform)
             const int64_t m0 = i * B;
             const int64_t base = p.a.q_offset + m0 - n0 - p.a.r_lo;
             const bool tile_bias = has_table && table_rows_hit(p, base - (B - 1), base + B - 1);
@@ -430,14 +452,22 @@ __global__ void __launch_bounds__(B * 2, 1) attn_bwd_dkdv_kernel(AttnParams p) {
     for (int ri = 0; ri < 2; ++ri) {
         const int64_t n = wn0 + frag_row(2 * ri);
         if (n >= p.a.n) continue;
-        T *dkr = static_cast<T *>(p.a.dk) + ((b * p.a.kv_heads + hk) * p.a.n + n) * p.a.d;
-        T *dvr = static_cast<T *>(p.a.dv) + ((b * p.a.kv_heads + hk) * p.a.n + n) * p.a.d;
+        const int64_t row = (b * p.a.kv_heads + hk) * p.a.n + n;
+        T *dkr = static_cast<T *>(p.a.dk) + row * p.a.d;
+        T *dvr = static_cast<T *>(p.a.dv) + row * p.a.d;
 #pragma unroll
         for (int dt = 0; dt < DT; ++dt)
 #pragma unroll
             for (int e = 0; e < 2; ++e) {
                 const int col = cs.c0 + dt * 8 + 2 * t4 + e;
                 if (dt < dt_active && col < p.a.d) {
+                    if constexpr (kGeneralBandSplit<T, DMAX>) {
+                        if (p.band_part == 2) {  // the first partial's fp32 sums (dK's rows, then dV's)
+                            const float *const sk = static_cast<const float *>(p.split_dkv) + row * p.a.d;
+                            dk[dt][2 * ri + e] += sk[col];
+                            dv[dt][2 * ri + e] += sk[p.a.batch * p.a.kv_heads * p.a.n * p.a.d + col];
+                        }
+                    }
                     dkr[col] = from_acc<T>(dk[dt][2 * ri + e] * scale);
                     dvr[col] = from_acc<T>(dv[dt][2 * ri + e]);
                 }
@@ -623,6 +653,8 @@ struct TcDkdvTiles {
 };
 template <class T, int D>
 using TcDkdvLayout = TcDkdvTiles<T, D, false>;
+static_assert(TcDkdvLayout<__half, 256>::BN == kTc256DkdvKeys && TcDkdvLayout<__half, 256>::BM == kTc256DkdvRows,
+              "the band split onto the general dK/dV follows these blocks");
 
 // The skew of add_transposed_bias's exchange among the 8 lanes of a column: a tile X of C fragments (S^T: rows the
 // warp's keys r, columns the queries c) takes X[r][c] = Y[c - r + 15][c] from Y (G^T: 32 rows, two m-tiles; the
@@ -1332,7 +1364,17 @@ __global__ void __launch_bounds__(B * 2, 1) attn_bwd_dq_kernel(AttnParams p) {
     const bool warp_rows = wm0 < p.a.m;
     A *gw = Gs + warp * 16 * gld;
     A slope_acc = 0;  // this lane's share of d loss / d slope_h
+    // the band split's second partial (kGeneralBandSplit): the tensor-core dQ's CTA holding these rows took its
+    // interior key blocks beyond its band, [sib, sbb) and [sbe, sie) -- none where it is a partial last one
+    // (band_split_blocks' WHOLE groups: its 64 rows; blocks of 16 keys, this CTA's)
+    int64_t sib = kb_stop, sie = kb_stop, sbb = kb_stop, sbe = kb_stop;
+    if constexpr (kGeneralBandSplit<T, DMAX>) {
+        static_assert(B == kTc256DqKeys && kTc256DqRows % B == 0, "the general dQ's blocks: within the tensor-core one's");
+        if (p.band_part == 2)
+            band_split_blocks<kTc256DqRows, true>(p, b, m0, kTc256DqKeys, B, kb_stop, sib, sie, sbb, sbe);
+    }
     for (int64_t j = kb_start; j < kb_stop; ++j) {
+        if (kGeneralBandSplit<T, DMAX> && ((j >= sib && j < sbb) || (j >= sbe && j < sie))) continue;  // (uniform)
         const int64_t n0 = j * B;
         const int64_t base = p.a.q_offset + m0 - n0 - p.a.r_lo;
         const bool tile_bias = has_table && table_rows_hit(p, base - (B - 1), base + B - 1);
@@ -1396,7 +1438,13 @@ __global__ void __launch_bounds__(B * 2, 1) attn_bwd_dq_kernel(AttnParams p) {
 #pragma unroll
             for (int e = 0; e < 2; ++e) {
                 const int col = cs.c0 + dt * 8 + 2 * t4 + e;
-                if (dt < dt_active && col < p.a.d) dqr[col] = from_acc<T>(dq[dt][2 * ri + e] * scale);
+                if (dt < dt_active && col < p.a.d) {
+                    if constexpr (kGeneralBandSplit<T, DMAX>) {
+                        if (p.band_part == 2)  // the first partial's fp32 sums
+                            dq[dt][2 * ri + e] += static_cast<const float *>(p.split_dq)[(bh * p.a.m + m) * p.a.d + col];
+                    }
+                    dqr[col] = from_acc<T>(dq[dt][2 * ri + e] * scale);
+                }
             }
     }
 }
@@ -1453,6 +1501,8 @@ struct TcDqTiles {
 };
 template <class T, int D>
 using TcDqLayout = TcDqTiles<T, D, 1>;
+static_assert(TcDqLayout<__half, 256>::BM == kTc256DqRows && TcDqLayout<__half, 256>::BN == kTc256DqKeys,
+              "the band split onto the general dQ follows these blocks");
 template <class T, int D>
 using TcDqWideLayout = TcDqTiles<T, D, 2>;
 
@@ -2617,20 +2667,52 @@ bool use_tc_dtable_ksplit(const AttnParams &p) { return !smem_fits_device(tc_dta
 // table instance, dkdv_band_split_blocks), else it runs once.
 bool dkdv_split_applies(const AttnParams &p) { return p.a.d == 256 || wide_dkdv_fits(p); }
 
-// The backward's band split (band_split_pays in attention.cu): the tensor-core dK/dV and dQ both take the call;
+// The backward's band split (band_split_pays in attention.cu): the tensor-core dK/dV and dQ both take the call (or
+// neither, at head_dim 256 on a 99 KiB device: bwd_band_split_on_general);
 // at head_dim 256 each one's window leaves its CTA alone on an SM where two fit without it (151,376 / 160,032
 // bytes against 102,800 / 102,432), both split; at 64 and 128 the dQ's first partial runs the wide instance
 // (wide_dq_fits), the dK/dV's the wide one where it fits (bwd_dkdv_band_split); and the fp32 sums the first
 // launches leave (dQ's B H M rows; where the dK/dV splits dK's and dV's B Hkv N each) stay within
 // kBandSplitWorkspace.
-bool bwd_band_split(const AttnParams &p) {
-    if (p.pos_enc != WAVEPE_CUDA_PE_TABLE || !use_tc_dkdv(p) || !use_tc_dq(p) || !(p.a.d == 256 || wide_dq_fits(p)))
-        return false;
+// Do the band split's fp32 sums (dQ's B H M rows; where the dK/dV splits, dK's and dV's B Hkv N each) stay within
+// kBandSplitWorkspace?  (Then M < 2^19: band_split_pays's count is short.)
+bool bwd_band_split_workspace_fits(const AttnParams &p) {
     int64_t q_rows, kv_rows, rows, bytes;
-    if (wavepe_mul_overflow(p.a.batch, p.a.heads, &q_rows) || wavepe_mul_overflow(q_rows, p.a.m, &q_rows) ||
-        wavepe_mul_overflow(p.a.batch, p.a.kv_heads, &kv_rows) || wavepe_mul_overflow(kv_rows, p.a.n, &kv_rows) ||
-        wavepe_mul_overflow(kv_rows, dkdv_split_applies(p) ? 2 : 0, &rows) || wavepe_add_overflow(rows, q_rows, &rows) ||
-        wavepe_mul_overflow(rows, p.a.d * 4, &bytes) || bytes > int64_t(kBandSplitWorkspace))
+    return !(wavepe_mul_overflow(p.a.batch, p.a.heads, &q_rows) || wavepe_mul_overflow(q_rows, p.a.m, &q_rows) ||
+             wavepe_mul_overflow(p.a.batch, p.a.kv_heads, &kv_rows) || wavepe_mul_overflow(kv_rows, p.a.n, &kv_rows) ||
+             wavepe_mul_overflow(kv_rows, dkdv_split_applies(p) ? 2 : 0, &rows) ||
+             wavepe_add_overflow(rows, q_rows, &rows) || wavepe_mul_overflow(rows, p.a.d * 4, &bytes) ||
+             bytes > int64_t(kBandSplitWorkspace));
+}
+
+// The table-free tensor-core dQ / dK/dV at head_dim 256 that this device holds -- with two buffers, else the one-buffer
+// instance (99 KiB devices) -- as the band split onto the general kernels runs its first partial on it.
+bool tc_dq_256_two_buffers() { return smem_fits_device(tc_dq_smem(256, false)); }
+bool tc_dkdv_256_two_buffers() { return smem_fits_device(tc_dkdv_smem(256, false)); }
+
+// On a device that holds the tensor-core backward's CTAs at head_dim 256 without the table's window (93,984 / 94,352
+// bytes with V's / dO's one buffer) but not with it (160,032 / 151,376: past the 99 KiB of sm_86, sm_89 and sm_120),
+// a table's call ran the general dQ and dK/dV whole (17.0 / 12.4 other instructions per HMMA in their main loops on
+// sm_90's SASS, 2 warps a CTA).  The band split onto the general kernels: the interior blocks beyond the band on the
+// tensor cores (the first partial: attn_bwd_dq_tc_vone_kernel, attn_bwd_dkdv_tc_gone_kernel -- or the two-buffer
+// table-free instances where they fit), leaving their fp32 sums in the workspace; the masked and the band's blocks on
+// the general kernels (the second: attn_bwd_dq_kernel / attn_bwd_dkdv_kernel with p.band_part 2, kGeneralBandSplit),
+// which step over the first partial's blocks (the tensor-core CTAs': band_split_blocks for the dQ's 64 rows,
+// dkdv_band_split_blocks for the dK/dV's 64 keys) and add its sums before their stores -- the same owner CTA for each
+// row, a fixed order: deterministic.  From kBandSplitKeysGeneral's keys a row beyond the band, as the forward's
+// (band_split_pays_general: a moved block saves most of its time; the round trip, 3 x 4 d bytes a row and key row).
+bool bwd_band_split_on_general(const AttnParams &p) {
+    return p.pos_enc == WAVEPE_CUDA_PE_TABLE && p.a.d == 256 && tc_backward_applies(p) && !use_tc_dq(p) &&
+           !use_tc_dkdv(p) && (tc_dq_256_two_buffers() || smem_fits_device(tc_dq_vone_smem())) &&
+           (tc_dkdv_256_two_buffers() || smem_fits_device(tc_dkdv_gone_smem())) && bwd_band_split_workspace_fits(p) &&
+           band_split_pays_general(p);
+}
+
+bool bwd_band_split(const AttnParams &p) {
+    if (p.pos_enc == WAVEPE_CUDA_PE_TABLE && p.a.d == 256 && !use_tc_dq(p) && !use_tc_dkdv(p))
+        return bwd_band_split_on_general(p);
+    if (p.pos_enc != WAVEPE_CUDA_PE_TABLE || !use_tc_dkdv(p) || !use_tc_dq(p) || !(p.a.d == 256 || wide_dq_fits(p)) ||
+        !bwd_band_split_workspace_fits(p))
         return false;
     for (const bool dkdv : {true, false}) {
         if (p.a.d < 256) break;  // (at 64 and 128: wide_dq_fits)
@@ -2731,6 +2813,22 @@ cudaError_t launch_dkdv(AttnParams p, cudaStream_t stream) {
                 [](bool w) { return Lay(w).plan.total; }, ctas, stream);
         }
     }
+    if constexpr (kGeneralBandSplit<T, DMAX>) {
+        if (p.band_part != 0) {  // (bwd_band_split_on_general) the first partial on the table-free tensor-core dK/dV
+            using Lay = TcDkdvLayout<T, 256>;
+            const int64_t tc_ctas = p.a.batch * p.a.kv_heads * ceil_div(p.a.n, Lay::BN) * Lay::CS;
+            AttnParams q = p;
+            q.band_part = 1;
+            const cudaError_t err =
+                tc_ctas == 0                ? cudaSuccess
+                : tc_dkdv_256_two_buffers() ? launch_tc(attn_bwd_dkdv_tc_kernel<T, 256, false>, tc_ctas,
+                                                        Lay(false).plan.total, stream, q)
+                                            : launch_tc(attn_bwd_dkdv_tc_gone_kernel<T>, tc_ctas, tc_dkdv_gone_smem(),
+                                                        stream, q);
+            if (err != cudaSuccess) return err;
+            p.band_part = 2;
+        }
+    }
     constexpr int B = BwdCfg<T, DMAX>::B, CS = BwdCfg<T, DMAX>::CS_DKDV;
     const int64_t ctas = p.a.batch * p.a.kv_heads * ceil_div(p.a.n, B);
     if (ctas == 0 || p.a.d == 0) return cudaSuccess;
@@ -2742,7 +2840,7 @@ cudaError_t launch_dkdv(AttnParams p, cudaStream_t stream) {
 
 // The dQ pass (and ALiBi's d slope partials): a CTA per (batch, head, block of p.dq_rows queries).
 template <class T, int DMAX>
-cudaError_t launch_dq(const AttnParams &p, cudaStream_t stream) {
+cudaError_t launch_dq(AttnParams p, cudaStream_t stream) {
     const int64_t ctas = p.a.batch * p.a.heads * ceil_div(p.a.m, p.dq_rows);
     if (ctas == 0 || (p.a.d == 0 && p.a.dslopes == nullptr)) return cudaSuccess;
     if constexpr (Traits<T>::kTensorCore) {
@@ -2774,6 +2872,20 @@ cudaError_t launch_dq(const AttnParams &p, cudaStream_t stream) {
             return launch_band_parts(
                 p, [](bool w) { return w ? attn_bwd_dq_tc_kernel<T, DMAX, true> : attn_bwd_dq_tc_kernel<T, DMAX, false>; },
                 [](bool w) { return TcDqLayout<T, DMAX>(w).plan.total; }, ctas, stream);
+    }
+    if constexpr (kGeneralBandSplit<T, DMAX>) {
+        if (p.band_part != 0) {  // (bwd_band_split_on_general) the first partial on the table-free tensor-core dQ
+            using Lay = TcDqLayout<T, 256>;
+            const int64_t tc_ctas = p.a.batch * p.a.heads * ceil_div(p.a.m, Lay::BM);
+            AttnParams q = p;
+            q.band_part = 1;
+            const cudaError_t err =
+                tc_dq_256_two_buffers()
+                    ? launch_tc(attn_bwd_dq_tc_kernel<T, 256, false>, tc_ctas, Lay(false).plan.total, stream, q)
+                    : launch_tc(attn_bwd_dq_tc_vone_kernel<T>, tc_ctas, tc_dq_vone_smem(), stream, q);
+            if (err != cudaSuccess) return err;
+            p.band_part = 2;
+        }
     }
     constexpr int B = BwdCfg<T, DMAX>::B, CS = BwdCfg<T, DMAX>::CS_DQ;
     const BwdLayout<T, B> L(p.d_pad, p.pos_enc == WAVEPE_CUDA_PE_TABLE);
@@ -2897,7 +3009,12 @@ extern "C" size_t wavepe_cuda_attention_bwd_smem_bytes(const wavepe_attention_ar
             // the general layout (the general dT's too)
             const AttnParams p = attention_params(a);
             const bool table = a->table != nullptr, kv = use_tc_dkdv(p), q = use_tc_dq(p), dt = use_tc_dtable(p);
-            if (kv || q || dt) {
+            if (bwd_band_split_on_general(p)) {  // (the general kernels' and the table-free tensor-core ones')
+                const size_t on_kv = tc_dkdv_256_two_buffers() ? tc_dkdv_smem(256, false) : tc_dkdv_gone_smem();
+                const size_t on_q = tc_dq_256_two_buffers() ? tc_dq_smem(256, false) : tc_dq_vone_smem();
+                if (on_kv > bytes) bytes = on_kv;
+                if (on_q > bytes) bytes = on_q;
+            } else if (kv || q || dt) {
                 const size_t general = bytes;
                 size_t on_kv = wide_dkdv(p)          ? tc_dkdv_wide_smem(a->d)
                                : use_tc_dkdv_gone(p) ? tc_dkdv_gone_smem()
@@ -2928,6 +3045,7 @@ extern "C" const char *wavepe_cuda_attention_bwd_kernel(const wavepe_attention_a
     if (a == nullptr) return nullptr;
     const AttnParams p = attention_params(a);
     const bool kv = use_tc_dkdv(p), q = use_tc_dq(p);
+    if (bwd_band_split_on_general(p)) return "band split: tensor-core beyond the band, general";
     if (kv && q && bwd_band_split(p)) return "tensor-core, band split";
     if (kv && q && wide_dq(p)) return "tensor-core, dQ 32 rows a warp";
     return kv && q ? "tensor-core" : q ? "tensor-core dQ, general dK/dV" : kv ? "tensor-core dK/dV, general dQ" : "general";
@@ -2936,6 +3054,7 @@ extern "C" const char *wavepe_cuda_attention_bwd_kernel(const wavepe_attention_a
 extern "C" const char *wavepe_cuda_attention_bwd_dkdv_kernel(const wavepe_attention_args *a) {
     if (a == nullptr) return nullptr;
     const AttnParams p = attention_params(a);
+    if (bwd_band_split_on_general(p)) return "band split: tensor-core beyond the band, general";
     if (bwd_dkdv_band_split(p)) return "tensor-core, band split";
     return wide_dkdv(p) ? "tensor-core, 32 keys a warp" : use_tc_dkdv(p) ? "tensor-core" : "general";
 }

@@ -88,6 +88,9 @@ inline bool wide_rows_apply(const AttnParams &p) {
 // Whether a call with a table (head_dim 64, 128 or 256) gains from the band split: the conditions that do not depend on the
 // kernels (attention.cu says which and why); each direction adds its kernels' shared memory and workspace.
 bool band_split_pays(const AttnParams &p);
+// ... where the split's second partial runs on a general kernel (head_dim 256 with a table on a 99 KiB device): from
+// fewer keys a row beyond the band, whatever their share of the blocks (attention.cu, kBandSplitKeysGeneral).
+bool band_split_pays_general(const AttnParams &p);
 // The most workspace a band split takes (the forward's two partials, the backward's fp32 dQ, dK and dV); beyond
 // it, the calls run as one launch a kernel.
 constexpr size_t kBandSplitWorkspace = size_t(1) << 30;

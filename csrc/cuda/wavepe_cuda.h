@@ -105,13 +105,16 @@ const char *wavepe_cuda_attention_fwd_kernel(const wavepe_attention_args *a);
  * two of its CTAs an SM), "tensor-core, band split" (a table's
  * long call: each kernel as two launches, the blocks beyond the table's band without its window -- at head_dim 64
  * and 128 on the wide instances; the dK/dV runs once where the wide one does not fit --, then the others; the
- * workspace holds the first ones' sums), "tensor-core dQ, general dK/dV" or "tensor-core dK/dV,
+ * workspace holds the first ones' sums), "band split: tensor-core beyond the band, general" (the same at head_dim
+ * 256 on a device holding the tensor-core CTAs without the table's window only -- sm_86 / sm_89 / sm_120 --, the
+ * second launches on the general kernels), "tensor-core dQ, general dK/dV" or "tensor-core dK/dV,
  * general dQ" (a device granting the one's shared memory and not the other's) or "general"; NULL for NULL. */
 const char *wavepe_cuda_attention_bwd_kernel(const wavepe_attention_args *a);
 /* The backward's dK/dV kernel alone: "tensor-core, 32 keys a warp" (the wide instance: head_dim 64 or 128 without
  * a table, more than 64 queries, its shared memory within the device's: 180 KiB at 128), "tensor-core, band split"
  * (a table's long call: the blocks beyond its band first -- at head_dim 64 and 128 on the wide instance --, the
- * others on the 16-key table instance), "tensor-core" (16 keys a warp) or "general"; NULL for NULL. */
+ * others on the 16-key table instance), "band split: tensor-core beyond the band, general" (as the backward's),
+ * "tensor-core" (16 keys a warp) or "general"; NULL for NULL. */
 const char *wavepe_cuda_attention_bwd_dkdv_kernel(const wavepe_attention_args *a);
 /* The kernel that computes a learned table's gradient dtable: "tensor-core" (bf16/fp16, head_dim 64 or 128,
  * rows on 16 bytes, its shared memory within the device's: 103 KiB at 128), "tensor-core, K in two halves"
