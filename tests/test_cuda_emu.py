@@ -1403,6 +1403,13 @@ GENERAL_BAND_SPLIT_CASES = [
     dict(B=2, H=1, Hk=1, M=96, N=1300, d=256, off=1204, causal=True, pe=1, R=20, r_lo=5),
 ]
 SM_99_KIB = dict(WAVEPE_EMU_SMEM_OPTIN=str(99 * 1024), WAVEPE_EMU_SMEM_PER_SM=str(100 * 1024), WAVEPE_EMU_SMS="1")
+GENERAL_SPLIT = "band split: tensor-core beyond the band, general"  # (fwd_kernel's, bwd_kernel's, dkdv_kernel's name)
+
+
+def on_99_kib(monkeypatch):
+    """The emulated device an sm_86 / sm_89 / sm_120: 99 KiB a CTA (one SM: SM_99_KIB)."""
+    for name, value in SM_99_KIB.items():
+        monkeypatch.setenv(name, value)
 GENERAL_BAND_SPLIT_RUNS = [(0, E.BF16), (0, E.F16), (1, E.BF16), (2, E.F16), (3, E.BF16)]
 
 
@@ -1410,11 +1417,10 @@ GENERAL_BAND_SPLIT_RUNS = [(0, E.BF16), (0, E.F16), (1, E.BF16), (2, E.F16), (3,
                          ids=[f"{c}-{DTYPE_IDS[t]}" for c, t in GENERAL_BAND_SPLIT_RUNS])
 def test_band_split_onto_the_general_kernel_matches_oracle(lib, monkeypatch, case, dtype):
     kw = dict(GENERAL_BAND_SPLIT_CASES[case])
-    for name, value in SM_99_KIB.items():
-        monkeypatch.setenv(name, value)
+    on_99_kib(monkeypatch)
     prob = Attn(lib, dtype, seed=510 + case, **kw)
     assert lib.wavepe_cuda_attention_num_splits(C.byref(prob.a)) == 1
-    assert fwd_kernel(lib, prob) == "band split: tensor-core beyond the band, general"
+    assert fwd_kernel(lib, prob) == GENERAL_SPLIT
     assert_band_split_workspace(lib, prob)
     general = lib.wavepe_cuda_attention_fwd_smem_bytes(C.byref(prob.a))
     launches(lib)
@@ -1435,17 +1441,15 @@ def test_band_split_onto_the_general_kernel_matches_oracle(lib, monkeypatch, cas
        softcap=st.sampled_from([0.0, 0.0, 2.5]), data=st.data())
 def test_band_split_onto_the_general_kernel_random_shapes(lib, monkeypatch, dtype, B, group, M, N, causal, R, r_lo,
                                                            window, softcap, data):
-    for name, value in SM_99_KIB.items():
-        monkeypatch.setenv(name, value)
+    on_99_kib(monkeypatch)
     off = data.draw(st.integers(N - M - 100, N - M) if causal else st.integers(0, N), label="off")
     kw = dict(B=B, H=group, Hk=1, M=M, N=N, d=256, off=off, causal=causal, pe=1, R=R, r_lo=r_lo, window=window,
               softcap=softcap, seed=data.draw(st.integers(0, 2**31), label="seed"))
-    split = fwd_kernel(lib, Attn(lib, dtype, **kw)) == "band split: tensor-core beyond the band, general"
+    split = fwd_kernel(lib, Attn(lib, dtype, **kw)) == GENERAL_SPLIT
     assert split or M % 64, kw
     # the backward's band split onto the general kernels (bwd_band_split_on_general): where the forward's is, by the
     # same rule (band_split_pays_general)
-    assert bwd_kernel(lib, Attn(lib, dtype, **kw)) == ("band split: tensor-core beyond the band, general" if split
-                                                       else "general"), kw
+    assert bwd_kernel(lib, Attn(lib, dtype, **kw)) == (GENERAL_SPLIT if split else "general"), kw
     check_attention(lib, dtype, **kw)
 
 
@@ -1458,10 +1462,9 @@ def test_band_split_onto_the_general_kernel_random_shapes(lib, monkeypatch, dtyp
                          ids=[f"{c}-{DTYPE_IDS[t]}" for c, t in GENERAL_BAND_SPLIT_RUNS])
 def test_backward_band_split_onto_the_general_kernels_matches_oracle(lib, monkeypatch, case, dtype):
     kw = dict(GENERAL_BAND_SPLIT_CASES[case])
-    for name, value in SM_99_KIB.items():
-        monkeypatch.setenv(name, value)
+    on_99_kib(monkeypatch)
     prob = Attn(lib, dtype, seed=540 + case, **kw)
-    split = "band split: tensor-core beyond the band, general"
+    split = GENERAL_SPLIT
     assert bwd_kernel(lib, prob) == dkdv_kernel(lib, prob) == split
     prob.forward()
     launches(lib)
@@ -1480,9 +1483,8 @@ def test_backward_band_split_onto_the_general_kernels_matches_oracle(lib, monkey
 
 def test_backward_band_split_onto_the_general_kernels_only_where_it_applies(lib, monkeypatch):
     kw = dict(GENERAL_BAND_SPLIT_CASES[0])
-    for name, value in SM_99_KIB.items():
-        monkeypatch.setenv(name, value)
-    split = "band split: tensor-core beyond the band, general"
+    on_99_kib(monkeypatch)
+    split = GENERAL_SPLIT
     assert bwd_kernel(lib, Attn(lib, E.BF16, **kw)) == split
     # not with documents, key padding, a clamped table, too few keys beyond the band, another head dim, fp32, rows off
     # 16 bytes, or a workspace over 1 GiB
@@ -1525,9 +1527,8 @@ def test_backward_band_split_onto_the_general_kernels_only_where_it_applies(lib,
 
 def test_band_split_onto_the_general_kernel_only_where_it_applies(lib, monkeypatch):
     kw = dict(GENERAL_BAND_SPLIT_CASES[0])
-    for name, value in SM_99_KIB.items():
-        monkeypatch.setenv(name, value)
-    split = "band split: tensor-core beyond the band, general"
+    on_99_kib(monkeypatch)
+    split = GENERAL_SPLIT
     assert fwd_kernel(lib, Attn(lib, E.BF16, **kw)) == split
     # not with split-KV asked, documents, key padding, a clamped table, too few keys beyond the band (512 a row on
     # average), another head dim, fp32, rows off 16 bytes, or a workspace over 1 GiB

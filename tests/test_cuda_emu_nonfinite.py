@@ -193,7 +193,7 @@ def test_tensor_core_forward_band_split_keeps_garbage_where_it_belongs(lib, monk
     partial's), in the band and on the causal diagonal (the second's) reach the rows that see them as the oracle
     says, and leave the rows before a key as they were; scores of -inf on every key beyond the band (the first
     partial all -inf) leave the rows finite; on every key, NaN (0/0, as in one pass)."""
-    from .test_cuda_emu import H100_SM, SM_99_KIB, fwd_kernel
+    from .test_cuda_emu import GENERAL_SPLIT, H100_SM, SM_99_KIB, fwd_kernel
 
     for name, value in (dict(H100_SM, WAVEPE_EMU_SMS="1") if device == "H100" else SM_99_KIB).items():
         monkeypatch.setenv(name, value)  # (no split-KV picked)
@@ -201,8 +201,7 @@ def test_tensor_core_forward_band_split_keeps_garbage_where_it_belongs(lib, monk
     n, off = kw["N"], kw["off"]
     dtype = E.F16
     base = Attn(lib, dtype, **kw)
-    assert fwd_kernel(lib, base) == (
-        "tensor-core, band split" if device == "H100" else "band split: tensor-core beyond the band, general")
+    assert fwd_kernel(lib, base) == ("tensor-core, band split" if device == "H100" else GENERAL_SPLIT)
     clean_out, _ = base.forward()
     for bad, key in ((float("nan"), 5), (float("inf"), 5), (float("nan"), off - 16), (float("inf"), off + 34)):
         k, v = base.k.copy(), base.v.copy()
@@ -232,12 +231,12 @@ def test_tensor_core_backward_band_split_keeps_garbage_where_it_belongs(lib, mon
     beyond the band (the first launches') reaches every row's dq through the sums the second launches add, and dq,
     dk, dv hold NaN where one pass leaves them (at 128: WAVEPE_CUDA_WIDE=0, unsplit).  (Garbage on the band and the
     diagonal takes the table's instances as without the split: the tests above.)"""
-    from .test_cuda_emu import H100_SM, SM_99_KIB, bwd_kernel, dkdv_kernel
+    from .test_cuda_emu import GENERAL_SPLIT, H100_SM, SM_99_KIB, bwd_kernel, dkdv_kernel
 
     for name, value in (dict(H100_SM, WAVEPE_EMU_SMS="1") if device == "H100" else SM_99_KIB).items():
         monkeypatch.setenv(name, value)
     kw = dict(_band_split_case(d, device), seed=23)  # key 5 beyond the band of every row
-    split = "tensor-core, band split" if device == "H100" else "band split: tensor-core beyond the band, general"
+    split = "tensor-core, band split" if device == "H100" else GENERAL_SPLIT
     assert bwd_kernel(lib, Attn(lib, E.BF16, **kw)) == dkdv_kernel(lib, Attn(lib, E.BF16, **kw)) == split
     at = np.arange(kw["N"])[None, :] == 5
     clean, dirty = _dirty_vs_clean(lib, E.BF16, at, float("nan"), want_dtable=False, **kw)
