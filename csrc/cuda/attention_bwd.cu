@@ -941,7 +941,10 @@ WAVEPE_DEVICE void dkdv_tc_cta(const AttnParams &p) {
         const float slope_log2 = head_slope<T>(p, h) * float(kLog2e);
         int c_lo[2] = {0, 0}, c_hi[2] = {BM, BM};
         if constexpr (GONE) {
-            // every warp meets the second barrier: those whose keys no query of the block sees skip the products
+            // every warp meets the second barrier: those whose keys no query of the block sees skip the products.
+            // (The products and probabilities below are the chunk loop's with c0 = 0 and no bias, written out: one
+            // lambda for both, measured 2026-11-30, moved ptxas's choices in the head_dim-64 instances -- sm_90's
+            // table instance 3.8 -> 4.0 other instructions an HMMA, 237 -> 188 registers -- and this kernel's on sm_120.)
             bool live = true;
             if constexpr (kind == kMasked) {
                 live = wn0 < p.a.n && lane_key_columns(p, qlo, qhi, warp, m0, BM, c_lo, c_hi);  // warp-uniform
