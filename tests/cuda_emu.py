@@ -312,6 +312,8 @@ def lib() -> C.CDLL:
             ("wavepe_cuda_relbias_bwd", [C.POINTER(RelBiasArgs), C.c_uint, ptr, sz, ptr], cint),
             ("wavepe_cuda_attention_check", [C.POINTER(AttentionArgs), cint, i64, ptr], cint),
             ("wavepe_cuda_attention_num_splits", [C.POINTER(AttentionArgs)], i64),
+            ("wavepe_cuda_attention_fwd_padded_head_dim", [C.POINTER(AttentionArgs)], i64),
+            ("wavepe_cuda_attention_bwd_padded_head_dim", [C.POINTER(AttentionArgs)], i64),
             ("wavepe_cuda_attention_fwd_smem_bytes", [C.POINTER(AttentionArgs)], sz),
             ("wavepe_cuda_attention_bwd_smem_bytes", [C.POINTER(AttentionArgs)], sz),
             ("wavepe_cuda_attention_fwd_workspace_bytes", [C.POINTER(AttentionArgs), i64], sz),

@@ -260,6 +260,11 @@ ATTN_CASES = [
     # blocks beyond the wavelet's band (~1,750 keys) on attn_fwd_tc_wide_kernel / attn_bwd_dq_tc_wide_kernel /
     # attn_bwd_dkdv_tc_wide_kernel, the others on the 16-row (16-key) table instances; a partial last group of 128 rows
     (1, 2, 1, 200, 6000, 128, "wavelet", True, None, False),
+    # ... and head dims without a tensor-core instance (Phi-3-mini's 96 with the wavelet, Phi-2's 80 with ALiBi and
+    # padding, a learned table at 192): bf16/fp16 on copies zero-padded to 128 / 256 (docs/CUDA.md, "Padded head dims")
+    (1, 4, 2, 130, 300, 96, "wavelet", True, None, False),
+    (1, 2, 1, 100, 200, 80, "alibi", False, 0, True),
+    (1, 2, 2, 80, 160, 192, "relative", True, None, False),
 ]
 
 

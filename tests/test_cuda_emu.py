@@ -1486,10 +1486,11 @@ def test_backward_band_split_onto_the_general_kernels_only_where_it_applies(lib,
     on_99_kib(monkeypatch)
     split = GENERAL_SPLIT
     assert bwd_kernel(lib, Attn(lib, E.BF16, **kw)) == split
-    # not with documents, key padding, a clamped table, too few keys beyond the band, another head dim, fp32, rows off
-    # 16 bytes, or a workspace over 1 GiB
+    # not with documents, key padding, a clamped table, too few keys beyond the band, a head dim no padded call takes
+    # (32: padded_head_dim), fp32, rows off 16 bytes, or a workspace over 1 GiB; a head dim padded to 256 (192) does
+    assert bwd_kernel(lib, Attn(lib, E.BF16, **dict(kw, d=192))) == split
     for change in (dict(cu=[[0, 100, 1400]]), dict(kpm=True), dict(clamp=True), dict(R=1000),
-                   dict(N=600, off=536), dict(d=192), dict(row_pad=4)):
+                   dict(N=600, off=536), dict(d=32), dict(row_pad=4)):
         assert bwd_kernel(lib, Attn(lib, E.BF16, **dict(kw, **change))) == "general", change
     assert bwd_kernel(lib, Attn(lib, E.F32, **kw)) == "general"
     big = Attn(lib, E.BF16, **kw)
@@ -1531,13 +1532,15 @@ def test_band_split_onto_the_general_kernel_only_where_it_applies(lib, monkeypat
     split = GENERAL_SPLIT
     assert fwd_kernel(lib, Attn(lib, E.BF16, **kw)) == split
     # not with split-KV asked, documents, key padding, a clamped table, too few keys beyond the band (512 a row on
-    # average), another head dim, fp32, rows off 16 bytes, or a workspace over 1 GiB
+    # average), a head dim no padded call takes (32), fp32, rows off 16 bytes, or a workspace over 1 GiB; a head dim
+    # padded to 256 (192) does
     prob = Attn(lib, E.BF16, splits=2, **kw)
     launches(lib)
     prob.forward()
     assert launches(lib) == [lib.wavepe_cuda_attention_fwd_smem_bytes(C.byref(prob.a)), 0]  # general split-KV
+    assert fwd_kernel(lib, Attn(lib, E.BF16, **dict(kw, d=192))) == split
     for change in (dict(cu=[[0, 100, 1400]]), dict(kpm=True), dict(clamp=True), dict(R=1000),
-                   dict(N=600, off=536), dict(d=192), dict(row_pad=4)):
+                   dict(N=600, off=536), dict(d=32), dict(row_pad=4)):
         assert fwd_kernel(lib, Attn(lib, E.BF16, **dict(kw, **change))) == "general", change
     assert fwd_kernel(lib, Attn(lib, E.F32, **kw)) == "general"
     assert fwd_kernel(lib, Attn(lib, E.BF16, **dict(kw, pe=0))) == "tensor-core"  # no table: 67 KiB
@@ -1739,10 +1742,11 @@ def test_tensor_core_forward_band_split_only_where_it_pays(lib, monkeypatch):
 
 
 def test_tensor_core_forward_is_taken_only_where_it_applies(lib):
-    # another head dim, rows not on 16 bytes, fp32: the general kernel
-    for dtype, kw in ((E.F16, dict(d=96, pe=0)), (E.BF16, dict(d=64, pe=0, row_pad=4)),
-                      (E.BF16, dict(d=192, pe=2)), (E.F32, dict(d=256, pe=0))):
-        prob = Attn(lib, dtype, B=1, H=1, Hk=1, M=70, N=70, off=0, causal=True, **kw)
+    # another head dim (fewer than 64 queries: not padded, test_padded_head_dims_only_where_they_apply), rows not on
+    # 16 bytes, fp32: the general kernel
+    for dtype, kw in ((E.F16, dict(d=96, pe=0, M=40)), (E.BF16, dict(d=64, pe=0, row_pad=4)),
+                      (E.BF16, dict(d=192, pe=2, M=40)), (E.F32, dict(d=256, pe=0))):
+        prob = Attn(lib, dtype, **dict(dict(B=1, H=1, Hk=1, M=70, N=70, off=0, causal=True), **kw))
         assert fwd_kernel(lib, prob) == "general", kw
     prob = Attn(lib, E.F16, B=1, H=1, Hk=1, M=70, N=70, d=64, off=0, causal=True, pe=0, row_pad=8)
     assert fwd_kernel(lib, prob) == "tensor-core, 32 rows a warp"  # strided rows on 16 bytes (more than 64 queries)
@@ -1751,6 +1755,88 @@ def test_tensor_core_forward_is_taken_only_where_it_applies(lib):
                      (dict(H=4, Hk=2, M=1, pe=2), "tensor-core"), (dict(H=4, Hk=2, M=1, pe=1, R=9), "tensor-core, GQA heads packed")):
         prob = Attn(lib, E.BF16, B=1, N=70, d=64, off=69, causal=True, **kw)
         assert fwd_kernel(lib, prob) == want, kw
+
+
+# ---- head dims without a tensor-core instance: the call on zero-padded copies (attention.cu, "Padded head dims") ----
+PADDED_CASES = [
+    # Phi-3-mini's 96 with a learned table (its dT), causal, GQA
+    dict(B=1, H=4, Hk=2, M=130, N=150, d=96, off=20, causal=True, pe=1, R=60, r_lo=0),
+    # Phi-2's 80: ALiBi (its slopes' gradient), keys on both sides of the queries, padding, rows off 16 bytes (the
+    # copies are dense: the tensor-core kernels take them), more than 64 queries (the wide instances)
+    dict(B=2, H=2, Hk=2, M=70, N=90, d=80, off=20, causal=False, pe=2, kpm=True, row_pad=4),
+    # 40 -> 64: a soft-cap and a window
+    dict(B=1, H=2, Hk=1, M=64, N=100, d=40, off=36, causal=True, pe=0, softcap=2.0, window=50),
+    # 112 with packed documents
+    dict(B=2, H=2, Hk=1, M=100, N=100, d=112, off=0, causal=True, pe=0, cu=[[0, 40, 100], [0, 99, 100]]),
+    # 136 and 200 -> 256, with a table; lse's gradient
+    dict(B=1, H=1, Hk=1, M=64, N=90, d=136, off=26, causal=True, pe=1, R=30, r_lo=0, grad_lse=True),
+    dict(B=1, H=2, Hk=1, M=70, N=70, d=200, off=0, causal=False, pe=1, R=20, r_lo=-10, clamp=True),
+]
+
+
+def padded_dims(lib, prob):
+    """(forward, backward) head dims the call's copies are padded to (0: not padded)."""
+    return (lib.wavepe_cuda_attention_fwd_padded_head_dim(C.byref(prob.a)),
+            lib.wavepe_cuda_attention_bwd_padded_head_dim(C.byref(prob.a)))
+
+
+def next_instance(d):
+    return 64 if d < 64 else 128 if d < 128 else 256
+
+
+@pytest.mark.parametrize("dtype", [E.BF16, E.F16], ids=DTYPE_IDS.get)
+@pytest.mark.parametrize("case", range(len(PADDED_CASES)))
+def test_padded_head_dims_match_oracle(lib, dtype, case):
+    kw = dict(PADDED_CASES[case])
+    grad_lse = kw.pop("grad_lse", False)
+    prob = Attn(lib, dtype, seed=800 + case, **kw)
+    assert padded_dims(lib, prob) == (next_instance(kw["d"]),) * 2
+    assert fwd_kernel(lib, prob).startswith("tensor-core") and bwd_kernel(lib, prob).startswith("tensor-core")
+    # the outputs' guard bytes and NaN-filled rows (Attn): nothing written past d columns, nothing left unwritten;
+    # the workspace's guards: the copies inside it
+    prob = check_attention(lib, dtype, seed=800 + case, grad_lse=grad_lse, **kw)
+    assert_grads_normwise(prob, dtype)
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(dtype=st.sampled_from([E.BF16, E.F16]), d=st.sampled_from([40, 72, 96, 104, 144, 200]), Hk=st.integers(1, 2),
+       group=st.integers(1, 2), M=st.integers(64, 160), N=st.integers(1, 200), off=st.integers(-40, 150),
+       causal=st.booleans(), pe=st.integers(0, 2), R=st.integers(1, 80), r_lo=st.integers(-20, 20),
+       kpm=st.booleans(), window=st.sampled_from([0, 0, 30]), softcap=st.sampled_from([0.0, 0.0, 2.0]),
+       seed=st.integers(0, 2**31))
+def test_padded_head_dims_random_shapes(lib, dtype, d, Hk, group, M, N, off, causal, pe, R, r_lo, kpm, window, softcap,
+                                        seed):
+    kw = dict(B=1, H=Hk * group, Hk=Hk, M=M, N=N, d=d, off=off, causal=causal, pe=pe, R=R, r_lo=r_lo, kpm=kpm,
+              window=window, softcap=softcap, seed=seed)
+    assert padded_dims(lib, Attn(lib, dtype, **kw)) == (next_instance(d),) * 2
+    check_attention(lib, dtype, **kw)
+
+
+def test_padded_head_dims_only_where_they_apply(lib):
+    base = dict(B=1, H=2, Hk=1, M=64, N=80, off=16, causal=True, pe=0)
+    # between 32 and 256, not 64 or 128: to the next instance's (at most twice the products)
+    for d in (33, 48, 72, 96, 120, 136, 248, 32, 16, 64, 128, 256):
+        want = next_instance(d) if 32 < d < 256 and d not in (64, 128) else 0
+        assert padded_dims(lib, Attn(lib, E.BF16, **dict(base, d=d))) == (want, want), d
+    # not decoding nor fewer than 64 queries (the copies of K and V would cost what the kernel reads), not fp32 /
+    # fp64, not without keys: the general kernels
+    for dtype, change in ((E.BF16, dict(M=63)), (E.F16, dict(M=1, off=79)), (E.F32, {}), (E.F64, {}),
+                          (E.BF16, dict(N=0))):
+        prob = Attn(lib, dtype, **dict(base, d=96, **change))
+        assert padded_dims(lib, prob) == (0, 0) and fwd_kernel(lib, prob) == "general", change
+    # the workspace: the copies (q, k, v, the table, out; the backward's also dO, dq, dk, dv, dT), rows of 128, each
+    # on 256 bytes, then the padded call's own -- and its kernels' shared memory
+    prob, inner = (Attn(lib, E.BF16, **dict(base, d=d, pe=1, R=30)) for d in (96, 128))
+    up = lambda x: -(-x // 256) * 256  # noqa: E731
+    q, kv, t = up(2 * 64 * 128 * 2), up(80 * 128 * 2), up(30 * 128 * 2)
+    assert lib.wavepe_cuda_attention_fwd_workspace_bytes(C.byref(prob.a), 1) == 2 * q + 2 * kv + t + \
+        lib.wavepe_cuda_attention_fwd_workspace_bytes(C.byref(inner.a), 1)
+    for x in (prob, inner):
+        x.a.dq = x.a.dk = x.a.dv = x.a.dtable = x.a.q  # (only their presence is read)
+    assert lib.wavepe_cuda_attention_bwd_workspace_bytes(C.byref(prob.a)) == 4 * q + 4 * kv + 2 * t + \
+        lib.wavepe_cuda_attention_bwd_workspace_bytes(C.byref(inner.a))
+    for fn in (lib.wavepe_cuda_attention_fwd_smem_bytes, lib.wavepe_cuda_attention_bwd_smem_bytes):
+        assert fn(C.byref(prob.a)) == fn(C.byref(inner.a)) > 0
 
 
 def kernel_checks():

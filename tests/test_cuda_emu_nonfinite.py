@@ -17,6 +17,8 @@ What the emulator cannot show: the GPU's own flush-to-zero of subnormals
 
 from __future__ import annotations
 
+import ctypes as C
+
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -174,6 +176,22 @@ def test_tensor_core_forward_wide_keeps_garbage_where_it_belongs(lib, dtype, bad
     """The same for the wide instance (head_dim 128 without a table: 32 rows a warp, its masked blocks an m-tile at
     a time; key 110 in warp 0's second m-tile)."""
     _forward_garbage(lib, dtype, bad, pe, splits, 128, "tensor-core, 32 rows a warp")
+
+
+@pytest.mark.parametrize("dtype", [E.BF16, E.F16], ids=DTYPE_IDS.get)
+@pytest.mark.parametrize("bad,pe,splits", [(float("nan"), 1, 1), (float("inf"), 0, 2)])
+def test_padded_head_dims_keep_garbage_where_it_belongs(lib, dtype, bad, pe, splits):
+    """A head dim without a tensor-core instance (96: the call on copies zero-padded to 128, docs/CUDA.md "Padded
+    head dims"): garbage in the masked keys changes no bit of out and lse, in the causal band it reaches the rows that
+    see it as the oracle says -- forward (with a table the 16-row instance, without one the wide) and backward."""
+    _forward_garbage(lib, dtype, bad, pe, splits, 96, "tensor-core" if pe == 1 else "tensor-core, 32 rows a warp")
+    kpm = np.zeros((1, 260), bool)
+    kpm[:, [3, 70, 130, 200]] = True
+    garbage = kpm.copy()
+    garbage[:, 250:] = True
+    kw = dict(B=1, H=2, Hk=1, M=100, N=260, d=96, off=150, causal=True, pe=pe, kpm=kpm, seed=17, R=90)
+    assert lib.wavepe_cuda_attention_bwd_padded_head_dim(C.byref(Attn(lib, dtype, **kw).a)) == 128
+    _assert_garbage_never_reached(lib, dtype, garbage, bad, "masked keys", **kw)
 
 
 def _band_split_case(d, device="H100"):

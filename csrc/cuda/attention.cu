@@ -1270,6 +1270,199 @@ size_t fwd_smem(const wavepe_attention_args *a) {
 }
 
 }  // namespace
+
+// ---- Padded head dims ---------------------------------------------------------------------------------------
+// The tensor-core kernels unroll their tiles over head dims 64, 128 and 256; a model with another (Phi-2's 80,
+// Phi-3-mini's 96, a 112, a 192) would run the general kernels whole -- 26-33 other instructions per HMMA in
+// their main loops on sm_90 against the tensor-core loops' 3-7 (docs/CUDA.md, "The static model"). Zero columns
+// change no result: zero-padded q and k give the same scores, a zero-padded table the same bias, zero-padded V and
+// dO columns the same P V, dP and delta; the padded columns of O, dQ, dK, dV and dT come out zero and are dropped.
+// So such a call runs on dense copies of its rows padded to the next instance's head dim, in the workspace, and its
+// outputs' first d columns are copied back (the scale stays the caller's, the real head dim's). The copies move
+// O(L d) bytes against the products' O(L^2 d) work: taken from kPadMinRows queries (not decoding, where copying K
+// and V would cost each step what the kernel reads) and where the padding at most doubles the products (d > 32).
+constexpr int64_t kPadMinRows = 64;
+
+namespace {
+
+// The head dim a call's rows are padded to, or 0 (see above).
+int64_t padded_head_dim(const wavepe_attention_args *a) {
+    if (!(a->dtype == WAVEPE_BF16 || a->dtype == WAVEPE_F16) || a->m < kPadMinRows || a->n <= 0 || a->d <= 32 ||
+        a->d >= 256 || a->d == 64 || a->d == 128)
+        return 0;
+    return a->d < 64 ? 64 : a->d < 128 ? 128 : 256;
+}
+
+// Rows of cols_in elements at src (strides: batch, head, row) into rows of cols_out elements at dst, zero beyond
+// cols_in: into the padded call's rows, and its outputs back. heads: a batch row's; rows: a head's.
+struct RowCopy {
+    const void *src;
+    void *dst;
+    int64_t heads, rows, total, cols_in, cols_out;  // total: batch x heads x rows
+    int64_t src_strides[3], dst_strides[3];
+};
+
+// A warp a row, its lanes on consecutive columns; grid-strided over the rows.
+template <class T>
+__global__ void __launch_bounds__(256) copy_rows_kernel(RowCopy c) {
+    const int lane = threadIdx.x & 31;
+    const int64_t warps = int64_t(gridDim.x) * (blockDim.x / 32);
+    for (int64_t i = int64_t(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32; i < c.total; i += warps) {
+        const int64_t r = i % c.rows, bh = i / c.rows, h = bh % c.heads, b = bh / c.heads;
+        const T *src = static_cast<const T *>(c.src) + b * c.src_strides[0] + h * c.src_strides[1] + r * c.src_strides[2];
+        T *dst = static_cast<T *>(c.dst) + b * c.dst_strides[0] + h * c.dst_strides[1] + r * c.dst_strides[2];
+        for (int64_t col = lane; col < c.cols_out; col += 32) dst[col] = col < c.cols_in ? src[col] : zero_value<T>();
+    }
+}
+
+template <class T>
+cudaError_t copy_rows(const RowCopy &c, cudaStream_t stream) {
+    if (c.total <= 0) return cudaSuccess;
+    const int64_t ctas = ceil_div(c.total, 8);  // 8 rows (warps) a CTA, at most 2^20 CTAs: grid-strided beyond
+    return launch(copy_rows_kernel<T>, dim3(unsigned(ctas < (int64_t(1) << 20) ? ctas : int64_t(1) << 20)), dim3(256),
+                  0, stream, c);
+}
+
+// A tensor of the call (batch, heads, rows of d elements at p with strides s) and its dense padded copy (rows of dp).
+struct PadSlot {
+    const void *user;
+    int64_t batch, heads, rows;
+    int64_t strides[3];
+    void *padded;
+};
+
+cudaError_t pad_copy(const PadSlot &s, int64_t d, int64_t dp, bool in, int dtype, cudaStream_t stream) {
+    if (s.user == nullptr) return cudaSuccess;
+    RowCopy c{};
+    c.heads = s.heads;
+    c.rows = s.rows;
+    c.total = s.batch * s.heads * s.rows;
+    const int64_t dense[3] = {s.heads * s.rows * dp, s.rows * dp, dp};
+    c.src = in ? s.user : s.padded;
+    c.dst = in ? s.padded : const_cast<void *>(s.user);
+    c.cols_in = in ? d : dp;
+    c.cols_out = in ? dp : d;
+    for (int i = 0; i < 3; ++i) {
+        c.src_strides[i] = in ? s.strides[i] : dense[i];
+        c.dst_strides[i] = in ? dense[i] : s.strides[i];
+    }
+    return dtype == WAVEPE_BF16 ? copy_rows<__nv_bfloat16>(c, stream) : copy_rows<__half>(c, stream);
+}
+
+// The call's padded tensors: inputs q, k, v, the table (backward: and out, dout), outputs out (backward: dq, dk, dv,
+// dtable), in that order in the workspace.
+enum PadName { kPadQ, kPadK, kPadV, kPadT, kPadO, kPadDout, kPadDq, kPadDk, kPadDv, kPadDt, kPadCount };
+
+// The call's tensors a padded call copies (user: a's; padded: pa's, where given).
+void pad_slots(const wavepe_attention_args *a, const wavepe_attention_args *pa, bool backward, PadSlot (&s)[kPadCount]) {
+    const int64_t bh[3] = {a->batch, a->heads, a->m}, bk[3] = {a->batch, a->kv_heads > 0 ? a->kv_heads : a->heads, a->n};
+    const int64_t table[3] = {1, 1, a->table_rows};
+    auto slot = [&](const void *user, const void *padded, const int64_t (&shape)[3], const int64_t *strides) {
+        PadSlot x{};
+        x.user = user;
+        x.padded = const_cast<void *>(padded);
+        x.batch = shape[0];
+        x.heads = shape[1];
+        x.rows = shape[2];
+        const int64_t dense[3] = {shape[1] * shape[2] * a->d, shape[2] * a->d, a->d};  // (dq, dk, dv, dtable)
+        for (int i = 0; i < 3; ++i) x.strides[i] = strides ? strides[i] : dense[i];
+        return x;
+    };
+    const bool b = backward;
+    s[kPadQ] = slot(a->q, pa ? pa->q : nullptr, bh, a->q_strides);
+    s[kPadK] = slot(a->k, pa ? pa->k : nullptr, bk, a->k_strides);
+    s[kPadV] = slot(a->v, pa ? pa->v : nullptr, bk, a->v_strides);
+    s[kPadT] = slot(a->table, pa ? pa->table : nullptr, table, nullptr);
+    s[kPadO] = slot(a->out, pa ? pa->out : nullptr, bh, a->out_strides);
+    s[kPadDout] = slot(b ? a->dout : nullptr, pa ? pa->dout : nullptr, bh, a->dout_strides);
+    s[kPadDq] = slot(b ? a->dq : nullptr, pa ? pa->dq : nullptr, bh, nullptr);
+    s[kPadDk] = slot(b ? a->dk : nullptr, pa ? pa->dk : nullptr, bk, nullptr);
+    s[kPadDv] = slot(b ? a->dv : nullptr, pa ? pa->dv : nullptr, bk, nullptr);
+    s[kPadDt] = slot(b ? a->dtable : nullptr, pa ? pa->dtable : nullptr, table, nullptr);
+}
+
+}  // namespace
+
+PaddedCall padded_call(const wavepe_attention_args *a, bool backward, void *workspace) {
+    PaddedCall c{};
+    c.a = *a;
+    const int64_t dp = padded_head_dim(a);
+    if (dp == 0) return c;
+    PadSlot s[kPadCount];
+    pad_slots(a, nullptr, backward, s);
+    // (never dereferenced without a workspace: a base only so that the copies' pointers are set and aligned)
+    const uintptr_t base = workspace ? reinterpret_cast<uintptr_t>(workspace) : uintptr_t(256);
+    size_t at = 0;
+    for (PadSlot &x : s) {
+        if (x.user == nullptr) continue;
+        int64_t elems = 0;
+        if (wavepe_mul_overflow(x.batch * x.heads, x.rows, &elems) || wavepe_mul_overflow(elems, dp * 2, &elems))
+            return c;  // (2 bytes an element; past int64: not padded, the general kernels take it)
+        x.padded = reinterpret_cast<void *>(base + at);
+        at += align256(size_t(elems));
+    }
+    auto dense = [&](int64_t (&st)[3], const PadSlot &x) {
+        st[0] = x.heads * x.rows * dp;
+        st[1] = x.rows * dp;
+        st[2] = dp;
+    };
+    c.a.d = dp;
+    c.a.q = s[kPadQ].padded;
+    c.a.k = s[kPadK].padded;
+    c.a.v = s[kPadV].padded;
+    dense(c.a.q_strides, s[kPadQ]);
+    dense(c.a.k_strides, s[kPadK]);
+    dense(c.a.v_strides, s[kPadV]);
+    c.a.table = a->table ? s[kPadT].padded : nullptr;
+    c.a.out = s[kPadO].padded;
+    dense(c.a.out_strides, s[kPadO]);
+    if (backward) {
+        c.a.dout = s[kPadDout].padded;
+        dense(c.a.dout_strides, s[kPadDout]);
+        c.a.dq = s[kPadDq].padded;
+        c.a.dk = s[kPadDk].padded;
+        c.a.dv = s[kPadDv].padded;
+        c.a.dtable = a->dtable ? s[kPadDt].padded : nullptr;
+    }
+    c.bytes = at;
+    c.on = true;
+    return c;
+}
+
+cudaError_t padded_inputs(const wavepe_attention_args *a, const PaddedCall &c, bool backward, cudaStream_t stream) {
+    PadSlot s[kPadCount];
+    pad_slots(a, &c.a, backward, s);
+    cudaError_t err = cudaSuccess;
+    for (PadName n : {kPadQ, kPadK, kPadV, kPadT, kPadO, kPadDout})
+        if (err == cudaSuccess && (n != kPadO || backward))  // (the forward's O: its output)
+            err = pad_copy(s[n], a->d, c.a.d, true, a->dtype, stream);
+    return err;
+}
+
+cudaError_t padded_outputs(const wavepe_attention_args *a, const PaddedCall &c, bool backward, cudaStream_t stream) {
+    PadSlot s[kPadCount];
+    pad_slots(a, &c.a, backward, s);
+    if (!backward) return pad_copy(s[kPadO], a->d, c.a.d, false, a->dtype, stream);
+    cudaError_t err = cudaSuccess;
+    for (PadName n : {kPadDq, kPadDk, kPadDv, kPadDt})
+        if (err == cudaSuccess) err = pad_copy(s[n], a->d, c.a.d, false, a->dtype, stream);
+    return err;
+}
+
+namespace {
+
+// The forward's padded call (padded_call), where the tensor-core forward takes it (on a 99 KiB device at head_dim
+// 256 with a table: where its band split puts the blocks beyond the band on it)
+PaddedCall fwd_padded(const wavepe_attention_args *a, void *workspace) {
+    PaddedCall c = padded_call(a, false, workspace);
+    if (c.on) {
+        const AttnParams p = attention_params(&c.a);
+        c.on = use_tc_forward(p) || band_split_on_general(p, 1);
+    }
+    return c;
+}
+
+}  // namespace
 }  // namespace wavepe_cuda
 
 using namespace wavepe_cuda;
@@ -1300,6 +1493,8 @@ extern "C" int wavepe_cuda_attention_check(const wavepe_attention_args *a, int b
 
 extern "C" int64_t wavepe_cuda_attention_num_splits(const wavepe_attention_args *a) {
     if (a == nullptr || dtype_size(a->dtype) == 0 || a->d < 0 || a->n <= 0) return 1;
+    const PaddedCall c = fwd_padded(a, nullptr);
+    if (c.on) return wavepe_cuda_attention_num_splits(&c.a);
     AttnParams p = attention_params(a);
     const FwdDims dims = fwd_dims(p);
     const int bn = dims.bn;
@@ -1317,6 +1512,8 @@ extern "C" int64_t wavepe_cuda_attention_num_splits(const wavepe_attention_args 
 
 extern "C" size_t wavepe_cuda_attention_fwd_workspace_bytes(const wavepe_attention_args *a, int64_t num_splits) {
     if (a == nullptr || wavepe_cuda_attention_check(a, 0, num_splits, nullptr) != WAVEPE_OK) return 0;
+    const PaddedCall c = fwd_padded(a, nullptr);
+    if (c.on) return c.bytes + wavepe_cuda_attention_fwd_workspace_bytes(&c.a, num_splits);
     const int64_t splits = effective_splits(a, num_splits);
     if (splits <= 1) return 0;
     const size_t acc = a->dtype == WAVEPE_F64 ? 8 : 4;
@@ -1327,6 +1524,16 @@ extern "C" size_t wavepe_cuda_attention_fwd_workspace_bytes(const wavepe_attenti
 extern "C" cudaError_t wavepe_cuda_attention_fwd(const wavepe_attention_args *a, int64_t num_splits, void *workspace,
                                                  size_t workspace_bytes, cudaStream_t stream) {
     if (wavepe_cuda_attention_check(a, 0, num_splits, nullptr) != WAVEPE_OK) return cudaErrorInvalidValue;
+    const PaddedCall c = fwd_padded(a, workspace);
+    if (c.on) {  // (the copies first in the workspace, the padded call's own after them)
+        if (workspace == nullptr || workspace_bytes < wavepe_cuda_attention_fwd_workspace_bytes(a, num_splits))
+            return cudaErrorInvalidValue;
+        cudaError_t err = padded_inputs(a, c, false, stream);
+        if (err == cudaSuccess)
+            err = wavepe_cuda_attention_fwd(&c.a, num_splits, static_cast<unsigned char *>(workspace) + c.bytes,
+                                            workspace_bytes - c.bytes, stream);
+        return err == cudaSuccess ? padded_outputs(a, c, false, stream) : err;
+    }
     AttnParams p = attention_params(a);
     p.num_splits = effective_splits(a, num_splits);
     p.band_part = p.num_splits == 2 && band_split(p, num_splits) ? 1 : 0;  // (the launcher takes both parts)
@@ -1344,6 +1551,8 @@ extern "C" cudaError_t wavepe_cuda_attention_fwd(const wavepe_attention_args *a,
 
 extern "C" size_t wavepe_cuda_attention_fwd_smem_bytes(const wavepe_attention_args *a) {
     if (a == nullptr || dtype_size(a->dtype) == 0 || a->d < 0 || a->d > WAVEPE_CUDA_MAX_HEAD_DIM) return 0;
+    const PaddedCall c = fwd_padded(a, nullptr);
+    if (c.on) return wavepe_cuda_attention_fwd_smem_bytes(&c.a);
     size_t bytes = 0;
     dispatch_dtype(a->dtype, [&](auto tag) {
         using T = decltype(tag);
@@ -1360,6 +1569,8 @@ extern "C" size_t wavepe_cuda_attention_fwd_smem_bytes(const wavepe_attention_ar
 
 extern "C" const char *wavepe_cuda_attention_fwd_kernel(const wavepe_attention_args *a) {
     if (a == nullptr) return nullptr;
+    const PaddedCall c = fwd_padded(a, nullptr);
+    if (c.on) return wavepe_cuda_attention_fwd_kernel(&c.a);
     const AttnParams p = attention_params(a);
     if (!use_tc_forward(p))
         return band_split(p, wavepe_cuda_attention_num_splits(a)) ? "band split: tensor-core beyond the band, general"
@@ -1367,4 +1578,10 @@ extern "C" const char *wavepe_cuda_attention_fwd_kernel(const wavepe_attention_a
     if (pack_heads(p)) return "tensor-core, GQA heads packed";
     if (wide_forward(p)) return "tensor-core, 32 rows a warp";
     return band_split(p, wavepe_cuda_attention_num_splits(a)) ? "tensor-core, band split" : "tensor-core";
+}
+
+extern "C" int64_t wavepe_cuda_attention_fwd_padded_head_dim(const wavepe_attention_args *a) {
+    if (a == nullptr || dtype_size(a->dtype) == 0) return 0;
+    const PaddedCall c = fwd_padded(a, nullptr);
+    return c.on ? c.a.d : 0;
 }

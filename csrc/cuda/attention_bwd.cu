@@ -2991,6 +2991,16 @@ size_t bwd_smem(const wavepe_attention_args *a) {
     return L.plan.total;
 }
 
+// The backward's padded call (padded_call, attention.cu: "Padded head dims"), where a tensor-core dQ or dK/dV takes it
+PaddedCall bwd_padded(const wavepe_attention_args *a, void *workspace) {
+    PaddedCall c = padded_call(a, true, workspace);
+    if (c.on) {
+        const AttnParams p = attention_params(&c.a);
+        c.on = use_tc_dq(p) || use_tc_dkdv(p) || bwd_band_split_on_general(p);
+    }
+    return c;
+}
+
 }  // namespace
 }  // namespace wavepe_cuda
 
@@ -2998,6 +3008,8 @@ using namespace wavepe_cuda;
 
 extern "C" size_t wavepe_cuda_attention_bwd_smem_bytes(const wavepe_attention_args *a) {
     if (a == nullptr || dtype_size(a->dtype) == 0 || a->d < 0 || a->d > WAVEPE_CUDA_MAX_HEAD_DIM) return 0;
+    const PaddedCall c = bwd_padded(a, nullptr);
+    if (c.on) return wavepe_cuda_attention_bwd_smem_bytes(&c.a);
     size_t bytes = 0;
     dispatch_dtype(a->dtype, [&](auto tag) {
         using T = decltype(tag);
@@ -3046,6 +3058,8 @@ extern "C" size_t wavepe_cuda_attention_bwd_smem_bytes(const wavepe_attention_ar
 
 extern "C" const char *wavepe_cuda_attention_bwd_kernel(const wavepe_attention_args *a) {
     if (a == nullptr) return nullptr;
+    const PaddedCall c = bwd_padded(a, nullptr);
+    if (c.on) return wavepe_cuda_attention_bwd_kernel(&c.a);
     const AttnParams p = attention_params(a);
     const bool kv = use_tc_dkdv(p), q = use_tc_dq(p);
     if (bwd_band_split_on_general(p)) return "band split: tensor-core beyond the band, general";
@@ -3056,6 +3070,8 @@ extern "C" const char *wavepe_cuda_attention_bwd_kernel(const wavepe_attention_a
 
 extern "C" const char *wavepe_cuda_attention_bwd_dkdv_kernel(const wavepe_attention_args *a) {
     if (a == nullptr) return nullptr;
+    const PaddedCall c = bwd_padded(a, nullptr);
+    if (c.on) return wavepe_cuda_attention_bwd_dkdv_kernel(&c.a);
     const AttnParams p = attention_params(a);
     if (bwd_band_split_on_general(p)) return "band split: tensor-core beyond the band, general";
     if (bwd_dkdv_band_split(p)) return "tensor-core, band split";
@@ -3065,18 +3081,32 @@ extern "C" const char *wavepe_cuda_attention_bwd_dkdv_kernel(const wavepe_attent
 extern "C" const char *wavepe_cuda_attention_bwd_dtable_kernel(const wavepe_attention_args *a) {
     if (a == nullptr) return nullptr;
     if (a->dtable == nullptr) return "none";
+    const PaddedCall c = bwd_padded(a, nullptr);
+    if (c.on) return wavepe_cuda_attention_bwd_dtable_kernel(&c.a);
     const AttnParams p = attention_params(a);
     return !use_tc_dtable(p) ? "general" : use_tc_dtable_ksplit(p) ? "tensor-core, K in two halves" : "tensor-core";
 }
 
 extern "C" size_t wavepe_cuda_attention_bwd_workspace_bytes(const wavepe_attention_args *a) {
     if (a == nullptr || wavepe_cuda_attention_check(a, 1, 1, nullptr) != WAVEPE_OK) return 0;
+    const PaddedCall c = bwd_padded(a, nullptr);
+    if (c.on) return c.bytes + wavepe_cuda_attention_bwd_workspace_bytes(&c.a);
     return bwd_plan(a).bytes();
 }
 
 extern "C" cudaError_t wavepe_cuda_attention_bwd(const wavepe_attention_args *a, void *workspace,
                                                  size_t workspace_bytes, cudaStream_t stream) {
     if (wavepe_cuda_attention_check(a, 1, 1, nullptr) != WAVEPE_OK) return cudaErrorInvalidValue;
+    const PaddedCall c = bwd_padded(a, workspace);
+    if (c.on) {  // (the copies first in the workspace, the padded call's own after them)
+        if (workspace == nullptr || workspace_bytes < wavepe_cuda_attention_bwd_workspace_bytes(a))
+            return cudaErrorInvalidValue;
+        cudaError_t err = padded_inputs(a, c, true, stream);
+        if (err == cudaSuccess)
+            err = wavepe_cuda_attention_bwd(&c.a, static_cast<unsigned char *>(workspace) + c.bytes,
+                                            workspace_bytes - c.bytes, stream);
+        return err == cudaSuccess ? padded_outputs(a, c, true, stream) : err;
+    }
     const BwdPlan pl = bwd_plan(a);
     const size_t need = pl.bytes();
     if (need > 0 && (workspace == nullptr || workspace_bytes < need)) return cudaErrorInvalidValue;
@@ -3095,4 +3125,10 @@ extern "C" cudaError_t wavepe_cuda_attention_bwd(const wavepe_attention_args *a,
     p.dt_groups = pl.groups;
     p.bh_per_group = pl.bh_per_group;
     return dispatch_dtype(a->dtype, [&](auto tag) { return launch_bwd<decltype(tag)>(p, pl, stream); });
+}
+
+extern "C" int64_t wavepe_cuda_attention_bwd_padded_head_dim(const wavepe_attention_args *a) {
+    if (a == nullptr || dtype_size(a->dtype) == 0) return 0;
+    const PaddedCall c = bwd_padded(a, nullptr);
+    return c.on ? c.a.d : 0;
 }

@@ -95,6 +95,23 @@ bool band_split_pays_general(const AttnParams &p);
 // it, the calls run as one launch a kernel.
 constexpr size_t kBandSplitWorkspace = size_t(1) << 30;
 
+// Head dims the tensor-core kernels have no instance for (Phi-2's 80, Phi-3-mini's 96, ...): the call run on copies
+// of its rows zero-padded to the next one (attention.cu, "Padded head dims").  A PaddedCall is that call: its
+// arguments (d the padded head dim; q, k, v, the table, out -- and, backward, dout, dq, dk, dv, dtable -- dense
+// copies in the first `bytes` of the workspace, the padded call's own workspace after them); `on` false where the
+// call runs as it is.
+struct PaddedCall {
+    wavepe_attention_args a;
+    size_t bytes;
+    bool on;
+};
+// The padded call's arguments for head dim dp (64, 128 or 256) if padded_head_dim allows one, else `on` false;
+// workspace nullptr: the sizes only (its pointers are never dereferenced).
+PaddedCall padded_call(const wavepe_attention_args *a, bool backward, void *workspace);
+// Copy the call's inputs into the padded call's rows (zero beyond d), or its outputs back (their first d columns).
+cudaError_t padded_inputs(const wavepe_attention_args *a, const PaddedCall &c, bool backward, cudaStream_t stream);
+cudaError_t padded_outputs(const wavepe_attention_args *a, const PaddedCall &c, bool backward, cudaStream_t stream);
+
 // Launch a tensor-core kernel (CTAs of 128 threads, 256 the wide dK/dV's) over ctas CTAs with smem bytes of dynamic
 // shared memory, allowed first.
 template <class K>

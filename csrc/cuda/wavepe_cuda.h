@@ -121,6 +121,13 @@ const char *wavepe_cuda_attention_bwd_dkdv_kernel(const wavepe_attention_args *a
  * (head_dim 128 on a device granting 94.5 KiB but not 103: sm_86, sm_89, sm_120), "general", or "none" (no
  * dtable asked); NULL for NULL. */
 const char *wavepe_cuda_attention_bwd_dtable_kernel(const wavepe_attention_args *a);
+/* The head dim a call runs at: a bf16/fp16 call whose head dim has no tensor-core instance (between 32 and 256,
+ * not 64 or 128: Phi-2's 80, Phi-3-mini's 96), with at least 64 queries, runs its kernels on dense copies of its rows
+ * zero-padded to 64, 128 or 256 in the workspace (the *_workspace_bytes count them) where the tensor-core kernels
+ * take that call -- the copies' head dim; 0 where the call runs as it is.  The *_kernel and *_smem_bytes
+ * functions report the padded call's kernels. */
+int64_t wavepe_cuda_attention_fwd_padded_head_dim(const wavepe_attention_args *a);
+int64_t wavepe_cuda_attention_bwd_padded_head_dim(const wavepe_attention_args *a);
 /* Splits the forward should use on the current device (>= 1). */
 int64_t wavepe_cuda_attention_num_splits(const wavepe_attention_args *a);
 size_t wavepe_cuda_attention_fwd_workspace_bytes(const wavepe_attention_args *a, int64_t num_splits);
