@@ -1300,25 +1300,48 @@ struct RowCopy {
     void *dst;
     int64_t heads, rows, total, cols_in, cols_out;  // total: batch x heads x rows
     int64_t src_strides[3], dst_strides[3];
+    int vec;  // both sides' rows on 16 bytes, both widths multiples of 8 elements: 16-byte chunks
 };
 
-// A warp a row, its lanes on consecutive columns; grid-strided over the rows.
+// vec: a thread a 16-byte chunk of a row (the copies into the padded rows, and back where the caller's rows allow);
+// else a warp a row, its lanes on consecutive elements.  Grid-strided.
 template <class T>
 __global__ void __launch_bounds__(256) copy_rows_kernel(RowCopy c) {
+    const auto row_of = [&](int64_t i, const T *&src, T *&dst) {
+        const int64_t r = i % c.rows, bh = i / c.rows, h = bh % c.heads, b = bh / c.heads;
+        src = static_cast<const T *>(c.src) + b * c.src_strides[0] + h * c.src_strides[1] + r * c.src_strides[2];
+        dst = static_cast<T *>(c.dst) + b * c.dst_strides[0] + h * c.dst_strides[1] + r * c.dst_strides[2];
+    };
+    const T *src;
+    T *dst;
+    if (c.vec) {
+        const int64_t chunks = c.cols_out / 8, n = c.total * chunks, step = int64_t(gridDim.x) * blockDim.x;
+        for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += step) {
+            const int64_t col = 8 * (i % chunks);
+            row_of(i / chunks, src, dst);
+            if (col < c.cols_in)
+                copy16(dst + col, src + col);
+            else
+                zero16(dst + col);
+        }
+        return;
+    }
     const int lane = threadIdx.x & 31;
     const int64_t warps = int64_t(gridDim.x) * (blockDim.x / 32);
     for (int64_t i = int64_t(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32; i < c.total; i += warps) {
-        const int64_t r = i % c.rows, bh = i / c.rows, h = bh % c.heads, b = bh / c.heads;
-        const T *src = static_cast<const T *>(c.src) + b * c.src_strides[0] + h * c.src_strides[1] + r * c.src_strides[2];
-        T *dst = static_cast<T *>(c.dst) + b * c.dst_strides[0] + h * c.dst_strides[1] + r * c.dst_strides[2];
+        row_of(i, src, dst);
         for (int64_t col = lane; col < c.cols_out; col += 32) dst[col] = col < c.cols_in ? src[col] : zero_value<T>();
     }
 }
 
 template <class T>
-cudaError_t copy_rows(const RowCopy &c, cudaStream_t stream) {
+cudaError_t copy_rows(RowCopy c, cudaStream_t stream) {
     if (c.total <= 0) return cudaSuccess;
-    const int64_t ctas = ceil_div(c.total, 8);  // 8 rows (warps) a CTA, at most 2^20 CTAs: grid-strided beyond
+    c.vec = c.cols_in % 8 == 0 && c.cols_out % 8 == 0 && vec_rows<T>(c.src, c.src_strides[0], c.src_strides[1],
+                                                                      c.src_strides[2], 8) &&
+            vec_rows<T>(c.dst, c.dst_strides[0], c.dst_strides[1], c.dst_strides[2], 8);
+    // 256 threads a CTA: 8 rows (warps), or 256 chunks; at most 2^20 CTAs, grid-strided beyond
+    const int64_t ctas = c.vec ? ceil_div(c.total * (c.cols_out / 8), 256) : ceil_div(c.total, 8);
     return launch(copy_rows_kernel<T>, dim3(unsigned(ctas < (int64_t(1) << 20) ? ctas : int64_t(1) << 20)), dim3(256),
                   0, stream, c);
 }
