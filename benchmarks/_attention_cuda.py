@@ -22,7 +22,8 @@ band's diagonals, attn_bwd_dtable_tc_kernel); and at head_dim
 256 (Gemma 2's shape: 16 query / 8 key-value heads, L=4096, its soft-cap 50) flash, nope and the wavelet bias
 with and without the cap, forward and forward+backward (no target; the tensor-core kernels at 256: the
 dK/dV's two column slices recompute S and dP), and at L=16384 the wavelet with the band split against the same
-call in one launch a kernel, forward and forward+backward.  TFLOP/s
+call in one launch a kernel, forward and forward+backward; at head_dim 96 (Phi-3-mini's: no tensor-core instance)
+nope and the wavelet on zero-padded copies and, WAVEPE_CUDA_PAD=0, on the general kernels, beside flash.  TFLOP/s
 count a causal forward as 2 B H L^2 d (two products over half the square) and forward+backward as 3.5x
 that, whatever the method skips; decoding's GB/s count the keys and values read once.  Results go to
 benchmarks/results/bench_attention_cuda.json.
@@ -234,6 +235,30 @@ def bench_band_split(L: int, quick: bool) -> list[dict]:
     return _fwd_and_fwd_bwd(fns, q, k, v, go, "nope", (3, 2) if quick else (10, 5))
 
 
+def _unpadded(fn):
+    """fn called with WAVEPE_CUDA_PAD=0: a head dim without a tensor-core instance on the general kernels (its
+    backward too: fn is the whole step), not on zero-padded copies."""
+    def run(*args):
+        with mock.patch.dict(os.environ, {"WAVEPE_CUDA_PAD": "0"}):
+            return fn(*args)
+    return run
+
+
+def bench_padded(L: int, quick: bool) -> list[dict]:
+    """Phi-3-mini's head shape: d=96 (no tensor-core instance: the kernels of 128 on zero-padded copies), 32 heads,
+    causal; nope and the wavelet bias, padded and not (WAVEPE_CUDA_PAD=0: the general kernels), beside flash."""
+    h, d = 32, 96
+    g = torch.Generator(device=DEV).manual_seed(L + 96)
+    q, k, v = (torch.randn(B, h, L, d, device=DEV, dtype=DTYPE, generator=g, requires_grad=True) for _ in range(3))
+    go = torch.randn(B, h, L, d, device=DEV, dtype=DTYPE, generator=g)
+    cfg = WaveletConfig.grid(d)
+    fns = {"flash": lambda: _flash(q, k, v), "nope": lambda: wo.wavelet_attention(q, k, v, pos_enc="nope"),
+           "nope, unpadded": _unpadded(lambda: wo.wavelet_attention(q, k, v, pos_enc="nope")),
+           "wavelet": lambda: wo.wavelet_attention(q, k, v, cfg),
+           "wavelet, unpadded": _unpadded(lambda: wo.wavelet_attention(q, k, v, cfg))}
+    return _fwd_and_fwd_bwd(fns, q, k, v, go, "flash", (5, 3) if quick else (20, 10))
+
+
 def bench_rope(L: int, quick: bool) -> dict:
     g = torch.Generator(device=DEV).manual_seed(1)
     q = torch.randn(B, H, L, D, device=DEV, dtype=DTYPE, generator=g)
@@ -265,6 +290,7 @@ def run(quick: bool = False, lengths=None, decode_keys=None, device: str = "cuda
     dec = [r for n in decode_keys for r in bench_decode(n, cfg, quick)]
     h256 = bench_head256(1024 if quick else 4096, quick)
     split256 = bench_band_split(2048 if quick else 16384, quick)
+    padded = bench_padded(1024 if quick else 4096, quick)
     rope = bench_rope(2048 if quick else 8192, quick)
 
     def f(x, spec=".3g"):
@@ -286,6 +312,10 @@ def run(quick: bool = False, lengths=None, decode_keys=None, device: str = "cuda
                 ["method", "fwd ms", "fwd / nope", "fwd TFLOP/s", "fwd+bwd ms", "fwd+bwd / nope"],
                 [[r["method"], f(r["fwd_ms"], ".2f"), f(r["fwd_vs_nope"]), f(r["fwd_tflops"], ".0f"),
                   f(r["fwd_bwd_ms"], ".2f"), f(r["fwd_bwd_vs_nope"])] for r in split256])
+    print_table(f"head_dim 96 (Phi-3-mini's shape: zero-padded to 128, or not), bf16 B={B} H=32 L={padded[0]['L']} causal",
+                ["method", "fwd ms", "fwd / flash", "fwd TFLOP/s", "fwd+bwd ms", "fwd+bwd / flash"],
+                [[r["method"], f(r["fwd_ms"], ".2f"), f(r["fwd_vs_flash"]), f(r["fwd_tflops"], ".0f"),
+                  f(r["fwd_bwd_ms"], ".2f"), f(r["fwd_bwd_vs_flash"])] for r in padded])
     print_table(f"RoPE on q and k, bf16 B={B} H={H} L={rope['L']} d={D}",
                 ["rope ms", "copy ms", "rope GB/s", "copy GB/s", "rope / copy"],
                 [[f(rope["rope_ms"], ".3f"), f(rope["copy_ms"], ".3f"), f(rope["rope_GBps"], ".0f"),
@@ -322,4 +352,5 @@ def run(quick: bool = False, lengths=None, decode_keys=None, device: str = "cuda
                 [[t["target"], f(t["value"]), t["limit"], t["met"]] for t in targets])
     write_json("bench_attention_cuda" + ("_quick" if quick else "") + ("" if device == "cuda" else "_cpu_smoke"),
                {"shape": {"B": B, "H": H, "H_kv_decode": H_KV, "d": D, "dtype": "bfloat16", "causal": True},
-                "gpu": gpu, "rows": rows, "decode": dec, "head_dim_256": h256, "band_split_256": split256, "rope": rope, "targets": targets})
+                "gpu": gpu, "rows": rows, "decode": dec, "head_dim_256": h256, "band_split_256": split256, "head_dim_96": padded, "rope": rope,
+                "targets": targets})

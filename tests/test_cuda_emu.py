@@ -1812,7 +1812,7 @@ def test_padded_head_dims_random_shapes(lib, dtype, d, Hk, group, M, N, off, cau
     check_attention(lib, dtype, **kw)
 
 
-def test_padded_head_dims_only_where_they_apply(lib):
+def test_padded_head_dims_only_where_they_apply(lib, monkeypatch):
     base = dict(B=1, H=2, Hk=1, M=64, N=80, off=16, causal=True, pe=0)
     # between 32 and 256, not 64 or 128: to the next instance's (at most twice the products)
     for d in (33, 48, 72, 96, 120, 136, 248, 32, 16, 64, 128, 256):
@@ -1837,6 +1837,10 @@ def test_padded_head_dims_only_where_they_apply(lib):
         lib.wavepe_cuda_attention_bwd_workspace_bytes(C.byref(inner.a))
     for fn in (lib.wavepe_cuda_attention_fwd_smem_bytes, lib.wavepe_cuda_attention_bwd_smem_bytes):
         assert fn(C.byref(prob.a)) == fn(C.byref(inner.a)) > 0
+    # WAVEPE_CUDA_PAD=0 (the benchmark's A/B; no copies' workspace): the general kernels, unpadded
+    monkeypatch.setenv("WAVEPE_CUDA_PAD", "0")
+    assert padded_dims(lib, prob) == (0, 0) and fwd_kernel(lib, prob) == bwd_kernel(lib, prob) == "general"
+    check_attention(lib, E.BF16, **dict(base, d=96, pe=1, R=30))
 
 
 def kernel_checks():

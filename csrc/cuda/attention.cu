@@ -1280,7 +1280,8 @@ size_t fwd_smem(const wavepe_attention_args *a) {
 // So such a call runs on dense copies of its rows padded to the next instance's head dim, in the workspace, and its
 // outputs' first d columns are copied back (the scale stays the caller's, the real head dim's). The copies move
 // O(L d) bytes against the products' O(L^2 d) work: taken from kPadMinRows queries (not decoding, where copying K
-// and V would cost each step what the kernel reads) and where the padding at most doubles the products (d > 32).
+// and V would cost each step what the kernel reads) and where the padding at most doubles the products (d > 32);
+// not with WAVEPE_CUDA_PAD=0 (padded_head_dims_allowed).
 constexpr int64_t kPadMinRows = 64;
 
 namespace {
@@ -1288,7 +1289,7 @@ namespace {
 // The head dim a call's rows are padded to, or 0 (see above).
 int64_t padded_head_dim(const wavepe_attention_args *a) {
     if (!(a->dtype == WAVEPE_BF16 || a->dtype == WAVEPE_F16) || a->m < kPadMinRows || a->n <= 0 || a->d <= 32 ||
-        a->d >= 256 || a->d == 64 || a->d == 128)
+        a->d >= 256 || a->d == 64 || a->d == 128 || !padded_head_dims_allowed())
         return 0;
     return a->d < 64 ? 64 : a->d < 128 ? 128 : 256;
 }

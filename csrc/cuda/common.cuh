@@ -343,13 +343,21 @@ inline int device_ctas_by_smem(size_t bytes) {
     return per_sm > 0 && reserved >= 0 ? int(size_t(per_sm) / (bytes + size_t(reserved))) : 0;
 }
 
-// May calls run the wide instances (32 query rows a warp: wide_forward, wide_dq)?  WAVEPE_CUDA_WIDE=0 in the
-// environment (read at each call) keeps them on the 16-row ones: the A/B that bench_attention.py --device cuda
-// times, and the emulator tests' way to those instances' table-free paths.
-inline bool wide_rows_allowed() {
-    const char *env = std::getenv("WAVEPE_CUDA_WIDE");
-    return !(env != nullptr && std::strcmp(env, "0") == 0);
+// Is the environment variable `name` "0" (read at each call: the switches below)?
+inline bool env_zero(const char *name) {
+    const char *env = std::getenv(name);
+    return env != nullptr && std::strcmp(env, "0") == 0;
 }
+
+// May calls run the wide instances (32 query rows a warp: wide_forward, wide_dq)?  WAVEPE_CUDA_WIDE=0 in the
+// environment keeps them on the 16-row ones: the A/B that bench_attention.py --device cuda times, and the emulator
+// tests' way to those instances' table-free paths.
+inline bool wide_rows_allowed() { return !env_zero("WAVEPE_CUDA_WIDE"); }
+
+// May calls of a head dim without a tensor-core instance run on zero-padded copies (padded_call)?  WAVEPE_CUDA_PAD=0
+// keeps them on the general kernels: the A/B bench_attention.py --device cuda times, and a way out of the copies'
+// workspace where memory is short.
+inline bool padded_head_dims_allowed() { return !env_zero("WAVEPE_CUDA_PAD"); }
 
 // The device's compute capability, major (0 when the device cannot be asked): which of the library's SASS it runs.
 inline int device_cc_major() {
