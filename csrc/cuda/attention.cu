@@ -1273,10 +1273,11 @@ size_t fwd_smem(const wavepe_attention_args *a) {
 
 // ---- Padded head dims ---------------------------------------------------------------------------------------
 // The tensor-core kernels unroll their tiles over head dims 64, 128 and 256; a model with another (Phi-2's 80,
-// Phi-3-mini's 96, a 112, a 192) would run the general kernels whole -- 26-33 other instructions per HMMA in
-// their main loops on sm_90 against the tensor-core loops' 3-7 (docs/CUDA.md, "The static model"). Zero columns
-// change no result: zero-padded q and k give the same scores, a zero-padded table the same bias, zero-padded V and
-// dO columns the same P V, dP and delta; the padded columns of O, dQ, dK, dV and dT come out zero and are dropped.
+// Phi-3-mini's 96, a 112, a 192) would run the general kernels whole -- 27-60 other instructions per HMMA in the
+// forward's main loops on sm_90, 12-34 in the dQ's and dK/dV's, against the tensor-core loops' 2-6 (docs/CUDA.md,
+// "Padded head dims"). Zero columns change no result: zero-padded q and k give the same scores, a zero-padded table
+// the same bias, zero-padded V and dO columns the same P V, dP and delta; the padded columns of O, dQ, dK, dV and dT
+// come out zero and are dropped.
 // So such a call runs on dense copies of its rows padded to the next instance's head dim, in the workspace, and its
 // outputs' first d columns are copied back (the scale stays the caller's, the real head dim's). The copies move
 // O(L d) bytes against the products' O(L^2 d) work: taken from kPadMinRows queries (not decoding, where copying K
