@@ -1354,6 +1354,12 @@ struct PadSlot {
     int64_t batch, heads, rows;
     int64_t strides[3];
     void *padded;
+    // the strides (batch, head, row) of dense rows of `cols` elements
+    void dense(int64_t cols, int64_t (&st)[3]) const {
+        st[0] = heads * rows * cols;
+        st[1] = rows * cols;
+        st[2] = cols;
+    }
 };
 
 cudaError_t pad_copy(const PadSlot &s, int64_t d, int64_t dp, bool in, int dtype, cudaStream_t stream) {
@@ -1362,7 +1368,8 @@ cudaError_t pad_copy(const PadSlot &s, int64_t d, int64_t dp, bool in, int dtype
     c.heads = s.heads;
     c.rows = s.rows;
     c.total = s.batch * s.heads * s.rows;
-    const int64_t dense[3] = {s.heads * s.rows * dp, s.rows * dp, dp};
+    int64_t dense[3];
+    s.dense(dp, dense);
     c.src = in ? s.user : s.padded;
     c.dst = in ? s.padded : const_cast<void *>(s.user);
     c.cols_in = in ? d : dp;
@@ -1389,8 +1396,10 @@ void pad_slots(const wavepe_attention_args *a, const wavepe_attention_args *pa, 
         x.batch = shape[0];
         x.heads = shape[1];
         x.rows = shape[2];
-        const int64_t dense[3] = {shape[1] * shape[2] * a->d, shape[2] * a->d, a->d};  // (dq, dk, dv, dtable)
-        for (int i = 0; i < 3; ++i) x.strides[i] = strides ? strides[i] : dense[i];
+        if (strides)
+            for (int i = 0; i < 3; ++i) x.strides[i] = strides[i];
+        else
+            x.dense(a->d, x.strides);  // (dq, dk, dv, dtable)
         return x;
     };
     const bool b = backward;
@@ -1426,24 +1435,19 @@ PaddedCall padded_call(const wavepe_attention_args *a, bool backward, void *work
         x.padded = reinterpret_cast<void *>(base + at);
         at += align256(size_t(elems));
     }
-    auto dense = [&](int64_t (&st)[3], const PadSlot &x) {
-        st[0] = x.heads * x.rows * dp;
-        st[1] = x.rows * dp;
-        st[2] = dp;
-    };
     c.a.d = dp;
     c.a.q = s[kPadQ].padded;
     c.a.k = s[kPadK].padded;
     c.a.v = s[kPadV].padded;
-    dense(c.a.q_strides, s[kPadQ]);
-    dense(c.a.k_strides, s[kPadK]);
-    dense(c.a.v_strides, s[kPadV]);
+    s[kPadQ].dense(dp, c.a.q_strides);
+    s[kPadK].dense(dp, c.a.k_strides);
+    s[kPadV].dense(dp, c.a.v_strides);
     c.a.table = a->table ? s[kPadT].padded : nullptr;
     c.a.out = s[kPadO].padded;
-    dense(c.a.out_strides, s[kPadO]);
+    s[kPadO].dense(dp, c.a.out_strides);
     if (backward) {
         c.a.dout = s[kPadDout].padded;
-        dense(c.a.dout_strides, s[kPadDout]);
+        s[kPadDout].dense(dp, c.a.dout_strides);
         c.a.dq = s[kPadDq].padded;
         c.a.dk = s[kPadDk].padded;
         c.a.dv = s[kPadDv].padded;
