@@ -233,7 +233,10 @@ def smem_bound(bytes_per_hmma: float, arch: str = MIX_ARCH) -> float:
 # warps an SM holds on MIX_ARCH, and the warps each must reach (FlashAttention-2's forward runs 8).
 # sm_90 (H100/H200): 65,536 registers per SM, allocated per warp in units of 256 (8 per thread); 228 KiB
 # of shared memory per SM, of which each CTA also takes 1 KiB reserved; at most 64 warps and 32 CTAs.
-SM_LIMITS = {"sm_90": {"regs": 65536, "smem": 228 * 1024, "cta_reserved": 1024, "warps": 64, "ctas": 32}}
+# The 100 KiB SMs of the consumer and workstation GPUs (RTX 30xx/40xx/50xx, A10, L4, L40S: sm_86, sm_89, sm_120):
+# the same registers, 100 KiB of shared memory, at most 48 warps and 16 CTAs (sm_86; more CTAs on the others).
+SM_LIMITS = {"sm_90": {"regs": 65536, "smem": 228 * 1024, "cta_reserved": 1024, "warps": 64, "ctas": 32},
+             "sm_86": {"regs": 65536, "smem": 100 * 1024, "cta_reserved": 1024, "warps": 48, "ctas": 16}}
 CTA_SHAPE = {  # (kernel, template arguments after the type): (threads, the most dynamic shared memory: a table)
     ("attn_fwd_tc_wide_kernel", "128, false"): (128, 54304), ("attn_fwd_tc_wide_kernel", "64, false"): (128, 38976),
     ("attn_fwd_tc_wide_kernel", "128, true"): (128, 54304), ("attn_fwd_tc_wide_kernel", "64, true"): (128, 38976),
@@ -268,6 +271,12 @@ WARPS_TARGET = {"attn_fwd_tc_kernel": 8, "attn_fwd_tc_wide_kernel": 8, "attn_bwd
 # dK/dV's table instances at 256 (the window's 80 rows beside the tiles: 141.3 / 141.6 KiB) one, their others two (the
 # backward's band split, bwd_band_split in attention_bwd.cu, runs the blocks beyond the band on those).
 # (The learned table's dT reaches two at both head dims: 103 KiB at 128, H in dO's place.)
+# On the 100 KiB SMs, the table-free forward's CTA the launcher takes there (attention.cu, wide_holds_sm: the wide
+# one where an SM holds as many of it as of the 16-row one), held to 8 warps with the registers of the SASS those GPUs
+# run: sm_80's (sm_86 and sm_89 run it) and sm_120's.  (With a table, or in the backward, their CTAs hold one an SM
+# there: docs/CUDA.md, "Occupancy".)
+SM_100KIB_SHAPE = {("attn_fwd_tc_kernel", "128, false"): (128, 35904), ("attn_fwd_tc_wide_kernel", "64, false"): (128, 38976)}
+SM_100KIB_ARCHS = ("sm_80", "sm_120")
 WARPS_TARGET_BY_SHAPE = {("attn_fwd_tc_kernel", "256, false"): 4, ("attn_fwd_tc_kernel", "256, true"): 4,
                          ("attn_bwd_dq_tc_kernel", "256, true"): 4, ("attn_bwd_dkdv_tc_kernel", "256, true"): 4}
 
@@ -736,12 +745,17 @@ def failures_of(r: dict, name: str) -> list[str]:
         elif r.get("copy_cost", 0.0) > ceiling:
             out.append(f"{where}: its copy loops cost {r['copy_cost']:.0f} instructions per 16-byte copy (summed over "
                        f"them), above its ceiling {ceiling} (COPY_COST_CEILING): a copy moved to a heavier loader")
-    if key in CTA_SHAPE and r["arch"] in SM_LIMITS:
+    if key in CTA_SHAPE and r["arch"] == MIX_ARCH:
         ctas, warps = occupancy(r["regs"], *CTA_SHAPE[key], r["arch"])
         target = WARPS_TARGET_BY_SHAPE.get(key, WARPS_TARGET[key[0]])
         if warps < target:
             out.append(f"{where}: {ctas} CTAs, {warps} warps per SM ({r['regs']} registers, {CTA_SHAPE[key][1]} bytes "
                        f"of shared memory): below the {target} warps its loop needs to hide latency")
+    if key in SM_100KIB_SHAPE and r["arch"] in SM_100KIB_ARCHS:
+        ctas, warps = occupancy(r["regs"], *SM_100KIB_SHAPE[key], "sm_86")
+        if warps < 8:
+            out.append(f"{where}: on a 100 KiB SM {ctas} CTAs, {warps} warps ({r['regs']} registers, "
+                       f"{SM_100KIB_SHAPE[key][1]} bytes of shared memory): below the 8 warps its loop needs")
     return out
 
 
@@ -840,7 +854,12 @@ def main(argv: list[str]) -> int:
               + " of the tensor rate (fp16 as bf16)")
     for r in rows:
         key = mix_key(names[r["mangled"]])
-        if key in CTA_SHAPE and r["arch"] in SM_LIMITS:
+        if key in SM_100KIB_SHAPE and r["arch"] in SM_100KIB_ARCHS:
+            ctas, warps = occupancy(r["regs"], *SM_100KIB_SHAPE[key], "sm_86")
+            print(f"occupancy on a 100 KiB SM ({r['arch']}'s SASS): {names[r['mangled']]}, no table: {r['regs']} "
+                  f"registers, {SM_100KIB_SHAPE[key][1]} bytes of shared memory -> {ctas} CTAs, {warps} warps per SM "
+                  "(target >= 8)")
+        if key in CTA_SHAPE and r["arch"] == MIX_ARCH:
             ctas, warps = occupancy(r["regs"], *CTA_SHAPE[key], r["arch"])
             print(f"occupancy on {r['arch']}: {names[r['mangled']]}: {r['regs']} registers, {CTA_SHAPE[key][1]} bytes of "
                   f"shared memory -> {ctas} CTAs, {warps} warps per SM "

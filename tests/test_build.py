@@ -777,6 +777,15 @@ def test_cuda_occupancy_model(monkeypatch):
     monkeypatch.setitem(ck.CTA_SHAPE, ("attn_fwd_tc_kernel", "128, false"), (threads, 120 * 1024))  # the old 118.8 KB
     (msg,) = ck.failures_of(rec(219), fwd)
     assert "1 CTAs, 4 warps per SM" in msg and "below the 8 warps" in msg
+    # on a 100 KiB SM (sm_80's SASS, which sm_86 and sm_89 run; sm_120's): the table-free CTA taken there, 8 warps;
+    # the wide instance's 54,304 bytes at 128 would hold one
+    monkeypatch.setitem(ck.CTA_SHAPE, ("attn_fwd_tc_kernel", "128, false"), (threads, 88128))
+    for arch in ck.SM_100KIB_ARCHS:
+        assert ck.failures_of(dict(rec(255), arch=arch), fwd) == []
+    assert ck.failures_of(dict(rec(255), arch="sm_100"), fwd) == []  # (sm_100's SMs: 228 KiB)
+    monkeypatch.setitem(ck.SM_100KIB_SHAPE, ("attn_fwd_tc_kernel", "128, false"), (threads, 54304))
+    (msg,) = ck.failures_of(dict(rec(219), arch="sm_80"), fwd)
+    assert "on a 100 KiB SM 1 CTAs, 4 warps" in msg
 
 
 SASS_TWO_LOOPS = """

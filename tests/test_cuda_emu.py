@@ -902,9 +902,11 @@ def test_tensor_core_forward_matches_oracle(lib, dtype, case):
     assert (kernel == "tensor-core, 32 rows a warp") == wide
     # TcFwdTiles: a Q tile of 64 rows and K, V tiles of bn keys (128 at d = 64, 64 at 128, 32 at 256; the wide
     # instance: 128 rows, 64 keys at d = 64, 32 at 128), rows of d + 8 elements; with a table its window's 64 + bn rows
-    # (its bias reaches the scores by shuffles: no scratch); bn key flags, a row range a query row
+    # (its bias reaches the scores by shuffles: no scratch); bn key flags, a row range a query row.  Q's fragments in
+    # registers (16 rows a warp, d <= 128) without a table: Q's tile in V's
     bm, bn = (128, 64 if d == 64 else 32) if wide else (64, {64: 128, 128: 64, 256: 32}[d])
-    rows = bm + 2 * bn + (64 + bn if table else 0)
+    q_in_v = not wide and d <= 128 and not table
+    rows = (0 if q_in_v else bm) + 2 * bn + (64 + bn if table else 0)
     want = rows * (d + 8) * 2 + bn + bm * 16
     assert lib.wavepe_cuda_attention_fwd_smem_bytes(C.byref(prob.a)) == want
     check_attention(lib, dtype, backward=False, seed=300 + case, **kw)
@@ -918,6 +920,33 @@ def test_tensor_core_forward_16_rows_a_warp_matches_oracle(lib, monkeypatch, dty
     kw = dict(TC_CASES[case])
     assert fwd_kernel(lib, Attn(lib, dtype, seed=300 + case, **kw)) == "tensor-core"
     check_attention(lib, dtype, backward=False, seed=300 + case, **kw)
+
+
+def test_tensor_core_forward_rows_a_warp_by_the_sm(lib, monkeypatch):
+    # wide_holds_sm: a table-free call of more than 64 queries runs the wide instance where an SM holds as many of its
+    # CTAs as of the 16-row one's -- on an A100's or H100's SM two of either; on a 100 KiB SM (sm_86 / sm_89 / sm_120)
+    # at head_dim 128 one wide (54,304 bytes) and two 16-row (35,904: Q's tile in V's), so the 16-row one; at 64 two
+    # of either (38,976; 38,016).  The checker's SM_100KIB_SHAPE states the CTA taken there; the oracle on it.
+    ck = kernel_checks()
+    kw = dict(B=1, H=2, Hk=1, M=150, N=170, off=20, causal=True, pe=2, window=90, kpm=True)
+    devices = {"A100": {}, "H100": H100_SM, "RTX 4090": SM_99_KIB}
+    for dev, env in devices.items():
+        with mock.patch.dict(os.environ, env):
+            for d in (64, 128):
+                prob = Attn(lib, E.BF16, d=d, **kw)
+                wide = dev != "RTX 4090" or d == 64
+                assert fwd_kernel(lib, prob) == ("tensor-core, 32 rows a warp" if wide else "tensor-core"), (dev, d)
+                smem = lib.wavepe_cuda_attention_fwd_smem_bytes(C.byref(prob.a))
+                if dev == "RTX 4090":
+                    kernel = "attn_fwd_tc_wide_kernel" if wide else "attn_fwd_tc_kernel"
+                    assert ck.SM_100KIB_SHAPE[(kernel, f"{d}, false")] == (128, smem)
+                    assert ck.occupancy(255, 128, smem, "sm_86") == (2, 8)
+    assert ck.occupancy(255, 128, ck.CTA_SHAPE[("attn_fwd_tc_wide_kernel", "128, false")][1], "sm_86") == (1, 4)
+    # a table keeps the 16-row instance everywhere (the band split aside); the calls the wide one never takes stay
+    on_99_kib(monkeypatch)
+    assert fwd_kernel(lib, Attn(lib, E.BF16, d=128, **dict(kw, pe=1, R=30, window=0))) == "tensor-core"
+    for dtype, seed in ((E.BF16, 41), (E.F16, 42)):
+        check_attention(lib, dtype, backward=False, seed=seed, d=128, **kw)
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -383,8 +383,14 @@ struct TcFwdTiles {
     static constexpr bool QREG = D <= 128 && MT == 1;
     SmemPlan plan;
     int q, k, v, t, mask, rows;
-    __host__ __device__ explicit TcFwdTiles(bool table) {
-        q = plan.add(sizeof(T) * BM * LD);
+    // Q's fragments in registers and no window staged: the Q tile is read once, into them, before V's first copy
+    // -- it lies in V's tile (BN >= BM rows there), 17,408 bytes fewer at head_dim 128: 35,904 a CTA, two an SM
+    // on the 100 KiB SMs of sm_86, sm_89 and sm_120 (wide_holds_sm).  With a window, the warps' rows of the Q
+    // tile hold their window products (add_table_bias's PREV, cw): a tile of its own.
+    bool q_in_v;
+    __host__ __device__ explicit TcFwdTiles(bool table) : q_in_v(QREG && !table) {
+        static_assert(!QREG || BN >= BM, "Q's tile in V's");
+        q = plan.add(q_in_v ? 0 : sizeof(T) * BM * LD);  // (every region's index a constant: no run-time indexing)
         k = plan.add(sizeof(T) * BN * LD);
         v = plan.add(sizeof(T) * BN * LD);
         t = plan.add(table ? sizeof(T) * (BM + BN) * LD : 0);
@@ -429,9 +435,9 @@ WAVEPE_DEVICE void attn_fwd_tc_cta(const AttnParams &p) {
     const int part = band_part_of<D, MT, BAND>(p);
     const bool stage_table = has_table && part != 1;
     const Lay L(stage_table);
-    T *const Qs = reinterpret_cast<T *>(smem + L.plan.off[L.q]);
     T *const Ks = reinterpret_cast<T *>(smem + L.plan.off[L.k]);
     T *const Vs = reinterpret_cast<T *>(smem + L.plan.off[L.v]);
+    T *const Qs = L.q_in_v ? Vs : reinterpret_cast<T *>(smem + L.plan.off[L.q]);
     T *const Ts = reinterpret_cast<T *>(smem + L.plan.off[L.t]);
     uint8_t *const kmask = smem + L.plan.off[L.mask];
     int64_t *const rlo = reinterpret_cast<int64_t *>(smem + L.plan.off[L.rows]), *const rhi = rlo + BM;
@@ -552,6 +558,7 @@ WAVEPE_DEVICE void attn_fwd_tc_cta(const AttnParams &p) {
 #pragma unroll
                 for (int ks = 0; ks < KS; ++ks) ldmatrix_x4(qf[ks], qrow + 16 * ks);
                 __syncwarp();  // (the warp's Q rows, read: from here its window scratch, cw)
+                if (L.q_in_v) __syncthreads();  // (CTA-uniform) every warp's Q read before V's first copy over it
             } else {
                 qf = qrow;
             }
@@ -1011,6 +1018,23 @@ bool pack_heads(const AttnParams &p) {
     return use_tc_forward(p) && p.a.m == 1 && p.group > 1 && p.group <= 64 && p.pos_enc != WAVEPE_CUDA_PE_ALIBI;
 }
 
+// Does an SM hold as many of the wide instance's table-free CTAs (head_dim d, 64 or 128) as of the 16-row
+// instance's?  The registers allow two of either (~250 a thread, 4 warps a CTA); the shared memory decides on the
+// 100 KiB SMs of sm_86, sm_89 and sm_120 (50,176 bytes a CTA for two, each with its 1 KiB reserved): at head_dim 128
+// one wide CTA (54,304 bytes: 4 warps an SM, one a scheduler) where two 16-row ones fit (35,904: Q's tile in V's,
+// TcFwdTiles) -- 8 warps, as FlashAttention-2's 64 x 64 tiles for sm_8x, at 326 bytes of shared memory an HMMA
+// where the wide loop moves 230: latency, not bandwidth, binds one warp a scheduler (the H200's profile of the
+// first forward: 76 % of cycles without an eligible warp).  At 64 both hold two (38,976 and 38,016 bytes); on
+// sm_80, sm_90 and sm_100 both hold two at either head dim.  A device that cannot be asked keeps the wide one.
+bool wide_holds_sm(int64_t d) {
+    const size_t wide = d == 64 ? TcFwdWideLayout<__half, 64>(false).plan.total
+                                : TcFwdWideLayout<__half, 128>(false).plan.total,
+                 rows16 = tc_fwd_smem(d, false);
+    constexpr int kByRegisters = 2;
+    const int w = device_ctas_by_smem(wide), n = device_ctas_by_smem(rows16);
+    return (w < kByRegisters ? w : kByRegisters) >= (n < kByRegisters ? n : kByRegisters);
+}
+
 // Does the call run the wide instance (attn_fwd_tc_wide_kernel: 32 query rows a warp, a CTA of 128)?  Each K and
 // V fragment a warp reads feeds two HMMA, not one: in its main loop 230 bytes of shared memory per HMMA at head_dim
 // 128 (198 at 64) where the 16-row warps move 326, over the 256 an H100's SM serves at the tensor rate
@@ -1018,10 +1042,12 @@ bool pack_heads(const AttnParams &p) {
 // the registers beside Q's fragments read at each step (at 256 O's alone would take them all); not with a table
 // (its window for 128 rows: one CTA an SM), nor for 64 queries or fewer (a 128-row CTA half empty: decoding,
 // packed heads).
+// Nor where an SM holds fewer of its CTAs than of the 16-row instance's (wide_holds_sm).
 // WAVEPE_CUDA_WIDE=0 keeps such calls on the 16-row instance (wide_rows_allowed).
 bool wide_forward(const AttnParams &p) {
-    return p.pos_enc != WAVEPE_CUDA_PE_TABLE && wide_rows_apply(p) && use_tc_forward(p);
+    return p.pos_enc != WAVEPE_CUDA_PE_TABLE && wide_rows_apply(p) && use_tc_forward(p) && wide_holds_sm(p.a.d);
 }
+
 
 // Does the forward's band split's workspace -- two fp32 partials of every row, 4x a bf16 output's bytes -- stay
 // within kBandSplitWorkspace?  (Then M < 2^19: band_split_pays's count is short.)
