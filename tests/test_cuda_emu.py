@@ -1702,6 +1702,26 @@ def test_band_split_onto_the_wide_instances_matches_oracle(lib, monkeypatch, cas
     assert_grads_normwise(prob, dtype)
 
 
+@pytest.mark.parametrize("case", range(len(WIDE_BAND_SPLIT_CASES)))
+def test_forward_band_split_on_a_100_kib_sm_matches_oracle(lib, monkeypatch, case):
+    # on a 100 KiB SM (sm_86 / sm_89 / sm_120) at head_dim 128 the forward's first partial runs the 16-row instance
+    # without the window (35,904 bytes, Q in V's tile: two CTAs an SM, where one wide CTA of 54,304 fits), over the
+    # same 128-row groups' blocks as the wide one (band_split_blocks); at 64 the wide one still (two of either)
+    kw, dtype = dict(WIDE_BAND_SPLIT_CASES[case][0]), WIDE_BAND_SPLIT_CASES[case][1]
+    on_99_kib(monkeypatch)
+    prob = Attn(lib, dtype, seed=520 + case, **kw)
+    assert lib.wavepe_cuda_attention_num_splits(C.byref(prob.a)) == 1
+    assert fwd_kernel(lib, prob) == "tensor-core, band split"
+    launches(lib)
+    check_attention(lib, dtype, backward=False, seed=520 + case, **kw)
+    assert launches(lib)[:3] == ([35904, 88128, 0] if kw["d"] == 128 else WIDE_BAND_SPLIT_LAUNCHES[64][0])
+    if case == 0:  # the same output in another thread order
+        want = Attn(lib, E.F16, **dict(kw, seed=23)).forward()
+        monkeypatch.setenv("WAVEPE_EMU_ORDER", "serial")
+        for x, y in zip(want, Attn(lib, E.F16, **dict(kw, seed=23)).forward()):
+            np.testing.assert_array_equal(x, y)
+
+
 def test_band_split_onto_the_wide_instances_only_where_it_applies(lib, monkeypatch):
     kw = dict(WIDE_BAND_SPLIT_CASES[0][0])
     for name, value in dict(H100_SM, WAVEPE_EMU_SMS="1").items():

@@ -432,7 +432,9 @@ WAVEPE_DEVICE void attn_fwd_tc_cta(const AttnParams &p) {
     const bool has_table = MT == 1 && p.pos_enc == WAVEPE_CUDA_PE_TABLE;  // (the wide instance: never)
     // the band split's first partial takes only blocks beyond the band: no window staged, none reserved
     // (band_split: at head_dim 256 both partials run this instance, at 64 and 128 the first the wide one)
-    const int part = band_part_of<D, MT, BAND>(p);
+    // (the 16-row instance takes either partial: at 64 and 128 the first too where an SM holds fewer wide CTAs than
+    // 16-row ones -- launch_fwd_tc, wide_holds_sm; never with packed heads, whose loops stay as they were)
+    const int part = MT == 1 && !PACKED ? p.band_part : band_part_of<D, MT, BAND>(p);
     const bool stage_table = has_table && part != 1;
     const Lay L(stage_table);
     T *const Ks = reinterpret_cast<T *>(smem + L.plan.off[L.k]);
@@ -1168,23 +1170,27 @@ cudaError_t launch_fwd_tc(AttnParams p, cudaStream_t stream) {
         p.num_splits = 2;
         static_assert(Lay::BM * 2 == 128, "launch_band_parts' CTA");
         cudaError_t err = cudaSuccess;
-        if constexpr (D <= 128) {  // the first partial on the wide instance (its own key blocks), the second here
-            using Wide = TcFwdWideLayout<T, D>;
-            AttnParams q = p;
-            q.num_splits = 1;
-            const int64_t wide_ctas = plan_splits(&q, Wide::BM, Wide::BN);
-            q.num_splits = 2;
-            q.band_part = 1;
-            err = launch_tc(attn_fwd_tc_wide_kernel<T, D, true>, wide_ctas, Wide(false).plan.total, stream, q);
-            q = p;
-            q.band_part = 2;
-            if (err == cudaSuccess)
-                err = launch_tc(attn_fwd_tc_kernel<T, D, false>, ctas, Lay(true).plan.total, stream, q);
-        } else {
+        bool launched = false;
+        if constexpr (D <= 128) {
+            if (wide_holds_sm(D)) {  // the first partial on the wide instance (its own key blocks), the second here
+                using Wide = TcFwdWideLayout<T, D>;
+                AttnParams q = p;
+                q.num_splits = 1;
+                const int64_t wide_ctas = plan_splits(&q, Wide::BM, Wide::BN);
+                q.num_splits = 2;
+                q.band_part = 1;
+                err = launch_tc(attn_fwd_tc_wide_kernel<T, D, true>, wide_ctas, Wide(false).plan.total, stream, q);
+                q = p;
+                q.band_part = 2;
+                if (err == cudaSuccess)
+                    err = launch_tc(attn_fwd_tc_kernel<T, D, false>, ctas, Lay(true).plan.total, stream, q);
+                launched = true;
+            }
+        }
+        if (!launched)  // (at 64 and 128 too where an SM holds fewer wide CTAs: the first's CTA without the window)
             err = launch_band_parts(
                 p, [](bool) { return attn_fwd_tc_kernel<T, D, false>; }, [](bool w) { return Lay(w).plan.total; },
                 ctas, stream);
-        }
         if (err != cudaSuccess) return err;
         const int64_t rows = p.a.batch * p.a.heads * p.a.m;
         return launch(attn_combine_kernel<T>, dim3(unsigned(ceil_div(rows, 4))), dim3(128), 0, stream, p);

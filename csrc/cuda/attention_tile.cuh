@@ -941,7 +941,8 @@ WAVEPE_DEVICE void attn_keys(const AttnParams &p, int64_t b, int64_t pos, bool c
 // keys, returned in the CTA's own blocks of bn (bn divides gbn); no interior: all four kb_end.  For the CTA's
 // rows these are interior blocks too (a group's keys seen by every row are seen by each), within its key blocks
 // [kb_begin, kb_end) (from its first row's first key to its last row's last); a 16-row CTA takes the rest of
-// those blocks through its masked loop.  (No documents, padding nor clamped tables: band_split_pays.)
+// those blocks through its masked loop.  (No documents, padding nor clamped tables: band_split_pays.)  The forward's
+// first partial on the 100 KiB SMs at 128 runs the 16-row instance (wide_holds_sm): over the same groups' blocks.
 // WHOLE: only whole groups have an interior -- the partition of the forward's band split at head_dim 256 on a
 // device that holds the tensor-core CTA without the window only (GM 64: that CTA's rows, which take no block of a
 // partial last CTA as interior; the general kernel's 32-row CTAs the second partial: band_split_on_general).
@@ -963,7 +964,8 @@ WAVEPE_DEVICE void band_split_blocks(const AttnParams &p, int64_t b, int64_t m0,
 // The band split's partial (p.band_part) a CTA of MT m-tiles a warp runs: at head_dim 256 either (the 16-row
 // kernels' table-free and table instances); at 64 and 128 the first on the wide instances built for it (BAND: a
 // constant, so that the other wide instances -- every table-free call's -- carry none of it), the second on the
-// 16-row table instance; 0 none.
+// 16-row table instance; 0 none.  (The forward's 16-row CTA reads p.band_part itself: where an SM holds fewer wide CTAs
+// than 16-row ones -- the 100 KiB SMs at 128, wide_holds_sm -- it runs the first partial too, without the window.)
 template <int D, int MT, bool BAND>
 WAVEPE_DEVICE int band_part_of(const AttnParams &p) {
     return D == 256 ? p.band_part : MT > 1 ? (BAND ? 1 : 0) : (p.band_part == 2 ? 2 : 0);
