@@ -248,7 +248,8 @@ ATTN_CASES = [
     (1, 4, 2, 256, 1024, 128, "wavelet", True, None, False),
     (1, 2, 1, 200, 600, 64, "nope", True, None, False),
     # ... and the tensor-core backward without a table: masked and interior blocks, GQA heads in turn, ALiBi (its
-    # forward the wide instance, attn_fwd_tc_wide_kernel: 32 rows a warp, a last CTA of 32 rows; on an H100-class SM
+    # forward the wide instance, attn_fwd_tc_wide_kernel: 32 rows a warp, a last CTA of 32 rows -- on a 100 KiB SM the
+    # 16-row one, Q in V's tile (wide_holds_sm); on an H100-class SM
     # its dK/dV the wide one, attn_bwd_dkdv_tc_wide_kernel: 32 keys a warp, ALiBi's instance -- the case above, d = 64,
     # the plain one; its dQ, the slopes fixed, attn_bwd_dq_tc_wide_alibi_kernel)
     (1, 4, 2, 160, 400, 128, "alibi", True, None, False),
@@ -258,7 +259,8 @@ ATTN_CASES = [
     (1, 2, 1, 300, 300, 128, "relative", True, None, False),
     # ... and the band split onto the wide instances (bf16/fp16, d = 128; the backward's on an H100-class SM): the
     # blocks beyond the wavelet's band (~1,750 keys) on attn_fwd_tc_wide_kernel / attn_bwd_dq_tc_wide_kernel /
-    # attn_bwd_dkdv_tc_wide_kernel, the others on the 16-row (16-key) table instances; a partial last group of 128 rows
+    # attn_bwd_dkdv_tc_wide_kernel (the forward's on a 100 KiB SM: the 16-row instance without the window), the others
+    # on the 16-row (16-key) table instances; a partial last group of 128 rows
     (1, 2, 1, 200, 6000, 128, "wavelet", True, None, False),
     # ... and head dims without a tensor-core instance (Phi-3-mini's 96 with the wavelet, Phi-2's 80 with ALiBi and
     # padding, a learned table at 192): bf16/fp16 on copies zero-padded to 128 / 256 (docs/CUDA.md, "Padded head dims")
