@@ -14,7 +14,9 @@ alternation with the references, CUDA-synchronised, medians), against SDPA's fla
 Also timed: the nope forward and forward+backward on 16 query rows (keys) a warp (WAVEPE_CUDA_WIDE=0:
 attn_fwd_tc_kernel, attn_bwd_dkdv_tc_kernel, attn_bwd_dq_tc_kernel) against the wide instances plain calls run (32 a
 warp: attn_fwd_tc_wide_kernel, attn_bwd_dkdv_tc_wide_kernel, attn_bwd_dq_tc_wide_kernel) -- the A/B of the static
-model's shared-memory term; the wavelet call in one launch a
+model's shared-memory term; on a GPU of 100 KiB an SM (sm_86 / sm_89 / sm_120), whose plain forward at head_dim 128
+runs the 16-row instance (two CTAs an SM where one wide CTA fits), the nope forward on the wide one forced
+(WAVEPE_CUDA_WIDE=1) -- the A/B of that choice; the wavelet call in one launch a
 kernel (one document: at L=16384 the plain call takes the band split, its blocks beyond the band on the wide
 instances -- their A/B); ALiBi, the wavelet bias with a 1024-token window and with soft-capping (cap 30), a learned relative
 table of the wavelet table's rows (pos_enc="relative", its gradient asked: the backward adds the dT pass on the
@@ -104,7 +106,27 @@ def _sixteen_rows_a_warp(fn):
     return run
 
 
+def _wide_forced(fn):
+    """fn called with WAVEPE_CUDA_WIDE=1: table-free forwards at head_dim 64 / 128 on the wide instance (32 rows a
+    warp) also where an SM holds fewer of its CTAs than of the 16-row one's (the 100 KiB SMs at 128: wide_holds_sm in
+    csrc/cuda/attention.cu) -- the A/B of that choice."""
+    def run(*args):
+        with mock.patch.dict(os.environ, {"WAVEPE_CUDA_WIDE": "1"}):
+            return fn(*args)
+    return run
+
+
+def _small_sm() -> bool:
+    """Is the device's shared memory an SM at most 100 KiB (sm_86 / sm_89 / sm_120), where the forward's choice of
+    instance differs (unknown to this torch: no)?"""
+    if DEV != "cuda":  # (the CPU's smoke run: the method runs there too, WAVEPE_CUDA_WIDE read by no kernel)
+        return True
+    per_sm = getattr(torch.cuda.get_device_properties(DEV), "shared_memory_per_multiprocessor", None)
+    return per_sm is not None and per_sm <= 100 * 1024
+
+
 NOPE_16 = "nope, 16 rows a warp"
+NOPE_WIDE = "nope, 32 rows a warp (forced)"
 WAVELET_ONE = "wavelet, one launch"
 
 
@@ -119,6 +141,8 @@ def _methods(cfg) -> dict:
         "wavelet": lambda q, k, v: wo.wavelet_attention(q, k, v, cfg),
         f"wavelet window {WINDOW}": lambda q, k, v: wo.wavelet_attention(q, k, v, cfg, window=WINDOW),
         f"wavelet softcap {SOFTCAP:g}": lambda q, k, v: wo.wavelet_attention(q, k, v, cfg, softcap=SOFTCAP),
+        **({NOPE_WIDE: _wide_forced(lambda q, k, v: wo.wavelet_attention(q, k, v, pos_enc="nope"))}
+           if _small_sm() else {}),
     }
 
 

@@ -947,6 +947,14 @@ def test_tensor_core_forward_rows_a_warp_by_the_sm(lib, monkeypatch):
     assert fwd_kernel(lib, Attn(lib, E.BF16, d=128, **dict(kw, pe=1, R=30, window=0))) == "tensor-core"
     for dtype, seed in ((E.BF16, 41), (E.F16, 42)):
         check_attention(lib, dtype, backward=False, seed=seed, d=128, **kw)
+    # WAVEPE_CUDA_WIDE=1 (the benchmark's A/B there) takes the wide instance all the same, the band split's first
+    # partial too
+    monkeypatch.setenv("WAVEPE_CUDA_WIDE", "1")
+    assert fwd_kernel(lib, Attn(lib, E.BF16, d=128, **kw)) == "tensor-core, 32 rows a warp"
+    prob = Attn(lib, E.BF16, **WIDE_BAND_SPLIT_CASES[0][0])
+    launches(lib)
+    prob.forward()
+    assert launches(lib)[:3] == WIDE_BAND_SPLIT_LAUNCHES[128][0]
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])

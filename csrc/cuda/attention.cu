@@ -1027,8 +1027,10 @@ bool pack_heads(const AttnParams &p) {
 // TcFwdTiles) -- 8 warps, as FlashAttention-2's 64 x 64 tiles for sm_8x, at 326 bytes of shared memory an HMMA
 // where the wide loop moves 230: latency, not bandwidth, binds one warp a scheduler (the H200's profile of the
 // first forward: 76 % of cycles without an eligible warp).  At 64 both hold two (38,976 and 38,016 bytes); on
-// sm_80, sm_90 and sm_100 both hold two at either head dim.  A device that cannot be asked keeps the wide one.
+// sm_80, sm_90 and sm_100 both hold two at either head dim.  A device that cannot be asked keeps the wide one, as
+// WAVEPE_CUDA_WIDE=1 does (wide_rows_forced).
 bool wide_holds_sm(int64_t d) {
+    if (wide_rows_forced()) return true;
     const size_t wide = d == 64 ? TcFwdWideLayout<__half, 64>(false).plan.total
                                 : TcFwdWideLayout<__half, 128>(false).plan.total,
                  rows16 = tc_fwd_smem(d, false);

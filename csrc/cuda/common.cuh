@@ -353,6 +353,12 @@ inline bool env_zero(const char *name) {
 // environment keeps them on the 16-row ones: the A/B that bench_attention.py --device cuda times, and the emulator
 // tests' way to those instances' table-free paths.
 inline bool wide_rows_allowed() { return !env_zero("WAVEPE_CUDA_WIDE"); }
+// WAVEPE_CUDA_WIDE=1 takes the wide forward also where an SM holds fewer of its CTAs than of the 16-row one's
+// (attention.cu, wide_holds_sm): the A/B of that choice on the 100 KiB SMs that bench_attention.py --device cuda times.
+inline bool wide_rows_forced() {
+    const char *env = std::getenv("WAVEPE_CUDA_WIDE");
+    return env != nullptr && std::strcmp(env, "1") == 0;
+}
 
 // May calls of a head dim without a tensor-core instance run on zero-padded copies (padded_call)?  WAVEPE_CUDA_PAD=0
 // keeps them on the general kernels: the A/B bench_attention.py --device cuda times, and a way out of the copies'
