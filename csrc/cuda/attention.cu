@@ -431,9 +431,9 @@ WAVEPE_DEVICE void attn_fwd_tc_cta(const AttnParams &p) {
     WAVEPE_SHARED_BASE(smem);
     const bool has_table = MT == 1 && p.pos_enc == WAVEPE_CUDA_PE_TABLE;  // (the wide instance: never)
     // the band split's first partial takes only blocks beyond the band: no window staged, none reserved
-    // (band_split: at head_dim 256 both partials run this instance, at 64 and 128 the first the wide one)
-    // (the 16-row instance takes either partial: at 64 and 128 the first too where an SM holds fewer wide CTAs than
-    // 16-row ones -- launch_fwd_tc, wide_holds_sm; never with packed heads, whose loops stay as they were)
+    // (band_split: at head_dim 256 both partials run this instance, at 64 and 128 the first the wide one -- or this
+    // one where an SM holds fewer wide CTAs than 16-row ones: launch_fwd_tc, wide_holds_sm; never with packed heads,
+    // whose loops stay as they were)
     const int part = MT == 1 && !PACKED ? p.band_part : band_part_of<D, MT, BAND>(p);
     const bool stage_table = has_table && part != 1;
     const Lay L(stage_table);
@@ -1051,7 +1051,6 @@ bool wide_holds_sm(int64_t d) {
 bool wide_forward(const AttnParams &p) {
     return p.pos_enc != WAVEPE_CUDA_PE_TABLE && wide_rows_apply(p) && use_tc_forward(p) && wide_holds_sm(p.a.d);
 }
-
 
 // Does the forward's band split's workspace -- two fp32 partials of every row, 4x a bf16 output's bytes -- stay
 // within kBandSplitWorkspace?  (Then M < 2^19: band_split_pays's count is short.)
