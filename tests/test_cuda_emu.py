@@ -1730,6 +1730,30 @@ def test_forward_band_split_on_a_100_kib_sm_matches_oracle(lib, monkeypatch, cas
             np.testing.assert_array_equal(x, y)
 
 
+# (whole 128-row groups, each row over ~4,600 keys beyond the band: the split always -- band_split_pays asks 3,072 a
+# row on average, counting a partial last group's as none, which may bring it under; 300 rows take it)
+@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow,
+                                                                HealthCheck.function_scoped_fixture])
+@given(dtype=st.sampled_from([E.BF16, E.F16]), group=st.integers(1, 2), M=st.sampled_from([128, 256, 300, 384]),
+       N=st.integers(6000, 6800), causal=st.booleans(), R=st.integers(1, 80), r_lo=st.integers(-40, 20),
+       window=st.sampled_from([0, 0, 4700]), softcap=st.sampled_from([0.0, 0.0, 2.5]), data=st.data())
+def test_forward_band_split_on_a_100_kib_sm_random_shapes(lib, monkeypatch, dtype, group, M, N, causal, R, r_lo,
+                                                         window, softcap, data):
+    # the first partial on the 16-row instance without the window, the second on the table one, both over the same
+    # 128-row groups' blocks: partial last groups and CTAs, offsets, windows, soft-caps, GQA -- against the oracle
+    on_99_kib(monkeypatch)
+    off = data.draw(st.integers(N - M - 150, N - M) if causal else st.integers(0, N), label="off")
+    kw = dict(B=1, H=group, Hk=1, M=M, N=N, d=128, off=off, causal=causal, pe=1, R=R, r_lo=r_lo, window=window,
+              softcap=softcap, seed=data.draw(st.integers(0, 2**31), label="seed"))
+    prob = Attn(lib, dtype, **kw)
+    split = fwd_kernel(lib, prob) == "tensor-core, band split"
+    assert split or M % 128, kw
+    launches(lib)
+    check_attention(lib, dtype, backward=False, **kw)
+    if split:
+        assert launches(lib)[:3] == [35904, 88128, 0]
+
+
 def test_band_split_onto_the_wide_instances_only_where_it_applies(lib, monkeypatch):
     kw = dict(WIDE_BAND_SPLIT_CASES[0][0])
     for name, value in dict(H100_SM, WAVEPE_EMU_SMS="1").items():
