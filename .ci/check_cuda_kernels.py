@@ -78,8 +78,12 @@ SPILL_EXEMPT: set[tuple[str, str, str]] = set()
 # shrinks).  The wide dK/dV at head dim 128 spilled 12-68 bytes on sm_120 (CUDA 13.0, 2026-11-29); there the 16-key
 # instance runs (wide_dkdv asks the device's compute capability; sm_120's 99 KiB would not hold it anyway).  (On
 # sm_100 it is built since 2026-11-29, its phase 1 one m-tile a pass: no spill.)
+# The dK/dV with dO in one buffer at head dim 64 spilled 16 bytes on sm_100 and 4-20 on sm_120 (CUDA 13.0,
+# 2026-11-30): it runs on sm_86 / sm_89 (sm_80's SASS) only -- use_tc_dkdv_gone asks the compute capability; an sm_100
+# SM holds three CTAs of the two-buffer instance, sm_120's one.
 NOT_BUILT = {
     ("attn_bwd_dkdv_tc_wide_kernel", "128", "sm_120"),
+    ("attn_bwd_dkdv_tc_gone_kernel", "64", "sm_100"), ("attn_bwd_dkdv_tc_gone_kernel", "64", "sm_120"),
 }
 # the SASS instruction a tensor-core kernel must hold, per arch (an sm_90a build would name HGMMA)
 TENSOR_CORE_RULES = {"sm_80": "HMMA", "sm_90": "HMMA", "sm_90a": "HGMMA", "sm_100": "HMMA", "sm_120": "HMMA"}
@@ -144,7 +148,10 @@ MIX_CEILING = {
     # its instance with dO in one buffer (99 KiB devices, no table; sm_90 never runs it): a second barrier a block
     # and dO's copies apart from Q's (from the address its first stage found: DoutRows) -- 19 instructions more a
     # block, ~4.25 executed where the two buffers' take 4.05 (6.3 statically; 7.3, 67 more, deriving it twice)
-    ("attn_bwd_dkdv_tc_gone_kernel", ""): 6.8,
+    ("attn_bwd_dkdv_tc_gone_kernel", "256"): 6.8,
+    # ... at head dim 64 (100 KiB SMs of sm_86 / sm_89, no table; sm_90 never runs it): a block's 64 queries in one
+    # chunk, 3.9 statically where the two-buffer instance's two chunks take 3.9 (2026-11-30)
+    ("attn_bwd_dkdv_tc_gone_kernel", "64"): 4.4,
     # the learned table's dT on the tensor cores (head dim, then whether the call has a soft-cap: an instance
     # each): the interior tiles' loop, a tile's dS recomputed (S, the window's bias, dP: 224 HMMA at 128) and
     # dT_win += H^T Q (64), per tile also the copies, the row ranges and three barriers; the soft-cap adds a
@@ -194,7 +201,7 @@ SMEM_CEILING = {
     ("attn_bwd_dkdv_tc_kernel", "128, false"): 387, ("attn_bwd_dkdv_tc_kernel", "128, true"): 387,
     ("attn_bwd_dkdv_tc_kernel", "64, false"): 371, ("attn_bwd_dkdv_tc_kernel", "64, true"): 371,
     ("attn_bwd_dkdv_tc_kernel", "256, false"): 487, ("attn_bwd_dkdv_tc_kernel", "256, true"): 487,
-    ("attn_bwd_dkdv_tc_gone_kernel", ""): 495,
+    ("attn_bwd_dkdv_tc_gone_kernel", "256"): 495, ("attn_bwd_dkdv_tc_gone_kernel", "64"): 375,
     # the wide dK/dV (32 keys x 32 queries a warp for S^T and dP^T: K 128, Q 128 an HMMA, V and dO the same; 32 keys x
     # D for dV += P^T dO, dK += dS^T Q: P^T's fragments 64, dO's 128 at 128 -- 192 at 64; the P^T, dS^T stores, the
     # copies, the rows' statistics): 256 at 128, at the line; 303 at 64
@@ -258,7 +265,8 @@ CTA_SHAPE = {  # (kernel, template arguments after the type): (threads, the most
     ("attn_bwd_dtable_tc_kernel", "64, false"): (128, 73728), ("attn_bwd_dtable_tc_kernel", "64, true"): (128, 73728),
     ("attn_bwd_dtable_tc_ksplit_kernel", "128, false"): (128, 96768),
     ("attn_bwd_dtable_tc_ksplit_kernel", "128, true"): (128, 96768),
-    ("attn_bwd_dq_tc_vone_kernel", ""): (128, 93984), ("attn_bwd_dkdv_tc_gone_kernel", ""): (128, 94352),
+    ("attn_bwd_dq_tc_vone_kernel", ""): (128, 93984), ("attn_bwd_dkdv_tc_gone_kernel", "256"): (128, 94352),
+    ("attn_bwd_dkdv_tc_gone_kernel", "64"): (128, 48272),
 }
 WARPS_TARGET = {"attn_fwd_tc_kernel": 8, "attn_fwd_tc_wide_kernel": 8, "attn_bwd_dkdv_tc_kernel": 8,
                 "attn_bwd_dkdv_tc_wide_kernel": 8, "attn_bwd_dq_tc_kernel": 8,
@@ -272,10 +280,12 @@ WARPS_TARGET = {"attn_fwd_tc_kernel": 8, "attn_fwd_tc_wide_kernel": 8, "attn_bwd
 # backward's band split, bwd_band_split in attention_bwd.cu, runs the blocks beyond the band on those).
 # (The learned table's dT reaches two at both head dims: 103 KiB at 128, H in dO's place.)
 # On the 100 KiB SMs, the table-free forward's CTA the launcher takes there (attention.cu, wide_holds_sm: the wide
-# one where an SM holds as many of it as of the 16-row one), held to 8 warps with the registers of the SASS those GPUs
-# run: sm_80's (sm_86 and sm_89 run it) and sm_120's.  (With a table, or in the backward, their CTAs hold one an SM
-# there: docs/CUDA.md, "Occupancy".)
-SM_100KIB_SHAPE = {("attn_fwd_tc_kernel", "128, false"): (128, 35904), ("attn_fwd_tc_wide_kernel", "64, false"): (128, 38976)}
+# one where an SM holds as many of it as of the 16-row one) and the dK/dV's at head dim 64 (attention_bwd.cu,
+# use_tc_dkdv_gone: dO in one buffer), held to 8 warps with the registers of the SASS those GPUs run: sm_80's (sm_86
+# and sm_89 run it) and sm_120's.  (With a table, the dQ, or the dK/dV at 128, their CTAs hold one an SM there:
+# docs/CUDA.md, "Occupancy".)
+SM_100KIB_SHAPE = {("attn_fwd_tc_kernel", "128, false"): (128, 35904), ("attn_fwd_tc_wide_kernel", "64, false"): (128, 38976),
+                   ("attn_bwd_dkdv_tc_gone_kernel", "64"): (128, 48272)}
 SM_100KIB_ARCHS = ("sm_80", "sm_120")
 WARPS_TARGET_BY_SHAPE = {("attn_fwd_tc_kernel", "256, false"): 4, ("attn_fwd_tc_kernel", "256, true"): 4,
                          ("attn_bwd_dq_tc_kernel", "256, true"): 4, ("attn_bwd_dkdv_tc_kernel", "256, true"): 4}
@@ -313,7 +323,7 @@ def occupancy(regs: int, threads: int, smem: int, arch: str) -> tuple[int, int]:
 COPY_COST_CEILING = {
     ("attn_bwd_dkdv_tc_kernel", "128, false"): 308, ("attn_bwd_dkdv_tc_kernel", "128, true"): 502,
     ("attn_bwd_dkdv_tc_kernel", "256, false"): 308, ("attn_bwd_dkdv_tc_kernel", "256, true"): 502,
-    ("attn_bwd_dkdv_tc_gone_kernel", ""): 301,
+    ("attn_bwd_dkdv_tc_gone_kernel", "256"): 301, ("attn_bwd_dkdv_tc_gone_kernel", "64"): 298,
     ("attn_bwd_dkdv_tc_kernel", "64, false"): 324, ("attn_bwd_dkdv_tc_kernel", "64, true"): 502,
     ("attn_bwd_dkdv_tc_wide_kernel", "128, 1"): 286, ("attn_bwd_dkdv_tc_wide_kernel", "128, 2"): 286,
     ("attn_bwd_dkdv_tc_wide_kernel", "128, 3"): 288, ("attn_bwd_dkdv_tc_wide_kernel", "64, 1"): 288,
@@ -387,7 +397,8 @@ OTHER_LOOP_CEILING = {
     ("attn_bwd_dkdv_tc_kernel", "64, true"): (6.6, 7.05, 8.85, 21.4),
     # (head dim 256: static counts, S's and dP's loops of 4 steps inside taken once)
     ("attn_bwd_dkdv_tc_kernel", "256, false"): (7.35, 8.0, 22.35),
-    ("attn_bwd_dkdv_tc_gone_kernel", ""): (8.65, 9.4, 22.95),
+    ("attn_bwd_dkdv_tc_gone_kernel", "256"): (8.65, 9.4, 22.95),
+    ("attn_bwd_dkdv_tc_gone_kernel", "64"): (5.0, 6.6, 22.9),
     ("attn_bwd_dkdv_tc_kernel", "256, true"): (8.0, 9.65, 10.8, 23.5),
     # the wide dK/dV: its masked blocks (each whole: dkdv_probs' selection; soft-capped in the soft-cap's instance)
     ("attn_bwd_dkdv_tc_wide_kernel", "128, 1"): (6.3,), ("attn_bwd_dkdv_tc_wide_kernel", "128, 2"): (6.3,),
@@ -751,7 +762,7 @@ def failures_of(r: dict, name: str) -> list[str]:
         if warps < target:
             out.append(f"{where}: {ctas} CTAs, {warps} warps per SM ({r['regs']} registers, {CTA_SHAPE[key][1]} bytes "
                        f"of shared memory): below the {target} warps its loop needs to hide latency")
-    if key in SM_100KIB_SHAPE and r["arch"] in SM_100KIB_ARCHS:
+    if key in SM_100KIB_SHAPE and r["arch"] in SM_100KIB_ARCHS and not stub:
         ctas, warps = occupancy(r["regs"], *SM_100KIB_SHAPE[key], "sm_86")
         if warps < 8:
             out.append(f"{where}: on a 100 KiB SM {ctas} CTAs, {warps} warps ({r['regs']} registers, "
@@ -854,7 +865,9 @@ def main(argv: list[str]) -> int:
               + " of the tensor rate (fp16 as bf16)")
     for r in rows:
         key = mix_key(names[r["mangled"]])
-        if key in SM_100KIB_SHAPE and r["arch"] in SM_100KIB_ARCHS:
+        base, targs = kernel_parts(names[r["mangled"]])
+        if (key in SM_100KIB_SHAPE and r["arch"] in SM_100KIB_ARCHS
+                and (base, targs[1] if len(targs) > 1 else "", r["arch"]) not in NOT_BUILT):
             ctas, warps = occupancy(r["regs"], *SM_100KIB_SHAPE[key], "sm_86")
             print(f"occupancy on a 100 KiB SM ({r['arch']}'s SASS): {names[r['mangled']]}, no table: {r['regs']} "
                   f"registers, {SM_100KIB_SHAPE[key][1]} bytes of shared memory -> {ctas} CTAs, {warps} warps per SM "

@@ -1390,7 +1390,7 @@ def test_tensor_core_backward_with_one_buffer_only_where_it_applies(lib, monkeyp
     kw = dict(DQ_VONE_CASES[0][0])
     shape = kernel_checks().CTA_SHAPE
     assert shape[("attn_bwd_dq_tc_vone_kernel", "")] == (128, DQ_VONE_BYTES)
-    assert shape[("attn_bwd_dkdv_tc_gone_kernel", "")] == (128, DKDV_GONE_BYTES)
+    assert shape[("attn_bwd_dkdv_tc_gone_kernel", "256")] == (128, DKDV_GONE_BYTES)
     assert max(DQ_VONE_BYTES, DKDV_GONE_BYTES) <= 99 * 1024
     # where the two buffers fit (the grant's edges: 102,432 bytes for the dQ, 102,800 for the dK/dV), the whole
     # kernels, each pass apart; with a table (its window), the general ones
@@ -1411,6 +1411,61 @@ def test_tensor_core_backward_with_one_buffer_only_where_it_applies(lib, monkeyp
     assert lib.wavepe_cuda_attention_bwd_smem_bytes(C.byref(prob.a)) <= 99 * 1024
     for change in (dict(d=128), dict(row_pad=4)):
         assert bwd_kernel(lib, Attn(lib, E.BF16, **dict(kw, **change))) in ("tensor-core", "general"), change
+
+
+# head_dim 64 without a table on a 100 KiB SM of sm_86 / sm_89 (a stub on sm_120): the dK/dV with dO in one buffer and a
+# block's 64 queries in one chunk (attn_bwd_dkdv_tc_gone_kernel<64>, 48,272 bytes: two CTAs an SM, where the two
+# buffers' 57,488 hold one; the wide dK/dV's 113,896 do not fit).  Causal with GQA and a partial last CTA (more than
+# 64 queries: the call the wide one takes elsewhere); ALiBi with its slopes' gradient and key padding; a soft-cap
+# without causality; a window.
+DKDV_GONE64_CASES = [
+    (dict(B=1, H=4, Hk=2, M=150, N=200, d=64, off=50, causal=True, pe=0), E.BF16, False),
+    (dict(B=2, H=2, Hk=1, M=64, N=150, d=64, off=90, causal=True, pe=2, kpm=True), E.F16, True),
+    (dict(B=1, H=2, Hk=2, M=100, N=130, d=64, off=0, causal=False, pe=0, softcap=2.0), E.BF16, False),
+    (dict(B=1, H=2, Hk=1, M=96, N=300, d=64, off=200, causal=True, pe=0, window=90), E.F16, False),
+]
+DKDV_GONE64_BYTES = 48272
+
+
+@pytest.mark.parametrize("case", range(len(DKDV_GONE64_CASES)))
+def test_dkdv_with_one_buffer_at_head_dim_64_on_a_100_kib_sm_matches_oracle(lib, monkeypatch, case):
+    kw, dtype, dslopes = DKDV_GONE64_CASES[case]
+    on_99_kib(monkeypatch)
+    prob = Attn(lib, dtype, seed=560 + case, **kw)
+    assert dkdv_kernel(lib, prob) == "tensor-core"
+    launches(lib)
+    prob = check_attention(lib, dtype, seed=560 + case, want_dslopes=dslopes, **kw)
+    assert DKDV_GONE64_BYTES in launches(lib)
+    assert_grads_normwise(prob, dtype)
+
+
+def test_dkdv_with_one_buffer_at_head_dim_64_only_where_it_applies(lib, monkeypatch):
+    # where an SM holds one CTA of the two buffers and two of one: the 100 KiB SMs below compute capability 10; not an
+    # A100's or H100's SM (the two buffers; the wide dK/dV for more than 64 queries), nor with a table (its window:
+    # the table instance)
+    ck = kernel_checks()
+    assert ck.CTA_SHAPE[("attn_bwd_dkdv_tc_gone_kernel", "64")] == (128, DKDV_GONE64_BYTES)
+    assert ck.SM_100KIB_SHAPE[("attn_bwd_dkdv_tc_gone_kernel", "64")] == (128, DKDV_GONE64_BYTES)
+    whole = ck.CTA_SHAPE[("attn_bwd_dkdv_tc_kernel", "64, false")][1]
+    assert ck.occupancy(255, 128, whole, "sm_86") == (1, 4) and ck.occupancy(255, 128, DKDV_GONE64_BYTES, "sm_86") == (2, 8)
+    kw = dict(B=1, H=2, Hk=1, M=64, N=130, d=64, off=66, causal=True, pe=0)
+    # (compute capability 12 -- an RTX 50xx's 100 KiB SM -- keeps the two buffers: the instance is a stub on sm_120)
+    for env, want in (({}, whole), (H100_SM, whole), (SM_99_KIB, DKDV_GONE64_BYTES),
+                      (dict(SM_99_KIB, WAVEPE_EMU_CC_MAJOR="12"), whole)):
+        with mock.patch.dict(os.environ, env):
+            prob = Attn(lib, E.BF16, **kw)
+            launches(lib)
+            prob.forward()
+            prob.backward(False)
+            assert want in launches(lib), env
+            assert lib.wavepe_cuda_attention_bwd_smem_bytes(C.byref(prob.a)) >= want
+    on_99_kib(monkeypatch)
+    prob = Attn(lib, E.BF16, **dict(kw, pe=1, R=30))
+    launches(lib)
+    prob.forward()
+    prob.backward(False)
+    got = launches(lib)
+    assert DKDV_GONE64_BYTES not in got and ck.CTA_SHAPE[("attn_bwd_dkdv_tc_kernel", "64, true")][1] in got, got
 
 
 def test_tensor_core_forward_with_a_table_at_head_dim_256_needs_its_shared_memory(lib, monkeypatch):

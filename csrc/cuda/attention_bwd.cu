@@ -629,13 +629,17 @@ WAVEPE_DEVICE void tc_dkdv_stage_dout(const DoutRows<T> &src, int64_t stride, T 
 // at 128), recomputing S^T and dP^T over the whole head dim -- 1.5x the products of one CTA holding all 256
 // columns, which a warp's registers cannot.
 // GONE: dO in one buffer (attn_bwd_dkdv_tc_gone_kernel) -- at head_dim 256 without a table the two buffers take the
-// CTA to 102,800 bytes, 1,424 past the 99 KiB of sm_86, sm_89 and sm_120; with one, 94,352
+// CTA to 102,800 bytes, 1,424 past the 99 KiB of sm_86, sm_89 and sm_120; with one, 94,352.  At 64 the two buffers'
+// 57,488 bytes hold one CTA on those 100 KiB SMs; with one, 48,272, two.
 template <class T, int D, bool GONE = false>
 struct TcDkdvTiles {
     static_assert(D == 64 || D == 128 || D == 256, "the tensor-core dK/dV's head dims");
-    static_assert(!GONE || D == 256, "dO in one buffer: head_dim 256");
+    static_assert(!GONE || D == 64 || D == 256, "dO in one buffer: head_dim 64 or 256");
     static constexpr int BN = 64, BM = D <= 64 ? 64 : D <= 128 ? 32 : 16, LD = D + int(16 / sizeof(T)),
                          CS = D <= 128 ? 1 : 2;
+    // (CS named here too: where the host alone sizes an instance -- the dO-in-one-buffer one at 64 on sm_100 / sm_120,
+    // a stub there -- nvcc's -Werror would take the unread member for an error)
+    static_assert(CS == 1 || D == 256, "column slices: head_dim 256");
     SmemPlan plan;
     int k, v, q, go, lse, delta, mask, rows, order, t;
     __host__ __device__ explicit TcDkdvTiles(bool table) {
@@ -1094,10 +1098,22 @@ template <class T, int D, bool TABLE>
 __global__ void __launch_bounds__(128) attn_bwd_dkdv_tc_kernel(AttnParams p) {
     dkdv_tc_chunked<T, D, TABLE>(p);
 }
-// dO in one buffer (TcDkdvTiles' GONE): head_dim 256 without a table on 99 KiB devices (use_tc_dkdv_gone)
-template <class T>
+// dO in one buffer (TcDkdvTiles' GONE), a block's queries in one chunk (16 at head_dim 256, 64 at 64: S^T's and dP^T's
+// 32 accumulators a lane each beside dK's and dV's 32 at 64), no table: on 99 KiB devices at 256, on 100 KiB SMs at
+// 64 (use_tc_dkdv_gone) -- there below compute capability 10 only: at 64 on sm_100 and sm_120 a stub the host never
+// launches (ptxas spilled 16 / 4-20 bytes, CUDA 13.0; an sm_100 SM holds three CTAs of the two buffers anyway).  The
+// emulator runs it whatever the compute capability it emulates.
+template <class T, int D>
 __global__ void __launch_bounds__(128) attn_bwd_dkdv_tc_gone_kernel(AttnParams p) {
-    dkdv_tc_cta<T, 256, false, 16, true>(p);
+    [[maybe_unused]] constexpr int QC = D == 256 ? 16 : 64;  // (the block's rows: dkdv_tc_cta asserts it)
+#if !defined(WAVEPE_CUDA_EMU) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 1000
+    if constexpr (D == 64)
+        __trap();
+    else
+        dkdv_tc_cta<T, D, false, QC, true>(p);
+#else
+    dkdv_tc_cta<T, D, false, QC, true>(p);
+#endif
 }
 
 // ---- the wide tensor-core dK/dV ---------------------------------------------------------------------
@@ -2583,15 +2599,23 @@ bool tc_backward_applies(const AttnParams &p) {
            p.vec_q && p.vec_k && p.vec_v && p.vec_go && (p.pos_enc != WAVEPE_CUDA_PE_TABLE || p.vec_t) &&
            p.a.m < (int64_t(1) << 35) && p.a.n < (int64_t(1) << 35);
 }
-size_t tc_dkdv_gone_smem() { return TcDkdvTiles<__half, 256, true>(false).plan.total; }
-// Does the dK/dV pass run its instance with dO in one buffer (attn_bwd_dkdv_tc_gone_kernel)?  Head_dim 256 without a
-// table where the whole layout exceeds the device's shared memory and this one does not: the 99 KiB of sm_86, sm_89
-// and sm_120 (102,800 bytes against 94,352), which ran the general dK/dV there (12.4 other instructions per HMMA
-// in its main loop on sm_90's SASS).  Its dO copies wait for every warp's dV: latency the two buffers hid, exposed
-// for dK += dS^T Q and the next block's S^T (half of a block's 96 HMMA a warp).
+size_t tc_dkdv_gone_smem(int64_t d) {
+    return d == 64 ? TcDkdvTiles<__half, 64, true>(false).plan.total : TcDkdvTiles<__half, 256, true>(false).plan.total;
+}
+// Does the dK/dV pass run its instance with dO in one buffer (attn_bwd_dkdv_tc_gone_kernel)?  Without a table: at
+// head_dim 256 where the whole layout exceeds the device's shared memory and this one does not: the 99 KiB of sm_86,
+// sm_89 and sm_120 (102,800 bytes against 94,352), which ran the general dK/dV there (12.4 other instructions per
+// HMMA in its main loop on sm_90's SASS); at 64 where an SM holds one CTA of the whole layout and two of this one:
+// the 100 KiB SMs of sm_86 and sm_89 -- not sm_120's, where it is a stub (57,488 bytes against 48,272: 4 warps an
+// SM, one a scheduler, against 8 -- the forward's argument, wide_holds_sm; the wide dK/dV, 113,896 bytes, does not
+// fit there).  Its dO copies wait for
+// every warp's dV: latency the two buffers hid, exposed for dK += dS^T Q and the next block's S^T (half of a
+// block's HMMA) -- at 64 under the other CTA's products.
 bool use_tc_dkdv_gone(const AttnParams &p) {
-    return p.a.d == 256 && p.pos_enc != WAVEPE_CUDA_PE_TABLE && tc_backward_applies(p) &&
-           !smem_fits_device(tc_dkdv_smem(256, false)) && smem_fits_device(tc_dkdv_gone_smem());
+    if (p.pos_enc == WAVEPE_CUDA_PE_TABLE || !tc_backward_applies(p)) return false;
+    if (p.a.d == 256) return !smem_fits_device(tc_dkdv_smem(256, false)) && smem_fits_device(tc_dkdv_gone_smem(256));
+    return p.a.d == 64 && device_cc_major() < 10 && device_ctas_by_smem(tc_dkdv_smem(64, false)) < 2 &&
+           device_ctas_by_smem(tc_dkdv_gone_smem(64)) >= 2;  // (sm_86 / sm_89: a stub at 64 on sm_100 and sm_120)
 }
 bool use_tc_dkdv(const AttnParams &p) {
     return tc_backward_applies(p) &&
@@ -2707,7 +2731,7 @@ bool tc_dkdv_256_two_buffers() { return smem_fits_device(tc_dkdv_smem(256, false
 bool bwd_band_split_on_general(const AttnParams &p) {
     return p.pos_enc == WAVEPE_CUDA_PE_TABLE && p.a.d == 256 && tc_backward_applies(p) && !use_tc_dq(p) &&
            !use_tc_dkdv(p) && (tc_dq_256_two_buffers() || smem_fits_device(tc_dq_vone_smem())) &&
-           (tc_dkdv_256_two_buffers() || smem_fits_device(tc_dkdv_gone_smem())) && bwd_band_split_workspace_fits(p) &&
+           (tc_dkdv_256_two_buffers() || smem_fits_device(tc_dkdv_gone_smem(256))) && bwd_band_split_workspace_fits(p) &&
            band_split_pays_general(p);
 }
 
@@ -2807,9 +2831,9 @@ cudaError_t launch_dkdv(AttnParams p, cudaStream_t stream) {
                 p.band_part = 0;  // (the band split without the wide dK/dV: the dQ's alone)
             }
             if (ctas == 0) return cudaSuccess;
-            if constexpr (DMAX == 256) {
+            if constexpr (DMAX == 256 || DMAX == 64) {
                 if (use_tc_dkdv_gone(p))
-                    return launch_tc(attn_bwd_dkdv_tc_gone_kernel<T>, ctas, tc_dkdv_gone_smem(), stream, p);
+                    return launch_tc(attn_bwd_dkdv_tc_gone_kernel<T, DMAX>, ctas, tc_dkdv_gone_smem(DMAX), stream, p);
             }
             return launch_band_parts(
                 p, [](bool w) { return w ? attn_bwd_dkdv_tc_kernel<T, DMAX, true> : attn_bwd_dkdv_tc_kernel<T, DMAX, false>; },
@@ -2826,7 +2850,7 @@ cudaError_t launch_dkdv(AttnParams p, cudaStream_t stream) {
                 tc_ctas == 0                ? cudaSuccess
                 : tc_dkdv_256_two_buffers() ? launch_tc(attn_bwd_dkdv_tc_kernel<T, 256, false>, tc_ctas,
                                                         Lay(false).plan.total, stream, q)
-                                            : launch_tc(attn_bwd_dkdv_tc_gone_kernel<T>, tc_ctas, tc_dkdv_gone_smem(),
+                                            : launch_tc(attn_bwd_dkdv_tc_gone_kernel<T, 256>, tc_ctas, tc_dkdv_gone_smem(256),
                                                         stream, q);
             if (err != cudaSuccess) return err;
             p.band_part = 2;
@@ -3025,14 +3049,14 @@ extern "C" size_t wavepe_cuda_attention_bwd_smem_bytes(const wavepe_attention_ar
             const AttnParams p = attention_params(a);
             const bool table = a->table != nullptr, kv = use_tc_dkdv(p), q = use_tc_dq(p), dt = use_tc_dtable(p);
             if (bwd_band_split_on_general(p)) {  // (the general kernels' and the table-free tensor-core ones')
-                const size_t on_kv = tc_dkdv_256_two_buffers() ? tc_dkdv_smem(256, false) : tc_dkdv_gone_smem();
+                const size_t on_kv = tc_dkdv_256_two_buffers() ? tc_dkdv_smem(256, false) : tc_dkdv_gone_smem(256);
                 const size_t on_q = tc_dq_256_two_buffers() ? tc_dq_smem(256, false) : tc_dq_vone_smem();
                 if (on_kv > bytes) bytes = on_kv;
                 if (on_q > bytes) bytes = on_q;
             } else if (kv || q || dt) {
                 const size_t general = bytes;
                 size_t on_kv = wide_dkdv(p)          ? tc_dkdv_wide_smem(a->d)
-                               : use_tc_dkdv_gone(p) ? tc_dkdv_gone_smem()
+                               : use_tc_dkdv_gone(p) ? tc_dkdv_gone_smem(a->d)
                                : kv                  ? tc_dkdv_smem(a->d, table)
                                                      : general;
                 const size_t on_q = wide_dq(p)         ? tc_dq_wide_smem(a->d)
