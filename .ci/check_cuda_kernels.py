@@ -667,6 +667,12 @@ def kernel_parts(name: str) -> tuple[str, list[str]]:
     return base, targs
 
 
+def is_stub(r: dict, name: str) -> bool:
+    """Is this build an instance listed in NOT_BUILT (a stub the host never launches)?"""
+    base, targs = kernel_parts(name)
+    return (base, targs[1] if len(targs) > 1 else "", r["arch"]) in NOT_BUILT
+
+
 def exemption(r: dict, name: str) -> tuple[str, str, str]:
     base, targs = kernel_parts(name)
     return (base, targs[0] if targs else "", r["arch"])
@@ -698,7 +704,7 @@ def failures_of(r: dict, name: str) -> list[str]:
         out.append(f"{where}: uses {r['stack']} bytes of local memory (stack frame): an array indexed at "
                    "run time, a spill or a call")
     base, targs = kernel_parts(name)
-    stub = (base, targs[1] if len(targs) > 1 else "", r["arch"]) in NOT_BUILT
+    stub = is_stub(r, name)
     if stub and (r["HMMA"] or r["HGMMA"]):
         out.append(f"{where}: listed in NOT_BUILT but holds tensor-core instructions: remove it from the list")
     if base in TENSOR_CORE_KERNELS and targs and targs[0] in TENSOR_CORE_TYPES and not stub:
@@ -865,9 +871,7 @@ def main(argv: list[str]) -> int:
               + " of the tensor rate (fp16 as bf16)")
     for r in rows:
         key = mix_key(names[r["mangled"]])
-        base, targs = kernel_parts(names[r["mangled"]])
-        if (key in SM_100KIB_SHAPE and r["arch"] in SM_100KIB_ARCHS
-                and (base, targs[1] if len(targs) > 1 else "", r["arch"]) not in NOT_BUILT):
+        if key in SM_100KIB_SHAPE and r["arch"] in SM_100KIB_ARCHS and not is_stub(r, names[r["mangled"]]):
             ctas, warps = occupancy(r["regs"], *SM_100KIB_SHAPE[key], "sm_86")
             print(f"occupancy on a 100 KiB SM ({r['arch']}'s SASS): {names[r['mangled']]}, no table: {r['regs']} "
                   f"registers, {SM_100KIB_SHAPE[key][1]} bytes of shared memory -> {ctas} CTAs, {warps} warps per SM "

@@ -97,21 +97,13 @@ def _check_fused_against_eager(cfg) -> None:
     torch.testing.assert_close(got, want, atol=3e-2, rtol=3e-2)
 
 
-def _sixteen_rows_a_warp(fn):
-    """fn called with WAVEPE_CUDA_WIDE=0: table-free calls at head_dim 64 / 128 on the 16-row (16-key) instances (a
-    step's backward too when fn is the whole step)."""
+def _with_wide(setting: str, fn):
+    """fn called with WAVEPE_CUDA_WIDE=setting.  "0": table-free calls at head_dim 64 / 128 on the 16-row (16-key)
+    instances (a step's backward too when fn is the whole step); "1": table-free forwards there on the wide instance
+    (32 rows a warp) also where an SM holds fewer of its CTAs than of the 16-row one's (the 100 KiB SMs at 128:
+    wide_holds_sm in csrc/cuda/attention.cu) -- the A/B of that choice."""
     def run(*args):
-        with mock.patch.dict(os.environ, {"WAVEPE_CUDA_WIDE": "0"}):
-            return fn(*args)
-    return run
-
-
-def _wide_forced(fn):
-    """fn called with WAVEPE_CUDA_WIDE=1: table-free forwards at head_dim 64 / 128 on the wide instance (32 rows a
-    warp) also where an SM holds fewer of its CTAs than of the 16-row one's (the 100 KiB SMs at 128: wide_holds_sm in
-    csrc/cuda/attention.cu) -- the A/B of that choice."""
-    def run(*args):
-        with mock.patch.dict(os.environ, {"WAVEPE_CUDA_WIDE": "1"}):
+        with mock.patch.dict(os.environ, {"WAVEPE_CUDA_WIDE": setting}):
             return fn(*args)
     return run
 
@@ -136,12 +128,12 @@ def _methods(cfg) -> dict:
         "flash": _flash,
         "cudnn": _sdpa("CUDNN_ATTENTION"),
         "nope": lambda q, k, v: wo.wavelet_attention(q, k, v, pos_enc="nope"),
-        NOPE_16: _sixteen_rows_a_warp(lambda q, k, v: wo.wavelet_attention(q, k, v, pos_enc="nope")),
+        NOPE_16: _with_wide("0", lambda q, k, v: wo.wavelet_attention(q, k, v, pos_enc="nope")),
         "alibi": lambda q, k, v: wo.wavelet_attention(q, k, v, pos_enc="alibi"),
         "wavelet": lambda q, k, v: wo.wavelet_attention(q, k, v, cfg),
         f"wavelet window {WINDOW}": lambda q, k, v: wo.wavelet_attention(q, k, v, cfg, window=WINDOW),
         f"wavelet softcap {SOFTCAP:g}": lambda q, k, v: wo.wavelet_attention(q, k, v, cfg, softcap=SOFTCAP),
-        **({NOPE_WIDE: _wide_forced(lambda q, k, v: wo.wavelet_attention(q, k, v, pos_enc="nope"))}
+        **({NOPE_WIDE: _with_wide("1", lambda q, k, v: wo.wavelet_attention(q, k, v, pos_enc="nope"))}
            if _small_sm() else {}),
     }
 
@@ -181,7 +173,7 @@ def bench_lengths(lengths, cfg, quick: bool) -> list[dict]:
         bwd_fns = {n: fn for n, fn in fwd_fns.items()
                    if n in ("flash", "cudnn", "nope", NOPE_16, "wavelet", WAVELET_ONE, "flex + bias",
                             "relative (learned)")}
-        bwd_fns = _available({n: _sixteen_rows_a_warp(step(fn)) if n == NOPE_16 else
+        bwd_fns = _available({n: _with_wide("0", step(fn)) if n == NOPE_16 else
                               step(fn, (rel,) if n == "relative (learned)" else ()) for n, fn in bwd_fns.items()}, ())
         bwd = compare(bwd_fns, repeat=3 if quick else 10, warmup=1)
         del bias

@@ -996,8 +996,12 @@ bool band_split_pays_general(const AttnParams &p) { return band_split_pays(p, kB
 
 namespace {
 
-// The tensor-core forward's shared memory a CTA at head_dim d (64, 128 or 256), with a table or not.
+// The tensor-core forward's shared memory a CTA at head_dim d (64, 128 or 256), with a table or not; the wide
+// instance's (64 or 128, never a table).
 size_t tc_fwd_smem(int64_t d, bool table) { return tc_layout_bytes<TcFwdLayout>(d, table); }
+size_t tc_fwd_wide_smem(int64_t d) {
+    return d == 64 ? TcFwdWideLayout<__half, 64>(false).plan.total : TcFwdWideLayout<__half, 128>(false).plan.total;
+}
 
 // Does the call run on the tensor-core loop (attn_fwd_tc_kernel, or its wide instance: wide_forward)?  bf16/fp16,
 // head_dim 64, 128 or 256 (its unrolled tiles), q, k, v (and the table's) rows on 16 bytes (cp.async, ldmatrix),
@@ -1031,11 +1035,8 @@ bool pack_heads(const AttnParams &p) {
 // WAVEPE_CUDA_WIDE=1 does (wide_rows_forced).
 bool wide_holds_sm(int64_t d) {
     if (wide_rows_forced()) return true;
-    const size_t wide = d == 64 ? TcFwdWideLayout<__half, 64>(false).plan.total
-                                : TcFwdWideLayout<__half, 128>(false).plan.total,
-                 rows16 = tc_fwd_smem(d, false);
     constexpr int kByRegisters = 2;
-    const int w = device_ctas_by_smem(wide), n = device_ctas_by_smem(rows16);
+    const int w = device_ctas_by_smem(tc_fwd_wide_smem(d)), n = device_ctas_by_smem(tc_fwd_smem(d, false));
     return (w < kByRegisters ? w : kByRegisters) >= (n < kByRegisters ? n : kByRegisters);
 }
 
@@ -1092,9 +1093,7 @@ bool band_split(const AttnParams &p, int64_t want) {
         !(p.a.d == 256 || wide_rows_apply(p)))
         return false;
     if (!band_split_workspace_fits(p)) return false;
-    if (p.a.d == 256 &&
-        !(device_ctas_by_smem(Lay(true).plan.total) < 2 && device_ctas_by_smem(Lay(false).plan.total) >= 2))
-        return false;
+    if (p.a.d == 256 && !second_cta_by_smem(Lay(true).plan.total, Lay(false).plan.total)) return false;
     return band_split_pays(p);
 }
 
@@ -1292,9 +1291,7 @@ size_t fwd_smem(const wavepe_attention_args *a) {
     if constexpr (Traits<T>::kTensorCore) {
         const AttnParams p = attention_params(a);
         if (use_tc_forward(p))
-            return !wide_forward(p) ? tc_fwd_smem(a->d, a->table != nullptr)
-                   : a->d == 64     ? TcFwdWideLayout<T, 64>(false).plan.total
-                                    : TcFwdWideLayout<T, 128>(false).plan.total;
+            return wide_forward(p) ? tc_fwd_wide_smem(a->d) : tc_fwd_smem(a->d, a->table != nullptr);
     }
     // the minimum: single-buffered K/V (the launcher double-buffers when more fits)
     const FwdLayout<T, FwdCfg<T, DMAX>::BM, FwdCfg<T, DMAX>::BN> L(ceil_div(a->d, 16) * 16, a->table != nullptr,

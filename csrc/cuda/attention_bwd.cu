@@ -2614,8 +2614,8 @@ size_t tc_dkdv_gone_smem(int64_t d) {
 bool use_tc_dkdv_gone(const AttnParams &p) {
     if (p.pos_enc == WAVEPE_CUDA_PE_TABLE || !tc_backward_applies(p)) return false;
     if (p.a.d == 256) return !smem_fits_device(tc_dkdv_smem(256, false)) && smem_fits_device(tc_dkdv_gone_smem(256));
-    return p.a.d == 64 && device_cc_major() < 10 && device_ctas_by_smem(tc_dkdv_smem(64, false)) < 2 &&
-           device_ctas_by_smem(tc_dkdv_gone_smem(64)) >= 2;  // (sm_86 / sm_89: a stub at 64 on sm_100 and sm_120)
+    return p.a.d == 64 && device_cc_major() < 10 &&  // (sm_86 / sm_89: a stub at 64 on sm_100 and sm_120)
+           second_cta_by_smem(tc_dkdv_smem(64, false), tc_dkdv_gone_smem(64));
 }
 bool use_tc_dkdv(const AttnParams &p) {
     return tc_backward_applies(p) &&
@@ -2745,7 +2745,7 @@ bool bwd_band_split(const AttnParams &p) {
         if (p.a.d < 256) break;  // (at 64 and 128: wide_dq_fits)
         const size_t with = dkdv ? tc_dkdv_smem(p.a.d, true) : tc_dq_smem(p.a.d, true);
         const size_t without = dkdv ? tc_dkdv_smem(p.a.d, false) : tc_dq_smem(p.a.d, false);
-        if (device_ctas_by_smem(with) >= 2 || device_ctas_by_smem(without) < 2) return false;
+        if (!second_cta_by_smem(with, without)) return false;
     }
     return band_split_pays(p);  // (last: its count of blocks loops over the query blocks)
 }

@@ -342,12 +342,18 @@ inline int device_ctas_by_smem(size_t bytes) {
         return 0;
     return per_sm > 0 && reserved >= 0 ? int(size_t(per_sm) / (bytes + size_t(reserved))) : 0;
 }
-
-// Is the environment variable `name` "0" (read at each call: the switches below)?
-inline bool env_zero(const char *name) {
-    const char *env = std::getenv(name);
-    return env != nullptr && std::strcmp(env, "0") == 0;
+// Does an SM of this device hold two CTAs of `lighter` bytes but not two of `heavier` -- the second CTA a lighter
+// layout buys (the band splits' table-free partials, the dK/dV's dO in one buffer)?
+inline bool second_cta_by_smem(size_t heavier, size_t lighter) {
+    return device_ctas_by_smem(heavier) < 2 && device_ctas_by_smem(lighter) >= 2;
 }
+
+// Is the environment variable `name` set to `value` (read at each call: the switches below)?
+inline bool env_is(const char *name, const char *value) {
+    const char *env = std::getenv(name);
+    return env != nullptr && std::strcmp(env, value) == 0;
+}
+inline bool env_zero(const char *name) { return env_is(name, "0"); }
 
 // May calls run the wide instances (32 query rows a warp: wide_forward, wide_dq)?  WAVEPE_CUDA_WIDE=0 in the
 // environment keeps them on the 16-row ones: the A/B that bench_attention.py --device cuda times, and the emulator
@@ -355,10 +361,7 @@ inline bool env_zero(const char *name) {
 inline bool wide_rows_allowed() { return !env_zero("WAVEPE_CUDA_WIDE"); }
 // WAVEPE_CUDA_WIDE=1 takes the wide forward also where an SM holds fewer of its CTAs than of the 16-row one's
 // (attention.cu, wide_holds_sm): the A/B of that choice on the 100 KiB SMs that bench_attention.py --device cuda times.
-inline bool wide_rows_forced() {
-    const char *env = std::getenv("WAVEPE_CUDA_WIDE");
-    return env != nullptr && std::strcmp(env, "1") == 0;
-}
+inline bool wide_rows_forced() { return env_is("WAVEPE_CUDA_WIDE", "1"); }
 
 // May calls of a head dim without a tensor-core instance run on zero-padded copies (padded_call)?  WAVEPE_CUDA_PAD=0
 // keeps them on the general kernels: the A/B bench_attention.py --device cuda times, and a way out of the copies'
