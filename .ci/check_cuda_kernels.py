@@ -143,7 +143,10 @@ MIX_CEILING = {
     ("attn_bwd_dq_tc_kernel", "256, false"): 4.1, ("attn_bwd_dq_tc_kernel", "256, true"): 4.0,
     # its instance with V in one buffer (99 KiB devices, no table; sm_90 never runs it): a second barrier a block
     # and V's copies apart from K's
-    ("attn_bwd_dq_tc_vone_kernel", ""): 4.3,
+    ("attn_bwd_dq_tc_vone_kernel", "256"): 4.3,
+    # ... at head dim 64 (100 KiB SMs, no table; sm_90 never runs it): a block's 64 keys in one chunk, 3.4 statically
+    # where the two-buffer instance's two chunks of 32 take 3.2 (2026-11-30)
+    ("attn_bwd_dq_tc_vone_kernel", "64"): 3.9,
     ("attn_bwd_dkdv_tc_kernel", "256, false"): 6.45, ("attn_bwd_dkdv_tc_kernel", "256, true"): 6.45,
     # its instance with dO in one buffer (99 KiB devices, no table; sm_90 never runs it): a second barrier a block
     # and dO's copies apart from Q's (from the address its first stage found: DoutRows) -- 19 instructions more a
@@ -211,7 +214,7 @@ SMEM_CEILING = {
     ("attn_bwd_dq_tc_kernel", "128, false"): 396, ("attn_bwd_dq_tc_kernel", "128, true"): 396,
     ("attn_bwd_dq_tc_kernel", "64, false"): 396, ("attn_bwd_dq_tc_kernel", "64, true"): 396,
     ("attn_bwd_dq_tc_kernel", "256, false"): 444, ("attn_bwd_dq_tc_kernel", "256, true"): 444,
-    ("attn_bwd_dq_tc_vone_kernel", ""): 452,
+    ("attn_bwd_dq_tc_vone_kernel", "256"): 452, ("attn_bwd_dq_tc_vone_kernel", "64"): 358,
     # the wide dQ (32 rows a warp): each K and V fragment of S and dP feeds two HMMA (K 128, Q 128 an HMMA of S, V
     # and dO the same of dP: 256), each K fragment of dQ += dS K two (128), the copies ~21: 233 (static) under the
     # line, by a margin of 10 %
@@ -265,8 +268,8 @@ CTA_SHAPE = {  # (kernel, template arguments after the type): (threads, the most
     ("attn_bwd_dtable_tc_kernel", "64, false"): (128, 73728), ("attn_bwd_dtable_tc_kernel", "64, true"): (128, 73728),
     ("attn_bwd_dtable_tc_ksplit_kernel", "128, false"): (128, 96768),
     ("attn_bwd_dtable_tc_ksplit_kernel", "128, true"): (128, 96768),
-    ("attn_bwd_dq_tc_vone_kernel", ""): (128, 93984), ("attn_bwd_dkdv_tc_gone_kernel", "256"): (128, 94352),
-    ("attn_bwd_dkdv_tc_gone_kernel", "64"): (128, 48272),
+    ("attn_bwd_dq_tc_vone_kernel", "256"): (128, 93984), ("attn_bwd_dkdv_tc_gone_kernel", "256"): (128, 94352),
+    ("attn_bwd_dkdv_tc_gone_kernel", "64"): (128, 48272), ("attn_bwd_dq_tc_vone_kernel", "64"): (128, 47232),
 }
 WARPS_TARGET = {"attn_fwd_tc_kernel": 8, "attn_fwd_tc_wide_kernel": 8, "attn_bwd_dkdv_tc_kernel": 8,
                 "attn_bwd_dkdv_tc_wide_kernel": 8, "attn_bwd_dq_tc_kernel": 8,
@@ -280,12 +283,12 @@ WARPS_TARGET = {"attn_fwd_tc_kernel": 8, "attn_fwd_tc_wide_kernel": 8, "attn_bwd
 # backward's band split, bwd_band_split in attention_bwd.cu, runs the blocks beyond the band on those).
 # (The learned table's dT reaches two at both head dims: 103 KiB at 128, H in dO's place.)
 # On the 100 KiB SMs, the table-free forward's CTA the launcher takes there (attention.cu, wide_holds_sm: the wide
-# one where an SM holds as many of it as of the 16-row one) and the dK/dV's at head dim 64 (attention_bwd.cu,
-# use_tc_dkdv_gone: dO in one buffer), held to 8 warps with the registers of the SASS those GPUs run: sm_80's (sm_86
-# and sm_89 run it) and sm_120's.  (With a table, the dQ, or the dK/dV at 128, their CTAs hold one an SM there:
-# docs/CUDA.md, "Occupancy".)
+# one where an SM holds as many of it as of the 16-row one) and the backward's at head dim 64 (attention_bwd.cu,
+# use_tc_dkdv_gone / use_tc_dq_vone: dO / V in one buffer), held to 8 warps with the registers of the SASS those GPUs
+# run: sm_80's (sm_86 and sm_89 run it) and sm_120's.  (With a table, or the backward at 128, their CTAs hold one an
+# SM there: docs/CUDA.md, "Occupancy".)
 SM_100KIB_SHAPE = {("attn_fwd_tc_kernel", "128, false"): (128, 35904), ("attn_fwd_tc_wide_kernel", "64, false"): (128, 38976),
-                   ("attn_bwd_dkdv_tc_gone_kernel", "64"): (128, 48272)}
+                   ("attn_bwd_dkdv_tc_gone_kernel", "64"): (128, 48272), ("attn_bwd_dq_tc_vone_kernel", "64"): (128, 47232)}
 SM_100KIB_ARCHS = ("sm_80", "sm_120")
 WARPS_TARGET_BY_SHAPE = {("attn_fwd_tc_kernel", "256, false"): 4, ("attn_fwd_tc_kernel", "256, true"): 4,
                          ("attn_bwd_dq_tc_kernel", "256, true"): 4, ("attn_bwd_dkdv_tc_kernel", "256, true"): 4}
@@ -330,7 +333,7 @@ COPY_COST_CEILING = {
     ("attn_bwd_dkdv_tc_wide_kernel", "64, 2"): 288, ("attn_bwd_dkdv_tc_wide_kernel", "64, 3"): 286,
     ("attn_bwd_dq_tc_kernel", "128, false"): 375, ("attn_bwd_dq_tc_kernel", "128, true"): 556,
     ("attn_bwd_dq_tc_kernel", "256, false"): 385, ("attn_bwd_dq_tc_kernel", "256, true"): 516,
-    ("attn_bwd_dq_tc_vone_kernel", ""): 369,
+    ("attn_bwd_dq_tc_vone_kernel", "256"): 369, ("attn_bwd_dq_tc_vone_kernel", "64"): 369,
     ("attn_bwd_dq_tc_kernel", "64, false"): 373, ("attn_bwd_dq_tc_kernel", "64, true"): 559,
     ("attn_bwd_dq_tc_wide_alibi_kernel", "128"): 335, ("attn_bwd_dq_tc_wide_alibi_kernel", "64"): 333,
     ("attn_bwd_dq_tc_wide_kernel", "128, false"): 333, ("attn_bwd_dq_tc_wide_kernel", "128, true"): 108,
@@ -418,7 +421,7 @@ OTHER_LOOP_CEILING = {
     ("attn_bwd_dq_tc_kernel", "128, true"): (4.65, 4.95, 5.75, 16.05),
     ("attn_bwd_dq_tc_kernel", "64, true"): (6.1, 7.9, 8.0, 27.55),
     ("attn_bwd_dq_tc_kernel", "256, false"): (4.8, 6.3, 41.8),
-    ("attn_bwd_dq_tc_vone_kernel", ""): (4.9, 6.4, 41.5),
+    ("attn_bwd_dq_tc_vone_kernel", "256"): (4.9, 6.4, 41.5), ("attn_bwd_dq_tc_vone_kernel", "64"): (4.8, 8.2, 39.8),
     ("attn_bwd_dq_tc_kernel", "256, true"): (4.35, 5.2, 6.2, 19.1),
     # the wide dQ (never ALiBi): the soft-capped interior blocks, (at head dim 64) the prefix blocks -- the causal
     # diagonal, both m-tiles as an interior block with dS past a row's last key 0 --, the masked ones (each m-tile in

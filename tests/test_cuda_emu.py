@@ -1389,7 +1389,7 @@ def test_tensor_core_backward_with_one_buffer_matches_oracle(lib, monkeypatch, c
 def test_tensor_core_backward_with_one_buffer_only_where_it_applies(lib, monkeypatch):
     kw = dict(DQ_VONE_CASES[0][0])
     shape = kernel_checks().CTA_SHAPE
-    assert shape[("attn_bwd_dq_tc_vone_kernel", "")] == (128, DQ_VONE_BYTES)
+    assert shape[("attn_bwd_dq_tc_vone_kernel", "256")] == (128, DQ_VONE_BYTES)
     assert shape[("attn_bwd_dkdv_tc_gone_kernel", "256")] == (128, DKDV_GONE_BYTES)
     assert max(DQ_VONE_BYTES, DKDV_GONE_BYTES) <= 99 * 1024
     # where the two buffers fit (the grant's edges: 102,432 bytes for the dQ, 102,800 for the dK/dV), the whole
@@ -1413,52 +1413,65 @@ def test_tensor_core_backward_with_one_buffer_only_where_it_applies(lib, monkeyp
         assert bwd_kernel(lib, Attn(lib, E.BF16, **dict(kw, **change))) in ("tensor-core", "general"), change
 
 
-# head_dim 64 without a table on a 100 KiB SM of sm_86 / sm_89 (a stub on sm_120): the dK/dV with dO in one buffer and a
-# block's 64 queries in one chunk (attn_bwd_dkdv_tc_gone_kernel<64>, 48,272 bytes: two CTAs an SM, where the two
-# buffers' 57,488 hold one; the wide dK/dV's 113,896 do not fit).  Causal with GQA and a partial last CTA (more than
-# 64 queries: the call the wide one takes elsewhere); ALiBi with its slopes' gradient and key padding; a soft-cap
-# without causality; a window.
+# head_dim 64 without a table on a 100 KiB SM of sm_86 / sm_89: the dK/dV with dO in one buffer and a block's 64
+# queries in one chunk (attn_bwd_dkdv_tc_gone_kernel<64>, 48,272 bytes: two CTAs an SM, where the two buffers' 57,488
+# hold one; the wide dK/dV's 113,896 do not fit; a stub on sm_120), and (sm_120 too) the dQ with V in one buffer and a
+# block's 64 keys in one chunk (attn_bwd_dq_tc_vone_kernel<64>, 47,232 bytes: two CTAs, where the two buffers' 56,448
+# and the wide dQ's 76,944 hold one).  Causal with GQA and a partial last CTA (more than 64 queries: the call the wide
+# ones take elsewhere); ALiBi with its slopes' gradient and key padding; a soft-cap without causality; a window.
 DKDV_GONE64_CASES = [
     (dict(B=1, H=4, Hk=2, M=150, N=200, d=64, off=50, causal=True, pe=0), E.BF16, False),
     (dict(B=2, H=2, Hk=1, M=64, N=150, d=64, off=90, causal=True, pe=2, kpm=True), E.F16, True),
     (dict(B=1, H=2, Hk=2, M=100, N=130, d=64, off=0, causal=False, pe=0, softcap=2.0), E.BF16, False),
     (dict(B=1, H=2, Hk=1, M=96, N=300, d=64, off=200, causal=True, pe=0, window=90), E.F16, False),
 ]
-DKDV_GONE64_BYTES = 48272
+DKDV_GONE64_BYTES, DQ_VONE64_BYTES = 48272, 47232
 
 
 @pytest.mark.parametrize("case", range(len(DKDV_GONE64_CASES)))
-def test_dkdv_with_one_buffer_at_head_dim_64_on_a_100_kib_sm_matches_oracle(lib, monkeypatch, case):
+def test_backward_with_one_buffer_at_head_dim_64_on_a_100_kib_sm_matches_oracle(lib, monkeypatch, case):
     kw, dtype, dslopes = DKDV_GONE64_CASES[case]
     on_99_kib(monkeypatch)
     prob = Attn(lib, dtype, seed=560 + case, **kw)
-    assert dkdv_kernel(lib, prob) == "tensor-core"
+    assert dkdv_kernel(lib, prob) == bwd_kernel(lib, prob) == "tensor-core"
     launches(lib)
     prob = check_attention(lib, dtype, seed=560 + case, want_dslopes=dslopes, **kw)
-    assert DKDV_GONE64_BYTES in launches(lib)
+    got = launches(lib)
+    assert DKDV_GONE64_BYTES in got and DQ_VONE64_BYTES in got, got
     assert_grads_normwise(prob, dtype)
 
 
-def test_dkdv_with_one_buffer_at_head_dim_64_only_where_it_applies(lib, monkeypatch):
-    # where an SM holds one CTA of the two buffers and two of one: the 100 KiB SMs below compute capability 10; not an
-    # A100's or H100's SM (the two buffers; the wide dK/dV for more than 64 queries), nor with a table (its window:
-    # the table instance)
+def test_backward_with_one_buffer_at_head_dim_64_only_where_it_applies(lib, monkeypatch):
+    # where an SM holds one CTA of the two buffers and two of one: the 100 KiB SMs (the dK/dV's below compute
+    # capability 10); not an A100's or H100's SM (the two buffers; the wide instances for more than 64 queries), nor
+    # with a table (its window: the table instances)
     ck = kernel_checks()
-    assert ck.CTA_SHAPE[("attn_bwd_dkdv_tc_gone_kernel", "64")] == (128, DKDV_GONE64_BYTES)
-    assert ck.SM_100KIB_SHAPE[("attn_bwd_dkdv_tc_gone_kernel", "64")] == (128, DKDV_GONE64_BYTES)
-    whole = ck.CTA_SHAPE[("attn_bwd_dkdv_tc_kernel", "64, false")][1]
-    assert ck.occupancy(255, 128, whole, "sm_86") == (1, 4) and ck.occupancy(255, 128, DKDV_GONE64_BYTES, "sm_86") == (2, 8)
-    kw = dict(B=1, H=2, Hk=1, M=64, N=130, d=64, off=66, causal=True, pe=0)
-    # (compute capability 12 -- an RTX 50xx's 100 KiB SM -- keeps the two buffers: the instance is a stub on sm_120)
-    for env, want in (({}, whole), (H100_SM, whole), (SM_99_KIB, DKDV_GONE64_BYTES),
-                      (dict(SM_99_KIB, WAVEPE_EMU_CC_MAJOR="12"), whole)):
-        with mock.patch.dict(os.environ, env):
-            prob = Attn(lib, E.BF16, **kw)
-            launches(lib)
-            prob.forward()
-            prob.backward(False)
-            assert want in launches(lib), env
-            assert lib.wavepe_cuda_attention_bwd_smem_bytes(C.byref(prob.a)) >= want
+    for name, one in (("attn_bwd_dkdv_tc_gone_kernel", DKDV_GONE64_BYTES), ("attn_bwd_dq_tc_vone_kernel", DQ_VONE64_BYTES)):
+        assert ck.CTA_SHAPE[(name, "64")] == ck.SM_100KIB_SHAPE[(name, "64")] == (128, one)
+        assert ck.occupancy(255, 128, one, "sm_86") == (2, 8)
+    kv_whole = ck.CTA_SHAPE[("attn_bwd_dkdv_tc_kernel", "64, false")][1]
+    dq_whole = ck.CTA_SHAPE[("attn_bwd_dq_tc_kernel", "64, false")][1]
+    dq_wide = ck.CTA_SHAPE[("attn_bwd_dq_tc_wide_kernel", "64, false")][1]
+    kv_wide = ck.CTA_SHAPE[("attn_bwd_dkdv_tc_wide_kernel", "64, 1")][1]
+    for whole in (kv_whole, dq_whole, dq_wide):
+        assert ck.occupancy(255, 128, whole, "sm_86") == (1, 4), whole
+    # (compute capability 12 -- an RTX 50xx's 100 KiB SM -- keeps the dK/dV's two buffers: its instance is a stub on
+    # sm_120)
+    for m, dq_else in ((64, dq_whole), (150, dq_wide)):
+        kw = dict(B=1, H=2, Hk=1, M=m, N=130 + m, d=64, off=66, causal=True, pe=0)
+        for env, want in (({}, {kv_whole, dq_else}), (H100_SM, {kv_whole, dq_else}),
+                          (SM_99_KIB, {DKDV_GONE64_BYTES, DQ_VONE64_BYTES}),
+                          (dict(SM_99_KIB, WAVEPE_EMU_CC_MAJOR="12"), {kv_whole, DQ_VONE64_BYTES})):
+            if m > 64 and env in ({}, H100_SM):
+                want = {kv_wide, dq_wide}
+            with mock.patch.dict(os.environ, env):
+                prob = Attn(lib, E.BF16, **kw)
+                launches(lib)
+                prob.forward()
+                prob.backward(False)
+                got = set(launches(lib)) & {kv_whole, dq_whole, dq_wide, kv_wide, DKDV_GONE64_BYTES, DQ_VONE64_BYTES}
+                assert got == want, (m, env, got)
+                assert lib.wavepe_cuda_attention_bwd_smem_bytes(C.byref(prob.a)) >= max(want)
     on_99_kib(monkeypatch)
     prob = Attn(lib, E.BF16, **dict(kw, pe=1, R=30))
     launches(lib)
@@ -1466,6 +1479,7 @@ def test_dkdv_with_one_buffer_at_head_dim_64_only_where_it_applies(lib, monkeypa
     prob.backward(False)
     got = launches(lib)
     assert DKDV_GONE64_BYTES not in got and ck.CTA_SHAPE[("attn_bwd_dkdv_tc_kernel", "64, true")][1] in got, got
+    assert DQ_VONE64_BYTES not in got and ck.CTA_SHAPE[("attn_bwd_dq_tc_kernel", "64, true")][1] in got, got
 
 
 def test_tensor_core_forward_with_a_table_at_head_dim_256_needs_its_shared_memory(lib, monkeypatch):
@@ -1762,6 +1776,23 @@ def test_band_split_onto_the_wide_instances_matches_oracle(lib, monkeypatch, cas
     fwd, bwd = WIDE_BAND_SPLIT_LAUNCHES[kw["d"]]
     assert got[:3] == fwd, got
     assert any(got[i:i + 4] == bwd for i in range(len(got))), got
+    assert_grads_normwise(prob, dtype)
+
+
+@pytest.mark.parametrize("case", [c for c, (kw, _) in enumerate(WIDE_BAND_SPLIT_CASES) if kw["d"] == 64])
+def test_backward_band_split_at_head_dim_64_on_a_100_kib_sm_matches_oracle(lib, monkeypatch, case):
+    # on a 100 KiB SM (sm_86 / sm_89 / sm_120) at head_dim 64 the dQ's first partial runs V's one buffer (47,232 bytes:
+    # two CTAs an SM, where one wide CTA of 76,944 fits), over the same 128-row groups' blocks as the wide one
+    # (band_split_blocks), the second the 16-row table instance; the dK/dV runs once (the wide one does not fit)
+    kw, dtype = dict(WIDE_BAND_SPLIT_CASES[case][0]), WIDE_BAND_SPLIT_CASES[case][1]
+    on_99_kib(monkeypatch)
+    prob = Attn(lib, dtype, seed=600 + case, **kw)
+    assert bwd_kernel(lib, prob) == "tensor-core, band split" and dkdv_kernel(lib, prob) == "tensor-core"
+    assert lib.wavepe_cuda_attention_bwd_smem_bytes(C.byref(prob.a)) == 75920
+    launches(lib)
+    prob = check_attention(lib, dtype, seed=600 + case, **kw)
+    got = launches(lib)
+    assert any(got[i:i + 3] == [75920, DQ_VONE64_BYTES, 74880] for i in range(len(got))), got
     assert_grads_normwise(prob, dtype)
 
 
@@ -2290,14 +2321,18 @@ def test_tensor_core_backward_at_head_dim_256_does_not_depend_on_thread_order(li
 
 
 @pytest.mark.parametrize("order", ["serial", "random"])
-def test_tensor_core_backward_with_one_buffer_does_not_depend_on_thread_order(lib, monkeypatch, order):
-    # on a 99 KiB device the backward at head_dim 256 (no table) stages the dQ's next V, the dK/dV's next dO, once
-    # every warp is done with the block before's, after a second barrier: a missing barrier or a read before the
-    # copy landed shows here (masked and interior blocks, GQA, ALiBi's learned slopes)
-    monkeypatch.setenv("WAVEPE_EMU_SMEM_OPTIN", str(99 * 1024))
-    kw = dict(B=1, H=4, Hk=2, M=130, N=200, d=256, off=70, causal=True, pe=2, seed=29)
+@pytest.mark.parametrize("d", [256, 64])
+def test_tensor_core_backward_with_one_buffer_does_not_depend_on_thread_order(lib, monkeypatch, order, d):
+    # on a 99 KiB device the backward at head_dim 256 (no table) -- at 64 on its 100 KiB SM -- stages the dQ's next V,
+    # the dK/dV's next dO, once every warp is done with the block before's, after a second barrier: a missing barrier
+    # or a read before the copy landed shows here (masked and interior blocks, GQA, ALiBi's learned slopes)
+    on_99_kib(monkeypatch)
+    kw = dict(B=1, H=4, Hk=2, M=130, N=200, d=d, off=70, causal=True, pe=2, seed=29)
     assert bwd_kernel(lib, Attn(lib, E.BF16, **kw)) == "tensor-core"
+    launches(lib)
     assert_backward_order_free(lib, monkeypatch, order, kw, dslopes=True)
+    got = launches(lib)
+    assert {DQ_VONE_BYTES, DKDV_GONE_BYTES} <= set(got) if d == 256 else {DQ_VONE64_BYTES, DKDV_GONE64_BYTES} <= set(got)
 
 
 @pytest.mark.parametrize("order", ["serial", "random"])

@@ -1491,15 +1491,17 @@ constexpr int kTcDqRows = 64;  // query rows of a tensor-core dQ CTA (16 a warp;
 // MT: the m-tiles of 16 query rows a warp takes -- 1, or 2 (the wide instance, attn_bwd_dq_tc_wide_kernel: each
 // K and V fragment of S, dP and dQ ldmatrix'd once for both, ~0.6x the shared-memory bytes per HMMA; head_dim 64
 // or 128, no table; the same blocks and chunks of keys: S's and dP's 64 accumulators a lane beside dQ's 128 at 128)
-// VONE: V in one buffer (attn_bwd_dq_tc_vone_kernel) -- at head_dim 256 without a table the two buffers take the CTA
-// to 102,432 bytes, 1,056 past the 99 KiB of sm_86, sm_89 and sm_120; with one, 93,984
+// VONE: V in one buffer (attn_bwd_dq_tc_vone_kernel), a block's keys in one chunk -- at head_dim 256 without a table
+// the two buffers take the CTA to 102,432 bytes, 1,056 past the 99 KiB of sm_86, sm_89 and sm_120; with one, 93,984.
+// At 64 the two buffers' 56,448 bytes hold one CTA on those 100 KiB SMs; with one, 47,232, two (S's and dP's 32
+// accumulators a lane each for the block's 64 keys, beside dQ's 32).
 template <class T, int D, int MT, bool VONE = false>
 struct TcDqTiles {
     static_assert(D == 64 || D == 128 || D == 256, "the tensor-core dQ's head dims");
     static_assert(MT == 1 || (MT == 2 && D <= 128), "32 rows a warp: head_dim 64 or 128");
-    static_assert(!VONE || (D == 256 && MT == 1), "V in one buffer: the 16-row dQ at head_dim 256");
+    static_assert(!VONE || ((D == 64 || D == 256) && MT == 1), "V in one buffer: the 16-row dQ at head_dim 64 or 256");
     static constexpr int BM = kTcDqRows * MT, BN = D <= 64 ? 64 : D <= 128 ? 32 : 16, LD = D + int(16 / sizeof(T)),
-                         KC = D <= 128 ? 32 : 16;
+                         KC = VONE ? BN : D <= 128 ? 32 : 16;
     // (with a table the window's bias reaches S, and dS reaches dQ through the window, in registers:
     // window_bias_add, skewed_ds_products -- no scratch)
     SmemPlan plan;
@@ -1607,8 +1609,10 @@ WAVEPE_DEVICE void attn_bwd_dq_tc_cta(const AttnParams &p) {
     WAVEPE_SHARED_BASE(smem);
     constexpr bool has_table = TABLE;  // (a kernel of its own: the others keep their registers)
     // the band split (bwd_band_split): 1, the table-free instance over the interior blocks beyond the band (at
-    // head_dim 64 and 128 the wide one); 2, the table's over the others, adding the first's sums
-    const int part = band_part_of<D, MT, BAND>(p);
+    // head_dim 64 and 128 the wide one -- at 64 on the 100 KiB SMs V's one buffer, VONE: dq_band_first_vone); 2, the
+    // table's over the others, adding the first's sums
+    auto part_of = [](const AttnParams &q) { return VONE ? q.band_part : band_part_of<D, MT, BAND>(q); };
+    const int part = part_of(p);
     const Lay L(has_table);
     T *const Qs = reinterpret_cast<T *>(smem + L.plan.off[L.q]);
     T *const dOs = reinterpret_cast<T *>(smem + L.plan.off[L.go]);
@@ -2062,7 +2066,7 @@ WAVEPE_DEVICE void attn_bwd_dq_tc_cta(const AttnParams &p) {
         T *dqr = static_cast<T *>(p.a.dq) + (bh * p.a.m + m) * p.a.d;
         float *sq = static_cast<float *>(p.split_dq) + (bh * p.a.m + m) * p.a.d;  // (band split)
         // (the part read again: no register held through the loops -- held, ptxas spilled 8 bytes on sm_80)
-        const int end_part = band_part_of<D, MT, BAND>(p);
+        const int end_part = part_of(p);
 #pragma unroll
         for (int dt = 0; dt < DT; ++dt) {
             const int col = dt * 8 + 2 * (lane & 3);
@@ -2085,10 +2089,11 @@ __global__ void __launch_bounds__(128, 2) attn_bwd_dq_tc_kernel(AttnParams p) {
     attn_bwd_dq_tc_cta<T, D, TABLE, 1>(p);
 }
 
-// V in one buffer (TcDqTiles' VONE): head_dim 256 without a table on 99 KiB devices (use_tc_dq_vone), one CTA an SM
-template <class T>
-__global__ void __launch_bounds__(128, 1) attn_bwd_dq_tc_vone_kernel(AttnParams p) {
-    attn_bwd_dq_tc_cta<T, 256, false, 1, false, false, true>(p);
+// V in one buffer (TcDqTiles' VONE), a block's keys in one chunk, no table (use_tc_dq_vone): at head_dim 256 on 99 KiB
+// devices, one CTA an SM; at 64 on 100 KiB SMs, two
+template <class T, int D>
+__global__ void __launch_bounds__(128, D == 64 ? 2 : 1) attn_bwd_dq_tc_vone_kernel(AttnParams p) {
+    attn_bwd_dq_tc_cta<T, D, false, 1, false, false, true>(p);
 }
 
 // 32 query rows a warp, a 128-row CTA (TcDqWideLayout): table-free calls at head_dim 64 and 128 (wide_dq); BAND,
@@ -2621,15 +2626,25 @@ bool use_tc_dkdv(const AttnParams &p) {
     return tc_backward_applies(p) &&
            (smem_fits_device(tc_dkdv_smem(p.a.d, p.pos_enc == WAVEPE_CUDA_PE_TABLE)) || use_tc_dkdv_gone(p));
 }
-size_t tc_dq_vone_smem() { return TcDqTiles<__half, 256, 1, true>(false).plan.total; }
-// Does the dQ pass run its instance with V in one buffer (attn_bwd_dq_tc_vone_kernel)?  Head_dim 256 without a table
-// where the whole layout exceeds the device's shared memory and this one does not: the 99 KiB of sm_86, sm_89 and
+size_t tc_dq_vone_smem(int64_t d) {
+    return d == 64 ? TcDqTiles<__half, 64, 1, true>(false).plan.total : TcDqTiles<__half, 256, 1, true>(false).plan.total;
+}
+// Does the dQ pass run its instance with V in one buffer (attn_bwd_dq_tc_vone_kernel)?  Without a table: at head_dim
+// 256 where the whole layout exceeds the device's shared memory and this one does not: the 99 KiB of sm_86, sm_89 and
 // sm_120 (102,432 bytes against 93,984), which ran the general dQ there (17.0 other instructions per HMMA in its
-// main loop on sm_90's SASS).  Its V copies wait for every warp's dP: latency the two buffers hid, exposed for
-// the dS and dQ += dS K part of a block (a third of its HMMA).
+// main loop on sm_90's SASS); at 64 where an SM holds one CTA of the whole layout and two of this one: the 100 KiB
+// SMs of sm_86, sm_89 and sm_120 (56,448 bytes against 47,232: 4 warps an SM, one a scheduler, against 8 -- the
+// forward's argument, wide_holds_sm; the wide dQ there, 76,944 bytes, holds one CTA too: wide_dq yields).  Its V
+// copies wait for every warp's dP: latency the two buffers hid, exposed for the dS and dQ += dS K part of a block
+// (a third of its HMMA) -- at 64 under the other CTA's products.
+bool dq_vone_64_pays() { return second_cta_by_smem(tc_dq_smem(64, false), tc_dq_vone_smem(64)); }
+// Does the band split's first partial of the dQ (bwd_band_split, at 64 and 128) run V's one buffer, not the wide
+// instance?  Where it does without a table (use_tc_dq_vone): the wide one's 76,944 bytes hold one CTA there too.
+bool dq_band_first_vone(int64_t d) { return d == 64 && dq_vone_64_pays(); }
 bool use_tc_dq_vone(const AttnParams &p) {
-    return p.a.d == 256 && p.pos_enc != WAVEPE_CUDA_PE_TABLE && tc_backward_applies(p) &&
-           !smem_fits_device(tc_dq_smem(256, false)) && smem_fits_device(tc_dq_vone_smem());
+    if (p.pos_enc == WAVEPE_CUDA_PE_TABLE || !tc_backward_applies(p)) return false;
+    if (p.a.d == 256) return !smem_fits_device(tc_dq_smem(256, false)) && smem_fits_device(tc_dq_vone_smem(256));
+    return p.a.d == 64 && dq_vone_64_pays();
 }
 bool use_tc_dq(const AttnParams &p) {
     return tc_backward_applies(p) &&
@@ -2663,7 +2678,8 @@ size_t tc_dq_wide_smem(int64_t d) {
 // sums the loop spilled at head_dim 128, 12-56 bytes on sm_90, as it did summing them in the wide dK/dV) without
 // a soft-cap run an instance of their own, attn_bwd_dq_tc_wide_alibi_kernel.
 // wide_dq_fits: the head dim, the queries and the device (on a table's call the band split's first partial runs
-// it: bwd_band_split); wide_dq adds the call's bias.
+// it: bwd_band_split); wide_dq adds the call's bias, and yields to V in one buffer (use_tc_dq_vone: at 64 on the 100
+// KiB SMs, where an SM holds one wide CTA and two of that one).
 bool wide_dq_fits(const AttnParams &p) {
     if (!(wide_rows_apply(p) && tc_backward_applies(p))) return false;
     const size_t bytes = tc_dq_wide_smem(p.a.d);
@@ -2672,7 +2688,7 @@ bool wide_dq_fits(const AttnParams &p) {
 bool wide_dq(const AttnParams &p) {
     return p.pos_enc != WAVEPE_CUDA_PE_TABLE &&
            (p.pos_enc != WAVEPE_CUDA_PE_ALIBI || (p.a.dslopes == nullptr && p.cap_log2 <= 0.0)) && use_tc_dq(p) &&
-           wide_dq_fits(p);
+           wide_dq_fits(p) && !use_tc_dq_vone(p);
 }
 // The tensor-core dT (a learned table's gradient): head_dim 64 or 128 (103 KiB at 128; where the device grants
 // less -- sm_86, sm_89 and sm_120: 99 KiB -- K in two halves, 94.5 KiB: attn_bwd_dtable_tc_ksplit_kernel).
@@ -2698,7 +2714,8 @@ bool dkdv_split_applies(const AttnParams &p) { return p.a.d == 256 || wide_dkdv_
 // neither, at head_dim 256 on a 99 KiB device: bwd_band_split_on_general);
 // at head_dim 256 each one's window leaves its CTA alone on an SM where two fit without it (151,376 / 160,032
 // bytes against 102,800 / 102,432), both split; at 64 and 128 the dQ's first partial runs the wide instance
-// (wide_dq_fits), the dK/dV's the wide one where it fits (bwd_dkdv_band_split); and the fp32 sums the first
+// (wide_dq_fits; at 64 on the 100 KiB SMs V's one buffer, dq_band_first_vone), the dK/dV's the wide one where it fits
+// (bwd_dkdv_band_split); and the fp32 sums the first
 // launches leave (dQ's B H M rows; where the dK/dV splits dK's and dV's B Hkv N each) stay within
 // kBandSplitWorkspace.
 // Do the band split's fp32 sums (dQ's B H M rows; where the dK/dV splits, dK's and dV's B Hkv N each) stay within
@@ -2730,7 +2747,7 @@ bool tc_dkdv_256_two_buffers() { return smem_fits_device(tc_dkdv_smem(256, false
 // (band_split_pays_general: a moved block saves most of its time; the round trip, 3 x 4 d bytes a row and key row).
 bool bwd_band_split_on_general(const AttnParams &p) {
     return p.pos_enc == WAVEPE_CUDA_PE_TABLE && p.a.d == 256 && tc_backward_applies(p) && !use_tc_dq(p) &&
-           !use_tc_dkdv(p) && (tc_dq_256_two_buffers() || smem_fits_device(tc_dq_vone_smem())) &&
+           !use_tc_dkdv(p) && (tc_dq_256_two_buffers() || smem_fits_device(tc_dq_vone_smem(256))) &&
            (tc_dkdv_256_two_buffers() || smem_fits_device(tc_dkdv_gone_smem(256))) && bwd_band_split_workspace_fits(p) &&
            band_split_pays_general(p);
 }
@@ -2873,13 +2890,19 @@ cudaError_t launch_dq(AttnParams p, cudaStream_t stream) {
     if constexpr (Traits<T>::kTensorCore) {
         if constexpr (DMAX <= 128) {
             if (p.band_part) {  // the band split: the wide instance beyond the band, then the 16-row table one
+                // (at 64 on the 100 KiB SMs the first on V's one buffer: two CTAs an SM, the wide one's one)
                 using Wide = TcDqWideLayout<T, DMAX>;
                 using Narrow = TcDqLayout<T, DMAX>;
                 const int64_t bh = p.a.batch * p.a.heads;
                 AttnParams q = p;
                 q.band_part = 1;
-                const cudaError_t err = launch_tc(attn_bwd_dq_tc_wide_kernel<T, DMAX, true>,
-                                                  bh * ceil_div(p.a.m, Wide::BM), Wide(false).plan.total, stream, q);
+                cudaError_t err;
+                if (dq_band_first_vone(DMAX))
+                    err = launch_tc(attn_bwd_dq_tc_vone_kernel<T, 64>, bh * ceil_div(p.a.m, Narrow::BM),
+                                    tc_dq_vone_smem(64), stream, q);
+                else
+                    err = launch_tc(attn_bwd_dq_tc_wide_kernel<T, DMAX, true>, bh * ceil_div(p.a.m, Wide::BM),
+                                    Wide(false).plan.total, stream, q);
                 q.band_part = 2;
                 return err != cudaSuccess ? err
                                           : launch_tc(attn_bwd_dq_tc_kernel<T, DMAX, true>, bh * ceil_div(p.a.m, Narrow::BM),
@@ -2891,9 +2914,9 @@ cudaError_t launch_dq(AttnParams p, cudaStream_t stream) {
                 return launch_tc(kernel, ctas, TcDqWideLayout<T, DMAX>(false).plan.total, stream, p);
             }
         }
-        if constexpr (DMAX == 256) {
+        if constexpr (DMAX == 256 || DMAX == 64) {
             if (use_tc_dq_vone(p))
-                return launch_tc(attn_bwd_dq_tc_vone_kernel<T>, ctas, tc_dq_vone_smem(), stream, p);
+                return launch_tc(attn_bwd_dq_tc_vone_kernel<T, DMAX>, ctas, tc_dq_vone_smem(DMAX), stream, p);
         }
         if (use_tc_dq(p))
             return launch_band_parts(
@@ -2909,7 +2932,7 @@ cudaError_t launch_dq(AttnParams p, cudaStream_t stream) {
             const cudaError_t err =
                 tc_dq_256_two_buffers()
                     ? launch_tc(attn_bwd_dq_tc_kernel<T, 256, false>, tc_ctas, Lay(false).plan.total, stream, q)
-                    : launch_tc(attn_bwd_dq_tc_vone_kernel<T>, tc_ctas, tc_dq_vone_smem(), stream, q);
+                    : launch_tc(attn_bwd_dq_tc_vone_kernel<T, 256>, tc_ctas, tc_dq_vone_smem(256), stream, q);
             if (err != cudaSuccess) return err;
             p.band_part = 2;
         }
@@ -3050,7 +3073,7 @@ extern "C" size_t wavepe_cuda_attention_bwd_smem_bytes(const wavepe_attention_ar
             const bool table = a->table != nullptr, kv = use_tc_dkdv(p), q = use_tc_dq(p), dt = use_tc_dtable(p);
             if (bwd_band_split_on_general(p)) {  // (the general kernels' and the table-free tensor-core ones')
                 const size_t on_kv = tc_dkdv_256_two_buffers() ? tc_dkdv_smem(256, false) : tc_dkdv_gone_smem(256);
-                const size_t on_q = tc_dq_256_two_buffers() ? tc_dq_smem(256, false) : tc_dq_vone_smem();
+                const size_t on_q = tc_dq_256_two_buffers() ? tc_dq_smem(256, false) : tc_dq_vone_smem(256);
                 if (on_kv > bytes) bytes = on_kv;
                 if (on_q > bytes) bytes = on_q;
             } else if (kv || q || dt) {
@@ -3059,8 +3082,8 @@ extern "C" size_t wavepe_cuda_attention_bwd_smem_bytes(const wavepe_attention_ar
                                : use_tc_dkdv_gone(p) ? tc_dkdv_gone_smem(a->d)
                                : kv                  ? tc_dkdv_smem(a->d, table)
                                                      : general;
-                const size_t on_q = wide_dq(p)         ? tc_dq_wide_smem(a->d)
-                                    : use_tc_dq_vone(p) ? tc_dq_vone_smem()
+                size_t on_q = wide_dq(p)               ? tc_dq_wide_smem(a->d)
+                                    : use_tc_dq_vone(p) ? tc_dq_vone_smem(a->d)
                                     : q                 ? tc_dq_smem(a->d, table)
                                                         : general,
                              on_dt = a->dtable == nullptr ? 0
@@ -3070,6 +3093,11 @@ extern "C" size_t wavepe_cuda_attention_bwd_smem_bytes(const wavepe_attention_ar
                 if (a->d <= 128 && bwd_dkdv_band_split(p)) {
                     const size_t wide = tc_dkdv_wide_smem(a->d);
                     if (wide > on_kv) on_kv = wide;
+                }
+                // (the dQ's at 64 and 128: the first partial's instance and the table's)
+                if (a->d <= 128 && bwd_band_split(p)) {
+                    const size_t first = dq_band_first_vone(a->d) ? tc_dq_vone_smem(64) : tc_dq_wide_smem(a->d);
+                    if (first > on_q) on_q = first;
                 }
                 bytes = on_kv > on_q ? on_kv : on_q;
                 if (on_dt > bytes) bytes = on_dt;
