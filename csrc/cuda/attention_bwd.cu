@@ -3082,13 +3082,13 @@ extern "C" size_t wavepe_cuda_attention_bwd_smem_bytes(const wavepe_attention_ar
                                : use_tc_dkdv_gone(p) ? tc_dkdv_gone_smem(a->d)
                                : kv                  ? tc_dkdv_smem(a->d, table)
                                                      : general;
-                size_t on_q = wide_dq(p)               ? tc_dq_wide_smem(a->d)
-                                    : use_tc_dq_vone(p) ? tc_dq_vone_smem(a->d)
-                                    : q                 ? tc_dq_smem(a->d, table)
-                                                        : general,
-                             on_dt = a->dtable == nullptr ? 0
-                                     : dt                ? tc_dtable_smem(a->d, use_tc_dtable_ksplit(p))
-                                                         : general;
+                size_t on_q = wide_dq(p)          ? tc_dq_wide_smem(a->d)
+                              : use_tc_dq_vone(p) ? tc_dq_vone_smem(a->d)
+                              : q                 ? tc_dq_smem(a->d, table)
+                                                  : general;
+                const size_t on_dt = a->dtable == nullptr ? 0
+                                     : dt                 ? tc_dtable_smem(a->d, use_tc_dtable_ksplit(p))
+                                                          : general;
                 // (the dK/dV's band split at 64 and 128: the wide dK/dV's and the 16-key table instance's)
                 if (a->d <= 128 && bwd_dkdv_band_split(p)) {
                     const size_t wide = tc_dkdv_wide_smem(a->d);
