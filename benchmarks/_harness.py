@@ -125,6 +125,32 @@ def flex_attention_with_bias(bias, device) -> Callable[..., Any]:
     return lambda q, k, v: flex(q, k, v, score_mod=score_mod, block_mask=block_mask)
 
 
+def flex_attention_with_qt(table, r_lo: int, scale: float, L: int, device) -> Callable[..., Any]:
+    """FlexAttention (compiled, static shapes) with the wavelet / relative bias the way a user without wavepe writes it:
+    P = scale * q T^T, (B, H, L, R) for a table of R rows from distance ``r_lo`` (B H L R values, not L^2), and a
+    ``score_mod`` adding P[b, h, i, i - j - r_lo] (zero outside the table), under a causal block mask:
+    ``(q, k, v) -> out`` for inputs of length ``L``, differentiable in q (through P too), k and v -- the bias's cost
+    and its gradient inside the call, as in the fused kernel.  The first call compiles."""
+    import torch
+    from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+
+    block_mask = create_block_mask(lambda b, h, qi, ki: qi >= ki, None, None, L, L, device=device)
+    rows = table.shape[0]
+    t_scaled = (table * scale).transpose(0, 1).contiguous()  # (d, R)
+
+    def attend(q, k, v):
+        p = q @ t_scaled.to(q.dtype)
+
+        def score_mod(score, b, h, qi, ki):
+            r = qi - ki - r_lo
+            inside = (r >= 0) & (r < rows)
+            return score + torch.where(inside, p[b, h, qi, r.clamp(0, rows - 1)], 0.0)
+
+        return flex_attention(q, k, v, score_mod=score_mod, block_mask=block_mask)
+
+    return torch.compile(attend, dynamic=False)
+
+
 def flex_with_bias(q, k, v, bias) -> Callable[[], Any]:
     """flex_attention_with_bias on these q, k, v: the peer of the fused kernel's bias on any device.  Call it
     once outside the timing: that call compiles."""

@@ -948,10 +948,12 @@ def test_tensor_core_forward_rows_a_warp_by_the_sm(lib, monkeypatch):
     for dtype, seed in ((E.BF16, 41), (E.F16, 42)):
         check_attention(lib, dtype, backward=False, seed=seed, d=128, **kw)
     # WAVEPE_CUDA_WIDE=1 (the benchmark's A/B there) takes the wide instance all the same, the band split's first
-    # partial too
+    # partial too -- one CTA an SM as the table's: the split from kBandSplitKeysWide keys a row beyond the band
     monkeypatch.setenv("WAVEPE_CUDA_WIDE", "1")
     assert fwd_kernel(lib, Attn(lib, E.BF16, d=128, **kw)) == "tensor-core, 32 rows a warp"
-    prob = Attn(lib, E.BF16, **WIDE_BAND_SPLIT_CASES[0][0])
+    assert fwd_kernel(lib, Attn(lib, E.BF16, **WIDE_BAND_SPLIT_CASES[0][0])) == "tensor-core"
+    prob = Attn(lib, E.BF16, **WIDE_LONG_CASE)
+    assert fwd_kernel(lib, prob) == "tensor-core, band split"
     launches(lib)
     prob.forward()
     assert launches(lib)[:3] == WIDE_BAND_SPLIT_LAUNCHES[128][0]
@@ -1717,6 +1719,7 @@ def test_tensor_core_forward_band_split_matches_oracle(lib, monkeypatch, dtype, 
 # an H100 / H200 SM (228 KiB): where the backward's table-free dK/dV and dQ (100 KiB) fit two an SM, an A100's
 # (164 KiB) one
 H100_SM = dict(WAVEPE_EMU_SMEM_PER_SM=str(228 * 1024), WAVEPE_EMU_SMEM_OPTIN=str(227 * 1024), WAVEPE_EMU_CC_MAJOR="9")
+A100_SM = dict(WAVEPE_EMU_SMEM_PER_SM=str(164 * 1024), WAVEPE_EMU_SMEM_OPTIN=str(163 * 1024), WAVEPE_EMU_CC_MAJOR="8")
 # the backward's launches: the dK/dV's table-free instance then the table's, the dQ's alike
 BAND_SPLIT_BWD_LAUNCHES = [102800, 145040, 102432, 144672]
 # causal (and its dT), GQA with a soft-cap, without causality
@@ -1755,6 +1758,9 @@ WIDE_BAND_SPLIT_CASES = [
     (dict(B=1, H=1, Hk=1, M=128, N=6800, d=128, off=3400, causal=False, pe=1, R=60, r_lo=-30), E.BF16),
     (dict(B=2, H=1, Hk=1, M=128, N=6000, d=64, off=5850, causal=True, window=5000, pe=1, R=30, r_lo=0), E.BF16),
 ]
+# 128 queries at 16,772 .. 16,899: over kBandSplitKeysWide (16,384) keys a row beyond the band, where the forward splits
+# at 128 on an H100's SM too (its first partial buys no second CTA there)
+WIDE_LONG_CASE = dict(B=1, H=1, Hk=1, M=128, N=16900, d=128, off=16772, causal=True, pe=1, R=40, r_lo=0)
 # the launches' shared memory: the forward's wide partial (no window), the 16-row one (the window), the combine;
 # the backward's wide dK/dV, the 16-key table dK/dV, the wide dQ, the 16-row table dQ
 WIDE_BAND_SPLIT_LAUNCHES = {128: ([54304, 88128, 0], [179432, 97424, 107600, 96832]),
@@ -1768,15 +1774,23 @@ def test_band_split_onto_the_wide_instances_matches_oracle(lib, monkeypatch, cas
         monkeypatch.setenv(name, value)
     prob = Attn(lib, dtype, seed=490 + case, **kw)
     assert lib.wavepe_cuda_attention_num_splits(C.byref(prob.a)) == 1
-    assert fwd_kernel(lib, prob) == "tensor-core, band split"
+    # on an H100's SM the forward's split buys no second CTA: ~6,500 keys a row beyond the band are under
+    # kBandSplitKeysWide, one launch (the table instance); the backward splits
+    assert fwd_kernel(lib, prob) == "tensor-core"
     assert bwd_kernel(lib, prob) == dkdv_kernel(lib, prob) == "tensor-core, band split"
     launches(lib)
     prob = check_attention(lib, dtype, seed=490 + case, **kw)
     got = launches(lib)
     fwd, bwd = WIDE_BAND_SPLIT_LAUNCHES[kw["d"]]
-    assert got[:3] == fwd, got
+    assert got[0] == fwd[1], got
     assert any(got[i:i + 4] == bwd for i in range(len(got))), got
     assert_grads_normwise(prob, dtype)
+    if kw["d"] == 128:  # an A100's SM holds one table CTA at 128, three wide ones: the forward splits there
+        for name, value in A100_SM.items():
+            monkeypatch.setenv(name, value)
+        assert fwd_kernel(lib, Attn(lib, dtype, **kw)) == "tensor-core, band split"
+        check_attention(lib, dtype, backward=False, seed=500 + case, **kw)
+        assert launches(lib)[:3] == fwd
 
 
 @pytest.mark.parametrize("case", [c for c, (kw, _) in enumerate(WIDE_BAND_SPLIT_CASES) if kw["d"] == 64])
@@ -1867,8 +1881,19 @@ def test_band_split_onto_the_wide_instances_only_where_it_applies(lib, monkeypat
     monkeypatch.setenv("WAVEPE_EMU_SMEM_OPTIN", str(163 * 1024))
     prob = Attn(lib, E.BF16, **kw)
     assert (fwd_kernel(lib, prob), bwd_kernel(lib, prob)) == ("tensor-core, band split", "tensor-core")
-    prob = Attn(lib, E.BF16, **dict(kw, d=64))
-    assert (fwd_kernel(lib, prob), bwd_kernel(lib, prob), dkdv_kernel(lib, prob)) == ("tensor-core, band split",) * 3
+    prob = Attn(lib, E.BF16, **dict(kw, d=64))  # (at 64 two table CTAs fit: the forward's split from the longer rows)
+    assert (fwd_kernel(lib, prob), bwd_kernel(lib, prob), dkdv_kernel(lib, prob)) == (
+        "tensor-core", "tensor-core, band split", "tensor-core, band split")
+    assert fwd_kernel(lib, Attn(lib, E.BF16, **dict(WIDE_LONG_CASE, d=64))) == "tensor-core, band split"
+    # an H100's SM: the forward splits from kBandSplitKeysWide keys a row beyond the band (~16,700 here; with 512 keys
+    # fewer, ~16,200 counted by whole blocks, not)
+    for name, value in H100_SM.items():
+        monkeypatch.setenv(name, value)
+    assert fwd_kernel(lib, Attn(lib, E.BF16, **WIDE_LONG_CASE)) == "tensor-core, band split"
+    short = dict(WIDE_LONG_CASE, N=WIDE_LONG_CASE["N"] - 512, off=WIDE_LONG_CASE["off"] - 512)
+    assert fwd_kernel(lib, Attn(lib, E.BF16, **short)) == "tensor-core"
+    for name, value in A100_SM.items():
+        monkeypatch.setenv(name, value)
     # WAVEPE_CUDA_WIDE=0 keeps the 16-row instances, unsplit; the same output in another thread order
     monkeypatch.setenv("WAVEPE_CUDA_WIDE", "0")
     prob = Attn(lib, E.BF16, **kw)

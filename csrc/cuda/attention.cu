@@ -943,7 +943,7 @@ AttnParams attention_params(const wavepe_attention_args *a) {
 // table), whose main loops move ~0.6-0.7x the shared-memory bytes per HMMA of the 16-row ones (230 against 326 in
 // the forward at 128, 233 against 388 in the dQ): over the line an H100's SM serves at the tensor rate, the 16-row
 // loops run at ~0.8x (forward) and ~0.66x (dQ) of it (docs/CUDA.md) -- a fifth to a third of the blocks' time, as
-// above.  There the first partial runs the wide instance (the forward's and the dQ's; the dK/dV's where the wide
+// above (the forward's fifth measured on an H200 at ~0.1, too little for its split at L = 16384: kBandSplitKeysWide).  There the first partial runs the wide instance (the forward's and the dQ's; the dK/dV's where the wide
 // dK/dV fits, bwd_dkdv_band_split), the second the 16-row one, both dividing the blocks by 128-row groups
 // (band_split_blocks; the dK/dV's by 128-key groups, dkdv_band_split_blocks).  Not with documents
 // (their boundaries are on the device: the host cannot count the blocks), key padding (the kernels take no
@@ -1080,10 +1080,20 @@ bool band_split_on_general(const AttnParams &p, int64_t want) {
     return band_split_workspace_fits(p) && band_split_pays_general(p);
 }
 
+// Where the forward's first partial at head_dim 64 or 128 buys no second CTA an SM -- only the wide rows' lighter
+// shared-memory traffic (an H100 / H200, where two table CTAs fit too) --, the blocks beyond the band a query row on
+// average for its split to pay.  Measured (H200, bf16, B=1 H=32 d=128 causal, 2026-11-30, bench_attention.py --device
+// cuda): at L=16384 (~6,300 such keys a row) the split took 10.36 ms, the same call in one launch 9.40, where the
+// 16-row instance's 1.12x the wide one's time (nope: 8.35 / 7.45 ms) saves ~0.7 ms on those blocks -- so the two
+// partials' round trip, combine and second launch cost ~1.7 ms there, ~3 ns a row: paid back from ~15,000 keys a row
+// (L ~ 36k causal).  kBandSplitKeysWide is that, rounded up; the backward's split paid at 16384 (bwd_band_split in
+// attention_bwd.cu: ~2.9 ms of ~34 saved) and keeps kBandSplitKeys.  Past L=16384 unmeasured.
+constexpr int64_t kBandSplitKeysWide = 16384;
+
 // The forward's band split (band_split_pays): at head_dim 256 the window leaves the tensor-core forward's CTA
 // alone on an SM (119,328 bytes) where two fit without it (68,640; the registers allow no more: 251-252 a thread);
-// at 64 and 128 the wide instance may run (wide_rows_apply: more than 64 queries); and its workspace fits
-// (band_split_workspace_fits).  Not with packed heads
+// at 64 and 128 the wide instance may run (wide_rows_apply: more than 64 queries), from kBandSplitKeysWide keys a
+// row where its first partial buys no second CTA an SM; and its workspace fits (band_split_workspace_fits).  Not with packed heads
 // (decoding) or split-KV asked for (want > 1).  Where the tensor-core forward does not take the call, the band split
 // onto the general kernel (band_split_on_general).
 bool band_split(const AttnParams &p, int64_t want) {
@@ -1094,6 +1104,10 @@ bool band_split(const AttnParams &p, int64_t want) {
         return false;
     if (!band_split_workspace_fits(p)) return false;
     if (p.a.d == 256 && !second_cta_by_smem(Lay(true).plan.total, Lay(false).plan.total)) return false;
+    if (p.a.d != 256 && !second_cta_by_smem(tc_fwd_smem(p.a.d, true), wide_holds_sm(p.a.d)
+                                                                          ? tc_fwd_wide_smem(p.a.d)
+                                                                          : tc_fwd_smem(p.a.d, false)))
+        return band_split_pays(p, kBandSplitKeysWide, true);
     return band_split_pays(p);
 }
 
