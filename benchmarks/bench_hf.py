@@ -3,10 +3,11 @@
     python benchmarks/bench_hf.py [--quick] [--families llama,gemma2,...] [--modes wavelet,rope,alibi,nope]
                                   [--length L] [--new-tokens T] [--compiled] [--compile-backend inductor]
                                   [--repeat N] [--threads T] [--device cpu|cuda] [--dtype float32|bf16]
+                                  [--hidden N]
 
 Shape (per family, random weights; --dtype, default fp32 on the CPU, bf16 on a GPU: weights,
-inputs and the training step all in that dtype): 4 layers, hidden 512,
-8 query heads x 64 over 4 KV heads, intermediate 1408, vocabulary 32000, the family's own
+inputs and the training step all in that dtype): 4 layers, hidden 512 (--hidden),
+8 query heads x 64 over 4 KV heads, intermediate 1408 (2.75x the hidden size), vocabulary 32000, the family's own
 features (Gemma 2: softcapping 50 and 4096-token windows on every other layer; Gemma 3:
 q/k norm, 1024-token windows; Phi-3: fused qkv; ...).  --quick: 2 layers, L = 128.
 Reference: the stock model (transformers' default attention, its RoPE), in the same run.
@@ -61,6 +62,13 @@ FEATURES = {
 }
 
 
+HIDDEN = 512  # --hidden: heads of 64, half as many KV heads, intermediate 2.75x
+
+
+def shape_text() -> str:
+    return f"hidden {HIDDEN}, {HIDDEN // 64} heads x 64 over {HIDDEN // 128} KV heads"
+
+
 def build(family: str, layers: int, device, dtype):
     import torch
     import transformers
@@ -69,8 +77,9 @@ def build(family: str, layers: int, device, dtype):
 
     fam = next(f for f in hf.FAMILIES if f.name == family)
     config = getattr(transformers, fam.config)(
-        vocab_size=32000, hidden_size=512, intermediate_size=1408, num_hidden_layers=layers, num_attention_heads=8,
-        num_key_value_heads=4, max_position_embeddings=8192, tie_word_embeddings=False, pad_token_id=0,
+        vocab_size=32000, hidden_size=HIDDEN, intermediate_size=HIDDEN * 11 // 4, num_hidden_layers=layers,
+        num_attention_heads=HIDDEN // 64, num_key_value_heads=HIDDEN // 128, max_position_embeddings=8192,
+        tie_word_embeddings=False, pad_token_id=0,
         eos_token_id=None, **FEATURES.get(family, {}))
     torch.manual_seed(0)
     return getattr(transformers, fam.causal_lm)(config).to(device=device, dtype=dtype)
@@ -223,6 +232,8 @@ def main() -> None:
     parser.add_argument("--compiled", action="store_true", help="add the compiled static-cache decode rows")
     parser.add_argument("--compile-backend", default="inductor")
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--hidden", type=int, default=512,
+                        help="hidden size, a multiple of 128 (heads of 64, half as many KV heads; issue 64's: 2048)")
     parser.add_argument("--threads", type=int, default=0, help="torch threads (default: torch's choice)")
     parser.add_argument("--device", default="", help="cpu or cuda (default: cuda when available)")
     parser.add_argument("--dtype", choices=("float32", "bf16"), default=None,
@@ -234,6 +245,10 @@ def main() -> None:
     args = parser.parse_args()
     import torch
 
+    global HIDDEN
+    if args.hidden <= 0 or args.hidden % 128:
+        parser.error(f"--hidden must be a positive multiple of 128, got {args.hidden}")
+    HIDDEN = args.hidden
     if args.threads:
         torch.set_num_threads(args.threads)
     device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
@@ -253,8 +268,8 @@ def main() -> None:
         for family in [f for f in families.split(",") if f]:
             rows += run_windowed(family, modes, args, device, dtype, dtype_name)
         header = ["family", "case", "model", "train step ms", "ratio", "peak MiB (step)", "ratio", "target", "met"]
-        table = print_table(f"bench_hf --windowed: {dtype_name} on cpu, batch 1, 4 layers, hidden 512, "
-                            "8 heads x 64 over 4 KV heads", header, rows)
+        table = print_table(f"bench_hf --windowed: {dtype_name} on cpu, batch 1, 4 layers, {shape_text()}", header,
+                            rows)
         write_json(args.out or "bench_hf_windowed" + ("" if dtype_name == default else f"_{dtype_name}"),
                    {"dtype": dtype_name, "device": "cpu", "length": args.length, "header": header, "rows": rows,
                     "table": table})
@@ -265,7 +280,7 @@ def main() -> None:
     header = ["family", "case", "model", "time (ms, per token for decode)", "ratio", "target", "met"]
     where = f"cuda ({torch.cuda.get_device_name(device)})" if device.type == "cuda" else device.type
     title = (f"bench_hf: {dtype_name} on {where}, batch 1, "
-             f"{2 if args.quick else 4} layers, hidden 512, 8 heads x 64 over 4 KV heads")
+             f"{2 if args.quick else 4} layers, {shape_text()}")
     table = print_table(title, header, rows)
     name = "bench_hf" + ("" if dtype_name == default else f"_{dtype_name}") + ("_quick" if args.quick else "")
     write_json(args.out or name, {"dtype": dtype_name, "device": str(device), "header": header, "rows": rows,

@@ -11,10 +11,13 @@
 #   3. benchmarks/bench_attention.py --device cuda: flash, cuDNN, FlexAttention reading q.T^T, wavepe nope,
 #      ALiBi, wavelet, window, soft-cap, forward and forward+backward, decoding (GQA) at 32k and 128k keys,
 #      with TFLOP/s and GB/s (benchmarks/_attention_cuda.py);
-#   4. `pytest -m cuda` on the CUDA test files;
-#   5. Nsight Compute (when `ncu` is there) on one launch of the bf16 forward (without and with the wavelet's
-#      table) and of the backward's dK/dV and dQ kernels at L=8192: occupancy, issue slots, the tensor and
-#      shared-memory pipes' utilisation, shared-memory bank conflicts, the instruction mix.
+#   4. benchmarks/bench_hf.py --device cuda: Hugging Face Llama's train step (4 layers, hidden 2048, L=4096),
+#      prefill and decoding, wavepe's wavelet against the stock model;
+#   5. `pytest -m cuda` on the CUDA test files;
+#   6. Nsight Compute (when `ncu` is there) on one launch of the bf16 forward (without and with the wavelet's
+#      table) and of the backward's dK/dV and dQ kernels at L=8192, of decoding's partials and combine (32k keys)
+#      and of RoPE: occupancy, issue slots, the tensor and shared-memory pipes' utilisation, shared-memory bank
+#      conflicts, the instruction mix.
 #
 #   OUT=DIR PREBUILT=DIR bash benchmarks/gpu_report.sh [--quick]
 #
@@ -96,7 +99,13 @@ bench=(benchmarks/bench_attention.py --device cuda)
 stage "benchmarks/bench_attention.py --device cuda$([ $quick = 1 ] && echo ' --quick')" 480 $PY "${bench[@]}"
 cp benchmarks/results/bench_attention_cuda.json "$OUT/" 2>/dev/null
 
-# (after the benchmark, whose own start checks every fused method against the eager one: a lent machine
+# Hugging Face Llama's train step at the issue's shape (4 layers, hidden 2048, L=4096), wavepe's wavelet against
+# the stock model (its RoPE, SDPA)
+hf=(benchmarks/bench_hf.py --device cuda --families llama --modes wavelet --length 4096 --hidden 2048 --new-tokens 8)
+[ $quick = 1 ] && hf=(benchmarks/bench_hf.py --device cuda --quick --families llama --modes wavelet)
+stage "${hf[*]}" 240 $PY "${hf[@]}"
+
+# (after the benchmarks, whose own start checks every fused method against the eager one: a lent machine
 # that runs out of time still reports the figures the targets are stated in)
 stage "pytest -m cuda" 300 $PY -m pytest -q -p no:cacheprovider -m cuda tests/test_cuda.py tests/test_hf.py
 
@@ -123,6 +132,25 @@ torch.cuda.synchronize()"; }
     set -- $run
     TAIL=120 stage "ncu: $2 (bf16, L=$L, H=32, d=128, causal, $1)" 120 \
       ncu --kernel-name "regex:$2" --launch-count 1 "${sections[@]}" $PY -c "$(target $1)"
+  done
+  # decoding one token (GQA 32/8, the wavelet's table: its split-KV partials and their combine) and RoPE -- the two
+  # memory-bound targets
+  N=$([ $quick = 1 ] && echo 4096 || echo 32768)
+  decode="import torch, wavepe, wavepe.ops as wo
+g = torch.Generator(device='cuda').manual_seed(0)
+q = torch.randn(1, 32, 1, 128, device='cuda', dtype=torch.bfloat16, generator=g)
+k, v = (torch.randn(1, 8, $N, 128, device='cuda', dtype=torch.bfloat16, generator=g) for _ in range(2))
+for _ in range(2): wo.wavelet_attention(q, k, v, wavepe.WaveletConfig.grid(128), q_offset=$N - 1)
+torch.cuda.synchronize()"
+  rope="import torch, wavepe, wavepe.ops as wo
+q, k = (torch.randn(1, 32, $L, 128, device='cuda', dtype=torch.bfloat16) for _ in range(2))
+for _ in range(2): wo.rope(q, k, 0, wavepe.RopeConfig())
+torch.cuda.synchronize()"
+  for run in "decode attn_fwd_tc_kernel" "decode attn_combine_kernel" "rope rope_kernel"; do
+    set -- $run
+    TAIL=120 stage "ncu: $2 ($1: $([ $1 = rope ] && echo "q and k, bf16, L=$L, H=32, d=128" ||
+                                   echo "one query, GQA 32/8, $N keys, bf16, d=128, the wavelet"))" 120 \
+      ncu --kernel-name "regex:$2" --launch-skip 1 --launch-count 1 "${sections[@]}" $PY -c "${!1}"
   done
 else
   echo "## ncu: not on this machine (Nsight Compute): no per-kernel profile" >> "$report"
