@@ -810,6 +810,25 @@ def test_split_kv_divides_only_the_visible_keys(lib):
     np.testing.assert_allclose(many[1], one[1], rtol=1e-6, atol=1e-6)
 
 
+# the split-KV combine (attn_combine_kernel): more splits than a warp has lanes (a lane reads two or three of them),
+# the partials by 16-byte loads (4 fp32 or 2 fp64) and by columns (a head dim not a multiple of 4), padded keys (a
+# split may see none: its workspace rows, NaN-filled here, must stay unread)
+COMBINE_CASES = [
+    (dict(B=1, H=4, Hk=1, M=1, N=2600, d=128, off=2599, causal=True, pe=1, R=60, r_lo=0, splits=41), E.BF16),
+    (dict(B=1, H=2, Hk=2, M=3, N=1500, d=33, off=1497, causal=True, pe=2, kpm=True, splits=47), E.F32),
+    (dict(B=1, H=2, Hk=1, M=2, N=1200, d=30, off=1198, causal=True, pe=0, splits=38), E.F64),
+]
+
+
+@pytest.mark.parametrize("case", range(len(COMBINE_CASES)))
+def test_split_kv_combine_over_more_splits_than_lanes_matches_oracle(lib, case):
+    kw, dtype = COMBINE_CASES[case]
+    prob = check_attention(lib, dtype, backward=False, seed=70 + case, **kw)
+    rows = kw["B"] * kw["H"] * kw["M"]  # the workspace holds every split's rows: as many splits as asked
+    acc = 8 if dtype == E.F64 else 4
+    assert lib.wavepe_cuda_attention_fwd_workspace_bytes(C.byref(prob.a), kw["splits"]) >= kw["splits"] * rows * kw["d"] * acc
+
+
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(dtype=st.sampled_from(DTYPES), B=st.integers(1, 2), Hk=st.integers(1, 2), group=st.integers(1, 2),
        M=st.integers(0, 40), N=st.integers(0, 90), d=st.sampled_from([4, 10, 16, 30]), off=st.integers(-20, 100),
