@@ -33,7 +33,8 @@ Target (issue 21): rope mode within 1.1x the stock model in every row (it is the
 attention plus, with rope=RopeConfig, wavepe's cos/sin).  Relative modes are reported.
 Prints a table with the CPU / GPU, ISA and threads, and writes
 benchmarks/results/bench_hf.<isa>.json (bench_hf_quick.<isa>.json, or --out NAME: NAME.<isa>.json);
-a dtype other than the device's default is named in the file: bench_hf_bf16.<isa>.json on the CPU.
+a dtype other than the device's default is named in the file: bench_hf_bf16.<isa>.json on the CPU; a GPU's run
+writes bench_hf_cuda.json (the GPU and the host inside).
 """
 
 from __future__ import annotations
@@ -282,7 +283,9 @@ def main() -> None:
     title = (f"bench_hf: {dtype_name} on {where}, batch 1, "
              f"{2 if args.quick else 4} layers, {shape_text()}")
     table = print_table(title, header, rows)
-    name = "bench_hf" + ("" if dtype_name == default else f"_{dtype_name}") + ("_quick" if args.quick else "")
+    # (a GPU's run: bench_hf_cuda.json, the GPU named inside -- not the host CPU's ISA, whose file is the CPU's run)
+    name = ("bench_hf" + ("_cuda" if device.type == "cuda" else "") + ("" if dtype_name == default else f"_{dtype_name}")
+            + ("_quick" if args.quick else ""))
     write_json(args.out or name, {"dtype": dtype_name, "device": str(device), "header": header, "rows": rows,
                                   "table": table})
 
