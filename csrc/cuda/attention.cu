@@ -896,18 +896,24 @@ __global__ void __launch_bounds__(128) attn_combine_kernel(AttnParams p) {
             A acc[V];
 #pragma unroll
             for (int i = 0; i < V; ++i) acc[i] = nan_row ? A(NAN) : A(0);
-            if (sums) {
-#pragma unroll 8
-                for (int64_t s = 0; s < p.num_splits; ++s) {
-                    const int64_t r = at(s);
-                    const A ls = wl[r];
-                    alignas(16) A x[V];
-                    copy16(x, wo + r * p.a.d + c0);  // (read whatever the split left: used only if it saw a key)
-                    if (ls != neg_inf<A>()) {
-                        const A w = exp2_((ls - lse) * A(kLog2e));
+            const auto add_split = [&](int64_t s) {
+                const int64_t r = at(s);
+                const A ls = wl[r];
+                alignas(16) A x[V];
+                copy16(x, wo + r * p.a.d + c0);  // (read whatever the split left: used only if it saw a key)
+                if (ls != neg_inf<A>()) {
+                    const A w = exp2_((ls - lse) * A(kLog2e));
 #pragma unroll
-                        for (int i = 0; i < V; ++i) acc[i] += w * x[i];
-                    }
+                    for (int i = 0; i < V; ++i) acc[i] += w * x[i];
+                }
+            };
+            if (sums) {
+                if constexpr (sizeof(A) == 4) {
+#pragma unroll 8
+                    for (int64_t s = 0; s < p.num_splits; ++s) add_split(s);
+                } else {  // (fp64: 8 in flight spilled on sm_100)
+#pragma unroll 4
+                    for (int64_t s = 0; s < p.num_splits; ++s) add_split(s);
                 }
             }
 #pragma unroll
