@@ -985,7 +985,8 @@ AttnParams attention_params(const wavepe_attention_args *a) {
 // table), whose main loops move ~0.6-0.7x the shared-memory bytes per HMMA of the 16-row ones (230 against 326 in
 // the forward at 128, 233 against 388 in the dQ): over the line an H100's SM serves at the tensor rate, the 16-row
 // loops run at ~0.8x (forward) and ~0.66x (dQ) of it (docs/CUDA.md) -- a fifth to a third of the blocks' time, as
-// above (the forward's fifth measured on an H200 at ~0.1, too little for its split at L = 16384: kBandSplitKeysWide).  There the first partial runs the wide instance (the forward's and the dQ's; the dK/dV's where the wide
+// above (the forward's fifth measured on an H200 at ~0.1, too little for its split at L = 16384: kBandSplitKeysWide).
+// There the first partial runs the wide instance (the forward's and the dQ's; the dK/dV's where the wide
 // dK/dV fits, bwd_dkdv_band_split), the second the 16-row one, both dividing the blocks by 128-row groups
 // (band_split_blocks; the dK/dV's by 128-key groups, dkdv_band_split_blocks).  Not with documents
 // (their boundaries are on the device: the host cannot count the blocks), key padding (the kernels take no
@@ -1135,8 +1136,8 @@ constexpr int64_t kBandSplitKeysWide = 16384;
 // The forward's band split (band_split_pays): at head_dim 256 the window leaves the tensor-core forward's CTA
 // alone on an SM (119,328 bytes) where two fit without it (68,640; the registers allow no more: 251-252 a thread);
 // at 64 and 128 the wide instance may run (wide_rows_apply: more than 64 queries), from kBandSplitKeysWide keys a
-// row where its first partial buys no second CTA an SM; and its workspace fits (band_split_workspace_fits).  Not with packed heads
-// (decoding) or split-KV asked for (want > 1).  Where the tensor-core forward does not take the call, the band split
+// row where its first partial buys no second CTA an SM; and its workspace fits (band_split_workspace_fits).  Not with
+// packed heads (decoding) or split-KV asked for (want > 1).  Where the tensor-core forward does not take the call, the band split
 // onto the general kernel (band_split_on_general).
 bool band_split(const AttnParams &p, int64_t want) {
     using Lay = TcFwdLayout<__half, 256>;  // (bf16's the same bytes)
