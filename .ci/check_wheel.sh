@@ -16,8 +16,11 @@ whl=$(ls dist/wheelhouse/wavepe-*.whl)
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 python3 -m venv "$work/env"
-"$work/env/bin/python" -m pip install -q "numpy==1.26.4" "torch==2.13.0" "transformers==5.23.0" "$whl" \
+# (the dependencies first, --no-compile: their modules are compiled when imported, the few the checks import -- pip's
+# byte-compiling of all of torch and transformers was half their install's CPU time; then the wheel, as a user's pip installs it)
+"$work/env/bin/python" -m pip install -q --no-compile "numpy==1.26.4" "torch==2.13.0" "transformers==5.23.0" \
   > "$work/pip.log" 2>&1 || { cat "$work/pip.log"; exit 1; }
+"$work/env/bin/python" -m pip install -q "$whl" >> "$work/pip.log" 2>&1 || { cat "$work/pip.log"; exit 1; }
 
 # no compiler anywhere: a PATH of the few tools the checks need, and compiler variables on a stub
 mkdir "$work/bin"
@@ -103,7 +106,7 @@ echo "the wheel works with no compiler: nothing was compiled"
 
 echo "--- the test suite against the installed wheel"
 # the suite's own requirements (requirements-dev.txt: NumPy 2, as in place; the oldest NumPy was checked above)
-"$work/env/bin/python" -m pip install -q "numpy>=2.0" pytest pytest-xdist "hypothesis>=6.100" "PyWavelets>=1.6" "scipy>=1.11" \
+"$work/env/bin/python" -m pip install -q --no-compile "numpy>=2.0" pytest pytest-xdist "hypothesis>=6.100" "PyWavelets>=1.6" "scipy>=1.11" \
   > "$work/pip-test.log" 2>&1 || { cat "$work/pip-test.log"; exit 1; }
 # from the checkout's root (the tests read its files), with the installed wavepe: python/ is not on sys.path
 "$work/env/bin/python" -c "import wavepe; assert 'site-packages' in wavepe.__file__, wavepe.__file__"
