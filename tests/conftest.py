@@ -63,6 +63,8 @@ def pytest_xdist_auto_num_workers(config):
 
 
 def pytest_configure(config):
+    if hasattr(config.option, "loadscopereorder"):  # (pytest-xdist's files by test count: LONGEST_FIRST instead)
+        config.option.loadscopereorder = False
     # Under pytest-xdist (make test) each worker is a process of its own: torch's default of one thread per
     # core in every worker would put 2 x cores spinning OpenMP threads on the cores (measured 1.26x slower on
     # 2 cores).  Each worker gets its share of the cores; tests about threads set their counts themselves.
@@ -87,7 +89,18 @@ def pytest_report_header(config):
             f"WAVEPE_ISA={os.environ.get('WAVEPE_ISA', '')} WAVEPE_FORCE_SCALAR={os.environ.get('WAVEPE_FORCE_SCALAR', '')}")
 
 
+# The files that take longest, longest first (worker seconds of make test on a 2-core Zen 3, 2026-11-30: 337, 138,
+# 76, 73, 71, 31, 26, 25, 25; every other file under 15).  pytest-xdist's loadfile scheduler hands a worker the next
+# file in the collection's order as it runs short (its own order, by test count, started the first-call matrix -- 86
+# tests, the second-longest file -- after files with more tests and less work, and the two workers ended ~40 s apart
+# in make test, ~130 s in the installed wheel's run): with the long files first the last ones are short.
+LONGEST_FIRST = ("test_cuda_emu.py", "test_first_call.py", "test_distributed.py", "test_cuda_emu_nonfinite.py",
+                 "test_hf_compile.py", "test_cli.py", "test_attention.py", "test_relbias.py", "test_build.py")
+
+
 def pytest_collection_modifyitems(config, items):
+    rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # (stable: a file's own order, the rest's, kept)
     # A test parametrized by `isa` runs its variants one after another (the ISA varying fastest, each group
     # where its first variant was): the oracles remember their last answers (tests/reference.py), and asked
     # the same question by each ISA in turn they answer it once -- in pytest's own order (the ISA slowest) a
