@@ -1561,17 +1561,19 @@ def test_band_split_onto_the_general_kernel_matches_oracle(lib, monkeypatch, cas
     assert got[0] == BAND_SPLIT_LAUNCHES[0] and got[1] >= general and got[1] <= 99 * 1024 and got[2] == 0, got
 
 
-# (whole 64-row groups, each row over ~780 keys beyond the band -- 1,100 keys or more a row, less the band's and the
-# masked blocks': the split always; a partial last group, which has none, may bring the average under 512 a row)
+# (WAVEPE_CUDA_BAND_SPLIT=1: the split wherever some block lies beyond the band, on rows of 600-800 keys, about
+# half the length its threshold had the test draw -- the threshold is
+# test_band_split_onto_the_general_kernel_only_where_it_applies's; whole 64-row groups here always hold such blocks)
 @settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow,
                                                                  HealthCheck.function_scoped_fixture])
 @given(dtype=st.sampled_from([E.BF16, E.F16]), B=st.integers(1, 2), group=st.integers(1, 2),
-       M=st.sampled_from([64, 100, 128, 150, 192]), N=st.integers(1400, 1600), causal=st.booleans(),
-       R=st.integers(1, 120), r_lo=st.integers(-60, 40), window=st.sampled_from([0, 0, 1100]),
+       M=st.sampled_from([64, 100, 128, 150, 192]), N=st.integers(600, 800), causal=st.booleans(),
+       R=st.integers(1, 120), r_lo=st.integers(-60, 40), window=st.sampled_from([0, 0, 450]),
        softcap=st.sampled_from([0.0, 0.0, 2.5]), data=st.data())
 def test_band_split_onto_the_general_kernel_random_shapes(lib, monkeypatch, dtype, B, group, M, N, causal, R, r_lo,
                                                            window, softcap, data):
     on_99_kib(monkeypatch)
+    monkeypatch.setenv("WAVEPE_CUDA_BAND_SPLIT", "1")
     off = data.draw(st.integers(N - M - 100, N - M) if causal else st.integers(0, N), label="off")
     kw = dict(B=B, H=group, Hk=1, M=M, N=N, d=256, off=off, causal=causal, pe=1, R=R, r_lo=r_lo, window=window,
               softcap=softcap, seed=data.draw(st.integers(0, 2**31), label="seed"))
@@ -1852,13 +1854,14 @@ def test_forward_band_split_on_a_100_kib_sm_matches_oracle(lib, monkeypatch, cas
             np.testing.assert_array_equal(x, y)
 
 
-# (whole 128-row groups, each row over ~4,600 keys beyond the band: the split always -- band_split_pays asks 3,072 a
-# row on average, counting a partial last group's as none, which may bring it under; 300 rows take it)
+# (rows of 1,000-1,300 keys: too short for band_split_pays's 3,072 beyond the band, which the test checks, then split
+# by WAVEPE_CUDA_BAND_SPLIT=1 wherever some block lies beyond the band -- whole 128-row groups here always hold such
+# blocks; the rows drawn before it, to reach the threshold, were ~5x as long)
 @settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow,
                                                                 HealthCheck.function_scoped_fixture])
 @given(dtype=st.sampled_from([E.BF16, E.F16]), group=st.integers(1, 2), M=st.sampled_from([128, 256, 300, 384]),
-       N=st.integers(6000, 6800), causal=st.booleans(), R=st.integers(1, 80), r_lo=st.integers(-40, 20),
-       window=st.sampled_from([0, 0, 4700]), softcap=st.sampled_from([0.0, 0.0, 2.5]), data=st.data())
+       N=st.integers(1000, 1300), causal=st.booleans(), R=st.integers(1, 80), r_lo=st.integers(-40, 20),
+       window=st.sampled_from([0, 0, 700]), softcap=st.sampled_from([0.0, 0.0, 2.5]), data=st.data())
 def test_forward_band_split_on_a_100_kib_sm_random_shapes(lib, monkeypatch, dtype, group, M, N, causal, R, r_lo,
                                                          window, softcap, data):
     # the first partial on the 16-row instance without the window, the second on the table one, both over the same
@@ -1868,6 +1871,9 @@ def test_forward_band_split_on_a_100_kib_sm_random_shapes(lib, monkeypatch, dtyp
     kw = dict(B=1, H=group, Hk=1, M=M, N=N, d=128, off=off, causal=causal, pe=1, R=R, r_lo=r_lo, window=window,
               softcap=softcap, seed=data.draw(st.integers(0, 2**31), label="seed"))
     prob = Attn(lib, dtype, **kw)
+    monkeypatch.delenv("WAVEPE_CUDA_BAND_SPLIT", raising=False)  # (the last example's)
+    assert fwd_kernel(lib, prob) == "tensor-core", kw
+    monkeypatch.setenv("WAVEPE_CUDA_BAND_SPLIT", "1")
     split = fwd_kernel(lib, prob) == "tensor-core, band split"
     assert split or M % 128, kw
     launches(lib)
@@ -1944,6 +1950,12 @@ def test_tensor_core_forward_band_split_only_where_it_pays(lib, monkeypatch):
     big = Attn(lib, E.BF16, **kw)
     big.a.batch = (1 << 30) // (2 * (4 * 256 + 5) * 64) + 1
     assert fwd_kernel(lib, big) == "tensor-core"
+    for switch, want in (("0", "tensor-core"), ("1", "tensor-core, band split")):  # WAVEPE_CUDA_BAND_SPLIT's A/B
+        monkeypatch.setenv("WAVEPE_CUDA_BAND_SPLIT", switch)
+        assert fwd_kernel(lib, Attn(lib, E.BF16, **kw)) == want, switch
+    assert fwd_kernel(lib, Attn(lib, E.BF16, **dict(kw, N=3000, off=2936))) == "tensor-core, band split"
+    assert fwd_kernel(lib, Attn(lib, E.BF16, **dict(kw, clamp=True))) == "tensor-core"  # (the switch never the rest)
+    monkeypatch.delenv("WAVEPE_CUDA_BAND_SPLIT")
     for per_sm in (2 * (119328 + 1024), 2 * (68640 + 1024) - 1):
         monkeypatch.setenv("WAVEPE_EMU_SMEM_PER_SM", str(per_sm))
         assert fwd_kernel(lib, Attn(lib, E.BF16, **kw)) == "tensor-core", per_sm

@@ -1016,8 +1016,12 @@ static void pure_blocks(const AttnParams &p, int bm, int bn, int64_t *all_out, i
 
 // min_keys: the blocks beyond the band's keys a query row on average for the split to pay (kBandSplitKeys, or
 // kBandSplitKeysGeneral where the general kernel would take them: band_split_on_general); third: and those blocks
-// at least a third of the call's
+// at least a third of the call's.  WAVEPE_CUDA_BAND_SPLIT in the environment (read at each call) overrides the
+// thresholds, never the rest: "0" splits nothing, "1" every call a split can run (its devices' shared memory and
+// workspace, some block beyond the band) -- the A/B of the thresholds on a GPU, and the emulator tests' way to the
+// split on rows far shorter than the thresholds ask (each such run costs them its keys' time).
 static bool band_split_pays(const AttnParams &p, int64_t min_keys, bool third) {
+    if (env_zero("WAVEPE_CUDA_BAND_SPLIT")) return false;
     // (the count below loops over M / 64 query blocks: the callers check their workspace first, M < 2^19)
     if (!(p.a.d == 64 || p.a.d == 128 || p.a.d == 256) || p.pos_enc != WAVEPE_CUDA_PE_TABLE || p.a.clamp ||
         p.a.key_padding_mask != nullptr || p.a.cu_seqlens != nullptr || p.a.m > (int64_t(1) << 24))
@@ -1029,6 +1033,7 @@ static bool band_split_pays(const AttnParams &p, int64_t min_keys, bool third) {
                    : p.a.d == 128 ? TcFwdLayout<__half, 128>::BN : TcFwdLayout<__half, 64>::BN;
     int64_t all, pure;
     pure_blocks(p, bm, bn, &all, &pure);
+    if (env_is("WAVEPE_CUDA_BAND_SPLIT", "1")) return pure > 0;
     return pure > 0 && (!third || 3 * pure >= all) && pure * bn >= min_keys * ceil_div(p.a.m, bm);
 }
 
