@@ -196,13 +196,15 @@ def test_padded_head_dims_keep_garbage_where_it_belongs(lib, dtype, bad, pe, spl
 
 def _band_split_case(d, device="H100"):
     """The band split's first case at head_dim 256 (the 16-row kernel's two instances; on a 99 KiB device, the
-    tensor-core kernel's and the general one's) or 128 (onto the wide instances: 130 queries at 6470 .., a partial
-    last group), with the table's distances 0 .. 39."""
+    tensor-core kernel's and the general one's) or 128 (onto the wide instances: 130 queries, a partial last group),
+    with the table's distances 0 .. 39 -- its rows cut to 700 keys (1,200 at 128), which the split takes under
+    WAVEPE_CUDA_BAND_SPLIT=1 (the caller's: the thresholds asked 2-5x as many, and the oracle cases have them)."""
     from .test_cuda_emu import BAND_SPLIT_CASES, GENERAL_BAND_SPLIT_CASES, WIDE_BAND_SPLIT_CASES
 
-    if device == "99 KiB":
-        return dict(GENERAL_BAND_SPLIT_CASES[0])
-    return dict(BAND_SPLIT_CASES[0] if d == 256 else WIDE_BAND_SPLIT_CASES[0][0])
+    case = dict(GENERAL_BAND_SPLIT_CASES[0] if device == "99 KiB" else
+                BAND_SPLIT_CASES[0] if d == 256 else WIDE_BAND_SPLIT_CASES[0][0])
+    cut = case["N"] - (700 if d == 256 else 1200)
+    return dict(case, N=case["N"] - cut, off=case["off"] - cut)
 
 
 @pytest.mark.parametrize("d,device", [(256, "H100"), (128, "A100"), (256, "99 KiB")])
@@ -213,11 +215,12 @@ def test_tensor_core_forward_band_split_keeps_garbage_where_it_belongs(lib, monk
     partial all -inf) leave the rows finite; on every key, NaN (0/0, as in one pass)."""
     from .test_cuda_emu import A100_SM, GENERAL_SPLIT, H100_SM, SM_99_KIB, fwd_kernel
 
-    # (at 128 an A100's SM: one table CTA, three wide ones -- the split onto the wide instance at these lengths, which
-    # an H100's SM takes from kBandSplitKeysWide keys a row)
+    # (at 128 an A100's SM: one table CTA, three wide ones -- the split onto the wide instance, which an H100's SM
+    # takes from kBandSplitKeysWide keys a row without the switch)
     sm = {"H100": H100_SM, "A100": A100_SM}.get(device)
     for name, value in (dict(sm, WAVEPE_EMU_SMS="1") if sm else SM_99_KIB).items():
         monkeypatch.setenv(name, value)  # (no split-KV picked)
+    monkeypatch.setenv("WAVEPE_CUDA_BAND_SPLIT", "1")  # (_band_split_case's rows)
     kw = dict(_band_split_case(d, device), seed=17)
     n, off = kw["N"], kw["off"]
     dtype = E.F16
@@ -256,6 +259,7 @@ def test_tensor_core_backward_band_split_keeps_garbage_where_it_belongs(lib, mon
 
     for name, value in (dict(H100_SM, WAVEPE_EMU_SMS="1") if device == "H100" else SM_99_KIB).items():
         monkeypatch.setenv(name, value)
+    monkeypatch.setenv("WAVEPE_CUDA_BAND_SPLIT", "1")  # (_band_split_case's rows)
     kw = dict(_band_split_case(d, device), seed=23)  # key 5 beyond the band of every row
     split = "tensor-core, band split" if device == "H100" else GENERAL_SPLIT
     assert bwd_kernel(lib, Attn(lib, E.BF16, **kw)) == dkdv_kernel(lib, Attn(lib, E.BF16, **kw)) == split
