@@ -1561,14 +1561,14 @@ def test_band_split_onto_the_general_kernel_matches_oracle(lib, monkeypatch, cas
     assert got[0] == BAND_SPLIT_LAUNCHES[0] and got[1] >= general and got[1] <= 99 * 1024 and got[2] == 0, got
 
 
-# (WAVEPE_CUDA_BAND_SPLIT=1: the split wherever some block lies beyond the band, on rows of 600-800 keys, about
-# half the length its threshold had the test draw -- the threshold is
+# (WAVEPE_CUDA_BAND_SPLIT=1: the split wherever some block lies beyond the band, on rows of 450-550 keys, a third of
+# the length its threshold had the test draw -- the threshold is
 # test_band_split_onto_the_general_kernel_only_where_it_applies's; whole 64-row groups here always hold such blocks)
 @settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow,
                                                                  HealthCheck.function_scoped_fixture])
 @given(dtype=st.sampled_from([E.BF16, E.F16]), B=st.integers(1, 2), group=st.integers(1, 2),
-       M=st.sampled_from([64, 100, 128, 150, 192]), N=st.integers(600, 800), causal=st.booleans(),
-       R=st.integers(1, 120), r_lo=st.integers(-60, 40), window=st.sampled_from([0, 0, 450]),
+       M=st.sampled_from([64, 100, 128, 150, 192]), N=st.integers(450, 550), causal=st.booleans(),
+       R=st.integers(1, 120), r_lo=st.integers(-60, 40), window=st.sampled_from([0, 0, 350]),
        softcap=st.sampled_from([0.0, 0.0, 2.5]), data=st.data())
 def test_band_split_onto_the_general_kernel_random_shapes(lib, monkeypatch, dtype, B, group, M, N, causal, R, r_lo,
                                                            window, softcap, data):
@@ -1629,7 +1629,10 @@ def test_backward_band_split_onto_the_general_kernels_only_where_it_applies(lib,
     big.a.batch = (1 << 30) // (4 * 256 * (64 + 2 * 1400)) + 1
     assert bwd_kernel(lib, big) == "general"
     # where the table's instances fit (an A100's 163 KiB), the tensor-core backward; where the table-free ones fit
-    # with two buffers (the dK/dV's 102,800 bytes), the first partials on them
+    # with two buffers (the dK/dV's 102,800 bytes), the first partials on them -- run on rows of 700 keys, half the
+    # case's, split under WAVEPE_CUDA_BAND_SPLIT=1 (the threshold is the case's, above)
+    monkeypatch.setenv("WAVEPE_CUDA_BAND_SPLIT", "1")
+    kw = dict(kw, N=700, off=636)
     shape = kernel_checks().CTA_SHAPE
     dq_full, kv_full = shape[("attn_bwd_dq_tc_kernel", "256, false")][1], shape[("attn_bwd_dkdv_tc_kernel", "256, false")][1]
     monkeypatch.setenv("WAVEPE_EMU_SMEM_OPTIN", str(163 * 1024))
@@ -1646,7 +1649,7 @@ def test_backward_band_split_onto_the_general_kernels_only_where_it_applies(lib,
     check_attention(lib, E.BF16, **kw)  # (the last: two buffers for the dQ's first partial, one for the dK/dV's)
     # a missing barrier or a shared buffer read before its copy shows in another thread order
     monkeypatch.setenv("WAVEPE_EMU_SMEM_OPTIN", str(99 * 1024))
-    kw = dict(GENERAL_BAND_SPLIT_CASES[1], seed=29)
+    kw = dict(GENERAL_BAND_SPLIT_CASES[1], N=700, off=600, seed=29)
     runs = []
     for order in (None, "serial"):
         if order:
