@@ -38,7 +38,7 @@ quietly() {  # run a command with its output in a log, shown only when it fails
 
 fresh_env() {  # a virtual environment holding torch==2.13.0 and nothing else
   python3 -m venv "$1"
-  # (--no-compile: torch's ~20,000 modules left to compile when imported, the few a check imports -- pip's byte-compiling
+  # (--no-compile: torch's ~2,300 modules left to compile when imported, the few a check imports -- pip's byte-compiling
   # of them all was half of this install's CPU time, ~17 of 36 s on a Zen 3; wavepe's own install below compiles as a user's)
   quietly "$1/bin/python" -m pip install --no-compile "torch==2.13.0"
 }

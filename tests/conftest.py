@@ -89,13 +89,13 @@ def pytest_report_header(config):
             f"WAVEPE_ISA={os.environ.get('WAVEPE_ISA', '')} WAVEPE_FORCE_SCALAR={os.environ.get('WAVEPE_FORCE_SCALAR', '')}")
 
 
-# The files that take longest, longest first (worker seconds of make test on a 2-core Zen 3, 2026-11-30: 337, 138,
-# 76, 73, 71, 31, 26, 25, 25; every other file under 15).  pytest-xdist's loadfile scheduler hands a worker the next
+# The files that take longest, longest first (worker seconds of make test on a 2-core Zen 3, 2026-11-30: 290, 127,
+# 75, 70, 49, 27, 26, 25, 25; every other file under 15).  pytest-xdist's loadfile scheduler hands a worker the next
 # file in the collection's order as it runs short (its own order, by test count, started the first-call matrix -- 86
 # tests, the second-longest file -- after files with more tests and less work, and the two workers ended ~40 s apart
 # in make test, ~130 s in the installed wheel's run): with the long files first the last ones are short.
-LONGEST_FIRST = ("test_cuda_emu.py", "test_first_call.py", "test_distributed.py", "test_cuda_emu_nonfinite.py",
-                 "test_hf_compile.py", "test_cli.py", "test_attention.py", "test_relbias.py", "test_build.py")
+LONGEST_FIRST = ("test_cuda_emu.py", "test_first_call.py", "test_distributed.py", "test_hf_compile.py",
+                 "test_cuda_emu_nonfinite.py", "test_cli.py", "test_attention.py", "test_relbias.py", "test_build.py")
 
 
 def pytest_collection_modifyitems(config, items):

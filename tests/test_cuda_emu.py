@@ -453,8 +453,8 @@ class Attn:
         slopes = self.slopes if self.slopes is None or self.dtype == E.F64 else self.slopes.astype(np.float32)
         if self.cu is not None:
             return self.packed_oracle(r, slopes, grad_lse)
-        return ref.attention_with_grads(r(self.q), r(self.k), r(self.v), r(self.go) if grads else None, self.scale,
-                                        self.off,
+        go = r(self.go) if grads else None
+        return ref.attention_with_grads(r(self.q), r(self.k), r(self.v), go, self.scale, self.off,
                                         self.causal, ("none", "relative", "alibi")[self.pe], table=r(self.table),
                                         r_lo=self.r_lo, clamp=self.clamp, slopes=slopes,
                                         key_padding_mask=self.kpm, grad_lse=grad_lse, window=self.window,

@@ -203,8 +203,8 @@ def _band_split_case(d, device="H100"):
 
     case = dict(GENERAL_BAND_SPLIT_CASES[0] if device == "99 KiB" else
                 BAND_SPLIT_CASES[0] if d == 256 else WIDE_BAND_SPLIT_CASES[0][0])
-    cut = case["N"] - (700 if d == 256 else 1200)
-    return dict(case, N=case["N"] - cut, off=case["off"] - cut)
+    keys = 700 if d == 256 else 1200
+    return dict(case, N=keys, off=case["off"] - (case["N"] - keys))
 
 
 @pytest.mark.parametrize("d,device", [(256, "H100"), (128, "A100"), (256, "99 KiB")])
