@@ -8,8 +8,9 @@
 #   - the fused attention forward + backward against plain PyTorch, the NumPy front end, threading;
 #   - wavepe.patch on a tiny Llama (transformers' own model class), generate;
 #   - the main job (wavepe extrapolate --quick, shortened) and `wavepe info`;
-#   - then, with the compilers back (the build tests compile tiny stand-ins), the whole test suite
-#     against the installed package: every test passes on the wheel as it does in place.
+#   - then, with the compilers back (the build tests compile tiny stand-ins), the test suite against the installed
+#     package: every test passes on the wheel as it does in place -- where the installation is the checkout that
+#     make test ran (.ci/installed_as_checkout.py), the tests whose outcome can depend on where wavepe lives.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 whl=$(ls dist/wheelhouse/wavepe-*.whl)
@@ -103,14 +104,26 @@ grep -q "cuda kernels: sm_80 sm_90" "$work/info.txt"
 [ ! -e "$work/cache" ] || { echo "something compiled into $work/cache" >&2; exit 1; }
 echo "the wheel works with no compiler: nothing was compiled"
 
-echo "--- the test suite against the installed wheel"
+echo "--- the tests of where wavepe lives, against the installed wheel"
 # the suite's own requirements (requirements-dev.txt: NumPy 2, as in place; the oldest NumPy was checked above)
 "$work/env/bin/python" -m pip install -q --no-compile "numpy>=2.0" pytest pytest-xdist "hypothesis>=6.100" "PyWavelets>=1.6" "scipy>=1.11" \
   > "$work/pip-test.log" 2>&1 || { cat "$work/pip-test.log"; exit 1; }
 # from the checkout's root (the tests read its files), with the installed wavepe: python/ is not on sys.path
-"$work/env/bin/python" -c "import wavepe; assert 'site-packages' in wavepe.__file__, wavepe.__file__"
-# as make test runs it (Makefile, test): pytest-xdist's workers (tests/conftest.py says how many), a file at a time;
-# but for the CUDA emulator's two files, which compile csrc/cuda with g++ and call it through ctypes -- they never
-# touch the installed wheel, and make test ran them on the same sources
-WAVEPE_CACHE_DIR="$work/cache-tests" "$work/env/bin/python" -m pytest -q -p no:cacheprovider -n auto --dist loadfile tests \
-  --ignore=tests/test_cuda_emu.py --ignore=tests/test_cuda_emu_nonfinite.py
+package=$("$work/env/bin/python" -c "import os, wavepe; print(os.path.dirname(wavepe.__file__))")
+case "$package" in *site-packages*) ;; *) echo "wavepe imported from $package, not the installation" >&2; exit 1 ;; esac
+# as make test runs it (Makefile, test): pytest-xdist's workers (tests/conftest.py says how many), a file at a time.
+# Which tests: where the installation is the checkout as make test ran it -- its files byte for byte, its libraries'
+# code and data the in-place build's, which in CI links the wheel's own objects, CUDA kernels included (.ci/run) --
+# a test's outcome here is its outcome in place unless it depends on where wavepe lives: those run (the
+# `installation` marker: the loader and the first-use build, the commands, the package's data and layout, the docs'
+# examples).  Otherwise (an in-place build of other flags, or none) the whole suite runs against the wheel, but for
+# the CUDA emulator's two files, which compile csrc/cuda with g++ and never touch the installed wheel.
+if "$work/env/bin/python" .ci/installed_as_checkout.py "$package"; then
+  # shellcheck disable=SC2046
+  WAVEPE_CACHE_DIR="$work/cache-tests" "$work/env/bin/python" -m pytest -q -p no:cacheprovider -n auto --dist loadfile \
+    -m installation $(grep -l "^pytestmark = .*pytest.mark.installation" tests/test_*.py)
+else
+  echo "so the whole suite runs against the installed wheel"
+  WAVEPE_CACHE_DIR="$work/cache-tests" "$work/env/bin/python" -m pytest -q -p no:cacheprovider -n auto --dist loadfile \
+    tests --ignore=tests/test_cuda_emu.py --ignore=tests/test_cuda_emu_nonfinite.py
+fi

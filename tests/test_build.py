@@ -27,6 +27,7 @@ import pytest
 
 from wavepe._build import jit, recipe
 
+pytestmark = pytest.mark.installation  # (pyproject.toml: CI runs these against the installed wheel too)
 ROOT = Path(__file__).resolve().parent.parent
 CSRC = ROOT / "csrc"
 

@@ -25,7 +25,7 @@ TINY_PASSKEY = ["--task", "passkey", "--steps", "3", "--train-len", "16", "--fac
                 "--head-dim", "16", "--wavelet-scales", "4", "--layers", "1", "--key-digits", "2", "--trials", "3",
                 "--depths", "0", "1", "--no-progress"]
 
-pytestmark = pytest.mark.usefixtures("one_torch_thread")
+pytestmark = [pytest.mark.installation, pytest.mark.usefixtures("one_torch_thread")]  # (pyproject.toml)
 
 
 def png_ok(path: Path) -> bool:

@@ -14,6 +14,7 @@ import re
 
 import pytest
 
+pytestmark = pytest.mark.installation  # (pyproject.toml: CI runs these against the installed wheel too)
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PAGES = ["README.md"] + sorted(os.path.relpath(p, ROOT) for p in glob.glob(os.path.join(ROOT, "docs", "*.md")))
 

@@ -23,7 +23,7 @@ from wavepe.nn import PositionalAttention
 ENCS = ("wavelet", "rope", "alibi", "nope")
 
 
-pytestmark = pytest.mark.usefixtures("one_torch_thread")
+pytestmark = [pytest.mark.installation, pytest.mark.usefixtures("one_torch_thread")]  # (pyproject.toml)
 
 
 def tiny_cfg(pos_enc: str = "wavelet", **kw) -> LMConfig:

@@ -80,3 +80,34 @@ def test_attention_digests_are_stable_and_name_what_moved(tmp_path):
     saved["digests"][key] = "0" * 64
     path.write_text(json.dumps(saved))
     assert ad.main(["--check", str(path)]) == 1
+
+
+def test_the_installed_wheel_is_checked_to_be_the_code_make_test_ran(tmp_path):
+    # .ci/check_wheel.sh runs only the `installation` tests against the wheel where .ci/installed_as_checkout.py finds
+    # the installation to be the checkout as make test ran it: a copy of python/wavepe passes, and a changed file, a
+    # missing one, an extra one, or a library whose code differs (one byte of .text) is named
+    import importlib.util
+    import shutil
+
+    spec = importlib.util.spec_from_file_location("installed_as_checkout", os.path.join(ROOT, ".ci", "installed_as_checkout.py"))
+    check = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(check)
+    source = os.path.join(ROOT, "python", "wavepe")
+    libraries = [name for name in os.listdir(source) if name.endswith(".so")]
+    if not libraries or "site-packages" in __import__("wavepe").__file__:
+        pytest.skip("needs the in-place build (make build)")
+    package = tmp_path / "wavepe"
+    shutil.copytree(source, package, ignore=shutil.ignore_patterns("__pycache__"))
+    assert check.differences(str(package))[0] == []
+    (package / "config.py").write_text((package / "config.py").read_text() + "#\n")
+    (package / "py.typed").unlink()
+    (package / "extra.txt").write_text("")
+    lib = package / libraries[0]
+    data = bytearray(lib.read_bytes())
+    text = check.loaded_sections(str(lib))[".text"]
+    at = bytes(data).index(text[:4096]) + 4000
+    data[at] ^= 0xFF
+    lib.write_bytes(bytes(data))
+    diffs = sorted(check.differences(str(package))[0])
+    assert [d.split(":")[0] for d in diffs] == sorted(["config.py", "extra.txt", "py.typed", libraries[0]]), diffs
+    assert f"{libraries[0]}: sections .text differ" in "\n".join(diffs)

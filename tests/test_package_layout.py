@@ -10,6 +10,7 @@ import sys
 
 import pytest
 
+pytestmark = pytest.mark.installation  # (pyproject.toml: CI runs these against the installed wheel too)
 PACKAGE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "python", "wavepe")
 RESEARCH = ("wavepe.research", "wavepe.analysis", "wavepe.experiments", "wavepe.cli")
 
