@@ -94,7 +94,7 @@ def test_the_installed_wheel_is_checked_to_be_the_code_make_test_ran(tmp_path):
     spec.loader.exec_module(check)
     source = os.path.join(ROOT, "python", "wavepe")
     libraries = [name for name in os.listdir(source) if name.endswith(".so")]
-    if not libraries or "site-packages" in __import__("wavepe").__file__:
+    if not libraries:
         pytest.skip("needs the in-place build (make build)")
     package = tmp_path / "wavepe"
     shutil.copytree(source, package, ignore=shutil.ignore_patterns("__pycache__"))
