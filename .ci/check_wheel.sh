@@ -119,6 +119,7 @@ case "$package" in *site-packages*) ;; *) echo "wavepe imported from $package, n
 # examples).  Otherwise (an in-place build of other flags, or none) the whole suite runs against the wheel, but for
 # the CUDA emulator's two files, which compile csrc/cuda with g++ and never touch the installed wheel.
 if "$work/env/bin/python" .ci/installed_as_checkout.py "$package"; then
+  # (the marked files named, so that the workers import only those; -m keeps a file's unmarked tests out)
   # shellcheck disable=SC2046
   WAVEPE_CACHE_DIR="$work/cache-tests" "$work/env/bin/python" -m pytest -q -p no:cacheprovider -n auto --dist loadfile \
     -m installation $(grep -l "^pytestmark = .*pytest.mark.installation" tests/test_*.py)

@@ -9,7 +9,7 @@ PACKAGE_DIR is the installed package (site-packages/wavepe).  It is the checkout
     python/wavepe (the one `make build` linked): every loaded section, byte for byte, but those auditwheel's
     patchelf rewrites to set the run path and the needed libraries (the dynamic section, its strings, symbols
     and version tables), which hold no code;
-  - the build record (libwavepe_ops.json) says the same of the build (its "package" names where it came from);
+  - the build record (recipe.TORCH_RECORD_FILE) says the same of the build (its "package" names where it came from);
   - the wheel brought no libraries of its own (auditwheel's wavepe.libs: in place the system's are loaded).
 .ci/check_wheel.sh asks it after `make test` ran the suite in place on a build with the wheel's CUDA kernels (.ci/run):
 then a test's outcome on the installation is its outcome in place unless the test depends on where wavepe lives,
@@ -19,6 +19,7 @@ checkout's; exit 1 and what differs when not.  Standard library only.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import struct
@@ -26,7 +27,11 @@ import subprocess
 import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-# the sections patchelf may rewrite (auditwheel repair: --set-rpath, --replace-needed), and the run-time-only ones
+# the build's recipe (standard library only), for the build record's name
+_spec = importlib.util.spec_from_file_location("wavepe_build_recipe", os.path.join(ROOT, "python", "wavepe", "_build", "recipe.py"))
+recipe = sys.modules[_spec.name] = importlib.util.module_from_spec(_spec)  # (its dataclasses look their module up)
+_spec.loader.exec_module(recipe)
+# the sections patchelf may rewrite (auditwheel repair: --set-rpath, --replace-needed): no code in them
 PATCHED = {".interp", ".dynamic", ".dynstr", ".dynsym", ".gnu.hash", ".hash", ".gnu.version", ".gnu.version_r",
            ".gnu.version_d"}
 SHF_ALLOC, SHT_NOBITS = 0x2, 8
@@ -76,7 +81,7 @@ def differences(package: str) -> tuple[list[str], int, int]:
                 if moved:
                     diffs.append(f"{rel}: sections {', '.join(moved)} differ from {os.path.relpath(mine, ROOT)}'s")
                 libraries += 1
-            elif name == "libwavepe_ops.json":
+            elif name == recipe.TORCH_RECORD_FILE:
                 with open(path) as a, open(mine) as b:
                     theirs, ours = json.load(a), json.load(b)
                 theirs.pop("package", None), ours.pop("package", None)

@@ -54,10 +54,11 @@ def test_a_remembered_oracle_answers_each_question_and_hands_out_copies():
     assert len(calls) == 5
 
 
-def _digests_module():
+def _script_module(*path: str):
+    """A script of the repository (ROOT/path...) loaded as a module."""
     import importlib.util
 
-    spec = importlib.util.spec_from_file_location("attention_digests", os.path.join(ROOT, "scripts", "attention_digests.py"))
+    spec = importlib.util.spec_from_file_location(os.path.splitext(path[-1])[0], os.path.join(ROOT, *path))
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
@@ -67,7 +68,7 @@ def test_attention_digests_are_stable_and_name_what_moved(tmp_path):
     # scripts/attention_digests.py (issue 66's bit-identity check): the same tree gives the same digests;
     # --check names a case whose digest differs and fails
     pytest.importorskip("torch")
-    ad = _digests_module()
+    ad = _script_module("scripts", "attention_digests.py")
     first = ad.all_digests(isas=["scalar"], limit=6)
     assert len(first) == 6 and len(set(first.values())) == 6  # six cases, six different results
     assert ad.all_digests(isas=["scalar"], limit=6) == first
@@ -86,12 +87,9 @@ def test_the_installed_wheel_is_checked_to_be_the_code_make_test_ran(tmp_path):
     # .ci/check_wheel.sh runs only the `installation` tests against the wheel where .ci/installed_as_checkout.py finds
     # the installation to be the checkout as make test ran it: a copy of python/wavepe passes, and a changed file, a
     # missing one, an extra one, or a library whose code differs (one byte of .text) is named
-    import importlib.util
     import shutil
 
-    spec = importlib.util.spec_from_file_location("installed_as_checkout", os.path.join(ROOT, ".ci", "installed_as_checkout.py"))
-    check = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(check)
+    check = _script_module(".ci", "installed_as_checkout.py")
     source = os.path.join(ROOT, "python", "wavepe")
     libraries = [name for name in os.listdir(source) if name.endswith(".so")]
     if not libraries:
