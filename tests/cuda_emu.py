@@ -331,6 +331,31 @@ def lib() -> C.CDLL:
     return _lib
 
 
+def _kernel_symbols() -> dict[int, str]:
+    """The emulator library's kernels by offset: its functions named *_kernel in wavepe_cuda (`nm -C`: the kernels are
+    local symbols, which dladdr, and so the emulator itself, cannot name)."""
+    listing = subprocess.run(["nm", "-C", "--defined-only", build()], capture_output=True, text=True, check=True)
+    found = {}
+    for line in listing.stdout.splitlines():
+        offset, kind, name = (line.split(" ", 2) + ["", ""])[:3]
+        if kind in ("t", "T") and re.match(r"void wavepe_cuda::.*_kernel(<.*>)?\(", name):
+            found[int(offset, 16)] = name
+    return found
+
+
+def compiled_kernels() -> set[str]:
+    """Every kernel instance in the emulator library (demangled, template arguments and all)."""
+    return set(_kernel_symbols().values())
+
+
+def launched_kernels(log_path: str) -> set[str]:
+    """The kernel instances that processes run with WAVEPE_EMU_KERNEL_LOG=log_path launched (the emulator writes each
+    one's offset in its library)."""
+    names = _kernel_symbols()
+    with open(log_path) as f:
+        return {names.get(int(x, 16), f"<no kernel at {x}>") for x in f.read().split()}
+
+
 def why(fn, *args) -> tuple[int, str]:
     """(status, message) of a wavepe_cuda_*_check call (its last argument is the wavepe_error)."""
     err = Error()

@@ -32,6 +32,38 @@ UNIT = {E.F32: 2.0**-24, E.F64: 2.0**-53, E.BF16: 2.0**-8, E.F16: 2.0**-11}
 ACC_UNIT = {E.F32: 2.0**-24, E.F64: 2.0**-53, E.BF16: 2.0**-24, E.F16: 2.0**-24}
 
 
+KERNEL_PREFIX = "void wavepe_cuda::(anonymous namespace)::"
+CUDA_TYPES = {E.F32: "float", E.F64: "double", E.BF16: "__nv_bfloat16", E.F16: "__half"}
+
+
+def kernels_launched_by(monkeypatch, tmp_path, run) -> set[str]:
+    """The kernel instances (names without KERNEL_PREFIX) that run() launches: WAVEPE_EMU_KERNEL_LOG on a file of its
+    own (the emulator names each instance once a file), its lines added to the log the process was given, if any
+    (scripts/emu_kernel_coverage.py's)."""
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    log, outer = tmp_path / "kernels", os.environ.get("WAVEPE_EMU_KERNEL_LOG")
+    with monkeypatch.context() as m:
+        m.setenv("WAVEPE_EMU_KERNEL_LOG", str(log))
+        run()
+    if not log.exists():
+        return set()
+    if outer:
+        with open(outer, "a") as f:
+            f.write(log.read_text())
+    return {k.removeprefix(KERNEL_PREFIX) for k in E.launched_kernels(str(log))}
+
+
+def alternating(cases, both=()):
+    """(case, dtype) runs of a table of tensor-core cases: each case in bf16 or fp16, the two alternating -- the
+    tensor-core kernels' code is one for both but for Traits<T> (the conversions, the mma's input type), so the product
+    of the cases with both dtypes ran every feature's code twice --, and the cases in `both` in each.  Every kernel
+    instance that product launched, its dtype among its template arguments, these runs launch too (docs/DEVELOPING.md,
+    "Where the test time goes": WAVEPE_EMU_KERNEL_LOG before and after)."""
+    cases = list(cases)
+    return [pytest.param(c, t, id=f"{c}-{DTYPE_IDS[t]}") for i, c in enumerate(cases)
+            for t in ((E.BF16, E.F16) if c in both else ((E.BF16, E.F16)[i % 2],))]
+
+
 @pytest.fixture(scope="module")
 def lib():
     try:
@@ -228,6 +260,26 @@ def test_rope_matches_oracle(lib, dtype, layout, B, H1, H2, L, half, frac, scale
         assert_close(g, want, dtype, 2, "rope")
 
 
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS.get)
+@pytest.mark.parametrize("layout", [0, 1], ids=["half", "interleaved"])
+@pytest.mark.parametrize("vec", [True, False], ids=["16-byte", "unaligned"])
+def test_rope_every_instance_matches_oracle(lib, monkeypatch, tmp_path, dtype, layout, vec):
+    # each rope_kernel instance (dtype, 16-byte vectors or not, layout), checked to be the one that ran: the
+    # random-shape test above reaches them by chance only (4 of the 16 in none of four runs of it, 2026-12-01)
+    rng = np.random.default_rng(11)
+    xs = [rng.standard_normal((2, 3, 9, 64)), rng.standard_normal((2, 1, 9, 64))]
+    inv = 10000.0 ** (-2.0 * np.arange(32) / 64)
+    pos = rng.integers(-1000, 2**40, size=(9,))
+    got = []
+    launched = kernels_launched_by(monkeypatch, tmp_path, lambda: got.extend(
+        rope_call(lib, dtype, xs, pos, inv, layout, 24, 1.3, False, misalign=not vec)))
+    assert launched == {f"rope_kernel<{CUDA_TYPES[dtype]}, {str(vec).lower()}, {str(bool(layout)).lower()}>"
+                        "(wavepe_cuda::(anonymous namespace)::RopeParams)"}
+    for x, g in zip(xs, got):
+        want = ref.rope(E.rounded(x, dtype), pos, inv, ("half", "interleaved")[layout], 24, 1.3, False)
+        assert_close(g, want, dtype, 2, "rope")
+
+
 def test_rope_large_angles_use_float64(lib):
     # pos * inv_freq near 2^40: a float32 angle would be off by whole turns
     x = np.ones((1, 1, 3, 4))
@@ -289,6 +341,27 @@ def test_relbias_forward_backward_match_oracle(lib, dtype, B, M, N, d, R, r_lo, 
     dq, dT = ref.rel_bias_grads(gr, qr, Tr, r_lo, off, causal, clamp)
     assert_close(got["dq"], dq, dtype, N, "dq")
     assert_close(got["dtable"], dT, dtype, B * M * N if clamp else B * M, "dtable")
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS.get)
+def test_relbias_every_instance_matches_oracle(lib, monkeypatch, tmp_path, dtype):
+    # each dtype's relbias kernels, forward and backward, checked to be the ones that ran: the random-shape test above
+    # reaches some by chance only (fp64's and fp16's forward, three dtypes' backward kernels in none of four runs of
+    # its deterministic neighbours, 2026-12-01)
+    rng = np.random.default_rng(12)
+    B, M, N, d, R, r_lo, off = 2, 40, 70, 12, 30, -5, 30
+    q, T, g = rng.standard_normal((B, M, d)), rng.standard_normal((R, d)), rng.standard_normal((B, M, N))
+    got = {}
+    launched = kernels_launched_by(monkeypatch, tmp_path, lambda: got.update(
+        relbias_call(lib, dtype, q, T, r_lo, N, off, True, False, g=g)))
+    t = CUDA_TYPES[dtype]
+    assert launched == {f"relbias_{k}_kernel<{t}>(wavepe_cuda::(anonymous namespace)::RelBiasParams)"
+                        for k in ("fwd", "dq", "dtable", "dtable_fold")}, launched
+    qr, Tr, gr = E.rounded(q, dtype), E.rounded(T, dtype), E.rounded(g, dtype)
+    assert_close(got["bias"], ref.rel_bias(qr, Tr, r_lo, N, off, True, False), dtype, d, "bias")
+    dq, dT = ref.rel_bias_grads(gr, qr, Tr, r_lo, off, True, False)
+    assert_close(got["dq"], dq, dtype, N, "dq")
+    assert_close(got["dtable"], dT, dtype, B * M, "dtable")
 
 
 def test_relbias_skips_work_outside_the_table(lib):
@@ -912,8 +985,7 @@ def fwd_kernel(lib, prob):
     return lib.wavepe_cuda_attention_fwd_kernel(C.byref(prob.a)).decode()
 
 
-@pytest.mark.parametrize("dtype", [E.BF16, E.F16], ids=DTYPE_IDS.get)
-@pytest.mark.parametrize("case", range(len(TC_CASES)))
+@pytest.mark.parametrize("case,dtype", alternating(range(len(TC_CASES))))
 def test_tensor_core_forward_matches_oracle(lib, dtype, case):
     kw = dict(TC_CASES[case])
     prob = Attn(lib, dtype, seed=300 + case, **kw)
@@ -934,8 +1006,26 @@ def test_tensor_core_forward_matches_oracle(lib, dtype, case):
     check_attention(lib, dtype, backward=False, seed=300 + case, **kw)
 
 
-@pytest.mark.parametrize("dtype", [E.BF16, E.F16], ids=DTYPE_IDS.get)
-@pytest.mark.parametrize("case", [c for c, kw in enumerate(TC_CASES) if kw["d"] <= 128 and kw["pe"] != 1 and kw["M"] > 64])
+def test_kernel_log_names_each_instance_launched(lib, monkeypatch, tmp_path):
+    # WAVEPE_EMU_KERNEL_LOG (the tool that tells which kernel instances a set of tests runs): a forward of 64 keys at
+    # head dim 64 in fp16 and one in bf16 at 128, then the first again -- each instance named once, template
+    # arguments and all; a second file names again what ran before it
+    kw = dict(B=1, H=1, Hk=1, M=16, N=64, off=48, causal=True, pe=0)
+
+    def run():
+        for dtype, d in [(E.F16, 64), (E.BF16, 128), (E.F16, 64)]:
+            check_attention(lib, dtype, backward=False, d=d, seed=1, **kw)
+
+    want = {"attn_fwd_tc_kernel<__half, 64, false>(wavepe_cuda::AttnParams)",
+            "attn_fwd_tc_kernel<__nv_bfloat16, 128, false>(wavepe_cuda::AttnParams)"}
+    assert kernels_launched_by(monkeypatch, tmp_path / "a", run) == want
+    assert len((tmp_path / "a" / "kernels").read_text().split()) == 2
+    assert kernels_launched_by(monkeypatch, tmp_path / "b", run) == want
+    assert {KERNEL_PREFIX + k for k in want} < E.compiled_kernels()
+
+
+@pytest.mark.parametrize("case,dtype", alternating(c for c, kw in enumerate(TC_CASES)
+                                                     if kw["d"] <= 128 and kw["pe"] != 1 and kw["M"] > 64))
 def test_tensor_core_forward_16_rows_a_warp_matches_oracle(lib, monkeypatch, dtype, case):
     # WAVEPE_CUDA_WIDE=0 (the benchmark's A/B) keeps the wide instance's calls on attn_fwd_tc_kernel's 16 rows a warp
     monkeypatch.setenv("WAVEPE_CUDA_WIDE", "0")
@@ -1018,7 +1108,7 @@ TC_BWD_CASES = [
     dict(B=1, H=4, Hk=2, M=300, N=300, d=64, off=0, causal=True, pe=1, R=100, r_lo=-40, softcap=2.0),
     dict(B=1, H=2, Hk=1, M=200, N=260, d=128, off=60, causal=False, pe=1, R=11, r_lo=-5, clamp=True),  # all band
     dict(B=1, H=2, Hk=1, M=160, N=260, d=64, off=100, causal=True, pe=1, R=150, r_lo=0, window=100, kpm=True),
-    dict(B=1, H=2, Hk=1, M=96, N=200, d=128, off=104, causal=True, pe=1, R=70, r_lo=2, row_pad=8),
+    dict(B=1, H=2, Hk=1, M=96, N=200, d=128, off=104, causal=True, pe=1, R=70, r_lo=2, row_pad=8, softcap=2.5),
     # without causality the band's both edges fall among interior blocks (past and future distances)
     dict(B=1, H=2, Hk=1, M=256, N=320, d=64, off=0, causal=False, pe=1, R=40, r_lo=100),
     dict(B=1, H=2, Hk=1, M=256, N=320, d=128, off=0, causal=False, pe=1, R=50, r_lo=-150),
@@ -1094,8 +1184,7 @@ def dtable_kernel(lib, prob):
     return lib.wavepe_cuda_attention_bwd_dtable_kernel(C.byref(prob.a)).decode()
 
 
-@pytest.mark.parametrize("dtype", [E.BF16, E.F16], ids=DTYPE_IDS.get)
-@pytest.mark.parametrize("case", range(len(TC_BWD_CASES)))
+@pytest.mark.parametrize("case,dtype", alternating(range(len(TC_BWD_CASES)), both=(15,)))  # (15: dT, soft-cap, 128)
 def test_tensor_core_backward_matches_oracle(lib, monkeypatch, dtype, case):
     for k, v in H100_SM.items():  # (the wide dQ at head_dim 128 too)
         monkeypatch.setenv(k, v)
@@ -1122,8 +1211,7 @@ def test_tensor_core_backward_matches_oracle(lib, monkeypatch, dtype, case):
         assert rel <= 2.5 * UNIT[dtype], f"dslopes: error {rel / UNIT[dtype]:.2f} units of the largest"
 
 
-@pytest.mark.parametrize("dtype", [E.BF16, E.F16], ids=DTYPE_IDS.get)
-@pytest.mark.parametrize("case", [0, 1, 3, 4, 10])
+@pytest.mark.parametrize("case,dtype", alternating([0, 1, 3, 4, 10]))
 def test_tensor_core_16_row_kernels_match_oracle(lib, monkeypatch, dtype, case):
     # WAVEPE_CUDA_WIDE=0 (the benchmark's A/B) keeps the wide dQ's and dK/dV's calls on attn_bwd_dq_tc_kernel's 16
     # rows a warp and attn_bwd_dkdv_tc_kernel's 16 keys: their plain and soft-capped interior blocks at both head
@@ -1152,8 +1240,7 @@ WIDE_ALIBI_DQ_CASES = [
 ]
 
 
-@pytest.mark.parametrize("dtype", [E.BF16, E.F16], ids=DTYPE_IDS.get)
-@pytest.mark.parametrize("case", range(len(WIDE_ALIBI_DQ_CASES)))
+@pytest.mark.parametrize("case,dtype", alternating(range(len(WIDE_ALIBI_DQ_CASES)), both=(0,)))  # (0: each dtype at 128)
 def test_wide_dq_with_alibi_matches_oracle(lib, monkeypatch, dtype, case):
     for k, v in H100_SM.items():
         monkeypatch.setenv(k, v)
@@ -1292,8 +1379,7 @@ TC_BWD256_CASES = [
 ]
 
 
-@pytest.mark.parametrize("dtype", [E.BF16, E.F16], ids=DTYPE_IDS.get)
-@pytest.mark.parametrize("case", range(len(TC_BWD256_CASES)))
+@pytest.mark.parametrize("case,dtype", alternating(range(len(TC_BWD256_CASES))))
 def test_tensor_core_backward_at_head_dim_256_matches_oracle(lib, dtype, case):
     kw = dict(TC_BWD256_CASES[case])
     grad_lse = kw.pop("grad_lse", False)
@@ -1319,8 +1405,7 @@ PACKED_DECODE = [
 ]
 
 
-@pytest.mark.parametrize("dtype", [E.BF16, E.F16], ids=DTYPE_IDS.get)
-@pytest.mark.parametrize("case", range(len(PACKED_DECODE)))
+@pytest.mark.parametrize("case,dtype", alternating(range(len(PACKED_DECODE))))
 def test_tensor_core_decoding_packs_gqa_heads(lib, dtype, case):
     kw = dict(PACKED_DECODE[case])
     prob = Attn(lib, dtype, seed=400 + case, **kw)
@@ -1778,11 +1863,12 @@ def test_tensor_core_backward_band_split_matches_oracle(lib, monkeypatch, case):
 # wide one's), both dividing the blocks by 128-row groups; the dK/dV alike by 128-key groups (dkdv_band_split_blocks
 # in csrc/cuda/attention_bwd.cu: the wide dK/dV, then the 16-key table instance).  Causal with a partial last group
 # (and a partial last 16-row CTA), GQA with a soft-cap at 64, without causality (blocks on both sides of the band),
-# two batch rows with a window (blocks the 64-key CTAs see whole at both of its edges, the 128-key groups not).
+# two batch rows with a window (blocks the 64-key CTAs see whole at both of its edges, the 128-key groups not).  Each
+# dtype at each head dim (the wide dQ's band instance at 128 in fp16 ran in no test before case 2 was fp16).
 WIDE_BAND_SPLIT_CASES = [
     (dict(B=1, H=1, Hk=1, M=130, N=6600, d=128, off=6470, causal=True, pe=1, R=40, r_lo=0), E.BF16),
     (dict(B=1, H=2, Hk=1, M=200, N=6600, d=64, off=6400, causal=True, pe=1, R=50, r_lo=-10, softcap=2.0), E.F16),
-    (dict(B=1, H=1, Hk=1, M=128, N=6800, d=128, off=3400, causal=False, pe=1, R=60, r_lo=-30), E.BF16),
+    (dict(B=1, H=1, Hk=1, M=128, N=6800, d=128, off=3400, causal=False, pe=1, R=60, r_lo=-30), E.F16),
     (dict(B=2, H=1, Hk=1, M=128, N=6000, d=64, off=5850, causal=True, window=5000, pe=1, R=30, r_lo=0), E.BF16),
 ]
 # 128 queries at 16,772 .. 16,899: over kBandSplitKeysWide (16,384) keys a row beyond the band, where the forward splits
@@ -2013,8 +2099,7 @@ def next_instance(d):
     return 64 if d < 64 else 128 if d < 128 else 256
 
 
-@pytest.mark.parametrize("dtype", [E.BF16, E.F16], ids=DTYPE_IDS.get)
-@pytest.mark.parametrize("case", range(len(PADDED_CASES)))
+@pytest.mark.parametrize("case,dtype", alternating(range(len(PADDED_CASES))))
 def test_padded_head_dims_match_oracle(lib, dtype, case):
     kw = dict(PADDED_CASES[case])
     grad_lse = kw.pop("grad_lse", False)

@@ -301,9 +301,15 @@ def _forward_garbage(lib, dtype, bad, pe, splits, d, kernel="tensor-core"):
     assert_same_nonfinite(runs["band"].result[0], oracle_forward(runs["band"]), dtype, n, "out")
 
 
-@pytest.mark.parametrize("dtype", [E.BF16, E.F16], ids=DTYPE_IDS.get)
-@pytest.mark.parametrize("pe,bad", [(0, float("nan")), (2, float("inf")), (1, float("nan"))])
-@pytest.mark.parametrize("d,device", [(64, "A100"), (64, "16 keys"), (128, "H100"), (256, "99 KiB")])
+# each device and head dim with each bias once, in bf16 or fp16 alternating: both dtypes on every device (the reason:
+# tests/test_cuda_emu.py, alternating)
+DKDV_GARBAGE = [(d, device, pe, bad) for d, device in [(64, "A100"), (64, "16 keys"), (128, "H100"), (256, "99 KiB")]
+                for pe, bad in [(0, float("nan")), (1, float("nan")), (2, float("inf"))]]
+DKDV_GARBAGE_RUNS = [pytest.param(*run, dtype, id="-".join(map(str, run + (DTYPE_IDS[dtype],))))
+                     for i, run in enumerate(DKDV_GARBAGE) for dtype in [(E.BF16, E.F16)[i % 2]]]
+
+
+@pytest.mark.parametrize("d,device,pe,bad,dtype", DKDV_GARBAGE_RUNS)
 def test_tensor_core_dkdv_keeps_masked_garbage_out(lib, monkeypatch, dtype, pe, bad, d, device):
     """attn_bwd_dkdv_tc_kernel and (no table) the wide attn_bwd_dkdv_tc_wide_kernel (head_dim 64 on the emulator's
     A100, 128 on an H100's SM; WAVEPE_CUDA_WIDE=0 the 16-key kernel; masked and interior query blocks) -- and at

@@ -18,6 +18,7 @@
 #include <map>
 #include <mutex>
 #include <random>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -89,6 +90,8 @@ struct Emu {
     std::string message;
     bool failed = false;
     std::string launches;  // a launch's dynamic shared memory a line, since wavepe_emu_launch_log last read it
+    std::set<const void *> named;  // the kernels written to WAVEPE_EMU_KERNEL_LOG's file named_in (log_kernel)
+    std::string named_in;
     // the shared-memory race check: block barriers released so far in this block, and per 4-byte word of
     // dynamic shared memory who touched it (RaceWord)
     int epoch = 0;
@@ -335,6 +338,25 @@ std::string kernel_name(const void *kernel) {
     std::string out = status == 0 && name ? name : info.dli_sname;
     std::free(name);
     return out;
+}
+
+// WAVEPE_EMU_KERNEL_LOG=FILE: every kernel instance launched appended to FILE (each once while the variable names that
+// file), a line each: its offset in this library, in hex -- the kernels are local symbols, which dladdr does not name;
+// `nm -C` of the library does (tests/cuda_emu.py, launched_kernels) --, so that one can tell which instances, template
+// arguments and all, a test or a set of tests runs (docs/DEVELOPING.md, "Where the test time goes").
+void log_kernel(Emu &e, const void *kernel) {
+    const char *path = std::getenv("WAVEPE_EMU_KERNEL_LOG");
+    Dl_info info;
+    if (path == nullptr || *path == '\0') return;
+    if (e.named_in != path) {
+        e.named.clear();
+        e.named_in = path;
+    }
+    if (!e.named.insert(kernel).second || dladdr(kernel, &info) == 0) return;
+    if (FILE *f = std::fopen(path, "a")) {
+        std::fprintf(f, "%zx\n", size_t(static_cast<const char *>(kernel) - static_cast<const char *>(info.dli_fbase)));
+        std::fclose(f);
+    }
 }
 
 void wait_here(State s, const char *file, int line) {
@@ -621,6 +643,7 @@ cudaError_t launch(const void *kernel, dim3 grid, dim3 block, size_t smem, const
                           std::to_string(allowed) + " (cudaFuncSetAttribute)");
 
     e.launches += std::to_string(smem) + "\n";
+    log_kernel(e, kernel);
     e.fibers.resize(nthreads);
     e.slots.assign(((nthreads + 31) / 32) * 32 * kSlotBytes, 0);
     e.smem_bytes = smem;
