@@ -2679,6 +2679,18 @@ def test_emulator_catches_each_breach_of_its_rules(lib, which):
     assert [hex(v) for v in out[192:].view(np.uint32)] == ["0x7050301", "0x44441111", "0x33332222"]
 
 
+@pytest.mark.parametrize("which,degree", [(0, 1), (6, 4), (7, 2)])
+def test_emulator_counts_ldmatrix_bank_conflicts(lib, which, degree):
+    # the most distinct words one bank serves in an ldmatrix's 8-row wavefront (what the bank-conflict tests read):
+    # rows 16 bytes apart 1; four distinct rows, each given twice, 128 bytes apart 4 (the 16-byte aligned rows' way);
+    # rows 40 bytes apart 2 (any rows' way: word by word)
+    matrix = E.to_bf16_bits(np.ones((8, 8), np.float32))
+    out = np.full(64 + 128 + 3, np.nan, np.float32)
+    lib.wavepe_emu_ldmatrix_bank_conflicts()  # reset
+    assert lib.wavepe_emu_selftest(which, matrix.ctypes.data, out.ctypes.data) == 0, lib.wavepe_emu_last_message()
+    assert lib.wavepe_emu_ldmatrix_bank_conflicts() == degree
+
+
 if os.environ.get("WAVEPE_EMU_ORDER"):  # pragma: no cover
     pytest.skip("run without WAVEPE_EMU_ORDER (the tests set it themselves)", allow_module_level=True)
 

@@ -450,6 +450,24 @@ struct LdmatrixSlot {
     int nmat, trans;
 };
 
+// The bank-conflict degree of ldmatrix's matrix i, rows anywhere: the most distinct 4-byte words that fall in one
+// of the 32 banks (offsets from the dynamic shared base).
+template <class RowOf>
+int bank_degree(RowOf row_of, int i, const unsigned char *base) {
+    std::ptrdiff_t words[32];
+    int n = 0;
+    for (int r = 0; r < 8; ++r)
+        for (int w = 0; w < 4; ++w) words[n++] = (row_of(8 * i + r) - base) / 4 + w;
+    std::sort(words, words + n);
+    n = int(std::unique(words, words + n) - words);
+    int per_bank[32] = {0}, worst = 1;
+    for (int a = 0; a < n; ++a) {
+        const int bank = int(((words[a] % 32) + 32) % 32);
+        worst = ++per_bank[bank] > worst ? per_bank[bank] : worst;
+    }
+    return worst;
+}
+
 // ldmatrix for the whole warp (warp_collective): the race check and the bank-conflict count of its rows, then
 // every lane's registers.
 void ldmatrix_all_lanes(unsigned char *slots, int lanes) {
@@ -477,18 +495,18 @@ void ldmatrix_all_lanes(unsigned char *slots, int lanes) {
     // distinct 4-byte words that fall in one of the 32 banks (offsets from the dynamic shared base)
     const unsigned char *base = dynamic_smem();
     for (int i = 0; i < nmat; ++i) {
-        std::ptrdiff_t words[32];
-        int n = 0;
-        for (int r = 0; r < 8; ++r)
-            for (int w = 0; w < 4; ++w) words[n++] = (row_of(8 * i + r) - base) / 4 + w;
-        // each distinct word once, then the most that share a bank
-        std::sort(words, words + n);
-        n = int(std::unique(words, words + n) - words);
-        int per_bank[32] = {0}, worst = 1;
-        for (int a = 0; a < n; ++a) {
-            const int bank = int(((words[a] % 32) + 32) % 32);
-            worst = ++per_bank[bank] > worst ? per_bank[bank] : worst;
+        // rows 16-byte aligned (as the PTX requires), each row's 4 words fill one of the 8 groups of 4 banks, and two
+        // rows share words only when they are one row: the degree is the most distinct rows in one group
+        int quad_rows[8] = {0}, worst = 1;
+        bool aligned = true;
+        for (int r = 0; r < 8 && aligned; ++r) {
+            const std::ptrdiff_t off = row_of(8 * i + r) - base;
+            aligned = off >= 0 && off % 16 == 0;
+            bool repeat = false;
+            for (int p = 0; p < r && !repeat; ++p) repeat = row_of(8 * i + p) == row_of(8 * i + r);
+            if (aligned && !repeat) worst = std::max(worst, ++quad_rows[(off / 16) % 8]);
         }
+        if (!aligned) worst = bank_degree(row_of, i, base);
         int seen = g_ldmatrix_worst.load();
         while (worst > seen && !g_ldmatrix_worst.compare_exchange_weak(seen, worst)) {
         }
@@ -511,17 +529,32 @@ struct MmaSlot {
     int is_bf16;
 };
 
+// The 16-bit inputs as floats: bf16 by a shift, fp16 through a table of all 65,536 (built once by __half2float:
+// the same values; its branches per element were most of an mma's time).
+float bf16_bits_to_float(uint16_t bits) {
+    const uint32_t u = uint32_t(bits) << 16;
+    float f;
+    std::memcpy(&f, &u, 4);
+    return f;
+}
+const float *fp16_table() {
+    static const std::vector<float> table = [] {
+        std::vector<float> t(65536);
+        for (uint32_t u = 0; u < 65536; ++u) t[u] = __half2float(__ushort_as_half(uint16_t(u)));
+        return t;
+    }();
+    return table.data();
+}
+
 // mma.sync m16n8k16 for the whole warp (warp_collective): A (16 x 16) and B (16 x 8) gathered from the lanes'
 // fragments, D += A B with each element's 16 products added in k's order (as each lane did before: the same
 // bits), D scattered back.
-void mma_all_lanes(unsigned char *slots, int lanes) {
-    if (lanes != 32) return fail("mma.sync in a warp of " + std::to_string(lanes) + " threads (it needs all 32)");
-    MmaSlot lane_slot[32];
-    for (int l = 0; l < 32; ++l) std::memcpy(&lane_slot[l], slots + size_t(l) * kSlotBytes, sizeof(MmaSlot));
-    const bool is_bf16 = lane_slot[0].is_bf16 != 0;
+template <bool BF16>
+void mma_warp(const MmaSlot *lane_slot) {
+    const float *fp16 = BF16 ? nullptr : fp16_table();
     auto to_float = [&](uint32_t word, int hi) {
         const uint16_t bits = uint16_t(hi ? word >> 16 : word & 0xffffu);
-        return is_bf16 ? __bfloat162float(__ushort_as_bfloat16(bits)) : __half2float(__ushort_as_half(bits));
+        return BF16 ? bf16_bits_to_float(bits) : fp16[bits];
     };
     float A[16][16], B[16][8], D[16][8];
     for (int lane = 0; lane < 32; ++lane) {
@@ -557,6 +590,16 @@ void mma_all_lanes(unsigned char *slots, int lanes) {
         const int g = lane >> 2, t = lane & 3;
         for (int i = 0; i < 4; ++i) lane_slot[lane].d[i] = D[g + 8 * (i / 2)][2 * t + (i % 2)];
     }
+}
+
+void mma_all_lanes(unsigned char *slots, int lanes) {
+    if (lanes != 32) return fail("mma.sync in a warp of " + std::to_string(lanes) + " threads (it needs all 32)");
+    MmaSlot lane_slot[32];
+    for (int l = 0; l < 32; ++l) std::memcpy(&lane_slot[l], slots + size_t(l) * kSlotBytes, sizeof(MmaSlot));
+    if (lane_slot[0].is_bf16 != 0)
+        mma_warp<true>(lane_slot);
+    else
+        mma_warp<false>(lane_slot);
 }
 }  // namespace
 

@@ -14,6 +14,9 @@ enum Case {
     kLanesExitBeforeShuffle = 3,   // half the lanes return, the others shuffle
     kSyncthreadsAtTwoLines = 4,    // the block's warps at two __syncthreads
     kLdmatrixBeforeBarrier = 5,    // warp 1 reads by ldmatrix what warp 0's cp.async landed, with no __syncthreads
+    // not breaches: ldmatrix rows that share banks, for the bank-conflict count (wavepe_emu_ldmatrix_bank_conflicts)
+    kLdmatrixRowsInOneBankGroup = 6,  // 4 distinct rows (each given twice) 128 bytes apart: all in banks 0-3 -> 4
+    kLdmatrixRowsUnaligned = 7,       // 8 rows 40 bytes apart (not 16-byte aligned): 2 words in banks 0, 1, 8-11, 30, 31 -> 2
 };
 // (Not a case: lanes at two different mma or ldmatrix calls.  The emulator knows those by the line in
 // cuda_emu.cpp, the same for every call, so it cannot tell them apart -- cuda_emu.h, what it cannot check.)
@@ -48,9 +51,12 @@ __global__ void selftest_kernel(int which, const __nv_bfloat16 *matrix, float *o
     cp_async_wait<0>();
     if (which != kLdmatrixBeforeBarrier) __syncthreads();
     if (which == kLdmatrixBeforeBarrier && warp == 0) return;
-    // every lane gives row lane % 8 of the matrix: the four matrices of the x4 are the same one
+    // every lane gives row lane % 8 of the matrix: the four matrices of the x4 are the same one (cases 6 and 7: rows
+    // elsewhere, the results not checked)
     uint32_t a[4];
-    ldmatrix_x4(a, smem + 16 * (lane % 8));
+    ldmatrix_x4(a, smem + (which == kLdmatrixRowsInOneBankGroup ? 128 * (lane % 4)
+                           : which == kLdmatrixRowsUnaligned   ? 40 * (lane % 8)
+                                                               : 16 * (lane % 8)));
     if (warp != 0) return;
     const uint32_t b[2] = {a[0], a[1]};
     float c[4] = {1.f, 1.f, 1.f, 1.f};
