@@ -55,6 +55,7 @@ import re
 import shutil
 import subprocess
 import sys
+import tempfile
 from concurrent.futures import ProcessPoolExecutor
 
 # kernels (demangled name, up to the template arguments) whose bf16/fp16 instances must use tensor cores
@@ -475,7 +476,6 @@ ENTRY = re.compile(r"ptxas info\s*: Compiling entry function '([^']+)' for '(sm_
 FRAME = re.compile(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads")
 REGS = re.compile(r"Used (\d+) registers")
 SMEM = re.compile(r"(\d+) bytes smem")
-SASS_FUNC = re.compile(r"^\s*Function : (\S+)", re.M)
 
 
 def demangle(names: list[str]) -> dict[str, str]:
@@ -621,27 +621,68 @@ def main_loop_mix(body: str) -> tuple[int, int] | None:
 
 def sass_counts(lib: str, cuobjdump: str, archs: list[str]) -> dict[tuple[str, str], dict[str, int]]:
     """Per (mangled kernel name, arch), how many HMMA / HGMMA instructions the library's SASS holds, and
-    the main loop's instructions and tensor-core instructions (main_loop_mix; 0, 0 without one).  One
-    process per arch (``archs``: sm_XX), as many at once as there are cores: an arch's SASS is ~200 MB of
-    text, ~10 s of cuobjdump and as long again to read."""
-    with ProcessPoolExecutor(max(1, min(len(archs), os.cpu_count() or 1))) as pool:
-        parts = list(pool.map(_arch_sass_counts, [(lib, cuobjdump, a) for a in archs]))
+    the main loop's instructions and tensor-core instructions (main_loop_mix; 0, 0 without one).  The library's
+    ELF images extracted (``cuobjdump -xelf all``: a cubin per arch and source file), then one process per arch
+    (``archs``: sm_XX), as many at once as there are cores, disassembling its cubins with ``nvdisasm -c``: ~16 s
+    for attention_bwd.cu's sm_90 cubin, where ``cuobjdump -sass`` took ~22 s to print it with the instructions'
+    encodings, four times the text (an arch's was ~280 MB: ~35 s of cuobjdump and ~15 s more to read)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        res = subprocess.run([cuobjdump, "-xelf", "all", os.path.abspath(lib)], cwd=tmp, capture_output=True, text=True)
+        if res.returncode:
+            raise SystemExit(f"check_cuda_kernels: cuobjdump -xelf all {lib} failed:\n{res.stderr[-2000:]}")
+        cubins: dict[str, list[str]] = {}
+        for f in sorted(os.listdir(tmp)):
+            m = re.search(r"\.(sm_\w+)\.cubin$", f)
+            if m:
+                cubins.setdefault(m.group(1), []).append(os.path.join(tmp, f))
+        nvdisasm = os.path.join(os.path.dirname(cuobjdump), "nvdisasm")
+        nvdisasm = nvdisasm if os.access(nvdisasm, os.X_OK) else "nvdisasm"
+        jobs = [(nvdisasm, a, cubins.get(a, [])) for a in archs]
+        with ProcessPoolExecutor(max(1, min(len(archs), os.cpu_count() or 1))) as pool:
+            parts = list(pool.map(_arch_sass_counts, jobs))
     return {key: c for part in parts for key, c in part.items()}
 
 
-def _arch_sass_counts(job: tuple[str, str, str]) -> dict[tuple[str, str], dict[str, int]]:
-    lib, cuobjdump, want = job
-    res = subprocess.run([cuobjdump, "-sass", "-arch", want, lib], capture_output=True, text=True)
-    if res.returncode:
-        raise SystemExit(f"check_cuda_kernels: cuobjdump -sass -arch {want} {lib} failed:\n{res.stderr[-2000:]}")
+# nvdisasm -c: a kernel's section, its instructions ("/*addr*/ text ;"), and the labels of branch targets
+# (".L_x_N:" before the instruction they name; "$__internal_N_...:" its local functions), which the operands
+# name as `(label)
+NVDISASM_SECTION = re.compile(r"^\s*\.section\s+\.text\.([^,\s]+)", re.M)
+NVDISASM_LINE = re.compile(r"^\s*(?:/\*([0-9a-f]{4,})\*/\s+([^;]*);|([.$\w]+):)\s*$", re.M)
+NVDISASM_TARGET = re.compile(r"`\(([^)]+)\)")
+
+
+def nvdisasm_functions(text: str) -> list[tuple[str, str]]:
+    """(mangled kernel name, its SASS as "/*addr*/ text ;" lines with branch targets as addresses -- 0x..., as
+    cuobjdump -sass prints them, which natural_loops reads) of nvdisasm -c's output."""
+    parts = NVDISASM_SECTION.split(text)
+    out = []
+    for i in range(1, len(parts), 2):
+        ins, labels, pending = [], {}, []
+        for addr, t, label in NVDISASM_LINE.findall(parts[i + 1]):
+            if label:
+                pending.append(label)
+                continue
+            for lb in pending:
+                labels[lb] = addr
+            pending = []
+            ins.append((addr, t.strip()))
+        end = f"{int(ins[-1][0], 16) + 16:04x}" if ins else "0000"
+        labels.update((lb, end) for lb in pending)  # (after the last instruction: the section's end)
+        body = "\n".join(f"/*{a}*/ " + NVDISASM_TARGET.sub(lambda m: f"0x{int(labels.get(m.group(1), '0'), 16):x}"
+                                                             if m.group(1) in labels else m.group(0), t) + " ;"
+                         for a, t in ins)
+        out.append((parts[i], body))
+    return out
+
+
+def _arch_sass_counts(job: tuple[str, str, list[str]]) -> dict[tuple[str, str], dict[str, int]]:
+    nvdisasm, arch, cubins = job
     counts: dict[tuple[str, str], dict[str, int]] = {}
-    for block in res.stdout.split("Fatbin elf code:")[1:]:
-        arch = re.search(r"arch = (sm_\w+)", block)
-        if arch is None:
-            continue
-        funcs = SASS_FUNC.split(block)
-        for i in range(1, len(funcs), 2):
-            body = funcs[i + 1]
+    for cubin in cubins:
+        res = subprocess.run([nvdisasm, "-c", cubin], capture_output=True, text=True)
+        if res.returncode:
+            raise SystemExit(f"check_cuda_kernels: nvdisasm -c {cubin} ({arch}) failed:\n{res.stderr[-2000:]}")
+        for name, body in nvdisasm_functions(res.stdout):
             # the mnemonic after its blank (the address comment's or a predicate's) and before its modifiers or
             # operands: str.count, where a word-bounded regex took ~3.5 s an arch (the same counts on the 4 archs)
             c = {op: body.count(f" {op}.") + body.count(f" {op} ") for op in ("HMMA", "HGMMA")}
@@ -649,8 +690,8 @@ def _arch_sass_counts(job: tuple[str, str, str]) -> dict[tuple[str, str], dict[s
             c["loop_ins"], c["loop_tc"], c["loop_smem"] = loops[0] if loops else (0, 0, 0)
             # (instructions, tensor-core instructions, bytes of shared memory), lightest first
             c["other_loops"] = list(loops[1:])
-            c["copy_cost"] = copy_cost(body) if loops and arch.group(1) == MIX_ARCH else 0.0  # (the model's arch)
-            counts[(funcs[i], arch.group(1))] = c
+            c["copy_cost"] = copy_cost(body) if loops and arch == MIX_ARCH else 0.0  # (the model's arch)
+            counts[(name, arch)] = c
     return counts
 
 
@@ -791,7 +832,7 @@ def build_recipe():
 
 
 def find_cuobjdump() -> str | None:
-    """cuobjdump with an nvdisasm beside it or on PATH (cuobjdump -sass runs nvdisasm)."""
+    """cuobjdump with an nvdisasm beside it or on PATH (sass_counts disassembles the extracted cubins with it)."""
     cands = [shutil.which("cuobjdump")]
     nvcc = shutil.which(os.environ.get("NVCC", "nvcc"))
     if nvcc:

@@ -712,6 +712,53 @@ SASS_KERNEL = """
 """
 
 
+# The same kernel as nvdisasm -c prints it from the cubin that cuobjdump -xelf extracts: its section, labels before
+# the branch targets, the branches naming them; and a label after the last instruction (the .size's end).
+NVDISASM_KERNEL = """
+//--------------------- .text._Z1kv               --------------------------
+	.section	.text._Z1kv,"ax",@progbits
+        .size           _Z1kv,(.L_x_4 - _Z1kv)
+_Z1kv:
+.text._Z1kv:
+        /*0000*/                   MOV R1, c[0x0][0x28] ;
+        /*0010*/                   S2R R0, SR_TID.X ;
+        /*0020*/              @P0 EXIT ;
+        /*0030*/                   MOV R2, RZ ;
+.L_x_2:
+        /*0040*/                   LDSM.16.M88.4 R4, [R2] ;
+        /*0050*/                   HMMA.16816.F32.BF16 R8, R4, R6, R8 ;
+        /*0060*/                   FMUL R9, R9, 0.5 ;
+.L_x_0:
+        /*0070*/                   IADD3 R3, R3, 0x1, RZ ;
+        /*0080*/              @P1 BRA `(.L_x_0) ;
+        /*0090*/              @P2 BRA `(.L_x_1) ;
+        /*00a0*/                   MUFU.EX2 R9, R9 ;
+.L_x_1:
+        /*00b0*/                   HMMA.16816.F32.BF16 R12, R4, R6, R12 ;
+        /*00c0*/                   ISETP.GE.AND P3, PT, R3, 0x10, PT ;
+        /*00d0*/              @!P3 BRA `(.L_x_2) ;
+        /*00e0*/                   HMMA.16816.F32.BF16 R16, R4, R6, R16 ;
+        /*00f0*/                   EXIT ;
+.L_x_3:
+        /*0100*/                   BRA `(.L_x_3);
+.L_x_4:
+//--------------------- .nv.shared._Z1kv          --------------------------
+	.section	.nv.shared._Z1kv,"aw",@nobits
+"""
+
+
+def test_cuda_static_model_reads_nvdisasm():
+    """.ci/check_cuda_kernels.py reads nvdisasm -c's listing as it read cuobjdump -sass's: the kernel's name, its
+    instructions, and each branch target's label turned into the address the loop finder reads."""
+    ck = _kernel_checks()
+    ((name, body),) = ck.nvdisasm_functions(NVDISASM_KERNEL)
+    assert name == "_Z1kv"
+    ins = lambda text: [(a, " ".join(t.split())) for a, t in ck.SASS_INS.findall(text)]  # noqa: E731
+    assert ins(body) == ins(SASS_KERNEL)
+    assert ck.main_loop_mix(body) == ck.main_loop_mix(SASS_KERNEL) == (10, 2)
+    assert ck.loop_stats(body) == ck.loop_stats(SASS_KERNEL)
+
+
 def test_cuda_static_model_finds_the_main_loop_and_holds_its_ceiling():
     """.ci/check_cuda_kernels.py's instruction mix (issue 64, item 5): the natural loop with the most
     tensor-core instructions, every instruction of its body once, the cold block inside it included."""
