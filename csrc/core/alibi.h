@@ -97,13 +97,14 @@ void wavepe_alibi_f32(wavepe_isa isa, const wavepe_alibi_args *a, int64_t row_be
 void wavepe_alibi_f64(wavepe_isa isa, const wavepe_alibi_args *a, int64_t row_begin, int64_t row_end);
 void wavepe_alibi_bf16(wavepe_isa isa, const wavepe_alibi_args *a, int64_t row_begin, int64_t row_end);
 void wavepe_alibi_f16(wavepe_isa isa, const wavepe_alibi_args *a, int64_t row_begin, int64_t row_end);
-/* The variants behind the dispatch, one set per ISA of isa_table.h (the
- * vector ones exist in builds for their architecture only). */
-#define WAVEPE_ALIBI_KERNELS_(ID, name, ...)                                                     \
-    void wavepe_alibi_f32_##name(const wavepe_alibi_args *a, int64_t row_begin, int64_t row_end); \
-    void wavepe_alibi_f64_##name(const wavepe_alibi_args *a, int64_t row_begin, int64_t row_end); \
-    void wavepe_alibi_bf16_##name(const wavepe_alibi_args *a, int64_t row_begin, int64_t row_end); \
-    void wavepe_alibi_f16_##name(const wavepe_alibi_args *a, int64_t row_begin, int64_t row_end);
+/* The variants behind the dispatch, one set per kernel_isa of isa_table.h
+ * (avx512bf16 and amx run avx512's; the vector ones exist in builds for
+ * their architecture only). */
+#define WAVEPE_ALIBI_KERNELS_(ID, name, arch, l32, l64, bf16, blocks, kernel_isa, ...) \
+    void wavepe_alibi_f32_##kernel_isa(const wavepe_alibi_args *a, int64_t row_begin, int64_t row_end); \
+    void wavepe_alibi_f64_##kernel_isa(const wavepe_alibi_args *a, int64_t row_begin, int64_t row_end); \
+    void wavepe_alibi_bf16_##kernel_isa(const wavepe_alibi_args *a, int64_t row_begin, int64_t row_end); \
+    void wavepe_alibi_f16_##kernel_isa(const wavepe_alibi_args *a, int64_t row_begin, int64_t row_end);
 WAVEPE_ISA_TABLE(WAVEPE_ALIBI_KERNELS_, _)
 #undef WAVEPE_ALIBI_KERNELS_
 

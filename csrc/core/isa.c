@@ -165,6 +165,18 @@ static const int lanes_f64[WAVEPE_ISA_COUNT] = {WAVEPE_ISA_TABLE(LANES_F64_, _)}
 int wavepe_isa_lanes_f32(wavepe_isa isa) { return (int)isa >= 0 && (int)isa < WAVEPE_ISA_COUNT ? lanes_f32[isa] : 1; }
 int wavepe_isa_lanes_f64(wavepe_isa isa) { return (int)isa >= 0 && (int)isa < WAVEPE_ISA_COUNT ? lanes_f64[isa] : 1; }
 
+/* kernel_isa names an ISA by its name; the enum constant of each name, to read the column into values */
+#define NAMED_(ID, name, ...) isa_named_##name = WAVEPE_ISA_##ID,
+enum { WAVEPE_ISA_TABLE(NAMED_, _) };
+#undef NAMED_
+#define KERNEL_ISA_(ID, name, arch, f32, f64, bf16, blocks, kernel_isa, ...) [WAVEPE_ISA_##ID] = isa_named_##kernel_isa,
+static const unsigned char kernel_isas[WAVEPE_ISA_COUNT] = {WAVEPE_ISA_TABLE(KERNEL_ISA_, _)};
+#undef KERNEL_ISA_
+
+wavepe_isa wavepe_isa_kernel_isa(wavepe_isa isa) {
+    return (int)isa >= 0 && (int)isa < WAVEPE_ISA_COUNT ? (wavepe_isa)kernel_isas[isa] : WAVEPE_ISA_SCALAR;
+}
+
 int wavepe_active_isa_checked(wavepe_isa *isa, char *message, size_t message_len) {
     const wavepe_isa best = wavepe_cpu_isa();
     *isa = best;

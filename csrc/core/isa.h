@@ -61,6 +61,12 @@ const char *wavepe_isa_name(wavepe_isa isa);
 int wavepe_isa_lanes_f32(wavepe_isa isa);
 int wavepe_isa_lanes_f64(wavepe_isa isa);
 
+/* The ISA whose kernels the families other than attention (wavelet, alibi,
+ * relbias, rope) run on `isa`: isa_table.h's kernel_isa -- `isa` itself, or
+ * the ISA it extends (avx512 for avx512bf16 and amx); scalar for a value
+ * outside the table. */
+wavepe_isa wavepe_isa_kernel_isa(wavepe_isa isa);
+
 #ifdef __cplusplus
 }
 #endif

@@ -10,18 +10,23 @@
  * per family, a detection function detect_<name>() in isa.c, and a build
  * rule for <family>_<name>.c (python/wavepe/_build/recipe.py SUFFIX_RULES).
  * An ISA that extends another may share its vocabulary and templates:
- * avx512bf16 is AVX-512 plus AVX512_BF16 (vdpbf16ps); each of its files
- * <family>_avx512bf16.c defines WAVEPE_AVX512BF16 and includes
- * <family>_avx512.c, and simd_avx512.h then names the kernels *_avx512bf16
- * and adds the bf16 dot product, which only attention's bfloat16 kernels
- * use (its PAIRS engine, attention_engine_pairs.h); every other kernel is
- * the AVX-512 code.  amx is
- * avx512bf16 with Intel's AMX tiles (tiles.h): its files define WAVEPE_AMX
- * and include the avx512bf16 ones; the attention's bf16 / fp16 block products
- * run on tiles (its TILES block engine, attention_blocks_tiles.h) -- the instructions, or their emulation on a CPU without them,
- * where amx runs only when asked for (WAVEPE_ISA=amx, the tests).
+ * avx512bf16 is AVX-512 plus AVX512_BF16 (vdpbf16ps); attention_avx512bf16.c
+ * defines WAVEPE_AVX512BF16 and includes attention_avx512.c, and
+ * simd_avx512.h then names the kernels *_avx512bf16 and adds the bf16 dot
+ * product, which only attention's bfloat16 kernels use (its PAIRS engine,
+ * attention_engine_pairs.h).  amx is avx512bf16 with Intel's AMX tiles
+ * (tiles.h): attention_amx.c defines WAVEPE_AMX and includes
+ * attention_avx512bf16.c; the attention's bf16 / fp16 block products run on
+ * tiles (its TILES block engine, attention_blocks_tiles.h) -- the
+ * instructions, or their emulation on a CPU without them, where amx runs only
+ * when asked for (WAVEPE_ISA=amx, the tests).  Those extensions serve the
+ * attention alone, so the other families (wavelet, alibi, relbias, rope) run
+ * their avx512 kernels on both ISAs (the kernel_isa column) and have no files
+ * of theirs: their instantiations under the avx512bf16 and amx names were
+ * the avx512 machine code again, instruction for instruction (objdump, GCC
+ * 12, 2026-12-01) -- compiled, shipped and tested three times.
  *
- *   X(ID, name, arch, lanes_f32, lanes_f64, bf16_engine, half_blocks, ...)
+ *   X(ID, name, arch, lanes_f32, lanes_f64, bf16_engine, half_blocks, kernel_isa, ...)
  *
  * ID     the enum constant WAVEPE_ISA_<ID>; the order of the lines is the
  *        order of the values (never reorder: 0 is scalar) and, among the
@@ -37,18 +42,22 @@
  * half_blocks   its block engine for bfloat16 and float16: NONE, or TILES (whole blocks on AMX tiles:
  *        the vocabulary's WP_HAS_TILES).  Each attention instantiation checks at compile time that the
  *        engines it was built with are its row's (attention_engine.h).
+ * kernel_isa    the name of the ISA whose kernels the families other than attention run on this
+ *        one: its own, or that of an ISA it extends whose kernels serve unchanged (above), which
+ *        every CPU running this one runs too.  The dispatch (isa_dispatch.h) and the families'
+ *        prototypes follow it; wavepe_isa_kernels() reads it.
  * ...    passed through to X unchanged (callers' extra arguments).
  */
 #ifndef WAVEPE_ISA_TABLE_H
 #define WAVEPE_ISA_TABLE_H
 
 #define WAVEPE_ISA_TABLE(X, ...)                                                                 \
-    X(SCALAR, scalar, NONE, 1, 1, FMA, NONE, __VA_ARGS__)                                        \
-    X(AVX2, avx2, X86_64, 8, 4, FMA, NONE, __VA_ARGS__)                                          \
-    X(AVX512, avx512, X86_64, 16, 8, FMA, NONE, __VA_ARGS__)                                     \
-    X(NEON, neon, AARCH64, 4, 2, FMA, NONE, __VA_ARGS__)                                         \
-    X(AVX512BF16, avx512bf16, X86_64, 16, 8, PAIRS, NONE, __VA_ARGS__)                           \
-    X(AMX, amx, X86_64, 16, 8, PAIRS, TILES, __VA_ARGS__)
+    X(SCALAR, scalar, NONE, 1, 1, FMA, NONE, scalar, __VA_ARGS__)                                \
+    X(AVX2, avx2, X86_64, 8, 4, FMA, NONE, avx2, __VA_ARGS__)                                    \
+    X(AVX512, avx512, X86_64, 16, 8, FMA, NONE, avx512, __VA_ARGS__)                             \
+    X(NEON, neon, AARCH64, 4, 2, FMA, NONE, neon, __VA_ARGS__)                                   \
+    X(AVX512BF16, avx512bf16, X86_64, 16, 8, PAIRS, NONE, avx512, __VA_ARGS__)                   \
+    X(AMX, amx, X86_64, 16, 8, PAIRS, TILES, avx512, __VA_ARGS__)
 
 /* WAVEPE_IF_VECTOR_<arch>(...): its arguments where this build compiles the
  * vector kernels of <arch>, nothing elsewhere. */

@@ -268,37 +268,37 @@ void wavepe_relbias_grad_table_f64(wavepe_isa isa, const wavepe_relbias_args *a,
 void wavepe_relbias_grad_table_bf16(wavepe_isa isa, const wavepe_relbias_args *a, int64_t begin, int64_t end);
 void wavepe_relbias_grad_table_f16(wavepe_isa isa, const wavepe_relbias_args *a, int64_t begin, int64_t end);
 
-/* The variants behind the dispatch: every ISA of isa_table.h has the
- * kernels, the vector ones (which exist in builds for their architecture
- * only) also their workspace protocol. */
-#define WAVEPE_RELBIAS_KERNELS_(ID, name, ...)                                                   \
-    void wavepe_relbias_f32_##name(const wavepe_relbias_args *a, int64_t begin, int64_t end); \
-    void wavepe_relbias_f64_##name(const wavepe_relbias_args *a, int64_t begin, int64_t end); \
-    void wavepe_relbias_bf16_##name(const wavepe_relbias_args *a, int64_t begin, int64_t end); \
-    void wavepe_relbias_f16_##name(const wavepe_relbias_args *a, int64_t begin, int64_t end); \
-    void wavepe_relbias_grad_q_f32_##name(const wavepe_relbias_args *a, int64_t begin, int64_t end); \
-    void wavepe_relbias_grad_q_f64_##name(const wavepe_relbias_args *a, int64_t begin, int64_t end); \
-    void wavepe_relbias_grad_q_bf16_##name(const wavepe_relbias_args *a, int64_t begin, int64_t end); \
-    void wavepe_relbias_grad_q_f16_##name(const wavepe_relbias_args *a, int64_t begin, int64_t end); \
-    void wavepe_relbias_grad_table_f32_##name(const wavepe_relbias_args *a, int64_t begin, int64_t end); \
-    void wavepe_relbias_grad_table_f64_##name(const wavepe_relbias_args *a, int64_t begin, int64_t end); \
-    void wavepe_relbias_grad_table_bf16_##name(const wavepe_relbias_args *a, int64_t begin, int64_t end); \
-    void wavepe_relbias_grad_table_f16_##name(const wavepe_relbias_args *a, int64_t begin, int64_t end); \
-    int64_t wavepe_relbias_f32_##name##_workspace_bytes(const wavepe_relbias_args *a, unsigned kernels); \
-    int64_t wavepe_relbias_f64_##name##_workspace_bytes(const wavepe_relbias_args *a, unsigned kernels); \
-    int64_t wavepe_relbias_bf16_##name##_workspace_bytes(const wavepe_relbias_args *a, unsigned kernels); \
-    int64_t wavepe_relbias_f16_##name##_workspace_bytes(const wavepe_relbias_args *a, unsigned kernels); \
-    int64_t wavepe_relbias_f32_##name##_chunks(const wavepe_relbias_args *a); \
-    int64_t wavepe_relbias_f64_##name##_chunks(const wavepe_relbias_args *a); \
-    int64_t wavepe_relbias_bf16_##name##_chunks(const wavepe_relbias_args *a); \
-    int64_t wavepe_relbias_f16_##name##_chunks(const wavepe_relbias_args *a); \
-    void wavepe_relbias_f32_##name##_prepare(const wavepe_relbias_args *a, unsigned kernels, int64_t begin, \
+/* The variants behind the dispatch: every kernel_isa of isa_table.h
+ * (avx512bf16 and amx run avx512's) has the kernels, the vector ones (which
+ * exist in builds for their architecture only) also their workspace protocol. */
+#define WAVEPE_RELBIAS_KERNELS_(ID, name, arch, l32, l64, bf16, blocks, kernel_isa, ...) \
+    void wavepe_relbias_f32_##kernel_isa(const wavepe_relbias_args *a, int64_t begin, int64_t end); \
+    void wavepe_relbias_f64_##kernel_isa(const wavepe_relbias_args *a, int64_t begin, int64_t end); \
+    void wavepe_relbias_bf16_##kernel_isa(const wavepe_relbias_args *a, int64_t begin, int64_t end); \
+    void wavepe_relbias_f16_##kernel_isa(const wavepe_relbias_args *a, int64_t begin, int64_t end); \
+    void wavepe_relbias_grad_q_f32_##kernel_isa(const wavepe_relbias_args *a, int64_t begin, int64_t end); \
+    void wavepe_relbias_grad_q_f64_##kernel_isa(const wavepe_relbias_args *a, int64_t begin, int64_t end); \
+    void wavepe_relbias_grad_q_bf16_##kernel_isa(const wavepe_relbias_args *a, int64_t begin, int64_t end); \
+    void wavepe_relbias_grad_q_f16_##kernel_isa(const wavepe_relbias_args *a, int64_t begin, int64_t end); \
+    void wavepe_relbias_grad_table_f32_##kernel_isa(const wavepe_relbias_args *a, int64_t begin, int64_t end); \
+    void wavepe_relbias_grad_table_f64_##kernel_isa(const wavepe_relbias_args *a, int64_t begin, int64_t end); \
+    void wavepe_relbias_grad_table_bf16_##kernel_isa(const wavepe_relbias_args *a, int64_t begin, int64_t end); \
+    void wavepe_relbias_grad_table_f16_##kernel_isa(const wavepe_relbias_args *a, int64_t begin, int64_t end); \
+    int64_t wavepe_relbias_f32_##kernel_isa##_workspace_bytes(const wavepe_relbias_args *a, unsigned kernels); \
+    int64_t wavepe_relbias_f64_##kernel_isa##_workspace_bytes(const wavepe_relbias_args *a, unsigned kernels); \
+    int64_t wavepe_relbias_bf16_##kernel_isa##_workspace_bytes(const wavepe_relbias_args *a, unsigned kernels); \
+    int64_t wavepe_relbias_f16_##kernel_isa##_workspace_bytes(const wavepe_relbias_args *a, unsigned kernels); \
+    int64_t wavepe_relbias_f32_##kernel_isa##_chunks(const wavepe_relbias_args *a); \
+    int64_t wavepe_relbias_f64_##kernel_isa##_chunks(const wavepe_relbias_args *a); \
+    int64_t wavepe_relbias_bf16_##kernel_isa##_chunks(const wavepe_relbias_args *a); \
+    int64_t wavepe_relbias_f16_##kernel_isa##_chunks(const wavepe_relbias_args *a); \
+    void wavepe_relbias_f32_##kernel_isa##_prepare(const wavepe_relbias_args *a, unsigned kernels, int64_t begin, \
                                              int64_t end); \
-    void wavepe_relbias_f64_##name##_prepare(const wavepe_relbias_args *a, unsigned kernels, int64_t begin, \
+    void wavepe_relbias_f64_##kernel_isa##_prepare(const wavepe_relbias_args *a, unsigned kernels, int64_t begin, \
                                              int64_t end); \
-    void wavepe_relbias_bf16_##name##_prepare(const wavepe_relbias_args *a, unsigned kernels, int64_t begin, \
+    void wavepe_relbias_bf16_##kernel_isa##_prepare(const wavepe_relbias_args *a, unsigned kernels, int64_t begin, \
                                              int64_t end); \
-    void wavepe_relbias_f16_##name##_prepare(const wavepe_relbias_args *a, unsigned kernels, int64_t begin, \
+    void wavepe_relbias_f16_##kernel_isa##_prepare(const wavepe_relbias_args *a, unsigned kernels, int64_t begin, \
                                              int64_t end);
 WAVEPE_ISA_TABLE(WAVEPE_RELBIAS_KERNELS_, _)
 #undef WAVEPE_RELBIAS_KERNELS_

@@ -9,10 +9,11 @@
  * SIMDe (WAVEPE_SIMDE_AVX512, the Makefile's ctest-simde), which implements these intrinsics
  * with AVX2; only intrinsics SIMDe provides are used here.
  *
- * With WAVEPE_AVX512BF16 defined (the avx512bf16 ISA's files, compiled with
+ * With WAVEPE_AVX512BF16 defined (attention_avx512bf16.c -- the other
+ * families run their avx512 kernels on that ISA, isa_table.h --, compiled with
  * -mavx512bf16 in addition) the kernels are named *_avx512bf16 and the
  * vocabulary has the bf16 dot product (WP_HAS_DPBF16, at the end).  With
- * WAVEPE_AMX as well (the amx ISA's files: AMX tiles on top of avx512bf16)
+ * WAVEPE_AMX as well (attention_amx.c: AMX tiles on top of avx512bf16)
  * they are named *_amx and the vocabulary says so (WP_HAS_TILES: the
  * attention's half-type products go through tiles.h).
  */

@@ -42,12 +42,13 @@ void wavepe_wavelet_f32(wavepe_isa isa, wavepe_wavelet w, int64_t n, const float
 void wavepe_wavelet_f64(wavepe_isa isa, wavepe_wavelet w, int64_t n, const double *x, int64_t sx,
                         double *y, int64_t sy);
 
-/* The variants behind the dispatch, one pair per ISA of isa_table.h (the
- * vector ones exist in builds for their architecture only). */
-#define WAVEPE_WAVELET_KERNELS_(ID, name, ...)                                                   \
-    void wavepe_wavelet_f32_##name(wavepe_wavelet w, int64_t n, const float *x, int64_t sx, float *y, \
+/* The variants behind the dispatch, one pair per kernel_isa of isa_table.h
+ * (avx512bf16 and amx run avx512's; the vector ones exist in builds for
+ * their architecture only). */
+#define WAVEPE_WAVELET_KERNELS_(ID, name, arch, l32, l64, bf16, blocks, kernel_isa, ...) \
+    void wavepe_wavelet_f32_##kernel_isa(wavepe_wavelet w, int64_t n, const float *x, int64_t sx, float *y, \
                                    int64_t sy);                                                  \
-    void wavepe_wavelet_f64_##name(wavepe_wavelet w, int64_t n, const double *x, int64_t sx, double *y, \
+    void wavepe_wavelet_f64_##kernel_isa(wavepe_wavelet w, int64_t n, const double *x, int64_t sx, double *y, \
                                    int64_t sy);
 WAVEPE_ISA_TABLE(WAVEPE_WAVELET_KERNELS_, _)
 #undef WAVEPE_WAVELET_KERNELS_

@@ -1,5 +1,6 @@
 /* test_isa.c: the ISA table (isa_table.h) and what is generated from it:
- * names, per-ISA detection, the WAVEPE_ISA override, lane counts. */
+ * names, per-ISA detection, the WAVEPE_ISA override, lane counts, the
+ * kernels the families other than attention run on each. */
 #define _POSIX_C_SOURCE 200809L /* setenv, strdup */
 #include <stdlib.h>
 #include <string.h>
@@ -20,6 +21,7 @@ void test_isa_table(void) {
     CHECK(!wavepe_isa_supported((wavepe_isa)WAVEPE_ISA_COUNT) && !wavepe_isa_supported((wavepe_isa)-1));
     CHECK(strcmp(wavepe_isa_name((wavepe_isa)WAVEPE_ISA_COUNT), "unknown") == 0);
     CHECK(wavepe_isa_lanes_f32(WAVEPE_ISA_SCALAR) == 1 && wavepe_isa_lanes_f64(WAVEPE_ISA_SCALAR) == 1);
+    CHECK(wavepe_isa_kernel_isa((wavepe_isa)WAVEPE_ISA_COUNT) == WAVEPE_ISA_SCALAR);
 
     /* an ISA of another architecture never runs: detection is per ISA, not a chain */
 #if defined(__x86_64__) || defined(_M_X64)
@@ -32,6 +34,9 @@ void test_isa_table(void) {
     CHECK((wavepe_cpu_isa() == WAVEPE_ISA_AMX) == (wavepe_isa_supported(WAVEPE_ISA_AMX) && wavepe_tiles_hardware(NULL)));
     CHECK(wavepe_isa_lanes_f32(WAVEPE_ISA_AVX512BF16) == wavepe_isa_lanes_f32(WAVEPE_ISA_AVX512));
     CHECK(wavepe_isa_lanes_f32(WAVEPE_ISA_AMX) == wavepe_isa_lanes_f32(WAVEPE_ISA_AVX512));
+    /* their extensions serve the attention alone: the other families run the avx512 kernels on both */
+    CHECK(wavepe_isa_kernel_isa(WAVEPE_ISA_AVX512BF16) == WAVEPE_ISA_AVX512);
+    CHECK(wavepe_isa_kernel_isa(WAVEPE_ISA_AMX) == WAVEPE_ISA_AVX512);
 #elif defined(__aarch64__)
     CHECK(!wavepe_isa_supported(WAVEPE_ISA_AVX2) && !wavepe_isa_supported(WAVEPE_ISA_AVX512));
     CHECK(!wavepe_isa_supported(WAVEPE_ISA_AVX512BF16));
@@ -48,6 +53,12 @@ void test_isa_table(void) {
         for (int j = 0; j < i; ++j) CHECK(strcmp(name, wavepe_isa_name((wavepe_isa)j)) != 0);
         const int f32 = wavepe_isa_lanes_f32(isa), f64 = wavepe_isa_lanes_f64(isa);
         if (i != WAVEPE_ISA_SCALAR) CHECK(f32 >= 4 && f32 == 2 * f64);
+        /* the kernels the other families run here: its own, or those of an ISA with its own kernels, the same
+         * lanes, that runs wherever this one does */
+        const wavepe_isa kernels = wavepe_isa_kernel_isa(isa);
+        CHECK(wavepe_isa_kernel_isa(kernels) == kernels);
+        CHECK(wavepe_isa_lanes_f32(kernels) == f32 && wavepe_isa_lanes_f64(kernels) == f64);
+        CHECK(!wavepe_isa_supported(isa) || wavepe_isa_supported(kernels));
         if (wavepe_isa_supported(isa) && (isa != WAVEPE_ISA_AMX || wavepe_tiles_hardware(NULL))) best = i;
         /* WAVEPE_ISA=<name>: that ISA where it runs, an error naming it where not */
         setenv("WAVEPE_ISA", name, 1);
