@@ -7,7 +7,8 @@
  * counts the plans size their tiles with, and which matrix engines the
  * CPU attention runs on it (attention_engine.h).  Adding an ISA: a line here, a
  * vocabulary header simd_<name>.h, one instantiation file <family>_<name>.c
- * per family, a detection function detect_<name>() in isa.c, and a build
+ * per family (the attention alone where kernel_isa names another ISA), a
+ * detection function detect_<name>() in isa.c, and a build
  * rule for <family>_<name>.c (python/wavepe/_build/recipe.py SUFFIX_RULES).
  * An ISA that extends another may share its vocabulary and templates:
  * avx512bf16 is AVX-512 plus AVX512_BF16 (vdpbf16ps); attention_avx512bf16.c
@@ -31,8 +32,9 @@
  * ID     the enum constant WAVEPE_ISA_<ID>; the order of the lines is the
  *        order of the values (never reorder: 0 is scalar) and, among the
  *        ISAs a machine supports, the later one is preferred;
- * name   WAVEPE_ISA=<name>, wavepe.cpu_isa(), the suffix of the kernels
- *        (wavepe_alibi_f32_<name>) and of the instantiation files;
+ * name   WAVEPE_ISA=<name>, wavepe.cpu_isa(), the suffix of the attention's
+ *        kernels and instantiation file (attn_bwd_f32_<name>, attention_<name>.c)
+ *        and, where kernel_isa is the same, of the other families' (wavepe_alibi_f32_<name>);
  * arch   the architecture whose builds compile the ISA's vector kernels
  *        (X86_64, AARCH64; NONE: the scalar reference, built everywhere);
  * lanes  elements per vector register for float32 / float64.
@@ -45,7 +47,7 @@
  * kernel_isa    the name of the ISA whose kernels the families other than attention run on this
  *        one: its own, or that of an ISA it extends whose kernels serve unchanged (above), which
  *        every CPU running this one runs too.  The dispatch (isa_dispatch.h) and the families'
- *        prototypes follow it; wavepe_isa_kernels() reads it.
+ *        prototypes follow it; wavepe_isa_kernel_isa() reads it.
  * ...    passed through to X unchanged (callers' extra arguments).
  */
 #ifndef WAVEPE_ISA_TABLE_H
