@@ -8,11 +8,18 @@ import os
 
 import pytest
 
-import wavepe
+try:
+    import wavepe
+except ModuleNotFoundError as exc:
+    # wavepe not installed: only tests that need no wavepe can run -- the CUDA emulator's two files, which CI
+    # runs beside the wheel's build, before `make build` (.ci/run); a test that asks for `isa` fails
+    if exc.name != "wavepe":
+        raise
+    wavepe = None
 
 # The kernel variants this machine runs, from the core's ISA table (csrc/core/isa_table.h):
 # scalar first, the CPU's best last.
-ISAS = list(wavepe.supported_isas())
+ISAS = list(wavepe.supported_isas()) if wavepe else None
 
 
 @contextlib.contextmanager
@@ -35,6 +42,8 @@ def forced_isa(isa: str):
 @pytest.fixture(params=ISAS)
 def isa(request):
     """Force one kernel variant for the test."""
+    if wavepe is None:
+        pytest.fail("the isa fixture needs wavepe, which is not installed (make build)")
     with forced_isa(request.param):
         yield request.param
 
@@ -85,6 +94,8 @@ def pytest_configure(config):
 
 
 def pytest_report_header(config):
+    if wavepe is None:
+        return "wavepe: not installed (only tests that need no wavepe can run)"
     return (f"wavepe: cpu_isa={wavepe.cpu_isa()} isa variants tested={ISAS} "
             f"WAVEPE_ISA={os.environ.get('WAVEPE_ISA', '')} WAVEPE_FORCE_SCALAR={os.environ.get('WAVEPE_FORCE_SCALAR', '')}")
 

@@ -9,7 +9,8 @@ This is the one definition of the build, shared by everything that compiles wave
   prebuilt wheel);
 * the Makefile's ``ctest`` target asks it which core files to compile with which flags
   (``python3 python/wavepe/_build/recipe.py core-sources`` / ``flags FILE``), and
-  ``.ci/build_wheel.sh`` asks it for the CUDA archs (``cuda-archs``).
+  ``.ci/build_wheel.sh`` asks it for the CUDA archs (``cuda-archs``); ``.ci/run`` has it compile the CUDA
+  objects (``cuda-objects``) before the environment with torch exists.
 
 Sources are found by globbing directories, never listed by name; a file's extra flags come from
 :data:`SUFFIX_RULES`, matched on the end of its name.  To compile a new kind of kernel file with
@@ -445,6 +446,14 @@ def core_compiles(src_root: str, obj_dir: str) -> list[Compile]:
             for s in core_sources(src_root) for o in [_obj(obj_dir, "core", s)]]
 
 
+def cuda_compiles(src_root: str, obj_dir: str, nvcc: str, archs: Sequence[str]) -> list[Compile]:
+    """The CUDA kernels' objects of the torch ops library (torch_plan's): nvcc alone, no torch -- so that CI can
+    compile them (``recipe.py cuda-objects``) while the environment with torch is still being made."""
+    gencode = gencode_flags(archs)
+    return [Compile(s, o, (nvcc, *nvcc_flags(), *gencode, "-I" + src_root, "-c", s, "-o", o))
+            for s in cuda_sources(src_root) for o in [_obj(obj_dir, "cuda", s)]]
+
+
 def numpy_plan(src_root: str, obj_dir: str, output: str, numpy_include: str) -> Plan:
     """wavepe._ufuncs: the C core and the NumPy binding."""
     cc = shlex.split(c_compiler())
@@ -515,11 +524,7 @@ def torch_plan(src_root: str, obj_dir: str, output: str, tb: TorchBuild,
     core = [] if core_objects is not None else core_compiles(src_root, obj_dir)
     own = [Compile(s, o, (*cxx, *cxx_flags(s), *tb.cxx_flags, "-c", s, "-o", o))
            for s in torch_sources(src_root, tb.cuda) for o in [_obj(obj_dir, "torch", s)]]
-    cuda: list[Compile] = []
-    if tb.cuda and tb.nvcc:
-        gencode = gencode_flags(tb.cuda_archs)
-        cuda = [Compile(s, o, (tb.nvcc, *nvcc_flags(), *gencode, "-I" + src_root, "-c", s, "-o", o))
-                for s in cuda_sources(src_root) for o in [_obj(obj_dir, "cuda", s)]]
+    cuda = cuda_compiles(src_root, obj_dir, tb.nvcc, tb.cuda_archs) if tb.cuda and tb.nvcc else []
     objs = (*(core_objects or ()), *(c.obj for c in core + own + cuda))
     # --as-needed drops what nothing references; -z now: every symbol resolved when the library loads
     link = (*cxx, "-shared", *objs, "-o", output, "-Wl,--as-needed", "-Wl,-z,now",
@@ -778,9 +783,23 @@ def _main(argv: Iterable[str]) -> int:
             print(exc, file=sys.stderr)
             return 1
         print(" ".join(os.path.relpath(c.obj) for c in compiles))
+    elif args[:1] == ["cuda-objects"] and len(args) == 1:
+        # the torch ops library's CUDA objects, compiled as setup.py would (the same commands, under the same
+        # folder: a build after this one finds them up to date) -- CI's first step beside making .venv (.ci/run)
+        nvcc = find_nvcc()
+        if nvcc is None:
+            print("recipe.py cuda-objects: nvcc not found (put it on PATH or set CUDA_HOME)", file=sys.stderr)
+            return 1
+        compiles = cuda_compiles(root, object_dir(project), nvcc, cuda_archs())
+        try:
+            done = run(Plan(compiles), log=lambda text: print(text.rstrip(), file=sys.stderr))
+        except BuildError as exc:
+            print(exc, file=sys.stderr)
+            return 1
+        print(f"compiled {len(done)} of {len(compiles)} CUDA sources ({describe_archs(cuda_archs())})")
     else:
-        print("usage: recipe.py core-sources [ARCH] | flags FILE | c-flags FILE | nvcc-flags | cuda-archs | core-objects",
-              file=sys.stderr)
+        print("usage: recipe.py core-sources [ARCH] | flags FILE | c-flags FILE | nvcc-flags | cuda-archs | core-objects"
+              " | cuda-objects", file=sys.stderr)
         return 2
     return 0
 
