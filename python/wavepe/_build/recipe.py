@@ -10,7 +10,7 @@ This is the one definition of the build, shared by everything that compiles wave
 * the Makefile's ``ctest`` target asks it which core files to compile with which flags
   (``python3 python/wavepe/_build/recipe.py core-sources`` / ``flags FILE``), and
   ``.ci/build_wheel.sh`` asks it for the CUDA archs (``cuda-archs``); ``.ci/run`` has it compile the CUDA
-  objects (``cuda-objects``) before the environment with torch exists.
+  kernels' and the C core's objects (``objects-without-torch``) before the environment with torch exists.
 
 Sources are found by globbing directories, never listed by name; a file's extra flags come from
 :data:`SUFFIX_RULES`, matched on the end of its name.  To compile a new kind of kernel file with
@@ -448,7 +448,7 @@ def core_compiles(src_root: str, obj_dir: str) -> list[Compile]:
 
 def cuda_compiles(src_root: str, obj_dir: str, nvcc: str, archs: Sequence[str]) -> list[Compile]:
     """The CUDA kernels' objects of the torch ops library (torch_plan's): nvcc alone, no torch -- so that CI can
-    compile them (``recipe.py cuda-objects``) while the environment with torch is still being made."""
+    compile them (``recipe.py objects-without-torch``) while the environment with torch is still being made."""
     gencode = gencode_flags(archs)
     return [Compile(s, o, (nvcc, *nvcc_flags(), *gencode, "-I" + src_root, "-c", s, "-o", o))
             for s in cuda_sources(src_root) for o in [_obj(obj_dir, "cuda", s)]]
@@ -783,23 +783,25 @@ def _main(argv: Iterable[str]) -> int:
             print(exc, file=sys.stderr)
             return 1
         print(" ".join(os.path.relpath(c.obj) for c in compiles))
-    elif args[:1] == ["cuda-objects"] and len(args) == 1:
-        # the torch ops library's CUDA objects, compiled as setup.py would (the same commands, under the same
-        # folder: a build after this one finds them up to date) -- CI's first step beside making .venv (.ci/run)
+    elif args[:1] == ["objects-without-torch"] and len(args) == 1:
+        # the objects of a build with the CUDA kernels that need no torch -- the CUDA kernels' and the C core's --,
+        # compiled as setup.py would (the same commands, under the same folder: a build after this one finds them up
+        # to date; the longest first, as there) -- CI's first step, beside making the environment with torch (.ci/run)
         nvcc = find_nvcc()
         if nvcc is None:
-            print("recipe.py cuda-objects: nvcc not found (put it on PATH or set CUDA_HOME)", file=sys.stderr)
+            print("recipe.py objects-without-torch: nvcc not found (put it on PATH or set CUDA_HOME)", file=sys.stderr)
             return 1
-        compiles = cuda_compiles(root, object_dir(project), nvcc, cuda_archs())
+        compiles = cuda_compiles(root, object_dir(project), nvcc, cuda_archs()) + core_compiles(root, object_dir(project))
         try:
             done = run(Plan(compiles), log=lambda text: print(text.rstrip(), file=sys.stderr))
         except BuildError as exc:
             print(exc, file=sys.stderr)
             return 1
-        print(f"compiled {len(done)} of {len(compiles)} CUDA sources ({describe_archs(cuda_archs())})")
+        print(f"compiled {len(done)} of {len(compiles)} files: the CUDA kernels ({describe_archs(cuda_archs())}) "
+              "and the C core")
     else:
         print("usage: recipe.py core-sources [ARCH] | flags FILE | c-flags FILE | nvcc-flags | cuda-archs | core-objects"
-              " | cuda-objects", file=sys.stderr)
+              " | objects-without-torch", file=sys.stderr)
         return 2
     return 0
 
