@@ -11,30 +11,16 @@
 #   - then, with the compilers back (the build tests compile tiny stand-ins), the test suite against the installed
 #     package: every test passes on the wheel as it does in place -- where the installation is the checkout that
 #     make test ran (.ci/installed_as_checkout.py), the tests whose outcome can depend on where wavepe lives.
-#
-# `.ci/check_wheel.sh --prepare DIR` makes that environment ahead, without the wheel (CI does while the wheel is built:
-# pip's ~85 s of one core there, not after it); CHECK_WHEEL_ENV=DIR then has the check use it, installing the wheel
-# with the same command -- the same packages as a fresh environment's.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-# (byte-compiled as a user's pip does: the first import below is timed -- without, torch's modules that wavepe.ops
-# imports were compiled inside it, 5.8 s where it took 1.6 on a Zen 3)
-DEPS=("numpy==1.26.4" "torch==2.13.0" "transformers==5.23.0")
-if [ "${1:-}" = --prepare ]; then
-  python3 -m venv "$2"
-  "$2/bin/python" -m pip install -q "${DEPS[@]}" > "$2.pip.log" 2>&1 || { cat "$2.pip.log"; exit 1; }
-  exit 0
-fi
 whl=$(ls dist/wheelhouse/wavepe-*.whl)
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-venv_dir=${CHECK_WHEEL_ENV:-$work/env}
-if [ -n "${CHECK_WHEEL_ENV:-}" ]; then
-  trap 'rm -rf "$work" "$CHECK_WHEEL_ENV"' EXIT
-else
-  python3 -m venv "$venv_dir"
-fi
-"$venv_dir/bin/python" -m pip install -q "${DEPS[@]}" "$whl" > "$work/pip.log" 2>&1 || { cat "$work/pip.log"; exit 1; }
+python3 -m venv "$work/env"
+# (byte-compiled as a user's pip does: the first import below is timed -- without, torch's modules that wavepe.ops
+# imports were compiled inside it, 5.8 s where it took 1.6 on a Zen 3)
+"$work/env/bin/python" -m pip install -q "numpy==1.26.4" "torch==2.13.0" "transformers==5.23.0" "$whl" \
+  > "$work/pip.log" 2>&1 || { cat "$work/pip.log"; exit 1; }
 
 # no compiler anywhere: a PATH of the few tools the checks need, and compiler variables on a stub
 mkdir "$work/bin"
@@ -47,7 +33,7 @@ run() {  # run ARGS... in the no-compiler environment, from the work folder (awa
      MPLBACKEND=Agg "$@")
 }
 for c in gcc g++ cc c++ nvcc; do
-  if run "$venv_dir/bin/python" -c "import shutil, sys; sys.exit(shutil.which('$c') is None)"; then
+  if run "$work/env/bin/python" -c "import shutil, sys; sys.exit(shutil.which('$c') is None)"; then
     echo "$c is reachable in the no-compiler environment" >&2; exit 1
   fi
 done
@@ -55,7 +41,7 @@ done
 # The front ends in two processes at a time (each check is one interpreter, mostly one busy core): the ops and the
 # NumPy front end, beside wavepe.patch and the main job; each group's output is printed when both have ended.
 front_ends_ops() {
-run "$venv_dir/bin/python" - <<'PY'
+run "$work/env/bin/python" - <<'PY'
 import os, time
 t0 = time.perf_counter()
 import torch
@@ -75,8 +61,8 @@ print(f"import torch {t1 - t0:.2f} s; import wavepe.ops + first fused op {t2 - t
 assert t2 - t1 < 10, "loading the prebuilt ops took long enough to be a compile"
 PY
 
-run "$venv_dir/bin/python" "$(pwd)/.ci/installed_attention_check.py" "from the wheel ("
-run "$venv_dir/bin/python" - <<'PY'
+run "$work/env/bin/python" "$(pwd)/.ci/installed_attention_check.py" "from the wheel ("
+run "$work/env/bin/python" - <<'PY'
 import numpy as np, torch, wavepe, wavepe.ufuncs as wu, wavepe.ops as wo
 assert np.__version__ == "1.26.4", np.__version__
 cfg = wavepe.WaveletConfig.grid(16)
@@ -94,7 +80,7 @@ PY
 }
 
 front_ends_models() {
-run "$venv_dir/bin/python" - <<'PY'
+run "$work/env/bin/python" - <<'PY'
 import torch, transformers, wavepe
 from transformers import LlamaConfig, LlamaForCausalLM
 torch.manual_seed(0)
@@ -110,7 +96,7 @@ assert gen.shape == (1, 16)
 print(f"wavepe.patch on a tiny Llama (transformers {transformers.__version__}): forward and generate ok")
 PY
 
-run "$venv_dir/bin/wavepe" extrapolate --quick --steps 3 --train-len 16 --factors 1 2 --eval-tokens 64 \
+run "$work/env/bin/wavepe" extrapolate --quick --steps 3 --train-len 16 --factors 1 2 --eval-tokens 64 \
   --sliding-tokens 32 --hidden 32 --head-dim 16 --wavelet-scales 4 --layers 1 --encodings wavelet,rope \
   --out "$work/run" > "$work/extrapolate.log" 2>&1 || { cat "$work/extrapolate.log"; return 1; }
 for f in perplexity.png results.json; do
@@ -126,7 +112,7 @@ wait "$ops_pid" || rc_ops=$?
 wait "$models_pid" || rc_models=$?
 cat "$work/front-ends-ops.log" "$work/front-ends-models.log"
 [ $rc_ops -eq 0 ] && [ $rc_models -eq 0 ] || { echo "a front end failed (exit $rc_ops, $rc_models)" >&2; exit 1; }
-run "$venv_dir/bin/wavepe" info | tee "$work/info.txt"
+run "$work/env/bin/wavepe" info | tee "$work/info.txt"
 grep -q "^torch ops: from the wheel (" "$work/info.txt"
 grep -q "cuda kernels: sm_80 sm_90" "$work/info.txt"
 [ ! -e "$work/cache" ] || { echo "something compiled into $work/cache" >&2; exit 1; }
@@ -134,10 +120,10 @@ echo "the wheel works with no compiler: nothing was compiled"
 
 echo "--- the tests of where wavepe lives, against the installed wheel"
 # the suite's own requirements (requirements-dev.txt: NumPy 2, as in place; the oldest NumPy was checked above)
-"$venv_dir/bin/python" -m pip install -q --no-compile "numpy>=2.0" pytest pytest-xdist "hypothesis>=6.100" "PyWavelets>=1.6" "scipy>=1.11" \
+"$work/env/bin/python" -m pip install -q --no-compile "numpy>=2.0" pytest pytest-xdist "hypothesis>=6.100" "PyWavelets>=1.6" "scipy>=1.11" \
   > "$work/pip-test.log" 2>&1 || { cat "$work/pip-test.log"; exit 1; }
 # from the checkout's root (the tests read its files), with the installed wavepe: python/ is not on sys.path
-package=$("$venv_dir/bin/python" -c "import os, wavepe; print(os.path.dirname(wavepe.__file__))")
+package=$("$work/env/bin/python" -c "import os, wavepe; print(os.path.dirname(wavepe.__file__))")
 case "$package" in *site-packages*) ;; *) echo "wavepe imported from $package, not the installation" >&2; exit 1 ;; esac
 # as make test runs it (Makefile, test): pytest-xdist's workers (tests/conftest.py says how many), a file at a time.
 # Which tests: where the installation is the checkout as make test ran it -- its files byte for byte, its libraries'
@@ -146,13 +132,13 @@ case "$package" in *site-packages*) ;; *) echo "wavepe imported from $package, n
 # `installation` marker: the loader and the first-use build, the commands, the package's data and layout, the docs'
 # examples).  Otherwise (an in-place build of other flags, or none) the whole suite runs against the wheel, but for
 # the CUDA emulator's two files, which compile csrc/cuda with g++ and never touch the installed wheel.
-if "$venv_dir/bin/python" .ci/installed_as_checkout.py "$package"; then
+if "$work/env/bin/python" .ci/installed_as_checkout.py "$package"; then
   # (the marked files named, so that the workers import only those; -m keeps a file's unmarked tests out)
   # shellcheck disable=SC2046
-  WAVEPE_CACHE_DIR="$work/cache-tests" "$venv_dir/bin/python" -m pytest -q -p no:cacheprovider -n auto --dist loadfile \
+  WAVEPE_CACHE_DIR="$work/cache-tests" "$work/env/bin/python" -m pytest -q -p no:cacheprovider -n auto --dist loadfile \
     -m installation $(grep -l "^pytestmark = .*pytest.mark.installation" tests/test_*.py)
 else
   echo "so the whole suite runs against the installed wheel"
-  WAVEPE_CACHE_DIR="$work/cache-tests" "$venv_dir/bin/python" -m pytest -q -p no:cacheprovider -n auto --dist loadfile \
+  WAVEPE_CACHE_DIR="$work/cache-tests" "$work/env/bin/python" -m pytest -q -p no:cacheprovider -n auto --dist loadfile \
     tests --ignore=tests/test_cuda_emu.py --ignore=tests/test_cuda_emu_nonfinite.py
 fi
