@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
 # Build the wheel users install: the NumPy extension for this CPython, and the torch ops library
 # (torch's ABI-stable API: one binary for every torch >= 2.10) with the CUDA kernels inside (SASS per
-# arch + PTX where a GPU would find no SASS: recipe.ptx_archs, the CUDA runtime linked statically), then check it the way a release
+# arch + PTX where a GPU would find no SASS: recipe.shipped_ptx, the CUDA runtime linked statically), then check it the way a release
 # would be checked:
 #
 #   1. python -m build --wheel --no-isolation in the project's .venv (torch==2.13.0 from the local
 #      wheel provides the stable headers; torch is never a build requirement), WAVEPE_BUILD_CUDA=1;
 #   2. the library inside keeps the stable-ABI contract (.ci/check_stable_abi.py: nm -D, DT_NEEDED);
-#   3. its CUDA images: SASS for every arch and the PTX of recipe.ptx_archs (cuobjdump --list-elf/--list-ptx), and
+#   3. its CUDA images: SASS for every arch and the PTX of recipe.shipped_ptx (cuobjdump --list-elf/--list-ptx), and
 #      the ptxas/SASS rules (no spills, no local memory in the tile kernels, HMMA in the tensor-core
 #      kernels) on the shipped binary (.ci/check_cuda_kernels.py);
 #   4. auditwheel repair: a manylinux tag, libtorch_cpu.so excluded (it is torch's, found in the

@@ -133,6 +133,42 @@ def test_cuda_archs_share_a_front_end_run_only_where_the_sources_do_not_tell_the
     assert recipe.describe_archs(["80", "90"]) == "sm_80 sm_90 +PTX compute_80"  # the PTX it compiles anyway
 
 
+def test_only_the_sources_whose_code_an_arch_changes_compile_once_per_level(monkeypatch):
+    """A source none of whose code (its own, its headers' under csrc) tests __CUDA_ARCH__ above 800 compiles its front end
+    once, the oldest arch's, for every arch's SASS and ships that PTX: attention_bwd.cu, whose tensor-core dK/dV (the
+    backward's arch-dependent part) is attention_bwd_dkdv_tc.cu, and the element-wise kernels.  device.cu's probe
+    compiles per level whatever its code: its images must be the fewest any source has."""
+    monkeypatch.setattr(recipe.platform, "machine", lambda: "x86_64")
+    cu = {p.name: str(p) for p in (CSRC / "cuda").glob("*.cu")}
+    per_level = {name for name, path in cu.items() if recipe.arch_dependent(path, str(CSRC))}
+    assert per_level == {"attention.cu", "attention_bwd_dkdv_tc.cu", "device.cu"}
+    assert {"attention_bwd.cu", "relbias.cu", "rope.cu", "alibi.cu"} <= set(cu) - per_level
+    archs = ["80", "90", "100", "120"]
+    assert recipe.gencode_flags(archs, per_level=False) == ["-gencode=arch=compute_80,code=[sm_80,sm_90,sm_100,sm_120,compute_80]"]
+    assert recipe.gencode_flags(["90"], per_level=False) == ["-gencode=arch=compute_90,code=[sm_90,compute_90]"]
+    flags = {os.path.basename(c.obj): [a for a in c.argv if a.startswith("-gencode")]
+             for c in recipe.cuda_compiles(str(CSRC), "/obj", "nvcc", archs)}
+    assert flags == {name + ".o": recipe.gencode_flags(archs, name in per_level) for name in cu}
+    assert recipe.shipped_ptx(archs, str(CSRC)) == ["80", "120"]
+
+
+def test_arch_tests_follow_the_sources_own_includes(tmp_path):
+    (tmp_path / "cuda").mkdir()
+    (tmp_path / "core").mkdir()
+    (tmp_path / "core" / "deep.h").write_text("#if __CUDA_ARCH__ >= 1000\n#endif\n")
+    (tmp_path / "cuda" / "tile.cuh").write_text('#pragma once\n#include "core/deep.h"\n#include <cuda_fp16.h>\n')
+    (tmp_path / "cuda" / "a.cu").write_text('#include "tile.cuh"\n#include "tile.cuh"\n')
+    (tmp_path / "cuda" / "b.cu").write_text('#include "missing.cuh"\n#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800\n'
+                                            '#error\n#endif\n')
+    (tmp_path / "cuda" / "device.cu").write_text("")
+    assert recipe.arch_tests(str(tmp_path / "cuda" / "a.cu"), str(tmp_path)) == {1000}
+    assert recipe.arch_dependent(str(tmp_path / "cuda" / "a.cu"), str(tmp_path))
+    assert recipe.arch_tests(str(tmp_path / "cuda" / "b.cu"), str(tmp_path)) == {800}
+    assert not recipe.arch_dependent(str(tmp_path / "cuda" / "b.cu"), str(tmp_path))
+    assert recipe.arch_dependent(str(tmp_path / "cuda" / "device.cu"), str(tmp_path))  # the probe (PROBE_SOURCE)
+    assert recipe.shipped_ptx(["80", "90"], str(tmp_path)) == ["80"]
+
+
 @pytest.mark.parametrize("machine", ["x86_64", "aarch64"])
 def test_every_gpu_from_sm_80_runs_code_of_the_default_build(machine):
     """Its own SASS where the build has its major, else PTX the driver compiles: on aarch64 Jetson Thor (sm_110,
@@ -681,11 +717,11 @@ def test_cuda_kernel_checks_read_ptxas_and_name_kernel_and_arch():
     # (not listed: built there) a stub fails the tensor-core rule
     wide = "attn_bwd_dkdv_tc_wide_kernel<__half, 128, 1>"
     assert ("attn_bwd_dkdv_tc_wide_kernel", "128", "sm_120") in ck.NOT_BUILT
-    assert ck.failures_of(rec("attention_bwd.cu", "sm_120", hmma=0), wide) == []
-    (msg,) = ck.failures_of(rec("attention_bwd.cu", "sm_120", hmma=4), wide)
+    assert ck.failures_of(rec("attention_bwd_dkdv_tc.cu", "sm_120", hmma=0), wide) == []
+    (msg,) = ck.failures_of(rec("attention_bwd_dkdv_tc.cu", "sm_120", hmma=4), wide)
     assert "NOT_BUILT" in msg
     for arch in ("sm_80", "sm_100"):
-        (msg,) = ck.failures_of(rec("attention_bwd.cu", arch, hmma=0), wide)
+        (msg,) = ck.failures_of(rec("attention_bwd_dkdv_tc.cu", arch, hmma=0), wide)
         assert "no HMMA" in msg, arch
 
 

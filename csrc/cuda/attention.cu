@@ -25,6 +25,7 @@
 // on scheduling.
 #include <type_traits>
 
+#include "arch_tuning.cuh"
 #include "attention_tile.cuh"
 
 namespace wavepe_cuda {
@@ -608,7 +609,7 @@ WAVEPE_DEVICE void attn_fwd_tc_cta(const AttnParams &p) {
                 A s[MT][NT][4];
 #pragma unroll
                 for (int mt = 0; mt < MT; ++mt) zero_frags(s[mt]);
-                qk_products_rows<T, NT, KS, LD, MT>(s, qf, krow);
+                qk_products_rows<T, NT, KS, LD, MT, qk_unroll<KS>()>(s, qf, krow);
 #pragma unroll
                 for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
@@ -752,7 +753,7 @@ WAVEPE_DEVICE void attn_fwd_tc_cta(const AttnParams &p) {
                     }
                     qk_products<T, NT, KS, LD>(s[0], qf, krow);
                 } else {
-                    qk_products_rows<T, NT, KS, LD, MT>(s, qf, krow);  // each K fragment read once for the m-tiles
+                    qk_products_rows<T, NT, KS, LD, MT, qk_unroll<KS>()>(s, qf, krow);  // each K fragment read once for the m-tiles
                 }
 #pragma unroll
                 for (int mt = 0; mt < MT; ++mt) {

@@ -552,16 +552,11 @@ WAVEPE_DEVICE void qk_products(float (&s)[NT][4], const QF &qf, const T *krow) {
 // with each K fragment ldmatrix'd once for the MT m-tiles -- the K bytes per HMMA a 1 / MT of qk_products' --
 // and Q's fragments by ldmatrix at each 16-column step (one load per NT / 2 of K's): qrow = the lane's address of
 // the first m-tile's rows in the Q tile (row l % 16, column 8 (l / 16)), m-tile mt 16 mt rows further.
-template <class T, int NT, int KS, int LD, int MT, int UNROLL = KS>
+template <class T, int NT, int KS, int LD, int MT, int UNROLL>
 WAVEPE_DEVICE void qk_products_rows(float (&s)[MT][NT][4], const T *qrow, const T *krow) {
-    // on sm_100 unrolled by 4 only: fully unrolled, ptxas hoisted fragments' loads ahead of their products there
-    // and spilled loop invariants (on sm_80, sm_90 and sm_120 fully: no spills, no inner loop); UNROLL: at most
-    // that, where the caller's registers need it (the wide dQ's S and dP: 2)
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 1000 && __CUDA_ARCH__ < 1200
-#pragma unroll (UNROLL < 4 ? UNROLL : 4)
-#else
+    // UNROLL: how far the KS 16-column steps are unrolled -- qk_unroll<KS>() (arch_tuning.cuh: by 4 at most on sm_100),
+    // or less where the caller's registers need it (the wide dQ's S and dP: 2)
 #pragma unroll UNROLL
-#endif
     for (int ks = 0; ks < KS; ++ks) {
         uint32_t af[MT][4];
 #pragma unroll

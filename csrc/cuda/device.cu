@@ -3,8 +3,10 @@
 // the kernels need bf16 mma.sync and cp.async), or one whose major the build has neither SASS nor PTX for -- gets a
 // sentence naming its compute capability and what to do, not the launch's "no kernel image is available".
 //
-// The probe is a kernel of this file: every .cu of the library is compiled with the same gencode (one fatbin each,
-// python/wavepe/_build/recipe.py), so the images this file holds are the ones every kernel has.  Asking for its
+// The probe is a kernel of this file, which is compiled as the sources whose code differs by arch are, per code level
+// (python/wavepe/_build/recipe.py: PROBE_SOURCE; one fatbin a source): theirs are the fewest images of the library --
+// the others hold every arch's SASS and the oldest arch's PTX, which every newer GPU runs -- so a GPU that finds an
+// image here finds one for every kernel.  Asking for its
 // attributes makes the driver pick an image -- SASS of the device's major at or below its minor, else the newest PTX
 // at or below its compute capability, compiled then (recipe.image_for states the rule the build is planned by).
 #include "common.cuh"

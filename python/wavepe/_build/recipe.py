@@ -33,6 +33,7 @@ import hashlib
 import json
 import os
 import platform
+import re
 import shlex
 import shutil
 import subprocess
@@ -162,7 +163,8 @@ def nvcc_flags() -> list[str]:
 
 # The compute capabilities (x 10) at which csrc/cuda's own `__CUDA_ARCH__` tests change the device code: below 80 an
 # #error (common.cuh), from 100 the dK/dV table instance's chunks and the wide dK/dV's passes, from 120 the wide
-# dK/dV's stub at head dim 128 (attention_bwd.cu), from 100 to 119 the products' unrolling (attention_tile.cuh).  Archs
+# dK/dV's stub at head dim 128 (attention_bwd_dkdv_tc.cu), from 100 to 119 the products' unrolling (arch_tuning.cuh);
+# the sources that hold none of these compile once for every arch (arch_dependent, below).  Archs
 # between two levels compile to the same PTX but for the CUDA headers' own branches (sm_90's bf16-to-float
 # `cvt.f32.bf16` where sm_80's PTX has a `mov`; the static checks' figures of the sm_90 SASS within 1 %), so they share
 # one front-end (cicc) run: sm_90's SASS comes from compute_80's PTX -- 74 of the 536 CPU seconds of a wheel's CUDA
@@ -223,10 +225,62 @@ def image_for(archs: Sequence[str], cc: int, ptx: Sequence[str] | None = None) -
     return f"compute_{max(fits, key=int)}" if fits else None
 
 
-def gencode_flags(archs: Sequence[str]) -> list[str]:
-    """SASS for every arch (one front-end run per group of ptx_groups), and the PTX of ptx_archs."""
+def gencode_flags(archs: Sequence[str], per_level: bool = True) -> list[str]:
+    """SASS for every arch (one front-end run per group of ptx_groups), and the PTX of ptx_archs; not ``per_level``
+    (a source whose code no arch changes: arch_dependent), one front-end run for them all -- the oldest arch's, whose
+    PTX it ships, which every GPU from that arch on compiles to the same code."""
+    if not per_level:
+        v = min(archs, key=int)
+        return [f"-gencode=arch=compute_{v},code=[{','.join(f'sm_{a}' for a in archs)},compute_{v}]"]
     return ([f"-gencode=arch=compute_{v},code=[{','.join(f'sm_{a}' for a in g)}]" for v, g in ptx_groups(archs)] +
             [f"-gencode=arch=compute_{v},code=compute_{v}" for v in ptx_archs(archs)])
+
+
+# A source's device code differs between archs only where it, or a header of the sources it includes, compares
+# __CUDA_ARCH__ with a value above the oldest code level's (at or below it: common.cuh's #error for archs without the
+# kernels' instructions).  The others -- all but attention.cu and attention_bwd_dkdv_tc.cu -- compile once for every
+# arch: nvcc's front end (cicc) is ~half of a source's compile, so each level it skips saves that half again -- ~300
+# CPU seconds of a wheel's CUDA compile (attention_bwd.cu's front end alone ~90 s a level on a Xeon).
+_ARCH_TEST = re.compile(r"__CUDA_ARCH__\s*(?:[<>]=?|==|!=)\s*(\d+)")
+_LOCAL_INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)
+# The file whose kernel device.cu asks the driver about (whether this library holds code the GPU runs): compiled per
+# level whatever its code, so that its images are those of the sources with the fewest (their PTX: ptx_archs).
+PROBE_SOURCE = "device.cu"
+
+
+def arch_tests(path: str, src_root: str, _seen: set[str] | None = None) -> set[int]:
+    """The values ``path`` and the headers under ``src_root`` it includes (``#include "..."``: beside the file, or
+    from ``src_root``) compare __CUDA_ARCH__ with."""
+    seen = set() if _seen is None else _seen
+    path = os.path.realpath(path)
+    if path in seen:
+        return set()
+    seen.add(path)
+    with open(path, encoding="utf-8") as f:
+        text = f.read()
+    values = {int(v) for v in _ARCH_TEST.findall(text)}
+    for name in _LOCAL_INCLUDE.findall(text):
+        for base in (os.path.dirname(path), src_root):
+            header = os.path.join(base, name)
+            if os.path.isfile(header):
+                values |= arch_tests(header, src_root, seen)
+                break
+    return values
+
+
+def arch_dependent(path: str, src_root: str) -> bool:
+    """Whether the CUDA source ``path`` is compiled once per code level (ptx_groups), not once for every arch."""
+    return os.path.basename(path) == PROBE_SOURCE or any(
+        v > 10 * min(CUDA_CODE_LEVELS) for v in arch_tests(path, src_root))
+
+
+def shipped_ptx(archs: Sequence[str], src_root: str) -> list[str]:
+    """The virtual archs whose PTX the library holds, oldest first: ptx_archs' (the per-level sources'), and the oldest
+    arch's where some source is compiled once for all."""
+    ptx = set(ptx_archs(archs))
+    if not all(arch_dependent(s, src_root) for s in cuda_sources(src_root)):
+        ptx.add(min(archs, key=int))
+    return sorted(ptx, key=int)
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -449,8 +503,8 @@ def core_compiles(src_root: str, obj_dir: str) -> list[Compile]:
 def cuda_compiles(src_root: str, obj_dir: str, nvcc: str, archs: Sequence[str]) -> list[Compile]:
     """The CUDA kernels' objects of the torch ops library (torch_plan's): nvcc alone, no torch -- so that CI can
     compile them (``recipe.py objects-without-torch``) while the environment with torch is still being made."""
-    gencode = gencode_flags(archs)
-    return [Compile(s, o, (nvcc, *nvcc_flags(), *gencode, "-I" + src_root, "-c", s, "-o", o))
+    return [Compile(s, o, (nvcc, *nvcc_flags(), *gencode_flags(archs, arch_dependent(s, src_root)), "-I" + src_root,
+                           "-c", s, "-o", o))
             for s in cuda_sources(src_root) for o in [_obj(obj_dir, "cuda", s)]]
 
 
@@ -671,7 +725,7 @@ def default_jobs() -> int:
 
 def nvcc_threads(jobs: int) -> int:
     """nvcc's ``--threads`` for a build running ``jobs`` compiles at once: one nvcc compiles a file's archs one after
-    another (attention_bwd.cu: ~300 CPU seconds, the build's longest chain), so the cores are shared by the two long
+    another (attention.cu: ~250 CPU seconds on a Xeon, the build's longest chain), so the cores are shared by the long
     CUDA sources, which start first -- 1 (no flag) on two cores, where the other compiles keep both busy (measured,
     a clean wheel build on a Zen 5's two cores: 339 s wall without, 347 with --threads 2, and 70 CPU seconds more)."""
     return max(1, min(8, jobs // 2))
