@@ -866,8 +866,7 @@ def main(argv: list[str]) -> int:
     failures = []
     elf, ptx = embedded(lib, cuobjdump, "elf"), embedded(lib, cuobjdump, "ptx")
     failures += [f"{os.path.basename(lib)} holds no SASS for sm_{a}" for a in archs if f"sm_{a}" not in elf]
-    # the PTX the build ships (for GPUs newer than the toolkit, and sm_110): the per-level sources' and, where a source
-    # compiles once for all archs, the oldest arch's
+    # the PTX the build ships (for GPUs newer than the toolkit, and sm_110): each source's, for its code levels
     recipe = build_recipe()
     for v in recipe.shipped_ptx(archs, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "csrc")):
         if f"sm_{v}" not in ptx and f"compute_{v}" not in ptx:  # cuobjdump names PTX files .sm_XX.ptx

@@ -133,40 +133,52 @@ def test_cuda_archs_share_a_front_end_run_only_where_the_sources_do_not_tell_the
     assert recipe.describe_archs(["80", "90"]) == "sm_80 sm_90 +PTX compute_80"  # the PTX it compiles anyway
 
 
-def test_only_the_sources_whose_code_an_arch_changes_compile_once_per_level(monkeypatch):
-    """A source none of whose code (its own, its headers' under csrc) tests __CUDA_ARCH__ above 800 compiles its front end
-    once, the oldest arch's, for every arch's SASS and ships that PTX: attention_bwd.cu, whose tensor-core dK/dV (the
-    backward's arch-dependent part) is attention_bwd_dkdv_tc.cu, and the element-wise kernels.  device.cu's probe
-    compiles per level whatever its code: its images must be the fewest any source has."""
+def test_a_source_runs_the_front_end_at_the_toolchains_levels_and_its_own(monkeypatch):
+    """nvcc's front end runs once per code level of a source (code_levels): the toolchain's (80: sm_80's and sm_90's SASS,
+    100: sm_100's and sm_120's) and those where the source, or a header of csrc it includes, tests __CUDA_ARCH__ -- 120
+    for attention.cu and attention_bwd_dkdv_tc.cu (the backward's arch-dependent part), not for attention_bwd.cu or the
+    element-wise kernels.  device.cu's probe runs at every level whatever its code: its images must be the fewest any
+    source has."""
     monkeypatch.setattr(recipe.platform, "machine", lambda: "x86_64")
     cu = {p.name: str(p) for p in (CSRC / "cuda").glob("*.cu")}
-    per_level = {name for name, path in cu.items() if recipe.arch_dependent(path, str(CSRC))}
-    assert per_level == {"attention.cu", "attention_bwd_dkdv_tc.cu", "device.cu"}
-    assert {"attention_bwd.cu", "relbias.cu", "rope.cu", "alibi.cu"} <= set(cu) - per_level
+    levels = {name: recipe.code_levels(path, str(CSRC)) for name, path in cu.items()}
+    assert {n for n, lv in levels.items() if lv == recipe.CUDA_CODE_LEVELS} == {
+        "attention.cu", "attention_bwd_dkdv_tc.cu", "device.cu"}
+    assert set(levels.values()) == {recipe.CUDA_CODE_LEVELS, recipe.TOOLCHAIN_CODE_LEVELS}
+    assert {"attention_bwd.cu", "relbias.cu", "rope.cu", "alibi.cu"} <= {
+        n for n, lv in levels.items() if lv == recipe.TOOLCHAIN_CODE_LEVELS}
     archs = ["80", "90", "100", "120"]
-    assert recipe.gencode_flags(archs, per_level=False) == ["-gencode=arch=compute_80,code=[sm_80,sm_90,sm_100,sm_120,compute_80]"]
-    assert recipe.gencode_flags(["90"], per_level=False) == ["-gencode=arch=compute_90,code=[sm_90,compute_90]"]
+    assert recipe.gencode_flags(archs, recipe.TOOLCHAIN_CODE_LEVELS) == [
+        "-gencode=arch=compute_80,code=[sm_80,sm_90]", "-gencode=arch=compute_100,code=[sm_100,sm_120]",
+        "-gencode=arch=compute_100,code=compute_100"]
+    assert recipe.gencode_flags(["90"], recipe.TOOLCHAIN_CODE_LEVELS) == recipe.gencode_flags(["90"])
     flags = {os.path.basename(c.obj): [a for a in c.argv if a.startswith("-gencode")]
              for c in recipe.cuda_compiles(str(CSRC), "/obj", "nvcc", archs)}
-    assert flags == {name + ".o": recipe.gencode_flags(archs, name in per_level) for name in cu}
-    assert recipe.shipped_ptx(archs, str(CSRC)) == ["80", "120"]
+    assert flags == {name + ".o": recipe.gencode_flags(archs, levels[name]) for name in cu}
+    assert recipe.shipped_ptx(archs, str(CSRC)) == ["100", "120"]
+    # every GPU that finds an image in the probe's finds one in every source's (SASS of its major, else PTX at or below)
+    for cc in [*recipe.gpu_ccs("x86_64"), 130]:
+        if recipe.image_for(archs, cc, recipe.ptx_archs(archs)) is not None:
+            for lv in set(levels.values()):
+                assert recipe.image_for(archs, cc, recipe.ptx_archs(archs, levels=lv)) is not None, (cc, lv)
 
 
 def test_arch_tests_follow_the_sources_own_includes(tmp_path):
     (tmp_path / "cuda").mkdir()
     (tmp_path / "core").mkdir()
-    (tmp_path / "core" / "deep.h").write_text("#if __CUDA_ARCH__ >= 1000\n#endif\n")
+    (tmp_path / "core" / "deep.h").write_text("#if __CUDA_ARCH__ >= 1200\n#endif\n")
     (tmp_path / "cuda" / "tile.cuh").write_text('#pragma once\n#include "core/deep.h"\n#include <cuda_fp16.h>\n')
     (tmp_path / "cuda" / "a.cu").write_text('#include "tile.cuh"\n#include "tile.cuh"\n')
     (tmp_path / "cuda" / "b.cu").write_text('#include "missing.cuh"\n#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800\n'
                                             '#error\n#endif\n')
     (tmp_path / "cuda" / "device.cu").write_text("")
-    assert recipe.arch_tests(str(tmp_path / "cuda" / "a.cu"), str(tmp_path)) == {1000}
-    assert recipe.arch_dependent(str(tmp_path / "cuda" / "a.cu"), str(tmp_path))
+    assert recipe.arch_tests(str(tmp_path / "cuda" / "a.cu"), str(tmp_path)) == {1200}
+    assert recipe.code_levels(str(tmp_path / "cuda" / "a.cu"), str(tmp_path)) == (80, 100, 120)
     assert recipe.arch_tests(str(tmp_path / "cuda" / "b.cu"), str(tmp_path)) == {800}
-    assert not recipe.arch_dependent(str(tmp_path / "cuda" / "b.cu"), str(tmp_path))
-    assert recipe.arch_dependent(str(tmp_path / "cuda" / "device.cu"), str(tmp_path))  # the probe (PROBE_SOURCE)
+    assert recipe.code_levels(str(tmp_path / "cuda" / "b.cu"), str(tmp_path)) == recipe.TOOLCHAIN_CODE_LEVELS
+    assert recipe.code_levels(str(tmp_path / "cuda" / "device.cu"), str(tmp_path)) == recipe.CUDA_CODE_LEVELS
     assert recipe.shipped_ptx(["80", "90"], str(tmp_path)) == ["80"]
+    assert recipe.shipped_ptx(["80", "90", "100", "120"], str(tmp_path)) == ["100", "120"]
 
 
 @pytest.mark.parametrize("machine", ["x86_64", "aarch64"])

@@ -1,7 +1,7 @@
 // arch_tuning.cuh: the tile products' choices that differ by compute capability, for the sources whose kernels make
 // them (attention.cu, attention_bwd_dkdv_tc.cu).  Not in attention_tile.cuh: a source that includes only that one
-// has the same device code on every arch, and the build compiles its front end once for all of them
-// (python/wavepe/_build/recipe.py: arch_dependent).
+// has the same device code on every arch, and the build runs nvcc's front end for it at the toolchain's levels only,
+// sm_120's SASS from compute_100's PTX (python/wavepe/_build/recipe.py: code_levels).
 #pragma once
 
 namespace wavepe_cuda {

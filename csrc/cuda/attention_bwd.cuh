@@ -4,9 +4,9 @@
 // launchers attention_bwd_dkdv_tc.cu defines.
 //
 // Why two sources: the tensor-core dK/dV's code differs by compute capability (attention_bwd_dkdv_tc.cu's
-// __CUDA_ARCH__ tests: spill-free variants for sm_100 and sm_120), the rest of the backward's does not -- so the build
-// compiles attention_bwd.cu's front end once for every arch, and only attention_bwd_dkdv_tc.cu's once per code level
-// (python/wavepe/_build/recipe.py: arch_dependent).
+// __CUDA_ARCH__ tests: spill-free variants for sm_100 and sm_120), the rest of the backward's does not -- so nvcc's
+// front end runs for attention_bwd.cu twice (compute_80: sm_80's and sm_90's SASS; compute_100: sm_100's and sm_120's),
+// and three times only for attention_bwd_dkdv_tc.cu (python/wavepe/_build/recipe.py: code_levels).
 #pragma once
 
 #include "attention_tile.cuh"

@@ -1,7 +1,7 @@
 // attention_bwd_dkdv_tc.cu: the fused attention backward's tensor-core dK/dV kernels (attention_bwd.cu says what the
 // backward computes, and launches these through launch_tc_dkdv: attention_bwd.cuh).  A source of their own because
 // their code differs by compute capability (the __CUDA_ARCH__ tests below: the variants ptxas keeps free of spills on
-// sm_100 and sm_120) and the rest of the backward's does not: only this one is compiled once per code level.
+// sm_100 and sm_120) and the rest of the backward's does not: only this one needs nvcc's front end for sm_120 apart.
 #include "arch_tuning.cuh"
 #include "attention_bwd.cuh"
 

@@ -3,10 +3,10 @@
 // the kernels need bf16 mma.sync and cp.async), or one whose major the build has neither SASS nor PTX for -- gets a
 // sentence naming its compute capability and what to do, not the launch's "no kernel image is available".
 //
-// The probe is a kernel of this file, which is compiled as the sources whose code differs by arch are, per code level
-// (python/wavepe/_build/recipe.py: PROBE_SOURCE; one fatbin a source): theirs are the fewest images of the library --
-// the others hold every arch's SASS and the oldest arch's PTX, which every newer GPU runs -- so a GPU that finds an
-// image here finds one for every kernel.  Asking for its
+// The probe is a kernel of this file, which is compiled at every code level, as the sources whose code differs most by
+// arch are (python/wavepe/_build/recipe.py: PROBE_SOURCE; one fatbin a source): theirs are the fewest images of the
+// library -- the others hold every arch's SASS too and the PTX of an older arch (compute_100's for compute_120's), which
+// every GPU newer than it runs -- so a GPU that finds an image here finds one for every kernel.  Asking for its
 // attributes makes the driver pick an image -- SASS of the device's major at or below its minor, else the newest PTX
 // at or below its compute capability, compiled then (recipe.image_for states the rule the build is planned by).
 #include "common.cuh"

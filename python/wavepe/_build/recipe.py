@@ -163,21 +163,26 @@ def nvcc_flags() -> list[str]:
 
 # The compute capabilities (x 10) at which csrc/cuda's own `__CUDA_ARCH__` tests change the device code: below 80 an
 # #error (common.cuh), from 100 the dK/dV table instance's chunks and the wide dK/dV's passes, from 120 the wide
-# dK/dV's stub at head dim 128 (attention_bwd_dkdv_tc.cu), from 100 to 119 the products' unrolling (arch_tuning.cuh);
-# the sources that hold none of these compile once for every arch (arch_dependent, below).  Archs
+# dK/dV's stub at head dim 128 (attention_bwd_dkdv_tc.cu), from 100 to 119 the products' unrolling (arch_tuning.cuh).  Archs
 # between two levels compile to the same PTX but for the CUDA headers' own branches (sm_90's bf16-to-float
 # `cvt.f32.bf16` where sm_80's PTX has a `mov`; the static checks' figures of the sm_90 SASS within 1 %), so they share
 # one front-end (cicc) run: sm_90's SASS comes from compute_80's PTX -- 74 of the 536 CPU seconds of a wheel's CUDA
 # compile on a Zen 5.  tests/test_build.py fails when csrc/cuda tests __CUDA_ARCH__ against a value missing here.
 CUDA_CODE_LEVELS = (80, 100, 120)
+# The levels where nvcc's front end itself makes other code of the same source: sm_100's SASS from compute_80's PTX is
+# not compute_100's (other registers and main-loop mixes, a spill in the wide dQ: CUDA 13.0, 2026-12-02), while sm_120's
+# from compute_100's PTX is compute_120's instruction for instruction -- every kernel of attention_bwd.cu, relbias.cu and
+# rope.cu, checked then.  So a source that tests __CUDA_ARCH__ at no level above 80 (code_levels) runs the front end
+# twice, not three times: ~70 CPU seconds less of attention_bwd.cu's compile on a Xeon.
+TOOLCHAIN_CODE_LEVELS = (80, 100)
 
 
-def ptx_groups(archs: Sequence[str]) -> list[tuple[str, list[str]]]:
-    """``archs`` grouped by CUDA_CODE_LEVELS, in order: (the virtual arch compiled once -- the group's oldest --,
-    the archs whose SASS ptxas makes from it)."""
+def ptx_groups(archs: Sequence[str], levels: Sequence[int] = CUDA_CODE_LEVELS) -> list[tuple[str, list[str]]]:
+    """``archs`` grouped by ``levels`` (a source's: code_levels), in order: (the virtual arch compiled once -- the
+    group's oldest --, the archs whose SASS ptxas makes from it)."""
     groups: dict[int, list[str]] = {}
     for a in archs:
-        level = max((lv for lv in CUDA_CODE_LEVELS if lv <= int(a)), default=int(a))
+        level = max((lv for lv in levels if lv <= int(a)), default=int(a))
         groups.setdefault(level, []).append(a)
     return [(min(g, key=int), g) for g in groups.values()]
 
@@ -202,13 +207,14 @@ def sass_for(archs: Sequence[str], cc: int) -> str | None:
     return max(fits, key=int) if fits else None
 
 
-def ptx_archs(archs: Sequence[str], machine: str | None = None) -> list[str]:
+def ptx_archs(archs: Sequence[str], machine: str | None = None,
+              levels: Sequence[int] = CUDA_CODE_LEVELS) -> list[str]:
     """The virtual archs whose PTX the build ships, oldest first: the newest group's (GPUs newer than the toolkit
     compile it when the library loads), and an older group's where a GPU of ``machine`` (gpu_ccs) from its arch to the
     next group's has no SASS in the build -- on aarch64 the default's compute_100, which Jetson Thor (sm_110: between
     sm_100 and sm_120, another major than either) compiles; on x86-64 none (its 8.x to 10.x GPUs all run SASS of the
     default's: each more PTX would be ~7.5 MB of the wheel for no GPU)."""
-    groups = [int(v) for v, _ in ptx_groups(archs)]
+    groups = [int(v) for v, _ in ptx_groups(archs, levels)]
     ccs = gpu_ccs(machine)
     return [str(v) for v, nxt in zip(groups, groups[1:] + [None])
             if nxt is None or any(sass_for(archs, cc) is None for cc in ccs if v <= cc < nxt)]
@@ -225,26 +231,17 @@ def image_for(archs: Sequence[str], cc: int, ptx: Sequence[str] | None = None) -
     return f"compute_{max(fits, key=int)}" if fits else None
 
 
-def gencode_flags(archs: Sequence[str], per_level: bool = True) -> list[str]:
-    """SASS for every arch (one front-end run per group of ptx_groups), and the PTX of ptx_archs; not ``per_level``
-    (a source whose code no arch changes: arch_dependent), one front-end run for them all -- the oldest arch's, whose
-    PTX it ships, which every GPU from that arch on compiles to the same code."""
-    if not per_level:
-        v = min(archs, key=int)
-        return [f"-gencode=arch=compute_{v},code=[{','.join(f'sm_{a}' for a in archs)},compute_{v}]"]
-    return ([f"-gencode=arch=compute_{v},code=[{','.join(f'sm_{a}' for a in g)}]" for v, g in ptx_groups(archs)] +
-            [f"-gencode=arch=compute_{v},code=compute_{v}" for v in ptx_archs(archs)])
+def gencode_flags(archs: Sequence[str], levels: Sequence[int] = CUDA_CODE_LEVELS) -> list[str]:
+    """SASS for every arch (one front-end run per group of ptx_groups), and the PTX of ptx_archs -- for a source of
+    these code ``levels`` (code_levels)."""
+    return ([f"-gencode=arch=compute_{v},code=[{','.join(f'sm_{a}' for a in g)}]" for v, g in ptx_groups(archs, levels)] +
+            [f"-gencode=arch=compute_{v},code=compute_{v}" for v in ptx_archs(archs, levels=levels)])
 
 
-# A source's device code differs between archs only where it, or a header of the sources it includes, compares
-# __CUDA_ARCH__ with a value above the oldest code level's (at or below it: common.cuh's #error for archs without the
-# kernels' instructions).  The others -- all but attention.cu and attention_bwd_dkdv_tc.cu -- compile once for every
-# arch: nvcc's front end (cicc) is ~half of a source's compile, so each level it skips saves that half again -- ~300
-# CPU seconds of a wheel's CUDA compile (attention_bwd.cu's front end alone ~90 s a level on a Xeon).
 _ARCH_TEST = re.compile(r"__CUDA_ARCH__\s*(?:[<>]=?|==|!=)\s*(\d+)")
 _LOCAL_INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)
-# The file whose kernel device.cu asks the driver about (whether this library holds code the GPU runs): compiled per
-# level whatever its code, so that its images are those of the sources with the fewest (their PTX: ptx_archs).
+# The file whose kernel device.cu asks the driver about (whether this library holds code the GPU runs): compiled at
+# every level whatever its code, so that its images are those of the sources with the fewest (the PTX of ptx_archs).
 PROBE_SOURCE = "device.cu"
 
 
@@ -268,18 +265,18 @@ def arch_tests(path: str, src_root: str, _seen: set[str] | None = None) -> set[i
     return values
 
 
-def arch_dependent(path: str, src_root: str) -> bool:
-    """Whether the CUDA source ``path`` is compiled once per code level (ptx_groups), not once for every arch."""
-    return os.path.basename(path) == PROBE_SOURCE or any(
-        v > 10 * min(CUDA_CODE_LEVELS) for v in arch_tests(path, src_root))
+def code_levels(path: str, src_root: str) -> tuple[int, ...]:
+    """The code levels of the CUDA source ``path``: the toolchain's, and those where its own code (or a header's it
+    includes) tests __CUDA_ARCH__ -- all of CUDA_CODE_LEVELS for the probe (PROBE_SOURCE)."""
+    if os.path.basename(path) == PROBE_SOURCE:
+        return CUDA_CODE_LEVELS
+    own = {v // 10 for v in arch_tests(path, src_root) if v // 10 > min(TOOLCHAIN_CODE_LEVELS)}
+    return tuple(sorted(set(TOOLCHAIN_CODE_LEVELS) | own))
 
 
 def shipped_ptx(archs: Sequence[str], src_root: str) -> list[str]:
-    """The virtual archs whose PTX the library holds, oldest first: ptx_archs' (the per-level sources'), and the oldest
-    arch's where some source is compiled once for all."""
-    ptx = set(ptx_archs(archs))
-    if not all(arch_dependent(s, src_root) for s in cuda_sources(src_root)):
-        ptx.add(min(archs, key=int))
+    """The virtual archs whose PTX the library holds, oldest first: each source's ptx_archs for its code_levels."""
+    ptx = {v for s in cuda_sources(src_root) for v in ptx_archs(archs, levels=code_levels(s, src_root))}
     return sorted(ptx, key=int)
 
 
@@ -503,7 +500,7 @@ def core_compiles(src_root: str, obj_dir: str) -> list[Compile]:
 def cuda_compiles(src_root: str, obj_dir: str, nvcc: str, archs: Sequence[str]) -> list[Compile]:
     """The CUDA kernels' objects of the torch ops library (torch_plan's): nvcc alone, no torch -- so that CI can
     compile them (``recipe.py objects-without-torch``) while the environment with torch is still being made."""
-    return [Compile(s, o, (nvcc, *nvcc_flags(), *gencode_flags(archs, arch_dependent(s, src_root)), "-I" + src_root,
+    return [Compile(s, o, (nvcc, *nvcc_flags(), *gencode_flags(archs, code_levels(s, src_root)), "-I" + src_root,
                            "-c", s, "-o", o))
             for s in cuda_sources(src_root) for o in [_obj(obj_dir, "cuda", s)]]
 
