@@ -722,7 +722,7 @@ def default_jobs() -> int:
 
 def nvcc_threads(jobs: int) -> int:
     """nvcc's ``--threads`` for a build running ``jobs`` compiles at once: one nvcc compiles a file's archs one after
-    another (attention.cu: ~250 CPU seconds on a Xeon, the build's longest chain), so the cores are shared by the long
+    another (attention_bwd.cu: ~310 CPU seconds on a Xeon, the build's longest chain), so the cores are shared by the long
     CUDA sources, which start first -- 1 (no flag) on two cores, where the other compiles keep both busy (measured,
     a clean wheel build on a Zen 5's two cores: 339 s wall without, 347 with --threads 2, and 70 CPU seconds more)."""
     return max(1, min(8, jobs // 2))
