@@ -289,3 +289,23 @@ def test_only_wavepe_own_kernels_are_remembered(backend):
     assert ("attention_fwd", "privateuseone") not in _routing._found
     assert _routing.has_kernel("attention_fwd", torch.device("cpu"))
     assert ("attention_fwd", "cpu") in _routing._found
+
+
+def test_a_compiled_call_made_before_any_eager_one_is_not_compiled_again(monkeypatch):
+    # a process whose first wavepe call is compiled (the memo of found kernels empty), then an eager call (which
+    # fills it), then the compiled function again: the same graph -- dynamo guarded on the memo's contents before,
+    # and compiled the whole function a second time
+    monkeypatch.setattr(_routing, "_found", set())
+    gen = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(1, 2, 9, 8, generator=gen) for _ in range(3))
+    cfg = WaveletConfig.grid(8)
+    torch._dynamo.reset()
+    compiled = torch.compile(lambda q, k, v: wo.wavelet_attention(q, k, v, cfg), backend="eager", fullgraph=True)
+    first = compiled(q, k, v)
+    eager = wo.wavelet_attention(q, k, v, cfg)
+    assert ("attention_fwd", "cpu") in _routing._found
+    with torch.compiler.set_stance("fail_on_recompile"):
+        again = compiled(q, k, v)
+    torch.testing.assert_close(first, eager, rtol=1e-6, atol=1e-6)
+    torch.testing.assert_close(again, eager, rtol=1e-6, atol=1e-6)
+    torch._dynamo.reset()

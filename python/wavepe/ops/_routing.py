@@ -37,7 +37,12 @@ _found: set[tuple[str, str]] = set()
 def has_kernel(op: str, device: torch.device) -> bool:
     """Does ``torch.ops.wavepe.<op>`` have a kernel for ``device``'s dispatch key?"""
     key = (op, device.type)
-    if key in _found and not torch.compiler.is_compiling():
+    # Under torch.compile the memo is neither read nor written: dynamo would guard on the set's contents, and
+    # a traced call made before the first eager one (a fresh process compiling first) would be compiled again
+    # -- the whole graph -- as soon as an eager call had added the key.
+    if torch.compiler.is_compiling():
+        return _kernel_registered(op, device.type)
+    if key in _found:
         return True
     found = _kernel_registered(op, device.type)
     if found and device.type in _OWN_KERNELS:
