@@ -195,7 +195,8 @@ _HYPOTHESIS_MODELS = {True: tiny(), False: tiny(num_key_value_heads=4, seed=3)}
 
 
 def test_packed_sequences_stay_separate():
-    # training-style packing: positions restart, no mask, no cache -> Hugging Face's dense block mask
+    # training-style packing: positions restart, no mask, no cache -> Hugging Face's packed-sequence mask
+    # function, read by wavepe_mask as document indices
     model = tiny()
     ids = ids_for(1, 20)
     pos = torch.cat([torch.arange(8), torch.arange(12)])[None]

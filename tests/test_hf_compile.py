@@ -72,6 +72,61 @@ def test_fullgraph_decoder_layer(pos_enc):
     assert (got - want)[mask.bool()].abs().max() <= 1e-5
 
 
+class _CallsOf:
+    """A dynamo backend that runs the graph as traced and keeps the names of the functions it calls."""
+
+    def __init__(self) -> None:
+        self.calls: list[str] = []
+
+    def __call__(self, gm, example_inputs):
+        self.calls += [str(node.target) for node in gm.graph.nodes if node.op == "call_function"]
+        return gm.forward
+
+
+def _training_batch(packed: bool) -> dict:
+    """DataCollatorWithFlattening's row of five documents (position_ids restart, no mask), or two plain rows."""
+    from transformers import DataCollatorWithFlattening
+
+    if not packed:
+        ids = ids_for(2, 12)
+        return dict(input_ids=ids, labels=ids)
+    docs = [ids_for(1, n, seed=n)[0].tolist() for n in (7, 1, 12, 20, 2)]
+    return DataCollatorWithFlattening()([{"input_ids": d} for d in docs])
+
+
+@pytest.mark.parametrize("family,pos_enc,packed,impl", [
+    ("llama", "wavelet", True, None), ("llama", "alibi", True, None), ("llama", "rope", True, None),
+    ("llama", "wavelet", False, None), ("mistral", "wavelet", True, None), ("mistral", "wavelet", False, None),
+    ("gemma3", "wavelet", True, None), ("gemma2", "wavelet", True, None), ("gemma2", "wavelet", True, "wavepe")])
+def test_compiled_training_step_runs_the_fused_kernel(family, pos_enc, packed, impl):
+    """A compiled forward with no attention mask and no cache (training), where transformers always wraps the
+    causal rule in its packed-sequence function (packed rows or not): the relative encodings on "wavepe" run the
+    fused kernel, with the documents and the sliding windows (Mistral, Gemma 3: 6 keys, narrower than the
+    documents), no softmax traced; every call gives the eager call's logits and gradients -- also RoPE on stock
+    sdpa and Gemma 2 on its default eager implementation (the dense path), which call the mask functions wavepe
+    installs."""
+    model = tiny(family).train()
+    if impl is not None:
+        model.set_attn_implementation(impl)
+    batch = _training_batch(packed)
+    params = [p for p in model.parameters() if p.requires_grad]
+    backend = _CallsOf()
+    with wavepe.patch(model, pos_enc):
+        want = model(**batch, use_cache=False)
+        want_grads = torch.autograd.grad(want.loss, params)
+        got = torch.compile(model, backend=backend, fullgraph=True)(**batch, use_cache=False)
+        grads = torch.autograd.grad(got.loss, params)
+        impl = model.config._attn_implementation
+    assert _breaks() == 0
+    fused = any("wavepe.attention_fwd" in c for c in backend.calls)
+    dense = any("softmax" in c for c in backend.calls)
+    if impl == "wavepe":
+        assert fused and not dense, sorted(set(backend.calls))
+    assert (got.logits - want.logits).abs().max() <= 1e-5
+    for g, w in zip(grads, want_grads):
+        assert (g - w).abs().max() <= 1e-5
+
+
 def _compiled_generate_graphs(model, ids, kw) -> tuple[torch.Tensor, torch.Tensor, int]:
     """Two compiled static-cache generates from a fresh dynamo: both outputs, graphs after the first."""
     config = CompileConfig(fullgraph=True, backend="eager", mode=None)

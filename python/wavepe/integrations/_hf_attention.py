@@ -15,7 +15,8 @@ depends on the model's attention implementation; for ``"wavepe"`` it is made by
   restart), causal attention inside each document.  Hugging Face marks them
   by wrapping the causal mask function with its packed-sequence functions
   (``masking_utils.packed_sequence_compatibility_function``); their document
-  indices are read from that wrapper (:func:`_packed_documents`);
+  indices are read from that wrapper (:class:`PackedSequences`, also under
+  torch.compile);
 * anything that has no such form (custom mask functions, static caches, whose
   queries are not the last keys): Hugging Face's dense mask as an additive
   float mask (B, 1, M, N) (0 = attend, -inf = not), never mistaken for the
@@ -51,6 +52,7 @@ keys a query sees (:func:`key_distances`), which skips the pads.
 
 from __future__ import annotations
 
+import functools
 import logging
 from typing import Any
 
@@ -105,19 +107,13 @@ def wavepe_mask(
     # the queries are the last keys (a sliding-window cache's keys start at kv_offset, in order)
     queries_last = (isinstance(q_offset, int) and isinstance(kv_offset, int) and kv_offset >= 0
                     and q_offset - kv_offset == kv_length - q_length)
-    # The unmodified causal function, or Hugging Face's sliding window over it (the layer's sliding_window keyword
-    # carries the window to the kernel): read from the function's closures eagerly; under torch.compile, whose
-    # tracer cannot read closures, from what create_sliding_window_causal_mask passes with it (local_size, and the
-    # is_causal skip allowed and no vmap: nothing added to the window)
-    sliding = (local_size is not None and allow_is_causal_skip and not kwargs.get("use_vmap", False)) \
-        if _compiling() else _sliding_window_of(mask_function) is not None
-    plain = mask_function is causal_mask_function or sliding
-    # (read from the mask function's closures: not under torch.compile, whose tracer cannot, where Hugging
-    # Face's dense packed mask is taken instead)
-    docs = None if attention_mask is not None or _compiling() else \
-        _packed_documents(mask_function)
-    if docs is not None and queries_last and q_length == kv_length:
-        return docs.to(device=device, dtype=torch.int64)[:, None, None, :kv_length]
+    plain = _windowed_causal(mask_function)
+    # packed sequences of either: their document indices (attention_mask None is what marks packing)
+    if isinstance(mask_function, PackedSequences) and _windowed_causal(mask_function.mask_function) \
+            and attention_mask is None and queries_last and q_length == kv_length:
+        docs = mask_function.documents
+        if isinstance(docs, torch.Tensor) and docs.dim() == 2:
+            return docs.to(device=device, dtype=torch.int64)[:, None, None, :kv_length]
     if plain and queries_last:
         keep = prepare_padding_mask(attention_mask, kv_length, kv_offset)
         no_lower_right_needed = q_length == 1 or q_length == kv_length
@@ -137,53 +133,73 @@ def wavepe_mask(
     return torch.zeros(keep.shape, dtype=torch.float32, device=keep.device).masked_fill(~keep, float("-inf"))
 
 
-def _closure(fn: Any, name: str) -> Any:
-    """The value a closure captured under ``name`` (None if it captured nothing by that name)."""
-    cells = getattr(fn, "__closure__", None) or ()
-    names = getattr(getattr(fn, "__code__", None), "co_freevars", ())
-    return dict(zip(names, (c.cell_contents for c in cells))).get(name)
+# ---- Hugging Face's mask functions, made readable ----------------------------------------------------------------
+# Hugging Face hands a mask interface the rule it wants as a function (``mask_function``); the two rules wavepe
+# compacts besides the plain causal one are made by masking_utils' factories as closures.  A closure's parts can be
+# read eagerly but not under torch.compile (dynamo refuses ``__closure__``), and a compiled training step always has
+# one of them: with no attention mask and no cache, ``create_causal_mask`` wraps the causal rule in its
+# packed-sequence function even where position_ids never restart (tracing, it cannot tell).  So the shim replaces
+# the two factories in masking_utils (:func:`install_mask_factories`) by ones whose functions are objects that keep
+# what they were made of in sight; called, they are Hugging Face's own functions, for every attention
+# implementation.
 
 
-def _named(fn: Any, outer: str) -> bool:
-    """Whether fn is the inner function of masking_utils' ``outer``."""
-    return getattr(fn, "__qualname__", "") == f"{outer}.<locals>.inner_mask"
+class SlidingWindowCausal:
+    """``masking_utils.sliding_window_causal_mask_function(sliding_window)``, readable: causal, and a key at
+    most ``sliding_window - 1`` before the query."""
+
+    def __init__(self, made_by: Any, sliding_window: int) -> None:
+        self.sliding_window = sliding_window
+        self._rule = made_by(sliding_window)
+
+    def __call__(self, batch_idx: Any, head_idx: Any, q_idx: Any, kv_idx: Any) -> Any:
+        return self._rule(batch_idx, head_idx, q_idx, kv_idx)
 
 
-def _sliding_window_of(mask_function: Any) -> int | None:
-    """w when ``mask_function`` is Hugging Face's sliding-window causal function
-    (``and_masks(sliding_window_overlay(w), causal_mask_function)``), else None."""
-    from transformers import masking_utils as mu
+class PackedSequences:
+    """``masking_utils.packed_sequence_compatibility_function(mask_function, position_ids, documents)``,
+    readable: ``mask_function`` inside each document (at positions remapped to restart with it), nothing across.
 
-    if getattr(mask_function, "__qualname__", "") != "and_masks.<locals>.and_mask":
-        return None
-    fns = _closure(mask_function, "mask_functions")
-    if not isinstance(fns, tuple) or len(fns) != 2 or not _named(fns[0], "sliding_window_overlay") \
-            or fns[1] is not mu.causal_mask_function:
-        return None
-    window = _closure(fns[0], "sliding_window")
-    return window if isinstance(window, int) else None
-
-
-def _packed_documents(mask_function: Any) -> torch.Tensor | None:
-    """(B, T) document indices when ``mask_function`` is Hugging Face's packed-sequence wrapper of the plain
-    causal function or of its sliding window (which the layer's sliding_window keyword applies), else None.
-
-    ``create_causal_mask`` detects packing from position_ids that restart and builds
-    ``and_masks(packed_sequence_mask_function(docs), remap_positions_for_packed_sequence(causal, positions))``;
-    inside a document the remapped positions advance by one, so the remapped causal rule is the index rule.
+    ``documents`` (B, T): each token's document index (Hugging Face's ``find_packed_sequence_indices``).
     """
+
+    def __init__(self, made_by: Any, mask_function: Any, position_ids: torch.Tensor,
+                 documents: torch.Tensor) -> None:
+        self.mask_function = mask_function
+        self.documents = documents
+        self._rule = made_by(mask_function, position_ids, documents)
+
+    def __call__(self, batch_idx: Any, head_idx: Any, q_idx: Any, kv_idx: Any) -> Any:
+        return self._rule(batch_idx, head_idx, q_idx, kv_idx)
+
+
+def install_mask_factories() -> None:
+    """Replace masking_utils' two factories by ones that make :class:`SlidingWindowCausal` and
+    :class:`PackedSequences` (idempotent; a transformers without them is left as it is)."""
     from transformers import masking_utils as mu
 
-    fns = _closure(mask_function, "mask_functions")
-    if getattr(mask_function, "__qualname__", "") != "and_masks.<locals>.and_mask" or not isinstance(fns, tuple) \
-            or len(fns) != 2 or not _named(fns[0], "packed_sequence_mask_function") \
-            or not _named(fns[1], "remap_positions_for_packed_sequence"):
-        return None
-    base = _closure(fns[1], "mask_function")
-    if base is not mu.causal_mask_function and _sliding_window_of(base) is None:
-        return None
-    docs = _closure(fns[0], "packed_sequence_mask")
-    return docs if isinstance(docs, torch.Tensor) and docs.dim() == 2 else None
+    def readable(name: str, cls: type) -> None:
+        original = getattr(mu, name, None)
+        if original is None or getattr(original, "__wavepe_readable__", False):
+            return
+
+        @functools.wraps(original)
+        def factory(*args: Any, **kwargs: Any) -> Any:
+            return cls(original, *args, **kwargs)
+
+        factory.__wavepe_readable__ = True  # type: ignore[attr-defined]
+        setattr(mu, name, factory)
+
+    readable("sliding_window_causal_mask_function", SlidingWindowCausal)
+    readable("packed_sequence_compatibility_function", PackedSequences)
+
+
+def _windowed_causal(mask_function: Any) -> bool:
+    """Whether the rule is plain causal attention, or its sliding window (which the layer's sliding_window
+    keyword carries to the kernel)."""
+    from transformers.masking_utils import causal_mask_function
+
+    return mask_function is causal_mask_function or isinstance(mask_function, SlidingWindowCausal)
 
 
 def documents_of(position_ids: torch.Tensor, real: torch.Tensor | None = None) -> torch.Tensor:

@@ -73,9 +73,12 @@ FAMILIES = _families.FAMILIES
 
 
 def register() -> None:
-    """Register ``"wavepe"`` with transformers' AttentionInterface and AttentionMaskInterface (idempotent)."""
+    """Register ``"wavepe"`` with transformers' AttentionInterface and AttentionMaskInterface, and make the
+    mask functions it compacts readable under torch.compile (:func:`_hf_attention.install_mask_factories`:
+    the same functions for every attention implementation).  Idempotent."""
     AttentionInterface.register(ATTN_IMPLEMENTATION, wavepe_attention_forward)
     AttentionMaskInterface.register(ATTN_IMPLEMENTATION, _attn.wavepe_mask)
+    _attn.install_mask_factories()
 
 
 register()
