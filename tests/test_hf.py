@@ -194,6 +194,27 @@ def test_batches_with_random_padding_equal_rows_alone(length, pads, pos_enc, gqa
 _HYPOTHESIS_MODELS = {True: tiny(), False: tiny(num_key_value_heads=4, seed=3)}
 
 
+def test_the_installed_mask_factories_make_transformers_own_rules():
+    # importing the shim replaces two masking_utils factories (so that wavepe_mask can read their functions under
+    # torch.compile): what they make is transformers' function, value for value, for every other implementation too
+    from transformers import masking_utils as mu
+
+    hf.register()  # idempotent: still one layer over transformers' own
+    docs = torch.tensor([[0, 0, 1, 1, 1, 2, 2], [0, 0, 0, 0, 1, 1, 1]])
+    pos = torch.tensor([[0, 1, 0, 1, 2, 0, 1], [0, 1, 2, 3, 0, 1, 2]])
+    window = mu.sliding_window_causal_mask_function
+    packed = mu.packed_sequence_compatibility_function
+    assert not hasattr(window.__wrapped__, "__wrapped__") and not hasattr(packed.__wrapped__, "__wrapped__")
+    made = [(window(3), window.__wrapped__(3)),
+            (packed(mu.causal_mask_function, pos, docs), packed.__wrapped__(mu.causal_mask_function, pos, docs)),
+            (packed(window(2), pos, docs), packed.__wrapped__(window.__wrapped__(2), pos, docs))]
+    b, q, kv = torch.arange(2)[:, None, None], torch.arange(7)[None, :, None], torch.arange(7)[None, None, :]
+    for rule, theirs in made:
+        assert isinstance(rule, (hf_attn.SlidingWindowCausal, hf_attn.PackedSequences))
+        assert torch.equal(rule(b, 0, q, kv), theirs(b, 0, q, kv))
+    assert made[1][0].documents is docs and made[2][0].mask_function.sliding_window == 2
+
+
 def test_packed_sequences_stay_separate():
     # training-style packing: positions restart, no mask, no cache -> Hugging Face's packed-sequence mask
     # function, read by wavepe_mask as document indices
